@@ -1,0 +1,34 @@
+# Metered API Gateway — developer commands. See README.md.
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+PORT    ?= 8000
+export PORT
+
+.PHONY: help venv run test migrate clean
+
+help:
+	@echo "make run    - install into .venv, migrate, load the demo catalog, serve on http://127.0.0.1:$(PORT)"
+	@echo "make test   - run the whole test suite (DATABASE_URL / REDIS_URL honoured when set)"
+
+$(BIN)/activate:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt | $(BIN)/activate
+	$(BIN)/pip install -q -r requirements-dev.txt
+	touch $@
+
+venv: $(VENV)/.installed
+
+migrate: venv
+	$(BIN)/flask --app wsgi db upgrade
+
+run: venv
+	@bash deploy/run-local.sh
+
+test: venv
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) instance .pytest_cache

@@ -1,0 +1,60 @@
+"""Application factory: config → extensions → blueprints → errors → request id → CLI."""
+from __future__ import annotations
+
+import logging
+import os
+
+from flask import Flask
+from werkzeug.middleware.proxy_fix import ProxyFix
+
+from config import load_config
+
+
+def create_app(overrides: dict | None = None) -> Flask:
+    app = Flask(__name__, static_folder=None)
+    app.config.from_mapping(load_config(overrides))
+    app.instance_path = app.config["INSTANCE_PATH"]
+    os.makedirs(app.instance_path, exist_ok=True)
+
+    from app.jsonutil import OrjsonProvider
+
+    app.json = OrjsonProvider(app)
+    app.json_provider_class = OrjsonProvider
+    if app.config["TRUSTED_PROXIES"]:
+        n = int(app.config["TRUSTED_PROXIES"])
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=n, x_proto=n, x_host=n)
+
+    from app.logs import init_logging
+
+    init_logging(app)
+
+    from app.extensions import api, db, limiter, migrate
+
+    db.init_app(app)
+    migrate.init_app(app, db, directory=os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "migrations")),
+                     render_as_batch=True, compare_type=True)
+    limiter.init_app(app)
+    api.init_app(app)
+    api.spec.components.security_scheme(
+        "bearerAuth",
+        {"type": "http", "scheme": "bearer",
+         "description": "`svc_live_…`, `svc_test_…` API keys or `svc_sess_…` agent sessions."},
+    )
+
+    from app.blueprints import register_blueprints
+
+    register_blueprints(app, api)
+
+    from app.errors import register_error_handlers
+
+    register_error_handlers(app)
+
+    from app.requestid import init_request_id
+
+    init_request_id(app)
+
+    from app.cli import register_cli
+
+    register_cli(app)
+    logging.getLogger(__name__).debug("app created (%s)", app.config["APP_ENV"])
+    return app

@@ -1,0 +1,340 @@
+"""Authentication: bearer parsing, credential lookup (cached, revocation-correct),
+scope checks, per-key plan rate limits and batched ``last_used_at``.
+
+* ``svc_live_`` / ``svc_test_`` keys are resolved here from ``api_keys``; other prefixes
+  (``svc_sess_`` agent sessions) register a resolver with ``register_resolver``.
+* Resolved credentials are cached per process for ``AUTH_CACHE_TTL`` seconds. A
+  revocation deletes the local entry and publishes the credential hash on the Redis
+  channel ``<prefix>:revocations``; every process subscribes (one daemon thread) and
+  drops the entry, so revocation reaches every worker and node in about a second and
+  in at most the TTL when a broadcast is lost.
+* ``last_used_at`` is recorded in memory and flushed by a daemon thread every
+  ``LAST_USED_FLUSH_SECONDS`` (one UPDATE per key), never on the request path.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import wraps
+from typing import Callable
+
+from flask import current_app, g, request
+from flask_smorest import Blueprint as _SmorestBlueprint
+from limits import parse_many
+from sqlalchemy import select, update
+
+from app.errors import Forbidden, InsufficientScope, RateLimited, Unauthorized
+from app.extensions import db, get_redis, limiter
+from app.ids import secret_is_well_formed, sha256_hex
+from app.models import Account, ApiKey
+from app.models.base import utcnow
+
+log = logging.getLogger(__name__)
+
+SECURITY_SCHEME = "bearerAuth"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: the account a credential acts for, and what it may do."""
+
+    account_id: str
+    credential_id: str
+    credential_hash: str
+    kind: str  # "key" | "session"
+    mode: str  # "live" | "test"
+    scopes: frozenset[str]
+    is_admin: bool = False
+    plan: str = "starter"
+    agent_id: str | None = None
+    extra: dict = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def test_mode(self) -> bool:
+        return self.mode == "test"
+
+
+# --- resolvers -------------------------------------------------------------------------
+
+Resolver = Callable[[str, str], "Principal | None"]  # (token, token_hash) -> Principal
+_resolvers: dict[str, Resolver] = {}
+
+
+def register_resolver(prefix: str, resolver: Resolver) -> None:
+    """Register how credentials with ``prefix`` are looked up (e.g. agent sessions)."""
+    _resolvers[prefix] = resolver
+
+
+def _resolve_key(token: str, token_hash: str) -> Principal | None:
+    prefix = token[:9]
+    if not secret_is_well_formed(token, prefix):
+        return None
+    row = db.session.execute(
+        select(ApiKey.id, ApiKey.mode, ApiKey.scopes, ApiKey.revoked_at, Account.id,
+               Account.is_admin, Account.plan, Account.agent_id)
+        .join(Account, Account.id == ApiKey.account_id)
+        .where(ApiKey.key_hash == token_hash)
+    ).first()
+    if row is None or row[3] is not None:
+        return None
+    expected_mode = "test" if prefix == "svc_test_" else "live"
+    if row[1] != expected_mode:
+        return None
+    return Principal(account_id=row[4], credential_id=row[0], credential_hash=token_hash,
+                     kind="key", mode=row[1], scopes=frozenset(row[2] or ()),
+                     is_admin=bool(row[5]), plan=row[6], agent_id=row[7])
+
+
+register_resolver("svc_live_", _resolve_key)
+register_resolver("svc_test_", _resolve_key)
+
+
+# --- per-process cache + revocation broadcast ------------------------------------------
+
+_cache: dict[str, tuple[float, Principal, float]] = {}  # hash -> (expires_at, principal, hard_expiry)
+_cache_lock = threading.Lock()
+_state = {"pid": None}
+_last_used: dict[str, datetime] = {}
+_last_used_lock = threading.Lock()
+
+
+def _channel(app) -> str:
+    return f"{app.config.get('RATELIMIT_KEY_PREFIX', 'gw')}:revocations"
+
+
+def invalidate(token_hash: str) -> None:
+    with _cache_lock:
+        _cache.pop(token_hash, None)
+
+
+def clear_cache() -> None:
+    with _cache_lock:
+        _cache.clear()
+
+
+def broadcast_revocation(token_hash: str) -> None:
+    """Drop the credential here and tell every other process (best effort; TTL bounds it)."""
+    invalidate(token_hash)
+    r = get_redis()
+    if r is not None:
+        try:
+            r.publish(_channel(current_app), token_hash)
+        except Exception:  # Redis down: the cache TTL still bounds revocation
+            log.warning("revocation broadcast failed; relying on cache TTL")
+
+
+def _subscriber(app) -> None:
+    """Daemon thread: drop cached credentials named on the revocation channel."""
+    import redis as redis_lib
+
+    url = app.config["REDIS_URL"]
+    while True:
+        try:
+            client = redis_lib.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=None)
+            pubsub = client.pubsub(ignore_subscribe_messages=True)
+            pubsub.subscribe(_channel(app))
+            # Anything cached before (re)subscribing may have missed a broadcast.
+            clear_cache()
+            for message in pubsub.listen():
+                data = message.get("data")
+                if isinstance(data, bytes):
+                    invalidate(data.decode())
+        except Exception:
+            time.sleep(1.0)
+
+
+def _flusher(app) -> None:
+    """Daemon thread: write batched last_used_at values."""
+    interval = float(app.config["LAST_USED_FLUSH_SECONDS"])
+    while True:
+        time.sleep(interval)
+        try:
+            with app.app_context():
+                flush_last_used()
+        except Exception:
+            log.exception("last_used_at flush failed")
+
+
+def _ensure_background(app) -> None:
+    """Start this process's subscriber/flusher threads once (after a gunicorn fork too)."""
+    pid = os.getpid()
+    if _state["pid"] == pid:
+        return
+    with _cache_lock:
+        if _state["pid"] == pid:
+            return
+        _state["pid"] = pid
+        _cache.clear()
+        if app.config.get("REDIS_URL"):
+            threading.Thread(target=_subscriber, args=(app,), name="revocations", daemon=True).start()
+        if not app.config.get("TESTING"):
+            threading.Thread(target=_flusher, args=(app,), name="last-used", daemon=True).start()
+
+
+def flush_last_used() -> int:
+    """Write the buffered last_used_at values (one UPDATE per key); returns how many."""
+    with _last_used_lock:
+        pending = dict(_last_used)
+        _last_used.clear()
+    if not pending:
+        return 0
+    for key_id, when in pending.items():
+        db.session.execute(
+            update(ApiKey).where(ApiKey.id == key_id).values(last_used_at=when)
+            .execution_options(synchronize_session=False)
+        )
+    db.session.commit()
+    return len(pending)
+
+
+def resolve(token: str) -> Principal | None:
+    """Principal for a raw bearer token, or None (unknown, malformed, revoked, expired)."""
+    app = current_app._get_current_object()
+    _ensure_background(app)
+    token_hash = sha256_hex(token)
+    now = time.monotonic()
+    hit = _cache.get(token_hash)
+    if hit is not None and hit[0] > now and hit[2] > time.time():
+        return hit[1]
+    resolver = _resolvers.get(token[:9])
+    if resolver is None:
+        return None
+    principal = resolver(token, token_hash)
+    if principal is not None:
+        hard = float(principal.extra.get("expires_at_epoch", float("inf")))
+        with _cache_lock:
+            _cache[token_hash] = (now + float(app.config["AUTH_CACHE_TTL"]), principal, hard)
+    return principal
+
+
+def bearer_token() -> str | None:
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+def current_principal(optional: bool = False) -> Principal | None:
+    """The authenticated principal of this request (resolving it once)."""
+    if "principal" in g:
+        return g.principal
+    token = bearer_token()
+    principal = resolve(token) if token and len(token) <= 200 else None
+    if principal is None and not optional:
+        raise Unauthorized("Missing or invalid bearer credential." if token is None
+                           else "Invalid, expired or revoked credential.")
+    g.principal = principal
+    if principal is not None:
+        g.account_id = principal.account_id
+        if principal.kind == "key":
+            with _last_used_lock:
+                _last_used[principal.credential_id] = utcnow()
+    return principal
+
+
+# --- rate limits ---------------------------------------------------------------------
+
+_parsed_limits: dict[str, list] = {}
+
+
+def enforce_plan_rate_limit(principal: Principal) -> None:
+    """Per-credential limit from the plan table (Redis-backed in production)."""
+    app = current_app
+    if not app.config.get("RATELIMIT_ENABLED", True):
+        return
+    spec = app.config["PLANS"].get(principal.plan, {}).get("rate_limit")
+    if not spec:
+        return
+    items = _parsed_limits.get(spec)
+    if items is None:
+        items = _parsed_limits[spec] = parse_many(spec)
+    strategy = limiter.limiter
+    key = ("cred", principal.credential_id)
+    try:
+        for item in items:
+            if not strategy.hit(item, *key):
+                stats = strategy.get_window_stats(item, *key)
+                retry = max(1, int(stats.reset_time - time.time()) + 1)
+                raise RateLimited(
+                    f"Rate limit of {item} exceeded for this credential.",
+                    headers={"Retry-After": str(retry), "RateLimit-Limit": str(item.amount),
+                             "RateLimit-Remaining": "0", "RateLimit-Reset": str(retry)},
+                )
+        first = items[0]
+        stats = strategy.get_window_stats(first, *key)
+        g.ratelimit_headers = {
+            "RateLimit-Limit": str(first.amount),
+            "RateLimit-Remaining": str(max(0, stats.remaining)),
+            "RateLimit-Reset": str(max(0, int(stats.reset_time - time.time()))),
+        }
+    except RateLimited:
+        raise
+    except Exception:  # storage down: fail open (documented), calls keep working
+        log.warning("rate limit storage unavailable; allowing request")
+
+
+# --- route decorator -----------------------------------------------------------------
+
+def _document(func, scopes: tuple[str, ...], admin: bool, public: bool):
+    """Record security, required scopes and the auth error responses in the route's
+    OpenAPI operation (flask-smorest's ``_apidoc``)."""
+    doc: dict = {}
+    errors: list[int] = []
+    if public:
+        doc["security"] = []
+    else:
+        doc["security"] = [{SECURITY_SCHEME: list(scopes)}]
+        errors = [401, 429] + ([403] if scopes or admin else [])
+        text = "Requires a bearer credential"
+        if scopes:
+            text += " with scope " + ", ".join(f"`{s}`" for s in scopes)
+        if admin:
+            text += " of an admin account"
+        doc["x-required-scopes"] = list(scopes)
+        doc["x-admin-only"] = admin
+        doc["x-auth"] = text + "."
+    wrapped = _SmorestBlueprint.doc(**doc)(func)
+    responses = wrapped._apidoc.setdefault("response", {}).setdefault("responses", {})
+    for status in errors:
+        responses.setdefault(status, []).append(
+            {401: "UNAUTHORIZED", 403: "FORBIDDEN", 429: "TOO_MANY_REQUESTS"}[status])
+    return wrapped
+
+
+def authenticated(*scopes: str, admin: bool = False, rate_limit: bool = True):
+    """Require a bearer credential with ``scopes`` (and an admin account if ``admin``).
+
+    Sets ``g.principal``; the route receives nothing extra. Also documents the route's
+    security requirement, required scopes and 401/403/429 responses in OpenAPI.
+    """
+    def decorator(func):
+        @wraps(func)
+        def wrapper(*args, **kwargs):
+            principal = current_principal()
+            missing = [s for s in scopes if s not in principal.scopes]
+            if missing:
+                raise InsufficientScope(f"This route requires scope {', '.join(missing)}.")
+            if admin and not principal.is_admin:
+                raise Forbidden("This route is for admin accounts only.")
+            if rate_limit:
+                enforce_plan_rate_limit(principal)
+            return func(*args, **kwargs)
+
+        return _document(wrapper, scopes, admin, public=False)
+
+    return decorator
+
+
+def public(func):
+    """Mark a route as needing no credential (documented with ``security: []``)."""
+    return _document(func, (), False, public=True)
+
+
+def principal() -> Principal:
+    """The principal set by ``@authenticated`` (for use inside route methods)."""
+    return g.principal

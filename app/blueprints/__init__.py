@@ -1,0 +1,14 @@
+"""Blueprint registry: every area's blueprint is registered here, in one place."""
+from __future__ import annotations
+
+from flask import Flask
+
+
+def register_blueprints(app: Flask, api) -> None:
+    from app.blueprints.accounts.routes import blp as accounts_blp
+    from app.blueprints.docs.routes import bp as docs_bp
+    from app.blueprints.keys.routes import blp as keys_blp
+
+    app.register_blueprint(docs_bp)
+    for blp in (accounts_blp, keys_blp):
+        api.register_blueprint(blp)

@@ -1,0 +1,13 @@
+"""Flask CLI: one group per area, registered in ``register_cli``."""
+from __future__ import annotations
+
+from flask import Flask
+
+
+def register_cli(app: Flask) -> None:
+    from app.cli.accounts import accounts_cli
+    from app.cli.jobs import scheduler_cmd, worker_cmd
+    from app.cli.ledger import ledger_cli
+
+    for command in (accounts_cli, ledger_cli, worker_cmd, scheduler_cmd):
+        app.cli.add_command(command)

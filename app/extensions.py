@@ -1,0 +1,107 @@
+"""Extensions: db, migrate, the flask-smorest Api, the rate limiter and the Redis handle."""
+from __future__ import annotations
+
+import threading
+
+import orjson
+import redis as redis_lib
+from flask import current_app, request
+from flask_limiter import Limiter
+from flask_migrate import Migrate
+from flask_smorest import Api as _SmorestApi
+from flask_smorest import Blueprint as _SmorestBlueprint
+from flask_sqlalchemy import SQLAlchemy
+from sqlalchemy import MetaData
+from sqlalchemy.orm import DeclarativeBase
+from webargs.flaskparser import FlaskParser
+
+from app.errors import ERROR_CODES, ErrorSchema, handle_http_exception
+
+# Stable constraint names, so Alembic migrations are identical on SQLite and PostgreSQL.
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+db = SQLAlchemy(model_class=Base)
+migrate = Migrate()
+
+
+class _Parser(FlaskParser):
+    """webargs parser whose validation failures are 400 (not 422), per DESIGN §4."""
+
+    DEFAULT_VALIDATION_STATUS = 400
+
+    def _raw_load_json(self, req):
+        # orjson: fast, and bounded nesting depth (deep JSON is a 400, not a RecursionError).
+        from webargs import core
+        from webargs.flaskparser import is_json_request
+
+        if not is_json_request(req):
+            return core.missing
+        return orjson.loads(req.get_data(cache=True))
+
+
+class Blueprint(_SmorestBlueprint):
+    """Project blueprint: arguments validate with 400 ``invalid_request``."""
+
+    ARGUMENTS_PARSER = _Parser()
+
+
+class Api(_SmorestApi):
+    """flask-smorest Api whose error payload and documented errors follow DESIGN §4."""
+
+    ERROR_SCHEMA = ErrorSchema
+
+    def handle_http_exception(self, error):  # noqa: D401 - smorest hook
+        return handle_http_exception(error)
+
+
+api = Api(spec_kwargs={
+    "info": {
+        "description": (
+            "Metered API gateway: call catalog modules with one key, pay per call from a "
+            "prepaid balance or with x402 USDC payments, and get a signed receipt for every call. "
+            "Errors are always JSON `{error, message, request_id}`; the stable codes are listed "
+            "in `x-error-codes`."
+        ),
+    },
+    "x-error-codes": {code: {"status": s, "description": d} for code, (s, d) in ERROR_CODES.items()},
+})
+
+
+def _client_ip() -> str:
+    """Client IP as seen after ProxyFix (the real client behind nginx)."""
+    return request.remote_addr or "unknown"
+
+
+limiter = Limiter(key_func=_client_ip, default_limits=[], headers_enabled=True)
+
+
+_redis_lock = threading.Lock()
+_redis_clients: dict[str, redis_lib.Redis] = {}
+
+
+def get_redis() -> redis_lib.Redis | None:
+    """The shared Redis client for REDIS_URL, or None in the embedded default."""
+    url = current_app.config.get("REDIS_URL")
+    if not url:
+        return None
+    client = _redis_clients.get(url)
+    if client is None:
+        with _redis_lock:
+            client = _redis_clients.get(url)
+            if client is None:
+                client = redis_lib.Redis.from_url(
+                    url, socket_timeout=2, socket_connect_timeout=2, health_check_interval=30
+                )
+                _redis_clients[url] = client
+    return client

@@ -1,0 +1,3 @@
+"""Re-exports every model so Alembic and the app see the whole schema."""
+from app.models.accounts import Account, ApiKey  # noqa: F401
+from app.models.ledger import LedgerEntry, LedgerTransaction  # noqa: F401

@@ -1,0 +1,47 @@
+"""Account and API key models."""
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import BigInteger, Boolean, CheckConstraint, ForeignKey, String
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.extensions import db
+from app.models.base import JSONType, UTCDateTime, utcnow
+
+
+class Account(db.Model):
+    """A customer account (human or agent). ``balance_micros`` caches the ledger balance
+    of ``acct:<id>`` and is only ever changed by ``app.services.ledger`` in the same
+    transaction as the entries; the CHECK constraint is the last line against overdraft."""
+
+    __tablename__ = "accounts"
+    __table_args__ = (CheckConstraint("balance_micros >= 0", name="balance_nonnegative"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    # Stored lower-cased, so uniqueness is case-insensitive. Null for agent accounts.
+    email: Mapped[str | None] = mapped_column(String(320), unique=True)
+    plan: Mapped[str] = mapped_column(String(16), default="starter")
+    kind: Mapped[str] = mapped_column(String(8), default="human")  # human | agent
+    is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    agent_id: Mapped[str | None] = mapped_column(String(32), index=True)
+    owner_account_id: Mapped[str | None] = mapped_column(String(32), index=True)
+    balance_micros: Mapped[int] = mapped_column(BigInteger, default=0)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class ApiKey(db.Model):
+    """An API key. Only the SHA-256 of the secret is stored; ``prefix`` is for display."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"), index=True)
+    name: Mapped[str] = mapped_column(String(100))
+    prefix: Mapped[str] = mapped_column(String(24))
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    mode: Mapped[str] = mapped_column(String(8), default="live")  # live | test
+    scopes: Mapped[list] = mapped_column(JSONType, default=list)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

@@ -1,0 +1,21 @@
+"""Scopes: the table of credential scopes and what each allows (DESIGN §5)."""
+from __future__ import annotations
+
+SCOPES: dict[str, str] = {
+    "call:read": "Read usage and call history (/api/usage/*).",
+    "call:write": "Call modules (/v1/module/*/call) and chat completions.",
+    "agent:read": "Read agents, builds, agent usage, earnings and the leaderboard.",
+    "agent:write": "Register agents and submit agent-built modules.",
+    "account:read": "Read the account (/api/account).",
+    "keys:read": "List API keys.",
+    "keys:write": "Create and revoke API keys.",
+    "billing:read": "Read payments, wallet balance and wallet transactions.",
+    "billing:write": "Start checkouts, save payment methods, connect and fund wallets.",
+    "alerts:read": "List alerts and alert events.",
+    "alerts:write": "Create and delete alerts.",
+    "analytics:read": "Read the product-analytics funnel (admins also: recent events, sessions).",
+}
+ALL_SCOPES: tuple[str, ...] = tuple(SCOPES)
+# Agent sessions (svc_sess_) act for the agent: call modules, read their own data,
+# submit builds. They cannot manage keys, billing or alerts of the account.
+SESSION_SCOPES: tuple[str, ...] = ("call:read", "call:write", "agent:read", "agent:write")

@@ -1,0 +1,1 @@
+"""Domain services: each owns its transaction and raises DomainError subclasses."""

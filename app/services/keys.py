@@ -1,0 +1,78 @@
+"""API keys: minting (checksummed, hashed at rest), listing, scoped creation, revocation."""
+from __future__ import annotations
+
+from sqlalchemy import select
+
+from app.errors import InsufficientScope, InvalidRequest, NotFound
+from app.extensions import db
+from app.ids import new_id, new_secret, sha256_hex
+from app.models import ApiKey
+from app.models.base import utcnow
+from app.scopes import ALL_SCOPES
+
+LIVE_PREFIX = "svc_live_"
+TEST_PREFIX = "svc_test_"
+DISPLAY_PREFIX_LEN = 13  # "svc_live_" + 4 characters of the random part
+
+
+def mint(account_id: str, name: str, scopes: list[str] | tuple[str, ...], *,
+         mode: str = "live", commit: bool = True) -> tuple[ApiKey, str]:
+    """Create a key row; returns (row, full secret). The secret is never stored."""
+    secret = new_secret(TEST_PREFIX if mode == "test" else LIVE_PREFIX)
+    row = ApiKey(id=new_id("key"), account_id=account_id, name=name, mode=mode,
+                 prefix=secret[:DISPLAY_PREFIX_LEN], key_hash=sha256_hex(secret),
+                 scopes=sorted(set(scopes)), created_at=utcnow())
+    db.session.add(row)
+    if commit:
+        db.session.commit()
+    return row, secret
+
+
+def create_key(account_id: str, name: str, scopes: list[str] | None, *,
+               creator_scopes: frozenset[str], creator_mode: str) -> tuple[ApiKey, str]:
+    """POST /api/keys: a key without ``scopes`` inherits the creator's scopes; no key can
+    mint a scope it lacks (403 insufficient_scope). The new key has the creator's mode."""
+    name = (name or "").strip()
+    if not name:
+        raise InvalidRequest("name: must not be empty.")
+    if scopes is None:
+        requested = set(creator_scopes)
+    else:
+        requested = set(scopes)
+        unknown = sorted(requested - set(ALL_SCOPES))
+        if unknown:
+            raise InvalidRequest(f"scopes: unknown scope(s) {', '.join(unknown)}.")
+        missing = sorted(requested - set(creator_scopes))
+        if missing:
+            raise InsufficientScope(
+                f"This credential cannot grant scope(s) it lacks: {', '.join(missing)}."
+            )
+    return mint(account_id, name, sorted(requested), mode=creator_mode)
+
+
+def list_keys(account_id: str) -> list[ApiKey]:
+    """Active keys of the account, newest first."""
+    return list(db.session.execute(
+        select(ApiKey).where(ApiKey.account_id == account_id, ApiKey.revoked_at.is_(None))
+        .order_by(ApiKey.created_at.desc(), ApiKey.id)
+    ).scalars())
+
+
+def revoke_key(account_id: str, key_id: str) -> ApiKey:
+    """Revoke (idempotent). Another account's key is 404. Broadcasts the revocation so
+    every worker and node drops its cached credential (app.auth)."""
+    from app import auth
+
+    row = db.session.get(ApiKey, key_id)
+    if row is None or row.account_id != account_id:
+        raise NotFound("No such key.")
+    if row.revoked_at is None:
+        row.revoked_at = utcnow()
+        db.session.commit()
+    auth.broadcast_revocation(row.key_hash)
+    return row
+
+
+def key_view(row: ApiKey) -> dict:
+    return {"id": row.id, "name": row.name, "prefix": row.prefix, "scopes": list(row.scopes or []),
+            "last_used_at": row.last_used_at}

@@ -1,0 +1,179 @@
+"""Ledger: the only way money moves. Integer micros, double-entry, append-only.
+
+Conventions (DESIGN §3):
+
+* 1 USD = 1_000_000 micros; 1 cent = 10_000 micros.
+* A posting is a list of legs ``(ledger_account_code, amount_micros)`` summing to 0.
+* ``acct:<account_id>`` legs also move the cached ``accounts.balance_micros`` with a
+  conditional UPDATE (``… WHERE balance_micros + :delta >= 0``) in the same database
+  transaction, so no concurrent path can overdraw an account.
+* Holder accounts (``acct:``, ``earnings:``, ``revenue:``) never go negative; source
+  accounts (``promo:``, ``external:``, ``adjust:``) are negative by the amount they
+  have put into the system.
+
+``post()`` never commits: the calling service owns the transaction.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import func, insert, select, update
+
+from app.errors import PaymentRequired
+from app.extensions import db
+from app.models import Account, LedgerEntry, LedgerTransaction
+from app.models.base import utcnow
+
+MICROS_PER_CENT = 10_000
+MICROS_PER_USD = 1_000_000
+
+# Ledger account codes / prefixes.
+CUSTOMER = "acct:"
+EARNINGS = "earnings:"
+REVENUE = "revenue:platform"
+PROMO = "promo:grants"
+ADJUST = "adjust:operator"
+EXTERNAL = "external:"
+HOLDER_PREFIXES = (CUSTOMER, EARNINGS, "revenue:")
+
+
+def cents_to_micros(cents: int) -> int:
+    return int(cents) * MICROS_PER_CENT
+
+
+def micros_to_cents(micros: int) -> int:
+    """Cents shown by the API: floor division (DESIGN §3)."""
+    return int(micros) // MICROS_PER_CENT
+
+
+def customer(account_id: str) -> str:
+    return CUSTOMER + account_id
+
+
+def earnings(agent_id: str) -> str:
+    return EARNINGS + agent_id
+
+
+def external(source: str) -> str:
+    return EXTERNAL + source
+
+
+class InsufficientFunds(PaymentRequired):
+    """A debit would overdraw a customer balance."""
+
+    message = "Insufficient balance."
+
+    def __init__(self, account_id: str, needed_micros: int):
+        super().__init__(f"Insufficient balance on {account_id}.")
+        self.account_id = account_id
+        self.needed_micros = needed_micros
+
+
+class UnbalancedPosting(ValueError):
+    pass
+
+
+def post(kind: str, legs: list[tuple[str, int]], *, ref: str | None = None,
+         account_id: str | None = None, meta: dict | None = None,
+         created_at=None) -> int:
+    """Append one balanced transaction; returns its id. Does not commit.
+
+    Raises ``InsufficientFunds`` (and leaves the caller's transaction to roll back)
+    when a customer leg would overdraw; ``sqlalchemy.exc.IntegrityError`` when
+    ``ref`` was already posted (the caller decides whether that means "done").
+    """
+    legs = [(code, int(amount)) for code, amount in legs if int(amount) != 0]
+    if not legs:
+        raise UnbalancedPosting("a posting needs at least one non-zero leg")
+    if sum(a for _, a in legs) != 0:
+        raise UnbalancedPosting(f"legs of {kind} do not sum to zero: {legs}")
+    session = db.session
+    now = created_at or utcnow()
+    # Debits first (conditional), then credits: a failed debit changes nothing.
+    for code, amount in sorted(legs, key=lambda leg: leg[1]):
+        if code.startswith(CUSTOMER):
+            acct = code[len(CUSTOMER):]
+            stmt = update(Account).where(Account.id == acct)
+            if amount < 0:
+                stmt = stmt.where(Account.balance_micros >= -amount)
+            res = session.execute(
+                stmt.values(balance_micros=Account.balance_micros + amount)
+                .execution_options(synchronize_session=False)
+            )
+            if res.rowcount != 1:
+                if amount < 0:
+                    raise InsufficientFunds(acct, -amount)
+                raise LookupError(f"no account {acct}")
+    txn_id = session.execute(
+        insert(LedgerTransaction)
+        .values(kind=kind, ref=ref, account_id=account_id, meta=meta, created_at=now)
+        .returning(LedgerTransaction.id)
+    ).scalar_one()
+    session.execute(
+        insert(LedgerEntry),
+        [{"txn_id": txn_id, "ledger_account": code, "amount_micros": amount, "created_at": now}
+         for code, amount in legs],
+    )
+    return txn_id
+
+
+def already_posted(ref: str) -> bool:
+    return db.session.execute(
+        select(LedgerTransaction.id).where(LedgerTransaction.ref == ref)
+    ).first() is not None
+
+
+def balance(code: str) -> int:
+    """Sum of the entries of one ledger account, in micros."""
+    return int(db.session.execute(
+        select(func.coalesce(func.sum(LedgerEntry.amount_micros), 0))
+        .where(LedgerEntry.ledger_account == code)
+    ).scalar_one())
+
+
+@dataclass
+class Violation:
+    rule: str
+    detail: str
+
+    def as_dict(self) -> dict:
+        return {"rule": self.rule, "detail": self.detail}
+
+
+def check() -> list[Violation]:
+    """Verify the ledger invariants; returns the violations (empty list = clean).
+
+    1. every transaction's entries sum to zero (and so do all entries);
+    2. every cached account balance equals the sum of its ``acct:`` entries;
+    3. no holder account (customer, earnings, revenue) is negative.
+    """
+    s = db.session
+    out: list[Violation] = []
+    total = s.execute(select(func.coalesce(func.sum(LedgerEntry.amount_micros), 0))).scalar_one()
+    if int(total) != 0:
+        out.append(Violation("entries_sum_to_zero", f"all entries sum to {total}"))
+    unbalanced = s.execute(
+        select(LedgerEntry.txn_id, func.sum(LedgerEntry.amount_micros))
+        .group_by(LedgerEntry.txn_id)
+        .having(func.sum(LedgerEntry.amount_micros) != 0)
+        .limit(100)
+    ).all()
+    for txn_id, amount in unbalanced:
+        out.append(Violation("transaction_balanced", f"transaction {txn_id} sums to {amount}"))
+    sums = dict(s.execute(
+        select(LedgerEntry.ledger_account, func.sum(LedgerEntry.amount_micros))
+        .group_by(LedgerEntry.ledger_account)
+    ).all())
+    for acct_id, cached in s.execute(select(Account.id, Account.balance_micros)):
+        ledger_sum = int(sums.get(customer(acct_id), 0))
+        if ledger_sum != int(cached):
+            out.append(Violation(
+                "cached_balance_matches",
+                f"account {acct_id}: cached {cached} != ledger {ledger_sum}",
+            ))
+        if int(cached) < 0:
+            out.append(Violation("no_negative_balance", f"account {acct_id}: {cached}"))
+    for code, amount in sums.items():
+        if code.startswith(HOLDER_PREFIXES) and int(amount) < 0:
+            out.append(Violation("no_negative_balance", f"{code}: {amount}"))
+    return out

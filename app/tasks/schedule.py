@@ -1,0 +1,11 @@
+"""The one schedule of periodic work, run by ``flask scheduler``.
+
+Each entry is (name, interval in seconds, job path). Features add their entries here.
+Every due entry is enqueued once per interval across all scheduler processes (a Redis
+``SET NX`` claim per slot), so running two schedulers for availability is safe.
+"""
+from __future__ import annotations
+
+SCHEDULE: list[tuple[str, int, str]] = [
+    ("flush-last-used", 60, "app.tasks.maintenance.flush_last_used"),
+]

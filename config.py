@@ -1,0 +1,155 @@
+"""Configuration: every setting comes from the environment, with safe local defaults.
+
+Two ways to run (DESIGN §2):
+
+* embedded default (``APP_ENV`` unset or ``development``): SQLite under ``instance/``,
+  no Redis (jobs inline, rate limits in memory), mail to ``instance/outbox/``,
+  sandbox payments, demo providers on loopback.
+* production (``APP_ENV=production``): PostgreSQL + Redis, and start-up fails
+  when a required secret or service address is missing.
+
+``APP_ENV=test`` is the embedded default with test-friendly switches (used by
+the test-suite; it still honours ``DATABASE_URL`` / ``REDIS_URL``).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent
+
+
+def _env(name: str, default: str | None = None) -> str | None:
+    value = os.environ.get(name)
+    return value if value not in (None, "") else default
+
+
+def _bool(name: str, default: bool) -> bool:
+    value = _env(name)
+    if value is None:
+        return default
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+def _int(name: str, default: int) -> int:
+    value = _env(name)
+    return int(value) if value is not None else default
+
+
+def _float(name: str, default: float) -> float:
+    value = _env(name)
+    return float(value) if value is not None else default
+
+
+# Plans: one table (DESIGN §3). plan_cents is the monthly included spend used by
+# /api/usage/current and plan_pct alerts; rate_limit is the per-key limit.
+PLANS: dict[str, dict] = {
+    "starter": {"plan_cents": 2_000, "rate_limit": "60/minute;10/second"},
+    "pro": {"plan_cents": 20_000, "rate_limit": "600/minute;50/second"},
+    "scale": {"plan_cents": 200_000, "rate_limit": "6000/minute;200/second"},
+    "enterprise": {"plan_cents": 2_000_000, "rate_limit": "60000/minute;1000/second"},
+}
+
+
+class ConfigError(RuntimeError):
+    """Raised at start-up when production configuration is incomplete."""
+
+
+def load_config(overrides: dict | None = None) -> dict:
+    """Build the Flask config mapping from the environment (plus test overrides)."""
+    app_env = (overrides or {}).get("APP_ENV") or _env("APP_ENV", "development")
+    production = app_env == "production"
+    instance_dir = Path(_env("INSTANCE_PATH", str(BASE_DIR / "instance")))
+
+    cfg: dict = {
+        "APP_ENV": app_env,
+        "PRODUCTION": production,
+        "INSTANCE_PATH": str(instance_dir),
+        "SECRET_KEY": _env("SECRET_KEY"),
+        # --- database -------------------------------------------------------
+        "SQLALCHEMY_DATABASE_URI": _env(
+            "DATABASE_URL", f"sqlite:///{instance_dir / 'gateway.db'}"
+        ),
+        "SQLALCHEMY_TRACK_MODIFICATIONS": False,
+        "SQLALCHEMY_ENGINE_OPTIONS": {"pool_pre_ping": True},
+        # --- redis / jobs ---------------------------------------------------
+        "REDIS_URL": _env("REDIS_URL"),
+        "RQ_QUEUE": _env("RQ_QUEUE", "default"),
+        "JOBS_INLINE": _bool("JOBS_INLINE", _env("REDIS_URL") is None),
+        # --- HTTP -----------------------------------------------------------
+        "MAX_CONTENT_LENGTH": _int("MAX_BODY_BYTES", 1024 * 1024),
+        "BASE_URL": _env("BASE_URL", f"http://127.0.0.1:{_env('PORT', '8000')}"),
+        "TRUSTED_PROXIES": _int("TRUSTED_PROXIES", 1 if production else 0),
+        "CORS_ORIGINS": _env("CORS_ORIGINS", "*"),
+        # --- accounts / credentials -----------------------------------------
+        "PLANS": PLANS,
+        "DEFAULT_PLAN": _env("DEFAULT_PLAN", "starter"),
+        "PROMO_GRANT_CENTS": _int("PROMO_GRANT_CENTS", 1_000),
+        # Credential cache TTL in seconds: the upper bound for revocation when a
+        # broadcast is missed. With Redis a broadcast makes it ~immediate.
+        "AUTH_CACHE_TTL": _float("AUTH_CACHE_TTL", 30.0 if _env("REDIS_URL") else 2.0),
+        "LAST_USED_FLUSH_SECONDS": _float("LAST_USED_FLUSH_SECONDS", 15.0),
+        # --- rate limits ----------------------------------------------------
+        "RATELIMIT_ENABLED": _bool("RATELIMIT_ENABLED", True),
+        "RATELIMIT_STORAGE_URI": _env("RATELIMIT_STORAGE_URI", _env("REDIS_URL", "memory://")),
+        "RATELIMIT_HEADERS_ENABLED": True,
+        "RATELIMIT_IN_MEMORY_FALLBACK_ENABLED": True,
+        "RATELIMIT_SWALLOW_ERRORS": True,
+        "RATELIMIT_KEY_PREFIX": _env("RATELIMIT_KEY_PREFIX", "gw"),
+        # --- mail -----------------------------------------------------------
+        "SMTP_URL": _env("SMTP_URL"),
+        "MAIL_FROM": _env("MAIL_FROM", "Gateway <no-reply@gateway.local>"),
+        "MAIL_OUTBOX_DIR": _env("MAIL_OUTBOX_DIR", str(instance_dir / "outbox")),
+        # --- outgoing requests ----------------------------------------------
+        # Allow webhooks / upstreams on private or loopback addresses (tests, local demo).
+        "ALLOW_PRIVATE_URLS": _bool("ALLOW_PRIVATE_URLS", not production),
+        # --- OpenAPI (flask-smorest) ----------------------------------------
+        "API_TITLE": "Metered API Gateway",
+        "API_VERSION": "1.0.0",
+        "OPENAPI_VERSION": "3.1.0",
+        "OPENAPI_URL_PREFIX": "/",
+        "OPENAPI_JSON_PATH": "openapi.json",
+        "OPENAPI_SWAGGER_UI_PATH": "docs",
+        "OPENAPI_SWAGGER_UI_URL": "/docs/assets/",
+        # --- logging --------------------------------------------------------
+        "LOG_LEVEL": _env("LOG_LEVEL", "INFO"),
+        "LOG_JSON": _bool("LOG_JSON", production),
+    }
+    if overrides:
+        cfg.update(overrides)
+        if "REDIS_URL" in overrides and "JOBS_INLINE" not in overrides:
+            cfg["JOBS_INLINE"] = overrides["REDIS_URL"] is None
+
+    if production:
+        ov = overrides or {}
+        missing = [
+            name
+            for name, present in (
+                ("SECRET_KEY", bool(cfg.get("SECRET_KEY"))),
+                ("DATABASE_URL", _env("DATABASE_URL") is not None or "SQLALCHEMY_DATABASE_URI" in ov),
+                ("REDIS_URL", bool(cfg.get("REDIS_URL"))),
+            )
+            if not present
+        ]
+        if missing:
+            raise ConfigError("production configuration incomplete, set: " + ", ".join(missing))
+    elif not cfg["SECRET_KEY"]:
+        cfg["SECRET_KEY"] = "dev-only-not-secret"
+
+    uri = cfg["SQLALCHEMY_DATABASE_URI"]
+    if uri.startswith("postgres://"):
+        uri = "postgresql://" + uri[len("postgres://"):]
+    if uri.startswith("postgresql://"):
+        uri = "postgresql+psycopg://" + uri[len("postgresql://"):]
+    cfg["SQLALCHEMY_DATABASE_URI"] = uri
+    if uri.startswith("sqlite"):
+        # SQLite: serialise writers politely instead of failing with "database is locked".
+        cfg["SQLALCHEMY_ENGINE_OPTIONS"] = {"connect_args": {"timeout": 30}}
+    else:
+        cfg["SQLALCHEMY_ENGINE_OPTIONS"] = {
+            "pool_pre_ping": True,
+            "pool_size": _int("DB_POOL_SIZE", 10),
+            "max_overflow": _int("DB_MAX_OVERFLOW", 10),
+            "pool_recycle": 1800,
+        }
+    return cfg

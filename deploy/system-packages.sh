@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Debian packages the test-suite, `make serve` and `make bench` use; installs the missing ones.
+set -euo pipefail
+need=()
+for pkg in nginx wrk chromium; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "missing Debian packages: ${need[*]} (install them as root)" >&2; exit 1
+  fi
+  echo "installing: ${need[*]}"
+  apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi

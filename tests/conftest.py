@@ -1,0 +1,172 @@
+"""Shared fixtures.
+
+The suite runs against ``DATABASE_URL`` (PostgreSQL in CI) when set, otherwise against a
+SQLite file in a temporary directory; and against ``REDIS_URL`` when set. The database
+named by ``DATABASE_URL`` is a *test* database: its tables are dropped and rebuilt by
+running the Alembic migrations at session start, and emptied after every test.
+Redis: the test DB index in ``REDIS_URL`` is flushed after every test.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+
+import pytest
+from sqlalchemy import text
+
+from app import create_app
+from app.extensions import db
+
+_TMP = tempfile.mkdtemp(prefix="gw-tests-")
+
+
+def _db_url() -> str:
+    return os.environ.get("DATABASE_URL") or f"sqlite:///{_TMP}/test.db"
+
+
+def base_config(**extra) -> dict:
+    cfg = {
+        "APP_ENV": "test",
+        "TESTING": True,
+        "SQLALCHEMY_DATABASE_URI": _db_url(),
+        "REDIS_URL": os.environ.get("REDIS_URL") or None,
+        "JOBS_INLINE": True,
+        "INSTANCE_PATH": _TMP,
+        "MAIL_OUTBOX_DIR": os.path.join(_TMP, "outbox"),
+        "ALLOW_PRIVATE_URLS": True,
+        "RATELIMIT_KEY_PREFIX": f"gwtest{os.getpid()}",
+        "AUTH_CACHE_TTL": 0.0,
+    }
+    cfg.update(extra)
+    return cfg
+
+
+def _reset_schema(app) -> None:
+    from flask_migrate import upgrade
+
+    with app.app_context():
+        engine = db.engine
+        if engine.dialect.name == "postgresql":
+            with engine.begin() as conn:
+                conn.execute(text("DROP SCHEMA public CASCADE"))
+                conn.execute(text("CREATE SCHEMA public"))
+        else:
+            db.drop_all()
+            with engine.begin() as conn:
+                conn.execute(text("DROP TABLE IF EXISTS alembic_version"))
+        upgrade()
+
+
+@pytest.fixture(scope="session")
+def app():
+    app = create_app(base_config())
+    _reset_schema(app)
+    return app
+
+
+def _empty_tables(app) -> None:
+    with app.app_context():
+        db.session.remove()
+        tables = [t.name for t in reversed(db.metadata.sorted_tables)]
+        with db.engine.begin() as conn:
+            if db.engine.dialect.name == "postgresql":
+                conn.execute(text("TRUNCATE " + ", ".join(f'"{t}"' for t in tables)
+                                  + " RESTART IDENTITY CASCADE"))
+            else:
+                for t in tables:
+                    conn.execute(text(f'DELETE FROM "{t}"'))
+
+
+@pytest.fixture(autouse=True)
+def _clean(app):
+    from app import auth
+
+    auth.clear_cache()
+    yield
+    _empty_tables(app)
+    auth.clear_cache()
+    from app.extensions import get_redis, limiter
+
+    with app.app_context():
+        r = get_redis()
+        if r is not None:
+            r.flushdb()
+    try:
+        limiter.reset()
+    except Exception:
+        pass
+
+
+@pytest.fixture
+def ctx(app):
+    with app.app_context():
+        yield
+        db.session.remove()
+
+
+@pytest.fixture
+def client(app):
+    return app.test_client()
+
+
+class AccountHandle:
+    """An account made by the ``make_account`` factory, with a full-scope key."""
+
+    def __init__(self, account_id: str, key: str, test_key: str | None = None):
+        self.id = account_id
+        self.key = key
+        self.test_key = test_key
+
+    @property
+    def headers(self) -> dict:
+        return {"Authorization": f"Bearer {self.key}"}
+
+
+@pytest.fixture
+def make_account(app):
+    """Factory: ``make_account(email=None, plan=None, admin=False, cents=None, scopes=None)``.
+
+    ``cents`` sets the exact starting balance (default: the 1,000-cent promo grant).
+    """
+    from app.scopes import ALL_SCOPES
+    from app.services import accounts, keys, ledger
+
+    counter = {"n": 0}
+
+    def make(email=None, plan=None, admin=False, cents=None, scopes=None, test_key=False):
+        counter["n"] += 1
+        with app.app_context():
+            email = email or f"user{counter['n']}-{os.urandom(3).hex()}@example.com"
+            acct = accounts.create_account(email, plan=plan, admin=admin,
+                                           promo=(cents is None))
+            if cents:
+                ledger.post("test_grant", [("adjust:test", -cents * 10_000),
+                                           (ledger.customer(acct.id), cents * 10_000)])
+                db.session.commit()
+            _, secret = keys.mint(acct.id, "test", scopes or ALL_SCOPES)
+            tkey = keys.mint(acct.id, "sandbox", scopes or ALL_SCOPES, mode="test")[1] \
+                if test_key else None
+            handle = AccountHandle(acct.id, secret, tkey)
+            db.session.remove()
+        return handle
+
+    return make
+
+
+@pytest.fixture
+def account(make_account):
+    return make_account()
+
+
+@pytest.fixture
+def ledger_clean(app):
+    """Call at the end of a test: asserts the ledger invariants hold."""
+    from app.services import ledger
+
+    def check():
+        with app.app_context():
+            violations = ledger.check()
+            db.session.remove()
+        assert violations == [], [v.as_dict() for v in violations]
+
+    return check

@@ -1,0 +1,39 @@
+"""Revocation reaches other worker processes: two gunicorn nodes sharing DB + Redis."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import requests
+
+from tests.servers import app_env, gunicorn
+
+pytestmark = pytest.mark.skipif(
+    not (os.environ.get("REDIS_URL") and (os.environ.get("DATABASE_URL") or "").startswith("postgres")),
+    reason="needs PostgreSQL and Redis (multi-process)",
+)
+
+
+def test_revocation_propagates_across_processes(app, make_account):
+    acct = make_account()
+    env = app_env(app.config)
+    env["AUTH_CACHE_TTL"] = "30"  # without the broadcast, node B would accept for 30 s
+    with gunicorn(env) as node_a, gunicorn(env) as node_b:
+        key = requests.post(f"{node_a}/api/keys", json={"name": "victim"}, headers=acct.headers).json()
+        victim = {"Authorization": f"Bearer {key['key']}"}
+        # Warm both nodes' credential caches.
+        for node in (node_a, node_b):
+            for _ in range(3):
+                assert requests.get(f"{node}/api/account", headers=victim).status_code == 200
+        t0 = time.monotonic()
+        r = requests.delete(f"{node_a}/api/keys/{key['id']}", headers=acct.headers)
+        assert r.json() == {"revoked": True, "id": key["id"]}
+        delay = None
+        while time.monotonic() - t0 < 60:
+            if requests.get(f"{node_b}/api/account", headers=victim).status_code == 401:
+                delay = time.monotonic() - t0
+                break
+            time.sleep(0.05)
+        assert delay is not None and delay < 5, delay
+        assert requests.get(f"{node_a}/api/account", headers=victim).status_code == 401

@@ -1,0 +1,90 @@
+"""Helpers for tests that run real processes (gunicorn, RQ workers, stand-in servers)."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import requests
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV_BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, timeout: float = 20.0) -> None:
+    deadline = time.time() + timeout
+    last = None
+    while time.time() < deadline:
+        try:
+            requests.get(url, timeout=1)
+            return
+        except Exception as exc:  # noqa: BLE001
+            last = exc
+            time.sleep(0.1)
+    raise RuntimeError(f"{url} did not come up: {last}")
+
+
+def app_env(cfg: dict) -> dict:
+    """Environment for a child process running the app with the test config ``cfg``."""
+    env = dict(os.environ)
+    env.update({
+        "APP_ENV": "test",
+        "DATABASE_URL": cfg["SQLALCHEMY_DATABASE_URI"],
+        "INSTANCE_PATH": cfg["INSTANCE_PATH"],
+        "MAIL_OUTBOX_DIR": cfg.get("MAIL_OUTBOX_DIR", ""),
+        "ALLOW_PRIVATE_URLS": "1",
+        "RATELIMIT_KEY_PREFIX": cfg["RATELIMIT_KEY_PREFIX"],
+        "PYTHONPATH": str(ROOT),
+    })
+    if cfg.get("REDIS_URL"):
+        env["REDIS_URL"] = cfg["REDIS_URL"]
+    else:
+        env.pop("REDIS_URL", None)
+    return env
+
+
+@contextmanager
+def gunicorn(env: dict, workers: int = 1, threads: int = 4, port: int | None = None):
+    """Run ``gunicorn wsgi:app`` on loopback; yields its base URL."""
+    port = port or free_port()
+    proc = subprocess.Popen(
+        [str(VENV_BIN / "gunicorn"), "-w", str(workers), "--threads", str(threads),
+         "-b", f"127.0.0.1:{port}", "--graceful-timeout", "2", "wsgi:app"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(url + "/openapi.json")
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@contextmanager
+def http_server(handler_cls: type[BaseHTTPRequestHandler]):
+    """Serve ``handler_cls`` on a loopback port in a thread; yields (server, base_url)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler_cls)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server, f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -1,0 +1,91 @@
+"""Ledger invariants: balanced postings, conditional debits, the check command."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+from sqlalchemy import text
+
+from app.extensions import db
+from app.models import Account
+from app.services import ledger
+
+
+def test_promo_grant_is_a_balanced_posting(app, account, ledger_clean):
+    with app.app_context():
+        assert db.session.get(Account, account.id).balance_micros == 1000 * 10_000
+        assert ledger.balance(ledger.customer(account.id)) == 10_000_000
+        assert ledger.balance(ledger.PROMO) == -10_000_000
+    ledger_clean()
+
+
+def test_unbalanced_posting_refused(app, account):
+    with app.app_context():
+        with pytest.raises(ledger.UnbalancedPosting):
+            ledger.post("bad", [(ledger.customer(account.id), 5), (ledger.REVENUE, -4)])
+        db.session.rollback()
+
+
+def test_overdraft_refused_and_nothing_written(app, account, ledger_clean):
+    with app.app_context():
+        with pytest.raises(ledger.InsufficientFunds):
+            ledger.post("charge", [(ledger.customer(account.id), -10_000_001), (ledger.REVENUE, 10_000_001)])
+        db.session.rollback()
+        assert db.session.get(Account, account.id).balance_micros == 10_000_000
+    ledger_clean()
+
+
+def test_concurrent_debits_never_overdraw(app, make_account, ledger_clean):
+    acct = make_account(cents=20)
+    results = []
+
+    def spend():
+        with app.app_context():
+            try:
+                ledger.post("charge", [(ledger.customer(acct.id), -10_000), (ledger.REVENUE, 10_000)])
+                db.session.commit()
+                results.append(True)
+            except ledger.InsufficientFunds:
+                db.session.rollback()
+                results.append(False)
+            finally:
+                db.session.remove()
+
+    threads = [threading.Thread(target=spend) for _ in range(40)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results.count(True) == 20 and results.count(False) == 20
+    with app.app_context():
+        assert db.session.get(Account, acct.id).balance_micros == 0
+    ledger_clean()
+
+
+def test_check_detects_tampering(app, account):
+    with app.app_context():
+        db.session.execute(text("UPDATE accounts SET balance_micros = balance_micros + 1 WHERE id = :i"),
+                           {"i": account.id})
+        db.session.commit()
+        rules = {v.rule for v in ledger.check()}
+        assert "cached_balance_matches" in rules
+        db.session.execute(text("UPDATE ledger_entries SET amount_micros = amount_micros + 7 "
+                                "WHERE ledger_account = :c"), {"c": ledger.customer(account.id)})
+        db.session.commit()
+        rules = {v.rule for v in ledger.check()}
+        assert {"entries_sum_to_zero", "transaction_balanced"} <= rules
+
+
+def test_ref_makes_posting_idempotent(app, account):
+    from sqlalchemy.exc import IntegrityError
+
+    with app.app_context():
+        legs = [(ledger.external("card"), -500), (ledger.customer(account.id), 500)]
+        ledger.post("deposit", legs, ref="evt_1")
+        db.session.commit()
+        with pytest.raises(IntegrityError):
+            ledger.post("deposit", legs, ref="evt_1")
+            db.session.flush()
+        db.session.rollback()
+        assert ledger.already_posted("evt_1")
+        assert ledger.balance(ledger.customer(account.id)) == 10_000_500

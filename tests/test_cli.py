@@ -1,0 +1,42 @@
+"""Operator CLI: accounts, credits, plans, admin, ledger check."""
+from __future__ import annotations
+
+import json
+
+from sqlalchemy import text
+
+from app.extensions import db
+
+
+def _run(app, *args):
+    return app.test_cli_runner().invoke(args=list(args))
+
+
+def test_accounts_create_prints_account_and_key(app, client):
+    r = _run(app, "accounts", "create", "--email", "Ops@Example.com", "--plan", "pro")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert set(out) == {"account_id", "key"} and out["key"].startswith("svc_live_")
+    acct = client.get("/api/account", headers={"Authorization": f"Bearer {out['key']}"}).get_json()
+    assert acct["email"] == "ops@example.com" and acct["plan"] == "pro" and acct["balance_cents"] == 1000
+    # e-mails are unique case-insensitively
+    r = _run(app, "accounts", "create", "--email", "OPS@example.COM")
+    assert r.exit_code != 0 and "conflict" in r.output
+    r = _run(app, "accounts", "create", "--email", "not-an-email")
+    assert r.exit_code != 0 and "invalid_request" in r.output
+
+
+def test_grant_plan_admin_and_ledger_check(app, client, account):
+    assert _run(app, "accounts", "grant-credits", account.id, "--cents", "250").exit_code == 0
+    assert client.get("/api/account", headers=account.headers).get_json()["balance_cents"] == 1250
+    assert _run(app, "accounts", "set-plan", account.id, "scale").exit_code == 0
+    assert _run(app, "accounts", "set-plan", account.id, "gold").exit_code != 0
+    r = _run(app, "accounts", "grant-admin", account.id)
+    assert r.exit_code == 0 and json.loads(r.output)["is_admin"] is True
+    r = _run(app, "ledger", "check")
+    assert r.exit_code == 0 and json.loads(r.output)["ok"] is True
+    with app.app_context():
+        db.session.execute(text("UPDATE accounts SET balance_micros = 1 WHERE id = :i"), {"i": account.id})
+        db.session.commit()
+    r = _run(app, "ledger", "check")
+    assert r.exit_code == 1 and json.loads(r.output)["ok"] is False

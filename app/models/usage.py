@@ -1,0 +1,30 @@
+"""Usage rollups: per account, per product (module slug or ``chat:<model>``), per mode, per UTC hour."""
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import BigInteger, Index, Integer, String, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.extensions import db
+from app.models.base import BigIntPK, UTCDateTime
+
+
+class UsageHourly(db.Model):
+    """Counters updated in the same transaction as each call's charge (upsert), so usage
+    endpoints and alert metrics read a few rows instead of scanning the call log."""
+
+    __tablename__ = "usage_hourly"
+    __table_args__ = (
+        UniqueConstraint("account_id", "product", "mode", "hour", name="uq_usage_hourly_key"),
+        Index("ix_usage_hourly_account_hour", "account_id", "hour"),
+    )
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    account_id: Mapped[str] = mapped_column(String(32))
+    product: Mapped[str] = mapped_column(String(96))  # module slug, or "chat:<model id>"
+    mode: Mapped[str] = mapped_column(String(8), default="live")  # live | test
+    hour: Mapped[datetime] = mapped_column(UTCDateTime)
+    calls: Mapped[int] = mapped_column(Integer, default=0)
+    errors: Mapped[int] = mapped_column(Integer, default=0)
+    spend_micros: Mapped[int] = mapped_column(BigInteger, default=0)

@@ -1,0 +1,75 @@
+"""Usage rollups: record a call into the hourly counters and read them back.
+
+``record()`` is called by every metered path (module calls, chat completions) in the
+same transaction as the charge. Readers: the usage endpoints (current billing period,
+by module) and alert metrics (rolling windows). Billing period = calendar month, UTC.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from sqlalchemy import func, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+from app.extensions import db
+from app.models.usage import UsageHourly
+from app.models.base import utcnow
+
+
+def hour_of(ts: datetime) -> datetime:
+    return ts.astimezone(timezone.utc).replace(minute=0, second=0, microsecond=0)
+
+
+def record(account_id: str, product: str, *, spend_micros: int, error: bool = False,
+           mode: str = "live", calls: int = 1, at: datetime | None = None) -> None:
+    """Add one call (or ``calls``) to the account's hourly rollup. Does not commit.
+
+    ``spend_micros`` may be negative to reverse an earlier charge (refunds)."""
+    at = at or utcnow()
+    values = {"account_id": account_id, "product": product, "mode": mode, "hour": hour_of(at),
+              "calls": calls, "errors": 1 if error else 0, "spend_micros": int(spend_micros)}
+    dialect = db.session.get_bind().dialect.name
+    ins = (pg_insert if dialect == "postgresql" else sqlite_insert)(UsageHourly).values(**values)
+    stmt = ins.on_conflict_do_update(
+        index_elements=["account_id", "product", "mode", "hour"],
+        set_={"calls": UsageHourly.calls + ins.excluded.calls,
+              "errors": UsageHourly.errors + ins.excluded.errors,
+              "spend_micros": UsageHourly.spend_micros + ins.excluded.spend_micros},
+    )
+    db.session.execute(stmt)
+
+
+def billing_period(now: datetime | None = None) -> tuple[datetime, datetime]:
+    """[start, end) of the calendar month (UTC) containing ``now``."""
+    now = (now or utcnow()).astimezone(timezone.utc)
+    start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    end = (start + timedelta(days=32)).replace(day=1)
+    return start, end
+
+
+def totals(account_id: str, start: datetime, end: datetime, *, mode: str = "live",
+           product_prefix: str | None = None) -> dict:
+    """calls, errors, spend_micros of one account over [start, end) (hour granularity)."""
+    q = select(func.coalesce(func.sum(UsageHourly.calls), 0),
+               func.coalesce(func.sum(UsageHourly.errors), 0),
+               func.coalesce(func.sum(UsageHourly.spend_micros), 0)).where(
+        UsageHourly.account_id == account_id, UsageHourly.mode == mode,
+        UsageHourly.hour >= hour_of(start), UsageHourly.hour < end)
+    if product_prefix:
+        q = q.where(UsageHourly.product.startswith(product_prefix))
+    calls, errors, spend = db.session.execute(q).one()
+    return {"calls": int(calls), "errors": int(errors), "spend_micros": int(spend)}
+
+
+def by_product(account_id: str, start: datetime, end: datetime, *, mode: str = "live") -> list[dict]:
+    rows = db.session.execute(
+        select(UsageHourly.product, func.sum(UsageHourly.calls), func.sum(UsageHourly.errors),
+               func.sum(UsageHourly.spend_micros))
+        .where(UsageHourly.account_id == account_id, UsageHourly.mode == mode,
+               UsageHourly.hour >= hour_of(start), UsageHourly.hour < end)
+        .group_by(UsageHourly.product).order_by(func.sum(UsageHourly.spend_micros).desc(),
+                                                UsageHourly.product)
+    ).all()
+    return [{"product": p, "calls": int(c), "errors": int(e), "spend_micros": int(s)}
+            for p, c, e, s in rows]

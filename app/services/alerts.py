@@ -58,7 +58,6 @@ MAX_ALERTS_PER_ACCOUNT = 50
 MAX_THRESHOLD = 1e15
 EVENTS_LIMIT = 100
 EVENT_TYPE = "alert.fired"
-_INSERT_CHUNK = 500
 
 _WINDOW_TEXT = {"hour": "the last hour", "day": "the last day", "week": "the last week",
                 "month": "the last 30 days"}
@@ -281,7 +280,7 @@ def webhook_data(ev: dict) -> dict:
 
 def _enqueue_delivery(ev: dict, rule: dict) -> OutboxMessage:
     source = f"alert_event:{ev['id']}"
-    common = {"source": source, "account_id": ev["account_id"]}
+    common = {"source": source, "account_id": ev["account_id"], "flush": False}
     if rule["channel"] == "email":
         subject = f"Alert \u201c{ev['name']}\u201d: {ev['metric']} {_fmt(ev['value'])} {ev['op']} {_fmt(ev['threshold'])}"
         text = (f"Your alert \u201c{ev['name']}\u201d fired.\n\n"
@@ -303,16 +302,13 @@ def _enqueue_delivery(ev: dict, rule: dict) -> OutboxMessage:
 
 
 def _insert_events(rows: list[dict]) -> set[str]:
-    """Insert events, skipping any (alert_id, period_key) that already fired; returns the
-    ids actually inserted (in chunks: a bounded number of statements per pass)."""
+    """Insert events, skipping any (alert_id, period_key) that already fired (another
+    scheduler got there first); returns the ids actually inserted. One executemany
+    (SQLAlchemy batches it into multi-row INSERT … RETURNING statements)."""
     dialect = db.session.get_bind().dialect.name
-    inserted: set[str] = set()
-    for i in range(0, len(rows), _INSERT_CHUNK):
-        chunk = rows[i:i + _INSERT_CHUNK]
-        stmt = (pg_insert if dialect == "postgresql" else sqlite_insert)(AlertEvent).values(chunk)
-        stmt = stmt.on_conflict_do_nothing(index_elements=["alert_id", "period_key"])
-        inserted.update(db.session.execute(stmt.returning(AlertEvent.id)).scalars())
-    return inserted
+    stmt = (pg_insert if dialect == "postgresql" else sqlite_insert)(AlertEvent)
+    stmt = stmt.on_conflict_do_nothing(index_elements=["alert_id", "period_key"])
+    return set(db.session.scalars(stmt.returning(AlertEvent.id), rows))
 
 
 def evaluate_all(now: datetime | None = None, *, dispatch: bool = True) -> dict:
@@ -321,8 +317,9 @@ def evaluate_all(now: datetime | None = None, *, dispatch: bool = True) -> dict:
     Reads take a constant number of queries whatever the number of rules: one for the
     rules with their plan and whether they already fired in the current period, one
     grouped query over the usage rollups. Firings are written in one transaction
-    (events in chunked multi-row inserts, one outbox message per firing), then
-    dispatched. Returns counts and the fired event ids."""
+    (events in one batched INSERT … ON CONFLICT DO NOTHING, their outbox messages in
+    one batched insert),
+    then dispatched. Returns counts and the fired event ids."""
     now = _utc(now)
     keys = {w: period_key(w, now) for w in WINDOWS}
     current_key = case(*[(Alert.window == w, k) for w, k in keys.items()], else_="")
@@ -359,7 +356,7 @@ def evaluate_all(now: datetime | None = None, *, dispatch: bool = True) -> dict:
             if ev["id"] in inserted:
                 message_ids.append(_enqueue_delivery(ev, rule).id)
                 fired.append(ev["id"])
-        db.session.commit()
+        db.session.commit()  # events and their messages together (messages batched)
     else:
         db.session.rollback()  # end the read transaction
     if dispatch and message_ids:

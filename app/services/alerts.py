@@ -253,7 +253,8 @@ def current_metrics(account_id: str, now: datetime | None = None) -> dict:
     """Every metric of every window for one account (same code path as evaluation)."""
     now = _utc(now)
     usage = usage_by_account(now, [account_id]).get(account_id, _EMPTY)
-    pc = accounts.plan_cents(accounts.get_account(account_id).plan)
+    plan = accounts.get_account(account_id).plan
+    pc = int(accounts.plans().get(plan, {}).get("plan_cents", 0))
     return {w: {m: float(metric_value(m, w, usage, pc)) for m in METRICS} for w in WINDOWS}
 
 
@@ -337,8 +338,8 @@ def evaluate_all(now: datetime | None = None, *, dispatch: bool = True) -> dict:
     for r in rules:
         if r["fired_id"] is not None:
             continue
-        if r["plan"] not in plan_cache:
-            plan_cache[r["plan"]] = accounts.plan_cents(r["plan"])
+        if r["plan"] not in plan_cache:  # an unknown plan counts as plan_cents 0 → plan_pct 0
+            plan_cache[r["plan"]] = int(accounts.plans().get(r["plan"], {}).get("plan_cents", 0))
         value = metric_value(r["metric"], r["window"], usage.get(r["account_id"], _EMPTY),
                              plan_cache[r["plan"]])
         if not OPS[r["op"]](value, Decimal(repr(r["threshold"]))):

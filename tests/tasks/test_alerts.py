@@ -46,18 +46,24 @@ def _evaluate(app, now=None):
     return out
 
 
+def _noon():
+    """Today 12:00 UTC: evaluations a few seconds apart stay in the same day period."""
+    return utcnow().replace(hour=12, minute=0, second=0, microsecond=0)
+
+
 def _verify(secret, req):
     return Webhook(secret).verify(req["body"], {k.lower(): v for k, v in req["headers"].items()})
 
 
 def test_email_delivered_once_over_smtp(app, client, account):
     alert = _create(client, account, "email", "ops@example.com")
-    _spend(app, account.id, 150)
+    now = _noon()
+    _spend(app, account.id, 150, at=now)
     with smtp_server() as (sink, url):
         app.config["SMTP_URL"] = url
         try:
-            assert _evaluate(app)["fired"] == 1
-            assert _evaluate(app)["fired"] == 0  # same day: no second firing
+            assert _evaluate(app, now)["fired"] == 1
+            assert _evaluate(app, now + timedelta(hours=11))["fired"] == 0  # same day: no second firing
             with app.app_context():
                 outbox.sweep()  # nothing left to deliver
         finally:
@@ -77,7 +83,7 @@ def test_webhook_signed_verifiable_and_fires_again_next_period(app, client, acco
     rec = recorder([200])
     with http_server(rec) as (_, url):
         alert = _create(client, account, "webhook", url + "/alerts")
-        now = utcnow()
+        now = _noon()
         _spend(app, account.id, 150, at=now)
         assert _evaluate(app, now)["fired"] == 1
         assert _evaluate(app, now + timedelta(seconds=59))["fired"] == 0
@@ -106,9 +112,10 @@ def test_chat_payload_delivered_once(app, client, account):
     rec = recorder([200])
     with http_server(rec) as (_, url):
         _create(client, account, "chat", url)
-        _spend(app, account.id, 101)
-        assert _evaluate(app)["fired"] == 1
-        assert _evaluate(app)["fired"] == 0
+        now = _noon()
+        _spend(app, account.id, 101, at=now)
+        assert _evaluate(app, now)["fired"] == 1
+        assert _evaluate(app, now + timedelta(minutes=5))["fired"] == 0
     assert len(rec.received) == 1
     body = orjson.loads(rec.received[0]["body"])
     assert list(body) == ["text"]

@@ -8,4 +8,6 @@ from __future__ import annotations
 
 SCHEDULE: list[tuple[str, int, str]] = [
     ("flush-last-used", 60, "app.tasks.maintenance.flush_last_used"),
+    ("calls-sweep", 30, "app.tasks.gateway.sweep_pending_calls"),
+    ("idempotency-purge", 3600, "app.tasks.gateway.purge_idempotency"),
 ]

@@ -21,14 +21,21 @@ class ModuleCallView(MethodView):
     @blp.response(200, ModuleCallResponseSchema, headers={
         "Idempotent-Replayed": {"description": "`true` on an Idempotency-Key replay.",
                                 "schema": {"type": "string"}}})
-    @blp.alt_response(402, schema=ErrorSchema, description="`payment_required`: headers WWW-Authenticate, X-Price-Cents, "
-                                  "X-Pay-To, X-Nonce")
+    @blp.alt_response(402, schema=ErrorSchema, description=(
+        "`payment_required`: the balance cannot cover the price. The body adds `price_cents`, "
+        "`pay_to`, `nonce`, `fund_endpoint`; nothing was charged or recorded."), headers={
+        "WWW-Authenticate": {"description": '`X402 realm="gateway", nonce="<X-Nonce>"`',
+                             "schema": {"type": "string"}},
+        "X-Price-Cents": {"description": "Price of the call in cents.", "schema": {"type": "integer"}},
+        "X-Pay-To": {"description": "Address that receives x402 payments (X402_PAY_TO).",
+                     "schema": {"type": "string"}},
+        "X-Nonce": {"description": "Random single-use nonce for the payment.", "schema": {"type": "string"}}})
     @blp.alt_response(404, schema=ErrorSchema, description="`module_not_found`")
     @blp.alt_response(409, schema=ErrorSchema, description="`idempotency_key_reused` / `idempotency_key_in_use`")
     @blp.alt_response(413, schema=ErrorSchema, description="`payload_too_large`")
     @blp.alt_response(502, schema=ErrorSchema, description="`provider_error` (not charged)")
     @blp.alt_response(504, schema=ErrorSchema, description="`provider_timeout` (not charged)")
-    def post(self, body, slug, idempotency_key=None, x_payment=None):
+    def post(self, body, slug, idempotency_key=None, x_payment=None, payment_signature=None):
         """Call a module action; charged before forwarding, refunded if the provider fails.
 
         Every body property (including `action`) is forwarded as JSON to the provider with the
@@ -40,7 +47,7 @@ class ModuleCallView(MethodView):
         """
         p = principal()
         res = gateway.call(account_id=p.account_id, mode=p.mode, slug=slug, body=body,
-                           idempotency_key=idempotency_key, payment=x_payment,
+                           idempotency_key=idempotency_key, payment=x_payment or payment_signature,
                            request_id=g.get("request_id"))
         resp = Response(res.body, 200, mimetype="application/json")
         if res.replayed:

@@ -25,6 +25,9 @@ class ModuleCallHeadersSchema(ma.Schema):
         data_key="X-Payment",
         metadata={"description": "x402 payment (base64url JSON) for a call the balance cannot "
                                  "cover. Not accepted by this build yet (answered like its absence)."})
+    payment_signature = ma.fields.String(
+        data_key="PAYMENT-SIGNATURE",
+        metadata={"description": "x402 v2 name of the payment header; same meaning as X-Payment."})
 
 
 class ReceiptSchema(ma.Schema):

@@ -170,7 +170,18 @@ def call(*, account_id: str, mode: str, slug: str, body: dict, idempotency_key: 
     except BaseException:
         refund(call_id, "provider_error")
         raise
-    return CallResult(_finalize(call_id, account_id, slug, act, mode, answer, idempotency_key), False)
+    try:
+        body = _finalize(call_id, account_id, slug, act, mode, answer, idempotency_key)
+    except ProviderTimeout:
+        raise
+    except BaseException:
+        # e.g. signing or the database failed: refund now if still pending (else the sweep will)
+        try:
+            refund(call_id, "internal_error")
+        except Exception:
+            pass
+        raise
+    return CallResult(body, False)
 
 
 def open_call(*, account_id: str, mode: str, mod: catalog.ModuleSnap, act: catalog.ActionSnap,

@@ -102,3 +102,21 @@ def test_sweep_job_and_cli(app, make_account, mod):
     with app.app_context():
         assert ledger.check() == []
         db.session.remove()
+
+
+def test_failure_while_finalizing_refunds_at_once(app, client, make_account, mod, monkeypatch, ledger_clean):
+    from app.services import receipts
+
+    def broken(**kwargs):
+        raise OSError("keyring unreadable")
+
+    monkeypatch.setattr(receipts, "sign", broken)
+    acct = make_account(cents=10)
+    r = client.post("/v1/module/svc/call", json={"action": "ok"}, headers=acct.headers)
+    assert r.status_code == 500 and r.get_json()["error"] == "internal_error"
+    assert balance_cents(app, acct.id) == 10
+    with app.app_context():
+        row = db.session.execute(select(ModuleCall)).scalar_one()
+        assert (row.status, row.error) == ("refunded", "internal_error")
+        db.session.remove()
+    ledger_clean()

@@ -43,7 +43,7 @@ from flask import current_app
 from sqlalchemy import select
 from sqlalchemy.orm import selectinload
 
-from app.errors import DomainError, InvalidRequest
+from app.errors import InvalidRequest, ModuleNotFound, UnknownAction
 from app.extensions import db
 from app.models import Module, ModuleAction
 
@@ -51,14 +51,6 @@ SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
 ACTION_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 METHODS = ("POST", "PUT", "PATCH", "GET", "DELETE")
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-
-
-class ModuleNotFound(DomainError):
-    status, code, message = 404, "module_not_found", "No approved module has this slug."
-
-
-class UnknownAction(DomainError):
-    status, code, message = 400, "unknown_action", "The module has no such action."
 
 
 class CatalogError(ValueError):

@@ -29,7 +29,7 @@ from flask import current_app
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from app.errors import Conflict, InvalidRequest, PaymentRequired, UpstreamError
+from app.errors import Conflict, InvalidRequest, PaymentRequired, ProviderTimeout, UpstreamError
 from app.extensions import db
 from app.ids import new_id
 from app.models import IdempotencyRecord, ModuleCall
@@ -38,10 +38,6 @@ from app.services import catalog, ledger, receipts, upstream, usage
 
 OWNER_SHARE_NUM, OWNER_SHARE_DEN = 3, 10  # 30% of a call's price accrues to the owner agent
 FUND_ENDPOINT = "POST /api/wallet/fund"
-
-
-class ProviderTimeout(UpstreamError):
-    status, code, message = 504, "provider_timeout", "The upstream provider timed out."
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import logging
 import os
 import threading
 import time
@@ -34,6 +35,8 @@ from nacl.signing import SigningKey, VerifyKey
 
 from app.jsonutil import isoformat
 from app.models.base import utcnow
+
+log = logging.getLogger(__name__)
 
 RECEIPT_VERSION = 1
 KEYRING_FILE = "receipt_keys.json"
@@ -114,6 +117,10 @@ def _build() -> Keyring:
                 public.setdefault(kid_for(base64.b64decode(item)),
                                   {"public_key": item, "active": False})
         return Keyring(kid, signer, public)
+    if current_app.config.get("PRODUCTION") and not _state.get("warned"):
+        _state["warned"] = True
+        log.warning("RECEIPT_SIGNING_KEY is not set: receipts are signed with a key generated in "
+                    "%s; every node of a multi-node deployment needs the same key", _keyring_path())
     data = _load_file(_keyring_path())
     active = data["active"]
     signer = SigningKey(base64.b64decode(data["keys"][active]["seed"]))

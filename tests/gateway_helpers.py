@@ -69,6 +69,8 @@ class StandInProvider(BaseHTTPRequestHandler):
             self.send_header("Content-Length", "0")
             self.end_headers()
             return None
+        if path.endswith("/busy"):
+            return self._reply(429, {"error": "slow down"})
         if path.endswith("/unauth"):
             return self._reply(401, {"error": "bad key"})
         if path.endswith("/empty"):
@@ -140,6 +142,7 @@ def mod(app, provider):
         "slowok": (1, "/slow", 5.0), "list": (1, "/list"), "text": (1, "/text"),
         "counter": (1, "/counter"), "redirect": (1, "/redirect"), "unauth": (1, "/unauth"),
         "empty": (1, "/empty"), "free": (0, "/ok"), "get": (1, "/ok", 5.0, "GET"),
+        "busy": (1, "/busy"),
     }, sandbox_url=provider + "/sandbox")
     return "svc"
 

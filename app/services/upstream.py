@@ -104,7 +104,7 @@ def normalize(content: bytes, content_type: str) -> dict:
 def forward(*, method: str, url: str, body: dict, payload: bytes, headers: dict,
             timeout: float, max_bytes: int) -> ProviderAnswer:
     """Send the call; raise ProviderFailure on connection errors, timeouts, 3xx, 5xx, 401/407
-    (the gateway's own provider credentials refused) and oversized bodies.
+    (the gateway's own provider credentials refused), 408, 429 and oversized bodies.
     2xx → ok; other 4xx → not ok, the provider's body is the result (charged)."""
     kwargs = {"params": _query(body)} if method in ("GET", "DELETE") else {"data": payload}
     try:
@@ -117,8 +117,14 @@ def forward(*, method: str, url: str, body: dict, payload: bytes, headers: dict,
     try:
         if resp.status_code >= 500 or 300 <= resp.status_code < 400 or resp.status_code < 200:
             raise ProviderFailure("error", f"provider answered HTTP {resp.status_code}")
-        if resp.status_code in (401, 407):  # the gateway's credentials were refused: not the caller's fault
+        # Not a verdict on the caller's input, so never charged: the gateway's own credentials
+        # were refused (401/407), the provider is rate-limiting the gateway (429) or timed out (408).
+        if resp.status_code in (401, 407):
             raise ProviderFailure("error", "provider refused the gateway's credentials")
+        if resp.status_code == 429:
+            raise ProviderFailure("error", "provider is rate-limiting the gateway (HTTP 429)")
+        if resp.status_code == 408:
+            raise ProviderFailure("timeout", "provider answered HTTP 408")
         chunks, size = [], 0
         try:
             for chunk in resp.iter_content(65536):

@@ -150,7 +150,8 @@ def test_rate_limit_is_429_with_headers(app, client, make_account, mod, monkeypa
 
 @pytest.mark.parametrize("action,status,code", [
     ("boom", 502, "provider_error"), ("redirect", 502, "provider_error"),
-    ("unauth", 502, "provider_error"), ("slow", 504, "provider_timeout"),
+    ("unauth", 502, "provider_error"), ("busy", 502, "provider_error"),
+    ("slow", 504, "provider_timeout"),
 ])
 def test_provider_failure_is_refunded(app, client, make_account, mod, ledger_clean, action, status, code):
     acct = make_account(cents=10)

@@ -41,8 +41,9 @@ class ModuleCallView(MethodView):
         Every body property (including `action`) is forwarded as JSON to the provider with the
         gateway's provider credentials (never the caller's key). Provider 2xx → `ok: true`;
         provider 4xx → `ok: false` with the provider's body as `result`, **charged** (the
-        provider did the work of rejecting the input); connection error, timeout, 3xx or 5xx →
-        502 `provider_error` / 504 `provider_timeout`, refunded. `svc_test_` keys call the
+        provider did the work of rejecting the input); connection error, 3xx, 5xx, 401/407
+        (the gateway's own credentials refused), 429 → 502 `provider_error`; timeout or 408 →
+        504 `provider_timeout`; both refunded. `svc_test_` keys call the
         sandbox upstream and are never charged (`cost_cents` shows the live price).
         """
         p = principal()

@@ -48,10 +48,11 @@ class CallResult:
 
 # --- 402 and the X-Payment seam ------------------------------------------------------
 
-def payment_required(price_cents: int, *, balance_micros: int | None = None) -> PaymentRequired:
+def payment_required(price_cents: int) -> PaymentRequired:
     """The one place a 402 is built (SPEC part 7). Headers: ``WWW-Authenticate:
     X402 realm="gateway", nonce="…"``, ``X-Price-Cents``, ``X-Pay-To`` (X402_PAY_TO),
-    ``X-Nonce`` (random, single use); the body adds the same facts and points to
+    ``X-Nonce`` (random per response; the x402 implementation may bind a payment to it);
+    the body adds the same facts and points to
     ``POST /api/wallet/fund``."""
     nonce = "n_" + secrets.token_urlsafe(18)
     pay_to = current_app.config["X402_PAY_TO"]

@@ -24,6 +24,7 @@ class StandInProvider(BaseHTTPRequestHandler):
     counter = {"n": 0}
     lock = threading.Lock()
     slow_seconds = 2.0
+    release = threading.Event()  # /block waits for it (at most 10 s)
 
     def log_message(self, *args):
         pass
@@ -69,6 +70,9 @@ class StandInProvider(BaseHTTPRequestHandler):
             self.send_header("Content-Length", "0")
             self.end_headers()
             return None
+        if path.endswith("/block"):
+            self.release.wait(10)
+            return self._reply(200, {"released": True})
         if path.endswith("/busy"):
             return self._reply(429, {"error": "slow down"})
         if path.endswith("/unauth"):
@@ -132,6 +136,7 @@ def provider(provider_server):
     StandInProvider.seen.clear()
     StandInProvider.counter["n"] = 0
     StandInProvider.slow_seconds = 2.0
+    StandInProvider.release.clear()
     return provider_server
 
 
@@ -139,10 +144,10 @@ def provider(provider_server):
 def mod(app, provider):
     create_module(app, "svc", provider, {
         "ok": (3, "/ok"), "bad": (2, "/bad"), "boom": (3, "/boom"), "slow": (3, "/slow", 0.3),
-        "slowok": (1, "/slow", 5.0), "list": (1, "/list"), "text": (1, "/text"),
+        "list": (1, "/list"), "text": (1, "/text"),
         "counter": (1, "/counter"), "redirect": (1, "/redirect"), "unauth": (1, "/unauth"),
         "empty": (1, "/empty"), "free": (0, "/ok"), "get": (1, "/ok", 5.0, "GET"),
-        "busy": (1, "/busy"),
+        "busy": (1, "/busy"), "block": (1, "/block", 15.0),
     }, sandbox_url=provider + "/sandbox")
     return "svc"
 

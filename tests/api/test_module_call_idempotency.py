@@ -42,22 +42,26 @@ def test_same_key_different_body_is_409_reused(client, make_account, mod):
 
 
 def test_same_key_in_flight_is_409_in_use(app, make_account, mod):
-    StandInProvider.slow_seconds = 1.0
     acct = make_account(cents=10)
     results = {}
 
     def first():
-        results["first"] = call(app.test_client(), acct, {"action": "slowok"}, key="slow-1")
+        results["first"] = call(app.test_client(), acct, {"action": "block"}, key="slow-1")
 
     t = threading.Thread(target=first)
     t.start()
-    deadline = time.time() + 10
-    while not StandInProvider.seen and time.time() < deadline:
-        time.sleep(0.01)
-    r = call(app.test_client(), acct, {"action": "slowok"}, key="slow-1")
-    t.join()
+    try:
+        deadline = time.time() + 10
+        while not StandInProvider.seen and time.time() < deadline:
+            time.sleep(0.01)
+        r = call(app.test_client(), acct, {"action": "block"}, key="slow-1")
+    finally:
+        StandInProvider.release.set()
+        t.join()
     assert r.status_code == 409 and r.get_json()["error"] == "idempotency_key_in_use"
     assert results["first"].status_code == 200
+    replay = call(app.test_client(), acct, {"action": "block"}, key="slow-1")
+    assert replay.data == results["first"].data
     assert balance_cents(app, acct.id) == 9
 
 

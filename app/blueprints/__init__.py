@@ -6,9 +6,10 @@ from flask import Flask
 
 def register_blueprints(app: Flask, api) -> None:
     from app.blueprints.accounts.routes import blp as accounts_blp
+    from app.blueprints.chat.routes import blp as chat_blp
     from app.blueprints.docs.routes import bp as docs_bp
     from app.blueprints.keys.routes import blp as keys_blp
 
     app.register_blueprint(docs_bp)
-    for blp in (accounts_blp, keys_blp):
+    for blp in (accounts_blp, keys_blp, chat_blp):
         api.register_blueprint(blp)

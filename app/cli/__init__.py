@@ -6,8 +6,9 @@ from flask import Flask
 
 def register_cli(app: Flask) -> None:
     from app.cli.accounts import accounts_cli
+    from app.cli.chat import chat_cli
     from app.cli.jobs import scheduler_cmd, worker_cmd
     from app.cli.ledger import ledger_cli
 
-    for command in (accounts_cli, ledger_cli, worker_cmd, scheduler_cmd):
+    for command in (accounts_cli, ledger_cli, worker_cmd, scheduler_cmd, chat_cli):
         app.cli.add_command(command)

@@ -186,7 +186,8 @@ def _text_of(content) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+        return " ".join(str(p.get("text") or "") for p in content
+                        if isinstance(p, dict) and p.get("type") in ("text", "input_text"))
     return str(content)
 
 

@@ -67,6 +67,8 @@ def reply(body: dict) -> tuple[dict, int, str]:
 class DemoLLMHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "demo-llm/1.0"
+    disable_nagle_algorithm = True  # small keep-alive responses: no 40 ms delayed-ACK stalls
+    wbufsize = 64 * 1024  # headers and body leave in one write (flushed per request / chunk)
 
     def log_message(self, *args):  # quiet
         pass

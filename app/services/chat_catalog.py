@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 from flask import current_app
 
-from app.errors import InvalidRequest, NotFound
+from app.errors import InvalidRequest, NotFound, ServiceUnavailable
 
 CAPABILITIES = ("tools", "json_mode", "vision", "streaming")
 PROVIDER_TYPES = ("openai", "anthropic")
@@ -249,6 +249,9 @@ def candidates(model_name: str, needs: Needs, *, sandbox: str | None = None) -> 
     ``sandbox``: only that provider (test mode; a model it does not list is served by it
     under the catalog id at the model's primary prices)."""
     cat = catalog()
+    if sandbox and not (sandbox in cat.providers and cat.providers[sandbox].enabled):
+        raise ServiceUnavailable("Test-mode chat needs the sandbox provider "
+                                 f"({sandbox}), which is not configured on this deployment.")
     if model_name == "auto":
         models = [m for m in cat.models.values() if m.auto]
     else:

@@ -37,6 +37,9 @@ class ChatCompletionsView(MethodView):
         "A chat completion, or with `stream: true` a `text/event-stream` of `chat.completion.chunk` "
         "objects ending with a usage chunk and `data: [DONE]`. Headers: `X-Chat-Provider`, "
         "`X-Chat-Model`, `X-Chat-Attempts`, `X-Chat-Completion-Id`, `X-Chat-Cost-Micros` (non-streaming)."))
+    @blp.doc(responses={200: {"content": {"text/event-stream": {"schema": {
+        "type": "string", "description": "`data: <chat.completion.chunk JSON>` events; the last chunk "
+        "has empty `choices` and the `usage` (with cost); then `data: [DONE]`."}}}}})
     @blp.alt_response(402, schema=ErrorSchema, description=(
         "`payment_required`: the balance cannot cover the estimated maximum cost (the hold)."))
     @blp.alt_response(404, schema=ErrorSchema, description="`model_not_found`, or `not_found` off the chat host.")

@@ -10,7 +10,7 @@ from typing import Callable, Iterator
 import orjson
 from flask import Response, current_app, stream_with_context
 
-from app.errors import InvalidRequest, UpstreamError
+from app.errors import InvalidRequest, NotFound, UpstreamError
 from app.ids import random_b62
 from app.services import chat_billing, chat_cooldown
 from app.services import llm_providers as providers
@@ -94,7 +94,8 @@ def _hold_for(offers: list[Offer], needs: Needs) -> int:
     """Estimated maximum: the prompt estimate plus the output cap, at the most expensive
     candidate's prices."""
     models = catalog().models
-    return max(o.cost_micros(needs.prompt_tokens, output_cap(models[o.model_id], needs)) for o in offers)
+    return max(o.cost_micros(needs.prompt_tokens, output_cap(models[o.model_id], needs) * needs.choices)
+               for o in offers)
 
 
 def _attempt(call: _Call, offers: list[Offer], fn):
@@ -296,6 +297,14 @@ def _start_stream(call: _Call, offers: list[Offer], models: dict[str, Model]) ->
                     log.exception("chat %s: settling the interrupted stream failed", call.id)
 
     return ChatResult(events=events, headers=_headers(call, offer))
+
+
+def model_view(model_id: str) -> dict:
+    """``GET /v1/models/{id}``: one entry of ``models_view`` (404 ``model_not_found``)."""
+    for entry in models_view()["data"]:
+        if entry["id"] == model_id:
+            return entry
+    raise NotFound(f"The model {model_id!r} does not exist or is not available.", code="model_not_found")
 
 
 def models_view() -> dict:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from sqlalchemy import select, update
+from sqlalchemy import insert, select, update
 
 from app.errors import PaymentRequired
 from app.extensions import db
@@ -35,13 +35,14 @@ def hold(completion_id: str, account_id: str, requested_model: str, hold_micros:
          stream: bool) -> None:
     """Record the completion as ``held`` and move ``hold_micros`` from the customer to the
     hold account, in one transaction. 402 ``payment_required`` when the balance is short."""
-    db.session.add(ChatCompletion(id=completion_id, account_id=account_id, mode="live",
-                                  requested_model=requested_model, status="held", stream=stream,
-                                  hold_micros=hold_micros))
     try:
-        if hold_micros > 0:
+        if hold_micros > 0:  # the conditional debit first: a short balance writes nothing
             ledger.post("chat_hold", [(ledger.customer(account_id), -hold_micros), (HOLD, hold_micros)],
                         ref=f"chat_hold:{completion_id}", account_id=account_id)
+        db.session.execute(insert(ChatCompletion).values(
+            id=completion_id, account_id=account_id, mode="live", requested_model=requested_model,
+            status="held", stream=stream, hold_micros=hold_micros, cost_micros=0, prompt_tokens=0,
+            completion_tokens=0, usage_estimated=False, attempts=0, latency_ms=0, created_at=utcnow()))
         db.session.commit()
     except ledger.InsufficientFunds:
         db.session.rollback()

@@ -201,6 +201,7 @@ class Needs:
     prompt_tokens: int  # estimate
     max_tokens: int | None  # as requested (max_tokens or max_completion_tokens)
     capabilities: frozenset[str]
+    choices: int = 1  # ``n``: every choice may use the whole output cap
 
 
 def analyse(body: dict) -> Needs:
@@ -231,7 +232,7 @@ def analyse(body: dict) -> Needs:
         caps.add("streaming")
     max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
     return Needs(prompt_tokens=tokens + math.ceil(chars / 4), max_tokens=max_tokens,
-                 capabilities=frozenset(caps))
+                 capabilities=frozenset(caps), choices=int(body.get("n") or 1))
 
 
 # --- routing ------------------------------------------------------------------------------
@@ -264,7 +265,7 @@ def candidates(model_name: str, needs: Needs, *, sandbox: str | None = None) -> 
     for i, model in enumerate(models):
         if model_name == "auto" and not _fits(model, needs):
             continue
-        out = output_cap(model, needs)
+        out = output_cap(model, needs) * needs.choices
         if sandbox:
             offers = [o for o in model.offers if o.provider.id == sandbox]
             if not offers and sandbox in cat.providers and cat.providers[sandbox].enabled:

@@ -205,6 +205,16 @@ def test_named_model_refusals(app, client, monkeypatch, fakes, acct):
     assert figures(app, acct.id)["balance"] == START
 
 
+def test_hold_covers_every_choice(app, client, fakes, acct, ledger_clean):
+    r = chat(client, acct, model="m-small", max_tokens=100, n=2)
+    assert r.status_code == 200 and r.get_json()["usage"]["cost_micros"] == 200
+    with app.app_context():
+        # 10 × 3 + 2 × 100 × 6 at the dearest candidate
+        assert db.session.execute(select(ChatCompletion.hold_micros)).scalar_one() == 1_230
+    assert chat(client, acct, model="m-small", n=17).status_code == 400
+    ledger_clean()
+
+
 def test_balance_must_cover_the_hold(app, client, fakes, make_account, ledger_clean):
     poor = make_account(cents=0)
     r = chat(client, poor, model="m-small", max_tokens=100)
@@ -344,6 +354,9 @@ def test_models_listing(client, fakes, acct):
     assert body["object"] == "list"
     assert [m["id"] for m in body["data"]] == ["auto", "m-small", "m-big", "m-claude", "m-nousage"]
     small = body["data"][1]
+    assert client.get("/v1/models/m-small", headers=acct.headers).get_json() == small
+    r = client.get("/v1/models/m-offline", headers=acct.headers)
+    assert r.status_code == 404 and r.get_json()["error"] == "model_not_found"
     assert small["owned_by"] == "pricey,cheap" and small["context_window"] == 1000
     assert small["pricing"] == {"input_usd_per_mtok": "1", "output_usd_per_mtok": "2"}
 

@@ -28,6 +28,7 @@ def test_openai_sdk_plain_streaming_and_tools(app, make_account, demo_llm, ledge
 
         models = [m.id for m in client.models.list()]
         assert models == ["auto", "demo-mini", "demo-standard", "demo-large"]
+        assert client.models.retrieve("demo-large").model_extra["context_window"] == 200000
 
         resp = client.chat.completions.create(
             model="demo-mini", messages=[{"role": "user", "content": "hello gateway"}])

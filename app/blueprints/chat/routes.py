@@ -5,7 +5,7 @@ from flask import current_app, request
 from flask.views import MethodView
 
 from app.auth import authenticated, principal
-from app.blueprints.chat.schemas import ChatCompletionSchema, ChatRequestSchema, ModelListSchema
+from app.blueprints.chat.schemas import ChatCompletionSchema, ChatRequestSchema, ModelListSchema, ModelSchema
 from app.errors import ErrorSchema, NotFound
 from app.extensions import Blueprint
 from app.services import chat
@@ -65,3 +65,13 @@ class ModelsView(MethodView):
         """List the available models in OpenAI's shape (plus `auto`), with context window,
         capabilities and per-million-token prices."""
         return chat.models_view()
+
+
+@blp.route("/models/<string:model_id>")
+class ModelView(MethodView):
+    @authenticated("call:write")
+    @blp.response(200, ModelSchema)
+    @blp.alt_response(404, schema=ErrorSchema, description="`model_not_found`")
+    def get(self, model_id):
+        """One model of `GET /v1/models` (OpenAI's `models.retrieve`)."""
+        return chat.model_view(model_id)

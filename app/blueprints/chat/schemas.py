@@ -21,6 +21,8 @@ class ChatRequestSchema(ma.Schema):
                                    metadata={"description": "Output cap; absent: `CHAT_DEFAULT_MAX_TOKENS` "
                                              "(4096) or the model's maximum, whichever is lower."})
     max_completion_tokens = ma.fields.Integer(validate=ma.validate.Range(min=1, max=1_000_000), allow_none=True)
+    n = ma.fields.Integer(validate=ma.validate.Range(min=1, max=16), allow_none=True,
+                          metadata={"description": "Number of choices; the hold covers the output cap for each."})
     tools = ma.fields.List(ma.fields.Dict(), allow_none=True, validate=ma.validate.Length(max=128))
     tool_choice = ma.fields.Raw(allow_none=True)
     response_format = ma.fields.Dict(allow_none=True)

@@ -73,6 +73,11 @@ def _validate(body: dict) -> None:
             raise InvalidRequest(f"messages.{i}.content: must be a string or an array of parts.")
         if msg["role"] in ("user", "system", "developer") and content in (None, "", []):
             raise InvalidRequest(f"messages.{i}.content: is required for role {msg['role']}.")
+        calls = msg.get("tool_calls")
+        if calls is not None and (not isinstance(calls, list) or not all(
+                isinstance(c, dict) and isinstance(c.get("function"), dict) for c in calls)):
+            raise InvalidRequest(f"messages.{i}.tool_calls: must be an array of "
+                                 "{id, type: function, function: {name, arguments}}.")
         if msg["role"] == "tool" and not msg.get("tool_call_id"):
             raise InvalidRequest(f"messages.{i}.tool_call_id: is required for role tool.")
     tools = body.get("tools")

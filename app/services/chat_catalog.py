@@ -218,7 +218,7 @@ def analyse(body: dict) -> Needs:
             caps.add("vision")
             tokens += 85 * sum(1 for p in content if isinstance(p, dict) and p.get("type") == "image_url")
         for call in msg.get("tool_calls") or []:
-            fn = call.get("function") or {} if isinstance(call, dict) else {}
+            fn = call.get("function") or {}
             chars += len(str(fn.get("name", ""))) + len(str(fn.get("arguments", "")))
     if body.get("tools"):
         caps.add("tools")

@@ -198,7 +198,10 @@ def test_named_model_refusals(app, client, monkeypatch, fakes, acct):
     assert r.status_code in (400, 413)
     for bad in ({"messages": []}, {"messages": [{"role": "robot", "content": "hi"}]},
                 {"messages": [{"role": "user"}]}, {"messages": "hi"}, {"max_tokens": 0},
-                {"messages": [{"role": "tool", "content": "x"}]}):
+                {"messages": [{"role": "tool", "content": "x"}]},
+                {"messages": [{"role": "assistant", "content": None, "tool_calls": {"a": 1}}]},
+                {"messages": MSGS, "tools": [{"type": "function"}]}, {"messages": [{"role": "user",
+                                                                                   "content": 42}]}):
         r = chat(client, acct, model="m-small", **bad)
         assert r.status_code == 400 and r.get_json()["error"] == "invalid_request", bad
     assert fakes.cheap.calls == fakes.pricey.calls == 0

@@ -121,14 +121,27 @@ def _read_json(offer: Offer, resp: requests.Response) -> dict:
 
 
 def sse_events(resp: requests.Response, offer: Offer) -> Iterator[bytes]:
-    """The ``data:`` payloads of a server-sent-event stream (``[DONE]`` included)."""
+    """The ``data:`` payloads of a server-sent-event stream (``[DONE]`` included), yielded
+    as soon as each line arrives (``read1``: chunked or not, nothing waits for the end)."""
+    import urllib3
+
+    raw = resp.raw
+    buf = b""
     try:
-        for line in resp.iter_lines(chunk_size=None):
-            if line.startswith(b"data:"):
-                yield line[5:].strip()
-    except requests.Timeout as exc:
+        while True:
+            data = raw.read1(65536)
+            if not data:
+                break
+            lines = (buf + data).split(b"\n")
+            buf = lines.pop()
+            for line in lines:
+                if line.startswith(b"data:"):
+                    yield line[5:].strip()
+        if buf.startswith(b"data:"):
+            yield buf[5:].strip()
+    except (urllib3.exceptions.ReadTimeoutError, TimeoutError) as exc:
         raise ProviderFailure(f"{offer.provider.id}: stream timed out", timeout=True) from exc
-    except requests.RequestException as exc:
+    except (urllib3.exceptions.HTTPError, OSError, requests.RequestException) as exc:
         raise ProviderFailure(f"{offer.provider.id}: stream broken ({type(exc).__name__})") from exc
     finally:
         resp.close()

@@ -8,7 +8,11 @@ def register_blueprints(app: Flask, api) -> None:
     from app.blueprints.accounts.routes import blp as accounts_blp
     from app.blueprints.docs.routes import bp as docs_bp
     from app.blueprints.keys.routes import blp as keys_blp
+    from app.blueprints.ops.routes import blp as ops_blp
+    from app.blueprints.ops.routes import init_ops
 
     app.register_blueprint(docs_bp)
     for blp in (accounts_blp, keys_blp):
         api.register_blueprint(blp)
+    api.register_blueprint(ops_blp)
+    init_ops(api)

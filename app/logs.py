@@ -23,7 +23,8 @@ from datetime import datetime, timezone
 import orjson
 from flask import Flask, g, has_request_context, request
 
-EXTRA_FIELDS = ("call_id", "module", "status", "method", "route", "path", "duration_ms",
+# (``module`` is a built-in LogRecord attribute, the Python module: use ``product``.)
+EXTRA_FIELDS = ("call_id", "product", "status", "method", "route", "path", "duration_ms",
                 "client_ip", "job", "queue")
 
 _SECRET_PATTERNS = re.compile(

@@ -65,11 +65,13 @@ rm -rf "$PROMETHEUS_MULTIPROC_DIR" && mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
 "$BIN/python" deploy/ensure_services.py "$DATABASE_URL" "$REDIS_URL"
 log "migrating $DATABASE_URL"
 "$BIN/flask" db upgrade >"$SERVE_DIR/logs/migrate.log" 2>&1 || { cat "$SERVE_DIR/logs/migrate.log" >&2; die "migration failed"; }
-if "$BIN/flask" catalog --help >/dev/null 2>&1; then
-  log "loading the catalog (flask catalog load)"
-  "$BIN/flask" catalog load || die "flask catalog load failed"
-else
-  log "no 'flask catalog' command in this version: skipping the catalog load"
+log "loading the catalog (flask catalog load)"
+if ! "$BIN/flask" catalog load >"$SERVE_DIR/logs/catalog.log" 2>&1; then
+  if grep -q "No such command 'catalog'" "$SERVE_DIR/logs/catalog.log"; then
+    log "no 'flask catalog' command in this version: skipping the catalog load"
+  else
+    cat "$SERVE_DIR/logs/catalog.log" >&2; die "flask catalog load failed"
+  fi
 fi
 
 "$BIN/python" deploy/render_nginx.py --prefix "$SERVE_DIR/nginx" --port "$SERVE_PORT" \

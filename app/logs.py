@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import re
 import sys
-import time
 from datetime import datetime, timezone
 
 import orjson
@@ -111,18 +110,15 @@ access_log = logging.getLogger("gateway.access")
 
 
 def init_access_log(app: Flask) -> None:
-    """One INFO line per request on ``gateway.access`` (no headers, query or body)."""
-
-    @app.before_request
-    def _access_start():
-        g._access_t0 = time.perf_counter()
+    """One INFO line per request on ``gateway.access`` (no headers, query or body).
+    The duration comes from the request timer of ``app.metrics``."""
+    from app.metrics import request_elapsed, route_label
 
     @app.after_request
     def _access_line(response):
-        t0 = g.pop("_access_t0", None)
-        duration_ms = round((time.perf_counter() - t0) * 1000, 2) if t0 is not None else None
-        rule = request.url_rule
-        route = rule.rule if rule is not None else "<unmatched>"
+        elapsed = request_elapsed()
+        duration_ms = round(elapsed * 1000, 2) if elapsed is not None else None
+        route = route_label()
         access_log.info(
             "%s %s %s %sms", request.method, route, response.status_code, duration_ms,
             extra={"method": request.method, "route": route, "path": request.path,

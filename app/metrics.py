@@ -86,19 +86,24 @@ def route_label() -> str:
     return rule.rule if rule is not None else UNMATCHED_ROUTE
 
 
+def request_elapsed() -> float | None:
+    """Seconds since this request started (None outside a timed request)."""
+    t0 = g.get("request_started")
+    return time.perf_counter() - t0 if t0 is not None else None
+
+
 def init_metrics(app: Flask) -> None:
-    """Time every request and count it by method, route and status."""
+    """Time every request (``g.request_started``, also used by the access log) and count
+    it by method, route and status."""
 
     @app.before_request
     def _start_timer():
-        g._metrics_t0 = time.perf_counter()
+        g.request_started = time.perf_counter()
 
     @app.after_request
     def _record(response):
-        t0 = g.pop("_metrics_t0", None)
-        if t0 is not None:
-            elapsed = time.perf_counter() - t0
-            g.request_duration = elapsed
+        elapsed = request_elapsed()
+        if elapsed is not None:
             try:
                 labels = {"method": request.method, "route": route_label(),
                           "status": str(response.status_code)}

@@ -116,13 +116,17 @@ start scheduler "$SERVE_DIR/logs/scheduler.log" "$BIN/flask" scheduler
 start nginx "$SERVE_DIR/logs/nginx.log" "$NGINX" -p "$SERVE_DIR/nginx" -c "$SERVE_DIR/nginx/nginx.conf" \
   -e "$SERVE_DIR/nginx/logs/error.log" -g "daemon off;"
 
+http_ok() {  # http_ok URL: true when URL answers 2xx (curl, or Python when curl is missing)
+  if command -v curl >/dev/null 2>&1; then curl -fsS -o /dev/null --max-time 2 "$1" 2>/dev/null; else
+    "$BIN/python" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' "$1" 2>/dev/null; fi
+}
 # Ready when /readyz answers 200 through nginx (database and Redis reachable).
 ready=0
 for _ in $(seq 1 150); do
   for name in "${!PIDS[@]}"; do
     kill -0 "${PIDS[$name]}" 2>/dev/null || { tail -n 30 "$SERVE_DIR/logs/$name.log" >&2 || true; die "$name exited during start-up"; }
   done
-  if curl -fsS -o /dev/null "http://127.0.0.1:$SERVE_PORT/readyz" 2>/dev/null; then ready=1; break; fi
+  if http_ok "http://127.0.0.1:$SERVE_PORT/readyz"; then ready=1; break; fi
   sleep 0.2
 done
 [ $ready = 1 ] || die "the stack did not become ready in 30 s (logs: $SERVE_DIR/logs/)"

@@ -3,7 +3,7 @@ id, account id and call id of the request; one access line per request; secrets 
 
 * Context: ``request_id`` (``g.request_id``), ``account_id`` (set by auth) and ``call_id``
   (``g.call_id``, set by the gateway/chat code for a metered call) are added to every
-  record logged while handling a request. Pass ``extra={...}`` for anything else; the
+  record logged while handling a request; ``job_id`` to every record logged by an RQ job. Pass ``extra={...}`` for anything else; the
   keys in ``EXTRA_FIELDS`` are emitted by the JSON formatter.
 * Access log (logger ``gateway.access``, ``ACCESS_LOG=0`` to disable): method, route
   (URL rule), path (no query string), status, duration_ms, client_ip, request_id,
@@ -23,8 +23,8 @@ import orjson
 from flask import Flask, g, has_request_context, request
 
 # (``module`` is a built-in LogRecord attribute, the Python module: use ``product``.)
-EXTRA_FIELDS = ("call_id", "product", "status", "method", "route", "path", "duration_ms",
-                "client_ip", "job", "queue")
+EXTRA_FIELDS = ("call_id", "job_id", "product", "status", "method", "route", "path",
+                "duration_ms", "client_ip", "job", "queue")
 
 _SECRET_PATTERNS = re.compile(
     r"(?:svc_(?:live|test|sess)_[A-Za-z0-9]+"          # our keys and sessions
@@ -50,7 +50,20 @@ class _ContextFilter(logging.Filter):
         else:
             record.request_id = getattr(record, "request_id", "-")
             record.account_id = getattr(record, "account_id", "-")
+            job = _current_job()
+            if job is not None and not hasattr(record, "job_id"):
+                record.job_id = job.id
         return True
+
+
+def _current_job():
+    """The RQ job this thread is running (in ``flask worker``), else None."""
+    try:
+        from rq import get_current_job
+
+        return get_current_job()
+    except Exception:  # noqa: BLE001 - logging must never fail
+        return None
 
 
 class JsonFormatter(logging.Formatter):

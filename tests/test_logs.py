@@ -83,3 +83,18 @@ def test_redact_patterns():
     assert redact("Authorization: Bearer abc.def-ghi") == "Authorization: Bearer [redacted]"
     assert redact("stripe sk_live_51Habc and whsec_abc+/=") == "stripe [redacted] and [redacted]"
     assert redact("acct_123 key_456 req_789") == "acct_123 key_456 req_789"
+
+
+def test_job_id_is_attached_to_records_of_an_rq_job(captured):
+    from types import SimpleNamespace
+
+    from rq.job import _current_job  # what rq sets while a worker runs a job
+
+    token = _current_job.set(SimpleNamespace(id="job-123"))
+    try:
+        logging.getLogger("app.tasks.test").info("sending")
+    finally:
+        _current_job.reset(token)
+    logging.getLogger("app.tasks.test").info("idle")
+    lines = [x for x in _lines(captured) if x["logger"] == "app.tasks.test"]
+    assert lines[0]["job_id"] == "job-123" and "job_id" not in lines[1]

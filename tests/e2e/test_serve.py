@@ -192,6 +192,8 @@ def test_make_serve_stack_end_to_end(stack: Stack):
     r = requests.get(stack.api + "/readyz", timeout=5)
     assert r.status_code == 200 and set(r.json()["checks"]) == {"database", "redis"}, r.text
     assert re.fullmatch(r"[0-9a-f]{32}", r.headers["X-Request-Id"])  # nginx's $request_id
+    r = requests.get(stack.api + "/healthz", headers={"X-Request-Id": "bad id <script>"}, timeout=5)
+    assert re.fullmatch(r"[0-9a-f]{32}", r.headers["X-Request-Id"])  # insane ids are replaced
 
     # An account and key made through the operator CLI, used through nginx.
     email = f"e2e-serve-{os.urandom(4).hex()}@example.com"

@@ -15,7 +15,8 @@
 #
 #   SERVE_PORT=8080 SERVE_CHAT_PORT=8081 SERVE_APP_PORT=8001 SERVE_DIR=instance/serve
 #   DATABASE_URL=postgresql://postgres@127.0.0.1:5432/gateway REDIS_URL=redis://127.0.0.1:6379/0
-#   WEB_CONCURRENCY=2 VENV_BIN=.venv/bin  (any other app setting, see README, is passed on)
+#   WEB_CONCURRENCY=2 VENV_BIN=.venv/bin SERVE_START_TIMEOUT=90 SERVE_STOP_TIMEOUT=30
+#   (any other app setting, see README, is passed on)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -122,14 +123,15 @@ http_ok() {  # http_ok URL: true when URL answers 2xx (curl, or Python when curl
 }
 # Ready when /readyz answers 200 through nginx (database and Redis reachable).
 ready=0
-for _ in $(seq 1 150); do
+start_deadline=$((SECONDS + ${SERVE_START_TIMEOUT:-90}))
+while [ $SECONDS -lt $start_deadline ]; do
   for name in "${!PIDS[@]}"; do
     kill -0 "${PIDS[$name]}" 2>/dev/null || { tail -n 30 "$SERVE_DIR/logs/$name.log" >&2 || true; die "$name exited during start-up"; }
   done
   if http_ok "http://127.0.0.1:$SERVE_PORT/readyz"; then ready=1; break; fi
   sleep 0.2
 done
-[ $ready = 1 ] || die "the stack did not become ready in 30 s (logs: $SERVE_DIR/logs/)"
+[ $ready = 1 ] || die "the stack did not become ready in ${SERVE_START_TIMEOUT:-90} s (logs: $SERVE_DIR/logs/)"
 
 cat <<MSG
 

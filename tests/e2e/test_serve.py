@@ -113,7 +113,7 @@ def stack(app, tmp_path):
         return False
 
     try:
-        assert drain("[serve] ready", 90), "serve.sh did not become ready:\n" + "".join(output[-60:])
+        assert drain("[serve] ready", 150), "serve.sh did not become ready:\n" + "".join(output[-60:])
         cli_env = dict(env, APP_ENV="production", INSTANCE_PATH=str(tmp_path / "serve" / "instance"))
         s = Stack(api=f"http://127.0.0.1:{ports['SERVE_PORT']}",
                   chat=f"http://127.0.0.1:{ports['SERVE_CHAT_PORT']}",

@@ -92,25 +92,30 @@ def request_elapsed() -> float | None:
     return time.perf_counter() - t0 if t0 is not None else None
 
 
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
 def init_metrics(app: Flask) -> None:
     """Time every request (``g.request_started``, also used by the access log) and count
     it by method, route and status."""
 
-    @app.before_request
     def _start_timer():
         g.request_started = time.perf_counter()
 
+    # First of all before_request hooks, so a request another hook rejects is timed too.
+    app.before_request_funcs.setdefault(None, []).insert(0, _start_timer)
+
     @app.after_request
     def _record(response):
-        elapsed = request_elapsed()
-        if elapsed is not None:
-            try:
-                labels = {"method": request.method, "route": route_label(),
-                          "status": str(response.status_code)}
-                HTTP_REQUESTS.labels(**labels).inc()
+        try:
+            method = request.method if request.method in _METHODS else "other"
+            labels = {"method": method, "route": route_label(), "status": str(response.status_code)}
+            HTTP_REQUESTS.labels(**labels).inc()
+            elapsed = request_elapsed()
+            if elapsed is not None:
                 HTTP_LATENCY.labels(**labels).observe(elapsed)
-            except Exception:
-                log.debug("request metrics failed", exc_info=True)
+        except Exception:
+            log.debug("request metrics failed", exc_info=True)
         return response
 
 

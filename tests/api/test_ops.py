@@ -145,3 +145,10 @@ def test_queue_depth_and_heartbeat_read_at_scrape_time(app, client):
     samples = _scrape(client)
     assert samples[("gateway_worker_heartbeat_timestamp_seconds", frozenset())] == pytest.approx(when)
     assert samples[("gateway_redis_up", frozenset())] == 1
+
+
+def test_unknown_methods_do_not_create_label_values(client):
+    client.open("/healthz", method="FROBNICATE")
+    samples = _scrape(client)
+    methods = {dict(labels).get("method") for name, labels in samples if name == "gateway_http_requests_total"}
+    assert "FROBNICATE" not in methods and "other" in methods

@@ -29,6 +29,7 @@ class ErrorSchema(ma.Schema):
 ERROR_CODES: dict[str, tuple[int, str]] = {
     "invalid_request": (400, "Malformed JSON or a field failed validation; the message names the fields."),
     "unknown_action": (400, "The module has no such action."),
+    "invalid_token": (400, "The e-mailed confirmation token is unknown, expired or already used."),
     "invalid_payment": (400, "The X-Payment header could not be decoded."),
     "unauthorized": (401, "Missing, malformed, unknown, expired or revoked credential."),
     "payment_required": (402, "The balance cannot cover the price; pay with X-Payment or fund the wallet."),

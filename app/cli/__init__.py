@@ -12,3 +12,7 @@ def register_cli(app: Flask) -> None:
 
     for command in (accounts_cli, ledger_cli, outbox_cli, worker_cmd, scheduler_cmd):
         app.cli.add_command(command)
+
+    from app.cli.newsletter import newsletter_cli
+
+    app.cli.add_command(newsletter_cli)

@@ -117,3 +117,16 @@ def complete(token: str | None) -> dict:
         db.session.rollback()
         raise Conflict("An account with this e-mail already exists.")
     return {"account": accounts.account_view(acct), "key": {**keys.key_view(row), "key": secret}}
+
+
+def prune(older_than_days: int = 7) -> int:
+    """Delete unused sign-up requests that expired more than ``older_than_days`` ago
+    (redeemed ones are kept: they record which request created which account)."""
+    from sqlalchemy import delete
+
+    cutoff = utcnow() - timedelta(days=older_than_days)
+    res = db.session.execute(delete(SignupRequest).where(SignupRequest.used_at.is_(None),
+                                                         SignupRequest.expires_at < cutoff)
+                             .execution_options(synchronize_session=False))
+    db.session.commit()
+    return res.rowcount or 0

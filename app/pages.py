@@ -44,9 +44,17 @@ def form(action: str, button: str, fields: dict[str, str]) -> Markup:
                   f'<button type="submit">{escape(button)}</button></form>')
 
 
+_STATUS_TEXT = {
+    400: "HTML page explaining that the link is invalid, expired or already used.",
+    409: "HTML page explaining that the address already has an account.",
+}
+
+
 def doc(description: str, statuses: tuple[int, ...] = (200,)) -> dict:
-    """OpenAPI ``responses`` for a route answering with an HTML page."""
+    """OpenAPI ``responses`` for a route answering with an HTML page (rate limiting is
+    the JSON 429 of every public route)."""
     html = {"text/html": {"schema": {"type": "string"}}}
-    return {"responses": {str(s): {"description": description if s == 200 else
-                                   "HTML page explaining that the link is invalid, expired or used.",
-                                   "content": html} for s in statuses}}
+    responses: dict = {str(s): {"description": description if s == 200 else _STATUS_TEXT[s],
+                                "content": html} for s in statuses}
+    responses["429"] = {"$ref": "#/components/responses/TOO_MANY_REQUESTS"}
+    return {"responses": responses}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from flask import current_app
-from sqlalchemy import and_, delete, func, insert, select
+from sqlalchemy import and_, delete, func, insert, null, select
 
 from app.extensions import db
 from app.models import TrackEvent
@@ -22,7 +22,8 @@ _INSERT = insert(TrackEvent.__table__)
 def record(event: str, session_id: str | None, props: dict | None,
            account_id: str | None = None) -> None:
     """Store one event: a single INSERT and commit (input is validated by the schema)."""
-    db.session.execute(_INSERT, {"event": event, "session_id": session_id, "props": props,
+    db.session.execute(_INSERT, {"event": event, "session_id": session_id,
+                                 "props": props if props is not None else null(),
                                  "account_id": account_id, "created_at": utcnow()})
     db.session.commit()
 

@@ -233,3 +233,13 @@ def test_recent_and_sessions_admin_only(app, client, make_account):
     # s0..s2 had events in the last hour; counts cover the whole session
     assert set(by_id) == {"s0", "s1", "s2"} and sum(s["events"] for s in sessions) == 250
     assert all(s["first_seen"] <= s["last_seen"] for s in sessions)
+
+
+def test_send_beacon_text_plain_body_is_read_as_json(app, client):
+    r = client.post("/api/track", data=b'{"event":"beacon","session_id":"b"}',
+                    content_type="text/plain;charset=UTF-8", headers={"Origin": "https://x.example"})
+    assert r.status_code == 204 and "Content-Type" not in r.headers
+    assert r.headers["Access-Control-Allow-Origin"] == "*"
+    assert _events(app) == [("beacon", "b", None, None)]
+    bad = client.post("/api/track", data=b"event=x", content_type="application/x-www-form-urlencoded")
+    assert bad.status_code == 400

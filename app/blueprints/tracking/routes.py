@@ -31,6 +31,8 @@ def _cors(response):
     ``CORS_ORIGINS`` is ``*`` or a comma-separated list of exact origins."""
     if request.endpoint != TRACK_ENDPOINT:
         return response
+    if response.status_code == 204:
+        response.headers.pop("Content-Type", None)
     origin = request.headers.get("Origin")
     allowed = [o.strip() for o in (current_app.config.get("CORS_ORIGINS") or "").split(",")
                if o.strip()]
@@ -50,11 +52,16 @@ def _cors(response):
 
 
 def _body_limit(config_name: str):
-    """Cap this route's request body at ``config[config_name]`` bytes (413 above)."""
+    """Cap this route's request body at ``config[config_name]`` bytes (413 above), and
+    read a ``text/plain`` body as JSON: ``navigator.sendBeacon`` sends text/plain so that
+    no CORS preflight is needed."""
     def decorator(func):
         @wraps(func)
         def wrapper(*args, **kwargs):
             request.max_content_length = int(current_app.config[config_name])
+            if request.mimetype == "text/plain":
+                request.environ["CONTENT_TYPE"] = "application/json"
+                request.__dict__.pop("_parsed_content_type", None)
             return func(*args, **kwargs)
         return wrapper
     return decorator

@@ -110,11 +110,14 @@ def load_config(overrides: dict | None = None) -> dict:
         "FUNNEL_STEPS": _env("FUNNEL_STEPS",
                              "signup_started,signup_completed,key_created,first_call,payment_completed"),
         "TRACK_MAX_BODY_BYTES": _int("TRACK_MAX_BODY_BYTES", 8192),
+        # PostgreSQL: event inserts skip the WAL-flush wait (synchronous_commit=off).
+        "TRACK_ASYNC_COMMIT": _bool("TRACK_ASYNC_COMMIT", True),
+        "TRACK_DB_POOL_SIZE": _int("TRACK_DB_POOL_SIZE", 5),
         "TRACK_RETENTION_DAYS": _int("TRACK_RETENTION_DAYS", 90),
         "SIGNUP_TOKEN_TTL_HOURS": _int("SIGNUP_TOKEN_TTL_HOURS", 24),
         "NEWSLETTER_TOKEN_TTL_HOURS": _int("NEWSLETTER_TOKEN_TTL_HOURS", 48),
         # Rate limits (Flask-Limiter syntax; per client IP unless named *_EMAIL_*).
-        "TRACK_RATE_LIMIT": _env("TRACK_RATE_LIMIT", "600/minute;50/second"),
+        "TRACK_RATE_LIMIT": _env("TRACK_RATE_LIMIT", "1200/minute"),
         "CONTACT_RATE_LIMIT": _env("CONTACT_RATE_LIMIT", "5/minute;30/hour"),
         "CONTACT_EMAIL_RATE_LIMIT": _env("CONTACT_EMAIL_RATE_LIMIT", "3/hour"),
         "SUBSCRIBE_RATE_LIMIT": _env("SUBSCRIBE_RATE_LIMIT", "10/minute;60/hour"),

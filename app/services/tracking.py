@@ -2,10 +2,11 @@
 recent events and active sessions."""
 from __future__ import annotations
 
+import threading
 from datetime import datetime, timedelta
 
 from flask import current_app
-from sqlalchemy import and_, delete, func, insert, null, select
+from sqlalchemy import Engine, and_, create_engine, delete, func, insert, null, select
 
 from app.extensions import db
 from app.models import TrackEvent
@@ -19,13 +20,41 @@ SESSIONS_LIMIT = 500
 _INSERT = insert(TrackEvent.__table__)
 
 
+_engines: dict[str, Engine] = {}
+_engines_lock = threading.Lock()
+
+
+def _engine() -> Engine:
+    """Engine for event inserts. On PostgreSQL with ``TRACK_ASYNC_COMMIT`` (default on) a
+    small dedicated pool whose sessions run with ``synchronous_commit=off``: an INSERT
+    returns without waiting for the WAL flush (about 10x faster); a crash of the
+    database server can lose the last fraction of a second of analytics events — never
+    anything else, since only this pool has the setting. Otherwise the app's engine."""
+    main = db.engine
+    if main.dialect.name != "postgresql" or not current_app.config.get("TRACK_ASYNC_COMMIT", True):
+        return main
+    key = main.url.render_as_string(hide_password=False)
+    eng = _engines.get(key)
+    if eng is None:
+        with _engines_lock:
+            eng = _engines.get(key)
+            if eng is None:
+                eng = _engines[key] = create_engine(
+                    main.url, pool_size=int(current_app.config.get("TRACK_DB_POOL_SIZE", 5)),
+                    max_overflow=5, pool_pre_ping=True, pool_recycle=1800,
+                    connect_args={"options": "-c synchronous_commit=off"})
+    return eng
+
+
 def record(event: str, session_id: str | None, props: dict | None,
            account_id: str | None = None) -> None:
-    """Store one event: a single INSERT and commit (input is validated by the schema)."""
-    db.session.execute(_INSERT, {"event": event, "session_id": session_id,
-                                 "props": props if props is not None else null(),
-                                 "account_id": account_id, "created_at": utcnow()})
-    db.session.commit()
+    """Store one event (input is validated by the schema): a single autocommit INSERT on
+    a pooled connection (no BEGIN/COMMIT round trips, see ``_engine``)."""
+    params = {"event": event, "session_id": session_id,
+              "props": props if props is not None else null(),
+              "account_id": account_id, "created_at": utcnow()}
+    with _engine().connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(_INSERT, params)
 
 
 def funnel_steps() -> list[str]:

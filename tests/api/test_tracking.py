@@ -34,8 +34,10 @@ def test_anonymous_track_is_one_insert(app, client):
     def record(conn, cursor, statement, *args):
         statements.append(statement.split()[0].upper())
 
+    from app.services import tracking
+
     with app.app_context():
-        engine = db.engine
+        engine = tracking._engine()
     client.post("/api/track", json={"event": "warmup"})
     sa_event.listen(engine, "before_cursor_execute", record)
     try:
@@ -43,6 +45,22 @@ def test_anonymous_track_is_one_insert(app, client):
     finally:
         sa_event.remove(engine, "before_cursor_execute", record)
     assert statements == ["INSERT"]
+
+
+def test_async_commit_only_on_the_analytics_pool(app, client):
+    from sqlalchemy import text
+
+    from app.services import tracking
+
+    with app.app_context():
+        eng = tracking._engine()
+        if eng.dialect.name != "postgresql":
+            assert eng is db.engine
+            return
+        with eng.connect() as conn:
+            assert conn.execute(text("SHOW synchronous_commit")).scalar() == "off"
+        assert db.session.execute(text("SHOW synchronous_commit")).scalar() == "on"
+        db.session.remove()
 
 
 def test_track_attributed_to_valid_key_and_invalid_key_refused(app, client, account):

@@ -85,6 +85,10 @@ def test_track_attributed_to_valid_key_and_invalid_key_refused(app, client, acco
     ({"event": "ok", "props": {"a": [[[1]]]}}, "props"),
     ({"event": "ok", "props": {"blob": "x" * 4100}}, "props"),
     ({"event": "ok", "extra": 1}, "extra"),
+    ({"event": "ok", "session_id": "a\u0000b"}, "session_id"),
+    ({"event": "ok", "session_id": "a\nb"}, "session_id"),
+    ({"event": "ok", "props": {"a": "x\u0000y"}}, "props"),
+    ({"event": "ok", "props": {"a\u0000": 1}}, "props"),
 ])
 def test_track_validation(app, client, body, field):
     r = client.post("/api/track", json=body)

@@ -19,8 +19,11 @@ def _depth(value, level: int = 1) -> int:
 
 
 def _check_props(props: dict) -> None:
-    if len(orjson.dumps(props)) > PROPS_MAX_BYTES:
+    raw = orjson.dumps(props)
+    if len(raw) > PROPS_MAX_BYTES:
         raise ma.ValidationError(f"must serialise to at most {PROPS_MAX_BYTES} bytes of JSON.")
+    if b"\\u0000" in raw:
+        raise ma.ValidationError("must not contain NUL characters.")
     if _depth(props) > PROPS_MAX_DEPTH:
         raise ma.ValidationError(f"may nest objects/arrays at most {PROPS_MAX_DEPTH} levels deep.")
 
@@ -30,7 +33,9 @@ class TrackEventSchema(ma.Schema):
         r"^[A-Za-z0-9_.:\-]{1,64}\Z", error="must be 1-64 characters of A-Z a-z 0-9 _ . : -"),
         metadata={"description": "Event name: 1–64 characters of `A-Za-z0-9_.:-`.",
                   "example": "signup_started"})
-    session_id = ma.fields.String(validate=ma.validate.Length(min=1, max=128), allow_none=True,
+    session_id = ma.fields.String(validate=ma.validate.Regexp(
+        r"^[^\x00-\x1f\x7f]{1,128}\Z", error="must be 1-128 characters, no control characters"),
+        allow_none=True,
                                   metadata={"description": "Client session id (1–128 characters). "
                                             "Events without one count in no funnel."})
     props = ma.fields.Dict(keys=ma.fields.String(), allow_none=True, validate=_check_props,

@@ -23,10 +23,10 @@ def _email_key() -> str:
 def per_ip(config_name: str):
     """Decorator: the limit in ``config[config_name]`` per client IP."""
     return limiter.limit(lambda: current_app.config[config_name],
-                         error_message=f"Too many requests from this address ({config_name}).")
+                         error_message=lambda: f"{current_app.config[config_name]} per client IP")
 
 
 def per_email(config_name: str):
     """Decorator: the limit in ``config[config_name]`` per e-mail address in the body."""
     return limiter.limit(lambda: current_app.config[config_name], key_func=_email_key,
-                         error_message=f"Too many requests for this e-mail address ({config_name}).")
+                         error_message=lambda: f"{current_app.config[config_name]} per e-mail address")

@@ -84,9 +84,12 @@ class SignupConfirmPage(MethodView):
                                (200, 400, 409)))
     def post(self, form):
         """Create the account (the page's button) and show its first key once."""
-        try:
-            return _key_page(signup.complete(form["token"]))
-        except DomainError as err:
-            return pages.render("Could not create the account", err.message,
-                                "Sign up again to get a new link." if err.status == 400 else
-                                "Use your existing API keys.", status=err.status)
+        return _key_page(signup.complete(form["token"]))
+
+
+@pages_blp.errorhandler(DomainError)
+def _html_error(err: DomainError):
+    """Domain errors of the sign-up pages (used/expired link, address taken) are pages too."""
+    return pages.render("Could not create the account", err.message,
+                        "Sign up again to get a new link." if err.status == 400 else
+                        "Use your existing API keys.", status=err.status)

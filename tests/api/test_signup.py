@@ -129,3 +129,20 @@ def test_signup_validation(client):
     for body in ({}, {"email": "no"}, {"email": "a@example.com", "promo": 5000}):
         r = client.post("/api/signup", json=body)
         assert r.status_code == 400 and r.get_json()["error"] == "invalid_request"
+
+
+def test_concurrent_redemption_creates_one_account(app, ledger_clean):
+    from concurrent.futures import ThreadPoolExecutor
+
+    with smtp(app) as sink:
+        app.test_client().post("/api/signup", json={"email": "race@example.com"})
+        token = token_in(sink.messages[0])
+
+    def redeem(_):
+        return app.test_client().post("/api/signup/confirm", json={"token": token}).status_code
+
+    with ThreadPoolExecutor(6) as pool:
+        codes = sorted(pool.map(redeem, range(6)))
+    assert codes == [201] + [400] * 5
+    assert _accounts(app) == 1
+    ledger_clean()

@@ -6,3 +6,4 @@ from app.models.usage import UsageHourly  # noqa: F401
 from app.models.outbox import OutboxMessage  # noqa: F401
 from app.models.tracking import TrackEvent  # noqa: F401
 from app.models.public import ContactMessage, SignupRequest, Subscription  # noqa: F401
+from app.models.alerts import Alert, AlertEvent  # noqa: F401

@@ -10,4 +10,5 @@ SCHEDULE: list[tuple[str, int, str]] = [
     ("flush-last-used", 60, "app.tasks.maintenance.flush_last_used"),
     ("outbox-sweep", 30, "app.tasks.outbox.sweep"),
     ("public-prune", 3600, "app.tasks.public.prune"),
+    ("alerts-evaluate", 60, "app.tasks.alerts.evaluate"),
 ]

@@ -1,7 +1,7 @@
 """public endpoints: track events, contact, subscriptions, signup
 
 Revision ID: public
-Revises: 0003
+Revises: alerts
 Create Date: 2026-11-21 21:12:12.986807
 
 """
@@ -13,7 +13,7 @@ from sqlalchemy.dialects import postgresql
 
 # revision identifiers, used by Alembic.
 revision = 'public'
-down_revision = '0003'
+down_revision = 'alerts'
 branch_labels = None
 depends_on = None
 

@@ -45,7 +45,7 @@ def form(action: str, button: str, fields: dict[str, str]) -> Markup:
 
 
 _STATUS_TEXT = {
-    400: "HTML page explaining that the link is invalid, expired or already used.",
+    404: "HTML page explaining that the link is unknown, expired or already used.",
     409: "HTML page explaining that the address already has an account.",
 }
 

@@ -17,7 +17,7 @@ from sqlalchemy import func, select, update
 
 from sqlalchemy.exc import IntegrityError
 
-from app.errors import Conflict, InvalidRequest
+from app.errors import Conflict, NotFound
 from app.extensions import db
 from app.ids import new_id
 from app.models import Account, SignupRequest
@@ -74,10 +74,10 @@ def check_token(token: str | None) -> SignupRequest | None:
         SignupRequest.expires_at > utcnow())).scalar_one_or_none()
 
 
-class TokenInvalid(InvalidRequest):
+class TokenInvalid(NotFound):
     """The sign-up link is unknown, expired or already used."""
 
-    status, code, message = 400, "invalid_token", "This sign-up link is invalid, expired or already used."
+    status, code, message = 404, "invalid_token", "This sign-up link is invalid, expired or already used."
 
 
 def complete(token: str | None) -> dict:

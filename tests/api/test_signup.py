@@ -44,8 +44,8 @@ def test_signup_page_flow_creates_account_with_promo_and_key(app, client, ledger
     assert acct["email"] == "new.user@example.com" and acct["balance_cents"] == 1000
     # the key is shown once: the link is used up
     again = client.post("/signup/confirm", data={"token": token})
-    assert again.status_code == 400 and b"svc_live_" not in again.data
-    assert client.get(path_of(link)).status_code == 400
+    assert again.status_code == 404 and b"svc_live_" not in again.data
+    assert client.get(path_of(link)).status_code == 404
     with app.app_context():
         keys = db.session.execute(select(ApiKey)).scalars().all()
         assert len(keys) == 1 and key not in str([k.key_hash for k in keys])
@@ -63,9 +63,9 @@ def test_json_confirm_and_reuse(app, client, ledger_clean):
     assert j["account"]["balance_cents"] == 1000 and j["key"]["key"].startswith("svc_live_")
     assert set(j["key"]["scopes"]) >= {"keys:write", "call:write", "analytics:read"}
     reuse = client.post("/api/signup/confirm", json={"token": token})
-    assert reuse.status_code == 400 and reuse.get_json()["error"] == "invalid_token"
+    assert reuse.status_code == 404 and reuse.get_json()["error"] == "invalid_token"
     bogus = client.post("/api/signup/confirm", json={"token": "nope"})
-    assert bogus.status_code == 400 and bogus.get_json()["error"] == "invalid_token"
+    assert bogus.status_code == 404 and bogus.get_json()["error"] == "invalid_token"
     ledger_clean()
 
 
@@ -77,9 +77,9 @@ def test_expired_token(app, client):
         db.session.execute(update(SignupRequest).values(expires_at=utcnow() - timedelta(seconds=1)))
         db.session.commit()
         db.session.remove()
-    assert client.get("/signup/confirm?token=" + token).status_code == 400
+    assert client.get("/signup/confirm?token=" + token).status_code == 404
     r = client.post("/signup/confirm", data={"token": token})
-    assert r.status_code == 400 and _accounts(app) == 0
+    assert r.status_code == 404 and _accounts(app) == 0
 
 
 def test_no_enumeration_and_existing_account_notice(app, client, make_account):
@@ -107,7 +107,7 @@ def test_second_link_after_account_exists(app, client):
 
 def test_confirm_page_escapes_and_ignores_tracking_params(app, client):
     r = client.get('/signup/confirm?token=<script>alert(1)</script>&utm_source=mail')
-    assert r.status_code == 400 and b"<script>" not in r.data
+    assert r.status_code == 404 and b"<script>" not in r.data
     assert "default-src 'none'" in r.headers["Content-Security-Policy"]
 
 
@@ -143,6 +143,6 @@ def test_concurrent_redemption_creates_one_account(app, ledger_clean):
 
     with ThreadPoolExecutor(6) as pool:
         codes = sorted(pool.map(redeem, range(6)))
-    assert codes == [201] + [400] * 5
+    assert codes == [201] + [404] * 5
     assert _accounts(app) == 1
     ledger_clean()

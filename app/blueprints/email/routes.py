@@ -52,11 +52,11 @@ class ConfirmPage(MethodView):
     @public
     @per_ip("PUBLIC_PAGE_RATE_LIMIT")
     @pages_blp.arguments(TokenQuerySchema, location="query")
-    @pages_blp.doc(**pages.doc("Page with a button that confirms the subscription.", (200, 400)))
+    @pages_blp.doc(**pages.doc("Page with a button that confirms the subscription.", (200, 404)))
     def get(self, query):
         """Confirmation page (the e-mailed link). Shows a button; opening it changes nothing."""
         if newsletter.check_token(query["token"]) is None:
-            return pages.render("Link not valid", *_INVALID, status=400)
+            return pages.render("Link not valid", *_INVALID, status=404)
         return pages.render("Confirm your subscription",
                             "Press the button to start receiving e-mail from us.",
                             pages.form("/email/confirm", "Confirm subscription",
@@ -65,12 +65,12 @@ class ConfirmPage(MethodView):
     @public
     @per_ip("PUBLIC_PAGE_RATE_LIMIT")
     @pages_blp.arguments(TokenFormSchema, location="form")
-    @pages_blp.doc(**pages.doc("The subscription is confirmed.", (200, 400)))
+    @pages_blp.doc(**pages.doc("The subscription is confirmed.", (200, 404)))
     def post(self, form):
         """Confirm the subscription (the page's button). The token works once."""
         sub = newsletter.confirm(form["token"])
         if sub is None:
-            return pages.render("Link not valid", *_INVALID, status=400)
+            return pages.render("Link not valid", *_INVALID, status=404)
         return pages.render("You are subscribed",
                             f"{sub.email} will receive {newsletter.LIST_NAMES[sub.list]}.",
                             "Every e-mail has a one-click unsubscribe link.")
@@ -80,18 +80,18 @@ class ConfirmPage(MethodView):
 class OneClickUnsubscribe(MethodView):
     @public
     @per_ip("PUBLIC_PAGE_RATE_LIMIT")
-    @pages_blp.doc(**pages.doc("Page with a button that unsubscribes the address.", (200, 400)))
+    @pages_blp.doc(**pages.doc("Page with a button that unsubscribes the address.", (200, 404)))
     def get(self, token):
         """The `List-Unsubscribe` link opened in a browser: a page with a button."""
         if emailtokens.unsubscribe_email(token) is None:
-            return pages.render("Link not valid", "This unsubscribe link is not valid.", status=400)
+            return pages.render("Link not valid", "This unsubscribe link is not valid.", status=404)
         return pages.render("Unsubscribe", "Stop all list e-mail to this address?",
                             pages.form(f"/email/unsubscribe/{token}", "Unsubscribe",
                                        {"List-Unsubscribe": "One-Click"}))
 
     @public
     @per_ip("PUBLIC_PAGE_RATE_LIMIT")
-    @pages_blp.doc(**pages.doc("The address is unsubscribed from every list.", (200, 400)),
+    @pages_blp.doc(**pages.doc("The address is unsubscribed from every list.", (200, 404)),
                    requestBody={"required": False, "content": {
                        "application/x-www-form-urlencoded": {"schema": {
                            "type": "object",
@@ -101,5 +101,5 @@ class OneClickUnsubscribe(MethodView):
         """RFC 8058 one-click unsubscribe (`List-Unsubscribe=One-Click`): removes the
         address the signed token names from every list."""
         if not newsletter.one_click_unsubscribe(token):
-            return pages.render("Link not valid", "This unsubscribe link is not valid.", status=400)
+            return pages.render("Link not valid", "This unsubscribe link is not valid.", status=404)
         return pages.render("Unsubscribed", "You will receive no further list e-mail from us.")

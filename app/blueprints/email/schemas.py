@@ -26,12 +26,13 @@ class TokenQuerySchema(ma.Schema):
     class Meta:
         unknown = ma.EXCLUDE  # tracking parameters added by mail clients are ignored
 
-    token = ma.fields.String(load_default="", validate=ma.validate.Length(max=200),
-                             metadata={"description": "The token from the e-mailed link."})
+    token = ma.fields.String(load_default="",
+                             metadata={"description": "The token from the e-mailed link (an unknown, "
+                                       "expired or used token shows a 404 page)."})
 
 
 class TokenFormSchema(ma.Schema):
     class Meta:
         unknown = ma.EXCLUDE
 
-    token = ma.fields.String(required=True, validate=ma.validate.Length(max=200))
+    token = ma.fields.String(load_default="", metadata={"description": "The token from the page's form."})

@@ -39,7 +39,7 @@ class SignupConfirmView(MethodView):
     @per_ip("PUBLIC_PAGE_RATE_LIMIT")
     @blp.arguments(SignupConfirmSchema)
     @blp.response(201, SignupCompletedSchema)
-    @blp.alt_response(400, response="DEFAULT_ERROR",
+    @blp.alt_response(404, response="NOT_FOUND",
                       description="`invalid_token`: unknown, expired or already used token.")
     @blp.alt_response(409, response="CONFLICT", description="The address already has an account.")
     @blp.alt_response(429, response="TOO_MANY_REQUESTS")
@@ -66,13 +66,13 @@ class SignupConfirmPage(MethodView):
     @public
     @per_ip("PUBLIC_PAGE_RATE_LIMIT")
     @pages_blp.arguments(TokenQuerySchema, location="query")
-    @pages_blp.doc(**pages.doc("Page with a button that creates the account.", (200, 400)))
+    @pages_blp.doc(**pages.doc("Page with a button that creates the account.", (200, 404)))
     def get(self, query):
         """Sign-up confirmation page (the e-mailed link). Opening it changes nothing."""
         req = signup.check_token(query["token"])
         if req is None:
             return pages.render("Link not valid", "This sign-up link is invalid, has expired "
-                                "or was already used.", "Sign up again to get a new link.", status=400)
+                                "or was already used.", "Sign up again to get a new link.", status=404)
         return pages.render("Create your account", f"Create the account for {req.email}?",
                             pages.form("/signup/confirm", "Create account and show my API key",
                                        {"token": query["token"]}))
@@ -81,7 +81,7 @@ class SignupConfirmPage(MethodView):
     @per_ip("PUBLIC_PAGE_RATE_LIMIT")
     @pages_blp.arguments(TokenFormSchema, location="form")
     @pages_blp.doc(**pages.doc("The account is created; its first API key is shown once.",
-                               (200, 400, 409)))
+                               (200, 404, 409)))
     def post(self, form):
         """Create the account (the page's button) and show its first key once."""
         return _key_page(signup.complete(form["token"]))
@@ -91,5 +91,5 @@ class SignupConfirmPage(MethodView):
 def _html_error(err: DomainError):
     """Domain errors of the sign-up pages (used/expired link, address taken) are pages too."""
     return pages.render("Could not create the account", err.message,
-                        "Sign up again to get a new link." if err.status == 400 else
+                        "Sign up again to get a new link." if err.status == 404 else
                         "Use your existing API keys.", status=err.status)

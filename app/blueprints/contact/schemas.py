@@ -1,14 +1,10 @@
 """Schemas of the contact form (SPEC part 2: ContactForm)."""
 import marshmallow as ma
 
-def no_nul(value: str) -> None:
-    if "\x00" in value:
-        raise ma.ValidationError("must not contain NUL characters.")
-
-
-def single_line(value: str) -> None:
-    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
-        raise ma.ValidationError("must not contain control characters or line breaks.")
+# Exported as the OpenAPI ``pattern`` too, so clients (and fuzzers) know the rule.
+no_nul = ma.validate.Regexp(r"^[^\x00]*\Z", error="must not contain NUL characters.")
+single_line = ma.validate.Regexp(r"^[^\x00-\x1f\x7f]*\Z",
+                                 error="must not contain control characters or line breaks.")
 
 
 EMAIL_DOC = {"description": "E-mail address (at most 254 characters).", "format": "email"}

@@ -18,14 +18,37 @@ def _depth(value, level: int = 1) -> int:
     return level
 
 
-def _check_props(props: dict) -> None:
-    raw = orjson.dumps(props)
-    if len(raw) > PROPS_MAX_BYTES:
-        raise ma.ValidationError(f"must serialise to at most {PROPS_MAX_BYTES} bytes of JSON.")
-    if b"\\u0000" in raw:
-        raise ma.ValidationError("must not contain NUL characters.")
-    if _depth(props) > PROPS_MAX_DEPTH:
-        raise ma.ValidationError(f"may nest objects/arrays at most {PROPS_MAX_DEPTH} levels deep.")
+_SCALAR = {"type": ["string", "number", "integer", "boolean", "null"]}
+_LEVEL3 = {"anyOf": [_SCALAR, {"type": "object", "additionalProperties": _SCALAR},
+                     {"type": "array", "items": _SCALAR}]}
+_LEVEL2 = {"anyOf": [_SCALAR, {"type": "object", "additionalProperties": _LEVEL3},
+                     {"type": "array", "items": _LEVEL3}]}
+
+
+class PropsField(ma.fields.Dict):
+    """``props``: a JSON object nested at most 3 levels, at most 4,096 bytes serialised.
+    NUL characters (which PostgreSQL cannot store) are replaced by U+FFFD."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        props = super()._deserialize(value, attr, data, **kwargs)
+        raw = orjson.dumps(props)
+        if len(raw) > PROPS_MAX_BYTES:
+            raise ma.ValidationError(f"must serialise to at most {PROPS_MAX_BYTES} bytes of JSON.")
+        if _depth(props) > PROPS_MAX_DEPTH:
+            raise ma.ValidationError(f"may nest objects/arrays at most {PROPS_MAX_DEPTH} levels deep.")
+        if b"\\u0000" in raw:  # cheap pre-check; rare
+            props = _without_nul(props)
+        return props
+
+
+def _without_nul(value):
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, dict):
+        return {_without_nul(k): _without_nul(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_nul(v) for v in value]
+    return value
 
 
 class TrackEventSchema(ma.Schema):
@@ -38,10 +61,11 @@ class TrackEventSchema(ma.Schema):
         allow_none=True,
                                   metadata={"description": "Client session id (1–128 characters). "
                                             "Events without one count in no funnel."})
-    props = ma.fields.Dict(keys=ma.fields.String(), allow_none=True, validate=_check_props,
-                           metadata={"description": "Free-form JSON object: at most 4,096 bytes "
-                                     "serialised, objects/arrays nested at most 3 levels "
-                                     "(`props` itself is level 1)."})
+    props = PropsField(keys=ma.fields.String(), allow_none=True, metadata={
+        "description": "Free-form JSON object: at most 4,096 bytes serialised, objects/arrays "
+                       "nested at most 3 levels (`props` itself is level 1). NUL characters "
+                       "are stored as U+FFFD.",
+        "additionalProperties": _LEVEL2})
 
 
 class FunnelQuerySchema(ma.Schema):

@@ -10,3 +10,9 @@ SCHEDULE: list[tuple[str, int, str]] = [
     ("flush-last-used", 60, "app.tasks.maintenance.flush_last_used"),
     ("outbox-sweep", 30, "app.tasks.outbox.sweep"),
 ]
+# Agents: settle the previous month as soon as it is over (no-op once settled), and purge
+# expired sign-in nonces / sessions.
+SCHEDULE += [
+    ("agent-settlement", 6 * 3600, "app.tasks.agents.settle_due"),
+    ("agent-auth-purge", 3600, "app.tasks.agents.purge_expired"),
+]

@@ -1,0 +1,144 @@
+"""Schemas of the agent endpoints (SPEC part 2: Agent, Nonce, Session, agent module
+submission; and the shapes SPEC leaves open: builds, agent usage, earnings, leaderboard)."""
+import marshmallow as ma
+
+
+class NonceSchema(ma.Schema):
+    nonce = ma.fields.String(required=True, metadata={
+        "description": "`n_` + 32 base62 characters (≈190 random bits). Sign its exact UTF-8 bytes."})
+    expires_at = ma.fields.DateTime(required=True, metadata={
+        "description": "5 minutes after issue (AGENT_NONCE_TTL_SECONDS). Single use."})
+
+
+class SignInSchema(ma.Schema):
+    pubkey = ma.fields.String(required=True, validate=ma.validate.Length(max=200),
+                              metadata={"description": "`ed25519:<base58 of the 32-byte public key>`"})
+    nonce = ma.fields.String(required=True, validate=ma.validate.Length(max=200),
+                             metadata={"description": "A nonce from `GET /api/agent/nonce`."})
+    signature = ma.fields.String(required=True, validate=ma.validate.Length(max=200), metadata={
+        "description": "`base58:<64-byte ed25519 signature of the nonce's UTF-8 bytes>`"})
+
+
+class SessionSchema(ma.Schema):
+    agent_id = ma.fields.String(required=True)
+    session = ma.fields.String(required=True, metadata={
+        "description": "`svc_sess_…` bearer token; acts as the agent's account with scopes "
+                       "call:read, call:write, agent:read, agent:write."})
+    expires_in = ma.fields.Integer(required=True, metadata={"description": "Seconds (3600 by default)."})
+
+
+class RegisterSchema(ma.Schema):
+    name = ma.fields.String(required=True, validate=ma.validate.Length(min=1, max=100))
+    pubkey = ma.fields.String(required=True, validate=ma.validate.Length(max=200),
+                              metadata={"description": "`ed25519:<base58 of 32 bytes>`"})
+    webhook = ma.fields.String(load_default=None, allow_none=True, validate=ma.validate.Length(max=2000),
+                               metadata={"description": "https URL receiving the agent's signed events "
+                                                        "(settlement.completed, module.approved, "
+                                                        "module.rejected). Optional."})
+
+
+class AgentSchema(ma.Schema):
+    id = ma.fields.String(required=True)
+    name = ma.fields.String(required=True)
+    pubkey = ma.fields.String(required=True)
+    webhook = ma.fields.String(required=True, allow_none=True)
+    account_id = ma.fields.String(required=True, metadata={"description": "The agent's own account."})
+
+
+class AgentRegisteredSchema(AgentSchema):
+    webhook_secret = ma.fields.String(required=True, metadata={
+        "description": "Standard Webhooks signing secret (`whsec_…`) of the events sent to `webhook`. "
+                       "Returned to the owner account by register (also on an idempotent repeat)."})
+
+
+class BuildSubmitSchema(ma.Schema):
+    slug = ma.fields.String(required=True, validate=ma.validate.Length(min=1, max=64),
+                            metadata={"description": "`^[a-z0-9][a-z0-9-]{0,63}$`, unique across modules."})
+    price_cents = ma.fields.Integer(required=True, strict=True,
+                                    validate=ma.validate.Range(min=0, max=1_000_000),
+                                    metadata={"description": "Price of each call of every action, in cents."})
+    actions = ma.fields.List(ma.fields.String(validate=ma.validate.Length(min=1, max=64)),
+                             required=True, validate=ma.validate.Length(min=1, max=50),
+                             metadata={"description": "Action names, `^[a-z0-9][a-z0-9_.-]{0,63}$`."})
+    webhook = ma.fields.String(load_default=None, allow_none=True, validate=ma.validate.Length(max=2000),
+                               metadata={"description": "https URL the approved module's calls are "
+                                                        "forwarded to; defaults to the agent's webhook."})
+    description = ma.fields.String(load_default=None, allow_none=True,
+                                   validate=ma.validate.Length(max=1000))
+
+
+class BuildSchema(ma.Schema):
+    id = ma.fields.String(required=True)
+    agent_id = ma.fields.String(required=True)
+    slug = ma.fields.String(required=True)
+    status = ma.fields.String(required=True, validate=ma.validate.OneOf(
+        ["pending_review", "approved", "rejected"]))
+    price_cents = ma.fields.Integer(required=True)
+    actions = ma.fields.List(ma.fields.String(), required=True)
+    webhook = ma.fields.String(required=True)
+    description = ma.fields.String(required=True)
+    review_notes = ma.fields.String(required=True, allow_none=True,
+                                    metadata={"description": "Reviewer's notes / rejection reason."})
+    created_at = ma.fields.DateTime(required=True)
+    reviewed_at = ma.fields.DateTime(required=True, allow_none=True)
+    webhook_secret = ma.fields.String(required=True, metadata={
+        "description": "Standard Webhooks secret (`whsec_…`) with which the gateway signs the calls "
+                       "it forwards to `webhook` once approved. Verify `webhook-signature` with it."})
+
+
+class BuildListSchema(ma.Schema):
+    builds = ma.fields.List(ma.fields.Nested(BuildSchema), required=True)
+
+
+class ModuleUsageSchema(ma.Schema):
+    slug = ma.fields.String(required=True)
+    calls = ma.fields.Integer(required=True)
+    spend_cents = ma.fields.Integer(required=True)
+
+
+class AgentUsageSchema(ma.Schema):
+    agent_id = ma.fields.String(required=True)
+    period_start = ma.fields.DateTime(required=True)
+    period_end = ma.fields.DateTime(required=True)
+    calls = ma.fields.Integer(required=True, metadata={"description": "Live calls made by the agent."})
+    errors = ma.fields.Integer(required=True)
+    spend_cents = ma.fields.Integer(required=True)
+    by_module = ma.fields.List(ma.fields.Nested(ModuleUsageSchema), required=True)
+
+
+class StatementSchema(ma.Schema):
+    id = ma.fields.String(required=True)
+    month = ma.fields.String(required=True, metadata={"description": "YYYY-MM"})
+    amount_cents = ma.fields.Integer(required=True)
+    amount_micros = ma.fields.Integer(required=True)
+    settled_at = ma.fields.DateTime(required=True)
+
+
+class EarningsSchema(ma.Schema):
+    agent_id = ma.fields.String(required=True)
+    share_pct = ma.fields.Integer(required=True, metadata={"description": "Owner share of module revenue (30)."})
+    accrued_cents = ma.fields.Integer(required=True, metadata={"description": "Earned, not yet settled."})
+    settled_cents = ma.fields.Integer(required=True, metadata={"description": "Moved to the agent account's balance."})
+    lifetime_cents = ma.fields.Integer(required=True)
+    accrued_micros = ma.fields.Integer(required=True)
+    settled_micros = ma.fields.Integer(required=True)
+    settlements = ma.fields.List(ma.fields.Nested(StatementSchema), required=True,
+                                 metadata={"description": "The 12 most recent monthly statements."})
+
+
+class LeaderboardQuerySchema(ma.Schema):
+    limit = ma.fields.Integer(load_default=10, validate=ma.validate.Range(min=1, max=100))
+
+
+class LeaderboardEntrySchema(ma.Schema):
+    rank = ma.fields.Integer(required=True)
+    agent_id = ma.fields.String(required=True)
+    name = ma.fields.String(required=True)
+    earnings_cents = ma.fields.Integer(required=True)
+
+
+class LeaderboardSchema(ma.Schema):
+    week_start = ma.fields.DateTime(required=True, metadata={"description": "Monday 00:00 UTC"})
+    week_end = ma.fields.DateTime(required=True)
+    limit = ma.fields.Integer(required=True)
+    entries = ma.fields.List(ma.fields.Nested(LeaderboardEntrySchema), required=True)

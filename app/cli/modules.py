@@ -7,7 +7,7 @@ import json
 import sys
 
 import click
-from flask.cli import AppGroup
+from flask.cli import AppGroup, with_appcontext
 
 from app.errors import DomainError
 from app.services import builds, settlement
@@ -57,6 +57,7 @@ def reject(slug, reason):
 
 @click.command("settle")
 @click.option("--month", default=None, help="YYYY-MM (default: the previous month, UTC).")
+@with_appcontext
 def settle_cmd(month):
     """Settle agents' earnings for MONTH into their accounts (idempotent; exits 1 if any
     agent failed — run again to retry those)."""

@@ -39,7 +39,7 @@ def submit(agent_id: str | None, *, slug: str, price_cents: int, actions: list[s
     if not agent_id:
         raise Forbidden("Only agents submit modules: sign in as the agent and use its session.")
     agent = get_agent(agent_id)
-    if not isinstance(slug, str) or not SLUG_RE.match(slug):
+    if not isinstance(slug, str) or not SLUG_RE.fullmatch(slug):
         raise InvalidRequest("slug: must match ^[a-z0-9][a-z0-9-]{0,63}$ (lower-case letters, digits, '-').")
     if not isinstance(price_cents, int) or isinstance(price_cents, bool) \
             or not 0 <= price_cents <= MAX_PRICE_CENTS:
@@ -48,7 +48,7 @@ def submit(agent_id: str | None, *, slug: str, price_cents: int, actions: list[s
         raise InvalidRequest("actions: must list at least one action.")
     if len(actions) > MAX_ACTIONS:
         raise InvalidRequest(f"actions: at most {MAX_ACTIONS} actions.")
-    bad = [a for a in actions if not isinstance(a, str) or not ACTION_RE.match(a)]
+    bad = [a for a in actions if not isinstance(a, str) or not ACTION_RE.fullmatch(a)]
     if bad:
         raise InvalidRequest("actions: each action must match ^[a-z0-9][a-z0-9_.-]{0,63}$.")
     if len(set(actions)) != len(actions):

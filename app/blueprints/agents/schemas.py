@@ -2,6 +2,40 @@
 submission; and the shapes SPEC leaves open: builds, agent usage, earnings, leaderboard)."""
 import marshmallow as ma
 
+B58 = "[1-9A-HJ-NP-Za-km-z]"
+PUBKEY_PATTERN = rf"^ed25519:{B58}{{43,44}}$"
+HTTPS_PATTERN = r"^https?://[^\x00-\x20\x7f/?#@]+(/[^\x00-\x20\x7f]*)?$"
+# Explicit character classes (no \s or .), so Python and ECMA regexes agree exactly.
+_WS = r"\x00-\x20\x7f-\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+NAME_PATTERN = rf"^[^{_WS}]([^\x00-\x1f\x7f-\x9f\u2028\u2029]*[^{_WS}])?$"
+SLUG_PATTERN = r"^[a-z0-9][a-z0-9-]{0,63}$"
+ACTION_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,63}$"
+
+
+class JsonInteger(ma.fields.Integer):
+    """A JSON integer: ``5`` and ``5.0`` are accepted (JSON Schema ``integer``); strings,
+    booleans and fractions are not."""
+
+    def _validated(self, value):
+        if isinstance(value, (str, bool)) or (isinstance(value, float) and not value.is_integer()):
+            raise self.make_error("invalid")
+        return super()._validated(value)
+
+
+class Pattern(ma.validate.Regexp):
+    """``Regexp`` matched with ``fullmatch`` (Python's ``$`` also matches before a final
+    newline; JSON Schema's does not)."""
+
+    def __call__(self, value):
+        if self.regex.fullmatch(value) is None:
+            raise ma.ValidationError(self._format_error(value))
+        return value
+
+
+def _unique(values):
+    if len(set(values)) != len(values):
+        raise ma.ValidationError("Must not contain duplicates.")
+
 
 class NonceSchema(ma.Schema):
     nonce = ma.fields.String(required=True, metadata={
@@ -28,10 +62,14 @@ class SessionSchema(ma.Schema):
 
 
 class RegisterSchema(ma.Schema):
-    name = ma.fields.String(required=True, validate=ma.validate.Length(min=1, max=100))
-    pubkey = ma.fields.String(required=True, validate=ma.validate.Length(max=200),
-                              metadata={"description": "`ed25519:<base58 of 32 bytes>`"})
-    webhook = ma.fields.String(load_default=None, allow_none=True, validate=ma.validate.Length(max=2000),
+    name = ma.fields.String(required=True, validate=[ma.validate.Length(min=1, max=100),
+                                                     Pattern(NAME_PATTERN)],
+                            metadata={"description": "No control characters; no leading or trailing white space."})
+    pubkey = ma.fields.String(required=True, validate=Pattern(PUBKEY_PATTERN), metadata={
+        "description": "`ed25519:<base58 of the 32-byte public key>`; must be a valid ed25519 point "
+                       "(400 otherwise)."})
+    webhook = ma.fields.String(load_default=None, allow_none=True,
+                               validate=[ma.validate.Length(max=2000), Pattern(HTTPS_PATTERN)],
                                metadata={"description": "https URL receiving the agent's signed events "
                                                         "(settlement.completed, module.approved, "
                                                         "module.rejected). Optional."})
@@ -52,15 +90,15 @@ class AgentRegisteredSchema(AgentSchema):
 
 
 class BuildSubmitSchema(ma.Schema):
-    slug = ma.fields.String(required=True, validate=ma.validate.Length(min=1, max=64),
-                            metadata={"description": "`^[a-z0-9][a-z0-9-]{0,63}$`, unique across modules."})
-    price_cents = ma.fields.Integer(required=True, strict=True,
-                                    validate=ma.validate.Range(min=0, max=1_000_000),
-                                    metadata={"description": "Price of each call of every action, in cents."})
-    actions = ma.fields.List(ma.fields.String(validate=ma.validate.Length(min=1, max=64)),
-                             required=True, validate=ma.validate.Length(min=1, max=50),
-                             metadata={"description": "Action names, `^[a-z0-9][a-z0-9_.-]{0,63}$`."})
-    webhook = ma.fields.String(load_default=None, allow_none=True, validate=ma.validate.Length(max=2000),
+    slug = ma.fields.String(required=True, validate=Pattern(SLUG_PATTERN),
+                            metadata={"description": "Unique across modules (409 when taken or pending)."})
+    price_cents = JsonInteger(required=True, validate=ma.validate.Range(min=0, max=1_000_000),
+                              metadata={"description": "Price of each call of every action, in cents."})
+    actions = ma.fields.List(ma.fields.String(validate=Pattern(ACTION_PATTERN)),
+                             required=True, validate=[ma.validate.Length(min=1, max=50), _unique],
+                             metadata={"description": "Distinct action names.", "uniqueItems": True})
+    webhook = ma.fields.String(load_default=None, allow_none=True,
+                               validate=[ma.validate.Length(max=2000), Pattern(HTTPS_PATTERN)],
                                metadata={"description": "https URL the approved module's calls are "
                                                         "forwarded to; defaults to the agent's webhook."})
     description = ma.fields.String(load_default=None, allow_none=True,

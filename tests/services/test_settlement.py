@@ -210,3 +210,40 @@ def test_cli_and_schedule(app, agents, payer, ledger_clean):
         assert res["month"] == "2026-09" and res["already_settled"] == 1
         assert settlement.previous_month(datetime(2026, 1, 5, tzinfo=timezone.utc)) == "2025-12"
     ledger_clean()
+
+
+def test_concurrent_runs_settle_each_agent_once(app, agents, payer, ledger_clean):
+    import threading
+
+    trio = agents(3)
+    with app.app_context():
+        for ag in trio:
+            charge(payer.id, ag["id"], 100, at=SEPT)
+    barrier = threading.Barrier(4)
+    errors = []
+
+    def run():
+        with app.app_context():
+            barrier.wait()
+            try:
+                settlement.settle_month("2026-09", now=LATER)
+            except Exception as exc:  # noqa: BLE001 - SQLite may report a busy writer
+                errors.append(exc)
+            finally:
+                db.session.remove()
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    with app.app_context():
+        if db.engine.dialect.name == "postgresql":  # row locks: the losers just skip
+            assert errors == []
+        if errors:  # SQLite busy writer: whatever failed is retried by the next run
+            settlement.settle_month("2026-09", now=LATER)
+        assert db.session.query(AgentSettlement).count() == 3
+        for ag in trio:
+            assert _balance(ag["account_id"]) == 300_000
+            assert ledger.balance(ledger.earnings(ag["id"])) == 0
+    ledger_clean()

@@ -128,7 +128,7 @@ class BuildListSchema(ma.Schema):
     builds = ma.fields.List(ma.fields.Nested(BuildSchema), required=True)
 
 
-class ModuleUsageSchema(ma.Schema):
+class AgentModuleUsageSchema(ma.Schema):
     slug = ma.fields.String(required=True)
     calls = ma.fields.Integer(required=True)
     spend_cents = ma.fields.Integer(required=True)
@@ -141,7 +141,7 @@ class AgentUsageSchema(ma.Schema):
     calls = ma.fields.Integer(required=True, metadata={"description": "Live calls made by the agent."})
     errors = ma.fields.Integer(required=True)
     spend_cents = ma.fields.Integer(required=True)
-    by_module = ma.fields.List(ma.fields.Nested(ModuleUsageSchema), required=True)
+    by_module = ma.fields.List(ma.fields.Nested(AgentModuleUsageSchema), required=True)
 
 
 class StatementSchema(ma.Schema):

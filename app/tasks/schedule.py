@@ -9,6 +9,7 @@ from __future__ import annotations
 SCHEDULE: list[tuple[str, int, str]] = [
     ("flush-last-used", 60, "app.tasks.maintenance.flush_last_used"),
     ("outbox-sweep", 30, "app.tasks.outbox.sweep"),
+    ("alerts-evaluate", 60, "app.tasks.alerts.evaluate"),
 ]
 # Agents: settle the previous month as soon as it is over (no-op once settled), and purge
 # expired sign-in nonces / sessions.

@@ -13,7 +13,7 @@ from sqlalchemy.dialects import postgresql
 
 # revision identifiers, used by Alembic.
 revision = 'agents'
-down_revision = '0003'
+down_revision = 'alerts'
 branch_labels = None
 depends_on = None
 

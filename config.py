@@ -108,6 +108,15 @@ def load_config(overrides: dict | None = None) -> dict:
         # --- outgoing requests ----------------------------------------------
         # Allow webhooks / upstreams on private or loopback addresses (tests, local demo).
         "ALLOW_PRIVATE_URLS": _bool("ALLOW_PRIVATE_URLS", not production),
+        # --- module gateway (app/services/gateway.py, receipts.py) -------------
+        "CATALOG_PATH": _env("CATALOG_PATH", str(BASE_DIR / "catalog" / "modules")),
+        "CATALOG_CACHE_TTL": _float("CATALOG_CACHE_TTL", 5.0),
+        "CALL_SWEEP_MARGIN_SECONDS": _float("CALL_SWEEP_MARGIN_SECONDS", 60.0),
+        "PROVIDER_MAX_RESPONSE_BYTES": _int("PROVIDER_MAX_RESPONSE_BYTES", 5 * 1024 * 1024),
+        "IDEMPOTENCY_TTL_SECONDS": _int("IDEMPOTENCY_TTL_SECONDS", 24 * 3600),
+        "X402_PAY_TO": _env("X402_PAY_TO", "0x0000000000000000000000000000000000000000"),
+        "RECEIPT_SIGNING_KEY": _env("RECEIPT_SIGNING_KEY"),
+        "RECEIPT_RETIRED_PUBLIC_KEYS": _env("RECEIPT_RETIRED_PUBLIC_KEYS", ""),
         # --- OpenAPI (flask-smorest) ----------------------------------------
         "API_TITLE": "Metered API Gateway",
         "API_VERSION": "1.0.0",

@@ -10,10 +10,15 @@ def register_blueprints(app: Flask, api) -> None:
     from app.blueprints.alerts.routes import blp as alerts_blp
     from app.blueprints.docs.routes import bp as docs_bp
     from app.blueprints.keys.routes import blp as keys_blp
+    from app.blueprints.modules.routes import blp as modules_blp
+    from app.blueprints.receipts.routes import blp as receipts_blp
     from app.blueprints.review.routes import blp as review_blp
+    from app.blueprints.usage.routes import blp as usage_blp
 
     app.register_blueprint(docs_bp)
     for blp in (accounts_blp, keys_blp, alerts_blp):
+        api.register_blueprint(blp)
+    for blp in (modules_blp, receipts_blp, usage_blp):
         api.register_blueprint(blp)
     for blp in (agents_blp, review_blp):
         api.register_blueprint(blp)

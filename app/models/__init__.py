@@ -6,3 +6,4 @@ from app.models.usage import UsageHourly  # noqa: F401
 from app.models.outbox import OutboxMessage  # noqa: F401
 from app.models.agents import Agent, AgentNonce, AgentSession, AgentSettlement, ModuleSubmission  # noqa: F401
 from app.models.alerts import Alert, AlertEvent  # noqa: F401
+from app.models.calls import IdempotencyRecord, ModuleCall  # noqa: F401

@@ -24,10 +24,10 @@ from app.extensions import db
 from app.ids import new_id
 from app.models import Agent, Module, ModuleAction, ModuleSubmission
 from app.models.base import utcnow
-from app.services import netguard, outbox
+from app.services import catalog, netguard, outbox
 from app.services.agents import get_agent, new_webhook_secret
 
-SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
+SLUG_RE = catalog.SLUG_RE  # the gateway's slug rule (matched with fullmatch here)
 ACTION_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 MAX_ACTIONS = 50
 MAX_PRICE_CENTS = 1_000_000  # 10,000 USD per call
@@ -208,10 +208,6 @@ def _notify(agent: Agent, event: str, sub: ModuleSubmission) -> str | None:
 
 def _after_review(msg_id: str | None) -> None:
     """After the commit: drop this process's cached catalog snapshots, send the event."""
-    try:  # the gateway's per-process module cache (other processes refresh within its TTL)
-        from app.services import catalog
-        catalog.invalidate_cache()
-    except ImportError:
-        pass
+    catalog.invalidate_cache()  # other processes refresh within CATALOG_CACHE_TTL
     if msg_id:
         outbox.dispatch(msg_id)

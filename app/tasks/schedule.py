@@ -10,6 +10,8 @@ SCHEDULE: list[tuple[str, int, str]] = [
     ("flush-last-used", 60, "app.tasks.maintenance.flush_last_used"),
     ("outbox-sweep", 30, "app.tasks.outbox.sweep"),
     ("alerts-evaluate", 60, "app.tasks.alerts.evaluate"),
+    ("calls-sweep", 30, "app.tasks.gateway.sweep_pending_calls"),
+    ("idempotency-purge", 3600, "app.tasks.gateway.purge_idempotency"),
 ]
 # Agents: settle the previous month as soon as it is over (no-op once settled), and purge
 # expired sign-in nonces / sessions.

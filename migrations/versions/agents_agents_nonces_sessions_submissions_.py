@@ -1,7 +1,7 @@
 """agents nonces sessions submissions settlements
 
 Revision ID: agents
-Revises: 0003
+Revises: gateway
 Create Date: 2026-11-21 21:12:45.190072
 
 """
@@ -13,7 +13,7 @@ from sqlalchemy.dialects import postgresql
 
 # revision identifiers, used by Alembic.
 revision = 'agents'
-down_revision = 'alerts'
+down_revision = 'gateway'
 branch_labels = None
 depends_on = None
 

@@ -18,8 +18,6 @@ from app.services import accounts, ledger, settlement, usage
 from tests.agentkit import Keypair
 from tests.servers import http_server
 
-pytest.importorskip("app.services.gateway", reason="needs the gateway's POST /v1/module/{slug}/call")
-
 
 class AgentServer(BaseHTTPRequestHandler):
     """The agent's own server: verifies every request's Standard Webhooks signature with the

@@ -47,7 +47,7 @@ class AlertEventsView(MethodView):
         return {"events": alerts.list_events(principal().account_id)}
 
 
-@blp.route("/<string:alert_id>")
+@blp.route("/<id:alert_id>")
 class AlertView(MethodView):
     @authenticated("alerts:write")
     @blp.response(200, AlertDeletedSchema)

@@ -12,10 +12,9 @@ SCHEDULE: list[tuple[str, int, str]] = [
     ("alerts-evaluate", 60, "app.tasks.alerts.evaluate"),
     ("calls-sweep", 30, "app.tasks.gateway.sweep_pending_calls"),
     ("idempotency-purge", 3600, "app.tasks.gateway.purge_idempotency"),
-]
-# Agents: settle the previous month as soon as it is over (no-op once settled), and purge
-# expired sign-in nonces / sessions.
-SCHEDULE += [
+    ("chat-release-stale-holds", 300, "app.tasks.chat.release_stale_holds"),
+    # Agents: settle the previous month once it is over (a no-op once settled); purge
+    # expired sign-in nonces and sessions.
     ("agent-settlement", 6 * 3600, "app.tasks.agents.settle_due"),
     ("agent-auth-purge", 3600, "app.tasks.agents.purge_expired"),
 ]

@@ -1,7 +1,7 @@
 """agents nonces sessions submissions settlements
 
 Revision ID: agents
-Revises: gateway
+Revises: chat
 Create Date: 2026-11-21 21:12:45.190072
 
 """
@@ -13,7 +13,7 @@ from sqlalchemy.dialects import postgresql
 
 # revision identifiers, used by Alembic.
 revision = 'agents'
-down_revision = 'gateway'
+down_revision = 'chat'
 branch_labels = None
 depends_on = None
 

@@ -1,7 +1,7 @@
 """agents nonces sessions submissions settlements
 
 Revision ID: agents
-Revises: chat
+Revises: public
 Create Date: 2026-11-21 21:12:45.190072
 
 """
@@ -13,7 +13,7 @@ from sqlalchemy.dialects import postgresql
 
 # revision identifiers, used by Alembic.
 revision = 'agents'
-down_revision = 'chat'
+down_revision = 'public'
 branch_labels = None
 depends_on = None
 

@@ -3,10 +3,10 @@ earnings, leaderboard."""
 from flask.views import MethodView
 
 from app.auth import authenticated, principal, public
-from app.blueprints.agents.schemas import (AgentRegisteredSchema, AgentUsageSchema, BuildListSchema,
-                                           BuildSchema, BuildSubmitSchema, EarningsSchema,
-                                           LeaderboardQuerySchema, LeaderboardSchema, NonceSchema,
-                                           RegisterSchema, SessionSchema, SignInSchema)
+from app.blueprints.agents.schemas import (AgentRegisteredSchema, AgentSessionSchema, AgentUsageSchema,
+                                           BuildListSchema, BuildSchema, BuildSubmitSchema,
+                                           EarningsSchema, LeaderboardQuerySchema, LeaderboardSchema,
+                                           NonceSchema, RegisterSchema, SignInSchema)
 from app.extensions import Blueprint, limiter
 from app.services import agents, builds, earnings
 
@@ -34,7 +34,7 @@ class SignInView(MethodView):
     @public
     @limiter.limit(SIGNIN_LIMIT)
     @blp.arguments(SignInSchema)
-    @blp.response(200, SessionSchema)
+    @blp.response(200, AgentSessionSchema)
     @blp.alt_response(401, response="UNAUTHORIZED", description=(
         "`malformed_signin` (bad prefix, base58 or length), `invalid_signature`, `unknown_agent`, "
         "`unknown_nonce`, `nonce_used` (replay, or lost a concurrent race), `nonce_expired`."))

@@ -53,7 +53,7 @@ class SignInSchema(ma.Schema):
         "description": "`base58:<64-byte ed25519 signature of the nonce's UTF-8 bytes>`"})
 
 
-class SessionSchema(ma.Schema):
+class AgentSessionSchema(ma.Schema):
     agent_id = ma.fields.String(required=True)
     session = ma.fields.String(required=True, metadata={
         "description": "`svc_sess_…` bearer token; acts as the agent's account with scopes "

@@ -20,6 +20,8 @@ COMMANDS = [
     "app.cli.gateway:receipts_cli",
     "app.cli.chat:chat_cli",
     "app.cli.newsletter:newsletter_cli",
+    "app.cli.modules:modules_cli",
+    "app.cli.modules:settle_cmd",
 ]
 
 

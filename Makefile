@@ -5,11 +5,12 @@ BIN     := $(VENV)/bin
 PORT    ?= 8000
 export PORT
 
-.PHONY: help venv run test migrate clean
+.PHONY: help venv run test migrate clean bench
 
 help:
 	@echo "make run    - install into .venv, migrate, load the demo catalog, serve on http://127.0.0.1:$(PORT)"
 	@echo "make test   - run the whole test suite (DATABASE_URL / REDIS_URL honoured when set)"
+	@echo "make bench  - load benchmark on loopback (bench/run.py) -> bench/results/latest.{json,md}"
 
 $(BIN)/activate:
 	$(PY) -m venv $(VENV)
@@ -29,6 +30,11 @@ run: venv
 
 test: venv
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# Load benchmark (never part of `make test`): see README "Performance" and bench/run.py.
+bench: venv
+	bash deploy/system-packages.sh
+	$(BIN)/python bench/run.py
 
 clean:
 	rm -rf $(VENV) instance .pytest_cache

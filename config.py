@@ -114,6 +114,10 @@ def load_config(overrides: dict | None = None) -> dict:
         # --- logging --------------------------------------------------------
         "LOG_LEVEL": _env("LOG_LEVEL", "INFO"),
         "LOG_JSON": _bool("LOG_JSON", production),
+        # --- benchmarks (bench/, never set in a normal run) ------------------
+        # BENCH_PASSTHROUGH=1 registers the bare /bench/passthrough baseline route.
+        "BENCH_PASSTHROUGH": _bool("BENCH_PASSTHROUGH", False),
+        "BENCH_UPSTREAM_URL": _env("BENCH_UPSTREAM_URL"),
     }
     if overrides:
         cfg.update(overrides)

@@ -12,3 +12,10 @@ def register_blueprints(app: Flask, api) -> None:
     app.register_blueprint(docs_bp)
     for blp in (accounts_blp, keys_blp):
         api.register_blueprint(blp)
+
+    if app.config.get("BENCH_PASSTHROUGH"):  # benchmark baseline only (bench/, issue 9)
+        from app.blueprints.bench.routes import blp as bench_blp
+        from app.services.passthrough import check_upstream
+
+        check_upstream(app.config.get("BENCH_UPSTREAM_URL"))
+        api.register_blueprint(bench_blp)

@@ -1,0 +1,135 @@
+"""Targets (ratios from one run) and the Markdown report of a benchmark run."""
+from __future__ import annotations
+
+
+def _row(results: dict, name: str, c: str) -> dict | None:
+    sc = results["scenarios"].get(name)
+    return sc["by_concurrency"].get(c) if sc else None
+
+
+def _target(name: str, value, goal: str, ok: bool | None, detail: str) -> dict:
+    return {"name": name, "value": value, "goal": goal,
+            "status": "n/a" if ok is None else ("met" if ok else "MISSED"), "detail": detail}
+
+
+def targets(results: dict) -> list[dict]:
+    conc = [str(c) for c in results.get("settings", {}).get("concurrency", [1, 16])]
+    lo, hi = conc[0], conc[-1]
+    out = []
+    met, pas = _row(results, "metered", hi), _row(results, "passthrough", hi)
+    if met and pas:
+        r = met["rps"] / pas["rps"] if pas["rps"] else 0.0
+        out.append(_target("metered throughput / passthrough (c=%s)" % hi, round(r, 3), "≥ 0.8",
+                           r >= 0.8, f"{met['rps']} vs {pas['rps']} req/s"))
+    else:
+        out.append(_target("metered throughput / passthrough (c=%s)" % hi, None, "≥ 0.8", None,
+                           "metered or passthrough not measured"))
+    met1, dir1 = _row(results, "metered", lo), _row(results, "direct", lo)
+    if met1 and dir1:
+        added = met1["p50_ms"] - dir1["p50_ms"]
+        out.append(_target("metered added p50 latency (c=%s)" % lo, round(added, 3), "≤ 2 ms",
+                           added <= 2.0, f"{met1['p50_ms']} − {dir1['p50_ms']} ms (direct)"))
+    else:
+        out.append(_target("metered added p50 latency (c=%s)" % lo, None, "≤ 2 ms", None,
+                           "metered not measured"))
+    chat, lite = _row(results, "chat", hi), _row(results, "litellm", hi)
+    if chat and lite:
+        r = chat["rps"] / lite["rps"] if lite["rps"] else 0.0
+        out.append(_target("chat throughput / LiteLLM (c=%s)" % hi, round(r, 3), "≥ 3", r >= 3.0,
+                           f"{chat['rps']} vs {lite['rps']} req/s"))
+    else:
+        out.append(_target("chat throughput / LiteLLM (c=%s)" % hi, None, "≥ 3", None,
+                           "chat or LiteLLM not measured"))
+    chat1, lite1 = _row(results, "chat", lo), _row(results, "litellm", lo)
+    if chat1 and lite1 and dir1:
+        ours = chat1["p50_ms"] - dir1["p50_ms"]
+        theirs = lite1["p50_ms"] - dir1["p50_ms"]
+        r = ours / theirs if theirs > 0 else float("inf")
+        out.append(_target("chat added p50 / LiteLLM added p50 (c=%s)" % lo, round(r, 3), "≤ 0.3",
+                           r <= 0.3, f"{ours:.3f} ms vs {theirs:.3f} ms over direct"))
+    else:
+        out.append(_target("chat added p50 / LiteLLM added p50 (c=%s)" % lo, None, "≤ 0.3", None,
+                           "chat or LiteLLM not measured"))
+    usage = [(n, c, row) for n, sc in results["scenarios"].items() if n.startswith("usage-")
+             for c, row in sc["by_concurrency"].items()]
+    if usage:
+        worst = max(usage, key=lambda t: t[2]["p99_ms"])
+        calls = results.get("checks", {}).get("scale_seed", {}).get("calls")
+        out.append(_target("usage endpoints p99 (worst)", worst[2]["p99_ms"], "≤ 20 ms",
+                           worst[2]["p99_ms"] <= 20.0,
+                           f"{worst[0]} at c={worst[1]}, {calls:,} calls recorded" if calls else worst[0]))
+    else:
+        out.append(_target("usage endpoints p99 (worst)", None, "≤ 20 ms", None, "usage not measured"))
+    errors = {f"{n} c={c}": row["errors"] for n, sc in results["scenarios"].items()
+              for c, row in sc["by_concurrency"].items() if row["errors"]}
+    total = sum(errors.values())
+    out.append(_target("errors in all scenarios", total, "0", total == 0,
+                       ", ".join(f"{k}: {v}" for k, v in errors.items()) or "none"))
+    lc = results.get("checks", {}).get("ledger_check")
+    out.append(_target("flask ledger check after the metered run",
+                       None if lc is None else ("clean" if lc["clean"] else "VIOLATIONS"),
+                       "clean", None if lc is None else lc["clean"],
+                       "not run (no metered scenario)" if lc is None else f"exit {lc['exit_code']}"))
+    mem = results.get("memory", {})
+    r1, r2 = mem.get("after_load_run_1"), mem.get("after_load_run_2")
+    if r1 and r2:
+        growth = {w: (r2.get(w) or 0) - (r1.get(w) or 0) for w in r1}
+        worst = max(growth.values()) if growth else 0
+        out.append(_target("worker RSS growth between two identical runs", f"{worst / 1024:.1f} MiB",
+                           "≤ 2 MiB per worker", worst <= 2048,
+                           ", ".join(f"worker {w}: {g / 1024:+.1f} MiB" for w, g in growth.items())))
+    else:
+        out.append(_target("worker RSS growth between two identical runs", None, "≤ 2 MiB per worker",
+                           None, "needs the metered scenario"))
+    return out
+
+
+def markdown(results: dict) -> str:
+    conc = [str(c) for c in results.get("settings", {}).get("concurrency", [1, 16])]
+    m = results.get("machine", {})
+    v = results.get("versions", {})
+    s = results.get("settings", {})
+    g = s.get("gunicorn", {})
+    lines = [f"### Benchmark run {results.get('generated_at', '')}", "",
+             f"Machine: {m.get('nproc')} CPUs ({m.get('cpu')}), {m.get('memory_mib', 0):,} MiB RAM, "
+             f"Linux {m.get('kernel')}. Everything on loopback on this one machine (load generator included); "
+             f"load average at start {results.get('loadavg_start')}, at end {m.get('loadavg_end')}.",
+             "",
+             "Versions: " + ", ".join(f"{k} {val}" for k, val in v.items() if val), "",
+             f"Settings: gunicorn {g.get('workers')} workers × {g.get('threads')} threads "
+             f"({g.get('worker_class')}), APP_ENV=production, PostgreSQL + Redis; wrk 1 thread, "
+             f"{s.get('duration_s')} s per measurement after a {s.get('warmup_s')} s warm-up; "
+             f"errors = non-2xx/3xx responses + socket errors.", "",
+             "| scenario | " + " | ".join(f"c={c} req/s | c={c} p50 ms | c={c} p99 ms | c={c} errors"
+                                         for c in conc) + " |",
+             "|---|" + "---:|" * (4 * len(conc))]
+    for name, sc in results["scenarios"].items():
+        cells = []
+        for c in conc:
+            row = sc["by_concurrency"].get(c)
+            cells += ([f"{row['rps']:,.0f}", f"{row['p50_ms']:.2f}", f"{row['p99_ms']:.2f}",
+                       str(row["errors"])] if row else ["", "", "", ""])
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    if results.get("unavailable"):
+        lines += ["", "Not measured: " + "; ".join(f"`{k}`: {v}" for k, v in results["unavailable"].items())]
+    lines += ["", "| target | value | goal | status | detail |", "|---|---:|---|---|---|"]
+    for t in results.get("targets", []):
+        val = "—" if t["value"] is None else t["value"]
+        lines.append(f"| {t['name']} | {val} | {t['goal']} | {t['status']} | {t['detail']} |")
+    mem = results.get("memory", {})
+    if mem:
+        lines += ["", "Gunicorn worker RSS (MiB): " + "; ".join(
+            f"{label}: " + ", ".join(f"{(kib or 0) / 1024:.1f}" for kib in workers.values())
+            for label, workers in mem.items())]
+    notes = [f"- `{n}`: {sc['note']}" for n, sc in results["scenarios"].items() if sc.get("note")]
+    if notes:
+        lines += ["", "Scenarios:", *notes]
+    for name, prof in results.get("profiles", {}).items():
+        if "error" in prof:
+            lines += ["", f"Profile `{name}`: {prof['error']}"]
+            continue
+        lines += ["", f"Profile `{name}` (py-spy, {prof['samples']} samples, `{prof['file']}`), "
+                      "inclusive time in project code:"]
+        lines += [f"- {r['pct']}% {r['frame']}" for r in prof["top_inclusive_project"][:8]]
+    lines.append("")
+    return "\n".join(lines)

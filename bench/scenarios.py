@@ -1,0 +1,212 @@
+"""The benchmark scenarios, in the order they run. A scenario whose route is not in this
+build's ``/openapi.json`` (or whose peer is not installed) is reported as not available."""
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench import peers, profile, seed, setup
+
+MODULE_BODY = json.dumps({"action": "echo", "text": "hello bench", "n": 3}).encode()
+CHAT_BODY_TMPL = {"messages": [{"role": "user", "content": "Say hello in five words."}],
+                  "max_tokens": 16}
+BENCH_EMAIL = "bench@bench.example.com"
+GRANT_CENTS = 10_000_000  # $100,000 through the ledger: far more than any run spends
+
+
+class Unavailable(Exception):
+    pass
+
+
+@dataclass
+class Context:
+    bench: object
+    env: dict
+    ports: dict
+    work: Path
+    upstream: str
+    gateway: str
+    paths: dict
+    log: object
+    key: str | None = None
+    account_id: str | None = None
+
+    def ensure_account(self) -> str:
+        """The bench account (enterprise plan: highest per-key rate limit) and its key,
+        funded through the ledger (operator grant)."""
+        if self.key is None:
+            out = json.loads(setup.flask(self.env, "accounts", "create", "--email", BENCH_EMAIL,
+                                         "--plan", "enterprise"))
+            self.key, self.account_id = out["key"], out["account_id"]
+            setup.flask(self.env, "accounts", "grant-credits", self.account_id,
+                        "--cents", str(GRANT_CENTS), "--memo", "bench funding")
+        return self.key
+
+
+def _has(ctx: Context, path: str, method: str = "post") -> bool:
+    return method in ctx.paths.get(path, {})
+
+
+class Scenario:
+    name = ""
+
+    def run(self, ctx: Context) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class Direct(Scenario):
+    name = "direct"
+
+    def run(self, ctx):
+        ctx.bench.measure("direct", f"{ctx.upstream}/module/bench", body=MODULE_BODY,
+                          note="fake upstream (nginx `return`) called directly: the latency floor")
+
+
+class NginxProxy(Scenario):
+    name = "nginx"
+
+    def run(self, ctx):
+        ctx.bench.measure("nginx", f"http://127.0.0.1:{ctx.ports['proxy']}/module/bench",
+                          body=MODULE_BODY, note="nginx proxy_pass (keepalive) to the same upstream")
+
+
+class Passthrough(Scenario):
+    name = "passthrough"
+
+    def run(self, ctx):
+        if not _has(ctx, "/bench/passthrough"):
+            raise Unavailable("/bench/passthrough not registered")
+        ctx.bench.measure("passthrough", f"{ctx.gateway}/bench/passthrough", body=MODULE_BODY,
+                          note="bare Flask route in the same gunicorn, no auth/metering/receipts")
+
+
+class Metered(Scenario):
+    name = "metered"
+
+    def run(self, ctx):
+        if not _has(ctx, "/v1/module/{slug}/call"):
+            raise Unavailable("POST /v1/module/{slug}/call is not in this build")
+        seed.load_bench_module(ctx)
+        key = ctx.ensure_account()
+        url = f"{ctx.gateway}/v1/module/{seed.MODULE_SLUG}/call"
+        headers = {"Authorization": f"Bearer {key}"}
+
+        def check(body: bytes) -> bool:
+            doc = json.loads(body)
+            return bool(doc.get("receipt", {}).get("sig")) and doc.get("ok") is True
+
+        rows = ctx.bench.measure("metered", url, headers=headers, body=MODULE_BODY,
+                                 idempotency=True, check=check,
+                                 note="real key, ledger debit, unique Idempotency-Key, receipt, PostgreSQL")
+        if rows is None:
+            return
+        ctx.bench.memory_snapshot("after_load_run_1")
+        # the same load once more: worker memory must not grow between repeated runs
+        ctx.bench.measure("metered-repeat", url, headers=headers, body=MODULE_BODY,
+                          idempotency=True, check=check, concurrencies=[max(ctx.bench.concurrency)],
+                          note="second identical run (memory growth check)")
+        ctx.bench.memory_snapshot("after_load_run_2")
+        ctx.bench.results["checks"]["ledger_check"] = ledger_check(ctx)
+        if ctx.bench.profile_enabled():
+            ctx.bench.results["profiles"]["metered"] = profile.record(
+                ctx, "metered", url, headers, MODULE_BODY, idempotency=True)
+
+
+def ledger_check(ctx: Context) -> dict:
+    out = subprocess.run([str(setup.BIN / "flask"), "ledger", "check"], env=ctx.env,
+                         cwd=setup.ROOT, capture_output=True, text=True, timeout=600)
+    result = {"exit_code": out.returncode, "clean": out.returncode == 0,
+              "output": (out.stdout + out.stderr).strip()[-2000:]}
+    ctx.log(f"flask ledger check: exit {out.returncode} {result['output'][:200]}")
+    return result
+
+
+class Chat(Scenario):
+    name = "chat"
+
+    def run(self, ctx):
+        if not _has(ctx, "/v1/chat/completions"):
+            raise Unavailable("POST /v1/chat/completions is not in this build")
+        model = seed.load_bench_chat_model(ctx)
+        key = ctx.ensure_account()
+        body = json.dumps({"model": model, **CHAT_BODY_TMPL}).encode()
+        headers = {"Authorization": f"Bearer {key}", **seed.chat_headers(ctx)}
+
+        def check(resp: bytes) -> bool:
+            doc = json.loads(resp)
+            return bool(doc.get("choices")) and "cost_usd" in doc.get("usage", {})
+
+        url = f"{ctx.gateway}/v1/chat/completions"
+        rows = ctx.bench.measure("chat", url, headers=headers, body=body, check=check,
+                                 note="our chat host: key, routing, metering (ledger), usage record")
+        if rows is not None and ctx.bench.profile_enabled():
+            ctx.bench.results["profiles"]["chat"] = profile.record(ctx, "chat", url, headers, body)
+
+
+class LiteLLM(Scenario):
+    name = "litellm"
+
+    def run(self, ctx):
+        base = peers.start_litellm(ctx)
+        body = json.dumps({"model": peers.PEER_MODEL, **CHAT_BODY_TMPL}).encode()
+        ctx.bench.measure("litellm", f"{base}/v1/chat/completions",
+                          headers={"Authorization": f"Bearer {peers.LITELLM_MASTER_KEY}"},
+                          body=body, check=lambda r: bool(json.loads(r).get("choices")),
+                          note="LiteLLM proxy (no database, master key), same upstream, same worker count")
+        peers.stop(ctx, "litellm")
+
+
+class Portkey(Scenario):
+    name = "portkey"
+
+    def run(self, ctx):
+        base = peers.start_portkey(ctx)
+        body = json.dumps({"model": peers.PEER_MODEL, **CHAT_BODY_TMPL}).encode()
+        ctx.bench.measure("portkey", f"{base}/v1/chat/completions",
+                          headers={"Authorization": "Bearer sk-bench", "x-portkey-provider": "openai",
+                                   "x-portkey-custom-host": f"{ctx.upstream}/v1"},
+                          body=body, check=lambda r: bool(json.loads(r).get("choices")),
+                          note="Portkey gateway (node, one process), same upstream")
+        peers.stop(ctx, "portkey")
+
+
+class Usage(Scenario):
+    name = "usage"
+
+    def run(self, ctx):
+        wanted = [p for p in ("/api/usage/current", "/api/usage/by-module") if _has(ctx, p, "get")]
+        if not wanted:
+            raise Unavailable("the usage endpoints are not in this build")
+        key = ctx.ensure_account()
+        info = seed.seed_scale(ctx)
+        ctx.bench.results["checks"]["scale_seed"] = info
+        for path in wanted:
+            name = "usage-" + path.rsplit("/", 1)[-1]
+            ctx.bench.measure(name, f"{ctx.gateway}{path}", method="GET",
+                              headers={"Authorization": f"Bearer {key}"},
+                              note=f"{info['calls']:,} recorded calls ({info['method']})")
+
+
+class Track(Scenario):
+    name = "track"
+
+    def run(self, ctx):
+        if not _has(ctx, "/api/track"):
+            raise Unavailable("POST /api/track is not in this build")
+        body = json.dumps({"event": "page_view", "session_id": "bench-session",
+                           "props": {"path": "/pricing"}}).encode()
+        ctx.bench.measure("track", f"{ctx.gateway}/api/track", body=body,
+                          note="public analytics ingestion (204)")
+
+
+class Alerts(Scenario):
+    name = "alerts"
+
+    def run(self, ctx):
+        raise Unavailable(seed.alerts_status(ctx))
+
+
+ALL = [Direct(), NginxProxy(), Passthrough(), Metered(), Chat(), LiteLLM(), Portkey(), Usage(),
+       Track(), Alerts()]

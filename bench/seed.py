@@ -1,0 +1,104 @@
+"""Benchmark data: the bench module and chat model (pointing at the fake upstream), and the
+scale data set (1,000,000 recorded calls) written with set-based SQL (``generate_series``)."""
+from __future__ import annotations
+
+import os
+import time
+
+from bench import setup
+
+MODULE_SLUG = "bench-echo"
+SCALE_CALLS = int(os.environ.get("BENCH_SCALE_CALLS", "1000000"))
+SCALE_PRODUCTS = 20          # module slugs the bench account used
+SCALE_DAYS = 90              # history spread over the last 90 days (3 billing periods)
+NOISE_ACCOUNTS = 2000        # other accounts' rollups, so the indexes have real work
+
+
+def load_bench_module(ctx) -> None:
+    """Catalog YAML for the bench module, loaded with ``flask catalog load``."""
+    path = ctx.work / "catalog-bench.yaml"
+    path.write_text(f"""slug: {MODULE_SLUG}
+name: Bench echo
+description: Fixed answer from the bench upstream (nginx).
+owner: Bench
+status: approved
+upstream_url: {ctx.upstream}/module/bench
+sandbox_url: {ctx.upstream}/module/bench-sandbox
+provider_auth: {{type: header, header: X-Provider-Key, env: BENCH_PROVIDER_SECRET}}
+actions:
+  - name: echo
+    description: Echo.
+    price_cents: 1
+    method: POST
+    path: /
+    timeout_seconds: 10
+""")
+    setup.flask(ctx.env, "catalog", "load", str(path))
+
+
+def load_bench_chat_model(ctx) -> str:
+    raise NotImplementedError
+
+
+def chat_headers(ctx) -> dict:
+    return {}
+
+
+def _q(sql: str) -> str:
+    return setup.psql(sql, setup.DB_NAME)
+
+
+def seed_scale(ctx) -> dict:
+    """Record SCALE_CALLS calls for the bench account: the call log (``module_calls``) and
+    the hourly rollups (``usage_hourly``) they imply, plus other accounts' rollups."""
+    t0 = time.monotonic()
+    acct = ctx.account_id
+    hours = SCALE_DAYS * 24
+    n_rollups = hours * SCALE_PRODUCTS
+    per_rollup = SCALE_CALLS // n_rollups
+    extra = SCALE_CALLS - per_rollup * n_rollups  # added to the most recent rows
+    has_calls = _q("SELECT to_regclass('public.module_calls') IS NOT NULL") == "t"
+    if has_calls:
+        # one call row per call, spread over the same hours/products as the rollups;
+        # status 'succeeded' and charged=false: history rows carry no ledger posting
+        _q(f"""
+INSERT INTO module_calls (id, account_id, module_id, module_slug, action, mode, status,
+                          price_micros, charged, ok, provider_status, created_at,
+                          deadline_at, finished_at)
+SELECT 'call_seed' || lpad(g::text, 9, '0'), '{acct}', 0,
+       'seed-mod-' || (g % {SCALE_PRODUCTS}), 'run', 'live', 'succeeded', 10000, false,
+       true, 200, ts, ts, ts
+FROM (SELECT g, date_trunc('hour', now()) - ((g % {hours}) || ' hours')::interval
+             - interval '1 hour' AS ts
+      FROM generate_series(1, {SCALE_CALLS}) AS g) s""")
+    _q(f"""
+INSERT INTO usage_hourly (account_id, product, mode, hour, calls, errors, spend_micros)
+SELECT '{acct}', 'seed-mod-' || p, 'live', date_trunc('hour', now()) - (h || ' hours')::interval
+       - interval '1 hour',
+       {per_rollup} + CASE WHEN h = 0 AND p < {extra} THEN 1 ELSE 0 END, 0,
+       ({per_rollup} + CASE WHEN h = 0 AND p < {extra} THEN 1 ELSE 0 END) * 10000
+FROM generate_series(0, {hours - 1}) AS h, generate_series(0, {SCALE_PRODUCTS - 1}) AS p
+ON CONFLICT (account_id, product, mode, hour) DO UPDATE
+  SET calls = usage_hourly.calls + excluded.calls,
+      spend_micros = usage_hourly.spend_micros + excluded.spend_micros""")
+    _q(f"""
+INSERT INTO usage_hourly (account_id, product, mode, hour, calls, errors, spend_micros)
+SELECT 'acct_noise' || a, 'seed-mod-' || (a % 7), 'live',
+       date_trunc('hour', now()) - (h || ' hours')::interval, 3, 0, 30000
+FROM generate_series(1, {NOISE_ACCOUNTS}) AS a, generate_series(0, 71) AS h
+ON CONFLICT DO NOTHING""")
+    _q("ANALYZE usage_hourly")
+    if has_calls:
+        _q("ANALYZE module_calls")
+    rows = int(_q("SELECT count(*) FROM usage_hourly"))
+    calls_rows = int(_q("SELECT count(*) FROM module_calls")) if has_calls else 0
+    seeded = int(_q(f"SELECT coalesce(sum(calls), 0) FROM usage_hourly WHERE account_id = '{acct}'"))
+    info = {"calls": seeded, "usage_hourly_rows": rows, "module_calls_rows": calls_rows,
+            "seconds": round(time.monotonic() - t0, 1),
+            "method": "INSERT … SELECT generate_series (call log + hourly rollups)"}
+    ctx.log(f"scale seed: {info}")
+    return info
+
+
+def alerts_status(ctx) -> str:
+    return "alert evaluation is not in this build (alerts branch not merged)"

@@ -8,4 +8,5 @@ from __future__ import annotations
 
 SCHEDULE: list[tuple[str, int, str]] = [
     ("flush-last-used", 60, "app.tasks.maintenance.flush_last_used"),
+    ("outbox-sweep", 30, "app.tasks.outbox.sweep"),
 ]

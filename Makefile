@@ -5,20 +5,13 @@ BIN     := $(VENV)/bin
 PORT    ?= 8000
 export PORT
 
-<<<<<<< HEAD
-.PHONY: help venv run test migrate clean bench
-=======
 .PHONY: help venv run test fuzz migrate clean
->>>>>>> main
 
 help:
 	@echo "make run    - install into .venv, migrate, load the demo catalog, serve on http://127.0.0.1:$(PORT)"
 	@echo "make test   - run the whole test suite (DATABASE_URL / REDIS_URL honoured when set)"
-<<<<<<< HEAD
-	@echo "make bench  - load benchmark on loopback (bench/run.py) -> bench/results/latest.{json,md}"
-=======
 	@echo "make fuzz   - schemathesis (all checks, two accounts) against a throw-away instance"
->>>>>>> main
+	@echo "make bench  - load benchmark on loopback (bench/run.py) -> bench/results/latest.{json,md}"
 
 $(BIN)/activate:
 	$(PY) -m venv $(VENV)
@@ -39,15 +32,14 @@ run: venv
 test: venv
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
-<<<<<<< HEAD
+fuzz: venv
+	$(BIN)/python -m tests.fuzz.run_fuzz --max-examples $${FUZZ_EXAMPLES:-100}
+
 # Load benchmark (never part of `make test`): see README "Performance" and bench/run.py.
+.PHONY: bench
 bench: venv
 	bash deploy/system-packages.sh
 	$(BIN)/python bench/run.py
-=======
-fuzz: venv
-	$(BIN)/python -m tests.fuzz.run_fuzz --max-examples $${FUZZ_EXAMPLES:-100}
->>>>>>> main
 
 clean:
 	rm -rf $(VENV) instance .pytest_cache

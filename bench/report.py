@@ -133,3 +133,17 @@ def markdown(results: dict) -> str:
         lines += [f"- {r['pct']}% {r['frame']}" for r in prof["top_inclusive_project"][:8]]
     lines.append("")
     return "\n".join(lines)
+
+
+START, END = "<!-- bench:latest:start -->", "<!-- bench:latest:end -->"
+
+
+def update_readme(path, table: str) -> bool:
+    """Replace the README's latest-results block (between the bench markers)."""
+    text = path.read_text()
+    if START not in text or END not in text:
+        return False
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    path.write_text(head + START + "\n" + table.strip() + "\n" + END + tail)
+    return True

@@ -107,7 +107,8 @@ class Bench:
 
     def measure(self, name: str, url: str, *, method: str = "POST", headers: dict | None = None,
                 body: bytes | None = None, idempotency: bool = False, check=None,
-                concurrencies=None, label: str | None = None, note: str = "") -> dict | None:
+                concurrencies=None, label: str | None = None, note: str = "",
+                warmup: int | None = None) -> dict | None:
         """Warm up, then one wrk run per concurrency; stores and returns the rows."""
         headers = dict(headers or {})
         if body is not None:
@@ -121,8 +122,9 @@ class Bench:
             log(f"{name}: probe failed ({status}) {resp[:200]!r}")
             return None
         rows = {}
-        if WARMUP:
-            run_wrk(url, wrk_script(method, headers, body, idempotency), max(CONCURRENCY), WARMUP)
+        warmup = WARMUP if warmup is None else warmup
+        if warmup:
+            run_wrk(url, wrk_script(method, headers, body, idempotency), max(CONCURRENCY), warmup)
         for c in concurrencies or CONCURRENCY:
             stats, text = run_wrk(url, wrk_script(method, headers, body, idempotency), c, DURATION)
             (WORK / f"wrk-{name}-c{c}.txt").write_text(text)
@@ -184,6 +186,8 @@ class Bench:
         (RESULTS / "latest.json").write_text(json.dumps(self.results, indent=2, sort_keys=True))
         (RESULTS / "latest.md").write_text(report.markdown(self.results))
         log(f"wrote {RESULTS / 'latest.json'} and latest.md")
+        if os.environ.get("BENCH_UPDATE_README", "1") == "1" and not ONLY:
+            report.update_readme(ROOT / "README.md", report.markdown(self.results))
         print(report.markdown(self.results))
 
 

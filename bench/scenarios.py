@@ -13,6 +13,7 @@ MODULE_BODY = json.dumps({"action": "echo", "text": "hello bench", "n": 3}).enco
 CHAT_BODY_TMPL = {"messages": [{"role": "user", "content": "Say hello in five words."}],
                   "max_tokens": 16}
 BENCH_EMAIL = "bench@bench.example.com"
+PEER_WARMUP = 5  # seconds: the peers (JIT, lazy imports) need longer to reach steady state
 GRANT_CENTS = 10_000_000  # $100,000 through the ledger: far more than any run spends
 
 
@@ -154,7 +155,8 @@ class LiteLLM(Scenario):
         ctx.bench.measure("litellm", f"{base}/v1/chat/completions",
                           headers={"Authorization": f"Bearer {peers.LITELLM_MASTER_KEY}"},
                           body=body, check=lambda r: bool(json.loads(r).get("choices")),
-                          note="LiteLLM proxy (no database, master key), same upstream, same worker count")
+                          note="LiteLLM proxy (no database, master key), same upstream, same worker count",
+                          warmup=PEER_WARMUP)
         peers.stop(ctx, "litellm")
 
 
@@ -168,7 +170,7 @@ class Portkey(Scenario):
                           headers={"Authorization": "Bearer sk-bench", "x-portkey-provider": "openai",
                                    "x-portkey-custom-host": f"{ctx.upstream}/v1"},
                           body=body, check=lambda r: bool(json.loads(r).get("choices")),
-                          note="Portkey gateway (node, one process), same upstream")
+                          note="Portkey gateway (node, one process), same upstream", warmup=PEER_WARMUP)
         peers.stop(ctx, "portkey")
 
 

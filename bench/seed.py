@@ -36,8 +36,32 @@ actions:
     setup.flask(ctx.env, "catalog", "load", str(path))
 
 
+CHAT_MODEL = "bench-model"
+
+
+def write_chat_catalog(work, upstream: str) -> str:
+    """The chat model catalog of the run (CHAT_CATALOG must be set before gunicorn starts):
+    one model served by one OpenAI-compatible provider, the fake upstream."""
+    path = work / "models-bench.yaml"
+    path.write_text(f"""providers:
+  bench_llm:
+    type: openai
+    base_url: {upstream}/v1
+    requires_key: true
+models:
+  - id: {CHAT_MODEL}
+    description: Bench model (fixed answer from the bench upstream).
+    context_window: 16384
+    max_output_tokens: 4096
+    capabilities: [tools, json_mode, streaming]
+    providers:
+      - {{provider: bench_llm, upstream_model: {CHAT_MODEL}, input_usd_per_mtok: "0.50", output_usd_per_mtok: "1.50"}}
+""")
+    return str(path)
+
+
 def load_bench_chat_model(ctx) -> str:
-    raise NotImplementedError
+    return CHAT_MODEL
 
 
 def chat_headers(ctx) -> dict:

@@ -1,6 +1,7 @@
 """Benchmark set-up: tools, database, the fake upstream (nginx), gunicorn, metadata."""
 from __future__ import annotations
 
+import base64
 import json
 import os
 import platform
@@ -10,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench import procs
+from bench import procs, seed
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -60,6 +61,14 @@ def app_env(ports: dict, work: Path) -> dict:
         "PYTHONPATH": str(ROOT),
         "FLASK_APP": "wsgi",
         "no_proxy": "*",
+        # module gateway: receipt signing key and the bench provider's secret, made per run
+        "RECEIPT_SIGNING_KEY": base64.b64encode(secrets.token_bytes(32)).decode(),
+        "BENCH_PROVIDER_SECRET": secrets.token_urlsafe(24),
+        # chat host: one model on the fake upstream (see bench/seed.py)
+        "CHAT_CATALOG": seed.write_chat_catalog(work, f"http://127.0.0.1:{ports['upstream']}"),
+        "CHAT_EXTRA_PROVIDERS": "bench_llm",
+        "BENCH_LLM_BASE_URL": f"http://127.0.0.1:{ports['upstream']}/v1",
+        "BENCH_LLM_API_KEY": secrets.token_urlsafe(24),
     })
     return env
 

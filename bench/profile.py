@@ -74,7 +74,8 @@ def summarize(collapsed: str, top: int = 25) -> dict:
             "top_inclusive_project": table(incl, True)}
 
 
-def record(ctx, name: str, url: str, headers: dict, body: bytes, idempotency: bool = False) -> dict:
+def record(ctx, name: str, url: str, headers: dict, body: bytes, idempotency: bool = False,
+           auth_keys: list[str] | None = None) -> dict:
     exe = _pyspy()
     if exe is None:
         return {"error": "py-spy not installed (pip install -r requirements-dev.txt)"}
@@ -86,7 +87,7 @@ def record(ctx, name: str, url: str, headers: dict, body: bytes, idempotency: bo
     spy = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     hdrs = dict(headers)
     hdrs.setdefault("Content-Type", "application/json")
-    load = threading.Thread(target=run_wrk, args=(url, wrk_script("POST", hdrs, body, idempotency),
+    load = threading.Thread(target=run_wrk, args=(url, wrk_script("POST", hdrs, body, idempotency, auth_keys),
                                                   max(ctx.bench.concurrency), PROFILE_SECONDS + 1))
     load.start()
     try:

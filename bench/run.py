@@ -53,27 +53,32 @@ def _lua_str(value: str) -> str:
     return json.dumps(value)  # a JSON string literal is a valid Lua string literal here
 
 
-def wrk_script(method: str, headers: dict, body: bytes | None, idempotency: bool) -> Path:
-    """Generate the wrk Lua script for one measurement (unique Idempotency-Key per request
-    when ``idempotency``; ``bench/lua/report.lua`` appended for the summary line)."""
+def wrk_script(method: str, headers: dict, body: bytes | None, idempotency: bool,
+               auth_keys: list[str] | None = None) -> Path:
+    """Generate the wrk Lua script for one measurement: a unique Idempotency-Key per request
+    when ``idempotency``; ``Authorization`` rotating over ``auth_keys`` (round-robin per
+    request) when given; ``bench/lua/report.lua`` appended for the summary line."""
     run_id = uuid.uuid4().hex[:12]
     lines = [f"wrk.method = {_lua_str(method)}"]
     if body is not None:
         lines.append(f"wrk.body = {_lua_str(body.decode())}")
     for k, v in headers.items():
         lines.append(f"wrk.headers[{_lua_str(k)}] = {_lua_str(v)}")
-    if idempotency:
+    if idempotency or auth_keys:
         lines += [
             "local thread_no = 0",
             "function setup(thread) thread_no = thread_no + 1; thread:set('tid', thread_no) end",
             "local counter = 0",
             f"local run_id = {_lua_str(run_id)}",
+            "local auth = {" + ", ".join(_lua_str("Bearer " + k) for k in (auth_keys or [])) + "}",
             "function request()",
             "  counter = counter + 1",
-            "  wrk.headers['Idempotency-Key'] = run_id .. '-' .. tostring(tid) .. '-' .. counter",
-            "  return wrk.format()",
-            "end",
         ]
+        if idempotency:
+            lines.append("  wrk.headers['Idempotency-Key'] = run_id .. '-' .. tostring(tid) .. '-' .. counter")
+        if auth_keys:
+            lines.append("  wrk.headers['Authorization'] = auth[(counter % #auth) + 1]")
+        lines += ["  return wrk.format()", "end"]
     lines.append(LUA_REPORT.read_text())
     path = WORK / f"wrk-{run_id}.lua"
     path.write_text("\n".join(lines))
@@ -108,7 +113,7 @@ class Bench:
     def measure(self, name: str, url: str, *, method: str = "POST", headers: dict | None = None,
                 body: bytes | None = None, idempotency: bool = False, check=None,
                 concurrencies=None, label: str | None = None, note: str = "",
-                warmup: int | None = None) -> dict | None:
+                warmup: int | None = None, auth_keys: list[str] | None = None) -> dict | None:
         """Warm up, then one wrk run per concurrency; stores and returns the rows."""
         headers = dict(headers or {})
         if body is not None:
@@ -124,15 +129,16 @@ class Bench:
         rows = {}
         warmup = WARMUP if warmup is None else warmup
         if warmup:
-            run_wrk(url, wrk_script(method, headers, body, idempotency), max(CONCURRENCY), warmup)
+            run_wrk(url, wrk_script(method, headers, body, idempotency, auth_keys), max(CONCURRENCY), warmup)
         for c in concurrencies or CONCURRENCY:
-            stats, text = run_wrk(url, wrk_script(method, headers, body, idempotency), c, DURATION)
+            stats, text = run_wrk(url, wrk_script(method, headers, body, idempotency, auth_keys), c, DURATION)
             (WORK / f"wrk-{name}-c{c}.txt").write_text(text)
             rows[str(c)] = stats
             log(f"{name:<18} c={c:<3} {stats['rps']:>9.1f} req/s  p50 {stats['p50_ms']:.2f} ms  "
                 f"p99 {stats['p99_ms']:.2f} ms  errors {stats['errors']}")
-        self.results["scenarios"][name] = {"label": label or name, "url_path": url.split("/", 3)[-1],
-                                           "note": note, "by_concurrency": rows}
+        self.results["scenarios"][name] = {"label": label or name, "url_path": "/" + url.split("/", 3)[-1],
+                                           "note": note, "accounts": len(auth_keys) if auth_keys else None,
+                                           "by_concurrency": rows}
         return rows
 
     # -- lifecycle --------------------------------------------------------------------

@@ -3,6 +3,7 @@ build's ``/openapi.json`` (or whose peer is not installed) is reported as not av
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,9 +13,11 @@ from bench import peers, profile, seed, setup
 MODULE_BODY = json.dumps({"action": "echo", "text": "hello bench", "n": 3}).encode()
 CHAT_BODY_TMPL = {"messages": [{"role": "user", "content": "Say hello in five words."}],
                   "max_tokens": 16}
-BENCH_EMAIL = "bench@bench.example.com"
 PEER_WARMUP = 5  # seconds: the peers (JIT, lazy imports) need longer to reach steady state
-GRANT_CENTS = 10_000_000  # $100,000 through the ledger: far more than any run spends
+GRANT_CENTS = 1_000_000  # $10,000 per account through the ledger: more than any run spends
+# Accounts the metered and chat load is spread over (round-robin per request): production
+# traffic comes from many accounts; `metered-1acct` measures one account alone.
+N_ACCOUNTS = int(os.environ.get("BENCH_ACCOUNTS", "16"))  # $100,000 through the ledger: far more than any run spends
 
 
 class Unavailable(Exception):
@@ -31,19 +34,30 @@ class Context:
     gateway: str
     paths: dict
     log: object
-    key: str | None = None
-    account_id: str | None = None
+    accounts: list | None = None
+
+    def ensure_accounts(self) -> list[dict]:
+        """BENCH_ACCOUNTS accounts (enterprise plan: the highest per-key rate limit), each
+        with a live key, funded through the ledger (operator grant)."""
+        if self.accounts is None:
+            out = subprocess.run([str(setup.BIN / "python"), "-m", "bench.fixtures",
+                                  str(N_ACCOUNTS), str(GRANT_CENTS)], env=self.env,
+                                 cwd=setup.ROOT, capture_output=True, text=True, timeout=600)
+            if out.returncode:
+                raise RuntimeError(f"bench fixtures failed: {out.stderr[-2000:]}")
+            self.accounts = json.loads(out.stdout.strip().splitlines()[-1])
+        return self.accounts
+
+    @property
+    def account_id(self) -> str:
+        return self.ensure_accounts()[0]["account_id"]
 
     def ensure_account(self) -> str:
-        """The bench account (enterprise plan: highest per-key rate limit) and its key,
-        funded through the ledger (operator grant)."""
-        if self.key is None:
-            out = json.loads(setup.flask(self.env, "accounts", "create", "--email", BENCH_EMAIL,
-                                         "--plan", "enterprise"))
-            self.key, self.account_id = out["key"], out["account_id"]
-            setup.flask(self.env, "accounts", "grant-credits", self.account_id,
-                        "--cents", str(GRANT_CENTS), "--memo", "bench funding")
-        return self.key
+        """The first bench account's key (single-account scenarios)."""
+        return self.ensure_accounts()[0]["key"]
+
+    def all_keys(self) -> list[str]:
+        return [a["key"] for a in self.ensure_accounts()]
 
 
 def _has(ctx: Context, path: str, method: str = "post") -> bool:
@@ -90,29 +104,36 @@ class Metered(Scenario):
         if not _has(ctx, "/v1/module/{slug}/call"):
             raise Unavailable("POST /v1/module/{slug}/call is not in this build")
         seed.load_bench_module(ctx)
-        key = ctx.ensure_account()
+        keys = ctx.all_keys()
         url = f"{ctx.gateway}/v1/module/{seed.MODULE_SLUG}/call"
-        headers = {"Authorization": f"Bearer {key}"}
+        headers = {"Authorization": f"Bearer {keys[0]}"}
 
         def check(body: bytes) -> bool:
             doc = json.loads(body)
             return bool(doc.get("receipt", {}).get("sig")) and doc.get("ok") is True
 
-        rows = ctx.bench.measure("metered", url, headers=headers, body=MODULE_BODY,
-                                 idempotency=True, check=check,
-                                 note="real key, ledger debit, unique Idempotency-Key, receipt, PostgreSQL")
+        top = [max(ctx.bench.concurrency)]
+        rows = ctx.bench.measure(
+            "metered", url, headers=headers, body=MODULE_BODY, idempotency=True, check=check,
+            auth_keys=keys,
+            note=f"real keys of {len(keys)} accounts (round-robin), ledger debit, unique "
+                 "Idempotency-Key, receipt, PostgreSQL")
         if rows is None:
             return
         ctx.bench.memory_snapshot("after_load_run_1")
         # the same load once more: worker memory must not grow between repeated runs
         ctx.bench.measure("metered-repeat", url, headers=headers, body=MODULE_BODY,
-                          idempotency=True, check=check, concurrencies=[max(ctx.bench.concurrency)],
+                          idempotency=True, check=check, concurrencies=top, auth_keys=keys,
                           note="second identical run (memory growth check)")
         ctx.bench.memory_snapshot("after_load_run_2")
+        # one account taking all the load: every call updates the same balance row
+        ctx.bench.measure("metered-1acct", url, headers=headers, body=MODULE_BODY,
+                          idempotency=True, check=check, concurrencies=top,
+                          note="one account, one key: all calls contend for one balance row")
         ctx.bench.results["checks"]["ledger_check"] = ledger_check(ctx)
         if ctx.bench.profile_enabled():
             ctx.bench.results["profiles"]["metered"] = profile.record(
-                ctx, "metered", url, headers, MODULE_BODY, idempotency=True)
+                ctx, "metered", url, headers, MODULE_BODY, idempotency=True, auth_keys=keys)
 
 
 def ledger_check(ctx: Context) -> dict:
@@ -131,9 +152,9 @@ class Chat(Scenario):
         if not _has(ctx, "/v1/chat/completions"):
             raise Unavailable("POST /v1/chat/completions is not in this build")
         model = seed.load_bench_chat_model(ctx)
-        key = ctx.ensure_account()
+        keys = ctx.all_keys()
         body = json.dumps({"model": model, **CHAT_BODY_TMPL}).encode()
-        headers = {"Authorization": f"Bearer {key}", **seed.chat_headers(ctx)}
+        headers = {"Authorization": f"Bearer {keys[0]}", **seed.chat_headers(ctx)}
 
         def check(resp: bytes) -> bool:
             doc = json.loads(resp)
@@ -141,9 +162,12 @@ class Chat(Scenario):
 
         url = f"{ctx.gateway}/v1/chat/completions"
         rows = ctx.bench.measure("chat", url, headers=headers, body=body, check=check,
-                                 note="our chat host: key, routing, metering (ledger), usage record")
+                                 auth_keys=keys,
+                                 note=f"our chat host: keys of {len(keys)} accounts (round-robin), "
+                                      "routing, metering (ledger hold + settle), usage record")
         if rows is not None and ctx.bench.profile_enabled():
-            ctx.bench.results["profiles"]["chat"] = profile.record(ctx, "chat", url, headers, body)
+            ctx.bench.results["profiles"]["chat"] = profile.record(ctx, "chat", url, headers, body,
+                                                                   auth_keys=keys)
 
 
 class LiteLLM(Scenario):

@@ -94,7 +94,7 @@ def recreate_database(env: dict, work: Path) -> None:
     psql(f"CREATE DATABASE {DB_NAME}")
     subprocess.run(["redis-cli", "-u", REDIS_URL, "FLUSHDB"], check=True, capture_output=True,
                    timeout=30)
-    flask(env, "db", "upgrade")
+    flask(env, "db", "upgrade", "heads")
 
 
 def start_nginx(ports: dict, work: Path):

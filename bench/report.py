@@ -121,6 +121,20 @@ def markdown(results: dict) -> str:
         lines += ["", "Gunicorn worker RSS (MiB): " + "; ".join(
             f"{label}: " + ", ".join(f"{(kib or 0) / 1024:.1f}" for kib in workers.values())
             for label, workers in mem.items())]
+    if results.get("roundtrips"):
+        lines += ["", "Round trips of one warm request (counted, not timed; `bench/roundtrips.py`):", "",
+                  "| path | status | SQL statements | commits | Redis commands | upstream requests |",
+                  "|---|---:|---:|---:|---:|---:|"]
+        for name, c in results["roundtrips"].items():
+            lines.append(f"| {name} | {c['status']} | {c['sql']} | {c['commits']} | {c['redis']} | "
+                         f"{c['upstream_http']} |")
+    if results.get("alerts"):
+        lines += ["", "Alert evaluation (`bench/alerts_eval.py`, one pass of all rules; median of 3):", "",
+                  "| rules | calls | rollup rows | cold pass s (fired) | steady pass s |",
+                  "|---:|---:|---:|---:|---:|"]
+        for r in results["alerts"]:
+            lines.append(f"| {r['rules']:,} | {r['calls']:,} | {r['rollup_rows']:,} | "
+                         f"{r['cold']['seconds']:.3f} ({r['cold']['fired']}) | {r['steady']['seconds']:.3f} |")
     notes = [f"- `{n}`: {sc['note']}" for n, sc in results["scenarios"].items() if sc.get("note")]
     if notes:
         lines += ["", "Scenarios:", *notes]

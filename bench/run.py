@@ -103,12 +103,13 @@ class Bench:
         self.ports: dict[str, int] = {}
         self.gunicorn = None
         self.concurrency = CONCURRENCY
+        self.request_specs: list[dict] = []
 
     def profile_enabled(self) -> bool:
         return PROFILE
 
     def wanted(self, name: str) -> bool:
-        return not ONLY or name in ONLY or name.split("-")[0] in ONLY
+        return not ONLY or name in ONLY or name.split("-")[0] in ONLY or name == "roundtrips"
 
     def measure(self, name: str, url: str, *, method: str = "POST", headers: dict | None = None,
                 body: bytes | None = None, idempotency: bool = False, check=None,
@@ -136,6 +137,11 @@ class Bench:
             rows[str(c)] = stats
             log(f"{name:<18} c={c:<3} {stats['rps']:>9.1f} req/s  p50 {stats['p50_ms']:.2f} ms  "
                 f"p99 {stats['p99_ms']:.2f} ms  errors {stats['errors']}")
+        gw = f"http://127.0.0.1:{self.ports['gunicorn']}"
+        if url.startswith(gw) and not name.endswith(("-repeat", "-1acct")):
+            self.request_specs.append({"name": name, "method": method, "path": url[len(gw):],
+                                       "headers": headers, "idempotency": idempotency,
+                                       "body": body.decode() if body is not None else None})
         self.results["scenarios"][name] = {"label": label or name, "url_path": "/" + url.split("/", 3)[-1],
                                            "note": note, "accounts": len(auth_keys) if auth_keys else None,
                                            "by_concurrency": rows}

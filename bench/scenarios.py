@@ -227,12 +227,56 @@ class Track(Scenario):
                           note="public analytics ingestion (204)")
 
 
+ALERTS_TIMEOUT = 300
+
+
 class Alerts(Scenario):
+    """Alert evaluation passes, measured by the alerts feature's own ``bench/alerts_eval.py``
+    (10,000 rules over 1,000,000 calls of rollups, then twice the rules, twice the calls),
+    in its own schema of the bench database."""
+
     name = "alerts"
 
     def run(self, ctx):
-        raise Unavailable(seed.alerts_status(ctx))
+        script = setup.ROOT / "bench" / "alerts_eval.py"
+        if not script.exists():
+            raise Unavailable("alert evaluation is not in this build (bench/alerts_eval.py missing)")
+        env = dict(ctx.env, BENCH_DATABASE_URL=f"{setup.PG}/{setup.DB_NAME}")
+        try:
+            out = subprocess.run([str(setup.BIN / "python"), str(script), "--json"], env=env,
+                                 cwd=setup.ROOT, capture_output=True, text=True,
+                                 timeout=ALERTS_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            raise Unavailable(f"bench/alerts_eval.py did not finish within {ALERTS_TIMEOUT} s")
+        if out.returncode:
+            raise Unavailable(f"bench/alerts_eval.py failed: {out.stderr.strip()[-300:]}")
+        report = json.loads(out.stdout.strip().splitlines()[-1])
+        ctx.bench.results["alerts"] = report["results"]
+        for r in report["results"]:
+            ctx.log(f"alerts: {r['rules']:,} rules, {r['calls']:,} calls: cold pass "
+                    f"{r['cold']['seconds']:.3f} s ({r['cold']['fired']} fired), steady pass "
+                    f"{r['steady']['seconds']:.3f} s")
+
+
+class RoundTrips(Scenario):
+    """SQL statements, commits, Redis commands and upstream requests of one warm request of
+    every gateway scenario measured above (``bench/roundtrips.py``)."""
+
+    name = "roundtrips"
+
+    def run(self, ctx):
+        specs = ctx.bench.request_specs
+        if not specs:
+            raise Unavailable("no gateway scenario was measured")
+        out = subprocess.run([str(setup.BIN / "python"), "-m", "bench.roundtrips", json.dumps(specs)],
+                             env=ctx.env, cwd=setup.ROOT, capture_output=True, text=True, timeout=300)
+        if out.returncode:
+            raise Unavailable(f"bench/roundtrips.py failed: {out.stderr.strip()[-300:]}")
+        counts = json.loads(out.stdout.strip().splitlines()[-1])
+        ctx.bench.results["roundtrips"] = counts
+        for name, c in counts.items():
+            ctx.log(f"round trips {name}: {c}")
 
 
 ALL = [Direct(), NginxProxy(), Passthrough(), Metered(), Chat(), LiteLLM(), Portkey(), Usage(),
-       Track(), Alerts()]
+       Track(), Alerts(), RoundTrips()]

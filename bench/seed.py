@@ -134,7 +134,3 @@ ON CONFLICT DO NOTHING""")
             "method": "INSERT … SELECT generate_series (call log + hourly rollups)"}
     ctx.log(f"scale seed: {info}")
     return info
-
-
-def alerts_status(ctx) -> str:
-    return "alert evaluation is not in this build (alerts branch not merged)"

@@ -69,6 +69,8 @@ def app_env(ports: dict, work: Path) -> dict:
         "CHAT_EXTRA_PROVIDERS": "bench_llm",
         "BENCH_LLM_BASE_URL": f"http://127.0.0.1:{ports['upstream']}/v1",
         "BENCH_LLM_API_KEY": secrets.token_urlsafe(24),
+        # public tracking: every wrk request comes from 127.0.0.1; lift the per-IP limit
+        "TRACK_RATE_LIMIT": "1000000/second",
     })
     return env
 

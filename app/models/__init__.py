@@ -4,3 +4,4 @@ from app.models.ledger import LedgerEntry, LedgerTransaction  # noqa: F401
 from app.models.catalog import Module, ModuleAction  # noqa: F401
 from app.models.usage import UsageHourly  # noqa: F401
 from app.models.outbox import OutboxMessage  # noqa: F401
+from app.models.alerts import Alert, AlertEvent  # noqa: F401

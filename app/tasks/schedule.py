@@ -9,4 +9,5 @@ from __future__ import annotations
 SCHEDULE: list[tuple[str, int, str]] = [
     ("flush-last-used", 60, "app.tasks.maintenance.flush_last_used"),
     ("outbox-sweep", 30, "app.tasks.outbox.sweep"),
+    ("alerts-evaluate", 60, "app.tasks.alerts.evaluate"),
 ]

@@ -27,7 +27,14 @@ sys.path.insert(0, str(ROOT))
 from tests.servers import VENV_BIN, free_port, wait_http  # noqa: E402
 
 # check -> why it does not apply (keep this list as short as possible).
-EXCLUDED_CHECKS: dict[str, str] = {}
+EXCLUDED_CHECKS: dict[str, str] = {
+    # "Schema-valid data must be accepted": many inputs are valid in shape but refused on
+    # purpose for reasons JSON Schema cannot express — webhook/chat targets that resolve to
+    # private addresses or do not resolve at all (SSRF guard), a channel-dependent target
+    # format, signatures that must verify (agent sign-in, wallet connect, x402), balances
+    # and prices. Those refusals are 4xx by design and covered by the feature tests.
+    "positive_data_acceptance": "semantic validation that JSON Schema cannot express (see comment)",
+}
 
 
 def _env(workdir: str, db_url: str) -> dict:
@@ -58,7 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--max-examples", type=int, default=50)
     ap.add_argument("--max-time", type=int, default=0, help="overall time budget in seconds (0 = none)")
-    ap.add_argument("--workers", default="2")
+    # One worker: Hypothesis' lambda-description cache is not thread-safe (it raised
+    # "AST constructor recursion depth mismatch" with two).
+    ap.add_argument("--workers", default="1")
     ap.add_argument("--phases", default="examples,coverage,fuzzing,stateful")
     ap.add_argument("--report-dir", default=None)
     args = ap.parse_args(argv)

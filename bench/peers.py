@@ -86,7 +86,7 @@ general_settings:
                                    "--port", str(port), "--num_workers", str(workers)],
                        env=env, cwd=str(ctx.work), log=ctx.work / "litellm.log")
     try:
-        procs.wait_http(f"http://127.0.0.1:{port}/health/liveliness", proc=proc, timeout=180)
+        procs.wait_http(f"http://127.0.0.1:{port}/health/liveliness", proc=proc, timeout=300)
     except RuntimeError as exc:
         procs.stop(proc)
         raise Unavailable(f"LiteLLM did not start: {exc} (see bench/.work/run/litellm.log)")

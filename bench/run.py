@@ -195,9 +195,11 @@ class Bench:
         self.results.update(meta)
         self.results["targets"] = report.targets(self.results)
         RESULTS.mkdir(exist_ok=True)
-        (RESULTS / "latest.json").write_text(json.dumps(self.results, indent=2, sort_keys=True))
-        (RESULTS / "latest.md").write_text(report.markdown(self.results))
-        log(f"wrote {RESULTS / 'latest.json'} and latest.md")
+        stem = "partial" if ONLY else "latest"  # a BENCH_ONLY run never replaces the full results
+        self.results["only"] = sorted(ONLY) or None
+        (RESULTS / f"{stem}.json").write_text(json.dumps(self.results, indent=2, sort_keys=True))
+        (RESULTS / f"{stem}.md").write_text(report.markdown(self.results))
+        log(f"wrote {RESULTS / (stem + '.json')} and {stem}.md")
         if os.environ.get("BENCH_UPDATE_README", "1") == "1" and not ONLY:
             report.update_readme(ROOT / "README.md", report.markdown(self.results))
         print(report.markdown(self.results))

@@ -126,6 +126,11 @@ def start_portkey(ctx) -> str:
     return f"http://127.0.0.1:{port}"
 
 
+def pid(name: str) -> int | None:
+    proc = _running.get(name)
+    return proc.pid if proc is not None else None
+
+
 def stop(ctx, name: str) -> None:
     proc = _running.pop(name, None)
     if proc is not None:

@@ -101,15 +101,19 @@ def markdown(results: dict) -> str:
              f"{s.get('duration_s')} s per measurement after a {s.get('warmup_s')} s warm-up; "
              f"errors = non-2xx/3xx responses + socket errors.", "",
              "| scenario | " + " | ".join(f"c={c} req/s | c={c} p50 ms | c={c} p99 ms | c={c} errors"
-                                         for c in conc) + " |",
-             "|---|" + "---:|" * (4 * len(conc))]
+                                         for c in conc) + f" | CPU ms/req (server + PostgreSQL, c={conc[-1]}) |",
+             "|---|" + "---:|" * (4 * len(conc)) + "---:|"]
     for name, sc in results["scenarios"].items():
         cells = []
         for c in conc:
             row = sc["by_concurrency"].get(c)
             cells += ([f"{row['rps']:,.0f}", f"{row['p50_ms']:.2f}", f"{row['p99_ms']:.2f}",
                        str(row["errors"])] if row else ["", "", "", ""])
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        top = sc["by_concurrency"].get(conc[-1]) or {}
+        cpu = f"{top['server_cpu_ms_per_req']:.2f}" if "server_cpu_ms_per_req" in top else ""
+        if "pg_cpu_ms_per_req" in top:
+            cpu += f" + {top['pg_cpu_ms_per_req']:.2f}"
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {cpu} |")
     if results.get("unavailable"):
         lines += ["", "Not measured: " + "; ".join(f"`{k}`: {v}" for k, v in results["unavailable"].items())]
     lines += ["", "| target | value | goal | status | detail |", "|---|---:|---|---|---|"]

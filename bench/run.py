@@ -11,7 +11,9 @@ Settings (environment): BENCH_DURATION (seconds per measurement, default 10),
 BENCH_WARMUP (default 2), BENCH_CONCURRENCY (default "1,16"), BENCH_ONLY (comma list of
 scenarios), BENCH_SCALE_CALLS (default 1000000), BENCH_DATABASE (default gw_bench),
 BENCH_PG (default postgresql://postgres@127.0.0.1:5432), BENCH_REDIS_URL
-(default redis://127.0.0.1:6379/6), BENCH_PROFILE (1: py-spy the metered/chat paths).
+(default redis://127.0.0.1:6379/6), BENCH_PROFILE (1: py-spy the metered/chat paths),
+BENCH_APP_ENV ("K=V K=V": extra app environment for what-if runs; such a run writes
+partial.* like a BENCH_ONLY run).
 """
 from __future__ import annotations
 
@@ -114,7 +116,8 @@ class Bench:
     def measure(self, name: str, url: str, *, method: str = "POST", headers: dict | None = None,
                 body: bytes | None = None, idempotency: bool = False, check=None,
                 concurrencies=None, label: str | None = None, note: str = "",
-                warmup: int | None = None, auth_keys: list[str] | None = None) -> dict | None:
+                warmup: int | None = None, auth_keys: list[str] | None = None,
+                server_pid: int | None = None) -> dict | None:
         """Warm up, then one wrk run per concurrency; stores and returns the rows."""
         headers = dict(headers or {})
         if body is not None:
@@ -131,12 +134,27 @@ class Bench:
         warmup = WARMUP if warmup is None else warmup
         if warmup:
             run_wrk(url, wrk_script(method, headers, body, idempotency, auth_keys), max(CONCURRENCY), warmup)
+        gw = f"http://127.0.0.1:{self.ports['gunicorn']}"
+        if server_pid is None and url.startswith(gw):
+            server_pid = self.gunicorn.pid
         for c in concurrencies or CONCURRENCY:
+            # CPU time per request of the server's processes and of the PostgreSQL backends
+            # of the bench database: a figure the machine's other load barely moves
+            pids = procs.descendants(server_pid) if server_pid else []
+            pg = setup.pg_backend_pids()
+            cpu0, pg0 = procs.cpu_seconds(pids), procs.cpu_seconds(pg)
             stats, text = run_wrk(url, wrk_script(method, headers, body, idempotency, auth_keys), c, DURATION)
+            if pids and stats["requests"]:
+                stats["server_cpu_ms_per_req"] = round(
+                    1000 * (procs.cpu_seconds(pids) - cpu0) / stats["requests"], 3)
+            if url.startswith(gw) and stats["requests"]:
+                stats["pg_cpu_ms_per_req"] = round(1000 * (procs.cpu_seconds(pg) - pg0) / stats["requests"], 3)
             (WORK / f"wrk-{name}-c{c}.txt").write_text(text)
             rows[str(c)] = stats
+            cpu = (f"  cpu/req {stats['server_cpu_ms_per_req']:.2f} ms" if "server_cpu_ms_per_req" in stats else "") + \
+                (f" + pg {stats['pg_cpu_ms_per_req']:.2f} ms" if "pg_cpu_ms_per_req" in stats else "")
             log(f"{name:<18} c={c:<3} {stats['rps']:>9.1f} req/s  p50 {stats['p50_ms']:.2f} ms  "
-                f"p99 {stats['p99_ms']:.2f} ms  errors {stats['errors']}")
+                f"p99 {stats['p99_ms']:.2f} ms  errors {stats['errors']}{cpu}")
         gw = f"http://127.0.0.1:{self.ports['gunicorn']}"
         if url.startswith(gw) and not name.endswith(("-repeat", "-1acct")):
             self.request_specs.append({"name": name, "method": method, "path": url[len(gw):],
@@ -160,7 +178,7 @@ class Bench:
         log(f"database {setup.DB_NAME}: recreate and migrate")
         setup.recreate_database(self.env, WORK)
         log("nginx: fake upstream + proxy")
-        setup.start_nginx(self.ports, WORK)
+        self.nginx = setup.start_nginx(self.ports, WORK)
         log("gunicorn: production config")
         self.gunicorn = setup.start_gunicorn(self.env, self.ports, WORK)
         self.paths = setup.openapi_paths(self.ports)
@@ -195,12 +213,13 @@ class Bench:
         self.results.update(meta)
         self.results["targets"] = report.targets(self.results)
         RESULTS.mkdir(exist_ok=True)
-        stem = "partial" if ONLY else "latest"  # a BENCH_ONLY run never replaces the full results
+        stem = "partial" if ONLY or os.environ.get("BENCH_APP_ENV") else "latest"  # a BENCH_ONLY run never replaces the full results
         self.results["only"] = sorted(ONLY) or None
+        self.results["app_env_overrides"] = os.environ.get("BENCH_APP_ENV") or None
         (RESULTS / f"{stem}.json").write_text(json.dumps(self.results, indent=2, sort_keys=True))
         (RESULTS / f"{stem}.md").write_text(report.markdown(self.results))
         log(f"wrote {RESULTS / (stem + '.json')} and {stem}.md")
-        if os.environ.get("BENCH_UPDATE_README", "1") == "1" and not ONLY:
+        if os.environ.get("BENCH_UPDATE_README", "1") == "1" and stem == "latest":
             report.update_readme(ROOT / "README.md", report.markdown(self.results))
         print(report.markdown(self.results))
 

@@ -76,6 +76,7 @@ class Direct(Scenario):
 
     def run(self, ctx):
         ctx.bench.measure("direct", f"{ctx.upstream}/module/bench", body=MODULE_BODY,
+                          server_pid=ctx.bench.nginx.pid,
                           note="fake upstream (nginx `return`) called directly: the latency floor")
 
 
@@ -84,7 +85,8 @@ class NginxProxy(Scenario):
 
     def run(self, ctx):
         ctx.bench.measure("nginx", f"http://127.0.0.1:{ctx.ports['proxy']}/module/bench",
-                          body=MODULE_BODY, note="nginx proxy_pass (keepalive) to the same upstream")
+                          body=MODULE_BODY, server_pid=ctx.bench.nginx.pid,
+                          note="nginx proxy_pass (keepalive) to the same upstream (CPU: proxy + upstream)")
 
 
 class Passthrough(Scenario):
@@ -179,6 +181,7 @@ class LiteLLM(Scenario):
         ctx.bench.measure("litellm", f"{base}/v1/chat/completions",
                           headers={"Authorization": f"Bearer {peers.LITELLM_MASTER_KEY}"},
                           body=body, check=lambda r: bool(json.loads(r).get("choices")),
+                          server_pid=peers.pid("litellm"),
                           note="LiteLLM proxy (no database, master key), same upstream, same worker count",
                           warmup=PEER_WARMUP)
         peers.stop(ctx, "litellm")
@@ -194,6 +197,7 @@ class Portkey(Scenario):
                           headers={"Authorization": "Bearer sk-bench", "x-portkey-provider": "openai",
                                    "x-portkey-custom-host": f"{ctx.upstream}/v1"},
                           body=body, check=lambda r: bool(json.loads(r).get("choices")),
+                          server_pid=peers.pid("portkey"),
                           note="Portkey gateway (node, one process), same upstream", warmup=PEER_WARMUP)
         peers.stop(ctx, "portkey")
 

@@ -72,6 +72,10 @@ def app_env(ports: dict, work: Path) -> dict:
         # public tracking: every wrk request comes from 127.0.0.1; lift the per-IP limit
         "TRACK_RATE_LIMIT": "1000000/second",
     })
+    # what-if experiments, e.g. BENCH_APP_ENV="RATELIMIT_ENABLED=0 AUTH_CACHE_TTL=60"
+    for pair in os.environ.get("BENCH_APP_ENV", "").split():
+        name, _, value = pair.partition("=")
+        env[name] = value
     return env
 
 
@@ -175,6 +179,16 @@ def openapi_paths(ports: dict) -> dict:
     if status != 200:
         raise RuntimeError(f"/openapi.json answered {status}")
     return json.loads(body)["paths"]
+
+
+def pg_backend_pids() -> list[int]:
+    """Server processes of connections to the bench database (root can read their /proc)."""
+    try:
+        out = psql(f"SELECT pid FROM pg_stat_activity WHERE datname = '{DB_NAME}' "
+                   "AND pid <> pg_backend_pid()")
+    except RuntimeError:
+        return []
+    return [int(x) for x in out.split()]
 
 
 def _version(cmd: list[str], pattern: str | None = None) -> str | None:

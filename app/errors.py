@@ -43,6 +43,9 @@ ERROR_CODES: dict[str, tuple[int, str]] = {
     "idempotency_key_in_use": (409, "A request with this Idempotency-Key is still in flight."),
     "idempotency_key_reused": (409, "The Idempotency-Key was used with a different request."),
     "payload_too_large": (413, "The request body exceeds the size limit."),
+    "no_matching_model": (400, "Chat: no available model supports what the request needs (tools, JSON mode, images, context)."),
+    "context_length_exceeded": (400, "Chat: the messages exceed the named model's context window."),
+    "model_not_found": (404, "Chat: no available model has this id (GET /v1/models lists them)."),
     "unsupported_media_type": (415, "The request body must be JSON."),
     "rate_limited": (429, "Too many requests; retry after the Retry-After seconds."),
     "internal_error": (500, "Unexpected server error (details are logged, never returned)."),
@@ -110,6 +113,18 @@ class RateLimited(DomainError):
 
 class UpstreamError(DomainError):
     status, code, message = 502, "provider_error", "The upstream provider failed."
+
+
+class ModuleNotFound(DomainError):
+    status, code, message = 404, "module_not_found", "No approved module has this slug."
+
+
+class UnknownAction(DomainError):
+    status, code, message = 400, "unknown_action", "The module has no such action."
+
+
+class ProviderTimeout(UpstreamError):
+    status, code, message = 504, "provider_timeout", "The upstream provider timed out."
 
 
 class ServiceUnavailable(DomainError):

@@ -1,18 +1,31 @@
-"""Blueprint registry: every area's blueprint is registered here, in one place."""
+"""Blueprint registry: every area's blueprint is registered here, in one place.
+
+One line per area (``<module path>``, whose ``blp`` is a flask-smorest Blueprint), so
+that areas added in parallel merge without touching each other's lines.
+"""
 from __future__ import annotations
+
+from importlib import import_module
 
 from flask import Flask
 
+API_BLUEPRINTS = [
+    "app.blueprints.accounts.routes",
+    "app.blueprints.keys.routes",
+    "app.blueprints.alerts.routes",
+    "app.blueprints.modules.routes",
+    "app.blueprints.receipts.routes",
+    "app.blueprints.usage.routes",
+    "app.blueprints.chat.routes",
+]
+
 
 def register_blueprints(app: Flask, api) -> None:
-    from app.blueprints.accounts.routes import blp as accounts_blp
-    from app.blueprints.alerts.routes import blp as alerts_blp
     from app.blueprints.docs.routes import bp as docs_bp
-    from app.blueprints.keys.routes import blp as keys_blp
 
     app.register_blueprint(docs_bp)
-    for blp in (accounts_blp, keys_blp, alerts_blp):
-        api.register_blueprint(blp)
+    for path in API_BLUEPRINTS:
+        api.register_blueprint(import_module(path).blp)
 
     if app.config.get("BENCH_PASSTHROUGH"):  # benchmark baseline only (bench/, issue 9)
         from app.blueprints.bench.routes import blp as bench_blp

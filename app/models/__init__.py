@@ -5,3 +5,5 @@ from app.models.catalog import Module, ModuleAction  # noqa: F401
 from app.models.usage import UsageHourly  # noqa: F401
 from app.models.outbox import OutboxMessage  # noqa: F401
 from app.models.alerts import Alert, AlertEvent  # noqa: F401
+from app.models.calls import IdempotencyRecord, ModuleCall  # noqa: F401
+from app.models.chat import ChatCompletion  # noqa: F401

@@ -10,4 +10,7 @@ SCHEDULE: list[tuple[str, int, str]] = [
     ("flush-last-used", 60, "app.tasks.maintenance.flush_last_used"),
     ("outbox-sweep", 30, "app.tasks.outbox.sweep"),
     ("alerts-evaluate", 60, "app.tasks.alerts.evaluate"),
+    ("calls-sweep", 30, "app.tasks.gateway.sweep_pending_calls"),
+    ("idempotency-purge", 3600, "app.tasks.gateway.purge_idempotency"),
+    ("chat-release-stale-holds", 300, "app.tasks.chat.release_stale_holds"),
 ]

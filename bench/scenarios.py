@@ -245,13 +245,21 @@ class Alerts(Scenario):
         script = setup.ROOT / "bench" / "alerts_eval.py"
         if not script.exists():
             raise Unavailable("alert evaluation is not in this build (bench/alerts_eval.py missing)")
-        env = dict(ctx.env, BENCH_DATABASE_URL=f"{setup.PG}/{setup.DB_NAME}")
+        # a database of its own: the script is meant to stay in its own schema, but with the
+        # production engine options its search_path is not applied and it rewrites the
+        # public tables (accounts, keys, rollups) of whatever database it is given
+        db_name = f"{setup.DB_NAME}_alerts"
+        setup.psql(f"DROP DATABASE IF EXISTS {db_name} WITH (FORCE)")
+        setup.psql(f"CREATE DATABASE {db_name}")
+        env = dict(ctx.env, BENCH_DATABASE_URL=f"{setup.PG}/{db_name}", DATABASE_URL=f"{setup.PG}/{db_name}")
         try:
             out = subprocess.run([str(setup.BIN / "python"), str(script), "--json"], env=env,
                                  cwd=setup.ROOT, capture_output=True, text=True,
                                  timeout=ALERTS_TIMEOUT)
         except subprocess.TimeoutExpired:
             raise Unavailable(f"bench/alerts_eval.py did not finish within {ALERTS_TIMEOUT} s")
+        finally:
+            setup.psql(f"DROP DATABASE IF EXISTS {db_name} WITH (FORCE)")
         if out.returncode:
             raise Unavailable(f"bench/alerts_eval.py failed: {out.stderr.strip()[-300:]}")
         report = json.loads(out.stdout.strip().splitlines()[-1])
@@ -283,4 +291,4 @@ class RoundTrips(Scenario):
 
 
 ALL = [Direct(), NginxProxy(), Passthrough(), Metered(), Chat(), LiteLLM(), Portkey(), Usage(),
-       Track(), Alerts(), RoundTrips()]
+       Track(), RoundTrips(), Alerts()]

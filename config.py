@@ -154,6 +154,10 @@ def load_config(overrides: dict | None = None) -> dict:
         # --- logging --------------------------------------------------------
         "LOG_LEVEL": _env("LOG_LEVEL", "INFO"),
         "LOG_JSON": _bool("LOG_JSON", production),
+        "ACCESS_LOG": _bool("ACCESS_LOG", True),
+        # --- observability --------------------------------------------------
+        # Bearer token for /metrics; unset: /metrics answers loopback clients only.
+        "METRICS_TOKEN": _env("METRICS_TOKEN"),
         # --- benchmarks (bench/, never set in a normal run) ------------------
         # BENCH_PASSTHROUGH=1 registers the bare /bench/passthrough baseline route.
         "BENCH_PASSTHROUGH": _bool("BENCH_PASSTHROUGH", False),

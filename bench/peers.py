@@ -73,10 +73,8 @@ litellm_settings:
 general_settings:
   master_key: {LITELLM_MASTER_KEY}
 """)
-    # no per-request access log (gunicorn in the bench has none either)
-    log_cfg = ctx.work / "litellm-logging.json"
-    log_cfg.write_text('{"version": 1, "disable_existing_loggers": false, '
-                       '"loggers": {"uvicorn.access": {"level": "WARNING"}}}')
+    # default logging: one access line per request, as the gateway's own production
+    # access log (`gateway.access`) writes one
     env = _peer_env(ctx)
     env.update({
         # never reach outside loopback: local model-cost map, no telemetry, quiet logs
@@ -87,8 +85,7 @@ general_settings:
     })
     port = ctx.ports["litellm"]
     proc = procs.start("litellm", [str(exe), "--config", str(cfg), "--host", "127.0.0.1",
-                                   "--port", str(port), "--num_workers", str(workers),
-                                   "--log_config", str(log_cfg)],
+                                   "--port", str(port), "--num_workers", str(workers)],
                        env=env, cwd=str(ctx.work), log=ctx.work / "litellm.log")
     try:
         procs.wait_http(f"http://127.0.0.1:{port}/health/liveliness", proc=proc, timeout=300)

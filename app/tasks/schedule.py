@@ -9,6 +9,7 @@ from __future__ import annotations
 SCHEDULE: list[tuple[str, int, str]] = [
     ("flush-last-used", 60, "app.tasks.maintenance.flush_last_used"),
     ("outbox-sweep", 30, "app.tasks.outbox.sweep"),
+    ("public-prune", 3600, "app.tasks.public.prune"),
     ("alerts-evaluate", 60, "app.tasks.alerts.evaluate"),
     ("calls-sweep", 30, "app.tasks.gateway.sweep_pending_calls"),
     ("idempotency-purge", 3600, "app.tasks.gateway.purge_idempotency"),

@@ -148,11 +148,12 @@ class Bench:
                 # processes (or connections) that appeared during the run count in full
                 new = set(procs.descendants(server_pid)) - set(pids)
                 used = procs.cpu_seconds(pids) - cpu0 + procs.cpu_seconds(list(new))
-                stats["server_cpu_ms_per_req"] = round(1000 * used / stats["requests"], 3)
+                stats["server_cpu_ms_per_req"] = round(max(0.0, 1000 * used / stats["requests"]), 3)
             if url.startswith(gw) and stats["requests"]:
                 new = set(setup.pg_backend_pids()) - set(pg)
                 used = procs.cpu_seconds(pg) - pg0 + procs.cpu_seconds(list(new))
-                stats["pg_cpu_ms_per_req"] = round(1000 * used / stats["requests"], 3)
+                # (a connection closed during the run takes its CPU time with it: never < 0)
+                stats["pg_cpu_ms_per_req"] = round(max(0.0, 1000 * used / stats["requests"]), 3)
             (WORK / f"wrk-{name}-c{c}.txt").write_text(text)
             rows[str(c)] = stats
             cpu = (f"  cpu/req {stats['server_cpu_ms_per_req']:.2f} ms" if "server_cpu_ms_per_req" in stats else "") + \

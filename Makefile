@@ -13,6 +13,7 @@ help:
 	@echo "make fuzz   - schemathesis (all checks, two accounts) against a throw-away instance"
 	@echo "make fault  - money under fault: worker kills, upstream hangs, Redis and PostgreSQL outages"
 	@echo "make serve  - production stack on loopback: nginx :8080/:8081, gunicorn, RQ worker, scheduler (PostgreSQL + Redis)"
+	@echo "make bench  - load benchmark on loopback (bench/run.py) -> bench/results/latest.{json,md}"
 
 $(BIN)/activate:
 	$(PY) -m venv $(VENV)
@@ -42,6 +43,12 @@ fuzz: venv
 fault: venv
 	$(BIN)/python -m tests.fault.money_under_fault --seconds $${FAULT_SECONDS:-30} --clients 8 \
 		--faults kill,upstream,redis,postgres
+
+# Load benchmark (never part of `make test`): see README "Performance" and bench/run.py.
+.PHONY: bench
+bench: venv
+	bash deploy/system-packages.sh
+	$(BIN)/python bench/run.py
 
 clean:
 	rm -rf $(VENV) instance .pytest_cache

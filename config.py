@@ -185,6 +185,10 @@ def load_config(overrides: dict | None = None) -> dict:
         # --- observability --------------------------------------------------
         # Bearer token for /metrics; unset: /metrics answers loopback clients only.
         "METRICS_TOKEN": _env("METRICS_TOKEN"),
+        # --- benchmarks (bench/, never set in a normal run) ------------------
+        # BENCH_PASSTHROUGH=1 registers the bare /bench/passthrough baseline route.
+        "BENCH_PASSTHROUGH": _bool("BENCH_PASSTHROUGH", False),
+        "BENCH_UPSTREAM_URL": _env("BENCH_UPSTREAM_URL"),
     }
     if overrides:
         cfg.update(overrides)

@@ -1,0 +1,74 @@
+"""Round trips per request, counted (not timed): SQL statements, commits, Redis commands
+and upstream HTTP requests of one warm request on each hot path. Noise-free, so it shows
+what the wall-clock figures of a shared machine cannot.
+
+Run by ``bench/run.py`` as ``python -m bench.roundtrips SPEC_JSON`` in the run's
+production environment, after the bench accounts and the bench module exist. SPEC_JSON is
+``[{"name", "method", "path", "headers", "body", "idempotency"}]``; prints JSON counts.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+from collections import Counter
+
+
+def main(spec: list[dict]) -> dict:
+    import redis.connection
+    import requests.adapters
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    from app import create_app
+
+    app = create_app()
+    counts: Counter = Counter()
+
+    orig_send = redis.connection.AbstractConnection.send_packed_command
+    orig_http = requests.adapters.HTTPAdapter.send
+
+    def send_packed(self, command, check_health=True):
+        counts["redis"] += 1
+        return orig_send(self, command, check_health)
+
+    def http_send(self, request, *args, **kwargs):
+        counts["upstream_http"] += 1
+        return orig_http(self, request, *args, **kwargs)
+
+    redis.connection.AbstractConnection.send_packed_command = send_packed
+    requests.adapters.HTTPAdapter.send = http_send
+    out = {}
+    # every engine (the app's, and any extra pool a feature keeps, e.g. tracking's)
+    @event.listens_for(Engine, "before_cursor_execute")
+    def _sql(conn, cursor, statement, parameters, context, executemany):  # noqa: ARG001
+        counts["sql"] += 1
+
+    @event.listens_for(Engine, "commit")
+    def _commit(conn):  # noqa: ARG001
+        counts["commits"] += 1
+
+    client = app.test_client()
+    for item in spec:
+        def once():
+            headers = dict(item.get("headers") or {})
+            if item.get("idempotency"):
+                headers["Idempotency-Key"] = "rt-" + uuid.uuid4().hex
+            body = item.get("body")
+            return client.open(item["path"], method=item["method"], headers=headers,
+                               data=body.encode() if body else None,
+                               content_type="application/json" if body else None)
+
+        for _ in range(3):  # warm: credential, catalog and connection caches
+            once()
+        counts.clear()
+        resp = once()
+        out[item["name"]] = {"status": resp.status_code, **{k: counts[k] for k in
+                                                             ("sql", "commits", "redis", "upstream_http")}}
+    redis.connection.AbstractConnection.send_packed_command = orig_send
+    requests.adapters.HTTPAdapter.send = orig_http
+    return out
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(json.loads(sys.argv[1]))))

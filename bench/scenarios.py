@@ -1,0 +1,294 @@
+"""The benchmark scenarios, in the order they run. A scenario whose route is not in this
+build's ``/openapi.json`` (or whose peer is not installed) is reported as not available."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench import peers, profile, seed, setup
+
+MODULE_BODY = json.dumps({"action": "echo", "text": "hello bench", "n": 3}).encode()
+CHAT_BODY_TMPL = {"messages": [{"role": "user", "content": "Say hello in five words."}],
+                  "max_tokens": 16}
+PEER_WARMUP = 5  # seconds: the peers (JIT, lazy imports) need longer to reach steady state
+GRANT_CENTS = 1_000_000  # $10,000 per account through the ledger: more than any run spends
+# Accounts the metered and chat load is spread over (round-robin per request): production
+# traffic comes from many accounts; `metered-1acct` measures one account alone.
+N_ACCOUNTS = int(os.environ.get("BENCH_ACCOUNTS", "16"))  # $100,000 through the ledger: far more than any run spends
+
+
+class Unavailable(Exception):
+    pass
+
+
+@dataclass
+class Context:
+    bench: object
+    env: dict
+    ports: dict
+    work: Path
+    upstream: str
+    gateway: str
+    paths: dict
+    log: object
+    accounts: list | None = None
+
+    def ensure_accounts(self) -> list[dict]:
+        """BENCH_ACCOUNTS accounts (enterprise plan: the highest per-key rate limit), each
+        with a live key, funded through the ledger (operator grant)."""
+        if self.accounts is None:
+            out = subprocess.run([str(setup.BIN / "python"), "-m", "bench.fixtures",
+                                  str(N_ACCOUNTS), str(GRANT_CENTS)], env=self.env,
+                                 cwd=setup.ROOT, capture_output=True, text=True, timeout=600)
+            if out.returncode:
+                raise RuntimeError(f"bench fixtures failed: {out.stderr[-2000:]}")
+            self.accounts = json.loads(out.stdout.strip().splitlines()[-1])
+        return self.accounts
+
+    @property
+    def account_id(self) -> str:
+        return self.ensure_accounts()[0]["account_id"]
+
+    def ensure_account(self) -> str:
+        """The first bench account's key (single-account scenarios)."""
+        return self.ensure_accounts()[0]["key"]
+
+    def all_keys(self) -> list[str]:
+        return [a["key"] for a in self.ensure_accounts()]
+
+
+def _has(ctx: Context, path: str, method: str = "post") -> bool:
+    return method in ctx.paths.get(path, {})
+
+
+class Scenario:
+    name = ""
+
+    def run(self, ctx: Context) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class Direct(Scenario):
+    name = "direct"
+
+    def run(self, ctx):
+        ctx.bench.measure("direct", f"{ctx.upstream}/module/bench", body=MODULE_BODY,
+                          server_pid=ctx.bench.nginx.pid,
+                          note="fake upstream (nginx `return`) called directly: the latency floor")
+
+
+class NginxProxy(Scenario):
+    name = "nginx"
+
+    def run(self, ctx):
+        ctx.bench.measure("nginx", f"http://127.0.0.1:{ctx.ports['proxy']}/module/bench",
+                          body=MODULE_BODY, server_pid=ctx.bench.nginx.pid,
+                          note="nginx proxy_pass (keepalive) to the same upstream (CPU: proxy + upstream)")
+
+
+class Passthrough(Scenario):
+    name = "passthrough"
+
+    def run(self, ctx):
+        if not _has(ctx, "/bench/passthrough"):
+            raise Unavailable("/bench/passthrough not registered")
+        ctx.bench.measure("passthrough", f"{ctx.gateway}/bench/passthrough", body=MODULE_BODY,
+                          note="bare Flask route in the same gunicorn, no auth/metering/receipts")
+
+
+class Metered(Scenario):
+    name = "metered"
+
+    def run(self, ctx):
+        if not _has(ctx, "/v1/module/{slug}/call"):
+            raise Unavailable("POST /v1/module/{slug}/call is not in this build")
+        seed.load_bench_module(ctx)
+        keys = ctx.all_keys()
+        url = f"{ctx.gateway}/v1/module/{seed.MODULE_SLUG}/call"
+        headers = {"Authorization": f"Bearer {keys[0]}"}
+
+        def check(body: bytes) -> bool:
+            doc = json.loads(body)
+            return bool(doc.get("receipt", {}).get("sig")) and doc.get("ok") is True
+
+        top = [max(ctx.bench.concurrency)]
+        rows = ctx.bench.measure(
+            "metered", url, headers=headers, body=MODULE_BODY, idempotency=True, check=check,
+            auth_keys=keys,
+            note=f"real keys of {len(keys)} accounts (round-robin), ledger debit, unique "
+                 "Idempotency-Key, receipt, PostgreSQL")
+        if rows is None:
+            return
+        ctx.bench.memory_snapshot("after_load_run_1")
+        # the same load once more: worker memory must not grow between repeated runs
+        ctx.bench.measure("metered-repeat", url, headers=headers, body=MODULE_BODY,
+                          idempotency=True, check=check, concurrencies=top, auth_keys=keys,
+                          note="second identical run (memory growth check)")
+        ctx.bench.memory_snapshot("after_load_run_2")
+        # one account taking all the load: every call updates the same balance row
+        ctx.bench.measure("metered-1acct", url, headers=headers, body=MODULE_BODY,
+                          idempotency=True, check=check, concurrencies=top,
+                          note="one account, one key: all calls contend for one balance row")
+        ctx.bench.results["checks"]["ledger_check"] = ledger_check(ctx)
+        if ctx.bench.profile_enabled():
+            ctx.bench.results["profiles"]["metered"] = profile.record(
+                ctx, "metered", url, headers, MODULE_BODY, idempotency=True, auth_keys=keys)
+
+
+def ledger_check(ctx: Context) -> dict:
+    out = subprocess.run([str(setup.BIN / "flask"), "ledger", "check"], env=ctx.env,
+                         cwd=setup.ROOT, capture_output=True, text=True, timeout=600)
+    result = {"exit_code": out.returncode, "clean": out.returncode == 0,
+              "output": (out.stdout + out.stderr).strip()[-2000:]}
+    ctx.log(f"flask ledger check: exit {out.returncode} {result['output'][:200]}")
+    return result
+
+
+class Chat(Scenario):
+    name = "chat"
+
+    def run(self, ctx):
+        if not _has(ctx, "/v1/chat/completions"):
+            raise Unavailable("POST /v1/chat/completions is not in this build")
+        model = seed.load_bench_chat_model(ctx)
+        keys = ctx.all_keys()
+        body = json.dumps({"model": model, **CHAT_BODY_TMPL}).encode()
+        headers = {"Authorization": f"Bearer {keys[0]}", **seed.chat_headers(ctx)}
+
+        def check(resp: bytes) -> bool:
+            doc = json.loads(resp)
+            return bool(doc.get("choices")) and "cost_usd" in doc.get("usage", {})
+
+        url = f"{ctx.gateway}/v1/chat/completions"
+        rows = ctx.bench.measure("chat", url, headers=headers, body=body, check=check,
+                                 auth_keys=keys,
+                                 note=f"our chat host: keys of {len(keys)} accounts (round-robin), "
+                                      "routing, metering (ledger hold + settle), usage record")
+        if rows is not None and ctx.bench.profile_enabled():
+            ctx.bench.results["profiles"]["chat"] = profile.record(ctx, "chat", url, headers, body,
+                                                                   auth_keys=keys)
+
+
+class LiteLLM(Scenario):
+    name = "litellm"
+
+    def run(self, ctx):
+        base = peers.start_litellm(ctx)
+        body = json.dumps({"model": peers.PEER_MODEL, **CHAT_BODY_TMPL}).encode()
+        ctx.bench.measure("litellm", f"{base}/v1/chat/completions",
+                          headers={"Authorization": f"Bearer {peers.LITELLM_MASTER_KEY}"},
+                          body=body, check=lambda r: bool(json.loads(r).get("choices")),
+                          server_pid=peers.pid("litellm"),
+                          note="LiteLLM proxy (no database, master key), same upstream, same worker count",
+                          warmup=PEER_WARMUP)
+        peers.stop(ctx, "litellm")
+
+
+class Portkey(Scenario):
+    name = "portkey"
+
+    def run(self, ctx):
+        base = peers.start_portkey(ctx)
+        body = json.dumps({"model": peers.PEER_MODEL, **CHAT_BODY_TMPL}).encode()
+        ctx.bench.measure("portkey", f"{base}/v1/chat/completions",
+                          headers={"Authorization": "Bearer sk-bench", "x-portkey-provider": "openai",
+                                   "x-portkey-custom-host": f"{ctx.upstream}/v1"},
+                          body=body, check=lambda r: bool(json.loads(r).get("choices")),
+                          server_pid=peers.pid("portkey"),
+                          note="Portkey gateway (node, one process), same upstream", warmup=PEER_WARMUP)
+        peers.stop(ctx, "portkey")
+
+
+class Usage(Scenario):
+    name = "usage"
+
+    def run(self, ctx):
+        wanted = [p for p in ("/api/usage/current", "/api/usage/by-module") if _has(ctx, p, "get")]
+        if not wanted:
+            raise Unavailable("the usage endpoints are not in this build")
+        key = ctx.ensure_account()
+        info = seed.seed_scale(ctx)
+        ctx.bench.results["checks"]["scale_seed"] = info
+        for path in wanted:
+            name = "usage-" + path.rsplit("/", 1)[-1]
+            ctx.bench.measure(name, f"{ctx.gateway}{path}", method="GET",
+                              headers={"Authorization": f"Bearer {key}"},
+                              note=f"{info['calls']:,} recorded calls ({info['method']})")
+
+
+class Track(Scenario):
+    name = "track"
+
+    def run(self, ctx):
+        if not _has(ctx, "/api/track"):
+            raise Unavailable("POST /api/track is not in this build")
+        body = json.dumps({"event": "page_view", "session_id": "bench-session",
+                           "props": {"path": "/pricing"}}).encode()
+        ctx.bench.measure("track", f"{ctx.gateway}/api/track", body=body,
+                          note="public analytics ingestion (204)")
+
+
+ALERTS_TIMEOUT = 300
+
+
+class Alerts(Scenario):
+    """Alert evaluation passes, measured by the alerts feature's own ``bench/alerts_eval.py``
+    (10,000 rules over 1,000,000 calls of rollups, then twice the rules, twice the calls),
+    in its own schema of the bench database."""
+
+    name = "alerts"
+
+    def run(self, ctx):
+        script = setup.ROOT / "bench" / "alerts_eval.py"
+        if not script.exists():
+            raise Unavailable("alert evaluation is not in this build (bench/alerts_eval.py missing)")
+        # a database of its own: the script is meant to stay in its own schema, but with the
+        # production engine options its search_path is not applied and it rewrites the
+        # public tables (accounts, keys, rollups) of whatever database it is given
+        db_name = f"{setup.DB_NAME}_alerts"
+        setup.psql(f"DROP DATABASE IF EXISTS {db_name} WITH (FORCE)")
+        setup.psql(f"CREATE DATABASE {db_name}")
+        env = dict(ctx.env, BENCH_DATABASE_URL=f"{setup.PG}/{db_name}", DATABASE_URL=f"{setup.PG}/{db_name}")
+        try:
+            out = subprocess.run([str(setup.BIN / "python"), str(script), "--json"], env=env,
+                                 cwd=setup.ROOT, capture_output=True, text=True,
+                                 timeout=ALERTS_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            raise Unavailable(f"bench/alerts_eval.py did not finish within {ALERTS_TIMEOUT} s")
+        finally:
+            setup.psql(f"DROP DATABASE IF EXISTS {db_name} WITH (FORCE)")
+        if out.returncode:
+            raise Unavailable(f"bench/alerts_eval.py failed: {out.stderr.strip()[-300:]}")
+        report = json.loads(out.stdout.strip().splitlines()[-1])
+        ctx.bench.results["alerts"] = report["results"]
+        for r in report["results"]:
+            ctx.log(f"alerts: {r['rules']:,} rules, {r['calls']:,} calls: cold pass "
+                    f"{r['cold']['seconds']:.3f} s ({r['cold']['fired']} fired), steady pass "
+                    f"{r['steady']['seconds']:.3f} s")
+
+
+class RoundTrips(Scenario):
+    """SQL statements, commits, Redis commands and upstream requests of one warm request of
+    every gateway scenario measured above (``bench/roundtrips.py``)."""
+
+    name = "roundtrips"
+
+    def run(self, ctx):
+        specs = ctx.bench.request_specs
+        if not specs:
+            raise Unavailable("no gateway scenario was measured")
+        out = subprocess.run([str(setup.BIN / "python"), "-m", "bench.roundtrips", json.dumps(specs)],
+                             env=ctx.env, cwd=setup.ROOT, capture_output=True, text=True, timeout=300)
+        if out.returncode:
+            raise Unavailable(f"bench/roundtrips.py failed: {out.stderr.strip()[-300:]}")
+        counts = json.loads(out.stdout.strip().splitlines()[-1])
+        ctx.bench.results["roundtrips"] = counts
+        for name, c in counts.items():
+            ctx.log(f"round trips {name}: {c}")
+
+
+ALL = [Direct(), NginxProxy(), Passthrough(), Metered(), Chat(), LiteLLM(), Portkey(), Usage(),
+       Track(), RoundTrips(), Alerts()]

@@ -8,7 +8,12 @@ def register_blueprints(app: Flask, api) -> None:
     from app.blueprints.accounts.routes import blp as accounts_blp
     from app.blueprints.docs.routes import bp as docs_bp
     from app.blueprints.keys.routes import blp as keys_blp
+    from app.blueprints.payments.routes import blp as payments_blp
+    from app.blueprints.payments.routes import sandbox_blp
+    from app.blueprints.wallet.routes import blp as wallet_blp
 
     app.register_blueprint(docs_bp)
     for blp in (accounts_blp, keys_blp):
+        api.register_blueprint(blp)
+    for blp in (payments_blp, sandbox_blp, wallet_blp):
         api.register_blueprint(blp)

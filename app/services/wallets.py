@@ -13,6 +13,7 @@ from urllib.parse import urlparse
 import base58
 from eth_account import Account as EthAccount
 from eth_account.messages import encode_defunct
+from eth_utils import to_checksum_address
 from flask import current_app
 from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
@@ -196,8 +197,9 @@ def balance(account_id: str) -> dict:
 # --- USDC deposits ------------------------------------------------------------------------
 
 def deposit_address() -> str:
+    """USDC_DEPOSIT_ADDRESS (default: X402_PAY_TO), EIP-55 checksummed."""
     cfg = current_app.config
-    return cfg.get("USDC_DEPOSIT_ADDRESS") or cfg["X402_PAY_TO"]
+    return to_checksum_address(cfg.get("USDC_DEPOSIT_ADDRESS") or cfg["X402_PAY_TO"])
 
 
 def fund_usdc(account_id: str, mode: str, amount_cents: int) -> dict:
@@ -210,7 +212,7 @@ def fund_usdc(account_id: str, mode: str, amount_cents: int) -> dict:
     if wallet.chain not in chains.EVM_CHAINS:
         raise InvalidRequest("method: USDC deposits are watched on EVM chains (base, ethereum, polygon); "
                              "connect an EVM wallet.")
-    pay_to = chains.normalize_address(wallet.chain, deposit_address())[0]
+    pay_to = deposit_address()
     micros = ledger.cents_to_micros(amount_cents)
     expires = utcnow() + timedelta(seconds=int(current_app.config["USDC_DEPOSIT_TTL_SECONDS"]))
     payment = Payment(id=new_id("pay"), account_id=account_id, method="usdc", kind="deposit",
@@ -266,7 +268,7 @@ def scan_chain(chain: str) -> dict:
     """Scan confirmed blocks for USDC transfers to the deposit address and credit them.
     The cursor advances only after every transfer in the range is processed."""
     cfg = current_app.config
-    pay_to = chains.normalize_address(chain, deposit_address())[0]
+    pay_to = deposit_address()
     db.session.execute(update(Payment).where(Payment.method == "usdc", Payment.status == "pending",
                                              Payment.provider_id.is_(None), Payment.expires_at < utcnow())
                        .values(status="expired", updated_at=utcnow()).execution_options(synchronize_session=False))

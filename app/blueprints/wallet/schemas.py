@@ -56,7 +56,7 @@ class DepositSchema(ma.Schema):
     chain_id = ma.fields.Integer(required=True)
     token = ma.fields.String(required=True, metadata={"description": "USDC contract address."})
     pay_to = ma.fields.String(required=True)
-    from_ = ma.fields.String(required=True, data_key="from", metadata={"description": "The connected wallet; "
+    from_ = ma.fields.String(required=True, data_key="from", attribute="from", metadata={"description": "The connected wallet; "
                                                                                        "transfers are attributed by sender."})
     amount_atomic = ma.fields.String(required=True, metadata={"description": "Exact amount in USDC atomic units (6 decimals)."})
     amount_usdc = ma.fields.String(required=True)

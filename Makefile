@@ -5,11 +5,12 @@ BIN     := $(VENV)/bin
 PORT    ?= 8000
 export PORT
 
-.PHONY: help venv run test migrate clean
+.PHONY: help venv run test fuzz migrate clean
 
 help:
 	@echo "make run    - install into .venv, migrate, load the demo catalog, serve on http://127.0.0.1:$(PORT)"
 	@echo "make test   - run the whole test suite (DATABASE_URL / REDIS_URL honoured when set)"
+	@echo "make fuzz   - schemathesis (all checks, two accounts) against a throw-away instance"
 
 $(BIN)/activate:
 	$(PY) -m venv $(VENV)
@@ -29,6 +30,9 @@ run: venv
 
 test: venv
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+fuzz: venv
+	$(BIN)/python -m tests.fuzz.run_fuzz --max-examples $${FUZZ_EXAMPLES:-100}
 
 clean:
 	rm -rf $(VENV) instance .pytest_cache

@@ -88,3 +88,121 @@ def http_server(handler_cls: type[BaseHTTPRequestHandler]):
     finally:
         server.shutdown()
         server.server_close()
+
+
+class _MailSink:
+    """aiosmtpd handler collecting received messages."""
+
+    def __init__(self):
+        self.messages = []  # list of email.message.EmailMessage
+
+    async def handle_DATA(self, server, session, envelope):  # noqa: N802 - aiosmtpd API
+        from email import message_from_bytes
+        from email.policy import default
+
+        msg = message_from_bytes(envelope.content, policy=default)
+        self.messages.append(msg)
+        return "250 OK"
+
+
+@contextmanager
+def smtp_server():
+    """A real SMTP server (aiosmtpd) on loopback; yields (sink, "smtp://127.0.0.1:<port>")."""
+    from aiosmtpd.controller import Controller
+
+    sink = _MailSink()
+    port = free_port()
+    controller = Controller(sink, hostname="127.0.0.1", port=port)
+    controller.start()
+    try:
+        yield sink, f"smtp://127.0.0.1:{port}"
+    finally:
+        controller.stop()
+
+
+class Recorder(BaseHTTPRequestHandler):
+    """HTTP handler that records requests; subclass and set ``statuses`` (a list of status
+    codes to answer in turn; the last one repeats)."""
+
+    statuses = [200]
+    received: list = []
+
+    def do_POST(self):  # noqa: N802 - http.server API
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length)
+        cls = type(self)
+        cls.received.append({"path": self.path, "headers": dict(self.headers), "body": body})
+        status = cls.statuses[min(len(cls.received) - 1, len(cls.statuses) - 1)]
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, *args):
+        pass
+
+
+def recorder(statuses=(200,)) -> type[Recorder]:
+    """A fresh Recorder subclass with its own ``received`` list."""
+    return type("Rec", (Recorder,), {"statuses": list(statuses), "received": []})
+
+
+@contextmanager
+def nginx(upstreams: list[str], *, extra_http: str = ""):
+    """A real nginx (Debian package) on a free loopback port load-balancing round-robin
+    over ``upstreams`` (``http://127.0.0.1:PORT`` URLs); yields its base URL."""
+    import shutil
+    import tempfile
+
+    binary = shutil.which("nginx") or "/usr/sbin/nginx"
+    prefix = tempfile.mkdtemp(prefix="gw-nginx-")
+    port = free_port()
+    servers = "\n".join(f"    server {u.split('://', 1)[1]};" for u in upstreams)
+    conf = f"""
+daemon off;
+worker_processes 1;
+pid {prefix}/nginx.pid;
+error_log {prefix}/error.log warn;
+events {{ worker_connections 256; }}
+http {{
+  access_log off;
+  client_body_temp_path {prefix}/body;
+  proxy_temp_path {prefix}/proxy;
+  fastcgi_temp_path {prefix}/fastcgi;
+  uwsgi_temp_path {prefix}/uwsgi;
+  scgi_temp_path {prefix}/scgi;
+  upstream app {{
+{servers}
+    keepalive 16;
+  }}
+  {extra_http}
+  server {{
+    listen 127.0.0.1:{port};
+    location / {{
+      proxy_pass http://app;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header Host $host;
+      proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+      proxy_set_header X-Forwarded-Proto $scheme;
+      proxy_next_upstream off;
+    }}
+  }}
+}}
+"""
+    path = os.path.join(prefix, "nginx.conf")
+    with open(path, "w") as fh:
+        fh.write(conf)
+    proc = subprocess.Popen([binary, "-p", prefix, "-c", path], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(url + "/openapi.json")
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()

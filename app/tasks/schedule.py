@@ -10,4 +10,5 @@ SCHEDULE: list[tuple[str, int, str]] = [
     ("flush-last-used", 60, "app.tasks.maintenance.flush_last_used"),
     ("watch-usdc-deposits", 30, "app.tasks.chain_watch.watch_usdc_deposits"),
     ("book-orphan-x402", 300, "app.tasks.x402_sweep.book_orphan_x402_payments"),
+    ("outbox-sweep", 30, "app.tasks.outbox.sweep"),
 ]

@@ -1,8 +1,8 @@
 """payments wallets x402
 
 Revision ID: payments
-Revises: 0002
-Create Date: 2026-11-21 21:12:10.776898
+Revises: 0003
+Create Date: 2026-11-21 21:16:41.109900
 
 """
 from alembic import op
@@ -13,7 +13,7 @@ from sqlalchemy.dialects import postgresql
 
 # revision identifiers, used by Alembic.
 revision = 'payments'
-down_revision = '0002'
+down_revision = '0003'
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,40 @@
+"""``flask outbox …``: inspect and re-deliver e-mails and outgoing webhooks."""
+from __future__ import annotations
+
+import json
+
+import click
+from flask.cli import AppGroup
+from sqlalchemy import func, select
+
+from app.extensions import db
+from app.models import OutboxMessage
+from app.services import outbox
+
+outbox_cli = AppGroup("outbox", help="Outgoing e-mails and webhooks.")
+
+
+@outbox_cli.command("status")
+def status():
+    """Counts of messages by channel and status."""
+    rows = db.session.execute(select(OutboxMessage.channel, OutboxMessage.status, func.count())
+                              .group_by(OutboxMessage.channel, OutboxMessage.status)).all()
+    click.echo(json.dumps({f"{c}:{s}": n for c, s, n in rows}))
+
+
+@outbox_cli.command("sweep")
+def sweep_cmd():
+    """Enqueue every pending message that is due now."""
+    click.echo(json.dumps({"enqueued": outbox.sweep()}))
+
+
+@outbox_cli.command("redeliver")
+@click.argument("message_id", required=False)
+@click.option("--all-failed", is_flag=True, help="Re-arm every failed message.")
+def redeliver(message_id, all_failed):
+    """Re-arm a failed message (or all of them) and deliver again."""
+    if not message_id and not all_failed:
+        raise click.UsageError("give a MESSAGE_ID or --all-failed")
+    n = outbox.redeliver(message_id, all_failed=all_failed)
+    outbox.sweep()
+    click.echo(json.dumps({"rearmed": n}))

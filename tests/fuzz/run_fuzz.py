@@ -1,0 +1,119 @@
+"""Schema fuzzing: schemathesis against the running app's /openapi.json, all checks.
+
+Starts a throw-away instance of the gateway (own SQLite database in a temp dir, or a
+PostgreSQL database when ``FUZZ_DATABASE_URL`` is set), creates two accounts ``alice``
+and ``bob`` (full-scope keys, so ``object_level_authorization`` and ``ignored_auth`` run
+with two identities as Web Fuzzing Commons peers), serves it with gunicorn on loopback,
+and runs ``st run`` with every check. Exit status is schemathesis's.
+
+    python -m tests.fuzz.run_fuzz [--max-examples N] [--max-time S] [--workers N]
+
+Used by ``make fuzz`` (larger budget) and by ``tests/e2e/test_fuzz.py`` in CI (small budget).
+Excluded checks, each with its reason, are listed in ``EXCLUDED_CHECKS``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from tests.servers import VENV_BIN, free_port, wait_http  # noqa: E402
+
+# check -> why it does not apply (keep this list as short as possible).
+EXCLUDED_CHECKS: dict[str, str] = {}
+
+
+def _env(workdir: str, db_url: str) -> dict:
+    env = dict(os.environ)
+    env.update({
+        "APP_ENV": "development",
+        "DATABASE_URL": db_url,
+        "INSTANCE_PATH": workdir,
+        "MAIL_OUTBOX_DIR": os.path.join(workdir, "outbox"),
+        # Fuzzed URLs must never be called: keep the SSRF guard strict.
+        "ALLOW_PRIVATE_URLS": "0",
+        # Rate limits would turn most generated requests into 429s; they are tested elsewhere.
+        "RATELIMIT_ENABLED": "0",
+        "AUTH_CACHE_TTL": "0",
+        "PYTHONPATH": str(ROOT),
+    })
+    env.pop("REDIS_URL", None)
+    return env
+
+
+def _flask(env: dict, *args: str) -> str:
+    out = subprocess.run([str(VENV_BIN / "flask"), "--app", "wsgi", *args], cwd=ROOT, env=env,
+                         capture_output=True, text=True, check=True)
+    return out.stdout
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--max-examples", type=int, default=50)
+    ap.add_argument("--max-time", type=int, default=0, help="overall time budget in seconds (0 = none)")
+    ap.add_argument("--workers", default="2")
+    ap.add_argument("--phases", default="examples,coverage,fuzzing,stateful")
+    ap.add_argument("--report-dir", default=None)
+    args = ap.parse_args(argv)
+
+    workdir = tempfile.mkdtemp(prefix="gw-fuzz-")
+    db_url = os.environ.get("FUZZ_DATABASE_URL") or f"sqlite:///{workdir}/fuzz.db"
+    env = _env(workdir, db_url)
+    _flask(env, "db", "upgrade")
+    if (ROOT / "catalog").is_dir():
+        try:
+            _flask(env, "catalog", "load")
+        except subprocess.CalledProcessError:
+            pass  # no catalog command in this build
+    users = []
+    for name in ("alice", "bob"):
+        created = json.loads(_flask(env, "accounts", "create", "--email", f"{name}@fuzz.example",
+                                    "--plan", "enterprise"))
+        _flask(env, "accounts", "grant-credits", created["account_id"], "--cents", "100000")
+        users.append({"name": name, "fixedHeaders": [
+            {"name": "Authorization", "value": f"Bearer {created['key']}"}]})
+    wfc = Path(workdir) / "auth.json"
+    wfc.write_text(json.dumps({"schemaVersion": "1.0.0", "auth": users}))
+    config = Path(workdir) / "schemathesis.toml"
+    config.write_text(
+        "[auth.wfc]\n"
+        f'path = "{wfc}"\n'
+        'peers = ["alice", "bob"]\n'
+        f"[generation]\nmax-examples = {args.max_examples}\n"
+    )
+
+    port = free_port()
+    server = subprocess.Popen(
+        [str(VENV_BIN / "gunicorn"), "-w", "2", "--threads", "4", "-b", f"127.0.0.1:{port}", "wsgi:app"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=open(Path(workdir) / "server.log", "w"))
+    try:
+        wait_http(f"http://127.0.0.1:{port}/openapi.json")
+        cmd = [str(VENV_BIN / "st"), "--config-file", str(config), "run",
+               f"http://127.0.0.1:{port}/openapi.json", "--checks", "all",
+               "--workers", str(args.workers), "--phases", args.phases,
+               "--request-timeout", "20", "--suppress-health-check", "all"]
+        if EXCLUDED_CHECKS:
+            cmd += ["--exclude-checks", ",".join(EXCLUDED_CHECKS)]
+        if args.max_time:
+            cmd += ["--max-time", str(args.max_time)]
+        if args.report_dir:
+            cmd += ["--report", "junit", "--report-dir", args.report_dir]
+        print("fuzz:", " ".join(cmd[3:]), flush=True)
+        return subprocess.call(cmd, cwd=workdir, env={**os.environ, "NO_COLOR": "1"})
+    finally:
+        server.terminate()
+        server.wait(10)
+        log = (Path(workdir) / "server.log").read_text()
+        if "Traceback" in log:
+            print("server log contains tracebacks:\n" + log[-5000:], file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""Outbox: e-mail over real SMTP, signed webhooks verified with standardwebhooks,
+retries with backoff, sweep after lost jobs, redelivery of failed messages."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from datetime import timedelta
+
+import orjson
+import pytest
+from standardwebhooks import Webhook
+
+from app.extensions import db
+from app.models import OutboxMessage
+from app.models.base import utcnow
+from app.services import outbox
+from tests.servers import ROOT, app_env, http_server, recorder, smtp_server
+
+SECRET = "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+
+def test_email_over_smtp(app):
+    with smtp_server() as (sink, url), app.app_context():
+        app.config["SMTP_URL"] = url
+        try:
+            msg = outbox.add_email("to@example.com", "Hello", "Body text", reply_to="r@example.com",
+                                   headers={"List-Unsubscribe": "<https://x/u>"})
+            db.session.commit()
+            outbox.dispatch(msg.id)
+        finally:
+            app.config["SMTP_URL"] = None
+        assert len(sink.messages) == 1
+        got = sink.messages[0]
+        assert got["Subject"] == "Hello" and got["Reply-To"] == "r@example.com"
+        assert got["List-Unsubscribe"] == "<https://x/u>" and msg.id in got["Message-ID"]
+        assert "Body text" in got.get_body(("plain",)).get_content()
+        assert db.session.get(OutboxMessage, msg.id).status == "delivered"
+
+
+def test_email_without_smtp_goes_to_eml_files(app):
+    with app.app_context():
+        msg = outbox.add_email("to@example.com", "Saved", "Kept on disk")
+        db.session.commit()
+        outbox.dispatch(msg.id)
+        files = [f for f in os.listdir(app.config["MAIL_OUTBOX_DIR"]) if msg.id in f]
+        assert len(files) == 1
+
+
+def test_webhook_signed_and_verifiable(app):
+    rec = recorder([200])
+    with http_server(rec) as (_, url), app.app_context():
+        msg = outbox.add_webhook(url + "/hook", "alert.fired", {"value": 3}, secret=SECRET)
+        db.session.commit()
+        outbox.dispatch(msg.id)
+        assert len(rec.received) == 1
+        got = rec.received[0]
+        payload = Webhook(SECRET).verify(got["body"], {k.lower(): v for k, v in got["headers"].items()})
+        assert payload["type"] == "alert.fired" and payload["data"] == {"value": 3}
+        assert got["headers"]["webhook-id"] == msg.id
+
+
+def test_chat_payload(app):
+    rec = recorder([200])
+    with http_server(rec) as (_, url), app.app_context():
+        msg = outbox.add_chat(url, "Spend alert: 120 > 100")
+        db.session.commit()
+        outbox.dispatch(msg.id)
+        assert orjson.loads(rec.received[0]["body"]) == {"text": "Spend alert: 120 > 100"}
+
+
+def test_retries_with_backoff_then_delivers_once(app):
+    rec = recorder([500, 503, 200])
+    with http_server(rec) as (_, url), app.app_context():
+        msg = outbox.add_webhook(url, "x", {}, secret=SECRET)
+        db.session.commit()
+        outbox.dispatch(msg.id)
+        row = db.session.get(OutboxMessage, msg.id)
+        assert row.status == "pending" and row.attempts == 1 and "HTTP 500" in row.last_error
+        assert row.next_attempt_at > utcnow() + timedelta(seconds=20)
+        assert outbox.deliver(msg.id) == "skipped"  # not due yet: no extra attempt
+        for _ in range(2):
+            db.session.execute(db.update(OutboxMessage).values(next_attempt_at=utcnow()))
+            db.session.commit()
+            outbox.sweep()
+        row = db.session.get(OutboxMessage, msg.id, populate_existing=True)
+        assert row.status == "delivered" and row.attempts == 3
+        assert len(rec.received) == 3
+        outbox.sweep()
+        assert len(rec.received) == 3  # delivered messages are never sent again
+
+
+def test_gives_up_after_max_attempts_and_redeliver(app):
+    rec = recorder([500])
+    with http_server(rec) as (_, url), app.app_context():
+        msg = outbox.add_webhook(url, "x", {}, max_attempts=2)
+        db.session.commit()
+        for _ in range(3):
+            db.session.execute(db.update(OutboxMessage).values(next_attempt_at=utcnow()))
+            db.session.commit()
+            outbox.deliver(msg.id)
+        row = db.session.get(OutboxMessage, msg.id, populate_existing=True)
+        assert row.status == "failed" and row.attempts == 2 and len(rec.received) == 2
+        rec.statuses = [200]
+        assert outbox.redeliver(msg.id) == 1
+        outbox.sweep()
+        assert db.session.get(OutboxMessage, msg.id, populate_existing=True).status == "delivered"
+
+
+def test_crashed_attempt_is_retried_after_lease(app):
+    rec = recorder([200])
+    with http_server(rec) as (_, url), app.app_context():
+        msg = outbox.add_webhook(url, "x", {})
+        db.session.commit()
+        # A worker claimed the message and died before recording the outcome.
+        claimed = outbox._claim(msg.id, utcnow())
+        assert claimed is not None and outbox.due_ids() == []
+        later = utcnow() + outbox.LEASE + timedelta(seconds=1)
+        assert outbox.due_ids(now=later) == [msg.id]
+
+
+def test_private_destination_refused_in_production_mode(app):
+    rec = recorder([200])
+    with http_server(rec) as (_, url), app.app_context():
+        app.config["ALLOW_PRIVATE_URLS"] = False
+        try:
+            msg = outbox.add_chat(url.replace("http://", "https://"), "x", max_attempts=1)
+            db.session.commit()
+            outbox.dispatch(msg.id)
+        finally:
+            app.config["ALLOW_PRIVATE_URLS"] = True
+        row = db.session.get(OutboxMessage, msg.id)
+        assert row.status == "failed" and "private" in row.last_error and rec.received == []
+
+
+@pytest.mark.skipif(not os.environ.get("REDIS_URL"), reason="needs REDIS_URL")
+def test_real_worker_delivers_after_redis_enqueue(app):
+    rec = recorder([200])
+    with http_server(rec) as (_, url), app.app_context():
+        app.config["JOBS_INLINE"] = False
+        try:
+            msg = outbox.add_webhook(url, "x", {"n": 1}, secret=SECRET)
+            db.session.commit()
+            outbox.dispatch(msg.id)
+        finally:
+            app.config["JOBS_INLINE"] = True
+        assert rec.received == []  # queued, not yet delivered
+        out = subprocess.run([sys.executable, "-m", "flask", "--app", "wsgi", "worker", "--burst"],
+                             cwd=ROOT, env=app_env(app.config), capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert len(rec.received) == 1
+        assert db.session.get(OutboxMessage, msg.id, populate_existing=True).status == "delivered"

@@ -112,7 +112,6 @@ def load_config(overrides: dict | None = None) -> dict:
         "PAYMENTS_SANDBOX_ENABLED": _bool(
             "PAYMENTS_SANDBOX_ENABLED",
             not (production and _env("PAYMENTS_PROCESSOR", "sandbox") == "stripe")),
-        "CHECKOUT_MAX_CENTS": _int("CHECKOUT_MAX_CENTS", 1_000_000),
         "RPC_URLS": {
             "base": _env("RPC_URL_BASE", "https://mainnet.base.org"),
             "ethereum": _env("RPC_URL_ETHEREUM", "https://ethereum-rpc.publicnode.com"),

@@ -88,7 +88,7 @@ def test_checkout_ach_settles_later_via_cli(app, client, account, ledger_clean):
 
 @pytest.mark.parametrize("body", [
     {}, {"amount_cents": 99}, {"amount_cents": "500"}, {"amount_cents": 500, "return_url": "javascript:alert(1)"},
-    {"amount_cents": 10**9}, {"amount_cents": 500.5},
+    {"amount_cents": 10**9}, {"amount_cents": 500.5}, {"amount_cents": True},
 ])
 def test_checkout_bad_input(client, account, body):
     r = client.post("/api/pay/checkout", json=body, headers=account.headers)

@@ -28,6 +28,17 @@ from tests.servers import VENV_BIN, free_port, wait_http  # noqa: E402
 
 # check -> why it does not apply (keep this list as short as possible).
 EXCLUDED_CHECKS: dict[str, str] = {}
+# operation -> why a schema-valid request may still be refused with 400/402/409: rules the
+# schema cannot express (checked by positive_data_acceptance with these extra statuses).
+_REFUSED = ["2xx", "400", "401", "402", "403", "404", "409", "429"]
+EXPECTED_REJECTIONS: dict[str, str] = {
+    "POST /api/pay/method": "the payment method id must exist at the processor",
+    "POST /api/pay/webhook": "the body must carry a valid Stripe-Signature",
+    "POST /api/wallet/connect": "the signature must verify over an issued, unused message",
+    "GET /api/wallet/connect/message": "the address format depends on the chain",
+    "POST /api/wallet/fund": "card/ach need a saved method, usdc a connected wallet; cards can be declined",
+    "POST /pay/sandbox/checkout/{session_id}": "the session id must exist",
+}
 
 
 def _env(workdir: str, db_url: str) -> dict:
@@ -87,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
         f'path = "{wfc}"\n'
         'peers = ["alice", "bob"]\n'
         f"[generation]\nmax-examples = {args.max_examples}\n"
+        + "".join(f'\n[[operations]]\ninclude-name = "{op}"\n'
+                  f"checks.positive_data_acceptance.expected-statuses = {json.dumps(_REFUSED)}\n"
+                  for op in EXPECTED_REJECTIONS)
     )
 
     port = free_port()

@@ -4,13 +4,29 @@ from marshmallow import validate
 
 from app.services.processors import SANDBOX_METHODS
 
+MAX_AMOUNT_CENTS = 1_000_000
+
+
+class WholeNumber(ma.fields.Integer):
+    """A JSON integer. As in JSON Schema, ``5.0`` counts; strings, booleans and fractions do not."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or (isinstance(value, float) and not value.is_integer()):
+            raise self.make_error("invalid", input=value)
+        return super()._deserialize(int(value), attr, data, **kwargs)
+
+
+def amount_cents_field(**kw):
+    return WholeNumber(required=True, validate=validate.Range(min=100, max=MAX_AMOUNT_CENTS), metadata={
+        "description": f"Cents, at least 100 and at most {MAX_AMOUNT_CENTS:,}."}, **kw)
+
 
 class CheckoutSchema(ma.Schema):
-    amount_cents = ma.fields.Integer(required=True, strict=True, validate=validate.Range(min=100),
-                                     metadata={"description": "At least 100; at most CHECKOUT_MAX_CENTS (default 1,000,000)."})
+    amount_cents = amount_cents_field()
     product = ma.fields.String(validate=validate.Length(min=1, max=200),
                                metadata={"description": "Label shown on the checkout page."})
-    return_url = ma.fields.Url(schemes={"http", "https"}, require_tld=False, validate=validate.Length(max=2000),
+    return_url = ma.fields.String(validate=[validate.Length(max=2000), validate.Regexp(r"^https?://[^\s/?#@]+[^\s]*$")],
                                metadata={"description": "Where the checkout sends the user afterwards, with "
                                                         "`checkout=success|cancel&payment_id=…` appended."})
 
@@ -45,7 +61,7 @@ class PaymentHistorySchema(ma.Schema):
 
 
 class MethodRequestSchema(ma.Schema):
-    payment_method_id = ma.fields.String(required=True, validate=validate.Length(min=1, max=120), metadata={
+    payment_method_id = ma.fields.String(required=True, validate=validate.Regexp(r"^pm_[A-Za-z0-9_]{1,100}$"), metadata={
         "description": "Processor payment method id (`pm_…`). Sandbox: " + ", ".join(f"`{k}`" for k in SANDBOX_METHODS)})
 
 

@@ -2,12 +2,14 @@
 import marshmallow as ma
 from marshmallow import validate
 
+from app.blueprints.payments.schemas import amount_cents_field
 from app.services.chains import CHAINS
 
 
 class ConnectMessageQuerySchema(ma.Schema):
     chain = ma.fields.String(required=True, validate=validate.OneOf(CHAINS))
-    address = ma.fields.String(required=True, validate=validate.Length(min=1, max=64))
+    address = ma.fields.String(required=True, validate=[validate.Length(min=32, max=44), validate.Regexp(r"^(0x[0-9a-fA-F]{40}|[1-9A-HJ-NP-Za-km-z]{32,44})$")], metadata={
+        "description": "EVM: 0x + 40 hex (EIP-55 checked when mixed case). Solana: base58 32-byte key."})
 
 
 class ConnectMessageSchema(ma.Schema):
@@ -22,10 +24,12 @@ class ConnectMessageSchema(ma.Schema):
 
 class WalletConnectSchema(ma.Schema):
     chain = ma.fields.String(required=True, validate=validate.OneOf(CHAINS))
-    address = ma.fields.String(required=True, validate=validate.Length(min=1, max=64))
-    signature = ma.fields.String(required=True, validate=validate.Length(min=1, max=200), metadata={
+    address = ma.fields.String(required=True, validate=[validate.Length(min=32, max=44), validate.Regexp(r"^(0x[0-9a-fA-F]{40}|[1-9A-HJ-NP-Za-km-z]{32,44})$")], metadata={
+        "description": "EVM: 0x + 40 hex (EIP-55 checked when mixed case). Solana: base58 32-byte key."})
+    signature = ma.fields.String(required=True, validate=validate.Regexp(
+        r"^(0x[0-9a-fA-F]{130}|(base58:)?[1-9A-HJ-NP-Za-km-z]{64,88})$"), metadata={
         "description": "EVM: 0x-hex 65-byte signature. Solana: base58 64-byte signature (`base58:` prefix optional)."})
-    nonce = ma.fields.String(validate=validate.Length(min=1, max=40), metadata={
+    nonce = ma.fields.String(validate=validate.Regexp(r"^[0-9A-Za-z]{8,40}$"), metadata={
         "description": "Optional: which issued message was signed (default: the latest one for this chain/address)."})
 
 
@@ -47,7 +51,7 @@ class WalletBalanceSchema(ma.Schema):
 
 
 class WalletFundSchema(ma.Schema):
-    amount_cents = ma.fields.Integer(required=True, strict=True, validate=validate.Range(min=100, max=1_000_000))
+    amount_cents = amount_cents_field()
     method = ma.fields.String(required=True, validate=validate.OneOf(["card", "usdc", "ach"]))
 
 
@@ -77,7 +81,8 @@ class WalletFundResultSchema(ma.Schema):
 
 class TransactionsQuerySchema(ma.Schema):
     limit = ma.fields.Integer(load_default=50, validate=validate.Range(min=1, max=200))
-    cursor = ma.fields.String(validate=validate.Length(min=1, max=20))
+    cursor = ma.fields.String(validate=validate.Regexp(r"^[0-9]{1,18}$"),
+                              metadata={"description": "`next_cursor` of the previous page."})
 
 
 class TransactionSchema(ma.Schema):

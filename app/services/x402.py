@@ -5,11 +5,10 @@ and the ledger credit (DESIGN §8).
 
 How the call path uses it (``app/services/gateway.py``)::
 
-    pay = x402.accept(header, account_id=…, price_cents=…, resource_url=…, mode=…)
-    # one DB transaction:
-    x402.book(pay, call_id=…)        # payment recorded, USDC credited to the account
-    ledger.post("call_charge", …)     # the call's charge from that credit
-    db.session.commit()
+    # inside the call's charging transaction, after the balance could not cover the price:
+    pay = x402.fund_call(header, account_id=…, price_micros=…, call_id=…, mode=…, resource_url=…)
+    ledger.post("module_call", …)     # the call's charge, from that credit
+    db.session.commit()               # payment + charge: one transaction
     response.headers.update(x402.response_headers(pay))
 
 ``accept`` raises 400 ``invalid_payment`` (undecodable) or 402 ``payment_invalid`` (with
@@ -30,7 +29,7 @@ from eth_account import Account as EthAccount
 from eth_account.messages import encode_typed_data
 from eth_utils import is_hex_address, to_checksum_address
 from flask import current_app
-from sqlalchemy import select, update
+from sqlalchemy import insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from app.errors import DomainError
@@ -93,7 +92,7 @@ def is_sandbox(mode: str) -> bool:
 
 # --- payment requests (402) -----------------------------------------------------------
 
-def _v2_requirement(chain: str, atomic: int) -> dict:
+def _v2_requirement(chain: str, atomic: int) -> dict:  # atomic USDC == micros
     name, version = chains.USDC_EIP712[chain]
     return {"scheme": "exact", "network": chains.CAIP2[chain], "asset": to_checksum_address(chains.usdc_contract(chain)),
             "amount": str(atomic), "payTo": pay_to(),
@@ -196,7 +195,7 @@ def _network_of(data: dict) -> tuple[str, str | None, str]:
     return str(data.get("network", "")), None, str(data.get("scheme", ""))
 
 
-def verify(data: dict, price_cents: int) -> dict:
+def verify(data: dict, price_micros: int) -> dict:
     """Check a decoded payload locally; returns the authorization facts. 402 when refused."""
     chain, asset, scheme = _network_of(data)
     if scheme != "exact":
@@ -219,7 +218,7 @@ def verify(data: dict, price_cents: int) -> dict:
         raise InvalidPayment("The payment authorization `nonce` must be 32 bytes of 0x-hex.")
     if to != pay_to():
         raise PaymentInvalid("wrong_recipient", f"The authorization pays {to}, not {pay_to()}.")
-    price_atomic = price_cents * ATOMIC_PER_CENT
+    price_atomic = int(price_micros)  # one atomic USDC unit is one micro-dollar
     if value < price_atomic:
         raise PaymentInvalid("insufficient_amount", f"The authorization is for {value} atomic USDC; the price "
                                                     f"is {price_atomic}.")
@@ -260,27 +259,54 @@ def verify(data: dict, price_cents: int) -> dict:
 
 # --- reservation, settlement, booking ------------------------------------------------------
 
-def reserve(facts: dict, account_id: str) -> X402Authorization:
-    """Insert the authorization under its unique key and commit: the one atomic step that
-    makes it single-use (a replay, even concurrent, hits the unique constraint)."""
-    row = X402Authorization(id=new_id("x4a"), auth_key=facts["auth_key"], account_id=account_id,
-                            network=facts["chain"], payer=facts["payer"], value_atomic=facts["value"])
-    db.session.add(row)
+def _autonomous_ok() -> bool:
+    """Whether a second connection may write while the caller's transaction is open
+    (PostgreSQL: yes; SQLite serialises writers, so there the caller's transaction is used)."""
+    return db.engine.dialect.name != "sqlite"
+
+
+def _write(stmt, in_transaction: bool) -> int:
+    """Execute a write durably: committed on its own (its own connection when the caller
+    has a transaction open), or, on SQLite inside a caller's transaction, in that one."""
+    if in_transaction and not _autonomous_ok():
+        return db.session.execute(stmt.execution_options(synchronize_session=False)).rowcount
+    if in_transaction:
+        with db.engine.connect() as conn:
+            rc = conn.execute(stmt).rowcount
+            conn.commit()
+            return rc
+    rc = db.session.execute(stmt.execution_options(synchronize_session=False)).rowcount
+    db.session.commit()
+    return rc
+
+
+def reserve(facts: dict, account_id: str, *, in_transaction: bool = False) -> str:
+    """Insert the authorization under its unique key (the one atomic step that makes it
+    single-use: a replay, even a concurrent one, hits the unique constraint). Committed
+    at once so it holds even if the call's transaction later rolls back. Returns its id."""
+    auth_id = new_id("x4a")
+    stmt = insert(X402Authorization).values(
+        id=auth_id, auth_key=facts["auth_key"], account_id=account_id, network=facts["chain"],
+        payer=facts["payer"], value_atomic=facts["value"], status="reserved", created_at=utcnow())
+    if in_transaction and not _autonomous_ok() and db.session.execute(
+            select(X402Authorization.id).where(X402Authorization.auth_key == facts["auth_key"])).first():
+        raise PaymentInvalid("replayed", "This payment authorization was already used.")
     try:
-        db.session.commit()
+        _write(stmt, in_transaction)
     except IntegrityError:
-        db.session.rollback()
+        if not in_transaction:
+            db.session.rollback()
         raise PaymentInvalid("replayed", "This payment authorization was already used.") from None
-    return row
+    return auth_id
 
 
-def _facilitator(path: str, facts: dict, price_cents: int, resource_url: str) -> dict:
+def _facilitator(path: str, facts: dict, price_micros: int, resource_url: str) -> dict:
     url = current_app.config["X402_FACILITATOR_URL"].rstrip("/") + path
     data = facts["data"]
     if facts["version"] == 2:
-        req = _v2_requirement(facts["chain"], price_cents * ATOMIC_PER_CENT)
+        req = _v2_requirement(facts["chain"], price_micros)
     else:
-        req = _v1_requirement(facts["chain"], price_cents * ATOMIC_PER_CENT, resource_url, "Module call")
+        req = _v1_requirement(facts["chain"], price_micros, resource_url, "Module call")
     try:
         resp = requests.post(url, json={"x402Version": facts["version"], "paymentPayload": data,
                                         "paymentRequirements": req}, timeout=30)
@@ -291,43 +317,52 @@ def _facilitator(path: str, facts: dict, price_cents: int, resource_url: str) ->
     return body if isinstance(body, dict) else {}
 
 
-def _fail(row_id: str, reason: str) -> None:
-    db.session.execute(update(X402Authorization).where(X402Authorization.id == row_id)
-                       .values(status="failed", error=reason[:200]).execution_options(synchronize_session=False))
-    db.session.commit()
+def _status(auth_id: str, in_transaction: bool, **values) -> None:
+    _write(update(X402Authorization).where(X402Authorization.id == auth_id).values(**values), in_transaction)
 
 
-def accept(header_value: str, *, account_id: str, price_cents: int, resource_url: str,
-           mode: str = "live") -> X402Payment:
-    """Decode, verify, reserve and (with a facilitator) settle a payment header."""
-    facts = verify(decode(header_value), price_cents)
+def accept(header_value: str, *, account_id: str, price_micros: int, resource_url: str,
+           mode: str = "live", in_transaction: bool = False) -> X402Payment:
+    """Decode, verify, reserve and (with a facilitator) settle a payment header.
+
+    ``in_transaction``: the caller has a database transaction open (the call's charging
+    transaction); nothing here commits it."""
+    facts = verify(decode(header_value), price_micros)
     sandbox = is_sandbox(mode)
     if sandbox and current_app.config.get("PRODUCTION") and mode != "test":
         raise PaymentInvalid("settlement_unavailable", "x402 settlement is not configured on this deployment.")
-    row = reserve(facts, account_id)
-    pay = X402Payment(auth_id=row.id, auth_key=row.auth_key, account_id=account_id, version=facts["version"],
-                      network=facts["chain"], payer=facts["payer"], value_atomic=facts["value"], sandbox=sandbox)
+    auth_id = reserve(facts, account_id, in_transaction=in_transaction)
+    pay = X402Payment(auth_id=auth_id, auth_key=facts["auth_key"], account_id=account_id,
+                      version=facts["version"], network=facts["chain"], payer=facts["payer"],
+                      value_atomic=facts["value"], sandbox=sandbox)
     if sandbox:
         return pay
-    verified = _facilitator("/verify", facts, price_cents, resource_url)
+    verified = _facilitator("/verify", facts, price_micros, resource_url)
     if verified.get("isValid") is not True:
         reason = str(verified.get("invalidReason") or ("facilitator_unavailable" if verified.get("_unavailable")
                                                         else "facilitator_rejected"))
-        _fail(row.id, reason)
+        _status(auth_id, in_transaction, status="failed", error=reason[:200])
         raise PaymentInvalid(reason, "The facilitator refused the payment: " + reason)
-    settled = _facilitator("/settle", facts, price_cents, resource_url)
+    settled = _facilitator("/settle", facts, price_micros, resource_url)
     if settled.get("success") is not True:
         reason = str(settled.get("errorReason") or "settlement_failed")
         if settled.get("_unavailable"):  # outcome unknown: keep it reserved for reconciliation
             raise PaymentInvalid("settlement_unavailable", "The facilitator did not answer; the authorization "
                                                            "stays reserved for reconciliation.")
-        _fail(row.id, reason)
+        _status(auth_id, in_transaction, status="failed", error=reason[:200])
         raise PaymentInvalid(reason, "Settlement failed: " + reason)
     pay.transaction = str(settled.get("transaction") or "")
-    db.session.execute(update(X402Authorization).where(X402Authorization.id == row.id)
-                       .values(status="settled", transaction=pay.transaction[:100], settled_at=utcnow())
-                       .execution_options(synchronize_session=False))
-    db.session.commit()
+    _status(auth_id, in_transaction, status="settled", transaction=pay.transaction[:100], settled_at=utcnow())
+    return pay
+
+
+def fund_call(header_value: str, *, account_id: str, price_micros: int, call_id: str, mode: str,
+              resource_url: str) -> X402Payment:
+    """The gateway seam: inside the call's charging transaction, accept the payment and
+    credit it (not committed); the caller debits the price next and commits both."""
+    pay = accept(header_value, account_id=account_id, price_micros=price_micros, resource_url=resource_url,
+                 mode=mode, in_transaction=True)
+    book(pay, call_id=call_id)
     return pay
 
 

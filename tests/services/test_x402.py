@@ -76,7 +76,7 @@ def test_payment_request_shapes(cfg):
 
 @pytest.mark.parametrize("make", [_header_v2, _header_v1])
 def test_client_payload_verifies(cfg, wallet, make):
-    facts = x402.verify(x402.decode(make(wallet)), 5)
+    facts = x402.verify(x402.decode(make(wallet)), 50_000)
     assert facts["payer"] == wallet.address and facts["value"] == 50_000 and facts["chain"] == "base"
 
 
@@ -102,14 +102,14 @@ def test_undecodable_is_400(cfg, value):
 def test_refusals_are_402_with_reason(cfg, wallet, mutation, reason):
     header = _mutate(_header_v2(wallet), mutation)
     with pytest.raises(x402.PaymentInvalid) as exc:
-        x402.verify(x402.decode(header), 5)
+        x402.verify(x402.decode(header), 50_000)
     assert exc.value.status == 402 and exc.value.code == "payment_invalid" and exc.value.reason == reason
 
 
 def test_sandbox_accept_book_and_replay(cfg, make_account, wallet, ledger_clean):
     acct = make_account(cents=0)
     header = _header_v2(wallet, 5)
-    pay = x402.accept(header, account_id=acct.id, price_cents=5, resource_url="http://gw.test/x")
+    pay = x402.accept(header, account_id=acct.id, price_micros=50_000, resource_url="http://gw.test/x")
     assert pay.sandbox and pay.value_atomic == 50_000
     # The call's transaction: payment credit + the charge, together.
     pid = x402.book(pay, call_id="call_1")
@@ -121,7 +121,7 @@ def test_sandbox_accept_book_and_replay(cfg, make_account, wallet, ledger_clean)
     resp = decode_payment_response_header(x402.response_headers(pay)["PAYMENT-RESPONSE"])
     assert resp.success and resp.payer == wallet.address and resp.network == "eip155:8453"
     with pytest.raises(x402.PaymentInvalid) as exc:
-        x402.accept(header, account_id=acct.id, price_cents=5, resource_url="http://gw.test/x")
+        x402.accept(header, account_id=acct.id, price_micros=50_000, resource_url="http://gw.test/x")
     assert exc.value.reason == "replayed"
     ledger_clean()
 
@@ -130,7 +130,7 @@ def test_facilitator_verify_and_settle(cfg, make_account, wallet, ledger_clean):
     acct = make_account(cents=0)
     with facilitator_server() as fac:
         cfg.config["X402_FACILITATOR_URL"] = fac.url
-        pay = x402.accept(_header_v2(wallet), account_id=acct.id, price_cents=5, resource_url="http://gw.test/x")
+        pay = x402.accept(_header_v2(wallet), account_id=acct.id, price_micros=50_000, resource_url="http://gw.test/x")
         assert [p for p, _ in fac.calls] == ["/verify", "/settle"]
         assert fac.calls[1][1]["paymentRequirements"]["payTo"] == PAY_TO
         assert not pay.sandbox and pay.transaction == "0x" + "ab" * 32
@@ -140,11 +140,11 @@ def test_facilitator_verify_and_settle(cfg, make_account, wallet, ledger_clean):
 
         fac.settle = {"success": False, "errorReason": "insufficient_funds", "transaction": "", "network": "x"}
         with pytest.raises(x402.PaymentInvalid) as exc:
-            x402.accept(_header_v2(wallet), account_id=acct.id, price_cents=5, resource_url="http://gw.test/x")
+            x402.accept(_header_v2(wallet), account_id=acct.id, price_micros=50_000, resource_url="http://gw.test/x")
         assert exc.value.reason == "insufficient_funds"
         fac.verify = {"isValid": False, "invalidReason": "invalid_exact_evm_payload_signature"}
         with pytest.raises(x402.PaymentInvalid):
-            x402.accept(_header_v2(wallet), account_id=acct.id, price_cents=5, resource_url="http://gw.test/x")
+            x402.accept(_header_v2(wallet), account_id=acct.id, price_micros=50_000, resource_url="http://gw.test/x")
     statuses = sorted(db.session.execute(db.select(X402Authorization.status)).scalars())
     assert statuses == ["failed", "failed", "settled"]
     ledger_clean()
@@ -154,7 +154,7 @@ def test_settled_but_unbooked_becomes_credit(cfg, make_account, wallet, ledger_c
     acct = make_account(cents=0)
     with facilitator_server() as fac:
         cfg.config["X402_FACILITATOR_URL"] = fac.url
-        x402.accept(_header_v2(wallet), account_id=acct.id, price_cents=5, resource_url="http://gw.test/x")
+        x402.accept(_header_v2(wallet), account_id=acct.id, price_micros=50_000, resource_url="http://gw.test/x")
     # the process dies here: never booked
     assert x402.book_orphans(older_than_seconds=0) == 1
     assert x402.book_orphans(older_than_seconds=0) == 0
@@ -166,3 +166,44 @@ def test_header_from_prefers_payment_signature():
     assert x402.header_from({"X-Payment": "a", "PAYMENT-SIGNATURE": "b"}) == "b"
     assert x402.header_from({"X-Payment": "a"}) == "a"
     assert x402.header_from({}) is None
+
+
+def test_fund_call_inside_the_charging_transaction(cfg, make_account, wallet, ledger_clean):
+    """The gateway seam: payment credit and charge commit together; a replay is refused and
+    leaves the caller's transaction to roll back."""
+    acct = make_account(cents=0)
+    header = _header_v2(wallet, 5)
+    with pytest.raises(ledger.InsufficientFunds):
+        ledger.post("module_call", [(ledger.customer(acct.id), -50_000), (ledger.REVENUE, 50_000)],
+                    ref="call:c1", account_id=acct.id)
+    pay = x402.fund_call(header, account_id=acct.id, price_micros=50_000, call_id="c1", mode="live",
+                         resource_url="http://gw.test/x")
+    ledger.post("module_call", [(ledger.customer(acct.id), -50_000), (ledger.REVENUE, 50_000)],
+                ref="call:c1", account_id=acct.id)
+    db.session.commit()
+    assert pay.booked and ledger.balance(ledger.customer(acct.id)) == 0
+    assert ledger.balance(ledger.REVENUE) == 50_000
+    with pytest.raises(x402.PaymentInvalid) as exc:
+        x402.fund_call(header, account_id=acct.id, price_micros=50_000, call_id="c2", mode="live",
+                       resource_url="http://gw.test/x")
+    db.session.rollback()
+    assert exc.value.reason == "replayed"
+    assert db.session.query(Payment).filter_by(method="x402").count() == 1
+    ledger_clean()
+
+
+def test_fund_call_with_facilitator_survives_a_rolled_back_call(cfg, make_account, wallet, ledger_clean):
+    """Settled but the call's transaction never commits: the sweep books it as credit
+    (PostgreSQL; on SQLite the reservation shares the caller's transaction)."""
+    acct = make_account(cents=0)
+    with facilitator_server() as fac:
+        cfg.config["X402_FACILITATOR_URL"] = fac.url
+        x402.fund_call(_header_v2(wallet), account_id=acct.id, price_micros=50_000, call_id="c1", mode="live",
+                       resource_url="http://gw.test/x")
+    db.session.rollback()  # the process died before committing the call
+    booked = x402.book_orphans(older_than_seconds=0)
+    if db.engine.dialect.name == "sqlite":
+        assert booked == 0 and ledger.balance(ledger.customer(acct.id)) == 0
+    else:
+        assert booked == 1 and ledger.balance(ledger.customer(acct.id)) == 50_000
+    ledger_clean()

@@ -303,10 +303,22 @@ def _find(processor: str, **where) -> Payment | None:
     return db.session.execute(stmt.limit(1)).scalar_one_or_none()
 
 
+def _by_metadata(obj: dict, processor: str, kind: str) -> Payment | None:
+    pid = (obj.get("metadata") or {}).get("payment_id")
+    cand = db.session.get(Payment, pid) if isinstance(pid, str) else None
+    if cand is not None and cand.processor == processor and cand.kind == kind and cand.provider_id is None:
+        return cand
+    return None
+
+
 def _dispatch(event: dict, processor: str) -> tuple[str, str | None]:
     etype, obj = event["type"], event["data"]["object"]
     if etype.startswith("checkout.session."):
         p = _find(processor, provider_id=obj.get("id"))
+        if p is None:  # the event beat the recording of the session id: the metadata names it
+            p = _by_metadata(obj, processor, "checkout")
+            if p is not None:
+                p.provider_id = obj.get("id")
         if p is None or p.kind != "checkout":
             return "unknown_payment", None
         pi = obj.get("payment_intent") if isinstance(obj.get("payment_intent"), str) else None
@@ -330,14 +342,13 @@ def _dispatch(event: dict, processor: str) -> tuple[str, str | None]:
     if etype.startswith("payment_intent."):
         p = _find(processor, provider_id=obj.get("id"))
         if p is None:  # a crash before we stored the intent id: the metadata names the payment
-            pid = (obj.get("metadata") or {}).get("payment_id")
-            cand = db.session.get(Payment, pid) if isinstance(pid, str) else None
-            if cand is not None and cand.processor == processor and cand.kind == "charge" \
-                    and cand.provider_id is None:
-                p = cand
+            p = _by_metadata(obj, processor, "charge")
+            if p is not None:
                 p.provider_id = p.payment_intent = obj.get("id")
-        if p is None or p.kind != "charge":
+        if p is None:
             return "unknown_payment", None
+        if p.kind != "charge":
+            return "ignored", p.id  # a checkout's intent: the checkout.session events count
         if etype == "payment_intent.succeeded":
             if int(obj.get("amount_received") or obj.get("amount") or 0) * 10_000 != p.amount_micros:
                 return "amount_mismatch", p.id

@@ -275,3 +275,24 @@ def test_bola_other_accounts_objects(client, make_account):
     assert client.get("/api/pay/history", headers=bob.headers).get_json()["payments"] == []
     assert client.get("/pay/sandbox/checkout/cs_sbx_doesnotexist").status_code == 404
     assert client.post("/pay/sandbox/checkout/cs_sbx_doesnotexist", data={"action": "pay"}).status_code == 404
+
+
+def test_charge_recorded_but_intent_id_lost_is_completed_by_webhook(app, client, account, ledger_clean):
+    """A crash after the processor charged but before the intent id was stored: the
+    processor's event names the payment in its metadata and credits it once."""
+    from app.ids import new_id
+
+    with app.app_context():
+        p = Payment(id=new_id("pay"), account_id=account.id, method="card", kind="charge",
+                    processor="sandbox", amount_micros=3_000_000, status="pending")
+        db.session.add(p)
+        db.session.commit()
+        pid, secret = p.id, sandbox_webhook_secret()
+    obj = {"id": "pi_sbx_lost", "object": "payment_intent", "amount": 300, "amount_received": 300,
+           "currency": "usd", "metadata": {"payment_id": pid}}
+    event = {"id": "evt_lost_1", "object": "event", "type": "payment_intent.succeeded",
+             "created": int(time.time()), "data": {"object": obj}}
+    assert _post_webhook(client, event, secret).get_json()["outcome"] == "credited"
+    assert _post_webhook(client, dict(event, id="evt_lost_2"), secret).get_json()["outcome"] == "already_final"
+    assert _balance(client, account) == 1300
+    ledger_clean()

@@ -41,6 +41,12 @@ def create_app(overrides: dict | None = None) -> Flask:
          "description": "`svc_live_…`, `svc_test_…` API keys or `svc_sess_…` agent sessions."},
     )
 
+    from app.converters import IdConverter
+
+    app.url_map.converters["id"] = IdConverter
+    api.register_converter(IdConverter, lambda _conv: {
+        "type": "string", "pattern": f"^{IdConverter.regex}$", "maxLength": 64})
+
     from app.blueprints import register_blueprints
 
     register_blueprints(app, api)

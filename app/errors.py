@@ -46,6 +46,7 @@ ERROR_CODES: dict[str, tuple[int, str]] = {
     "module_not_found": (404, "No approved module has this slug."),
     "method_not_allowed": (405, "The route does not accept this HTTP method."),
     "conflict": (409, "The request conflicts with the current state (e.g. e-mail or slug taken)."),
+    "alert_limit_reached": (409, "The account already has the maximum number of alerts (50)."),
     "idempotency_key_in_use": (409, "A request with this Idempotency-Key is still in flight."),
     "idempotency_key_reused": (409, "The Idempotency-Key was used with a different request."),
     "payload_too_large": (413, "The request body exceeds the size limit."),

@@ -6,6 +6,7 @@ from flask import Flask
 
 def register_blueprints(app: Flask, api) -> None:
     from app.blueprints.accounts.routes import blp as accounts_blp
+    from app.blueprints.alerts.routes import blp as alerts_blp
     from app.blueprints.docs.routes import bp as docs_bp
     from app.blueprints.keys.routes import blp as keys_blp
     from app.blueprints.payments.routes import blp as payments_blp
@@ -13,7 +14,7 @@ def register_blueprints(app: Flask, api) -> None:
     from app.blueprints.wallet.routes import blp as wallet_blp
 
     app.register_blueprint(docs_bp)
-    for blp in (accounts_blp, keys_blp):
+    for blp in (accounts_blp, keys_blp, alerts_blp):
         api.register_blueprint(blp)
     for blp in (payments_blp, sandbox_blp, wallet_blp):
         api.register_blueprint(blp)

@@ -6,3 +6,4 @@ from app.models.usage import UsageHourly  # noqa: F401
 from app.models.payments import (BillingProfile, ChainCursor, Payment, PaymentEvent,  # noqa: F401
                                  Wallet, WalletNonce, X402Authorization)
 from app.models.outbox import OutboxMessage  # noqa: F401
+from app.models.alerts import Alert, AlertEvent  # noqa: F401

@@ -40,14 +40,18 @@ WEBHOOK_TIMEOUT = 10
 
 
 def add(channel: str, destination: str, payload: dict, *, source: str | None = None,
-        account_id: str | None = None, max_attempts: int = 8) -> OutboxMessage:
-    """Write a message to deliver (in the caller's transaction; no commit)."""
+        account_id: str | None = None, max_attempts: int = 8, flush: bool = True) -> OutboxMessage:
+    """Write a message to deliver (in the caller's transaction; no commit).
+
+    ``flush=False`` leaves the INSERT to the caller's next flush/commit, so a caller adding
+    many messages gets them written in one batched statement (the id is set already)."""
     msg = OutboxMessage(id=new_id("msg"), channel=channel, destination=destination,
                         payload=payload, source=source, account_id=account_id,
                         max_attempts=max_attempts, status="pending", attempts=0,
                         next_attempt_at=utcnow(), created_at=utcnow())
     db.session.add(msg)
-    db.session.flush()
+    if flush:
+        db.session.flush()
     return msg
 
 

@@ -11,4 +11,5 @@ SCHEDULE: list[tuple[str, int, str]] = [
     ("watch-usdc-deposits", 30, "app.tasks.chain_watch.watch_usdc_deposits"),
     ("book-orphan-x402", 300, "app.tasks.x402_sweep.book_orphan_x402_payments"),
     ("outbox-sweep", 30, "app.tasks.outbox.sweep"),
+    ("alerts-evaluate", 60, "app.tasks.alerts.evaluate"),
 ]

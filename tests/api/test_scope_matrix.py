@@ -19,7 +19,7 @@ def _operations(client):
 
 
 def _url(path: str) -> str:
-    return re.sub(r"\{[^}]+\}", "zzz_not_an_id", path)
+    return re.sub(r"\{[^}]+\}", "zzz_notAnId0", path)
 
 
 def _call(client, method, path, headers):

@@ -1,0 +1,87 @@
+"""Schemas of alerts and alert events (SPEC part 2 Alert; response shapes documented here)."""
+import marshmallow as ma
+
+from app.services.alerts import CHANNELS, METRICS, OPS, WINDOWS
+
+_DT = {"format": "date-time"}
+
+
+class AlertCreateSchema(ma.Schema):
+    name = ma.fields.String(required=True, validate=ma.validate.Length(min=1, max=100))
+    metric = ma.fields.String(required=True, validate=ma.validate.OneOf(METRICS), metadata={
+        "description": "`spend_cents` (spend over the window, cents), `calls` (calls over the "
+                       "window), `error_rate` (failed calls / calls × 100 over the window; 0 "
+                       "without calls), `plan_pct` (spend in the current billing period, calendar "
+                       "month UTC, as % of the plan's `plan_cents`). Live-mode usage only."})
+    op = ma.fields.String(required=True, validate=ma.validate.OneOf(tuple(OPS)))
+    threshold = ma.fields.Float(required=True, allow_nan=False,
+                                validate=ma.validate.Range(min=0, max=1e15), metadata={
+                                    "description": "A finite number ≥ 0 in the metric's unit."})
+    window = ma.fields.String(required=True, validate=ma.validate.OneOf(tuple(WINDOWS)), metadata={
+        "description": "Rolling window ending now, at hour granularity: every hourly bucket "
+                       "overlapping the last hour / 24 h / 7 days / 30 days. Also the firing "
+                       "period: the rule fires at most once per calendar hour / day / ISO week / "
+                       "month (UTC) while its condition holds, and again in the next one."})
+    channel = ma.fields.String(required=True, validate=ma.validate.OneOf(CHANNELS))
+    target = ma.fields.String(required=True, validate=ma.validate.Length(min=1, max=2000), metadata={
+        "description": "An e-mail address for `email`; an https URL for `webhook` and `chat` "
+                       "(hosts resolving to private, loopback or link-local addresses are refused)."})
+
+
+class AlertSchema(ma.Schema):
+    id = ma.fields.String(required=True)
+    name = ma.fields.String(required=True)
+    metric = ma.fields.String(required=True)
+    op = ma.fields.String(required=True)
+    threshold = ma.fields.Float(required=True)
+    window = ma.fields.String(required=True)
+    channel = ma.fields.String(required=True)
+    target = ma.fields.String(required=True)
+    created_at = ma.fields.DateTime(required=True)
+
+
+class AlertCreatedSchema(AlertSchema):
+    secret = ma.fields.String(allow_none=True, required=True, metadata={
+        "description": "Webhook alerts only (null otherwise): the Standard Webhooks signing "
+                       "secret `whsec_…` used for the `webhook-signature` header of every "
+                       "delivery. Shown in this response only; store it."})
+
+
+class AlertListSchema(ma.Schema):
+    alerts = ma.fields.List(ma.fields.Nested(AlertSchema), required=True)
+
+
+class AlertDeletedSchema(ma.Schema):
+    deleted = ma.fields.Boolean(required=True)
+    id = ma.fields.String(required=True)
+
+
+class AlertEventSchema(ma.Schema):
+    id = ma.fields.String(required=True, metadata={"description": "Event id (`webhook-id` of webhook deliveries is the outbox message id)."})
+    alert_id = ma.fields.String(required=True)
+    name = ma.fields.String(required=True, metadata={"description": "Alert name at firing time."})
+    metric = ma.fields.String(required=True)
+    op = ma.fields.String(required=True)
+    threshold = ma.fields.Float(required=True)
+    value = ma.fields.Float(required=True, metadata={"description": "Metric value that met the condition."})
+    window = ma.fields.String(required=True)
+    period = ma.fields.String(required=True, metadata={
+        "description": "The UTC calendar period of this firing: `YYYY-MM-DDTHH` (hour), "
+                       "`YYYY-MM-DD` (day), `YYYY-Www` (ISO week), `YYYY-MM` (month)."})
+    channel = ma.fields.String(required=True)
+    fired_at = ma.fields.DateTime(required=True)
+    delivery_status = ma.fields.String(required=True, metadata={
+        "description": "`pending` (not delivered yet; retried with exponential backoff), "
+                       "`delivered`, or `failed` (gave up after the maximum attempts)."})
+    attempts = ma.fields.Integer(required=True)
+    delivered_at = ma.fields.DateTime(required=True, allow_none=True)
+    next_attempt_at = ma.fields.DateTime(required=True, allow_none=True,
+                                         metadata={"description": "When pending: the next attempt."})
+    last_error = ma.fields.String(required=True, allow_none=True,
+                                  metadata={"description": "Error of the last failed attempt."})
+
+
+class AlertEventListSchema(ma.Schema):
+    events = ma.fields.List(ma.fields.Nested(AlertEventSchema), required=True, metadata={
+        "description": "The 100 most recent firings of the account, newest first "
+                       "(including those of deleted alerts)."})

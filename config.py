@@ -137,6 +137,14 @@ def load_config(overrides: dict | None = None) -> dict:
         "X402_NETWORKS": [n.strip() for n in (_env("X402_NETWORKS", "base") or "").split(",") if n.strip()],
         "X402_FACILITATOR_URL": _env("X402_FACILITATOR_URL"),
         "X402_MAX_TIMEOUT_SECONDS": _int("X402_MAX_TIMEOUT_SECONDS", 300),
+        # --- module gateway (app/services/gateway.py, receipts.py) -------------
+        "CATALOG_PATH": _env("CATALOG_PATH", str(BASE_DIR / "catalog" / "modules")),
+        "CATALOG_CACHE_TTL": _float("CATALOG_CACHE_TTL", 5.0),
+        "CALL_SWEEP_MARGIN_SECONDS": _float("CALL_SWEEP_MARGIN_SECONDS", 60.0),
+        "PROVIDER_MAX_RESPONSE_BYTES": _int("PROVIDER_MAX_RESPONSE_BYTES", 5 * 1024 * 1024),
+        "IDEMPOTENCY_TTL_SECONDS": _int("IDEMPOTENCY_TTL_SECONDS", 24 * 3600),
+        "RECEIPT_SIGNING_KEY": _env("RECEIPT_SIGNING_KEY"),
+        "RECEIPT_RETIRED_PUBLIC_KEYS": _env("RECEIPT_RETIRED_PUBLIC_KEYS", ""),
         # --- OpenAPI (flask-smorest) ----------------------------------------
         "API_TITLE": "Metered API Gateway",
         "API_VERSION": "1.0.0",

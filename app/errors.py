@@ -119,6 +119,18 @@ class UpstreamError(DomainError):
     status, code, message = 502, "provider_error", "The upstream provider failed."
 
 
+class ModuleNotFound(DomainError):
+    status, code, message = 404, "module_not_found", "No approved module has this slug."
+
+
+class UnknownAction(DomainError):
+    status, code, message = 400, "unknown_action", "The module has no such action."
+
+
+class ProviderTimeout(UpstreamError):
+    status, code, message = 504, "provider_timeout", "The upstream provider timed out."
+
+
 class ServiceUnavailable(DomainError):
     status, code, message = 503, "service_unavailable", "Temporarily unavailable."
 

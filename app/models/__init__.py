@@ -7,3 +7,4 @@ from app.models.payments import (BillingProfile, ChainCursor, Payment, PaymentEv
                                  Wallet, WalletNonce, X402Authorization)
 from app.models.outbox import OutboxMessage  # noqa: F401
 from app.models.alerts import Alert, AlertEvent  # noqa: F401
+from app.models.calls import IdempotencyRecord, ModuleCall  # noqa: F401

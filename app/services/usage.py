@@ -73,3 +73,26 @@ def by_product(account_id: str, start: datetime, end: datetime, *, mode: str = "
     ).all()
     return [{"product": p, "calls": int(c), "errors": int(e), "spend_micros": int(s)}
             for p, c, e, s in rows]
+
+
+def current_usage(account_id: str, plan_cents: int) -> dict:
+    """UsageCurrent (SPEC endpoint 25): live calls and spend of the current calendar month
+    (UTC). Failed (refunded) calls count as calls; their refunded money is not spend."""
+    from app.services.ledger import micros_to_cents
+
+    start, end = billing_period()
+    t = totals(account_id, start, end, mode="live")
+    return {"period_start": start, "period_end": end, "calls": t["calls"],
+            "spend_cents": micros_to_cents(t["spend_micros"]), "plan_cents": int(plan_cents)}
+
+
+def usage_by_module(account_id: str) -> dict:
+    """UsageByModule (SPEC endpoint 26): this month's live calls and spend per module slug,
+    by spend descending (chat products ``chat:<model>`` are not modules and are left out)."""
+    from app.services.ledger import micros_to_cents
+
+    start, end = billing_period()
+    return {"by_module": [
+        {"slug": r["product"], "calls": r["calls"], "spend_cents": micros_to_cents(r["spend_micros"])}
+        for r in by_product(account_id, start, end, mode="live") if not r["product"].startswith("chat:")
+    ]}

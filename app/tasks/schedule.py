@@ -12,4 +12,6 @@ SCHEDULE: list[tuple[str, int, str]] = [
     ("book-orphan-x402", 300, "app.tasks.x402_sweep.book_orphan_x402_payments"),
     ("outbox-sweep", 30, "app.tasks.outbox.sweep"),
     ("alerts-evaluate", 60, "app.tasks.alerts.evaluate"),
+    ("calls-sweep", 30, "app.tasks.gateway.sweep_pending_calls"),
+    ("idempotency-purge", 3600, "app.tasks.gateway.purge_idempotency"),
 ]

@@ -1,0 +1,75 @@
+"""Module calls (SPEC endpoint 1) and the public module listing (SPEC part 3)."""
+from flask import Response, g
+from flask.views import MethodView
+
+from app.auth import authenticated, principal, public
+from app.errors import ErrorSchema
+from app.blueprints.modules.schemas import (ModuleCallHeadersSchema, ModuleCallRequestSchema,
+                                            ModuleCallResponseSchema, ModuleListSchema,
+                                            ModuleSchema)
+from app.extensions import Blueprint
+from app.services import catalog, gateway
+
+blp = Blueprint("modules", __name__, url_prefix="", description="Catalog modules: list and call.")
+
+
+@blp.route("/v1/module/<string:slug>/call")
+class ModuleCallView(MethodView):
+    @authenticated("call:write")
+    @blp.arguments(ModuleCallHeadersSchema, location="headers", as_kwargs=True)
+    @blp.arguments(ModuleCallRequestSchema)
+    @blp.response(200, ModuleCallResponseSchema, headers={
+        "Idempotent-Replayed": {"description": "`true` on an Idempotency-Key replay.",
+                                "schema": {"type": "string"}}})
+    @blp.alt_response(402, schema=ErrorSchema, description=(
+        "`payment_required`: the balance cannot cover the price. The body adds `price_cents`, "
+        "`pay_to`, `nonce`, `fund_endpoint`; nothing was charged or recorded."), headers={
+        "WWW-Authenticate": {"description": '`X402 realm="gateway", nonce="<X-Nonce>"`',
+                             "schema": {"type": "string"}},
+        "X-Price-Cents": {"description": "Price of the call in cents.", "schema": {"type": "integer"}},
+        "X-Pay-To": {"description": "Address that receives x402 payments (X402_PAY_TO).",
+                     "schema": {"type": "string"}},
+        "X-Nonce": {"description": "Random single-use nonce for the payment.", "schema": {"type": "string"}}})
+    @blp.alt_response(404, schema=ErrorSchema, description="`module_not_found`")
+    @blp.alt_response(409, schema=ErrorSchema, description="`idempotency_key_reused` / `idempotency_key_in_use`")
+    @blp.alt_response(413, schema=ErrorSchema, description="`payload_too_large`")
+    @blp.alt_response(502, schema=ErrorSchema, description="`provider_error` (not charged)")
+    @blp.alt_response(504, schema=ErrorSchema, description="`provider_timeout` (not charged)")
+    def post(self, body, slug, idempotency_key=None, x_payment=None, payment_signature=None):
+        """Call a module action; charged before forwarding, refunded if the provider fails.
+
+        Every body property (including `action`) is forwarded as JSON to the provider with the
+        gateway's provider credentials (never the caller's key). Provider 2xx → `ok: true`;
+        provider 4xx → `ok: false` with the provider's body as `result`, **charged** (the
+        provider did the work of rejecting the input); connection error, 3xx, 5xx, 401/407
+        (the gateway's own credentials refused), 429 → 502 `provider_error`; timeout or 408 →
+        504 `provider_timeout`; both refunded. `svc_test_` keys call the
+        sandbox upstream and are never charged (`cost_cents` shows the live price).
+        """
+        p = principal()
+        res = gateway.call(account_id=p.account_id, mode=p.mode, slug=slug, body=body,
+                           idempotency_key=idempotency_key, payment=x_payment or payment_signature,
+                           request_id=g.get("request_id"))
+        resp = Response(res.body, 200, mimetype="application/json")
+        if res.replayed:
+            resp.headers["Idempotent-Replayed"] = "true"
+        return resp
+
+
+@blp.route("/api/modules")
+class ModuleListView(MethodView):
+    @public
+    @blp.response(200, ModuleListSchema)
+    def get(self):
+        """Approved modules with their actions and prices in cents (public)."""
+        return {"modules": catalog.list_modules()}
+
+
+@blp.route("/api/modules/<string:slug>")
+class ModuleDetailView(MethodView):
+    @public
+    @blp.response(200, ModuleSchema)
+    @blp.alt_response(404, schema=ErrorSchema, description="`module_not_found`")
+    def get(self, slug):
+        """One approved module with its actions and prices (public)."""
+        return catalog.describe_module(slug)

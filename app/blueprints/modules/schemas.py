@@ -1,0 +1,74 @@
+"""Schemas of module calls (SPEC part 2: ModuleCallRequest/Response) and the listing."""
+import marshmallow as ma
+
+
+class ModuleCallRequestSchema(ma.Schema):
+    """`action` is required; every other property is module-specific and forwarded."""
+
+    class Meta:
+        unknown = ma.INCLUDE
+
+    action = ma.fields.String(required=True, validate=ma.validate.Length(min=1, max=64),
+                              metadata={"description": "One of the module's actions."})
+
+
+class ModuleCallHeadersSchema(ma.Schema):
+    class Meta:
+        unknown = ma.EXCLUDE
+
+    idempotency_key = ma.fields.String(
+        data_key="Idempotency-Key", validate=ma.validate.Length(min=1, max=128),
+        metadata={"description": "Optional, 1–128 characters, per account, kept 24 h. The same key "
+                                 "with the same request returns the stored response "
+                                 "(`Idempotent-Replayed: true`) without a second charge."})
+    x_payment = ma.fields.String(
+        data_key="X-Payment",
+        metadata={"description": "x402 payment (base64url JSON) for a call the balance cannot "
+                                 "cover. Not accepted by this build yet (answered like its absence)."})
+    payment_signature = ma.fields.String(
+        data_key="PAYMENT-SIGNATURE",
+        metadata={"description": "x402 v2 name of the payment header; same meaning as X-Payment."})
+
+
+class ReceiptSchema(ma.Schema):
+    hash = ma.fields.String(required=True, metadata={"description": "SHA-256 hex of the canonical signed facts."})
+    sig = ma.fields.String(required=True, metadata={"description": "Base64 ed25519 signature over the canonical facts."})
+    v = ma.fields.Integer(metadata={"description": "Receipt format version (1)."})
+    kid = ma.fields.String(metadata={"description": "Signing key id (see GET /api/receipts/keys)."})
+    alg = ma.fields.String(metadata={"description": "`ed25519`."})
+    ts = ma.fields.String(metadata={"description": "Time of the call (RFC 3339, UTC)."})
+    account_id = ma.fields.String()
+    action = ma.fields.String()
+    mode = ma.fields.String(metadata={"description": "`live` or `test`."})
+
+
+class ModuleCallResponseSchema(ma.Schema):
+    ok = ma.fields.Boolean(required=True, metadata={"description": "false when the provider answered 4xx (still charged)."})
+    module = ma.fields.String(required=True)
+    call_id = ma.fields.String(required=True)
+    cost_cents = ma.fields.Integer(required=True)
+    result = ma.fields.Dict(required=True, metadata={
+        "description": "The provider's JSON object; other JSON values as `{data}`, non-JSON bodies as "
+                       "`{text, content_type}`, an empty body as `{}`."})
+    receipt = ma.fields.Nested(ReceiptSchema, required=True)
+
+
+class ActionSchema(ma.Schema):
+    name = ma.fields.String(required=True)
+    description = ma.fields.String(required=True)
+    price_cents = ma.fields.Integer(required=True)
+
+
+class ModuleSchema(ma.Schema):
+    slug = ma.fields.String(required=True)
+    name = ma.fields.String(required=True)
+    description = ma.fields.String(required=True)
+    owner = ma.fields.String(required=True)
+    owner_agent_id = ma.fields.String(allow_none=True, required=True)
+    source = ma.fields.String(required=True, metadata={"description": "`catalog` or `agent`."})
+    sandbox = ma.fields.Boolean(required=True, metadata={"description": "Callable with svc_test_ keys."})
+    actions = ma.fields.List(ma.fields.Nested(ActionSchema), required=True)
+
+
+class ModuleListSchema(ma.Schema):
+    modules = ma.fields.List(ma.fields.Nested(ModuleSchema), required=True)

@@ -1,0 +1,1 @@
+"""Local demo services used by `make run` (never part of production traffic)."""

@@ -1,0 +1,61 @@
+"""Module calls: the call log (one row per charged call) and Idempotency-Key records."""
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import BigInteger, Boolean, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.extensions import db
+from app.models.base import BigIntPK, JSONType, UTCDateTime, utcnow
+
+
+class ModuleCall(db.Model):
+    """One metered call. Written ``pending`` in the charging transaction, then finalized
+    ``succeeded`` (provider answered 2xx/4xx) or ``refunded`` (provider failed, or the
+    sweep found it still pending after ``deadline_at``). The call stores its own price,
+    so catalog price changes never rewrite history."""
+
+    __tablename__ = "module_calls"
+    __table_args__ = (
+        Index("ix_module_calls_status_deadline", "status", "deadline_at"),
+        Index("ix_module_calls_account_created", "account_id", "created_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)  # call_…
+    account_id: Mapped[str] = mapped_column(String(32))
+    module_id: Mapped[int] = mapped_column(Integer)
+    module_slug: Mapped[str] = mapped_column(String(64))
+    action: Mapped[str] = mapped_column(String(64))
+    mode: Mapped[str] = mapped_column(String(8), default="live")  # live | test
+    status: Mapped[str] = mapped_column(String(16), default="pending")  # pending | succeeded | refunded
+    price_micros: Mapped[int] = mapped_column(BigInteger, default=0)
+    charged: Mapped[bool] = mapped_column(Boolean, default=False)  # a ledger debit was posted
+    owner_agent_id: Mapped[str | None] = mapped_column(String(32), index=True)
+    idempotency_key: Mapped[str | None] = mapped_column(String(128))
+    ok: Mapped[bool | None] = mapped_column(Boolean)
+    provider_status: Mapped[int | None] = mapped_column(Integer)
+    error: Mapped[str | None] = mapped_column(String(32))  # provider_error | provider_timeout | swept
+    receipt: Mapped[dict | None] = mapped_column(JSONType)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    deadline_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class IdempotencyRecord(db.Model):
+    """``Idempotency-Key`` of one account: inserted (``in_flight``) in the charging
+    transaction — the unique constraint, not a prior read, decides who owns the key —
+    then ``done`` with the exact response body, kept until ``expires_at`` (24 h)."""
+
+    __tablename__ = "idempotency_records"
+    __table_args__ = (UniqueConstraint("account_id", "key", name="uq_idempotency_records_account_key"),)
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    account_id: Mapped[str] = mapped_column(String(32))
+    key: Mapped[str] = mapped_column(String(128))
+    request_hash: Mapped[str] = mapped_column(String(64))
+    call_id: Mapped[str] = mapped_column(String(32))
+    status: Mapped[str] = mapped_column(String(16), default="in_flight")  # in_flight | done
+    response_body: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)

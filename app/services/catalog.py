@@ -1,0 +1,348 @@
+"""Module catalog: YAML loading (``flask catalog load``), the public listing, and the
+per-process cache of module snapshots used by the call path.
+
+YAML format (one module per file under ``catalog/modules/``, or a file with a top-level
+``modules:`` list)::
+
+    slug: echo                      # [a-z0-9-], unique
+    name: Echo
+    description: Returns what you send.
+    owner: Demo Provider
+    status: approved                # approved | disabled (only approved are listed/callable)
+    upstream_url: ${DEMO_PROVIDER_URL:-http://127.0.0.1:8901}/echo
+    sandbox_url: ${DEMO_PROVIDER_URL:-http://127.0.0.1:8901}/sandbox/echo   # optional
+    provider_auth: {type: header, header: X-Provider-Key, env: DEMO_PROVIDER_SECRET,
+                    default: demo-provider-dev-secret}   # default: never used in production
+    actions:
+      - name: echo
+        description: Echo the body.
+        price_cents: 1
+        method: POST                # POST | PUT | PATCH | GET | DELETE
+        path: /                     # appended to the base URL
+        timeout_seconds: 5
+
+``${VAR:-default}`` / ``${VAR}`` in URLs is expanded from the environment at load time.
+Loading is an idempotent upsert by slug: prices, URLs and actions change, actions that
+disappeared from the file are deactivated (not deleted), and call history is untouched
+because every call stores its own price. Modules built by agents are never touched.
+"""
+from __future__ import annotations
+
+import glob
+import ipaddress
+import os
+import re
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import yaml
+from flask import current_app
+from sqlalchemy import select
+from sqlalchemy.orm import selectinload
+
+from app.errors import InvalidRequest, ModuleNotFound, UnknownAction
+from app.extensions import db
+from app.models import Module, ModuleAction
+
+SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
+ACTION_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+METHODS = ("POST", "PUT", "PATCH", "GET", "DELETE")
+_ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+class CatalogError(ValueError):
+    """A catalog file is invalid (message names the file and field)."""
+
+
+# --- snapshots (immutable, cached per process) ---------------------------------------
+
+@dataclass(frozen=True)
+class ActionSnap:
+    name: str
+    price_cents: int
+    method: str
+    path: str
+    timeout_seconds: float
+
+
+@dataclass(frozen=True)
+class ModuleSnap:
+    id: int
+    slug: str
+    owner_agent_id: str | None
+    upstream_url: str
+    sandbox_url: str | None
+    provider_auth: dict | None
+    actions: dict  # name -> ActionSnap
+
+
+_cache: dict[str, tuple[float, ModuleSnap | None]] = {}
+_cache_lock = threading.Lock()
+
+
+def invalidate_cache() -> None:
+    """Drop this process's snapshots (other processes refresh within CATALOG_CACHE_TTL)."""
+    with _cache_lock:
+        _cache.clear()
+
+
+def _snapshot(m: Module) -> ModuleSnap:
+    return ModuleSnap(
+        id=m.id, slug=m.slug, owner_agent_id=m.owner_agent_id, upstream_url=m.upstream_url,
+        sandbox_url=m.sandbox_url, provider_auth=dict(m.provider_auth) if m.provider_auth else None,
+        actions={a.name: ActionSnap(a.name, int(a.price_cents), a.method.upper(), a.path,
+                                    float(a.timeout_seconds))
+                 for a in m.actions if a.active},
+    )
+
+
+def get_module(slug: str) -> ModuleSnap:
+    """The approved module ``slug`` (cached ``CATALOG_CACHE_TTL`` seconds) or 404."""
+    now = time.monotonic()
+    hit = _cache.get(slug)
+    if hit is None or hit[0] <= now:
+        snap = None
+        if SLUG_RE.match(slug):
+            m = db.session.execute(
+                select(Module).options(selectinload(Module.actions))
+                .where(Module.slug == slug, Module.status == "approved")
+            ).scalar_one_or_none()
+            snap = _snapshot(m) if m is not None else None
+        with _cache_lock:
+            if len(_cache) > 10_000:
+                _cache.clear()
+            _cache[slug] = (now + float(current_app.config["CATALOG_CACHE_TTL"]), snap)
+        hit = _cache[slug]
+    if hit[1] is None:
+        raise ModuleNotFound(f"No approved module '{slug[:64]}'.")
+    return hit[1]
+
+
+def get_action(mod: ModuleSnap, name) -> ActionSnap:
+    act = mod.actions.get(name) if isinstance(name, str) else None
+    if act is None:
+        raise UnknownAction(f"Module '{mod.slug}' has no action '{str(name)[:64]}'; "
+                            f"actions: {', '.join(sorted(mod.actions))}.")
+    return act
+
+
+# --- private address guard -----------------------------------------------------------
+
+_addr_cache: dict[str, tuple[float, bool]] = {}
+
+
+def is_private_url(url: str) -> bool:
+    """True when the URL's host is (or resolves to) a loopback, private, link-local,
+    reserved or multicast address. Resolution results are cached for a minute."""
+    host = urlsplit(url).hostname or ""
+    now = time.monotonic()
+    hit = _addr_cache.get(host)
+    if hit is not None and hit[0] > now:
+        return hit[1]
+    try:
+        addrs = {info[4][0] for info in socket.getaddrinfo(host, None)}
+    except (socket.gaierror, UnicodeError):
+        addrs = set()
+    private = not addrs or any(_private_ip(a) for a in addrs)
+    _addr_cache[host] = (now + 60.0, private)
+    return private
+
+
+def _private_ip(addr: str) -> bool:
+    ip = ipaddress.ip_address(addr.split("%")[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
+        ip = ip.ipv4_mapped
+    return not ip.is_global or ip.is_multicast
+
+
+# --- public listing ------------------------------------------------------------------
+
+def module_view(m: Module) -> dict:
+    return {
+        "slug": m.slug, "name": m.name, "description": m.description or "", "owner": m.owner or "",
+        "owner_agent_id": m.owner_agent_id, "source": m.source,
+        "sandbox": bool(m.sandbox_url),
+        "actions": [{"name": a.name, "description": a.description or "",
+                     "price_cents": int(a.price_cents)} for a in m.actions if a.active],
+    }
+
+
+def list_modules() -> list[dict]:
+    rows = db.session.execute(
+        select(Module).options(selectinload(Module.actions))
+        .where(Module.status == "approved").order_by(Module.slug)
+    ).scalars().all()
+    return [module_view(m) for m in rows]
+
+
+def describe_module(slug: str) -> dict:
+    m = db.session.execute(
+        select(Module).options(selectinload(Module.actions))
+        .where(Module.slug == slug, Module.status == "approved")
+    ).scalar_one_or_none()
+    if m is None:
+        raise ModuleNotFound(f"No approved module '{slug[:64]}'.")
+    return module_view(m)
+
+
+# --- YAML loading --------------------------------------------------------------------
+
+def expand_env(value: str) -> str:
+    def repl(match):
+        name, default = match.group(1), match.group(2)
+        val = os.environ.get(name)
+        if val in (None, ""):
+            if default is None:
+                raise CatalogError(f"environment variable {name} is not set")
+            return default
+        return val
+
+    return _ENV_RE.sub(repl, value)
+
+
+def _url(value, where: str, required: bool) -> str | None:
+    if value in (None, ""):
+        if required:
+            raise CatalogError(f"{where}: required")
+        return None
+    url = expand_env(str(value)).rstrip("/")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise CatalogError(f"{where}: must be an http(s) URL, got {url!r}")
+    return url
+
+
+def _auth(value, where: str) -> dict | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or value.get("type") not in ("header", "standard_webhooks"):
+        raise CatalogError(f"{where}: type must be 'header' or 'standard_webhooks'")
+    if value["type"] == "header":
+        if not value.get("header") or not value.get("env"):
+            raise CatalogError(f"{where}: a header auth needs 'header' and 'env'")
+    elif not str(value.get("secret", "")).startswith("whsec_"):
+        raise CatalogError(f"{where}: a standard_webhooks auth needs a 'whsec_…' secret")
+    return dict(value)
+
+
+def parse_module(doc: dict, where: str) -> dict:
+    """Validate one module definition; returns normalized values."""
+    if not isinstance(doc, dict):
+        raise CatalogError(f"{where}: a module must be a mapping")
+    slug = str(doc.get("slug", ""))
+    if not SLUG_RE.match(slug):
+        raise CatalogError(f"{where}: slug {slug!r} must match {SLUG_RE.pattern}")
+    where = f"{where} ({slug})"
+    status = doc.get("status", "approved")
+    if status not in ("approved", "disabled"):
+        raise CatalogError(f"{where}: status must be approved or disabled")
+    actions = doc.get("actions")
+    if not isinstance(actions, list) or not actions:
+        raise CatalogError(f"{where}: actions must be a non-empty list")
+    parsed, seen = [], set()
+    for i, a in enumerate(actions):
+        w = f"{where}: actions[{i}]"
+        if not isinstance(a, dict):
+            raise CatalogError(f"{w}: must be a mapping")
+        name = str(a.get("name", ""))
+        if not ACTION_RE.match(name) or name in seen:
+            raise CatalogError(f"{w}: name {name!r} missing, invalid or duplicated")
+        seen.add(name)
+        price = a.get("price_cents")
+        if not isinstance(price, int) or isinstance(price, bool) or price < 0:
+            raise CatalogError(f"{w}: price_cents must be an integer >= 0")
+        method = str(a.get("method", "POST")).upper()
+        if method not in METHODS:
+            raise CatalogError(f"{w}: method must be one of {', '.join(METHODS)}")
+        path = str(a.get("path", "/"))
+        if not path.startswith("/"):
+            raise CatalogError(f"{w}: path must start with /")
+        timeout = a.get("timeout_seconds", 10)
+        if not isinstance(timeout, (int, float)) or not 0 < float(timeout) <= 120:
+            raise CatalogError(f"{w}: timeout_seconds must be in (0, 120]")
+        parsed.append({"name": name, "description": str(a.get("description", "")),
+                       "price_cents": price, "method": method, "path": path,
+                       "timeout_seconds": float(timeout)})
+    return {
+        "slug": slug, "name": str(doc.get("name") or slug), "description": str(doc.get("description", "")),
+        "owner": str(doc.get("owner", "")), "status": status,
+        "upstream_url": _url(doc.get("upstream_url"), f"{where}: upstream_url", True),
+        "sandbox_url": _url(doc.get("sandbox_url"), f"{where}: sandbox_url", False),
+        "provider_auth": _auth(doc.get("provider_auth"), f"{where}: provider_auth"),
+        "actions": parsed,
+    }
+
+
+def read_catalog(path: str) -> list[dict]:
+    """Parse every module definition under ``path`` (a YAML file or a directory of them)."""
+    files = sorted(glob.glob(os.path.join(path, "*.yaml")) + glob.glob(os.path.join(path, "*.yml"))) \
+        if os.path.isdir(path) else [path]
+    if not files or not all(os.path.isfile(f) for f in files):
+        raise CatalogError(f"{path}: no catalog YAML found")
+    out, slugs = [], set()
+    for f in files:
+        with open(f) as fh:
+            try:
+                doc = yaml.safe_load(fh)
+            except yaml.YAMLError as exc:
+                raise CatalogError(f"{f}: invalid YAML: {exc}") from None
+        docs = doc["modules"] if isinstance(doc, dict) and "modules" in doc else [doc]
+        if not isinstance(docs, list):
+            raise CatalogError(f"{f}: 'modules' must be a list")
+        for i, d in enumerate(docs):
+            m = parse_module(d, f if len(docs) == 1 else f"{f}[{i}]")
+            if m["slug"] in slugs:
+                raise CatalogError(f"{f}: slug {m['slug']} defined twice")
+            slugs.add(m["slug"])
+            out.append(m)
+    return out
+
+
+def load(path: str | None = None) -> dict:
+    """Upsert the catalog at ``path`` (default CATALOG_PATH) in one transaction.
+    Returns ``{"created": [...], "updated": [...], "unchanged": [...]}``."""
+    path = path or current_app.config["CATALOG_PATH"]
+    modules = read_catalog(path)
+    report = {"created": [], "updated": [], "unchanged": []}
+    try:
+        for spec in modules:
+            m = db.session.execute(
+                select(Module).options(selectinload(Module.actions)).where(Module.slug == spec["slug"])
+            ).scalar_one_or_none()
+            if m is not None and m.source != "catalog":
+                raise InvalidRequest(f"slug {spec['slug']} belongs to an agent-built module")
+            created = m is None
+            if created:
+                m = Module(slug=spec["slug"], source="catalog")
+                db.session.add(m)
+            changed = created
+            for field in ("name", "description", "owner", "status", "upstream_url", "sandbox_url",
+                          "provider_auth"):
+                if getattr(m, field) != spec[field]:
+                    setattr(m, field, spec[field])
+                    changed = True
+            existing = {a.name: a for a in m.actions}
+            for a in spec["actions"]:
+                row = existing.pop(a["name"], None)
+                if row is None:
+                    m.actions.append(ModuleAction(active=True, **a))
+                    changed = True
+                    continue
+                for field, value in {**a, "active": True}.items():
+                    if getattr(row, field) != value:
+                        setattr(row, field, value)
+                        changed = True
+            for row in existing.values():
+                if row.active:
+                    row.active = False
+                    changed = True
+            report["created" if created else "updated" if changed else "unchanged"].append(spec["slug"])
+        db.session.commit()
+    except Exception:
+        db.session.rollback()
+        raise
+    invalidate_cache()
+    return report

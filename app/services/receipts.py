@@ -1,0 +1,229 @@
+"""Signed receipts: canonical JSON of a call's facts, SHA-256 ``hash``, ed25519 ``sig``.
+
+Signing keys
+* ``RECEIPT_SIGNING_KEY`` (base64 of a 32-byte ed25519 seed) when set: the active key.
+  Multi-node production deployments set it (every node must sign with the same key);
+  public keys of retired keys are published from ``RECEIPT_RETIRED_PUBLIC_KEYS``
+  (comma-separated base64 public keys).
+* Otherwise a keyring file ``<INSTANCE_PATH>/receipt_keys.json`` is generated once
+  (created atomically, mode 0600). ``flask receipts rotate-key`` adds a new active key
+  and keeps only the *public* half of the previous one, which stays published.
+A key id (``kid``) is ``k_`` + the first 16 hex digits of SHA-256 over the public key,
+so it is the same wherever the key lives.
+
+What is signed (receipt version 1) — every field is in the call response:
+``{"v", "kid", "call_id", "account_id", "module", "action", "cost_cents", "result_sha256",
+"ok", "mode", "ts"}`` where ``result_sha256`` is the SHA-256 hex of the canonical JSON
+of ``result``. Canonical JSON = ``json.dumps(x, sort_keys=True, separators=(",", ":"),
+ensure_ascii=False).encode("utf-8")``. ``hash`` = SHA-256 hex of the canonical facts;
+``sig`` = base64 ed25519 signature over the canonical facts' bytes.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+from flask import current_app
+from nacl.exceptions import BadSignatureError
+from nacl.signing import SigningKey, VerifyKey
+
+from app.jsonutil import isoformat
+from app.models.base import utcnow
+
+log = logging.getLogger(__name__)
+
+RECEIPT_VERSION = 1
+KEYRING_FILE = "receipt_keys.json"
+_RELOAD_SECONDS = 5.0
+SIGNED_FIELDS = ("v", "kid", "call_id", "account_id", "module", "action", "cost_cents",
+                 "result_sha256", "ok", "mode", "ts")
+
+
+def canonical(obj) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def kid_for(public_key: bytes) -> str:
+    return "k_" + hashlib.sha256(public_key).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Keyring:
+    active_kid: str
+    signer: SigningKey
+    public: dict  # kid -> {"public_key": b64, "created_at": str, "active": bool}
+
+
+_lock = threading.Lock()
+_state: dict = {"ring": None, "loaded_at": 0.0, "source": None}
+
+
+def _keyring_path() -> str:
+    return os.path.join(current_app.config["INSTANCE_PATH"], KEYRING_FILE)
+
+
+def _new_entry(signer: SigningKey) -> tuple[str, dict]:
+    pub = bytes(signer.verify_key)
+    return kid_for(pub), {"seed": base64.b64encode(bytes(signer)).decode(),
+                          "public_key": base64.b64encode(pub).decode(),
+                          "created_at": isoformat(utcnow())}
+
+
+def _write_new_file(path: str, data: dict, exclusive: bool) -> bool:
+    """Write ``data`` to ``path`` atomically (0600). With ``exclusive`` only if absent."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(data, fh, indent=2, sort_keys=True)
+    try:
+        if exclusive:
+            try:
+                os.link(tmp, path)  # fails if another process created it first
+            except FileExistsError:
+                return False
+            return True
+        os.replace(tmp, path)
+        return True
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _load_file(path: str) -> dict:
+    if not os.path.exists(path):
+        kid, entry = _new_entry(SigningKey.generate())
+        _write_new_file(path, {"active": kid, "keys": {kid: entry}}, exclusive=True)
+    with open(path) as fh:
+        return json.load(fh)
+
+
+def _build() -> Keyring:
+    env_seed = current_app.config.get("RECEIPT_SIGNING_KEY")
+    if env_seed:
+        signer = SigningKey(base64.b64decode(env_seed))
+        kid = kid_for(bytes(signer.verify_key))
+        public = {kid: {"public_key": base64.b64encode(bytes(signer.verify_key)).decode(),
+                        "active": True}}
+        for item in (current_app.config.get("RECEIPT_RETIRED_PUBLIC_KEYS") or "").split(","):
+            item = item.strip()
+            if item:
+                public.setdefault(kid_for(base64.b64decode(item)),
+                                  {"public_key": item, "active": False})
+        return Keyring(kid, signer, public)
+    if current_app.config.get("PRODUCTION") and not _state.get("warned"):
+        _state["warned"] = True
+        log.warning("RECEIPT_SIGNING_KEY is not set: receipts are signed with a key generated in "
+                    "%s; every node of a multi-node deployment needs the same key", _keyring_path())
+    data = _load_file(_keyring_path())
+    active = data["active"]
+    signer = SigningKey(base64.b64decode(data["keys"][active]["seed"]))
+    public = {kid: {"public_key": e["public_key"], "created_at": e.get("created_at"),
+                    "active": kid == active} for kid, e in data["keys"].items()}
+    return Keyring(active, signer, public)
+
+
+def keyring() -> Keyring:
+    """The signing keyring of this process (reloaded every few seconds, so a rotation
+    by the CLI reaches running workers)."""
+    now = time.monotonic()
+    ring = _state["ring"]
+    source = (current_app.config.get("RECEIPT_SIGNING_KEY"), current_app.config["INSTANCE_PATH"])
+    if ring is not None and now - _state["loaded_at"] < _RELOAD_SECONDS and _state["source"] == source:
+        return ring
+    with _lock:
+        ring = _build()
+        _state.update(ring=ring, loaded_at=now, source=source)
+    return ring
+
+
+def reset_cache() -> None:
+    _state.update(ring=None, loaded_at=0.0, source=None)
+
+
+def rotate_key() -> str:
+    """Make a new active key in the instance keyring; the previous public key stays
+    published. Returns the new kid. Not available when RECEIPT_SIGNING_KEY is set."""
+    if current_app.config.get("RECEIPT_SIGNING_KEY"):
+        raise RuntimeError("RECEIPT_SIGNING_KEY is set: rotate by setting a new seed there and "
+                           "adding the old public key to RECEIPT_RETIRED_PUBLIC_KEYS.")
+    path = _keyring_path()
+    with _lock:
+        data = _load_file(path)
+        for entry in data["keys"].values():
+            entry.pop("seed", None)  # retired keys: only the public half is kept
+        kid, entry = _new_entry(SigningKey.generate())
+        data["keys"][kid] = entry
+        data["active"] = kid
+        _write_new_file(path, data, exclusive=False)
+    reset_cache()
+    return kid
+
+
+def public_keys() -> list[dict]:
+    ring = keyring()
+    return [{"kid": kid, "alg": "ed25519", "public_key": e["public_key"], "active": e["active"],
+             "created_at": e.get("created_at")}
+            for kid, e in sorted(ring.public.items(), key=lambda kv: (not kv[1]["active"], kv[0]))]
+
+
+def result_digest(result) -> str:
+    return hashlib.sha256(canonical(result)).hexdigest()
+
+
+def facts(*, kid: str, call_id: str, account_id: str, module: str, action: str,
+          cost_cents: int, result, ok: bool, mode: str, ts: str) -> dict:
+    return {"v": RECEIPT_VERSION, "kid": kid, "call_id": call_id, "account_id": account_id,
+            "module": module, "action": action, "cost_cents": int(cost_cents),
+            "result_sha256": result_digest(result), "ok": bool(ok), "mode": mode, "ts": ts}
+
+
+def sign(*, call_id: str, account_id: str, module: str, action: str, cost_cents: int,
+         result, ok: bool, mode: str, ts: str | None = None) -> dict:
+    """The receipt object of a call response: ``hash``, ``sig`` and the fields a verifier
+    needs besides the response's top-level ``module``, ``call_id``, ``cost_cents``, ``ok``,
+    ``result``."""
+    ring = keyring()
+    ts = ts or isoformat(utcnow())
+    f = facts(kid=ring.active_kid, call_id=call_id, account_id=account_id, module=module,
+              action=action, cost_cents=cost_cents, result=result, ok=ok, mode=mode, ts=ts)
+    msg = canonical(f)
+    return {"hash": hashlib.sha256(msg).hexdigest(),
+            "sig": base64.b64encode(ring.signer.sign(msg).signature).decode(),
+            "v": RECEIPT_VERSION, "kid": ring.active_kid, "alg": "ed25519", "ts": ts,
+            "account_id": account_id, "action": action, "mode": mode}
+
+
+class ReceiptInvalid(ValueError):
+    pass
+
+
+def verify_response(response: dict, public_keys_by_kid: dict[str, str]) -> dict:
+    """Verify a saved call response against published keys (kid -> base64 public key).
+    Returns the signed facts; raises ReceiptInvalid."""
+    try:
+        r = response["receipt"]
+        f = facts(kid=r["kid"], call_id=response["call_id"], account_id=r["account_id"],
+                  module=response["module"], action=r["action"], cost_cents=response["cost_cents"],
+                  result=response["result"], ok=response["ok"], mode=r["mode"], ts=r["ts"])
+        if r.get("v", RECEIPT_VERSION) != RECEIPT_VERSION:
+            raise ReceiptInvalid(f"unsupported receipt version {r.get('v')}")
+    except (KeyError, TypeError) as exc:
+        raise ReceiptInvalid(f"not a call response with a receipt: missing {exc}") from None
+    msg = canonical(f)
+    if hashlib.sha256(msg).hexdigest() != r["hash"]:
+        raise ReceiptInvalid("hash does not match the response's fields")
+    pub = public_keys_by_kid.get(r["kid"])
+    if pub is None:
+        raise ReceiptInvalid(f"unknown key id {r['kid']}")
+    try:
+        VerifyKey(base64.b64decode(pub)).verify(msg, base64.b64decode(r["sig"]))
+    except (BadSignatureError, ValueError) as exc:
+        raise ReceiptInvalid("signature does not verify") from exc
+    return f

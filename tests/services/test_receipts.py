@@ -1,0 +1,118 @@
+"""Receipts: a real call's receipt verifies offline with only the published key (the README
+snippet), fails when any field changes, survives key rotation; `flask receipts verify`."""
+from __future__ import annotations
+
+import base64
+import copy
+import hashlib
+import json
+
+import pytest
+from nacl.exceptions import BadSignatureError
+from nacl.signing import VerifyKey
+
+from app.services import receipts
+from tests.gateway_helpers import call, mod, provider, provider_server  # noqa: F401
+
+
+def readme_verify(resp: dict, published: list[dict]) -> None:
+    """The README's offline verification snippet, verbatim in spirit: raises if invalid."""
+    r = resp["receipt"]
+    canon = lambda x: json.dumps(x, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()  # noqa: E731
+    facts = {"v": r["v"], "kid": r["kid"], "call_id": resp["call_id"], "account_id": r["account_id"],
+             "module": resp["module"], "action": r["action"], "cost_cents": resp["cost_cents"],
+             "result_sha256": hashlib.sha256(canon(resp["result"])).hexdigest(),
+             "ok": resp["ok"], "mode": r["mode"], "ts": r["ts"]}
+    keys = {k["kid"]: k["public_key"] for k in published}
+    assert hashlib.sha256(canon(facts)).hexdigest() == r["hash"], "hash mismatch"
+    VerifyKey(base64.b64decode(keys[r["kid"]])).verify(canon(facts), base64.b64decode(r["sig"]))
+
+
+MUTATIONS = [
+    ("call_id", lambda d: d.__setitem__("call_id", "call_forged")),
+    ("module", lambda d: d.__setitem__("module", "other")),
+    ("cost_cents", lambda d: d.__setitem__("cost_cents", d["cost_cents"] - 1)),
+    ("ok", lambda d: d.__setitem__("ok", not d["ok"])),
+    ("result", lambda d: d["result"].__setitem__("extra", 1)),
+    ("result-nested", lambda d: d["result"]["echo"].__setitem__("text", "changed")),
+    ("account_id", lambda d: d["receipt"].__setitem__("account_id", "acct_other")),
+    ("action", lambda d: d["receipt"].__setitem__("action", "bad")),
+    ("mode", lambda d: d["receipt"].__setitem__("mode", "test")),
+    ("ts", lambda d: d["receipt"].__setitem__("ts", "2020-01-01T00:00:00Z")),
+    ("hash", lambda d: d["receipt"].__setitem__("hash", "0" * 64)),
+    ("sig", lambda d: d["receipt"].__setitem__("sig", base64.b64encode(b"\0" * 64).decode())),
+]
+
+
+def test_receipt_verifies_offline_and_any_change_breaks_it(client, make_account, mod):
+    acct = make_account()
+    resp = call(client, acct, {"action": "ok", "text": "héllo", "n": 1.5}).get_json()
+    published = client.get("/api/receipts/keys").get_json()["keys"]
+    assert published and all(k["alg"] == "ed25519" for k in published)
+    saved = json.loads(json.dumps(resp))  # as a client would store it
+    readme_verify(saved, published)
+    by_kid = {k["kid"]: k["public_key"] for k in published}
+    assert receipts.verify_response(saved, by_kid)["call_id"] == resp["call_id"]
+    for name, mutate in MUTATIONS:
+        forged = copy.deepcopy(saved)
+        mutate(forged)
+        with pytest.raises((AssertionError, BadSignatureError)):
+            readme_verify(forged, published)
+        with pytest.raises(receipts.ReceiptInvalid):
+            receipts.verify_response(forged, by_kid)
+
+
+def test_rotation_keeps_old_receipts_verifiable(app, client, make_account, mod):
+    acct = make_account()
+    old = call(client, acct, {"action": "ok"}).get_json()
+    with app.app_context():
+        new_kid = receipts.rotate_key()
+    new = call(client, acct, {"action": "ok"}).get_json()
+    assert new["receipt"]["kid"] == new_kid != old["receipt"]["kid"]
+    keys = client.get("/api/receipts/keys").get_json()["keys"]
+    assert [k["kid"] for k in keys if k["active"]] == [new_kid]
+    readme_verify(old, keys)
+    readme_verify(new, keys)
+    with open(f"{app.config['INSTANCE_PATH']}/{receipts.KEYRING_FILE}") as fh:
+        ring = json.load(fh)
+    assert [kid for kid, e in ring["keys"].items() if "seed" in e] == [new_kid]
+
+
+def test_env_signing_key_and_retired_keys(app):
+    from nacl.signing import SigningKey
+
+    active, retired = SigningKey.generate(), SigningKey.generate()
+    with app.app_context():
+        app.config["RECEIPT_SIGNING_KEY"] = base64.b64encode(bytes(active)).decode()
+        app.config["RECEIPT_RETIRED_PUBLIC_KEYS"] = base64.b64encode(bytes(retired.verify_key)).decode()
+        try:
+            rec = receipts.sign(call_id="call_x", account_id="acct_x", module="m", action="a",
+                                cost_cents=1, result={}, ok=True, mode="live")
+            keys = receipts.public_keys()
+            with pytest.raises(RuntimeError):
+                receipts.rotate_key()
+        finally:
+            app.config["RECEIPT_SIGNING_KEY"] = None
+            app.config["RECEIPT_RETIRED_PUBLIC_KEYS"] = ""
+            receipts.reset_cache()
+    assert rec["kid"] == receipts.kid_for(bytes(active.verify_key))
+    assert {k["kid"]: k["active"] for k in keys} == {
+        rec["kid"]: True, receipts.kid_for(bytes(retired.verify_key)): False}
+    resp = {"call_id": "call_x", "module": "m", "cost_cents": 1, "ok": True, "result": {}, "receipt": rec}
+    readme_verify(resp, keys)
+
+
+def test_cli_verify(app, client, make_account, mod, tmp_path):
+    acct = make_account()
+    resp = call(client, acct, {"action": "ok"}).get_json()
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text(json.dumps(resp))
+    resp["cost_cents"] = 0
+    bad.write_text(json.dumps(resp))
+    runner = app.test_cli_runner()
+    r = runner.invoke(args=["receipts", "verify", str(good)])
+    assert r.exit_code == 0 and json.loads(r.output)["valid"] is True
+    r = runner.invoke(args=["receipts", "verify", str(bad)])
+    assert r.exit_code == 1 and json.loads(r.output)["valid"] is False
+    r = runner.invoke(args=["receipts", "keys"])
+    assert r.exit_code == 0 and json.loads(r.output)["keys"]

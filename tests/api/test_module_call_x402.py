@@ -121,3 +121,22 @@ def test_payment_is_ignored_when_the_balance_covers_the_call(app, client, make_a
     r = call(client, acct, {"action": "ok"}, headers={"X-Payment": "not base64 at all"})
     assert r.status_code == 200 and "PAYMENT-RESPONSE" not in r.headers
     assert balance_cents(app, acct.id) == 7
+
+
+def test_x402_v1_body_and_x_payment_response(app, client, make_account, mod, x402cfg, ledger_clean):
+    """A v1 client reads `accepts` from the body, pays with X-Payment (base64url), and gets
+    X-PAYMENT-RESPONSE."""
+    from x402.schemas.v1 import PaymentRequiredV1
+
+    acct = make_account(cents=0)
+    wallet = EthAccount.create()
+    body = call(client, acct, {"action": "ok"}).get_json()
+    required = PaymentRequiredV1.model_validate({"x402Version": 1, "accepts": body["accepts"],
+                                                 "error": body["message"]})
+    payload = register_exact_evm_client(x402ClientSync(), EthAccountSigner(wallet)).create_payment_payload(required)
+    header = base64.urlsafe_b64encode(payload.model_dump_json(by_alias=True, exclude_none=True).encode())
+    r = call(client, acct, {"action": "ok"}, headers={"X-Payment": header.decode().rstrip("=")})
+    assert r.status_code == 200, r.get_json()
+    settle = decode_payment_response_header(r.headers["X-PAYMENT-RESPONSE"])
+    assert settle.success and settle.network == "base" and settle.payer == wallet.address
+    ledger_clean()

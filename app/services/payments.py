@@ -26,7 +26,7 @@ from app.ids import new_id, random_b62
 from app.models import Account, BillingProfile, Payment, PaymentEvent
 from app.models.base import utcnow
 from app.services import ledger
-from app.services.processors import (SANDBOX_METHODS, CardDeclined, MethodInfo, by_name, for_mode,
+from app.services.processors import (SANDBOX_METHODS, CardDeclined, MethodInfo, for_mode,
                                      json_payload, sandbox_webhook_secret, sign_payload)
 
 log = logging.getLogger(__name__)

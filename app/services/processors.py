@@ -246,9 +246,5 @@ def for_mode(mode: str) -> Processor:
     return StripeProcessor()
 
 
-def by_name(name: str) -> Processor:
-    return SandboxProcessor() if name == "sandbox" else StripeProcessor()
-
-
 def json_payload(event: dict) -> bytes:
     return json.dumps(event, separators=(",", ":"), sort_keys=True).encode()

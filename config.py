@@ -51,6 +51,22 @@ PLANS: dict[str, dict] = {
 }
 
 
+# Chat providers configured from the environment: <ID>_BASE_URL and <ID>_API_KEY for
+# each id here (plus any listed in CHAT_EXTRA_PROVIDERS); the catalog YAML names them.
+CHAT_PROVIDER_IDS = ("openai", "anthropic", "demo_llm")
+
+
+def _chat_providers(production: bool) -> dict:
+    extra = tuple(p.strip() for p in (_env("CHAT_EXTRA_PROVIDERS", "") or "").split(",") if p.strip())
+    out = {}
+    for pid in CHAT_PROVIDER_IDS + extra:
+        name = pid.upper()
+        out[pid] = {"base_url": _env(f"{name}_BASE_URL"), "api_key": _env(f"{name}_API_KEY")}
+    if out["demo_llm"]["base_url"] is None and not production:
+        out["demo_llm"]["base_url"] = f"http://127.0.0.1:{_env('DEMO_LLM_PORT', '8790')}/v1"
+    return out
+
+
 class ConfigError(RuntimeError):
     """Raised at start-up when production configuration is incomplete."""
 
@@ -145,6 +161,21 @@ def load_config(overrides: dict | None = None) -> dict:
         "IDEMPOTENCY_TTL_SECONDS": _int("IDEMPOTENCY_TTL_SECONDS", 24 * 3600),
         "RECEIPT_SIGNING_KEY": _env("RECEIPT_SIGNING_KEY"),
         "RECEIPT_RETIRED_PUBLIC_KEYS": _env("RECEIPT_RETIRED_PUBLIC_KEYS", ""),
+        # --- chat completions (README "Chat completions") -----------------------
+        "CHAT_HOST": _env("CHAT_HOST"),
+        "CHAT_CATALOG": _env("CHAT_CATALOG", str(BASE_DIR / "catalog" / "models*.yaml")),
+        "CHAT_PROVIDERS": _chat_providers(production),
+        "CHAT_SANDBOX_PROVIDER": _env("CHAT_SANDBOX_PROVIDER", "demo_llm"),
+        "CHAT_REFERENCE_MODEL": _env("CHAT_REFERENCE_MODEL", "gpt-4o"),
+        "CHAT_DEFAULT_MAX_TOKENS": _int("CHAT_DEFAULT_MAX_TOKENS", 4096),
+        "CHAT_MAX_ATTEMPTS": _int("CHAT_MAX_ATTEMPTS", 4),
+        "CHAT_CONNECT_TIMEOUT": _float("CHAT_CONNECT_TIMEOUT", 3.0),
+        "CHAT_READ_TIMEOUT": _float("CHAT_READ_TIMEOUT", 60.0),
+        "CHAT_RETRY_AFTER_CAP": _float("CHAT_RETRY_AFTER_CAP", 2.0),
+        "CHAT_COOLDOWN_SECONDS": _float("CHAT_COOLDOWN_SECONDS", 30.0),
+        "CHAT_COOLDOWN_FAILURES": _int("CHAT_COOLDOWN_FAILURES", 3),
+        "CHAT_COOLDOWN_WINDOW": _float("CHAT_COOLDOWN_WINDOW", 60.0),
+        "CHAT_HOLD_TTL_SECONDS": _float("CHAT_HOLD_TTL_SECONDS", 900.0),
         # --- OpenAPI (flask-smorest) ----------------------------------------
         "API_TITLE": "Metered API Gateway",
         "API_VERSION": "1.0.0",

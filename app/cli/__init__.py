@@ -1,20 +1,29 @@
-"""Flask CLI: one group per area, registered in ``register_cli``."""
+"""Flask CLI: one group per area, registered in ``register_cli``.
+
+One line per command (``module:attribute``), so areas added in parallel merge cleanly.
+"""
 from __future__ import annotations
+
+from importlib import import_module
 
 from flask import Flask
 
+COMMANDS = [
+    "app.cli.accounts:accounts_cli",
+    "app.cli.ledger:ledger_cli",
+    "app.cli.outbox:outbox_cli",
+    "app.cli.jobs:worker_cmd",
+    "app.cli.jobs:scheduler_cmd",
+    "app.cli.alerts:alerts_cli",
+    "app.cli.gateway:catalog_cli",
+    "app.cli.gateway:calls_cli",
+    "app.cli.gateway:receipts_cli",
+    "app.cli.chat:chat_cli",
+    "app.cli.payments:payments_cli",
+]
+
 
 def register_cli(app: Flask) -> None:
-    from app.cli.accounts import accounts_cli
-    from app.cli.alerts import alerts_cli
-    from app.cli.gateway import calls_cli, catalog_cli, receipts_cli
-    from app.cli.jobs import scheduler_cmd, worker_cmd
-    from app.cli.ledger import ledger_cli
-    from app.cli.payments import payments_cli
-    from app.cli.outbox import outbox_cli
-
-    for command in (accounts_cli, ledger_cli, outbox_cli, worker_cmd, scheduler_cmd, alerts_cli):
-        app.cli.add_command(command)
-    app.cli.add_command(payments_cli)
-    for command in (catalog_cli, calls_cli, receipts_cli):
-        app.cli.add_command(command)
+    for spec in COMMANDS:
+        module, _, attr = spec.partition(":")
+        app.cli.add_command(getattr(import_module(module), attr))

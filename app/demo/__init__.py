@@ -1,1 +1,1 @@
-"""Local demo services used by `make run` (never part of production traffic)."""
+"""Local demo servers used by the embedded default (``make run``) and by tests."""

@@ -8,3 +8,4 @@ from app.models.payments import (BillingProfile, ChainCursor, Payment, PaymentEv
 from app.models.outbox import OutboxMessage  # noqa: F401
 from app.models.alerts import Alert, AlertEvent  # noqa: F401
 from app.models.calls import IdempotencyRecord, ModuleCall  # noqa: F401
+from app.models.chat import ChatCompletion  # noqa: F401

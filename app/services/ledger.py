@@ -7,7 +7,7 @@ Conventions (DESIGN §3):
 * ``acct:<account_id>`` legs also move the cached ``accounts.balance_micros`` with a
   conditional UPDATE (``… WHERE balance_micros + :delta >= 0``) in the same database
   transaction, so no concurrent path can overdraw an account.
-* Holder accounts (``acct:``, ``earnings:``, ``revenue:``) never go negative; source
+* Holder accounts (``acct:``, ``earnings:``, ``revenue:``, ``hold:``) never go negative; source
   accounts (``promo:``, ``external:``, ``adjust:``) are negative by the amount they
   have put into the system.
 
@@ -34,7 +34,7 @@ REVENUE = "revenue:platform"
 PROMO = "promo:grants"
 ADJUST = "adjust:operator"
 EXTERNAL = "external:"
-HOLDER_PREFIXES = (CUSTOMER, EARNINGS, "revenue:")
+HOLDER_PREFIXES = (CUSTOMER, EARNINGS, "revenue:", "hold:")
 
 
 def cents_to_micros(cents: int) -> int:

@@ -14,4 +14,5 @@ SCHEDULE: list[tuple[str, int, str]] = [
     ("alerts-evaluate", 60, "app.tasks.alerts.evaluate"),
     ("calls-sweep", 30, "app.tasks.gateway.sweep_pending_calls"),
     ("idempotency-purge", 3600, "app.tasks.gateway.purge_idempotency"),
+    ("chat-release-stale-holds", 300, "app.tasks.chat.release_stale_holds"),
 ]

@@ -1,0 +1,77 @@
+"""OpenAI-compatible chat host (SPEC endpoint 34): ``POST /v1/chat/completions`` and
+``GET /v1/models``. When ``CHAT_HOST`` is set these routes answer only on that host name
+(any port); on other hosts they are 404 ``not_found``."""
+from flask import current_app, request
+from flask.views import MethodView
+
+from app.auth import authenticated, principal
+from app.blueprints.chat.schemas import ChatCompletionSchema, ChatRequestSchema, ModelListSchema, ModelSchema
+from app.errors import ErrorSchema, NotFound
+from app.extensions import Blueprint
+from app.services import chat
+
+blp = Blueprint("chat", __name__, url_prefix="/v1", description=(
+    "OpenAI-compatible chat completions on the chat host: cheapest-model routing (`model: auto`), "
+    "failover between providers, exact cost and savings in `usage`. Errors keep the gateway's "
+    "`{error, message, request_id}` shape (OpenAI SDKs raise them as APIStatusError)."))
+
+
+@blp.before_request
+def _only_on_chat_host():
+    wanted = current_app.config.get("CHAT_HOST")
+    if not wanted:
+        return None
+    host = request.host.lower()
+    if not host.endswith("]"):  # strip the port (not inside an IPv6 literal)
+        host = host.rsplit(":", 1)[0] if ":" in host else host
+    if host != wanted.lower():
+        raise NotFound("The requested URL was not found on the server.")
+    return None
+
+
+@blp.route("/chat/completions")
+class ChatCompletionsView(MethodView):
+    @authenticated("call:write")
+    @blp.arguments(ChatRequestSchema)
+    @blp.response(200, ChatCompletionSchema, description=(
+        "A chat completion, or with `stream: true` a `text/event-stream` of `chat.completion.chunk` "
+        "objects ending with a usage chunk and `data: [DONE]`. Headers: `X-Chat-Provider`, "
+        "`X-Chat-Model`, `X-Chat-Attempts`, `X-Chat-Completion-Id`, `X-Chat-Cost-Micros` (non-streaming)."))
+    @blp.doc(responses={200: {"content": {"text/event-stream": {"schema": {
+        "type": "string", "description": "`data: <chat.completion.chunk JSON>` events; the last chunk "
+        "has empty `choices` and the `usage` (with cost); then `data: [DONE]`."}}}}})
+    @blp.alt_response(402, schema=ErrorSchema, description=(
+        "`payment_required`: the balance cannot cover the estimated maximum cost (the hold)."))
+    @blp.alt_response(404, schema=ErrorSchema, description="`model_not_found`, or `not_found` off the chat host.")
+    @blp.alt_response(502, schema=ErrorSchema, description="`provider_error`: every candidate failed; nothing charged.")
+    @blp.alt_response(504, schema=ErrorSchema, description="`provider_timeout`: every candidate timed out; nothing charged.")
+    def post(self, body):
+        """Create a chat completion (OpenAI's request and response shapes).
+
+        `model: auto` picks the cheapest model whose context window fits and whose capabilities
+        cover the request; a named model goes to its providers, cheapest first. Failover on
+        connection errors, timeouts, 429 and 5xx before the first byte is sent. The estimated
+        maximum is held on the balance before the call and settled to the exact cost after.
+        """
+        p = principal()
+        return chat.create_completion(p.account_id, p.mode, body).to_response()
+
+
+@blp.route("/models")
+class ModelsView(MethodView):
+    @authenticated("call:write")
+    @blp.response(200, ModelListSchema)
+    def get(self):
+        """List the available models in OpenAI's shape (plus `auto`), with context window,
+        capabilities and per-million-token prices."""
+        return chat.models_view()
+
+
+@blp.route("/models/<string:model_id>")
+class ModelView(MethodView):
+    @authenticated("call:write")
+    @blp.response(200, ModelSchema)
+    @blp.alt_response(404, schema=ErrorSchema, description="`model_not_found`")
+    def get(self, model_id):
+        """One model of `GET /v1/models` (OpenAI's `models.retrieve`)."""
+        return chat.model_view(model_id)

@@ -1,0 +1,81 @@
+"""Schemas of the OpenAI-compatible chat host (SPEC part 2 "Chat completion", endpoint 34)."""
+import marshmallow as ma
+
+
+class ChatRequestSchema(ma.Schema):
+    """OpenAI chat-completions request. Fields not listed here (temperature, top_p, stop,
+    seed, user, …) are passed to the upstream unchanged."""
+
+    class Meta:
+        unknown = ma.INCLUDE
+
+    model = ma.fields.String(required=True, validate=ma.validate.Length(min=1, max=96), metadata={
+        "description": "`auto` (cheapest model that fits the request) or a model id from `GET /v1/models`."})
+    messages = ma.fields.List(ma.fields.Dict(), required=True, validate=ma.validate.Length(min=1, max=4096),
+                              metadata={"description": "OpenAI messages: `role` (system, developer, user, "
+                                        "assistant, tool) and `content` (string or content parts); "
+                                        "assistant `tool_calls` and tool `tool_call_id` as in OpenAI's API."})
+    stream = ma.fields.Boolean(metadata={"description": "Server-sent events in OpenAI's chunk format, "
+                                         "ending with `data: [DONE]`; the last chunk before it carries `usage`."})
+    max_tokens = ma.fields.Integer(validate=ma.validate.Range(min=1, max=1_000_000), allow_none=True,
+                                   metadata={"description": "Output cap; absent: `CHAT_DEFAULT_MAX_TOKENS` "
+                                             "(4096) or the model's maximum, whichever is lower."})
+    max_completion_tokens = ma.fields.Integer(validate=ma.validate.Range(min=1, max=1_000_000), allow_none=True)
+    n = ma.fields.Integer(validate=ma.validate.Range(min=1, max=16), allow_none=True,
+                          metadata={"description": "Number of choices; the hold covers the output cap for each."})
+    tools = ma.fields.List(ma.fields.Dict(), allow_none=True, validate=ma.validate.Length(max=128))
+    tool_choice = ma.fields.Raw(allow_none=True)
+    response_format = ma.fields.Dict(allow_none=True)
+    stream_options = ma.fields.Dict(allow_none=True)
+
+
+class ChatUsageSchema(ma.Schema):
+    prompt_tokens = ma.fields.Integer(required=True)
+    completion_tokens = ma.fields.Integer(required=True)
+    total_tokens = ma.fields.Integer(required=True)
+    cost_usd = ma.fields.Float(required=True, metadata={"description": "Exact charge in USD (= cost_micros / 1e6)."})
+    cost_micros = ma.fields.Integer(required=True, metadata={"description": "Exact charge in micro-dollars."})
+    savings_pct = ma.fields.Float(required=True, metadata={
+        "description": "round(max(0, (ref − cost) / ref × 100), 2), ref = the same tokens at the reference "
+                       "model's primary list price (auto: CHAT_REFERENCE_MODEL; named model: its primary provider)."})
+    latency_ms = ma.fields.Integer(required=True, metadata={"description": "Gateway receipt to last upstream byte."})
+    estimated = ma.fields.Boolean(required=True, metadata={
+        "description": "True when the upstream reported no usage and the tokens are the gateway's estimate."})
+
+
+class ChatChoiceSchema(ma.Schema):
+    index = ma.fields.Integer(required=True)
+    message = ma.fields.Dict(required=True, metadata={"description": "`role`, `content`, and `tool_calls` when the model calls tools."})
+    finish_reason = ma.fields.String(allow_none=True)
+
+
+class ChatCompletionSchema(ma.Schema):
+    id = ma.fields.String(required=True)
+    object = ma.fields.String(required=True, metadata={"description": "`chat.completion`"})
+    created = ma.fields.Integer(required=True)
+    model = ma.fields.String(required=True, metadata={"description": "The model actually used."})
+    provider = ma.fields.String(required=True, metadata={"description": "The provider that served it."})
+    choices = ma.fields.List(ma.fields.Nested(ChatChoiceSchema), required=True)
+    usage = ma.fields.Nested(ChatUsageSchema, required=True)
+
+
+class ModelPricingSchema(ma.Schema):
+    input_usd_per_mtok = ma.fields.String(required=True)
+    output_usd_per_mtok = ma.fields.String(required=True)
+
+
+class ModelSchema(ma.Schema):
+    id = ma.fields.String(required=True)
+    object = ma.fields.String(required=True)
+    created = ma.fields.Integer(required=True)
+    owned_by = ma.fields.String(required=True, metadata={"description": "Providers serving the model."})
+    description = ma.fields.String()
+    context_window = ma.fields.Integer()
+    max_output_tokens = ma.fields.Integer()
+    capabilities = ma.fields.List(ma.fields.String())
+    pricing = ma.fields.Nested(ModelPricingSchema, metadata={"description": "Cheapest enabled provider's price."})
+
+
+class ModelListSchema(ma.Schema):
+    object = ma.fields.String(required=True)
+    data = ma.fields.List(ma.fields.Nested(ModelSchema), required=True)

@@ -1,0 +1,41 @@
+"""Chat completions: one row per billed (or sandbox) completion, from hold to settlement."""
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import BigInteger, Boolean, Index, Integer, String
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.extensions import db
+from app.models.base import UTCDateTime, utcnow
+
+
+class ChatCompletion(db.Model):
+    """``status``: ``held`` (estimated maximum held, upstream call in progress — a row left
+    in this state by a crash is released by the stale-hold sweep), ``settled`` (charged
+    ``cost_micros``, rest of the hold returned), ``released`` (nothing charged: every
+    candidate failed, the upstream rejected the request, or the sweep released it),
+    ``sandbox`` (test-mode key: nothing charged). Ledger refs: ``chat_hold:<id>`` and
+    ``chat_settle:<id>`` (settle and release share the ref, so only one can ever post)."""
+
+    __tablename__ = "chat_completions"
+    __table_args__ = (Index("ix_chat_completions_status_created", "status", "created_at"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)  # chatcmpl-…
+    account_id: Mapped[str] = mapped_column(String(32), index=True)
+    mode: Mapped[str] = mapped_column(String(8), default="live")
+    requested_model: Mapped[str] = mapped_column(String(96))
+    model: Mapped[str | None] = mapped_column(String(96))  # the model actually used
+    provider: Mapped[str | None] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16), default="held")
+    stream: Mapped[bool] = mapped_column(Boolean, default=False)
+    hold_micros: Mapped[int] = mapped_column(BigInteger, default=0)
+    cost_micros: Mapped[int] = mapped_column(BigInteger, default=0)
+    prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    usage_estimated: Mapped[bool] = mapped_column(Boolean, default=False)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    latency_ms: Mapped[int] = mapped_column(Integer, default=0)
+    error: Mapped[str | None] = mapped_column(String(300))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    settled_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

@@ -1,0 +1,331 @@
+"""Chat model catalog: models, providers and prices read from ``catalog/models*.yaml``,
+cached in memory per process, plus request analysis, pricing and candidate routing.
+
+Prices are USD per million tokens, which is exactly micros per token, kept as
+``Decimal`` so every cost is computed exactly and rounded once (half up) to a micro.
+"""
+from __future__ import annotations
+
+import glob
+import math
+import threading
+from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
+
+import yaml
+from flask import current_app
+
+from app.errors import InvalidRequest, NotFound, ServiceUnavailable
+
+CAPABILITIES = ("tools", "json_mode", "vision", "streaming")
+PROVIDER_TYPES = ("openai", "anthropic")
+
+
+class CatalogError(ValueError):
+    """The YAML catalog is malformed (raised at load, never on the request path)."""
+
+
+@dataclass(frozen=True)
+class Provider:
+    id: str
+    type: str
+    base_url: str | None
+    api_key: str | None
+    requires_key: bool
+    timeout: float | None
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.base_url) and (self.api_key is not None or not self.requires_key)
+
+
+@dataclass(frozen=True)
+class Offer:
+    """One provider serving one model at a price (micros per token)."""
+
+    model_id: str
+    provider: Provider
+    upstream_model: str
+    input_price: Decimal
+    output_price: Decimal
+
+    def cost_micros(self, prompt_tokens: int, completion_tokens: int) -> int:
+        return price_micros(self.input_price, self.output_price, prompt_tokens, completion_tokens)
+
+
+@dataclass(frozen=True)
+class Model:
+    id: str
+    description: str
+    context_window: int
+    max_output_tokens: int
+    capabilities: frozenset[str]
+    auto: bool
+    offers: tuple[Offer, ...]  # catalog order: the first is the primary provider
+
+    @property
+    def primary(self) -> Offer:
+        return self.offers[0]
+
+    def enabled_offers(self) -> list[Offer]:
+        return [o for o in self.offers if o.provider.enabled]
+
+
+@dataclass
+class Catalog:
+    models: dict[str, Model] = field(default_factory=dict)
+    providers: dict[str, Provider] = field(default_factory=dict)
+    files: list[str] = field(default_factory=list)
+
+
+def price_micros(input_price: Decimal, output_price: Decimal, prompt_tokens: int,
+                 completion_tokens: int) -> int:
+    """Exact cost in micros: tokens × micros-per-token, rounded half up once."""
+    total = input_price * prompt_tokens + output_price * completion_tokens
+    return int(total.quantize(Decimal(1), rounding=ROUND_HALF_UP))
+
+
+def _price(value: Any, where: str) -> Decimal:
+    try:
+        d = Decimal(str(value))
+    except Exception as exc:  # noqa: BLE001
+        raise CatalogError(f"{where}: price {value!r} is not a number") from exc
+    if not d.is_finite() or d < 0:
+        raise CatalogError(f"{where}: price must be a non-negative number")
+    return d
+
+
+def _load_provider(pid: str, spec: dict, settings: dict) -> Provider:
+    if not isinstance(spec, dict) or spec.get("type") not in PROVIDER_TYPES:
+        raise CatalogError(f"provider {pid}: type must be one of {', '.join(PROVIDER_TYPES)}")
+    env = settings.get(pid) or {}
+    base_url = env.get("base_url") or spec.get("base_url")
+    timeout = spec.get("timeout")
+    return Provider(id=pid, type=spec["type"], base_url=(base_url or "").rstrip("/") or None,
+                    api_key=env.get("api_key"), requires_key=bool(spec.get("requires_key", False)),
+                    timeout=float(timeout) if timeout is not None else None)
+
+
+def load_catalog(pattern: str, settings: dict) -> Catalog:
+    """Read every YAML file matching ``pattern`` (a glob); ``settings`` maps provider id →
+    ``{"base_url", "api_key"}`` from the environment (overriding the YAML base_url)."""
+    cat = Catalog()
+    files = sorted(glob.glob(pattern))
+    if not files:
+        raise CatalogError(f"no chat catalog file matches {pattern}")
+    raw_models: list[tuple[str, dict]] = []
+    for path in files:
+        with open(path, encoding="utf-8") as fh:
+            doc = yaml.safe_load(fh) or {}
+        if not isinstance(doc, dict):
+            raise CatalogError(f"{path}: top level must be a mapping")
+        for pid, spec in (doc.get("providers") or {}).items():
+            if pid in cat.providers:
+                raise CatalogError(f"{path}: provider {pid} defined twice")
+            cat.providers[pid] = _load_provider(pid, spec, settings)
+        raw_models.extend((path, m) for m in (doc.get("models") or []))
+        cat.files.append(path)
+    for path, m in raw_models:
+        mid = m.get("id") if isinstance(m, dict) else None
+        if not mid or not isinstance(mid, str) or mid == "auto":
+            raise CatalogError(f"{path}: every model needs a string id other than 'auto'")
+        if mid in cat.models:
+            raise CatalogError(f"{path}: model {mid} defined twice")
+        caps = frozenset(m.get("capabilities") or ())
+        if caps - set(CAPABILITIES):
+            raise CatalogError(f"{path}: model {mid}: unknown capabilities {sorted(caps - set(CAPABILITIES))}")
+        offers = []
+        for o in m.get("providers") or []:
+            prov = cat.providers.get(o.get("provider"))
+            if prov is None:
+                raise CatalogError(f"{path}: model {mid}: unknown provider {o.get('provider')!r}")
+            where = f"{path}: model {mid} at {prov.id}"
+            offers.append(Offer(model_id=mid, provider=prov,
+                                upstream_model=str(o.get("upstream_model") or mid),
+                                input_price=_price(o.get("input_usd_per_mtok"), where),
+                                output_price=_price(o.get("output_usd_per_mtok"), where)))
+        if not offers:
+            raise CatalogError(f"{path}: model {mid} has no providers")
+        try:
+            ctx, max_out = int(m["context_window"]), int(m.get("max_output_tokens") or m["context_window"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CatalogError(f"{path}: model {mid}: context_window must be an integer") from exc
+        cat.models[mid] = Model(id=mid, description=str(m.get("description") or ""),
+                                context_window=ctx, max_output_tokens=max_out, capabilities=caps,
+                                auto=bool(m.get("auto", True)), offers=tuple(offers))
+    return cat
+
+
+_lock = threading.Lock()
+
+
+def catalog() -> Catalog:
+    """This app's catalog, loaded once per process and kept in memory."""
+    app = current_app
+    cat = app.extensions.get("chat_catalog")
+    if cat is None:
+        with _lock:
+            cat = app.extensions.get("chat_catalog")
+            if cat is None:
+                cat = load_catalog(app.config["CHAT_CATALOG"], app.config["CHAT_PROVIDERS"])
+                app.extensions["chat_catalog"] = cat
+    return cat
+
+
+def reload() -> Catalog:
+    current_app.extensions.pop("chat_catalog", None)
+    return catalog()
+
+
+# --- request analysis -------------------------------------------------------------------
+
+def _text_of(content) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(str(p.get("text") or "") for p in content
+                        if isinstance(p, dict) and p.get("type") in ("text", "input_text"))
+    return str(content)
+
+
+def estimate_tokens(text: str) -> int:
+    """The gateway's token estimate: one token per 4 characters, rounded up."""
+    return math.ceil(len(text) / 4) if text else 0
+
+
+@dataclass
+class Needs:
+    prompt_tokens: int  # estimate
+    max_tokens: int | None  # as requested (max_tokens or max_completion_tokens)
+    capabilities: frozenset[str]
+    choices: int = 1  # ``n``: every choice may use the whole output cap
+
+
+def analyse(body: dict) -> Needs:
+    """Estimate prompt tokens and derive the capabilities a request needs."""
+    caps = set()
+    chars = 0
+    tokens = 3
+    for msg in body["messages"]:
+        tokens += 4
+        content = msg.get("content")
+        chars += len(_text_of(content))
+        if isinstance(content, list) and any(
+                isinstance(p, dict) and p.get("type") in ("image_url", "input_image") for p in content):
+            caps.add("vision")
+            tokens += 85 * sum(1 for p in content if isinstance(p, dict) and p.get("type") == "image_url")
+        for call in msg.get("tool_calls") or []:
+            fn = call.get("function") or {}
+            chars += len(str(fn.get("name", ""))) + len(str(fn.get("arguments", "")))
+    if body.get("tools"):
+        caps.add("tools")
+        from app.jsonutil import dumps_bytes
+
+        chars += len(dumps_bytes(body["tools"]))
+    rf = body.get("response_format")
+    if isinstance(rf, dict) and rf.get("type") in ("json_object", "json_schema"):
+        caps.add("json_mode")
+    if body.get("stream"):
+        caps.add("streaming")
+    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
+    return Needs(prompt_tokens=tokens + math.ceil(chars / 4), max_tokens=max_tokens,
+                 capabilities=frozenset(caps), choices=int(body.get("n") or 1))
+
+
+# --- routing ------------------------------------------------------------------------------
+
+def output_cap(model: Model, needs: Needs) -> int:
+    """Completion tokens the gateway allows (and holds for) on ``model``."""
+    cap = needs.max_tokens or int(current_app.config["CHAT_DEFAULT_MAX_TOKENS"])
+    return max(1, min(cap, model.max_output_tokens))
+
+
+def candidates(model_name: str, needs: Needs, *, sandbox: str | None = None) -> list[Offer]:
+    """Offers to try, in order. Named model: its enabled providers, cheapest first.
+    ``auto``: every auto-eligible model whose context window fits and whose capabilities
+    cover the request, all its enabled offers, cheapest estimated cost first.
+    ``sandbox``: only that provider (test mode; a model it does not list is served by it
+    under the catalog id at the model's primary prices)."""
+    cat = catalog()
+    if sandbox and not (sandbox in cat.providers and cat.providers[sandbox].enabled):
+        raise ServiceUnavailable("Test-mode chat needs the sandbox provider "
+                                 f"({sandbox}), which is not configured on this deployment.")
+    if model_name == "auto":
+        models = [m for m in cat.models.values() if m.auto]
+    else:
+        model = cat.models.get(model_name)
+        if model is None or (not model.enabled_offers() and not sandbox):
+            raise NotFound(f"The model {model_name!r} does not exist or is not available; "
+                           "GET /v1/models lists the models.", code="model_not_found")
+        models = [model]
+    scored: list[tuple[int, int, Offer]] = []
+    for i, model in enumerate(models):
+        if model_name == "auto" and not _fits(model, needs):
+            continue
+        out = output_cap(model, needs) * needs.choices
+        if sandbox:
+            offers = [o for o in model.offers if o.provider.id == sandbox]
+            if not offers and sandbox in cat.providers and cat.providers[sandbox].enabled:
+                p = model.primary
+                offers = [Offer(model.id, cat.providers[sandbox], model.id, p.input_price, p.output_price)]
+            offers = [o for o in offers if o.provider.enabled]
+        else:
+            offers = model.enabled_offers()
+        for o in offers:
+            scored.append((o.cost_micros(needs.prompt_tokens, out), i, o))
+    if not scored:
+        if model_name == "auto":
+            raise InvalidRequest(
+                "No available model fits this request (context window "
+                f"{needs.prompt_tokens} tokens estimated, capabilities "
+                f"{', '.join(sorted(needs.capabilities)) or 'none'}).", code="no_matching_model")
+        raise InvalidRequest(f"The model {model_name!r} does not support: "
+                             f"{', '.join(sorted(needs.capabilities))}.", code="no_matching_model")
+    if model_name != "auto":
+        model = models[0]
+        missing = needs.capabilities - model.capabilities
+        if missing:
+            raise InvalidRequest(f"The model {model.id!r} does not support: {', '.join(sorted(missing))}.",
+                                 code="no_matching_model")
+        if needs.prompt_tokens + 1 > model.context_window:
+            raise InvalidRequest(f"The request (about {needs.prompt_tokens} tokens) exceeds the "
+                                 f"context window of {model.id!r} ({model.context_window}).",
+                                 code="context_length_exceeded")
+    scored.sort(key=lambda t: (t[0], t[1]))
+    return [o for _, _, o in scored]
+
+
+def _fits(model: Model, needs: Needs) -> bool:
+    if needs.capabilities - model.capabilities:
+        return False
+    return needs.prompt_tokens + output_cap(model, needs) <= model.context_window
+
+
+def reference_offer(model_name: str) -> Offer | None:
+    """The savings reference: for ``auto``, CHAT_REFERENCE_MODEL's primary offer (or, when
+    that model is not in the catalog, the primary offer with the highest output price);
+    for a named model, its primary provider's list price."""
+    cat = catalog()
+    if model_name != "auto":
+        model = cat.models.get(model_name)
+        return model.primary if model else None
+    ref = cat.models.get(current_app.config["CHAT_REFERENCE_MODEL"] or "")
+    if ref is not None:
+        return ref.primary
+    primaries = [m.primary for m in cat.models.values()]
+    return max(primaries, key=lambda o: (o.output_price, o.input_price)) if primaries else None
+
+
+def savings_pct(cost_micros: int, ref_micros: int) -> float:
+    """``round(max(0, (ref - cost) / ref * 100), 2)``; 0 when the reference costs nothing."""
+    if ref_micros <= 0:
+        return 0.0
+    return round(max(0.0, (ref_micros - cost_micros) / ref_micros * 100), 2)
+
+
+def list_models() -> list[Model]:
+    """Models with at least one enabled provider, in catalog order."""
+    return [m for m in catalog().models.values() if m.enabled_offers()]

@@ -1,0 +1,376 @@
+"""Chat host: routing, failover, cost, savings and ledger figures against local fake upstreams.
+
+Figures used throughout (see tests/chatfakes.py):
+* messages ``[{"role": "user", "content": "hello there"}]`` → the gateway's prompt estimate is
+  3 + 4 + ceil(11 / 4) = 10 tokens;
+* healthy OpenAI-shaped fakes report 100 prompt + 50 completion tokens;
+* m-small: pricey (primary, $3/$6 per Mtok) and cheap ($1/$2); m-big: pricey $5/$15;
+  the auto reference model is m-big.
+"""
+from __future__ import annotations
+
+import orjson
+import pytest
+from sqlalchemy import select
+
+from app.extensions import db
+from app.models import ChatCompletion, LedgerTransaction
+from app.services import ledger, usage
+from tests.chatfakes import configured, running_fakes
+
+MSGS = [{"role": "user", "content": "hello there"}]
+START = 1_000_000  # 100 cents
+
+
+@pytest.fixture(scope="module")
+def upstreams():
+    with running_fakes() as f:
+        yield f
+
+
+@pytest.fixture
+def fakes(app, monkeypatch, tmp_path, upstreams):
+    with configured(app, monkeypatch, tmp_path, upstreams) as f:
+        yield f
+
+
+@pytest.fixture
+def acct(make_account):
+    return make_account(cents=100, test_key=True)
+
+
+def chat(client, acct, key=None, **body):
+    body.setdefault("messages", MSGS)
+    return client.post("/v1/chat/completions", json=body,
+                       headers={"Authorization": f"Bearer {key or acct.key}"})
+
+
+def figures(app, account_id):
+    with app.app_context():
+        out = {"balance": ledger.balance(ledger.customer(account_id)),
+               "revenue": ledger.balance(ledger.REVENUE), "held": ledger.balance("hold:chat")}
+        start, end = usage.billing_period()
+        out["usage"] = usage.totals(account_id, start, end)
+        db.session.remove()
+    return out
+
+
+def test_named_model_goes_to_cheapest_provider_and_settles_exact_cost(app, client, fakes, acct, ledger_clean):
+    r = chat(client, acct, model="m-small", max_tokens=100)
+    assert r.status_code == 200, r.get_json()
+    body = r.get_json()
+    assert body["object"] == "chat.completion" and body["id"].startswith("chatcmpl-")
+    assert body["model"] == "m-small" and body["provider"] == "cheap"
+    assert body["choices"][0]["message"]["content"] == "Hello from cheap"
+    # 100 × 1 + 50 × 2 = 200 micros; reference = primary (pricey) 100 × 3 + 50 × 6 = 600
+    assert body["usage"] == {"prompt_tokens": 100, "completion_tokens": 50, "total_tokens": 150,
+                             "cost_usd": 0.0002, "cost_micros": 200, "savings_pct": 66.67,
+                             "latency_ms": body["usage"]["latency_ms"], "estimated": False}
+    assert isinstance(body["usage"]["latency_ms"], int) and body["usage"]["latency_ms"] >= 0
+    assert r.headers["X-Chat-Provider"] == "cheap" and r.headers["X-Chat-Attempts"] == "1"
+    assert r.headers["X-Chat-Model"] == "m-small" and r.headers["X-Chat-Cost-Micros"] == "200"
+    assert fakes.cheap.bodies[0]["model"] == "small-at-cheap" and fakes.cheap.bodies[0]["max_tokens"] == 100
+    assert fakes.pricey.calls == 0
+    f = figures(app, acct.id)
+    assert f == {"balance": START - 200, "revenue": 200, "held": 0,
+                 "usage": {"calls": 1, "errors": 0, "spend_micros": 200}}
+    with app.app_context():
+        row = db.session.get(ChatCompletion, body["id"])
+        # hold = prompt estimate 10 + max_tokens 100 at the dearest candidate (pricey): 10×3 + 100×6
+        assert (row.status, row.hold_micros, row.cost_micros, row.provider) == ("settled", 630, 200, "cheap")
+        kinds = db.session.execute(select(LedgerTransaction.kind, LedgerTransaction.ref)
+                                   .where(LedgerTransaction.account_id == acct.id)
+                                   .order_by(LedgerTransaction.id)).all()
+        assert kinds == [("chat_hold", f"chat_hold:{body['id']}"), ("chat_settle", f"chat_settle:{body['id']}")]
+    ledger_clean()
+
+
+@pytest.mark.parametrize("failure", ["503", "429", "timeout", "401"])
+def test_failover_from_failing_cheap_provider_to_healthy_expensive_one(app, client, fakes, acct, failure,
+                                                                     ledger_clean):
+    fakes.cheap.mode = failure
+    r = chat(client, acct, model="m-small", max_tokens=100)
+    assert r.status_code == 200, r.get_json()
+    body = r.get_json()
+    assert body["provider"] == "pricey" and r.headers["X-Chat-Attempts"] == "2"
+    assert fakes.cheap.calls == 1 and fakes.pricey.calls == 1
+    assert fakes.pricey.bodies[0]["model"] == "small-at-pricey"
+    # 100 × 3 + 50 × 6 = 600 = the reference price: nothing saved (never negative)
+    assert body["usage"]["cost_micros"] == 600 and body["usage"]["savings_pct"] == 0.0
+    assert figures(app, acct.id) == {"balance": START - 600, "revenue": 600, "held": 0,
+                                     "usage": {"calls": 1, "errors": 0, "spend_micros": 600}}
+    ledger_clean()
+
+
+def test_retry_after_cools_the_provider_down(app, client, fakes, acct):
+    fakes.cheap.mode, fakes.cheap.retry_after = "429", "5"
+    assert chat(client, acct, model="m-small").headers["X-Chat-Attempts"] == "2"
+    r = chat(client, acct, model="m-small")
+    assert r.status_code == 200 and r.headers["X-Chat-Attempts"] == "1"
+    assert r.get_json()["provider"] == "pricey" and fakes.cheap.calls == 1
+
+
+def test_repeated_failures_cool_the_provider_down(app, client, monkeypatch, fakes, acct):
+    monkeypatch.setitem(app.config, "CHAT_COOLDOWN_FAILURES", 2)
+    fakes.cheap.mode = "503"
+    for _ in range(2):
+        assert chat(client, acct, model="m-small").headers["X-Chat-Attempts"] == "2"
+    r = chat(client, acct, model="m-small")
+    assert r.headers["X-Chat-Attempts"] == "1" and fakes.cheap.calls == 2 and fakes.pricey.calls == 3
+
+
+def test_retry_after_is_honoured_when_no_other_provider_is_left(app, client, monkeypatch, fakes, acct):
+    monkeypatch.setitem(app.config, "CHAT_RETRY_AFTER_CAP", 1.0)
+    fakes.pricey.mode, fakes.pricey.retry_after, fakes.pricey.fail_times = "429", "0.1", 1
+    r = chat(client, acct, model="m-big", max_tokens=10)
+    assert r.status_code == 200 and r.headers["X-Chat-Attempts"] == "2" and fakes.pricey.calls == 2
+
+
+def test_all_candidates_failing_charges_nothing(app, client, fakes, acct, ledger_clean):
+    fakes.cheap.mode = fakes.pricey.mode = "503"
+    r = chat(client, acct, model="m-small")
+    assert r.status_code == 502
+    assert r.get_json()["error"] == "provider_error" and r.headers["X-Chat-Attempts"] == "2"
+    assert figures(app, acct.id) == {"balance": START, "revenue": 0, "held": 0,
+                                     "usage": {"calls": 1, "errors": 1, "spend_micros": 0}}
+    with app.app_context():
+        assert db.session.execute(select(ChatCompletion.status)).scalar_one() == "released"
+    ledger_clean()
+
+
+def test_all_candidates_timing_out_is_504(app, client, fakes, acct, ledger_clean):
+    fakes.cheap.mode = fakes.pricey.mode = "timeout"
+    r = chat(client, acct, model="m-small")
+    assert r.status_code == 504 and r.get_json()["error"] == "provider_timeout"
+    assert figures(app, acct.id)["balance"] == START
+    ledger_clean()
+
+
+def test_request_error_from_upstream_is_returned_not_failed_over(app, client, fakes, acct, ledger_clean):
+    fakes.cheap.mode = "400"
+    r = chat(client, acct, model="m-small")
+    assert r.status_code == 400 and r.get_json()["error"] == "invalid_request"
+    assert "cheap says 400" in r.get_json()["message"]
+    assert fakes.pricey.calls == 0 and figures(app, acct.id)["balance"] == START
+    ledger_clean()
+
+
+def test_auto_routes_to_cheapest_fitting_model(app, client, fakes, acct, ledger_clean):
+    r = chat(client, acct, model="auto")
+    body = r.get_json()
+    assert (body["model"], body["provider"]) == ("m-small", "cheap")
+    # reference m-big: 100 × 5 + 50 × 15 = 1250; cost 200 → 84 % saved
+    assert body["usage"]["cost_micros"] == 200 and body["usage"]["savings_pct"] == 84.0
+    with app.app_context():
+        # no max_tokens: cap = min(4096, model max) → hold at m-big: 10 × 5 + 4000 × 15
+        assert db.session.execute(select(ChatCompletion.hold_micros)).scalar_one() == 60_050
+    assert fakes.cheap.bodies[0]["max_tokens"] == 500  # m-small's max output
+    ledger_clean()
+
+
+def test_auto_matches_capabilities_and_context(app, client, fakes, acct, ledger_clean):
+    tools = [{"type": "function", "function": {"name": "weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}}}}]
+    r = chat(client, acct, model="auto", tools=tools, max_tokens=10)
+    body = r.get_json()
+    assert body["model"] == "m-big" and body["choices"][0]["message"]["tool_calls"][0]["function"] == {
+        "name": "weather", "arguments": '{"city": "Paris"}'}
+    assert body["usage"]["cost_micros"] == 1250 and body["usage"]["savings_pct"] == 0.0
+    long = [{"role": "user", "content": "x" * 4000}]  # ≈ 1007 tokens: beyond m-small's 1000
+    assert chat(client, acct, model="auto", messages=long, max_tokens=10).get_json()["model"] == "m-big"
+    r = chat(client, acct, model="auto", response_format={"type": "json_object"}, max_tokens=10)
+    assert r.get_json()["model"] == "m-big"
+    assert figures(app, acct.id)["balance"] == START - 3 * 1250
+    ledger_clean()
+
+
+def test_named_model_refusals(app, client, monkeypatch, fakes, acct):
+    monkeypatch.setitem(app.config, "RATELIMIT_ENABLED", False)
+    r = chat(client, acct, model="nope")
+    assert r.status_code == 404 and r.get_json()["error"] == "model_not_found"
+    r = chat(client, acct, model="m-offline")  # its provider has no key configured
+    assert r.status_code == 404 and r.get_json()["error"] == "model_not_found"
+    r = chat(client, acct, model="m-small", tools=[{"type": "function", "function": {"name": "f"}}])
+    assert r.status_code == 400 and r.get_json()["error"] == "no_matching_model"
+    r = chat(client, acct, model="m-small", messages=[{"role": "user", "content": "x" * 4000}])
+    assert r.status_code == 400 and r.get_json()["error"] == "context_length_exceeded"
+    r = chat(client, acct, model="auto", messages=[{"role": "user", "content": "x" * 2_000_000}])
+    assert r.status_code in (400, 413)
+    for bad in ({"messages": []}, {"messages": [{"role": "robot", "content": "hi"}]},
+                {"messages": [{"role": "user"}]}, {"messages": "hi"}, {"max_tokens": 0},
+                {"messages": [{"role": "tool", "content": "x"}]},
+                {"messages": [{"role": "assistant", "content": None, "tool_calls": {"a": 1}}]},
+                {"messages": MSGS, "tools": [{"type": "function"}]}, {"messages": [{"role": "user",
+                                                                                   "content": 42}]}):
+        r = chat(client, acct, model="m-small", **bad)
+        assert r.status_code == 400 and r.get_json()["error"] == "invalid_request", bad
+    assert fakes.cheap.calls == fakes.pricey.calls == 0
+    assert figures(app, acct.id)["balance"] == START
+
+
+def test_hold_covers_every_choice(app, client, fakes, acct, ledger_clean):
+    r = chat(client, acct, model="m-small", max_tokens=100, n=2)
+    assert r.status_code == 200 and r.get_json()["usage"]["cost_micros"] == 200
+    with app.app_context():
+        # 10 × 3 + 2 × 100 × 6 at the dearest candidate
+        assert db.session.execute(select(ChatCompletion.hold_micros)).scalar_one() == 1_230
+    assert chat(client, acct, model="m-small", n=17).status_code == 400
+    ledger_clean()
+
+
+def test_balance_must_cover_the_hold(app, client, fakes, make_account, ledger_clean):
+    poor = make_account(cents=0)
+    r = chat(client, poor, model="m-small", max_tokens=100)
+    assert r.status_code == 402 and r.get_json()["error"] == "payment_required"
+    assert r.headers["X-Price-Micros"] == "630"
+    assert fakes.cheap.calls == fakes.pricey.calls == 0
+    with app.app_context():
+        assert db.session.execute(select(ChatCompletion)).first() is None
+    ledger_clean()
+
+
+def test_auth_and_scope(client, fakes, make_account):
+    assert client.post("/v1/chat/completions", json={"model": "auto", "messages": MSGS}).status_code == 401
+    reader = make_account(scopes=["call:read"])
+    r = chat(client, reader, model="auto")
+    assert r.status_code == 403 and r.get_json()["error"] == "insufficient_scope"
+
+
+def _events(resp) -> list:
+    out = []
+    for block in resp.get_data().split(b"\n\n"):
+        if block.startswith(b"data: "):
+            payload = block[6:]
+            out.append(payload if payload == b"[DONE]" else orjson.loads(payload))
+    return out
+
+
+def test_streaming_relays_chunks_and_ends_with_usage_and_done(app, client, fakes, acct, ledger_clean):
+    r = chat(client, acct, model="m-small", max_tokens=100, stream=True)
+    assert r.status_code == 200 and r.mimetype == "text/event-stream"
+    assert r.headers["X-Chat-Provider"] == "cheap"
+    events = _events(r)
+    assert events[-1] == b"[DONE]"
+    chunks = events[:-1]
+    assert {c["object"] for c in chunks} == {"chat.completion.chunk"}
+    assert {c["model"] for c in chunks} == {"m-small"} and len({c["id"] for c in chunks}) == 1
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"]) == "Hello from cheap"
+    final = chunks[-1]
+    assert final["choices"] == [] and final["usage"]["cost_micros"] == 200
+    assert final["usage"]["estimated"] is False and final["usage"]["savings_pct"] == 66.67
+    assert fakes.cheap.bodies[0]["stream_options"] == {"include_usage": True}
+    assert figures(app, acct.id)["balance"] == START - 200
+    ledger_clean()
+
+
+def test_streaming_fails_over_before_the_first_byte(app, client, fakes, acct, ledger_clean):
+    fakes.cheap.mode = "503"
+    r = chat(client, acct, model="m-small", max_tokens=100, stream=True)
+    assert r.headers["X-Chat-Provider"] == "pricey" and r.headers["X-Chat-Attempts"] == "2"
+    assert _events(r)[-2]["usage"]["cost_micros"] == 600
+    assert figures(app, acct.id)["balance"] == START - 600
+    ledger_clean()
+
+
+def test_streaming_without_upstream_usage_is_a_flagged_estimate(app, client, fakes, acct, ledger_clean):
+    r = chat(client, acct, model="m-nousage", stream=True)
+    final = _events(r)[-2]
+    # prompt: the gateway estimate (10); completion: ceil(len("Hello from nousage") / 4) = 5
+    assert final["usage"]["estimated"] is True
+    assert (final["usage"]["prompt_tokens"], final["usage"]["completion_tokens"]) == (10, 5)
+    assert final["usage"]["cost_micros"] == 10 * 2 + 5 * 4
+    r = chat(client, acct, model="m-nousage")
+    assert r.get_json()["usage"]["estimated"] is True and r.get_json()["usage"]["cost_micros"] == 40
+    assert figures(app, acct.id)["balance"] == START - 80
+    ledger_clean()
+
+
+def test_client_disconnect_is_charged_for_what_was_generated(app, client, fakes, acct, ledger_clean):
+    r = client.post("/v1/chat/completions", json={"model": "m-small", "messages": MSGS, "stream": True,
+                                                  "max_tokens": 100},
+                    headers={"Authorization": f"Bearer {acct.key}"}, buffered=False)
+    it = iter(r.response)
+    assert b'"role":"assistant"' in next(it)
+    assert b'"Hello"' in next(it)
+    r.close()  # the client goes away after "Hello"
+    with app.app_context():
+        row = db.session.execute(select(ChatCompletion)).scalar_one()
+        # estimate: prompt 10 + ceil(len("Hello") / 4) = 2 completion tokens at cheap: 10×1 + 2×2
+        assert (row.status, row.cost_micros, row.usage_estimated) == ("settled", 14, True)
+        assert row.error == "client disconnected"
+    assert figures(app, acct.id)["balance"] == START - 14
+    ledger_clean()
+
+
+def test_anthropic_provider_translated_both_ways(app, client, fakes, acct, ledger_clean):
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hello there"}]
+    r = chat(client, acct, model="m-claude", messages=messages, max_tokens=64, temperature=0.2)
+    body = r.get_json()
+    assert body["choices"][0]["message"] == {"role": "assistant", "content": "Hello from claude"}
+    assert body["choices"][0]["finish_reason"] == "stop"
+    assert body["usage"]["cost_micros"] == 20 * 4 + 10 * 20  # 280
+    sent, headers = fakes.claude.bodies[0], fakes.claude.headers[0]
+    assert sent == {"model": "claude-test", "max_tokens": 64, "system": "Be brief.", "temperature": 0.2,
+                    "messages": [{"role": "user", "content": [{"type": "text", "text": "hello there"}]}]}
+    assert headers["x-api-key"] == "sk-ant-test" and headers["anthropic-version"] == "2023-06-01"
+    tools = [{"type": "function", "function": {"name": "weather", "description": "w",
+                                               "parameters": {"type": "object", "properties": {}}}}]
+    r = chat(client, acct, model="m-claude", tools=tools, tool_choice="required", max_tokens=64)
+    msg = r.get_json()["choices"][0]
+    assert msg["finish_reason"] == "tool_calls"
+    assert msg["message"]["tool_calls"] == [{"id": "toolu_1", "type": "function", "function": {
+        "name": "weather", "arguments": '{"city":"Paris"}'}}]
+    assert fakes.claude.bodies[1]["tools"] == [{"name": "weather", "description": "w",
+                                                "input_schema": {"type": "object", "properties": {}}}]
+    assert fakes.claude.bodies[1]["tool_choice"] == {"type": "any"}
+    r = chat(client, acct, model="m-claude", stream=True, max_tokens=64)
+    events = _events(r)
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in events[:-1] if c["choices"])
+    assert text == "Hello from claude" and events[-2]["usage"]["cost_micros"] == 280
+    assert events[-2]["usage"]["estimated"] is False
+    assert figures(app, acct.id)["balance"] == START - 3 * 280
+    ledger_clean()
+
+
+def test_test_mode_uses_the_sandbox_and_moves_no_money(app, client, fakes, acct, ledger_clean):
+    r = chat(client, acct, key=acct.test_key, model="m-small")
+    body = r.get_json()
+    assert r.status_code == 200 and body["provider"] == "demo_llm"
+    assert body["choices"][0]["message"]["content"] == "Echo: hello there"
+    # demo counts words: prompt 3 + 2, completion 3; priced at m-small's primary (3 / 6)
+    assert body["usage"]["cost_micros"] == 5 * 3 + 3 * 6
+    assert fakes.cheap.calls == fakes.pricey.calls == 0
+    with app.app_context():
+        assert db.session.execute(select(LedgerTransaction.kind)
+                                  .where(LedgerTransaction.account_id == acct.id)).all() == []
+        assert db.session.execute(select(ChatCompletion.status)).scalar_one() == "sandbox"
+        start, end = usage.billing_period()
+        assert usage.totals(acct.id, start, end, mode="test")["calls"] == 1
+    assert figures(app, acct.id)["balance"] == START
+    ledger_clean()
+
+
+def test_models_listing(client, fakes, acct):
+    r = client.get("/v1/models", headers=acct.headers)
+    assert r.status_code == 200
+    body = r.get_json()
+    assert body["object"] == "list"
+    assert [m["id"] for m in body["data"]] == ["auto", "m-small", "m-big", "m-claude", "m-nousage"]
+    small = body["data"][1]
+    assert client.get("/v1/models/m-small", headers=acct.headers).get_json() == small
+    r = client.get("/v1/models/m-offline", headers=acct.headers)
+    assert r.status_code == 404 and r.get_json()["error"] == "model_not_found"
+    assert small["owned_by"] == "pricey,cheap" and small["context_window"] == 1000
+    assert small["pricing"] == {"input_usd_per_mtok": "1", "output_usd_per_mtok": "2"}
+
+
+def test_chat_host_matching(app, client, monkeypatch, fakes, acct):
+    monkeypatch.setitem(app.config, "CHAT_HOST", "chat.example.test")
+    r = client.post("/v1/chat/completions", json={"model": "auto", "messages": MSGS},
+                    headers=acct.headers, base_url="http://api.example.test")
+    assert r.status_code == 404 and r.get_json()["error"] == "not_found"
+    assert client.get("/v1/models", headers=acct.headers,
+                      base_url="http://api.example.test").status_code == 404
+    r = client.post("/v1/chat/completions", json={"model": "auto", "messages": MSGS},
+                    headers=acct.headers, base_url="http://chat.example.test:8443")
+    assert r.status_code == 200

@@ -1,0 +1,248 @@
+"""Local fake LLM upstreams for the chat tests (OpenAI-compatible and Anthropic-shaped),
+and a fixture-friendly helper that points the app's chat catalog at them."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from contextlib import ExitStack, contextmanager
+from http.server import BaseHTTPRequestHandler
+
+from tests.servers import http_server
+
+USAGE = {"prompt_tokens": 100, "completion_tokens": 50}  # what the healthy fakes report
+
+
+class FakeState:
+    """Behaviour and observations of one fake upstream (shared with its handler)."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.mode = "ok"  # ok | 503 | 429 | timeout | 400 | 401
+        self.retry_after: str | None = None
+        self.usage = True
+        self.sleep = 1.0
+        self.fail_times: int | None = None  # fail this many times, then behave (mode -> ok)
+        self.calls = 0
+        self.bodies: list[dict] = []
+        self.headers: list[dict] = []
+        self.lock = threading.Lock()
+
+    @property
+    def text(self) -> str:
+        return f"Hello from {self.name}"
+
+
+def _handler(fakes: "Fakes", name: str, anthropic: bool):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        @property
+        def state(self) -> FakeState:
+            return fakes.states[name]
+
+        def log_message(self, *a):
+            pass
+
+        def _send(self, status: int, obj, headers: dict | None = None):
+            data = json.dumps(obj).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _sse(self, events):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            for name, obj in events:
+                prefix = f"event: {name}\n".encode() if name else b""
+                payload = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
+                self.wfile.write(prefix + b"data: " + payload + b"\n\n")
+                self.wfile.flush()
+            self.close_connection = True
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+            state = self.state
+            with state.lock:
+                self.state.calls += 1
+                self.state.bodies.append(body)
+                self.state.headers.append(dict(self.headers))
+                mode = self.state.mode
+                if mode != "ok" and self.state.fail_times is not None:
+                    self.state.fail_times -= 1
+                    if self.state.fail_times <= 0:
+                        self.state.mode, self.state.fail_times = "ok", None
+            if mode == "timeout":
+                time.sleep(self.state.sleep)
+                return self._send(200, {"choices": []})
+            if mode in ("503", "429", "401", "400"):
+                headers = {"Retry-After": self.state.retry_after} if self.state.retry_after else {}
+                return self._send(int(mode), {"error": {"message": f"{self.state.name} says {mode}"}},
+                                  headers)
+            if anthropic:
+                return self._anthropic(body)
+            return self._openai(body)
+
+        def _openai(self, body):
+            usage = {**USAGE, "total_tokens": 150}
+            if body.get("tools"):
+                message = {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "call_1", "type": "function",
+                     "function": {"name": body["tools"][0]["function"]["name"], "arguments": '{"city": "Paris"}'}}]}
+            else:
+                message = {"role": "assistant", "content": self.state.text}
+            if not body.get("stream"):
+                out = {"id": "up-1", "object": "chat.completion", "created": 1, "model": body["model"],
+                       "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
+                if self.state.usage:
+                    out["usage"] = usage
+                return self._send(200, out)
+            base = {"id": "up-1", "object": "chat.completion.chunk", "created": 1, "model": body["model"]}
+            events = [(None, {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})]
+            for i, word in enumerate(self.state.text.split(" ")):
+                events.append((None, {**base, "choices": [{"index": 0, "delta": {
+                    "content": word if i == 0 else " " + word}}]}))
+            events.append((None, {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
+            if self.state.usage and (body.get("stream_options") or {}).get("include_usage"):
+                events.append((None, {**base, "choices": [], "usage": usage}))
+            events.append((None, b"[DONE]"))
+            self._sse(events)
+
+        def _anthropic(self, body):
+            usage = {"input_tokens": 20, "output_tokens": 10}
+            if body.get("tools"):
+                content = [{"type": "text", "text": "Let me check."},
+                           {"type": "tool_use", "id": "toolu_1", "name": body["tools"][0]["name"],
+                            "input": {"city": "Paris"}}]
+                stop = "tool_use"
+            else:
+                content = [{"type": "text", "text": self.state.text}]
+                stop = "end_turn"
+            if not body.get("stream"):
+                return self._send(200, {"id": "msg_1", "type": "message", "role": "assistant",
+                                        "model": body["model"], "content": content,
+                                        "stop_reason": stop, "usage": usage})
+            events = [("message_start", {"type": "message_start", "message": {
+                "id": "msg_1", "type": "message", "role": "assistant", "content": [],
+                "usage": {"input_tokens": 20, "output_tokens": 1}}})]
+            events.append(("content_block_start", {"type": "content_block_start", "index": 0,
+                                                   "content_block": {"type": "text", "text": ""}}))
+            for i, word in enumerate(self.state.text.split(" ")):
+                events.append(("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {
+                    "type": "text_delta", "text": word if i == 0 else " " + word}}))
+            events.append(("content_block_stop", {"type": "content_block_stop", "index": 0}))
+            events.append(("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+                                             "usage": {"output_tokens": 10}}))
+            events.append(("message_stop", {"type": "message_stop"}))
+            self._sse(events)
+
+    return Handler
+
+
+CATALOG = """
+providers:
+  cheap: {type: openai, base_url: "%(cheap)s/v1"}
+  pricey: {type: openai, base_url: "%(pricey)s/v1"}
+  nousage: {type: openai, base_url: "%(nousage)s/v1"}
+  claude: {type: anthropic, base_url: "%(claude)s", requires_key: true}
+  demo_llm: {type: openai, base_url: "%(demo)s/v1"}
+  offline: {type: openai, requires_key: true, base_url: "http://127.0.0.1:9/v1"}
+models:
+  - id: m-small
+    context_window: 1000
+    max_output_tokens: 500
+    capabilities: [streaming]
+    providers:
+      - {provider: pricey, upstream_model: small-at-pricey, input_usd_per_mtok: "3", output_usd_per_mtok: "6"}
+      - {provider: cheap, upstream_model: small-at-cheap, input_usd_per_mtok: "1", output_usd_per_mtok: "2"}
+  - id: m-big
+    context_window: 100000
+    max_output_tokens: 4000
+    capabilities: [tools, json_mode, vision, streaming]
+    providers:
+      - {provider: pricey, upstream_model: big, input_usd_per_mtok: "5", output_usd_per_mtok: "15"}
+  - id: m-claude
+    auto: false
+    context_window: 200000
+    max_output_tokens: 8000
+    capabilities: [tools, streaming]
+    providers:
+      - {provider: claude, upstream_model: claude-test, input_usd_per_mtok: "4", output_usd_per_mtok: "20"}
+  - id: m-nousage
+    auto: false
+    context_window: 8000
+    capabilities: [streaming]
+    providers:
+      - {provider: nousage, upstream_model: nu, input_usd_per_mtok: "2", output_usd_per_mtok: "4"}
+  - id: m-offline
+    context_window: 8000
+    capabilities: [streaming]
+    providers:
+      - {provider: offline, input_usd_per_mtok: "0.01", output_usd_per_mtok: "0.01"}
+"""
+
+
+class Fakes:
+    """The running fake upstreams; ``reset()`` gives every one a fresh ``FakeState``."""
+
+    NAMES = ("cheap", "pricey", "nousage", "claude")
+
+    def __init__(self):
+        self.urls: dict[str, str] = {}
+        self.reset()
+
+    def reset(self) -> None:
+        self.states = {n: FakeState(n) for n in self.NAMES}
+        self.states["nousage"].usage = False
+
+    def __getattr__(self, name):
+        states = self.__dict__.get("states", {})
+        if name in states:
+            return states[name]
+        raise AttributeError(name)
+
+
+@contextmanager
+def running_fakes():
+    """Start the fake upstreams and the demo LLM once (module-scoped fixtures)."""
+    from app.demo.llm import DemoLLMHandler
+
+    fakes = Fakes()
+    with ExitStack() as stack:
+        for name in Fakes.NAMES:
+            _, url = stack.enter_context(http_server(_handler(fakes, name, anthropic=(name == "claude"))))
+            fakes.urls[name] = url
+        _, fakes.urls["demo"] = stack.enter_context(http_server(DemoLLMHandler))
+        yield fakes
+
+
+@contextmanager
+def configured(app, monkeypatch, tmp_path, fakes: Fakes, **config):
+    """Reset the fakes and point the app's chat catalog at them; every config change goes
+    through ``monkeypatch`` (restored after the test)."""
+    from app.services import chat_cooldown
+
+    fakes.reset()
+    path = tmp_path / "models-test.yaml"
+    path.write_text(CATALOG % fakes.urls)
+    settings = {"claude": {"base_url": None, "api_key": "sk-ant-test"}}
+    overrides = {"CHAT_CATALOG": str(path), "CHAT_PROVIDERS": settings,
+                 "CHAT_REFERENCE_MODEL": "m-big", "CHAT_READ_TIMEOUT": 0.3,
+                 "CHAT_CONNECT_TIMEOUT": 1.0, "CHAT_SANDBOX_PROVIDER": "demo_llm",
+                 "CHAT_HOST": None, "CHAT_COOLDOWN_FAILURES": 3, "CHAT_RETRY_AFTER_CAP": 0.0}
+    overrides.update(config)
+    for k, v in overrides.items():
+        monkeypatch.setitem(app.config, k, v)
+    app.extensions.pop("chat_catalog", None)
+    chat_cooldown.reset()
+    try:
+        yield fakes
+    finally:
+        app.extensions.pop("chat_catalog", None)
+        chat_cooldown.reset()

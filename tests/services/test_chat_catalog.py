@@ -1,0 +1,94 @@
+"""Chat catalog loading, pricing, savings, cool-down and the Anthropic translation."""
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from app.services import chat_catalog, chat_cooldown, llm_providers
+from app.services.chat_catalog import CatalogError, load_catalog, price_micros, savings_pct
+
+
+def test_shipped_catalog_loads_and_only_keyed_providers_are_enabled():
+    cat = load_catalog("catalog/models*.yaml", {"openai": {"base_url": None, "api_key": None}})
+    assert {"demo-mini", "gpt-4o", "claude-sonnet-4"} <= set(cat.models)
+    assert cat.providers["demo_llm"].enabled and not cat.providers["openai"].enabled
+    keyed = load_catalog("catalog/models*.yaml", {"anthropic": {"base_url": None, "api_key": "k"}})
+    assert keyed.providers["anthropic"].enabled
+    assert keyed.models["gpt-4o"].primary.input_price == Decimal("2.50")
+
+
+@pytest.mark.parametrize("doc, message", [
+    ("models: [{id: a, context_window: 10, providers: [{provider: nope}]}]", "unknown provider"),
+    ("providers: {p: {type: grpc}}", "type must be"),
+    ("providers: {p: {type: openai}}\nmodels: [{id: auto, context_window: 1, providers: []}]", "other than 'auto'"),
+    ("providers: {p: {type: openai}}\nmodels: [{id: a, context_window: 1, providers: "
+     "[{provider: p, input_usd_per_mtok: '-1', output_usd_per_mtok: 1}]}]", "non-negative"),
+    ("providers: {p: {type: openai}}\nmodels: [{id: a, context_window: 1, capabilities: [telepathy], "
+     "providers: [{provider: p, input_usd_per_mtok: 1, output_usd_per_mtok: 1}]}]", "unknown capabilities"),
+])
+def test_malformed_catalogs_are_refused(tmp_path, doc, message):
+    (tmp_path / "models.yaml").write_text(doc)
+    with pytest.raises(CatalogError, match=message):
+        load_catalog(str(tmp_path / "models*.yaml"), {})
+
+
+def test_prices_are_exact_micros_and_savings_never_negative():
+    assert price_micros(Decimal("0.15"), Decimal("0.60"), 1_000, 500) == 450
+    assert price_micros(Decimal("0.10"), Decimal("0.40"), 5, 3) == 2  # 1.7 → 2 (half up)
+    assert price_micros(Decimal("0.10"), Decimal("0.40"), 1, 1) == 1  # 0.5 → 1
+    assert savings_pct(200, 600) == 66.67 and savings_pct(700, 600) == 0.0 and savings_pct(5, 0) == 0.0
+
+
+def test_prompt_estimate_and_needs():
+    needs = chat_catalog.analyse({"model": "auto", "stream": True, "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "abcd" * 10},
+                                     {"type": "image_url", "image_url": {"url": "https://x/y.png"}}]}],
+        "response_format": {"type": "json_object"}})
+    assert needs.capabilities == {"vision", "json_mode", "streaming"}
+    assert needs.prompt_tokens == 3 + 4 + 85 + 10
+
+
+@pytest.mark.parametrize("redis", [False, True])
+def test_cooldown_after_repeated_failures_and_retry_after(app, monkeypatch, redis):
+    import os
+
+    if redis and not os.environ.get("REDIS_URL"):
+        pytest.skip("needs Redis")
+    if not redis:
+        monkeypatch.setitem(app.config, "REDIS_URL", None)
+    monkeypatch.setitem(app.config, "CHAT_COOLDOWN_FAILURES", 2)
+    chat_cooldown.reset()
+    with app.app_context():
+        chat_cooldown.record_failure("p1")
+        assert chat_cooldown.cooling(["p1", "p2"]) == set()
+        chat_cooldown.record_failure("p1")
+        assert chat_cooldown.cooling(["p1", "p2"]) == {"p1"}
+        chat_cooldown.record_failure("p2", retry_after=5)
+        assert chat_cooldown.cooling(["p1", "p2"]) == {"p1", "p2"}
+    chat_cooldown.reset()
+
+
+def test_anthropic_translation_of_a_tool_conversation():
+    body = {"model": "x", "max_tokens": 50, "stop": "END", "messages": [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "weather?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "t1", "type": "function", "function": {"name": "w", "arguments": '{"c": 1}'}}]},
+        {"role": "tool", "tool_call_id": "t1", "content": "sunny"},
+        {"role": "user", "content": [{"type": "text", "text": "and"},
+                                     {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAA"}}]}]}
+    out = llm_providers.to_anthropic(body, "claude-x", 1000)
+    assert out["system"] == "sys" and out["max_tokens"] == 50 and out["stop_sequences"] == ["END"]
+    assert out["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "weather?"}]},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "w", "input": {"c": 1}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "t1", "content": "sunny"},
+            {"type": "text", "text": "and"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAA"}}]}]
+    back = llm_providers.from_anthropic({"content": [{"type": "text", "text": "ok"}], "stop_reason": "max_tokens",
+                                         "usage": {"input_tokens": 7, "output_tokens": 3}})
+    assert back == {"choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"},
+                                 "finish_reason": "length"}],
+                    "usage": {"prompt_tokens": 7, "completion_tokens": 3}}

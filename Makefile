@@ -5,12 +5,13 @@ BIN     := $(VENV)/bin
 PORT    ?= 8000
 export PORT
 
-.PHONY: help venv run test fuzz migrate clean
+.PHONY: help venv run serve test fuzz migrate clean
 
 help:
 	@echo "make run    - install into .venv, migrate, load the demo catalog, serve on http://127.0.0.1:$(PORT)"
 	@echo "make test   - run the whole test suite (DATABASE_URL / REDIS_URL honoured when set)"
 	@echo "make fuzz   - schemathesis (all checks, two accounts) against a throw-away instance"
+	@echo "make serve  - production stack on loopback: nginx :8080/:8081, gunicorn, RQ worker, scheduler (PostgreSQL + Redis)"
 
 $(BIN)/activate:
 	$(PY) -m venv $(VENV)
@@ -27,6 +28,9 @@ migrate: venv
 
 run: venv
 	@bash deploy/run-local.sh
+
+serve: venv
+	@bash deploy/serve.sh
 
 test: venv
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)

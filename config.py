@@ -187,6 +187,10 @@ def load_config(overrides: dict | None = None) -> dict:
         # --- logging --------------------------------------------------------
         "LOG_LEVEL": _env("LOG_LEVEL", "INFO"),
         "LOG_JSON": _bool("LOG_JSON", production),
+        "ACCESS_LOG": _bool("ACCESS_LOG", True),
+        # --- observability --------------------------------------------------
+        # Bearer token for /metrics; unset: /metrics answers loopback clients only.
+        "METRICS_TOKEN": _env("METRICS_TOKEN"),
     }
     if overrides:
         cfg.update(overrides)

@@ -59,6 +59,10 @@ def create_app(overrides: dict | None = None) -> Flask:
 
     init_request_id(app)
 
+    from app.metrics import init_metrics
+
+    init_metrics(app)
+
     from app.cli import register_cli
 
     register_cli(app)

@@ -1,11 +1,42 @@
-"""Logging: plain text locally, one JSON object per line in production (request id included)."""
+"""Logging: plain text locally, one JSON object per line in production, with the request
+id, account id and call id of the request; one access line per request; secrets redacted.
+
+* Context: ``request_id`` (``g.request_id``), ``account_id`` (set by auth) and ``call_id``
+  (``g.call_id``, set by the gateway/chat code for a metered call) are added to every
+  record logged while handling a request; ``job_id`` to every record logged by an RQ job. Pass ``extra={...}`` for anything else; the
+  keys in ``EXTRA_FIELDS`` are emitted by the JSON formatter.
+* Access log (logger ``gateway.access``, ``ACCESS_LOG=0`` to disable): method, route
+  (URL rule), path (no query string), status, duration_ms, client_ip, request_id,
+  account_id, call_id. Never headers, query strings or bodies.
+* Redaction: anything that looks like a credential (``svc_live_…``, ``svc_test_…``,
+  ``svc_sess_…``, ``Bearer …``, ``sk_live_…``/``whsec_…``-style secrets) is replaced by
+  ``[redacted]`` in the final line, whatever logged it.
+"""
 from __future__ import annotations
 
 import logging
+import re
 import sys
+from datetime import datetime, timezone
 
 import orjson
-from flask import Flask, g, has_request_context
+from flask import Flask, g, has_request_context, request
+
+# (``module`` is a built-in LogRecord attribute, the Python module: use ``product``.)
+EXTRA_FIELDS = ("call_id", "job_id", "product", "status", "method", "route", "path",
+                "duration_ms", "client_ip", "job", "queue")
+
+_SECRET_PATTERNS = re.compile(
+    r"(?:svc_(?:live|test|sess)_[A-Za-z0-9]+"          # our keys and sessions
+    r"|(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]+"          # Stripe-style keys
+    r"|whsec_[A-Za-z0-9+/=]+"                            # webhook signing secrets
+    r"|(?<=[Bb]earer )[A-Za-z0-9._~+/=-]+)"              # any bearer token
+)
+
+
+def redact(text: str) -> str:
+    """Replace anything that looks like a credential with ``[redacted]``."""
+    return _SECRET_PATTERNS.sub("[redacted]", text)
 
 
 class _ContextFilter(logging.Filter):
@@ -13,42 +44,97 @@ class _ContextFilter(logging.Filter):
         if has_request_context():
             record.request_id = g.get("request_id", "-")
             record.account_id = g.get("account_id", "-")
+            call_id = g.get("call_id")
+            if call_id and not hasattr(record, "call_id"):
+                record.call_id = call_id
         else:
             record.request_id = getattr(record, "request_id", "-")
             record.account_id = getattr(record, "account_id", "-")
+            job = _current_job()
+            if job is not None and not hasattr(record, "job_id"):
+                record.job_id = job.id
         return True
 
 
+def _current_job():
+    """The RQ job this thread is running (in ``flask worker``), else None."""
+    try:
+        from rq import get_current_job
+
+        return get_current_job()
+    except Exception:  # noqa: BLE001 - logging must never fail
+        return None
+
+
 class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ts (UTC, ms), level, logger, msg, request_id, account_id,
+    the ``EXTRA_FIELDS`` present on the record, exc; secrets redacted."""
+
     def format(self, record: logging.LogRecord) -> str:
         data = {
-            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            "ts": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds")
+            .replace("+00:00", "Z"),
             "level": record.levelname,
             "logger": record.name,
-            "msg": record.getMessage(),
+            "msg": redact(record.getMessage()),
             "request_id": getattr(record, "request_id", "-"),
             "account_id": getattr(record, "account_id", "-"),
         }
-        for key in ("call_id", "module", "status"):
+        for key in EXTRA_FIELDS:
             if hasattr(record, key):
                 data[key] = getattr(record, key)
         if record.exc_info:
-            data["exc"] = self.formatException(record.exc_info)
-        return orjson.dumps(data).decode()
+            data["exc"] = redact(self.formatException(record.exc_info))
+        return redact(orjson.dumps(data, default=str).decode())
+
+
+class TextFormatter(logging.Formatter):
+    """Human-readable lines for local use; secrets redacted."""
+
+    def __init__(self):
+        super().__init__("%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        if not hasattr(record, "request_id"):
+            record.request_id = "-"
+        return redact(super().format(record))
+
+
+def make_handler(json: bool, stream=None) -> logging.Handler:
+    """A handler with the context filter and the JSON or text formatter."""
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.addFilter(_ContextFilter())
+    handler.setFormatter(JsonFormatter() if json else TextFormatter())
+    return handler
 
 
 def init_logging(app: Flask) -> None:
     root = logging.getLogger()
-    if getattr(root, "_gateway_configured", False):
-        return
-    handler = logging.StreamHandler(sys.stderr)
-    handler.addFilter(_ContextFilter())
-    if app.config.get("LOG_JSON"):
-        handler.setFormatter(JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter(
-            "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"))
-    root.addHandler(handler)
-    root.setLevel(app.config.get("LOG_LEVEL", "INFO"))
-    logging.getLogger("alembic").setLevel(logging.WARNING)
-    root._gateway_configured = True
+    if not getattr(root, "_gateway_configured", False):
+        root.addHandler(make_handler(bool(app.config.get("LOG_JSON"))))
+        root.setLevel(app.config.get("LOG_LEVEL", "INFO"))
+        logging.getLogger("alembic").setLevel(logging.WARNING)
+        root._gateway_configured = True
+    if app.config.get("ACCESS_LOG", True):
+        init_access_log(app)
+
+
+access_log = logging.getLogger("gateway.access")
+
+
+def init_access_log(app: Flask) -> None:
+    """One INFO line per request on ``gateway.access`` (no headers, query or body).
+    The duration comes from the request timer of ``app.metrics``."""
+    from app.metrics import request_elapsed, route_label
+
+    @app.after_request
+    def _access_line(response):
+        elapsed = request_elapsed()
+        duration_ms = round(elapsed * 1000, 2) if elapsed is not None else None
+        route = route_label()
+        access_log.info(
+            "%s %s %s %sms", request.method, route, response.status_code, duration_ms,
+            extra={"method": request.method, "route": route, "path": request.path,
+                   "status": response.status_code, "duration_ms": duration_ms,
+                   "client_ip": request.remote_addr})
+        return response

@@ -1,14 +1,132 @@
-"""gunicorn settings: threaded workers sized from the CPU count (override with env)."""
+"""gunicorn settings for production (``gunicorn -c deploy/gunicorn.conf.py wsgi:app``).
+
+Every value can be overridden from the environment:
+
+* ``GUNICORN_BIND`` (default ``127.0.0.1:$PORT``, PORT default 8000) — loopback only:
+  nginx in front terminates TLS and talks to it over a keep-alive upstream.
+* ``WEB_CONCURRENCY`` workers (default: CPU count, at least 2) × ``GUNICORN_THREADS``
+  threads each (default 8, ``gthread``): requests mostly wait on PostgreSQL, Redis and
+  upstream providers, so threads are cheap concurrency and streaming chat responses do
+  not block a whole process.
+* ``GUNICORN_TIMEOUT`` (default 120 s): the worker heartbeat timeout. With gthread a
+  long streaming response does not trip it; it only kills a wedged worker.
+* ``GUNICORN_GRACEFUL_TIMEOUT`` (default 30 s): on SIGTERM/SIGHUP, workers finish the
+  requests in flight (streams included, up to this limit) before exiting.
+* ``GUNICORN_PRELOAD`` (default on): the app is imported once in the master and forked.
+  Safe here: ``create_app`` opens no connection (SQLAlchemy and Redis connect lazily,
+  and ``post_fork`` below discards any pool inherited from the master), and the
+  per-process threads of ``app/auth.py`` (revocation subscriber, ``last_used_at``
+  flusher) start lazily on the first authenticated request of each worker (they check
+  the pid), so every forked worker starts its own. Trade-off: ``kill -HUP`` re-forks
+  workers from the preloaded code; deploy new code with a full restart
+  (``systemctl restart gateway-web``), not a HUP.
+* ``GUNICORN_MAX_REQUESTS`` (default 0 = off) with jitter: recycle workers.
+* ``PROMETHEUS_MULTIPROC_DIR`` (default ``$INSTANCE_PATH/prometheus`` or
+  ``/tmp/gateway-prometheus``): set here *before* the app is imported so that every
+  worker writes its figures to files there and ``/metrics`` sums them. Files of
+  processes that are gone are removed when the master starts (those of a still-running
+  ``flask worker`` sharing the directory are kept); live-gauge files of a worker that
+  exits are removed by ``child_exit``.
+
+Logging: the app writes its own JSON access line per request (``gateway.access``), so
+gunicorn's access log is off unless ``GUNICORN_ACCESSLOG`` is set; gunicorn's own
+messages go to stderr (JSON when ``LOG_JSON``/production).
+"""
+import glob
 import multiprocessing
 import os
+import re
 
 bind = os.environ.get("GUNICORN_BIND", f"127.0.0.1:{os.environ.get('PORT', '8000')}")
 workers = int(os.environ.get("WEB_CONCURRENCY", max(2, multiprocessing.cpu_count())))
-threads = int(os.environ.get("GUNICORN_THREADS", 4))
+threads = int(os.environ.get("GUNICORN_THREADS", 8))
 worker_class = "gthread"
 timeout = int(os.environ.get("GUNICORN_TIMEOUT", 120))
-graceful_timeout = 20
-keepalive = 15
+graceful_timeout = int(os.environ.get("GUNICORN_GRACEFUL_TIMEOUT", 30))
+# Longer than nginx's upstream keepalive_timeout (60 s), so nginx always closes first
+# and never reuses a connection gunicorn has just dropped.
+keepalive = int(os.environ.get("GUNICORN_KEEPALIVE", 75))
 max_requests = int(os.environ.get("GUNICORN_MAX_REQUESTS", 0))
-accesslog = os.environ.get("GUNICORN_ACCESSLOG")  # e.g. "-" for stdout
+max_requests_jitter = max(0, max_requests // 10)
+preload_app = os.environ.get("GUNICORN_PRELOAD", "1").lower() not in ("0", "false", "no", "off")
+accesslog = os.environ.get("GUNICORN_ACCESSLOG")  # e.g. "-"; the app logs access lines itself
 errorlog = "-"
+proc_name = "gateway-web"
+# Heartbeat files on tmpfs, so a slow disk cannot make the master think workers hung.
+if os.path.isdir("/dev/shm"):
+    worker_tmp_dir = "/dev/shm"
+# The request line and headers: generous but bounded (bodies are bounded by nginx and
+# MAX_BODY_BYTES).
+limit_request_line = 8190
+limit_request_fields = 100
+
+_production = os.environ.get("APP_ENV") == "production"
+if os.environ.get("LOG_JSON", "1" if _production else "0").lower() in ("1", "true", "yes", "on"):
+    logconfig_dict = {
+        "version": 1,
+        "disable_existing_loggers": False,
+        # The app adds its own root handler (request context, redaction): none here.
+        "root": {"level": "INFO", "handlers": []},
+        "formatters": {"json": {"()": "app.logs.JsonFormatter"}},
+        "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "json",
+                                 "stream": "ext://sys.stderr"}},
+        "loggers": {
+            "gunicorn.error": {"level": "INFO", "handlers": ["console"], "propagate": False},
+            # Setting logconfig_dict turns gunicorn's access log on; keep it quiet unless
+            # asked for (the app's gateway.access line has the route, ids and duration).
+            "gunicorn.access": {"level": "INFO" if accesslog else "WARNING", "handlers": ["console"],
+                                "propagate": False},
+        },
+    }
+
+# --- Prometheus multiprocess directory (before the app, hence prometheus_client, loads) --
+_prom_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or os.path.join(
+    os.environ.get("INSTANCE_PATH", "/tmp"), "prometheus" if os.environ.get("INSTANCE_PATH")
+    else "gateway-prometheus")
+os.environ["PROMETHEUS_MULTIPROC_DIR"] = _prom_dir
+os.makedirs(_prom_dir, exist_ok=True)
+
+_PID_IN_NAME = re.compile(r"_(\d+)\.db$")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def on_starting(server):
+    """Drop metric files left by processes that no longer exist (a previous run)."""
+    for path in glob.glob(os.path.join(_prom_dir, "*.db")):
+        m = _PID_IN_NAME.search(path)
+        if m and not _alive(int(m.group(1))):
+            try:
+                os.remove(path)
+            except FileNotFoundError:
+                pass
+
+
+def post_fork(server, worker):
+    """Never share database connections with the master (preload): drop inherited pools."""
+    try:
+        from app.extensions import db
+
+        for engine in list(getattr(db, "_app_engines", {}).values()):
+            for e in engine.values():
+                e.dispose(close=False)
+    except Exception:  # nothing preloaded, or nothing connected yet
+        pass
+
+
+def child_exit(server, worker):
+    """A worker exited: its live-gauge files must not be summed any more."""
+    try:
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(worker.pid)
+    except Exception:
+        pass

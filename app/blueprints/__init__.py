@@ -1,7 +1,8 @@
 """Blueprint registry: every area's blueprint is registered here, in one place.
 
-One line per area (``<module path>``, whose ``blp`` is a flask-smorest Blueprint), so
-that areas added in parallel merge without touching each other's lines.
+One line per area (``<module path>``, whose ``blp`` is a flask-smorest Blueprint and
+whose optional ``init_api(api)`` runs after registration), so that areas added in
+parallel merge without touching each other's lines.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ API_BLUEPRINTS = [
     "app.blueprints.payments.routes",
     "app.blueprints.payments.sandbox",
     "app.blueprints.wallet.routes",
+    "app.blueprints.ops.routes",
 ]
 
 
@@ -28,4 +30,7 @@ def register_blueprints(app: Flask, api) -> None:
 
     app.register_blueprint(docs_bp)
     for path in API_BLUEPRINTS:
-        api.register_blueprint(import_module(path).blp)
+        module = import_module(path)
+        api.register_blueprint(module.blp)
+        if hasattr(module, "init_api"):  # optional per-area hook (e.g. extra security schemes)
+            module.init_api(api)

@@ -12,3 +12,38 @@ def flush_last_used() -> int:
 def ping(value: str = "pong") -> str:
     """A trivial job used to check that the queue and a worker are alive."""
     return value
+
+
+HEARTBEAT_TTL = 24 * 3600
+
+
+def _heartbeat_key() -> str:
+    from flask import current_app
+
+    return f"{current_app.config.get('RATELIMIT_KEY_PREFIX', 'gw')}:worker-heartbeat"
+
+
+def heartbeat() -> float | None:
+    """Record in Redis that a worker ran a scheduled job now (Unix time; read by
+    ``/metrics`` as ``gateway_worker_heartbeat_timestamp_seconds``). No-op without Redis."""
+    import time
+
+    from app.extensions import get_redis
+
+    redis = get_redis()
+    if redis is None:
+        return None
+    now = time.time()
+    redis.set(_heartbeat_key(), repr(now), ex=HEARTBEAT_TTL)
+    return now
+
+
+def last_heartbeat() -> float | None:
+    """Unix time of the last ``heartbeat`` job, or None (never ran, or no Redis)."""
+    from app.extensions import get_redis
+
+    redis = get_redis()
+    if redis is None:
+        return None
+    raw = redis.get(_heartbeat_key())
+    return float(raw) if raw else None

@@ -15,4 +15,5 @@ SCHEDULE: list[tuple[str, int, str]] = [
     ("calls-sweep", 30, "app.tasks.gateway.sweep_pending_calls"),
     ("idempotency-purge", 3600, "app.tasks.gateway.purge_idempotency"),
     ("chat-release-stale-holds", 300, "app.tasks.chat.release_stale_holds"),
+    ("heartbeat", 30, "app.tasks.maintenance.heartbeat"),
 ]

@@ -1,0 +1,105 @@
+"""Deployment files: nginx accepts both configurations, the local one cannot drift from
+production, and gunicorn's production config reports metrics summed over its workers."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.servers import ROOT, VENV_BIN, app_env, free_port, wait_http
+
+NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
+needs_nginx = pytest.mark.skipif(NGINX is None, reason="nginx is not installed (deploy/system-packages.sh)")
+
+sys.path.insert(0, str(ROOT / "deploy"))
+import render_nginx  # noqa: E402
+
+
+def _nginx_t(conf_path, prefix) -> subprocess.CompletedProcess:
+    return subprocess.run([NGINX, "-t", "-p", str(prefix), "-c", str(conf_path), "-e",
+                           str(prefix / "error.log")], capture_output=True, text=True, timeout=30)
+
+
+@needs_nginx
+def test_rendered_serve_config_is_valid(tmp_path):
+    conf = tmp_path / "nginx.conf"
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "tmp").mkdir()
+    conf.write_text(render_nginx.render(str(tmp_path), 18080, 18081, "127.0.0.1:18001", 2_000_000))
+    out = _nginx_t(conf, tmp_path)
+    assert out.returncode == 0, out.stderr
+    text = conf.read_text()
+    assert "client_max_body_size 2000000;" in text and "server 127.0.0.1:18001;" in text
+    assert "listen 127.0.0.1:18081;" in text and "/var/log/nginx" not in text
+
+
+@needs_nginx
+def test_production_site_is_valid(tmp_path):
+    """deploy/nginx.conf as Debian includes it (inside http {}), log paths redirected."""
+    site = (ROOT / "deploy" / "nginx.conf").read_text().replace("/var/log/nginx/", f"{tmp_path}/")
+    conf = tmp_path / "nginx.conf"
+    conf.write_text(textwrap.dedent(f"""\
+        pid {tmp_path}/nginx.pid;
+        events {{ worker_connections 64; }}
+        http {{
+            client_body_temp_path {tmp_path}/cb; proxy_temp_path {tmp_path}/px;
+            fastcgi_temp_path {tmp_path}/fc; uwsgi_temp_path {tmp_path}/uw; scgi_temp_path {tmp_path}/sc;
+        """) + site + "\n}\n")
+    out = _nginx_t(conf, tmp_path)
+    assert out.returncode == 0, out.stderr
+    for directive in ("server_tokens off;", "proxy_buffering off;", "keepalive 32;",
+                      "client_max_body_size 1m;", "proxy_set_header X-Request-Id $gw_request_id;",
+                      "proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;",
+                      "server_name api.example.com;", "server_name chat.example.com;",
+                      "# ssl_certificate "):
+        assert directive in site, directive
+
+
+def test_render_refuses_a_drifted_production_file():
+    site = (ROOT / "deploy" / "nginx.conf").read_text().replace("server 127.0.0.1:8000;", "server app:8000;")
+    with pytest.raises(SystemExit, match="server 127.0.0.1:8000"):
+        render_nginx.render("/tmp/x", 1, 2, "127.0.0.1:3", 10, site_text=site)
+
+
+def _count(text: str, route: str) -> float:
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == "gateway_http_requests_total" and s.labels.get("route") == route \
+                    and s.labels.get("status") == "200":
+                return s.value
+    return 0.0
+
+
+def test_gunicorn_production_config_sums_metrics_over_workers(app, tmp_path):
+    env = app_env(app.config)
+    port = free_port()
+    env.update({"GUNICORN_BIND": f"127.0.0.1:{port}", "WEB_CONCURRENCY": "3", "GUNICORN_THREADS": "2",
+                "GUNICORN_GRACEFUL_TIMEOUT": "5", "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prom")})
+    env.pop("METRICS_TOKEN", None)
+    (tmp_path / "prom").mkdir()
+    # A metric file of a process that no longer exists: dropped when the master starts.
+    stale = tmp_path / "prom" / "counter_999999999.db"
+    stale.write_bytes(b"")
+    proc = subprocess.Popen([str(VENV_BIN / "gunicorn"), "-c", "deploy/gunicorn.conf.py", "wsgi:app"],
+                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(base + "/healthz")
+        n = 60
+        for _ in range(n):  # a new connection each time: spread over the workers
+            assert requests.get(base + "/healthz", headers={"Connection": "close"}).status_code == 200
+        pids = {p.name.rsplit("_", 1)[-1] for p in (tmp_path / "prom").glob("counter_*.db")}
+        text = requests.get(base + "/metrics").text
+        # + the one successful probe of wait_http.
+        assert _count(text, "/healthz") == n + 1, (pids, text[:500])
+        assert not stale.exists()
+    finally:
+        proc.terminate()
+        proc.wait(15)
+    assert proc.returncode == 0, proc.stderr.read().decode()[-2000:]

@@ -147,7 +147,7 @@ def load_config(overrides: dict | None = None) -> dict:
         "CHAIN_WATCH_MAX_BLOCKS": _int("CHAIN_WATCH_MAX_BLOCKS", 2000),
         "CHAIN_WATCH_LOOKBACK_BLOCKS": _int("CHAIN_WATCH_LOOKBACK_BLOCKS", 1000),
         "USDC_DEPOSIT_TTL_SECONDS": _int("USDC_DEPOSIT_TTL_SECONDS", 24 * 3600),
-        # Sandbox-only default; production requires X402_PAY_TO (an address you control).
+        # Sandbox-only default. In production, unset = x402 and USDC deposits are off.
         "X402_PAY_TO": _env("X402_PAY_TO", None if production else "0x0000000000000000000000000000000000000402"),
         "USDC_DEPOSIT_ADDRESS": _env("USDC_DEPOSIT_ADDRESS", _env("X402_PAY_TO")),
         "X402_NETWORKS": [n.strip() for n in (_env("X402_NETWORKS", "base") or "").split(",") if n.strip()],
@@ -210,8 +210,6 @@ def load_config(overrides: dict | None = None) -> dict:
         ]
         if cfg["PAYMENTS_PROCESSOR"] == "stripe":
             missing += [n for n in ("STRIPE_SECRET_KEY", "STRIPE_WEBHOOK_SECRET") if not cfg.get(n)]
-        if not cfg.get("X402_PAY_TO"):
-            missing.append("X402_PAY_TO")
         if missing:
             raise ConfigError("production configuration incomplete, set: " + ", ".join(missing))
     elif not cfg["SECRET_KEY"]:

@@ -61,7 +61,7 @@ def payment_required(price_cents: int, slug: str | None = None) -> PaymentRequir
     ``POST /api/wallet/fund``. The x402 payment request rides along: the v1 body fields
     ``x402Version`` and ``accepts`` and the v2 ``PAYMENT-REQUIRED`` header (``x402.payment_required``)."""
     nonce = "n_" + secrets.token_urlsafe(18)
-    pay_to = current_app.config["X402_PAY_TO"]
+    pay_to = current_app.config.get("X402_PAY_TO") or ""  # empty: x402 is off (production without it)
     msg = (f"This call costs {price_cents} cents and your balance cannot cover it. Add credits "
            f"with {FUND_ENDPOINT} or retry the call with an X-Payment header.")
     x402_body, x402_headers = x402.payment_required(int(price_cents), _resource_url(slug),

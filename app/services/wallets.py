@@ -20,7 +20,7 @@ from nacl.signing import VerifyKey
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
-from app.errors import Conflict, DomainError, InvalidRequest
+from app.errors import Conflict, DomainError, InvalidRequest, ServiceUnavailable
 from app.extensions import db, get_redis
 from app.ids import new_id, random_b62
 from app.models import Account, ChainCursor, LedgerEntry, LedgerTransaction, Payment, Wallet, WalletNonce
@@ -196,10 +196,11 @@ def balance(account_id: str) -> dict:
 
 # --- USDC deposits ------------------------------------------------------------------------
 
-def deposit_address() -> str:
-    """USDC_DEPOSIT_ADDRESS (default: X402_PAY_TO), EIP-55 checksummed."""
+def deposit_address() -> str | None:
+    """USDC_DEPOSIT_ADDRESS (default: X402_PAY_TO), EIP-55 checksummed; None = deposits off."""
     cfg = current_app.config
-    return to_checksum_address(cfg.get("USDC_DEPOSIT_ADDRESS") or cfg["X402_PAY_TO"])
+    addr = cfg.get("USDC_DEPOSIT_ADDRESS") or cfg.get("X402_PAY_TO")
+    return to_checksum_address(addr) if addr else None
 
 
 def fund_usdc(account_id: str, mode: str, amount_cents: int) -> dict:
@@ -213,6 +214,8 @@ def fund_usdc(account_id: str, mode: str, amount_cents: int) -> dict:
         raise InvalidRequest("method: USDC deposits are watched on EVM chains (base, ethereum, polygon); "
                              "connect an EVM wallet.")
     pay_to = deposit_address()
+    if pay_to is None:
+        raise ServiceUnavailable("USDC deposits are not configured on this deployment (USDC_DEPOSIT_ADDRESS).")
     micros = ledger.cents_to_micros(amount_cents)
     expires = utcnow() + timedelta(seconds=int(current_app.config["USDC_DEPOSIT_TTL_SECONDS"]))
     payment = Payment(id=new_id("pay"), account_id=account_id, method="usdc", kind="deposit",
@@ -269,6 +272,8 @@ def scan_chain(chain: str) -> dict:
     The cursor advances only after every transfer in the range is processed."""
     cfg = current_app.config
     pay_to = deposit_address()
+    if pay_to is None:
+        raise ServiceUnavailable("USDC deposits are not configured (USDC_DEPOSIT_ADDRESS).")
     db.session.execute(update(Payment).where(Payment.method == "usdc", Payment.status == "pending",
                                              Payment.provider_id.is_(None), Payment.expires_at < utcnow())
                        .values(status="expired", updated_at=utcnow()).execution_options(synchronize_session=False))
@@ -297,6 +302,8 @@ def scan_chain(chain: str) -> dict:
 
 def chains_to_watch() -> list[str]:
     """EVM chains with a connected wallet or a pending deposit (and an RPC endpoint)."""
+    if deposit_address() is None:
+        return []
     used = set(db.session.execute(select(Wallet.chain).where(Wallet.chain.in_(chains.EVM_CHAINS))).scalars())
     return [c for c in chains.EVM_CHAINS if c in used and chains.rpc_url(c)]
 

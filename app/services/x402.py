@@ -78,7 +78,14 @@ class X402Payment:
 
 # --- configuration ----------------------------------------------------------------------
 
+def enabled() -> bool:
+    """x402 is on when a pay-to address is configured (always outside production)."""
+    return bool(current_app.config.get("X402_PAY_TO"))
+
+
 def networks() -> list[str]:
+    if not enabled():
+        return []
     return [n for n in current_app.config["X402_NETWORKS"] if n in chains.EVM_CHAINS]
 
 
@@ -120,7 +127,9 @@ def payment_required(price_cents: int, resource_url: str, description: str = "Mo
                      error: str | None = None) -> tuple[dict, dict]:
     """(body fields, headers) of an x402 payment request: the v1 body (``x402Version``,
     ``accepts``) and the v2 ``PAYMENT-REQUIRED`` header. Merge the body fields into the
-    SPEC 402 error body and the headers into its headers."""
+    SPEC 402 error body and the headers into its headers. Empty when x402 is off."""
+    if not enabled():
+        return {}, {}
     atomic = price_cents * ATOMIC_PER_CENT
     v1 = [_v1_requirement(c, atomic, resource_url, description) for c in networks()]
     v2 = {"x402Version": 2, "error": error or "Payment required", "accepts": requirements(price_cents),
@@ -197,6 +206,8 @@ def _network_of(data: dict) -> tuple[str, str | None, str]:
 
 def verify(data: dict, price_micros: int) -> dict:
     """Check a decoded payload locally; returns the authorization facts. 402 when refused."""
+    if not enabled():
+        raise PaymentInvalid("x402_disabled", "x402 payments are not enabled on this deployment (X402_PAY_TO).")
     chain, asset, scheme = _network_of(data)
     if scheme != "exact":
         raise PaymentInvalid("unsupported_scheme", f"Scheme `{scheme}` is not accepted; use `exact`.")

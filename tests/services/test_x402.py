@@ -207,3 +207,12 @@ def test_fund_call_with_facilitator_survives_a_rolled_back_call(cfg, make_accoun
     else:
         assert booked == 1 and ledger.balance(ledger.customer(acct.id)) == 50_000
     ledger_clean()
+
+
+def test_without_pay_to_x402_is_off(cfg, wallet):
+    header = _header_v2(wallet)
+    cfg.config["X402_PAY_TO"] = None
+    assert x402.payment_required(5, "http://gw.test/x") == ({}, {})
+    with pytest.raises(x402.PaymentInvalid) as exc:
+        x402.verify(x402.decode(header), 50_000)
+    assert exc.value.reason == "x402_disabled"

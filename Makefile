@@ -5,12 +5,13 @@ BIN     := $(VENV)/bin
 PORT    ?= 8000
 export PORT
 
-.PHONY: help venv run serve test fuzz migrate clean
+.PHONY: help venv run serve test fuzz fault migrate clean
 
 help:
 	@echo "make run    - install into .venv, migrate, load the demo catalog, serve on http://127.0.0.1:$(PORT)"
 	@echo "make test   - run the whole test suite (DATABASE_URL / REDIS_URL honoured when set)"
 	@echo "make fuzz   - schemathesis (all checks, two accounts) against a throw-away instance"
+	@echo "make fault  - money under fault: worker kills, upstream hangs, Redis and PostgreSQL outages"
 	@echo "make serve  - production stack on loopback: nginx :8080/:8081, gunicorn, RQ worker, scheduler (PostgreSQL + Redis)"
 
 $(BIN)/activate:
@@ -37,6 +38,10 @@ test: venv
 
 fuzz: venv
 	$(BIN)/python -m tests.fuzz.run_fuzz --max-examples $${FUZZ_EXAMPLES:-100}
+
+fault: venv
+	$(BIN)/python -m tests.fault.money_under_fault --seconds $${FAULT_SECONDS:-30} --clients 8 \
+		--faults kill,upstream,redis,postgres
 
 clean:
 	rm -rf $(VENV) instance .pytest_cache

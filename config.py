@@ -96,7 +96,9 @@ def load_config(overrides: dict | None = None) -> dict:
         "MAX_CONTENT_LENGTH": _int("MAX_BODY_BYTES", 1024 * 1024),
         "BASE_URL": _env("BASE_URL", f"http://127.0.0.1:{_env('PORT', '8000')}"),
         "TRUSTED_PROXIES": _int("TRUSTED_PROXIES", 1 if production else 0),
-        "CORS_ORIGINS": _env("CORS_ORIGINS", "*"),
+        # Origins allowed to POST /api/track from a browser (comma-separated, or "*").
+        # Default "*" outside production; in production nothing unless configured.
+        "CORS_ORIGINS": _env("CORS_ORIGINS", "" if production else "*"),
         # --- accounts / credentials -----------------------------------------
         "PLANS": PLANS,
         "DEFAULT_PLAN": _env("DEFAULT_PLAN", "starter"),
@@ -176,6 +178,26 @@ def load_config(overrides: dict | None = None) -> dict:
         "CHAT_COOLDOWN_FAILURES": _int("CHAT_COOLDOWN_FAILURES", 3),
         "CHAT_COOLDOWN_WINDOW": _float("CHAT_COOLDOWN_WINDOW", 60.0),
         "CHAT_HOLD_TTL_SECONDS": _float("CHAT_HOLD_TTL_SECONDS", 900.0),
+        "SALES_EMAIL": _env("SALES_EMAIL", "sales@gateway.local"),
+        # --- public endpoints (analytics, contact, newsletter, sign-up) -----------
+        "FUNNEL_STEPS": _env("FUNNEL_STEPS",
+                             "signup_started,signup_completed,key_created,first_call,payment_completed"),
+        "TRACK_MAX_BODY_BYTES": _int("TRACK_MAX_BODY_BYTES", 8192),
+        # PostgreSQL: event inserts skip the WAL-flush wait (synchronous_commit=off).
+        "TRACK_ASYNC_COMMIT": _bool("TRACK_ASYNC_COMMIT", True),
+        "TRACK_DB_POOL_SIZE": _int("TRACK_DB_POOL_SIZE", 5),
+        "TRACK_RETENTION_DAYS": _int("TRACK_RETENTION_DAYS", 90),
+        "SIGNUP_TOKEN_TTL_HOURS": _int("SIGNUP_TOKEN_TTL_HOURS", 24),
+        "NEWSLETTER_TOKEN_TTL_HOURS": _int("NEWSLETTER_TOKEN_TTL_HOURS", 48),
+        # Rate limits (Flask-Limiter syntax; per client IP unless named *_EMAIL_*).
+        "TRACK_RATE_LIMIT": _env("TRACK_RATE_LIMIT", "1200/minute"),
+        "CONTACT_RATE_LIMIT": _env("CONTACT_RATE_LIMIT", "5/minute;30/hour"),
+        "CONTACT_EMAIL_RATE_LIMIT": _env("CONTACT_EMAIL_RATE_LIMIT", "3/hour"),
+        "SUBSCRIBE_RATE_LIMIT": _env("SUBSCRIBE_RATE_LIMIT", "10/minute;60/hour"),
+        "SUBSCRIBE_EMAIL_RATE_LIMIT": _env("SUBSCRIBE_EMAIL_RATE_LIMIT", "5/hour"),
+        "SIGNUP_RATE_LIMIT": _env("SIGNUP_RATE_LIMIT", "5/minute;30/hour"),
+        "SIGNUP_EMAIL_RATE_LIMIT": _env("SIGNUP_EMAIL_RATE_LIMIT", "3/hour"),
+        "PUBLIC_PAGE_RATE_LIMIT": _env("PUBLIC_PAGE_RATE_LIMIT", "30/minute"),
         # --- OpenAPI (flask-smorest) ----------------------------------------
         "API_TITLE": "Metered API Gateway",
         "API_VERSION": "1.0.0",

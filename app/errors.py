@@ -43,6 +43,7 @@ ERROR_CODES: dict[str, tuple[int, str]] = {
     "insufficient_scope": (403, "The credential lacks the scope this route requires."),
     "forbidden": (403, "The account may not use this route (e.g. admin only)."),
     "not_found": (404, "No such route or object (another account's objects are reported as not found)."),
+    "invalid_token": (404, "The e-mailed confirmation token is unknown, expired or already used."),
     "module_not_found": (404, "No approved module has this slug."),
     "method_not_allowed": (405, "The route does not accept this HTTP method."),
     "conflict": (409, "The request conflicts with the current state (e.g. e-mail or slug taken)."),

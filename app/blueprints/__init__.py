@@ -1,8 +1,8 @@
 """Blueprint registry: every area's blueprint is registered here, in one place.
 
-One line per area (``<module path>``, whose ``blp`` is a flask-smorest Blueprint and
-whose optional ``init_api(api)`` runs after registration), so that areas added in
-parallel merge without touching each other's lines.
+One line per flask-smorest blueprint: ``<module path>[:attribute]`` (default attribute
+``blp``; the module's optional ``init_api(api)`` runs after registration), so that areas
+added in parallel merge without touching each other's lines.
 """
 from __future__ import annotations
 
@@ -22,6 +22,12 @@ API_BLUEPRINTS = [
     "app.blueprints.payments.sandbox",
     "app.blueprints.wallet.routes",
     "app.blueprints.ops.routes",
+    "app.blueprints.tracking.routes",
+    "app.blueprints.contact.routes",
+    "app.blueprints.email.routes",
+    "app.blueprints.email.routes:pages_blp",
+    "app.blueprints.signup.routes",
+    "app.blueprints.signup.routes:pages_blp",
 ]
 
 
@@ -29,8 +35,9 @@ def register_blueprints(app: Flask, api) -> None:
     from app.blueprints.docs.routes import bp as docs_bp
 
     app.register_blueprint(docs_bp)
-    for path in API_BLUEPRINTS:
+    for spec in API_BLUEPRINTS:
+        path, _, attr = spec.partition(":")
         module = import_module(path)
-        api.register_blueprint(module.blp)
-        if hasattr(module, "init_api"):  # optional per-area hook (e.g. extra security schemes)
+        api.register_blueprint(getattr(module, attr or "blp"))
+        if not attr and hasattr(module, "init_api"):  # optional per-area hook
             module.init_api(api)

@@ -20,6 +20,7 @@ COMMANDS = [
     "app.cli.gateway:receipts_cli",
     "app.cli.chat:chat_cli",
     "app.cli.payments:payments_cli",
+    "app.cli.newsletter:newsletter_cli",
 ]
 
 

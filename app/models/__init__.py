@@ -6,6 +6,8 @@ from app.models.usage import UsageHourly  # noqa: F401
 from app.models.payments import (BillingProfile, ChainCursor, Payment, PaymentEvent,  # noqa: F401
                                  Wallet, WalletNonce, X402Authorization)
 from app.models.outbox import OutboxMessage  # noqa: F401
+from app.models.tracking import TrackEvent  # noqa: F401
+from app.models.public import ContactMessage, SignupRequest, Subscription  # noqa: F401
 from app.models.alerts import Alert, AlertEvent  # noqa: F401
 from app.models.calls import IdempotencyRecord, ModuleCall  # noqa: F401
 from app.models.chat import ChatCompletion  # noqa: F401

@@ -11,6 +11,7 @@ SCHEDULE: list[tuple[str, int, str]] = [
     ("watch-usdc-deposits", 30, "app.tasks.chain_watch.watch_usdc_deposits"),
     ("book-orphan-x402", 300, "app.tasks.x402_sweep.book_orphan_x402_payments"),
     ("outbox-sweep", 30, "app.tasks.outbox.sweep"),
+    ("public-prune", 3600, "app.tasks.public.prune"),
     ("alerts-evaluate", 60, "app.tasks.alerts.evaluate"),
     ("calls-sweep", 30, "app.tasks.gateway.sweep_pending_calls"),
     ("idempotency-purge", 3600, "app.tasks.gateway.purge_idempotency"),

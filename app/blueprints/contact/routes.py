@@ -1,0 +1,28 @@
+"""Contact form (SPEC endpoint 31)."""
+from flask import request
+from flask.views import MethodView
+
+from app.auth import public
+from app.blueprints.contact.schemas import ContactFormSchema, ContactQueuedSchema
+from app.extensions import Blueprint
+from app.ratelimits import per_email, per_ip
+from app.services import contact
+
+blp = Blueprint("contact", __name__, url_prefix="/api", description="Contact the sales team.")
+
+
+@blp.route("/contact")
+class ContactView(MethodView):
+    @public
+    @per_ip("CONTACT_RATE_LIMIT")
+    @per_email("CONTACT_EMAIL_RATE_LIMIT")
+    @blp.arguments(ContactFormSchema)
+    @blp.response(202, ContactQueuedSchema)
+    @blp.alt_response(429, response="TOO_MANY_REQUESTS",
+                      description="Per-IP (`CONTACT_RATE_LIMIT`) or per-address "
+                                  "(`CONTACT_EMAIL_RATE_LIMIT`) limit reached.")
+    def post(self, body):
+        """Send a message to sales. It is stored, then e-mailed to `SALES_EMAIL` with
+        `Reply-To` set to the sender."""
+        return contact.submit(body["email"], body["message"], body.get("name"),
+                              honeypot=body.get("website"), client_ip=request.remote_addr)

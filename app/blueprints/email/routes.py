@@ -1,0 +1,105 @@
+"""Newsletter (SPEC endpoints 32–33), the double opt-in confirmation page and the
+RFC 8058 one-click unsubscribe endpoint."""
+from flask.views import MethodView
+
+from app import pages
+from app.auth import public
+from app.blueprints.email.schemas import (StatusSchema, SubscribeSchema, TokenFormSchema,
+                                          TokenQuerySchema, UnsubscribeSchema)
+from app.extensions import Blueprint
+from app.ratelimits import per_email, per_ip
+from app.services import emailtokens, newsletter
+
+blp = Blueprint("email", __name__, url_prefix="/api/email",
+                description="Newsletter lists: double opt-in subscribe, unsubscribe.")
+pages_blp = Blueprint("email_pages", __name__, url_prefix="/email",
+                      description="HTML pages opened from newsletter e-mails.")
+
+_INVALID = ("This link is invalid, has expired or was already used.",
+            "Subscribe again to get a new confirmation e-mail.")
+
+
+@blp.route("/subscribe")
+class SubscribeView(MethodView):
+    @public
+    @per_ip("SUBSCRIBE_RATE_LIMIT")
+    @per_email("SUBSCRIBE_EMAIL_RATE_LIMIT")
+    @blp.arguments(SubscribeSchema)
+    @blp.response(202, StatusSchema)
+    @blp.alt_response(429, response="TOO_MANY_REQUESTS")
+    def post(self, body):
+        """Subscribe to a list with double opt-in. The answer is identical whether the
+        address is new, pending or already subscribed; new and pending addresses get a
+        confirmation e-mail whose link (single use, valid 48 h) opens a page with a
+        confirm button."""
+        return newsletter.subscribe(body["email"], body.get("list"))
+
+
+@blp.route("/unsubscribe")
+class UnsubscribeView(MethodView):
+    @public
+    @per_ip("SUBSCRIBE_RATE_LIMIT")
+    @blp.arguments(UnsubscribeSchema)
+    @blp.response(200, StatusSchema)
+    @blp.alt_response(429, response="TOO_MANY_REQUESTS")
+    def post(self, body):
+        """Remove the address from every list. Same answer whether or not it was subscribed."""
+        return newsletter.unsubscribe(body["email"])
+
+
+@pages_blp.route("/confirm")
+class ConfirmPage(MethodView):
+    @public
+    @per_ip("PUBLIC_PAGE_RATE_LIMIT")
+    @pages_blp.arguments(TokenQuerySchema, location="query")
+    @pages_blp.doc(**pages.doc("Page with a button that confirms the subscription.", (200, 404)))
+    def get(self, query):
+        """Confirmation page (the e-mailed link). Shows a button; opening it changes nothing."""
+        if newsletter.check_token(query["token"]) is None:
+            return pages.render("Link not valid", *_INVALID, status=404)
+        return pages.render("Confirm your subscription",
+                            "Press the button to start receiving e-mail from us.",
+                            pages.form("/email/confirm", "Confirm subscription",
+                                       {"token": query["token"]}))
+
+    @public
+    @per_ip("PUBLIC_PAGE_RATE_LIMIT")
+    @pages_blp.arguments(TokenFormSchema, location="form")
+    @pages_blp.doc(**pages.doc("The subscription is confirmed.", (200, 404)))
+    def post(self, form):
+        """Confirm the subscription (the page's button). The token works once."""
+        sub = newsletter.confirm(form["token"])
+        if sub is None:
+            return pages.render("Link not valid", *_INVALID, status=404)
+        return pages.render("You are subscribed",
+                            f"{sub.email} will receive {newsletter.LIST_NAMES[sub.list]}.",
+                            "Every e-mail has a one-click unsubscribe link.")
+
+
+@pages_blp.route("/unsubscribe/<string:token>")
+class OneClickUnsubscribe(MethodView):
+    @public
+    @per_ip("PUBLIC_PAGE_RATE_LIMIT")
+    @pages_blp.doc(**pages.doc("Page with a button that unsubscribes the address.", (200, 404)))
+    def get(self, token):
+        """The `List-Unsubscribe` link opened in a browser: a page with a button."""
+        if emailtokens.unsubscribe_email(token) is None:
+            return pages.render("Link not valid", "This unsubscribe link is not valid.", status=404)
+        return pages.render("Unsubscribe", "Stop all list e-mail to this address?",
+                            pages.form(f"/email/unsubscribe/{token}", "Unsubscribe",
+                                       {"List-Unsubscribe": "One-Click"}))
+
+    @public
+    @per_ip("PUBLIC_PAGE_RATE_LIMIT")
+    @pages_blp.doc(**pages.doc("The address is unsubscribed from every list.", (200, 404)),
+                   requestBody={"required": False, "content": {
+                       "application/x-www-form-urlencoded": {"schema": {
+                           "type": "object",
+                           "properties": {"List-Unsubscribe": {"type": "string",
+                                                               "enum": ["One-Click"]}}}}}})
+    def post(self, token):
+        """RFC 8058 one-click unsubscribe (`List-Unsubscribe=One-Click`): removes the
+        address the signed token names from every list."""
+        if not newsletter.one_click_unsubscribe(token):
+            return pages.render("Link not valid", "This unsubscribe link is not valid.", status=404)
+        return pages.render("Unsubscribed", "You will receive no further list e-mail from us.")

@@ -1,0 +1,95 @@
+"""Self-serve sign-up (SPEC part 1 item 8): e-mail verification, then an account with
+promotional credit and its first key, shown once."""
+from flask.views import MethodView
+from markupsafe import Markup, escape
+
+from app import pages
+from app.auth import public
+from app.blueprints.email.schemas import StatusSchema, TokenFormSchema, TokenQuerySchema
+from app.blueprints.signup.schemas import SignupCompletedSchema, SignupConfirmSchema, SignupSchema
+from app.errors import DomainError
+from app.extensions import Blueprint
+from app.ratelimits import per_email, per_ip
+from app.services import signup
+
+blp = Blueprint("signup", __name__, url_prefix="/api/signup",
+                description="Self-serve sign-up with e-mail verification and free credit.")
+pages_blp = Blueprint("signup_pages", __name__, url_prefix="/signup",
+                      description="HTML pages opened from the sign-up e-mail.")
+
+
+@blp.route("")
+class SignupView(MethodView):
+    @public
+    @per_ip("SIGNUP_RATE_LIMIT")
+    @per_email("SIGNUP_EMAIL_RATE_LIMIT")
+    @blp.arguments(SignupSchema)
+    @blp.response(202, StatusSchema)
+    @blp.alt_response(429, response="TOO_MANY_REQUESTS")
+    def post(self, body):
+        """Start a sign-up: e-mails a verification link (single use, valid 24 h). The
+        answer is identical whether or not the address already has an account (an
+        existing account's address is told so by e-mail instead)."""
+        return signup.start(body["email"])
+
+
+@blp.route("/confirm")
+class SignupConfirmView(MethodView):
+    @public
+    @per_ip("PUBLIC_PAGE_RATE_LIMIT")
+    @blp.arguments(SignupConfirmSchema)
+    @blp.response(201, SignupCompletedSchema)
+    @blp.alt_response(404, response="NOT_FOUND",
+                      description="`invalid_token`: unknown, expired or already used token.")
+    @blp.alt_response(409, response="CONFLICT", description="The address already has an account.")
+    @blp.alt_response(429, response="TOO_MANY_REQUESTS")
+    def post(self, body):
+        """Redeem the verification token (JSON alternative to the page): creates the
+        account with 1,000 cents of promotional credit and returns its first key once."""
+        return signup.complete(body["token"])
+
+
+def _key_page(result: dict):
+    key = result["key"]["key"]
+    return pages.render(
+        "Your account is ready",
+        f"Account {result['account']['id']} ({result['account']['email']}) has "
+        f"{result['account']['balance_cents'] / 100:.2f} USD of free credit.",
+        "Your API key is shown below once. Copy it now and keep it secret; we only store a hash.",
+        Markup(f'<code id="api-key">{escape(key)}</code>'),
+        Markup('<p class="muted">Use it as <b>Authorization: Bearer &lt;key&gt;</b>. '
+               'See <a href="/docs">the API documentation</a>.</p>'))
+
+
+@pages_blp.route("/confirm")
+class SignupConfirmPage(MethodView):
+    @public
+    @per_ip("PUBLIC_PAGE_RATE_LIMIT")
+    @pages_blp.arguments(TokenQuerySchema, location="query")
+    @pages_blp.doc(**pages.doc("Page with a button that creates the account.", (200, 404)))
+    def get(self, query):
+        """Sign-up confirmation page (the e-mailed link). Opening it changes nothing."""
+        req = signup.check_token(query["token"])
+        if req is None:
+            return pages.render("Link not valid", "This sign-up link is invalid, has expired "
+                                "or was already used.", "Sign up again to get a new link.", status=404)
+        return pages.render("Create your account", f"Create the account for {req.email}?",
+                            pages.form("/signup/confirm", "Create account and show my API key",
+                                       {"token": query["token"]}))
+
+    @public
+    @per_ip("PUBLIC_PAGE_RATE_LIMIT")
+    @pages_blp.arguments(TokenFormSchema, location="form")
+    @pages_blp.doc(**pages.doc("The account is created; its first API key is shown once.",
+                               (200, 404, 409)))
+    def post(self, form):
+        """Create the account (the page's button) and show its first key once."""
+        return _key_page(signup.complete(form["token"]))
+
+
+@pages_blp.errorhandler(DomainError)
+def _html_error(err: DomainError):
+    """Domain errors of the sign-up pages (used/expired link, address taken) are pages too."""
+    return pages.render("Could not create the account", err.message,
+                        "Sign up again to get a new link." if err.status == 404 else
+                        "Use your existing API keys.", status=err.status)

@@ -1,0 +1,23 @@
+"""Schemas of self-serve sign-up."""
+import marshmallow as ma
+
+from app.blueprints.accounts.schemas import AccountSchema
+from app.blueprints.contact.schemas import EMAIL_DOC
+from app.blueprints.keys.schemas import KeyCreatedSchema
+
+
+class SignupSchema(ma.Schema):
+    email = ma.fields.String(required=True, validate=ma.validate.Length(min=3, max=254),
+                             metadata=EMAIL_DOC)
+
+
+class SignupConfirmSchema(ma.Schema):
+    token = ma.fields.String(required=True, validate=ma.validate.Length(min=1, max=200),
+                             metadata={"description": "The token from the verification e-mail."})
+
+
+class SignupCompletedSchema(ma.Schema):
+    account = ma.fields.Nested(AccountSchema, required=True,
+                               metadata={"description": "The new account (1,000 cents of promotional credit)"})
+    key = ma.fields.Nested(KeyCreatedSchema, required=True,
+                           metadata={"description": "Its first live key, all scopes. The secret is shown only here."})

@@ -1,0 +1,132 @@
+"""Product analytics (SPEC endpoints 27–30), with CORS on ``/api/track`` for browsers."""
+from functools import wraps
+
+from flask import current_app, request
+from flask.views import MethodView
+
+from app.auth import authenticated, bearer_token, current_principal, principal, public
+from app.blueprints.tracking.schemas import (FunnelQuerySchema, FunnelSchema, RecentSchema,
+                                             SessionsSchema, TrackEventSchema)
+from app.errors import Forbidden, Unauthorized
+from app.extensions import Blueprint
+from app.ratelimits import per_ip
+from app.services import tracking
+
+blp = Blueprint("tracking", __name__, url_prefix="/api/track",
+                description="Product analytics: event ingestion, funnel, recent events, sessions.")
+
+TRACK_ENDPOINT = "tracking.TrackView"
+CORS_HEADERS = {
+    "Access-Control-Allow-Methods": "POST, OPTIONS",
+    "Access-Control-Allow-Headers": "Content-Type, Authorization, X-Request-Id",
+    "Access-Control-Expose-Headers": "Retry-After, X-Request-Id, X-RateLimit-Limit, "
+                                     "X-RateLimit-Remaining, X-RateLimit-Reset",
+    "Access-Control-Max-Age": "86400",
+}
+
+
+@blp.after_request
+def _cors(response):
+    """CORS for ``/api/track`` only (preflight and actual responses, errors included):
+    ``CORS_ORIGINS`` is ``*`` or a comma-separated list of exact origins."""
+    if request.endpoint != TRACK_ENDPOINT:
+        return response
+    if response.status_code == 204:
+        response.headers.pop("Content-Type", None)
+    origin = request.headers.get("Origin")
+    allowed = [o.strip() for o in (current_app.config.get("CORS_ORIGINS") or "").split(",")
+               if o.strip()]
+    if not origin or not allowed:
+        return response
+    if "*" in allowed:
+        response.headers["Access-Control-Allow-Origin"] = "*"
+    elif origin in allowed:
+        response.headers["Access-Control-Allow-Origin"] = origin
+        response.vary.add("Origin")
+    else:
+        response.vary.add("Origin")
+        return response
+    for k, v in CORS_HEADERS.items():
+        response.headers[k] = v
+    return response
+
+
+def _body_limit(config_name: str):
+    """Cap this route's request body at ``config[config_name]`` bytes (413 above), and
+    read a ``text/plain`` body as JSON: ``navigator.sendBeacon`` sends text/plain so that
+    no CORS preflight is needed."""
+    def decorator(func):
+        @wraps(func)
+        def wrapper(*args, **kwargs):
+            request.max_content_length = int(current_app.config[config_name])
+            if request.mimetype == "text/plain":
+                request.environ["CONTENT_TYPE"] = "application/json"
+                request.__dict__.pop("_parsed_content_type", None)
+            return func(*args, **kwargs)
+        return wrapper
+    return decorator
+
+
+def _caller_account() -> str | None:
+    """Account to attribute an event to: none without a credential (no lookup at all);
+    a sent but invalid credential is 401 rather than silently dropped."""
+    if request.headers.get("Authorization") is None:
+        return None
+    p = current_principal(optional=True)
+    if p is None:
+        raise Unauthorized("Invalid, expired or revoked credential (omit it to track anonymously)."
+                           if bearer_token() else "Malformed Authorization header.")
+    return p.account_id
+
+
+@blp.route("", endpoint="TrackView")
+class TrackView(MethodView):
+    @public
+    @per_ip("TRACK_RATE_LIMIT")
+    @_body_limit("TRACK_MAX_BODY_BYTES")
+    @blp.arguments(TrackEventSchema)
+    @blp.response(204, description="Accepted; no body.")
+    @blp.alt_response(401, response="UNAUTHORIZED", description="A credential was sent and is invalid.")
+    @blp.alt_response(413, response="DEFAULT_ERROR", description="Body above `TRACK_MAX_BODY_BYTES` (8 KiB).")
+    @blp.alt_response(429, response="TOO_MANY_REQUESTS", description="Per-IP limit `TRACK_RATE_LIMIT`.")
+    def post(self, body):
+        """Record a product-analytics event (no credential needed).
+
+        With a valid `Authorization: Bearer …` the event is attributed to that account
+        (its funnel). CORS: allowed origins from `CORS_ORIGINS`."""
+        tracking.record(body["event"], body.get("session_id"), body.get("props"),
+                        _caller_account())
+
+
+@blp.route("/funnel")
+class FunnelView(MethodView):
+    @authenticated("analytics:read")
+    @blp.arguments(FunnelQuerySchema, location="query")
+    @blp.response(200, FunnelSchema)
+    def get(self, query):
+        """Funnel over the last 7 days: sessions reaching each configured step
+        (`FUNNEL_STEPS`) in order. Accounts see their attributed events; admins see
+        every event by default (`?scope=account` for their own)."""
+        p = principal()
+        scope = query.get("scope") or ("global" if p.is_admin else "account")
+        if scope == "global" and not p.is_admin:
+            raise Forbidden("The global funnel is for admin accounts only.")
+        return tracking.funnel(None if scope == "global" else p.account_id)
+
+
+@blp.route("/recent")
+class RecentView(MethodView):
+    @authenticated("analytics:read", admin=True)
+    @blp.response(200, RecentSchema)
+    def get(self):
+        """The last 200 events of every account, newest first (admin only)."""
+        return {"events": tracking.recent()}
+
+
+@blp.route("/sessions")
+class SessionsView(MethodView):
+    @authenticated("analytics:read", admin=True)
+    @blp.response(200, SessionsSchema)
+    def get(self):
+        """Sessions active in the last hour with first/last seen and event count (admin only)."""
+        return {"sessions": tracking.active_sessions()}

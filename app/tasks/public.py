@@ -1,0 +1,9 @@
+"""Housekeeping of the public endpoints: analytics retention, stale sign-up requests."""
+from __future__ import annotations
+
+
+def prune() -> dict:
+    """Delete events older than TRACK_RETENTION_DAYS and long-expired sign-up requests."""
+    from app.services import signup, tracking
+
+    return {"track_events": tracking.prune(), "signup_requests": signup.prune()}

@@ -1,0 +1,94 @@
+"""Contact form: stored and forwarded to sales over real SMTP, honeypot, limits."""
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import func, select
+
+from app.extensions import db
+from app.models import ContactMessage, OutboxMessage
+from tests.publichelpers import smtp, text_of
+
+
+def _count(app, model):
+    with app.app_context():
+        n = db.session.execute(select(func.count()).select_from(model)).scalar_one()
+        db.session.remove()
+    return n
+
+
+def test_contact_forwarded_to_sales_with_reply_to(app, client, monkeypatch):
+    monkeypatch.setitem(app.config, "SALES_EMAIL", "sales@corp.example")
+    with smtp(app) as sink:
+        r = client.post("/api/contact", json={"email": "Ann@Example.com", "name": "Ann <b>",
+                                              "message": "We need 1M calls/month."})
+    assert r.status_code == 202
+    j = r.get_json()
+    assert j["status"] == "queued" and j["id"].startswith("contact_")
+    assert len(sink.messages) == 1
+    m = sink.messages[0]
+    assert m["To"] == "sales@corp.example" and m["Reply-To"] == "ann@example.com"
+    assert "We need 1M calls/month." in text_of(m) and j["id"] in text_of(m)
+    with app.app_context():
+        row = db.session.get(ContactMessage, j["id"])
+        assert row.email == "ann@example.com" and row.name == "Ann <b>"
+        assert db.session.get(OutboxMessage, row.outbox_id).status == "delivered"
+        db.session.remove()
+
+
+def test_header_injection_in_name_refused(app, client):
+    with smtp(app) as sink:
+        r = client.post("/api/contact", json={"email": "a@example.com", "name": "X\r\nBcc: v@evil.example",
+                                              "message": "hi"})
+        ok = client.post("/api/contact", json={"email": "a@example.com", "name": "Zoë \u202e O'Brien",
+                                               "message": "multi\nline\tok"})
+    assert r.status_code == 400 and "name" in r.get_json()["message"]
+    assert ok.status_code == 202 and len(sink.messages) == 1
+    m = sink.messages[0]
+    assert m["Bcc"] is None and "Zoë" in m["Subject"] and "line\tok" in text_of(m) and "\u202e" not in m["Subject"]
+
+
+def test_honeypot_same_answer_nothing_stored_or_sent(app, client):
+    with smtp(app) as sink:
+        r = client.post("/api/contact", json={"email": "bot@example.com", "message": "buy",
+                                              "website": "http://spam.example"})
+    assert r.status_code == 202 and r.get_json()["status"] == "queued"
+    assert sorted(r.get_json()) == ["id", "status"]
+    assert sink.messages == [] and _count(app, ContactMessage) == 0 and _count(app, OutboxMessage) == 0
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"message": "hi"}, "email"),
+    ({"email": "not-an-address", "message": "hi"}, "email"),
+    ({"email": "a@example.com"}, "message"),
+    ({"email": "a@example.com", "message": ""}, "message"),
+    ({"email": "a@example.com", "message": "x" * 5001}, "message"),
+    ({"email": "a@example.com", "message": "hi", "name": "n" * 101}, "name"),
+    ({"email": "a" * 250 + "@example.com", "message": "hi"}, "email"),
+    ({"email": "a@example.com", "message": "hi\u0000"}, "message"),
+    ({"email": "a@example.com", "message": "hi", "name": "a\u0000"}, "name"),
+    ({"email": "a\u0000@example.com", "message": "hi"}, "email"),
+])
+def test_contact_validation(app, client, body, field):
+    r = client.post("/api/contact", json=body)
+    assert r.status_code == 400 and field in r.get_json()["message"]
+    assert _count(app, ContactMessage) == 0
+
+
+def test_contact_rate_limits_per_ip_and_per_email(app, client, monkeypatch):
+    monkeypatch.setitem(app.config, "CONTACT_RATE_LIMIT", "3/minute")
+    monkeypatch.setitem(app.config, "CONTACT_EMAIL_RATE_LIMIT", "2/hour")
+
+    def send(email, ip):
+        return client.post("/api/contact", json={"email": email, "message": "hi"},
+                           environ_base={"REMOTE_ADDR": ip})
+
+    # per e-mail, across client IPs (case-insensitive)
+    assert [send(e, ip).status_code for e, ip in
+            (("v@example.com", "10.0.0.1"), ("V@Example.com", "10.0.0.2"), ("v@example.com", "10.0.0.3"))] \
+        == [202, 202, 429]
+    # per IP, across addresses
+    codes = [send(f"u{i}@example.com", "10.0.0.9").status_code for i in range(4)]
+    assert codes == [202, 202, 202, 429]
+    r = send("w@example.com", "10.0.0.9")
+    assert r.get_json()["error"] == "rate_limited" and int(r.headers["Retry-After"]) >= 1
+    assert _count(app, ContactMessage) == 5

@@ -1,0 +1,171 @@
+"""Newsletter: double opt-in over real SMTP, single-use expiring tokens, no enumeration,
+RFC 8058 one-click unsubscribe on every list e-mail."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+from sqlalchemy import select, update
+
+from app.extensions import db
+from app.models import Subscription
+from app.models.base import utcnow
+from app.services import newsletter
+from tests.publichelpers import link_in, path_of, smtp, strip_volatile, token_in
+
+
+def _subs(app):
+    with app.app_context():
+        rows = db.session.execute(select(Subscription.email, Subscription.list, Subscription.status,
+                                         Subscription.token_hash)).all()
+        db.session.remove()
+    return rows
+
+
+def _one_click_path(msg) -> str:
+    header = msg["List-Unsubscribe"]
+    assert header.startswith("<http") and header.endswith(">")
+    assert msg["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"
+    return path_of(header[1:-1])
+
+
+def test_double_opt_in_flow(app, client, monkeypatch):
+    monkeypatch.setitem(app.config, "BASE_URL", "https://gw.example")
+    with smtp(app) as sink:
+        r = client.post("/api/email/subscribe", json={"email": "Reader@Example.com", "list": "weekly"})
+        assert r.status_code == 202 and r.get_json()["status"] == "pending"
+        assert len(sink.messages) == 1
+        mail = sink.messages[0]
+        assert mail["To"] == "reader@example.com"
+        link = link_in(mail)
+        assert link.startswith("https://gw.example/email/confirm?token=")
+        _one_click_path(mail)  # list headers on the confirmation e-mail too
+        token = token_in(mail)
+        # the token is stored hashed only
+        assert all(token not in str(row) for row in _subs(app))
+        # opening the link (or a scanner prefetching it) confirms nothing
+        page = client.get(path_of(link))
+        assert page.status_code == 200 and page.mimetype == "text/html"
+        assert b'method="post"' in page.data and b"Confirm subscription" in page.data
+        assert page.headers["Cache-Control"] == "no-store" and page.headers["Referrer-Policy"] == "no-referrer"
+        assert _subs(app)[0][2] == "pending"
+        done = client.post("/email/confirm", data={"token": token})
+        assert done.status_code == 200 and b"You are subscribed" in done.data
+        assert _subs(app)[0][2:] == ("subscribed", None)
+        # welcome mail is a list e-mail with one-click headers
+        assert len(sink.messages) == 2
+        welcome = sink.messages[1]
+        one_click = _one_click_path(welcome)
+        # the token works once
+        again = client.post("/email/confirm", data={"token": token})
+        assert again.status_code == 404 and b"invalid" in again.data
+        assert client.get(path_of(link)).status_code == 404
+        # RFC 8058 one-click POST, exactly as mailbox providers send it
+        oc = client.post(one_click, data="List-Unsubscribe=One-Click",
+                         content_type="application/x-www-form-urlencoded")
+        assert oc.status_code == 200 and b"Unsubscribed" in oc.data
+        assert _subs(app)[0][2] == "unsubscribed"
+        assert len(sink.messages) == 2  # nothing sent on unsubscribe
+
+
+def test_one_click_get_shows_button_and_bad_token_refused(app, client):
+    path = path_of(newsletter_unsub_url(app, "x@example.com"))
+    with app.app_context():
+        db.session.add(Subscription(id="sub_t", email="x@example.com", list="launch", status="subscribed"))
+        db.session.commit()
+        db.session.remove()
+    page = client.get(path)
+    assert page.status_code == 200 and b"Unsubscribe" in page.data and b'method="post"' in page.data
+    assert _subs(app)[0][2] == "subscribed"  # GET changes nothing
+    forged = path[:-3] + ("AAA" if not path.endswith("AAA") else "BBB")
+    assert client.post(forged).status_code == 404
+    assert client.post("/email/unsubscribe/" + "x" * 700).status_code == 404
+    assert _subs(app)[0][2] == "subscribed"
+    assert client.post(path).status_code == 200 and _subs(app)[0][2] == "unsubscribed"
+
+
+def newsletter_unsub_url(app, email):
+    with app.test_request_context():
+        return newsletter.unsubscribe_url(email)
+
+
+def test_expired_token_refused(app, client):
+    with smtp(app) as sink:
+        client.post("/api/email/subscribe", json={"email": "late@example.com"})
+        token = token_in(sink.messages[0])
+    with app.app_context():
+        db.session.execute(update(Subscription).values(token_expires_at=utcnow() - timedelta(seconds=1)))
+        db.session.commit()
+        db.session.remove()
+    assert client.get("/email/confirm?token=" + token).status_code == 404
+    assert client.post("/email/confirm", data={"token": token}).status_code == 404
+    assert _subs(app)[0][1:3] == ("product", "pending")
+
+
+def test_resubscribe_replaces_token(app, client):
+    with smtp(app) as sink:
+        client.post("/api/email/subscribe", json={"email": "twice@example.com"})
+        client.post("/api/email/subscribe", json={"email": "twice@example.com"})
+        first, second = token_in(sink.messages[0]), token_in(sink.messages[1])
+    assert client.post("/email/confirm", data={"token": first}).status_code == 404
+    assert client.post("/email/confirm", data={"token": second}).status_code == 200
+
+
+def test_no_enumeration_subscribe_and_unsubscribe(app, client):
+    with smtp(app) as sink:
+        new = client.post("/api/email/subscribe", json={"email": "a@example.com"})
+        pending = client.post("/api/email/subscribe", json={"email": "a@example.com"})
+        client.post("/email/confirm", data={"token": token_in(sink.messages[1])})
+        subscribed = client.post("/api/email/subscribe", json={"email": "a@example.com"})
+        sent = len(sink.messages)
+    assert strip_volatile(new) == strip_volatile(pending) == strip_volatile(subscribed)
+    assert new.status_code == 202
+    assert sent == 3  # two confirmations + welcome; nothing for an already subscribed address
+    was = client.post("/api/email/unsubscribe", json={"email": "a@example.com"})
+    never = client.post("/api/email/unsubscribe", json={"email": "nobody@example.com"})
+    assert was.status_code == 200 and strip_volatile(was) == strip_volatile(never)
+    assert {row[2] for row in _subs(app)} == {"unsubscribed"}
+
+
+def test_unsubscribe_removes_from_all_lists(app, client):
+    for lst in ("launch", "product", "weekly"):
+        client.post("/api/email/subscribe", json={"email": "all@example.com", "list": lst})
+    assert len(_subs(app)) == 3
+    client.post("/api/email/unsubscribe", json={"email": "ALL@example.com"})
+    assert {row[2] for row in _subs(app)} == {"unsubscribed"}
+    assert {row[3] for row in _subs(app)} == {None}  # pending tokens are dead too
+
+
+def test_subscribe_validation(client):
+    for body in ({"email": "x@example.com", "list": "daily"}, {"email": "nope"}, {},
+                 {"email": "x@example.com", "extra": 1}):
+        r = client.post("/api/email/subscribe", json=body)
+        assert r.status_code == 400 and r.get_json()["error"] == "invalid_request", body
+    assert client.post("/api/email/subscribe", data="email=x@example.com",
+                       content_type="application/x-www-form-urlencoded").status_code == 400
+
+
+def test_subscribe_rate_limited_per_email(app, client, monkeypatch):
+    monkeypatch.setitem(app.config, "SUBSCRIBE_EMAIL_RATE_LIMIT", "2/hour")
+    codes = [client.post("/api/email/subscribe", json={"email": "bomb@example.com"},
+                         environ_base={"REMOTE_ADDR": f"10.1.0.{i}"}).status_code for i in range(3)]
+    assert codes == [202, 202, 429]
+
+
+def test_send_to_list_carries_one_click_headers(app, client):
+    with app.app_context():
+        for i, status in enumerate(("subscribed", "pending", "unsubscribed")):
+            db.session.add(Subscription(id=f"sub_{i}", email=f"r{i}@example.com", list="launch", status=status))
+        db.session.commit()
+        with smtp(app) as sink:
+            assert newsletter.send_to_list("launch", "We launched", "Hello!") == 1
+        db.session.remove()
+    assert len(sink.messages) == 1 and sink.messages[0]["To"] == "r0@example.com"
+    oc = client.post(_one_click_path(sink.messages[0]), data={"List-Unsubscribe": "One-Click"})
+    assert oc.status_code == 200
+    assert ("r0@example.com", "launch", "unsubscribed", None) in _subs(app)
+
+
+def test_pages_answer_html_even_without_token(client):
+    for r in (client.post("/email/confirm"), client.get("/email/confirm"),
+              client.post("/signup/confirm"), client.get("/signup/confirm?token=" + "x" * 500)):
+        assert r.status_code == 404 and r.mimetype == "text/html", r.data[:200]

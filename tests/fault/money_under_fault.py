@@ -1,0 +1,346 @@
+"""Money under fault: many concurrent metered calls while the system is broken on purpose.
+
+Faults (each can be switched off):
+  * ``kill``     – ``kill -9`` of a random gunicorn worker, repeatedly;
+  * ``upstream`` – the provider hangs past the action timeout, then resets connections;
+  * ``redis``    – Redis is shut down for a few seconds, then started again;
+  * ``postgres`` – PostgreSQL is restarted (``pg_ctlcluster … restart``).
+
+Clients send calls with an Idempotency-Key each; an unknown outcome (connection error,
+5xx from a dying worker, 409 in flight) is retried with the *same* key until it is
+definitive. Afterwards (once the pending-call sweep has run) the driver checks:
+  1. ``flask ledger check`` is clean;
+  2. every 200 has exactly one charge (``call:<id>`` posting, no refund) and a receipt
+     that verifies with the published key;
+  3. every Idempotency-Key was charged at most once, and exactly once when it ended 200;
+  4. no call is left pending; every charged call has a receipt or a refund;
+  5. the balance moved by exactly the sum of the successful calls' prices.
+
+    python -m tests.fault.money_under_fault [--seconds 20] [--clients 8] [--faults kill,upstream,redis,postgres]
+
+Needs PostgreSQL and Redis on 127.0.0.1 (``make fault`` sets them). Prints a JSON summary
+and exits 1 when an invariant is broken. ``tests/e2e/test_fault.py`` runs a short version.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+
+import requests
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from tests.servers import VENV_BIN, free_port, http_server, wait_http  # noqa: E402
+
+PRICE_CENTS = 3
+
+
+class Upstream(BaseHTTPRequestHandler):
+    """The provider: ``mode`` is ok | hang | reset."""
+
+    mode = "ok"
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self):  # noqa: N802
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length)
+        mode = type(self).mode
+        if mode == "hang":
+            time.sleep(3)
+        elif mode == "reset":
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            self.connection.close()
+            return
+        out = json.dumps({"echo": json.loads(body or b"{}"), "n": random.random()}).encode()
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+        except OSError:
+            pass  # the gateway gave up (timeout) or its worker was killed
+
+    def log_message(self, *a):
+        pass
+
+
+def sh(*cmd, check=True, env=None, quiet=True):
+    return subprocess.run(cmd, check=check, env=env, cwd=ROOT, capture_output=quiet, text=True)
+
+
+def flask(env, *args) -> str:
+    return sh(str(VENV_BIN / "flask"), "--app", "wsgi", *args, env=env).stdout
+
+
+def pg_cluster() -> tuple[str, str]:
+    version = sorted(os.listdir("/etc/postgresql"))[0]
+    return version, "main"
+
+
+def worker_pids(master: int) -> list[int]:
+    out = sh("pgrep", "-P", str(master), check=False).stdout.split()
+    return [int(p) for p in out]
+
+
+class Driver:
+    def __init__(self, args):
+        self.args = args
+        self.results: dict[str, dict] = {}  # idempotency key -> final outcome
+        self.lock = threading.Lock()
+        self.events: list[str] = []
+        self.stop = threading.Event()
+        self.retries = 0
+
+    # ---------------------------------------------------------------- set-up
+    def setup(self, upstream_url: str):
+        work = tempfile.mkdtemp(prefix="gw-fault-")
+        db = f"gw_fault_{os.getpid()}"
+        sh("psql", "-h", "127.0.0.1", "-U", "postgres", "-q", "-c", f"DROP DATABASE IF EXISTS {db}", "postgres")
+        sh("psql", "-h", "127.0.0.1", "-U", "postgres", "-q", "-c", f"CREATE DATABASE {db}", "postgres")
+        self.db = db
+        env = dict(os.environ)
+        env.update({
+            "APP_ENV": "development", "DATABASE_URL": f"postgresql://postgres@127.0.0.1:5432/{db}",
+            "REDIS_URL": self.args.redis_url, "INSTANCE_PATH": work, "PYTHONPATH": str(ROOT),
+            "ALLOW_PRIVATE_URLS": "1", "RATELIMIT_ENABLED": "0", "AUTH_CACHE_TTL": "5",
+            "CALL_SWEEP_MARGIN_SECONDS": "2", "JOBS_INLINE": "1", "RATELIMIT_KEY_PREFIX": f"fault{os.getpid()}",
+            "CATALOG_PATH": str(Path(work) / "catalog"),
+        })
+        (Path(work) / "catalog").mkdir()
+        (Path(work) / "catalog" / "faulty.yaml").write_text(
+            "slug: faulty\nname: Faulty\ndescription: fault-injection target\nowner: tests\nstatus: approved\n"
+            f"upstream_url: {upstream_url}\nsandbox_url: {upstream_url}\n"
+            f"actions:\n  - name: run\n    price_cents: {PRICE_CENTS}\n    method: POST\n    path: /run\n"
+            "    timeout_seconds: 1\n")
+        flask(env, "db", "upgrade")
+        flask(env, "catalog", "load")
+        created = json.loads(flask(env, "accounts", "create", "--email", "fault@example.com", "--plan", "enterprise"))
+        flask(env, "accounts", "grant-credits", created["account_id"], "--cents", "100000")
+        self.env, self.work = env, work
+        self.account_id, self.key = created["account_id"], created["key"]
+        self.start_balance = self.balance()
+
+    def balance(self) -> int:
+        out = sh("psql", "-h", "127.0.0.1", "-U", "postgres", "-tAq", "-c",
+                 f"SELECT balance_micros FROM accounts WHERE id = '{self.account_id}'", self.db).stdout
+        return int(out.strip())
+
+    def start_gunicorn(self):
+        self.port = free_port()
+        self.gunicorn = subprocess.Popen(
+            [str(VENV_BIN / "gunicorn"), "-w", "3", "--threads", "4", "-b", f"127.0.0.1:{self.port}",
+             "--graceful-timeout", "2", "wsgi:app"],
+            cwd=ROOT, env=self.env, stdout=subprocess.DEVNULL, stderr=open(Path(self.work) / "web.log", "w"))
+        self.url = f"http://127.0.0.1:{self.port}"
+        wait_http(self.url + "/openapi.json", timeout=60)
+        # The scheduler runs the pending-call sweep (and everything else) as in production.
+        self.scheduler = subprocess.Popen(
+            [str(VENV_BIN / "flask"), "--app", "wsgi", "scheduler", "--tick", "1"], cwd=ROOT, env=self.env,
+            stdout=subprocess.DEVNULL, stderr=open(Path(self.work) / "scheduler.log", "w"))
+
+    # ---------------------------------------------------------------- clients
+    def client(self, cid: int):
+        session = requests.Session()
+        headers = {"Authorization": f"Bearer {self.key}"}
+        while not self.stop.is_set():
+            key = f"fault-{cid}-{uuid.uuid4().hex}"
+            body = {"action": "run", "client": cid, "key": key}
+            outcome = None
+            last = None
+            deadline = time.monotonic() + 120
+            while outcome is None and time.monotonic() < deadline:
+                try:
+                    r = session.post(f"{self.url}/v1/module/faulty/call", json=body, timeout=15,
+                                     headers={**headers, "Idempotency-Key": key})
+                except requests.RequestException as exc:
+                    r = None
+                    last = type(exc).__name__
+                else:
+                    last = r.status_code
+                if r is not None and r.status_code in (200, 402, 502, 504):
+                    outcome = {"status": r.status_code, "body": r.json()}
+                    break
+                # unknown (connection error, 5xx from a dying worker or DB restart) or in flight
+                with self.lock:
+                    self.retries += 1
+                time.sleep(0.2 + random.random() * 0.3)
+                session = requests.Session()
+            with self.lock:
+                self.results[key] = outcome or {"status": None, "last_seen": last}
+
+    # ---------------------------------------------------------------- faults
+    def note(self, text):
+        self.events.append(f"{time.strftime('%H:%M:%S')} {text}")
+
+    def injector(self):
+        faults = set(self.args.faults.split(",")) if self.args.faults else set()
+        t0 = time.monotonic()
+        plan = []
+        if "upstream" in faults:
+            plan += [(3, "upstream", "hang"), (6, "upstream", "reset"), (8, "upstream", "ok")]
+        if "redis" in faults:
+            plan += [(9, "redis", "stop"), (13, "redis", "start")]
+        if "postgres" in faults:
+            plan += [(14, "postgres", "restart")]
+        plan.sort()
+        next_kill = 1.0
+        while not self.stop.is_set():
+            now = time.monotonic() - t0
+            while plan and plan[0][0] <= now:
+                _, what, how = plan.pop(0)
+                self.apply(what, how)
+            if "kill" in faults and now >= next_kill:
+                pids = worker_pids(self.gunicorn.pid)
+                if pids:
+                    victim = random.choice(pids)
+                    os.kill(victim, signal.SIGKILL)
+                    self.note(f"kill -9 worker {victim}")
+                next_kill = now + random.uniform(1.0, 3.0)
+            time.sleep(0.1)
+        while plan:  # never leave a service stopped
+            _, what, how = plan.pop(0)
+            if how in ("start", "ok"):
+                self.apply(what, how)
+
+    def apply(self, what, how):
+        self.note(f"{what} {how}")
+        if what == "upstream":
+            Upstream.mode = how
+        elif what == "redis" and how == "stop":
+            sh("redis-cli", "-h", "127.0.0.1", "shutdown", "nosave", check=False)
+        elif what == "redis" and how == "start":
+            os.makedirs("/var/lib/redis", exist_ok=True)
+            os.makedirs("/var/log/redis", exist_ok=True)
+            sh("redis-server", "--daemonize", "yes", "--bind", "127.0.0.1", "-::1", "--port", "6379",
+               "--save", "", "--appendonly", "no", "--dir", "/var/lib/redis",
+               "--logfile", "/var/log/redis/ci.log", check=False)
+        elif what == "postgres":
+            version, cluster = pg_cluster()
+            sh("pg_ctlcluster", "--skip-systemctl-redirect", version, cluster, "restart", check=False)
+
+    # ---------------------------------------------------------------- checks
+    def sql(self, query: str) -> list[list[str]]:
+        out = sh("psql", "-h", "127.0.0.1", "-U", "postgres", "-tAq", "-F", "\t", "-c", query, self.db).stdout
+        return [line.split("\t") for line in out.splitlines() if line]
+
+    def verify(self) -> dict:
+        problems: list[str] = []
+        # Let deadlines pass, then resolve anything a crash left pending.
+        time.sleep(4)
+        flask(self.env, "calls", "sweep")
+        check = sh(str(VENV_BIN / "flask"), "--app", "wsgi", "ledger", "check", env=self.env, check=False)
+        if check.returncode != 0:
+            problems.append("ledger check: " + check.stdout[-500:])
+        pending = self.sql("SELECT count(*) FROM module_calls WHERE status = 'pending'")[0][0]
+        if pending != "0":
+            problems.append(f"{pending} calls still pending")
+        calls = {r[0]: r for r in self.sql(
+            "SELECT id, status, idempotency_key, charged::text FROM module_calls")}
+        refs = {}
+        for ref, n in self.sql("SELECT ref, count(*) FROM ledger_transactions WHERE ref LIKE 'call%' GROUP BY ref"):
+            refs[ref] = int(n)
+        keys = {}
+        for cid, (_, status, key, charged) in calls.items():
+            charge, refund = refs.get(f"call:{cid}", 0), refs.get(f"call_refund:{cid}", 0)
+            if charge > 1 or refund > 1:
+                problems.append(f"{cid}: {charge} charges, {refund} refunds")
+            if status == "succeeded" and (charge != 1 or refund != 0):
+                problems.append(f"{cid}: succeeded with {charge} charges and {refund} refunds")
+            if status == "refunded" and charge != refund:
+                problems.append(f"{cid}: refunded but charges {charge} != refunds {refund}")
+            if status == "succeeded":
+                keys.setdefault(key, []).append(cid)
+        for key, cids in keys.items():
+            if len(cids) > 1:
+                problems.append(f"key {key} charged {len(cids)} times")
+        from app.services.receipts import ReceiptInvalid, verify_response
+
+        published = requests.get(self.url + "/api/receipts/keys", timeout=10).json()
+        pub = {k["kid"]: k["public_key"] for k in published["keys"]}
+        ok = 0
+        for key, res in self.results.items():
+            if res.get("status") != 200:
+                continue
+            ok += 1
+            body = res["body"]
+            cid = body["call_id"]
+            if keys.get(key) != [cid]:
+                problems.append(f"200 for key {key} / {cid} but succeeded calls are {keys.get(key)}")
+            try:
+                verify_response(body, pub)
+            except ReceiptInvalid as exc:
+                problems.append(f"receipt of {cid} does not verify: {exc}")
+        spent = self.start_balance - self.balance()
+        expected = sum(1 for c in calls.values() if c[1] == "succeeded") * PRICE_CENTS * 10_000
+        if spent != expected:
+            problems.append(f"balance moved {spent} micros, succeeded calls cost {expected}")
+        unknown = sum(1 for r in self.results.values() if r.get("status") is None)
+        if unknown:
+            problems.append(f"{unknown} keys got no definitive answer within 120 s: "
+                            + ", ".join(str(r.get("last_seen")) for r in self.results.values()
+                                        if r.get("status") is None)[:300])
+        statuses: dict[str, int] = {}
+        for r in self.results.values():
+            statuses[str(r.get("status"))] = statuses.get(str(r.get("status")), 0) + 1
+        return {"ok": not problems, "problems": problems[:50], "requests": len(self.results),
+                "outcomes": statuses, "succeeded_calls": len(keys), "unresolved_after_retries": unknown,
+                "retries": self.retries, "calls_recorded": len(calls), "faults": self.events}
+
+    def teardown(self):
+        self.scheduler.terminate()
+        try:
+            self.gunicorn.send_signal(signal.SIGTERM)
+            self.gunicorn.wait(15)
+        except Exception:
+            self.gunicorn.kill()
+        sh("psql", "-h", "127.0.0.1", "-U", "postgres", "-q", "-c", f"DROP DATABASE IF EXISTS {self.db}",
+           "postgres", check=False)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="money under fault")
+    ap.add_argument("--seconds", type=float, default=20)
+    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--faults", default="kill,upstream,redis,postgres")
+    ap.add_argument("--redis-url", default=os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/13")
+    args = ap.parse_args(argv)
+    drv = Driver(args)
+    with http_server(Upstream) as (_, upstream_url):
+        drv.setup(upstream_url)
+        drv.start_gunicorn()
+        try:
+            threads = [threading.Thread(target=drv.client, args=(i,), daemon=True) for i in range(args.clients)]
+            inj = threading.Thread(target=drv.injector, daemon=True)
+            for t in threads:
+                t.start()
+            inj.start()
+            time.sleep(args.seconds)
+            drv.stop.set()
+            inj.join(30)
+            for t in threads:
+                t.join(150)
+            # the services are back; make sure the app is too (gunicorn respawns workers)
+            wait_http(drv.url + "/openapi.json", timeout=60)
+            summary = drv.verify()
+        finally:
+            drv.teardown()
+    print(json.dumps(summary, indent=2))
+    return 0 if summary["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

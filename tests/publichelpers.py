@@ -1,0 +1,48 @@
+"""Helpers shared by the public-endpoint tests (analytics, contact, newsletter, sign-up)."""
+from __future__ import annotations
+
+import re
+from contextlib import contextmanager
+
+from tests.servers import smtp_server
+
+LINK_RE = re.compile(r"(https?://\S+/(?:email|signup)/confirm\?token=[A-Za-z0-9_\-]+)")
+
+
+@contextmanager
+def smtp(app):
+    """A real SMTP server wired into ``app`` (restored afterwards); yields the sink."""
+    with smtp_server() as (sink, url):
+        old = app.config.get("SMTP_URL")
+        app.config["SMTP_URL"] = url
+        try:
+            yield sink
+        finally:
+            app.config["SMTP_URL"] = old
+
+
+def text_of(msg) -> str:
+    return msg.get_body(("plain",)).get_content()
+
+
+def link_in(msg) -> str:
+    m = LINK_RE.search(text_of(msg))
+    assert m, text_of(msg)
+    return m.group(1)
+
+
+def token_in(msg) -> str:
+    return link_in(msg).split("token=", 1)[1]
+
+
+def path_of(url: str) -> str:
+    return "/" + url.split("/", 3)[3]
+
+
+def strip_volatile(resp) -> tuple:
+    """Status, body and headers of a response minus the per-request ones (request id,
+    rate-limit counters), for byte-for-byte enumeration checks."""
+    skip = {"x-request-id", "x-ratelimit-remaining", "x-ratelimit-reset", "retry-after",
+            "x-ratelimit-limit"}
+    return resp.status_code, resp.data, sorted((k, v) for k, v in resp.headers.items()
+                                               if k.lower() not in skip)

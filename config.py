@@ -107,6 +107,11 @@ def load_config(overrides: dict | None = None) -> dict:
         # broadcast is missed. With Redis a broadcast makes it ~immediate.
         "AUTH_CACHE_TTL": _float("AUTH_CACHE_TTL", 30.0 if _env("REDIS_URL") else 2.0),
         "LAST_USED_FLUSH_SECONDS": _float("LAST_USED_FLUSH_SECONDS", 15.0),
+        # --- agents (DESIGN §6) ------------------------------------------------
+        "AGENT_NONCE_TTL_SECONDS": _int("AGENT_NONCE_TTL_SECONDS", 300),
+        "AGENT_SESSION_TTL_SECONDS": _int("AGENT_SESSION_TTL_SECONDS", 3600),
+        # A month is settled only once it ended at least this long ago (late refunds).
+        "SETTLEMENT_GRACE_SECONDS": _int("SETTLEMENT_GRACE_SECONDS", 3600),
         # --- rate limits ----------------------------------------------------
         "RATELIMIT_ENABLED": _bool("RATELIMIT_ENABLED", True),
         "RATELIMIT_STORAGE_URI": _env("RATELIMIT_STORAGE_URI", _env("REDIS_URL", "memory://")),

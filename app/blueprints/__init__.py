@@ -28,6 +28,8 @@ API_BLUEPRINTS = [
     "app.blueprints.email.routes:pages_blp",
     "app.blueprints.signup.routes",
     "app.blueprints.signup.routes:pages_blp",
+    "app.blueprints.agents.routes",
+    "app.blueprints.review.routes",
 ]
 
 

@@ -21,6 +21,8 @@ COMMANDS = [
     "app.cli.chat:chat_cli",
     "app.cli.payments:payments_cli",
     "app.cli.newsletter:newsletter_cli",
+    "app.cli.modules:modules_cli",
+    "app.cli.modules:settle_cmd",
 ]
 
 

@@ -8,6 +8,7 @@ from app.models.payments import (BillingProfile, ChainCursor, Payment, PaymentEv
 from app.models.outbox import OutboxMessage  # noqa: F401
 from app.models.tracking import TrackEvent  # noqa: F401
 from app.models.public import ContactMessage, SignupRequest, Subscription  # noqa: F401
+from app.models.agents import Agent, AgentNonce, AgentSession, AgentSettlement, ModuleSubmission  # noqa: F401
 from app.models.alerts import Alert, AlertEvent  # noqa: F401
 from app.models.calls import IdempotencyRecord, ModuleCall  # noqa: F401
 from app.models.chat import ChatCompletion  # noqa: F401

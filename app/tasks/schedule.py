@@ -17,4 +17,8 @@ SCHEDULE: list[tuple[str, int, str]] = [
     ("idempotency-purge", 3600, "app.tasks.gateway.purge_idempotency"),
     ("chat-release-stale-holds", 300, "app.tasks.chat.release_stale_holds"),
     ("heartbeat", 30, "app.tasks.maintenance.heartbeat"),
+    # Agents: settle the previous month once it is over (a no-op once settled); purge
+    # expired sign-in nonces and sessions.
+    ("agent-settlement", 6 * 3600, "app.tasks.agents.settle_due"),
+    ("agent-auth-purge", 3600, "app.tasks.agents.purge_expired"),
 ]

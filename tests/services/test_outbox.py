@@ -150,3 +150,30 @@ def test_real_worker_delivers_after_redis_enqueue(app):
         assert out.returncode == 0, out.stderr[-2000:]
         assert len(rec.received) == 1
         assert db.session.get(OutboxMessage, msg.id, populate_existing=True).status == "delivered"
+
+
+def test_redirects_are_never_followed(app):
+    """A receiver answering 302 to an internal address gets nothing followed."""
+    from http.server import BaseHTTPRequestHandler
+
+    internal = recorder([200])
+
+    with http_server(internal) as (_, internal_url):
+        class Redirector(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self.send_response(302)
+                self.send_header("Location", internal_url + "/admin")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *a):
+                pass
+
+        with http_server(Redirector) as (_, url), app.app_context():
+            msg = outbox.add_webhook(url, "x", {}, max_attempts=1)
+            db.session.commit()
+            outbox.dispatch(msg.id)
+            row = db.session.get(OutboxMessage, msg.id)
+            assert row.status == "failed" and "HTTP 302" in row.last_error
+            assert internal.received == []

@@ -1,0 +1,128 @@
+"""Agent endpoints (SPEC endpoints 6–13): nonce, sign-in, register, builds, usage,
+earnings, leaderboard."""
+from flask.views import MethodView
+
+from app.auth import authenticated, principal, public
+from app.blueprints.agents.schemas import (AgentRegisteredSchema, AgentSessionSchema, AgentUsageSchema,
+                                           BuildListSchema, BuildSchema, BuildSubmitSchema,
+                                           EarningsSchema, LeaderboardQuerySchema, LeaderboardSchema,
+                                           NonceSchema, RegisterSchema, SignInSchema)
+from app.extensions import Blueprint, limiter
+from app.services import agents, builds, earnings
+
+blp = Blueprint("agents", __name__, url_prefix="/api/agent",
+                description="Agents: ed25519 sign-in, registration, agent-built modules, usage, "
+                            "earnings (30% revenue share, settled monthly) and the weekly leaderboard.")
+
+NONCE_LIMIT = "30/minute"
+SIGNIN_LIMIT = "30/minute"
+
+
+@blp.route("/nonce")
+class NonceView(MethodView):
+    @public
+    @limiter.limit(NONCE_LIMIT)
+    @blp.response(200, NonceSchema)
+    @blp.alt_response(429, response="TOO_MANY_REQUESTS")
+    def get(self):
+        """Get a single-use sign-in nonce (valid 5 minutes). Rate-limited to 30/minute per IP."""
+        return agents.issue_nonce()
+
+
+@blp.route("/signin")
+class SignInView(MethodView):
+    @public
+    @limiter.limit(SIGNIN_LIMIT)
+    @blp.arguments(SignInSchema)
+    @blp.response(200, AgentSessionSchema)
+    @blp.alt_response(401, response="UNAUTHORIZED", description=(
+        "`malformed_signin` (bad prefix, base58 or length), `invalid_signature`, `unknown_agent`, "
+        "`unknown_nonce`, `nonce_used` (replay, or lost a concurrent race), `nonce_expired`."))
+    @blp.alt_response(429, response="TOO_MANY_REQUESTS")
+    def post(self, body):
+        """Exchange a signed nonce for a `svc_sess_` session (30/minute per IP).
+
+        `signature` is the ed25519 signature of the exact UTF-8 bytes of `nonce`, as
+        `base58:<signature>`. The nonce is consumed by the first valid sign-in only.
+        """
+        return agents.sign_in(pubkey=body["pubkey"], nonce=body["nonce"], signature=body["signature"])
+
+
+@blp.route("/register")
+class RegisterView(MethodView):
+    @authenticated("agent:write")
+    @blp.arguments(RegisterSchema)
+    @blp.response(201, AgentRegisteredSchema)
+    @blp.alt_response(409, response="CONFLICT", description="The pubkey belongs to another account's agent.")
+    def post(self, body):
+        """Register an agent (and its own account, without promotional credit) owned by the
+        calling account. Idempotent on `pubkey`: the same account gets the same agent back
+        (201, `name`/`webhook` updated to the values sent). Sessions cannot register agents (403)."""
+        p = principal()
+        agent, _ = agents.register(p.account_id, name=body["name"], pubkey=body["pubkey"],
+                                   webhook=body["webhook"], caller_is_agent=p.kind == "session")
+        return agents.agent_view(agent, with_secret=True)
+
+
+@blp.route("/build")
+class BuildView(MethodView):
+    @authenticated("agent:write")
+    @blp.arguments(BuildSubmitSchema)
+    @blp.response(202, BuildSchema)
+    @blp.alt_response(409, response="CONFLICT", description="Slug taken, or already pending review.")
+    def post(self, body):
+        """Submit an agent-built module for review (caller: the agent's session). Approved
+        modules are listed and callable; calls are forwarded to `webhook`, signed per
+        Standard Webhooks with the returned `webhook_secret`."""
+        p = principal()
+        return builds.build_view(builds.submit(
+            p.agent_id, slug=body["slug"], price_cents=body["price_cents"], actions=body["actions"],
+            webhook=body["webhook"], description=body["description"]))
+
+
+@blp.route("/builds")
+class BuildsView(MethodView):
+    @authenticated("agent:read")
+    @blp.response(200, BuildListSchema)
+    def get(self):
+        """The caller's submissions, newest first, with status and review notes (an agent
+        session: its own; a key of an owner account: those of all its agents; max 500)."""
+        p = principal()
+        return {"builds": [builds.build_view(b)
+                           for b in builds.list_builds(agent_id=p.agent_id, account_id=p.account_id)]}
+
+
+@blp.route("/<string:agent_id>/usage")
+class AgentUsageView(MethodView):
+    @authenticated("agent:read")
+    @blp.response(200, AgentUsageSchema)
+    @blp.alt_response(404, response="NOT_FOUND")
+    def get(self, agent_id):
+        """The agent's own live calls and spend in the current billing period (calendar
+        month, UTC), total and by module. Visible to the agent and its owner account only."""
+        p = principal()
+        return earnings.usage_for(agent_id, account_id=p.account_id, caller_agent_id=p.agent_id)
+
+
+@blp.route("/<string:agent_id>/earnings")
+class AgentEarningsView(MethodView):
+    @authenticated("agent:read")
+    @blp.response(200, EarningsSchema)
+    @blp.alt_response(404, response="NOT_FOUND")
+    def get(self, agent_id):
+        """Lifetime earnings of the modules the agent owns (30% of their revenue): accrued
+        (not yet settled) and settled, with recent monthly statements. Visible to the agent
+        and its owner account only."""
+        p = principal()
+        return earnings.earnings_for(agent_id, account_id=p.account_id, caller_agent_id=p.agent_id)
+
+
+@blp.route("/leaderboard")
+class LeaderboardView(MethodView):
+    @authenticated("agent:read")
+    @blp.arguments(LeaderboardQuerySchema, location="query")
+    @blp.response(200, LeaderboardSchema)
+    def get(self, query):
+        """Top agents by earnings accrued in the current ISO week (Monday 00:00 UTC on);
+        `limit` entries (default 10, max 100)."""
+        return earnings.leaderboard(query["limit"])

@@ -1,0 +1,182 @@
+"""Schemas of the agent endpoints (SPEC part 2: Agent, Nonce, Session, agent module
+submission; and the shapes SPEC leaves open: builds, agent usage, earnings, leaderboard)."""
+import marshmallow as ma
+
+B58 = "[1-9A-HJ-NP-Za-km-z]"
+PUBKEY_PATTERN = rf"^ed25519:{B58}{{43,44}}$"
+HTTPS_PATTERN = r"^https?://[^\x00-\x20\x7f/?#@]+(/[^\x00-\x20\x7f]*)?$"
+# Explicit character classes (no \s or .), so Python and ECMA regexes agree exactly.
+_WS = r"\x00-\x20\x7f-\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+NAME_PATTERN = rf"^[^{_WS}]([^\x00-\x1f\x7f-\x9f\u2028\u2029]*[^{_WS}])?$"
+SLUG_PATTERN = r"^[a-z0-9][a-z0-9-]{0,63}$"
+ACTION_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,63}$"
+
+
+class JsonInteger(ma.fields.Integer):
+    """A JSON integer: ``5`` and ``5.0`` are accepted (JSON Schema ``integer``); strings,
+    booleans and fractions are not."""
+
+    def _validated(self, value):
+        if isinstance(value, (str, bool)) or (isinstance(value, float) and not value.is_integer()):
+            raise self.make_error("invalid")
+        return super()._validated(value)
+
+
+class Pattern(ma.validate.Regexp):
+    """``Regexp`` matched with ``fullmatch`` (Python's ``$`` also matches before a final
+    newline; JSON Schema's does not)."""
+
+    def __call__(self, value):
+        if self.regex.fullmatch(value) is None:
+            raise ma.ValidationError(self._format_error(value))
+        return value
+
+
+def _unique(values):
+    if len(set(values)) != len(values):
+        raise ma.ValidationError("Must not contain duplicates.")
+
+
+class NonceSchema(ma.Schema):
+    nonce = ma.fields.String(required=True, metadata={
+        "description": "`n_` + 32 base62 characters (≈190 random bits). Sign its exact UTF-8 bytes."})
+    expires_at = ma.fields.DateTime(required=True, metadata={
+        "description": "5 minutes after issue (AGENT_NONCE_TTL_SECONDS). Single use."})
+
+
+class SignInSchema(ma.Schema):
+    pubkey = ma.fields.String(required=True, validate=ma.validate.Length(max=200),
+                              metadata={"description": "`ed25519:<base58 of the 32-byte public key>`"})
+    nonce = ma.fields.String(required=True, validate=ma.validate.Length(max=200),
+                             metadata={"description": "A nonce from `GET /api/agent/nonce`."})
+    signature = ma.fields.String(required=True, validate=ma.validate.Length(max=200), metadata={
+        "description": "`base58:<64-byte ed25519 signature of the nonce's UTF-8 bytes>`"})
+
+
+class AgentSessionSchema(ma.Schema):
+    agent_id = ma.fields.String(required=True)
+    session = ma.fields.String(required=True, metadata={
+        "description": "`svc_sess_…` bearer token; acts as the agent's account with scopes "
+                       "call:read, call:write, agent:read, agent:write."})
+    expires_in = ma.fields.Integer(required=True, metadata={"description": "Seconds (3600 by default)."})
+
+
+class RegisterSchema(ma.Schema):
+    name = ma.fields.String(required=True, validate=[ma.validate.Length(min=1, max=100),
+                                                     Pattern(NAME_PATTERN)],
+                            metadata={"description": "No control characters; no leading or trailing white space."})
+    pubkey = ma.fields.String(required=True, validate=Pattern(PUBKEY_PATTERN), metadata={
+        "description": "`ed25519:<base58 of the 32-byte public key>`; must be a valid ed25519 point "
+                       "(400 otherwise)."})
+    webhook = ma.fields.String(load_default=None, allow_none=True,
+                               validate=[ma.validate.Length(max=2000), Pattern(HTTPS_PATTERN)],
+                               metadata={"description": "https URL receiving the agent's signed events "
+                                                        "(settlement.completed, module.approved, "
+                                                        "module.rejected). Optional."})
+
+
+class AgentSchema(ma.Schema):
+    id = ma.fields.String(required=True)
+    name = ma.fields.String(required=True)
+    pubkey = ma.fields.String(required=True)
+    webhook = ma.fields.String(required=True, allow_none=True)
+    account_id = ma.fields.String(required=True, metadata={"description": "The agent's own account."})
+
+
+class AgentRegisteredSchema(AgentSchema):
+    webhook_secret = ma.fields.String(required=True, metadata={
+        "description": "Standard Webhooks signing secret (`whsec_…`) of the events sent to `webhook`. "
+                       "Returned to the owner account by register (also on an idempotent repeat)."})
+
+
+class BuildSubmitSchema(ma.Schema):
+    slug = ma.fields.String(required=True, validate=Pattern(SLUG_PATTERN),
+                            metadata={"description": "Unique across modules (409 when taken or pending)."})
+    price_cents = JsonInteger(required=True, validate=ma.validate.Range(min=0, max=1_000_000),
+                              metadata={"description": "Price of each call of every action, in cents."})
+    actions = ma.fields.List(ma.fields.String(validate=Pattern(ACTION_PATTERN)),
+                             required=True, validate=[ma.validate.Length(min=1, max=50), _unique],
+                             metadata={"description": "Distinct action names.", "uniqueItems": True})
+    webhook = ma.fields.String(load_default=None, allow_none=True,
+                               validate=[ma.validate.Length(max=2000), Pattern(HTTPS_PATTERN)],
+                               metadata={"description": "https URL the approved module's calls are "
+                                                        "forwarded to; defaults to the agent's webhook."})
+    description = ma.fields.String(load_default=None, allow_none=True,
+                                   validate=ma.validate.Length(max=1000))
+
+
+class BuildSchema(ma.Schema):
+    id = ma.fields.String(required=True)
+    agent_id = ma.fields.String(required=True)
+    slug = ma.fields.String(required=True)
+    status = ma.fields.String(required=True, validate=ma.validate.OneOf(
+        ["pending_review", "approved", "rejected"]))
+    price_cents = ma.fields.Integer(required=True)
+    actions = ma.fields.List(ma.fields.String(), required=True)
+    webhook = ma.fields.String(required=True)
+    description = ma.fields.String(required=True)
+    review_notes = ma.fields.String(required=True, allow_none=True,
+                                    metadata={"description": "Reviewer's notes / rejection reason."})
+    created_at = ma.fields.DateTime(required=True)
+    reviewed_at = ma.fields.DateTime(required=True, allow_none=True)
+    webhook_secret = ma.fields.String(required=True, metadata={
+        "description": "Standard Webhooks secret (`whsec_…`) with which the gateway signs the calls "
+                       "it forwards to `webhook` once approved. Verify `webhook-signature` with it."})
+
+
+class BuildListSchema(ma.Schema):
+    builds = ma.fields.List(ma.fields.Nested(BuildSchema), required=True)
+
+
+class AgentModuleUsageSchema(ma.Schema):
+    slug = ma.fields.String(required=True)
+    calls = ma.fields.Integer(required=True)
+    spend_cents = ma.fields.Integer(required=True)
+
+
+class AgentUsageSchema(ma.Schema):
+    agent_id = ma.fields.String(required=True)
+    period_start = ma.fields.DateTime(required=True)
+    period_end = ma.fields.DateTime(required=True)
+    calls = ma.fields.Integer(required=True, metadata={"description": "Live calls made by the agent."})
+    errors = ma.fields.Integer(required=True)
+    spend_cents = ma.fields.Integer(required=True)
+    by_module = ma.fields.List(ma.fields.Nested(AgentModuleUsageSchema), required=True)
+
+
+class StatementSchema(ma.Schema):
+    id = ma.fields.String(required=True)
+    month = ma.fields.String(required=True, metadata={"description": "YYYY-MM"})
+    amount_cents = ma.fields.Integer(required=True)
+    amount_micros = ma.fields.Integer(required=True)
+    settled_at = ma.fields.DateTime(required=True)
+
+
+class EarningsSchema(ma.Schema):
+    agent_id = ma.fields.String(required=True)
+    share_pct = ma.fields.Integer(required=True, metadata={"description": "Owner share of module revenue (30)."})
+    accrued_cents = ma.fields.Integer(required=True, metadata={"description": "Earned, not yet settled."})
+    settled_cents = ma.fields.Integer(required=True, metadata={"description": "Moved to the agent account's balance."})
+    lifetime_cents = ma.fields.Integer(required=True)
+    accrued_micros = ma.fields.Integer(required=True)
+    settled_micros = ma.fields.Integer(required=True)
+    settlements = ma.fields.List(ma.fields.Nested(StatementSchema), required=True,
+                                 metadata={"description": "The 12 most recent monthly statements."})
+
+
+class LeaderboardQuerySchema(ma.Schema):
+    limit = ma.fields.Integer(load_default=10, validate=ma.validate.Range(min=1, max=100))
+
+
+class LeaderboardEntrySchema(ma.Schema):
+    rank = ma.fields.Integer(required=True)
+    agent_id = ma.fields.String(required=True)
+    name = ma.fields.String(required=True)
+    earnings_cents = ma.fields.Integer(required=True)
+
+
+class LeaderboardSchema(ma.Schema):
+    week_start = ma.fields.DateTime(required=True, metadata={"description": "Monday 00:00 UTC"})
+    week_end = ma.fields.DateTime(required=True)
+    limit = ma.fields.Integer(required=True)
+    entries = ma.fields.List(ma.fields.Nested(LeaderboardEntrySchema), required=True)

@@ -1,0 +1,72 @@
+"""``flask modules …`` (review of agent-built modules) and ``flask settle`` (monthly
+settlement of agent earnings)."""
+from __future__ import annotations
+
+import getpass
+import json
+import sys
+
+import click
+from flask.cli import AppGroup, with_appcontext
+
+from app.errors import DomainError
+from app.services import builds, settlement
+
+modules_cli = AppGroup("modules", help="Review agent-built module submissions.")
+
+
+def _reviewer() -> str:
+    try:
+        return f"cli:{getpass.getuser()}"
+    except Exception:  # noqa: BLE001 - no login name in some containers
+        return "cli"
+
+
+def _echo(obj) -> None:
+    click.echo(json.dumps(obj, default=str))
+
+
+@modules_cli.command("pending")
+def pending():
+    """List submissions waiting for review (JSON lines: slug, agent, price, actions, webhook)."""
+    for sub in builds.pending():
+        _echo(builds.review_view(sub))
+
+
+@modules_cli.command("approve")
+@click.argument("slug")
+@click.option("--notes", default=None, help="Notes shown to the agent.")
+def approve(slug, notes):
+    """Approve the pending submission for SLUG (listed and callable at once)."""
+    try:
+        _echo(builds.review_view(builds.approve(slug, reviewer=_reviewer(), notes=notes)))
+    except DomainError as err:
+        raise click.ClickException(f"{err.code}: {err.message}")
+
+
+@modules_cli.command("reject")
+@click.argument("slug")
+@click.option("--reason", required=True, help="Why; shown to the agent as review_notes.")
+def reject(slug, reason):
+    """Reject the pending submission for SLUG."""
+    try:
+        _echo(builds.review_view(builds.reject(slug, reviewer=_reviewer(), reason=reason)))
+    except DomainError as err:
+        raise click.ClickException(f"{err.code}: {err.message}")
+
+
+@click.command("settle")
+@click.option("--month", default=None, help="YYYY-MM (default: the previous month, UTC).")
+@with_appcontext
+def settle_cmd(month):
+    """Settle agents' earnings for MONTH into their accounts (idempotent; exits 1 if any
+    agent failed — run again to retry those)."""
+    month = month or settlement.previous_month()
+    try:
+        _echo(settlement.settle_month(month))
+    except settlement.SettlementIncomplete as err:
+        _echo(err.extra.get("summary"))
+        click.echo(f"error: {err.message}", err=True)
+        sys.exit(1)
+    except DomainError as err:
+        raise click.ClickException(f"{err.code}: {err.message}")

@@ -1,0 +1,100 @@
+"""Agents: identities (ed25519), sign-in nonces, sessions, module submissions and
+monthly settlement statements (DESIGN §6)."""
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import BigInteger, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.extensions import db
+from app.models.base import BigIntPK, JSONType, UTCDateTime, utcnow
+
+
+class Agent(db.Model):
+    """A non-human caller. ``pubkey`` is the canonical ``ed25519:<base58 of 32 bytes>``;
+    ``account_id`` is the agent's own account (``Account.agent_id`` points back);
+    ``owner_account_id`` the account that registered it. ``webhook_secret`` (``whsec_…``)
+    signs the events sent to ``webhook`` (Standard Webhooks); it has to be stored
+    retrievably to sign, like any webhook signing secret."""
+
+    __tablename__ = "agents"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(100))
+    pubkey: Mapped[str] = mapped_column(String(64), unique=True)
+    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"), unique=True)
+    owner_account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"), index=True)
+    webhook: Mapped[str | None] = mapped_column(String(2000))
+    webhook_secret: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+
+
+class AgentNonce(db.Model):
+    """A sign-in challenge. Only the SHA-256 of the nonce is stored. Consumed exactly once
+    by a conditional UPDATE (``used_at IS NULL AND expires_at > now``)."""
+
+    __tablename__ = "agent_nonces"
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    nonce_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+    used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    agent_id: Mapped[str | None] = mapped_column(String(32))
+
+
+class AgentSession(db.Model):
+    """A ``svc_sess_`` session of an agent; only the SHA-256 of the token is stored."""
+
+    __tablename__ = "agent_sessions"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    agent_id: Mapped[str] = mapped_column(ForeignKey("agents.id"), index=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class ModuleSubmission(db.Model):
+    """An agent-built module submitted for review. ``pending_slug`` equals ``slug`` while
+    the submission is ``pending_review`` and is NULL afterwards: its unique constraint
+    makes "at most one pending submission per slug" hold under concurrency.
+    ``webhook_secret`` is the Standard Webhooks secret the gateway signs forwarded calls
+    with once approved (shown to the owning agent and its owner account only)."""
+
+    __tablename__ = "module_submissions"
+    __table_args__ = (Index("ix_module_submissions_agent_created", "agent_id", "created_at"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    agent_id: Mapped[str] = mapped_column(ForeignKey("agents.id"))
+    slug: Mapped[str] = mapped_column(String(64), index=True)
+    pending_slug: Mapped[str | None] = mapped_column(String(64), unique=True)
+    description: Mapped[str] = mapped_column(Text, default="")
+    price_cents: Mapped[int] = mapped_column(Integer)
+    actions: Mapped[list] = mapped_column(JSONType)
+    webhook: Mapped[str] = mapped_column(String(2000))
+    webhook_secret: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16), default="pending_review")  # | approved | rejected
+    review_notes: Mapped[str | None] = mapped_column(Text)
+    reviewed_by: Mapped[str | None] = mapped_column(String(120))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    reviewed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class AgentSettlement(db.Model):
+    """A monthly settlement statement: ``amount_micros`` moved from ``earnings:<agent>``
+    to the agent account's balance by ledger transaction ``ledger_txn_id`` (ref
+    ``settle:<agent>:<YYYY-MM>``), written in that same database transaction."""
+
+    __tablename__ = "agent_settlements"
+    __table_args__ = (UniqueConstraint("agent_id", "month", name="uq_agent_settlements_agent_month"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    agent_id: Mapped[str] = mapped_column(ForeignKey("agents.id"), index=True)
+    month: Mapped[str] = mapped_column(String(7))  # YYYY-MM
+    amount_micros: Mapped[int] = mapped_column(BigInteger)
+    ledger_txn_id: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -1,0 +1,21 @@
+"""Agent jobs: monthly settlement, purge of expired sign-in nonces and sessions."""
+from __future__ import annotations
+
+
+def settle_due():
+    """Settle the previous month (idempotent; scheduled every few hours)."""
+    from app.services import settlement
+
+    return settlement.settle_due()
+
+
+def settle_month(month: str):
+    from app.services import settlement
+
+    return settlement.settle_month(month)
+
+
+def purge_expired() -> int:
+    from app.services import agents
+
+    return agents.purge_expired()

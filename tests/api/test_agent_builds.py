@@ -1,0 +1,185 @@
+"""Endpoints 9–10 and the review (admin API + CLI) of agent-built modules."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from standardwebhooks import Webhook
+
+from app.extensions import db
+from app.models import Module, ModuleSubmission
+from tests.agentkit import Keypair, register, session_headers
+from tests.servers import http_server, recorder
+
+SUB = {"slug": "weather-bot", "price_cents": 5, "actions": ["forecast", "current"]}
+
+
+@pytest.fixture
+def agent(client, account):
+    kp = Keypair()
+    ag = register(client, account, kp, webhook="http://127.0.0.1:9/agent").get_json()
+    return {"kp": kp, "agent": ag, "owner": account, "headers": session_headers(client, kp)}
+
+
+@pytest.fixture
+def admin(make_account):
+    return make_account(admin=True)
+
+
+def _submit(client, agent, **over):
+    return client.post("/api/agent/build", json={**SUB, **over}, headers=agent["headers"])
+
+
+def test_submit_and_list(client, agent, make_account):
+    r = _submit(client, agent, webhook="http://127.0.0.1:9/module", description="Forecasts")
+    assert r.status_code == 202, r.get_json()
+    b = r.get_json()
+    assert b["status"] == "pending_review" and b["slug"] == "weather-bot" and b["id"].startswith("bld_")
+    assert b["actions"] == ["forecast", "current"] and b["price_cents"] == 5
+    assert b["webhook"] == "http://127.0.0.1:9/module" and b["webhook_secret"].startswith("whsec_")
+    assert b["review_notes"] is None and b["agent_id"] == agent["agent"]["id"]
+    listed = client.get("/api/agent/builds", headers=agent["headers"]).get_json()["builds"]
+    assert [x["id"] for x in listed] == [b["id"]]
+    # the owner account's key sees its agents' builds; another account sees none
+    by_owner = client.get("/api/agent/builds", headers=agent["owner"].headers).get_json()["builds"]
+    assert [x["id"] for x in by_owner] == [b["id"]]
+    assert client.get("/api/agent/builds", headers=make_account().headers).get_json()["builds"] == []
+
+
+def test_defaults_to_agent_webhook(client, agent):
+    assert _submit(client, agent).get_json()["webhook"] == "http://127.0.0.1:9/agent"
+
+
+def test_only_agents_submit(client, account):
+    r = client.post("/api/agent/build", json=SUB, headers=account.headers)
+    assert r.status_code == 403 and r.get_json()["error"] == "forbidden"
+
+
+@pytest.mark.parametrize("over", [
+    {"slug": "Weather"}, {"slug": "-x"}, {"slug": "a" * 65}, {"slug": "with space"}, {"slug": ""},
+    {"price_cents": -1}, {"price_cents": 1.5}, {"price_cents": "5"}, {"price_cents": 10**9},
+    {"actions": []}, {"actions": ["ok", "ok"]}, {"actions": ["Bad Name"]}, {"actions": "forecast"},
+    {"actions": [1]}, {"webhook": "ftp://x/y"}, {"webhook": "not a url"},
+])
+def test_submit_validation(client, agent, over):
+    r = _submit(client, agent, **over)
+    assert r.status_code == 400 and r.get_json()["error"] == "invalid_request", (over, r.get_json())
+
+
+def test_missing_fields(client, agent):
+    for field in ("slug", "price_cents", "actions"):
+        body = {k: v for k, v in SUB.items() if k != field}
+        assert client.post("/api/agent/build", json=body, headers=agent["headers"]).status_code == 400
+
+
+def test_submit_webhook_refused_when_private(app, client, agent):
+    app.config["ALLOW_PRIVATE_URLS"] = False
+    try:
+        r = _submit(client, agent, webhook="https://127.0.0.1/m")
+        assert r.status_code == 400 and "webhook" in r.get_json()["message"]
+    finally:
+        app.config["ALLOW_PRIVATE_URLS"] = True
+
+
+def test_slug_conflicts(app, client, agent, make_account):
+    assert _submit(client, agent).status_code == 202
+    r = _submit(client, agent)
+    assert r.status_code == 409 and "pending" in r.get_json()["message"]
+    owner2 = make_account()
+    kp2 = Keypair()
+    register(client, owner2, kp2, webhook="http://127.0.0.1:9/b")
+    other = {"headers": session_headers(client, kp2)}
+    assert _submit(client, other).status_code == 409
+    with app.app_context():  # a catalog module's slug
+        db.session.add(Module(slug="catalog-thing", name="c", upstream_url="http://127.0.0.1:9/"))
+        db.session.commit()
+    assert _submit(client, agent, slug="catalog-thing").status_code == 409
+
+
+def test_admin_api_requires_admin(client, agent, account):
+    _submit(client, agent)
+    for method, url in (("get", "/api/admin/modules/pending"),
+                        ("post", "/api/admin/modules/weather-bot/approve"),
+                        ("post", "/api/admin/modules/weather-bot/reject")):
+        r = getattr(client, method)(url, json={"reason": "x"}, headers=account.headers)
+        assert r.status_code == 403 and r.get_json()["error"] == "forbidden"
+        r = getattr(client, method)(url, json={"reason": "x"}, headers=agent["headers"])
+        assert r.status_code == 403
+
+
+def test_approve_makes_module(app, client, agent, admin):
+    rec = recorder([200])
+    with http_server(rec) as (_, url):
+        with app.app_context():  # point the agent's event webhook at the recorder
+            from app.models import Agent
+            db.session.get(Agent, agent["agent"]["id"]).webhook = url + "/events"
+            db.session.commit()
+        sub = _submit(client, agent, webhook="http://127.0.0.1:9/module").get_json()
+        pending = client.get("/api/admin/modules/pending", headers=admin.headers).get_json()["pending"]
+        assert [p["slug"] for p in pending] == ["weather-bot"] and "webhook_secret" not in pending[0]
+        r = client.post("/api/admin/modules/weather-bot/approve", json={"notes": "Looks good"},
+                        headers=admin.headers)
+        assert r.status_code == 200 and r.get_json()["status"] == "approved"
+        event = rec.received[0]
+        payload = Webhook(agent["agent"]["webhook_secret"]).verify(
+            event["body"], {k.lower(): v for k, v in event["headers"].items()})
+        assert payload["type"] == "module.approved" and payload["data"]["slug"] == "weather-bot"
+    with app.app_context():
+        mod = db.session.query(Module).filter_by(slug="weather-bot").one()
+        assert mod.status == "approved" and mod.source == "agent"
+        assert mod.owner_agent_id == agent["agent"]["id"] and mod.upstream_url == "http://127.0.0.1:9/module"
+        assert mod.provider_auth == {"type": "standard_webhooks", "secret": sub["webhook_secret"]}
+        assert sorted((a.name, a.price_cents, a.active) for a in mod.actions) == [
+            ("current", 5, True), ("forecast", 5, True)]
+    listed = client.get("/api/agent/builds", headers=agent["headers"]).get_json()["builds"]
+    assert listed[0]["status"] == "approved" and listed[0]["review_notes"] == "Looks good"
+    assert client.get("/api/admin/modules/pending", headers=admin.headers).get_json()["pending"] == []
+    r = client.post("/api/admin/modules/weather-bot/approve", json={}, headers=admin.headers)
+    assert r.status_code == 404
+
+    # resubmission by the owner changes price and actions on approval
+    assert _submit(client, agent, price_cents=9, actions=["forecast"]).status_code == 202
+    with app.app_context():
+        mod = db.session.query(Module).filter_by(slug="weather-bot").one()
+        assert {a.price_cents for a in mod.actions} == {5}  # unchanged until approved
+    client.post("/api/admin/modules/weather-bot/approve", json={}, headers=admin.headers)
+    with app.app_context():
+        mod = db.session.query(Module).filter_by(slug="weather-bot").one()
+        assert sorted((a.name, a.price_cents, a.active) for a in mod.actions) == [
+            ("current", 5, False), ("forecast", 9, True)]
+
+
+def test_reject(app, client, agent, admin):
+    _submit(client, agent)
+    r = client.post("/api/admin/modules/weather-bot/reject", json={}, headers=admin.headers)
+    assert r.status_code == 400
+    r = client.post("/api/admin/modules/weather-bot/reject", json={"reason": "Spammy"}, headers=admin.headers)
+    assert r.status_code == 200 and r.get_json()["status"] == "rejected"
+    b = client.get("/api/agent/builds", headers=agent["headers"]).get_json()["builds"][0]
+    assert b["status"] == "rejected" and b["review_notes"] == "Spammy"
+    with app.app_context():
+        assert db.session.query(Module).filter_by(slug="weather-bot").count() == 0
+    # the slug is free again after a rejection
+    assert _submit(client, agent).status_code == 202
+    assert client.post("/api/admin/modules/nope/reject", json={"reason": "x"},
+                       headers=admin.headers).status_code == 404
+
+
+def test_cli_review(app, client, agent):
+    runner = app.test_cli_runner()
+    _submit(client, agent)
+    out = runner.invoke(args=["modules", "pending"])
+    assert out.exit_code == 0 and json.loads(out.output.splitlines()[0])["slug"] == "weather-bot"
+    out = runner.invoke(args=["modules", "reject", "weather-bot"])
+    assert out.exit_code != 0  # --reason is required
+    out = runner.invoke(args=["modules", "approve", "weather-bot", "--notes", "ok"])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["status"] == "approved"
+    out = runner.invoke(args=["modules", "approve", "weather-bot"])
+    assert out.exit_code == 1 and "not_found" in out.output
+    _submit(client, agent, price_cents=7)
+    out = runner.invoke(args=["modules", "reject", "weather-bot", "--reason", "price too high"])
+    assert out.exit_code == 0 and json.loads(out.output)["review_notes"] == "price too high"
+    with app.app_context():
+        assert [s.status for s in db.session.query(ModuleSubmission).order_by(ModuleSubmission.created_at)] \
+            == ["approved", "rejected"]

@@ -1,0 +1,113 @@
+"""Endpoints 11–13: agent usage, earnings and the leaderboard; visibility (BOLA)."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from app.extensions import db
+from app.models.base import utcnow
+from app.services import earnings, usage
+from tests.agentkit import Keypair, charge, refund, register, session_headers
+
+
+@pytest.fixture
+def two_agents(client, make_account):
+    out = []
+    for name in ("alpha", "beta"):
+        owner = make_account(cents=500)
+        kp = Keypair()
+        ag = register(client, owner, kp, name=name).get_json()
+        out.append({"owner": owner, "agent": ag, "headers": session_headers(client, kp)})
+    return out
+
+
+def test_bola_on_every_id_endpoint(client, two_agents, make_account):
+    a, b = two_agents
+    stranger = make_account()
+    for suffix in ("usage", "earnings"):
+        url = f"/api/agent/{a['agent']['id']}/{suffix}"
+        assert client.get(url, headers=a["headers"]).status_code == 200       # the agent itself
+        assert client.get(url, headers=a["owner"].headers).status_code == 200  # its owner account
+        for headers in (b["headers"], b["owner"].headers, stranger.headers):
+            r = client.get(url, headers=headers)
+            assert r.status_code == 404 and r.get_json()["error"] == "not_found"
+        r = client.get(f"/api/agent/agt_doesnotexist/{suffix}", headers=a["headers"])
+        assert r.status_code == 404
+        r = client.get(f"/api/agent/{'x' * 300}/{suffix}", headers=a["headers"])
+        assert r.status_code == 404
+
+
+def test_scope_agent_read_required(client, two_agents, make_account):
+    a = two_agents[0]
+    from app.services import keys
+    from flask import current_app  # noqa: F401
+    with client.application.app_context():
+        _, secret = keys.mint(a["owner"].id, "no-agent", ["call:read"])
+    for url in (f"/api/agent/{a['agent']['id']}/usage", f"/api/agent/{a['agent']['id']}/earnings",
+                "/api/agent/leaderboard", "/api/agent/builds"):
+        r = client.get(url, headers={"Authorization": f"Bearer {secret}"})
+        assert r.status_code == 403 and r.get_json()["error"] == "insufficient_scope"
+
+
+def test_usage_current_period(app, client, two_agents):
+    a = two_agents[0]
+    with app.app_context():
+        acct = a["agent"]["account_id"]
+        usage.record(acct, "weather", spend_micros=50_000)
+        usage.record(acct, "weather", spend_micros=50_000, error=True)
+        usage.record(acct, "search", spend_micros=12_345)
+        usage.record(acct, "search", spend_micros=99_999, mode="test")
+        usage.record(acct, "weather", spend_micros=10**6, at=utcnow() - timedelta(days=40))
+        db.session.commit()
+    body = client.get(f"/api/agent/{a['agent']['id']}/usage", headers=a["headers"]).get_json()
+    assert body["calls"] == 3 and body["errors"] == 1 and body["spend_cents"] == 11
+    assert body["by_module"] == [{"slug": "weather", "calls": 2, "spend_cents": 10},
+                                 {"slug": "search", "calls": 1, "spend_cents": 1}]
+    start, end = usage.billing_period()
+    assert body["period_start"].startswith(start.strftime("%Y-%m-%dT00:00:00"))
+
+
+def test_earnings_accrue_and_refunds(app, client, two_agents, ledger_clean):
+    a, b = two_agents
+    with app.app_context():
+        charge(b["owner"].id, a["agent"]["id"], 10)   # 3 cents to alpha
+        charge(b["owner"].id, a["agent"]["id"], 7)    # 2.1 cents
+        charge(b["owner"].id, None, 50)               # catalog module: nothing for agents
+        refund(b["owner"].id, a["agent"]["id"], 7)
+    body = client.get(f"/api/agent/{a['agent']['id']}/earnings", headers=a["owner"].headers).get_json()
+    assert body["accrued_cents"] == 3 and body["accrued_micros"] == 30_000
+    assert body["settled_cents"] == 0 and body["lifetime_cents"] == 3 and body["share_pct"] == 30
+    assert body["settlements"] == []
+    ledger_clean()
+
+
+def test_leaderboard(app, client, two_agents, make_account, ledger_clean):
+    a, b = two_agents
+    payer = make_account(cents=10_000)
+    week_start, _ = earnings.iso_week()
+    with app.app_context():
+        charge(payer.id, a["agent"]["id"], 100)                     # alpha: 30
+        charge(payer.id, b["agent"]["id"], 200)                     # beta: 60
+        charge(payer.id, a["agent"]["id"], 1000, at=week_start - timedelta(seconds=1))  # last week
+    r = client.get("/api/agent/leaderboard", headers=payer.headers)
+    assert r.status_code == 200
+    body = r.get_json()
+    assert body["limit"] == 10 and body["week_start"].startswith(week_start.strftime("%Y-%m-%dT00:00:00"))
+    assert body["entries"] == [
+        {"rank": 1, "agent_id": b["agent"]["id"], "name": "beta", "earnings_cents": 60},
+        {"rank": 2, "agent_id": a["agent"]["id"], "name": "alpha", "earnings_cents": 30},
+    ]
+    one = client.get("/api/agent/leaderboard?limit=1", headers=a["headers"]).get_json()["entries"]
+    assert [e["agent_id"] for e in one] == [b["agent"]["id"]]
+    for bad in ("0", "101", "x"):
+        assert client.get(f"/api/agent/leaderboard?limit={bad}", headers=payer.headers).status_code == 400
+    ledger_clean()
+
+
+def test_iso_week_boundaries():
+    from datetime import datetime, timezone
+    sunday = datetime(2026, 11, 22, 23, 59, tzinfo=timezone.utc)
+    assert earnings.iso_week(sunday)[0] == datetime(2026, 11, 16, tzinfo=timezone.utc)
+    monday = datetime(2026, 11, 23, 0, 0, tzinfo=timezone.utc)
+    assert earnings.iso_week(monday) == (monday, monday + timedelta(days=7))

@@ -1,0 +1,101 @@
+"""Endpoint 8: register (idempotent on pubkey, own account without promo credit)."""
+from __future__ import annotations
+
+import os
+
+import base58
+import pytest
+from nacl.bindings import crypto_core_ed25519_is_valid_point
+
+from app.extensions import db
+from app.models import Account, Agent
+from tests.agentkit import Keypair, register, session_headers
+
+
+def test_register_creates_agent_and_account(app, client, account):
+    kp = Keypair()
+    r = register(client, account, kp, name="Scraper", webhook="http://127.0.0.1:9/hook")
+    assert r.status_code == 201, r.get_json()
+    body = r.get_json()
+    assert set(body) == {"id", "name", "pubkey", "webhook", "account_id", "webhook_secret"}
+    assert body["id"].startswith("agt_") and body["name"] == "Scraper"
+    assert body["pubkey"] == kp.pubkey and body["webhook"] == "http://127.0.0.1:9/hook"
+    assert body["webhook_secret"].startswith("whsec_")
+    with app.app_context():
+        acct = db.session.get(Account, body["account_id"])
+        assert acct.kind == "agent" and acct.agent_id == body["id"]
+        assert acct.owner_account_id == account.id and acct.balance_micros == 0 and acct.email is None
+        from app.services import ledger
+        assert ledger.balance(ledger.customer(acct.id)) == 0  # no promotional grant
+
+
+def test_register_is_idempotent_on_pubkey(app, client, make_account):
+    owner, other = make_account(), make_account()
+    kp = Keypair()
+    first = register(client, owner, kp, name="a").get_json()
+    again = register(client, owner, kp, name="renamed", webhook="http://127.0.0.1:9/x")
+    assert again.status_code == 201
+    assert again.get_json()["id"] == first["id"] and again.get_json()["name"] == "renamed"
+    assert again.get_json()["account_id"] == first["account_id"]
+    r = register(client, other, kp)
+    assert r.status_code == 409 and r.get_json()["error"] == "conflict"
+    with app.app_context():
+        assert db.session.query(Agent).count() == 1
+        assert db.session.query(Account).filter_by(kind="agent").count() == 1
+
+
+def _invalid_point() -> bytes:
+    while True:
+        raw = os.urandom(32)
+        if not crypto_core_ed25519_is_valid_point(raw):
+            return raw
+
+
+@pytest.mark.parametrize("pubkey", [
+    "abc", "ed25519:", "ed25519:0OIl", "ed25519:" + base58.b58encode(b"\x01" * 31).decode(),
+    "ed25519:" + base58.b58encode(b"\x01" * 33).decode(), "rsa:" + base58.b58encode(b"\x01" * 32).decode(),
+    "ed25519:" + base58.b58encode(b"\x00" * 32).decode(),  # small-order point
+])
+def test_bad_pubkeys_are_400(client, account, pubkey):
+    r = client.post("/api/agent/register", json={"name": "x", "pubkey": pubkey}, headers=account.headers)
+    assert r.status_code == 400 and r.get_json()["error"] == "invalid_request"
+    assert "pubkey" in r.get_json()["message"]
+
+
+def test_off_curve_pubkey_is_400(client, account):
+    pk = "ed25519:" + base58.b58encode(_invalid_point()).decode()
+    r = client.post("/api/agent/register", json={"name": "x", "pubkey": pk}, headers=account.headers)
+    assert r.status_code == 400
+
+
+@pytest.mark.parametrize("body", [{"pubkey": "x"}, {"name": "", "pubkey": "x"}, {"name": "n" * 101, "pubkey": "x"}])
+def test_validation(client, account, body):
+    assert client.post("/api/agent/register", json=body, headers=account.headers).status_code == 400
+
+
+def test_webhook_must_be_https_and_public(app, client, account):
+    kp = Keypair()
+    app.config["ALLOW_PRIVATE_URLS"] = False
+    try:
+        for url in ("http://example.com/hook", "https://127.0.0.1/hook", "https://10.0.0.8/x",
+                    "https://[::1]/x", "ftp://x/y", "not a url", "https://user:pw@127.0.0.1/"):
+            r = register(client, account, kp, webhook=url)
+            assert r.status_code == 400 and "webhook" in r.get_json()["message"], url
+    finally:
+        app.config["ALLOW_PRIVATE_URLS"] = True
+    with app.app_context():
+        assert db.session.query(Agent).count() == 0
+
+
+def test_scope_and_sessions(client, make_account):
+    limited = make_account(scopes=["agent:read"])
+    r = register(client, limited, Keypair())
+    assert r.status_code == 403 and r.get_json()["error"] == "insufficient_scope"
+    owner = make_account()
+    kp = Keypair()
+    register(client, owner, kp)
+    headers = session_headers(client, kp)
+    r = client.post("/api/agent/register", json={"name": "child", "pubkey": Keypair().pubkey},
+                    headers=headers)
+    assert r.status_code == 403 and r.get_json()["error"] == "forbidden"
+    assert client.post("/api/agent/register", json={"name": "x", "pubkey": kp.pubkey}).status_code == 401

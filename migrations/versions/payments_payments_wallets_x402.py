@@ -1,7 +1,7 @@
 """payments wallets x402
 
 Revision ID: payments
-Revises: public
+Revises: agents
 Create Date: 2026-11-21 21:16:41.109900
 
 """
@@ -13,7 +13,7 @@ from sqlalchemy.dialects import postgresql
 
 # revision identifiers, used by Alembic.
 revision = 'payments'
-down_revision = 'public'
+down_revision = 'agents'
 branch_labels = None
 depends_on = None
 

@@ -126,13 +126,46 @@ def load_config(overrides: dict | None = None) -> dict:
         # --- outgoing requests ----------------------------------------------
         # Allow webhooks / upstreams on private or loopback addresses (tests, local demo).
         "ALLOW_PRIVATE_URLS": _bool("ALLOW_PRIVATE_URLS", not production),
+        # --- payments, wallets, x402 (README "Payments and wallets", "x402") --
+        "PAYMENTS_PROCESSOR": _env("PAYMENTS_PROCESSOR", "sandbox"),  # sandbox | stripe
+        "STRIPE_SECRET_KEY": _env("STRIPE_SECRET_KEY"),
+        "STRIPE_WEBHOOK_SECRET": _env("STRIPE_WEBHOOK_SECRET"),
+        "STRIPE_API_BASE": _env("STRIPE_API_BASE"),
+        "SANDBOX_WEBHOOK_SECRET": _env("SANDBOX_WEBHOOK_SECRET"),
+        "PAYMENTS_SANDBOX_ENABLED": _bool(
+            "PAYMENTS_SANDBOX_ENABLED",
+            not (production and _env("PAYMENTS_PROCESSOR", "sandbox") == "stripe")),
+        "RPC_URLS": {
+            "base": _env("RPC_URL_BASE", "https://mainnet.base.org"),
+            "ethereum": _env("RPC_URL_ETHEREUM", "https://ethereum-rpc.publicnode.com"),
+            "polygon": _env("RPC_URL_POLYGON", "https://polygon-rpc.com"),
+            "solana": _env("RPC_URL_SOLANA", "https://api.mainnet-beta.solana.com"),
+        },
+        "USDC_CONTRACTS": {
+            "base": _env("USDC_CONTRACT_BASE", "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913"),
+            "ethereum": _env("USDC_CONTRACT_ETHEREUM", "0xA0b86991c6218b36c1d19D4a2e9Eb0cE3606eB48"),
+            "polygon": _env("USDC_CONTRACT_POLYGON", "0x3c499c542cEF5E3811e1192ce70d8cC03d5c3359"),
+            "solana": _env("USDC_MINT_SOLANA", "EPjFWdd5AufqSSqeM2qN1xzybapC8G4wEGGkZwyTDt1v"),
+        },
+        "RPC_TIMEOUT_SECONDS": _float("RPC_TIMEOUT_SECONDS", 5.0),
+        "WALLET_BALANCE_CACHE_SECONDS": _int("WALLET_BALANCE_CACHE_SECONDS", 15),
+        "WALLET_NONCE_TTL_SECONDS": _int("WALLET_NONCE_TTL_SECONDS", 600),
+        "CHAIN_CONFIRMATIONS": _int("CHAIN_CONFIRMATIONS", 5),
+        "CHAIN_WATCH_MAX_BLOCKS": _int("CHAIN_WATCH_MAX_BLOCKS", 2000),
+        "CHAIN_WATCH_LOOKBACK_BLOCKS": _int("CHAIN_WATCH_LOOKBACK_BLOCKS", 1000),
+        "USDC_DEPOSIT_TTL_SECONDS": _int("USDC_DEPOSIT_TTL_SECONDS", 24 * 3600),
+        # Sandbox-only default. In production, unset = x402 and USDC deposits are off.
+        "X402_PAY_TO": _env("X402_PAY_TO", None if production else "0x0000000000000000000000000000000000000402"),
+        "USDC_DEPOSIT_ADDRESS": _env("USDC_DEPOSIT_ADDRESS", _env("X402_PAY_TO")),
+        "X402_NETWORKS": [n.strip() for n in (_env("X402_NETWORKS", "base") or "").split(",") if n.strip()],
+        "X402_FACILITATOR_URL": _env("X402_FACILITATOR_URL"),
+        "X402_MAX_TIMEOUT_SECONDS": _int("X402_MAX_TIMEOUT_SECONDS", 300),
         # --- module gateway (app/services/gateway.py, receipts.py) -------------
         "CATALOG_PATH": _env("CATALOG_PATH", str(BASE_DIR / "catalog" / "modules")),
         "CATALOG_CACHE_TTL": _float("CATALOG_CACHE_TTL", 5.0),
         "CALL_SWEEP_MARGIN_SECONDS": _float("CALL_SWEEP_MARGIN_SECONDS", 60.0),
         "PROVIDER_MAX_RESPONSE_BYTES": _int("PROVIDER_MAX_RESPONSE_BYTES", 5 * 1024 * 1024),
         "IDEMPOTENCY_TTL_SECONDS": _int("IDEMPOTENCY_TTL_SECONDS", 24 * 3600),
-        "X402_PAY_TO": _env("X402_PAY_TO", "0x0000000000000000000000000000000000000000"),
         "RECEIPT_SIGNING_KEY": _env("RECEIPT_SIGNING_KEY"),
         "RECEIPT_RETIRED_PUBLIC_KEYS": _env("RECEIPT_RETIRED_PUBLIC_KEYS", ""),
         # --- chat completions (README "Chat completions") -----------------------
@@ -206,6 +239,8 @@ def load_config(overrides: dict | None = None) -> dict:
             )
             if not present
         ]
+        if cfg["PAYMENTS_PROCESSOR"] == "stripe":
+            missing += [n for n in ("STRIPE_SECRET_KEY", "STRIPE_WEBHOOK_SECRET") if not cfg.get(n)]
         if missing:
             raise ConfigError("production configuration incomplete, set: " + ", ".join(missing))
     elif not cfg["SECRET_KEY"]:

@@ -19,6 +19,7 @@ COMMANDS = [
     "app.cli.gateway:calls_cli",
     "app.cli.gateway:receipts_cli",
     "app.cli.chat:chat_cli",
+    "app.cli.payments:payments_cli",
     "app.cli.newsletter:newsletter_cli",
     "app.cli.modules:modules_cli",
     "app.cli.modules:settle_cmd",

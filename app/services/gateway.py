@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 import orjson
@@ -34,7 +34,7 @@ from app.extensions import db
 from app.ids import new_id
 from app.models import IdempotencyRecord, ModuleCall
 from app.models.base import utcnow
-from app.services import catalog, ledger, receipts, upstream, usage
+from app.services import catalog, ledger, receipts, upstream, usage, x402
 
 OWNER_SHARE_NUM, OWNER_SHARE_DEN = 3, 10  # 30% of a call's price accrues to the owner agent
 FUND_ENDPOINT = "POST /api/wallet/fund"
@@ -44,41 +44,55 @@ FUND_ENDPOINT = "POST /api/wallet/fund"
 class CallResult:
     body: bytes       # the exact JSON response body
     replayed: bool    # an Idempotency-Key replay (no charge, no forwarding)
+    headers: dict = field(default_factory=dict)  # e.g. PAYMENT-RESPONSE of an x402-paid call
 
 
 # --- 402 and the X-Payment seam ------------------------------------------------------
 
-def payment_required(price_cents: int) -> PaymentRequired:
+def _resource_url(slug: str | None) -> str:
+    return current_app.config["BASE_URL"].rstrip("/") + (f"/v1/module/{slug}/call" if slug else "/v1/module")
+
+
+def payment_required(price_cents: int, slug: str | None = None) -> PaymentRequired:
     """The one place a 402 is built (SPEC part 7). Headers: ``WWW-Authenticate:
     X402 realm="gateway", nonce="…"``, ``X-Price-Cents``, ``X-Pay-To`` (X402_PAY_TO),
     ``X-Nonce`` (random per response; the x402 implementation may bind a payment to it);
     the body adds the same facts and points to
-    ``POST /api/wallet/fund``."""
+    ``POST /api/wallet/fund``. The x402 payment request rides along: the v1 body fields
+    ``x402Version`` and ``accepts`` and the v2 ``PAYMENT-REQUIRED`` header (``x402.payment_required``)."""
     nonce = "n_" + secrets.token_urlsafe(18)
-    pay_to = current_app.config["X402_PAY_TO"]
+    pay_to = current_app.config.get("X402_PAY_TO") or ""  # empty: x402 is off (production without it)
     msg = (f"This call costs {price_cents} cents and your balance cannot cover it. Add credits "
            f"with {FUND_ENDPOINT} or retry the call with an X-Payment header.")
+    x402_body, x402_headers = x402.payment_required(int(price_cents), _resource_url(slug),
+                                                    f"Call of module {slug}" if slug else "Module call",
+                                                    error=msg)
     return PaymentRequired(msg, headers={
         "WWW-Authenticate": f'X402 realm="gateway", nonce="{nonce}"',
-        "X-Price-Cents": str(int(price_cents)), "X-Pay-To": pay_to, "X-Nonce": nonce,
+        "X-Price-Cents": str(int(price_cents)), "X-Pay-To": pay_to, "X-Nonce": nonce, **x402_headers,
     }, extra={"price_cents": int(price_cents), "pay_to": pay_to, "nonce": nonce,
-              "fund_endpoint": FUND_ENDPOINT})
+              "fund_endpoint": FUND_ENDPOINT, **x402_body})
 
 
 def fund_from_payment(payment: str, *, account_id: str, price_micros: int, call_id: str,
-                      mode: str) -> bool:
-    """SEAM for x402 (payments issue): fund this call from an ``X-Payment`` /
-    ``PAYMENT-SIGNATURE`` header, inside the charging transaction.
+                      mode: str, slug: str | None = None) -> "x402.X402Payment":
+    """Fund this call from an ``X-Payment`` / ``PAYMENT-SIGNATURE`` header, inside the
+    charging transaction (``x402.fund_call``).
 
-    Called only when the balance cannot cover ``price_micros``. An implementation
-    verifies the payment (amount ≥ price, recipient X402_PAY_TO, expiry, no reuse),
-    posts the credit to ``ledger.customer(account_id)`` WITHOUT committing (the caller
-    debits right after and commits both, or rolls both back) and returns True; it raises
-    a ``DomainError`` (``invalid_payment`` 400 / ``payment_invalid`` 402) for a payment
-    it refuses. Returning False means "no payment accepted" → the normal 402.
-    This build accepts no payments: it returns False.
-    """
-    return False
+    Called only when the balance cannot cover ``price_micros``: verifies the payment
+    (EIP-3009 signature, amount ≥ price, recipient X402_PAY_TO, validity, network, asset),
+    reserves the authorization (single use), settles it (facilitator or sandbox) and posts
+    the credit to ``ledger.customer(account_id)`` WITHOUT committing: the caller debits
+    right after and commits both. Raises 400 ``invalid_payment`` (undecodable) or 402
+    ``payment_invalid`` (refused; with ``reason`` and a fresh ``PAYMENT-REQUIRED``)."""
+    try:
+        return x402.fund_call(payment, account_id=account_id, price_micros=price_micros, call_id=call_id,
+                              mode=mode, resource_url=_resource_url(slug))
+    except x402.PaymentInvalid as exc:
+        cents = -(-int(price_micros) // ledger.MICROS_PER_CENT)
+        _, headers = x402.payment_required(cents, _resource_url(slug), error=exc.message)
+        exc.headers.update(headers)
+        raise
 
 
 # --- helpers -------------------------------------------------------------------------
@@ -141,8 +155,9 @@ def call(*, account_id: str, mode: str, slug: str, body: dict, idempotency_key: 
         raise UpstreamError("The module's upstream address is not allowed.")
     if idempotency_key is not None and not 0 < len(idempotency_key) <= 128:
         raise InvalidRequest("Idempotency-Key: must be 1 to 128 characters.")
+    paid: list = []
     opened = open_call(account_id=account_id, mode=mode, mod=mod, act=act, body=body,
-                       idempotency_key=idempotency_key, payment=payment)
+                       idempotency_key=idempotency_key, payment=payment, paid_out=paid)
     if isinstance(opened, CallResult):
         return opened
     call_id = opened
@@ -178,12 +193,12 @@ def call(*, account_id: str, mode: str, slug: str, body: dict, idempotency_key: 
         except Exception:
             pass
         raise
-    return CallResult(body, False)
+    return CallResult(body, False, x402.response_headers(paid[0]) if paid else {})
 
 
 def open_call(*, account_id: str, mode: str, mod: catalog.ModuleSnap, act: catalog.ActionSnap,
               body: dict, idempotency_key: str | None = None,
-              payment: str | None = None) -> str | CallResult:
+              payment: str | None = None, paid_out: list | None = None) -> str | CallResult:
     """The charging transaction: claim the Idempotency-Key, debit, write the ``pending``
     call and its usage, COMMIT. Returns the new call id, or the stored response when the
     key was already used for this request (a replay)."""
@@ -208,10 +223,12 @@ def open_call(*, account_id: str, mode: str, mod: catalog.ModuleSnap, act: catal
                     ledger.post("module_call", legs, ref=f"call:{call_id}", account_id=account_id,
                                 created_at=now)
                 except ledger.InsufficientFunds:
-                    if not payment or not fund_from_payment(
-                            payment, account_id=account_id, price_micros=price_micros,
-                            call_id=call_id, mode=mode):
-                        raise payment_required(act.price_cents) from None
+                    if not payment:
+                        raise payment_required(act.price_cents, slug) from None
+                    paid = fund_from_payment(payment, account_id=account_id, price_micros=price_micros,
+                                             call_id=call_id, mode=mode, slug=slug)
+                    if paid_out is not None:
+                        paid_out.append(paid)
                     ledger.post("module_call", legs, ref=f"call:{call_id}",
                                 account_id=account_id, created_at=now)
             s.execute(insert(ModuleCall).values(

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 SCHEDULE: list[tuple[str, int, str]] = [
     ("flush-last-used", 60, "app.tasks.maintenance.flush_last_used"),
+    ("watch-usdc-deposits", 30, "app.tasks.chain_watch.watch_usdc_deposits"),
+    ("book-orphan-x402", 300, "app.tasks.x402_sweep.book_orphan_x402_payments"),
     ("outbox-sweep", 30, "app.tasks.outbox.sweep"),
     ("public-prune", 3600, "app.tasks.public.prune"),
     ("alerts-evaluate", 60, "app.tasks.alerts.evaluate"),

@@ -227,10 +227,11 @@ def test_insufficient_balance_is_402_with_payment_request(app, client, make_acco
     ledger_clean()
 
 
-def test_x_payment_is_not_accepted_yet(app, client, make_account, mod, ledger_clean):
+def test_undecodable_x_payment_is_400(app, client, make_account, mod, ledger_clean):
     acct = make_account(cents=0)
     r = call(client, acct, {"action": "ok"}, headers={"X-Payment": "eyJ4IjoxfQ"})
-    assert r.status_code == 402 and r.get_json()["error"] == "payment_required"
+    assert r.status_code == 400 and r.get_json()["error"] == "invalid_payment"
+    assert calls_of(app, acct.id) == []
     ledger_clean()
 
 

@@ -20,10 +20,24 @@ class ModuleCallView(MethodView):
     @blp.arguments(ModuleCallRequestSchema)
     @blp.response(200, ModuleCallResponseSchema, headers={
         "Idempotent-Replayed": {"description": "`true` on an Idempotency-Key replay.",
-                                "schema": {"type": "string"}}})
+                                "schema": {"type": "string"}},
+        "PAYMENT-RESPONSE": {"description": "x402 v2 settlement of a call paid with `PAYMENT-SIGNATURE`: "
+                                            "base64 JSON `{success, transaction, network, payer, amount}`.",
+                             "schema": {"type": "string"}},
+        "X-PAYMENT-RESPONSE": {"description": "The same for x402 v1 (`X-Payment`).", "schema": {"type": "string"}}})
+    @blp.alt_response(400, schema=ErrorSchema, description=(
+        "`invalid_request`, `unknown_action`, or `invalid_payment` (the X-Payment / PAYMENT-SIGNATURE "
+        "header is not base64/base64url JSON of an x402 exact EVM payload)."))
     @blp.alt_response(402, schema=ErrorSchema, description=(
         "`payment_required`: the balance cannot cover the price. The body adds `price_cents`, "
-        "`pay_to`, `nonce`, `fund_endpoint`; nothing was charged or recorded."), headers={
+        "`pay_to`, `nonce`, `fund_endpoint` and the x402 v1 payment request (`x402Version`, "
+        "`accepts`); nothing was charged or recorded. `payment_invalid`: the X-Payment was refused "
+        "(`reason`: unsupported_scheme, unsupported_network, wrong_asset, wrong_recipient, "
+        "insufficient_amount, not_yet_valid, expired, invalid_signature, replayed, or the "
+        "facilitator's reason)."), headers={
+        "PAYMENT-REQUIRED": {"description": "x402 v2 payment request (base64 JSON: `x402Version`, `accepts` "
+                                            "with scheme `exact`, USDC, `payTo`, atomic `amount`, EIP-712 "
+                                            "domain in `extra`).", "schema": {"type": "string"}},
         "WWW-Authenticate": {"description": '`X402 realm="gateway", nonce="<X-Nonce>"`',
                              "schema": {"type": "string"}},
         "X-Price-Cents": {"description": "Price of the call in cents.", "schema": {"type": "integer"}},
@@ -53,6 +67,7 @@ class ModuleCallView(MethodView):
         resp = Response(res.body, 200, mimetype="application/json")
         if res.replayed:
             resp.headers["Idempotent-Replayed"] = "true"
+        resp.headers.update(res.headers)
         return resp
 
 

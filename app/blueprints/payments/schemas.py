@@ -1,0 +1,86 @@
+"""Schemas of payments (SPEC endpoints 14–16, the webhook and the sandbox checkout)."""
+import marshmallow as ma
+from marshmallow import validate
+
+from app.services.processors import SANDBOX_METHODS
+
+MAX_AMOUNT_CENTS = 1_000_000
+
+
+class WholeNumber(ma.fields.Integer):
+    """A JSON integer. As in JSON Schema, ``5.0`` counts; strings, booleans and fractions do not."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or (isinstance(value, float) and not value.is_integer()):
+            raise self.make_error("invalid", input=value)
+        return super()._deserialize(int(value), attr, data, **kwargs)
+
+
+def amount_cents_field(**kw):
+    return WholeNumber(required=True, validate=validate.Range(min=100, max=MAX_AMOUNT_CENTS), metadata={
+        "description": f"Cents, at least 100 and at most {MAX_AMOUNT_CENTS:,}."}, **kw)
+
+
+class CheckoutSchema(ma.Schema):
+    amount_cents = amount_cents_field()
+    product = ma.fields.String(validate=validate.Length(min=1, max=200),
+                               metadata={"description": "Label shown on the checkout page."})
+    return_url = ma.fields.String(validate=[validate.Length(max=2000), validate.Regexp(r"^https?://[^\s/?#@]+[^\s]*$")],
+                               metadata={"description": "Where the checkout sends the user afterwards, with "
+                                                        "`checkout=success|cancel&payment_id=…` appended."})
+
+
+class CheckoutCreatedSchema(ma.Schema):
+    url = ma.fields.Url(required=True, metadata={"description": "Hosted checkout to redirect the user to."})
+    payment_id = ma.fields.String(required=True)
+    status = ma.fields.String(required=True, metadata={"description": "`pending` until the processor confirms."})
+    expires_at = ma.fields.DateTime(required=True)
+
+
+class PaymentSchema(ma.Schema):
+    id = ma.fields.String(required=True)
+    method = ma.fields.String(required=True, metadata={"description": "`card`, `ach`, `usdc` or `x402`."})
+    kind = ma.fields.String(required=True, metadata={"description": "`checkout`, `charge`, `deposit` or `x402`."})
+    processor = ma.fields.String(required=True, metadata={"description": "`stripe`, `sandbox`, `chain` or `x402`."})
+    mode = ma.fields.String(required=True, metadata={"description": "`live` or `test` (sandbox)."})
+    amount_cents = ma.fields.Integer(required=True)
+    amount_micros = ma.fields.Integer(required=True)
+    refunded_cents = ma.fields.Integer(required=True)
+    status = ma.fields.String(required=True, metadata={
+        "description": "`pending`, `succeeded`, `failed`, `canceled`, `expired`, `refunded`, `partially_refunded`."})
+    product = ma.fields.String(allow_none=True)
+    failure_code = ma.fields.String(allow_none=True)
+    failure_message = ma.fields.String(allow_none=True)
+    created_at = ma.fields.DateTime(required=True)
+
+
+class PaymentHistorySchema(ma.Schema):
+    payments = ma.fields.List(ma.fields.Nested(PaymentSchema), required=True,
+                              metadata={"description": "The last 50 payments, newest first."})
+
+
+class MethodRequestSchema(ma.Schema):
+    payment_method_id = ma.fields.String(required=True, validate=validate.Regexp(r"^pm_[A-Za-z0-9_]{1,100}$"), metadata={
+        "description": "Processor payment method id (`pm_…`). Sandbox: " + ", ".join(f"`{k}`" for k in SANDBOX_METHODS)})
+
+
+class MethodSchema(ma.Schema):
+    payment_method_id = ma.fields.String(required=True, allow_none=True)
+    type = ma.fields.String(required=True, allow_none=True, metadata={"description": "`card` or `us_bank_account`."})
+    brand = ma.fields.String(required=True, allow_none=True)
+    last4 = ma.fields.String(required=True, allow_none=True)
+    processor = ma.fields.String(required=True, allow_none=True)
+
+
+class WebhookResultSchema(ma.Schema):
+    received = ma.fields.Boolean(required=True)
+    duplicate = ma.fields.Boolean(required=True, metadata={"description": "The event id was already processed; nothing changed."})
+    event_id = ma.fields.String(required=True)
+    outcome = ma.fields.String(required=True)
+
+
+class SandboxActionSchema(ma.Schema):
+    action = ma.fields.String(required=True, validate=validate.OneOf(["pay", "cancel"]))
+    payment_method = ma.fields.String(validate=validate.OneOf(list(SANDBOX_METHODS)),
+                                      load_default="pm_card_visa")

@@ -1,0 +1,44 @@
+"""``flask payments …``: sandbox ACH settlement and refunds, the USDC deposit watcher."""
+from __future__ import annotations
+
+import json
+
+import click
+from flask.cli import AppGroup
+
+payments_cli = AppGroup("payments", help="Payments: sandbox settlement/refunds, USDC watcher.")
+
+
+def _echo(obj) -> None:
+    click.echo(json.dumps(obj, default=str))
+
+
+@payments_cli.command("sandbox-settle")
+@click.argument("payment_id")
+@click.option("--fail", is_flag=True, help="Return the debit instead of settling it.")
+def sandbox_settle(payment_id, fail):
+    """Settle (or, with --fail, fail) a pending sandbox ACH payment: delivers the signed
+    event through the webhook code, which credits the account once."""
+    from app.services import payments
+
+    _echo(payments.sandbox_settle(payment_id, fail=fail))
+
+
+@payments_cli.command("sandbox-refund")
+@click.argument("payment_id")
+@click.option("--cents", type=int, default=None, help="Refund this much more (default: everything).")
+def sandbox_refund(payment_id, cents):
+    """Refund a succeeded sandbox payment via a signed `charge.refunded` event."""
+    from app.services import payments
+
+    _echo(payments.sandbox_refund(payment_id, cents))
+
+
+@payments_cli.command("watch-usdc")
+@click.option("--chain", default=None, help="Scan only this chain (default: chains with connected wallets).")
+def watch_usdc(chain):
+    """Scan once for confirmed USDC deposits and credit them (the scheduler runs this every 30 s)."""
+    from app.services import wallets
+    from app.tasks.chain_watch import watch_usdc_deposits
+
+    _echo(wallets.scan_chain(chain) if chain else watch_usdc_deposits())

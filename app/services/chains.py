@@ -1,0 +1,147 @@
+"""Chains: network constants, the JSON-RPC client and USDC reads (EVM ``balanceOf`` /
+``eth_getLogs``; Solana token accounts). RPC endpoints and USDC contracts come from
+config (``RPC_URL_<CHAIN>``, ``USDC_CONTRACT_<CHAIN>``) with mainnet defaults."""
+from __future__ import annotations
+
+import itertools
+import logging
+
+import base58
+import requests
+from eth_utils import is_hex_address, to_checksum_address
+from flask import current_app
+
+from app.errors import InvalidRequest, ServiceUnavailable
+
+log = logging.getLogger(__name__)
+
+EVM_CHAINS = ("base", "ethereum", "polygon")
+CHAINS = EVM_CHAINS + ("solana",)
+CHAIN_IDS = {"base": 8453, "ethereum": 1, "polygon": 137}
+CAIP2 = {name: f"eip155:{cid}" for name, cid in CHAIN_IDS.items()}
+USDC_DECIMALS = 6
+# keccak256("Transfer(address,address,uint256)")
+TRANSFER_TOPIC = "0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef"
+BALANCE_OF_SELECTOR = "0x70a08231"
+# EIP-712 domain of the USDC contracts (FiatTokenV2) on the supported mainnets.
+USDC_EIP712 = {"base": ("USD Coin", "2"), "ethereum": ("USD Coin", "2"), "polygon": ("USD Coin", "2")}
+
+_ids = itertools.count(1)
+
+
+def format_usdc(atomic: int) -> str:
+    """Atomic USDC units (6 decimals) as decimal text with six places."""
+    sign = "-" if atomic < 0 else ""
+    atomic = abs(int(atomic))
+    return f"{sign}{atomic // 10**USDC_DECIMALS}.{atomic % 10**USDC_DECIMALS:06d}"
+
+
+def normalize_address(chain: str, address: str) -> tuple[str, str]:
+    """(display address, unique key) for ``address`` on ``chain``; 400 when malformed."""
+    address = (address or "").strip()
+    if chain in EVM_CHAINS:
+        if not is_hex_address(address):
+            raise InvalidRequest("address: not a 0x-prefixed 20-byte EVM address.")
+        checksum = to_checksum_address(address)
+        body = address[2:]
+        if body != body.lower() and body != body.upper() and address != checksum:
+            raise InvalidRequest("address: EIP-55 checksum mismatch.")
+        return checksum, checksum.lower()
+    if chain == "solana":
+        try:
+            raw = base58.b58decode(address)
+        except ValueError:
+            raw = b""
+        if len(raw) != 32 or not address:
+            raise InvalidRequest("address: not a base58 32-byte Solana public key.")
+        return address, address
+    raise InvalidRequest(f"chain: must be one of {', '.join(CHAINS)}.")
+
+
+def usdc_contract(chain: str) -> str:
+    return current_app.config["USDC_CONTRACTS"][chain]
+
+
+def rpc_url(chain: str) -> str | None:
+    return (current_app.config.get("RPC_URLS") or {}).get(chain)
+
+
+def rpc(chain: str, method: str, params: list):
+    """One JSON-RPC call; 503 ``service_unavailable`` when the node fails or errs."""
+    url = rpc_url(chain)
+    if not url:
+        raise ServiceUnavailable(f"No JSON-RPC endpoint configured for {chain}.")
+    try:
+        resp = requests.post(url, json={"jsonrpc": "2.0", "id": next(_ids), "method": method,
+                                        "params": params},
+                             timeout=float(current_app.config["RPC_TIMEOUT_SECONDS"]))
+        resp.raise_for_status()
+        body = resp.json()
+    except (requests.RequestException, ValueError) as exc:
+        log.warning("rpc %s %s failed: %s", chain, method, exc)
+        raise ServiceUnavailable(f"The {chain} JSON-RPC endpoint is unavailable.") from None
+    if not isinstance(body, dict) or body.get("error") is not None or "result" not in body:
+        log.warning("rpc %s %s error: %s", chain, method, body if isinstance(body, dict) else "?")
+        raise ServiceUnavailable(f"The {chain} JSON-RPC endpoint returned an error.")
+    return body["result"]
+
+
+def _hex_int(value) -> int:
+    if isinstance(value, int):
+        return value
+    if not isinstance(value, str) or not value.startswith("0x"):
+        raise ServiceUnavailable("Unexpected JSON-RPC result.")
+    return int(value, 16) if value != "0x" else 0
+
+
+def usdc_balance(chain: str, address: str) -> int:
+    """On-chain USDC balance of ``address`` in atomic units."""
+    if chain in EVM_CHAINS:
+        data = BALANCE_OF_SELECTOR + address.lower()[2:].rjust(64, "0")
+        return _hex_int(rpc(chain, "eth_call", [{"to": usdc_contract(chain), "data": data}, "latest"]))
+    result = rpc(chain, "getTokenAccountsByOwner",
+                 [address, {"mint": usdc_contract(chain)}, {"encoding": "jsonParsed"}])
+    total = 0
+    try:
+        for acc in (result or {}).get("value", []):
+            total += int(acc["account"]["data"]["parsed"]["info"]["tokenAmount"]["amount"])
+    except (KeyError, TypeError, ValueError):
+        raise ServiceUnavailable("Unexpected Solana token-account result.") from None
+    return total
+
+
+def block_number(chain: str) -> int:
+    return _hex_int(rpc(chain, "eth_blockNumber", []))
+
+
+def transfer_logs(chain: str, to_address: str, from_block: int, to_block: int) -> list[dict]:
+    """USDC ``Transfer`` logs to ``to_address`` in [from_block, to_block], parsed to
+    ``{tx, log_index, block, from, to, value}``; removed (re-orged) logs are skipped."""
+    topic_to = "0x" + to_address.lower()[2:].rjust(64, "0")
+    logs = rpc(chain, "eth_getLogs", [{
+        "address": usdc_contract(chain), "fromBlock": hex(from_block), "toBlock": hex(to_block),
+        "topics": [TRANSFER_TOPIC, None, topic_to],
+    }]) or []
+    out = []
+    for item in logs:
+        try:
+            if item.get("removed"):
+                continue
+            topics = item["topics"]
+            if topics[0].lower() != TRANSFER_TOPIC or item["address"].lower() != usdc_contract(chain).lower():
+                continue
+            out.append({
+                "tx": item["transactionHash"].lower(), "log_index": _hex_int(item["logIndex"]),
+                "block": _hex_int(item["blockNumber"]),
+                "from": to_checksum_address("0x" + topics[1][-40:]),
+                "to": to_checksum_address("0x" + topics[2][-40:]),
+                "value": _hex_int(item["data"]),
+            })
+        except (KeyError, IndexError, TypeError, AttributeError):
+            log.warning("skipping malformed log on %s: %r", chain, item)
+    return out
+
+
+def receipt_succeeded(chain: str, tx: str) -> bool:
+    receipt = rpc(chain, "eth_getTransactionReceipt", [tx])
+    return bool(receipt) and _hex_int(receipt.get("status", "0x0")) == 1

@@ -1,0 +1,250 @@
+"""Payment processors: one interface, two implementations (DESIGN §8).
+
+* ``StripeProcessor`` talks to Stripe through the official ``stripe`` SDK (Checkout
+  Sessions, Customers with a default PaymentMethod, off-session PaymentIntents for card
+  and ``us_bank_account``). ``STRIPE_API_BASE`` points the SDK elsewhere (tests).
+* ``SandboxProcessor`` is a real flow without money: a hosted checkout page served by the
+  app (``/pay/sandbox/checkout/<id>``), Stripe-like test payment method ids, and events
+  that are signed with the sandbox secret and delivered through the same webhook code.
+
+``for_mode(mode)`` picks one: ``svc_test_`` credentials (mode ``test``) and
+``PAYMENTS_PROCESSOR=sandbox`` use the sandbox; otherwise Stripe.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import time
+from dataclasses import dataclass
+
+import stripe
+from flask import current_app
+
+from app.errors import DomainError, Forbidden, ServiceUnavailable
+from app.ids import random_b62
+
+log = logging.getLogger(__name__)
+
+
+class PaymentMethodInvalid(DomainError):
+    status, code, message = 400, "payment_method_invalid", "Unknown or unusable payment method."
+
+
+class CardDeclined(DomainError):
+    status, code, message = 402, "card_declined", "The card was declined."
+
+
+@dataclass
+class MethodInfo:
+    id: str
+    type: str  # card | us_bank_account
+    brand: str | None
+    last4: str | None
+
+
+@dataclass
+class ChargeResult:
+    provider_id: str
+    status: str  # succeeded | processing | failed
+    failure_code: str | None = None
+    failure_message: str | None = None
+
+
+# Stripe-like test payment methods of the sandbox: id -> (type, brand, last4, outcome)
+SANDBOX_METHODS: dict[str, tuple[str, str | None, str, str]] = {
+    "pm_card_visa": ("card", "visa", "4242", "succeeds"),
+    "pm_card_mastercard": ("card", "mastercard", "4444", "succeeds"),
+    "pm_card_chargeDeclined": ("card", "visa", "0002", "generic_decline"),
+    "pm_card_insufficientFunds": ("card", "visa", "9995", "insufficient_funds"),
+    "pm_usBankAccount": ("us_bank_account", "STRIPE TEST BANK", "6789", "settles_later"),
+}
+DECLINE_MESSAGES = {
+    "generic_decline": "Your card was declined.",
+    "insufficient_funds": "Your card has insufficient funds.",
+}
+
+
+def sign_payload(payload: bytes, secret: str, timestamp: int | None = None) -> str:
+    """A ``Stripe-Signature`` header value for ``payload`` (Stripe's v1 scheme)."""
+    ts = int(timestamp if timestamp is not None else time.time())
+    mac = hmac.new(secret.encode(), f"{ts}.".encode() + payload, hashlib.sha256).hexdigest()
+    return f"t={ts},v1={mac}"
+
+
+def sandbox_webhook_secret() -> str:
+    cfg = current_app.config
+    if cfg.get("SANDBOX_WEBHOOK_SECRET"):
+        return cfg["SANDBOX_WEBHOOK_SECRET"]
+    derived = hmac.new(cfg["SECRET_KEY"].encode(), b"sandbox-webhook-secret", hashlib.sha256).hexdigest()
+    return "whsec_sbx_" + derived
+
+
+class Processor:
+    """What the payment service needs from a processor."""
+
+    name = "abstract"
+
+    def ensure_customer(self, account_id: str, email: str | None, customer_id: str | None) -> str:
+        raise NotImplementedError
+
+    def retrieve_method(self, pm_id: str) -> MethodInfo:
+        raise NotImplementedError
+
+    def attach_default(self, customer_id: str, pm_id: str) -> None:
+        raise NotImplementedError
+
+    def create_checkout(self, payment, customer_id: str | None, success_url: str,
+                        cancel_url: str) -> tuple[str, str]:
+        """Returns (session id, hosted checkout url)."""
+        raise NotImplementedError
+
+    def charge(self, payment, customer_id: str, pm: MethodInfo) -> ChargeResult:
+        """Off-session charge of the saved method (idempotent on ``payment.id``)."""
+        raise NotImplementedError
+
+
+class SandboxProcessor(Processor):
+    name = "sandbox"
+
+    def ensure_customer(self, account_id, email, customer_id):
+        return customer_id or "cus_sbx_" + random_b62(16)
+
+    def retrieve_method(self, pm_id):
+        spec = SANDBOX_METHODS.get(pm_id)
+        if spec is None:
+            raise PaymentMethodInvalid(
+                f"payment_method_id: unknown sandbox payment method; use one of {', '.join(SANDBOX_METHODS)}.")
+        return MethodInfo(pm_id, spec[0], spec[1], spec[2])
+
+    def attach_default(self, customer_id, pm_id):
+        self.retrieve_method(pm_id)
+
+    def create_checkout(self, payment, customer_id, success_url, cancel_url):
+        session_id = "cs_sbx_" + random_b62(24)
+        base = current_app.config["BASE_URL"].rstrip("/")
+        return session_id, f"{base}/pay/sandbox/checkout/{session_id}"
+
+    def charge(self, payment, customer_id, pm):
+        outcome = SANDBOX_METHODS[pm.id][3]
+        provider_id = "pi_sbx_" + random_b62(24)
+        if outcome == "succeeds":
+            return ChargeResult(provider_id, "succeeded")
+        if outcome == "settles_later":
+            return ChargeResult(provider_id, "processing")
+        return ChargeResult(provider_id, "failed", outcome, DECLINE_MESSAGES.get(outcome))
+
+
+class StripeProcessor(Processor):
+    name = "stripe"
+
+    def __init__(self):
+        cfg = current_app.config
+        if not cfg.get("STRIPE_SECRET_KEY"):
+            raise ServiceUnavailable("Stripe is not configured (STRIPE_SECRET_KEY).")
+        kwargs = {}
+        if cfg.get("STRIPE_API_BASE"):
+            kwargs["base_addresses"] = {"api": cfg["STRIPE_API_BASE"]}
+        self.client = stripe.StripeClient(cfg["STRIPE_SECRET_KEY"], max_network_retries=2, **kwargs)
+
+    @staticmethod
+    def _unavailable(exc: Exception) -> ServiceUnavailable:
+        log.warning("stripe call failed: %s", exc)
+        return ServiceUnavailable("The payment processor is unavailable; nothing was charged.")
+
+    def ensure_customer(self, account_id, email, customer_id):
+        if customer_id:
+            return customer_id
+        try:
+            cus = self.client.v1.customers.create(
+                params={"email": email, "metadata": {"account_id": account_id}} if email
+                else {"metadata": {"account_id": account_id}},
+                options={"idempotency_key": f"customer:{account_id}"})
+        except stripe.StripeError as exc:
+            raise self._unavailable(exc) from None
+        return cus.id
+
+    def retrieve_method(self, pm_id):
+        try:
+            pm = self.client.v1.payment_methods.retrieve(pm_id)
+        except stripe.InvalidRequestError:
+            raise PaymentMethodInvalid("payment_method_id: unknown to the processor.") from None
+        except stripe.StripeError as exc:
+            raise self._unavailable(exc) from None
+        if pm.type == "card":
+            return MethodInfo(pm.id, "card", pm.card.brand, pm.card.last4)
+        if pm.type == "us_bank_account":
+            bank = pm.us_bank_account
+            return MethodInfo(pm.id, "us_bank_account", bank.bank_name, bank.last4)
+        raise PaymentMethodInvalid(f"payment_method_id: type {pm.type} is not supported (card, us_bank_account).")
+
+    def attach_default(self, customer_id, pm_id):
+        try:
+            self.client.v1.payment_methods.attach(pm_id, params={"customer": customer_id})
+            self.client.v1.customers.update(
+                customer_id, params={"invoice_settings": {"default_payment_method": pm_id}})
+        except stripe.InvalidRequestError as exc:
+            raise PaymentMethodInvalid(f"payment_method_id: {exc.user_message or 'cannot be attached'}.") from None
+        except stripe.StripeError as exc:
+            raise self._unavailable(exc) from None
+
+    def create_checkout(self, payment, customer_id, success_url, cancel_url):
+        meta = {"payment_id": payment.id, "account_id": payment.account_id}
+        params = {
+            "mode": "payment",
+            "line_items": [{"quantity": 1, "price_data": {
+                "currency": "usd", "unit_amount": payment.amount_micros // 10_000,
+                "product_data": {"name": payment.product or "Gateway credits"}}}],
+            "success_url": success_url, "cancel_url": cancel_url,
+            "client_reference_id": payment.account_id, "metadata": meta,
+            "payment_intent_data": {"metadata": meta},
+        }
+        if customer_id:
+            params["customer"] = customer_id
+        try:
+            session = self.client.v1.checkout.sessions.create(
+                params=params, options={"idempotency_key": f"checkout:{payment.id}"})
+        except stripe.StripeError as exc:
+            raise self._unavailable(exc) from None
+        return session.id, session.url
+
+    def charge(self, payment, customer_id, pm):
+        params = {
+            "amount": payment.amount_micros // 10_000, "currency": "usd", "customer": customer_id,
+            "payment_method": pm.id, "payment_method_types": [pm.type], "off_session": True,
+            "confirm": True, "metadata": {"payment_id": payment.id, "account_id": payment.account_id},
+        }
+        try:
+            pi = self.client.v1.payment_intents.create(
+                params=params, options={"idempotency_key": f"charge:{payment.id}"})
+        except stripe.CardError as exc:
+            err = exc.error
+            pi_id = getattr(getattr(err, "payment_intent", None), "id", None) or f"pi_failed_{payment.id}"
+            code = getattr(err, "decline_code", None) or exc.code or "card_declined"
+            return ChargeResult(pi_id, "failed", code, exc.user_message or "The card was declined.")
+        except stripe.InvalidRequestError as exc:
+            raise PaymentMethodInvalid(f"The saved payment method cannot be charged: {exc.user_message}.") from None
+        except stripe.StripeError as exc:
+            raise self._unavailable(exc) from None
+        if pi.status == "succeeded":
+            return ChargeResult(pi.id, "succeeded")
+        if pi.status in ("processing", "requires_capture"):
+            return ChargeResult(pi.id, "processing")
+        err = getattr(pi, "last_payment_error", None)
+        return ChargeResult(pi.id, "failed", getattr(err, "code", None) or pi.status,
+                            getattr(err, "message", None) or f"Payment {pi.status}.")
+
+
+def for_mode(mode: str) -> Processor:
+    """The processor for a credential mode (``live`` / ``test``)."""
+    cfg = current_app.config
+    if mode == "test" or cfg.get("PAYMENTS_PROCESSOR", "sandbox") == "sandbox":
+        if not cfg.get("PAYMENTS_SANDBOX_ENABLED", True):
+            raise Forbidden("Sandbox payments are disabled on this deployment.")
+        return SandboxProcessor()
+    return StripeProcessor()
+
+
+def json_payload(event: dict) -> bytes:
+    return json.dumps(event, separators=(",", ":"), sort_keys=True).encode()

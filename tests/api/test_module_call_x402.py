@@ -1,0 +1,142 @@
+"""x402 on SPEC endpoint 1: the 402 payment request, paying with X-Payment /
+PAYMENT-SIGNATURE (payloads made by the official x402 client), replay, refusals, and a
+provider failure after payment (the payment stays as credit)."""
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+from eth_account import Account as EthAccount
+from x402 import x402ClientSync
+from x402.http.utils import decode_payment_required_header, decode_payment_response_header
+from x402.mechanisms.evm.exact.register import register_exact_evm_client
+from x402.mechanisms.evm.signers import EthAccountSigner
+
+from app.extensions import db
+from app.models import ModuleCall, Payment
+from app.services import ledger
+from tests.gateway_helpers import balance_cents, call, mod, provider, provider_server  # noqa: F401
+
+PAY_TO = "0x000000000000000000000000000000000000f402"
+
+
+@pytest.fixture
+def x402cfg(app, monkeypatch):
+    monkeypatch.setitem(app.config, "X402_PAY_TO", PAY_TO)
+    monkeypatch.setitem(app.config, "X402_NETWORKS", ["base"])
+    monkeypatch.setitem(app.config, "X402_FACILITATOR_URL", None)
+    return app
+
+
+def _pay(r402, wallet) -> str:
+    """What an x402 client sends after this 402: the PAYMENT-SIGNATURE header value."""
+    required = decode_payment_required_header(r402.headers["PAYMENT-REQUIRED"])
+    client = register_exact_evm_client(x402ClientSync(), EthAccountSigner(wallet))
+    payload = client.create_payment_payload(required)
+    return base64.b64encode(payload.model_dump_json(by_alias=True, exclude_none=True).encode()).decode()
+
+
+def test_402_carries_the_x402_payment_request(client, make_account, mod, x402cfg):
+    acct = make_account(cents=0)
+    r = call(client, acct, {"action": "ok"})
+    assert r.status_code == 402
+    body = r.get_json()
+    assert body["error"] == "payment_required" and "/api/wallet/fund" in body["message"]
+    assert r.headers["X-Price-Cents"] == "3" and r.headers["X-Pay-To"] == PAY_TO and r.headers["X-Nonce"]
+    assert body["x402Version"] == 1 and body["accepts"][0]["maxAmountRequired"] == "30000"
+    assert body["accepts"][0]["resource"].endswith("/v1/module/svc/call")
+    v2 = decode_payment_required_header(r.headers["PAYMENT-REQUIRED"])
+    req = v2.accepts[0]
+    assert (req.scheme, req.network, req.amount) == ("exact", "eip155:8453", "30000")
+    assert req.pay_to.lower() == PAY_TO and req.extra == {"name": "USD Coin", "version": "2"}
+
+
+@pytest.mark.parametrize("header", ["PAYMENT-SIGNATURE", "X-Payment"])
+def test_paid_call_is_one_transaction_and_single_use(app, client, make_account, mod, x402cfg, header,
+                                                     ledger_clean):
+    acct = make_account(cents=0)
+    wallet = EthAccount.create()
+    paid = _pay(call(client, acct, {"action": "ok"}), wallet)
+    r = call(client, acct, {"action": "ok"}, headers={header: paid})
+    assert r.status_code == 200, r.get_json()
+    settle = decode_payment_response_header(r.headers["PAYMENT-RESPONSE"])
+    assert settle.success and settle.payer == wallet.address and settle.network == "eip155:8453"
+    assert balance_cents(app, acct.id) == 0
+    with app.app_context():
+        assert ledger.balance(ledger.REVENUE) == 30_000
+        p = db.session.query(Payment).filter_by(account_id=acct.id, method="x402").one()
+        assert p.status == "succeeded" and p.amount_micros == 30_000
+        db.session.remove()
+    hist = client.get("/api/pay/history", headers=acct.headers).get_json()["payments"]
+    assert hist[0]["method"] == "x402" and hist[0]["amount_micros"] == 30_000
+    # The same payment again: refused, nothing charged, a fresh payment request attached.
+    r = call(client, acct, {"action": "ok"}, headers={header: paid})
+    assert r.status_code == 402 and r.get_json()["error"] == "payment_invalid"
+    assert r.get_json()["reason"] == "replayed" and r.headers["PAYMENT-REQUIRED"]
+    with app.app_context():
+        assert db.session.query(ModuleCall).filter_by(account_id=acct.id).count() == 1
+        db.session.remove()
+    ledger_clean()
+
+
+def test_underpayment_and_wrong_recipient_are_refused(app, client, make_account, mod, x402cfg, ledger_clean):
+    acct = make_account(cents=0)
+    wallet = EthAccount.create()
+    r402 = call(client, acct, {"action": "ok"})
+    # paid for a cheaper call: 1 cent instead of 3
+    cheap = _pay(call(client, acct, {"action": "ok"}), wallet)
+    data = json.loads(base64.b64decode(cheap))
+    data["payload"]["authorization"]["value"] = "10000"
+    r = call(client, acct, {"action": "ok"}, headers={"PAYMENT-SIGNATURE": base64.b64encode(
+        json.dumps(data).encode()).decode()})
+    assert r.status_code == 402 and r.get_json()["reason"] == "insufficient_amount"
+    app.config["X402_PAY_TO"] = "0x" + "ab" * 20
+    try:
+        r = call(client, acct, {"action": "ok"}, headers={"PAYMENT-SIGNATURE": _pay(r402, wallet)})
+    finally:
+        app.config["X402_PAY_TO"] = PAY_TO
+    assert r.status_code == 402 and r.get_json()["reason"] == "wrong_recipient"
+    assert balance_cents(app, acct.id) == 0
+    ledger_clean()
+
+
+def test_provider_failure_after_payment_leaves_credit(app, client, make_account, mod, x402cfg, ledger_clean):
+    acct = make_account(cents=0)
+    paid = _pay(call(client, acct, {"action": "boom"}), EthAccount.create())
+    r = call(client, acct, {"action": "boom"}, headers={"PAYMENT-SIGNATURE": paid})
+    assert r.status_code == 502 and r.get_json()["error"] == "provider_error"
+    assert balance_cents(app, acct.id) == 3  # the payment became account credit
+    with app.app_context():
+        assert ledger.balance(ledger.REVENUE) == 0
+        db.session.remove()
+    # and that credit pays the next call without any new payment
+    assert call(client, acct, {"action": "ok"}).status_code == 200
+    assert balance_cents(app, acct.id) == 0
+    ledger_clean()
+
+
+def test_payment_is_ignored_when_the_balance_covers_the_call(app, client, make_account, mod, x402cfg):
+    acct = make_account(cents=10)
+    r = call(client, acct, {"action": "ok"}, headers={"X-Payment": "not base64 at all"})
+    assert r.status_code == 200 and "PAYMENT-RESPONSE" not in r.headers
+    assert balance_cents(app, acct.id) == 7
+
+
+def test_x402_v1_body_and_x_payment_response(app, client, make_account, mod, x402cfg, ledger_clean):
+    """A v1 client reads `accepts` from the body, pays with X-Payment (base64url), and gets
+    X-PAYMENT-RESPONSE."""
+    from x402.schemas.v1 import PaymentRequiredV1
+
+    acct = make_account(cents=0)
+    wallet = EthAccount.create()
+    body = call(client, acct, {"action": "ok"}).get_json()
+    required = PaymentRequiredV1.model_validate({"x402Version": 1, "accepts": body["accepts"],
+                                                 "error": body["message"]})
+    payload = register_exact_evm_client(x402ClientSync(), EthAccountSigner(wallet)).create_payment_payload(required)
+    header = base64.urlsafe_b64encode(payload.model_dump_json(by_alias=True, exclude_none=True).encode())
+    r = call(client, acct, {"action": "ok"}, headers={"X-Payment": header.decode().rstrip("=")})
+    assert r.status_code == 200, r.get_json()
+    settle = decode_payment_response_header(r.headers["X-PAYMENT-RESPONSE"])
+    assert settle.success and settle.network == "base" and settle.payer == wallet.address
+    ledger_clean()

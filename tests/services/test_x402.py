@@ -1,0 +1,218 @@
+"""x402 verification service: decoding, EIP-3009 signature checks, the refusals, single
+use, facilitator settlement and booking. Payloads are made by the official x402 client."""
+from __future__ import annotations
+
+import base64
+import json
+import time
+
+import pytest
+from eth_account import Account as EthAccount
+from x402 import x402ClientSync
+from x402.http.utils import decode_payment_required_header, decode_payment_response_header
+from x402.mechanisms.evm.exact.register import register_exact_evm_client
+from x402.mechanisms.evm.signers import EthAccountSigner
+from x402.schemas import PaymentRequired
+from x402.schemas.v1 import PaymentRequiredV1
+
+from app.extensions import db
+from app.models import Payment, X402Authorization
+from app.services import ledger, x402
+from tests.standins import facilitator_server
+
+PAY_TO = "0x000000000000000000000000000000000000f402"
+
+
+@pytest.fixture
+def cfg(app, monkeypatch):
+    monkeypatch.setitem(app.config, "X402_PAY_TO", PAY_TO)
+    monkeypatch.setitem(app.config, "X402_NETWORKS", ["base", "polygon"])
+    monkeypatch.setitem(app.config, "X402_FACILITATOR_URL", None)
+    with app.app_context():
+        yield app
+        db.session.remove()
+
+
+@pytest.fixture
+def wallet():
+    return EthAccount.create()
+
+
+def _client(wallet):
+    return register_exact_evm_client(x402ClientSync(), EthAccountSigner(wallet))
+
+
+def _header_v2(wallet, price_cents=5):
+    body, headers = x402.payment_required(price_cents, "http://gw.test/v1/module/echo/call")
+    required = decode_payment_required_header(headers["PAYMENT-REQUIRED"])
+    payload = _client(wallet).create_payment_payload(required)
+    return base64.b64encode(payload.model_dump_json(by_alias=True, exclude_none=True).encode()).decode()
+
+
+def _header_v1(wallet, price_cents=5):
+    body, _ = x402.payment_required(price_cents, "http://gw.test/v1/module/echo/call")
+    payload = _client(wallet).create_payment_payload(PaymentRequiredV1.model_validate(body))
+    return base64.urlsafe_b64encode(payload.model_dump_json(by_alias=True, exclude_none=True).encode()).decode().rstrip("=")
+
+
+def _mutate(header: str, fn) -> str:
+    data = json.loads(base64.b64decode(header + "=" * (-len(header) % 4), altchars=b"-_"))
+    fn(data)
+    return base64.b64encode(json.dumps(data).encode()).decode()
+
+
+def test_payment_request_shapes(cfg):
+    body, headers = x402.payment_required(7, "http://gw.test/v1/module/echo/call", error="Balance is zero")
+    v2 = decode_payment_required_header(headers["PAYMENT-REQUIRED"])
+    assert isinstance(v2, PaymentRequired) and v2.x402_version == 2
+    req = v2.accepts[0]
+    assert (req.scheme, req.network, req.amount, req.pay_to) == ("exact", "eip155:8453", "70000", PAY_TO)
+    assert req.asset == "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913"
+    assert req.extra == {"name": "USD Coin", "version": "2"} and req.max_timeout_seconds == 300
+    assert [a.network for a in v2.accepts] == ["eip155:8453", "eip155:137"]
+    v1 = PaymentRequiredV1.model_validate(body)
+    assert v1.accepts[0].network == "base" and v1.accepts[0].max_amount_required == "70000"
+
+
+@pytest.mark.parametrize("make", [_header_v2, _header_v1])
+def test_client_payload_verifies(cfg, wallet, make):
+    facts = x402.verify(x402.decode(make(wallet)), 50_000)
+    assert facts["payer"] == wallet.address and facts["value"] == 50_000 and facts["chain"] == "base"
+
+
+@pytest.mark.parametrize("value", ["", "%%%", "bm90IGpzb24", base64.b64encode(b"[1,2]").decode(),
+                                   base64.b64encode(b'{"x402Version": 2}').decode(), "A" * 9000])
+def test_undecodable_is_400(cfg, value):
+    with pytest.raises(x402.InvalidPayment) as exc:
+        x402.decode(value)
+    assert exc.value.status == 400 and exc.value.code == "invalid_payment"
+
+
+@pytest.mark.parametrize("mutation,reason", [
+    (lambda d: d["payload"]["authorization"].update(to="0x" + "12" * 20), "wrong_recipient"),
+    (lambda d: d["payload"]["authorization"].update(value="49999"), "insufficient_amount"),
+    (lambda d: d["payload"]["authorization"].update(validBefore=str(int(time.time()) - 1)), "expired"),
+    (lambda d: d["payload"]["authorization"].update(validAfter=str(int(time.time()) + 600)), "not_yet_valid"),
+    (lambda d: d["accepted"].update(network="eip155:1"), "unsupported_network"),
+    (lambda d: d["accepted"].update(scheme="upto"), "unsupported_scheme"),
+    (lambda d: d["accepted"].update(asset="0x" + "34" * 20), "wrong_asset"),
+    (lambda d: d["payload"].update(signature="0x" + "00" * 65), "invalid_signature"),
+    (lambda d: d["payload"]["authorization"].update(value="60000"), "invalid_signature"),  # tampered
+])
+def test_refusals_are_402_with_reason(cfg, wallet, mutation, reason):
+    header = _mutate(_header_v2(wallet), mutation)
+    with pytest.raises(x402.PaymentInvalid) as exc:
+        x402.verify(x402.decode(header), 50_000)
+    assert exc.value.status == 402 and exc.value.code == "payment_invalid" and exc.value.reason == reason
+
+
+def test_sandbox_accept_book_and_replay(cfg, make_account, wallet, ledger_clean):
+    acct = make_account(cents=0)
+    header = _header_v2(wallet, 5)
+    pay = x402.accept(header, account_id=acct.id, price_micros=50_000, resource_url="http://gw.test/x")
+    assert pay.sandbox and pay.value_atomic == 50_000
+    # The call's transaction: payment credit + the charge, together.
+    pid = x402.book(pay, call_id="call_1")
+    ledger.post("call_charge", [(ledger.customer(acct.id), -50_000), (ledger.REVENUE, 50_000)],
+                ref="call:call_1", account_id=acct.id)
+    db.session.commit()
+    assert db.session.get(Payment, pid).status == "succeeded"
+    assert db.session.execute(db.select(X402Authorization.status)).scalar_one() == "settled"
+    resp = decode_payment_response_header(x402.response_headers(pay)["PAYMENT-RESPONSE"])
+    assert resp.success and resp.payer == wallet.address and resp.network == "eip155:8453"
+    with pytest.raises(x402.PaymentInvalid) as exc:
+        x402.accept(header, account_id=acct.id, price_micros=50_000, resource_url="http://gw.test/x")
+    assert exc.value.reason == "replayed"
+    ledger_clean()
+
+
+def test_facilitator_verify_and_settle(cfg, make_account, wallet, ledger_clean):
+    acct = make_account(cents=0)
+    with facilitator_server() as fac:
+        cfg.config["X402_FACILITATOR_URL"] = fac.url
+        pay = x402.accept(_header_v2(wallet), account_id=acct.id, price_micros=50_000, resource_url="http://gw.test/x")
+        assert [p for p, _ in fac.calls] == ["/verify", "/settle"]
+        assert fac.calls[1][1]["paymentRequirements"]["payTo"] == PAY_TO
+        assert not pay.sandbox and pay.transaction == "0x" + "ab" * 32
+        x402.book(pay)
+        db.session.commit()
+        assert ledger.balance(ledger.external("x402")) == -50_000
+
+        fac.settle = {"success": False, "errorReason": "insufficient_funds", "transaction": "", "network": "x"}
+        with pytest.raises(x402.PaymentInvalid) as exc:
+            x402.accept(_header_v2(wallet), account_id=acct.id, price_micros=50_000, resource_url="http://gw.test/x")
+        assert exc.value.reason == "insufficient_funds"
+        fac.verify = {"isValid": False, "invalidReason": "invalid_exact_evm_payload_signature"}
+        with pytest.raises(x402.PaymentInvalid):
+            x402.accept(_header_v2(wallet), account_id=acct.id, price_micros=50_000, resource_url="http://gw.test/x")
+    statuses = sorted(db.session.execute(db.select(X402Authorization.status)).scalars())
+    assert statuses == ["failed", "failed", "settled"]
+    ledger_clean()
+
+
+def test_settled_but_unbooked_becomes_credit(cfg, make_account, wallet, ledger_clean):
+    acct = make_account(cents=0)
+    with facilitator_server() as fac:
+        cfg.config["X402_FACILITATOR_URL"] = fac.url
+        x402.accept(_header_v2(wallet), account_id=acct.id, price_micros=50_000, resource_url="http://gw.test/x")
+    # the process dies here: never booked
+    assert x402.book_orphans(older_than_seconds=0) == 1
+    assert x402.book_orphans(older_than_seconds=0) == 0
+    assert ledger.balance(ledger.customer(acct.id)) == 50_000
+    ledger_clean()
+
+
+def test_header_from_prefers_payment_signature():
+    assert x402.header_from({"X-Payment": "a", "PAYMENT-SIGNATURE": "b"}) == "b"
+    assert x402.header_from({"X-Payment": "a"}) == "a"
+    assert x402.header_from({}) is None
+
+
+def test_fund_call_inside_the_charging_transaction(cfg, make_account, wallet, ledger_clean):
+    """The gateway seam: payment credit and charge commit together; a replay is refused and
+    leaves the caller's transaction to roll back."""
+    acct = make_account(cents=0)
+    header = _header_v2(wallet, 5)
+    with pytest.raises(ledger.InsufficientFunds):
+        ledger.post("module_call", [(ledger.customer(acct.id), -50_000), (ledger.REVENUE, 50_000)],
+                    ref="call:c1", account_id=acct.id)
+    pay = x402.fund_call(header, account_id=acct.id, price_micros=50_000, call_id="c1", mode="live",
+                         resource_url="http://gw.test/x")
+    ledger.post("module_call", [(ledger.customer(acct.id), -50_000), (ledger.REVENUE, 50_000)],
+                ref="call:c1", account_id=acct.id)
+    db.session.commit()
+    assert pay.booked and ledger.balance(ledger.customer(acct.id)) == 0
+    assert ledger.balance(ledger.REVENUE) == 50_000
+    with pytest.raises(x402.PaymentInvalid) as exc:
+        x402.fund_call(header, account_id=acct.id, price_micros=50_000, call_id="c2", mode="live",
+                       resource_url="http://gw.test/x")
+    db.session.rollback()
+    assert exc.value.reason == "replayed"
+    assert db.session.query(Payment).filter_by(method="x402").count() == 1
+    ledger_clean()
+
+
+def test_fund_call_with_facilitator_survives_a_rolled_back_call(cfg, make_account, wallet, ledger_clean):
+    """Settled but the call's transaction never commits: the sweep books it as credit
+    (PostgreSQL; on SQLite the reservation shares the caller's transaction)."""
+    acct = make_account(cents=0)
+    with facilitator_server() as fac:
+        cfg.config["X402_FACILITATOR_URL"] = fac.url
+        x402.fund_call(_header_v2(wallet), account_id=acct.id, price_micros=50_000, call_id="c1", mode="live",
+                       resource_url="http://gw.test/x")
+    db.session.rollback()  # the process died before committing the call
+    booked = x402.book_orphans(older_than_seconds=0)
+    if db.engine.dialect.name == "sqlite":
+        assert booked == 0 and ledger.balance(ledger.customer(acct.id)) == 0
+    else:
+        assert booked == 1 and ledger.balance(ledger.customer(acct.id)) == 50_000
+    ledger_clean()
+
+
+def test_without_pay_to_x402_is_off(cfg, wallet):
+    header = _header_v2(wallet)
+    cfg.config["X402_PAY_TO"] = None
+    assert x402.payment_required(5, "http://gw.test/x") == ({}, {})
+    with pytest.raises(x402.PaymentInvalid) as exc:
+        x402.verify(x402.decode(header), 50_000)
+    assert exc.value.reason == "x402_disabled"

@@ -1,0 +1,251 @@
+"""Local stand-ins for the payment world: a Stripe API server (enough for the SDK calls
+the app makes, plus signed webhook events), an EVM JSON-RPC node (USDC ``balanceOf``,
+``eth_getLogs``, ``eth_blockNumber``, receipts; Solana token accounts) and an x402
+facilitator. Each is served by ``tests.servers.http_server``."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler
+from urllib.parse import parse_qsl, urlparse
+
+from app.services.processors import sign_payload
+from tests.servers import http_server
+
+STRIPE_METHODS = {
+    "pm_card_visa": {"type": "card", "card": {"brand": "visa", "last4": "4242"}},
+    "pm_card_chargeDeclined": {"type": "card", "card": {"brand": "visa", "last4": "0002"}},
+    "pm_usBankAccount": {"type": "us_bank_account",
+                         "us_bank_account": {"bank_name": "STRIPE TEST BANK", "last4": "6789"}},
+}
+
+
+def _nest(pairs: list[tuple[str, str]]) -> dict:
+    """Stripe form encoding (``a[b][c]=v``) to nested dicts."""
+    out: dict = {}
+    for key, value in pairs:
+        parts = key.replace("]", "").split("[")
+        cur = out
+        for p in parts[:-1]:
+            cur = cur.setdefault(p, {})
+        cur[parts[-1]] = value
+    return out
+
+
+class FakeStripe:
+    """State of the Stripe stand-in. ``requests`` records (method, path, params)."""
+
+    def __init__(self, webhook_secret: str):
+        self.webhook_secret = webhook_secret
+        self.requests: list[tuple[str, str, dict]] = []
+        self.idempotent: dict[str, tuple[int, dict]] = {}
+        self.lock = threading.Lock()
+        self.n = 0
+
+    def _id(self, prefix: str) -> str:
+        with self.lock:
+            self.n += 1
+            return f"{prefix}_test_{self.n:06d}"
+
+    def handle(self, method: str, path: str, params: dict, headers) -> tuple[int, dict]:
+        if not (headers.get("Authorization") or "").startswith("Bearer sk_test_"):
+            return 401, {"error": {"type": "invalid_request_error", "message": "Invalid API key."}}
+        key = headers.get("Idempotency-Key")
+        if key and (method, path, key) in self.idempotent:
+            return self.idempotent[(method, path, key)]
+        self.requests.append((method, path, params))
+        out = self._route(method, path, params)
+        if key:
+            self.idempotent[(method, path, key)] = out
+        return out
+
+    def _route(self, method, path, params):
+        parts = path.strip("/").split("/")
+        if parts[:2] == ["v1", "customers"]:
+            cid = parts[2] if len(parts) > 2 else self._id("cus")
+            return 200, {"id": cid, "object": "customer", "metadata": params.get("metadata", {})}
+        if parts[:2] == ["v1", "payment_methods"] and len(parts) >= 3:
+            pm = STRIPE_METHODS.get(parts[2])
+            if pm is None:
+                return 404, {"error": {"type": "invalid_request_error", "code": "resource_missing",
+                                       "param": "payment_method",
+                                       "message": f"No such PaymentMethod: '{parts[2]}'"}}
+            return 200, {"id": parts[2], "object": "payment_method", **pm}
+        if parts[:3] == ["v1", "checkout", "sessions"]:
+            sid = self._id("cs")
+            return 200, {"id": sid, "object": "checkout.session", "url": f"https://checkout.stripe.test/c/pay/{sid}",
+                         "payment_status": "unpaid", "status": "open",
+                         "amount_total": int(params["line_items"]["0"]["price_data"]["unit_amount"]),
+                         "metadata": params.get("metadata", {})}
+        if parts[:2] == ["v1", "payment_intents"]:
+            pid = self._id("pi")
+            pm = params.get("payment_method")
+            base = {"id": pid, "object": "payment_intent", "amount": int(params["amount"]),
+                    "currency": params["currency"], "metadata": params.get("metadata", {})}
+            if pm == "pm_card_chargeDeclined":
+                return 402, {"error": {"type": "card_error", "code": "card_declined", "decline_code": "generic_decline",
+                                       "message": "Your card was declined.",
+                                       "payment_intent": {**base, "status": "requires_payment_method"}}}
+            if pm == "pm_usBankAccount":
+                return 200, {**base, "status": "processing"}
+            return 200, {**base, "status": "succeeded", "amount_received": int(params["amount"])}
+        return 404, {"error": {"type": "invalid_request_error", "message": f"Unrecognized request URL {path}"}}
+
+    # --- webhooks ---
+    def event(self, etype: str, obj: dict, event_id: str | None = None) -> dict:
+        return {"id": event_id or self._id("evt"), "object": "event", "type": etype, "livemode": False,
+                "created": int(time.time()), "api_version": "2026-01-01", "data": {"object": obj}}
+
+    def signed(self, event: dict, secret: str | None = None, timestamp: int | None = None) -> tuple[bytes, str]:
+        payload = json.dumps(event).encode()
+        return payload, sign_payload(payload, secret or self.webhook_secret, timestamp)
+
+
+@contextmanager
+def stripe_server(webhook_secret: str = "whsec_test_standin"):
+    state = FakeStripe(webhook_secret)
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def _do(self):
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length).decode() if length else ""
+            url = urlparse(self.path)
+            params = _nest(parse_qsl(body or url.query, keep_blank_values=True))
+            status, out = state.handle(self.command, url.path, params, self.headers)
+            data = json.dumps(out).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Request-Id", "req_standin")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = do_DELETE = _do
+
+    with http_server(Handler) as (server, url):
+        state.url = url
+        yield state
+
+
+class FakeChain:
+    """An EVM node: USDC balances, Transfer logs, receipts, a block height; Solana too."""
+
+    TRANSFER = "0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef"
+
+    def __init__(self, usdc: str):
+        self.usdc = usdc.lower()
+        self.balances: dict[str, int] = {}
+        self.spl: dict[str, int] = {}
+        self.logs: list[dict] = []
+        self.receipts: dict[str, int] = {}
+        self.block = 1000
+        self.calls: list[str] = []
+        self.fail = False
+
+    def transfer(self, sender: str, to: str, value: int, block: int, tx: str, log_index: int = 0,
+                 status: int = 1, removed: bool = False, token: str | None = None) -> dict:
+        entry = {"address": (token or self.usdc), "blockNumber": hex(block), "transactionHash": tx,
+                 "logIndex": hex(log_index), "removed": removed, "data": hex(value),
+                 "topics": [self.TRANSFER, "0x" + sender.lower()[2:].rjust(64, "0"),
+                            "0x" + to.lower()[2:].rjust(64, "0")]}
+        self.logs.append(entry)
+        self.receipts[tx] = status
+        return entry
+
+    def rpc(self, method: str, params: list):
+        self.calls.append(method)
+        if self.fail:
+            raise RuntimeError("node down")
+        if method == "eth_blockNumber":
+            return hex(self.block)
+        if method == "eth_call":
+            call = params[0]
+            assert call["to"].lower() == self.usdc and call["data"].startswith("0x70a08231")
+            addr = "0x" + call["data"][-40:]
+            return "0x" + format(self.balances.get(addr.lower(), 0), "064x")
+        if method == "eth_getLogs":
+            f = params[0]
+            lo, hi = int(f["fromBlock"], 16), int(f["toBlock"], 16)
+            out = []
+            for entry in self.logs:
+                if entry["address"] != f["address"].lower() or not lo <= int(entry["blockNumber"], 16) <= hi:
+                    continue
+                if any(t is not None and t.lower() != entry["topics"][i] for i, t in enumerate(f["topics"])):
+                    continue
+                out.append(entry)
+            return out
+        if method == "eth_getTransactionReceipt":
+            status = self.receipts.get(params[0])
+            return None if status is None else {"transactionHash": params[0], "status": hex(status)}
+        if method == "getTokenAccountsByOwner":
+            amount = self.spl.get(params[0], 0)
+            return {"value": [{"account": {"data": {"parsed": {"info": {"tokenAmount": {"amount": str(amount)}}}}}}]}
+        raise KeyError(method)
+
+
+@contextmanager
+def chain_server(usdc: str):
+    state = FakeChain(usdc)
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_POST(self):
+            req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            try:
+                out = {"jsonrpc": "2.0", "id": req["id"], "result": state.rpc(req["method"], req["params"])}
+                status = 200
+            except KeyError:
+                out = {"jsonrpc": "2.0", "id": req["id"], "error": {"code": -32601, "message": "method not found"}}
+                status = 200
+            except Exception:
+                out, status = {"error": "down"}, 500
+            data = json.dumps(out).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    with http_server(Handler) as (server, url):
+        state.url = url
+        yield state
+
+
+class FakeFacilitator:
+    """An x402 facilitator: answers /verify and /settle as configured."""
+
+    def __init__(self):
+        self.verify = {"isValid": True}
+        self.settle = {"success": True, "transaction": "0x" + "ab" * 32, "network": "eip155:8453"}
+        self.calls: list[tuple[str, dict]] = []
+
+
+@contextmanager
+def facilitator_server():
+    state = FakeFacilitator()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            state.calls.append((self.path, body))
+            out = state.verify if self.path.endswith("/verify") else state.settle
+            data = json.dumps(out).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    with http_server(Handler) as (server, url):
+        state.url = url
+        yield state

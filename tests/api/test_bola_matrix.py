@@ -32,11 +32,13 @@ CASES = {
     ("get", "/api/agent/{agent_id}/earnings"): (_make_agent, "/api/agent/{id}/earnings", None),
 }
 # Id-taking routes whose objects are not owned by an account (shared catalog, operator
-# review, tokens that are themselves the credential).
+# review) or whose id is itself the credential: e-mail tokens and the hosted checkout page,
+# which like Stripe's is addressed by an unguessable session id (~143 random bits).
 NOT_OWNED = {
     ("post", "/v1/module/{slug}/call"), ("get", "/api/modules/{slug}"), ("get", "/v1/models/{model_id}"),
     ("post", "/api/admin/modules/{slug}/approve"), ("post", "/api/admin/modules/{slug}/reject"),
     ("get", "/email/unsubscribe/{token}"), ("post", "/email/unsubscribe/{token}"),
+    ("get", "/pay/sandbox/checkout/{session_id}"), ("post", "/pay/sandbox/checkout/{session_id}"),
 }
 
 

@@ -17,6 +17,9 @@ from app.models.usage import UsageHourly
 from app.models.base import utcnow
 
 
+_USAGE = UsageHourly.__table__  # Core statements in the hot path: cached compiled SQL
+
+
 def hour_of(ts: datetime) -> datetime:
     return ts.astimezone(timezone.utc).replace(minute=0, second=0, microsecond=0)
 
@@ -30,12 +33,12 @@ def record(account_id: str, product: str, *, spend_micros: int, error: bool = Fa
     values = {"account_id": account_id, "product": product, "mode": mode, "hour": hour_of(at),
               "calls": calls, "errors": 1 if error else 0, "spend_micros": int(spend_micros)}
     dialect = db.session.get_bind().dialect.name
-    ins = (pg_insert if dialect == "postgresql" else sqlite_insert)(UsageHourly).values(**values)
+    ins = (pg_insert if dialect == "postgresql" else sqlite_insert)(_USAGE).values(**values)
     stmt = ins.on_conflict_do_update(
         index_elements=["account_id", "product", "mode", "hour"],
-        set_={"calls": UsageHourly.calls + ins.excluded.calls,
-              "errors": UsageHourly.errors + ins.excluded.errors,
-              "spend_micros": UsageHourly.spend_micros + ins.excluded.spend_micros},
+        set_={"calls": _USAGE.c.calls + ins.excluded.calls,
+              "errors": _USAGE.c.errors + ins.excluded.errors,
+              "spend_micros": _USAGE.c.spend_micros + ins.excluded.spend_micros},
     )
     db.session.execute(stmt)
 

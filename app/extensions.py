@@ -93,8 +93,13 @@ _redis_clients: dict[str, redis_lib.Redis] = {}
 
 def get_redis() -> redis_lib.Redis | None:
     """The shared Redis client for REDIS_URL, or None in the embedded default."""
-    url = current_app.config.get("REDIS_URL")
-    if not url:
+    return redis_for(current_app.config.get("REDIS_URL") or "")
+
+
+def redis_for(url: str) -> redis_lib.Redis | None:
+    """The process-wide Redis client for a ``redis://`` / ``rediss://`` / ``unix://`` URL
+    (one connection pool per URL), or None for anything else (e.g. ``memory://``)."""
+    if not url.startswith(("redis://", "rediss://", "unix://")):
         return None
     client = _redis_clients.get(url)
     if client is None:

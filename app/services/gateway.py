@@ -26,7 +26,7 @@ from datetime import timedelta
 
 import orjson
 from flask import current_app
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from app.errors import Conflict, InvalidRequest, PaymentRequired, ProviderTimeout, UpstreamError
@@ -39,6 +39,19 @@ from app.services import catalog, ledger, receipts, upstream, usage
 # Core statements on the tables in the hot path (cached compiled SQL, no ORM overhead).
 _CALLS = ModuleCall.__table__
 _IDEMPOTENCY = IdempotencyRecord.__table__
+_INSERT_CALL = insert(_CALLS)
+_INSERT_IDEMPOTENCY = insert(_IDEMPOTENCY)
+_SUCCEED_CALL = (update(_CALLS)
+                 .where(_CALLS.c.id == bindparam("b_call_id"), _CALLS.c.status == "pending")
+                 .values(status="succeeded", **{
+                     c: bindparam("b_" + c, type_=_CALLS.c[c].type)
+                     for c in ("ok", "provider_status", "receipt", "finished_at")}))
+_IDEMPOTENCY_DONE = (update(_IDEMPOTENCY)
+                     .where(_IDEMPOTENCY.c.account_id == bindparam("b_account"),
+                            _IDEMPOTENCY.c.key == bindparam("b_key"),
+                            _IDEMPOTENCY.c.call_id == bindparam("b_call_id"))
+                     .values(status="done", response_body=bindparam("b_response_body",
+                                                                 type_=_IDEMPOTENCY.c.response_body.type)))
 
 OWNER_SHARE_NUM, OWNER_SHARE_DEN = 3, 10  # 30% of a call's price accrues to the owner agent
 FUND_ENDPOINT = "POST /api/wallet/fund"
@@ -208,11 +221,11 @@ def open_call(*, account_id: str, mode: str, mod: catalog.ModuleSnap, act: catal
             # no money is created or lost. See README "Performance".
             skip_commit_flush()
             if idempotency_key is not None:
-                s.execute(insert(_IDEMPOTENCY).values(
+                s.execute(_INSERT_IDEMPOTENCY, dict(
                     account_id=account_id, key=idempotency_key, request_hash=req_hash,
                     call_id=call_id, status="in_flight", created_at=now,
                     expires_at=now + timedelta(seconds=cfg["IDEMPOTENCY_TTL_SECONDS"])))
-            s.execute(insert(_CALLS).values(
+            s.execute(_INSERT_CALL, dict(
                 id=call_id, account_id=account_id, module_id=mod.id, module_slug=slug,
                 action=act.name, mode=mode, status="pending", price_micros=price_micros,
                 charged=charged, owner_agent_id=mod.owner_agent_id,
@@ -259,19 +272,16 @@ def _finalize(call_id, account_id, slug, act, mode, answer, idempotency_key) -> 
                          "receipt": receipt})
     s = db.session
     try:
-        done = s.execute(update(_CALLS).where(_CALLS.c.id == call_id, _CALLS.c.status == "pending")
-                         .values(status="succeeded", ok=answer.ok, provider_status=answer.status,
-                                 receipt=receipt, finished_at=utcnow())).rowcount
+        done = s.execute(_SUCCEED_CALL, {
+            "b_call_id": call_id, "b_ok": answer.ok, "b_provider_status": answer.status,
+            "b_receipt": receipt, "b_finished_at": utcnow()}).rowcount
         if done != 1:  # the sweep refunded it while we waited: not charged, no result
             s.rollback()
             raise ProviderTimeout("The provider answered after the call's deadline; the call "
                                   "was refunded and not charged.")
         if idempotency_key is not None:
-            s.execute(update(_IDEMPOTENCY)
-                      .where(_IDEMPOTENCY.c.account_id == account_id,
-                             _IDEMPOTENCY.c.key == idempotency_key,
-                             _IDEMPOTENCY.c.call_id == call_id)
-                      .values(status="done", response_body=body.decode()))
+            s.execute(_IDEMPOTENCY_DONE, {"b_account": account_id, "b_key": idempotency_key,
+                                          "b_call_id": call_id, "b_response_body": body.decode()})
         s.commit()
     except BaseException:
         s.rollback()

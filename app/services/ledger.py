@@ -78,6 +78,12 @@ _ACCOUNTS = Account.__table__
 _TXNS = LedgerTransaction.__table__
 _ENTRIES = LedgerEntry.__table__
 
+# Statements built once, parameters given at execution (SQLAlchemy's compiled cache).
+_CREDIT = (update(_ACCOUNTS).where(_ACCOUNTS.c.id == bindparam("acct"))
+           .values(balance_micros=_ACCOUNTS.c.balance_micros + bindparam("delta")))
+_DEBIT = _CREDIT.where(_ACCOUNTS.c.balance_micros >= bindparam("need"))  # never below zero
+_INSERT_TXN = insert(_TXNS).returning(_TXNS.c.id)
+
 # PostgreSQL: insert the transaction and its legs in one statement.
 _PG_POST = text("""
     WITH txn AS (
@@ -114,10 +120,8 @@ def post(kind: str, legs: list[tuple[str, int]], *, ref: str | None = None,
     for code, amount in sorted(legs, key=lambda leg: leg[1]):
         if code.startswith(CUSTOMER):
             acct = code[len(CUSTOMER):]
-            stmt = update(_ACCOUNTS).where(_ACCOUNTS.c.id == acct)
-            if amount < 0:
-                stmt = stmt.where(_ACCOUNTS.c.balance_micros >= -amount)
-            res = session.execute(stmt.values(balance_micros=_ACCOUNTS.c.balance_micros + amount))
+            res = session.execute(_DEBIT if amount < 0 else _CREDIT,
+                                  {"acct": acct, "delta": amount, "need": -amount})
             if res.rowcount != 1:
                 if amount < 0:
                     raise InsufficientFunds(acct, -amount)
@@ -127,7 +131,7 @@ def post(kind: str, legs: list[tuple[str, int]], *, ref: str | None = None,
         # The transaction and all its entries in one statement (one round trip).
         return session.execute(_PG_POST, {**txn, "codes": [c for c, _ in legs],
                                           "amounts": [a for _, a in legs]}).scalars().first()
-    txn_id = session.execute(insert(_TXNS).values(**txn).returning(_TXNS.c.id)).scalar_one()
+    txn_id = session.execute(_INSERT_TXN, txn).scalar_one()
     session.execute(insert(_ENTRIES), [
         {"txn_id": txn_id, "ledger_account": code, "amount_micros": amount, "created_at": now}
         for code, amount in legs])

@@ -65,8 +65,8 @@ def hold(completion_id: str, account_id: str, requested_model: str, hold_micros:
 
 def _flip(completion_id: str, values: dict) -> bool:
     res = db.session.execute(
-        update(ChatCompletion).where(ChatCompletion.id == completion_id, ChatCompletion.status == "held")
-        .values(settled_at=utcnow(), **values).execution_options(synchronize_session=False))
+        update(_COMPLETIONS).where(_COMPLETIONS.c.id == completion_id, _COMPLETIONS.c.status == "held")
+        .values(settled_at=utcnow(), **values))
     return res.rowcount == 1
 
 

@@ -257,7 +257,10 @@ def load_config(overrides: dict | None = None) -> dict:
         cfg["SQLALCHEMY_ENGINE_OPTIONS"] = {"connect_args": {"timeout": 30}}
     else:
         cfg["SQLALCHEMY_ENGINE_OPTIONS"] = {
-            "pool_pre_ping": True,
+            # A "SELECT 1" per pool checkout (a metered call checks out twice). Without it a
+            # server restart fails the first statement on each stale connection (the
+            # request fails and changes nothing; SQLAlchemy then drops the whole pool).
+            "pool_pre_ping": _bool("DB_POOL_PRE_PING", True),
             "pool_size": _int("DB_POOL_SIZE", 10),
             "max_overflow": _int("DB_MAX_OVERFLOW", 10),
             "pool_recycle": 1800,

@@ -12,6 +12,7 @@ from flask_smorest import Api as _SmorestApi
 from flask_smorest import Blueprint as _SmorestBlueprint
 from flask_sqlalchemy import SQLAlchemy
 from sqlalchemy import MetaData
+from sqlalchemy import text as sa_text
 from sqlalchemy.orm import DeclarativeBase
 from webargs.flaskparser import FlaskParser
 
@@ -92,8 +93,13 @@ _redis_clients: dict[str, redis_lib.Redis] = {}
 
 def get_redis() -> redis_lib.Redis | None:
     """The shared Redis client for REDIS_URL, or None in the embedded default."""
-    url = current_app.config.get("REDIS_URL")
-    if not url:
+    return redis_for(current_app.config.get("REDIS_URL") or "")
+
+
+def redis_for(url: str) -> redis_lib.Redis | None:
+    """The process-wide Redis client for a ``redis://`` / ``rediss://`` / ``unix://`` URL
+    (one connection pool per URL), or None for anything else (e.g. ``memory://``)."""
+    if not url.startswith(("redis://", "rediss://", "unix://")):
         return None
     client = _redis_clients.get(url)
     if client is None:
@@ -105,3 +111,20 @@ def get_redis() -> redis_lib.Redis | None:
                 )
                 _redis_clients[url] = client
     return client
+
+
+def skip_commit_flush() -> None:
+    """Let the current transaction's COMMIT return without waiting for the WAL flush
+    (PostgreSQL ``SET LOCAL synchronous_commit = off``; nothing elsewhere).
+
+    Only for a transaction that is always followed, before any answer leaves the
+    process, by a durable commit on the same server (e.g. a call's finalize): PostgreSQL
+    flushes the WAL in order, so that durable commit also makes this one durable. Losing
+    it in a crash in between loses only a transaction nobody has been told about.
+    Callers state why that is harmless for them."""
+    session = db.session
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(_ASYNC_COMMIT)
+
+
+_ASYNC_COMMIT = sa_text("SET LOCAL synchronous_commit = off")

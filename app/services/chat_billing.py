@@ -21,7 +21,7 @@ from datetime import timedelta
 from sqlalchemy import insert, select, update
 
 from app.errors import PaymentRequired
-from app.extensions import db
+from app.extensions import db, skip_commit_flush
 from app.models import Account, ChatCompletion
 from app.models.base import utcnow
 from app.services import ledger, usage
@@ -29,6 +29,7 @@ from app.services import ledger, usage
 log = logging.getLogger(__name__)
 
 HOLD = "hold:chat"
+_COMPLETIONS = ChatCompletion.__table__
 
 
 def hold(completion_id: str, account_id: str, requested_model: str, hold_micros: int,
@@ -36,13 +37,19 @@ def hold(completion_id: str, account_id: str, requested_model: str, hold_micros:
     """Record the completion as ``held`` and move ``hold_micros`` from the customer to the
     hold account, in one transaction. 402 ``payment_required`` when the balance is short."""
     try:
-        if hold_micros > 0:  # the conditional debit first: a short balance writes nothing
-            ledger.post("chat_hold", [(ledger.customer(account_id), -hold_micros), (HOLD, hold_micros)],
-                        ref=f"chat_hold:{completion_id}", account_id=account_id)
-        db.session.execute(insert(ChatCompletion).values(
+        # No WAL-flush wait for this COMMIT: settle/release commits durably before the
+        # answer is sent, and PostgreSQL flushes the WAL in order. A server crash before
+        # that may lose the hold; then the caller was not charged (for a stream already
+        # under way: as when the sweep releases the hold of a crashed process) and no money
+        # was created or lost (README "Performance").
+        skip_commit_flush()
+        db.session.execute(insert(_COMPLETIONS).values(
             id=completion_id, account_id=account_id, mode="live", requested_model=requested_model,
             status="held", stream=stream, hold_micros=hold_micros, cost_micros=0, prompt_tokens=0,
             completion_tokens=0, usage_estimated=False, attempts=0, latency_ms=0, created_at=utcnow()))
+        if hold_micros > 0:  # the balance row last: its lock is held only until the commit
+            ledger.post("chat_hold", [(ledger.customer(account_id), -hold_micros), (HOLD, hold_micros)],
+                        ref=f"chat_hold:{completion_id}", account_id=account_id)
         db.session.commit()
     except ledger.InsufficientFunds:
         db.session.rollback()
@@ -58,8 +65,8 @@ def hold(completion_id: str, account_id: str, requested_model: str, hold_micros:
 
 def _flip(completion_id: str, values: dict) -> bool:
     res = db.session.execute(
-        update(ChatCompletion).where(ChatCompletion.id == completion_id, ChatCompletion.status == "held")
-        .values(settled_at=utcnow(), **values).execution_options(synchronize_session=False))
+        update(_COMPLETIONS).where(_COMPLETIONS.c.id == completion_id, _COMPLETIONS.c.status == "held")
+        .values(settled_at=utcnow(), **values))
     return res.rowcount == 1
 
 

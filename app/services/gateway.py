@@ -26,15 +26,32 @@ from datetime import timedelta
 
 import orjson
 from flask import current_app
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from app.errors import Conflict, InvalidRequest, PaymentRequired, ProviderTimeout, UpstreamError
-from app.extensions import db
+from app.extensions import db, skip_commit_flush
 from app.ids import new_id
 from app.models import IdempotencyRecord, ModuleCall
 from app.models.base import utcnow
 from app.services import catalog, ledger, receipts, upstream, usage, x402
+
+# Core statements on the tables in the hot path (cached compiled SQL, no ORM overhead).
+_CALLS = ModuleCall.__table__
+_IDEMPOTENCY = IdempotencyRecord.__table__
+_INSERT_CALL = insert(_CALLS)
+_INSERT_IDEMPOTENCY = insert(_IDEMPOTENCY)
+_SUCCEED_CALL = (update(_CALLS)
+                 .where(_CALLS.c.id == bindparam("b_call_id"), _CALLS.c.status == "pending")
+                 .values(status="succeeded", **{
+                     c: bindparam("b_" + c, type_=_CALLS.c[c].type)
+                     for c in ("ok", "provider_status", "receipt", "finished_at")}))
+_IDEMPOTENCY_DONE = (update(_IDEMPOTENCY)
+                     .where(_IDEMPOTENCY.c.account_id == bindparam("b_account"),
+                            _IDEMPOTENCY.c.key == bindparam("b_key"),
+                            _IDEMPOTENCY.c.call_id == bindparam("b_call_id"))
+                     .values(status="done", response_body=bindparam("b_response_body",
+                                                                 type_=_IDEMPOTENCY.c.response_body.type)))
 
 OWNER_SHARE_NUM, OWNER_SHARE_DEN = 3, 10  # 30% of a call's price accrues to the owner agent
 FUND_ENDPOINT = "POST /api/wallet/fund"
@@ -212,11 +229,26 @@ def open_call(*, account_id: str, mode: str, mod: catalog.ModuleSnap, act: catal
         call_id = new_id("call")
         now = utcnow()
         try:
+            # No WAL-flush wait for this COMMIT: _finalize's durable commit (before any
+            # answer is sent) flushes it too, since PostgreSQL flushes the WAL in order. A
+            # server crash in between may lose this transaction; then the caller got no
+            # answer, no charge and no receipt (an idempotent retry starts a fresh call):
+            # no money is created or lost. See README "Performance".
+            skip_commit_flush()
             if idempotency_key is not None:
-                s.execute(insert(IdempotencyRecord).values(
+                s.execute(_INSERT_IDEMPOTENCY, dict(
                     account_id=account_id, key=idempotency_key, request_hash=req_hash,
                     call_id=call_id, status="in_flight", created_at=now,
                     expires_at=now + timedelta(seconds=cfg["IDEMPOTENCY_TTL_SECONDS"])))
+            s.execute(_INSERT_CALL, dict(
+                id=call_id, account_id=account_id, module_id=mod.id, module_slug=slug,
+                action=act.name, mode=mode, status="pending", price_micros=price_micros,
+                charged=charged, owner_agent_id=mod.owner_agent_id,
+                idempotency_key=idempotency_key, created_at=now,
+                deadline_at=now + timedelta(seconds=act.timeout_seconds
+                                            + cfg["CALL_SWEEP_MARGIN_SECONDS"])))
+            # The hot rows (account balance, the hour's usage counter) last, right before
+            # the commit, so their row locks are held as briefly as possible.
             if charged:
                 legs = _legs(account_id, price_micros, mod.owner_agent_id)
                 try:
@@ -231,13 +263,6 @@ def open_call(*, account_id: str, mode: str, mod: catalog.ModuleSnap, act: catal
                         paid_out.append(paid)
                     ledger.post("module_call", legs, ref=f"call:{call_id}",
                                 account_id=account_id, created_at=now)
-            s.execute(insert(ModuleCall).values(
-                id=call_id, account_id=account_id, module_id=mod.id, module_slug=slug,
-                action=act.name, mode=mode, status="pending", price_micros=price_micros,
-                charged=charged, owner_agent_id=mod.owner_agent_id,
-                idempotency_key=idempotency_key, created_at=now,
-                deadline_at=now + timedelta(seconds=act.timeout_seconds
-                                            + cfg["CALL_SWEEP_MARGIN_SECONDS"])))
             usage.record(account_id, slug, spend_micros=price_micros, mode=mode, at=now)
             s.commit()
             return call_id
@@ -264,22 +289,16 @@ def _finalize(call_id, account_id, slug, act, mode, answer, idempotency_key) -> 
                          "receipt": receipt})
     s = db.session
     try:
-        done = s.execute(update(ModuleCall).where(ModuleCall.id == call_id,
-                                                  ModuleCall.status == "pending")
-                         .values(status="succeeded", ok=answer.ok, provider_status=answer.status,
-                                 receipt=receipt, finished_at=utcnow())
-                         .execution_options(synchronize_session=False)).rowcount
+        done = s.execute(_SUCCEED_CALL, {
+            "b_call_id": call_id, "b_ok": answer.ok, "b_provider_status": answer.status,
+            "b_receipt": receipt, "b_finished_at": utcnow()}).rowcount
         if done != 1:  # the sweep refunded it while we waited: not charged, no result
             s.rollback()
             raise ProviderTimeout("The provider answered after the call's deadline; the call "
                                   "was refunded and not charged.")
         if idempotency_key is not None:
-            s.execute(update(IdempotencyRecord)
-                      .where(IdempotencyRecord.account_id == account_id,
-                             IdempotencyRecord.key == idempotency_key,
-                             IdempotencyRecord.call_id == call_id)
-                      .values(status="done", response_body=body.decode())
-                      .execution_options(synchronize_session=False))
+            s.execute(_IDEMPOTENCY_DONE, {"b_account": account_id, "b_key": idempotency_key,
+                                          "b_call_id": call_id, "b_response_body": body.decode()})
         s.commit()
     except BaseException:
         s.rollback()

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import BigInteger, String, bindparam, func, insert, select, text, update
+from sqlalchemy.dialects.postgresql import ARRAY
 
 from app.errors import PaymentRequired
 from app.extensions import db
 from app.models import Account, LedgerEntry, LedgerTransaction
-from app.models.base import utcnow
+from app.models.base import JSONType, UTCDateTime, utcnow
 
 MICROS_PER_CENT = 10_000
 MICROS_PER_USD = 1_000_000
@@ -73,6 +74,30 @@ class UnbalancedPosting(ValueError):
     pass
 
 
+_ACCOUNTS = Account.__table__
+_TXNS = LedgerTransaction.__table__
+_ENTRIES = LedgerEntry.__table__
+
+# Statements built once, parameters given at execution (SQLAlchemy's compiled cache).
+_CREDIT = (update(_ACCOUNTS).where(_ACCOUNTS.c.id == bindparam("acct"))
+           .values(balance_micros=_ACCOUNTS.c.balance_micros + bindparam("delta")))
+_DEBIT = _CREDIT.where(_ACCOUNTS.c.balance_micros >= bindparam("need"))  # never below zero
+_INSERT_TXN = insert(_TXNS).returning(_TXNS.c.id)
+
+# PostgreSQL: insert the transaction and its legs in one statement.
+_PG_POST = text("""
+    WITH txn AS (
+        INSERT INTO ledger_transactions (kind, ref, account_id, meta, created_at)
+        VALUES (:kind, :ref, :account_id, :meta, :created_at)
+        RETURNING id)
+    INSERT INTO ledger_entries (txn_id, ledger_account, amount_micros, created_at)
+    SELECT txn.id, leg.code, leg.amount, :created_at
+    FROM txn, unnest(CAST(:codes AS varchar[]), CAST(:amounts AS bigint[])) AS leg(code, amount)
+    RETURNING txn_id
+""").bindparams(bindparam("meta", type_=JSONType), bindparam("created_at", type_=UTCDateTime()),
+                bindparam("codes", type_=ARRAY(String)), bindparam("amounts", type_=ARRAY(BigInteger)))
+
+
 def post(kind: str, legs: list[tuple[str, int]], *, ref: str | None = None,
          account_id: str | None = None, meta: dict | None = None,
          created_at=None) -> int:
@@ -89,31 +114,27 @@ def post(kind: str, legs: list[tuple[str, int]], *, ref: str | None = None,
         raise UnbalancedPosting(f"legs of {kind} do not sum to zero: {legs}")
     session = db.session
     now = created_at or utcnow()
-    # Debits first (conditional), then credits: a failed debit changes nothing.
+    # Debits first (conditional), then credits: a failed debit changes nothing, so a caller
+    # may catch InsufficientFunds, add funds and post again in the same transaction.
+    # Core statements on the tables (not the ORM): cached compiled SQL, no unit of work.
     for code, amount in sorted(legs, key=lambda leg: leg[1]):
         if code.startswith(CUSTOMER):
             acct = code[len(CUSTOMER):]
-            stmt = update(Account).where(Account.id == acct)
-            if amount < 0:
-                stmt = stmt.where(Account.balance_micros >= -amount)
-            res = session.execute(
-                stmt.values(balance_micros=Account.balance_micros + amount)
-                .execution_options(synchronize_session=False)
-            )
+            res = session.execute(_DEBIT if amount < 0 else _CREDIT,
+                                  {"acct": acct, "delta": amount, "need": -amount})
             if res.rowcount != 1:
                 if amount < 0:
                     raise InsufficientFunds(acct, -amount)
                 raise LookupError(f"no account {acct}")
-    txn_id = session.execute(
-        insert(LedgerTransaction)
-        .values(kind=kind, ref=ref, account_id=account_id, meta=meta, created_at=now)
-        .returning(LedgerTransaction.id)
-    ).scalar_one()
-    session.execute(
-        insert(LedgerEntry),
-        [{"txn_id": txn_id, "ledger_account": code, "amount_micros": amount, "created_at": now}
-         for code, amount in legs],
-    )
+    txn = {"kind": kind, "ref": ref, "account_id": account_id, "meta": meta, "created_at": now}
+    if session.get_bind().dialect.name == "postgresql":
+        # The transaction and all its entries in one statement (one round trip).
+        return session.execute(_PG_POST, {**txn, "codes": [c for c, _ in legs],
+                                          "amounts": [a for _, a in legs]}).scalars().first()
+    txn_id = session.execute(_INSERT_TXN, txn).scalar_one()
+    session.execute(insert(_ENTRIES), [
+        {"txn_id": txn_id, "ledger_account": code, "amount_micros": amount, "created_at": now}
+        for code, amount in legs])
     return txn_id
 
 

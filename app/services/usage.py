@@ -17,6 +17,10 @@ from app.models.usage import UsageHourly
 from app.models.base import utcnow
 
 
+_USAGE = UsageHourly.__table__  # Core statements in the hot path: cached compiled SQL
+_UPSERTS: dict = {}
+
+
 def hour_of(ts: datetime) -> datetime:
     return ts.astimezone(timezone.utc).replace(minute=0, second=0, microsecond=0)
 
@@ -29,15 +33,21 @@ def record(account_id: str, product: str, *, spend_micros: int, error: bool = Fa
     at = at or utcnow()
     values = {"account_id": account_id, "product": product, "mode": mode, "hour": hour_of(at),
               "calls": calls, "errors": 1 if error else 0, "spend_micros": int(spend_micros)}
-    dialect = db.session.get_bind().dialect.name
-    ins = (pg_insert if dialect == "postgresql" else sqlite_insert)(UsageHourly).values(**values)
-    stmt = ins.on_conflict_do_update(
-        index_elements=["account_id", "product", "mode", "hour"],
-        set_={"calls": UsageHourly.calls + ins.excluded.calls,
-              "errors": UsageHourly.errors + ins.excluded.errors,
-              "spend_micros": UsageHourly.spend_micros + ins.excluded.spend_micros},
-    )
-    db.session.execute(stmt)
+    db.session.execute(_upsert(db.session.get_bind().dialect.name), values)
+
+
+def _upsert(dialect: str):
+    """INSERT … ON CONFLICT DO UPDATE adding to the hour's counters (built once per
+    dialect; the values are given at execution)."""
+    stmt = _UPSERTS.get(dialect)
+    if stmt is None:
+        ins = (pg_insert if dialect == "postgresql" else sqlite_insert)(_USAGE)
+        stmt = _UPSERTS[dialect] = ins.on_conflict_do_update(
+            index_elements=["account_id", "product", "mode", "hour"],
+            set_={"calls": _USAGE.c.calls + ins.excluded.calls,
+                  "errors": _USAGE.c.errors + ins.excluded.errors,
+                  "spend_micros": _USAGE.c.spend_micros + ins.excluded.spend_micros})
+    return stmt
 
 
 def billing_period(now: datetime | None = None) -> tuple[datetime, datetime]:

@@ -1,0 +1,69 @@
+"""Per-credential plan rate limits (app/auth.py): the one-round-trip Redis counter, the
+``limits`` storage path without Redis, and failing open when the storage is down."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import redis
+from limits import parse_many
+
+from app import auth
+from tests.servers import free_port
+
+REDIS_URL = os.environ.get("REDIS_URL")
+needs_redis = pytest.mark.skipif(not REDIS_URL, reason="needs REDIS_URL (real Redis)")
+
+
+@needs_redis
+def test_redis_hits_count_every_window_in_one_round_trip(app):
+    client = redis.Redis.from_url(REDIS_URL)
+    items = parse_many("3/minute;10/hour")
+    key = "gwtest-rl:plan:key_1"
+    seen = []
+    for _ in range(4):
+        seen.append([(str(i), remaining) for i, remaining, _reset in auth._redis_hits(client, key, items)])
+    assert [r for _, r in (w[0] for w in seen)] == [2, 1, 0, -1]      # minute window: 4th exceeds
+    assert [r for _, r in (w[1] for w in seen)] == [9, 8, 7, 6]       # hour window still counts
+    keys = sorted(k.decode() for k in client.scan_iter("gwtest-rl:plan:key_1:*"))
+    assert len(keys) == 2 and keys[0].startswith("gwtest-rl:plan:key_1:10/3600:")
+    assert int(keys[1].rsplit(":", 1)[1]) % 60 == 0                  # named by the window start
+    for k in keys:
+        window = int(k.split(":")[-2].split("/")[1])
+        assert 0 < client.ttl(k) <= window + 1                          # never extended beyond it
+    _, _, reset = auth._redis_hits(client, key, items)[0]
+    assert 0 <= reset <= 60
+    client.delete(*keys)
+
+
+@needs_redis
+def test_redis_hits_are_per_credential(app):
+    client = redis.Redis.from_url(REDIS_URL)
+    items = parse_many("1/minute")
+    assert auth._redis_hits(client, "gwtest-rl:plan:a", items)[0][1] == 0
+    assert auth._redis_hits(client, "gwtest-rl:plan:b", items)[0][1] == 0
+    assert auth._redis_hits(client, "gwtest-rl:plan:a", items)[0][1] == -1
+    client.delete(*client.scan_iter("gwtest-rl:plan:*"))
+
+
+def test_limit_headers_and_429(app, client, make_account, monkeypatch):
+    monkeypatch.setitem(app.config["PLANS"], "starter", {"plan_cents": 2000, "rate_limit": "2/hour;50/day"})
+    acct = make_account(plan="starter")
+    first = client.get("/api/account", headers=acct.headers)
+    assert first.status_code == 200
+    assert first.headers["RateLimit-Limit"] == "2" and first.headers["RateLimit-Remaining"] == "1"
+    assert 0 < int(first.headers["RateLimit-Reset"]) <= 3600
+    assert client.get("/api/account", headers=acct.headers).status_code == 200
+    r = client.get("/api/account", headers=acct.headers)
+    assert r.status_code == 429 and r.get_json()["error"] == "rate_limited"
+    assert 1 <= int(r.headers["Retry-After"]) <= 3600 and r.headers["RateLimit-Remaining"] == "0"
+    other = make_account(plan="starter")  # another credential has its own budget
+    assert client.get("/api/account", headers=other.headers).status_code == 200
+
+
+def test_storage_down_fails_open(app, client, make_account, monkeypatch):
+    monkeypatch.setitem(app.config["PLANS"], "starter", {"plan_cents": 2000, "rate_limit": "1/hour"})
+    monkeypatch.setitem(app.config, "RATELIMIT_STORAGE_URI", f"redis://127.0.0.1:{free_port()}/0")
+    acct = make_account(plan="starter")
+    codes = [client.get("/api/account", headers=acct.headers).status_code for _ in range(3)]
+    assert codes == [200, 200, 200]

@@ -4,11 +4,10 @@ is Flask-Limiter's (Redis when REDIS_URL is set, so every worker and node shares
 counters). A breach is 429 ``rate_limited`` with ``Retry-After`` (app.errors)."""
 from __future__ import annotations
 
-import hashlib
-
 from flask import current_app, request
 
 from app.extensions import limiter
+from app.ids import sha256_hex
 
 
 def _email_key() -> str:
@@ -16,7 +15,7 @@ def _email_key() -> str:
     data = request.get_json(silent=True, cache=True)
     email = data.get("email") if isinstance(data, dict) else None
     if isinstance(email, str) and 0 < len(email) <= 320:
-        return "email:" + hashlib.sha256(email.strip().lower().encode()).hexdigest()[:32]
+        return "email:" + sha256_hex(email.strip().lower())[:32]
     return "ip:" + (request.remote_addr or "unknown")
 
 

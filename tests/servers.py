@@ -56,6 +56,19 @@ def app_env(cfg: dict) -> dict:
 
 
 @contextmanager
+def _terminating(proc: subprocess.Popen):
+    """Terminate ``proc`` on exit (kill it if it does not stop within 10 s)."""
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@contextmanager
 def gunicorn(env: dict, workers: int = 1, threads: int = 4, port: int | None = None):
     """Run ``gunicorn wsgi:app`` on loopback; yields its base URL."""
     port = port or free_port()
@@ -65,15 +78,9 @@ def gunicorn(env: dict, workers: int = 1, threads: int = 4, port: int | None = N
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
     url = f"http://127.0.0.1:{port}"
-    try:
+    with _terminating(proc):
         wait_http(url + "/openapi.json")
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 @contextmanager
@@ -197,12 +204,6 @@ http {{
     proc = subprocess.Popen([binary, "-p", prefix, "-c", path], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
-    try:
+    with _terminating(proc):
         wait_http(url + "/openapi.json")
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()

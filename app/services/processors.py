@@ -12,6 +12,8 @@
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 import hashlib
 import hmac
 import json
@@ -81,28 +83,32 @@ def sandbox_webhook_secret() -> str:
     return "whsec_sbx_" + derived
 
 
-class Processor:
-    """What the payment service needs from a processor."""
+class Processor(ABC):
+    """What the payment service needs from a processor (implemented by the sandbox and
+    Stripe processors below)."""
 
     name = "abstract"
 
+    @abstractmethod
     def ensure_customer(self, account_id: str, email: str | None, customer_id: str | None) -> str:
-        raise NotImplementedError
+        """The processor customer of the account (created when ``customer_id`` is None)."""
 
+    @abstractmethod
     def retrieve_method(self, pm_id: str) -> MethodInfo:
-        raise NotImplementedError
+        """Look up a payment method; raises InvalidRequest for an unknown id."""
 
+    @abstractmethod
     def attach_default(self, customer_id: str, pm_id: str) -> None:
-        raise NotImplementedError
+        """Attach ``pm_id`` to the customer and make it the default method."""
 
+    @abstractmethod
     def create_checkout(self, payment, customer_id: str | None, success_url: str,
                         cancel_url: str) -> tuple[str, str]:
         """Returns (session id, hosted checkout url)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def charge(self, payment, customer_id: str, pm: MethodInfo) -> ChargeResult:
         """Off-session charge of the saved method (idempotent on ``payment.id``)."""
-        raise NotImplementedError
 
 
 class SandboxProcessor(Processor):

@@ -6,15 +6,10 @@ import json
 import click
 from flask.cli import AppGroup
 
-from app.errors import DomainError
 from app.scopes import ALL_SCOPES
 from app.services import accounts, keys
 
 accounts_cli = AppGroup("accounts", help="Create accounts, grant credits, set plans and admins.")
-
-
-def _fail(err: DomainError):
-    raise click.ClickException(f"{err.code}: {err.message}")
 
 
 def _resolve(account: str) -> str:
@@ -34,14 +29,11 @@ def _resolve(account: str) -> str:
 def create(email, plan, admin, test_key):
     """Create an account (with the 1,000-cent promotional grant) and a full-scope
     svc_live_ key; prints {"account_id": ..., "key": ...}."""
-    try:
-        acct = accounts.create_account(email, plan=plan, admin=admin)
-        _, secret = keys.mint(acct.id, "default", ALL_SCOPES)
-        out = {"account_id": acct.id, "key": secret}
-        if test_key:
-            out["test_key"] = keys.mint(acct.id, "sandbox", ALL_SCOPES, mode="test")[1]
-    except DomainError as err:
-        _fail(err)
+    acct = accounts.create_account(email, plan=plan, admin=admin)
+    _, secret = keys.mint(acct.id, "default", ALL_SCOPES)
+    out = {"account_id": acct.id, "key": secret}
+    if test_key:
+        out["test_key"] = keys.mint(acct.id, "sandbox", ALL_SCOPES, mode="test")[1]
     click.echo(json.dumps(out))
 
 
@@ -52,14 +44,11 @@ def create(email, plan, admin, test_key):
 @click.option("--scope", "scopes", multiple=True, help="Repeatable; default: all scopes.")
 def create_key(account, name, test_mode, scopes):
     """Mint a key for ACCOUNT (id or e-mail); prints {"id": ..., "key": ...}."""
-    try:
-        bad = set(scopes) - set(ALL_SCOPES)
-        if bad:
-            raise click.ClickException(f"unknown scopes: {', '.join(sorted(bad))}")
-        row, secret = keys.mint(_resolve(account), name, scopes or ALL_SCOPES,
-                                mode="test" if test_mode else "live")
-    except DomainError as err:
-        _fail(err)
+    bad = set(scopes) - set(ALL_SCOPES)
+    if bad:
+        raise click.ClickException(f"unknown scopes: {', '.join(sorted(bad))}")
+    row, secret = keys.mint(_resolve(account), name, scopes or ALL_SCOPES,
+                            mode="test" if test_mode else "live")
     click.echo(json.dumps({"id": row.id, "key": secret}))
 
 
@@ -69,10 +58,7 @@ def create_key(account, name, test_mode, scopes):
 @click.option("--memo", default=None)
 def grant_credits(account, cents, memo):
     """Credit (or, negative, correct) ACCOUNT's balance through the ledger."""
-    try:
-        balance = accounts.grant_credits(_resolve(account), cents, memo)
-    except DomainError as err:
-        _fail(err)
+    balance = accounts.grant_credits(_resolve(account), cents, memo)
     click.echo(json.dumps({"balance_cents": balance // 10_000}))
 
 
@@ -81,10 +67,7 @@ def grant_credits(account, cents, memo):
 @click.argument("plan")
 def set_plan(account, plan):
     """Set ACCOUNT's plan."""
-    try:
-        acct = accounts.set_plan(_resolve(account), plan)
-    except DomainError as err:
-        _fail(err)
+    acct = accounts.set_plan(_resolve(account), plan)
     click.echo(json.dumps({"account_id": acct.id, "plan": acct.plan}))
 
 
@@ -93,8 +76,5 @@ def set_plan(account, plan):
 @click.option("--revoke", is_flag=True, help="Remove the admin flag instead.")
 def grant_admin(account, revoke):
     """Flag ACCOUNT as admin (or remove the flag)."""
-    try:
-        acct = accounts.set_admin(_resolve(account), not revoke)
-    except DomainError as err:
-        _fail(err)
+    acct = accounts.set_admin(_resolve(account), not revoke)
     click.echo(json.dumps({"account_id": acct.id, "is_admin": acct.is_admin}))

@@ -9,7 +9,6 @@ import sys
 import click
 from flask.cli import AppGroup, with_appcontext
 
-from app.errors import DomainError
 from app.services import builds, settlement
 
 modules_cli = AppGroup("modules", help="Review agent-built module submissions.")
@@ -38,10 +37,7 @@ def pending():
 @click.option("--notes", default=None, help="Notes shown to the agent.")
 def approve(slug, notes):
     """Approve the pending submission for SLUG (listed and callable at once)."""
-    try:
-        _echo(builds.review_view(builds.approve(slug, reviewer=_reviewer(), notes=notes)))
-    except DomainError as err:
-        raise click.ClickException(f"{err.code}: {err.message}")
+    _echo(builds.review_view(builds.approve(slug, reviewer=_reviewer(), notes=notes)))
 
 
 @modules_cli.command("reject")
@@ -49,10 +45,7 @@ def approve(slug, notes):
 @click.option("--reason", required=True, help="Why; shown to the agent as review_notes.")
 def reject(slug, reason):
     """Reject the pending submission for SLUG."""
-    try:
-        _echo(builds.review_view(builds.reject(slug, reviewer=_reviewer(), reason=reason)))
-    except DomainError as err:
-        raise click.ClickException(f"{err.code}: {err.message}")
+    _echo(builds.review_view(builds.reject(slug, reviewer=_reviewer(), reason=reason)))
 
 
 @click.command("settle")
@@ -68,5 +61,3 @@ def settle_cmd(month):
         _echo(err.extra.get("summary"))
         click.echo(f"error: {err.message}", err=True)
         sys.exit(1)
-    except DomainError as err:
-        raise click.ClickException(f"{err.code}: {err.message}")

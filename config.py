@@ -160,7 +160,7 @@ def load_config(overrides: dict | None = None) -> dict:
         "X402_NETWORKS": [n.strip() for n in (_env("X402_NETWORKS", "base") or "").split(",") if n.strip()],
         "X402_FACILITATOR_URL": _env("X402_FACILITATOR_URL"),
         "X402_MAX_TIMEOUT_SECONDS": _int("X402_MAX_TIMEOUT_SECONDS", 300),
-        # --- module gateway (app/services/gateway.py, receipts.py) -------------
+        # --- module gateway (app/services/gateway/calls.py, receipts.py) -------------
         "CATALOG_PATH": _env("CATALOG_PATH", str(BASE_DIR / "catalog" / "modules")),
         "CATALOG_CACHE_TTL": _float("CATALOG_CACHE_TTL", 5.0),
         "CALL_SWEEP_MARGIN_SECONDS": _float("CALL_SWEEP_MARGIN_SECONDS", 60.0),
@@ -218,10 +218,6 @@ def load_config(overrides: dict | None = None) -> dict:
         # --- observability --------------------------------------------------
         # Bearer token for /metrics; unset: /metrics answers loopback clients only.
         "METRICS_TOKEN": _env("METRICS_TOKEN"),
-        # --- benchmarks (bench/, never set in a normal run) ------------------
-        # BENCH_PASSTHROUGH=1 registers the bare /bench/passthrough baseline route.
-        "BENCH_PASSTHROUGH": _bool("BENCH_PASSTHROUGH", False),
-        "BENCH_UPSTREAM_URL": _env("BENCH_UPSTREAM_URL"),
     }
     if overrides:
         cfg.update(overrides)

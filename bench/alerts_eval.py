@@ -1,4 +1,4 @@
-"""Benchmark: one alert evaluation pass (``app.services.alerts.evaluate_all``).
+"""Benchmark: one alert evaluation pass (``app.services.billing.alerts.evaluate_all``).
 
 Seeds, with set-based SQL on PostgreSQL, N alert rules (5 per account; 10% of them due to
 fire) and rollups worth M calls (10 calls per hourly rollup row, spread over twice as many
@@ -107,7 +107,7 @@ def seed(rules: int, calls: int) -> int:
 
 def timed_pass() -> dict:
     from app.extensions import db
-    from app.services import alerts
+    from app.services.billing import alerts
 
     count = {"n": 0}
 

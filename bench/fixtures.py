@@ -11,7 +11,8 @@ import sys
 def main(n: int, grant_cents: int) -> list[dict]:
     from app import create_app
     from app.scopes import ALL_SCOPES
-    from app.services import accounts, keys
+    from app.services.accounts import accounts
+    from app.services.accounts import keys
 
     app = create_app()
     out = []

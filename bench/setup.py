@@ -56,7 +56,6 @@ def app_env(ports: dict, work: Path) -> dict:
         # The bench talks to a loopback upstream; production refuses that by default.
         "ALLOW_PRIVATE_URLS": "1",
         "TRUSTED_PROXIES": "0",
-        "BENCH_PASSTHROUGH": "1",
         "BENCH_UPSTREAM_URL": f"http://127.0.0.1:{ports['upstream']}/module/passthrough",
         "PYTHONPATH": str(ROOT),
         "FLASK_APP": "wsgi",
@@ -154,7 +153,7 @@ http {{
 
 def start_gunicorn(env: dict, ports: dict, work: Path):
     proc = procs.start("gunicorn", [str(BIN / "gunicorn"), "-c", str(ROOT / "deploy" / "gunicorn.conf.py"),
-                                    "wsgi:app"], env=env, cwd=str(ROOT), log=work / "gunicorn.log")
+                                    "bench.passthrough.wsgi:app"], env=env, cwd=str(ROOT), log=work / "gunicorn.log")
     procs.wait_http(f"http://127.0.0.1:{ports['gunicorn']}/api/account", proc=proc, timeout=60)
     # every worker must be up before measuring (idle RSS, no first-request import cost)
     for _ in range(100):

@@ -122,8 +122,8 @@ start() {  # start NAME LOGFILE CMD...
   PIDS[$name]=$!
 }
 if [ "$SERVE_DEMO" = 1 ]; then
-  start demo-provider "$SERVE_DIR/logs/demo-provider.log" "$BIN/python" -m app.demo.provider
-  start demo-llm "$SERVE_DIR/logs/demo-llm.log" "$BIN/python" -m app.demo.llm --host 127.0.0.1 --port "$DEMO_LLM_PORT"
+  start demo-provider "$SERVE_DIR/logs/demo-provider.log" "$BIN/python" -m demo.provider
+  start demo-llm "$SERVE_DIR/logs/demo-llm.log" "$BIN/python" -m demo.llm --host 127.0.0.1 --port "$DEMO_LLM_PORT"
 fi
 start web "$SERVE_DIR/logs/web.log" "$BIN/gunicorn" -c deploy/gunicorn.conf.py wsgi:app
 start worker "$SERVE_DIR/logs/worker.log" "$BIN/flask" worker

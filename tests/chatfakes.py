@@ -211,7 +211,7 @@ class Fakes:
 @contextmanager
 def running_fakes():
     """Start the fake upstreams and the demo LLM once (module-scoped fixtures)."""
-    from app.demo.llm import DemoLLMHandler
+    from demo.llm import DemoLLMHandler
 
     fakes = Fakes()
     with ExitStack() as stack:
@@ -226,7 +226,7 @@ def running_fakes():
 def configured(app, monkeypatch, tmp_path, fakes: Fakes, **config):
     """Reset the fakes and point the app's chat catalog at them; every config change goes
     through ``monkeypatch`` (restored after the test)."""
-    from app.services import chat_cooldown
+    from app.services.chat import cooldown as chat_cooldown
 
     fakes.reset()
     path = tmp_path / "models-test.yaml"

@@ -129,7 +129,9 @@ def make_account(app):
     ``cents`` sets the exact starting balance (default: the 1,000-cent promo grant).
     """
     from app.scopes import ALL_SCOPES
-    from app.services import accounts, keys, ledger
+    from app.services.accounts import accounts
+    from app.services.accounts import keys
+    from app.services.billing import ledger
 
     counter = {"n": 0}
 
@@ -161,7 +163,7 @@ def account(make_account):
 @pytest.fixture
 def ledger_clean(app):
     """Call at the end of a test: asserts the ledger invariants hold."""
-    from app.services import ledger
+    from app.services.billing import ledger
 
     def check():
         with app.app_context():

@@ -91,7 +91,7 @@ def create_module(app, slug: str, base_url: str, actions: dict, *, sandbox_url: 
                   status: str = "approved") -> int:
     """Insert a module; ``actions`` maps name -> (price_cents, path[, timeout[, method]])."""
     from app.models import Module, ModuleAction
-    from app.services import catalog
+    from app.services.gateway import catalog
 
     if provider_auth == "default":
         provider_auth = {"type": "header", "header": "X-Provider-Key", "env": PROVIDER_SECRET_ENV,

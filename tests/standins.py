@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qsl, urlparse
 
-from app.services.processors import sign_payload
+from app.services.billing.processors import sign_payload
 from tests.servers import http_server
 
 STRIPE_METHODS = {

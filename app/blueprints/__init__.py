@@ -44,9 +44,3 @@ def register_blueprints(app: Flask, api) -> None:
         if not attr and hasattr(module, "init_api"):  # optional per-area hook
             module.init_api(api)
 
-    if app.config.get("BENCH_PASSTHROUGH"):  # benchmark baseline only (bench/, issue 9)
-        from app.blueprints.bench.routes import blp as bench_blp
-        from app.services.passthrough import check_upstream
-
-        check_upstream(app.config.get("BENCH_UPSTREAM_URL"))
-        api.register_blueprint(bench_blp)

@@ -7,7 +7,8 @@ import click
 from flask.cli import AppGroup
 
 from app.scopes import ALL_SCOPES
-from app.services import accounts, keys
+from app.services.accounts import accounts
+from app.services.accounts import keys
 
 accounts_cli = AppGroup("accounts", help="Create accounts, grant credits, set plans and admins.")
 

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 import click
 from flask.cli import AppGroup
 
-from app.services import alerts
+from app.services.billing import alerts
 
 alerts_cli = AppGroup("alerts", help="Spend alerts.")
 

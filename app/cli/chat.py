@@ -15,7 +15,7 @@ chat_cli = AppGroup("chat", help="Chat completions: model catalog and holds.")
 @click.option("--all", "show_all", is_flag=True, help="Include models with no enabled provider.")
 def models(show_all):
     """Validate catalog/models*.yaml (CHAT_CATALOG) and list the models and their providers."""
-    from app.services.chat_catalog import CatalogError, reload
+    from app.services.chat.catalog import CatalogError, reload
 
     try:
         cat = reload()
@@ -39,7 +39,7 @@ def models(show_all):
               help="Seconds (default CHAT_HOLD_TTL_SECONDS).")
 def release_stale(older_than):
     """Release chat holds whose request never finished (also run by the scheduler)."""
-    from app.services.chat_billing import release_stale_holds
+    from app.services.billing.holds import release_stale_holds
 
     ttl = older_than if older_than is not None else float(current_app.config["CHAT_HOLD_TTL_SECONDS"])
     click.echo(json.dumps({"released": release_stale_holds(ttl)}))

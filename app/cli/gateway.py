@@ -18,7 +18,7 @@ receipts_cli = AppGroup("receipts", help="Receipt signing keys and verification.
 def catalog_load(path):
     """Upsert the catalog at PATH (file or directory; default CATALOG_PATH). Idempotent."""
     from app.errors import DomainError
-    from app.services import catalog
+    from app.services.gateway import catalog
 
     try:
         report = catalog.load(path)
@@ -30,7 +30,7 @@ def catalog_load(path):
 @calls_cli.command("sweep")
 def calls_sweep():
     """Refund calls left pending past their deadline (a process died mid-call)."""
-    from app.services import gateway
+    from app.services.gateway import calls as gateway
 
     click.echo(json.dumps({"refunded": gateway.sweep_pending()}))
 
@@ -38,7 +38,7 @@ def calls_sweep():
 @calls_cli.command("purge-idempotency")
 def calls_purge():
     """Delete Idempotency-Key records older than 24 hours."""
-    from app.services import gateway
+    from app.services.gateway import calls as gateway
 
     click.echo(json.dumps({"deleted": gateway.purge_idempotency()}))
 
@@ -50,7 +50,7 @@ def calls_purge():
                    "this deployment's keyring.")
 def receipts_verify(file, keys_url):
     """Verify a saved call response (JSON FILE, '-' for stdin); exits 1 if invalid."""
-    from app.services import receipts
+    from app.services.gateway import receipts
 
     try:
         response = json.load(file)
@@ -73,7 +73,7 @@ def receipts_verify(file, keys_url):
 @receipts_cli.command("rotate-key")
 def receipts_rotate():
     """Start signing with a new key; the old public key stays published and verifiable."""
-    from app.services import receipts
+    from app.services.gateway import receipts
 
     try:
         kid = receipts.rotate_key()
@@ -85,6 +85,6 @@ def receipts_rotate():
 @receipts_cli.command("keys")
 def receipts_keys():
     """Print the published receipt keys."""
-    from app.services import receipts
+    from app.services.gateway import receipts
 
     click.echo(json.dumps({"keys": receipts.public_keys()}))

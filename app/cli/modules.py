@@ -9,7 +9,8 @@ import sys
 import click
 from flask.cli import AppGroup, with_appcontext
 
-from app.services import builds, settlement
+from app.services.agents import builds
+from app.services.agents import settlement
 
 modules_cli = AppGroup("modules", help="Review agent-built module submissions.")
 

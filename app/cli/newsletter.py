@@ -9,7 +9,7 @@ from sqlalchemy import func, select
 
 from app.extensions import db
 from app.models import Subscription
-from app.services import newsletter
+from app.services.public import newsletter
 
 newsletter_cli = AppGroup("newsletter", help="Newsletter lists.")
 

@@ -9,7 +9,7 @@ from sqlalchemy import func, select
 
 from app.extensions import db
 from app.models import OutboxMessage
-from app.services import outbox
+from app.services.platform import outbox
 
 outbox_cli = AppGroup("outbox", help="Outgoing e-mails and webhooks.")
 

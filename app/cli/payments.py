@@ -19,7 +19,7 @@ def _echo(obj) -> None:
 def sandbox_settle(payment_id, fail):
     """Settle (or, with --fail, fail) a pending sandbox ACH payment: delivers the signed
     event through the webhook code, which credits the account once."""
-    from app.services import payments
+    from app.services.billing import payments
 
     _echo(payments.sandbox_settle(payment_id, fail=fail))
 
@@ -29,7 +29,7 @@ def sandbox_settle(payment_id, fail):
 @click.option("--cents", type=int, default=None, help="Refund this much more (default: everything).")
 def sandbox_refund(payment_id, cents):
     """Refund a succeeded sandbox payment via a signed `charge.refunded` event."""
-    from app.services import payments
+    from app.services.billing import payments
 
     _echo(payments.sandbox_refund(payment_id, cents))
 
@@ -38,7 +38,7 @@ def sandbox_refund(payment_id, cents):
 @click.option("--chain", default=None, help="Scan only this chain (default: chains with connected wallets).")
 def watch_usdc(chain):
     """Scan once for confirmed USDC deposits and credit them (the scheduler runs this every 30 s)."""
-    from app.services import wallets
+    from app.services.billing import wallets
     from app.tasks.chain_watch import watch_usdc_deposits
 
     _echo(wallets.scan_chain(chain) if chain else watch_usdc_deposits())

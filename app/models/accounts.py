@@ -12,7 +12,7 @@ from app.models.base import JSONType, UTCDateTime, utcnow
 
 class Account(db.Model):
     """A customer account (human or agent). ``balance_micros`` caches the ledger balance
-    of ``acct:<id>`` and is only ever changed by ``app.services.ledger`` in the same
+    of ``acct:<id>`` and is only ever changed by ``app.services.billing.ledger`` in the same
     transaction as the entries; the CHECK constraint is the last line against overdraft."""
 
     __tablename__ = "accounts"

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 def settle_due():
     """Settle the previous month (idempotent; scheduled every few hours)."""
-    from app.services import settlement
+    from app.services.agents import settlement
 
     return settlement.settle_due()
 
 
 def settle_month(month: str):
-    from app.services import settlement
+    from app.services.agents import settlement
 
     return settlement.settle_month(month)
 
 
 def purge_expired() -> int:
-    from app.services import agents
+    from app.services.agents import identity as agents
 
     return agents.purge_expired()

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 
 def evaluate() -> dict:
-    from app.services import alerts
+    from app.services.billing import alerts
 
     result = alerts.evaluate_all()
     return {k: v for k, v in result.items() if k != "event_ids"}

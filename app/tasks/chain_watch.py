@@ -10,7 +10,7 @@ def watch_usdc_deposits() -> list[dict]:
     """Scan each EVM chain that has a connected wallet (one chain failing does not stop the others)."""
     from app.errors import ServiceUnavailable
     from app.extensions import db
-    from app.services import wallets
+    from app.services.billing import wallets
 
     out = []
     for chain in wallets.chains_to_watch():

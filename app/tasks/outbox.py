@@ -3,12 +3,12 @@ from __future__ import annotations
 
 
 def deliver(message_id: str) -> str:
-    from app.services import outbox
+    from app.services.platform import outbox
 
     return outbox.deliver(message_id)
 
 
 def sweep() -> int:
-    from app.services import outbox
+    from app.services.platform import outbox
 
     return outbox.sweep()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 def prune() -> dict:
     """Delete events older than TRACK_RETENTION_DAYS and long-expired sign-up requests."""
-    from app.services import signup, tracking
+    from app.services.accounts import signup
+    from app.services.public import tracking
 
     return {"track_events": tracking.prune(), "signup_requests": signup.prune()}

@@ -3,6 +3,6 @@ from __future__ import annotations
 
 
 def book_orphan_x402_payments() -> int:
-    from app.services import x402
+    from app.services.billing import x402
 
     return x402.book_orphans()

@@ -1,6 +1,6 @@
-# Sourced by deploy/run-local.sh: the local demo LLM (app/demo/llm.py), the chat host's
+# Sourced by deploy/run-local.sh: the local demo LLM (demo/llm.py), the chat host's
 # `demo_llm` provider in the embedded default, so chat completions work offline.
 DEMO_LLM_PORT="${DEMO_LLM_PORT:-8790}"
 export DEMO_LLM_PORT
-$BIN/python -m app.demo.llm --host 127.0.0.1 --port "$DEMO_LLM_PORT" >instance/demo-llm.log 2>&1 &
+$BIN/python -m demo.llm --host 127.0.0.1 --port "$DEMO_LLM_PORT" >instance/demo-llm.log 2>&1 &
 pids+=($!)

@@ -7,7 +7,8 @@ import pytest
 
 from app.extensions import db
 from app.models.base import utcnow
-from app.services import earnings, usage
+from app.services.agents import earnings
+from app.services.billing import usage
 from tests.agentkit import Keypair, charge, refund, register, session_headers
 
 
@@ -40,7 +41,7 @@ def test_bola_on_every_id_endpoint(client, two_agents, make_account):
 
 def test_scope_agent_read_required(client, two_agents, make_account):
     a = two_agents[0]
-    from app.services import keys
+    from app.services.accounts import keys
     from flask import current_app  # noqa: F401
     with client.application.app_context():
         _, secret = keys.mint(a["owner"].id, "no-agent", ["call:read"])

@@ -102,7 +102,8 @@ def test_scopes(client, make_account):
 
 def test_events_newest_first_limited_to_100_with_delivery_state(app, client, account, make_account):
     from app.extensions import db
-    from app.services import alerts, usage
+    from app.services.billing import alerts
+    from app.services.billing import usage
 
     alert_id = client.post("/api/alerts", json={**GOOD, "window": "hour", "threshold": 0, "op": ">="},
                            headers=account.headers).get_json()["id"]

@@ -15,7 +15,8 @@ from sqlalchemy import select
 
 from app.extensions import db
 from app.models import ChatCompletion, LedgerTransaction
-from app.services import ledger, usage
+from app.services.billing import ledger
+from app.services.billing import usage
 from tests.chatfakes import configured, running_fakes
 
 MSGS = [{"role": "user", "content": "hello there"}]

@@ -11,7 +11,7 @@ from sqlalchemy import func, select, update
 
 from app.extensions import db
 from app.models import IdempotencyRecord, LedgerEntry, ModuleCall
-from app.services import ledger
+from app.services.billing import ledger
 from tests.gateway_helpers import (PROVIDER_SECRET, StandInProvider, balance_cents, call,  # noqa: F401
                                    create_module, mod, provider, provider_server)
 from tests.servers import free_port, http_server

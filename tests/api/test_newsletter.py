@@ -9,7 +9,7 @@ from sqlalchemy import select, update
 from app.extensions import db
 from app.models import Subscription
 from app.models.base import utcnow
-from app.services import newsletter
+from app.services.public import newsletter
 from tests.publichelpers import link_in, path_of, smtp, strip_volatile, token_in
 
 

@@ -11,8 +11,8 @@ import pytest
 
 from app.extensions import db
 from app.models import Payment, PaymentEvent
-from app.services import ledger
-from app.services.processors import sandbox_webhook_secret, sign_payload
+from app.services.billing import ledger
+from app.services.billing.processors import sandbox_webhook_secret, sign_payload
 
 
 def _balance(client, acct):

@@ -34,7 +34,7 @@ def test_anonymous_track_is_one_insert(app, client):
     def record(conn, cursor, statement, *args):
         statements.append(statement.split()[0].upper())
 
-    from app.services import tracking
+    from app.services.public import tracking
 
     with app.app_context():
         engine = tracking._engine()
@@ -50,7 +50,7 @@ def test_anonymous_track_is_one_insert(app, client):
 def test_async_commit_only_on_the_analytics_pool(app, client):
     from sqlalchemy import text
 
-    from app.services import tracking
+    from app.services.public import tracking
 
     with app.app_context():
         eng = tracking._engine()

@@ -4,7 +4,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from app.extensions import db
-from app.services import usage
+from app.services.billing import usage
 from tests.gateway_helpers import call, create_module, mod, provider, provider_server  # noqa: F401
 
 

@@ -8,7 +8,7 @@ from eth_account import Account as EthAccount
 from eth_account.messages import encode_defunct
 from nacl.signing import SigningKey
 
-from app.services import wallets
+from app.services.billing import wallets
 from tests.standins import chain_server
 
 USDC_BASE = "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913"

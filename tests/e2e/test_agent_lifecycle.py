@@ -14,7 +14,10 @@ from standardwebhooks import Webhook
 
 from app.extensions import db
 from app.models import Module, ModuleAction
-from app.services import accounts, ledger, settlement, usage
+from app.services.accounts import accounts
+from app.services.billing import ledger
+from app.services.agents import settlement
+from app.services.billing import usage
 from tests.agentkit import Keypair
 from tests.servers import http_server
 

@@ -6,9 +6,9 @@ import openai
 import pytest
 from openai import OpenAI
 
-from app.demo.llm import DemoLLMHandler
+from demo.llm import DemoLLMHandler
 from app.extensions import db
-from app.services import ledger
+from app.services.billing import ledger
 from tests.servers import app_env, gunicorn, http_server
 
 

@@ -10,7 +10,7 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import requests
 
-from app.demo import provider as demo
+from demo import provider as demo
 from tests.conftest import base_config
 from tests.servers import ROOT, app_env, gunicorn
 
@@ -59,7 +59,7 @@ def test_newcomer_flow(app, make_account):
             u = requests.get(url + "/api/usage/current", headers=h).json()
             assert u["calls"] == 2 and u["spend_cents"] == before - after
             keys = requests.get(url + "/api/receipts/keys").json()["keys"]
-            from app.services.receipts import verify_response
+            from app.services.gateway.receipts import verify_response
 
             verify_response(data, {k["kid"]: k["public_key"] for k in keys})
     finally:

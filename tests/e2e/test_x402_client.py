@@ -16,7 +16,7 @@ from x402.http.utils import decode_payment_response_header
 from x402.mechanisms.evm.exact.register import register_exact_evm_client
 from x402.mechanisms.evm.signers import EthAccountSigner
 
-from app.demo import provider as demo
+from demo import provider as demo
 from tests.conftest import base_config
 from tests.servers import ROOT, app_env, gunicorn
 

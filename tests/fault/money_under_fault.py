@@ -267,7 +267,7 @@ class Driver:
         for key, cids in keys.items():
             if len(cids) > 1:
                 problems.append(f"key {key} charged {len(cids)} times")
-        from app.services.receipts import ReceiptInvalid, verify_response
+        from app.services.gateway.receipts import ReceiptInvalid, verify_response
 
         published = requests.get(self.url + "/api/receipts/keys", timeout=10).json()
         pub = {k["kid"]: k["public_key"] for k in published["keys"]}

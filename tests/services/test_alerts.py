@@ -10,7 +10,8 @@ from sqlalchemy import event, func, select
 
 from app.extensions import db
 from app.models import AlertEvent, OutboxMessage
-from app.services import alerts, usage
+from app.services.billing import alerts
+from app.services.billing import usage
 
 NOW = datetime(2026, 11, 18, 14, 30, tzinfo=timezone.utc)  # a Wednesday, ISO week 47
 

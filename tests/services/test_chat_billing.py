@@ -9,7 +9,9 @@ from sqlalchemy import select, update
 from app.errors import PaymentRequired
 from app.extensions import db
 from app.models import ChatCompletion
-from app.services import chat_billing, ledger, usage
+from app.services.billing import holds as chat_billing
+from app.services.billing import ledger
+from app.services.billing import usage
 
 
 def _fig(account_id):

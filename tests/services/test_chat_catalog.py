@@ -5,8 +5,10 @@ from decimal import Decimal
 
 import pytest
 
-from app.services import chat_catalog, chat_cooldown, llm_providers
-from app.services.chat_catalog import CatalogError, load_catalog, price_micros, savings_pct
+from app.services.chat import catalog as chat_catalog
+from app.services.chat import cooldown as chat_cooldown
+from app.services.chat import providers as llm_providers
+from app.services.chat.catalog import CatalogError, load_catalog, price_micros, savings_pct
 
 
 def test_shipped_catalog_loads_and_only_keyed_providers_are_enabled():

@@ -9,7 +9,10 @@ from sqlalchemy import func, select, update
 from app.extensions import db
 from app.models import LedgerTransaction, ModuleCall
 from app.models.base import utcnow
-from app.services import catalog, gateway, ledger, upstream
+from app.services.gateway import catalog
+from app.services.gateway import calls as gateway
+from app.services.billing import ledger
+from app.services.gateway import upstream
 from tests.gateway_helpers import balance_cents, mod, provider, provider_server  # noqa: F401
 
 
@@ -105,7 +108,7 @@ def test_sweep_job_and_cli(app, make_account, mod):
 
 
 def test_failure_while_finalizing_refunds_at_once(app, client, make_account, mod, monkeypatch, ledger_clean):
-    from app.services import receipts
+    from app.services.gateway import receipts
 
     def broken(**kwargs):
         raise OSError("keyring unreadable")

@@ -7,8 +7,8 @@ from http.server import BaseHTTPRequestHandler
 
 import pytest
 
-from app.services import llm_providers
-from app.services.chat_catalog import Offer, Provider
+from app.services.chat import providers as llm_providers
+from app.services.chat.catalog import Offer, Provider
 from tests.servers import http_server
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.services.netguard import UnsafeURL, validate_url
+from app.services.platform.netguard import UnsafeURL, validate_url
 
 
 @pytest.mark.parametrize("url", [

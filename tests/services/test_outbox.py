@@ -14,7 +14,7 @@ from standardwebhooks import Webhook
 from app.extensions import db
 from app.models import OutboxMessage
 from app.models.base import utcnow
-from app.services import outbox
+from app.services.platform import outbox
 from tests.servers import ROOT, app_env, http_server, recorder, smtp_server
 
 SECRET = "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"

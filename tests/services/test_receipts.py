@@ -11,7 +11,7 @@ import pytest
 from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
 
-from app.services import receipts
+from app.services.gateway import receipts
 from tests.gateway_helpers import call, mod, provider, provider_server  # noqa: F401
 
 

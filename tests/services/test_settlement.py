@@ -10,7 +10,9 @@ from standardwebhooks import Webhook
 
 from app.extensions import db
 from app.models import Account, AgentSettlement, LedgerTransaction, OutboxMessage
-from app.services import ledger, outbox, settlement
+from app.services.billing import ledger
+from app.services.platform import outbox
+from app.services.agents import settlement
 from tests.agentkit import Keypair, charge, refund, register
 from tests.servers import http_server, recorder
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from app.extensions import db
-from app.services import usage
+from app.services.billing import usage
 
 
 def test_record_accumulates_and_reads_back(app, account):

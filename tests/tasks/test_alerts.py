@@ -15,7 +15,9 @@ from standardwebhooks import Webhook
 from app.extensions import db
 from app.models import OutboxMessage
 from app.models.base import utcnow
-from app.services import alerts, outbox, usage
+from app.services.billing import alerts
+from app.services.platform import outbox
+from app.services.billing import usage
 from tests.servers import ROOT, app_env, http_server, recorder, smtp_server
 
 RULE = {"name": "Spend guard", "metric": "spend_cents", "op": ">", "threshold": 100, "window": "day"}

@@ -4,7 +4,7 @@ from flask.views import MethodView
 from app.auth import authenticated, principal
 from app.blueprints.accounts.schemas import AccountSchema
 from app.extensions import Blueprint
-from app.services import accounts
+from app.services.accounts import accounts
 
 blp = Blueprint("accounts", __name__, url_prefix="/api", description="The caller's account.")
 

@@ -8,7 +8,9 @@ from app.blueprints.agents.schemas import (AgentRegisteredSchema, AgentSessionSc
                                            EarningsSchema, LeaderboardQuerySchema, LeaderboardSchema,
                                            NonceSchema, RegisterSchema, SignInSchema)
 from app.extensions import Blueprint, limiter
-from app.services import agents, builds, earnings
+from app.services.agents import identity as agents
+from app.services.agents import builds
+from app.services.agents import earnings
 
 blp = Blueprint("agents", __name__, url_prefix="/api/agent",
                 description="Agents: ed25519 sign-in, registration, agent-built modules, usage, "

@@ -6,7 +6,7 @@ from app.blueprints.alerts.schemas import (AlertCreatedSchema, AlertCreateSchema
                                            AlertDeletedSchema, AlertEventListSchema,
                                            AlertListSchema)
 from app.extensions import Blueprint
-from app.services import alerts
+from app.services.billing import alerts
 
 blp = Blueprint("alerts", __name__, url_prefix="/api/alerts",
                 description="Spend alerts: rules evaluated every minute, delivered by e-mail, "

@@ -1,7 +1,7 @@
 """Schemas of alerts and alert events (SPEC part 2 Alert; response shapes documented here)."""
 import marshmallow as ma
 
-from app.services.alerts import CHANNELS, METRICS, OPS, WINDOWS
+from app.services.billing.alerts import CHANNELS, METRICS, OPS, WINDOWS
 
 _DT = {"format": "date-time"}
 

@@ -8,7 +8,7 @@ from app.auth import authenticated, principal
 from app.blueprints.chat.schemas import ChatCompletionSchema, ChatRequestSchema, ModelListSchema, ModelSchema
 from app.errors import ErrorSchema, NotFound
 from app.extensions import Blueprint
-from app.services import chat
+from app.services.chat import completions as chat
 
 blp = Blueprint("chat", __name__, url_prefix="/v1", description=(
     "OpenAI-compatible chat completions on the chat host: cheapest-model routing (`model: auto`), "

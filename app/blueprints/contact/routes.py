@@ -6,7 +6,7 @@ from app.auth import public
 from app.blueprints.contact.schemas import ContactFormSchema, ContactQueuedSchema
 from app.extensions import Blueprint
 from app.ratelimits import per_email, per_ip
-from app.services import contact
+from app.services.public import contact
 
 blp = Blueprint("contact", __name__, url_prefix="/api", description="Contact the sales team.")
 

@@ -8,7 +8,8 @@ from app.blueprints.email.schemas import (StatusSchema, SubscribeSchema, TokenFo
                                           TokenQuerySchema, UnsubscribeSchema)
 from app.extensions import Blueprint
 from app.ratelimits import per_email, per_ip
-from app.services import emailtokens, newsletter
+from app.services.platform import tokens as emailtokens
+from app.services.public import newsletter
 
 blp = Blueprint("email", __name__, url_prefix="/api/email",
                 description="Newsletter lists: double opt-in subscribe, unsubscribe.")

@@ -2,7 +2,7 @@
 import marshmallow as ma
 
 from app.blueprints.contact.schemas import EMAIL_DOC
-from app.services.newsletter import DEFAULT_LIST, LISTS
+from app.services.public.newsletter import DEFAULT_LIST, LISTS
 
 
 class SubscribeSchema(ma.Schema):

@@ -5,7 +5,7 @@ from app.auth import authenticated, principal
 from app.blueprints.keys.schemas import (KeyCreatedSchema, KeyCreateSchema, KeyListSchema,
                                          KeyRevokedSchema)
 from app.extensions import Blueprint
-from app.services import keys
+from app.services.accounts import keys
 
 blp = Blueprint("keys", __name__, url_prefix="/api/keys", description="API keys of the account.")
 

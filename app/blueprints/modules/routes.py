@@ -8,7 +8,8 @@ from app.blueprints.modules.schemas import (ModuleCallHeadersSchema, ModuleCallR
                                             ModuleCallResponseSchema, ModuleListSchema,
                                             ModuleSchema)
 from app.extensions import Blueprint
-from app.services import catalog, gateway
+from app.services.gateway import catalog
+from app.services.gateway import calls as gateway
 
 blp = Blueprint("modules", __name__, url_prefix="", description="Catalog modules: list and call.")
 

@@ -14,7 +14,7 @@ from app.blueprints.ops.schemas import LivenessSchema, NotReadySchema, Readiness
 from app.errors import ErrorSchema, Forbidden, Unauthorized
 from app import metrics
 from app.extensions import Blueprint
-from app.services import health
+from app.services.platform import health
 
 blp = Blueprint("ops", __name__, description="Health, readiness and metrics for operators and load balancers.")
 

@@ -6,7 +6,7 @@ from app.auth import authenticated, principal, public
 from app.blueprints.payments.schemas import (CheckoutCreatedSchema, CheckoutSchema, MethodRequestSchema,
                                              MethodSchema, PaymentHistorySchema, WebhookResultSchema)
 from app.extensions import Blueprint
-from app.services import payments
+from app.services.billing import payments
 
 blp = Blueprint("payments", __name__, url_prefix="/api/pay",
                 description="Checkout, payment history, the default payment method and the processor webhook.")

@@ -5,7 +5,7 @@ from flask.views import MethodView
 from app.auth import public
 from app.blueprints.payments.schemas import SandboxActionSchema
 from app.extensions import Blueprint
-from app.services import payments
+from app.services.billing import payments
 
 blp = Blueprint("sandbox", __name__, url_prefix="/pay/sandbox",
                 description="The sandbox processor's hosted checkout page (HTML, no credential: "

@@ -2,7 +2,7 @@
 import marshmallow as ma
 from marshmallow import validate
 
-from app.services.processors import SANDBOX_METHODS
+from app.services.billing.processors import SANDBOX_METHODS
 
 MAX_AMOUNT_CENTS = 1_000_000
 

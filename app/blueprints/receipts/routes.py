@@ -4,7 +4,7 @@ from flask.views import MethodView
 from app.auth import public
 from app.blueprints.receipts.schemas import ReceiptKeysSchema
 from app.extensions import Blueprint
-from app.services import receipts
+from app.services.gateway import receipts
 
 blp = Blueprint("receipts", __name__, url_prefix="/api/receipts",
                 description="Receipt signing keys (ed25519), for offline verification.")

@@ -5,7 +5,7 @@ from app.auth import authenticated, principal
 from app.blueprints.review.schemas import (ApproveSchema, PendingListSchema, RejectSchema,
                                            ReviewBuildSchema)
 from app.extensions import Blueprint
-from app.services import builds
+from app.services.agents import builds
 
 blp = Blueprint("review", __name__, url_prefix="/api/admin/modules",
                 description="Admin only: review agent-built module submissions.")

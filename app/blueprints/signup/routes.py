@@ -10,7 +10,7 @@ from app.blueprints.signup.schemas import SignupCompletedSchema, SignupConfirmSc
 from app.errors import DomainError
 from app.extensions import Blueprint
 from app.ratelimits import per_email, per_ip
-from app.services import signup
+from app.services.accounts import signup
 
 blp = Blueprint("signup", __name__, url_prefix="/api/signup",
                 description="Self-serve sign-up with e-mail verification and free credit.")

@@ -10,7 +10,7 @@ from app.blueprints.tracking.schemas import (FunnelQuerySchema, FunnelSchema, Re
 from app.errors import Forbidden, Unauthorized
 from app.extensions import Blueprint
 from app.ratelimits import per_ip
-from app.services import tracking
+from app.services.public import tracking
 
 blp = Blueprint("tracking", __name__, url_prefix="/api/track",
                 description="Product analytics: event ingestion, funnel, recent events, sessions.")

@@ -4,7 +4,8 @@ from flask.views import MethodView
 from app.auth import authenticated, principal
 from app.blueprints.usage.schemas import UsageByModuleSchema, UsageCurrentSchema
 from app.extensions import Blueprint
-from app.services import accounts, usage
+from app.services.accounts import accounts
+from app.services.billing import usage
 
 blp = Blueprint("usage", __name__, url_prefix="/api/usage",
                 description="Usage of the current billing period (calendar month, UTC; live mode only).")

@@ -6,7 +6,8 @@ from app.blueprints.wallet.schemas import (ConnectMessageQuerySchema, ConnectMes
                                            TransactionsQuerySchema, WalletBalanceSchema, WalletConnectSchema,
                                            WalletFundResultSchema, WalletFundSchema, WalletSchema)
 from app.extensions import Blueprint
-from app.services import payments, wallets
+from app.services.billing import payments
+from app.services.billing import wallets
 
 blp = Blueprint("wallet", __name__, url_prefix="/api/wallet",
                 description="On-chain wallet: connect, balance, funding and ledger transactions.")

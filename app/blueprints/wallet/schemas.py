@@ -3,7 +3,7 @@ import marshmallow as ma
 from marshmallow import validate
 
 from app.blueprints.payments.schemas import amount_cents_field
-from app.services.chains import CHAINS
+from app.services.billing.chains import CHAINS
 
 
 class ConnectMessageQuerySchema(ma.Schema):

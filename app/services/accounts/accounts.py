@@ -1,0 +1,122 @@
+"""Accounts: creation (with the promotional grant), plans, admin flag, operator credits."""
+from __future__ import annotations
+
+import re
+
+from flask import current_app
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+
+from app.errors import Conflict, InvalidRequest, NotFound
+from app.extensions import db
+from app.ids import new_id
+from app.models import Account
+from app.services.billing import ledger
+
+# Pragmatic address syntax check (RFC 5321 lengths, one @, a dotted domain).
+_EMAIL_RE = re.compile(r"^[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+                       r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$")
+
+
+def normalize_email(email: str) -> str:
+    """Lower-cased, trimmed address; raises InvalidRequest when it is not an address."""
+    value = (email or "").strip().lower()
+    if len(value) > 254 or "@" not in value or len(value.split("@")[0]) > 64 \
+            or not _EMAIL_RE.match(value):
+        raise InvalidRequest("email: not a valid e-mail address.")
+    return value
+
+
+def plans() -> dict:
+    return current_app.config["PLANS"]
+
+
+def plan_cents(plan: str) -> int:
+    return int(plans()[plan]["plan_cents"])
+
+
+def _check_plan(plan: str) -> str:
+    if plan not in plans():
+        raise InvalidRequest(f"plan: must be one of {', '.join(plans())}.")
+    return plan
+
+
+def get_account(account_id: str) -> Account:
+    acct = db.session.get(Account, account_id)
+    if acct is None:
+        raise NotFound("No such account.")
+    return acct
+
+
+def find_by_email(email: str) -> Account | None:
+    return db.session.execute(
+        select(Account).where(Account.email == normalize_email(email))
+    ).scalar_one_or_none()
+
+
+def create_account(email: str | None, *, plan: str | None = None, admin: bool = False,
+                   kind: str = "human", owner_account_id: str | None = None,
+                   agent_id: str | None = None, promo: bool | None = None,
+                   commit: bool = True) -> Account:
+    """Create an account; human accounts get the promotional grant (PROMO_GRANT_CENTS)
+    as a ledger posting in the same transaction."""
+    plan = _check_plan(plan or current_app.config["DEFAULT_PLAN"])
+    email_norm = normalize_email(email) if email is not None else None
+    if email_norm and db.session.execute(
+        select(func.count()).select_from(Account).where(Account.email == email_norm)
+    ).scalar_one():
+        raise Conflict("An account with this e-mail already exists.")
+    acct = Account(id=new_id("acct"), email=email_norm, plan=plan, is_admin=admin, kind=kind,
+                   owner_account_id=owner_account_id, agent_id=agent_id, balance_micros=0)
+    db.session.add(acct)
+    try:
+        db.session.flush()
+        grant = current_app.config["PROMO_GRANT_CENTS"] if promo is None and kind == "human" \
+            else (current_app.config["PROMO_GRANT_CENTS"] if promo else 0)
+        if grant:
+            ledger.post("promo_grant", [(ledger.PROMO, -ledger.cents_to_micros(grant)),
+                                        (ledger.customer(acct.id), ledger.cents_to_micros(grant))],
+                        account_id=acct.id, ref=f"promo:{acct.id}")
+        if commit:
+            db.session.commit()
+    except IntegrityError:
+        db.session.rollback()
+        raise Conflict("An account with this e-mail already exists.")
+    return acct
+
+
+def grant_credits(account_id: str, cents: int, memo: str | None = None) -> int:
+    """Operator credit (positive) or correction (negative, never below zero)."""
+    get_account(account_id)
+    if cents == 0:
+        raise InvalidRequest("cents: must not be zero.")
+    micros = ledger.cents_to_micros(cents)
+    ledger.post("operator_adjustment", [(ledger.ADJUST, -micros), (ledger.customer(account_id), micros)],
+                account_id=account_id, meta={"memo": memo} if memo else None)
+    db.session.commit()
+    return get_account(account_id).balance_micros
+
+
+def set_plan(account_id: str, plan: str) -> Account:
+    acct = get_account(account_id)
+    acct.plan = _check_plan(plan)
+    db.session.commit()
+    return acct
+
+
+def set_admin(account_id: str, admin: bool = True) -> Account:
+    acct = get_account(account_id)
+    acct.is_admin = admin
+    db.session.commit()
+    return acct
+
+
+def account_view(acct: Account) -> dict:
+    """The Account resource of SPEC part 2."""
+    return {
+        "id": acct.id,
+        "email": acct.email,
+        "plan": acct.plan,
+        "balance_cents": ledger.micros_to_cents(acct.balance_micros),
+        "agent_id": acct.agent_id,
+    }

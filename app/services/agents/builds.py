@@ -1,0 +1,215 @@
+"""Agent-built modules: submissions (SPEC endpoints 9–10) and operator review.
+
+A submission is ``pending_review`` until an admin approves or rejects it (CLI
+``flask modules …`` or ``/api/admin/modules/…``). Approval creates (or updates) the
+``Module`` row — ``source="agent"``, ``owner_agent_id`` = the submitting agent,
+``upstream_url`` = the submission's webhook, ``provider_auth`` = Standard Webhooks with
+the submission's ``whsec_`` secret — with one ``ModuleAction`` per submitted action at
+the submitted price, so it is listed and callable through ``/v1/module/{slug}/call``.
+
+Slugs: ``^[a-z0-9][a-z0-9-]{0,63}$``. A slug belongs to whoever's module uses it (a
+catalog module or another agent's approved module → 409); at most one submission per
+slug is pending at a time (unique ``pending_slug``; 409 otherwise). An agent may
+resubmit its own slug (new price or actions); the live module changes on approval.
+"""
+from __future__ import annotations
+
+import re
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+
+from app.errors import Conflict, Forbidden, InvalidRequest, NotFound
+from app.extensions import db
+from app.ids import new_id
+from app.models import Agent, Module, ModuleAction, ModuleSubmission
+from app.models.base import utcnow
+from app.services.gateway import catalog
+from app.services.platform import netguard
+from app.services.platform import outbox
+from app.services.agents.identity import get_agent, new_webhook_secret
+
+SLUG_RE = catalog.SLUG_RE  # the gateway's slug rule (matched with fullmatch here)
+ACTION_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+MAX_ACTIONS = 50
+MAX_PRICE_CENTS = 1_000_000  # 10,000 USD per call
+
+
+def submit(agent_id: str | None, *, slug: str, price_cents: int, actions: list[str],
+           webhook: str | None = None, description: str | None = None) -> ModuleSubmission:
+    """Record a submission for review (202). The caller must be an agent."""
+    if not agent_id:
+        raise Forbidden("Only agents submit modules: sign in as the agent and use its session.")
+    agent = get_agent(agent_id)
+    if not isinstance(slug, str) or not SLUG_RE.fullmatch(slug):
+        raise InvalidRequest("slug: must match ^[a-z0-9][a-z0-9-]{0,63}$ (lower-case letters, digits, '-').")
+    if not isinstance(price_cents, int) or isinstance(price_cents, bool) \
+            or not 0 <= price_cents <= MAX_PRICE_CENTS:
+        raise InvalidRequest(f"price_cents: must be an integer from 0 to {MAX_PRICE_CENTS}.")
+    if not actions:
+        raise InvalidRequest("actions: must list at least one action.")
+    if len(actions) > MAX_ACTIONS:
+        raise InvalidRequest(f"actions: at most {MAX_ACTIONS} actions.")
+    bad = [a for a in actions if not isinstance(a, str) or not ACTION_RE.fullmatch(a)]
+    if bad:
+        raise InvalidRequest("actions: each action must match ^[a-z0-9][a-z0-9_.-]{0,63}$.")
+    if len(set(actions)) != len(actions):
+        raise InvalidRequest("actions: must not contain duplicates.")
+    url = webhook if webhook is not None else agent.webhook
+    if not url:
+        raise InvalidRequest("webhook: required when the agent has no webhook.")
+    netguard.validate_url(url, field="webhook")
+    _check_slug_owner(slug, agent.id)
+    sub = ModuleSubmission(id=new_id("bld"), agent_id=agent.id, slug=slug, pending_slug=slug,
+                           description=(description or "").strip(), price_cents=price_cents,
+                           actions=list(actions), webhook=url, webhook_secret=new_webhook_secret(),
+                           status="pending_review", created_at=utcnow())
+    db.session.add(sub)
+    try:
+        db.session.commit()
+    except IntegrityError:
+        db.session.rollback()
+        raise Conflict(f"A submission for slug '{slug}' is already pending review.") from None
+    return sub
+
+
+def _check_slug_owner(slug: str, agent_id: str) -> None:
+    owner = db.session.execute(
+        select(Module.source, Module.owner_agent_id).where(Module.slug == slug)).first()
+    if owner is not None and owner[1] != agent_id:
+        raise Conflict(f"The slug '{slug}' is taken.")
+    pending = db.session.execute(
+        select(ModuleSubmission.agent_id).where(ModuleSubmission.pending_slug == slug)).first()
+    if pending is not None:
+        raise Conflict(f"The slug '{slug}' is taken." if pending[0] != agent_id
+                       else f"A submission for slug '{slug}' is already pending review.")
+
+
+def list_builds(*, agent_id: str | None, account_id: str) -> list[ModuleSubmission]:
+    """The caller's submissions, newest first: an agent's own, or (for a key of an owner
+    account) those of every agent the account owns."""
+    q = select(ModuleSubmission).order_by(ModuleSubmission.created_at.desc(), ModuleSubmission.id)
+    if agent_id:
+        q = q.where(ModuleSubmission.agent_id == agent_id)
+    else:
+        q = q.join(Agent, Agent.id == ModuleSubmission.agent_id).where(
+            Agent.owner_account_id == account_id)
+    return list(db.session.execute(q.limit(500)).scalars())
+
+
+def build_view(sub: ModuleSubmission) -> dict:
+    """A submission as shown to its agent and owner account (with the signing secret)."""
+    return {"id": sub.id, "agent_id": sub.agent_id, "slug": sub.slug, "status": sub.status,
+            "price_cents": sub.price_cents, "actions": list(sub.actions), "webhook": sub.webhook,
+            "description": sub.description, "review_notes": sub.review_notes,
+            "created_at": sub.created_at, "reviewed_at": sub.reviewed_at,
+            "webhook_secret": sub.webhook_secret}
+
+
+# --- review ---------------------------------------------------------------------------
+
+def pending() -> list[ModuleSubmission]:
+    return list(db.session.execute(
+        select(ModuleSubmission).where(ModuleSubmission.status == "pending_review")
+        .order_by(ModuleSubmission.created_at, ModuleSubmission.id)).scalars())
+
+
+def review_view(sub: ModuleSubmission) -> dict:
+    """A submission as shown to reviewers (no secret)."""
+    out = build_view(sub)
+    out.pop("webhook_secret")
+    return out
+
+
+def _pending_for(slug: str) -> ModuleSubmission:
+    sub = db.session.execute(
+        select(ModuleSubmission).where(ModuleSubmission.pending_slug == slug)
+        .with_for_update()).scalar_one_or_none() if isinstance(slug, str) else None
+    if sub is None:
+        raise NotFound(f"No submission for slug '{slug}' is pending review.")
+    return sub
+
+
+def approve(slug: str, *, reviewer: str, notes: str | None = None) -> ModuleSubmission:
+    """Approve the pending submission for ``slug``: create or update its module (listed
+    and callable from now on) and notify the agent (``module.approved``)."""
+    sub = _pending_for(slug)
+    agent = db.session.get(Agent, sub.agent_id)
+    mod = db.session.execute(select(Module).where(Module.slug == slug)).scalar_one_or_none()
+    if mod is not None and mod.owner_agent_id != agent.id:
+        db.session.rollback()
+        raise Conflict(f"The slug '{slug}' now belongs to another module; reject this submission.")
+    now = utcnow()
+    if mod is None:
+        mod = Module(slug=slug, source="agent", created_at=now, actions=[])
+        db.session.add(mod)
+    mod.name = slug
+    mod.description = sub.description or f"Agent-built module by {agent.name}."
+    mod.owner = agent.name
+    mod.owner_agent_id = agent.id
+    mod.source = "agent"
+    mod.status = "approved"
+    mod.upstream_url = sub.webhook
+    mod.sandbox_url = None  # test-mode keys do not reach agents' servers for free
+    mod.provider_auth = {"type": "standard_webhooks", "secret": sub.webhook_secret}
+    mod.updated_at = now
+    by_name = {a.name: a for a in mod.actions}
+    for name in sub.actions:
+        act = by_name.get(name)
+        if act is None:
+            mod.actions.append(ModuleAction(name=name, description="", price_cents=sub.price_cents,
+                                            method="POST", path="/", timeout_seconds=10.0,
+                                            active=True))
+        else:
+            act.price_cents, act.active, act.method, act.path = sub.price_cents, True, "POST", "/"
+    for name, act in by_name.items():
+        if name not in sub.actions:
+            act.active = False
+    _close(sub, "approved", reviewer, notes, now)
+    try:
+        msg_id = _notify(agent, "module.approved", sub)
+        db.session.commit()
+    except IntegrityError:
+        db.session.rollback()
+        raise Conflict(f"The slug '{slug}' was taken concurrently; reject this submission.") from None
+    _after_review(msg_id)
+    return sub
+
+
+def reject(slug: str, *, reviewer: str, reason: str) -> ModuleSubmission:
+    """Reject the pending submission for ``slug`` with a reason the agent can read."""
+    reason = (reason or "").strip()
+    if not reason:
+        raise InvalidRequest("reason: must not be empty.")
+    sub = _pending_for(slug)
+    agent = db.session.get(Agent, sub.agent_id)
+    _close(sub, "rejected", reviewer, reason, utcnow())
+    msg_id = _notify(agent, "module.rejected", sub)
+    db.session.commit()
+    _after_review(msg_id)
+    return sub
+
+
+def _close(sub: ModuleSubmission, status: str, reviewer: str, notes: str | None, now) -> None:
+    sub.status = status
+    sub.pending_slug = None
+    sub.review_notes = (notes or "").strip() or None
+    sub.reviewed_by = reviewer
+    sub.reviewed_at = now
+
+
+def _notify(agent: Agent, event: str, sub: ModuleSubmission) -> str | None:
+    """Queue the signed review event for the agent's webhook (in the review transaction)."""
+    if not agent.webhook:
+        return None
+    return outbox.add_webhook(agent.webhook, event, {
+        "agent_id": agent.id, "submission_id": sub.id, "slug": sub.slug, "status": sub.status,
+        "review_notes": sub.review_notes}, secret=agent.webhook_secret,
+        source=f"submission:{sub.id}", account_id=agent.account_id).id
+
+
+def _after_review(msg_id: str | None) -> None:
+    """After the commit: drop this process's cached catalog snapshots, send the event."""
+    catalog.invalidate_cache()  # other processes refresh within CATALOG_CACHE_TTL
+    if msg_id:
+        outbox.dispatch(msg_id)

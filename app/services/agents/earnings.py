@@ -1,0 +1,116 @@
+"""Agent usage, earnings and the weekly leaderboard (SPEC endpoints 11–13).
+
+Earnings are the ledger account ``earnings:<agent_id>``: each call to a module the agent
+owns credits 30% of its price there (in the call's ledger transaction, by the gateway;
+a refund reverses it), and monthly settlement (``app.services.agents.settlement``) moves it to
+the agent account's balance. So: accrued (unsettled) = the balance of
+``earnings:<agent>``; settled = what settlement transactions took out of it; lifetime =
+accrued + settled.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from sqlalchemy import func, select
+
+from app.extensions import db
+from app.models import Agent, AgentSettlement, LedgerEntry, LedgerTransaction
+from app.models.base import utcnow
+from app.services.billing import ledger
+from app.services.billing import usage
+
+SETTLEMENT_KIND = "agent_settlement"
+LEADERBOARD_DEFAULT = 10
+LEADERBOARD_MAX = 100
+# ledger_account range covering every "earnings:<id>" code (':' + 1 == ';'), index-friendly.
+_EARNINGS_LO, _EARNINGS_HI = ledger.EARNINGS, ledger.EARNINGS[:-1] + ";"
+
+
+def agent_usage(agent: Agent, now: datetime | None = None) -> dict:
+    """The agent account's live calls and spend in the current billing period, by module."""
+    start, end = usage.billing_period(now)
+    tot = usage.totals(agent.account_id, start, end)
+    rows = usage.by_product(agent.account_id, start, end)
+    return {"agent_id": agent.id, "period_start": start, "period_end": end,
+            "calls": tot["calls"], "errors": tot["errors"],
+            "spend_cents": ledger.micros_to_cents(tot["spend_micros"]),
+            "by_module": [{"slug": r["product"], "calls": r["calls"],
+                           "spend_cents": ledger.micros_to_cents(r["spend_micros"])} for r in rows]}
+
+
+def settled_micros(agent_id: str) -> int:
+    """Total moved out of ``earnings:<agent>`` by settlements (positive)."""
+    return -int(db.session.execute(
+        select(func.coalesce(func.sum(LedgerEntry.amount_micros), 0))
+        .join(LedgerTransaction, LedgerTransaction.id == LedgerEntry.txn_id)
+        .where(LedgerEntry.ledger_account == ledger.earnings(agent_id),
+               LedgerTransaction.kind == SETTLEMENT_KIND)).scalar_one())
+
+
+def agent_earnings(agent: Agent, *, statements: int = 12) -> dict:
+    accrued = ledger.balance(ledger.earnings(agent.id))
+    settled = settled_micros(agent.id)
+    rows = db.session.execute(
+        select(AgentSettlement).where(AgentSettlement.agent_id == agent.id)
+        .order_by(AgentSettlement.month.desc()).limit(statements)).scalars()
+    return {
+        "agent_id": agent.id,
+        "share_pct": 30,
+        "accrued_cents": ledger.micros_to_cents(accrued),
+        "settled_cents": ledger.micros_to_cents(settled),
+        "lifetime_cents": ledger.micros_to_cents(accrued + settled),
+        "accrued_micros": accrued,
+        "settled_micros": settled,
+        "settlements": [statement_view(s) for s in rows],
+    }
+
+
+def statement_view(s: AgentSettlement) -> dict:
+    return {"id": s.id, "month": s.month, "amount_cents": ledger.micros_to_cents(s.amount_micros),
+            "amount_micros": s.amount_micros, "settled_at": s.created_at}
+
+
+def iso_week(now: datetime | None = None) -> tuple[datetime, datetime]:
+    """[Monday 00:00 UTC, next Monday) of the ISO week containing ``now``."""
+    now = (now or utcnow()).astimezone(timezone.utc)
+    start = (now - timedelta(days=now.weekday())).replace(hour=0, minute=0, second=0, microsecond=0)
+    return start, start + timedelta(days=7)
+
+
+def leaderboard(limit: int = LEADERBOARD_DEFAULT, now: datetime | None = None) -> dict:
+    """Top agents by earnings accrued this ISO week (UTC): the sum of this week's entries
+    on ``earnings:*`` excluding settlements (refunds count against). Ties: agent id order."""
+    limit = max(1, min(int(limit), LEADERBOARD_MAX))
+    start, end = iso_week(now)
+    total = func.sum(LedgerEntry.amount_micros)
+    rows = db.session.execute(
+        select(LedgerEntry.ledger_account, total)
+        .join(LedgerTransaction, LedgerTransaction.id == LedgerEntry.txn_id)
+        .where(LedgerEntry.ledger_account >= _EARNINGS_LO, LedgerEntry.ledger_account < _EARNINGS_HI,
+               LedgerEntry.created_at >= start, LedgerEntry.created_at < end,
+               LedgerTransaction.kind != SETTLEMENT_KIND)
+        .group_by(LedgerEntry.ledger_account)
+        .having(total > 0)
+        .order_by(total.desc(), LedgerEntry.ledger_account)
+        .limit(limit)).all()
+    ids = [code[len(ledger.EARNINGS):] for code, _ in rows]
+    names = dict(db.session.execute(select(Agent.id, Agent.name).where(Agent.id.in_(ids))).all()) \
+        if ids else {}
+    entries = [{"rank": i + 1, "agent_id": aid, "name": names.get(aid, ""),
+                "earnings_cents": ledger.micros_to_cents(int(amount))}
+               for i, (aid, (_, amount)) in enumerate(zip(ids, rows))]
+    return {"week_start": start, "week_end": end, "limit": limit, "entries": entries}
+
+
+def usage_for(agent_id: str, *, account_id: str, caller_agent_id: str | None) -> dict:
+    """Endpoint 11: ``agent_usage`` of an agent the caller may see (else 404)."""
+    from app.services.agents.identity import visible_agent
+
+    return agent_usage(visible_agent(agent_id, account_id=account_id, caller_agent_id=caller_agent_id))
+
+
+def earnings_for(agent_id: str, *, account_id: str, caller_agent_id: str | None) -> dict:
+    """Endpoint 12: ``agent_earnings`` of an agent the caller may see (else 404)."""
+    from app.services.agents.identity import visible_agent
+
+    return agent_earnings(visible_agent(agent_id, account_id=account_id, caller_agent_id=caller_agent_id))

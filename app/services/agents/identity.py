@@ -1,0 +1,259 @@
+"""Agents: registration, ed25519 sign-in (nonce → signature → session), session lookup
+for ``svc_sess_`` bearer tokens, and who may see an agent's data (DESIGN §6).
+
+Sign-in (SPEC part 5 item 4):
+
+1. ``issue_nonce()`` → ``n_`` + 32 base62 characters (≈190 bits), valid
+   ``AGENT_NONCE_TTL_SECONDS`` (300 s). Only its SHA-256 is stored, like credentials:
+   a database reader cannot front-run pending challenges.
+2. The agent signs the exact UTF-8 bytes of the nonce string with its ed25519 key.
+3. ``sign_in()`` checks the formats, verifies the signature (before touching the
+   database, so only the key holder learns whether its key is registered), then
+   consumes the nonce with one conditional UPDATE (``used_at IS NULL AND expires_at >
+   now``, rowcount 1) and writes the session in the same transaction — of two concurrent
+   sign-ins with one nonce exactly one succeeds.
+4. Sessions are ``svc_sess_`` + 32 base62 + 6-char CRC32, stored as SHA-256, valid
+   ``AGENT_SESSION_TTL_SECONDS`` (3600 s), acting as the agent's account with
+   ``SESSION_SCOPES``.
+"""
+from __future__ import annotations
+
+import base64
+import os
+from datetime import timedelta
+
+import base58
+from flask import current_app
+from nacl.bindings import crypto_core_ed25519_is_valid_point
+from nacl.exceptions import BadSignatureError
+from nacl.signing import VerifyKey
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+
+from app.auth import Principal, register_resolver
+from app.errors import Conflict, DomainError, Forbidden, InvalidRequest, NotFound
+from app.extensions import db
+from app.ids import new_id, new_secret, random_b62, secret_is_well_formed, sha256_hex
+from app.models import Account, Agent, AgentNonce, AgentSession
+from app.models.base import utcnow
+from app.scopes import SESSION_SCOPES
+from app.services.accounts import accounts
+from app.services.platform import netguard
+
+PUBKEY_PREFIX = "ed25519:"
+SIGNATURE_PREFIX = "base58:"
+NONCE_PREFIX = "n_"
+NONCE_RANDOM_LEN = 32
+SESSION_PREFIX = "svc_sess_"
+
+
+class SignInError(DomainError):
+    """A refused sign-in: 401 with a specific code (no bearer challenge: sign-in is public)."""
+
+    status = 401
+
+
+def _signin_error(code: str, message: str) -> SignInError:
+    return SignInError(message, code=code)
+
+
+def new_webhook_secret() -> str:
+    """A Standard Webhooks signing secret: ``whsec_`` + base64 of 24 random bytes."""
+    return "whsec_" + base64.b64encode(os.urandom(24)).decode()
+
+
+def _b58(text: str, size: int) -> bytes | None:
+    """Decode canonical base58 of exactly ``size`` bytes, else None."""
+    if not text or len(text) > 100 or not text.isascii() or not text.isalnum():
+        return None
+    try:
+        raw = base58.b58decode(text)
+    except ValueError:
+        return None
+    if len(raw) != size or base58.b58encode(raw).decode() != text:
+        return None
+    return raw
+
+
+def parse_pubkey(value: str) -> bytes | None:
+    """32 key bytes of ``ed25519:<base58>``, or None when malformed."""
+    if not isinstance(value, str) or not value.startswith(PUBKEY_PREFIX):
+        return None
+    return _b58(value[len(PUBKEY_PREFIX):], 32)
+
+
+def canonical_pubkey(raw: bytes) -> str:
+    return PUBKEY_PREFIX + base58.b58encode(raw).decode()
+
+
+# --- registration ----------------------------------------------------------------------
+
+def register(owner_account_id: str, *, name: str, pubkey: str, webhook: str | None,
+             caller_is_agent: bool = False) -> tuple[Agent, bool]:
+    """Create the agent and its own account (no promotional credit), owned by the caller.
+
+    Idempotent on ``pubkey``: the same owner gets the same agent back (its ``name`` and
+    ``webhook`` updated to the values sent); a pubkey registered by another account is
+    409 ``conflict``. Returns (agent, created)."""
+    if caller_is_agent:
+        raise Forbidden("Agents cannot register agents; register with a key of the owner account.")
+    name = (name or "").strip()
+    if not name:
+        raise InvalidRequest("name: must not be empty.")
+    raw = parse_pubkey(pubkey)
+    if raw is None:
+        raise InvalidRequest("pubkey: must be 'ed25519:' followed by the base58 encoding of 32 bytes.")
+    if not crypto_core_ed25519_is_valid_point(raw):
+        raise InvalidRequest("pubkey: not a valid ed25519 public key.")
+    canonical = canonical_pubkey(raw)
+    if webhook is not None:
+        netguard.validate_url(webhook, field="webhook")
+    existing = db.session.execute(select(Agent).where(Agent.pubkey == canonical)).scalar_one_or_none()
+    if existing is not None:
+        return _same_owner(existing, owner_account_id, name, webhook), False
+    agent_id = new_id("agt")
+    try:
+        acct = accounts.create_account(None, kind="agent", owner_account_id=owner_account_id,
+                                       agent_id=agent_id, promo=False, commit=False)
+        agent = Agent(id=agent_id, name=name, pubkey=canonical, account_id=acct.id,
+                      owner_account_id=owner_account_id, webhook=webhook,
+                      webhook_secret=new_webhook_secret(), created_at=utcnow(), updated_at=utcnow())
+        db.session.add(agent)
+        db.session.commit()
+    except IntegrityError:  # a concurrent register of the same pubkey won
+        db.session.rollback()
+        existing = db.session.execute(select(Agent).where(Agent.pubkey == canonical)).scalar_one()
+        return _same_owner(existing, owner_account_id, name, webhook), False
+    return agent, True
+
+
+def _same_owner(agent: Agent, owner_account_id: str, name: str, webhook: str | None) -> Agent:
+    if agent.owner_account_id != owner_account_id:
+        raise Conflict("This pubkey is registered by another account.")
+    if agent.name != name or agent.webhook != webhook:
+        agent.name, agent.webhook = name, webhook
+        db.session.commit()
+    return agent
+
+
+def agent_view(agent: Agent, *, with_secret: bool = False) -> dict:
+    out = {"id": agent.id, "name": agent.name, "pubkey": agent.pubkey, "webhook": agent.webhook,
+           "account_id": agent.account_id}
+    if with_secret:
+        out["webhook_secret"] = agent.webhook_secret
+    return out
+
+
+def get_agent(agent_id: str) -> Agent:
+    agent = db.session.get(Agent, agent_id) if isinstance(agent_id, str) and len(agent_id) <= 32 else None
+    if agent is None:
+        raise NotFound("No such agent.")
+    return agent
+
+
+def visible_agent(agent_id: str, *, account_id: str, caller_agent_id: str | None) -> Agent:
+    """The agent, if the caller is the agent itself (its session, or a key of its own
+    account) or a credential of its owner account; anyone else gets 404 ``not_found``."""
+    agent = get_agent(agent_id)
+    if caller_agent_id == agent.id or account_id in (agent.owner_account_id, agent.account_id):
+        return agent
+    raise NotFound("No such agent.")
+
+
+# --- nonce and sign-in -----------------------------------------------------------------
+
+def issue_nonce() -> dict:
+    """A fresh single-use nonce and its expiry."""
+    nonce = NONCE_PREFIX + random_b62(NONCE_RANDOM_LEN)
+    now = utcnow()
+    expires = now + timedelta(seconds=int(current_app.config["AGENT_NONCE_TTL_SECONDS"]))
+    db.session.add(AgentNonce(nonce_hash=sha256_hex(nonce), created_at=now, expires_at=expires))
+    db.session.commit()
+    return {"nonce": nonce, "expires_at": expires}
+
+
+def _nonce_well_formed(nonce: str) -> bool:
+    return (isinstance(nonce, str) and nonce.startswith(NONCE_PREFIX)
+            and len(nonce) == len(NONCE_PREFIX) + NONCE_RANDOM_LEN and nonce[2:].isascii()
+            and nonce[2:].isalnum())
+
+
+def sign_in(*, pubkey: str, nonce: str, signature: str) -> dict:
+    """Verify the signed nonce and open a session. Raises SignInError (401) with code
+    ``malformed_signin``, ``invalid_signature``, ``unknown_agent``, ``unknown_nonce``,
+    ``nonce_used`` or ``nonce_expired``."""
+    raw_key = parse_pubkey(pubkey)
+    if raw_key is None:
+        raise _signin_error("malformed_signin",
+                            "pubkey: must be 'ed25519:' followed by the base58 encoding of 32 bytes.")
+    if not isinstance(signature, str) or not signature.startswith(SIGNATURE_PREFIX):
+        raise _signin_error("malformed_signin", "signature: must be 'base58:<64-byte signature>'.")
+    raw_sig = _b58(signature[len(SIGNATURE_PREFIX):], 64)
+    if raw_sig is None:
+        raise _signin_error("malformed_signin", "signature: must be 'base58:<64-byte signature>'.")
+    if not _nonce_well_formed(nonce):
+        raise _signin_error("malformed_signin", "nonce: must be a nonce from GET /api/agent/nonce.")
+    try:
+        VerifyKey(raw_key).verify(nonce.encode("utf-8"), raw_sig)
+    except (BadSignatureError, ValueError):
+        raise _signin_error("invalid_signature",
+                            "The signature does not verify for this pubkey and nonce.") from None
+    agent = db.session.execute(
+        select(Agent).where(Agent.pubkey == canonical_pubkey(raw_key))).scalar_one_or_none()
+    if agent is None:
+        raise _signin_error("unknown_agent", "No agent is registered with this pubkey.")
+    now = utcnow()
+    nonce_hash = sha256_hex(nonce)
+    res = db.session.execute(
+        update(AgentNonce)
+        .where(AgentNonce.nonce_hash == nonce_hash, AgentNonce.used_at.is_(None),
+               AgentNonce.expires_at > now)
+        .values(used_at=now, agent_id=agent.id)
+        .execution_options(synchronize_session=False)
+    )
+    if res.rowcount != 1:
+        db.session.rollback()
+        row = db.session.execute(select(AgentNonce.used_at, AgentNonce.expires_at)
+                                 .where(AgentNonce.nonce_hash == nonce_hash)).first()
+        if row is None:
+            raise _signin_error("unknown_nonce", "This nonce was not issued by GET /api/agent/nonce.")
+        if row[0] is not None:
+            raise _signin_error("nonce_used", "This nonce was already used; get a new one.")
+        raise _signin_error("nonce_expired", "This nonce has expired; get a new one.")
+    ttl = int(current_app.config["AGENT_SESSION_TTL_SECONDS"])
+    token = new_secret(SESSION_PREFIX)
+    db.session.add(AgentSession(id=new_id("sess"), agent_id=agent.id, token_hash=sha256_hex(token),
+                                created_at=now, expires_at=now + timedelta(seconds=ttl)))
+    db.session.commit()
+    return {"agent_id": agent.id, "session": token, "expires_in": ttl}
+
+
+def purge_expired(older_than: timedelta = timedelta(days=1)) -> int:
+    """Delete nonces and sessions that expired more than ``older_than`` ago."""
+    cutoff = utcnow() - older_than
+    n = db.session.execute(AgentNonce.__table__.delete().where(AgentNonce.expires_at < cutoff)).rowcount
+    n += db.session.execute(AgentSession.__table__.delete().where(AgentSession.expires_at < cutoff)).rowcount
+    db.session.commit()
+    return n
+
+
+# --- svc_sess_ resolver (app.auth) -----------------------------------------------------
+
+def _resolve_session(token: str, token_hash: str) -> Principal | None:
+    if not secret_is_well_formed(token, SESSION_PREFIX):
+        return None
+    row = db.session.execute(
+        select(AgentSession.id, AgentSession.expires_at, AgentSession.revoked_at, Agent.id,
+               Account.id, Account.plan)
+        .join(Agent, Agent.id == AgentSession.agent_id)
+        .join(Account, Account.id == Agent.account_id)
+        .where(AgentSession.token_hash == token_hash)
+    ).first()
+    if row is None or row[2] is not None or row[1] <= utcnow():
+        return None
+    return Principal(account_id=row[4], credential_id=row[0], credential_hash=token_hash,
+                     kind="session", mode="live", scopes=frozenset(SESSION_SCOPES), is_admin=False,
+                     plan=row[5], agent_id=row[3], extra={"expires_at_epoch": row[1].timestamp()})
+
+
+register_resolver(SESSION_PREFIX, _resolve_session)

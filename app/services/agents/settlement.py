@@ -1,0 +1,156 @@
+"""Monthly settlement of agent earnings (SPEC part 1 item 7, DESIGN §3).
+
+For month M and each agent, the amount settled is everything accrued to
+``earnings:<agent>`` up to the end of M (calls, minus their refunds) that no earlier
+settlement moved yet — capped by the current balance of ``earnings:<agent>``, so a
+refund posted after M never drives it negative. Each agent is settled in ONE database
+transaction: the ledger posting (``earnings:<agent>`` → ``acct:<agent account>``, kind
+``agent_settlement``, ref ``settle:<agent>:<YYYY-MM>``, unique), the statement row
+(unique per agent and month) and the outbox row of the signed ``settlement.completed``
+event. A crash at any point leaves each agent fully settled or not at all; running a
+month again changes nothing (statement exists → skipped; the unique ref and statement
+stop a concurrent run). Agents with nothing to settle get no statement.
+
+A month is settled only once it ended ``SETTLEMENT_GRACE_SECONDS`` ago (default 1 h),
+so calls charged in its last seconds have been finalized or refunded.
+"""
+from __future__ import annotations
+
+import logging
+import re
+from datetime import datetime, timedelta, timezone
+
+from flask import current_app
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+
+from app.errors import DomainError, InvalidRequest
+from app.extensions import db
+from app.ids import new_id
+from app.models import Agent, AgentSettlement, LedgerEntry, LedgerTransaction
+from app.models.base import utcnow
+from app.services.billing import ledger
+from app.services.platform import outbox
+from app.services.agents.earnings import _EARNINGS_HI, _EARNINGS_LO, SETTLEMENT_KIND, settled_micros
+
+log = logging.getLogger(__name__)
+_MONTH_RE = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
+
+
+class SettlementIncomplete(DomainError):
+    status, code, message = 500, "internal_error", "Some agents could not be settled."
+
+
+def month_bounds(month: str) -> tuple[datetime, datetime]:
+    m = _MONTH_RE.match(month or "")
+    if not m:
+        raise InvalidRequest("month: must be YYYY-MM.")
+    start = datetime(int(m.group(1)), int(m.group(2)), 1, tzinfo=timezone.utc)
+    end = (start + timedelta(days=32)).replace(day=1)
+    return start, end
+
+
+def previous_month(now: datetime | None = None) -> str:
+    now = (now or utcnow()).astimezone(timezone.utc)
+    last = now.replace(day=1) - timedelta(days=1)
+    return f"{last.year:04d}-{last.month:02d}"
+
+
+def _accrued_until(agent_id: str, end: datetime) -> int:
+    """Sum of the non-settlement entries on ``earnings:<agent>`` created before ``end``."""
+    return int(db.session.execute(
+        select(func.coalesce(func.sum(LedgerEntry.amount_micros), 0))
+        .join(LedgerTransaction, LedgerTransaction.id == LedgerEntry.txn_id)
+        .where(LedgerEntry.ledger_account == ledger.earnings(agent_id), LedgerEntry.created_at < end,
+               LedgerTransaction.kind != SETTLEMENT_KIND)).scalar_one())
+
+
+def candidates(end: datetime) -> list[str]:
+    """Agents with earnings entries before ``end``."""
+    codes = db.session.execute(
+        select(LedgerEntry.ledger_account).distinct()
+        .where(LedgerEntry.ledger_account >= _EARNINGS_LO, LedgerEntry.ledger_account < _EARNINGS_HI,
+               LedgerEntry.created_at < end)).scalars()
+    return sorted(c[len(ledger.EARNINGS):] for c in codes)
+
+
+def settle_agent(agent_id: str, month: str, *, end: datetime) -> dict:
+    """Settle one agent for ``month`` in one transaction; returns what happened."""
+    s = db.session
+    try:
+        agent = s.execute(select(Agent).where(Agent.id == agent_id).with_for_update()).scalar_one_or_none()
+        if agent is None:
+            s.rollback()
+            return {"agent_id": agent_id, "status": "unknown_agent"}
+        done = s.execute(select(AgentSettlement.id).where(
+            AgentSettlement.agent_id == agent_id, AgentSettlement.month == month)).first()
+        if done is not None:
+            s.rollback()
+            return {"agent_id": agent_id, "status": "already_settled", "settlement_id": done[0]}
+        amount = min(_accrued_until(agent_id, end) - settled_micros(agent_id),
+                     ledger.balance(ledger.earnings(agent_id)))
+        if amount <= 0:
+            s.rollback()
+            return {"agent_id": agent_id, "status": "nothing_to_settle"}
+        now = utcnow()
+        txn_id = ledger.post(SETTLEMENT_KIND, [(ledger.earnings(agent_id), -amount),
+                                               (ledger.customer(agent.account_id), amount)],
+                             ref=f"settle:{agent_id}:{month}", account_id=agent.account_id,
+                             meta={"agent_id": agent_id, "month": month}, created_at=now)
+        stmt = AgentSettlement(id=new_id("stl"), agent_id=agent_id, month=month, amount_micros=amount,
+                               ledger_txn_id=txn_id, created_at=now)
+        s.add(stmt)
+        msg_id = None
+        if agent.webhook:
+            msg_id = outbox.add_webhook(agent.webhook, "settlement.completed", {
+                "settlement_id": stmt.id, "agent_id": agent_id, "account_id": agent.account_id,
+                "month": month, "amount_cents": ledger.micros_to_cents(amount),
+                "amount_micros": amount, "settled_at": now.isoformat()},
+                secret=agent.webhook_secret, source=f"settlement:{stmt.id}",
+                account_id=agent.account_id).id
+        s.commit()
+    except IntegrityError:  # a concurrent run settled this agent and month first
+        s.rollback()
+        return {"agent_id": agent_id, "status": "already_settled"}
+    except BaseException:
+        s.rollback()
+        raise
+    if msg_id:
+        outbox.dispatch(msg_id)
+    return {"agent_id": agent_id, "status": "settled", "settlement_id": stmt.id,
+            "amount_cents": ledger.micros_to_cents(amount), "amount_micros": amount}
+
+
+def settle_month(month: str, *, now: datetime | None = None) -> dict:
+    """Settle every agent for ``month`` (``YYYY-MM``). Idempotent. An agent that fails is
+    rolled back and reported (the others are still settled); then SettlementIncomplete."""
+    start, end = month_bounds(month)
+    now = now or utcnow()
+    grace = timedelta(seconds=int(current_app.config["SETTLEMENT_GRACE_SECONDS"]))
+    if now < end + grace:
+        raise InvalidRequest(f"month: {month} can be settled from {(end + grace).isoformat()} on.")
+    results, failed = [], []
+    for agent_id in candidates(end):
+        try:
+            results.append(settle_agent(agent_id, month, end=end))
+        except Exception as exc:  # noqa: BLE001 - rolled back; reported and retried next run
+            log.exception("settlement of %s for %s failed", agent_id, month)
+            failed.append({"agent_id": agent_id, "status": "failed", "error": type(exc).__name__})
+    summary = {"month": month, "settled": sum(r["status"] == "settled" for r in results),
+               "already_settled": sum(r["status"] == "already_settled" for r in results),
+               "total_cents": ledger.micros_to_cents(sum(r.get("amount_micros", 0) for r in results)),
+               "agents": results + failed, "failed": len(failed)}
+    if failed:
+        raise SettlementIncomplete(f"{len(failed)} agent(s) could not be settled for {month}; "
+                                   "run again to retry them.", extra={"summary": summary})
+    return summary
+
+
+def settle_due(now: datetime | None = None) -> dict | None:
+    """Scheduled: settle the previous month once its grace period is over (else None)."""
+    now = now or utcnow()
+    month = previous_month(now)
+    _, end = month_bounds(month)
+    if now < end + timedelta(seconds=int(current_app.config["SETTLEMENT_GRACE_SECONDS"])):
+        return None
+    return settle_month(month, now=now)

@@ -1,0 +1,368 @@
+"""Spend alerts: rules (CRUD), metrics from the usage rollups, evaluation and firing.
+
+Metrics (live-mode usage, from ``usage_hourly``; never a scan of individual calls):
+
+* ``spend_cents`` — spend over the window, in cents (fractions of a cent kept exactly);
+* ``calls`` — calls over the window;
+* ``error_rate`` — failed calls / calls × 100 over the window (0–100; no calls → 0);
+* ``plan_pct`` — spend in the current billing period (calendar month, UTC) as a
+  percentage of the plan's ``plan_cents``. The window does not change the value; it only
+  sets how often the rule may fire (see below).
+
+Rolling windows, at the hour granularity of the rollups: a window of length L
+(hour = 1 h, day = 24 h, week = 7 × 24 h, month = 30 × 24 h) counts every hourly bucket
+that overlaps the last L ending at ``now``: the bucket containing ``now − L`` through the
+current bucket. So ``hour`` is the previous and the current hour bucket (60–120 minutes
+of usage), ``day`` 25 buckets, and so on; usage is never missed, and the oldest partial
+hour is counted whole.
+
+Firing rule: a rule fires when ``value op threshold`` holds and it has not fired yet in
+the current *window period*: the calendar hour, day, ISO week (Monday 00:00) or month
+(UTC) containing ``now``, according to the rule's window. It therefore fires at most once
+per period and again in the next period while the condition still holds. The period key
+(``2026-11-21T21``, ``2026-11-21``, ``2026-W47``, ``2026-11``) is part of a unique
+constraint on the event, so double firing is impossible even with two schedulers.
+
+A firing is recorded (``alert_events`` row + its outbox message, one transaction) before
+any delivery is attempted; delivery, retries and the sweep are the outbox's
+(``app/services/platform/outbox.py``).
+"""
+from __future__ import annotations
+
+import base64
+import math
+import operator
+import secrets
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+
+from flask import current_app
+from sqlalchemy import and_, case, func, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+from app.errors import Conflict, InvalidRequest, NotFound
+from app.extensions import db
+from app.ids import new_id
+from app.models import Account, Alert, AlertEvent, OutboxMessage, UsageHourly
+from app.models.base import utcnow
+from app.services.accounts import accounts
+from app.services.platform import netguard
+from app.services.platform import outbox
+from app.services.billing.usage import billing_period, hour_of
+
+METRICS = ("spend_cents", "plan_pct", "calls", "error_rate")
+OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
+WINDOWS = {"hour": timedelta(hours=1), "day": timedelta(days=1), "week": timedelta(days=7),
+           "month": timedelta(days=30)}
+CHANNELS = ("email", "webhook", "chat")
+MAX_ALERTS_PER_ACCOUNT = 50
+MAX_THRESHOLD = 1e15
+EVENTS_LIMIT = 100
+EVENT_TYPE = "alert.fired"
+
+_WINDOW_TEXT = {"hour": "the last hour", "day": "the last day", "week": "the last week",
+                "month": "the last 30 days"}
+_METRIC_TEXT = {"spend_cents": "spend (cents)", "calls": "calls", "error_rate": "error rate (%)",
+                "plan_pct": "plan usage (% of plan_cents this billing period)"}
+
+
+class AlertLimitReached(Conflict):
+    code = "alert_limit_reached"
+    message = "The account has reached its maximum number of alerts."
+
+
+# --- windows and periods --------------------------------------------------------------
+
+def _utc(now: datetime | None) -> datetime:
+    return (now or utcnow()).astimezone(timezone.utc)
+
+
+def window_start(window: str, now: datetime) -> datetime:
+    """First hourly bucket counted by ``window`` at ``now`` (the bucket containing now − L)."""
+    return hour_of(_utc(now) - WINDOWS[window])
+
+
+def period_key(window: str, now: datetime) -> str:
+    """Key of the calendar period (UTC) containing ``now`` in which a rule fires at most once."""
+    now = _utc(now)
+    if window == "hour":
+        return now.strftime("%Y-%m-%dT%H")
+    if window == "day":
+        return now.strftime("%Y-%m-%d")
+    if window == "week":
+        year, week, _ = now.isocalendar()
+        return f"{year}-W{week:02d}"
+    return now.strftime("%Y-%m")
+
+
+def max_alerts() -> int:
+    return int(current_app.config.get("ALERTS_MAX_PER_ACCOUNT", MAX_ALERTS_PER_ACCOUNT))
+
+
+# --- CRUD -----------------------------------------------------------------------------
+
+def new_signing_secret() -> str:
+    """A Standard Webhooks secret: ``whsec_`` + base64 of 24 random bytes."""
+    return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+
+
+def _validate(name, metric, op, threshold, window, channel, target) -> tuple:
+    if not isinstance(name, str) or not name.strip() or len(name.strip()) > 100:
+        raise InvalidRequest("name: must be 1 to 100 characters.")
+    for field, value, allowed in (("metric", metric, METRICS), ("op", op, tuple(OPS)),
+                                  ("window", window, tuple(WINDOWS)), ("channel", channel, CHANNELS)):
+        if value not in allowed:
+            raise InvalidRequest(f"{field}: must be one of {', '.join(allowed)}.")
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) \
+            or not math.isfinite(threshold) or not 0 <= threshold <= MAX_THRESHOLD:
+        raise InvalidRequest(f"threshold: must be a finite number between 0 and {MAX_THRESHOLD:.0e}.")
+    if not isinstance(target, str) or not target.strip():
+        raise InvalidRequest("target: required.")
+    target = target.strip()
+    if channel == "email":
+        try:
+            target = accounts.normalize_email(target)
+        except InvalidRequest:
+            raise InvalidRequest("target: not a valid e-mail address (channel email).")
+    else:
+        target = netguard.validate_url(target, field="target")
+    return name.strip(), float(threshold), target
+
+
+def create_alert(account_id: str, *, name: str, metric: str, op: str, threshold: float,
+                 window: str, channel: str, target: str) -> tuple[Alert, str | None]:
+    """Create a rule; returns it and, for webhooks, its signing secret (shown once)."""
+    name, threshold, target = _validate(name, metric, op, threshold, window, channel, target)
+    # Serialize creations per account (row lock) so concurrent requests cannot pass the cap.
+    db.session.execute(select(Account.id).where(Account.id == account_id).with_for_update())
+    active = db.session.execute(select(func.count()).select_from(Alert).where(
+        Alert.account_id == account_id, Alert.deleted_at.is_(None))).scalar_one()
+    if active >= max_alerts():
+        db.session.rollback()
+        raise AlertLimitReached(f"An account may have at most {max_alerts()} alerts; delete one first.")
+    secret = new_signing_secret() if channel == "webhook" else None
+    alert = Alert(id=new_id("alrt"), account_id=account_id, name=name, metric=metric, op=op,
+                  threshold=threshold, window=window, channel=channel, target=target,
+                  secret=secret, created_at=utcnow())
+    db.session.add(alert)
+    db.session.commit()
+    return alert, secret
+
+
+def list_alerts(account_id: str) -> list[Alert]:
+    return list(db.session.execute(
+        select(Alert).where(Alert.account_id == account_id, Alert.deleted_at.is_(None))
+        .order_by(Alert.created_at, Alert.id)).scalars())
+
+
+def delete_alert(account_id: str, alert_id: str) -> Alert:
+    """Stop and remove a rule (its past events stay listed). Unknown, already deleted or
+    another account's id → 404."""
+    res = db.session.execute(
+        update(Alert).where(Alert.id == alert_id, Alert.account_id == account_id,
+                            Alert.deleted_at.is_(None))
+        .values(deleted_at=utcnow()).execution_options(synchronize_session=False))
+    db.session.commit()
+    if res.rowcount != 1:
+        raise NotFound("No such alert.")
+    return db.session.get(Alert, alert_id, populate_existing=True)
+
+
+def alert_view(alert: Alert) -> dict:
+    return {"id": alert.id, "name": alert.name, "metric": alert.metric, "op": alert.op,
+            "threshold": alert.threshold, "window": alert.window, "channel": alert.channel,
+            "target": alert.target, "created_at": alert.created_at}
+
+
+def list_events(account_id: str, limit: int = EVENTS_LIMIT) -> list[dict]:
+    """The ``limit`` most recent firings of the account, newest first, with the delivery
+    state of each (from its outbox message). Events of deleted alerts are included."""
+    events = list(db.session.execute(
+        select(AlertEvent).where(AlertEvent.account_id == account_id)
+        .order_by(AlertEvent.fired_at.desc(), AlertEvent.id.desc()).limit(limit)).scalars())
+    sources = [f"alert_event:{e.id}" for e in events]
+    msgs = {m.source: m for m in db.session.execute(
+        select(OutboxMessage).where(OutboxMessage.source.in_(sources))).scalars()} if sources else {}
+    return [event_view(e, msgs.get(f"alert_event:{e.id}")) for e in events]
+
+
+def event_view(ev: AlertEvent, msg: OutboxMessage | None) -> dict:
+    return {"id": ev.id, "alert_id": ev.alert_id, "name": ev.name, "metric": ev.metric,
+            "op": ev.op, "threshold": ev.threshold, "value": ev.value, "window": ev.window,
+            "period": ev.period_key, "channel": ev.channel, "fired_at": ev.fired_at,
+            "delivery_status": msg.status if msg else "pending",
+            "attempts": msg.attempts if msg else 0,
+            "delivered_at": msg.delivered_at if msg else None,
+            "next_attempt_at": msg.next_attempt_at if msg and msg.status == "pending" else None,
+            "last_error": msg.last_error if msg else None}
+
+
+# --- metrics --------------------------------------------------------------------------
+
+def usage_by_account(now: datetime, account_ids=None) -> dict[str, dict]:
+    """One grouped query: per account, calls/errors/spend_micros of every window, and the
+    spend of the current billing period. ``account_ids`` (a list or a select) restricts the
+    accounts; by default the accounts that have active alerts."""
+    now = _utc(now)
+    if account_ids is None:
+        account_ids = select(Alert.account_id).where(Alert.deleted_at.is_(None)).distinct()
+    period_start, _ = billing_period(now)
+    starts = {w: window_start(w, now) for w in WINDOWS}
+    lowest = min([period_start, *starts.values()])
+    cols = []
+    for w, start in starts.items():
+        in_window = UsageHourly.hour >= start
+        cols += [func.sum(case((in_window, UsageHourly.calls), else_=0)),
+                 func.sum(case((in_window, UsageHourly.errors), else_=0)),
+                 func.sum(case((in_window, UsageHourly.spend_micros), else_=0))]
+    cols.append(func.sum(case((UsageHourly.hour >= period_start, UsageHourly.spend_micros), else_=0)))
+    rows = db.session.execute(
+        select(UsageHourly.account_id, *cols)
+        .where(UsageHourly.account_id.in_(account_ids), UsageHourly.mode == "live",
+               UsageHourly.hour >= lowest, UsageHourly.hour <= hour_of(now))
+        .group_by(UsageHourly.account_id)).all()
+    out = {}
+    for row in rows:
+        vals = [int(v or 0) for v in row[1:]]
+        out[row[0]] = {w: {"calls": vals[3 * i], "errors": vals[3 * i + 1],
+                           "spend_micros": vals[3 * i + 2]} for i, w in enumerate(WINDOWS)}
+        out[row[0]]["period_spend_micros"] = vals[-1]
+    return out
+
+
+_EMPTY = {**{w: {"calls": 0, "errors": 0, "spend_micros": 0} for w in WINDOWS},
+          "period_spend_micros": 0}
+
+
+def metric_value(metric: str, window: str, usage: dict, plan_cents: int) -> Decimal:
+    """Exact value of ``metric`` from one account's ``usage_by_account`` entry."""
+    win = usage[window]
+    if metric == "spend_cents":
+        return Decimal(win["spend_micros"]) / 10_000
+    if metric == "calls":
+        return Decimal(win["calls"])
+    if metric == "error_rate":
+        return Decimal(win["errors"]) * 100 / win["calls"] if win["calls"] else Decimal(0)
+    if metric == "plan_pct":
+        if plan_cents <= 0:
+            return Decimal(0)
+        return Decimal(usage["period_spend_micros"]) * 100 / (Decimal(plan_cents) * 10_000)
+    raise ValueError(metric)
+
+
+def current_metrics(account_id: str, now: datetime | None = None) -> dict:
+    """Every metric of every window for one account (same code path as evaluation)."""
+    now = _utc(now)
+    usage = usage_by_account(now, [account_id]).get(account_id, _EMPTY)
+    plan = accounts.get_account(account_id).plan
+    pc = int(accounts.plans().get(plan, {}).get("plan_cents", 0))
+    return {w: {m: float(metric_value(m, w, usage, pc)) for m in METRICS} for w in WINDOWS}
+
+
+# --- evaluation -----------------------------------------------------------------------
+
+def _fmt(value) -> str:
+    d = Decimal(str(value)).quantize(Decimal("0.0001")).normalize()
+    return format(d, "f")
+
+
+def _describe(ev: dict) -> str:
+    scope = "this billing period" if ev["metric"] == "plan_pct" else _WINDOW_TEXT[ev["window"]]
+    return (f"{_METRIC_TEXT[ev['metric']]} is {_fmt(ev['value'])} over {scope} "
+            f"({ev['op']} {_fmt(ev['threshold'])})")
+
+
+def webhook_data(ev: dict) -> dict:
+    """The ``data`` of an ``alert.fired`` webhook (documented in the README)."""
+    return {"event_id": ev["id"], "alert_id": ev["alert_id"], "alert_name": ev["name"],
+            "account_id": ev["account_id"], "metric": ev["metric"], "op": ev["op"],
+            "threshold": ev["threshold"], "value": ev["value"], "window": ev["window"],
+            "period": ev["period_key"], "fired_at": ev["fired_at"].isoformat()}
+
+
+def _enqueue_delivery(ev: dict, rule: dict) -> OutboxMessage:
+    source = f"alert_event:{ev['id']}"
+    common = {"source": source, "account_id": ev["account_id"], "flush": False}
+    if rule["channel"] == "email":
+        subject = f"Alert \u201c{ev['name']}\u201d: {ev['metric']} {_fmt(ev['value'])} {ev['op']} {_fmt(ev['threshold'])}"
+        text = (f"Your alert \u201c{ev['name']}\u201d fired.\n\n"
+                f"The {_describe(ev)}.\n\n"
+                f"Metric:    {ev['metric']}\nValue:     {_fmt(ev['value'])}\n"
+                f"Condition: {ev['metric']} {ev['op']} {_fmt(ev['threshold'])} (window: {ev['window']})\n"
+                f"Period:    {ev['period_key']} (UTC; this alert fires at most once per {ev['window']})\n"
+                f"Fired at:  {ev['fired_at'].isoformat()}\n"
+                f"Account:   {ev['account_id']}\nAlert id:  {ev['alert_id']}\nEvent id:  {ev['id']}\n\n"
+                f"You receive this message because the alert targets this address. "
+                f"Manage alerts with GET/DELETE /api/alerts.\n")
+        return outbox.add_email(rule["target"], subject, text, **common)
+    if rule["channel"] == "webhook":
+        return outbox.add_webhook(rule["target"], EVENT_TYPE, webhook_data(ev),
+                                  secret=rule["secret"], **common)
+    text = (f"\U0001F514 Alert \u201c{ev['name']}\u201d fired: the {_describe(ev)}. "
+            f"Period {ev['period_key']} UTC · account {ev['account_id']} · event {ev['id']}")
+    return outbox.add_chat(rule["target"], text, **common)
+
+
+def _insert_events(rows: list[dict]) -> set[str]:
+    """Insert events, skipping any (alert_id, period_key) that already fired (another
+    scheduler got there first); returns the ids actually inserted. One executemany
+    (SQLAlchemy batches it into multi-row INSERT … RETURNING statements)."""
+    dialect = db.session.get_bind().dialect.name
+    stmt = (pg_insert if dialect == "postgresql" else sqlite_insert)(AlertEvent)
+    stmt = stmt.on_conflict_do_nothing(index_elements=["alert_id", "period_key"])
+    return set(db.session.scalars(stmt.returning(AlertEvent.id), rows))
+
+
+def evaluate_all(now: datetime | None = None, *, dispatch: bool = True) -> dict:
+    """Evaluate every active rule at ``now`` and fire those that are due.
+
+    Reads take a constant number of queries whatever the number of rules: one for the
+    rules with their plan and whether they already fired in the current period, one
+    grouped query over the usage rollups. Firings are written in one transaction
+    (events in one batched INSERT … ON CONFLICT DO NOTHING, their outbox messages in
+    one batched insert),
+    then dispatched. Returns counts and the fired event ids."""
+    now = _utc(now)
+    keys = {w: period_key(w, now) for w in WINDOWS}
+    current_key = case(*[(Alert.window == w, k) for w, k in keys.items()], else_="")
+    rules = db.session.execute(
+        select(Alert.id, Alert.account_id, Alert.name, Alert.metric, Alert.op, Alert.threshold,
+               Alert.window, Alert.channel, Alert.target, Alert.secret, Account.plan,
+               AlertEvent.id.label("fired_id"))
+        .join(Account, Account.id == Alert.account_id)
+        .outerjoin(AlertEvent, and_(AlertEvent.alert_id == Alert.id,
+                                    AlertEvent.period_key == current_key))
+        .where(Alert.deleted_at.is_(None))).mappings().all()
+    usage = usage_by_account(now)
+    plan_cache: dict[str, int] = {}
+    to_fire: list[tuple[dict, dict]] = []
+    for r in rules:
+        if r["fired_id"] is not None:
+            continue
+        if r["plan"] not in plan_cache:  # an unknown plan counts as plan_cents 0 → plan_pct 0
+            plan_cache[r["plan"]] = int(accounts.plans().get(r["plan"], {}).get("plan_cents", 0))
+        value = metric_value(r["metric"], r["window"], usage.get(r["account_id"], _EMPTY),
+                             plan_cache[r["plan"]])
+        if not OPS[r["op"]](value, Decimal(repr(r["threshold"]))):
+            continue
+        ev = {"id": new_id("alev"), "alert_id": r["id"], "account_id": r["account_id"],
+              "name": r["name"], "metric": r["metric"], "op": r["op"],
+              "threshold": r["threshold"], "value": float(round(value, 6)), "window": r["window"],
+              "channel": r["channel"], "period_key": keys[r["window"]], "fired_at": now}
+        to_fire.append((ev, dict(r)))
+    message_ids: list[str] = []
+    fired: list[str] = []
+    if to_fire:
+        inserted = _insert_events([ev for ev, _ in to_fire])
+        for ev, rule in to_fire:
+            if ev["id"] in inserted:
+                message_ids.append(_enqueue_delivery(ev, rule).id)
+                fired.append(ev["id"])
+        db.session.commit()  # events and their messages together (messages batched)
+    else:
+        db.session.rollback()  # end the read transaction
+    if dispatch and message_ids:
+        outbox.dispatch(*message_ids)
+    return {"rules": len(rules), "fired": len(fired), "event_ids": fired,
+            "evaluated_at": now.isoformat()}

@@ -1,0 +1,334 @@
+"""Wallets: connect an on-chain wallet by signed message (EIP-4361 for EVM, ed25519 for
+Solana), read its USDC balance, USDC deposit instructions, the deposit watcher
+(``eth_getLogs``; credited once per (chain, tx, log index)) and the account's ledger
+transactions."""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import timedelta
+from urllib.parse import urlparse
+
+import base58
+from eth_account import Account as EthAccount
+from eth_account.messages import encode_defunct
+from eth_utils import to_checksum_address
+from flask import current_app
+from nacl.exceptions import BadSignatureError
+from nacl.signing import VerifyKey
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+
+from app.errors import Conflict, DomainError, InvalidRequest, ServiceUnavailable
+from app.extensions import db, get_redis
+from app.ids import new_id, random_b62
+from app.models import Account, ChainCursor, LedgerEntry, LedgerTransaction, Payment, Wallet, WalletNonce
+from app.models.base import utcnow
+from app.services.billing import chains
+from app.services.billing import ledger
+from app.services.billing.payments import credit_payment, fund_view
+
+log = logging.getLogger(__name__)
+
+
+class NonceInvalid(DomainError):
+    status, code, message = 400, "nonce_invalid", "No valid wallet-connect message."
+
+
+class SignatureInvalid(DomainError):
+    status, code, message = 401, "signature_invalid", "The signature does not verify."
+
+
+class WalletNotConnected(DomainError):
+    status, code, message = 400, "wallet_not_connected", "No wallet is connected."
+
+
+# --- connect -------------------------------------------------------------------------
+
+def _message(chain: str, address: str, account_id: str, nonce: str, issued, expires) -> str:
+    base = current_app.config["BASE_URL"].rstrip("/")
+    domain = urlparse(base).netloc or "gateway"
+    family = "Ethereum" if chain in chains.EVM_CHAINS else "Solana"
+    chain_id = chains.CHAIN_IDS.get(chain, "mainnet")
+    return (f"{domain} wants you to sign in with your {family} account:\n{address}\n\n"
+            f"Connect this wallet to gateway account {account_id} ({chain}).\n\n"
+            f"URI: {base}/api/wallet/connect\nVersion: 1\nChain ID: {chain_id}\nNonce: {nonce}\n"
+            f"Issued At: {issued.strftime('%Y-%m-%dT%H:%M:%SZ')}\n"
+            f"Expiration Time: {expires.strftime('%Y-%m-%dT%H:%M:%SZ')}")
+
+
+def connect_message(account_id: str, chain: str, address: str) -> dict:
+    """Issue the single-use message the wallet must sign (EIP-4361 text)."""
+    display, key = chains.normalize_address(chain, address)
+    now = utcnow().replace(microsecond=0)
+    expires = now + timedelta(seconds=int(current_app.config["WALLET_NONCE_TTL_SECONDS"]))
+    nonce = random_b62(20)
+    row = WalletNonce(nonce=nonce, account_id=account_id, chain=chain, address=display, address_key=key,
+                      message=_message(chain, display, account_id, nonce, now, expires), expires_at=expires)
+    db.session.add(row)
+    db.session.commit()
+    return {"message": row.message, "nonce": nonce, "expires_at": expires, "chain": chain, "address": display}
+
+
+def _verify_signature(chain: str, address_key: str, message: str, signature: str) -> None:
+    signature = (signature or "").strip()
+    if chain in chains.EVM_CHAINS:
+        hexsig = signature[2:] if signature.startswith("0x") else signature
+        try:
+            raw = bytes.fromhex(hexsig)
+        except ValueError:
+            raw = b""
+        if len(raw) != 65:
+            raise InvalidRequest("signature: a 0x-prefixed 65-byte hex EIP-191 signature is required.")
+        try:
+            recovered = EthAccount.recover_message(encode_defunct(text=message), signature=raw)
+        except Exception:
+            raise SignatureInvalid("The signature cannot be recovered.") from None
+        if recovered.lower() != address_key:
+            raise SignatureInvalid("The signature was not made by this address.")
+        return
+    text = signature[len("base58:"):] if signature.startswith("base58:") else signature
+    try:
+        raw = base58.b58decode(text)
+    except ValueError:
+        raw = b""
+    if len(raw) != 64:
+        raise InvalidRequest("signature: a base58 64-byte ed25519 signature is required.")
+    try:
+        VerifyKey(base58.b58decode(address_key)).verify(message.encode(), raw)
+    except BadSignatureError:
+        raise SignatureInvalid("The signature was not made by this address.") from None
+
+
+def connect(account_id: str, chain: str, address: str, signature: str, nonce: str | None = None) -> dict:
+    """Attach the wallet after verifying the signature over the issued message. The
+    message is consumed atomically first (a replay or a second concurrent use fails)."""
+    display, key = chains.normalize_address(chain, address)
+    stmt = select(WalletNonce).where(WalletNonce.account_id == account_id, WalletNonce.chain == chain,
+                                     WalletNonce.address_key == key, WalletNonce.used_at.is_(None),
+                                     WalletNonce.expires_at > utcnow())
+    if nonce:
+        stmt = stmt.where(WalletNonce.nonce == nonce)
+    row = db.session.execute(stmt.order_by(WalletNonce.created_at.desc()).limit(1)).scalar_one_or_none()
+    if row is None:
+        raise NonceInvalid("No unused, unexpired connect message for this chain and address; "
+                           "get one from GET /api/wallet/connect/message.")
+    claimed = db.session.execute(
+        update(WalletNonce).where(WalletNonce.nonce == row.nonce, WalletNonce.used_at.is_(None))
+        .values(used_at=utcnow()).execution_options(synchronize_session=False)).rowcount
+    message = row.message
+    db.session.commit()
+    if claimed != 1:
+        raise NonceInvalid("This connect message was already used.")
+    _verify_signature(chain, key, message, signature)
+    other = db.session.execute(select(Wallet).where(Wallet.address_key == key)).scalar_one_or_none()
+    if other is not None and other.account_id != account_id:
+        raise Conflict("This address is connected to another account.")
+    wallet = db.session.execute(select(Wallet).where(Wallet.account_id == account_id)).scalar_one_or_none()
+    if wallet is None:
+        wallet = Wallet(id=new_id("wal"), account_id=account_id)
+        db.session.add(wallet)
+    wallet.chain, wallet.address, wallet.address_key, wallet.connected_at = chain, display, key, utcnow()
+    try:
+        db.session.commit()
+    except IntegrityError:
+        db.session.rollback()
+        raise Conflict("This address is connected to another account.") from None
+    return wallet_view(wallet)
+
+
+def wallet_view(w: Wallet) -> dict:
+    return {"id": w.id, "chain": w.chain, "address": w.address, "connected": True,
+            "connected_at": w.connected_at}
+
+
+def get_wallet(account_id: str) -> Wallet | None:
+    return db.session.execute(select(Wallet).where(Wallet.account_id == account_id)).scalar_one_or_none()
+
+
+# --- balance ---------------------------------------------------------------------------
+
+_local_cache: dict[str, tuple[float, int]] = {}
+_local_lock = threading.Lock()
+
+
+def _cached_usdc(chain: str, address: str) -> int:
+    ttl = int(current_app.config["WALLET_BALANCE_CACHE_SECONDS"])
+    key = f"{current_app.config.get('RATELIMIT_KEY_PREFIX', 'gw')}:usdcbal:{chain}:{address}"
+    r = get_redis()
+    if r is not None:
+        try:
+            hit = r.get(key)
+            if hit is not None:
+                return int(hit)
+        except Exception:
+            r = None
+    else:
+        with _local_lock:
+            hit = _local_cache.get(key)
+        if hit and hit[0] > time.monotonic():
+            return hit[1]
+    value = chains.usdc_balance(chain, address)
+    if ttl > 0:
+        if r is not None:
+            try:
+                r.set(key, value, ex=ttl)
+            except Exception:
+                pass
+        else:
+            with _local_lock:
+                _local_cache[key] = (time.monotonic() + ttl, value)
+    return value
+
+
+def balance(account_id: str) -> dict:
+    """Credits and the connected wallet's on-chain USDC (``connected: false``, ``usdc:
+    "0.000000"``, ``chain: null`` when no wallet is connected)."""
+    credits = db.session.execute(select(Account.balance_micros).where(Account.id == account_id)).scalar_one()
+    wallet = get_wallet(account_id)
+    out = {"credits_cents": ledger.micros_to_cents(credits), "usdc": chains.format_usdc(0), "chain": None,
+           "address": None, "connected": False}
+    if wallet is not None:
+        out.update(usdc=chains.format_usdc(_cached_usdc(wallet.chain, wallet.address)),
+                   chain=wallet.chain, address=wallet.address, connected=True)
+    return out
+
+
+# --- USDC deposits ------------------------------------------------------------------------
+
+def deposit_address() -> str | None:
+    """USDC_DEPOSIT_ADDRESS (default: X402_PAY_TO), EIP-55 checksummed; None = deposits off."""
+    cfg = current_app.config
+    addr = cfg.get("USDC_DEPOSIT_ADDRESS") or cfg.get("X402_PAY_TO")
+    return to_checksum_address(addr) if addr else None
+
+
+def fund_usdc(account_id: str, mode: str, amount_cents: int) -> dict:
+    """Deposit instructions: send exactly ``amount_atomic`` USDC from the connected wallet
+    to ``pay_to`` on ``chain``; the watcher credits it once confirmed."""
+    wallet = get_wallet(account_id)
+    if wallet is None:
+        raise WalletNotConnected("Connect a wallet first (POST /api/wallet/connect); deposits are "
+                                 "attributed by the sending address.")
+    if wallet.chain not in chains.EVM_CHAINS:
+        raise InvalidRequest("method: USDC deposits are watched on EVM chains (base, ethereum, polygon); "
+                             "connect an EVM wallet.")
+    pay_to = deposit_address()
+    if pay_to is None:
+        raise ServiceUnavailable("USDC deposits are not configured on this deployment (USDC_DEPOSIT_ADDRESS).")
+    micros = ledger.cents_to_micros(amount_cents)
+    expires = utcnow() + timedelta(seconds=int(current_app.config["USDC_DEPOSIT_TTL_SECONDS"]))
+    payment = Payment(id=new_id("pay"), account_id=account_id, method="usdc", kind="deposit",
+                      processor="chain", mode=mode, amount_micros=micros, status="pending",
+                      expires_at=expires, meta={"chain": wallet.chain, "from": wallet.address, "pay_to": pay_to})
+    db.session.add(payment)
+    db.session.commit()
+    deposit = {"chain": wallet.chain, "chain_id": chains.CHAIN_IDS[wallet.chain],
+               "token": chains.usdc_contract(wallet.chain), "pay_to": pay_to, "from": wallet.address,
+               "amount_atomic": str(micros), "amount_usdc": chains.format_usdc(micros),
+               "reference": payment.id, "expires_at": expires,
+               "confirmations": int(current_app.config["CHAIN_CONFIRMATIONS"])}
+    return fund_view(payment, deposit)
+
+
+def _credit_transfer(chain: str, t: dict) -> str:
+    provider_id = f"{chain}:{t['tx']}:{t['log_index']}"
+    if t["value"] <= 0:
+        return "zero"
+    if db.session.execute(select(Payment.id).where(Payment.provider_id == provider_id)).first():
+        return "duplicate"
+    wallet = db.session.execute(select(Wallet).where(Wallet.address_key == t["from"].lower(),
+                                                     Wallet.chain.in_(chains.EVM_CHAINS))).scalar_one_or_none()
+    if wallet is None:
+        log.warning("USDC transfer %s from unconnected address %s not attributed", provider_id, t["from"])
+        return "unattributed"
+    if not chains.receipt_succeeded(chain, t["tx"]):
+        return "reverted"
+    candidates = db.session.execute(
+        select(Payment).where(Payment.account_id == wallet.account_id, Payment.method == "usdc",
+                              Payment.status == "pending", Payment.provider_id.is_(None),
+                              Payment.amount_micros == t["value"])
+        .order_by(Payment.created_at)).scalars().all()
+    payment = next((p for p in candidates if (p.meta or {}).get("chain") == chain), None)
+    if payment is None:  # an unannounced deposit from a connected wallet: credit it too
+        payment = Payment(id=new_id("pay"), account_id=wallet.account_id, method="usdc", kind="deposit",
+                          processor="chain", mode="live", amount_micros=t["value"], status="pending",
+                          meta={"chain": chain, "from": t["from"], "unannounced": True})
+        db.session.add(payment)
+    payment.provider_id = provider_id
+    payment.meta = {**(payment.meta or {}), "tx": t["tx"], "log_index": t["log_index"], "block": t["block"]}
+    try:
+        db.session.flush()
+        credited = credit_payment(payment, ref=f"usdc:{provider_id}")
+        db.session.commit()
+    except IntegrityError:
+        db.session.rollback()
+        return "duplicate"
+    return "credited" if credited else "already_final"
+
+
+def scan_chain(chain: str) -> dict:
+    """Scan confirmed blocks for USDC transfers to the deposit address and credit them.
+    The cursor advances only after every transfer in the range is processed."""
+    cfg = current_app.config
+    pay_to = deposit_address()
+    if pay_to is None:
+        raise ServiceUnavailable("USDC deposits are not configured (USDC_DEPOSIT_ADDRESS).")
+    db.session.execute(update(Payment).where(Payment.method == "usdc", Payment.status == "pending",
+                                             Payment.provider_id.is_(None), Payment.expires_at < utcnow())
+                       .values(status="expired", updated_at=utcnow()).execution_options(synchronize_session=False))
+    db.session.commit()
+    head = chains.block_number(chain)
+    safe = head - int(cfg["CHAIN_CONFIRMATIONS"])
+    cursor = db.session.get(ChainCursor, chain)
+    if cursor is None:
+        cursor = ChainCursor(chain=chain, last_block=max(-1, safe - int(cfg["CHAIN_WATCH_LOOKBACK_BLOCKS"])))
+        db.session.add(cursor)
+        db.session.commit()
+    start = cursor.last_block + 1
+    end = min(safe, start + int(cfg["CHAIN_WATCH_MAX_BLOCKS"]) - 1)
+    stats = {"chain": chain, "from_block": start, "to_block": end, "credited": 0, "seen": 0}
+    if end < start:
+        return stats
+    for t in chains.transfer_logs(chain, pay_to, start, end):
+        stats["seen"] += 1
+        if _credit_transfer(chain, t) == "credited":
+            stats["credited"] += 1
+    db.session.execute(update(ChainCursor).where(ChainCursor.chain == chain, ChainCursor.last_block < end)
+                       .values(last_block=end, updated_at=utcnow()).execution_options(synchronize_session=False))
+    db.session.commit()
+    return stats
+
+
+def chains_to_watch() -> list[str]:
+    """EVM chains with a connected wallet or a pending deposit (and an RPC endpoint)."""
+    if deposit_address() is None:
+        return []
+    used = set(db.session.execute(select(Wallet.chain).where(Wallet.chain.in_(chains.EVM_CHAINS))).scalars())
+    return [c for c in chains.EVM_CHAINS if c in used and chains.rpc_url(c)]
+
+
+# --- ledger transactions -------------------------------------------------------------------
+
+def transactions(account_id: str, limit: int = 50, cursor: str | None = None) -> dict:
+    """The account's ledger entries (credits and debits), newest first; ``cursor`` is the
+    ``next_cursor`` of the previous page."""
+    stmt = (select(LedgerEntry.id, LedgerEntry.amount_micros, LedgerEntry.created_at,
+                   LedgerTransaction.kind, LedgerTransaction.ref, LedgerTransaction.meta)
+            .join(LedgerTransaction, LedgerTransaction.id == LedgerEntry.txn_id)
+            .where(LedgerEntry.ledger_account == ledger.customer(account_id)))
+    if cursor:
+        if not cursor.isdigit() or len(cursor) > 19:
+            raise InvalidRequest("cursor: not a cursor returned by this endpoint.")
+        stmt = stmt.where(LedgerEntry.id < int(cursor))
+    rows = db.session.execute(stmt.order_by(LedgerEntry.id.desc()).limit(limit + 1)).all()
+    items = []
+    for entry_id, amount, created_at, kind, ref, meta in rows[:limit]:
+        meta = meta or {}
+        items.append({"id": f"le_{entry_id}", "type": "credit" if amount > 0 else "debit", "kind": kind,
+                      "amount_cents": ledger.micros_to_cents(abs(amount)) * (1 if amount > 0 else -1),
+                      "amount_micros": int(amount), "payment_id": meta.get("payment_id"),
+                      "call_id": meta.get("call_id"), "created_at": created_at})
+    next_cursor = str(rows[limit - 1][0]) if len(rows) > limit else None
+    return {"transactions": items, "next_cursor": next_cursor}

@@ -1,0 +1,329 @@
+"""Chat completions: validate, route, hold, call the upstream with failover, then settle;
+streaming responses are relayed as OpenAI server-sent events and settled when they end."""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import orjson
+from flask import Response, current_app, stream_with_context
+
+from app.errors import InvalidRequest, NotFound, UpstreamError
+from app.ids import random_b62
+from app.services.billing import holds as chat_billing
+from app.services.chat import cooldown as chat_cooldown
+from app.services.chat import providers
+from app.services.chat.catalog import (Model, Needs, Offer, analyse, candidates, catalog,
+                                       list_models, output_cap, price_micros, reference_offer,
+                                       savings_pct)
+
+log = logging.getLogger(__name__)
+
+_ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+
+
+@dataclass
+class ChatResult:
+    """What the route turns into a response: a JSON body or an SSE generator, plus headers."""
+
+    headers: dict
+    body: dict | None = None
+    events: Callable[[], Iterator[bytes]] | None = None
+
+    def to_response(self) -> Response:
+        if self.events is not None:
+            resp = Response(stream_with_context(self.events()), mimetype="text/event-stream")
+            resp.headers["Cache-Control"] = "no-cache"
+            resp.headers["X-Accel-Buffering"] = "no"  # nginx: do not buffer the stream
+        else:
+            resp = Response(orjson.dumps(self.body), mimetype="application/json")
+        resp.headers.update(self.headers)
+        return resp
+
+
+@dataclass
+class _Call:
+    """One request's routing and billing state."""
+
+    id: str
+    account_id: str
+    mode: str
+    body: dict
+    needs: Needs
+    started: float
+    hold_micros: int = 0
+    attempts: int = 0
+    failures: list[str] = field(default_factory=list)
+    all_timeouts: bool = True
+
+    @property
+    def live(self) -> bool:
+        return self.mode == "live"
+
+
+def _validate(body: dict) -> None:
+    for i, msg in enumerate(body["messages"]):
+        if not isinstance(msg, dict):
+            raise InvalidRequest(f"messages.{i}: must be an object.")
+        if msg.get("role") not in _ROLES:
+            raise InvalidRequest(f"messages.{i}.role: must be one of {', '.join(_ROLES)}.")
+        content = msg.get("content")
+        if content is not None and not isinstance(content, (str, list)):
+            raise InvalidRequest(f"messages.{i}.content: must be a string or an array of parts.")
+        if msg["role"] in ("user", "system", "developer") and content in (None, "", []):
+            raise InvalidRequest(f"messages.{i}.content: is required for role {msg['role']}.")
+        calls = msg.get("tool_calls")
+        if calls is not None and (not isinstance(calls, list) or not all(
+                isinstance(c, dict) and isinstance(c.get("function"), dict) for c in calls)):
+            raise InvalidRequest(f"messages.{i}.tool_calls: must be an array of "
+                                 "{id, type: function, function: {name, arguments}}.")
+        if msg["role"] == "tool" and not msg.get("tool_call_id"):
+            raise InvalidRequest(f"messages.{i}.tool_call_id: is required for role tool.")
+    tools = body.get("tools")
+    if tools is not None and (not isinstance(tools, list) or not all(
+            isinstance(t, dict) and isinstance(t.get("function"), dict) and t["function"].get("name")
+            for t in tools)):
+        raise InvalidRequest("tools: must be an array of {type: function, function: {name, ...}}.")
+
+
+def _order(offers: list[Offer]) -> list[Offer]:
+    """Skip providers cooling down (unless every candidate is), cap the attempts."""
+    cool = chat_cooldown.cooling(sorted({o.provider.id for o in offers}))
+    fresh = [o for o in offers if o.provider.id not in cool]
+    ordered = fresh or offers
+    return ordered[: int(current_app.config["CHAT_MAX_ATTEMPTS"])]
+
+
+def _hold_for(offers: list[Offer], needs: Needs) -> int:
+    """Estimated maximum: the prompt estimate plus the output cap, at the most expensive
+    candidate's prices."""
+    models = catalog().models
+    return max(o.cost_micros(needs.prompt_tokens, output_cap(models[o.model_id], needs) * needs.choices)
+               for o in offers)
+
+
+def _attempt(call: _Call, offers: list[Offer], fn):
+    """Run ``fn(offer)`` over the candidates with failover; returns (offer, result)."""
+    cap = float(current_app.config["CHAT_RETRY_AFTER_CAP"])
+    waited = False
+    i = 0
+    while i < len(offers):
+        offer = offers[i]
+        call.attempts += 1
+        try:
+            return offer, fn(offer)
+        except providers.ProviderFailure as exc:
+            call.failures.append(str(exc))
+            call.all_timeouts = call.all_timeouts and exc.timeout
+            last = i == len(offers) - 1
+            log.info("chat %s: %s failed (%s)", call.id, offer.provider.id, exc)
+            if last and not waited and exc.retry_after is not None and exc.retry_after <= cap:
+                waited = True  # honour Retry-After once, when there is nowhere else to go
+                time.sleep(exc.retry_after)
+                continue
+            chat_cooldown.record_failure(offer.provider.id, exc.retry_after)
+        i += 1
+    return None, None
+
+
+def _fail(call: _Call, rejected: providers.UpstreamRejected | None = None):
+    if rejected is not None:
+        error = f"the provider rejected the request: {rejected}"
+    else:
+        error = "; ".join(call.failures)[-300:] or "no provider answered"
+    if call.live:
+        chat_billing.release(call.id, error=error, attempts=call.attempts)
+    headers = {"X-Chat-Attempts": str(call.attempts), "X-Chat-Completion-Id": call.id}
+    if rejected is not None:
+        raise InvalidRequest(f"The provider rejected the request: {rejected}", headers=headers)
+    if call.all_timeouts:
+        raise UpstreamError(f"Every provider timed out ({call.attempts} attempts); nothing was charged.",
+                            code="provider_timeout", status=504, headers=headers)
+    raise UpstreamError(f"No provider could serve the request ({call.attempts} attempts: {error}); "
+                        "nothing was charged.", headers=headers)
+
+
+def _usage(call: _Call, offer: Offer, upstream: dict | None, generated_chars: int) -> dict:
+    """OpenAI usage plus cost_usd, cost_micros, savings_pct, latency_ms (and estimated)."""
+    estimated = not (upstream and "prompt_tokens" in upstream and "completion_tokens" in upstream)
+    if estimated:
+        prompt, completion = call.needs.prompt_tokens, -(-generated_chars // 4)
+    else:
+        prompt, completion = int(upstream["prompt_tokens"]), int(upstream["completion_tokens"])
+    cost = offer.cost_micros(prompt, completion)
+    ref = reference_offer(call.body["model"])
+    ref_cost = price_micros(ref.input_price, ref.output_price, prompt, completion) if ref else 0
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+            "cost_usd": cost / 1_000_000, "cost_micros": cost, "savings_pct": savings_pct(cost, ref_cost),
+            "latency_ms": int((time.monotonic() - call.started) * 1000), "estimated": estimated}
+
+
+def _settle(call: _Call, offer: Offer, usage: dict, error: str | None = None) -> None:
+    args = dict(model=offer.model_id, provider=offer.provider.id, prompt_tokens=usage["prompt_tokens"],
+                completion_tokens=usage["completion_tokens"], estimated=usage["estimated"],
+                attempts=call.attempts, latency_ms=usage["latency_ms"], error=error)
+    if call.live:
+        charged = chat_billing.settle(call.id, call.account_id, call.hold_micros, usage["cost_micros"], **args)
+        if charged is not None and charged != usage["cost_micros"]:
+            usage["cost_micros"], usage["cost_usd"] = charged, charged / 1_000_000
+    else:
+        chat_billing.record_sandbox(call.id, call.account_id, requested_model=call.body["model"],
+                                    cost_micros=usage["cost_micros"], stream=bool(call.body.get("stream")),
+                                    **args)
+
+
+def _chars(message_or_delta: dict) -> int:
+    n = len(message_or_delta.get("content") or "")
+    for tc in message_or_delta.get("tool_calls") or []:
+        fn = tc.get("function") or {}
+        n += len(fn.get("name") or "") + len(fn.get("arguments") or "")
+    return n
+
+
+def create_completion(account_id: str, mode: str, body: dict) -> ChatResult:
+    """Route, hold, call (with failover), settle. Test-mode keys use the sandbox provider
+    only and move no money."""
+    started = time.monotonic()
+    _validate(body)
+    needs = analyse(body)
+    sandbox = current_app.config["CHAT_SANDBOX_PROVIDER"] if mode == "test" else None
+    offers = _order(candidates(body["model"], needs, sandbox=sandbox))
+    call = _Call(id="chatcmpl-" + random_b62(24), account_id=account_id, mode=mode, body=body,
+                 needs=needs, started=started)
+    if call.live:
+        call.hold_micros = _hold_for(offers, needs)
+        chat_billing.hold(call.id, account_id, body["model"], call.hold_micros, bool(body.get("stream")))
+    models = catalog().models
+    try:
+        if body.get("stream"):
+            return _start_stream(call, offers, models)
+        try:
+            offer, data = _attempt(call, offers, lambda o: providers.complete(
+                o, body, output_cap(models[o.model_id], needs)))
+        except providers.UpstreamRejected as exc:
+            _fail(call, exc)
+        if offer is None:
+            _fail(call)
+        choices = data["choices"]
+        chars = sum(_chars(c.get("message") or {}) for c in choices if isinstance(c, dict))
+        usage = _usage(call, offer, data.get("usage"), chars)
+        _settle(call, offer, usage)
+    except BaseException:
+        if call.live:  # an unexpected error must not leave money on hold
+            try:
+                chat_billing.release(call.id, error="internal error", attempts=call.attempts)
+            except Exception:  # the sweep releases it later
+                log.exception("chat %s: could not release the hold", call.id)
+        raise
+    out = {"id": call.id, "object": "chat.completion", "created": int(time.time()),
+           "model": offer.model_id, "choices": choices, "usage": usage, "provider": offer.provider.id}
+    if data.get("system_fingerprint"):
+        out["system_fingerprint"] = data["system_fingerprint"]
+    return ChatResult(body=out, headers=_headers(call, offer) | {"X-Chat-Cost-Micros": str(usage["cost_micros"])})
+
+
+def _headers(call: _Call, offer: Offer) -> dict:
+    return {"X-Chat-Completion-Id": call.id, "X-Chat-Provider": offer.provider.id,
+            "X-Chat-Model": offer.model_id, "X-Chat-Attempts": str(call.attempts)}
+
+
+def _start_stream(call: _Call, offers: list[Offer], models: dict[str, Model]) -> ChatResult:
+    """Open the stream at the first candidate that yields a first event (failover happens
+    only before anything was sent to the client)."""
+    def open_(offer: Offer):
+        it = providers.stream(offer, call.body, output_cap(models[offer.model_id], call.needs))
+        try:
+            first = next(it)
+        except StopIteration:
+            raise providers.ProviderFailure(f"{offer.provider.id}: empty stream") from None
+        return it, first
+
+    try:
+        offer, opened = _attempt(call, offers, open_)
+    except providers.UpstreamRejected as exc:
+        _fail(call, exc)
+    if offer is None:
+        _fail(call)
+    it, first = opened
+    created = int(time.time())
+
+    def sse(obj: dict) -> bytes:
+        return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+    def events() -> Iterator[bytes]:
+        upstream_usage = None
+        chars = 0
+        error = None
+        settled = False
+
+        def finish() -> dict:
+            nonlocal settled
+            settled = True
+            usage = _usage(call, offer, upstream_usage, chars)
+            _settle(call, offer, usage, error)
+            return usage
+
+        try:
+            chunk = first
+            while chunk is not None:
+                if chunk.get("usage"):
+                    upstream_usage = chunk["usage"]
+                choices = chunk.get("choices") or []
+                if choices:
+                    for c in choices:
+                        chars += _chars(c.get("delta") or {})
+                    yield sse({"id": call.id, "object": "chat.completion.chunk", "created": created,
+                               "model": offer.model_id, "choices": choices})
+                try:
+                    chunk = next(it)
+                except StopIteration:
+                    chunk = None
+                except providers.ProviderFailure as exc:
+                    error = f"stream interrupted: {exc}"
+                    chunk = None
+            usage = finish()
+            if error:
+                yield sse({"error": {"message": "The provider stream was interrupted; you were charged "
+                                                "for the tokens generated so far.",
+                                     "type": "provider_error", "code": "provider_error"}})
+            yield sse({"id": call.id, "object": "chat.completion.chunk", "created": created,
+                       "model": offer.model_id, "choices": [], "usage": usage})
+            yield b"data: [DONE]\n\n"
+        finally:
+            if not settled:  # client went away (GeneratorExit) or an unexpected error
+                close = getattr(it, "close", None)
+                if close:
+                    close()
+                error = error or "client disconnected"
+                try:
+                    finish()
+                except Exception:
+                    log.exception("chat %s: settling the interrupted stream failed", call.id)
+
+    return ChatResult(events=events, headers=_headers(call, offer))
+
+
+def model_view(model_id: str) -> dict:
+    """``GET /v1/models/{id}``: one entry of ``models_view`` (404 ``model_not_found``)."""
+    for entry in models_view()["data"]:
+        if entry["id"] == model_id:
+            return entry
+    raise NotFound(f"The model {model_id!r} does not exist or is not available.", code="model_not_found")
+
+
+def models_view() -> dict:
+    """``GET /v1/models`` in OpenAI's list shape, with the gateway's catalog facts."""
+    data = [{"id": "auto", "object": "model", "created": 0, "owned_by": "gateway",
+             "description": "Routes to the cheapest model that fits the request."}]
+    for m in list_models():
+        cheapest = min(m.enabled_offers(), key=lambda o: (o.input_price + o.output_price))
+        data.append({"id": m.id, "object": "model", "created": 0,
+                     "owned_by": ",".join(o.provider.id for o in m.enabled_offers()),
+                     "description": m.description, "context_window": m.context_window,
+                     "max_output_tokens": m.max_output_tokens,
+                     "capabilities": sorted(m.capabilities),
+                     "pricing": {"input_usd_per_mtok": str(cheapest.input_price),
+                                 "output_usd_per_mtok": str(cheapest.output_price)}})
+    return {"object": "list", "data": data}

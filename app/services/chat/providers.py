@@ -1,0 +1,392 @@
+"""LLM provider adapters: OpenAI-compatible upstreams and Anthropic's Messages API
+(translated both ways), over pooled HTTP sessions. Everything returned is OpenAI-shaped.
+
+Failure classification (used by failover in ``app.services.chat.completions``):
+
+* ``ProviderFailure`` — connection error, timeout, 429, 5xx, or a provider-side 4xx
+  (401/403/404/408/409: bad key, unknown upstream model …): try the next candidate.
+* ``UpstreamRejected`` — 400/413/422: the request itself is at fault; returned to the
+  client, not failed over.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Iterator
+
+import orjson
+import requests
+from flask import current_app
+from requests.adapters import HTTPAdapter
+
+from app.services.chat.catalog import Offer
+
+_REJECT_STATUSES = (400, 413, 422)
+ANTHROPIC_VERSION = "2023-06-01"
+
+
+class ProviderFailure(Exception):
+    def __init__(self, message: str, *, timeout: bool = False, status: int | None = None,
+                 retry_after: float | None = None):
+        super().__init__(message)
+        self.timeout = timeout
+        self.status = status
+        self.retry_after = retry_after
+
+
+class UpstreamRejected(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+_local = threading.local()
+
+
+def session() -> requests.Session:
+    """This thread's pooled HTTP session (keep-alive connections to every provider)."""
+    s = getattr(_local, "session", None)
+    if s is None:
+        s = requests.Session()
+        adapter = HTTPAdapter(pool_connections=32, pool_maxsize=64, max_retries=0)
+        s.mount("http://", adapter)
+        s.mount("https://", adapter)
+        s.trust_env = False
+        _local.session = s
+    return s
+
+
+def _timeouts(offer: Offer) -> tuple[float, float]:
+    cfg = current_app.config
+    return (float(cfg["CHAT_CONNECT_TIMEOUT"]), float(offer.provider.timeout or cfg["CHAT_READ_TIMEOUT"]))
+
+
+def _retry_after(resp: requests.Response) -> float | None:
+    value = resp.headers.get("Retry-After")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        from email.utils import parsedate_to_datetime
+
+        try:
+            return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+        except Exception:  # noqa: BLE001
+            return None
+
+
+def _error_text(resp: requests.Response) -> str:
+    try:
+        data = orjson.loads(resp.content[:65536])
+        err = data.get("error") if isinstance(data, dict) else None
+        if isinstance(err, dict):
+            return str(err.get("message") or err.get("type") or err)[:500]
+        if err:
+            return str(data.get("message") or err)[:500]
+    except Exception:  # noqa: BLE001
+        pass
+    return resp.text[:200] if resp.content else resp.reason or ""
+
+
+def _post(offer: Offer, url: str, headers: dict, payload: dict, stream: bool) -> requests.Response:
+    try:
+        resp = session().post(url, data=orjson.dumps(payload), headers=headers,
+                              timeout=_timeouts(offer), stream=stream)
+    except requests.Timeout as exc:
+        raise ProviderFailure(f"{offer.provider.id}: timed out", timeout=True) from exc
+    except requests.RequestException as exc:
+        raise ProviderFailure(f"{offer.provider.id}: connection failed ({type(exc).__name__})") from exc
+    if resp.status_code >= 300:
+        text = _error_text(resp)
+        resp.close()
+        if resp.status_code in _REJECT_STATUSES:
+            raise UpstreamRejected(resp.status_code, text)
+        raise ProviderFailure(f"{offer.provider.id}: HTTP {resp.status_code} {text}".strip(),
+                              status=resp.status_code, retry_after=_retry_after(resp),
+                              timeout=resp.status_code in (408, 504))
+    return resp
+
+
+def _read_json(offer: Offer, resp: requests.Response) -> dict:
+    try:
+        data = orjson.loads(resp.content)
+    except requests.Timeout as exc:
+        raise ProviderFailure(f"{offer.provider.id}: timed out", timeout=True) from exc
+    except (requests.RequestException, orjson.JSONDecodeError) as exc:
+        raise ProviderFailure(f"{offer.provider.id}: unreadable response") from exc
+    if not isinstance(data, dict):
+        raise ProviderFailure(f"{offer.provider.id}: unexpected response")
+    return data
+
+
+def sse_events(resp: requests.Response, offer: Offer) -> Iterator[bytes]:
+    """The ``data:`` payloads of a server-sent-event stream (``[DONE]`` included), yielded
+    as soon as each line arrives (``read1``: chunked or not, nothing waits for the end)."""
+    import urllib3
+
+    raw = resp.raw
+    buf = b""
+    try:
+        while True:
+            data = raw.read1(65536)
+            if not data:
+                break
+            lines = (buf + data).split(b"\n")
+            buf = lines.pop()
+            for line in lines:
+                if line.startswith(b"data:"):
+                    yield line[5:].strip()
+        if buf.startswith(b"data:"):
+            yield buf[5:].strip()
+    except (urllib3.exceptions.ReadTimeoutError, TimeoutError) as exc:
+        raise ProviderFailure(f"{offer.provider.id}: stream timed out", timeout=True) from exc
+    except (urllib3.exceptions.HTTPError, OSError, requests.RequestException) as exc:
+        raise ProviderFailure(f"{offer.provider.id}: stream broken ({type(exc).__name__})") from exc
+    finally:
+        resp.close()
+
+
+# --- OpenAI-compatible --------------------------------------------------------------------
+
+def _openai_headers(offer: Offer) -> dict:
+    h = {"Content-Type": "application/json", "Accept": "application/json"}
+    if offer.provider.api_key:
+        h["Authorization"] = f"Bearer {offer.provider.api_key}"
+    return h
+
+
+def _openai_payload(offer: Offer, body: dict, max_tokens: int, stream: bool) -> dict:
+    payload = dict(body)
+    payload["model"] = offer.upstream_model
+    if not payload.get("max_tokens") and not payload.get("max_completion_tokens"):
+        payload["max_tokens"] = max_tokens
+    payload.pop("stream", None)
+    payload.pop("stream_options", None)
+    if stream:
+        payload["stream"] = True
+        payload["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
+    return payload
+
+
+def _openai_complete(offer: Offer, body: dict, max_tokens: int) -> dict:
+    resp = _post(offer, offer.provider.base_url + "/chat/completions", _openai_headers(offer),
+                 _openai_payload(offer, body, max_tokens, False), stream=False)
+    data = _read_json(offer, resp)
+    if not isinstance(data.get("choices"), list):
+        raise ProviderFailure(f"{offer.provider.id}: response without choices")
+    return data
+
+
+def _openai_stream(offer: Offer, body: dict, max_tokens: int) -> Iterator[dict]:
+    resp = _post(offer, offer.provider.base_url + "/chat/completions", _openai_headers(offer),
+                 _openai_payload(offer, body, max_tokens, True), stream=True)
+    for data in sse_events(resp, offer):
+        if data == b"[DONE]":
+            return
+        if not data:
+            continue
+        try:
+            chunk = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(chunk, dict) and "error" in chunk and "choices" not in chunk:
+            raise ProviderFailure(f"{offer.provider.id}: stream error {str(chunk['error'])[:200]}")
+        if isinstance(chunk, dict):
+            yield chunk
+
+
+# --- Anthropic Messages API ---------------------------------------------------------------
+
+_STOP = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls",
+         "pause_turn": "stop", "refusal": "content_filter"}
+
+
+def _anthropic_headers(offer: Offer) -> dict:
+    h = {"Content-Type": "application/json", "anthropic-version": ANTHROPIC_VERSION}
+    if offer.provider.api_key:
+        h["x-api-key"] = offer.provider.api_key
+    return h
+
+
+def _image_block(part: dict) -> dict:
+    url = (part.get("image_url") or {}).get("url", "") if isinstance(part.get("image_url"), dict) \
+        else str(part.get("image_url") or "")
+    if url.startswith("data:") and ";base64," in url:
+        media, _, data = url[5:].partition(";base64,")
+        return {"type": "image", "source": {"type": "base64", "media_type": media, "data": data}}
+    return {"type": "image", "source": {"type": "url", "url": url}}
+
+
+def _blocks(content) -> list[dict]:
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content else []
+    out = []
+    for part in content:
+        if not isinstance(part, dict):
+            continue
+        if part.get("type") == "text":
+            out.append({"type": "text", "text": part.get("text", "")})
+        elif part.get("type") == "image_url":
+            out.append(_image_block(part))
+    return out
+
+
+def to_anthropic(body: dict, upstream_model: str, max_tokens: int) -> dict:
+    """OpenAI chat request → Anthropic Messages request."""
+    system: list[str] = []
+    messages: list[dict] = []
+
+    def add(role: str, blocks: list[dict]):
+        if messages and messages[-1]["role"] == role:  # Anthropic wants alternating turns
+            messages[-1]["content"].extend(blocks)
+        else:
+            messages.append({"role": role, "content": blocks})
+
+    for msg in body["messages"]:
+        role = msg.get("role")
+        if role in ("system", "developer"):
+            system.append(" ".join(b["text"] for b in _blocks(msg.get("content")) if b["type"] == "text"))
+        elif role == "user":
+            add("user", _blocks(msg.get("content")))
+        elif role == "assistant":
+            blocks = _blocks(msg.get("content"))
+            for call in msg.get("tool_calls") or []:
+                fn = call.get("function") or {}
+                try:
+                    args = orjson.loads(fn.get("arguments") or "{}")
+                except orjson.JSONDecodeError:
+                    args = {"arguments": fn.get("arguments")}
+                blocks.append({"type": "tool_use", "id": call.get("id"), "name": fn.get("name"),
+                               "input": args if isinstance(args, dict) else {"value": args}})
+            add("assistant", blocks)
+        elif role == "tool":
+            text = " ".join(b.get("text", "") for b in _blocks(msg.get("content")) if b["type"] == "text")
+            add("user", [{"type": "tool_result", "tool_use_id": msg.get("tool_call_id"), "content": text}])
+    out: dict = {"model": upstream_model, "messages": messages,
+                 "max_tokens": body.get("max_completion_tokens") or body.get("max_tokens") or max_tokens}
+    if system:
+        out["system"] = "\n\n".join(s for s in system if s)
+    for key in ("temperature", "top_p"):
+        if body.get(key) is not None:
+            out[key] = body[key]
+    stop = body.get("stop")
+    if stop:
+        out["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
+    if body.get("tools"):
+        out["tools"] = [{"name": t["function"]["name"],
+                         "description": t["function"].get("description", ""),
+                         "input_schema": t["function"].get("parameters") or {"type": "object", "properties": {}}}
+                        for t in body["tools"] if isinstance(t, dict) and t.get("type") == "function"]
+        choice = body.get("tool_choice")
+        if choice == "required":
+            out["tool_choice"] = {"type": "any"}
+        elif choice == "auto":
+            out["tool_choice"] = {"type": "auto"}
+        elif choice == "none":
+            out.pop("tools")
+        elif isinstance(choice, dict) and choice.get("function"):
+            out["tool_choice"] = {"type": "tool", "name": choice["function"].get("name")}
+    if body.get("user"):
+        out["metadata"] = {"user_id": str(body["user"])[:256]}
+    return out
+
+
+def from_anthropic(data: dict) -> dict:
+    """Anthropic Messages response → OpenAI chat completion (id/model set by the caller)."""
+    text, calls = [], []
+    for block in data.get("content") or []:
+        if block.get("type") == "text":
+            text.append(block.get("text", ""))
+        elif block.get("type") == "tool_use":
+            calls.append({"id": block.get("id"), "type": "function",
+                          "function": {"name": block.get("name"),
+                                       "arguments": orjson.dumps(block.get("input") or {}).decode()}})
+    message: dict = {"role": "assistant", "content": "".join(text) if text or not calls else None}
+    if calls:
+        message["tool_calls"] = calls
+    usage = data.get("usage") or {}
+    out = {"choices": [{"index": 0, "message": message,
+                        "finish_reason": _STOP.get(data.get("stop_reason"), "stop")}]}
+    if "input_tokens" in usage or "output_tokens" in usage:
+        prompt = int(usage.get("input_tokens") or 0) + int(usage.get("cache_read_input_tokens") or 0) \
+            + int(usage.get("cache_creation_input_tokens") or 0)
+        out["usage"] = {"prompt_tokens": prompt, "completion_tokens": int(usage.get("output_tokens") or 0)}
+    return out
+
+
+def _anthropic_complete(offer: Offer, body: dict, max_tokens: int) -> dict:
+    resp = _post(offer, offer.provider.base_url + "/v1/messages", _anthropic_headers(offer),
+                 to_anthropic(body, offer.upstream_model, max_tokens), stream=False)
+    data = _read_json(offer, resp)
+    if data.get("type") == "error":
+        raise ProviderFailure(f"{offer.provider.id}: {str(data.get('error'))[:200]}")
+    return from_anthropic(data)
+
+
+def _anthropic_stream(offer: Offer, body: dict, max_tokens: int) -> Iterator[dict]:
+    """Anthropic stream events → OpenAI chunks (``choices[0].delta``); usage last."""
+    payload = to_anthropic(body, offer.upstream_model, max_tokens)
+    payload["stream"] = True
+    resp = _post(offer, offer.provider.base_url + "/v1/messages", _anthropic_headers(offer),
+                 payload, stream=True)
+    prompt = completion = None
+    tool_index: dict[int, int] = {}
+    finish = None
+    for data in sse_events(resp, offer):
+        try:
+            ev = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            continue
+        kind = ev.get("type")
+        if kind == "message_start":
+            u = (ev.get("message") or {}).get("usage") or {}
+            prompt = int(u.get("input_tokens") or 0) + int(u.get("cache_read_input_tokens") or 0) \
+                + int(u.get("cache_creation_input_tokens") or 0)
+            yield {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                "finish_reason": None}]}
+        elif kind == "content_block_start":
+            block = ev.get("content_block") or {}
+            if block.get("type") == "tool_use":
+                n = tool_index[ev.get("index", 0)] = len(tool_index)
+                yield {"choices": [{"index": 0, "finish_reason": None, "delta": {"tool_calls": [
+                    {"index": n, "id": block.get("id"), "type": "function",
+                     "function": {"name": block.get("name"), "arguments": ""}}]}}]}
+        elif kind == "content_block_delta":
+            delta = ev.get("delta") or {}
+            if delta.get("type") == "text_delta":
+                yield {"choices": [{"index": 0, "delta": {"content": delta.get("text", "")},
+                                    "finish_reason": None}]}
+            elif delta.get("type") == "input_json_delta":
+                n = tool_index.get(ev.get("index", 0), 0)
+                yield {"choices": [{"index": 0, "finish_reason": None, "delta": {"tool_calls": [
+                    {"index": n, "function": {"arguments": delta.get("partial_json", "")}}]}}]}
+        elif kind == "message_delta":
+            finish = _STOP.get((ev.get("delta") or {}).get("stop_reason"), "stop")
+            u = ev.get("usage") or {}
+            if "output_tokens" in u:
+                completion = int(u["output_tokens"])
+        elif kind == "error":
+            raise ProviderFailure(f"{offer.provider.id}: stream error {str(ev.get('error'))[:200]}")
+        elif kind == "message_stop":
+            break
+    yield {"choices": [{"index": 0, "delta": {}, "finish_reason": finish or "stop"}]}
+    if prompt is not None and completion is not None:
+        yield {"choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": completion}}
+
+
+def complete(offer: Offer, body: dict, max_tokens: int) -> dict:
+    """One non-streaming completion at ``offer`` (OpenAI-shaped dict)."""
+    if offer.provider.type == "anthropic":
+        return _anthropic_complete(offer, body, max_tokens)
+    return _openai_complete(offer, body, max_tokens)
+
+
+def stream(offer: Offer, body: dict, max_tokens: int) -> Iterator[dict]:
+    """A streaming completion at ``offer``: OpenAI chunk dicts; raises ``ProviderFailure``
+    or ``UpstreamRejected`` from the first ``next()`` when the upstream refuses."""
+    if offer.provider.type == "anthropic":
+        return _anthropic_stream(offer, body, max_tokens)
+    return _openai_stream(offer, body, max_tokens)

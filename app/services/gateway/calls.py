@@ -1,0 +1,375 @@
+"""The module call path (SPEC endpoint 1): idempotency, charging, forwarding,
+finalizing with a signed receipt, refunds, the 402 payment request and the sweep.
+
+Charging scheme (one database transaction before forwarding):
+  idempotency record (``in_flight``) + conditional ledger debit (customer −P; platform
+  revenue +P, or +0.7P revenue / +0.3P ``earnings:<owner agent>``) + the ``pending``
+  call row + ``usage.record(calls=1, spend=P)`` → COMMIT → forward →
+  * provider 2xx/4xx: call ``succeeded`` (4xx: ``ok=false``, still charged), receipt
+    stored, idempotency record ``done`` with the exact response body → COMMIT.
+  * provider failure: refund = the reversing ledger posting (ref ``call_refund:<id>``),
+    call ``refunded``, ``usage.record(calls=0, errors=1, spend=−P)`` in the charge's hour,
+    idempotency record deleted (the key may be retried) → COMMIT → 502/504.
+  A process dying between the two commits leaves a ``pending`` call; the sweep refunds
+  it after ``deadline_at`` (timeout + CALL_SWEEP_MARGIN_SECONDS). ``pending → refunded``
+  is a conditional UPDATE and the refund posting has a unique ledger ``ref``, so a call
+  is refunded at most once whoever (request or sweep) gets there first.
+Test mode (``svc_test_``): the sandbox URL, no ledger movement, records/usage/receipt
+marked ``test``; ``cost_cents`` shows the price that live mode would charge.
+"""
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import orjson
+from flask import current_app
+from sqlalchemy import bindparam, delete, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from app.errors import Conflict, InvalidRequest, PaymentRequired, ProviderTimeout, UpstreamError
+from app.extensions import db, skip_commit_flush
+from app.ids import new_id
+from app.models import IdempotencyRecord, ModuleCall
+from app.models.base import utcnow
+from app.services.gateway import catalog
+from app.services.billing import ledger
+from app.services.gateway import receipts
+from app.services.gateway import upstream
+from app.services.billing import usage
+from app.services.billing import x402
+
+# Core statements on the tables in the hot path (cached compiled SQL, no ORM overhead).
+_CALLS = ModuleCall.__table__
+_IDEMPOTENCY = IdempotencyRecord.__table__
+_INSERT_CALL = insert(_CALLS)
+_INSERT_IDEMPOTENCY = insert(_IDEMPOTENCY)
+_SUCCEED_CALL = (update(_CALLS)
+                 .where(_CALLS.c.id == bindparam("b_call_id"), _CALLS.c.status == "pending")
+                 .values(status="succeeded", **{
+                     c: bindparam("b_" + c, type_=_CALLS.c[c].type)
+                     for c in ("ok", "provider_status", "receipt", "finished_at")}))
+_IDEMPOTENCY_DONE = (update(_IDEMPOTENCY)
+                     .where(_IDEMPOTENCY.c.account_id == bindparam("b_account"),
+                            _IDEMPOTENCY.c.key == bindparam("b_key"),
+                            _IDEMPOTENCY.c.call_id == bindparam("b_call_id"))
+                     .values(status="done", response_body=bindparam("b_response_body",
+                                                                 type_=_IDEMPOTENCY.c.response_body.type)))
+
+OWNER_SHARE_NUM, OWNER_SHARE_DEN = 3, 10  # 30% of a call's price accrues to the owner agent
+FUND_ENDPOINT = "POST /api/wallet/fund"
+
+
+@dataclass(frozen=True)
+class CallResult:
+    body: bytes       # the exact JSON response body
+    replayed: bool    # an Idempotency-Key replay (no charge, no forwarding)
+    headers: dict = field(default_factory=dict)  # e.g. PAYMENT-RESPONSE of an x402-paid call
+
+
+# --- 402 and the X-Payment seam ------------------------------------------------------
+
+def _resource_url(slug: str | None) -> str:
+    return current_app.config["BASE_URL"].rstrip("/") + (f"/v1/module/{slug}/call" if slug else "/v1/module")
+
+
+def payment_required(price_cents: int, slug: str | None = None) -> PaymentRequired:
+    """The one place a 402 is built (SPEC part 7). Headers: ``WWW-Authenticate:
+    X402 realm="gateway", nonce="…"``, ``X-Price-Cents``, ``X-Pay-To`` (X402_PAY_TO),
+    ``X-Nonce`` (random per response; the x402 implementation may bind a payment to it);
+    the body adds the same facts and points to
+    ``POST /api/wallet/fund``. The x402 payment request rides along: the v1 body fields
+    ``x402Version`` and ``accepts`` and the v2 ``PAYMENT-REQUIRED`` header (``x402.payment_required``)."""
+    nonce = "n_" + secrets.token_urlsafe(18)
+    pay_to = current_app.config.get("X402_PAY_TO") or ""  # empty: x402 is off (production without it)
+    msg = (f"This call costs {price_cents} cents and your balance cannot cover it. Add credits "
+           f"with {FUND_ENDPOINT} or retry the call with an X-Payment header.")
+    x402_body, x402_headers = x402.payment_required(int(price_cents), _resource_url(slug),
+                                                    f"Call of module {slug}" if slug else "Module call",
+                                                    error=msg)
+    return PaymentRequired(msg, headers={
+        "WWW-Authenticate": f'X402 realm="gateway", nonce="{nonce}"',
+        "X-Price-Cents": str(int(price_cents)), "X-Pay-To": pay_to, "X-Nonce": nonce, **x402_headers,
+    }, extra={"price_cents": int(price_cents), "pay_to": pay_to, "nonce": nonce,
+              "fund_endpoint": FUND_ENDPOINT, **x402_body})
+
+
+def fund_from_payment(payment: str, *, account_id: str, price_micros: int, call_id: str,
+                      mode: str, slug: str | None = None) -> "x402.X402Payment":
+    """Fund this call from an ``X-Payment`` / ``PAYMENT-SIGNATURE`` header, inside the
+    charging transaction (``x402.fund_call``).
+
+    Called only when the balance cannot cover ``price_micros``: verifies the payment
+    (EIP-3009 signature, amount ≥ price, recipient X402_PAY_TO, validity, network, asset),
+    reserves the authorization (single use), settles it (facilitator or sandbox) and posts
+    the credit to ``ledger.customer(account_id)`` WITHOUT committing: the caller debits
+    right after and commits both. Raises 400 ``invalid_payment`` (undecodable) or 402
+    ``payment_invalid`` (refused; with ``reason`` and a fresh ``PAYMENT-REQUIRED``)."""
+    try:
+        return x402.fund_call(payment, account_id=account_id, price_micros=price_micros, call_id=call_id,
+                              mode=mode, resource_url=_resource_url(slug))
+    except x402.PaymentInvalid as exc:
+        cents = -(-int(price_micros) // ledger.MICROS_PER_CENT)
+        _, headers = x402.payment_required(cents, _resource_url(slug), error=exc.message)
+        exc.headers.update(headers)
+        raise
+
+
+# --- helpers -------------------------------------------------------------------------
+
+def _legs(account_id: str, price_micros: int, owner_agent_id: str | None) -> list[tuple[str, int]]:
+    if owner_agent_id:
+        share = price_micros * OWNER_SHARE_NUM // OWNER_SHARE_DEN
+        return [(ledger.customer(account_id), -price_micros), (ledger.REVENUE, price_micros - share),
+                (ledger.earnings(owner_agent_id), share)]
+    return [(ledger.customer(account_id), -price_micros), (ledger.REVENUE, price_micros)]
+
+
+def request_hash(slug: str, mode: str, body: dict) -> str:
+    canon = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(f"{slug}\n{mode}\n".encode() + canon).hexdigest()
+
+
+def _existing_key(account_id: str, key: str, req_hash: str) -> str | None:
+    """After losing the insert race: the stored body to replay, or None to retry the
+    insert (the record expired or was released by a refund); 409 otherwise."""
+    s = db.session
+    row = s.execute(select(IdempotencyRecord.id, IdempotencyRecord.request_hash,
+                           IdempotencyRecord.status, IdempotencyRecord.response_body,
+                           IdempotencyRecord.expires_at)
+                    .where(IdempotencyRecord.account_id == account_id,
+                           IdempotencyRecord.key == key)).first()
+    if row is None:
+        s.rollback()
+        return None
+    now = utcnow()
+    if row.expires_at <= now:
+        s.execute(delete(IdempotencyRecord).where(IdempotencyRecord.id == row.id,
+                                                   IdempotencyRecord.expires_at <= now))
+        s.commit()
+        return None
+    s.rollback()
+    if row.request_hash != req_hash:
+        raise Conflict("This Idempotency-Key was already used with a different request.",
+                       code="idempotency_key_reused")
+    if row.status != "done":
+        raise Conflict("A request with this Idempotency-Key is still in flight; retry later.",
+                       code="idempotency_key_in_use")
+    return row.response_body
+
+
+# --- the call --------------------------------------------------------------------------
+
+def call(*, account_id: str, mode: str, slug: str, body: dict, idempotency_key: str | None = None,
+         payment: str | None = None, request_id: str | None = None) -> CallResult:
+    """Perform one metered module call (see the module docstring for the scheme)."""
+    cfg = current_app.config
+    mod = catalog.get_module(slug)
+    act = catalog.get_action(mod, body.get("action"))
+    test = mode == "test"
+    base = mod.sandbox_url if test else mod.upstream_url
+    if not base:
+        raise InvalidRequest(f"Module '{slug}' has no sandbox; call it with a live key.")
+    url = base + act.path if act.path != "/" else base
+    if not cfg["ALLOW_PRIVATE_URLS"] and catalog.is_private_url(url):
+        raise UpstreamError("The module's upstream address is not allowed.")
+    if idempotency_key is not None and not 0 < len(idempotency_key) <= 128:
+        raise InvalidRequest("Idempotency-Key: must be 1 to 128 characters.")
+    paid: list = []
+    opened = open_call(account_id=account_id, mode=mode, mod=mod, act=act, body=body,
+                       idempotency_key=idempotency_key, payment=payment, paid_out=paid)
+    if isinstance(opened, CallResult):
+        return opened
+    call_id = opened
+
+    try:
+        headers, payload = upstream.build_request(
+            auth=mod.provider_auth, body=body, call_id=call_id, request_id=request_id,
+            mode=mode, production=cfg["PRODUCTION"])
+        answer = upstream.forward(method=act.method, url=url, body=body, payload=payload,
+                                  headers=headers, timeout=act.timeout_seconds,
+                                  max_bytes=cfg["PROVIDER_MAX_RESPONSE_BYTES"])
+    except upstream.ProviderFailure as exc:
+        refund(call_id, "provider_timeout" if exc.kind == "timeout" else "provider_error")
+        if exc.kind == "timeout":
+            raise ProviderTimeout(f"The provider did not answer within {act.timeout_seconds:g} s; "
+                                  "the call was not charged.") from None
+        raise UpstreamError(f"The provider failed ({exc.detail}); the call was not charged.") from None
+    except upstream.ProviderMisconfigured:
+        refund(call_id, "provider_error")
+        raise UpstreamError("The gateway has no credentials for this provider; "
+                            "the call was not charged.") from None
+    except BaseException:
+        refund(call_id, "provider_error")
+        raise
+    try:
+        body = _finalize(call_id, account_id, slug, act, mode, answer, idempotency_key)
+    except ProviderTimeout:
+        raise
+    except BaseException:
+        # e.g. signing or the database failed: refund now if still pending (else the sweep will)
+        try:
+            refund(call_id, "internal_error")
+        except Exception:
+            pass
+        raise
+    return CallResult(body, False, x402.response_headers(paid[0]) if paid else {})
+
+
+def open_call(*, account_id: str, mode: str, mod: catalog.ModuleSnap, act: catalog.ActionSnap,
+              body: dict, idempotency_key: str | None = None,
+              payment: str | None = None, paid_out: list | None = None) -> str | CallResult:
+    """The charging transaction: claim the Idempotency-Key, debit, write the ``pending``
+    call and its usage, COMMIT. Returns the new call id, or the stored response when the
+    key was already used for this request (a replay)."""
+    cfg = current_app.config
+    slug = mod.slug
+    req_hash = request_hash(slug, mode, body) if idempotency_key is not None else None
+    price_micros = ledger.cents_to_micros(act.price_cents)
+    charged = mode != "test" and price_micros > 0
+    s = db.session
+    for _attempt in range(3):
+        call_id = new_id("call")
+        now = utcnow()
+        try:
+            # No WAL-flush wait for this COMMIT: _finalize's durable commit (before any
+            # answer is sent) flushes it too, since PostgreSQL flushes the WAL in order. A
+            # server crash in between may lose this transaction; then the caller got no
+            # answer, no charge and no receipt (an idempotent retry starts a fresh call):
+            # no money is created or lost. See README "Performance".
+            skip_commit_flush()
+            if idempotency_key is not None:
+                s.execute(_INSERT_IDEMPOTENCY, dict(
+                    account_id=account_id, key=idempotency_key, request_hash=req_hash,
+                    call_id=call_id, status="in_flight", created_at=now,
+                    expires_at=now + timedelta(seconds=cfg["IDEMPOTENCY_TTL_SECONDS"])))
+            s.execute(_INSERT_CALL, dict(
+                id=call_id, account_id=account_id, module_id=mod.id, module_slug=slug,
+                action=act.name, mode=mode, status="pending", price_micros=price_micros,
+                charged=charged, owner_agent_id=mod.owner_agent_id,
+                idempotency_key=idempotency_key, created_at=now,
+                deadline_at=now + timedelta(seconds=act.timeout_seconds
+                                            + cfg["CALL_SWEEP_MARGIN_SECONDS"])))
+            # The hot rows (account balance, the hour's usage counter) last, right before
+            # the commit, so their row locks are held as briefly as possible.
+            if charged:
+                legs = _legs(account_id, price_micros, mod.owner_agent_id)
+                try:
+                    ledger.post("module_call", legs, ref=f"call:{call_id}", account_id=account_id,
+                                created_at=now)
+                except ledger.InsufficientFunds:
+                    if not payment:
+                        raise payment_required(act.price_cents, slug) from None
+                    paid = fund_from_payment(payment, account_id=account_id, price_micros=price_micros,
+                                             call_id=call_id, mode=mode, slug=slug)
+                    if paid_out is not None:
+                        paid_out.append(paid)
+                    ledger.post("module_call", legs, ref=f"call:{call_id}",
+                                account_id=account_id, created_at=now)
+            usage.record(account_id, slug, spend_micros=price_micros, mode=mode, at=now)
+            s.commit()
+            return call_id
+        except IntegrityError:
+            s.rollback()
+            if idempotency_key is None:
+                raise
+            stored = _existing_key(account_id, idempotency_key, req_hash)
+            if stored is not None:
+                return CallResult(stored.encode(), True)
+        except BaseException:
+            s.rollback()
+            raise
+    raise Conflict("A request with this Idempotency-Key is still in flight; retry later.",
+                   code="idempotency_key_in_use")
+
+
+def _finalize(call_id, account_id, slug, act, mode, answer, idempotency_key) -> bytes:
+    receipt = receipts.sign(call_id=call_id, account_id=account_id, module=slug, action=act.name,
+                            cost_cents=act.price_cents, result=answer.result, ok=answer.ok,
+                            mode=mode)
+    body = orjson.dumps({"ok": answer.ok, "module": slug, "call_id": call_id,
+                         "cost_cents": act.price_cents, "result": answer.result,
+                         "receipt": receipt})
+    s = db.session
+    try:
+        done = s.execute(_SUCCEED_CALL, {
+            "b_call_id": call_id, "b_ok": answer.ok, "b_provider_status": answer.status,
+            "b_receipt": receipt, "b_finished_at": utcnow()}).rowcount
+        if done != 1:  # the sweep refunded it while we waited: not charged, no result
+            s.rollback()
+            raise ProviderTimeout("The provider answered after the call's deadline; the call "
+                                  "was refunded and not charged.")
+        if idempotency_key is not None:
+            s.execute(_IDEMPOTENCY_DONE, {"b_account": account_id, "b_key": idempotency_key,
+                                          "b_call_id": call_id, "b_response_body": body.decode()})
+        s.commit()
+    except BaseException:
+        s.rollback()
+        raise
+    return body
+
+
+def refund(call_id: str, error: str) -> bool:
+    """Refund a ``pending`` call exactly once (reversing posting, usage reversal, release
+    of its Idempotency-Key). Returns False when it was no longer pending."""
+    s = db.session
+    try:
+        row = s.execute(update(ModuleCall).where(ModuleCall.id == call_id,
+                                                 ModuleCall.status == "pending")
+                        .values(status="refunded", error=error, finished_at=utcnow())
+                        .returning(ModuleCall.account_id, ModuleCall.module_slug,
+                                   ModuleCall.price_micros, ModuleCall.charged,
+                                   ModuleCall.owner_agent_id, ModuleCall.mode,
+                                   ModuleCall.idempotency_key, ModuleCall.created_at)
+                        .execution_options(synchronize_session=False)).first()
+        if row is None:
+            s.rollback()
+            return False
+        if row.charged:
+            legs = [(code, -amount) for code, amount in
+                    _legs(row.account_id, row.price_micros, row.owner_agent_id)]
+            ledger.post("module_call_refund", legs, ref=f"call_refund:{call_id}",
+                        account_id=row.account_id, meta={"call_id": call_id, "reason": error})
+        usage.record(row.account_id, row.module_slug, spend_micros=-row.price_micros, calls=0,
+                     error=True, mode=row.mode, at=row.created_at)
+        if row.idempotency_key is not None:
+            s.execute(delete(IdempotencyRecord).where(
+                IdempotencyRecord.account_id == row.account_id,
+                IdempotencyRecord.key == row.idempotency_key,
+                IdempotencyRecord.call_id == call_id))
+        s.commit()
+        return True
+    except BaseException:
+        s.rollback()
+        raise
+
+
+def sweep_pending(limit: int = 500) -> int:
+    """Refund calls still ``pending`` after their deadline (their process died between
+    charging and finalizing). Safe to run concurrently; returns how many it refunded."""
+    ids = db.session.execute(
+        select(ModuleCall.id).where(ModuleCall.status == "pending",
+                                    ModuleCall.deadline_at < utcnow())
+        .order_by(ModuleCall.deadline_at).limit(limit)).scalars().all()
+    db.session.rollback()
+    return sum(1 for call_id in ids if refund(call_id, "swept"))
+
+
+def purge_idempotency(limit: int = 10_000) -> int:
+    """Delete expired Idempotency-Key records (in batches); returns how many."""
+    s = db.session
+    total = 0
+    while True:
+        ids = s.execute(select(IdempotencyRecord.id).where(IdempotencyRecord.expires_at <= utcnow())
+                        .limit(limit)).scalars().all()
+        if not ids:
+            s.rollback()
+            return total
+        s.execute(delete(IdempotencyRecord).where(IdempotencyRecord.id.in_(ids),
+                                                  IdempotencyRecord.expires_at <= utcnow()))
+        s.commit()
+        total += len(ids)
+        if len(ids) < limit:
+            return total

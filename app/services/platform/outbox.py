@@ -1,0 +1,187 @@
+"""Outbox: reliable delivery of e-mails and outgoing webhooks (DESIGN §9).
+
+Usage from a service::
+
+    msg = outbox.add_webhook(url, "alert.fired", body, secret=whsec, source=f"alert_event:{id}")
+    db.session.commit()          # the message exists before any attempt
+    outbox.dispatch(msg.id)      # enqueue delivery (RQ, or inline without Redis)
+
+Delivery is at-least-once with a stable id per message (the Standard Webhooks
+``webhook-id`` and the e-mail ``Message-ID``), so receivers can de-duplicate. Each
+attempt is claimed first (``attempts += 1`` and ``next_attempt_at`` pushed forward by a
+lease) so two workers never send the same message at once and a worker that dies
+mid-attempt is retried by the sweep. Failures back off exponentially
+(``30 s × 2^(attempt-1)``, capped at 1 h) up to ``max_attempts``; the periodic sweep
+(``app/tasks/schedule.py``) re-enqueues everything due, so a Redis outage or a lost job
+delays delivery but never loses it.
+"""
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+import orjson
+import requests
+from sqlalchemy import select, update
+from standardwebhooks import Webhook
+
+from app.extensions import db
+from app.ids import new_id
+from app.models.base import utcnow
+from app.models.outbox import OutboxMessage
+from app.services.platform import mailer
+from app.services.platform import netguard
+
+log = logging.getLogger(__name__)
+
+LEASE = timedelta(seconds=120)
+BACKOFF_BASE = 30
+BACKOFF_CAP = 3600
+WEBHOOK_TIMEOUT = 10
+
+
+def add(channel: str, destination: str, payload: dict, *, source: str | None = None,
+        account_id: str | None = None, max_attempts: int = 8, flush: bool = True) -> OutboxMessage:
+    """Write a message to deliver (in the caller's transaction; no commit).
+
+    ``flush=False`` leaves the INSERT to the caller's next flush/commit, so a caller adding
+    many messages gets them written in one batched statement (the id is set already)."""
+    msg = OutboxMessage(id=new_id("msg"), channel=channel, destination=destination,
+                        payload=payload, source=source, account_id=account_id,
+                        max_attempts=max_attempts, status="pending", attempts=0,
+                        next_attempt_at=utcnow(), created_at=utcnow())
+    db.session.add(msg)
+    if flush:
+        db.session.flush()
+    return msg
+
+
+def add_email(to: str, subject: str, text: str, *, html: str | None = None,
+              reply_to: str | None = None, headers: dict | None = None, **kw) -> OutboxMessage:
+    return add("email", to, {"subject": subject, "text": text, "html": html,
+                             "reply_to": reply_to, "headers": headers or {}}, **kw)
+
+
+def add_webhook(url: str, event_type: str, data: dict, *, secret: str | None = None,
+                **kw) -> OutboxMessage:
+    """A Standard Webhooks delivery: body ``{"type", "timestamp", "data"}`` signed with
+    ``secret`` (``whsec_…``) when given."""
+    return add("webhook", url, {"type": event_type, "data": data, "secret": secret}, **kw)
+
+
+def add_chat(url: str, text: str, **kw) -> OutboxMessage:
+    return add("chat", url, {"text": text}, **kw)
+
+
+def dispatch(*message_ids: str) -> None:
+    """Enqueue delivery of committed messages (inline when there is no Redis)."""
+    from app.tasks import enqueue
+
+    for mid in message_ids:
+        enqueue("app.tasks.outbox.deliver", mid)
+
+
+def _backoff(attempt: int) -> timedelta:
+    return timedelta(seconds=min(BACKOFF_CAP, BACKOFF_BASE * 2 ** max(0, attempt - 1)))
+
+
+def _claim(message_id: str, now: datetime) -> OutboxMessage | None:
+    """Atomically take the next attempt of a due pending message (None if not due)."""
+    res = db.session.execute(
+        update(OutboxMessage)
+        .where(OutboxMessage.id == message_id, OutboxMessage.status == "pending",
+               OutboxMessage.next_attempt_at <= now)
+        .values(attempts=OutboxMessage.attempts + 1, next_attempt_at=now + LEASE)
+        .execution_options(synchronize_session=False)
+    )
+    db.session.commit()
+    if res.rowcount != 1:
+        return None
+    return db.session.get(OutboxMessage, message_id, populate_existing=True)
+
+
+def signed_webhook_request(msg_id: str, payload: dict, sent_at: datetime) -> tuple[bytes, dict]:
+    """Body and headers of a Standard Webhooks delivery (also used for previews/tests)."""
+    body = orjson.dumps({"type": payload["type"], "timestamp": sent_at.isoformat(),
+                         "data": payload["data"]})
+    headers = {"Content-Type": "application/json", "User-Agent": "gateway-webhooks/1.0",
+               "webhook-id": msg_id, "webhook-timestamp": str(int(sent_at.timestamp()))}
+    if payload.get("secret"):
+        headers["webhook-signature"] = Webhook(payload["secret"]).sign(msg_id, sent_at, body.decode())
+    return body, headers
+
+
+def _send(msg: OutboxMessage) -> None:
+    if msg.channel == "email":
+        p = msg.payload
+        mailer.send(mailer.build(msg.destination, p["subject"], p["text"], html=p.get("html"),
+                                 reply_to=p.get("reply_to"), headers=p.get("headers"),
+                                 message_id=msg.id))
+        return
+    netguard.validate_url(msg.destination, field="destination")
+    if msg.channel == "webhook":
+        body, headers = signed_webhook_request(msg.id, msg.payload, utcnow())
+    elif msg.channel == "chat":
+        body, headers = orjson.dumps({"text": msg.payload["text"]}), {"Content-Type": "application/json"}
+    else:
+        raise ValueError(f"unknown channel {msg.channel}")
+    resp = requests.post(msg.destination, data=body, headers=headers, timeout=WEBHOOK_TIMEOUT,
+                         allow_redirects=False)
+    if not 200 <= resp.status_code < 300:
+        raise RuntimeError(f"HTTP {resp.status_code}")
+
+
+def deliver(message_id: str) -> str:
+    """One delivery attempt; returns the message's resulting status (or 'skipped')."""
+    now = utcnow()
+    msg = _claim(message_id, now)
+    if msg is None:
+        return "skipped"
+    try:
+        _send(msg)
+    except Exception as exc:  # noqa: BLE001 - any failure is recorded and retried
+        err = f"{type(exc).__name__}: {exc}"[:1000]
+        done = msg.attempts >= msg.max_attempts
+        db.session.execute(
+            update(OutboxMessage).where(OutboxMessage.id == msg.id).values(
+                status="failed" if done else "pending", last_error=err,
+                next_attempt_at=utcnow() + _backoff(msg.attempts))
+        )
+        db.session.commit()
+        log.warning("outbox %s attempt %s failed: %s", msg.id, msg.attempts, err)
+        return "failed" if done else "pending"
+    db.session.execute(
+        update(OutboxMessage).where(OutboxMessage.id == msg.id).values(
+            status="delivered", delivered_at=utcnow(), last_error=None)
+    )
+    db.session.commit()
+    return "delivered"
+
+
+def due_ids(limit: int = 500, now: datetime | None = None) -> list[str]:
+    now = now or utcnow()
+    return list(db.session.execute(
+        select(OutboxMessage.id).where(OutboxMessage.status == "pending",
+                                       OutboxMessage.next_attempt_at <= now)
+        .order_by(OutboxMessage.next_attempt_at).limit(limit)
+    ).scalars())
+
+
+def sweep(limit: int = 500) -> int:
+    """Re-enqueue every pending message that is due; returns how many."""
+    ids = due_ids(limit)
+    dispatch(*ids)
+    return len(ids)
+
+
+def redeliver(message_id: str | None = None, *, all_failed: bool = False) -> int:
+    """Re-arm failed messages (one, or all) for another round of attempts."""
+    q = update(OutboxMessage).where(OutboxMessage.status == "failed")
+    if message_id:
+        q = q.where(OutboxMessage.id == message_id)
+    elif not all_failed:
+        return 0
+    res = db.session.execute(q.values(status="pending", attempts=0, next_attempt_at=utcnow())
+                             .execution_options(synchronize_session=False))
+    db.session.commit()
+    return res.rowcount

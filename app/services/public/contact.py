@@ -1,0 +1,44 @@
+"""Contact form (SPEC endpoint 31): store the message, forward it to ``SALES_EMAIL``
+through the outbox (Reply-To the sender) in the same transaction."""
+from __future__ import annotations
+
+from flask import current_app
+
+from app.extensions import db
+from app.ids import new_id
+from app.models import ContactMessage
+from app.models.base import utcnow
+from app.services.platform import outbox
+from app.services.accounts.accounts import normalize_email
+
+
+def _one_line(value: str, limit: int) -> str:
+    """Header-safe text: control characters (CR/LF included) become spaces."""
+    return "".join(ch if ch.isprintable() else " " for ch in value).strip()[:limit]
+
+
+def submit(email: str, message: str, name: str | None = None, *, honeypot: str | None = None,
+           client_ip: str | None = None) -> dict:
+    """Queue a contact message; returns ``{id, status: "queued"}``.
+
+    A filled honeypot field (bots fill every input) returns the same shape with a fresh id
+    but stores and sends nothing, so a bot cannot tell it was dropped.
+    """
+    email = normalize_email(email)
+    if honeypot:
+        return {"id": new_id("contact"), "status": "queued"}
+    name = _one_line(name, 100) if name else None
+    msg_id = new_id("contact")
+    row = ContactMessage(id=msg_id, email=email, name=name or None, message=message,
+                         client_ip=client_ip, created_at=utcnow())
+    db.session.add(row)
+    sender = f"{name} <{email}>" if name else email
+    text = (f"New contact-form message {msg_id}\n\nFrom: {sender}\n"
+            f"IP: {client_ip or 'unknown'}\n\n{message}\n\n-- \nReply to this e-mail to answer the sender.\n")
+    out = outbox.add_email(current_app.config["SALES_EMAIL"],
+                           f"Contact form: {name or email}"[:150], text,
+                           reply_to=email, source=f"contact:{msg_id}")
+    row.outbox_id = out.id
+    db.session.commit()
+    outbox.dispatch(out.id)
+    return {"id": msg_id, "status": "queued"}

@@ -1,0 +1,168 @@
+"""Newsletter lists with double opt-in (SPEC endpoints 32–33) and RFC 8058 one-click
+unsubscribe.
+
+* ``subscribe`` answers the same whatever the address's state; a new or pending
+  address gets a fresh single-use confirmation token (stored hashed, valid
+  ``NEWSLETTER_TOKEN_TTL_HOURS``) by e-mail; an already subscribed one gets nothing.
+* The mailed link opens a page whose button POSTs the token (``confirm``); a prefetch
+  of the link by a mail scanner confirms nothing.
+* Every list e-mail carries ``List-Unsubscribe`` (a signed one-click URL) and
+  ``List-Unsubscribe-Post: List-Unsubscribe=One-Click``; a POST to that URL
+  unsubscribes the address from every list.
+"""
+from __future__ import annotations
+
+from datetime import timedelta
+
+from flask import current_app
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+
+from app.extensions import db
+from app.ids import new_id
+from app.models import Subscription
+from app.models.base import utcnow
+from app.services.platform import tokens as emailtokens
+from app.services.platform import outbox
+from app.services.accounts.accounts import normalize_email
+
+LISTS = ("launch", "product", "weekly")
+DEFAULT_LIST = "product"
+LIST_NAMES = {"launch": "launch announcements", "product": "product updates",
+              "weekly": "the weekly digest"}
+
+
+def unsubscribe_url(email: str) -> str:
+    return emailtokens.link("/email/unsubscribe/" + emailtokens.unsubscribe_token(email))
+
+
+def list_headers(email: str) -> dict:
+    """RFC 2369 / RFC 8058 headers of every list e-mail to ``email``."""
+    return {"List-Unsubscribe": f"<{unsubscribe_url(email)}>",
+            "List-Unsubscribe-Post": "List-Unsubscribe=One-Click"}
+
+
+def add_list_email(email: str, subject: str, text: str, *, source: str):
+    """Write one list e-mail to the outbox (caller commits and dispatches)."""
+    footer = f"\n\n-- \nUnsubscribe from every list: {unsubscribe_url(email)}\n"
+    return outbox.add_email(email, subject, text + footer, headers=list_headers(email),
+                            source=source)
+
+
+def subscribe(email: str, list_name: str | None = None, *, _retry: bool = True) -> dict:
+    """Start (or restart) double opt-in for ``email`` on ``list_name``."""
+    email = normalize_email(email)
+    list_name = list_name or DEFAULT_LIST
+    token, digest = emailtokens.new_token()
+    expires = utcnow() + timedelta(hours=int(current_app.config["NEWSLETTER_TOKEN_TTL_HOURS"]))
+    sub = db.session.execute(select(Subscription).where(
+        Subscription.email == email, Subscription.list == list_name).with_for_update()
+    ).scalar_one_or_none()
+    if sub is None:
+        sub = Subscription(id=new_id("sub"), email=email, list=list_name, created_at=utcnow())
+        db.session.add(sub)
+    if sub.status != "subscribed":
+        sub.status, sub.token_hash, sub.token_expires_at = "pending", digest, expires
+        sub.unsubscribed_at = None
+        link = emailtokens.link("/email/confirm?token=" + token)
+        hours = int(current_app.config["NEWSLETTER_TOKEN_TTL_HOURS"])
+        msg = add_list_email(
+            email, f"Confirm your subscription to {LIST_NAMES[list_name]}",
+            f"Someone (hopefully you) asked to receive {LIST_NAMES[list_name]} at this address.\n\n"
+            f"Confirm here (the link works once, for {hours} hours):\n{link}\n\n"
+            "If this was not you, ignore this e-mail: nothing is sent until you confirm.",
+            source=f"subscription:{sub.id}")
+        try:
+            db.session.commit()
+        except IntegrityError:  # a concurrent first subscribe of the same address won
+            db.session.rollback()
+            if _retry:
+                return subscribe(email, list_name, _retry=False)
+            return accepted()
+        outbox.dispatch(msg.id)
+    else:
+        db.session.rollback()
+    return accepted()
+
+
+def accepted() -> dict:
+    """The one response body of endpoint 32, whatever the address's state."""
+    return {"status": "pending",
+            "message": "If this address can receive e-mail, a confirmation link is on its way."}
+
+
+def check_token(token: str | None) -> Subscription | None:
+    """The pending subscription a token confirms (for the confirmation page), else None."""
+    digest = emailtokens.token_hash(token)
+    if digest is None:
+        return None
+    return db.session.execute(select(Subscription).where(
+        Subscription.token_hash == digest, Subscription.status == "pending",
+        Subscription.token_expires_at > utcnow())).scalar_one_or_none()
+
+
+def confirm(token: str | None) -> Subscription | None:
+    """Redeem a confirmation token (single use, atomic); returns the subscription or None
+    when the token is unknown, expired or already used. Sends a welcome list e-mail."""
+    digest = emailtokens.token_hash(token)
+    if digest is None:
+        return None
+    now = utcnow()
+    sub_id = db.session.execute(
+        update(Subscription)
+        .where(Subscription.token_hash == digest, Subscription.status == "pending",
+               Subscription.token_expires_at > now)
+        .values(status="subscribed", confirmed_at=now, token_hash=None, token_expires_at=None)
+        .returning(Subscription.id)
+        .execution_options(synchronize_session=False)
+    ).scalar_one_or_none()
+    if sub_id is None:
+        db.session.rollback()
+        return None
+    sub = db.session.get(Subscription, sub_id, populate_existing=True)
+    msg = add_list_email(sub.email, f"You are subscribed to {LIST_NAMES[sub.list]}",
+                         f"Thanks for confirming: you will receive {LIST_NAMES[sub.list]} "
+                         "at this address.", source=f"subscription:{sub.id}")
+    db.session.commit()
+    outbox.dispatch(msg.id)
+    return sub
+
+
+def unsubscribe(email: str) -> dict:
+    """Remove ``email`` from every list (pending tokens die too). Same answer whether or
+    not it was subscribed."""
+    email = normalize_email(email)
+    db.session.execute(
+        update(Subscription).where(Subscription.email == email,
+                                   Subscription.status != "unsubscribed")
+        .values(status="unsubscribed", unsubscribed_at=utcnow(), token_hash=None,
+                token_expires_at=None)
+        .execution_options(synchronize_session=False))
+    db.session.commit()
+    return {"status": "unsubscribed",
+            "message": "This address will receive no further list e-mail."}
+
+
+def one_click_unsubscribe(token: str) -> bool:
+    """RFC 8058 one-click: unsubscribe the address a signed token names; False if the
+    token is not valid."""
+    email = emailtokens.unsubscribe_email(token)
+    if email is None:
+        return False
+    unsubscribe(email)
+    return True
+
+
+def send_to_list(list_name: str, subject: str, text: str) -> int:
+    """Queue one e-mail to every confirmed subscriber of ``list_name`` (operator CLI);
+    returns how many."""
+    emails = list(db.session.execute(select(Subscription.email).where(
+        Subscription.list == list_name, Subscription.status == "subscribed")
+        .order_by(Subscription.email)).scalars())
+    ids = []
+    stamp = utcnow().strftime("%Y%m%d%H%M%S")
+    for email in emails:
+        ids.append(add_list_email(email, subject, text, source=f"list:{list_name}:{stamp}").id)
+    db.session.commit()
+    outbox.dispatch(*ids)
+    return len(ids)

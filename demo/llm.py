@@ -1,0 +1,153 @@
+"""Demo LLM: a local, deterministic OpenAI-compatible chat server (the embedded default's
+``demo_llm`` provider and the sandbox for ``svc_test_`` keys).
+
+Behaviour (deterministic, so tests and demos can predict every byte):
+
+* the reply is ``"Echo: <last user message>"``, cut to ``max_tokens`` words;
+* with ``response_format`` ``json_object``/``json_schema`` the reply is ``{"echo": "<text>"}``;
+* with ``tools`` (and ``tool_choice`` not ``none``) and a user message last, it calls the
+  chosen (or first) tool, filling its first parameter with the user text; after a ``tool``
+  message it answers ``"Tool result: <content>"``;
+* tokens are counted as whitespace-separated words (+3 per message for the prompt);
+* ``stream: true`` sends one chunk per word and, when ``stream_options.include_usage``,
+  a final usage chunk, then ``data: [DONE]``.
+
+Run: ``python -m demo.llm --port 8790`` (``deploy/run-local.d/20-demo-llm.sh``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def _text(content) -> str:
+    if isinstance(content, list):
+        return " ".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return content or ""
+
+
+def count_prompt(messages: list[dict]) -> int:
+    return sum(3 + len(_text(m.get("content")).split()) for m in messages)
+
+
+def reply(body: dict) -> tuple[dict, int, str]:
+    """(assistant message, completion tokens, finish_reason) for a chat request."""
+    messages = body.get("messages") or []
+    last = messages[-1] if messages else {}
+    user_text = next((_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
+    tools = body.get("tools") or []
+    choice = body.get("tool_choice")
+    if tools and choice != "none" and last.get("role") == "user":
+        tool = tools[0]
+        if isinstance(choice, dict) and choice.get("function"):
+            tool = next((t for t in tools if t["function"]["name"] == choice["function"]["name"]), tool)
+        props = list(((tool["function"].get("parameters") or {}).get("properties") or {}))
+        args = json.dumps({props[0]: user_text} if props else {})
+        message = {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_demo_1", "type": "function",
+             "function": {"name": tool["function"]["name"], "arguments": args}}]}
+        return message, len(args.split()) + 1, "tool_calls"
+    if last.get("role") == "tool":
+        words = ("Tool result: " + _text(last.get("content"))).split()
+    else:
+        words = ("Echo: " + user_text).split()
+    limit = body.get("max_completion_tokens") or body.get("max_tokens")
+    finish = "stop"
+    if limit and len(words) > int(limit):
+        words, finish = words[: int(limit)], "length"
+    text = " ".join(words)
+    rf = body.get("response_format") or {}
+    if rf.get("type") in ("json_object", "json_schema"):
+        text = json.dumps({"echo": text})
+    return {"role": "assistant", "content": text}, len(words), finish
+
+
+class DemoLLMHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "demo-llm/1.0"
+    disable_nagle_algorithm = True  # small keep-alive responses: no 40 ms delayed-ACK stalls
+    wbufsize = 64 * 1024  # headers and body leave in one write (flushed per request / chunk)
+
+    def log_message(self, *args):  # quiet
+        pass
+
+    def _json(self, status: int, obj: dict) -> None:
+        data = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        if self.path.rstrip("/").endswith("/models"):
+            return self._json(200, {"object": "list", "data": [
+                {"id": m, "object": "model", "created": 0, "owned_by": "demo"}
+                for m in ("demo-mini", "demo-standard", "demo-large")]})
+        return self._json(404, {"error": {"message": "not found", "type": "not_found"}})
+
+    def do_POST(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            body = json.loads(self.rfile.read(length) or b"{}")
+            assert isinstance(body, dict) and isinstance(body.get("messages"), list) and body["messages"]
+        except Exception:  # noqa: BLE001
+            return self._json(400, {"error": {"message": "messages: a non-empty array is required",
+                                              "type": "invalid_request_error"}})
+        if not self.path.rstrip("/").endswith("/chat/completions"):
+            return self._json(404, {"error": {"message": "not found", "type": "not_found"}})
+        message, completion, finish = reply(body)
+        prompt = count_prompt(body["messages"])
+        base = {"id": "chatcmpl-demo", "created": int(time.time()), "model": body.get("model", "demo")}
+        usage = {"prompt_tokens": prompt, "completion_tokens": completion,
+                 "total_tokens": prompt + completion}
+        if not body.get("stream"):
+            return self._json(200, {**base, "object": "chat.completion", "usage": usage, "choices": [
+                {"index": 0, "message": message, "finish_reason": finish}]})
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        chunk = {**base, "object": "chat.completion.chunk"}
+
+        def send(obj) -> None:
+            self.wfile.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
+            self.wfile.flush()
+
+        send({**chunk, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                    "finish_reason": None}]})
+        if message.get("tool_calls"):
+            send({**chunk, "choices": [{"index": 0, "finish_reason": None, "delta": {"tool_calls": [
+                {"index": 0, **message["tool_calls"][0]}]}}]})
+        else:
+            words = message["content"].split(" ")
+            for i, w in enumerate(words):
+                send({**chunk, "choices": [{"index": 0, "finish_reason": None,
+                                            "delta": {"content": w if i == 0 else " " + w}}]})
+        send({**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+        if (body.get("stream_options") or {}).get("include_usage"):
+            send({**chunk, "choices": [], "usage": usage})
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
+        self.close_connection = True
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8790)
+    args = parser.parse_args(argv)
+    server = ThreadingHTTPServer((args.host, args.port), DemoLLMHandler)
+    server.daemon_threads = True
+    print(f"demo LLM on http://{args.host}:{args.port}/v1", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+"""The benchmark-only passthrough route exists only in bench.passthrough's app, never in the product."""
+from __future__ import annotations
+
+from http.server import BaseHTTPRequestHandler
+
+import pytest
+
+from bench.passthrough import create_bench_app
+from tests.conftest import base_config
+from tests.servers import http_server
+
+
+class _Upstream(BaseHTTPRequestHandler):
+    def do_POST(self):  # noqa: N802
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        out = b'{"ok": true, "got": ' + body + b"}"
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_absent_in_a_normal_run(app, client):
+    assert "/bench/passthrough" not in client.get("/openapi.json").get_json()["paths"]
+    assert not any(r.rule.startswith("/bench") for r in app.url_map.iter_rules())
+    assert client.post("/bench/passthrough", json={"a": 1}).status_code == 404
+
+
+def test_forwards_the_body_and_is_documented():
+    with http_server(_Upstream) as (_, url):
+        bench_app = create_bench_app(url + "/x", base_config())
+        client = bench_app.test_client()
+        r = client.post("/bench/passthrough", data=b'{"action": "echo"}',
+                        content_type="application/json")
+        assert r.status_code == 200 and r.get_json() == {"ok": True, "got": {"action": "echo"}}
+        op = client.get("/openapi.json").get_json()["paths"]["/bench/passthrough"]["post"]
+        assert op["security"] == []
+
+
+@pytest.mark.parametrize("url", [None, "http://10.0.0.1/x", "http://example.com/", "file:///etc/passwd"])
+def test_refuses_anything_but_a_loopback_upstream(url):
+    with pytest.raises(RuntimeError):
+        create_bench_app(url, base_config())

@@ -5,7 +5,7 @@ from markupsafe import Markup, escape
 
 from app import pages
 from app.auth import public
-from app.blueprints.email.schemas import StatusSchema, TokenFormSchema, TokenQuerySchema
+from app.blueprints.newsletter.schemas import StatusSchema, TokenFormSchema, TokenQuerySchema
 from app.blueprints.signup.schemas import SignupCompletedSchema, SignupConfirmSchema, SignupSchema
 from app.errors import DomainError
 from app.extensions import Blueprint

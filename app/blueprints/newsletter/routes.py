@@ -4,7 +4,7 @@ from flask.views import MethodView
 
 from app import pages
 from app.auth import public
-from app.blueprints.email.schemas import (StatusSchema, SubscribeSchema, TokenFormSchema,
+from app.blueprints.newsletter.schemas import (StatusSchema, SubscribeSchema, TokenFormSchema,
                                           TokenQuerySchema, UnsubscribeSchema)
 from app.extensions import Blueprint
 from app.ratelimits import per_email, per_ip

@@ -2,7 +2,7 @@
 from flask.views import MethodView
 
 from app.auth import authenticated, principal
-from app.blueprints.wallet.schemas import (ConnectMessageQuerySchema, ConnectMessageSchema, TransactionListSchema,
+from app.blueprints.wallets.schemas import (ConnectMessageQuerySchema, ConnectMessageSchema, TransactionListSchema,
                                            TransactionsQuerySchema, WalletBalanceSchema, WalletConnectSchema,
                                            WalletFundResultSchema, WalletFundSchema, WalletSchema)
 from app.extensions import Blueprint

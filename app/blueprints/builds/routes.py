@@ -2,7 +2,7 @@
 from flask.views import MethodView
 
 from app.auth import authenticated, principal
-from app.blueprints.review.schemas import (ApproveSchema, PendingListSchema, RejectSchema,
+from app.blueprints.builds.schemas import (ApproveSchema, PendingListSchema, RejectSchema,
                                            ReviewBuildSchema)
 from app.extensions import Blueprint
 from app.services.agents import builds

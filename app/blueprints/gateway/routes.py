@@ -4,7 +4,7 @@ from flask.views import MethodView
 
 from app.auth import authenticated, principal, public
 from app.errors import ErrorSchema
-from app.blueprints.modules.schemas import (ModuleCallHeadersSchema, ModuleCallRequestSchema,
+from app.blueprints.gateway.schemas import (ModuleCallHeadersSchema, ModuleCallRequestSchema,
                                             ModuleCallResponseSchema, ModuleListSchema,
                                             ModuleSchema)
 from app.extensions import Blueprint

@@ -19,9 +19,9 @@ def _echo(obj) -> None:
 def sandbox_settle(payment_id, fail):
     """Settle (or, with --fail, fail) a pending sandbox ACH payment: delivers the signed
     event through the webhook code, which credits the account once."""
-    from app.services.billing import payments
+    from app.services.billing import sandbox_checkout
 
-    _echo(payments.sandbox_settle(payment_id, fail=fail))
+    _echo(sandbox_checkout.sandbox_settle(payment_id, fail=fail))
 
 
 @payments_cli.command("sandbox-refund")
@@ -29,9 +29,9 @@ def sandbox_settle(payment_id, fail):
 @click.option("--cents", type=int, default=None, help="Refund this much more (default: everything).")
 def sandbox_refund(payment_id, cents):
     """Refund a succeeded sandbox payment via a signed `charge.refunded` event."""
-    from app.services.billing import payments
+    from app.services.billing import sandbox_checkout
 
-    _echo(payments.sandbox_refund(payment_id, cents))
+    _echo(sandbox_checkout.sandbox_refund(payment_id, cents))
 
 
 @payments_cli.command("watch-usdc")

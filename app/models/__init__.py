@@ -3,8 +3,8 @@ from app.models.accounts import Account, ApiKey  # noqa: F401
 from app.models.ledger import LedgerEntry, LedgerTransaction  # noqa: F401
 from app.models.catalog import Module, ModuleAction  # noqa: F401
 from app.models.usage import UsageHourly  # noqa: F401
-from app.models.payments import (BillingProfile, ChainCursor, Payment, PaymentEvent,  # noqa: F401
-                                 Wallet, WalletNonce, X402Authorization)
+from app.models.payments import BillingProfile, Payment, PaymentEvent  # noqa: F401
+from app.models.wallets import ChainCursor, Wallet, WalletNonce, X402Authorization  # noqa: F401
 from app.models.outbox import OutboxMessage  # noqa: F401
 from app.models.tracking import TrackEvent  # noqa: F401
 from app.models.public import ContactMessage, SignupRequest, Subscription  # noqa: F401

@@ -1,11 +1,10 @@
-"""Payments, incoming processor events, billing profiles, wallets, chain cursors and
-x402 authorizations (DESIGN §3, §8). Money itself lives only in the ledger; these rows
+"""Payments, incoming processor events and billing profiles (DESIGN §3, §8). Money itself lives only in the ledger; these rows
 record what the processors and chains told us, each under a unique provider id."""
 from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, ForeignKey, Index, String, Text, UniqueConstraint
+from sqlalchemy import BigInteger, ForeignKey, Index, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.extensions import db
@@ -79,62 +78,9 @@ class BillingProfile(db.Model):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
 
 
-class Wallet(db.Model):
-    """The on-chain wallet connected to an account (one per account; one account per
-    address: ``address_key`` is the lower-cased EVM address or the Solana base58 key)."""
-
-    __tablename__ = "wallets"
-
-    id: Mapped[str] = mapped_column(String(32), primary_key=True)
-    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"), unique=True)
-    chain: Mapped[str] = mapped_column(String(16))
-    address: Mapped[str] = mapped_column(String(64))
-    address_key: Mapped[str] = mapped_column(String(64), unique=True)
-    connected_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
-class WalletNonce(db.Model):
-    """A server-issued wallet-connect message; single use (``used_at``), expires."""
-
-    __tablename__ = "wallet_nonces"
-    __table_args__ = (Index("ix_wallet_nonces_lookup", "account_id", "chain", "address_key"),)
-
-    nonce: Mapped[str] = mapped_column(String(40), primary_key=True)
-    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"))
-    chain: Mapped[str] = mapped_column(String(16))
-    address: Mapped[str] = mapped_column(String(64))
-    address_key: Mapped[str] = mapped_column(String(64))
-    message: Mapped[str] = mapped_column(Text)
-    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
-class ChainCursor(db.Model):
-    """The last block the USDC deposit watcher has fully scanned on a chain."""
-
-    __tablename__ = "chain_cursors"
-
-    chain: Mapped[str] = mapped_column(String(16), primary_key=True)
-    last_block: Mapped[int] = mapped_column(BigInteger)
-    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
 
 
-class X402Authorization(db.Model):
-    """An EIP-3009 authorization presented with X-Payment. ``auth_key`` =
-    ``<network>:<asset>:<from>:<nonce>`` (lower-case) is unique: inserting it reserves the
-    authorization atomically before the call runs, so it can never be used twice."""
-
-    __tablename__ = "x402_authorizations"
-
-    id: Mapped[str] = mapped_column(String(32), primary_key=True)
-    auth_key: Mapped[str] = mapped_column(String(200), unique=True)
-    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"), index=True)
-    network: Mapped[str] = mapped_column(String(32))
-    payer: Mapped[str] = mapped_column(String(64))
-    value_atomic: Mapped[int] = mapped_column(BigInteger)
-    status: Mapped[str] = mapped_column(String(16), default="reserved")  # reserved | settled | failed
-    transaction: Mapped[str | None] = mapped_column(String(100))
-    error: Mapped[str | None] = mapped_column(String(200))
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
-    settled_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

@@ -6,7 +6,7 @@ from app.auth import authenticated, principal, public
 from app.blueprints.payments.schemas import (CheckoutCreatedSchema, CheckoutSchema, MethodRequestSchema,
                                              MethodSchema, PaymentHistorySchema, WebhookResultSchema)
 from app.extensions import Blueprint
-from app.services.billing import payments
+from app.services.billing import payment_events, payments
 
 blp = Blueprint("payments", __name__, url_prefix="/api/pay",
                 description="Checkout, payment history, the default payment method and the processor webhook.")
@@ -64,4 +64,4 @@ class WebhookView(MethodView):
         its unique id and applies it in the same transaction. Handled: `checkout.session.*`,
         `payment_intent.succeeded|payment_failed|canceled`, `charge.refunded`. A replayed
         event id answers 200 with `duplicate: true` and changes nothing."""
-        return payments.handle_webhook(request.get_data(cache=False), request.headers.get("Stripe-Signature"))
+        return payment_events.handle_webhook(request.get_data(cache=False), request.headers.get("Stripe-Signature"))

@@ -5,7 +5,7 @@ from flask.views import MethodView
 from app.auth import public
 from app.blueprints.payments.schemas import SandboxActionSchema
 from app.extensions import Blueprint
-from app.services.billing import payments
+from app.services.billing import sandbox_checkout
 
 blp = Blueprint("sandbox", __name__, url_prefix="/pay/sandbox",
                 description="The sandbox processor's hosted checkout page (HTML, no credential: "
@@ -42,7 +42,7 @@ class SandboxCheckoutView(MethodView):
     @blp.doc(responses={"200": _HTML, "404": {"description": "Unknown session"}})
     def get(self, session_id):
         """The sandbox hosted checkout page: amount, test payment methods, Pay / Cancel."""
-        page = payments.sandbox_checkout_page(session_id)
+        page = sandbox_checkout.sandbox_checkout_page(session_id)
         closed = page["awaiting_settlement"]
         message = "Bank payment submitted; waiting for settlement." if closed else None
         return render_template_string(_PAGE, payment=page["payment"], methods=page["methods"],
@@ -56,8 +56,8 @@ class SandboxCheckoutView(MethodView):
     def post(self, form, session_id):
         """Pay (with a sandbox test method) or cancel. Paying delivers a signed
         `checkout.session.completed` event through the webhook code; ACH settles later."""
-        out = payments.sandbox_checkout_action(session_id, form["action"], form.get("payment_method"))
-        page = payments.sandbox_checkout_page(session_id)
+        out = sandbox_checkout.sandbox_checkout_action(session_id, form["action"], form.get("payment_method"))
+        page = sandbox_checkout.sandbox_checkout_page(session_id)
         if out["result"] in ("paid", "canceled", "processing") and page["return_url"]:
             done = page["return_url"]
             sep = "&" if "?" in done else "?"

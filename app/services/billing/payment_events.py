@@ -1,0 +1,160 @@
+"""Processor events: verify a webhook (Stripe's signature scheme, also used by the sandbox),
+store each event once under its provider event id and apply it to its payment (credit,
+failure or refund) in the same unit of work, so a replayed event changes nothing.
+"""
+from __future__ import annotations
+
+import json
+import logging
+
+import stripe
+from flask import current_app
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+
+from app.errors import DomainError, InvalidRequest
+from app.extensions import db
+from app.models import Payment, PaymentEvent
+from app.services.billing.payments import credit_payment, finish_payment, refund_payment
+from app.services.billing.processors import sandbox_webhook_secret
+
+log = logging.getLogger(__name__)
+
+
+WEBHOOK_TOLERANCE_SECONDS = 300
+
+
+class WebhookSignatureInvalid(DomainError):
+    status, code, message = 400, "webhook_signature_invalid", "Invalid webhook signature."
+
+
+def _verify(payload: bytes, sig_header: str | None) -> tuple[dict, str]:
+    """The verified event and which processor's secret signed it."""
+    if not sig_header:
+        raise WebhookSignatureInvalid("Missing Stripe-Signature header.")
+    cfg = current_app.config
+    secrets = []
+    if cfg.get("STRIPE_WEBHOOK_SECRET"):
+        secrets.append(("stripe", cfg["STRIPE_WEBHOOK_SECRET"]))
+    if cfg.get("PAYMENTS_SANDBOX_ENABLED", True):
+        secrets.append(("sandbox", sandbox_webhook_secret()))
+    for processor, secret in secrets:
+        try:
+            stripe.Webhook.construct_event(payload, sig_header, secret, tolerance=WEBHOOK_TOLERANCE_SECONDS)
+        except stripe.SignatureVerificationError:
+            continue
+        except ValueError:
+            raise InvalidRequest("The webhook body is not a JSON event.") from None
+        try:
+            event = json.loads(payload)
+        except ValueError:
+            raise InvalidRequest("The webhook body is not a JSON event.") from None
+        if not isinstance(event, dict) or not isinstance(event.get("id"), str) \
+                or not isinstance(event.get("type"), str) \
+                or not isinstance((event.get("data") or {}).get("object"), dict):
+            raise InvalidRequest("The webhook body is not a Stripe event.")
+        return event, processor
+    raise WebhookSignatureInvalid("The Stripe-Signature does not verify or its timestamp is "
+                                  f"outside the {WEBHOOK_TOLERANCE_SECONDS} s tolerance.")
+
+
+def handle_webhook(payload: bytes, sig_header: str | None) -> dict:
+    """Verify, store and apply one processor event (POST /api/pay/webhook)."""
+    event, processor = _verify(payload, sig_header)
+    return apply_event(event, processor)
+
+
+def _find(processor: str, **where) -> Payment | None:
+    stmt = select(Payment).where(Payment.processor == processor)
+    for col, value in where.items():
+        if not value:
+            return None
+        stmt = stmt.where(getattr(Payment, col) == value)
+    return db.session.execute(stmt.limit(1)).scalar_one_or_none()
+
+
+def _by_metadata(obj: dict, processor: str, kind: str) -> Payment | None:
+    pid = (obj.get("metadata") or {}).get("payment_id")
+    cand = db.session.get(Payment, pid) if isinstance(pid, str) else None
+    if cand is not None and cand.processor == processor and cand.kind == kind and cand.provider_id is None:
+        return cand
+    return None
+
+
+def _dispatch(event: dict, processor: str) -> tuple[str, str | None]:
+    etype, obj = event["type"], event["data"]["object"]
+    if etype.startswith("checkout.session."):
+        p = _find(processor, provider_id=obj.get("id"))
+        if p is None:  # the event beat the recording of the session id: the metadata names it
+            p = _by_metadata(obj, processor, "checkout")
+            if p is not None:
+                p.provider_id = obj.get("id")
+        if p is None or p.kind != "checkout":
+            return "unknown_payment", None
+        pi = obj.get("payment_intent") if isinstance(obj.get("payment_intent"), str) else None
+        if pi and not p.payment_intent:
+            p.payment_intent = pi
+        paid = etype == "checkout.session.async_payment_succeeded" or (
+            etype == "checkout.session.completed" and obj.get("payment_status") in ("paid", "no_payment_required"))
+        if paid:
+            if obj.get("currency", "usd") != "usd" or int(obj.get("amount_total") or 0) * 10_000 != p.amount_micros:
+                log.error("checkout %s amount/currency mismatch: %s %s", p.id, obj.get("amount_total"),
+                          obj.get("currency"))
+                return "amount_mismatch", p.id
+            return ("credited" if credit_payment(p) else "already_final"), p.id
+        if etype == "checkout.session.completed":
+            return "awaiting_settlement", p.id
+        if etype == "checkout.session.async_payment_failed":
+            return ("failed" if finish_payment(p, "failed", "payment_failed", "The bank payment failed.") else "already_final"), p.id
+        if etype == "checkout.session.expired":
+            return ("expired" if finish_payment(p, "expired") else "already_final"), p.id
+        return "ignored", p.id
+    if etype.startswith("payment_intent."):
+        p = _find(processor, provider_id=obj.get("id"))
+        if p is None:  # a crash before we stored the intent id: the metadata names the payment
+            p = _by_metadata(obj, processor, "charge")
+            if p is not None:
+                p.provider_id = p.payment_intent = obj.get("id")
+        if p is None:
+            return "unknown_payment", None
+        if p.kind != "charge":
+            return "ignored", p.id  # a checkout's intent: the checkout.session events count
+        if etype == "payment_intent.succeeded":
+            if int(obj.get("amount_received") or obj.get("amount") or 0) * 10_000 != p.amount_micros:
+                return "amount_mismatch", p.id
+            return ("credited" if credit_payment(p) else "already_final"), p.id
+        if etype == "payment_intent.payment_failed":
+            err = obj.get("last_payment_error") or {}
+            ok = finish_payment(p, "failed", err.get("code") or "payment_failed", err.get("message") or "The payment failed.")
+            return ("failed" if ok else "already_final"), p.id
+        if etype == "payment_intent.canceled":
+            return ("canceled" if finish_payment(p, "canceled") else "already_final"), p.id
+        return "ignored", p.id
+    if etype == "charge.refunded":
+        pi = obj.get("payment_intent")
+        p = _find(processor, payment_intent=pi if isinstance(pi, str) else None)
+        if p is None:
+            return "unknown_payment", None
+        return refund_payment(p, int(obj.get("amount_refunded") or 0) * 10_000, str(obj.get("id"))), p.id
+    return "ignored", None
+
+
+def apply_event(event: dict, processor: str) -> dict:
+    """Store the event under its unique id and apply it, in ONE transaction."""
+    row = PaymentEvent(processor=processor, event_id=event["id"][:120], type=event["type"][:80],
+                       outcome="received", payload=event)
+    db.session.add(row)
+    try:
+        db.session.flush()
+    except IntegrityError:
+        db.session.rollback()
+        return {"received": True, "duplicate": True, "event_id": event["id"], "outcome": "duplicate"}
+    try:
+        outcome, payment_id = _dispatch(event, processor)
+        row.outcome, row.payment_id = outcome, payment_id
+        db.session.commit()
+    except Exception:
+        db.session.rollback()
+        raise
+    log.info("payment event %s %s -> %s", event["id"], event["type"], outcome)
+    return {"received": True, "duplicate": False, "event_id": event["id"], "outcome": outcome}

@@ -1,0 +1,124 @@
+"""The sandbox processor's hosted checkout flow (test mode): the page's data, the pay/cancel
+actions, and operator helpers that settle or refund a sandbox payment, each delivered as a
+signed processor event through the same webhook path as Stripe's.
+"""
+from __future__ import annotations
+
+from sqlalchemy import select
+
+from app.errors import InvalidRequest, NotFound
+from app.extensions import db
+from app.ids import random_b62
+from app.models import Payment
+from app.models.base import utcnow
+from app.services.billing.payment_events import handle_webhook
+from app.services.billing.payments import payment_view
+from app.services.billing.processors import (
+    SANDBOX_METHODS,
+    json_payload,
+    sandbox_webhook_secret,
+    sign_payload,
+)
+
+
+def _sandbox_event(etype: str, obj: dict) -> dict:
+    return {"id": "evt_sbx_" + random_b62(24), "object": "event", "type": etype, "livemode": False,
+            "created": int(utcnow().timestamp()), "api_version": "sandbox", "data": {"object": obj}}
+
+
+def sandbox_deliver(etype: str, obj: dict) -> dict:
+    """Sign a sandbox event and hand it to the webhook code (same path as HTTP)."""
+    payload = json_payload(_sandbox_event(etype, obj))
+    return handle_webhook(payload, sign_payload(payload, sandbox_webhook_secret()))
+
+
+def _sandbox_session(session_id: str) -> Payment:
+    p = db.session.execute(select(Payment).where(
+        Payment.provider_id == session_id, Payment.processor == "sandbox",
+        Payment.kind == "checkout")).scalar_one_or_none()
+    if p is None:
+        raise NotFound("No such sandbox checkout session.")
+    return p
+
+
+def _session_object(p: Payment, payment_status: str, pi: str | None) -> dict:
+    return {"id": p.provider_id, "object": "checkout.session", "amount_total": p.amount_micros // 10_000,
+            "currency": "usd", "payment_status": payment_status, "status": "complete",
+            "client_reference_id": p.account_id, "payment_intent": pi,
+            "metadata": {"payment_id": p.id, "account_id": p.account_id}}
+
+
+def sandbox_checkout_page(session_id: str) -> dict:
+    p = _sandbox_session(session_id)
+    return {"payment": payment_view(p), "session_id": session_id, "return_url": p.return_url,
+            "methods": SANDBOX_METHODS, "awaiting_settlement": bool((p.meta or {}).get("ach_submitted"))}
+
+
+def sandbox_checkout_action(session_id: str, action: str, pm_id: str | None) -> dict:
+    """Pay or cancel a sandbox checkout. Returns ``{result, message, payment}``."""
+    p = _sandbox_session(session_id)
+    if p.status != "pending" or (p.meta or {}).get("ach_submitted"):
+        return {"result": "closed", "message": f"This checkout is already {p.status}.", "payment": payment_view(p)}
+    if p.expires_at and p.expires_at < utcnow():
+        sandbox_deliver("checkout.session.expired", _session_object(p, "unpaid", None))
+        db.session.refresh(p)
+        return {"result": "expired", "message": "This checkout has expired.", "payment": payment_view(p)}
+    if action == "cancel":
+        sandbox_deliver("checkout.session.expired", _session_object(p, "unpaid", None))
+        db.session.refresh(p)
+        return {"result": "canceled", "message": "Checkout canceled; nothing was charged.", "payment": payment_view(p)}
+    spec = SANDBOX_METHODS.get(pm_id or "")
+    if spec is None:
+        raise InvalidRequest(f"payment_method: one of {', '.join(SANDBOX_METHODS)}.")
+    outcome = spec[3]
+    if outcome in ("generic_decline", "insufficient_funds"):
+        from app.services.billing.processors import DECLINE_MESSAGES
+
+        return {"result": "declined", "message": DECLINE_MESSAGES[outcome], "payment": payment_view(p)}
+    pi = "pi_sbx_" + random_b62(24)
+    if outcome == "settles_later":
+        p.meta = {**(p.meta or {}), "ach_submitted": True}
+        db.session.commit()
+        sandbox_deliver("checkout.session.completed", _session_object(p, "unpaid", pi))
+        db.session.refresh(p)
+        return {"result": "processing", "payment": payment_view(p),
+                "message": "Bank payment submitted; credits arrive when it settles "
+                           "(sandbox: flask payments sandbox-settle " + p.id + ")."}
+    sandbox_deliver("checkout.session.completed", _session_object(p, "paid", pi))
+    db.session.refresh(p)
+    return {"result": "paid", "message": "Payment succeeded; credits added.", "payment": payment_view(p)}
+
+
+def sandbox_settle(payment_id: str, fail: bool = False) -> dict:
+    """Settle (or fail) a pending sandbox ACH payment by delivering the processor's event."""
+    p = db.session.get(Payment, payment_id)
+    if p is None or p.processor != "sandbox" or p.status != "pending" or not (
+            p.method == "ach" or (p.meta or {}).get("ach_submitted")):
+        raise NotFound("No pending sandbox ACH payment with this id.")
+    if p.kind == "checkout":
+        etype = "checkout.session.async_payment_failed" if fail else "checkout.session.async_payment_succeeded"
+        result = sandbox_deliver(etype, _session_object(p, "unpaid" if fail else "paid", p.payment_intent))
+    else:
+        obj = {"id": p.provider_id, "object": "payment_intent", "amount": p.amount_micros // 10_000,
+               "amount_received": 0 if fail else p.amount_micros // 10_000, "currency": "usd",
+               "status": "requires_payment_method" if fail else "succeeded",
+               "metadata": {"payment_id": p.id, "account_id": p.account_id},
+               "last_payment_error": {"code": "debit_not_authorized",
+                                      "message": "The customer's bank returned the debit (R10)."} if fail else None}
+        result = sandbox_deliver("payment_intent.payment_failed" if fail else "payment_intent.succeeded", obj)
+    db.session.refresh(p)
+    return {"event": result, "payment": payment_view(p)}
+
+
+def sandbox_refund(payment_id: str, amount_cents: int | None = None) -> dict:
+    """Refund a succeeded sandbox payment (all, or ``amount_cents`` more) via ``charge.refunded``."""
+    p = db.session.get(Payment, payment_id)
+    if p is None or p.processor != "sandbox" or p.status not in ("succeeded", "partially_refunded"):
+        raise NotFound("No refundable sandbox payment with this id.")
+    total = p.amount_micros // 10_000 if amount_cents is None else \
+        min(p.amount_micros // 10_000, (p.refunded_micros or 0) // 10_000 + int(amount_cents))
+    obj = {"id": "ch_sbx_" + random_b62(20), "object": "charge", "payment_intent": p.payment_intent,
+           "amount": p.amount_micros // 10_000, "amount_refunded": total, "refunded": True}
+    result = sandbox_deliver("charge.refunded", obj)
+    db.session.refresh(p)
+    return {"event": result, "payment": payment_view(p)}

@@ -1,0 +1,170 @@
+"""x402 payment payloads: read the ``X-Payment`` / ``PAYMENT-SIGNATURE`` header, decode it and
+verify the EIP-3009 ``TransferWithAuthorization`` (signature recovered with eth-account)
+against a price. Pure checks: nothing here writes to the database.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import time
+
+from eth_account import Account as EthAccount
+from eth_account.messages import encode_typed_data
+from eth_utils import is_hex_address, to_checksum_address
+
+from app.errors import DomainError
+from app.extensions import db
+from app.services.billing import chains
+from app.services.billing.x402.requirements import PAYMENT_HEADERS, enabled, networks, pay_to
+
+MAX_HEADER_BYTES = 8192
+
+
+VALID_BEFORE_MARGIN_SECONDS = 6  # an authorization must stay valid while it is settled
+
+
+class InvalidPayment(DomainError):
+    status, code, message = 400, "invalid_payment", "The payment header could not be decoded."
+
+
+class PaymentInvalid(DomainError):
+    status, code, message = 402, "payment_invalid", "The payment was refused."
+
+    def __init__(self, reason: str, message: str, **kw):
+        extra = {"reason": reason, **(kw.pop("extra", None) or {})}
+        super().__init__(message, extra=extra, **kw)
+        self.reason = reason
+
+
+def header_from(headers) -> str | None:
+    """The payment header of a request (``PAYMENT-SIGNATURE`` preferred, else ``X-Payment``)."""
+    for name in PAYMENT_HEADERS:
+        value = headers.get(name)
+        if value:
+            return value
+    return None
+
+
+def decode(value: str) -> dict:
+    """base64 or base64url JSON → dict; 400 ``invalid_payment`` otherwise."""
+    value = (value or "").strip()
+    if not value or len(value) > MAX_HEADER_BYTES:
+        raise InvalidPayment("The payment header is empty or too large.")
+    padded = (value + "=" * (-len(value) % 4)).encode()
+    raw = None
+    for altchars in (None, b"-_"):
+        try:
+            raw = base64.b64decode(padded, altchars=altchars, validate=True)
+            break
+        except (binascii.Error, ValueError):
+            continue
+    if raw is None:
+        raise InvalidPayment("The payment header is not base64 or base64url.")
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        raise InvalidPayment("The payment header does not contain JSON.") from None
+    if not isinstance(data, dict):
+        raise InvalidPayment("The payment header must be a JSON object.")
+    inner = data.get("payload")
+    auth = inner.get("authorization") if isinstance(inner, dict) else None
+    if data.get("x402Version") not in (1, 2) or not isinstance(auth, dict) \
+            or not isinstance(inner.get("signature"), str):
+        raise InvalidPayment("The payment header is not an x402 v1/v2 exact EVM payment payload.")
+    for key in ("from", "to", "value", "validAfter", "validBefore", "nonce"):
+        if not isinstance(auth.get(key), (str, int)) or isinstance(auth.get(key), bool):
+            raise InvalidPayment(f"The payment authorization lacks `{key}`.")
+    return data
+
+
+def _int(value, name: str) -> int:
+    try:
+        out = int(value, 0) if isinstance(value, str) else int(value)
+    except (TypeError, ValueError):
+        raise InvalidPayment(f"The payment authorization `{name}` is not an integer.") from None
+    if out < 0 or out >= 2**256:
+        raise InvalidPayment(f"The payment authorization `{name}` is out of range.")
+    return out
+
+
+def _network_of(data: dict) -> tuple[str, str | None, str]:
+    """(chain name, asset named by the payload or None, scheme)."""
+    if data["x402Version"] == 2:
+        acc = data.get("accepted")
+        if not isinstance(acc, dict):
+            raise InvalidPayment("x402 v2 payload lacks `accepted`.")
+        caip = str(acc.get("network", ""))
+        chain = next((c for c, v in chains.CAIP2.items() if v == caip), caip)
+        return chain, acc.get("asset"), str(acc.get("scheme", ""))
+    return str(data.get("network", "")), None, str(data.get("scheme", ""))
+
+
+def verify(data: dict, price_micros: int) -> dict:
+    """Check a decoded payload locally; returns the authorization facts. 402 when refused."""
+    if not enabled():
+        raise PaymentInvalid("x402_disabled", "x402 payments are not enabled on this deployment (X402_PAY_TO).")
+    chain, asset, scheme = _network_of(data)
+    if scheme != "exact":
+        raise PaymentInvalid("unsupported_scheme", f"Scheme `{scheme}` is not accepted; use `exact`.")
+    if chain not in networks():
+        raise PaymentInvalid("unsupported_network", f"Network `{chain}` is not accepted; use one of "
+                                                    f"{', '.join(networks())}.")
+    usdc = to_checksum_address(chains.usdc_contract(chain))
+    if asset is not None and (not isinstance(asset, str) or asset.lower() != usdc.lower()):
+        raise PaymentInvalid("wrong_asset", f"Only USDC ({usdc}) is accepted on {chain}.")
+    auth, signature = data["payload"]["authorization"], data["payload"]["signature"]
+    for key in ("from", "to"):
+        if not isinstance(auth[key], str) or not is_hex_address(auth[key]):
+            raise InvalidPayment(f"The payment authorization `{key}` is not an address.")
+    payer, to = to_checksum_address(auth["from"]), to_checksum_address(auth["to"])
+    value = _int(auth["value"], "value")
+    valid_after, valid_before = _int(auth["validAfter"], "validAfter"), _int(auth["validBefore"], "validBefore")
+    nonce = str(auth["nonce"]).lower()
+    if not (nonce.startswith("0x") and len(nonce) == 66 and all(c in "0123456789abcdef" for c in nonce[2:])):
+        raise InvalidPayment("The payment authorization `nonce` must be 32 bytes of 0x-hex.")
+    if to != pay_to():
+        raise PaymentInvalid("wrong_recipient", f"The authorization pays {to}, not {pay_to()}.")
+    price_atomic = int(price_micros)  # one atomic USDC unit is one micro-dollar
+    if value < price_atomic:
+        raise PaymentInvalid("insufficient_amount", f"The authorization is for {value} atomic USDC; the price "
+                                                    f"is {price_atomic}.")
+    now = int(time.time())
+    if valid_after > now:
+        raise PaymentInvalid("not_yet_valid", "The authorization is not valid yet (validAfter).")
+    if valid_before <= now + VALID_BEFORE_MARGIN_SECONDS:
+        raise PaymentInvalid("expired", "The authorization has expired (validBefore).")
+    name, version = chains.USDC_EIP712[chain]
+    typed = {
+        "types": {
+            "EIP712Domain": [{"name": "name", "type": "string"}, {"name": "version", "type": "string"},
+                             {"name": "chainId", "type": "uint256"},
+                             {"name": "verifyingContract", "type": "address"}],
+            "TransferWithAuthorization": [
+                {"name": "from", "type": "address"}, {"name": "to", "type": "address"},
+                {"name": "value", "type": "uint256"}, {"name": "validAfter", "type": "uint256"},
+                {"name": "validBefore", "type": "uint256"}, {"name": "nonce", "type": "bytes32"}],
+        },
+        "primaryType": "TransferWithAuthorization",
+        "domain": {"name": name, "version": version, "chainId": chains.CHAIN_IDS[chain], "verifyingContract": usdc},
+        "message": {"from": payer, "to": to, "value": value, "validAfter": valid_after,
+                    "validBefore": valid_before, "nonce": bytes.fromhex(nonce[2:])},
+    }
+    sig = signature[2:] if signature.startswith("0x") else signature
+    try:
+        sig_bytes = bytes.fromhex(sig)
+        if len(sig_bytes) != 65:
+            raise ValueError("length")
+        recovered = EthAccount.recover_message(encode_typed_data(full_message=typed), signature=sig_bytes)
+    except Exception:
+        raise PaymentInvalid("invalid_signature", "The authorization signature is malformed.") from None
+    if recovered != payer:
+        raise PaymentInvalid("invalid_signature", "The authorization was not signed by `from`.")
+    return {"chain": chain, "payer": payer, "value": value, "nonce": nonce, "version": data["x402Version"],
+            "auth_key": f"{chain}:{payer.lower()}:{nonce}", "data": data}
+
+
+def autonomous_ok() -> bool:
+    """Whether a second connection may write while the caller's transaction is open
+    (PostgreSQL: yes; SQLite serialises writers, so there the caller's transaction is used)."""
+    return db.engine.dialect.name != "sqlite"

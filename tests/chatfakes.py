@@ -6,9 +6,8 @@ import json
 import threading
 import time
 from contextlib import ExitStack, contextmanager
-from http.server import BaseHTTPRequestHandler
 
-from tests.servers import http_server
+from tests.support.standin import Reply, Request, StandIn, serve
 
 USAGE = {"prompt_tokens": 100, "completion_tokens": 50}  # what the healthy fakes report
 
@@ -33,116 +32,96 @@ class FakeState:
         return f"Hello from {self.name}"
 
 
-def _handler(fakes: "Fakes", name: str, anthropic: bool):
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+def _sse(events) -> Reply:
+    """A Server-Sent Events answer, one flushed write per event."""
+    def chunks():
+        for name, obj in events:
+            prefix = f"event: {name}\n".encode() if name else b""
+            payload = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
+            yield prefix + b"data: " + payload + b"\n\n"
+    return Reply(200, content_type="text/event-stream", chunks=chunks())
 
-        @property
-        def state(self) -> FakeState:
-            return fakes.states[name]
 
-        def log_message(self, *a):
-            pass
+def _openai(state: FakeState, body: dict):
+    usage = {**USAGE, "total_tokens": 150}
+    if body.get("tools"):
+        message = {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function",
+             "function": {"name": body["tools"][0]["function"]["name"], "arguments": '{"city": "Paris"}'}}]}
+    else:
+        message = {"role": "assistant", "content": state.text}
+    if not body.get("stream"):
+        out = {"id": "up-1", "object": "chat.completion", "created": 1, "model": body["model"],
+               "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
+        if state.usage:
+            out["usage"] = usage
+        return 200, out
+    base = {"id": "up-1", "object": "chat.completion.chunk", "created": 1, "model": body["model"]}
+    events = [(None, {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})]
+    for i, word in enumerate(state.text.split(" ")):
+        events.append((None, {**base, "choices": [{"index": 0, "delta": {
+            "content": word if i == 0 else " " + word}}]}))
+    events.append((None, {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
+    if state.usage and (body.get("stream_options") or {}).get("include_usage"):
+        events.append((None, {**base, "choices": [], "usage": usage}))
+    events.append((None, b"[DONE]"))
+    return _sse(events)
 
-        def _send(self, status: int, obj, headers: dict | None = None):
-            data = json.dumps(obj).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            for k, v in (headers or {}).items():
-                self.send_header(k, v)
-            self.end_headers()
-            self.wfile.write(data)
 
-        def _sse(self, events):
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Connection", "close")
-            self.end_headers()
-            for name, obj in events:
-                prefix = f"event: {name}\n".encode() if name else b""
-                payload = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
-                self.wfile.write(prefix + b"data: " + payload + b"\n\n")
-                self.wfile.flush()
-            self.close_connection = True
+def _anthropic(state: FakeState, body: dict):
+    usage = {"input_tokens": 20, "output_tokens": 10}
+    if body.get("tools"):
+        content = [{"type": "text", "text": "Let me check."},
+                   {"type": "tool_use", "id": "toolu_1", "name": body["tools"][0]["name"],
+                    "input": {"city": "Paris"}}]
+        stop = "tool_use"
+    else:
+        content = [{"type": "text", "text": state.text}]
+        stop = "end_turn"
+    if not body.get("stream"):
+        return 200, {"id": "msg_1", "type": "message", "role": "assistant", "model": body["model"],
+                     "content": content, "stop_reason": stop, "usage": usage}
+    events = [("message_start", {"type": "message_start", "message": {
+        "id": "msg_1", "type": "message", "role": "assistant", "content": [],
+        "usage": {"input_tokens": 20, "output_tokens": 1}}})]
+    events.append(("content_block_start", {"type": "content_block_start", "index": 0,
+                                           "content_block": {"type": "text", "text": ""}}))
+    for i, word in enumerate(state.text.split(" ")):
+        events.append(("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {
+            "type": "text_delta", "text": word if i == 0 else " " + word}}))
+    events.append(("content_block_stop", {"type": "content_block_stop", "index": 0}))
+    events.append(("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+                                     "usage": {"output_tokens": 10}}))
+    events.append(("message_stop", {"type": "message_stop"}))
+    return _sse(events)
 
-        def do_POST(self):
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
-            state = self.state
-            with state.lock:
-                self.state.calls += 1
-                self.state.bodies.append(body)
-                self.state.headers.append(dict(self.headers))
-                mode = self.state.mode
-                if mode != "ok" and self.state.fail_times is not None:
-                    self.state.fail_times -= 1
-                    if self.state.fail_times <= 0:
-                        self.state.mode, self.state.fail_times = "ok", None
-            if mode == "timeout":
-                time.sleep(self.state.sleep)
-                return self._send(200, {"choices": []})
-            if mode in ("503", "429", "401", "400"):
-                headers = {"Retry-After": self.state.retry_after} if self.state.retry_after else {}
-                return self._send(int(mode), {"error": {"message": f"{self.state.name} says {mode}"}},
-                                  headers)
-            if anthropic:
-                return self._anthropic(body)
-            return self._openai(body)
 
-        def _openai(self, body):
-            usage = {**USAGE, "total_tokens": 150}
-            if body.get("tools"):
-                message = {"role": "assistant", "content": None, "tool_calls": [
-                    {"id": "call_1", "type": "function",
-                     "function": {"name": body["tools"][0]["function"]["name"], "arguments": '{"city": "Paris"}'}}]}
-            else:
-                message = {"role": "assistant", "content": self.state.text}
-            if not body.get("stream"):
-                out = {"id": "up-1", "object": "chat.completion", "created": 1, "model": body["model"],
-                       "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
-                if self.state.usage:
-                    out["usage"] = usage
-                return self._send(200, out)
-            base = {"id": "up-1", "object": "chat.completion.chunk", "created": 1, "model": body["model"]}
-            events = [(None, {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})]
-            for i, word in enumerate(self.state.text.split(" ")):
-                events.append((None, {**base, "choices": [{"index": 0, "delta": {
-                    "content": word if i == 0 else " " + word}}]}))
-            events.append((None, {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
-            if self.state.usage and (body.get("stream_options") or {}).get("include_usage"):
-                events.append((None, {**base, "choices": [], "usage": usage}))
-            events.append((None, b"[DONE]"))
-            self._sse(events)
+def _upstream(fakes: "Fakes", name: str, anthropic: bool) -> StandIn:
+    """One fake upstream: behaves as ``fakes.states[name]`` says at the time of each call."""
+    server = StandIn()
 
-        def _anthropic(self, body):
-            usage = {"input_tokens": 20, "output_tokens": 10}
-            if body.get("tools"):
-                content = [{"type": "text", "text": "Let me check."},
-                           {"type": "tool_use", "id": "toolu_1", "name": body["tools"][0]["name"],
-                            "input": {"city": "Paris"}}]
-                stop = "tool_use"
-            else:
-                content = [{"type": "text", "text": self.state.text}]
-                stop = "end_turn"
-            if not body.get("stream"):
-                return self._send(200, {"id": "msg_1", "type": "message", "role": "assistant",
-                                        "model": body["model"], "content": content,
-                                        "stop_reason": stop, "usage": usage})
-            events = [("message_start", {"type": "message_start", "message": {
-                "id": "msg_1", "type": "message", "role": "assistant", "content": [],
-                "usage": {"input_tokens": 20, "output_tokens": 1}}})]
-            events.append(("content_block_start", {"type": "content_block_start", "index": 0,
-                                                   "content_block": {"type": "text", "text": ""}}))
-            for i, word in enumerate(self.state.text.split(" ")):
-                events.append(("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {
-                    "type": "text_delta", "text": word if i == 0 else " " + word}}))
-            events.append(("content_block_stop", {"type": "content_block_stop", "index": 0}))
-            events.append(("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
-                                             "usage": {"output_tokens": 10}}))
-            events.append(("message_stop", {"type": "message_stop"}))
-            self._sse(events)
+    @server.route("POST", "*")
+    def _complete(req: Request):
+        body = req.json()
+        state = fakes.states[name]
+        with state.lock:
+            state.calls += 1
+            state.bodies.append(body)
+            state.headers.append(dict(req.headers))
+            mode = state.mode
+            if mode != "ok" and state.fail_times is not None:
+                state.fail_times -= 1
+                if state.fail_times <= 0:
+                    state.mode, state.fail_times = "ok", None
+        if mode == "timeout":
+            time.sleep(state.sleep)
+            return 200, {"choices": []}
+        if mode in ("503", "429", "401", "400"):
+            headers = {"Retry-After": state.retry_after} if state.retry_after else {}
+            return int(mode), {"error": {"message": f"{state.name} says {mode}"}}, headers
+        return (_anthropic if anthropic else _openai)(state, body)
 
-    return Handler
+    return server
 
 
 CATALOG = """
@@ -216,9 +195,8 @@ def running_fakes():
     fakes = Fakes()
     with ExitStack() as stack:
         for name in Fakes.NAMES:
-            _, url = stack.enter_context(http_server(_handler(fakes, name, anthropic=(name == "claude"))))
-            fakes.urls[name] = url
-        _, fakes.urls["demo"] = stack.enter_context(http_server(DemoLLMHandler))
+            fakes.urls[name] = stack.enter_context(_upstream(fakes, name, anthropic=(name == "claude")))
+        fakes.urls["demo"] = stack.enter_context(serve(DemoLLMHandler))
         yield fakes
 
 

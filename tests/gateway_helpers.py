@@ -1,89 +1,66 @@
 """Helpers for module-call tests: a stand-in provider and a module factory."""
 from __future__ import annotations
 
-import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from app.extensions import db
-from tests.servers import http_server
+from tests.support.standin import Reply, Request, StandIn
 
 PROVIDER_SECRET_ENV = "TEST_PROVIDER_SECRET"
 PROVIDER_SECRET = "provider-secret-for-tests"
 
 
-class StandInProvider(BaseHTTPRequestHandler):
-    """Paths: /ok (echo body + selected headers), /bad (400), /boom (500), /slow (sleeps),
+class ProviderStandIn(StandIn):
+    """Paths: /ok (echo body + selected headers), /bad (422), /boom (500), /slow (sleeps),
     /list (JSON array), /text (text/plain), /counter (a different answer every call),
-    /redirect (302), /unauth (401), /empty (204). Every request is recorded in ``seen``."""
+    /redirect (302), /block (waits for ``release``), /busy (429), /unauth (401), /empty (204).
+    The path may come after any prefix. Every request is recorded in ``requests``."""
 
-    seen: list = []
-    counter = {"n": 0}
-    lock = threading.Lock()
-    slow_seconds = 2.0
-    release = threading.Event()  # /block waits for it (at most 10 s)
+    ANSWERS = {"/bad": (422, {"error": "bad_input", "field": "text"}), "/boom": (500, {"error": "internal"}),
+               "/list": (200, [1, 2, 3]), "/busy": (429, {"error": "slow down"}),
+               "/unauth": (401, {"error": "bad key"})}
 
-    def log_message(self, *args):
-        pass
+    def __init__(self):
+        super().__init__()
+        self.route("*", "*", self.answer)
+        self.reset()
 
-    def _reply(self, status, payload=None, ctype="application/json", raw=None):
-        data = raw if raw is not None else (json.dumps(payload).encode() if payload is not None else b"")
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+    def reset(self) -> None:
+        self.requests.clear()
+        self.counter = 0
+        self.slow_seconds = 2.0
+        self.release = threading.Event()
 
-    def _handle(self):
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        body = json.loads(raw) if raw else None
-        with self.lock:
-            self.seen.append({"path": self.path, "method": self.command, "headers": dict(self.headers),
-                              "body": body, "raw": raw})
-        path = self.path.split("?")[0]
-        if path.endswith("/ok"):
-            return self._reply(200, {"echo": body, "provider_key": self.headers.get("X-Provider-Key"),
-                                     "authorization": self.headers.get("Authorization")})
-        if path.endswith("/bad"):
-            return self._reply(422, {"error": "bad_input", "field": "text"})
-        if path.endswith("/boom"):
-            return self._reply(500, {"error": "internal"})
-        if path.endswith("/slow"):
+    def answer(self, req: Request):
+        end = "/" + req.path.rsplit("/", 1)[-1]
+        if end in self.ANSWERS:
+            return self.ANSWERS[end]
+        if end == "/ok":
+            return 200, {"echo": req.json(), "provider_key": req.headers.get("X-Provider-Key"),
+                         "authorization": req.headers.get("Authorization")}
+        if end == "/slow":
             time.sleep(self.slow_seconds)
-            return self._reply(200, {"late": True})
-        if path.endswith("/list"):
-            return self._reply(200, [1, 2, 3])
-        if path.endswith("/text"):
-            return self._reply(200, raw=b"plain words", ctype="text/plain")
-        if path.endswith("/counter"):
+            return 200, {"late": True}
+        if end == "/text":
+            return Reply(200, b"plain words", content_type="text/plain")
+        if end == "/counter":
             with self.lock:
-                self.counter["n"] += 1
-                n = self.counter["n"]
-            return self._reply(200, {"n": n})
-        if path.endswith("/redirect"):
-            self.send_response(302)
-            self.send_header("Location", "http://example.com/")
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return None
-        if path.endswith("/block"):
+                self.counter += 1
+                return 200, {"n": self.counter}
+        if end == "/redirect":
+            return Reply(302, b"", headers={"Location": "http://example.com/"})
+        if end == "/block":
             self.release.wait(10)
-            return self._reply(200, {"released": True})
-        if path.endswith("/busy"):
-            return self._reply(429, {"error": "slow down"})
-        if path.endswith("/unauth"):
-            return self._reply(401, {"error": "bad key"})
-        if path.endswith("/empty"):
-            self.send_response(204)
-            self.end_headers()
-            return None
-        return self._reply(404, {"error": "no such path"})
+            return 200, {"released": True}
+        if end == "/empty":
+            return Reply(204)
+        return 404, {"error": "no such path"}
 
-    do_POST = do_GET = do_PUT = _handle
+
+PROVIDER = ProviderStandIn()
 
 
 def create_module(app, slug: str, base_url: str, actions: dict, *, sandbox_url: str | None = None,
@@ -127,16 +104,13 @@ def balance_cents(app, account_id: str) -> int:
 
 @pytest.fixture(scope="module")
 def provider_server():
-    with http_server(StandInProvider) as (_server, url):
+    with PROVIDER as url:
         yield url
 
 
 @pytest.fixture
 def provider(provider_server):
-    StandInProvider.seen.clear()
-    StandInProvider.counter["n"] = 0
-    StandInProvider.slow_seconds = 2.0
-    StandInProvider.release.clear()
+    PROVIDER.reset()
     return provider_server
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from contextlib import contextmanager
 
-from tests.servers import smtp_server
+from tests.support.apps import smtp_server
 
 LINK_RE = re.compile(r"(https?://\S+/(?:email|signup)/confirm\?token=[A-Za-z0-9_\-]+)")
 

@@ -1,18 +1,17 @@
 """Local stand-ins for the payment world: a Stripe API server (enough for the SDK calls
 the app makes, plus signed webhook events), an EVM JSON-RPC node (USDC ``balanceOf``,
 ``eth_getLogs``, ``eth_blockNumber``, receipts; Solana token accounts) and an x402
-facilitator. Each is served by ``tests.servers.http_server``."""
+facilitator. Each is a ``tests.support.standin.StandIn``."""
 from __future__ import annotations
 
 import json
 import threading
 import time
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler
-from urllib.parse import parse_qsl, urlparse
+from urllib.parse import parse_qsl
 
 from app.services.billing.processors import sign_payload
-from tests.servers import http_server
+from tests.support.standin import Request, StandIn
 
 STRIPE_METHODS = {
     "pm_card_visa": {"type": "card", "card": {"brand": "visa", "last4": "4242"}},
@@ -106,28 +105,16 @@ class FakeStripe:
 @contextmanager
 def stripe_server(webhook_secret: str = "whsec_test_standin"):
     state = FakeStripe(webhook_secret)
+    server = StandIn()
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *a):
-            pass
+    @server.route("*", "*")
+    def _any(req: Request):
+        body = req.body.decode()
+        params = _nest(parse_qsl(body or req.target.partition("?")[2], keep_blank_values=True))
+        status, out = state.handle(req.method, req.path, params, req.headers)
+        return status, out, {"Request-Id": "req_standin"}
 
-        def _do(self):
-            length = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(length).decode() if length else ""
-            url = urlparse(self.path)
-            params = _nest(parse_qsl(body or url.query, keep_blank_values=True))
-            status, out = state.handle(self.command, url.path, params, self.headers)
-            data = json.dumps(out).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Request-Id", "req_standin")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        do_GET = do_POST = do_DELETE = _do
-
-    with http_server(Handler) as (server, url):
+    with server as url:
         state.url = url
         yield state
 
@@ -191,29 +178,19 @@ class FakeChain:
 @contextmanager
 def chain_server(usdc: str):
     state = FakeChain(usdc)
+    server = StandIn()
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *a):
-            pass
+    @server.route("POST", "*")
+    def _rpc(req: Request):
+        call = req.json()
+        try:
+            return 200, {"jsonrpc": "2.0", "id": call["id"], "result": state.rpc(call["method"], call["params"])}
+        except KeyError:
+            return 200, {"jsonrpc": "2.0", "id": call["id"], "error": {"code": -32601, "message": "method not found"}}
+        except Exception:  # noqa: BLE001 - the node is "down"
+            return 500, {"error": "down"}
 
-        def do_POST(self):
-            req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            try:
-                out = {"jsonrpc": "2.0", "id": req["id"], "result": state.rpc(req["method"], req["params"])}
-                status = 200
-            except KeyError:
-                out = {"jsonrpc": "2.0", "id": req["id"], "error": {"code": -32601, "message": "method not found"}}
-                status = 200
-            except Exception:
-                out, status = {"error": "down"}, 500
-            data = json.dumps(out).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-    with http_server(Handler) as (server, url):
+    with server as url:
         state.url = url
         yield state
 
@@ -230,22 +207,13 @@ class FakeFacilitator:
 @contextmanager
 def facilitator_server():
     state = FakeFacilitator()
+    server = StandIn()
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *a):
-            pass
+    @server.route("POST", "*")
+    def _answer(req: Request):
+        state.calls.append((req.target, req.json()))
+        return 200, state.verify if req.target.endswith("/verify") else state.settle
 
-        def do_POST(self):
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            state.calls.append((self.path, body))
-            out = state.verify if self.path.endswith("/verify") else state.settle
-            data = json.dumps(out).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-    with http_server(Handler) as (server, url):
+    with server as url:
         state.url = url
         yield state

@@ -9,7 +9,7 @@ import redis
 from limits import parse_many
 
 from app import auth
-from tests.servers import free_port
+from tests.support.procs import free_port
 
 REDIS_URL = os.environ.get("REDIS_URL")
 needs_redis = pytest.mark.skipif(not REDIS_URL, reason="needs REDIS_URL (real Redis)")

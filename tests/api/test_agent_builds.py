@@ -9,7 +9,7 @@ from standardwebhooks import Webhook
 from app.extensions import db
 from app.models import Module, ModuleSubmission
 from tests.agentkit import Keypair, register, session_headers
-from tests.servers import http_server, recorder
+from tests.support.standin import recorder
 
 SUB = {"slug": "weather-bot", "price_cents": 5, "actions": ["forecast", "current"]}
 
@@ -109,7 +109,7 @@ def test_admin_api_requires_admin(client, agent, account):
 
 def test_approve_makes_module(app, client, agent, admin):
     rec = recorder([200])
-    with http_server(rec) as (_, url):
+    with rec as url:
         with app.app_context():  # point the agent's event webhook at the recorder
             from app.models import Agent
             db.session.get(Agent, agent["agent"]["id"]).webhook = url + "/events"
@@ -120,9 +120,9 @@ def test_approve_makes_module(app, client, agent, admin):
         r = client.post("/api/admin/modules/weather-bot/approve", json={"notes": "Looks good"},
                         headers=admin.headers)
         assert r.status_code == 200 and r.get_json()["status"] == "approved"
-        event = rec.received[0]
+        event = rec.requests[0]
         payload = Webhook(agent["agent"]["webhook_secret"]).verify(
-            event["body"], {k.lower(): v for k, v in event["headers"].items()})
+            event.body, {k.lower(): v for k, v in event.headers.items()})
         assert payload["type"] == "module.approved" and payload["data"]["slug"] == "weather-bot"
     with app.app_context():
         mod = db.session.query(Module).filter_by(slug="weather-bot").one()

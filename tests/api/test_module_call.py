@@ -12,9 +12,9 @@ from sqlalchemy import func, select, update
 from app.extensions import db
 from app.models import IdempotencyRecord, LedgerEntry, ModuleCall
 from app.services.billing import ledger
-from tests.gateway_helpers import (PROVIDER_SECRET, StandInProvider, balance_cents, call,  # noqa: F401
+from tests.gateway_helpers import (PROVIDER, PROVIDER_SECRET, balance_cents, call,  # noqa: F401
                                    create_module, mod, provider, provider_server)
-from tests.servers import free_port, http_server
+from tests.support.procs import free_port
 
 
 def calls_of(app, account_id):
@@ -42,8 +42,8 @@ def test_call_charges_forwards_and_answers_exact_shape(app, client, make_account
     assert data["result"]["echo"] == {"action": "ok", "text": "hi", "nested": {"a": [1, 2]}}
     assert data["result"]["provider_key"] == PROVIDER_SECRET
     assert data["result"]["authorization"] is None
-    seen = StandInProvider.seen[-1]
-    assert "X-Custom" not in seen["headers"] and seen["headers"]["X-Gateway-Call-Id"] == data["call_id"]
+    seen = PROVIDER.requests[-1]
+    assert "X-Custom" not in seen.headers and seen.headers["X-Gateway-Call-Id"] == data["call_id"]
     assert balance_cents(app, acct.id) == 97
     assert calls_of(app, acct.id) == [("succeeded", 30_000, None, "live")]
     with app.app_context():
@@ -85,8 +85,8 @@ def test_free_action_works_on_zero_balance(app, client, make_account, mod, ledge
 def test_get_action_sends_query_parameters(client, make_account, mod):
     r = call(client, make_account(), {"action": "get", "q": "x y", "n": 2, "flag": True})
     assert r.status_code == 200
-    seen = StandInProvider.seen[-1]
-    assert seen["method"] == "GET" and "q=x+y" in seen["path"] and "flag=true" in seen["path"]
+    seen = PROVIDER.requests[-1]
+    assert seen.method == "GET" and "q=x+y" in seen.target and "flag=true" in seen.target
 
 
 # --- client errors ---------------------------------------------------------------------
@@ -117,7 +117,7 @@ def test_bad_requests_are_400_and_change_nothing(app, client, make_account, mod,
     r = call(client, acct, body)
     assert r.status_code == 400 and r.get_json()["error"] == code
     assert balance_cents(app, acct.id) == 10 and calls_of(app, acct.id) == []
-    assert StandInProvider.seen == []
+    assert PROVIDER.requests == []
 
 
 def test_non_json_body_is_400(client, make_account, mod):
@@ -143,7 +143,7 @@ def test_rate_limit_is_429_with_headers(app, client, make_account, mod, monkeypa
     r = call(client, acct, {"action": "ok"})
     assert r.status_code == 429 and r.get_json()["error"] == "rate_limited"
     assert int(r.headers["Retry-After"]) >= 1 and r.headers["RateLimit-Limit"] == "3"
-    assert len(StandInProvider.seen) == 3
+    assert len(PROVIDER.requests) == 3
 
 
 # --- provider failures: refunded -------------------------------------------------------
@@ -183,7 +183,7 @@ def test_private_upstream_refused_unless_allowed(app, client, make_account, mod,
     acct = make_account(cents=5)
     r = call(client, acct, {"action": "ok"})
     assert r.status_code == 502 and r.get_json()["error"] == "provider_error"
-    assert StandInProvider.seen == [] and calls_of(app, acct.id) == []
+    assert PROVIDER.requests == [] and calls_of(app, acct.id) == []
     assert balance_cents(app, acct.id) == 5
     ledger_clean()
 
@@ -194,7 +194,7 @@ def test_missing_provider_secret_in_production_is_refunded(app, client, make_acc
     monkeypatch.delenv("TEST_PROVIDER_SECRET", raising=False)
     acct = make_account(cents=5)
     r = call(client, acct, {"action": "ok"})
-    assert r.status_code == 502 and StandInProvider.seen == []
+    assert r.status_code == 502 and PROVIDER.requests == []
     assert balance_cents(app, acct.id) == 5
     monkeypatch.setenv("TEST_PROVIDER_SECRET", "from-env")
     r = call(client, acct, {"action": "ok"})
@@ -215,7 +215,7 @@ def test_insufficient_balance_is_402_with_payment_request(app, client, make_acco
     assert r.headers["X-Nonce"] and r.headers["X-Nonce"] == body["nonce"]
     assert call(client, acct, {"action": "ok"}).headers["X-Nonce"] != r.headers["X-Nonce"]
     assert balance_cents(app, acct.id) == 2 and calls_of(app, acct.id) == []
-    assert StandInProvider.seen == []
+    assert PROVIDER.requests == []
     # the 402 stored no idempotency record: after funding, the same key works
     with app.app_context():
         assert db.session.execute(select(func.count()).select_from(IdempotencyRecord)).scalar_one() == 0
@@ -287,8 +287,8 @@ def test_standard_webhooks_provider_auth(app, client, make_account, provider):
     acct = make_account()
     r = call(client, acct, {"action": "ok", "x": 1}, slug="hooked")
     assert r.status_code == 200
-    seen = StandInProvider.seen[-1]
-    headers = {k.lower(): v for k, v in seen["headers"].items()}
+    seen = PROVIDER.requests[-1]
+    headers = {k.lower(): v for k, v in seen.headers.items()}
     assert headers["webhook-id"] == r.get_json()["call_id"]
-    assert Webhook(secret).verify(seen["raw"], headers) == {"action": "ok", "x": 1}
+    assert Webhook(secret).verify(seen.body, headers) == {"action": "ok", "x": 1}
     assert "authorization" not in headers

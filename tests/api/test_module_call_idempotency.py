@@ -14,7 +14,7 @@ from app.models.base import utcnow
 from app.services.gateway import calls as gateway
 from app.services.billing import ledger
 from tests.api.test_module_call import calls_of
-from tests.gateway_helpers import (StandInProvider, balance_cents, call, create_module,  # noqa: F401
+from tests.gateway_helpers import (PROVIDER, balance_cents, call, create_module,  # noqa: F401
                                    mod, provider, provider_server)
 
 
@@ -29,7 +29,7 @@ def test_replay_returns_identical_response_without_second_charge(app, client, ma
     again = call(client, acct, {"x": 1, "action": "counter"}, key="order-1")  # same body, other order
     assert again.status_code == 200 and again.headers["Idempotent-Replayed"] == "true"
     assert again.data == first.data
-    assert len(StandInProvider.seen) == 2
+    assert len(PROVIDER.requests) == 2
     assert balance_cents(app, acct.id) == 8
     ledger_clean()
 
@@ -53,11 +53,11 @@ def test_same_key_in_flight_is_409_in_use(app, make_account, mod):
     t.start()
     try:
         deadline = time.time() + 10
-        while not StandInProvider.seen and time.time() < deadline:
+        while not PROVIDER.requests and time.time() < deadline:
             time.sleep(0.01)
         r = call(app.test_client(), acct, {"action": "block"}, key="slow-1")
     finally:
-        StandInProvider.release.set()
+        PROVIDER.release.set()
         t.join()
     assert r.status_code == 409 and r.get_json()["error"] == "idempotency_key_in_use"
     assert results["first"].status_code == 200
@@ -138,7 +138,7 @@ def test_test_key_uses_sandbox_and_is_never_charged(app, client, make_account, m
     assert r.status_code == 200
     data = r.get_json()
     assert data["receipt"]["mode"] == "test" and data["cost_cents"] == 3
-    assert StandInProvider.seen[-1]["path"] == "/sandbox/ok"
+    assert PROVIDER.requests[-1].target == "/sandbox/ok"
     assert balance_cents(app, acct.id) == 10
     assert calls_of(app, acct.id) == [("succeeded", 30_000, None, "test")]
     u = client.get("/api/usage/current", headers=acct.headers).get_json()

@@ -1,27 +1,16 @@
 """The benchmark-only passthrough route exists only in bench.passthrough's app, never in the product."""
 from __future__ import annotations
 
-from http.server import BaseHTTPRequestHandler
-
 import pytest
 
 from bench.passthrough import create_bench_app
 from tests.conftest import base_config
-from tests.servers import http_server
+from tests.support.standin import StandIn
 
 
-class _Upstream(BaseHTTPRequestHandler):
-    def do_POST(self):  # noqa: N802
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        out = b'{"ok": true, "got": ' + body + b"}"
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(out)))
-        self.end_headers()
-        self.wfile.write(out)
-
-    def log_message(self, *args):
-        pass
+def _upstream() -> StandIn:
+    """Answers every POST with the body it got, wrapped."""
+    return StandIn({("POST", "*"): lambda req: b'{"ok": true, "got": ' + req.body + b"}"})
 
 
 def test_absent_in_a_normal_run(app, client):
@@ -31,7 +20,7 @@ def test_absent_in_a_normal_run(app, client):
 
 
 def test_forwards_the_body_and_is_documented():
-    with http_server(_Upstream) as (_, url):
+    with _upstream() as url:
         bench_app = create_bench_app(url + "/x", base_config())
         client = bench_app.test_client()
         r = client.post("/bench/passthrough", data=b'{"action": "echo"}',

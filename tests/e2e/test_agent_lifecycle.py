@@ -4,10 +4,7 @@ to the agent's webhook, signed per Standard Webhooks and verified there), 30% ac
 settlement — run twice — credits the agent's balance exactly once with a clean ledger."""
 from __future__ import annotations
 
-import json
-import threading
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler
 
 import pytest
 from standardwebhooks import Webhook
@@ -19,51 +16,39 @@ from app.services.billing import ledger
 from app.services.agents import settlement
 from app.services.billing import usage
 from tests.agentkit import Keypair
-from tests.servers import http_server
+from tests.support.standin import Request, StandIn
 
 
-class AgentServer(BaseHTTPRequestHandler):
+class AgentServer(StandIn):
     """The agent's own server: verifies every request's Standard Webhooks signature with the
     secrets it was given (401 otherwise). ``/module`` serves the agent's module; ``/events``
     receives the agent's events; ``/catalog`` is an unrelated provider module."""
 
-    secrets: dict = {}          # path -> whsec_ secret
-    events: list = []
-    module_calls: list = []
-    lock = threading.Lock()
+    def __init__(self):
+        super().__init__()
+        self.secrets: dict = {}          # path -> whsec_ secret
+        self.events: list = []
+        self.module_calls: list = []
+        self.route("POST", "/catalog", lambda req: (200, {"echo": req.json()}))
+        self.route("POST", "*", self.signed)
 
-    def log_message(self, *args):
-        pass
-
-    def _reply(self, status, payload):
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_POST(self):  # noqa: N802 - http.server API
-        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        path = self.path.split("?")[0]
-        if path == "/catalog":
-            return self._reply(200, {"echo": json.loads(raw)})
-        secret = self.secrets.get(path)
+    def signed(self, req: Request):
         try:
-            payload = Webhook(secret).verify(raw, {k.lower(): v for k, v in self.headers.items()})
+            payload = Webhook(self.secrets.get(req.path)).verify(
+                req.body, {k.lower(): v for k, v in req.headers.items()})
         except Exception:  # noqa: BLE001 - unsigned, forged or stale
-            return self._reply(401, {"error": "bad signature"})
+            return 401, {"error": "bad signature"}
         with self.lock:
-            if path == "/events":
+            if req.path == "/events":
                 self.events.append(payload)
-                return self._reply(200, {})
-            self.module_calls.append({"body": payload, "call_id": self.headers.get("webhook-id")})
-        return self._reply(200, {"forecast": "sunny", "for": payload.get("city"), "verified": True})
+                return 200, {}
+            self.module_calls.append({"body": payload, "call_id": req.headers.get("webhook-id")})
+        return 200, {"forecast": "sunny", "for": payload.get("city"), "verified": True}
 
 
 def test_agent_lifecycle(app, client, make_account, ledger_clean):
-    server = type("Srv", (AgentServer,), {"secrets": {}, "events": [], "module_calls": []})
-    with http_server(server) as (_, base):
+    server = AgentServer()
+    with server as base:
         owner, payer, admin = make_account(), make_account(cents=500), make_account(admin=True)
         with app.app_context():  # a catalog module the agent will use
             db.session.add(Module(slug="echo", name="Echo", upstream_url=base + "/catalog", status="approved",

@@ -9,12 +9,13 @@ from openai import OpenAI
 from demo.llm import DemoLLMHandler
 from app.extensions import db
 from app.services.billing import ledger
-from tests.servers import app_env, gunicorn, http_server
+from tests.support.apps import app_env, gunicorn
+from tests.support.standin import serve
 
 
 @pytest.fixture(scope="module")
 def demo_llm():
-    with http_server(DemoLLMHandler) as (_, url):
+    with serve(DemoLLMHandler) as url:
         yield url
 
 

@@ -12,7 +12,8 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.servers import ROOT, VENV_BIN, app_env, free_port, wait_http
+from tests.support.apps import ROOT, VENV_BIN, app_env
+from tests.support.procs import Proc, free_port
 
 NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
 needs_nginx = pytest.mark.skipif(NGINX is None, reason="nginx is not installed (deploy/system-packages.sh)")
@@ -86,11 +87,11 @@ def test_gunicorn_production_config_sums_metrics_over_workers(app, tmp_path):
     # A metric file of a process that no longer exists: dropped when the master starts.
     stale = tmp_path / "prom" / "counter_999999999.db"
     stale.write_bytes(b"")
-    proc = subprocess.Popen([str(VENV_BIN / "gunicorn"), "-c", "deploy/gunicorn.conf.py", "wsgi:app"],
-                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = Proc([VENV_BIN / "gunicorn", "-c", "deploy/gunicorn.conf.py", "wsgi:app"], cwd=ROOT, env=env,
+                log=tmp_path / "gunicorn.log", grace=15)
     base = f"http://127.0.0.1:{port}"
-    try:
-        wait_http(base + "/healthz")
+    with proc:
+        proc.wait_http(base + "/healthz")
         n = 60
         for _ in range(n):  # a new connection each time: spread over the workers
             assert requests.get(base + "/healthz", headers={"Connection": "close"}).status_code == 200
@@ -99,7 +100,4 @@ def test_gunicorn_production_config_sums_metrics_over_workers(app, tmp_path):
         # + the one successful probe of wait_http.
         assert _count(text, "/healthz") == n + 1, (pids, text[:500])
         assert not stale.exists()
-    finally:
-        proc.terminate()
-        proc.wait(15)
-    assert proc.returncode == 0, proc.stderr.read().decode()[-2000:]
+    assert proc.returncode == 0, proc.output()[-2000:]

@@ -13,7 +13,7 @@ from contextlib import ExitStack
 import pytest
 import requests
 
-from tests.servers import app_env, gunicorn, nginx
+from tests.support.apps import app_env, gunicorn, nginx
 
 pytestmark = pytest.mark.skipif(
     not (os.environ.get("REDIS_URL") and (os.environ.get("DATABASE_URL") or "").startswith("postgres")

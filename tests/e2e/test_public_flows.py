@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
-from contextlib import contextmanager
 
 import pytest
 import requests
 
 from tests.publichelpers import link_in, path_of, text_of, token_in
-from tests.servers import ROOT, app_env, gunicorn, smtp_server
+from tests.support.apps import app_env, flask_worker, gunicorn, smtp_server
 
 needs_redis = pytest.mark.skipif(not os.environ.get("REDIS_URL"), reason="needs REDIS_URL")
 CHROMIUM = "/usr/bin/chromium"
@@ -49,21 +46,6 @@ def test_rate_limits_shared_by_two_workers(app):
         assert len(sink.messages) == 5
 
 
-@contextmanager
-def _rq_worker(env):
-    """A real RQ worker process (``flask worker``) for the duration of the block."""
-    proc = subprocess.Popen([sys.executable, "-m", "flask", "--app", "wsgi", "worker"], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-
-
 def _wait_for_mail(sink, count, timeout=60.0):
     deadline = time.time() + timeout
     while len(sink.messages) < count and time.time() < deadline:
@@ -83,7 +65,7 @@ def test_all_mail_flows_through_rq_worker(app):
             c = s.post(base + "/api/contact", json={"email": "rq@example.com", "message": "Hello sales"})
             assert c.status_code == 202
             assert sink.messages == []  # queued in Redis: only a worker sends
-            with _rq_worker(env):
+            with flask_worker(env):
                 _wait_for_mail(sink, 3)
                 by_subject = {m["Subject"]: m for m in sink.messages}
                 sales = by_subject["Contact form: rq@example.com"]

@@ -7,7 +7,7 @@ import time
 import pytest
 import requests
 
-from tests.servers import app_env, gunicorn
+from tests.support.apps import app_env, gunicorn
 
 pytestmark = pytest.mark.skipif(
     not (os.environ.get("REDIS_URL") and (os.environ.get("DATABASE_URL") or "").startswith("postgres")),

@@ -9,20 +9,18 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import re
 import shutil
-import signal
 import socket
 import subprocess
-import threading
 import time
 from dataclasses import dataclass, field
 
 import pytest
 import requests
 
-from tests.servers import ROOT, VENV_BIN, free_port
+from tests.support.apps import ROOT, VENV_BIN
+from tests.support.procs import Proc, free_port
 
 DB_URL = os.environ.get("DATABASE_URL") or ""
 REDIS_URL = os.environ.get("REDIS_URL") or ""
@@ -74,12 +72,6 @@ def _own_database_url() -> str:
     return base.rsplit("/", 1)[0] + "/" + name + ("?" + query if query else "")
 
 
-def _reader(stream, lines: queue.Queue):
-    for line in iter(stream.readline, ""):
-        lines.put(line)
-    lines.put(None)
-
-
 @pytest.fixture
 def stack(app, tmp_path):
     ports = {"SERVE_PORT": free_port(), "SERVE_CHAT_PORT": free_port(), "SERVE_APP_PORT": free_port(),
@@ -93,28 +85,14 @@ def stack(app, tmp_path):
         "RATELIMIT_KEY_PREFIX": app.config["RATELIMIT_KEY_PREFIX"] + "serve",
         "SERVE_STOP_TIMEOUT": "20", "WEB_CONCURRENCY": "2",
     })
-    proc = subprocess.Popen(["bash", "deploy/serve.sh"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    lines: queue.Queue = queue.Queue()
-    threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True).start()
-    output: list[str] = []
+    proc = Proc(["bash", "deploy/serve.sh"], name="serve", cwd=ROOT, env=env, log=tmp_path / "serve.log",
+                grace=60).start()
 
-    def drain(until: str | None, timeout: float) -> bool:
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            try:
-                line = lines.get(timeout=0.5)
-            except queue.Empty:
-                continue
-            if line is None:
-                return False
-            output.append(line)
-            if until and until in line:
-                return True
-        return False
+    def tail(n: int) -> str:
+        return "\n".join(proc.output().splitlines()[-n:])
 
     try:
-        assert drain("[serve] ready", 150), "serve.sh did not become ready:\n" + "".join(output[-60:])
+        assert proc.wait_output("[serve] ready", timeout=150), "serve.sh did not become ready:\n" + tail(60)
         cli_env = dict(env, APP_ENV="production", INSTANCE_PATH=str(tmp_path / "serve" / "instance"))
         s = Stack(api=f"http://127.0.0.1:{ports['SERVE_PORT']}",
                   chat=f"http://127.0.0.1:{ports['SERVE_CHAT_PORT']}",
@@ -122,20 +100,15 @@ def stack(app, tmp_path):
                   rules={r.rule for r in app.url_map.iter_rules()})
         yield s
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            raise
-        drain(None, 2)
-    # Stopped cleanly: exit status 0, every port closed.
-    assert proc.returncode == 0, "".join(output[-40:])
-    assert any("[serve] stopped" in line for line in output), "".join(output[-40:])
-    for port in ports.values():
-        with socket.socket() as sock:
-            assert sock.connect_ex(("127.0.0.1", port)) != 0, f"port {port} still open"
+        returncode = proc.stop(sweep=False)
+    try:  # stopped cleanly: exit status 0, every port closed
+        assert returncode == 0, tail(40)
+        assert "[serve] stopped" in proc.output(), tail(40)
+        for port in ports.values():
+            with socket.socket() as sock:
+                assert sock.connect_ex(("127.0.0.1", port)) != 0, f"port {port} still open"
+    finally:
+        proc.kill_leftovers()
 
 
 # --- feature checks: run when the route exists ------------------------------------------

@@ -18,7 +18,7 @@ from x402.mechanisms.evm.signers import EthAccountSigner
 
 from demo import provider as demo
 from tests.conftest import base_config
-from tests.servers import ROOT, app_env, gunicorn
+from tests.support.apps import ROOT, app_env, gunicorn
 
 
 class _Quiet(WSGIRequestHandler):

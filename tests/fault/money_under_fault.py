@@ -28,14 +28,12 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import requests
@@ -43,39 +41,20 @@ import requests
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.servers import VENV_BIN, free_port, http_server, wait_http  # noqa: E402
+from tests.support.apps import VENV_BIN, gunicorn_proc  # noqa: E402
+from tests.support.procs import Processes  # noqa: E402
+from tests.support.standin import StandIn  # noqa: E402
 
 PRICE_CENTS = 3
 
 
-class Upstream(BaseHTTPRequestHandler):
-    """The provider: ``mode`` is ok | hang | reset."""
+def upstream() -> StandIn:
+    """The provider: echoes the body; the injector makes it hang past the action timeout
+    (``delay``) or reset connections."""
+    return StandIn({("POST", "*"): lambda req: (200, {"echo": req.json() or {}, "n": random.random()})})
 
-    mode = "ok"
-    protocol_version = "HTTP/1.1"
 
-    def do_POST(self):  # noqa: N802
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length)
-        mode = type(self).mode
-        if mode == "hang":
-            time.sleep(3)
-        elif mode == "reset":
-            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
-            self.connection.close()
-            return
-        out = json.dumps({"echo": json.loads(body or b"{}"), "n": random.random()}).encode()
-        try:
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(out)))
-            self.end_headers()
-            self.wfile.write(out)
-        except OSError:
-            pass  # the gateway gave up (timeout) or its worker was killed
-
-    def log_message(self, *a):
-        pass
+UPSTREAM_FAULTS = {"hang": ("delay", 3.0), "reset": ("reset", 0.0)}
 
 
 def sh(*cmd, check=True, env=None, quiet=True):
@@ -91,14 +70,10 @@ def pg_cluster() -> tuple[str, str]:
     return version, "main"
 
 
-def worker_pids(master: int) -> list[int]:
-    out = sh("pgrep", "-P", str(master), check=False).stdout.split()
-    return [int(p) for p in out]
-
-
 class Driver:
-    def __init__(self, args):
-        self.args = args
+    def __init__(self, args, upstream: StandIn):
+        self.args, self.upstream = args, upstream
+        self.procs = Processes()
         self.results: dict[str, dict] = {}  # idempotency key -> final outcome
         self.lock = threading.Lock()
         self.events: list[str] = []
@@ -140,17 +115,13 @@ class Driver:
         return int(out.strip())
 
     def start_gunicorn(self):
-        self.port = free_port()
-        self.gunicorn = subprocess.Popen(
-            [str(VENV_BIN / "gunicorn"), "-w", "3", "--threads", "4", "-b", f"127.0.0.1:{self.port}",
-             "--graceful-timeout", "2", "wsgi:app"],
-            cwd=ROOT, env=self.env, stdout=subprocess.DEVNULL, stderr=open(Path(self.work) / "web.log", "w"))
-        self.url = f"http://127.0.0.1:{self.port}"
-        wait_http(self.url + "/openapi.json", timeout=60)
+        self.gunicorn, self.url = gunicorn_proc(self.env, workers=3, threads=4,
+                                                log=Path(self.work) / "web.log", grace=15)
+        self.procs.started.append(self.gunicorn.start())
+        self.gunicorn.wait_http(self.url + "/openapi.json", timeout=60)
         # The scheduler runs the pending-call sweep (and everything else) as in production.
-        self.scheduler = subprocess.Popen(
-            [str(VENV_BIN / "flask"), "--app", "wsgi", "scheduler", "--tick", "1"], cwd=ROOT, env=self.env,
-            stdout=subprocess.DEVNULL, stderr=open(Path(self.work) / "scheduler.log", "w"))
+        self.procs.start([VENV_BIN / "flask", "--app", "wsgi", "scheduler", "--tick", "1"], name="scheduler",
+                         cwd=ROOT, env=self.env, log=Path(self.work) / "scheduler.log")
 
     # ---------------------------------------------------------------- clients
     def client(self, cid: int):
@@ -204,7 +175,7 @@ class Driver:
                 _, what, how = plan.pop(0)
                 self.apply(what, how)
             if "kill" in faults and now >= next_kill:
-                pids = worker_pids(self.gunicorn.pid)
+                pids = self.gunicorn.children()
                 if pids:
                     victim = random.choice(pids)
                     os.kill(victim, signal.SIGKILL)
@@ -218,8 +189,11 @@ class Driver:
 
     def apply(self, what, how):
         self.note(f"{what} {how}")
-        if what == "upstream":
-            Upstream.mode = how
+        if what == "upstream" and how == "ok":
+            self.upstream.clear_faults()
+        elif what == "upstream":
+            kind, seconds = UPSTREAM_FAULTS[how]
+            self.upstream.inject(kind, seconds=seconds)
         elif what == "redis" and how == "stop":
             sh("redis-cli", "-h", "127.0.0.1", "shutdown", "nosave", check=False)
         elif what == "redis" and how == "start":
@@ -301,12 +275,7 @@ class Driver:
                 "retries": self.retries, "calls_recorded": len(calls), "faults": self.events}
 
     def teardown(self):
-        self.scheduler.terminate()
-        try:
-            self.gunicorn.send_signal(signal.SIGTERM)
-            self.gunicorn.wait(15)
-        except Exception:
-            self.gunicorn.kill()
+        self.procs.stop_all()
         sh("psql", "-h", "127.0.0.1", "-U", "postgres", "-q", "-c", f"DROP DATABASE IF EXISTS {self.db}",
            "postgres", check=False)
 
@@ -318,8 +287,9 @@ def main(argv=None) -> int:
     ap.add_argument("--faults", default="kill,upstream,redis,postgres")
     ap.add_argument("--redis-url", default=os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/13")
     args = ap.parse_args(argv)
-    drv = Driver(args)
-    with http_server(Upstream) as (_, upstream_url):
+    provider = upstream()
+    drv = Driver(args, provider)
+    with provider as upstream_url:
         drv.setup(upstream_url)
         drv.start_gunicorn()
         try:
@@ -334,7 +304,7 @@ def main(argv=None) -> int:
             for t in threads:
                 t.join(150)
             # the services are back; make sure the app is too (gunicorn respawns workers)
-            wait_http(drv.url + "/openapi.json", timeout=60)
+            drv.gunicorn.wait_http(drv.url + "/openapi.json", timeout=60)
             summary = drv.verify()
         finally:
             drv.teardown()

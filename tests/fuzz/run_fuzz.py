@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.servers import VENV_BIN, free_port, wait_http  # noqa: E402
+from tests.support.apps import VENV_BIN, gunicorn_proc  # noqa: E402
 
 # check -> why it does not apply (keep this list as short as possible).
 EXCLUDED_CHECKS: dict[str, str] = {
@@ -98,14 +98,11 @@ def main(argv: list[str] | None = None) -> int:
         f"[generation]\nmax-examples = {args.max_examples}\n"
     )
 
-    port = free_port()
-    server = subprocess.Popen(
-        [str(VENV_BIN / "gunicorn"), "-w", "2", "--threads", "4", "-b", f"127.0.0.1:{port}", "wsgi:app"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=open(Path(workdir) / "server.log", "w"))
+    server, base = gunicorn_proc(env, workers=2, threads=4, log=Path(workdir) / "server.log")
     try:
-        wait_http(f"http://127.0.0.1:{port}/openapi.json")
+        server.start().wait_http(f"{base}/openapi.json")
         cmd = [str(VENV_BIN / "st"), "--config-file", str(config), "run",
-               f"http://127.0.0.1:{port}/openapi.json", "--checks", "all",
+               f"{base}/openapi.json", "--checks", "all",
                "--workers", str(args.workers), "--phases", args.phases,
                "--request-timeout", "20", "--suppress-health-check", "all"]
         if EXCLUDED_CHECKS:
@@ -117,9 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         print("fuzz:", " ".join(cmd[3:]), flush=True)
         return subprocess.call(cmd, cwd=workdir, env={**os.environ, "NO_COLOR": "1"})
     finally:
-        server.terminate()
-        server.wait(10)
-        log = (Path(workdir) / "server.log").read_text()
+        server.stop()
+        log = server.output()
         if "Traceback" in log:
             print("server log contains tracebacks:\n" + log[-5000:], file=sys.stderr)
 

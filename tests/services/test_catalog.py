@@ -11,7 +11,7 @@ from sqlalchemy import select
 from app.extensions import db
 from app.models import Module, ModuleAction, ModuleCall
 from app.services.gateway import catalog
-from tests.gateway_helpers import StandInProvider, call, provider, provider_server  # noqa: F401
+from tests.gateway_helpers import PROVIDER, call, provider, provider_server  # noqa: F401
 
 YAML = """
 slug: cat

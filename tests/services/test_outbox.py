@@ -15,7 +15,8 @@ from app.extensions import db
 from app.models import OutboxMessage
 from app.models.base import utcnow
 from app.services.platform import outbox
-from tests.servers import ROOT, app_env, http_server, recorder, smtp_server
+from tests.support.apps import ROOT, app_env, smtp_server
+from tests.support.standin import Reply, StandIn, recorder
 
 SECRET = "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
@@ -49,29 +50,29 @@ def test_email_without_smtp_goes_to_eml_files(app):
 
 def test_webhook_signed_and_verifiable(app):
     rec = recorder([200])
-    with http_server(rec) as (_, url), app.app_context():
+    with rec as url, app.app_context():
         msg = outbox.add_webhook(url + "/hook", "alert.fired", {"value": 3}, secret=SECRET)
         db.session.commit()
         outbox.dispatch(msg.id)
-        assert len(rec.received) == 1
-        got = rec.received[0]
-        payload = Webhook(SECRET).verify(got["body"], {k.lower(): v for k, v in got["headers"].items()})
+        assert len(rec.requests) == 1
+        got = rec.requests[0]
+        payload = Webhook(SECRET).verify(got.body, {k.lower(): v for k, v in got.headers.items()})
         assert payload["type"] == "alert.fired" and payload["data"] == {"value": 3}
-        assert got["headers"]["webhook-id"] == msg.id
+        assert got.headers["webhook-id"] == msg.id
 
 
 def test_chat_payload(app):
     rec = recorder([200])
-    with http_server(rec) as (_, url), app.app_context():
+    with rec as url, app.app_context():
         msg = outbox.add_chat(url, "Spend alert: 120 > 100")
         db.session.commit()
         outbox.dispatch(msg.id)
-        assert orjson.loads(rec.received[0]["body"]) == {"text": "Spend alert: 120 > 100"}
+        assert orjson.loads(rec.requests[0].body) == {"text": "Spend alert: 120 > 100"}
 
 
 def test_retries_with_backoff_then_delivers_once(app):
     rec = recorder([500, 503, 200])
-    with http_server(rec) as (_, url), app.app_context():
+    with rec as url, app.app_context():
         msg = outbox.add_webhook(url, "x", {}, secret=SECRET)
         db.session.commit()
         outbox.dispatch(msg.id)
@@ -85,14 +86,14 @@ def test_retries_with_backoff_then_delivers_once(app):
             outbox.sweep()
         row = db.session.get(OutboxMessage, msg.id, populate_existing=True)
         assert row.status == "delivered" and row.attempts == 3
-        assert len(rec.received) == 3
+        assert len(rec.requests) == 3
         outbox.sweep()
-        assert len(rec.received) == 3  # delivered messages are never sent again
+        assert len(rec.requests) == 3  # delivered messages are never sent again
 
 
 def test_gives_up_after_max_attempts_and_redeliver(app):
     rec = recorder([500])
-    with http_server(rec) as (_, url), app.app_context():
+    with rec as url, app.app_context():
         msg = outbox.add_webhook(url, "x", {}, max_attempts=2)
         db.session.commit()
         for _ in range(3):
@@ -100,7 +101,7 @@ def test_gives_up_after_max_attempts_and_redeliver(app):
             db.session.commit()
             outbox.deliver(msg.id)
         row = db.session.get(OutboxMessage, msg.id, populate_existing=True)
-        assert row.status == "failed" and row.attempts == 2 and len(rec.received) == 2
+        assert row.status == "failed" and row.attempts == 2 and len(rec.requests) == 2
         rec.statuses = [200]
         assert outbox.redeliver(msg.id) == 1
         outbox.sweep()
@@ -109,7 +110,7 @@ def test_gives_up_after_max_attempts_and_redeliver(app):
 
 def test_crashed_attempt_is_retried_after_lease(app):
     rec = recorder([200])
-    with http_server(rec) as (_, url), app.app_context():
+    with rec as url, app.app_context():
         msg = outbox.add_webhook(url, "x", {})
         db.session.commit()
         # A worker claimed the message and died before recording the outcome.
@@ -121,7 +122,7 @@ def test_crashed_attempt_is_retried_after_lease(app):
 
 def test_private_destination_refused_in_production_mode(app):
     rec = recorder([200])
-    with http_server(rec) as (_, url), app.app_context():
+    with rec as url, app.app_context():
         app.config["ALLOW_PRIVATE_URLS"] = False
         try:
             msg = outbox.add_chat(url.replace("http://", "https://"), "x", max_attempts=1)
@@ -130,13 +131,13 @@ def test_private_destination_refused_in_production_mode(app):
         finally:
             app.config["ALLOW_PRIVATE_URLS"] = True
         row = db.session.get(OutboxMessage, msg.id)
-        assert row.status == "failed" and "private" in row.last_error and rec.received == []
+        assert row.status == "failed" and "private" in row.last_error and rec.requests == []
 
 
 @pytest.mark.skipif(not os.environ.get("REDIS_URL"), reason="needs REDIS_URL")
 def test_real_worker_delivers_after_redis_enqueue(app):
     rec = recorder([200])
-    with http_server(rec) as (_, url), app.app_context():
+    with rec as url, app.app_context():
         app.config["JOBS_INLINE"] = False
         try:
             msg = outbox.add_webhook(url, "x", {"n": 1}, secret=SECRET)
@@ -144,36 +145,24 @@ def test_real_worker_delivers_after_redis_enqueue(app):
             outbox.dispatch(msg.id)
         finally:
             app.config["JOBS_INLINE"] = True
-        assert rec.received == []  # queued, not yet delivered
+        assert rec.requests == []  # queued, not yet delivered
         out = subprocess.run([sys.executable, "-m", "flask", "--app", "wsgi", "worker", "--burst"],
                              cwd=ROOT, env=app_env(app.config), capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr[-2000:]
-        assert len(rec.received) == 1
+        assert len(rec.requests) == 1
         assert db.session.get(OutboxMessage, msg.id, populate_existing=True).status == "delivered"
 
 
 def test_redirects_are_never_followed(app):
     """A receiver answering 302 to an internal address gets nothing followed."""
-    from http.server import BaseHTTPRequestHandler
-
     internal = recorder([200])
 
-    with http_server(internal) as (_, internal_url):
-        class Redirector(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                self.send_response(302)
-                self.send_header("Location", internal_url + "/admin")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *a):
-                pass
-
-        with http_server(Redirector) as (_, url), app.app_context():
+    with internal as internal_url:
+        redirector = StandIn({("POST", "*"): lambda req: Reply(302, b"", {"Location": internal_url + "/admin"})})
+        with redirector as url, app.app_context():
             msg = outbox.add_webhook(url, "x", {}, max_attempts=1)
             db.session.commit()
             outbox.dispatch(msg.id)
             row = db.session.get(OutboxMessage, msg.id)
             assert row.status == "failed" and "HTTP 302" in row.last_error
-            assert internal.received == []
+            assert internal.requests == []

@@ -14,7 +14,7 @@ from app.services.billing import ledger
 from app.services.platform import outbox
 from app.services.agents import settlement
 from tests.agentkit import Keypair, charge, refund, register
-from tests.servers import http_server, recorder
+from tests.support.standin import recorder
 
 SEPT = datetime(2026, 9, 15, 12, tzinfo=timezone.utc)
 OCT = datetime(2026, 10, 3, 12, tzinfo=timezone.utc)
@@ -178,16 +178,16 @@ def test_process_death_rolls_back_the_agent_in_progress(app, agents, payer, monk
 
 def test_settlement_webhook_is_signed(app, client, make_account, payer):
     rec = recorder([200])
-    with http_server(rec) as (_, url):
+    with rec as url:
         owner = make_account()
         ag = register(client, owner, Keypair(), webhook=url + "/agent").get_json()
         with app.app_context():
             charge(payer.id, ag["id"], 100, at=SEPT)
             settlement.settle_month("2026-09", now=LATER)
             settlement.settle_month("2026-09", now=LATER)
-    assert len(rec.received) == 1
-    got = rec.received[0]
-    payload = Webhook(ag["webhook_secret"]).verify(got["body"], {k.lower(): v for k, v in got["headers"].items()})
+    assert len(rec.requests) == 1
+    got = rec.requests[0]
+    payload = Webhook(ag["webhook_secret"]).verify(got.body, {k.lower(): v for k, v in got.headers.items()})
     assert payload["type"] == "settlement.completed"
     assert payload["data"]["agent_id"] == ag["id"] and payload["data"]["amount_cents"] == 30
     assert payload["data"]["month"] == "2026-09" and payload["data"]["account_id"] == ag["account_id"]

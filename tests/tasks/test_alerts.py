@@ -18,7 +18,8 @@ from app.models.base import utcnow
 from app.services.billing import alerts
 from app.services.platform import outbox
 from app.services.billing import usage
-from tests.servers import ROOT, app_env, http_server, recorder, smtp_server
+from tests.support.apps import ROOT, app_env, smtp_server
+from tests.support.standin import recorder
 
 RULE = {"name": "Spend guard", "metric": "spend_cents", "op": ">", "threshold": 100, "window": "day"}
 
@@ -54,7 +55,7 @@ def _noon():
 
 
 def _verify(secret, req):
-    return Webhook(secret).verify(req["body"], {k.lower(): v for k, v in req["headers"].items()})
+    return Webhook(secret).verify(req.body, {k.lower(): v for k, v in req.headers.items()})
 
 
 def test_email_delivered_once_over_smtp(app, client, account):
@@ -83,7 +84,7 @@ def test_email_delivered_once_over_smtp(app, client, account):
 
 def test_webhook_signed_verifiable_and_fires_again_next_period(app, client, account):
     rec = recorder([200])
-    with http_server(rec) as (_, url):
+    with rec as url:
         alert = _create(client, account, "webhook", url + "/alerts")
         now = _noon()
         _spend(app, account.id, 150, at=now)
@@ -92,8 +93,8 @@ def test_webhook_signed_verifiable_and_fires_again_next_period(app, client, acco
         next_day = (now + timedelta(days=1)).replace(hour=0, minute=10)
         _spend(app, account.id, 150, at=next_day)
         assert _evaluate(app, next_day)["fired"] == 1
-    assert len(rec.received) == 2
-    first, second = (_verify(alert["secret"], r) for r in rec.received)
+    assert len(rec.requests) == 2
+    first, second = (_verify(alert["secret"], r) for r in rec.requests)
     assert first["type"] == "alert.fired"
     data = first["data"]
     assert data["alert_id"] == alert["id"] and data["account_id"] == account.id
@@ -101,9 +102,9 @@ def test_webhook_signed_verifiable_and_fires_again_next_period(app, client, acco
         ("spend_cents", ">", 100, 150, "day")
     assert data["period"] == now.strftime("%Y-%m-%d") and data["alert_name"] == "Spend guard"
     assert second["data"]["period"] == next_day.strftime("%Y-%m-%d")
-    assert rec.received[0]["headers"]["webhook-id"] != rec.received[1]["headers"]["webhook-id"]
+    assert rec.requests[0].headers["webhook-id"] != rec.requests[1].headers["webhook-id"]
     with pytest.raises(Exception):
-        _verify("whsec_" + "A" * 32, rec.received[0])  # another secret does not verify
+        _verify("whsec_" + "A" * 32, rec.requests[0])  # another secret does not verify
     events = _events(client, account)
     assert [e["id"] for e in events] == [second["data"]["event_id"],
                                                                       first["data"]["event_id"]]
@@ -112,21 +113,21 @@ def test_webhook_signed_verifiable_and_fires_again_next_period(app, client, acco
 
 def test_chat_payload_delivered_once(app, client, account):
     rec = recorder([200])
-    with http_server(rec) as (_, url):
+    with rec as url:
         _create(client, account, "chat", url)
         now = _noon()
         _spend(app, account.id, 101, at=now)
         assert _evaluate(app, now)["fired"] == 1
         assert _evaluate(app, now + timedelta(minutes=5))["fired"] == 0
-    assert len(rec.received) == 1
-    body = orjson.loads(rec.received[0]["body"])
+    assert len(rec.requests) == 1
+    body = orjson.loads(rec.requests[0].body)
     assert list(body) == ["text"]
     assert "Spend guard" in body["text"] and "spend (cents) is 101 over the last day (> 100)" in body["text"]
 
 
 def test_retry_after_receiver_failures_then_exactly_one_success(app, client, account):
     rec = recorder([500, 502, 200])
-    with http_server(rec) as (_, url):
+    with rec as url:
         alert = _create(client, account, "webhook", url)
         _spend(app, account.id, 500)
         assert _evaluate(app)["fired"] == 1
@@ -135,17 +136,17 @@ def test_retry_after_receiver_failures_then_exactly_one_success(app, client, acc
         assert "HTTP 500" in ev["last_error"]
         with app.app_context():
             # backoff: not due yet, the sweep sends nothing
-            assert outbox.sweep() == 0 and len(rec.received) == 1
+            assert outbox.sweep() == 0 and len(rec.requests) == 1
             for _ in range(2):
                 db.session.execute(db.update(OutboxMessage).values(next_attempt_at=utcnow()))
                 db.session.commit()
                 outbox.sweep()
             outbox.sweep()
             db.session.remove()
-    assert len(rec.received) == 3
-    ids = {r["headers"]["webhook-id"] for r in rec.received}
+    assert len(rec.requests) == 3
+    ids = {r.headers["webhook-id"] for r in rec.requests}
     assert len(ids) == 1  # the same message retried: receivers can de-duplicate
-    assert all(_verify(alert["secret"], r)["data"]["value"] == 500 for r in rec.received)
+    assert all(_verify(alert["secret"], r)["data"]["value"] == 500 for r in rec.requests)
     [ev] = _events(client, account)
     assert ev["delivery_status"] == "delivered" and ev["attempts"] == 3 and ev["last_error"] is None
 
@@ -153,15 +154,15 @@ def test_retry_after_receiver_failures_then_exactly_one_success(app, client, acc
 def test_lost_job_is_delivered_by_the_sweep(app, client, account):
     """Firing recorded but its job never ran (Redis down, worker crash): the sweep delivers."""
     rec = recorder([200])
-    with http_server(rec) as (_, url):
+    with rec as url:
         _create(client, account, "chat", url)
         _spend(app, account.id, 200)
         with app.app_context():
             assert alerts.evaluate_all(dispatch=False)["fired"] == 1
-            assert rec.received == []
+            assert rec.requests == []
             assert outbox.sweep() == 1
             db.session.remove()
-    assert len(rec.received) == 1
+    assert len(rec.requests) == 1
     assert _events(client, account)[0]["delivery_status"] == "delivered"
 
 
@@ -188,8 +189,8 @@ def test_real_worker_evaluates_and_delivers_every_channel_once(app, client, make
 
     acct = make_account()
     hook, chat = recorder([200]), recorder([200])
-    with smtp_server() as (sink, smtp_url), http_server(hook) as (_, hook_url), \
-            http_server(chat) as (_, chat_url):
+    with smtp_server() as (sink, smtp_url), hook as hook_url, \
+            chat as chat_url:
         secret = _create(client, acct, "webhook", hook_url)["secret"]
         _create(client, acct, "chat", chat_url)
         _create(client, acct, "email", "team@example.com")
@@ -202,12 +203,12 @@ def test_real_worker_evaluates_and_delivers_every_channel_once(app, client, make
                     assert enqueue("app.tasks.alerts.evaluate") is not None
                 finally:
                     app.config["JOBS_INLINE"] = True
-            assert hook.received == [] or len(hook.received) == 1
+            assert hook.requests == [] or len(hook.requests) == 1
             out = subprocess.run([sys.executable, "-m", "flask", "--app", "wsgi", "worker", "--burst"],
                                  cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
             assert out.returncode == 0, out.stderr[-2000:]
-    assert len(hook.received) == 1 and len(chat.received) == 1 and len(sink.messages) == 1
-    assert _verify(secret, hook.received[0])["data"]["value"] == 300
+    assert len(hook.requests) == 1 and len(chat.requests) == 1 and len(sink.messages) == 1
+    assert _verify(secret, hook.requests[0])["data"]["value"] == 300
     assert sink.messages[0]["To"] == "team@example.com"
     events = _events(client, acct)
     assert len(events) == 3

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.servers import ROOT, app_env
+from tests.support.apps import ROOT, app_env
 
 needs_redis = pytest.mark.skipif(not os.environ.get("REDIS_URL"), reason="needs REDIS_URL")
 

@@ -1,0 +1,141 @@
+"""The gateway's own processes for tests and harnesses, on the process helper: its
+environment (``app_env``), gunicorn, an RQ worker, nginx in front of several nodes, and a
+real SMTP server (aiosmtpd) collecting mail."""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+from tests.support.procs import Proc, free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
+
+
+def app_env(cfg: dict) -> dict:
+    """Environment for a child process running the app with the test config ``cfg``."""
+    env = dict(os.environ)
+    env.update({
+        "APP_ENV": "test",
+        "DATABASE_URL": cfg["SQLALCHEMY_DATABASE_URI"],
+        "INSTANCE_PATH": cfg["INSTANCE_PATH"],
+        "MAIL_OUTBOX_DIR": cfg.get("MAIL_OUTBOX_DIR", ""),
+        "ALLOW_PRIVATE_URLS": "1",
+        "RATELIMIT_KEY_PREFIX": cfg["RATELIMIT_KEY_PREFIX"],
+        "PYTHONPATH": str(ROOT),
+    })
+    if cfg.get("REDIS_URL"):
+        env["REDIS_URL"] = cfg["REDIS_URL"]
+    else:
+        env.pop("REDIS_URL", None)
+    return env
+
+
+def gunicorn_proc(env: dict, *, workers: int = 1, threads: int = 4, port: int | None = None,
+                  log: str | Path | None = None, grace: float = 10.0) -> tuple[Proc, str]:
+    """A (not yet started) ``gunicorn wsgi:app`` on loopback and its base URL."""
+    port = port or free_port()
+    proc = Proc([VENV_BIN / "gunicorn", "-w", str(workers), "--threads", str(threads),
+                 "-b", f"127.0.0.1:{port}", "--graceful-timeout", "2", "wsgi:app"],
+                name="gunicorn", env=env, cwd=ROOT, log=log, grace=grace)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+@contextmanager
+def gunicorn(env: dict, workers: int = 1, threads: int = 4, port: int | None = None):
+    """Run ``gunicorn wsgi:app`` on loopback for the block; yields its base URL."""
+    proc, url = gunicorn_proc(env, workers=workers, threads=threads, port=port)
+    with proc:
+        proc.wait_http(url + "/openapi.json", timeout=20)
+        yield url
+
+
+def flask_worker(env: dict) -> Proc:
+    """A real RQ worker process (``flask worker``), not yet started."""
+    return Proc([sys.executable, "-m", "flask", "--app", "wsgi", "worker"], name="worker",
+                env=env, cwd=ROOT)
+
+
+class _MailSink:
+    """aiosmtpd handler collecting received messages."""
+
+    def __init__(self):
+        self.messages = []  # list of email.message.EmailMessage
+
+    async def handle_DATA(self, server, session, envelope):  # noqa: N802 - aiosmtpd API
+        from email import message_from_bytes
+        from email.policy import default
+
+        msg = message_from_bytes(envelope.content, policy=default)
+        self.messages.append(msg)
+        return "250 OK"
+
+
+@contextmanager
+def smtp_server():
+    """A real SMTP server (aiosmtpd) on loopback; yields (sink, "smtp://127.0.0.1:<port>")."""
+    from aiosmtpd.controller import Controller
+
+    sink = _MailSink()
+    port = free_port()
+    controller = Controller(sink, hostname="127.0.0.1", port=port)
+    controller.start()
+    try:
+        yield sink, f"smtp://127.0.0.1:{port}"
+    finally:
+        controller.stop()
+
+
+_NGINX_CONF = """
+daemon off;
+worker_processes 1;
+pid {prefix}/nginx.pid;
+error_log {prefix}/error.log warn;
+events {{ worker_connections 256; }}
+http {{
+  access_log off;
+  client_body_temp_path {prefix}/body;
+  proxy_temp_path {prefix}/proxy;
+  fastcgi_temp_path {prefix}/fastcgi;
+  uwsgi_temp_path {prefix}/uwsgi;
+  scgi_temp_path {prefix}/scgi;
+  upstream app {{
+{servers}
+    keepalive 16;
+  }}
+  {extra_http}
+  server {{
+    listen 127.0.0.1:{port};
+    location / {{
+      proxy_pass http://app;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header Host $host;
+      proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+      proxy_set_header X-Forwarded-Proto $scheme;
+      proxy_next_upstream off;
+    }}
+  }}
+}}
+"""
+
+
+@contextmanager
+def nginx(upstreams: list[str], *, extra_http: str = ""):
+    """A real nginx (Debian package) on a free loopback port load-balancing round-robin
+    over ``upstreams`` (``http://127.0.0.1:PORT`` URLs); yields its base URL."""
+    binary = shutil.which("nginx") or "/usr/sbin/nginx"
+    prefix = tempfile.mkdtemp(prefix="gw-nginx-")
+    port = free_port()
+    servers = "\n".join(f"    server {u.split('://', 1)[1]};" for u in upstreams)
+    path = os.path.join(prefix, "nginx.conf")
+    with open(path, "w") as fh:
+        fh.write(_NGINX_CONF.format(prefix=prefix, servers=servers, extra_http=extra_http, port=port))
+    url = f"http://127.0.0.1:{port}"
+    with Proc([binary, "-p", prefix, "-c", path], name="nginx", log=os.path.join(prefix, "nginx.out")) as proc:
+        proc.wait_http(url + "/openapi.json", timeout=20)
+        yield url

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench import procs, setup
+from bench import setup
 
 BENCH = Path(__file__).resolve().parent
 LITELLM_VENV = BENCH / ".venv-litellm"
@@ -84,18 +84,9 @@ general_settings:
         "DISABLE_ADMIN_UI": "True",
     })
     port = ctx.ports["litellm"]
-    proc = procs.start("litellm", [str(exe), "--config", str(cfg), "--host", "127.0.0.1",
-                                   "--port", str(port), "--num_workers", str(workers)],
-                       env=env, cwd=str(ctx.work), log=ctx.work / "litellm.log")
-    try:
-        procs.wait_http(f"http://127.0.0.1:{port}/health/liveliness", proc=proc, timeout=300)
-    except RuntimeError as exc:
-        procs.stop(proc)
-        raise Unavailable(f"LiteLLM did not start: {exc} (see bench/.work/run/litellm.log)")
-    _running["litellm"] = proc
-    ctx.bench.results.setdefault("peers", {})["litellm"] = {"workers": workers, "database": None,
-                                                            "auth": "master key"}
-    return f"http://127.0.0.1:{port}"
+    cmd = [exe, "--config", cfg, "--host", "127.0.0.1", "--port", str(port), "--num_workers", str(workers)]
+    return _start(ctx, "litellm", "LiteLLM", cmd, env, "/health/liveliness", 300,
+                  {"workers": workers, "database": None, "auth": "master key"})
 
 
 def start_portkey(ctx) -> str:
@@ -109,18 +100,27 @@ def start_portkey(ctx) -> str:
         raise Unavailable(f"Portkey gateway could not be installed: {exc}")
     env = _peer_env(ctx)
     env["NODE_ENV"] = "production"
-    port = ctx.ports["portkey"]
-    proc = procs.start("portkey", ["node", str(start), f"--port={port}", "--headless"], env=env,
-                       cwd=str(ctx.work), log=ctx.work / "portkey.log")
+    cmd = ["node", start, f"--port={ctx.ports['portkey']}", "--headless"]
+    return _start(ctx, "portkey", "Portkey", cmd, env, "/", 60, {"workers": 1, "database": None, "auth": None})
+
+
+def _start(ctx, name: str, title: str, cmd: list, env: dict, ready_path: str, timeout: float,
+           facts: dict) -> str:
+    """Start peer ``name`` on ``ctx.ports[name]``, wait until ``ready_path`` answers, record
+    ``facts`` in the results; returns its base URL (Unavailable when it does not come up)."""
+    from bench.scenarios import Unavailable
+
+    url = f"http://127.0.0.1:{ctx.ports[name]}"
+    proc = setup.RUNNING.start(cmd, name=name, env=env, cwd=ctx.work, log=ctx.work / f"{name}.log",
+                               grace=setup.GRACE)
     try:
-        procs.wait_http(f"http://127.0.0.1:{port}/", proc=proc, timeout=60)
+        proc.wait_http(url + ready_path, timeout=timeout)
     except RuntimeError as exc:
-        procs.stop(proc)
-        raise Unavailable(f"Portkey did not start: {exc} (see bench/.work/run/portkey.log)")
-    _running["portkey"] = proc
-    ctx.bench.results.setdefault("peers", {})["portkey"] = {"workers": 1, "database": None,
-                                                            "auth": None}
-    return f"http://127.0.0.1:{port}"
+        setup.RUNNING.stop(proc)
+        raise Unavailable(f"{title} did not start: {exc} (see bench/.work/run/{name}.log)")
+    _running[name] = proc
+    ctx.bench.results.setdefault("peers", {})[name] = facts
+    return url
 
 
 def pid(name: str) -> int | None:
@@ -131,4 +131,4 @@ def pid(name: str) -> int | None:
 def stop(ctx, name: str) -> None:
     proc = _running.pop(name, None)
     if proc is not None:
-        procs.stop(proc)
+        setup.RUNNING.stop(proc)

@@ -12,9 +12,8 @@ import threading
 from collections import Counter
 from pathlib import Path
 
-from bench import setup
+from bench import report, setup
 
-RESULTS = Path(__file__).resolve().parent / "results"
 _FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
 PROFILE_SECONDS = 8
 
@@ -99,8 +98,8 @@ def record(ctx, name: str, url: str, headers: dict, body: bytes, idempotency: bo
     if not raw.exists():
         return {"error": f"py-spy produced no profile: {out.strip()[-500:]}"}
     summary = summarize(raw.read_text())
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"profile-{name}.json").write_text(json.dumps(summary, indent=2))
+    report.RESULTS.mkdir(exist_ok=True)
+    (report.RESULTS / f"profile-{name}.json").write_text(json.dumps(summary, indent=2))
     lines = [f"# py-spy profile of the {name} path ({summary['samples']} samples, "
              f"{PROFILE_SECONDS}s at c={max(ctx.bench.concurrency)}, all gunicorn workers)", "",
              "## Own time, project code", ""]
@@ -109,7 +108,7 @@ def record(ctx, name: str, url: str, headers: dict, body: bytes, idempotency: bo
     lines += [f"{r['pct']:5.1f}%  {r['frame']}" for r in summary["top_own"]]
     lines += ["", "## Inclusive time, project code", ""]
     lines += [f"{r['pct']:5.1f}%  {r['frame']}" for r in summary["top_inclusive_project"]]
-    (RESULTS / f"profile-{name}.txt").write_text("\n".join(lines) + "\n")
+    (report.RESULTS / f"profile-{name}.txt").write_text("\n".join(lines) + "\n")
     ctx.log(f"profile {name}: {summary['samples']} samples -> bench/results/profile-{name}.txt")
     return {"samples": summary["samples"], "file": f"bench/results/profile-{name}.txt",
             "top_inclusive_project": summary["top_inclusive_project"][:10],

@@ -1,5 +1,12 @@
-"""Targets (ratios from one run) and the Markdown report of a benchmark run."""
+"""Targets (ratios from one run), the Markdown report of a benchmark run, and the one
+writer of its results: everything a run reports goes under ``bench/results/`` and nowhere
+else (no tracked file outside it is ever rewritten)."""
 from __future__ import annotations
+
+import json
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def _row(results: dict, name: str, c: str) -> dict | None:
@@ -171,15 +178,19 @@ def markdown(results: dict) -> str:
     return "\n".join(lines)
 
 
-START, END = "<!-- bench:latest:start -->", "<!-- bench:latest:end -->"
-
-
-def update_readme(path, table: str) -> bool:
-    """Replace the README's latest-results block (between the bench markers)."""
-    text = path.read_text()
-    if START not in text or END not in text:
-        return False
-    head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
-    path.write_text(head + START + "\n" + table.strip() + "\n" + END + tail)
-    return True
+def write(results: dict, *, partial: bool, results_dir: Path = RESULTS) -> list[Path]:
+    """Write the report of one run, only under ``results_dir`` (``bench/results/``): the
+    run's own ``run-<time>.{json,md}`` and ``latest.{json,md}`` (``partial.{json,md}`` for
+    a BENCH_ONLY or what-if run, which never replaces the full results). Returns the paths."""
+    stamp = str(results.get("generated_at") or "unknown").replace(":", "").replace("-", "")
+    stems = [f"run-{stamp}" + ("-partial" if partial else ""), "partial" if partial else "latest"]
+    text_json = json.dumps(results, indent=2, sort_keys=True)
+    text_md = markdown(results)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for stem in stems:
+        for suffix, text in ((".json", text_json), (".md", text_md)):
+            path = results_dir / (stem + suffix)
+            path.write_text(text)
+            written.append(path)
+    return written

@@ -4,7 +4,8 @@ Starts everything on loopback by itself — a fresh PostgreSQL database on the l
 server, a Redis DB, a fast fake upstream (nginx answering fixed JSON), gunicorn with the
 production config (``deploy/gunicorn.conf.py``, ``APP_ENV=production``, secrets generated
 for this run), LiteLLM's proxy and Portkey's gateway as peers — drives them with wrk,
-and writes ``bench/results/latest.json`` and ``bench/results/latest.md``. Everything it
+and writes its report only under ``bench/results/`` (``latest.{json,md}`` and the run's own
+``run-<time>.{json,md}``; see ``bench.report.write``). Everything it
 started is stopped at the end (also on errors and Ctrl-C). Only loopback is contacted.
 
 Settings (environment): BENCH_DURATION (seconds per measurement, default 10),
@@ -29,13 +30,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import procs, report, scenarios, setup  # noqa: E402
+from bench import procstat, report, scenarios, setup  # noqa: E402
 from bench.wrkparse import parse  # noqa: E402
+from tests.support import procs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
 WORK = BENCH / ".work" / "run"
-RESULTS = BENCH / "results"
 LUA_REPORT = BENCH / "lua" / "report.lua"
 
 DURATION = int(os.environ.get("BENCH_DURATION", "10"))
@@ -142,16 +143,16 @@ class Bench:
             # of the bench database: a figure the machine's other load barely moves
             pids = procs.descendants(server_pid) if server_pid else []
             pg = setup.pg_backend_pids()
-            cpu0, pg0 = procs.cpu_seconds(pids), procs.cpu_seconds(pg)
+            cpu0, pg0 = procstat.cpu_seconds(pids), procstat.cpu_seconds(pg)
             stats, text = run_wrk(url, wrk_script(method, headers, body, idempotency, auth_keys), c, DURATION)
             if pids and stats["requests"]:
                 # processes (or connections) that appeared during the run count in full
                 new = set(procs.descendants(server_pid)) - set(pids)
-                used = procs.cpu_seconds(pids) - cpu0 + procs.cpu_seconds(list(new))
+                used = procstat.cpu_seconds(pids) - cpu0 + procstat.cpu_seconds(list(new))
                 stats["server_cpu_ms_per_req"] = round(max(0.0, 1000 * used / stats["requests"]), 3)
             if url.startswith(gw) and stats["requests"]:
                 new = set(setup.pg_backend_pids()) - set(pg)
-                used = procs.cpu_seconds(pg) - pg0 + procs.cpu_seconds(list(new))
+                used = procstat.cpu_seconds(pg) - pg0 + procstat.cpu_seconds(list(new))
                 # (a connection closed during the run takes its CPU time with it: never < 0)
                 stats["pg_cpu_ms_per_req"] = round(max(0.0, 1000 * used / stats["requests"]), 3)
             (WORK / f"wrk-{name}-c{c}.txt").write_text(text)
@@ -190,7 +191,7 @@ class Bench:
 
     def memory_snapshot(self, label: str) -> None:
         workers = procs.children(self.gunicorn.pid)
-        self.results["memory"][label] = {str(i): procs.rss_kib(pid) for i, pid in enumerate(workers)}
+        self.results["memory"][label] = {str(i): procstat.rss_kib(pid) for i, pid in enumerate(workers)}
         log(f"RSS {label}: " + ", ".join(f"{(v or 0) / 1024:.1f} MiB"
                                           for v in self.results["memory"][label].values()))
 
@@ -217,15 +218,11 @@ class Bench:
         meta = setup.metadata(self.env, self.gunicorn, DURATION, WARMUP, CONCURRENCY)
         self.results.update(meta)
         self.results["targets"] = report.targets(self.results)
-        RESULTS.mkdir(exist_ok=True)
-        stem = "partial" if ONLY or os.environ.get("BENCH_APP_ENV") else "latest"  # a BENCH_ONLY run never replaces the full results
+        partial = bool(ONLY or os.environ.get("BENCH_APP_ENV"))
         self.results["only"] = sorted(ONLY) or None
         self.results["app_env_overrides"] = os.environ.get("BENCH_APP_ENV") or None
-        (RESULTS / f"{stem}.json").write_text(json.dumps(self.results, indent=2, sort_keys=True))
-        (RESULTS / f"{stem}.md").write_text(report.markdown(self.results))
-        log(f"wrote {RESULTS / (stem + '.json')} and {stem}.md")
-        if os.environ.get("BENCH_UPDATE_README", "1") == "1" and stem == "latest":
-            report.update_readme(ROOT / "README.md", report.markdown(self.results))
+        for path in report.write(self.results, partial=partial):
+            log(f"wrote {path.relative_to(ROOT)}")
         print(report.markdown(self.results))
 
 
@@ -245,7 +242,7 @@ def main() -> int:
         return 130
     finally:
         log("stopping everything this run started")
-        procs.stop_all()
+        setup.RUNNING.stop_all()
         setup.drop_cached_state()
 
 

@@ -11,13 +11,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench import procs, seed
+from bench import seed
+from tests.support import procs
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 PG = os.environ.get("BENCH_PG", "postgresql://postgres@127.0.0.1:5432")
 DB_NAME = os.environ.get("BENCH_DATABASE", "gw_bench")
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/6")
+RUNNING = procs.Processes()  # everything a run starts; stopped at its end (also on errors)
+GRACE = 15.0  # seconds from SIGTERM to SIGKILL
 
 # The fake upstream's fixed answers (nginx `return`, no disk or application code).
 MODULE_ANSWER = {"ok": True, "data": {"echo": "bench", "items": [1, 2, 3],
@@ -144,20 +147,20 @@ http {{
     path = work / "nginx.conf"
     path.write_text(conf)
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
-    proc = procs.start("nginx", [nginx, "-e", str(work / "nginx-error.log"), "-c", str(path)],
-                       log=work / "nginx.out")
-    procs.wait_http(f"http://127.0.0.1:{ports['upstream']}/", proc=proc, timeout=20)
-    procs.wait_http(f"http://127.0.0.1:{ports['proxy']}/", proc=proc, timeout=20)
+    proc = RUNNING.start([nginx, "-e", work / "nginx-error.log", "-c", path], name="nginx",
+                         log=work / "nginx.out", grace=GRACE)
+    proc.wait_http(f"http://127.0.0.1:{ports['upstream']}/", timeout=20)
+    proc.wait_http(f"http://127.0.0.1:{ports['proxy']}/", timeout=20)
     return proc
 
 
 def start_gunicorn(env: dict, ports: dict, work: Path):
-    proc = procs.start("gunicorn", [str(BIN / "gunicorn"), "-c", str(ROOT / "deploy" / "gunicorn.conf.py"),
-                                    "bench.passthrough.wsgi:app"], env=env, cwd=str(ROOT), log=work / "gunicorn.log")
-    procs.wait_http(f"http://127.0.0.1:{ports['gunicorn']}/api/account", proc=proc, timeout=60)
+    proc = RUNNING.start([BIN / "gunicorn", "-c", ROOT / "deploy" / "gunicorn.conf.py", "bench.passthrough.wsgi:app"],
+                         name="gunicorn", env=env, cwd=ROOT, log=work / "gunicorn.log", grace=GRACE)
+    proc.wait_http(f"http://127.0.0.1:{ports['gunicorn']}/api/account", timeout=60)
     # every worker must be up before measuring (idle RSS, no first-request import cost)
     for _ in range(100):
-        workers = procs.children(proc.pid)
+        workers = proc.children()
         if len(workers) >= gunicorn_settings(env)["workers"]:
             break
         import time

@@ -14,6 +14,8 @@ the server offers what they test.
 """
 from __future__ import annotations
 
+import functools
+import re
 import subprocess
 import sys
 import threading
@@ -35,6 +37,34 @@ X402_PAY_TO = "0x000000000000000000000000000000000000f402"
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "needs_issue16: needs the agents-and-keys endpoints/fields "
                                        "of issue 16 (skipped while the server's OpenAPI lacks them)")
+
+
+@functools.lru_cache(maxsize=1)
+def _openapi() -> dict:
+    """The OpenAPI document the server under test serves (built from the same code)."""
+    from app import create_app
+
+    return create_app(base_config()).test_client().get("/openapi.json").get_json()
+
+
+def openapi_has(path_pattern: str, schema_field: tuple[str, str] | None = None) -> bool:
+    """True when the server documents a path matching ``path_pattern`` (regex, full match)
+    and, when given, ``schema_field`` = (schema name, property name)."""
+    spec = _openapi()
+    if not any(re.fullmatch(path_pattern, p) for p in spec["paths"]):
+        return False
+    if schema_field is None:
+        return True
+    schema = spec["components"]["schemas"].get(schema_field[0], {})
+    return schema_field[1] in schema.get("properties", {})
+
+
+def needs_issue16(path_pattern: str, schema_field: tuple[str, str] | None = None):
+    """Marks: ``needs_issue16`` plus a skip while the server lacks the path/field."""
+    missing = not openapi_has(path_pattern, schema_field)
+    what = path_pattern + (f" / {schema_field[0]}.{schema_field[1]}" if schema_field else "")
+    skip = pytest.mark.skipif(missing, reason=f"server's OpenAPI lacks {what} (issue 16)")
+    return lambda test: pytest.mark.needs_issue16(skip(test))
 
 
 class _Quiet(WSGIRequestHandler):

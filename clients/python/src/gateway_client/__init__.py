@@ -19,7 +19,7 @@ from gateway_client.errors import (ApiError, AuthenticationError, Conflict, Gate
                                    PermissionDenied, RateLimited, ReceiptInvalid, ServerError)
 from gateway_client.models import (Account, Action, Agent, Alert, CallResult, Checkout,
                                    DailyUsage, Funding, Key, KeyCreated, Module, ModuleUsage,
-                                   Receipt, ReceiptKey, Transaction, TransactionPage,
+                                   Payment, Receipt, ReceiptKey, Transaction, TransactionPage,
                                    UsageCurrent, WalletBalance)
 
 __all__ = [
@@ -28,6 +28,6 @@ __all__ = [
     "PaymentRequired", "PermissionDenied", "NotFound", "Conflict", "RateLimited",
     "ServerError", "ReceiptInvalid", "PaymentFailed", "Account", "Action", "Agent", "Alert",
     "CallResult", "Checkout", "DailyUsage", "Funding", "Key", "KeyCreated", "Module",
-    "ModuleUsage", "Receipt", "ReceiptKey", "Transaction", "TransactionPage", "UsageCurrent",
+    "ModuleUsage", "Payment", "Receipt", "ReceiptKey", "Transaction", "TransactionPage", "UsageCurrent",
     "WalletBalance",
 ]

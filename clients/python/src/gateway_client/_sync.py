@@ -19,7 +19,7 @@ from gateway_client._core import (DEFAULT_TIMEOUT, Op, RetryPolicy, new_idempote
 from gateway_client._x402 import SyncPayer
 from gateway_client.errors import PaymentRequired
 from gateway_client.models import (Account, Agent, Alert, CallResult, Checkout, DailyUsage,
-                                   Funding, Key, KeyCreated, Module, ModuleUsage, ReceiptKey,
+                                   Funding, Key, KeyCreated, Module, ModuleUsage, Payment, ReceiptKey,
                                    TransactionPage, UsageCurrent, WalletBalance)
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -104,6 +104,10 @@ class Pay(_Resource):
                  return_url: str | None = None) -> Checkout:
         """Start a hosted checkout; send the user to ``.url``."""
         return self._gw.request(ops.pay_checkout(amount_cents, product, return_url))
+
+    def history(self) -> list[Payment]:
+        """The last 50 payments, newest first."""
+        return self._gw.request(ops.pay_history())
 
 
 class Receipts(_Resource):

@@ -220,6 +220,20 @@ class Checkout:
 
 
 @dataclass(frozen=True)
+class Payment:
+    """One payment of ``pay.history()`` (card, ACH, USDC, x402)."""
+
+    id: str
+    method: str
+    status: str
+    amount_cents: int
+    created_at: str
+    kind: str | None = None
+    mode: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
 class Agent:
     """A registered agent; ``webhook_secret`` is returned at registration only."""
 

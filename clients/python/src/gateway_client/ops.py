@@ -11,7 +11,7 @@ import httpx
 from gateway_client._core import Op, json_body
 from gateway_client._x402 import settlement
 from gateway_client.models import (Account, Agent, Alert, CallResult, Checkout, DailyUsage, Funding, Key,
-                                   KeyCreated, Module, ModuleUsage, ReceiptKey, Transaction,
+                                   KeyCreated, Module, ModuleUsage, Payment, ReceiptKey, Transaction,
                                    TransactionPage, UsageCurrent, WalletBalance, parse)
 
 Period = Literal["day", "week", "month", "total"]
@@ -164,6 +164,10 @@ def pay_checkout(amount_cents: int, product: str | None, return_url: str | None)
     return Op("POST", "/api/pay/checkout", _one(Checkout),
               json=_drop_none({"amount_cents": amount_cents, "product": product,
                                "return_url": return_url}))
+
+
+def pay_history() -> Op[list[Payment]]:
+    return Op("GET", "/api/pay/history", _many(Payment, "payments"))
 
 
 def agent_register(name: str, pubkey: str, webhook: str | None) -> Op[Agent]:

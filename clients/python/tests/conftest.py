@@ -34,11 +34,6 @@ AGENT_SESSION_TTL = 8  # seconds: short, so the re-sign before expiry is observa
 X402_PAY_TO = "0x000000000000000000000000000000000000f402"
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "needs_issue16: needs the agents-and-keys endpoints/fields "
-                                       "of issue 16 (skipped while the server's OpenAPI lacks them)")
-
-
 @functools.lru_cache(maxsize=1)
 def _openapi() -> dict:
     """The OpenAPI document the server under test serves (built from the same code)."""

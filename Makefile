@@ -19,7 +19,9 @@ $(BIN)/activate:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-$(VENV)/.installed: requirements.txt requirements-dev.txt | $(BIN)/activate
+CLIENT_SRC := $(shell find clients/python -name '*.py' -path '*/src/*') clients/python/pyproject.toml
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt $(CLIENT_SRC) | $(BIN)/activate
 	$(BIN)/pip install -q -r requirements-dev.txt
 	touch $@
 

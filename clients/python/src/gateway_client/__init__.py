@@ -1,0 +1,33 @@
+"""Official Python client of the metered API gateway.
+
+    from gateway_client import Gateway
+    gw = Gateway(api_key="svc_live_…", base_url="http://127.0.0.1:8000")
+    res = gw.call("weather", action="current", city="Paris")
+    print(res.result, res.cost_cents, res.verify())
+
+``Gateway`` (sync) and ``AsyncGateway`` (async) cover accounts, modules, keys, usage,
+alerts, wallet, checkout and receipts; ``AgentSession`` signs an agent in with its
+ed25519 key; errors are ``ApiError`` subclasses (see gateway_client.errors).
+"""
+from gateway_client._async import AsyncGateway
+from gateway_client._core import RetryPolicy
+from gateway_client._sync import Gateway
+from gateway_client._version import __version__
+from gateway_client.agent import AgentSession, agent_pubkey, sign_nonce
+from gateway_client.errors import (ApiError, AuthenticationError, Conflict, GatewayError,
+                                   InvalidRequest, NotFound, PaymentFailed, PaymentRequired,
+                                   PermissionDenied, RateLimited, ReceiptInvalid, ServerError)
+from gateway_client.models import (Account, Action, Agent, Alert, CallResult, Checkout,
+                                   DailyUsage, Funding, Key, KeyCreated, Module, ModuleUsage,
+                                   Payment, Receipt, ReceiptKey, Transaction, TransactionPage,
+                                   UsageCurrent, WalletBalance)
+
+__all__ = [
+    "Gateway", "AsyncGateway", "AgentSession", "RetryPolicy", "__version__", "agent_pubkey",
+    "sign_nonce", "GatewayError", "ApiError", "InvalidRequest", "AuthenticationError",
+    "PaymentRequired", "PermissionDenied", "NotFound", "Conflict", "RateLimited",
+    "ServerError", "ReceiptInvalid", "PaymentFailed", "Account", "Action", "Agent", "Alert",
+    "CallResult", "Checkout", "DailyUsage", "Funding", "Key", "KeyCreated", "Module",
+    "ModuleUsage", "Payment", "Receipt", "ReceiptKey", "Transaction", "TransactionPage", "UsageCurrent",
+    "WalletBalance",
+]

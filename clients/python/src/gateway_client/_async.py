@@ -1,0 +1,176 @@
+"""The asynchronous client: ``AsyncGateway`` (``httpx.AsyncClient``), the same surface
+as ``Gateway`` with awaitable methods. Operations come from gateway_client.ops; retry,
+error and credential rules are those of gateway_client._core."""
+from __future__ import annotations
+
+import asyncio
+from datetime import date, datetime
+from typing import TYPE_CHECKING, Any, Literal, Mapping, TypeVar
+
+import httpx
+
+from gateway_client import ops, receipts
+from gateway_client._core import (DEFAULT_TIMEOUT, Op, RetryPolicy, new_idempotency_key,
+                                  raise_for_status, request_headers, resolve_api_key,
+                                  resolve_base_url)
+from gateway_client._x402 import AsyncPayer
+from gateway_client.errors import PaymentRequired
+from gateway_client.models import (Account, Alert, CallResult, DailyUsage, Key, KeyCreated,
+                                   Module, ModuleUsage, UsageCurrent, WalletBalance)
+
+if TYPE_CHECKING:  # pragma: no cover
+    import openai
+    from typing_extensions import Unpack
+
+T = TypeVar("T")
+
+
+class _AsyncResource:
+    def __init__(self, gw: AsyncGateway) -> None:
+        self._gw = gw
+
+
+class AsyncModules(_AsyncResource):
+    async def list(self) -> list[Module]:
+        return await self._gw.request(ops.modules_list())
+
+
+class AsyncKeys(_AsyncResource):
+    async def create(self, name: str, **options: Unpack[ops.KeyOptions]) -> KeyCreated:
+        return await self._gw.request(ops.keys_create(name, options))
+
+    async def list(self) -> list[Key]:
+        return await self._gw.request(ops.keys_list())
+
+    async def revoke(self, key_id: str) -> bool:
+        return await self._gw.request(ops.keys_revoke(key_id))
+
+    async def rotate(self, key_id: str, overlap_seconds: int | None = None) -> KeyCreated:
+        return await self._gw.request(ops.keys_rotate(key_id, overlap_seconds))
+
+
+class AsyncUsage(_AsyncResource):
+    async def current(self) -> UsageCurrent:
+        return await self._gw.request(ops.usage_current())
+
+    async def by_module(self) -> list[ModuleUsage]:
+        return await self._gw.request(ops.usage_by_module())
+
+    async def daily(self, days: int = 30) -> list[DailyUsage]:
+        return await self._gw.request(ops.usage_daily(days))
+
+    async def export(self, path: str, start: datetime | date | str, end: datetime | date | str,
+                     format: Literal["csv", "json"] = "csv") -> str:
+        return await self._gw.request(ops.usage_export(path, start, end, format))
+
+
+class AsyncAlerts(_AsyncResource):
+    async def create(self, **spec: Unpack[ops.AlertSpec]) -> Alert:
+        return await self._gw.request(ops.alerts_create(spec))
+
+    async def list(self) -> list[Alert]:
+        return await self._gw.request(ops.alerts_list())
+
+    async def delete(self, alert_id: str) -> bool:
+        return await self._gw.request(ops.alerts_delete(alert_id))
+
+
+class AsyncWallet(_AsyncResource):
+    async def balance(self) -> WalletBalance:
+        return await self._gw.request(ops.wallet_balance())
+
+
+class AsyncGateway:
+    """Asynchronous client; see ``Gateway`` for the arguments. Use ``async with``."""
+
+    def __init__(self, api_key: str | None = None, base_url: str | None = None, *,
+                 timeout: float = DEFAULT_TIMEOUT, max_retries: int = 2,
+                 retry: RetryPolicy | None = None, x402_account: Any = None,
+                 chat_base_url: str | None = None,
+                 http_client: httpx.AsyncClient | None = None) -> None:
+        self.base_url = resolve_base_url(base_url)
+        self.api_key = resolve_api_key(api_key)
+        self.chat_base_url = chat_base_url
+        self.retry = retry or RetryPolicy(max_retries=max_retries)
+        self._http = http_client or httpx.AsyncClient(timeout=timeout)
+        self._payer = AsyncPayer(x402_account) if x402_account is not None else None
+        self._public_keys: dict[str, str] = {}
+        self.modules, self.keys, self.usage = AsyncModules(self), AsyncKeys(self), AsyncUsage(self)
+        self.alerts, self.wallet = AsyncAlerts(self), AsyncWallet(self)
+
+    async def __aenter__(self) -> AsyncGateway:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def account(self) -> Account:
+        return await self.request(ops.account())
+
+    async def call(self, slug: str, action: str, *, idempotency_key: str | None = None,
+                   **params: Any) -> CallResult:
+        """As ``Gateway.call``. The receipt keys are fetched once, before the first call,
+        so ``result.verify()`` needs no network."""
+        key = idempotency_key or new_idempotency_key()
+        if not self._public_keys:
+            await self.refresh_receipt_keys()
+        try:
+            return await self.request(ops.call(slug, action, params, key, self._verify))
+        except PaymentRequired as exc:
+            if self._payer is None or exc.code != "payment_required":
+                raise
+            paid = await self._payer.headers_for(exc)
+            return await self.request(ops.call(slug, action, params, key, self._verify, paid))
+
+    async def refresh_receipt_keys(self) -> None:
+        self._public_keys = {k.kid: k.public_key for k in await self.request(ops.receipt_keys())}
+
+    def chat_client(self, **kwargs: Any) -> openai.AsyncOpenAI:
+        """An ``openai.AsyncOpenAI`` client for the chat host."""
+        from gateway_client._chat import chat_settings
+        import openai
+
+        return openai.AsyncOpenAI(**chat_settings(self.base_url, self.chat_base_url, self.api_key),
+                                  **kwargs)
+
+    def _verify(self, response: Mapping[str, Any]) -> bool:
+        return receipts.verify(response, self._public_keys)
+
+    async def _send(self, op: Op[Any]) -> httpx.Response:
+        headers = request_headers(op, self.api_key if op.auth else None)
+        req = self._http.build_request(op.method, self.base_url + op.path, json=op.json,
+                                       params=op.params, headers=headers)
+        response = await self._http.send(req, stream=op.stream_to is not None)
+        if op.stream_to is None:
+            return response
+        try:
+            if response.is_success:
+                with open(op.stream_to, "wb") as fh:
+                    async for chunk in response.aiter_bytes():
+                        fh.write(chunk)
+            else:
+                await response.aread()
+        finally:
+            await response.aclose()
+        return response
+
+    async def request(self, op: Op[T]) -> T:
+        """Run one operation with retries; returns its parsed 2xx answer."""
+        attempt = 0
+        while True:
+            try:
+                response = await self._send(op)
+            except httpx.TransportError:
+                delay = self.retry.delay(op, attempt, None)
+                if delay is None:
+                    raise
+            else:
+                delay = None if response.is_success else self.retry.delay(op, attempt, response)
+                if delay is None:
+                    raise_for_status(response)
+                    return op.parse(response)
+            await asyncio.sleep(delay)
+            attempt += 1

@@ -1,0 +1,136 @@
+"""What the sync and async clients share: configuration, the description of one API
+operation (``Op``), the retry policy and the reading of answers.
+
+Retries: 429 and 5xx answers (and connection failures) are retried with exponential
+backoff, honouring ``Retry-After``. An operation is retried only when repeating it is
+safe: GET/PUT/DELETE, and POSTs that carry an ``Idempotency-Key`` (every module call
+does; the client generates one when the caller gave none), so a retry never charges
+twice. A 429 is always safe to retry (the gateway refused the request before doing it);
+``409 idempotency_key_in_use`` (the first attempt still running) is retried too.
+"""
+from __future__ import annotations
+
+import os
+import random
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable, Generic, Mapping, TypeVar
+
+import httpx
+
+from gateway_client._version import __version__
+from gateway_client.errors import error_for, parse_retry_after
+
+T = TypeVar("T")
+
+DEFAULT_BASE_URL = "http://127.0.0.1:8000"
+DEFAULT_TIMEOUT = 30.0
+USER_AGENT = f"gateway-client-python/{__version__} httpx/{httpx.__version__}"
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+def resolve_base_url(base_url: str | None) -> str:
+    return (base_url or os.environ.get("GATEWAY_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+
+
+def resolve_api_key(api_key: str | None) -> str | None:
+    return api_key or os.environ.get("GATEWAY_API_KEY") or None
+
+
+def new_idempotency_key() -> str:
+    return "gwc_" + uuid.uuid4().hex
+
+
+@dataclass(frozen=True)
+class Op(Generic[T]):
+    """One API operation: the request to send and how to read a 2xx answer."""
+
+    method: str
+    path: str
+    parse: Callable[[httpx.Response], T]
+    json: Any = None
+    params: Mapping[str, Any] | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    auth: bool = True
+    stream_to: str | None = None  # write the 2xx body to this file instead of reading it
+
+    @property
+    def idempotency_key(self) -> str | None:
+        return self.headers.get("Idempotency-Key")
+
+    @property
+    def retry_safe(self) -> bool:
+        return self.method in ("GET", "PUT", "DELETE", "HEAD") or self.idempotency_key is not None
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """``max_retries`` extra attempts; delay ``backoff * 2**attempt`` (± 25 % jitter),
+    at most ``max_backoff``; a ``Retry-After`` above ``max_retry_after`` is not waited
+    for (the error is raised at once)."""
+
+    max_retries: int = 2
+    backoff: float = 0.5
+    max_backoff: float = 8.0
+    max_retry_after: float = 60.0
+
+    def delay(self, op: Op[Any], attempt: int, response: httpx.Response | None) -> float | None:
+        """Seconds to wait before retrying after ``attempt`` (0-based), or None to give up.
+        ``response`` is None when the request failed at the connection level."""
+        if attempt >= self.max_retries:
+            return None
+        if response is None:
+            if not op.retry_safe:
+                return None
+        elif not _retryable_answer(op, response):
+            return None
+        base = min(self.max_backoff, self.backoff * (2.0 ** attempt)) * random.uniform(0.75, 1.25)
+        if response is not None:
+            after = parse_retry_after(response.headers.get("Retry-After"))
+            if after is not None:
+                if after > self.max_retry_after:
+                    return None
+                return max(after, 0.05)
+        return base
+
+
+def _retryable_answer(op: Op[Any], response: httpx.Response) -> bool:
+    if response.status_code == 429:
+        return True
+    if response.status_code == 409 and op.idempotency_key is not None:
+        return _error_code(response) == "idempotency_key_in_use"
+    return response.status_code in RETRY_STATUSES and op.retry_safe
+
+
+def _error_code(response: httpx.Response) -> str | None:
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    return body.get("error") if isinstance(body, dict) else None
+
+
+def request_headers(op: Op[Any], token: str | None) -> dict[str, str]:
+    headers = {"User-Agent": USER_AGENT, "Accept": "application/json", **op.headers}
+    if op.auth and token:
+        headers["Authorization"] = f"Bearer {token}"
+    return headers
+
+
+def raise_for_status(response: httpx.Response) -> None:
+    """Raise the ``ApiError`` subclass for a non-2xx answer (body already read)."""
+    if response.is_success:
+        return
+    try:
+        body: Any = response.json()
+    except ValueError:
+        body = response.text
+    raise error_for(response.status_code, body, response.headers)
+
+
+def json_body(response: httpx.Response) -> Any:
+    return response.json()
+
+
+def is_payment_required(response: httpx.Response) -> bool:
+    return response.status_code == 402 and _error_code(response) == "payment_required"

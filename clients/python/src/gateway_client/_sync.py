@@ -1,0 +1,239 @@
+"""The synchronous client: ``Gateway`` and its resources (``gw.keys``, ``gw.usage``, …).
+
+Every method builds an ``Op`` (gateway_client.ops) and runs it through
+``Gateway.request``, which adds the credential and User-Agent, retries per the
+``RetryPolicy`` and turns error answers into ``ApiError`` subclasses.
+"""
+from __future__ import annotations
+
+import time
+from datetime import date, datetime
+from typing import TYPE_CHECKING, Any, Literal, Mapping, TypeVar
+
+import httpx
+
+from gateway_client import ops, receipts
+from gateway_client._core import (DEFAULT_TIMEOUT, Op, RetryPolicy, new_idempotency_key,
+                                  raise_for_status, request_headers, resolve_api_key,
+                                  resolve_base_url)
+from gateway_client._x402 import SyncPayer
+from gateway_client.errors import PaymentRequired
+from gateway_client.models import (Account, Agent, Alert, CallResult, Checkout, DailyUsage,
+                                   Funding, Key, KeyCreated, Module, ModuleUsage, Payment, ReceiptKey,
+                                   TransactionPage, UsageCurrent, WalletBalance)
+
+if TYPE_CHECKING:  # pragma: no cover
+    import openai
+    from typing_extensions import Unpack
+
+T = TypeVar("T")
+
+
+class _Resource:
+    def __init__(self, gw: Gateway) -> None:
+        self._gw = gw
+
+
+class Modules(_Resource):
+    def list(self) -> list[Module]:
+        """Approved modules with their actions and prices (public)."""
+        return self._gw.request(ops.modules_list())
+
+    def get(self, slug: str) -> Module:
+        return self._gw.request(ops.module_get(slug))
+
+
+class Keys(_Resource):
+    def create(self, name: str, **options: Unpack[ops.KeyOptions]) -> KeyCreated:
+        """Create a key; ``.key`` holds the secret (shown once)."""
+        return self._gw.request(ops.keys_create(name, options))
+
+    def list(self) -> list[Key]:
+        return self._gw.request(ops.keys_list())
+
+    def revoke(self, key_id: str) -> bool:
+        return self._gw.request(ops.keys_revoke(key_id))
+
+    def rotate(self, key_id: str, overlap_seconds: int | None = None) -> KeyCreated:
+        """A new key with the same name, scopes and limits; the old one keeps working for
+        ``overlap_seconds`` (server default 86,400)."""
+        return self._gw.request(ops.keys_rotate(key_id, overlap_seconds))
+
+    def update(self, key_id: str, *, spend_limit_cents: int | None,
+               spend_limit_period: ops.Period | None = None) -> Key:
+        return self._gw.request(ops.keys_update(key_id, spend_limit_cents, spend_limit_period))
+
+
+class Usage(_Resource):
+    def current(self) -> UsageCurrent:
+        return self._gw.request(ops.usage_current())
+
+    def by_module(self) -> list[ModuleUsage]:
+        return self._gw.request(ops.usage_by_module())
+
+    def daily(self, days: int = 30) -> list[DailyUsage]:
+        return self._gw.request(ops.usage_daily(days))
+
+    def export(self, path: str, start: datetime | date | str, end: datetime | date | str,
+               format: Literal["csv", "json"] = "csv") -> str:
+        """Stream the calls between ``start`` and ``end`` (≤ 31 days) into ``path``."""
+        return self._gw.request(ops.usage_export(path, start, end, format))
+
+
+class Alerts(_Resource):
+    def create(self, **spec: Unpack[ops.AlertSpec]) -> Alert:
+        return self._gw.request(ops.alerts_create(spec))
+
+    def list(self) -> list[Alert]:
+        return self._gw.request(ops.alerts_list())
+
+    def delete(self, alert_id: str) -> bool:
+        return self._gw.request(ops.alerts_delete(alert_id))
+
+
+class Wallet(_Resource):
+    def balance(self) -> WalletBalance:
+        return self._gw.request(ops.wallet_balance())
+
+    def transactions(self, limit: int = 50, cursor: str | None = None) -> TransactionPage:
+        return self._gw.request(ops.wallet_transactions(limit, cursor))
+
+
+class Pay(_Resource):
+    def checkout(self, amount_cents: int, product: str | None = None,
+                 return_url: str | None = None) -> Checkout:
+        """Start a hosted checkout; send the user to ``.url``."""
+        return self._gw.request(ops.pay_checkout(amount_cents, product, return_url))
+
+    def history(self) -> list[Payment]:
+        """The last 50 payments, newest first."""
+        return self._gw.request(ops.pay_history())
+
+
+class Receipts(_Resource):
+    def keys(self) -> list[ReceiptKey]:
+        return self._gw.request(ops.receipt_keys())
+
+    def verify(self, response: CallResult | Mapping[str, Any]) -> bool:
+        """Verify a call result (or a saved call response dict); raises ReceiptInvalid."""
+        data = response.as_response() if isinstance(response, CallResult) else response
+        return self._gw._verify(data)
+
+
+class Agents(_Resource):
+    def register(self, name: str, pubkey: str, webhook: str | None = None) -> Agent:
+        """Register an agent (``pubkey`` = ``ed25519:<base58>``, see ``agent_pubkey``)."""
+        return self._gw.request(ops.agent_register(name, pubkey, webhook))
+
+    def fund(self, agent_id: str, amount_cents: int, idempotency_key: str | None = None) -> Funding:
+        """Move ``amount_cents`` from this account's balance to the agent's (once per key)."""
+        return self._gw.request(ops.agent_fund(agent_id, amount_cents,
+                                               idempotency_key or new_idempotency_key()))
+
+
+class Gateway:
+    """Synchronous client. ``api_key`` / ``base_url`` default to ``GATEWAY_API_KEY`` /
+    ``GATEWAY_BASE_URL``. With ``x402_account`` (an ``eth_account`` account) a 402 on a
+    module call is paid with x402 and the call retried once; otherwise ``PaymentRequired``
+    is raised."""
+
+    def __init__(self, api_key: str | None = None, base_url: str | None = None, *,
+                 timeout: float = DEFAULT_TIMEOUT, max_retries: int = 2,
+                 retry: RetryPolicy | None = None, x402_account: Any = None,
+                 chat_base_url: str | None = None, http_client: httpx.Client | None = None) -> None:
+        self.base_url = resolve_base_url(base_url)
+        self.api_key = resolve_api_key(api_key)
+        self.chat_base_url = chat_base_url
+        self.retry = retry or RetryPolicy(max_retries=max_retries)
+        self._http = http_client or httpx.Client(timeout=timeout)
+        self._payer = SyncPayer(x402_account) if x402_account is not None else None
+        self._public_keys: dict[str, str] = {}
+        self.modules, self.keys, self.usage = Modules(self), Keys(self), Usage(self)
+        self.alerts, self.wallet, self.pay = Alerts(self), Wallet(self), Pay(self)
+        self.receipts, self.agents = Receipts(self), Agents(self)
+
+    def __enter__(self) -> Gateway:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    # --- the surface ---------------------------------------------------------------
+    def account(self) -> Account:
+        return self.request(ops.account())
+
+    def call(self, slug: str, action: str, *, idempotency_key: str | None = None,
+             **params: Any) -> CallResult:
+        """Call ``action`` of module ``slug`` with ``params`` as the body's other fields.
+        Retried only with the same Idempotency-Key (generated when not given)."""
+        key = idempotency_key or new_idempotency_key()
+        try:
+            return self.request(ops.call(slug, action, params, key, self._verify))
+        except PaymentRequired as exc:
+            if self._payer is None or exc.code != "payment_required":
+                raise
+            paid = self._payer.headers_for(exc)
+            return self.request(ops.call(slug, action, params, key, self._verify, paid))
+
+    def chat_client(self, **kwargs: Any) -> openai.OpenAI:
+        """An ``openai.OpenAI`` client for the chat host (``pip install 'gateway-client[openai]'``)."""
+        from gateway_client._chat import chat_settings
+        import openai
+
+        return openai.OpenAI(**chat_settings(self.base_url, self.chat_base_url, self._token()), **kwargs)
+
+    # --- plumbing ------------------------------------------------------------------
+    def _token(self) -> str | None:
+        return self.api_key
+
+    def _reauthenticate(self) -> bool:
+        """Called on a 401; True when a fresh credential was obtained (retry once)."""
+        return False
+
+    def _send(self, op: Op[Any]) -> httpx.Response:
+        headers = request_headers(op, self._token() if op.auth else None)
+        req = self._http.build_request(op.method, self.base_url + op.path, json=op.json,
+                                       params=op.params, headers=headers)
+        response = self._http.send(req, stream=op.stream_to is not None)
+        if op.stream_to is None:
+            return response
+        try:
+            if response.is_success:
+                with open(op.stream_to, "wb") as fh:
+                    for chunk in response.iter_bytes():
+                        fh.write(chunk)
+            else:
+                response.read()
+        finally:
+            response.close()
+        return response
+
+    def request(self, op: Op[T]) -> T:
+        """Run one operation with retries; returns its parsed 2xx answer."""
+        attempt, reauthed = 0, False
+        while True:
+            try:
+                response = self._send(op)
+            except httpx.TransportError:
+                delay = self.retry.delay(op, attempt, None)
+                if delay is None:
+                    raise
+            else:
+                if response.status_code == 401 and op.auth and not reauthed and self._reauthenticate():
+                    reauthed = True
+                    continue
+                delay = None if response.is_success else self.retry.delay(op, attempt, response)
+                if delay is None:
+                    raise_for_status(response)
+                    return op.parse(response)
+            time.sleep(delay)
+            attempt += 1
+
+    def _verify(self, response: Mapping[str, Any]) -> bool:
+        kid = (response.get("receipt") or {}).get("kid")
+        if kid not in self._public_keys:  # first use, or the gateway rotated its key
+            self._public_keys = {k.kid: k.public_key for k in self.receipts.keys()}
+        return receipts.verify(response, self._public_keys)

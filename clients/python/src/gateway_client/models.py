@@ -1,0 +1,255 @@
+"""Typed results: one frozen dataclass per resource the gateway returns.
+
+Every dataclass is built by ``parse`` from the answer's JSON: known fields become
+attributes, fields a newer server adds (and this version does not know) stay readable
+in ``raw``. Money is in integer cents as on the wire.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, TypeVar
+
+T = TypeVar("T")
+
+
+def parse(cls: type[T], data: Mapping[str, Any], **overrides: Any) -> T:
+    """Build dataclass ``cls`` from ``data``: fields it names are taken (missing optional
+    ones default), ``raw`` keeps the whole object; ``overrides`` replace parsed values."""
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    kwargs: dict[str, Any] = {k: v for k, v in data.items() if k in names}
+    if "raw" in names:
+        kwargs["raw"] = dict(data)
+    kwargs.update(overrides)
+    return cls(**kwargs)
+
+
+@dataclass(frozen=True)
+class Account:
+    id: str
+    email: str | None
+    plan: str
+    balance_cents: int
+    agent_id: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Action:
+    name: str
+    price_cents: int
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Module:
+    slug: str
+    name: str
+    actions: list[Action]
+    description: str = ""
+    owner: str = ""
+    owner_agent_id: str | None = None
+    source: str = "catalog"
+    sandbox: bool = False
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Module:
+        return parse(cls, data, actions=[parse(Action, a) for a in data.get("actions") or []])
+
+
+@dataclass(frozen=True)
+class Key:
+    """An API key as listed (never the secret). The spend-limit and expiry fields are
+    ``None`` on servers that do not offer them."""
+
+    id: str
+    name: str
+    prefix: str
+    scopes: list[str]
+    last_used_at: str | None = None
+    spend_limit_cents: int | None = None
+    spend_limit_period: str | None = None
+    spent_cents: int | None = None
+    expires_at: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class KeyCreated(Key):
+    """A new key; ``key`` is the full secret, returned at creation (or rotation) only."""
+
+    key: str = ""
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """The signed receipt of a call (see ``CallResult.verify``)."""
+
+    hash: str
+    sig: str
+    v: int = 1
+    kid: str | None = None
+    alg: str = "ed25519"
+    ts: str | None = None
+    account_id: str | None = None
+    action: str | None = None
+    mode: str | None = None
+
+
+@dataclass(frozen=True)
+class CallResult:
+    """The answer of a module call. ``replayed`` is true when the gateway answered from its
+    Idempotency-Key store (no second charge); ``payment`` is the x402 settlement when the
+    call was paid with x402. ``verify()`` checks the receipt offline."""
+
+    ok: bool
+    module: str
+    call_id: str
+    cost_cents: int
+    result: dict[str, Any]
+    receipt: Receipt
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    idempotency_key: str | None = None
+    replayed: bool = False
+    payment: dict[str, Any] | None = None
+    _verifier: Callable[[Mapping[str, Any]], bool] | None = field(
+        default=None, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], **extra: Any) -> CallResult:
+        return parse(cls, data, receipt=parse(Receipt, data["receipt"]), **extra)
+
+    def as_response(self) -> dict[str, Any]:
+        """The call response as the gateway sent it (the fields the receipt signs are
+        taken from the attributes, so a changed attribute fails verification)."""
+        out = dict(self.raw)
+        out.update(ok=self.ok, module=self.module, call_id=self.call_id,
+                   cost_cents=self.cost_cents, result=self.result,
+                   receipt=dataclasses.asdict(self.receipt))
+        return out
+
+    def verify(self) -> bool:
+        """True when the receipt verifies against the gateway's published keys (fetched
+        once per client, then cached); raises ``ReceiptInvalid`` otherwise."""
+        if self._verifier is None:
+            raise RuntimeError("this result is not bound to a client; use client.receipts.verify()")
+        return self._verifier(self.as_response())
+
+
+@dataclass(frozen=True)
+class ReceiptKey:
+    kid: str
+    public_key: str
+    active: bool
+    alg: str = "ed25519"
+    created_at: str | None = None
+
+
+@dataclass(frozen=True)
+class UsageCurrent:
+    period_start: str
+    period_end: str
+    calls: int
+    spend_cents: int
+    plan_cents: int
+
+
+@dataclass(frozen=True)
+class ModuleUsage:
+    slug: str
+    calls: int
+    spend_cents: int
+
+
+@dataclass(frozen=True)
+class DailyUsage:
+    date: str
+    calls: int
+    spend_cents: int
+    errors: int = 0
+
+
+@dataclass(frozen=True)
+class Alert:
+    id: str
+    name: str
+    metric: str
+    op: str
+    threshold: float
+    window: str
+    channel: str
+    target: str
+    created_at: str
+    secret: str | None = None
+
+
+@dataclass(frozen=True)
+class WalletBalance:
+    credits_cents: int
+    usdc: str
+    chain: str | None = None
+    address: str | None = None
+    connected: bool = False
+
+
+@dataclass(frozen=True)
+class Transaction:
+    id: str
+    type: str
+    kind: str
+    amount_cents: int
+    amount_micros: int
+    created_at: str
+    payment_id: str | None = None
+    call_id: str | None = None
+
+
+@dataclass(frozen=True)
+class TransactionPage:
+    transactions: list[Transaction]
+    next_cursor: str | None = None
+
+
+@dataclass(frozen=True)
+class Checkout:
+    url: str
+    payment_id: str
+    status: str
+    expires_at: str
+
+
+@dataclass(frozen=True)
+class Payment:
+    """One payment of ``pay.history()`` (card, ACH, USDC, x402)."""
+
+    id: str
+    method: str
+    status: str
+    amount_cents: int
+    created_at: str
+    kind: str | None = None
+    mode: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Agent:
+    """A registered agent; ``webhook_secret`` is returned at registration only."""
+
+    id: str
+    name: str
+    pubkey: str
+    account_id: str | None = None
+    webhook: str | None = None
+    webhook_secret: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Funding:
+    """The answer of funding an agent from its owner's balance."""
+
+    agent_id: str | None = None
+    amount_cents: int | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)

@@ -1,0 +1,189 @@
+"""Every API operation of the client as an ``Op`` (request + parser), built once and run
+by either the sync or the async client. Paths and shapes follow the gateway's OpenAPI
+document (``GET /openapi.json``)."""
+from __future__ import annotations
+
+from datetime import date, datetime, timezone
+from typing import Any, Callable, Literal, Mapping, TypedDict
+
+import httpx
+
+from gateway_client._core import Op, json_body
+from gateway_client._x402 import settlement
+from gateway_client.models import (Account, Agent, Alert, CallResult, Checkout, DailyUsage, Funding, Key,
+                                   KeyCreated, Module, ModuleUsage, Payment, ReceiptKey, Transaction,
+                                   TransactionPage, UsageCurrent, WalletBalance, parse)
+
+Period = Literal["day", "week", "month", "total"]
+
+
+class KeyOptions(TypedDict, total=False):
+    """Optional fields of ``keys.create``: ``scopes`` (default: the creating credential's),
+    ``spend_limit_cents`` (≥ 1) and ``spend_limit_period`` (day|week|month|total),
+    ``expires_at`` (a future datetime, at most a year ahead; naive means UTC)."""
+
+    scopes: list[str] | None
+    spend_limit_cents: int | None
+    spend_limit_period: Period | None
+    expires_at: datetime | str | None
+
+
+class AlertSpec(TypedDict):
+    """Fields of ``alerts.create`` (all required): see the Alert resource of the SPEC."""
+
+    name: str
+    metric: Literal["spend_cents", "plan_pct", "calls", "error_rate"]
+    op: Literal[">", ">=", "<", "<="]
+    threshold: float
+    window: Literal["hour", "day", "week", "month"]
+    channel: Literal["email", "webhook", "chat"]
+    target: str
+
+
+def when(value: datetime | date | str) -> str:
+    """RFC 3339 text of a datetime (naive = UTC), a date, or text passed through."""
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        return value.isoformat()
+    if isinstance(value, date):
+        return value.isoformat()
+    return value
+
+
+def _drop_none(data: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if v is not None}
+
+
+def _one(cls: Any) -> Any:
+    return lambda r: parse(cls, r.json())
+
+
+def _many(cls: Any, key: str) -> Any:
+    return lambda r: [parse(cls, x) for x in r.json()[key]]
+
+
+def account() -> Op[Account]:
+    return Op("GET", "/api/account", _one(Account))
+
+
+def modules_list() -> Op[list[Module]]:
+    return Op("GET", "/api/modules", lambda r: [Module.from_json(m) for m in r.json()["modules"]],
+              auth=False)
+
+
+def module_get(slug: str) -> Op[Module]:
+    return Op("GET", f"/api/modules/{slug}", lambda r: Module.from_json(r.json()), auth=False)
+
+
+def call(slug: str, action: str, params: Mapping[str, Any], idempotency_key: str,
+         verifier: Callable[[Mapping[str, Any]], bool],
+         payment_headers: Mapping[str, str] | None = None) -> Op[CallResult]:
+    def read(r: httpx.Response) -> CallResult:
+        return CallResult.from_json(r.json(), idempotency_key=idempotency_key,
+                                    replayed=r.headers.get("Idempotent-Replayed") == "true",
+                                    payment=settlement(r.headers), _verifier=verifier)
+    return Op("POST", f"/v1/module/{slug}/call", read, json={"action": action, **params},
+              headers={"Idempotency-Key": idempotency_key, **(payment_headers or {})})
+
+
+def receipt_keys() -> Op[list[ReceiptKey]]:
+    return Op("GET", "/api/receipts/keys", _many(ReceiptKey, "keys"), auth=False)
+
+
+def keys_create(name: str, options: KeyOptions) -> Op[KeyCreated]:
+    body = _drop_none({"name": name, **options})
+    if "expires_at" in body:
+        body["expires_at"] = when(body["expires_at"])
+    return Op("POST", "/api/keys", _one(KeyCreated), json=body)
+
+
+def keys_list() -> Op[list[Key]]:
+    return Op("GET", "/api/keys", _many(Key, "keys"))
+
+
+def keys_revoke(key_id: str) -> Op[bool]:
+    return Op("DELETE", f"/api/keys/{key_id}", lambda r: bool(r.json()["revoked"]))
+
+
+def keys_rotate(key_id: str, overlap_seconds: int | None) -> Op[KeyCreated]:
+    return Op("POST", f"/api/keys/{key_id}/rotate", _one(KeyCreated),
+              json=_drop_none({"overlap_seconds": overlap_seconds}))
+
+
+def keys_update(key_id: str, spend_limit_cents: int | None,
+                spend_limit_period: Period | None) -> Op[Key]:
+    return Op("PATCH", f"/api/keys/{key_id}", _one(Key),
+              json={"spend_limit_cents": spend_limit_cents, "spend_limit_period": spend_limit_period})
+
+
+def usage_current() -> Op[UsageCurrent]:
+    return Op("GET", "/api/usage/current", _one(UsageCurrent))
+
+
+def usage_by_module() -> Op[list[ModuleUsage]]:
+    return Op("GET", "/api/usage/by-module", _many(ModuleUsage, "by_module"))
+
+
+def usage_daily(days: int) -> Op[list[DailyUsage]]:
+    return Op("GET", "/api/usage/daily", _many(DailyUsage, "days"), params={"days": days})
+
+
+def usage_export(path: str, start: datetime | date | str, end: datetime | date | str,
+                 fmt: Literal["csv", "json"]) -> Op[str]:
+    return Op("GET", "/api/usage/export", lambda r: path, stream_to=path,
+              params={"from": when(start), "to": when(end), "format": fmt})
+
+
+def alerts_create(spec: AlertSpec) -> Op[Alert]:
+    return Op("POST", "/api/alerts", _one(Alert), json=dict(spec))
+
+
+def alerts_list() -> Op[list[Alert]]:
+    return Op("GET", "/api/alerts", _many(Alert, "alerts"))
+
+
+def alerts_delete(alert_id: str) -> Op[bool]:
+    return Op("DELETE", f"/api/alerts/{alert_id}", lambda r: bool(r.json()["deleted"]))
+
+
+def wallet_balance() -> Op[WalletBalance]:
+    return Op("GET", "/api/wallet/balance", _one(WalletBalance))
+
+
+def wallet_transactions(limit: int, cursor: str | None) -> Op[TransactionPage]:
+    def read(r: httpx.Response) -> TransactionPage:
+        data = r.json()
+        return TransactionPage([parse(Transaction, t) for t in data["transactions"]],
+                               data.get("next_cursor"))
+    return Op("GET", "/api/wallet/transactions", read,
+              params=_drop_none({"limit": limit, "cursor": cursor}))
+
+
+def pay_checkout(amount_cents: int, product: str | None, return_url: str | None) -> Op[Checkout]:
+    return Op("POST", "/api/pay/checkout", _one(Checkout),
+              json=_drop_none({"amount_cents": amount_cents, "product": product,
+                               "return_url": return_url}))
+
+
+def pay_history() -> Op[list[Payment]]:
+    return Op("GET", "/api/pay/history", _many(Payment, "payments"))
+
+
+def agent_register(name: str, pubkey: str, webhook: str | None) -> Op[Agent]:
+    return Op("POST", "/api/agent/register", _one(Agent),
+              json=_drop_none({"name": name, "pubkey": pubkey, "webhook": webhook}))
+
+
+def agent_fund(agent_id: str, amount_cents: int, idempotency_key: str) -> Op[Funding]:
+    return Op("POST", f"/api/agent/{agent_id}/fund", _one(Funding),
+              json={"amount_cents": amount_cents}, headers={"Idempotency-Key": idempotency_key})
+
+
+def agent_nonce() -> Op[str]:
+    return Op("GET", "/api/agent/nonce", lambda r: str(r.json()["nonce"]), auth=False)
+
+
+def agent_signin(pubkey: str, nonce: str, signature: str) -> Op[dict[str, Any]]:
+    return Op("POST", "/api/agent/signin", json_body, auth=False,
+              json={"pubkey": pubkey, "nonce": nonce, "signature": signature})

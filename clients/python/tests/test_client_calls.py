@@ -1,0 +1,106 @@
+"""Metered calls through the client against the live server: results, receipts verified
+offline (and tampering detected), idempotent replays charged once, and every error family."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from gateway_client import (ApiError, AuthenticationError, Conflict, InvalidRequest, NotFound,
+                            PaymentRequired, PermissionDenied, RateLimited, ReceiptInvalid,
+                            __version__)
+
+
+def test_account_modules_and_a_verified_call(funded, ledger_clean):
+    acct, gw = funded
+    me = gw.account()
+    assert (me.id, me.plan, me.balance_cents, me.agent_id) == (acct.id, "starter", 500, None)
+    mods = {m.slug: m for m in gw.modules.list()}
+    assert {"echo", "text", "weather"} <= set(mods)
+    prices = {a.name: a.price_cents for a in mods["text"].actions}
+    assert prices == {"word_count": 1, "uppercase": 1, "slugify": 2}
+    assert gw.modules.get("text").name == mods["text"].name
+
+    res = gw.call("text", action="slugify", text="Hello Client World")
+    assert res.ok and res.module == "text" and res.cost_cents == 2
+    assert res.result["slug"] == "hello-client-world" and res.call_id
+    assert res.receipt.kid and res.receipt.mode == "live" and not res.replayed
+    assert res.idempotency_key and res.idempotency_key.startswith("gwc_")
+    assert res.verify() is True and gw.receipts.verify(res.raw) is True
+    assert gw.account().balance_cents == 498
+    ledger_clean()
+
+
+def test_receipt_tampering_is_detected(funded):
+    _, gw = funded
+    res = gw.call("weather", action="current", city="Paris")
+    assert res.verify()
+    for change in ({"cost_cents": 0}, {"result": {**res.result, "temp_c": 99.9}},
+                   {"module": "echo"}, {"ok": not res.ok}):
+        with pytest.raises(ReceiptInvalid):
+            dataclasses.replace(res, **change).verify()
+    forged = dataclasses.replace(res.receipt, sig=res.receipt.sig[::-1])
+    with pytest.raises(ReceiptInvalid, match="signature"):
+        dataclasses.replace(res, receipt=forged).verify()
+    with pytest.raises(ReceiptInvalid):  # the key id is signed too
+        gw.receipts.verify({**res.raw, "receipt": {**res.raw["receipt"], "kid": "k_0000000000000000"}})
+
+
+def test_same_idempotency_key_is_replayed_and_charged_once(funded, ledger_clean):
+    _, gw = funded
+    first = gw.call("text", action="uppercase", text="once", idempotency_key="order-42")
+    again = gw.call("text", action="uppercase", text="once", idempotency_key="order-42")
+    assert again.replayed and again.call_id == first.call_id and again.result == {"text": "ONCE"}
+    assert gw.account().balance_cents == 499
+    with pytest.raises(Conflict) as exc:
+        gw.call("text", action="uppercase", text="other", idempotency_key="order-42")
+    assert exc.value.code == "idempotency_key_reused" and exc.value.status == 409
+    ledger_clean()
+
+
+def test_error_families(server, make_account, gw_factory):
+    broke = make_account(cents=0)
+    with pytest.raises(AuthenticationError) as e401:
+        gw_factory("svc_live_not_a_real_key").account()
+    assert e401.value.status == 401 and e401.value.code == "unauthorized" and e401.value.request_id
+
+    reader = make_account(scopes=["account:read"])
+    with pytest.raises(PermissionDenied) as e403:
+        gw_factory(reader.key).call("echo", action="echo")
+    assert e403.value.code == "insufficient_scope"
+
+    gw = gw_factory(broke.key)
+    with pytest.raises(NotFound) as e404:
+        gw.call("no-such-module", action="x")
+    assert e404.value.code == "module_not_found"
+    with pytest.raises(InvalidRequest) as e400:
+        gw.call("text", action="no_such_action")
+    assert e400.value.code == "unknown_action" and isinstance(e400.value, ApiError)
+
+    with pytest.raises(PaymentRequired) as e402:
+        gw.call("text", action="slugify", text="x")
+    err = e402.value
+    assert err.code == "payment_required" and err.price_cents == 2
+    assert err.pay_to and err.pay_to.lower() == server.env["X402_PAY_TO"].lower()
+    assert err.nonce and err.accepts and err.accepts[0]["scheme"] == "exact"
+    assert gw.account().balance_cents == 0
+
+
+def test_rate_limited_and_retry_after_honoured(make_account, gw_factory):
+    acct = make_account(cents=100)  # starter plan: 10 requests/second per key
+    impatient = gw_factory(acct.key, max_retries=0)
+    with pytest.raises(RateLimited) as exc:
+        for _ in range(30):
+            impatient.usage.current()
+    assert exc.value.status == 429 and exc.value.retry_after is not None and exc.value.retry_after >= 0
+    patient = gw_factory(acct.key, max_retries=4)
+    assert len([patient.usage.current() for _ in range(25)]) == 25  # waits out each 429
+
+
+def test_user_agent_names_the_client_version(funded, server):
+    _, gw = funded
+    seen = []
+    gw._http.event_hooks["request"].append(lambda req: seen.append(req.headers["User-Agent"]))
+    gw.account()
+    assert seen == [f"gateway-client-python/{__version__} " + seen[0].split(" ", 1)[1]]
+    assert seen[0].startswith(f"gateway-client-python/{__version__} httpx/")

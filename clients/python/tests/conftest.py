@@ -80,7 +80,7 @@ def server(app) -> Iterator[Server]:  # noqa: F811 - the project's app fixture (
                            handler_class=_Quiet)
     threading.Thread(target=provider.serve_forever, daemon=True).start()
     try:
-        with http_server(DemoLLMHandler) as (_, llm_url):
+        with http_server(DemoLLMHandler) as llm_url:
             env = app_env(base_config())
             env.update({"DEMO_PROVIDER_URL": f"http://127.0.0.1:{provider.server_address[1]}",
                         "DEMO_LLM_BASE_URL": llm_url + "/v1", "X402_PAY_TO": X402_PAY_TO,

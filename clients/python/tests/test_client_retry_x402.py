@@ -68,7 +68,7 @@ def failing_proxy(upstream: str, fail: dict):
 def test_lost_answer_is_retried_with_the_same_key_and_charged_once(server, make_account, ledger_clean):
     acct = make_account(cents=100)
     proxy = failing_proxy(server.url, {"status": 503, "times": 1, "forward_first": True})
-    with http_server(proxy) as (_, url), Gateway(acct.key, url) as gw:
+    with http_server(proxy) as url, Gateway(acct.key, url) as gw:
         res = gw.call("text", action="slugify", text="charged once")
         keys = [h.get("Idempotency-Key") for h in proxy.seen]
         assert len(keys) == 2 and keys[0] == keys[1] == res.idempotency_key
@@ -80,12 +80,12 @@ def test_lost_answer_is_retried_with_the_same_key_and_charged_once(server, make_
 def test_no_retry_without_retries_and_for_unsafe_posts(server, make_account):
     acct = make_account(cents=100)
     proxy = failing_proxy(server.url, {"status": 503, "times": 1})
-    with http_server(proxy) as (_, url), Gateway(acct.key, url, max_retries=0) as gw:
+    with http_server(proxy) as url, Gateway(acct.key, url, max_retries=0) as gw:
         with pytest.raises(ServerError) as exc:
             gw.call("text", action="slugify", text="x")
         assert exc.value.status == 503 and exc.value.code == "service_unavailable"
     proxy = failing_proxy(server.url, {"status": 503, "times": 1})
-    with http_server(proxy) as (_, url), Gateway(acct.key, url) as gw:
+    with http_server(proxy) as url, Gateway(acct.key, url) as gw:
         with pytest.raises(ServerError):  # POST /api/keys has no Idempotency-Key: not repeated
             gw.keys.create("not-retried")
         assert len(proxy.seen) == 1
@@ -94,7 +94,7 @@ def test_no_retry_without_retries_and_for_unsafe_posts(server, make_account):
 def test_retry_after_of_a_429_is_honoured(server, make_account):
     acct = make_account(cents=100)
     proxy = failing_proxy(server.url, {"status": 429, "times": 1})
-    with http_server(proxy) as (_, url), Gateway(acct.key, url) as gw:
+    with http_server(proxy) as url, Gateway(acct.key, url) as gw:
         started = time.monotonic()
         assert gw.account().id == acct.id
         assert time.monotonic() - started >= 1.0 and len(proxy.seen) == 2

@@ -125,7 +125,13 @@ def load_config(overrides: dict | None = None) -> dict:
         "MAIL_OUTBOX_DIR": _env("MAIL_OUTBOX_DIR", str(instance_dir / "outbox")),
         # --- outgoing requests ----------------------------------------------
         # Allow webhooks / upstreams on private or loopback addresses (tests, local demo).
+        # Link-local and cloud metadata addresses are refused whatever this says
+        # (policy: app/services/platform/http.py).
         "ALLOW_PRIVATE_URLS": _bool("ALLOW_PRIVATE_URLS", not production),
+        # Largest response body read from webhooks, JSON-RPC, the facilitator (and the CLI).
+        "HTTP_MAX_RESPONSE_BYTES": _int("HTTP_MAX_RESPONSE_BYTES", 4 * 1024 * 1024),
+        # Largest LLM provider response (a whole stream counts), then the provider fails.
+        "CHAT_MAX_RESPONSE_BYTES": _int("CHAT_MAX_RESPONSE_BYTES", 32 * 1024 * 1024),
         # --- payments, wallets, x402 (README "Payments and wallets", "x402") --
         "PAYMENTS_PROCESSOR": _env("PAYMENTS_PROCESSOR", "sandbox"),  # sandbox | stripe
         "STRIPE_SECRET_KEY": _env("STRIPE_SECRET_KEY"),

@@ -57,9 +57,12 @@ def receipts_verify(file, keys_url):
     except ValueError as exc:
         raise click.ClickException(f"not JSON: {exc}")
     if keys_url:
-        import requests
+        from app.services.platform import http
 
-        published = requests.get(keys_url, timeout=10).json()["keys"]
+        try:
+            published = http.call("GET", keys_url, purpose="cli", timeout=10).json()["keys"]
+        except (*http.ERRORS, ValueError, KeyError, TypeError) as exc:
+            raise click.ClickException(f"cannot read the published keys at {keys_url}: {exc}")
     else:
         published = receipts.public_keys()
     try:

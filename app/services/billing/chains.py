@@ -7,11 +7,11 @@ import itertools
 import logging
 
 import base58
-import requests
 from eth_utils import is_hex_address, to_checksum_address
 from flask import current_app
 
 from app.errors import InvalidRequest, ServiceUnavailable
+from app.services.platform import http
 
 log = logging.getLogger(__name__)
 
@@ -72,12 +72,12 @@ def rpc(chain: str, method: str, params: list):
     if not url:
         raise ServiceUnavailable(f"No JSON-RPC endpoint configured for {chain}.")
     try:
-        resp = requests.post(url, json={"jsonrpc": "2.0", "id": next(_ids), "method": method,
-                                        "params": params},
-                             timeout=float(current_app.config["RPC_TIMEOUT_SECONDS"]))
+        resp = http.call("POST", url, purpose="rpc", json={"jsonrpc": "2.0", "id": next(_ids),
+                                                           "method": method, "params": params},
+                         timeout=float(current_app.config["RPC_TIMEOUT_SECONDS"]))
         resp.raise_for_status()
         body = resp.json()
-    except (requests.RequestException, ValueError) as exc:
+    except (*http.ERRORS, ValueError) as exc:
         log.warning("rpc %s %s failed: %s", chain, method, exc)
         raise ServiceUnavailable(f"The {chain} JSON-RPC endpoint is unavailable.") from None
     if not isinstance(body, dict) or body.get("error") is not None or "result" not in body:

@@ -1,5 +1,8 @@
 """LLM provider adapters: OpenAI-compatible upstreams and Anthropic's Messages API
-(translated both ways), over pooled HTTP sessions. Everything returned is OpenAI-shaped.
+(translated both ways), over the outbound layer (``app.services.platform.http``: pooled,
+timeouts, no redirects, bodies capped at ``CHAT_MAX_RESPONSE_BYTES``; provider URLs are
+operator configuration, so private hosts are allowed, metadata addresses never).
+Everything returned is OpenAI-shaped.
 
 Failure classification (used by failover in ``app.services.chat.completions``):
 
@@ -10,16 +13,15 @@ Failure classification (used by failover in ``app.services.chat.completions``):
 """
 from __future__ import annotations
 
-import threading
 import time
 from typing import Iterator
 
 import orjson
 import requests
 from flask import current_app
-from requests.adapters import HTTPAdapter
 
 from app.services.chat.catalog import Offer
+from app.services.platform import http
 
 _REJECT_STATUSES = (400, 413, 422)
 ANTHROPIC_VERSION = "2023-06-01"
@@ -38,22 +40,6 @@ class UpstreamRejected(Exception):
     def __init__(self, status: int, message: str):
         super().__init__(message)
         self.status = status
-
-
-_local = threading.local()
-
-
-def session() -> requests.Session:
-    """This thread's pooled HTTP session (keep-alive connections to every provider)."""
-    s = getattr(_local, "session", None)
-    if s is None:
-        s = requests.Session()
-        adapter = HTTPAdapter(pool_connections=32, pool_maxsize=64, max_retries=0)
-        s.mount("http://", adapter)
-        s.mount("https://", adapter)
-        s.trust_env = False
-        _local.session = s
-    return s
 
 
 def _timeouts(offer: Offer) -> tuple[float, float]:
@@ -76,9 +62,13 @@ def _retry_after(resp: requests.Response) -> float | None:
             return None
 
 
+def _max_bytes() -> int:
+    return int(current_app.config["CHAT_MAX_RESPONSE_BYTES"])
+
+
 def _error_text(resp: requests.Response) -> str:
     try:
-        data = orjson.loads(resp.content[:65536])
+        data = orjson.loads(http.read_capped(resp, 65536))
         err = data.get("error") if isinstance(data, dict) else None
         if isinstance(err, dict):
             return str(err.get("message") or err.get("type") or err)[:500]
@@ -86,13 +76,16 @@ def _error_text(resp: requests.Response) -> str:
             return str(data.get("message") or err)[:500]
     except Exception:  # noqa: BLE001
         pass
-    return resp.text[:200] if resp.content else resp.reason or ""
+    return resp.text[:200] if getattr(resp, "_content", None) else resp.reason or ""
 
 
-def _post(offer: Offer, url: str, headers: dict, payload: dict, stream: bool) -> requests.Response:
+def _post(offer: Offer, url: str, headers: dict, payload: dict) -> requests.Response:
+    """The provider's open (streamed) response to a POST; bodies are read capped."""
     try:
-        resp = session().post(url, data=orjson.dumps(payload), headers=headers,
-                              timeout=_timeouts(offer), stream=stream)
+        resp = http.session("chat", allow_private_hosts=True).post(
+            url, data=orjson.dumps(payload), headers=headers, timeout=_timeouts(offer), stream=True)
+    except http.AddressRefused as exc:
+        raise ProviderFailure(f"{offer.provider.id}: address not allowed ({exc})") from None
     except requests.Timeout as exc:
         raise ProviderFailure(f"{offer.provider.id}: timed out", timeout=True) from exc
     except requests.RequestException as exc:
@@ -110,11 +103,15 @@ def _post(offer: Offer, url: str, headers: dict, payload: dict, stream: bool) ->
 
 def _read_json(offer: Offer, resp: requests.Response) -> dict:
     try:
-        data = orjson.loads(resp.content)
+        data = orjson.loads(http.read_capped(resp, _max_bytes()))
     except requests.Timeout as exc:
         raise ProviderFailure(f"{offer.provider.id}: timed out", timeout=True) from exc
+    except http.ResponseTooLarge as exc:
+        raise ProviderFailure(f"{offer.provider.id}: {exc}") from None
     except (requests.RequestException, orjson.JSONDecodeError) as exc:
         raise ProviderFailure(f"{offer.provider.id}: unreadable response") from exc
+    finally:
+        resp.close()
     if not isinstance(data, dict):
         raise ProviderFailure(f"{offer.provider.id}: unexpected response")
     return data
@@ -122,16 +119,21 @@ def _read_json(offer: Offer, resp: requests.Response) -> dict:
 
 def sse_events(resp: requests.Response, offer: Offer) -> Iterator[bytes]:
     """The ``data:`` payloads of a server-sent-event stream (``[DONE]`` included), yielded
-    as soon as each line arrives (``read1``: chunked or not, nothing waits for the end)."""
+    as soon as each line arrives (``read1``: chunked or not, nothing waits for the end).
+    A stream longer than ``CHAT_MAX_RESPONSE_BYTES`` fails the provider."""
     import urllib3
 
     raw = resp.raw
     buf = b""
+    left = _max_bytes()
     try:
         while True:
             data = raw.read1(65536)
             if not data:
                 break
+            left -= len(data)
+            if left < 0:
+                raise ProviderFailure(f"{offer.provider.id}: {http.ResponseTooLarge(_max_bytes())}")
             lines = (buf + data).split(b"\n")
             buf = lines.pop()
             for line in lines:
@@ -171,7 +173,7 @@ def _openai_payload(offer: Offer, body: dict, max_tokens: int, stream: bool) -> 
 
 def _openai_complete(offer: Offer, body: dict, max_tokens: int) -> dict:
     resp = _post(offer, offer.provider.base_url + "/chat/completions", _openai_headers(offer),
-                 _openai_payload(offer, body, max_tokens, False), stream=False)
+                 _openai_payload(offer, body, max_tokens, False))
     data = _read_json(offer, resp)
     if not isinstance(data.get("choices"), list):
         raise ProviderFailure(f"{offer.provider.id}: response without choices")
@@ -180,7 +182,7 @@ def _openai_complete(offer: Offer, body: dict, max_tokens: int) -> dict:
 
 def _openai_stream(offer: Offer, body: dict, max_tokens: int) -> Iterator[dict]:
     resp = _post(offer, offer.provider.base_url + "/chat/completions", _openai_headers(offer),
-                 _openai_payload(offer, body, max_tokens, True), stream=True)
+                 _openai_payload(offer, body, max_tokens, True))
     for data in sse_events(resp, offer):
         if data == b"[DONE]":
             return
@@ -319,7 +321,7 @@ def from_anthropic(data: dict) -> dict:
 
 def _anthropic_complete(offer: Offer, body: dict, max_tokens: int) -> dict:
     resp = _post(offer, offer.provider.base_url + "/v1/messages", _anthropic_headers(offer),
-                 to_anthropic(body, offer.upstream_model, max_tokens), stream=False)
+                 to_anthropic(body, offer.upstream_model, max_tokens))
     data = _read_json(offer, resp)
     if data.get("type") == "error":
         raise ProviderFailure(f"{offer.provider.id}: {str(data.get('error'))[:200]}")
@@ -331,7 +333,7 @@ def _anthropic_stream(offer: Offer, body: dict, max_tokens: int) -> Iterator[dic
     payload = to_anthropic(body, offer.upstream_model, max_tokens)
     payload["stream"] = True
     resp = _post(offer, offer.provider.base_url + "/v1/messages", _anthropic_headers(offer),
-                 payload, stream=True)
+                 payload)
     prompt = completion = None
     tool_index: dict[int, int] = {}
     finish = None

@@ -40,6 +40,7 @@ from app.services.gateway import receipts
 from app.services.gateway import upstream
 from app.services.billing import usage
 from app.services.billing import x402
+from app.services.platform import http
 
 # Core statements on the tables in the hot path (cached compiled SQL, no ORM overhead).
 _CALLS = ModuleCall.__table__
@@ -173,7 +174,7 @@ def call(*, account_id: str, mode: str, slug: str, body: dict, idempotency_key: 
     if not base:
         raise InvalidRequest(f"Module '{slug}' has no sandbox; call it with a live key.")
     url = base + act.path if act.path != "/" else base
-    if not cfg["ALLOW_PRIVATE_URLS"] and catalog.is_private_url(url):
+    if http.precheck(url, allow_private_hosts=cfg["ALLOW_PRIVATE_URLS"]) is not None:
         raise UpstreamError("The module's upstream address is not allowed.")
     if idempotency_key is not None and not 0 < len(idempotency_key) <= 128:
         raise InvalidRequest("Idempotency-Key: must be 1 to 128 characters.")
@@ -190,7 +191,8 @@ def call(*, account_id: str, mode: str, slug: str, body: dict, idempotency_key: 
             mode=mode, production=cfg["PRODUCTION"])
         answer = upstream.forward(method=act.method, url=url, body=body, payload=payload,
                                   headers=headers, timeout=act.timeout_seconds,
-                                  max_bytes=cfg["PROVIDER_MAX_RESPONSE_BYTES"])
+                                  max_bytes=cfg["PROVIDER_MAX_RESPONSE_BYTES"],
+                                  allow_private_hosts=cfg["ALLOW_PRIVATE_URLS"])
     except upstream.ProviderFailure as exc:
         refund(call_id, "provider_timeout" if exc.kind == "timeout" else "provider_error")
         if exc.kind == "timeout":

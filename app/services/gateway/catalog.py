@@ -29,10 +29,8 @@ because every call stores its own price. Modules built by agents are never touch
 from __future__ import annotations
 
 import glob
-import ipaddress
 import os
 import re
-import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -127,35 +125,6 @@ def get_action(mod: ModuleSnap, name) -> ActionSnap:
         raise UnknownAction(f"Module '{mod.slug}' has no action '{str(name)[:64]}'; "
                             f"actions: {', '.join(sorted(mod.actions))}.")
     return act
-
-
-# --- private address guard -----------------------------------------------------------
-
-_addr_cache: dict[str, tuple[float, bool]] = {}
-
-
-def is_private_url(url: str) -> bool:
-    """True when the URL's host is (or resolves to) a loopback, private, link-local,
-    reserved or multicast address. Resolution results are cached for a minute."""
-    host = urlsplit(url).hostname or ""
-    now = time.monotonic()
-    hit = _addr_cache.get(host)
-    if hit is not None and hit[0] > now:
-        return hit[1]
-    try:
-        addrs = {info[4][0] for info in socket.getaddrinfo(host, None)}
-    except (socket.gaierror, UnicodeError):
-        addrs = set()
-    private = not addrs or any(_private_ip(a) for a in addrs)
-    _addr_cache[host] = (now + 60.0, private)
-    return private
-
-
-def _private_ip(addr: str) -> bool:
-    ip = ipaddress.ip_address(addr.split("%")[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
-        ip = ip.ipv4_mapped
-    return not ip.is_global or ip.is_multicast
 
 
 # --- public listing ------------------------------------------------------------------

@@ -1,21 +1,21 @@
-"""Forwarding a module call to its provider: pooled HTTP sessions, provider
+"""Forwarding a module call to its provider over the outbound layer
+(``app.services.platform.http``: pooled, pinned to the screened address), provider
 authentication (secret header from the environment, or Standard Webhooks signatures
 for agent-built modules), bounded response reading and result normalization."""
 from __future__ import annotations
 
 import os
-import threading
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import orjson
 import requests
-from requests.adapters import HTTPAdapter
 from standardwebhooks.webhooks import Webhook
 from urllib3.exceptions import ReadTimeoutError
 
-USER_AGENT = "metered-gateway/1.0"
-_local = threading.local()
+from app.services.platform import http
+
+USER_AGENT = http.USER_AGENT
 _webhooks: dict[str, Webhook] = {}
 
 
@@ -37,20 +37,6 @@ class ProviderAnswer:
     status: int
     ok: bool
     result: dict
-
-
-def session() -> requests.Session:
-    """This thread's pooled session (keep-alive to providers, no env proxy lookups)."""
-    s = getattr(_local, "session", None)
-    if s is None:
-        s = requests.Session()
-        s.trust_env = False
-        adapter = HTTPAdapter(pool_connections=64, pool_maxsize=64, max_retries=0)
-        s.mount("http://", adapter)
-        s.mount("https://", adapter)
-        s.headers.clear()
-        _local.session = s
-    return s
 
 
 def auth_headers(auth: dict | None, payload: bytes, call_id: str, production: bool) -> dict:
@@ -102,14 +88,17 @@ def normalize(content: bytes, content_type: str) -> dict:
 
 
 def forward(*, method: str, url: str, body: dict, payload: bytes, headers: dict,
-            timeout: float, max_bytes: int) -> ProviderAnswer:
-    """Send the call; raise ProviderFailure on connection errors, timeouts, 3xx, 5xx, 401/407
-    (the gateway's own provider credentials refused), 408, 429 and oversized bodies.
+            timeout: float, max_bytes: int, allow_private_hosts: bool) -> ProviderAnswer:
+    """Send the call; raise ProviderFailure on connection errors, timeouts, refused addresses
+    (SSRF policy, checked on the address dialled), 3xx, 5xx, 401/407 (the gateway's own
+    provider credentials refused), 408, 429 and oversized bodies.
     2xx → ok; other 4xx → not ok, the provider's body is the result (charged)."""
     kwargs = {"params": _query(body)} if method in ("GET", "DELETE") else {"data": payload}
     try:
-        resp = session().request(method, url, headers=headers, timeout=(min(timeout, 5.0), timeout),
-                                 allow_redirects=False, stream=True, **kwargs)
+        resp = http.session("modules", allow_private_hosts=allow_private_hosts).request(
+            method, url, headers=headers, timeout=(min(timeout, 5.0), timeout), stream=True, **kwargs)
+    except http.AddressRefused as exc:
+        raise ProviderFailure("error", f"provider address not allowed ({exc})") from None
     except requests.Timeout as exc:
         raise ProviderFailure("timeout", f"provider timed out: {type(exc).__name__}") from None
     except requests.RequestException as exc:
@@ -125,13 +114,10 @@ def forward(*, method: str, url: str, body: dict, payload: bytes, headers: dict,
             raise ProviderFailure("error", "provider is rate-limiting the gateway (HTTP 429)")
         if resp.status_code == 408:
             raise ProviderFailure("timeout", "provider answered HTTP 408")
-        chunks, size = [], 0
         try:
-            for chunk in resp.iter_content(65536):
-                size += len(chunk)
-                if size > max_bytes:
-                    raise ProviderFailure("error", f"provider response exceeds {max_bytes} bytes")
-                chunks.append(chunk)
+            content = http.read_capped(resp, max_bytes)
+        except http.ResponseTooLarge:
+            raise ProviderFailure("error", f"provider response exceeds {max_bytes} bytes") from None
         except requests.ConnectionError as exc:
             if exc.args and isinstance(exc.args[0], ReadTimeoutError):
                 raise ProviderFailure("timeout", "provider timed out while sending its body") from None
@@ -140,7 +126,7 @@ def forward(*, method: str, url: str, body: dict, payload: bytes, headers: dict,
             raise ProviderFailure("error", f"provider body unreadable: {type(exc).__name__}") from None
     finally:
         resp.close()
-    result = normalize(b"".join(chunks), resp.headers.get("Content-Type", ""))
+    result = normalize(content, resp.headers.get("Content-Type", ""))
     return ProviderAnswer(status=resp.status_code, ok=resp.status_code < 400, result=result)
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-import requests
 from flask import current_app
 from sqlalchemy import insert, select, update
 from sqlalchemy.exc import IntegrityError
@@ -32,6 +31,7 @@ from app.models.base import utcnow
 from app.services.billing.x402.payload import PaymentInvalid, autonomous_ok, decode, verify
 from app.services.billing.x402.requirements import b64json, is_sandbox, v1_requirement, v2_requirement
 from app.services.billing import chains, ledger
+from app.services.platform import http
 
 log = logging.getLogger(__name__)
 
@@ -140,10 +140,11 @@ def _facilitator(path: str, facts: dict, price_micros: int, resource_url: str) -
     else:
         req = v1_requirement(facts["chain"], price_micros, resource_url, "Module call")
     try:
-        resp = requests.post(url, json={"x402Version": facts["version"], "paymentPayload": data,
-                                        "paymentRequirements": req}, timeout=30)
+        resp = http.call("POST", url, purpose="x402", timeout=30,
+                         json={"x402Version": facts["version"], "paymentPayload": data,
+                               "paymentRequirements": req})
         body = resp.json()
-    except (requests.RequestException, ValueError) as exc:
+    except (*http.ERRORS, ValueError) as exc:
         log.warning("x402 facilitator %s failed: %s", path, exc)
         return {"_unavailable": True}
     return body if isinstance(body, dict) else {}

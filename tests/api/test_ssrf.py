@@ -12,7 +12,7 @@ import pytest
 
 from tests import dnsstub
 from tests.agentkit import Keypair, register, session_headers
-from tests.gateway_helpers import (StandInProvider, balance_cents, call, create_module,  # noqa: F401
+from tests.gateway_helpers import (PROVIDER, balance_cents, call, create_module,  # noqa: F401
                                    provider, provider_server)
 
 VECTORS = [
@@ -113,7 +113,7 @@ def test_module_host_rebinding_to_loopback_is_never_reached(app, client, make_ac
     acct = make_account(cents=5)
     r = call(client, acct, {"action": "ok"}, slug="rebind")
     assert r.status_code == 502 and r.get_json()["error"] == "provider_error", r.get_json()
-    assert StandInProvider.seen == [] and balance_cents(app, acct.id) == 5
+    assert PROVIDER.requests == [] and balance_cents(app, acct.id) == 5
     assert dns.lookups[host] == 2
     ledger_clean()
 

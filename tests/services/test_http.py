@@ -22,7 +22,8 @@ from app.services.chat import providers as llm_providers
 from app.services.chat.catalog import Offer, Provider
 from app.services.platform import http, netguard
 from tests import dnsstub
-from tests.servers import free_port, http_server, recorder
+from tests.support.procs import free_port
+from tests.support.standin import StandIn, recorder, serve
 
 FORBIDDEN = [  # refused in every mode
     "http://169.254.169.254/latest/meta-data", "http://169.254.0.1/", "http://[fe80::1]/",
@@ -99,20 +100,21 @@ def test_classify(ip, category):
 
 def test_loopback_connection_only_when_allowed(app):
     rec = recorder([200])
-    with http_server(rec) as (_, url), app.app_context():
+    with rec as url, app.app_context():
         assert http.call("POST", url + "/x", purpose="test", timeout=5, data=b"{}").status_code == 200
         with pytest.raises(http.AddressRefused):
             http.call("POST", url + "/x", purpose="test", timeout=5, data=b"{}", allow_private_hosts=False)
-    assert len(rec.received) == 1
+    assert len(rec.requests) == 1
 
 
 # --- DNS rebinding ---------------------------------------------------------------------
 
 def test_connection_goes_to_the_validated_address(app, dns, monkeypatch):
     """First lookup: a public address (validated, then dialled); second: loopback (refused)."""
-    rec = recorder([200])
-    with http_server(rec) as (server, _), app.app_context():
-        port = server.server_address[1]
+    rec = StandIn()  # closes every connection, so the second call dials (and screens) again
+    rec.route("*", "*", lambda req: (200, {}, {"Connection": "close"}))
+    with rec as url, app.app_context():
+        port = int(url.rsplit(':', 1)[1])
         dns.answers["pinned.example"] = ["93.184.216.34", "127.0.0.1"]
         dialed, real_dial = [], http._dial
 
@@ -124,21 +126,22 @@ def test_connection_goes_to_the_validated_address(app, dns, monkeypatch):
         url = f"http://pinned.example:{port}/hook"
         r = http.call("POST", url, purpose="test", timeout=5, data=b"x", allow_private_hosts=False)
         assert r.status_code == 200 and dialed == ["93.184.216.34"] and dns.lookups["pinned.example"] == 1
-        assert rec.received[0]["headers"]["Host"] == f"pinned.example:{port}"
+        assert rec.requests[0].headers["Host"] == f"pinned.example:{port}"
         with pytest.raises(http.AddressRefused):  # the next connection is screened again
             http.call("POST", url, purpose="test", timeout=5, data=b"x", allow_private_hosts=False)
-    assert dialed == ["93.184.216.34"] and len(rec.received) == 1
+    assert dialed == ["93.184.216.34"] and len(rec.requests) == 1
 
 
 def test_rebinding_to_metadata_refused_when_private_allowed(app, dns):
-    rec = recorder([200])
-    with http_server(rec) as (server, _), app.app_context():
-        url = f"http://rebind.example:{server.server_address[1]}/hook"
+    rec = StandIn()  # closes every connection: each call dials (and screens) again
+    rec.route("*", "*", lambda req: (200, {}, {"Connection": "close"}))
+    with rec as url, app.app_context():
+        url = f"http://rebind.example:{int(url.rsplit(':', 1)[1])}/hook"
         dns.answers["rebind.example"] = ["127.0.0.1", "169.254.169.254"]
         assert http.call("POST", url, purpose="test", timeout=5, data=b"x").status_code == 200
         with pytest.raises(http.AddressRefused):
             http.call("POST", url, purpose="test", timeout=5, data=b"x")
-    assert len(rec.received) == 1 and dns.lookups["rebind.example"] == 2
+    assert len(rec.requests) == 1 and dns.lookups["rebind.example"] == 2
 
 
 @pytest.fixture(scope="module")
@@ -165,9 +168,8 @@ def tls_server(tmp_path_factory):
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(d / "cert.pem", d / "key.pem")
     ctx.sni_callback = lambda sock, name, _ctx: seen["sni"].append(name)
-    with http_server(Handler) as (server, _):
-        server.socket = ctx.wrap_socket(server.socket, server_side=True)
-        yield server.server_address[1], str(d / "cert.pem"), seen
+    with serve(Handler, ssl_context=ctx) as url:
+        yield int(url.rsplit(':', 1)[1]), str(d / "cert.pem"), seen
 
 
 def test_tls_on_a_pinned_connection_checks_the_host_name(app, dns, tls_server):
@@ -202,7 +204,7 @@ class _Redirecting(BaseHTTPRequestHandler):
 
 def test_redirects_are_never_followed(app):
     _Redirecting.hits = []
-    with http_server(_Redirecting) as (_, url), app.app_context():
+    with serve(_Redirecting) as url, app.app_context():
         assert http.call("GET", url + "/start", purpose="test", timeout=5).status_code == 302
         s = http.session("test", allow_private_hosts=True)
         assert s.get(url + "/start", timeout=5, allow_redirects=True).status_code == 302
@@ -230,7 +232,7 @@ class _Big(BaseHTTPRequestHandler):
 
 
 def test_response_cap(app, monkeypatch):
-    with http_server(_Big) as (_, url), app.app_context():
+    with serve(_Big) as url, app.app_context():
         with pytest.raises(http.ResponseTooLarge):
             http.call("GET", url, purpose="test", timeout=5, max_bytes=64 * 1024)
         assert len(http.call("GET", url, purpose="test", timeout=5).content) == _Big.size
@@ -268,7 +270,7 @@ def test_environment_proxies_are_ignored(app, monkeypatch):
         def log_message(self, *a):
             pass
 
-    with http_server(Node) as (_, url), app.app_context():
+    with serve(Node) as url, app.app_context():
         monkeypatch.setitem(app.config, "RPC_URLS", {"base": url})
         assert chains.rpc("base", "eth_blockNumber", []) == "ok"
 

@@ -88,13 +88,16 @@ class _Server(ThreadingHTTPServer):
 
 
 @contextmanager
-def serve(handler_cls: type[BaseHTTPRequestHandler]):
-    """Serve ``handler_cls`` on a free loopback port in a thread; yields the base URL."""
+def serve(handler_cls: type[BaseHTTPRequestHandler], ssl_context=None):
+    """Serve ``handler_cls`` on a free loopback port in a thread; yields the base URL
+    (``https://`` when an ``ssl.SSLContext`` is given: the socket is wrapped with it)."""
     server = _Server(("127.0.0.1", 0), handler_cls)
+    if ssl_context is not None:
+        server.socket = ssl_context.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        yield f"{'https' if ssl_context else 'http'}://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()

@@ -9,6 +9,7 @@ from flask import current_app
 from sqlalchemy import Engine, and_, create_engine, delete, func, insert, null, select
 
 from app.extensions import db
+from app.services.platform.uow import transactional
 from app.models import TrackEvent
 from app.models.base import utcnow
 
@@ -146,13 +147,13 @@ def active_sessions(now: datetime | None = None, limit: int = SESSIONS_LIMIT) ->
             for sid, first, last, n in db.session.execute(q).all()]
 
 
+@transactional
 def prune(now: datetime | None = None) -> int:
     """Delete events older than ``TRACK_RETENTION_DAYS``; returns how many."""
     now = now or utcnow()
     cutoff = now - timedelta(days=int(current_app.config["TRACK_RETENTION_DAYS"]))
     res = db.session.execute(delete(TrackEvent).where(TrackEvent.created_at < cutoff)
                              .execution_options(synchronize_session=False))
-    db.session.commit()
     return res.rowcount or 0
 
 

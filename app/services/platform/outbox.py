@@ -44,9 +44,11 @@ WEBHOOK_TIMEOUT = 10
 
 
 def add(channel: str, destination: str, payload: dict, *, source: str | None = None,
-        account_id: str | None = None, max_attempts: int = 8, flush: bool = True) -> OutboxMessage:
+        account_id: str | None = None, max_attempts: int = 8, flush: bool = True,
+        enqueue: bool = True) -> OutboxMessage:
     """Write a message to deliver (in the caller's transaction; no commit). Inside a unit
-    of work its delivery is enqueued after that unit commits (never if it rolls back).
+    of work its delivery is enqueued after that unit commits (never if it rolls back;
+    ``enqueue=False``: left to the periodic sweep).
 
     ``flush=False`` leaves the INSERT to the caller's next flush/commit, so a caller adding
     many messages gets them written in one batched statement (the id is set already)."""
@@ -57,7 +59,7 @@ def add(channel: str, destination: str, payload: dict, *, source: str | None = N
     db.session.add(msg)
     if flush:
         db.session.flush()
-    if in_unit_of_work():
+    if enqueue and in_unit_of_work():
         after_commit(dispatch, msg.id)
     return msg
 

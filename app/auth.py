@@ -33,6 +33,7 @@ from app.extensions import db, get_redis, limiter, redis_for
 from app.ids import secret_is_well_formed, sha256_hex
 from app.models import Account, ApiKey
 from app.models.base import utcnow
+from app.services.platform.uow import unit_of_work
 
 log = logging.getLogger(__name__)
 
@@ -183,12 +184,12 @@ def flush_last_used() -> int:
         _last_used.clear()
     if not pending:
         return 0
-    for key_id, when in pending.items():
-        db.session.execute(
-            update(ApiKey).where(ApiKey.id == key_id).values(last_used_at=when)
-            .execution_options(synchronize_session=False)
-        )
-    db.session.commit()
+    with unit_of_work():
+        for key_id, when in pending.items():
+            db.session.execute(
+                update(ApiKey).where(ApiKey.id == key_id).values(last_used_at=when)
+                .execution_options(synchronize_session=False)
+            )
     return len(pending)
 
 

@@ -195,7 +195,8 @@ def test_fund_call_inside_the_charging_transaction(cfg, make_account, wallet, le
 
 def test_fund_call_with_facilitator_survives_a_rolled_back_call(cfg, make_account, wallet, ledger_clean):
     """Settled but the call's transaction never commits: the sweep books it as credit
-    (PostgreSQL; on SQLite the reservation shares the caller's transaction)."""
+    (on every database: reservation and settlement commit in their own units of work,
+    never inside the caller's transaction)."""
     acct = make_account(cents=0)
     with facilitator_server() as fac:
         cfg.config["X402_FACILITATOR_URL"] = fac.url
@@ -203,10 +204,7 @@ def test_fund_call_with_facilitator_survives_a_rolled_back_call(cfg, make_accoun
                        resource_url="http://gw.test/x")
     db.session.rollback()  # the process died before committing the call
     booked = x402.book_orphans(older_than_seconds=0)
-    if db.engine.dialect.name == "sqlite":
-        assert booked == 0 and ledger.balance(ledger.customer(acct.id)) == 0
-    else:
-        assert booked == 1 and ledger.balance(ledger.customer(acct.id)) == 50_000
+    assert booked == 1 and ledger.balance(ledger.customer(acct.id)) == 50_000
     ledger_clean()
 
 

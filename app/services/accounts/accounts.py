@@ -1,4 +1,8 @@
-"""Accounts: creation (with the promotional grant), plans, admin flag, operator credits."""
+"""Accounts: creation (with the promotional grant), plans, admin flag, operator credits.
+
+Entry points (each one unit of work): ``create_account``, ``grant_credits``, ``set_plan``,
+``set_admin``. ``new_account`` is the helper other entry points (sign-up, agent
+registration) use inside their own unit of work."""
 from __future__ import annotations
 
 import re
@@ -12,6 +16,7 @@ from app.extensions import db
 from app.ids import new_id
 from app.models import Account
 from app.services.billing import ledger
+from app.services.platform.uow import transactional
 
 # Pragmatic address syntax check (RFC 5321 lengths, one @, a dotted domain).
 _EMAIL_RE = re.compile(r"^[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
@@ -54,12 +59,18 @@ def find_by_email(email: str) -> Account | None:
     ).scalar_one_or_none()
 
 
-def create_account(email: str | None, *, plan: str | None = None, admin: bool = False,
-                   kind: str = "human", owner_account_id: str | None = None,
-                   agent_id: str | None = None, promo: bool | None = None,
-                   commit: bool = True) -> Account:
-    """Create an account; human accounts get the promotional grant (PROMO_GRANT_CENTS)
-    as a ledger posting in the same transaction."""
+@transactional
+def create_account(email: str | None, **kw) -> Account:
+    """Create an account (``new_account``) in its own unit of work."""
+    return new_account(email, **kw)
+
+
+def new_account(email: str | None, *, plan: str | None = None, admin: bool = False,
+                kind: str = "human", owner_account_id: str | None = None,
+                agent_id: str | None = None, promo: bool | None = None) -> Account:
+    """Create an account in the caller's unit of work; human accounts get the promotional
+    grant (PROMO_GRANT_CENTS) as a ledger posting in the same transaction. Raises Conflict
+    when the address is taken (the caller's unit of work then rolls back)."""
     plan = _check_plan(plan or current_app.config["DEFAULT_PLAN"])
     email_norm = normalize_email(email) if email is not None else None
     if email_norm and db.session.execute(
@@ -77,14 +88,12 @@ def create_account(email: str | None, *, plan: str | None = None, admin: bool = 
             ledger.post("promo_grant", [(ledger.PROMO, -ledger.cents_to_micros(grant)),
                                         (ledger.customer(acct.id), ledger.cents_to_micros(grant))],
                         account_id=acct.id, ref=f"promo:{acct.id}")
-        if commit:
-            db.session.commit()
     except IntegrityError:
-        db.session.rollback()
-        raise Conflict("An account with this e-mail already exists.")
+        raise Conflict("An account with this e-mail already exists.") from None
     return acct
 
 
+@transactional
 def grant_credits(account_id: str, cents: int, memo: str | None = None) -> int:
     """Operator credit (positive) or correction (negative, never below zero)."""
     get_account(account_id)
@@ -93,21 +102,20 @@ def grant_credits(account_id: str, cents: int, memo: str | None = None) -> int:
     micros = ledger.cents_to_micros(cents)
     ledger.post("operator_adjustment", [(ledger.ADJUST, -micros), (ledger.customer(account_id), micros)],
                 account_id=account_id, meta={"memo": memo} if memo else None)
-    db.session.commit()
     return get_account(account_id).balance_micros
 
 
+@transactional
 def set_plan(account_id: str, plan: str) -> Account:
     acct = get_account(account_id)
     acct.plan = _check_plan(plan)
-    db.session.commit()
     return acct
 
 
+@transactional
 def set_admin(account_id: str, admin: bool = True) -> Account:
     acct = get_account(account_id)
     acct.is_admin = admin
-    db.session.commit()
     return acct
 
 

@@ -1,4 +1,7 @@
-"""API keys: minting (checksummed, hashed at rest), listing, scoped creation, revocation."""
+"""API keys: minting (checksummed, hashed at rest), listing, scoped creation, revocation.
+
+Entry points (each one unit of work): ``mint``, ``create_key``, ``revoke_key``;
+``add_key`` is the helper for other entry points' units of work (sign-up)."""
 from __future__ import annotations
 
 from sqlalchemy import select
@@ -9,22 +12,29 @@ from app.ids import new_id, new_secret, sha256_hex
 from app.models import ApiKey
 from app.models.base import utcnow
 from app.scopes import ALL_SCOPES
+from app.services.platform.uow import transactional, unit_of_work
 
 LIVE_PREFIX = "svc_live_"
 TEST_PREFIX = "svc_test_"
 DISPLAY_PREFIX_LEN = 13  # "svc_live_" + 4 characters of the random part
 
 
+@transactional
 def mint(account_id: str, name: str, scopes: list[str] | tuple[str, ...], *,
-         mode: str = "live", commit: bool = True) -> tuple[ApiKey, str]:
-    """Create a key row; returns (row, full secret). The secret is never stored."""
+         mode: str = "live") -> tuple[ApiKey, str]:
+    """Create a key (``add_key``) in its own unit of work; returns (row, full secret)."""
+    return add_key(account_id, name, scopes, mode=mode)
+
+
+def add_key(account_id: str, name: str, scopes: list[str] | tuple[str, ...], *,
+            mode: str = "live") -> tuple[ApiKey, str]:
+    """Add a key row in the caller's unit of work; returns (row, full secret). The secret
+    is never stored."""
     secret = new_secret(TEST_PREFIX if mode == "test" else LIVE_PREFIX)
     row = ApiKey(id=new_id("key"), account_id=account_id, name=name, mode=mode,
                  prefix=secret[:DISPLAY_PREFIX_LEN], key_hash=sha256_hex(secret),
                  scopes=sorted(set(scopes)), created_at=utcnow())
     db.session.add(row)
-    if commit:
-        db.session.commit()
     return row, secret
 
 
@@ -47,7 +57,7 @@ def create_key(account_id: str, name: str, scopes: list[str] | None, *,
             raise InsufficientScope(
                 f"This credential cannot grant scope(s) it lacks: {', '.join(missing)}."
             )
-    return mint(account_id, name, sorted(requested), mode=creator_mode)
+    return mint(account_id, name, sorted(requested), mode=creator_mode)  # its unit of work
 
 
 def list_keys(account_id: str) -> list[ApiKey]:
@@ -63,12 +73,12 @@ def revoke_key(account_id: str, key_id: str) -> ApiKey:
     every worker and node drops its cached credential (app.auth)."""
     from app import auth
 
-    row = db.session.get(ApiKey, key_id)
-    if row is None or row.account_id != account_id:
-        raise NotFound("No such key.")
-    if row.revoked_at is None:
-        row.revoked_at = utcnow()
-        db.session.commit()
+    with unit_of_work():
+        row = db.session.get(ApiKey, key_id)
+        if row is None or row.account_id != account_id:
+            raise NotFound("No such key.")
+        if row.revoked_at is None:
+            row.revoked_at = utcnow()
     auth.broadcast_revocation(row.key_hash)
     return row
 

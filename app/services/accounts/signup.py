@@ -7,6 +7,8 @@ gets a verification link (single-use token, stored hashed, valid
 account" notice instead. ``complete`` redeems the token atomically and creates the
 account, its 1,000-cent promo grant (ledger) and a full-scope live key in one
 transaction, so a crash leaves either everything or nothing (and the token unused).
+Each of ``start``, ``complete`` and ``prune`` is one unit of work; ``complete`` burns
+the token in a second one when the address turned out to be taken.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from app.services.accounts import accounts
 from app.services.platform import tokens as emailtokens
 from app.services.accounts import keys
 from app.services.platform import outbox
+from app.services.platform.uow import transactional
 
 FIRST_KEY_NAME = "default"
 
@@ -37,12 +40,13 @@ def accepted() -> dict:
             "message": "Check your inbox: we sent a link to finish signing up."}
 
 
+@transactional
 def start(email: str) -> dict:
     email = accounts.normalize_email(email)
     exists = db.session.execute(select(func.count()).select_from(Account)
                                 .where(Account.email == email)).scalar_one()
     if exists:
-        msg = outbox.add_email(
+        outbox.add_email(
             email, "You already have an account",
             "Someone (hopefully you) tried to sign up with this address, but it already has "
             "an account. Sign in with one of your API keys; if you lost them, reply to this "
@@ -55,15 +59,13 @@ def start(email: str) -> dict:
                             expires_at=utcnow() + timedelta(hours=hours), created_at=utcnow())
         db.session.add(req)
         link = emailtokens.link("/signup/confirm?token=" + token)
-        msg = outbox.add_email(
+        outbox.add_email(
             email, "Finish creating your account",
             f"Open this link to create your account and get your first API key "
             f"(it works once, for {hours} hours):\n{link}\n\n"
             f"Your account starts with {current_app.config['PROMO_GRANT_CENTS'] / 100:.2f} USD "
             "of free credit, no card needed.\n\nIf this was not you, ignore this e-mail.",
             source=f"signup:{req.id}")
-    db.session.commit()
-    outbox.dispatch(msg.id)
     return accepted()
 
 
@@ -93,6 +95,24 @@ def complete(token: str | None) -> dict:
     if digest is None:
         raise TokenInvalid()
     now = utcnow()
+    try:
+        acct, row, secret = _redeem(digest, now)
+    except _AddressTaken as taken:
+        _burn(taken.req_id, now)  # the link cannot be retried
+        raise Conflict("An account with this e-mail already exists.") from None
+    except IntegrityError:  # a concurrent sign-up created the address's account first
+        raise Conflict("An account with this e-mail already exists.") from None
+    return {"account": accounts.account_view(acct), "key": {**keys.key_view(row), "key": secret}}
+
+
+class _AddressTaken(Exception):
+    def __init__(self, req_id: str):
+        super().__init__(req_id)
+        self.req_id = req_id
+
+
+@transactional
+def _redeem(digest: str, now) -> tuple:
     req_id = db.session.execute(
         update(SignupRequest)
         .where(SignupRequest.token_hash == digest, SignupRequest.used_at.is_(None),
@@ -101,27 +121,24 @@ def complete(token: str | None) -> dict:
         .execution_options(synchronize_session=False)
     ).scalar_one_or_none()
     if req_id is None:
-        db.session.rollback()
         raise TokenInvalid()
     req = db.session.get(SignupRequest, req_id, populate_existing=True)
     try:
-        acct = accounts.create_account(req.email, commit=False)
+        acct = accounts.new_account(req.email)
     except Conflict:
-        # create_account rolled back; burn the token so the link cannot be retried.
-        db.session.execute(update(SignupRequest).where(SignupRequest.id == req_id)
-                           .values(used_at=now).execution_options(synchronize_session=False))
-        db.session.commit()
-        raise Conflict("An account with this e-mail already exists.")
+        raise _AddressTaken(req_id) from None
     req.account_id = acct.id
-    row, secret = keys.mint(acct.id, FIRST_KEY_NAME, ALL_SCOPES, commit=False)
-    try:
-        db.session.commit()
-    except IntegrityError:  # a concurrent sign-up created the address's account first
-        db.session.rollback()
-        raise Conflict("An account with this e-mail already exists.")
-    return {"account": accounts.account_view(acct), "key": {**keys.key_view(row), "key": secret}}
+    row, secret = keys.add_key(acct.id, FIRST_KEY_NAME, ALL_SCOPES)
+    return acct, row, secret
 
 
+@transactional
+def _burn(req_id: str, now) -> None:
+    db.session.execute(update(SignupRequest).where(SignupRequest.id == req_id)
+                       .values(used_at=now).execution_options(synchronize_session=False))
+
+
+@transactional
 def prune(older_than_days: int = 7) -> int:
     """Delete unused sign-up requests that expired more than ``older_than_days`` ago
     (redeemed ones are kept: they record which request created which account)."""
@@ -131,5 +148,4 @@ def prune(older_than_days: int = 7) -> int:
     res = db.session.execute(delete(SignupRequest).where(SignupRequest.used_at.is_(None),
                                                          SignupRequest.expires_at < cutoff)
                              .execution_options(synchronize_session=False))
-    db.session.commit()
     return res.rowcount or 0

@@ -27,6 +27,7 @@ from app.models.base import utcnow
 from app.services.gateway import catalog
 from app.services.platform import netguard
 from app.services.platform import outbox
+from app.services.platform.uow import after_commit, transactional, unit_of_work
 from app.services.agents.identity import get_agent, new_webhook_secret
 
 SLUG_RE = catalog.SLUG_RE  # the gateway's slug rule (matched with fullmatch here)
@@ -37,7 +38,15 @@ MAX_PRICE_CENTS = 1_000_000  # 10,000 USD per call
 
 def submit(agent_id: str | None, *, slug: str, price_cents: int, actions: list[str],
            webhook: str | None = None, description: str | None = None) -> ModuleSubmission:
-    """Record a submission for review (202). The caller must be an agent."""
+    """Record a submission for review (202). The caller must be an agent. One unit of work."""
+    try:
+        with unit_of_work():
+            return _submit(agent_id, slug, description, price_cents, actions, webhook)
+    except IntegrityError:
+        raise Conflict(f"A submission for slug '{slug}' is already pending review.") from None
+
+
+def _submit(agent_id, slug, description, price_cents, actions, webhook) -> ModuleSubmission:
     if not agent_id:
         raise Forbidden("Only agents submit modules: sign in as the agent and use its session.")
     agent = get_agent(agent_id)
@@ -65,11 +74,6 @@ def submit(agent_id: str | None, *, slug: str, price_cents: int, actions: list[s
                            actions=list(actions), webhook=url, webhook_secret=new_webhook_secret(),
                            status="pending_review", created_at=utcnow())
     db.session.add(sub)
-    try:
-        db.session.commit()
-    except IntegrityError:
-        db.session.rollback()
-        raise Conflict(f"A submission for slug '{slug}' is already pending review.") from None
     return sub
 
 
@@ -132,12 +136,19 @@ def _pending_for(slug: str) -> ModuleSubmission:
 
 def approve(slug: str, *, reviewer: str, notes: str | None = None) -> ModuleSubmission:
     """Approve the pending submission for ``slug``: create or update its module (listed
-    and callable from now on) and notify the agent (``module.approved``)."""
+    and callable from now on) and notify the agent (``module.approved``). One unit of work."""
+    try:
+        with unit_of_work():
+            return _approve(slug, reviewer, notes)
+    except IntegrityError:
+        raise Conflict(f"The slug '{slug}' was taken concurrently; reject this submission.") from None
+
+
+def _approve(slug: str, reviewer: str, notes: str | None) -> ModuleSubmission:
     sub = _pending_for(slug)
     agent = db.session.get(Agent, sub.agent_id)
     mod = db.session.execute(select(Module).where(Module.slug == slug)).scalar_one_or_none()
     if mod is not None and mod.owner_agent_id != agent.id:
-        db.session.rollback()
         raise Conflict(f"The slug '{slug}' now belongs to another module; reject this submission.")
     now = utcnow()
     if mod is None:
@@ -166,16 +177,11 @@ def approve(slug: str, *, reviewer: str, notes: str | None = None) -> ModuleSubm
         if name not in sub.actions:
             act.active = False
     _close(sub, "approved", reviewer, notes, now)
-    try:
-        msg_id = _notify(agent, "module.approved", sub)
-        db.session.commit()
-    except IntegrityError:
-        db.session.rollback()
-        raise Conflict(f"The slug '{slug}' was taken concurrently; reject this submission.") from None
-    _after_review(msg_id)
+    _notify(agent, "module.approved", sub)
     return sub
 
 
+@transactional
 def reject(slug: str, *, reviewer: str, reason: str) -> ModuleSubmission:
     """Reject the pending submission for ``slug`` with a reason the agent can read."""
     reason = (reason or "").strip()
@@ -184,9 +190,7 @@ def reject(slug: str, *, reviewer: str, reason: str) -> ModuleSubmission:
     sub = _pending_for(slug)
     agent = db.session.get(Agent, sub.agent_id)
     _close(sub, "rejected", reviewer, reason, utcnow())
-    msg_id = _notify(agent, "module.rejected", sub)
-    db.session.commit()
-    _after_review(msg_id)
+    _notify(agent, "module.rejected", sub)
     return sub
 
 
@@ -198,18 +202,13 @@ def _close(sub: ModuleSubmission, status: str, reviewer: str, notes: str | None,
     sub.reviewed_at = now
 
 
-def _notify(agent: Agent, event: str, sub: ModuleSubmission) -> str | None:
-    """Queue the signed review event for the agent's webhook (in the review transaction)."""
-    if not agent.webhook:
-        return None
-    return outbox.add_webhook(agent.webhook, event, {
-        "agent_id": agent.id, "submission_id": sub.id, "slug": sub.slug, "status": sub.status,
-        "review_notes": sub.review_notes}, secret=agent.webhook_secret,
-        source=f"submission:{sub.id}", account_id=agent.account_id).id
-
-
-def _after_review(msg_id: str | None) -> None:
-    """After the commit: drop this process's cached catalog snapshots, send the event."""
-    catalog.invalidate_cache()  # other processes refresh within CATALOG_CACHE_TTL
-    if msg_id:
-        outbox.dispatch(msg_id)
+def _notify(agent: Agent, event: str, sub: ModuleSubmission) -> None:
+    """In the review's unit of work: queue the signed review event for the agent's webhook
+    (the outbox enqueues it after commit) and, after commit, drop this process's cached
+    catalog snapshots (other processes refresh within CATALOG_CACHE_TTL)."""
+    after_commit(catalog.invalidate_cache)
+    if agent.webhook:
+        outbox.add_webhook(agent.webhook, event, {
+            "agent_id": agent.id, "submission_id": sub.id, "slug": sub.slug, "status": sub.status,
+            "review_notes": sub.review_notes}, secret=agent.webhook_secret,
+            source=f"submission:{sub.id}", account_id=agent.account_id)

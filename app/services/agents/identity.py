@@ -39,6 +39,7 @@ from app.models.base import utcnow
 from app.scopes import SESSION_SCOPES
 from app.services.accounts import accounts
 from app.services.platform import netguard
+from app.services.platform.uow import transactional, unit_of_work
 
 PUBKEY_PREFIX = "ed25519:"
 SIGNATURE_PREFIX = "base58:"
@@ -108,22 +109,22 @@ def register(owner_account_id: str, *, name: str, pubkey: str, webhook: str | No
     canonical = canonical_pubkey(raw)
     if webhook is not None:
         netguard.validate_url(webhook, field="webhook")
-    existing = db.session.execute(select(Agent).where(Agent.pubkey == canonical)).scalar_one_or_none()
-    if existing is not None:
-        return _same_owner(existing, owner_account_id, name, webhook), False
-    agent_id = new_id("agt")
     try:
-        acct = accounts.create_account(None, kind="agent", owner_account_id=owner_account_id,
-                                       agent_id=agent_id, promo=False, commit=False)
-        agent = Agent(id=agent_id, name=name, pubkey=canonical, account_id=acct.id,
-                      owner_account_id=owner_account_id, webhook=webhook,
-                      webhook_secret=new_webhook_secret(), created_at=utcnow(), updated_at=utcnow())
-        db.session.add(agent)
-        db.session.commit()
+        with unit_of_work():
+            existing = db.session.execute(select(Agent).where(Agent.pubkey == canonical)).scalar_one_or_none()
+            if existing is not None:
+                return _same_owner(existing, owner_account_id, name, webhook), False
+            agent_id = new_id("agt")
+            acct = accounts.new_account(None, kind="agent", owner_account_id=owner_account_id,
+                                        agent_id=agent_id, promo=False)
+            agent = Agent(id=agent_id, name=name, pubkey=canonical, account_id=acct.id,
+                          owner_account_id=owner_account_id, webhook=webhook,
+                          webhook_secret=new_webhook_secret(), created_at=utcnow(), updated_at=utcnow())
+            db.session.add(agent)
     except IntegrityError:  # a concurrent register of the same pubkey won
-        db.session.rollback()
-        existing = db.session.execute(select(Agent).where(Agent.pubkey == canonical)).scalar_one()
-        return _same_owner(existing, owner_account_id, name, webhook), False
+        with unit_of_work():
+            existing = db.session.execute(select(Agent).where(Agent.pubkey == canonical)).scalar_one()
+            return _same_owner(existing, owner_account_id, name, webhook), False
     return agent, True
 
 
@@ -132,7 +133,6 @@ def _same_owner(agent: Agent, owner_account_id: str, name: str, webhook: str | N
         raise Conflict("This pubkey is registered by another account.")
     if agent.name != name or agent.webhook != webhook:
         agent.name, agent.webhook = name, webhook
-        db.session.commit()
     return agent
 
 
@@ -162,13 +162,13 @@ def visible_agent(agent_id: str, *, account_id: str, caller_agent_id: str | None
 
 # --- nonce and sign-in -----------------------------------------------------------------
 
+@transactional
 def issue_nonce() -> dict:
     """A fresh single-use nonce and its expiry."""
     nonce = NONCE_PREFIX + random_b62(NONCE_RANDOM_LEN)
     now = utcnow()
     expires = now + timedelta(seconds=int(current_app.config["AGENT_NONCE_TTL_SECONDS"]))
     db.session.add(AgentNonce(nonce_hash=sha256_hex(nonce), created_at=now, expires_at=expires))
-    db.session.commit()
     return {"nonce": nonce, "expires_at": expires}
 
 
@@ -178,6 +178,7 @@ def _nonce_well_formed(nonce: str) -> bool:
             and nonce[2:].isalnum())
 
 
+@transactional
 def sign_in(*, pubkey: str, nonce: str, signature: str) -> dict:
     """Verify the signed nonce and open a session. Raises SignInError (401) with code
     ``malformed_signin``, ``invalid_signature``, ``unknown_agent``, ``unknown_nonce``,
@@ -212,7 +213,6 @@ def sign_in(*, pubkey: str, nonce: str, signature: str) -> dict:
         .execution_options(synchronize_session=False)
     )
     if res.rowcount != 1:
-        db.session.rollback()
         row = db.session.execute(select(AgentNonce.used_at, AgentNonce.expires_at)
                                  .where(AgentNonce.nonce_hash == nonce_hash)).first()
         if row is None:
@@ -224,16 +224,15 @@ def sign_in(*, pubkey: str, nonce: str, signature: str) -> dict:
     token = new_secret(SESSION_PREFIX)
     db.session.add(AgentSession(id=new_id("sess"), agent_id=agent.id, token_hash=sha256_hex(token),
                                 created_at=now, expires_at=now + timedelta(seconds=ttl)))
-    db.session.commit()
     return {"agent_id": agent.id, "session": token, "expires_in": ttl}
 
 
+@transactional
 def purge_expired(older_than: timedelta = timedelta(days=1)) -> int:
     """Delete nonces and sessions that expired more than ``older_than`` ago."""
     cutoff = utcnow() - older_than
     n = db.session.execute(AgentNonce.__table__.delete().where(AgentNonce.expires_at < cutoff)).rowcount
     n += db.session.execute(AgentSession.__table__.delete().where(AgentSession.expires_at < cutoff)).rowcount
-    db.session.commit()
     return n
 
 

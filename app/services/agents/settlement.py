@@ -31,6 +31,7 @@ from app.models import Agent, AgentSettlement, LedgerEntry, LedgerTransaction
 from app.models.base import utcnow
 from app.services.billing import ledger
 from app.services.platform import outbox
+from app.services.platform.uow import unit_of_work
 from app.services.agents.earnings import _EARNINGS_HI, _EARNINGS_LO, SETTLEMENT_KIND, settled_micros
 
 log = logging.getLogger(__name__)
@@ -75,48 +76,42 @@ def candidates(end: datetime) -> list[str]:
 
 
 def settle_agent(agent_id: str, month: str, *, end: datetime) -> dict:
-    """Settle one agent for ``month`` in one transaction; returns what happened."""
-    s = db.session
+    """Settle one agent for ``month`` in one unit of work; returns what happened."""
     try:
-        agent = s.execute(select(Agent).where(Agent.id == agent_id).with_for_update()).scalar_one_or_none()
-        if agent is None:
-            s.rollback()
-            return {"agent_id": agent_id, "status": "unknown_agent"}
-        done = s.execute(select(AgentSettlement.id).where(
-            AgentSettlement.agent_id == agent_id, AgentSettlement.month == month)).first()
-        if done is not None:
-            s.rollback()
-            return {"agent_id": agent_id, "status": "already_settled", "settlement_id": done[0]}
-        amount = min(_accrued_until(agent_id, end) - settled_micros(agent_id),
-                     ledger.balance(ledger.earnings(agent_id)))
-        if amount <= 0:
-            s.rollback()
-            return {"agent_id": agent_id, "status": "nothing_to_settle"}
-        now = utcnow()
-        txn_id = ledger.post(SETTLEMENT_KIND, [(ledger.earnings(agent_id), -amount),
-                                               (ledger.customer(agent.account_id), amount)],
-                             ref=f"settle:{agent_id}:{month}", account_id=agent.account_id,
-                             meta={"agent_id": agent_id, "month": month}, created_at=now)
-        stmt = AgentSettlement(id=new_id("stl"), agent_id=agent_id, month=month, amount_micros=amount,
-                               ledger_txn_id=txn_id, created_at=now)
-        s.add(stmt)
-        msg_id = None
-        if agent.webhook:
-            msg_id = outbox.add_webhook(agent.webhook, "settlement.completed", {
-                "settlement_id": stmt.id, "agent_id": agent_id, "account_id": agent.account_id,
-                "month": month, "amount_cents": ledger.micros_to_cents(amount),
-                "amount_micros": amount, "settled_at": now.isoformat()},
-                secret=agent.webhook_secret, source=f"settlement:{stmt.id}",
-                account_id=agent.account_id).id
-        s.commit()
+        with unit_of_work():
+            return _settle_agent(agent_id, month, end)
     except IntegrityError:  # a concurrent run settled this agent and month first
-        s.rollback()
         return {"agent_id": agent_id, "status": "already_settled"}
-    except BaseException:
-        s.rollback()
-        raise
-    if msg_id:
-        outbox.dispatch(msg_id)
+
+
+def _settle_agent(agent_id: str, month: str, end: datetime) -> dict:
+    s = db.session
+    agent = s.execute(select(Agent).where(Agent.id == agent_id).with_for_update()).scalar_one_or_none()
+    if agent is None:
+        return {"agent_id": agent_id, "status": "unknown_agent"}
+    done = s.execute(select(AgentSettlement.id).where(
+        AgentSettlement.agent_id == agent_id, AgentSettlement.month == month)).first()
+    if done is not None:
+        return {"agent_id": agent_id, "status": "already_settled", "settlement_id": done[0]}
+    amount = min(_accrued_until(agent_id, end) - settled_micros(agent_id),
+                 ledger.balance(ledger.earnings(agent_id)))
+    if amount <= 0:
+        return {"agent_id": agent_id, "status": "nothing_to_settle"}
+    now = utcnow()
+    txn_id = ledger.post(SETTLEMENT_KIND, [(ledger.earnings(agent_id), -amount),
+                                           (ledger.customer(agent.account_id), amount)],
+                         ref=f"settle:{agent_id}:{month}", account_id=agent.account_id,
+                         meta={"agent_id": agent_id, "month": month}, created_at=now)
+    stmt = AgentSettlement(id=new_id("stl"), agent_id=agent_id, month=month, amount_micros=amount,
+                           ledger_txn_id=txn_id, created_at=now)
+    s.add(stmt)
+    if agent.webhook:  # delivery is enqueued after the commit
+        outbox.add_webhook(agent.webhook, "settlement.completed", {
+            "settlement_id": stmt.id, "agent_id": agent_id, "account_id": agent.account_id,
+            "month": month, "amount_cents": ledger.micros_to_cents(amount),
+            "amount_micros": amount, "settled_at": now.isoformat()},
+            secret=agent.webhook_secret, source=f"settlement:{stmt.id}",
+            account_id=agent.account_id)
     return {"agent_id": agent_id, "status": "settled", "settlement_id": stmt.id,
             "amount_cents": ledger.micros_to_cents(amount), "amount_micros": amount}
 

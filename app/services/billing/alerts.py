@@ -49,6 +49,7 @@ from app.models.base import utcnow
 from app.services.accounts import accounts
 from app.services.platform import netguard
 from app.services.platform import outbox
+from app.services.platform.uow import transactional, unit_of_work
 from app.services.billing.usage import billing_period, hour_of
 
 METRICS = ("spend_cents", "plan_pct", "calls", "error_rate")
@@ -130,6 +131,7 @@ def _validate(name, metric, op, threshold, window, channel, target) -> tuple:
     return name.strip(), float(threshold), target
 
 
+@transactional
 def create_alert(account_id: str, *, name: str, metric: str, op: str, threshold: float,
                  window: str, channel: str, target: str) -> tuple[Alert, str | None]:
     """Create a rule; returns it and, for webhooks, its signing secret (shown once)."""
@@ -139,14 +141,12 @@ def create_alert(account_id: str, *, name: str, metric: str, op: str, threshold:
     active = db.session.execute(select(func.count()).select_from(Alert).where(
         Alert.account_id == account_id, Alert.deleted_at.is_(None))).scalar_one()
     if active >= max_alerts():
-        db.session.rollback()
         raise AlertLimitReached(f"An account may have at most {max_alerts()} alerts; delete one first.")
     secret = new_signing_secret() if channel == "webhook" else None
     alert = Alert(id=new_id("alrt"), account_id=account_id, name=name, metric=metric, op=op,
                   threshold=threshold, window=window, channel=channel, target=target,
                   secret=secret, created_at=utcnow())
     db.session.add(alert)
-    db.session.commit()
     return alert, secret
 
 
@@ -159,11 +159,11 @@ def list_alerts(account_id: str) -> list[Alert]:
 def delete_alert(account_id: str, alert_id: str) -> Alert:
     """Stop and remove a rule (its past events stay listed). Unknown, already deleted or
     another account's id → 404."""
-    res = db.session.execute(
-        update(Alert).where(Alert.id == alert_id, Alert.account_id == account_id,
-                            Alert.deleted_at.is_(None))
-        .values(deleted_at=utcnow()).execution_options(synchronize_session=False))
-    db.session.commit()
+    with unit_of_work():
+        res = db.session.execute(
+            update(Alert).where(Alert.id == alert_id, Alert.account_id == account_id,
+                                Alert.deleted_at.is_(None))
+            .values(deleted_at=utcnow()).execution_options(synchronize_session=False))
     if res.rowcount != 1:
         raise NotFound("No such alert.")
     return db.session.get(Alert, alert_id, populate_existing=True)
@@ -281,9 +281,9 @@ def webhook_data(ev: dict) -> dict:
             "period": ev["period_key"], "fired_at": ev["fired_at"].isoformat()}
 
 
-def _enqueue_delivery(ev: dict, rule: dict) -> OutboxMessage:
+def _enqueue_delivery(ev: dict, rule: dict, dispatch: bool) -> OutboxMessage:
     source = f"alert_event:{ev['id']}"
-    common = {"source": source, "account_id": ev["account_id"], "flush": False}
+    common = {"source": source, "account_id": ev["account_id"], "flush": False, "enqueue": dispatch}
     if rule["channel"] == "email":
         subject = f"Alert \u201c{ev['name']}\u201d: {ev['metric']} {_fmt(ev['value'])} {ev['op']} {_fmt(ev['threshold'])}"
         text = (f"Your alert \u201c{ev['name']}\u201d fired.\n\n"
@@ -314,6 +314,7 @@ def _insert_events(rows: list[dict]) -> set[str]:
     return set(db.session.scalars(stmt.returning(AlertEvent.id), rows))
 
 
+@transactional
 def evaluate_all(now: datetime | None = None, *, dispatch: bool = True) -> dict:
     """Evaluate every active rule at ``now`` and fire those that are due.
 
@@ -321,8 +322,8 @@ def evaluate_all(now: datetime | None = None, *, dispatch: bool = True) -> dict:
     rules with their plan and whether they already fired in the current period, one
     grouped query over the usage rollups. Firings are written in one transaction
     (events in one batched INSERT … ON CONFLICT DO NOTHING, their outbox messages in
-    one batched insert),
-    then dispatched. Returns counts and the fired event ids."""
+    one batched insert), all in one unit of work; their delivery is enqueued after the
+    commit unless ``dispatch`` is False. Returns counts and the fired event ids."""
     now = _utc(now)
     keys = {w: period_key(w, now) for w in WINDOWS}
     current_key = case(*[(Alert.window == w, k) for w, k in keys.items()], else_="")
@@ -351,18 +352,12 @@ def evaluate_all(now: datetime | None = None, *, dispatch: bool = True) -> dict:
               "threshold": r["threshold"], "value": float(round(value, 6)), "window": r["window"],
               "channel": r["channel"], "period_key": keys[r["window"]], "fired_at": now}
         to_fire.append((ev, dict(r)))
-    message_ids: list[str] = []
     fired: list[str] = []
     if to_fire:
         inserted = _insert_events([ev for ev, _ in to_fire])
         for ev, rule in to_fire:
             if ev["id"] in inserted:
-                message_ids.append(_enqueue_delivery(ev, rule).id)
+                _enqueue_delivery(ev, rule, dispatch)  # written with the events (batched)
                 fired.append(ev["id"])
-        db.session.commit()  # events and their messages together (messages batched)
-    else:
-        db.session.rollback()  # end the read transaction
-    if dispatch and message_ids:
-        outbox.dispatch(*message_ids)
     return {"rules": len(rules), "fired": len(fired), "event_ids": fired,
             "evaluated_at": now.isoformat()}

@@ -26,6 +26,7 @@ from app.models import Account, ChatCompletion
 from app.models.base import utcnow
 from app.services.billing import ledger
 from app.services.billing import usage
+from app.services.platform.uow import transactional, unit_of_work
 
 log = logging.getLogger(__name__)
 
@@ -36,32 +37,29 @@ _COMPLETIONS = ChatCompletion.__table__
 def hold(completion_id: str, account_id: str, requested_model: str, hold_micros: int,
          stream: bool) -> None:
     """Record the completion as ``held`` and move ``hold_micros`` from the customer to the
-    hold account, in one transaction. 402 ``payment_required`` when the balance is short."""
+    hold account, in one unit of work. 402 ``payment_required`` when the balance is short."""
     try:
-        # No WAL-flush wait for this COMMIT: settle/release commits durably before the
-        # answer is sent, and PostgreSQL flushes the WAL in order. A server crash before
-        # that may lose the hold; then the caller was not charged (for a stream already
-        # under way: as when the sweep releases the hold of a crashed process) and no money
-        # was created or lost (README "Performance").
-        skip_commit_flush()
-        db.session.execute(insert(_COMPLETIONS).values(
-            id=completion_id, account_id=account_id, mode="live", requested_model=requested_model,
-            status="held", stream=stream, hold_micros=hold_micros, cost_micros=0, prompt_tokens=0,
-            completion_tokens=0, usage_estimated=False, attempts=0, latency_ms=0, created_at=utcnow()))
-        if hold_micros > 0:  # the balance row last: its lock is held only until the commit
-            ledger.post("chat_hold", [(ledger.customer(account_id), -hold_micros), (HOLD, hold_micros)],
-                        ref=f"chat_hold:{completion_id}", account_id=account_id)
-        db.session.commit()
+        with unit_of_work():
+            # No WAL-flush wait for this COMMIT: settle/release commits durably before the
+            # answer is sent, and PostgreSQL flushes the WAL in order. A server crash before
+            # that may lose the hold; then the caller was not charged (for a stream already
+            # under way: as when the sweep releases the hold of a crashed process) and no
+            # money was created or lost (README "Performance").
+            skip_commit_flush()
+            db.session.execute(insert(_COMPLETIONS).values(
+                id=completion_id, account_id=account_id, mode="live", requested_model=requested_model,
+                status="held", stream=stream, hold_micros=hold_micros, cost_micros=0, prompt_tokens=0,
+                completion_tokens=0, usage_estimated=False, attempts=0, latency_ms=0,
+                created_at=utcnow()))
+            if hold_micros > 0:  # the balance row last: its lock is held only until the commit
+                ledger.post("chat_hold", [(ledger.customer(account_id), -hold_micros), (HOLD, hold_micros)],
+                            ref=f"chat_hold:{completion_id}", account_id=account_id)
     except ledger.InsufficientFunds:
-        db.session.rollback()
         usd = f"{hold_micros / ledger.MICROS_PER_USD:.6f}"
         raise PaymentRequired(
             f"The balance cannot cover the estimated maximum cost of this completion ({usd} USD); "
             "add credits or lower max_tokens.",
             headers={"X-Price-Micros": str(hold_micros)}) from None
-    except Exception:
-        db.session.rollback()
-        raise
 
 
 def _flip(completion_id: str, values: dict) -> bool:
@@ -74,31 +72,30 @@ def _flip(completion_id: str, values: dict) -> bool:
 def settle(completion_id: str, account_id: str, hold_micros: int, cost_micros: int, *,
            model: str, provider: str, prompt_tokens: int, completion_tokens: int,
            estimated: bool, attempts: int, latency_ms: int, error: str | None = None) -> int | None:
-    """Charge the exact cost and return the rest of the hold; returns the micros charged
-    (None when this completion was already settled or released)."""
+    """Charge the exact cost and return the rest of the hold (one unit of work per
+    attempt); returns the micros charged (None when this completion was already settled
+    or released)."""
     charge = cost_micros
     shortfall = 0
     for _ in range(3):
         try:
-            if not _flip(completion_id, {
-                    "status": "settled", "model": model, "provider": provider, "cost_micros": charge,
-                    "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                    "usage_estimated": estimated, "attempts": attempts, "latency_ms": latency_ms,
-                    "error": (error or None) and error[:300]}):
-                db.session.rollback()
-                return None
-            legs = [(HOLD, -hold_micros), (ledger.customer(account_id), hold_micros - charge),
-                    (ledger.REVENUE, charge)]
-            if any(amount for _, amount in legs):
-                ledger.post("chat_settle", legs, ref=f"chat_settle:{completion_id}", account_id=account_id,
-                            meta={"model": model, "provider": provider, "prompt_tokens": prompt_tokens,
-                                  "completion_tokens": completion_tokens, "estimated": estimated,
-                                  **({"shortfall_micros": shortfall} if shortfall else {})})
-            usage.record(account_id, f"chat:{model}", spend_micros=charge, error=bool(error))
-            db.session.commit()
-            return charge
+            with unit_of_work():
+                if not _flip(completion_id, {
+                        "status": "settled", "model": model, "provider": provider, "cost_micros": charge,
+                        "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                        "usage_estimated": estimated, "attempts": attempts, "latency_ms": latency_ms,
+                        "error": (error or None) and error[:300]}):
+                    return None
+                legs = [(HOLD, -hold_micros), (ledger.customer(account_id), hold_micros - charge),
+                        (ledger.REVENUE, charge)]
+                if any(amount for _, amount in legs):
+                    ledger.post("chat_settle", legs, ref=f"chat_settle:{completion_id}", account_id=account_id,
+                                meta={"model": model, "provider": provider, "prompt_tokens": prompt_tokens,
+                                      "completion_tokens": completion_tokens, "estimated": estimated,
+                                      **({"shortfall_micros": shortfall} if shortfall else {})})
+                usage.record(account_id, f"chat:{model}", spend_micros=charge, error=bool(error))
+                return charge
         except ledger.InsufficientFunds:
-            db.session.rollback()
             balance = db.session.execute(
                 select(Account.balance_micros).where(Account.id == account_id)).scalar_one()
             capped = min(cost_micros, hold_micros + max(0, int(balance)))
@@ -106,9 +103,6 @@ def settle(completion_id: str, account_id: str, hold_micros: int, cost_micros: i
             charge = capped
             log.warning("chat %s: cost %s exceeds hold %s and balance; charging %s",
                         completion_id, cost_micros, hold_micros, capped)
-        except Exception:
-            db.session.rollback()
-            raise
     charge = hold_micros  # the balance keeps moving: charge what is certainly held
     shortfall = max(0, cost_micros - charge)
     return settle(completion_id, account_id, hold_micros, charge, model=model, provider=provider,
@@ -116,29 +110,25 @@ def settle(completion_id: str, account_id: str, hold_micros: int, cost_micros: i
                   estimated=estimated, attempts=attempts, latency_ms=latency_ms, error=error)
 
 
+@transactional
 def release(completion_id: str, *, error: str, attempts: int = 0, count_call: bool = True) -> bool:
-    """Return the whole hold (nothing charged); records an errored call in usage."""
+    """Return the whole hold (nothing charged); records an errored call in usage. One unit
+    of work."""
     row = db.session.get(ChatCompletion, completion_id)
     if row is None or row.status != "held":
-        db.session.rollback()
         return False
     account_id, hold_micros, model = row.account_id, row.hold_micros, row.requested_model
-    try:
-        if not _flip(completion_id, {"status": "released", "attempts": attempts, "error": error[:300]}):
-            db.session.rollback()
-            return False
-        if hold_micros:
-            ledger.post("chat_release", [(HOLD, -hold_micros), (ledger.customer(account_id), hold_micros)],
-                        ref=f"chat_settle:{completion_id}", account_id=account_id)
-        if count_call:
-            usage.record(account_id, f"chat:{model}", spend_micros=0, error=True)
-        db.session.commit()
-        return True
-    except Exception:
-        db.session.rollback()
-        raise
+    if not _flip(completion_id, {"status": "released", "attempts": attempts, "error": error[:300]}):
+        return False
+    if hold_micros:
+        ledger.post("chat_release", [(HOLD, -hold_micros), (ledger.customer(account_id), hold_micros)],
+                    ref=f"chat_settle:{completion_id}", account_id=account_id)
+    if count_call:
+        usage.record(account_id, f"chat:{model}", spend_micros=0, error=True)
+    return True
 
 
+@transactional
 def record_sandbox(completion_id: str, account_id: str, *, requested_model: str, model: str,
                    provider: str, cost_micros: int, prompt_tokens: int, completion_tokens: int,
                    estimated: bool, attempts: int, latency_ms: int, stream: bool,
@@ -151,17 +141,16 @@ def record_sandbox(completion_id: str, account_id: str, *, requested_model: str,
         attempts=attempts, latency_ms=latency_ms, error=(error or None) and error[:300],
         settled_at=utcnow()))
     usage.record(account_id, f"chat:{model}", spend_micros=cost_micros, mode="test", error=bool(error))
-    db.session.commit()
 
 
 def release_stale_holds(older_than_seconds: float, limit: int = 500) -> int:
     """Release holds whose completion is still ``held`` after ``older_than_seconds`` (the
     process handling it died): the customer gets the whole hold back. Returns how many."""
     cutoff = utcnow() - timedelta(seconds=older_than_seconds)
-    ids = db.session.execute(
-        select(ChatCompletion.id).where(ChatCompletion.status == "held", ChatCompletion.created_at < cutoff)
-        .order_by(ChatCompletion.created_at).limit(limit)).scalars().all()
-    db.session.rollback()
+    with unit_of_work():  # a read, ended before the releases
+        ids = db.session.execute(
+            select(ChatCompletion.id).where(ChatCompletion.status == "held", ChatCompletion.created_at < cutoff)
+            .order_by(ChatCompletion.created_at).limit(limit)).scalars().all()
     done = 0
     for cid in ids:
         if release(cid, error="stale hold released by the sweep (the request did not finish)"):

@@ -17,6 +17,7 @@ from app.extensions import db
 from app.models import Payment, PaymentEvent
 from app.services.billing.payments import credit_payment, finish_payment, refund_payment
 from app.services.billing.processors import sandbox_webhook_secret
+from app.services.platform.uow import unit_of_work
 
 log = logging.getLogger(__name__)
 
@@ -139,22 +140,24 @@ def _dispatch(event: dict, processor: str) -> tuple[str, str | None]:
     return "ignored", None
 
 
+class _Duplicate(Exception):
+    """This event id was stored before."""
+
+
 def apply_event(event: dict, processor: str) -> dict:
     """Store the event under its unique id and apply it, in ONE transaction."""
     row = PaymentEvent(processor=processor, event_id=event["id"][:120], type=event["type"][:80],
                        outcome="received", payload=event)
-    db.session.add(row)
     try:
-        db.session.flush()
-    except IntegrityError:
-        db.session.rollback()
+        with unit_of_work():
+            db.session.add(row)
+            try:
+                db.session.flush()
+            except IntegrityError:
+                raise _Duplicate() from None
+            outcome, payment_id = _dispatch(event, processor)
+            row.outcome, row.payment_id = outcome, payment_id
+    except _Duplicate:
         return {"received": True, "duplicate": True, "event_id": event["id"], "outcome": "duplicate"}
-    try:
-        outcome, payment_id = _dispatch(event, processor)
-        row.outcome, row.payment_id = outcome, payment_id
-        db.session.commit()
-    except Exception:
-        db.session.rollback()
-        raise
     log.info("payment event %s %s -> %s", event["id"], event["type"], outcome)
     return {"received": True, "duplicate": False, "event_id": event["id"], "outcome": outcome}

@@ -25,6 +25,7 @@ from app.models import Account, BillingProfile, Payment
 from app.models.base import utcnow
 from app.services.billing import ledger
 from app.services.billing.processors import CardDeclined, MethodInfo, for_mode
+from app.services.platform.uow import unit_of_work
 
 log = logging.getLogger(__name__)
 
@@ -159,16 +160,15 @@ def set_default_method(account_id: str, mode: str, pm_id: str) -> dict:
     customer_id = proc.ensure_customer(account_id, acct.email if acct else None,
                                        profile.customer_id if profile else None)
     proc.attach_default(customer_id, pm_id)
-    if profile is None:
-        profile = BillingProfile(account_id=account_id, processor=proc.name)
-        db.session.add(profile)
-    profile.customer_id = customer_id
-    profile.payment_method_id, profile.payment_method_type = info.id, info.type
-    profile.brand, profile.last4 = info.brand, info.last4
     try:
-        db.session.commit()
+        with unit_of_work():  # after the processor calls
+            if profile is None:
+                profile = BillingProfile(account_id=account_id, processor=proc.name)
+                db.session.add(profile)
+            profile.customer_id = customer_id
+            profile.payment_method_id, profile.payment_method_type = info.id, info.type
+            profile.brand, profile.last4 = info.brand, info.last4
     except IntegrityError:  # a concurrent first save: retry as an update
-        db.session.rollback()
         return set_default_method(account_id, mode, pm_id)
     return method_view(profile)
 
@@ -177,15 +177,16 @@ def set_default_method(account_id: str, mode: str, pm_id: str) -> dict:
 
 def create_checkout(account_id: str, mode: str, amount_cents: int, product: str | None = None,
                     return_url: str | None = None) -> dict:
-    """Start a hosted checkout; credit arrives only with the processor's confirmation."""
+    """Start a hosted checkout; credit arrives only with the processor's confirmation.
+    Two units of work around the processor call."""
     cfg = current_app.config
     proc = for_mode(mode)
     payment = Payment(id=new_id("pay"), account_id=account_id, method="card", kind="checkout",
                       processor=proc.name, mode=mode, amount_micros=ledger.cents_to_micros(amount_cents),
                       product=product, return_url=return_url, status="pending",
                       expires_at=utcnow() + timedelta(hours=24))
-    db.session.add(payment)
-    db.session.commit()  # recorded before the processor is called (crash leaves a pending row)
+    with unit_of_work():  # recorded before the processor is called (crash leaves a pending row)
+        db.session.add(payment)
     profile = _profile(account_id, proc.name)
     done = return_url or cfg["BASE_URL"]
     sep = "&" if "?" in done else "?"
@@ -193,8 +194,8 @@ def create_checkout(account_id: str, mode: str, amount_cents: int, product: str 
         payment, profile.customer_id if profile else None,
         success_url=f"{done}{sep}checkout=success&payment_id={payment.id}",
         cancel_url=f"{done}{sep}checkout=cancel&payment_id={payment.id}")
-    payment.provider_id = session_id
-    db.session.commit()
+    with unit_of_work():
+        payment.provider_id = session_id
     return {"url": url, "payment_id": payment.id, "status": payment.status,
             "expires_at": payment.expires_at}
 
@@ -203,7 +204,8 @@ def create_checkout(account_id: str, mode: str, amount_cents: int, product: str 
 
 def fund_with_saved_method(account_id: str, mode: str, amount_cents: int, method: str) -> dict:
     """``card``: charge the saved card off-session, credit at once on success, 402
-    ``card_declined`` on decline. ``ach``: start a bank debit; credits when it settles."""
+    ``card_declined`` on decline. ``ach``: start a bank debit; credits when it settles.
+    Two units of work around the processor call: the pending payment, then its outcome."""
     proc = for_mode(mode)
     profile = _profile(account_id, proc.name)
     wanted = "card" if method == "card" else "us_bank_account"
@@ -216,30 +218,42 @@ def fund_with_saved_method(account_id: str, mode: str, amount_cents: int, method
     payment = Payment(id=new_id("pay"), account_id=account_id, method=method, kind="charge",
                       processor=proc.name, mode=mode, amount_micros=ledger.cents_to_micros(amount_cents),
                       status="pending", meta={"payment_method": profile.payment_method_id})
-    db.session.add(payment)
     customer_id = profile.customer_id
     pm = MethodInfo(profile.payment_method_id, profile.payment_method_type, profile.brand, profile.last4)
-    db.session.commit()  # a crash after this leaves a pending payment the webhook completes
+    with unit_of_work():  # a crash after this leaves a pending payment the webhook completes
+        db.session.add(payment)
+    payment_id = payment.id
     result = proc.charge(payment, customer_id, pm)
     try:
-        payment.provider_id = result.provider_id
-        payment.payment_intent = result.provider_id
-        db.session.flush()
-    except IntegrityError:  # the webhook already recorded this intent under the payment
-        db.session.rollback()
-        payment = db.session.get(Payment, payment.id)
-    if result.status == "succeeded":
-        credit_payment(payment)
-        db.session.commit()
-    elif result.status == "failed":
-        finish_payment(payment, "failed", result.failure_code, result.failure_message)
-        db.session.commit()
+        with unit_of_work():
+            payment.provider_id = result.provider_id
+            payment.payment_intent = result.provider_id
+            try:
+                db.session.flush()
+            except IntegrityError:
+                raise _IntentKnown() from None
+            _record_charge(payment, result)
+    except _IntentKnown:  # the webhook already recorded this intent under the payment
+        with unit_of_work():
+            payment = db.session.get(Payment, payment_id)
+            _record_charge(payment, result)
+    if result.status == "failed":
         raise CardDeclined(result.failure_message or "The card was declined.",
                            extra={"decline_code": result.failure_code, "payment_id": payment.id})
-    else:
-        db.session.commit()
     db.session.refresh(payment)
     return fund_view(payment)
+
+
+class _IntentKnown(Exception):
+    """The processor's intent id is already recorded (by the webhook)."""
+
+
+def _record_charge(payment: Payment, result) -> None:
+    """Book an off-session charge's outcome in the caller's unit of work."""
+    if result.status == "succeeded":
+        credit_payment(payment)
+    elif result.status == "failed":
+        finish_payment(payment, "failed", result.failure_code, result.failure_message)
 
 
 def fund_view(payment: Payment, deposit: dict | None = None) -> dict:

@@ -13,6 +13,7 @@ from app.models import Payment
 from app.models.base import utcnow
 from app.services.billing.payment_events import handle_webhook
 from app.services.billing.payments import payment_view
+from app.services.platform.uow import unit_of_work
 from app.services.billing.processors import (
     SANDBOX_METHODS,
     json_payload,
@@ -77,8 +78,8 @@ def sandbox_checkout_action(session_id: str, action: str, pm_id: str | None) -> 
         return {"result": "declined", "message": DECLINE_MESSAGES[outcome], "payment": payment_view(p)}
     pi = "pi_sbx_" + random_b62(24)
     if outcome == "settles_later":
-        p.meta = {**(p.meta or {}), "ach_submitted": True}
-        db.session.commit()
+        with unit_of_work():
+            p.meta = {**(p.meta or {}), "ach_submitted": True}
         sandbox_deliver("checkout.session.completed", _session_object(p, "unpaid", pi))
         db.session.refresh(p)
         return {"result": "processing", "payment": payment_view(p),

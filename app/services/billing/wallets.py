@@ -28,6 +28,7 @@ from app.models.base import utcnow
 from app.services.billing import chains
 from app.services.billing import ledger
 from app.services.billing.payments import credit_payment, fund_view
+from app.services.platform.uow import transactional, unit_of_work
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,7 @@ def _message(chain: str, address: str, account_id: str, nonce: str, issued, expi
             f"Expiration Time: {expires.strftime('%Y-%m-%dT%H:%M:%SZ')}")
 
 
+@transactional
 def connect_message(account_id: str, chain: str, address: str) -> dict:
     """Issue the single-use message the wallet must sign (EIP-4361 text)."""
     display, key = chains.normalize_address(chain, address)
@@ -67,7 +69,6 @@ def connect_message(account_id: str, chain: str, address: str) -> dict:
     row = WalletNonce(nonce=nonce, account_id=account_id, chain=chain, address=display, address_key=key,
                       message=_message(chain, display, account_id, nonce, now, expires), expires_at=expires)
     db.session.add(row)
-    db.session.commit()
     return {"message": row.message, "nonce": nonce, "expires_at": expires, "chain": chain, "address": display}
 
 
@@ -103,8 +104,23 @@ def _verify_signature(chain: str, address_key: str, message: str, signature: str
 
 def connect(account_id: str, chain: str, address: str, signature: str, nonce: str | None = None) -> dict:
     """Attach the wallet after verifying the signature over the issued message. The
-    message is consumed atomically first (a replay or a second concurrent use fails)."""
+    message is consumed atomically first (a replay or a second concurrent use fails).
+    Two units of work: the claim of the message, then the wallet row."""
     display, key = chains.normalize_address(chain, address)
+    with unit_of_work():
+        claimed, message = _claim_message(account_id, chain, key, nonce)
+    if claimed != 1:
+        raise NonceInvalid("This connect message was already used.")
+    _verify_signature(chain, key, message, signature)
+    try:
+        with unit_of_work():
+            wallet = _attach(account_id, chain, display, key)
+    except IntegrityError:
+        raise Conflict("This address is connected to another account.") from None
+    return wallet_view(wallet)
+
+
+def _claim_message(account_id: str, chain: str, key: str, nonce: str | None) -> tuple[int, str]:
     stmt = select(WalletNonce).where(WalletNonce.account_id == account_id, WalletNonce.chain == chain,
                                      WalletNonce.address_key == key, WalletNonce.used_at.is_(None),
                                      WalletNonce.expires_at > utcnow())
@@ -117,11 +133,10 @@ def connect(account_id: str, chain: str, address: str, signature: str, nonce: st
     claimed = db.session.execute(
         update(WalletNonce).where(WalletNonce.nonce == row.nonce, WalletNonce.used_at.is_(None))
         .values(used_at=utcnow()).execution_options(synchronize_session=False)).rowcount
-    message = row.message
-    db.session.commit()
-    if claimed != 1:
-        raise NonceInvalid("This connect message was already used.")
-    _verify_signature(chain, key, message, signature)
+    return claimed, row.message
+
+
+def _attach(account_id: str, chain: str, display: str, key: str) -> Wallet:
     other = db.session.execute(select(Wallet).where(Wallet.address_key == key)).scalar_one_or_none()
     if other is not None and other.account_id != account_id:
         raise Conflict("This address is connected to another account.")
@@ -130,12 +145,7 @@ def connect(account_id: str, chain: str, address: str, signature: str, nonce: st
         wallet = Wallet(id=new_id("wal"), account_id=account_id)
         db.session.add(wallet)
     wallet.chain, wallet.address, wallet.address_key, wallet.connected_at = chain, display, key, utcnow()
-    try:
-        db.session.commit()
-    except IntegrityError:
-        db.session.rollback()
-        raise Conflict("This address is connected to another account.") from None
-    return wallet_view(wallet)
+    return wallet
 
 
 def wallet_view(w: Wallet) -> dict:
@@ -222,8 +232,8 @@ def fund_usdc(account_id: str, mode: str, amount_cents: int) -> dict:
     payment = Payment(id=new_id("pay"), account_id=account_id, method="usdc", kind="deposit",
                       processor="chain", mode=mode, amount_micros=micros, status="pending",
                       expires_at=expires, meta={"chain": wallet.chain, "from": wallet.address, "pay_to": pay_to})
-    db.session.add(payment)
-    db.session.commit()
+    with unit_of_work():
+        db.session.add(payment)
     deposit = {"chain": wallet.chain, "chain_id": chains.CHAIN_IDS[wallet.chain],
                "token": chains.usdc_contract(wallet.chain), "pay_to": pay_to, "from": wallet.address,
                "amount_atomic": str(micros), "amount_usdc": chains.format_usdc(micros),
@@ -251,19 +261,19 @@ def _credit_transfer(chain: str, t: dict) -> str:
                               Payment.amount_micros == t["value"])
         .order_by(Payment.created_at)).scalars().all()
     payment = next((p for p in candidates if (p.meta or {}).get("chain") == chain), None)
-    if payment is None:  # an unannounced deposit from a connected wallet: credit it too
-        payment = Payment(id=new_id("pay"), account_id=wallet.account_id, method="usdc", kind="deposit",
-                          processor="chain", mode="live", amount_micros=t["value"], status="pending",
-                          meta={"chain": chain, "from": t["from"], "unannounced": True})
-        db.session.add(payment)
-    payment.provider_id = provider_id
-    payment.meta = {**(payment.meta or {}), "tx": t["tx"], "log_index": t["log_index"], "block": t["block"]}
     try:
-        db.session.flush()
-        credited = credit_payment(payment, ref=f"usdc:{provider_id}")
-        db.session.commit()
+        with unit_of_work():
+            if payment is None:  # an unannounced deposit from a connected wallet: credit it too
+                payment = Payment(id=new_id("pay"), account_id=wallet.account_id, method="usdc",
+                                  kind="deposit", processor="chain", mode="live", amount_micros=t["value"],
+                                  status="pending", meta={"chain": chain, "from": t["from"], "unannounced": True})
+                db.session.add(payment)
+            payment.provider_id = provider_id
+            payment.meta = {**(payment.meta or {}), "tx": t["tx"], "log_index": t["log_index"],
+                            "block": t["block"]}
+            db.session.flush()
+            credited = credit_payment(payment, ref=f"usdc:{provider_id}")
     except IntegrityError:
-        db.session.rollback()
         return "duplicate"
     return "credited" if credited else "already_final"
 
@@ -275,17 +285,18 @@ def scan_chain(chain: str) -> dict:
     pay_to = deposit_address()
     if pay_to is None:
         raise ServiceUnavailable("USDC deposits are not configured (USDC_DEPOSIT_ADDRESS).")
-    db.session.execute(update(Payment).where(Payment.method == "usdc", Payment.status == "pending",
-                                             Payment.provider_id.is_(None), Payment.expires_at < utcnow())
-                       .values(status="expired", updated_at=utcnow()).execution_options(synchronize_session=False))
-    db.session.commit()
+    with unit_of_work():
+        db.session.execute(update(Payment).where(Payment.method == "usdc", Payment.status == "pending",
+                                                 Payment.provider_id.is_(None), Payment.expires_at < utcnow())
+                           .values(status="expired", updated_at=utcnow())
+                           .execution_options(synchronize_session=False))
     head = chains.block_number(chain)
     safe = head - int(cfg["CHAIN_CONFIRMATIONS"])
-    cursor = db.session.get(ChainCursor, chain)
-    if cursor is None:
-        cursor = ChainCursor(chain=chain, last_block=max(-1, safe - int(cfg["CHAIN_WATCH_LOOKBACK_BLOCKS"])))
-        db.session.add(cursor)
-        db.session.commit()
+    with unit_of_work():
+        cursor = db.session.get(ChainCursor, chain)
+        if cursor is None:
+            cursor = ChainCursor(chain=chain, last_block=max(-1, safe - int(cfg["CHAIN_WATCH_LOOKBACK_BLOCKS"])))
+            db.session.add(cursor)
     start = cursor.last_block + 1
     end = min(safe, start + int(cfg["CHAIN_WATCH_MAX_BLOCKS"]) - 1)
     stats = {"chain": chain, "from_block": start, "to_block": end, "credited": 0, "seen": 0}
@@ -295,9 +306,10 @@ def scan_chain(chain: str) -> dict:
         stats["seen"] += 1
         if _credit_transfer(chain, t) == "credited":
             stats["credited"] += 1
-    db.session.execute(update(ChainCursor).where(ChainCursor.chain == chain, ChainCursor.last_block < end)
-                       .values(last_block=end, updated_at=utcnow()).execution_options(synchronize_session=False))
-    db.session.commit()
+    with unit_of_work():
+        db.session.execute(update(ChainCursor).where(ChainCursor.chain == chain, ChainCursor.last_block < end)
+                           .values(last_block=end, updated_at=utcnow())
+                           .execution_options(synchronize_session=False))
     return stats
 
 

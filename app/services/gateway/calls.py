@@ -10,10 +10,17 @@ Charging scheme (one database transaction before forwarding):
   * provider failure: refund = the reversing ledger posting (ref ``call_refund:<id>``),
     call ``refunded``, ``usage.record(calls=0, errors=1, spend=−P)`` in the charge's hour,
     idempotency record deleted (the key may be retried) → COMMIT → 502/504.
-  A process dying between the two commits leaves a ``pending`` call; the sweep refunds
+  The two COMMITs are two units of work (``app/services/platform/uow.py``); the provider is
+  called between them, with no transaction open. A process dying between the two commits
+  leaves a ``pending`` call; the sweep refunds
   it after ``deadline_at`` (timeout + CALL_SWEEP_MARGIN_SECONDS). ``pending → refunded``
   is a conditional UPDATE and the refund posting has a unique ledger ``ref``, so a call
   is refunded at most once whoever (request or sweep) gets there first.
+x402 (an ``X-Payment`` header and a balance that cannot cover the price): the charging
+unit of work rolls back, then ``x402.verify_and_reserve`` (own unit of work) and
+``x402.settle`` (facilitator over HTTP, no transaction open) run, then the charging unit of
+work is retried with ``x402.book`` (the credit) before the call's debit: credit and charge
+commit together. The money issue reworks this flow (reconciliation); this is its seam.
 Test mode (``svc_test_``): the sandbox URL, no ledger movement, records/usage/receipt
 marked ``test``; ``cost_cents`` shows the price that live mode would charge.
 """
@@ -41,6 +48,7 @@ from app.services.gateway import upstream
 from app.services.billing import usage
 from app.services.billing import x402
 from app.services.platform import http
+from app.services.platform.uow import unit_of_work
 
 # Core statements on the tables in the hot path (cached compiled SQL, no ORM overhead).
 _CALLS = ModuleCall.__table__
@@ -97,20 +105,20 @@ def payment_required(price_cents: int, slug: str | None = None) -> PaymentRequir
               "fund_endpoint": FUND_ENDPOINT, **x402_body})
 
 
-def fund_from_payment(payment: str, *, account_id: str, price_micros: int, call_id: str,
+def fund_from_payment(payment: str, *, account_id: str, price_micros: int,
                       mode: str, slug: str | None = None) -> "x402.X402Payment":
-    """Fund this call from an ``X-Payment`` / ``PAYMENT-SIGNATURE`` header, inside the
-    charging transaction (``x402.fund_call``).
+    """Steps 1 and 2 of paying this call from an ``X-Payment`` / ``PAYMENT-SIGNATURE``
+    header, with no transaction open (``x402.accept``).
 
     Called only when the balance cannot cover ``price_micros``: verifies the payment
     (EIP-3009 signature, amount ≥ price, recipient X402_PAY_TO, validity, network, asset),
-    reserves the authorization (single use), settles it (facilitator or sandbox) and posts
-    the credit to ``ledger.customer(account_id)`` WITHOUT committing: the caller debits
-    right after and commits both. Raises 400 ``invalid_payment`` (undecodable) or 402
+    reserves the authorization (single use, its own unit of work) and settles it
+    (facilitator or sandbox). The caller books the credit (``x402.book``) in the unit of
+    work that debits the call. Raises 400 ``invalid_payment`` (undecodable) or 402
     ``payment_invalid`` (refused; with ``reason`` and a fresh ``PAYMENT-REQUIRED``)."""
     try:
-        return x402.fund_call(payment, account_id=account_id, price_micros=price_micros, call_id=call_id,
-                              mode=mode, resource_url=_resource_url(slug))
+        return x402.accept(payment, account_id=account_id, price_micros=price_micros, mode=mode,
+                           resource_url=_resource_url(slug))
     except x402.PaymentInvalid as exc:
         cents = -(-int(price_micros) // ledger.MICROS_PER_CENT)
         _, headers = x402.payment_required(cents, _resource_url(slug), error=exc.message)
@@ -136,22 +144,19 @@ def request_hash(slug: str, mode: str, body: dict) -> str:
 def _existing_key(account_id: str, key: str, req_hash: str) -> str | None:
     """After losing the insert race: the stored body to replay, or None to retry the
     insert (the record expired or was released by a refund); 409 otherwise."""
-    s = db.session
-    row = s.execute(select(IdempotencyRecord.id, IdempotencyRecord.request_hash,
-                           IdempotencyRecord.status, IdempotencyRecord.response_body,
-                           IdempotencyRecord.expires_at)
-                    .where(IdempotencyRecord.account_id == account_id,
-                           IdempotencyRecord.key == key)).first()
-    if row is None:
-        s.rollback()
-        return None
-    now = utcnow()
-    if row.expires_at <= now:
-        s.execute(delete(IdempotencyRecord).where(IdempotencyRecord.id == row.id,
-                                                   IdempotencyRecord.expires_at <= now))
-        s.commit()
-        return None
-    s.rollback()
+    with unit_of_work():
+        row = db.session.execute(select(IdempotencyRecord.id, IdempotencyRecord.request_hash,
+                                        IdempotencyRecord.status, IdempotencyRecord.response_body,
+                                        IdempotencyRecord.expires_at)
+                                 .where(IdempotencyRecord.account_id == account_id,
+                                        IdempotencyRecord.key == key)).first()
+        if row is None:
+            return None
+        now = utcnow()
+        if row.expires_at <= now:
+            db.session.execute(delete(IdempotencyRecord).where(IdempotencyRecord.id == row.id,
+                                                               IdempotencyRecord.expires_at <= now))
+            return None
     if row.request_hash != req_hash:
         raise Conflict("This Idempotency-Key was already used with a different request.",
                        code="idempotency_key_reused")
@@ -232,59 +237,64 @@ def open_call(*, account_id: str, mode: str, mod: catalog.ModuleSnap, act: catal
     price_micros = ledger.cents_to_micros(act.price_cents)
     charged = mode != "test" and price_micros > 0
     s = db.session
-    for _attempt in range(3):
+    paid = None  # an x402 payment verified, reserved and settled for this call (not booked yet)
+    tries = 0
+    while tries < 3:
         call_id = new_id("call")
         now = utcnow()
         try:
-            # No WAL-flush wait for this COMMIT: _finalize's durable commit (before any
-            # answer is sent) flushes it too, since PostgreSQL flushes the WAL in order. A
-            # server crash in between may lose this transaction; then the caller got no
-            # answer, no charge and no receipt (an idempotent retry starts a fresh call):
-            # no money is created or lost. See README "Performance".
-            skip_commit_flush()
-            if idempotency_key is not None:
-                s.execute(_INSERT_IDEMPOTENCY, dict(
-                    account_id=account_id, key=idempotency_key, request_hash=req_hash,
-                    call_id=call_id, status="in_flight", created_at=now,
-                    expires_at=now + timedelta(seconds=cfg["IDEMPOTENCY_TTL_SECONDS"])))
-            s.execute(_INSERT_CALL, dict(
-                id=call_id, account_id=account_id, module_id=mod.id, module_slug=slug,
-                action=act.name, mode=mode, status="pending", price_micros=price_micros,
-                charged=charged, owner_agent_id=mod.owner_agent_id,
-                idempotency_key=idempotency_key, created_at=now,
-                deadline_at=now + timedelta(seconds=act.timeout_seconds
-                                            + cfg["CALL_SWEEP_MARGIN_SECONDS"])))
-            # The hot rows (account balance, the hour's usage counter) last, right before
-            # the commit, so their row locks are held as briefly as possible.
-            if charged:
-                legs = _legs(account_id, price_micros, mod.owner_agent_id)
-                try:
-                    ledger.post("module_call", legs, ref=f"call:{call_id}", account_id=account_id,
-                                created_at=now)
-                except ledger.InsufficientFunds:
-                    if not payment:
-                        raise payment_required(act.price_cents, slug) from None
-                    paid = fund_from_payment(payment, account_id=account_id, price_micros=price_micros,
-                                             call_id=call_id, mode=mode, slug=slug)
-                    if paid_out is not None:
-                        paid_out.append(paid)
-                    ledger.post("module_call", legs, ref=f"call:{call_id}",
-                                account_id=account_id, created_at=now)
-            usage.record(account_id, slug, spend_micros=price_micros, mode=mode, at=now)
-            s.commit()
+            with unit_of_work():
+                # No WAL-flush wait for this COMMIT: _finalize's durable commit (before any
+                # answer is sent) flushes it too, since PostgreSQL flushes the WAL in order. A
+                # server crash in between may lose this transaction; then the caller got no
+                # answer, no charge and no receipt (an idempotent retry starts a fresh call):
+                # no money is created or lost. See README "Performance".
+                skip_commit_flush()
+                if idempotency_key is not None:
+                    s.execute(_INSERT_IDEMPOTENCY, dict(
+                        account_id=account_id, key=idempotency_key, request_hash=req_hash,
+                        call_id=call_id, status="in_flight", created_at=now,
+                        expires_at=now + timedelta(seconds=cfg["IDEMPOTENCY_TTL_SECONDS"])))
+                s.execute(_INSERT_CALL, dict(
+                    id=call_id, account_id=account_id, module_id=mod.id, module_slug=slug,
+                    action=act.name, mode=mode, status="pending", price_micros=price_micros,
+                    charged=charged, owner_agent_id=mod.owner_agent_id,
+                    idempotency_key=idempotency_key, created_at=now,
+                    deadline_at=now + timedelta(seconds=act.timeout_seconds
+                                                + cfg["CALL_SWEEP_MARGIN_SECONDS"])))
+                # The hot rows (account balance, the hour's usage counter) last, right before
+                # the commit, so their row locks are held as briefly as possible.
+                if charged:
+                    if paid is not None:  # x402 step 3: the credit, committed with the charge
+                        x402.book(paid, call_id=call_id)
+                    try:
+                        ledger.post("module_call", _legs(account_id, price_micros, mod.owner_agent_id),
+                                    ref=f"call:{call_id}", account_id=account_id, created_at=now)
+                    except ledger.InsufficientFunds:
+                        if not payment or paid is not None:
+                            raise payment_required(act.price_cents, slug) from None
+                        raise _PaymentNeeded() from None
+                usage.record(account_id, slug, spend_micros=price_micros, mode=mode, at=now)
+            if paid is not None and paid_out is not None:
+                paid_out.append(paid)
             return call_id
+        except _PaymentNeeded:
+            # x402 steps 1-2 between the two charging attempts: no transaction is open.
+            paid = fund_from_payment(payment, account_id=account_id, price_micros=price_micros,
+                                     mode=mode, slug=slug)
         except IntegrityError:
-            s.rollback()
+            tries += 1
             if idempotency_key is None:
                 raise
             stored = _existing_key(account_id, idempotency_key, req_hash)
             if stored is not None:
                 return CallResult(stored.encode(), True)
-        except BaseException:
-            s.rollback()
-            raise
     raise Conflict("A request with this Idempotency-Key is still in flight; retry later.",
                    code="idempotency_key_in_use")
+
+
+class _PaymentNeeded(Exception):
+    """The balance cannot cover the call and an x402 payment header came with it."""
 
 
 def _finalize(call_id, account_id, slug, act, mode, answer, idempotency_key) -> bytes:
@@ -295,21 +305,16 @@ def _finalize(call_id, account_id, slug, act, mode, answer, idempotency_key) -> 
                          "cost_cents": act.price_cents, "result": answer.result,
                          "receipt": receipt})
     s = db.session
-    try:
+    with unit_of_work():
         done = s.execute(_SUCCEED_CALL, {
             "b_call_id": call_id, "b_ok": answer.ok, "b_provider_status": answer.status,
             "b_receipt": receipt, "b_finished_at": utcnow()}).rowcount
         if done != 1:  # the sweep refunded it while we waited: not charged, no result
-            s.rollback()
             raise ProviderTimeout("The provider answered after the call's deadline; the call "
                                   "was refunded and not charged.")
         if idempotency_key is not None:
             s.execute(_IDEMPOTENCY_DONE, {"b_account": account_id, "b_key": idempotency_key,
                                           "b_call_id": call_id, "b_response_body": body.decode()})
-        s.commit()
-    except BaseException:
-        s.rollback()
-        raise
     return body
 
 
@@ -317,7 +322,7 @@ def refund(call_id: str, error: str) -> bool:
     """Refund a ``pending`` call exactly once (reversing posting, usage reversal, release
     of its Idempotency-Key). Returns False when it was no longer pending."""
     s = db.session
-    try:
+    with unit_of_work():
         row = s.execute(update(ModuleCall).where(ModuleCall.id == call_id,
                                                  ModuleCall.status == "pending")
                         .values(status="refunded", error=error, finished_at=utcnow())
@@ -327,7 +332,6 @@ def refund(call_id: str, error: str) -> bool:
                                    ModuleCall.idempotency_key, ModuleCall.created_at)
                         .execution_options(synchronize_session=False)).first()
         if row is None:
-            s.rollback()
             return False
         if row.charged:
             legs = [(code, -amount) for code, amount in
@@ -341,21 +345,17 @@ def refund(call_id: str, error: str) -> bool:
                 IdempotencyRecord.account_id == row.account_id,
                 IdempotencyRecord.key == row.idempotency_key,
                 IdempotencyRecord.call_id == call_id))
-        s.commit()
-        return True
-    except BaseException:
-        s.rollback()
-        raise
+    return True
 
 
 def sweep_pending(limit: int = 500) -> int:
     """Refund calls still ``pending`` after their deadline (their process died between
     charging and finalizing). Safe to run concurrently; returns how many it refunded."""
-    ids = db.session.execute(
-        select(ModuleCall.id).where(ModuleCall.status == "pending",
-                                    ModuleCall.deadline_at < utcnow())
-        .order_by(ModuleCall.deadline_at).limit(limit)).scalars().all()
-    db.session.rollback()
+    with unit_of_work():  # a read, ended before the refunds
+        ids = db.session.execute(
+            select(ModuleCall.id).where(ModuleCall.status == "pending",
+                                        ModuleCall.deadline_at < utcnow())
+            .order_by(ModuleCall.deadline_at).limit(limit)).scalars().all()
     return sum(1 for call_id in ids if refund(call_id, "swept"))
 
 
@@ -364,14 +364,14 @@ def purge_idempotency(limit: int = 10_000) -> int:
     s = db.session
     total = 0
     while True:
-        ids = s.execute(select(IdempotencyRecord.id).where(IdempotencyRecord.expires_at <= utcnow())
-                        .limit(limit)).scalars().all()
+        with unit_of_work():  # one batch
+            ids = s.execute(select(IdempotencyRecord.id).where(IdempotencyRecord.expires_at <= utcnow())
+                            .limit(limit)).scalars().all()
+            if ids:
+                s.execute(delete(IdempotencyRecord).where(IdempotencyRecord.id.in_(ids),
+                                                          IdempotencyRecord.expires_at <= utcnow()))
         if not ids:
-            s.rollback()
             return total
-        s.execute(delete(IdempotencyRecord).where(IdempotencyRecord.id.in_(ids),
-                                                  IdempotencyRecord.expires_at <= utcnow()))
-        s.commit()
         total += len(ids)
         if len(ids) < limit:
             return total

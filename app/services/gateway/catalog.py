@@ -44,6 +44,7 @@ from sqlalchemy.orm import selectinload
 from app.errors import InvalidRequest, ModuleNotFound, UnknownAction
 from app.extensions import db
 from app.models import Module, ModuleAction
+from app.services.platform.uow import unit_of_work
 
 SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
 ACTION_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -271,12 +272,12 @@ def read_catalog(path: str) -> list[dict]:
 
 
 def load(path: str | None = None) -> dict:
-    """Upsert the catalog at ``path`` (default CATALOG_PATH) in one transaction.
+    """Upsert the catalog at ``path`` (default CATALOG_PATH) in one unit of work.
     Returns ``{"created": [...], "updated": [...], "unchanged": [...]}``."""
     path = path or current_app.config["CATALOG_PATH"]
     modules = read_catalog(path)
     report = {"created": [], "updated": [], "unchanged": []}
-    try:
+    with unit_of_work():
         for spec in modules:
             m = db.session.execute(
                 select(Module).options(selectinload(Module.actions)).where(Module.slug == spec["slug"])
@@ -309,9 +310,5 @@ def load(path: str | None = None) -> dict:
                     row.active = False
                     changed = True
             report["created" if created else "updated" if changed else "unchanged"].append(spec["slug"])
-        db.session.commit()
-    except Exception:
-        db.session.rollback()
-        raise
     invalidate_cache()
     return report

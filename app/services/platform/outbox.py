@@ -2,9 +2,11 @@
 
 Usage from a service::
 
-    msg = outbox.add_webhook(url, "alert.fired", body, secret=whsec, source=f"alert_event:{id}")
-    db.session.commit()          # the message exists before any attempt
-    outbox.dispatch(msg.id)      # enqueue delivery (RQ, or inline without Redis)
+    with unit_of_work():     # the service's one unit of work
+        outbox.add_webhook(url, "alert.fired", body, secret=whsec, source=f"alert_event:{id}")
+    # on commit, delivery is enqueued (RQ, or inline without Redis) by an after-commit hook
+
+Outside a unit of work (a test, a shell) the caller commits and calls ``dispatch`` itself.
 
 Delivery is at-least-once with a stable id per message (the Standard Webhooks
 ``webhook-id`` and the e-mail ``Message-ID``), so receivers can de-duplicate. Each
@@ -29,6 +31,7 @@ from app.ids import new_id
 from app.models.base import utcnow
 from app.models.outbox import OutboxMessage
 from app.services.platform import http, mailer, netguard
+from app.services.platform.uow import after_commit, in_unit_of_work, transactional, unit_of_work
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +42,11 @@ WEBHOOK_TIMEOUT = 10
 
 
 def add(channel: str, destination: str, payload: dict, *, source: str | None = None,
-        account_id: str | None = None, max_attempts: int = 8, flush: bool = True) -> OutboxMessage:
-    """Write a message to deliver (in the caller's transaction; no commit).
+        account_id: str | None = None, max_attempts: int = 8, flush: bool = True,
+        enqueue: bool = True) -> OutboxMessage:
+    """Write a message to deliver (in the caller's transaction; no commit). Inside a unit
+    of work its delivery is enqueued after that unit commits (never if it rolls back;
+    ``enqueue=False``: left to the periodic sweep).
 
     ``flush=False`` leaves the INSERT to the caller's next flush/commit, so a caller adding
     many messages gets them written in one batched statement (the id is set already)."""
@@ -51,6 +57,8 @@ def add(channel: str, destination: str, payload: dict, *, source: str | None = N
     db.session.add(msg)
     if flush:
         db.session.flush()
+    if enqueue and in_unit_of_work():
+        after_commit(dispatch, msg.id)
     return msg
 
 
@@ -84,15 +92,16 @@ def _backoff(attempt: int) -> timedelta:
 
 
 def _claim(message_id: str, now: datetime) -> OutboxMessage | None:
-    """Atomically take the next attempt of a due pending message (None if not due)."""
-    res = db.session.execute(
-        update(OutboxMessage)
-        .where(OutboxMessage.id == message_id, OutboxMessage.status == "pending",
-               OutboxMessage.next_attempt_at <= now)
-        .values(attempts=OutboxMessage.attempts + 1, next_attempt_at=now + LEASE)
-        .execution_options(synchronize_session=False)
-    )
-    db.session.commit()
+    """Atomically take the next attempt of a due pending message (None if not due); its
+    own unit of work, committed before the attempt's network I/O."""
+    with unit_of_work():
+        res = db.session.execute(
+            update(OutboxMessage)
+            .where(OutboxMessage.id == message_id, OutboxMessage.status == "pending",
+                   OutboxMessage.next_attempt_at <= now)
+            .values(attempts=OutboxMessage.attempts + 1, next_attempt_at=now + LEASE)
+            .execution_options(synchronize_session=False)
+        )
     if res.rowcount != 1:
         return None
     return db.session.get(OutboxMessage, message_id, populate_existing=True)
@@ -144,19 +153,19 @@ def deliver(message_id: str) -> str:
     except Exception as exc:  # noqa: BLE001 - any failure is recorded and retried
         err = f"{type(exc).__name__}: {exc}"[:1000]
         done = msg.attempts >= msg.max_attempts
-        db.session.execute(
-            update(OutboxMessage).where(OutboxMessage.id == msg.id).values(
-                status="failed" if done else "pending", last_error=err,
-                next_attempt_at=utcnow() + _backoff(msg.attempts))
-        )
-        db.session.commit()
+        with unit_of_work():
+            db.session.execute(
+                update(OutboxMessage).where(OutboxMessage.id == msg.id).values(
+                    status="failed" if done else "pending", last_error=err,
+                    next_attempt_at=utcnow() + _backoff(msg.attempts))
+            )
         log.warning("outbox %s attempt %s failed: %s", msg.id, msg.attempts, err)
         return "failed" if done else "pending"
-    db.session.execute(
-        update(OutboxMessage).where(OutboxMessage.id == msg.id).values(
-            status="delivered", delivered_at=utcnow(), last_error=None)
-    )
-    db.session.commit()
+    with unit_of_work():
+        db.session.execute(
+            update(OutboxMessage).where(OutboxMessage.id == msg.id).values(
+                status="delivered", delivered_at=utcnow(), last_error=None)
+        )
     return "delivered"
 
 
@@ -176,6 +185,7 @@ def sweep(limit: int = 500) -> int:
     return len(ids)
 
 
+@transactional
 def redeliver(message_id: str | None = None, *, all_failed: bool = False) -> int:
     """Re-arm failed messages (one, or all) for another round of attempts."""
     q = update(OutboxMessage).where(OutboxMessage.status == "failed")
@@ -185,5 +195,4 @@ def redeliver(message_id: str | None = None, *, all_failed: bool = False) -> int
         return 0
     res = db.session.execute(q.values(status="pending", attempts=0, next_attempt_at=utcnow())
                              .execution_options(synchronize_session=False))
-    db.session.commit()
     return res.rowcount

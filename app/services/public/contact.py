@@ -9,6 +9,7 @@ from app.ids import new_id
 from app.models import ContactMessage
 from app.models.base import utcnow
 from app.services.platform import outbox
+from app.services.platform.uow import transactional
 from app.services.accounts.accounts import normalize_email
 
 
@@ -17,6 +18,7 @@ def _one_line(value: str, limit: int) -> str:
     return "".join(ch if ch.isprintable() else " " for ch in value).strip()[:limit]
 
 
+@transactional
 def submit(email: str, message: str, name: str | None = None, *, honeypot: str | None = None,
            client_ip: str | None = None) -> dict:
     """Queue a contact message; returns ``{id, status: "queued"}``.
@@ -38,7 +40,5 @@ def submit(email: str, message: str, name: str | None = None, *, honeypot: str |
     out = outbox.add_email(current_app.config["SALES_EMAIL"],
                            f"Contact form: {name or email}"[:150], text,
                            reply_to=email, source=f"contact:{msg_id}")
-    row.outbox_id = out.id
-    db.session.commit()
-    outbox.dispatch(out.id)
+    row.outbox_id = out.id  # delivery is enqueued after the commit
     return {"id": msg_id, "status": "queued"}

@@ -24,6 +24,7 @@ from app.models import Subscription
 from app.models.base import utcnow
 from app.services.platform import tokens as emailtokens
 from app.services.platform import outbox
+from app.services.platform.uow import transactional, unit_of_work
 from app.services.accounts.accounts import normalize_email
 
 LISTS = ("launch", "product", "weekly")
@@ -43,16 +44,29 @@ def list_headers(email: str) -> dict:
 
 
 def add_list_email(email: str, subject: str, text: str, *, source: str):
-    """Write one list e-mail to the outbox (caller commits and dispatches)."""
+    """Write one list e-mail to the outbox, in the caller's unit of work (delivery is
+    enqueued after it commits)."""
     footer = f"\n\n-- \nUnsubscribe from every list: {unsubscribe_url(email)}\n"
     return outbox.add_email(email, subject, text + footer, headers=list_headers(email),
                             source=source)
 
 
-def subscribe(email: str, list_name: str | None = None, *, _retry: bool = True) -> dict:
-    """Start (or restart) double opt-in for ``email`` on ``list_name``."""
+def subscribe(email: str, list_name: str | None = None) -> dict:
+    """Start (or restart) double opt-in for ``email`` on ``list_name`` (one unit of work,
+    tried a second time when a concurrent first subscribe of the same address won)."""
     email = normalize_email(email)
     list_name = list_name or DEFAULT_LIST
+    for _attempt in range(2):
+        try:
+            with unit_of_work():
+                _start_opt_in(email, list_name)
+            break
+        except IntegrityError:
+            continue
+    return accepted()
+
+
+def _start_opt_in(email: str, list_name: str) -> None:
     token, digest = emailtokens.new_token()
     expires = utcnow() + timedelta(hours=int(current_app.config["NEWSLETTER_TOKEN_TTL_HOURS"]))
     sub = db.session.execute(select(Subscription).where(
@@ -66,23 +80,12 @@ def subscribe(email: str, list_name: str | None = None, *, _retry: bool = True) 
         sub.unsubscribed_at = None
         link = emailtokens.link("/email/confirm?token=" + token)
         hours = int(current_app.config["NEWSLETTER_TOKEN_TTL_HOURS"])
-        msg = add_list_email(
+        add_list_email(
             email, f"Confirm your subscription to {LIST_NAMES[list_name]}",
             f"Someone (hopefully you) asked to receive {LIST_NAMES[list_name]} at this address.\n\n"
             f"Confirm here (the link works once, for {hours} hours):\n{link}\n\n"
             "If this was not you, ignore this e-mail: nothing is sent until you confirm.",
             source=f"subscription:{sub.id}")
-        try:
-            db.session.commit()
-        except IntegrityError:  # a concurrent first subscribe of the same address won
-            db.session.rollback()
-            if _retry:
-                return subscribe(email, list_name, _retry=False)
-            return accepted()
-        outbox.dispatch(msg.id)
-    else:
-        db.session.rollback()
-    return accepted()
 
 
 def accepted() -> dict:
@@ -101,6 +104,7 @@ def check_token(token: str | None) -> Subscription | None:
         Subscription.token_expires_at > utcnow())).scalar_one_or_none()
 
 
+@transactional
 def confirm(token: str | None) -> Subscription | None:
     """Redeem a confirmation token (single use, atomic); returns the subscription or None
     when the token is unknown, expired or already used. Sends a welcome list e-mail."""
@@ -117,17 +121,15 @@ def confirm(token: str | None) -> Subscription | None:
         .execution_options(synchronize_session=False)
     ).scalar_one_or_none()
     if sub_id is None:
-        db.session.rollback()
         return None
     sub = db.session.get(Subscription, sub_id, populate_existing=True)
-    msg = add_list_email(sub.email, f"You are subscribed to {LIST_NAMES[sub.list]}",
+    add_list_email(sub.email, f"You are subscribed to {LIST_NAMES[sub.list]}",
                          f"Thanks for confirming: you will receive {LIST_NAMES[sub.list]} "
                          "at this address.", source=f"subscription:{sub.id}")
-    db.session.commit()
-    outbox.dispatch(msg.id)
     return sub
 
 
+@transactional
 def unsubscribe(email: str) -> dict:
     """Remove ``email`` from every list (pending tokens die too). Same answer whether or
     not it was subscribed."""
@@ -138,7 +140,6 @@ def unsubscribe(email: str) -> dict:
         .values(status="unsubscribed", unsubscribed_at=utcnow(), token_hash=None,
                 token_expires_at=None)
         .execution_options(synchronize_session=False))
-    db.session.commit()
     return {"status": "unsubscribed",
             "message": "This address will receive no further list e-mail."}
 
@@ -153,16 +154,14 @@ def one_click_unsubscribe(token: str) -> bool:
     return True
 
 
+@transactional
 def send_to_list(list_name: str, subject: str, text: str) -> int:
     """Queue one e-mail to every confirmed subscriber of ``list_name`` (operator CLI);
     returns how many."""
     emails = list(db.session.execute(select(Subscription.email).where(
         Subscription.list == list_name, Subscription.status == "subscribed")
         .order_by(Subscription.email)).scalars())
-    ids = []
     stamp = utcnow().strftime("%Y%m%d%H%M%S")
     for email in emails:
-        ids.append(add_list_email(email, subject, text, source=f"list:{list_name}:{stamp}").id)
-    db.session.commit()
-    outbox.dispatch(*ids)
-    return len(ids)
+        add_list_email(email, subject, text, source=f"list:{list_name}:{stamp}")
+    return len(emails)

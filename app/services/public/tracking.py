@@ -9,6 +9,7 @@ from flask import current_app
 from sqlalchemy import Engine, and_, create_engine, delete, func, insert, null, select
 
 from app.extensions import db
+from app.services.platform.uow import in_unit_of_work, transactional
 from app.models import TrackEvent
 from app.models.base import utcnow
 
@@ -49,7 +50,10 @@ def _engine() -> Engine:
 def record(event: str, session_id: str | None, props: dict | None,
            account_id: str | None = None) -> None:
     """Store one event (input is validated by the schema): a single autocommit INSERT on
-    a pooled connection (no BEGIN/COMMIT round trips, see ``_engine``)."""
+    a pooled connection (no BEGIN/COMMIT round trips, see ``_engine``). Its own connection,
+    so never inside a unit of work (docs/transactions.md)."""
+    if in_unit_of_work():
+        raise RuntimeError("tracking.record writes on its own connection: call it outside a unit of work")
     params = {"event": event, "session_id": session_id,
               "props": props if props is not None else null(),
               "account_id": account_id, "created_at": utcnow()}
@@ -146,13 +150,13 @@ def active_sessions(now: datetime | None = None, limit: int = SESSIONS_LIMIT) ->
             for sid, first, last, n in db.session.execute(q).all()]
 
 
+@transactional
 def prune(now: datetime | None = None) -> int:
     """Delete events older than ``TRACK_RETENTION_DAYS``; returns how many."""
     now = now or utcnow()
     cutoff = now - timedelta(days=int(current_app.config["TRACK_RETENTION_DAYS"]))
     res = db.session.execute(delete(TrackEvent).where(TrackEvent.created_at < cutoff)
                              .execution_options(synchronize_session=False))
-    db.session.commit()
     return res.rowcount or 0
 
 

@@ -14,7 +14,6 @@ from eth_account.messages import encode_typed_data
 from eth_utils import is_hex_address, to_checksum_address
 
 from app.errors import DomainError
-from app.extensions import db
 from app.services.billing import chains
 from app.services.billing.x402.requirements import PAYMENT_HEADERS, enabled, networks, pay_to
 
@@ -162,9 +161,3 @@ def verify(data: dict, price_micros: int) -> dict:
         raise PaymentInvalid("invalid_signature", "The authorization was not signed by `from`.")
     return {"chain": chain, "payer": payer, "value": value, "nonce": nonce, "version": data["x402Version"],
             "auth_key": f"{chain}:{payer.lower()}:{nonce}", "data": data}
-
-
-def autonomous_ok() -> bool:
-    """Whether a second connection may write while the caller's transaction is open
-    (PostgreSQL: yes; SQLite serialises writers, so there the caller's transaction is used)."""
-    return db.engine.dialect.name != "sqlite"

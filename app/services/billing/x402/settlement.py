@@ -3,14 +3,18 @@
 reservation, settlement (facilitator ``/verify`` + ``/settle``, or local in sandbox mode)
 and the ledger credit (DESIGN §8).
 
-How the call path uses it (``app/services/gateway/calls.py``)::
+Three steps, never a network call inside a transaction (``app/services/gateway/calls.py``)::
 
-    # inside the call's charging transaction, after the balance could not cover the price:
-    pay = x402.fund_call(header, account_id=…, price_micros=…, call_id=…, mode=…, resource_url=…)
-    ledger.post("module_call", …)     # the call's charge, from that credit
-    db.session.commit()               # payment + charge: one transaction
-    response.headers.update(x402.response_headers(pay))
+    pay, facts = x402.verify_and_reserve(header, ...)  # 1. verify (no db), reserve: own unit of work
+    x402.settle(pay, facts, ...)                       # 2. facilitator over HTTP, no transaction open
+    with unit_of_work():                               # 3. book: the credit and the call's charge
+        x402.book(pay, call_id=...); ledger.post("module_call", ...)
 
+(``accept`` = steps 1 and 2; ``fund_call`` = ``accept`` + ``book`` in the caller's
+transaction.) The seam for the money issue: step 2's outcome is recorded on the
+authorization (``settled``/``failed``, or left ``reserved`` when the facilitator did not
+answer); a settled authorization whose step 3 never committed is booked as account credit
+by ``book_orphans``; a ``reserved`` one awaits the reconciliation job of that issue.
 ``accept`` raises 400 ``invalid_payment`` (undecodable) or 402 ``payment_invalid`` (with
 ``reason``). Once an authorization is reserved it can never be used again; once it is
 settled the money is always booked, at worst as account credit (``book_orphans`` sweep).
@@ -28,16 +32,13 @@ from app.extensions import db
 from app.ids import new_id
 from app.models import LedgerTransaction, Payment, X402Authorization
 from app.models.base import utcnow
-from app.services.billing.x402.payload import PaymentInvalid, autonomous_ok, decode, verify
+from app.services.billing.x402.payload import PaymentInvalid, decode, verify
 from app.services.billing.x402.requirements import b64json, is_sandbox, v1_requirement, v2_requirement
 from app.services.billing import chains, ledger
 from app.services.platform import http
+from app.services.platform.uow import in_unit_of_work, transactional, unit_of_work
 
 log = logging.getLogger(__name__)
-
-
-
-
 
 
 
@@ -63,15 +64,7 @@ class X402Payment:
 
 
 
-
-
-
-
 # --- payment requests (402) -----------------------------------------------------------
-
-
-
-
 
 
 
@@ -89,45 +82,21 @@ class X402Payment:
 
 
 
-
-
-
-
 # --- reservation, settlement, booking ------------------------------------------------------
 
 
 
-def _write(stmt, in_transaction: bool) -> int:
-    """Execute a write durably: committed on its own (its own connection when the caller
-    has a transaction open), or, on SQLite inside a caller's transaction, in that one."""
-    if in_transaction and not autonomous_ok():
-        return db.session.execute(stmt.execution_options(synchronize_session=False)).rowcount
-    if in_transaction:
-        with db.engine.connect() as conn:
-            rc = conn.execute(stmt).rowcount
-            conn.commit()
-            return rc
-    rc = db.session.execute(stmt.execution_options(synchronize_session=False)).rowcount
-    db.session.commit()
-    return rc
-
-
-def reserve(facts: dict, account_id: str, *, in_transaction: bool = False) -> str:
-    """Insert the authorization under its unique key (the one atomic step that makes it
-    single-use: a replay, even a concurrent one, hits the unique constraint). Committed
-    at once so it holds even if the call's transaction later rolls back. Returns its id."""
+def reserve(facts: dict, account_id: str) -> str:
+    """Step 1b (own unit of work): insert the authorization under its unique key (the one
+    atomic step that makes it single-use: a replay, even a concurrent one, hits the unique
+    constraint). Committed at once, so it holds whatever happens to the call. Returns its id."""
     auth_id = new_id("x4a")
-    stmt = insert(X402Authorization).values(
-        id=auth_id, auth_key=facts["auth_key"], account_id=account_id, network=facts["chain"],
-        payer=facts["payer"], value_atomic=facts["value"], status="reserved", created_at=utcnow())
-    if in_transaction and not autonomous_ok() and db.session.execute(
-            select(X402Authorization.id).where(X402Authorization.auth_key == facts["auth_key"])).first():
-        raise PaymentInvalid("replayed", "This payment authorization was already used.")
     try:
-        _write(stmt, in_transaction)
+        with unit_of_work():
+            db.session.execute(insert(X402Authorization).values(
+                id=auth_id, auth_key=facts["auth_key"], account_id=account_id, network=facts["chain"],
+                payer=facts["payer"], value_atomic=facts["value"], status="reserved", created_at=utcnow()))
     except IntegrityError:
-        if not in_transaction:
-            db.session.rollback()
         raise PaymentInvalid("replayed", "This payment authorization was already used.") from None
     return auth_id
 
@@ -150,31 +119,39 @@ def _facilitator(path: str, facts: dict, price_micros: int, resource_url: str) -
     return body if isinstance(body, dict) else {}
 
 
-def _status(auth_id: str, in_transaction: bool, **values) -> None:
-    _write(update(X402Authorization).where(X402Authorization.id == auth_id).values(**values), in_transaction)
+@transactional
+def _status(auth_id: str, **values) -> None:
+    db.session.execute(update(X402Authorization).where(X402Authorization.id == auth_id).values(**values)
+                       .execution_options(synchronize_session=False))
 
 
-def accept(header_value: str, *, account_id: str, price_micros: int, resource_url: str,
-           mode: str = "live", in_transaction: bool = False) -> X402Payment:
-    """Decode, verify, reserve and (with a facilitator) settle a payment header.
-
-    ``in_transaction``: the caller has a database transaction open (the call's charging
-    transaction); nothing here commits it."""
+def verify_and_reserve(header_value: str, *, account_id: str, price_micros: int,
+                       mode: str = "live") -> tuple[X402Payment, dict]:
+    """Step 1: decode and verify the header (no database), then ``reserve`` it in its own
+    unit of work. Returns the reserved payment and the verified facts ``settle`` needs."""
     facts = verify(decode(header_value), price_micros)
     sandbox = is_sandbox(mode)
     if sandbox and current_app.config.get("PRODUCTION") and mode != "test":
         raise PaymentInvalid("settlement_unavailable", "x402 settlement is not configured on this deployment.")
-    auth_id = reserve(facts, account_id, in_transaction=in_transaction)
-    pay = X402Payment(auth_id=auth_id, auth_key=facts["auth_key"], account_id=account_id,
-                      version=facts["version"], network=facts["chain"], payer=facts["payer"],
-                      value_atomic=facts["value"], sandbox=sandbox)
-    if sandbox:
+    auth_id = reserve(facts, account_id)
+    return X402Payment(auth_id=auth_id, auth_key=facts["auth_key"], account_id=account_id,
+                       version=facts["version"], network=facts["chain"], payer=facts["payer"],
+                       value_atomic=facts["value"], sandbox=sandbox), facts
+
+
+def settle(pay: X402Payment, facts: dict, *, price_micros: int, resource_url: str) -> X402Payment:
+    """Step 2 (network; must run with no unit of work open): facilitator ``/verify`` and
+    ``/settle`` (nothing in sandbox mode). The outcome is recorded on the authorization in
+    a short unit of work of its own after each answer."""
+    if in_unit_of_work():
+        raise RuntimeError("x402 settle() calls the facilitator: run it outside any unit of work")
+    if pay.sandbox:
         return pay
     verified = _facilitator("/verify", facts, price_micros, resource_url)
     if verified.get("isValid") is not True:
         reason = str(verified.get("invalidReason") or ("facilitator_unavailable" if verified.get("_unavailable")
                                                         else "facilitator_rejected"))
-        _status(auth_id, in_transaction, status="failed", error=reason[:200])
+        _status(pay.auth_id, status="failed", error=reason[:200])
         raise PaymentInvalid(reason, "The facilitator refused the payment: " + reason)
     settled = _facilitator("/settle", facts, price_micros, resource_url)
     if settled.get("success") is not True:
@@ -182,26 +159,34 @@ def accept(header_value: str, *, account_id: str, price_micros: int, resource_ur
         if settled.get("_unavailable"):  # outcome unknown: keep it reserved for reconciliation
             raise PaymentInvalid("settlement_unavailable", "The facilitator did not answer; the authorization "
                                                            "stays reserved for reconciliation.")
-        _status(auth_id, in_transaction, status="failed", error=reason[:200])
+        _status(pay.auth_id, status="failed", error=reason[:200])
         raise PaymentInvalid(reason, "Settlement failed: " + reason)
     pay.transaction = str(settled.get("transaction") or "")
-    _status(auth_id, in_transaction, status="settled", transaction=pay.transaction[:100], settled_at=utcnow())
+    _status(pay.auth_id, status="settled", transaction=pay.transaction[:100], settled_at=utcnow())
     return pay
+
+
+def accept(header_value: str, *, account_id: str, price_micros: int, resource_url: str,
+           mode: str = "live") -> X402Payment:
+    """Steps 1 and 2: verify and reserve (own unit of work), then settle (no transaction
+    open). The caller books it (step 3) in its own unit of work."""
+    pay, facts = verify_and_reserve(header_value, account_id=account_id, price_micros=price_micros, mode=mode)
+    return settle(pay, facts, price_micros=price_micros, resource_url=resource_url)
 
 
 def fund_call(header_value: str, *, account_id: str, price_micros: int, call_id: str, mode: str,
               resource_url: str) -> X402Payment:
-    """The gateway seam: inside the call's charging transaction, accept the payment and
-    credit it (not committed); the caller debits the price next and commits both."""
+    """``accept`` then ``book`` in the caller's (not yet committed) transaction: the caller
+    debits the price next and commits both. Must be called with no unit of work open."""
     pay = accept(header_value, account_id=account_id, price_micros=price_micros, resource_url=resource_url,
-                 mode=mode, in_transaction=True)
+                 mode=mode)
     book(pay, call_id=call_id)
     return pay
 
 
 def book(pay: X402Payment, call_id: str | None = None) -> str:
-    """Record the payment and credit it to the account (does NOT commit: call it in the same
-    transaction as the call's charge). Returns the payment id."""
+    """Step 3: record the payment and credit it to the account, in the caller's unit of work
+    (the one that also writes the call's charge). Returns the payment id."""
     if pay.sandbox:
         pay.transaction = pay.transaction or f"sandbox:{pay.auth_id}"
         db.session.execute(update(X402Authorization).where(X402Authorization.id == pay.auth_id)
@@ -247,9 +232,9 @@ def book_orphans(older_than_seconds: int = 120) -> int:
                           network=row.network, payer=row.payer, value_atomic=int(row.value_atomic),
                           sandbox=(row.transaction or "").startswith("sandbox:"), transaction=row.transaction)
         try:
-            book(pay)
-            db.session.commit()
+            with unit_of_work():
+                book(pay)
             n += 1
         except IntegrityError:
-            db.session.rollback()
+            pass
     return n

@@ -1,0 +1,87 @@
+"""The unit of work: the one place that commits or rolls back the database session.
+
+A service entry point runs its writes inside exactly one ``unit_of_work()`` (or is
+decorated ``@transactional``): it commits when the block ends normally and rolls back
+when an exception leaves it. Helpers below an entry point never commit or roll back, and
+units of work never nest: a second one may start only after the first has ended. A
+network call never runs inside a unit of work; a flow that needs one (a provider call, a
+payment processor, an x402 facilitator) is two units of work in sequence around it.
+
+``after_commit(fn, ...)`` registers work that must only happen once the data it refers
+to is committed (e.g. enqueueing outbox delivery); it is dropped on rollback, and a
+failing hook is logged without undoing the commit. State lives in a ``ContextVar``, so
+it is per thread / per request and works the same in requests, RQ jobs and CLI commands.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, Callable, Iterator
+
+from app.extensions import db
+
+log = logging.getLogger(__name__)
+
+_current: ContextVar["_Unit | None"] = ContextVar("unit_of_work", default=None)
+
+
+class _Unit:
+    __slots__ = ("hooks",)
+
+    def __init__(self) -> None:
+        self.hooks: list[tuple[Callable, tuple, dict]] = []
+
+
+def in_unit_of_work() -> bool:
+    """True while a unit of work is open in this context."""
+    return _current.get() is not None
+
+
+@contextmanager
+def unit_of_work() -> Iterator[None]:
+    """Commit ``db.session`` when the block ends normally, roll it back (and re-raise)
+    when it raises; then run the ``after_commit`` hooks of a committed unit. Refuses to
+    nest (RuntimeError): the outer entry point owns the transaction."""
+    if _current.get() is not None:
+        raise RuntimeError("unit_of_work() is already open: units of work do not nest; "
+                           "call the helper below the entry point instead of another entry point")
+    unit = _Unit()
+    token = _current.set(unit)
+    try:
+        try:
+            yield
+        except BaseException:
+            db.session.rollback()
+            raise
+        try:
+            db.session.commit()
+        except BaseException:
+            db.session.rollback()
+            raise
+    finally:
+        _current.reset(token)
+    for fn, args, kwargs in unit.hooks:
+        try:
+            fn(*args, **kwargs)
+        except Exception:  # noqa: BLE001 - the commit stands; the hook's own retry covers it
+            log.exception("after-commit hook %s failed", getattr(fn, "__qualname__", fn))
+
+
+def transactional(fn: Callable) -> Callable:
+    """Decorator: run a service entry point inside ``unit_of_work()``."""
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with unit_of_work():
+            return fn(*args, **kwargs)
+    return wrapper
+
+
+def after_commit(fn: Callable, *args: Any, **kwargs: Any) -> None:
+    """Run ``fn(*args, **kwargs)`` after the current unit of work commits (never if it
+    rolls back). Raises RuntimeError when no unit of work is open."""
+    unit = _current.get()
+    if unit is None:
+        raise RuntimeError("after_commit() needs an open unit_of_work()")
+    unit.hooks.append((fn, args, kwargs))

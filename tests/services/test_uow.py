@@ -1,0 +1,168 @@
+"""The unit of work (app/services/platform/uow.py): commit on success, rollback on error,
+no nesting, after-commit hooks only after a commit; and a guard that nothing else in the
+application commits or rolls back."""
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select, text
+
+from app.extensions import db
+from app.ids import new_id
+from app.models import ContactMessage, OutboxMessage
+from app.services.platform import outbox
+from app.services.platform.uow import after_commit, in_unit_of_work, transactional, unit_of_work
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _row() -> ContactMessage:
+    return ContactMessage(id=new_id("contact"), email="a@example.com", message="hi")
+
+
+def _committed_count() -> int:
+    """Rows visible to another connection (i.e. committed)."""
+    with db.engine.connect() as conn:
+        return conn.execute(text("SELECT count(*) FROM contact_messages")).scalar_one()
+
+
+def test_commits_on_normal_exit(app):
+    with app.app_context():
+        with unit_of_work():
+            assert in_unit_of_work()
+            db.session.add(_row())
+        assert not in_unit_of_work()
+        assert _committed_count() == 1
+
+
+def test_rolls_back_and_reraises_on_error(app):
+    with app.app_context():
+        with pytest.raises(ValueError, match="boom"):
+            with unit_of_work():
+                db.session.add(_row())
+                db.session.flush()
+                raise ValueError("boom")
+        assert not in_unit_of_work()
+        assert db.session.execute(select(func.count()).select_from(ContactMessage)).scalar_one() == 0
+        assert _committed_count() == 0
+
+
+def test_nesting_is_refused(app):
+    with app.app_context():
+        with pytest.raises(RuntimeError, match="do not nest"):
+            with unit_of_work():
+                db.session.add(_row())
+                with unit_of_work():
+                    pass
+        assert _committed_count() == 0  # the outer unit rolled back
+        with unit_of_work():  # and the state was reset: a new unit opens
+            db.session.add(_row())
+        assert _committed_count() == 1
+
+
+def test_transactional_decorator(app):
+    @transactional
+    def entry(fail: bool) -> str:
+        db.session.add(_row())
+        if fail:
+            raise KeyError("x")
+        return "done"
+
+    with app.app_context():
+        assert entry(False) == "done"
+        with pytest.raises(KeyError):
+            entry(True)
+        assert _committed_count() == 1
+
+
+def test_after_commit_runs_only_after_the_commit(app):
+    seen = []
+
+    def hook(tag, *, extra):
+        seen.append((tag, extra, in_unit_of_work(), _committed_count()))
+
+    with app.app_context():
+        with unit_of_work():
+            db.session.add(_row())
+            after_commit(hook, "a", extra=1)
+            assert seen == []
+        assert seen == [("a", 1, False, 1)]  # outside the unit, the row already committed
+
+        with pytest.raises(ValueError):
+            with unit_of_work():
+                after_commit(hook, "b", extra=2)
+                raise ValueError("rolled back")
+        assert [s[0] for s in seen] == ["a"]  # dropped on rollback
+
+
+def test_after_commit_needs_a_unit_of_work(app):
+    with app.app_context(), pytest.raises(RuntimeError, match="unit_of_work"):
+        after_commit(print, "x")
+
+
+def test_a_failing_hook_is_logged_and_the_commit_stands(app, caplog):
+    ran = []
+
+    def bad():
+        raise OSError("redis down")
+
+    with app.app_context(), caplog.at_level(logging.ERROR, logger="app.services.platform.uow"):
+        with unit_of_work():
+            db.session.add(_row())
+            after_commit(bad)
+            after_commit(ran.append, "next")
+        assert _committed_count() == 1 and ran == ["next"]
+        assert "after-commit hook" in caplog.text and "redis down" in caplog.text
+
+
+def test_outbox_delivery_is_enqueued_after_commit_only(app, monkeypatch):
+    sent = []
+    monkeypatch.setattr(outbox, "dispatch", lambda *ids: sent.extend(
+        (mid, db.session.get(OutboxMessage, mid) is not None) for mid in ids))
+    with app.app_context():
+        with unit_of_work():
+            msg = outbox.add_email("to@example.com", "Hi", "Body")
+            mid = msg.id
+            assert sent == []
+        assert sent == [(mid, True)]
+        with pytest.raises(ValueError):
+            with unit_of_work():
+                outbox.add_email("to@example.com", "Never", "Body")
+                raise ValueError("rolled back")
+        assert sent == [(mid, True)]
+        assert db.session.execute(select(func.count()).select_from(OutboxMessage)).scalar_one() == 1
+
+
+# --- the guard: only the unit of work commits or rolls back ------------------------------
+
+GUARDED = ["app/services", "app/blueprints", "app/tasks", "app/cli", "app/auth.py"]
+# path relative to the repository -> why it may commit/roll back itself (none today)
+ALLOWED: dict[str, str] = {
+    "app/services/platform/uow.py": "the unit of work itself",
+}
+_CALL = re.compile(r"\.(commit|rollback)\(")
+
+
+def test_nothing_but_the_unit_of_work_commits_or_rolls_back():
+    offenders = []
+    for entry in GUARDED:
+        base = ROOT / entry
+        files = [base] if base.is_file() else sorted(base.rglob("*.py"))
+        assert files, f"{entry}: nothing to check (moved?)"
+        for path in files:
+            rel = path.relative_to(ROOT).as_posix()
+            if rel in ALLOWED:
+                continue
+            for no, line in enumerate(path.read_text().splitlines(), 1):
+                if _CALL.search(line.split("#", 1)[0]):
+                    offenders.append(f"{rel}:{no}: {line.strip()}")
+    assert offenders == [], "commit/rollback outside platform/uow.py:\n" + "\n".join(offenders)
+
+
+def test_the_guard_sees_a_commit():
+    """The pattern the guard relies on matches the calls it must refuse."""
+    assert _CALL.search("    db.session.commit()") and _CALL.search("s.rollback()")
+    assert not _CALL.search("skip_commit_flush()") and not _CALL.search("after_commit(fn)")

@@ -15,4 +15,4 @@ class AccountView(MethodView):
     @blp.response(200, AccountSchema)
     def get(self):
         """The authenticated account: id, e-mail, plan, balance in cents, agent id."""
-        return accounts.account_view(accounts.get_account(principal().account_id))
+        return accounts.get_account(principal().account_id)

@@ -63,7 +63,7 @@ class RegisterView(MethodView):
         p = principal()
         agent, _ = agents.register(p.account_id, name=body["name"], pubkey=body["pubkey"],
                                    webhook=body["webhook"], caller_is_agent=p.kind == "session")
-        return agents.agent_view(agent, with_secret=True)
+        return agent
 
 
 @blp.route("/build")
@@ -77,9 +77,9 @@ class BuildView(MethodView):
         modules are listed and callable; calls are forwarded to `webhook`, signed per
         Standard Webhooks with the returned `webhook_secret`."""
         p = principal()
-        return builds.build_view(builds.submit(
+        return builds.submit(
             p.agent_id, slug=body["slug"], price_cents=body["price_cents"], actions=body["actions"],
-            webhook=body["webhook"], description=body["description"]))
+            webhook=body["webhook"], description=body["description"])
 
 
 @blp.route("/builds")
@@ -90,8 +90,7 @@ class BuildsView(MethodView):
         """The caller's submissions, newest first, with status and review notes (an agent
         session: its own; a key of an owner account: those of all its agents; max 500)."""
         p = principal()
-        return {"builds": [builds.build_view(b)
-                           for b in builds.list_builds(agent_id=p.agent_id, account_id=p.account_id)]}
+        return {"builds": builds.list_builds(agent_id=p.agent_id, account_id=p.account_id)}
 
 
 @blp.route("/<string:agent_id>/usage")

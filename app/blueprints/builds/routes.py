@@ -17,7 +17,7 @@ class PendingView(MethodView):
     @blp.response(200, PendingListSchema)
     def get(self):
         """Submissions waiting for review, oldest first."""
-        return {"pending": [builds.review_view(s) for s in builds.pending()]}
+        return {"pending": builds.pending()}
 
 
 @blp.route("/<string:slug>/approve")
@@ -30,8 +30,7 @@ class ApproveView(MethodView):
     def post(self, body, slug):
         """Approve the pending submission for `slug`: the module is listed and callable at
         once, owned by the submitting agent; the agent gets a `module.approved` event."""
-        return builds.review_view(builds.approve(slug, reviewer=f"api:{principal().account_id}",
-                                                 notes=body["notes"]))
+        return builds.approve(slug, reviewer=f"api:{principal().account_id}", notes=body["notes"])
 
 
 @blp.route("/<string:slug>/reject")
@@ -43,5 +42,4 @@ class RejectView(MethodView):
     def post(self, body, slug):
         """Reject the pending submission for `slug` with a `reason` (shown to the agent as
         `review_notes`; `module.rejected` event)."""
-        return builds.review_view(builds.reject(slug, reviewer=f"api:{principal().account_id}",
-                                                reason=body["reason"]))
+        return builds.reject(slug, reviewer=f"api:{principal().account_id}", reason=body["reason"])

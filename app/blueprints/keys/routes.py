@@ -4,6 +4,7 @@ from flask.views import MethodView
 from app.auth import authenticated, principal
 from app.blueprints.keys.schemas import (KeyCreatedSchema, KeyCreateSchema, KeyListSchema,
                                          KeyRevokedSchema)
+from app.blueprints.fields import Extended
 from app.extensions import Blueprint
 from app.services.accounts import keys
 
@@ -16,7 +17,7 @@ class KeysView(MethodView):
     @blp.response(200, KeyListSchema)
     def get(self):
         """List the account's active keys (never the secret)."""
-        return {"keys": [keys.key_view(k) for k in keys.list_keys(principal().account_id)]}
+        return {"keys": keys.list_keys(principal().account_id)}
 
     @authenticated("keys:write")
     @blp.arguments(KeyCreateSchema)
@@ -30,7 +31,7 @@ class KeysView(MethodView):
         p = principal()
         row, secret = keys.create_key(p.account_id, body["name"], body.get("scopes"),
                                       creator_scopes=p.scopes, creator_mode=p.mode)
-        return {**keys.key_view(row), "key": secret}
+        return Extended(row, key=secret)
 
 
 @blp.route("/<string:key_id>")

@@ -49,7 +49,8 @@ class SignupConfirmView(MethodView):
         return signup.complete(body["token"])
 
 
-def _key_page(result: dict):
+def _key_page(completed: signup.SignupResult):
+    result = SignupCompletedSchema().dump(completed)
     key = result["key"]["key"]
     return pages.render(
         "Your account is ready",

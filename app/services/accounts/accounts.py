@@ -109,14 +109,3 @@ def set_admin(account_id: str, admin: bool = True) -> Account:
     acct.is_admin = admin
     db.session.commit()
     return acct
-
-
-def account_view(acct: Account) -> dict:
-    """The Account resource of SPEC part 2."""
-    return {
-        "id": acct.id,
-        "email": acct.email,
-        "plan": acct.plan,
-        "balance_cents": ledger.micros_to_cents(acct.balance_micros),
-        "agent_id": acct.agent_id,
-    }

@@ -71,8 +71,3 @@ def revoke_key(account_id: str, key_id: str) -> ApiKey:
         db.session.commit()
     auth.broadcast_revocation(row.key_hash)
     return row
-
-
-def key_view(row: ApiKey) -> dict:
-    return {"id": row.id, "name": row.name, "prefix": row.prefix, "scopes": list(row.scopes or []),
-            "last_used_at": row.last_used_at}

@@ -10,6 +10,7 @@ transaction, so a crash leaves either everything or nothing (and the token unuse
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
 
 from flask import current_app
@@ -20,7 +21,7 @@ from sqlalchemy.exc import IntegrityError
 from app.errors import Conflict, NotFound
 from app.extensions import db
 from app.ids import new_id
-from app.models import Account, SignupRequest
+from app.models import Account, ApiKey, SignupRequest
 from app.models.base import utcnow
 from app.scopes import ALL_SCOPES
 from app.services.accounts import accounts
@@ -30,6 +31,15 @@ from app.services.platform import outbox
 
 FIRST_KEY_NAME = "default"
 
+
+
+@dataclass(frozen=True)
+class SignupResult:
+    """A completed sign-up: the new account and its first key (``secret`` shown once)."""
+
+    account: Account
+    key: ApiKey
+    secret: str
 
 def accepted() -> dict:
     """The one response body of ``POST /api/signup``."""
@@ -83,7 +93,7 @@ class TokenInvalid(NotFound):
     status, code, message = 404, "invalid_token", "This sign-up link is invalid, expired or already used."
 
 
-def complete(token: str | None) -> dict:
+def complete(token: str | None) -> SignupResult:
     """Redeem the token: create the account (promo grant) and its first key.
 
     Returns ``{account, key}`` with the secret key, shown only here. Raises
@@ -119,7 +129,7 @@ def complete(token: str | None) -> dict:
     except IntegrityError:  # a concurrent sign-up created the address's account first
         db.session.rollback()
         raise Conflict("An account with this e-mail already exists.")
-    return {"account": accounts.account_view(acct), "key": {**keys.key_view(row), "key": secret}}
+    return SignupResult(account=acct, key=row, secret=secret)
 
 
 def prune(older_than_days: int = 7) -> int:

@@ -136,14 +136,6 @@ def _same_owner(agent: Agent, owner_account_id: str, name: str, webhook: str | N
     return agent
 
 
-def agent_view(agent: Agent, *, with_secret: bool = False) -> dict:
-    out = {"id": agent.id, "name": agent.name, "pubkey": agent.pubkey, "webhook": agent.webhook,
-           "account_id": agent.account_id}
-    if with_secret:
-        out["webhook_secret"] = agent.webhook_secret
-    return out
-
-
 def get_agent(agent_id: str) -> Agent:
     agent = db.session.get(Agent, agent_id) if isinstance(agent_id, str) and len(agent_id) <= 32 else None
     if agent is None:

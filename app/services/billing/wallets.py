@@ -27,7 +27,7 @@ from app.models import Account, ChainCursor, LedgerEntry, LedgerTransaction, Pay
 from app.models.base import utcnow
 from app.services.billing import chains
 from app.services.billing import ledger
-from app.services.billing.payments import credit_payment, fund_view
+from app.services.billing.payments import FundResult, credit_payment, fund_result
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ def _verify_signature(chain: str, address_key: str, message: str, signature: str
         raise SignatureInvalid("The signature was not made by this address.") from None
 
 
-def connect(account_id: str, chain: str, address: str, signature: str, nonce: str | None = None) -> dict:
+def connect(account_id: str, chain: str, address: str, signature: str, nonce: str | None = None) -> Wallet:
     """Attach the wallet after verifying the signature over the issued message. The
     message is consumed atomically first (a replay or a second concurrent use fails)."""
     display, key = chains.normalize_address(chain, address)
@@ -135,12 +135,7 @@ def connect(account_id: str, chain: str, address: str, signature: str, nonce: st
     except IntegrityError:
         db.session.rollback()
         raise Conflict("This address is connected to another account.") from None
-    return wallet_view(wallet)
-
-
-def wallet_view(w: Wallet) -> dict:
-    return {"id": w.id, "chain": w.chain, "address": w.address, "connected": True,
-            "connected_at": w.connected_at}
+    return wallet
 
 
 def get_wallet(account_id: str) -> Wallet | None:
@@ -204,7 +199,7 @@ def deposit_address() -> str | None:
     return to_checksum_address(addr) if addr else None
 
 
-def fund_usdc(account_id: str, mode: str, amount_cents: int) -> dict:
+def fund_usdc(account_id: str, mode: str, amount_cents: int) -> "FundResult":
     """Deposit instructions: send exactly ``amount_atomic`` USDC from the connected wallet
     to ``pay_to`` on ``chain``; the watcher credits it once confirmed."""
     wallet = get_wallet(account_id)
@@ -229,7 +224,7 @@ def fund_usdc(account_id: str, mode: str, amount_cents: int) -> dict:
                "amount_atomic": str(micros), "amount_usdc": chains.format_usdc(micros),
                "reference": payment.id, "expires_at": expires,
                "confirmations": int(current_app.config["CHAIN_CONFIRMATIONS"])}
-    return fund_view(payment, deposit)
+    return fund_result(payment, deposit)
 
 
 def _credit_transfer(chain: str, t: dict) -> str:

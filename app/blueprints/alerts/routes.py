@@ -5,6 +5,7 @@ from app.auth import authenticated, principal
 from app.blueprints.alerts.schemas import (AlertCreatedSchema, AlertCreateSchema,
                                            AlertDeletedSchema, AlertEventListSchema,
                                            AlertListSchema)
+from app.blueprints.fields import Extended
 from app.extensions import Blueprint
 from app.services.billing import alerts
 
@@ -19,7 +20,7 @@ class AlertsView(MethodView):
     @blp.response(200, AlertListSchema)
     def get(self):
         """List the account's alerts (oldest first; never the webhook secret)."""
-        return {"alerts": [alerts.alert_view(a) for a in alerts.list_alerts(principal().account_id)]}
+        return {"alerts": alerts.list_alerts(principal().account_id)}
 
     @authenticated("alerts:write")
     @blp.arguments(AlertCreateSchema)
@@ -34,7 +35,7 @@ class AlertsView(MethodView):
         `chat`) is 400 `invalid_request`.
         """
         alert, secret = alerts.create_alert(principal().account_id, **body)
-        return {**alerts.alert_view(alert), "secret": secret}
+        return Extended(alert, secret=secret)
 
 
 @blp.route("/events")

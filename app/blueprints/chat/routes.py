@@ -1,7 +1,8 @@
 """OpenAI-compatible chat host (SPEC endpoint 34): ``POST /v1/chat/completions`` and
 ``GET /v1/models``. When ``CHAT_HOST`` is set these routes answer only on that host name
 (any port); on other hosts they are 404 ``not_found``."""
-from flask import current_app, request
+import orjson
+from flask import Response, current_app, request, stream_with_context
 from flask.views import MethodView
 
 from app.auth import authenticated, principal
@@ -29,6 +30,20 @@ def _only_on_chat_host():
     return None
 
 
+def _response(result: chat.ChatResult) -> Response:
+    """The HTTP response of a completion: ``text/event-stream`` relayed as it is produced
+    (not buffered by nginx), or the JSON body as the service built it (OpenAI's exact
+    shape, passed through without re-validation); plus the ``X-Chat-*`` headers."""
+    if result.events is not None:
+        resp = Response(stream_with_context(result.events()), mimetype="text/event-stream")
+        resp.headers["Cache-Control"] = "no-cache"
+        resp.headers["X-Accel-Buffering"] = "no"  # nginx: do not buffer the stream
+    else:
+        resp = Response(orjson.dumps(result.body), mimetype="application/json")
+    resp.headers.update(result.headers)
+    return resp
+
+
 @blp.route("/chat/completions")
 class ChatCompletionsView(MethodView):
     @authenticated("call:write")
@@ -54,7 +69,7 @@ class ChatCompletionsView(MethodView):
         maximum is held on the balance before the call and settled to the exact cost after.
         """
         p = principal()
-        return chat.create_completion(p.account_id, p.mode, body).to_response()
+        return _response(chat.create_completion(p.account_id, p.mode, body))
 
 
 @blp.route("/models")
@@ -64,7 +79,7 @@ class ModelsView(MethodView):
     def get(self):
         """List the available models in OpenAI's shape (plus `auto`), with context window,
         capabilities and per-million-token prices."""
-        return chat.models_view()
+        return {"object": "list", "data": chat.models()}
 
 
 @blp.route("/models/<string:model_id>")
@@ -74,4 +89,4 @@ class ModelView(MethodView):
     @blp.alt_response(404, schema=ErrorSchema, description="`model_not_found`")
     def get(self, model_id):
         """One model of `GET /v1/models` (OpenAI's `models.retrieve`)."""
-        return chat.model_view(model_id)
+        return chat.get_model(model_id)

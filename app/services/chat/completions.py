@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 import orjson
-from flask import Response, current_app, stream_with_context
+from flask import current_app
 
 from app.errors import InvalidRequest, NotFound, UpstreamError
 from app.ids import random_b62
@@ -26,21 +26,12 @@ _ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 
 @dataclass
 class ChatResult:
-    """What the route turns into a response: a JSON body or an SSE generator, plus headers."""
+    """What the route turns into a response: a JSON body (OpenAI's ``chat.completion``) or,
+    for ``stream: true``, ``events`` yielding the server-sent event bytes; plus headers."""
 
     headers: dict
     body: dict | None = None
     events: Callable[[], Iterator[bytes]] | None = None
-
-    def to_response(self) -> Response:
-        if self.events is not None:
-            resp = Response(stream_with_context(self.events()), mimetype="text/event-stream")
-            resp.headers["Cache-Control"] = "no-cache"
-            resp.headers["X-Accel-Buffering"] = "no"  # nginx: do not buffer the stream
-        else:
-            resp = Response(orjson.dumps(self.body), mimetype="application/json")
-        resp.headers.update(self.headers)
-        return resp
 
 
 @dataclass
@@ -305,25 +296,41 @@ def _start_stream(call: _Call, offers: list[Offer], models: dict[str, Model]) ->
     return ChatResult(events=events, headers=_headers(call, offer))
 
 
-def model_view(model_id: str) -> dict:
-    """``GET /v1/models/{id}``: one entry of ``models_view`` (404 ``model_not_found``)."""
-    for entry in models_view()["data"]:
-        if entry["id"] == model_id:
+@dataclass(frozen=True)
+class ModelInfo:
+    """One entry of ``GET /v1/models`` (OpenAI's model object plus the catalog's facts;
+    ``auto`` has only the OpenAI fields and a description)."""
+
+    id: str
+    owned_by: str
+    description: str
+    context_window: int | None = None
+    max_output_tokens: int | None = None
+    capabilities: list[str] | None = None
+    pricing: dict | None = None
+    object: str = "model"
+    created: int = 0
+
+
+AUTO = ModelInfo(id="auto", owned_by="gateway", description="Routes to the cheapest model that fits the request.")
+
+
+def get_model(model_id: str) -> ModelInfo:
+    """``GET /v1/models/{id}``: one entry of ``models`` (404 ``model_not_found``)."""
+    for entry in models():
+        if entry.id == model_id:
             return entry
     raise NotFound(f"The model {model_id!r} does not exist or is not available.", code="model_not_found")
 
 
-def models_view() -> dict:
-    """``GET /v1/models`` in OpenAI's list shape, with the gateway's catalog facts."""
-    data = [{"id": "auto", "object": "model", "created": 0, "owned_by": "gateway",
-             "description": "Routes to the cheapest model that fits the request."}]
+def models() -> list[ModelInfo]:
+    """``GET /v1/models``: ``auto`` and every available model, with the cheapest offer's prices."""
+    out = [AUTO]
     for m in list_models():
         cheapest = min(m.enabled_offers(), key=lambda o: (o.input_price + o.output_price))
-        data.append({"id": m.id, "object": "model", "created": 0,
-                     "owned_by": ",".join(o.provider.id for o in m.enabled_offers()),
-                     "description": m.description, "context_window": m.context_window,
-                     "max_output_tokens": m.max_output_tokens,
-                     "capabilities": sorted(m.capabilities),
-                     "pricing": {"input_usd_per_mtok": str(cheapest.input_price),
-                                 "output_usd_per_mtok": str(cheapest.output_price)}})
-    return {"object": "list", "data": data}
+        out.append(ModelInfo(id=m.id, owned_by=",".join(o.provider.id for o in m.enabled_offers()),
+                             description=m.description, context_window=m.context_window,
+                             max_output_tokens=m.max_output_tokens, capabilities=sorted(m.capabilities),
+                             pricing={"input_usd_per_mtok": str(cheapest.input_price),
+                                      "output_usd_per_mtok": str(cheapest.output_price)}))
+    return out

@@ -66,3 +66,18 @@ class Extended:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._obj, name)
+
+
+# The headers of every 402 ``payment_required`` (``app.services.billing.paywall``), for the
+# OpenAPI document of the routes that can answer it (module calls, chat completions).
+PAYMENT_REQUIRED_HEADERS = {
+    "PAYMENT-REQUIRED": {"description": "x402 v2 payment request (base64 JSON: `x402Version`, `accepts` "
+                                        "with scheme `exact`, USDC, `payTo`, atomic `amount`, EIP-712 "
+                                        "domain in `extra`).", "schema": {"type": "string"}},
+    "WWW-Authenticate": {"description": '`X402 realm="gateway", nonce="<X-Nonce>"`',
+                         "schema": {"type": "string"}},
+    "X-Price-Cents": {"description": "Price in cents (rounded up).", "schema": {"type": "integer"}},
+    "X-Pay-To": {"description": "Address that receives x402 payments (X402_PAY_TO).",
+                 "schema": {"type": "string"}},
+    "X-Nonce": {"description": "Random single-use nonce for the payment.", "schema": {"type": "string"}},
+}

@@ -8,6 +8,7 @@ from flask.views import MethodView
 from app.auth import authenticated, principal
 from app.blueprints.chat.schemas import ChatCompletionSchema, ChatRequestSchema, ModelListSchema, ModelSchema
 from app.errors import ErrorSchema, NotFound
+from app.blueprints.fields import PAYMENT_REQUIRED_HEADERS
 from app.extensions import Blueprint
 from app.services.chat import completions as chat
 
@@ -56,7 +57,9 @@ class ChatCompletionsView(MethodView):
         "type": "string", "description": "`data: <chat.completion.chunk JSON>` events; the last chunk "
         "has empty `choices` and the `usage` (with cost); then `data: [DONE]`."}}}}})
     @blp.alt_response(402, schema=ErrorSchema, description=(
-        "`payment_required`: the balance cannot cover the estimated maximum cost (the hold)."))
+        "`payment_required`: the balance cannot cover the estimated maximum cost (the hold). Same "
+        "body and headers as a module call's 402 (`X-Price-Cents` is the hold rounded up to cents; "
+        "`X-Price-Micros` the exact hold)."), headers=PAYMENT_REQUIRED_HEADERS)
     @blp.alt_response(404, schema=ErrorSchema, description="`model_not_found`, or `not_found` off the chat host.")
     @blp.alt_response(502, schema=ErrorSchema, description="`provider_error`: every candidate failed; nothing charged.")
     @blp.alt_response(504, schema=ErrorSchema, description="`provider_timeout`: every candidate timed out; nothing charged.")

@@ -7,6 +7,7 @@ from app.errors import ErrorSchema
 from app.blueprints.gateway.schemas import (ModuleCallHeadersSchema, ModuleCallRequestSchema,
                                             ModuleCallResponseSchema, ModuleListSchema,
                                             ModuleSchema)
+from app.blueprints.fields import PAYMENT_REQUIRED_HEADERS
 from app.extensions import Blueprint
 from app.services.gateway import catalog
 from app.services.gateway import calls as gateway
@@ -35,16 +36,7 @@ class ModuleCallView(MethodView):
         "`accepts`); nothing was charged or recorded. `payment_invalid`: the X-Payment was refused "
         "(`reason`: unsupported_scheme, unsupported_network, wrong_asset, wrong_recipient, "
         "insufficient_amount, not_yet_valid, expired, invalid_signature, replayed, or the "
-        "facilitator's reason)."), headers={
-        "PAYMENT-REQUIRED": {"description": "x402 v2 payment request (base64 JSON: `x402Version`, `accepts` "
-                                            "with scheme `exact`, USDC, `payTo`, atomic `amount`, EIP-712 "
-                                            "domain in `extra`).", "schema": {"type": "string"}},
-        "WWW-Authenticate": {"description": '`X402 realm="gateway", nonce="<X-Nonce>"`',
-                             "schema": {"type": "string"}},
-        "X-Price-Cents": {"description": "Price of the call in cents.", "schema": {"type": "integer"}},
-        "X-Pay-To": {"description": "Address that receives x402 payments (X402_PAY_TO).",
-                     "schema": {"type": "string"}},
-        "X-Nonce": {"description": "Random single-use nonce for the payment.", "schema": {"type": "string"}}})
+        "facilitator's reason)."), headers=PAYMENT_REQUIRED_HEADERS)
     @blp.alt_response(404, schema=ErrorSchema, description="`module_not_found`")
     @blp.alt_response(409, schema=ErrorSchema, description="`idempotency_key_reused` / `idempotency_key_in_use`")
     @blp.alt_response(413, schema=ErrorSchema, description="`payload_too_large`")

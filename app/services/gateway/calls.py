@@ -20,7 +20,6 @@ marked ``test``; ``cost_cents`` shows the price that live mode would charge.
 from __future__ import annotations
 
 import hashlib
-import secrets
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -39,7 +38,7 @@ from app.services.billing import ledger
 from app.services.gateway import receipts
 from app.services.gateway import upstream
 from app.services.billing import usage
-from app.services.billing import x402
+from app.services.billing import paywall, x402
 
 # Core statements on the tables in the hot path (cached compiled SQL, no ORM overhead).
 _CALLS = ModuleCall.__table__
@@ -59,7 +58,6 @@ _IDEMPOTENCY_DONE = (update(_IDEMPOTENCY)
                                                                  type_=_IDEMPOTENCY.c.response_body.type)))
 
 OWNER_SHARE_NUM, OWNER_SHARE_DEN = 3, 10  # 30% of a call's price accrues to the owner agent
-FUND_ENDPOINT = "POST /api/wallet/fund"
 
 
 @dataclass(frozen=True)
@@ -71,29 +69,22 @@ class CallResult:
 
 # --- 402 and the X-Payment seam ------------------------------------------------------
 
+def _call_path(slug: str | None) -> str:
+    return f"/v1/module/{slug}/call" if slug else "/v1/module"
+
+
 def _resource_url(slug: str | None) -> str:
-    return current_app.config["BASE_URL"].rstrip("/") + (f"/v1/module/{slug}/call" if slug else "/v1/module")
+    return paywall.resource_url(_call_path(slug))
 
 
 def payment_required(price_cents: int, slug: str | None = None) -> PaymentRequired:
-    """The one place a 402 is built (SPEC part 7). Headers: ``WWW-Authenticate:
-    X402 realm="gateway", nonce="…"``, ``X-Price-Cents``, ``X-Pay-To`` (X402_PAY_TO),
-    ``X-Nonce`` (random per response; the x402 implementation may bind a payment to it);
-    the body adds the same facts and points to
-    ``POST /api/wallet/fund``. The x402 payment request rides along: the v1 body fields
-    ``x402Version`` and ``accepts`` and the v2 ``PAYMENT-REQUIRED`` header (``x402.payment_required``)."""
-    nonce = "n_" + secrets.token_urlsafe(18)
-    pay_to = current_app.config.get("X402_PAY_TO") or ""  # empty: x402 is off (production without it)
-    msg = (f"This call costs {price_cents} cents and your balance cannot cover it. Add credits "
-           f"with {FUND_ENDPOINT} or retry the call with an X-Payment header.")
-    x402_body, x402_headers = x402.payment_required(int(price_cents), _resource_url(slug),
-                                                    f"Call of module {slug}" if slug else "Module call",
-                                                    error=msg)
-    return PaymentRequired(msg, headers={
-        "WWW-Authenticate": f'X402 realm="gateway", nonce="{nonce}"',
-        "X-Price-Cents": str(int(price_cents)), "X-Pay-To": pay_to, "X-Nonce": nonce, **x402_headers,
-    }, extra={"price_cents": int(price_cents), "pay_to": pay_to, "nonce": nonce,
-              "fund_endpoint": FUND_ENDPOINT, **x402_body})
+    """402 for a call whose price the balance cannot cover (``paywall.payment_required``);
+    the call may be retried with an X-Payment header."""
+    return paywall.payment_required(
+        price_cents, subject="This call", cost=f"{int(price_cents)} cents",
+        alternative="retry the call with an X-Payment header",
+        path=_call_path(slug),
+        description=f"Call of module {slug}" if slug else "Module call")
 
 
 def fund_from_payment(payment: str, *, account_id: str, price_micros: int, call_id: str,

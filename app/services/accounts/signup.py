@@ -91,6 +91,7 @@ class TokenInvalid(NotFound):
     """The sign-up link is unknown, expired or already used."""
 
     status, code, message = 404, "invalid_token", "This sign-up link is invalid, expired or already used."
+    description = "The e-mailed confirmation token is unknown, expired or already used."
 
 
 def complete(token: str | None) -> SignupResult:

@@ -48,13 +48,39 @@ SESSION_PREFIX = "svc_sess_"
 
 
 class SignInError(DomainError):
-    """A refused sign-in: 401 with a specific code (no bearer challenge: sign-in is public)."""
+    """A refused sign-in: 401 with a specific code (no bearer challenge: sign-in is public).
+    This class itself: the sign-in request is malformed; subclasses: the other refusals."""
 
-    status = 401
+    status, code = 401, "malformed_signin"
+    description = "Agent sign-in: pubkey, signature or nonce is not in the expected form."
+
+
+class InvalidSignature(SignInError):
+    code, description = "invalid_signature", "Agent sign-in: the signature does not verify for this pubkey and nonce."
+
+
+class UnknownAgent(SignInError):
+    code, description = "unknown_agent", "Agent sign-in: no agent is registered with this pubkey."
+
+
+class UnknownNonce(SignInError):
+    code, description = "unknown_nonce", "Agent sign-in: the nonce was never issued."
+
+
+class NonceUsed(SignInError):
+    code, description = "nonce_used", "Agent sign-in: the nonce was already used (replay or concurrent use)."
+
+
+class NonceExpired(SignInError):
+    code, description = "nonce_expired", "Agent sign-in: the nonce expired (nonces live 5 minutes)."
+
+
+_SIGNIN_ERRORS = {cls.code: cls for cls in (SignInError, InvalidSignature, UnknownAgent, UnknownNonce,
+                                            NonceUsed, NonceExpired)}
 
 
 def _signin_error(code: str, message: str) -> SignInError:
-    return SignInError(message, code=code)
+    return _SIGNIN_ERRORS[code](message)
 
 
 def new_webhook_secret() -> str:

@@ -70,6 +70,7 @@ _METRIC_TEXT = {"spend_cents": "spend (cents)", "calls": "calls", "error_rate": 
 
 class AlertLimitReached(Conflict):
     code = "alert_limit_reached"
+    description = "The account already has the maximum number of alerts (50)."
     message = "The account has reached its maximum number of alerts."
 
 

@@ -36,6 +36,7 @@ HISTORY_LIMIT = 50
 
 class NoPaymentMethod(DomainError):
     status, code, message = 400, "no_payment_method", "No saved payment method."
+    description = "No saved default payment method fits (save one with POST /api/pay/method)."
 
 
 # --- views -------------------------------------------------------------------------

@@ -34,14 +34,17 @@ log = logging.getLogger(__name__)
 
 class NonceInvalid(DomainError):
     status, code, message = 400, "nonce_invalid", "No valid wallet-connect message."
+    description = "The wallet-connect message is unknown, expired, already used or for another chain/address."
 
 
 class SignatureInvalid(DomainError):
     status, code, message = 401, "signature_invalid", "The signature does not verify."
+    description = "The wallet signature does not verify for the address."
 
 
 class WalletNotConnected(DomainError):
     status, code, message = 400, "wallet_not_connected", "No wallet is connected."
+    description = "The operation needs a connected wallet (POST /api/wallet/connect)."
 
 
 # --- connect -------------------------------------------------------------------------

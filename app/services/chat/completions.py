@@ -10,12 +10,12 @@ from typing import Callable, Iterator
 import orjson
 from flask import current_app
 
-from app.errors import InvalidRequest, NotFound, UpstreamError
+from app.errors import InvalidRequest, ProviderTimeout, UpstreamError
 from app.ids import random_b62
 from app.services.billing import holds as chat_billing
 from app.services.chat import cooldown as chat_cooldown
 from app.services.chat import providers
-from app.services.chat.catalog import (Model, Needs, Offer, analyse, candidates, catalog,
+from app.services.chat.catalog import (Model, ModelNotFound, Needs, Offer, analyse, candidates, catalog,
                                        list_models, output_cap, price_micros, reference_offer,
                                        savings_pct)
 
@@ -130,8 +130,8 @@ def _fail(call: _Call, rejected: providers.UpstreamRejected | None = None):
     if rejected is not None:
         raise InvalidRequest(f"The provider rejected the request: {rejected}", headers=headers)
     if call.all_timeouts:
-        raise UpstreamError(f"Every provider timed out ({call.attempts} attempts); nothing was charged.",
-                            code="provider_timeout", status=504, headers=headers)
+        raise ProviderTimeout(f"Every provider timed out ({call.attempts} attempts); nothing was charged.",
+                              headers=headers)
     raise UpstreamError(f"No provider could serve the request ({call.attempts} attempts: {error}); "
                         "nothing was charged.", headers=headers)
 
@@ -320,7 +320,7 @@ def get_model(model_id: str) -> ModelInfo:
     for entry in models():
         if entry.id == model_id:
             return entry
-    raise NotFound(f"The model {model_id!r} does not exist or is not available.", code="model_not_found")
+    raise ModelNotFound(f"The model {model_id!r} does not exist or is not available.")
 
 
 def models() -> list[ModelInfo]:

@@ -60,6 +60,16 @@ _IDEMPOTENCY_DONE = (update(_IDEMPOTENCY)
 OWNER_SHARE_NUM, OWNER_SHARE_DEN = 3, 10  # 30% of a call's price accrues to the owner agent
 
 
+
+class IdempotencyKeyReused(Conflict):
+    code, message = "idempotency_key_reused", "The Idempotency-Key was used with a different request."
+    description = "The Idempotency-Key was used with a different request."
+
+
+class IdempotencyKeyInUse(Conflict):
+    code, message = "idempotency_key_in_use", "A request with this Idempotency-Key is still in flight."
+    description = "A request with this Idempotency-Key is still in flight."
+
 @dataclass(frozen=True)
 class CallResult:
     body: bytes       # the exact JSON response body
@@ -143,11 +153,9 @@ def _existing_key(account_id: str, key: str, req_hash: str) -> str | None:
         return None
     s.rollback()
     if row.request_hash != req_hash:
-        raise Conflict("This Idempotency-Key was already used with a different request.",
-                       code="idempotency_key_reused")
+        raise IdempotencyKeyReused("This Idempotency-Key was already used with a different request.")
     if row.status != "done":
-        raise Conflict("A request with this Idempotency-Key is still in flight; retry later.",
-                       code="idempotency_key_in_use")
+        raise IdempotencyKeyInUse("A request with this Idempotency-Key is still in flight; retry later.")
     return row.response_body
 
 
@@ -272,8 +280,7 @@ def open_call(*, account_id: str, mode: str, mod: catalog.ModuleSnap, act: catal
         except BaseException:
             s.rollback()
             raise
-    raise Conflict("A request with this Idempotency-Key is still in flight; retry later.",
-                   code="idempotency_key_in_use")
+    raise IdempotencyKeyInUse("A request with this Idempotency-Key is still in flight; retry later.")
 
 
 def _finalize(call_id, account_id, slug, act, mode, answer, idempotency_key) -> bytes:

@@ -47,6 +47,10 @@ def create_app(overrides: dict | None = None) -> Flask:
     api.register_converter(IdConverter, lambda _conv: {
         "type": "string", "pattern": f"^{IdConverter.regex}$", "maxLength": 64})
 
+    from app import auth
+
+    auth.init_app(app)
+
     from app.blueprints import register_blueprints
 
     register_blueprints(app, api)

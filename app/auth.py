@@ -1,8 +1,10 @@
 """Authentication: bearer parsing, credential lookup (cached, revocation-correct),
 scope checks, per-key plan rate limits and batched ``last_used_at``.
 
-* ``svc_live_`` / ``svc_test_`` keys are resolved here from ``api_keys``; other prefixes
-  (``svc_sess_`` agent sessions) register a resolver with ``register_resolver``.
+* ``init_app(app)`` (called by ``create_app``) wires this module: it registers the
+  credential resolvers (``svc_live_`` / ``svc_test_`` keys from ``api_keys`` here,
+  ``svc_sess_`` agent sessions from ``app.services.agents.identity``) and starts the two
+  background threads below. Importing this module starts and registers nothing.
 * Resolved credentials are cached per process for ``AUTH_CACHE_TTL`` seconds. A
   revocation deletes the local entry and publishes the credential hash on the Redis
   channel ``<prefix>:revocations``; every process subscribes (one daemon thread) and
@@ -89,9 +91,6 @@ def _resolve_key(token: str, token_hash: str) -> Principal | None:
                      kind="key", mode=row[1], scopes=frozenset(row[2] or ()),
                      is_admin=bool(row[5]), plan=row[6], agent_id=row[7])
 
-
-register_resolver("svc_live_", _resolve_key)
-register_resolver("svc_test_", _resolve_key)
 
 
 # --- per-process cache + revocation broadcast ------------------------------------------
@@ -190,6 +189,18 @@ def flush_last_used() -> int:
         )
     db.session.commit()
     return len(pending)
+
+
+def init_app(app) -> None:
+    """Register the credential resolvers and start this process's background threads
+    (revocation listener, ``last_used_at`` flusher). A worker forked after this restarts
+    them on its first request (``_ensure_background`` checks the process id)."""
+    from app.services.agents.identity import SESSION_PREFIX, resolve_session
+
+    register_resolver("svc_live_", _resolve_key)
+    register_resolver("svc_test_", _resolve_key)
+    register_resolver(SESSION_PREFIX, resolve_session)
+    _ensure_background(app)
 
 
 def resolve(token: str) -> Principal | None:

@@ -30,7 +30,7 @@ from nacl.signing import VerifyKey
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
-from app.auth import Principal, register_resolver
+from app.auth import Principal
 from app.errors import Conflict, DomainError, Forbidden, InvalidRequest, NotFound
 from app.extensions import db
 from app.ids import new_id, new_secret, random_b62, secret_is_well_formed, sha256_hex
@@ -257,7 +257,7 @@ def purge_expired(older_than: timedelta = timedelta(days=1)) -> int:
 
 # --- svc_sess_ resolver (app.auth) -----------------------------------------------------
 
-def _resolve_session(token: str, token_hash: str) -> Principal | None:
+def resolve_session(token: str, token_hash: str) -> Principal | None:
     if not secret_is_well_formed(token, SESSION_PREFIX):
         return None
     row = db.session.execute(
@@ -273,5 +273,3 @@ def _resolve_session(token: str, token_hash: str) -> Principal | None:
                      kind="session", mode="live", scopes=frozenset(SESSION_SCOPES), is_admin=False,
                      plan=row[5], agent_id=row[3], extra={"expires_at_epoch": row[1].timestamp()})
 
-
-register_resolver(SESSION_PREFIX, _resolve_session)

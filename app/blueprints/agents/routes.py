@@ -7,7 +7,8 @@ from app.blueprints.agents.schemas import (AgentRegisteredSchema, AgentSessionSc
                                            BuildListSchema, BuildSchema, BuildSubmitSchema,
                                            EarningsSchema, LeaderboardQuerySchema, LeaderboardSchema,
                                            NonceSchema, RegisterSchema, SignInSchema)
-from app.extensions import Blueprint, limiter
+from app.extensions import Blueprint
+from app.ratelimits import per_ip
 from app.services.agents import identity as agents
 from app.services.agents import builds
 from app.services.agents import earnings
@@ -16,14 +17,10 @@ blp = Blueprint("agents", __name__, url_prefix="/api/agent",
                 description="Agents: ed25519 sign-in, registration, agent-built modules, usage, "
                             "earnings (30% revenue share, settled monthly) and the weekly leaderboard.")
 
-NONCE_LIMIT = "30/minute"
-SIGNIN_LIMIT = "30/minute"
-
-
 @blp.route("/nonce")
 class NonceView(MethodView):
     @public
-    @limiter.limit(NONCE_LIMIT)
+    @per_ip("AGENT_NONCE_RATE_LIMIT")
     @blp.response(200, NonceSchema)
     @blp.alt_response(429, response="TOO_MANY_REQUESTS")
     def get(self):
@@ -34,7 +31,7 @@ class NonceView(MethodView):
 @blp.route("/signin")
 class SignInView(MethodView):
     @public
-    @limiter.limit(SIGNIN_LIMIT)
+    @per_ip("AGENT_SIGNIN_RATE_LIMIT")
     @blp.arguments(SignInSchema)
     @blp.response(200, AgentSessionSchema)
     @blp.alt_response(401, response="UNAUTHORIZED", description=(

@@ -16,7 +16,6 @@ scope checks (per-key plan rate limits: ``app.ratelimits``) and batched ``last_u
 from __future__ import annotations
 
 import logging
-import math
 import os
 import threading
 import time

@@ -9,6 +9,7 @@ from app.auth import authenticated, principal
 from app.blueprints.chat.schemas import ChatCompletionSchema, ChatRequestSchema, ModelListSchema, ModelSchema
 from app.errors import ErrorSchema, NotFound
 from app.blueprints.fields import PAYMENT_REQUIRED_HEADERS
+from app.blueprints.routing import document_errors
 from app.extensions import Blueprint
 from app.services.chat import completions as chat
 
@@ -56,13 +57,13 @@ class ChatCompletionsView(MethodView):
     @blp.doc(responses={200: {"content": {"text/event-stream": {"schema": {
         "type": "string", "description": "`data: <chat.completion.chunk JSON>` events; the last chunk "
         "has empty `choices` and the `usage` (with cost); then `data: [DONE]`."}}}}})
-    @blp.alt_response(402, schema=ErrorSchema, description=(
-        "`payment_required`: the balance cannot cover the estimated maximum cost (the hold). Same "
-        "body and headers as a module call's 402 (`X-Price-Cents` is the hold rounded up to cents; "
-        "`X-Price-Micros` the exact hold)."), headers=PAYMENT_REQUIRED_HEADERS)
-    @blp.alt_response(404, schema=ErrorSchema, description="`model_not_found`, or `not_found` off the chat host.")
-    @blp.alt_response(502, schema=ErrorSchema, description="`provider_error`: every candidate failed; nothing charged.")
-    @blp.alt_response(504, schema=ErrorSchema, description="`provider_timeout`: every candidate timed out; nothing charged.")
+    @document_errors(blp, {
+        402: ("`payment_required`: the balance cannot cover the estimated maximum cost (the hold). Same "
+              "body and headers as a module call's 402 (`X-Price-Cents` is the hold rounded up to cents; "
+              "`X-Price-Micros` the exact hold).", PAYMENT_REQUIRED_HEADERS),
+        404: "`model_not_found`, or `not_found` off the chat host.",
+        502: "`provider_error`: every candidate failed; nothing charged.",
+        504: "`provider_timeout`: every candidate timed out; nothing charged."}, schema=ErrorSchema)
     def post(self, body):
         """Create a chat completion (OpenAI's request and response shapes).
 

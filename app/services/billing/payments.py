@@ -185,7 +185,7 @@ def create_checkout(account_id: str, mode: str, amount_cents: int, product: str 
 
 # --- off-session funding (card, ACH) ----------------------------------------------------
 
-def fund_with_saved_method(account_id: str, mode: str, amount_cents: int, method: str) -> "FundResult":
+def fund_with_saved_method(account_id: str, mode: str, amount_cents: int, method: str) -> FundResult:
     """``card``: charge the saved card off-session, credit at once on success, 402
     ``card_declined`` on decline. ``ach``: start a bank debit; credits when it settles."""
     proc = for_mode(mode)

@@ -202,7 +202,7 @@ def deposit_address() -> str | None:
     return to_checksum_address(addr) if addr else None
 
 
-def fund_usdc(account_id: str, mode: str, amount_cents: int) -> "FundResult":
+def fund_usdc(account_id: str, mode: str, amount_cents: int) -> FundResult:
     """Deposit instructions: send exactly ``amount_atomic`` USDC from the connected wallet
     to ``pay_to`` on ``chain``; the watcher credits it once confirmed."""
     wallet = get_wallet(account_id)

@@ -47,13 +47,21 @@ def create_app(overrides: dict | None = None) -> Flask:
     api.register_converter(IdConverter, lambda _conv: {
         "type": "string", "pattern": f"^{IdConverter.regex}$", "maxLength": 64})
 
+    from app import auth
+
+    auth.init_app(app)
+
     from app.blueprints import register_blueprints
 
     register_blueprints(app, api)
 
-    from app.errors import register_error_handlers
+    from app.errors import error_codes, register_error_handlers
 
     register_error_handlers(app)
+    # The stable error codes, generated from the DomainError subclasses of every module.
+    app.extensions["error_codes"] = codes = error_codes()
+    api.spec.options["x-error-codes"] = {code: {"status": s, "description": d}
+                                         for code, (s, d) in codes.items()}
 
     from app.requestid import init_request_id
 

@@ -1,8 +1,10 @@
 """Authentication: bearer parsing, credential lookup (cached, revocation-correct),
-scope checks, per-key plan rate limits and batched ``last_used_at``.
+scope checks (per-key plan rate limits: ``app.ratelimits``) and batched ``last_used_at``.
 
-* ``svc_live_`` / ``svc_test_`` keys are resolved here from ``api_keys``; other prefixes
-  (``svc_sess_`` agent sessions) register a resolver with ``register_resolver``.
+* ``init_app(app)`` (called by ``create_app``) wires this module: it registers the
+  credential resolvers (``svc_live_`` / ``svc_test_`` keys from ``api_keys`` here,
+  ``svc_sess_`` agent sessions from ``app.services.agents.identity``) and starts the two
+  background threads below. Importing this module starts and registers nothing.
 * Resolved credentials are cached per process for ``AUTH_CACHE_TTL`` seconds. A
   revocation deletes the local entry and publishes the credential hash on the Redis
   channel ``<prefix>:revocations``; every process subscribes (one daemon thread) and
@@ -14,7 +16,6 @@ scope checks, per-key plan rate limits and batched ``last_used_at``.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import threading
 import time
@@ -25,11 +26,11 @@ from typing import Callable
 
 from flask import current_app, g, request
 from flask_smorest import Blueprint as _SmorestBlueprint
-from limits import parse_many
 from sqlalchemy import select, update
 
-from app.errors import Forbidden, InsufficientScope, RateLimited, Unauthorized
-from app.extensions import db, get_redis, limiter, redis_for
+from app import ratelimits
+from app.errors import Forbidden, InsufficientScope, Unauthorized
+from app.extensions import db, get_redis
 from app.ids import secret_is_well_formed, sha256_hex
 from app.models import Account, ApiKey
 from app.models.base import utcnow
@@ -90,9 +91,6 @@ def _resolve_key(token: str, token_hash: str) -> Principal | None:
                      kind="key", mode=row[1], scopes=frozenset(row[2] or ()),
                      is_admin=bool(row[5]), plan=row[6], agent_id=row[7])
 
-
-register_resolver("svc_live_", _resolve_key)
-register_resolver("svc_test_", _resolve_key)
 
 
 # --- per-process cache + revocation broadcast ------------------------------------------
@@ -193,6 +191,18 @@ def flush_last_used() -> int:
     return len(pending)
 
 
+def init_app(app) -> None:
+    """Register the credential resolvers and start this process's background threads
+    (revocation listener, ``last_used_at`` flusher). A worker forked after this restarts
+    them on its first request (``_ensure_background`` checks the process id)."""
+    from app.services.agents.identity import SESSION_PREFIX, resolve_session
+
+    register_resolver("svc_live_", _resolve_key)
+    register_resolver("svc_test_", _resolve_key)
+    register_resolver(SESSION_PREFIX, resolve_session)
+    _ensure_background(app)
+
+
 def resolve(token: str) -> Principal | None:
     """Principal for a raw bearer token, or None (unknown, malformed, revoked, expired)."""
     app = current_app._get_current_object()
@@ -239,89 +249,6 @@ def current_principal(optional: bool = False) -> Principal | None:
     return principal
 
 
-# --- rate limits ---------------------------------------------------------------------
-
-_parsed_limits: dict[str, list] = {}
-
-
-def enforce_plan_rate_limit(principal: Principal) -> None:
-    """Per-credential limit from the plan table: fixed windows (Flask-Limiter's default
-    strategy), counted in Redis in production, so every worker and node shares them.
-
-    With Redis (``RATELIMIT_STORAGE_URI`` ``redis://…``) this is ONE round trip for all
-    the plan's limits (``_redis_hits``); otherwise the ``limits`` library's storage
-    (memory in the embedded default). A breach is 429 ``rate_limited`` with
-    ``Retry-After``; a passing request gets ``RateLimit-*`` headers for the plan's first
-    limit. When the storage is unreachable the request is allowed (fail open, logged)."""
-    app = current_app
-    if not app.config.get("RATELIMIT_ENABLED", True):
-        return
-    spec = app.config["PLANS"].get(principal.plan, {}).get("rate_limit")
-    if not spec:
-        return
-    items = _parsed_limits.get(spec)
-    if items is None:
-        items = _parsed_limits[spec] = parse_many(spec)
-    try:
-        client = redis_for(app.config.get("RATELIMIT_STORAGE_URI") or "")
-        if client is not None:
-            prefix = app.config.get("RATELIMIT_KEY_PREFIX") or "gw"
-            windows = _redis_hits(client, f"{prefix}:plan:{principal.credential_id}", items)
-        else:
-            windows = _storage_hits(("cred", principal.credential_id), items)
-    except RateLimited:
-        raise
-    except Exception:  # storage down: fail open (documented), calls keep working
-        log.warning("rate limit storage unavailable; allowing request")
-        return
-    for item, remaining, reset in windows:
-        if remaining < 0:
-            retry = max(1, reset)
-            raise RateLimited(
-                f"Rate limit of {item} exceeded for this credential.",
-                headers={"Retry-After": str(retry), "RateLimit-Limit": str(item.amount),
-                         "RateLimit-Remaining": "0", "RateLimit-Reset": str(retry)},
-            )
-    first, remaining, reset = windows[0]
-    g.ratelimit_headers = {"RateLimit-Limit": str(first.amount),
-                           "RateLimit-Remaining": str(remaining), "RateLimit-Reset": str(reset)}
-
-
-def _redis_hits(client, key: str, items: list) -> list[tuple]:
-    """Count this request in every limit's current fixed window with one pipelined
-    MULTI/EXEC (``INCR`` + ``EXPIRE … NX`` per limit; the key names the window's start, so
-    a window's counter is never extended). Returns ``(item, remaining, reset_seconds)``
-    per limit; ``remaining < 0`` means the limit is exceeded."""
-    now = time.time()
-    pipe = client.pipeline(transaction=True)
-    ends = []
-    for item in items:
-        window = item.get_expiry()
-        start = int(now // window) * window
-        window_key = f"{key}:{item.amount}/{window}:{start}"
-        pipe.incr(window_key)
-        pipe.expire(window_key, window + 1, nx=True)
-        ends.append(start + window)
-    counts = pipe.execute()[0::2]
-    return [(item, item.amount - int(count), max(0, math.ceil(end - now)))
-            for item, count, end in zip(items, counts, ends)]
-
-
-def _storage_hits(key: tuple, items: list) -> list[tuple]:
-    """The same through Flask-Limiter's storage (memory in the embedded default): stops
-    counting at the first exceeded limit, like the Redis path reports it first."""
-    strategy = limiter.limiter
-    out = []
-    for item in items:
-        allowed = strategy.hit(item, *key)
-        stats = strategy.get_window_stats(item, *key)
-        reset = max(0, math.ceil(stats.reset_time - time.time()))
-        out.append((item, stats.remaining if allowed else -1, reset))
-        if not allowed:
-            break
-    return out
-
-
 # --- route decorator -----------------------------------------------------------------
 
 def _document(func, scopes: tuple[str, ...], admin: bool, public: bool):
@@ -366,7 +293,7 @@ def authenticated(*scopes: str, admin: bool = False, rate_limit: bool = True):
             if admin and not principal.is_admin:
                 raise Forbidden("This route is for admin accounts only.")
             if rate_limit:
-                enforce_plan_rate_limit(principal)
+                ratelimits.per_credential(principal)
             return func(*args, **kwargs)
 
         return _document(wrapper, scopes, admin, public=False)

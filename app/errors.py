@@ -24,77 +24,33 @@ class ErrorSchema(ma.Schema):
     request_id = ma.fields.String(metadata={"description": "Echoed in the X-Request-Id header"})
 
 
-# code -> (status, description): the catalogue of stable error codes, published in
-# the OpenAPI document (x-error-codes) and the README.
-ERROR_CODES: dict[str, tuple[int, str]] = {
-    "invalid_request": (400, "Malformed JSON or a field failed validation; the message names the fields."),
-    "unknown_action": (400, "The module has no such action."),
-    "invalid_payment": (400, "The X-Payment header could not be decoded."),
-    "payment_method_invalid": (400, "The payment method id is unknown to the processor or cannot be used."),
-    "no_payment_method": (400, "No saved default payment method fits (save one with POST /api/pay/method)."),
-    "wallet_not_connected": (400, "The operation needs a connected wallet (POST /api/wallet/connect)."),
-    "nonce_invalid": (400, "The wallet-connect message is unknown, expired, already used or for another chain/address."),
-    "webhook_signature_invalid": (400, "The webhook's Stripe-Signature is missing, forged or stale (300 s tolerance)."),
-    "signature_invalid": (401, "The wallet signature does not verify for the address."),
-    "card_declined": (402, "The processor declined the charge; the message carries the decline reason."),
-    "unauthorized": (401, "Missing, malformed, unknown, expired or revoked credential."),
-    "malformed_signin": (401, "Agent sign-in: pubkey, signature or nonce is not in the expected form."),
-    "invalid_signature": (401, "Agent sign-in: the signature does not verify for this pubkey and nonce."),
-    "unknown_agent": (401, "Agent sign-in: no agent is registered with this pubkey."),
-    "unknown_nonce": (401, "Agent sign-in: the nonce was never issued."),
-    "nonce_used": (401, "Agent sign-in: the nonce was already used (replay or concurrent use)."),
-    "nonce_expired": (401, "Agent sign-in: the nonce expired (nonces live 5 minutes)."),
-    "payment_required": (402, "The balance cannot cover the price; pay with X-Payment or fund the wallet."),
-    "payment_invalid": (402, "The X-Payment authorization was refused (amount, recipient, expiry, replay)."),
-    "insufficient_scope": (403, "The credential lacks the scope this route requires."),
-    "forbidden": (403, "The account may not use this route (e.g. admin only)."),
-    "not_found": (404, "No such route or object (another account's objects are reported as not found)."),
-    "invalid_token": (404, "The e-mailed confirmation token is unknown, expired or already used."),
-    "module_not_found": (404, "No approved module has this slug."),
-    "method_not_allowed": (405, "The route does not accept this HTTP method."),
-    "conflict": (409, "The request conflicts with the current state (e.g. e-mail or slug taken)."),
-    "alert_limit_reached": (409, "The account already has the maximum number of alerts (50)."),
-    "idempotency_key_in_use": (409, "A request with this Idempotency-Key is still in flight."),
-    "idempotency_key_reused": (409, "The Idempotency-Key was used with a different request."),
-    "payload_too_large": (413, "The request body exceeds the size limit."),
-    "no_matching_model": (400, "Chat: no available model supports what the request needs (tools, JSON mode, images, context)."),
-    "context_length_exceeded": (400, "Chat: the messages exceed the named model's context window."),
-    "model_not_found": (404, "Chat: no available model has this id (GET /v1/models lists them)."),
-    "unsupported_media_type": (415, "The request body must be JSON."),
-    "rate_limited": (429, "Too many requests; retry after the Retry-After seconds."),
-    "internal_error": (500, "Unexpected server error (details are logged, never returned)."),
-    "provider_error": (502, "The upstream provider failed; the call was not charged."),
-    "service_unavailable": (503, "A dependency is temporarily unavailable."),
-    "provider_timeout": (504, "The upstream provider timed out; the call was not charged."),
-}
-
-
 class DomainError(Exception):
-    """Base of all errors raised by services; carries an error code and HTTP status."""
+    """Base of all errors raised by services: an error code, its HTTP status and what it
+    means. Each stable code is declared by exactly ONE subclass (``status``, ``code``,
+    ``description``, default ``message``); subclasses that keep their parent's code refine
+    the message only. ``error_codes()`` publishes the table built from them."""
 
     status = 400
     code = "invalid_request"
     message = "Bad request."
+    description = ""
 
-    def __init__(self, message: str | None = None, *, code: str | None = None,
-                 status: int | None = None, headers: dict | None = None,
+    def __init__(self, message: str | None = None, *, headers: dict | None = None,
                  extra: dict | None = None):
         super().__init__(message or self.message)
         self.message = message or self.message
-        if code:
-            self.code = code
-        if status:
-            self.status = status
         self.headers = dict(headers or {})
         self.extra = dict(extra or {})
 
 
 class InvalidRequest(DomainError):
     status, code, message = 400, "invalid_request", "The request is invalid."
+    description = "Malformed JSON or a field failed validation; the message names the fields."
 
 
 class Unauthorized(DomainError):
     status, code, message = 401, "unauthorized", "A valid bearer credential is required."
+    description = "Missing, malformed, unknown, expired or revoked credential."
 
     def __init__(self, message: str | None = None, **kw):
         super().__init__(message, **kw)
@@ -103,60 +59,114 @@ class Unauthorized(DomainError):
 
 class PaymentRequired(DomainError):
     status, code, message = 402, "payment_required", "Payment required."
+    description = "The balance cannot cover the price; pay with X-Payment or fund the wallet."
 
 
 class InsufficientScope(DomainError):
     status, code, message = 403, "insufficient_scope", "The credential lacks the required scope."
+    description = "The credential lacks the scope this route requires."
 
 
 class Forbidden(DomainError):
     status, code, message = 403, "forbidden", "You are not allowed to do this."
+    description = "The account may not use this route (e.g. admin only)."
 
 
 class NotFound(DomainError):
     status, code, message = 404, "not_found", "Not found."
+    description = "No such route or object (another account's objects are reported as not found)."
 
 
 class Conflict(DomainError):
     status, code, message = 409, "conflict", "Conflict with the current state."
+    description = "The request conflicts with the current state (e.g. e-mail or slug taken)."
 
 
 class RateLimited(DomainError):
     status, code, message = 429, "rate_limited", "Too many requests."
+    description = "Too many requests; retry after the Retry-After seconds."
 
 
 class UpstreamError(DomainError):
     status, code, message = 502, "provider_error", "The upstream provider failed."
+    description = "The upstream provider failed; the call was not charged."
 
 
 class ModuleNotFound(DomainError):
     status, code, message = 404, "module_not_found", "No approved module has this slug."
+    description = "No approved module has this slug."
 
 
 class UnknownAction(DomainError):
     status, code, message = 400, "unknown_action", "The module has no such action."
+    description = "The module has no such action."
 
 
 class ProviderTimeout(UpstreamError):
     status, code, message = 504, "provider_timeout", "The upstream provider timed out."
+    description = "The upstream provider timed out; the call was not charged."
 
 
 class ServiceUnavailable(DomainError):
     status, code, message = 503, "service_unavailable", "Temporarily unavailable."
+    description = "A dependency is temporarily unavailable."
 
 
-_HTTP_CODE_NAMES = {
-    400: "invalid_request",
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not_found",
-    405: "method_not_allowed",
-    409: "conflict",
-    413: "payload_too_large",
-    415: "unsupported_media_type",
-    429: "rate_limited",
-    503: "service_unavailable",
-}
+class MethodNotAllowed(DomainError):
+    status, code, message = 405, "method_not_allowed", "Method not allowed."
+    description = "The route does not accept this HTTP method."
+
+
+class PayloadTooLarge(DomainError):
+    status, code, message = 413, "payload_too_large", "The request body is too large."
+    description = "The request body exceeds the size limit."
+
+
+class UnsupportedMediaType(DomainError):
+    status, code, message = 415, "unsupported_media_type", "The request body must be JSON."
+    description = "The request body must be JSON."
+
+
+class InternalError(DomainError):
+    status, code, message = 500, "internal_error", "Internal server error."
+    description = "Unexpected server error (details are logged, never returned)."
+
+
+# werkzeug HTTPExceptions (unknown route, 405, 413, webargs aborts …) by status: the class
+# whose code they are answered with.
+_HTTP_ERRORS: dict[int, type[DomainError]] = {cls.status: cls for cls in (
+    InvalidRequest, Unauthorized, Forbidden, NotFound, MethodNotAllowed, Conflict, PayloadTooLarge,
+    UnsupportedMediaType, RateLimited, ServiceUnavailable)}
+
+
+def error_classes() -> list[type[DomainError]]:
+    """Every DomainError subclass defined so far (import the services first: see
+    ``error_codes``)."""
+    out, todo = [], [DomainError]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            out.append(sub)
+            todo.append(sub)
+    return out
+
+
+def _import_all(package: str = "app") -> None:
+    """Import every module of ``package`` so that all DomainError subclasses exist."""
+    import importlib
+    import pkgutil
+
+    pkg = importlib.import_module(package)
+    for info in pkgutil.walk_packages(pkg.__path__, package + "."):
+        importlib.import_module(info.name)
+
+
+def error_codes() -> dict[str, tuple[int, str]]:
+    """code -> (status, description) of every stable error code: the table published in
+    the OpenAPI document (``x-error-codes``), generated from the DomainError subclasses
+    that declare a code (all modules under ``app/`` are imported first)."""
+    _import_all()
+    table = {cls.code: (cls.status, cls.description) for cls in error_classes() if "code" in vars(cls)}
+    return dict(sorted(table.items(), key=lambda kv: (kv[1][0], kv[0])))
 
 
 def _flatten_messages(messages, prefix: str = "") -> list[str]:
@@ -208,11 +218,11 @@ def handle_http_exception(err: HTTPException):
         return handle_unexpected(err)
     data = getattr(err, "data", None) or {}
     headers = dict(data.get("headers") or {})
-    code = _HTTP_CODE_NAMES.get(status, "invalid_request" if status < 500 else "internal_error")
+    code = _HTTP_ERRORS.get(status, InvalidRequest).code
     message = data.get("message")
     messages = data.get("messages") or data.get("errors")
     if status in (400, 422):
-        status, code = 400, "invalid_request"
+        status, code = 400, InvalidRequest.code
         if messages:
             message = "Invalid request: " + "; ".join(_flatten_messages(messages))
     if status == 429:
@@ -233,7 +243,7 @@ def handle_http_exception(err: HTTPException):
 
 def handle_unexpected(err: Exception):
     log.exception("unhandled error", extra={"request_id": getattr(g, "request_id", None)})
-    return error_response("internal_error", "Internal server error.", 500)
+    return error_response(InternalError.code, InternalError.message, InternalError.status)
 
 
 def register_error_handlers(app: Flask) -> None:

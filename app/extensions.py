@@ -16,7 +16,7 @@ from sqlalchemy import text as sa_text
 from sqlalchemy.orm import DeclarativeBase
 from webargs.flaskparser import FlaskParser
 
-from app.errors import ERROR_CODES, ErrorSchema, handle_http_exception
+from app.errors import ErrorSchema, handle_http_exception
 
 # Stable constraint names, so Alembic migrations are identical on SQLite and PostgreSQL.
 NAMING_CONVENTION = {
@@ -75,7 +75,6 @@ api = Api(spec_kwargs={
             "in `x-error-codes`."
         ),
     },
-    "x-error-codes": {code: {"status": s, "description": d} for code, (s, d) in ERROR_CODES.items()},
 })
 
 

@@ -58,3 +58,20 @@ def doc(description: str, statuses: tuple[int, ...] = (200,)) -> dict:
                                 "content": html} for s in statuses}
     responses["429"] = {"$ref": "#/components/responses/TOO_MANY_REQUESTS"}
     return {"responses": responses}
+
+
+def page(blp, description: str, statuses: tuple[int, ...] = (200,), *, schema=None,
+         location: str = "query", **extra_doc):
+    """Decorator of an HTML page's method: public (no credential), ``PUBLIC_PAGE_RATE_LIMIT``
+    per client IP, ``schema`` loaded from ``location`` (the method receives it), and
+    documented as an HTML response (``doc``) plus ``extra_doc``."""
+    from app.auth import public
+    from app.ratelimits import per_ip
+
+    def decorator(func):
+        view = blp.doc(**doc(description, statuses), **extra_doc)(func)
+        if schema is not None:
+            view = blp.arguments(schema, location=location)(view)
+        return public(per_ip("PUBLIC_PAGE_RATE_LIMIT")(view))
+
+    return decorator

@@ -1,4 +1,4 @@
-"""Per-credential plan rate limits (app/auth.py): the one-round-trip Redis counter, the
+"""Per-credential plan rate limits (app/ratelimits.py): the one-round-trip Redis counter, the
 ``limits`` storage path without Redis, and failing open when the storage is down."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import redis
 from limits import parse_many
 
-from app import auth
+from app import ratelimits
 from tests.support.procs import free_port
 
 REDIS_URL = os.environ.get("REDIS_URL")
@@ -22,7 +22,7 @@ def test_redis_hits_count_every_window_in_one_round_trip(app):
     key = "gwtest-rl:plan:key_1"
     seen = []
     for _ in range(4):
-        seen.append([(str(i), remaining) for i, remaining, _reset in auth._redis_hits(client, key, items)])
+        seen.append([(str(i), remaining) for i, remaining, _reset in ratelimits._redis_hits(client, key, items)])
     assert [r for _, r in (w[0] for w in seen)] == [2, 1, 0, -1]      # minute window: 4th exceeds
     assert [r for _, r in (w[1] for w in seen)] == [9, 8, 7, 6]       # hour window still counts
     keys = sorted(k.decode() for k in client.scan_iter("gwtest-rl:plan:key_1:*"))
@@ -31,7 +31,7 @@ def test_redis_hits_count_every_window_in_one_round_trip(app):
     for k in keys:
         window = int(k.split(":")[-2].split("/")[1])
         assert 0 < client.ttl(k) <= window + 1                          # never extended beyond it
-    _, _, reset = auth._redis_hits(client, key, items)[0]
+    _, _, reset = ratelimits._redis_hits(client, key, items)[0]
     assert 0 <= reset <= 60
     client.delete(*keys)
 
@@ -40,9 +40,9 @@ def test_redis_hits_count_every_window_in_one_round_trip(app):
 def test_redis_hits_are_per_credential(app):
     client = redis.Redis.from_url(REDIS_URL)
     items = parse_many("1/minute")
-    assert auth._redis_hits(client, "gwtest-rl:plan:a", items)[0][1] == 0
-    assert auth._redis_hits(client, "gwtest-rl:plan:b", items)[0][1] == 0
-    assert auth._redis_hits(client, "gwtest-rl:plan:a", items)[0][1] == -1
+    assert ratelimits._redis_hits(client, "gwtest-rl:plan:a", items)[0][1] == 0
+    assert ratelimits._redis_hits(client, "gwtest-rl:plan:b", items)[0][1] == 0
+    assert ratelimits._redis_hits(client, "gwtest-rl:plan:a", items)[0][1] == -1
     client.delete(*client.scan_iter("gwtest-rl:plan:*"))
 
 

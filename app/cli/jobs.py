@@ -37,7 +37,7 @@ def run_schedule_once(now: float | None = None) -> list[str]:
     now = now or time.time()
     redis = get_redis()
     due = []
-    for name, interval, path in SCHEDULE:
+    for name, interval, func in SCHEDULE:
         slot = int(now // interval)
         if redis is not None:
             claim = f"gw:schedule:{name}:{slot}"
@@ -52,7 +52,7 @@ def run_schedule_once(now: float | None = None) -> list[str]:
             if last == slot:
                 continue
             _inline_slots[name] = slot
-        enqueue(path)
+        enqueue(func)
         due.append(name)
     return due
 

@@ -22,6 +22,13 @@ def _reviewer() -> str:
         return "cli"
 
 
+def _review(sub) -> dict:
+    """A submission as the review API shows it (``ReviewBuildSchema``)."""
+    from app.blueprints.builds.schemas import ReviewBuildSchema
+
+    return ReviewBuildSchema().dump(sub)
+
+
 def _echo(obj) -> None:
     click.echo(json.dumps(obj, default=str))
 
@@ -30,7 +37,7 @@ def _echo(obj) -> None:
 def pending():
     """List submissions waiting for review (JSON lines: slug, agent, price, actions, webhook)."""
     for sub in builds.pending():
-        _echo(builds.review_view(sub))
+        _echo(_review(sub))
 
 
 @modules_cli.command("approve")
@@ -38,7 +45,7 @@ def pending():
 @click.option("--notes", default=None, help="Notes shown to the agent.")
 def approve(slug, notes):
     """Approve the pending submission for SLUG (listed and callable at once)."""
-    _echo(builds.review_view(builds.approve(slug, reviewer=_reviewer(), notes=notes)))
+    _echo(_review(builds.approve(slug, reviewer=_reviewer(), notes=notes)))
 
 
 @modules_cli.command("reject")
@@ -46,7 +53,7 @@ def approve(slug, notes):
 @click.option("--reason", required=True, help="Why; shown to the agent as review_notes.")
 def reject(slug, reason):
     """Reject the pending submission for SLUG."""
-    _echo(builds.review_view(builds.reject(slug, reviewer=_reviewer(), reason=reason)))
+    _echo(_review(builds.reject(slug, reviewer=_reviewer(), reason=reason)))
 
 
 @click.command("settle")

@@ -10,6 +10,10 @@ payments_cli = AppGroup("payments", help="Payments: sandbox settlement/refunds, 
 
 
 def _echo(obj) -> None:
+    if isinstance(obj, dict) and "payment" in obj:  # a Payment: shown as the API shows it
+        from app.blueprints.payments.schemas import PaymentSchema
+
+        obj = {**obj, "payment": PaymentSchema().dump(obj["payment"])}
     click.echo(json.dumps(obj, default=str))
 
 

@@ -24,6 +24,12 @@ def _job_path(func: Callable | str) -> str:
     return f"{func.__module__}.{func.__name__}"
 
 
+def job_paths(entries) -> list[tuple[str, int, str]]:
+    """Schedule entries ``(name, interval, function)`` with the function as its dotted
+    path (the name RQ records for the job)."""
+    return [(name, interval, _job_path(func)) for name, interval, func in entries]
+
+
 def _import(path: str) -> Callable:
     import importlib
 

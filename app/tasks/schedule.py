@@ -1,24 +1,30 @@
 """The one schedule of periodic work, run by ``flask scheduler``.
 
-Each entry is (name, interval in seconds, job path). Features add their entries here.
-Every due entry is enqueued once per interval across all scheduler processes (a Redis
-``SET NX`` claim per slot), so running two schedulers for availability is safe.
+Each entry is (name, interval in seconds, job function): the function itself, so a
+renamed or moved job breaks at import, and ``tests/test_wiring.py`` runs every entry once.
+Features add their entries here. Every due entry is enqueued once per interval across
+all scheduler processes (a Redis ``SET NX`` claim per slot), so running two schedulers
+for availability is safe.
 """
 from __future__ import annotations
 
-SCHEDULE: list[tuple[str, int, str]] = [
-    ("flush-last-used", 60, "app.tasks.maintenance.flush_last_used"),
-    ("watch-usdc-deposits", 30, "app.tasks.chain_watch.watch_usdc_deposits"),
-    ("book-orphan-x402", 300, "app.tasks.x402_sweep.book_orphan_x402_payments"),
-    ("outbox-sweep", 30, "app.tasks.outbox.sweep"),
-    ("public-prune", 3600, "app.tasks.public.prune"),
-    ("alerts-evaluate", 60, "app.tasks.alerts.evaluate"),
-    ("calls-sweep", 30, "app.tasks.gateway.sweep_pending_calls"),
-    ("idempotency-purge", 3600, "app.tasks.gateway.purge_idempotency"),
-    ("chat-release-stale-holds", 300, "app.tasks.chat.release_stale_holds"),
-    ("heartbeat", 30, "app.tasks.maintenance.heartbeat"),
+from typing import Callable
+
+from app.tasks import agents, alerts, chain_watch, chat, gateway, maintenance, outbox, public, x402_sweep
+
+SCHEDULE: list[tuple[str, int, Callable]] = [
+    ("flush-last-used", 60, maintenance.flush_last_used),
+    ("watch-usdc-deposits", 30, chain_watch.watch_usdc_deposits),
+    ("book-orphan-x402", 300, x402_sweep.book_orphan_x402_payments),
+    ("outbox-sweep", 30, outbox.sweep),
+    ("public-prune", 3600, public.prune),
+    ("alerts-evaluate", 60, alerts.evaluate),
+    ("calls-sweep", 30, gateway.sweep_pending_calls),
+    ("idempotency-purge", 3600, gateway.purge_idempotency),
+    ("chat-release-stale-holds", 300, chat.release_stale_holds),
+    ("heartbeat", 30, maintenance.heartbeat),
     # Agents: settle the previous month once it is over (a no-op once settled); purge
     # expired sign-in nonces and sessions.
-    ("agent-settlement", 6 * 3600, "app.tasks.agents.settle_due"),
-    ("agent-auth-purge", 3600, "app.tasks.agents.purge_expired"),
+    ("agent-settlement", 6 * 3600, agents.settle_due),
+    ("agent-auth-purge", 3600, agents.purge_expired),
 ]

@@ -209,6 +209,23 @@ def test_named_model_refusals(app, client, monkeypatch, fakes, acct):
     assert figures(app, acct.id)["balance"] == START
 
 
+def test_chat_402_is_the_module_402(app, client, fakes, make_account, ledger_clean):
+    """One 402 shape: the chat 402 carries the SPEC part 7 headers, x402's payment request
+    and the message pointing to POST /api/wallet/fund, like a module call's."""
+    poor = make_account(cents=0)
+    r = chat(client, poor, model="m-small", max_tokens=100)
+    body = r.get_json()
+    assert r.status_code == 402 and body["error"] == "payment_required"
+    assert "POST /api/wallet/fund" in body["message"] and body["fund_endpoint"] == "POST /api/wallet/fund"
+    assert r.headers["WWW-Authenticate"] == f'X402 realm="gateway", nonce="{r.headers["X-Nonce"]}"'
+    assert r.headers["X-Price-Cents"] == "1" and body["price_cents"] == 1  # 630 micros, rounded up
+    assert r.headers["X-Pay-To"] == app.config["X402_PAY_TO"] == body["pay_to"]
+    assert body["nonce"] == r.headers["X-Nonce"]
+    if app.config["X402_PAY_TO"]:
+        assert "PAYMENT-REQUIRED" in r.headers and body["x402Version"] == 1
+    ledger_clean()
+
+
 def test_hold_covers_every_choice(app, client, fakes, acct, ledger_clean):
     r = chat(client, acct, model="m-small", max_tokens=100, n=2)
     assert r.status_code == 200 and r.get_json()["usage"]["cost_micros"] == 200

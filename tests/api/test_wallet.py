@@ -2,6 +2,7 @@
 deposit instructions and the chain watcher, ledger transactions."""
 from __future__ import annotations
 
+from app.tasks import job_paths as as_paths
 import base58
 import pytest
 from eth_account import Account as EthAccount
@@ -176,7 +177,7 @@ def test_watcher_runs_from_the_schedule(app, client, account, chain):
     from app.tasks.chain_watch import watch_usdc_deposits
     from app.tasks.schedule import SCHEDULE
 
-    assert ("watch-usdc-deposits", 30, "app.tasks.chain_watch.watch_usdc_deposits") in SCHEDULE
+    assert ("watch-usdc-deposits", 30, "app.tasks.chain_watch.watch_usdc_deposits") in as_paths(SCHEDULE)
     eth, _ = connect_evm(client, account)
     chain.transfer(eth.address, PAY_TO, 100_000_000, block=990, tx="0x" + "77" * 32)
     with app.app_context():

@@ -8,12 +8,18 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from sqlalchemy import event, func, select
 
+from app.blueprints.alerts.schemas import AlertEventSchema
 from app.extensions import db
 from app.models import AlertEvent, OutboxMessage
 from app.services.billing import alerts
 from app.services.billing import usage
 
 NOW = datetime(2026, 11, 18, 14, 30, tzinfo=timezone.utc)  # a Wednesday, ISO week 47
+
+
+def _shown(events):
+    """The events as ``GET /api/alerts/events`` shows them."""
+    return AlertEventSchema(many=True).dump(events)
 
 
 def make_alert(account_id, **kw):
@@ -90,7 +96,7 @@ def test_fires_once_per_period_and_again_in_next(app, account):
             assert alerts.evaluate_all(later, dispatch=False)["fired"] == 0  # same UTC day
         nxt = datetime(2026, 11, 19, 0, 5, tzinfo=timezone.utc)  # still > 100 over 24 h
         assert alerts.evaluate_all(nxt, dispatch=False)["fired"] == 1
-        events = alerts.list_events(account.id)
+        events = _shown(alerts.list_events(account.id))
         assert [e["period"] for e in events] == ["2026-11-19", "2026-11-18"]
         assert all(e["alert_id"] == a.id and e["delivery_status"] == "pending" for e in events)
         # each firing has exactly one outbox message, linked by source
@@ -117,7 +123,7 @@ def test_deleted_alert_not_evaluated_and_events_kept(app, account):
         alerts.delete_alert(account.id, a.id)
         out = alerts.evaluate_all(NOW + timedelta(days=1), dispatch=False)
         assert out == {**out, "rules": 0, "fired": 0}
-        assert [e["alert_id"] for e in alerts.list_events(account.id)] == [a.id]
+        assert [e["alert_id"] for e in _shown(alerts.list_events(account.id))] == [a.id]
 
 
 def test_unique_period_blocks_concurrent_double_firing(app, account):

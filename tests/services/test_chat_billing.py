@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from app.tasks import job_paths as as_paths
 import pytest
 from sqlalchemy import select, update
 
@@ -80,7 +81,7 @@ def test_stale_holds_are_released_by_the_sweep(app, make_account, ledger_clean):
     from app.tasks import chat as chat_tasks
     from app.tasks.schedule import SCHEDULE
 
-    assert ("chat-release-stale-holds", 300, "app.tasks.chat.release_stale_holds") in SCHEDULE
+    assert ("chat-release-stale-holds", 300, "app.tasks.chat.release_stale_holds") in as_paths(SCHEDULE)
     acct = make_account(cents=1)
     with app.app_context():
         chat_billing.hold("chatcmpl-old", acct.id, "auto", 3_000, False)   # process died after this

@@ -6,6 +6,7 @@ from datetime import timedelta
 
 from sqlalchemy import func, select, update
 
+from app.tasks import job_paths as as_paths
 from app.extensions import db
 from app.models import LedgerTransaction, ModuleCall
 from app.models.base import utcnow
@@ -90,7 +91,7 @@ def test_sweep_job_and_cli(app, make_account, mod):
     from app.tasks.gateway import purge_idempotency, sweep_pending_calls
     from app.tasks.schedule import SCHEDULE
 
-    names = {name: path for name, _i, path in SCHEDULE}
+    names = {name: path for name, _i, path in as_paths(SCHEDULE)}
     assert names["calls-sweep"] == "app.tasks.gateway.sweep_pending_calls"
     assert names["idempotency-purge"] == "app.tasks.gateway.purge_idempotency"
     acct = make_account(cents=10)

@@ -1,6 +1,7 @@
 """Monthly settlement: amounts, idempotency, crash safety, notifications, CLI, schedule."""
 from __future__ import annotations
 
+from app.tasks import job_paths as as_paths
 import json
 from datetime import datetime, timezone
 
@@ -205,7 +206,7 @@ def test_cli_and_schedule(app, agents, payer, ledger_clean):
     assert json.loads(out.output)["settled"] == 0
     assert runner.invoke(args=["settle", "--month", "nope"]).exit_code == 1
     from app.tasks.schedule import SCHEDULE
-    assert ("agent-settlement", 6 * 3600, "app.tasks.agents.settle_due") in SCHEDULE
+    assert ("agent-settlement", 6 * 3600, "app.tasks.agents.settle_due") in as_paths(SCHEDULE)
     with app.app_context():
         assert settlement.settle_due(datetime(2026, 10, 1, 0, 10, tzinfo=timezone.utc)) is None  # grace
         res = settlement.settle_due(datetime(2026, 10, 1, 6, tzinfo=timezone.utc))

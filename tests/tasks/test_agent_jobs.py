@@ -5,6 +5,7 @@ from datetime import timedelta
 
 from sqlalchemy import update
 
+from app.tasks import job_paths as as_paths
 from app.extensions import db
 from app.models import AgentNonce, AgentSession
 from app.models.base import utcnow
@@ -31,5 +32,5 @@ def test_purge_expired(app, client, account):
 
 
 def test_agent_jobs_are_scheduled():
-    paths = {path for _, _, path in SCHEDULE}
+    paths = {path for _, _, path in as_paths(SCHEDULE)}
     assert {"app.tasks.agents.settle_due", "app.tasks.agents.purge_expired"} <= paths

@@ -3,6 +3,7 @@ Webhooks signatures, a chat receiver, retries after receiver failures, the sweep
 lost job, and (with REDIS_URL) a real RQ worker running evaluation and delivery."""
 from __future__ import annotations
 
+from app.tasks import job_paths as as_paths
 import os
 import subprocess
 import sys
@@ -169,7 +170,7 @@ def test_lost_job_is_delivered_by_the_sweep(app, client, account):
 def test_cli_and_schedule_entry(app, account):
     from app.tasks.schedule import SCHEDULE
 
-    assert ("alerts-evaluate", 60, "app.tasks.alerts.evaluate") in SCHEDULE
+    assert ("alerts-evaluate", 60, "app.tasks.alerts.evaluate") in as_paths(SCHEDULE)
     with app.app_context():
         alerts.create_alert(account.id, **RULE, channel="email", target="a@example.com")
     _spend(app, account.id, 150)

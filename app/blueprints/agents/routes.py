@@ -1,13 +1,12 @@
 """Agent endpoints (SPEC endpoints 6–13): nonce, sign-in, register, builds, usage,
 earnings, leaderboard."""
-from flask.views import MethodView
-
-from app.auth import authenticated, principal, public
+from app.auth import principal
 from app.blueprints.agents.schemas import (AgentRegisteredSchema, AgentSessionSchema, AgentUsageSchema,
                                            BuildListSchema, BuildSchema, BuildSubmitSchema,
                                            EarningsSchema, LeaderboardQuerySchema, LeaderboardSchema,
                                            NonceSchema, RegisterSchema, SignInSchema)
-from app.extensions import Blueprint, limiter
+from app.blueprints.routing import endpoint
+from app.extensions import Blueprint
 from app.services.agents import identity as agents
 from app.services.agents import builds
 from app.services.agents import earnings
@@ -16,115 +15,77 @@ blp = Blueprint("agents", __name__, url_prefix="/api/agent",
                 description="Agents: ed25519 sign-in, registration, agent-built modules, usage, "
                             "earnings (30% revenue share, settled monthly) and the weekly leaderboard.")
 
-NONCE_LIMIT = "30/minute"
-SIGNIN_LIMIT = "30/minute"
+
+@endpoint(blp, "/nonce", "get", public=True, ip_limit="AGENT_NONCE_RATE_LIMIT", ok=NonceSchema)
+def nonce():
+    """Get a single-use sign-in nonce (valid 5 minutes). Rate-limited to 30/minute per IP."""
+    return agents.issue_nonce()
 
 
-@blp.route("/nonce")
-class NonceView(MethodView):
-    @public
-    @limiter.limit(NONCE_LIMIT)
-    @blp.response(200, NonceSchema)
-    @blp.alt_response(429, response="TOO_MANY_REQUESTS")
-    def get(self):
-        """Get a single-use sign-in nonce (valid 5 minutes). Rate-limited to 30/minute per IP."""
-        return agents.issue_nonce()
+@endpoint(blp, "/signin", "post", public=True, ip_limit="AGENT_SIGNIN_RATE_LIMIT", body=SignInSchema,
+          ok=AgentSessionSchema, errors={401: (
+              "`malformed_signin` (bad prefix, base58 or length), `invalid_signature`, `unknown_agent`, "
+              "`unknown_nonce`, `nonce_used` (replay, or lost a concurrent race), `nonce_expired`.")})
+def sign_in(body):
+    """Exchange a signed nonce for a `svc_sess_` session (30/minute per IP).
+
+    `signature` is the ed25519 signature of the exact UTF-8 bytes of `nonce`, as
+    `base58:<signature>`. The nonce is consumed by the first valid sign-in only.
+    """
+    return agents.sign_in(pubkey=body["pubkey"], nonce=body["nonce"], signature=body["signature"])
 
 
-@blp.route("/signin")
-class SignInView(MethodView):
-    @public
-    @limiter.limit(SIGNIN_LIMIT)
-    @blp.arguments(SignInSchema)
-    @blp.response(200, AgentSessionSchema)
-    @blp.alt_response(401, response="UNAUTHORIZED", description=(
-        "`malformed_signin` (bad prefix, base58 or length), `invalid_signature`, `unknown_agent`, "
-        "`unknown_nonce`, `nonce_used` (replay, or lost a concurrent race), `nonce_expired`."))
-    @blp.alt_response(429, response="TOO_MANY_REQUESTS")
-    def post(self, body):
-        """Exchange a signed nonce for a `svc_sess_` session (30/minute per IP).
-
-        `signature` is the ed25519 signature of the exact UTF-8 bytes of `nonce`, as
-        `base58:<signature>`. The nonce is consumed by the first valid sign-in only.
-        """
-        return agents.sign_in(pubkey=body["pubkey"], nonce=body["nonce"], signature=body["signature"])
+@endpoint(blp, "/register", "post", "agent:write", body=RegisterSchema, ok=AgentRegisteredSchema, status=201,
+          errors={409: "The pubkey belongs to another account's agent."})
+def register(body):
+    """Register an agent (and its own account, without promotional credit) owned by the
+    calling account. Idempotent on `pubkey`: the same account gets the same agent back
+    (201, `name`/`webhook` updated to the values sent). Sessions cannot register agents (403)."""
+    p = principal()
+    agent, _ = agents.register(p.account_id, name=body["name"], pubkey=body["pubkey"],
+                               webhook=body["webhook"], caller_is_agent=p.kind == "session")
+    return agent
 
 
-@blp.route("/register")
-class RegisterView(MethodView):
-    @authenticated("agent:write")
-    @blp.arguments(RegisterSchema)
-    @blp.response(201, AgentRegisteredSchema)
-    @blp.alt_response(409, response="CONFLICT", description="The pubkey belongs to another account's agent.")
-    def post(self, body):
-        """Register an agent (and its own account, without promotional credit) owned by the
-        calling account. Idempotent on `pubkey`: the same account gets the same agent back
-        (201, `name`/`webhook` updated to the values sent). Sessions cannot register agents (403)."""
-        p = principal()
-        agent, _ = agents.register(p.account_id, name=body["name"], pubkey=body["pubkey"],
-                                   webhook=body["webhook"], caller_is_agent=p.kind == "session")
-        return agents.agent_view(agent, with_secret=True)
+@endpoint(blp, "/build", "post", "agent:write", body=BuildSubmitSchema, ok=BuildSchema, status=202,
+          errors={409: "Slug taken, or already pending review."})
+def build(body):
+    """Submit an agent-built module for review (caller: the agent's session). Approved
+    modules are listed and callable; calls are forwarded to `webhook`, signed per
+    Standard Webhooks with the returned `webhook_secret`."""
+    p = principal()
+    return builds.submit(
+        p.agent_id, slug=body["slug"], price_cents=body["price_cents"], actions=body["actions"],
+        webhook=body["webhook"], description=body["description"])
 
 
-@blp.route("/build")
-class BuildView(MethodView):
-    @authenticated("agent:write")
-    @blp.arguments(BuildSubmitSchema)
-    @blp.response(202, BuildSchema)
-    @blp.alt_response(409, response="CONFLICT", description="Slug taken, or already pending review.")
-    def post(self, body):
-        """Submit an agent-built module for review (caller: the agent's session). Approved
-        modules are listed and callable; calls are forwarded to `webhook`, signed per
-        Standard Webhooks with the returned `webhook_secret`."""
-        p = principal()
-        return builds.build_view(builds.submit(
-            p.agent_id, slug=body["slug"], price_cents=body["price_cents"], actions=body["actions"],
-            webhook=body["webhook"], description=body["description"]))
+@endpoint(blp, "/builds", "get", "agent:read", ok=BuildListSchema)
+def list_builds():
+    """The caller's submissions, newest first, with status and review notes (an agent
+    session: its own; a key of an owner account: those of all its agents; max 500)."""
+    p = principal()
+    return {"builds": builds.list_builds(agent_id=p.agent_id, account_id=p.account_id)}
 
 
-@blp.route("/builds")
-class BuildsView(MethodView):
-    @authenticated("agent:read")
-    @blp.response(200, BuildListSchema)
-    def get(self):
-        """The caller's submissions, newest first, with status and review notes (an agent
-        session: its own; a key of an owner account: those of all its agents; max 500)."""
-        p = principal()
-        return {"builds": [builds.build_view(b)
-                           for b in builds.list_builds(agent_id=p.agent_id, account_id=p.account_id)]}
+@endpoint(blp, "/<string:agent_id>/usage", "get", "agent:read", ok=AgentUsageSchema, errors={404: None})
+def agent_usage(agent_id):
+    """The agent's own live calls and spend in the current billing period (calendar
+    month, UTC), total and by module. Visible to the agent and its owner account only."""
+    p = principal()
+    return earnings.usage_for(agent_id, account_id=p.account_id, caller_agent_id=p.agent_id)
 
 
-@blp.route("/<string:agent_id>/usage")
-class AgentUsageView(MethodView):
-    @authenticated("agent:read")
-    @blp.response(200, AgentUsageSchema)
-    @blp.alt_response(404, response="NOT_FOUND")
-    def get(self, agent_id):
-        """The agent's own live calls and spend in the current billing period (calendar
-        month, UTC), total and by module. Visible to the agent and its owner account only."""
-        p = principal()
-        return earnings.usage_for(agent_id, account_id=p.account_id, caller_agent_id=p.agent_id)
+@endpoint(blp, "/<string:agent_id>/earnings", "get", "agent:read", ok=EarningsSchema, errors={404: None})
+def agent_earnings(agent_id):
+    """Lifetime earnings of the modules the agent owns (30% of their revenue): accrued
+    (not yet settled) and settled, with recent monthly statements. Visible to the agent
+    and its owner account only."""
+    p = principal()
+    return earnings.earnings_for(agent_id, account_id=p.account_id, caller_agent_id=p.agent_id)
 
 
-@blp.route("/<string:agent_id>/earnings")
-class AgentEarningsView(MethodView):
-    @authenticated("agent:read")
-    @blp.response(200, EarningsSchema)
-    @blp.alt_response(404, response="NOT_FOUND")
-    def get(self, agent_id):
-        """Lifetime earnings of the modules the agent owns (30% of their revenue): accrued
-        (not yet settled) and settled, with recent monthly statements. Visible to the agent
-        and its owner account only."""
-        p = principal()
-        return earnings.earnings_for(agent_id, account_id=p.account_id, caller_agent_id=p.agent_id)
-
-
-@blp.route("/leaderboard")
-class LeaderboardView(MethodView):
-    @authenticated("agent:read")
-    @blp.arguments(LeaderboardQuerySchema, location="query")
-    @blp.response(200, LeaderboardSchema)
-    def get(self, query):
-        """Top agents by earnings accrued in the current ISO week (Monday 00:00 UTC on);
-        `limit` entries (default 10, max 100)."""
-        return earnings.leaderboard(query["limit"])
+@endpoint(blp, "/leaderboard", "get", "agent:read", query=LeaderboardQuerySchema, ok=LeaderboardSchema)
+def leaderboard(query):
+    """Top agents by earnings accrued in the current ISO week (Monday 00:00 UTC on);
+    `limit` entries (default 10, max 100)."""
+    return earnings.leaderboard(query["limit"])

@@ -2,6 +2,8 @@
 submission; and the shapes SPEC leaves open: builds, agent usage, earnings, leaderboard)."""
 import marshmallow as ma
 
+from app.blueprints.fields import JsonInteger, cents
+
 B58 = "[1-9A-HJ-NP-Za-km-z]"
 PUBKEY_PATTERN = rf"^ed25519:{B58}{{43,44}}$"
 HTTPS_PATTERN = r"^https?://[^\x00-\x20\x7f/?#@]+(/[^\x00-\x20\x7f]*)?$"
@@ -10,16 +12,6 @@ _WS = r"\x00-\x20\x7f-\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufef
 NAME_PATTERN = rf"^[^{_WS}]([^\x00-\x1f\x7f-\x9f\u2028\u2029]*[^{_WS}])?$"
 SLUG_PATTERN = r"^[a-z0-9][a-z0-9-]{0,63}$"
 ACTION_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,63}$"
-
-
-class JsonInteger(ma.fields.Integer):
-    """A JSON integer: ``5`` and ``5.0`` are accepted (JSON Schema ``integer``); strings,
-    booleans and fractions are not."""
-
-    def _validated(self, value):
-        if isinstance(value, (str, bool)) or (isinstance(value, float) and not value.is_integer()):
-            raise self.make_error("invalid")
-        return super()._validated(value)
 
 
 class Pattern(ma.validate.Regexp):
@@ -147,9 +139,9 @@ class AgentUsageSchema(ma.Schema):
 class StatementSchema(ma.Schema):
     id = ma.fields.String(required=True)
     month = ma.fields.String(required=True, metadata={"description": "YYYY-MM"})
-    amount_cents = ma.fields.Integer(required=True)
+    amount_cents = cents("amount_micros")
     amount_micros = ma.fields.Integer(required=True)
-    settled_at = ma.fields.DateTime(required=True)
+    settled_at = ma.fields.DateTime(required=True, attribute="created_at")
 
 
 class EarningsSchema(ma.Schema):

@@ -1,10 +1,10 @@
 """Spend alert endpoints (SPEC endpoints 21–24)."""
-from flask.views import MethodView
-
-from app.auth import authenticated, principal
+from app.auth import principal
 from app.blueprints.alerts.schemas import (AlertCreatedSchema, AlertCreateSchema,
                                            AlertDeletedSchema, AlertEventListSchema,
                                            AlertListSchema)
+from app.blueprints.fields import Extended
+from app.blueprints.routing import endpoint
 from app.extensions import Blueprint
 from app.services.billing import alerts
 
@@ -13,47 +13,37 @@ blp = Blueprint("alerts", __name__, url_prefix="/api/alerts",
                             "signed webhook or team chat.")
 
 
-@blp.route("")
-class AlertsView(MethodView):
-    @authenticated("alerts:read")
-    @blp.response(200, AlertListSchema)
-    def get(self):
-        """List the account's alerts (oldest first; never the webhook secret)."""
-        return {"alerts": [alerts.alert_view(a) for a in alerts.list_alerts(principal().account_id)]}
-
-    @authenticated("alerts:write")
-    @blp.arguments(AlertCreateSchema)
-    @blp.response(201, AlertCreatedSchema)
-    @blp.alt_response(409, response="CONFLICT", description="`alert_limit_reached`: the account "
-                      "already has the maximum number of alerts (50).")
-    def post(self, body):
-        """Create an alert. Webhook alerts get a signing secret `whsec_…`, returned here only.
-
-        At most 50 alerts per account (409 `alert_limit_reached`). A `target` that is not an
-        e-mail address (channel `email`) or an https URL on a public host (`webhook`,
-        `chat`) is 400 `invalid_request`.
-        """
-        alert, secret = alerts.create_alert(principal().account_id, **body)
-        return {**alerts.alert_view(alert), "secret": secret}
+@endpoint(blp, "", "get", "alerts:read", ok=AlertListSchema, name="AlertsView")
+def list_alerts():
+    """List the account's alerts (oldest first; never the webhook secret)."""
+    return {"alerts": alerts.list_alerts(principal().account_id)}
 
 
-@blp.route("/events")
-class AlertEventsView(MethodView):
-    @authenticated("alerts:read")
-    @blp.response(200, AlertEventListSchema)
-    def get(self):
-        """The 100 most recent alert firings of the account, newest first, each with its
-        delivery status and attempts."""
-        return {"events": alerts.list_events(principal().account_id)}
+@endpoint(blp, "", "post", "alerts:write", body=AlertCreateSchema, ok=AlertCreatedSchema, status=201,
+          errors={409: "`alert_limit_reached`: the account already has the maximum number of alerts (50)."},
+          name="AlertCreateView")
+def create_alert(body):
+    """Create an alert. Webhook alerts get a signing secret `whsec_…`, returned here only.
+
+    At most 50 alerts per account (409 `alert_limit_reached`). A `target` that is not an
+    e-mail address (channel `email`) or an https URL on a public host (`webhook`,
+    `chat`) is 400 `invalid_request`.
+    """
+    alert, secret = alerts.create_alert(principal().account_id, **body)
+    return Extended(alert, secret=secret)
 
 
-@blp.route("/<id:alert_id>")
-class AlertView(MethodView):
-    @authenticated("alerts:write")
-    @blp.response(200, AlertDeletedSchema)
-    @blp.alt_response(404, response="NOT_FOUND")
-    def delete(self, alert_id):
-        """Delete an alert: it stops being evaluated; its past events stay listed.
-        Unknown, already deleted or another account's id → 404."""
-        row = alerts.delete_alert(principal().account_id, alert_id)
-        return {"deleted": True, "id": row.id}
+@endpoint(blp, "/events", "get", "alerts:read", ok=AlertEventListSchema)
+def alert_events():
+    """The 100 most recent alert firings of the account, newest first, each with its
+    delivery status and attempts."""
+    return {"events": alerts.list_events(principal().account_id)}
+
+
+@endpoint(blp, "/<id:alert_id>", "delete", "alerts:write", ok=AlertDeletedSchema, errors={404: None},
+          name="AlertView")
+def delete_alert(alert_id):
+    """Delete an alert: it stops being evaluated; its past events stay listed.
+    Unknown, already deleted or another account's id → 404."""
+    row = alerts.delete_alert(principal().account_id, alert_id)
+    return {"deleted": True, "id": row.id}

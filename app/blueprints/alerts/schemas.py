@@ -65,7 +65,7 @@ class AlertEventSchema(ma.Schema):
     threshold = ma.fields.Float(required=True)
     value = ma.fields.Float(required=True, metadata={"description": "Metric value that met the condition."})
     window = ma.fields.String(required=True)
-    period = ma.fields.String(required=True, metadata={
+    period = ma.fields.String(required=True, attribute="period_key", metadata={
         "description": "The UTC calendar period of this firing: `YYYY-MM-DDTHH` (hour), "
                        "`YYYY-MM-DD` (day), `YYYY-Www` (ISO week), `YYYY-MM` (month)."})
     channel = ma.fields.String(required=True)

@@ -1,47 +1,34 @@
 """Admin review of agent-built modules (the API twin of ``flask modules …``)."""
-from flask.views import MethodView
-
-from app.auth import authenticated, principal
+from app.auth import principal
 from app.blueprints.builds.schemas import (ApproveSchema, PendingListSchema, RejectSchema,
                                            ReviewBuildSchema)
+from app.blueprints.routing import endpoint
 from app.extensions import Blueprint
 from app.services.agents import builds
 
 blp = Blueprint("review", __name__, url_prefix="/api/admin/modules",
                 description="Admin only: review agent-built module submissions.")
 
-
-@blp.route("/pending")
-class PendingView(MethodView):
-    @authenticated(admin=True)
-    @blp.response(200, PendingListSchema)
-    def get(self):
-        """Submissions waiting for review, oldest first."""
-        return {"pending": [builds.review_view(s) for s in builds.pending()]}
+_NOT_PENDING = "No submission for this slug is pending."
 
 
-@blp.route("/<string:slug>/approve")
-class ApproveView(MethodView):
-    @authenticated(admin=True)
-    @blp.arguments(ApproveSchema)
-    @blp.response(200, ReviewBuildSchema)
-    @blp.alt_response(404, response="NOT_FOUND", description="No submission for this slug is pending.")
-    @blp.alt_response(409, response="CONFLICT")
-    def post(self, body, slug):
-        """Approve the pending submission for `slug`: the module is listed and callable at
-        once, owned by the submitting agent; the agent gets a `module.approved` event."""
-        return builds.review_view(builds.approve(slug, reviewer=f"api:{principal().account_id}",
-                                                 notes=body["notes"]))
+@endpoint(blp, "/pending", "get", admin=True, ok=PendingListSchema)
+def pending():
+    """Submissions waiting for review, oldest first."""
+    return {"pending": builds.pending()}
 
 
-@blp.route("/<string:slug>/reject")
-class RejectView(MethodView):
-    @authenticated(admin=True)
-    @blp.arguments(RejectSchema)
-    @blp.response(200, ReviewBuildSchema)
-    @blp.alt_response(404, response="NOT_FOUND", description="No submission for this slug is pending.")
-    def post(self, body, slug):
-        """Reject the pending submission for `slug` with a `reason` (shown to the agent as
-        `review_notes`; `module.rejected` event)."""
-        return builds.review_view(builds.reject(slug, reviewer=f"api:{principal().account_id}",
-                                                reason=body["reason"]))
+@endpoint(blp, "/<string:slug>/approve", "post", admin=True, body=ApproveSchema, ok=ReviewBuildSchema,
+          errors={404: _NOT_PENDING, 409: None})
+def approve(body, slug):
+    """Approve the pending submission for `slug`: the module is listed and callable at
+    once, owned by the submitting agent; the agent gets a `module.approved` event."""
+    return builds.approve(slug, reviewer=f"api:{principal().account_id}", notes=body["notes"])
+
+
+@endpoint(blp, "/<string:slug>/reject", "post", admin=True, body=RejectSchema, ok=ReviewBuildSchema,
+          errors={404: _NOT_PENDING})
+def reject(body, slug):
+    """Reject the pending submission for `slug` with a `reason` (shown to the agent as
+    `review_notes`; `module.rejected` event)."""
+    return builds.reject(slug, reviewer=f"api:{principal().account_id}", reason=body["reason"])

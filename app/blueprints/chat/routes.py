@@ -1,12 +1,15 @@
 """OpenAI-compatible chat host (SPEC endpoint 34): ``POST /v1/chat/completions`` and
 ``GET /v1/models``. When ``CHAT_HOST`` is set these routes answer only on that host name
 (any port); on other hosts they are 404 ``not_found``."""
-from flask import current_app, request
+import orjson
+from flask import Response, current_app, request, stream_with_context
 from flask.views import MethodView
 
 from app.auth import authenticated, principal
 from app.blueprints.chat.schemas import ChatCompletionSchema, ChatRequestSchema, ModelListSchema, ModelSchema
 from app.errors import ErrorSchema, NotFound
+from app.blueprints.fields import PAYMENT_REQUIRED_HEADERS
+from app.blueprints.routing import document_errors
 from app.extensions import Blueprint
 from app.services.chat import completions as chat
 
@@ -29,6 +32,20 @@ def _only_on_chat_host():
     return None
 
 
+def _response(result: chat.ChatResult) -> Response:
+    """The HTTP response of a completion: ``text/event-stream`` relayed as it is produced
+    (not buffered by nginx), or the JSON body as the service built it (OpenAI's exact
+    shape, passed through without re-validation); plus the ``X-Chat-*`` headers."""
+    if result.events is not None:
+        resp = Response(stream_with_context(result.events()), mimetype="text/event-stream")
+        resp.headers["Cache-Control"] = "no-cache"
+        resp.headers["X-Accel-Buffering"] = "no"  # nginx: do not buffer the stream
+    else:
+        resp = Response(orjson.dumps(result.body), mimetype="application/json")
+    resp.headers.update(result.headers)
+    return resp
+
+
 @blp.route("/chat/completions")
 class ChatCompletionsView(MethodView):
     @authenticated("call:write")
@@ -40,11 +57,13 @@ class ChatCompletionsView(MethodView):
     @blp.doc(responses={200: {"content": {"text/event-stream": {"schema": {
         "type": "string", "description": "`data: <chat.completion.chunk JSON>` events; the last chunk "
         "has empty `choices` and the `usage` (with cost); then `data: [DONE]`."}}}}})
-    @blp.alt_response(402, schema=ErrorSchema, description=(
-        "`payment_required`: the balance cannot cover the estimated maximum cost (the hold)."))
-    @blp.alt_response(404, schema=ErrorSchema, description="`model_not_found`, or `not_found` off the chat host.")
-    @blp.alt_response(502, schema=ErrorSchema, description="`provider_error`: every candidate failed; nothing charged.")
-    @blp.alt_response(504, schema=ErrorSchema, description="`provider_timeout`: every candidate timed out; nothing charged.")
+    @document_errors(blp, {
+        402: ("`payment_required`: the balance cannot cover the estimated maximum cost (the hold). Same "
+              "body and headers as a module call's 402 (`X-Price-Cents` is the hold rounded up to cents; "
+              "`X-Price-Micros` the exact hold).", PAYMENT_REQUIRED_HEADERS),
+        404: "`model_not_found`, or `not_found` off the chat host.",
+        502: "`provider_error`: every candidate failed; nothing charged.",
+        504: "`provider_timeout`: every candidate timed out; nothing charged."}, schema=ErrorSchema)
     def post(self, body):
         """Create a chat completion (OpenAI's request and response shapes).
 
@@ -54,7 +73,7 @@ class ChatCompletionsView(MethodView):
         maximum is held on the balance before the call and settled to the exact cost after.
         """
         p = principal()
-        return chat.create_completion(p.account_id, p.mode, body).to_response()
+        return _response(chat.create_completion(p.account_id, p.mode, body))
 
 
 @blp.route("/models")
@@ -64,7 +83,7 @@ class ModelsView(MethodView):
     def get(self):
         """List the available models in OpenAI's shape (plus `auto`), with context window,
         capabilities and per-million-token prices."""
-        return chat.models_view()
+        return {"object": "list", "data": chat.models()}
 
 
 @blp.route("/models/<string:model_id>")
@@ -74,4 +93,4 @@ class ModelView(MethodView):
     @blp.alt_response(404, schema=ErrorSchema, description="`model_not_found`")
     def get(self, model_id):
         """One model of `GET /v1/models` (OpenAI's `models.retrieve`)."""
-        return chat.model_view(model_id)
+        return chat.get_model(model_id)

@@ -75,6 +75,14 @@ class ModelSchema(ma.Schema):
     capabilities = ma.fields.List(ma.fields.String())
     pricing = ma.fields.Nested(ModelPricingSchema, metadata={"description": "Cheapest enabled provider's price."})
 
+    @ma.post_dump
+    def _omit_catalog_facts_of_auto(self, data, **kwargs):
+        """``auto`` is a routing rule, not a model: it has no window, capabilities or prices."""
+        for name in ("context_window", "max_output_tokens", "capabilities", "pricing"):
+            if data.get(name) is None:
+                data.pop(name, None)
+        return data
+
 
 class ModelListSchema(ma.Schema):
     object = ma.fields.String(required=True)

@@ -2,11 +2,13 @@
 from flask import Response, g
 from flask.views import MethodView
 
-from app.auth import authenticated, principal, public
+from app.auth import authenticated, principal
 from app.errors import ErrorSchema
 from app.blueprints.gateway.schemas import (ModuleCallHeadersSchema, ModuleCallRequestSchema,
                                             ModuleCallResponseSchema, ModuleListSchema,
                                             ModuleSchema)
+from app.blueprints.fields import PAYMENT_REQUIRED_HEADERS
+from app.blueprints.routing import document_errors, endpoint
 from app.extensions import Blueprint
 from app.services.gateway import catalog
 from app.services.gateway import calls as gateway
@@ -26,30 +28,20 @@ class ModuleCallView(MethodView):
                                             "base64 JSON `{success, transaction, network, payer, amount}`.",
                              "schema": {"type": "string"}},
         "X-PAYMENT-RESPONSE": {"description": "The same for x402 v1 (`X-Payment`).", "schema": {"type": "string"}}})
-    @blp.alt_response(400, schema=ErrorSchema, description=(
-        "`invalid_request`, `unknown_action`, or `invalid_payment` (the X-Payment / PAYMENT-SIGNATURE "
-        "header is not base64/base64url JSON of an x402 exact EVM payload)."))
-    @blp.alt_response(402, schema=ErrorSchema, description=(
-        "`payment_required`: the balance cannot cover the price. The body adds `price_cents`, "
-        "`pay_to`, `nonce`, `fund_endpoint` and the x402 v1 payment request (`x402Version`, "
-        "`accepts`); nothing was charged or recorded. `payment_invalid`: the X-Payment was refused "
-        "(`reason`: unsupported_scheme, unsupported_network, wrong_asset, wrong_recipient, "
-        "insufficient_amount, not_yet_valid, expired, invalid_signature, replayed, or the "
-        "facilitator's reason)."), headers={
-        "PAYMENT-REQUIRED": {"description": "x402 v2 payment request (base64 JSON: `x402Version`, `accepts` "
-                                            "with scheme `exact`, USDC, `payTo`, atomic `amount`, EIP-712 "
-                                            "domain in `extra`).", "schema": {"type": "string"}},
-        "WWW-Authenticate": {"description": '`X402 realm="gateway", nonce="<X-Nonce>"`',
-                             "schema": {"type": "string"}},
-        "X-Price-Cents": {"description": "Price of the call in cents.", "schema": {"type": "integer"}},
-        "X-Pay-To": {"description": "Address that receives x402 payments (X402_PAY_TO).",
-                     "schema": {"type": "string"}},
-        "X-Nonce": {"description": "Random single-use nonce for the payment.", "schema": {"type": "string"}}})
-    @blp.alt_response(404, schema=ErrorSchema, description="`module_not_found`")
-    @blp.alt_response(409, schema=ErrorSchema, description="`idempotency_key_reused` / `idempotency_key_in_use`")
-    @blp.alt_response(413, schema=ErrorSchema, description="`payload_too_large`")
-    @blp.alt_response(502, schema=ErrorSchema, description="`provider_error` (not charged)")
-    @blp.alt_response(504, schema=ErrorSchema, description="`provider_timeout` (not charged)")
+    @document_errors(blp, {
+        400: "`invalid_request`, `unknown_action`, or `invalid_payment` (the X-Payment / PAYMENT-SIGNATURE "
+             "header is not base64/base64url JSON of an x402 exact EVM payload).",
+        402: ("`payment_required`: the balance cannot cover the price. The body adds `price_cents`, "
+              "`pay_to`, `nonce`, `fund_endpoint` and the x402 v1 payment request (`x402Version`, "
+              "`accepts`); nothing was charged or recorded. `payment_invalid`: the X-Payment was refused "
+              "(`reason`: unsupported_scheme, unsupported_network, wrong_asset, wrong_recipient, "
+              "insufficient_amount, not_yet_valid, expired, invalid_signature, replayed, or the "
+              "facilitator's reason).", PAYMENT_REQUIRED_HEADERS),
+        404: "`module_not_found`",
+        409: "`idempotency_key_reused` / `idempotency_key_in_use`",
+        413: "`payload_too_large`",
+        502: "`provider_error` (not charged)",
+        504: "`provider_timeout` (not charged)"}, schema=ErrorSchema)
     def post(self, body, slug, idempotency_key=None, x_payment=None, payment_signature=None):
         """Call a module action; charged before forwarding, refunded if the provider fails.
 
@@ -72,20 +64,14 @@ class ModuleCallView(MethodView):
         return resp
 
 
-@blp.route("/api/modules")
-class ModuleListView(MethodView):
-    @public
-    @blp.response(200, ModuleListSchema)
-    def get(self):
-        """Approved modules with their actions and prices in cents (public)."""
-        return {"modules": catalog.list_modules()}
+@endpoint(blp, "/api/modules", "get", public=True, ok=ModuleListSchema, name="ModuleListView")
+def list_modules():
+    """Approved modules with their actions and prices in cents (public)."""
+    return {"modules": catalog.list_modules()}
 
 
-@blp.route("/api/modules/<string:slug>")
-class ModuleDetailView(MethodView):
-    @public
-    @blp.response(200, ModuleSchema)
-    @blp.alt_response(404, schema=ErrorSchema, description="`module_not_found`")
-    def get(self, slug):
-        """One approved module with its actions and prices (public)."""
-        return catalog.describe_module(slug)
+@endpoint(blp, "/api/modules/<string:slug>", "get", public=True, ok=ModuleSchema, name="ModuleDetailView",
+          errors={404: "`module_not_found`"})
+def module_detail(slug):
+    """One approved module with its actions and prices (public)."""
+    return catalog.describe_module(slug)

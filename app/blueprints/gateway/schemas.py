@@ -1,6 +1,8 @@
 """Schemas of module calls (SPEC part 2: ModuleCallRequest/Response) and the listing."""
 import marshmallow as ma
 
+from app.blueprints.fields import derived, text_or_empty
+
 
 class ModuleCallRequestSchema(ma.Schema):
     """`action` is required; every other property is module-specific and forwarded."""
@@ -55,19 +57,21 @@ class ModuleCallResponseSchema(ma.Schema):
 
 class ActionSchema(ma.Schema):
     name = ma.fields.String(required=True)
-    description = ma.fields.String(required=True)
+    description = text_or_empty("description")
     price_cents = ma.fields.Integer(required=True)
 
 
 class ModuleSchema(ma.Schema):
     slug = ma.fields.String(required=True)
     name = ma.fields.String(required=True)
-    description = ma.fields.String(required=True)
-    owner = ma.fields.String(required=True)
+    description = text_or_empty("description")
+    owner = text_or_empty("owner")
     owner_agent_id = ma.fields.String(allow_none=True, required=True)
     source = ma.fields.String(required=True, metadata={"description": "`catalog` or `agent`."})
-    sandbox = ma.fields.Boolean(required=True, metadata={"description": "Callable with svc_test_ keys."})
-    actions = ma.fields.List(ma.fields.Nested(ActionSchema), required=True)
+    sandbox = derived(ma.fields.Boolean(required=True, metadata={"description": "Callable with svc_test_ keys."}),
+                      lambda m: bool(m.sandbox_url))
+    actions = derived(ma.fields.List(ma.fields.Nested(ActionSchema), required=True),
+                      lambda m: [a for a in m.actions if a.active])
 
 
 class ModuleListSchema(ma.Schema):

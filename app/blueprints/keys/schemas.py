@@ -1,6 +1,8 @@
 """Schemas of API keys (SPEC part 2: Key, KeyCreated)."""
 import marshmallow as ma
 
+from app.blueprints.fields import derived
+
 from app.scopes import ALL_SCOPES
 
 
@@ -8,7 +10,7 @@ class KeySchema(ma.Schema):
     id = ma.fields.String(required=True)
     name = ma.fields.String(required=True)
     prefix = ma.fields.String(required=True, metadata={"description": "Leading characters of the key, for display."})
-    scopes = ma.fields.List(ma.fields.String(), required=True)
+    scopes = derived(ma.fields.List(ma.fields.String(), required=True), lambda k: list(k.scopes or []))
     last_used_at = ma.fields.DateTime(required=True, allow_none=True,
                                       metadata={"description": "Updated in batches (within ~15 s)."})
 

@@ -3,11 +3,10 @@ RFC 8058 one-click unsubscribe endpoint."""
 from flask.views import MethodView
 
 from app import pages
-from app.auth import public
 from app.blueprints.newsletter.schemas import (StatusSchema, SubscribeSchema, TokenFormSchema,
                                           TokenQuerySchema, UnsubscribeSchema)
+from app.blueprints.routing import endpoint
 from app.extensions import Blueprint
-from app.ratelimits import per_email, per_ip
 from app.services.platform import tokens as emailtokens
 from app.services.public import newsletter
 
@@ -20,40 +19,27 @@ _INVALID = ("This link is invalid, has expired or was already used.",
             "Subscribe again to get a new confirmation e-mail.")
 
 
-@blp.route("/subscribe")
-class SubscribeView(MethodView):
-    @public
-    @per_ip("SUBSCRIBE_RATE_LIMIT")
-    @per_email("SUBSCRIBE_EMAIL_RATE_LIMIT")
-    @blp.arguments(SubscribeSchema)
-    @blp.response(202, StatusSchema)
-    @blp.alt_response(429, response="TOO_MANY_REQUESTS")
-    def post(self, body):
-        """Subscribe to a list with double opt-in. The answer is identical whether the
-        address is new, pending or already subscribed; new and pending addresses get a
-        confirmation e-mail whose link (single use, valid 48 h) opens a page with a
-        confirm button."""
-        return newsletter.subscribe(body["email"], body.get("list"))
+@endpoint(blp, "/subscribe", "post", public=True, ip_limit="SUBSCRIBE_RATE_LIMIT",
+          email_limit="SUBSCRIBE_EMAIL_RATE_LIMIT", body=SubscribeSchema, ok=StatusSchema, status=202)
+def subscribe(body):
+    """Subscribe to a list with double opt-in. The answer is identical whether the
+    address is new, pending or already subscribed; new and pending addresses get a
+    confirmation e-mail whose link (single use, valid 48 h) opens a page with a
+    confirm button."""
+    return newsletter.subscribe(body["email"], body.get("list"))
 
 
-@blp.route("/unsubscribe")
-class UnsubscribeView(MethodView):
-    @public
-    @per_ip("SUBSCRIBE_RATE_LIMIT")
-    @blp.arguments(UnsubscribeSchema)
-    @blp.response(200, StatusSchema)
-    @blp.alt_response(429, response="TOO_MANY_REQUESTS")
-    def post(self, body):
-        """Remove the address from every list. Same answer whether or not it was subscribed."""
-        return newsletter.unsubscribe(body["email"])
+@endpoint(blp, "/unsubscribe", "post", public=True, ip_limit="SUBSCRIBE_RATE_LIMIT", body=UnsubscribeSchema,
+          ok=StatusSchema)
+def unsubscribe(body):
+    """Remove the address from every list. Same answer whether or not it was subscribed."""
+    return newsletter.unsubscribe(body["email"])
 
 
 @pages_blp.route("/confirm")
 class ConfirmPage(MethodView):
-    @public
-    @per_ip("PUBLIC_PAGE_RATE_LIMIT")
-    @pages_blp.arguments(TokenQuerySchema, location="query")
-    @pages_blp.doc(**pages.doc("Page with a button that confirms the subscription.", (200, 404)))
+    @pages.page(pages_blp, "Page with a button that confirms the subscription.",
+                (200, 404), schema=TokenQuerySchema, location="query")
     def get(self, query):
         """Confirmation page (the e-mailed link). Shows a button; opening it changes nothing."""
         if newsletter.check_token(query["token"]) is None:
@@ -63,10 +49,8 @@ class ConfirmPage(MethodView):
                             pages.form("/email/confirm", "Confirm subscription",
                                        {"token": query["token"]}))
 
-    @public
-    @per_ip("PUBLIC_PAGE_RATE_LIMIT")
-    @pages_blp.arguments(TokenFormSchema, location="form")
-    @pages_blp.doc(**pages.doc("The subscription is confirmed.", (200, 404)))
+    @pages.page(pages_blp, "The subscription is confirmed.", (200, 404), schema=TokenFormSchema,
+                location="form")
     def post(self, form):
         """Confirm the subscription (the page's button). The token works once."""
         sub = newsletter.confirm(form["token"])
@@ -79,9 +63,7 @@ class ConfirmPage(MethodView):
 
 @pages_blp.route("/unsubscribe/<string:token>")
 class OneClickUnsubscribe(MethodView):
-    @public
-    @per_ip("PUBLIC_PAGE_RATE_LIMIT")
-    @pages_blp.doc(**pages.doc("Page with a button that unsubscribes the address.", (200, 404)))
+    @pages.page(pages_blp, "Page with a button that unsubscribes the address.", (200, 404))
     def get(self, token):
         """The `List-Unsubscribe` link opened in a browser: a page with a button."""
         if emailtokens.unsubscribe_email(token) is None:
@@ -90,10 +72,8 @@ class OneClickUnsubscribe(MethodView):
                             pages.form(f"/email/unsubscribe/{token}", "Unsubscribe",
                                        {"List-Unsubscribe": "One-Click"}))
 
-    @public
-    @per_ip("PUBLIC_PAGE_RATE_LIMIT")
-    @pages_blp.doc(**pages.doc("The address is unsubscribed from every list.", (200, 404)),
-                   requestBody={"required": False, "content": {
+    @pages.page(pages_blp, "The address is unsubscribed from every list.", (200, 404),
+                requestBody={"required": False, "content": {
                        "application/x-www-form-urlencoded": {"schema": {
                            "type": "object",
                            "properties": {"List-Unsubscribe": {"type": "string",

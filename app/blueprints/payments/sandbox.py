@@ -3,7 +3,7 @@ from flask import redirect, render_template_string
 from flask.views import MethodView
 
 from app.auth import public
-from app.blueprints.payments.schemas import SandboxActionSchema
+from app.blueprints.payments.schemas import PaymentSchema, SandboxActionSchema
 from app.extensions import Blueprint
 from app.services.billing import sandbox_checkout
 
@@ -36,6 +36,8 @@ button{font-size:1rem;padding:.5rem 1rem;margin-right:.5rem}label{display:block;
 </div></body></html>"""
 
 
+_PAYMENT = PaymentSchema()
+
 @blp.route("/checkout/<string:session_id>")
 class SandboxCheckoutView(MethodView):
     @public
@@ -45,7 +47,7 @@ class SandboxCheckoutView(MethodView):
         page = sandbox_checkout.sandbox_checkout_page(session_id)
         closed = page["awaiting_settlement"]
         message = "Bank payment submitted; waiting for settlement." if closed else None
-        return render_template_string(_PAGE, payment=page["payment"], methods=page["methods"],
+        return render_template_string(_PAGE, payment=_PAYMENT.dump(page["payment"]), methods=page["methods"],
                                       return_url=page["return_url"], message=message,
                                       result="processing" if closed else None, closed=closed)
 
@@ -62,7 +64,7 @@ class SandboxCheckoutView(MethodView):
             done = page["return_url"]
             sep = "&" if "?" in done else "?"
             status = "cancel" if out["result"] == "canceled" else "success"
-            return redirect(f"{done}{sep}checkout={status}&payment_id={out['payment']['id']}", code=303)
-        return render_template_string(_PAGE, payment=out["payment"], methods=page["methods"],
+            return redirect(f"{done}{sep}checkout={status}&payment_id={out['payment'].id}", code=303)
+        return render_template_string(_PAGE, payment=_PAYMENT.dump(out["payment"]), methods=page["methods"],
                                       return_url=page["return_url"], message=out["message"],
                                       result=out["result"], closed=out["result"] != "declined")

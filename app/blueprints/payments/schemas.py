@@ -2,23 +2,15 @@
 import marshmallow as ma
 from marshmallow import validate
 
+from app.blueprints.fields import JsonInteger, cents
+
 from app.services.billing.processors import SANDBOX_METHODS
 
 MAX_AMOUNT_CENTS = 1_000_000
 
 
-class WholeNumber(ma.fields.Integer):
-    """A JSON integer. As in JSON Schema, ``5.0`` counts; strings, booleans and fractions do not."""
-
-    def _deserialize(self, value, attr, data, **kwargs):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                or (isinstance(value, float) and not value.is_integer()):
-            raise self.make_error("invalid", input=value)
-        return super()._deserialize(int(value), attr, data, **kwargs)
-
-
 def amount_cents_field(**kw):
-    return WholeNumber(required=True, validate=validate.Range(min=100, max=MAX_AMOUNT_CENTS), metadata={
+    return JsonInteger(required=True, validate=validate.Range(min=100, max=MAX_AMOUNT_CENTS), metadata={
         "description": f"Cents, at least 100 and at most {MAX_AMOUNT_CENTS:,}."}, **kw)
 
 
@@ -44,9 +36,9 @@ class PaymentSchema(ma.Schema):
     kind = ma.fields.String(required=True, metadata={"description": "`checkout`, `charge`, `deposit` or `x402`."})
     processor = ma.fields.String(required=True, metadata={"description": "`stripe`, `sandbox`, `chain` or `x402`."})
     mode = ma.fields.String(required=True, metadata={"description": "`live` or `test` (sandbox)."})
-    amount_cents = ma.fields.Integer(required=True)
+    amount_cents = cents("amount_micros")
     amount_micros = ma.fields.Integer(required=True)
-    refunded_cents = ma.fields.Integer(required=True)
+    refunded_cents = cents("refunded_micros")
     status = ma.fields.String(required=True, metadata={
         "description": "`pending`, `succeeded`, `failed`, `canceled`, `expired`, `refunded`, `partially_refunded`."})
     product = ma.fields.String(allow_none=True)
@@ -67,7 +59,7 @@ class MethodRequestSchema(ma.Schema):
 
 class MethodSchema(ma.Schema):
     payment_method_id = ma.fields.String(required=True, allow_none=True)
-    type = ma.fields.String(required=True, allow_none=True, metadata={"description": "`card` or `us_bank_account`."})
+    type = ma.fields.String(required=True, allow_none=True, attribute="payment_method_type", metadata={"description": "`card` or `us_bank_account`."})
     brand = ma.fields.String(required=True, allow_none=True)
     last4 = ma.fields.String(required=True, allow_none=True)
     processor = ma.fields.String(required=True, allow_none=True)

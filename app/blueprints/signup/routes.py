@@ -4,12 +4,11 @@ from flask.views import MethodView
 from markupsafe import Markup, escape
 
 from app import pages
-from app.auth import public
 from app.blueprints.newsletter.schemas import StatusSchema, TokenFormSchema, TokenQuerySchema
 from app.blueprints.signup.schemas import SignupCompletedSchema, SignupConfirmSchema, SignupSchema
 from app.errors import DomainError
+from app.blueprints.routing import endpoint
 from app.extensions import Blueprint
-from app.ratelimits import per_email, per_ip
 from app.services.accounts import signup
 
 blp = Blueprint("signup", __name__, url_prefix="/api/signup",
@@ -18,38 +17,27 @@ pages_blp = Blueprint("signup_pages", __name__, url_prefix="/signup",
                       description="HTML pages opened from the sign-up e-mail.")
 
 
-@blp.route("")
-class SignupView(MethodView):
-    @public
-    @per_ip("SIGNUP_RATE_LIMIT")
-    @per_email("SIGNUP_EMAIL_RATE_LIMIT")
-    @blp.arguments(SignupSchema)
-    @blp.response(202, StatusSchema)
-    @blp.alt_response(429, response="TOO_MANY_REQUESTS")
-    def post(self, body):
-        """Start a sign-up: e-mails a verification link (single use, valid 24 h). The
-        answer is identical whether or not the address already has an account (an
-        existing account's address is told so by e-mail instead)."""
-        return signup.start(body["email"])
+@endpoint(blp, "", "post", public=True, ip_limit="SIGNUP_RATE_LIMIT", email_limit="SIGNUP_EMAIL_RATE_LIMIT",
+          body=SignupSchema, ok=StatusSchema, status=202, name="SignupView")
+def start(body):
+    """Start a sign-up: e-mails a verification link (single use, valid 24 h). The
+    answer is identical whether or not the address already has an account (an
+    existing account's address is told so by e-mail instead)."""
+    return signup.start(body["email"])
 
 
-@blp.route("/confirm")
-class SignupConfirmView(MethodView):
-    @public
-    @per_ip("PUBLIC_PAGE_RATE_LIMIT")
-    @blp.arguments(SignupConfirmSchema)
-    @blp.response(201, SignupCompletedSchema)
-    @blp.alt_response(404, response="NOT_FOUND",
-                      description="`invalid_token`: unknown, expired or already used token.")
-    @blp.alt_response(409, response="CONFLICT", description="The address already has an account.")
-    @blp.alt_response(429, response="TOO_MANY_REQUESTS")
-    def post(self, body):
-        """Redeem the verification token (JSON alternative to the page): creates the
-        account with 1,000 cents of promotional credit and returns its first key once."""
-        return signup.complete(body["token"])
+@endpoint(blp, "/confirm", "post", public=True, ip_limit="PUBLIC_PAGE_RATE_LIMIT", body=SignupConfirmSchema,
+          ok=SignupCompletedSchema, status=201, name="SignupConfirmView", errors={
+              404: "`invalid_token`: unknown, expired or already used token.",
+              409: "The address already has an account.", 429: None})
+def confirm(body):
+    """Redeem the verification token (JSON alternative to the page): creates the
+    account with 1,000 cents of promotional credit and returns its first key once."""
+    return signup.complete(body["token"])
 
 
-def _key_page(result: dict):
+def _key_page(completed: signup.SignupResult):
+    result = SignupCompletedSchema().dump(completed)
     key = result["key"]["key"]
     return pages.render(
         "Your account is ready",
@@ -63,10 +51,8 @@ def _key_page(result: dict):
 
 @pages_blp.route("/confirm")
 class SignupConfirmPage(MethodView):
-    @public
-    @per_ip("PUBLIC_PAGE_RATE_LIMIT")
-    @pages_blp.arguments(TokenQuerySchema, location="query")
-    @pages_blp.doc(**pages.doc("Page with a button that creates the account.", (200, 404)))
+    @pages.page(pages_blp, "Page with a button that creates the account.",
+                (200, 404), schema=TokenQuerySchema, location="query")
     def get(self, query):
         """Sign-up confirmation page (the e-mailed link). Opening it changes nothing."""
         req = signup.check_token(query["token"])
@@ -77,11 +63,8 @@ class SignupConfirmPage(MethodView):
                             pages.form("/signup/confirm", "Create account and show my API key",
                                        {"token": query["token"]}))
 
-    @public
-    @per_ip("PUBLIC_PAGE_RATE_LIMIT")
-    @pages_blp.arguments(TokenFormSchema, location="form")
-    @pages_blp.doc(**pages.doc("The account is created; its first API key is shown once.",
-                               (200, 404, 409)))
+    @pages.page(pages_blp, "The account is created; its first API key is shown once.",
+                (200, 404, 409), schema=TokenFormSchema, location="form")
     def post(self, form):
         """Create the account (the page's button) and show its first key once."""
         return _key_page(signup.complete(form["token"]))

@@ -3,6 +3,7 @@ import marshmallow as ma
 
 from app.blueprints.accounts.schemas import AccountSchema
 from app.blueprints.contact.schemas import EMAIL_DOC
+from app.blueprints.fields import Extended, derived
 from app.blueprints.keys.schemas import KeyCreatedSchema
 
 
@@ -19,5 +20,6 @@ class SignupConfirmSchema(ma.Schema):
 class SignupCompletedSchema(ma.Schema):
     account = ma.fields.Nested(AccountSchema, required=True,
                                metadata={"description": "The new account (1,000 cents of promotional credit)"})
-    key = ma.fields.Nested(KeyCreatedSchema, required=True,
-                           metadata={"description": "Its first live key, all scopes. The secret is shown only here."})
+    key = derived(ma.fields.Nested(KeyCreatedSchema, required=True,
+                                   metadata={"description": "Its first live key, all scopes. The secret is shown only here."}),
+                  lambda result: Extended(result.key, key=result.secret))

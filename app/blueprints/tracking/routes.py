@@ -4,10 +4,11 @@ from functools import wraps
 from flask import current_app, request
 from flask.views import MethodView
 
-from app.auth import authenticated, bearer_token, current_principal, principal, public
+from app.auth import bearer_token, current_principal, principal, public
 from app.blueprints.tracking.schemas import (FunnelQuerySchema, FunnelSchema, RecentSchema,
                                              SessionsSchema, TrackEventSchema)
 from app.errors import Forbidden, Unauthorized
+from app.blueprints.routing import endpoint
 from app.extensions import Blueprint
 from app.ratelimits import per_ip
 from app.services.public import tracking
@@ -98,35 +99,25 @@ class TrackView(MethodView):
                         _caller_account())
 
 
-@blp.route("/funnel")
-class FunnelView(MethodView):
-    @authenticated("analytics:read")
-    @blp.arguments(FunnelQuerySchema, location="query")
-    @blp.response(200, FunnelSchema)
-    def get(self, query):
-        """Funnel over the last 7 days: sessions reaching each configured step
-        (`FUNNEL_STEPS`) in order. Accounts see their attributed events; admins see
-        every event by default (`?scope=account` for their own)."""
-        p = principal()
-        scope = query.get("scope") or ("global" if p.is_admin else "account")
-        if scope == "global" and not p.is_admin:
-            raise Forbidden("The global funnel is for admin accounts only.")
-        return tracking.funnel(None if scope == "global" else p.account_id)
+@endpoint(blp, "/funnel", "get", "analytics:read", query=FunnelQuerySchema, ok=FunnelSchema)
+def funnel(query):
+    """Funnel over the last 7 days: sessions reaching each configured step
+    (`FUNNEL_STEPS`) in order. Accounts see their attributed events; admins see
+    every event by default (`?scope=account` for their own)."""
+    p = principal()
+    scope = query.get("scope") or ("global" if p.is_admin else "account")
+    if scope == "global" and not p.is_admin:
+        raise Forbidden("The global funnel is for admin accounts only.")
+    return tracking.funnel(None if scope == "global" else p.account_id)
 
 
-@blp.route("/recent")
-class RecentView(MethodView):
-    @authenticated("analytics:read", admin=True)
-    @blp.response(200, RecentSchema)
-    def get(self):
-        """The last 200 events of every account, newest first (admin only)."""
-        return {"events": tracking.recent()}
+@endpoint(blp, "/recent", "get", "analytics:read", admin=True, ok=RecentSchema)
+def recent():
+    """The last 200 events of every account, newest first (admin only)."""
+    return {"events": tracking.recent()}
 
 
-@blp.route("/sessions")
-class SessionsView(MethodView):
-    @authenticated("analytics:read", admin=True)
-    @blp.response(200, SessionsSchema)
-    def get(self):
-        """Sessions active in the last hour with first/last seen and event count (admin only)."""
-        return {"sessions": tracking.active_sessions()}
+@endpoint(blp, "/sessions", "get", "analytics:read", admin=True, ok=SessionsSchema)
+def sessions():
+    """Sessions active in the last hour with first/last seen and event count (admin only)."""
+    return {"sessions": tracking.active_sessions()}

@@ -2,6 +2,7 @@
 import marshmallow as ma
 from marshmallow import validate
 
+from app.blueprints.fields import cents
 from app.blueprints.payments.schemas import amount_cents_field
 from app.services.billing.chains import CHAINS
 
@@ -37,7 +38,7 @@ class WalletSchema(ma.Schema):
     id = ma.fields.String(required=True)
     chain = ma.fields.String(required=True)
     address = ma.fields.String(required=True)
-    connected = ma.fields.Boolean(required=True)
+    connected = ma.fields.Boolean(required=True, dump_default=True)
     connected_at = ma.fields.DateTime(required=True)
 
 
@@ -70,11 +71,12 @@ class DepositSchema(ma.Schema):
 
 
 class WalletFundResultSchema(ma.Schema):
-    payment_id = ma.fields.String(required=True)
-    method = ma.fields.String(required=True)
-    status = ma.fields.String(required=True, metadata={"description": "`succeeded` (card) or `pending` (ach, usdc)."})
-    amount_cents = ma.fields.Integer(required=True)
-    balance_cents = ma.fields.Integer(required=True)
+    payment_id = ma.fields.String(required=True, attribute="payment.id")
+    method = ma.fields.String(required=True, attribute="payment.method")
+    status = ma.fields.String(required=True, attribute="payment.status",
+                              metadata={"description": "`succeeded` (card) or `pending` (ach, usdc)."})
+    amount_cents = cents("payment.amount_micros")
+    balance_cents = cents("balance_micros")
     deposit = ma.fields.Nested(DepositSchema, allow_none=True, required=True,
                                metadata={"description": "USDC deposit instructions (method `usdc` only)."})
 

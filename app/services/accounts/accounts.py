@@ -117,14 +117,3 @@ def set_admin(account_id: str, admin: bool = True) -> Account:
     acct = get_account(account_id)
     acct.is_admin = admin
     return acct
-
-
-def account_view(acct: Account) -> dict:
-    """The Account resource of SPEC part 2."""
-    return {
-        "id": acct.id,
-        "email": acct.email,
-        "plan": acct.plan,
-        "balance_cents": ledger.micros_to_cents(acct.balance_micros),
-        "agent_id": acct.agent_id,
-    }

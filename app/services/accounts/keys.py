@@ -81,8 +81,3 @@ def revoke_key(account_id: str, key_id: str) -> ApiKey:
             row.revoked_at = utcnow()
     auth.broadcast_revocation(row.key_hash)
     return row
-
-
-def key_view(row: ApiKey) -> dict:
-    return {"id": row.id, "name": row.name, "prefix": row.prefix, "scopes": list(row.scopes or []),
-            "last_used_at": row.last_used_at}

@@ -12,6 +12,7 @@ the token in a second one when the address turned out to be taken.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
 
 from flask import current_app
@@ -22,7 +23,7 @@ from sqlalchemy.exc import IntegrityError
 from app.errors import Conflict, NotFound
 from app.extensions import db
 from app.ids import new_id
-from app.models import Account, SignupRequest
+from app.models import Account, ApiKey, SignupRequest
 from app.models.base import utcnow
 from app.scopes import ALL_SCOPES
 from app.services.accounts import accounts
@@ -33,6 +34,15 @@ from app.services.platform.uow import transactional
 
 FIRST_KEY_NAME = "default"
 
+
+
+@dataclass(frozen=True)
+class SignupResult:
+    """A completed sign-up: the new account and its first key (``secret`` shown once)."""
+
+    account: Account
+    key: ApiKey
+    secret: str
 
 def accepted() -> dict:
     """The one response body of ``POST /api/signup``."""
@@ -83,12 +93,13 @@ class TokenInvalid(NotFound):
     """The sign-up link is unknown, expired or already used."""
 
     status, code, message = 404, "invalid_token", "This sign-up link is invalid, expired or already used."
+    description = "The e-mailed confirmation token is unknown, expired or already used."
 
 
-def complete(token: str | None) -> dict:
+def complete(token: str | None) -> SignupResult:
     """Redeem the token: create the account (promo grant) and its first key.
 
-    Returns ``{account, key}`` with the secret key, shown only here. Raises
+    Returns the account and its first key with the secret, shown only here. Raises
     ``TokenInvalid`` (unknown/expired/used) or ``Conflict`` (the address got an account
     meanwhile, e.g. through a second sign-up link)."""
     digest = emailtokens.token_hash(token)
@@ -96,13 +107,13 @@ def complete(token: str | None) -> dict:
         raise TokenInvalid()
     now = utcnow()
     try:
-        acct, row, secret = _redeem(digest, now)
+        result = _redeem(digest, now)
     except _AddressTaken as taken:
         _burn(taken.req_id, now)  # the link cannot be retried
         raise Conflict("An account with this e-mail already exists.") from None
     except IntegrityError:  # a concurrent sign-up created the address's account first
         raise Conflict("An account with this e-mail already exists.") from None
-    return {"account": accounts.account_view(acct), "key": {**keys.key_view(row), "key": secret}}
+    return result
 
 
 class _AddressTaken(Exception):
@@ -112,7 +123,7 @@ class _AddressTaken(Exception):
 
 
 @transactional
-def _redeem(digest: str, now) -> tuple:
+def _redeem(digest: str, now) -> SignupResult:
     req_id = db.session.execute(
         update(SignupRequest)
         .where(SignupRequest.token_hash == digest, SignupRequest.used_at.is_(None),
@@ -129,7 +140,7 @@ def _redeem(digest: str, now) -> tuple:
         raise _AddressTaken(req_id) from None
     req.account_id = acct.id
     row, secret = keys.add_key(acct.id, FIRST_KEY_NAME, ALL_SCOPES)
-    return acct, row, secret
+    return SignupResult(account=acct, key=row, secret=secret)
 
 
 @transactional

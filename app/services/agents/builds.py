@@ -101,28 +101,12 @@ def list_builds(*, agent_id: str | None, account_id: str) -> list[ModuleSubmissi
     return list(db.session.execute(q.limit(500)).scalars())
 
 
-def build_view(sub: ModuleSubmission) -> dict:
-    """A submission as shown to its agent and owner account (with the signing secret)."""
-    return {"id": sub.id, "agent_id": sub.agent_id, "slug": sub.slug, "status": sub.status,
-            "price_cents": sub.price_cents, "actions": list(sub.actions), "webhook": sub.webhook,
-            "description": sub.description, "review_notes": sub.review_notes,
-            "created_at": sub.created_at, "reviewed_at": sub.reviewed_at,
-            "webhook_secret": sub.webhook_secret}
-
-
 # --- review ---------------------------------------------------------------------------
 
 def pending() -> list[ModuleSubmission]:
     return list(db.session.execute(
         select(ModuleSubmission).where(ModuleSubmission.status == "pending_review")
         .order_by(ModuleSubmission.created_at, ModuleSubmission.id)).scalars())
-
-
-def review_view(sub: ModuleSubmission) -> dict:
-    """A submission as shown to reviewers (no secret)."""
-    out = build_view(sub)
-    out.pop("webhook_secret")
-    return out
 
 
 def _pending_for(slug: str) -> ModuleSubmission:

@@ -61,13 +61,8 @@ def agent_earnings(agent: Agent, *, statements: int = 12) -> dict:
         "lifetime_cents": ledger.micros_to_cents(accrued + settled),
         "accrued_micros": accrued,
         "settled_micros": settled,
-        "settlements": [statement_view(s) for s in rows],
+        "settlements": list(rows),
     }
-
-
-def statement_view(s: AgentSettlement) -> dict:
-    return {"id": s.id, "month": s.month, "amount_cents": ledger.micros_to_cents(s.amount_micros),
-            "amount_micros": s.amount_micros, "settled_at": s.created_at}
 
 
 def iso_week(now: datetime | None = None) -> tuple[datetime, datetime]:

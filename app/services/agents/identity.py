@@ -30,7 +30,7 @@ from nacl.signing import VerifyKey
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
-from app.auth import Principal, register_resolver
+from app.auth import Principal
 from app.errors import Conflict, DomainError, Forbidden, InvalidRequest, NotFound
 from app.extensions import db
 from app.ids import new_id, new_secret, random_b62, secret_is_well_formed, sha256_hex
@@ -49,13 +49,39 @@ SESSION_PREFIX = "svc_sess_"
 
 
 class SignInError(DomainError):
-    """A refused sign-in: 401 with a specific code (no bearer challenge: sign-in is public)."""
+    """A refused sign-in: 401 with a specific code (no bearer challenge: sign-in is public).
+    This class itself: the sign-in request is malformed; subclasses: the other refusals."""
 
-    status = 401
+    status, code = 401, "malformed_signin"
+    description = "Agent sign-in: pubkey, signature or nonce is not in the expected form."
+
+
+class InvalidSignature(SignInError):
+    code, description = "invalid_signature", "Agent sign-in: the signature does not verify for this pubkey and nonce."
+
+
+class UnknownAgent(SignInError):
+    code, description = "unknown_agent", "Agent sign-in: no agent is registered with this pubkey."
+
+
+class UnknownNonce(SignInError):
+    code, description = "unknown_nonce", "Agent sign-in: the nonce was never issued."
+
+
+class NonceUsed(SignInError):
+    code, description = "nonce_used", "Agent sign-in: the nonce was already used (replay or concurrent use)."
+
+
+class NonceExpired(SignInError):
+    code, description = "nonce_expired", "Agent sign-in: the nonce expired (nonces live 5 minutes)."
+
+
+_SIGNIN_ERRORS = {cls.code: cls for cls in (SignInError, InvalidSignature, UnknownAgent, UnknownNonce,
+                                            NonceUsed, NonceExpired)}
 
 
 def _signin_error(code: str, message: str) -> SignInError:
-    return SignInError(message, code=code)
+    return _SIGNIN_ERRORS[code](message)
 
 
 def new_webhook_secret() -> str:
@@ -134,14 +160,6 @@ def _same_owner(agent: Agent, owner_account_id: str, name: str, webhook: str | N
     if agent.name != name or agent.webhook != webhook:
         agent.name, agent.webhook = name, webhook
     return agent
-
-
-def agent_view(agent: Agent, *, with_secret: bool = False) -> dict:
-    out = {"id": agent.id, "name": agent.name, "pubkey": agent.pubkey, "webhook": agent.webhook,
-           "account_id": agent.account_id}
-    if with_secret:
-        out["webhook_secret"] = agent.webhook_secret
-    return out
 
 
 def get_agent(agent_id: str) -> Agent:
@@ -238,7 +256,7 @@ def purge_expired(older_than: timedelta = timedelta(days=1)) -> int:
 
 # --- svc_sess_ resolver (app.auth) -----------------------------------------------------
 
-def _resolve_session(token: str, token_hash: str) -> Principal | None:
+def resolve_session(token: str, token_hash: str) -> Principal | None:
     if not secret_is_well_formed(token, SESSION_PREFIX):
         return None
     row = db.session.execute(
@@ -254,5 +272,3 @@ def _resolve_session(token: str, token_hash: str) -> Principal | None:
                      kind="session", mode="live", scopes=frozenset(SESSION_SCOPES), is_admin=False,
                      plan=row[5], agent_id=row[3], extra={"expires_at_epoch": row[1].timestamp()})
 
-
-register_resolver(SESSION_PREFIX, _resolve_session)

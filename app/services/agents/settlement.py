@@ -24,7 +24,7 @@ from flask import current_app
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
-from app.errors import DomainError, InvalidRequest
+from app.errors import InternalError, InvalidRequest
 from app.extensions import db
 from app.ids import new_id
 from app.models import Agent, AgentSettlement, LedgerEntry, LedgerTransaction
@@ -38,8 +38,8 @@ log = logging.getLogger(__name__)
 _MONTH_RE = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
 
 
-class SettlementIncomplete(DomainError):
-    status, code, message = 500, "internal_error", "Some agents could not be settled."
+class SettlementIncomplete(InternalError):
+    message = "Some agents could not be settled."
 
 
 def month_bounds(month: str) -> tuple[datetime, datetime]:

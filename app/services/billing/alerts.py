@@ -33,6 +33,7 @@ import base64
 import math
 import operator
 import secrets
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
@@ -70,6 +71,7 @@ _METRIC_TEXT = {"spend_cents": "spend (cents)", "calls": "calls", "error_rate": 
 
 class AlertLimitReached(Conflict):
     code = "alert_limit_reached"
+    description = "The account already has the maximum number of alerts (50)."
     message = "The account has reached its maximum number of alerts."
 
 
@@ -169,13 +171,7 @@ def delete_alert(account_id: str, alert_id: str) -> Alert:
     return db.session.get(Alert, alert_id, populate_existing=True)
 
 
-def alert_view(alert: Alert) -> dict:
-    return {"id": alert.id, "name": alert.name, "metric": alert.metric, "op": alert.op,
-            "threshold": alert.threshold, "window": alert.window, "channel": alert.channel,
-            "target": alert.target, "created_at": alert.created_at}
-
-
-def list_events(account_id: str, limit: int = EVENTS_LIMIT) -> list[dict]:
+def list_events(account_id: str, limit: int = EVENTS_LIMIT) -> list[FiredEvent]:
     """The ``limit`` most recent firings of the account, newest first, with the delivery
     state of each (from its outbox message). Events of deleted alerts are included."""
     events = list(db.session.execute(
@@ -184,18 +180,38 @@ def list_events(account_id: str, limit: int = EVENTS_LIMIT) -> list[dict]:
     sources = [f"alert_event:{e.id}" for e in events]
     msgs = {m.source: m for m in db.session.execute(
         select(OutboxMessage).where(OutboxMessage.source.in_(sources))).scalars()} if sources else {}
-    return [event_view(e, msgs.get(f"alert_event:{e.id}")) for e in events]
+    return [FiredEvent(e, msgs.get(f"alert_event:{e.id}")) for e in events]
 
 
-def event_view(ev: AlertEvent, msg: OutboxMessage | None) -> dict:
-    return {"id": ev.id, "alert_id": ev.alert_id, "name": ev.name, "metric": ev.metric,
-            "op": ev.op, "threshold": ev.threshold, "value": ev.value, "window": ev.window,
-            "period": ev.period_key, "channel": ev.channel, "fired_at": ev.fired_at,
-            "delivery_status": msg.status if msg else "pending",
-            "attempts": msg.attempts if msg else 0,
-            "delivered_at": msg.delivered_at if msg else None,
-            "next_attempt_at": msg.next_attempt_at if msg and msg.status == "pending" else None,
-            "last_error": msg.last_error if msg else None}
+@dataclass(frozen=True)
+class FiredEvent:
+    """An alert firing with the delivery state of its outbox message (none yet: pending)."""
+
+    event: AlertEvent
+    message: OutboxMessage | None
+
+    def __getattr__(self, name: str):
+        return getattr(self.event, name)
+
+    @property
+    def delivery_status(self) -> str:
+        return self.message.status if self.message else "pending"
+
+    @property
+    def attempts(self) -> int:
+        return self.message.attempts if self.message else 0
+
+    @property
+    def delivered_at(self):
+        return self.message.delivered_at if self.message else None
+
+    @property
+    def next_attempt_at(self):
+        return self.message.next_attempt_at if self.message and self.message.status == "pending" else None
+
+    @property
+    def last_error(self):
+        return self.message.last_error if self.message else None
 
 
 # --- metrics --------------------------------------------------------------------------

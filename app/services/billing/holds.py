@@ -20,11 +20,10 @@ from datetime import timedelta
 
 from sqlalchemy import insert, select, update
 
-from app.errors import PaymentRequired
 from app.extensions import db, skip_commit_flush
 from app.models import Account, ChatCompletion
 from app.models.base import utcnow
-from app.services.billing import ledger
+from app.services.billing import ledger, paywall
 from app.services.billing import usage
 from app.services.platform.uow import transactional, unit_of_work
 
@@ -56,9 +55,10 @@ def hold(completion_id: str, account_id: str, requested_model: str, hold_micros:
                             ref=f"chat_hold:{completion_id}", account_id=account_id)
     except ledger.InsufficientFunds:
         usd = f"{hold_micros / ledger.MICROS_PER_USD:.6f}"
-        raise PaymentRequired(
-            f"The balance cannot cover the estimated maximum cost of this completion ({usd} USD); "
-            "add credits or lower max_tokens.",
+        raise paywall.payment_required(
+            -(-hold_micros // ledger.MICROS_PER_CENT), subject="This completion",
+            cost=f"up to {usd} USD (its estimated maximum, held before the call)",
+            alternative="lower max_tokens", path="/v1/chat/completions", description="Chat completion",
             headers={"X-Price-Micros": str(hold_micros)}) from None
 
 

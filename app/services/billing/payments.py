@@ -12,6 +12,7 @@ the same transaction as its effect: a replay changes nothing, a crash changes no
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import timedelta
 
 from flask import current_app
@@ -36,29 +37,19 @@ HISTORY_LIMIT = 50
 
 class NoPaymentMethod(DomainError):
     status, code, message = 400, "no_payment_method", "No saved payment method."
+    description = "No saved default payment method fits (save one with POST /api/pay/method)."
 
 
 # --- views -------------------------------------------------------------------------
 
-def payment_view(p: Payment) -> dict:
-    return {
-        "id": p.id, "method": p.method, "kind": p.kind, "processor": p.processor, "mode": p.mode,
-        "amount_cents": ledger.micros_to_cents(p.amount_micros),
-        "amount_micros": p.amount_micros,
-        "refunded_cents": ledger.micros_to_cents(p.refunded_micros or 0),
-        "status": p.status, "product": p.product,
-        "failure_code": p.failure_code, "failure_message": p.failure_message,
-        "created_at": p.created_at,
-    }
 
-
-def history(account_id: str) -> list[dict]:
+def history(account_id: str) -> list[Payment]:
     """The account's last 50 payments (card, ACH, USDC, x402), newest first."""
     rows = db.session.execute(
         select(Payment).where(Payment.account_id == account_id)
         .order_by(Payment.created_at.desc(), Payment.id.desc()).limit(HISTORY_LIMIT)
     ).scalars().all()
-    return [payment_view(p) for p in rows]
+    return list(rows)
 
 
 def get_payment(account_id: str, payment_id: str) -> Payment:
@@ -140,14 +131,7 @@ def _profile(account_id: str, processor: str) -> BillingProfile | None:
                                      BillingProfile.processor == processor)).scalar_one_or_none()
 
 
-def method_view(profile: BillingProfile | None) -> dict:
-    if profile is None or not profile.payment_method_id:
-        return {"payment_method_id": None, "type": None, "brand": None, "last4": None, "processor": None}
-    return {"payment_method_id": profile.payment_method_id, "type": profile.payment_method_type,
-            "brand": profile.brand, "last4": profile.last4, "processor": profile.processor}
-
-
-def set_default_method(account_id: str, mode: str, pm_id: str) -> dict:
+def set_default_method(account_id: str, mode: str, pm_id: str) -> BillingProfile:
     """Validate ``pm_id`` with the processor, attach it to the account's customer and make
     it the default used by ``/api/wallet/fund`` (card or ACH)."""
     proc = for_mode(mode)
@@ -170,7 +154,7 @@ def set_default_method(account_id: str, mode: str, pm_id: str) -> dict:
             profile.brand, profile.last4 = info.brand, info.last4
     except IntegrityError:  # a concurrent first save: retry as an update
         return set_default_method(account_id, mode, pm_id)
-    return method_view(profile)
+    return profile
 
 
 # --- checkout ------------------------------------------------------------------------
@@ -202,7 +186,7 @@ def create_checkout(account_id: str, mode: str, amount_cents: int, product: str 
 
 # --- off-session funding (card, ACH) ----------------------------------------------------
 
-def fund_with_saved_method(account_id: str, mode: str, amount_cents: int, method: str) -> dict:
+def fund_with_saved_method(account_id: str, mode: str, amount_cents: int, method: str) -> FundResult:
     """``card``: charge the saved card off-session, credit at once on success, 402
     ``card_declined`` on decline. ``ach``: start a bank debit; credits when it settles.
     Two units of work around the processor call: the pending payment, then its outcome."""
@@ -241,7 +225,7 @@ def fund_with_saved_method(account_id: str, mode: str, amount_cents: int, method
         raise CardDeclined(result.failure_message or "The card was declined.",
                            extra={"decline_code": result.failure_code, "payment_id": payment.id})
     db.session.refresh(payment)
-    return fund_view(payment)
+    return fund_result(payment)
 
 
 class _IntentKnown(Exception):
@@ -256,12 +240,20 @@ def _record_charge(payment: Payment, result) -> None:
         finish_payment(payment, "failed", result.failure_code, result.failure_message)
 
 
-def fund_view(payment: Payment, deposit: dict | None = None) -> dict:
+@dataclass(frozen=True)
+class FundResult:
+    """The answer of ``POST /api/wallet/fund``: the payment, the balance after it and, for
+    USDC, the deposit instructions."""
+
+    payment: Payment
+    balance_micros: int
+    deposit: dict | None = None
+
+
+def fund_result(payment: Payment, deposit: dict | None = None) -> FundResult:
     balance = db.session.execute(
         select(Account.balance_micros).where(Account.id == payment.account_id)).scalar_one()
-    return {"payment_id": payment.id, "method": payment.method, "status": payment.status,
-            "amount_cents": ledger.micros_to_cents(payment.amount_micros),
-            "balance_cents": ledger.micros_to_cents(balance), "deposit": deposit}
+    return FundResult(payment, int(balance), deposit)
 
 
 # --- webhook -------------------------------------------------------------------------

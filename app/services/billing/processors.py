@@ -32,10 +32,12 @@ log = logging.getLogger(__name__)
 
 class PaymentMethodInvalid(DomainError):
     status, code, message = 400, "payment_method_invalid", "Unknown or unusable payment method."
+    description = "The payment method id is unknown to the processor or cannot be used."
 
 
 class CardDeclined(DomainError):
     status, code, message = 402, "card_declined", "The card was declined."
+    description = "The processor declined the charge; the message carries the decline reason."
 
 
 @dataclass

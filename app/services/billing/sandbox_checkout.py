@@ -12,7 +12,6 @@ from app.ids import random_b62
 from app.models import Payment
 from app.models.base import utcnow
 from app.services.billing.payment_events import handle_webhook
-from app.services.billing.payments import payment_view
 from app.services.platform.uow import unit_of_work
 from app.services.billing.processors import (
     SANDBOX_METHODS,
@@ -51,7 +50,7 @@ def _session_object(p: Payment, payment_status: str, pi: str | None) -> dict:
 
 def sandbox_checkout_page(session_id: str) -> dict:
     p = _sandbox_session(session_id)
-    return {"payment": payment_view(p), "session_id": session_id, "return_url": p.return_url,
+    return {"payment": p, "session_id": session_id, "return_url": p.return_url,
             "methods": SANDBOX_METHODS, "awaiting_settlement": bool((p.meta or {}).get("ach_submitted"))}
 
 
@@ -59,15 +58,15 @@ def sandbox_checkout_action(session_id: str, action: str, pm_id: str | None) -> 
     """Pay or cancel a sandbox checkout. Returns ``{result, message, payment}``."""
     p = _sandbox_session(session_id)
     if p.status != "pending" or (p.meta or {}).get("ach_submitted"):
-        return {"result": "closed", "message": f"This checkout is already {p.status}.", "payment": payment_view(p)}
+        return {"result": "closed", "message": f"This checkout is already {p.status}.", "payment": p}
     if p.expires_at and p.expires_at < utcnow():
         sandbox_deliver("checkout.session.expired", _session_object(p, "unpaid", None))
         db.session.refresh(p)
-        return {"result": "expired", "message": "This checkout has expired.", "payment": payment_view(p)}
+        return {"result": "expired", "message": "This checkout has expired.", "payment": p}
     if action == "cancel":
         sandbox_deliver("checkout.session.expired", _session_object(p, "unpaid", None))
         db.session.refresh(p)
-        return {"result": "canceled", "message": "Checkout canceled; nothing was charged.", "payment": payment_view(p)}
+        return {"result": "canceled", "message": "Checkout canceled; nothing was charged.", "payment": p}
     spec = SANDBOX_METHODS.get(pm_id or "")
     if spec is None:
         raise InvalidRequest(f"payment_method: one of {', '.join(SANDBOX_METHODS)}.")
@@ -75,19 +74,19 @@ def sandbox_checkout_action(session_id: str, action: str, pm_id: str | None) -> 
     if outcome in ("generic_decline", "insufficient_funds"):
         from app.services.billing.processors import DECLINE_MESSAGES
 
-        return {"result": "declined", "message": DECLINE_MESSAGES[outcome], "payment": payment_view(p)}
+        return {"result": "declined", "message": DECLINE_MESSAGES[outcome], "payment": p}
     pi = "pi_sbx_" + random_b62(24)
     if outcome == "settles_later":
         with unit_of_work():
             p.meta = {**(p.meta or {}), "ach_submitted": True}
         sandbox_deliver("checkout.session.completed", _session_object(p, "unpaid", pi))
         db.session.refresh(p)
-        return {"result": "processing", "payment": payment_view(p),
+        return {"result": "processing", "payment": p,
                 "message": "Bank payment submitted; credits arrive when it settles "
                            "(sandbox: flask payments sandbox-settle " + p.id + ")."}
     sandbox_deliver("checkout.session.completed", _session_object(p, "paid", pi))
     db.session.refresh(p)
-    return {"result": "paid", "message": "Payment succeeded; credits added.", "payment": payment_view(p)}
+    return {"result": "paid", "message": "Payment succeeded; credits added.", "payment": p}
 
 
 def sandbox_settle(payment_id: str, fail: bool = False) -> dict:
@@ -108,7 +107,7 @@ def sandbox_settle(payment_id: str, fail: bool = False) -> dict:
                                       "message": "The customer's bank returned the debit (R10)."} if fail else None}
         result = sandbox_deliver("payment_intent.payment_failed" if fail else "payment_intent.succeeded", obj)
     db.session.refresh(p)
-    return {"event": result, "payment": payment_view(p)}
+    return {"event": result, "payment": p}
 
 
 def sandbox_refund(payment_id: str, amount_cents: int | None = None) -> dict:
@@ -122,4 +121,4 @@ def sandbox_refund(payment_id: str, amount_cents: int | None = None) -> dict:
            "amount": p.amount_micros // 10_000, "amount_refunded": total, "refunded": True}
     result = sandbox_deliver("charge.refunded", obj)
     db.session.refresh(p)
-    return {"event": result, "payment": payment_view(p)}
+    return {"event": result, "payment": p}

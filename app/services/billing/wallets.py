@@ -27,7 +27,7 @@ from app.models import Account, ChainCursor, LedgerEntry, LedgerTransaction, Pay
 from app.models.base import utcnow
 from app.services.billing import chains
 from app.services.billing import ledger
-from app.services.billing.payments import credit_payment, fund_view
+from app.services.billing.payments import FundResult, credit_payment, fund_result
 from app.services.platform.uow import transactional, unit_of_work
 
 log = logging.getLogger(__name__)
@@ -35,14 +35,17 @@ log = logging.getLogger(__name__)
 
 class NonceInvalid(DomainError):
     status, code, message = 400, "nonce_invalid", "No valid wallet-connect message."
+    description = "The wallet-connect message is unknown, expired, already used or for another chain/address."
 
 
 class SignatureInvalid(DomainError):
     status, code, message = 401, "signature_invalid", "The signature does not verify."
+    description = "The wallet signature does not verify for the address."
 
 
 class WalletNotConnected(DomainError):
     status, code, message = 400, "wallet_not_connected", "No wallet is connected."
+    description = "The operation needs a connected wallet (POST /api/wallet/connect)."
 
 
 # --- connect -------------------------------------------------------------------------
@@ -102,7 +105,7 @@ def _verify_signature(chain: str, address_key: str, message: str, signature: str
         raise SignatureInvalid("The signature was not made by this address.") from None
 
 
-def connect(account_id: str, chain: str, address: str, signature: str, nonce: str | None = None) -> dict:
+def connect(account_id: str, chain: str, address: str, signature: str, nonce: str | None = None) -> Wallet:
     """Attach the wallet after verifying the signature over the issued message. The
     message is consumed atomically first (a replay or a second concurrent use fails).
     Two units of work: the claim of the message, then the wallet row."""
@@ -117,7 +120,7 @@ def connect(account_id: str, chain: str, address: str, signature: str, nonce: st
             wallet = _attach(account_id, chain, display, key)
     except IntegrityError:
         raise Conflict("This address is connected to another account.") from None
-    return wallet_view(wallet)
+    return wallet
 
 
 def _claim_message(account_id: str, chain: str, key: str, nonce: str | None) -> tuple[int, str]:
@@ -146,11 +149,6 @@ def _attach(account_id: str, chain: str, display: str, key: str) -> Wallet:
         db.session.add(wallet)
     wallet.chain, wallet.address, wallet.address_key, wallet.connected_at = chain, display, key, utcnow()
     return wallet
-
-
-def wallet_view(w: Wallet) -> dict:
-    return {"id": w.id, "chain": w.chain, "address": w.address, "connected": True,
-            "connected_at": w.connected_at}
 
 
 def get_wallet(account_id: str) -> Wallet | None:
@@ -214,7 +212,7 @@ def deposit_address() -> str | None:
     return to_checksum_address(addr) if addr else None
 
 
-def fund_usdc(account_id: str, mode: str, amount_cents: int) -> dict:
+def fund_usdc(account_id: str, mode: str, amount_cents: int) -> FundResult:
     """Deposit instructions: send exactly ``amount_atomic`` USDC from the connected wallet
     to ``pay_to`` on ``chain``; the watcher credits it once confirmed."""
     wallet = get_wallet(account_id)
@@ -239,7 +237,7 @@ def fund_usdc(account_id: str, mode: str, amount_cents: int) -> dict:
                "amount_atomic": str(micros), "amount_usdc": chains.format_usdc(micros),
                "reference": payment.id, "expires_at": expires,
                "confirmations": int(current_app.config["CHAIN_CONFIRMATIONS"])}
-    return fund_view(payment, deposit)
+    return fund_result(payment, deposit)
 
 
 def _credit_transfer(chain: str, t: dict) -> str:

@@ -22,6 +22,22 @@ CAPABILITIES = ("tools", "json_mode", "vision", "streaming")
 PROVIDER_TYPES = ("openai", "anthropic")
 
 
+
+class ModelNotFound(NotFound):
+    code, message = "model_not_found", "No such model."
+    description = "Chat: no available model has this id (GET /v1/models lists them)."
+
+
+class NoMatchingModel(InvalidRequest):
+    code, message = "no_matching_model", "No available model fits the request."
+    description = ("Chat: no available model supports what the request needs (tools, JSON mode, "
+                   "images, context).")
+
+
+class ContextLengthExceeded(InvalidRequest):
+    code, message = "context_length_exceeded", "The messages exceed the model's context window."
+    description = "Chat: the messages exceed the named model's context window."
+
 class CatalogError(ValueError):
     """The YAML catalog is malformed (raised at load, never on the request path)."""
 
@@ -258,8 +274,8 @@ def candidates(model_name: str, needs: Needs, *, sandbox: str | None = None) -> 
     else:
         model = cat.models.get(model_name)
         if model is None or (not model.enabled_offers() and not sandbox):
-            raise NotFound(f"The model {model_name!r} does not exist or is not available; "
-                           "GET /v1/models lists the models.", code="model_not_found")
+            raise ModelNotFound(f"The model {model_name!r} does not exist or is not available; "
+                           "GET /v1/models lists the models.")
         models = [model]
     scored: list[tuple[int, int, Offer]] = []
     for i, model in enumerate(models):
@@ -278,22 +294,20 @@ def candidates(model_name: str, needs: Needs, *, sandbox: str | None = None) -> 
             scored.append((o.cost_micros(needs.prompt_tokens, out), i, o))
     if not scored:
         if model_name == "auto":
-            raise InvalidRequest(
+            raise NoMatchingModel(
                 "No available model fits this request (context window "
                 f"{needs.prompt_tokens} tokens estimated, capabilities "
-                f"{', '.join(sorted(needs.capabilities)) or 'none'}).", code="no_matching_model")
-        raise InvalidRequest(f"The model {model_name!r} does not support: "
-                             f"{', '.join(sorted(needs.capabilities))}.", code="no_matching_model")
+                f"{', '.join(sorted(needs.capabilities)) or 'none'}).")
+        raise NoMatchingModel(f"The model {model_name!r} does not support: "
+                             f"{', '.join(sorted(needs.capabilities))}.")
     if model_name != "auto":
         model = models[0]
         missing = needs.capabilities - model.capabilities
         if missing:
-            raise InvalidRequest(f"The model {model.id!r} does not support: {', '.join(sorted(missing))}.",
-                                 code="no_matching_model")
+            raise NoMatchingModel(f"The model {model.id!r} does not support: {', '.join(sorted(missing))}.")
         if needs.prompt_tokens + 1 > model.context_window:
-            raise InvalidRequest(f"The request (about {needs.prompt_tokens} tokens) exceeds the "
-                                 f"context window of {model.id!r} ({model.context_window}).",
-                                 code="context_length_exceeded")
+            raise ContextLengthExceeded(f"The request (about {needs.prompt_tokens} tokens) exceeds the "
+                                 f"context window of {model.id!r} ({model.context_window}).")
     scored.sort(key=lambda t: (t[0], t[1]))
     return [o for _, _, o in scored]
 

@@ -8,14 +8,14 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 import orjson
-from flask import Response, current_app, stream_with_context
+from flask import current_app
 
-from app.errors import InvalidRequest, NotFound, UpstreamError
+from app.errors import InvalidRequest, ProviderTimeout, UpstreamError
 from app.ids import random_b62
 from app.services.billing import holds as chat_billing
 from app.services.chat import cooldown as chat_cooldown
 from app.services.chat import providers
-from app.services.chat.catalog import (Model, Needs, Offer, analyse, candidates, catalog,
+from app.services.chat.catalog import (Model, ModelNotFound, Needs, Offer, analyse, candidates, catalog,
                                        list_models, output_cap, price_micros, reference_offer,
                                        savings_pct)
 
@@ -26,21 +26,12 @@ _ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 
 @dataclass
 class ChatResult:
-    """What the route turns into a response: a JSON body or an SSE generator, plus headers."""
+    """What the route turns into a response: a JSON body (OpenAI's ``chat.completion``) or,
+    for ``stream: true``, ``events`` yielding the server-sent event bytes; plus headers."""
 
     headers: dict
     body: dict | None = None
     events: Callable[[], Iterator[bytes]] | None = None
-
-    def to_response(self) -> Response:
-        if self.events is not None:
-            resp = Response(stream_with_context(self.events()), mimetype="text/event-stream")
-            resp.headers["Cache-Control"] = "no-cache"
-            resp.headers["X-Accel-Buffering"] = "no"  # nginx: do not buffer the stream
-        else:
-            resp = Response(orjson.dumps(self.body), mimetype="application/json")
-        resp.headers.update(self.headers)
-        return resp
 
 
 @dataclass
@@ -139,8 +130,8 @@ def _fail(call: _Call, rejected: providers.UpstreamRejected | None = None):
     if rejected is not None:
         raise InvalidRequest(f"The provider rejected the request: {rejected}", headers=headers)
     if call.all_timeouts:
-        raise UpstreamError(f"Every provider timed out ({call.attempts} attempts); nothing was charged.",
-                            code="provider_timeout", status=504, headers=headers)
+        raise ProviderTimeout(f"Every provider timed out ({call.attempts} attempts); nothing was charged.",
+                              headers=headers)
     raise UpstreamError(f"No provider could serve the request ({call.attempts} attempts: {error}); "
                         "nothing was charged.", headers=headers)
 
@@ -305,25 +296,41 @@ def _start_stream(call: _Call, offers: list[Offer], models: dict[str, Model]) ->
     return ChatResult(events=events, headers=_headers(call, offer))
 
 
-def model_view(model_id: str) -> dict:
-    """``GET /v1/models/{id}``: one entry of ``models_view`` (404 ``model_not_found``)."""
-    for entry in models_view()["data"]:
-        if entry["id"] == model_id:
+@dataclass(frozen=True)
+class ModelInfo:
+    """One entry of ``GET /v1/models`` (OpenAI's model object plus the catalog's facts;
+    ``auto`` has only the OpenAI fields and a description)."""
+
+    id: str
+    owned_by: str
+    description: str
+    context_window: int | None = None
+    max_output_tokens: int | None = None
+    capabilities: list[str] | None = None
+    pricing: dict | None = None
+    object: str = "model"
+    created: int = 0
+
+
+AUTO = ModelInfo(id="auto", owned_by="gateway", description="Routes to the cheapest model that fits the request.")
+
+
+def get_model(model_id: str) -> ModelInfo:
+    """``GET /v1/models/{id}``: one entry of ``models`` (404 ``model_not_found``)."""
+    for entry in models():
+        if entry.id == model_id:
             return entry
-    raise NotFound(f"The model {model_id!r} does not exist or is not available.", code="model_not_found")
+    raise ModelNotFound(f"The model {model_id!r} does not exist or is not available.")
 
 
-def models_view() -> dict:
-    """``GET /v1/models`` in OpenAI's list shape, with the gateway's catalog facts."""
-    data = [{"id": "auto", "object": "model", "created": 0, "owned_by": "gateway",
-             "description": "Routes to the cheapest model that fits the request."}]
+def models() -> list[ModelInfo]:
+    """``GET /v1/models``: ``auto`` and every available model, with the cheapest offer's prices."""
+    out = [AUTO]
     for m in list_models():
         cheapest = min(m.enabled_offers(), key=lambda o: (o.input_price + o.output_price))
-        data.append({"id": m.id, "object": "model", "created": 0,
-                     "owned_by": ",".join(o.provider.id for o in m.enabled_offers()),
-                     "description": m.description, "context_window": m.context_window,
-                     "max_output_tokens": m.max_output_tokens,
-                     "capabilities": sorted(m.capabilities),
-                     "pricing": {"input_usd_per_mtok": str(cheapest.input_price),
-                                 "output_usd_per_mtok": str(cheapest.output_price)}})
-    return {"object": "list", "data": data}
+        out.append(ModelInfo(id=m.id, owned_by=",".join(o.provider.id for o in m.enabled_offers()),
+                             description=m.description, context_window=m.context_window,
+                             max_output_tokens=m.max_output_tokens, capabilities=sorted(m.capabilities),
+                             pricing={"input_usd_per_mtok": str(cheapest.input_price),
+                                      "output_usd_per_mtok": str(cheapest.output_price)}))
+    return out

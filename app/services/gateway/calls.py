@@ -27,7 +27,6 @@ marked ``test``; ``cost_cents`` shows the price that live mode would charge.
 from __future__ import annotations
 
 import hashlib
-import secrets
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -46,7 +45,7 @@ from app.services.billing import ledger
 from app.services.gateway import receipts
 from app.services.gateway import upstream
 from app.services.billing import usage
-from app.services.billing import x402
+from app.services.billing import paywall, x402
 from app.services.platform import http
 from app.services.platform.uow import unit_of_work
 
@@ -68,8 +67,17 @@ _IDEMPOTENCY_DONE = (update(_IDEMPOTENCY)
                                                                  type_=_IDEMPOTENCY.c.response_body.type)))
 
 OWNER_SHARE_NUM, OWNER_SHARE_DEN = 3, 10  # 30% of a call's price accrues to the owner agent
-FUND_ENDPOINT = "POST /api/wallet/fund"
 
+
+
+class IdempotencyKeyReused(Conflict):
+    code, message = "idempotency_key_reused", "The Idempotency-Key was used with a different request."
+    description = "The Idempotency-Key was used with a different request."
+
+
+class IdempotencyKeyInUse(Conflict):
+    code, message = "idempotency_key_in_use", "A request with this Idempotency-Key is still in flight."
+    description = "A request with this Idempotency-Key is still in flight."
 
 @dataclass(frozen=True)
 class CallResult:
@@ -80,29 +88,22 @@ class CallResult:
 
 # --- 402 and the X-Payment seam ------------------------------------------------------
 
+def _call_path(slug: str | None) -> str:
+    return f"/v1/module/{slug}/call" if slug else "/v1/module"
+
+
 def _resource_url(slug: str | None) -> str:
-    return current_app.config["BASE_URL"].rstrip("/") + (f"/v1/module/{slug}/call" if slug else "/v1/module")
+    return paywall.resource_url(_call_path(slug))
 
 
 def payment_required(price_cents: int, slug: str | None = None) -> PaymentRequired:
-    """The one place a 402 is built (SPEC part 7). Headers: ``WWW-Authenticate:
-    X402 realm="gateway", nonce="…"``, ``X-Price-Cents``, ``X-Pay-To`` (X402_PAY_TO),
-    ``X-Nonce`` (random per response; the x402 implementation may bind a payment to it);
-    the body adds the same facts and points to
-    ``POST /api/wallet/fund``. The x402 payment request rides along: the v1 body fields
-    ``x402Version`` and ``accepts`` and the v2 ``PAYMENT-REQUIRED`` header (``x402.payment_required``)."""
-    nonce = "n_" + secrets.token_urlsafe(18)
-    pay_to = current_app.config.get("X402_PAY_TO") or ""  # empty: x402 is off (production without it)
-    msg = (f"This call costs {price_cents} cents and your balance cannot cover it. Add credits "
-           f"with {FUND_ENDPOINT} or retry the call with an X-Payment header.")
-    x402_body, x402_headers = x402.payment_required(int(price_cents), _resource_url(slug),
-                                                    f"Call of module {slug}" if slug else "Module call",
-                                                    error=msg)
-    return PaymentRequired(msg, headers={
-        "WWW-Authenticate": f'X402 realm="gateway", nonce="{nonce}"',
-        "X-Price-Cents": str(int(price_cents)), "X-Pay-To": pay_to, "X-Nonce": nonce, **x402_headers,
-    }, extra={"price_cents": int(price_cents), "pay_to": pay_to, "nonce": nonce,
-              "fund_endpoint": FUND_ENDPOINT, **x402_body})
+    """402 for a call whose price the balance cannot cover (``paywall.payment_required``);
+    the call may be retried with an X-Payment header."""
+    return paywall.payment_required(
+        price_cents, subject="This call", cost=f"{int(price_cents)} cents",
+        alternative="retry the call with an X-Payment header",
+        path=_call_path(slug),
+        description=f"Call of module {slug}" if slug else "Module call")
 
 
 def fund_from_payment(payment: str, *, account_id: str, price_micros: int,
@@ -158,11 +159,9 @@ def _existing_key(account_id: str, key: str, req_hash: str) -> str | None:
                                                                IdempotencyRecord.expires_at <= now))
             return None
     if row.request_hash != req_hash:
-        raise Conflict("This Idempotency-Key was already used with a different request.",
-                       code="idempotency_key_reused")
+        raise IdempotencyKeyReused("This Idempotency-Key was already used with a different request.")
     if row.status != "done":
-        raise Conflict("A request with this Idempotency-Key is still in flight; retry later.",
-                       code="idempotency_key_in_use")
+        raise IdempotencyKeyInUse("A request with this Idempotency-Key is still in flight; retry later.")
     return row.response_body
 
 
@@ -289,8 +288,7 @@ def open_call(*, account_id: str, mode: str, mod: catalog.ModuleSnap, act: catal
             stored = _existing_key(account_id, idempotency_key, req_hash)
             if stored is not None:
                 return CallResult(stored.encode(), True)
-    raise Conflict("A request with this Idempotency-Key is still in flight; retry later.",
-                   code="idempotency_key_in_use")
+    raise IdempotencyKeyInUse("A request with this Idempotency-Key is still in flight; retry later.")
 
 
 class _PaymentNeeded(Exception):

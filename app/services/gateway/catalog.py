@@ -130,32 +130,23 @@ def get_action(mod: ModuleSnap, name) -> ActionSnap:
 
 # --- public listing ------------------------------------------------------------------
 
-def module_view(m: Module) -> dict:
-    return {
-        "slug": m.slug, "name": m.name, "description": m.description or "", "owner": m.owner or "",
-        "owner_agent_id": m.owner_agent_id, "source": m.source,
-        "sandbox": bool(m.sandbox_url),
-        "actions": [{"name": a.name, "description": a.description or "",
-                     "price_cents": int(a.price_cents)} for a in m.actions if a.active],
-    }
 
-
-def list_modules() -> list[dict]:
+def list_modules() -> list[Module]:
     rows = db.session.execute(
         select(Module).options(selectinload(Module.actions))
         .where(Module.status == "approved").order_by(Module.slug)
     ).scalars().all()
-    return [module_view(m) for m in rows]
+    return list(rows)
 
 
-def describe_module(slug: str) -> dict:
+def describe_module(slug: str) -> Module:
     m = db.session.execute(
         select(Module).options(selectinload(Module.actions))
         .where(Module.slug == slug, Module.status == "approved")
     ).scalar_one_or_none()
     if m is None:
         raise ModuleNotFound(f"No approved module '{slug[:64]}'.")
-    return module_view(m)
+    return m
 
 
 # --- YAML loading --------------------------------------------------------------------

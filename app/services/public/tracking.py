@@ -122,17 +122,12 @@ def funnel(account_id: str | None, *, steps: list[str] | None = None,
             "window_start": since, "window_end": now, "steps": out}
 
 
-def _event_view(row) -> dict:
-    return {"id": row.id, "event": row.event, "session_id": row.session_id,
-            "account_id": row.account_id, "props": row.props, "created_at": row.created_at}
-
-
-def recent(limit: int = RECENT_LIMIT) -> list[dict]:
+def recent(limit: int = RECENT_LIMIT) -> list:
     """The last ``limit`` events (all accounts), newest first."""
     e = TrackEvent.__table__
     rows = db.session.execute(select(e).order_by(e.c.created_at.desc(), e.c.id.desc())
                               .limit(limit)).all()
-    return [_event_view(r) for r in rows]
+    return list(rows)
 
 
 def active_sessions(now: datetime | None = None, limit: int = SESSIONS_LIMIT) -> list[dict]:

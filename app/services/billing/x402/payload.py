@@ -25,10 +25,12 @@ VALID_BEFORE_MARGIN_SECONDS = 6  # an authorization must stay valid while it is 
 
 class InvalidPayment(DomainError):
     status, code, message = 400, "invalid_payment", "The payment header could not be decoded."
+    description = "The X-Payment header could not be decoded."
 
 
 class PaymentInvalid(DomainError):
     status, code, message = 402, "payment_invalid", "The payment was refused."
+    description = "The X-Payment authorization was refused (amount, recipient, expiry, replay)."
 
     def __init__(self, reason: str, message: str, **kw):
         extra = {"reason": reason, **(kw.pop("extra", None) or {})}

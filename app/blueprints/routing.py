@@ -1,0 +1,74 @@
+"""The route helper: one decorator declares an endpoint of a blueprint — its rule and
+method, who may call it (scopes / admin, or public), the request schema (body or query),
+the success schema and the documented error statuses — and registers it as a
+flask-smorest ``MethodView``. Route functions stay thin: read the principal, call a
+service, return what the service returns (the schema dumps it).
+"""
+from __future__ import annotations
+
+from functools import wraps
+from typing import Callable
+
+from flask.views import MethodView
+
+from app import ratelimits
+from app.auth import authenticated
+from app.auth import public as public_route
+
+# flask-smorest's named error responses, by status
+_RESPONSES = {400: "BAD_REQUEST", 401: "UNAUTHORIZED", 402: "PAYMENT_REQUIRED", 403: "FORBIDDEN",
+              404: "NOT_FOUND", 409: "CONFLICT", 413: "DEFAULT_ERROR", 429: "TOO_MANY_REQUESTS"}
+
+
+def document_errors(blp, errors: dict, *, schema=None) -> Callable:
+    """Decorator documenting a route's error statuses: ``{status: description}`` where a
+    description is None, a text, or ``(text, headers)``. With ``schema`` (``ErrorSchema``)
+    each response is declared inline; otherwise as flask-smorest's named response."""
+    def decorator(view: Callable) -> Callable:
+        for code, text in reversed(list(errors.items())):
+            text, headers = text if isinstance(text, tuple) else (text, None)
+            kw = {"schema": schema} if schema is not None else {"response": _RESPONSES[code]}
+            kw.update({"description": text} if text else {}, **({"headers": headers} if headers else {}))
+            view = blp.alt_response(code, **kw)(view)
+        return view
+
+    return decorator
+
+
+def endpoint(blp, rule: str, method: str, *scopes: str, ok=None, status: int = 200, body=None,
+             query=None, errors: dict[int, str | None] | None = None, admin: bool = False,
+             public: bool = False, ip_limit: str | None = None, email_limit: str | None = None,
+             name: str | None = None) -> Callable:
+    """Register the decorated function as ``method`` on ``rule`` of ``blp``.
+
+    ``scopes``/``admin``: required by ``@authenticated`` (``public``: no credential).
+    ``body`` / ``query``: the request schema (the function receives the loaded data first,
+    then the rule's path values). ``ok``: the response schema of ``status``. ``errors``:
+    documented error statuses with an optional description. ``ip_limit`` /
+    ``email_limit``: names of config rate limits (``app.ratelimits``; a 429 is documented
+    by ``@authenticated`` or here). ``name``: the view's
+    class name (default: the function name in CamelCase + ``View``).
+    """
+    def decorator(func: Callable) -> Callable:
+        @wraps(func)
+        def handler(self, *args, **kwargs):
+            return func(*args, **kwargs)
+
+        view = document_errors(blp, errors or {})(handler)
+        if (ip_limit or email_limit) and public and 429 not in (errors or {}):
+            view = blp.alt_response(429, response=_RESPONSES[429])(view)
+        view = blp.response(status, ok)(view)
+        if body is not None:
+            view = blp.arguments(body)(view)
+        if query is not None:
+            view = blp.arguments(query, location="query")(view)
+        if email_limit:
+            view = ratelimits.per_email(email_limit)(view)
+        if ip_limit:
+            view = ratelimits.per_ip(ip_limit)(view)
+        view = public_route(view) if public else authenticated(*scopes, admin=admin)(view)
+        view_name = name or "".join(part.title() for part in func.__name__.split("_")) + "View"
+        blp.route(rule)(type(view_name, (MethodView,), {method: view, "__doc__": func.__doc__}))
+        return func
+
+    return decorator

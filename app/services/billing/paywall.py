@@ -1,0 +1,42 @@
+"""The one 402 ``payment_required`` builder (SPEC part 7), used by module calls and chat.
+
+Headers: ``WWW-Authenticate: X402 realm="gateway", nonce="…"``, ``X-Price-Cents``,
+``X-Pay-To`` (``X402_PAY_TO``; empty when x402 is off), ``X-Nonce`` (random per
+response) and x402's v2 ``PAYMENT-REQUIRED``. Body: the error, a message pointing to
+``POST /api/wallet/fund``, and ``price_cents``, ``pay_to``, ``nonce``,
+``fund_endpoint`` plus x402's v1 payment request (``x402Version``, ``accepts``).
+Builds an exception only; it reads configuration and writes nothing.
+"""
+from __future__ import annotations
+
+import secrets
+
+from flask import current_app
+
+from app.errors import PaymentRequired
+from app.services.billing import x402
+
+FUND_ENDPOINT = "POST /api/wallet/fund"
+
+
+def resource_url(path: str) -> str:
+    """The absolute URL of ``path`` on this gateway (``BASE_URL``), named in x402 requests."""
+    return current_app.config["BASE_URL"].rstrip("/") + path
+
+
+def payment_required(price_cents: int, *, subject: str, cost: str, alternative: str, path: str,
+                     description: str, headers: dict | None = None) -> PaymentRequired:
+    """402 for ``subject`` costing ``cost`` (``price_cents`` rounded up to cents), which the
+    balance cannot cover. The message names ``POST /api/wallet/fund`` and ``alternative``;
+    ``path``/``description`` name the resource in the x402 request; ``headers`` are added."""
+    cents = int(price_cents)
+    nonce = "n_" + secrets.token_urlsafe(18)
+    pay_to = current_app.config.get("X402_PAY_TO") or ""  # empty: x402 is off (production without it)
+    msg = (f"{subject} costs {cost} and your balance cannot cover it. Add credits "
+           f"with {FUND_ENDPOINT} or {alternative}.")
+    x402_body, x402_headers = x402.payment_required(cents, resource_url(path), description, error=msg)
+    return PaymentRequired(msg, headers={
+        "WWW-Authenticate": f'X402 realm="gateway", nonce="{nonce}"',
+        "X-Price-Cents": str(cents), "X-Pay-To": pay_to, "X-Nonce": nonce, **x402_headers, **(headers or {}),
+    }, extra={"price_cents": cents, "pay_to": pay_to, "nonce": nonce, "fund_endpoint": FUND_ENDPOINT,
+              **x402_body})

@@ -22,11 +22,7 @@ import base64
 import os
 from datetime import timedelta
 
-import base58
 from flask import current_app
-from nacl.bindings import crypto_core_ed25519_is_valid_point
-from nacl.exceptions import BadSignatureError
-from nacl.signing import VerifyKey
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
@@ -38,7 +34,7 @@ from app.models import Account, Agent, AgentNonce, AgentSession
 from app.models.base import utcnow
 from app.scopes import SESSION_SCOPES
 from app.services.accounts import accounts
-from app.services.platform import netguard
+from app.services.platform import crypto, netguard
 
 PUBKEY_PREFIX = "ed25519:"
 SIGNATURE_PREFIX = "base58:"
@@ -62,28 +58,15 @@ def new_webhook_secret() -> str:
     return "whsec_" + base64.b64encode(os.urandom(24)).decode()
 
 
-def _b58(text: str, size: int) -> bytes | None:
-    """Decode canonical base58 of exactly ``size`` bytes, else None."""
-    if not text or len(text) > 100 or not text.isascii() or not text.isalnum():
-        return None
-    try:
-        raw = base58.b58decode(text)
-    except ValueError:
-        return None
-    if len(raw) != size or base58.b58encode(raw).decode() != text:
-        return None
-    return raw
-
-
 def parse_pubkey(value: str) -> bytes | None:
     """32 key bytes of ``ed25519:<base58>``, or None when malformed."""
     if not isinstance(value, str) or not value.startswith(PUBKEY_PREFIX):
         return None
-    return _b58(value[len(PUBKEY_PREFIX):], 32)
+    return crypto.b58decode(value[len(PUBKEY_PREFIX):], crypto.ED25519_KEY_BYTES)
 
 
 def canonical_pubkey(raw: bytes) -> str:
-    return PUBKEY_PREFIX + base58.b58encode(raw).decode()
+    return PUBKEY_PREFIX + crypto.b58encode(raw)
 
 
 # --- registration ----------------------------------------------------------------------
@@ -103,7 +86,7 @@ def register(owner_account_id: str, *, name: str, pubkey: str, webhook: str | No
     raw = parse_pubkey(pubkey)
     if raw is None:
         raise InvalidRequest("pubkey: must be 'ed25519:' followed by the base58 encoding of 32 bytes.")
-    if not crypto_core_ed25519_is_valid_point(raw):
+    if not crypto.ed25519_key_is_valid(raw):
         raise InvalidRequest("pubkey: not a valid ed25519 public key.")
     canonical = canonical_pubkey(raw)
     if webhook is not None:
@@ -188,16 +171,13 @@ def sign_in(*, pubkey: str, nonce: str, signature: str) -> dict:
                             "pubkey: must be 'ed25519:' followed by the base58 encoding of 32 bytes.")
     if not isinstance(signature, str) or not signature.startswith(SIGNATURE_PREFIX):
         raise _signin_error("malformed_signin", "signature: must be 'base58:<64-byte signature>'.")
-    raw_sig = _b58(signature[len(SIGNATURE_PREFIX):], 64)
+    raw_sig = crypto.b58decode(signature[len(SIGNATURE_PREFIX):], crypto.ED25519_SIG_BYTES)
     if raw_sig is None:
         raise _signin_error("malformed_signin", "signature: must be 'base58:<64-byte signature>'.")
     if not _nonce_well_formed(nonce):
         raise _signin_error("malformed_signin", "nonce: must be a nonce from GET /api/agent/nonce.")
-    try:
-        VerifyKey(raw_key).verify(nonce.encode("utf-8"), raw_sig)
-    except (BadSignatureError, ValueError):
-        raise _signin_error("invalid_signature",
-                            "The signature does not verify for this pubkey and nonce.") from None
+    if not crypto.ed25519_verify(raw_key, nonce.encode("utf-8"), raw_sig):
+        raise _signin_error("invalid_signature", "The signature does not verify for this pubkey and nonce.")
     agent = db.session.execute(
         select(Agent).where(Agent.pubkey == canonical_pubkey(raw_key))).scalar_one_or_none()
     if agent is None:

@@ -10,13 +10,8 @@ import time
 from datetime import timedelta
 from urllib.parse import urlparse
 
-import base58
-from eth_account import Account as EthAccount
-from eth_account.messages import encode_defunct
 from eth_utils import to_checksum_address
 from flask import current_app
-from nacl.exceptions import BadSignatureError
-from nacl.signing import VerifyKey
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
@@ -28,6 +23,7 @@ from app.models.base import utcnow
 from app.services.billing import chains
 from app.services.billing import ledger
 from app.services.billing.payments import credit_payment, fund_view
+from app.services.platform import crypto
 
 log = logging.getLogger(__name__)
 
@@ -72,33 +68,28 @@ def connect_message(account_id: str, chain: str, address: str) -> dict:
 
 
 def _verify_signature(chain: str, address_key: str, message: str, signature: str) -> None:
-    signature = (signature or "").strip()
+    """Raise unless ``signature`` is the wallet's signature of ``message``: EIP-191 for EVM
+    chains, ed25519 over the UTF-8 text for Solana (canonical base58, ``base58:`` optional)."""
+    if not isinstance(signature, str):
+        signature = ""
     if chain in chains.EVM_CHAINS:
-        hexsig = signature[2:] if signature.startswith("0x") else signature
-        try:
-            raw = bytes.fromhex(hexsig)
-        except ValueError:
-            raw = b""
-        if len(raw) != 65:
+        raw = crypto.evm_signature(signature)
+        if raw is None:
             raise InvalidRequest("signature: a 0x-prefixed 65-byte hex EIP-191 signature is required.")
-        try:
-            recovered = EthAccount.recover_message(encode_defunct(text=message), signature=raw)
-        except Exception:
-            raise SignatureInvalid("The signature cannot be recovered.") from None
+        recovered = crypto.recover_personal_message(message, raw)
+        if recovered is None:
+            raise SignatureInvalid("The signature cannot be recovered.")
         if recovered.lower() != address_key:
             raise SignatureInvalid("The signature was not made by this address.")
         return
     text = signature[len("base58:"):] if signature.startswith("base58:") else signature
-    try:
-        raw = base58.b58decode(text)
-    except ValueError:
-        raw = b""
-    if len(raw) != 64:
-        raise InvalidRequest("signature: a base58 64-byte ed25519 signature is required.")
-    try:
-        VerifyKey(base58.b58decode(address_key)).verify(message.encode(), raw)
-    except BadSignatureError:
-        raise SignatureInvalid("The signature was not made by this address.") from None
+    raw = crypto.b58decode(text, crypto.ED25519_SIG_BYTES)
+    if raw is None:
+        raise InvalidRequest("signature: the canonical base58 encoding of a 64-byte ed25519 signature "
+                             "is required.")
+    key = crypto.b58decode(address_key, crypto.ED25519_KEY_BYTES)
+    if key is None or not crypto.ed25519_verify(key, message.encode("utf-8"), raw):
+        raise SignatureInvalid("The signature was not made by this address.")
 
 
 def connect(account_id: str, chain: str, address: str, signature: str, nonce: str | None = None) -> dict:

@@ -2,9 +2,9 @@
 the promotional credit (no card) and its first key, shown once.
 
 ``start`` answers the same whether or not the address has an account: a new address
-gets a verification link (single-use token, stored hashed, valid
-``SIGNUP_TOKEN_TTL_HOURS``); an existing account's address gets a "you already have an
-account" notice instead. ``complete`` redeems the token atomically and creates the
+gets a verification link (a ``signup`` single-use token naming the address, stored
+hashed, valid ``SIGNUP_TOKEN_TTL_HOURS``); an existing account's address gets a "you
+already have an account" notice instead. ``complete`` redeems the token atomically and creates the
 account, its 1,000-cent promo grant (ledger) and a full-scope live key in one
 transaction, so a crash leaves either everything or nothing (and the token unused).
 """
@@ -13,18 +13,16 @@ from __future__ import annotations
 from datetime import timedelta
 
 from flask import current_app
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select
 
 from sqlalchemy.exc import IntegrityError
 
 from app.errors import Conflict, NotFound
 from app.extensions import db
-from app.ids import new_id
-from app.models import Account, SignupRequest
-from app.models.base import utcnow
+from app.models import Account
 from app.scopes import ALL_SCOPES
 from app.services.accounts import accounts
-from app.services.platform import tokens as emailtokens
+from app.services.platform import tokens
 from app.services.accounts import keys
 from app.services.platform import outbox
 
@@ -49,32 +47,26 @@ def start(email: str) -> dict:
             "e-mail.\n\nIf this was not you, ignore this e-mail.",
             source="signup:existing")
     else:
-        token, digest = emailtokens.new_token()
         hours = int(current_app.config["SIGNUP_TOKEN_TTL_HOURS"])
-        req = SignupRequest(id=new_id("signup"), email=email, token_hash=digest,
-                            expires_at=utcnow() + timedelta(hours=hours), created_at=utcnow())
-        db.session.add(req)
-        link = emailtokens.link("/signup/confirm?token=" + token)
+        token = tokens.issue(tokens.SIGNUP, email, timedelta(hours=hours))
+        link = tokens.link("/signup/confirm?token=" + token)
         msg = outbox.add_email(
             email, "Finish creating your account",
             f"Open this link to create your account and get your first API key "
             f"(it works once, for {hours} hours):\n{link}\n\n"
             f"Your account starts with {current_app.config['PROMO_GRANT_CENTS'] / 100:.2f} USD "
             "of free credit, no card needed.\n\nIf this was not you, ignore this e-mail.",
-            source=f"signup:{req.id}")
+            source="signup:new")
     db.session.commit()
     outbox.dispatch(msg.id)
     return accepted()
 
 
-def check_token(token: str | None) -> SignupRequest | None:
-    """The unused, unexpired request a token belongs to (for the confirmation page)."""
-    digest = emailtokens.token_hash(token)
-    if digest is None:
-        return None
-    return db.session.execute(select(SignupRequest).where(
-        SignupRequest.token_hash == digest, SignupRequest.used_at.is_(None),
-        SignupRequest.expires_at > utcnow())).scalar_one_or_none()
+def check_token(token: str | None) -> str | None:
+    """The address of the unused, unexpired sign-up link ``token`` (for the confirmation
+    page; read-only)."""
+    row = tokens.lookup(tokens.SIGNUP, token)
+    return row.subject if tokens.is_usable(row) else None
 
 
 class TokenInvalid(NotFound):
@@ -89,30 +81,17 @@ def complete(token: str | None) -> dict:
     Returns ``{account, key}`` with the secret key, shown only here. Raises
     ``TokenInvalid`` (unknown/expired/used) or ``Conflict`` (the address got an account
     meanwhile, e.g. through a second sign-up link)."""
-    digest = emailtokens.token_hash(token)
-    if digest is None:
-        raise TokenInvalid()
-    now = utcnow()
-    req_id = db.session.execute(
-        update(SignupRequest)
-        .where(SignupRequest.token_hash == digest, SignupRequest.used_at.is_(None),
-               SignupRequest.expires_at > now)
-        .values(used_at=now).returning(SignupRequest.id)
-        .execution_options(synchronize_session=False)
-    ).scalar_one_or_none()
-    if req_id is None:
+    redeemed = tokens.consume(tokens.SIGNUP, token)
+    if redeemed is None:
         db.session.rollback()
         raise TokenInvalid()
-    req = db.session.get(SignupRequest, req_id, populate_existing=True)
     try:
-        acct = accounts.create_account(req.email, commit=False)
+        acct = accounts.create_account(redeemed.subject, commit=False)
     except Conflict:
         # create_account rolled back; burn the token so the link cannot be retried.
-        db.session.execute(update(SignupRequest).where(SignupRequest.id == req_id)
-                           .values(used_at=now).execution_options(synchronize_session=False))
+        tokens.consume(tokens.SIGNUP, token)
         db.session.commit()
         raise Conflict("An account with this e-mail already exists.")
-    req.account_id = acct.id
     row, secret = keys.mint(acct.id, FIRST_KEY_NAME, ALL_SCOPES, commit=False)
     try:
         db.session.commit()
@@ -120,16 +99,3 @@ def complete(token: str | None) -> dict:
         db.session.rollback()
         raise Conflict("An account with this e-mail already exists.")
     return {"account": accounts.account_view(acct), "key": {**keys.key_view(row), "key": secret}}
-
-
-def prune(older_than_days: int = 7) -> int:
-    """Delete unused sign-up requests that expired more than ``older_than_days`` ago
-    (redeemed ones are kept: they record which request created which account)."""
-    from sqlalchemy import delete
-
-    cutoff = utcnow() - timedelta(days=older_than_days)
-    res = db.session.execute(delete(SignupRequest).where(SignupRequest.used_at.is_(None),
-                                                         SignupRequest.expires_at < cutoff)
-                             .execution_options(synchronize_session=False))
-    db.session.commit()
-    return res.rowcount or 0

@@ -4,13 +4,14 @@ for ``svc_sess_`` bearer tokens, and who may see an agent's data (DESIGN §6).
 Sign-in (SPEC part 5 item 4):
 
 1. ``issue_nonce()`` → ``n_`` + 32 base62 characters (≈190 bits), valid
-   ``AGENT_NONCE_TTL_SECONDS`` (300 s). Only its SHA-256 is stored, like credentials:
-   a database reader cannot front-run pending challenges.
+   ``AGENT_NONCE_TTL_SECONDS`` (300 s), a single-use token (``platform.tokens``): only
+   its SHA-256 is stored, like credentials, so a database reader cannot front-run
+   pending challenges.
 2. The agent signs the exact UTF-8 bytes of the nonce string with its ed25519 key.
 3. ``sign_in()`` checks the formats, verifies the signature (before touching the
    database, so only the key holder learns whether its key is registered), then
-   consumes the nonce with one conditional UPDATE (``used_at IS NULL AND expires_at >
-   now``, rowcount 1) and writes the session in the same transaction — of two concurrent
+   consumes the nonce (``tokens.consume``: one conditional UPDATE) and writes the
+   session in the same transaction — of two concurrent
    sign-ins with one nonce exactly one succeeds.
 4. Sessions are ``svc_sess_`` + 32 base62 + 6-char CRC32, stored as SHA-256, valid
    ``AGENT_SESSION_TTL_SECONDS`` (3600 s), acting as the agent's account with
@@ -23,18 +24,18 @@ import os
 from datetime import timedelta
 
 from flask import current_app
-from sqlalchemy import select, update
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from app.auth import Principal, register_resolver
 from app.errors import Conflict, DomainError, Forbidden, InvalidRequest, NotFound
 from app.extensions import db
 from app.ids import new_id, new_secret, random_b62, secret_is_well_formed, sha256_hex
-from app.models import Account, Agent, AgentNonce, AgentSession
+from app.models import Account, Agent, AgentSession
 from app.models.base import utcnow
 from app.scopes import SESSION_SCOPES
 from app.services.accounts import accounts
-from app.services.platform import crypto, netguard
+from app.services.platform import crypto, netguard, tokens
 
 PUBKEY_PREFIX = "ed25519:"
 SIGNATURE_PREFIX = "base58:"
@@ -146,13 +147,13 @@ def visible_agent(agent_id: str, *, account_id: str, caller_agent_id: str | None
 # --- nonce and sign-in -----------------------------------------------------------------
 
 def issue_nonce() -> dict:
-    """A fresh single-use nonce and its expiry."""
+    """A fresh single-use nonce and its expiry (a single-use token: only its hash is stored)."""
     nonce = NONCE_PREFIX + random_b62(NONCE_RANDOM_LEN)
     now = utcnow()
-    expires = now + timedelta(seconds=int(current_app.config["AGENT_NONCE_TTL_SECONDS"]))
-    db.session.add(AgentNonce(nonce_hash=sha256_hex(nonce), created_at=now, expires_at=expires))
+    ttl = int(current_app.config["AGENT_NONCE_TTL_SECONDS"])
+    tokens.issue(tokens.AGENT_SIGNIN, None, ttl, token=nonce, now=now)
     db.session.commit()
-    return {"nonce": nonce, "expires_at": expires}
+    return {"nonce": nonce, "expires_at": now + timedelta(seconds=ttl)}
 
 
 def _nonce_well_formed(nonce: str) -> bool:
@@ -182,24 +183,15 @@ def sign_in(*, pubkey: str, nonce: str, signature: str) -> dict:
         select(Agent).where(Agent.pubkey == canonical_pubkey(raw_key))).scalar_one_or_none()
     if agent is None:
         raise _signin_error("unknown_agent", "No agent is registered with this pubkey.")
-    now = utcnow()
-    nonce_hash = sha256_hex(nonce)
-    res = db.session.execute(
-        update(AgentNonce)
-        .where(AgentNonce.nonce_hash == nonce_hash, AgentNonce.used_at.is_(None),
-               AgentNonce.expires_at > now)
-        .values(used_at=now, agent_id=agent.id)
-        .execution_options(synchronize_session=False)
-    )
-    if res.rowcount != 1:
+    if tokens.consume(tokens.AGENT_SIGNIN, nonce) is None:
         db.session.rollback()
-        row = db.session.execute(select(AgentNonce.used_at, AgentNonce.expires_at)
-                                 .where(AgentNonce.nonce_hash == nonce_hash)).first()
+        row = tokens.lookup(tokens.AGENT_SIGNIN, nonce)
         if row is None:
             raise _signin_error("unknown_nonce", "This nonce was not issued by GET /api/agent/nonce.")
-        if row[0] is not None:
+        if row.used_at is not None:
             raise _signin_error("nonce_used", "This nonce was already used; get a new one.")
         raise _signin_error("nonce_expired", "This nonce has expired; get a new one.")
+    now = utcnow()
     ttl = int(current_app.config["AGENT_SESSION_TTL_SECONDS"])
     token = new_secret(SESSION_PREFIX)
     db.session.add(AgentSession(id=new_id("sess"), agent_id=agent.id, token_hash=sha256_hex(token),
@@ -209,10 +201,10 @@ def sign_in(*, pubkey: str, nonce: str, signature: str) -> dict:
 
 
 def purge_expired(older_than: timedelta = timedelta(days=1)) -> int:
-    """Delete nonces and sessions that expired more than ``older_than`` ago."""
+    """Delete sessions that expired more than ``older_than`` ago (sign-in nonces are
+    single-use tokens, purged by ``tokens.purge``)."""
     cutoff = utcnow() - older_than
-    n = db.session.execute(AgentNonce.__table__.delete().where(AgentNonce.expires_at < cutoff)).rowcount
-    n += db.session.execute(AgentSession.__table__.delete().where(AgentSession.expires_at < cutoff)).rowcount
+    n = db.session.execute(AgentSession.__table__.delete().where(AgentSession.expires_at < cutoff)).rowcount
     db.session.commit()
     return n
 

@@ -18,12 +18,12 @@ from sqlalchemy.exc import IntegrityError
 from app.errors import Conflict, DomainError, InvalidRequest, ServiceUnavailable
 from app.extensions import db, get_redis
 from app.ids import new_id, random_b62
-from app.models import Account, ChainCursor, LedgerEntry, LedgerTransaction, Payment, Wallet, WalletNonce
+from app.models import Account, ChainCursor, LedgerEntry, LedgerTransaction, Payment, Wallet
 from app.models.base import utcnow
 from app.services.billing import chains
 from app.services.billing import ledger
 from app.services.billing.payments import credit_payment, fund_view
-from app.services.platform import crypto
+from app.services.platform import crypto, tokens
 
 log = logging.getLogger(__name__)
 
@@ -54,17 +54,33 @@ def _message(chain: str, address: str, account_id: str, nonce: str, issued, expi
             f"Expiration Time: {expires.strftime('%Y-%m-%dT%H:%M:%SZ')}")
 
 
+def _subject(account_id: str, chain: str, address_key: str) -> str:
+    return f"{account_id}:{chain}:{address_key}"
+
+
+def _nonce_of(row) -> str:
+    """The nonce a connect-message token was issued with, derived again from its salt."""
+    return tokens.keyed_token(tokens.WALLET_CONNECT, row.data["salt"])
+
+
 def connect_message(account_id: str, chain: str, address: str) -> dict:
-    """Issue the single-use message the wallet must sign (EIP-4361 text)."""
+    """Issue the single-use message the wallet must sign (EIP-4361 text).
+
+    Its nonce is a single-use token stored hashed; it is derived from a random salt with
+    SECRET_KEY (``tokens.keyed_token``) so that ``connect`` can rebuild the message when
+    the client sends only chain, address and signature, while a database reader learns
+    no pending nonce."""
     display, key = chains.normalize_address(chain, address)
     now = utcnow().replace(microsecond=0)
-    expires = now + timedelta(seconds=int(current_app.config["WALLET_NONCE_TTL_SECONDS"]))
-    nonce = random_b62(20)
-    row = WalletNonce(nonce=nonce, account_id=account_id, chain=chain, address=display, address_key=key,
-                      message=_message(chain, display, account_id, nonce, now, expires), expires_at=expires)
-    db.session.add(row)
+    ttl = int(current_app.config["WALLET_NONCE_TTL_SECONDS"])
+    expires = now + timedelta(seconds=ttl)
+    salt = random_b62(22)
+    nonce = tokens.keyed_token(tokens.WALLET_CONNECT, salt)
+    tokens.issue(tokens.WALLET_CONNECT, _subject(account_id, chain, key), ttl,
+                 {"salt": salt, "address": display}, token=nonce, now=now)
     db.session.commit()
-    return {"message": row.message, "nonce": nonce, "expires_at": expires, "chain": chain, "address": display}
+    return {"message": _message(chain, display, account_id, nonce, now, expires), "nonce": nonce,
+            "expires_at": expires, "chain": chain, "address": display}
 
 
 def _verify_signature(chain: str, address_key: str, message: str, signature: str) -> None:
@@ -93,28 +109,31 @@ def _verify_signature(chain: str, address_key: str, message: str, signature: str
 
 
 def connect(account_id: str, chain: str, address: str, signature: str, nonce: str | None = None) -> dict:
-    """Attach the wallet after verifying the signature over the issued message. The
-    message is consumed atomically first (a replay or a second concurrent use fails)."""
+    """Attach the wallet after verifying the signature over the issued message (the
+    latest one for this chain and address, or the one whose ``nonce`` is given). The
+    signature is checked first; only then is the message consumed (``tokens.consume``),
+    in the same transaction that attaches the wallet: a bad signature burns nothing, a
+    replay or a second concurrent use fails."""
     display, key = chains.normalize_address(chain, address)
-    stmt = select(WalletNonce).where(WalletNonce.account_id == account_id, WalletNonce.chain == chain,
-                                     WalletNonce.address_key == key, WalletNonce.used_at.is_(None),
-                                     WalletNonce.expires_at > utcnow())
+    subject = _subject(account_id, chain, key)
     if nonce:
-        stmt = stmt.where(WalletNonce.nonce == nonce)
-    row = db.session.execute(stmt.order_by(WalletNonce.created_at.desc()).limit(1)).scalar_one_or_none()
+        row = tokens.lookup(tokens.WALLET_CONNECT, nonce)
+        row = row if tokens.is_usable(row) and row.subject == subject else None
+    else:
+        row = tokens.find_usable(tokens.WALLET_CONNECT, subject)
     if row is None:
         raise NonceInvalid("No unused, unexpired connect message for this chain and address; "
                            "get one from GET /api/wallet/connect/message.")
-    claimed = db.session.execute(
-        update(WalletNonce).where(WalletNonce.nonce == row.nonce, WalletNonce.used_at.is_(None))
-        .values(used_at=utcnow()).execution_options(synchronize_session=False)).rowcount
-    message = row.message
-    db.session.commit()
-    if claimed != 1:
+    issued_nonce = _nonce_of(row)
+    issued = row.created_at.replace(microsecond=0)
+    _verify_signature(chain, key, _message(chain, row.data["address"], account_id, issued_nonce, issued,
+                                           row.expires_at), signature)
+    if tokens.consume(tokens.WALLET_CONNECT, issued_nonce) is None:
+        db.session.rollback()
         raise NonceInvalid("This connect message was already used.")
-    _verify_signature(chain, key, message, signature)
     other = db.session.execute(select(Wallet).where(Wallet.address_key == key)).scalar_one_or_none()
     if other is not None and other.account_id != account_id:
+        db.session.rollback()
         raise Conflict("This address is connected to another account.")
     wallet = db.session.execute(select(Wallet).where(Wallet.account_id == account_id)).scalar_one_or_none()
     if wallet is None:

@@ -11,8 +11,8 @@ Sign-in (SPEC part 5 item 4):
 3. ``sign_in()`` checks the formats, verifies the signature (before touching the
    database, so only the key holder learns whether its key is registered), then
    consumes the nonce (``tokens.consume``: one conditional UPDATE) and writes the
-   session in the same transaction — of two concurrent
-   sign-ins with one nonce exactly one succeeds.
+   session in the same transaction — of two concurrent sign-ins with one nonce exactly
+   one succeeds.
 4. Sessions are ``svc_sess_`` + 32 base62 + 6-char CRC32, stored as SHA-256, valid
    ``AGENT_SESSION_TTL_SECONDS`` (3600 s), acting as the agent's account with
    ``SESSION_SCOPES``.

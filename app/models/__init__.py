@@ -4,11 +4,12 @@ from app.models.ledger import LedgerEntry, LedgerTransaction  # noqa: F401
 from app.models.catalog import Module, ModuleAction  # noqa: F401
 from app.models.usage import UsageHourly  # noqa: F401
 from app.models.payments import BillingProfile, Payment, PaymentEvent  # noqa: F401
-from app.models.wallets import ChainCursor, Wallet, WalletNonce, X402Authorization  # noqa: F401
+from app.models.wallets import ChainCursor, Wallet, X402Authorization  # noqa: F401
 from app.models.outbox import OutboxMessage  # noqa: F401
 from app.models.tracking import TrackEvent  # noqa: F401
-from app.models.public import ContactMessage, SignupRequest, Subscription  # noqa: F401
-from app.models.agents import Agent, AgentNonce, AgentSession, AgentSettlement, ModuleSubmission  # noqa: F401
+from app.models.public import ContactMessage, Subscription  # noqa: F401
+from app.models.agents import Agent, AgentSession, AgentSettlement, ModuleSubmission  # noqa: F401
 from app.models.alerts import Alert, AlertEvent  # noqa: F401
 from app.models.calls import IdempotencyRecord, ModuleCall  # noqa: F401
 from app.models.chat import ChatCompletion  # noqa: F401
+from app.models.tokens import SingleUseToken  # noqa: F401

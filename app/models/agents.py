@@ -1,4 +1,4 @@
-"""Agents: identities (ed25519), sign-in nonces, sessions, module submissions and
+"""Agents: identities (ed25519), sessions, module submissions and
 monthly settlement statements (DESIGN §6)."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from sqlalchemy import BigInteger, ForeignKey, Index, Integer, String, Text, Uni
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.extensions import db
-from app.models.base import BigIntPK, JSONType, UTCDateTime, utcnow
+from app.models.base import JSONType, UTCDateTime, utcnow
 
 
 class Agent(db.Model):
@@ -29,20 +29,6 @@ class Agent(db.Model):
     webhook_secret: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
-
-
-class AgentNonce(db.Model):
-    """A sign-in challenge. Only the SHA-256 of the nonce is stored. Consumed exactly once
-    by a conditional UPDATE (``used_at IS NULL AND expires_at > now``)."""
-
-    __tablename__ = "agent_nonces"
-
-    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
-    nonce_hash: Mapped[str] = mapped_column(String(64), unique=True)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
-    expires_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
-    used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    agent_id: Mapped[str | None] = mapped_column(String(32))
 
 
 class AgentSession(db.Model):

@@ -1,9 +1,10 @@
-"""Public-form records: contact messages, newsletter subscriptions, sign-up requests."""
+"""Public-form records: contact messages and newsletter subscriptions (sign-up and
+confirmation tokens are single-use tokens, app/models/tokens.py)."""
 from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import Index, String, Text, UniqueConstraint
+from sqlalchemy import String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.extensions import db
@@ -28,9 +29,9 @@ class ContactMessage(db.Model):
 class Subscription(db.Model):
     """One address on one list (``launch`` | ``product`` | ``weekly``).
 
-    status: ``pending`` (confirmation sent; ``token_hash`` is the SHA-256 of the single-use
-    confirmation token, valid until ``token_expires_at``), ``subscribed`` or
-    ``unsubscribed``. A confirmed token is cleared, so it cannot be used twice."""
+    status: ``pending`` (a confirmation token was mailed: a single-use token of purpose
+    ``newsletter_confirm`` whose subject is this row's id), ``subscribed`` or
+    ``unsubscribed``."""
 
     __tablename__ = "subscriptions"
     __table_args__ = (UniqueConstraint("email", "list", name="uq_subscriptions_email_list"),)
@@ -39,25 +40,6 @@ class Subscription(db.Model):
     email: Mapped[str] = mapped_column(String(320), index=True)
     list: Mapped[str] = mapped_column(String(16))
     status: Mapped[str] = mapped_column(String(16), default="pending")
-    token_hash: Mapped[str | None] = mapped_column(String(64), unique=True)
-    token_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     confirmed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     unsubscribed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-
-
-class SignupRequest(db.Model):
-    """A self-serve sign-up awaiting e-mail verification. ``token_hash`` is the SHA-256 of
-    the single-use token mailed to ``email``; ``used_at`` is set (atomically) when it is
-    redeemed, and ``account_id`` then names the account it created."""
-
-    __tablename__ = "signup_requests"
-    __table_args__ = (Index("ix_signup_requests_email", "email"),)
-
-    id: Mapped[str] = mapped_column(String(32), primary_key=True)
-    email: Mapped[str] = mapped_column(String(320))
-    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
-    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    account_id: Mapped[str | None] = mapped_column(String(32))
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -1,4 +1,4 @@
-"""Wallets: connected on-chain wallets, their connect nonces, chain-watcher cursors and x402
+"""Wallets: connected on-chain wallets, chain-watcher cursors and x402
 authorizations (DESIGN §8). Money itself lives only in the ledger; these rows record what
 the chains and payers told us, each under a unique id."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, ForeignKey, Index, String, Text
+from sqlalchemy import BigInteger, ForeignKey, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.extensions import db
@@ -25,23 +25,6 @@ class Wallet(db.Model):
     address: Mapped[str] = mapped_column(String(64))
     address_key: Mapped[str] = mapped_column(String(64), unique=True)
     connected_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
-
-
-class WalletNonce(db.Model):
-    """A server-issued wallet-connect message; single use (``used_at``), expires."""
-
-    __tablename__ = "wallet_nonces"
-    __table_args__ = (Index("ix_wallet_nonces_lookup", "account_id", "chain", "address_key"),)
-
-    nonce: Mapped[str] = mapped_column(String(40), primary_key=True)
-    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"))
-    chain: Mapped[str] = mapped_column(String(16))
-    address: Mapped[str] = mapped_column(String(64))
-    address_key: Mapped[str] = mapped_column(String(64))
-    message: Mapped[str] = mapped_column(Text)
-    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
 class ChainCursor(db.Model):

@@ -1,4 +1,4 @@
-"""Agent jobs: monthly settlement, purge of expired sign-in nonces and sessions."""
+"""Agent jobs: monthly settlement, purge of expired sessions."""
 from __future__ import annotations
 
 

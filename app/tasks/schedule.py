@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from app.tasks import agents, alerts, chain_watch, chat, gateway, maintenance, outbox, public, x402_sweep
+from app.tasks import agents, alerts, chain_watch, chat, gateway, maintenance, outbox, public, tokens, x402_sweep
 
 SCHEDULE: list[tuple[str, int, Callable]] = [
     ("flush-last-used", 60, maintenance.flush_last_used),
@@ -18,13 +18,14 @@ SCHEDULE: list[tuple[str, int, Callable]] = [
     ("book-orphan-x402", 300, x402_sweep.book_orphan_x402_payments),
     ("outbox-sweep", 30, outbox.sweep),
     ("public-prune", 3600, public.prune),
+    ("tokens-purge", 3600, tokens.purge),
     ("alerts-evaluate", 60, alerts.evaluate),
     ("calls-sweep", 30, gateway.sweep_pending_calls),
     ("idempotency-purge", 3600, gateway.purge_idempotency),
     ("chat-release-stale-holds", 300, chat.release_stale_holds),
     ("heartbeat", 30, maintenance.heartbeat),
     # Agents: settle the previous month once it is over (a no-op once settled); purge
-    # expired sign-in nonces and sessions.
+    # expired sessions (sign-in nonces are single-use tokens: tokens-purge).
     ("agent-settlement", 6 * 3600, agents.settle_due),
     ("agent-auth-purge", 3600, agents.purge_expired),
 ]

@@ -11,7 +11,7 @@ from sqlalchemy import update
 
 from app.extensions import db
 from app.ids import sha256_hex
-from app.models import AgentNonce, AgentSession
+from app.models import AgentSession, SingleUseToken
 from app.models.base import utcnow
 from tests.agentkit import Keypair, nonce, register, session_headers, sign_in
 
@@ -26,7 +26,7 @@ def agent(client, account):
 
 def _expire(app, n: str):
     with app.app_context():
-        db.session.execute(update(AgentNonce).where(AgentNonce.nonce_hash == sha256_hex(n))
+        db.session.execute(update(SingleUseToken).where(SingleUseToken.token_hash == sha256_hex(n))
                            .values(expires_at=utcnow() - timedelta(seconds=1)))
         db.session.commit()
 

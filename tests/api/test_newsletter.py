@@ -4,19 +4,22 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from sqlalchemy import select, update
+from sqlalchemy import and_, select, update
 
 from app.extensions import db
-from app.models import Subscription
+from app.models import SingleUseToken, Subscription
 from app.models.base import utcnow
+from app.services.platform import tokens
 from app.services.public import newsletter
 from tests.publichelpers import link_in, path_of, smtp, strip_volatile, token_in
 
 
 def _subs(app):
     with app.app_context():
+        live = and_(SingleUseToken.subject == Subscription.id, SingleUseToken.used_at.is_(None),
+                    SingleUseToken.purpose == tokens.NEWSLETTER_CONFIRM)
         rows = db.session.execute(select(Subscription.email, Subscription.list, Subscription.status,
-                                         Subscription.token_hash)).all()
+                                         SingleUseToken.token_hash).outerjoin(SingleUseToken, live)).all()
         db.session.remove()
     return rows
 
@@ -93,7 +96,7 @@ def test_expired_token_refused(app, client):
         client.post("/api/email/subscribe", json={"email": "late@example.com"})
         token = token_in(sink.messages[0])
     with app.app_context():
-        db.session.execute(update(Subscription).values(token_expires_at=utcnow() - timedelta(seconds=1)))
+        db.session.execute(update(SingleUseToken).values(expires_at=utcnow() - timedelta(seconds=1)))
         db.session.commit()
         db.session.remove()
     assert client.get("/email/confirm?token=" + token).status_code == 404

@@ -8,7 +8,7 @@ from datetime import timedelta
 from sqlalchemy import func, select, update
 
 from app.extensions import db
-from app.models import Account, ApiKey, SignupRequest
+from app.models import Account, ApiKey, SingleUseToken
 from app.models.base import utcnow
 from tests.publichelpers import link_in, path_of, smtp, strip_volatile, text_of, token_in
 
@@ -31,7 +31,7 @@ def test_signup_page_flow_creates_account_with_promo_and_key(app, client, ledger
         link = link_in(mail)
         token = token_in(mail)
     with app.app_context():
-        stored = db.session.execute(select(SignupRequest.token_hash)).scalar_one()
+        stored = db.session.execute(select(SingleUseToken.token_hash)).scalar_one()
         db.session.remove()
     assert token not in stored and len(stored) == 64
     page = client.get(path_of(link))
@@ -74,7 +74,7 @@ def test_expired_token(app, client):
         client.post("/api/signup", json={"email": "slow@example.com"})
         token = token_in(sink.messages[0])
     with app.app_context():
-        db.session.execute(update(SignupRequest).values(expires_at=utcnow() - timedelta(seconds=1)))
+        db.session.execute(update(SingleUseToken).values(expires_at=utcnow() - timedelta(seconds=1)))
         db.session.commit()
         db.session.remove()
     assert client.get("/signup/confirm?token=" + token).status_code == 404
@@ -121,7 +121,7 @@ def test_signup_rate_limits(app, client, monkeypatch):
                          environ_base={"REMOTE_ADDR": "10.2.1.1"}).status_code for i in range(5)]
     assert codes == [202, 202, 202, 202, 429]
     with app.app_context():
-        assert db.session.execute(select(func.count()).select_from(SignupRequest)).scalar_one() == 6
+        assert db.session.execute(select(func.count()).select_from(SingleUseToken)).scalar_one() == 6
         db.session.remove()
 
 

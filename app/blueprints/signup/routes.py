@@ -55,11 +55,11 @@ class SignupConfirmPage(MethodView):
                 (200, 404), schema=TokenQuerySchema, location="query")
     def get(self, query):
         """Sign-up confirmation page (the e-mailed link). Opening it changes nothing."""
-        req = signup.check_token(query["token"])
-        if req is None:
+        email = signup.check_token(query["token"])
+        if email is None:
             return pages.render("Link not valid", "This sign-up link is invalid, has expired "
                                 "or was already used.", "Sign up again to get a new link.", status=404)
-        return pages.render("Create your account", f"Create the account for {req.email}?",
+        return pages.render("Create your account", f"Create the account for {email}?",
                             pages.form("/signup/confirm", "Create account and show my API key",
                                        {"token": query["token"]}))
 

@@ -4,14 +4,15 @@ for ``svc_sess_`` bearer tokens, and who may see an agent's data (DESIGN §6).
 Sign-in (SPEC part 5 item 4):
 
 1. ``issue_nonce()`` → ``n_`` + 32 base62 characters (≈190 bits), valid
-   ``AGENT_NONCE_TTL_SECONDS`` (300 s). Only its SHA-256 is stored, like credentials:
-   a database reader cannot front-run pending challenges.
+   ``AGENT_NONCE_TTL_SECONDS`` (300 s), a single-use token (``platform.tokens``): only
+   its SHA-256 is stored, like credentials, so a database reader cannot front-run
+   pending challenges.
 2. The agent signs the exact UTF-8 bytes of the nonce string with its ed25519 key.
 3. ``sign_in()`` checks the formats, verifies the signature (before touching the
    database, so only the key holder learns whether its key is registered), then
-   consumes the nonce with one conditional UPDATE (``used_at IS NULL AND expires_at >
-   now``, rowcount 1) and writes the session in the same transaction — of two concurrent
-   sign-ins with one nonce exactly one succeeds.
+   consumes the nonce (``tokens.consume``: one conditional UPDATE) and writes the
+   session in the same transaction — of two concurrent sign-ins with one nonce exactly
+   one succeeds.
 4. Sessions are ``svc_sess_`` + 32 base62 + 6-char CRC32, stored as SHA-256, valid
    ``AGENT_SESSION_TTL_SECONDS`` (3600 s), acting as the agent's account with
    ``SESSION_SCOPES``.
@@ -22,23 +23,19 @@ import base64
 import os
 from datetime import timedelta
 
-import base58
 from flask import current_app
-from nacl.bindings import crypto_core_ed25519_is_valid_point
-from nacl.exceptions import BadSignatureError
-from nacl.signing import VerifyKey
-from sqlalchemy import select, update
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from app.auth import Principal
 from app.errors import Conflict, DomainError, Forbidden, InvalidRequest, NotFound
 from app.extensions import db
 from app.ids import new_id, new_secret, random_b62, secret_is_well_formed, sha256_hex
-from app.models import Account, Agent, AgentNonce, AgentSession
+from app.models import Account, Agent, AgentSession
 from app.models.base import utcnow
 from app.scopes import SESSION_SCOPES
 from app.services.accounts import accounts
-from app.services.platform import netguard
+from app.services.platform import crypto, netguard, tokens
 from app.services.platform.uow import transactional, unit_of_work
 
 PUBKEY_PREFIX = "ed25519:"
@@ -89,28 +86,15 @@ def new_webhook_secret() -> str:
     return "whsec_" + base64.b64encode(os.urandom(24)).decode()
 
 
-def _b58(text: str, size: int) -> bytes | None:
-    """Decode canonical base58 of exactly ``size`` bytes, else None."""
-    if not text or len(text) > 100 or not text.isascii() or not text.isalnum():
-        return None
-    try:
-        raw = base58.b58decode(text)
-    except ValueError:
-        return None
-    if len(raw) != size or base58.b58encode(raw).decode() != text:
-        return None
-    return raw
-
-
 def parse_pubkey(value: str) -> bytes | None:
     """32 key bytes of ``ed25519:<base58>``, or None when malformed."""
     if not isinstance(value, str) or not value.startswith(PUBKEY_PREFIX):
         return None
-    return _b58(value[len(PUBKEY_PREFIX):], 32)
+    return crypto.b58decode(value[len(PUBKEY_PREFIX):], crypto.ED25519_KEY_BYTES)
 
 
 def canonical_pubkey(raw: bytes) -> str:
-    return PUBKEY_PREFIX + base58.b58encode(raw).decode()
+    return PUBKEY_PREFIX + crypto.b58encode(raw)
 
 
 # --- registration ----------------------------------------------------------------------
@@ -130,7 +114,7 @@ def register(owner_account_id: str, *, name: str, pubkey: str, webhook: str | No
     raw = parse_pubkey(pubkey)
     if raw is None:
         raise InvalidRequest("pubkey: must be 'ed25519:' followed by the base58 encoding of 32 bytes.")
-    if not crypto_core_ed25519_is_valid_point(raw):
+    if not crypto.ed25519_key_is_valid(raw):
         raise InvalidRequest("pubkey: not a valid ed25519 public key.")
     canonical = canonical_pubkey(raw)
     if webhook is not None:
@@ -182,12 +166,12 @@ def visible_agent(agent_id: str, *, account_id: str, caller_agent_id: str | None
 
 @transactional
 def issue_nonce() -> dict:
-    """A fresh single-use nonce and its expiry."""
+    """A fresh single-use nonce and its expiry (a single-use token: only its hash is stored)."""
     nonce = NONCE_PREFIX + random_b62(NONCE_RANDOM_LEN)
     now = utcnow()
-    expires = now + timedelta(seconds=int(current_app.config["AGENT_NONCE_TTL_SECONDS"]))
-    db.session.add(AgentNonce(nonce_hash=sha256_hex(nonce), created_at=now, expires_at=expires))
-    return {"nonce": nonce, "expires_at": expires}
+    ttl = int(current_app.config["AGENT_NONCE_TTL_SECONDS"])
+    tokens.issue(tokens.AGENT_SIGNIN, None, ttl, token=nonce, now=now)
+    return {"nonce": nonce, "expires_at": now + timedelta(seconds=ttl)}
 
 
 def _nonce_well_formed(nonce: str) -> bool:
@@ -207,37 +191,25 @@ def sign_in(*, pubkey: str, nonce: str, signature: str) -> dict:
                             "pubkey: must be 'ed25519:' followed by the base58 encoding of 32 bytes.")
     if not isinstance(signature, str) or not signature.startswith(SIGNATURE_PREFIX):
         raise _signin_error("malformed_signin", "signature: must be 'base58:<64-byte signature>'.")
-    raw_sig = _b58(signature[len(SIGNATURE_PREFIX):], 64)
+    raw_sig = crypto.b58decode(signature[len(SIGNATURE_PREFIX):], crypto.ED25519_SIG_BYTES)
     if raw_sig is None:
         raise _signin_error("malformed_signin", "signature: must be 'base58:<64-byte signature>'.")
     if not _nonce_well_formed(nonce):
         raise _signin_error("malformed_signin", "nonce: must be a nonce from GET /api/agent/nonce.")
-    try:
-        VerifyKey(raw_key).verify(nonce.encode("utf-8"), raw_sig)
-    except (BadSignatureError, ValueError):
-        raise _signin_error("invalid_signature",
-                            "The signature does not verify for this pubkey and nonce.") from None
+    if not crypto.ed25519_verify(raw_key, nonce.encode("utf-8"), raw_sig):
+        raise _signin_error("invalid_signature", "The signature does not verify for this pubkey and nonce.")
     agent = db.session.execute(
         select(Agent).where(Agent.pubkey == canonical_pubkey(raw_key))).scalar_one_or_none()
     if agent is None:
         raise _signin_error("unknown_agent", "No agent is registered with this pubkey.")
-    now = utcnow()
-    nonce_hash = sha256_hex(nonce)
-    res = db.session.execute(
-        update(AgentNonce)
-        .where(AgentNonce.nonce_hash == nonce_hash, AgentNonce.used_at.is_(None),
-               AgentNonce.expires_at > now)
-        .values(used_at=now, agent_id=agent.id)
-        .execution_options(synchronize_session=False)
-    )
-    if res.rowcount != 1:
-        row = db.session.execute(select(AgentNonce.used_at, AgentNonce.expires_at)
-                                 .where(AgentNonce.nonce_hash == nonce_hash)).first()
+    if tokens.consume(tokens.AGENT_SIGNIN, nonce) is None:
+        row = tokens.lookup(tokens.AGENT_SIGNIN, nonce)
         if row is None:
             raise _signin_error("unknown_nonce", "This nonce was not issued by GET /api/agent/nonce.")
-        if row[0] is not None:
+        if row.used_at is not None:
             raise _signin_error("nonce_used", "This nonce was already used; get a new one.")
         raise _signin_error("nonce_expired", "This nonce has expired; get a new one.")
+    now = utcnow()
     ttl = int(current_app.config["AGENT_SESSION_TTL_SECONDS"])
     token = new_secret(SESSION_PREFIX)
     db.session.add(AgentSession(id=new_id("sess"), agent_id=agent.id, token_hash=sha256_hex(token),
@@ -247,10 +219,10 @@ def sign_in(*, pubkey: str, nonce: str, signature: str) -> dict:
 
 @transactional
 def purge_expired(older_than: timedelta = timedelta(days=1)) -> int:
-    """Delete nonces and sessions that expired more than ``older_than`` ago."""
+    """Delete sessions that expired more than ``older_than`` ago (sign-in nonces are
+    single-use tokens, purged by ``tokens.purge``)."""
     cutoff = utcnow() - older_than
-    n = db.session.execute(AgentNonce.__table__.delete().where(AgentNonce.expires_at < cutoff)).rowcount
-    n += db.session.execute(AgentSession.__table__.delete().where(AgentSession.expires_at < cutoff)).rowcount
+    n = db.session.execute(AgentSession.__table__.delete().where(AgentSession.expires_at < cutoff)).rowcount
     return n
 
 

@@ -6,12 +6,11 @@ from __future__ import annotations
 import itertools
 import logging
 
-import base58
 from eth_utils import is_hex_address, to_checksum_address
 from flask import current_app
 
 from app.errors import InvalidRequest, ServiceUnavailable
-from app.services.platform import http
+from app.services.platform import crypto, http
 
 log = logging.getLogger(__name__)
 
@@ -48,12 +47,8 @@ def normalize_address(chain: str, address: str) -> tuple[str, str]:
             raise InvalidRequest("address: EIP-55 checksum mismatch.")
         return checksum, checksum.lower()
     if chain == "solana":
-        try:
-            raw = base58.b58decode(address)
-        except ValueError:
-            raw = b""
-        if len(raw) != 32 or not address:
-            raise InvalidRequest("address: not a base58 32-byte Solana public key.")
+        if crypto.b58decode(address, crypto.ED25519_KEY_BYTES) is None:
+            raise InvalidRequest("address: not the canonical base58 of a 32-byte Solana public key.")
         return address, address
     raise InvalidRequest(f"chain: must be one of {', '.join(CHAINS)}.")
 

@@ -10,24 +10,20 @@ import time
 from datetime import timedelta
 from urllib.parse import urlparse
 
-import base58
-from eth_account import Account as EthAccount
-from eth_account.messages import encode_defunct
 from eth_utils import to_checksum_address
 from flask import current_app
-from nacl.exceptions import BadSignatureError
-from nacl.signing import VerifyKey
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
 from app.errors import Conflict, DomainError, InvalidRequest, ServiceUnavailable
 from app.extensions import db, get_redis
 from app.ids import new_id, random_b62
-from app.models import Account, ChainCursor, LedgerEntry, LedgerTransaction, Payment, Wallet, WalletNonce
+from app.models import Account, ChainCursor, LedgerEntry, LedgerTransaction, Payment, Wallet
 from app.models.base import utcnow
 from app.services.billing import chains
 from app.services.billing import ledger
 from app.services.billing.payments import FundResult, credit_payment, fund_result
+from app.services.platform import crypto, tokens
 from app.services.platform.uow import transactional, unit_of_work
 
 log = logging.getLogger(__name__)
@@ -62,84 +58,92 @@ def _message(chain: str, address: str, account_id: str, nonce: str, issued, expi
             f"Expiration Time: {expires.strftime('%Y-%m-%dT%H:%M:%SZ')}")
 
 
+def _subject(account_id: str, chain: str, address_key: str) -> str:
+    return f"{account_id}:{chain}:{address_key}"
+
+
+def _nonce_of(row) -> str:
+    """The nonce a connect-message token was issued with, derived again from its salt."""
+    return tokens.keyed_token(tokens.WALLET_CONNECT, row.data["salt"])
+
+
 @transactional
 def connect_message(account_id: str, chain: str, address: str) -> dict:
-    """Issue the single-use message the wallet must sign (EIP-4361 text)."""
+    """Issue the single-use message the wallet must sign (EIP-4361 text).
+
+    Its nonce is a single-use token stored hashed; it is derived from a random salt with
+    SECRET_KEY (``tokens.keyed_token``) so that ``connect`` can rebuild the message when
+    the client sends only chain, address and signature, while a database reader learns
+    no pending nonce."""
     display, key = chains.normalize_address(chain, address)
     now = utcnow().replace(microsecond=0)
-    expires = now + timedelta(seconds=int(current_app.config["WALLET_NONCE_TTL_SECONDS"]))
-    nonce = random_b62(20)
-    row = WalletNonce(nonce=nonce, account_id=account_id, chain=chain, address=display, address_key=key,
-                      message=_message(chain, display, account_id, nonce, now, expires), expires_at=expires)
-    db.session.add(row)
-    return {"message": row.message, "nonce": nonce, "expires_at": expires, "chain": chain, "address": display}
+    ttl = int(current_app.config["WALLET_NONCE_TTL_SECONDS"])
+    expires = now + timedelta(seconds=ttl)
+    salt = random_b62(22)
+    nonce = tokens.keyed_token(tokens.WALLET_CONNECT, salt)
+    tokens.issue(tokens.WALLET_CONNECT, _subject(account_id, chain, key), ttl,
+                 {"salt": salt, "address": display}, token=nonce, now=now)
+    return {"message": _message(chain, display, account_id, nonce, now, expires), "nonce": nonce,
+            "expires_at": expires, "chain": chain, "address": display}
 
 
 def _verify_signature(chain: str, address_key: str, message: str, signature: str) -> None:
-    signature = (signature or "").strip()
+    """Raise unless ``signature`` is the wallet's signature of ``message``: EIP-191 for EVM
+    chains, ed25519 over the UTF-8 text for Solana (canonical base58, ``base58:`` optional)."""
+    if not isinstance(signature, str):
+        signature = ""
     if chain in chains.EVM_CHAINS:
-        hexsig = signature[2:] if signature.startswith("0x") else signature
-        try:
-            raw = bytes.fromhex(hexsig)
-        except ValueError:
-            raw = b""
-        if len(raw) != 65:
+        raw = crypto.evm_signature(signature)
+        if raw is None:
             raise InvalidRequest("signature: a 0x-prefixed 65-byte hex EIP-191 signature is required.")
-        try:
-            recovered = EthAccount.recover_message(encode_defunct(text=message), signature=raw)
-        except Exception:
-            raise SignatureInvalid("The signature cannot be recovered.") from None
+        recovered = crypto.recover_personal_message(message, raw)
+        if recovered is None:
+            raise SignatureInvalid("The signature cannot be recovered.")
         if recovered.lower() != address_key:
             raise SignatureInvalid("The signature was not made by this address.")
         return
     text = signature[len("base58:"):] if signature.startswith("base58:") else signature
-    try:
-        raw = base58.b58decode(text)
-    except ValueError:
-        raw = b""
-    if len(raw) != 64:
-        raise InvalidRequest("signature: a base58 64-byte ed25519 signature is required.")
-    try:
-        VerifyKey(base58.b58decode(address_key)).verify(message.encode(), raw)
-    except BadSignatureError:
-        raise SignatureInvalid("The signature was not made by this address.") from None
+    raw = crypto.b58decode(text, crypto.ED25519_SIG_BYTES)
+    if raw is None:
+        raise InvalidRequest("signature: the canonical base58 encoding of a 64-byte ed25519 signature "
+                             "is required.")
+    key = crypto.b58decode(address_key, crypto.ED25519_KEY_BYTES)
+    if key is None or not crypto.ed25519_verify(key, message.encode("utf-8"), raw):
+        raise SignatureInvalid("The signature was not made by this address.")
 
 
 def connect(account_id: str, chain: str, address: str, signature: str, nonce: str | None = None) -> Wallet:
-    """Attach the wallet after verifying the signature over the issued message. The
-    message is consumed atomically first (a replay or a second concurrent use fails).
-    Two units of work: the claim of the message, then the wallet row."""
-    display, key = chains.normalize_address(chain, address)
-    with unit_of_work():
-        claimed, message = _claim_message(account_id, chain, key, nonce)
-    if claimed != 1:
-        raise NonceInvalid("This connect message was already used.")
-    _verify_signature(chain, key, message, signature)
+    """Attach the wallet (see ``_connect``); one unit of work. An address that a concurrent
+    request attached to another account first is a 409."""
     try:
-        with unit_of_work():
-            wallet = _attach(account_id, chain, display, key)
+        return _connect(account_id, chain, address, signature, nonce)
     except IntegrityError:
         raise Conflict("This address is connected to another account.") from None
-    return wallet
 
 
-def _claim_message(account_id: str, chain: str, key: str, nonce: str | None) -> tuple[int, str]:
-    stmt = select(WalletNonce).where(WalletNonce.account_id == account_id, WalletNonce.chain == chain,
-                                     WalletNonce.address_key == key, WalletNonce.used_at.is_(None),
-                                     WalletNonce.expires_at > utcnow())
+@transactional
+def _connect(account_id: str, chain: str, address: str, signature: str, nonce: str | None) -> Wallet:
+    """Attach the wallet after verifying the signature over the issued message (the
+    latest one for this chain and address, or the one whose ``nonce`` is given). The
+    signature is checked first; only then is the message consumed (``tokens.consume``),
+    in the same transaction that attaches the wallet: a bad signature burns nothing, a
+    replay or a second concurrent use fails."""
+    display, key = chains.normalize_address(chain, address)
+    subject = _subject(account_id, chain, key)
     if nonce:
-        stmt = stmt.where(WalletNonce.nonce == nonce)
-    row = db.session.execute(stmt.order_by(WalletNonce.created_at.desc()).limit(1)).scalar_one_or_none()
+        row = tokens.lookup(tokens.WALLET_CONNECT, nonce)
+        row = row if tokens.is_usable(row) and row.subject == subject else None
+    else:
+        row = tokens.find_usable(tokens.WALLET_CONNECT, subject)
     if row is None:
         raise NonceInvalid("No unused, unexpired connect message for this chain and address; "
                            "get one from GET /api/wallet/connect/message.")
-    claimed = db.session.execute(
-        update(WalletNonce).where(WalletNonce.nonce == row.nonce, WalletNonce.used_at.is_(None))
-        .values(used_at=utcnow()).execution_options(synchronize_session=False)).rowcount
-    return claimed, row.message
-
-
-def _attach(account_id: str, chain: str, display: str, key: str) -> Wallet:
+    issued_nonce = _nonce_of(row)
+    issued = row.created_at.replace(microsecond=0)
+    _verify_signature(chain, key, _message(chain, row.data["address"], account_id, issued_nonce, issued,
+                                           row.expires_at), signature)
+    if tokens.consume(tokens.WALLET_CONNECT, issued_nonce) is None:
+        raise NonceInvalid("This connect message was already used.")
     other = db.session.execute(select(Wallet).where(Wallet.address_key == key)).scalar_one_or_none()
     if other is not None and other.account_id != account_id:
         raise Conflict("This address is connected to another account.")

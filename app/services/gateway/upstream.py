@@ -10,13 +10,11 @@ from datetime import datetime, timezone
 
 import orjson
 import requests
-from standardwebhooks.webhooks import Webhook
 from urllib3.exceptions import ReadTimeoutError
 
-from app.services.platform import http
+from app.services.platform import crypto, http
 
 USER_AGENT = http.USER_AGENT
-_webhooks: dict[str, Webhook] = {}
 
 
 class ProviderFailure(Exception):
@@ -50,13 +48,7 @@ def auth_headers(auth: dict | None, payload: bytes, call_id: str, production: bo
             raise ProviderMisconfigured(f"provider secret {auth['env']} is not configured")
         return {auth["header"]: auth.get("prefix", "") + value}
     if auth["type"] == "standard_webhooks":
-        secret = auth["secret"]
-        wh = _webhooks.get(secret)
-        if wh is None:
-            wh = _webhooks[secret] = Webhook(secret)
-        now = datetime.now(timezone.utc)
-        return {"webhook-id": call_id, "webhook-timestamp": str(int(now.timestamp())),
-                "webhook-signature": wh.sign(call_id, now, payload.decode())}
+        return crypto.webhook_headers(call_id, datetime.now(timezone.utc), payload, auth["secret"])
     raise ProviderMisconfigured(f"unknown provider auth type {auth['type']!r}")
 
 

@@ -24,13 +24,12 @@ from datetime import datetime, timedelta
 
 import orjson
 from sqlalchemy import select, update
-from standardwebhooks import Webhook
 
 from app.extensions import db
 from app.ids import new_id
 from app.models.base import utcnow
 from app.models.outbox import OutboxMessage
-from app.services.platform import http, mailer, netguard
+from app.services.platform import crypto, http, mailer, netguard
 from app.services.platform.uow import after_commit, in_unit_of_work, transactional, unit_of_work
 
 log = logging.getLogger(__name__)
@@ -112,9 +111,7 @@ def signed_webhook_request(msg_id: str, payload: dict, sent_at: datetime) -> tup
     body = orjson.dumps({"type": payload["type"], "timestamp": sent_at.isoformat(),
                          "data": payload["data"]})
     headers = {"Content-Type": "application/json", "User-Agent": "gateway-webhooks/1.0",
-               "webhook-id": msg_id, "webhook-timestamp": str(int(sent_at.timestamp()))}
-    if payload.get("secret"):
-        headers["webhook-signature"] = Webhook(payload["secret"]).sign(msg_id, sent_at, body.decode())
+               **crypto.webhook_headers(msg_id, sent_at, body, payload.get("secret"))}
     return body, headers
 
 

@@ -2,8 +2,9 @@
 unsubscribe.
 
 * ``subscribe`` answers the same whatever the address's state; a new or pending
-  address gets a fresh single-use confirmation token (stored hashed, valid
-  ``NEWSLETTER_TOKEN_TTL_HOURS``) by e-mail; an already subscribed one gets nothing.
+  address gets a fresh single-use confirmation token (``newsletter_confirm``, subject
+  the subscription id, stored hashed, valid ``NEWSLETTER_TOKEN_TTL_HOURS``; it replaces
+  any earlier one) by e-mail; an already subscribed one gets nothing.
 * The mailed link opens a page whose button POSTs the token (``confirm``); a prefetch
   of the link by a mail scanner confirms nothing.
 * Every list e-mail carries ``List-Unsubscribe`` (a signed one-click URL) and
@@ -22,7 +23,7 @@ from app.extensions import db
 from app.ids import new_id
 from app.models import Subscription
 from app.models.base import utcnow
-from app.services.platform import tokens as emailtokens
+from app.services.platform import tokens
 from app.services.platform import outbox
 from app.services.platform.uow import transactional, unit_of_work
 from app.services.accounts.accounts import normalize_email
@@ -34,7 +35,7 @@ LIST_NAMES = {"launch": "launch announcements", "product": "product updates",
 
 
 def unsubscribe_url(email: str) -> str:
-    return emailtokens.link("/email/unsubscribe/" + emailtokens.unsubscribe_token(email))
+    return tokens.link("/email/unsubscribe/" + tokens.unsubscribe_token(email))
 
 
 def list_headers(email: str) -> dict:
@@ -67,8 +68,6 @@ def subscribe(email: str, list_name: str | None = None) -> dict:
 
 
 def _start_opt_in(email: str, list_name: str) -> None:
-    token, digest = emailtokens.new_token()
-    expires = utcnow() + timedelta(hours=int(current_app.config["NEWSLETTER_TOKEN_TTL_HOURS"]))
     sub = db.session.execute(select(Subscription).where(
         Subscription.email == email, Subscription.list == list_name).with_for_update()
     ).scalar_one_or_none()
@@ -76,10 +75,13 @@ def _start_opt_in(email: str, list_name: str) -> None:
         sub = Subscription(id=new_id("sub"), email=email, list=list_name, created_at=utcnow())
         db.session.add(sub)
     if sub.status != "subscribed":
-        sub.status, sub.token_hash, sub.token_expires_at = "pending", digest, expires
-        sub.unsubscribed_at = None
-        link = emailtokens.link("/email/confirm?token=" + token)
+        if sub.status == "pending":  # the newest link replaces older ones
+            tokens.revoke(tokens.NEWSLETTER_CONFIRM, sub.id)
+        sub.status, sub.unsubscribed_at = "pending", None
+        db.session.flush()  # the subscription id exists before the token names it
         hours = int(current_app.config["NEWSLETTER_TOKEN_TTL_HOURS"])
+        token = tokens.issue(tokens.NEWSLETTER_CONFIRM, sub.id, timedelta(hours=hours))
+        link = tokens.link("/email/confirm?token=" + token)
         add_list_email(
             email, f"Confirm your subscription to {LIST_NAMES[list_name]}",
             f"Someone (hopefully you) asked to receive {LIST_NAMES[list_name]} at this address.\n\n"
@@ -96,27 +98,24 @@ def accepted() -> dict:
 
 def check_token(token: str | None) -> Subscription | None:
     """The pending subscription a token confirms (for the confirmation page), else None."""
-    digest = emailtokens.token_hash(token)
-    if digest is None:
+    row = tokens.lookup(tokens.NEWSLETTER_CONFIRM, token)
+    if not tokens.is_usable(row):
         return None
-    return db.session.execute(select(Subscription).where(
-        Subscription.token_hash == digest, Subscription.status == "pending",
-        Subscription.token_expires_at > utcnow())).scalar_one_or_none()
+    sub = db.session.get(Subscription, row.subject)
+    return sub if sub is not None and sub.status == "pending" else None
 
 
 @transactional
 def confirm(token: str | None) -> Subscription | None:
     """Redeem a confirmation token (single use, atomic); returns the subscription or None
     when the token is unknown, expired or already used. Sends a welcome list e-mail."""
-    digest = emailtokens.token_hash(token)
-    if digest is None:
+    redeemed = tokens.consume(tokens.NEWSLETTER_CONFIRM, token)
+    if redeemed is None:
         return None
-    now = utcnow()
     sub_id = db.session.execute(
         update(Subscription)
-        .where(Subscription.token_hash == digest, Subscription.status == "pending",
-               Subscription.token_expires_at > now)
-        .values(status="subscribed", confirmed_at=now, token_hash=None, token_expires_at=None)
+        .where(Subscription.id == redeemed.subject, Subscription.status == "pending")
+        .values(status="subscribed", confirmed_at=utcnow())
         .returning(Subscription.id)
         .execution_options(synchronize_session=False)
     ).scalar_one_or_none()
@@ -134,11 +133,12 @@ def unsubscribe(email: str) -> dict:
     """Remove ``email`` from every list (pending tokens die too). Same answer whether or
     not it was subscribed."""
     email = normalize_email(email)
+    for sub_id in db.session.execute(select(Subscription.id).where(Subscription.email == email)).scalars():
+        tokens.revoke(tokens.NEWSLETTER_CONFIRM, sub_id)
     db.session.execute(
         update(Subscription).where(Subscription.email == email,
                                    Subscription.status != "unsubscribed")
-        .values(status="unsubscribed", unsubscribed_at=utcnow(), token_hash=None,
-                token_expires_at=None)
+        .values(status="unsubscribed", unsubscribed_at=utcnow())
         .execution_options(synchronize_session=False))
     return {"status": "unsubscribed",
             "message": "This address will receive no further list e-mail."}
@@ -147,7 +147,7 @@ def unsubscribe(email: str) -> dict:
 def one_click_unsubscribe(token: str) -> bool:
     """RFC 8058 one-click: unsubscribe the address a signed token names; False if the
     token is not valid."""
-    email = emailtokens.unsubscribe_email(token)
+    email = tokens.unsubscribe_email(token)
     if email is None:
         return False
     unsubscribe(email)

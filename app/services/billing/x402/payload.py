@@ -9,12 +9,11 @@ import binascii
 import json
 import time
 
-from eth_account import Account as EthAccount
-from eth_account.messages import encode_typed_data
 from eth_utils import is_hex_address, to_checksum_address
 
 from app.errors import DomainError
 from app.services.billing import chains
+from app.services.platform import crypto
 from app.services.billing.x402.requirements import PAYMENT_HEADERS, enabled, networks, pay_to
 
 MAX_HEADER_BYTES = 8192
@@ -151,14 +150,10 @@ def verify(data: dict, price_micros: int) -> dict:
         "message": {"from": payer, "to": to, "value": value, "validAfter": valid_after,
                     "validBefore": valid_before, "nonce": bytes.fromhex(nonce[2:])},
     }
-    sig = signature[2:] if signature.startswith("0x") else signature
-    try:
-        sig_bytes = bytes.fromhex(sig)
-        if len(sig_bytes) != 65:
-            raise ValueError("length")
-        recovered = EthAccount.recover_message(encode_typed_data(full_message=typed), signature=sig_bytes)
-    except Exception:
-        raise PaymentInvalid("invalid_signature", "The authorization signature is malformed.") from None
+    sig_bytes = crypto.evm_signature(signature)
+    recovered = crypto.recover_typed_data(typed, sig_bytes) if sig_bytes is not None else None
+    if recovered is None:
+        raise PaymentInvalid("invalid_signature", "The authorization signature is malformed.")
     if recovered != payer:
         raise PaymentInvalid("invalid_signature", "The authorization was not signed by `from`.")
     return {"chain": chain, "payer": payer, "value": value, "nonce": nonce, "version": data["x402Version"],

@@ -24,6 +24,11 @@ class ErrorSchema(ma.Schema):
     request_id = ma.fields.String(metadata={"description": "Echoed in the X-Request-Id header"})
 
 
+class CatalogError(ValueError):
+    """A catalog file (modules or chat models, YAML) is invalid; the message names the file
+    and field. Raised when a catalog is loaded, never on a request path."""
+
+
 class DomainError(Exception):
     """Base of all errors raised by services: an error code, its HTTP status and what it
     means. Each stable code is declared by exactly ONE subclass (``status``, ``code``,

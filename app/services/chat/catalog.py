@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 from flask import current_app
 
-from app.errors import InvalidRequest, NotFound, ServiceUnavailable
+from app.errors import CatalogError, InvalidRequest, NotFound, ServiceUnavailable
 
 CAPABILITIES = ("tools", "json_mode", "vision", "streaming")
 PROVIDER_TYPES = ("openai", "anthropic")
@@ -37,10 +37,6 @@ class NoMatchingModel(InvalidRequest):
 class ContextLengthExceeded(InvalidRequest):
     code, message = "context_length_exceeded", "The messages exceed the model's context window."
     description = "Chat: the messages exceed the named model's context window."
-
-class CatalogError(ValueError):
-    """The YAML catalog is malformed (raised at load, never on the request path)."""
-
 
 @dataclass(frozen=True)
 class Provider:

@@ -41,7 +41,7 @@ from flask import current_app
 from sqlalchemy import select
 from sqlalchemy.orm import selectinload
 
-from app.errors import InvalidRequest, ModuleNotFound, UnknownAction
+from app.errors import CatalogError, InvalidRequest, ModuleNotFound, UnknownAction
 from app.extensions import db
 from app.models import Module, ModuleAction
 from app.services.platform.uow import unit_of_work
@@ -50,10 +50,6 @@ SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
 ACTION_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 METHODS = ("POST", "PUT", "PATCH", "GET", "DELETE")
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-
-
-class CatalogError(ValueError):
-    """A catalog file is invalid (message names the file and field)."""
 
 
 # --- snapshots (immutable, cached per process) ---------------------------------------

@@ -3,7 +3,8 @@
 ``external_credits`` records every credit that came from outside under a reference
 unique across all rails (Stripe, chain, x402, ACH). ``x402_authorizations`` gains the
 payload, price and ``validBefore`` the reconciliation job needs to settle or release an
-authorization left ``reserved``. Existing credits are not back-filled: their ledger refs
+authorization left ``reserved``; ``chat_completions.alive_at`` is the heartbeat of the
+request holding a chat hold (the stale-hold sweep never releases a live one). Existing credits are not back-filled: their ledger refs
 (``pay:``, ``usdc:``, ``x402:``) stay unique as before.
 
 Revision ID: external_credits
@@ -48,9 +49,13 @@ def upgrade():
         batch_op.add_column(sa.Column('payload', JSON, nullable=True))
         batch_op.add_column(sa.Column('price_micros', sa.BigInteger(), nullable=True))
         batch_op.add_column(sa.Column('valid_before', sa.BigInteger(), nullable=True))
+    with op.batch_alter_table('chat_completions', schema=None) as batch_op:
+        batch_op.add_column(sa.Column('alive_at', TS, nullable=True))
 
 
 def downgrade():
+    with op.batch_alter_table('chat_completions', schema=None) as batch_op:
+        batch_op.drop_column('alive_at')
     with op.batch_alter_table('x402_authorizations', schema=None) as batch_op:
         batch_op.drop_column('valid_before')
         batch_op.drop_column('price_micros')

@@ -13,6 +13,7 @@ from flask import current_app
 from app.errors import InvalidRequest, ProviderTimeout, UpstreamError
 from app.ids import random_b62
 from app.services.billing import holds as chat_billing
+from app.services.chat.heartbeat import HoldHeartbeat
 from app.services.chat import cooldown as chat_cooldown
 from app.services.chat import providers
 from app.services.chat.catalog import (Model, ModelNotFound, Needs, Offer, analyse, candidates, catalog,
@@ -239,6 +240,7 @@ def _start_stream(call: _Call, offers: list[Offer], models: dict[str, Model]) ->
         _fail(call)
     it, first = opened
     created = int(time.time())
+    beat = HoldHeartbeat(call.id).start() if call.live else None
 
     def sse(obj: dict) -> bytes:
         return b"data: " + orjson.dumps(obj) + b"\n\n"
@@ -252,6 +254,8 @@ def _start_stream(call: _Call, offers: list[Offer], models: dict[str, Model]) ->
         def finish() -> dict:
             nonlocal settled
             settled = True
+            if beat is not None:
+                beat.stop()
             usage = _usage(call, offer, upstream_usage, chars)
             _settle(call, offer, usage, error)
             return usage

@@ -322,8 +322,10 @@ def anthropic_prompt_usage(usage: dict) -> dict:
     ``prompt_tokens_details`` says how many were read from the prompt cache
     (``cached_tokens``, OpenAI's name) and written to it (``cache_write_tokens``)."""
     read, write = int(usage.get("cache_read_input_tokens") or 0), int(usage.get("cache_creation_input_tokens") or 0)
-    return {"prompt_tokens": int(usage.get("input_tokens") or 0) + read + write,
-            "prompt_tokens_details": {"cached_tokens": read, "cache_write_tokens": write}}
+    out = {"prompt_tokens": int(usage.get("input_tokens") or 0) + read + write}
+    if read or write:
+        out["prompt_tokens_details"] = {"cached_tokens": read, "cache_write_tokens": write}
+    return out
 
 
 def _anthropic_complete(offer: Offer, body: dict, max_tokens: int) -> dict:

@@ -167,6 +167,10 @@ def load_config(overrides: dict | None = None) -> dict:
         "X402_NETWORKS": [n.strip() for n in (_env("X402_NETWORKS", "base") or "").split(",") if n.strip()],
         "X402_FACILITATOR_URL": _env("X402_FACILITATOR_URL"),
         "X402_MAX_TIMEOUT_SECONDS": _int("X402_MAX_TIMEOUT_SECONDS", 300),
+        # Facilitator answer deadline; an unanswered /settle leaves the authorization
+        # ``reserved`` and x402 reconciliation resolves it after X402_RECONCILE_AFTER_SECONDS.
+        "X402_FACILITATOR_TIMEOUT_SECONDS": _float("X402_FACILITATOR_TIMEOUT_SECONDS", 30.0),
+        "X402_RECONCILE_AFTER_SECONDS": _int("X402_RECONCILE_AFTER_SECONDS", 120),
         # --- module gateway (app/services/gateway/calls.py, receipts.py) -------------
         "CATALOG_PATH": _env("CATALOG_PATH", str(BASE_DIR / "catalog" / "modules")),
         "CATALOG_CACHE_TTL": _float("CATALOG_CACHE_TTL", 5.0),

@@ -20,6 +20,7 @@ class FakeState:
         self.mode = "ok"  # ok | 503 | 429 | timeout | 400 | 401
         self.retry_after: str | None = None
         self.usage = True
+        self.usage_extra: dict = {}  # merged into the reported usage (e.g. cache token counts)
         self.sleep = 1.0
         self.fail_times: int | None = None  # fail this many times, then behave (mode -> ok)
         self.calls = 0
@@ -43,7 +44,7 @@ def _sse(events) -> Reply:
 
 
 def _openai(state: FakeState, body: dict):
-    usage = {**USAGE, "total_tokens": 150}
+    usage = {**USAGE, "total_tokens": 150, **state.usage_extra}
     if body.get("tools"):
         message = {"role": "assistant", "content": None, "tool_calls": [
             {"id": "call_1", "type": "function",
@@ -69,7 +70,7 @@ def _openai(state: FakeState, body: dict):
 
 
 def _anthropic(state: FakeState, body: dict):
-    usage = {"input_tokens": 20, "output_tokens": 10}
+    usage = {"input_tokens": 20, "output_tokens": 10, **state.usage_extra}
     if body.get("tools"):
         content = [{"type": "text", "text": "Let me check."},
                    {"type": "tool_use", "id": "toolu_1", "name": body["tools"][0]["name"],
@@ -83,7 +84,7 @@ def _anthropic(state: FakeState, body: dict):
                      "content": content, "stop_reason": stop, "usage": usage}
     events = [("message_start", {"type": "message_start", "message": {
         "id": "msg_1", "type": "message", "role": "assistant", "content": [],
-        "usage": {"input_tokens": 20, "output_tokens": 1}}})]
+        "usage": {"input_tokens": 20, "output_tokens": 1, **state.usage_extra}}})]
     events.append(("content_block_start", {"type": "content_block_start", "index": 0,
                                            "content_block": {"type": "text", "text": ""}}))
     for i, word in enumerate(state.text.split(" ")):
@@ -139,7 +140,8 @@ models:
     capabilities: [streaming]
     providers:
       - {provider: pricey, upstream_model: small-at-pricey, input_usd_per_mtok: "3", output_usd_per_mtok: "6"}
-      - {provider: cheap, upstream_model: small-at-cheap, input_usd_per_mtok: "1", output_usd_per_mtok: "2"}
+      - {provider: cheap, upstream_model: small-at-cheap, input_usd_per_mtok: "1", output_usd_per_mtok: "2",
+         cache_read_usd_per_mtok: "0.5"}
   - id: m-big
     context_window: 100000
     max_output_tokens: 4000
@@ -152,7 +154,8 @@ models:
     max_output_tokens: 8000
     capabilities: [tools, streaming]
     providers:
-      - {provider: claude, upstream_model: claude-test, input_usd_per_mtok: "4", output_usd_per_mtok: "20"}
+      - {provider: claude, upstream_model: claude-test, input_usd_per_mtok: "4", output_usd_per_mtok: "20",
+         cache_read_usd_per_mtok: "0.4", cache_write_usd_per_mtok: "5"}
   - id: m-nousage
     auto: false
     context_window: 8000

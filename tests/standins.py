@@ -130,6 +130,8 @@ class FakeChain:
         self.spl: dict[str, int] = {}
         self.logs: list[dict] = []
         self.receipts: dict[str, int] = {}
+        self.receipt_logs: dict[str, list[dict]] = {}
+        self.used_authorizations: set[tuple[str, str]] = set()  # EIP-3009 (authorizer, nonce)
         self.block = 1000
         self.calls: list[str] = []
         self.fail = False
@@ -144,6 +146,19 @@ class FakeChain:
         self.receipts[tx] = status
         return entry
 
+    AUTHORIZATION_USED = "0x98de503528ee59b575ef0c0a2576a82497bfc029a5685b209e9ec333479b10a5"
+
+    def transfer_with_authorization(self, sender: str, to: str, value: int, nonce: str, block: int, tx: str,
+                                    log_index: int = 1) -> dict:
+        """What a facilitator's ``transferWithAuthorization`` leaves on chain: the Transfer log,
+        an ``AuthorizationUsed`` log in its receipt, and the authorization marked used."""
+        entry = self.transfer(sender, to, value, block, tx, log_index)
+        self.receipt_logs[tx] = [{"address": self.usdc, "logIndex": hex(log_index - 1), "data": "0x",
+                                  "topics": [self.AUTHORIZATION_USED, "0x" + sender.lower()[2:].rjust(64, "0"),
+                                             nonce.lower()]}, entry]
+        self.used_authorizations.add((sender.lower(), nonce.lower()))
+        return entry
+
     def rpc(self, method: str, params: list):
         self.calls.append(method)
         if self.fail:
@@ -152,6 +167,9 @@ class FakeChain:
             return hex(self.block)
         if method == "eth_call":
             call = params[0]
+            if call["data"].startswith("0xe94a0102"):  # EIP-3009 authorizationState(address,bytes32)
+                key = ("0x" + call["data"][10:74][-40:], "0x" + call["data"][74:138])
+                return "0x" + format(int(key in self.used_authorizations), "064x")
             assert call["to"].lower() == self.usdc and call["data"].startswith("0x70a08231")
             addr = "0x" + call["data"][-40:]
             return "0x" + format(self.balances.get(addr.lower(), 0), "064x")
@@ -168,7 +186,8 @@ class FakeChain:
             return out
         if method == "eth_getTransactionReceipt":
             status = self.receipts.get(params[0])
-            return None if status is None else {"transactionHash": params[0], "status": hex(status)}
+            return None if status is None else {"transactionHash": params[0], "status": hex(status),
+                                                "logs": self.receipt_logs.get(params[0], [])}
         if method == "getTokenAccountsByOwner":
             amount = self.spl.get(params[0], 0)
             return {"value": [{"account": {"data": {"parsed": {"info": {"tokenAmount": {"amount": str(amount)}}}}}}]}
@@ -202,6 +221,8 @@ class FakeFacilitator:
         self.verify = {"isValid": True}
         self.settle = {"success": True, "transaction": "0x" + "ab" * 32, "network": "eip155:8453"}
         self.calls: list[tuple[str, dict]] = []
+        self.settle_delay = 0.0  # seconds /settle takes to answer (after settling)
+        self.on_settle = None  # called with the request body when /settle settles (e.g. to move USDC)
 
 
 @contextmanager
@@ -212,7 +233,13 @@ def facilitator_server():
     @server.route("POST", "*")
     def _answer(req: Request):
         state.calls.append((req.target, req.json()))
-        return 200, state.verify if req.target.endswith("/verify") else state.settle
+        if req.target.endswith("/verify"):
+            return 200, state.verify
+        if state.settle.get("success") and state.on_settle is not None:
+            state.on_settle(req.json())
+        if state.settle_delay:
+            time.sleep(state.settle_delay)
+        return 200, state.settle
 
     with server as url:
         state.url = url

@@ -39,3 +39,6 @@ class ChatCompletion(db.Model):
     error: Mapped[str | None] = mapped_column(String(300))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     settled_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Last sign of life of the request holding the money (a stream extends it while it
+    # runs); the stale-hold sweep only releases holds whose request stopped beating.
+    alive_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

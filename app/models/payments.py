@@ -84,3 +84,25 @@ class BillingProfile(db.Model):
 
 
 
+
+
+class ExternalCredit(db.Model):
+    """The one book of outside money: every credit that came from outside (a Stripe payment
+    intent or checkout, an on-chain USDC transfer, an x402 authorization, an ACH debit) is
+    recorded once under ``ref``, a reference shared by all rails (``stripe:pi_…``,
+    ``chain:<chain>:<tx>:<log index>``, ``x402:<chain>:<payer>:<nonce>``), in the same
+    transaction as its ledger posting (``ledger_ref``). The unique ``ref`` is what makes a
+    second credit of the same money impossible, whichever rail sees it second."""
+
+    __tablename__ = "external_credits"
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    ref: Mapped[str] = mapped_column(String(200), unique=True)
+    rail: Mapped[str] = mapped_column(String(16))  # stripe | sandbox | chain | x402
+    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"), index=True)
+    mode: Mapped[str] = mapped_column(String(8), default="live")
+    amount_micros: Mapped[int] = mapped_column(BigInteger)
+    ledger_ref: Mapped[str] = mapped_column(String(200))
+    payment_id: Mapped[str | None] = mapped_column(String(32))
+    meta: Mapped[dict | None] = mapped_column(JSONType)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -10,7 +10,7 @@ from sqlalchemy import BigInteger, ForeignKey, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.extensions import db
-from app.models.base import UTCDateTime, utcnow
+from app.models.base import JSONType, UTCDateTime, utcnow
 
 
 class Wallet(db.Model):
@@ -50,8 +50,13 @@ class X402Authorization(db.Model):
     network: Mapped[str] = mapped_column(String(32))
     payer: Mapped[str] = mapped_column(String(64))
     value_atomic: Mapped[int] = mapped_column(BigInteger)
-    status: Mapped[str] = mapped_column(String(16), default="reserved")  # reserved | settled | failed
+    status: Mapped[str] = mapped_column(String(16), default="reserved")  # reserved | settled | failed | released
     transaction: Mapped[str | None] = mapped_column(String(100))
     error: Mapped[str | None] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     settled_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # What reconciliation needs to settle or release it later (``x402.reconcile``): the
+    # payload as presented, the price it paid for, and its ``validBefore`` (unix seconds).
+    payload: Mapped[dict | None] = mapped_column(JSONType)
+    price_micros: Mapped[int | None] = mapped_column(BigInteger)
+    valid_before: Mapped[int | None] = mapped_column(BigInteger)

@@ -15,7 +15,7 @@ from app.tasks import agents, alerts, chain_watch, chat, gateway, maintenance, o
 SCHEDULE: list[tuple[str, int, Callable]] = [
     ("flush-last-used", 60, maintenance.flush_last_used),
     ("watch-usdc-deposits", 30, chain_watch.watch_usdc_deposits),
-    ("book-orphan-x402", 300, x402_sweep.book_orphan_x402_payments),
+    ("x402-reconcile", 60, x402_sweep.reconcile_x402),
     ("outbox-sweep", 30, outbox.sweep),
     ("public-prune", 3600, public.prune),
     ("tokens-purge", 3600, tokens.purge),

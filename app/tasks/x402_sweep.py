@@ -1,8 +1,9 @@
-"""Periodic job: book settled x402 payments that a crash left unbooked (as account credit)."""
+"""Periodic job: x402 reconciliation (book settled-unbooked payments as account credit,
+resolve ``reserved`` authorizations older than X402_RECONCILE_AFTER_SECONDS)."""
 from __future__ import annotations
 
 
-def book_orphan_x402_payments() -> int:
+def reconcile_x402() -> dict:
     from app.services.billing import x402
 
-    return x402.book_orphans()
+    return x402.reconcile()

@@ -9,7 +9,7 @@ Faults (each can be switched off):
 Clients send calls with an Idempotency-Key each; an unknown outcome (connection error,
 5xx from a dying worker, 409 in flight) is retried with the *same* key until it is
 definitive. Afterwards (once the pending-call sweep has run) the driver checks:
-  1. ``flask ledger check`` is clean;
+  1. ``flask ledger check`` and ``flask money reconcile`` are clean;
   2. every 200 has exactly one charge (``call:<id>`` posting, no refund) and a receipt
      that verifies with the published key;
   3. every Idempotency-Key was charged at most once, and exactly once when it ended 200;
@@ -219,6 +219,9 @@ class Driver:
         check = sh(str(VENV_BIN / "flask"), "--app", "wsgi", "ledger", "check", env=self.env, check=False)
         if check.returncode != 0:
             problems.append("ledger check: " + check.stdout[-500:])
+        money = sh(str(VENV_BIN / "flask"), "--app", "wsgi", "money", "reconcile", env=self.env, check=False)
+        if money.returncode != 0:  # every external book (payments, x402, chain, holds) agrees
+            problems.append("money reconcile: " + money.stdout[-800:])
         pending = self.sql("SELECT count(*) FROM module_calls WHERE status = 'pending'")[0][0]
         if pending != "0":
             problems.append(f"{pending} calls still pending")

@@ -22,6 +22,10 @@ USDC_DECIMALS = 6
 # keccak256("Transfer(address,address,uint256)")
 TRANSFER_TOPIC = "0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef"
 BALANCE_OF_SELECTOR = "0x70a08231"
+# EIP-3009 (USDC FiatTokenV2): keccak256("AuthorizationUsed(address,bytes32)") and the
+# selector of ``authorizationState(address,bytes32)``.
+AUTHORIZATION_USED_TOPIC = "0x98de503528ee59b575ef0c0a2576a82497bfc029a5685b209e9ec333479b10a5"
+AUTHORIZATION_STATE_SELECTOR = "0xe94a0102"
 # EIP-712 domain of the USDC contracts (FiatTokenV2) on the supported mainnets.
 USDC_EIP712 = {"base": ("USD Coin", "2"), "ethereum": ("USD Coin", "2"), "polygon": ("USD Coin", "2")}
 
@@ -137,6 +141,33 @@ def transfer_logs(chain: str, to_address: str, from_block: int, to_block: int) -
     return out
 
 
-def receipt_succeeded(chain: str, tx: str) -> bool:
-    receipt = rpc(chain, "eth_getTransactionReceipt", [tx])
-    return bool(receipt) and _hex_int(receipt.get("status", "0x0")) == 1
+def receipt(chain: str, tx: str) -> dict | None:
+    """The transaction's receipt, or None when the node does not know it."""
+    out = rpc(chain, "eth_getTransactionReceipt", [tx])
+    return out if isinstance(out, dict) else None
+
+
+def succeeded(got: dict | None) -> bool:
+    """A receipt of a transaction that did not revert."""
+    return bool(got) and _hex_int(got.get("status", "0x0")) == 1
+
+
+def authorizations_used(chain: str, got: dict | None) -> list[tuple[str, str]]:
+    """(authorizer, nonce) of every EIP-3009 ``AuthorizationUsed`` event the USDC contract
+    emitted in a receipt: a transfer made by ``transferWithAuthorization`` (x402)."""
+    out = []
+    for item in (got or {}).get("logs") or []:
+        try:
+            topics = item["topics"]
+            if topics[0].lower() == AUTHORIZATION_USED_TOPIC \
+                    and item["address"].lower() == usdc_contract(chain).lower():
+                out.append((to_checksum_address("0x" + topics[1][-40:]), topics[2].lower()))
+        except (KeyError, IndexError, TypeError, AttributeError):
+            log.warning("skipping malformed receipt log on %s: %r", chain, item)
+    return out
+
+
+def authorization_state(chain: str, authorizer: str, nonce: str) -> bool:
+    """EIP-3009 ``authorizationState``: True once the authorization was used on chain."""
+    data = AUTHORIZATION_STATE_SELECTOR + authorizer.lower()[2:].rjust(64, "0") + nonce.lower()[2:].rjust(64, "0")
+    return _hex_int(rpc(chain, "eth_call", [{"to": usdc_contract(chain), "data": data}, "latest"])) != 0

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import func, insert, select, update
 
 from app.extensions import db, skip_commit_flush
 from app.models import Account, ChatCompletion
@@ -62,9 +62,9 @@ def hold(completion_id: str, account_id: str, requested_model: str, hold_micros:
             headers={"X-Price-Micros": str(hold_micros)}) from None
 
 
-def _flip(completion_id: str, values: dict) -> bool:
+def _flip(completion_id: str, values: dict, *where) -> bool:
     res = db.session.execute(
-        update(_COMPLETIONS).where(_COMPLETIONS.c.id == completion_id, _COMPLETIONS.c.status == "held")
+        update(_COMPLETIONS).where(_COMPLETIONS.c.id == completion_id, _COMPLETIONS.c.status == "held", *where)
         .values(settled_at=utcnow(), **values))
     return res.rowcount == 1
 
@@ -111,14 +111,18 @@ def settle(completion_id: str, account_id: str, hold_micros: int, cost_micros: i
 
 
 @transactional
-def release(completion_id: str, *, error: str, attempts: int = 0, count_call: bool = True) -> bool:
+def release(completion_id: str, *, error: str, attempts: int = 0, count_call: bool = True,
+            stale_before=None) -> bool:
     """Return the whole hold (nothing charged); records an errored call in usage. One unit
-    of work."""
+    of work. With ``stale_before`` (the sweep) only if its request is still silent since
+    then: a stream that extended its hold meanwhile keeps it."""
     row = db.session.get(ChatCompletion, completion_id)
     if row is None or row.status != "held":
         return False
     account_id, hold_micros, model = row.account_id, row.hold_micros, row.requested_model
-    if not _flip(completion_id, {"status": "released", "attempts": attempts, "error": error[:300]}):
+    alive = [func.coalesce(_COMPLETIONS.c.alive_at, _COMPLETIONS.c.created_at) < stale_before] \
+        if stale_before is not None else []
+    if not _flip(completion_id, {"status": "released", "attempts": attempts, "error": error[:300]}, *alive):
         return False
     if hold_micros:
         ledger.post("chat_release", [(HOLD, -hold_micros), (ledger.customer(account_id), hold_micros)],
@@ -143,16 +147,35 @@ def record_sandbox(completion_id: str, account_id: str, *, requested_model: str,
     usage.record(account_id, f"chat:{model}", spend_micros=cost_micros, mode="test", error=bool(error))
 
 
+@transactional
+def extend(completion_id: str) -> bool:
+    """The request holding this completion's money is alive (a stream calls it while it
+    runs): the stale-hold sweep leaves the hold alone for another TTL. One unit of work."""
+    res = db.session.execute(update(_COMPLETIONS).where(_COMPLETIONS.c.id == completion_id,
+                                                        _COMPLETIONS.c.status == "held")
+                             .values(alive_at=utcnow()))
+    return res.rowcount == 1
+
+
+def stale(cutoff):
+    """Condition: a ``held`` completion whose request gave no sign of life since ``cutoff``."""
+    return (ChatCompletion.status == "held") & (func.coalesce(ChatCompletion.alive_at, ChatCompletion.created_at)
+                                                 < cutoff)
+
+
 def release_stale_holds(older_than_seconds: float, limit: int = 500) -> int:
-    """Release holds whose completion is still ``held`` after ``older_than_seconds`` (the
-    process handling it died): the customer gets the whole hold back. Returns how many."""
+    """Release holds whose completion is still ``held`` and whose request gave no sign of
+    life (creation or ``extend``) for ``older_than_seconds`` (the process handling it died):
+    the customer gets the whole hold back. A live stream's hold is never released. Returns
+    how many."""
     cutoff = utcnow() - timedelta(seconds=older_than_seconds)
     with unit_of_work():  # a read, ended before the releases
         ids = db.session.execute(
-            select(ChatCompletion.id).where(ChatCompletion.status == "held", ChatCompletion.created_at < cutoff)
+            select(ChatCompletion.id).where(stale(cutoff))
             .order_by(ChatCompletion.created_at).limit(limit)).scalars().all()
     done = 0
     for cid in ids:
-        if release(cid, error="stale hold released by the sweep (the request did not finish)"):
+        if release(cid, error="stale hold released by the sweep (the request did not finish)",
+                   stale_before=cutoff):
             done += 1
     return done

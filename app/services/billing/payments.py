@@ -24,7 +24,7 @@ from app.extensions import db
 from app.ids import new_id
 from app.models import Account, BillingProfile, Payment
 from app.models.base import utcnow
-from app.services.billing import ledger
+from app.services.billing import ledger, outside
 from app.services.billing.processors import CardDeclined, MethodInfo, for_mode
 from app.services.platform.uow import unit_of_work
 
@@ -68,8 +68,11 @@ def ledger_source(payment: Payment) -> str:
     return ledger.external({"card": "card", "ach": "ach", "usdc": "usdc", "x402": "x402"}[payment.method])
 
 
-def credit_payment(payment: Payment, ref: str | None = None, **values) -> bool:
-    """``pending → succeeded`` and the credit, once. Returns False when already final."""
+def credit_payment(payment: Payment, ref: str | None = None, external_ref: str | None = None,
+                   **values) -> bool:
+    """``pending → succeeded`` and the credit, once, recorded in the book of outside money
+    under ``external_ref`` (default: the processor reference). Returns False when already
+    final; ``IntegrityError`` when that outside money was already credited."""
     res = db.session.execute(
         update(Payment).where(Payment.id == payment.id, Payment.status == "pending")
         .values(status="succeeded", updated_at=utcnow(), **values)
@@ -77,8 +80,12 @@ def credit_payment(payment: Payment, ref: str | None = None, **values) -> bool:
     if res.rowcount != 1:
         return False
     micros = int(payment.amount_micros)
+    ref = ref or f"pay:{payment.id}"
+    outside.record(external_ref or outside.payment_ref(payment), rail=payment.processor,
+                   account_id=payment.account_id, amount_micros=micros, ledger_ref=ref,
+                   mode=payment.mode or "live", payment_id=payment.id)
     ledger.post("payment", [(ledger_source(payment), -micros), (ledger.customer(payment.account_id), micros)],
-                ref=ref or f"pay:{payment.id}", account_id=payment.account_id,
+                ref=ref, account_id=payment.account_id,
                 meta={"payment_id": payment.id, "method": payment.method, "processor": payment.processor})
     return True
 

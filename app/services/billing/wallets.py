@@ -18,10 +18,10 @@ from sqlalchemy.exc import IntegrityError
 from app.errors import Conflict, DomainError, InvalidRequest, ServiceUnavailable
 from app.extensions import db, get_redis
 from app.ids import new_id, random_b62
-from app.models import Account, ChainCursor, LedgerEntry, LedgerTransaction, Payment, Wallet
+from app.models import Account, ChainCursor, LedgerEntry, LedgerTransaction, Payment, Wallet, X402Authorization
 from app.models.base import utcnow
 from app.services.billing import chains
-from app.services.billing import ledger
+from app.services.billing import ledger, outside
 from app.services.billing.payments import FundResult, credit_payment, fund_result
 from app.services.platform import crypto, tokens
 from app.services.platform.uow import transactional, unit_of_work
@@ -255,8 +255,22 @@ def _credit_transfer(chain: str, t: dict) -> str:
     if wallet is None:
         log.warning("USDC transfer %s from unconnected address %s not attributed", provider_id, t["from"])
         return "unattributed"
-    if not chains.receipt_succeeded(chain, t["tx"]):
+    got = chains.receipt(chain, t["tx"])
+    if not chains.succeeded(got):
         return "reverted"
+    external_ref = outside.chain_ref(chain, t["tx"], t["log_index"])
+    used = [f"{chain}:{a.lower()}:{n}" for a, n in chains.authorizations_used(chain, got) if a == t["from"]]
+    if used or db.session.execute(select(X402Authorization.id).where(
+            X402Authorization.transaction == t["tx"])).first():
+        # An EIP-3009 transfer: the same money as an x402 authorization. One of ours that is
+        # reserved or settled is booked by the x402 path (or its reconciliation); any other
+        # (not ours, or one released as unused) is credited under the authorization's key,
+        # so the two rails can never both credit it.
+        if not used or db.session.execute(select(X402Authorization.id).where(
+                X402Authorization.auth_key.in_(used),
+                X402Authorization.status.in_(("reserved", "settled")))).first():
+            return "x402"
+        external_ref = outside.x402_ref(used[0])
     candidates = db.session.execute(
         select(Payment).where(Payment.account_id == wallet.account_id, Payment.method == "usdc",
                               Payment.status == "pending", Payment.provider_id.is_(None),
@@ -274,7 +288,7 @@ def _credit_transfer(chain: str, t: dict) -> str:
             payment.meta = {**(payment.meta or {}), "tx": t["tx"], "log_index": t["log_index"],
                             "block": t["block"]}
             db.session.flush()
-            credited = credit_payment(payment, ref=f"usdc:{provider_id}")
+            credited = credit_payment(payment, ref=f"usdc:{provider_id}", external_ref=external_ref)
     except IntegrityError:
         return "duplicate"
     return "credited" if credited else "already_final"

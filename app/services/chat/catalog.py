@@ -61,9 +61,17 @@ class Offer:
     upstream_model: str
     input_price: Decimal
     output_price: Decimal
+    # Prompt tokens read from / written to the provider's prompt cache (default: the input price).
+    cache_read_price: Decimal | None = None
+    cache_write_price: Decimal | None = None
 
-    def cost_micros(self, prompt_tokens: int, completion_tokens: int) -> int:
-        return price_micros(self.input_price, self.output_price, prompt_tokens, completion_tokens)
+    def cost_micros(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0,
+                    cache_write_tokens: int = 0) -> int:
+        """``prompt_tokens`` counts every input token; ``cached_tokens`` and
+        ``cache_write_tokens`` of them are priced at the cache read / write prices."""
+        return price_micros(self.input_price, self.output_price, prompt_tokens, completion_tokens,
+                            cached_tokens=cached_tokens, cache_write_tokens=cache_write_tokens,
+                            cache_read_price=self.cache_read_price, cache_write_price=self.cache_write_price)
 
 
 @dataclass(frozen=True)
@@ -92,10 +100,22 @@ class Catalog:
 
 
 def price_micros(input_price: Decimal, output_price: Decimal, prompt_tokens: int,
-                 completion_tokens: int) -> int:
-    """Exact cost in micros: tokens × micros-per-token, rounded half up once."""
-    total = input_price * prompt_tokens + output_price * completion_tokens
+                 completion_tokens: int, *, cached_tokens: int = 0, cache_write_tokens: int = 0,
+                 cache_read_price: Decimal | None = None, cache_write_price: Decimal | None = None) -> int:
+    """Exact cost in micros: tokens × micros-per-token ($/Mtok), rounded half up once. Of the
+    ``prompt_tokens``, ``cached_tokens`` are priced at ``cache_read_price`` and
+    ``cache_write_tokens`` at ``cache_write_price`` (each defaulting to the input price)."""
+    cached = max(0, min(int(cached_tokens), int(prompt_tokens)))
+    written = max(0, min(int(cache_write_tokens), int(prompt_tokens) - cached))
+    read_p = input_price if cache_read_price is None else cache_read_price
+    write_p = input_price if cache_write_price is None else cache_write_price
+    total = input_price * (prompt_tokens - cached - written) + read_p * cached + write_p * written \
+        + output_price * completion_tokens
     return int(total.quantize(Decimal(1), rounding=ROUND_HALF_UP))
+
+
+def _optional_price(value: Any, where: str) -> Decimal | None:
+    return None if value is None else _price(value, where)
 
 
 def _price(value: Any, where: str) -> Decimal:
@@ -156,7 +176,9 @@ def load_catalog(pattern: str, settings: dict) -> Catalog:
             offers.append(Offer(model_id=mid, provider=prov,
                                 upstream_model=str(o.get("upstream_model") or mid),
                                 input_price=_price(o.get("input_usd_per_mtok"), where),
-                                output_price=_price(o.get("output_usd_per_mtok"), where)))
+                                output_price=_price(o.get("output_usd_per_mtok"), where),
+                                cache_read_price=_optional_price(o.get("cache_read_usd_per_mtok"), where),
+                                cache_write_price=_optional_price(o.get("cache_write_usd_per_mtok"), where)))
         if not offers:
             raise CatalogError(f"{path}: model {mid} has no providers")
         try:

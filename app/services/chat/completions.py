@@ -13,10 +13,11 @@ from flask import current_app
 from app.errors import InvalidRequest, ProviderTimeout, UpstreamError
 from app.ids import random_b62
 from app.services.billing import holds as chat_billing
+from app.services.chat.heartbeat import HoldHeartbeat
 from app.services.chat import cooldown as chat_cooldown
 from app.services.chat import providers
 from app.services.chat.catalog import (Model, ModelNotFound, Needs, Offer, analyse, candidates, catalog,
-                                       list_models, output_cap, price_micros, reference_offer,
+                                       list_models, output_cap, reference_offer,
                                        savings_pct)
 
 log = logging.getLogger(__name__)
@@ -139,13 +140,16 @@ def _fail(call: _Call, rejected: providers.UpstreamRejected | None = None):
 def _usage(call: _Call, offer: Offer, upstream: dict | None, generated_chars: int) -> dict:
     """OpenAI usage plus cost_usd, cost_micros, savings_pct, latency_ms (and estimated)."""
     estimated = not (upstream and "prompt_tokens" in upstream and "completion_tokens" in upstream)
+    cached = written = 0
     if estimated:
         prompt, completion = call.needs.prompt_tokens, -(-generated_chars // 4)
     else:
         prompt, completion = int(upstream["prompt_tokens"]), int(upstream["completion_tokens"])
-    cost = offer.cost_micros(prompt, completion)
+        details = upstream.get("prompt_tokens_details") or {}  # OpenAI; Anthropic mapped by providers
+        cached, written = int(details.get("cached_tokens") or 0), int(details.get("cache_write_tokens") or 0)
+    cost = offer.cost_micros(prompt, completion, cached, written)
     ref = reference_offer(call.body["model"])
-    ref_cost = price_micros(ref.input_price, ref.output_price, prompt, completion) if ref else 0
+    ref_cost = ref.cost_micros(prompt, completion, cached, written) if ref else 0
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
             "cost_usd": cost / 1_000_000, "cost_micros": cost, "savings_pct": savings_pct(cost, ref_cost),
             "latency_ms": int((time.monotonic() - call.started) * 1000), "estimated": estimated}
@@ -239,6 +243,7 @@ def _start_stream(call: _Call, offers: list[Offer], models: dict[str, Model]) ->
         _fail(call)
     it, first = opened
     created = int(time.time())
+    beat = HoldHeartbeat(call.id).start() if call.live else None
 
     def sse(obj: dict) -> bytes:
         return b"data: " + orjson.dumps(obj) + b"\n\n"
@@ -252,6 +257,8 @@ def _start_stream(call: _Call, offers: list[Offer], models: dict[str, Model]) ->
         def finish() -> dict:
             nonlocal settled
             settled = True
+            if beat is not None:
+                beat.stop()
             usage = _usage(call, offer, upstream_usage, chars)
             _settle(call, offer, usage, error)
             return usage

@@ -313,9 +313,18 @@ def from_anthropic(data: dict) -> dict:
     out = {"choices": [{"index": 0, "message": message,
                         "finish_reason": _STOP.get(data.get("stop_reason"), "stop")}]}
     if "input_tokens" in usage or "output_tokens" in usage:
-        prompt = int(usage.get("input_tokens") or 0) + int(usage.get("cache_read_input_tokens") or 0) \
-            + int(usage.get("cache_creation_input_tokens") or 0)
-        out["usage"] = {"prompt_tokens": prompt, "completion_tokens": int(usage.get("output_tokens") or 0)}
+        out["usage"] = {**anthropic_prompt_usage(usage), "completion_tokens": int(usage.get("output_tokens") or 0)}
+    return out
+
+
+def anthropic_prompt_usage(usage: dict) -> dict:
+    """Anthropic input usage in OpenAI's shape: ``prompt_tokens`` counts every input token;
+    ``prompt_tokens_details`` says how many were read from the prompt cache
+    (``cached_tokens``, OpenAI's name) and written to it (``cache_write_tokens``)."""
+    read, write = int(usage.get("cache_read_input_tokens") or 0), int(usage.get("cache_creation_input_tokens") or 0)
+    out = {"prompt_tokens": int(usage.get("input_tokens") or 0) + read + write}
+    if read or write:
+        out["prompt_tokens_details"] = {"cached_tokens": read, "cache_write_tokens": write}
     return out
 
 
@@ -344,9 +353,7 @@ def _anthropic_stream(offer: Offer, body: dict, max_tokens: int) -> Iterator[dic
             continue
         kind = ev.get("type")
         if kind == "message_start":
-            u = (ev.get("message") or {}).get("usage") or {}
-            prompt = int(u.get("input_tokens") or 0) + int(u.get("cache_read_input_tokens") or 0) \
-                + int(u.get("cache_creation_input_tokens") or 0)
+            prompt = anthropic_prompt_usage((ev.get("message") or {}).get("usage") or {})
             yield {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
                                 "finish_reason": None}]}
         elif kind == "content_block_start":
@@ -376,7 +383,7 @@ def _anthropic_stream(offer: Offer, body: dict, max_tokens: int) -> Iterator[dic
             break
     yield {"choices": [{"index": 0, "delta": {}, "finish_reason": finish or "stop"}]}
     if prompt is not None and completion is not None:
-        yield {"choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": completion}}
+        yield {"choices": [], "usage": {**prompt, "completion_tokens": completion}}
 
 
 def complete(offer: Offer, body: dict, max_tokens: int) -> dict:

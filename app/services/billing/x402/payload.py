@@ -17,6 +17,7 @@ from app.services.platform import crypto
 from app.services.billing.x402.requirements import PAYMENT_HEADERS, enabled, networks, pay_to
 
 MAX_HEADER_BYTES = 8192
+INT64_LIMIT = 2**63
 
 
 VALID_BEFORE_MARGIN_SECONDS = 6  # an authorization must stay valid while it is settled
@@ -83,8 +84,8 @@ def _int(value, name: str) -> int:
         out = int(value, 0) if isinstance(value, str) else int(value)
     except (TypeError, ValueError):
         raise InvalidPayment(f"The payment authorization `{name}` is not an integer.") from None
-    if out < 0 or out >= 2**256:
-        raise InvalidPayment(f"The payment authorization `{name}` is out of range.")
+    if out < 0 or out >= INT64_LIMIT:  # every amount and time we store is a signed 64-bit integer
+        raise InvalidPayment(f"The payment authorization `{name}` is out of range (0 to 2^63-1).")
     return out
 
 
@@ -156,5 +157,8 @@ def verify(data: dict, price_micros: int) -> dict:
         raise PaymentInvalid("invalid_signature", "The authorization signature is malformed.")
     if recovered != payer:
         raise PaymentInvalid("invalid_signature", "The authorization was not signed by `from`.")
+    if value > price_atomic:  # the `exact` scheme: the authorization moves the price, no more
+        raise PaymentInvalid("amount_exceeds_price", f"The authorization is for {value} atomic USDC; the "
+                                                     f"`exact` scheme pays exactly the price, {price_atomic}.")
     return {"chain": chain, "payer": payer, "value": value, "nonce": nonce, "version": data["x402Version"],
-            "auth_key": f"{chain}:{payer.lower()}:{nonce}", "data": data}
+            "auth_key": f"{chain}:{payer.lower()}:{nonce}", "data": data, "valid_before": valid_before}

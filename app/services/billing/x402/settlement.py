@@ -34,7 +34,7 @@ from app.models import LedgerTransaction, Payment, X402Authorization
 from app.models.base import utcnow
 from app.services.billing.x402.payload import PaymentInvalid, decode, verify
 from app.services.billing.x402.requirements import b64json, is_sandbox, v1_requirement, v2_requirement
-from app.services.billing import chains, ledger
+from app.services.billing import chains, ledger, outside
 from app.services.platform import http
 from app.services.platform.uow import in_unit_of_work, transactional, unit_of_work
 
@@ -95,7 +95,8 @@ def reserve(facts: dict, account_id: str) -> str:
         with unit_of_work():
             db.session.execute(insert(X402Authorization).values(
                 id=auth_id, auth_key=facts["auth_key"], account_id=account_id, network=facts["chain"],
-                payer=facts["payer"], value_atomic=facts["value"], status="reserved", created_at=utcnow()))
+                payer=facts["payer"], value_atomic=facts["value"], status="reserved", created_at=utcnow(),
+                payload=facts["data"], price_micros=facts["value"], valid_before=facts.get("valid_before")))
     except IntegrityError:
         raise PaymentInvalid("replayed", "This payment authorization was already used.") from None
     return auth_id
@@ -109,7 +110,8 @@ def _facilitator(path: str, facts: dict, price_micros: int, resource_url: str) -
     else:
         req = v1_requirement(facts["chain"], price_micros, resource_url, "Module call")
     try:
-        resp = http.call("POST", url, purpose="x402", timeout=30,
+        resp = http.call("POST", url, purpose="x402",
+                         timeout=float(current_app.config["X402_FACILITATOR_TIMEOUT_SECONDS"]),
                          json={"x402Version": facts["version"], "paymentPayload": data,
                                "paymentRequirements": req})
         body = resp.json()
@@ -161,7 +163,7 @@ def settle(pay: X402Payment, facts: dict, *, price_micros: int, resource_url: st
                                                            "stays reserved for reconciliation.")
         _status(pay.auth_id, status="failed", error=reason[:200])
         raise PaymentInvalid(reason, "Settlement failed: " + reason)
-    pay.transaction = str(settled.get("transaction") or "")
+    pay.transaction = str(settled.get("transaction") or "").lower()
     _status(pay.auth_id, status="settled", transaction=pay.transaction[:100], settled_at=utcnow())
     return pay
 
@@ -199,6 +201,9 @@ def book(pay: X402Payment, call_id: str | None = None) -> str:
                             "call_id": call_id, "authorization": pay.auth_id})
     db.session.add(payment)
     source = ledger.external("sandbox" if pay.sandbox else "x402")
+    outside.record(outside.x402_ref(pay.auth_key), rail="x402", account_id=pay.account_id,
+                   amount_micros=pay.value_atomic, ledger_ref=f"x402:{pay.auth_key}", payment_id=payment.id,
+                   mode=payment.mode, meta={"network": pay.network, "transaction": pay.transaction})
     ledger.post("x402_payment", [(source, -pay.value_atomic), (ledger.customer(pay.account_id), pay.value_atomic)],
                 ref=f"x402:{pay.auth_key}", account_id=pay.account_id,
                 meta={"payment_id": payment.id, "call_id": call_id, "payer": pay.payer})
@@ -213,28 +218,3 @@ def response_headers(pay: X402Payment) -> dict:
             "amount": str(pay.value_atomic)}
     name = "PAYMENT-RESPONSE" if pay.version == 2 else "X-PAYMENT-RESPONSE"
     return {name: b64json(body), "Access-Control-Expose-Headers": name}
-
-
-def book_orphans(older_than_seconds: int = 120) -> int:
-    """Sweep: settled authorizations never booked (a crash between settlement and the call's
-    transaction) are credited to their account, so a settled payment is never lost."""
-    from datetime import timedelta
-
-    cutoff = utcnow() - timedelta(seconds=older_than_seconds)
-    rows = db.session.execute(select(X402Authorization).where(
-        X402Authorization.status == "settled", X402Authorization.settled_at < cutoff)).scalars().all()
-    n = 0
-    for row in rows:
-        if db.session.execute(select(LedgerTransaction.id).where(
-                LedgerTransaction.ref == f"x402:{row.auth_key}")).first():
-            continue
-        pay = X402Payment(auth_id=row.id, auth_key=row.auth_key, account_id=row.account_id, version=2,
-                          network=row.network, payer=row.payer, value_atomic=int(row.value_atomic),
-                          sandbox=(row.transaction or "").startswith("sandbox:"), transaction=row.transaction)
-        try:
-            with unit_of_work():
-                book(pay)
-            n += 1
-        except IntegrityError:
-            pass
-    return n

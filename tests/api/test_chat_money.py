@@ -1,0 +1,57 @@
+"""Chat charged exactly (issue 15): a stream that runs past CHAT_HOLD_TTL_SECONDS keeps its
+hold (its heartbeat extends it; the stale-hold sweep leaves it alone) and is charged when
+it ends; cache-read / cache-write tokens priced per provider."""
+from __future__ import annotations
+
+import time
+
+import orjson
+
+from app.services.billing import holds
+from tests.api.test_chat import START, acct, chat, fakes, figures, upstreams  # noqa: F401
+
+
+def test_long_stream_keeps_its_hold_and_is_charged(app, client, fakes, acct, ledger_clean):  # noqa: F811
+    app.config["CHAT_HOLD_TTL_SECONDS"] = 0.3
+    r = chat(client, acct, model="m-small", max_tokens=100, stream=True)
+    assert r.status_code == 200
+    body = iter(r.response)
+    first = next(body)
+    assert first.startswith(b"data: ")
+    time.sleep(1.0)  # the client (or the upstream) is slow: the stream outlives the hold TTL
+    with app.app_context():
+        assert holds.release_stale_holds(0.3) == 0  # a live stream's hold is never released
+    rest = b"".join(body)
+    events = [orjson.loads(line[6:]) for line in (first + rest).split(b"\n\n") if line.startswith(b"data: {")]
+    assert events[-1]["usage"]["cost_micros"] == 200
+    assert figures(app, acct.id)["balance"] == START - 200
+    assert figures(app, acct.id)["held"] == 0
+    with app.app_context():  # once ended, nothing is left for the sweep
+        assert holds.release_stale_holds(0) == 0
+    ledger_clean()
+
+
+def test_openai_cached_tokens_priced_at_the_cache_read_price(app, client, fakes, acct, ledger_clean):  # noqa: F811
+    """m-small at cheap: $1 input, $0.5 cache read, $2 output per Mtok. 100 prompt tokens of
+    which 80 cached + 50 completion = 20×1 + 80×0.5 + 50×2 = 160 micros (not 200)."""
+    fakes.cheap.usage_extra = {"prompt_tokens_details": {"cached_tokens": 80}}
+    r = chat(client, acct, model="m-small", max_tokens=100)
+    assert r.status_code == 200, r.get_json()
+    assert r.get_json()["usage"]["cost_micros"] == 160
+    assert figures(app, acct.id)["balance"] == START - 160
+    ledger_clean()
+
+
+def test_anthropic_cache_read_and_write_priced(app, client, fakes, acct, ledger_clean):  # noqa: F811
+    """m-claude: $4 input, $0.4 cache read, $5 cache write, $20 output per Mtok. 20 input +
+    1000 read + 200 written, 10 output = 80 + 400 + 1000 + 200 = 1680 micros (full price
+    would be 1220×4 + 200 = 5080), streamed or not."""
+    fakes.claude.usage_extra = {"cache_read_input_tokens": 1000, "cache_creation_input_tokens": 200}
+    r = chat(client, acct, model="m-claude", max_tokens=64)
+    assert r.status_code == 200, r.get_json()
+    assert r.get_json()["usage"]["prompt_tokens"] == 1220 and r.get_json()["usage"]["cost_micros"] == 1680
+    r = chat(client, acct, model="m-claude", max_tokens=64, stream=True)
+    final = [orjson.loads(x[6:]) for x in r.data.split(b"\n\n") if x.startswith(b"data: {")][-1]
+    assert final["usage"]["cost_micros"] == 1680
+    assert figures(app, acct.id)["balance"] == START - 2 * 1680
+    ledger_clean()

@@ -45,7 +45,8 @@ def bars(days: list[dict], key: str, fmt) -> dict:
                        w=round(slot * 0.7, 2), h=round(h, 2),
                        label=f"{d['date'].isoformat()}: {fmt(d[key])}"))
     picks = sorted({0, n // 2, n - 1}) if days else []
-    xlabels = [{"x": round(PAD_LEFT + i * slot + slot / 2, 2), "text": days[i]["date"].strftime("%b %d")}
+    xlabels = [{"x": round(PAD_LEFT + i * slot + slot / 2, 2), "text": days[i]["date"].strftime("%b %d"),
+                "anchor": "start" if i == 0 and n > 1 else "end" if i == n - 1 and n > 1 else "middle"}
                for i in picks]
     return {"bars": out, "top": fmt(top), "mid": fmt(top / 2), "xlabels": xlabels,
             "width": WIDTH, "height": HEIGHT, "left": PAD_LEFT, "base": HEIGHT - PAD_BOTTOM,

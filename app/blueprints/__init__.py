@@ -37,6 +37,9 @@ def register_blueprints(app: Flask, api) -> None:
     from app.blueprints.docs.routes import bp as docs_bp
 
     app.register_blueprint(docs_bp)
+    from app.blueprints.console import bp as console_bp  # HTML console, not in the API document
+
+    app.register_blueprint(console_bp)
     for spec in API_BLUEPRINTS:
         path, _, attr = spec.partition(":")
         module = import_module(path)

@@ -153,6 +153,13 @@ def get_agent(agent_id: str) -> Agent:
     return agent
 
 
+def owned_agents(owner_account_id: str) -> list[Agent]:
+    """The agents an account owns, newest first (read-only, for the console)."""
+    return list(db.session.execute(
+        select(Agent).where(Agent.owner_account_id == owner_account_id)
+        .order_by(Agent.created_at.desc(), Agent.id)).scalars())
+
+
 def visible_agent(agent_id: str, *, account_id: str, caller_agent_id: str | None) -> Agent:
     """The agent, if the caller is the agent itself (its session, or a key of its own
     account) or a credential of its owner account; anyone else gets 404 ``not_found``."""

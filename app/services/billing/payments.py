@@ -138,6 +138,11 @@ def _profile(account_id: str, processor: str) -> BillingProfile | None:
                                      BillingProfile.processor == processor)).scalar_one_or_none()
 
 
+def saved_method(account_id: str, mode: str) -> BillingProfile | None:
+    """The account's billing profile (saved default method) with ``mode``'s processor."""
+    return _profile(account_id, for_mode(mode).name)
+
+
 def set_default_method(account_id: str, mode: str, pm_id: str) -> BillingProfile:
     """Validate ``pm_id`` with the processor, attach it to the account's customer and make
     it the default used by ``/api/wallet/fund`` (card or ACH)."""

@@ -106,3 +106,25 @@ def usage_by_module(account_id: str) -> dict:
         {"slug": r["product"], "calls": r["calls"], "spend_cents": micros_to_cents(r["spend_micros"])}
         for r in by_product(account_id, start, end, mode="live") if not r["product"].startswith("chat:")
     ]}
+
+
+def daily(account_id: str, days: int, *, mode: str = "live", now: datetime | None = None) -> list[dict]:
+    """The last ``days`` UTC calendar days (today included, oldest first) of one account:
+    ``{"date", "calls", "errors", "spend_micros"}`` per day, zero-filled, from the hourly
+    rollups (module calls and chat alike)."""
+    today = (now or utcnow()).astimezone(timezone.utc).date()
+    first = today - timedelta(days=days - 1)
+    start = datetime(first.year, first.month, first.day, tzinfo=timezone.utc)
+    rows = db.session.execute(
+        select(UsageHourly.hour, UsageHourly.calls, UsageHourly.errors, UsageHourly.spend_micros)
+        .where(UsageHourly.account_id == account_id, UsageHourly.mode == mode,
+               UsageHourly.hour >= start, UsageHourly.hour < start + timedelta(days=days))
+    ).all()
+    out = {first + timedelta(days=i): {"calls": 0, "errors": 0, "spend_micros": 0} for i in range(days)}
+    for hour, calls, errors, spend in rows:  # at most 24 × days × products rows
+        day = out.get(hour.astimezone(timezone.utc).date())
+        if day is not None:
+            day["calls"] += int(calls)
+            day["errors"] += int(errors)
+            day["spend_micros"] += int(spend)
+    return [{"date": d, **v} for d, v in out.items()]

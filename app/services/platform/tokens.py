@@ -1,8 +1,9 @@
 """Tokens: single-use tokens of every purpose (one table, one consumption rule) and the
 signed, non-expiring list-unsubscribe tokens (RFC 8058 one-click links).
 
-Single-use tokens serve agent sign-in nonces, wallet-connect nonces, sign-up links and
-newsletter confirmations:
+Single-use tokens serve agent sign-in nonces, wallet-connect nonces, sign-up links,
+newsletter confirmations, console sign-in links and console sessions (a session row is
+usable until it expires — the absolute timeout — or is consumed by signing out):
 
 * ``issue`` stores only the SHA-256 of the token (with its purpose, subject, expiry and
   extra data) and returns the token text, which exists nowhere else.
@@ -38,6 +39,8 @@ AGENT_SIGNIN = "agent_signin"
 WALLET_CONNECT = "wallet_connect"
 SIGNUP = "signup"
 NEWSLETTER_CONFIRM = "newsletter_confirm"
+CONSOLE_SIGNIN = "console_signin"    # the e-mailed console sign-in link
+CONSOLE_SESSION = "console_session"  # a console session: used_at = signed out
 
 MAX_TOKEN_LEN = 100
 PURGE_AFTER = timedelta(days=1)

@@ -1,0 +1,60 @@
+"""Console pages: agents (register by public key, earnings and monthly statements,
+submitted modules with their review status) and, for admin accounts, the module review
+queue (approve / reject)."""
+from __future__ import annotations
+
+from flask import abort, g, redirect, render_template, request, url_for
+
+from app.blueprints.console import bp
+from app.blueprints.console.account_pages import field_errors
+from app.errors import DomainError
+from app.services.accounts import accounts
+from app.services.agents import builds, earnings, identity
+
+
+def _agents_page(status: int = 200, **extra):
+    acct = g.account
+    agents = identity.owned_agents(acct.id)
+    ctx = {"agents": [{"agent": a, "earnings": earnings.agent_earnings(a),
+                       "balance_micros": accounts.get_account(a.account_id).balance_micros} for a in agents],
+           "submissions": builds.list_builds(agent_id=None, account_id=acct.id),
+           "queue": builds.pending() if acct.is_admin else [], "errors": {}, "form": {}}
+    ctx.update(extra)
+    return render_template("console/agents.html", **ctx), status
+
+
+@bp.get("/agents")
+def agents():
+    """The account's agents, their earnings and submitted modules; the review queue."""
+    return _agents_page()
+
+
+@bp.post("/agents")
+def register_agent():
+    """Register an agent by its ed25519 public key (idempotent per key)."""
+    form = {f: (request.form.get(f) or "").strip() for f in ("name", "pubkey", "webhook")}
+    try:
+        identity.register(g.account.id, name=form["name"][:100], pubkey=form["pubkey"],
+                          webhook=form["webhook"] or None)
+    except DomainError as exc:
+        return _agents_page(400, errors=field_errors(exc, ("name", "pubkey", "webhook")), form=form)
+    return redirect(url_for("console.agents"), code=303)
+
+
+@bp.post("/agents/review/<slug>")
+def review(slug: str):
+    """Admins only: approve or reject the pending submission for ``slug``."""
+    if not g.account.is_admin:
+        abort(404)
+    decision, notes = request.form.get("decision"), (request.form.get("notes") or "").strip()[:2000]
+    reviewer = g.account.email or g.account.id
+    try:
+        if decision == "approve":
+            builds.approve(slug, reviewer=reviewer, notes=notes or None)
+        elif decision == "reject":
+            builds.reject(slug, reviewer=reviewer, reason=notes or "Rejected in the console review.")
+        else:
+            abort(400)
+    except DomainError as exc:
+        return _agents_page(400, errors={"review": exc.message})
+    return redirect(url_for("console.agents"), code=303)

@@ -1,0 +1,99 @@
+"""Console pages: billing (top up through the hosted checkout, payment history, the
+saved card, credits and the connected wallet) and alerts (create and delete rules with
+the SPEC fields, recent firings with their delivery status)."""
+from __future__ import annotations
+
+from flask import abort, g, redirect, render_template, request, url_for
+from marshmallow import ValidationError
+
+from app.blueprints.console import bp, web
+from app.blueprints.console.account_pages import field_errors
+from app.blueprints.payments.schemas import CheckoutSchema
+from app.errors import DomainError
+from app.services.billing import alerts as alerts_svc
+from app.services.billing import payments, wallets
+
+ALERT_FIELDS = ("name", "metric", "op", "threshold", "window", "channel", "target")
+
+
+def _billing_page(status: int = 200, **extra):
+    acct = g.account
+    ctx = {"payments": payments.history(acct.id), "method": payments.saved_method(acct.id, web.mode()),
+           "wallet": wallets.get_wallet(acct.id), "errors": {}, "amount": "",
+           "checkout": request.args.get("checkout")}
+    ctx.update(extra)
+    return render_template("console/billing.html", **ctx), status
+
+
+@bp.get("/billing")
+def billing():
+    """Credits, top-up form, saved card, wallet and payment history."""
+    return _billing_page()
+
+
+@bp.post("/billing/topup")
+def topup():
+    """Start a hosted checkout for the amount and send the browser to it; credits arrive
+    when the processor confirms (the checkout returns here)."""
+    amount = (request.form.get("amount") or "").strip()
+    try:
+        dollars = float(amount)
+        body = CheckoutSchema().load({"amount_cents": round(dollars * 100),
+                                      "return_url": url_for("console.billing", _external=True)})
+    except ValueError:
+        return _billing_page(400, errors={"amount": "Enter an amount in dollars, e.g. 10 or 25.50."},
+                             amount=amount)
+    except ValidationError as exc:
+        msg = "; ".join(" ".join(v) for v in exc.messages.values())
+        return _billing_page(400, errors={"amount": msg}, amount=amount)
+    try:
+        out = payments.create_checkout(g.account.id, web.mode(), body["amount_cents"],
+                                       "Gateway credits", body["return_url"])
+    except DomainError as exc:
+        return _billing_page(400, errors={"amount": exc.message}, amount=amount)
+    return redirect(out["url"], code=303)
+
+
+def _alerts_page(status: int = 200, **extra):
+    acct = g.account
+    ctx = {"alerts": alerts_svc.list_alerts(acct.id), "events": alerts_svc.list_events(acct.id, limit=20),
+           "metrics": alerts_svc.METRICS, "ops": tuple(alerts_svc.OPS), "windows": tuple(alerts_svc.WINDOWS),
+           "channels": alerts_svc.CHANNELS, "errors": {}, "form": {"target": acct.email or ""},
+           "secret": None}
+    ctx.update(extra)
+    return render_template("console/alerts.html", **ctx), status
+
+
+@bp.get("/alerts")
+def alerts():
+    """Alert rules and their recent firings."""
+    return _alerts_page()
+
+
+@bp.post("/alerts")
+def create_alert():
+    """Create a rule (a webhook's signing secret is shown once)."""
+    form = {f: (request.form.get(f) or "").strip() for f in ALERT_FIELDS}
+    try:
+        threshold = float(form["threshold"])
+    except ValueError:
+        return _alerts_page(400, errors={"threshold": "Enter a number."}, form=form)
+    try:
+        _alert, secret = alerts_svc.create_alert(
+            g.account.id, name=form["name"], metric=form["metric"], op=form["op"], threshold=threshold,
+            window=form["window"], channel=form["channel"], target=form["target"])
+    except DomainError as exc:
+        return _alerts_page(400, errors=field_errors(exc, ALERT_FIELDS), form=form)
+    if secret:
+        return _alerts_page(secret=secret)
+    return redirect(url_for("console.alerts"), code=303)
+
+
+@bp.post("/alerts/<alert_id>/delete")
+def delete_alert(alert_id: str):
+    """Delete one of the account's rules (another account's id: 404)."""
+    try:
+        alerts_svc.delete_alert(g.account.id, alert_id)
+    except DomainError:
+        abort(404)
+    return redirect(url_for("console.alerts"), code=303)

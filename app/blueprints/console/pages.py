@@ -1,0 +1,100 @@
+"""Console pages: the landing page, passwordless sign-in (the e-mailed link opens a page
+with a button: mail scanners prefetch GETs), sign-out, the live/test switch and the
+dashboard. Handlers stay thin: services do the work."""
+from __future__ import annotations
+
+from flask import g, redirect, render_template, request, url_for
+
+from app.blueprints.console import bp, charts, web
+from app.errors import DomainError
+from app.ratelimits import per_ip
+from app.services.accounts import accounts
+from app.services.accounts import console as console_svc
+from app.services.billing import usage
+from app.services.gateway import catalog, history
+
+
+@bp.get("/")
+def landing():
+    """What the service does, the catalog with prices, sign-in and API docs links."""
+    modules = catalog.list_modules()
+    return render_template("console/landing.html", modules=modules)
+
+
+@bp.route("/login", methods=["GET", "POST"])
+@per_ip("PUBLIC_PAGE_RATE_LIMIT")
+def login():
+    """GET: the e-mail form. POST: mail a link (or a sign-up link), same answer for all."""
+    if g.account is not None and request.method == "GET":
+        return redirect(web.safe_next(request.args.get("next")), code=303)
+    if request.method == "GET":
+        return render_template("console/login.html", errors={}, email="")
+    email = (request.form.get("email") or "").strip()
+    if not email or len(email) > 320 or "@" not in email or any(c.isspace() for c in email):
+        return render_template("console/login.html", email=email,
+                               errors={"email": "Enter the e-mail address of your account."}), 400
+    try:
+        console_svc.request_link(email)
+    except DomainError as exc:  # an address the mailer refuses
+        return render_template("console/login.html", email=email, errors={"email": exc.message}), 400
+    return render_template("console/message.html", title="Check your inbox",
+                           message="If an account uses this address, we sent it a sign-in link "
+                                   "(otherwise, a link to create one). It works once, for a short time.")
+
+
+@bp.route("/login/confirm", methods=["GET", "POST"])
+@per_ip("PUBLIC_PAGE_RATE_LIMIT")
+def login_confirm():
+    """GET (the e-mailed link): a button, nothing used yet. POST: use the link once and
+    start the session."""
+    token = request.values.get("token", "")
+    if request.method == "GET":
+        usable = console_svc.link_is_usable(token)
+        return render_template("console/confirm.html", token=token, usable=usable), 200 if usable else 404
+    try:
+        _account_id, session_token = console_svc.sign_in(token)
+    except console_svc.SignInLinkInvalid as exc:
+        return render_template("console/confirm.html", token="", usable=False, error=exc.message), 404
+    g.session_token, g.new_pre = session_token, False
+    return redirect(url_for("console.dashboard"), code=303)
+
+
+@bp.post("/logout")
+def logout():
+    """End the session server-side and clear the cookie."""
+    console_svc.sign_out(g.session_token)
+    g.session_token, g.signed_out = None, True
+    return render_template("console/message.html", title="Signed out", message="You are signed out.",
+                           signed_out=True)
+
+
+@bp.post("/mode")
+def switch_mode():
+    """The live/test switch: which mode's usage, calls and keys the pages show."""
+    target = "test" if request.form.get("mode") == "test" else "live"
+    response = redirect(web.safe_next(request.form.get("next")), code=303)
+    response.set_cookie(web.MODE_COOKIE, target, httponly=True, samesite="Lax",
+                        secure=web._secure(), path="/")
+    return response
+
+
+def daily_charts(account_id: str, days: int, mode: str) -> dict:
+    """The spend and calls bar charts of the last ``days`` days."""
+    series = usage.daily(account_id, days, mode=mode)
+    return {"series": series,
+            "spend": charts.bars(series, "spend_micros", charts.spend_fmt),
+            "calls": charts.bars(series, "calls", charts.count_fmt)}
+
+
+@bp.get("/dashboard")
+def dashboard():
+    """Balance, plan usage, 30-day chart, top modules and recent calls."""
+    acct, mode = g.account, web.mode()
+    plan_cents = accounts.plan_cents(acct.plan)
+    current = usage.current_usage(acct.id, plan_cents)
+    start, end = usage.billing_period()
+    top = usage.by_product(acct.id, start, end, mode=mode)[:5]
+    return render_template(
+        "console/dashboard.html", current=current, plan_cents=plan_cents, top=top,
+        meter=charts.meter(current["spend_cents"], plan_cents), chart=daily_charts(acct.id, 30, mode),
+        calls=history.recent_calls(acct.id, mode=mode, limit=10))

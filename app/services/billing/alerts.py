@@ -220,12 +220,18 @@ class FiredEvent:
 # --- metrics --------------------------------------------------------------------------
 
 def usage_by_account(now: datetime, account_ids=None, mode: str = "live") -> dict[str, dict]:
-    """One grouped query: per account, calls/errors/spend_micros of every window in ``mode``,
-    and the spend of the current billing period. ``account_ids`` (a list or a select)
-    restricts the accounts; by default the accounts that have active alerts of ``mode``."""
+    """Per account, calls/errors/spend_micros of every window in ``mode``, and the spend of
+    the current billing period (one grouped query, ``usage_by_mode``)."""
+    return {acct: u for (acct, _), u in usage_by_mode(now, account_ids, (mode,)).items()}
+
+
+def usage_by_mode(now: datetime, account_ids=None, modes=("live", "test")) -> dict[tuple, dict]:
+    """One grouped query: per (account, mode), calls/errors/spend_micros of every window, and
+    the spend of the current billing period. ``account_ids`` (a list or a select) restricts
+    the accounts; by default the accounts that have active alerts."""
     now = _utc(now)
     if account_ids is None:
-        account_ids = select(Alert.account_id).where(Alert.deleted_at.is_(None), Alert.mode == mode).distinct()
+        account_ids = select(Alert.account_id).where(Alert.deleted_at.is_(None)).distinct()
     period_start, _ = billing_period(now)
     starts = {w: window_start(w, now) for w in WINDOWS}
     lowest = min([period_start, *starts.values()])
@@ -237,16 +243,17 @@ def usage_by_account(now: datetime, account_ids=None, mode: str = "live") -> dic
                  func.sum(case((in_window, UsageHourly.spend_micros), else_=0))]
     cols.append(func.sum(case((UsageHourly.hour >= period_start, UsageHourly.spend_micros), else_=0)))
     rows = db.session.execute(
-        select(UsageHourly.account_id, *cols)
-        .where(UsageHourly.account_id.in_(account_ids), UsageHourly.mode == mode,
+        select(UsageHourly.account_id, UsageHourly.mode, *cols)
+        .where(UsageHourly.account_id.in_(account_ids), UsageHourly.mode.in_(modes),
                UsageHourly.hour >= lowest, UsageHourly.hour <= hour_of(now))
-        .group_by(UsageHourly.account_id)).all()
+        .group_by(UsageHourly.account_id, UsageHourly.mode)).all()
     out = {}
     for row in rows:
-        vals = [int(v or 0) for v in row[1:]]
-        out[row[0]] = {w: {"calls": vals[3 * i], "errors": vals[3 * i + 1],
-                           "spend_micros": vals[3 * i + 2]} for i, w in enumerate(WINDOWS)}
-        out[row[0]]["period_spend_micros"] = vals[-1]
+        vals = [int(v or 0) for v in row[2:]]
+        key = (row[0], row[1])
+        out[key] = {w: {"calls": vals[3 * i], "errors": vals[3 * i + 1],
+                    "spend_micros": vals[3 * i + 2]} for i, w in enumerate(WINDOWS)}
+        out[key]["period_spend_micros"] = vals[-1]
     return out
 
 
@@ -354,7 +361,7 @@ def evaluate_all(now: datetime | None = None, *, dispatch: bool = True) -> dict:
         .outerjoin(AlertEvent, and_(AlertEvent.alert_id == Alert.id,
                                     AlertEvent.period_key == current_key))
         .where(Alert.deleted_at.is_(None))).mappings().all()
-    usage = {mode: usage_by_account(now, mode=mode) for mode in ("live", "test")}  # a rule watches its mode
+    usage = usage_by_mode(now)  # a rule watches the usage of its own mode
     plan_cache: dict[str, int] = {}
     to_fire: list[tuple[dict, dict]] = []
     for r in rules:
@@ -362,7 +369,7 @@ def evaluate_all(now: datetime | None = None, *, dispatch: bool = True) -> dict:
             continue
         if r["plan"] not in plan_cache:  # an unknown plan counts as plan_cents 0 → plan_pct 0
             plan_cache[r["plan"]] = int(accounts.plans().get(r["plan"], {}).get("plan_cents", 0))
-        value = metric_value(r["metric"], r["window"], usage[r["mode"]].get(r["account_id"], _EMPTY),
+        value = metric_value(r["metric"], r["window"], usage.get((r["account_id"], r["mode"]), _EMPTY),
                              plan_cache[r["plan"]])
         if not OPS[r["op"]](value, Decimal(repr(r["threshold"]))):
             continue

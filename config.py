@@ -134,7 +134,9 @@ def load_config(overrides: dict | None = None) -> dict:
         # Largest LLM provider response (a whole stream counts), then the provider fails.
         "CHAT_MAX_RESPONSE_BYTES": _int("CHAT_MAX_RESPONSE_BYTES", 32 * 1024 * 1024),
         # --- payments, wallets, x402 (README "Payments and wallets", "x402") --
-        "PAYMENTS_PROCESSOR": _env("PAYMENTS_PROCESSOR", "sandbox"),  # sandbox | stripe
+        # sandbox | stripe. Production has no default: live card/ACH/checkout answer 503
+        # payments_unavailable until Stripe is configured; "sandbox" is refused there.
+        "PAYMENTS_PROCESSOR": _env("PAYMENTS_PROCESSOR", "" if production else "sandbox"),
         "STRIPE_SECRET_KEY": _env("STRIPE_SECRET_KEY"),
         "STRIPE_WEBHOOK_SECRET": _env("STRIPE_WEBHOOK_SECRET"),
         "STRIPE_API_BASE": _env("STRIPE_API_BASE"),
@@ -252,10 +254,17 @@ def load_config(overrides: dict | None = None) -> dict:
             )
             if not present
         ]
+        # One receipt key for every node: a receipt signed by one verifies against all.
+        if not cfg.get("RECEIPT_SIGNING_KEY"):
+            missing.append("RECEIPT_SIGNING_KEY")
         if cfg["PAYMENTS_PROCESSOR"] == "stripe":
             missing += [n for n in ("STRIPE_SECRET_KEY", "STRIPE_WEBHOOK_SECRET") if not cfg.get(n)]
         if missing:
             raise ConfigError("production configuration incomplete, set: " + ", ".join(missing))
+        if cfg["PAYMENTS_PROCESSOR"] not in ("", "stripe"):
+            raise ConfigError(f"PAYMENTS_PROCESSOR={cfg['PAYMENTS_PROCESSOR']} cannot sell live credit in "
+                              "production: set PAYMENTS_PROCESSOR=stripe (with STRIPE_SECRET_KEY and "
+                              "STRIPE_WEBHOOK_SECRET) or leave it unset (live payments answer 503)")
     elif not cfg["SECRET_KEY"]:
         cfg["SECRET_KEY"] = "dev-only-not-secret"
 

@@ -259,13 +259,13 @@ def _document(func, scopes: tuple[str, ...], admin: bool, public: bool):
     if public:
         doc["security"] = []
     else:
-        doc["security"] = [{SECURITY_SCHEME: list(scopes)}]
+        doc["security"] = [{SECURITY_SCHEME: list(scopes) + (["admin"] if admin else [])}]
         errors = [401, 429] + ([403] if scopes or admin else [])
         text = "Requires a bearer credential"
         if scopes:
             text += " with scope " + ", ".join(f"`{s}`" for s in scopes)
         if admin:
-            text += " of an admin account"
+            text += " and a live key of an admin account carrying scope `admin`"
         doc["x-required-scopes"] = list(scopes)
         doc["x-admin-only"] = admin
         doc["x-auth"] = text + "."
@@ -278,7 +278,8 @@ def _document(func, scopes: tuple[str, ...], admin: bool, public: bool):
 
 
 def authenticated(*scopes: str, admin: bool = False, rate_limit: bool = True):
-    """Require a bearer credential with ``scopes`` (and an admin account if ``admin``).
+    """Require a bearer credential with ``scopes``; with ``admin``, a LIVE key of an admin
+    account that carries the explicit ``admin`` scope (403 otherwise).
 
     Sets ``g.principal``; the route receives nothing extra. Also documents the route's
     security requirement, required scopes and 401/403/429 responses in OpenAPI.
@@ -290,8 +291,8 @@ def authenticated(*scopes: str, admin: bool = False, rate_limit: bool = True):
             missing = [s for s in scopes if s not in principal.scopes]
             if missing:
                 raise InsufficientScope(f"This route requires scope {', '.join(missing)}.")
-            if admin and not principal.is_admin:
-                raise Forbidden("This route is for admin accounts only.")
+            if admin:
+                _check_admin(principal)
             if rate_limit:
                 ratelimits.per_credential(principal)
             return func(*args, **kwargs)
@@ -299,6 +300,19 @@ def authenticated(*scopes: str, admin: bool = False, rate_limit: bool = True):
         return _document(wrapper, scopes, admin, public=False)
 
     return decorator
+
+
+def _check_admin(principal: Principal) -> None:
+    """Admin routes: an admin account, a live key (never test mode, never an agent
+    session), and the explicit ``admin`` scope."""
+    from app.scopes import ADMIN_SCOPE
+
+    if not principal.is_admin:
+        raise Forbidden("This route is for admin accounts only.")
+    if principal.mode != "live" or principal.kind != "key":
+        raise Forbidden("Admin routes need a live key (svc_live_) of an admin account.")
+    if ADMIN_SCOPE not in principal.scopes:
+        raise InsufficientScope("This route requires scope admin (mint a live key with scope admin).")
 
 
 def public(func):

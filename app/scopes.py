@@ -14,8 +14,15 @@ SCOPES: dict[str, str] = {
     "alerts:read": "List alerts and alert events.",
     "alerts:write": "Create and delete alerts.",
     "analytics:read": "Read the product-analytics funnel (admins also: recent events, sessions).",
+    "admin": "Admin routes (module review queue, /api/track/recent, /api/track/sessions): only on "
+             "live keys of admin accounts, never granted by default.",
 }
-ALL_SCOPES: tuple[str, ...] = tuple(SCOPES)
+ADMIN_SCOPE = "admin"
+# Every scope a key may name (validation).
+KNOWN_SCOPES: tuple[str, ...] = tuple(SCOPES)
+# The customer scopes: what a key gets by default ("all scopes"). ``admin`` is never implied:
+# only an admin account can hold it, and only when asked for explicitly.
+ALL_SCOPES: tuple[str, ...] = tuple(s for s in SCOPES if s != ADMIN_SCOPE)
 # Agent sessions (svc_sess_) act for the agent: call modules, read their own data,
 # submit builds. They cannot manage keys, billing or alerts of the account.
 SESSION_SCOPES: tuple[str, ...] = ("call:read", "call:write", "agent:read", "agent:write")

@@ -50,6 +50,13 @@ export DATABASE_URL="${DATABASE_URL:-postgresql://postgres@127.0.0.1:5432/gatewa
 export REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379/0}"
 export SECRET_KEY="${SECRET_KEY:-$(secret secret_key)}"
 export METRICS_TOKEN="${METRICS_TOKEN:-$(secret metrics_token)}"
+# Production requires one receipt signing key for every node (base64 of a 32-byte ed25519 seed).
+if [ -z "${RECEIPT_SIGNING_KEY:-}" ]; then
+  f="$SERVE_DIR/receipt_signing_key"
+  [ -s "$f" ] || (umask 077; "$BIN/python" -c 'import base64, os; print(base64.b64encode(os.urandom(32)).decode())' >"$f")
+  RECEIPT_SIGNING_KEY=$(cat "$f")
+fi
+export RECEIPT_SIGNING_KEY
 export INSTANCE_PATH="${INSTANCE_PATH:-$SERVE_DIR/instance}"
 export BASE_URL="${BASE_URL:-http://127.0.0.1:$SERVE_PORT}"
 export TRUSTED_PROXIES="${TRUSTED_PROXIES:-1}"
@@ -159,7 +166,7 @@ cat <<MSG
     Database   ${DATABASE_URL}    Redis ${REDIS_URL}
 
   Create an account and its first key (same environment as the stack):
-    APP_ENV=production SECRET_KEY=\$(cat ${SERVE_DIR}/secret_key) DATABASE_URL=${DATABASE_URL} \\
+    APP_ENV=production SECRET_KEY=\$(cat ${SERVE_DIR}/secret_key) RECEIPT_SIGNING_KEY=\$(cat ${SERVE_DIR}/receipt_signing_key) DATABASE_URL=${DATABASE_URL} \\
       REDIS_URL=${REDIS_URL} INSTANCE_PATH=${INSTANCE_PATH} ${BIN}/flask --app wsgi accounts create --email you@example.com
     curl -H "Authorization: Bearer <key>" http://127.0.0.1:${SERVE_PORT}/api/account
 

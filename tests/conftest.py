@@ -145,7 +145,7 @@ def make_account(app):
                 ledger.post("test_grant", [("adjust:test", -cents * 10_000),
                                            (ledger.customer(acct.id), cents * 10_000)])
                 db.session.commit()
-            _, secret = keys.mint(acct.id, "test", scopes or ALL_SCOPES)
+            _, secret = keys.mint(acct.id, "test", scopes or (ALL_SCOPES + ("admin",) if admin else ALL_SCOPES))
             tkey = keys.mint(acct.id, "sandbox", scopes or ALL_SCOPES, mode="test")[1] \
                 if test_key else None
             handle = AccountHandle(acct.id, secret, tkey)

@@ -6,7 +6,7 @@ import json
 import click
 from flask.cli import AppGroup
 
-from app.scopes import ALL_SCOPES
+from app.scopes import ADMIN_SCOPE, ALL_SCOPES, KNOWN_SCOPES
 from app.services.accounts import accounts
 from app.services.accounts import keys
 
@@ -29,9 +29,9 @@ def _resolve(account: str) -> str:
 @click.option("--test-key", is_flag=True, help="Also mint a svc_test_ sandbox key.")
 def create(email, plan, admin, test_key):
     """Create an account (with the 1,000-cent promotional grant) and a full-scope
-    svc_live_ key; prints {"account_id": ..., "key": ...}."""
+    svc_live_ key (with scope admin for --admin); prints {"account_id": ..., "key": ...}."""
     acct = accounts.create_account(email, plan=plan, admin=admin)
-    _, secret = keys.mint(acct.id, "default", ALL_SCOPES)
+    _, secret = keys.mint(acct.id, "default", ALL_SCOPES + ((ADMIN_SCOPE,) if admin else ()))
     out = {"account_id": acct.id, "key": secret}
     if test_key:
         out["test_key"] = keys.mint(acct.id, "sandbox", ALL_SCOPES, mode="test")[1]
@@ -45,7 +45,7 @@ def create(email, plan, admin, test_key):
 @click.option("--scope", "scopes", multiple=True, help="Repeatable; default: all scopes.")
 def create_key(account, name, test_mode, scopes):
     """Mint a key for ACCOUNT (id or e-mail); prints {"id": ..., "key": ...}."""
-    bad = set(scopes) - set(ALL_SCOPES)
+    bad = set(scopes) - set(KNOWN_SCOPES)
     if bad:
         raise click.ClickException(f"unknown scopes: {', '.join(sorted(bad))}")
     row, secret = keys.mint(_resolve(account), name, scopes or ALL_SCOPES,

@@ -11,12 +11,15 @@ from app.models.base import JSONType, UTCDateTime, utcnow
 
 
 class Account(db.Model):
-    """A customer account (human or agent). ``balance_micros`` caches the ledger balance
-    of ``acct:<id>`` and is only ever changed by ``app.services.billing.ledger`` in the same
-    transaction as the entries; the CHECK constraint is the last line against overdraft."""
+    """A customer account (human or agent). ``balance_micros`` caches the live ledger
+    balance ``acct:<id>``, ``test_balance_micros`` the test-mode one ``acct_test:<id>``; both
+    are only ever changed by ``app.services.billing.ledger`` in the same transaction as the
+    entries; the CHECK constraints are the last line against overdraft. ``mailbox`` is the
+    canonical mailbox of ``email`` (one promotional grant per mailbox)."""
 
     __tablename__ = "accounts"
-    __table_args__ = (CheckConstraint("balance_micros >= 0", name="balance_nonnegative"),)
+    __table_args__ = (CheckConstraint("balance_micros >= 0", name="balance_nonnegative"),
+                      CheckConstraint("test_balance_micros >= 0", name="test_balance_nonnegative"))
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     # Stored lower-cased, so uniqueness is case-insensitive. Null for agent accounts.
@@ -27,6 +30,8 @@ class Account(db.Model):
     agent_id: Mapped[str | None] = mapped_column(String(32), index=True)
     owner_account_id: Mapped[str | None] = mapped_column(String(32), index=True)
     balance_micros: Mapped[int] = mapped_column(BigInteger, default=0)
+    test_balance_micros: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    mailbox: Mapped[str | None] = mapped_column(String(320), index=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 

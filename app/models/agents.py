@@ -25,6 +25,8 @@ class Agent(db.Model):
     pubkey: Mapped[str] = mapped_column(String(64), unique=True)
     account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"), unique=True)
     owner_account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"), index=True)
+    # The mode of the key that registered it; its sessions act in this mode.
+    mode: Mapped[str] = mapped_column(String(8), default="live", server_default="live")
     webhook: Mapped[str | None] = mapped_column(String(2000))
     webhook_secret: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

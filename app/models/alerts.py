@@ -21,6 +21,7 @@ class Alert(db.Model):
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     account_id: Mapped[str] = mapped_column(String(32))
+    mode: Mapped[str] = mapped_column(String(8), default="live", server_default="live")  # live | test
     name: Mapped[str] = mapped_column(String(100))
     metric: Mapped[str] = mapped_column(String(16))
     op: Mapped[str] = mapped_column(String(2))

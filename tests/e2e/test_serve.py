@@ -7,6 +7,7 @@ Feature checks run when their routes exist in the app under test: add one by wri
 """
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -82,6 +83,7 @@ def stack(app, tmp_path):
         "VENV_BIN": str(VENV_BIN), "SERVE_DIR": str(tmp_path / "serve"),
         "DATABASE_URL": _own_database_url(), "REDIS_URL": REDIS_URL,
         "SECRET_KEY": "e2e-secret-key", "METRICS_TOKEN": METRICS_TOKEN,
+        "RECEIPT_SIGNING_KEY": base64.b64encode(os.urandom(32)).decode(),
         "RATELIMIT_KEY_PREFIX": app.config["RATELIMIT_KEY_PREFIX"] + "serve",
         "SERVE_STOP_TIMEOUT": "20", "WEB_CONCURRENCY": "2",
     })

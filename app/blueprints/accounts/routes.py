@@ -10,5 +10,6 @@ blp = Blueprint("accounts", __name__, url_prefix="/api", description="The caller
 
 @endpoint(blp, "/account", "get", "account:read", ok=AccountSchema)
 def account():
-    """The authenticated account: id, e-mail, plan, balance in cents, agent id."""
-    return accounts.get_account(principal().account_id)
+    """The authenticated account: id, e-mail, plan, balance in cents (of the key's mode: a
+    `svc_test_` key sees the test balance), agent id."""
+    return accounts.account_view(principal().account_id, principal().mode)

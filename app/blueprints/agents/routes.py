@@ -43,7 +43,7 @@ def register(body):
     (201, `name`/`webhook` updated to the values sent). Sessions cannot register agents (403)."""
     p = principal()
     agent, _ = agents.register(p.account_id, name=body["name"], pubkey=body["pubkey"],
-                               webhook=body["webhook"], caller_is_agent=p.kind == "session")
+                               webhook=body["webhook"], caller_is_agent=p.kind == "session", mode=p.mode)
     return agent
 
 
@@ -72,7 +72,7 @@ def agent_usage(agent_id):
     """The agent's own live calls and spend in the current billing period (calendar
     month, UTC), total and by module. Visible to the agent and its owner account only."""
     p = principal()
-    return earnings.usage_for(agent_id, account_id=p.account_id, caller_agent_id=p.agent_id)
+    return earnings.usage_for(agent_id, account_id=p.account_id, caller_agent_id=p.agent_id, mode=p.mode)
 
 
 @endpoint(blp, "/<string:agent_id>/earnings", "get", "agent:read", ok=EarningsSchema, errors={404: None})
@@ -81,7 +81,7 @@ def agent_earnings(agent_id):
     (not yet settled) and settled, with recent monthly statements. Visible to the agent
     and its owner account only."""
     p = principal()
-    return earnings.earnings_for(agent_id, account_id=p.account_id, caller_agent_id=p.agent_id)
+    return earnings.earnings_for(agent_id, account_id=p.account_id, caller_agent_id=p.agent_id, mode=p.mode)
 
 
 @endpoint(blp, "/leaderboard", "get", "agent:read", query=LeaderboardQuerySchema, ok=LeaderboardSchema)

@@ -16,7 +16,7 @@ blp = Blueprint("alerts", __name__, url_prefix="/api/alerts",
 @endpoint(blp, "", "get", "alerts:read", ok=AlertListSchema, name="AlertsView")
 def list_alerts():
     """List the account's alerts (oldest first; never the webhook secret)."""
-    return {"alerts": alerts.list_alerts(principal().account_id)}
+    return {"alerts": alerts.list_alerts(principal().account_id, principal().mode)}
 
 
 @endpoint(blp, "", "post", "alerts:write", body=AlertCreateSchema, ok=AlertCreatedSchema, status=201,
@@ -29,7 +29,7 @@ def create_alert(body):
     e-mail address (channel `email`) or an https URL on a public host (`webhook`,
     `chat`) is 400 `invalid_request`.
     """
-    alert, secret = alerts.create_alert(principal().account_id, **body)
+    alert, secret = alerts.create_alert(principal().account_id, mode=principal().mode, **body)
     return Extended(alert, secret=secret)
 
 
@@ -37,7 +37,7 @@ def create_alert(body):
 def alert_events():
     """The 100 most recent alert firings of the account, newest first, each with its
     delivery status and attempts."""
-    return {"events": alerts.list_events(principal().account_id)}
+    return {"events": alerts.list_events(principal().account_id, mode=principal().mode)}
 
 
 @endpoint(blp, "/<id:alert_id>", "delete", "alerts:write", ok=AlertDeletedSchema, errors={404: None},
@@ -45,5 +45,5 @@ def alert_events():
 def delete_alert(alert_id):
     """Delete an alert: it stops being evaluated; its past events stay listed.
     Unknown, already deleted or another account's id → 404."""
-    row = alerts.delete_alert(principal().account_id, alert_id)
+    row = alerts.delete_alert(principal().account_id, alert_id, principal().mode)
     return {"deleted": True, "id": row.id}

@@ -13,7 +13,7 @@ blp = Blueprint("keys", __name__, url_prefix="/api/keys", description="API keys 
 @endpoint(blp, "", "get", "keys:read", ok=KeyListSchema, name="KeysView")
 def list_keys():
     """List the account's active keys (never the secret)."""
-    return {"keys": keys.list_keys(principal().account_id)}
+    return {"keys": keys.list_keys(principal().account_id, principal().mode)}
 
 
 @endpoint(blp, "", "post", "keys:write", body=KeyCreateSchema, ok=KeyCreatedSchema, status=201,
@@ -35,5 +35,5 @@ def create_key(body):
 def revoke_key(key_id):
     """Revoke a key. Effective on every worker and node within 60 s (about 1 s with
     Redis). Revoking twice is harmless; another account's key id is 404."""
-    row = keys.revoke_key(principal().account_id, key_id)
+    row = keys.revoke_key(principal().account_id, key_id, principal().mode)
     return {"revoked": True, "id": row.id}

@@ -3,7 +3,7 @@ import marshmallow as ma
 
 from app.blueprints.fields import derived
 
-from app.scopes import ALL_SCOPES
+from app.scopes import KNOWN_SCOPES
 
 
 class KeySchema(ma.Schema):
@@ -26,9 +26,10 @@ class KeyListSchema(ma.Schema):
 class KeyCreateSchema(ma.Schema):
     name = ma.fields.String(required=True, validate=ma.validate.Length(min=1, max=100))
     scopes = ma.fields.List(
-        ma.fields.String(validate=ma.validate.OneOf(ALL_SCOPES)),
-        validate=ma.validate.Length(max=len(ALL_SCOPES)),
-        metadata={"description": "Defaults to the creating credential's scopes; may not exceed them."},
+        ma.fields.String(validate=ma.validate.OneOf(KNOWN_SCOPES)),
+        validate=ma.validate.Length(max=len(KNOWN_SCOPES)),
+        metadata={"description": "Defaults to the creating credential's scopes; may not exceed them. "
+                                 "`admin` only for admin accounts."},
     )
 
 

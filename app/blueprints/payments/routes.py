@@ -26,7 +26,7 @@ def checkout(body):
 @endpoint(blp, "/history", "get", "billing:read", ok=PaymentHistorySchema)
 def history():
     """The last 50 payments (card, ACH, USDC, x402), newest first."""
-    return {"payments": payments.history(principal().account_id)}
+    return {"payments": payments.history(principal().account_id, principal().mode)}
 
 
 @endpoint(blp, "/method", "post", "billing:write", body=MethodRequestSchema, ok=MethodSchema,

@@ -37,14 +37,14 @@ def balance():
     """Credits and the connected wallet's on-chain USDC (read through the chain's JSON-RPC,
     cached for WALLET_BALANCE_CACHE_SECONDS). No wallet: `connected: false`, `chain: null`,
     `usdc: "0.000000"`. RPC down: 503 `service_unavailable`."""
-    return wallets.balance(principal().account_id)
+    return wallets.balance(principal().account_id, principal().mode)
 
 
 @endpoint(blp, "/transactions", "get", "billing:read", query=TransactionsQuerySchema, ok=TransactionListSchema)
 def transactions(query):
     """Credits and debits of the account's balance from the ledger, newest first, paginated
     with `limit` (1–200, default 50) and `cursor`."""
-    return wallets.transactions(principal().account_id, query["limit"], query.get("cursor"))
+    return wallets.transactions(principal().account_id, query["limit"], query.get("cursor"), principal().mode)
 
 
 @endpoint(blp, "/fund", "post", "billing:write", body=WalletFundSchema, ok=WalletFundResultSchema,

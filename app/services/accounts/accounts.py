@@ -15,6 +15,7 @@ from app.errors import Conflict, InvalidRequest, NotFound
 from app.extensions import db
 from app.ids import new_id
 from app.models import Account
+from app.services.accounts import mailbox
 from app.services.billing import ledger
 from app.services.platform.uow import transactional
 
@@ -53,6 +54,14 @@ def get_account(account_id: str) -> Account:
     return acct
 
 
+def account_view(account_id: str, mode: str) -> dict:
+    """GET /api/account for a credential of ``mode``: the balance is that mode's (a live
+    key never sees test money, a test key sees the test balance)."""
+    acct = get_account(account_id)
+    return {"id": acct.id, "email": acct.email, "plan": acct.plan, "agent_id": acct.agent_id,
+            "balance_micros": acct.test_balance_micros if mode == "test" else acct.balance_micros}
+
+
 def find_by_email(email: str) -> Account | None:
     return db.session.execute(
         select(Account).where(Account.email == normalize_email(email))
@@ -77,20 +86,39 @@ def new_account(email: str | None, *, plan: str | None = None, admin: bool = Fal
         select(func.count()).select_from(Account).where(Account.email == email_norm)
     ).scalar_one():
         raise Conflict("An account with this e-mail already exists.")
+    box = mailbox.canonical(email_norm) if email_norm else None
     acct = Account(id=new_id("acct"), email=email_norm, plan=plan, is_admin=admin, kind=kind,
-                   owner_account_id=owner_account_id, agent_id=agent_id, balance_micros=0)
+                   owner_account_id=owner_account_id, agent_id=agent_id, balance_micros=0,
+                   test_balance_micros=0, mailbox=box)
     db.session.add(acct)
     try:
         db.session.flush()
-        grant = current_app.config["PROMO_GRANT_CENTS"] if promo is None and kind == "human" \
-            else (current_app.config["PROMO_GRANT_CENTS"] if promo else 0)
-        if grant:
-            ledger.post("promo_grant", [(ledger.PROMO, -ledger.cents_to_micros(grant)),
-                                        (ledger.customer(acct.id), ledger.cents_to_micros(grant))],
-                        account_id=acct.id, ref=f"promo:{acct.id}")
     except IntegrityError:
         raise Conflict("An account with this e-mail already exists.") from None
+    grant = current_app.config["PROMO_GRANT_CENTS"] if promo is None and kind == "human" \
+        else (current_app.config["PROMO_GRANT_CENTS"] if promo else 0)
+    if grant:
+        _promo_grant(acct, ledger.cents_to_micros(grant))
     return acct
+
+
+def _promo_grant(acct: Account, micros: int) -> None:
+    """The promotional grant, once per canonical mailbox (an account without an address
+    gets it under its own id). A mailbox that already has an account gets nothing; two
+    concurrent sign-ups of one mailbox meet on the grant's unique ref and the second gets
+    nothing (its savepoint rolls back, the account stays)."""
+    if acct.mailbox is not None and db.session.execute(
+        select(func.count()).select_from(Account)
+        .where(Account.mailbox == acct.mailbox, Account.id != acct.id)
+    ).scalar_one():
+        return
+    ref = mailbox.grant_ref(acct.mailbox) if acct.mailbox else f"promo:{acct.id}"
+    try:
+        with db.session.begin_nested():
+            ledger.post("promo_grant", [(ledger.PROMO, -micros), (ledger.customer(acct.id), micros)],
+                        account_id=acct.id, ref=ref)
+    except IntegrityError:
+        return
 
 
 @transactional

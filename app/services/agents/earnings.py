@@ -97,15 +97,17 @@ def leaderboard(limit: int = LEADERBOARD_DEFAULT, now: datetime | None = None) -
     return {"week_start": start, "week_end": end, "limit": limit, "entries": entries}
 
 
-def usage_for(agent_id: str, *, account_id: str, caller_agent_id: str | None) -> dict:
+def usage_for(agent_id: str, *, account_id: str, caller_agent_id: str | None,
+              mode: str = "live") -> dict:
     """Endpoint 11: ``agent_usage`` of an agent the caller may see (else 404)."""
     from app.services.agents.identity import visible_agent
 
-    return agent_usage(visible_agent(agent_id, account_id=account_id, caller_agent_id=caller_agent_id))
+    return agent_usage(visible_agent(agent_id, account_id=account_id, caller_agent_id=caller_agent_id, mode=mode))
 
 
-def earnings_for(agent_id: str, *, account_id: str, caller_agent_id: str | None) -> dict:
+def earnings_for(agent_id: str, *, account_id: str, caller_agent_id: str | None,
+              mode: str = "live") -> dict:
     """Endpoint 12: ``agent_earnings`` of an agent the caller may see (else 404)."""
     from app.services.agents.identity import visible_agent
 
-    return agent_earnings(visible_agent(agent_id, account_id=account_id, caller_agent_id=caller_agent_id))
+    return agent_earnings(visible_agent(agent_id, account_id=account_id, caller_agent_id=caller_agent_id, mode=mode))

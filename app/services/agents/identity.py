@@ -100,12 +100,13 @@ def canonical_pubkey(raw: bytes) -> str:
 # --- registration ----------------------------------------------------------------------
 
 def register(owner_account_id: str, *, name: str, pubkey: str, webhook: str | None,
-             caller_is_agent: bool = False) -> tuple[Agent, bool]:
+             caller_is_agent: bool = False, mode: str = "live") -> tuple[Agent, bool]:
     """Create the agent and its own account (no promotional credit), owned by the caller.
 
     Idempotent on ``pubkey``: the same owner gets the same agent back (its ``name`` and
     ``webhook`` updated to the values sent); a pubkey registered by another account is
-    409 ``conflict``. Returns (agent, created)."""
+    409 ``conflict``, and so is one registered by a key of the other mode (the agent has the
+    mode of the key that registered it). Returns (agent, created)."""
     if caller_is_agent:
         raise Forbidden("Agents cannot register agents; register with a key of the owner account.")
     name = (name or "").strip()
@@ -123,24 +124,26 @@ def register(owner_account_id: str, *, name: str, pubkey: str, webhook: str | No
         with unit_of_work():
             existing = db.session.execute(select(Agent).where(Agent.pubkey == canonical)).scalar_one_or_none()
             if existing is not None:
-                return _same_owner(existing, owner_account_id, name, webhook), False
+                return _same_owner(existing, owner_account_id, name, webhook, mode), False
             agent_id = new_id("agt")
             acct = accounts.new_account(None, kind="agent", owner_account_id=owner_account_id,
                                         agent_id=agent_id, promo=False)
             agent = Agent(id=agent_id, name=name, pubkey=canonical, account_id=acct.id,
-                          owner_account_id=owner_account_id, webhook=webhook,
+                          owner_account_id=owner_account_id, mode=mode, webhook=webhook,
                           webhook_secret=new_webhook_secret(), created_at=utcnow(), updated_at=utcnow())
             db.session.add(agent)
     except IntegrityError:  # a concurrent register of the same pubkey won
         with unit_of_work():
             existing = db.session.execute(select(Agent).where(Agent.pubkey == canonical)).scalar_one()
-            return _same_owner(existing, owner_account_id, name, webhook), False
+            return _same_owner(existing, owner_account_id, name, webhook, mode), False
     return agent, True
 
 
-def _same_owner(agent: Agent, owner_account_id: str, name: str, webhook: str | None) -> Agent:
+def _same_owner(agent: Agent, owner_account_id: str, name: str, webhook: str | None, mode: str) -> Agent:
     if agent.owner_account_id != owner_account_id:
         raise Conflict("This pubkey is registered by another account.")
+    if agent.mode != mode:
+        raise Conflict(f"This pubkey is registered by a {agent.mode}-mode key of this account.")
     if agent.name != name or agent.webhook != webhook:
         agent.name, agent.webhook = name, webhook
     return agent
@@ -160,11 +163,14 @@ def owned_agents(owner_account_id: str) -> list[Agent]:
         .order_by(Agent.created_at.desc(), Agent.id)).scalars())
 
 
-def visible_agent(agent_id: str, *, account_id: str, caller_agent_id: str | None) -> Agent:
+def visible_agent(agent_id: str, *, account_id: str, caller_agent_id: str | None,
+                  mode: str = "live") -> Agent:
     """The agent, if the caller is the agent itself (its session, or a key of its own
-    account) or a credential of its owner account; anyone else gets 404 ``not_found``."""
+    account) or a credential of its owner account, in the agent's mode; anyone else
+    (and a key of the other mode) gets 404 ``not_found``."""
     agent = get_agent(agent_id)
-    if caller_agent_id == agent.id or account_id in (agent.owner_account_id, agent.account_id):
+    if agent.mode == mode and (caller_agent_id == agent.id
+                               or account_id in (agent.owner_account_id, agent.account_id)):
         return agent
     raise NotFound("No such agent.")
 
@@ -240,7 +246,7 @@ def resolve_session(token: str, token_hash: str) -> Principal | None:
         return None
     row = db.session.execute(
         select(AgentSession.id, AgentSession.expires_at, AgentSession.revoked_at, Agent.id,
-               Account.id, Account.plan)
+               Account.id, Account.plan, Agent.mode)
         .join(Agent, Agent.id == AgentSession.agent_id)
         .join(Account, Account.id == Agent.account_id)
         .where(AgentSession.token_hash == token_hash)
@@ -248,6 +254,6 @@ def resolve_session(token: str, token_hash: str) -> Principal | None:
     if row is None or row[2] is not None or row[1] <= utcnow():
         return None
     return Principal(account_id=row[4], credential_id=row[0], credential_hash=token_hash,
-                     kind="session", mode="live", scopes=frozenset(SESSION_SCOPES), is_admin=False,
+                     kind="session", mode=row[6], scopes=frozenset(SESSION_SCOPES), is_admin=False,
                      plan=row[5], agent_id=row[3], extra={"expires_at_epoch": row[1].timestamp()})
 

@@ -3,7 +3,9 @@
 For month M and each agent, the amount settled is everything accrued to
 ``earnings:<agent>`` up to the end of M (calls, minus their refunds) that no earlier
 settlement moved yet — capped by the current balance of ``earnings:<agent>``, so a
-refund posted after M never drives it negative. Each agent is settled in ONE database
+refund posted after M never drives it negative: such a refund takes what earnings cannot
+cover from ``carry:<agent>`` (a negative carry-over, ``revenue_share``), and the next
+settlement repays that carry-over before anything reaches the agent's balance. Each agent is settled in ONE database
 transaction: the ledger posting (``earnings:<agent>`` → ``acct:<agent account>``, kind
 ``agent_settlement``, ref ``settle:<agent>:<YYYY-MM>``, unique), the statement row
 (unique per agent and month) and the outbox row of the signed ``settlement.completed``
@@ -32,6 +34,7 @@ from app.models.base import utcnow
 from app.services.billing import ledger
 from app.services.platform import outbox
 from app.services.platform.uow import unit_of_work
+from app.services.agents import revenue_share
 from app.services.agents.earnings import _EARNINGS_HI, _EARNINGS_LO, SETTLEMENT_KIND, settled_micros
 
 log = logging.getLogger(__name__)
@@ -98,8 +101,10 @@ def _settle_agent(agent_id: str, month: str, end: datetime) -> dict:
     if amount <= 0:
         return {"agent_id": agent_id, "status": "nothing_to_settle"}
     now = utcnow()
+    recovered = revenue_share.recover(agent_id, amount)  # a negative carry-over is repaid first
     txn_id = ledger.post(SETTLEMENT_KIND, [(ledger.earnings(agent_id), -amount),
-                                           (ledger.customer(agent.account_id), amount)],
+                                           (ledger.carry(agent_id), recovered),
+                                           (ledger.customer(agent.account_id), amount - recovered)],
                          ref=f"settle:{agent_id}:{month}", account_id=agent.account_id,
                          meta={"agent_id": agent_id, "month": month}, created_at=now)
     stmt = AgentSettlement(id=new_id("stl"), agent_id=agent_id, month=month, amount_micros=amount,

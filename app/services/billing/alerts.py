@@ -135,8 +135,9 @@ def _validate(name, metric, op, threshold, window, channel, target) -> tuple:
 
 @transactional
 def create_alert(account_id: str, *, name: str, metric: str, op: str, threshold: float,
-                 window: str, channel: str, target: str) -> tuple[Alert, str | None]:
-    """Create a rule; returns it and, for webhooks, its signing secret (shown once)."""
+                 window: str, channel: str, target: str, mode: str = "live") -> tuple[Alert, str | None]:
+    """Create a rule in ``mode`` (the creating key's: a test-mode rule watches test-mode
+    usage); returns it and, for webhooks, its signing secret (shown once)."""
     name, threshold, target = _validate(name, metric, op, threshold, window, channel, target)
     # Serialize creations per account (row lock) so concurrent requests cannot pass the cap.
     db.session.execute(select(Account.id).where(Account.id == account_id).with_for_update())
@@ -145,25 +146,26 @@ def create_alert(account_id: str, *, name: str, metric: str, op: str, threshold:
     if active >= max_alerts():
         raise AlertLimitReached(f"An account may have at most {max_alerts()} alerts; delete one first.")
     secret = new_signing_secret() if channel == "webhook" else None
-    alert = Alert(id=new_id("alrt"), account_id=account_id, name=name, metric=metric, op=op,
+    alert = Alert(id=new_id("alrt"), account_id=account_id, mode=mode, name=name, metric=metric, op=op,
                   threshold=threshold, window=window, channel=channel, target=target,
                   secret=secret, created_at=utcnow())
     db.session.add(alert)
     return alert, secret
 
 
-def list_alerts(account_id: str) -> list[Alert]:
+def list_alerts(account_id: str, mode: str = "live") -> list[Alert]:
+    """The account's active rules of ``mode`` (a key sees only its own mode's rules)."""
     return list(db.session.execute(
-        select(Alert).where(Alert.account_id == account_id, Alert.deleted_at.is_(None))
+        select(Alert).where(Alert.account_id == account_id, Alert.mode == mode, Alert.deleted_at.is_(None))
         .order_by(Alert.created_at, Alert.id)).scalars())
 
 
-def delete_alert(account_id: str, alert_id: str) -> Alert:
-    """Stop and remove a rule (its past events stay listed). Unknown, already deleted or
-    another account's id → 404."""
+def delete_alert(account_id: str, alert_id: str, mode: str = "live") -> Alert:
+    """Stop and remove a rule (its past events stay listed). Unknown, already deleted,
+    another account's id or a rule of the other mode → 404."""
     with unit_of_work():
         res = db.session.execute(
-            update(Alert).where(Alert.id == alert_id, Alert.account_id == account_id,
+            update(Alert).where(Alert.id == alert_id, Alert.account_id == account_id, Alert.mode == mode,
                                 Alert.deleted_at.is_(None))
             .values(deleted_at=utcnow()).execution_options(synchronize_session=False))
     if res.rowcount != 1:
@@ -171,11 +173,12 @@ def delete_alert(account_id: str, alert_id: str) -> Alert:
     return db.session.get(Alert, alert_id, populate_existing=True)
 
 
-def list_events(account_id: str, limit: int = EVENTS_LIMIT) -> list[FiredEvent]:
-    """The ``limit`` most recent firings of the account, newest first, with the delivery
-    state of each (from its outbox message). Events of deleted alerts are included."""
+def list_events(account_id: str, limit: int = EVENTS_LIMIT, mode: str = "live") -> list[FiredEvent]:
+    """The ``limit`` most recent firings of the account's ``mode`` rules, newest first, with
+    the delivery state of each (from its outbox message). Events of deleted alerts are included."""
     events = list(db.session.execute(
-        select(AlertEvent).where(AlertEvent.account_id == account_id)
+        select(AlertEvent).join(Alert, Alert.id == AlertEvent.alert_id)
+        .where(AlertEvent.account_id == account_id, Alert.mode == mode)
         .order_by(AlertEvent.fired_at.desc(), AlertEvent.id.desc()).limit(limit)).scalars())
     sources = [f"alert_event:{e.id}" for e in events]
     msgs = {m.source: m for m in db.session.execute(
@@ -216,10 +219,16 @@ class FiredEvent:
 
 # --- metrics --------------------------------------------------------------------------
 
-def usage_by_account(now: datetime, account_ids=None) -> dict[str, dict]:
-    """One grouped query: per account, calls/errors/spend_micros of every window, and the
-    spend of the current billing period. ``account_ids`` (a list or a select) restricts the
-    accounts; by default the accounts that have active alerts."""
+def usage_by_account(now: datetime, account_ids=None, mode: str = "live") -> dict[str, dict]:
+    """Per account, calls/errors/spend_micros of every window in ``mode``, and the spend of
+    the current billing period (one grouped query, ``usage_by_mode``)."""
+    return {acct: u for (acct, _), u in usage_by_mode(now, account_ids, (mode,)).items()}
+
+
+def usage_by_mode(now: datetime, account_ids=None, modes=("live", "test")) -> dict[tuple, dict]:
+    """One grouped query: per (account, mode), calls/errors/spend_micros of every window, and
+    the spend of the current billing period. ``account_ids`` (a list or a select) restricts
+    the accounts; by default the accounts that have active alerts."""
     now = _utc(now)
     if account_ids is None:
         account_ids = select(Alert.account_id).where(Alert.deleted_at.is_(None)).distinct()
@@ -234,16 +243,17 @@ def usage_by_account(now: datetime, account_ids=None) -> dict[str, dict]:
                  func.sum(case((in_window, UsageHourly.spend_micros), else_=0))]
     cols.append(func.sum(case((UsageHourly.hour >= period_start, UsageHourly.spend_micros), else_=0)))
     rows = db.session.execute(
-        select(UsageHourly.account_id, *cols)
-        .where(UsageHourly.account_id.in_(account_ids), UsageHourly.mode == "live",
+        select(UsageHourly.account_id, UsageHourly.mode, *cols)
+        .where(UsageHourly.account_id.in_(account_ids), UsageHourly.mode.in_(modes),
                UsageHourly.hour >= lowest, UsageHourly.hour <= hour_of(now))
-        .group_by(UsageHourly.account_id)).all()
+        .group_by(UsageHourly.account_id, UsageHourly.mode)).all()
     out = {}
     for row in rows:
-        vals = [int(v or 0) for v in row[1:]]
-        out[row[0]] = {w: {"calls": vals[3 * i], "errors": vals[3 * i + 1],
-                           "spend_micros": vals[3 * i + 2]} for i, w in enumerate(WINDOWS)}
-        out[row[0]]["period_spend_micros"] = vals[-1]
+        vals = [int(v or 0) for v in row[2:]]
+        key = (row[0], row[1])
+        out[key] = {w: {"calls": vals[3 * i], "errors": vals[3 * i + 1],
+                    "spend_micros": vals[3 * i + 2]} for i, w in enumerate(WINDOWS)}
+        out[key]["period_spend_micros"] = vals[-1]
     return out
 
 
@@ -345,13 +355,13 @@ def evaluate_all(now: datetime | None = None, *, dispatch: bool = True) -> dict:
     current_key = case(*[(Alert.window == w, k) for w, k in keys.items()], else_="")
     rules = db.session.execute(
         select(Alert.id, Alert.account_id, Alert.name, Alert.metric, Alert.op, Alert.threshold,
-               Alert.window, Alert.channel, Alert.target, Alert.secret, Account.plan,
+               Alert.window, Alert.channel, Alert.target, Alert.secret, Alert.mode, Account.plan,
                AlertEvent.id.label("fired_id"))
         .join(Account, Account.id == Alert.account_id)
         .outerjoin(AlertEvent, and_(AlertEvent.alert_id == Alert.id,
                                     AlertEvent.period_key == current_key))
         .where(Alert.deleted_at.is_(None))).mappings().all()
-    usage = usage_by_account(now)
+    usage = usage_by_mode(now)  # a rule watches the usage of its own mode
     plan_cache: dict[str, int] = {}
     to_fire: list[tuple[dict, dict]] = []
     for r in rules:
@@ -359,7 +369,7 @@ def evaluate_all(now: datetime | None = None, *, dispatch: bool = True) -> dict:
             continue
         if r["plan"] not in plan_cache:  # an unknown plan counts as plan_cents 0 → plan_pct 0
             plan_cache[r["plan"]] = int(accounts.plans().get(r["plan"], {}).get("plan_cents", 0))
-        value = metric_value(r["metric"], r["window"], usage.get(r["account_id"], _EMPTY),
+        value = metric_value(r["metric"], r["window"], usage.get((r["account_id"], r["mode"]), _EMPTY),
                              plan_cache[r["plan"]])
         if not OPS[r["op"]](value, Decimal(repr(r["threshold"]))):
             continue

@@ -4,9 +4,11 @@ Conventions (DESIGN §3):
 
 * 1 USD = 1_000_000 micros; 1 cent = 10_000 micros.
 * A posting is a list of legs ``(ledger_account_code, amount_micros)`` summing to 0.
-* ``acct:<account_id>`` legs also move the cached ``accounts.balance_micros`` with a
-  conditional UPDATE (``… WHERE balance_micros + :delta >= 0``) in the same database
-  transaction, so no concurrent path can overdraw an account.
+* A customer's balance is per MODE, as in Stripe: ``acct:<account_id>`` is the live balance,
+  ``acct_test:<account_id>`` the test (sandbox) balance (``customer(account_id, mode)``).
+  Their legs also move the cached ``accounts.balance_micros`` / ``accounts.test_balance_micros``
+  with a conditional UPDATE (``… WHERE balance + :delta >= 0``) in the same database
+  transaction, so no concurrent path can overdraw an account in either mode.
 * Holder accounts (``acct:``, ``earnings:``, ``revenue:``, ``hold:``) never go negative; source
   accounts (``promo:``, ``external:``, ``adjust:``) are negative by the amount they
   have put into the system.
@@ -30,12 +32,15 @@ MICROS_PER_USD = 1_000_000
 
 # Ledger account codes / prefixes.
 CUSTOMER = "acct:"
+CUSTOMER_TEST = "acct_test:"
 EARNINGS = "earnings:"
 REVENUE = "revenue:platform"
 PROMO = "promo:grants"
 ADJUST = "adjust:operator"
 EXTERNAL = "external:"
-HOLDER_PREFIXES = (CUSTOMER, EARNINGS, "revenue:", "hold:")
+CARRY = "carry:"  # recoverable negative carry-over of an agent's settled earnings
+HOLDER_PREFIXES = (CUSTOMER, CUSTOMER_TEST, EARNINGS, "revenue:", "hold:")
+MODES = ("live", "test")
 
 
 def cents_to_micros(cents: int) -> int:
@@ -47,8 +52,25 @@ def micros_to_cents(micros: int) -> int:
     return int(micros) // MICROS_PER_CENT
 
 
-def customer(account_id: str) -> str:
-    return CUSTOMER + account_id
+def customer(account_id: str, mode: str = "live") -> str:
+    """The ledger account of a customer's balance in ``mode`` (live keeps ``acct:<id>``)."""
+    if mode == "live":
+        return CUSTOMER + account_id
+    if mode == "test":
+        return CUSTOMER_TEST + account_id
+    raise ValueError(f"unknown mode {mode!r}")
+
+
+def carry(agent_id: str) -> str:
+    """Negative carry-over of an agent whose refunds came after its month was settled:
+    a receivable (never positive) recovered from the agent's next earnings."""
+    return CARRY + agent_id
+
+
+def cached_balance(account_id: str, mode: str = "live") -> int:
+    """The cached balance of ``account_id`` in ``mode``, in micros."""
+    col = _ACCOUNTS.c.test_balance_micros if mode == "test" else _ACCOUNTS.c.balance_micros
+    return int(db.session.execute(select(col).where(_ACCOUNTS.c.id == account_id)).scalar_one())
 
 
 def earnings(agent_id: str) -> str:
@@ -79,9 +101,14 @@ _TXNS = LedgerTransaction.__table__
 _ENTRIES = LedgerEntry.__table__
 
 # Statements built once, parameters given at execution (SQLAlchemy's compiled cache).
-_CREDIT = (update(_ACCOUNTS).where(_ACCOUNTS.c.id == bindparam("acct"))
-           .values(balance_micros=_ACCOUNTS.c.balance_micros + bindparam("delta")))
-_DEBIT = _CREDIT.where(_ACCOUNTS.c.balance_micros >= bindparam("need"))  # never below zero
+def _balance_updates(column: str):
+    col = _ACCOUNTS.c[column]
+    credit = update(_ACCOUNTS).where(_ACCOUNTS.c.id == bindparam("acct")).values({column: col + bindparam("delta")})
+    return credit, credit.where(col >= bindparam("need"))  # the debit never goes below zero
+
+
+# ledger account prefix -> (credit, debit) statements on its cached balance column
+_CACHED = {CUSTOMER: _balance_updates("balance_micros"), CUSTOMER_TEST: _balance_updates("test_balance_micros")}
 _INSERT_TXN = insert(_TXNS).returning(_TXNS.c.id)
 
 # PostgreSQL: insert the transaction and its legs in one statement.
@@ -118,9 +145,10 @@ def post(kind: str, legs: list[tuple[str, int]], *, ref: str | None = None,
     # may catch InsufficientFunds, add funds and post again in the same transaction.
     # Core statements on the tables (not the ORM): cached compiled SQL, no unit of work.
     for code, amount in sorted(legs, key=lambda leg: leg[1]):
-        if code.startswith(CUSTOMER):
-            acct = code[len(CUSTOMER):]
-            res = session.execute(_DEBIT if amount < 0 else _CREDIT,
+        prefix, _, acct = code.partition(":")
+        statements = _CACHED.get(prefix + ":")
+        if statements is not None:
+            res = session.execute(statements[1] if amount < 0 else statements[0],
                                   {"acct": acct, "delta": amount, "need": -amount})
             if res.rowcount != 1:
                 if amount < 0:
@@ -165,8 +193,9 @@ def check() -> list[Violation]:
     """Verify the ledger invariants; returns the violations (empty list = clean).
 
     1. every transaction's entries sum to zero (and so do all entries);
-    2. every cached account balance equals the sum of its ``acct:`` entries;
-    3. no holder account (customer, earnings, revenue) is negative.
+    2. every cached account balance (live and test) equals the sum of its ``acct:`` /
+       ``acct_test:`` entries;
+    3. no holder account (customer, earnings, revenue) is negative; no carry-over is positive.
     """
     s = db.session
     out: list[Violation] = []
@@ -185,16 +214,20 @@ def check() -> list[Violation]:
         select(LedgerEntry.ledger_account, func.sum(LedgerEntry.amount_micros))
         .group_by(LedgerEntry.ledger_account)
     ).all())
-    for acct_id, cached in s.execute(select(Account.id, Account.balance_micros)):
-        ledger_sum = int(sums.get(customer(acct_id), 0))
-        if ledger_sum != int(cached):
-            out.append(Violation(
-                "cached_balance_matches",
-                f"account {acct_id}: cached {cached} != ledger {ledger_sum}",
-            ))
-        if int(cached) < 0:
-            out.append(Violation("no_negative_balance", f"account {acct_id}: {cached}"))
+    for acct_id, live, test in s.execute(select(Account.id, Account.balance_micros, Account.test_balance_micros)):
+        for mode, cached in (("live", live), ("test", test)):
+            ledger_sum = int(sums.get(customer(acct_id, mode), 0))
+            label = acct_id if mode == "live" else f"{acct_id} (test)"
+            if ledger_sum != int(cached):
+                out.append(Violation(
+                    "cached_balance_matches",
+                    f"account {label}: cached {cached} != ledger {ledger_sum}",
+                ))
+            if int(cached) < 0:
+                out.append(Violation("no_negative_balance", f"account {label}: {cached}"))
     for code, amount in sums.items():
         if code.startswith(HOLDER_PREFIXES) and int(amount) < 0:
             out.append(Violation("no_negative_balance", f"{code}: {amount}"))
+        if code.startswith(CARRY) and int(amount) > 0:
+            out.append(Violation("carry_over_not_positive", f"{code}: {amount}"))
     return out

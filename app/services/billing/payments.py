@@ -43,18 +43,18 @@ class NoPaymentMethod(DomainError):
 # --- views -------------------------------------------------------------------------
 
 
-def history(account_id: str) -> list[Payment]:
-    """The account's last 50 payments (card, ACH, USDC, x402), newest first."""
+def history(account_id: str, mode: str = "live") -> list[Payment]:
+    """The account's last 50 payments of ``mode`` (card, ACH, USDC, x402), newest first."""
     rows = db.session.execute(
-        select(Payment).where(Payment.account_id == account_id)
+        select(Payment).where(Payment.account_id == account_id, Payment.mode == mode)
         .order_by(Payment.created_at.desc(), Payment.id.desc()).limit(HISTORY_LIMIT)
     ).scalars().all()
     return list(rows)
 
 
-def get_payment(account_id: str, payment_id: str) -> Payment:
+def get_payment(account_id: str, payment_id: str, mode: str = "live") -> Payment:
     p = db.session.get(Payment, payment_id)
-    if p is None or p.account_id != account_id:
+    if p is None or p.account_id != account_id or p.mode != mode:
         raise NotFound("No such payment.")
     return p
 
@@ -84,7 +84,8 @@ def credit_payment(payment: Payment, ref: str | None = None, external_ref: str |
     outside.record(external_ref or outside.payment_ref(payment), rail=payment.processor,
                    account_id=payment.account_id, amount_micros=micros, ledger_ref=ref,
                    mode=payment.mode or "live", payment_id=payment.id)
-    ledger.post("payment", [(ledger_source(payment), -micros), (ledger.customer(payment.account_id), micros)],
+    customer = ledger.customer(payment.account_id, payment.mode)  # a test payment funds the test balance
+    ledger.post("payment", [(ledger_source(payment), -micros), (customer, micros)],
                 ref=ref, account_id=payment.account_id,
                 meta={"payment_id": payment.id, "method": payment.method, "processor": payment.processor})
     return True
@@ -118,10 +119,8 @@ def refund_payment(payment: Payment, refunded_total_micros: int, charge_id: str)
         .execution_options(synchronize_session=False))
     if res.rowcount != 1:
         return "concurrent_refund"
-    balance = int(db.session.execute(
-        select(Account.balance_micros).where(Account.id == payment.account_id)).scalar_one())
-    recovered = min(balance, delta)
-    legs = [(ledger.customer(payment.account_id), -recovered), (ledger_source(payment), delta)]
+    recovered = min(ledger.cached_balance(payment.account_id, payment.mode), delta)
+    legs = [(ledger.customer(payment.account_id, payment.mode), -recovered), (ledger_source(payment), delta)]
     if delta - recovered:
         legs.append(("adjust:refund_shortfall", -(delta - recovered)))
     ledger.post("refund", legs, ref=f"refund:{payment.id}:{refunded_total_micros}",
@@ -263,9 +262,8 @@ class FundResult:
 
 
 def fund_result(payment: Payment, deposit: dict | None = None) -> FundResult:
-    balance = db.session.execute(
-        select(Account.balance_micros).where(Account.id == payment.account_id)).scalar_one()
-    return FundResult(payment, int(balance), deposit)
+    """The payment and the balance of its mode after it."""
+    return FundResult(payment, ledger.cached_balance(payment.account_id, payment.mode), deposit)
 
 
 # --- webhook -------------------------------------------------------------------------

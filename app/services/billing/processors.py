@@ -7,8 +7,12 @@
   app (``/pay/sandbox/checkout/<id>``), Stripe-like test payment method ids, and events
   that are signed with the sandbox secret and delivered through the same webhook code.
 
-``for_mode(mode)`` picks one: ``svc_test_`` credentials (mode ``test``) and
-``PAYMENTS_PROCESSOR=sandbox`` use the sandbox; otherwise Stripe.
+``for_mode(mode)`` picks one: ``svc_test_`` credentials (mode ``test``) use the sandbox,
+whose payments fund the test balance only. Live mode uses Stripe when
+``PAYMENTS_PROCESSOR=stripe``; outside production ``PAYMENTS_PROCESSOR=sandbox`` (the default
+there) lets the sandbox stand in for it. In production live mode never gets the sandbox:
+without Stripe, live payments answer 503 ``payments_unavailable`` (config.py refuses to
+start with ``PAYMENTS_PROCESSOR=sandbox``, and with Stripe but without its keys).
 """
 from __future__ import annotations
 
@@ -33,6 +37,13 @@ log = logging.getLogger(__name__)
 class PaymentMethodInvalid(DomainError):
     status, code, message = 400, "payment_method_invalid", "Unknown or unusable payment method."
     description = "The payment method id is unknown to the processor or cannot be used."
+
+
+class PaymentsUnavailable(DomainError):
+    status, code, message = 503, "payments_unavailable", "Live payments are not available on this deployment."
+    description = ("No real payment processor is configured for live mode (production without "
+                   "PAYMENTS_PROCESSOR=stripe): live card, ACH and checkout are refused; test keys "
+                   "still use the sandbox.")
 
 
 class CardDeclined(DomainError):
@@ -247,7 +258,11 @@ class StripeProcessor(Processor):
 def for_mode(mode: str) -> Processor:
     """The processor for a credential mode (``live`` / ``test``)."""
     cfg = current_app.config
-    if mode == "test" or cfg.get("PAYMENTS_PROCESSOR", "sandbox") == "sandbox":
+    processor = cfg.get("PAYMENTS_PROCESSOR", "sandbox")
+    if mode != "test" and processor != "stripe" and (cfg.get("PRODUCTION") or processor != "sandbox"):
+        raise PaymentsUnavailable("Live payments need a real processor; this deployment has none "
+                                  "(PAYMENTS_PROCESSOR=stripe with STRIPE_SECRET_KEY and STRIPE_WEBHOOK_SECRET).")
+    if mode == "test" or processor == "sandbox":
         if not cfg.get("PAYMENTS_SANDBOX_ENABLED", True):
             raise Forbidden("Sandbox payments are disabled on this deployment.")
         return SandboxProcessor()

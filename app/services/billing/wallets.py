@@ -18,7 +18,7 @@ from sqlalchemy.exc import IntegrityError
 from app.errors import Conflict, DomainError, InvalidRequest, ServiceUnavailable
 from app.extensions import db, get_redis
 from app.ids import new_id, random_b62
-from app.models import Account, ChainCursor, LedgerEntry, LedgerTransaction, Payment, Wallet, X402Authorization
+from app.models import ChainCursor, LedgerEntry, LedgerTransaction, Payment, Wallet, X402Authorization
 from app.models.base import utcnow
 from app.services.billing import chains
 from app.services.billing import ledger, outside
@@ -194,10 +194,10 @@ def _cached_usdc(chain: str, address: str) -> int:
     return value
 
 
-def balance(account_id: str) -> dict:
-    """Credits and the connected wallet's on-chain USDC (``connected: false``, ``usdc:
-    "0.000000"``, ``chain: null`` when no wallet is connected)."""
-    credits = db.session.execute(select(Account.balance_micros).where(Account.id == account_id)).scalar_one()
+def balance(account_id: str, mode: str = "live") -> dict:
+    """Credits of ``mode`` and the connected wallet's on-chain USDC (``connected: false``,
+    ``usdc: "0.000000"``, ``chain: null`` when no wallet is connected)."""
+    credits = ledger.cached_balance(account_id, mode)
     wallet = get_wallet(account_id)
     out = {"credits_cents": ledger.micros_to_cents(credits), "usdc": chains.format_usdc(0), "chain": None,
            "address": None, "connected": False}
@@ -339,13 +339,13 @@ def chains_to_watch() -> list[str]:
 
 # --- ledger transactions -------------------------------------------------------------------
 
-def transactions(account_id: str, limit: int = 50, cursor: str | None = None) -> dict:
+def transactions(account_id: str, limit: int = 50, cursor: str | None = None, mode: str = "live") -> dict:
     """The account's ledger entries (credits and debits), newest first; ``cursor`` is the
     ``next_cursor`` of the previous page."""
     stmt = (select(LedgerEntry.id, LedgerEntry.amount_micros, LedgerEntry.created_at,
                    LedgerTransaction.kind, LedgerTransaction.ref, LedgerTransaction.meta)
             .join(LedgerTransaction, LedgerTransaction.id == LedgerEntry.txn_id)
-            .where(LedgerEntry.ledger_account == ledger.customer(account_id)))
+            .where(LedgerEntry.ledger_account == ledger.customer(account_id, mode)))
     if cursor:
         if not cursor.isdigit() or len(cursor) > 19:
             raise InvalidRequest("cursor: not a cursor returned by this endpoint.")

@@ -46,6 +46,7 @@ from app.services.gateway import receipts
 from app.services.gateway import upstream
 from app.services.billing import usage
 from app.services.billing import paywall, x402
+from app.services.agents import revenue_share
 from app.services.platform import http
 from app.services.platform.uow import unit_of_work
 
@@ -66,7 +67,6 @@ _IDEMPOTENCY_DONE = (update(_IDEMPOTENCY)
                      .values(status="done", response_body=bindparam("b_response_body",
                                                                  type_=_IDEMPOTENCY.c.response_body.type)))
 
-OWNER_SHARE_NUM, OWNER_SHARE_DEN = 3, 10  # 30% of a call's price accrues to the owner agent
 
 
 
@@ -130,8 +130,8 @@ def fund_from_payment(payment: str, *, account_id: str, price_micros: int,
 # --- helpers -------------------------------------------------------------------------
 
 def _legs(account_id: str, price_micros: int, owner_agent_id: str | None) -> list[tuple[str, int]]:
-    if owner_agent_id:
-        share = price_micros * OWNER_SHARE_NUM // OWNER_SHARE_DEN
+    share = revenue_share.share_micros(price_micros, owner_agent_id, account_id)  # 0 when self-dealing
+    if share:
         return [(ledger.customer(account_id), -price_micros), (ledger.REVENUE, price_micros - share),
                 (ledger.earnings(owner_agent_id), share)]
     return [(ledger.customer(account_id), -price_micros), (ledger.REVENUE, price_micros)]
@@ -332,8 +332,8 @@ def refund(call_id: str, error: str) -> bool:
         if row is None:
             return False
         if row.charged:
-            legs = [(code, -amount) for code, amount in
-                    _legs(row.account_id, row.price_micros, row.owner_agent_id)]
+            legs = revenue_share.reverse([(code, -amount) for code, amount in
+                                          _legs(row.account_id, row.price_micros, row.owner_agent_id)])
             ledger.post("module_call_refund", legs, ref=f"call_refund:{call_id}",
                         account_id=row.account_id, meta={"call_id": call_id, "reason": error})
         usage.record(row.account_id, row.module_slug, spend_micros=-row.price_micros, calls=0,

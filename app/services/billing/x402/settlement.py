@@ -25,12 +25,12 @@ import logging
 from dataclasses import dataclass, field
 
 from flask import current_app
-from sqlalchemy import insert, select, update
+from sqlalchemy import insert, update
 from sqlalchemy.exc import IntegrityError
 
 from app.extensions import db
 from app.ids import new_id
-from app.models import LedgerTransaction, Payment, X402Authorization
+from app.models import Payment, X402Authorization
 from app.models.base import utcnow
 from app.services.billing.x402.payload import PaymentInvalid, decode, verify
 from app.services.billing.x402.requirements import b64json, is_sandbox, v1_requirement, v2_requirement
@@ -195,7 +195,7 @@ def book(pay: X402Payment, call_id: str | None = None) -> str:
                            .values(status="settled", transaction=pay.transaction, settled_at=utcnow())
                            .execution_options(synchronize_session=False))
     payment = Payment(id=new_id("pay"), account_id=pay.account_id, method="x402", kind="x402",
-                      processor="sandbox" if pay.sandbox else "x402", mode="test" if pay.sandbox else "live",
+                      processor="sandbox" if pay.sandbox else "x402", mode="live",  # credits the live balance
                       provider_id=f"x402:{pay.auth_key}"[:160], amount_micros=pay.value_atomic, status="succeeded",
                       meta={"network": pay.network, "payer": pay.payer, "transaction": pay.transaction,
                             "call_id": call_id, "authorization": pay.auth_id})

@@ -1,0 +1,65 @@
+"""Revenue share with integrity: who accrues a share of a call, and how a late refund is
+taken back (DESIGN §3, docs/money.md "Revenue share").
+
+* ``share_micros(price, owner_agent_id, caller_account_id)``: 30% of a call to an
+  agent-owned module accrues to ``earnings:<agent>`` — unless the caller is the owner's
+  own side: the agent's own account, the account that registered the agent, or any other
+  agent of that account (self-dealing accrues nothing; the whole price is revenue).
+  Ownership never changes, so a refund recomputes the same decision.
+* ``reverse(legs)``: the legs of a refund. An ``earnings:`` debit larger than what the
+  agent still has accrued (its month was already settled) takes the rest from
+  ``carry:<agent>``, a negative carry-over (a receivable, never positive) instead of a
+  negative earnings balance.
+* ``recover(agent_id, amount)``: at settlement, the part of ``amount`` that repays the
+  carry-over first; the rest reaches the agent's balance.
+
+Helpers only: they join the caller's unit of work and never commit.
+"""
+from __future__ import annotations
+
+from sqlalchemy import or_, select
+
+from app.extensions import db
+from app.models import Account, Agent
+from app.services.billing import ledger
+
+OWNER_SHARE_NUM, OWNER_SHARE_DEN = 3, 10  # 30% of a call's price accrues to the owner agent
+
+
+def accrues(owner_agent_id: str, caller_account_id: str) -> bool:
+    """False when the caller is the module owner's own side (one query)."""
+    owner = select(Agent.owner_account_id).where(Agent.id == owner_agent_id).scalar_subquery()
+    own_side = db.session.execute(
+        select(Account.id).where(Account.id == caller_account_id,
+                                 or_(Account.agent_id == owner_agent_id, Account.id == owner,
+                                     Account.owner_account_id == owner))
+    ).first()
+    return own_side is None
+
+
+def share_micros(price_micros: int, owner_agent_id: str | None, caller_account_id: str) -> int:
+    """The owner agent's share of a call's price (0: no owner agent, or self-dealing)."""
+    if not owner_agent_id or not accrues(owner_agent_id, caller_account_id):
+        return 0
+    return price_micros * OWNER_SHARE_NUM // OWNER_SHARE_DEN
+
+
+def reverse(legs: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """Refund legs whose ``earnings:`` debits never overdraw: the uncovered part goes to
+    the agent's negative carry-over."""
+    out: list[tuple[str, int]] = []
+    for code, amount in legs:
+        if code.startswith(ledger.EARNINGS) and amount < 0:
+            available = max(ledger.balance(code), 0)
+            taken = min(available, -amount)
+            out.append((code, -taken))
+            out.append((ledger.carry(code[len(ledger.EARNINGS):]), amount + taken))
+        else:
+            out.append((code, amount))
+    return out
+
+
+def recover(agent_id: str, amount_micros: int) -> int:
+    """How much of a settlement of ``amount_micros`` repays the agent's carry-over."""
+    owed = -ledger.balance(ledger.carry(agent_id))
+    return max(0, min(owed, amount_micros))

@@ -1,0 +1,83 @@
+"""Issue 15 (revenue share with integrity): the owner's side never accrues a share of its
+own module's calls; a refund after the month was settled becomes a recoverable negative
+carry-over, never a negative earnings balance; the ledger stays clean."""
+from __future__ import annotations
+
+from datetime import timedelta, timezone
+
+from app.extensions import db
+from app.models.base import utcnow
+from app.services.accounts import keys
+from app.services.agents import settlement
+from app.services.billing import ledger
+from app.services.gateway import calls, catalog
+from app.scopes import ALL_SCOPES
+from tests.agentkit import Keypair, register
+from tests.gateway_helpers import call, create_module, provider, provider_server  # noqa: F401
+
+
+class _Key:
+    def __init__(self, key):
+        self.key = key
+
+
+def _agent_key(app, agent_account_id, cents=100):
+    with app.app_context():
+        ledger.post("test_grant", [("adjust:test", -cents * 10_000), (ledger.customer(agent_account_id), cents * 10_000)])
+        secret = keys.mint(agent_account_id, "agent-key", ALL_SCOPES)[1]
+        db.session.commit()
+        db.session.remove()
+    return _Key(secret)
+
+
+def test_owner_and_its_agents_accrue_no_share(app, client, make_account, provider, ledger_clean):
+    owner = make_account(cents=100)
+    agent = register(client, owner, Keypair(), name="seller").get_json()
+    sibling = register(client, owner, Keypair(), name="sibling").get_json()
+    create_module(app, "selfmod", provider, {"ok": (10, "/ok")}, owner_agent_id=agent["id"])
+    callers = [owner, _agent_key(app, agent["account_id"]), _agent_key(app, sibling["account_id"])]
+    for who in callers:
+        assert call(client, who, {"action": "ok"}, slug="selfmod").status_code == 200
+    with app.app_context():
+        assert ledger.balance(ledger.earnings(agent["id"])) == 0
+        assert ledger.balance(ledger.REVENUE) == 3 * 100_000
+        db.session.remove()
+    stranger = make_account(cents=100)
+    assert call(client, stranger, {"action": "ok"}, slug="selfmod").status_code == 200
+    with app.app_context():
+        assert ledger.balance(ledger.earnings(agent["id"])) == 30_000   # 30% of a stranger's call
+        db.session.remove()
+    ledger_clean()
+
+
+def test_refund_after_settlement_is_a_negative_carry_over(app, client, make_account, provider, ledger_clean):
+    owner, payer = make_account(), make_account(cents=1000)
+    agent = register(client, owner, Keypair(), name="seller").get_json()
+    create_module(app, "latemod", provider, {"ok": (100, "/ok")}, owner_agent_id=agent["id"])
+    earn, carry = ledger.earnings(agent["id"]), ledger.carry(agent["id"])
+    now = utcnow()
+    month = f"{now.year:04d}-{now.month:02d}"
+    after = (now.replace(day=1) + timedelta(days=32)).replace(day=1, hour=2, tzinfo=timezone.utc)
+    with app.app_context():
+        mod = catalog.get_module("latemod")
+        call_id = calls.open_call(account_id=payer.id, mode="live", mod=mod,
+                                  act=catalog.get_action(mod, "ok"), body={"action": "ok"})
+        assert ledger.balance(earn) == 300_000
+        assert settlement.settle_month(month, now=after)["settled"] == 1
+        assert calls.refund(call_id, "swept") is True           # the call failed after settlement
+        assert ledger.balance(earn) == 0                         # never negative
+        assert ledger.balance(carry) == -300_000                 # owed by the agent
+        assert ledger.check() == []
+        # The next earnings repay the carry-over first (the next month's settlement takes
+        # what accrued since the last one).
+        calls.open_call(account_id=payer.id, mode="live", mod=mod,
+                        act=catalog.get_action(mod, "ok"), body={"action": "ok"})
+        agent_acct = agent["account_id"]
+        before = ledger.cached_balance(agent_acct)
+        later = (after + timedelta(days=32)).replace(day=1, hour=2)
+        nxt = f"{after.year:04d}-{after.month:02d}"
+        assert settlement.settle_month(nxt, now=later)["settled"] == 1
+        assert ledger.balance(carry) == 0
+        assert ledger.cached_balance(agent_acct) == before       # 300,000 settled, all repaid the carry
+        db.session.remove()
+    ledger_clean()

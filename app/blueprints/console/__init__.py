@@ -43,8 +43,11 @@ def _context():
 
     if not (request.blueprint == "console" and "account" in g):
         return {}
-    return {"csrf_token": web.csrf_token, "account": g.account,
-            "mode": web.mode()}
+    mode = web.mode()
+    acct = g.account
+    balance = None if acct is None else (acct.test_balance_micros if mode == "test" else acct.balance_micros)
+    return {"csrf_token": web.csrf_token, "account": g.account, "mode": mode,
+            "balance_micros": int(balance or 0)}
 
 
 @bp.app_template_filter("usd")

@@ -28,7 +28,7 @@ def field_errors(exc: DomainError, fields: tuple[str, ...]) -> dict:
 
 
 def _keys_page(status: int = 200, **extra):
-    rows = [k for k in keys_svc.list_keys(g.account.id) if k.mode == web.mode()]
+    rows = keys_svc.list_keys(g.account.id, web.mode())
     ctx = {"keys": rows, "all_scopes": ALL_SCOPES, "errors": {}, "form": {}, "created": None}
     ctx.update(extra)
     return render_template("console/keys.html", **ctx), status
@@ -60,7 +60,7 @@ def create_key():
 def revoke_key(key_id: str):
     """Revoke one of the account's keys (another account's id: 404)."""
     try:
-        keys_svc.revoke_key(g.account.id, key_id)
+        keys_svc.revoke_key(g.account.id, key_id, web.mode())
     except DomainError:
         abort(404)
     return redirect(url_for("console.keys"), code=303)

@@ -18,7 +18,7 @@ ALERT_FIELDS = ("name", "metric", "op", "threshold", "window", "channel", "targe
 
 def _billing_page(status: int = 200, **extra):
     acct = g.account
-    ctx = {"payments": payments.history(acct.id), "method": payments.saved_method(acct.id, web.mode()),
+    ctx = {"payments": payments.history(acct.id, web.mode()), "method": payments.saved_method(acct.id, web.mode()),
            "wallet": wallets.get_wallet(acct.id), "errors": {}, "amount": "",
            "checkout": request.args.get("checkout")}
     ctx.update(extra)
@@ -56,7 +56,8 @@ def topup():
 
 def _alerts_page(status: int = 200, **extra):
     acct = g.account
-    ctx = {"alerts": alerts_svc.list_alerts(acct.id), "events": alerts_svc.list_events(acct.id, limit=20),
+    mode = web.mode()
+    ctx = {"alerts": alerts_svc.list_alerts(acct.id, mode), "events": alerts_svc.list_events(acct.id, limit=20, mode=mode),
            "metrics": alerts_svc.METRICS, "ops": tuple(alerts_svc.OPS), "windows": tuple(alerts_svc.WINDOWS),
            "channels": alerts_svc.CHANNELS, "errors": {}, "form": {"target": acct.email or ""},
            "secret": None}
@@ -81,7 +82,7 @@ def create_alert():
     try:
         _alert, secret = alerts_svc.create_alert(
             g.account.id, name=form["name"], metric=form["metric"], op=form["op"], threshold=threshold,
-            window=form["window"], channel=form["channel"], target=form["target"])
+            window=form["window"], channel=form["channel"], target=form["target"], mode=web.mode())
     except DomainError as exc:
         return _alerts_page(400, errors=field_errors(exc, ALERT_FIELDS), form=form)
     if secret:
@@ -93,7 +94,7 @@ def create_alert():
 def delete_alert(alert_id: str):
     """Delete one of the account's rules (another account's id: 404)."""
     try:
-        alerts_svc.delete_alert(g.account.id, alert_id)
+        alerts_svc.delete_alert(g.account.id, alert_id, web.mode())
     except DomainError:
         abort(404)
     return redirect(url_for("console.alerts"), code=303)

@@ -40,6 +40,7 @@ from app.extensions import db, skip_commit_flush
 from app.ids import new_id
 from app.models import IdempotencyRecord, ModuleCall
 from app.models.base import utcnow
+from app import telemetry
 from app.services.gateway import catalog, charging
 from app.services.billing import ledger
 from app.services.gateway import receipts
@@ -188,8 +189,9 @@ def call(*, account_id: str, mode: str, slug: str, body: dict, idempotency_key: 
     if idempotency_key is not None and not 0 < len(idempotency_key) <= 128:
         raise InvalidRequest("Idempotency-Key: must be 1 to 128 characters.")
     paid: list = []
-    opened = open_call(account_id=account_id, mode=mode, mod=mod, act=act, body=body,
-                       idempotency_key=idempotency_key, payment=payment, paid_out=paid)
+    with telemetry.span("call.open"):
+        opened = open_call(account_id=account_id, mode=mode, mod=mod, act=act, body=body,
+                           idempotency_key=idempotency_key, payment=payment, paid_out=paid)
     if isinstance(opened, CallResult):
         return opened
     call_id = opened
@@ -198,10 +200,11 @@ def call(*, account_id: str, mode: str, slug: str, body: dict, idempotency_key: 
         headers, payload = upstream.build_request(
             auth=mod.provider_auth, body=body, call_id=call_id, request_id=request_id,
             mode=mode, production=cfg["PRODUCTION"])
-        answer = upstream.forward(method=act.method, url=url, body=body, payload=payload,
-                                  headers=headers, timeout=act.timeout_seconds,
-                                  max_bytes=cfg["PROVIDER_MAX_RESPONSE_BYTES"],
-                                  allow_private_hosts=cfg["ALLOW_PRIVATE_URLS"])
+        with telemetry.span("call.forward"):
+            answer = upstream.forward(method=act.method, url=url, body=body, payload=payload,
+                                      headers=headers, timeout=act.timeout_seconds,
+                                      max_bytes=cfg["PROVIDER_MAX_RESPONSE_BYTES"],
+                                      allow_private_hosts=cfg["ALLOW_PRIVATE_URLS"])
     except upstream.ProviderFailure as exc:
         refund(call_id, "provider_timeout" if exc.kind == "timeout" else "provider_error")
         if exc.kind == "timeout":
@@ -216,7 +219,8 @@ def call(*, account_id: str, mode: str, slug: str, body: dict, idempotency_key: 
         refund(call_id, "provider_error")
         raise
     try:
-        body = _finalize(call_id, account_id, slug, act, mode, answer, idempotency_key)
+        with telemetry.span("call.finalize"):  # receipt signature + the finalize statement
+            body = _finalize(call_id, account_id, slug, act, mode, answer, idempotency_key)
     except ProviderTimeout:
         raise
     except BaseException:

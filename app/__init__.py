@@ -71,6 +71,10 @@ def create_app(overrides: dict | None = None) -> Flask:
 
     init_metrics(app)
 
+    from app import telemetry
+
+    telemetry.init_app(app)  # OpenTelemetry, only when OTEL_* ask for it
+
     from app.cli import register_cli
 
     register_cli(app)

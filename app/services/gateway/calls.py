@@ -1,21 +1,21 @@
 """The module call path (SPEC endpoint 1): idempotency, charging, forwarding,
 finalizing with a signed receipt, refunds, the 402 payment request and the sweep.
 
-Charging scheme (one database transaction before forwarding):
+Charging scheme (one database transaction before forwarding; on PostgreSQL it is ONE
+statement, ``gw_open_call`` via ``gateway.charging``, and the finalize is one CTE):
   idempotency record (``in_flight``) + conditional ledger debit (customer −P; platform
   revenue +P, or +0.7P revenue / +0.3P ``earnings:<owner agent>``) + the ``pending``
-  call row + ``usage.record(calls=1, spend=P)`` → COMMIT → forward →
+  call row + the usage counter → COMMIT → forward →
   * provider 2xx/4xx: call ``succeeded`` (4xx: ``ok=false``, still charged), receipt
     stored, idempotency record ``done`` with the exact response body → COMMIT.
   * provider failure: refund = the reversing ledger posting (ref ``call_refund:<id>``),
     call ``refunded``, ``usage.record(calls=0, errors=1, spend=−P)`` in the charge's hour,
     idempotency record deleted (the key may be retried) → COMMIT → 502/504.
-  The two COMMITs are two units of work (``app/services/platform/uow.py``); the provider is
-  called between them, with no transaction open. A process dying between the two commits
-  leaves a ``pending`` call; the sweep refunds
-  it after ``deadline_at`` (timeout + CALL_SWEEP_MARGIN_SECONDS). ``pending → refunded``
-  is a conditional UPDATE and the refund posting has a unique ledger ``ref``, so a call
-  is refunded at most once whoever (request or sweep) gets there first.
+  The provider is called between the two units of work (``platform/uow.py``), with no
+  transaction open. A process dying between the two commits leaves a ``pending`` call;
+  the sweep refunds it after ``deadline_at`` (timeout + CALL_SWEEP_MARGIN_SECONDS).
+  ``pending → refunded`` is a conditional UPDATE and the refund posting has a unique
+  ledger ``ref``, so a call is refunded at most once whoever gets there first.
 x402 (an ``X-Payment`` header and a balance that cannot cover the price): the charging
 unit of work rolls back, then ``x402.verify_and_reserve`` (own unit of work) and
 ``x402.settle`` (facilitator over HTTP, no transaction open) run, then the charging unit of
@@ -40,7 +40,8 @@ from app.extensions import db, skip_commit_flush
 from app.ids import new_id
 from app.models import IdempotencyRecord, ModuleCall
 from app.models.base import utcnow
-from app.services.gateway import catalog
+from app import telemetry
+from app.services.gateway import catalog, charging
 from app.services.billing import ledger
 from app.services.gateway import receipts
 from app.services.gateway import upstream
@@ -158,11 +159,16 @@ def _existing_key(account_id: str, key: str, req_hash: str) -> str | None:
             db.session.execute(delete(IdempotencyRecord).where(IdempotencyRecord.id == row.id,
                                                                IdempotencyRecord.expires_at <= now))
             return None
-    if row.request_hash != req_hash:
+    return _replay_or_conflict(row.request_hash, row.status, row.response_body, req_hash)
+
+
+def _replay_or_conflict(stored_hash: str, status: str, body: str | None, req_hash: str) -> str:
+    """A live record of the key: its stored body (same request, done), else 409."""
+    if stored_hash != req_hash:
         raise IdempotencyKeyReused("This Idempotency-Key was already used with a different request.")
-    if row.status != "done":
+    if status != "done":
         raise IdempotencyKeyInUse("A request with this Idempotency-Key is still in flight; retry later.")
-    return row.response_body
+    return body
 
 
 # --- the call --------------------------------------------------------------------------
@@ -183,8 +189,9 @@ def call(*, account_id: str, mode: str, slug: str, body: dict, idempotency_key: 
     if idempotency_key is not None and not 0 < len(idempotency_key) <= 128:
         raise InvalidRequest("Idempotency-Key: must be 1 to 128 characters.")
     paid: list = []
-    opened = open_call(account_id=account_id, mode=mode, mod=mod, act=act, body=body,
-                       idempotency_key=idempotency_key, payment=payment, paid_out=paid)
+    with telemetry.span("call.open"):
+        opened = open_call(account_id=account_id, mode=mode, mod=mod, act=act, body=body,
+                           idempotency_key=idempotency_key, payment=payment, paid_out=paid)
     if isinstance(opened, CallResult):
         return opened
     call_id = opened
@@ -193,10 +200,11 @@ def call(*, account_id: str, mode: str, slug: str, body: dict, idempotency_key: 
         headers, payload = upstream.build_request(
             auth=mod.provider_auth, body=body, call_id=call_id, request_id=request_id,
             mode=mode, production=cfg["PRODUCTION"])
-        answer = upstream.forward(method=act.method, url=url, body=body, payload=payload,
-                                  headers=headers, timeout=act.timeout_seconds,
-                                  max_bytes=cfg["PROVIDER_MAX_RESPONSE_BYTES"],
-                                  allow_private_hosts=cfg["ALLOW_PRIVATE_URLS"])
+        with telemetry.span("call.forward"):
+            answer = upstream.forward(method=act.method, url=url, body=body, payload=payload,
+                                      headers=headers, timeout=act.timeout_seconds,
+                                      max_bytes=cfg["PROVIDER_MAX_RESPONSE_BYTES"],
+                                      allow_private_hosts=cfg["ALLOW_PRIVATE_URLS"])
     except upstream.ProviderFailure as exc:
         refund(call_id, "provider_timeout" if exc.kind == "timeout" else "provider_error")
         if exc.kind == "timeout":
@@ -211,7 +219,8 @@ def call(*, account_id: str, mode: str, slug: str, body: dict, idempotency_key: 
         refund(call_id, "provider_error")
         raise
     try:
-        body = _finalize(call_id, account_id, slug, act, mode, answer, idempotency_key)
+        with telemetry.span("call.finalize"):  # receipt signature + the finalize statement
+            body = _finalize(call_id, account_id, slug, act, mode, answer, idempotency_key)
     except ProviderTimeout:
         raise
     except BaseException:
@@ -236,6 +245,12 @@ def open_call(*, account_id: str, mode: str, mod: catalog.ModuleSnap, act: catal
     price_micros = ledger.cents_to_micros(act.price_cents)
     charged = mode != "test" and price_micros > 0
     s = db.session
+    if charging.supported():  # PostgreSQL: the whole charging transaction in one statement
+        try:
+            return _open_pg(account_id, mode, mod, act, idempotency_key, req_hash, price_micros,
+                            charged, payment)
+        except _PaymentNeeded:
+            pass  # x402: the multi-statement path below books the payment with the debit
     paid = None  # an x402 payment verified, reserved and settled for this call (not booked yet)
     tries = 0
     while tries < 3:
@@ -291,8 +306,31 @@ def open_call(*, account_id: str, mode: str, mod: catalog.ModuleSnap, act: catal
     raise IdempotencyKeyInUse("A request with this Idempotency-Key is still in flight; retry later.")
 
 
+_LATE = "The provider answered after the call's deadline; the call was refunded and not charged."
+
+
 class _PaymentNeeded(Exception):
     """The balance cannot cover the call and an x402 payment header came with it."""
+
+
+def _open_pg(account_id, mode, mod, act, idempotency_key, req_hash, price_micros, charged,
+             payment) -> str | CallResult:
+    """``open_call`` on PostgreSQL: one ``gw_open_call`` round trip + an asynchronous
+    COMMIT (why that is safe: docs/performance.md). Raises ``_PaymentNeeded`` when the
+    balance cannot cover the call and an x402 payment came with it."""
+    with unit_of_work():
+        call_id, res = charging.open_pg(
+            account_id=account_id, mode=mode, mod=mod, act=act, idem_key=idempotency_key,
+            req_hash=req_hash, price_micros=price_micros, charged=charged,
+            legs=_legs(account_id, price_micros, mod.owner_agent_id) if charged else [])
+        if res.outcome == "insufficient":  # raising rolls back the reserved key too
+            if payment:
+                raise _PaymentNeeded()
+            raise payment_required(act.price_cents, mod.slug)
+    if res.outcome == "existing":
+        return CallResult(_replay_or_conflict(res.idem_hash, res.idem_status, res.idem_body,
+                                              req_hash).encode(), True)
+    return call_id
 
 
 def _finalize(call_id, account_id, slug, act, mode, answer, idempotency_key) -> bytes:
@@ -304,12 +342,19 @@ def _finalize(call_id, account_id, slug, act, mode, answer, idempotency_key) -> 
                          "receipt": receipt})
     s = db.session
     with unit_of_work():
+        if charging.supported():  # one statement: the call and its key's stored response
+            done = charging.finalize_pg(
+                call_id=call_id, account_id=account_id, idem_key=idempotency_key, ok=answer.ok,
+                provider_status=answer.status, receipt=receipt, finished_at=utcnow(),
+                response_body=body.decode())
+            if not done:
+                raise ProviderTimeout(_LATE)
+            return body
         done = s.execute(_SUCCEED_CALL, {
             "b_call_id": call_id, "b_ok": answer.ok, "b_provider_status": answer.status,
             "b_receipt": receipt, "b_finished_at": utcnow()}).rowcount
         if done != 1:  # the sweep refunded it while we waited: not charged, no result
-            raise ProviderTimeout("The provider answered after the call's deadline; the call "
-                                  "was refunded and not charged.")
+            raise ProviderTimeout(_LATE)
         if idempotency_key is not None:
             s.execute(_IDEMPOTENCY_DONE, {"b_account": account_id, "b_key": idempotency_key,
                                           "b_call_id": call_id, "b_response_body": body.decode()})

@@ -1,0 +1,76 @@
+"""OpenTelemetry tracing for operators: off by default, on through the standard
+``OTEL_*`` variables, nothing imported when off.
+
+On when ``OTEL_TRACES_EXPORTER`` is set to anything but ``none``, or when
+``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is set (the
+exporter then defaults to ``otlp``, over HTTP/protobuf); ``OTEL_SDK_DISABLED=true``
+turns it off again. The SDK reads the rest itself (``OTEL_SERVICE_NAME``,
+``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_TRACES_SAMPLER``, ``OTEL_BSP_*``, endpoints,
+headers). ``console`` prints spans to stdout (for a look on one machine).
+
+When on, Flask (one server span per request), requests (the provider call), SQLAlchemy
+(one span per statement: ``gw_open_call``, the finalize CTE …) and Redis (the rate-limit
+pipeline) are instrumented, and ``span(name)`` adds the phases of a metered call
+(``call.open``, ``call.forward``, ``call.finalize``), so one call's time split is
+visible in a trace. When off, ``span()`` returns one shared no-op context manager and no
+``opentelemetry`` module is imported. The batch span processor re-creates its export
+thread after gunicorn forks its workers.
+"""
+from __future__ import annotations
+
+import os
+from contextlib import nullcontext
+
+_NOOP = nullcontext()
+_tracer = None
+
+
+def enabled(env=os.environ) -> bool:
+    """Whether the ``OTEL_*`` variables ask for tracing (see the module docstring)."""
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    exporter = env.get("OTEL_TRACES_EXPORTER", "").strip().lower()
+    if exporter:
+        return exporter != "none"
+    return bool(env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+
+
+def span(name: str):
+    """A context manager timing one phase as a child span; a shared no-op when off."""
+    return _NOOP if _tracer is None else _tracer.start_as_current_span(name)
+
+
+def init_app(app) -> None:
+    """Instrument the app when ``enabled()``; otherwise do nothing (and import nothing)."""
+    global _tracer
+    if not enabled():
+        return
+    from opentelemetry import trace
+    from opentelemetry.instrumentation.flask import FlaskInstrumentor
+    from opentelemetry.instrumentation.redis import RedisInstrumentor
+    from opentelemetry.instrumentation.requests import RequestsInstrumentor
+    from opentelemetry.instrumentation.sqlalchemy import SQLAlchemyInstrumentor
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+
+    if not isinstance(trace.get_tracer_provider(), TracerProvider):  # once per process
+        provider = TracerProvider(resource=Resource.create(
+            {"service.name": os.environ.get("OTEL_SERVICE_NAME") or "gateway"}))
+        names = (os.environ.get("OTEL_TRACES_EXPORTER") or "otlp").lower().split(",")
+        for name in (n.strip() for n in names):
+            if name == "console":
+                provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
+            elif name == "otlp":
+                from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+                provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        trace.set_tracer_provider(provider)
+        RequestsInstrumentor().instrument()
+        RedisInstrumentor().instrument()
+    FlaskInstrumentor().instrument_app(app)
+    from app.extensions import db
+
+    with app.app_context():
+        SQLAlchemyInstrumentor().instrument(engine=db.engine)
+    _tracer = trace.get_tracer("gateway")

@@ -1,0 +1,69 @@
+"""The metered call's database round trips (issue 18): on PostgreSQL one statement before
+forwarding (``gw_open_call``) and one after (the finalize CTE); a 402 leaves nothing
+behind (not even the reserved Idempotency-Key); a replay runs one statement."""
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import event, func, select
+
+from app.extensions import db
+from app.models import IdempotencyRecord, ModuleCall, UsageHourly
+from tests.gateway_helpers import balance_cents, call, mod, provider, provider_server  # noqa: F401
+
+
+@pytest.fixture
+def statements(app):
+    """The SQL statements the app runs (pool pre-pings excluded) while the test runs."""
+    seen: list[str] = []
+
+    def _sql(conn, cursor, statement, parameters, context, executemany):  # noqa: ARG001
+        if statement.strip().upper() != "SELECT 1":
+            seen.append(statement)
+
+    with app.app_context():
+        engine = db.engine
+    event.listen(engine, "before_cursor_execute", _sql)
+    yield seen
+    event.remove(engine, "before_cursor_execute", _sql)
+
+
+def _pg(app) -> bool:
+    with app.app_context():
+        return db.engine.dialect.name == "postgresql"
+
+
+def test_one_statement_before_and_one_after_forwarding(app, client, make_account, mod, statements,
+                                                       ledger_clean):
+    if not _pg(app):
+        pytest.skip("the one-statement path is PostgreSQL's (SQLite keeps the simple path)")
+    acct = make_account(cents=100)
+    call(client, acct, {"action": "ok"}, key="rt-1")  # warm caches (credential, catalog)
+    statements.clear()
+    r = call(client, acct, {"action": "ok"}, key="rt-2")
+    assert r.status_code == 200, r.get_json()
+    writes = [s for s in statements if "gw_open_call" in s or "module_calls" in s
+              or "idempotency_records" in s or "ledger" in s or "usage_hourly" in s]
+    assert len(writes) == 2, statements
+    assert "gw_open_call" in writes[0] and "UPDATE module_calls" in writes[1]
+    # a replay: one statement, no second charge
+    statements.clear()
+    again = call(client, acct, {"action": "ok"}, key="rt-2")
+    assert again.headers.get("Idempotent-Replayed") == "true" and again.data == r.data
+    assert sum("gw_open_call" in s for s in statements) == 1
+    assert balance_cents(app, acct.id) == 100 - 2 * 3
+    ledger_clean()
+
+
+def test_402_rolls_back_the_reserved_key_and_writes_nothing(app, client, make_account, mod,
+                                                             ledger_clean):
+    acct = make_account(cents=2)  # the action costs 3 cents
+    r = call(client, acct, {"action": "ok"}, key="poor-1")
+    assert r.status_code == 402 and r.get_json()["error"] == "payment_required"
+    with app.app_context():
+        for model in (IdempotencyRecord, ModuleCall, UsageHourly):
+            n = db.session.execute(select(func.count()).select_from(model)
+                                   .where(model.account_id == acct.id)).scalar_one()
+            assert n == 0, model.__tablename__
+        db.session.remove()
+    assert balance_cents(app, acct.id) == 2
+    ledger_clean()

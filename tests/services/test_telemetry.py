@@ -1,0 +1,65 @@
+"""OpenTelemetry (issue 18, Deliver 5): off by default with no tracing code loaded; on through
+the standard OTEL_* variables, with the metered call's phases as spans."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app import telemetry
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("env,on", [
+    ({}, False), ({"OTEL_TRACES_EXPORTER": "none"}, False), ({"OTEL_TRACES_EXPORTER": "console"}, True),
+    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}, True),
+    ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:4318/v1/traces"}, True),
+    ({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_SDK_DISABLED": "true"}, False),
+])
+def test_enabled_only_by_otel_variables(env, on):
+    assert telemetry.enabled(env) is on
+
+
+_PROBE = r"""
+import json, sys
+from app import create_app, telemetry
+app = create_app({"SQLALCHEMY_DATABASE_URI": "sqlite://", "APP_ENV": "test", "TESTING": True,
+                  "INSTANCE_PATH": sys.argv[1]})
+with telemetry.span("call.open"):
+    pass
+app.test_client().get("/openapi.json")
+# (redis 8 imports the OpenTelemetry metrics SDK itself when it is installed: not ours)
+loaded = sorted(m for m in sys.modules if m.startswith(("opentelemetry.instrumentation",
+                                                         "opentelemetry.sdk.trace")))
+if telemetry._tracer is not None:
+    from opentelemetry import trace
+    trace.get_tracer_provider().force_flush()
+print("\nPROBE " + json.dumps({"otel_modules": len(loaded), "tracer": telemetry._tracer is not None}))
+"""
+
+
+def _probe(tmp_path, **env) -> tuple[dict, str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    out = subprocess.run([sys.executable, "-c", _PROBE, str(tmp_path)], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120, env={**clean, **env})
+    assert out.returncode == 0, out.stderr[-2000:]
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("PROBE ")][-1]
+    return json.loads(line[6:]), out.stdout
+
+
+def test_off_imports_nothing(tmp_path):
+    result, _ = _probe(tmp_path)
+    assert result == {"otel_modules": 0, "tracer": False}
+
+
+def test_console_exporter_shows_request_and_phase_spans(tmp_path):
+    result, stdout = _probe(tmp_path, OTEL_TRACES_EXPORTER="console", OTEL_SERVICE_NAME="gw-test")
+    assert result["otel_modules"] > 0 and result["tracer"]
+    assert '"name": "call.open"' in stdout
+    assert '"name": "GET /openapi.json"' in stdout
+    assert "gw-test" in stdout

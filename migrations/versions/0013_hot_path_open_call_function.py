@@ -20,7 +20,7 @@ ledger account codes (modes) needs no change here except the cached-balance bran
 SQLite keeps the multi-statement path behind the same service interface.
 
 Revision ID: hot_path
-Revises: tokens
+Revises: modes
 Create Date: 2026-12-01 10:00:00.000000
 """
 from alembic import op

@@ -26,7 +26,7 @@ Create Date: 2026-12-01 10:00:00.000000
 from alembic import op
 
 revision = "hot_path"
-down_revision = "tokens"
+down_revision = "modes"
 branch_labels = None
 depends_on = None
 

@@ -18,4 +18,5 @@ SCOPES: dict[str, str] = {
 ALL_SCOPES: tuple[str, ...] = tuple(SCOPES)
 # Agent sessions (svc_sess_) act for the agent: call modules, read their own data,
 # submit builds. They cannot manage keys, billing or alerts of the account.
-SESSION_SCOPES: tuple[str, ...] = ("call:read", "call:write", "agent:read", "agent:write")
+SESSION_SCOPES: tuple[str, ...] = ("call:read", "call:write", "agent:read", "agent:write", "account:read",
+                                  "billing:read", "billing:write")

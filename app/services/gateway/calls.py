@@ -40,6 +40,7 @@ from app.extensions import db, skip_commit_flush
 from app.ids import new_id
 from app.models import IdempotencyRecord, ModuleCall
 from app.models.base import utcnow
+from app.services.accounts import spend
 from app.services.gateway import catalog
 from app.services.billing import ledger
 from app.services.gateway import receipts
@@ -168,8 +169,9 @@ def _existing_key(account_id: str, key: str, req_hash: str) -> str | None:
 # --- the call --------------------------------------------------------------------------
 
 def call(*, account_id: str, mode: str, slug: str, body: dict, idempotency_key: str | None = None,
-         payment: str | None = None, request_id: str | None = None) -> CallResult:
-    """Perform one metered module call (see the module docstring for the scheme)."""
+         payment: str | None = None, request_id: str | None = None, key_id: str | None = None) -> CallResult:
+    """Perform one metered module call (see the module docstring for the scheme); ``key_id``:
+    the API key whose spend limit applies (``app.services.accounts.spend``)."""
     cfg = current_app.config
     mod = catalog.get_module(slug)
     act = catalog.get_action(mod, body.get("action"))
@@ -184,7 +186,7 @@ def call(*, account_id: str, mode: str, slug: str, body: dict, idempotency_key: 
         raise InvalidRequest("Idempotency-Key: must be 1 to 128 characters.")
     paid: list = []
     opened = open_call(account_id=account_id, mode=mode, mod=mod, act=act, body=body,
-                       idempotency_key=idempotency_key, payment=payment, paid_out=paid)
+                       idempotency_key=idempotency_key, payment=payment, paid_out=paid, key_id=key_id)
     if isinstance(opened, CallResult):
         return opened
     call_id = opened
@@ -226,7 +228,8 @@ def call(*, account_id: str, mode: str, slug: str, body: dict, idempotency_key: 
 
 def open_call(*, account_id: str, mode: str, mod: catalog.ModuleSnap, act: catalog.ActionSnap,
               body: dict, idempotency_key: str | None = None,
-              payment: str | None = None, paid_out: list | None = None) -> str | CallResult:
+              payment: str | None = None, paid_out: list | None = None,
+              key_id: str | None = None) -> str | CallResult:
     """The charging transaction: claim the Idempotency-Key, debit, write the ``pending``
     call and its usage, COMMIT. Returns the new call id, or the stored response when the
     key was already used for this request (a replay)."""
@@ -254,11 +257,14 @@ def open_call(*, account_id: str, mode: str, mod: catalog.ModuleSnap, act: catal
                         account_id=account_id, key=idempotency_key, request_hash=req_hash,
                         call_id=call_id, status="in_flight", created_at=now,
                         expires_at=now + timedelta(seconds=cfg["IDEMPOTENCY_TTL_SECONDS"])))
+                # The key's spend limit, before any debit (402 key_spend_limit_reached).
+                reserved = charged and spend.reserve(key_id, price_micros, now)
                 s.execute(_INSERT_CALL, dict(
                     id=call_id, account_id=account_id, module_id=mod.id, module_slug=slug,
                     action=act.name, mode=mode, status="pending", price_micros=price_micros,
                     charged=charged, owner_agent_id=mod.owner_agent_id,
                     idempotency_key=idempotency_key, created_at=now,
+                    spend_key_id=key_id if reserved else None,
                     deadline_at=now + timedelta(seconds=act.timeout_seconds
                                                 + cfg["CALL_SWEEP_MARGIN_SECONDS"])))
                 # The hot rows (account balance, the hour's usage counter) last, right before
@@ -327,7 +333,8 @@ def refund(call_id: str, error: str) -> bool:
                         .returning(ModuleCall.account_id, ModuleCall.module_slug,
                                    ModuleCall.price_micros, ModuleCall.charged,
                                    ModuleCall.owner_agent_id, ModuleCall.mode,
-                                   ModuleCall.idempotency_key, ModuleCall.created_at)
+                                   ModuleCall.idempotency_key, ModuleCall.created_at,
+                                   ModuleCall.spend_key_id)
                         .execution_options(synchronize_session=False)).first()
         if row is None:
             return False
@@ -336,6 +343,7 @@ def refund(call_id: str, error: str) -> bool:
                     _legs(row.account_id, row.price_micros, row.owner_agent_id)]
             ledger.post("module_call_refund", legs, ref=f"call_refund:{call_id}",
                         account_id=row.account_id, meta={"call_id": call_id, "reason": error})
+            spend.release(row.spend_key_id, row.price_micros, row.created_at)
         usage.record(row.account_id, row.module_slug, spend_micros=-row.price_micros, calls=0,
                      error=True, mode=row.mode, at=row.created_at)
         if row.idempotency_key is not None:

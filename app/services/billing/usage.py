@@ -106,3 +106,27 @@ def usage_by_module(account_id: str) -> dict:
         {"slug": r["product"], "calls": r["calls"], "spend_cents": micros_to_cents(r["spend_micros"])}
         for r in by_product(account_id, start, end, mode="live") if not r["product"].startswith("chat:")
     ]}
+
+
+MAX_DAILY_DAYS = 90
+
+
+def daily(account_id: str, days: int, *, mode: str = "live", now: datetime | None = None) -> dict:
+    """UsageDaily: the last ``days`` UTC dates (today last), each with calls, spend_cents
+    and errors summed from the hourly rollups (module calls and chat completions)."""
+    from app.services.billing.ledger import micros_to_cents
+
+    now = (now or utcnow()).astimezone(timezone.utc)
+    first = (now - timedelta(days=days - 1)).replace(hour=0, minute=0, second=0, microsecond=0)
+    rows = db.session.execute(
+        select(UsageHourly.hour, func.sum(UsageHourly.calls), func.sum(UsageHourly.errors),
+               func.sum(UsageHourly.spend_micros))
+        .where(UsageHourly.account_id == account_id, UsageHourly.mode == mode, UsageHourly.hour >= first)
+        .group_by(UsageHourly.hour)).all()
+    out = {(first + timedelta(days=i)).date(): [0, 0, 0] for i in range(days)}
+    for hour, calls, errors, spend in rows:
+        day = out.get(hour.astimezone(timezone.utc).date())
+        if day is not None:
+            day[0], day[1], day[2] = day[0] + int(calls), day[1] + int(errors), day[2] + int(spend)
+    return {"days": [{"date": d.isoformat(), "calls": c, "errors": e, "spend_cents": micros_to_cents(s)}
+                     for d, (c, e, s) in sorted(out.items())]}

@@ -102,7 +102,7 @@ def payment_required(price_cents: int, slug: str | None = None) -> PaymentRequir
     the call may be retried with an X-Payment header."""
     return paywall.payment_required(
         price_cents, subject="This call", cost=f"{int(price_cents)} cents",
-        alternative="retry the call with an X-Payment header",
+        alternative=None, x402_retry="retry the call with an X-Payment header",
         path=_call_path(slug),
         description=f"Call of module {slug}" if slug else "Module call")
 

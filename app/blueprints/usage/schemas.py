@@ -3,7 +3,6 @@ from datetime import timezone
 
 import marshmallow as ma
 
-from app.blueprints.fields import JsonInteger
 from app.services.billing.export import FORMATS
 from app.services.billing.usage import MAX_DAILY_DAYS
 
@@ -27,7 +26,7 @@ class UsageByModuleSchema(ma.Schema):
 
 
 class UsageDailyQuerySchema(ma.Schema):
-    days = JsonInteger(load_default=30, validate=ma.validate.Range(min=1, max=MAX_DAILY_DAYS),
+    days = ma.fields.Integer(load_default=30, validate=ma.validate.Range(min=1, max=MAX_DAILY_DAYS),
                        metadata={"description": f"How many UTC dates, today last (1–{MAX_DAILY_DAYS}, default 30)."})
 
 

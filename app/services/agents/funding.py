@@ -53,23 +53,38 @@ def fund(owner_account_id: str, agent_id: str, amount_cents: int, *,
             agent = get_agent(agent_id)
             if agent.owner_account_id != owner_account_id:
                 raise NotFound("No such agent.")
+            done = _earlier(ref, agent, amount_cents, owner_account_id)
+            if done is not None:
+                return done
             try:
                 txn = ledger.post("agent_fund", [(ledger.customer(owner_account_id), -micros),
                                                  (ledger.customer(agent.account_id), micros)],
                                   ref=ref, account_id=owner_account_id,
                                   meta={"agent_id": agent.id, "amount_cents": amount_cents})
             except ledger.InsufficientFunds:
+                # A concurrent request with this key may have just spent the balance on it.
+                done = _earlier(ref, agent, amount_cents, owner_account_id)
+                if done is not None:
+                    return done
                 raise OwnerFundsShort(
                     f"Your balance ({_balance_cents(owner_account_id)} cents) cannot cover "
                     f"{amount_cents} cents for agent {agent.id}; nothing moved.") from None
             return _result(agent, txn, amount_cents, owner_account_id, replayed=False)
-    except IntegrityError:  # the ref was posted before: this Idempotency-Key was used
+    except IntegrityError:  # a concurrent request with this Idempotency-Key posted first
         with unit_of_work():
             agent = get_agent(agent_id)
-            txn = db.session.execute(select(LedgerTransaction).where(LedgerTransaction.ref == ref)).scalar_one()
-            if (txn.meta or {}) != {"agent_id": agent.id, "amount_cents": amount_cents}:
-                raise IdempotencyKeyReused("This Idempotency-Key already funded a different agent or amount.")
-            return _result(agent, txn.id, amount_cents, owner_account_id, replayed=True)
+            return _earlier(ref, agent, amount_cents, owner_account_id)
+
+
+def _earlier(ref: str, agent, amount_cents: int, owner_account_id: str) -> dict | None:
+    """The answer of the transfer already made with this ref (``replayed``), None when
+    there is none; 409 when it moved another amount or went to another agent."""
+    txn = db.session.execute(select(LedgerTransaction).where(LedgerTransaction.ref == ref)).scalar_one_or_none()
+    if txn is None:
+        return None
+    if (txn.meta or {}) != {"agent_id": agent.id, "amount_cents": amount_cents}:
+        raise IdempotencyKeyReused("This Idempotency-Key already funded a different agent or amount.")
+    return _result(agent, txn.id, amount_cents, owner_account_id, replayed=True)
 
 
 def _result(agent, txn_id: int, amount_cents: int, owner_account_id: str, *, replayed: bool) -> dict:

@@ -16,7 +16,8 @@ SCOPES: dict[str, str] = {
     "analytics:read": "Read the product-analytics funnel (admins also: recent events, sessions).",
 }
 ALL_SCOPES: tuple[str, ...] = tuple(SCOPES)
-# Agent sessions (svc_sess_) act for the agent: call modules, read their own data,
-# submit builds. They cannot manage keys, billing or alerts of the account.
+# Agent sessions (svc_sess_) act for the agent: call modules, read their own data, see and
+# hold their own money (account, wallet, funding, x402), submit builds. They cannot manage
+# keys or alerts of the account.
 SESSION_SCOPES: tuple[str, ...] = ("call:read", "call:write", "agent:read", "agent:write", "account:read",
                                   "billing:read", "billing:write")

@@ -36,6 +36,10 @@ def usage_daily(query):
 
 
 @endpoint(blp, "/export", "get", "call:read", query=UsageExportQuerySchema, name="UsageExportView")
+@blp.doc(responses={"200": {"description": "The rows, streamed.", "content": {
+    "text/csv": {"schema": {"type": "string"}, "example": "call_id,created_at,module,action,mode,status,"
+                 "cost_cents,cost_micros,idempotency_key,receipt_hash\r\n"},
+    "application/x-ndjson": {"schema": {"type": "string"}}}}})
 def usage_export(query):
     """Every call of the account in [`from`, `to`) (at most 31 days), one row per call,
     oldest first, streamed (constant memory): module calls and chat completions

@@ -95,12 +95,12 @@ def test_export_and_daily_bad_input(client, account):
 
 def test_402_without_x402_offers_no_x_payment_and_no_empty_pay_to(app, client, make_account, mod):
     acct = make_account(cents=1)
+    saved = app.config["X402_PAY_TO"]
     app.config["X402_PAY_TO"] = None
     try:
         r = call(client, acct, {"action": "ok"})
     finally:
-        from tests.conftest import base_config
-        app.config["X402_PAY_TO"] = base_config().get("X402_PAY_TO") or app.config.get("X402_PAY_TO")
+        app.config["X402_PAY_TO"] = saved
     body = r.get_json()
     assert r.status_code == 402 and "X-Pay-To" not in r.headers and "PAYMENT-REQUIRED" not in r.headers
     assert "X-Payment" not in body["message"] and "POST /api/wallet/fund" in body["message"]

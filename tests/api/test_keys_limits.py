@@ -120,3 +120,9 @@ def test_at_most_100_active_keys(app, client, account):
     victim = client.get("/api/keys", headers=account.headers).get_json()["keys"][-2]
     client.delete(f"/api/keys/{victim['id']}", headers=account.headers)
     assert client.post("/api/keys", json={"name": "room again"}, headers=account.headers).status_code == 201
+
+
+def test_rotate_without_a_body_uses_the_default_overlap(client, account):
+    old = _key(client, account)
+    r = client.post(f"/api/keys/{old['id']}/rotate", headers=account.headers)
+    assert r.status_code == 201 and r.get_json()["name"] == "k"

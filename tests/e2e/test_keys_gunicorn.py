@@ -38,7 +38,7 @@ def test_twelve_parallel_calls_on_a_limit_of_three_charge_exactly_three(app, mak
 
 
 def test_rotated_key_stops_on_every_node_after_the_overlap(app, make_account):
-    acct = make_account()
+    acct = make_account(plan="pro")  # the warm-up requests stay under the key's rate limit
     env = app_env(app.config)
     # With Redis the rotation's broadcast must do it (a 60 s cache would otherwise hide it);
     # without Redis the bound is the cache TTL, as for revocation.

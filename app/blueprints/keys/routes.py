@@ -45,7 +45,7 @@ def update_key(body, key_id):
 
 
 @endpoint(blp, "/<string:key_id>/rotate", "post", "keys:write", body=KeyRotateSchema, ok=KeyCreatedSchema,
-          status=201, errors={404: None}, name="KeyRotateView")
+          status=201, errors={404: None}, name="KeyRotateView", body_optional=True)
 def rotate_key(body, key_id):
     """Rotate a key: a new key (full `key` shown once) with the same name, scopes and spend
     limit (this period's spend carries over); the old key keeps working for

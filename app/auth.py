@@ -5,8 +5,10 @@ scope checks (per-key plan rate limits: ``app.ratelimits``) and batched ``last_u
   credential resolvers (``svc_live_`` / ``svc_test_`` keys from ``api_keys`` here,
   ``svc_sess_`` agent sessions from ``app.services.agents.identity``) and starts the two
   background threads below. Importing this module starts and registers nothing.
-* Resolved credentials are cached per process for ``AUTH_CACHE_TTL`` seconds. A
-  revocation deletes the local entry and publishes the credential hash on the Redis
+* Resolved credentials are cached per process for ``AUTH_CACHE_TTL`` seconds, and never
+  past their own expiry (a key's ``expires_at``, a session's end: checked on every cache
+  hit, so an expired key is refused on every worker at that instant). A
+  revocation (or a changed expiry, e.g. a rotation) deletes the local entry and publishes the credential hash on the Redis
   channel ``<prefix>:revocations``; every process subscribes (one daemon thread) and
   drops the entry, so revocation reaches every worker and node in about a second and
   in at most the TTL when a broadcast is lost.
@@ -78,18 +80,22 @@ def _resolve_key(token: str, token_hash: str) -> Principal | None:
         return None
     row = db.session.execute(
         select(ApiKey.id, ApiKey.mode, ApiKey.scopes, ApiKey.revoked_at, Account.id,
-               Account.is_admin, Account.plan, Account.agent_id)
+               Account.is_admin, Account.plan, Account.agent_id, ApiKey.expires_at,
+               ApiKey.spend_limit_micros)
         .join(Account, Account.id == ApiKey.account_id)
         .where(ApiKey.key_hash == token_hash)
     ).first()
-    if row is None or row[3] is not None:
+    if row is None or row[3] is not None or (row[8] is not None and row[8] <= utcnow()):
         return None
     expected_mode = "test" if prefix == "svc_test_" else "live"
     if row[1] != expected_mode:
         return None
+    extra = {"expires_at_epoch": row[8].timestamp()} if row[8] is not None else {}
+    if row[9] is not None:  # a limit change broadcasts like a revocation: the cache never lags
+        extra["spend_limited"] = True
     return Principal(account_id=row[4], credential_id=row[0], credential_hash=token_hash,
                      kind="key", mode=row[1], scopes=frozenset(row[2] or ()),
-                     is_admin=bool(row[5]), plan=row[6], agent_id=row[7])
+                     is_admin=bool(row[5]), plan=row[6], agent_id=row[7], extra=extra)
 
 
 
@@ -318,6 +324,13 @@ def _check_admin(principal: Principal) -> None:
 def public(func):
     """Mark a route as needing no credential (documented with ``security: []``)."""
     return _document(func, (), False, public=True)
+
+
+def key_of(p: Principal) -> str | None:
+    """The API key id of a key credential that has a spend limit (which then applies to its
+    charges); None for a session or a key without a limit, so unlimited calls skip the
+    limit's statements altogether."""
+    return p.credential_id if p.kind == "key" and p.extra.get("spend_limited") else None
 
 
 def principal() -> Principal:

@@ -23,6 +23,8 @@ KNOWN_SCOPES: tuple[str, ...] = tuple(SCOPES)
 # The customer scopes: what a key gets by default ("all scopes"). ``admin`` is never implied:
 # only an admin account can hold it, and only when asked for explicitly.
 ALL_SCOPES: tuple[str, ...] = tuple(s for s in SCOPES if s != ADMIN_SCOPE)
-# Agent sessions (svc_sess_) act for the agent: call modules, read their own data,
-# submit builds. They cannot manage keys, billing or alerts of the account.
-SESSION_SCOPES: tuple[str, ...] = ("call:read", "call:write", "agent:read", "agent:write")
+# Agent sessions (svc_sess_) act for the agent: call modules, read their own data, see and
+# hold their own money (account, wallet, funding, x402), submit builds. They cannot manage
+# keys or alerts of the account.
+SESSION_SCOPES: tuple[str, ...] = ("call:read", "call:write", "agent:read", "agent:write", "account:read",
+                                  "billing:read", "billing:write")

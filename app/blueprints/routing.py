@@ -38,12 +38,13 @@ def document_errors(blp, errors: dict, *, schema=None) -> Callable:
 def endpoint(blp, rule: str, method: str, *scopes: str, ok=None, status: int = 200, body=None,
              query=None, errors: dict[int, str | None] | None = None, admin: bool = False,
              public: bool = False, ip_limit: str | None = None, email_limit: str | None = None,
-             name: str | None = None) -> Callable:
+             name: str | None = None, body_optional: bool = False) -> Callable:
     """Register the decorated function as ``method`` on ``rule`` of ``blp``.
 
     ``scopes``/``admin``: required by ``@authenticated`` (``public``: no credential).
     ``body`` / ``query``: the request schema (the function receives the loaded data first,
-    then the rule's path values). ``ok``: the response schema of ``status``. ``errors``:
+    then the rule's path values; ``body_optional``: the body may be omitted, documented as
+    not required). ``ok``: the response schema of ``status``. ``errors``:
     documented error statuses with an optional description. ``ip_limit`` /
     ``email_limit``: names of config rate limits (``app.ratelimits``; a 429 is documented
     by ``@authenticated`` or here). ``name``: the view's
@@ -59,7 +60,7 @@ def endpoint(blp, rule: str, method: str, *scopes: str, ok=None, status: int = 2
             view = blp.alt_response(429, response=_RESPONSES[429])(view)
         view = blp.response(status, ok)(view)
         if body is not None:
-            view = blp.arguments(body)(view)
+            view = blp.arguments(body, required=not body_optional)(view)
         if query is not None:
             view = blp.arguments(query, location="query")(view)
         if email_limit:

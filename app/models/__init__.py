@@ -1,5 +1,5 @@
 """Re-exports every model so Alembic and the app see the whole schema."""
-from app.models.accounts import Account, ApiKey  # noqa: F401
+from app.models.accounts import Account, ApiKey, KeySpend  # noqa: F401
 from app.models.ledger import LedgerEntry, LedgerTransaction  # noqa: F401
 from app.models.catalog import Module, ModuleAction  # noqa: F401
 from app.models.usage import UsageHourly  # noqa: F401

@@ -36,7 +36,10 @@ class Account(db.Model):
 
 
 class ApiKey(db.Model):
-    """An API key. Only the SHA-256 of the secret is stored; ``prefix`` is for display."""
+    """An API key. Only the SHA-256 of the secret is stored; ``prefix`` is for display.
+    ``spend_limit_micros``/``spend_limit_period`` (day|week|month|total, UTC) cap what the
+    key may spend (counted in ``key_spend``); ``expires_at`` ends it like a revocation
+    (rotation sets it on the old key)."""
 
     __tablename__ = "api_keys"
 
@@ -50,3 +53,20 @@ class ApiKey(db.Model):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    spend_limit_micros: Mapped[int | None] = mapped_column(BigInteger)
+    spend_limit_period: Mapped[str | None] = mapped_column(String(8))  # day | week | month | total
+    rotated_to: Mapped[str | None] = mapped_column(String(32))  # the key that replaced this one
+
+
+class KeySpend(db.Model):
+    """What one key spent in one limit period (``period_start``: UTC start of the day, ISO
+    week, month, or 1970-01-01 for ``total``). Changed only by ``app.services.accounts.spend``
+    with one conditional statement per reserve/release (no overshoot under concurrency)."""
+
+    __tablename__ = "key_spend"
+    __table_args__ = (CheckConstraint("spent_micros >= 0", name="spent_nonnegative"),)
+
+    key_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    period_start: Mapped[datetime] = mapped_column(UTCDateTime, primary_key=True)
+    spent_micros: Mapped[int] = mapped_column(BigInteger, default=0)

@@ -33,6 +33,8 @@ class ModuleCall(db.Model):
     charged: Mapped[bool] = mapped_column(Boolean, default=False)  # a ledger debit was posted
     owner_agent_id: Mapped[str | None] = mapped_column(String(32), index=True)
     idempotency_key: Mapped[str | None] = mapped_column(String(128))
+    # The key whose spend limit this call was reserved against (``spend.release`` on refund).
+    spend_key_id: Mapped[str | None] = mapped_column(String(32))
     ok: Mapped[bool | None] = mapped_column(Boolean)
     provider_status: Mapped[int | None] = mapped_column(Integer)
     error: Mapped[str | None] = mapped_column(String(32))  # provider_error | provider_timeout | swept

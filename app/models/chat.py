@@ -30,6 +30,8 @@ class ChatCompletion(db.Model):
     status: Mapped[str] = mapped_column(String(16), default="held")
     stream: Mapped[bool] = mapped_column(Boolean, default=False)
     hold_micros: Mapped[int] = mapped_column(BigInteger, default=0)
+    # The key whose spend limit the hold was reserved against (settle/release give room back).
+    spend_key_id: Mapped[str | None] = mapped_column(String(32))
     cost_micros: Mapped[int] = mapped_column(BigInteger, default=0)
     prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
     completion_tokens: Mapped[int] = mapped_column(Integer, default=0)

@@ -39,18 +39,23 @@ def test_wrong_checksum_is_401(client, account):
     assert client.get("/api/account", headers={"Authorization": f"Bearer {forged}"}).status_code == 401
 
 
+# The Key resource: SPEC's fields plus issue 16's spend limit and expiry.
+KEY_FIELDS = {"id", "name", "prefix", "scopes", "last_used_at", "spend_limit_cents", "spend_limit_period",
+              "spent_cents", "expires_at"}
+
+
 def test_key_lifecycle(client, account):
     r = client.post("/api/keys", json={"name": "ci", "scopes": ["call:read"]}, headers=account.headers)
     assert r.status_code == 201
     created = r.get_json()
-    assert set(created) == {"id", "name", "prefix", "scopes", "last_used_at", "key"}
+    assert set(created) == KEY_FIELDS | {"key"}
     assert created["key"].startswith("svc_live_") and created["key"].startswith(created["prefix"])
     assert created["scopes"] == ["call:read"]
 
     listed = client.get("/api/keys", headers=account.headers).get_json()["keys"]
     assert {k["id"] for k in listed} >= {created["id"]}
     assert all("key" not in k for k in listed)
-    assert all(set(k) == {"id", "name", "prefix", "scopes", "last_used_at"} for k in listed)
+    assert all(set(k) == KEY_FIELDS for k in listed)
 
     new_headers = {"Authorization": f"Bearer {created['key']}"}
     # call:read only: cannot read the account or list keys.

@@ -24,8 +24,15 @@ def _make_agent(client, owner):
     return register(client, owner, Keypair()).get_json()["id"]
 
 
-# (method, OpenAPI path) -> (creator, path template, verify-unchanged request)
+# (method, OpenAPI path) -> (creator, path template, verify-unchanged request[, JSON body,
+# the owner's success status (default 200)])
 CASES = {
+    ("patch", "/api/keys/{key_id}"): (_make_key, "/api/keys/{id}", ("get", "/api/keys"),
+                                      {"spend_limit_cents": 5}),
+    ("post", "/api/keys/{key_id}/rotate"): (_make_key, "/api/keys/{id}/rotate", ("get", "/api/keys"),
+                                            {"overlap_seconds": 60}, 201),
+    ("post", "/api/agent/{agent_id}/fund"): (_make_agent, "/api/agent/{id}/fund", ("get", "/api/account"),
+                                             {"amount_cents": 1}),
     ("delete", "/api/keys/{key_id}"): (_make_key, "/api/keys/{id}", ("get", "/api/keys")),
     ("delete", "/api/alerts/{alert_id}"): (_make_alert, "/api/alerts/{id}", ("get", "/api/alerts")),
     ("get", "/api/agent/{agent_id}/usage"): (_make_agent, "/api/agent/{id}/usage", None),
@@ -56,14 +63,16 @@ def test_every_id_route_is_covered(client):
 @pytest.mark.parametrize("case", sorted(CASES), ids=lambda c: f"{c[0]} {c[1]}")
 def test_other_accounts_object_is_404(client, make_account, case):
     owner, intruder = make_account(), make_account()
-    creator, template, check = CASES[case]
+    creator, template, check, *rest = CASES[case]
+    body = rest[0] if rest else None
+    ok = rest[1] if len(rest) > 1 else 200
     object_id = creator(client, owner)
     url = template.format(id=object_id)
     before = client.open(check[1], method=check[0].upper(), headers=owner.headers).get_json() if check else None
-    r = client.open(url, method=case[0].upper(), headers=intruder.headers)
+    r = client.open(url, method=case[0].upper(), headers=intruder.headers, json=body)
     assert r.status_code == 404 and r.get_json()["error"] == "not_found", (case, r.status_code)
     if check:
         after = client.open(check[1], method=check[0].upper(), headers=owner.headers).get_json()
         assert after == before
     # The owner still reaches it (the 404 above is about ownership, not a bad id).
-    assert client.open(url, method=case[0].upper(), headers=owner.headers).status_code == 200
+    assert client.open(url, method=case[0].upper(), headers=owner.headers, json=body).status_code == ok

@@ -247,10 +247,10 @@ def test_daily_series_from_rollups_is_zero_filled_and_per_mode(app, account):
         usage.record(account.id, "echo", spend_micros=70_000, calls=7, mode="test", at=now)
         usage.record(account.id, "echo", spend_micros=1, at=now - timedelta(days=40))  # out of range
         db.session.commit()
-        days = usage.daily(account.id, 30, now=now)
+        days = usage.daily_rows(account.id, 30, now=now)
         assert len(days) == 30 and days[-1]["date"] == now.date()
         assert days[-3] == {"date": (now - timedelta(days=2)).date(), "calls": 4, "errors": 1,
                             "spend_micros": 35_000}
         assert sum(d["calls"] for d in days) == 4
-        assert usage.daily(account.id, 7, mode="test", now=now)[-1]["calls"] == 7
+        assert usage.daily_rows(account.id, 7, mode="test", now=now)[-1]["calls"] == 7
         db.session.remove()

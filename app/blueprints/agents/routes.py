@@ -1,7 +1,10 @@
 """Agent endpoints (SPEC endpoints 6–13): nonce, sign-in, register, builds, usage,
-earnings, leaderboard."""
+earnings, leaderboard, funding by the owner."""
+from flask import request
+
 from app.auth import principal
-from app.blueprints.agents.schemas import (AgentRegisteredSchema, AgentSessionSchema, AgentUsageSchema,
+from app.blueprints.agents.schemas import (AgentFundedSchema, AgentFundSchema,
+                                           AgentRegisteredSchema, AgentSessionSchema, AgentUsageSchema,
                                            BuildListSchema, BuildSchema, BuildSubmitSchema,
                                            EarningsSchema, LeaderboardQuerySchema, LeaderboardSchema,
                                            NonceSchema, RegisterSchema, SignInSchema)
@@ -10,6 +13,7 @@ from app.extensions import Blueprint
 from app.services.agents import identity as agents
 from app.services.agents import builds
 from app.services.agents import earnings
+from app.services.agents import funding
 
 blp = Blueprint("agents", __name__, url_prefix="/api/agent",
                 description="Agents: ed25519 sign-in, registration, agent-built modules, usage, "
@@ -89,3 +93,19 @@ def leaderboard(query):
     """Top agents by earnings accrued in the current ISO week (Monday 00:00 UTC on);
     `limit` entries (default 10, max 100)."""
     return earnings.leaderboard(query["limit"])
+
+
+@endpoint(blp, "/<string:agent_id>/fund", "post", "billing:write", body=AgentFundSchema, ok=AgentFundedSchema,
+          errors={402: "`insufficient_funds`: the owner's balance cannot cover it; nothing moved.",
+                  404: "`not_found`: no agent of this account.",
+                  409: "`idempotency_key_reused`: the key funded another agent or amount."},
+          name="AgentFundView")
+@blp.doc(parameters=[{"in": "header", "name": "Idempotency-Key", "required": False, "schema": {
+    "type": "string", "minLength": 1, "maxLength": 128}, "description": "Optional, 1–128 characters: the "
+    "transfer happens once per key (a repeat answers the first transfer with `replayed: true`)."}])
+def fund_agent(body, agent_id):
+    """Move `amount_cents` from the owner's balance to its agent's (one ledger transfer;
+    exactly once per `Idempotency-Key`). Only a credential of the owner account may fund;
+    another account's agent is 404."""
+    return funding.fund(principal().account_id, agent_id, body["amount_cents"],
+                        idempotency_key=request.headers.get("Idempotency-Key"))

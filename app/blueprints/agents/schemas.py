@@ -172,3 +172,18 @@ class LeaderboardSchema(ma.Schema):
     week_end = ma.fields.DateTime(required=True)
     limit = ma.fields.Integer(required=True)
     entries = ma.fields.List(ma.fields.Nested(LeaderboardEntrySchema), required=True)
+
+
+class AgentFundSchema(ma.Schema):
+    amount_cents = JsonInteger(required=True, validate=ma.validate.Range(min=1, max=10_000_000), metadata={
+        "description": "Cents to move from the owner's balance to the agent's (integer, 1 to 10,000,000)."})
+
+
+class AgentFundedSchema(ma.Schema):
+    agent_id = ma.fields.String(required=True)
+    amount_cents = ma.fields.Integer(required=True, metadata={"description": "Cents moved."})
+    transaction_id = ma.fields.String(required=True, metadata={"description": "The ledger transaction."})
+    owner_balance_cents = ma.fields.Integer(required=True, metadata={"description": "Owner's balance after."})
+    agent_balance_cents = ma.fields.Integer(required=True, metadata={"description": "Agent's balance after."})
+    replayed = ma.fields.Boolean(required=True, metadata={"description": "True when this Idempotency-Key "
+                                                                         "had already made the transfer."})

@@ -5,7 +5,7 @@ import orjson
 from flask import Response, current_app, request, stream_with_context
 from flask.views import MethodView
 
-from app.auth import authenticated, principal
+from app.auth import authenticated, key_of, principal
 from app.blueprints.chat.schemas import ChatCompletionSchema, ChatRequestSchema, ModelListSchema, ModelSchema
 from app.errors import ErrorSchema, NotFound
 from app.blueprints.fields import PAYMENT_REQUIRED_HEADERS
@@ -73,7 +73,7 @@ class ChatCompletionsView(MethodView):
         maximum is held on the balance before the call and settled to the exact cost after.
         """
         p = principal()
-        return _response(chat.create_completion(p.account_id, p.mode, body))
+        return _response(chat.create_completion(p.account_id, p.mode, body, key_id=key_of(p)))
 
 
 @blp.route("/models")

@@ -80,7 +80,7 @@ def switch_mode():
 
 def daily_charts(account_id: str, days: int, mode: str) -> dict:
     """The spend and calls bar charts of the last ``days`` days."""
-    series = usage.daily(account_id, days, mode=mode)
+    series = usage.daily_rows(account_id, days, mode=mode)
     return {"series": series,
             "spend": charts.bars(series, "spend_micros", charts.spend_fmt),
             "calls": charts.bars(series, "calls", charts.count_fmt)}

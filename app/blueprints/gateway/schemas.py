@@ -25,8 +25,14 @@ class ModuleCallHeadersSchema(ma.Schema):
                                  "(`Idempotent-Replayed: true`) without a second charge."})
     x_payment = ma.fields.String(
         data_key="X-Payment",
-        metadata={"description": "x402 payment (base64url JSON) for a call the balance cannot "
-                                 "cover. Not accepted by this build yet (answered like its absence)."})
+        metadata={"description": "x402 v1 payment (base64 or base64url JSON of an `exact` EVM payload: "
+                                 "EIP-3009 authorization and signature) for a call the balance cannot cover. "
+                                 "Used only then: the gateway verifies it (amount ≥ price, recipient "
+                                 "`X-Pay-To`, validity window, network, asset, single use), settles it, "
+                                 "credits the amount and charges the call in one transaction; the answer "
+                                 "carries `X-PAYMENT-RESPONSE`. Undecodable: 400 `invalid_payment`; refused: "
+                                 "402 `payment_invalid` with `reason`. When x402 is off (no `X-Pay-To` on "
+                                 "the 402) the header is ignored."})
     payment_signature = ma.fields.String(
         data_key="PAYMENT-SIGNATURE",
         metadata={"description": "x402 v2 name of the payment header; same meaning as X-Payment."})

@@ -2,7 +2,7 @@
 from app.auth import principal
 from app.blueprints.fields import Extended
 from app.blueprints.keys.schemas import (KeyCreatedSchema, KeyCreateSchema, KeyListSchema,
-                                         KeyRevokedSchema)
+                                         KeyRevokedSchema, KeyRotateSchema, KeySchema, KeyUpdateSchema)
 from app.blueprints.routing import endpoint
 from app.extensions import Blueprint
 from app.services.accounts import keys
@@ -17,16 +17,41 @@ def list_keys():
 
 
 @endpoint(blp, "", "post", "keys:write", body=KeyCreateSchema, ok=KeyCreatedSchema, status=201,
-          name="KeyCreateView")
+          errors={409: "`key_limit_reached`: the account has 100 active keys."}, name="KeyCreateView")
 def create_key(body):
     """Create a key. The full `key` is returned in this response only.
 
     Without `scopes` the key gets the scopes of the credential that creates it;
     asking for a scope the creating credential lacks is 403 `insufficient_scope`.
+    Optional: a spend limit (`spend_limit_cents` per `spend_limit_period`, UTC) and an
+    expiry (`expires_at`, future, at most a year ahead). At most 100 active keys per
+    account (409 `key_limit_reached`).
     """
     p = principal()
     row, secret = keys.create_key(p.account_id, body["name"], body.get("scopes"),
-                                  creator_scopes=p.scopes, creator_mode=p.mode)
+                                  creator_scopes=p.scopes, creator_mode=p.mode,
+                                  spend_limit_cents=body.get("spend_limit_cents"),
+                                  spend_limit_period=body.get("spend_limit_period"),
+                                  expires_at=body.get("expires_at"))
+    return Extended(row, key=secret)
+
+
+@endpoint(blp, "/<string:key_id>", "patch", "keys:write", body=KeyUpdateSchema, ok=KeySchema,
+          errors={404: None}, name="KeyUpdateView")
+def update_key(body, key_id):
+    """Change a key's spend limit (`spend_limit_cents: null` removes it). Applies to the
+    next charge on every worker; what the key spent this period is kept."""
+    return keys.update_key(principal().account_id, key_id, body, principal().mode)
+
+
+@endpoint(blp, "/<string:key_id>/rotate", "post", "keys:write", body=KeyRotateSchema, ok=KeyCreatedSchema,
+          status=201, errors={404: None}, name="KeyRotateView", body_optional=True)
+def rotate_key(body, key_id):
+    """Rotate a key: a new key (full `key` shown once) with the same name, scopes and spend
+    limit (this period's spend carries over); the old key keeps working for
+    `overlap_seconds` (default 86,400, max 604,800), then is 401 on every worker."""
+    row, secret = keys.rotate_key(principal().account_id, key_id, body.get("overlap_seconds"),
+                                  creator_scopes=principal().scopes, mode=principal().mode)
     return Extended(row, key=secret)
 
 

@@ -1,7 +1,12 @@
 """Schemas of API keys (SPEC part 2: Key, KeyCreated)."""
+from datetime import timezone
+
 import marshmallow as ma
 
-from app.blueprints.fields import derived
+from app.blueprints.fields import JsonInteger, derived
+from app.services.accounts.keys import DEFAULT_OVERLAP_SECONDS, MAX_OVERLAP_SECONDS
+from app.services.accounts.spend import PERIODS
+from app.services.billing.ledger import micros_to_cents
 
 from app.scopes import KNOWN_SCOPES
 
@@ -13,6 +18,19 @@ class KeySchema(ma.Schema):
     scopes = derived(ma.fields.List(ma.fields.String(), required=True), lambda k: list(k.scopes or []))
     last_used_at = ma.fields.DateTime(required=True, allow_none=True,
                                       metadata={"description": "Updated in batches (within ~15 s)."})
+    spend_limit_cents = derived(ma.fields.Integer(required=True, allow_none=True, metadata={
+        "description": "Most the key may spend per `spend_limit_period` (module calls and chat, "
+                       "live mode); null: no limit."}),
+        lambda k: None if k.spend_limit_micros is None else micros_to_cents(k.spend_limit_micros))
+    spend_limit_period = ma.fields.String(required=True, allow_none=True, metadata={
+        "description": "`day` (from 00:00 UTC), `week` (ISO week, from Monday 00:00 UTC), `month` "
+                       "(from the 1st, 00:00 UTC) or `total` (never resets); null without a limit."})
+    spent_cents = derived(ma.fields.Integer(required=True, allow_none=True, metadata={
+        "description": "Spent in the current period (refunds give it back); null without a limit."}),
+        lambda k: None if getattr(k, "spent_micros", None) is None else micros_to_cents(k.spent_micros))
+    expires_at = ma.fields.DateTime(required=True, allow_none=True, metadata={
+        "description": "When the key stops working (401 like a revoked key); null: never. A rotated "
+                       "key gets now + `overlap_seconds`."})
 
 
 class KeyCreatedSchema(KeySchema):
@@ -31,6 +49,29 @@ class KeyCreateSchema(ma.Schema):
         metadata={"description": "Defaults to the creating credential's scopes; may not exceed them. "
                                  "`admin` only for admin accounts."},
     )
+    spend_limit_cents = JsonInteger(validate=ma.validate.Range(min=1, max=100_000_000), metadata={
+        "description": "Optional spend limit (integer cents ≥ 1). When a charge would exceed it the call "
+                       "is refused with 402 `key_spend_limit_reached` before anything is charged."})
+    spend_limit_period = ma.fields.String(validate=ma.validate.OneOf(PERIODS), metadata={
+        "description": "Period of the limit, boundaries in UTC: `day`, `week` (ISO, Monday), `month`, "
+                       "`total`. Default `month`; only with `spend_limit_cents`."})
+    expires_at = ma.fields.AwareDateTime(default_timezone=timezone.utc, metadata={
+        "description": "Optional expiry (RFC 3339; no offset means UTC): in the future, at most one year "
+                       "ahead. An expired key is 401 like a revoked one."})
+
+
+class KeyUpdateSchema(ma.Schema):
+    spend_limit_cents = JsonInteger(allow_none=True, validate=ma.validate.Range(min=1, max=100_000_000),
+                                    metadata={"description": "New limit in cents; null removes the limit."})
+    spend_limit_period = ma.fields.String(allow_none=True, validate=ma.validate.OneOf(PERIODS), metadata={
+        "description": "New period (`day|week|month|total`); absent or null keeps the current one "
+                       "(`month` for a key that had no limit)."})
+
+
+class KeyRotateSchema(ma.Schema):
+    overlap_seconds = JsonInteger(load_default=None, validate=ma.validate.Range(min=0, max=MAX_OVERLAP_SECONDS),
+                                  metadata={"description": f"How long the old key keeps working (default "
+                                                           f"{DEFAULT_OVERLAP_SECONDS}, max {MAX_OVERLAP_SECONDS})."})
 
 
 class KeyRevokedSchema(ma.Schema):

@@ -1,10 +1,14 @@
-"""Usage endpoints (SPEC endpoints 25–26), read from the hourly rollups."""
+"""Usage endpoints (SPEC endpoints 25–26, from the hourly rollups; issue 16: the daily
+series from the rollups and the streamed per-call export)."""
+from flask import Response, stream_with_context
+
 from app.auth import principal
 from app.blueprints.routing import endpoint
-from app.blueprints.usage.schemas import UsageByModuleSchema, UsageCurrentSchema
+from app.blueprints.usage.schemas import (UsageByModuleSchema, UsageCurrentSchema, UsageDailyQuerySchema,
+                                          UsageDailySchema, UsageExportQuerySchema)
 from app.extensions import Blueprint
 from app.services.accounts import accounts
-from app.services.billing import usage
+from app.services.billing import export, usage
 
 blp = Blueprint("usage", __name__, url_prefix="/api/usage",
                 description="Usage of the current billing period (calendar month, UTC; live mode only).")
@@ -22,3 +26,30 @@ def usage_current():
 def usage_by_module():
     """This month's live calls and spend per module, highest spend first."""
     return usage.usage_by_module(principal().account_id)
+
+
+@endpoint(blp, "/daily", "get", "call:read", query=UsageDailyQuerySchema, ok=UsageDailySchema)
+def usage_daily(query):
+    """Calls, spend and errors of the caller's mode per UTC date for the last `days` dates (today last),
+    from the hourly rollups; module calls and chat completions both count."""
+    return usage.daily(principal().account_id, query["days"], mode=principal().mode)
+
+
+@endpoint(blp, "/export", "get", "call:read", query=UsageExportQuerySchema, name="UsageExportView")
+@blp.doc(responses={"200": {"description": "The rows, streamed.", "content": {
+    "text/csv": {"schema": {"type": "string"}, "example": "call_id,created_at,module,action,mode,status,"
+                 "cost_cents,cost_micros,idempotency_key,receipt_hash\r\n"},
+    "application/x-ndjson": {"schema": {"type": "string"}}}}})
+def usage_export(query):
+    """Every call of the account in [`from`, `to`) (at most 31 days), one row per call,
+    oldest first, streamed (constant memory): module calls and chat completions
+    (`module: chat`, `action`: the model), live and test. Columns: `call_id`, `created_at`,
+    `module`, `action`, `mode`, `status`, `cost_cents` (floor), `cost_micros`,
+    `idempotency_key`, `receipt_hash`. `format=csv` (default): `text/csv` with a header
+    row; `format=json`: NDJSON (`application/x-ndjson`, one JSON object per line)."""
+    start, end = export.window(query["from_"], query["to"])
+    fmt = query["format"]
+    body = stream_with_context(export.rows(principal().account_id, start, end, fmt))
+    name = f"usage-{start:%Y%m%d}-{end:%Y%m%d}.{'csv' if fmt == 'csv' else 'ndjson'}"
+    return Response(body, mimetype="text/csv" if fmt == "csv" else "application/x-ndjson",
+                    headers={"Content-Disposition": f'attachment; filename="{name}"'})

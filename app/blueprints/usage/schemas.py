@@ -1,5 +1,10 @@
-"""Schemas of usage (SPEC part 2: UsageCurrent, UsageByModule)."""
+"""Schemas of usage (SPEC part 2: UsageCurrent, UsageByModule; issue 16: daily series, export)."""
+from datetime import timezone
+
 import marshmallow as ma
+
+from app.services.billing.export import FORMATS
+from app.services.billing.usage import MAX_DAILY_DAYS
 
 
 class UsageCurrentSchema(ma.Schema):
@@ -18,3 +23,30 @@ class ModuleUsageSchema(ma.Schema):
 
 class UsageByModuleSchema(ma.Schema):
     by_module = ma.fields.List(ma.fields.Nested(ModuleUsageSchema), required=True)
+
+
+class UsageDailyQuerySchema(ma.Schema):
+    days = ma.fields.Integer(load_default=30, validate=ma.validate.Range(min=1, max=MAX_DAILY_DAYS),
+                       metadata={"description": f"How many UTC dates, today last (1–{MAX_DAILY_DAYS}, default 30)."})
+
+
+class DayUsageSchema(ma.Schema):
+    date = ma.fields.String(required=True, metadata={"description": "UTC date (YYYY-MM-DD)."})
+    calls = ma.fields.Integer(required=True, metadata={"description": "Live module calls and chat completions, "
+                                                                      "failed ones included."})
+    spend_cents = ma.fields.Integer(required=True, metadata={"description": "Live spend; refunds excluded."})
+    errors = ma.fields.Integer(required=True, metadata={"description": "Failed (refunded/released) calls."})
+
+
+class UsageDailySchema(ma.Schema):
+    days = ma.fields.List(ma.fields.Nested(DayUsageSchema), required=True,
+                          metadata={"description": "One entry per date, oldest first (dates without calls: zeros)."})
+
+
+class UsageExportQuerySchema(ma.Schema):
+    from_ = ma.fields.AwareDateTime(data_key="from", required=True, default_timezone=timezone.utc,
+                                    metadata={"description": "Window start (inclusive), RFC 3339; no offset = UTC."})
+    to = ma.fields.AwareDateTime(required=True, default_timezone=timezone.utc,
+                                 metadata={"description": "Window end (exclusive); at most 31 days after `from`."})
+    format = ma.fields.String(load_default="csv", validate=ma.validate.OneOf(FORMATS), metadata={
+        "description": "`csv` (text/csv, header row) or `json` (NDJSON: application/x-ndjson, one object per line)."})

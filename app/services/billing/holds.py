@@ -23,6 +23,7 @@ from sqlalchemy import func, insert, select, update
 from app.extensions import db, skip_commit_flush
 from app.models import Account, ChatCompletion
 from app.models.base import utcnow
+from app.services.accounts import spend
 from app.services.billing import ledger, paywall
 from app.services.billing import usage
 from app.services.platform.uow import transactional, unit_of_work
@@ -34,9 +35,10 @@ _COMPLETIONS = ChatCompletion.__table__
 
 
 def hold(completion_id: str, account_id: str, requested_model: str, hold_micros: int,
-         stream: bool) -> None:
+         stream: bool, key_id: str | None = None) -> None:
     """Record the completion as ``held`` and move ``hold_micros`` from the customer to the
-    hold account, in one unit of work. 402 ``payment_required`` when the balance is short."""
+    hold account, in one unit of work. 402 ``payment_required`` when the balance is short;
+    402 ``key_spend_limit_reached`` when the hold does not fit ``key_id``'s spend limit."""
     try:
         with unit_of_work():
             # No WAL-flush wait for this COMMIT: settle/release commits durably before the
@@ -45,11 +47,13 @@ def hold(completion_id: str, account_id: str, requested_model: str, hold_micros:
             # under way: as when the sweep releases the hold of a crashed process) and no
             # money was created or lost (README "Performance").
             skip_commit_flush()
-            db.session.execute(insert(_COMPLETIONS).values(
+            now = utcnow()
+            reserved = spend.reserve(key_id, hold_micros, now)
+            db.session.execute(insert(_COMPLETIONS).values(spend_key_id=key_id if reserved else None,
                 id=completion_id, account_id=account_id, mode="live", requested_model=requested_model,
                 status="held", stream=stream, hold_micros=hold_micros, cost_micros=0, prompt_tokens=0,
                 completion_tokens=0, usage_estimated=False, attempts=0, latency_ms=0,
-                created_at=utcnow()))
+                created_at=now))
             if hold_micros > 0:  # the balance row last: its lock is held only until the commit
                 ledger.post("chat_hold", [(ledger.customer(account_id), -hold_micros), (HOLD, hold_micros)],
                             ref=f"chat_hold:{completion_id}", account_id=account_id)
@@ -93,6 +97,7 @@ def settle(completion_id: str, account_id: str, hold_micros: int, cost_micros: i
                                 meta={"model": model, "provider": provider, "prompt_tokens": prompt_tokens,
                                       "completion_tokens": completion_tokens, "estimated": estimated,
                                       **({"shortfall_micros": shortfall} if shortfall else {})})
+                _give_back(completion_id, hold_micros - charge)
                 usage.record(account_id, f"chat:{model}", spend_micros=charge, error=bool(error))
                 return charge
         except ledger.InsufficientFunds:
@@ -110,6 +115,16 @@ def settle(completion_id: str, account_id: str, hold_micros: int, cost_micros: i
                   estimated=estimated, attempts=attempts, latency_ms=latency_ms, error=error)
 
 
+def _give_back(completion_id: str, micros: int) -> None:
+    """Return the unused part of the hold to the key's spend limit (a charge above the
+    hold is not counted: the limit bounds what is held before the call)."""
+    if micros > 0:
+        row = db.session.execute(select(_COMPLETIONS.c.spend_key_id, _COMPLETIONS.c.created_at)
+                                 .where(_COMPLETIONS.c.id == completion_id)).first()
+        if row is not None and row[0]:
+            spend.release(row[0], micros, row[1])
+
+
 @transactional
 def release(completion_id: str, *, error: str, attempts: int = 0, count_call: bool = True,
             stale_before=None) -> bool:
@@ -124,6 +139,7 @@ def release(completion_id: str, *, error: str, attempts: int = 0, count_call: bo
         if stale_before is not None else []
     if not _flip(completion_id, {"status": "released", "attempts": attempts, "error": error[:300]}, *alive):
         return False
+    spend.release(row.spend_key_id, hold_micros, row.created_at)
     if hold_micros:
         ledger.post("chat_release", [(HOLD, -hold_micros), (ledger.customer(account_id), hold_micros)],
                     ref=f"chat_settle:{completion_id}", account_id=account_id)

@@ -1,10 +1,12 @@
 """The one 402 ``payment_required`` builder (SPEC part 7), used by module calls and chat.
 
 Headers: ``WWW-Authenticate: X402 realm="gateway", nonce="…"``, ``X-Price-Cents``,
-``X-Pay-To`` (``X402_PAY_TO``; empty when x402 is off), ``X-Nonce`` (random per
-response) and x402's v2 ``PAYMENT-REQUIRED``. Body: the error, a message pointing to
-``POST /api/wallet/fund``, and ``price_cents``, ``pay_to``, ``nonce``,
-``fund_endpoint`` plus x402's v1 payment request (``x402Version``, ``accepts``).
+``X-Nonce`` (random per response) and, when x402 is on, ``X-Pay-To`` (``X402_PAY_TO``)
+and x402's v2 ``PAYMENT-REQUIRED``; when x402 is off neither is sent (never an empty
+``X-Pay-To``) and the message does not offer an ``X-Payment`` retry. Body: the error, a
+message pointing to ``POST /api/wallet/fund`` (usable by keys with ``billing:write`` and
+by agent sessions), and ``price_cents``, ``pay_to`` (null when x402 is off), ``nonce``,
+``fund_endpoint`` plus x402's v1 payment request (``x402Version``, ``accepts``) when on.
 Builds an exception only; it reads configuration and writes nothing.
 """
 from __future__ import annotations
@@ -24,19 +26,23 @@ def resource_url(path: str) -> str:
     return current_app.config["BASE_URL"].rstrip("/") + path
 
 
-def payment_required(price_cents: int, *, subject: str, cost: str, alternative: str, path: str,
-                     description: str, headers: dict | None = None) -> PaymentRequired:
+def payment_required(price_cents: int, *, subject: str, cost: str, alternative: str | None, path: str,
+                     description: str, headers: dict | None = None,
+                     x402_retry: str | None = None) -> PaymentRequired:
     """402 for ``subject`` costing ``cost`` (``price_cents`` rounded up to cents), which the
-    balance cannot cover. The message names ``POST /api/wallet/fund`` and ``alternative``;
+    balance cannot cover. The message names ``POST /api/wallet/fund``, ``alternative`` and,
+    when x402 is on, ``x402_retry`` (e.g. "retry the call with an X-Payment header");
     ``path``/``description`` name the resource in the x402 request; ``headers`` are added."""
     cents = int(price_cents)
     nonce = "n_" + secrets.token_urlsafe(18)
-    pay_to = current_app.config.get("X402_PAY_TO") or ""  # empty: x402 is off (production without it)
+    pay_to = current_app.config.get("X402_PAY_TO") or None  # None: x402 is off (production without it)
+    others = [a for a in (alternative, x402_retry if pay_to else None) if a]
     msg = (f"{subject} costs {cost} and your balance cannot cover it. Add credits "
-           f"with {FUND_ENDPOINT} or {alternative}.")
+           f"with {FUND_ENDPOINT}" + "".join(f" or {a}" for a in others) + ".")
     x402_body, x402_headers = x402.payment_required(cents, resource_url(path), description, error=msg)
     return PaymentRequired(msg, headers={
         "WWW-Authenticate": f'X402 realm="gateway", nonce="{nonce}"',
-        "X-Price-Cents": str(cents), "X-Pay-To": pay_to, "X-Nonce": nonce, **x402_headers, **(headers or {}),
+        "X-Price-Cents": str(cents), **({"X-Pay-To": pay_to} if pay_to else {}), "X-Nonce": nonce,
+        **x402_headers, **(headers or {}),
     }, extra={"price_cents": cents, "pay_to": pay_to, "nonce": nonce, "fund_endpoint": FUND_ENDPOINT,
               **x402_body})

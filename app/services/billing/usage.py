@@ -108,7 +108,10 @@ def usage_by_module(account_id: str) -> dict:
     ]}
 
 
-def daily(account_id: str, days: int, *, mode: str = "live", now: datetime | None = None) -> list[dict]:
+MAX_DAILY_DAYS = 90
+
+
+def daily_rows(account_id: str, days: int, *, mode: str = "live", now: datetime | None = None) -> list[dict]:
     """The last ``days`` UTC calendar days (today included, oldest first) of one account:
     ``{"date", "calls", "errors", "spend_micros"}`` per day, zero-filled, from the hourly
     rollups (module calls and chat alike)."""
@@ -128,3 +131,14 @@ def daily(account_id: str, days: int, *, mode: str = "live", now: datetime | Non
             day["errors"] += int(errors)
             day["spend_micros"] += int(spend)
     return [{"date": d, **v} for d, v in out.items()]
+
+
+def daily(account_id: str, days: int, *, mode: str = "live", now: datetime | None = None) -> dict:
+    """UsageDaily (``GET /api/usage/daily``): the last ``days`` UTC dates (today last), each
+    with calls, spend_cents and errors summed from the hourly rollups (module calls and
+    chat completions)."""
+    from app.services.billing.ledger import micros_to_cents
+
+    return {"days": [{"date": r["date"].isoformat(), "calls": r["calls"], "errors": r["errors"],
+                      "spend_cents": micros_to_cents(r["spend_micros"])}
+                     for r in daily_rows(account_id, days, mode=mode, now=now)]}

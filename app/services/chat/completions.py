@@ -177,9 +177,9 @@ def _chars(message_or_delta: dict) -> int:
     return n
 
 
-def create_completion(account_id: str, mode: str, body: dict) -> ChatResult:
+def create_completion(account_id: str, mode: str, body: dict, key_id: str | None = None) -> ChatResult:
     """Route, hold, call (with failover), settle. Test-mode keys use the sandbox provider
-    only and move no money."""
+    only and move no money. ``key_id``: the API key whose spend limit the hold counts against."""
     started = time.monotonic()
     _validate(body)
     needs = analyse(body)
@@ -189,7 +189,8 @@ def create_completion(account_id: str, mode: str, body: dict) -> ChatResult:
                  needs=needs, started=started)
     if call.live:
         call.hold_micros = _hold_for(offers, needs)
-        chat_billing.hold(call.id, account_id, body["model"], call.hold_micros, bool(body.get("stream")))
+        chat_billing.hold(call.id, account_id, body["model"], call.hold_micros, bool(body.get("stream")),
+                          key_id=key_id)
     models = catalog().models
     try:
         if body.get("stream"):

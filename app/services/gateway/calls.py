@@ -41,6 +41,7 @@ from app.ids import new_id
 from app.models import IdempotencyRecord, ModuleCall
 from app.models.base import utcnow
 from app import telemetry
+from app.services.accounts import spend
 from app.services.gateway import catalog, charging
 from app.services.billing import ledger
 from app.services.gateway import receipts
@@ -102,7 +103,7 @@ def payment_required(price_cents: int, slug: str | None = None) -> PaymentRequir
     the call may be retried with an X-Payment header."""
     return paywall.payment_required(
         price_cents, subject="This call", cost=f"{int(price_cents)} cents",
-        alternative="retry the call with an X-Payment header",
+        alternative=None, x402_retry="retry the call with an X-Payment header",
         path=_call_path(slug),
         description=f"Call of module {slug}" if slug else "Module call")
 
@@ -174,8 +175,9 @@ def _replay_or_conflict(stored_hash: str, status: str, body: str | None, req_has
 # --- the call --------------------------------------------------------------------------
 
 def call(*, account_id: str, mode: str, slug: str, body: dict, idempotency_key: str | None = None,
-         payment: str | None = None, request_id: str | None = None) -> CallResult:
-    """Perform one metered module call (see the module docstring for the scheme)."""
+         payment: str | None = None, request_id: str | None = None, key_id: str | None = None) -> CallResult:
+    """Perform one metered module call (see the module docstring for the scheme); ``key_id``:
+    the API key whose spend limit applies (``app.services.accounts.spend``)."""
     cfg = current_app.config
     mod = catalog.get_module(slug)
     act = catalog.get_action(mod, body.get("action"))
@@ -191,7 +193,7 @@ def call(*, account_id: str, mode: str, slug: str, body: dict, idempotency_key: 
     paid: list = []
     with telemetry.span("call.open"):
         opened = open_call(account_id=account_id, mode=mode, mod=mod, act=act, body=body,
-                           idempotency_key=idempotency_key, payment=payment, paid_out=paid)
+                           idempotency_key=idempotency_key, payment=payment, paid_out=paid, key_id=key_id)
     if isinstance(opened, CallResult):
         return opened
     call_id = opened
@@ -235,7 +237,8 @@ def call(*, account_id: str, mode: str, slug: str, body: dict, idempotency_key: 
 
 def open_call(*, account_id: str, mode: str, mod: catalog.ModuleSnap, act: catalog.ActionSnap,
               body: dict, idempotency_key: str | None = None,
-              payment: str | None = None, paid_out: list | None = None) -> str | CallResult:
+              payment: str | None = None, paid_out: list | None = None,
+              key_id: str | None = None) -> str | CallResult:
     """The charging transaction: claim the Idempotency-Key, debit, write the ``pending``
     call and its usage, COMMIT. Returns the new call id, or the stored response when the
     key was already used for this request (a replay)."""
@@ -248,7 +251,7 @@ def open_call(*, account_id: str, mode: str, mod: catalog.ModuleSnap, act: catal
     if charging.supported():  # PostgreSQL: the whole charging transaction in one statement
         try:
             return _open_pg(account_id, mode, mod, act, idempotency_key, req_hash, price_micros,
-                            charged, payment)
+                            charged, payment, key_id)
         except _PaymentNeeded:
             pass  # x402: the multi-statement path below books the payment with the debit
     paid = None  # an x402 payment verified, reserved and settled for this call (not booked yet)
@@ -269,11 +272,14 @@ def open_call(*, account_id: str, mode: str, mod: catalog.ModuleSnap, act: catal
                         account_id=account_id, key=idempotency_key, request_hash=req_hash,
                         call_id=call_id, status="in_flight", created_at=now,
                         expires_at=now + timedelta(seconds=cfg["IDEMPOTENCY_TTL_SECONDS"])))
+                # The key's spend limit, before any debit (402 key_spend_limit_reached).
+                reserved = charged and spend.reserve(key_id, price_micros, now)
                 s.execute(_INSERT_CALL, dict(
                     id=call_id, account_id=account_id, module_id=mod.id, module_slug=slug,
                     action=act.name, mode=mode, status="pending", price_micros=price_micros,
                     charged=charged, owner_agent_id=mod.owner_agent_id,
                     idempotency_key=idempotency_key, created_at=now,
+                    spend_key_id=key_id if reserved else None,
                     deadline_at=now + timedelta(seconds=act.timeout_seconds
                                                 + cfg["CALL_SWEEP_MARGIN_SECONDS"])))
                 # The hot rows (account balance, the hour's usage counter) last, right before
@@ -314,10 +320,12 @@ class _PaymentNeeded(Exception):
 
 
 def _open_pg(account_id, mode, mod, act, idempotency_key, req_hash, price_micros, charged,
-             payment) -> str | CallResult:
+             payment, key_id=None) -> str | CallResult:
     """``open_call`` on PostgreSQL: one ``gw_open_call`` round trip + an asynchronous
     COMMIT (why that is safe: docs/performance.md). Raises ``_PaymentNeeded`` when the
-    balance cannot cover the call and an x402 payment came with it."""
+    balance cannot cover the call and an x402 payment came with it. A key with a spend
+    limit (``key_id`` set only then) adds its conditional reserve in the same transaction,
+    after the call opened: a refusal rolls the whole charge back."""
     with unit_of_work():
         call_id, res = charging.open_pg(
             account_id=account_id, mode=mode, mod=mod, act=act, idem_key=idempotency_key,
@@ -327,6 +335,8 @@ def _open_pg(account_id, mode, mod, act, idempotency_key, req_hash, price_micros
             if payment:
                 raise _PaymentNeeded()
             raise payment_required(act.price_cents, mod.slug)
+        if res.outcome == "opened" and charged and spend.reserve(key_id, price_micros, utcnow()):
+            db.session.execute(update(_CALLS).where(_CALLS.c.id == call_id).values(spend_key_id=key_id))
     if res.outcome == "existing":
         return CallResult(_replay_or_conflict(res.idem_hash, res.idem_status, res.idem_body,
                                               req_hash).encode(), True)
@@ -372,7 +382,8 @@ def refund(call_id: str, error: str) -> bool:
                         .returning(ModuleCall.account_id, ModuleCall.module_slug,
                                    ModuleCall.price_micros, ModuleCall.charged,
                                    ModuleCall.owner_agent_id, ModuleCall.mode,
-                                   ModuleCall.idempotency_key, ModuleCall.created_at)
+                                   ModuleCall.idempotency_key, ModuleCall.created_at,
+                                   ModuleCall.spend_key_id)
                         .execution_options(synchronize_session=False)).first()
         if row is None:
             return False
@@ -381,6 +392,7 @@ def refund(call_id: str, error: str) -> bool:
                                           _legs(row.account_id, row.price_micros, row.owner_agent_id)])
             ledger.post("module_call_refund", legs, ref=f"call_refund:{call_id}",
                         account_id=row.account_id, meta={"call_id": call_id, "reason": error})
+            spend.release(row.spend_key_id, row.price_micros, row.created_at)
         usage.record(row.account_id, row.module_slug, spend_micros=-row.price_micros, calls=0,
                      error=True, mode=row.mode, at=row.created_at)
         if row.idempotency_key is not None:

@@ -1,0 +1,102 @@
+"""Usage export: every call of an account in a time window, one row per call, as CSV
+(with a header row) or NDJSON, produced as a stream (issue 16 item 5; docs/keys.md).
+
+Module calls (``module_calls``) and chat completions (``chat_completions``, module
+``chat``, action = the model) are read with ``yield_per`` (a server-side cursor on
+PostgreSQL: ``stream_results``), each ordered by ``created_at``, and merged, so memory
+stays constant however many rows the window holds. ``rows()`` is the generator the
+route wraps in ``stream_with_context``; ``window()`` validates the request first (so a bad
+request is a JSON 400 before any byte is streamed). At most ``MAX_WINDOW`` per request.
+"""
+from __future__ import annotations
+
+import csv
+import heapq
+import io
+from datetime import datetime, timedelta, timezone
+from typing import Iterator
+
+import orjson
+from sqlalchemy import select
+
+from app.errors import InvalidRequest
+from app.extensions import db
+from app.models import ChatCompletion, ModuleCall
+from app.services.billing.ledger import micros_to_cents
+
+MAX_WINDOW = timedelta(days=31)
+BATCH = 1000
+COLUMNS = ("call_id", "created_at", "module", "action", "mode", "status", "cost_cents", "cost_micros",
+           "idempotency_key", "receipt_hash")
+FORMATS = ("csv", "json")
+
+
+def window(start: datetime, end: datetime) -> tuple[datetime, datetime]:
+    """[start, end) in UTC (naive = UTC); 400 unless start < end and end − start ≤ 31 days."""
+    start, end = (t if t.tzinfo else t.replace(tzinfo=timezone.utc) for t in (start, end))
+    if start >= end:
+        raise InvalidRequest("from: must be before to.")
+    if end - start > MAX_WINDOW:
+        raise InvalidRequest("The window from..to may span at most 31 days; export longer ranges in parts.")
+    return start.astimezone(timezone.utc), end.astimezone(timezone.utc)
+
+
+def _iso(ts: datetime) -> str:
+    return ts.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def _calls(account_id: str, start: datetime, end: datetime) -> Iterator[tuple]:
+    q = (select(ModuleCall.id, ModuleCall.created_at, ModuleCall.module_slug, ModuleCall.action,
+                ModuleCall.mode, ModuleCall.status, ModuleCall.price_micros, ModuleCall.idempotency_key,
+                ModuleCall.receipt)
+         .where(ModuleCall.account_id == account_id, ModuleCall.created_at >= start,
+                ModuleCall.created_at < end)
+         .order_by(ModuleCall.created_at, ModuleCall.id).execution_options(yield_per=BATCH))
+    for cid, created, slug, action, mode, status, price, key, receipt in db.session.execute(q):
+        cost = 0 if status == "refunded" else int(price)
+        yield (created, cid, slug, action, mode, status, cost, key, (receipt or {}).get("hash"))
+
+
+def _completions(account_id: str, start: datetime, end: datetime) -> Iterator[tuple]:
+    q = (select(ChatCompletion.id, ChatCompletion.created_at, ChatCompletion.model,
+                ChatCompletion.requested_model, ChatCompletion.mode, ChatCompletion.status,
+                ChatCompletion.cost_micros)
+         .where(ChatCompletion.account_id == account_id, ChatCompletion.created_at >= start,
+                ChatCompletion.created_at < end)
+         .order_by(ChatCompletion.created_at, ChatCompletion.id).execution_options(yield_per=BATCH))
+    for cid, created, model, requested, mode, status, cost in db.session.execute(q):
+        yield (created, cid, "chat", model or requested, mode, status,
+               int(cost) if status in ("settled", "sandbox") else 0, None, None)
+
+
+def records(account_id: str, start: datetime, end: datetime) -> Iterator[dict]:
+    """The window's calls and completions, oldest first, as dicts of ``COLUMNS``
+    (``cost_cents`` in whole cents, floor as everywhere (DESIGN §3); ``cost_micros`` exact; refunded calls and
+    released completions cost 0)."""
+    merged = heapq.merge(_calls(account_id, start, end), _completions(account_id, start, end),
+                         key=lambda r: (r[0], r[1]))
+    for created, cid, module, action, mode, status, micros, key, receipt_hash in merged:
+        yield {"call_id": cid, "created_at": _iso(created), "module": module, "action": action, "mode": mode,
+               "status": status, "cost_cents": micros_to_cents(micros), "cost_micros": micros,
+               "idempotency_key": key, "receipt_hash": receipt_hash}
+
+
+def rows(account_id: str, start: datetime, end: datetime, fmt: str) -> Iterator[bytes]:
+    """The export as chunks of bytes: CSV (header row first; empty cells for nulls) or
+    NDJSON (one JSON object per line)."""
+    if fmt == "json":
+        for rec in records(account_id, start, end):
+            yield orjson.dumps(rec) + b"\n"
+        return
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\r\n")
+    writer.writeheader()
+    n = 0
+    for rec in records(account_id, start, end):
+        writer.writerow(rec)
+        n += 1
+        if n % 200 == 0:
+            yield buf.getvalue().encode()
+            buf.seek(0)
+            buf.truncate()
+    yield buf.getvalue().encode()

@@ -1,0 +1,117 @@
+"""Issue 16 items 1, 2, 5, 6 over HTTP: agent sessions see and hold money, the owner funds
+an agent once per Idempotency-Key, the daily series and the streamed export (chat
+included), and the 402 when x402 is off."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from datetime import datetime, timedelta, timezone
+
+from tests import agentkit
+from tests.gateway_helpers import balance_cents, call, mod, provider, provider_server  # noqa: F401
+
+
+def _agent(client, owner):
+    kp = agentkit.Keypair()
+    agent = agentkit.register(client, owner, kp).get_json()
+    return agent, agentkit.session_headers(client, kp)
+
+
+def test_owner_funds_agent_once_and_agent_sees_and_spends_it(app, client, make_account, mod, ledger_clean):
+    owner, other = make_account(cents=300), make_account(cents=300)
+    agent, session = _agent(client, owner)
+    fund = lambda who, amount, key=None: client.post(  # noqa: E731
+        f"/api/agent/{agent['id']}/fund", json={"amount_cents": amount},
+        headers={**who.headers, **({"Idempotency-Key": key} if key else {})})
+    first = fund(owner, 200, "f-1")
+    assert first.status_code == 200 and first.get_json()["replayed"] is False
+    again = fund(owner, 200, "f-1").get_json()
+    assert again["replayed"] is True and again["transaction_id"] == first.get_json()["transaction_id"]
+    assert fund(owner, 150, "f-1").status_code == 409
+    assert balance_cents(app, owner.id) == 100
+    r = fund(owner, 101)
+    assert r.status_code == 402 and r.get_json()["error"] == "insufficient_funds"
+    for bad in (0, -1, 1.5, "5", None):
+        assert fund(other, bad).status_code == 400
+    assert fund(other, 1).status_code == 404  # another account's agent
+    assert client.post("/api/agent/agt_nope/fund", json={"amount_cents": 1}, headers=other.headers).status_code == 404
+    assert fund_from_session(client, agent, session).status_code in (403, 404)
+    assert balance_cents(app, owner.id) == 100
+    me = client.get("/api/account", headers=session).get_json()
+    assert me["agent_id"] == agent["id"] and me["balance_cents"] == 200
+    assert call(client, None, {"action": "ok"}, headers=session, bearer=session["Authorization"][7:]).status_code == 200
+    assert client.get("/api/wallet/balance", headers=session).get_json()["credits_cents"] == 197
+    kinds = [t["kind"] for t in client.get("/api/wallet/transactions", headers=session).get_json()["transactions"]]
+    assert "agent_fund" in kinds and "module_call" in kinds
+    assert client.get("/api/usage/current", headers=session).get_json()["spend_cents"] == 3
+    assert client.get("/api/usage/by-module", headers=session).get_json()["by_module"][0]["slug"] == "svc"
+    assert client.get("/api/keys", headers=session).status_code == 403  # still no key management
+    ledger_clean()
+
+
+def fund_from_session(client, agent, session):
+    return client.post(f"/api/agent/{agent['id']}/fund", json={"amount_cents": 1}, headers=session)
+
+
+def test_daily_series_and_export_include_calls_and_chat(app, client, make_account, mod):
+    acct = make_account(cents=100)
+    ok = call(client, acct, {"action": "ok"}, key="idem-1").get_json()
+    assert call(client, acct, {"action": "boom"}).status_code == 502
+    _chat_row(app, acct.id)
+    days = client.get("/api/usage/daily?days=3", headers=acct.headers).get_json()["days"]
+    today = datetime.now(timezone.utc).date().isoformat()
+    assert len(days) == 3 and days[-1]["date"] == today
+    assert (days[-1]["calls"], days[-1]["errors"], days[-1]["spend_cents"]) == (3, 1, 3 + 2)
+    now = datetime.now(timezone.utc)
+    q = {"from": (now - timedelta(hours=1)).isoformat(), "to": (now + timedelta(minutes=1)).isoformat()}
+    r = client.get("/api/usage/export", query_string=q, headers=acct.headers)
+    assert r.status_code == 200 and r.mimetype == "text/csv" and r.is_streamed
+    rows = list(csv.DictReader(io.StringIO(r.get_data(as_text=True))))
+    by_id = {row["call_id"]: row for row in rows}
+    assert len(rows) == 3 and by_id[ok["call_id"]]["cost_cents"] == "3"
+    assert by_id[ok["call_id"]]["idempotency_key"] == "idem-1"
+    assert by_id[ok["call_id"]]["receipt_hash"] == ok["receipt"]["hash"]
+    assert {row["status"] for row in rows} == {"succeeded", "refunded", "settled"}
+    chat = next(row for row in rows if row["module"] == "chat")
+    assert (chat["action"], chat["cost_micros"], chat["cost_cents"]) == ("m-1", "25000", "2")
+    nd = client.get("/api/usage/export", query_string={**q, "format": "json"}, headers=acct.headers)
+    assert nd.mimetype == "application/x-ndjson"
+    assert [json.loads(line)["call_id"] for line in nd.get_data(as_text=True).splitlines()] == \
+        [row["call_id"] for row in rows]
+
+
+def test_export_and_daily_bad_input(client, account):
+    now = datetime.now(timezone.utc)
+    for q in ({"from": now.isoformat(), "to": (now + timedelta(days=32)).isoformat()},
+              {"from": now.isoformat(), "to": (now - timedelta(days=1)).isoformat()},
+              {"from": now.isoformat()}, {"from": "yesterday", "to": now.isoformat()},
+              {"from": now.isoformat(), "to": (now + timedelta(days=1)).isoformat(), "format": "xlsx"}):
+        r = client.get("/api/usage/export", query_string=q, headers=account.headers)
+        assert r.status_code == 400 and r.get_json()["error"] == "invalid_request", q
+    for days in (0, 91, "x", 1.5):
+        assert client.get(f"/api/usage/daily?days={days}", headers=account.headers).status_code == 400
+
+
+def test_402_without_x402_offers_no_x_payment_and_no_empty_pay_to(app, client, make_account, mod):
+    acct = make_account(cents=1)
+    saved = app.config["X402_PAY_TO"]
+    app.config["X402_PAY_TO"] = None
+    try:
+        r = call(client, acct, {"action": "ok"})
+    finally:
+        app.config["X402_PAY_TO"] = saved
+    body = r.get_json()
+    assert r.status_code == 402 and "X-Pay-To" not in r.headers and "PAYMENT-REQUIRED" not in r.headers
+    assert "X-Payment" not in body["message"] and "POST /api/wallet/fund" in body["message"]
+    assert body["pay_to"] is None and "accepts" not in body
+
+
+def _chat_row(app, account_id):
+    """A settled chat completion of 25,000 micros, through the chat billing service."""
+    from app.services.billing import holds
+
+    with app.app_context():
+        holds.hold("chatcmpl-export1", account_id, "m-1", 30_000, False)
+        holds.settle("chatcmpl-export1", account_id, 30_000, 25_000, model="m-1", provider="p", prompt_tokens=1,
+                     completion_tokens=1, estimated=False, attempts=1, latency_ms=1)

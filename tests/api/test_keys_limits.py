@@ -1,0 +1,128 @@
+"""Issue 16 items 3–4 over HTTP: per-key spend limits (refused before charging, refunds
+give room back, PATCH), expiry, rotation, the 100-key cap, and bad input changing nothing."""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from app.services.accounts import spend
+from tests.gateway_helpers import balance_cents, call, mod, provider, provider_server  # noqa: F401
+
+
+def _key(client, acct, **body):
+    r = client.post("/api/keys", json={"name": "k", **body}, headers=acct.headers)
+    assert r.status_code == 201, r.get_json()
+    return r.get_json()
+
+
+def test_spend_limit_refuses_before_charging_and_refund_gives_room_back(app, client, make_account, mod):
+    acct = make_account(cents=100)
+    key = _key(client, acct, spend_limit_cents=6, spend_limit_period="day")
+    assert (key["spend_limit_cents"], key["spend_limit_period"], key["spent_cents"]) == (6, "day", 0)
+    assert call(client, acct, {"action": "ok"}, bearer=key["key"]).status_code == 200
+    assert call(client, acct, {"action": "ok"}, bearer=key["key"]).status_code == 200
+    r = call(client, acct, {"action": "ok"}, bearer=key["key"])
+    body = r.get_json()
+    assert r.status_code == 402 and body["error"] == "key_spend_limit_reached"
+    assert (body["limit_cents"], body["spent_cents"], body["period"]) == (6, 6, "day")
+    assert body["resets_at"].endswith("T00:00:00Z") and "6 cents per day" in body["message"]
+    assert balance_cents(app, acct.id) == 94  # the refused call charged nothing
+    # A failed (refunded) call gives its room back: 1 cent left after "boom" is refunded.
+    client.patch(f"/api/keys/{key['id']}", json={"spend_limit_cents": 9}, headers=acct.headers)
+    assert call(client, acct, {"action": "boom"}, bearer=key["key"]).status_code == 502
+    listed = {k["id"]: k for k in client.get("/api/keys", headers=acct.headers).get_json()["keys"]}
+    assert listed[key["id"]]["spent_cents"] == 6 and listed[key["id"]]["spend_limit_cents"] == 9
+    assert call(client, acct, {"action": "ok"}, bearer=key["key"]).status_code == 200
+    assert call(client, acct, {"action": "text"}, bearer=key["key"]).status_code == 402
+    # Removing the limit lets it spend again.
+    r = client.patch(f"/api/keys/{key['id']}", json={"spend_limit_cents": None}, headers=acct.headers)
+    assert r.get_json()["spend_limit_cents"] is None and r.get_json()["spent_cents"] is None
+    assert call(client, acct, {"action": "text"}, bearer=key["key"]).status_code == 200
+
+
+def test_period_boundaries_are_utc():
+    at = datetime(2026, 3, 4, 23, 30, tzinfo=timezone(timedelta(hours=-5)))  # 2026-03-05 04:30 UTC, Thursday
+    assert spend.period_bounds("day", at)[0] == datetime(2026, 3, 5, tzinfo=timezone.utc)
+    assert spend.period_bounds("week", at) == (datetime(2026, 3, 2, tzinfo=timezone.utc),
+                                               datetime(2026, 3, 9, tzinfo=timezone.utc))
+    assert spend.period_bounds("month", at) == (datetime(2026, 3, 1, tzinfo=timezone.utc),
+                                                datetime(2026, 4, 1, tzinfo=timezone.utc))
+    assert spend.period_bounds("month", datetime(2026, 12, 31, tzinfo=timezone.utc))[1].year == 2027
+    assert spend.period_bounds("total", at) == (spend.EPOCH, None)
+
+
+@pytest.mark.parametrize("body", [
+    {"spend_limit_cents": 0}, {"spend_limit_cents": -5}, {"spend_limit_cents": 1.5},
+    {"spend_limit_cents": "5"}, {"spend_limit_cents": 10**12}, {"spend_limit_cents": 5, "spend_limit_period": "year"},
+    {"spend_limit_period": "day"}, {"expires_at": "2001-01-01T00:00:00Z"}, {"expires_at": "not a date"},
+    {"expires_at": (datetime.now(timezone.utc) + timedelta(days=400)).isoformat()},
+])
+def test_bad_key_input_is_400_and_creates_nothing(client, account, body):
+    before = client.get("/api/keys", headers=account.headers).get_json()["keys"]
+    r = client.post("/api/keys", json={"name": "bad", **body}, headers=account.headers)
+    assert r.status_code == 400 and r.get_json()["error"] == "invalid_request"
+    assert client.get("/api/keys", headers=account.headers).get_json()["keys"] == before
+
+
+def test_patch_and_rotate_bad_input_and_other_accounts(client, make_account):
+    a, b = make_account(), make_account()
+    key = _key(client, a, spend_limit_cents=5)
+    assert key["spend_limit_period"] == "month"
+    for body in ({"spend_limit_cents": 0}, {"spend_limit_period": "hour"}, {}):
+        assert client.patch(f"/api/keys/{key['id']}", json=body, headers=a.headers).status_code == 400
+    for bad in (-1, 604_801, 1.5):
+        r = client.post(f"/api/keys/{key['id']}/rotate", json={"overlap_seconds": bad}, headers=a.headers)
+        assert r.status_code == 400
+    assert client.patch(f"/api/keys/{key['id']}", json={"spend_limit_cents": 9}, headers=b.headers).status_code == 404
+    assert client.post(f"/api/keys/{key['id']}/rotate", json={}, headers=b.headers).status_code == 404
+    listed = {k["id"]: k for k in client.get("/api/keys", headers=a.headers).get_json()["keys"]}
+    assert listed[key["id"]]["spend_limit_cents"] == 5  # nothing changed
+
+
+def test_expired_key_is_401_like_a_revoked_one(app, client, account):
+    key = _key(client, account, expires_at=(datetime.now(timezone.utc) + timedelta(seconds=1)).isoformat())
+    headers = {"Authorization": f"Bearer {key['key']}"}
+    assert client.get("/api/account", headers=headers).status_code == 200  # cached with its expiry
+    import time
+    time.sleep(1.2)
+    r = client.get("/api/account", headers=headers)
+    assert r.status_code == 401 and r.get_json()["error"] == "unauthorized"
+    assert key["id"] not in {k["id"] for k in client.get("/api/keys", headers=account.headers).get_json()["keys"]}
+
+
+def test_rotation_overlap_then_old_key_stops(client, account):
+    old = _key(client, account, scopes=["account:read", "keys:read"], spend_limit_cents=7, spend_limit_period="week")
+    r = client.post(f"/api/keys/{old['id']}/rotate", json={"overlap_seconds": 0}, headers=account.headers)
+    new = r.get_json()
+    assert r.status_code == 201 and new["id"] != old["id"] and new["key"] != old["key"]
+    assert (new["name"], new["scopes"], new["spend_limit_cents"], new["spend_limit_period"]) == \
+        ("k", ["account:read", "keys:read"], 7, "week")
+    assert client.get("/api/account", headers={"Authorization": f"Bearer {old['key']}"}).status_code == 401
+    assert client.get("/api/account", headers={"Authorization": f"Bearer {new['key']}"}).status_code == 200
+    r = client.post(f"/api/keys/{old['id']}/rotate", json={}, headers=account.headers)
+    assert r.status_code == 404  # an expired key cannot be rotated again
+    # Default overlap: one day.
+    again = client.post(f"/api/keys/{new['id']}/rotate", json={}, headers=account.headers).get_json()
+    listed = {k["id"]: k for k in client.get("/api/keys", headers=account.headers).get_json()["keys"]}
+    left = datetime.fromisoformat(listed[new["id"]]["expires_at"]) - datetime.now(timezone.utc)
+    assert timedelta(hours=23, minutes=59) < left <= timedelta(days=1) and again["id"] in listed
+
+
+def test_at_most_100_active_keys(app, client, account):
+    from app.services.accounts import keys
+
+    with app.app_context():
+        for i in range(99):  # the account fixture already has one key
+            keys.mint(account.id, f"k{i}", ["call:read"])
+    r = client.post("/api/keys", json={"name": "one too many"}, headers=account.headers)
+    assert r.status_code == 409 and r.get_json()["error"] == "key_limit_reached"
+    victim = client.get("/api/keys", headers=account.headers).get_json()["keys"][-2]
+    client.delete(f"/api/keys/{victim['id']}", headers=account.headers)
+    assert client.post("/api/keys", json={"name": "room again"}, headers=account.headers).status_code == 201
+
+
+def test_rotate_without_a_body_uses_the_default_overlap(client, account):
+    old = _key(client, account)
+    r = client.post(f"/api/keys/{old['id']}/rotate", headers=account.headers)
+    assert r.status_code == 201 and r.get_json()["name"] == "k"

@@ -42,3 +42,20 @@ def test_clean_then_each_dirty_state_reported(app, make_account):
     code, report = _run(app)
     assert code == 1 and not report["ok"]
     assert {p["check"] for p in report["problems"]} == {"external_credit_unposted", "x402_stuck", "chat_hold_stuck"}
+
+
+def test_resolve_x402_runs_the_reconciliation_job_now(app, make_account, monkeypatch):
+    """``flask money resolve-x402``: a reserved authorization that was never settled (no
+    facilitator, no payload: nothing moved) is released at once, and no longer stuck."""
+    acct = make_account(cents=0)
+    with app.app_context():
+        db.session.execute(insert(X402Authorization).values(
+            id="x4a_left", auth_key="base:0xq:0xm", account_id=acct.id, network="base", payer="0xq",
+            value_atomic=10, status="reserved", created_at=utcnow()))
+        db.session.commit()
+    monkeypatch.setitem(app.config, "X402_FACILITATOR_URL", None)
+    res = app.test_cli_runner().invoke(args=["money", "resolve-x402", "--older-than", "0"])
+    assert res.exit_code == 0 and json.loads(res.output) == {"booked": 0, "released": 1, "pending": 0,
+                                                             "already": 0}
+    code, report = _run(app)
+    assert code == 0 and report["ok"], report

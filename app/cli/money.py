@@ -1,6 +1,7 @@
 """``flask money reconcile``: the ledger against every external book (Stripe events and
 payments, x402 authorizations, chain deposits, chat holds); prints a JSON report and
-exits 1 on any mismatch or stuck state (app/services/billing/money_check.py)."""
+exits 1 on any mismatch or stuck state (app/services/billing/money_check.py).
+``flask money resolve-x402`` runs the x402 reconciliation job (billing/x402/reconcile.py) at once."""
 from __future__ import annotations
 
 import json
@@ -21,3 +22,14 @@ def reconcile():
     click.echo(json.dumps(report, indent=2, default=str))
     if not report["ok"]:
         sys.exit(1)
+
+
+@money_cli.command("resolve-x402")
+@click.option("--older-than", "older_than", type=int, default=None,
+              help="Seconds (default X402_RECONCILE_AFTER_SECONDS).")
+def resolve_x402(older_than):
+    """Run the x402 reconciliation job now: book settled-unbooked authorizations and
+    resolve reserved ones older than --older-than (chain, else facilitator); prints counts."""
+    from app.services.billing import x402
+
+    click.echo(json.dumps(x402.reconcile(older_than)))

@@ -1,14 +1,30 @@
 """Chat charged exactly (issue 15): a stream that runs past CHAT_HOLD_TTL_SECONDS keeps its
 hold (its heartbeat extends it; the stale-hold sweep leaves it alone) and is charged when
-it ends; cache-read / cache-write tokens priced per provider."""
+it ends; cache-read / cache-write tokens priced per provider; holds sized with the real
+tokenizer for OpenAI models."""
 from __future__ import annotations
 
 import time
 
 import orjson
 
+from sqlalchemy import select
+
+from app.extensions import db
+from app.models import ChatCompletion
 from app.services.billing import holds
 from tests.api.test_chat import START, acct, chat, fakes, figures, upstreams  # noqa: F401
+from tests.chatfakes import CATALOG
+
+GPT = """
+  - id: m-gpt
+    auto: false
+    context_window: 128000
+    max_output_tokens: 1000
+    capabilities: [streaming]
+    providers:
+      - {provider: cheap, upstream_model: gpt-4o-mini, input_usd_per_mtok: "10", output_usd_per_mtok: "2"}
+"""
 
 
 def test_long_stream_keeps_its_hold_and_is_charged(app, client, fakes, acct, ledger_clean):  # noqa: F811
@@ -54,4 +70,24 @@ def test_anthropic_cache_read_and_write_priced(app, client, fakes, acct, ledger_
     final = [orjson.loads(x[6:]) for x in r.data.split(b"\n\n") if x.startswith(b"data: {")][-1]
     assert final["usage"]["cost_micros"] == 1680
     assert figures(app, acct.id)["balance"] == START - 2 * 1680
+    ledger_clean()
+
+
+def test_openai_hold_sized_by_the_tokenizer_lets_a_low_balance_through(app, client, monkeypatch, tmp_path,
+                                                                        fakes, make_account, ledger_clean):  # noqa: F811
+    """A prompt of long common words: 2,000 o200k tokens, but 28,000 characters. The hold is
+    2,008 (2,000 + 3 per message + 1 for the role + 3 for the reply) × 10 + 100 × 2 = 20,280
+    micros, which 3 cents cover; the characters/4 hold (7,007 × 10 + 200 = 70,270) did not."""
+    path = tmp_path / "models-gpt.yaml"
+    path.write_text(CATALOG % fakes.urls + GPT)
+    monkeypatch.setitem(app.config, "CHAT_CATALOG", str(path))
+    app.extensions.pop("chat_catalog", None)
+    poor = make_account(cents=3)
+    prompt = [{"role": "user", "content": "understanding" + " understanding" * 1999}]
+    r = chat(client, poor, model="m-gpt", messages=prompt, max_tokens=100)
+    assert r.status_code == 200, r.get_json()
+    with app.app_context():
+        assert db.session.execute(select(ChatCompletion.hold_micros)).scalar_one() == 20_280
+    assert r.get_json()["usage"]["cost_micros"] == 100 * 10 + 50 * 2  # what the upstream reported
+    assert figures(app, poor.id)["balance"] == 30_000 - 1_100
     ledger_clean()

@@ -4,7 +4,9 @@ Faults (each can be switched off):
   * ``kill``     – ``kill -9`` of a random gunicorn worker, repeatedly;
   * ``upstream`` – the provider hangs past the action timeout, then resets connections;
   * ``redis``    – Redis is shut down for a few seconds, then started again;
-  * ``postgres`` – PostgreSQL is restarted (``pg_ctlcluster … restart``).
+  * ``postgres`` – PostgreSQL is restarted (``pg_ctlcluster … restart``);
+  * ``x402hang`` / ``x402kill`` – x402 payers' facilitator settles and then hangs, or the
+    workers die between settlement and booking (``tests/fault/x402_faults.py``).
 
 Clients send calls with an Idempotency-Key each; an unknown outcome (connection error,
 5xx from a dying worker, 409 in flight) is retried with the *same* key until it is
@@ -14,9 +16,12 @@ definitive. Afterwards (once the pending-call sweep has run) the driver checks:
      that verifies with the published key;
   3. every Idempotency-Key was charged at most once, and exactly once when it ended 200;
   4. no call is left pending; every charged call has a receipt or a refund;
-  5. the balance moved by exactly the sum of the successful calls' prices.
+  5. the balance moved by exactly the sum of the successful calls' prices;
+  6. with x402 payers: every USDC authorization that moved on chain is booked exactly once
+     (as the call's charge or as balance), nothing else is, none is left reserved.
 
-    python -m tests.fault.money_under_fault [--seconds 20] [--clients 8] [--faults kill,upstream,redis,postgres]
+    python -m tests.fault.money_under_fault [--seconds 20] [--clients 8] [--x402-clients 2]
+        [--faults kill,upstream,redis,postgres,x402hang,x402kill] [--redis-url redis://127.0.0.1:6379/N]
 
 Needs PostgreSQL and Redis on 127.0.0.1 (``make fault`` sets them). Prints a JSON summary
 and exits 1 when an invariant is broken. ``tests/e2e/test_fault.py`` runs a short version.
@@ -24,6 +29,7 @@ and exits 1 when an invariant is broken. ``tests/e2e/test_fault.py`` runs a shor
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -44,6 +50,7 @@ sys.path.insert(0, str(ROOT))
 from tests.support.apps import VENV_BIN, gunicorn_proc  # noqa: E402
 from tests.support.procs import Processes  # noqa: E402
 from tests.support.standin import StandIn  # noqa: E402
+from tests.fault import x402_faults  # noqa: E402
 
 PRICE_CENTS = 3
 
@@ -71,8 +78,10 @@ def pg_cluster() -> tuple[str, str]:
 
 
 class Driver:
-    def __init__(self, args, upstream: StandIn):
-        self.args, self.upstream = args, upstream
+    def __init__(self, args, upstream: StandIn, rails: x402_faults.X402Rails | None = None):
+        self.args, self.upstream, self.rails = args, upstream, rails
+        self.x402_accounts: list[str] = []
+        self.x402_summary: dict = {}
         self.procs = Processes()
         self.results: dict[str, dict] = {}  # idempotency key -> final outcome
         self.lock = threading.Lock()
@@ -95,6 +104,8 @@ class Driver:
             "CALL_SWEEP_MARGIN_SECONDS": "2", "JOBS_INLINE": "1", "RATELIMIT_KEY_PREFIX": f"fault{os.getpid()}",
             "CATALOG_PATH": str(Path(work) / "catalog"),
         })
+        if self.rails is not None:
+            env.update(self.rails.env())
         (Path(work) / "catalog").mkdir()
         (Path(work) / "catalog" / "faulty.yaml").write_text(
             "slug: faulty\nname: Faulty\ndescription: fault-injection target\nowner: tests\nstatus: approved\n"
@@ -119,6 +130,8 @@ class Driver:
                                                 log=Path(self.work) / "web.log", grace=15)
         self.procs.started.append(self.gunicorn.start())
         self.gunicorn.wait_http(self.url + "/openapi.json", timeout=60)
+        if self.rails is not None:
+            self.rails.kill_workers = x402_faults.kill_all(self.gunicorn, self.note)
         # The scheduler runs the pending-call sweep (and everything else) as in production.
         self.procs.start([VENV_BIN / "flask", "--app", "wsgi", "scheduler", "--tick", "1"], name="scheduler",
                          cwd=ROOT, env=self.env, log=Path(self.work) / "scheduler.log")
@@ -167,6 +180,10 @@ class Driver:
             plan += [(9, "redis", "stop"), (13, "redis", "start")]
         if "postgres" in faults:
             plan += [(14, "postgres", "restart")]
+        if "x402hang" in faults:
+            plan += [(2, "x402", "hang"), (5, "x402", "ok")]
+        if "x402kill" in faults:
+            plan += [(6, "x402", "kill")]  # the next settlement kills the workers, once
         plan.sort()
         next_kill = 1.0
         while not self.stop.is_set():
@@ -189,7 +206,9 @@ class Driver:
 
     def apply(self, what, how):
         self.note(f"{what} {how}")
-        if what == "upstream" and how == "ok":
+        if what == "x402":
+            self.rails.mode = how
+        elif what == "upstream" and how == "ok":
             self.upstream.clear_faults()
         elif what == "upstream":
             kind, seconds = UPSTREAM_FAULTS[how]
@@ -216,6 +235,8 @@ class Driver:
         # Let deadlines pass, then resolve anything a crash left pending.
         time.sleep(4)
         flask(self.env, "calls", "sweep")
+        if self.rails is not None:  # the x402 reconciliation job, at once
+            x402_faults.resolve(self)
         check = sh(str(VENV_BIN / "flask"), "--app", "wsgi", "ledger", "check", env=self.env, check=False)
         if check.returncode != 0:
             problems.append("ledger check: " + check.stdout[-500:])
@@ -239,7 +260,7 @@ class Driver:
                 problems.append(f"{cid}: succeeded with {charge} charges and {refund} refunds")
             if status == "refunded" and charge != refund:
                 problems.append(f"{cid}: refunded but charges {charge} != refunds {refund}")
-            if status == "succeeded":
+            if status == "succeeded" and key:  # an x402 payer's balance may pay a call sent without a key
                 keys.setdefault(key, []).append(cid)
         for key, cids in keys.items():
             if len(cids) > 1:
@@ -262,7 +283,9 @@ class Driver:
             except ReceiptInvalid as exc:
                 problems.append(f"receipt of {cid} does not verify: {exc}")
         spent = self.start_balance - self.balance()
-        expected = sum(1 for c in calls.values() if c[1] == "succeeded") * PRICE_CENTS * 10_000
+        mine = self.sql(f"SELECT count(*) FROM module_calls WHERE account_id = '{self.account_id}' "
+                        "AND status = 'succeeded'")[0][0]
+        expected = int(mine) * PRICE_CENTS * 10_000
         if spent != expected:
             problems.append(f"balance moved {spent} micros, succeeded calls cost {expected}")
         unknown = sum(1 for r in self.results.values() if r.get("status") is None)
@@ -270,12 +293,15 @@ class Driver:
             problems.append(f"{unknown} keys got no definitive answer within 120 s: "
                             + ", ".join(str(r.get("last_seen")) for r in self.results.values()
                                         if r.get("status") is None)[:300])
+        if self.rails is not None:
+            problems += x402_faults.check(self, self.rails, PRICE_CENTS * 10_000)
         statuses: dict[str, int] = {}
         for r in self.results.values():
             statuses[str(r.get("status"))] = statuses.get(str(r.get("status")), 0) + 1
         return {"ok": not problems, "problems": problems[:50], "requests": len(self.results),
                 "outcomes": statuses, "succeeded_calls": len(keys), "unresolved_after_retries": unknown,
-                "retries": self.retries, "calls_recorded": len(calls), "faults": self.events}
+                "retries": self.retries, "calls_recorded": len(calls), "x402": self.x402_summary,
+                "faults": self.events}
 
     def teardown(self):
         self.procs.stop_all()
@@ -287,16 +313,22 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="money under fault")
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--clients", type=int, default=8)
-    ap.add_argument("--faults", default="kill,upstream,redis,postgres")
+    ap.add_argument("--faults", default="kill,upstream,redis,postgres,x402hang,x402kill")
+    ap.add_argument("--x402-clients", type=int, default=2, help="x402 payers (with the x402 faults)")
     ap.add_argument("--redis-url", default=os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/13")
     args = ap.parse_args(argv)
     provider = upstream()
-    drv = Driver(args, provider)
-    with provider as upstream_url:
+    x402_on = bool(set(args.faults.split(",")) & set(x402_faults.FAULTS)) and args.x402_clients > 0
+    rails = x402_faults.X402Rails() if x402_on else None
+    drv = Driver(args, provider, rails)
+    with provider as upstream_url, (rails or contextlib.nullcontext()):
         drv.setup(upstream_url)
         drv.start_gunicorn()
         try:
             threads = [threading.Thread(target=drv.client, args=(i,), daemon=True) for i in range(args.clients)]
+            payers = x402_faults.accounts(drv, args.x402_clients) if rails else []
+            threads += [threading.Thread(target=x402_faults.client, args=(drv, i, key), daemon=True)
+                        for i, key in enumerate(payers)]
             inj = threading.Thread(target=drv.injector, daemon=True)
             for t in threads:
                 t.start()

@@ -7,7 +7,6 @@ Prices are USD per million tokens, which is exactly micros per token, kept as
 from __future__ import annotations
 
 import glob
-import math
 import threading
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
@@ -17,6 +16,7 @@ import yaml
 from flask import current_app
 
 from app.errors import CatalogError, InvalidRequest, NotFound, ServiceUnavailable
+from app.services.chat import tokens
 
 CAPABILITIES = ("tools", "json_mode", "vision", "streaming")
 PROVIDER_TYPES = ("openai", "anthropic")
@@ -214,59 +214,44 @@ def reload() -> Catalog:
 
 # --- request analysis -------------------------------------------------------------------
 
-def _text_of(content) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(str(p.get("text") or "") for p in content
-                        if isinstance(p, dict) and p.get("type") in ("text", "input_text"))
-    return str(content)
-
-
-def estimate_tokens(text: str) -> int:
-    """The gateway's token estimate: one token per 4 characters, rounded up."""
-    return math.ceil(len(text) / 4) if text else 0
-
-
 @dataclass
 class Needs:
-    prompt_tokens: int  # estimate
+    prompt_tokens: int  # the rule-of-thumb estimate (chat/tokens.py CHARS)
     max_tokens: int | None  # as requested (max_tokens or max_completion_tokens)
     capabilities: frozenset[str]
     choices: int = 1  # ``n``: every choice may use the whole output cap
+    body: dict | None = None  # the request, for tokenizer estimates per upstream model
+    _estimates: dict[str, int] = field(default_factory=dict, repr=False)
+
+    def prompt_tokens_for(self, offer: Offer) -> int:
+        """Estimated input tokens at ``offer``'s upstream model (its tokenizer where known,
+        see chat/tokens.py); computed once per estimator."""
+        if self.body is None:
+            return self.prompt_tokens
+        how = tokens.estimator(offer.upstream_model)
+        if how not in self._estimates:
+            self._estimates[how] = tokens.estimate_prompt_tokens(self.body, how)
+        return self._estimates[how]
 
 
 def analyse(body: dict) -> Needs:
     """Estimate prompt tokens and derive the capabilities a request needs."""
     caps = set()
-    chars = 0
-    tokens = 3
     for msg in body["messages"]:
-        tokens += 4
         content = msg.get("content")
-        chars += len(_text_of(content))
         if isinstance(content, list) and any(
                 isinstance(p, dict) and p.get("type") in ("image_url", "input_image") for p in content):
             caps.add("vision")
-            tokens += 85 * sum(1 for p in content if isinstance(p, dict) and p.get("type") == "image_url")
-        for call in msg.get("tool_calls") or []:
-            fn = call.get("function") or {}
-            chars += len(str(fn.get("name", ""))) + len(str(fn.get("arguments", "")))
     if body.get("tools"):
         caps.add("tools")
-        from app.jsonutil import dumps_bytes
-
-        chars += len(dumps_bytes(body["tools"]))
     rf = body.get("response_format")
     if isinstance(rf, dict) and rf.get("type") in ("json_object", "json_schema"):
         caps.add("json_mode")
     if body.get("stream"):
         caps.add("streaming")
     max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
-    return Needs(prompt_tokens=tokens + math.ceil(chars / 4), max_tokens=max_tokens,
-                 capabilities=frozenset(caps), choices=int(body.get("n") or 1))
+    return Needs(prompt_tokens=tokens.estimate_prompt_tokens(body, tokens.CHARS), max_tokens=max_tokens,
+                 capabilities=frozenset(caps), choices=int(body.get("n") or 1), body=body)
 
 
 # --- routing ------------------------------------------------------------------------------
@@ -309,7 +294,7 @@ def candidates(model_name: str, needs: Needs, *, sandbox: str | None = None) -> 
         else:
             offers = model.enabled_offers()
         for o in offers:
-            scored.append((o.cost_micros(needs.prompt_tokens, out), i, o))
+            scored.append((o.cost_micros(needs.prompt_tokens_for(o), out), i, o))
     if not scored:
         if model_name == "auto":
             raise NoMatchingModel(
@@ -323,8 +308,9 @@ def candidates(model_name: str, needs: Needs, *, sandbox: str | None = None) -> 
         missing = needs.capabilities - model.capabilities
         if missing:
             raise NoMatchingModel(f"The model {model.id!r} does not support: {', '.join(sorted(missing))}.")
-        if needs.prompt_tokens + 1 > model.context_window:
-            raise ContextLengthExceeded(f"The request (about {needs.prompt_tokens} tokens) exceeds the "
+        prompt = needs.prompt_tokens_for(model.primary)
+        if prompt + 1 > model.context_window:
+            raise ContextLengthExceeded(f"The request (about {prompt} tokens) exceeds the "
                                  f"context window of {model.id!r} ({model.context_window}).")
     scored.sort(key=lambda t: (t[0], t[1]))
     return [o for _, _, o in scored]
@@ -333,7 +319,7 @@ def candidates(model_name: str, needs: Needs, *, sandbox: str | None = None) -> 
 def _fits(model: Model, needs: Needs) -> bool:
     if needs.capabilities - model.capabilities:
         return False
-    return needs.prompt_tokens + output_cap(model, needs) <= model.context_window
+    return needs.prompt_tokens_for(model.primary) + output_cap(model, needs) <= model.context_window
 
 
 def reference_offer(model_name: str) -> Offer | None:

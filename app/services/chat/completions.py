@@ -89,10 +89,10 @@ def _order(offers: list[Offer]) -> list[Offer]:
 
 
 def _hold_for(offers: list[Offer], needs: Needs) -> int:
-    """Estimated maximum: the prompt estimate plus the output cap, at the most expensive
-    candidate's prices."""
+    """Estimated maximum: estimated input tokens (chat/tokens.py, per candidate's tokenizer)
+    × input price plus the output cap × output price, at the most expensive candidate."""
     models = catalog().models
-    return max(o.cost_micros(needs.prompt_tokens, output_cap(models[o.model_id], needs) * needs.choices)
+    return max(o.cost_micros(needs.prompt_tokens_for(o), output_cap(models[o.model_id], needs) * needs.choices)
                for o in offers)
 
 
@@ -142,7 +142,7 @@ def _usage(call: _Call, offer: Offer, upstream: dict | None, generated_chars: in
     estimated = not (upstream and "prompt_tokens" in upstream and "completion_tokens" in upstream)
     cached = written = 0
     if estimated:
-        prompt, completion = call.needs.prompt_tokens, -(-generated_chars // 4)
+        prompt, completion = call.needs.prompt_tokens_for(offer), -(-generated_chars // 4)
     else:
         prompt, completion = int(upstream["prompt_tokens"]), int(upstream["completion_tokens"])
         details = upstream.get("prompt_tokens_details") or {}  # OpenAI; Anthropic mapped by providers

@@ -1,0 +1,77 @@
+"""Prompt token estimates (app/services/chat/tokens.py): the real OpenAI tokenizers work
+offline and count chat messages exactly as OpenAI does; Claude and unknown models get the
+documented estimates."""
+from __future__ import annotations
+
+import math
+
+from app.services.chat import tokens
+
+# OpenAI's published token-counting example (openai-cookbook, "How to count tokens with
+# tiktoken"): the API reports 129 prompt tokens for gpt-4 / gpt-3.5-turbo and 124 for gpt-4o.
+COOKBOOK = [
+    {"role": "system", "content": "You are a helpful, pattern-following assistant that translates "
+                                  "corporate jargon into plain English."},
+    {"role": "system", "name": "example_user", "content": "New synergies will help drive top-line growth."},
+    {"role": "system", "name": "example_assistant",
+     "content": "Things working well together will increase revenue."},
+    {"role": "system", "name": "example_user", "content": "Let's circle back when we have more bandwidth "
+                                                          "to touch base on opportunities for increased leverage."},
+    {"role": "system", "name": "example_assistant",
+     "content": "Let's talk later when we're less busy about how to do better."},
+    {"role": "user", "content": "This late pivot means we don't have time to boil the ocean for the "
+                                "client deliverable."},
+]
+
+
+def test_catalog_models_map_to_their_encodings():
+    assert [tokens.estimator(m) for m in ("gpt-4o", "gpt-4o-mini", "gpt-4.1-nano", "o3-mini", "o1",
+                                          "openai/gpt-5", "chatgpt-4o-latest")] == [tokens.O200K] * 7
+    assert [tokens.estimator(m) for m in ("gpt-4", "gpt-4-turbo", "gpt-3.5-turbo")] == [tokens.CL100K] * 3
+    assert tokens.estimator("claude-sonnet-4-20250514") == tokens.CLAUDE
+    assert tokens.estimator("demo-mini") == tokens.estimator("llama-3-70b") == tokens.CHARS
+
+
+def test_the_tokenizers_are_openais_and_need_no_network():
+    """Known token ids (tiktoken's README: cl100k "tiktoken is great!"); the encodings are
+    embedded in the package, so loading them opens no connection (the test suite has none)."""
+    assert tokens._encoding(tokens.CL100K).encode_ordinary("tiktoken is great!") == [83, 1609, 5963, 374, 2294, 0]
+    assert tokens._encoding(tokens.O200K).encode_ordinary("hello world") == [24912, 2375]
+    assert tokens.count_text("<|endoftext|>", tokens.CL100K) > 1  # a user's text is never a special token
+
+
+def test_openai_message_accounting_equals_openais_count():
+    """The stated bound for OpenAI models: 0 tokens off OpenAI's own count for text messages."""
+    assert tokens.estimate_prompt_tokens({"messages": COOKBOOK}, tokens.CL100K) == 129
+    assert tokens.estimate_prompt_tokens({"messages": COOKBOOK}, tokens.O200K) == 124
+
+
+def test_estimate_within_bound_of_the_tokenizer_count():
+    """For any body: content tokens ≤ estimate ≤ content tokens + 3 per message + role and
+    name tokens + 3; tool calls and definitions are counted too."""
+    tools = [{"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}]
+    body = {"messages": [
+        {"role": "user", "content": [{"type": "text", "text": "Wie wird das Wetter in Zürich? 🌦"}]},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": '{"city":"Zürich"}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "12 °C, Regen"}], "tools": tools}
+    for enc in (tokens.O200K, tokens.CL100K):
+        content = sum(tokens.count_text(t, enc) for t in ("Wie wird das Wetter in Zürich? 🌦", "weather",
+                                                           '{"city":"Zürich"}', "12 °C, Regen"))
+        tool_defs = tokens.count_text('[{"type":"function","function":{"name":"weather","parameters":'
+                                      '{"type":"object"}}}]', enc)
+        overhead = 3 * 3 + 3 + sum(tokens.count_text(r, enc) for r in ("user", "assistant", "tool", "c1"))
+        assert tokens.estimate_prompt_tokens(body, enc) == content + tool_defs + overhead
+        assert overhead <= 3 * 3 + 3 + 8
+
+
+def test_claude_and_unknown_models_use_the_documented_estimates():
+    body = {"messages": COOKBOOK}
+    assert tokens.estimate_prompt_tokens(body, tokens.CLAUDE) == math.ceil(129 * 1.3)
+    chars = sum(len(m["content"]) for m in COOKBOOK)
+    assert tokens.estimate_prompt_tokens(body, tokens.CHARS) == 3 + 4 * len(COOKBOOK) + math.ceil(chars / 4)
+
+
+def test_text_beyond_the_library_limits_counts_its_bytes():
+    huge = "ab" * 600_000  # 1.2 M characters: more than the tokenizer takes in one piece
+    assert tokens.count_text(huge, tokens.O200K) == len(huge)

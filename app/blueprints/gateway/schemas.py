@@ -1,10 +1,10 @@
 """Schemas of module calls (SPEC part 2: ModuleCallRequest/Response) and the listing."""
 import marshmallow as ma
 
-from app.blueprints.fields import derived, text_or_empty
+from app.blueprints.fields import InputSchema, derived, text_or_empty
 
 
-class ModuleCallRequestSchema(ma.Schema):
+class ModuleCallRequestSchema(InputSchema):
     """`action` is required; every other property is module-specific and forwarded."""
 
     class Meta:
@@ -14,7 +14,7 @@ class ModuleCallRequestSchema(ma.Schema):
                               metadata={"description": "One of the module's actions."})
 
 
-class ModuleCallHeadersSchema(ma.Schema):
+class ModuleCallHeadersSchema(InputSchema):
     class Meta:
         unknown = ma.EXCLUDE
 
@@ -24,11 +24,11 @@ class ModuleCallHeadersSchema(ma.Schema):
                                  "with the same request returns the stored response "
                                  "(`Idempotent-Replayed: true`) without a second charge."})
     x_payment = ma.fields.String(
-        data_key="X-Payment",
+        data_key="X-Payment", validate=ma.validate.Length(max=16384),
         metadata={"description": "x402 payment (base64url JSON) for a call the balance cannot "
                                  "cover. Not accepted by this build yet (answered like its absence)."})
     payment_signature = ma.fields.String(
-        data_key="PAYMENT-SIGNATURE",
+        data_key="PAYMENT-SIGNATURE", validate=ma.validate.Length(max=16384),
         metadata={"description": "x402 v2 name of the payment header; same meaning as X-Payment."})
 
 

@@ -1,7 +1,7 @@
 """Schemas of API keys (SPEC part 2: Key, KeyCreated)."""
 import marshmallow as ma
 
-from app.blueprints.fields import derived
+from app.blueprints.fields import InputSchema, derived
 
 from app.scopes import ALL_SCOPES
 
@@ -23,7 +23,7 @@ class KeyListSchema(ma.Schema):
     keys = ma.fields.List(ma.fields.Nested(KeySchema), required=True)
 
 
-class KeyCreateSchema(ma.Schema):
+class KeyCreateSchema(InputSchema):
     name = ma.fields.String(required=True, validate=ma.validate.Length(min=1, max=100))
     scopes = ma.fields.List(
         ma.fields.String(validate=ma.validate.OneOf(ALL_SCOPES)),

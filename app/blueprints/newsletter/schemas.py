@@ -2,18 +2,19 @@
 import marshmallow as ma
 
 from app.blueprints.contact.schemas import EMAIL_DOC
+from app.blueprints.fields import InputSchema, header_safe
 from app.services.public.newsletter import DEFAULT_LIST, LISTS
 
 
-class SubscribeSchema(ma.Schema):
-    email = ma.fields.String(required=True, validate=ma.validate.Length(min=3, max=254),
+class SubscribeSchema(InputSchema):
+    email = ma.fields.String(required=True, validate=[ma.validate.Length(min=3, max=254), header_safe],
                              metadata=EMAIL_DOC)
     list = ma.fields.String(validate=ma.validate.OneOf(LISTS), allow_none=True,
                             metadata={"description": f"One of {', '.join(LISTS)}; default `{DEFAULT_LIST}`."})
 
 
-class UnsubscribeSchema(ma.Schema):
-    email = ma.fields.String(required=True, validate=ma.validate.Length(min=3, max=254),
+class UnsubscribeSchema(InputSchema):
+    email = ma.fields.String(required=True, validate=[ma.validate.Length(min=3, max=254), header_safe],
                              metadata=EMAIL_DOC)
 
 
@@ -22,7 +23,7 @@ class StatusSchema(ma.Schema):
     message = ma.fields.String(required=True)
 
 
-class TokenQuerySchema(ma.Schema):
+class TokenQuerySchema(InputSchema):
     class Meta:
         unknown = ma.EXCLUDE  # tracking parameters added by mail clients are ignored
 
@@ -31,7 +32,7 @@ class TokenQuerySchema(ma.Schema):
                                        "expired or used token shows a 404 page)."})
 
 
-class TokenFormSchema(ma.Schema):
+class TokenFormSchema(InputSchema):
     class Meta:
         unknown = ma.EXCLUDE
 

@@ -1,5 +1,7 @@
 """Schemas of product analytics (SPEC part 2: TrackEvent; funnel, recent, sessions)."""
 import marshmallow as ma
+
+from app.blueprints.fields import InputSchema
 import orjson
 
 PROPS_MAX_BYTES = 4096
@@ -51,7 +53,7 @@ def _without_nul(value):
     return value
 
 
-class TrackEventSchema(ma.Schema):
+class TrackEventSchema(InputSchema):
     event = ma.fields.String(required=True, validate=ma.validate.Regexp(
         r"^[A-Za-z0-9_.:\-]{1,64}\Z", error="must be 1-64 characters of A-Z a-z 0-9 _ . : -"),
         metadata={"description": "Event name: 1–64 characters of `A-Za-z0-9_.:-`.",
@@ -68,7 +70,7 @@ class TrackEventSchema(ma.Schema):
         "additionalProperties": _LEVEL2})
 
 
-class FunnelQuerySchema(ma.Schema):
+class FunnelQuerySchema(InputSchema):
     scope = ma.fields.String(validate=ma.validate.OneOf(("account", "global")), metadata={
         "description": "`account`: events attributed to the caller's account; `global`: all "
                        "events (admins only). Default: `global` for admins, else `account`."})

@@ -58,6 +58,31 @@ class JsonInteger(ma.fields.Integer):
         return super()._validated(value)
 
 
+class HeaderString(ma.fields.String):
+    """A request header's text. WSGI hands header bytes over as latin-1 characters; a value
+    whose bytes are valid UTF-8 (clients may send UTF-8, RFC 9110 §5.5) is read as UTF-8,
+    so its characters, not its bytes, are counted by ``Length``."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        text = super()._deserialize(value, attr, data, **kwargs)
+        try:
+            return text.encode("latin-1").decode("utf-8")
+        except (UnicodeEncodeError, UnicodeDecodeError):
+            return text
+
+
+class MaxBytes(ma.validate.Validator):
+    """At most ``limit`` bytes once UTF-8 encoded (a cap beside a character ``Length``)."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+
+    def __call__(self, value):
+        if isinstance(value, str) and len(value.encode("utf-8")) > self.limit:
+            raise ma.ValidationError(f"must be at most {self.limit} bytes (UTF-8).")
+        return value
+
+
 class Extended:
     """``obj``'s attributes plus ``extra`` ones, for dumping: e.g. a created key with its
     secret (shown once) or an alert event with its delivery state."""

@@ -41,6 +41,10 @@ class AlertSchema(ma.Schema):
     window = ma.fields.String(required=True)
     channel = ma.fields.String(required=True)
     target = ma.fields.String(required=True)
+    status = ma.fields.String(required=True, metadata={
+        "description": "`active`, or `pending_verification`: an e-mail target other than the "
+                       "account's own address was sent a confirmation link (valid 7 days); the "
+                       "alert sends nothing until its owner confirms."})
     created_at = ma.fields.DateTime(required=True)
 
 

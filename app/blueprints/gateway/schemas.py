@@ -1,7 +1,7 @@
 """Schemas of module calls (SPEC part 2: ModuleCallRequest/Response) and the listing."""
 import marshmallow as ma
 
-from app.blueprints.fields import InputSchema, derived, text_or_empty
+from app.blueprints.fields import HeaderString, InputSchema, MaxBytes, derived, text_or_empty
 
 
 class ModuleCallRequestSchema(InputSchema):
@@ -18,9 +18,10 @@ class ModuleCallHeadersSchema(InputSchema):
     class Meta:
         unknown = ma.EXCLUDE
 
-    idempotency_key = ma.fields.String(
-        data_key="Idempotency-Key", validate=ma.validate.Length(min=1, max=128),
-        metadata={"description": "Optional, 1–128 characters, per account, kept 24 h. The same key "
+    idempotency_key = HeaderString(
+        data_key="Idempotency-Key", validate=[ma.validate.Length(min=1, max=128), MaxBytes(512)],
+        metadata={"description": "Optional, 1–128 characters (UTF-8 is read as UTF-8; at most 512 "
+                                 "bytes), per account, kept 24 h. The same key "
                                  "with the same request returns the stored response "
                                  "(`Idempotent-Replayed: true`) without a second charge."})
     x_payment = ma.fields.String(

@@ -1,8 +1,8 @@
 """Tokens: single-use tokens of every purpose (one table, one consumption rule) and the
 signed, non-expiring list-unsubscribe tokens (RFC 8058 one-click links).
 
-Single-use tokens serve agent sign-in nonces, wallet-connect nonces, sign-up links and
-newsletter confirmations:
+Single-use tokens serve agent sign-in nonces, wallet-connect nonces, sign-up links,
+newsletter confirmations and alert e-mail target confirmations:
 
 * ``issue`` stores only the SHA-256 of the token (with its purpose, subject, expiry and
   extra data) and returns the token text, which exists nowhere else.
@@ -38,6 +38,7 @@ AGENT_SIGNIN = "agent_signin"
 WALLET_CONNECT = "wallet_connect"
 SIGNUP = "signup"
 NEWSLETTER_CONFIRM = "newsletter_confirm"
+ALERT_CONFIRM = "alert_confirm"
 
 MAX_TOKEN_LEN = 100
 PURGE_AFTER = timedelta(days=1)

@@ -19,8 +19,8 @@ class ModuleCallHeadersSchema(InputSchema):
         unknown = ma.EXCLUDE
 
     idempotency_key = HeaderString(
-        data_key="Idempotency-Key", validate=[ma.validate.Length(min=1, max=128), MaxBytes(512)],
-        metadata={"description": "Optional, 1–128 characters (UTF-8 is read as UTF-8; at most 512 "
+        data_key="Idempotency-Key", validate=[ma.validate.Length(min=1, max=128), MaxBytes(256)],
+        metadata={"description": "Optional, 1–128 characters (UTF-8 is read as UTF-8; at most 256 "
                                  "bytes), per account, kept 24 h. The same key "
                                  "with the same request returns the stored response "
                                  "(`Idempotent-Replayed: true`) without a second charge."})

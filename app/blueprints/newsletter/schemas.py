@@ -37,3 +37,12 @@ class TokenFormSchema(InputSchema):
         unknown = ma.EXCLUDE
 
     token = ma.fields.String(load_default="", metadata={"description": "The token from the page's form."})
+
+
+class OneClickFormSchema(InputSchema):
+    """RFC 8058 one-click body (``List-Unsubscribe=One-Click``); optional, other fields ignored."""
+
+    class Meta:
+        unknown = ma.EXCLUDE
+
+    list_unsubscribe = ma.fields.String(data_key="List-Unsubscribe", validate=ma.validate.OneOf(["One-Click"]))

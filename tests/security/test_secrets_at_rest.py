@@ -66,7 +66,7 @@ def test_capability_tokens_not_at_rest_or_logged(app, client, make_account, capl
         assert r.status_code == 201 and r.get_json()["status"] == "pending_verification"
     assert issued, "the flow issued no token"
     dump, logs = full_dump(app), caplog.text
-    assert "INSERT INTO outbox" in dump or "COPY public.outbox" in dump  # sanity: a real dump
+    assert 'INSERT INTO "outbox"' in dump or "COPY public.outbox" in dump  # sanity: a real dump
     for token in issued:
         assert token not in dump, f"{flow}: token found in the database dump"
         assert token not in logs, f"{flow}: token found in the logs"

@@ -113,8 +113,9 @@ PAYMENT_REQUIRED_HEADERS = {
 # --- the input policy (every request schema) ------------------------------------------
 #
 # Every request schema (body, query, form, headers) derives from ``InputSchema``; when a
-# schema is instantiated its text fields (also inside lists, dicts and nested schemas)
-# get the house rules, so a new field cannot forget them:
+# schema is instantiated its text fields (also inside lists and nested schemas; not the
+# free-form JSON of ``Dict``/``Raw`` fields, such as analytics ``props`` or chat messages,
+# which have their own rules) get the house rules, so a new field cannot forget them:
 #
 # * no control characters: C0 (``\x00``–``\x1f``), DEL and the C1 range are refused; a
 #   field declared ``multiline`` (``metadata={"multiline": True}``) may also hold ``\t``,
@@ -176,10 +177,6 @@ def _apply_policy(field: ma.fields.Field) -> None:
     elif isinstance(field, ma.fields.Tuple):
         for inner in field.tuple_fields:
             _apply_policy(inner)
-    elif isinstance(field, ma.fields.Dict):
-        for inner in (field.key_field, field.value_field):
-            if inner is not None:
-                _apply_policy(inner)
     if not isinstance(field, ma.fields.String):
         return
     validators = list(field.validators)

@@ -121,7 +121,9 @@ PAYMENT_REQUIRED_HEADERS = {
 #   field declared ``multiline`` (``metadata={"multiline": True}``) may also hold ``\t``,
 #   ``\n`` and ``\r``. NUL is refused everywhere (PostgreSQL cannot store it).
 # * a length bound: a text field without its own ``Length(max=…)`` gets
-#   ``Length(max=TEXT_MAX)``.
+#   ``Length(max=TEXT_MAX)``. Query-string fields declare a smaller one (at most
+#   ``QUERY_MAX``) and headers at most 8,000, so a value just over the bound still fits
+#   the server's request-line and header limits and gets this 400, not a 414/431.
 # * a nesting limit: a request whose JSON nests deeper than ``MAX_JSON_DEPTH`` arrays/objects
 #   is refused (400) when its schema loads it, before the route calls any service (so a
 #   module call is refused before any charge).
@@ -129,6 +131,7 @@ PAYMENT_REQUIRED_HEADERS = {
 # fuzzers know them. Values that end up in an e-mail header also take ``header_safe``.
 
 TEXT_MAX = 2000
+QUERY_MAX = 300
 _C1 = r"\x80-\x9f"
 SINGLE_LINE_PATTERN = rf"^[^\x00-\x1f\x7f{_C1}]*\Z"
 MULTILINE_PATTERN = rf"^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f{_C1}]*\Z"

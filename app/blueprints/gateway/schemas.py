@@ -14,6 +14,10 @@ class ModuleCallRequestSchema(InputSchema):
                               metadata={"description": "One of the module's actions."})
 
 
+# Below gunicorn's 8,190-byte header line limit, so a longer value is our 400, not its 431.
+HEADER_MAX = 8000
+
+
 class ModuleCallHeadersSchema(InputSchema):
     class Meta:
         unknown = ma.EXCLUDE
@@ -25,11 +29,11 @@ class ModuleCallHeadersSchema(InputSchema):
                                  "with the same request returns the stored response "
                                  "(`Idempotent-Replayed: true`) without a second charge."})
     x_payment = ma.fields.String(
-        data_key="X-Payment", validate=ma.validate.Length(max=16384),
+        data_key="X-Payment", validate=ma.validate.Length(max=HEADER_MAX),
         metadata={"description": "x402 payment (base64url JSON) for a call the balance cannot "
                                  "cover. Not accepted by this build yet (answered like its absence)."})
     payment_signature = ma.fields.String(
-        data_key="PAYMENT-SIGNATURE", validate=ma.validate.Length(max=16384),
+        data_key="PAYMENT-SIGNATURE", validate=ma.validate.Length(max=HEADER_MAX),
         metadata={"description": "x402 v2 name of the payment header; same meaning as X-Payment."})
 
 

@@ -18,6 +18,18 @@ class UnsubscribeSchema(InputSchema):
                              metadata=EMAIL_DOC)
 
 
+class LinkToken(ma.fields.String):
+    """The token of an e-mailed link. One longer than any token issued (``MAX``, also its
+    documented ``maxLength``) reads as no token, so the page answers its 404 like for any
+    unknown token; control characters are still refused (400) by the input policy."""
+
+    MAX = 200
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        text = super()._deserialize(value, attr, data, **kwargs)
+        return "" if len(text) > self.MAX else text
+
+
 class StatusSchema(ma.Schema):
     status = ma.fields.String(required=True)
     message = ma.fields.String(required=True)
@@ -27,7 +39,7 @@ class TokenQuerySchema(InputSchema):
     class Meta:
         unknown = ma.EXCLUDE  # tracking parameters added by mail clients are ignored
 
-    token = ma.fields.String(load_default="",
+    token = LinkToken(load_default="", validate=ma.validate.Length(max=LinkToken.MAX),
                              metadata={"description": "The token from the e-mailed link (an unknown, "
                                        "expired or used token shows a 404 page)."})
 
@@ -36,7 +48,7 @@ class TokenFormSchema(InputSchema):
     class Meta:
         unknown = ma.EXCLUDE
 
-    token = ma.fields.String(load_default="", metadata={"description": "The token from the page's form."})
+    token = LinkToken(load_default="", validate=ma.validate.Length(max=LinkToken.MAX), metadata={"description": "The token from the page's form."})
 
 
 class OneClickFormSchema(InputSchema):

@@ -83,7 +83,7 @@ class WalletFundResultSchema(ma.Schema):
 
 class TransactionsQuerySchema(InputSchema):
     limit = ma.fields.Integer(load_default=50, validate=validate.Range(min=1, max=200))
-    cursor = ma.fields.String(validate=validate.Regexp(r"^[0-9]{1,18}$"),
+    cursor = ma.fields.String(validate=[validate.Length(max=18), validate.Regexp(r"^[0-9]{1,18}$")],
                               metadata={"description": "`next_cursor` of the previous page."})
 
 

@@ -134,6 +134,9 @@ def load_config(overrides: dict | None = None) -> dict:
         # Largest LLM provider response (a whole stream counts), then the provider fails.
         "CHAT_MAX_RESPONSE_BYTES": _int("CHAT_MAX_RESPONSE_BYTES", 32 * 1024 * 1024),
         # --- payments, wallets, x402 (README "Payments and wallets", "x402") --
+        # Hosts a checkout's return_url may name (comma-separated; subdomains included);
+        # empty: any host (app/services/platform/redirects.py).
+        "RETURN_URL_HOSTS": _env("RETURN_URL_HOSTS", ""),
         # sandbox | stripe. Production has no default: live card/ACH/checkout answer 503
         # payments_unavailable until Stripe is configured; "sandbox" is refused there.
         "PAYMENTS_PROCESSOR": _env("PAYMENTS_PROCESSOR", "" if production else "sandbox"),

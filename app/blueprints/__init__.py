@@ -14,6 +14,7 @@ API_BLUEPRINTS = [
     "app.blueprints.accounts.routes",
     "app.blueprints.keys.routes",
     "app.blueprints.alerts.routes",
+    "app.blueprints.alerts.routes:pages_blp",
     "app.blueprints.gateway.routes",
     "app.blueprints.receipts.routes",
     "app.blueprints.usage.routes",

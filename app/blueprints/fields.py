@@ -9,6 +9,8 @@ the OpenAPI document still states the JSON type.
 """
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from typing import Any, Callable
 
 import marshmallow as ma
@@ -56,6 +58,31 @@ class JsonInteger(ma.fields.Integer):
         return super()._validated(value)
 
 
+class HeaderString(ma.fields.String):
+    """A request header's text. WSGI hands header bytes over as latin-1 characters; a value
+    whose bytes are valid UTF-8 (clients may send UTF-8, RFC 9110 §5.5) is read as UTF-8,
+    so its characters, not its bytes, are counted by ``Length``."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        text = super()._deserialize(value, attr, data, **kwargs)
+        try:
+            return text.encode("latin-1").decode("utf-8")
+        except (UnicodeEncodeError, UnicodeDecodeError):
+            return text
+
+
+class MaxBytes(ma.validate.Validator):
+    """At most ``limit`` bytes once UTF-8 encoded (a cap beside a character ``Length``)."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+
+    def __call__(self, value):
+        if isinstance(value, str) and len(value.encode("utf-8")) > self.limit:
+            raise ma.ValidationError(f"must be at most {self.limit} bytes (UTF-8).")
+        return value
+
+
 class Extended:
     """``obj``'s attributes plus ``extra`` ones, for dumping: e.g. a created key with its
     secret (shown once) or an alert event with its delivery state."""
@@ -82,3 +109,123 @@ PAYMENT_REQUIRED_HEADERS = {
                  "schema": {"type": "string"}},
     "X-Nonce": {"description": "Random single-use nonce for the payment.", "schema": {"type": "string"}},
 }
+
+
+# --- the input policy (every request schema) ------------------------------------------
+#
+# Every request schema (body, query, form, headers) derives from ``InputSchema``; when a
+# schema is instantiated its text fields (also inside lists and nested schemas; not the
+# free-form JSON of ``Dict``/``Raw`` fields, such as analytics ``props`` or chat messages,
+# which have their own rules) get the house rules, so a new field cannot forget them:
+#
+# * no control characters: C0 (``\x00``–``\x1f``), DEL and the C1 range are refused; a
+#   field declared ``multiline`` (``metadata={"multiline": True}``) may also hold ``\t``,
+#   ``\n`` and ``\r``. NUL is refused everywhere (PostgreSQL cannot store it).
+# * a length bound: a text field without its own ``Length(max=…)`` gets
+#   ``Length(max=TEXT_MAX)``. Query-string fields declare a smaller one (at most
+#   ``QUERY_MAX``) and headers at most 8,000, so a value just over the bound still fits
+#   the server's request-line and header limits and gets this 400, not a 414/431.
+# * a nesting limit: a request whose JSON nests deeper than ``MAX_JSON_DEPTH`` arrays/objects
+#   is refused (400) when its schema loads it, before the route calls any service (so a
+#   module call is refused before any charge).
+# The first two are exported in the OpenAPI document (``pattern`` and ``maxLength``), so clients and
+# fuzzers know them. Values that end up in an e-mail header also take ``header_safe``.
+
+TEXT_MAX = 2000
+QUERY_MAX = 300
+_C1 = r"\x80-\x9f"
+SINGLE_LINE_PATTERN = rf"^[^\x00-\x1f\x7f{_C1}]*\Z"
+MULTILINE_PATTERN = rf"^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f{_C1}]*\Z"
+_SINGLE_LINE_ERROR = "must not contain control characters or line breaks."
+_MULTILINE_ERROR = "must not contain control characters (line breaks and tabs are allowed)."
+
+
+class NoControlChars(ma.validate.Validator):
+    """The control-character rule, for a field that already has its own ``Regexp``
+    (OpenAPI shows one pattern per field; the rule still applies)."""
+
+    def __init__(self, multiline: bool = False):
+        self._pattern = re.compile(MULTILINE_PATTERN if multiline else SINGLE_LINE_PATTERN)
+        self.error = _MULTILINE_ERROR if multiline else _SINGLE_LINE_ERROR
+
+    def __call__(self, value):
+        if isinstance(value, str) and not self._pattern.match(value):
+            raise ma.ValidationError(self.error)
+        return value
+
+
+def no_control_chars(multiline: bool = False) -> ma.validate.Validator:
+    """The control-character rule as an OpenAPI-visible ``Regexp``."""
+    return ma.validate.Regexp(MULTILINE_PATTERN if multiline else SINGLE_LINE_PATTERN,
+                              error=_MULTILINE_ERROR if multiline else _SINGLE_LINE_ERROR)
+
+
+# One line, and no "=?" (RFC 2047 encoded-word syntax, which a mail library may decode
+# into raw line breaks): every run of "=" is followed by a character other than "?" or
+# ends the value. A plain regular expression, so it is exported as the field's pattern.
+_CTRL = rf"\x00-\x1f\x7f{_C1}"
+HEADER_SAFE_PATTERN = rf"^(?:[^={_CTRL}]|=+[^=?{_CTRL}])*=*\Z"
+
+# For a value that goes into an e-mail header (a name in a subject, an address).
+header_safe = ma.validate.Regexp(
+    HEADER_SAFE_PATTERN, error="must be one line without control characters or '=?' (encoded-word syntax).")
+
+
+def _apply_policy(field: ma.fields.Field) -> None:
+    """Give ``field`` (and the fields inside it) the input policy, once."""
+    if getattr(field, "_input_policy", False):
+        return
+    field._input_policy = True
+    if isinstance(field, ma.fields.List):
+        _apply_policy(field.inner)
+    elif isinstance(field, ma.fields.Tuple):
+        for inner in field.tuple_fields:
+            _apply_policy(inner)
+    if not isinstance(field, ma.fields.String):
+        return
+    validators = list(field.validators)
+    multiline = bool(field.metadata.get("multiline"))
+    if any(isinstance(v, ma.validate.Regexp) for v in validators):
+        validators.append(NoControlChars(multiline))
+    else:
+        validators.append(no_control_chars(multiline))
+    if not any(isinstance(v, ma.validate.Length) and v.max is not None for v in validators) \
+            and not any(isinstance(v, ma.validate.OneOf) for v in validators):
+        validators.append(ma.validate.Length(max=TEXT_MAX))
+    field.validators = validators
+
+
+MAX_JSON_DEPTH = 32
+
+
+def json_depth(value: Any, limit: int = MAX_JSON_DEPTH) -> int:
+    """How deep ``value`` nests arrays/objects (a scalar is 0), counted iteratively and
+    stopping once past ``limit`` (so a hostile document costs at most its size)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping):
+            children = item.values()
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            return deepest
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+class InputSchema(ma.Schema):
+    """Base of every request schema: applies the input policy above to each field
+    (marshmallow copies declared fields per instance, so the class stays untouched)."""
+
+    def on_bind_field(self, field_name: str, field_obj: ma.fields.Field) -> None:
+        _apply_policy(field_obj)
+
+    @ma.pre_load
+    def _nesting_limit(self, data, **kwargs):
+        if json_depth(data) > MAX_JSON_DEPTH:
+            raise ma.ValidationError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels.")
+        return data

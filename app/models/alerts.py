@@ -30,6 +30,9 @@ class Alert(db.Model):
     channel: Mapped[str] = mapped_column(String(8))
     target: Mapped[str] = mapped_column(String(2000))
     secret: Mapped[str | None] = mapped_column(String(80))
+    # ``active`` or ``pending_verification`` (an e-mail target other than the account's own
+    # address, until its owner confirms: app/services/billing/alert_targets.py).
+    status: Mapped[str] = mapped_column(String(24), default="active", server_default="active")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 

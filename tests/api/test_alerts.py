@@ -7,6 +7,7 @@ from datetime import timedelta
 import pytest
 
 from app.models.base import utcnow
+from tests.support.alerts import confirm_target
 
 GOOD = {"name": "Daily spend", "metric": "spend_cents", "op": ">", "threshold": 500,
         "window": "day", "channel": "email", "target": "Ops@Example.com"}
@@ -107,8 +108,10 @@ def test_events_newest_first_limited_to_100_with_delivery_state(app, client, acc
 
     alert_id = client.post("/api/alerts", json={**GOOD, "window": "hour", "threshold": 0, "op": ">="},
                            headers=account.headers).get_json()["id"]
+    confirm_target(app, alert_id)
     other = make_account()
-    client.post("/api/alerts", json={**GOOD, "threshold": 0, "op": ">="}, headers=other.headers)
+    confirm_target(app, client.post("/api/alerts", json={**GOOD, "threshold": 0, "op": ">="},
+                                    headers=other.headers).get_json()["id"])
     start = utcnow() - timedelta(hours=105)
     with app.app_context():
         usage.record(account.id, "mod", spend_micros=10_000, at=utcnow())

@@ -20,6 +20,7 @@ from app.services.billing import alerts
 from app.services.platform import outbox
 from app.services.billing import usage
 from tests.support.apps import ROOT, app_env, smtp_server
+from tests.support.alerts import confirm, confirm_target
 from tests.support.standin import recorder
 
 RULE = {"name": "Spend guard", "metric": "spend_cents", "op": ">", "threshold": 100, "window": "day"}
@@ -29,6 +30,7 @@ def _create(client, account, channel, target):
     r = client.post("/api/alerts", json={**RULE, "channel": channel, "target": target},
                     headers=account.headers)
     assert r.status_code == 201, r.get_json()
+    confirm_target(client.application, r.get_json()["id"])  # the target's owner allows it
     return r.get_json()
 
 
@@ -172,7 +174,8 @@ def test_cli_and_schedule_entry(app, account):
 
     assert ("alerts-evaluate", 60, "app.tasks.alerts.evaluate") in as_paths(SCHEDULE)
     with app.app_context():
-        alerts.create_alert(account.id, **RULE, channel="email", target="a@example.com")
+        alert, _ = alerts.create_alert(account.id, **RULE, channel="email", target="a@example.com")
+        confirm(alert.id)
     _spend(app, account.id, 150)
     out = app.test_cli_runner().invoke(args=["alerts", "evaluate", "--no-dispatch"])
     assert out.exit_code == 0 and orjson.loads(out.output)["fired"] == 1

@@ -2,7 +2,7 @@
 submission; and the shapes SPEC leaves open: builds, agent usage, earnings, leaderboard)."""
 import marshmallow as ma
 
-from app.blueprints.fields import JsonInteger, cents
+from app.blueprints.fields import InputSchema, JsonInteger, cents
 
 B58 = "[1-9A-HJ-NP-Za-km-z]"
 PUBKEY_PATTERN = rf"^ed25519:{B58}{{43,44}}$"
@@ -36,7 +36,7 @@ class NonceSchema(ma.Schema):
         "description": "5 minutes after issue (AGENT_NONCE_TTL_SECONDS). Single use."})
 
 
-class SignInSchema(ma.Schema):
+class SignInSchema(InputSchema):
     pubkey = ma.fields.String(required=True, validate=ma.validate.Length(max=200),
                               metadata={"description": "`ed25519:<base58 of the 32-byte public key>`"})
     nonce = ma.fields.String(required=True, validate=ma.validate.Length(max=200),
@@ -53,7 +53,7 @@ class AgentSessionSchema(ma.Schema):
     expires_in = ma.fields.Integer(required=True, metadata={"description": "Seconds (3600 by default)."})
 
 
-class RegisterSchema(ma.Schema):
+class RegisterSchema(InputSchema):
     name = ma.fields.String(required=True, validate=[ma.validate.Length(min=1, max=100),
                                                      Pattern(NAME_PATTERN)],
                             metadata={"description": "No control characters; no leading or trailing white space."})
@@ -81,7 +81,7 @@ class AgentRegisteredSchema(AgentSchema):
                        "Returned to the owner account by register (also on an idempotent repeat)."})
 
 
-class BuildSubmitSchema(ma.Schema):
+class BuildSubmitSchema(InputSchema):
     slug = ma.fields.String(required=True, validate=Pattern(SLUG_PATTERN),
                             metadata={"description": "Unique across modules (409 when taken or pending)."})
     price_cents = JsonInteger(required=True, validate=ma.validate.Range(min=0, max=1_000_000),
@@ -94,7 +94,7 @@ class BuildSubmitSchema(ma.Schema):
                                metadata={"description": "https URL the approved module's calls are "
                                                         "forwarded to; defaults to the agent's webhook."})
     description = ma.fields.String(load_default=None, allow_none=True,
-                                   validate=ma.validate.Length(max=1000))
+                                   validate=ma.validate.Length(max=1000), metadata={"multiline": True})
 
 
 class BuildSchema(ma.Schema):
@@ -156,7 +156,7 @@ class EarningsSchema(ma.Schema):
                                  metadata={"description": "The 12 most recent monthly statements."})
 
 
-class LeaderboardQuerySchema(ma.Schema):
+class LeaderboardQuerySchema(InputSchema):
     limit = ma.fields.Integer(load_default=10, validate=ma.validate.Range(min=1, max=100))
 
 

@@ -1,16 +1,26 @@
-"""Spend alert endpoints (SPEC endpoints 21–24)."""
+"""Spend alert endpoints (SPEC endpoints 21–24) and the page confirming an alert e-mail
+target (the link e-mailed to a target other than the account's own address)."""
+from flask.views import MethodView
+
+from app import pages
 from app.auth import principal
 from app.blueprints.alerts.schemas import (AlertCreatedSchema, AlertCreateSchema,
                                            AlertDeletedSchema, AlertEventListSchema,
                                            AlertListSchema)
 from app.blueprints.fields import Extended
+from app.blueprints.newsletter.schemas import TokenFormSchema, TokenQuerySchema
 from app.blueprints.routing import endpoint
 from app.extensions import Blueprint
-from app.services.billing import alerts
+from app.services.billing import alert_targets, alerts
 
 blp = Blueprint("alerts", __name__, url_prefix="/api/alerts",
                 description="Spend alerts: rules evaluated every minute, delivered by e-mail, "
                             "signed webhook or team chat.")
+pages_blp = Blueprint("alert_pages", __name__, url_prefix="/alerts",
+                      description="HTML page opened from an alert target's confirmation e-mail.")
+
+_INVALID = ("This link is invalid, has expired or was already used.",
+            "Nothing will be sent to this address unless a new request is confirmed.")
 
 
 @endpoint(blp, "", "get", "alerts:read", ok=AlertListSchema, name="AlertsView")
@@ -47,3 +57,23 @@ def delete_alert(alert_id):
     Unknown, already deleted or another account's id → 404."""
     row = alerts.delete_alert(principal().account_id, alert_id, principal().mode)
     return {"deleted": True, "id": row.id}
+
+
+@pages_blp.route("/confirm")
+class AlertConfirmPage(MethodView):
+    @pages.page(pages_blp, "Page with a button that allows alert e-mails to this address.",
+                (200, 404), schema=TokenQuerySchema, location="query")
+    def get(self, query):
+        """Confirmation page (the e-mailed link). Shows a button; opening it changes nothing."""
+        if alert_targets.pending_alert(query["token"]) is None:
+            return pages.render("Link not valid", *_INVALID, status=404)
+        return pages.render("Allow alert e-mails",
+                            "Press the button to receive this account's spend alerts at this address.",
+                            pages.form("/alerts/confirm", "Allow alert e-mails", {"token": query["token"]}))
+
+    @pages.page(pages_blp, "The alert is active.", (200, 404), schema=TokenFormSchema, location="form")
+    def post(self, form):
+        """Confirm the alert target (the page's button). The token works once."""
+        if alert_targets.confirm(form["token"]) is None:
+            return pages.render("Link not valid", *_INVALID, status=404)
+        return pages.render("Alert e-mails allowed", "This address will receive the alert's e-mails.")

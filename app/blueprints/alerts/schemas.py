@@ -1,13 +1,17 @@
 """Schemas of alerts and alert events (SPEC part 2 Alert; response shapes documented here)."""
 import marshmallow as ma
 
+from app.blueprints.fields import InputSchema, header_safe
+
 from app.services.billing.alerts import CHANNELS, METRICS, OPS, WINDOWS
 
 _DT = {"format": "date-time"}
 
 
-class AlertCreateSchema(ma.Schema):
-    name = ma.fields.String(required=True, validate=ma.validate.Length(min=1, max=100))
+class AlertCreateSchema(InputSchema):
+    name = ma.fields.String(required=True, validate=[ma.validate.Length(min=1, max=100), header_safe],
+                             metadata={"description": "1–100 characters, one line; no `=?` (it is "
+                                                      "used in e-mail subjects)."})
     metric = ma.fields.String(required=True, validate=ma.validate.OneOf(METRICS), metadata={
         "description": "`spend_cents` (spend over the window, cents), `calls` (calls over the "
                        "window), `error_rate` (failed calls / calls × 100 over the window; 0 "
@@ -37,6 +41,10 @@ class AlertSchema(ma.Schema):
     window = ma.fields.String(required=True)
     channel = ma.fields.String(required=True)
     target = ma.fields.String(required=True)
+    status = ma.fields.String(required=True, metadata={
+        "description": "`active`, or `pending_verification`: an e-mail target other than the "
+                       "account's own address was sent a confirmation link (valid 7 days); the "
+                       "alert sends nothing until its owner confirms."})
     created_at = ma.fields.DateTime(required=True)
 
 

@@ -1,6 +1,8 @@
 """Schemas of the admin review of agent-built modules."""
 import marshmallow as ma
 
+from app.blueprints.fields import InputSchema
+
 from app.blueprints.agents.schemas import BuildSchema
 
 
@@ -13,9 +15,11 @@ class PendingListSchema(ma.Schema):
     pending = ma.fields.List(ma.fields.Nested(ReviewBuildSchema), required=True)
 
 
-class ApproveSchema(ma.Schema):
-    notes = ma.fields.String(load_default=None, allow_none=True, validate=ma.validate.Length(max=2000))
+class ApproveSchema(InputSchema):
+    notes = ma.fields.String(load_default=None, allow_none=True, validate=ma.validate.Length(max=2000),
+                             metadata={"multiline": True})
 
 
-class RejectSchema(ma.Schema):
-    reason = ma.fields.String(required=True, validate=ma.validate.Length(min=1, max=2000))
+class RejectSchema(InputSchema):
+    reason = ma.fields.String(required=True, validate=ma.validate.Length(min=1, max=2000),
+                              metadata={"multiline": True})

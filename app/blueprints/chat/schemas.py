@@ -1,8 +1,10 @@
 """Schemas of the OpenAI-compatible chat host (SPEC part 2 "Chat completion", endpoint 34)."""
 import marshmallow as ma
 
+from app.blueprints.fields import InputSchema
 
-class ChatRequestSchema(ma.Schema):
+
+class ChatRequestSchema(InputSchema):
     """OpenAI chat-completions request. Fields not listed here (temperature, top_p, stop,
     seed, user, …) are passed to the upstream unchanged."""
 

@@ -1,10 +1,10 @@
 """Schemas of module calls (SPEC part 2: ModuleCallRequest/Response) and the listing."""
 import marshmallow as ma
 
-from app.blueprints.fields import derived, text_or_empty
+from app.blueprints.fields import HeaderString, InputSchema, MaxBytes, derived, text_or_empty
 
 
-class ModuleCallRequestSchema(ma.Schema):
+class ModuleCallRequestSchema(InputSchema):
     """`action` is required; every other property is module-specific and forwarded."""
 
     class Meta:
@@ -14,17 +14,22 @@ class ModuleCallRequestSchema(ma.Schema):
                               metadata={"description": "One of the module's actions."})
 
 
-class ModuleCallHeadersSchema(ma.Schema):
+# Below gunicorn's 8,190-byte header line limit, so a longer value is our 400, not its 431.
+HEADER_MAX = 8000
+
+
+class ModuleCallHeadersSchema(InputSchema):
     class Meta:
         unknown = ma.EXCLUDE
 
-    idempotency_key = ma.fields.String(
-        data_key="Idempotency-Key", validate=ma.validate.Length(min=1, max=128),
-        metadata={"description": "Optional, 1–128 characters, per account, kept 24 h. The same key "
+    idempotency_key = HeaderString(
+        data_key="Idempotency-Key", validate=[ma.validate.Length(min=1, max=128), MaxBytes(256)],
+        metadata={"description": "Optional, 1–128 characters (UTF-8 is read as UTF-8; at most 256 "
+                                 "bytes), per account, kept 24 h. The same key "
                                  "with the same request returns the stored response "
                                  "(`Idempotent-Replayed: true`) without a second charge."})
     x_payment = ma.fields.String(
-        data_key="X-Payment",
+        data_key="X-Payment", validate=ma.validate.Length(max=HEADER_MAX),
         metadata={"description": "x402 v1 payment (base64 or base64url JSON of an `exact` EVM payload: "
                                  "EIP-3009 authorization and signature) for a call the balance cannot cover. "
                                  "Used only then: the gateway verifies it (amount ≥ price, recipient "
@@ -34,7 +39,7 @@ class ModuleCallHeadersSchema(ma.Schema):
                                  "402 `payment_invalid` with `reason`. When x402 is off (no `X-Pay-To` on "
                                  "the 402) the header is ignored."})
     payment_signature = ma.fields.String(
-        data_key="PAYMENT-SIGNATURE",
+        data_key="PAYMENT-SIGNATURE", validate=ma.validate.Length(max=HEADER_MAX),
         metadata={"description": "x402 v2 name of the payment header; same meaning as X-Payment."})
 
 

@@ -3,7 +3,7 @@ from datetime import timezone
 
 import marshmallow as ma
 
-from app.blueprints.fields import JsonInteger, derived
+from app.blueprints.fields import InputSchema, JsonInteger, derived
 from app.services.accounts.keys import DEFAULT_OVERLAP_SECONDS, MAX_OVERLAP_SECONDS
 from app.services.accounts.spend import PERIODS
 from app.services.billing.ledger import micros_to_cents
@@ -41,7 +41,7 @@ class KeyListSchema(ma.Schema):
     keys = ma.fields.List(ma.fields.Nested(KeySchema), required=True)
 
 
-class KeyCreateSchema(ma.Schema):
+class KeyCreateSchema(InputSchema):
     name = ma.fields.String(required=True, validate=ma.validate.Length(min=1, max=100))
     scopes = ma.fields.List(
         ma.fields.String(validate=ma.validate.OneOf(KNOWN_SCOPES)),

@@ -3,7 +3,7 @@ RFC 8058 one-click unsubscribe endpoint."""
 from flask.views import MethodView
 
 from app import pages
-from app.blueprints.newsletter.schemas import (StatusSchema, SubscribeSchema, TokenFormSchema,
+from app.blueprints.newsletter.schemas import (OneClickFormSchema, StatusSchema, SubscribeSchema, TokenFormSchema,
                                           TokenQuerySchema, UnsubscribeSchema)
 from app.blueprints.routing import endpoint
 from app.extensions import Blueprint
@@ -73,12 +73,8 @@ class OneClickUnsubscribe(MethodView):
                                        {"List-Unsubscribe": "One-Click"}))
 
     @pages.page(pages_blp, "The address is unsubscribed from every list.", (200, 404),
-                requestBody={"required": False, "content": {
-                       "application/x-www-form-urlencoded": {"schema": {
-                           "type": "object",
-                           "properties": {"List-Unsubscribe": {"type": "string",
-                                                               "enum": ["One-Click"]}}}}}})
-    def post(self, token):
+                schema=OneClickFormSchema, location="form")
+    def post(self, _form, token):
         """RFC 8058 one-click unsubscribe (`List-Unsubscribe=One-Click`): removes the
         address the signed token names from every list."""
         if not newsletter.one_click_unsubscribe(token):

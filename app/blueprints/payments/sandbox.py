@@ -1,11 +1,16 @@
-"""The sandbox processor's hosted checkout page (HTML, served by the app)."""
-from flask import redirect, render_template_string
+"""The sandbox processor's hosted checkout page (HTML, served by the app). It sends the
+security headers of every HTML page (``app.pages.HEADERS``: CSP, frame denial, no
+referrer, no caching), its form may post only to itself and to the return URL's origin,
+and it redirects only to a return URL that passes ``platform.redirects`` now."""
+from flask import make_response, redirect, render_template_string
 from flask.views import MethodView
 
+from app import pages
 from app.auth import public
 from app.blueprints.payments.schemas import PaymentSchema, SandboxActionSchema
 from app.extensions import Blueprint
 from app.services.billing import sandbox_checkout
+from app.services.platform import redirects
 
 blp = Blueprint("sandbox", __name__, url_prefix="/pay/sandbox",
                 description="The sandbox processor's hosted checkout page (HTML, no credential: "
@@ -38,6 +43,23 @@ button{font-size:1rem;padding:.5rem 1rem;margin-right:.5rem}label{display:block;
 
 _PAYMENT = PaymentSchema()
 
+
+def _render(page: dict, payment, return_url: str | None, **context):
+    """The page with the HTML security headers; the CSP lets the form's redirect reach
+    the return URL's origin (browsers apply ``form-action`` to the redirect too)."""
+    resp = make_response(render_template_string(_PAGE, payment=_PAYMENT.dump(payment),
+                                                methods=page["methods"], return_url=return_url, **context))
+    resp.headers.update(pages.HEADERS)
+    if return_url:
+        resp.headers["Content-Security-Policy"] = pages.HEADERS["Content-Security-Policy"].replace(
+            "form-action 'self'", f"form-action 'self' {redirects.origin(return_url)}")
+    return resp
+
+
+def _return_url(page: dict) -> str | None:
+    url = page["return_url"]
+    return url if redirects.is_safe(url) else None
+
 @blp.route("/checkout/<string:session_id>")
 class SandboxCheckoutView(MethodView):
     @public
@@ -47,9 +69,8 @@ class SandboxCheckoutView(MethodView):
         page = sandbox_checkout.sandbox_checkout_page(session_id)
         closed = page["awaiting_settlement"]
         message = "Bank payment submitted; waiting for settlement." if closed else None
-        return render_template_string(_PAGE, payment=_PAYMENT.dump(page["payment"]), methods=page["methods"],
-                                      return_url=page["return_url"], message=message,
-                                      result="processing" if closed else None, closed=closed)
+        return _render(page, page["payment"], _return_url(page), message=message,
+                       result="processing" if closed else None, closed=closed)
 
     @public
     @blp.arguments(SandboxActionSchema, location="form")
@@ -60,11 +81,10 @@ class SandboxCheckoutView(MethodView):
         `checkout.session.completed` event through the webhook code; ACH settles later."""
         out = sandbox_checkout.sandbox_checkout_action(session_id, form["action"], form.get("payment_method"))
         page = sandbox_checkout.sandbox_checkout_page(session_id)
-        if out["result"] in ("paid", "canceled", "processing") and page["return_url"]:
-            done = page["return_url"]
+        done = _return_url(page)
+        if out["result"] in ("paid", "canceled", "processing") and done:
             sep = "&" if "?" in done else "?"
             status = "cancel" if out["result"] == "canceled" else "success"
             return redirect(f"{done}{sep}checkout={status}&payment_id={out['payment'].id}", code=303)
-        return render_template_string(_PAGE, payment=_PAYMENT.dump(out["payment"]), methods=page["methods"],
-                                      return_url=page["return_url"], message=out["message"],
-                                      result=out["result"], closed=out["result"] != "declined")
+        return _render(page, out["payment"], done, message=out["message"],
+                       result=out["result"], closed=out["result"] != "declined")

@@ -2,7 +2,7 @@
 import marshmallow as ma
 from marshmallow import validate
 
-from app.blueprints.fields import JsonInteger, cents
+from app.blueprints.fields import InputSchema, JsonInteger, cents
 
 from app.services.billing.processors import SANDBOX_METHODS
 
@@ -14,13 +14,16 @@ def amount_cents_field(**kw):
         "description": f"Cents, at least 100 and at most {MAX_AMOUNT_CENTS:,}."}, **kw)
 
 
-class CheckoutSchema(ma.Schema):
+class CheckoutSchema(InputSchema):
     amount_cents = amount_cents_field()
     product = ma.fields.String(validate=validate.Length(min=1, max=200),
                                metadata={"description": "Label shown on the checkout page."})
-    return_url = ma.fields.String(validate=[validate.Length(max=2000), validate.Regexp(r"^https?://[^\s/?#@]+[^\s]*$")],
+    return_url = ma.fields.String(validate=[validate.Length(max=2000), validate.Regexp(r"^https?://[^\s/?#@\\]+[^\s\\]*$")],
                                metadata={"description": "Where the checkout sends the user afterwards, with "
-                                                        "`checkout=success|cancel&payment_id=…` appended."})
+                                                        "`checkout=success|cancel&payment_id=…` appended. An "
+                                                        "absolute https URL (http outside production) without "
+                                                        "userinfo or backslashes; in `RETURN_URL_HOSTS` when "
+                                                        "the operator set it."})
 
 
 class CheckoutCreatedSchema(ma.Schema):
@@ -52,7 +55,7 @@ class PaymentHistorySchema(ma.Schema):
                               metadata={"description": "The last 50 payments, newest first."})
 
 
-class MethodRequestSchema(ma.Schema):
+class MethodRequestSchema(InputSchema):
     payment_method_id = ma.fields.String(required=True, validate=validate.Regexp(r"^pm_[A-Za-z0-9_]{1,100}$"), metadata={
         "description": "Processor payment method id (`pm_…`). Sandbox: " + ", ".join(f"`{k}`" for k in SANDBOX_METHODS)})
 
@@ -72,7 +75,7 @@ class WebhookResultSchema(ma.Schema):
     outcome = ma.fields.String(required=True)
 
 
-class SandboxActionSchema(ma.Schema):
+class SandboxActionSchema(InputSchema):
     action = ma.fields.String(required=True, validate=validate.OneOf(["pay", "cancel"]))
     payment_method = ma.fields.String(validate=validate.OneOf(list(SANDBOX_METHODS)),
                                       load_default="pm_card_visa")

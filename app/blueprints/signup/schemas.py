@@ -3,16 +3,16 @@ import marshmallow as ma
 
 from app.blueprints.accounts.schemas import AccountSchema
 from app.blueprints.contact.schemas import EMAIL_DOC
-from app.blueprints.fields import Extended, derived
+from app.blueprints.fields import Extended, InputSchema, derived, header_safe
 from app.blueprints.keys.schemas import KeyCreatedSchema
 
 
-class SignupSchema(ma.Schema):
-    email = ma.fields.String(required=True, validate=ma.validate.Length(min=3, max=254),
+class SignupSchema(InputSchema):
+    email = ma.fields.String(required=True, validate=[ma.validate.Length(min=3, max=254), header_safe],
                              metadata=EMAIL_DOC)
 
 
-class SignupConfirmSchema(ma.Schema):
+class SignupConfirmSchema(InputSchema):
     token = ma.fields.String(required=True, validate=ma.validate.Length(min=1, max=200),
                              metadata={"description": "The token from the verification e-mail."})
 

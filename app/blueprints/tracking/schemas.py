@@ -1,5 +1,7 @@
 """Schemas of product analytics (SPEC part 2: TrackEvent; funnel, recent, sessions)."""
 import marshmallow as ma
+
+from app.blueprints.fields import InputSchema
 import orjson
 
 PROPS_MAX_BYTES = 4096
@@ -51,13 +53,13 @@ def _without_nul(value):
     return value
 
 
-class TrackEventSchema(ma.Schema):
-    event = ma.fields.String(required=True, validate=ma.validate.Regexp(
-        r"^[A-Za-z0-9_.:\-]{1,64}\Z", error="must be 1-64 characters of A-Z a-z 0-9 _ . : -"),
+class TrackEventSchema(InputSchema):
+    event = ma.fields.String(required=True, validate=[ma.validate.Length(min=1, max=64), ma.validate.Regexp(
+        r"^[A-Za-z0-9_.:\-]{1,64}\Z", error="must be 1-64 characters of A-Z a-z 0-9 _ . : -")],
         metadata={"description": "Event name: 1–64 characters of `A-Za-z0-9_.:-`.",
                   "example": "signup_started"})
-    session_id = ma.fields.String(validate=ma.validate.Regexp(
-        r"^[^\x00-\x1f\x7f]{1,128}\Z", error="must be 1-128 characters, no control characters"),
+    session_id = ma.fields.String(validate=[ma.validate.Length(min=1, max=128), ma.validate.Regexp(
+        r"^[^\x00-\x1f\x7f]{1,128}\Z", error="must be 1-128 characters, no control characters")],
         allow_none=True,
                                   metadata={"description": "Client session id (1–128 characters). "
                                             "Events without one count in no funnel."})
@@ -68,7 +70,7 @@ class TrackEventSchema(ma.Schema):
         "additionalProperties": _LEVEL2})
 
 
-class FunnelQuerySchema(ma.Schema):
+class FunnelQuerySchema(InputSchema):
     scope = ma.fields.String(validate=ma.validate.OneOf(("account", "global")), metadata={
         "description": "`account`: events attributed to the caller's account; `global`: all "
                        "events (admins only). Default: `global` for admins, else `account`."})

@@ -2,12 +2,12 @@
 import marshmallow as ma
 from marshmallow import validate
 
-from app.blueprints.fields import cents
+from app.blueprints.fields import InputSchema, cents
 from app.blueprints.payments.schemas import amount_cents_field
 from app.services.billing.chains import CHAINS
 
 
-class ConnectMessageQuerySchema(ma.Schema):
+class ConnectMessageQuerySchema(InputSchema):
     chain = ma.fields.String(required=True, validate=validate.OneOf(CHAINS))
     address = ma.fields.String(required=True, validate=[validate.Length(min=32, max=44), validate.Regexp(r"^(0x[0-9a-fA-F]{40}|[1-9A-HJ-NP-Za-km-z]{32,44})$")], metadata={
         "description": "EVM: 0x + 40 hex (EIP-55 checked when mixed case). Solana: base58 32-byte key."})
@@ -23,7 +23,7 @@ class ConnectMessageSchema(ma.Schema):
     address = ma.fields.String(required=True, metadata={"description": "Normalized (EIP-55 for EVM)."})
 
 
-class WalletConnectSchema(ma.Schema):
+class WalletConnectSchema(InputSchema):
     chain = ma.fields.String(required=True, validate=validate.OneOf(CHAINS))
     address = ma.fields.String(required=True, validate=[validate.Length(min=32, max=44), validate.Regexp(r"^(0x[0-9a-fA-F]{40}|[1-9A-HJ-NP-Za-km-z]{32,44})$")], metadata={
         "description": "EVM: 0x + 40 hex (EIP-55 checked when mixed case). Solana: base58 32-byte key."})
@@ -51,7 +51,7 @@ class WalletBalanceSchema(ma.Schema):
     connected = ma.fields.Boolean(required=True)
 
 
-class WalletFundSchema(ma.Schema):
+class WalletFundSchema(InputSchema):
     amount_cents = amount_cents_field()
     method = ma.fields.String(required=True, validate=validate.OneOf(["card", "usdc", "ach"]))
 
@@ -81,9 +81,9 @@ class WalletFundResultSchema(ma.Schema):
                                metadata={"description": "USDC deposit instructions (method `usdc` only)."})
 
 
-class TransactionsQuerySchema(ma.Schema):
+class TransactionsQuerySchema(InputSchema):
     limit = ma.fields.Integer(load_default=50, validate=validate.Range(min=1, max=200))
-    cursor = ma.fields.String(validate=validate.Regexp(r"^[0-9]{1,18}$"),
+    cursor = ma.fields.String(validate=[validate.Length(max=18), validate.Regexp(r"^[0-9]{1,18}$")],
                               metadata={"description": "`next_cursor` of the previous page."})
 
 

@@ -25,10 +25,12 @@ _EMAIL_RE = re.compile(r"^[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@[A-Za-z0-9](?:[A-Za-z
 
 
 def normalize_email(email: str) -> str:
-    """Lower-cased, trimmed address; raises InvalidRequest when it is not an address."""
+    """Lower-cased, trimmed address; raises InvalidRequest when it is not an address (or
+    carries RFC 2047 encoded-word syntax ``=?``, which mail libraries may decode into
+    header line breaks: docs/security.md)."""
     value = (email or "").strip().lower()
     if len(value) > 254 or "@" not in value or len(value.split("@")[0]) > 64 \
-            or not _EMAIL_RE.match(value):
+            or not _EMAIL_RE.match(value) or "=?" in value:  # no RFC 2047 encoded words
         raise InvalidRequest("email: not a valid e-mail address.")
     return value
 

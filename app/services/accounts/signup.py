@@ -67,7 +67,7 @@ def start(email: str) -> dict:
             f"(it works once, for {hours} hours):\n{link}\n\n"
             f"Your account starts with {current_app.config['PROMO_GRANT_CENTS'] / 100:.2f} USD "
             "of free credit, no card needed.\n\nIf this was not you, ignore this e-mail.",
-            source="signup:new")
+            source="signup:new", capability=True)
     return accepted()
 
 

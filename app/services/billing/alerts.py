@@ -48,6 +48,7 @@ from app.ids import new_id
 from app.models import Account, Alert, AlertEvent, OutboxMessage, UsageHourly
 from app.models.base import utcnow
 from app.services.accounts import accounts
+from app.services.billing import alert_targets
 from app.services.platform import netguard
 from app.services.platform import outbox
 from app.services.platform.uow import transactional, unit_of_work
@@ -137,7 +138,8 @@ def _validate(name, metric, op, threshold, window, channel, target) -> tuple:
 def create_alert(account_id: str, *, name: str, metric: str, op: str, threshold: float,
                  window: str, channel: str, target: str, mode: str = "live") -> tuple[Alert, str | None]:
     """Create a rule in ``mode`` (the creating key's: a test-mode rule watches test-mode
-    usage); returns it and, for webhooks, its signing secret (shown once)."""
+    usage); returns it and, for webhooks, its signing secret (shown once). An e-mail target
+    other than the account's address starts ``pending_verification``."""
     name, threshold, target = _validate(name, metric, op, threshold, window, channel, target)
     # Serialize creations per account (row lock) so concurrent requests cannot pass the cap.
     db.session.execute(select(Account.id).where(Account.id == account_id).with_for_update())
@@ -150,6 +152,7 @@ def create_alert(account_id: str, *, name: str, metric: str, op: str, threshold:
                   threshold=threshold, window=window, channel=channel, target=target,
                   secret=secret, created_at=utcnow())
     db.session.add(alert)
+    alert_targets.require_confirmation(alert)
     return alert, secret
 
 
@@ -360,7 +363,7 @@ def evaluate_all(now: datetime | None = None, *, dispatch: bool = True) -> dict:
         .join(Account, Account.id == Alert.account_id)
         .outerjoin(AlertEvent, and_(AlertEvent.alert_id == Alert.id,
                                     AlertEvent.period_key == current_key))
-        .where(Alert.deleted_at.is_(None))).mappings().all()
+        .where(Alert.deleted_at.is_(None), Alert.status == "active")).mappings().all()
     usage = usage_by_mode(now)  # a rule watches the usage of its own mode
     plan_cache: dict[str, int] = {}
     to_fire: list[tuple[dict, dict]] = []

@@ -15,6 +15,7 @@ from sqlalchemy.exc import IntegrityError
 from app.errors import DomainError, InvalidRequest
 from app.extensions import db
 from app.models import Payment, PaymentEvent
+from app.services.billing import event_payloads
 from app.services.billing.payments import credit_payment, finish_payment, refund_payment
 from app.services.billing.processors import sandbox_webhook_secret
 from app.services.platform.uow import unit_of_work
@@ -55,7 +56,7 @@ def _verify(payload: bytes, sig_header: str | None) -> tuple[dict, str]:
                 or not isinstance(event.get("type"), str) \
                 or not isinstance((event.get("data") or {}).get("object"), dict):
             raise InvalidRequest("The webhook body is not a Stripe event.")
-        return event, processor
+        return event_payloads.validate(event), processor
     raise WebhookSignatureInvalid("The Stripe-Signature does not verify or its timestamp is "
                                   f"outside the {WEBHOOK_TOLERANCE_SECONDS} s tolerance.")
 

@@ -26,6 +26,7 @@ from app.models import Account, BillingProfile, Payment
 from app.models.base import utcnow
 from app.services.billing import ledger, outside
 from app.services.billing.processors import CardDeclined, MethodInfo, for_mode
+from app.services.platform import redirects
 from app.services.platform.uow import unit_of_work
 
 log = logging.getLogger(__name__)
@@ -175,6 +176,7 @@ def create_checkout(account_id: str, mode: str, amount_cents: int, product: str 
     """Start a hosted checkout; credit arrives only with the processor's confirmation.
     Two units of work around the processor call."""
     cfg = current_app.config
+    return_url = redirects.validate_return_url(return_url)
     proc = for_mode(mode)
     payment = Payment(id=new_id("pay"), account_id=account_id, method="card", kind="checkout",
                       processor=proc.name, mode=mode, amount_micros=ledger.cents_to_micros(amount_cents),

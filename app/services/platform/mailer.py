@@ -4,35 +4,71 @@ embedded default, write them as ``.eml`` files under ``MAIL_OUTBOX_DIR``.
 ``SMTP_URL``: ``smtp://[user:pass@]host[:port]`` (``?starttls=1`` to upgrade) or
 ``smtps://…`` for implicit TLS. Services do not call ``send`` directly for mail that
 must not be lost: they add an ``email`` message to the outbox (``app.services.platform.outbox``).
+
+Header safety (docs/security.md, defence in depth behind the schemas' ``header_safe``
+rule): messages use the ``email`` package's strict policy; every header value is
+neutralised first (control characters become spaces, RFC 2047 encoded-word openers ``=?``
+become ``= ?`` so no decoder turns them into line breaks); and the serialised message is
+parsed back to check it carries exactly the headers set here, else ``build`` raises.
 """
 from __future__ import annotations
 
 import os
+import re
 import smtplib
+from email import policy as email_policy
 from email.message import EmailMessage
+from email.parser import BytesParser
 from email.utils import formatdate, make_msgid
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from flask import current_app
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_HEADER_NAME = re.compile(r"^[!-9;-~]{1,76}$")
+
+
+class UnsafeHeader(ValueError):
+    """A message whose serialised headers are not the ones it was built with."""
+
+
+def header_value(value: str) -> str:
+    """``value`` made inert for a header: control characters become spaces and the
+    encoded-word opener ``=?`` becomes ``= ?``."""
+    return _CONTROL.sub(" ", str(value)).replace("=?", "= ?").strip()
+
+
 def build(to: str, subject: str, text: str, *, html: str | None = None,
           reply_to: str | None = None, headers: dict | None = None,
           message_id: str | None = None) -> EmailMessage:
-    msg = EmailMessage()
-    msg["From"] = current_app.config["MAIL_FROM"]
-    msg["To"] = to
-    msg["Subject"] = subject
-    msg["Date"] = formatdate(usegmt=True)
-    msg["Message-ID"] = f"<{message_id}@gateway>" if message_id else make_msgid(domain="gateway")
+    msg = EmailMessage(policy=email_policy.strict)
+    fields = {"From": current_app.config["MAIL_FROM"], "To": to, "Subject": subject,
+              "Date": formatdate(usegmt=True),
+              "Message-ID": f"<{message_id}@gateway>" if message_id else make_msgid(domain="gateway")}
     if reply_to:
-        msg["Reply-To"] = reply_to
+        fields["Reply-To"] = reply_to
     for k, v in (headers or {}).items():
-        msg[k] = v
+        if not _HEADER_NAME.match(k) or k.title() in (name.title() for name in fields):
+            raise UnsafeHeader(f"header name {k!r} refused")
+        fields[k] = v
+    for name, value in fields.items():
+        msg[name] = header_value(value)
     msg.set_content(text)
     if html:
         msg.add_alternative(html, subtype="html")
+    _check_headers(msg, list(fields))
     return msg
+
+
+def _check_headers(msg: EmailMessage, names: list[str]) -> None:
+    """Parse the serialised message back: its top-level headers must be exactly ``names``
+    plus the MIME ones ``set_content`` adds (no injected ``Bcc:``, ever)."""
+    parsed = BytesParser(policy=email_policy.default).parsebytes(bytes(msg), headersonly=True)
+    expected = {n.lower() for n in names} | {"content-type", "content-transfer-encoding", "mime-version"}
+    got = [k.lower() for k in parsed.keys()]
+    if set(got) - expected or len(got) != len(set(got)):
+        raise UnsafeHeader(f"message headers {sorted(set(got) - expected)} were not set by build()")
 
 
 def send(msg: EmailMessage) -> str:

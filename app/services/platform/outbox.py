@@ -62,9 +62,29 @@ def add(channel: str, destination: str, payload: dict, *, source: str | None = N
 
 
 def add_email(to: str, subject: str, text: str, *, html: str | None = None,
-              reply_to: str | None = None, headers: dict | None = None, **kw) -> OutboxMessage:
-    return add("email", to, {"subject": subject, "text": text, "html": html,
-                             "reply_to": reply_to, "headers": headers or {}}, **kw)
+              reply_to: str | None = None, headers: dict | None = None,
+              capability: bool = False, **kw) -> OutboxMessage:
+    """An e-mail. ``capability``: the message carries a secret link (a single-use token,
+    an unsubscribe token); once delivered, or given up (``failed``), its body and headers are erased
+    from the table (``redacted``), so the token never stays at rest in plain text."""
+    payload = {"subject": subject, "text": text, "html": html, "reply_to": reply_to,
+               "headers": headers or {}}
+    if capability:
+        payload["capability"] = True
+    return add("email", to, payload, **kw)
+
+
+def redacted(payload: dict) -> dict:
+    """What stays of a capability e-mail after its last attempt: the subject only."""
+    return {"subject": payload.get("subject"), "text": None, "html": None, "reply_to": None,
+            "headers": {}, "capability": True, "redacted": True}
+
+
+def _final(msg: OutboxMessage, **values) -> dict:
+    """Column values that end a message's attempts (its secret body erased if it has one)."""
+    if (msg.payload or {}).get("capability"):
+        values["payload"] = redacted(msg.payload)
+    return values
 
 
 def add_webhook(url: str, event_type: str, data: dict, *, secret: str | None = None,
@@ -118,6 +138,8 @@ def signed_webhook_request(msg_id: str, payload: dict, sent_at: datetime) -> tup
 def _send(msg: OutboxMessage) -> None:
     if msg.channel == "email":
         p = msg.payload
+        if p.get("redacted"):
+            raise RuntimeError("the message's secret body was erased after its last attempt")
         mailer.send(mailer.build(msg.destination, p["subject"], p["text"], html=p.get("html"),
                                  reply_to=p.get("reply_to"), headers=p.get("headers"),
                                  message_id=msg.id))
@@ -153,15 +175,15 @@ def deliver(message_id: str) -> str:
         with unit_of_work():
             db.session.execute(
                 update(OutboxMessage).where(OutboxMessage.id == msg.id).values(
-                    status="failed" if done else "pending", last_error=err,
-                    next_attempt_at=utcnow() + _backoff(msg.attempts))
+                    **(_final(msg) if done else {}), status="failed" if done else "pending",
+                    last_error=err, next_attempt_at=utcnow() + _backoff(msg.attempts))
             )
         log.warning("outbox %s attempt %s failed: %s", msg.id, msg.attempts, err)
         return "failed" if done else "pending"
     with unit_of_work():
         db.session.execute(
             update(OutboxMessage).where(OutboxMessage.id == msg.id).values(
-                status="delivered", delivered_at=utcnow(), last_error=None)
+                **_final(msg, status="delivered", delivered_at=utcnow(), last_error=None))
         )
     return "delivered"
 

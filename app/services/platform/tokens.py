@@ -2,7 +2,7 @@
 signed, non-expiring list-unsubscribe tokens (RFC 8058 one-click links).
 
 Single-use tokens serve agent sign-in nonces, wallet-connect nonces, sign-up links,
-newsletter confirmations, console sign-in links and console sessions (a session row is
+newsletter confirmations, alert e-mail target confirmations, console sign-in links and console sessions (a session row is
 usable until it expires — the absolute timeout — or is consumed by signing out):
 
 * ``issue`` stores only the SHA-256 of the token (with its purpose, subject, expiry and
@@ -41,6 +41,7 @@ SIGNUP = "signup"
 NEWSLETTER_CONFIRM = "newsletter_confirm"
 CONSOLE_SIGNIN = "console_signin"    # the e-mailed console sign-in link
 CONSOLE_SESSION = "console_session"  # a console session: used_at = signed out
+ALERT_CONFIRM = "alert_confirm"
 
 MAX_TOKEN_LEN = 100
 PURGE_AFTER = timedelta(days=1)

@@ -49,7 +49,7 @@ def add_list_email(email: str, subject: str, text: str, *, source: str):
     enqueued after it commits)."""
     footer = f"\n\n-- \nUnsubscribe from every list: {unsubscribe_url(email)}\n"
     return outbox.add_email(email, subject, text + footer, headers=list_headers(email),
-                            source=source)
+                            source=source, capability=True)
 
 
 def subscribe(email: str, list_name: str | None = None) -> dict:

@@ -1,0 +1,1 @@
+"""The security suite (docs/security.md): one parametrized test per attack class."""

@@ -4,6 +4,8 @@ sign-in links are single use and expire, sessions end at sign-out, idle and abso
 timeouts; plus the console's headers and cookie flags."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import re
 from datetime import timedelta
 
@@ -13,7 +15,6 @@ from sqlalchemy import select, update
 from app.extensions import db
 from app.models import ApiKey
 from app.models.base import utcnow
-from app.models.outbox import OutboxMessage
 from app.models.tokens import SingleUseToken
 from app.services.platform import tokens
 
@@ -21,11 +22,17 @@ _LINK = re.compile(r"/login/confirm\?token=([A-Za-z0-9_\-]+)")
 
 
 def _mails(app, to: str) -> list[dict]:
-    with app.app_context():
-        rows = db.session.execute(select(OutboxMessage).where(OutboxMessage.destination == to)
-                                  .order_by(OutboxMessage.created_at)).scalars().all()
-        out = [dict(r.payload) for r in rows]
-        db.session.remove()
+    """The mails delivered to ``to``, oldest first, read from the ``.eml`` files the embedded
+    default writes (the outbox row itself no longer holds a capability link once delivered)."""
+    from email import message_from_bytes
+    from email.policy import default
+
+    folder = Path(app.config["MAIL_OUTBOX_DIR"])
+    out = []
+    for path in sorted(folder.glob("*.eml"), key=lambda p: p.stat().st_mtime_ns):
+        msg = message_from_bytes(path.read_bytes(), policy=default)
+        if msg["To"] == to:
+            out.append({"text": msg.get_body(("plain",)).get_content(), "subject": msg["Subject"]})
     return out
 
 

@@ -181,6 +181,9 @@ def _apply_policy(field: ma.fields.Field) -> None:
     elif isinstance(field, ma.fields.Tuple):
         for inner in field.tuple_fields:
             _apply_policy(inner)
+    if isinstance(field, (ma.fields.DateTime, ma.fields.Date, ma.fields.Time)):
+        _guard_raw_text(field)
+        return
     if not isinstance(field, ma.fields.String):
         return
     validators = list(field.validators)
@@ -193,6 +196,27 @@ def _apply_policy(field: ma.fields.Field) -> None:
             and not any(isinstance(v, ma.validate.OneOf) for v in validators):
         validators.append(ma.validate.Length(max=TEXT_MAX))
     field.validators = validators
+
+
+DATETIME_TEXT_MAX = 64  # longer than any RFC 3339 date-time
+
+
+def _guard_raw_text(field: ma.fields.Field) -> None:
+    """The input policy for a field parsed from text into another type (date-times): the
+    raw text is bounded and free of control characters before it is parsed (validators
+    would only see the parsed value). The bound is published as ``maxLength``."""
+    rule = NoControlChars()
+    parse = field._deserialize
+
+    def deserialize(value, attr, data, **kwargs):
+        if isinstance(value, str):
+            if len(value) > DATETIME_TEXT_MAX:
+                raise ma.ValidationError(f"Longer than maximum length {DATETIME_TEXT_MAX}.")
+            rule(value)
+        return parse(value, attr, data, **kwargs)
+
+    field._deserialize = deserialize
+    field.metadata = {**field.metadata, "maxLength": DATETIME_TEXT_MAX}
 
 
 MAX_JSON_DEPTH = 32

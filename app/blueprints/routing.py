@@ -38,13 +38,14 @@ def document_errors(blp, errors: dict, *, schema=None) -> Callable:
 def endpoint(blp, rule: str, method: str, *scopes: str, ok=None, status: int = 200, body=None,
              query=None, errors: dict[int, str | None] | None = None, admin: bool = False,
              public: bool = False, ip_limit: str | None = None, email_limit: str | None = None,
-             name: str | None = None, body_optional: bool = False) -> Callable:
+             name: str | None = None, body_optional: bool = False, headers=None) -> Callable:
     """Register the decorated function as ``method`` on ``rule`` of ``blp``.
 
     ``scopes``/``admin``: required by ``@authenticated`` (``public``: no credential).
     ``body`` / ``query``: the request schema (the function receives the loaded data first,
     then the rule's path values; ``body_optional``: the body may be omitted, documented as
-    not required). ``ok``: the response schema of ``status``. ``errors``:
+    not required). ``headers``: a request-headers schema, validated first and passed as
+    keyword arguments. ``ok``: the response schema of ``status``. ``errors``:
     documented error statuses with an optional description. ``ip_limit`` /
     ``email_limit``: names of config rate limits (``app.ratelimits``; a 429 is documented
     by ``@authenticated`` or here). ``name``: the view's
@@ -63,6 +64,8 @@ def endpoint(blp, rule: str, method: str, *scopes: str, ok=None, status: int = 2
             view = blp.arguments(body, required=not body_optional)(view)
         if query is not None:
             view = blp.arguments(query, location="query")(view)
+        if headers is not None:
+            view = blp.arguments(headers, location="headers", as_kwargs=True)(view)
         if email_limit:
             view = ratelimits.per_email(email_limit)(view)
         if ip_limit:

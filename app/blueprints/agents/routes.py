@@ -1,9 +1,8 @@
 """Agent endpoints (SPEC endpoints 6–13): nonce, sign-in, register, builds, usage,
 earnings, leaderboard, funding by the owner."""
-from flask import request
 
 from app.auth import principal
-from app.blueprints.agents.schemas import (AgentFundedSchema, AgentFundSchema,
+from app.blueprints.agents.schemas import (AgentFundedSchema, AgentFundSchema, FundHeadersSchema,
                                            AgentRegisteredSchema, AgentSessionSchema, AgentUsageSchema,
                                            BuildListSchema, BuildSchema, BuildSubmitSchema,
                                            EarningsSchema, LeaderboardQuerySchema, LeaderboardSchema,
@@ -99,13 +98,10 @@ def leaderboard(query):
           errors={402: "`insufficient_funds`: the owner's balance cannot cover it; nothing moved.",
                   404: "`not_found`: no agent of this account.",
                   409: "`idempotency_key_reused`: the key funded another agent or amount."},
-          name="AgentFundView")
-@blp.doc(parameters=[{"in": "header", "name": "Idempotency-Key", "required": False, "schema": {
-    "type": "string", "minLength": 1, "maxLength": 128}, "description": "Optional, 1–128 characters: the "
-    "transfer happens once per key (a repeat answers the first transfer with `replayed: true`)."}])
-def fund_agent(body, agent_id):
+          name="AgentFundView", headers=FundHeadersSchema)
+def fund_agent(body, agent_id, idempotency_key=None):
     """Move `amount_cents` from the owner's balance to its agent's (one ledger transfer;
     exactly once per `Idempotency-Key`). Only a credential of the owner account may fund;
     another account's agent is 404."""
     return funding.fund(principal().account_id, agent_id, body["amount_cents"],
-                        idempotency_key=request.headers.get("Idempotency-Key"))
+                        idempotency_key=idempotency_key)

@@ -2,7 +2,7 @@
 submission; and the shapes SPEC leaves open: builds, agent usage, earnings, leaderboard)."""
 import marshmallow as ma
 
-from app.blueprints.fields import InputSchema, JsonInteger, cents
+from app.blueprints.fields import HeaderString, InputSchema, JsonInteger, MaxBytes, cents
 
 B58 = "[1-9A-HJ-NP-Za-km-z]"
 PUBKEY_PATTERN = rf"^ed25519:{B58}{{43,44}}$"
@@ -187,3 +187,15 @@ class AgentFundedSchema(ma.Schema):
     agent_balance_cents = ma.fields.Integer(required=True, metadata={"description": "Agent's balance after."})
     replayed = ma.fields.Boolean(required=True, metadata={"description": "True when this Idempotency-Key "
                                                                          "had already made the transfer."})
+
+
+class FundHeadersSchema(InputSchema):
+    """Headers of ``POST /api/agent/{id}/fund``."""
+
+    class Meta:
+        unknown = ma.EXCLUDE
+
+    idempotency_key = HeaderString(
+        data_key="Idempotency-Key", validate=[ma.validate.Length(min=1, max=128), MaxBytes(256)],
+        metadata={"description": "Optional, 1–128 characters (at most 256 bytes): the transfer happens "
+                                 "once per key (a repeat answers the first transfer with `replayed: true`)."})

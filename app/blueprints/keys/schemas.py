@@ -60,7 +60,7 @@ class KeyCreateSchema(InputSchema):
                        "ahead. An expired key is 401 like a revoked one."})
 
 
-class KeyUpdateSchema(ma.Schema):
+class KeyUpdateSchema(InputSchema):
     spend_limit_cents = JsonInteger(allow_none=True, validate=ma.validate.Range(min=1, max=100_000_000),
                                     metadata={"description": "New limit in cents; null removes the limit."})
     spend_limit_period = ma.fields.String(allow_none=True, validate=ma.validate.OneOf(PERIODS), metadata={
@@ -68,7 +68,7 @@ class KeyUpdateSchema(ma.Schema):
                        "(`month` for a key that had no limit)."})
 
 
-class KeyRotateSchema(ma.Schema):
+class KeyRotateSchema(InputSchema):
     overlap_seconds = JsonInteger(load_default=None, validate=ma.validate.Range(min=0, max=MAX_OVERLAP_SECONDS),
                                   metadata={"description": f"How long the old key keeps working (default "
                                                            f"{DEFAULT_OVERLAP_SECONDS}, max {MAX_OVERLAP_SECONDS})."})

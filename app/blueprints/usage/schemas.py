@@ -3,6 +3,8 @@ from datetime import timezone
 
 import marshmallow as ma
 
+from app.blueprints.fields import InputSchema
+
 from app.services.billing.export import FORMATS
 from app.services.billing.usage import MAX_DAILY_DAYS
 
@@ -25,7 +27,7 @@ class UsageByModuleSchema(ma.Schema):
     by_module = ma.fields.List(ma.fields.Nested(ModuleUsageSchema), required=True)
 
 
-class UsageDailyQuerySchema(ma.Schema):
+class UsageDailyQuerySchema(InputSchema):
     days = ma.fields.Integer(load_default=30, validate=ma.validate.Range(min=1, max=MAX_DAILY_DAYS),
                        metadata={"description": f"How many UTC dates, today last (1–{MAX_DAILY_DAYS}, default 30)."})
 
@@ -43,7 +45,7 @@ class UsageDailySchema(ma.Schema):
                           metadata={"description": "One entry per date, oldest first (dates without calls: zeros)."})
 
 
-class UsageExportQuerySchema(ma.Schema):
+class UsageExportQuerySchema(InputSchema):
     from_ = ma.fields.AwareDateTime(data_key="from", required=True, default_timezone=timezone.utc,
                                     metadata={"description": "Window start (inclusive), RFC 3339; no offset = UTC."})
     to = ma.fields.AwareDateTime(required=True, default_timezone=timezone.utc,

@@ -20,9 +20,9 @@ def main(spec: list[dict]) -> dict:
     from sqlalchemy import event
     from sqlalchemy.engine import Engine
 
-    from app import create_app
+    from bench.passthrough import create_bench_app
 
-    app = create_app()
+    app = create_bench_app()  # the product app plus the passthrough baseline route
     counts: Counter = Counter()
 
     orig_send = redis.connection.AbstractConnection.send_packed_command

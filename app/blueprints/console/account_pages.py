@@ -1,18 +1,22 @@
-"""Console pages: API keys (list, create — the secret shown exactly once —, revoke) and
-usage (daily chart with a range picker, by-module table, a call with its receipt and a
-receipt verification against the published keys)."""
+"""Console pages: API keys (list with limits and expiry, create with a spend limit and an
+expiry — the secret shown exactly once —, rotate, revoke) and usage (daily chart with a
+range picker, by-module table, CSV export, a call with its receipt and a receipt
+verification against the published keys)."""
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
-from flask import abort, g, redirect, render_template, request, url_for
+from flask import Response, abort, g, redirect, render_template, request, stream_with_context, url_for
 
 from app.blueprints.console import bp, web
 from app.blueprints.console.pages import daily_charts
 from app.errors import DomainError
 from app.scopes import ALL_SCOPES
 from app.services.accounts import keys as keys_svc
-from app.services.billing import usage
+from app.models.base import utcnow
+from app.services.accounts.spend import PERIODS
+from app.services.billing import export, usage
 from app.services.gateway import history, receipts
 
 RANGES = (7, 30, 90)
@@ -29,7 +33,8 @@ def field_errors(exc: DomainError, fields: tuple[str, ...]) -> dict:
 
 def _keys_page(status: int = 200, **extra):
     rows = keys_svc.list_keys(g.account.id, web.mode())
-    ctx = {"keys": rows, "all_scopes": ALL_SCOPES, "errors": {}, "form": {}, "created": None}
+    ctx = {"keys": rows, "all_scopes": ALL_SCOPES, "periods": PERIODS, "errors": {}, "form": {},
+           "created": None}
     ctx.update(extra)
     return render_template("console/keys.html", **ctx), status
 
@@ -42,18 +47,44 @@ def keys():
 
 @bp.post("/keys")
 def create_key():
-    """Create a key; the page answering this POST is the only place its secret appears."""
-    name = (request.form.get("name") or "").strip()
-    scopes = [s for s in request.form.getlist("scopes") if s]
-    form = {"name": name, "scopes": scopes}
+    """Create a key (optional spend limit and expiry); the page answering this POST is the
+    only place its secret appears."""
+    fields = ("name", "spend_limit_cents", "spend_limit_period", "expires_in_days")
+    form = {f: (request.form.get(f) or "").strip() for f in fields}
+    form["scopes"] = scopes = [s for s in request.form.getlist("scopes") if s]
     if not scopes:
         return _keys_page(400, errors={"scopes": "Choose at least one scope."}, form=form)
+    numbers = {}
+    for name, label in (("spend_limit_cents", "Enter a whole number of cents."),
+                        ("expires_in_days", "Enter a whole number of days (1 to 365).")):
+        if form[name]:
+            if not form[name].isdigit():
+                return _keys_page(400, errors={name: label}, form=form)
+            numbers[name] = int(form[name])
+    days = numbers.get("expires_in_days")
+    if days is not None and not 1 <= days <= 365:
+        return _keys_page(400, errors={"expires_in_days": "Enter a whole number of days (1 to 365)."}, form=form)
     try:
-        row, secret = keys_svc.create_key(g.account.id, name[:100], scopes,
-                                          creator_scopes=frozenset(ALL_SCOPES), creator_mode=web.mode())
+        row, secret = keys_svc.create_key(
+            g.account.id, form["name"][:100], scopes, creator_scopes=frozenset(ALL_SCOPES),
+            creator_mode=web.mode(), spend_limit_cents=numbers.get("spend_limit_cents"),
+            spend_limit_period=(form["spend_limit_period"] or None) if "spend_limit_cents" in numbers else None,
+            expires_at=utcnow() + timedelta(days=days) if days else None)
     except DomainError as exc:
-        return _keys_page(400, errors=field_errors(exc, ("name", "scopes")), form=form)
+        return _keys_page(400, errors=field_errors(exc, ("name", "scopes", "spend_limit_cents",
+                                                         "spend_limit_period", "expires_at")), form=form)
     return _keys_page(created={"key": row, "secret": secret})
+
+
+@bp.post("/keys/<key_id>/rotate")
+def rotate_key(key_id: str):
+    """Rotate a key: the new key is shown once; the old one keeps working for a day."""
+    try:
+        row, secret = keys_svc.rotate_key(g.account.id, key_id, None, creator_scopes=frozenset(ALL_SCOPES),
+                                          mode=web.mode())
+    except DomainError:
+        abort(404)
+    return _keys_page(created={"key": row, "secret": secret, "rotated": True})
 
 
 @bp.post("/keys/<key_id>/revoke")
@@ -76,6 +107,19 @@ def usage_page():
                            chart=daily_charts(g.account.id, days, web.mode()),
                            by_module=usage.by_product(g.account.id, start, end, mode=web.mode()),
                            calls=history.recent_calls(g.account.id, mode=web.mode(), limit=50))
+
+
+@bp.get("/usage/export.csv")
+def usage_export():
+    """The account's calls of the last ``days`` (1–31, default 30) as CSV, streamed: the same
+    rows as ``GET /api/usage/export`` (a browser session has no bearer key to call it)."""
+    days = request.args.get("days", type=int) or 30
+    days = min(max(days, 1), 31)
+    end = utcnow()
+    start, end = export.window(end - timedelta(days=days), end)
+    body = stream_with_context(export.rows(g.account.id, start, end, "csv"))
+    return Response(body, mimetype="text/csv", headers={
+        "Content-Disposition": f'attachment; filename="usage-{start:%Y%m%d}-{end:%Y%m%d}.csv"'})
 
 
 def _call_page(call_id: str, status: int = 200, **extra):

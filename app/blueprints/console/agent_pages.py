@@ -1,7 +1,10 @@
-"""Console pages: agents (register by public key, earnings and monthly statements,
+"""Console pages: agents (register by public key, fund from the account's balance, earnings
+and monthly statements,
 submitted modules with their review status) and, for admin accounts, the module review
 queue (approve / reject)."""
 from __future__ import annotations
+
+import secrets
 
 from flask import abort, g, redirect, render_template, request, url_for
 
@@ -9,7 +12,7 @@ from app.blueprints.console import bp
 from app.blueprints.console.account_pages import field_errors
 from app.errors import DomainError
 from app.services.accounts import accounts
-from app.services.agents import builds, earnings, identity
+from app.services.agents import builds, earnings, funding, identity
 
 
 def _agents_page(status: int = 200, **extra):
@@ -18,7 +21,9 @@ def _agents_page(status: int = 200, **extra):
     ctx = {"agents": [{"agent": a, "earnings": earnings.agent_earnings(a),
                        "balance_micros": accounts.get_account(a.account_id).balance_micros} for a in agents],
            "submissions": builds.list_builds(agent_id=None, account_id=acct.id),
-           "queue": builds.pending() if acct.is_admin else [], "errors": {}, "form": {}}
+           "queue": builds.pending() if acct.is_admin else [], "errors": {}, "form": {},
+           # one Idempotency-Key per rendered form: a double submit funds once
+           "fund_key": "console-" + secrets.token_urlsafe(16)}
     ctx.update(extra)
     return render_template("console/agents.html", **ctx), status
 
@@ -38,6 +43,22 @@ def register_agent():
                           webhook=form["webhook"] or None)
     except DomainError as exc:
         return _agents_page(400, errors=field_errors(exc, ("name", "pubkey", "webhook")), form=form)
+    return redirect(url_for("console.agents"), code=303)
+
+
+@bp.post("/agents/<agent_id>/fund")
+def fund_agent(agent_id: str):
+    """Move dollars from the account's balance to one of its agents (once per form)."""
+    raw = (request.form.get("amount_cents") or "").strip()
+    if not raw.isdigit():
+        return _agents_page(400, errors={"fund": "Enter a whole number of cents."})
+    try:
+        funding.fund(g.account.id, agent_id, int(raw),
+                     idempotency_key=(request.form.get("fund_key") or "")[:128] or None)
+    except DomainError as exc:
+        if exc.status == 404:
+            abort(404)
+        return _agents_page(400, errors={"fund": exc.message})
     return redirect(url_for("console.agents"), code=303)
 
 

@@ -1,0 +1,88 @@
+"""Console: keys with a spend limit and an expiry, rotation, the CSV export link and agent
+funding (the issue-16 features as a person uses them in the browser's pages)."""
+from __future__ import annotations
+
+import csv
+import io
+import re
+
+from sqlalchemy import select
+
+from app.extensions import db
+from app.models import Account, ApiKey
+from tests.agentkit import Keypair, register
+from tests.api.test_console_security import _csrf, signed_in  # noqa: F401 - fixture
+from tests.gateway_helpers import call, mod, provider, provider_server  # noqa: F401 - fixtures
+
+
+def _key_row(app, key_id):
+    with app.app_context():
+        row = db.session.get(ApiKey, key_id)
+        db.session.expunge(row)
+        db.session.remove()
+    return row
+
+
+def test_create_key_with_limit_and_expiry_then_rotate(app, signed_in):
+    client, acct = signed_in()
+    page = client.get("/keys").get_data(as_text=True)
+    r = client.post("/keys", data={"name": "limited", "scopes": ["call:write", "call:read"],
+                                   "spend_limit_cents": "250", "spend_limit_period": "day",
+                                   "expires_in_days": "30", "csrf": _csrf(page)})
+    html = r.get_data(as_text=True)
+    assert r.status_code == 200 and "only time it is shown" in html
+    secret = re.search(r'id="secret">(svc_live_\w+)<', html).group(1)
+    with app.app_context():
+        row = db.session.execute(select(ApiKey).where(ApiKey.name == "limited")).scalar_one()
+        key_id, limit, period, expires = row.id, row.spend_limit_micros, row.spend_limit_period, row.expires_at
+        db.session.remove()
+    assert (limit, period) == (2_500_000, "day") and expires is not None
+    listing = client.get("/keys").get_data(as_text=True)
+    assert "of $2.50 per day" in listing and secret not in listing  # shown once
+    r = client.post(f"/keys/{key_id}/rotate", data={"csrf": _csrf(listing)})
+    html = r.get_data(as_text=True)
+    new_secret = re.search(r'id="secret">(svc_live_\w+)<', html).group(1)
+    assert r.status_code == 200 and "rotated" in html and new_secret != secret
+    assert _key_row(app, key_id).rotated_to is not None
+
+
+def test_bad_limit_is_shown_next_to_the_field_and_creates_nothing(app, signed_in):
+    client, acct = signed_in()
+    page = client.get("/keys").get_data(as_text=True)
+    r = client.post("/keys", data={"name": "bad", "scopes": ["call:read"], "spend_limit_cents": "-5",
+                                   "csrf": _csrf(page)})
+    assert r.status_code == 400 and 'id="e-spend_limit_cents"' in r.get_data(as_text=True)
+    with app.app_context():
+        assert db.session.execute(select(ApiKey).where(ApiKey.name == "bad")).first() is None
+        db.session.remove()
+
+
+def test_usage_page_links_a_csv_export(app, client, signed_in, mod):
+    browser, acct = signed_in()
+    assert call(client, acct, {"action": "ok"}).status_code == 200
+    html = browser.get("/usage").get_data(as_text=True)
+    link = re.search(r'id="export" href="([^"]+)"', html).group(1).replace("&amp;", "&")
+    r = browser.get(link)
+    assert r.status_code == 200 and r.mimetype == "text/csv"
+    rows = list(csv.DictReader(io.StringIO(r.get_data(as_text=True))))
+    assert r.get_data(as_text=True).startswith("call_id,")
+    assert [(row["module"], row["action"]) for row in rows] == [("svc", "ok")]
+
+
+def test_fund_an_agent_once_per_form(app, client, signed_in):
+    browser, acct = signed_in()
+    agent = register(client, acct, Keypair(), name="funded").get_json()
+    page = browser.get("/agents").get_data(as_text=True)
+    key = re.search(r'name="fund_key" value="([^"]+)"', page).group(1)
+    for _ in range(2):  # a double submit of the same form moves money once
+        r = browser.post(f"/agents/{agent['id']}/fund",
+                         data={"amount_cents": "200", "fund_key": key, "csrf": _csrf(page)})
+        assert r.status_code == 303
+    with app.app_context():
+        owner = db.session.get(Account, acct.id)
+        agent_acct = db.session.execute(select(Account).where(Account.agent_id == agent["id"])).scalar_one()
+        assert (owner.balance_micros, agent_acct.balance_micros) == (8_000_000, 2_000_000)
+        db.session.remove()
+    r = browser.post("/agents/agt_doesnotexist0000/fund",
+                     data={"amount_cents": "1", "fund_key": key + "x", "csrf": _csrf(page)})
+    assert r.status_code == 404

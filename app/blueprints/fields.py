@@ -83,6 +83,14 @@ class MaxBytes(ma.validate.Validator):
         return value
 
 
+def idempotency_key_header(description: str) -> HeaderString:
+    """The ``Idempotency-Key`` request header of every route that takes one: optional, 1–128
+    characters, at most 256 bytes (UTF-8 read as UTF-8); ``description`` says what it
+    makes happen once on that route."""
+    return HeaderString(data_key="Idempotency-Key", validate=[ma.validate.Length(min=1, max=128), MaxBytes(256)],
+                        metadata={"description": description})
+
+
 class Extended:
     """``obj``'s attributes plus ``extra`` ones, for dumping: e.g. a created key with its
     secret (shown once) or an alert event with its delivery state."""

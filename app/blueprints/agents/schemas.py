@@ -2,7 +2,7 @@
 submission; and the shapes SPEC leaves open: builds, agent usage, earnings, leaderboard)."""
 import marshmallow as ma
 
-from app.blueprints.fields import HeaderString, InputSchema, JsonInteger, MaxBytes, cents
+from app.blueprints.fields import InputSchema, JsonInteger, cents, idempotency_key_header
 
 B58 = "[1-9A-HJ-NP-Za-km-z]"
 PUBKEY_PATTERN = rf"^ed25519:{B58}{{43,44}}$"
@@ -195,7 +195,6 @@ class FundHeadersSchema(InputSchema):
     class Meta:
         unknown = ma.EXCLUDE
 
-    idempotency_key = HeaderString(
-        data_key="Idempotency-Key", validate=[ma.validate.Length(min=1, max=128), MaxBytes(256)],
-        metadata={"description": "Optional, 1–128 characters (at most 256 bytes): the transfer happens "
-                                 "once per key (a repeat answers the first transfer with `replayed: true`)."})
+    idempotency_key = idempotency_key_header(
+        "Optional, 1–128 characters (at most 256 bytes): the transfer happens "
+        "once per key (a repeat answers the first transfer with `replayed: true`).")

@@ -1,7 +1,7 @@
 """Schemas of module calls (SPEC part 2: ModuleCallRequest/Response) and the listing."""
 import marshmallow as ma
 
-from app.blueprints.fields import HeaderString, InputSchema, MaxBytes, derived, text_or_empty
+from app.blueprints.fields import InputSchema, derived, idempotency_key_header, text_or_empty
 
 
 class ModuleCallRequestSchema(InputSchema):
@@ -22,12 +22,11 @@ class ModuleCallHeadersSchema(InputSchema):
     class Meta:
         unknown = ma.EXCLUDE
 
-    idempotency_key = HeaderString(
-        data_key="Idempotency-Key", validate=[ma.validate.Length(min=1, max=128), MaxBytes(256)],
-        metadata={"description": "Optional, 1–128 characters (UTF-8 is read as UTF-8; at most 256 "
-                                 "bytes), per account, kept 24 h. The same key "
-                                 "with the same request returns the stored response "
-                                 "(`Idempotent-Replayed: true`) without a second charge."})
+    idempotency_key = idempotency_key_header(
+        "Optional, 1–128 characters (UTF-8 is read as UTF-8; at most 256 "
+        "bytes), per account, kept 24 h. The same key "
+        "with the same request returns the stored response "
+        "(`Idempotent-Replayed: true`) without a second charge.")
     x_payment = ma.fields.String(
         data_key="X-Payment", validate=ma.validate.Length(max=HEADER_MAX),
         metadata={"description": "x402 v1 payment (base64 or base64url JSON of an `exact` EVM payload: "

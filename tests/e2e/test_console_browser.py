@@ -118,6 +118,11 @@ def test_console_in_chromium(app, make_account):
                 assert secret not in page.content() and page.locator("#secret").count() == 0
                 assert page.locator("text=browser key").count() == 1
                 shot("keys")
+                # At 375 px the key table stacks into labelled rows: nothing scrolls sideways.
+                page.set_viewport_size({"width": 375, "height": 740})
+                assert page.evaluate("""() => [...document.querySelectorAll('.table-wrap')]
+                    .every(w => w.scrollWidth <= w.clientWidth + 1)"""), "keys table scrolls at 375 px"
+                page.set_viewport_size({"width": 1280, "height": 860})
                 r = requests.get(base + "/api/account", headers={"Authorization": f"Bearer {secret}"}, timeout=10)
                 assert r.status_code == 200 and r.json()["id"] == acct.id
 

@@ -41,6 +41,8 @@ MUTATIONS = [
     ("ts", lambda d: d["receipt"].__setitem__("ts", "2020-01-01T00:00:00Z")),
     ("hash", lambda d: d["receipt"].__setitem__("hash", "0" * 64)),
     ("sig", lambda d: d["receipt"].__setitem__("sig", base64.b64encode(b"\0" * 64).decode())),
+    ("sig-short", lambda d: d["receipt"].__setitem__("sig", base64.b64encode(b"\1" * 32).decode())),
+    ("sig-not-base64", lambda d: d["receipt"].__setitem__("sig", "***")),
 ]
 
 
@@ -56,7 +58,7 @@ def test_receipt_verifies_offline_and_any_change_breaks_it(client, make_account,
     for name, mutate in MUTATIONS:
         forged = copy.deepcopy(saved)
         mutate(forged)
-        with pytest.raises((AssertionError, BadSignatureError)):
+        with pytest.raises((AssertionError, BadSignatureError, ValueError)):
             readme_verify(forged, published)
         with pytest.raises(receipts.ReceiptInvalid):
             receipts.verify_response(forged, by_kid)

@@ -30,11 +30,11 @@ import time
 from dataclasses import dataclass
 
 from flask import current_app
-from nacl.exceptions import BadSignatureError
-from nacl.signing import SigningKey, VerifyKey
+from nacl.signing import SigningKey
 
 from app.jsonutil import isoformat
 from app.models.base import utcnow
+from app.services.platform import crypto
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +223,9 @@ def verify_response(response: dict, public_keys_by_kid: dict[str, str]) -> dict:
     if pub is None:
         raise ReceiptInvalid(f"unknown key id {r['kid']}")
     try:
-        VerifyKey(base64.b64decode(pub)).verify(msg, base64.b64decode(r["sig"]))
-    except (BadSignatureError, ValueError) as exc:
-        raise ReceiptInvalid("signature does not verify") from exc
+        pub_raw, sig_raw = base64.b64decode(pub), base64.b64decode(r["sig"])
+    except (ValueError, TypeError):
+        raise ReceiptInvalid("signature does not verify") from None
+    if not crypto.ed25519_verify(pub_raw, msg, sig_raw):
+        raise ReceiptInvalid("signature does not verify")
     return f

@@ -17,12 +17,11 @@ Run: ``python -m demo.facilitator --port 8791``.
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 from pydantic import ValidationError
 from x402.mechanisms.evm import V1_NETWORK_CHAIN_IDS
@@ -36,6 +35,8 @@ from x402.mechanisms.evm.utils import get_evm_chain_id
 from x402.mechanisms.evm.verify import verify_eoa_signature
 from x402.schemas import PaymentPayload, PaymentRequirements, SettleResponse, VerifyResponse
 from x402.schemas.v1 import PaymentPayloadV1, PaymentRequirementsV1
+
+from demo import serve_main
 
 
 def _chain_id(network: str) -> int:
@@ -174,17 +175,7 @@ class FacilitatorHandler(BaseHTTPRequestHandler):
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8791)
-    args = parser.parse_args(argv)
-    server = ThreadingHTTPServer((args.host, args.port), FacilitatorHandler)
-    server.daemon_threads = True
-    print(f"demo x402 facilitator on http://{args.host}:{args.port}", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
+    serve_main(FacilitatorHandler, description=__doc__.splitlines()[0], port=8791, label="demo x402 facilitator", argv=argv)
 
 
 if __name__ == "__main__":

@@ -8,18 +8,16 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import timedelta, timezone
 
 import pytest
 from sqlalchemy import text
 
 from app.extensions import db
-from app.models.base import utcnow
 from app.services.agents import revenue_share, settlement
 from app.services.billing import ledger, money_check
-from app.services.gateway import calls, catalog
-from tests.agentkit import Keypair, register
-from tests.gateway_helpers import create_module, provider, provider_server  # noqa: F401
+from app.services.gateway import calls
+from tests.api.test_revenue_integrity import Charged
+from tests.gateway_helpers import provider, provider_server  # noqa: F401
 
 
 def _lock_waiters() -> int:
@@ -34,19 +32,8 @@ def test_refund_during_settlement_waits_and_leaves_a_carry_over(app, client, mak
     with app.app_context():
         if db.engine.dialect.name != "postgresql":
             pytest.skip("two concurrent sessions need PostgreSQL (SQLite serializes writers)")
-    owner, payer = make_account(), make_account(cents=1000)
-    agent = register(client, owner, Keypair(), name="seller").get_json()
-    create_module(app, "racemod", provider, {"ok": (100, "/ok")}, owner_agent_id=agent["id"])
-    earn, carry = ledger.earnings(agent["id"]), ledger.carry(agent["id"])
-    now = utcnow()
-    month = f"{now.year:04d}-{now.month:02d}"
-    after = (now.replace(day=1) + timedelta(days=32)).replace(day=1, hour=2, tzinfo=timezone.utc)
-    with app.app_context():
-        mod = catalog.get_module("racemod")
-        call_id = calls.open_call(account_id=payer.id, mode="live", mod=mod,
-                                  act=catalog.get_action(mod, "ok"), body={"action": "ok"})
-        assert ledger.balance(earn) == 300_000
-        db.session.remove()
+    c = Charged(app, client, make_account, provider, "racemod")
+    month, after, call_id, earn, carry = c.month, c.after, c.call_id, c.earn, c.carry
 
     # The settlement pauses after reading the earnings balance, before posting (inside
     # its transaction, holding the agent's lock).

@@ -1,5 +1,5 @@
 """x402 pay-per-call: payment requests, ``X-Payment`` / ``PAYMENT-SIGNATURE`` verification
-(EIP-3009 ``TransferWithAuthorization`` recovered with eth-account), single-use
+(EIP-3009 ``TransferWithAuthorization``, checked with the ``x402`` package), single-use
 reservation, settlement (facilitator ``/verify`` + ``/settle``; for test-mode payments only,
 local sandbox settlement) and the ledger credit (DESIGN §8): a live payment credits the live
 balance and needs a facilitator; a sandbox one credits the test balance (``acct_test:``).

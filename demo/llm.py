@@ -16,10 +16,11 @@ Run: ``python -m demo.llm --port 8790`` (``deploy/run-local.d/20-demo-llm.sh``).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from demo import serve_main
 
 
 def _text(content) -> str:
@@ -136,17 +137,7 @@ class DemoLLMHandler(BaseHTTPRequestHandler):
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8790)
-    args = parser.parse_args(argv)
-    server = ThreadingHTTPServer((args.host, args.port), DemoLLMHandler)
-    server.daemon_threads = True
-    print(f"demo LLM on http://{args.host}:{args.port}/v1", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
+    serve_main(DemoLLMHandler, description=__doc__.splitlines()[0], port=8790, label="demo LLM", path="/v1", argv=argv)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,8 @@ def _db_url() -> str:
 
 
 def base_config(**extra) -> dict:
+    from tests.standins import shared_facilitator_url
+
     cfg = {
         "APP_ENV": "test",
         "TESTING": True,
@@ -36,6 +38,9 @@ def base_config(**extra) -> dict:
         "ALLOW_PRIVATE_URLS": True,
         "RATELIMIT_KEY_PREFIX": f"gwtest{os.getpid()}",
         "AUTH_CACHE_TTL": 0.0,
+        # x402 settles live payments only through a facilitator: the suite's default is the
+        # stand-in one (tests/standins.py, demo/facilitator.py), which checks signatures.
+        "X402_FACILITATOR_URL": shared_facilitator_url(),
     }
     cfg.update(extra)
     return cfg

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from urllib.parse import parse_qsl
 
 from app.services.billing.processors import sign_payload
+from demo.facilitator import Facilitator
 from tests.support.standin import Request, StandIn
 
 STRIPE_METHODS = {
@@ -215,32 +216,69 @@ def chain_server(usdc: str):
 
 
 class FakeFacilitator:
-    """An x402 facilitator: answers /verify and /settle as configured."""
+    """The one stand-in x402 facilitator: the demo facilitator (``demo/facilitator.py``:
+    verifies the EIP-3009 signature locally, settles each authorization once and answers a
+    transaction hash) served by a ``StandIn``, with test knobs: ``verify`` / ``settle``
+    (a dict) replace its answer; ``settle_delay`` seconds before ``/settle`` answers (after
+    settling); ``on_settle(body, transaction)`` runs when an authorization is first settled
+    (e.g. to move the USDC on a stand-in chain); ``after_settle(body, answer)`` runs after
+    each settlement, before the answer is sent (e.g. to hang or to kill the caller)."""
 
     def __init__(self):
-        self.verify = {"isValid": True}
-        self.settle = {"success": True, "transaction": "0x" + "ab" * 32, "network": "eip155:8453"}
+        self.facilitator = Facilitator()
+        self.verify: dict | None = None
+        self.settle: dict | None = None
         self.calls: list[tuple[str, dict]] = []
-        self.settle_delay = 0.0  # seconds /settle takes to answer (after settling)
-        self.on_settle = None  # called with the request body when /settle settles (e.g. to move USDC)
+        self.settle_delay = 0.0
+        self.on_settle = None
+        self.after_settle = None
+        self.url: str | None = None
+        self._server: StandIn | None = None
+
+    def answer(self, req: Request):
+        body = req.json()
+        self.calls.append((req.target, body))
+        if req.target.endswith("/verify"):
+            return 200, self.verify if self.verify is not None else self.facilitator.verify(body)
+        answer = self.settle if self.settle is not None else self.facilitator.settle(body, self.on_settle)
+        if self.settle_delay:
+            time.sleep(self.settle_delay)
+        if self.after_settle is not None:
+            self.after_settle(body, answer)
+        return 200, answer
+
+    def start(self) -> str:
+        server = StandIn()
+        server.route("POST", "*")(self.answer)
+        self.url = server.start()
+        self._server = server
+        return self.url
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop()
 
 
 @contextmanager
 def facilitator_server():
+    """A ``FakeFacilitator`` on a free port (``.url``) for the block."""
     state = FakeFacilitator()
-    server = StandIn()
-
-    @server.route("POST", "*")
-    def _answer(req: Request):
-        state.calls.append((req.target, req.json()))
-        if req.target.endswith("/verify"):
-            return 200, state.verify
-        if state.settle.get("success") and state.on_settle is not None:
-            state.on_settle(req.json())
-        if state.settle_delay:
-            time.sleep(state.settle_delay)
-        return 200, state.settle
-
-    with server as url:
-        state.url = url
+    state.start()
+    try:
         yield state
+    finally:
+        state.stop()
+
+
+_SHARED: FakeFacilitator | None = None
+
+
+def shared_facilitator_url() -> str:
+    """The URL of one ``FakeFacilitator`` serving the whole test process (started on first
+    use): the suite's default ``X402_FACILITATOR_URL`` (tests/conftest.py ``base_config``),
+    also given to the servers the tests start."""
+    global _SHARED
+    if _SHARED is None:
+        _SHARED = FakeFacilitator()
+        _SHARED.start()
+    return _SHARED.url

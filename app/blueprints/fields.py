@@ -113,7 +113,8 @@ PAYMENT_REQUIRED_HEADERS = {
                          "schema": {"type": "string"}},
     "X-Price-Cents": {"description": "Price in cents (rounded up).", "schema": {"type": "integer"}},
     "X-Pay-To": {"description": "Address that receives x402 payments (X402_PAY_TO); absent when x402 is "
-                                "off (then neither `PAYMENT-REQUIRED` nor an X-Payment retry is offered).",
+                                "not offered (no X402_PAY_TO, or no facilitator: X402_FACILITATOR_URL); "
+                                "then neither `PAYMENT-REQUIRED` nor an X-Payment retry is offered.",
                  "schema": {"type": "string"}},
     "X-Nonce": {"description": "Random single-use nonce for the payment.", "schema": {"type": "string"}},
 }

@@ -14,7 +14,7 @@ from x402.mechanisms.evm.exact.register import register_exact_evm_client
 from x402.mechanisms.evm.signers import EthAccountSigner
 
 from app.extensions import db
-from app.models import ModuleCall, Payment
+from app.models import ModuleCall, Payment, X402Authorization
 from app.services.billing import ledger
 from tests.gateway_helpers import balance_cents, call, mod, provider, provider_server  # noqa: F401
 
@@ -25,7 +25,7 @@ PAY_TO = "0x000000000000000000000000000000000000f402"
 def x402cfg(app, monkeypatch):
     monkeypatch.setitem(app.config, "X402_PAY_TO", PAY_TO)
     monkeypatch.setitem(app.config, "X402_NETWORKS", ["base"])
-    monkeypatch.setitem(app.config, "X402_FACILITATOR_URL", None)
+    assert app.config["X402_FACILITATOR_URL"]  # the stand-in facilitator (tests/conftest.py)
     return app
 
 
@@ -139,4 +139,28 @@ def test_x402_v1_body_and_x_payment_response(app, client, make_account, mod, x40
     assert r.status_code == 200, r.get_json()
     settle = decode_payment_response_header(r.headers["X-PAYMENT-RESPONSE"])
     assert settle.success and settle.network == "base" and settle.payer == wallet.address
+    ledger_clean()
+
+
+def test_without_facilitator_a_live_key_is_not_offered_x402(app, client, make_account, mod, x402cfg,
+                                                            monkeypatch, ledger_clean):
+    """Sandbox settlement serves test mode only: with no facilitator configured the 402 of a
+    live key offers no x402 (no PAYMENT-REQUIRED, no X-Pay-To, no `accepts`), and a payment
+    is refused (`facilitator_required`) — nothing reserved, nothing credited."""
+    acct = make_account(cents=0)
+    paid = _pay(call(client, acct, {"action": "ok"}), EthAccount.create())  # made while x402 was offered
+    monkeypatch.setitem(app.config, "X402_FACILITATOR_URL", None)
+    r = call(client, acct, {"action": "ok"})
+    body = r.get_json()
+    assert r.status_code == 402 and body["error"] == "payment_required" and body["pay_to"] is None
+    assert "PAYMENT-REQUIRED" not in r.headers and "X-Pay-To" not in r.headers and "accepts" not in body
+    assert "X-Payment" not in body["message"] and "/api/wallet/fund" in body["message"]
+    r = call(client, acct, {"action": "ok"}, headers={"PAYMENT-SIGNATURE": paid})
+    assert r.status_code == 402 and r.get_json()["error"] == "payment_invalid"
+    assert r.get_json()["reason"] == "facilitator_required" and "PAYMENT-REQUIRED" not in r.headers
+    assert balance_cents(app, acct.id) == 0
+    with app.app_context():
+        assert db.session.query(X402Authorization).count() == 0
+        assert db.session.query(ModuleCall).filter_by(account_id=acct.id).count() == 0
+        db.session.remove()
     ledger_clean()

@@ -20,8 +20,6 @@ from tests.api.test_wallet import USDC_BASE, connect_evm
 from tests.gateway_helpers import balance_cents, call, mod, provider, provider_server  # noqa: F401
 from tests.standins import chain_server, facilitator_server
 
-SETTLE_TX = "0x" + "5e" * 32
-
 
 @pytest.fixture
 def rails(app, monkeypatch):
@@ -33,12 +31,11 @@ def rails(app, monkeypatch):
                            "USDC_DEPOSIT_ADDRESS": PAY_TO, "CHAIN_CONFIRMATIONS": 0,
                            "CHAIN_WATCH_LOOKBACK_BLOCKS": 100, "X402_FACILITATOR_TIMEOUT_SECONDS": 1.0}.items():
             monkeypatch.setitem(app.config, key, value)
-        fac.settle = {"success": True, "transaction": SETTLE_TX, "network": "eip155:8453"}
 
-        def move_usdc(body):
+        def move_usdc(body, tx):
             auth = body["paymentPayload"]["payload"]["authorization"]
             node.transfer_with_authorization(auth["from"], auth["to"], int(auth["value"]), auth["nonce"],
-                                             block=node.block, tx=SETTLE_TX)
+                                             block=node.block, tx=tx)
         fac.on_settle = move_usdc
         yield node, fac
 

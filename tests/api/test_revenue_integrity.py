@@ -50,19 +50,33 @@ def test_owner_and_its_agents_accrue_no_share(app, client, make_account, provide
     ledger_clean()
 
 
+class Charged:
+    """A 1-USD call to a module of agent ``agent`` by ``payer``, still pending (refundable),
+    in the current ``month``, which can be settled ``after``."""
+
+    def __init__(self, app, client, make_account, provider, slug):
+        owner, self.payer = make_account(), make_account(cents=1000)
+        self.agent = register(client, owner, Keypair(), name="seller").get_json()
+        create_module(app, slug, provider, {"ok": (100, "/ok")}, owner_agent_id=self.agent["id"])
+        self.earn, self.carry = ledger.earnings(self.agent["id"]), ledger.carry(self.agent["id"])
+        now = utcnow()
+        self.month = f"{now.year:04d}-{now.month:02d}"
+        self.after = (now.replace(day=1) + timedelta(days=32)).replace(day=1, hour=2, tzinfo=timezone.utc)
+        with app.app_context():
+            self.mod = catalog.get_module(slug)
+            self.call_id = self.call()
+            assert ledger.balance(self.earn) == 300_000
+            db.session.remove()
+
+    def call(self) -> str:
+        return calls.open_call(account_id=self.payer.id, mode="live", mod=self.mod,
+                               act=catalog.get_action(self.mod, "ok"), body={"action": "ok"})
+
+
 def test_refund_after_settlement_is_a_negative_carry_over(app, client, make_account, provider, ledger_clean):
-    owner, payer = make_account(), make_account(cents=1000)
-    agent = register(client, owner, Keypair(), name="seller").get_json()
-    create_module(app, "latemod", provider, {"ok": (100, "/ok")}, owner_agent_id=agent["id"])
-    earn, carry = ledger.earnings(agent["id"]), ledger.carry(agent["id"])
-    now = utcnow()
-    month = f"{now.year:04d}-{now.month:02d}"
-    after = (now.replace(day=1) + timedelta(days=32)).replace(day=1, hour=2, tzinfo=timezone.utc)
+    c = Charged(app, client, make_account, provider, "latemod")
+    agent, earn, carry, month, after, call_id = c.agent, c.earn, c.carry, c.month, c.after, c.call_id
     with app.app_context():
-        mod = catalog.get_module("latemod")
-        call_id = calls.open_call(account_id=payer.id, mode="live", mod=mod,
-                                  act=catalog.get_action(mod, "ok"), body={"action": "ok"})
-        assert ledger.balance(earn) == 300_000
         assert settlement.settle_month(month, now=after)["settled"] == 1
         assert calls.refund(call_id, "swept") is True           # the call failed after settlement
         assert ledger.balance(earn) == 0                         # never negative
@@ -70,8 +84,7 @@ def test_refund_after_settlement_is_a_negative_carry_over(app, client, make_acco
         assert ledger.check() == []
         # The next earnings repay the carry-over first (the next month's settlement takes
         # what accrued since the last one).
-        calls.open_call(account_id=payer.id, mode="live", mod=mod,
-                        act=catalog.get_action(mod, "ok"), body={"action": "ok"})
+        c.call()
         agent_acct = agent["account_id"]
         before = ledger.cached_balance(agent_acct)
         later = (after + timedelta(days=32)).replace(day=1, hour=2)

@@ -1,6 +1,7 @@
 """The official x402 client (``x402_requests`` + an eth-account test wallet) pays for a
-module call against a running gunicorn in sandbox mode — no code of ours on the client
-side — and a second use of the same payment is refused."""
+module call against a running gunicorn with a live key, settled through the tests'
+stand-in facilitator (``demo/facilitator.py``: it checks the EIP-3009 signature) — no code of
+ours on the client side — and a second use of the same payment is refused."""
 from __future__ import annotations
 
 import subprocess
@@ -33,7 +34,7 @@ def test_official_x402_client_pays_for_a_call(app, make_account, ledger_clean):
         env = app_env(base_config())
         env["DEMO_PROVIDER_URL"] = f"http://127.0.0.1:{server.server_address[1]}"
         env["X402_PAY_TO"] = "0x000000000000000000000000000000000000f402"
-        env.pop("X402_FACILITATOR_URL", None)  # sandbox settlement
+        assert env["X402_FACILITATOR_URL"]  # the stand-in facilitator (tests/conftest.py base_config)
         subprocess.run([sys.executable, "-m", "flask", "--app", "wsgi", "catalog", "load"],
                        cwd=ROOT, env=env, check=True, capture_output=True)
         acct = make_account(cents=0)
@@ -49,7 +50,7 @@ def test_official_x402_client_pays_for_a_call(app, make_account, ledger_clean):
             assert r.status_code == 200, r.text
             assert r.json()["result"]["words"] == 3
             settle = decode_payment_response_header(r.headers["PAYMENT-RESPONSE"])
-            assert settle.success and settle.payer == wallet.address
+            assert settle.success and settle.payer == wallet.address and len(settle.transaction) == 66
             sent = r.request.headers["PAYMENT-SIGNATURE"]
 
             # the same payment, replayed by hand: refused, nothing charged

@@ -1,5 +1,6 @@
 """x402 under fault, for ``money_under_fault``: payers that pay each call by x402 through a
-stand-in facilitator that really moves USDC on a stand-in chain, and two faults:
+stand-in facilitator (the one of the tests, which checks the EIP-3009 signatures) whose
+settlements really move USDC on a stand-in chain, and two faults:
 
   * ``x402hang`` – the facilitator settles (the USDC moves) and then never answers ``/settle``
     within X402_FACILITATOR_TIMEOUT_SECONDS;
@@ -13,7 +14,6 @@ charged calls: the payer's USDC booked exactly once, as the call's charge or as 
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import signal
 import threading
@@ -26,29 +26,32 @@ from eth_account import Account as EthAccount
 
 from tests.api.test_module_call_x402 import PAY_TO, _pay
 from tests.api.test_wallet import USDC_BASE
-from tests.standins import chain_server
-from tests.support.standin import Request, StandIn
+from tests.standins import FakeFacilitator, chain_server
 
 FAULTS = ("x402hang", "x402kill")
 TIMEOUT = 1.0  # X402_FACILITATOR_TIMEOUT_SECONDS
 
 
 class X402Rails:
-    """The stand-in chain and facilitator, and what moved on chain."""
+    """The stand-in chain and the one stand-in facilitator (``tests.standins.FakeFacilitator``:
+    it checks each EIP-3009 signature and settles each authorization once), whose
+    settlements move the USDC on the chain; and what moved."""
 
     def __init__(self):
         self.mode = "ok"  # ok | hang | kill (one kill, then ok)
         self.injected = {"hang": 0, "kill": 0}
         self.kill_workers = None  # set by the driver: kills every gunicorn worker
         self.moved: dict[tuple[str, str], int] = {}  # (payer, nonce) -> atomic USDC moved
+        self.faults: dict[tuple[str, str], str] = {}  # (payer, nonce) -> the fault of its settlement
         self.lock = threading.Lock()
         self._stack = ExitStack()
 
     def __enter__(self):
         self.node = self._stack.enter_context(chain_server(USDC_BASE))
-        fac = StandIn()
-        fac.route("POST", "*")(self._answer)
-        self.facilitator_url = self._stack.enter_context(fac)
+        self.facilitator = FakeFacilitator()
+        self.facilitator.on_settle, self.facilitator.after_settle = self._move, self._fault
+        self.facilitator_url = self.facilitator.start()
+        self._stack.callback(self.facilitator.stop)
         return self
 
     def __exit__(self, *exc):
@@ -61,16 +64,16 @@ class X402Rails:
                 "X402_FACILITATOR_TIMEOUT_SECONDS": str(TIMEOUT), "X402_RECONCILE_AFTER_SECONDS": "2",
                 "PROMO_GRANT_CENTS": "0"}
 
-    def _answer(self, req: Request):
-        body = req.json()
-        if req.target.endswith("/verify"):
-            return 200, {"isValid": True}
+    @staticmethod
+    def _key(body: dict) -> tuple[str, str]:
         auth = body["paymentPayload"]["payload"]["authorization"]
-        key = (auth["from"].lower(), auth["nonce"].lower())
-        tx = "0x" + hashlib.sha256(key[1].encode()).hexdigest()
-        with self.lock:  # settle once per authorization, as the USDC contract allows
-            if key in self.moved:
-                return 200, {"success": False, "errorReason": "authorization_already_used"}
+        return auth["from"].lower(), auth["nonce"].lower()
+
+    def _move(self, body: dict, tx: str) -> None:
+        """The first settlement of an authorization: the USDC moves on chain."""
+        auth = body["paymentPayload"]["payload"]["authorization"]
+        key = self._key(body)
+        with self.lock:
             self.moved[key] = int(auth["value"])
             self.node.transfer_with_authorization(auth["from"], auth["to"], int(auth["value"]), auth["nonce"],
                                                   block=self.node.block, tx=tx)
@@ -80,12 +83,17 @@ class X402Rails:
                 self.mode = "ok"
             if mode in self.injected:
                 self.injected[mode] += 1
+                self.faults[key] = mode
+
+    def _fault(self, body: dict, answer: dict) -> None:
+        """After settling, before answering: hang past the gateway's timeout, or kill it."""
+        with self.lock:
+            mode = self.faults.pop(self._key(body), "ok") if answer.get("success") else "ok"
         if mode == "hang":
             time.sleep(TIMEOUT * 3)
         elif mode == "kill" and self.kill_workers is not None:
             self.kill_workers()
             time.sleep(TIMEOUT)
-        return 200, {"success": True, "transaction": tx, "network": "eip155:8453", "payer": key[0]}
 
 
 def kill_all(gunicorn, note):

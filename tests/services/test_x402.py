@@ -28,7 +28,6 @@ PAY_TO = "0x000000000000000000000000000000000000f402"
 def cfg(app, monkeypatch):
     monkeypatch.setitem(app.config, "X402_PAY_TO", PAY_TO)
     monkeypatch.setitem(app.config, "X402_NETWORKS", ["base", "polygon"])
-    monkeypatch.setitem(app.config, "X402_FACILITATOR_URL", None)
     with app.app_context():
         yield app
         db.session.remove()
@@ -107,17 +106,20 @@ def test_refusals_are_402_with_reason(cfg, wallet, mutation, reason):
     assert exc.value.status == 402 and exc.value.code == "payment_invalid" and exc.value.reason == reason
 
 
-def test_sandbox_accept_book_and_replay(cfg, make_account, wallet, ledger_clean):
+def test_sandbox_settlement_credits_test_money_only(cfg, make_account, wallet, ledger_clean):
+    """A test-mode payment settles locally (sandbox) and credits the test balance
+    (``acct_test:``) from ``external:sandbox``; the live balance never moves."""
     acct = make_account(cents=0)
     header = _header_v2(wallet, 5)
-    pay = x402.accept(header, account_id=acct.id, price_micros=50_000, resource_url="http://gw.test/x")
+    pay = x402.accept(header, account_id=acct.id, price_micros=50_000, resource_url="http://gw.test/x", mode="test")
     assert pay.sandbox and pay.value_atomic == 50_000
-    # The call's transaction: payment credit + the charge, together.
     pid = x402.book(pay, call_id="call_1")
-    ledger.post("call_charge", [(ledger.customer(acct.id), -50_000), (ledger.REVENUE, 50_000)],
-                ref="call:call_1", account_id=acct.id)
     db.session.commit()
-    assert db.session.get(Payment, pid).status == "succeeded"
+    payment = db.session.get(Payment, pid)
+    assert (payment.status, payment.mode, payment.processor) == ("succeeded", "test", "sandbox")
+    assert ledger.balance(ledger.customer(acct.id, "test")) == 50_000
+    assert ledger.balance(ledger.customer(acct.id)) == 0 and ledger.cached_balance(acct.id) == 0
+    assert ledger.balance(ledger.external("sandbox")) == -50_000
     assert db.session.execute(db.select(X402Authorization.status)).scalar_one() == "settled"
     resp = decode_payment_response_header(x402.response_headers(pay)["PAYMENT-RESPONSE"])
     assert resp.success and resp.payer == wallet.address and resp.network == "eip155:8453"
@@ -127,6 +129,32 @@ def test_sandbox_accept_book_and_replay(cfg, make_account, wallet, ledger_clean)
     ledger_clean()
 
 
+def test_live_payment_without_facilitator_is_refused(cfg, make_account, wallet):
+    """No facilitator: x402 is not offered, and a live payment is refused before anything is
+    reserved or credited (sandbox settlement never serves live money)."""
+    acct = make_account(cents=0)
+    header = _header_v2(wallet, 5)
+    cfg.config["X402_FACILITATOR_URL"] = None
+    assert not x402.offered() and x402.payment_required(5, "http://gw.test/x") == ({}, {})
+    with pytest.raises(x402.PaymentInvalid) as exc:
+        x402.accept(header, account_id=acct.id, price_micros=50_000, resource_url="http://gw.test/x")
+    assert exc.value.reason == "facilitator_required" and "X402_FACILITATOR_URL" in exc.value.message
+    assert db.session.query(X402Authorization).count() == 0 and ledger.balance(ledger.customer(acct.id)) == 0
+
+
+def test_test_mode_reservation_is_never_submitted_to_a_facilitator(cfg, make_account, wallet):
+    """A sandbox reservation whose booking never committed: reconciliation releases it
+    without asking the facilitator to settle it (that would move real USDC for play money)."""
+    acct = make_account(cents=0)
+    with facilitator_server() as fac:
+        cfg.config["X402_FACILITATOR_URL"] = fac.url
+        x402.accept(_header_v2(wallet), account_id=acct.id, price_micros=50_000, resource_url="http://gw.test/x",
+                    mode="test")  # the process dies before booking
+        assert x402.reconcile(older_than_seconds=0)["released"] == 1
+        assert fac.calls == []
+    assert db.session.execute(db.select(X402Authorization.status)).scalar_one() == "released"
+
+
 def test_facilitator_verify_and_settle(cfg, make_account, wallet, ledger_clean):
     acct = make_account(cents=0)
     with facilitator_server() as fac:
@@ -134,7 +162,7 @@ def test_facilitator_verify_and_settle(cfg, make_account, wallet, ledger_clean):
         pay = x402.accept(_header_v2(wallet), account_id=acct.id, price_micros=50_000, resource_url="http://gw.test/x")
         assert [p for p, _ in fac.calls] == ["/verify", "/settle"]
         assert fac.calls[1][1]["paymentRequirements"]["payTo"] == PAY_TO
-        assert not pay.sandbox and pay.transaction == "0x" + "ab" * 32
+        assert not pay.sandbox and len(pay.transaction) == 66  # the facilitator's settlement tx hash
         x402.book(pay)
         db.session.commit()
         assert ledger.balance(ledger.external("x402")) == -50_000

@@ -28,10 +28,11 @@ def app_env(cfg: dict) -> dict:
         "RATELIMIT_KEY_PREFIX": cfg["RATELIMIT_KEY_PREFIX"],
         "PYTHONPATH": str(ROOT),
     })
-    if cfg.get("REDIS_URL"):
-        env["REDIS_URL"] = cfg["REDIS_URL"]
-    else:
-        env.pop("REDIS_URL", None)
+    for name in ("REDIS_URL", "X402_FACILITATOR_URL"):  # the facilitator: the tests' stand-in
+        if cfg.get(name):
+            env[name] = cfg[name]
+        else:
+            env.pop(name, None)
     return env
 
 

@@ -32,10 +32,11 @@ class ModuleCallView(MethodView):
         400: "`invalid_request`, `unknown_action`, or `invalid_payment` (the X-Payment / PAYMENT-SIGNATURE "
              "header is not base64/base64url JSON of an x402 exact EVM payload).",
         402: ("`payment_required`: the balance cannot cover the price. The body adds `price_cents`, "
-              "`pay_to`, `nonce`, `fund_endpoint` and the x402 v1 payment request (`x402Version`, "
-              "`accepts`); nothing was charged or recorded. `payment_invalid`: the X-Payment was refused "
+              "`pay_to`, `nonce`, `fund_endpoint` and, when x402 is offered, the x402 v1 payment request "
+              "(`x402Version`, `accepts`); nothing was charged or recorded. `payment_invalid`: the X-Payment was refused "
               "(`reason`: unsupported_scheme, unsupported_network, wrong_asset, wrong_recipient, "
-              "insufficient_amount, not_yet_valid, expired, invalid_signature, replayed, or the "
+              "insufficient_amount, amount_exceeds_price, not_yet_valid, expired, invalid_signature, "
+              "replayed, x402_disabled, facilitator_required, settlement_unavailable, or the "
               "facilitator's reason).", PAYMENT_REQUIRED_HEADERS),
         404: "`module_not_found`",
         409: "`idempotency_key_reused` / `idempotency_key_in_use`",

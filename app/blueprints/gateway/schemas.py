@@ -35,8 +35,10 @@ class ModuleCallHeadersSchema(InputSchema):
                                  "`X-Pay-To`, validity window, network, asset, single use), settles it, "
                                  "credits the amount and charges the call in one transaction; the answer "
                                  "carries `X-PAYMENT-RESPONSE`. Undecodable: 400 `invalid_payment`; refused: "
-                                 "402 `payment_invalid` with `reason`. When x402 is off (no `X-Pay-To` on "
-                                 "the 402) the header is ignored."})
+                                 "402 `payment_invalid` with `reason`. When x402 is not offered (no `X-Pay-To` "
+                                 "on the 402) a payment is refused: `x402_disabled` (no X402_PAY_TO) or "
+                                 "`facilitator_required` (no facilitator; live payments settle only "
+                                 "through one)."})
     payment_signature = ma.fields.String(
         data_key="PAYMENT-SIGNATURE", validate=ma.validate.Length(max=HEADER_MAX),
         metadata={"description": "x402 v2 name of the payment header; same meaning as X-Payment."})

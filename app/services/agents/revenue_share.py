@@ -9,7 +9,11 @@ taken back (DESIGN §3, docs/money.md "Revenue share").
 * ``reverse(legs)``: the legs of a refund. An ``earnings:`` debit larger than what the
   agent still has accrued (its month was already settled) takes the rest from
   ``carry:<agent>``, a negative carry-over (a receivable, never positive) instead of a
-  negative earnings balance.
+  negative earnings balance. Race-free: it locks the agent's row (``SELECT … FOR UPDATE``)
+  before reading the earnings balance — the lock the monthly settlement takes before it
+  reads that balance — so a refund and a settlement (or two refunds) of the same agent
+  never act on a balance the other is changing; the second reads what the first committed
+  (tests/api/test_revenue_share_race.py).
 * ``recover(agent_id, amount)``: at settlement, the part of ``amount`` that repays the
   carry-over first; the rest reaches the agent's balance.
 
@@ -50,6 +54,7 @@ def reverse(legs: list[tuple[str, int]]) -> list[tuple[str, int]]:
     out: list[tuple[str, int]] = []
     for code, amount in legs:
         if code.startswith(ledger.EARNINGS) and amount < 0:
+            lock_agent(code[len(ledger.EARNINGS):])
             available = max(ledger.balance(code), 0)
             taken = min(available, -amount)
             out.append((code, -taken))
@@ -59,7 +64,14 @@ def reverse(legs: list[tuple[str, int]]) -> list[tuple[str, int]]:
     return out
 
 
+def lock_agent(agent_id: str) -> None:
+    """Lock the agent's row until the caller's transaction ends: what serializes every
+    read-then-post of its earnings and carry-over (settlement, refunds)."""
+    db.session.execute(select(Agent.id).where(Agent.id == agent_id).with_for_update())
+
+
 def recover(agent_id: str, amount_micros: int) -> int:
-    """How much of a settlement of ``amount_micros`` repays the agent's carry-over."""
+    """How much of a settlement of ``amount_micros`` repays the agent's carry-over (the
+    caller holds the agent's lock, ``lock_agent``)."""
     owed = -ledger.balance(ledger.carry(agent_id))
     return max(0, min(owed, amount_micros))

@@ -1,9 +1,10 @@
 """The one 402 ``payment_required`` builder (SPEC part 7), used by module calls and chat.
 
 Headers: ``WWW-Authenticate: X402 realm="gateway", nonce="…"``, ``X-Price-Cents``,
-``X-Nonce`` (random per response) and, when x402 is on, ``X-Pay-To`` (``X402_PAY_TO``)
-and x402's v2 ``PAYMENT-REQUIRED``; when x402 is off neither is sent (never an empty
-``X-Pay-To``) and the message does not offer an ``X-Payment`` retry. Body: the error, a
+``X-Nonce`` (random per response) and, when x402 is offered (``X402_PAY_TO`` and a
+facilitator, ``x402.offered``), ``X-Pay-To`` (``X402_PAY_TO``) and x402's v2
+``PAYMENT-REQUIRED``; otherwise neither is sent (never an empty ``X-Pay-To``) and the
+message does not offer an ``X-Payment`` retry. Body: the error, a
 message pointing to ``POST /api/wallet/fund`` (usable by keys with ``billing:write`` and
 by agent sessions), and ``price_cents``, ``pay_to`` (null when x402 is off), ``nonce``,
 ``fund_endpoint`` plus x402's v1 payment request (``x402Version``, ``accepts``) when on.
@@ -31,11 +32,11 @@ def payment_required(price_cents: int, *, subject: str, cost: str, alternative: 
                      x402_retry: str | None = None) -> PaymentRequired:
     """402 for ``subject`` costing ``cost`` (``price_cents`` rounded up to cents), which the
     balance cannot cover. The message names ``POST /api/wallet/fund``, ``alternative`` and,
-    when x402 is on, ``x402_retry`` (e.g. "retry the call with an X-Payment header");
+    when x402 is offered, ``x402_retry`` (e.g. "retry the call with an X-Payment header");
     ``path``/``description`` name the resource in the x402 request; ``headers`` are added."""
     cents = int(price_cents)
     nonce = "n_" + secrets.token_urlsafe(18)
-    pay_to = current_app.config.get("X402_PAY_TO") or None  # None: x402 is off (production without it)
+    pay_to = current_app.config["X402_PAY_TO"] if x402.offered() else None  # None: x402 not offered
     others = [a for a in (alternative, x402_retry if pay_to else None) if a]
     msg = (f"{subject} costs {cost} and your balance cannot cover it. Add credits "
            f"with {FUND_ENDPOINT}" + "".join(f" or {a}" for a in others) + ".")

@@ -85,7 +85,7 @@ def server(app) -> Iterator[Server]:  # noqa: F811 - the project's app fixture (
             env.update({"DEMO_PROVIDER_URL": f"http://127.0.0.1:{provider.server_address[1]}",
                         "DEMO_LLM_BASE_URL": llm_url + "/v1", "X402_PAY_TO": X402_PAY_TO,
                         "AGENT_SESSION_TTL_SECONDS": str(AGENT_SESSION_TTL)})
-            for name in ("X402_FACILITATOR_URL", "CHAT_CATALOG", "CHAT_HOST"):
+            for name in ("CHAT_CATALOG", "CHAT_HOST"):
                 env.pop(name, None)
             subprocess.run([sys.executable, "-m", "flask", "--app", "wsgi", "catalog", "load"],
                            cwd=ROOT, env=env, check=True, capture_output=True)

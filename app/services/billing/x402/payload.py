@@ -1,6 +1,9 @@
-"""x402 payment payloads: read the ``X-Payment`` / ``PAYMENT-SIGNATURE`` header, decode it and
-verify the EIP-3009 ``TransferWithAuthorization`` (signature recovered with eth-account)
-against a price. Pure checks: nothing here writes to the database.
+"""x402 payment payloads: read the ``X-Payment`` / ``PAYMENT-SIGNATURE`` header, decode it
+(base64 or base64url, bounded: the ``x402`` package's ``decode_payment_signature_header``
+takes neither base64url nor a size limit), parse it as the package's ``PaymentPayload`` /
+``PaymentPayloadV1`` and ``ExactEIP3009Payload``, and verify the EIP-3009
+``TransferWithAuthorization`` against a price (the package's EIP-712 hash and EOA signature
+check). Pure checks: nothing here writes to the database.
 """
 from __future__ import annotations
 
@@ -10,6 +13,12 @@ import json
 import time
 
 from eth_utils import is_hex_address, to_checksum_address
+from pydantic import ValidationError
+from x402.mechanisms.evm.eip712 import hash_eip3009_authorization
+from x402.mechanisms.evm.types import ExactEIP3009Authorization, ExactEIP3009Payload
+from x402.mechanisms.evm.verify import verify_eoa_signature
+from x402.schemas import PaymentPayload
+from x402.schemas.v1 import PaymentPayloadV1
 
 from app.errors import DomainError
 from app.services.billing import chains
@@ -68,15 +77,25 @@ def decode(value: str) -> dict:
         raise InvalidPayment("The payment header does not contain JSON.") from None
     if not isinstance(data, dict):
         raise InvalidPayment("The payment header must be a JSON object.")
-    inner = data.get("payload")
-    auth = inner.get("authorization") if isinstance(inner, dict) else None
-    if data.get("x402Version") not in (1, 2) or not isinstance(auth, dict) \
-            or not isinstance(inner.get("signature"), str):
+    parse(data)
+    return data
+
+
+def parse(data: dict) -> tuple[PaymentPayload | PaymentPayloadV1, ExactEIP3009Payload]:
+    """The decoded payload as the ``x402`` package's types: the v1 or v2 ``PaymentPayload``
+    and its ``exact`` EVM (EIP-3009) payload. 400 ``invalid_payment`` when it is not one."""
+    try:
+        payload = (PaymentPayloadV1 if data.get("x402Version") == 1 else PaymentPayload).model_validate(data)
+    except ValidationError:
+        raise InvalidPayment("The payment header is not an x402 v1/v2 exact EVM payment payload.") from None
+    inner = payload.payload
+    auth = inner.get("authorization")
+    if data.get("x402Version") not in (1, 2) or not isinstance(auth, dict) or not isinstance(inner.get("signature"), str):
         raise InvalidPayment("The payment header is not an x402 v1/v2 exact EVM payment payload.")
     for key in ("from", "to", "value", "validAfter", "validBefore", "nonce"):
         if not isinstance(auth.get(key), (str, int)) or isinstance(auth.get(key), bool):
             raise InvalidPayment(f"The payment authorization lacks `{key}`.")
-    return data
+    return payload, ExactEIP3009Payload.from_dict(inner)
 
 
 def _int(value, name: str) -> int:
@@ -89,23 +108,20 @@ def _int(value, name: str) -> int:
     return out
 
 
-def _network_of(data: dict) -> tuple[str, str | None, str]:
+def _network_of(payload: PaymentPayload | PaymentPayloadV1) -> tuple[str, str | None, str]:
     """(chain name, asset named by the payload or None, scheme)."""
-    if data["x402Version"] == 2:
-        acc = data.get("accepted")
-        if not isinstance(acc, dict):
-            raise InvalidPayment("x402 v2 payload lacks `accepted`.")
-        caip = str(acc.get("network", ""))
-        chain = next((c for c, v in chains.CAIP2.items() if v == caip), caip)
-        return chain, acc.get("asset"), str(acc.get("scheme", ""))
-    return str(data.get("network", "")), None, str(data.get("scheme", ""))
+    network = str(payload.get_network())
+    chain = next((c for c, v in chains.CAIP2.items() if v == network), network)
+    asset = payload.accepted.asset if isinstance(payload, PaymentPayload) else None
+    return chain, asset, str(payload.get_scheme())
 
 
 def verify(data: dict, price_micros: int) -> dict:
     """Check a decoded payload locally; returns the authorization facts. 402 when refused."""
     if not enabled():
         raise PaymentInvalid("x402_disabled", "x402 payments are not enabled on this deployment (X402_PAY_TO).")
-    chain, asset, scheme = _network_of(data)
+    payload, evm = parse(data)
+    chain, asset, scheme = _network_of(payload)
     if scheme != "exact":
         raise PaymentInvalid("unsupported_scheme", f"Scheme `{scheme}` is not accepted; use `exact`.")
     if chain not in networks():
@@ -114,7 +130,7 @@ def verify(data: dict, price_micros: int) -> dict:
     usdc = to_checksum_address(chains.usdc_contract(chain))
     if asset is not None and (not isinstance(asset, str) or asset.lower() != usdc.lower()):
         raise PaymentInvalid("wrong_asset", f"Only USDC ({usdc}) is accepted on {chain}.")
-    auth, signature = data["payload"]["authorization"], data["payload"]["signature"]
+    auth, signature = data["payload"]["authorization"], evm.signature
     for key in ("from", "to"):
         if not isinstance(auth[key], str) or not is_hex_address(auth[key]):
             raise InvalidPayment(f"The payment authorization `{key}` is not an address.")
@@ -136,26 +152,18 @@ def verify(data: dict, price_micros: int) -> dict:
     if valid_before <= now + VALID_BEFORE_MARGIN_SECONDS:
         raise PaymentInvalid("expired", "The authorization has expired (validBefore).")
     name, version = chains.USDC_EIP712[chain]
-    typed = {
-        "types": {
-            "EIP712Domain": [{"name": "name", "type": "string"}, {"name": "version", "type": "string"},
-                             {"name": "chainId", "type": "uint256"},
-                             {"name": "verifyingContract", "type": "address"}],
-            "TransferWithAuthorization": [
-                {"name": "from", "type": "address"}, {"name": "to", "type": "address"},
-                {"name": "value", "type": "uint256"}, {"name": "validAfter", "type": "uint256"},
-                {"name": "validBefore", "type": "uint256"}, {"name": "nonce", "type": "bytes32"}],
-        },
-        "primaryType": "TransferWithAuthorization",
-        "domain": {"name": name, "version": version, "chainId": chains.CHAIN_IDS[chain], "verifyingContract": usdc},
-        "message": {"from": payer, "to": to, "value": value, "validAfter": valid_after,
-                    "validBefore": valid_before, "nonce": bytes.fromhex(nonce[2:])},
-    }
+    digest = hash_eip3009_authorization(
+        ExactEIP3009Authorization(from_address=payer, to=to, value=str(value), valid_after=str(valid_after),
+                                  valid_before=str(valid_before), nonce=nonce),
+        chains.CHAIN_IDS[chain], usdc, name, version)
     sig_bytes = crypto.evm_signature(signature)
-    recovered = crypto.recover_typed_data(typed, sig_bytes) if sig_bytes is not None else None
-    if recovered is None:
+    try:
+        signed = sig_bytes is not None and verify_eoa_signature(digest, sig_bytes, payer)
+    except ValueError:  # not a recoverable (r, s, v)
+        sig_bytes = None
+    if sig_bytes is None:
         raise PaymentInvalid("invalid_signature", "The authorization signature is malformed.")
-    if recovered != payer:
+    if not signed:
         raise PaymentInvalid("invalid_signature", "The authorization was not signed by `from`.")
     if value > price_atomic:  # the `exact` scheme: the authorization moves the price, no more
         raise PaymentInvalid("amount_exceeds_price", f"The authorization is for {value} atomic USDC; the "

@@ -9,9 +9,10 @@ Run by the schedule (``x402-reconcile``) and by ``flask money reconcile``:
   the chain, when an RPC endpoint is configured, says whether the EIP-3009 authorization was
   used (``authorizationState``); otherwise, or when it was not used yet, the facilitator is
   asked to settle it again. Used or settled → booked as account credit (the call was
-  refused, the money stays as balance); refused, expired unused, or a sandbox
-  authorization (nothing moved) → ``released``. A facilitator that still does not answer
-  leaves it ``reserved`` for the next run (``flask money reconcile`` reports it as stuck).
+  refused, the money stays as balance); refused, expired unused, or a sandbox (test-mode)
+  authorization (kept without payload: nothing moved, nothing may ever submit it) →
+  ``released``. A facilitator that does not answer, or none configured any more, leaves a
+  live one ``reserved`` for the next run (``flask money reconcile`` reports it as stuck).
 
 Booking goes through the book of outside money (``outside``): if the deposit watcher
 credited the same transfer first, booking finds its reference and changes nothing.
@@ -74,7 +75,7 @@ def _release(row: X402Authorization, reason: str) -> str:
 
 def _resolve(row: X402Authorization) -> str:
     """One reserved authorization: booked, released, or left (``pending``)."""
-    if not current_app.config.get("X402_FACILITATOR_URL") or not row.payload:
+    if not row.payload:  # a sandbox (test-mode) reservation: never submitted anywhere
         return _release(row, "sandbox authorization never booked: nothing was settled")
     nonce = row.auth_key.rsplit(":", 1)[1]
     if chains.rpc_url(row.network):
@@ -85,14 +86,16 @@ def _resolve(row: X402Authorization) -> str:
                 return _release(row, "expired unused on chain")
         except ServiceUnavailable as exc:
             log.warning("x402 reconcile %s: chain unavailable: %s", row.id, exc.message)
+    if not current_app.config.get("X402_FACILITATOR_URL"):  # a live one: only its facilitator can tell
+        return "pending"
     facts = {"data": row.payload, "version": int(row.payload.get("x402Version") or 2), "chain": row.network}
     settled = _facilitator("/settle", facts, int(row.price_micros or row.value_atomic),
                            current_app.config["BASE_URL"])
-    if settled.get("success") is True:
-        return _book(row, str(settled.get("transaction") or "").lower() or None)
-    if settled.get("_unavailable"):
+    if settled is None:
         return "pending"
-    return _release(row, "facilitator refused on reconciliation: " + str(settled.get("errorReason") or "?"))
+    if settled.success:
+        return _book(row, settled.transaction.lower() or None)
+    return _release(row, "facilitator refused on reconciliation: " + str(settled.error_reason or "?"))
 
 
 def reconcile(older_than_seconds: int | None = None) -> dict:

@@ -1,13 +1,15 @@
-"""x402 payment requirements: which networks and payee are configured, the ``exact``-scheme
-requirements for a price, and the 402 challenge body and headers.
+"""x402 payment requirements: which networks and payee are configured, whether x402 is
+offered, the ``exact``-scheme requirements for a price (the ``x402`` package's
+``PaymentRequirements`` / ``PaymentRequirementsV1``), and the 402 challenge body and headers
+(``PaymentRequired``, encoded by ``x402.http.utils``).
 """
 from __future__ import annotations
 
-import base64
-import json
-
 from eth_utils import to_checksum_address
 from flask import current_app
+from x402.http.utils import encode_payment_required_header
+from x402.schemas import PaymentRequired, PaymentRequirements, ResourceInfo
+from x402.schemas.v1 import PaymentRequirementsV1
 
 from app.services.billing import chains
 
@@ -18,8 +20,16 @@ ATOMIC_PER_CENT = 10_000  # USDC has 6 decimals: one atomic unit is one micro-do
 
 
 def enabled() -> bool:
-    """x402 is on when a pay-to address is configured (always outside production)."""
+    """A pay-to address is configured (always outside production): payment headers are read."""
     return bool(current_app.config.get("X402_PAY_TO"))
+
+
+def offered() -> bool:
+    """x402 is offered in 402 responses (``PAYMENT-REQUIRED``, ``X-Pay-To``): a pay-to address
+    and a facilitator (``X402_FACILITATOR_URL``) to settle live payments with. Without a
+    facilitator only test-mode payments could settle (sandbox), and test-mode calls never
+    answer 402 — so nothing is offered."""
+    return enabled() and bool(current_app.config.get("X402_FACILITATOR_URL"))
 
 
 def networks() -> list[str]:
@@ -33,42 +43,41 @@ def pay_to() -> str:
 
 
 def is_sandbox(mode: str) -> bool:
-    return mode == "test" or not current_app.config.get("X402_FACILITATOR_URL")
+    """Settled locally, as play money on the test balance: test mode, and only test mode."""
+    return mode == "test"
 
 
-def v2_requirement(chain: str, atomic: int) -> dict:  # atomic USDC == micros
+def v2_requirement(chain: str, atomic: int) -> PaymentRequirements:  # atomic USDC == micros
     name, version = chains.USDC_EIP712[chain]
-    return {"scheme": "exact", "network": chains.CAIP2[chain], "asset": to_checksum_address(chains.usdc_contract(chain)),
-            "amount": str(atomic), "payTo": pay_to(),
-            "maxTimeoutSeconds": int(current_app.config["X402_MAX_TIMEOUT_SECONDS"]),
-            "extra": {"name": name, "version": version}}
+    return PaymentRequirements(
+        scheme="exact", network=chains.CAIP2[chain], asset=to_checksum_address(chains.usdc_contract(chain)),
+        amount=str(atomic), pay_to=pay_to(), max_timeout_seconds=int(current_app.config["X402_MAX_TIMEOUT_SECONDS"]),
+        extra={"name": name, "version": version})
 
 
-def v1_requirement(chain: str, atomic: int, resource_url: str, description: str) -> dict:
+def v1_requirement(chain: str, atomic: int, resource_url: str, description: str) -> PaymentRequirementsV1:
     req = v2_requirement(chain, atomic)
-    return {"scheme": "exact", "network": chain, "maxAmountRequired": str(atomic), "resource": resource_url,
-            "description": description, "mimeType": "application/json", "payTo": req["payTo"],
-            "maxTimeoutSeconds": req["maxTimeoutSeconds"], "asset": req["asset"], "extra": req["extra"]}
+    return PaymentRequirementsV1(
+        scheme="exact", network=chain, max_amount_required=str(atomic), resource=resource_url,
+        description=description, mime_type="application/json", pay_to=req.pay_to,
+        max_timeout_seconds=req.max_timeout_seconds, asset=req.asset, extra=req.extra)
 
 
-def requirements(price_cents: int) -> list[dict]:
-    """x402 v2 ``accepts``: USDC ``exact`` on every configured network."""
-    return [v2_requirement(c, price_cents * ATOMIC_PER_CENT) for c in networks()]
-
-
-def b64json(obj: dict) -> str:
-    return base64.b64encode(json.dumps(obj, separators=(",", ":")).encode()).decode()
+def wire(model) -> dict:
+    """An x402 model as it goes on the wire (camelCase, no nulls)."""
+    return model.model_dump(by_alias=True, exclude_none=True)
 
 
 def payment_required(price_cents: int, resource_url: str, description: str = "Module call",
                      error: str | None = None) -> tuple[dict, dict]:
     """(body fields, headers) of an x402 payment request: the v1 body (``x402Version``,
     ``accepts``) and the v2 ``PAYMENT-REQUIRED`` header. Merge the body fields into the
-    SPEC 402 error body and the headers into its headers. Empty when x402 is off."""
-    if not enabled():
+    SPEC 402 error body and the headers into its headers. Empty when x402 is not offered."""
+    if not offered():
         return {}, {}
     atomic = price_cents * ATOMIC_PER_CENT
-    v1 = [v1_requirement(c, atomic, resource_url, description) for c in networks()]
-    v2 = {"x402Version": 2, "error": error or "Payment required", "accepts": requirements(price_cents),
-          "resource": {"url": resource_url, "description": description, "mimeType": "application/json"}}
-    return {"x402Version": 1, "accepts": v1}, {"PAYMENT-REQUIRED": b64json(v2)}
+    v1 = [wire(v1_requirement(c, atomic, resource_url, description)) for c in networks()]
+    v2 = PaymentRequired(error=error or "Payment required", accepts=[v2_requirement(c, atomic) for c in networks()],
+                         resource=ResourceInfo(url=resource_url, description=description,
+                                               mime_type="application/json"))
+    return {"x402Version": 1, "accepts": v1}, {"PAYMENT-REQUIRED": encode_payment_required_header(v2)}

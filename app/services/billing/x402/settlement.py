@@ -1,7 +1,8 @@
 """x402 pay-per-call: payment requests, ``X-Payment`` / ``PAYMENT-SIGNATURE`` verification
-(EIP-3009 ``TransferWithAuthorization`` recovered with eth-account), single-use
-reservation, settlement (facilitator ``/verify`` + ``/settle``, or local in sandbox mode)
-and the ledger credit (DESIGN §8).
+(EIP-3009 ``TransferWithAuthorization``, checked with the ``x402`` package), single-use
+reservation, settlement (facilitator ``/verify`` + ``/settle``; for test-mode payments only,
+local sandbox settlement) and the ledger credit (DESIGN §8): a live payment credits the live
+balance and needs a facilitator; a sandbox one credits the test balance (``acct_test:``).
 
 Three steps, never a network call inside a transaction (``app/services/gateway/calls.py``)::
 
@@ -25,15 +26,18 @@ import logging
 from dataclasses import dataclass, field
 
 from flask import current_app
+from pydantic import ValidationError
 from sqlalchemy import insert, update
 from sqlalchemy.exc import IntegrityError
+from x402.http.utils import encode_payment_response_header
+from x402.schemas import SettleResponse, VerifyResponse
 
 from app.extensions import db
 from app.ids import new_id
 from app.models import Payment, X402Authorization
 from app.models.base import utcnow
 from app.services.billing.x402.payload import PaymentInvalid, decode, verify
-from app.services.billing.x402.requirements import b64json, is_sandbox, v1_requirement, v2_requirement
+from app.services.billing.x402.requirements import enabled, is_sandbox, offered, v1_requirement, v2_requirement, wire
 from app.services.billing import chains, ledger, outside
 from app.services.platform import http
 from app.services.platform.uow import in_unit_of_work, transactional, unit_of_work
@@ -58,53 +62,34 @@ class X402Payment:
     booked: bool = field(default=False)
 
 
-# --- configuration ----------------------------------------------------------------------
-
-
-
-
-
-# --- payment requests (402) -----------------------------------------------------------
-
-
-
-
-
-
-
-# --- decoding -----------------------------------------------------------------------------
-
-
-
-
-
-# --- verification ---------------------------------------------------------------------------
-
-
-
 # --- reservation, settlement, booking ------------------------------------------------------
 
 
 
-def reserve(facts: dict, account_id: str) -> str:
+def reserve(facts: dict, account_id: str, *, sandbox: bool = False) -> str:
     """Step 1b (own unit of work): insert the authorization under its unique key (the one
     atomic step that makes it single-use: a replay, even a concurrent one, hits the unique
-    constraint). Committed at once, so it holds whatever happens to the call. Returns its id."""
+    constraint). Committed at once, so it holds whatever happens to the call. A sandbox
+    (test-mode) reservation keeps no payload: nothing may ever submit it to a facilitator
+    (reconciliation releases it). Returns its id."""
     auth_id = new_id("x4a")
     try:
         with unit_of_work():
             db.session.execute(insert(X402Authorization).values(
                 id=auth_id, auth_key=facts["auth_key"], account_id=account_id, network=facts["chain"],
                 payer=facts["payer"], value_atomic=facts["value"], status="reserved", created_at=utcnow(),
-                payload=facts["data"], price_micros=facts["value"], valid_before=facts.get("valid_before")))
+                payload=None if sandbox else facts["data"], price_micros=facts["value"],
+                valid_before=facts.get("valid_before")))
     except IntegrityError:
         raise PaymentInvalid("replayed", "This payment authorization was already used.") from None
     return auth_id
 
 
-def _facilitator(path: str, facts: dict, price_micros: int, resource_url: str) -> dict:
+def _facilitator(path: str, facts: dict, price_micros: int, resource_url: str):
+    """POST ``/verify`` or ``/settle`` to the facilitator through ``platform.http`` (SSRF
+    policy, timeout); the answer as the ``x402`` package's ``VerifyResponse`` /
+    ``SettleResponse`` (a malformed answer is a refusal), or None when it did not answer."""
     url = current_app.config["X402_FACILITATOR_URL"].rstrip("/") + path
-    data = facts["data"]
     if facts["version"] == 2:
         req = v2_requirement(facts["chain"], price_micros)
     else:
@@ -112,13 +97,21 @@ def _facilitator(path: str, facts: dict, price_micros: int, resource_url: str) -
     try:
         resp = http.call("POST", url, purpose="x402",
                          timeout=float(current_app.config["X402_FACILITATOR_TIMEOUT_SECONDS"]),
-                         json={"x402Version": facts["version"], "paymentPayload": data,
-                               "paymentRequirements": req})
+                         json={"x402Version": facts["version"], "paymentPayload": facts["data"],
+                               "paymentRequirements": wire(req)})
         body = resp.json()
     except (*http.ERRORS, ValueError) as exc:
         log.warning("x402 facilitator %s failed: %s", path, exc)
-        return {"_unavailable": True}
-    return body if isinstance(body, dict) else {}
+        return None
+    body = body if isinstance(body, dict) else {}
+    try:
+        if path == "/verify":
+            return VerifyResponse.model_validate(body)
+        return SettleResponse.model_validate({"transaction": "", "network": req.network, **body})
+    except ValidationError:
+        if path == "/verify":
+            return VerifyResponse(is_valid=False, invalid_reason="facilitator_rejected")
+        return SettleResponse(success=False, error_reason="settlement_failed", transaction="", network=req.network)
 
 
 @transactional
@@ -130,12 +123,18 @@ def _status(auth_id: str, **values) -> None:
 def verify_and_reserve(header_value: str, *, account_id: str, price_micros: int,
                        mode: str = "live") -> tuple[X402Payment, dict]:
     """Step 1: decode and verify the header (no database), then ``reserve`` it in its own
-    unit of work. Returns the reserved payment and the verified facts ``settle`` needs."""
-    facts = verify(decode(header_value), price_micros)
+    unit of work. Returns the reserved payment and the verified facts ``settle`` needs.
+    Live payments need a facilitator: without one (x402 is then not offered) a live
+    payment is 402 ``payment_invalid`` (``facilitator_required``); test-mode payments are
+    sandbox payments, settled locally as play money."""
+    data = decode(header_value)
     sandbox = is_sandbox(mode)
-    if sandbox and current_app.config.get("PRODUCTION") and mode != "test":
-        raise PaymentInvalid("settlement_unavailable", "x402 settlement is not configured on this deployment.")
-    auth_id = reserve(facts, account_id)
+    if not sandbox and enabled() and not offered():
+        raise PaymentInvalid("facilitator_required", "x402 payments are not offered on this deployment: live "
+                                                     "payments settle through a facilitator (X402_FACILITATOR_URL) "
+                                                     "and none is configured; add credits with POST /api/wallet/fund.")
+    facts = verify(data, price_micros)
+    auth_id = reserve(facts, account_id, sandbox=sandbox)
     return X402Payment(auth_id=auth_id, auth_key=facts["auth_key"], account_id=account_id,
                        version=facts["version"], network=facts["chain"], payer=facts["payer"],
                        value_atomic=facts["value"], sandbox=sandbox), facts
@@ -150,20 +149,19 @@ def settle(pay: X402Payment, facts: dict, *, price_micros: int, resource_url: st
     if pay.sandbox:
         return pay
     verified = _facilitator("/verify", facts, price_micros, resource_url)
-    if verified.get("isValid") is not True:
-        reason = str(verified.get("invalidReason") or ("facilitator_unavailable" if verified.get("_unavailable")
-                                                        else "facilitator_rejected"))
+    if verified is None or not verified.is_valid:
+        reason = "facilitator_unavailable" if verified is None else verified.invalid_reason or "facilitator_rejected"
         _status(pay.auth_id, status="failed", error=reason[:200])
         raise PaymentInvalid(reason, "The facilitator refused the payment: " + reason)
     settled = _facilitator("/settle", facts, price_micros, resource_url)
-    if settled.get("success") is not True:
-        reason = str(settled.get("errorReason") or "settlement_failed")
-        if settled.get("_unavailable"):  # outcome unknown: keep it reserved for reconciliation
-            raise PaymentInvalid("settlement_unavailable", "The facilitator did not answer; the authorization "
-                                                           "stays reserved for reconciliation.")
+    if settled is None:  # outcome unknown: keep it reserved for reconciliation
+        raise PaymentInvalid("settlement_unavailable", "The facilitator did not answer; the authorization "
+                                                       "stays reserved for reconciliation.")
+    if not settled.success:
+        reason = settled.error_reason or "settlement_failed"
         _status(pay.auth_id, status="failed", error=reason[:200])
         raise PaymentInvalid(reason, "Settlement failed: " + reason)
-    pay.transaction = str(settled.get("transaction") or "").lower()
+    pay.transaction = settled.transaction.lower()
     _status(pay.auth_id, status="settled", transaction=pay.transaction[:100], settled_at=utcnow())
     return pay
 
@@ -194,8 +192,9 @@ def book(pay: X402Payment, call_id: str | None = None) -> str:
         db.session.execute(update(X402Authorization).where(X402Authorization.id == pay.auth_id)
                            .values(status="settled", transaction=pay.transaction, settled_at=utcnow())
                            .execution_options(synchronize_session=False))
+    mode = "test" if pay.sandbox else "live"  # sandbox settlement only ever credits test money
     payment = Payment(id=new_id("pay"), account_id=pay.account_id, method="x402", kind="x402",
-                      processor="sandbox" if pay.sandbox else "x402", mode="live",  # credits the live balance
+                      processor="sandbox" if pay.sandbox else "x402", mode=mode,
                       provider_id=f"x402:{pay.auth_key}"[:160], amount_micros=pay.value_atomic, status="succeeded",
                       meta={"network": pay.network, "payer": pay.payer, "transaction": pay.transaction,
                             "call_id": call_id, "authorization": pay.auth_id})
@@ -204,7 +203,7 @@ def book(pay: X402Payment, call_id: str | None = None) -> str:
     outside.record(outside.x402_ref(pay.auth_key), rail="x402", account_id=pay.account_id,
                    amount_micros=pay.value_atomic, ledger_ref=f"x402:{pay.auth_key}", payment_id=payment.id,
                    mode=payment.mode, meta={"network": pay.network, "transaction": pay.transaction})
-    ledger.post("x402_payment", [(source, -pay.value_atomic), (ledger.customer(pay.account_id), pay.value_atomic)],
+    ledger.post("x402_payment", [(source, -pay.value_atomic), (ledger.customer(pay.account_id, mode), pay.value_atomic)],
                 ref=f"x402:{pay.auth_key}", account_id=pay.account_id,
                 meta={"payment_id": payment.id, "call_id": call_id, "payer": pay.payer})
     pay.booked = True
@@ -213,8 +212,8 @@ def book(pay: X402Payment, call_id: str | None = None) -> str:
 
 def response_headers(pay: X402Payment) -> dict:
     """``PAYMENT-RESPONSE`` (v2) or ``X-PAYMENT-RESPONSE`` (v1) for the paid response."""
-    body = {"success": True, "transaction": pay.transaction or "", "network":
-            chains.CAIP2[pay.network] if pay.version == 2 else pay.network, "payer": pay.payer,
-            "amount": str(pay.value_atomic)}
+    settled = SettleResponse(success=True, transaction=pay.transaction or "", payer=pay.payer,
+                             network=chains.CAIP2[pay.network] if pay.version == 2 else pay.network,
+                             amount=str(pay.value_atomic))
     name = "PAYMENT-RESPONSE" if pay.version == 2 else "X-PAYMENT-RESPONSE"
-    return {name: b64json(body), "Access-Control-Expose-Headers": name}
+    return {name: encode_payment_response_header(settled), "Access-Control-Expose-Headers": name}

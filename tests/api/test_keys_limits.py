@@ -126,3 +126,19 @@ def test_rotate_without_a_body_uses_the_default_overlap(client, account):
     old = _key(client, account)
     r = client.post(f"/api/keys/{old['id']}/rotate", headers=account.headers)
     assert r.status_code == 201 and r.get_json()["name"] == "k"
+
+
+def test_rotate_refuses_a_body_that_is_not_json(client, account):
+    """The body is optional, but a body that is there must be JSON (schemathesis found
+    random bytes under another media type answered 201 and rotating the key)."""
+    key = _key(client, account)
+    before = client.get("/api/keys", headers=account.headers).get_json()["keys"]
+    for data, ctype, status in ((b"\x00\xffgarbage", "application/octet-stream", 400),
+                                (b"overlap_seconds=0", "application/x-www-form-urlencoded", 400),
+                                (b"{not json", "application/json", 400)):
+        r = client.post(f"/api/keys/{key['id']}/rotate", data=data, content_type=ctype,
+                        headers=account.headers)
+        assert r.status_code == status, (ctype, r.status_code, r.get_data(as_text=True))
+        assert r.get_json()["error"] == "invalid_request"
+    assert client.get("/api/keys", headers=account.headers).get_json()["keys"] == before  # nothing rotated
+    assert client.post(f"/api/keys/{key['id']}/rotate", headers=account.headers).status_code == 201  # no body

@@ -46,6 +46,7 @@ class _Call:
     needs: Needs
     started: float
     hold_micros: int = 0
+    held_at: object = None  # the hold's time (``holds.hold`` returns it; ``settle`` takes it)
     attempts: int = 0
     failures: list[str] = field(default_factory=list)
     all_timeouts: bool = True
@@ -160,7 +161,8 @@ def _settle(call: _Call, offer: Offer, usage: dict, error: str | None = None) ->
                 completion_tokens=usage["completion_tokens"], estimated=usage["estimated"],
                 attempts=call.attempts, latency_ms=usage["latency_ms"], error=error)
     if call.live:
-        charged = chat_billing.settle(call.id, call.account_id, call.hold_micros, usage["cost_micros"], **args)
+        charged = chat_billing.settle(call.id, call.account_id, call.hold_micros, usage["cost_micros"],
+                                      created_at=call.held_at, **args)
         if charged is not None and charged != usage["cost_micros"]:
             usage["cost_micros"], usage["cost_usd"] = charged, charged / 1_000_000
     else:
@@ -189,8 +191,8 @@ def create_completion(account_id: str, mode: str, body: dict, key_id: str | None
                  needs=needs, started=started)
     if call.live:
         call.hold_micros = _hold_for(offers, needs)
-        chat_billing.hold(call.id, account_id, body["model"], call.hold_micros, bool(body.get("stream")),
-                          key_id=key_id)
+        call.held_at = chat_billing.hold(call.id, account_id, body["model"], call.hold_micros,
+                                         bool(body.get("stream")), key_id=key_id)
     models = catalog().models
     try:
         if body.get("stream"):

@@ -198,6 +198,8 @@ def load_config(overrides: dict | None = None) -> dict:
         "CHAT_COOLDOWN_SECONDS": _float("CHAT_COOLDOWN_SECONDS", 30.0),
         "CHAT_COOLDOWN_FAILURES": _int("CHAT_COOLDOWN_FAILURES", 3),
         "CHAT_COOLDOWN_WINDOW": _float("CHAT_COOLDOWN_WINDOW", 60.0),
+        # seconds a worker reuses its view of the shared cool-downs before asking Redis again
+        "CHAT_COOLDOWN_REFRESH": _float("CHAT_COOLDOWN_REFRESH", 1.0),
         "CHAT_HOLD_TTL_SECONDS": _float("CHAT_HOLD_TTL_SECONDS", 900.0),
         "SALES_EMAIL": _env("SALES_EMAIL", "sales@gateway.local"),
         # --- public endpoints (analytics, contact, newsletter, sign-up) -----------

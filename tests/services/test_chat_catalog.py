@@ -71,6 +71,30 @@ def test_cooldown_after_repeated_failures_and_retry_after(app, monkeypatch, redi
     chat_cooldown.reset()
 
 
+def test_cooldown_view_is_read_from_redis_at_most_every_refresh(app, monkeypatch):
+    """Another worker's cool-down (a key in Redis) is seen once this worker's view is
+    older than CHAT_COOLDOWN_REFRESH; in between, no Redis round trip is made."""
+    import os
+
+    if not os.environ.get("REDIS_URL"):
+        pytest.skip("needs Redis")
+    from app.extensions import get_redis
+
+    chat_cooldown.reset()
+    monkeypatch.setitem(app.config, "CHAT_COOLDOWN_REFRESH", 3600)
+    with app.app_context():
+        r = get_redis()
+        assert chat_cooldown.cooling(["p1"]) == set()
+        r.set(chat_cooldown._key("cool", "p1"), "1", px=60_000)  # another worker cools p1 down
+        reads = []
+        monkeypatch.setattr(type(r), "mget", lambda self, *a, **k: reads.append(a) or [None])
+        assert chat_cooldown.cooling(["p1"]) == set() and reads == []  # the view is fresh
+        monkeypatch.undo()
+        monkeypatch.setitem(app.config, "CHAT_COOLDOWN_REFRESH", 0)
+        assert chat_cooldown.cooling(["p1"]) == {"p1"}  # refreshed: seen
+    chat_cooldown.reset()
+
+
 def test_anthropic_translation_of_a_tool_conversation():
     body = {"model": "x", "max_tokens": 50, "stop": "END", "messages": [
         {"role": "system", "content": "sys"},

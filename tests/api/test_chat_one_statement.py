@@ -102,3 +102,18 @@ def test_limited_key_short_balance_is_402_and_leaves_the_limit_untouched(app, cl
                                   .where(ChatCompletion.account_id == poor.id)).scalar_one() == 0
         db.session.remove()
     ledger_clean()
+
+
+def test_chat_phases_are_spans(app, client, fakes, acct, monkeypatch):  # noqa: F811
+    from contextlib import nullcontext
+
+    from app import telemetry
+
+    names = []
+    monkeypatch.setattr(telemetry, "span", lambda name: names.append(name) or nullcontext())
+    assert chat(client, acct, model="m-small", max_tokens=100).status_code == 200
+    assert names == ["chat.route", "chat.hold", "chat.provider", "chat.settle"]
+    names.clear()
+    r = chat(client, acct, model="m-small", max_tokens=100, stream=True)
+    assert r.status_code == 200 and r.data.endswith(b"data: [DONE]\n\n")
+    assert names == ["chat.route", "chat.hold", "chat.provider", "chat.settle"]

@@ -187,6 +187,8 @@ def load_config(overrides: dict | None = None) -> dict:
         # --- chat completions (README "Chat completions") -----------------------
         "CHAT_HOST": _env("CHAT_HOST"),
         "CHAT_CATALOG": _env("CHAT_CATALOG", str(BASE_DIR / "catalog" / "models*.yaml")),
+        # seconds between checks of the catalog files' modification times (re-read on change)
+        "CHAT_CATALOG_CHECK_SECONDS": _float("CHAT_CATALOG_CHECK_SECONDS", 5.0),
         "CHAT_PROVIDERS": _chat_providers(production),
         "CHAT_SANDBOX_PROVIDER": _env("CHAT_SANDBOX_PROVIDER", "demo_llm"),
         "CHAT_REFERENCE_MODEL": _env("CHAT_REFERENCE_MODEL", "gpt-4o"),

@@ -94,6 +94,10 @@ def single_statement(statement, params: dict) -> list:
     if db.engine.dialect.name != "postgresql":
         with unit_of_work():
             return db.session.execute(statement, params).all()
+    if db.session().in_transaction():
+        # Reads made before (e.g. a credential lookup) end here, as a unit of work would end
+        # them, so the session does not sit idle in a transaction through a provider call.
+        db.session.commit()
     with db.engine.connect() as conn:
         return conn.execution_options(isolation_level="AUTOCOMMIT").execute(statement, params).all()
 

@@ -187,6 +187,8 @@ def load_config(overrides: dict | None = None) -> dict:
         # --- chat completions (README "Chat completions") -----------------------
         "CHAT_HOST": _env("CHAT_HOST"),
         "CHAT_CATALOG": _env("CHAT_CATALOG", str(BASE_DIR / "catalog" / "models*.yaml")),
+        # seconds between checks of the catalog files' modification times (re-read on change)
+        "CHAT_CATALOG_CHECK_SECONDS": _float("CHAT_CATALOG_CHECK_SECONDS", 5.0),
         "CHAT_PROVIDERS": _chat_providers(production),
         "CHAT_SANDBOX_PROVIDER": _env("CHAT_SANDBOX_PROVIDER", "demo_llm"),
         "CHAT_REFERENCE_MODEL": _env("CHAT_REFERENCE_MODEL", "gpt-4o"),
@@ -198,6 +200,8 @@ def load_config(overrides: dict | None = None) -> dict:
         "CHAT_COOLDOWN_SECONDS": _float("CHAT_COOLDOWN_SECONDS", 30.0),
         "CHAT_COOLDOWN_FAILURES": _int("CHAT_COOLDOWN_FAILURES", 3),
         "CHAT_COOLDOWN_WINDOW": _float("CHAT_COOLDOWN_WINDOW", 60.0),
+        # seconds a worker reuses its view of the shared cool-downs before asking Redis again
+        "CHAT_COOLDOWN_REFRESH": _float("CHAT_COOLDOWN_REFRESH", 1.0),
         "CHAT_HOLD_TTL_SECONDS": _float("CHAT_HOLD_TTL_SECONDS", 900.0),
         "SALES_EMAIL": _env("SALES_EMAIL", "sales@gateway.local"),
         # --- public endpoints (analytics, contact, newsletter, sign-up) -----------

@@ -11,8 +11,9 @@ headers). ``console`` prints spans to stdout (for a look on one machine).
 When on, Flask (one server span per request), requests (the provider call), SQLAlchemy
 (one span per statement: ``gw_open_call``, the finalize CTE …) and Redis (the rate-limit
 pipeline) are instrumented, and ``span(name)`` adds the phases of a metered call
-(``call.open``, ``call.forward``, ``call.finalize``), so one call's time split is
-visible in a trace. When off, ``span()`` returns one shared no-op context manager and no
+(``call.open``, ``call.forward``, ``call.finalize``) and of a chat completion
+(``chat.route``, ``chat.hold``, ``chat.provider``, ``chat.settle``), so one call's time
+split is visible in a trace. When off, ``span()`` returns one shared no-op context manager and no
 ``opentelemetry`` module is imported. The batch span processor re-creates its export
 thread after gunicorn forks its workers.
 """

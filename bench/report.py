@@ -152,11 +152,12 @@ def markdown(results: dict) -> str:
             for label, workers in mem.items())]
     if results.get("roundtrips"):
         lines += ["", "Round trips of one warm request (counted, not timed; `bench/roundtrips.py`):", "",
-                  "| path | status | SQL statements | commits | Redis commands | upstream requests |",
-                  "|---|---:|---:|---:|---:|---:|"]
+                  "| path | status | SQL statements | PostgreSQL round trips | commits | Redis commands "
+                  "| upstream requests |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
         for name, c in results["roundtrips"].items():
-            lines.append(f"| {name} | {c['status']} | {c['sql']} | {c['commits']} | {c['redis']} | "
-                         f"{c['upstream_http']} |")
+            lines.append(f"| {name} | {c['status']} | {c['sql']} | {c.get('pg', '–')} | {c['commits']} | "
+                         f"{c['redis']} | {c['upstream_http']} |")
     if results.get("alerts"):
         lines += ["", "Alert evaluation (`bench/alerts_eval.py`, one pass of all rules; median of 3):", "",
                   "| rules | calls | rollup rows | cold pass s (fired) | steady pass s |",

@@ -2,6 +2,12 @@
 and upstream HTTP requests of one warm request on each hot path. Noise-free, so it shows
 what the wall-clock figures of a shared machine cannot.
 
+``sql`` counts the statements SQLAlchemy sends; ``pg`` counts every PostgreSQL round trip
+at the driver (psycopg): those statements plus the pool's pre-ping and the transaction
+commands psycopg sends on its own (``BEGIN``, ``COMMIT``, ``ROLLBACK``). A statement run
+in autocommit costs one ``pg``; one inside a transaction costs it plus its share of
+``BEGIN`` / ``COMMIT``.
+
 Run by ``bench/run.py`` as ``python -m bench.roundtrips SPEC_JSON`` in the run's
 production environment, after the bench accounts and the bench module exist. SPEC_JSON is
 ``[{"name", "method", "path", "headers", "body", "idempotency"}]``; prints JSON counts.
@@ -27,6 +33,7 @@ def main(spec: list[dict]) -> dict:
 
     orig_send = redis.connection.AbstractConnection.send_packed_command
     orig_http = requests.adapters.HTTPAdapter.send
+    pg_patches = _count_pg(counts)
 
     def send_packed(self, command, check_health=True):
         counts["redis"] += 1
@@ -64,10 +71,34 @@ def main(spec: list[dict]) -> dict:
         counts.clear()
         resp = once()
         out[item["name"]] = {"status": resp.status_code, **{k: counts[k] for k in
-                                                             ("sql", "commits", "redis", "upstream_http")}}
+                                                             ("sql", "pg", "commits", "redis", "upstream_http")}}
     redis.connection.AbstractConnection.send_packed_command = orig_send
     requests.adapters.HTTPAdapter.send = orig_http
+    for owner, name, orig in pg_patches:
+        setattr(owner, name, orig)
     return out
+
+
+def _count_pg(counts: Counter) -> list[tuple]:
+    """Count psycopg's round trips: cursor executes (statements, pre-pings) and the
+    transaction commands of ``_exec_command``. Returns what to restore (none without psycopg)."""
+    try:
+        import psycopg
+        from psycopg._connection_base import BaseConnection
+    except ImportError:
+        return []
+    orig_exec, orig_cmd = psycopg.Cursor.execute, BaseConnection._exec_command
+
+    def execute(self, *args, **kwargs):
+        counts["pg"] += 1
+        return orig_exec(self, *args, **kwargs)
+
+    def exec_command(self, *args, **kwargs):
+        counts["pg"] += 1
+        return orig_cmd(self, *args, **kwargs)
+
+    psycopg.Cursor.execute, BaseConnection._exec_command = execute, exec_command
+    return [(psycopg.Cursor, "execute", orig_exec), (BaseConnection, "_exec_command", orig_cmd)]
 
 
 if __name__ == "__main__":

@@ -71,6 +71,30 @@ def test_cooldown_after_repeated_failures_and_retry_after(app, monkeypatch, redi
     chat_cooldown.reset()
 
 
+def test_cooldown_view_is_read_from_redis_at_most_every_refresh(app, monkeypatch):
+    """Another worker's cool-down (a key in Redis) is seen once this worker's view is
+    older than CHAT_COOLDOWN_REFRESH; in between, no Redis round trip is made."""
+    import os
+
+    if not os.environ.get("REDIS_URL"):
+        pytest.skip("needs Redis")
+    from app.extensions import get_redis
+
+    chat_cooldown.reset()
+    monkeypatch.setitem(app.config, "CHAT_COOLDOWN_REFRESH", 3600)
+    with app.app_context():
+        r = get_redis()
+        assert chat_cooldown.cooling(["p1"]) == set()
+        r.set(chat_cooldown._key("cool", "p1"), "1", px=60_000)  # another worker cools p1 down
+        reads = []
+        monkeypatch.setattr(type(r), "mget", lambda self, *a, **k: reads.append(a) or [None])
+        assert chat_cooldown.cooling(["p1"]) == set() and reads == []  # the view is fresh
+        monkeypatch.undo()
+        monkeypatch.setitem(app.config, "CHAT_COOLDOWN_REFRESH", 0)
+        assert chat_cooldown.cooling(["p1"]) == {"p1"}  # refreshed: seen
+    chat_cooldown.reset()
+
+
 def test_anthropic_translation_of_a_tool_conversation():
     body = {"model": "x", "max_tokens": 50, "stop": "END", "messages": [
         {"role": "system", "content": "sys"},
@@ -94,3 +118,42 @@ def test_anthropic_translation_of_a_tool_conversation():
     assert back == {"choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"},
                                  "finish_reason": "length"}],
                     "usage": {"prompt_tokens": 7, "completion_tokens": 3}}
+
+
+_SNAPSHOT_YAML = """providers:
+  p: {type: openai, base_url: "http://127.0.0.1:9"}
+models:
+  - id: %s
+    context_window: 100
+    providers: [{provider: p, input_usd_per_mtok: "1", output_usd_per_mtok: "2"}]
+"""
+
+
+def test_catalog_snapshot_is_re_read_when_its_files_change(app, monkeypatch, tmp_path):
+    import os
+
+    path = tmp_path / "models-x.yaml"
+    path.write_text(_SNAPSHOT_YAML % "m-a")
+    monkeypatch.setitem(app.config, "CHAT_CATALOG", str(tmp_path / "models*.yaml"))
+    monkeypatch.setitem(app.config, "CHAT_PROVIDERS", {})
+    monkeypatch.setitem(app.config, "CHAT_CATALOG_CHECK_SECONDS", 3600)
+
+    def edit(text: str, step: int) -> None:
+        path.write_text(text)
+        mtime = os.stat(path).st_mtime_ns + step * 10**9  # a later modification time, surely
+        os.utime(path, ns=(mtime, mtime))
+
+    with app.app_context():
+        app.extensions.pop("chat_catalog", None)
+        first = chat_catalog.catalog()
+        assert list(first.models) == ["m-a"] and [m.id for m in first.auto_models] == ["m-a"]
+        assert [o.provider.id for o in first.models["m-a"].enabled_offers()] == ["p"]
+        edit(_SNAPSHOT_YAML % "m-b", 1)
+        assert chat_catalog.catalog() is first  # not checked again yet: no file system work
+        monkeypatch.setitem(app.config, "CHAT_CATALOG_CHECK_SECONDS", 0)
+        second = chat_catalog.catalog()
+        assert list(second.models) == ["m-b"]
+        assert chat_catalog.catalog() is second  # unchanged files: the same snapshot
+        edit("models: [{id: broken}]", 2)
+        assert chat_catalog.catalog() is second  # an edit that does not load keeps the last good one
+        app.extensions.pop("chat_catalog", None)

@@ -283,3 +283,48 @@ def test_no_http_client_beside_the_outbound_layer():
     offenders = [f"{p.relative_to(root)}:{n}" for p in root.rglob("*.py") if p.name != "http.py"
                  for n, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
     assert offenders == []
+
+
+class _KeepAlive(BaseHTTPRequestHandler):
+    """HTTP/1.1 with keep-alive: records the client's port per request and sets a cookie."""
+
+    protocol_version = "HTTP/1.1"
+    seen: list = []
+
+    def do_POST(self):  # noqa: N802 - http.server API
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        type(self).seen.append((self.client_address[1], self.headers.get("Cookie")))
+        body = b'{"ok": true}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Set-Cookie", "tenant=first-caller; Path=/")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *a):
+        pass
+
+
+def test_shared_session_is_one_per_upstream_for_all_threads_and_keeps_no_cookies(app):
+    import threading
+
+    _KeepAlive.seen = []
+    with serve(_KeepAlive) as url:
+        mine = http.shared_session("test", "provider-a", allow_private_hosts=True)
+        assert http.shared_session("test", "provider-b", allow_private_hosts=True) is not mine
+        got = []
+
+        def post():
+            s = http.shared_session("test", "provider-a", allow_private_hosts=True)
+            got.append(s)
+            s.post(url, data=b"{}", timeout=5).close()
+
+        for _ in range(3):  # one after the other, each from a new thread
+            t = threading.Thread(target=post)
+            t.start()
+            t.join()
+    assert got == [mine] * 3
+    ports = {port for port, _ in _KeepAlive.seen}
+    assert len(_KeepAlive.seen) == 3 and len(ports) == 1  # one warm connection, reused by every thread
+    assert [cookie for _, cookie in _KeepAlive.seen] == [None, None, None]

@@ -6,10 +6,11 @@ from flask import Response, current_app, request, stream_with_context
 from flask.views import MethodView
 
 from app.auth import authenticated, key_of, principal
-from app.blueprints.chat.schemas import ChatCompletionSchema, ChatRequestSchema, ModelListSchema, ModelSchema
+from app.blueprints.chat.schemas import (ChatCompletionSchema, ChatRequestSchema, ModelListSchema, ModelSchema,
+                                         plain_chat_request)
 from app.errors import ErrorSchema, NotFound
 from app.blueprints.fields import PAYMENT_REQUIRED_HEADERS
-from app.blueprints.routing import document_errors
+from app.blueprints.routing import document_errors, fast_arguments
 from app.extensions import Blueprint
 from app.services.chat import completions as chat
 
@@ -49,7 +50,7 @@ def _response(result: chat.ChatResult) -> Response:
 @blp.route("/chat/completions")
 class ChatCompletionsView(MethodView):
     @authenticated("call:write")
-    @blp.arguments(ChatRequestSchema)
+    @fast_arguments(blp, ChatRequestSchema, plain_chat_request)  # a plain body skips marshmallow
     @blp.response(200, ChatCompletionSchema, description=(
         "A chat completion, or with `stream: true` a `text/event-stream` of `chat.completion.chunk` "
         "objects ending with a usage chunk and `data: [DONE]`. Headers: `X-Chat-Provider`, "

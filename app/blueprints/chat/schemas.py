@@ -1,7 +1,9 @@
 """Schemas of the OpenAI-compatible chat host (SPEC part 2 "Chat completion", endpoint 34)."""
+import re
+
 import marshmallow as ma
 
-from app.blueprints.fields import InputSchema
+from app.blueprints.fields import MAX_JSON_DEPTH, SINGLE_LINE_PATTERN, InputSchema, json_depth
 
 
 class ChatRequestSchema(InputSchema):
@@ -29,6 +31,37 @@ class ChatRequestSchema(InputSchema):
     tool_choice = ma.fields.Raw(allow_none=True)
     response_format = ma.fields.Dict(allow_none=True)
     stream_options = ma.fields.Dict(allow_none=True)
+
+
+_MODEL_TEXT = re.compile(SINGLE_LINE_PATTERN)
+_INT_MAX = {"max_tokens": 1_000_000, "max_completion_tokens": 1_000_000, "n": 16}
+_OBJECTS = ("response_format", "stream_options")
+
+
+def plain_chat_request(doc) -> dict | None:
+    """``doc`` when ``ChatRequestSchema`` would load it to the same value (a plain, valid
+    request: exact JSON types, within every bound of the schema and the input policy), else
+    None — then the schema loads it and answers any 400 itself. Keep in step with the
+    schema above (tests/api/test_chat_body.py compares the two)."""
+    if not isinstance(doc, dict):
+        return None
+    model, messages = doc.get("model"), doc.get("messages")
+    if not (type(model) is str and 1 <= len(model) <= 96 and _MODEL_TEXT.match(model)):
+        return None
+    if not (type(messages) is list and 1 <= len(messages) <= 4096 and all(type(m) is dict for m in messages)):
+        return None
+    if "stream" in doc and type(doc["stream"]) is not bool:
+        return None
+    for name, top in _INT_MAX.items():
+        value = doc.get(name)
+        if value is not None and not (type(value) is int and 1 <= value <= top):
+            return None
+    tools = doc.get("tools")
+    if tools is not None and not (type(tools) is list and len(tools) <= 128 and all(type(t) is dict for t in tools)):
+        return None
+    if any(doc.get(name) is not None and type(doc[name]) is not dict for name in _OBJECTS):
+        return None
+    return doc if json_depth(doc) <= MAX_JSON_DEPTH else None
 
 
 class ChatUsageSchema(ma.Schema):

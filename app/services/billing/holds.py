@@ -20,13 +20,13 @@ from datetime import timedelta
 
 from sqlalchemy import func, insert, select, update
 
-from app.extensions import db, skip_commit_flush
+from app.extensions import db
 from app.models import Account, ChatCompletion
 from app.models.base import utcnow
 from app.services.accounts import spend
-from app.services.billing import ledger, paywall
+from app.services.billing import holds_pg, ledger, paywall
 from app.services.billing import usage
-from app.services.platform.uow import transactional, unit_of_work
+from app.services.platform.uow import single_statement, transactional, unit_of_work
 
 log = logging.getLogger(__name__)
 
@@ -35,18 +35,17 @@ _COMPLETIONS = ChatCompletion.__table__
 
 
 def hold(completion_id: str, account_id: str, requested_model: str, hold_micros: int,
-         stream: bool, key_id: str | None = None) -> None:
+         stream: bool, key_id: str | None = None):
     """Record the completion as ``held`` and move ``hold_micros`` from the customer to the
-    hold account, in one unit of work. 402 ``payment_required`` when the balance is short;
-    402 ``key_spend_limit_reached`` when the hold does not fit ``key_id``'s spend limit."""
+    hold account, in one unit of work; returns the hold's time (``created_at``, which
+    ``settle`` takes). 402 ``payment_required`` when the balance is short; 402
+    ``key_spend_limit_reached`` when the hold does not fit ``key_id``'s spend limit.
+    PostgreSQL: ONE statement (``gw_chat_hold``), alone in autocommit unless ``key_id``
+    has a spend limit to reserve in the same transaction."""
     try:
-        with unit_of_work():
-            # No WAL-flush wait for this COMMIT: settle/release commits durably before the
-            # answer is sent, and PostgreSQL flushes the WAL in order. A server crash before
-            # that may lose the hold; then the caller was not charged (for a stream already
-            # under way: as when the sweep releases the hold of a crashed process) and no
-            # money was created or lost (README "Performance").
-            skip_commit_flush()
+        if holds_pg.supported():
+            return _hold_pg(completion_id, account_id, requested_model, hold_micros, stream, key_id)
+        with unit_of_work():  # SQLite (the embedded default): the multi-statement path
             now = utcnow()
             reserved = spend.reserve(key_id, hold_micros, now)
             db.session.execute(insert(_COMPLETIONS).values(spend_key_id=key_id if reserved else None,
@@ -55,8 +54,9 @@ def hold(completion_id: str, account_id: str, requested_model: str, hold_micros:
                 completion_tokens=0, usage_estimated=False, attempts=0, latency_ms=0,
                 created_at=now))
             if hold_micros > 0:  # the balance row last: its lock is held only until the commit
-                ledger.post("chat_hold", [(ledger.customer(account_id), -hold_micros), (HOLD, hold_micros)],
+                ledger.post("chat_hold", _hold_legs(account_id, hold_micros),
                             ref=f"chat_hold:{completion_id}", account_id=account_id)
+        return now
     except ledger.InsufficientFunds:
         usd = f"{hold_micros / ledger.MICROS_PER_USD:.6f}"
         raise paywall.payment_required(
@@ -64,6 +64,38 @@ def hold(completion_id: str, account_id: str, requested_model: str, hold_micros:
             cost=f"up to {usd} USD (its estimated maximum, held before the call)",
             alternative="lower max_tokens", path="/v1/chat/completions", description="Chat completion",
             headers={"X-Price-Micros": str(hold_micros)}) from None
+
+
+def _hold_legs(account_id: str, hold_micros: int) -> list[tuple[str, int]]:
+    return [(ledger.customer(account_id), -hold_micros), (HOLD, hold_micros)]
+
+
+def _hold_pg(completion_id: str, account_id: str, requested_model: str, hold_micros: int,
+             stream: bool, key_id: str | None):
+    """``gw_chat_hold``. No WAL-flush wait for its COMMIT (the function sets it):
+    settle/release commits durably before the answer is sent, and PostgreSQL flushes the
+    WAL in order. A server crash before that may lose the hold; then the caller was not
+    charged (for a stream already under way: as when the sweep releases the hold of a
+    crashed process) and no money was created or lost (docs/performance.md)."""
+    now = utcnow()
+
+    def params(spend_key_id):
+        return holds_pg.hold_params(completion_id=completion_id, account_id=account_id,
+                                    requested_model=requested_model, stream=stream, hold_micros=hold_micros,
+                                    spend_key_id=spend_key_id, now=now,
+                                    legs=_hold_legs(account_id, hold_micros))
+
+    if key_id is None:  # the common case: nothing else in the transaction
+        outcome = single_statement(holds_pg.HOLD, params(None))[0][0]
+    else:
+        with unit_of_work():  # a refusal rolls the key's reservation back
+            reserved = spend.reserve(key_id, hold_micros, now)
+            outcome = db.session.execute(holds_pg.HOLD, params(key_id if reserved else None)).scalar_one()
+            if outcome == "insufficient":
+                raise ledger.InsufficientFunds(account_id, hold_micros)
+    if outcome == "insufficient":
+        raise ledger.InsufficientFunds(account_id, hold_micros)
+    return now
 
 
 def _flip(completion_id: str, values: dict, *where) -> bool:
@@ -75,10 +107,29 @@ def _flip(completion_id: str, values: dict, *where) -> bool:
 
 def settle(completion_id: str, account_id: str, hold_micros: int, cost_micros: int, *,
            model: str, provider: str, prompt_tokens: int, completion_tokens: int,
-           estimated: bool, attempts: int, latency_ms: int, error: str | None = None) -> int | None:
+           estimated: bool, attempts: int, latency_ms: int, error: str | None = None,
+           created_at=None) -> int | None:
     """Charge the exact cost and return the rest of the hold (one unit of work per
     attempt); returns the micros charged (None when this completion was already settled
-    or released)."""
+    or released). ``created_at``: what ``hold`` returned (finds the row faster).
+    PostgreSQL: ONE statement (``gw_chat_settle``) in the unit of work."""
+    if holds_pg.supported():
+        with unit_of_work():
+            done = holds_pg.settle(
+                completion_id=completion_id, created_at=created_at, account_id=account_id,
+                customer=ledger.customer(account_id), hold_code=HOLD, revenue=ledger.REVENUE,
+                hold_micros=hold_micros, cost_micros=cost_micros, model=model, provider=provider,
+                prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, estimated=estimated,
+                attempts=attempts, latency_ms=latency_ms, error=(error or None) and error[:300], now=utcnow())
+            if done is None:
+                return None
+            charge, spend_key_id, held_at, give_back = done
+            if charge < cost_micros:
+                log.warning("chat %s: cost %s exceeds hold %s and balance; charging %s",
+                            completion_id, cost_micros, hold_micros, charge)
+            spend.release(spend_key_id, give_back, held_at)
+            usage.record(account_id, f"chat:{model}", spend_micros=charge, error=bool(error))
+            return charge
     charge = cost_micros
     shortfall = 0
     for _ in range(3):

@@ -1,13 +1,23 @@
 """Chat model catalog: models, providers and prices read from ``catalog/models*.yaml``,
 cached in memory per process, plus request analysis, pricing and candidate routing.
 
+The snapshot is built once per process with what routing needs precomputed (each
+model's enabled offers, the ``auto``-eligible models, savings references), so a request
+does no catalog work beyond pricing its candidates. Invalidation is cheap: at most every
+``CHAT_CATALOG_CHECK_SECONDS`` the file list and modification times are compared (a few
+``stat`` calls) and a changed catalog is re-read; an edit that does not load is logged
+and the previous snapshot kept.
+
 Prices are USD per million tokens, which is exactly micros per token, kept as
 ``Decimal`` so every cost is computed exactly and rounded once (half up) to a micro.
 """
 from __future__ import annotations
 
 import glob
+import logging
+import os
 import threading
+import time
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
@@ -17,6 +27,8 @@ from flask import current_app
 
 from app.errors import CatalogError, InvalidRequest, NotFound, ServiceUnavailable
 from app.services.chat import tokens
+
+log = logging.getLogger(__name__)
 
 CAPABILITIES = ("tools", "json_mode", "vision", "streaming")
 PROVIDER_TYPES = ("openai", "anthropic")
@@ -83,13 +95,14 @@ class Model:
     capabilities: frozenset[str]
     auto: bool
     offers: tuple[Offer, ...]  # catalog order: the first is the primary provider
+    enabled: tuple[Offer, ...] = ()  # the offers whose provider is enabled (set at load)
 
     @property
     def primary(self) -> Offer:
         return self.offers[0]
 
-    def enabled_offers(self) -> list[Offer]:
-        return [o for o in self.offers if o.provider.enabled]
+    def enabled_offers(self) -> tuple[Offer, ...]:
+        return self.enabled
 
 
 @dataclass
@@ -97,6 +110,10 @@ class Catalog:
     models: dict[str, Model] = field(default_factory=dict)
     providers: dict[str, Provider] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)
+    auto_models: tuple[Model, ...] = ()  # auto-eligible, in catalog order
+    stamp: tuple = ()  # (file, mtime) of every file read: the invalidation check
+    checked_at: float = 0.0  # monotonic time of the last check
+    references: dict = field(default_factory=dict)  # (model name, CHAT_REFERENCE_MODEL) -> Offer
 
 
 def price_micros(input_price: Decimal, output_price: Decimal, prompt_tokens: int,
@@ -187,23 +204,48 @@ def load_catalog(pattern: str, settings: dict) -> Catalog:
             raise CatalogError(f"{path}: model {mid}: context_window must be an integer") from exc
         cat.models[mid] = Model(id=mid, description=str(m.get("description") or ""),
                                 context_window=ctx, max_output_tokens=max_out, capabilities=caps,
-                                auto=bool(m.get("auto", True)), offers=tuple(offers))
+                                auto=bool(m.get("auto", True)), offers=tuple(offers),
+                                enabled=tuple(o for o in offers if o.provider.enabled))
+    cat.auto_models = tuple(m for m in cat.models.values() if m.auto)
+    cat.stamp = _stamp(pattern)
+    cat.checked_at = time.monotonic()
     return cat
+
+
+def _stamp(pattern: str) -> tuple:
+    out = []
+    for path in sorted(glob.glob(pattern)):
+        try:
+            out.append((path, os.stat(path).st_mtime_ns))
+        except OSError:
+            out.append((path, None))
+    return tuple(out)
 
 
 _lock = threading.Lock()
 
 
 def catalog() -> Catalog:
-    """This app's catalog, loaded once per process and kept in memory."""
+    """This app's catalog snapshot, loaded once per process and kept in memory; re-read
+    when its files changed (checked at most every ``CHAT_CATALOG_CHECK_SECONDS``)."""
     app = current_app
     cat = app.extensions.get("chat_catalog")
-    if cat is None:
-        with _lock:
-            cat = app.extensions.get("chat_catalog")
-            if cat is None:
-                cat = load_catalog(app.config["CHAT_CATALOG"], app.config["CHAT_PROVIDERS"])
-                app.extensions["chat_catalog"] = cat
+    if cat is not None and time.monotonic() - cat.checked_at < float(app.config["CHAT_CATALOG_CHECK_SECONDS"]):
+        return cat
+    with _lock:
+        cat = app.extensions.get("chat_catalog")
+        if cat is None:
+            cat = app.extensions["chat_catalog"] = load_catalog(app.config["CHAT_CATALOG"],
+                                                                app.config["CHAT_PROVIDERS"])
+        elif time.monotonic() - cat.checked_at >= float(app.config["CHAT_CATALOG_CHECK_SECONDS"]):
+            cat.checked_at = time.monotonic()
+            if _stamp(app.config["CHAT_CATALOG"]) != cat.stamp:
+                try:
+                    cat = app.extensions["chat_catalog"] = load_catalog(app.config["CHAT_CATALOG"],
+                                                                        app.config["CHAT_PROVIDERS"])
+                    log.info("chat catalog re-read: %d models", len(cat.models))
+                except CatalogError as exc:  # keep serving the last good snapshot
+                    log.error("chat catalog changed but does not load (%s); keeping the previous one", exc)
     return cat
 
 
@@ -273,7 +315,7 @@ def candidates(model_name: str, needs: Needs, *, sandbox: str | None = None) -> 
         raise ServiceUnavailable("Test-mode chat needs the sandbox provider "
                                  f"({sandbox}), which is not configured on this deployment.")
     if model_name == "auto":
-        models = [m for m in cat.models.values() if m.auto]
+        models = cat.auto_models
     else:
         model = cat.models.get(model_name)
         if model is None or (not model.enabled_offers() and not sandbox):
@@ -330,11 +372,13 @@ def reference_offer(model_name: str) -> Offer | None:
     if model_name != "auto":
         model = cat.models.get(model_name)
         return model.primary if model else None
-    ref = cat.models.get(current_app.config["CHAT_REFERENCE_MODEL"] or "")
-    if ref is not None:
-        return ref.primary
-    primaries = [m.primary for m in cat.models.values()]
-    return max(primaries, key=lambda o: (o.output_price, o.input_price)) if primaries else None
+    key = current_app.config["CHAT_REFERENCE_MODEL"] or ""
+    if key not in cat.references:
+        ref = cat.models.get(key)
+        primaries = [m.primary for m in cat.models.values()]
+        cat.references[key] = ref.primary if ref is not None else (
+            max(primaries, key=lambda o: (o.output_price, o.input_price)) if primaries else None)
+    return cat.references[key]
 
 
 def savings_pct(cost_micros: int, ref_micros: int) -> float:

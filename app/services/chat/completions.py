@@ -1,5 +1,7 @@
 """Chat completions: validate, route, hold, call the upstream with failover, then settle;
-streaming responses are relayed as OpenAI server-sent events and settled when they end."""
+streaming responses are relayed as OpenAI server-sent events and settled when they end.
+With tracing on (app/telemetry.py) the phases are the spans ``chat.route``, ``chat.hold``,
+``chat.provider`` and ``chat.settle``."""
 from __future__ import annotations
 
 import logging
@@ -10,6 +12,7 @@ from typing import Callable, Iterator
 import orjson
 from flask import current_app
 
+from app import telemetry
 from app.errors import InvalidRequest, ProviderTimeout, UpstreamError
 from app.ids import random_b62
 from app.services.billing import holds as chat_billing
@@ -46,6 +49,7 @@ class _Call:
     needs: Needs
     started: float
     hold_micros: int = 0
+    held_at: object = None  # the hold's time (``holds.hold`` returns it; ``settle`` takes it)
     attempts: int = 0
     failures: list[str] = field(default_factory=list)
     all_timeouts: bool = True
@@ -156,11 +160,17 @@ def _usage(call: _Call, offer: Offer, upstream: dict | None, generated_chars: in
 
 
 def _settle(call: _Call, offer: Offer, usage: dict, error: str | None = None) -> None:
+    with telemetry.span("chat.settle"):  # gw_chat_settle on PostgreSQL
+        _record(call, offer, usage, error)
+
+
+def _record(call: _Call, offer: Offer, usage: dict, error: str | None) -> None:
     args = dict(model=offer.model_id, provider=offer.provider.id, prompt_tokens=usage["prompt_tokens"],
                 completion_tokens=usage["completion_tokens"], estimated=usage["estimated"],
                 attempts=call.attempts, latency_ms=usage["latency_ms"], error=error)
     if call.live:
-        charged = chat_billing.settle(call.id, call.account_id, call.hold_micros, usage["cost_micros"], **args)
+        charged = chat_billing.settle(call.id, call.account_id, call.hold_micros, usage["cost_micros"],
+                                      created_at=call.held_at, **args)
         if charged is not None and charged != usage["cost_micros"]:
             usage["cost_micros"], usage["cost_usd"] = charged, charged / 1_000_000
     else:
@@ -181,23 +191,27 @@ def create_completion(account_id: str, mode: str, body: dict, key_id: str | None
     """Route, hold, call (with failover), settle. Test-mode keys use the sandbox provider
     only and move no money. ``key_id``: the API key whose spend limit the hold counts against."""
     started = time.monotonic()
-    _validate(body)
-    needs = analyse(body)
-    sandbox = current_app.config["CHAT_SANDBOX_PROVIDER"] if mode == "test" else None
-    offers = _order(candidates(body["model"], needs, sandbox=sandbox))
-    call = _Call(id="chatcmpl-" + random_b62(24), account_id=account_id, mode=mode, body=body,
-                 needs=needs, started=started)
+    with telemetry.span("chat.route"):  # validation, request analysis, candidates, hold size
+        _validate(body)
+        needs = analyse(body)
+        sandbox = current_app.config["CHAT_SANDBOX_PROVIDER"] if mode == "test" else None
+        offers = _order(candidates(body["model"], needs, sandbox=sandbox))
+        call = _Call(id="chatcmpl-" + random_b62(24), account_id=account_id, mode=mode, body=body,
+                     needs=needs, started=started)
+        if call.live:
+            call.hold_micros = _hold_for(offers, needs)
     if call.live:
-        call.hold_micros = _hold_for(offers, needs)
-        chat_billing.hold(call.id, account_id, body["model"], call.hold_micros, bool(body.get("stream")),
-                          key_id=key_id)
+        with telemetry.span("chat.hold"):  # gw_chat_hold on PostgreSQL
+            call.held_at = chat_billing.hold(call.id, account_id, body["model"], call.hold_micros,
+                                             bool(body.get("stream")), key_id=key_id)
     models = catalog().models
     try:
         if body.get("stream"):
             return _start_stream(call, offers, models)
         try:
-            offer, data = _attempt(call, offers, lambda o: providers.complete(
-                o, body, output_cap(models[o.model_id], needs)))
+            with telemetry.span("chat.provider"):  # every attempt, failover included
+                offer, data = _attempt(call, offers, lambda o: providers.complete(
+                    o, body, output_cap(models[o.model_id], needs)))
         except providers.UpstreamRejected as exc:
             _fail(call, exc)
         if offer is None:
@@ -237,7 +251,8 @@ def _start_stream(call: _Call, offers: list[Offer], models: dict[str, Model]) ->
         return it, first
 
     try:
-        offer, opened = _attempt(call, offers, open_)
+        with telemetry.span("chat.provider"):  # until the first event (failover happens before it)
+            offer, opened = _attempt(call, offers, open_)
     except providers.UpstreamRejected as exc:
         _fail(call, exc)
     if offer is None:

@@ -5,6 +5,11 @@ seconds (connection error, timeout, 429, 5xx) is skipped for ``CHAT_COOLDOWN_SEC
 A 429 or 503 with ``Retry-After`` cools the provider down at once for that many seconds
 (capped at ``CHAT_COOLDOWN_SECONDS``). Success does not touch the store (no write on the
 hot path); the failure counter simply expires with its window.
+
+Reads stay off the request path too: a worker asks Redis (one MGET) for a provider's
+state at most every ``CHAT_COOLDOWN_REFRESH`` seconds and answers from that view in
+between, so another worker's cool-down is seen at most that late; a cool-down this worker
+starts itself counts at once.
 """
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _local_until: dict[str, float] = {}  # provider -> monotonic time the cool-down ends
 _local_failures: dict[str, list[float]] = {}
+_view: dict[str, tuple[float, bool]] = {}  # provider -> (monotonic time read from Redis, cooling)
 
 
 def _key(kind: str, provider: str) -> str:
@@ -32,13 +38,17 @@ def cooling(providers: list[str]) -> set[str]:
     if not providers:
         return set()
     r = get_redis()
+    now = time.monotonic()
     if r is not None:
+        refresh = float(current_app.config.get("CHAT_COOLDOWN_REFRESH", 0) or 0)
+        stale = [p for p in providers if p not in _view or now - _view[p][0] >= refresh]
         try:
-            values = r.mget([_key("cool", p) for p in providers])
-            return {p for p, v in zip(providers, values) if v is not None}
+            if stale:
+                values = r.mget([_key("cool", p) for p in stale])
+                _view.update({p: (now, v is not None) for p, v in zip(stale, values)})
+            return {p for p in providers if _view[p][1]}
         except Exception:  # Redis down: fall back to this process's view
             log.warning("chat cool-down store unavailable; using in-process state")
-    now = time.monotonic()
     return {p for p in providers if _local_until.get(p, 0) > now}
 
 
@@ -53,6 +63,7 @@ def record_failure(provider: str, retry_after: float | None = None) -> None:
         try:
             if immediate:
                 r.set(_key("cool", provider), "1", px=max(1, int(immediate * 1000)))
+                _view[provider] = (time.monotonic(), True)
                 return
             fkey = _key("fail", provider)
             pipe = r.pipeline()
@@ -64,6 +75,7 @@ def record_failure(provider: str, retry_after: float | None = None) -> None:
                 pipe.set(_key("cool", provider), "1", px=max(1, int(cool_for * 1000)))
                 pipe.delete(fkey)
                 pipe.execute()
+                _view[provider] = (time.monotonic(), True)
             return
         except Exception:
             log.warning("chat cool-down store unavailable; using in-process state")
@@ -84,3 +96,4 @@ def reset() -> None:
     with _lock:
         _local_until.clear()
         _local_failures.clear()
+        _view.clear()

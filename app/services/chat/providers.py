@@ -1,6 +1,6 @@
 """LLM provider adapters: OpenAI-compatible upstreams and Anthropic's Messages API
-(translated both ways), over the outbound layer (``app.services.platform.http``: pooled,
-timeouts, no redirects, bodies capped at ``CHAT_MAX_RESPONSE_BYTES``; provider URLs are
+(translated both ways), over the outbound layer (``app.services.platform.http``: one
+pooled keep-alive session per provider and process, timeouts, no redirects, bodies capped at ``CHAT_MAX_RESPONSE_BYTES``; provider URLs are
 operator configuration, so private hosts are allowed, metadata addresses never).
 Everything returned is OpenAI-shaped.
 
@@ -82,7 +82,7 @@ def _error_text(resp: requests.Response) -> str:
 def _post(offer: Offer, url: str, headers: dict, payload: dict) -> requests.Response:
     """The provider's open (streamed) response to a POST; bodies are read capped."""
     try:
-        resp = http.session("chat", allow_private_hosts=True).post(
+        resp = http.shared_session("chat", offer.provider.id, allow_private_hosts=True).post(
             url, data=orjson.dumps(payload), headers=headers, timeout=_timeouts(offer), stream=True)
     except http.AddressRefused as exc:
         raise ProviderFailure(f"{offer.provider.id}: address not allowed ({exc})") from None

@@ -3,7 +3,10 @@
 What every session guarantees
 -----------------------------
 * **Pooled**: one ``requests`` session per purpose, policy and thread (``session``),
-  keep-alive connections reused; ``modules`` and ``chat`` have larger pools.
+  keep-alive connections reused; ``modules`` and ``chat`` have larger pools. A caller
+  with a few fixed upstreams (the chat providers) takes one session per upstream for
+  the whole process instead (``shared_session``): every thread of a worker reuses the
+  same warm connections, and the session keeps no cookies.
 * **Timeouts always set**: a request without ``timeout`` raises ``ValueError``.
 * **No redirects**: ``allow_redirects`` is forced off; a 3xx is returned to the caller.
 * **No environment proxies**: ``trust_env`` is off and proxies are refused, so
@@ -40,9 +43,11 @@ in. TLS still sends SNI for, and verifies the certificate against, the host name
 """
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
+from http import cookiejar as http_cookiejar
 from functools import lru_cache
 from urllib.parse import urlsplit
 
@@ -60,6 +65,9 @@ from app.services.platform.netguard import AddressRefused  # noqa: F401 - part o
 USER_AGENT = "metered-gateway/1.0"
 POOL_SIZES = {"modules": (64, 64), "chat": (32, 64)}  # purpose -> (hosts, connections per host)
 _local = threading.local()
+_shared: dict = {}
+_shared_lock = threading.Lock()
+_shared_pid = [0]
 
 
 class ResponseTooLarge(Exception):
@@ -148,6 +156,18 @@ class GuardedSession(requests.Session):
         return super().request(method, url, *args, timeout=timeout, allow_redirects=False, **kwargs)
 
 
+def _new_session(purpose: str, allow_private_hosts: bool, sizes: tuple[int, int] | None = None) -> GuardedSession:
+    s = GuardedSession()
+    s.trust_env = False
+    s.proxies = {}
+    adapter = _PinnedAdapter(bool(allow_private_hosts), *(sizes or POOL_SIZES.get(purpose, (10, 10))))
+    s.mount("http://", adapter)
+    s.mount("https://", adapter)
+    s.headers.clear()
+    s.headers["User-Agent"] = USER_AGENT
+    return s
+
+
 def session(purpose: str, *, allow_private_hosts: bool) -> GuardedSession:
     """This thread's pooled session for ``purpose`` under the given address policy."""
     sessions = getattr(_local, "sessions", None)
@@ -156,15 +176,34 @@ def session(purpose: str, *, allow_private_hosts: bool) -> GuardedSession:
     key = (purpose, bool(allow_private_hosts))
     s = sessions.get(key)
     if s is None:
-        s = GuardedSession()
-        s.trust_env = False
-        s.proxies = {}
-        adapter = _PinnedAdapter(bool(allow_private_hosts), *POOL_SIZES.get(purpose, (10, 10)))
-        s.mount("http://", adapter)
-        s.mount("https://", adapter)
-        s.headers.clear()
-        s.headers["User-Agent"] = USER_AGENT
-        sessions[key] = s
+        s = sessions[key] = _new_session(purpose, allow_private_hosts)
+    return s
+
+
+class _NoCookies(http_cookiejar.DefaultCookiePolicy):
+    """A shared session serves every customer's requests: it stores no cookie."""
+
+    def set_ok(self, cookie, request):
+        return False
+
+
+def shared_session(purpose: str, upstream: str, *, allow_private_hosts: bool) -> GuardedSession:
+    """The process's one session for ``upstream`` (e.g. a chat provider id) under
+    ``purpose`` and the address policy, shared by all threads (urllib3's pools are
+    thread-safe): keep-alive connections stay warm across requests and threads, and are
+    never inherited across a fork. It stores no cookies."""
+    key = (purpose, upstream, bool(allow_private_hosts))
+    s = _shared.get(key)
+    if s is None or _shared_pid[0] != os.getpid():
+        with _shared_lock:
+            if _shared_pid[0] != os.getpid():  # a forked worker starts with no connections
+                _shared.clear()
+                _shared_pid[0] = os.getpid()
+            s = _shared.get(key)
+            if s is None:
+                s = _new_session(purpose, allow_private_hosts, (4, POOL_SIZES.get(purpose, (10, 10))[1]))
+                s.cookies.set_policy(_NoCookies())
+                _shared[key] = s
     return s
 
 

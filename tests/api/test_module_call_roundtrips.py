@@ -1,10 +1,11 @@
-"""The metered call's database round trips (issue 18): on PostgreSQL one statement before
-forwarding (``gw_open_call``) and one after (the finalize CTE); a 402 leaves nothing
-behind (not even the reserved Idempotency-Key); a replay runs one statement."""
+"""The metered call's database round trips (issue 18): on PostgreSQL one autocommit
+statement before forwarding (``gw_open_call``) and one after (the finalize CTE), no
+BEGIN/COMMIT; a 402 leaves nothing behind (not even the reserved Idempotency-Key); a
+replay runs one statement."""
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import event, func, select
+from sqlalchemy import Engine, event, func, select
 
 from app.extensions import db
 from app.models import IdempotencyRecord, ModuleCall, UsageHourly
@@ -12,19 +13,23 @@ from tests.gateway_helpers import balance_cents, call, mod, provider, provider_s
 
 
 @pytest.fixture
-def statements(app):
-    """The SQL statements the app runs (pool pre-pings excluded) while the test runs."""
+def statements(app):  # noqa: ARG001
+    """The SQL statements the app runs on any engine (pool pre-pings excluded) while the
+    test runs; commits are listed as "COMMIT"."""
     seen: list[str] = []
 
     def _sql(conn, cursor, statement, parameters, context, executemany):  # noqa: ARG001
         if statement.strip().upper() != "SELECT 1":
             seen.append(statement)
 
-    with app.app_context():
-        engine = db.engine
-    event.listen(engine, "before_cursor_execute", _sql)
+    def _commit(conn):  # noqa: ARG001
+        seen.append("COMMIT")
+
+    event.listen(Engine, "before_cursor_execute", _sql)
+    event.listen(Engine, "commit", _commit)
     yield seen
-    event.remove(engine, "before_cursor_execute", _sql)
+    event.remove(Engine, "before_cursor_execute", _sql)
+    event.remove(Engine, "commit", _commit)
 
 
 def _pg(app) -> bool:
@@ -45,6 +50,8 @@ def test_one_statement_before_and_one_after_forwarding(app, client, make_account
               or "idempotency_records" in s or "ledger" in s or "usage_hourly" in s]
     assert len(writes) == 2, statements
     assert "gw_open_call" in writes[0] and "UPDATE module_calls" in writes[1]
+    # nothing else (the tests run without the credential cache): no COMMIT, no usage upsert
+    assert [s for s in statements if s not in writes and "FROM api_keys" not in s] == [], statements
     # a replay: one statement, no second charge
     statements.clear()
     again = call(client, acct, {"action": "ok"}, key="rt-2")

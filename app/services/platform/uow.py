@@ -11,14 +11,26 @@ payment processor, an x402 facilitator) is two units of work in sequence around 
 to is committed (e.g. enqueueing outbox delivery); it is dropped on rollback, and a
 failing hook is logged without undoing the commit. State lives in a ``ContextVar``, so
 it is per thread / per request and works the same in requests, RQ jobs and CLI commands.
+
+``one_statement()`` is the one documented exception to "writes in a unit of work": a
+write that is a single statement (PostgreSQL function or data-modifying CTE) runs in
+autocommit on the request's hot-path connection — PostgreSQL makes one statement
+atomic by itself, so BEGIN/COMMIT would only add round trips. Such a statement must
+leave nothing behind when it refuses (it RAISEs, and the server undoes it), and says
+itself whether its commit waits for the WAL flush (``gw_open_call`` does not, the
+finalize does: docs/performance.md).
 """
 from __future__ import annotations
 
 import functools
 import logging
+import threading
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Callable, Iterator
+
+from flask import current_app, g, has_app_context
+from sqlalchemy import Connection, Engine, create_engine
 
 from app.extensions import db
 
@@ -85,3 +97,65 @@ def after_commit(fn: Callable, *args: Any, **kwargs: Any) -> None:
     if unit is None:
         raise RuntimeError("after_commit() needs an open unit_of_work()")
     unit.hooks.append((fn, args, kwargs))
+
+
+_engines: dict[str, Engine] = {}
+_engines_lock = threading.Lock()
+
+
+def _autocommit_engine() -> Engine:
+    """The process's pool of autocommit connections to the app's database (same URL and
+    connect arguments). No pre-ping: a connection that went stale (server restart) fails
+    its statement with ``connection_invalidated`` and the caller may retry once on a
+    fresh one (``gateway.charging`` does, where a retry is safe)."""
+    main = db.engine
+    key = main.url.render_as_string(hide_password=False)
+    eng = _engines.get(key)
+    if eng is None:
+        with _engines_lock:
+            eng = _engines.get(key)
+            if eng is None:
+                opts = dict(current_app.config.get("SQLALCHEMY_ENGINE_OPTIONS") or {})
+                opts.update(pool_pre_ping=False, isolation_level="AUTOCOMMIT")
+                eng = _engines[key] = create_engine(main.url, **opts)
+    return eng
+
+
+@contextmanager
+def one_statement() -> Iterator[Connection]:
+    """An autocommit connection for ONE self-contained write statement (see the module
+    docstring): each ``execute`` commits on its own, nothing to commit or roll back.
+    Within a request (app context) the same connection serves every such statement of
+    the request (one pool checkout; returned at teardown). Refuses inside a unit of
+    work (RuntimeError): it is another connection, so it would not see that unit's
+    writes nor be undone with them."""
+    if _current.get() is not None:
+        raise RuntimeError("one_statement() inside a unit_of_work(): it runs on its own connection")
+    conn = g.get("_one_statement_conn") if has_app_context() else None
+    if conn is None or conn.closed or conn.invalidated:
+        conn = _autocommit_engine().connect()
+        if has_app_context():
+            g._one_statement_conn = conn
+        else:  # pragma: no cover - hot paths run in an app context
+            with conn:
+                yield conn
+            return
+    try:
+        yield conn
+    except BaseException:
+        conn.rollback()  # ends SQLAlchemy's bookkeeping only: autocommit has nothing to undo
+        if conn.invalidated:
+            g.pop("_one_statement_conn", None)
+            conn.close()
+        raise
+
+
+def release_connection(exc: BaseException | None = None) -> None:  # noqa: ARG001
+    """Teardown: return the request's ``one_statement`` connection to its pool."""
+    conn = g.pop("_one_statement_conn", None)
+    if conn is not None:
+        conn.close()
+
+
+def init_app(app) -> None:
+    app.teardown_appcontext(release_connection)

@@ -74,3 +74,29 @@ def test_402_rolls_back_the_reserved_key_and_writes_nothing(app, client, make_ac
         db.session.remove()
     assert balance_cents(app, acct.id) == 2
     ledger_clean()
+
+
+def test_key_spend_limit_refusal_leaves_nothing_and_frees_the_key(app, client, make_account, mod,
+                                                                  ledger_clean):
+    """The key's limit is checked inside the charging statement: a refusal undoes the
+    reserved Idempotency-Key too, so the same key works once the limit allows it."""
+    from app.models import KeySpend
+
+    acct = make_account(cents=100)
+    r = client.post("/api/keys", json={"name": "k", "spend_limit_cents": 2, "spend_limit_period": "day"},
+                    headers=acct.headers)
+    key = r.get_json()
+    r = call(client, acct, {"action": "ok"}, key="lim-1", bearer=key["key"])  # costs 3 cents
+    assert r.status_code == 402 and r.get_json()["error"] == "key_spend_limit_reached"
+    assert r.get_json()["spent_cents"] == 0
+    with app.app_context():
+        for model in (IdempotencyRecord, ModuleCall):
+            n = db.session.execute(select(func.count()).select_from(model)
+                                   .where(model.account_id == acct.id)).scalar_one()
+            assert n == 0, model.__tablename__
+        assert db.session.execute(select(func.coalesce(func.sum(KeySpend.spent_micros), 0))).scalar_one() == 0
+        db.session.remove()
+    client.patch(f"/api/keys/{key['id']}", json={"spend_limit_cents": 9}, headers=acct.headers)
+    assert call(client, acct, {"action": "ok"}, key="lim-1", bearer=key["key"]).status_code == 200
+    assert balance_cents(app, acct.id) == 97
+    ledger_clean()

@@ -21,40 +21,43 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
+import orjson
 from flask import current_app
-
-from sqlalchemy import BigInteger, String, bindparam, text
-from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import DBAPIError
 
 from app.extensions import db
 from app.ids import new_id
-from app.models.base import JSONType, UTCDateTime, utcnow
+from app.models.base import utcnow
 from app.services.platform.uow import one_statement
 
 # SQLSTATEs gw_open_call raises on a refusal (the statement is undone), and the outcome
 REFUSALS = {"GW402": "insufficient", "GWKSL": "key_spend_limit"}
 
-_OPEN = text("""
+# Driver-level SQL (psycopg placeholders, explicit casts): the statements are fixed, so
+# SQLAlchemy's compile and bind processing are skipped; the engine's events (statement
+# counters, tracing) still see them.
+_OPEN = """
     SELECT outcome, idem_hash, idem_status, idem_body FROM gw_open_call(
-        :call_id, :account_id, :module_id, :slug, :action, :mode, :price, :charged,
-        :owner_agent_id, :idem_key, :req_hash, :now, :deadline, :idem_expires,
-        :codes, :amounts, :spend_key)
-""").bindparams(*(bindparam(n, type_=UTCDateTime()) for n in ("now", "deadline", "idem_expires")),
-                bindparam("codes", type_=ARRAY(String)), bindparam("amounts", type_=ARRAY(BigInteger)))
+        %(call_id)s::varchar, %(account_id)s::varchar, %(module_id)s::integer, %(slug)s::varchar,
+        %(action)s::varchar, %(mode)s::varchar, %(price)s::bigint, %(charged)s::boolean,
+        %(owner_agent_id)s::varchar, %(idem_key)s::varchar, %(req_hash)s::varchar,
+        %(now)s::timestamptz, %(deadline)s::timestamptz, %(idem_expires)s::timestamptz,
+        %(codes)s::varchar[], %(amounts)s::bigint[], %(spend_key)s::varchar)
+"""
 
-_FINALIZE = text("""
+_FINALIZE = """
     WITH c AS (
         UPDATE module_calls
-           SET status = 'succeeded', ok = :ok, provider_status = :provider_status,
-               receipt = :receipt, finished_at = :finished_at
-         WHERE id = :call_id AND status = 'pending'
+           SET status = 'succeeded', ok = %(ok)s::boolean, provider_status = %(provider_status)s::integer,
+               receipt = %(receipt)s::jsonb, finished_at = %(finished_at)s::timestamptz
+         WHERE id = %(call_id)s::varchar AND status = 'pending'
         RETURNING id),
     i AS (
-        UPDATE idempotency_records SET status = 'done', response_body = :response_body
-         WHERE account_id = :account_id AND key = :idem_key AND call_id IN (SELECT id FROM c))
+        UPDATE idempotency_records SET status = 'done', response_body = %(response_body)s::text
+         WHERE account_id = %(account_id)s::varchar AND key = %(idem_key)s::varchar
+           AND call_id IN (SELECT id FROM c))
     SELECT count(*) FROM c
-""").bindparams(bindparam("receipt", type_=JSONType), bindparam("finished_at", type_=UTCDateTime()))
+"""
 
 
 @dataclass(frozen=True)
@@ -70,8 +73,8 @@ class Opened:
 
 
 def supported() -> bool:
-    """True when the session's database runs the one-statement path (PostgreSQL)."""
-    return db.session.get_bind().dialect.name == "postgresql"
+    """True when the app's database runs the one-statement path (PostgreSQL)."""
+    return db.engine.dialect.name == "postgresql"
 
 
 def open_pg(*, account_id: str, mode: str, mod, act, idem_key: str | None, req_hash: str | None,
@@ -95,7 +98,7 @@ def open_pg(*, account_id: str, mode: str, mod, act, idem_key: str | None, req_h
     for attempt in (1, 2):
         try:
             with one_statement() as conn:
-                return call_id, Opened(*conn.execute(_OPEN, params).first())
+                return call_id, Opened(*conn.exec_driver_sql(_OPEN, params).first())
         except DBAPIError as exc:
             refusal = REFUSALS.get(getattr(exc.orig, "sqlstate", None))
             if refusal is not None:
@@ -113,7 +116,7 @@ def finalize_pg(*, call_id: str, account_id: str, idem_key: str | None, ok: bool
     """One round trip, committed durably by itself: ``pending → succeeded`` plus the key's
     stored response. False when the call was no longer pending (the sweep refunded it)."""
     with one_statement() as conn:
-        return conn.execute(_FINALIZE, {
+        return conn.exec_driver_sql(_FINALIZE, {
             "call_id": call_id, "account_id": account_id, "idem_key": idem_key, "ok": ok,
-            "provider_status": provider_status, "receipt": receipt, "finished_at": finished_at,
-            "response_body": response_body}).scalar_one() == 1
+            "provider_status": provider_status, "receipt": orjson.dumps(receipt).decode(),
+            "finished_at": finished_at, "response_body": response_body}).scalar_one() == 1

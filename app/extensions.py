@@ -11,7 +11,7 @@ from flask_migrate import Migrate
 from flask_smorest import Api as _SmorestApi
 from flask_smorest import Blueprint as _SmorestBlueprint
 from flask_sqlalchemy import SQLAlchemy
-from sqlalchemy import MetaData
+from sqlalchemy import Engine, MetaData, create_engine
 from sqlalchemy import text as sa_text
 from sqlalchemy.orm import DeclarativeBase
 from webargs.core import missing as core_missing
@@ -149,3 +149,22 @@ def skip_commit_flush() -> None:
 
 
 _ASYNC_COMMIT = sa_text("SET LOCAL synchronous_commit = off")
+
+
+_side_engines: dict[tuple[str, str], Engine] = {}
+_side_lock = threading.Lock()
+
+
+def side_engine(name: str, **options) -> Engine:
+    """A process-wide extra connection pool to the app's database (same URL), made once
+    per URL and ``name`` with ``options`` (``create_engine``'s): e.g. analytics' pool
+    with asynchronous commits, the hot path's autocommit pool (``uow.one_statement``)."""
+    main = db.engine
+    key = (main.url.render_as_string(hide_password=False), name)
+    eng = _side_engines.get(key)
+    if eng is None:
+        with _side_lock:
+            eng = _side_engines.get(key)
+            if eng is None:
+                eng = _side_engines[key] = create_engine(main.url, **options)
+    return eng

@@ -24,15 +24,14 @@ from __future__ import annotations
 
 import functools
 import logging
-import threading
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Callable, Iterator
 
 from flask import current_app, g, has_app_context
-from sqlalchemy import Connection, Engine, create_engine
+from sqlalchemy import Connection, Engine
 
-from app.extensions import db
+from app.extensions import db, side_engine
 
 log = logging.getLogger(__name__)
 
@@ -99,26 +98,14 @@ def after_commit(fn: Callable, *args: Any, **kwargs: Any) -> None:
     unit.hooks.append((fn, args, kwargs))
 
 
-_engines: dict[str, Engine] = {}
-_engines_lock = threading.Lock()
-
-
 def _autocommit_engine() -> Engine:
     """The process's pool of autocommit connections to the app's database (same URL and
     connect arguments). No pre-ping: a connection that went stale (server restart) fails
     its statement with ``connection_invalidated`` and the caller may retry once on a
     fresh one (``gateway.charging`` does, where a retry is safe)."""
-    main = db.engine
-    key = main.url.render_as_string(hide_password=False)
-    eng = _engines.get(key)
-    if eng is None:
-        with _engines_lock:
-            eng = _engines.get(key)
-            if eng is None:
-                opts = dict(current_app.config.get("SQLALCHEMY_ENGINE_OPTIONS") or {})
-                opts.update(pool_pre_ping=False, isolation_level="AUTOCOMMIT")
-                eng = _engines[key] = create_engine(main.url, **opts)
-    return eng
+    opts = dict(current_app.config.get("SQLALCHEMY_ENGINE_OPTIONS") or {})
+    opts.update(pool_pre_ping=False, isolation_level="AUTOCOMMIT")
+    return side_engine("autocommit", **opts)
 
 
 @contextmanager

@@ -171,7 +171,8 @@ def upgrade():
     op.create_index("ix_chat_completions_settled_at", "chat_completions", ["settled_at"])
     op.create_index("ix_module_calls_created_at", "module_calls", ["created_at"])
     # The mark: the current hour, or the hour of the oldest call still pending.
-    oldest = bind.execute(sa.select(sa.func.min(_CALLS.c.created_at)).where(_CALLS.c.status == "pending")).scalar()
+    oldest = bind.execute(sa.select(sa.func.min(_CALLS.c.created_at))
+                          .where(_CALLS.c.status == "pending")).scalar()
     now = datetime.now(timezone.utc)
     mark = _hour(min(now, oldest) if oldest is not None else now)
     op.execute(sa.text("DELETE FROM usage_hourly WHERE hour >= :m").bindparams(_ts("m", mark)))

@@ -22,7 +22,8 @@ def _call(n, account_id, status, at, price=30_000, mode="live", slug="echo"):
 
 
 def _chat(n, account_id, status, at, cost=5_000, error=None, mode="live", model="m1"):
-    db.session.add(ChatCompletion(id=f"chatcmpl-{n}", account_id=account_id, mode=mode, requested_model="auto",
+    db.session.add(ChatCompletion(id=f"chatcmpl-{n}", account_id=account_id, mode=mode,
+                                  requested_model="auto",
                                   model=model if status != "released" else None, status=status,
                                   cost_micros=cost if status != "released" else 0, error=error,
                                   created_at=at, settled_at=at))
@@ -65,7 +66,7 @@ def test_readers_count_the_call_log_before_and_after_the_roll(app, account):
         days = usage.daily_rows(account.id, 3, now=T + timedelta(days=1))
         assert [d["calls"] for d in days] == [0, 6, 0]
 
-        assert usage_log.roll(now=T + 3 * H) == (T + 3 * H - timedelta(minutes=5)).hour - usage_log.hour_of(T).hour
+        assert usage_log.roll(now=T + 3 * H) == 3  # 10:00, 11:00, 12:00 (13:00 is not over yet)
         rolled = _hourly(account.id)
         assert ("echo", "live", usage_log.hour_of(T), 2, 1, 30_000) in rolled
         assert usage.totals(account.id, start, end) == expect           # rolled + tail: the same

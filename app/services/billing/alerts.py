@@ -247,7 +247,8 @@ def usage_by_mode(now: datetime, account_ids=None, modes=("live", "test")) -> di
                  func.sum(case((in_window, u.c.errors), else_=0)),
                  func.sum(case((in_window, u.c.spend_micros), else_=0))]
     cols.append(func.sum(case((u.c.ts >= period_start, u.c.spend_micros), else_=0)))
-    rows = db.session.execute(select(u.c.account_id, u.c.mode, *cols).group_by(u.c.account_id, u.c.mode)).all()
+    rows = db.session.execute(select(u.c.account_id, u.c.mode, *cols)
+                              .group_by(u.c.account_id, u.c.mode)).all()
     out = {}
     for row in rows:
         vals = [int(v or 0) for v in row[2:]]

@@ -74,7 +74,8 @@ def call_log_rows(start: datetime, end: datetime, accounts=None, modes=None, *, 
     ).where(*_where(_CALLS.c.account_id, _CALLS.c.mode, _CALLS.c.created_at, start, end, accounts, modes))
     released = _CHAT.c.status == "released"
     chat = select(
-        _CHAT.c.account_id, (literal("chat:") + func.coalesce(_CHAT.c.model, _CHAT.c.requested_model)).label("product"),
+        _CHAT.c.account_id,
+        (literal("chat:") + func.coalesce(_CHAT.c.model, _CHAT.c.requested_model)).label("product"),
         _CHAT.c.mode, _CHAT.c.settled_at.label("ts"), literal(1).label("calls"),
         case((or_(released, _CHAT.c.error.is_not(None)), 1), else_=0).label("errors"),
         case((released, 0), else_=_CHAT.c.cost_micros).label("spend_micros"),

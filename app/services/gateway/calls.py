@@ -233,8 +233,8 @@ def open_call(*, account_id: str, mode: str, mod: catalog.ModuleSnap, act: catal
               payment: str | None = None, paid_out: list | None = None,
               key_id: str | None = None) -> str | CallResult:
     """The charging transaction: claim the Idempotency-Key, reserve the key's spend
-    limit, debit, write the ``pending`` call, COMMIT. Returns the new call id, or the stored response when the
-    key was already used for this request (a replay)."""
+    limit, debit, write the ``pending`` call, COMMIT. Returns the new call id, or the
+    stored response when the key was already used for this request (a replay)."""
     cfg = current_app.config
     slug = mod.slug
     req_hash = request_hash(slug, mode, body) if idempotency_key is not None else None

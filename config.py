@@ -180,6 +180,8 @@ def load_config(overrides: dict | None = None) -> dict:
         "CATALOG_PATH": _env("CATALOG_PATH", str(BASE_DIR / "catalog" / "modules")),
         "CATALOG_CACHE_TTL": _float("CATALOG_CACHE_TTL", 5.0),
         "CALL_SWEEP_MARGIN_SECONDS": _float("CALL_SWEEP_MARGIN_SECONDS", 60.0),
+        # An hour is rolled into usage_hourly this long after it ended (billing/usage_log.py).
+        "USAGE_ROLL_MARGIN_SECONDS": _float("USAGE_ROLL_MARGIN_SECONDS", 300.0),
         "PROVIDER_MAX_RESPONSE_BYTES": _int("PROVIDER_MAX_RESPONSE_BYTES", 5 * 1024 * 1024),
         "IDEMPOTENCY_TTL_SECONDS": _int("IDEMPOTENCY_TTL_SECONDS", 24 * 3600),
         "RECEIPT_SIGNING_KEY": _env("RECEIPT_SIGNING_KEY"),

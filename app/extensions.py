@@ -11,9 +11,10 @@ from flask_migrate import Migrate
 from flask_smorest import Api as _SmorestApi
 from flask_smorest import Blueprint as _SmorestBlueprint
 from flask_sqlalchemy import SQLAlchemy
-from sqlalchemy import MetaData
+from sqlalchemy import Engine, MetaData, create_engine
 from sqlalchemy import text as sa_text
 from sqlalchemy.orm import DeclarativeBase
+from webargs.core import missing as core_missing
 from webargs.flaskparser import FlaskParser
 
 from app.errors import ErrorSchema, handle_http_exception
@@ -49,6 +50,27 @@ class _Parser(FlaskParser):
         if not is_json_request(req):
             return core.missing
         return orjson.loads(req.get_data(cache=True))
+
+    # Hot-path schemas (``fields.FastLoad``): one instance per process, and their
+    # ``fast_load`` first; marshmallow loads (and words the 400 of) anything it declines.
+    _instances: dict = {}
+
+    def _get_schema(self, argmap, req):
+        fast = isinstance(argmap, type) and hasattr(argmap, "fast_load")
+        if not fast:
+            return super()._get_schema(argmap, req)
+        schema = self._instances.get(argmap)
+        if schema is None:
+            schema = self._instances[argmap] = argmap()
+        return schema
+
+    def _process_location_data(self, location_data, schema, req, location, unknown, validators):
+        fast = getattr(schema, "fast_load", None)
+        if fast is not None and not validators and location_data is not core_missing:
+            loaded = fast(location_data)
+            if loaded is not None:
+                return loaded
+        return super()._process_location_data(location_data, schema, req, location, unknown, validators)
 
 
 class Blueprint(_SmorestBlueprint):
@@ -127,3 +149,22 @@ def skip_commit_flush() -> None:
 
 
 _ASYNC_COMMIT = sa_text("SET LOCAL synchronous_commit = off")
+
+
+_side_engines: dict[tuple[str, str], Engine] = {}
+_side_lock = threading.Lock()
+
+
+def side_engine(name: str, **options) -> Engine:
+    """A process-wide extra connection pool to the app's database (same URL), made once
+    per URL and ``name`` with ``options`` (``create_engine``'s): e.g. analytics' pool
+    with asynchronous commits, the hot path's autocommit pool (``uow.one_statement``)."""
+    main = db.engine
+    key = (main.url.render_as_string(hide_password=False), name)
+    eng = _side_engines.get(key)
+    if eng is None:
+        with _side_lock:
+            eng = _side_engines.get(key)
+            if eng is None:
+                eng = _side_engines[key] = create_engine(main.url, **options)
+    return eng

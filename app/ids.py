@@ -18,8 +18,17 @@ def b62encode(n: int, width: int = 0) -> str:
     return s.rjust(width, "0")
 
 
+_UNBIASED = 248  # 4 × 62: a random byte below it maps to a base62 digit without bias
+
+
 def random_b62(length: int) -> str:
-    return "".join(secrets.choice(ALPHABET) for _ in range(length))
+    """``length`` uniformly random base62 characters from the OS CSPRNG, in one read of
+    random bytes (rejection sampling; one ``secrets.choice`` per character would read
+    the OS randomness once per character — on every id of every metered call)."""
+    out: list[str] = []
+    while len(out) < length:
+        out.extend(ALPHABET[b % 62] for b in secrets.token_bytes(length + 8) if b < _UNBIASED)
+    return "".join(out[:length])
 
 
 def new_id(prefix: str, length: int = 20) -> str:

@@ -121,6 +121,12 @@ SELECT 'acct_noise' || a, 'seed-mod-' || (a % 7), 'live',
        date_trunc('hour', now()) - (h || ' hours')::interval, 3, 0, 30000
 FROM generate_series(1, {NOISE_ACCOUNTS}) AS a, generate_series(0, 71) AS h
 ON CONFLICT DO NOTHING""")
+    if _q("SELECT to_regclass('public.usage_rollup_state') IS NOT NULL") == "t":
+        # usage is read as usage_hourly + the call log after the rollup mark: the seeded
+        # hours (all before the current one) are rolled hours, so their calls count once
+        _q("INSERT INTO usage_rollup_state (id, rolled_through) VALUES (1, date_trunc('hour', now())) "
+           "ON CONFLICT (id) DO UPDATE SET rolled_through = greatest(usage_rollup_state.rolled_through, "
+           "excluded.rolled_through)")
     _q("ANALYZE usage_hourly")
     if has_calls:
         _q("ANALYZE module_calls")

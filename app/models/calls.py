@@ -20,6 +20,7 @@ class ModuleCall(db.Model):
     __table_args__ = (
         Index("ix_module_calls_status_deadline", "status", "deadline_at"),
         Index("ix_module_calls_account_created", "account_id", "created_at"),
+        Index("ix_module_calls_created_at", "created_at"),  # the usage rollup job
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)  # call_…

@@ -19,7 +19,8 @@ class ChatCompletion(db.Model):
     ``chat_settle:<id>`` (settle and release share the ref, so only one can ever post)."""
 
     __tablename__ = "chat_completions"
-    __table_args__ = (Index("ix_chat_completions_status_created", "status", "created_at"),)
+    __table_args__ = (Index("ix_chat_completions_status_created", "status", "created_at"),
+                      Index("ix_chat_completions_settled_at", "settled_at"))  # usage rollups
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)  # chatcmpl-…
     account_id: Mapped[str] = mapped_column(String(32), index=True)

@@ -11,8 +11,10 @@ from app.models.base import BigIntPK, UTCDateTime
 
 
 class UsageHourly(db.Model):
-    """Counters updated in the same transaction as each call's charge (upsert), so usage
-    endpoints and alert metrics read a few rows instead of scanning the call log."""
+    """Hourly rollups of the call logs (``module_calls``, ``chat_completions``) for hours
+    that are final, written by the ``usage-roll`` job (``billing.usage_log.roll``), so
+    usage endpoints and alert metrics read a few rows per hour instead of scanning the
+    call log; the hours not rolled yet are read from the call log itself."""
 
     __tablename__ = "usage_hourly"
     __table_args__ = (
@@ -28,3 +30,13 @@ class UsageHourly(db.Model):
     calls: Mapped[int] = mapped_column(Integer, default=0)
     errors: Mapped[int] = mapped_column(Integer, default=0)
     spend_micros: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class UsageRollupState(db.Model):
+    """One row (id 1): ``rolled_through`` is the first hour NOT yet rolled into
+    ``usage_hourly``; from there on usage is read from the call logs."""
+
+    __tablename__ = "usage_rollup_state"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    rolled_through: Mapped[datetime] = mapped_column(UTCDateTime)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from app.tasks import agents, alerts, chain_watch, chat, gateway, maintenance, outbox, public, tokens, x402_sweep
+from app.tasks import (agents, alerts, chain_watch, chat, gateway, maintenance, outbox, public, tokens, usage,
+                       x402_sweep)
 
 SCHEDULE: list[tuple[str, int, Callable]] = [
     ("flush-last-used", 60, maintenance.flush_last_used),
@@ -22,6 +23,8 @@ SCHEDULE: list[tuple[str, int, Callable]] = [
     ("alerts-evaluate", 60, alerts.evaluate),
     ("calls-sweep", 30, gateway.sweep_pending_calls),
     ("idempotency-purge", 3600, gateway.purge_idempotency),
+    # usage_hourly from the call logs, for hours that are final (billing.usage_log)
+    ("usage-roll", 300, usage.roll_usage),
     ("chat-release-stale-holds", 300, chat.release_stale_holds),
     ("heartbeat", 30, maintenance.heartbeat),
     # Agents: settle the previous month once it is over (a no-op once settled); purge

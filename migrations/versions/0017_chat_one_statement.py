@@ -31,13 +31,13 @@ The ledger account codes come from Python (``ledger.customer``, ``holds.HOLD``,
 knows their shape. SQLite keeps the multi-statement path behind the same interface.
 
 Revision ID: chat_one_statement
-Revises: alert_status
+Revises: hot_path_v2
 Create Date: 2026-11-22 23:10:00.000000
 """
 from alembic import op
 
 revision = "chat_one_statement"
-down_revision = "alert_status"
+down_revision = "hot_path_v2"
 branch_labels = None
 depends_on = None
 

@@ -9,6 +9,7 @@ from app.extensions import db
 from app.models.base import utcnow
 from app.services.agents import earnings
 from app.services.billing import usage
+from tests import usage_seed
 from tests.agentkit import Keypair, charge, refund, register, session_headers
 
 
@@ -55,11 +56,11 @@ def test_usage_current_period(app, client, two_agents):
     a = two_agents[0]
     with app.app_context():
         acct = a["agent"]["account_id"]
-        usage.record(acct, "weather", spend_micros=50_000)
-        usage.record(acct, "weather", spend_micros=50_000, error=True)
-        usage.record(acct, "search", spend_micros=12_345)
-        usage.record(acct, "search", spend_micros=99_999, mode="test")
-        usage.record(acct, "weather", spend_micros=10**6, at=utcnow() - timedelta(days=40))
+        usage_seed.record(acct, "weather", spend_micros=50_000)
+        usage_seed.record(acct, "weather", spend_micros=50_000, error=True)
+        usage_seed.record(acct, "search", spend_micros=12_345)
+        usage_seed.record(acct, "search", spend_micros=99_999, mode="test")
+        usage_seed.record(acct, "weather", spend_micros=10**6, at=utcnow() - timedelta(days=40))
         db.session.commit()
     body = client.get(f"/api/agent/{a['agent']['id']}/usage", headers=a["headers"]).get_json()
     assert body["calls"] == 3 and body["errors"] == 1 and body["spend_cents"] == 11

@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 
 from app.extensions import db
-from app.services.billing import alerts, usage
+from app.services.billing import alerts
+from tests import usage_seed
 from tests.publichelpers import path_of, smtp, text_of
 
 RULE = {"name": "Spend guard", "metric": "spend_cents", "op": ">", "threshold": 1, "window": "day",
@@ -16,7 +17,7 @@ LINK = re.compile(r"(https?://\S+/alerts/confirm\?token=[A-Za-z0-9_\-]+)")
 
 def _spend_and_evaluate(app, account_id):
     with app.app_context():
-        usage.record(account_id, "mod", spend_micros=50_000)
+        usage_seed.record(account_id, "mod", spend_micros=50_000)
         db.session.commit()
         fired = alerts.evaluate_all()["fired"]
         db.session.remove()

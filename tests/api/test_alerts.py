@@ -104,7 +104,7 @@ def test_scopes(client, make_account):
 def test_events_newest_first_limited_to_100_with_delivery_state(app, client, account, make_account):
     from app.extensions import db
     from app.services.billing import alerts
-    from app.services.billing import usage
+    from tests import usage_seed
 
     alert_id = client.post("/api/alerts", json={**GOOD, "window": "hour", "threshold": 0, "op": ">="},
                            headers=account.headers).get_json()["id"]
@@ -114,7 +114,7 @@ def test_events_newest_first_limited_to_100_with_delivery_state(app, client, acc
                                     headers=other.headers).get_json()["id"])
     start = utcnow() - timedelta(hours=105)
     with app.app_context():
-        usage.record(account.id, "mod", spend_micros=10_000, at=utcnow())
+        usage_seed.record(account.id, "mod", spend_micros=10_000, at=utcnow())
         db.session.commit()
         for h in range(105):  # one firing per hour period
             alerts.evaluate_all(start + timedelta(hours=h), dispatch=False)

@@ -12,6 +12,7 @@ from sqlalchemy import event, func, select
 from app.extensions import db
 from app.models import ChatCompletion, KeySpend
 from app.services.accounts import spend
+from app.services.platform import uow
 from tests.api.test_chat import START, acct, chat, fakes, figures, upstreams  # noqa: F401
 
 MONEY_TABLES = ("chat_completions", "ledger_", "accounts", "key_spend")
@@ -26,11 +27,13 @@ def statements(app):
         if statement.strip().upper() != "SELECT 1":
             seen.append((statement, bool(getattr(conn.connection.dbapi_connection, "autocommit", False))))
 
-    with app.app_context():
-        engine = db.engine
-    event.listen(engine, "before_cursor_execute", _sql)
+    with app.app_context():  # the session's engine and the autocommit one (uow.one_statement)
+        engines = [db.engine] + ([uow._autocommit_engine()] if db.engine.dialect.name == "postgresql" else [])
+    for engine in engines:
+        event.listen(engine, "before_cursor_execute", _sql)
     yield seen
-    event.remove(engine, "before_cursor_execute", _sql)
+    for engine in engines:
+        event.remove(engine, "before_cursor_execute", _sql)
 
 
 def _pg(app) -> bool:

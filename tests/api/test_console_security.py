@@ -247,13 +247,14 @@ def test_session_cookie_secure_in_production(app):
 
 def test_daily_series_from_rollups_is_zero_filled_and_per_mode(app, account):
     from app.services.billing import usage
+    from tests import usage_seed
 
     with app.app_context():
         now = utcnow()
-        usage.record(account.id, "echo", spend_micros=30_000, calls=3, at=now - timedelta(days=2))
-        usage.record(account.id, "chat:m", spend_micros=5_000, error=True, at=now - timedelta(days=2))
-        usage.record(account.id, "echo", spend_micros=70_000, calls=7, mode="test", at=now)
-        usage.record(account.id, "echo", spend_micros=1, at=now - timedelta(days=40))  # out of range
+        usage_seed.record(account.id, "echo", spend_micros=30_000, calls=3, at=now - timedelta(days=2))
+        usage_seed.record(account.id, "chat:m", spend_micros=5_000, error=True, at=now - timedelta(days=2))
+        usage_seed.record(account.id, "echo", spend_micros=70_000, calls=7, mode="test", at=now)
+        usage_seed.record(account.id, "echo", spend_micros=1, at=now - timedelta(days=40))  # out of range
         db.session.commit()
         days = usage.daily_rows(account.id, 30, now=now)
         assert len(days) == 30 and days[-1]["date"] == now.date()

@@ -1,10 +1,11 @@
-"""The metered call's database round trips (issue 18): on PostgreSQL one statement before
-forwarding (``gw_open_call``) and one after (the finalize CTE); a 402 leaves nothing
-behind (not even the reserved Idempotency-Key); a replay runs one statement."""
+"""The metered call's database round trips (issue 18): on PostgreSQL one autocommit
+statement before forwarding (``gw_open_call``) and one after (the finalize CTE), no
+BEGIN/COMMIT; a 402 leaves nothing behind (not even the reserved Idempotency-Key); a
+replay runs one statement."""
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import event, func, select
+from sqlalchemy import Engine, event, func, select
 
 from app.extensions import db
 from app.models import IdempotencyRecord, ModuleCall, UsageHourly
@@ -12,19 +13,23 @@ from tests.gateway_helpers import balance_cents, call, mod, provider, provider_s
 
 
 @pytest.fixture
-def statements(app):
-    """The SQL statements the app runs (pool pre-pings excluded) while the test runs."""
+def statements(app):  # noqa: ARG001
+    """The SQL statements the app runs on any engine (pool pre-pings excluded) while the
+    test runs; commits are listed as "COMMIT"."""
     seen: list[str] = []
 
     def _sql(conn, cursor, statement, parameters, context, executemany):  # noqa: ARG001
         if statement.strip().upper() != "SELECT 1":
             seen.append(statement)
 
-    with app.app_context():
-        engine = db.engine
-    event.listen(engine, "before_cursor_execute", _sql)
+    def _commit(conn):  # noqa: ARG001
+        seen.append("COMMIT")
+
+    event.listen(Engine, "before_cursor_execute", _sql)
+    event.listen(Engine, "commit", _commit)
     yield seen
-    event.remove(engine, "before_cursor_execute", _sql)
+    event.remove(Engine, "before_cursor_execute", _sql)
+    event.remove(Engine, "commit", _commit)
 
 
 def _pg(app) -> bool:
@@ -45,6 +50,8 @@ def test_one_statement_before_and_one_after_forwarding(app, client, make_account
               or "idempotency_records" in s or "ledger" in s or "usage_hourly" in s]
     assert len(writes) == 2, statements
     assert "gw_open_call" in writes[0] and "UPDATE module_calls" in writes[1]
+    # nothing else (the tests run without the credential cache): no COMMIT, no usage upsert
+    assert [s for s in statements if s not in writes and "FROM api_keys" not in s] == [], statements
     # a replay: one statement, no second charge
     statements.clear()
     again = call(client, acct, {"action": "ok"}, key="rt-2")
@@ -66,4 +73,30 @@ def test_402_rolls_back_the_reserved_key_and_writes_nothing(app, client, make_ac
             assert n == 0, model.__tablename__
         db.session.remove()
     assert balance_cents(app, acct.id) == 2
+    ledger_clean()
+
+
+def test_key_spend_limit_refusal_leaves_nothing_and_frees_the_key(app, client, make_account, mod,
+                                                                  ledger_clean):
+    """The key's limit is checked inside the charging statement: a refusal undoes the
+    reserved Idempotency-Key too, so the same key works once the limit allows it."""
+    from app.models import KeySpend
+
+    acct = make_account(cents=100)
+    r = client.post("/api/keys", json={"name": "k", "spend_limit_cents": 2, "spend_limit_period": "day"},
+                    headers=acct.headers)
+    key = r.get_json()
+    r = call(client, acct, {"action": "ok"}, key="lim-1", bearer=key["key"])  # costs 3 cents
+    assert r.status_code == 402 and r.get_json()["error"] == "key_spend_limit_reached"
+    assert r.get_json()["spent_cents"] == 0
+    with app.app_context():
+        for model in (IdempotencyRecord, ModuleCall):
+            n = db.session.execute(select(func.count()).select_from(model)
+                                   .where(model.account_id == acct.id)).scalar_one()
+            assert n == 0, model.__tablename__
+        assert db.session.execute(select(func.coalesce(func.sum(KeySpend.spent_micros), 0))).scalar_one() == 0
+        db.session.remove()
+    client.patch(f"/api/keys/{key['id']}", json={"spend_limit_cents": 9}, headers=acct.headers)
+    assert call(client, acct, {"action": "ok"}, key="lim-1", bearer=key["key"]).status_code == 200
+    assert balance_cents(app, acct.id) == 97
     ledger_clean()

@@ -5,6 +5,7 @@ from datetime import datetime, timezone
 
 from app.extensions import db
 from app.services.billing import usage
+from tests import usage_seed
 from tests.gateway_helpers import call, create_module, mod, provider, provider_server  # noqa: F401
 
 
@@ -47,8 +48,8 @@ def test_usage_needs_call_read(client, make_account):
 def test_chat_products_are_not_modules(app, client, make_account):
     acct = make_account()
     with app.app_context():
-        usage.record(acct.id, "chat:gpt-x", spend_micros=1234)
-        usage.record(acct.id, "echo", spend_micros=10_000)
+        usage_seed.record(acct.id, "chat:gpt-x", spend_micros=1234)
+        usage_seed.record(acct.id, "echo", spend_micros=10_000)
         db.session.commit()
         db.session.remove()
     by = client.get("/api/usage/by-module", headers=acct.headers).get_json()["by_module"]

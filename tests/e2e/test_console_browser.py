@@ -46,12 +46,12 @@ def _seed_usage(app, account_id: str) -> None:
     """Some past days of usage, so the charts have bars (as the call path records them)."""
     from app.extensions import db
     from app.models.base import utcnow
-    from app.services.billing import usage
+    from tests import usage_seed
 
     with app.app_context():
         now = utcnow()
         for back, calls in ((1, 12), (3, 30), (6, 7), (10, 22), (17, 15), (25, 4)):
-            usage.record(account_id, "echo", spend_micros=calls * 10_000, calls=calls,
+            usage_seed.record(account_id, "echo", spend_micros=calls * 10_000, calls=calls,
                          at=now - timedelta(days=back))
         db.session.commit()
         db.session.remove()

@@ -12,7 +12,7 @@ from app.blueprints.alerts.schemas import AlertEventSchema
 from app.extensions import db
 from app.models import Account, AlertEvent, OutboxMessage
 from app.services.billing import alerts
-from app.services.billing import usage
+from tests import usage_seed
 
 NOW = datetime(2026, 11, 18, 14, 30, tzinfo=timezone.utc)  # a Wednesday, ISO week 47
 
@@ -32,7 +32,7 @@ def make_alert(account_id, **kw):
 
 
 def rec(account_id, cents=0, *, at=NOW, calls=1, error=False, mode="live", product="mod"):
-    usage.record(account_id, product, spend_micros=int(cents * 10_000), calls=calls,
+    usage_seed.record(account_id, product, spend_micros=int(cents * 10_000), calls=calls,
                  error=error, mode=mode, at=at)
     db.session.commit()
 

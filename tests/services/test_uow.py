@@ -14,7 +14,8 @@ from app.extensions import db
 from app.ids import new_id
 from app.models import ContactMessage, OutboxMessage
 from app.services.platform import outbox
-from app.services.platform.uow import after_commit, in_unit_of_work, single_statement, transactional, unit_of_work
+from app.services.platform.uow import (after_commit, in_unit_of_work, one_statement, single_statement,
+                                      transactional, unit_of_work)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -75,6 +76,24 @@ def test_single_statement_is_its_own_unit_of_work(app):
             with unit_of_work():
                 single_statement(insert, {"id": new_id("contact")})
         assert _committed_count() == 1
+
+
+def test_one_statement_commits_by_itself_and_refuses_inside_a_unit(app):
+    if app.config["SQLALCHEMY_DATABASE_URI"].startswith("sqlite"):
+        pytest.skip("one_statement is the PostgreSQL hot path's")
+    insert = text("INSERT INTO contact_messages (id, email, message, created_at) "
+                  "VALUES (:id, 'a@example.com', 'hi', now())")
+    with app.app_context():
+        with one_statement() as conn:  # autocommit: visible at once, nothing to commit
+            conn.execute(insert, {"id": new_id("contact")})
+            assert _committed_count() == 1
+        with one_statement() as again:  # the same connection for the rest of the request
+            assert again is conn
+        with pytest.raises(RuntimeError, match="inside a unit_of_work"):
+            with unit_of_work():
+                with one_statement():
+                    pass
+    assert conn.closed  # returned to its pool at teardown
 
 
 def test_transactional_decorator(app):

@@ -5,15 +5,16 @@ from datetime import datetime, timezone
 
 from app.extensions import db
 from app.services.billing import usage
+from tests import usage_seed
 
 
 def test_record_accumulates_and_reads_back(app, account):
     t = datetime(2026, 3, 15, 10, 20, tzinfo=timezone.utc)
     with app.app_context():
-        usage.record(account.id, "echo", spend_micros=50_000, at=t)
-        usage.record(account.id, "echo", spend_micros=50_000, error=True, at=t.replace(minute=59))
-        usage.record(account.id, "chat:auto", spend_micros=1_234, at=t.replace(hour=11))
-        usage.record(account.id, "echo", spend_micros=0, mode="test", at=t)
+        usage_seed.record(account.id, "echo", spend_micros=50_000, at=t)
+        usage_seed.record(account.id, "echo", spend_micros=50_000, error=True, at=t.replace(minute=59))
+        usage_seed.record(account.id, "chat:auto", spend_micros=1_234, at=t.replace(hour=11))
+        usage_seed.record(account.id, "echo", spend_micros=0, mode="test", at=t)
         db.session.commit()
         start, end = usage.billing_period(t)
         assert (start, end) == (datetime(2026, 3, 1, tzinfo=timezone.utc),

@@ -18,7 +18,7 @@ from app.models import OutboxMessage
 from app.models.base import utcnow
 from app.services.billing import alerts
 from app.services.platform import outbox
-from app.services.billing import usage
+from tests import usage_seed
 from tests.support.apps import ROOT, app_env, smtp_server
 from tests.support.alerts import confirm, confirm_target
 from tests.support.standin import recorder
@@ -36,7 +36,7 @@ def _create(client, account, channel, target):
 
 def _spend(app, account_id, cents, at=None):
     with app.app_context():
-        usage.record(account_id, "mod", spend_micros=cents * 10_000, at=at)
+        usage_seed.record(account_id, "mod", spend_micros=cents * 10_000, at=at)
         db.session.commit()
         db.session.remove()
 

@@ -1,26 +1,54 @@
 """Schemas of module calls (SPEC part 2: ModuleCallRequest/Response) and the listing."""
 import marshmallow as ma
 
-from app.blueprints.fields import InputSchema, derived, idempotency_key_header, text_or_empty
+from app.blueprints.fields import (MAX_JSON_DEPTH, FastLoad, InputSchema, derived, header_text,
+                                   idempotency_key_header, json_depth, plain_text, text_or_empty)
+
+ACTION_MAX = 64
 
 
-class ModuleCallRequestSchema(InputSchema):
+class ModuleCallRequestSchema(FastLoad, InputSchema):
     """`action` is required; every other property is module-specific and forwarded."""
 
     class Meta:
         unknown = ma.INCLUDE
 
-    action = ma.fields.String(required=True, validate=ma.validate.Length(min=1, max=64),
+    action = ma.fields.String(required=True, validate=ma.validate.Length(min=1, max=ACTION_MAX),
                               metadata={"description": "One of the module's actions."})
+
+    def fast_load(self, data):
+        """An object whose ``action`` passes the policy, nesting at most MAX_JSON_DEPTH:
+        the parsed object itself (what marshmallow returns, other than key order)."""
+        if type(data) is not dict or not plain_text(data.get("action"), ACTION_MAX, min_len=1) \
+                or json_depth(data) > MAX_JSON_DEPTH:
+            return None
+        return data
 
 
 # Below gunicorn's 8,190-byte header line limit, so a longer value is our 400, not its 431.
 HEADER_MAX = 8000
 
 
-class ModuleCallHeadersSchema(InputSchema):
+class ModuleCallHeadersSchema(FastLoad, InputSchema):
     class Meta:
         unknown = ma.EXCLUDE
+
+    def fast_load(self, data):
+        """The three headers, when each is absent or passes its rules (else None)."""
+        out = {}
+        key = data.get("Idempotency-Key", ma.missing)
+        if key is not ma.missing:
+            key = header_text(key)
+            if not plain_text(key, 128, min_len=1, max_bytes=256):
+                return None
+            out["idempotency_key"] = key
+        for name, attr in (("X-Payment", "x_payment"), ("PAYMENT-SIGNATURE", "payment_signature")):
+            value = data.get(name, ma.missing)
+            if value is not ma.missing:
+                if not plain_text(value, HEADER_MAX):
+                    return None
+                out[attr] = value
+        return out
 
     idempotency_key = idempotency_key_header(
         "Optional, 1–128 characters (UTF-8 is read as UTF-8; at most 256 "

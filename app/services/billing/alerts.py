@@ -1,6 +1,7 @@
 """Spend alerts: rules (CRUD), metrics from the usage rollups, evaluation and firing.
 
-Metrics (live-mode usage, from ``usage_hourly``; never a scan of individual calls):
+Metrics (live-mode usage: the rolled hours of ``usage_hourly`` plus the not-yet-rolled
+tail of the call logs, ``usage_log.usage_rows``):
 
 * ``spend_cents`` — spend over the window, in cents (fractions of a cent kept exactly);
 * ``calls`` — calls over the window;
@@ -45,14 +46,14 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from app.errors import Conflict, InvalidRequest, NotFound
 from app.extensions import db
 from app.ids import new_id
-from app.models import Account, Alert, AlertEvent, OutboxMessage, UsageHourly
+from app.models import Account, Alert, AlertEvent, OutboxMessage
 from app.models.base import utcnow
 from app.services.accounts import accounts
 from app.services.billing import alert_targets
 from app.services.platform import netguard
 from app.services.platform import outbox
 from app.services.platform.uow import transactional, unit_of_work
-from app.services.billing.usage import billing_period, hour_of
+from app.services.billing.usage import billing_period, hour_of, usage_rows
 
 METRICS = ("spend_cents", "plan_pct", "calls", "error_rate")
 OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
@@ -238,18 +239,16 @@ def usage_by_mode(now: datetime, account_ids=None, modes=("live", "test")) -> di
     period_start, _ = billing_period(now)
     starts = {w: window_start(w, now) for w in WINDOWS}
     lowest = min([period_start, *starts.values()])
+    u = usage_rows(lowest, hour_of(now) + timedelta(hours=1), account_ids, tuple(modes))
     cols = []
     for w, start in starts.items():
-        in_window = UsageHourly.hour >= start
-        cols += [func.sum(case((in_window, UsageHourly.calls), else_=0)),
-                 func.sum(case((in_window, UsageHourly.errors), else_=0)),
-                 func.sum(case((in_window, UsageHourly.spend_micros), else_=0))]
-    cols.append(func.sum(case((UsageHourly.hour >= period_start, UsageHourly.spend_micros), else_=0)))
-    rows = db.session.execute(
-        select(UsageHourly.account_id, UsageHourly.mode, *cols)
-        .where(UsageHourly.account_id.in_(account_ids), UsageHourly.mode.in_(modes),
-               UsageHourly.hour >= lowest, UsageHourly.hour <= hour_of(now))
-        .group_by(UsageHourly.account_id, UsageHourly.mode)).all()
+        in_window = u.c.ts >= start
+        cols += [func.sum(case((in_window, u.c.calls), else_=0)),
+                 func.sum(case((in_window, u.c.errors), else_=0)),
+                 func.sum(case((in_window, u.c.spend_micros), else_=0))]
+    cols.append(func.sum(case((u.c.ts >= period_start, u.c.spend_micros), else_=0)))
+    rows = db.session.execute(select(u.c.account_id, u.c.mode, *cols)
+                              .group_by(u.c.account_id, u.c.mode)).all()
     out = {}
     for row in rows:
         vals = [int(v or 0) for v in row[2:]]

@@ -25,7 +25,6 @@ from app.models import Account, ChatCompletion
 from app.models.base import utcnow
 from app.services.accounts import spend
 from app.services.billing import holds_pg, ledger, paywall
-from app.services.billing import usage
 from app.services.platform.uow import single_statement, transactional, unit_of_work
 
 log = logging.getLogger(__name__)
@@ -128,7 +127,6 @@ def settle(completion_id: str, account_id: str, hold_micros: int, cost_micros: i
                 log.warning("chat %s: cost %s exceeds hold %s and balance; charging %s",
                             completion_id, cost_micros, hold_micros, charge)
             spend.release(spend_key_id, give_back, held_at)
-            usage.record(account_id, f"chat:{model}", spend_micros=charge, error=bool(error))
             return charge
     charge = cost_micros
     shortfall = 0
@@ -149,7 +147,6 @@ def settle(completion_id: str, account_id: str, hold_micros: int, cost_micros: i
                                       "completion_tokens": completion_tokens, "estimated": estimated,
                                       **({"shortfall_micros": shortfall} if shortfall else {})})
                 _give_back(completion_id, hold_micros - charge)
-                usage.record(account_id, f"chat:{model}", spend_micros=charge, error=bool(error))
                 return charge
         except ledger.InsufficientFunds:
             balance = db.session.execute(
@@ -177,15 +174,15 @@ def _give_back(completion_id: str, micros: int) -> None:
 
 
 @transactional
-def release(completion_id: str, *, error: str, attempts: int = 0, count_call: bool = True,
-            stale_before=None) -> bool:
-    """Return the whole hold (nothing charged); records an errored call in usage. One unit
+def release(completion_id: str, *, error: str, attempts: int = 0, stale_before=None) -> bool:
+    """Return the whole hold (nothing charged); usage counts it as an errored call (from
+    the completion row, ``billing.usage_log``). One unit
     of work. With ``stale_before`` (the sweep) only if its request is still silent since
     then: a stream that extended its hold meanwhile keeps it."""
     row = db.session.get(ChatCompletion, completion_id)
     if row is None or row.status != "held":
         return False
-    account_id, hold_micros, model = row.account_id, row.hold_micros, row.requested_model
+    account_id, hold_micros = row.account_id, row.hold_micros
     alive = [func.coalesce(_COMPLETIONS.c.alive_at, _COMPLETIONS.c.created_at) < stale_before] \
         if stale_before is not None else []
     if not _flip(completion_id, {"status": "released", "attempts": attempts, "error": error[:300]}, *alive):
@@ -194,8 +191,6 @@ def release(completion_id: str, *, error: str, attempts: int = 0, count_call: bo
     if hold_micros:
         ledger.post("chat_release", [(HOLD, -hold_micros), (ledger.customer(account_id), hold_micros)],
                     ref=f"chat_settle:{completion_id}", account_id=account_id)
-    if count_call:
-        usage.record(account_id, f"chat:{model}", spend_micros=0, error=True)
     return True
 
 
@@ -211,7 +206,6 @@ def record_sandbox(completion_id: str, account_id: str, *, requested_model: str,
         prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, usage_estimated=estimated,
         attempts=attempts, latency_ms=latency_ms, error=(error or None) and error[:300],
         settled_at=utcnow()))
-    usage.record(account_id, f"chat:{model}", spend_micros=cost_micros, mode="test", error=bool(error))
 
 
 @transactional

@@ -1,53 +1,20 @@
-"""Usage rollups: record a call into the hourly counters and read them back.
+"""Usage: read back what the call logs record (SPEC endpoints 25, 26, the daily series).
 
-``record()`` is called by every metered path (module calls, chat completions) in the
-same transaction as the charge. Readers: the usage endpoints (current billing period,
-by module) and alert metrics (rolling windows). Billing period = calendar month, UTC.
+Nothing on a metered path writes usage (docs/performance.md): readers sum the rolled
+hours of ``usage_hourly`` and the not-yet-rolled tail of the call logs in one query
+(``usage_log.usage_rows``); the ``usage-roll`` job rolls final hours up. Readers: the
+usage endpoints (current billing period, by module, daily), the console, agent earnings
+and alert metrics (rolling windows). Billing period = calendar month, UTC.
 """
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from sqlalchemy import func, select
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy import case, func, literal, select
 
 from app.extensions import db
-from app.models.usage import UsageHourly
 from app.models.base import utcnow
-
-
-_USAGE = UsageHourly.__table__  # Core statements in the hot path: cached compiled SQL
-_UPSERTS: dict = {}
-
-
-def hour_of(ts: datetime) -> datetime:
-    return ts.astimezone(timezone.utc).replace(minute=0, second=0, microsecond=0)
-
-
-def record(account_id: str, product: str, *, spend_micros: int, error: bool = False,
-           mode: str = "live", calls: int = 1, at: datetime | None = None) -> None:
-    """Add one call (or ``calls``) to the account's hourly rollup. Does not commit.
-
-    ``spend_micros`` may be negative to reverse an earlier charge (refunds)."""
-    at = at or utcnow()
-    values = {"account_id": account_id, "product": product, "mode": mode, "hour": hour_of(at),
-              "calls": calls, "errors": 1 if error else 0, "spend_micros": int(spend_micros)}
-    db.session.execute(_upsert(db.session.get_bind().dialect.name), values)
-
-
-def _upsert(dialect: str):
-    """INSERT … ON CONFLICT DO UPDATE adding to the hour's counters (built once per
-    dialect; the values are given at execution)."""
-    stmt = _UPSERTS.get(dialect)
-    if stmt is None:
-        ins = (pg_insert if dialect == "postgresql" else sqlite_insert)(_USAGE)
-        stmt = _UPSERTS[dialect] = ins.on_conflict_do_update(
-            index_elements=["account_id", "product", "mode", "hour"],
-            set_={"calls": _USAGE.c.calls + ins.excluded.calls,
-                  "errors": _USAGE.c.errors + ins.excluded.errors,
-                  "spend_micros": _USAGE.c.spend_micros + ins.excluded.spend_micros})
-    return stmt
+from app.services.billing.usage_log import hour_of, usage_rows  # noqa: F401 (hour_of: re-exported)
 
 
 def billing_period(now: datetime | None = None) -> tuple[datetime, datetime]:
@@ -61,26 +28,20 @@ def billing_period(now: datetime | None = None) -> tuple[datetime, datetime]:
 def totals(account_id: str, start: datetime, end: datetime, *, mode: str = "live",
            product_prefix: str | None = None) -> dict:
     """calls, errors, spend_micros of one account over [start, end) (hour granularity)."""
-    q = select(func.coalesce(func.sum(UsageHourly.calls), 0),
-               func.coalesce(func.sum(UsageHourly.errors), 0),
-               func.coalesce(func.sum(UsageHourly.spend_micros), 0)).where(
-        UsageHourly.account_id == account_id, UsageHourly.mode == mode,
-        UsageHourly.hour >= hour_of(start), UsageHourly.hour < end)
+    u = usage_rows(start, end, account_id, (mode,))
+    q = select(func.coalesce(func.sum(u.c.calls), 0), func.coalesce(func.sum(u.c.errors), 0),
+               func.coalesce(func.sum(u.c.spend_micros), 0))
     if product_prefix:
-        q = q.where(UsageHourly.product.startswith(product_prefix))
+        q = q.where(u.c.product.startswith(product_prefix))
     calls, errors, spend = db.session.execute(q).one()
     return {"calls": int(calls), "errors": int(errors), "spend_micros": int(spend)}
 
 
 def by_product(account_id: str, start: datetime, end: datetime, *, mode: str = "live") -> list[dict]:
+    u = usage_rows(start, end, account_id, (mode,))
     rows = db.session.execute(
-        select(UsageHourly.product, func.sum(UsageHourly.calls), func.sum(UsageHourly.errors),
-               func.sum(UsageHourly.spend_micros))
-        .where(UsageHourly.account_id == account_id, UsageHourly.mode == mode,
-               UsageHourly.hour >= hour_of(start), UsageHourly.hour < end)
-        .group_by(UsageHourly.product).order_by(func.sum(UsageHourly.spend_micros).desc(),
-                                                UsageHourly.product)
-    ).all()
+        select(u.c.product, func.sum(u.c.calls), func.sum(u.c.errors), func.sum(u.c.spend_micros))
+        .group_by(u.c.product).order_by(func.sum(u.c.spend_micros).desc(), u.c.product)).all()
     return [{"product": p, "calls": int(c), "errors": int(e), "spend_micros": int(s)}
             for p, c, e, s in rows]
 
@@ -113,30 +74,28 @@ MAX_DAILY_DAYS = 90
 
 def daily_rows(account_id: str, days: int, *, mode: str = "live", now: datetime | None = None) -> list[dict]:
     """The last ``days`` UTC calendar days (today included, oldest first) of one account:
-    ``{"date", "calls", "errors", "spend_micros"}`` per day, zero-filled, from the hourly
-    rollups (module calls and chat alike)."""
+    ``{"date", "calls", "errors", "spend_micros"}`` per day, zero-filled, from the usage
+    rows (module calls and chat alike), summed per day in SQL (one query)."""
     today = (now or utcnow()).astimezone(timezone.utc).date()
     first = today - timedelta(days=days - 1)
     start = datetime(first.year, first.month, first.day, tzinfo=timezone.utc)
-    rows = db.session.execute(
-        select(UsageHourly.hour, UsageHourly.calls, UsageHourly.errors, UsageHourly.spend_micros)
-        .where(UsageHourly.account_id == account_id, UsageHourly.mode == mode,
-               UsageHourly.hour >= start, UsageHourly.hour < start + timedelta(days=days))
-    ).all()
+    u = usage_rows(start, start + timedelta(days=days), account_id, (mode,))
+    # the day of a row, newest first (portable: no date functions; recent rows match early)
+    day = case(*[(u.c.ts >= start + timedelta(days=i), i) for i in range(days - 1, 0, -1)],
+               else_=0) if days > 1 else literal(0)
+    rows = db.session.execute(select(day, func.sum(u.c.calls), func.sum(u.c.errors),
+                                     func.sum(u.c.spend_micros)).group_by(day)).all()
     out = {first + timedelta(days=i): {"calls": 0, "errors": 0, "spend_micros": 0} for i in range(days)}
-    for hour, calls, errors, spend in rows:  # at most 24 × days × products rows
-        day = out.get(hour.astimezone(timezone.utc).date())
-        if day is not None:
-            day["calls"] += int(calls)
-            day["errors"] += int(errors)
-            day["spend_micros"] += int(spend)
+    for index, calls, errors, spend in rows:
+        out[first + timedelta(days=int(index))] = {"calls": int(calls), "errors": int(errors),
+                                                   "spend_micros": int(spend)}
     return [{"date": d, **v} for d, v in out.items()]
 
 
 def daily(account_id: str, days: int, *, mode: str = "live", now: datetime | None = None) -> dict:
     """UsageDaily (``GET /api/usage/daily``): the last ``days`` UTC dates (today last), each
-    with calls, spend_cents and errors summed from the hourly rollups (module calls and
-    chat completions)."""
+    with calls, spend_cents and errors summed from the usage rows (module calls and chat
+    completions)."""
     from app.services.billing.ledger import micros_to_cents
 
     return {"days": [{"date": r["date"].isoformat(), "calls": r["calls"], "errors": r["errors"],

@@ -2,15 +2,17 @@
 finalizing with a signed receipt, refunds, the 402 payment request and the sweep.
 
 Charging scheme (one database transaction before forwarding; on PostgreSQL it is ONE
-statement, ``gw_open_call`` via ``gateway.charging``, and the finalize is one CTE):
-  idempotency record (``in_flight``) + conditional ledger debit (customer −P; platform
-  revenue +P, or +0.7P revenue / +0.3P ``earnings:<owner agent>``) + the ``pending``
-  call row + the usage counter → COMMIT → forward →
+autocommit statement, ``gw_open_call`` via ``gateway.charging``, and the finalize is one
+autocommit CTE):
+  idempotency record (``in_flight``) + the key's spend-limit reserve + conditional ledger
+  debit (customer −P; platform revenue +P, or +0.7P revenue / +0.3P ``earnings:<owner
+  agent>``) + the ``pending`` call row → COMMIT → forward →
   * provider 2xx/4xx: call ``succeeded`` (4xx: ``ok=false``, still charged), receipt
     stored, idempotency record ``done`` with the exact response body → COMMIT.
-  * provider failure: refund = the reversing ledger posting (ref ``call_refund:<id>``),
-    call ``refunded``, ``usage.record(calls=0, errors=1, spend=−P)`` in the charge's hour,
-    idempotency record deleted (the key may be retried) → COMMIT → 502/504.
+  * provider failure: refund (``gateway.refunds``) = the reversing ledger posting (ref
+    ``call_refund:<id>``), call ``refunded``, idempotency record deleted (the key may be
+    retried) → COMMIT → 502/504.
+  Usage is not written on this path: it is read from the call log (``billing.usage_log``).
   The provider is called between the two units of work (``platform/uow.py``), with no
   transaction open. A process dying between the two commits leaves a ``pending`` call;
   the sweep refunds it after ``deadline_at`` (timeout + CALL_SWEEP_MARGIN_SECONDS).
@@ -46,11 +48,10 @@ from app.services.gateway import catalog, charging
 from app.services.billing import ledger
 from app.services.gateway import receipts
 from app.services.gateway import upstream
-from app.services.billing import usage
 from app.services.billing import paywall, x402
-from app.services.agents import revenue_share
 from app.services.platform import http
 from app.services.platform.uow import unit_of_work
+from app.services.gateway.refunds import legs as _legs, purge_idempotency, refund, sweep_pending  # noqa: F401
 
 # Core statements on the tables in the hot path (cached compiled SQL, no ORM overhead).
 _CALLS = ModuleCall.__table__
@@ -130,14 +131,6 @@ def fund_from_payment(payment: str, *, account_id: str, price_micros: int,
 
 
 # --- helpers -------------------------------------------------------------------------
-
-def _legs(account_id: str, price_micros: int, owner_agent_id: str | None) -> list[tuple[str, int]]:
-    share = revenue_share.share_micros(price_micros, owner_agent_id, account_id)  # 0 when self-dealing
-    if share:
-        return [(ledger.customer(account_id), -price_micros), (ledger.REVENUE, price_micros - share),
-                (ledger.earnings(owner_agent_id), share)]
-    return [(ledger.customer(account_id), -price_micros), (ledger.REVENUE, price_micros)]
-
 
 def request_hash(slug: str, mode: str, body: dict) -> str:
     canon = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
@@ -239,9 +232,9 @@ def open_call(*, account_id: str, mode: str, mod: catalog.ModuleSnap, act: catal
               body: dict, idempotency_key: str | None = None,
               payment: str | None = None, paid_out: list | None = None,
               key_id: str | None = None) -> str | CallResult:
-    """The charging transaction: claim the Idempotency-Key, debit, write the ``pending``
-    call and its usage, COMMIT. Returns the new call id, or the stored response when the
-    key was already used for this request (a replay)."""
+    """The charging transaction: claim the Idempotency-Key, reserve the key's spend
+    limit, debit, write the ``pending`` call, COMMIT. Returns the new call id, or the
+    stored response when the key was already used for this request (a replay)."""
     cfg = current_app.config
     slug = mod.slug
     req_hash = request_hash(slug, mode, body) if idempotency_key is not None else None
@@ -282,8 +275,8 @@ def open_call(*, account_id: str, mode: str, mod: catalog.ModuleSnap, act: catal
                     spend_key_id=key_id if reserved else None,
                     deadline_at=now + timedelta(seconds=act.timeout_seconds
                                                 + cfg["CALL_SWEEP_MARGIN_SECONDS"])))
-                # The hot rows (account balance, the hour's usage counter) last, right before
-                # the commit, so their row locks are held as briefly as possible.
+                # The hot row (the account balance) last, right before the commit, so its
+                # row lock is held as briefly as possible.
                 if charged:
                     if paid is not None:  # x402 step 3: the credit, committed with the charge
                         x402.book(paid, call_id=call_id)
@@ -294,7 +287,6 @@ def open_call(*, account_id: str, mode: str, mod: catalog.ModuleSnap, act: catal
                         if not payment or paid is not None:
                             raise payment_required(act.price_cents, slug) from None
                         raise _PaymentNeeded() from None
-                usage.record(account_id, slug, spend_micros=price_micros, mode=mode, at=now)
             if paid is not None and paid_out is not None:
                 paid_out.append(paid)
             return call_id
@@ -321,22 +313,23 @@ class _PaymentNeeded(Exception):
 
 def _open_pg(account_id, mode, mod, act, idempotency_key, req_hash, price_micros, charged,
              payment, key_id=None) -> str | CallResult:
-    """``open_call`` on PostgreSQL: one ``gw_open_call`` round trip + an asynchronous
-    COMMIT (why that is safe: docs/performance.md). Raises ``_PaymentNeeded`` when the
-    balance cannot cover the call and an x402 payment came with it. A key with a spend
-    limit (``key_id`` set only then) adds its conditional reserve in the same transaction,
-    after the call opened: a refusal rolls the whole charge back."""
-    with unit_of_work():
-        call_id, res = charging.open_pg(
-            account_id=account_id, mode=mode, mod=mod, act=act, idem_key=idempotency_key,
-            req_hash=req_hash, price_micros=price_micros, charged=charged,
-            legs=_legs(account_id, price_micros, mod.owner_agent_id) if charged else [])
-        if res.outcome == "insufficient":  # raising rolls back the reserved key too
-            if payment:
-                raise _PaymentNeeded()
-            raise payment_required(act.price_cents, mod.slug)
-        if res.outcome == "opened" and charged and spend.reserve(key_id, price_micros, utcnow()):
-            db.session.execute(update(_CALLS).where(_CALLS.c.id == call_id).values(spend_key_id=key_id))
+    """``open_call`` on PostgreSQL: ONE autocommit ``gw_open_call`` statement (its commit
+    does not wait for the WAL flush; why that is safe: docs/performance.md). A refusal
+    leaves nothing behind (the function raises, the server undoes it): 402, or
+    ``_PaymentNeeded`` when the balance cannot cover the call and an x402 payment came
+    with it. ``key_id``: the key whose spend limit applies (set only for such keys)."""
+    call_id, res = charging.open_pg(
+        account_id=account_id, mode=mode, mod=mod, act=act, idem_key=idempotency_key,
+        req_hash=req_hash, price_micros=price_micros, charged=charged,
+        legs=_legs(account_id, price_micros, mod.owner_agent_id) if charged else [],
+        spend_key=key_id)
+    if res.outcome == "insufficient":
+        if payment:
+            raise _PaymentNeeded()
+        raise payment_required(act.price_cents, mod.slug)
+    if res.outcome == "key_spend_limit":  # the refusal's details (rare path, reads only)
+        with unit_of_work():
+            raise spend.refusal(key_id, price_micros, utcnow())
     if res.outcome == "existing":
         return CallResult(_replay_or_conflict(res.idem_hash, res.idem_status, res.idem_body,
                                               req_hash).encode(), True)
@@ -350,16 +343,16 @@ def _finalize(call_id, account_id, slug, act, mode, answer, idempotency_key) -> 
     body = orjson.dumps({"ok": answer.ok, "module": slug, "call_id": call_id,
                          "cost_cents": act.price_cents, "result": answer.result,
                          "receipt": receipt})
+    if charging.supported():  # one autocommit statement: the call and its key's stored response
+        done = charging.finalize_pg(
+            call_id=call_id, account_id=account_id, idem_key=idempotency_key, ok=answer.ok,
+            provider_status=answer.status, receipt=receipt, finished_at=utcnow(),
+            response_body=body.decode())
+        if not done:
+            raise ProviderTimeout(_LATE)
+        return body
     s = db.session
     with unit_of_work():
-        if charging.supported():  # one statement: the call and its key's stored response
-            done = charging.finalize_pg(
-                call_id=call_id, account_id=account_id, idem_key=idempotency_key, ok=answer.ok,
-                provider_status=answer.status, receipt=receipt, finished_at=utcnow(),
-                response_body=body.decode())
-            if not done:
-                raise ProviderTimeout(_LATE)
-            return body
         done = s.execute(_SUCCEED_CALL, {
             "b_call_id": call_id, "b_ok": answer.ok, "b_provider_status": answer.status,
             "b_receipt": receipt, "b_finished_at": utcnow()}).rowcount
@@ -369,64 +362,3 @@ def _finalize(call_id, account_id, slug, act, mode, answer, idempotency_key) -> 
             s.execute(_IDEMPOTENCY_DONE, {"b_account": account_id, "b_key": idempotency_key,
                                           "b_call_id": call_id, "b_response_body": body.decode()})
     return body
-
-
-def refund(call_id: str, error: str) -> bool:
-    """Refund a ``pending`` call exactly once (reversing posting, usage reversal, release
-    of its Idempotency-Key). Returns False when it was no longer pending."""
-    s = db.session
-    with unit_of_work():
-        row = s.execute(update(ModuleCall).where(ModuleCall.id == call_id,
-                                                 ModuleCall.status == "pending")
-                        .values(status="refunded", error=error, finished_at=utcnow())
-                        .returning(ModuleCall.account_id, ModuleCall.module_slug,
-                                   ModuleCall.price_micros, ModuleCall.charged,
-                                   ModuleCall.owner_agent_id, ModuleCall.mode,
-                                   ModuleCall.idempotency_key, ModuleCall.created_at,
-                                   ModuleCall.spend_key_id)
-                        .execution_options(synchronize_session=False)).first()
-        if row is None:
-            return False
-        if row.charged:
-            legs = revenue_share.reverse([(code, -amount) for code, amount in
-                                          _legs(row.account_id, row.price_micros, row.owner_agent_id)])
-            ledger.post("module_call_refund", legs, ref=f"call_refund:{call_id}",
-                        account_id=row.account_id, meta={"call_id": call_id, "reason": error})
-            spend.release(row.spend_key_id, row.price_micros, row.created_at)
-        usage.record(row.account_id, row.module_slug, spend_micros=-row.price_micros, calls=0,
-                     error=True, mode=row.mode, at=row.created_at)
-        if row.idempotency_key is not None:
-            s.execute(delete(IdempotencyRecord).where(
-                IdempotencyRecord.account_id == row.account_id,
-                IdempotencyRecord.key == row.idempotency_key,
-                IdempotencyRecord.call_id == call_id))
-    return True
-
-
-def sweep_pending(limit: int = 500) -> int:
-    """Refund calls still ``pending`` after their deadline (their process died between
-    charging and finalizing). Safe to run concurrently; returns how many it refunded."""
-    with unit_of_work():  # a read, ended before the refunds
-        ids = db.session.execute(
-            select(ModuleCall.id).where(ModuleCall.status == "pending",
-                                        ModuleCall.deadline_at < utcnow())
-            .order_by(ModuleCall.deadline_at).limit(limit)).scalars().all()
-    return sum(1 for call_id in ids if refund(call_id, "swept"))
-
-
-def purge_idempotency(limit: int = 10_000) -> int:
-    """Delete expired Idempotency-Key records (in batches); returns how many."""
-    s = db.session
-    total = 0
-    while True:
-        with unit_of_work():  # one batch
-            ids = s.execute(select(IdempotencyRecord.id).where(IdempotencyRecord.expires_at <= utcnow())
-                            .limit(limit)).scalars().all()
-            if ids:
-                s.execute(delete(IdempotencyRecord).where(IdempotencyRecord.id.in_(ids),
-                                                          IdempotencyRecord.expires_at <= utcnow()))
-        if not ids:
-            return total
-        total += len(ids)
-        if len(ids) < limit:
-            return total

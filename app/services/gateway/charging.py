@@ -1,57 +1,70 @@
 """The metered call's two PostgreSQL statements: one to open (charge) a call, one to
-finalize it. Everything else on the call path stays in ``gateway.calls``.
+finalize it, each ONE autocommit statement on the request's hot-path connection
+(``uow.one_statement``: no BEGIN/COMMIT round trips). Everything else on the call path
+stays in ``gateway.calls``.
 
 * ``open_pg`` runs ``SELECT * FROM gw_open_call(...)`` (the server-side function of
-  migration 0011 ``hot_path``): Idempotency-Key reservation, per-key spend plug-in point,
-  conditional debit + ledger posting, ``pending`` call row and usage counter in ONE round
-  trip; the caller's unit of work commits it (asynchronously, see docs/performance.md).
+  migration 0016 ``hot_path_v2``): Idempotency-Key reservation, the key's spend-limit
+  reserve, conditional debit + ledger posting and the ``pending`` call row in ONE round
+  trip, committed without waiting for the WAL flush (set inside the function; why that
+  is safe: docs/performance.md). A refusal (insufficient funds, key spend limit) RAISEs
+  in the function, so the server undoes all of it and no ROLLBACK round trip is needed.
 * ``finalize_pg`` marks the call ``succeeded`` with its receipt AND stores the
-  Idempotency-Key's response in ONE data-modifying CTE; the caller's unit of work commits
-  it durably before the answer leaves the process.
+  Idempotency-Key's response in ONE data-modifying CTE, committed durably before the
+  answer leaves the process.
 
-Neither commits: ``gateway.calls`` owns the units of work. SQLite (the embedded default)
-keeps the multi-statement path in ``gateway.calls`` behind the same interface.
+SQLite (the embedded default) keeps the multi-statement path in ``gateway.calls``
+behind the same interface.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
 
+import orjson
 from flask import current_app
-
-from sqlalchemy import BigInteger, String, bindparam, text
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.exc import DBAPIError
 
 from app.extensions import db
 from app.ids import new_id
-from app.models.base import JSONType, UTCDateTime, utcnow
+from app.models.base import utcnow
+from app.services.platform.uow import one_statement
 
-_OPEN = text("""
+# SQLSTATEs gw_open_call raises on a refusal (the statement is undone), and the outcome
+REFUSALS = {"GW402": "insufficient", "GWKSL": "key_spend_limit"}
+
+# Driver-level SQL (psycopg placeholders, explicit casts): the statements are fixed, so
+# SQLAlchemy's compile and bind processing are skipped; the engine's events (statement
+# counters, tracing) still see them.
+_OPEN = """
     SELECT outcome, idem_hash, idem_status, idem_body FROM gw_open_call(
-        :call_id, :account_id, :module_id, :slug, :action, :mode, :price, :charged,
-        :owner_agent_id, :idem_key, :req_hash, :now, :deadline, :idem_expires,
-        :codes, :amounts)
-""").bindparams(*(bindparam(n, type_=UTCDateTime()) for n in ("now", "deadline", "idem_expires")),
-                bindparam("codes", type_=ARRAY(String)), bindparam("amounts", type_=ARRAY(BigInteger)))
+        %(call_id)s::varchar, %(account_id)s::varchar, %(module_id)s::integer, %(slug)s::varchar,
+        %(action)s::varchar, %(mode)s::varchar, %(price)s::bigint, %(charged)s::boolean,
+        %(owner_agent_id)s::varchar, %(idem_key)s::varchar, %(req_hash)s::varchar,
+        %(now)s::timestamptz, %(deadline)s::timestamptz, %(idem_expires)s::timestamptz,
+        %(codes)s::varchar[], %(amounts)s::bigint[], %(spend_key)s::varchar)
+"""
 
-_FINALIZE = text("""
+_FINALIZE = """
     WITH c AS (
         UPDATE module_calls
-           SET status = 'succeeded', ok = :ok, provider_status = :provider_status,
-               receipt = :receipt, finished_at = :finished_at
-         WHERE id = :call_id AND status = 'pending'
+           SET status = 'succeeded', ok = %(ok)s::boolean, provider_status = %(provider_status)s::integer,
+               receipt = %(receipt)s::jsonb, finished_at = %(finished_at)s::timestamptz
+         WHERE id = %(call_id)s::varchar AND status = 'pending'
         RETURNING id),
     i AS (
-        UPDATE idempotency_records SET status = 'done', response_body = :response_body
-         WHERE account_id = :account_id AND key = :idem_key AND call_id IN (SELECT id FROM c))
+        UPDATE idempotency_records SET status = 'done', response_body = %(response_body)s::text
+         WHERE account_id = %(account_id)s::varchar AND key = %(idem_key)s::varchar
+           AND call_id IN (SELECT id FROM c))
     SELECT count(*) FROM c
-""").bindparams(bindparam("receipt", type_=JSONType), bindparam("finished_at", type_=UTCDateTime()))
+"""
 
 
 @dataclass(frozen=True)
 class Opened:
-    """What ``gw_open_call`` answered: ``opened``, ``insufficient`` (roll back: nothing
-    may stay), or ``existing`` (the key is taken: its stored hash, status and body)."""
+    """What ``gw_open_call`` answered: ``opened``, ``insufficient`` / ``key_spend_limit``
+    (refused: nothing was written), or ``existing`` (the key is taken: its stored hash,
+    status and body)."""
 
     outcome: str
     idem_hash: str | None = None
@@ -60,35 +73,50 @@ class Opened:
 
 
 def supported() -> bool:
-    """True when the session's database runs the one-statement path (PostgreSQL)."""
-    return db.session.get_bind().dialect.name == "postgresql"
+    """True when the app's database runs the one-statement path (PostgreSQL)."""
+    return db.engine.dialect.name == "postgresql"
 
 
 def open_pg(*, account_id: str, mode: str, mod, act, idem_key: str | None, req_hash: str | None,
-            price_micros: int, charged: bool, legs: list[tuple[str, int]]) -> tuple[str, Opened]:
-    """One round trip: the whole charging transaction of a new call of ``act`` of ``mod``
-    (catalog snapshots). Returns the new call id and the function's answer; does not
-    commit (an ``insufficient`` answer must be rolled back)."""
+            price_micros: int, charged: bool, legs: list[tuple[str, int]],
+            spend_key: str | None = None) -> tuple[str, Opened]:
+    """One round trip, committed by itself: the whole charging transaction of a new call
+    of ``act`` of ``mod`` (catalog snapshots); ``spend_key``: the API key whose spend
+    limit applies (None: no limit). Returns the new call id and the function's answer."""
     cfg = current_app.config
     call_id = new_id("call")
     now = utcnow()
     legs = sorted(legs, key=lambda leg: leg[1])  # debits first, as ledger.post orders them
-    row = db.session.execute(_OPEN, {
+    params = {
         "call_id": call_id, "account_id": account_id, "module_id": mod.id, "slug": mod.slug,
         "action": act.name, "mode": mode, "price": price_micros, "charged": charged,
         "owner_agent_id": mod.owner_agent_id, "idem_key": idem_key, "req_hash": req_hash,
         "now": now,
         "deadline": now + timedelta(seconds=act.timeout_seconds + cfg["CALL_SWEEP_MARGIN_SECONDS"]),
         "idem_expires": now + timedelta(seconds=cfg["IDEMPOTENCY_TTL_SECONDS"]),
-        "codes": [c for c, _ in legs], "amounts": [a for _, a in legs]}).first()
-    return call_id, Opened(*row)
+        "codes": [c for c, _ in legs], "amounts": [a for _, a in legs], "spend_key": spend_key}
+    for attempt in (1, 2):
+        try:
+            with one_statement() as conn:
+                return call_id, Opened(*conn.exec_driver_sql(_OPEN, params).first())
+        except DBAPIError as exc:
+            refusal = REFUSALS.get(getattr(exc.orig, "sqlstate", None))
+            if refusal is not None:
+                return call_id, Opened(refusal)
+            # A stale pooled connection (server restart; no pre-ping on this pool): retry
+            # once with the SAME call id, so a first attempt that did commit makes the
+            # retry fail (duplicate call id / key in flight) instead of charging twice.
+            if not exc.connection_invalidated or attempt == 2:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def finalize_pg(*, call_id: str, account_id: str, idem_key: str | None, ok: bool,
                 provider_status: int, receipt: dict, finished_at, response_body: str) -> bool:
-    """One round trip: ``pending → succeeded`` plus the key's stored response. False when
-    the call was no longer pending (the sweep refunded it). Does not commit."""
-    return db.session.execute(_FINALIZE, {
-        "call_id": call_id, "account_id": account_id, "idem_key": idem_key, "ok": ok,
-        "provider_status": provider_status, "receipt": receipt, "finished_at": finished_at,
-        "response_body": response_body}).scalar_one() == 1
+    """One round trip, committed durably by itself: ``pending → succeeded`` plus the key's
+    stored response. False when the call was no longer pending (the sweep refunded it)."""
+    with one_statement() as conn:
+        return conn.exec_driver_sql(_FINALIZE, {
+            "call_id": call_id, "account_id": account_id, "idem_key": idem_key, "ok": ok,
+            "provider_status": provider_status, "receipt": orjson.dumps(receipt).decode(),
+            "finished_at": finished_at, "response_body": response_body}).scalar_one() == 1

@@ -17,6 +17,14 @@ costs one round trip (no ``BEGIN``/``COMMIT``); elsewhere it is an ordinary unit
 to is committed (e.g. enqueueing outbox delivery); it is dropped on rollback, and a
 failing hook is logged without undoing the commit. State lives in a ``ContextVar``, so
 it is per thread / per request and works the same in requests, RQ jobs and CLI commands.
+
+``one_statement()`` is the one documented exception to "writes in a unit of work": a
+write that is a single statement (PostgreSQL function or data-modifying CTE) runs in
+autocommit on the request's hot-path connection — PostgreSQL makes one statement
+atomic by itself, so BEGIN/COMMIT would only add round trips. Such a statement must
+leave nothing behind when it refuses (it RAISEs, and the server undoes it), and says
+itself whether its commit waits for the WAL flush (``gw_open_call`` does not, the
+finalize does: docs/performance.md).
 """
 from __future__ import annotations
 
@@ -26,7 +34,10 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Callable, Iterator
 
-from app.extensions import db
+from flask import current_app, g, has_app_context
+from sqlalchemy import Connection, Engine
+
+from app.extensions import db, side_engine
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +98,9 @@ def transactional(fn: Callable) -> Callable:
 def single_statement(statement, params: dict) -> list:
     """Run ``statement`` as a unit of work of its own and return its rows (fetched). Only
     for a statement that is atomic by itself and leaves nothing to undo when it answers
-    "no" (it must write nothing in that case): on PostgreSQL it runs in autocommit, and
-    whatever it wrote is committed when it returns. Refuses to nest like ``unit_of_work``."""
+    "no" (it must write nothing in that case): on PostgreSQL it runs on the request's
+    ``one_statement`` autocommit connection, and whatever it wrote is committed when it
+    returns. Refuses to nest like ``unit_of_work``. SQLite: a plain unit of work."""
     if _current.get() is not None:
         raise RuntimeError("single_statement() inside a unit of work: run it from the entry point")
     if db.engine.dialect.name != "postgresql":
@@ -98,8 +110,8 @@ def single_statement(statement, params: dict) -> list:
         # Reads made before (e.g. a credential lookup) end here, as a unit of work would end
         # them, so the session does not sit idle in a transaction through a provider call.
         db.session.commit()
-    with db.engine.connect() as conn:
-        return conn.execution_options(isolation_level="AUTOCOMMIT").execute(statement, params).all()
+    with one_statement() as conn:
+        return conn.execute(statement, params).all()
 
 
 def after_commit(fn: Callable, *args: Any, **kwargs: Any) -> None:
@@ -109,3 +121,53 @@ def after_commit(fn: Callable, *args: Any, **kwargs: Any) -> None:
     if unit is None:
         raise RuntimeError("after_commit() needs an open unit_of_work()")
     unit.hooks.append((fn, args, kwargs))
+
+
+def _autocommit_engine() -> Engine:
+    """The process's pool of autocommit connections to the app's database (same URL and
+    connect arguments). No pre-ping: a connection that went stale (server restart) fails
+    its statement with ``connection_invalidated`` and the caller may retry once on a
+    fresh one (``gateway.charging`` does, where a retry is safe)."""
+    opts = dict(current_app.config.get("SQLALCHEMY_ENGINE_OPTIONS") or {})
+    opts.update(pool_pre_ping=False, isolation_level="AUTOCOMMIT")
+    return side_engine("autocommit", **opts)
+
+
+@contextmanager
+def one_statement() -> Iterator[Connection]:
+    """An autocommit connection for ONE self-contained write statement (see the module
+    docstring): each ``execute`` commits on its own, nothing to commit or roll back.
+    Within a request (app context) the same connection serves every such statement of
+    the request (one pool checkout; returned at teardown). Refuses inside a unit of
+    work (RuntimeError): it is another connection, so it would not see that unit's
+    writes nor be undone with them."""
+    if _current.get() is not None:
+        raise RuntimeError("one_statement() inside a unit_of_work(): it runs on its own connection")
+    conn = g.get("_one_statement_conn") if has_app_context() else None
+    if conn is None or conn.closed or conn.invalidated:
+        conn = _autocommit_engine().connect()
+        if has_app_context():
+            g._one_statement_conn = conn
+        else:  # pragma: no cover - hot paths run in an app context
+            with conn:
+                yield conn
+            return
+    try:
+        yield conn
+    except BaseException:
+        conn.rollback()  # ends SQLAlchemy's bookkeeping only: autocommit has nothing to undo
+        if conn.invalidated:
+            g.pop("_one_statement_conn", None)
+            conn.close()
+        raise
+
+
+def release_connection(exc: BaseException | None = None) -> None:  # noqa: ARG001
+    """Teardown: return the request's ``one_statement`` connection to its pool."""
+    conn = g.pop("_one_statement_conn", None)
+    if conn is not None:
+        conn.close()
+
+
+def init_app(app) -> None:
+    app.teardown_appcontext(release_connection)

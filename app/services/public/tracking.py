@@ -2,13 +2,12 @@
 recent events and active sessions."""
 from __future__ import annotations
 
-import threading
 from datetime import datetime, timedelta
 
 from flask import current_app
-from sqlalchemy import Engine, and_, create_engine, delete, func, insert, null, select
+from sqlalchemy import Engine, and_, delete, func, insert, null, select
 
-from app.extensions import db
+from app.extensions import db, side_engine
 from app.services.platform.uow import in_unit_of_work, transactional
 from app.models import TrackEvent
 from app.models.base import utcnow
@@ -21,10 +20,6 @@ SESSIONS_LIMIT = 500
 _INSERT = insert(TrackEvent.__table__)
 
 
-_engines: dict[str, Engine] = {}
-_engines_lock = threading.Lock()
-
-
 def _engine() -> Engine:
     """Engine for event inserts. On PostgreSQL with ``TRACK_ASYNC_COMMIT`` (default on) a
     small dedicated pool whose sessions run with ``synchronous_commit=off``: an INSERT
@@ -34,17 +29,9 @@ def _engine() -> Engine:
     main = db.engine
     if main.dialect.name != "postgresql" or not current_app.config.get("TRACK_ASYNC_COMMIT", True):
         return main
-    key = main.url.render_as_string(hide_password=False)
-    eng = _engines.get(key)
-    if eng is None:
-        with _engines_lock:
-            eng = _engines.get(key)
-            if eng is None:
-                eng = _engines[key] = create_engine(
-                    main.url, pool_size=int(current_app.config.get("TRACK_DB_POOL_SIZE", 5)),
-                    max_overflow=5, pool_pre_ping=True, pool_recycle=1800,
-                    connect_args={"options": "-c synchronous_commit=off"})
-    return eng
+    return side_engine("tracking", pool_size=int(current_app.config.get("TRACK_DB_POOL_SIZE", 5)),
+                       max_overflow=5, pool_pre_ping=True, pool_recycle=1800,
+                       connect_args={"options": "-c synchronous_commit=off"})
 
 
 def record(event: str, session_id: str | None, props: dict | None,

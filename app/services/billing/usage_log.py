@@ -1,0 +1,158 @@
+"""Usage from the call logs: the live tail, and the job that rolls final hours up.
+
+Nothing on a metered path writes usage: a module call's usage is its ``module_calls``
+row, a chat completion's its ``chat_completions`` row. ``usage_hourly`` holds the
+rollups of hours that are *final*; ``usage_rollup_state.rolled_through`` is the first
+hour not rolled yet. A reader (``billing.usage``, alert metrics) sums ``usage_hourly``
+plus the call log from ``rolled_through`` on (``usage_rows``), in one query.
+
+How a call counts (the same as the counters the charging transaction used to keep):
+
+* module call, in the hour of ``created_at``: 1 call; ``refunded`` → 1 error and no
+  spend, otherwise ``price_micros`` of spend (``pending`` counts as charged);
+* chat completion, in the hour of ``settled_at`` (``settled``, ``released`` or
+  ``sandbox``; a ``held`` one is not counted yet), product ``chat:<model>``: 1 call;
+  ``released`` → 1 error and no spend; otherwise ``cost_micros``, and an error when its
+  ``error`` is set.
+
+An hour is final when it ended ``USAGE_ROLL_MARGIN_SECONDS`` ago (a transaction that
+took its timestamp before the hour ended has committed) and no module call created in
+it is still ``pending`` (a refund would change it; the sweep resolves every pending call
+after its deadline). Chat rows are counted by ``settled_at``, which is written once, so
+an ended hour cannot change. ``roll()`` is idempotent: it rewrites the rows of the hours
+it rolls (delete + insert from the log in one unit of work) and moves the mark.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from flask import current_app
+from sqlalchemy import case, delete, func, insert, literal, or_, select, union_all
+
+from app.extensions import db
+from app.models import ChatCompletion, ModuleCall, UsageHourly, UsageRollupState
+from app.models.base import UTCDateTime, utcnow
+from app.services.platform.uow import unit_of_work
+
+_CALLS = ModuleCall.__table__
+_CHAT = ChatCompletion.__table__
+_USAGE = UsageHourly.__table__
+_STATE = UsageRollupState.__table__
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+HOUR = timedelta(hours=1)
+COLUMNS = ("account_id", "product", "mode", "ts", "calls", "errors", "spend_micros")
+
+
+def hour_of(ts: datetime) -> datetime:
+    return ts.astimezone(timezone.utc).replace(minute=0, second=0, microsecond=0)
+
+
+def _mark():
+    """The rollup mark as a scalar subquery (the epoch when there is no state row)."""
+    return func.coalesce(select(_STATE.c.rolled_through).where(_STATE.c.id == 1).scalar_subquery(),
+                         literal(EPOCH, UTCDateTime()))
+
+
+def _where(col_account, col_mode, col_ts, start, end, accounts, modes):
+    cond = [col_ts >= start, col_ts < end]
+    if accounts is not None:
+        cond.append(col_account == accounts if isinstance(accounts, str) else col_account.in_(accounts))
+    if modes is not None:
+        cond.append(col_mode.in_(modes))
+    return cond
+
+
+def call_log_rows(start: datetime, end: datetime, accounts=None, modes=None, *, since_mark: bool = True):
+    """The per-call usage rows (``COLUMNS``) of module calls and chat completions in
+    [start, end); with ``since_mark`` only those at or after the rollup mark."""
+    refunded = _CALLS.c.status == "refunded"
+    calls = select(
+        _CALLS.c.account_id, _CALLS.c.module_slug.label("product"), _CALLS.c.mode,
+        _CALLS.c.created_at.label("ts"), literal(1).label("calls"),
+        case((refunded, 1), else_=0).label("errors"),
+        case((refunded, 0), else_=_CALLS.c.price_micros).label("spend_micros"),
+    ).where(*_where(_CALLS.c.account_id, _CALLS.c.mode, _CALLS.c.created_at, start, end, accounts, modes))
+    released = _CHAT.c.status == "released"
+    chat = select(
+        _CHAT.c.account_id,
+        (literal("chat:") + func.coalesce(_CHAT.c.model, _CHAT.c.requested_model)).label("product"),
+        _CHAT.c.mode, _CHAT.c.settled_at.label("ts"), literal(1).label("calls"),
+        case((or_(released, _CHAT.c.error.is_not(None)), 1), else_=0).label("errors"),
+        case((released, 0), else_=_CHAT.c.cost_micros).label("spend_micros"),
+    ).where(_CHAT.c.status.in_(("settled", "released", "sandbox")),
+            *_where(_CHAT.c.account_id, _CHAT.c.mode, _CHAT.c.settled_at, start, end, accounts, modes))
+    if since_mark:
+        calls = calls.where(_CALLS.c.created_at >= _mark())
+        chat = chat.where(_CHAT.c.settled_at >= _mark())
+    return calls, chat
+
+
+def usage_rows(start: datetime, end: datetime, accounts=None, modes=None):
+    """A subquery of usage rows (``COLUMNS``) in [hour of start, end): the rolled hours of
+    ``usage_hourly`` (one row per account/product/mode/hour, ``ts`` = the hour) and the
+    calls of the not-yet-rolled tail (one row per call). ``accounts``: one id, a list or
+    a select; ``modes``: a tuple (None: every mode). Sum it, group it, filter it by ``ts``."""
+    start = hour_of(start)
+    rolled = select(_USAGE.c.account_id, _USAGE.c.product, _USAGE.c.mode, _USAGE.c.hour.label("ts"),
+                    _USAGE.c.calls, _USAGE.c.errors, _USAGE.c.spend_micros).where(
+        *_where(_USAGE.c.account_id, _USAGE.c.mode, _USAGE.c.hour, start, end, accounts, modes))
+    return union_all(rolled, *call_log_rows(start, end, accounts, modes)).subquery("usage_rows")
+
+
+def rolled_through() -> datetime:
+    """The first hour not rolled into ``usage_hourly`` yet (the epoch when never run)."""
+    return db.session.execute(select(_mark())).scalar_one()
+
+
+def _final_before(now: datetime) -> datetime:
+    """Hours before this one are final (see the module docstring)."""
+    margin = timedelta(seconds=float(current_app.config.get("USAGE_ROLL_MARGIN_SECONDS", 300)))
+    limit = hour_of(now - margin)
+    pending = db.session.execute(select(func.min(_CALLS.c.created_at))
+                                 .where(_CALLS.c.status == "pending")).scalar()
+    return min(limit, hour_of(pending)) if pending is not None else limit
+
+
+def _first_logged() -> datetime | None:
+    firsts = [db.session.execute(select(func.min(col))).scalar()
+              for col in (_CALLS.c.created_at, _CHAT.c.settled_at)]
+    firsts = [hour_of(t) for t in firsts if t is not None]
+    return min(firsts) if firsts else None
+
+
+def roll(now: datetime | None = None, *, max_hours: int = 48) -> int:
+    """Roll the final hours after the mark (at most ``max_hours`` per run) into
+    ``usage_hourly`` and move the mark; returns how many hours it rolled. One unit of
+    work; concurrent runs serialize on the state row. Idempotent."""
+    now = now or utcnow()
+    s = db.session
+    with unit_of_work():
+        mark = s.execute(select(_STATE.c.rolled_through).where(_STATE.c.id == 1)
+                         .with_for_update()).scalar()
+        if mark is None:  # never run on this database (the migration sets it): start at the log
+            mark = _first_logged()
+            if mark is None:
+                return 0
+            s.execute(insert(_STATE).values(id=1, rolled_through=mark))
+        target = min(_final_before(now), mark + max_hours * HOUR)
+        hours = 0
+        hour = mark
+        while hour < target:
+            _roll_hour(hour)
+            hour += HOUR
+            hours += 1
+        if hours:
+            s.execute(_STATE.update().where(_STATE.c.id == 1).values(rolled_through=hour))
+    return hours
+
+
+def _roll_hour(hour: datetime) -> None:
+    """Rewrite the rows of one hour from the call log (delete + insert … select)."""
+    s = db.session
+    s.execute(delete(_USAGE).where(_USAGE.c.hour == hour))
+    rows = union_all(*call_log_rows(hour, hour + HOUR, since_mark=False)).subquery()
+    agg = select(rows.c.account_id, rows.c.product, rows.c.mode, literal(hour, UTCDateTime()),
+                 func.sum(rows.c.calls), func.sum(rows.c.errors), func.sum(rows.c.spend_micros)
+                 ).group_by(rows.c.account_id, rows.c.product, rows.c.mode)
+    s.execute(insert(_USAGE).from_select(
+        ["account_id", "product", "mode", "hour", "calls", "errors", "spend_micros"], agg))

@@ -19,10 +19,13 @@ class ChatCompletion(db.Model):
     ``chat_settle:<id>`` (settle and release share the ref, so only one can ever post)."""
 
     __tablename__ = "chat_completions"
-    __table_args__ = (Index("ix_chat_completions_status_created", "status", "created_at"),)
+    __table_args__ = (
+        Index("ix_chat_completions_status_created", "status", "created_at"),
+        Index("ix_chat_completions_account_created", "account_id", "created_at"),
+    )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)  # chatcmpl-…
-    account_id: Mapped[str] = mapped_column(String(32), index=True)
+    account_id: Mapped[str] = mapped_column(String(32))
     mode: Mapped[str] = mapped_column(String(8), default="live")
     requested_model: Mapped[str] = mapped_column(String(96))
     model: Mapped[str | None] = mapped_column(String(96))  # the model actually used

@@ -13,6 +13,7 @@ from app.models import ChatCompletion, LedgerEntry, ModuleCall
 from app.services.billing import ledger
 from app.services.platform import partitions
 from app.services.platform.uow import unit_of_work
+from tests.gateway_helpers import mod, provider, provider_server  # noqa: F401
 
 TABLES = ("module_calls", "chat_completions", "ledger_entries")
 
@@ -193,3 +194,25 @@ def test_jobs_and_cli_are_no_ops_without_partitions_and_refuse_the_ledger(app, c
     assert partitions.drop_expired(3).dropped == []
     out = app.test_cli_runner().invoke(args=["partitions", "list"])
     assert out.exit_code == 0 and '"module_calls": []' in out.output
+
+
+def test_single_row_statements_of_a_call_prune_to_its_month(app, pg, make_account, mod):
+    """The finalize and the refund of a call just opened carry its ``created_at``: a row
+    with the same id in another month (possible only because the key is (id, created_at))
+    is not touched — without the pruning predicate both rows would be updated."""
+    from app.services.gateway import calls as gateway, catalog, upstream
+
+    acct = make_account(cents=10)
+    m = catalog.get_module("svc")
+    done, failed = (gateway.open_call(account_id=acct.id, mode="live", mod=m, act=m.actions["ok"],
+                                      body={"action": "ok"}) for _ in range(2))
+    with unit_of_work():
+        db.session.add_all([_call(str(done), _at(2020, 1), "pending", acct.id),
+                            _call(str(failed), _at(2020, 1), "pending", acct.id)])
+    answer = upstream.ProviderAnswer(status=200, ok=True, result={"x": 1})
+    gateway._finalize(done, acct.id, "svc", m.actions["ok"], "live", answer, None)
+    assert gateway.refund(failed, "provider_error") is True
+    rows = dict(db.session.execute(text("SELECT id || ':' || extract(year FROM created_at), status "
+                                        "FROM module_calls")).all())
+    assert rows == {f"{done}:{done.created_at.year}": "succeeded", f"{done}:2020": "pending",
+                    f"{failed}:{failed.created_at.year}": "refunded", f"{failed}:2020": "pending"}

@@ -17,7 +17,11 @@ including ``call:<id>``), ``idempotency_records (account_id, key)``; ids are ran
 the DEFAULT partition holds for that month, if any); the ``partitions-ensure`` job
 (app/services/platform/partitions.py) calls it for the coming months.
 
-SQLite: nothing (no partitions there; the models stay as they are).
+Also (both databases): ``chat_completions (account_id, created_at)`` replaces the index on
+``account_id`` alone, and ``usage_hourly (account_id, mode, hour)`` — covering the
+counters on PostgreSQL — replaces ``(account_id, hour)``: the account-scoped reads.
+
+SQLite: no partitions (the models stay plain tables).
 
 Revision ID: partitions
 Revises: alert_status
@@ -35,6 +39,7 @@ depends_on = None
 
 TABLES = ("module_calls", "chat_completions", "ledger_entries")
 AHEAD = 3  # months created ahead (the job keeps creating them)
+USAGE_INCLUDE = ["product", "calls", "errors", "spend_micros"]
 
 CREATE_MONTH = r"""
 CREATE OR REPLACE FUNCTION gw_create_month_partition(p_table text, p_month date)
@@ -128,6 +133,11 @@ def upgrade():
     # account-scoped reads (export, history) of chat completions: by account and time
     op.drop_index("ix_chat_completions_account_id", table_name="chat_completions")
     op.create_index("ix_chat_completions_account_created", "chat_completions", ["account_id", "created_at"])
+    # usage, daily series and the alert pass read (account, mode, hour range) of the
+    # rollups: on PostgreSQL an index-only scan (the counters INCLUDEd), no heap visits
+    op.drop_index("ix_usage_hourly_account_hour", table_name="usage_hourly")
+    op.create_index("ix_usage_hourly_account_mode_hour", "usage_hourly", ["account_id", "mode", "hour"],
+                    postgresql_include=USAGE_INCLUDE)
     conn = op.get_bind()
     if conn.dialect.name != "postgresql":
         return
@@ -144,3 +154,5 @@ def downgrade():
         conn.execute(text("DROP FUNCTION IF EXISTS gw_create_month_partition(text, date)"))
     op.drop_index("ix_chat_completions_account_created", table_name="chat_completions")
     op.create_index("ix_chat_completions_account_id", "chat_completions", ["account_id"])
+    op.drop_index("ix_usage_hourly_account_mode_hour", table_name="usage_hourly")
+    op.create_index("ix_usage_hourly_account_hour", "usage_hourly", ["account_id", "hour"])

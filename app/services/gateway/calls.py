@@ -297,7 +297,7 @@ def open_call(*, account_id: str, mode: str, mod: catalog.ModuleSnap, act: catal
                 usage.record(account_id, slug, spend_micros=price_micros, mode=mode, at=now)
             if paid is not None and paid_out is not None:
                 paid_out.append(paid)
-            return call_id
+            return charging.OpenedCall(call_id, now)
         except _PaymentNeeded:
             # x402 steps 1-2 between the two charging attempts: no transaction is open.
             paid = fund_from_payment(payment, account_id=account_id, price_micros=price_micros,
@@ -336,7 +336,9 @@ def _open_pg(account_id, mode, mod, act, idempotency_key, req_hash, price_micros
                 raise _PaymentNeeded()
             raise payment_required(act.price_cents, mod.slug)
         if res.outcome == "opened" and charged and spend.reserve(key_id, price_micros, utcnow()):
-            db.session.execute(update(_CALLS).where(_CALLS.c.id == call_id).values(spend_key_id=key_id))
+            db.session.execute(update(_CALLS).where(_CALLS.c.id == call_id,
+                                                    _CALLS.c.created_at == call_id.created_at)
+                               .values(spend_key_id=key_id))
     if res.outcome == "existing":
         return CallResult(_replay_or_conflict(res.idem_hash, res.idem_status, res.idem_body,
                                               req_hash).encode(), True)
@@ -371,13 +373,16 @@ def _finalize(call_id, account_id, slug, act, mode, answer, idempotency_key) -> 
     return body
 
 
-def refund(call_id: str, error: str) -> bool:
+def refund(call_id: str, error: str, created_at=None) -> bool:
     """Refund a ``pending`` call exactly once (reversing posting, usage reversal, release
-    of its Idempotency-Key). Returns False when it was no longer pending."""
+    of its Idempotency-Key). Returns False when it was no longer pending. The call's
+    ``created_at`` (given, or carried by an ``OpenedCall``) prunes to its partition."""
     s = db.session
+    created_at = created_at or charging.created_at_of(call_id)
+    prune = [ModuleCall.created_at == created_at] if created_at is not None else []
     with unit_of_work():
         row = s.execute(update(ModuleCall).where(ModuleCall.id == call_id,
-                                                 ModuleCall.status == "pending")
+                                                 ModuleCall.status == "pending", *prune)
                         .values(status="refunded", error=error, finished_at=utcnow())
                         .returning(ModuleCall.account_id, ModuleCall.module_slug,
                                    ModuleCall.price_micros, ModuleCall.charged,
@@ -407,11 +412,11 @@ def sweep_pending(limit: int = 500) -> int:
     """Refund calls still ``pending`` after their deadline (their process died between
     charging and finalizing). Safe to run concurrently; returns how many it refunded."""
     with unit_of_work():  # a read, ended before the refunds
-        ids = db.session.execute(
-            select(ModuleCall.id).where(ModuleCall.status == "pending",
-                                        ModuleCall.deadline_at < utcnow())
-            .order_by(ModuleCall.deadline_at).limit(limit)).scalars().all()
-    return sum(1 for call_id in ids if refund(call_id, "swept"))
+        due = db.session.execute(
+            select(ModuleCall.id, ModuleCall.created_at).where(ModuleCall.status == "pending",
+                                                               ModuleCall.deadline_at < utcnow())
+            .order_by(ModuleCall.deadline_at).limit(limit)).all()
+    return sum(1 for call_id, created_at in due if refund(call_id, "swept", created_at))
 
 
 def purge_idempotency(limit: int = 10_000) -> int:

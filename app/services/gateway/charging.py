@@ -15,7 +15,7 @@ keeps the multi-statement path in ``gateway.calls`` behind the same interface.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from flask import current_app
 
@@ -34,18 +34,42 @@ _OPEN = text("""
 """).bindparams(*(bindparam(n, type_=UTCDateTime()) for n in ("now", "deadline", "idem_expires")),
                 bindparam("codes", type_=ARRAY(String)), bindparam("amounts", type_=ARRAY(BigInteger)))
 
-_FINALIZE = text("""
+class OpenedCall(str):
+    """A new call's id (a ``str``, as before) carrying its ``created_at``: the partition
+    key of ``module_calls`` on PostgreSQL (migration 0018), so the statements that target
+    this one row later (spend-key update, finalize, refund) prune to its month's partition
+    instead of probing every month's primary-key index."""
+
+    created_at: datetime
+
+    def __new__(cls, call_id: str, created_at: datetime):
+        obj = super().__new__(cls, call_id)
+        obj.created_at = created_at
+        return obj
+
+
+def created_at_of(call_id: str) -> datetime | None:
+    """The partition key a call id carries (None for a plain id, e.g. from the sweep)."""
+    return getattr(call_id, "created_at", None)
+
+
+_FINALIZE_SQL = """
     WITH c AS (
         UPDATE module_calls
            SET status = 'succeeded', ok = :ok, provider_status = :provider_status,
                receipt = :receipt, finished_at = :finished_at
-         WHERE id = :call_id AND status = 'pending'
+         WHERE id = :call_id AND status = 'pending'{prune}
         RETURNING id),
     i AS (
         UPDATE idempotency_records SET status = 'done', response_body = :response_body
          WHERE account_id = :account_id AND key = :idem_key AND call_id IN (SELECT id FROM c))
     SELECT count(*) FROM c
-""").bindparams(bindparam("receipt", type_=JSONType), bindparam("finished_at", type_=UTCDateTime()))
+"""
+_FINALIZE, _FINALIZE_PRUNED = (
+    text(_FINALIZE_SQL.format(prune=prune)).bindparams(
+        bindparam("receipt", type_=JSONType), bindparam("finished_at", type_=UTCDateTime()),
+        *([bindparam("created_at", type_=UTCDateTime())] if prune else []))
+    for prune in ("", " AND created_at = :created_at"))
 
 
 @dataclass(frozen=True)
@@ -81,14 +105,17 @@ def open_pg(*, account_id: str, mode: str, mod, act, idem_key: str | None, req_h
         "deadline": now + timedelta(seconds=act.timeout_seconds + cfg["CALL_SWEEP_MARGIN_SECONDS"]),
         "idem_expires": now + timedelta(seconds=cfg["IDEMPOTENCY_TTL_SECONDS"]),
         "codes": [c for c, _ in legs], "amounts": [a for _, a in legs]}).first()
-    return call_id, Opened(*row)
+    return OpenedCall(call_id, now), Opened(*row)
 
 
 def finalize_pg(*, call_id: str, account_id: str, idem_key: str | None, ok: bool,
                 provider_status: int, receipt: dict, finished_at, response_body: str) -> bool:
     """One round trip: ``pending → succeeded`` plus the key's stored response. False when
-    the call was no longer pending (the sweep refunded it). Does not commit."""
-    return db.session.execute(_FINALIZE, {
+    the call was no longer pending (the sweep refunded it). Does not commit. Pruned to
+    the call's partition when ``call_id`` carries its ``created_at`` (``OpenedCall``)."""
+    created_at = created_at_of(call_id)
+    return db.session.execute(_FINALIZE if created_at is None else _FINALIZE_PRUNED, {
         "call_id": call_id, "account_id": account_id, "idem_key": idem_key, "ok": ok,
         "provider_status": provider_status, "receipt": receipt, "finished_at": finished_at,
-        "response_body": response_body}).scalar_one() == 1
+        "response_body": response_body, **({"created_at": created_at} if created_at else {})}
+    ).scalar_one() == 1

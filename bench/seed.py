@@ -119,7 +119,6 @@ FROM (SELECT g,
              g % 50 = 7 AS refunded,
              now() - interval '{SPAN_DAYS} days' + make_interval(secs => (g::bigint * {step_us}) / 1e6) AS ts
       FROM generate_series({lo}, {hi}) AS g) s""")
-    _q("ANALYZE module_calls")
     _q("""
 SET synchronous_commit = off;
 INSERT INTO usage_hourly AS u (account_id, product, mode, hour, calls, errors, spend_micros)
@@ -132,7 +131,10 @@ GROUP BY 1, 2, 3, 4
 ON CONFLICT (account_id, product, mode, hour) DO UPDATE
   SET calls = u.calls + excluded.calls, errors = u.errors + excluded.errors,
       spend_micros = u.spend_micros + excluded.spend_micros""")
-    _q("ANALYZE usage_hourly")
+    # a bulk load leaves the visibility map unset; autovacuum sets it soon after on a live
+    # database (insert thresholds), and the index-only scans of the reads depend on it
+    _q("VACUUM ANALYZE usage_hourly")
+    _q("VACUUM ANALYZE module_calls")
     seeded = int(_q(f"SELECT coalesce(sum(calls), 0) FROM usage_hourly WHERE account_id = '{acct}' "
                     f"AND product LIKE 'seed-mod-%'"))
     info = {"calls": SCALE_CALLS, "bench_account_calls": seeded, "accounts": NOISE_ACCOUNTS + 1,

@@ -184,6 +184,11 @@ def load_config(overrides: dict | None = None) -> dict:
         "USAGE_ROLL_MARGIN_SECONDS": _float("USAGE_ROLL_MARGIN_SECONDS", 300.0),
         "PROVIDER_MAX_RESPONSE_BYTES": _int("PROVIDER_MAX_RESPONSE_BYTES", 5 * 1024 * 1024),
         "IDEMPOTENCY_TTL_SECONDS": _int("IDEMPOTENCY_TTL_SECONDS", 24 * 3600),
+        # --- call log partitions (PostgreSQL; app/services/platform/partitions.py) ---
+        # Whole months of module_calls / chat_completions older than this many full months
+        # are dropped by the call-log-retention job; 0 keeps everything. Never the ledger.
+        "CALL_LOG_RETENTION_MONTHS": _int("CALL_LOG_RETENTION_MONTHS", 0),
+        "PARTITIONS_AHEAD_MONTHS": _int("PARTITIONS_AHEAD_MONTHS", 3),
         "RECEIPT_SIGNING_KEY": _env("RECEIPT_SIGNING_KEY"),
         "RECEIPT_RETIRED_PUBLIC_KEYS": _env("RECEIPT_RETIRED_PUBLIC_KEYS", ""),
         # --- chat completions (README "Chat completions") -----------------------

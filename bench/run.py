@@ -212,6 +212,9 @@ class Bench:
             except scenarios.Unavailable as exc:
                 self.results["unavailable"][sc.name] = str(exc)
                 log(f"{sc.name}: not available ({exc})")
+                continue
+            # issue 18: the books are clean after every scenario
+            self.results["checks"].setdefault("after_scenario", {})[sc.name] = scenarios.money_checks(ctx)
         self.results["elapsed_s"] = round(time.monotonic() - started, 1)
 
     def finish(self):

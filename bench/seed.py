@@ -1,5 +1,5 @@
 """Benchmark data: the bench module and chat model (pointing at the fake upstream), and the
-scale data set (1,000,000 recorded calls) written with set-based SQL (``generate_series``)."""
+scale data set (10,000,000 recorded calls) written with set-based SQL (``generate_series``)."""
 from __future__ import annotations
 
 import os
@@ -8,9 +8,8 @@ import time
 from bench import setup
 
 MODULE_SLUG = "bench-echo"
-SCALE_CALLS = int(os.environ.get("BENCH_SCALE_CALLS", "1000000"))
+SCALE_CALLS = int(os.environ.get("BENCH_SCALE_CALLS", "10000000"))
 SCALE_PRODUCTS = 20          # module slugs the bench account used
-NOISE_ACCOUNTS = 2000        # other accounts' rollups, so the indexes have real work
 
 
 def load_bench_module(ctx) -> None:
@@ -71,72 +70,86 @@ def _q(sql: str) -> str:
     return setup.psql(sql, setup.DB_NAME)
 
 
+SPAN_DAYS = 365              # the seeded call log covers the last year
+BENCH_SHARE = 10             # every 10th seeded call is the bench account's (1M of 10M)
+NOISE_ACCOUNTS = 300         # the other accounts (one product each)
+_MONTHS_BACK = 13
+
+
 def seed_scale(ctx) -> dict:
-    """Record SCALE_CALLS calls for the first bench account inside the current billing
-    period (the call log ``module_calls`` when this build has it, and the hourly rollups
-    ``usage_hourly`` they imply), the same volume again as history in the 60 days before,
-    and other accounts' rollups — all with set-based SQL."""
+    """SCALE_CALLS (default 10,000,000) calls in the call log ``module_calls``, spread
+    evenly over the SPAN_DAYS days before the current hour across the bench account (1 call in BENCH_SHARE,
+    20 products) and NOISE_ACCOUNTS other accounts; 1 in 50 refunded (provider_error),
+    1 in 23 in test mode (not charged); then the hourly rollups ``usage_hourly`` those
+    calls imply, aggregated from the call log itself (calls, refunds as errors, spend of
+    what was not refunded), as the rollup job would write them. Set-based SQL only
+    (``generate_series``), in chunks of 1M rows; monthly partitions are created first when
+    the schema has them. The seeded calls carry no ledger postings (history before the
+    run): ``flask ledger check`` and reconcile cover the run's own calls."""
     t0 = time.monotonic()
     acct = ctx.account_id
-    # whole hours from the start of the month (UTC) to the current hour, at least one
-    hours = max(1, int(_q("SELECT floor(extract(epoch FROM date_trunc('hour', now() AT TIME ZONE 'UTC')"
-                          " - date_trunc('month', now() AT TIME ZONE 'UTC')) / 3600)")))
-    slots = hours * SCALE_PRODUCTS
-    per, extra = divmod(SCALE_CALLS, slots)  # the first `extra` slots get one more call
-    # slot i = hour offset h (0 = start of the month) × product p
-    hour_expr = "(date_trunc('month', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC') + (h || ' hours')::interval"
     has_calls = _q("SELECT to_regclass('public.module_calls') IS NOT NULL") == "t"
-    if has_calls:
-        # one call row per call (status succeeded, charged=false: history rows carry no
-        # ledger posting, so `flask ledger check` stays meaningful)
+    if not has_calls:
+        raise RuntimeError("this build has no module_calls table")
+    if _q("SELECT to_regproc('gw_create_month_partition') IS NOT NULL") == "t":
+        for table in ("module_calls", "chat_completions", "ledger_entries"):
+            _q(f"SELECT gw_create_month_partition('{table}', (date_trunc('month', now() AT TIME ZONE 'UTC')"
+               f" - make_interval(months => m))::date) FROM generate_series(0, {_MONTHS_BACK}) AS m")
+    step_us = SPAN_DAYS * 86400 * 1_000_000 // SCALE_CALLS
+    chunk = 1_000_000
+    for lo in range(0, SCALE_CALLS, chunk):
+        hi = min(SCALE_CALLS, lo + chunk) - 1
         _q(f"""
+SET synchronous_commit = off;
 INSERT INTO module_calls (id, account_id, module_id, module_slug, action, mode, status,
-                          price_micros, charged, ok, provider_status, created_at,
-                          deadline_at, finished_at)
-SELECT 'call_seed' || lpad(g::text, 9, '0'), '{acct}', 0, 'seed-mod-' || (g % {SCALE_PRODUCTS}),
-       'run', 'live', 'succeeded', 10000, false, true, 200, ts, ts, ts
-FROM (SELECT g, {hour_expr.replace("h ||", "(g % " + str(hours) + ") ||")} AS ts
-      FROM generate_series(0, {SCALE_CALLS - 1}) AS g) s""")
-    _q(f"""
-INSERT INTO usage_hourly (account_id, product, mode, hour, calls, errors, spend_micros)
-SELECT '{acct}', 'seed-mod-' || p, 'live', {hour_expr}, c, 0, c * 10000
-FROM (SELECT h, p, {per} + CASE WHEN h * {SCALE_PRODUCTS} + p < {extra} THEN 1 ELSE 0 END AS c
-      FROM generate_series(0, {hours - 1}) AS h, generate_series(0, {SCALE_PRODUCTS - 1}) AS p) s
-WHERE c > 0
+                          price_micros, charged, ok, provider_status, error, receipt,
+                          created_at, deadline_at, finished_at)
+SELECT 'call_seed' || lpad(g::text, 9, '0'), acc, 0, slug, 'run', mode,
+       CASE WHEN refunded THEN 'refunded' ELSE 'succeeded' END,
+       10000, mode = 'live', CASE WHEN refunded THEN NULL ELSE true END,
+       CASE WHEN refunded THEN 502 ELSE 200 END,
+       CASE WHEN refunded THEN 'provider_error' END,
+       CASE WHEN acc = '{acct}' AND NOT refunded THEN jsonb_build_object('hash', md5(g::text)) END,
+       ts, ts + interval '70 seconds', ts + interval '40 milliseconds'
+FROM (SELECT g,
+             CASE WHEN g % {BENCH_SHARE} = 0 THEN '{acct}' ELSE 'acct_noise' || (g % {NOISE_ACCOUNTS}) END AS acc,
+             CASE WHEN g % {BENCH_SHARE} = 0 THEN 'seed-mod-' || ((g / {BENCH_SHARE}) % {SCALE_PRODUCTS})
+                  ELSE 'seed-mod-' || (g % {NOISE_ACCOUNTS} % 7) END AS slug,
+             CASE WHEN g % 23 = 0 THEN 'test' ELSE 'live' END AS mode,
+             g % 50 = 7 AS refunded,
+             date_trunc('hour', now()) - interval '{SPAN_DAYS} days' + make_interval(secs => (g::bigint * {step_us}) / 1e6) AS ts
+      FROM generate_series({lo}, {hi}) AS g) s""")
+    _q("""
+SET synchronous_commit = off;
+INSERT INTO usage_hourly AS u (account_id, product, mode, hour, calls, errors, spend_micros)
+SELECT account_id, module_slug, mode,
+       date_trunc('hour', created_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC',
+       count(*), count(*) FILTER (WHERE status = 'refunded'),
+       coalesce(sum(price_micros) FILTER (WHERE status <> 'refunded'), 0)
+FROM module_calls WHERE id LIKE 'call_seed%'
+GROUP BY 1, 2, 3, 4
 ON CONFLICT (account_id, product, mode, hour) DO UPDATE
-  SET calls = usage_hourly.calls + excluded.calls,
-      spend_micros = usage_hourly.spend_micros + excluded.spend_micros""")
-    # history before this period (must not be counted by /api/usage/current)
-    hist_hours = 60 * 24
-    _q(f"""
-INSERT INTO usage_hourly (account_id, product, mode, hour, calls, errors, spend_micros)
-SELECT '{acct}', 'seed-mod-' || p, 'live',
-       (date_trunc('month', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC') - ((h + 1) || ' hours')::interval,
-       {max(1, SCALE_CALLS // (hist_hours * SCALE_PRODUCTS))}, 0, 10000
-FROM generate_series(0, {hist_hours - 1}) AS h, generate_series(0, {SCALE_PRODUCTS - 1}) AS p
-ON CONFLICT DO NOTHING""")
-    _q(f"""
-INSERT INTO usage_hourly (account_id, product, mode, hour, calls, errors, spend_micros)
-SELECT 'acct_noise' || a, 'seed-mod-' || (a % 7), 'live',
-       date_trunc('hour', now()) - (h || ' hours')::interval, 3, 0, 30000
-FROM generate_series(1, {NOISE_ACCOUNTS}) AS a, generate_series(0, 71) AS h
-ON CONFLICT DO NOTHING""")
+  SET calls = u.calls + excluded.calls, errors = u.errors + excluded.errors,
+      spend_micros = u.spend_micros + excluded.spend_micros""")
     if _q("SELECT to_regclass('public.usage_rollup_state') IS NOT NULL") == "t":
-        # usage is read as usage_hourly + the call log after the rollup mark: the seeded
-        # hours (all before the current one) are rolled hours, so their calls count once
+        # usage is read as usage_hourly + the call log after the rollup mark: every seeded
+        # call lies before the current hour, so the seeded hours are rolled hours and
+        # their calls count once; the run's own calls (this hour) are the live tail
         _q("INSERT INTO usage_rollup_state (id, rolled_through) VALUES (1, date_trunc('hour', now())) "
            "ON CONFLICT (id) DO UPDATE SET rolled_through = greatest(usage_rollup_state.rolled_through, "
            "excluded.rolled_through)")
-    _q("ANALYZE usage_hourly")
-    if has_calls:
-        _q("ANALYZE module_calls")
+    # a bulk load leaves the visibility map unset; autovacuum sets it soon after on a live
+    # database (insert thresholds), and the index-only scans of the reads depend on it
+    _q("VACUUM ANALYZE usage_hourly")
+    _q("VACUUM ANALYZE module_calls")
     seeded = int(_q(f"SELECT coalesce(sum(calls), 0) FROM usage_hourly WHERE account_id = '{acct}' "
-                    f"AND hour >= date_trunc('month', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' "
                     f"AND product LIKE 'seed-mod-%'"))
-    info = {"calls": seeded, "period_hours": hours,
+    info = {"calls": SCALE_CALLS, "bench_account_calls": seeded, "accounts": NOISE_ACCOUNTS + 1,
+            "span_days": SPAN_DAYS,
             "usage_hourly_rows": int(_q("SELECT count(*) FROM usage_hourly")),
-            "module_calls_rows": int(_q("SELECT count(*) FROM module_calls")) if has_calls else 0,
+            "module_calls_rows": int(_q("SELECT count(*) FROM module_calls")),
+            "partitions": int(_q("SELECT count(*) FROM pg_inherits WHERE inhparent = 'module_calls'::regclass")),
             "seconds": round(time.monotonic() - t0, 1),
-            "method": "INSERT … SELECT generate_series (call log + hourly rollups)"}
+            "method": "INSERT … SELECT generate_series (call log), rollups aggregated from it"}
     ctx.log(f"scale seed: {info}")
     return info

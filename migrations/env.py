@@ -82,6 +82,13 @@ def render_item(type_, obj, autogen_context):
     return False
 
 
+def include_name(name, type_, parent_names):
+    """Autogenerate ignores the monthly partitions (their parent table is the model)."""
+    from app.services.platform.partitions import is_partition
+
+    return not (type_ == "table" and is_partition(name))
+
+
 def run_migrations_online():
     """Run migrations in 'online' mode.
 
@@ -111,6 +118,7 @@ def run_migrations_online():
             connection=connection,
             target_metadata=get_metadata(),
             render_item=render_item,
+            include_name=include_name,
             **conf_args
         )
 

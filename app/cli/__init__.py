@@ -15,6 +15,7 @@ from app.errors import DomainError
 COMMANDS = [
     "app.cli.accounts:accounts_cli",
     "app.cli.ledger:ledger_cli",
+    "app.cli.partitions:partitions_cli",
     "app.cli.money:money_cli",
     "app.cli.outbox:outbox_cli",
     "app.cli.jobs:worker_cmd",

@@ -14,7 +14,12 @@ class ModuleCall(db.Model):
     """One metered call. Written ``pending`` in the charging transaction, then finalized
     ``succeeded`` (provider answered 2xx/4xx) or ``refunded`` (provider failed, or the
     sweep found it still pending after ``deadline_at``). The call stores its own price,
-    so catalog price changes never rewrite history."""
+    so catalog price changes never rewrite history. Call-log retention
+    (``CALL_LOG_RETENTION_MONTHS``) drops whole old months.
+
+    PostgreSQL: partitioned by month on ``created_at`` (migration 0018; ``platform.partitions``),
+    so the database's primary key is ``(id, created_at)``; the mapper keeps ``id`` as the
+    identity (ids are unique: 119 random bits; ``call:<id>`` is unique in ``ledger_transactions``). SQLite: one plain table."""
 
     __tablename__ = "module_calls"
     __table_args__ = (

@@ -16,14 +16,22 @@ class ChatCompletion(db.Model):
     ``cost_micros``, rest of the hold returned), ``released`` (nothing charged: every
     candidate failed, the upstream rejected the request, or the sweep released it),
     ``sandbox`` (test-mode key: nothing charged). Ledger refs: ``chat_hold:<id>`` and
-    ``chat_settle:<id>`` (settle and release share the ref, so only one can ever post)."""
+    ``chat_settle:<id>`` (settle and release share the ref, so only one can ever post). Call-log
+    retention (``CALL_LOG_RETENTION_MONTHS``) drops whole old months.
+
+    PostgreSQL: partitioned by month on ``created_at`` (migration 0018; ``platform.partitions``),
+    so the database's primary key is ``(id, created_at)``; the mapper keeps ``id`` as the
+    identity (ids are unique: random; the refs above are unique in ``ledger_transactions``). SQLite: one plain table."""
 
     __tablename__ = "chat_completions"
-    __table_args__ = (Index("ix_chat_completions_status_created", "status", "created_at"),
-                      Index("ix_chat_completions_settled_at", "settled_at"))  # usage rollups
+    __table_args__ = (
+        Index("ix_chat_completions_status_created", "status", "created_at"),
+        Index("ix_chat_completions_account_created", "account_id", "created_at"),
+        Index("ix_chat_completions_settled_at", "settled_at"),  # usage rollups
+    )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)  # chatcmpl-…
-    account_id: Mapped[str] = mapped_column(String(32), index=True)
+    account_id: Mapped[str] = mapped_column(String(32))
     mode: Mapped[str] = mapped_column(String(8), default="live")
     requested_model: Mapped[str] = mapped_column(String(96))
     model: Mapped[str | None] = mapped_column(String(96))  # the model actually used

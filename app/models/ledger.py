@@ -28,7 +28,12 @@ class LedgerEntry(db.Model):
     """One leg of a transaction. ``ledger_account`` is a named ledger account code:
     ``acct:<account_id>`` (customer balance, cached on accounts.balance_micros),
     ``revenue:platform``, ``earnings:<agent_id>`` (owner earnings payable),
-    ``promo:grants``, ``external:<source>`` (card, ach, usdc, sandbox …)."""
+    ``promo:grants``, ``external:<source>`` (card, ach, usdc, sandbox …).
+
+    PostgreSQL: partitioned by month on ``created_at`` (migration 0018), primary key
+    ``(id, created_at)`` in the database, ``id`` from one sequence. The exactly-once
+    guarantee (unique ``ref``) lives on the unpartitioned ``ledger_transactions``. Never
+    dropped by retention."""
 
     __tablename__ = "ledger_entries"
     __table_args__ = (Index("ix_ledger_entries_account_created", "ledger_account", "created_at"),)

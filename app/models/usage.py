@@ -19,7 +19,9 @@ class UsageHourly(db.Model):
     __tablename__ = "usage_hourly"
     __table_args__ = (
         UniqueConstraint("account_id", "product", "mode", "hour", name="uq_usage_hourly_key"),
-        Index("ix_usage_hourly_account_hour", "account_id", "hour"),
+        # usage, daily series, alert pass: index-only on PostgreSQL (migration 0018)
+        Index("ix_usage_hourly_account_mode_hour", "account_id", "mode", "hour",
+              postgresql_include=["product", "calls", "errors", "spend_micros"]),
     )
 
     id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)

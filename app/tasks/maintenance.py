@@ -47,3 +47,17 @@ def last_heartbeat() -> float | None:
         return None
     raw = redis.get(_heartbeat_key())
     return float(raw) if raw else None
+
+
+def ensure_partitions() -> list[str]:
+    """Create the coming months' partitions of the call log and ledger legs (PostgreSQL)."""
+    from app.services.platform import partitions
+
+    return partitions.ensure_ahead()
+
+
+def call_log_retention() -> list[str]:
+    """Drop call-log months older than ``CALL_LOG_RETENTION_MONTHS`` (never the ledger)."""
+    from app.services.platform import partitions
+
+    return partitions.drop_expired().dropped

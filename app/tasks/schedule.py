@@ -27,6 +27,9 @@ SCHEDULE: list[tuple[str, int, Callable]] = [
     ("usage-roll", 300, usage.roll_usage),
     ("chat-release-stale-holds", 300, chat.release_stale_holds),
     ("heartbeat", 30, maintenance.heartbeat),
+    # Monthly partitions (PostgreSQL): create the coming months; drop expired call-log months.
+    ("partitions-ensure", 6 * 3600, maintenance.ensure_partitions),
+    ("call-log-retention", 24 * 3600, maintenance.call_log_retention),
     # Agents: settle the previous month once it is over (a no-op once settled); purge
     # expired sessions (sign-in nonces are single-use tokens: tokens-purge).
     ("agent-settlement", 6 * 3600, agents.settle_due),

@@ -289,7 +289,7 @@ def open_call(*, account_id: str, mode: str, mod: catalog.ModuleSnap, act: catal
                         raise _PaymentNeeded() from None
             if paid is not None and paid_out is not None:
                 paid_out.append(paid)
-            return call_id
+            return charging.OpenedCall(call_id, now)
         except _PaymentNeeded:
             # x402 steps 1-2 between the two charging attempts: no transaction is open.
             paid = fund_from_payment(payment, account_id=account_id, price_micros=price_micros,

@@ -19,7 +19,7 @@ behind the same interface.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import orjson
 from flask import current_app
@@ -45,12 +45,31 @@ _OPEN = """
         %(codes)s::varchar[], %(amounts)s::bigint[], %(spend_key)s::varchar)
 """
 
+class OpenedCall(str):
+    """A new call's id (a ``str``, as before) carrying its ``created_at``: the partition
+    key of ``module_calls`` on PostgreSQL (migration 0018), so the statements that target
+    this one row later (spend-key update, finalize, refund) prune to its month's partition
+    instead of probing every month's primary-key index."""
+
+    created_at: datetime
+
+    def __new__(cls, call_id: str, created_at: datetime):
+        obj = super().__new__(cls, call_id)
+        obj.created_at = created_at
+        return obj
+
+
+def created_at_of(call_id: str) -> datetime | None:
+    """The partition key a call id carries (None for a plain id, e.g. from the sweep)."""
+    return getattr(call_id, "created_at", None)
+
+
 _FINALIZE = """
     WITH c AS (
         UPDATE module_calls
            SET status = 'succeeded', ok = %(ok)s::boolean, provider_status = %(provider_status)s::integer,
                receipt = %(receipt)s::jsonb, finished_at = %(finished_at)s::timestamptz
-         WHERE id = %(call_id)s::varchar AND status = 'pending'
+         WHERE id = %(call_id)s::varchar AND status = 'pending'{prune}
         RETURNING id),
     i AS (
         UPDATE idempotency_records SET status = 'done', response_body = %(response_body)s::text
@@ -58,6 +77,8 @@ _FINALIZE = """
            AND call_id IN (SELECT id FROM c))
     SELECT count(*) FROM c
 """
+_FINALIZE, _FINALIZE_PRUNED = (
+    _FINALIZE.format(prune=prune) for prune in ("", " AND created_at = %(created_at)s::timestamptz"))
 
 
 @dataclass(frozen=True)
@@ -98,11 +119,11 @@ def open_pg(*, account_id: str, mode: str, mod, act, idem_key: str | None, req_h
     for attempt in (1, 2):
         try:
             with one_statement() as conn:
-                return call_id, Opened(*conn.exec_driver_sql(_OPEN, params).first())
+                return OpenedCall(call_id, now), Opened(*conn.exec_driver_sql(_OPEN, params).first())
         except DBAPIError as exc:
             refusal = REFUSALS.get(getattr(exc.orig, "sqlstate", None))
             if refusal is not None:
-                return call_id, Opened(refusal)
+                return OpenedCall(call_id, now), Opened(refusal)
             # A stale pooled connection (server restart; no pre-ping on this pool): retry
             # once with the SAME call id, so a first attempt that did commit makes the
             # retry fail (duplicate call id / key in flight) instead of charging twice.
@@ -114,9 +135,13 @@ def open_pg(*, account_id: str, mode: str, mod, act, idem_key: str | None, req_h
 def finalize_pg(*, call_id: str, account_id: str, idem_key: str | None, ok: bool,
                 provider_status: int, receipt: dict, finished_at, response_body: str) -> bool:
     """One round trip, committed durably by itself: ``pending → succeeded`` plus the key's
-    stored response. False when the call was no longer pending (the sweep refunded it)."""
+    stored response. False when the call was no longer pending (the sweep refunded it).
+    Pruned to the call's partition when ``call_id`` carries its ``created_at``
+    (``OpenedCall``)."""
+    created_at = created_at_of(call_id)
     with one_statement() as conn:
-        return conn.exec_driver_sql(_FINALIZE, {
-            "call_id": call_id, "account_id": account_id, "idem_key": idem_key, "ok": ok,
+        return conn.exec_driver_sql(_FINALIZE if created_at is None else _FINALIZE_PRUNED, {
+            "call_id": str(call_id), "account_id": account_id, "idem_key": idem_key, "ok": ok,
             "provider_status": provider_status, "receipt": orjson.dumps(receipt).decode(),
-            "finished_at": finished_at, "response_body": response_body}).scalar_one() == 1
+            "finished_at": finished_at, "response_body": response_body,
+            **({"created_at": created_at} if created_at is not None else {})}).scalar_one() == 1

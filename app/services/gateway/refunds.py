@@ -18,6 +18,7 @@ from app.models.base import utcnow
 from app.services.accounts import spend
 from app.services.agents import revenue_share
 from app.services.billing import ledger
+from app.services.gateway import charging
 from app.services.platform.uow import unit_of_work
 
 
@@ -31,13 +32,18 @@ def legs(account_id: str, price_micros: int, owner_agent_id: str | None) -> list
     return [(ledger.customer(account_id), -price_micros), (ledger.REVENUE, price_micros)]
 
 
-def refund(call_id: str, error: str) -> bool:
+def refund(call_id: str, error: str, created_at=None) -> bool:
     """Refund a ``pending`` call exactly once (reversing posting, spend-limit release,
-    release of its Idempotency-Key). Returns False when it was no longer pending."""
+    release of its Idempotency-Key). Returns False when it was no longer pending. The
+    call's ``created_at`` (given, or carried by a ``charging.OpenedCall``) prunes the
+    update to its month's partition on PostgreSQL."""
     s = db.session
+    created_at = created_at or charging.created_at_of(call_id)
+    call_id = str(call_id)
+    prune = [ModuleCall.created_at == created_at] if created_at is not None else []
     with unit_of_work():
         row = s.execute(update(ModuleCall).where(ModuleCall.id == call_id,
-                                                 ModuleCall.status == "pending")
+                                                 ModuleCall.status == "pending", *prune)
                         .values(status="refunded", error=error, finished_at=utcnow())
                         .returning(ModuleCall.account_id, ModuleCall.price_micros, ModuleCall.charged,
                                    ModuleCall.owner_agent_id, ModuleCall.idempotency_key,
@@ -63,11 +69,11 @@ def sweep_pending(limit: int = 500) -> int:
     """Refund calls still ``pending`` after their deadline (their process died between
     charging and finalizing). Safe to run concurrently; returns how many it refunded."""
     with unit_of_work():  # a read, ended before the refunds
-        ids = db.session.execute(
-            select(ModuleCall.id).where(ModuleCall.status == "pending",
-                                        ModuleCall.deadline_at < utcnow())
-            .order_by(ModuleCall.deadline_at).limit(limit)).scalars().all()
-    return sum(1 for call_id in ids if refund(call_id, "swept"))
+        due = db.session.execute(
+            select(ModuleCall.id, ModuleCall.created_at).where(ModuleCall.status == "pending",
+                                                               ModuleCall.deadline_at < utcnow())
+            .order_by(ModuleCall.deadline_at).limit(limit)).all()
+    return sum(1 for call_id, created_at in due if refund(call_id, "swept", created_at))
 
 
 def purge_idempotency(limit: int = 10_000) -> int:

@@ -10,7 +10,7 @@ started is stopped at the end (also on errors and Ctrl-C). Only loopback is cont
 
 Settings (environment): BENCH_DURATION (seconds per measurement, default 10),
 BENCH_WARMUP (default 2), BENCH_CONCURRENCY (default "1,16"), BENCH_ONLY (comma list of
-scenarios), BENCH_SCALE_CALLS (default 1000000), BENCH_DATABASE (default gw_bench),
+scenarios), BENCH_SCALE_CALLS (default 10000000), BENCH_DATABASE (default gw_bench),
 BENCH_PG (default postgresql://postgres@127.0.0.1:5432), BENCH_REDIS_URL
 (default redis://127.0.0.1:6379/6), BENCH_PROFILE (1: py-spy the metered/chat paths),
 BENCH_APP_ENV ("K=V K=V": extra app environment for what-if runs; such a run writes

@@ -2,12 +2,10 @@
 idempotency, test mode, revenue share, provider auth, limits."""
 from __future__ import annotations
 
-import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select
 
 from app.extensions import db
 from app.models import IdempotencyRecord, LedgerEntry, ModuleCall

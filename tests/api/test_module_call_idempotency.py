@@ -9,10 +9,9 @@ import pytest
 from sqlalchemy import func, select, update
 
 from app.extensions import db
-from app.models import IdempotencyRecord, ModuleCall
+from app.models import IdempotencyRecord
 from app.models.base import utcnow
 from app.services.gateway import calls as gateway
-from app.services.billing import ledger
 from tests.api.test_module_call import calls_of
 from tests.gateway_helpers import (PROVIDER, balance_cents, call, create_module,  # noqa: F401
                                    mod, provider, provider_server)

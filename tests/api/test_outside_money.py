@@ -14,7 +14,7 @@ from eth_account import Account as EthAccount
 
 from app.extensions import db
 from app.models import ExternalCredit, X402Authorization
-from app.services.billing import ledger, x402
+from app.services.billing import x402
 from tests.api.test_module_call_x402 import PAY_TO, _pay
 from tests.api.test_wallet import USDC_BASE, connect_evm
 from tests.gateway_helpers import balance_cents, call, mod, provider, provider_server  # noqa: F401

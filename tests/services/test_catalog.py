@@ -3,7 +3,6 @@ expansion, validation errors, and the public listing."""
 from __future__ import annotations
 
 import json
-import textwrap
 
 import pytest
 from sqlalchemy import select

@@ -47,7 +47,8 @@ _CALLS = sa.table("module_calls", _T("account_id", sa.String), _T("module_slug",
                   _T("created_at", UTCDateTime()))
 _CHAT = sa.table("chat_completions", _T("account_id", sa.String), _T("model", sa.String),
                  _T("requested_model", sa.String), _T("mode", sa.String), _T("status", sa.String),
-                 _T("error", sa.String), _T("cost_micros", sa.BigInteger), _T("settled_at", UTCDateTime()))
+                 _T("error", sa.String), _T("cost_micros", sa.BigInteger), _T("settled_at", UTCDateTime()),
+                 _T("created_at", UTCDateTime()))
 
 OPEN_CALL = r"""
 CREATE OR REPLACE FUNCTION gw_open_call(
@@ -170,11 +171,21 @@ def upgrade():
         sa.Column("rolled_through", UTCDateTime(), nullable=False))
     op.create_index("ix_chat_completions_settled_at", "chat_completions", ["settled_at"])
     op.create_index("ix_module_calls_created_at", "module_calls", ["created_at"])
-    # The mark: the current hour, or the hour of the oldest call still pending.
-    oldest = bind.execute(sa.select(sa.func.min(_CALLS.c.created_at))
-                          .where(_CALLS.c.status == "pending")).scalar()
-    now = datetime.now(timezone.utc)
-    mark = _hour(min(now, oldest) if oldest is not None else now)
+    # The mark: the current hour, or the hour of the oldest call still pending / the oldest
+    # completion still held. The old counters put a completion in the hour it settled, the
+    # new reads in the hour it was created: lower the mark until every completion settled
+    # at or after it was also created at or after it (its counters are deleted below and
+    # the call log has it), so none is lost or counted twice.
+    opens = [bind.execute(sa.select(sa.func.min(col)).where(cond)).scalar()
+             for col, cond in ((_CALLS.c.created_at, _CALLS.c.status == "pending"),
+                               (_CHAT.c.created_at, _CHAT.c.status == "held"))]
+    mark = _hour(min([datetime.now(timezone.utc), *(t for t in opens if t is not None)]))
+    while True:
+        earliest = bind.execute(sa.select(sa.func.min(_CHAT.c.created_at))
+                                .where(_CHAT.c.settled_at >= mark)).scalar()
+        if earliest is None or _hour(earliest) >= mark:
+            break
+        mark = _hour(earliest)
     op.execute(sa.text("DELETE FROM usage_hourly WHERE hour >= :m").bindparams(_ts("m", mark)))
     op.execute(sa.text("INSERT INTO usage_rollup_state (id, rolled_through) VALUES (1, :m)")
                .bindparams(_ts("m", mark)))
@@ -198,8 +209,8 @@ def downgrade():
         for acct, product, mode, at, err, price in bind.execute(calls):
             _add(sums, (acct, product, mode, _hour(at)), 1 if err else 0, 0 if err else price)
         chat = sa.select(_CHAT.c.account_id, _CHAT.c.model, _CHAT.c.requested_model, _CHAT.c.mode,
-                         _CHAT.c.settled_at, _CHAT.c.status, _CHAT.c.error, _CHAT.c.cost_micros).where(
-            _CHAT.c.settled_at >= mark, _CHAT.c.status.in_(("settled", "released", "sandbox")))
+                         _CHAT.c.created_at, _CHAT.c.status, _CHAT.c.error, _CHAT.c.cost_micros).where(
+            _CHAT.c.created_at >= mark, _CHAT.c.status.in_(("settled", "released", "sandbox")))
         for acct, model, requested, mode, at, status, error, cost in bind.execute(chat):
             released = status == "released"
             _add(sums, (acct, "chat:" + (model or requested), mode, _hour(at)),

@@ -21,12 +21,12 @@ def _call(n, account_id, status, at, price=30_000, mode="live", slug="echo"):
                               created_at=at, deadline_at=at + timedelta(seconds=90)))
 
 
-def _chat(n, account_id, status, at, cost=5_000, error=None, mode="live", model="m1"):
+def _chat(n, account_id, status, at, cost=5_000, error=None, mode="live", model="m1", settled_at=None):
     db.session.add(ChatCompletion(id=f"chatcmpl-{n}", account_id=account_id, mode=mode,
                                   requested_model="auto",
                                   model=model if status != "released" else None, status=status,
                                   cost_micros=cost if status != "released" else 0, error=error,
-                                  created_at=at, settled_at=at))
+                                  created_at=at, settled_at=None if status == "held" else (settled_at or at)))
 
 
 def _never_rolled():
@@ -44,7 +44,7 @@ def _seed(account_id):
     _chat(1, account_id, "settled", T)
     _chat(2, account_id, "released", T + H)                               # error, no spend
     _chat(3, account_id, "settled", T + H, error="upstream cut the stream")  # error, charged
-    _chat(4, account_id, "held", T)                                       # not counted yet
+    _chat(4, account_id, "held", T + 3 * H)                               # not counted yet
     db.session.commit()
 
 
@@ -96,6 +96,28 @@ def test_an_hour_with_a_pending_call_or_inside_the_margin_is_not_rolled(app, acc
         assert usage_log.roll(now=T + 2 * H + timedelta(seconds=10) - timedelta(minutes=20)) == 0
         assert usage_log.roll(now=T + 5 * H) == 4
         assert usage.totals(account.id, start, end) == {"calls": 2, "errors": 1, "spend_micros": 30_000}
+
+
+def test_a_completion_counts_in_the_hour_it_was_created_and_a_held_one_holds_its_hour(app, account):
+    """Chat usage is counted by ``created_at`` (the partition key of the call log): a
+    completion that settles in a later hour counts once, in its first hour, before and
+    after the roll; an hour with a completion still held is not final."""
+    with app.app_context():
+        _never_rolled()
+        _chat(1, account.id, "held", T)
+        _chat(2, account.id, "settled", T + 2 * H)
+        db.session.commit()
+        assert usage_log.roll(now=T + 5 * H) == 0                        # hour of T holds a hold
+        db.session.execute(ChatCompletion.__table__.update().where(ChatCompletion.id == "chatcmpl-1")
+                           .values(status="settled", cost_micros=7_000, model="m1", settled_at=T + H))
+        db.session.commit()
+        start, end = usage.billing_period(T)
+        expect = {"calls": 2, "errors": 0, "spend_micros": 12_000}
+        assert usage.totals(account.id, start, end) == expect
+        assert usage.daily_rows(account.id, 2, now=T + timedelta(days=1))[0]["calls"] == 2
+        assert usage_log.roll(now=T + 5 * H) == 5                        # 10:00 … 14:00
+        assert ("chat:m1", "live", usage_log.hour_of(T), 1, 0, 7_000) in _hourly(account.id)
+        assert usage.totals(account.id, start, end) == expect           # rolled + tail: the same
 
 
 def test_the_roll_job_is_scheduled():

@@ -10,16 +10,18 @@ How a call counts (the same as the counters the charging transaction used to kee
 
 * module call, in the hour of ``created_at``: 1 call; ``refunded`` → 1 error and no
   spend, otherwise ``price_micros`` of spend (``pending`` counts as charged);
-* chat completion, in the hour of ``settled_at`` (``settled``, ``released`` or
+* chat completion, in the hour of ``created_at`` (once ``settled``, ``released`` or
   ``sandbox``; a ``held`` one is not counted yet), product ``chat:<model>``: 1 call;
   ``released`` → 1 error and no spend; otherwise ``cost_micros``, and an error when its
-  ``error`` is set.
+  ``error`` is set. By ``created_at``, like module calls, because both call logs are
+  partitioned by it (PostgreSQL): a read of a time range touches only its months.
 
 An hour is final when it ended ``USAGE_ROLL_MARGIN_SECONDS`` ago (a transaction that
-took its timestamp before the hour ended has committed) and no module call created in
-it is still ``pending`` (a refund would change it; the sweep resolves every pending call
-after its deadline). Chat rows are counted by ``settled_at``, which is written once, so
-an ended hour cannot change. ``roll()`` is idempotent: it rewrites the rows of the hours
+took its timestamp before the hour ended has committed), no module call created in it
+is still ``pending`` (a refund would change it; the sweep resolves every pending call
+after its deadline) and no chat completion created in it is still ``held`` (its settle
+or release would change it; the stale-hold sweep resolves every hold whose stream
+stopped). ``roll()`` is idempotent: it rewrites the rows of the hours
 it rolls (delete + insert from the log in one unit of work) and moves the mark.
 """
 from __future__ import annotations
@@ -76,14 +78,14 @@ def call_log_rows(start: datetime, end: datetime, accounts=None, modes=None, *, 
     chat = select(
         _CHAT.c.account_id,
         (literal("chat:") + func.coalesce(_CHAT.c.model, _CHAT.c.requested_model)).label("product"),
-        _CHAT.c.mode, _CHAT.c.settled_at.label("ts"), literal(1).label("calls"),
+        _CHAT.c.mode, _CHAT.c.created_at.label("ts"), literal(1).label("calls"),
         case((or_(released, _CHAT.c.error.is_not(None)), 1), else_=0).label("errors"),
         case((released, 0), else_=_CHAT.c.cost_micros).label("spend_micros"),
     ).where(_CHAT.c.status.in_(("settled", "released", "sandbox")),
-            *_where(_CHAT.c.account_id, _CHAT.c.mode, _CHAT.c.settled_at, start, end, accounts, modes))
+            *_where(_CHAT.c.account_id, _CHAT.c.mode, _CHAT.c.created_at, start, end, accounts, modes))
     if since_mark:
         calls = calls.where(_CALLS.c.created_at >= _mark())
-        chat = chat.where(_CHAT.c.settled_at >= _mark())
+        chat = chat.where(_CHAT.c.created_at >= _mark())
     return calls, chat
 
 
@@ -108,14 +110,15 @@ def _final_before(now: datetime) -> datetime:
     """Hours before this one are final (see the module docstring)."""
     margin = timedelta(seconds=float(current_app.config.get("USAGE_ROLL_MARGIN_SECONDS", 300)))
     limit = hour_of(now - margin)
-    pending = db.session.execute(select(func.min(_CALLS.c.created_at))
-                                 .where(_CALLS.c.status == "pending")).scalar()
-    return min(limit, hour_of(pending)) if pending is not None else limit
+    open_rows = [db.session.execute(select(func.min(col)).where(cond)).scalar()
+                 for col, cond in ((_CALLS.c.created_at, _CALLS.c.status == "pending"),
+                                   (_CHAT.c.created_at, _CHAT.c.status == "held"))]
+    return min([limit, *(hour_of(t) for t in open_rows if t is not None)])
 
 
 def _first_logged() -> datetime | None:
     firsts = [db.session.execute(select(func.min(col))).scalar()
-              for col in (_CALLS.c.created_at, _CHAT.c.settled_at)]
+              for col in (_CALLS.c.created_at, _CHAT.c.created_at)]
     firsts = [hour_of(t) for t in firsts if t is not None]
     return min(firsts) if firsts else None
 

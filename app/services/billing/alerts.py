@@ -239,7 +239,8 @@ def usage_by_mode(now: datetime, account_ids=None, modes=("live", "test")) -> di
     period_start, _ = billing_period(now)
     starts = {w: window_start(w, now) for w in WINDOWS}
     lowest = min([period_start, *starts.values()])
-    u = usage_rows(lowest, hour_of(now) + timedelta(hours=1), account_ids, tuple(modes))
+    u = usage_rows(lowest, hour_of(now) + timedelta(hours=1), account_ids, tuple(modes),
+                   cuts=(period_start, *starts.values()))  # whole days daily, exact at each start
     cols = []
     for w, start in starts.items():
         in_window = u.c.ts >= start

@@ -22,6 +22,9 @@ class UsageHourly(db.Model):
         # usage, daily series, alert pass: index-only on PostgreSQL (migration 0018)
         Index("ix_usage_hourly_account_mode_hour", "account_id", "mode", "hour",
               postgresql_include=["product", "calls", "errors", "spend_micros"]),
+        # the hours of a few days for every account (alert pass, rolling a day): 0019
+        Index("ix_usage_hourly_hour", "hour", postgresql_include=["account_id", "product", "mode", "calls",
+                                                                 "errors", "spend_micros"]),
     )
 
     id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)

@@ -1,10 +1,13 @@
-"""Usage from the call logs: the live tail, and the job that rolls final hours up.
+"""Usage from the call logs: the live tail, and the job that rolls final hours (and days) up.
 
 Nothing on a metered path writes usage: a module call's usage is its ``module_calls``
 row, a chat completion's its ``chat_completions`` row. ``usage_hourly`` holds the
 rollups of hours that are *final*; ``usage_rollup_state.rolled_through`` is the first
-hour not rolled yet. A reader (``billing.usage``, alert metrics) sums ``usage_hourly``
-plus the call log from ``rolled_through`` on (``usage_rows``), in one query.
+hour not rolled yet. ``usage_daily`` holds the sums of the days whose every hour is
+rolled, up to ``days_rolled_through`` (the day of ``rolled_through``). A reader
+(``billing.usage``, alert metrics) sums, in one query (``usage_rows``), the whole rolled
+days of its range from ``usage_daily``, the other hours from ``usage_hourly`` and the
+call log from ``rolled_through`` on.
 
 How a call counts (the same as the counters the charging transaction used to keep):
 
@@ -20,7 +23,8 @@ took its timestamp before the hour ended has committed) and no module call creat
 it is still ``pending`` (a refund would change it; the sweep resolves every pending call
 after its deadline). Chat rows are counted by ``settled_at``, which is written once, so
 an ended hour cannot change. ``roll()`` is idempotent: it rewrites the rows of the hours
-it rolls (delete + insert from the log in one unit of work) and moves the mark.
+it rolls (delete + insert from the log), then those of the days that became fully rolled
+(delete + insert from their hours), and moves both marks, in one unit of work.
 """
 from __future__ import annotations
 

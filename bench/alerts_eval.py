@@ -2,7 +2,8 @@
 
 Seeds, with set-based SQL on PostgreSQL, N alert rules (5 per account; 10% of them due to
 fire) and rollups worth M calls (10 calls per hourly rollup row, spread over twice as many
-accounts as have rules, over the last 30 days), then times:
+accounts as have rules, over the last 30 days; the daily rollups ``usage_daily`` of the
+rolled days summed from them in SQL, as the roll job writes them — not timed), then times:
 
 * ``cold``: the first pass, which fires the due rules (events + outbox messages written,
   delivery left to the outbox: ``dispatch=False``) — median of 3 (firings forgotten
@@ -41,12 +42,15 @@ RULES_PER_ACCOUNT = 5
 
 
 def make_app(url: str):
+    """The app, connected with ``search_path`` = SCHEMA. The option rides in the URL (libpq
+    ``options``): the config replaces SQLALCHEMY_ENGINE_OPTIONS, so connect_args set there
+    were lost and the bench ran on (and truncated) the application tables."""
     from app import create_app
 
+    url += ("&" if "?" in url else "?") + f"options=-csearch_path%3D{SCHEMA}"
     return create_app({
         "APP_ENV": "test", "SQLALCHEMY_DATABASE_URI": url, "REDIS_URL": None, "JOBS_INLINE": True,
         "INSTANCE_PATH": "/tmp/bench-alerts-instance", "RATELIMIT_ENABLED": False,
-        "SQLALCHEMY_ENGINE_OPTIONS": {"connect_args": {"options": f"-csearch_path={SCHEMA}"}},
         "LOG_LEVEL": "WARNING",
     })
 
@@ -71,7 +75,7 @@ def seed(rules: int, calls: int) -> int:
     usage_accounts = 2 * accounts  # half of the accounts with usage have no rules
     rows = calls // CALLS_PER_ROW
     s = db.session
-    s.execute(text("TRUNCATE accounts, alerts, alert_events, outbox, usage_hourly CASCADE"))
+    s.execute(text("TRUNCATE accounts, alerts, alert_events, outbox, usage_hourly, usage_daily CASCADE"))
     s.execute(text("""
         INSERT INTO accounts (id, email, plan, kind, is_admin, balance_micros, created_at)
         SELECT 'acct_b' || i, 'b' || i || '@bench.local',
@@ -99,8 +103,15 @@ def seed(rules: int, calls: int) -> int:
                :cpr, CASE WHEN k % 7 = 0 THEN 1 ELSE 0 END, :cpr * (1000 + k % 50000)
         FROM generate_series(0, :rows - 1) AS k"""),
               {"u": usage_accounts, "rows": rows, "cpr": CALLS_PER_ROW})
+    # the days before days_rolled_through (set by the migration) are rolled: their daily rows
+    s.execute(text("""
+        INSERT INTO usage_daily (account_id, product, mode, day, calls, errors, spend_micros)
+        SELECT account_id, product, mode, date_trunc('day', hour AT TIME ZONE 'UTC') AT TIME ZONE 'UTC',
+               sum(calls), sum(errors), sum(spend_micros)
+        FROM usage_hourly WHERE hour < (SELECT days_rolled_through FROM usage_rollup_state WHERE id = 1)
+        GROUP BY 1, 2, 3, 4"""))
     s.commit()
-    for table in ("accounts", "alerts", "alert_events", "outbox", "usage_hourly"):
+    for table in ("accounts", "alerts", "alert_events", "outbox", "usage_hourly", "usage_daily"):
         s.execute(text(f"ANALYZE {table}"))
     s.commit()
     return rows

@@ -82,7 +82,8 @@ def seed_scale(ctx) -> dict:
     20 products) and NOISE_ACCOUNTS other accounts; 1 in 50 refunded (provider_error),
     1 in 23 in test mode (not charged); then the hourly rollups ``usage_hourly`` those
     calls imply, aggregated from the call log itself (calls, refunds as errors, spend of
-    what was not refunded), as the rollup job would write them. Set-based SQL only
+    what was not refunded), and the daily ones ``usage_daily`` of the fully rolled days,
+    as the rollup job would write them. Set-based SQL only
     (``generate_series``), in chunks of 1M rows; monthly partitions are created first when
     the schema has them. The seeded calls carry no ledger postings (history before the
     run): ``flask ledger check`` and reconcile cover the run's own calls."""
@@ -138,6 +139,19 @@ ON CONFLICT (account_id, product, mode, hour) DO UPDATE
         _q("INSERT INTO usage_rollup_state (id, rolled_through) VALUES (1, date_trunc('hour', now())) "
            "ON CONFLICT (id) DO UPDATE SET rolled_through = greatest(usage_rollup_state.rolled_through, "
            "excluded.rolled_through)")
+    if _q("SELECT to_regclass('public.usage_daily') IS NOT NULL") == "t":
+        # the days before the mark's day are fully rolled: their daily rollups, summed from
+        # usage_hourly as the roll job writes them (readers take whole days from usage_daily)
+        _q("""
+UPDATE usage_rollup_state SET days_rolled_through = date_trunc('day', rolled_through AT TIME ZONE 'UTC')
+                                                    AT TIME ZONE 'UTC' WHERE id = 1;
+DELETE FROM usage_daily WHERE day < (SELECT days_rolled_through FROM usage_rollup_state WHERE id = 1);
+INSERT INTO usage_daily (account_id, product, mode, day, calls, errors, spend_micros)
+SELECT account_id, product, mode, date_trunc('day', hour AT TIME ZONE 'UTC') AT TIME ZONE 'UTC',
+       sum(calls), sum(errors), sum(spend_micros)
+FROM usage_hourly WHERE hour < (SELECT days_rolled_through FROM usage_rollup_state WHERE id = 1)
+GROUP BY 1, 2, 3, 4""")
+        _q("VACUUM ANALYZE usage_daily")
     # a bulk load leaves the visibility map unset; autovacuum sets it soon after on a live
     # database (insert thresholds), and the index-only scans of the reads depend on it
     _q("VACUUM ANALYZE usage_hourly")

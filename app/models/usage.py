@@ -22,6 +22,9 @@ class UsageHourly(db.Model):
         # usage, daily series, alert pass: index-only on PostgreSQL (migration 0018)
         Index("ix_usage_hourly_account_mode_hour", "account_id", "mode", "hour",
               postgresql_include=["product", "calls", "errors", "spend_micros"]),
+        # the hours of a few days for every account (alert pass, rolling a day): 0019
+        Index("ix_usage_hourly_hour", "hour", postgresql_include=["account_id", "product", "mode", "calls",
+                                                                 "errors", "spend_micros"]),
     )
 
     id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
@@ -34,11 +37,36 @@ class UsageHourly(db.Model):
     spend_micros: Mapped[int] = mapped_column(BigInteger, default=0)
 
 
+class UsageDaily(db.Model):
+    """Daily rollups (UTC days) of ``usage_hourly``, for the days that are fully rolled
+    (before ``usage_rollup_state.days_rolled_through``), written by the same roll job:
+    long windows read one row per day instead of 24 (``usage_log.usage_rows``)."""
+
+    __tablename__ = "usage_daily"
+    __table_args__ = (
+        UniqueConstraint("account_id", "product", "mode", "day", name="uq_usage_daily_key"),
+        Index("ix_usage_daily_account_mode_day", "account_id", "mode", "day",
+              postgresql_include=["product", "calls", "errors", "spend_micros"]),
+    )
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    account_id: Mapped[str] = mapped_column(String(32))
+    product: Mapped[str] = mapped_column(String(96))
+    mode: Mapped[str] = mapped_column(String(8), default="live")
+    day: Mapped[datetime] = mapped_column(UTCDateTime)  # 00:00 UTC of the day
+    calls: Mapped[int] = mapped_column(BigInteger, default=0)
+    errors: Mapped[int] = mapped_column(BigInteger, default=0)
+    spend_micros: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
 class UsageRollupState(db.Model):
     """One row (id 1): ``rolled_through`` is the first hour NOT yet rolled into
-    ``usage_hourly``; from there on usage is read from the call logs."""
+    ``usage_hourly``; from there on usage is read from the call logs.
+    ``days_rolled_through`` is the first day (00:00 UTC) NOT yet rolled into
+    ``usage_daily``: the day of ``rolled_through`` (NULL: no day rolled)."""
 
     __tablename__ = "usage_rollup_state"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     rolled_through: Mapped[datetime] = mapped_column(UTCDateTime)
+    days_rolled_through: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)

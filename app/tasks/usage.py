@@ -1,4 +1,5 @@
-"""Usage rollups: roll the final hours of the call logs into ``usage_hourly``."""
+"""Usage rollups: roll the final hours of the call logs into ``usage_hourly`` and the fully
+rolled days into ``usage_daily``."""
 from __future__ import annotations
 
 

@@ -1,7 +1,8 @@
 """Spend alerts: rules (CRUD), metrics from the usage rollups, evaluation and firing.
 
-Metrics (live-mode usage: the rolled hours of ``usage_hourly`` plus the not-yet-rolled
-tail of the call logs, ``usage_log.usage_rows``):
+Metrics (live-mode usage, ``usage_log.usage_rows``: the whole rolled days inside a window
+from ``usage_daily``, the hours of the days a window starts in from ``usage_hourly``, plus
+the not-yet-rolled tail of the call logs — the numbers of the hourly rows exactly):
 
 * ``spend_cents`` — spend over the window, in cents (fractions of a cent kept exactly);
 * ``calls`` — calls over the window;
@@ -235,11 +236,14 @@ def usage_by_mode(now: datetime, account_ids=None, modes=("live", "test")) -> di
     the accounts; by default the accounts that have active alerts."""
     now = _utc(now)
     if account_ids is None:
-        account_ids = select(Alert.account_id).where(Alert.deleted_at.is_(None)).distinct()
+        # one CTE: every branch of usage_rows filters by it (PostgreSQL computes it once)
+        rule_accounts = select(Alert.account_id).where(Alert.deleted_at.is_(None)).distinct().cte("rule_accounts")
+        account_ids = select(rule_accounts.c.account_id)
     period_start, _ = billing_period(now)
     starts = {w: window_start(w, now) for w in WINDOWS}
     lowest = min([period_start, *starts.values()])
-    u = usage_rows(lowest, hour_of(now) + timedelta(hours=1), account_ids, tuple(modes))
+    u = usage_rows(lowest, hour_of(now) + timedelta(hours=1), account_ids, tuple(modes),
+                   cuts=(period_start, *starts.values()))  # whole days daily, exact at each start
     cols = []
     for w, start in starts.items():
         in_window = u.c.ts >= start

@@ -1,8 +1,9 @@
 """Usage: read back what the call logs record (SPEC endpoints 25, 26, the daily series).
 
 Nothing on a metered path writes usage (docs/performance.md): readers sum the rolled
-hours of ``usage_hourly`` and the not-yet-rolled tail of the call logs in one query
-(``usage_log.usage_rows``); the ``usage-roll`` job rolls final hours up. Readers: the
+days of ``usage_daily``, the other rolled hours of ``usage_hourly`` and the not-yet-rolled
+tail of the call logs in one query (``usage_log.usage_rows``); the ``usage-roll`` job
+rolls final hours (and fully rolled days) up. Readers: the
 usage endpoints (current billing period, by module, daily), the console, agent earnings
 and alert metrics (rolling windows). Billing period = calendar month, UTC.
 """

@@ -1,10 +1,13 @@
-"""Usage from the call logs: the live tail, and the job that rolls final hours up.
+"""Usage from the call logs: the live tail, and the job that rolls final hours (and days) up.
 
 Nothing on a metered path writes usage: a module call's usage is its ``module_calls``
 row, a chat completion's its ``chat_completions`` row. ``usage_hourly`` holds the
 rollups of hours that are *final*; ``usage_rollup_state.rolled_through`` is the first
-hour not rolled yet. A reader (``billing.usage``, alert metrics) sums ``usage_hourly``
-plus the call log from ``rolled_through`` on (``usage_rows``), in one query.
+hour not rolled yet. ``usage_daily`` holds the sums of the days whose every hour is
+rolled, up to ``days_rolled_through`` (the day of ``rolled_through``). A reader
+(``billing.usage``, alert metrics) sums, in one query (``usage_rows``), the whole rolled
+days of its range from ``usage_daily``, the other hours from ``usage_hourly`` and the
+call log from ``rolled_through`` on.
 
 How a call counts (the same as the counters the charging transaction used to keep):
 
@@ -21,8 +24,9 @@ took its timestamp before the hour ended has committed), no module call created 
 is still ``pending`` (a refund would change it; the sweep resolves every pending call
 after its deadline) and no chat completion created in it is still ``held`` (its settle
 or release would change it; the stale-hold sweep resolves every hold whose stream
-stopped). ``roll()`` is idempotent: it rewrites the rows of the hours
-it rolls (delete + insert from the log in one unit of work) and moves the mark.
+stopped). ``roll()`` is idempotent: it rewrites the rows of the hours it rolls (delete +
+insert from the log), then those of the days that became fully rolled (delete + insert
+from their hours), and moves both marks, in one unit of work.
 """
 from __future__ import annotations
 
@@ -32,16 +36,18 @@ from flask import current_app
 from sqlalchemy import case, delete, func, insert, literal, or_, select, union_all
 
 from app.extensions import db
-from app.models import ChatCompletion, ModuleCall, UsageHourly, UsageRollupState
+from app.models import ChatCompletion, ModuleCall, UsageDaily, UsageHourly, UsageRollupState
 from app.models.base import UTCDateTime, utcnow
 from app.services.platform.uow import unit_of_work
 
 _CALLS = ModuleCall.__table__
 _CHAT = ChatCompletion.__table__
 _USAGE = UsageHourly.__table__
+_DAILY = UsageDaily.__table__
 _STATE = UsageRollupState.__table__
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 HOUR = timedelta(hours=1)
+DAY = timedelta(days=1)
 COLUMNS = ("account_id", "product", "mode", "ts", "calls", "errors", "spend_micros")
 
 
@@ -49,9 +55,13 @@ def hour_of(ts: datetime) -> datetime:
     return ts.astimezone(timezone.utc).replace(minute=0, second=0, microsecond=0)
 
 
-def _mark():
-    """The rollup mark as a scalar subquery (the epoch when there is no state row)."""
-    return func.coalesce(select(_STATE.c.rolled_through).where(_STATE.c.id == 1).scalar_subquery(),
+def day_of(ts: datetime) -> datetime:
+    return hour_of(ts).replace(hour=0)
+
+
+def _mark(column=_STATE.c.rolled_through):
+    """A rollup mark as a scalar subquery (the epoch when there is no state row or value)."""
+    return func.coalesce(select(column).where(_STATE.c.id == 1).scalar_subquery(),
                          literal(EPOCH, UTCDateTime()))
 
 
@@ -89,16 +99,45 @@ def call_log_rows(start: datetime, end: datetime, accounts=None, modes=None, *, 
     return calls, chat
 
 
-def usage_rows(start: datetime, end: datetime, accounts=None, modes=None):
-    """A subquery of usage rows (``COLUMNS``) in [hour of start, end): the rolled hours of
-    ``usage_hourly`` (one row per account/product/mode/hour, ``ts`` = the hour) and the
-    calls of the not-yet-rolled tail (one row per call). ``accounts``: one id, a list or
-    a select; ``modes``: a tuple (None: every mode). Sum it, group it, filter it by ``ts``."""
+def usage_rows(start: datetime, end: datetime, accounts=None, modes=None, *, cuts=()):
+    """A subquery of usage rows (``COLUMNS``) in [hour of start, end): rolled days of
+    ``usage_daily`` (``ts`` = 00:00 UTC of the day), rolled hours of ``usage_hourly``
+    (``ts`` = the hour) and the calls of the not-yet-rolled tail (one row per call).
+    ``accounts``: one id, a list or a select; ``modes``: a tuple (None: every mode).
+
+    A day comes from ``usage_daily`` only when it lies wholly inside [start, end), is
+    rolled (before ``days_rolled_through``) and contains none of ``cuts`` except at its
+    00:00; its hours come from ``usage_hourly`` otherwise. So ``ts >= c`` selects exactly
+    the usage from ``c`` on for ``c`` = start, any hour of ``cuts`` and any 00:00: sum
+    it, group it, filter it by such a ``ts``. One statement (the marks are subqueries)."""
     start = hour_of(start)
-    rolled = select(_USAGE.c.account_id, _USAGE.c.product, _USAGE.c.mode, _USAGE.c.hour.label("ts"),
-                    _USAGE.c.calls, _USAGE.c.errors, _USAGE.c.spend_micros).where(
-        *_where(_USAGE.c.account_id, _USAGE.c.mode, _USAGE.c.hour, start, end, accounts, modes))
-    return union_all(rolled, *call_log_rows(start, end, accounts, modes)).subquery("usage_rows")
+    first, last = day_of(start), day_of(end)  # whole days: [first or first + 1 day, last)
+    if first != start:
+        first += DAY
+    days_mark = _mark(_STATE.c.days_rolled_through)
+    split = sorted({day_of(c) for c in (*cuts, end) if day_of(c) != c and first <= day_of(c) < last})
+    # hours of days never read daily here: before the first whole day, the split days, end's day
+    before = [(start, first)] if first < last else [(start, end)]
+    for lo, hi in [(day, day + DAY) for day in split] + ([(last, end)] if first < last < end else []):
+        if before[-1][1] == lo:
+            before[-1] = (before[-1][0], hi)
+        else:
+            before.append((lo, hi))
+
+    def hourly(lo, hi, *cond):
+        return select(_USAGE.c.account_id, _USAGE.c.product, _USAGE.c.mode, _USAGE.c.hour.label("ts"),
+                      _USAGE.c.calls, _USAGE.c.errors, _USAGE.c.spend_micros).where(
+            *_where(_USAGE.c.account_id, _USAGE.c.mode, _USAGE.c.hour, lo, min(hi, end), accounts, modes),
+            *cond)
+
+    parts = [hourly(lo, hi, _USAGE.c.hour < days_mark) for lo, hi in before if lo < min(hi, end)]
+    parts.append(hourly(start, end, _USAGE.c.hour >= days_mark))  # hours of days not rolled daily yet
+    if first < last:
+        parts.append(select(_DAILY.c.account_id, _DAILY.c.product, _DAILY.c.mode, _DAILY.c.day.label("ts"),
+                            _DAILY.c.calls, _DAILY.c.errors, _DAILY.c.spend_micros).where(
+            *_where(_DAILY.c.account_id, _DAILY.c.mode, _DAILY.c.day, first, last, accounts, modes),
+            _DAILY.c.day < days_mark, *([_DAILY.c.day.not_in(split)] if split else [])))
+    return union_all(*parts, *call_log_rows(start, end, accounts, modes)).subquery("usage_rows")
 
 
 def rolled_through() -> datetime:
@@ -125,13 +164,16 @@ def _first_logged() -> datetime | None:
 
 def roll(now: datetime | None = None, *, max_hours: int = 48) -> int:
     """Roll the final hours after the mark (at most ``max_hours`` per run) into
-    ``usage_hourly`` and move the mark; returns how many hours it rolled. One unit of
-    work; concurrent runs serialize on the state row. Idempotent."""
+    ``usage_hourly``, then the days that became fully rolled into ``usage_daily``, and move
+    both marks; returns how many hours it rolled. One unit of work; concurrent runs
+    serialize on the state row. Idempotent."""
     now = now or utcnow()
     s = db.session
     with unit_of_work():
-        mark = s.execute(select(_STATE.c.rolled_through).where(_STATE.c.id == 1)
-                         .with_for_update()).scalar()
+        state = s.execute(select(_STATE.c.rolled_through, _STATE.c.days_rolled_through)
+                          .where(_STATE.c.id == 1).with_for_update()).first()
+        mark, days_mark = state if state is not None else (None, None)
+        stored_days = days_mark
         if mark is None:  # never run on this database (the migration sets it): start at the log
             mark = _first_logged()
             if mark is None:
@@ -144,8 +186,16 @@ def roll(now: datetime | None = None, *, max_hours: int = 48) -> int:
             _roll_hour(hour)
             hour += HOUR
             hours += 1
-        if hours:
-            s.execute(_STATE.update().where(_STATE.c.id == 1).values(rolled_through=hour))
+        if days_mark is None:  # no day rolled yet: from the first rolled hour on
+            first = s.execute(select(func.min(_USAGE.c.hour))).scalar()
+            days_mark = day_of(min(first, mark) if first is not None else mark)
+        day = days_mark
+        while day < day_of(hour):
+            _roll_day(day)
+            day += DAY
+        if hours or day != stored_days:
+            s.execute(_STATE.update().where(_STATE.c.id == 1).values(rolled_through=hour,
+                                                                      days_rolled_through=day))
     return hours
 
 
@@ -154,8 +204,21 @@ def _roll_hour(hour: datetime) -> None:
     s = db.session
     s.execute(delete(_USAGE).where(_USAGE.c.hour == hour))
     rows = union_all(*call_log_rows(hour, hour + HOUR, since_mark=False)).subquery()
-    agg = select(rows.c.account_id, rows.c.product, rows.c.mode, literal(hour, UTCDateTime()),
-                 func.sum(rows.c.calls), func.sum(rows.c.errors), func.sum(rows.c.spend_micros)
-                 ).group_by(rows.c.account_id, rows.c.product, rows.c.mode)
-    s.execute(insert(_USAGE).from_select(
-        ["account_id", "product", "mode", "hour", "calls", "errors", "spend_micros"], agg))
+    _insert_sums(_USAGE, "hour", rows, rows.c, hour)
+
+
+def _roll_day(day: datetime) -> None:
+    """Rewrite the rows of one fully rolled day from its ``usage_hourly`` rows."""
+    s = db.session
+    s.execute(delete(_DAILY).where(_DAILY.c.day == day))
+    rows = select(_USAGE).where(_USAGE.c.hour >= day, _USAGE.c.hour < day + DAY).subquery()
+    _insert_sums(_DAILY, "day", rows, rows.c, day)
+
+
+def _insert_sums(table, ts_column: str, rows, c, ts: datetime) -> None:
+    """insert … select of ``rows`` summed per account, product and mode, at ``ts``."""
+    agg = select(c.account_id, c.product, c.mode, literal(ts, UTCDateTime()),
+                 func.sum(c.calls), func.sum(c.errors), func.sum(c.spend_micros)
+                 ).group_by(c.account_id, c.product, c.mode)
+    db.session.execute(insert(table).from_select(
+        ["account_id", "product", "mode", ts_column, "calls", "errors", "spend_micros"], agg))

@@ -49,7 +49,16 @@ class _Parser(FlaskParser):
 
         if not is_json_request(req):
             return core.missing
-        return orjson.loads(req.get_data(cache=True))
+        data = req.get_data(cache=True)
+        if not data:
+            return core.missing  # no body at all (webargs: "missing", as for an empty document)
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            # Always a 400 for a body that is there: webargs treats a decode error whose
+            # ``doc`` is empty as "no body", and orjson leaves ``doc`` empty for bytes that
+            # are not UTF-8 — an optional body then ran the action as if none was sent.
+            return self._handle_invalid_json_error(exc, req)
 
     # Hot-path schemas (``fields.FastLoad``): one instance per process, and their
     # ``fast_load`` first; marshmallow loads (and words the 400 of) anything it declines.

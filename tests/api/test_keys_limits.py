@@ -135,7 +135,9 @@ def test_rotate_refuses_a_body_that_is_not_json(client, account):
     before = client.get("/api/keys", headers=account.headers).get_json()["keys"]
     for data, ctype, status in ((b"\x00\xffgarbage", "application/octet-stream", 400),
                                 (b"overlap_seconds=0", "application/x-www-form-urlencoded", 400),
-                                (b"{not json", "application/json", 400)):
+                                (b"{not json", "application/json", 400),
+                                (b"\xff\xfe\x80", "application/json", 400),  # not UTF-8 (schemathesis)
+                                (b"   ", "application/json", 400)):
         r = client.post(f"/api/keys/{key['id']}/rotate", data=data, content_type=ctype,
                         headers=account.headers)
         assert r.status_code == status, (ctype, r.status_code, r.get_data(as_text=True))

@@ -96,6 +96,11 @@ def main(argv: list[str] | None = None) -> int:
         f'path = "{wfc}"\n'
         'peers = ["alice", "bob"]\n'
         f"[generation]\nmax-examples = {args.max_examples}\n"
+        # Invalid data must be refused; 413 (body over the size limit, checked before the
+        # schema) is a refusal too, which schemathesis' default list leaves out.
+        "[checks.negative_data_rejection]\n"
+        'expected-statuses = ["400", "401", "403", "404", "405", "406", "409", "413", "415", '
+        '"422", "428", "429"]\n'
     )
 
     server, base = gunicorn_proc(env, workers=2, threads=4, log=Path(workdir) / "server.log")

@@ -82,7 +82,7 @@ def record(ctx, name: str, url: str, headers: dict, body: bytes, idempotency: bo
 
     raw = ctx.work / f"profile-{name}.txt"
     cmd = [exe, "record", "--pid", str(ctx.bench.gunicorn.pid), "--subprocesses", "--format", "raw",
-           "--rate", "200", "--duration", str(PROFILE_SECONDS), "--output", str(raw), "--nonblocking"]
+           "--rate", "200", "--duration", str(PROFILE_SECONDS), "--output", str(raw), "--nonblocking", "--gil"]
     spy = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     hdrs = dict(headers)
     hdrs.setdefault("Content-Type", "application/json")
@@ -100,7 +100,7 @@ def record(ctx, name: str, url: str, headers: dict, body: bytes, idempotency: bo
     summary = summarize(raw.read_text())
     report.RESULTS.mkdir(exist_ok=True)
     (report.RESULTS / f"profile-{name}.json").write_text(json.dumps(summary, indent=2))
-    lines = [f"# py-spy profile of the {name} path ({summary['samples']} samples, "
+    lines = [f"# py-spy profile of the {name} path, GIL holder only = CPU in Python ({summary['samples']} samples, "
              f"{PROFILE_SECONDS}s at c={max(ctx.bench.concurrency)}, all gunicorn workers)", "",
              "## Own time, project code", ""]
     lines += [f"{r['pct']:5.1f}%  {r['frame']}" for r in summary["top_own_project"]]

@@ -9,6 +9,7 @@ import redis
 from limits import parse_many
 
 from app import ratelimits
+from tests.gateway_helpers import mod, provider, provider_server  # noqa: F401 (fixtures)
 from tests.support.procs import free_port
 
 REDIS_URL = os.environ.get("REDIS_URL")
@@ -34,6 +35,26 @@ def test_redis_hits_count_every_window_in_one_round_trip(app):
     _, _, reset = ratelimits._redis_hits(client, key, items)[0]
     assert 0 <= reset <= 60
     client.delete(*keys)
+
+
+@needs_redis
+def test_redis_hits_send_one_command_per_request(app, monkeypatch):
+    """Every window in ONE command (the Lua script by EVALSHA), not MULTI + 2 per limit +
+    EXEC; a Redis that lost the script (restart, SCRIPT FLUSH) gets it loaded again."""
+    client = redis.Redis.from_url(REDIS_URL)
+    items = parse_many("3/minute;10/hour;100/day")
+    key = "gwtest-rl:plan:one-command"
+    ratelimits._redis_hits(client, key, items)  # loads the script once
+    sent = []
+    real = client.execute_command
+    monkeypatch.setattr(client, "execute_command", lambda *a, **kw: sent.append(a[0]) or real(*a, **kw))
+    assert [r for _, r, _ in ratelimits._redis_hits(client, key, items)] == [1, 8, 98]
+    assert sent == ["EVALSHA"]
+    client.script_flush()
+    sent.clear()
+    assert [r for _, r, _ in ratelimits._redis_hits(client, key, items)] == [0, 7, 97]
+    assert sent[-1] == "EVALSHA" and "SCRIPT LOAD" in sent
+    client.delete(*client.scan_iter(key + ":*"))
 
 
 @needs_redis
@@ -67,3 +88,30 @@ def test_storage_down_fails_open(app, client, make_account, monkeypatch):
     acct = make_account(plan="starter")
     codes = [client.get("/api/account", headers=acct.headers).status_code for _ in range(3)]
     assert codes == [200, 200, 200]
+
+
+def test_flask_limiter_skips_the_hot_routes_only(app, client, make_account, mod, monkeypatch):
+    """Flask-Limiter resolves limits only where a per-IP / per-e-mail limit can apply: not
+    on the metered call or chat (their limit is the plan's), still on a public form."""
+    from app.extensions import limiter
+    from tests.gateway_helpers import call
+
+    resolved = []
+    real = limiter.limit_manager.resolve_limits
+    monkeypatch.setattr(limiter.limit_manager, "resolve_limits",
+                        lambda *a, **kw: resolved.append(a[1]) or real(*a, **kw))
+    acct = make_account(cents=100)
+    assert call(client, acct, {"action": "ok"}).status_code == 200
+    client.post("/v1/chat/completions", json={"model": "auto", "messages": []}, headers=acct.headers)
+    assert resolved == []
+    client.post("/api/contact", json={})
+    assert resolved and set(resolved) == {"contact.ContactView"}
+    # the filter names real routes, none of which carries a Flask-Limiter limit
+    endpoints = {rule.endpoint for rule in app.url_map.iter_rules()}
+    assert ratelimits.NO_IP_LIMIT_ENDPOINTS <= endpoints
+    for endpoint in ratelimits.NO_IP_LIMIT_ENDPOINTS:
+        view = app.view_functions[endpoint].view_class
+        for method in view.methods:
+            name = f"{view.__module__}.{view.__name__}.{method.lower()}"
+            assert not any(marked.endswith(f"{view.__name__}.{method.lower()}")
+                           for marked in limiter._marked_for_limiting), name

@@ -70,3 +70,22 @@ def test_a_refused_body_still_gets_the_schema_400(client, make_account):
     acct = make_account(cents=100)
     r = call(client, acct, {"action": "a" * 65})
     assert r.status_code == 400 and "action" in r.get_json()["message"]
+
+
+@pytest.mark.parametrize("raw", HEADERS)
+def test_header_loader_reads_the_request_headers_like_webargs(raw):
+    """The route's fast path hands ``request.headers`` itself (no webargs proxy) to the
+    loader: it must read them exactly as through webargs' proxy."""
+    schema = ModuleCallHeadersSchema()
+    assert schema.fast_load(Headers(raw)) == schema.fast_load(MultiDictProxy(Headers(raw), schema))
+
+
+@pytest.mark.parametrize("headers,field", [({"Idempotency-Key": "k" * 129}, "Idempotency-Key"),
+                                           ({"X-Payment": "a\tb"}, "X-Payment")])
+def test_a_refused_header_still_gets_the_schema_400(client, make_account, headers, field):
+    from tests.gateway_helpers import call
+
+    acct = make_account(cents=100)
+    r = call(client, acct, {"action": "ok"}, headers=headers)
+    assert r.status_code == 400 and r.get_json()["error"] == "invalid_request"
+    assert field in r.get_json()["message"]

@@ -5,13 +5,28 @@ import logging
 import os
 
 from flask import Flask
+from flask.sessions import SessionInterface
 from werkzeug.middleware.proxy_fix import ProxyFix
 
 from config import load_config
 
 
+class NoFlaskSession(SessionInterface):
+    """The service keeps no Flask ``session``: API callers send credentials, the console
+    has its own session cookie (``app.auth``). Flask's default interface would build an
+    itsdangerous serializer on every request to look for a cookie nobody sets; this one
+    hands out Flask's ``NullSession``, so any use of ``flask.session`` fails loudly."""
+
+    def open_session(self, app, request):  # noqa: ARG002 - Flask's interface
+        return None  # Flask then uses make_null_session(): a NullSession
+
+    def save_session(self, app, session, response):  # noqa: ARG002 - nothing to save
+        return None
+
+
 def create_app(overrides: dict | None = None) -> Flask:
     app = Flask(__name__, static_folder=None)
+    app.session_interface = NoFlaskSession()
     app.config.from_mapping(load_config(overrides))
     app.instance_path = app.config["INSTANCE_PATH"]
     os.makedirs(app.instance_path, exist_ok=True)

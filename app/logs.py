@@ -76,7 +76,7 @@ class JsonFormatter(logging.Formatter):
             .replace("+00:00", "Z"),
             "level": record.levelname,
             "logger": record.name,
-            "msg": redact(record.getMessage()),
+            "msg": record.getMessage(),  # redacted with the whole line below
             "request_id": getattr(record, "request_id", "-"),
             "account_id": getattr(record, "account_id", "-"),
         }
@@ -84,7 +84,9 @@ class JsonFormatter(logging.Formatter):
             if hasattr(record, key):
                 data[key] = getattr(record, key)
         if record.exc_info:
-            data["exc"] = redact(self.formatException(record.exc_info))
+            data["exc"] = self.formatException(record.exc_info)
+        # One pass over the final line covers msg, exc and every field: JSON escaping
+        # leaves the credential patterns' characters as they are.
         return redact(orjson.dumps(data, default=str).decode())
 
 

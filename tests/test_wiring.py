@@ -31,3 +31,17 @@ def test_every_schedule_entry_runs_once(app, name, interval, func):
     with app.app_context():
         func()
         db.session.rollback()
+
+
+def test_no_flask_session_is_opened_or_saved(app, client):
+    """No request opens a Flask session (no cookie parsing, no serializer) or sets its
+    cookie; using ``flask.session`` is an error, not a silent cookie."""
+    import flask
+    from flask.sessions import NullSession
+
+    r = client.get("/api/modules", headers={"Cookie": "session=forged"})
+    assert r.status_code == 200 and "Set-Cookie" not in r.headers
+    with app.test_request_context("/"):
+        assert isinstance(flask.session, NullSession)
+        with pytest.raises(RuntimeError):
+            flask.session["x"] = 1

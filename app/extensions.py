@@ -114,7 +114,20 @@ def _client_ip() -> str:
     return request.remote_addr or "unknown"
 
 
-limiter = Limiter(key_func=_client_ip, default_limits=[], headers_enabled=True)
+class _Limiter(Limiter):
+    """Flask-Limiter whose before-request check is skipped outright on the endpoints in
+    ``skip_endpoints`` (``app.ratelimits.NO_IP_LIMIT_ENDPOINTS``: hot routes with no
+    Flask-Limiter limit; a request filter would still run its limit evaluation)."""
+
+    skip_endpoints: frozenset = frozenset()
+
+    def _check_request_limit(self, callable_name=None, in_middleware=True):
+        if in_middleware and request.endpoint in self.skip_endpoints:
+            return None
+        return super()._check_request_limit(callable_name, in_middleware)
+
+
+limiter = _Limiter(key_func=_client_ip, default_limits=[], headers_enabled=True)
 
 
 _redis_lock = threading.Lock()

@@ -96,14 +96,17 @@ def test_flask_limiter_skips_the_hot_routes_only(app, client, make_account, mod,
     from app.extensions import limiter
     from tests.gateway_helpers import call
 
-    resolved = []
+    resolved, scoped = [], []
     real = limiter.limit_manager.resolve_limits
     monkeypatch.setattr(limiter.limit_manager, "resolve_limits",
                         lambda *a, **kw: resolved.append(a[1]) or real(*a, **kw))
+    real_scope = limiter.limit_manager.exemption_scope
+    monkeypatch.setattr(limiter.limit_manager, "exemption_scope",
+                        lambda *a, **kw: scoped.append(a[1]) or real_scope(*a, **kw))
     acct = make_account(cents=100)
     assert call(client, acct, {"action": "ok"}).status_code == 200
     client.post("/v1/chat/completions", json={"model": "auto", "messages": []}, headers=acct.headers)
-    assert resolved == []
+    assert resolved == [] and scoped == []  # not even the (empty) evaluation ran
     client.post("/api/contact", json={})
     assert resolved and set(resolved) == {"contact.ContactView"}
     # the filter names real routes, none of which carries a Flask-Limiter limit

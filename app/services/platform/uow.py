@@ -129,7 +129,9 @@ def _autocommit_engine() -> Engine:
     its statement with ``connection_invalidated`` and the caller may retry once on a
     fresh one (``gateway.charging`` does, where a retry is safe)."""
     opts = dict(current_app.config.get("SQLALCHEMY_ENGINE_OPTIONS") or {})
-    opts.update(pool_pre_ping=False, isolation_level="AUTOCOMMIT")
+    # Nothing to reset on return: an autocommit connection never holds a transaction
+    # (the default "rollback" reset only cost Python work per request).
+    opts.update(pool_pre_ping=False, isolation_level="AUTOCOMMIT", pool_reset_on_return=None)
     return side_engine("autocommit", **opts)
 
 

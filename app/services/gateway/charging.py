@@ -11,13 +11,17 @@ stays in ``gateway.calls``.
   in the function, so the server undoes all of it and no ROLLBACK round trip is needed.
 * ``finalize_pg`` marks the call ``succeeded`` with its receipt AND stores the
   Idempotency-Key's response in ONE data-modifying CTE, committed durably before the
-  answer leaves the process.
+  answer leaves the process. Finalizations that arrive while one is being written are
+  grouped (``GroupFinalizer``: group commit, leader/followers): the next statement
+  finalizes all of them, so under load one durable commit and one round trip serve
+  several calls; alone, a call is finalized at once.
 
 SQLite (the embedded default) keeps the multi-statement path in ``gateway.calls``
 behind the same interface.
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -64,21 +68,30 @@ def created_at_of(call_id: str) -> datetime | None:
     return getattr(call_id, "created_at", None)
 
 
+# Finalizes a group of calls: pending → succeeded (only those still pending: the sweep
+# may have refunded one) and their keys' stored responses. The created_at range prunes
+# the UPDATE to the calls' month partitions (at execution, also with a generic plan).
 _FINALIZE = """
-    WITH c AS (
-        UPDATE module_calls
-           SET status = 'succeeded', ok = %(ok)s::boolean, provider_status = %(provider_status)s::integer,
-               receipt = %(receipt)s::jsonb, finished_at = %(finished_at)s::timestamptz
-         WHERE id = %(call_id)s::varchar AND status = 'pending'{prune}
-        RETURNING id),
+    WITH b AS (
+        SELECT * FROM unnest(%(ids)s::varchar[], %(created)s::timestamptz[], %(oks)s::boolean[],
+                             %(statuses)s::integer[], %(receipts)s::jsonb[], %(finished)s::timestamptz[],
+                             %(accounts)s::varchar[], %(keys)s::varchar[], %(bodies)s::text[])
+            AS b(id, created_at, ok, provider_status, receipt, finished_at, account_id, idem_key,
+                 response_body)),
+    c AS (
+        UPDATE module_calls m
+           SET status = 'succeeded', ok = b.ok, provider_status = b.provider_status,
+               receipt = b.receipt, finished_at = b.finished_at
+          FROM b
+         WHERE m.id = b.id AND m.created_at = b.created_at AND m.status = 'pending'
+           AND m.created_at >= %(lo)s::timestamptz AND m.created_at <= %(hi)s::timestamptz
+        RETURNING m.id),
     i AS (
-        UPDATE idempotency_records SET status = 'done', response_body = %(response_body)s::text
-         WHERE account_id = %(account_id)s::varchar AND key = %(idem_key)s::varchar
-           AND call_id IN (SELECT id FROM c))
-    SELECT count(*) FROM c
+        UPDATE idempotency_records r SET status = 'done', response_body = b.response_body
+          FROM b JOIN c ON c.id = b.id
+         WHERE r.account_id = b.account_id AND r.key = b.idem_key AND r.call_id = b.id)
+    SELECT id FROM c
 """
-_FINALIZE, _FINALIZE_PRUNED = (
-    _FINALIZE.format(prune=prune) for prune in ("", " AND created_at = %(created_at)s::timestamptz"))
 
 
 @dataclass(frozen=True)
@@ -134,14 +147,108 @@ def open_pg(*, account_id: str, mode: str, mod, act, idem_key: str | None, req_h
 
 def finalize_pg(*, call_id: str, account_id: str, idem_key: str | None, ok: bool,
                 provider_status: int, receipt: dict, finished_at, response_body: str) -> bool:
-    """One round trip, committed durably by itself: ``pending → succeeded`` plus the key's
-    stored response. False when the call was no longer pending (the sweep refunded it).
-    Pruned to the call's partition when ``call_id`` carries its ``created_at``
-    (``OpenedCall``)."""
+    """``pending → succeeded`` plus the key's stored response, committed durably before it
+    returns (one autocommit statement, possibly shared with other calls of this process:
+    ``GroupFinalizer``). False when the call was no longer pending (the sweep refunded
+    it). ``call_id`` must carry its ``created_at`` (``OpenedCall``)."""
     created_at = created_at_of(call_id)
+    if created_at is None:
+        raise ValueError("finalize_pg needs the call's created_at (an OpenedCall)")
+    item = _Finalization((str(call_id), created_at, ok, provider_status,
+                          orjson.dumps(receipt).decode(), finished_at, account_id, idem_key,
+                          response_body))
+    return _group_finalizer().finalize(item)
+
+
+class _Finalization:
+    """One call waiting to be finalized: its row values, then its outcome."""
+
+    __slots__ = ("row", "event", "lead", "done", "error")
+
+    def __init__(self, row: tuple):
+        self.row = row
+        self.event = threading.Event()
+        self.lead = False
+        self.done = False
+        self.error: BaseException | None = None
+
+    def outcome(self) -> bool:
+        if self.error is not None:
+            raise self.error
+        return self.done
+
+
+class GroupFinalizer:
+    """Group commit of finalizations, per process and database (leader / followers).
+
+    A request that finds nobody writing becomes the leader: it takes every finalization
+    queued so far (its own included) and writes them with ONE ``_FINALIZE`` statement on
+    its own connection (one round trip, one durable commit). Requests arriving meanwhile
+    queue up and wait; when the statement returns, the leader wakes them with their
+    outcomes and hands the lead to the first one queued since, which writes the next group.
+    So a call alone is finalized at once (no timer, no added latency), and under load one
+    commit serves as many calls as arrived during the previous one. Each caller still
+    gets its answer only after its row is durable; if the statement fails, every call of
+    that group gets the error (and refunds itself, as before)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._queue: list[_Finalization] = []
+        self._busy = False
+
+    def finalize(self, item: _Finalization) -> bool:
+        with self._lock:
+            self._queue.append(item)
+            lead = not self._busy
+            self._busy = True
+        if not lead:
+            item.event.wait()
+            if not item.lead:
+                return item.outcome()
+        with self._lock:
+            group, self._queue = self._queue, []
+        try:
+            done = _write_group([f.row for f in group])
+            for f in group:
+                f.done = f.row[0] in done
+        except BaseException as exc:  # noqa: BLE001 - every member of the group gets it
+            for f in group:
+                f.error = exc
+        finally:
+            with self._lock:
+                successor = self._queue[0] if self._queue else None
+                if successor is None:
+                    self._busy = False
+            for f in group:
+                if f is not item:
+                    f.event.set()
+            if successor is not None:
+                successor.lead = True
+                successor.event.set()
+        return item.outcome()
+
+
+_finalizers_lock = threading.Lock()
+
+
+def _group_finalizer() -> GroupFinalizer:
+    """The app's group finalizer (one per app, so per database; made on first use)."""
+    ext = current_app.extensions
+    finalizer = ext.get("gateway.group_finalizer")
+    if finalizer is None:
+        with _finalizers_lock:
+            finalizer = ext.setdefault("gateway.group_finalizer", GroupFinalizer())
+    return finalizer
+
+
+def _write_group(rows: list[tuple]) -> set[str]:
+    """ONE autocommit statement finalizing ``rows``; the ids it moved to ``succeeded``."""
+    cols = list(zip(*rows))
+    created = cols[1]
     with one_statement() as conn:
-        return conn.exec_driver_sql(_FINALIZE if created_at is None else _FINALIZE_PRUNED, {
-            "call_id": str(call_id), "account_id": account_id, "idem_key": idem_key, "ok": ok,
-            "provider_status": provider_status, "receipt": orjson.dumps(receipt).decode(),
-            "finished_at": finished_at, "response_body": response_body,
-            **({"created_at": created_at} if created_at is not None else {})}).scalar_one() == 1
+        result = conn.exec_driver_sql(_FINALIZE, {
+            "ids": list(cols[0]), "created": list(created), "oks": list(cols[2]),
+            "statuses": list(cols[3]), "receipts": list(cols[4]), "finished": list(cols[5]),
+            "accounts": list(cols[6]), "keys": list(cols[7]), "bodies": list(cols[8]),
+            "lo": min(created), "hi": max(created)})
+        return {row[0] for row in result}

@@ -20,7 +20,7 @@ from tests.gateway_helpers import balance_cents, call, mod, provider, provider_s
 
 
 def _item(call_id: str) -> charging._Finalization:
-    return charging._Finalization((call_id,) + (None,) * 8)
+    return charging._Finalization({"id": call_id})
 
 
 def test_calls_arriving_during_a_write_share_the_next_statement(monkeypatch):
@@ -28,10 +28,10 @@ def test_calls_arriving_during_a_write_share_the_next_statement(monkeypatch):
     first_started = threading.Event()
 
     def write(rows):
-        groups.append([r[0] for r in rows])
+        groups.append([r["id"] for r in rows])
         first_started.set()
         time.sleep(0.05)  # the statement's round trip
-        return {r[0] for r in rows if not r[0].endswith("-late")}
+        return {r["id"] for r in rows if not r["id"].endswith("-late")}
 
     monkeypatch.setattr(charging, "_write_group", write)
     fin = charging.GroupFinalizer()
@@ -57,10 +57,10 @@ def test_an_error_reaches_every_member_of_its_group_and_the_lead_passes_on(monke
         calls["n"] += 1
         if calls["n"] == 1:
             gate.wait(2)  # everyone else queues behind the first statement
-            return {rows[0][0]}
+            return {rows[0]["id"]}
         if calls["n"] == 2:
             raise RuntimeError("database went away")
-        return {r[0] for r in rows}
+        return {r["id"] for r in rows}
 
     monkeypatch.setattr(charging, "_write_group", write)
     fin = charging.GroupFinalizer()
@@ -79,7 +79,7 @@ def test_an_error_reaches_every_member_of_its_group_and_the_lead_passes_on(monke
 
 
 def test_many_rounds_never_leave_a_caller_waiting(monkeypatch):
-    monkeypatch.setattr(charging, "_write_group", lambda rows: time.sleep(0.001) or {r[0] for r in rows})
+    monkeypatch.setattr(charging, "_write_group", lambda rows: time.sleep(0.001) or {r["id"] for r in rows})
     fin = charging.GroupFinalizer()
     with ThreadPoolExecutor(max_workers=16) as pool:
         results = list(pool.map(lambda i: fin.finalize(_item(f"x{i}")), range(2000), timeout=30))
@@ -106,8 +106,9 @@ def test_one_statement_finalizes_only_the_calls_still_pending(app, make_account,
         opened = [gateway.open_call(account_id=acct.id, mode="live", mod=m, act=act, body={"action": "ok", "n": i},
                                     idempotency_key=f"grp-{i}") for i in range(3)]
         assert refund(opened[1], "provider_timeout") is True
-        rows = [(str(c), c.created_at, True, 200, '{"hash": "h", "sig": "s"}', c.created_at, acct.id,
-                 f"grp-{i}", f'{{"n": {i}}}') for i, c in enumerate(opened)]
+        rows = [{"id": str(c), "created_at": c.created_at, "ok": True, "provider_status": 200,
+                 "receipt": {"hash": "h", "sig": "s"}, "finished_at": c.created_at, "account_id": acct.id,
+                 "idem_key": f"grp-{i}", "response_body": f'{{"n": {i}}}'} for i, c in enumerate(opened)]
         assert charging._write_group(rows) == {str(opened[0]), str(opened[2])}
         db.session.remove()
     with app.app_context():

@@ -73,11 +73,10 @@ def created_at_of(call_id: str) -> datetime | None:
 # the UPDATE to the calls' month partitions (at execution, also with a generic plan).
 _FINALIZE = """
     WITH b AS (
-        SELECT * FROM unnest(%(ids)s::varchar[], %(created)s::timestamptz[], %(oks)s::boolean[],
-                             %(statuses)s::integer[], %(receipts)s::jsonb[], %(finished)s::timestamptz[],
-                             %(accounts)s::varchar[], %(keys)s::varchar[], %(bodies)s::text[])
-            AS b(id, created_at, ok, provider_status, receipt, finished_at, account_id, idem_key,
-                 response_body)),
+        SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb)
+            AS b(id varchar, created_at timestamptz, ok boolean, provider_status integer,
+                 receipt jsonb, finished_at timestamptz, account_id varchar, idem_key varchar,
+                 response_body text)),
     c AS (
         UPDATE module_calls m
            SET status = 'succeeded', ok = b.ok, provider_status = b.provider_status,
@@ -154,9 +153,10 @@ def finalize_pg(*, call_id: str, account_id: str, idem_key: str | None, ok: bool
     created_at = created_at_of(call_id)
     if created_at is None:
         raise ValueError("finalize_pg needs the call's created_at (an OpenedCall)")
-    item = _Finalization((str(call_id), created_at, ok, provider_status,
-                          orjson.dumps(receipt).decode(), finished_at, account_id, idem_key,
-                          response_body))
+    item = _Finalization({"id": str(call_id), "created_at": created_at, "ok": ok,
+                          "provider_status": provider_status, "receipt": receipt,
+                          "finished_at": finished_at, "account_id": account_id,
+                          "idem_key": idem_key, "response_body": response_body})
     return _group_finalizer().finalize(item)
 
 
@@ -165,7 +165,7 @@ class _Finalization:
 
     __slots__ = ("row", "event", "lead", "done", "error")
 
-    def __init__(self, row: tuple):
+    def __init__(self, row: dict):
         self.row = row
         self.event = threading.Event()
         self.lead = False
@@ -210,7 +210,7 @@ class GroupFinalizer:
         try:
             done = _write_group([f.row for f in group])
             for f in group:
-                f.done = f.row[0] in done
+                f.done = f.row["id"] in done
         except BaseException as exc:  # noqa: BLE001 - every member of the group gets it
             for f in group:
                 f.error = exc
@@ -241,14 +241,11 @@ def _group_finalizer() -> GroupFinalizer:
     return finalizer
 
 
-def _write_group(rows: list[tuple]) -> set[str]:
-    """ONE autocommit statement finalizing ``rows``; the ids it moved to ``succeeded``."""
-    cols = list(zip(*rows))
-    created = cols[1]
+def _write_group(rows: list[dict]) -> set[str]:
+    """ONE autocommit statement finalizing ``rows`` (passed as one JSON document: cheaper
+    to adapt than nine arrays); the ids it moved to ``succeeded``."""
+    created = [r["created_at"] for r in rows]
     with one_statement() as conn:
         result = conn.exec_driver_sql(_FINALIZE, {
-            "ids": list(cols[0]), "created": list(created), "oks": list(cols[2]),
-            "statuses": list(cols[3]), "receipts": list(cols[4]), "finished": list(cols[5]),
-            "accounts": list(cols[6]), "keys": list(cols[7]), "bodies": list(cols[8]),
-            "lo": min(created), "hi": max(created)})
+            "rows": orjson.dumps(rows).decode(), "lo": min(created), "hi": max(created)})
         return {row[0] for row in result}

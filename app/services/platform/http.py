@@ -26,7 +26,9 @@ What every request guarantees
 -----------------------------
 * **Pooled**: keep-alive connections reused. ``upstream``: one pool manager per purpose
   and policy and process. ``session``: one ``requests`` session per purpose, policy and
-  thread; ``shared_session``: one per fixed upstream for the whole process (no cookies).
+  thread; ``shared_session``: one per fixed upstream for the whole process, no cookies
+  (the chat providers used it before they moved to ``upstream``; kept for a cold caller
+  with a fixed upstream).
   ``modules`` and ``chat`` have larger pools (``POOL_SIZES``).
 * **Timeouts always set**: a request without ``timeout`` raises ``ValueError``.
 * **No redirects**: never followed; a 3xx is returned to the caller.
@@ -221,7 +223,7 @@ class _NoCookies(http_cookiejar.DefaultCookiePolicy):
 
 
 def shared_session(purpose: str, upstream: str, *, allow_private_hosts: bool) -> GuardedSession:
-    """The process's one session for ``upstream`` (e.g. a chat provider id) under
+    """The process's one session for ``upstream`` (a fixed upstream's id) under
     ``purpose`` and the address policy, shared by all threads (urllib3's pools are
     thread-safe): keep-alive connections stay warm across requests and threads, and are
     never inherited across a fork. It stores no cookies."""
@@ -309,7 +311,7 @@ class Upstream:
         scheme, host, port, path, auth = _target(url)
         target = path + ("&" if "?" in path else "?") + urlencode(params) if params else path
         sent = dict(headers)
-        if not any(k.lower() == "user-agent" for k in sent):
+        if "User-Agent" not in sent and not any(k.lower() == "user-agent" for k in sent):
             sent["User-Agent"] = USER_AGENT
         if auth:
             sent["Authorization"] = auth

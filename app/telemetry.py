@@ -8,9 +8,13 @@ turns it off again. The SDK reads the rest itself (``OTEL_SERVICE_NAME``,
 ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_TRACES_SAMPLER``, ``OTEL_BSP_*``, endpoints,
 headers). ``console`` prints spans to stdout (for a look on one machine).
 
-When on, Flask (one server span per request), requests (the provider call), SQLAlchemy
-(one span per statement: ``gw_open_call``, the finalize CTE …) and Redis (the rate-limit
-pipeline) are instrumented, and ``span(name)`` adds the phases of a metered call
+When on, Flask (one server span per request), requests (webhooks, facilitator, JSON-RPC),
+SQLAlchemy (one span per statement: ``gw_open_call``, the finalize CTE …) and Redis (the
+rate-limit pipeline) are instrumented; the provider calls, sent on urllib3's pool directly
+(``platform.http.Upstream``), open the same kind of CLIENT span through ``client_span``
+(named by the method, with ``url.full`` without its query, ``server.address``,
+``server.port``, ``http.response.status_code``, the trace context injected as
+``traceparent``); and ``span(name)`` adds the phases of a metered call
 (``call.open``, ``call.forward``, ``call.finalize``) and of a chat completion
 (``chat.route``, ``chat.hold``, ``chat.provider``, ``chat.settle``), so one call's time
 split is visible in a trace. When off, ``span()`` returns one shared no-op context manager and no
@@ -20,7 +24,7 @@ thread after gunicorn forks its workers.
 from __future__ import annotations
 
 import os
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 
 _NOOP = nullcontext()
 _tracer = None
@@ -39,6 +43,35 @@ def enabled(env=os.environ) -> bool:
 def span(name: str):
     """A context manager timing one phase as a child span; a shared no-op when off."""
     return _NOOP if _tracer is None else _tracer.start_as_current_span(name)
+
+
+def client_span(method: str, scheme: str, host: str, port: int | None, path: str, headers: dict):
+    """A CLIENT span for one outbound request sent on urllib3's pool directly (the requests
+    instrumentation covers the other outbound requests), its trace context injected into
+    ``headers``; yields the span (None when off: the shared no-op, no work done)."""
+    return _NOOP if _tracer is None else _client_span(method, scheme, host, port, path, headers)
+
+
+@contextmanager
+def _client_span(method, scheme, host, port, path, headers):
+    from opentelemetry import propagate, trace
+
+    netloc = host if port is None else f"{host}:{port}"
+    attrs = {"http.request.method": method, "url.full": f"{scheme}://{netloc}{path.split('?', 1)[0]}",
+             "server.address": host.strip("[]"), "server.port": port or (443 if scheme == "https" else 80)}
+    with _tracer.start_as_current_span(method, kind=trace.SpanKind.CLIENT, attributes=attrs) as sp:
+        propagate.inject(headers)
+        yield sp
+
+
+def client_status(span, status: int) -> None:
+    """Record the response status on a ``client_span`` span (4xx/5xx mark it an error)."""
+    span.set_attribute("http.response.status_code", status)
+    if status >= 400:
+        from opentelemetry.trace import Status, StatusCode
+
+        span.set_attribute("error.type", str(status))
+        span.set_status(Status(StatusCode.ERROR))
 
 
 def init_app(app) -> None:

@@ -22,7 +22,7 @@ from collections import Counter
 
 def main(spec: list[dict]) -> dict:
     import redis.connection
-    import requests.adapters
+    import urllib3.connectionpool
     from sqlalchemy import event
     from sqlalchemy.engine import Engine
 
@@ -32,19 +32,21 @@ def main(spec: list[dict]) -> dict:
     counts: Counter = Counter()
 
     orig_send = redis.connection.AbstractConnection.send_packed_command
-    orig_http = requests.adapters.HTTPAdapter.send
+    # every outbound request, requests' or urllib3's directly (platform.http.Upstream)
+    pool_cls = urllib3.connectionpool.HTTPConnectionPool
+    orig_http = pool_cls.urlopen
     pg_patches = _count_pg(counts)
 
     def send_packed(self, command, check_health=True):
         counts["redis"] += 1
         return orig_send(self, command, check_health)
 
-    def http_send(self, request, *args, **kwargs):
+    def http_send(self, method, url, *args, **kwargs):
         counts["upstream_http"] += 1
-        return orig_http(self, request, *args, **kwargs)
+        return orig_http(self, method, url, *args, **kwargs)
 
     redis.connection.AbstractConnection.send_packed_command = send_packed
-    requests.adapters.HTTPAdapter.send = http_send
+    pool_cls.urlopen = http_send
     out = {}
     # every engine (the app's, and any extra pool a feature keeps, e.g. tracking's)
     @event.listens_for(Engine, "before_cursor_execute")
@@ -73,7 +75,7 @@ def main(spec: list[dict]) -> dict:
         out[item["name"]] = {"status": resp.status_code, **{k: counts[k] for k in
                                                              ("sql", "pg", "commits", "redis", "upstream_http")}}
     redis.connection.AbstractConnection.send_packed_command = orig_send
-    requests.adapters.HTTPAdapter.send = orig_http
+    pool_cls.urlopen = orig_http
     for owner, name, orig in pg_patches:
         setattr(owner, name, orig)
     return out

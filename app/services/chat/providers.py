@@ -1,7 +1,9 @@
 """LLM provider adapters: OpenAI-compatible upstreams and Anthropic's Messages API
-(translated both ways), over the outbound layer (``app.services.platform.http``: one
-pooled keep-alive session per provider and process, timeouts, no redirects, bodies capped at ``CHAT_MAX_RESPONSE_BYTES``; provider URLs are
-operator configuration, so private hosts are allowed, metadata addresses never).
+(translated both ways), over the outbound layer's hot path
+(``app.services.platform.http.upstream("chat")``: urllib3's pool directly, keep-alive
+connections shared by every thread of the process, timeouts, no redirects, bodies capped
+at ``CHAT_MAX_RESPONSE_BYTES``; provider URLs are operator configuration, so private
+hosts are allowed, metadata addresses never).
 Everything returned is OpenAI-shaped.
 
 Failure classification (used by failover in ``app.services.chat.completions``):
@@ -18,6 +20,7 @@ from typing import Iterator
 
 import orjson
 import requests
+import urllib3
 from flask import current_app
 
 from app.services.chat.catalog import Offer
@@ -47,7 +50,7 @@ def _timeouts(offer: Offer) -> tuple[float, float]:
     return (float(cfg["CHAT_CONNECT_TIMEOUT"]), float(offer.provider.timeout or cfg["CHAT_READ_TIMEOUT"]))
 
 
-def _retry_after(resp: requests.Response) -> float | None:
+def _retry_after(resp: urllib3.BaseHTTPResponse) -> float | None:
     value = resp.headers.get("Retry-After")
     if not value:
         return None
@@ -66,9 +69,15 @@ def _max_bytes() -> int:
     return int(current_app.config["CHAT_MAX_RESPONSE_BYTES"])
 
 
-def _error_text(resp: requests.Response) -> str:
+def _error_text(resp: urllib3.BaseHTTPResponse) -> str:
+    """The provider's error message (its JSON ``error``), else the start of its body, else
+    the reason phrase."""
     try:
-        data = orjson.loads(http.read_capped(resp, 65536))
+        body = http.read_capped(resp, 65536)
+    except Exception:  # noqa: BLE001
+        return resp.reason or ""
+    try:
+        data = orjson.loads(body)
         err = data.get("error") if isinstance(data, dict) else None
         if isinstance(err, dict):
             return str(err.get("message") or err.get("type") or err)[:500]
@@ -76,32 +85,33 @@ def _error_text(resp: requests.Response) -> str:
             return str(data.get("message") or err)[:500]
     except Exception:  # noqa: BLE001
         pass
-    return resp.text[:200] if getattr(resp, "_content", None) else resp.reason or ""
+    return body.decode("utf-8", "replace")[:200] if body else resp.reason or ""
 
 
-def _post(offer: Offer, url: str, headers: dict, payload: dict) -> requests.Response:
-    """The provider's open (streamed) response to a POST; bodies are read capped."""
+def _post(offer: Offer, url: str, headers: dict, payload: dict) -> urllib3.BaseHTTPResponse:
+    """The provider's open (unread) response to a POST; bodies are read capped."""
     try:
-        resp = http.shared_session("chat", offer.provider.id, allow_private_hosts=True).post(
-            url, data=orjson.dumps(payload), headers=headers, timeout=_timeouts(offer), stream=True)
+        resp = http.upstream("chat", allow_private_hosts=True).request(
+            "POST", url, body=orjson.dumps(payload), headers=headers, timeout=_timeouts(offer))
     except http.AddressRefused as exc:
         raise ProviderFailure(f"{offer.provider.id}: address not allowed ({exc})") from None
     except requests.Timeout as exc:
         raise ProviderFailure(f"{offer.provider.id}: timed out", timeout=True) from exc
     except requests.RequestException as exc:
         raise ProviderFailure(f"{offer.provider.id}: connection failed ({type(exc).__name__})") from exc
-    if resp.status_code >= 300:
+    status = resp.status
+    if status >= 300:
         text = _error_text(resp)
-        resp.close()
-        if resp.status_code in _REJECT_STATUSES:
-            raise UpstreamRejected(resp.status_code, text)
-        raise ProviderFailure(f"{offer.provider.id}: HTTP {resp.status_code} {text}".strip(),
-                              status=resp.status_code, retry_after=_retry_after(resp),
-                              timeout=resp.status_code in (408, 504))
+        http.release(resp)
+        if status in _REJECT_STATUSES:
+            raise UpstreamRejected(status, text)
+        raise ProviderFailure(f"{offer.provider.id}: HTTP {status} {text}".strip(),
+                              status=status, retry_after=_retry_after(resp),
+                              timeout=status in (408, 504))
     return resp
 
 
-def _read_json(offer: Offer, resp: requests.Response) -> dict:
+def _read_json(offer: Offer, resp: urllib3.BaseHTTPResponse) -> dict:
     try:
         data = orjson.loads(http.read_capped(resp, _max_bytes()))
     except requests.Timeout as exc:
@@ -111,24 +121,21 @@ def _read_json(offer: Offer, resp: requests.Response) -> dict:
     except (requests.RequestException, orjson.JSONDecodeError) as exc:
         raise ProviderFailure(f"{offer.provider.id}: unreadable response") from exc
     finally:
-        resp.close()
+        http.release(resp)
     if not isinstance(data, dict):
         raise ProviderFailure(f"{offer.provider.id}: unexpected response")
     return data
 
 
-def sse_events(resp: requests.Response, offer: Offer) -> Iterator[bytes]:
+def sse_events(resp: urllib3.BaseHTTPResponse, offer: Offer) -> Iterator[bytes]:
     """The ``data:`` payloads of a server-sent-event stream (``[DONE]`` included), yielded
     as soon as each line arrives (``read1``: chunked or not, nothing waits for the end).
     A stream longer than ``CHAT_MAX_RESPONSE_BYTES`` fails the provider."""
-    import urllib3
-
-    raw = resp.raw
     buf = b""
     left = _max_bytes()
     try:
         while True:
-            data = raw.read1(65536)
+            data = resp.read1(65536)
             if not data:
                 break
             left -= len(data)
@@ -146,7 +153,7 @@ def sse_events(resp: requests.Response, offer: Offer) -> Iterator[bytes]:
     except (urllib3.exceptions.HTTPError, OSError, requests.RequestException) as exc:
         raise ProviderFailure(f"{offer.provider.id}: stream broken ({type(exc).__name__})") from exc
     finally:
-        resp.close()
+        http.release(resp)
 
 
 # --- OpenAI-compatible --------------------------------------------------------------------

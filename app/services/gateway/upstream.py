@@ -1,5 +1,6 @@
-"""Forwarding a module call to its provider over the outbound layer
-(``app.services.platform.http``: pooled, pinned to the screened address), provider
+"""Forwarding a module call to its provider over the outbound layer's hot path
+(``app.services.platform.http.upstream``: urllib3's pool directly, one per process,
+pinned to the screened address), provider
 authentication (secret header from the environment, or Standard Webhooks signatures
 for agent-built modules), bounded response reading and result normalization."""
 from __future__ import annotations
@@ -85,26 +86,27 @@ def forward(*, method: str, url: str, body: dict, payload: bytes, headers: dict,
     (SSRF policy, checked on the address dialled), 3xx, 5xx, 401/407 (the gateway's own
     provider credentials refused), 408, 429 and oversized bodies.
     2xx → ok; other 4xx → not ok, the provider's body is the result (charged)."""
-    kwargs = {"params": _query(body)} if method in ("GET", "DELETE") else {"data": payload}
+    kwargs = {"params": _query(body)} if method in ("GET", "DELETE") else {"body": payload}
     try:
-        resp = http.session("modules", allow_private_hosts=allow_private_hosts).request(
-            method, url, headers=headers, timeout=(min(timeout, 5.0), timeout), stream=True, **kwargs)
+        resp = http.upstream("modules", allow_private_hosts=allow_private_hosts).request(
+            method, url, headers=headers, timeout=(min(timeout, 5.0), timeout), **kwargs)
     except http.AddressRefused as exc:
         raise ProviderFailure("error", f"provider address not allowed ({exc})") from None
     except requests.Timeout as exc:
         raise ProviderFailure("timeout", f"provider timed out: {type(exc).__name__}") from None
     except requests.RequestException as exc:
         raise ProviderFailure("error", f"provider unreachable: {type(exc).__name__}") from None
+    status = resp.status
     try:
-        if resp.status_code >= 500 or 300 <= resp.status_code < 400 or resp.status_code < 200:
-            raise ProviderFailure("error", f"provider answered HTTP {resp.status_code}")
+        if status >= 500 or 300 <= status < 400 or status < 200:
+            raise ProviderFailure("error", f"provider answered HTTP {status}")
         # Not a verdict on the caller's input, so never charged: the gateway's own credentials
         # were refused (401/407), the provider is rate-limiting the gateway (429) or timed out (408).
-        if resp.status_code in (401, 407):
+        if status in (401, 407):
             raise ProviderFailure("error", "provider refused the gateway's credentials")
-        if resp.status_code == 429:
+        if status == 429:
             raise ProviderFailure("error", "provider is rate-limiting the gateway (HTTP 429)")
-        if resp.status_code == 408:
+        if status == 408:
             raise ProviderFailure("timeout", "provider answered HTTP 408")
         try:
             content = http.read_capped(resp, max_bytes)
@@ -117,9 +119,9 @@ def forward(*, method: str, url: str, body: dict, payload: bytes, headers: dict,
         except requests.RequestException as exc:
             raise ProviderFailure("error", f"provider body unreadable: {type(exc).__name__}") from None
     finally:
-        resp.close()
+        http.release(resp)
     result = normalize(content, resp.headers.get("Content-Type", ""))
-    return ProviderAnswer(status=resp.status_code, ok=resp.status_code < 400, result=result)
+    return ProviderAnswer(status=status, ok=status < 400, result=result)
 
 
 def build_request(*, auth: dict | None, body: dict, call_id: str, request_id: str | None,

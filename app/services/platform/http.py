@@ -1,18 +1,47 @@
 """The one outbound HTTP layer: every request the service sends goes through here.
 
-What every session guarantees
+Two ways in, one per kind of caller
+-----------------------------------
+* **The hot path — ``upstream(purpose, ...)``**: the module forward
+  (``gateway.upstream.forward``) and the chat provider calls (``chat.providers``) run
+  once per billed request, so they go through urllib3's connection pool directly: one
+  ``Upstream`` (a ``PoolManager`` over the pinned connection classes below) per purpose
+  and address policy for the whole process, shared by all threads, re-created after a
+  fork; URLs parsed and timeout objects built once (cached), no per-call session
+  merging, request preparation, hooks or response wrapping. It answers urllib3's
+  ``BaseHTTPResponse`` (``.status``, ``.headers``, ``.read1``), unread.
+* **Everything else — ``call`` / ``session``** (webhooks, the x402 facilitator, JSON-RPC
+  nodes, ``--keys-url``): ``requests`` sessions. These are cold paths (a few calls per
+  minute, or in a background job) where requests' conveniences are worth their CPU:
+  ``json=`` bodies, ``.json()``, ``verify=`` for a private CA, and they share the same
+  connection classes, so the address policy is the same code.
+
+Both raise the same exceptions: ``Upstream.request`` translates urllib3's failures to
+the ``requests`` exception that requests' adapter would raise for them
+(``requests.ConnectTimeout``/``ReadTimeout`` — both ``requests.Timeout`` —,
+``ConnectionError``, ``SSLError``, ``InvalidURL``), and ``read_capped`` translates
+mid-body failures as ``Response.iter_content`` does, so ``ERRORS`` covers both.
+
+What every request guarantees
 -----------------------------
-* **Pooled**: one ``requests`` session per purpose, policy and thread (``session``),
-  keep-alive connections reused; ``modules`` and ``chat`` have larger pools. A caller
-  with a few fixed upstreams (the chat providers) takes one session per upstream for
-  the whole process instead (``shared_session``): every thread of a worker reuses the
-  same warm connections, and the session keeps no cookies.
+* **Pooled**: keep-alive connections reused. ``upstream``: one pool manager per purpose
+  and policy and process. ``session``: one ``requests`` session per purpose, policy and
+  thread; ``shared_session``: one per fixed upstream for the whole process, no cookies
+  (the chat providers used it before they moved to ``upstream``; kept for a cold caller
+  with a fixed upstream).
+  ``modules`` and ``chat`` have larger pools (``POOL_SIZES``).
 * **Timeouts always set**: a request without ``timeout`` raises ``ValueError``.
-* **No redirects**: ``allow_redirects`` is forced off; a 3xx is returned to the caller.
-* **No environment proxies**: ``trust_env`` is off and proxies are refused, so
-  ``HTTP(S)_PROXY`` can neither divert traffic nor bypass the address check.
+* **No redirects**: never followed; a 3xx is returned to the caller.
+* **No environment proxies**: urllib3's pool manager never reads ``HTTP(S)_PROXY``; the
+  requests sessions have ``trust_env`` off and refuse proxies, so the environment can
+  neither divert traffic nor bypass the address check.
+* **TLS**: certificates verified against the host name with requests' CA bundle
+  (``certifi``) on both ways in.
 * **Bounded responses**: ``read_capped`` streams the body and stops past ``max_bytes``
   with ``ResponseTooLarge``; ``call`` always reads that way (``HTTP_MAX_RESPONSE_BYTES``).
+* **Traced when tracing is on**: the requests instrumentation spans ``call``/``session``;
+  ``Upstream.request`` opens the same kind of CLIENT span itself
+  (``telemetry.client_span``; nothing when tracing is off).
 
 The SSRF policy (one policy, in ``app.services.platform.netguard``)
 -------------------------------------------------------------------
@@ -43,22 +72,28 @@ in. TLS still sends SNI for, and verifies the certificate against, the host name
 """
 from __future__ import annotations
 
+import base64
 import os
 import socket
 import threading
 import time
 from http import cookiejar as http_cookiejar
 from functools import lru_cache
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlencode, urlsplit
 
 import requests
 from flask import current_app
 from requests.adapters import HTTPAdapter
+from requests.utils import DEFAULT_CA_BUNDLE_PATH
+from urllib3 import BaseHTTPResponse, PoolManager
+from urllib3 import exceptions as u3
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import ConnectTimeoutError, NameResolutionError, NewConnectionError
+from urllib3.util import Timeout, parse_url
 from urllib3.util.timeout import _DEFAULT_TIMEOUT
 
+from app import telemetry
 from app.services.platform import netguard
 from app.services.platform.netguard import AddressRefused  # noqa: F401 - part of this API
 
@@ -188,7 +223,7 @@ class _NoCookies(http_cookiejar.DefaultCookiePolicy):
 
 
 def shared_session(purpose: str, upstream: str, *, allow_private_hosts: bool) -> GuardedSession:
-    """The process's one session for ``upstream`` (e.g. a chat provider id) under
+    """The process's one session for ``upstream`` (a fixed upstream's id) under
     ``purpose`` and the address policy, shared by all threads (urllib3's pools are
     thread-safe): keep-alive connections stay warm across requests and threads, and are
     never inherited across a fork. It stores no cookies."""
@@ -207,22 +242,148 @@ def shared_session(purpose: str, upstream: str, *, allow_private_hosts: bool) ->
     return s
 
 
+# --- the hot path: urllib3's pool directly -------------------------------------------------
+
+def _transport_error(exc: Exception) -> requests.RequestException:
+    """The exception requests' adapter raises for this urllib3 failure of a request (connect
+    timeouts are ``ConnectTimeout`` except a refused connection, ``ReadTimeout`` for headers
+    that do not come in time, ``SSLError``, ``InvalidURL``, else ``ConnectionError``)."""
+    if isinstance(exc, u3.ConnectTimeoutError) and not isinstance(exc, NewConnectionError):
+        return requests.ConnectTimeout(exc)
+    if isinstance(exc, u3.ReadTimeoutError):
+        return requests.ReadTimeout(exc)
+    if isinstance(exc, u3.SSLError):
+        return requests.exceptions.SSLError(exc)
+    if isinstance(exc, u3.InvalidHeader):
+        return requests.exceptions.InvalidHeader(exc)
+    if isinstance(exc, u3.LocationValueError):
+        return requests.exceptions.InvalidURL(exc)
+    return requests.ConnectionError(exc)
+
+
+@lru_cache(maxsize=1024)
+def _target(url: str) -> tuple[str, str, int | None, str, str | None]:
+    """``(scheme, host, port, request target, Authorization)`` of ``url``, parsed once per
+    URL (urllib3's parser: invalid characters percent-encoded, IDNA host names). Credentials
+    in the URL become a Basic ``Authorization`` header, as requests sends them."""
+    try:
+        u = parse_url(url)
+    except u3.LocationParseError as exc:
+        raise requests.exceptions.InvalidURL(exc) from None
+    if u.scheme not in ("http", "https") or not u.host:
+        raise requests.exceptions.InvalidURL(f"not an http(s) URL: {url[:200]}")
+    auth = None
+    if u.auth:
+        user, _, password = u.auth.partition(":")
+        auth = "Basic " + base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode("latin1")).decode()
+    return u.scheme, u.host, u.port, u.request_uri, auth
+
+
+@lru_cache(maxsize=256)
+def _timeout(connect: float, read: float) -> Timeout:
+    return Timeout(connect=connect, read=read)
+
+
+class Upstream:
+    """One process's client for a hot ``purpose`` under one address policy: a urllib3
+    ``PoolManager`` whose pools use the pinned connection classes (every new connection
+    resolved once, screened, and the screened address dialled), ``POOL_SIZES`` hosts and
+    connections per host, non-blocking (a burst past the pool opens extra connections
+    that are closed after use), no retries, no redirects, no proxies, certificates checked
+    with requests' CA bundle. Thread-safe; take it from ``upstream()``."""
+
+    def __init__(self, purpose: str, *, allow_private_hosts: bool, ca_certs: str | None = None):
+        hosts, per_host = POOL_SIZES.get(purpose, (10, 10))
+        self.pid = os.getpid()
+        self.manager = PoolManager(num_pools=hosts, maxsize=per_host, block=False, retries=False,
+                                   cert_reqs="CERT_REQUIRED", ca_certs=ca_certs or DEFAULT_CA_BUNDLE_PATH)
+        self.manager.pool_classes_by_scheme = _pool_classes(bool(allow_private_hosts))
+
+    def request(self, method: str, url: str, *, headers: dict, timeout, body: bytes | None = None,
+                params: dict | None = None) -> BaseHTTPResponse:
+        """Send one request and answer the response with its body unread (read it with
+        ``read_capped`` or ``read1``, then ``release`` it). ``timeout``: seconds, or a
+        ``(connect, read)`` pair, required; ``params``: query parameters added to the URL;
+        ``headers`` get ``User-Agent`` unless they name one (the dict is not modified).
+        Raises ``AddressRefused`` and the ``requests`` exceptions (see the module docstring)."""
+        if timeout is None:
+            raise ValueError("outbound HTTP requests need a timeout")
+        scheme, host, port, path, auth = _target(url)
+        target = path + ("&" if "?" in path else "?") + urlencode(params) if params else path
+        sent = dict(headers)
+        if "User-Agent" not in sent and not any(k.lower() == "user-agent" for k in sent):
+            sent["User-Agent"] = USER_AGENT
+        if auth:
+            sent["Authorization"] = auth
+        connect, read = timeout if isinstance(timeout, tuple) else (timeout, timeout)
+        with telemetry.client_span(method, scheme, host, port, path, sent) as span:
+            try:
+                resp = self.manager.connection_from_host(host, port, scheme).urlopen(
+                    method, target, body=body, headers=sent, retries=False, redirect=False,
+                    assert_same_host=False, preload_content=False, decode_content=False,
+                    timeout=_timeout(connect, read))
+            except (u3.HTTPError, OSError) as exc:
+                raise _transport_error(exc) from exc
+            if span is not None:
+                telemetry.client_status(span, resp.status)
+        return resp
+
+
+_upstreams: dict[tuple[str, bool], Upstream] = {}
+
+
+def upstream(purpose: str, *, allow_private_hosts: bool) -> Upstream:
+    """The process's one ``Upstream`` for ``purpose`` under the address policy (``modules``:
+    ``ALLOW_PRIVATE_URLS``; ``chat``: operator-configured, so permissive). A forked worker
+    gets its own (no connection is inherited across a fork)."""
+    key = (purpose, bool(allow_private_hosts))
+    u = _upstreams.get(key)
+    if u is None or u.pid != os.getpid():
+        with _shared_lock:
+            u = _upstreams.get(key)
+            if u is None or u.pid != os.getpid():
+                u = _upstreams[key] = Upstream(purpose, allow_private_hosts=key[1])
+    return u
+
+
 # --- reading ------------------------------------------------------------------------------
 
-def read_capped(resp: requests.Response, max_bytes: int, chunk: int = 65536) -> bytes:
-    """The body of a streamed response, at most ``max_bytes`` (else ``ResponseTooLarge``;
-    nothing past the limit is read). The response keeps the bytes (``.content``/``.json()``)."""
+def read_capped(resp: requests.Response | BaseHTTPResponse, max_bytes: int, chunk: int = 65536) -> bytes:
+    """The body of a streamed response (requests', or urllib3's from ``Upstream.request``),
+    at most ``max_bytes`` (else ``ResponseTooLarge``; nothing past the limit is read), decoded
+    as requests decodes it. A requests response keeps the bytes (``.content``/``.json()``).
+    Failures mid-body raise what ``Response.iter_content`` raises: ``ChunkedEncodingError``,
+    ``ContentDecodingError``, ``ConnectionError`` (wrapping ``ReadTimeoutError``), ``SSLError``."""
+    raw = resp.raw if isinstance(resp, requests.Response) else resp
     chunks, size = [], 0
-    for piece in resp.iter_content(chunk):
-        size += len(piece)
-        if size > max_bytes:
-            resp.close()
-            raise ResponseTooLarge(max_bytes)
-        chunks.append(piece)
+    try:
+        for piece in raw.stream(chunk, decode_content=True):
+            size += len(piece)
+            if size > max_bytes:
+                release(resp)
+                raise ResponseTooLarge(max_bytes)
+            chunks.append(piece)
+    except u3.ProtocolError as exc:
+        raise requests.exceptions.ChunkedEncodingError(exc) from exc
+    except u3.DecodeError as exc:
+        raise requests.exceptions.ContentDecodingError(exc) from exc
+    except u3.ReadTimeoutError as exc:
+        raise requests.ConnectionError(exc) from exc
+    except u3.SSLError as exc:
+        raise requests.exceptions.SSLError(exc) from exc
     body = b"".join(chunks)
-    resp._content = body  # requests' own cache of a consumed body
-    resp._content_consumed = True
+    if raw is not resp:
+        resp._content = body  # requests' own cache of a consumed body
+        resp._content_consumed = True
     return body
+
+
+def release(resp: requests.Response | BaseHTTPResponse) -> None:
+    """Done with ``resp``: a connection whose body was read to the end is already back in
+    its pool, warm; otherwise it is closed and its pool slot given back."""
+    resp.close()
+    if not isinstance(resp, requests.Response):  # requests' close() releases it itself
+        resp.release_conn()
 
 
 def default_max_bytes() -> int:

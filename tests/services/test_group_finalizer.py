@@ -126,7 +126,7 @@ def test_one_statement_finalizes_only_the_calls_still_pending(app, make_account,
 
 
 def test_concurrent_calls_each_get_their_own_answer(app, make_account, mod, ledger_clean):
-    """16 threads of calls through the real route (grouped finalizes on PostgreSQL): every
+    """8 threads of calls through the real route (grouped finalizes on PostgreSQL): every
     answer is the caller's own call, charged once, with a verifying receipt."""
     from app.services.gateway import receipts
 
@@ -137,7 +137,7 @@ def test_concurrent_calls_each_get_their_own_answer(app, make_account, mod, ledg
             r = call(c, accts[i % 16], {"action": "ok", "i": i}, key=f"conc-{i}")
             return i, r.status_code, r.get_json()
 
-    with ThreadPoolExecutor(max_workers=16) as pool:
+    with ThreadPoolExecutor(max_workers=8) as pool:
         answers = list(pool.map(one, range(64)))
     with app.app_context():
         keys = {k["kid"]: k["public_key"] for k in receipts.public_keys()}

@@ -174,8 +174,8 @@ def test_limited_key_refusal_is_one_statement_and_leaves_nothing(app, client, fa
     ledger_clean()
 
 
-def test_settle_gives_the_keys_unused_reservation_back_when_it_charges_more_than_held(  # noqa: F811
-        app, acct, make_account, client, ledger_clean):
+def test_settle_gives_the_keys_unused_reservation_back_when_it_charges_more_than_held(
+        app, acct, client, ledger_clean):  # noqa: F811
     """A charge above the hold is not counted against the key; below it, the rest comes back."""
     from app.services.billing import holds
 
@@ -256,8 +256,8 @@ def _dying_first_connection(monkeypatch, commit: bool) -> list:
 
 
 @pytest.mark.parametrize("committed", [True, False], ids=["died-after-commit", "died-before"])
-def test_hold_and_settle_retry_on_a_dead_connection_never_hold_or_charge_twice(  # noqa: F811
-        app, acct, client, monkeypatch, committed, ledger_clean):
+def test_hold_and_settle_retry_on_a_dead_connection_never_hold_or_charge_twice(
+        app, acct, client, monkeypatch, committed, ledger_clean):  # noqa: F811
     if not _pg(app):
         pytest.skip("the autocommit retry is PostgreSQL's")
     from app.services.billing import holds

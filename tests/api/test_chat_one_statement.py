@@ -284,3 +284,17 @@ def test_hold_and_settle_retry_on_a_dead_connection_never_hold_or_charge_twice(
     assert f["balance"] == START - 250 and f["held"] == 0
     assert _spent(app, key["id"]) == 250
     ledger_clean()
+
+
+def test_array_literal_round_trips_any_ledger_code(app):
+    if not _pg(app):
+        pytest.skip("PostgreSQL array literal")
+    from app.services.billing.holds_pg import _array
+
+    codes = ["acct:acc_1", "hold:chat", 'odd "quoted", {braced} \\ back', ""]
+    with app.app_context():
+        with uow.one_statement() as conn:
+            got = conn.exec_driver_sql("SELECT %(c)s::varchar[], %(a)s::bigint[]",
+                                       {"c": _array(codes), "a": _array([-600, 0, 600])}).one()
+        uow.release_connection()
+    assert list(got[0]) == codes and list(got[1]) == [-600, 0, 600]

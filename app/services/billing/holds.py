@@ -12,6 +12,11 @@ conditional UPDATE, so a completion is settled or released exactly once. When th
 cost exceeds the hold (the prompt was longer than estimated) the customer pays the
 difference from the balance; if the balance cannot cover it, the charge is capped at the
 hold plus the remaining balance (recorded in the posting's meta as ``shortfall_micros``).
+
+PostgreSQL runs the hold and the settle as ONE autocommit statement each (``holds_pg``:
+``gw_chat_hold`` reserves a limited key's spend, ``gw_chat_settle`` gives its unused part
+back); the release stays a unit of work and finds its row by id and ``created_at``. SQLite
+keeps the multi-statement path behind the same functions.
 """
 from __future__ import annotations
 
@@ -39,8 +44,8 @@ def hold(completion_id: str, account_id: str, requested_model: str, hold_micros:
     hold account, in one unit of work; returns the hold's time (``created_at``, which
     ``settle`` takes). 402 ``payment_required`` when the balance is short; 402
     ``key_spend_limit_reached`` when the hold does not fit ``key_id``'s spend limit.
-    PostgreSQL: ONE statement (``gw_chat_hold``), alone in autocommit unless ``key_id``
-    has a spend limit to reserve in the same transaction."""
+    PostgreSQL: ONE autocommit statement (``gw_chat_hold``, migration 0020), the key's
+    spend-limit reservation included; a refusal leaves nothing."""
     try:
         if holds_pg.supported():
             return _hold_pg(completion_id, account_id, requested_model, hold_micros, stream, key_id)

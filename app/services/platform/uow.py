@@ -9,7 +9,7 @@ payment processor, an x402 facilitator) is two units of work in sequence around 
 
 ``single_statement(stmt, params)`` is the unit of work of an entry point whose whole
 transaction is ONE self-contained statement (a server-side function that decides and
-writes everything itself, e.g. the chat hold ``gw_chat_hold``): on PostgreSQL it runs in
+writes everything itself): on PostgreSQL it runs in
 autocommit on its own pooled connection, so the statement is its own transaction and
 costs one round trip (no ``BEGIN``/``COMMIT``); elsewhere it is an ordinary unit of work.
 

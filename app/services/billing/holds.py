@@ -30,7 +30,7 @@ from app.models import Account, ChatCompletion
 from app.models.base import utcnow
 from app.services.accounts import spend
 from app.services.billing import holds_pg, ledger, paywall
-from app.services.platform.uow import transactional, unit_of_work
+from app.services.platform.uow import end_reads, transactional, unit_of_work
 
 log = logging.getLogger(__name__)
 
@@ -83,10 +83,7 @@ def _hold_pg(completion_id: str, account_id: str, requested_model: str, hold_mic
     lose the hold; then the caller was not charged (for a stream already under way: as when
     the sweep releases the hold of a crashed process) and no money was created or lost
     (docs/performance.md)."""
-    if db.session().in_transaction():
-        # Reads made before (e.g. a credential lookup) end here, as a unit of work would end
-        # them, so the session does not sit idle in a transaction through a provider call.
-        db.session.commit()
+    end_reads()  # a credential lookup's reads must not stay open through the provider call
     now = utcnow()
     outcome = holds_pg.hold(completion_id=completion_id, account_id=account_id, requested_model=requested_model,
                             stream=stream, hold_micros=hold_micros, key_id=key_id, now=now,

@@ -64,8 +64,9 @@ def test_hold_alone_in_autocommit_and_settle_in_one_statement(app, client, fakes
     assert r.status_code == 200, r.get_json()
     money = [(s, auto) for s, auto in statements if "gw_chat_" in s or (
         s.lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE")) and any(t in s for t in MONEY_TABLES))]
-    assert [("gw_chat_hold" in s, auto) for s, auto in money[:1]] == [(True, True)], money
-    assert len(money) == 2 and "gw_chat_settle" in money[1][0] and not money[1][1], money
+    # hold and settle: one autocommit statement each (no BEGIN/COMMIT), and nothing else
+    assert [("gw_chat_hold" in s, "gw_chat_settle" in s, auto) for s, auto in money] == [
+        (True, False, True), (False, True, True)], money
     f = figures(app, acct.id)
     assert f["balance"] == START - 2 * 200 and f["revenue"] == 400 and f["held"] == 0
     ledger_clean()
@@ -120,3 +121,180 @@ def test_chat_phases_are_spans(app, client, fakes, acct, monkeypatch):  # noqa: 
     r = chat(client, acct, model="m-small", max_tokens=100, stream=True)
     assert r.status_code == 200 and r.data.endswith(b"data: [DONE]\n\n")
     assert names == ["chat.route", "chat.hold", "chat.provider", "chat.settle"]
+
+
+# ---- issue 18, chat path v2 (migration 0020): one autocommit statement for every key ----
+
+def _money(statements):
+    return [(s, auto) for s, auto in statements if "gw_chat_" in s or (
+        s.lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE")) and any(t in s for t in MONEY_TABLES))]
+
+
+def _completions(app, account_id) -> list[tuple[str, str]]:
+    with app.app_context():
+        rows = db.session.execute(select(ChatCompletion.id, ChatCompletion.status)
+                                  .where(ChatCompletion.account_id == account_id)).all()
+        db.session.remove()
+    return [tuple(r) for r in rows]
+
+
+def test_limited_key_hold_and_settle_are_one_autocommit_statement_each(app, client, fakes, acct,  # noqa: F811
+                                                                        statements, ledger_clean):
+    if not _pg(app):
+        pytest.skip("the one-statement path is PostgreSQL's (SQLite keeps the simple path)")
+    key = _key(client, acct, spend_limit_cents=1, spend_limit_period="day")  # 10,000 micros
+    assert chat(client, acct, key=key["key"], model="m-small", max_tokens=100).status_code == 200  # warm
+    statements.clear()
+    r = chat(client, acct, key=key["key"], model="m-small", max_tokens=100)
+    assert r.status_code == 200, r.get_json()
+    # the reservation is in gw_chat_hold, the give-back in gw_chat_settle: no key_spend
+    # statement of Python's, no transaction
+    assert [("gw_chat_hold" in s, "gw_chat_settle" in s, auto) for s, auto in _money(statements)] == [
+        (True, False, True), (False, True, True)], _money(statements)
+    assert _spent(app, key["id"]) == 2 * 200  # each hold's unused 430 micros came back in its settle
+    with app.app_context():
+        assert {r[0] for r in db.session.execute(select(ChatCompletion.spend_key_id)
+                                                  .where(ChatCompletion.account_id == acct.id))} == {key["id"]}
+        db.session.remove()
+    ledger_clean()
+
+
+def test_limited_key_refusal_is_one_statement_and_leaves_nothing(app, client, fakes, acct, statements,  # noqa: F811
+                                                                 ledger_clean):
+    key = _key(client, acct, spend_limit_cents=1, spend_limit_period="day")
+    statements.clear()
+    # a hold of 12,030 micros does not fit the 10,000-micro limit: 402, nothing written
+    r = chat(client, acct, key=key["key"], model="m-small", max_tokens=500, n=4)
+    assert r.status_code == 402 and r.get_json()["error"] == "key_spend_limit_reached", r.get_json()
+    assert r.get_json()["limit_cents"] == 1 and r.get_json()["spent_cents"] == 0
+    if _pg(app):  # the refusal was the hold statement itself (RAISE GWKSL), undone by the server
+        assert [("gw_chat_hold" in s, auto) for s, auto in _money(statements)] == [(True, True)], statements
+    assert _spent(app, key["id"]) == 0 and _completions(app, acct.id) == []
+    assert figures(app, acct.id)["balance"] == START
+    ledger_clean()
+
+
+def test_settle_gives_the_keys_unused_reservation_back_when_it_charges_more_than_held(
+        app, acct, client, ledger_clean):  # noqa: F811
+    """A charge above the hold is not counted against the key; below it, the rest comes back."""
+    from app.services.billing import holds
+
+    key = _key(client, acct, spend_limit_cents=1, spend_limit_period="day")
+    with app.test_request_context():
+        at = holds.hold("chatcmpl-v2a", acct.id, "m-small", 600, False, key_id=key["id"])
+        assert holds.settle("chatcmpl-v2a", acct.id, 600, 250, model="m-small", provider="p",
+                            prompt_tokens=1, completion_tokens=1, estimated=False, attempts=1,
+                            latency_ms=1, created_at=at) == 250
+        at = holds.hold("chatcmpl-v2b", acct.id, "m-small", 600, False, key_id=key["id"])
+        assert holds.settle("chatcmpl-v2b", acct.id, 600, 900, model="m-small", provider="p",
+                            prompt_tokens=1, completion_tokens=1, estimated=False, attempts=1,
+                            latency_ms=1, created_at=at) == 900
+        db.session.remove()
+    assert _spent(app, key["id"]) == 250 + 600
+    assert figures(app, acct.id)["balance"] == START - 250 - 900
+    ledger_clean()
+
+
+def test_release_finds_the_completion_by_id_and_created_at(app, acct, client, statements,  # noqa: F811
+                                                           ledger_clean):
+    from datetime import timedelta
+
+    from app.services.billing import holds
+
+    key = _key(client, acct, spend_limit_cents=1, spend_limit_period="day")
+    with app.test_request_context():
+        at = holds.hold("chatcmpl-v2r", acct.id, "m-small", 600, False, key_id=key["id"])
+        db.session.remove()
+    assert _spent(app, key["id"]) == 600
+    with app.app_context():
+        # another time is another row (another partition): nothing released
+        assert holds.release("chatcmpl-v2r", error="x", created_at=at + timedelta(days=40)) is False
+        statements.clear()
+        assert holds.release("chatcmpl-v2r", error="no provider answered", created_at=at) is True
+        reads = [s for s, _ in statements if "chat_completions" in s and "created_at" in s.split("WHERE", 1)[-1]]
+        assert len(reads) >= 2, statements  # the read and the flip both name the partition key
+        assert holds.release("chatcmpl-v2r", error="again", created_at=at) is False
+        db.session.remove()
+    assert _completions(app, acct.id) == [("chatcmpl-v2r", "released")]
+    assert _spent(app, key["id"]) == 0 and figures(app, acct.id)["balance"] == START
+    ledger_clean()
+
+
+class _DiesAfter:
+    """A connection whose first statement runs (and, in autocommit, commits) when
+    ``commit`` is set, then reports the connection dead, as a server restart between
+    the COMMIT and the answer would; with ``commit`` unset it dies before running it."""
+
+    def __init__(self, conn, commit: bool):
+        self.conn, self.commit = conn, commit
+
+    def exec_driver_sql(self, sql, params):
+        from sqlalchemy.exc import DBAPIError
+
+        if self.commit:
+            self.conn.exec_driver_sql(sql, params)
+        raise DBAPIError(sql, params, Exception("server closed the connection unexpectedly"),
+                         connection_invalidated=True)
+
+
+def _dying_first_connection(monkeypatch, commit: bool) -> list:
+    from contextlib import contextmanager
+
+    from app.services.billing import holds_pg
+
+    real = holds_pg.one_statement
+    used: list = []
+
+    @contextmanager
+    def flaky():
+        with real() as conn:
+            used.append(conn)
+            yield _DiesAfter(conn, commit) if len(used) == 1 else conn
+
+    monkeypatch.setattr(holds_pg, "one_statement", flaky)
+    return used
+
+
+@pytest.mark.parametrize("committed", [True, False], ids=["died-after-commit", "died-before"])
+def test_hold_and_settle_retry_on_a_dead_connection_never_hold_or_charge_twice(
+        app, acct, client, monkeypatch, committed, ledger_clean):  # noqa: F811
+    if not _pg(app):
+        pytest.skip("the autocommit retry is PostgreSQL's")
+    from app.services.billing import holds
+
+    key = _key(client, acct, spend_limit_cents=1, spend_limit_period="day")
+    with app.test_request_context():
+        used = _dying_first_connection(monkeypatch, committed)
+        at = holds.hold("chatcmpl-v2x", acct.id, "m-small", 600, False, key_id=key["id"])
+        assert len(used) == 2  # retried once
+        db.session.remove()
+    assert _completions(app, acct.id) == [("chatcmpl-v2x", "held")]
+    assert _spent(app, key["id"]) == 600 and figures(app, acct.id)["balance"] == START - 600
+    with app.test_request_context():
+        used = _dying_first_connection(monkeypatch, committed)
+        charged = holds.settle("chatcmpl-v2x", acct.id, 600, 250, model="m-small", provider="p",
+                               prompt_tokens=1, completion_tokens=1, estimated=False, attempts=1,
+                               latency_ms=1, created_at=at)
+        assert len(used) == 2
+        # a retry after a committed settle finds it settled and writes nothing
+        assert charged == (None if committed else 250)
+        db.session.remove()
+    assert _completions(app, acct.id) == [("chatcmpl-v2x", "settled")]
+    f = figures(app, acct.id)
+    assert f["balance"] == START - 250 and f["held"] == 0
+    assert _spent(app, key["id"]) == 250
+    ledger_clean()
+
+
+def test_array_literal_round_trips_any_ledger_code(app):
+    if not _pg(app):
+        pytest.skip("PostgreSQL array literal")
+    from app.services.billing.holds_pg import _array
+
+    codes = ["acct:acc_1", "hold:chat", 'odd "quoted", {braced} \\ back', ""]
+    with app.app_context():
+        with uow.one_statement() as conn:
+            got = conn.exec_driver_sql("SELECT %(c)s::varchar[], %(a)s::bigint[]",
+                                       {"c": _array(codes), "a": _array([-600, 0, 600])}).one()
+        uow.release_connection()
+    assert list(got[0]) == codes and list(got[1]) == [-600, 0, 600]

@@ -199,3 +199,18 @@ def test_the_guard_sees_a_commit():
     """The pattern the guard relies on matches the calls it must refuse."""
     assert _CALL.search("    db.session.commit()") and _CALL.search("s.rollback()")
     assert not _CALL.search("skip_commit_flush()") and not _CALL.search("after_commit(fn)")
+
+
+def test_end_reads_ends_the_sessions_reads_and_refuses_inside_a_unit_of_work(app):
+    from app.services.platform.uow import end_reads
+
+    with app.app_context():
+        end_reads()  # nothing open: nothing to do
+        db.session.execute(text("SELECT 1"))
+        assert db.session().in_transaction()
+        end_reads()
+        assert not db.session().in_transaction()
+        with pytest.raises(RuntimeError):
+            with unit_of_work():
+                end_reads()
+        db.session.remove()

@@ -12,6 +12,11 @@ conditional UPDATE, so a completion is settled or released exactly once. When th
 cost exceeds the hold (the prompt was longer than estimated) the customer pays the
 difference from the balance; if the balance cannot cover it, the charge is capped at the
 hold plus the remaining balance (recorded in the posting's meta as ``shortfall_micros``).
+
+PostgreSQL runs the hold and the settle as ONE autocommit statement each (``holds_pg``:
+``gw_chat_hold`` reserves a limited key's spend, ``gw_chat_settle`` gives its unused part
+back); the release stays a unit of work and finds its row by id and ``created_at``. SQLite
+keeps the multi-statement path behind the same functions.
 """
 from __future__ import annotations
 
@@ -25,7 +30,7 @@ from app.models import Account, ChatCompletion
 from app.models.base import utcnow
 from app.services.accounts import spend
 from app.services.billing import holds_pg, ledger, paywall
-from app.services.platform.uow import single_statement, transactional, unit_of_work
+from app.services.platform.uow import end_reads, transactional, unit_of_work
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +44,8 @@ def hold(completion_id: str, account_id: str, requested_model: str, hold_micros:
     hold account, in one unit of work; returns the hold's time (``created_at``, which
     ``settle`` takes). 402 ``payment_required`` when the balance is short; 402
     ``key_spend_limit_reached`` when the hold does not fit ``key_id``'s spend limit.
-    PostgreSQL: ONE statement (``gw_chat_hold``), alone in autocommit unless ``key_id``
-    has a spend limit to reserve in the same transaction."""
+    PostgreSQL: ONE autocommit statement (``gw_chat_hold``, migration 0020), the key's
+    spend-limit reservation included; a refusal leaves nothing."""
     try:
         if holds_pg.supported():
             return _hold_pg(completion_id, account_id, requested_model, hold_micros, stream, key_id)
@@ -71,27 +76,20 @@ def _hold_legs(account_id: str, hold_micros: int) -> list[tuple[str, int]]:
 
 def _hold_pg(completion_id: str, account_id: str, requested_model: str, hold_micros: int,
              stream: bool, key_id: str | None):
-    """``gw_chat_hold``. No WAL-flush wait for its COMMIT (the function sets it):
-    settle/release commits durably before the answer is sent, and PostgreSQL flushes the
-    WAL in order. A server crash before that may lose the hold; then the caller was not
-    charged (for a stream already under way: as when the sweep releases the hold of a
-    crashed process) and no money was created or lost (docs/performance.md)."""
+    """``gw_chat_hold``, ONE autocommit statement for every key (``holds_pg.hold``): the
+    key's spend-limit reservation is in it, and a refusal leaves nothing. No WAL-flush wait
+    for its commit (the function sets it): settle/release commits durably before the
+    answer is sent, and PostgreSQL flushes the WAL in order. A server crash before that may
+    lose the hold; then the caller was not charged (for a stream already under way: as when
+    the sweep releases the hold of a crashed process) and no money was created or lost
+    (docs/performance.md)."""
+    end_reads()  # a credential lookup's reads must not stay open through the provider call
     now = utcnow()
-
-    def params(spend_key_id):
-        return holds_pg.hold_params(completion_id=completion_id, account_id=account_id,
-                                    requested_model=requested_model, stream=stream, hold_micros=hold_micros,
-                                    spend_key_id=spend_key_id, now=now,
-                                    legs=_hold_legs(account_id, hold_micros))
-
-    if key_id is None:  # the common case: nothing else in the transaction
-        outcome = single_statement(holds_pg.HOLD, params(None))[0][0]
-    else:
-        with unit_of_work():  # a refusal rolls the key's reservation back
-            reserved = spend.reserve(key_id, hold_micros, now)
-            outcome = db.session.execute(holds_pg.HOLD, params(key_id if reserved else None)).scalar_one()
-            if outcome == "insufficient":
-                raise ledger.InsufficientFunds(account_id, hold_micros)
+    outcome = holds_pg.hold(completion_id=completion_id, account_id=account_id, requested_model=requested_model,
+                            stream=stream, hold_micros=hold_micros, key_id=key_id, now=now,
+                            legs=_hold_legs(account_id, hold_micros))
+    if outcome == "key_spend_limit":
+        raise spend.refusal(key_id, hold_micros, now)
     if outcome == "insufficient":
         raise ledger.InsufficientFunds(account_id, hold_micros)
     return now
@@ -104,30 +102,34 @@ def _flip(completion_id: str, values: dict, *where) -> bool:
     return res.rowcount == 1
 
 
+def _at(created_at) -> list:
+    """The condition that finds a completion in its partition: its ``created_at``, when known."""
+    return [] if created_at is None else [_COMPLETIONS.c.created_at == created_at]
+
+
 def settle(completion_id: str, account_id: str, hold_micros: int, cost_micros: int, *,
            model: str, provider: str, prompt_tokens: int, completion_tokens: int,
            estimated: bool, attempts: int, latency_ms: int, error: str | None = None,
            created_at=None) -> int | None:
     """Charge the exact cost and return the rest of the hold (one unit of work per
     attempt); returns the micros charged (None when this completion was already settled
-    or released). ``created_at``: what ``hold`` returned (finds the row faster).
-    PostgreSQL: ONE statement (``gw_chat_settle``) in the unit of work."""
+    or released). ``created_at``: what ``hold`` returned (finds the row in one partition).
+    PostgreSQL: ONE autocommit statement (``gw_chat_settle``, which also gives the key's
+    unused reservation back), committed durably before it returns."""
     if holds_pg.supported():
-        with unit_of_work():
-            done = holds_pg.settle(
-                completion_id=completion_id, created_at=created_at, account_id=account_id,
-                customer=ledger.customer(account_id), hold_code=HOLD, revenue=ledger.REVENUE,
-                hold_micros=hold_micros, cost_micros=cost_micros, model=model, provider=provider,
-                prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, estimated=estimated,
-                attempts=attempts, latency_ms=latency_ms, error=(error or None) and error[:300], now=utcnow())
-            if done is None:
-                return None
-            charge, spend_key_id, held_at, give_back = done
-            if charge < cost_micros:
-                log.warning("chat %s: cost %s exceeds hold %s and balance; charging %s",
-                            completion_id, cost_micros, hold_micros, charge)
-            spend.release(spend_key_id, give_back, held_at)
-            return charge
+        done = holds_pg.settle(
+            completion_id=completion_id, created_at=created_at, account_id=account_id,
+            customer=ledger.customer(account_id), hold_code=HOLD, revenue=ledger.REVENUE,
+            hold_micros=hold_micros, cost_micros=cost_micros, model=model, provider=provider,
+            prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, estimated=estimated,
+            attempts=attempts, latency_ms=latency_ms, error=(error or None) and error[:300], now=utcnow())
+        if done is None:
+            return None
+        charge = done[0]
+        if charge < cost_micros:
+            log.warning("chat %s: cost %s exceeds hold %s and balance; charging %s",
+                        completion_id, cost_micros, hold_micros, charge)
+        return charge
     charge = cost_micros
     shortfall = 0
     for _ in range(3):
@@ -174,20 +176,27 @@ def _give_back(completion_id: str, micros: int) -> None:
 
 
 @transactional
-def release(completion_id: str, *, error: str, attempts: int = 0, stale_before=None) -> bool:
+def release(completion_id: str, *, error: str, attempts: int = 0, stale_before=None, created_at=None) -> bool:
     """Return the whole hold (nothing charged); usage counts it as an errored call (from
-    the completion row, ``billing.usage_log``). One unit
-    of work. With ``stale_before`` (the sweep) only if its request is still silent since
-    then: a stream that extended its hold meanwhile keeps it."""
-    row = db.session.get(ChatCompletion, completion_id)
-    if row is None or row.status != "held":
+    the completion row, ``billing.usage_log``). One unit of work. ``created_at``: what
+    ``hold`` returned (the sweep reads it with the id): the row is then found by id AND
+    ``created_at``, in one partition, instead of probing every month's primary-key index.
+    With ``stale_before`` (the sweep) only if its request is still silent since then: a
+    stream that extended its hold meanwhile keeps it."""
+    at = _at(created_at)
+    row = db.session.execute(
+        select(_COMPLETIONS.c.account_id, _COMPLETIONS.c.hold_micros, _COMPLETIONS.c.spend_key_id,
+               _COMPLETIONS.c.created_at)
+        .where(_COMPLETIONS.c.id == completion_id, _COMPLETIONS.c.status == "held", *at)).first()
+    if row is None:
         return False
-    account_id, hold_micros = row.account_id, row.hold_micros
+    account_id, hold_micros, spend_key_id, held_at = row
     alive = [func.coalesce(_COMPLETIONS.c.alive_at, _COMPLETIONS.c.created_at) < stale_before] \
         if stale_before is not None else []
-    if not _flip(completion_id, {"status": "released", "attempts": attempts, "error": error[:300]}, *alive):
+    if not _flip(completion_id, {"status": "released", "attempts": attempts, "error": error[:300]},
+                 _COMPLETIONS.c.created_at == held_at, *alive):
         return False
-    spend.release(row.spend_key_id, hold_micros, row.created_at)
+    spend.release(spend_key_id, hold_micros, held_at)
     if hold_micros:
         ledger.post("chat_release", [(HOLD, -hold_micros), (ledger.customer(account_id), hold_micros)],
                     ref=f"chat_settle:{completion_id}", account_id=account_id)
@@ -231,12 +240,12 @@ def release_stale_holds(older_than_seconds: float, limit: int = 500) -> int:
     how many."""
     cutoff = utcnow() - timedelta(seconds=older_than_seconds)
     with unit_of_work():  # a read, ended before the releases
-        ids = db.session.execute(
-            select(ChatCompletion.id).where(stale(cutoff))
-            .order_by(ChatCompletion.created_at).limit(limit)).scalars().all()
+        rows = db.session.execute(
+            select(ChatCompletion.id, ChatCompletion.created_at).where(stale(cutoff))
+            .order_by(ChatCompletion.created_at).limit(limit)).all()
     done = 0
-    for cid in ids:
+    for cid, created_at in rows:
         if release(cid, error="stale hold released by the sweep (the request did not finish)",
-                   stale_before=cutoff):
+                   stale_before=cutoff, created_at=created_at):
             done += 1
     return done

@@ -1,64 +1,118 @@
 """The chat completion's two PostgreSQL statements: the hold (``gw_chat_hold``) and the
-settle (``gw_chat_settle``), server-side functions of migration 0017
-``chat_one_statement``. ``holds`` owns the units of work and the SQLite path; these only
-build and run the statements (neither commits).
+settle (``gw_chat_settle``), server-side functions of migration 0020
+``chat_hold_settle_v2`` (0017 before it), each ONE autocommit statement on the request's
+hot-path connection (``uow.one_statement``: one pool checkout per request, no pre-ping,
+no ``BEGIN``/``COMMIT``), as the metered call's ``gateway.charging``. ``holds`` owns the
+SQLite path and the release; these only build and run the two statements.
 
-* ``hold_statement`` / ``hold_params``: conditional debit, the ``held`` completion row and
-  the ``chat_hold`` posting in ONE round trip. It writes nothing when it answers
-  ``insufficient``, so without a spend-limited key ``holds.hold`` runs it alone in
-  autocommit (``uow.single_statement``); with one, in the unit of work that also
-  reserves the key's spend.
+* ``hold``: the key's spend-limit reservation, the conditional debit, the ``held``
+  completion row and the ``chat_hold`` posting in ONE round trip, committed without
+  waiting for the WAL flush (set in the function). A refusal RAISEs in the function
+  (SQLSTATE ``GWKSL`` key spend limit, ``GW402`` insufficient funds), so the server
+  undoes all of it — the key's counter included — with no ROLLBACK round trip.
 * ``settle``: the exact charge (capped at hold + balance), ``held → settled`` once, the
-  customer's change and the ``chat_settle`` posting in ONE round trip; answers the charge,
-  the hold's spend-limited key and what to give back to its limit, or None when the
-  completion was already settled or released.
+  customer's change, the ``chat_settle`` posting and the key's unused reservation back in
+  ONE round trip, committed durably (the session default) before the answer leaves.
+
+Retry safety (the autocommit pool has no pre-ping): a statement that fails because its
+pooled connection was dead (``connection_invalidated``) is retried once on a fresh one
+with the SAME parameters. A retried hold whose first attempt did commit (the connection
+died after the COMMIT) fails on the completion's primary key ``(id, created_at)``: the
+hold is in place, so that answers ``held`` without holding twice. A retried settle whose
+first attempt committed finds the row no longer ``held`` and writes nothing.
 """
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, String, bindparam, text
-from sqlalchemy.dialects.postgresql import ARRAY
+from datetime import datetime
+
+from sqlalchemy.exc import DBAPIError
 
 from app.extensions import db
-from app.models.base import UTCDateTime
+from app.services.platform.uow import one_statement
 
-HOLD = text("""
-    SELECT gw_chat_hold(:id, :account_id, :requested_model, :stream, :hold, :spend_key_id, :now,
-                        :codes, :amounts)
-""").bindparams(bindparam("now", type_=UTCDateTime()), bindparam("codes", type_=ARRAY(String)),
-                bindparam("amounts", type_=ARRAY(BigInteger)))
+# SQLSTATEs gw_chat_hold raises on a refusal (the statement is undone), and the outcome
+REFUSALS = {"GW402": "insufficient", "GWKSL": "key_spend_limit"}
+_UNIQUE_VIOLATION = "23505"
 
-_SETTLE = text("""
+# Driver-level SQL (psycopg placeholders, explicit casts): the statements are fixed, so
+# SQLAlchemy's compile and bind processing are skipped; the engine's events (statement
+# counters, tracing) still see them.
+_HOLD = """
+    SELECT gw_chat_hold(%(id)s::varchar, %(account_id)s::varchar, %(requested_model)s::varchar,
+                        %(stream)s::boolean, %(hold)s::bigint, %(spend_key_id)s::varchar,
+                        %(now)s::timestamptz, %(codes)s::varchar[], %(amounts)s::bigint[])
+"""
+
+_SETTLE = """
     SELECT charged, spend_key_id, held_at, give_back FROM gw_chat_settle(
-        :id, :created_at, :account_id, :customer, :hold_code, :revenue, :hold, :cost, :model,
-        :provider, :prompt_tokens, :completion_tokens, :estimated, :attempts, :latency_ms, :error, :now)
-""").bindparams(bindparam("created_at", type_=UTCDateTime()), bindparam("now", type_=UTCDateTime()))
+        %(id)s::varchar, %(created_at)s::timestamptz, %(account_id)s::varchar, %(customer)s::varchar,
+        %(hold_code)s::varchar, %(revenue)s::varchar, %(hold)s::bigint, %(cost)s::bigint,
+        %(model)s::varchar, %(provider)s::varchar, %(prompt_tokens)s::integer,
+        %(completion_tokens)s::integer, %(estimated)s::boolean, %(attempts)s::integer,
+        %(latency_ms)s::integer, %(error)s::varchar, %(now)s::timestamptz)
+"""
+
+
+def _array(values) -> str:
+    """A PostgreSQL array literal (every element quoted), cast by the statement: cheaper
+    than psycopg's list adaptation, which inspects the list on every execution."""
+    return "{" + ",".join('"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values) + "}"
 
 
 def supported() -> bool:
-    """True when the session's database runs the one-statement path (PostgreSQL)."""
-    return db.session.get_bind().dialect.name == "postgresql"
+    """True when the app's database runs the one-statement path (PostgreSQL)."""
+    return db.engine.dialect.name == "postgresql"
 
 
-def hold_params(*, completion_id: str, account_id: str, requested_model: str, stream: bool,
-                hold_micros: int, spend_key_id: str | None, now, legs: list[tuple[str, int]]) -> dict:
-    """The parameters of ``HOLD``; ``legs`` the posting (debits first)."""
-    legs = sorted(legs, key=lambda leg: leg[1])
-    return {"id": completion_id, "account_id": account_id, "requested_model": requested_model,
-            "stream": bool(stream), "hold": int(hold_micros), "spend_key_id": spend_key_id, "now": now,
-            "codes": [c for c, _ in legs], "amounts": [int(a) for _, a in legs]}
+def _sqlstate(exc: DBAPIError) -> str | None:
+    return getattr(exc.orig, "sqlstate", None)
+
+
+def hold(*, completion_id: str, account_id: str, requested_model: str, stream: bool,
+         hold_micros: int, key_id: str | None, now: datetime, legs: list[tuple[str, int]]) -> str:
+    """One round trip, committed by itself: ``held``, or the refusal (``insufficient`` /
+    ``key_spend_limit``: nothing was written). ``key_id``: the API key whose spend limit
+    the hold counts against (the function reserves it when the key has a limit)."""
+    legs = sorted(legs, key=lambda leg: leg[1])  # debits first, as ledger.post orders them
+    params = {"id": completion_id, "account_id": account_id, "requested_model": requested_model,
+              "stream": bool(stream), "hold": int(hold_micros), "spend_key_id": key_id, "now": now,
+              "codes": _array(c for c, _ in legs), "amounts": _array(int(a) for _, a in legs)}
+    for attempt in (1, 2):
+        try:
+            with one_statement() as conn:
+                return conn.exec_driver_sql(_HOLD, params).scalar_one()
+        except DBAPIError as exc:
+            state = _sqlstate(exc)
+            if state in REFUSALS:
+                return REFUSALS[state]
+            if attempt == 2 and state == _UNIQUE_VIOLATION:
+                return "held"  # the first attempt committed before its connection died
+            if not exc.connection_invalidated or attempt == 2:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def settle(*, completion_id: str, created_at, account_id: str, customer: str, hold_code: str,
            revenue: str, hold_micros: int, cost_micros: int, model: str, provider: str,
            prompt_tokens: int, completion_tokens: int, estimated: bool, attempts: int,
            latency_ms: int, error: str | None, now) -> tuple[int, str | None, object, int] | None:
-    """One round trip: (charged, spend-limited key of the hold, the hold's time, micros to
-    give back to that key's limit), or None when this completion was no longer held.
-    ``created_at`` (the hold's time, or None) narrows the search. Does not commit."""
-    row = db.session.execute(_SETTLE, {
+    """One round trip, committed durably by itself: (charged, the hold's spend-limited key,
+    the hold's time, micros given back to that key's limit), or None when this completion
+    was no longer held (settled or released before; nothing written). ``created_at`` (the
+    hold's time, or None) finds the row in one partition."""
+    params = {
         "id": completion_id, "created_at": created_at, "account_id": account_id, "customer": customer,
         "hold_code": hold_code, "revenue": revenue, "hold": int(hold_micros), "cost": int(cost_micros),
         "model": model, "provider": provider, "prompt_tokens": int(prompt_tokens),
         "completion_tokens": int(completion_tokens), "estimated": bool(estimated), "attempts": int(attempts),
-        "latency_ms": int(latency_ms), "error": error, "now": now}).first()
-    return None if row is None else (int(row[0]), row[1], row[2], int(row[3]))
+        "latency_ms": int(latency_ms), "error": error, "now": now}
+    for attempt in (1, 2):
+        try:
+            with one_statement() as conn:
+                row = conn.exec_driver_sql(_SETTLE, params).first()
+            return None if row is None else (int(row[0]), row[1], row[2], int(row[3]))
+        except DBAPIError as exc:
+            # conditional on ``held``: a retry after a committed first attempt writes nothing
+            if not exc.connection_invalidated or attempt == 2:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover

@@ -130,7 +130,7 @@ def _fail(call: _Call, rejected: providers.UpstreamRejected | None = None):
     else:
         error = "; ".join(call.failures)[-300:] or "no provider answered"
     if call.live:
-        chat_billing.release(call.id, error=error, attempts=call.attempts)
+        chat_billing.release(call.id, error=error, attempts=call.attempts, created_at=call.held_at)
     headers = {"X-Chat-Attempts": str(call.attempts), "X-Chat-Completion-Id": call.id}
     if rejected is not None:
         raise InvalidRequest(f"The provider rejected the request: {rejected}", headers=headers)
@@ -223,7 +223,8 @@ def create_completion(account_id: str, mode: str, body: dict, key_id: str | None
     except BaseException:
         if call.live:  # an unexpected error must not leave money on hold
             try:
-                chat_billing.release(call.id, error="internal error", attempts=call.attempts)
+                chat_billing.release(call.id, error="internal error", attempts=call.attempts,
+                                     created_at=call.held_at)
             except Exception:  # the sweep releases it later
                 log.exception("chat %s: could not release the hold", call.id)
         raise

@@ -9,7 +9,7 @@ payment processor, an x402 facilitator) is two units of work in sequence around 
 
 ``single_statement(stmt, params)`` is the unit of work of an entry point whose whole
 transaction is ONE self-contained statement (a server-side function that decides and
-writes everything itself, e.g. the chat hold ``gw_chat_hold``): on PostgreSQL it runs in
+writes everything itself): on PostgreSQL it runs in
 autocommit on its own pooled connection, so the statement is its own transaction and
 costs one round trip (no ``BEGIN``/``COMMIT``); elsewhere it is an ordinary unit of work.
 
@@ -106,12 +106,21 @@ def single_statement(statement, params: dict) -> list:
     if db.engine.dialect.name != "postgresql":
         with unit_of_work():
             return db.session.execute(statement, params).all()
-    if db.session().in_transaction():
-        # Reads made before (e.g. a credential lookup) end here, as a unit of work would end
-        # them, so the session does not sit idle in a transaction through a provider call.
-        db.session.commit()
+    end_reads()
     with one_statement() as conn:
         return conn.execute(statement, params).all()
+
+
+def end_reads() -> None:
+    """End the session's open transaction of reads made before (e.g. a credential lookup),
+    as a unit of work would end them, so the session does not sit idle in a transaction
+    through a provider call while the hot path writes on its ``one_statement``
+    connection. Nothing to do (no round trip) when the session has no transaction open.
+    Refuses inside a unit of work (RuntimeError): that one owns the transaction."""
+    if _current.get() is not None:
+        raise RuntimeError("end_reads() inside a unit_of_work(): the unit of work ends it")
+    if db.session().in_transaction():
+        db.session.commit()
 
 
 def after_commit(fn: Callable, *args: Any, **kwargs: Any) -> None:

@@ -289,7 +289,7 @@ def test_hold_and_settle_retry_on_a_dead_connection_never_hold_or_charge_twice(
 def test_array_literal_round_trips_any_ledger_code(app):
     if not _pg(app):
         pytest.skip("PostgreSQL array literal")
-    from app.services.billing.holds_pg import _array
+    from app.services.platform.uow import pg_array as _array
 
     codes = ["acct:acc_1", "hold:chat", 'odd "quoted", {braced} \\ back', ""]
     with app.app_context():

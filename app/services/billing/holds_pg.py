@@ -28,7 +28,7 @@ from datetime import datetime
 from sqlalchemy.exc import DBAPIError
 
 from app.extensions import db
-from app.services.platform.uow import one_statement
+from app.services.platform.uow import one_statement, pg_array
 
 # SQLSTATEs gw_chat_hold raises on a refusal (the statement is undone), and the outcome
 REFUSALS = {"GW402": "insufficient", "GWKSL": "key_spend_limit"}
@@ -53,12 +53,6 @@ _SETTLE = """
 """
 
 
-def _array(values) -> str:
-    """A PostgreSQL array literal (every element quoted), cast by the statement: cheaper
-    than psycopg's list adaptation, which inspects the list on every execution."""
-    return "{" + ",".join('"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values) + "}"
-
-
 def supported() -> bool:
     """True when the app's database runs the one-statement path (PostgreSQL)."""
     return db.engine.dialect.name == "postgresql"
@@ -76,7 +70,7 @@ def hold(*, completion_id: str, account_id: str, requested_model: str, stream: b
     legs = sorted(legs, key=lambda leg: leg[1])  # debits first, as ledger.post orders them
     params = {"id": completion_id, "account_id": account_id, "requested_model": requested_model,
               "stream": bool(stream), "hold": int(hold_micros), "spend_key_id": key_id, "now": now,
-              "codes": _array(c for c, _ in legs), "amounts": _array(int(a) for _, a in legs)}
+              "codes": pg_array(c for c, _ in legs), "amounts": pg_array(int(a) for _, a in legs)}
     for attempt in (1, 2):
         try:
             with one_statement() as conn:

@@ -32,7 +32,7 @@ from sqlalchemy.exc import DBAPIError
 from app.extensions import db
 from app.ids import new_id
 from app.models.base import utcnow
-from app.services.platform.uow import one_statement
+from app.services.platform.uow import one_statement, pg_array
 
 # SQLSTATEs gw_open_call raises on a refusal (the statement is undone), and the outcome
 REFUSALS = {"GW402": "insufficient", "GWKSL": "key_spend_limit"}
@@ -127,7 +127,8 @@ def open_pg(*, account_id: str, mode: str, mod, act, idem_key: str | None, req_h
         "now": now,
         "deadline": now + timedelta(seconds=act.timeout_seconds + cfg["CALL_SWEEP_MARGIN_SECONDS"]),
         "idem_expires": now + timedelta(seconds=cfg["IDEMPOTENCY_TTL_SECONDS"]),
-        "codes": [c for c, _ in legs], "amounts": [a for _, a in legs], "spend_key": spend_key}
+        "codes": pg_array(c for c, _ in legs), "amounts": pg_array(a for _, a in legs),
+        "spend_key": spend_key}
     for attempt in (1, 2):
         try:
             with one_statement() as conn:

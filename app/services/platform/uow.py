@@ -173,6 +173,13 @@ def one_statement() -> Iterator[Connection]:
         raise
 
 
+def pg_array(values) -> str:
+    """A PostgreSQL array literal of ``values`` (every element quoted) for a driver-level
+    statement that casts it (``%(x)s::varchar[]``): cheaper than psycopg's list
+    adaptation, which inspects the list on every execution (~30 µs a statement)."""
+    return "{" + ",".join('"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values) + "}"
+
+
 def release_connection(exc: BaseException | None = None) -> None:  # noqa: ARG001
     """Teardown: return the request's ``one_statement`` connection to its pool."""
     conn = g.pop("_one_statement_conn", None)

@@ -101,3 +101,26 @@ def test_a_read_inside_a_unit_of_work_sees_its_writes(app, make_account):
         assert inside["calls"] == before["calls"] + 1
         assert usage.totals(acct, start, end) == before
         db.session.remove()
+
+
+def test_a_read_on_a_dead_autocommit_connection_is_retried_once(app, make_account):
+    """The autocommit pool has no pre-ping: a pooled connection whose server process is
+    gone (a restart) fails its statement; a read runs again on a fresh one."""
+    from sqlalchemy import text
+
+    from app.services.platform.uow import one_statement, release_connection
+
+    with app.app_context():
+        if db.engine.dialect.name != "postgresql":
+            pytest.skip("the autocommit read path is PostgreSQL's")
+        acct = make_account().id
+        db.session.commit()
+        start, end = usage.billing_period()
+        expect = usage.totals(acct, start, end)
+        with one_statement() as conn:
+            pid = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar()
+        db.session.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+        db.session.commit()
+        assert usage.totals(acct, start, end) == expect  # the request's connection was dead
+        release_connection()
+        db.session.remove()

@@ -44,6 +44,7 @@ from typing import Any, Callable, Iterator
 
 from flask import current_app, g, has_app_context
 from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import DBAPIError
 
 from app.extensions import db, side_engine
 
@@ -125,11 +126,20 @@ def single_statement(statement, params: dict) -> list:
 def read(statement, params: dict | None = None) -> list:
     """Run ONE read-only ``statement`` and return its rows (fetched): on PostgreSQL on the
     request's autocommit connection when nothing is open on the session (see the module
-    docstring), else on ``db.session``. Never for a statement that writes."""
+    docstring), else on ``db.session``. Never for a statement that writes. A connection
+    found dead (server restart: that pool has no pre-ping) is replaced and the read run
+    again, once."""
     if (_current.get() is None and db.engine.dialect.name == "postgresql"
             and not db.session().in_transaction()):
-        with one_statement() as conn:
-            return conn.execute(statement, params or {}).all()
+        for attempt in (1, 2):
+            try:
+                with one_statement() as conn:
+                    return conn.execute(statement, params or {}).all()
+            except DBAPIError as exc:
+                # a stale pooled connection (server restart; no pre-ping on this pool):
+                # a read is always safe to run again, once, on a fresh connection
+                if not exc.connection_invalidated or attempt == 2:
+                    raise
     return db.session.execute(statement, params or {}).all()
 
 

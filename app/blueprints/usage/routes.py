@@ -7,7 +7,6 @@ from app.blueprints.routing import endpoint
 from app.blueprints.usage.schemas import (UsageByModuleSchema, UsageCurrentSchema, UsageDailyQuerySchema,
                                           UsageDailySchema, UsageExportQuerySchema)
 from app.extensions import Blueprint
-from app.services.accounts import accounts
 from app.services.billing import export, usage
 
 blp = Blueprint("usage", __name__, url_prefix="/api/usage",
@@ -18,8 +17,7 @@ blp = Blueprint("usage", __name__, url_prefix="/api/usage",
 def usage_current():
     """Calls and spend of the current calendar month (UTC) against the plan's included spend.
     Live-mode usage only (sandbox calls are not spend)."""
-    p = principal()
-    return usage.current_usage(p.account_id, accounts.plan_cents(accounts.get_account(p.account_id).plan))
+    return usage.current_usage(principal().account_id)
 
 
 @endpoint(blp, "/by-module", "get", "call:read", ok=UsageByModuleSchema)

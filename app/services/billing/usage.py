@@ -6,16 +6,25 @@ tail of the call logs in one query (``usage_log.usage_rows``); the ``usage-roll`
 rolls final hours (and fully rolled days) up. Readers: the
 usage endpoints (current billing period, by module, daily), the console, agent earnings
 and alert metrics (rolling windows). Billing period = calendar month, UTC.
+
+A read of whole UTC days of one account and mode (the usage endpoints: this month, the
+daily series) runs a statement built once per process (``usage_log.whole_day_rows``
+with bind parameters, cached here) as ONE statement on the request's autocommit
+connection (``uow.read``): no per-read statement building or compiling, no pre-ping,
+``BEGIN`` or ``ROLLBACK`` round trips (docs/performance.md, "Usage reads").
 """
 from __future__ import annotations
 
+import functools
 from datetime import datetime, timedelta, timezone
 
-from sqlalchemy import case, func, literal, select
+from sqlalchemy import bindparam, case, func, literal, select
 
-from app.extensions import db
-from app.models.base import utcnow
-from app.services.billing.usage_log import hour_of, usage_rows  # noqa: F401 (hour_of: re-exported)
+from app.errors import NotFound
+from app.models import Account
+from app.models.base import UTCDateTime, utcnow
+from app.services.billing.usage_log import hour_of, is_whole_days, usage_rows, whole_day_rows  # noqa: F401
+from app.services.platform import uow
 
 
 def billing_period(now: datetime | None = None) -> tuple[datetime, datetime]:
@@ -26,36 +35,69 @@ def billing_period(now: datetime | None = None) -> tuple[datetime, datetime]:
     return start, end
 
 
+def _rows(account_id: str, start: datetime, end: datetime, mode: str, build, *key, params=None) -> list:
+    """The rows of the statement ``build(u, *key)`` makes around the usage rows ``u`` of one
+    account and mode in [start, end): for whole days the cached statement over
+    ``whole_day_rows`` (values bound at execution), else one built now over
+    ``usage_rows``; run by ``uow.read``. ``:account`` and ``params`` are bound in both."""
+    bound = {"start": start, "end": end, "account": account_id, "mode": mode, **(params or {})}
+    if is_whole_days(start, end):
+        return uow.read(_cached(build, *key), bound)
+    return uow.read(build(usage_rows(start, end, account_id, (mode,)), *key), bound)
+
+
+@functools.lru_cache(maxsize=256)
+def _cached(build, *key):
+    return build(whole_day_rows(), *key)
+
+
+def _totals_stmt(u, product_prefix, with_plan):
+    cols = [func.coalesce(func.sum(u.c.calls), 0), func.coalesce(func.sum(u.c.errors), 0),
+            func.coalesce(func.sum(u.c.spend_micros), 0)]
+    if with_plan:  # the account's plan in the same statement (usage-current: one statement)
+        cols.append(select(Account.__table__.c.plan).where(Account.__table__.c.id == bindparam("account"))
+                    .scalar_subquery())
+    q = select(*cols)
+    if product_prefix:
+        q = q.where(u.c.product.startswith(product_prefix))
+    return q
+
+
 def totals(account_id: str, start: datetime, end: datetime, *, mode: str = "live",
            product_prefix: str | None = None) -> dict:
     """calls, errors, spend_micros of one account over [start, end) (hour granularity)."""
-    u = usage_rows(start, end, account_id, (mode,))
-    q = select(func.coalesce(func.sum(u.c.calls), 0), func.coalesce(func.sum(u.c.errors), 0),
-               func.coalesce(func.sum(u.c.spend_micros), 0))
-    if product_prefix:
-        q = q.where(u.c.product.startswith(product_prefix))
-    calls, errors, spend = db.session.execute(q).one()
+    (calls, errors, spend), = _rows(account_id, start, end, mode, _totals_stmt, product_prefix, False)
     return {"calls": int(calls), "errors": int(errors), "spend_micros": int(spend)}
 
 
+def _by_product_stmt(u):
+    return (select(u.c.product, func.sum(u.c.calls), func.sum(u.c.errors), func.sum(u.c.spend_micros))
+            .group_by(u.c.product).order_by(func.sum(u.c.spend_micros).desc(), u.c.product))
+
+
 def by_product(account_id: str, start: datetime, end: datetime, *, mode: str = "live") -> list[dict]:
-    u = usage_rows(start, end, account_id, (mode,))
-    rows = db.session.execute(
-        select(u.c.product, func.sum(u.c.calls), func.sum(u.c.errors), func.sum(u.c.spend_micros))
-        .group_by(u.c.product).order_by(func.sum(u.c.spend_micros).desc(), u.c.product)).all()
+    rows = _rows(account_id, start, end, mode, _by_product_stmt)
     return [{"product": p, "calls": int(c), "errors": int(e), "spend_micros": int(s)}
             for p, c, e, s in rows]
 
 
-def current_usage(account_id: str, plan_cents: int) -> dict:
+def current_usage(account_id: str, plan_cents: int | None = None) -> dict:
     """UsageCurrent (SPEC endpoint 25): live calls and spend of the current calendar month
-    (UTC). Failed (refunded) calls count as calls; their refunded money is not spend."""
+    (UTC). Failed (refunded) calls count as calls; their refunded money is not spend.
+    ``plan_cents`` None: the account's plan is read in the same statement (404 when the
+    account does not exist)."""
+    from app.services.accounts.accounts import plan_cents as cents_of_plan
     from app.services.billing.ledger import micros_to_cents
 
     start, end = billing_period()
-    t = totals(account_id, start, end, mode="live")
-    return {"period_start": start, "period_end": end, "calls": t["calls"],
-            "spend_cents": micros_to_cents(t["spend_micros"]), "plan_cents": int(plan_cents)}
+    (calls, _errors, spend, *plan), = _rows(account_id, start, end, "live", _totals_stmt, None,
+                                            plan_cents is None)
+    if plan_cents is None:
+        if plan[0] is None:
+            raise NotFound("No such account.")
+        plan_cents = cents_of_plan(plan[0])
+    return {"period_start": start, "period_end": end, "calls": int(calls),
+            "spend_cents": micros_to_cents(int(spend)), "plan_cents": int(plan_cents)}
 
 
 def usage_by_module(account_id: str) -> dict:
@@ -80,17 +122,21 @@ def daily_rows(account_id: str, days: int, *, mode: str = "live", now: datetime 
     today = (now or utcnow()).astimezone(timezone.utc).date()
     first = today - timedelta(days=days - 1)
     start = datetime(first.year, first.month, first.day, tzinfo=timezone.utc)
-    u = usage_rows(start, start + timedelta(days=days), account_id, (mode,))
-    # the day of a row, newest first (portable: no date functions; recent rows match early)
-    day = case(*[(u.c.ts >= start + timedelta(days=i), i) for i in range(days - 1, 0, -1)],
-               else_=0) if days > 1 else literal(0)
-    rows = db.session.execute(select(day, func.sum(u.c.calls), func.sum(u.c.errors),
-                                     func.sum(u.c.spend_micros)).group_by(day)).all()
+    rows = _rows(account_id, start, start + timedelta(days=days), mode, _daily_stmt, days,
+                 params={f"day_{i}": start + timedelta(days=i) for i in range(1, days)})
     out = {first + timedelta(days=i): {"calls": 0, "errors": 0, "spend_micros": 0} for i in range(days)}
     for index, calls, errors, spend in rows:
         out[first + timedelta(days=int(index))] = {"calls": int(calls), "errors": int(errors),
                                                    "spend_micros": int(spend)}
     return [{"date": d, **v} for d, v in out.items()]
+
+
+def _daily_stmt(u, days: int):
+    # the day of a row, newest first (portable: no date functions; recent rows match early);
+    # day i starts at :day_i (bound values: the statement is the same every day)
+    day = case(*[(u.c.ts >= bindparam(f"day_{i}", type_=UTCDateTime()), i) for i in range(days - 1, 0, -1)],
+               else_=0) if days > 1 else literal(0)
+    return select(day, func.sum(u.c.calls), func.sum(u.c.errors), func.sum(u.c.spend_micros)).group_by(day)
 
 
 def daily(account_id: str, days: int, *, mode: str = "live", now: datetime | None = None) -> dict:

@@ -33,7 +33,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from flask import current_app
-from sqlalchemy import case, delete, func, insert, literal, or_, select, union_all
+from sqlalchemy import bindparam, case, delete, func, insert, literal, or_, select, union_all
+from sqlalchemy.sql.elements import BindParameter
 
 from app.extensions import db
 from app.models import ChatCompletion, ModuleCall, UsageDaily, UsageHourly, UsageRollupState
@@ -68,7 +69,8 @@ def _mark(column=_STATE.c.rolled_through):
 def _where(col_account, col_mode, col_ts, start, end, accounts, modes):
     cond = [col_ts >= start, col_ts < end]
     if accounts is not None:
-        cond.append(col_account == accounts if isinstance(accounts, str) else col_account.in_(accounts))
+        one = isinstance(accounts, (str, BindParameter))
+        cond.append(col_account == accounts if one else col_account.in_(accounts))
     if modes is not None:
         cond.append(col_mode.in_(modes))
     return cond
@@ -99,6 +101,18 @@ def call_log_rows(start: datetime, end: datetime, accounts=None, modes=None, *, 
     return calls, chat
 
 
+def _hourly(lo, hi, accounts, modes, *cond):
+    return select(_USAGE.c.account_id, _USAGE.c.product, _USAGE.c.mode, _USAGE.c.hour.label("ts"),
+                  _USAGE.c.calls, _USAGE.c.errors, _USAGE.c.spend_micros).where(
+        *_where(_USAGE.c.account_id, _USAGE.c.mode, _USAGE.c.hour, lo, hi, accounts, modes), *cond)
+
+
+def _daily(lo, hi, accounts, modes, *cond):
+    return select(_DAILY.c.account_id, _DAILY.c.product, _DAILY.c.mode, _DAILY.c.day.label("ts"),
+                  _DAILY.c.calls, _DAILY.c.errors, _DAILY.c.spend_micros).where(
+        *_where(_DAILY.c.account_id, _DAILY.c.mode, _DAILY.c.day, lo, hi, accounts, modes), *cond)
+
+
 def usage_rows(start: datetime, end: datetime, accounts=None, modes=None, *, cuts=()):
     """A subquery of usage rows (``COLUMNS``) in [hour of start, end): rolled days of
     ``usage_daily`` (``ts`` = 00:00 UTC of the day), rolled hours of ``usage_hourly``
@@ -109,7 +123,8 @@ def usage_rows(start: datetime, end: datetime, accounts=None, modes=None, *, cut
     rolled (before ``days_rolled_through``) and contains none of ``cuts`` except at its
     00:00; its hours come from ``usage_hourly`` otherwise. So ``ts >= c`` selects exactly
     the usage from ``c`` on for ``c`` = start, any hour of ``cuts`` and any 00:00: sum
-    it, group it, filter it by such a ``ts``. One statement (the marks are subqueries)."""
+    it, group it, filter it by such a ``ts``. One statement (the marks are subqueries).
+    A range of whole days without cuts has the shape of ``whole_day_rows``."""
     start = hour_of(start)
     first, last = day_of(start), day_of(end)  # whole days: [first or first + 1 day, last)
     if first != start:
@@ -123,21 +138,34 @@ def usage_rows(start: datetime, end: datetime, accounts=None, modes=None, *, cut
             before[-1] = (before[-1][0], hi)
         else:
             before.append((lo, hi))
-
-    def hourly(lo, hi, *cond):
-        return select(_USAGE.c.account_id, _USAGE.c.product, _USAGE.c.mode, _USAGE.c.hour.label("ts"),
-                      _USAGE.c.calls, _USAGE.c.errors, _USAGE.c.spend_micros).where(
-            *_where(_USAGE.c.account_id, _USAGE.c.mode, _USAGE.c.hour, lo, min(hi, end), accounts, modes),
-            *cond)
-
-    parts = [hourly(lo, hi, _USAGE.c.hour < days_mark) for lo, hi in before if lo < min(hi, end)]
-    parts.append(hourly(start, end, _USAGE.c.hour >= days_mark))  # hours of days not rolled daily yet
+    parts = [_hourly(lo, min(hi, end), accounts, modes, _USAGE.c.hour < days_mark)
+             for lo, hi in before if lo < min(hi, end)]
+    parts.append(_hourly(start, end, accounts, modes, _USAGE.c.hour >= days_mark))  # days not rolled daily yet
     if first < last:
-        parts.append(select(_DAILY.c.account_id, _DAILY.c.product, _DAILY.c.mode, _DAILY.c.day.label("ts"),
-                            _DAILY.c.calls, _DAILY.c.errors, _DAILY.c.spend_micros).where(
-            *_where(_DAILY.c.account_id, _DAILY.c.mode, _DAILY.c.day, first, last, accounts, modes),
-            _DAILY.c.day < days_mark, *([_DAILY.c.day.not_in(split)] if split else [])))
+        parts.append(_daily(first, last, accounts, modes, _DAILY.c.day < days_mark,
+                            *([_DAILY.c.day.not_in(split)] if split else [])))
     return union_all(*parts, *call_log_rows(start, end, accounts, modes)).subquery("usage_rows")
+
+
+def is_whole_days(start: datetime, end: datetime) -> bool:
+    """True when [start, end) is whole UTC days (both at 00:00 UTC, start < end): the
+    range ``whole_day_rows`` reads."""
+    return start < end and day_of(start) == start and day_of(end) == end
+
+
+def whole_day_rows():
+    """``usage_rows(start, end, account, (mode,))`` for a range of whole UTC days
+    (``is_whole_days``) of one account and one mode, with the values as bind parameters
+    ``:start``, ``:end``, ``:account``, ``:mode`` — the same parts (``usage_daily`` before
+    the days mark, ``usage_hourly`` from it, the call log from the rollup mark), built
+    once: a caller that caches the statement around it skips building and compiling it
+    per read (the usage endpoints: ``billing.usage``)."""
+    start, end = bindparam("start", type_=UTCDateTime()), bindparam("end", type_=UTCDateTime())
+    account, modes = bindparam("account"), (bindparam("mode"),)
+    days_mark = _mark(_STATE.c.days_rolled_through)
+    return union_all(_hourly(start, end, account, modes, _USAGE.c.hour >= days_mark),
+                     _daily(start, end, account, modes, _DAILY.c.day < days_mark),
+                     *call_log_rows(start, end, account, modes)).subquery("usage_rows")
 
 
 def rolled_through() -> datetime:

@@ -25,6 +25,14 @@ atomic by itself, so BEGIN/COMMIT would only add round trips. Such a statement m
 leave nothing behind when it refuses (it RAISEs, and the server undoes it), and says
 itself whether its commit waits for the WAL flush (``gw_open_call`` does not, the
 finalize does: docs/performance.md).
+
+``read(statement, params)`` runs ONE read-only statement for an entry point that reads and
+writes nothing else (the usage reads): on PostgreSQL, when no unit of work is open and the
+session holds no transaction, on the same autocommit connection — one round trip instead
+of pool pre-ping + ``BEGIN`` + statement + ``ROLLBACK`` at teardown; a single statement
+sees one snapshot by itself. Otherwise (SQLite, inside a unit of work, or after earlier
+reads of this request opened a transaction) on ``db.session``, so it sees what the
+session sees.
 """
 from __future__ import annotations
 
@@ -36,6 +44,7 @@ from typing import Any, Callable, Iterator
 
 from flask import current_app, g, has_app_context
 from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import DBAPIError
 
 from app.extensions import db, side_engine
 
@@ -121,6 +130,26 @@ def end_reads() -> None:
         raise RuntimeError("end_reads() inside a unit_of_work(): the unit of work ends it")
     if db.session().in_transaction():
         db.session.commit()
+
+
+def read(statement, params: dict | None = None) -> list:
+    """Run ONE read-only ``statement`` and return its rows (fetched): on PostgreSQL on the
+    request's autocommit connection when nothing is open on the session (see the module
+    docstring), else on ``db.session``. Never for a statement that writes. A connection
+    found dead (server restart: that pool has no pre-ping) is replaced and the read run
+    again, once."""
+    if (_current.get() is None and db.engine.dialect.name == "postgresql"
+            and not db.session().in_transaction()):
+        for attempt in (1, 2):
+            try:
+                with one_statement() as conn:
+                    return conn.execute(statement, params or {}).all()
+            except DBAPIError as exc:
+                # a stale pooled connection (server restart; no pre-ping on this pool):
+                # a read is always safe to run again, once, on a fresh connection
+                if not exc.connection_invalidated or attempt == 2:
+                    raise
+    return db.session.execute(statement, params or {}).all()
 
 
 def after_commit(fn: Callable, *args: Any, **kwargs: Any) -> None:

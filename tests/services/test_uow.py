@@ -14,7 +14,7 @@ from app.extensions import db
 from app.ids import new_id
 from app.models import ContactMessage, OutboxMessage
 from app.services.platform import outbox
-from app.services.platform.uow import (after_commit, in_unit_of_work, one_statement, single_statement,
+from app.services.platform.uow import (after_commit, in_unit_of_work, one_statement,
                                       transactional, unit_of_work)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,20 +61,6 @@ def test_nesting_is_refused(app):
         assert _committed_count() == 0  # the outer unit rolled back
         with unit_of_work():  # and the state was reset: a new unit opens
             db.session.add(_row())
-        assert _committed_count() == 1
-
-
-def test_single_statement_is_its_own_unit_of_work(app):
-    insert = text("INSERT INTO contact_messages (id, email, message, created_at) "
-                  "VALUES (:id, 'a@example.com', 'hi', CURRENT_TIMESTAMP) RETURNING id")
-    with app.app_context():
-        db.session.execute(select(func.count()).select_from(ContactMessage))  # a read left open
-        rows = single_statement(insert, {"id": new_id("contact")})
-        assert len(rows) == 1 and _committed_count() == 1  # committed when it returns
-        assert not db.session().in_transaction()  # the earlier read ended, as a unit of work ends it
-        with pytest.raises(RuntimeError, match="inside a unit of work"):
-            with unit_of_work():
-                single_statement(insert, {"id": new_id("contact")})
         assert _committed_count() == 1
 
 

@@ -26,10 +26,7 @@ What every request guarantees
 -----------------------------
 * **Pooled**: keep-alive connections reused. ``upstream``: one pool manager per purpose
   and policy and process. ``session``: one ``requests`` session per purpose, policy and
-  thread; ``shared_session``: one per fixed upstream for the whole process, no cookies
-  (the chat providers used it before they moved to ``upstream``; kept for a cold caller
-  with a fixed upstream).
-  ``modules`` and ``chat`` have larger pools (``POOL_SIZES``).
+  thread. ``modules`` and ``chat`` have larger pools (``POOL_SIZES``).
 * **Timeouts always set**: a request without ``timeout`` raises ``ValueError``.
 * **No redirects**: never followed; a 3xx is returned to the caller.
 * **No environment proxies**: urllib3's pool manager never reads ``HTTP(S)_PROXY``; the
@@ -77,7 +74,6 @@ import os
 import socket
 import threading
 import time
-from http import cookiejar as http_cookiejar
 from functools import lru_cache
 from urllib.parse import unquote, urlencode, urlsplit
 
@@ -100,9 +96,7 @@ from app.services.platform.netguard import AddressRefused  # noqa: F401 - part o
 USER_AGENT = "metered-gateway/1.0"
 POOL_SIZES = {"modules": (64, 64), "chat": (32, 64)}  # purpose -> (hosts, connections per host)
 _local = threading.local()
-_shared: dict = {}
 _shared_lock = threading.Lock()
-_shared_pid = [0]
 
 
 class ResponseTooLarge(Exception):
@@ -212,33 +206,6 @@ def session(purpose: str, *, allow_private_hosts: bool) -> GuardedSession:
     s = sessions.get(key)
     if s is None:
         s = sessions[key] = _new_session(purpose, allow_private_hosts)
-    return s
-
-
-class _NoCookies(http_cookiejar.DefaultCookiePolicy):
-    """A shared session serves every customer's requests: it stores no cookie."""
-
-    def set_ok(self, cookie, request):
-        return False
-
-
-def shared_session(purpose: str, upstream: str, *, allow_private_hosts: bool) -> GuardedSession:
-    """The process's one session for ``upstream`` (a fixed upstream's id) under
-    ``purpose`` and the address policy, shared by all threads (urllib3's pools are
-    thread-safe): keep-alive connections stay warm across requests and threads, and are
-    never inherited across a fork. It stores no cookies."""
-    key = (purpose, upstream, bool(allow_private_hosts))
-    s = _shared.get(key)
-    if s is None or _shared_pid[0] != os.getpid():
-        with _shared_lock:
-            if _shared_pid[0] != os.getpid():  # a forked worker starts with no connections
-                _shared.clear()
-                _shared_pid[0] = os.getpid()
-            s = _shared.get(key)
-            if s is None:
-                s = _new_session(purpose, allow_private_hosts, (4, POOL_SIZES.get(purpose, (10, 10))[1]))
-                s.cookies.set_policy(_NoCookies())
-                _shared[key] = s
     return s
 
 

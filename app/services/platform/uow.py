@@ -7,12 +7,6 @@ units of work never nest: a second one may start only after the first has ended.
 network call never runs inside a unit of work; a flow that needs one (a provider call, a
 payment processor, an x402 facilitator) is two units of work in sequence around it.
 
-``single_statement(stmt, params)`` is the unit of work of an entry point whose whole
-transaction is ONE self-contained statement (a server-side function that decides and
-writes everything itself): on PostgreSQL it runs in
-autocommit on its own pooled connection, so the statement is its own transaction and
-costs one round trip (no ``BEGIN``/``COMMIT``); elsewhere it is an ordinary unit of work.
-
 ``after_commit(fn, ...)`` registers work that must only happen once the data it refers
 to is committed (e.g. enqueueing outbox delivery); it is dropped on rollback, and a
 failing hook is logged without undoing the commit. State lives in a ``ContextVar``, so
@@ -102,22 +96,6 @@ def transactional(fn: Callable) -> Callable:
         with unit_of_work():
             return fn(*args, **kwargs)
     return wrapper
-
-
-def single_statement(statement, params: dict) -> list:
-    """Run ``statement`` as a unit of work of its own and return its rows (fetched). Only
-    for a statement that is atomic by itself and leaves nothing to undo when it answers
-    "no" (it must write nothing in that case): on PostgreSQL it runs on the request's
-    ``one_statement`` autocommit connection, and whatever it wrote is committed when it
-    returns. Refuses to nest like ``unit_of_work``. SQLite: a plain unit of work."""
-    if _current.get() is not None:
-        raise RuntimeError("single_statement() inside a unit of work: run it from the entry point")
-    if db.engine.dialect.name != "postgresql":
-        with unit_of_work():
-            return db.session.execute(statement, params).all()
-    end_reads()
-    with one_statement() as conn:
-        return conn.execute(statement, params).all()
 
 
 def end_reads() -> None:

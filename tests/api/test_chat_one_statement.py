@@ -240,9 +240,9 @@ class _DiesAfter:
 def _dying_first_connection(monkeypatch, commit: bool) -> list:
     from contextlib import contextmanager
 
-    from app.services.billing import holds_pg
+    from app.services.platform import uow
 
-    real = holds_pg.one_statement
+    real = uow.one_statement
     used: list = []
 
     @contextmanager
@@ -251,7 +251,7 @@ def _dying_first_connection(monkeypatch, commit: bool) -> list:
             used.append(conn)
             yield _DiesAfter(conn, commit) if len(used) == 1 else conn
 
-    monkeypatch.setattr(holds_pg, "one_statement", flaky)
+    monkeypatch.setattr(uow, "one_statement", flaky)  # what uow.run_one checks out
     return used
 
 

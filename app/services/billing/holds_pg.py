@@ -27,11 +27,8 @@ from datetime import datetime
 
 from sqlalchemy.exc import DBAPIError
 
-from app.extensions import db
-from app.services.platform.uow import one_statement, pg_array
+from app.services.platform.uow import REFUSALS, one_statement_supported, pg_array, run_one
 
-# SQLSTATEs gw_chat_hold raises on a refusal (the statement is undone), and the outcome
-REFUSALS = {"GW402": "insufficient", "GWKSL": "key_spend_limit"}
 _UNIQUE_VIOLATION = "23505"
 
 # Driver-level SQL (psycopg placeholders, explicit casts): the statements are fixed, so
@@ -53,9 +50,7 @@ _SETTLE = """
 """
 
 
-def supported() -> bool:
-    """True when the app's database runs the one-statement path (PostgreSQL)."""
-    return db.engine.dialect.name == "postgresql"
+supported = one_statement_supported  # PostgreSQL runs the two statements
 
 
 def _sqlstate(exc: DBAPIError) -> str | None:
@@ -71,19 +66,17 @@ def hold(*, completion_id: str, account_id: str, requested_model: str, stream: b
     params = {"id": completion_id, "account_id": account_id, "requested_model": requested_model,
               "stream": bool(stream), "hold": int(hold_micros), "spend_key_id": key_id, "now": now,
               "codes": pg_array(c for c, _ in legs), "amounts": pg_array(int(a) for _, a in legs)}
-    for attempt in (1, 2):
-        try:
-            with one_statement() as conn:
-                return conn.exec_driver_sql(_HOLD, params).scalar_one()
-        except DBAPIError as exc:
-            state = _sqlstate(exc)
-            if state in REFUSALS:
-                return REFUSALS[state]
-            if attempt == 2 and state == _UNIQUE_VIOLATION:
-                return "held"  # the first attempt committed before its connection died
-            if not exc.connection_invalidated or attempt == 2:
-                raise
-    raise AssertionError("unreachable")  # pragma: no cover
+    try:
+        return run_one(_HOLD, params, lambda result: result.scalar_one())
+    except DBAPIError as exc:
+        state = _sqlstate(exc)
+        if state in REFUSALS:
+            return REFUSALS[state]
+        if state == _UNIQUE_VIOLATION:
+            # the completion id is new (made by the gateway): only run_one's retry of a first
+            # attempt that committed before its connection died can find it taken — held
+            return "held"
+        raise
 
 
 def settle(*, completion_id: str, created_at, account_id: str, customer: str, hold_code: str,
@@ -100,13 +93,6 @@ def settle(*, completion_id: str, created_at, account_id: str, customer: str, ho
         "model": model, "provider": provider, "prompt_tokens": int(prompt_tokens),
         "completion_tokens": int(completion_tokens), "estimated": bool(estimated), "attempts": int(attempts),
         "latency_ms": int(latency_ms), "error": error, "now": now}
-    for attempt in (1, 2):
-        try:
-            with one_statement() as conn:
-                row = conn.exec_driver_sql(_SETTLE, params).first()
-            return None if row is None else (int(row[0]), row[1], row[2], int(row[3]))
-        except DBAPIError as exc:
-            # conditional on ``held``: a retry after a committed first attempt writes nothing
-            if not exc.connection_invalidated or attempt == 2:
-                raise
-    raise AssertionError("unreachable")  # pragma: no cover
+    # conditional on ``held``: a retry after a committed first attempt writes nothing
+    row = run_one(_SETTLE, params, lambda result: result.first())
+    return None if row is None else (int(row[0]), row[1], row[2], int(row[3]))

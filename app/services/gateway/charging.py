@@ -29,13 +29,9 @@ import orjson
 from flask import current_app
 from sqlalchemy.exc import DBAPIError
 
-from app.extensions import db
 from app.ids import new_id
 from app.models.base import utcnow
-from app.services.platform.uow import one_statement, pg_array
-
-# SQLSTATEs gw_open_call raises on a refusal (the statement is undone), and the outcome
-REFUSALS = {"GW402": "insufficient", "GWKSL": "key_spend_limit"}
+from app.services.platform.uow import REFUSALS, one_statement, one_statement_supported, pg_array, run_one
 
 # Driver-level SQL (psycopg placeholders, explicit casts): the statements are fixed, so
 # SQLAlchemy's compile and bind processing are skipped; the engine's events (statement
@@ -105,9 +101,7 @@ class Opened:
     idem_body: str | None = None
 
 
-def supported() -> bool:
-    """True when the app's database runs the one-statement path (PostgreSQL)."""
-    return db.engine.dialect.name == "postgresql"
+supported = one_statement_supported  # PostgreSQL runs the two statements
 
 
 def open_pg(*, account_id: str, mode: str, mod, act, idem_key: str | None, req_hash: str | None,
@@ -129,20 +123,16 @@ def open_pg(*, account_id: str, mode: str, mod, act, idem_key: str | None, req_h
         "idem_expires": now + timedelta(seconds=cfg["IDEMPOTENCY_TTL_SECONDS"]),
         "codes": pg_array(c for c, _ in legs), "amounts": pg_array(a for _, a in legs),
         "spend_key": spend_key}
-    for attempt in (1, 2):
-        try:
-            with one_statement() as conn:
-                return OpenedCall(call_id, now), Opened(*conn.exec_driver_sql(_OPEN, params).first())
-        except DBAPIError as exc:
-            refusal = REFUSALS.get(getattr(exc.orig, "sqlstate", None))
-            if refusal is not None:
-                return OpenedCall(call_id, now), Opened(refusal)
-            # A stale pooled connection (server restart; no pre-ping on this pool): retry
-            # once with the SAME call id, so a first attempt that did commit makes the
-            # retry fail (duplicate call id / key in flight) instead of charging twice.
-            if not exc.connection_invalidated or attempt == 2:
-                raise
-    raise AssertionError("unreachable")  # pragma: no cover
+    # A stale pooled connection is retried once (run_one) with the SAME call id, so a first
+    # attempt that did commit makes the retry fail (duplicate call id / key in flight)
+    # instead of charging twice.
+    try:
+        return OpenedCall(call_id, now), Opened(*run_one(_OPEN, params, lambda result: result.first()))
+    except DBAPIError as exc:
+        refusal = REFUSALS.get(getattr(exc.orig, "sqlstate", None))
+        if refusal is None:
+            raise
+        return OpenedCall(call_id, now), Opened(refusal)
 
 
 def finalize_pg(*, call_id: str, account_id: str, idem_key: str | None, ok: bool,

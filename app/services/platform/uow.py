@@ -115,19 +115,41 @@ def read(statement, params: dict | None = None) -> list:
     request's autocommit connection when nothing is open on the session (see the module
     docstring), else on ``db.session``. Never for a statement that writes. A connection
     found dead (server restart: that pool has no pre-ping) is replaced and the read run
-    again, once."""
-    if (_current.get() is None and db.engine.dialect.name == "postgresql"
+    again, once (``run_one``: a read is always safe to repeat)."""
+    if (_current.get() is None and one_statement_supported()
             and not db.session().in_transaction()):
-        for attempt in (1, 2):
-            try:
-                with one_statement() as conn:
-                    return conn.execute(statement, params or {}).all()
-            except DBAPIError as exc:
-                # a stale pooled connection (server restart; no pre-ping on this pool):
-                # a read is always safe to run again, once, on a fresh connection
-                if not exc.connection_invalidated or attempt == 2:
-                    raise
+        return run_one(statement, params or {}, lambda result: result.all())
     return db.session.execute(statement, params or {}).all()
+
+
+def one_statement_supported() -> bool:
+    """True when the app's database runs the one-statement hot path (PostgreSQL)."""
+    return db.engine.dialect.name == "postgresql"
+
+
+# SQLSTATEs the hot path's server-side functions RAISE on a refusal (``gw_open_call``,
+# ``gw_chat_hold``: the statement is undone, nothing written), and what they mean.
+REFUSALS = {"GW402": "insufficient", "GWKSL": "key_spend_limit"}
+
+
+def run_one(statement, params: dict, fetch: Callable[[Any], Any]) -> Any:
+    """Run ONE statement (driver-level SQL text, or a SQLAlchemy statement) on the
+    request's ``one_statement`` connection and return ``fetch(result)``. A pooled
+    connection found dead (``connection_invalidated``: a server restart; this pool has no
+    pre-ping) is replaced and the statement run once more with the SAME parameters, so
+    only for a statement that is safe to repeat: a read, or a write whose first attempt,
+    had it committed before the connection died, makes the second fail or write nothing
+    (the caller says why). Every other error propagates."""
+    for attempt in (1, 2):
+        try:
+            with one_statement() as conn:
+                result = (conn.exec_driver_sql(statement, params) if isinstance(statement, str)
+                          else conn.execute(statement, params))
+                return fetch(result)
+        except DBAPIError as exc:
+            if not exc.connection_invalidated or attempt == 2:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def after_commit(fn: Callable, *args: Any, **kwargs: Any) -> None:

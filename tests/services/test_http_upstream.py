@@ -8,13 +8,10 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
-import sys
 import threading
 import time
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler
-from pathlib import Path
 
 import pytest
 import requests
@@ -25,11 +22,10 @@ from app.services.chat.catalog import Offer, Provider
 from app.services.gateway import upstream
 from app.services.platform import http
 from tests import dnsstub
-from tests.services.test_http import FORBIDDEN, tls_server  # noqa: F401 - fixture
-from tests.support.procs import free_port
+from tests.services.test_http import FORBIDDEN, _Big, tls_server  # noqa: F401 - fixture
+from tests.support.procs import free_port, probe
 from tests.support.standin import Reply, StandIn, serve
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -160,26 +156,6 @@ def test_headers_query_and_url_credentials_sent_as_requests_sends_them():
     assert second.target == "/plain" and second.headers["User-Agent"] == "mine/1"
     assert "Authorization" not in second.headers
     assert mine == {"X-Test": "1"}  # the caller's dict is not modified
-
-
-class _Big(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    size = 2 * 1024 * 1024
-
-    def do_GET(self):  # noqa: N802 - http.server API
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(self.size))
-        self.end_headers()
-        try:
-            self.wfile.write(b'{"result": "' + b"x" * (self.size - 14) + b'"}')
-        except OSError:
-            pass  # the client stopped reading, as it should
-
-    do_POST = do_GET
-
-    def log_message(self, *a):
-        pass
 
 
 def test_response_cap_on_the_new_path():
@@ -435,13 +411,8 @@ print("\nPROBE " + json.dumps({"otel_modules": len(loaded), "traceparent": seen,
 """
 
 
-def _probe(tmp_path, **env):
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    out = subprocess.run([sys.executable, "-c", _PROBE, str(tmp_path)], cwd=ROOT, capture_output=True,
-                         text=True, timeout=120, env={**clean, **env})
-    assert out.returncode == 0, out.stderr[-2000:]
-    line = [ln for ln in out.stdout.splitlines() if ln.startswith("PROBE ")][-1]
-    return json.loads(line[6:]), out.stdout
+def _probe(tmp_path, **env) -> tuple[dict, str]:
+    return probe(_PROBE, str(tmp_path), **env)
 
 
 def test_upstream_request_is_a_client_span_when_tracing_is_on(tmp_path):

@@ -2,17 +2,12 @@
 the standard OTEL_* variables, with the metered call's phases as spans."""
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from app import telemetry
+from tests.support.procs import probe
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("env,on", [
@@ -44,12 +39,7 @@ print("\nPROBE " + json.dumps({"otel_modules": len(loaded), "tracer": telemetry.
 
 
 def _probe(tmp_path, **env) -> tuple[dict, str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    out = subprocess.run([sys.executable, "-c", _PROBE, str(tmp_path)], cwd=ROOT, capture_output=True,
-                         text=True, timeout=120, env={**clean, **env})
-    assert out.returncode == 0, out.stderr[-2000:]
-    line = [ln for ln in out.stdout.splitlines() if ln.startswith("PROBE ")][-1]
-    return json.loads(line[6:]), out.stdout
+    return probe(_PROBE, str(tmp_path), **env)
 
 
 def test_off_imports_nothing(tmp_path):

@@ -6,15 +6,17 @@ stops it: SIGTERM to the process, SIGKILL to its whole process group after a gra
 then every straggler of the group is killed too, so nothing it started outlives it.
 ``Processes`` keeps several and stops them in reverse order. Both are context managers;
 ``start``/``stop`` are the explicit API. Plus the loopback helpers around them:
-``free_port``, ``wait_http``, ``wait_port``, ``http`` and the /proc readers
-``children``/``descendants``.
+``free_port``, ``wait_http``, ``wait_port``, ``http``, the /proc readers
+``children``/``descendants``, and ``probe`` (a script in a fresh interpreter).
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -252,3 +254,16 @@ class Processes:
 
     def __exit__(self, *exc) -> None:
         self.stop_all()
+
+
+def probe(script: str, *args: str, **env: str) -> tuple[dict, str]:
+    """Run ``script`` (``python -c``, from the repository root, with ``args``) in a fresh
+    interpreter whose environment has no ``OTEL_*`` variable except those in ``env``, and
+    return the JSON of its last ``PROBE {...}`` line with its whole stdout: for what only
+    shows at import or process start (e.g. tracing switched on by the environment)."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    out = subprocess.run([sys.executable, "-c", script, *args], cwd=Path(__file__).resolve().parents[2],
+                         capture_output=True, text=True, timeout=120, env={**clean, **env})
+    assert out.returncode == 0, out.stderr[-2000:]
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("PROBE ")][-1]
+    return json.loads(line[6:]), out.stdout

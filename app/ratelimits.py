@@ -106,7 +106,7 @@ for i, key in ipairs(KEYS) do
 end
 return counts
 """
-_hits_scripts: dict[int, object] = {}
+_hits_scripts: dict = {}  # Redis client (process-wide, one per URL) -> its registered script
 
 
 def _redis_hits(client, key: str, items: list) -> list[tuple]:
@@ -124,9 +124,9 @@ def _redis_hits(client, key: str, items: list) -> list[tuple]:
         keys.append(f"{key}:{item.amount}/{window}:{start}")
         ttls.append(window + 1)
         ends.append(start + window)
-    script = _hits_scripts.get(id(client))
-    if script is None or script.registered_client is not client:
-        script = _hits_scripts[id(client)] = client.register_script(_HITS_LUA)
+    script = _hits_scripts.get(client)
+    if script is None:
+        script = _hits_scripts[client] = client.register_script(_HITS_LUA)
     counts = script(keys=keys, args=ttls)
     return [(item, item.amount - int(count), max(0, math.ceil(end - now)))
             for item, count, end in zip(items, counts, ends)]

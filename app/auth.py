@@ -229,29 +229,50 @@ def resolve(token: str) -> Principal | None:
     return principal
 
 
-def bearer_token() -> str | None:
-    header = request.headers.get("Authorization", "")
-    scheme, _, token = header.partition(" ")
+def parse_bearer(header: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header value, or None."""
+    scheme, _, token = (header or "").partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         return None
     return token.strip()
+
+
+def bearer_token() -> str | None:
+    return parse_bearer(request.headers.get("Authorization"))
+
+
+def authenticate(token: str | None, optional: bool = False) -> Principal | None:
+    """The principal of a bearer ``token`` (None: none was sent), recording its use for
+    ``last_used_at``; raises 401 ``Unauthorized`` when there is none unless ``optional``.
+    The one credential check of both entries (``current_principal`` and the metered
+    call's thin entry, ``app.blueprints.gateway.hotpath``)."""
+    principal = resolve(token) if token and len(token) <= 200 else None
+    if principal is None:
+        if optional:
+            return None
+        raise Unauthorized("Missing or invalid bearer credential." if token is None
+                           else "Invalid, expired or revoked credential.")
+    if principal.kind == "key":
+        with _last_used_lock:
+            _last_used[principal.credential_id] = utcnow()
+    return principal
+
+
+def check_scopes(principal: Principal, scopes) -> None:
+    """403 ``insufficient_scope`` unless the principal carries every scope of ``scopes``."""
+    missing = [s for s in scopes if s not in principal.scopes]
+    if missing:
+        raise InsufficientScope(f"This route requires scope {', '.join(missing)}.")
 
 
 def current_principal(optional: bool = False) -> Principal | None:
     """The authenticated principal of this request (resolving it once)."""
     if "principal" in g:
         return g.principal
-    token = bearer_token()
-    principal = resolve(token) if token and len(token) <= 200 else None
-    if principal is None and not optional:
-        raise Unauthorized("Missing or invalid bearer credential." if token is None
-                           else "Invalid, expired or revoked credential.")
+    principal = authenticate(bearer_token(), optional)
     g.principal = principal
     if principal is not None:
         g.account_id = principal.account_id
-        if principal.kind == "key":
-            with _last_used_lock:
-                _last_used[principal.credential_id] = utcnow()
     return principal
 
 
@@ -294,9 +315,7 @@ def authenticated(*scopes: str, admin: bool = False, rate_limit: bool = True):
         @wraps(func)
         def wrapper(*args, **kwargs):
             principal = current_principal()
-            missing = [s for s in scopes if s not in principal.scopes]
-            if missing:
-                raise InsufficientScope(f"This route requires scope {', '.join(missing)}.")
+            check_scopes(principal, scopes)
             if admin:
                 _check_admin(principal)
             if rate_limit:

@@ -20,7 +20,7 @@ import sys
 from datetime import datetime, timezone
 
 import orjson
-from flask import Flask, g, has_request_context, request
+from flask import Flask, g, has_app_context, request
 
 # (``module`` is a built-in LogRecord attribute, the Python module: use ``product``.)
 EXTRA_FIELDS = ("call_id", "job_id", "product", "status", "method", "route", "path",
@@ -41,7 +41,9 @@ def redact(text: str) -> str:
 
 class _ContextFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        if has_request_context():
+        # A request's records (Flask's request context, or the metered call's thin entry,
+        # which runs in an app context): their ids are in ``g``.
+        if has_app_context() and "request_id" in g:
             record.request_id = g.get("request_id", "-")
             record.account_id = g.get("account_id", "-")
             call_id = g.get("call_id")
@@ -131,12 +133,16 @@ def init_access_log(app: Flask) -> None:
 
     @app.after_request
     def _access_line(response):
-        elapsed = request_elapsed()
-        duration_ms = round(elapsed * 1000, 2) if elapsed is not None else None
-        route = route_label()
-        access_log.info(
-            "%s %s %s %sms", request.method, route, response.status_code, duration_ms,
-            extra={"method": request.method, "route": route, "path": request.path,
-                   "status": response.status_code, "duration_ms": duration_ms,
-                   "client_ip": request.remote_addr})
+        access(request.method, route_label(), request.path, response.status_code,
+               request_elapsed(), request.remote_addr)
         return response
+
+
+def access(method: str, route: str, path: str, status: int, elapsed: float | None,
+           client_ip: str | None) -> None:
+    """Log one access line (both entries: the Flask hook above and the metered call's
+    thin entry); ``elapsed`` in seconds."""
+    duration_ms = round(elapsed * 1000, 2) if elapsed is not None else None
+    access_log.info("%s %s %s %sms", method, route, status, duration_ms,
+                    extra={"method": method, "route": route, "path": path, "status": status,
+                           "duration_ms": duration_ms, "client_ip": client_ip})

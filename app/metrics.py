@@ -107,16 +107,19 @@ def init_metrics(app: Flask) -> None:
 
     @app.after_request
     def _record(response):
-        try:
-            method = request.method if request.method in _METHODS else "other"
-            labels = {"method": method, "route": route_label(), "status": str(response.status_code)}
-            HTTP_REQUESTS.labels(**labels).inc()
-            elapsed = request_elapsed()
-            if elapsed is not None:
-                HTTP_LATENCY.labels(**labels).observe(elapsed)
-        except Exception:
-            log.debug("request metrics failed", exc_info=True)
+        observe_request(request.method, route_label(), response.status_code, request_elapsed())
         return response
+
+
+def observe_request(method: str, route: str, status: int, elapsed: float | None) -> None:
+    """Count one served request and its duration in seconds (never raises)."""
+    try:
+        labels = (method if method in _METHODS else "other", route, str(status))
+        HTTP_REQUESTS.labels(*labels).inc()
+        if elapsed is not None:
+            HTTP_LATENCY.labels(*labels).observe(elapsed)
+    except Exception:
+        log.debug("request metrics failed", exc_info=True)
 
 
 class _ScrapeTimeCollector:

@@ -7,8 +7,11 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 import pytest
-from sqlalchemy import event, func, select
+from contextlib import ExitStack
 
+from sqlalchemy import func, select
+
+from tests.support.sqlevents import listening
 from app.extensions import db
 from app.models import ChatCompletion, KeySpend
 from app.services.accounts import spend
@@ -29,11 +32,10 @@ def statements(app):
 
     with app.app_context():  # the session's engine and the autocommit one (uow.one_statement)
         engines = [db.engine] + ([uow._autocommit_engine()] if db.engine.dialect.name == "postgresql" else [])
-    for engine in engines:
-        event.listen(engine, "before_cursor_execute", _sql)
-    yield seen
-    for engine in engines:
-        event.remove(engine, "before_cursor_execute", _sql)
+    with ExitStack() as stack:
+        for engine in engines:
+            stack.enter_context(listening(engine, ("before_cursor_execute", _sql)))
+        yield seen
 
 
 def _pg(app) -> bool:
@@ -228,13 +230,24 @@ class _DiesAfter:
     def __init__(self, conn, commit: bool):
         self.conn, self.commit = conn, commit
 
-    def exec_driver_sql(self, sql, params):
+    def __getattr__(self, name):  # everything else is the real connection's
+        return getattr(self.conn, name)
+
+    def _die(self, run):
         from sqlalchemy.exc import DBAPIError
 
         if self.commit:
-            self.conn.exec_driver_sql(sql, params)
-        raise DBAPIError(sql, params, Exception("server closed the connection unexpectedly"),
+            run()
+        raise DBAPIError("statement", {}, Exception("server closed the connection unexpectedly"),
                          connection_invalidated=True)
+
+    # the two ways uow.execute_rows sends a statement (straight to a cursor, or through
+    # exec_driver_sql when something listens to the engine's events)
+    def exec_driver_sql(self, sql, params):
+        self._die(lambda: self.conn.exec_driver_sql(sql, params))
+
+    def _cursor_execute(self, cursor, sql, params, context=None):
+        self._die(lambda: self.conn._cursor_execute(cursor, sql, params, context))
 
 
 def _dying_first_connection(monkeypatch, commit: bool) -> list:

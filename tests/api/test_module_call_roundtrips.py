@@ -5,8 +5,9 @@ replay runs one statement."""
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import Engine, event, func, select
+from sqlalchemy import Engine, func, select
 
+from tests.support.sqlevents import listening
 from app.extensions import db
 from app.models import IdempotencyRecord, ModuleCall, UsageHourly
 from tests.gateway_helpers import balance_cents, call, mod, provider, provider_server  # noqa: F401
@@ -25,11 +26,8 @@ def statements(app):  # noqa: ARG001
     def _commit(conn):  # noqa: ARG001
         seen.append("COMMIT")
 
-    event.listen(Engine, "before_cursor_execute", _sql)
-    event.listen(Engine, "commit", _commit)
-    yield seen
-    event.remove(Engine, "before_cursor_execute", _sql)
-    event.remove(Engine, "commit", _commit)
+    with listening(Engine, ("before_cursor_execute", _sql), ("commit", _commit)):
+        yield seen
 
 
 def _pg(app) -> bool:

@@ -5,9 +5,9 @@ from datetime import timedelta
 
 import orjson
 import pytest
-from sqlalchemy import event as sa_event
 from sqlalchemy import insert, select
 
+from tests.support.sqlevents import listening
 from app.extensions import db
 from app.models import TrackEvent
 from app.models.base import utcnow
@@ -39,11 +39,8 @@ def test_anonymous_track_is_one_insert(app, client):
     with app.app_context():
         engine = tracking._engine()
     client.post("/api/track", json={"event": "warmup"})
-    sa_event.listen(engine, "before_cursor_execute", record)
-    try:
+    with listening(engine, ("before_cursor_execute", record)):
         assert client.post("/api/track", json={"event": "page_view", "session_id": "s"}).status_code == 204
-    finally:
-        sa_event.remove(engine, "before_cursor_execute", record)
     assert statements == ["INSERT"]
 
 

@@ -6,8 +6,9 @@ import threading
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from sqlalchemy import event, func, select
+from sqlalchemy import func, select
 
+from tests.support.sqlevents import listening
 from app.blueprints.alerts.schemas import AlertEventSchema
 from app.extensions import db
 from app.models import Account, AlertEvent, OutboxMessage
@@ -163,11 +164,8 @@ def _count_queries(fn):
     def before(*args, **kwargs):
         counter["n"] += 1
 
-    event.listen(db.engine, "before_cursor_execute", before)
-    try:
+    with listening(db.engine, ("before_cursor_execute", before)):
         result = fn()
-    finally:
-        event.remove(db.engine, "before_cursor_execute", before)
     return counter["n"], result
 
 

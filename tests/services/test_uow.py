@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select, text
 
+from tests.support.sqlevents import listening
 from app.extensions import db
 from app.ids import new_id
 from app.models import ContactMessage, OutboxMessage
@@ -199,4 +200,49 @@ def test_end_reads_ends_the_sessions_reads_and_refuses_inside_a_unit_of_work(app
         with pytest.raises(RuntimeError):
             with unit_of_work():
                 end_reads()
+        db.session.remove()
+
+
+def test_execute_rows_on_the_cursor_keeps_errors_and_listeners(app):
+    """``execute_rows`` sends plain SQL straight to a driver cursor, yet a refused
+    statement still raises SQLAlchemy's ``DBAPIError`` (with the driver's SQLSTATE), a
+    dead connection is reported ``connection_invalidated`` (and ``run_one`` retries it on
+    a fresh one), and an engine listener still sees every statement."""
+    if app.config["SQLALCHEMY_DATABASE_URI"].startswith("sqlite"):
+        pytest.skip("one_statement is the PostgreSQL hot path's")
+    from sqlalchemy.engine import Engine
+    from sqlalchemy.exc import DBAPIError, IntegrityError
+
+    from app.services.platform.uow import execute_rows, release_connection, run_one
+
+    with app.app_context():
+        with one_statement() as conn:
+            assert execute_rows(conn, "SELECT %(a)s::int + 1, 'x'", {"a": 1}) == [(2, "x")]
+            assert execute_rows(conn, "SET LOCAL synchronous_commit = off", {}) == []
+            with pytest.raises(DBAPIError) as refused:
+                execute_rows(conn, "DO $$ BEGIN RAISE EXCEPTION 'no' USING ERRCODE = 'GW402'; END $$", {})
+            assert refused.value.orig.sqlstate == "GW402" and not refused.value.connection_invalidated
+            with pytest.raises(IntegrityError):
+                execute_rows(conn, "DO $$ BEGIN RAISE unique_violation; END $$", {})
+            pid = execute_rows(conn, "SELECT pg_backend_pid()", {})[0][0]
+        db.session.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+        db.session.commit()
+        with pytest.raises(DBAPIError) as dead:
+            with one_statement() as conn:
+                execute_rows(conn, "SELECT 1", {})
+        assert dead.value.connection_invalidated
+        db.session.execute(text("SELECT pg_terminate_backend(:pid)"),
+                           {"pid": run_one("SELECT pg_backend_pid()", {})[0][0]})
+        db.session.commit()
+        assert run_one("SELECT 41 + 1", {}) == [(42,)]  # the dead one replaced, run again
+
+        seen = []
+
+        def listener(conn, cursor, statement, *args):  # noqa: ARG001
+            seen.append(statement)
+
+        with listening(Engine, ("before_cursor_execute", listener)):
+            assert run_one("SELECT %(v)s::text", {"v": "heard"}) == [("heard",)]
+        assert seen == ["SELECT %(v)s::text"] and not Engine._has_events
+        release_connection()
         db.session.remove()

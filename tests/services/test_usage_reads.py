@@ -8,8 +8,9 @@ import random
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import Engine, event, func, select
+from sqlalchemy import Engine, func, select
 
+from tests.support.sqlevents import listening
 from app.errors import NotFound
 from app.extensions import db
 from app.models import ModuleCall
@@ -28,9 +29,8 @@ def statements(app):  # noqa: ARG001
         if statement.strip().upper() != "SELECT 1":
             seen.append(statement)
 
-    event.listen(Engine, "before_cursor_execute", _sql)
-    yield seen
-    event.remove(Engine, "before_cursor_execute", _sql)
+    with listening(Engine, ("before_cursor_execute", _sql)):
+        yield seen
 
 
 def _general(acct, start, end, mode="live"):

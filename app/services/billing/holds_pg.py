@@ -67,7 +67,8 @@ def hold(*, completion_id: str, account_id: str, requested_model: str, stream: b
               "stream": bool(stream), "hold": int(hold_micros), "spend_key_id": key_id, "now": now,
               "codes": pg_array(c for c, _ in legs), "amounts": pg_array(int(a) for _, a in legs)}
     try:
-        return run_one(_HOLD, params, lambda result: result.scalar_one())
+        (outcome,), = run_one(_HOLD, params)
+        return outcome
     except DBAPIError as exc:
         state = _sqlstate(exc)
         if state in REFUSALS:
@@ -94,5 +95,6 @@ def settle(*, completion_id: str, created_at, account_id: str, customer: str, ho
         "completion_tokens": int(completion_tokens), "estimated": bool(estimated), "attempts": int(attempts),
         "latency_ms": int(latency_ms), "error": error, "now": now}
     # conditional on ``held``: a retry after a committed first attempt writes nothing
-    row = run_one(_SETTLE, params, lambda result: result.first())
+    rows = run_one(_SETTLE, params)
+    row = rows[0] if rows else None
     return None if row is None else (int(row[0]), row[1], row[2], int(row[3]))

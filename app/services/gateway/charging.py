@@ -31,7 +31,8 @@ from sqlalchemy.exc import DBAPIError
 
 from app.ids import new_id
 from app.models.base import utcnow
-from app.services.platform.uow import REFUSALS, one_statement, one_statement_supported, pg_array, run_one
+from app.services.platform.uow import (REFUSALS, execute_rows, one_statement, one_statement_supported,
+                                       pg_array, run_one)
 
 # Driver-level SQL (psycopg placeholders, explicit casts): the statements are fixed, so
 # SQLAlchemy's compile and bind processing are skipped; the engine's events (statement
@@ -127,7 +128,7 @@ def open_pg(*, account_id: str, mode: str, mod, act, idem_key: str | None, req_h
     # attempt that did commit makes the retry fail (duplicate call id / key in flight)
     # instead of charging twice.
     try:
-        return OpenedCall(call_id, now), Opened(*run_one(_OPEN, params, lambda result: result.first()))
+        return OpenedCall(call_id, now), Opened(*run_one(_OPEN, params)[0])
     except DBAPIError as exc:
         refusal = REFUSALS.get(getattr(exc.orig, "sqlstate", None))
         if refusal is None:
@@ -237,6 +238,5 @@ def _write_group(rows: list[dict]) -> set[str]:
     to adapt than nine arrays); the ids it moved to ``succeeded``."""
     created = [r["created_at"] for r in rows]
     with one_statement() as conn:
-        result = conn.exec_driver_sql(_FINALIZE, {
-            "rows": orjson.dumps(rows).decode(), "lo": min(created), "hi": max(created)})
-        return {row[0] for row in result}
+        return {row[0] for row in execute_rows(conn, _FINALIZE, {
+            "rows": orjson.dumps(rows).decode(), "lo": min(created), "hi": max(created)})}

@@ -46,14 +46,34 @@ def test_redis_hits_send_one_command_per_request(app, monkeypatch):
     key = "gwtest-rl:plan:one-command"
     ratelimits._redis_hits(client, key, items)  # loads the script once
     sent = []
-    real = client.execute_command
-    monkeypatch.setattr(client, "execute_command", lambda *a, **kw: sent.append(a[0]) or real(*a, **kw))
+    real = redis.connection.AbstractConnection.send_packed_command
+
+    def send_packed(self, command, check_health=True):
+        sent.append(b"".join(command) if isinstance(command, list) else command)
+        return real(self, command, check_health)
+
+    monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", send_packed)
     assert [r for _, r, _ in ratelimits._redis_hits(client, key, items)] == [1, 8, 98]
-    assert sent == ["EVALSHA"]
+    assert len(sent) == 1 and b"EVALSHA" in sent[0]
     client.script_flush()
     sent.clear()
     assert [r for _, r, _ in ratelimits._redis_hits(client, key, items)] == [0, 7, 97]
-    assert sent[-1] == "EVALSHA" and "SCRIPT LOAD" in sent
+    assert [next(c for c in (b"EVALSHA", b"LOAD") if c in cmd) for cmd in sent] == [b"EVALSHA", b"LOAD", b"EVALSHA"]
+    client.delete(*client.scan_iter(key + ":*"))
+
+
+@needs_redis
+def test_redis_hits_survive_a_dropped_connection(app):
+    """The thread's connection breaking (server restart, idle timeout) costs one resend
+    on a new connection, not a failed-open request."""
+    client = redis.Redis.from_url(REDIS_URL)
+    items = parse_many("5/minute")
+    key = "gwtest-rl:plan:dropped"
+    assert ratelimits._redis_hits(client, key, items)[0][1] == 4
+    (_, conn), = [v for c, v in ratelimits._threads.conns.items() if c is client]
+    conn.send_command("CLIENT", "ID")
+    client.client_kill_filter(_id=conn.read_response())  # that one connection, server side
+    assert ratelimits._redis_hits(client, key, items)[0][1] == 3
     client.delete(*client.scan_iter(key + ":*"))
 
 

@@ -123,3 +123,28 @@ def test_gunicorn_freezes_the_loaded_app_for_the_garbage_collector():
     out = subprocess.run([str(VENV_BIN / "python"), "-c", code], cwd=ROOT, capture_output=True, text=True,
                          timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 0 and out.stdout.startswith("ok"), out.stderr
+
+
+@pytest.mark.parametrize("accesslog,enabled", [(None, "False"), ("-", "True")])
+def test_gunicorn_builds_access_lines_only_when_asked(accesslog, enabled):
+    """The JSON log config (production) would switch gunicorn's access log on by itself,
+    and gunicorn would then build every response's log atoms for a logger that drops
+    them; the config's logger keeps it off unless GUNICORN_ACCESSLOG asks for it."""
+    code = textwrap.dedent("""\
+        import runpy
+        from gunicorn.config import Config
+        conf = runpy.run_path("deploy/gunicorn.conf.py")
+        cfg = Config()
+        for name in ("logconfig_dict", "accesslog", "logger_class"):
+            if conf.get(name) is not None:
+                cfg.set(name, conf[name])
+        assert cfg.logconfig_dict
+        print(cfg.logger_class(cfg).access_log_enabled)
+        """)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "APP_ENV": "production", "LOG_JSON": "1"}
+    env.pop("GUNICORN_ACCESSLOG", None)
+    if accesslog:
+        env["GUNICORN_ACCESSLOG"] = accesslog
+    out = subprocess.run([str(VENV_BIN / "python"), "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120, env=env)
+    assert out.returncode == 0 and out.stdout.strip() == enabled, out.stderr

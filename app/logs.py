@@ -118,6 +118,13 @@ def init_logging(app: Flask) -> None:
         root.addHandler(make_handler(bool(app.config.get("LOG_JSON"))))
         root.setLevel(app.config.get("LOG_LEVEL", "INFO"))
         logging.getLogger("alembic").setLevel(logging.WARNING)
+        # No formatter here prints a record's source line or thread, so the records do not
+        # collect them (the logging HOWTO's "Optimization": finding the caller walks the
+        # stack on every record; ~28 µs of the access line's ~66). Process ids stay on
+        # (gunicorn's own text format prints them).
+        logging._srcfile = None
+        logging.logThreads = False
+        logging.logMultiprocessing = False
         root._gateway_configured = True
     if app.config.get("ACCESS_LOG", True):
         init_access_log(app)

@@ -98,3 +98,13 @@ def test_job_id_is_attached_to_records_of_an_rq_job(captured):
     logging.getLogger("app.tasks.test").info("idle")
     lines = [x for x in _lines(captured) if x["logger"] == "app.tasks.test"]
     assert lines[0]["job_id"] == "job-123" and "job_id" not in lines[1]
+
+
+def test_records_skip_the_caller_lookup_but_keep_the_process(app):  # noqa: ARG001
+    """init_logging turns off what no formatter prints (source line, thread): finding the
+    caller walked the stack on every record. gunicorn's text format prints the pid."""
+    import logging
+
+    record = logging.getLogger("gateway.access").makeRecord("x", logging.INFO, None, 0, "m", (), None)
+    assert logging._srcfile is None and logging.logThreads is False
+    assert record.thread is None and record.process is not None

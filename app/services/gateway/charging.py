@@ -10,7 +10,8 @@ stays in ``gateway.calls``.
   is safe: docs/performance.md). A refusal (insufficient funds, key spend limit) RAISEs
   in the function, so the server undoes all of it and no ROLLBACK round trip is needed.
 * ``finalize_pg`` marks the call ``succeeded`` with its receipt AND stores the
-  Idempotency-Key's response in ONE data-modifying CTE, committed durably before the
+  Idempotency-Key's response in ONE statement (``gw_finalize_calls``, migration 0021),
+  committed durably before the
   answer leaves the process. Finalizations that arrive while one is being written are
   grouped (``GroupFinalizer``: group commit, leader/followers): the next statement
   finalizes all of them, so under load one durable commit and one round trip serve
@@ -66,28 +67,10 @@ def created_at_of(call_id: str) -> datetime | None:
 
 
 # Finalizes a group of calls: pending → succeeded (only those still pending: the sweep
-# may have refunded one) and their keys' stored responses. The created_at range prunes
-# the UPDATE to the calls' month partitions (at execution, also with a generic plan).
-_FINALIZE = """
-    WITH b AS (
-        SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb)
-            AS b(id varchar, created_at timestamptz, ok boolean, provider_status integer,
-                 receipt jsonb, finished_at timestamptz, account_id varchar, idem_key varchar,
-                 response_body text)),
-    c AS (
-        UPDATE module_calls m
-           SET status = 'succeeded', ok = b.ok, provider_status = b.provider_status,
-               receipt = b.receipt, finished_at = b.finished_at
-          FROM b
-         WHERE m.id = b.id AND m.created_at = b.created_at AND m.status = 'pending'
-           AND m.created_at >= %(lo)s::timestamptz AND m.created_at <= %(hi)s::timestamptz
-        RETURNING m.id),
-    i AS (
-        UPDATE idempotency_records r SET status = 'done', response_body = b.response_body
-          FROM b JOIN c ON c.id = b.id
-         WHERE r.account_id = b.account_id AND r.key = b.idem_key AND r.call_id = b.id)
-    SELECT id FROM c
-"""
+# may have refunded one) and their keys' stored responses; answers the ids it moved.
+# The function (migration 0021) finds each call by its primary key (pruned to its
+# month at execution) with plans that do not depend on the statistics of the moment.
+_FINALIZE = "SELECT id FROM gw_finalize_calls(%(rows)s::jsonb) AS id"
 
 
 @dataclass(frozen=True)
@@ -236,7 +219,5 @@ def _group_finalizer() -> GroupFinalizer:
 def _write_group(rows: list[dict]) -> set[str]:
     """ONE autocommit statement finalizing ``rows`` (passed as one JSON document: cheaper
     to adapt than nine arrays); the ids it moved to ``succeeded``."""
-    created = [r["created_at"] for r in rows]
     with one_statement() as conn:
-        return {row[0] for row in execute_rows(conn, _FINALIZE, {
-            "rows": orjson.dumps(rows).decode(), "lo": min(created), "hi": max(created)})}
+        return {row[0] for row in execute_rows(conn, _FINALIZE, {"rows": orjson.dumps(rows).decode()})}

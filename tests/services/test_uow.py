@@ -210,7 +210,9 @@ def test_execute_rows_on_the_cursor_keeps_errors_and_listeners(app):
     a fresh one), and an engine listener still sees every statement."""
     if app.config["SQLALCHEMY_DATABASE_URI"].startswith("sqlite"):
         pytest.skip("one_statement is the PostgreSQL hot path's")
-    from sqlalchemy.engine import Engine
+    from unittest.mock import patch
+
+    from sqlalchemy.engine import Connection, Engine
     from sqlalchemy.exc import DBAPIError, IntegrityError
 
     from app.services.platform.uow import execute_rows, release_connection, run_one
@@ -243,6 +245,9 @@ def test_execute_rows_on_the_cursor_keeps_errors_and_listeners(app):
 
         with listening(Engine, ("before_cursor_execute", listener)):
             assert run_one("SELECT %(v)s::text", {"v": "heard"}) == [("heard",)]
-        assert seen == ["SELECT %(v)s::text"] and not Engine._has_events
+        assert seen == ["SELECT %(v)s::text"]
+        # the listener gone, the statement takes the cursor path again (not exec_driver_sql)
+        with patch.object(Connection, "exec_driver_sql", side_effect=AssertionError("not the cursor path")):
+            assert run_one("SELECT 7", {}) == [(7,)]
         release_connection()
         db.session.remove()

@@ -155,14 +155,16 @@ def run_one(statement, params: dict) -> list:
 def execute_rows(conn: Connection, sql: str, params: dict) -> list[tuple]:
     """Run driver-level ``sql`` on ``conn`` and return all its rows (tuples).
 
-    When nothing listens to the engine's statement events (the normal case) the statement
-    goes straight to a driver cursor through SQLAlchemy's ``_cursor_execute``: the same
-    execution and error handling as ``exec_driver_sql`` (psycopg errors raised as
-    ``DBAPIError``; a lost connection invalidated, ``connection_invalidated`` set) without
-    building an execution context and a result per statement (~0.1 ms of CPU each on
-    the hot path). When something listens (tracing, the bench's statement counters) it
-    runs through ``exec_driver_sql``, so the listeners see it as before."""
-    if conn._has_events or conn.engine._has_events:
+    When nothing listens to the connection's statement events right now (the normal
+    case) the statement goes straight to a driver cursor through SQLAlchemy's
+    ``_cursor_execute``: the same execution and error handling as ``exec_driver_sql``
+    (psycopg errors raised as ``DBAPIError``; a lost connection invalidated,
+    ``connection_invalidated`` set) without building an execution context and a result
+    per statement (~0.1 ms of CPU each on the hot path). When something listens
+    (tracing, the bench's statement counters) it runs through ``exec_driver_sql``, so the
+    listeners see it as before. The check is on the listener lists themselves (~1 µs),
+    not SQLAlchemy's ``_has_events`` flag, which stays set after a listener is removed."""
+    if conn.dispatch.before_cursor_execute or conn.dispatch.after_cursor_execute:
         return [tuple(row) for row in conn.exec_driver_sql(sql, params)]
     cursor = conn.connection.cursor()
     try:

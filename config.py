@@ -185,6 +185,9 @@ def load_config(overrides: dict | None = None) -> dict:
         "CALL_SWEEP_MARGIN_SECONDS": _float("CALL_SWEEP_MARGIN_SECONDS", 60.0),
         # An hour is rolled into usage_hourly this long after it ended (billing/usage_log.py).
         "USAGE_ROLL_MARGIN_SECONDS": _float("USAGE_ROLL_MARGIN_SECONDS", 300.0),
+        # The same job adds each minute's calls to its hour this long after the minute
+        # ended, so readers aggregate only the last minute or two of the call log; 0: off.
+        "USAGE_TAIL_MARGIN_SECONDS": _float("USAGE_TAIL_MARGIN_SECONDS", 60.0),
         "PROVIDER_MAX_RESPONSE_BYTES": _int("PROVIDER_MAX_RESPONSE_BYTES", 5 * 1024 * 1024),
         "IDEMPOTENCY_TTL_SECONDS": _int("IDEMPOTENCY_TTL_SECONDS", 24 * 3600),
         # --- call log partitions (PostgreSQL; app/services/platform/partitions.py) ---

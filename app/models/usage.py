@@ -60,13 +60,16 @@ class UsageDaily(db.Model):
 
 
 class UsageRollupState(db.Model):
-    """One row (id 1): ``rolled_through`` is the first hour NOT yet rolled into
-    ``usage_hourly``; from there on usage is read from the call logs.
-    ``days_rolled_through`` is the first day (00:00 UTC) NOT yet rolled into
-    ``usage_daily``: the day of ``rolled_through`` (NULL: no day rolled)."""
+    """One row (id 1): ``rolled_through`` is the first hour NOT yet final-rolled into
+    ``usage_hourly``. ``tail_through`` (a whole minute after it, or NULL) is where the
+    tail roll stopped: the calls of [rolled_through, tail_through) are added to their
+    hours' rows, and usage is read from the call logs from ``tail_through`` (else
+    ``rolled_through``) on. ``days_rolled_through`` is the first day (00:00 UTC) NOT yet
+    rolled into ``usage_daily``: the day of ``rolled_through`` (NULL: no day rolled)."""
 
     __tablename__ = "usage_rollup_state"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     rolled_through: Mapped[datetime] = mapped_column(UTCDateTime)
     days_rolled_through: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    tail_through: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)

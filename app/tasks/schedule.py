@@ -23,8 +23,9 @@ SCHEDULE: list[tuple[str, int, Callable]] = [
     ("alerts-evaluate", 60, alerts.evaluate),
     ("calls-sweep", 30, gateway.sweep_pending_calls),
     ("idempotency-purge", 3600, gateway.purge_idempotency),
-    # usage_hourly from the call logs, for hours that are final (billing.usage_log)
-    ("usage-roll", 300, usage.roll_usage),
+    # usage_hourly from the call logs: final hours, then the settled minutes of the
+    # current ones, so readers aggregate a minute or two of the log (billing.usage_log)
+    ("usage-roll", 60, usage.roll_usage),
     ("chat-release-stale-holds", 300, chat.release_stale_holds),
     ("heartbeat", 30, maintenance.heartbeat),
     # Monthly partitions (PostgreSQL): create the coming months; drop expired call-log months.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from app.extensions import db
 from app.models import ChatCompletion, ModuleCall, UsageHourly, UsageRollupState
@@ -124,4 +124,146 @@ def test_the_roll_job_is_scheduled():
     from app.tasks.schedule import SCHEDULE
     from app.tasks.usage import roll_usage
 
-    assert ("usage-roll", 300, roll_usage) in SCHEDULE
+    assert ("usage-roll", 60, roll_usage) in SCHEDULE
+
+
+# --- the tail roll: settled minutes of the hours not final yet ---------------------------
+
+M = timedelta(minutes=1)
+HOUR0 = usage_log.hour_of(T)  # 10:00
+
+
+def _log_sums(account_id):
+    """What every reader must show: the sums straight from the call logs."""
+    calls = db.session.execute(select(ModuleCall).where(ModuleCall.account_id == account_id)).scalars().all()
+    chats = db.session.execute(select(ChatCompletion).where(ChatCompletion.account_id == account_id,
+                                                            ChatCompletion.status != "held")).scalars().all()
+    return {"calls": len(calls) + len(chats),
+            "errors": sum(c.status == "refunded" for c in calls)
+            + sum(c.status == "released" or c.error is not None for c in chats),
+            "spend_micros": sum(c.price_micros for c in calls if c.status != "refunded")
+            + sum(c.cost_micros for c in chats if c.status != "released")}
+
+
+def _totals(account_id):
+    start, end = usage.billing_period(T)
+    return usage.totals(account_id, start, end)
+
+
+def _state():
+    return db.session.execute(select(UsageRollupState.rolled_through, UsageRollupState.tail_through)).one()
+
+
+def test_the_tail_roll_adds_settled_minutes_so_readers_read_only_the_last_ones(app, account):
+    with app.app_context():
+        _never_rolled()
+        _call(1, account.id, "succeeded", HOUR0 + 20 * M)
+        _call(2, account.id, "refunded", HOUR0 + 25 * M)
+        _chat(1, account.id, "settled", HOUR0 + 30 * M)
+        _call(3, account.id, "succeeded", HOUR0 + 39 * M + timedelta(seconds=30))  # minute 10:39
+        db.session.commit()
+        expect = _log_sums(account.id)
+        assert _totals(account.id) == expect
+
+        # 10:40: no hour is final; the minutes before 10:39 (ended USAGE_TAIL_MARGIN_SECONDS ago) are added
+        assert usage_log.roll(now=HOUR0 + 40 * M) == 0
+        assert tuple(_state()) == (HOUR0, HOUR0 + 39 * M)
+        assert usage_log.tail_through() == HOUR0 + 39 * M
+        assert sorted(_hourly(account.id)) == [("chat:m1", "live", HOUR0, 1, 0, 5_000),
+                                               ("echo", "live", HOUR0, 2, 1, 30_000)]
+        assert _totals(account.id) == expect                     # rows + the one call after the tail mark
+        rolled = _hourly(account.id)
+        assert usage_log.roll(now=HOUR0 + 40 * M + timedelta(seconds=50)) == 0  # same minute: nothing to add
+        assert _hourly(account.id) == rolled and _totals(account.id) == expect
+
+        # a pending call holds the tail at its minute; its refund shows at once (it is in the tail)
+        _call(4, account.id, "pending", HOUR0 + 45 * M)
+        _call(5, account.id, "succeeded", HOUR0 + 50 * M)
+        db.session.commit()
+        usage_log.roll(now=HOUR0 + 70 * M)
+        assert tuple(_state()) == (HOUR0, HOUR0 + 45 * M)
+        db.session.execute(ModuleCall.__table__.update().where(ModuleCall.id == "call_4").values(status="refunded"))
+        db.session.commit()
+        expect = _log_sums(account.id)
+        assert _totals(account.id) == expect
+
+        # 11:10: the tail runs on into 11:00 …
+        _call(6, account.id, "succeeded", HOUR0 + H + 2 * M)
+        db.session.commit()
+        assert usage_log.roll(now=HOUR0 + H + 3 * M) == 0        # 10:00 not final until 11:05
+        assert tuple(_state()) == (HOUR0, HOUR0 + H + 2 * M)
+        assert ("echo", "live", HOUR0 + H, 0, 0, 0) not in _hourly(account.id)
+        expect = _log_sums(account.id)
+        assert _totals(account.id) == expect
+        # … and 10:00's final roll rewrites the hour from the log: nothing counted twice
+        _call(7, account.id, "succeeded", HOUR0 + H + 5 * M)
+        db.session.commit()
+        assert usage_log.roll(now=HOUR0 + H + 10 * M) == 1
+        assert tuple(_state()) == (HOUR0 + H, HOUR0 + H + 9 * M)
+        assert ("echo", "live", HOUR0, 5, 2, 90_000) in _hourly(account.id)
+        assert ("echo", "live", HOUR0 + H, 2, 0, 60_000) in _hourly(account.id)
+        expect = _log_sums(account.id)
+        assert _totals(account.id) == expect
+        assert usage.daily_rows(account.id, 2, now=T + timedelta(days=1))[0]["calls"] == expect["calls"]
+
+        # the tail catches up with a final roll: the mark alone again (NULL), same rows
+        assert usage_log.roll(now=HOUR0 + 2 * H + 6 * M + timedelta(seconds=1)) == 1
+        assert usage_log.rolled_through() == HOUR0 + 2 * H
+        assert _totals(account.id) == expect
+
+
+def test_a_call_committed_after_the_tail_passed_its_minute_counts_at_its_hours_final_roll(app, account):
+    """The documented cost of the short tail margin: a call whose transaction committed
+    more than USAGE_TAIL_MARGIN_SECONDS after its ``created_at`` is not seen by the tail
+    roll that passed its minute; the hour's final roll (longer margin) counts it."""
+    with app.app_context():
+        _never_rolled()
+        _call(1, account.id, "succeeded", HOUR0 + 5 * M)
+        db.session.commit()
+        usage_log.roll(now=HOUR0 + 40 * M)
+        _call(2, account.id, "succeeded", HOUR0 + 30 * M)  # committed at 10:40 with 10:30's timestamp
+        db.session.commit()
+        assert _totals(account.id)["calls"] == 1               # late, not lost …
+        assert usage_log.roll(now=HOUR0 + H + 5 * M) == 1
+        assert _totals(account.id) == _log_sums(account.id) == {"calls": 2, "errors": 0, "spend_micros": 60_000}
+
+
+def test_the_tail_roll_can_be_turned_off(app, account, monkeypatch):
+    monkeypatch.setitem(app.config, "USAGE_TAIL_MARGIN_SECONDS", 0)
+    with app.app_context():
+        _never_rolled()
+        _call(1, account.id, "succeeded", HOUR0 + 5 * M)
+        db.session.commit()
+        usage_log.roll(now=HOUR0 + 40 * M)
+        assert tuple(_state()) == (HOUR0, None) and _hourly(account.id) == []
+        assert _totals(account.id)["calls"] == 1
+
+
+def test_downgrading_the_migration_removes_the_minute_sums(app, account):
+    """Before 0022 readers took the hours from ``rolled_through`` on from the call log:
+    the downgrade deletes exactly the rows the tail roll wrote, so nothing counts twice."""
+    from flask_migrate import downgrade, upgrade
+
+    with app.app_context():
+        _never_rolled()
+        _call(1, account.id, "succeeded", HOUR0 - H + 5 * M)  # 09:00, rolled by its final roll
+        _call(2, account.id, "succeeded", HOUR0 + 5 * M)      # 10:00, added by the tail roll
+        db.session.commit()
+        usage_log.roll(now=HOUR0 + 40 * M)
+        assert tuple(_state()) == (HOUR0, HOUR0 + 39 * M)
+        assert {r[2] for r in _hourly(account.id)} == {HOUR0 - H, HOUR0}
+        db.session.remove()
+        db.engine.dispose()
+        try:
+            downgrade(revision="finalize_function")
+            db.session.remove()
+            db.engine.dispose()
+            left = db.session.execute(text("SELECT hour FROM usage_hourly WHERE account_id = :a"),
+                                      {"a": account.id}).scalars().all()
+            assert len(left) == 1                              # 09:00 only: 10:00 comes from the log again
+        finally:
+            db.session.remove()
+            db.engine.dispose()
+            upgrade(revision="head")
+        assert tuple(_state()) == (HOUR0, None)
+        assert _totals(account.id)["calls"] == 2

@@ -1,13 +1,16 @@
-"""Usage from the call logs: the live tail, and the job that rolls final hours (and days) up.
+"""Usage from the call logs: the live tail, and the job that rolls it up.
 
 Nothing on a metered path writes usage: a module call's usage is its ``module_calls``
 row, a chat completion's its ``chat_completions`` row. ``usage_hourly`` holds the
-rollups of hours that are *final*; ``usage_rollup_state.rolled_through`` is the first
-hour not rolled yet. ``usage_daily`` holds the sums of the days whose every hour is
-rolled, up to ``days_rolled_through`` (the day of ``rolled_through``). A reader
+rollups of hours that are *final* (``usage_rollup_state.rolled_through`` is the first
+hour not final-rolled yet) and, for the hours from there on, the calls up to
+``tail_through`` (a whole minute, or NULL: nothing after ``rolled_through``), added
+minute by minute. ``usage_daily`` holds the sums of the days whose every hour is
+final-rolled, up to ``days_rolled_through`` (the day of ``rolled_through``). A reader
 (``billing.usage``, alert metrics) sums, in one query (``usage_rows``), the whole rolled
 days of its range from ``usage_daily``, the other hours from ``usage_hourly`` and the
-call log from ``rolled_through`` on.
+call log from the *tail mark* on (``tail_through``, else ``rolled_through``): the
+calls of the last minute or two, not of the last hour.
 
 How a call counts (the same as the counters the charging transaction used to keep):
 
@@ -24,16 +27,30 @@ took its timestamp before the hour ended has committed), no module call created 
 is still ``pending`` (a refund would change it; the sweep resolves every pending call
 after its deadline) and no chat completion created in it is still ``held`` (its settle
 or release would change it; the stale-hold sweep resolves every hold whose stream
-stopped). ``roll()`` is idempotent: it rewrites the rows of the hours it rolls (delete +
-insert from the log), then those of the days that became fully rolled (delete + insert
-from their hours), and moves both marks, in one unit of work.
+stopped). ``roll()`` is idempotent: it rewrites the rows of the final hours it rolls
+(delete + insert from the log), then those of the days that became fully rolled (delete
++ insert from their hours), and moves both marks, in one unit of work.
+
+The tail roll (same run, same unit of work, once the final hours are caught up) adds
+the calls of the whole minutes from the tail mark to the first minute that is not
+*settled* to their hours' rows (an upsert adding calls, errors and spend) and moves
+``tail_through`` there. A minute is settled when it ended ``USAGE_TAIL_MARGIN_SECONDS``
+ago (60; 0 turns the tail roll off) and no call created in it is still pending and no
+completion still held, as for a final hour. What the shorter margin can cost: a call
+whose transaction took its ``created_at`` more than the margin before it committed is
+not seen by the tail roll that passed its minute, so readers miss it until its hour's
+final roll (which rewrites the whole hour from the log with the longer margin) — a
+late, never a double or lost count. Every metered path takes ``created_at`` in the
+transaction that commits it within milliseconds.
 """
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
 from flask import current_app
-from sqlalchemy import bindparam, case, delete, func, insert, literal, or_, select, union_all
+from sqlalchemy import bindparam, case, delete, func, insert, literal, or_, select, true, union_all
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.sql.elements import BindParameter
 
 from app.extensions import db
@@ -60,10 +77,19 @@ def day_of(ts: datetime) -> datetime:
     return hour_of(ts).replace(hour=0)
 
 
+def minute_of(ts: datetime) -> datetime:
+    return ts.astimezone(timezone.utc).replace(second=0, microsecond=0)
+
+
 def _mark(column=_STATE.c.rolled_through):
     """A rollup mark as a scalar subquery (the epoch when there is no state row or value)."""
     return func.coalesce(select(column).where(_STATE.c.id == 1).scalar_subquery(),
                          literal(EPOCH, UTCDateTime()))
+
+
+def _tail_mark():
+    """Where the call-log part of a read starts: ``tail_through``, else ``rolled_through``."""
+    return _mark(func.coalesce(_STATE.c.tail_through, _STATE.c.rolled_through))
 
 
 def _where(col_account, col_mode, col_ts, start, end, accounts, modes):
@@ -78,7 +104,8 @@ def _where(col_account, col_mode, col_ts, start, end, accounts, modes):
 
 def call_log_rows(start: datetime, end: datetime, accounts=None, modes=None, *, since_mark: bool = True):
     """The per-call usage rows (``COLUMNS``) of module calls and chat completions in
-    [start, end); with ``since_mark`` only those at or after the rollup mark."""
+    [start, end); with ``since_mark`` only those at or after the tail mark (the calls no
+    roll has counted yet)."""
     refunded = _CALLS.c.status == "refunded"
     calls = select(
         _CALLS.c.account_id, _CALLS.c.module_slug.label("product"), _CALLS.c.mode,
@@ -96,8 +123,8 @@ def call_log_rows(start: datetime, end: datetime, accounts=None, modes=None, *, 
     ).where(_CHAT.c.status.in_(("settled", "released", "sandbox")),
             *_where(_CHAT.c.account_id, _CHAT.c.mode, _CHAT.c.created_at, start, end, accounts, modes))
     if since_mark:
-        calls = calls.where(_CALLS.c.created_at >= _mark())
-        chat = chat.where(_CHAT.c.created_at >= _mark())
+        calls = calls.where(_CALLS.c.created_at >= _tail_mark())
+        chat = chat.where(_CHAT.c.created_at >= _tail_mark())
     return calls, chat
 
 
@@ -169,18 +196,29 @@ def whole_day_rows():
 
 
 def rolled_through() -> datetime:
-    """The first hour not rolled into ``usage_hourly`` yet (the epoch when never run)."""
+    """The first hour not final-rolled into ``usage_hourly`` (the epoch when never run)."""
     return db.session.execute(select(_mark())).scalar_one()
 
 
-def _final_before(now: datetime) -> datetime:
-    """Hours before this one are final (see the module docstring)."""
-    margin = timedelta(seconds=float(current_app.config.get("USAGE_ROLL_MARGIN_SECONDS", 300)))
-    limit = hour_of(now - margin)
-    open_rows = [db.session.execute(select(func.min(col)).where(cond)).scalar()
-                 for col, cond in ((_CALLS.c.created_at, _CALLS.c.status == "pending"),
-                                   (_CHAT.c.created_at, _CHAT.c.status == "held"))]
-    return min([limit, *(hour_of(t) for t in open_rows if t is not None)])
+def tail_through() -> datetime:
+    """Where readers start reading the call log: the tail mark (the epoch when never run)."""
+    return db.session.execute(select(_tail_mark())).scalar_one()
+
+
+def _settled_before(now: datetime) -> tuple[datetime, datetime | None]:
+    """(hours before this one are final, minutes before this one are settled — None when
+    the tail roll is off); see the module docstring."""
+    config = current_app.config
+    margin = timedelta(seconds=float(config.get("USAGE_ROLL_MARGIN_SECONDS", 300)))
+    tail_margin = float(config.get("USAGE_TAIL_MARGIN_SECONDS", 60))
+    open_rows = [t for t in (db.session.execute(select(func.min(col)).where(cond)).scalar()
+                             for col, cond in ((_CALLS.c.created_at, _CALLS.c.status == "pending"),
+                                               (_CHAT.c.created_at, _CHAT.c.status == "held")))
+                 if t is not None]
+    final = min([hour_of(now - margin), *(hour_of(t) for t in open_rows)])
+    if tail_margin <= 0:
+        return final, None
+    return final, min([minute_of(now - timedelta(seconds=tail_margin)), *(minute_of(t) for t in open_rows)])
 
 
 def _first_logged() -> datetime | None:
@@ -192,28 +230,35 @@ def _first_logged() -> datetime | None:
 
 def roll(now: datetime | None = None, *, max_hours: int = 48) -> int:
     """Roll the final hours after the mark (at most ``max_hours`` per run) into
-    ``usage_hourly``, then the days that became fully rolled into ``usage_daily``, and move
-    both marks; returns how many hours it rolled. One unit of work; concurrent runs
-    serialize on the state row. Idempotent."""
+    ``usage_hourly``, then the days that became fully rolled into ``usage_daily``; once
+    the final hours are caught up, add the settled minutes after the tail mark to their
+    hours' rows; move the marks. Returns how many hours it final-rolled. One unit of work;
+    concurrent runs serialize on the state row. Idempotent."""
     now = now or utcnow()
     s = db.session
     with unit_of_work():
-        state = s.execute(select(_STATE.c.rolled_through, _STATE.c.days_rolled_through)
+        state = s.execute(select(_STATE.c.rolled_through, _STATE.c.days_rolled_through, _STATE.c.tail_through)
                           .where(_STATE.c.id == 1).with_for_update()).first()
-        mark, days_mark = state if state is not None else (None, None)
-        stored_days = days_mark
+        mark, days_mark, tail = state if state is not None else (None, None, None)
+        stored = (days_mark, tail)
         if mark is None:  # never run on this database (the migration sets it): start at the log
             mark = _first_logged()
             if mark is None:
                 return 0
             s.execute(insert(_STATE).values(id=1, rolled_through=mark))
-        target = min(_final_before(now), mark + max_hours * HOUR)
+        final, settled = _settled_before(now)
+        target = min(final, mark + max_hours * HOUR)
         hours = 0
         hour = mark
         while hour < target:
-            _roll_hour(hour)
+            _roll_hour(hour)  # rewrites the hour: the minutes added to it before are replaced
             hour += HOUR
             hours += 1
+        tail = tail if tail is not None and tail > hour else hour
+        if hour >= final and settled is not None and settled > tail:
+            _add_minutes(tail, settled)
+            tail = settled
+        tail = tail if tail > hour else None
         if days_mark is None:  # no day rolled yet: from the first rolled hour on
             first = s.execute(select(func.min(_USAGE.c.hour))).scalar()
             days_mark = day_of(min(first, mark) if first is not None else mark)
@@ -221,10 +266,27 @@ def roll(now: datetime | None = None, *, max_hours: int = 48) -> int:
         while day < day_of(hour):
             _roll_day(day)
             day += DAY
-        if hours or day != stored_days:
-            s.execute(_STATE.update().where(_STATE.c.id == 1).values(rolled_through=hour,
-                                                                      days_rolled_through=day))
+        if hours or (day, tail) != stored:
+            s.execute(_STATE.update().where(_STATE.c.id == 1).values(
+                rolled_through=hour, days_rolled_through=day, tail_through=tail))
     return hours
+
+
+def _add_minutes(lo: datetime, hi: datetime) -> None:
+    """Add the calls of [lo, hi) (whole minutes after the tail mark) to their hours' rows
+    of ``usage_hourly``: one upsert per hour the range touches."""
+    dialect = db.session.get_bind().dialect.name
+    hour = hour_of(lo)
+    while hour < hi:
+        rows = union_all(*call_log_rows(max(lo, hour), min(hi, hour + HOUR), since_mark=False)).subquery()
+        agg = _sums(rows.c, hour).where(true())  # SQLite: without a WHERE, ON CONFLICT may parse as a join
+        ins = (pg_insert if dialect == "postgresql" else sqlite_insert)(_USAGE).from_select(
+            ["account_id", "product", "mode", "hour", "calls", "errors", "spend_micros"], agg)
+        db.session.execute(ins.on_conflict_do_update(
+            index_elements=["account_id", "product", "mode", "hour"],
+            set_={"calls": _USAGE.c.calls + ins.excluded.calls, "errors": _USAGE.c.errors + ins.excluded.errors,
+                  "spend_micros": _USAGE.c.spend_micros + ins.excluded.spend_micros}))
+        hour += HOUR
 
 
 def _roll_hour(hour: datetime) -> None:
@@ -243,10 +305,14 @@ def _roll_day(day: datetime) -> None:
     _insert_sums(_DAILY, "day", rows, rows.c, day)
 
 
+def _sums(c, ts: datetime):
+    """The usage rows with columns ``c`` summed per account, product and mode, at ``ts``."""
+    return select(c.account_id, c.product, c.mode, literal(ts, UTCDateTime()),
+                  func.sum(c.calls), func.sum(c.errors), func.sum(c.spend_micros)
+                  ).group_by(c.account_id, c.product, c.mode)
+
+
 def _insert_sums(table, ts_column: str, rows, c, ts: datetime) -> None:
     """insert … select of ``rows`` summed per account, product and mode, at ``ts``."""
-    agg = select(c.account_id, c.product, c.mode, literal(ts, UTCDateTime()),
-                 func.sum(c.calls), func.sum(c.errors), func.sum(c.spend_micros)
-                 ).group_by(c.account_id, c.product, c.mode)
     db.session.execute(insert(table).from_select(
-        ["account_id", "product", "mode", ts_column, "calls", "errors", "spend_micros"], agg))
+        ["account_id", "product", "mode", ts_column, "calls", "errors", "spend_micros"], _sums(c, ts)))

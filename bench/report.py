@@ -119,6 +119,16 @@ def targets(results: dict) -> list[dict]:
     return out
 
 
+def _jobs_line(results: dict) -> list[str]:
+    seed = results.get("checks", {}).get("scale_seed") or {}
+    if seed.get("tail_calls") is None:
+        return []
+    return [f"`flask worker` and `flask scheduler` ran beside gunicorn (deploy/Procfile). Usage reads: "
+            f"{seed['calls']:,} seeded calls ending {seed.get('end')}; {seed['tail_calls']:,} of the bench "
+            "account's calls were after the rollup's tail mark when the reads began (read from the call "
+            "log itself).", ""]
+
+
 def markdown(results: dict) -> str:
     conc = [str(c) for c in results.get("settings", {}).get("concurrency", [1, 16])]
     m = results.get("machine", {})
@@ -135,6 +145,7 @@ def markdown(results: dict) -> str:
              f"({g.get('worker_class')}), APP_ENV=production, PostgreSQL + Redis; wrk 1 thread, "
              f"{s.get('duration_s')} s per measurement after a {s.get('warmup_s')} s warm-up; "
              f"errors = non-2xx/3xx responses + socket errors.", "",
+             *_jobs_line(results),
              "| scenario | " + " | ".join(f"c={c} req/s | c={c} p50 ms | c={c} p99 ms | c={c} errors"
                                          for c in conc) + f" | CPU ms/req (server + PostgreSQL, c={conc[-1]}) |",
              "|---|" + "---:|" * (4 * len(conc)) + "---:|"]

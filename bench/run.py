@@ -187,6 +187,8 @@ class Bench:
         self.nginx = setup.start_nginx(self.ports, WORK)
         log("gunicorn: production config")
         self.gunicorn = setup.start_gunicorn(self.env, self.ports, WORK)
+        log("flask worker + scheduler: the periodic jobs")
+        setup.start_jobs(self.env, WORK)
         self.paths = setup.openapi_paths(self.ports)
 
     def memory_snapshot(self, label: str) -> None:

@@ -6,7 +6,7 @@ import json
 import os
 import subprocess
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from bench import peers, profile, seed, setup
@@ -211,8 +211,8 @@ class Usage(Scenario):
     name = "usage"
 
     # the account-scoped reads issue 18 bounds (p99 <= 20 ms at c=1 with 10M calls recorded):
-    # path -> (scenario name, query); the export reads the last whole hour before the
-    # seed (about 110 of the bench account's calls: a per-call read, not a bulk download)
+    # path -> (scenario name, query); the export reads the last seeded hour (about 110 of
+    # the bench account's calls: a per-call read, not a bulk download)
     READS = {"/api/usage/current": ("usage-current", ""),
              "/api/usage/by-module": ("usage-by-module", ""),
              "/api/usage/daily": ("usage-daily", "?days=30"),
@@ -224,8 +224,9 @@ class Usage(Scenario):
             raise Unavailable("the usage endpoints are not in this build")
         key = ctx.ensure_account()
         info = seed.seed_scale(ctx)
+        info["tail_calls"] = seed.tail_calls(ctx)
         ctx.bench.results["checks"]["scale_seed"] = info
-        end = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
+        end = datetime.fromisoformat(info["end"].replace("Z", "+00:00"))  # where the seeded calls end
         window = {"start": f"{end - timedelta(hours=1):%Y-%m-%dT%H:%M:%SZ}", "end": f"{end:%Y-%m-%dT%H:%M:%SZ}"}
         for path in wanted:
             name, query = self.READS[path]

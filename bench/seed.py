@@ -97,6 +97,16 @@ def seed_scale(ctx) -> dict:
             _q(f"SELECT gw_create_month_partition('{table}', (date_trunc('month', now() AT TIME ZONE 'UTC')"
                f" - make_interval(months => m))::date) FROM generate_series(0, {_MONTHS_BACK}) AS m")
     step_us = SPAN_DAYS * 86400 * 1_000_000 // SCALE_CALLS
+    # the seeded calls end at the rollup mark (an hour; the migration sets it, the roll job
+    # moves it): the hours before it are never rolled again, so the rollups written below
+    # are the only ones of the seeded calls while the usage-roll job runs beside the seed
+    if _q("SELECT to_regclass('public.usage_rollup_state') IS NOT NULL") == "t":
+        _q("INSERT INTO usage_rollup_state (id, rolled_through) VALUES (1, date_trunc('hour', now())) "
+           "ON CONFLICT (id) DO NOTHING")
+        end = _q("SELECT to_char(rolled_through AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') "
+                 "FROM usage_rollup_state WHERE id = 1")
+    else:
+        end = _q("SELECT to_char(date_trunc('hour', now() AT TIME ZONE 'UTC'), 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')")
     chunk = 1_000_000
     for lo in range(0, SCALE_CALLS, chunk):
         hi = min(SCALE_CALLS, lo + chunk) - 1
@@ -118,7 +128,7 @@ FROM (SELECT g,
                   ELSE 'seed-mod-' || (g % {NOISE_ACCOUNTS} % 7) END AS slug,
              CASE WHEN g % 23 = 0 THEN 'test' ELSE 'live' END AS mode,
              g % 50 = 7 AS refunded,
-             date_trunc('hour', now()) - interval '{SPAN_DAYS} days' + make_interval(secs => (g::bigint * {step_us}) / 1e6) AS ts
+             timestamptz '{end}' - interval '{SPAN_DAYS} days' + make_interval(secs => (g::bigint * {step_us}) / 1e6) AS ts
       FROM generate_series({lo}, {hi}) AS g) s""")
     _q("""
 SET synchronous_commit = off;
@@ -132,17 +142,12 @@ GROUP BY 1, 2, 3, 4
 ON CONFLICT (account_id, product, mode, hour) DO UPDATE
   SET calls = u.calls + excluded.calls, errors = u.errors + excluded.errors,
       spend_micros = u.spend_micros + excluded.spend_micros""")
-    if _q("SELECT to_regclass('public.usage_rollup_state') IS NOT NULL") == "t":
-        # usage is read as usage_hourly + the call log after the rollup mark: every seeded
-        # call lies before the current hour, so the seeded hours are rolled hours and
-        # their calls count once; the run's own calls (this hour) are the live tail
-        _q("INSERT INTO usage_rollup_state (id, rolled_through) VALUES (1, date_trunc('hour', now())) "
-           "ON CONFLICT (id) DO UPDATE SET rolled_through = greatest(usage_rollup_state.rolled_through, "
-           "excluded.rolled_through)")
     if _q("SELECT to_regclass('public.usage_daily') IS NOT NULL") == "t":
         # the days before the mark's day are fully rolled: their daily rollups, summed from
-        # usage_hourly as the roll job writes them (readers take whole days from usage_daily)
+        # usage_hourly as the roll job writes them (readers take whole days from usage_daily);
+        # one transaction holding the state row, as the roll job does (a day it rolls meanwhile)
         _q("""
+SELECT 1 FROM usage_rollup_state WHERE id = 1 FOR UPDATE;
 UPDATE usage_rollup_state SET days_rolled_through = date_trunc('day', rolled_through AT TIME ZONE 'UTC')
                                                     AT TIME ZONE 'UTC' WHERE id = 1;
 DELETE FROM usage_daily WHERE day < (SELECT days_rolled_through FROM usage_rollup_state WHERE id = 1);
@@ -159,7 +164,7 @@ GROUP BY 1, 2, 3, 4""")
     seeded = int(_q(f"SELECT coalesce(sum(calls), 0) FROM usage_hourly WHERE account_id = '{acct}' "
                     f"AND product LIKE 'seed-mod-%'"))
     info = {"calls": SCALE_CALLS, "bench_account_calls": seeded, "accounts": NOISE_ACCOUNTS + 1,
-            "span_days": SPAN_DAYS,
+            "span_days": SPAN_DAYS, "end": end,
             "usage_hourly_rows": int(_q("SELECT count(*) FROM usage_hourly")),
             "module_calls_rows": int(_q("SELECT count(*) FROM module_calls")),
             "partitions": int(_q("SELECT count(*) FROM pg_inherits WHERE inhparent = 'module_calls'::regclass")),
@@ -167,3 +172,15 @@ GROUP BY 1, 2, 3, 4""")
             "method": "INSERT … SELECT generate_series (call log), rollups aggregated from it"}
     ctx.log(f"scale seed: {info}")
     return info
+
+
+def tail_calls(ctx) -> int | None:
+    """The bench account's calls a usage read aggregates from the call log itself (those
+    after the tail mark, else the rollup mark: not counted in ``usage_hourly`` yet)."""
+    has = _q("SELECT count(*) FROM information_schema.columns WHERE table_name = 'usage_rollup_state' "
+             "AND column_name IN ('rolled_through', 'tail_through')")
+    if has == "0":
+        return None
+    mark = ("coalesce(tail_through, rolled_through)" if has == "2" else "rolled_through")
+    return int(_q(f"SELECT count(*) FROM module_calls WHERE account_id = '{ctx.account_id}' "
+                  f"AND created_at >= (SELECT {mark} FROM usage_rollup_state WHERE id = 1)"))

@@ -168,6 +168,19 @@ def start_gunicorn(env: dict, ports: dict, work: Path):
     return proc
 
 
+def start_jobs(env: dict, work: Path) -> list:
+    """The deployment's other two processes (deploy/Procfile): the RQ worker and the
+    scheduler, so the periodic jobs run during the run as in production — above all the
+    usage roll (every 60 s), which bounds the call-log tail the usage reads aggregate."""
+    procs_ = [RUNNING.start([BIN / "flask", name], name=name, env=env, cwd=ROOT, log=work / f"{name}.log",
+                            grace=GRACE) for name in ("worker", "scheduler")]
+    for proc in procs_:
+        if not proc.wait_output("scheduler started" if proc.name == "scheduler" else "Listening on",
+                                timeout=60):
+            raise RuntimeError(f"flask {proc.name} did not start: {proc.output()[-2000:]}")
+    return procs_
+
+
 def gunicorn_settings(env: dict) -> dict:
     code = ("import runpy, json; c = runpy.run_path('deploy/gunicorn.conf.py'); "
             "print(json.dumps({k: c[k] for k in ('workers', 'threads', 'worker_class', 'keepalive', 'timeout')}))")

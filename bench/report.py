@@ -120,13 +120,16 @@ def targets(results: dict) -> list[dict]:
 
 
 def _jobs_line(results: dict) -> list[str]:
-    seed = results.get("checks", {}).get("scale_seed") or {}
-    if seed.get("tail_calls") is None:
+    if "jobs" not in results:
         return []
-    return [f"`flask worker` and `flask scheduler` ran beside gunicorn (deploy/Procfile). Usage reads: "
-            f"{seed['calls']:,} seeded calls ending {seed.get('end')}; {seed['tail_calls']:,} of the bench "
-            "account's calls were after the rollup's tail mark when the reads began (read from the call "
-            "log itself).", ""]
+    line = ("`flask worker` and `flask scheduler` ran beside gunicorn (deploy/Procfile)." if results["jobs"]
+            else "No worker or scheduler ran (`BENCH_JOBS=0`): no periodic job, no usage roll.")
+    seed = results.get("checks", {}).get("scale_seed") or {}
+    if seed.get("tail_calls") is not None:
+        line += (f" Usage reads: {seed['calls']:,} seeded calls ending {seed.get('end')}; "
+                 f"{seed['tail_calls']:,} of the bench account's calls were after the rollup's tail mark "
+                 "when the reads began (read from the call log itself).")
+    return [line, ""]
 
 
 def markdown(results: dict) -> str:

@@ -14,7 +14,8 @@ scenarios), BENCH_SCALE_CALLS (default 10000000), BENCH_DATABASE (default gw_ben
 BENCH_PG (default postgresql://postgres@127.0.0.1:5432), BENCH_REDIS_URL
 (default redis://127.0.0.1:6379/6), BENCH_PROFILE (1: py-spy the metered/chat paths),
 BENCH_APP_ENV ("K=V K=V": extra app environment for what-if runs; such a run writes
-partial.* like a BENCH_ONLY run).
+partial.* like a BENCH_ONLY run), BENCH_JOBS (0: do not start the worker and scheduler,
+a what-if run that also writes partial.*).
 """
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ DURATION = int(os.environ.get("BENCH_DURATION", "10"))
 WARMUP = int(os.environ.get("BENCH_WARMUP", "2"))
 CONCURRENCY = [int(c) for c in os.environ.get("BENCH_CONCURRENCY", "1,16").split(",")]
 ONLY = {s for s in os.environ.get("BENCH_ONLY", "").split(",") if s}
+JOBS = os.environ.get("BENCH_JOBS", "1") != "0"
 PROFILE = os.environ.get("BENCH_PROFILE", "1") == "1"
 
 
@@ -187,8 +189,10 @@ class Bench:
         self.nginx = setup.start_nginx(self.ports, WORK)
         log("gunicorn: production config")
         self.gunicorn = setup.start_gunicorn(self.env, self.ports, WORK)
-        log("flask worker + scheduler: the periodic jobs")
-        setup.start_jobs(self.env, WORK)
+        self.results["jobs"] = JOBS
+        if JOBS:
+            log("flask worker + scheduler: the periodic jobs")
+            setup.start_jobs(self.env, WORK)
         self.paths = setup.openapi_paths(self.ports)
 
     def memory_snapshot(self, label: str) -> None:
@@ -223,7 +227,7 @@ class Bench:
         meta = setup.metadata(self.env, self.gunicorn, DURATION, WARMUP, CONCURRENCY)
         self.results.update(meta)
         self.results["targets"] = report.targets(self.results)
-        partial = bool(ONLY or os.environ.get("BENCH_APP_ENV"))
+        partial = bool(ONLY or os.environ.get("BENCH_APP_ENV") or not JOBS)
         self.results["only"] = sorted(ONLY) or None
         self.results["app_env_overrides"] = os.environ.get("BENCH_APP_ENV") or None
         for path in report.write(self.results, partial=partial):

@@ -44,7 +44,7 @@ fuzz: venv
 
 fault: venv
 	$(BIN)/python -m tests.fault.money_under_fault --seconds $${FAULT_SECONDS:-30} --clients 8 \
-		--faults kill,upstream,redis,postgres,x402hang,x402kill
+		--faults kill,upstream,redis,postgres,x402hang,x402kill,finalizekill
 
 # Load benchmark (never part of `make test`): see README "Performance" and bench/run.py.
 .PHONY: bench

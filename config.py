@@ -183,6 +183,12 @@ def load_config(overrides: dict | None = None) -> dict:
         "CATALOG_PATH": _env("CATALOG_PATH", str(BASE_DIR / "catalog" / "modules")),
         "CATALOG_CACHE_TTL": _float("CATALOG_CACHE_TTL", 5.0),
         "CALL_SWEEP_MARGIN_SECONDS": _float("CALL_SWEEP_MARGIN_SECONDS", 60.0),
+        # PostgreSQL: answer a metered call once its receipt is signed and let the
+        # process's finalize writer record it right after (gateway/charging.py); a
+        # process killed in between loses that record and the sweep refunds the call
+        # (never the customer's money: docs/performance.md). 0: write, then answer.
+        # Off by default in the test suite, whose tests read the call right after it.
+        "CALL_FINALIZE_DEFERRED": _bool("CALL_FINALIZE_DEFERRED", app_env != "test"),
         # An hour is rolled into usage_hourly this long after it ended (billing/usage_log.py).
         "USAGE_ROLL_MARGIN_SECONDS": _float("USAGE_ROLL_MARGIN_SECONDS", 300.0),
         # The same job adds each minute's calls to its hour this long after the minute

@@ -55,7 +55,14 @@ PROVIDER_ERRORS = Counter(
     "gateway_provider_errors_total", "Upstream provider failures, by module and kind.",
     ["module", "kind"], registry=None)
 
-_OWN_METRICS = (HTTP_REQUESTS, HTTP_LATENCY, CALLS, SPEND, PROVIDER_ERRORS)
+FINALIZE_WRITER = Counter(
+    "gateway_finalize_writer_total",
+    "Deferred call finalizations (gateway/charging.py DeferredFinalizer), by outcome: written, "
+    "retried (the database refused the statement; tried again), late (the sweep refunded the "
+    "call first), refused (left pending for the sweep).",
+    ["outcome"], registry=None)
+
+_OWN_METRICS = (HTTP_REQUESTS, HTTP_LATENCY, CALLS, SPEND, PROVIDER_ERRORS, FINALIZE_WRITER)
 
 UNMATCHED_ROUTE = "<unmatched>"
 
@@ -78,6 +85,14 @@ def provider_error(module: str, kind: str) -> None:
         PROVIDER_ERRORS.labels(module=module, kind=kind).inc()
     except Exception:
         log.debug("provider_error metric failed", exc_info=True)
+
+
+def finalize_writer(outcome: str, n: int = 1) -> None:
+    """Count ``n`` deferred finalizations ending in ``outcome`` (see FINALIZE_WRITER)."""
+    try:
+        FINALIZE_WRITER.labels(outcome=outcome).inc(n)
+    except Exception:
+        log.debug("finalize_writer metric failed", exc_info=True)
 
 
 def route_label() -> str:

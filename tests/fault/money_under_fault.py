@@ -6,14 +6,21 @@ Faults (each can be switched off):
   * ``redis``    – Redis is shut down for a few seconds, then started again;
   * ``postgres`` – PostgreSQL is restarted (``pg_ctlcluster … restart``);
   * ``x402hang`` / ``x402kill`` – x402 payers' facilitator settles and then hangs, or the
-    workers die between settlement and booking (``tests/fault/x402_faults.py``).
+    workers die between settlement and booking (``tests/fault/x402_faults.py``);
+  * ``finalizekill`` – the deferred finalize's window, on purpose: ``gw_finalize_calls``
+    is made 0.5 s slower (same function, a ``pg_sleep`` first), then every worker is
+    ``kill -9``-ed while answered calls wait in their writer's queue; the check requires
+    that this hit at least one answered call, and that it cost the customer nothing.
 
 Clients send calls with an Idempotency-Key each; an unknown outcome (connection error,
 5xx from a dying worker, 409 in flight) is retried with the *same* key until it is
 definitive. Afterwards (once the pending-call sweep has run) the driver checks:
   1. ``flask ledger check`` and ``flask money reconcile`` are clean;
   2. every 200 has exactly one charge (``call:<id>`` posting, no refund) and a receipt
-     that verifies with the published key;
+     that verifies with the published key — or, with the deferred finalize
+     (``CALL_FINALIZE_DEFERRED``, on here as in production), a 200 whose worker was killed
+     before its finalize was written: that call is ``refunded`` (one charge, one refund),
+     the customer keeps the answer and pays nothing; counted as ``answered_then_refunded``;
   3. every Idempotency-Key was charged at most once, and exactly once when it ended 200;
   4. no call is left pending; every charged call has a receipt or a refund;
   5. the balance moved by exactly the sum of the successful calls' prices;
@@ -21,7 +28,7 @@ definitive. Afterwards (once the pending-call sweep has run) the driver checks:
      (as the call's charge or as balance), nothing else is, none is left reserved.
 
     python -m tests.fault.money_under_fault [--seconds 20] [--clients 8] [--x402-clients 2]
-        [--faults kill,upstream,redis,postgres,x402hang,x402kill] [--redis-url redis://127.0.0.1:6379/N]
+        [--faults kill,upstream,redis,postgres,x402hang,x402kill,finalizekill] [--redis-url redis://127.0.0.1:6379/N]
 
 Needs PostgreSQL and Redis on 127.0.0.1 (``make fault`` sets them). Prints a JSON summary
 and exits 1 when an invariant is broken. ``tests/e2e/test_fault.py`` runs a short version.
@@ -53,6 +60,20 @@ from tests.support.standin import StandIn  # noqa: E402
 from tests.fault import x402_faults  # noqa: E402
 
 PRICE_CENTS = 3
+
+
+def _finalize_function() -> str:
+    """The ``gw_finalize_calls`` definition of migration 0021 (CREATE OR REPLACE)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "finalize_function", ROOT / "migrations" / "versions" / "0021_finalize_function.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.FINALIZE
+
+
+FINALIZE_FUNCTION = _finalize_function()
 
 
 def upstream() -> StandIn:
@@ -184,6 +205,8 @@ class Driver:
             plan += [(2, "x402", "hang"), (5, "x402", "ok")]
         if "x402kill" in faults:
             plan += [(6, "x402", "kill")]  # the next settlement kills the workers, once
+        if "finalizekill" in faults:
+            plan += [(20, "finalize", "slow"), (21.5, "finalize", "kill"), (23, "finalize", "ok")]
         plan.sort()
         next_kill = 1.0
         while not self.stop.is_set():
@@ -221,6 +244,17 @@ class Driver:
             sh("redis-server", "--daemonize", "yes", "--bind", "127.0.0.1", "-::1", "--port", "6379",
                "--save", "", "--appendonly", "no", "--dir", "/var/lib/redis",
                "--logfile", "/var/log/redis/ci.log", check=False)
+        elif what == "finalize" and how == "kill":
+            for pid in self.gunicorn.children():
+                os.kill(pid, signal.SIGKILL)
+            self.note("kill -9 every worker with finalizations queued")
+        elif what == "finalize":
+            body = FINALIZE_FUNCTION
+            if how == "slow":
+                body = body.replace("BEGIN\n    FOR b IN", "BEGIN\n    PERFORM pg_sleep(0.5);\n    FOR b IN", 1)
+                assert "pg_sleep" in body
+            # CREATE OR REPLACE keeps the function's OID: prepared statements run the new body
+            sh("psql", "-h", "127.0.0.1", "-U", "postgres", "-q", "-c", body, self.db, check=False)
         elif what == "postgres":
             version, cluster = pg_cluster()
             sh("pg_ctlcluster", "--skip-systemctl-redirect", version, cluster, "restart", check=False)
@@ -270,13 +304,19 @@ class Driver:
         published = requests.get(self.url + "/api/receipts/keys", timeout=10).json()
         pub = {k["kid"]: k["public_key"] for k in published["keys"]}
         ok = 0
+        deferred = self.env.get("CALL_FINALIZE_DEFERRED", "1") not in ("0", "false", "no", "off")
+        self.answered_then_refunded = 0
         for key, res in self.results.items():
             if res.get("status") != 200:
                 continue
             ok += 1
             body = res["body"]
             cid = body["call_id"]
-            if keys.get(key) != [cid]:
+            lost_finalize = (deferred and not keys.get(key) and cid in calls and calls[cid][1] == "refunded"
+                             and refs.get(f"call:{cid}") == 1 and refs.get(f"call_refund:{cid}") == 1)
+            if lost_finalize:  # the house's loss (the provider was called), never the customer's
+                self.answered_then_refunded += 1
+            elif keys.get(key) != [cid]:
                 problems.append(f"200 for key {key} / {cid} but succeeded calls are {keys.get(key)}")
             try:
                 verify_response(body, pub)
@@ -288,6 +328,8 @@ class Driver:
         expected = int(mine) * PRICE_CENTS * 10_000
         if spent != expected:
             problems.append(f"balance moved {spent} micros, succeeded calls cost {expected}")
+        if "finalizekill" in (self.args.faults or "").split(",") and not self.answered_then_refunded:
+            problems.append("finalizekill hit no answered call: the deferred finalize's window was not tested")
         unknown = sum(1 for r in self.results.values() if r.get("status") is None)
         if unknown:
             problems.append(f"{unknown} keys got no definitive answer within 120 s: "
@@ -300,6 +342,7 @@ class Driver:
             statuses[str(r.get("status"))] = statuses.get(str(r.get("status")), 0) + 1
         return {"ok": not problems, "problems": problems[:50], "requests": len(self.results),
                 "outcomes": statuses, "succeeded_calls": len(keys), "unresolved_after_retries": unknown,
+                "answered_then_refunded": self.answered_then_refunded,
                 "retries": self.retries, "calls_recorded": len(calls), "x402": self.x402_summary,
                 "faults": self.events}
 
@@ -313,7 +356,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="money under fault")
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--clients", type=int, default=8)
-    ap.add_argument("--faults", default="kill,upstream,redis,postgres,x402hang,x402kill")
+    ap.add_argument("--faults", default="kill,upstream,redis,postgres,x402hang,x402kill,finalizekill")
     ap.add_argument("--x402-clients", type=int, default=2, help="x402 payers (with the x402 faults)")
     ap.add_argument("--redis-url", default=os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/13")
     args = ap.parse_args(argv)

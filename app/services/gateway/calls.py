@@ -3,7 +3,8 @@ finalizing with a signed receipt, refunds, the 402 payment request and the sweep
 
 Charging scheme (one database transaction before forwarding; on PostgreSQL it is ONE
 autocommit statement, ``gw_open_call`` via ``gateway.charging``, and the finalize is one
-autocommit CTE):
+autocommit ``gw_finalize_calls`` statement, by default written by the process's finalize
+writer right after the answer: ``charging.DeferredFinalizer``):
   idempotency record (``in_flight``) + the key's spend-limit reserve + conditional ledger
   debit (customer −P; platform revenue +P, or +0.7P revenue / +0.3P ``earnings:<owner
   agent>``) + the ``pending`` call row → COMMIT → forward →

@@ -10,19 +10,29 @@ stays in ``gateway.calls``.
   is safe: docs/performance.md). A refusal (insufficient funds, key spend limit) RAISEs
   in the function, so the server undoes all of it and no ROLLBACK round trip is needed.
 * ``finalize_pg`` marks the call ``succeeded`` with its receipt AND stores the
-  Idempotency-Key's response in ONE statement (``gw_finalize_calls``, migration 0021),
-  committed durably before the
-  answer leaves the process. Finalizations that arrive while one is being written are
-  grouped (``GroupFinalizer``: group commit, leader/followers): the next statement
-  finalizes all of them, so under load one durable commit and one round trip serve
-  several calls; alone, a call is finalized at once.
+  Idempotency-Key's response in ONE statement (``gw_finalize_calls``, migration 0021).
+  Two ways, chosen by ``CALL_FINALIZE_DEFERRED``:
+
+  - deferred (the default outside tests): the call is handed to the process's
+    ``DeferredFinalizer`` thread and answered at once; the thread writes everything
+    queued with one statement per round trip. What a crash can lose in between is the
+    call's ``succeeded`` row (the sweep then refunds it: the caller keeps the answer and
+    is not charged), never the customer's money (docs/performance.md, "What a crash can
+    lose"). A call close to its sweep deadline is still written before its answer.
+  - durable: committed before the answer leaves the process; finalizations that arrive
+    while one is being written are grouped (``GroupFinalizer``: group commit,
+    leader/followers), so under load one durable commit serves several calls.
 
 SQLite (the embedded default) keeps the multi-statement path in ``gateway.calls``
 behind the same interface.
 """
 from __future__ import annotations
 
+import atexit
+import logging
+import os
 import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -30,10 +40,13 @@ import orjson
 from flask import current_app
 from sqlalchemy.exc import DBAPIError
 
+from app import metrics
 from app.ids import new_id
 from app.models.base import utcnow
 from app.services.platform.uow import (REFUSALS, execute_rows, one_statement, one_statement_supported,
                                        pg_array, run_one)
+
+log = logging.getLogger(__name__)
 
 # Driver-level SQL (psycopg placeholders, explicit casts): the statements are fixed, so
 # SQLAlchemy's compile and bind processing are skipped; the engine's events (statement
@@ -54,10 +67,12 @@ class OpenedCall(str):
     instead of probing every month's primary-key index."""
 
     created_at: datetime
+    deadline_at: datetime | None  # when the sweep may refund it (None: not known here)
 
-    def __new__(cls, call_id: str, created_at: datetime):
+    def __new__(cls, call_id: str, created_at: datetime, deadline_at: datetime | None = None):
         obj = super().__new__(cls, call_id)
         obj.created_at = created_at
+        obj.deadline_at = deadline_at
         return obj
 
 
@@ -110,29 +125,43 @@ def open_pg(*, account_id: str, mode: str, mod, act, idem_key: str | None, req_h
     # A stale pooled connection is retried once (run_one) with the SAME call id, so a first
     # attempt that did commit makes the retry fail (duplicate call id / key in flight)
     # instead of charging twice.
+    opened = OpenedCall(call_id, now, params["deadline"])
     try:
-        return OpenedCall(call_id, now), Opened(*run_one(_OPEN, params)[0])
+        return opened, Opened(*run_one(_OPEN, params)[0])
     except DBAPIError as exc:
         refusal = REFUSALS.get(getattr(exc.orig, "sqlstate", None))
         if refusal is None:
             raise
-        return OpenedCall(call_id, now), Opened(refusal)
+        return opened, Opened(refusal)
 
 
 def finalize_pg(*, call_id: str, account_id: str, idem_key: str | None, ok: bool,
                 provider_status: int, receipt: dict, finished_at, response_body: str) -> bool:
-    """``pending → succeeded`` plus the key's stored response, committed durably before it
-    returns (one autocommit statement, possibly shared with other calls of this process:
-    ``GroupFinalizer``). False when the call was no longer pending (the sweep refunded
-    it). ``call_id`` must carry its ``created_at`` (``OpenedCall``)."""
+    """``pending → succeeded`` plus the key's stored response, in one autocommit
+    statement possibly shared with other calls of this process. ``call_id`` must carry
+    its ``created_at`` (``OpenedCall``).
+
+    With ``CALL_FINALIZE_DEFERRED`` and a sweep deadline at least half the sweep margin
+    (``CALL_SWEEP_MARGIN_SECONDS``) away, the row is handed to the process's
+    ``DeferredFinalizer`` and True is returned at once (the write follows within a round
+    trip or so). Otherwise the statement is committed durably before this returns
+    (``GroupFinalizer``), and False means the call was no longer pending (the sweep
+    refunded it)."""
     created_at = created_at_of(call_id)
     if created_at is None:
         raise ValueError("finalize_pg needs the call's created_at (an OpenedCall)")
-    item = _Finalization({"id": str(call_id), "created_at": created_at, "ok": ok,
-                          "provider_status": provider_status, "receipt": receipt,
-                          "finished_at": finished_at, "account_id": account_id,
-                          "idem_key": idem_key, "response_body": response_body})
-    return _group_finalizer().finalize(item)
+    row = {"id": str(call_id), "created_at": created_at, "ok": ok,
+           "provider_status": provider_status, "receipt": receipt,
+           "finished_at": finished_at, "account_id": account_id,
+           "idem_key": idem_key, "response_body": response_body}
+    deadline = getattr(call_id, "deadline_at", None)
+    app = current_app._get_current_object()
+    cfg = app.config
+    if (cfg["CALL_FINALIZE_DEFERRED"] and deadline is not None
+            and (deadline - finished_at).total_seconds() >= cfg["CALL_SWEEP_MARGIN_SECONDS"] / 2):
+        _deferred_finalizer(app).submit(row)
+        return True
+    return _group_finalizer().finalize(_Finalization(row))
 
 
 class _Finalization:
@@ -221,3 +250,165 @@ def _write_group(rows: list[dict]) -> set[str]:
     to adapt than nine arrays); the ids it moved to ``succeeded``."""
     with one_statement() as conn:
         return {row[0] for row in execute_rows(conn, _FINALIZE, {"rows": orjson.dumps(rows).decode()})}
+
+
+# --- answer first, write after (CALL_FINALIZE_DEFERRED) ----------------------------------
+
+# A call is finalized after its answer only when its sweep deadline is at least half the
+# sweep margin away (``finalize_pg``; 30 s by default: a call that finished later is
+# written before its answer, as in durable mode), so the write, and its retries while
+# the database restarts, normally lands long before the sweep could refund the call.
+
+# Waits between attempts while the database refuses the statement (then 5 s each).
+_RETRY_WAITS = (0.05, 0.2, 0.5, 1.0, 2.0, 5.0)
+# How long a stopping process waits for its queue to be written (atexit).
+DRAIN_SECONDS = 10.0
+
+
+class DeferredFinalizer:
+    """The process's finalize writer: calls are answered as soon as their receipt is
+    signed, and ONE thread writes the queued finalizations — everything queued when it
+    wakes, with one ``gw_finalize_calls`` statement (one round trip and one WAL flush
+    for the whole group, like ``GroupFinalizer`` but with no caller waiting on it).
+
+    * A statement that fails for a lost connection or a database that is down is tried
+      again (``_RETRY_WAITS``, then every 5 s) until it is written: calls only open
+      while the database answers, so the queue cannot grow while it does not.
+    * Any other error (a row the function refuses) splits the group: each row is written
+      alone, and one that still fails is logged and left ``pending`` for the sweep.
+    * A call the sweep refunded before its row was written (it stays refunded: the caller
+      got its answer and is not charged) is logged as ``call_finalize_late``.
+    * When the process stops normally (gunicorn's graceful stop, ``sys.exit``) the queue
+      is written before it exits (``atexit``, up to ``DRAIN_SECONDS``). A process killed
+      outright loses its queue: those calls stay ``pending`` and the sweep refunds them
+      after their deadline (docs/performance.md, "What a crash can lose")."""
+
+    def __init__(self, app):
+        self._app = app
+        self._cond = threading.Condition()
+        self._queue: list[dict] = []
+        self._writing = 0  # rows taken from the queue and not yet written
+        self._thread: threading.Thread | None = None
+        self._pid: int | None = None
+        self._stopping = False
+
+    def submit(self, row: dict) -> None:
+        """Queue ``row`` (a ``gw_finalize_calls`` row) for the writer thread."""
+        with self._cond:
+            if self._pid != os.getpid() or self._thread is None or not self._thread.is_alive():
+                self._start()
+            self._queue.append(row)
+            self._cond.notify()
+
+    def _start(self) -> None:
+        """(Re)start the writer thread: first use, after a fork (a forked child has no
+        thread and must not write its parent's queue), or after it died."""
+        if self._pid != os.getpid():
+            self._queue = []
+            self._writing = 0
+            atexit.register(self.close)
+        self._pid = os.getpid()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="finalize-writer", daemon=True)
+        self._thread.start()
+
+    def pending(self) -> int:
+        """Finalizations queued or being written."""
+        with self._cond:
+            return len(self._queue) + self._writing
+
+    def drain(self, timeout: float = DRAIN_SECONDS) -> bool:
+        """Wait until everything queued so far is written; False on timeout."""
+        end = time.monotonic() + timeout
+        with self._cond:
+            while self._queue or self._writing:
+                left = end - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+        return True
+
+    def close(self, timeout: float = DRAIN_SECONDS) -> bool:
+        """Write what is queued, then stop the thread (process exit)."""
+        if self._pid != os.getpid():
+            return True
+        done = self.drain(timeout)
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        if not done:
+            log.error("finalize writer stopped with %d calls unwritten; the sweep refunds them",
+                      self.pending())
+        return done
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._stopping:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                group, self._queue = self._queue, []
+                self._writing = len(group)
+            try:
+                self._write(group)
+            except BaseException:  # noqa: BLE001 - the thread must live on; rows go to the sweep
+                log.exception("finalize writer: %d calls left pending for the sweep", len(group))
+            finally:
+                with self._cond:
+                    self._writing = 0
+                    self._cond.notify_all()
+
+    def _write(self, group: list[dict]) -> None:
+        attempt = 0
+        while True:
+            try:
+                with self._app.app_context():
+                    done = _write_group(group)
+            except DBAPIError as exc:
+                if _transient(exc):
+                    metrics.finalize_writer("retried", len(group))
+                    wait = _RETRY_WAITS[min(attempt, len(_RETRY_WAITS) - 1)]
+                    log.warning("finalize writer: database unavailable (%s); %d calls, retry in %.2f s",
+                                type(exc.orig).__name__, len(group), wait)
+                    attempt += 1
+                    time.sleep(wait)
+                    continue
+                if len(group) > 1:  # find the row the statement refuses; write the others
+                    for row in group:
+                        self._write([row])
+                    return
+                metrics.finalize_writer("refused")
+                log.error("finalize writer: call %s refused (%s); left pending for the sweep",
+                          group[0]["id"], exc.orig)
+                return
+            late = [row["id"] for row in group if row["id"] not in done]
+            for call_id in late:
+                log.warning("call_finalize_late: call %s was refunded before its finalize "
+                            "was written; answered and not charged", call_id)
+            metrics.finalize_writer("written", len(group) - len(late))
+            if late:
+                metrics.finalize_writer("late", len(late))
+            return
+
+
+def _transient(exc: DBAPIError) -> bool:
+    """A lost connection or a database that is down or restarting (worth a retry)."""
+    from sqlalchemy.exc import InterfaceError, OperationalError
+
+    return bool(exc.connection_invalidated) or isinstance(exc, (OperationalError, InterfaceError))
+
+
+def _deferred_finalizer(app) -> DeferredFinalizer:
+    """The app's finalize writer (one per app, so per database; made on first use)."""
+    writer = app.extensions.get("gateway.deferred_finalizer")
+    if writer is None:
+        with _finalizers_lock:
+            writer = app.extensions.setdefault("gateway.deferred_finalizer", DeferredFinalizer(app))
+    return writer
+
+
+def drain_finalizer(app, timeout: float = DRAIN_SECONDS) -> bool:
+    """Wait until the app's deferred finalizations are written (tests, shutdown hooks)."""
+    writer = app.extensions.get("gateway.deferred_finalizer")
+    return True if writer is None else writer.drain(timeout)

@@ -1,0 +1,251 @@
+"""Answer first, write after (``gateway.charging.DeferredFinalizer``, CALL_FINALIZE_DEFERRED):
+the caller is not kept waiting for the finalize, one thread writes everything queued with
+one statement, a database outage is outlasted, a row the function refuses does not take
+its group down, a stop writes the queue first, a forked child never writes its parent's
+queue, and which calls are deferred at all. On PostgreSQL: a real call through the route
+is answered before its row is written and ends ``succeeded`` with its key's stored
+response, exactly as in durable mode."""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import select, text
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from app import metrics
+from app.extensions import db
+from app.models import IdempotencyRecord, ModuleCall
+from app.models.base import utcnow
+from app.services.gateway import charging
+from tests.gateway_helpers import balance_cents, call, mod, provider, provider_server  # noqa: F401
+
+
+class _Recorder:
+    """Stands in for ``_write_group``: records the groups, can hold the first statement
+    (``gate``) and fail chosen attempts."""
+
+    def __init__(self, fail=None, late=()):
+        self.groups: list[list[str]] = []
+        self.gate = threading.Event()
+        self.gate.set()
+        self.started = threading.Event()
+        self.fail = fail or (lambda attempt, rows: None)
+        self.late = set(late)
+
+    def __call__(self, rows):
+        self.groups.append([r["id"] for r in rows])
+        self.started.set()
+        self.gate.wait(5)
+        exc = self.fail(len(self.groups), rows)
+        if exc is not None:
+            raise exc
+        return {r["id"] for r in rows if r["id"] not in self.late}
+
+
+def _db_error(kind=OperationalError, invalidated=False):
+    return kind("SELECT gw_finalize_calls(...)", {}, Exception("boom"),
+                connection_invalidated=invalidated)
+
+
+@pytest.fixture
+def writer(app, monkeypatch):
+    monkeypatch.setattr(charging, "_RETRY_WAITS", (0.001, 0.002))
+    w = charging.DeferredFinalizer(app)
+    yield w
+    w.close(2)
+
+
+def test_submit_does_not_wait_and_calls_queued_meanwhile_share_one_statement(writer, monkeypatch):
+    rec = _Recorder()
+    rec.gate.clear()  # the first statement "takes" until the gate opens
+    monkeypatch.setattr(charging, "_write_group", rec)
+    writer.submit({"id": "c0"})
+    assert rec.started.wait(2)
+    for i in range(1, 6):
+        writer.submit({"id": f"c{i}"})  # returns at once although a statement is in flight
+    assert writer.pending() == 6
+    rec.gate.set()
+    assert writer.drain(5) and writer.pending() == 0
+    assert rec.groups == [["c0"], ["c1", "c2", "c3", "c4", "c5"]]
+
+
+def test_a_database_outage_is_retried_until_the_group_is_written(writer, monkeypatch, caplog):
+    rec = _Recorder(fail=lambda attempt, rows: _db_error() if attempt <= 3 else None)
+    monkeypatch.setattr(charging, "_write_group", rec)
+    with caplog.at_level(logging.WARNING, logger=charging.__name__):
+        writer.submit({"id": "a"})
+        writer.submit({"id": "b"})
+        assert writer.drain(5)
+    assert rec.groups[-1] in (["a", "b"], ["b"]) and len(rec.groups) >= 4
+    assert sum("database unavailable" in r.message for r in caplog.records) == 3
+    assert _count("retried") >= 3
+
+
+def test_a_lost_connection_is_retried_too(writer, monkeypatch):
+    rec = _Recorder(fail=lambda attempt, rows: _db_error(DBAPIError, invalidated=True) if attempt == 1 else None)
+    monkeypatch.setattr(charging, "_write_group", rec)
+    writer.submit({"id": "a"})
+    assert writer.drain(5)
+    assert rec.groups == [["a"], ["a"]]
+
+
+def test_a_refused_row_is_isolated_and_the_rest_of_its_group_written(writer, monkeypatch, caplog):
+    def fail(attempt, rows):
+        if any(r["id"] == "bad" for r in rows):
+            return _db_error(DBAPIError)  # not a connection problem: the function refuses
+        return None
+
+    rec = _Recorder(fail=fail)
+    rec.gate.clear()
+    monkeypatch.setattr(charging, "_write_group", rec)
+    writer.submit({"id": "first"})
+    assert rec.started.wait(2)
+    for cid in ("x", "bad", "y"):
+        writer.submit({"id": cid})
+    with caplog.at_level(logging.ERROR, logger=charging.__name__):
+        rec.gate.set()
+        assert writer.drain(5)
+    assert rec.groups == [["first"], ["x", "bad", "y"], ["x"], ["bad"], ["y"]]
+    assert any("call bad refused" in r.message for r in caplog.records)
+    writer.submit({"id": "after"})  # the thread lives on
+    assert writer.drain(5) and rec.groups[-1] == ["after"]
+
+
+def _count(outcome: str) -> float:
+    return metrics.FINALIZE_WRITER.labels(outcome=outcome)._value.get()
+
+
+def test_a_call_the_sweep_refunded_first_is_logged_and_counted_as_late(writer, monkeypatch, caplog):
+    monkeypatch.setattr(charging, "_write_group", _Recorder(late={"gone"}))
+    late, written = _count("late"), _count("written")
+    with caplog.at_level(logging.WARNING, logger=charging.__name__):
+        writer.submit({"id": "gone"})
+        writer.submit({"id": "kept"})
+        assert writer.drain(5)
+    assert any("call_finalize_late: call gone" in r.message for r in caplog.records)
+    assert (_count("late") - late, _count("written") - written) == (1, 1)
+
+
+def test_close_writes_the_queue_before_the_thread_stops(writer, monkeypatch):
+    rec = _Recorder()
+    rec.gate.clear()
+    monkeypatch.setattr(charging, "_write_group", rec)
+    for i in range(3):
+        writer.submit({"id": f"q{i}"})
+    threading.Timer(0.1, rec.gate.set).start()
+    assert writer.close(5) is True
+    assert sorted(c for g in rec.groups for c in g) == ["q0", "q1", "q2"]
+    writer._thread.join(2)
+    assert not writer._thread.is_alive()
+
+
+def test_close_gives_up_after_its_timeout_and_says_so(writer, monkeypatch, caplog):
+    rec = _Recorder()
+    rec.gate.clear()
+    monkeypatch.setattr(charging, "_write_group", rec)
+    writer.submit({"id": "stuck"})
+    with caplog.at_level(logging.ERROR, logger=charging.__name__):
+        assert writer.close(0.1) is False
+    assert any("1 calls unwritten" in r.message for r in caplog.records)
+    rec.gate.set()
+
+
+def test_a_forked_child_starts_its_own_writer_without_the_parents_queue(writer, monkeypatch):
+    rec = _Recorder()
+    rec.gate.clear()
+    monkeypatch.setattr(charging, "_write_group", rec)
+    writer.submit({"id": "parent"})
+    assert rec.started.wait(2)
+    writer.submit({"id": "parent-queued"})
+    parent_thread = writer._thread
+    monkeypatch.setattr(os, "getpid", lambda: -1)  # as seen from a forked child
+    writer.submit({"id": "child"})
+    assert writer._thread is not parent_thread and writer._queue in ([{"id": "child"}], [])
+    rec.gate.set()
+    assert writer.drain(5)
+    written = [c for g in rec.groups for c in g]
+    assert written.count("child") == 1 and "parent-queued" not in written
+
+
+@pytest.mark.parametrize("deferred, seconds_left, expect", [
+    (True, 3600, "deferred"), (True, 31, "deferred"),
+    (True, 29, "durable"),  # less than half the sweep margin (60 s) left: written first
+    (False, 3600, "durable"),
+])
+def test_which_calls_are_answered_before_their_write(app, monkeypatch, deferred, seconds_left, expect):
+    seen = []
+    monkeypatch.setattr(charging.DeferredFinalizer, "submit", lambda self, row: seen.append("deferred"))
+    monkeypatch.setattr(charging.GroupFinalizer, "finalize", lambda self, item: seen.append("durable") or True)
+    now = utcnow()
+    cid = charging.OpenedCall("call_x", now, now + timedelta(seconds=seconds_left))
+    app.config["CALL_FINALIZE_DEFERRED"] = deferred
+    try:
+        with app.app_context():
+            assert charging.finalize_pg(call_id=cid, account_id="acct", idem_key=None, ok=True,
+                                        provider_status=200, receipt={}, finished_at=now,
+                                        response_body="{}") is True
+    finally:
+        app.config["CALL_FINALIZE_DEFERRED"] = False
+    assert seen == [expect]
+
+
+# --- PostgreSQL: through the route ------------------------------------------------------
+
+def _pg(app) -> bool:
+    with app.app_context():
+        return db.engine.dialect.name == "postgresql"
+
+
+@pytest.fixture
+def slow_finalize(app):
+    """``gw_finalize_calls`` takes 0.3 s more (a wrapper around the real one) for the test."""
+    if not _pg(app):
+        pytest.skip("the deferred finalize is PostgreSQL's")
+    with app.app_context():
+        with db.engine.begin() as conn:
+            conn.execute(text("ALTER FUNCTION gw_finalize_calls(jsonb) RENAME TO gw_finalize_calls_real"))
+            conn.execute(text(
+                "CREATE FUNCTION gw_finalize_calls(p_rows jsonb) RETURNS SETOF varchar LANGUAGE plpgsql AS $$ "
+                "BEGIN PERFORM pg_sleep(0.3); RETURN QUERY SELECT * FROM gw_finalize_calls_real(p_rows); END $$"))
+    yield
+    with app.app_context():
+        with db.engine.begin() as conn:
+            conn.execute(text("DROP FUNCTION gw_finalize_calls(jsonb)"))
+            conn.execute(text("ALTER FUNCTION gw_finalize_calls_real(jsonb) RENAME TO gw_finalize_calls"))
+
+
+def test_a_call_is_answered_before_its_row_is_written_and_ends_exactly_as_in_durable_mode(
+        app, make_account, mod, slow_finalize, ledger_clean):
+    acct = make_account(cents=100)
+    app.config["CALL_FINALIZE_DEFERRED"] = True
+    try:
+        with app.test_client() as c:
+            r = call(c, acct, {"action": "ok", "n": 1}, key="deferred-1")
+            assert r.status_code == 200, r.get_json()
+            body = r.get_json()
+            with app.app_context():  # answered; the writer's statement is still in PostgreSQL
+                row = db.session.execute(select(ModuleCall.status, ModuleCall.receipt)
+                                         .where(ModuleCall.id == body["call_id"])).one()
+                assert row.status == "pending" and row.receipt is None
+                db.session.remove()
+            again = call(c, acct, {"action": "ok", "n": 1}, key="deferred-1")
+            assert again.status_code == 409  # the key's response is not stored yet: in flight
+            assert charging.drain_finalizer(app, 10)
+            replay = call(c, acct, {"action": "ok", "n": 1}, key="deferred-1")
+        assert replay.status_code == 200 and replay.get_data() == r.get_data()
+        with app.app_context():
+            row = db.session.execute(select(ModuleCall.status, ModuleCall.receipt, ModuleCall.ok)
+                                     .where(ModuleCall.id == body["call_id"])).one()
+            assert row.status == "succeeded" and row.ok is True and row.receipt == body["receipt"]
+            rec = db.session.execute(select(IdempotencyRecord.status, IdempotencyRecord.response_body)
+                                     .where(IdempotencyRecord.account_id == acct.id)).one()
+            assert rec.status == "done" and rec.response_body.encode() == r.get_data()
+            db.session.remove()
+    finally:
+        app.config["CALL_FINALIZE_DEFERRED"] = False
+    assert balance_cents(app, acct.id) == 100 - 3
+    ledger_clean()

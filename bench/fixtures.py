@@ -1,14 +1,16 @@
 """Bench accounts, created through the app's own services (run as a subprocess with the
-run's production environment): ``python -m bench.fixtures N GRANT_CENTS`` creates N
-enterprise-plan accounts, each with a full-scope live key and GRANT_CENTS of operator
-credit posted through the ledger, and prints ``[{"account_id", "key"}, ...]`` as JSON."""
+run's production environment): ``python -m bench.fixtures N GRANT_CENTS [READ_KEYS]``
+creates N enterprise-plan accounts, each with a full-scope live key and GRANT_CENTS of
+operator credit posted through the ledger, and prints ``[{"account_id", "key"}, ...]`` as
+JSON. The first account also gets ``read_keys``: its key plus READ_KEYS - 1 more live keys
+(the usage reads rotate over them, see ``scenarios.Usage``)."""
 from __future__ import annotations
 
 import json
 import sys
 
 
-def main(n: int, grant_cents: int) -> list[dict]:
+def main(n: int, grant_cents: int, read_keys: int = 1) -> list[dict]:
     from app import create_app
     from app.scopes import ALL_SCOPES
     from app.services.accounts import accounts
@@ -22,8 +24,12 @@ def main(n: int, grant_cents: int) -> list[dict]:
             _, secret = keys.mint(acct.id, "bench", ALL_SCOPES)
             accounts.grant_credits(acct.id, grant_cents, "bench funding")
             out.append({"account_id": acct.id, "key": secret})
+        if out:
+            out[0]["read_keys"] = [out[0]["key"]] + [keys.mint(out[0]["account_id"], f"bench-read-{j}",
+                                                               ALL_SCOPES)[1]
+                                                     for j in range(1, read_keys)]
     return out
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(int(sys.argv[1]), int(sys.argv[2]))))
+    print(json.dumps(main(*(int(a) for a in sys.argv[1:4]))))

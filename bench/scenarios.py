@@ -16,6 +16,11 @@ CHAT_BODY_TMPL = {"messages": [{"role": "user", "content": "Say hello in five wo
                   "max_tokens": 16}
 PEER_WARMUP = 5  # seconds: the peers (JIT, lazy imports) need longer to reach steady state
 GRANT_CENTS = 1_000_000  # $10,000 per account through the ledger: more than any run spends
+# Keys of the first account that the usage reads rotate over: the enterprise plan allows
+# 1,000 requests a second per key (config.PLANS), and on a fast phase of this machine the
+# cheapest read ran at 984 req/s at c=16 — one key then measures the rate limiter's 429s
+# (234 in the 13:07Z run), not the read.
+READ_KEYS = 4
 # Accounts the metered and chat load is spread over (round-robin per request): production
 # traffic comes from many accounts; `metered-1acct` measures one account alone.
 N_ACCOUNTS = int(os.environ.get("BENCH_ACCOUNTS", "16"))  # $100,000 through the ledger: far more than any run spends
@@ -42,7 +47,7 @@ class Context:
         with a live key, funded through the ledger (operator grant)."""
         if self.accounts is None:
             out = subprocess.run([str(setup.BIN / "python"), "-m", "bench.fixtures",
-                                  str(N_ACCOUNTS), str(GRANT_CENTS)], env=self.env,
+                                  str(N_ACCOUNTS), str(GRANT_CENTS), str(READ_KEYS)], env=self.env,
                                  cwd=setup.ROOT, capture_output=True, text=True, timeout=600)
             if out.returncode:
                 raise RuntimeError(f"bench fixtures failed: {out.stderr[-2000:]}")
@@ -59,6 +64,11 @@ class Context:
 
     def all_keys(self) -> list[str]:
         return [a["key"] for a in self.ensure_accounts()]
+
+    def read_keys(self) -> list[str]:
+        """The first account's keys, for the usage reads (``Usage``)."""
+        first = self.ensure_accounts()[0]
+        return first.get("read_keys") or [first["key"]]
 
 
 def _has(ctx: Context, path: str, method: str = "post") -> bool:
@@ -231,7 +241,7 @@ class Usage(Scenario):
         for path in wanted:
             name, query = self.READS[path]
             ctx.bench.measure(name, f"{ctx.gateway}{path}{query.format(**window)}", method="GET",
-                              headers={"Authorization": f"Bearer {key}"},
+                              headers={"Authorization": f"Bearer {key}"}, auth_keys=ctx.read_keys(),
                               note=f"{info['calls']:,} recorded calls ({info['method']})")
 
 

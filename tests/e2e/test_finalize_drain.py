@@ -8,11 +8,12 @@ import os
 
 import pytest
 import requests
-from sqlalchemy import func, select, text
+from sqlalchemy import func, select
 
 from app.extensions import db
 from app.models import ModuleCall
 from tests.gateway_helpers import balance_cents, create_module, provider, provider_server  # noqa: F401
+from tests.support import finalize as finalize_helpers
 from tests.support.apps import app_env, gunicorn_proc
 
 pytestmark = pytest.mark.skipif(not (os.environ.get("DATABASE_URL") or "").startswith("postgres"),
@@ -23,15 +24,8 @@ SLOW = 3.0  # seconds each finalize statement takes in this test
 
 @pytest.fixture
 def slow_finalize(app):
-    with app.app_context(), db.engine.begin() as conn:
-        conn.execute(text("ALTER FUNCTION gw_finalize_calls(jsonb) RENAME TO gw_finalize_calls_real"))
-        conn.execute(text(
-            "CREATE FUNCTION gw_finalize_calls(p_rows jsonb) RETURNS SETOF varchar LANGUAGE plpgsql AS $$ "
-            f"BEGIN PERFORM pg_sleep({SLOW}); RETURN QUERY SELECT * FROM gw_finalize_calls_real(p_rows); END $$"))
-    yield
-    with app.app_context(), db.engine.begin() as conn:
-        conn.execute(text("DROP FUNCTION gw_finalize_calls(jsonb)"))
-        conn.execute(text("ALTER FUNCTION gw_finalize_calls_real(jsonb) RENAME TO gw_finalize_calls"))
+    with finalize_helpers.slow_finalize(app, SLOW):
+        yield
 
 
 def _statuses(app, account_id) -> dict:

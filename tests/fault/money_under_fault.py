@@ -55,25 +55,12 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from tests.support.apps import VENV_BIN, gunicorn_proc  # noqa: E402
+from tests.support.finalize import finalize_function  # noqa: E402
 from tests.support.procs import Processes  # noqa: E402
 from tests.support.standin import StandIn  # noqa: E402
 from tests.fault import x402_faults  # noqa: E402
 
 PRICE_CENTS = 3
-
-
-def _finalize_function() -> str:
-    """The ``gw_finalize_calls`` definition of migration 0021 (CREATE OR REPLACE)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "finalize_function", ROOT / "migrations" / "versions" / "0021_finalize_function.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.FINALIZE
-
-
-FINALIZE_FUNCTION = _finalize_function()
 
 
 def upstream() -> StandIn:
@@ -248,12 +235,8 @@ class Driver:
             for pid in self.gunicorn.children():
                 os.kill(pid, signal.SIGKILL)
             self.note("kill -9 every worker with finalizations queued")
-        elif what == "finalize":
-            body = FINALIZE_FUNCTION
-            if how == "slow":
-                body = body.replace("BEGIN\n    FOR b IN", "BEGIN\n    PERFORM pg_sleep(0.5);\n    FOR b IN", 1)
-                assert "pg_sleep" in body
-            # CREATE OR REPLACE keeps the function's OID: prepared statements run the new body
+        elif what == "finalize":  # prepared statements of the running workers follow it
+            body = finalize_function(0.5 if how == "slow" else None)
             sh("psql", "-h", "127.0.0.1", "-U", "postgres", "-q", "-c", body, self.db, check=False)
         elif what == "postgres":
             version, cluster = pg_cluster()

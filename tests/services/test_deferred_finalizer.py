@@ -13,7 +13,7 @@ import threading
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import select, text
+from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from app import metrics
@@ -21,6 +21,7 @@ from app.extensions import db
 from app.models import IdempotencyRecord, ModuleCall
 from app.models.base import utcnow
 from app.services.gateway import charging
+from tests.support import finalize as finalize_helpers
 from tests.gateway_helpers import balance_cents, call, mod, provider, provider_server  # noqa: F401
 
 
@@ -202,20 +203,11 @@ def _pg(app) -> bool:
 
 @pytest.fixture
 def slow_finalize(app):
-    """``gw_finalize_calls`` takes 0.3 s more (a wrapper around the real one) for the test."""
+    """``gw_finalize_calls`` takes 0.3 s more for the test."""
     if not _pg(app):
         pytest.skip("the deferred finalize is PostgreSQL's")
-    with app.app_context():
-        with db.engine.begin() as conn:
-            conn.execute(text("ALTER FUNCTION gw_finalize_calls(jsonb) RENAME TO gw_finalize_calls_real"))
-            conn.execute(text(
-                "CREATE FUNCTION gw_finalize_calls(p_rows jsonb) RETURNS SETOF varchar LANGUAGE plpgsql AS $$ "
-                "BEGIN PERFORM pg_sleep(0.3); RETURN QUERY SELECT * FROM gw_finalize_calls_real(p_rows); END $$"))
-    yield
-    with app.app_context():
-        with db.engine.begin() as conn:
-            conn.execute(text("DROP FUNCTION gw_finalize_calls(jsonb)"))
-            conn.execute(text("ALTER FUNCTION gw_finalize_calls_real(jsonb) RENAME TO gw_finalize_calls"))
+    with finalize_helpers.slow_finalize(app, 0.3):
+        yield
 
 
 def test_a_call_is_answered_before_its_row_is_written_and_ends_exactly_as_in_durable_mode(

@@ -38,7 +38,7 @@ from datetime import datetime, timedelta
 
 import orjson
 from flask import current_app
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from app import metrics
 from app.ids import new_id
@@ -394,8 +394,6 @@ class DeferredFinalizer:
 
 def _transient(exc: DBAPIError) -> bool:
     """A lost connection or a database that is down or restarting (worth a retry)."""
-    from sqlalchemy.exc import InterfaceError, OperationalError
-
     return bool(exc.connection_invalidated) or isinstance(exc, (OperationalError, InterfaceError))
 
 

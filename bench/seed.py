@@ -161,6 +161,9 @@ GROUP BY 1, 2, 3, 4""")
     # database (insert thresholds), and the index-only scans of the reads depend on it
     _q("VACUUM ANALYZE usage_hourly")
     _q("VACUUM ANALYZE module_calls")
+    # flush the load's dirty pages now, not in a checkpoint that lands in the middle of a
+    # scenario (a live database is not bulk-loaded seconds before its traffic)
+    _q("CHECKPOINT")
     seeded = int(_q(f"SELECT coalesce(sum(calls), 0) FROM usage_hourly WHERE account_id = '{acct}' "
                     f"AND product LIKE 'seed-mod-%'"))
     info = {"calls": SCALE_CALLS, "bench_account_calls": seeded, "accounts": NOISE_ACCOUNTS + 1,

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, Boolean, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import BigInteger, Boolean, Index, Integer, String, Text, UniqueConstraint, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.extensions import db
@@ -23,7 +23,11 @@ class ModuleCall(db.Model):
 
     __tablename__ = "module_calls"
     __table_args__ = (
-        Index("ix_module_calls_status_deadline", "status", "deadline_at"),
+        # only the calls in flight (migration 0023): the usage roll's oldest open call, the sweep
+        Index("ix_module_calls_pending_created", "created_at", postgresql_where=text("status = 'pending'"),
+              sqlite_where=text("status = 'pending'")),
+        Index("ix_module_calls_pending_deadline", "deadline_at", postgresql_where=text("status = 'pending'"),
+              sqlite_where=text("status = 'pending'")),
         Index("ix_module_calls_account_created", "account_id", "created_at"),
         Index("ix_module_calls_created_at", "created_at"),  # the usage rollup job
     )

@@ -48,7 +48,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from flask import current_app
-from sqlalchemy import bindparam, case, delete, func, insert, literal, or_, select, true, union_all
+from sqlalchemy import bindparam, case, delete, func, insert, literal, literal_column, or_, select, true, union_all
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.sql.elements import BindParameter
@@ -205,16 +205,22 @@ def tail_through() -> datetime:
     return db.session.execute(select(_tail_mark())).scalar_one()
 
 
+# The oldest call of each log that may still change (a pending module call, a held chat
+# completion): the first live entry of an index on the open rows — the partial
+# ix_module_calls_pending_created (migration 0023), chat's (status, created_at). The status
+# is a literal, not a bound parameter, so that a prepared (generic) plan on PostgreSQL can
+# still prove the partial index's predicate.
+OLDEST_OPEN = (select(func.min(_CALLS.c.created_at)).where(_CALLS.c.status == literal_column("'pending'")),
+               select(func.min(_CHAT.c.created_at)).where(_CHAT.c.status == literal_column("'held'")))
+
+
 def _settled_before(now: datetime) -> tuple[datetime, datetime | None]:
     """(hours before this one are final, minutes before this one are settled — None when
     the tail roll is off); see the module docstring."""
     config = current_app.config
     margin = timedelta(seconds=float(config.get("USAGE_ROLL_MARGIN_SECONDS", 300)))
     tail_margin = float(config.get("USAGE_TAIL_MARGIN_SECONDS", 60))
-    open_rows = [t for t in (db.session.execute(select(func.min(col)).where(cond)).scalar()
-                             for col, cond in ((_CALLS.c.created_at, _CALLS.c.status == "pending"),
-                                               (_CHAT.c.created_at, _CHAT.c.status == "held")))
-                 if t is not None]
+    open_rows = [t for t in (db.session.execute(q).scalar() for q in OLDEST_OPEN) if t is not None]
     final = min([hour_of(now - margin), *(hour_of(t) for t in open_rows)])
     if tail_margin <= 0:
         return final, None

@@ -34,8 +34,15 @@ _SECRET_PATTERNS = re.compile(
 )
 
 
+# Every pattern above contains one of these: a line without any cannot match, and the
+# substring tests cost ~1 µs where the regex scan of an access line costs ~14 µs.
+_SECRET_MARKERS = ("svc_", "_live_", "_test_", "whsec_", "earer ")
+
+
 def redact(text: str) -> str:
     """Replace anything that looks like a credential with ``[redacted]``."""
+    if not any(marker in text for marker in _SECRET_MARKERS):
+        return text
     return _SECRET_PATTERNS.sub("[redacted]", text)
 
 

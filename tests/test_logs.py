@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import random
 
 import pytest
 from flask import g
@@ -108,3 +109,16 @@ def test_records_skip_the_caller_lookup_but_keep_the_process(app):  # noqa: ARG0
     record = logging.getLogger("gateway.access").makeRecord("x", logging.INFO, None, 0, "m", (), None)
     assert logging._srcfile is None and logging.logThreads is False
     assert record.thread is None and record.process is not None
+
+
+def test_the_marker_gate_never_skips_a_line_the_patterns_would_change():
+    """``redact`` skips the regex for lines without any of ``_SECRET_MARKERS``: for random
+    lines built from the patterns' own pieces, the result is the regex's every time."""
+    from app.logs import _SECRET_PATTERNS
+
+    rng = random.Random(18)
+    pieces = ["svc_", "live", "test", "sess", "_", "sk", "rk", "pk", "whsec", "Bearer ", "bearer ",
+              "earer", "abc", "Z9", "+/=", " ", "-", ".", "acct_1", "k="]
+    for _ in range(20_000):
+        line = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 12)))
+        assert redact(line) == _SECRET_PATTERNS.sub("[redacted]", line), line

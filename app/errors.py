@@ -127,6 +127,12 @@ class PayloadTooLarge(DomainError):
     description = "The request body exceeds the size limit."
 
 
+class UriTooLong(DomainError):
+    status, code, message = 414, "uri_too_long", "The request URL is too long."
+    description = ("The request line (path and query string) exceeds the server's limit "
+                   "(8 KiB behind nginx).")
+
+
 class UnsupportedMediaType(DomainError):
     status, code, message = 415, "unsupported_media_type", "The request body must be JSON."
     description = "The request body must be JSON."
@@ -141,7 +147,7 @@ class InternalError(DomainError):
 # whose code they are answered with.
 _HTTP_ERRORS: dict[int, type[DomainError]] = {cls.status: cls for cls in (
     InvalidRequest, Unauthorized, Forbidden, NotFound, MethodNotAllowed, Conflict, PayloadTooLarge,
-    UnsupportedMediaType, RateLimited, ServiceUnavailable)}
+    UriTooLong, UnsupportedMediaType, RateLimited, ServiceUnavailable)}
 
 
 def error_classes() -> list[type[DomainError]]:

@@ -38,13 +38,13 @@ def app_env(cfg: dict) -> dict:
 
 def gunicorn_proc(env: dict, *, workers: int = 1, threads: int = 4, port: int | None = None,
                   log: str | Path | None = None, grace: float = 10.0,
-                  graceful_timeout: float = 2) -> tuple[Proc, str]:
+                  graceful_timeout: float = 2, args: tuple[str, ...] = ()) -> tuple[Proc, str]:
     """A (not yet started) ``gunicorn wsgi:app`` on loopback and its base URL; ``grace``:
     how long the test waits after SIGTERM, ``graceful_timeout``: gunicorn's own limit for
-    a stopping worker before the master kills it."""
+    a stopping worker before the master kills it; ``args``: more gunicorn options."""
     port = port or free_port()
     proc = Proc([VENV_BIN / "gunicorn", "-w", str(workers), "--threads", str(threads),
-                 "-b", f"127.0.0.1:{port}", "--graceful-timeout", f"{graceful_timeout:g}", "wsgi:app"],
+                 "-b", f"127.0.0.1:{port}", "--graceful-timeout", f"{graceful_timeout:g}", *args, "wsgi:app"],
                 name="gunicorn", env=env, cwd=ROOT, log=log, grace=grace)
     return proc, f"http://127.0.0.1:{port}"
 

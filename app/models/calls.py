@@ -3,11 +3,16 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, Boolean, Index, Integer, String, Text, UniqueConstraint, text
+from sqlalchemy import BigInteger, Boolean, Index, Integer, String, Text, UniqueConstraint, literal_column, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.extensions import db
 from app.models.base import BigIntPK, JSONType, UTCDateTime, utcnow
+
+# The calls in flight: the predicate of the partial indexes (migration 0023). Queries use
+# ``IS_PENDING`` (below), with the status as a SQL literal — a prepared (generic) plan on
+# PostgreSQL can prove the indexes' predicate from a literal, not from a bound parameter.
+PENDING_SQL = "status = 'pending'"
 
 
 class ModuleCall(db.Model):
@@ -24,10 +29,10 @@ class ModuleCall(db.Model):
     __tablename__ = "module_calls"
     __table_args__ = (
         # only the calls in flight (migration 0023): the usage roll's oldest open call, the sweep
-        Index("ix_module_calls_pending_created", "created_at", postgresql_where=text("status = 'pending'"),
-              sqlite_where=text("status = 'pending'")),
-        Index("ix_module_calls_pending_deadline", "deadline_at", postgresql_where=text("status = 'pending'"),
-              sqlite_where=text("status = 'pending'")),
+        Index("ix_module_calls_pending_created", "created_at", postgresql_where=text(PENDING_SQL),
+              sqlite_where=text(PENDING_SQL)),
+        Index("ix_module_calls_pending_deadline", "deadline_at", postgresql_where=text(PENDING_SQL),
+              sqlite_where=text(PENDING_SQL)),
         Index("ix_module_calls_account_created", "account_id", "created_at"),
         Index("ix_module_calls_created_at", "created_at"),  # the usage rollup job
     )
@@ -52,6 +57,9 @@ class ModuleCall(db.Model):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     deadline_at: Mapped[datetime] = mapped_column(UTCDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+IS_PENDING = ModuleCall.__table__.c.status == literal_column("'pending'")
 
 
 class IdempotencyRecord(db.Model):

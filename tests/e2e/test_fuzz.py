@@ -4,7 +4,6 @@ from __future__ import annotations
 import os
 
 import pytest
-
 import requests
 
 from tests.fuzz.run_fuzz import SERVER_ARGS, _env, _flask, main

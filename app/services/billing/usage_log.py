@@ -56,6 +56,7 @@ from sqlalchemy.sql.elements import BindParameter
 from app.extensions import db
 from app.models import ChatCompletion, ModuleCall, UsageDaily, UsageHourly, UsageRollupState
 from app.models.base import UTCDateTime, utcnow
+from app.models.calls import IS_PENDING
 from app.services.platform.uow import unit_of_work
 
 _CALLS = ModuleCall.__table__
@@ -207,10 +208,8 @@ def tail_through() -> datetime:
 
 # The oldest call of each log that may still change (a pending module call, a held chat
 # completion): the first live entry of an index on the open rows — the partial
-# ix_module_calls_pending_created (migration 0023), chat's (status, created_at). The status
-# is a literal, not a bound parameter, so that a prepared (generic) plan on PostgreSQL can
-# still prove the partial index's predicate.
-OLDEST_OPEN = (select(func.min(_CALLS.c.created_at)).where(_CALLS.c.status == literal_column("'pending'")),
+# ix_module_calls_pending_created (migration 0023; ``IS_PENDING``), chat's (status, created_at).
+OLDEST_OPEN = (select(func.min(_CALLS.c.created_at)).where(IS_PENDING),
                select(func.min(_CHAT.c.created_at)).where(_CHAT.c.status == literal_column("'held'")))
 
 

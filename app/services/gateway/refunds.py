@@ -10,10 +10,11 @@ refunded call counts as an error without spend.
 """
 from __future__ import annotations
 
-from sqlalchemy import delete, literal_column, select, update
+from sqlalchemy import delete, select, update
 
 from app.extensions import db
 from app.models import IdempotencyRecord, ModuleCall
+from app.models.calls import IS_PENDING
 from app.models.base import utcnow
 from app.services.accounts import spend
 from app.services.agents import revenue_share
@@ -69,10 +70,8 @@ def sweep_pending(limit: int = 500) -> int:
     """Refund calls still ``pending`` after their deadline (their process died between
     charging and finalizing). Safe to run concurrently; returns how many it refunded."""
     with unit_of_work():  # a read, ended before the refunds
-        # the status as a literal: a prepared plan can use the partial index on pending calls
         due = db.session.execute(
-            select(ModuleCall.id, ModuleCall.created_at)
-            .where(ModuleCall.status == literal_column("'pending'"), ModuleCall.deadline_at < utcnow())
+            select(ModuleCall.id, ModuleCall.created_at).where(IS_PENDING, ModuleCall.deadline_at < utcnow())
             .order_by(ModuleCall.deadline_at).limit(limit)).all()
     return sum(1 for call_id, created_at in due if refund(call_id, "swept", created_at))
 

@@ -27,13 +27,14 @@ from flask import current_app
 from sqlalchemy import text
 
 from app.extensions import db
+from app.models.calls import PENDING_SQL
 from app.services.platform.uow import unit_of_work
 
 CALL_LOG = ("module_calls", "chat_completions")
 LEDGER = ("ledger_entries",)
 PARTITIONED = CALL_LOG + LEDGER
 # rows whose money is not settled yet: a month holding one is never dropped
-_UNFINISHED = {"module_calls": "status = 'pending'", "chat_completions": "status = 'held'"}
+_UNFINISHED = {"module_calls": PENDING_SQL, "chat_completions": "status = 'held'"}
 _NAME = re.compile(r"^(?P<table>[a-z_]+)_(?:p(?P<year>\d{4})_(?P<month>\d{2})|default)$")
 
 

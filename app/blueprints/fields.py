@@ -143,8 +143,10 @@ PAYMENT_REQUIRED_HEADERS = {
 TEXT_MAX = 2000
 QUERY_MAX = 300
 _C1 = r"\x80-\x9f"
-SINGLE_LINE_PATTERN = rf"^[^\x00-\x1f\x7f{_C1}]*\Z"
-MULTILINE_PATTERN = rf"^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f{_C1}]*\Z"
+_SINGLE_LINE_FORBIDDEN = rf"[\x00-\x1f\x7f{_C1}]"
+_MULTILINE_FORBIDDEN = rf"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f{_C1}]"
+SINGLE_LINE_PATTERN = rf"^[^{_SINGLE_LINE_FORBIDDEN[1:-1]}]*\Z"
+MULTILINE_PATTERN = rf"^[^{_MULTILINE_FORBIDDEN[1:-1]}]*\Z"
 _SINGLE_LINE_ERROR = "must not contain control characters or line breaks."
 _MULTILINE_ERROR = "must not contain control characters (line breaks and tabs are allowed)."
 
@@ -199,6 +201,10 @@ def _apply_policy(field: ma.fields.Field) -> None:
     multiline = bool(field.metadata.get("multiline"))
     if any(isinstance(v, ma.validate.Regexp) for v in validators):
         validators.append(NoControlChars(multiline))
+        # the field's own pattern is its OpenAPI ``pattern``; the rule joins it as "not a
+        # string holding a forbidden character" (``not`` keeps ``null`` valid where allowed)
+        field.metadata = {**field.metadata, "not": {
+            "type": "string", "pattern": _MULTILINE_FORBIDDEN if multiline else _SINGLE_LINE_FORBIDDEN}}
     else:
         validators.append(no_control_chars(multiline))
     if not any(isinstance(v, ma.validate.Length) and v.max is not None for v in validators) \

@@ -4,6 +4,31 @@ import re
 import marshmallow as ma
 
 from app.blueprints.fields import MAX_JSON_DEPTH, SINGLE_LINE_PATTERN, InputSchema, json_depth
+from app.services.chat.completions import CONTENT_REQUIRED, ROLES
+
+
+# What ``chat.completions._validate`` accepts in a message and a tool, as JSON Schema for
+# the OpenAPI document (exactly: a request valid by it is not refused for its messages or
+# tools, and one it refuses is refused; keep in step with _validate).
+_TRUTHY = {"not": {"enum": [None, False, 0, "", [], {}]}}
+_MESSAGE = {
+    "required": ["role"],
+    "properties": {
+        "role": {"type": "string", "enum": list(ROLES)},
+        "content": {"type": ["string", "array", "null"]},
+        "tool_calls": {"type": ["array", "null"], "items": {
+            "type": "object", "required": ["function"], "properties": {"function": {"type": "object"}}}},
+    },
+    "allOf": [
+        {"if": {"required": ["role"], "properties": {"role": {"enum": list(CONTENT_REQUIRED)}}},
+         "then": {"required": ["content"], "properties": {"content": {
+             "anyOf": [{"type": "string", "minLength": 1}, {"type": "array", "minItems": 1}]}}}},
+        {"if": {"required": ["role"], "properties": {"role": {"const": "tool"}}},
+         "then": {"required": ["tool_call_id"], "properties": {"tool_call_id": _TRUTHY}}},
+    ],
+}
+_TOOL = {"required": ["function"], "properties": {"function": {
+    "type": "object", "required": ["name"], "properties": {"name": _TRUTHY}}}}
 
 
 class ChatRequestSchema(InputSchema):
@@ -15,7 +40,8 @@ class ChatRequestSchema(InputSchema):
 
     model = ma.fields.String(required=True, validate=ma.validate.Length(min=1, max=96), metadata={
         "description": "`auto` (cheapest model that fits the request) or a model id from `GET /v1/models`."})
-    messages = ma.fields.List(ma.fields.Dict(), required=True, validate=ma.validate.Length(min=1, max=4096),
+    messages = ma.fields.List(ma.fields.Dict(metadata=_MESSAGE), required=True,
+                              validate=ma.validate.Length(min=1, max=4096),
                               metadata={"description": "OpenAI messages: `role` (system, developer, user, "
                                         "assistant, tool) and `content` (string or content parts); "
                                         "assistant `tool_calls` and tool `tool_call_id` as in OpenAI's API."})
@@ -27,7 +53,7 @@ class ChatRequestSchema(InputSchema):
     max_completion_tokens = ma.fields.Integer(validate=ma.validate.Range(min=1, max=1_000_000), allow_none=True)
     n = ma.fields.Integer(validate=ma.validate.Range(min=1, max=16), allow_none=True,
                           metadata={"description": "Number of choices; the hold covers the output cap for each."})
-    tools = ma.fields.List(ma.fields.Dict(), allow_none=True, validate=ma.validate.Length(max=128))
+    tools = ma.fields.List(ma.fields.Dict(metadata=_TOOL), allow_none=True, validate=ma.validate.Length(max=128))
     tool_choice = ma.fields.Raw(allow_none=True)
     response_format = ma.fields.Dict(allow_none=True)
     stream_options = ma.fields.Dict(allow_none=True)

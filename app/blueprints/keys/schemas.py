@@ -42,6 +42,9 @@ class KeyListSchema(ma.Schema):
 
 
 class KeyCreateSchema(InputSchema):
+    class Meta:
+        json_schema = {"dependentRequired": {"spend_limit_period": ["spend_limit_cents"]}}
+
     name = ma.fields.String(required=True, validate=ma.validate.Length(min=1, max=100))
     scopes = ma.fields.List(
         ma.fields.String(validate=ma.validate.OneOf(KNOWN_SCOPES)),
@@ -61,6 +64,16 @@ class KeyCreateSchema(InputSchema):
 
 
 class KeyUpdateSchema(InputSchema):
+    class Meta:
+        # something to change: a limit (null removes it), or a period (not null); a period
+        # cannot come with the limit's removal
+        json_schema = {
+            "anyOf": [{"required": ["spend_limit_cents"]},
+                      {"required": ["spend_limit_period"],
+                       "properties": {"spend_limit_period": {"type": "string"}}}],
+            "if": {"required": ["spend_limit_cents"], "properties": {"spend_limit_cents": {"type": "null"}}},
+            "then": {"properties": {"spend_limit_period": {"type": "null"}}}}
+
     spend_limit_cents = JsonInteger(allow_none=True, validate=ma.validate.Range(min=1, max=100_000_000),
                                     metadata={"description": "New limit in cents; null removes the limit."})
     spend_limit_period = ma.fields.String(allow_none=True, validate=ma.validate.OneOf(PERIODS), metadata={

@@ -3,7 +3,8 @@ from flask import request
 
 from app.auth import principal
 from app.blueprints.payments.schemas import (CheckoutCreatedSchema, CheckoutSchema, MethodRequestSchema,
-                                             MethodSchema, PaymentHistorySchema, WebhookResultSchema)
+                                             MethodSchema, PaymentHistorySchema, WebhookHeadersSchema,
+                                             WebhookResultSchema)
 from app.blueprints.routing import endpoint
 from app.extensions import Blueprint
 from app.services.billing import payment_events, payments
@@ -41,13 +42,17 @@ def default_method(body):
     return payments.set_default_method(p.account_id, p.mode, body["payment_method_id"])
 
 
-@endpoint(blp, "/webhook", "post", public=True, ok=WebhookResultSchema, errors={
-    400: "Missing, forged or stale signature (`webhook_signature_invalid`) or a body that is not an event."})
-def webhook():
+@endpoint(blp, "/webhook", "post", public=True, headers=WebhookHeadersSchema, ok=WebhookResultSchema,
+          errors={400: "Missing, forged or stale signature (`webhook_signature_invalid`) or a body that "
+                       "is not an event."})
+@blp.doc(requestBody={"required": True, "content": {"application/json": {"schema": {
+    "type": "object", "description": "The processor's event, verified and read as sent (`id`, `type`, "
+                                     "`data.object`)."}}}})
+def webhook(stripe_signature):
     """Processor webhook (Stripe events; sandbox events use the same code).
 
     Verifies `Stripe-Signature` on the raw body (300 s tolerance), stores the event under
     its unique id and applies it in the same transaction. Handled: `checkout.session.*`,
     `payment_intent.succeeded|payment_failed|canceled`, `charge.refunded`. A replayed
     event id answers 200 with `duplicate: true` and changes nothing."""
-    return payment_events.handle_webhook(request.get_data(cache=False), request.headers.get("Stripe-Signature"))
+    return payment_events.handle_webhook(request.get_data(cache=False), stripe_signature)

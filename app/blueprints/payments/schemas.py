@@ -2,7 +2,7 @@
 import marshmallow as ma
 from marshmallow import validate
 
-from app.blueprints.fields import InputSchema, JsonInteger, cents
+from app.blueprints.fields import HeaderString, InputSchema, JsonInteger, cents
 
 from app.services.billing.processors import SANDBOX_METHODS
 
@@ -66,6 +66,19 @@ class MethodSchema(ma.Schema):
     brand = ma.fields.String(required=True, allow_none=True)
     last4 = ma.fields.String(required=True, allow_none=True)
     processor = ma.fields.String(required=True, allow_none=True)
+
+
+class WebhookHeadersSchema(InputSchema):
+    """Headers of the processor webhook."""
+
+    class Meta:
+        unknown = ma.EXCLUDE
+
+    stripe_signature = HeaderString(
+        data_key="Stripe-Signature", required=True, validate=validate.Length(min=1, max=2000),
+        metadata={"description": "`t=<unix time>,v1=<hex HMAC-SHA256 of \"<t>.<raw body>\">` with the "
+                                 "endpoint's signing secret (Stripe's scheme; the sandbox signs the same "
+                                 "way). It must verify, within 300 s of `t`."})
 
 
 class WebhookResultSchema(ma.Schema):

@@ -25,7 +25,9 @@ from app.services.chat.catalog import (Model, ModelNotFound, Needs, Offer, analy
 
 log = logging.getLogger(__name__)
 
-_ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+# the OpenAPI document states these rules too (blueprints/chat/schemas.py _MESSAGE, _TOOL)
+ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+CONTENT_REQUIRED = ("user", "system", "developer")
 
 
 @dataclass
@@ -63,12 +65,12 @@ def _validate(body: dict) -> None:
     for i, msg in enumerate(body["messages"]):
         if not isinstance(msg, dict):
             raise InvalidRequest(f"messages.{i}: must be an object.")
-        if msg.get("role") not in _ROLES:
-            raise InvalidRequest(f"messages.{i}.role: must be one of {', '.join(_ROLES)}.")
+        if msg.get("role") not in ROLES:
+            raise InvalidRequest(f"messages.{i}.role: must be one of {', '.join(ROLES)}.")
         content = msg.get("content")
         if content is not None and not isinstance(content, (str, list)):
             raise InvalidRequest(f"messages.{i}.content: must be a string or an array of parts.")
-        if msg["role"] in ("user", "system", "developer") and content in (None, "", []):
+        if msg["role"] in CONTENT_REQUIRED and content in (None, "", []):
             raise InvalidRequest(f"messages.{i}.content: is required for role {msg['role']}.")
         calls = msg.get("tool_calls")
         if calls is not None and (not isinstance(calls, list) or not all(

@@ -1,0 +1,147 @@
+"""The OpenAPI document states the rules the server applies between fields and inside
+free-form objects, exactly: a body valid by the published schema is not refused for them,
+and one it rejects is refused (what the fuzz run's ``positive_data_acceptance`` and
+``negative_data_rejection`` check from the outside). Each test compares the published
+JSON Schema with the server's own validation over the same inputs."""
+from __future__ import annotations
+
+import pytest
+from jsonschema import Draft202012Validator
+
+from app.errors import InvalidRequest
+from app.services.chat.completions import _validate
+
+
+@pytest.fixture(scope="module")
+def components(app):
+    with app.test_client() as c:
+        return c.get("/openapi.json").get_json()["components"]["schemas"]
+
+
+def _valid(schema: dict, value) -> bool:
+    return Draft202012Validator(schema).is_valid(value)
+
+
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {}}}
+MESSAGES = [
+    {"role": "user", "content": "hi"},
+    {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+    {"role": "system", "content": "be brief"},
+    {"role": "developer", "content": "x"},
+    {"role": "assistant"},
+    {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "type": "function", "function": {}}]},
+    {"role": "assistant", "content": "", "tool_calls": None},
+    {"role": "tool", "tool_call_id": "c", "content": "42"},
+    {"role": "tool", "tool_call_id": 7},
+    {"role": "function", "name": "f", "content": "x"},
+    # refused
+    {}, {"content": "hi"}, {"role": "robot", "content": "hi"}, {"role": None}, {"role": 1},
+    {"role": "user"}, {"role": "user", "content": ""}, {"role": "user", "content": []},
+    {"role": "user", "content": None}, {"role": "system", "content": 5},
+    {"role": "assistant", "content": {"text": "x"}},
+    {"role": "assistant", "tool_calls": {}}, {"role": "assistant", "tool_calls": [1]},
+    {"role": "assistant", "tool_calls": [{"function": "f"}]}, {"role": "assistant", "tool_calls": [{}]},
+    {"role": "tool", "content": "42"}, {"role": "tool", "tool_call_id": ""},
+    {"role": "tool", "tool_call_id": 0}, {"role": "tool", "tool_call_id": None},
+    {"role": "tool", "tool_call_id": []}, {"role": "tool", "tool_call_id": {}},
+    {"role": "tool", "tool_call_id": False},
+]
+TOOLS = [
+    TOOL, {"function": {"name": "f"}}, {"type": "function", "function": {"name": 1}},
+    # refused
+    {}, {"function": None}, {"function": "f"}, {"function": {}}, {"function": {"name": ""}},
+    {"function": {"name": None}}, {"function": {"name": 0}},
+]
+
+
+def _server_accepts(body: dict) -> bool:
+    try:
+        _validate(body)
+        return True
+    except InvalidRequest:
+        return False
+
+
+@pytest.mark.parametrize("message", MESSAGES)
+def test_a_chat_message_is_refused_exactly_when_the_schema_rejects_it(components, message):
+    schema = components["ChatRequest"]
+    body = {"model": "auto", "messages": [message]}
+    assert _valid(schema, body) == _server_accepts(body)
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+def test_a_chat_tool_is_refused_exactly_when_the_schema_rejects_it(components, tool):
+    schema = components["ChatRequest"]
+    body = {"model": "auto", "messages": [MESSAGES[0]], "tools": [tool]}
+    assert _valid(schema, body) == _server_accepts(body)
+
+
+def test_both_lists_hold_accepted_and_refused_cases(components):
+    accepted = [m for m in MESSAGES if _server_accepts({"model": "a", "messages": [m]})]
+    assert 0 < len(accepted) < len(MESSAGES)
+
+
+PATCHES = [
+    ({"spend_limit_cents": 500}, True), ({"spend_limit_cents": 500, "spend_limit_period": "day"}, True),
+    ({"spend_limit_cents": None}, True), ({"spend_limit_period": "week"}, True),
+    ({"spend_limit_cents": 500, "spend_limit_period": None}, True),
+    ({}, False), ({"spend_limit_period": None}, False),
+    ({"spend_limit_cents": None, "spend_limit_period": "day"}, False),
+]
+
+
+@pytest.mark.parametrize("body,accepted", PATCHES)
+def test_a_key_patch_is_refused_exactly_when_the_schema_rejects_it(client, account, components, body, accepted):
+    """The key has a limit, so a period alone is a change the server takes."""
+    auth = {"Authorization": f"Bearer {account.key}"}
+    made = client.post("/api/keys", json={"name": "k", "scopes": ["call:write"], "spend_limit_cents": 100},
+                       headers=auth)
+    assert made.status_code == 201
+    assert _valid(components["KeyUpdate"], body) is accepted
+    r = client.patch(f"/api/keys/{made.get_json()['id']}", json=body, headers=auth)
+    assert r.status_code == (200 if accepted else 400), r.get_json()
+
+
+@pytest.mark.parametrize("body,accepted", [
+    ({"name": "k"}, True), ({"name": "k", "spend_limit_cents": 5}, True),
+    ({"name": "k", "spend_limit_cents": 5, "spend_limit_period": "day"}, True),
+    ({"name": "k", "spend_limit_period": "day"}, False)])
+def test_a_key_period_without_a_limit_is_refused_as_the_schema_says(client, account, components, body, accepted):
+    assert _valid(components["KeyCreate"], body) is accepted
+    r = client.post("/api/keys", json=body, headers={"Authorization": f"Bearer {account.key}"})
+    assert r.status_code == (201 if accepted else 400), r.get_json()
+
+
+@pytest.mark.parametrize("url,accepted", [
+    (None, True), ("https://hooks.example.com/in", True), ("https://hooks.example.com/a\u0085b", False),
+    ("https://hooks.example.com/a\u009fb", False), ("https://hooks.example.com/\u00e9", True)])
+def test_a_patterned_field_publishes_the_control_character_rule_too(app, components, url, accepted):
+    """A field with its own pattern also refuses C1 control characters (the input policy);
+    the document says so beside the pattern, and keeps ``null`` valid where it is allowed."""
+    from app.blueprints.agents.schemas import RegisterSchema
+
+    published = components["Register"]["properties"]["webhook"]
+    assert _valid(published, url) is accepted
+    errors = RegisterSchema().validate({"name": "a", "pubkey": "ed25519:" + "1" * 44, "webhook": url})
+    assert ("webhook" not in errors) is accepted
+
+
+def test_the_processor_webhook_documents_its_signature_header(client):
+    op = client.get("/openapi.json").get_json()["paths"]["/api/pay/webhook"]["post"]
+    header = [p for p in op["parameters"] if p["in"] == "header"]
+    assert header == [{**header[0], "name": "Stripe-Signature", "required": True}]
+    assert op["requestBody"]["required"] is True
+
+
+def test_the_fuzz_runs_allowances_name_operations_of_the_document(client):
+    """``SEMANTIC_400`` / ``PAYMENT_402`` are matched by operation name: a renamed route
+    must not leave an allowance that matches nothing (nor a check that never ran)."""
+    from tests.fuzz.run_fuzz import PAYMENT_402, SEMANTIC_400, _acceptance_config
+
+    paths = client.get("/openapi.json").get_json()["paths"]
+    names = {f"{method.upper()} {path}" for path, ops in paths.items() for method in ops
+             if method in ("get", "post", "put", "patch", "delete")}
+    assert set(SEMANTIC_400) | PAYMENT_402 <= names
+    config = _acceptance_config()
+    assert config.count("[[operations]]") == len(set(SEMANTIC_400) | PAYMENT_402)
+    assert '"400"' in config and '"402"' in config

@@ -200,7 +200,8 @@ def test_webhook_replay_forgery_and_stale(app, client, account, ledger_clean):
     r = _post_webhook(client, event, secret, header="")
     assert r.status_code == 400
     r = client.post("/api/pay/webhook", data=b"{}")
-    assert r.status_code == 400
+    assert r.status_code == 400 and r.get_json()["error"] == "invalid_request"
+    assert "Stripe-Signature" in r.get_json()["message"]
     assert _balance(client, account) == 1000
 
     r = _post_webhook(client, event, secret)

@@ -43,8 +43,8 @@ def default_method(body):
 
 
 @endpoint(blp, "/webhook", "post", public=True, headers=WebhookHeadersSchema, ok=WebhookResultSchema,
-          errors={400: "Missing, forged or stale signature (`webhook_signature_invalid`) or a body that "
-                       "is not an event."})
+          errors={400: "Forged or stale signature (`webhook_signature_invalid`), a body that is not an "
+                       "event, or a missing or malformed header (`invalid_request`)."})
 @blp.doc(requestBody={"required": True, "content": {"application/json": {"schema": {
     "type": "object", "description": "The processor's event, verified and read as sent (`id`, `type`, "
                                      "`data.object`)."}}}})

@@ -28,7 +28,7 @@ WEBHOOK_TOLERANCE_SECONDS = 300
 
 class WebhookSignatureInvalid(DomainError):
     status, code, message = 400, "webhook_signature_invalid", "Invalid webhook signature."
-    description = "The webhook's Stripe-Signature is missing, forged or stale (300 s tolerance)."
+    description = "The webhook's Stripe-Signature is forged or stale (300 s tolerance)."
 
 
 def _verify(payload: bytes, sig_header: str | None) -> tuple[dict, str]:

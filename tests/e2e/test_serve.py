@@ -186,6 +186,9 @@ def test_make_serve_stack_end_to_end(stack: Stack):
     assert r.status_code == 413 and r.json()["error"] == "payload_too_large"
     r = requests.get(stack.api + "/api/usage/daily?days=" + "1" * 9000, headers=stack.auth, timeout=5)
     assert r.status_code == 414 and r.json()["error"] == "uri_too_long", r.text  # was nginx's HTML page
+    for host in (stack.api, stack.chat):  # the internal location, asked for directly
+        r = requests.get(host + "/__uri_too_long", timeout=5)
+        assert r.status_code == 404 and r.json()["error"] == "not_found", r.text  # was nginx's HTML page
     r = requests.get(stack.chat + "/api/account", headers=stack.auth, timeout=5)
     assert r.status_code == 404 and r.json()["error"] == "not_found"
     assert requests.get(stack.chat + "/healthz", timeout=5).status_code == 200

@@ -4,8 +4,8 @@ from __future__ import annotations
 import threading
 
 import orjson
-from apispec import BasePlugin
 import redis as redis_lib
+from apispec import BasePlugin
 from flask import current_app, request
 from flask_limiter import Limiter
 from flask_migrate import Migrate

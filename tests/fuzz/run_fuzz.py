@@ -47,6 +47,9 @@ SEMANTIC_400: dict[str, str] = {
                         "guard)",
     "POST /api/keys": "`expires_at` must lie in the future, at most a year ahead (the clock)",
     "PATCH /api/keys/{key_id}": "a period alone needs a key that has a limit (stored state)",
+    "POST /api/pay/checkout": "`return_url`: https only in production and a host of "
+                              "`RETURN_URL_HOSTS` when the operator sets it (configuration), "
+                              "a port and brackets the URL parser accepts",
     "POST /api/pay/method": "the processor must know the payment method (the sandbox knows "
                             "its test ids only)",
     "POST /api/pay/webhook": "the Stripe-Signature must verify over the body",

@@ -18,7 +18,7 @@ class CheckoutSchema(InputSchema):
     amount_cents = amount_cents_field()
     product = ma.fields.String(validate=validate.Length(min=1, max=200),
                                metadata={"description": "Label shown on the checkout page."})
-    return_url = ma.fields.String(validate=[validate.Length(max=2000), validate.Regexp(r"^https?://[^\s/?#@\\]+[^\s\\]*$")],
+    return_url = ma.fields.String(validate=[validate.Length(max=2000), validate.Regexp(r"^https?://[^\s/?#@\\]+([/?#][^\s\\]*)?$")],
                                metadata={"description": "Where the checkout sends the user afterwards, with "
                                                         "`checkout=success|cancel&payment_id=…` appended. An "
                                                         "absolute https URL (http outside production) without "

@@ -64,3 +64,11 @@ def test_stored_unsafe_url_never_redirected_and_page_headers(app, client, accoun
     r = client.post(path, data={"action": "cancel"})
     assert r.status_code == 200 and "Location" not in r.headers
     assert stored.encode() not in r.data and r.headers["X-Frame-Options"] == "DENY"
+
+
+def test_a_return_url_with_userinfo_is_refused_saying_so(client, account):
+    """The schema's pattern refuses it first; its message names the rule, as the service's did."""
+    r = client.post("/api/pay/checkout", json={"amount_cents": 500, "return_url": "https://user@shop.example/"},
+                    headers=account.headers)
+    assert r.status_code == 400 and "return_url" in r.get_json()["message"]
+    assert "userinfo" in r.get_json()["message"], r.get_json()

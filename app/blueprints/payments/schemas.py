@@ -14,11 +14,19 @@ def amount_cents_field(**kw):
         "description": f"Cents, at least 100 and at most {MAX_AMOUNT_CENTS:,}."}, **kw)
 
 
+# The shape of a redirect target (services/platform/redirects.py applies the whole rule):
+# the authority ends at the first / ? or #, so an "@" there is refused like the service does.
+_RETURN_URL = validate.Regexp(
+    r"^https?://[^\s/?#@\\]+([/?#][^\s\\]*)?$",
+    error="must be an absolute http(s) URL with a host and no userinfo (user@host), backslashes "
+          "or whitespace.")
+
+
 class CheckoutSchema(InputSchema):
     amount_cents = amount_cents_field()
     product = ma.fields.String(validate=validate.Length(min=1, max=200),
                                metadata={"description": "Label shown on the checkout page."})
-    return_url = ma.fields.String(validate=[validate.Length(max=2000), validate.Regexp(r"^https?://[^\s/?#@\\]+([/?#][^\s\\]*)?$")],
+    return_url = ma.fields.String(validate=[validate.Length(max=2000), _RETURN_URL],
                                metadata={"description": "Where the checkout sends the user afterwards, with "
                                                         "`checkout=success|cancel&payment_id=…` appended. An "
                                                         "absolute https URL (http outside production) without "

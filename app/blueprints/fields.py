@@ -143,10 +143,12 @@ PAYMENT_REQUIRED_HEADERS = {
 TEXT_MAX = 2000
 QUERY_MAX = 300
 _C1 = r"\x80-\x9f"
-_SINGLE_LINE_FORBIDDEN = rf"[\x00-\x1f\x7f{_C1}]"
-_MULTILINE_FORBIDDEN = rf"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f{_C1}]"
-SINGLE_LINE_PATTERN = rf"^[^{_SINGLE_LINE_FORBIDDEN[1:-1]}]*\Z"
-MULTILINE_PATTERN = rf"^[^{_MULTILINE_FORBIDDEN[1:-1]}]*\Z"
+# the characters refused in one-line text (every control character) and in multi-line text
+# (the same but tab, line feed and carriage return), as regular-expression class contents
+_CTRL = rf"\x00-\x1f\x7f{_C1}"
+_CTRL_MULTILINE = rf"\x00-\x08\x0b\x0c\x0e-\x1f\x7f{_C1}"
+SINGLE_LINE_PATTERN = rf"^[^{_CTRL}]*\Z"
+MULTILINE_PATTERN = rf"^[^{_CTRL_MULTILINE}]*\Z"
 _SINGLE_LINE_ERROR = "must not contain control characters or line breaks."
 _MULTILINE_ERROR = "must not contain control characters (line breaks and tabs are allowed)."
 
@@ -174,7 +176,6 @@ def no_control_chars(multiline: bool = False) -> ma.validate.Validator:
 # One line, and no "=?" (RFC 2047 encoded-word syntax, which a mail library may decode
 # into raw line breaks): every run of "=" is followed by a character other than "?" or
 # ends the value. A plain regular expression, so it is exported as the field's pattern.
-_CTRL = rf"\x00-\x1f\x7f{_C1}"
 HEADER_SAFE_PATTERN = rf"^(?:[^={_CTRL}]|=+[^=?{_CTRL}])*=*\Z"
 
 # For a value that goes into an e-mail header (a name in a subject, an address).
@@ -204,7 +205,7 @@ def _apply_policy(field: ma.fields.Field) -> None:
         # the field's own pattern is its OpenAPI ``pattern``; the rule joins it as "not a
         # string holding a forbidden character" (``not`` keeps ``null`` valid where allowed)
         field.metadata = {**field.metadata, "not": {
-            "type": "string", "pattern": _MULTILINE_FORBIDDEN if multiline else _SINGLE_LINE_FORBIDDEN}}
+            "type": "string", "pattern": f"[{_CTRL_MULTILINE if multiline else _CTRL}]"}}
     else:
         validators.append(no_control_chars(multiline))
     if not any(isinstance(v, ma.validate.Length) and v.max is not None for v in validators) \

@@ -134,17 +134,19 @@ def test_the_processor_webhook_documents_its_signature_header(client):
 
 
 def test_the_fuzz_runs_allowances_name_operations_of_the_document(client):
-    """``SEMANTIC_400`` / ``PAYMENT_402`` are matched by operation name: a renamed route
-    must not leave an allowance that matches nothing (nor a check that never ran)."""
-    from tests.fuzz.run_fuzz import PAYMENT_402, SEMANTIC_400, _acceptance_config
+    """``SEMANTIC_400`` / ``PAYMENT_402`` / ``AGENT_ONLY`` are matched by operation name: a
+    renamed route must not leave an allowance that matches nothing (nor a check that never
+    ran, nor an agent-only operation called with a key again)."""
+    from tests.fuzz.run_fuzz import AGENT_ONLY, PAYMENT_402, SEMANTIC_400, _operations_config
 
     paths = client.get("/openapi.json").get_json()["paths"]
     names = {f"{method.upper()} {path}" for path, ops in paths.items() for method in ops
              if method in ("get", "post", "put", "patch", "delete")}
-    assert set(SEMANTIC_400) | PAYMENT_402 <= names
-    config = _acceptance_config()
-    assert config.count("[[operations]]") == len(set(SEMANTIC_400) | PAYMENT_402)
+    assert set(SEMANTIC_400) | set(PAYMENT_402) | set(AGENT_ONLY) <= names
+    config = _operations_config("svc_sess_x")
+    assert config.count("[[operations]]") == len(set(SEMANTIC_400) | set(PAYMENT_402) | set(AGENT_ONLY))
     assert '"400"' in config and '"402"' in config
+    assert config.count('headers = { Authorization = "Bearer svc_sess_x" }') == len(AGENT_ONLY)
 
 
 @pytest.mark.parametrize("url", [

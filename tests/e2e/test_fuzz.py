@@ -6,7 +6,7 @@ import os
 import pytest
 import requests
 
-from tests.fuzz.run_fuzz import SERVER_ARGS, _env, _flask, main
+from tests.fuzz.run_fuzz import SERVER_ARGS, _agent_session, _env, _flask, main
 from tests.support.apps import gunicorn_proc
 
 
@@ -30,5 +30,32 @@ def test_the_fuzz_server_lets_a_long_query_string_reach_the_app(tmp_path):
         r = requests.get(f"{base}/api/usage/daily?" + "&".join(["days=%7B%7D"] * 600), timeout=10)
         assert len(r.request.url) > 4094
         assert r.status_code == 401 and r.headers["Content-Type"] == "application/json", r.text[:200]
+    finally:
+        server.stop()
+
+
+def test_the_fuzz_run_calls_agent_only_operations_as_an_agent(tmp_path):
+    """A key gets 403 from ``POST /api/agent/build`` (only agents submit modules), so the
+    fuzz run sends ``AGENT_ONLY`` operations with an agent's session: registered by the
+    account, signed in with its ed25519 key; with it a build is accepted (202) — also
+    without a webhook of its own, the agent's being an address literal (no DNS)."""
+    import json
+
+    env = _env(str(tmp_path), f"sqlite:///{tmp_path}/fuzz.db")
+    _flask(env, "db", "upgrade")
+    key = json.loads(_flask(env, "accounts", "create", "--email", "a@fuzz.example"))["key"]
+    server, base = gunicorn_proc(env, workers=1, threads=2, log=tmp_path / "server.log", args=SERVER_ARGS)
+    server.start().wait_http(f"{base}/openapi.json")
+    try:
+        build = {"slug": "fuzz-build", "price_cents": 1, "actions": ["run"]}
+        r = requests.post(f"{base}/api/agent/build", json=build, timeout=10,
+                          headers={"Authorization": f"Bearer {key}"})
+        assert r.status_code == 403, r.text
+        session = _agent_session(base, key)
+        assert session.startswith("svc_sess_")
+        r = requests.post(f"{base}/api/agent/build", json=build, timeout=10,
+                          headers={"Authorization": f"Bearer {session}"})
+        assert r.status_code == 202, r.text
+        assert r.json()["webhook"] == "https://1.1.1.1/fuzz-agent"
     finally:
         server.stop()

@@ -43,6 +43,8 @@ SEMANTIC_400: dict[str, str] = {
     "POST /api/agent/register": "the pubkey must decode to 32 bytes (a base58 pattern cannot "
                                 "fix the decoded length); the webhook's host must resolve to "
                                 "a public address (SSRF guard)",
+    "POST /api/agent/build": "the webhook's host must resolve to a public address (SSRF guard); "
+                             "without one, the agent must have a webhook (stored state)",
     "POST /api/alerts": "a webhook/chat target's host must resolve to a public address (SSRF "
                         "guard)",
     "POST /api/keys": "`expires_at` must lie in the future, at most a year ahead (the clock)",
@@ -58,21 +60,64 @@ SEMANTIC_400: dict[str, str] = {
     "POST /v1/chat/completions": "`model: auto` needs a model that fits the request "
                                  "(`no_matching_model`, catalog data)",
 }
-# 402 is the answer "pay first" of the paid operations (SPEC §7.3), not a refusal of the data.
-PAYMENT_402: frozenset[str] = frozenset({"POST /v1/module/{slug}/call", "POST /v1/chat/completions"})
+# Operations only an agent may call (403 to a key): the fuzz run calls them with the
+# session of an agent of alice's, so their bodies reach the service, not just the auth
+# check. The admin review (``/api/admin/modules/...``) stays at 403: an approved build is a
+# callable module forwarding to its agent's webhook, a public address, outside the machine.
+AGENT_ONLY: tuple[str, ...] = ("POST /api/agent/build",)
+# 402 where money is missing for a schema-valid request: "pay first" of the paid
+# operations (SPEC §7.3), or a transfer the balance cannot cover.
+PAYMENT_402: dict[str, str] = {
+    "POST /v1/module/{slug}/call": "the balance must cover the call's price, or X-Payment pay it",
+    "POST /v1/chat/completions": "the balance must cover the completion's hold",
+    "POST /api/agent/{agent_id}/fund": "the owner's balance must cover `amount_cents` "
+                                       "(`insufficient_funds`, stored state)",
+}
 
 
-def _acceptance_config() -> str:
-    """The per-operation ``positive_data_acceptance`` settings (schemathesis.toml)."""
+def _operations_config(agent_session: str) -> str:
+    """The per-operation settings (schemathesis.toml): ``positive_data_acceptance``'s
+    accepted answers, and the agent session as the credential of ``AGENT_ONLY``."""
     out = []
-    for name in sorted(set(SEMANTIC_400) | PAYMENT_402):
+    for name in sorted(set(SEMANTIC_400) | set(PAYMENT_402) | set(AGENT_ONLY)):
         accepted = DEFAULT_ACCEPTED + (["400"] if name in SEMANTIC_400 else []) \
             + (["402"] if name in PAYMENT_402 else [])
-        out.append("[[operations]]\n"
-                   f"include-name = {json.dumps(name)}\n"
-                   "checks.positive_data_acceptance.expected-statuses = "
-                   f"{json.dumps(accepted)}\n")
+        block = ("[[operations]]\n"
+                 f"include-name = {json.dumps(name)}\n"
+                 "checks.positive_data_acceptance.expected-statuses = "
+                 f"{json.dumps(accepted)}\n")
+        if name in AGENT_ONLY:
+            block += f"headers = {{ Authorization = {json.dumps('Bearer ' + agent_session)} }}\n"
+        out.append(block)
     return "\n".join(out)
+
+
+def _agent_session(base: str, owner_key: str) -> str:
+    """Register an agent of the owner's (its webhook a public address literal, so a build
+    without its own webhook is accepted without DNS) and sign it in: its ``svc_sess_``."""
+    import base58
+    from nacl.signing import SigningKey
+
+    from tests.support.procs import http
+
+    sk = SigningKey.generate()
+    pubkey = "ed25519:" + base58.b58encode(bytes(sk.verify_key)).decode()
+    status, body = http(f"{base}/api/agent/register", method="POST", headers={
+        "Authorization": f"Bearer {owner_key}", "Content-Type": "application/json"},
+        body=json.dumps({"name": "fuzz-agent", "pubkey": pubkey,
+                         "webhook": "https://1.1.1.1/fuzz-agent"}).encode())
+    if status != 201:
+        raise RuntimeError(f"agent register answered {status}: {body[:500]!r}")
+    status, body = http(f"{base}/api/agent/nonce")
+    nonce = json.loads(body)["nonce"]
+    signature = "base58:" + base58.b58encode(sk.sign(nonce.encode()).signature).decode()
+    status, body = http(f"{base}/api/agent/signin", method="POST",
+                        headers={"Content-Type": "application/json"},
+                        body=json.dumps({"pubkey": pubkey, "nonce": nonce,
+                                         "signature": signature}).encode())
+    if status != 200:
+        raise RuntimeError(f"agent sign-in answered {status}: {body[:500]!r}")
+    return json.loads(body)["session"]
 
 
 # gunicorn without its request-line limit (default 4,094 bytes): generated query strings
@@ -116,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", default="1")
     ap.add_argument("--phases", default="examples,coverage,fuzzing,stateful")
     ap.add_argument("--report-dir", default=None)
+    ap.add_argument("--operation", action="append", default=[],
+                    help="only this operation, e.g. 'POST /api/agent/build' (repeatable)")
     args = ap.parse_args(argv)
 
     workdir = tempfile.mkdtemp(prefix="gw-fuzz-")
@@ -127,39 +174,42 @@ def main(argv: list[str] | None = None) -> int:
             _flask(env, "catalog", "load")
         except subprocess.CalledProcessError:
             pass  # no catalog command in this build
-    users = []
+    users: list[dict] = []
     for name in ("alice", "bob"):
         created = json.loads(_flask(env, "accounts", "create", "--email", f"{name}@fuzz.example",
                                     "--plan", "enterprise"))
         _flask(env, "accounts", "grant-credits", created["account_id"], "--cents", "100000")
-        users.append({"name": name, "fixedHeaders": [
+        users.append({"name": name, "key": created["key"], "fixedHeaders": [
             {"name": "Authorization", "value": f"Bearer {created['key']}"}]})
+    alice_key = users[0].pop("key")
+    users[1].pop("key")
     wfc = Path(workdir) / "auth.json"
     wfc.write_text(json.dumps({"schemaVersion": "1.0.0", "auth": users}))
-    config = Path(workdir) / "schemathesis.toml"
-    config.write_text(
-        "[auth.wfc]\n"
-        f'path = "{wfc}"\n'
-        'peers = ["alice", "bob"]\n'
-        f"[generation]\nmax-examples = {args.max_examples}\n"
-        # Invalid data must be refused; 413 (body over the size limit, checked before the
-        # schema) is a refusal too, which schemathesis' default list leaves out.
-        "[checks.negative_data_rejection]\n"
-        'expected-statuses = ["400", "401", "403", "404", "405", "406", "409", "413", "415", '
-        '"422", "428", "429"]\n'
-        + _acceptance_config()
-    )
-
     server, base = gunicorn_proc(env, workers=2, threads=4, log=Path(workdir) / "server.log",
                                  args=SERVER_ARGS)
     try:
         server.start().wait_http(f"{base}/openapi.json")
+        config = Path(workdir) / "schemathesis.toml"
+        config.write_text(
+            "[auth.wfc]\n"
+            f'path = "{wfc}"\n'
+            'peers = ["alice", "bob"]\n'
+            f"[generation]\nmax-examples = {args.max_examples}\n"
+            # Invalid data must be refused; 413 (body over the size limit, checked before the
+            # schema) is a refusal too, which schemathesis' default list leaves out.
+            "[checks.negative_data_rejection]\n"
+            'expected-statuses = ["400", "401", "403", "404", "405", "406", "409", "413", "415", '
+            '"422", "428", "429"]\n'
+            + _operations_config(_agent_session(base, alice_key))
+        )
         cmd = [str(VENV_BIN / "st"), "--config-file", str(config), "run",
                f"{base}/openapi.json", "--checks", "all",
                "--workers", str(args.workers), "--phases", args.phases,
                "--request-timeout", "20", "--suppress-health-check", "all"]
         if args.max_time:
             cmd += ["--max-time", str(args.max_time)]
+        for name in args.operation:
+            cmd += ["--include-name", name]
         if args.report_dir:
             cmd += ["--report", "junit", "--report-dir", args.report_dir]
         print("fuzz:", " ".join(cmd[3:]), flush=True)

@@ -112,7 +112,7 @@ def test_invalid_catalog_is_refused_and_changes_nothing(app, tmp_path, mutate, n
 def test_public_listing(app, client, provider, tmp_path):
     with app.app_context():
         catalog.load(_write(tmp_path, provider))
-        m = db.session.execute(select(Module).where(Module.slug == "cat")).scalar_one()
+        assert db.session.execute(select(Module).where(Module.slug == "cat")).scalar_one().status == "approved"
         hidden = Module(slug="hidden", name="Hidden", upstream_url=provider, status="review")
         db.session.add(hidden)
         db.session.commit()

@@ -5,6 +5,9 @@ need=()
 for pkg in nginx wrk chromium; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
+# node: the OpenAPI tests check the published patterns with ECMA-262's own engine (the
+# machine image ships one; Debian's nodejs otherwise)
+command -v node >/dev/null 2>&1 || need+=("nodejs")
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "missing Debian packages: ${need[*]} (install them as root)" >&2; exit 1

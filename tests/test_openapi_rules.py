@@ -162,3 +162,93 @@ def test_the_return_url_pattern_refuses_what_the_redirect_rule_refuses(app, comp
     with app.app_context():
         allowed = redirects.problem(url) is None
     assert _valid(components["Checkout"]["properties"]["return_url"], url) is allowed
+
+
+# Strings that sit on the edges where Python's and ECMA-262's regular expressions differ
+# (``$`` before a final newline, ``\Z``, whitespace and control classes, astral characters)
+# or where the published patterns draw their lines.
+PATTERN_SAMPLES = [
+    "", "a", "Alice", "Z", "AliceZ", "abc\n", "abc\nZ", "\n", "a\tb", "a\r\nb", "a\x00", "a\x1f",
+    "a\x7f", "a\x85", "a\x9f", "a\xa0", "a\u2028b", " a", "a ", "\ufeffa", "\U0001f600", "Ünïcödé",
+    "=?", "a=?b", "a=", "==", "a==b", "=?=", "signup_started", "a:b.c-d_e", "12345", "12345\n",
+    "pm_abc", "pm_abc\n", "x@y.z", "Bob.Smith+tag@example.co.uk", "bob@example", "bob@-x.com",
+    "a" * 65 + "@example.com", "bob@example.com\n", "https://shop.example/x", "http://a",
+    "https://u@a/", "https://a/\u0085", "https://a b/", "https://a?x", "ftp://a",
+    "0x" + "a" * 40, "0x" + "a" * 130, "ed25519:" + "1" * 44, "base58:" + "2" * 88,
+    "1" * 32, "0" * 32, "Abcdefgh", "1" * 18, "1" * 19, "ab-c", "-abc", "svc_live_abc",
+]
+
+
+def _published_patterns(doc) -> set[str]:
+    found: set[str] = set()
+    stack = [doc]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "pattern" and isinstance(value, str):
+                    found.add(value)
+                else:
+                    stack.append(value)
+        elif isinstance(node, list):
+            stack.extend(node)
+    return found
+
+
+def test_published_patterns_mean_in_ecma_262_what_the_server_applies(client):
+    """JSON Schema's ``pattern`` is an ECMA-262 regular expression: every pattern of the
+    document must compile there (with the ``u`` flag, as Ajv compiles them) and match
+    exactly the strings the server's validation matches — ``fullmatch`` for an anchored
+    pattern, a search for the unanchored ones inside ``not``. Python's ``\\Z`` failed
+    this: ECMA has no such escape (an error with ``u``, a literal "Z" without it), so 47
+    patterns refused every value without a "Z" in any JavaScript validator. Checked with
+    node (on the machine image; deploy/system-packages.sh installs it otherwise)."""
+    import json
+    import re
+    import subprocess
+
+    patterns = sorted(_published_patterns(client.get("/openapi.json").get_json()))
+    assert len(patterns) > 10
+    script = ("const [ps, ss] = JSON.parse(require('fs').readFileSync(0, 'utf8'));"
+              "console.log(JSON.stringify(ps.map(p => { const r = new RegExp(p, 'u');"
+              " return ss.map(s => r.test(s)); })));")
+    out = subprocess.run(["node", "-e", script], input=json.dumps([patterns, PATTERN_SAMPLES]),
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    ecma = json.loads(out.stdout)
+    for pattern, verdicts in zip(patterns, ecma):
+        rx = re.compile(pattern)
+        anchored = pattern.startswith("^") and pattern.endswith("$")
+        for sample, ecma_says in zip(PATTERN_SAMPLES, verdicts):
+            python_says = (rx.fullmatch(sample) if anchored else rx.search(sample)) is not None
+            assert python_says == ecma_says, (pattern, sample)
+
+
+ALERT = {"name": "n", "metric": "calls", "op": ">", "threshold": 1, "window": "day"}
+ALERT_TARGETS = [
+    ("email", "Ops@Example.com"), ("email", "  ops@example.com "), ("email", "ops@example.com\u3000"),
+    ("email", "a.b+c@mail.example.co"), ("email", "a=?b@example.com"), ("email", "\u212a@example.com"),
+    ("email", "not-an-email"), ("email", "a@b"), ("email", "a@-b.example"), ("email", "a" * 65 + "@example.com"),
+    ("email", "https://hooks.example.com/x"), ("email", "a@b.example\n"),
+    ("webhook", "https://hooks.example.com/x"), ("webhook", " https://hooks.example.com/x?a=1 "),
+    ("webhook", "https://hooks.example.com?x=1"), ("webhook", "https://hooks.example.com#f"),
+    ("webhook", "https://u@hooks.example.com/"), ("webhook", "ftp://hooks.example.com/"),
+    ("webhook", "ops@example.com"), ("webhook", "https://hooks.example.com/a b"),
+    ("chat", "https://chat.example/hook"), ("chat", "not a url"), ("chat", "http://chat.example"),
+]
+
+
+def test_an_alert_target_is_published_as_the_server_checks_it(client, make_account, components):
+    """The target's shape depends on the channel (an e-mail address, or a URL); the
+    document states it with ``if``/``then`` and the server checks the same patterns, so
+    a target valid by the published schema is created and one it rejects is refused.
+    Before, the document said only "1–2000 characters" and the fuzz run could not tell
+    the two apart (with ``https://hooks.example.com?x=1`` accepted for a webhook). The
+    host's addresses stay the server's (DNS; private hosts are allowed in this config)."""
+    schema = components["AlertCreate"]
+    account = make_account(plan="enterprise")  # 1,000 requests a second: no 429 here
+    for channel, target in ALERT_TARGETS:
+        body = {**ALERT, "channel": channel, "target": target}
+        r = client.post("/api/alerts", json=body, headers=account.headers)
+        assert r.status_code in (201, 400), r.get_json()
+        assert _valid(schema, body) == (r.status_code == 201), (channel, target, r.get_json())

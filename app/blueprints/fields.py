@@ -137,8 +137,15 @@ PAYMENT_REQUIRED_HEADERS = {
 # * a nesting limit: a request whose JSON nests deeper than ``MAX_JSON_DEPTH`` arrays/objects
 #   is refused (400) when its schema loads it, before the route calls any service (so a
 #   module call is refused before any charge).
-# The first two are exported in the OpenAPI document (``pattern`` and ``maxLength``), so clients and
-# fuzzers know them. Values that end up in an e-mail header also take ``header_safe``.
+# The first two are exported in the OpenAPI document (``not: {pattern: [forbidden]}`` and
+# ``maxLength``), so clients and fuzzers know them. Values that end up in an e-mail header
+# also take ``header_safe``.
+#
+# Published patterns are ECMA-262 regular expressions (JSON Schema's dialect) that Python
+# reads the same way: anchored with ^ and $ (not \Z: ECMA has no such escape), explicit
+# character classes instead of \s (the two dialects' sets differ), and matched here with
+# ``Pattern`` (``fullmatch``: Python's $ also matches before a final newline, ECMA's does
+# not). tests/test_openapi_rules.py compares every pattern of the document in both.
 
 TEXT_MAX = 2000
 QUERY_MAX = 300
@@ -147,39 +154,51 @@ _C1 = r"\x80-\x9f"
 # (the same but tab, line feed and carriage return), as regular-expression class contents
 _CTRL = rf"\x00-\x1f\x7f{_C1}"
 _CTRL_MULTILINE = rf"\x00-\x08\x0b\x0c\x0e-\x1f\x7f{_C1}"
-SINGLE_LINE_PATTERN = rf"^[^{_CTRL}]*\Z"
-MULTILINE_PATTERN = rf"^[^{_CTRL_MULTILINE}]*\Z"
+SINGLE_LINE_PATTERN = rf"^[^{_CTRL}]*$"
+MULTILINE_PATTERN = rf"^[^{_CTRL_MULTILINE}]*$"
+# White space as Python's \s and str.strip() read it, spelled out (ECMA-262's \s is another set).
+SPACE = r"\t\n\x0b\x0c\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+# A URL the service will call (webhooks, alert targets): scheme, a host without userinfo,
+# an optional path. http is refused in production and when private hosts are not allowed
+# (``netguard.validate_url``: configuration, not statable here), as is a host that does not
+# resolve to a public address.
+URL_CORE = r"https?://[^\x00-\x20\x7f/?#@]+(/[^\x00-\x20\x7f]*)?"
+HTTPS_PATTERN = rf"^{URL_CORE}$"
 _SINGLE_LINE_ERROR = "must not contain control characters or line breaks."
 _MULTILINE_ERROR = "must not contain control characters (line breaks and tabs are allowed)."
 
 
 class NoControlChars(ma.validate.Validator):
-    """The control-character rule, for a field that already has its own ``Regexp``
-    (OpenAPI shows one pattern per field; the rule still applies)."""
+    """The control-character rule of the input policy (published as ``not``, see
+    ``_apply_policy``)."""
 
     def __init__(self, multiline: bool = False):
         self._pattern = re.compile(MULTILINE_PATTERN if multiline else SINGLE_LINE_PATTERN)
         self.error = _MULTILINE_ERROR if multiline else _SINGLE_LINE_ERROR
 
     def __call__(self, value):
-        if isinstance(value, str) and not self._pattern.match(value):
+        if isinstance(value, str) and not self._pattern.fullmatch(value):
             raise ma.ValidationError(self.error)
         return value
 
 
-def no_control_chars(multiline: bool = False) -> ma.validate.Validator:
-    """The control-character rule as an OpenAPI-visible ``Regexp``."""
-    return ma.validate.Regexp(MULTILINE_PATTERN if multiline else SINGLE_LINE_PATTERN,
-                              error=_MULTILINE_ERROR if multiline else _SINGLE_LINE_ERROR)
+class Pattern(ma.validate.Regexp):
+    """``Regexp`` matched with ``fullmatch``: the validator of every published pattern
+    (Python's ``$`` also matches before a final newline; JSON Schema's does not)."""
+
+    def __call__(self, value):
+        if self.regex.fullmatch(value) is None:
+            raise ma.ValidationError(self._format_error(value))
+        return value
 
 
 # One line, and no "=?" (RFC 2047 encoded-word syntax, which a mail library may decode
 # into raw line breaks): every run of "=" is followed by a character other than "?" or
 # ends the value. A plain regular expression, so it is exported as the field's pattern.
-HEADER_SAFE_PATTERN = rf"^(?:[^={_CTRL}]|=+[^=?{_CTRL}])*=*\Z"
+HEADER_SAFE_PATTERN = rf"^(?:[^={_CTRL}]|=+[^=?{_CTRL}])*=*$"
 
 # For a value that goes into an e-mail header (a name in a subject, an address).
-header_safe = ma.validate.Regexp(
+header_safe = Pattern(
     HEADER_SAFE_PATTERN, error="must be one line without control characters or '=?' (encoded-word syntax).")
 
 
@@ -200,14 +219,13 @@ def _apply_policy(field: ma.fields.Field) -> None:
         return
     validators = list(field.validators)
     multiline = bool(field.metadata.get("multiline"))
-    if any(isinstance(v, ma.validate.Regexp) for v in validators):
-        validators.append(NoControlChars(multiline))
-        # the field's own pattern is its OpenAPI ``pattern``; the rule joins it as "not a
-        # string holding a forbidden character" (``not`` keeps ``null`` valid where allowed)
-        field.metadata = {**field.metadata, "not": {
-            "type": "string", "pattern": f"[{_CTRL_MULTILINE if multiline else _CTRL}]"}}
-    else:
-        validators.append(no_control_chars(multiline))
+    validators.append(NoControlChars(multiline))
+    # published as "not a string holding a forbidden character": a search for one character,
+    # read alike by every regex dialect (a field's own pattern stays its ``pattern``; an
+    # anchored "^[^…]*$" would not do: Python's $ also matches before a final newline, so
+    # Python-based tools would take "x\n" for valid). ``not`` keeps ``null`` valid.
+    field.metadata = {**field.metadata, "not": {
+        "type": "string", "pattern": f"[{_CTRL_MULTILINE if multiline else _CTRL}]"}}
     if not any(isinstance(v, ma.validate.Length) and v.max is not None for v in validators) \
             and not any(isinstance(v, ma.validate.OneOf) for v in validators):
         validators.append(ma.validate.Length(max=TEXT_MAX))
@@ -279,7 +297,7 @@ def plain_text(value: Any, max_len: int, *, min_len: int = 0, max_bytes: int | N
     these bounds: the check of a hand-written fast loader (``FastLoad``)."""
     return (type(value) is str and min_len <= len(value) <= max_len
             and (max_bytes is None or len(value) <= max_bytes // 4 or len(value.encode("utf-8")) <= max_bytes)
-            and _SINGLE_LINE.match(value) is not None)
+            and _SINGLE_LINE.fullmatch(value) is not None)
 
 
 def header_text(value: str) -> str:

@@ -98,7 +98,8 @@ def _json_if_present(view: Callable) -> Callable:
 def endpoint(blp, rule: str, method: str, *scopes: str, ok=None, status: int = 200, body=None,
              query=None, errors: dict[int, str | None] | None = None, admin: bool = False,
              public: bool = False, ip_limit: str | None = None, email_limit: str | None = None,
-             name: str | None = None, body_optional: bool = False, headers=None) -> Callable:
+             name: str | None = None, body_optional: bool = False, headers=None,
+             links: dict | None = None) -> Callable:
     """Register the decorated function as ``method`` on ``rule`` of ``blp``.
 
     ``scopes``/``admin``: required by ``@authenticated`` (``public``: no credential).
@@ -109,7 +110,9 @@ def endpoint(blp, rule: str, method: str, *scopes: str, ok=None, status: int = 2
     documented error statuses with an optional description. ``ip_limit`` /
     ``email_limit``: names of config rate limits (``app.ratelimits``; a 429 is documented
     by ``@authenticated`` or here). ``name``: the view's
-    class name (default: the function name in CamelCase + ``View``).
+    class name (default: the function name in CamelCase + ``View``). ``links``: OpenAPI
+    links of the ``status`` response (name: link object), e.g. from a created resource's
+    id to the operations that take it (clients and schemathesis' stateful phase follow them).
     """
     def decorator(func: Callable) -> Callable:
         @wraps(func)
@@ -120,6 +123,8 @@ def endpoint(blp, rule: str, method: str, *scopes: str, ok=None, status: int = 2
         if (ip_limit or email_limit) and public and 429 not in (errors or {}):
             view = blp.alt_response(429, response=_RESPONSES[429])(view)
         view = blp.response(status, ok)(view)
+        if links:
+            view = blp.doc(responses={status: {"links": links}})(view)
         if body is not None:
             view = blp.arguments(body, required=not body_optional)(view)
             if body_optional:

@@ -46,7 +46,8 @@ SEMANTIC_400: dict[str, str] = {
     "POST /api/agent/build": "the webhook's host must resolve to a public address (SSRF guard); "
                              "without one, the agent must have a webhook (stored state)",
     "POST /api/alerts": "a webhook/chat target's host must resolve to a public address (SSRF "
-                        "guard)",
+                        "guard) with a port the URL parser accepts; an e-mail target is at "
+                        "most 254 characters once trimmed",
     "POST /api/keys": "`expires_at` must lie in the future, at most a year ahead (the clock)",
     "PATCH /api/keys/{key_id}": "a period alone needs a key that has a limit (stored state)",
     "POST /api/pay/checkout": "`return_url`: https only in production and a host of "

@@ -2,26 +2,16 @@
 submission; and the shapes SPEC leaves open: builds, agent usage, earnings, leaderboard)."""
 import marshmallow as ma
 
-from app.blueprints.fields import InputSchema, JsonInteger, cents, idempotency_key_header
+from app.blueprints.fields import (HTTPS_PATTERN, InputSchema, JsonInteger, Pattern, cents,
+                                  idempotency_key_header)
 
 B58 = "[1-9A-HJ-NP-Za-km-z]"
 PUBKEY_PATTERN = rf"^ed25519:{B58}{{43,44}}$"
-HTTPS_PATTERN = r"^https?://[^\x00-\x20\x7f/?#@]+(/[^\x00-\x20\x7f]*)?$"
 # Explicit character classes (no \s or .), so Python and ECMA regexes agree exactly.
 _WS = r"\x00-\x20\x7f-\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
 NAME_PATTERN = rf"^[^{_WS}]([^\x00-\x1f\x7f-\x9f\u2028\u2029]*[^{_WS}])?$"
 SLUG_PATTERN = r"^[a-z0-9][a-z0-9-]{0,63}$"
 ACTION_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,63}$"
-
-
-class Pattern(ma.validate.Regexp):
-    """``Regexp`` matched with ``fullmatch`` (Python's ``$`` also matches before a final
-    newline; JSON Schema's does not)."""
-
-    def __call__(self, value):
-        if self.regex.fullmatch(value) is None:
-            raise ma.ValidationError(self._format_error(value))
-        return value
 
 
 def _unique(values):

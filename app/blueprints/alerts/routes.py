@@ -31,7 +31,10 @@ def list_alerts():
 
 @endpoint(blp, "", "post", "alerts:write", body=AlertCreateSchema, ok=AlertCreatedSchema, status=201,
           errors={409: "`alert_limit_reached`: the account already has the maximum number of alerts (50)."},
-          name="AlertCreateView")
+          name="AlertCreateView", links={"DeleteAlert": {
+              "operationRef": "#/paths/~1api~1alerts~1{alert_id}/delete",
+              "parameters": {"alert_id": "$response.body#/id"},
+              "description": "Delete the alert just created."}})
 def create_alert(body):
     """Create an alert. Webhook alerts get a signing secret `whsec_…`, returned here only.
 

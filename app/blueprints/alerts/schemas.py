@@ -1,14 +1,41 @@
 """Schemas of alerts and alert events (SPEC part 2 Alert; response shapes documented here)."""
 import marshmallow as ma
 
-from app.blueprints.fields import InputSchema, header_safe
-
+from app.blueprints.fields import SPACE, URL_CORE, InputSchema, Pattern, header_safe
+from app.services.accounts.accounts import EMAIL_CORE
 from app.services.billing.alerts import CHANNELS, METRICS, OPS, WINDOWS
 
 _DT = {"format": "date-time"}
 
 
+# The shape of an alert's target by channel, white space around it trimmed (the service
+# trims it, then checks the address — "=?" refused, at most 254 characters — or the URL's
+# host, port and addresses: alerts._validate). Checked here and published as if/then.
+_EMAIL_TARGET = rf"^[{SPACE}]*{EMAIL_CORE}[{SPACE}]*$"
+_URL_TARGET = rf"^[{SPACE}]*{URL_CORE}[{SPACE}]*$"
+_TARGET_SHAPES = {channel: _EMAIL_TARGET if channel == "email" else _URL_TARGET for channel in CHANNELS}
+_TARGET_CHECKS = {channel: Pattern(shape, error=f"not a valid {'e-mail address' if channel == 'email' else 'URL'} "
+                                                f"(channel {channel}).")
+                  for channel, shape in _TARGET_SHAPES.items()}
+
+
 class AlertCreateSchema(InputSchema):
+    class Meta:
+        json_schema = {"allOf": [
+            {"if": {"required": ["channel"], "properties": {"channel": {"const": channel}}},
+             "then": {"properties": {"target": {"pattern": shape, **(
+                 {"not": {"pattern": "=\\?"}} if channel == "email" else {})}}}}
+            for channel, shape in _TARGET_SHAPES.items()]}
+
+    @ma.validates_schema
+    def _target_shape(self, data, **kwargs):
+        check = _TARGET_CHECKS.get(data.get("channel"))
+        if check is not None and isinstance(data.get("target"), str):
+            try:
+                check(data["target"])
+            except ma.ValidationError as err:
+                raise ma.ValidationError(err.messages, field_name="target") from None
+
     name = ma.fields.String(required=True, validate=[ma.validate.Length(min=1, max=100), header_safe],
                              metadata={"description": "1–100 characters, one line; no `=?` (it is "
                                                       "used in e-mail subjects)."})
@@ -28,8 +55,10 @@ class AlertCreateSchema(InputSchema):
                        "month (UTC) while its condition holds, and again in the next one."})
     channel = ma.fields.String(required=True, validate=ma.validate.OneOf(CHANNELS))
     target = ma.fields.String(required=True, validate=ma.validate.Length(min=1, max=2000), metadata={
-        "description": "An e-mail address for `email`; an https URL for `webhook` and `chat` "
-                       "(hosts resolving to private, loopback or link-local addresses are refused)."})
+        "description": "An e-mail address for `email` (at most 254 characters); an https URL for "
+                       "`webhook` and `chat` without user info (hosts resolving to private, "
+                       "loopback or link-local addresses are refused; http only outside production "
+                       "where private hosts are allowed)."})
 
 
 class AlertSchema(ma.Schema):

@@ -72,7 +72,7 @@ def plain_chat_request(doc) -> dict | None:
     if not isinstance(doc, dict):
         return None
     model, messages = doc.get("model"), doc.get("messages")
-    if not (type(model) is str and 1 <= len(model) <= 96 and _MODEL_TEXT.match(model)):
+    if not (type(model) is str and 1 <= len(model) <= 96 and _MODEL_TEXT.fullmatch(model)):
         return None
     if not (type(messages) is list and 1 <= len(messages) <= 4096 and all(type(m) is dict for m in messages)):
         return None

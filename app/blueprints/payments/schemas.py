@@ -2,7 +2,7 @@
 import marshmallow as ma
 from marshmallow import validate
 
-from app.blueprints.fields import HeaderString, InputSchema, JsonInteger, cents
+from app.blueprints.fields import SPACE, HeaderString, InputSchema, JsonInteger, Pattern, cents
 
 from app.services.billing.processors import SANDBOX_METHODS
 
@@ -16,8 +16,8 @@ def amount_cents_field(**kw):
 
 # The shape of a redirect target (services/platform/redirects.py applies the whole rule):
 # the authority ends at the first / ? or #, so an "@" there is refused like the service does.
-_RETURN_URL = validate.Regexp(
-    r"^https?://[^\s/?#@\\]+([/?#][^\s\\]*)?$",
+_RETURN_URL = Pattern(
+    rf"^https?://[^{SPACE}/?#@\\]+([/?#][^{SPACE}\\]*)?$",
     error="must be an absolute http(s) URL with a host and no userinfo (user@host), backslashes "
           "or whitespace.")
 
@@ -64,7 +64,7 @@ class PaymentHistorySchema(ma.Schema):
 
 
 class MethodRequestSchema(InputSchema):
-    payment_method_id = ma.fields.String(required=True, validate=validate.Regexp(r"^pm_[A-Za-z0-9_]{1,100}$"), metadata={
+    payment_method_id = ma.fields.String(required=True, validate=Pattern(r"^pm_[A-Za-z0-9_]{1,100}$"), metadata={
         "description": "Processor payment method id (`pm_…`). Sandbox: " + ", ".join(f"`{k}`" for k in SANDBOX_METHODS)})
 
 

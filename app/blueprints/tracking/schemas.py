@@ -1,7 +1,7 @@
 """Schemas of product analytics (SPEC part 2: TrackEvent; funnel, recent, sessions)."""
 import marshmallow as ma
 
-from app.blueprints.fields import InputSchema
+from app.blueprints.fields import InputSchema, Pattern
 import orjson
 
 PROPS_MAX_BYTES = 4096
@@ -54,12 +54,12 @@ def _without_nul(value):
 
 
 class TrackEventSchema(InputSchema):
-    event = ma.fields.String(required=True, validate=[ma.validate.Length(min=1, max=64), ma.validate.Regexp(
-        r"^[A-Za-z0-9_.:\-]{1,64}\Z", error="must be 1-64 characters of A-Z a-z 0-9 _ . : -")],
+    event = ma.fields.String(required=True, validate=[ma.validate.Length(min=1, max=64), Pattern(
+        r"^[A-Za-z0-9_.:\-]{1,64}$", error="must be 1-64 characters of A-Z a-z 0-9 _ . : -")],
         metadata={"description": "Event name: 1–64 characters of `A-Za-z0-9_.:-`.",
                   "example": "signup_started"})
-    session_id = ma.fields.String(validate=[ma.validate.Length(min=1, max=128), ma.validate.Regexp(
-        r"^[^\x00-\x1f\x7f]{1,128}\Z", error="must be 1-128 characters, no control characters")],
+    session_id = ma.fields.String(validate=[ma.validate.Length(min=1, max=128), Pattern(
+        r"^[^\x00-\x1f\x7f]{1,128}$", error="must be 1-128 characters, no control characters")],
         allow_none=True,
                                   metadata={"description": "Client session id (1–128 characters). "
                                             "Events without one count in no funnel."})

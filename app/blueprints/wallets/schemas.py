@@ -2,14 +2,14 @@
 import marshmallow as ma
 from marshmallow import validate
 
-from app.blueprints.fields import InputSchema, cents
+from app.blueprints.fields import InputSchema, Pattern, cents
 from app.blueprints.payments.schemas import amount_cents_field
 from app.services.billing.chains import CHAINS
 
 
 class ConnectMessageQuerySchema(InputSchema):
     chain = ma.fields.String(required=True, validate=validate.OneOf(CHAINS))
-    address = ma.fields.String(required=True, validate=[validate.Length(min=32, max=44), validate.Regexp(r"^(0x[0-9a-fA-F]{40}|[1-9A-HJ-NP-Za-km-z]{32,44})$")], metadata={
+    address = ma.fields.String(required=True, validate=[validate.Length(min=32, max=44), Pattern(r"^(0x[0-9a-fA-F]{40}|[1-9A-HJ-NP-Za-km-z]{32,44})$")], metadata={
         "description": "EVM: 0x + 40 hex (EIP-55 checked when mixed case). Solana: base58 32-byte key."})
 
 
@@ -25,12 +25,12 @@ class ConnectMessageSchema(ma.Schema):
 
 class WalletConnectSchema(InputSchema):
     chain = ma.fields.String(required=True, validate=validate.OneOf(CHAINS))
-    address = ma.fields.String(required=True, validate=[validate.Length(min=32, max=44), validate.Regexp(r"^(0x[0-9a-fA-F]{40}|[1-9A-HJ-NP-Za-km-z]{32,44})$")], metadata={
+    address = ma.fields.String(required=True, validate=[validate.Length(min=32, max=44), Pattern(r"^(0x[0-9a-fA-F]{40}|[1-9A-HJ-NP-Za-km-z]{32,44})$")], metadata={
         "description": "EVM: 0x + 40 hex (EIP-55 checked when mixed case). Solana: base58 32-byte key."})
-    signature = ma.fields.String(required=True, validate=validate.Regexp(
+    signature = ma.fields.String(required=True, validate=Pattern(
         r"^(0x[0-9a-fA-F]{130}|(base58:)?[1-9A-HJ-NP-Za-km-z]{64,88})$"), metadata={
         "description": "EVM: 0x-hex 65-byte signature. Solana: base58 64-byte signature (`base58:` prefix optional)."})
-    nonce = ma.fields.String(validate=validate.Regexp(r"^[0-9A-Za-z]{8,40}$"), metadata={
+    nonce = ma.fields.String(validate=Pattern(r"^[0-9A-Za-z]{8,40}$"), metadata={
         "description": "Optional: which issued message was signed (default: the latest one for this chain/address)."})
 
 
@@ -83,7 +83,7 @@ class WalletFundResultSchema(ma.Schema):
 
 class TransactionsQuerySchema(InputSchema):
     limit = ma.fields.Integer(load_default=50, validate=validate.Range(min=1, max=200))
-    cursor = ma.fields.String(validate=[validate.Length(max=18), validate.Regexp(r"^[0-9]{1,18}$")],
+    cursor = ma.fields.String(validate=[validate.Length(max=18), Pattern(r"^[0-9]{1,18}$")],
                               metadata={"description": "`next_cursor` of the previous page."})
 
 

@@ -236,6 +236,22 @@ def test_hold_covers_every_choice(app, client, fakes, acct, ledger_clean):
     ledger_clean()
 
 
+@pytest.mark.parametrize("field", ["max_tokens", "max_completion_tokens"])
+def test_the_provider_gets_the_cap_the_hold_was_sized_for(app, client, fakes, acct, field, ledger_clean):
+    """m-small allows 500 output tokens: the hold is sized for min(100,000, 500), and the
+    provider must get that cap, under the name the request used — it got the request's
+    100,000, so it could generate (and the gateway then charge, or lose as a shortfall)
+    far beyond what was held."""
+    r = chat(client, acct, model="m-small", **{field: 100_000})
+    assert r.status_code == 200, r.get_json()
+    with app.app_context():
+        assert db.session.execute(select(ChatCompletion.hold_micros)).scalar_one() == 10 * 3 + 500 * 6
+        db.session.remove()
+    sent = fakes.cheap.bodies[-1]
+    assert sent[field] == 500 and ({"max_tokens", "max_completion_tokens"} - {field}).isdisjoint(sent), sent
+    ledger_clean()
+
+
 def test_balance_must_cover_the_hold(app, client, fakes, make_account, ledger_clean):
     poor = make_account(cents=0)
     r = chat(client, poor, model="m-small", max_tokens=100)

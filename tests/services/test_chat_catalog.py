@@ -104,8 +104,10 @@ def test_anthropic_translation_of_a_tool_conversation():
         {"role": "tool", "tool_call_id": "t1", "content": "sunny"},
         {"role": "user", "content": [{"type": "text", "text": "and"},
                                      {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAA"}}]}]}
-    out = llm_providers.to_anthropic(body, "claude-x", 1000)
-    assert out["system"] == "sys" and out["max_tokens"] == 50 and out["stop_sequences"] == ["END"]
+    # the cap the hold was sized for (catalog.output_cap: the request's 50, at most the
+    # model's) goes upstream, never the raw request's value
+    out = llm_providers.to_anthropic(body, "claude-x", 40)
+    assert out["system"] == "sys" and out["max_tokens"] == 40 and out["stop_sequences"] == ["END"]
     assert out["messages"] == [
         {"role": "user", "content": [{"type": "text", "text": "weather?"}]},
         {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "w", "input": {"c": 1}}]},

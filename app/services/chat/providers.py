@@ -168,8 +168,13 @@ def _openai_headers(offer: Offer) -> dict:
 def _openai_payload(offer: Offer, body: dict, max_tokens: int, stream: bool) -> dict:
     payload = dict(body)
     payload["model"] = offer.upstream_model
-    if not payload.get("max_tokens") and not payload.get("max_completion_tokens"):
-        payload["max_tokens"] = max_tokens
+    # the cap the hold was sized for (``catalog.output_cap``: the request's, at most the
+    # model's), under the name the request used: a larger one would let the provider bill
+    # more than was held
+    field = "max_completion_tokens" if body.get("max_completion_tokens") else "max_tokens"
+    payload.pop("max_tokens", None)
+    payload.pop("max_completion_tokens", None)
+    payload[field] = max_tokens
     payload.pop("stream", None)
     payload.pop("stream_options", None)
     if stream:
@@ -275,7 +280,7 @@ def to_anthropic(body: dict, upstream_model: str, max_tokens: int) -> dict:
             text = " ".join(b.get("text", "") for b in _blocks(msg.get("content")) if b["type"] == "text")
             add("user", [{"type": "tool_result", "tool_use_id": msg.get("tool_call_id"), "content": text}])
     out: dict = {"model": upstream_model, "messages": messages,
-                 "max_tokens": body.get("max_completion_tokens") or body.get("max_tokens") or max_tokens}
+                 "max_tokens": max_tokens}  # the held cap (catalog.output_cap), never the raw request's
     if system:
         out["system"] = "\n\n".join(s for s in system if s)
     for key in ("temperature", "top_p"):

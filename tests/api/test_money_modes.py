@@ -100,6 +100,54 @@ def test_test_key_cannot_read_or_take_over_live_agents(client, make_account):
     assert r.status_code == 409
 
 
+def test_a_test_key_never_funds_an_agent_with_live_money(app, client, make_account, ledger_clean):
+    """Funding is in the caller's mode: a test key gets 404 for a live agent (and moved 500
+    live cents before, DESIGN §5), and a test agent is funded from the test balance into
+    the agent's test balance, where its test sessions can spend it."""
+    from tests.agentkit import Keypair, register
+
+    acct = make_account(test_key=True)
+    live_agent = register(client, acct, Keypair(), name="live-bot").get_json()
+    r = client.post(f"/api/agent/{live_agent['id']}/fund", json={"amount_cents": 500},
+                    headers=_h(acct.test_key))
+    assert r.status_code == 404, r.get_json()
+    assert _balance(client, acct.key) == 1000
+    test_agent = client.post("/api/agent/register", json={"name": "test-bot", "pubkey": Keypair().pubkey},
+                             headers=_h(acct.test_key)).get_json()
+    assert client.post(f"/api/agent/{test_agent['id']}/fund", json={"amount_cents": 5},
+                       headers=acct.headers).status_code == 404  # a live key, a test agent
+    with app.app_context():
+        ledger.post("test_grant", [("adjust:test", -300 * 10_000), (ledger.customer(acct.id, "test"), 300 * 10_000)])
+        db.session.commit()
+        db.session.remove()
+    r = client.post(f"/api/agent/{test_agent['id']}/fund", json={"amount_cents": 120}, headers=_h(acct.test_key),
+                    )
+    assert r.status_code == 200, r.get_json()
+    assert (r.get_json()["owner_balance_cents"], r.get_json()["agent_balance_cents"]) == (180, 120)
+    with app.app_context():
+        agent_acct = db.session.get(Account, test_agent["account_id"])
+        assert (agent_acct.balance_micros, agent_acct.test_balance_micros) == (0, 120 * 10_000)
+        db.session.remove()
+    assert _balance(client, acct.key) == 1000
+    ledger_clean()
+
+
+def test_a_test_key_does_not_list_live_agents_builds(client, make_account):
+    """A live agent's submissions (and their webhook secrets) are not listed to the owner's
+    test key; its live key lists them."""
+    from tests.agentkit import Keypair, register, session_headers
+
+    acct = make_account(test_key=True)
+    kp = Keypair()
+    assert register(client, acct, kp, name="live-bot", webhook="https://example.com/hook").status_code == 201
+    r = client.post("/api/agent/build", json={"slug": "live-mod", "price_cents": 5, "actions": ["go"]},
+                    headers=session_headers(client, kp))
+    assert r.status_code == 202, r.get_json()
+    assert [b["slug"] for b in client.get("/api/agent/builds", headers=acct.headers).get_json()["builds"]] \
+        == ["live-mod"]
+    assert client.get("/api/agent/builds", headers=_h(acct.test_key)).get_json()["builds"] == []
+
+
 # --- admin scope ------------------------------------------------------------------------
 
 ADMIN_ROUTES = ("/api/admin/modules/pending", "/api/track/recent", "/api/track/sessions")

@@ -67,7 +67,7 @@ def list_builds():
     """The caller's submissions, newest first, with status and review notes (an agent
     session: its own; a key of an owner account: those of all its agents; max 500)."""
     p = principal()
-    return {"builds": builds.list_builds(agent_id=p.agent_id, account_id=p.account_id)}
+    return {"builds": builds.list_builds(agent_id=p.agent_id, account_id=p.account_id, mode=p.mode)}
 
 
 @endpoint(blp, "/<string:agent_id>/usage", "get", "agent:read", ok=AgentUsageSchema, errors={404: None})
@@ -103,5 +103,6 @@ def fund_agent(body, agent_id, idempotency_key=None):
     """Move `amount_cents` from the owner's balance to its agent's (one ledger transfer;
     exactly once per `Idempotency-Key`). Only a credential of the owner account may fund;
     another account's agent is 404."""
-    return funding.fund(principal().account_id, agent_id, body["amount_cents"],
-                        idempotency_key=idempotency_key)
+    p = principal()
+    return funding.fund(p.account_id, agent_id, body["amount_cents"], idempotency_key=idempotency_key,
+                        mode=p.mode)

@@ -8,7 +8,7 @@ import secrets
 
 from flask import abort, g, redirect, render_template, request, url_for
 
-from app.blueprints.console import bp
+from app.blueprints.console import bp, web
 from app.blueprints.console.account_pages import field_errors
 from app.errors import DomainError
 from app.services.accounts import accounts
@@ -16,16 +16,20 @@ from app.services.agents import builds, earnings, funding, identity
 
 
 def _agents_page(status: int = 200, **extra):
-    acct = g.account
-    agents = identity.owned_agents(acct.id)
+    acct, mode = g.account, web.mode()  # the console's mode: a test session sees test agents only
+    agents = identity.owned_agents(acct.id, mode)
     ctx = {"agents": [{"agent": a, "earnings": earnings.agent_earnings(a),
-                       "balance_micros": accounts.get_account(a.account_id).balance_micros} for a in agents],
-           "submissions": builds.list_builds(agent_id=None, account_id=acct.id),
+                       "balance_micros": _balance(accounts.get_account(a.account_id), mode)} for a in agents],
+           "submissions": builds.list_builds(agent_id=None, account_id=acct.id, mode=mode),
            "queue": builds.pending() if acct.is_admin else [], "errors": {}, "form": {},
            # one Idempotency-Key per rendered form: a double submit funds once
            "fund_key": "console-" + secrets.token_urlsafe(16)}
     ctx.update(extra)
     return render_template("console/agents.html", **ctx), status
+
+
+def _balance(account, mode: str) -> int:
+    return account.test_balance_micros if mode == "test" else account.balance_micros
 
 
 @bp.get("/agents")
@@ -40,7 +44,7 @@ def register_agent():
     form = {f: (request.form.get(f) or "").strip() for f in ("name", "pubkey", "webhook")}
     try:
         identity.register(g.account.id, name=form["name"][:100], pubkey=form["pubkey"],
-                          webhook=form["webhook"] or None)
+                          webhook=form["webhook"] or None, mode=web.mode())
     except DomainError as exc:
         return _agents_page(400, errors=field_errors(exc, ("name", "pubkey", "webhook")), form=form)
     return redirect(url_for("console.agents"), code=303)
@@ -54,7 +58,7 @@ def fund_agent(agent_id: str):
         return _agents_page(400, errors={"fund": "Enter a whole number of cents."})
     try:
         funding.fund(g.account.id, agent_id, int(raw),
-                     idempotency_key=(request.form.get("fund_key") or "")[:128] or None)
+                     idempotency_key=(request.form.get("fund_key") or "")[:128] or None, mode=web.mode())
     except DomainError as exc:
         if exc.status == 404:
             abort(404)

@@ -89,15 +89,16 @@ def _check_slug_owner(slug: str, agent_id: str) -> None:
                        else f"A submission for slug '{slug}' is already pending review.")
 
 
-def list_builds(*, agent_id: str | None, account_id: str) -> list[ModuleSubmission]:
+def list_builds(*, agent_id: str | None, account_id: str, mode: str = "live") -> list[ModuleSubmission]:
     """The caller's submissions, newest first: an agent's own, or (for a key of an owner
-    account) those of every agent the account owns."""
+    account) those of every agent the account owns in the key's mode (a test key never
+    sees a live agent's builds, nor their webhook secrets)."""
     q = select(ModuleSubmission).order_by(ModuleSubmission.created_at.desc(), ModuleSubmission.id)
     if agent_id:
         q = q.where(ModuleSubmission.agent_id == agent_id)
     else:
         q = q.join(Agent, Agent.id == ModuleSubmission.agent_id).where(
-            Agent.owner_account_id == account_id)
+            Agent.owner_account_id == account_id, Agent.mode == mode)
     return list(db.session.execute(q.limit(500)).scalars())
 
 

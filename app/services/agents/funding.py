@@ -31,34 +31,38 @@ class OwnerFundsShort(PaymentRequired):
                    "Add credits to the owner account first (`POST /api/pay/checkout`, `POST /api/wallet/fund`).")
 
 
-def _balance_cents(account_id: str) -> int:
-    micros = db.session.execute(select(Account.balance_micros).where(Account.id == account_id)).scalar_one()
+def _balance_cents(account_id: str, mode: str) -> int:
+    column = Account.balance_micros if mode == "live" else Account.test_balance_micros
+    micros = db.session.execute(select(column).where(Account.id == account_id)).scalar_one()
     return ledger.micros_to_cents(micros)
 
 
 def fund(owner_account_id: str, agent_id: str, amount_cents: int, *,
-         idempotency_key: str | None = None) -> dict:
-    """Move ``amount_cents`` from the owner to its agent. 404 for an agent of another
-    account (or an agent's own credential), 400 for a bad amount, 402
-    ``insufficient_funds`` when the owner's balance is short."""
+         idempotency_key: str | None = None, mode: str = "live") -> dict:
+    """Move ``amount_cents`` from the owner to its agent, in ``mode`` (the caller's: both
+    balances of that mode). 404 for an agent of another account (or an agent's own
+    credential) or of the other mode (a test key never moves live money, nor funds a live
+    agent), 400 for a bad amount, 402 ``insufficient_funds`` when the owner's balance is
+    short."""
     if isinstance(amount_cents, bool) or not isinstance(amount_cents, int) or not 1 <= amount_cents <= MAX_FUND_CENTS:
         raise InvalidRequest(f"amount_cents: must be an integer from 1 to {MAX_FUND_CENTS}.")
     if idempotency_key is not None and not 0 < len(idempotency_key) <= 128:
         raise InvalidRequest("Idempotency-Key: must be 1 to 128 characters.")
-    ref = (f"agent_fund:{owner_account_id}:{sha256_hex(idempotency_key)[:40]}" if idempotency_key
-           else f"agent_fund:{new_id('fund')}")
+    kind = "agent_fund" if mode == "live" else "agent_fund_test"  # a key's idempotency is per mode
+    ref = (f"{kind}:{owner_account_id}:{sha256_hex(idempotency_key)[:40]}" if idempotency_key
+           else f"{kind}:{new_id('fund')}")
     micros = ledger.cents_to_micros(amount_cents)
     try:
         with unit_of_work():
             agent = get_agent(agent_id)
-            if agent.owner_account_id != owner_account_id:
+            if agent.owner_account_id != owner_account_id or agent.mode != mode:
                 raise NotFound("No such agent.")
             done = _earlier(ref, agent, amount_cents, owner_account_id)
             if done is not None:
                 return done
             try:
-                txn = ledger.post("agent_fund", [(ledger.customer(owner_account_id), -micros),
-                                                 (ledger.customer(agent.account_id), micros)],
+                txn = ledger.post("agent_fund", [(ledger.customer(owner_account_id, mode), -micros),
+                                                 (ledger.customer(agent.account_id, mode), micros)],
                                   ref=ref, account_id=owner_account_id,
                                   meta={"agent_id": agent.id, "amount_cents": amount_cents})
             except ledger.InsufficientFunds:
@@ -67,7 +71,7 @@ def fund(owner_account_id: str, agent_id: str, amount_cents: int, *,
                 if done is not None:
                     return done
                 raise OwnerFundsShort(
-                    f"Your balance ({_balance_cents(owner_account_id)} cents) cannot cover "
+                    f"Your balance ({_balance_cents(owner_account_id, mode)} cents) cannot cover "
                     f"{amount_cents} cents for agent {agent.id}; nothing moved.") from None
             return _result(agent, txn, amount_cents, owner_account_id, replayed=False)
     except IntegrityError:  # a concurrent request with this Idempotency-Key posted first
@@ -89,5 +93,5 @@ def _earlier(ref: str, agent, amount_cents: int, owner_account_id: str) -> dict 
 
 def _result(agent, txn_id: int, amount_cents: int, owner_account_id: str, *, replayed: bool) -> dict:
     return {"agent_id": agent.id, "amount_cents": amount_cents, "transaction_id": str(txn_id),
-            "owner_balance_cents": _balance_cents(owner_account_id),
-            "agent_balance_cents": _balance_cents(agent.account_id), "replayed": replayed}
+            "owner_balance_cents": _balance_cents(owner_account_id, agent.mode),
+            "agent_balance_cents": _balance_cents(agent.account_id, agent.mode), "replayed": replayed}

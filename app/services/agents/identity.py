@@ -156,10 +156,10 @@ def get_agent(agent_id: str) -> Agent:
     return agent
 
 
-def owned_agents(owner_account_id: str) -> list[Agent]:
-    """The agents an account owns, newest first (read-only, for the console)."""
+def owned_agents(owner_account_id: str, mode: str = "live") -> list[Agent]:
+    """The agents an account owns in ``mode``, newest first (read-only, for the console)."""
     return list(db.session.execute(
-        select(Agent).where(Agent.owner_account_id == owner_account_id)
+        select(Agent).where(Agent.owner_account_id == owner_account_id, Agent.mode == mode)
         .order_by(Agent.created_at.desc(), Agent.id)).scalars())
 
 

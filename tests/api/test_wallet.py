@@ -130,6 +130,38 @@ def test_balance_rpc_down_is_503(client, account, chain):
     assert r.status_code == 503 and r.get_json()["error"] == "service_unavailable"
 
 
+def test_real_usdc_never_lands_on_the_test_balance(app, client, make_account, chain, ledger_clean):
+    """A test key announcing a USDC deposit got the real deposit address and a pending test-
+    mode payment, and the watcher then credited the customer's real USDC to the TEST balance
+    (play money; the live balance got nothing). Announcing is live-only now; a test-mode
+    payment left from before is never matched: the transfer is credited live."""
+    acct = make_account(test_key=True)
+    eth, r = connect_evm(client, acct)
+    assert r.status_code == 200
+    r = client.post("/api/wallet/fund", json={"amount_cents": 500, "method": "usdc"},
+                    headers={"Authorization": f"Bearer {acct.test_key}"})
+    assert r.status_code == 400 and "live key" in r.get_json()["message"], r.get_json()
+    from app.extensions import db
+    from app.models import Payment
+    from app.ids import new_id
+
+    with app.app_context():  # an announcement made by a test key before the fix
+        db.session.add(Payment(id=new_id("pay"), account_id=acct.id, method="usdc", kind="deposit",
+                               processor="chain", mode="test", amount_micros=5_000_000, status="pending",
+                               meta={"chain": "base", "from": eth.address, "pay_to": PAY_TO}))
+        db.session.commit()
+        db.session.remove()
+    chain.transfer(eth.address, PAY_TO, 5_000_000, block=995, tx="0x" + "ab" * 32, log_index=1)
+    chain.block = 1000
+    res = app.test_cli_runner().invoke(args=["payments", "watch-usdc"])
+    assert res.exit_code == 0, res.output
+    live = client.get("/api/wallet/balance", headers=acct.headers).get_json()["credits_cents"]
+    test = client.get("/api/wallet/balance",
+                      headers={"Authorization": f"Bearer {acct.test_key}"}).get_json()["credits_cents"]
+    assert (live, test) == (1000 + 500, 0)
+    ledger_clean()
+
+
 def test_fund_usdc_needs_wallet_then_watcher_credits_once(app, client, account, chain, ledger_clean):
     r = client.post("/api/wallet/fund", json={"amount_cents": 250, "method": "usdc"}, headers=account.headers)
     assert r.status_code == 400 and r.get_json()["error"] == "wallet_not_connected"

@@ -218,7 +218,12 @@ def deposit_address() -> str | None:
 
 def fund_usdc(account_id: str, mode: str, amount_cents: int) -> FundResult:
     """Deposit instructions: send exactly ``amount_atomic`` USDC from the connected wallet
-    to ``pay_to`` on ``chain``; the watcher credits it once confirmed."""
+    to ``pay_to`` on ``chain``; the watcher credits it once confirmed. Live mode only: the
+    transfer is real USDC, which the watcher credits to the live balance (a test key's
+    announcement made it play money on the test balance)."""
+    if mode != "live":
+        raise InvalidRequest("method: usdc deposits move real USDC to the live balance; announce them "
+                             "with a live key (test-mode credits: method card with a sandbox card).")
     wallet = get_wallet(account_id)
     if wallet is None:
         raise WalletNotConnected("Connect a wallet first (POST /api/wallet/connect); deposits are "
@@ -273,6 +278,7 @@ def _credit_transfer(chain: str, t: dict) -> str:
         external_ref = outside.x402_ref(used[0])
     candidates = db.session.execute(
         select(Payment).where(Payment.account_id == wallet.account_id, Payment.method == "usdc",
+                              Payment.mode == "live",  # real USDC: never the test balance
                               Payment.status == "pending", Payment.provider_id.is_(None),
                               Payment.amount_micros == t["value"])
         .order_by(Payment.created_at)).scalars().all()

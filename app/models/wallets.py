@@ -60,3 +60,6 @@ class X402Authorization(db.Model):
     payload: Mapped[dict | None] = mapped_column(JSONType)
     price_micros: Mapped[int | None] = mapped_column(BigInteger)
     valid_before: Mapped[int | None] = mapped_column(BigInteger)
+    # The resource the payment was presented for (x402 v1 requirements carry it; a
+    # settlement retried for another resource is another request). NULL before 0024.
+    resource_url: Mapped[str | None] = mapped_column(String(2000))

@@ -151,3 +151,68 @@ def test_oversize_values_refused_and_ledger_check_clean(app, client, make_accoun
     res = app.test_cli_runner().invoke(args=["ledger", "check"])
     assert res.exit_code == 0, res.output
     ledger_clean()
+
+
+def _v1_header(client, acct) -> str:
+    """An X-Payment (x402 v1) header for the 402 of a call: its requirement names the
+    call's resource URL."""
+    from x402 import x402ClientSync
+    from x402.mechanisms.evm.exact.register import register_exact_evm_client
+    from x402.mechanisms.evm.signers import EthAccountSigner
+    from x402.schemas.v1 import PaymentRequiredV1
+
+    body = call(client, acct, {"action": "ok"}).get_json()
+    required = PaymentRequiredV1.model_validate({"x402Version": 1, "accepts": body["accepts"],
+                                                 "error": body["message"]})
+    payload = register_exact_evm_client(x402ClientSync(), EthAccountSigner(EthAccount.create())) \
+        .create_payment_payload(required)
+    return base64.urlsafe_b64encode(payload.model_dump_json(by_alias=True, exclude_none=True).encode()).decode()
+
+
+def test_a_v1_payment_settled_but_unanswered_is_booked_with_its_own_requirement(app, client, make_account, mod,
+                                                                                 rails, ledger_clean):
+    """The facilitator settled an X-Payment (v1) payment (the USDC moved) and answered too
+    late. Reconciliation must ask it again with the same requirement — the call's resource
+    URL, not BASE_URL: with BASE_URL it was another request, the facilitator answered
+    "nonce already used" and the authorization was RELEASED (the payer's money gone,
+    nothing credited)."""
+    node, fac = rails
+    app.config["RPC_URLS"] = {"base": None, "ethereum": None, "polygon": None, "solana": None}
+    acct = make_account(cents=0)
+    fac.settle_delay = 3.0  # settles, then answers after X402_FACILITATOR_TIMEOUT_SECONDS (1 s)
+    r = call(client, acct, {"action": "ok"}, headers={"X-Payment": _v1_header(client, acct)})
+    assert r.status_code == 402 and r.get_json()["reason"] == "settlement_unavailable"
+    assert len(fac.facilitator.settled) == 1
+    fac.settle_delay = 0.0
+    with app.app_context():
+        row = db.session.query(X402Authorization).one()
+        assert row.resource_url.endswith("/v1/module/svc/call") and row.price_micros == 30_000
+        out = x402.reconcile(older_than_seconds=0)
+        db.session.remove()
+    assert out["booked"] == 1 and balance_cents(app, acct.id) == 3, out
+    ledger_clean()
+
+
+def test_a_nonce_the_facilitator_calls_used_is_never_released(app, client, make_account, mod, rails,
+                                                              ledger_clean):
+    """A reserved authorization whose re-settlement the facilitator refuses as "nonce already
+    used" has most likely moved the payer's USDC (its settlement's answer was lost): it
+    stays reserved (reported as stuck) until the chain can tell, instead of being released."""
+    node, fac = rails
+    app.config["RPC_URLS"] = {"base": None, "ethereum": None, "polygon": None, "solana": None}
+    acct = make_account(cents=0)
+    fac.settle_delay = 3.0
+    call(client, acct, {"action": "ok"}, headers={"X-Payment": _v1_header(client, acct)})
+    fac.settle_delay = 0.0
+    fac.settle = {"success": False, "errorReason": "invalid_exact_evm_nonce_already_used"}
+    with app.app_context():
+        assert x402.reconcile(older_than_seconds=0) == {"booked": 0, "released": 0, "pending": 1, "already": 0}
+        assert db.session.query(X402Authorization.status).scalar() == "reserved"
+        db.session.remove()
+    # once the chain can tell (RPC configured), the used authorization is booked
+    app.config["RPC_URLS"] = {"base": node.url, "ethereum": None, "polygon": None, "solana": None}
+    with app.app_context():
+        assert x402.reconcile(older_than_seconds=0)["booked"] == 1
+        db.session.remove()
+    assert balance_cents(app, acct.id) == 3
+    ledger_clean()

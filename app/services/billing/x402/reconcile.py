@@ -8,8 +8,11 @@ Run by the schedule (``x402-reconcile``) and by ``flask money reconcile``:
   never answered ``/settle``, or the process died before recording its answer) is resolved:
   the chain, when an RPC endpoint is configured, says whether the EIP-3009 authorization was
   used (``authorizationState``); otherwise, or when it was not used yet, the facilitator is
-  asked to settle it again. Used or settled → booked as account credit (the call was
-  refused, the money stays as balance); refused, expired unused, or a sandbox (test-mode)
+  asked to settle it again — with the requirement of the request it was presented for
+  (its stored ``resource_url``). Used or settled → booked as account credit (the call was
+  refused, the money stays as balance); a facilitator's "nonce already used" (most likely
+  the lost settlement itself: the money moved) keeps it ``reserved`` until the chain can
+  tell; refused otherwise, expired unused, or a sandbox (test-mode)
   authorization (kept without payload: nothing moved, nothing may ever submit it) →
   ``released``. A facilitator that does not answer, or none configured any more, leaves a
   live one ``reserved`` for the next run (``flask money reconcile`` reports it as stuck).
@@ -26,6 +29,7 @@ from datetime import timedelta
 from flask import current_app
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
+from x402.mechanisms.evm.constants import ERR_NONCE_ALREADY_USED
 
 from app.errors import ServiceUnavailable
 from app.extensions import db
@@ -89,12 +93,20 @@ def _resolve(row: X402Authorization) -> str:
     if not current_app.config.get("X402_FACILITATOR_URL"):  # a live one: only its facilitator can tell
         return "pending"
     facts = {"data": row.payload, "version": int(row.payload.get("x402Version") or 2), "chain": row.network}
+    # the requirement of the request that was presented (v1 carries the resource URL)
     settled = _facilitator("/settle", facts, int(row.price_micros or row.value_atomic),
-                           current_app.config["BASE_URL"])
+                           row.resource_url or current_app.config["BASE_URL"])
     if settled is None:
         return "pending"
     if settled.success:
         return _book(row, settled.transaction.lower() or None)
+    if settled.error_reason == ERR_NONCE_ALREADY_USED:
+        # the authorization was used: most likely by the settlement whose answer was lost,
+        # i.e. the payer's USDC has moved. Releasing would lose it; only the chain can tell
+        # (configure an RPC endpoint), so it stays reserved and is reported as stuck.
+        log.error("x402 reconcile %s: the facilitator says the nonce is already used; kept reserved "
+                  "until the chain confirms (RPC_URLS)", row.id)
+        return "pending"
     return _release(row, "facilitator refused on reconciliation: " + str(settled.error_reason or "?"))
 
 

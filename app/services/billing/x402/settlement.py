@@ -66,20 +66,25 @@ class X402Payment:
 
 
 
-def reserve(facts: dict, account_id: str, *, sandbox: bool = False) -> str:
+def reserve(facts: dict, account_id: str, *, sandbox: bool = False, resource_url: str | None = None,
+            price_micros: int | None = None) -> str:
     """Step 1b (own unit of work): insert the authorization under its unique key (the one
     atomic step that makes it single-use: a replay, even a concurrent one, hits the unique
     constraint). Committed at once, so it holds whatever happens to the call. A sandbox
     (test-mode) reservation keeps no payload: nothing may ever submit it to a facilitator
-    (reconciliation releases it). Returns its id."""
+    (reconciliation releases it). ``resource_url`` and ``price_micros``: the requirement
+    the payment was presented for (resource, price), which reconciliation sends again —
+    the same request, so an idempotent facilitator answers the same settlement. Returns
+    its id."""
     auth_id = new_id("x4a")
     try:
         with unit_of_work():
             db.session.execute(insert(X402Authorization).values(
                 id=auth_id, auth_key=facts["auth_key"], account_id=account_id, network=facts["chain"],
                 payer=facts["payer"], value_atomic=facts["value"], status="reserved", created_at=utcnow(),
-                payload=None if sandbox else facts["data"], price_micros=facts["value"],
-                valid_before=facts.get("valid_before")))
+                payload=None if sandbox else facts["data"],
+                price_micros=facts["value"] if price_micros is None else price_micros,
+                valid_before=facts.get("valid_before"), resource_url=resource_url))
     except IntegrityError:
         raise PaymentInvalid("replayed", "This payment authorization was already used.") from None
     return auth_id
@@ -121,7 +126,7 @@ def _status(auth_id: str, **values) -> None:
 
 
 def verify_and_reserve(header_value: str, *, account_id: str, price_micros: int,
-                       mode: str = "live") -> tuple[X402Payment, dict]:
+                       mode: str = "live", resource_url: str | None = None) -> tuple[X402Payment, dict]:
     """Step 1: decode and verify the header (no database), then ``reserve`` it in its own
     unit of work. Returns the reserved payment and the verified facts ``settle`` needs.
     Live payments need a facilitator: without one (x402 is then not offered) a live
@@ -134,7 +139,7 @@ def verify_and_reserve(header_value: str, *, account_id: str, price_micros: int,
                                                      "payments settle through a facilitator (X402_FACILITATOR_URL) "
                                                      "and none is configured; add credits with POST /api/wallet/fund.")
     facts = verify(data, price_micros)
-    auth_id = reserve(facts, account_id, sandbox=sandbox)
+    auth_id = reserve(facts, account_id, sandbox=sandbox, resource_url=resource_url, price_micros=price_micros)
     return X402Payment(auth_id=auth_id, auth_key=facts["auth_key"], account_id=account_id,
                        version=facts["version"], network=facts["chain"], payer=facts["payer"],
                        value_atomic=facts["value"], sandbox=sandbox), facts
@@ -170,7 +175,8 @@ def accept(header_value: str, *, account_id: str, price_micros: int, resource_ur
            mode: str = "live") -> X402Payment:
     """Steps 1 and 2: verify and reserve (own unit of work), then settle (no transaction
     open). The caller books it (step 3) in its own unit of work."""
-    pay, facts = verify_and_reserve(header_value, account_id=account_id, price_micros=price_micros, mode=mode)
+    pay, facts = verify_and_reserve(header_value, account_id=account_id, price_micros=price_micros, mode=mode,
+                                    resource_url=resource_url)
     return settle(pay, facts, price_micros=price_micros, resource_url=resource_url)
 
 

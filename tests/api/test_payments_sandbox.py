@@ -253,6 +253,42 @@ def test_webhook_crash_after_event_insert_rolls_back(app, client, account, monke
     ledger_clean()
 
 
+def _refund_event(evt, payment_intent, cents_refunded, cents=400):
+    return {"id": evt, "object": "event", "type": "charge.refunded", "created": int(time.time()),
+            "data": {"object": {"id": "ch_" + evt, "object": "charge", "payment_intent": payment_intent,
+                                "amount": cents, "amount_refunded": cents_refunded, "refunded": True}}}
+
+
+def test_a_refund_that_arrives_before_its_payment_is_applied_when_the_payment_is(app, client, account,
+                                                                                  ledger_clean):
+    """Stripe does not order events and retries a failed delivery for days: a
+    ``charge.refunded`` may come before the checkout's own ``checkout.session.completed``.
+    It was stored as handled (``unknown_payment``, 200, never sent again), and the late
+    completion then credited the full amount: the customer kept both. Now it is kept as
+    ``refund_early`` and applied in the unit of work that credits the payment."""
+    out, sid = _pending_checkout(client, account)
+    with app.app_context():
+        secret = sandbox_webhook_secret()
+    r = _post_webhook(client, _refund_event("evt_refund_a", "pi_x", 150), secret)
+    assert r.status_code == 200 and r.get_json()["outcome"] == "refund_early"
+    r = _post_webhook(client, _refund_event("evt_refund_b", "pi_x", 400), secret)  # the rest, also early
+    assert r.get_json()["outcome"] == "refund_early"
+    r = _post_webhook(client, _session_event(sid, out["payment_id"], account.id, 400), secret)
+    assert r.status_code == 200 and r.get_json()["outcome"] == "credited"
+    assert _balance(client, account) == 1000  # credited 400, refunded 400
+    hist = client.get("/api/pay/history", headers=account.headers).get_json()["payments"]
+    assert (hist[0]["status"], hist[0]["refunded_cents"]) == ("refunded", 400)
+    with app.app_context():
+        rows = {e.event_id: (e.outcome, e.payment_id) for e in db.session.query(PaymentEvent)}
+        db.session.remove()
+    assert rows["evt_refund_a"][1] == rows["evt_refund_b"][1] == out["payment_id"]
+    assert {rows["evt_refund_a"][0], rows["evt_refund_b"][0]} <= {"refunded", "already_refunded"}
+    # a refund of someone else's payment intent stays early and touches nothing
+    _post_webhook(client, _refund_event("evt_refund_c", "pi_other", 400), secret)
+    assert _balance(client, account) == 1000
+    ledger_clean()
+
+
 def test_sandbox_event_cannot_credit_a_stripe_payment(app, client, account, ledger_clean):
     """Events signed with the sandbox secret only touch sandbox payments."""
     from app.ids import new_id

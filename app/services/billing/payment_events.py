@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+from datetime import timedelta
 
 import stripe
 from flask import current_app
@@ -15,6 +16,7 @@ from sqlalchemy.exc import IntegrityError
 from app.errors import DomainError, InvalidRequest
 from app.extensions import db
 from app.models import Payment, PaymentEvent
+from app.models.base import utcnow
 from app.services.billing import event_payloads
 from app.services.billing.payments import credit_payment, finish_payment, refund_payment
 from app.services.billing.processors import sandbox_webhook_secret
@@ -24,6 +26,12 @@ log = logging.getLogger(__name__)
 
 
 WEBHOOK_TOLERANCE_SECONDS = 300
+# Outcome of a ``charge.refunded`` that arrived before its payment was credited (Stripe does
+# not order events, and retries a failed delivery for days): kept, and applied when the
+# payment is credited (``_apply_early_refunds``), so a refund is never lost to ordering.
+EARLY_REFUND = "refund_early"
+# How far back crediting looks for such refunds (beyond Stripe's 3-day retry window).
+EARLY_REFUND_DAYS = 30
 
 
 class WebhookSignatureInvalid(DomainError):
@@ -104,7 +112,7 @@ def _dispatch(event: dict, processor: str) -> tuple[str, str | None]:
                 log.error("checkout %s amount/currency mismatch: %s %s", p.id, obj.get("amount_total"),
                           obj.get("currency"))
                 return "amount_mismatch", p.id
-            return ("credited" if credit_payment(p) else "already_final"), p.id
+            return _credited(p, processor), p.id
         if etype == "checkout.session.completed":
             return "awaiting_settlement", p.id
         if etype == "checkout.session.async_payment_failed":
@@ -125,7 +133,7 @@ def _dispatch(event: dict, processor: str) -> tuple[str, str | None]:
         if etype == "payment_intent.succeeded":
             if int(obj.get("amount_received") or obj.get("amount") or 0) * 10_000 != p.amount_micros:
                 return "amount_mismatch", p.id
-            return ("credited" if credit_payment(p) else "already_final"), p.id
+            return _credited(p, processor), p.id
         if etype == "payment_intent.payment_failed":
             err = obj.get("last_payment_error") or {}
             ok = finish_payment(p, "failed", err.get("code") or "payment_failed", err.get("message") or "The payment failed.")
@@ -136,10 +144,41 @@ def _dispatch(event: dict, processor: str) -> tuple[str, str | None]:
     if etype == "charge.refunded":
         pi = obj.get("payment_intent")
         p = _find(processor, payment_intent=pi if isinstance(pi, str) else None)
-        if p is None:
-            return "unknown_payment", None
-        return refund_payment(p, int(obj.get("amount_refunded") or 0) * 10_000, str(obj.get("id"))), p.id
+        if p is None:  # its payment's own event has not come yet (or it is not ours)
+            return EARLY_REFUND, None
+        outcome = refund_payment(p, int(obj.get("amount_refunded") or 0) * 10_000, str(obj.get("id")))
+        return (EARLY_REFUND if outcome == "ignored_not_succeeded" else outcome), p.id
     return "ignored", None
+
+
+def _credited(p: Payment, processor: str) -> str:
+    """Credit ``p`` (its success event), then apply the refunds that came before it."""
+    if not credit_payment(p):
+        return "already_final"
+    _apply_early_refunds(p, processor)
+    return "credited"
+
+
+def _apply_early_refunds(p: Payment, processor: str) -> None:
+    """``charge.refunded`` events of ``p``'s payment intent that arrived before it was
+    credited (outcome ``EARLY_REFUND``), applied now in the crediting unit of work: the
+    customer does not keep both the refund and the credit. Their rows then record the
+    outcome and the payment."""
+    if not p.payment_intent:
+        return
+    rows = db.session.execute(select(PaymentEvent).where(
+        PaymentEvent.processor == processor, PaymentEvent.type == "charge.refunded",
+        PaymentEvent.outcome == EARLY_REFUND,
+        PaymentEvent.received_at >= utcnow() - timedelta(days=EARLY_REFUND_DAYS))
+        .order_by(PaymentEvent.id)).scalars().all()
+    for row in rows:
+        obj = ((row.payload or {}).get("data") or {}).get("object") or {}
+        if obj.get("payment_intent") != p.payment_intent:
+            continue
+        outcome = refund_payment(p, int(obj.get("amount_refunded") or 0) * 10_000, str(obj.get("id")))
+        row.outcome, row.payment_id = outcome, p.id
+        log.warning("payment %s: refund event %s arrived before the payment's own event; applied on "
+                    "crediting (%s)", p.id, row.event_id, outcome)
 
 
 class _Duplicate(Exception):

@@ -107,6 +107,12 @@ def test_rotation_overlap_then_old_key_stops(client, account):
     listed = {k["id"]: k for k in client.get("/api/keys", headers=account.headers).get_json()["keys"]}
     left = datetime.fromisoformat(listed[new["id"]]["expires_at"]) - datetime.now(timezone.utc)
     assert timedelta(hours=23, minutes=59) < left <= timedelta(days=1) and again["id"] in listed
+    # a key in its overlap is retiring: rotating it again would mint a key and retire none
+    # (it got 201 before, each time: past the 100-key cap, keys that never expire)
+    r = client.post(f"/api/keys/{new['id']}/rotate", json={}, headers=account.headers)
+    assert r.status_code == 409 and r.get_json()["error"] == "key_already_rotated", r.get_json()
+    assert again["id"] in r.get_json()["message"]
+    assert len(client.get("/api/keys", headers=account.headers).get_json()["keys"]) == len(listed)
 
 
 def test_at_most_100_active_keys(app, client, account):

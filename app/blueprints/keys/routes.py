@@ -45,11 +45,14 @@ def update_key(body, key_id):
 
 
 @endpoint(blp, "/<string:key_id>/rotate", "post", "keys:write", body=KeyRotateSchema, ok=KeyCreatedSchema,
-          status=201, errors={404: None}, name="KeyRotateView", body_optional=True)
+          status=201, errors={404: None, 409: "`key_already_rotated`: the key is already retiring; "
+                                               "rotate its successor."},
+          name="KeyRotateView", body_optional=True)
 def rotate_key(body, key_id):
     """Rotate a key: a new key (full `key` shown once) with the same name, scopes and spend
     limit (this period's spend carries over); the old key keeps working for
-    `overlap_seconds` (default 86,400, max 604,800), then is 401 on every worker."""
+    `overlap_seconds` (default 86,400, max 604,800), then is 401 on every worker. A key
+    that was already rotated is 409 `key_already_rotated` (rotate its successor)."""
     row, secret = keys.rotate_key(principal().account_id, key_id, body.get("overlap_seconds"),
                                   creator_scopes=principal().scopes, mode=principal().mode)
     return Extended(row, key=secret)

@@ -33,6 +33,12 @@ MICROS_PER_CENT = 10_000
 _UNSET = object()
 
 
+class KeyAlreadyRotated(Conflict):
+    code = "key_already_rotated"
+    description = ("This key was already rotated and is retiring; rotate its successor (`rotated_to`) "
+                   "instead. Rotating it again would mint one more key while retiring none.")
+
+
 class KeyLimitReached(Conflict):
     code = "key_limit_reached"
     description = (f"The account already has {MAX_ACTIVE_KEYS} active (unrevoked, unexpired) keys; "
@@ -195,6 +201,9 @@ def rotate_key(account_id: str, key_id: str, overlap_seconds: int | None, *,
     now = utcnow()
     with unit_of_work():
         old = _own_key(account_id, key_id, mode, active=True)
+        if old.rotated_to is not None:  # rotation is exempt from the key cap because it retires a key
+            raise KeyAlreadyRotated(f"Key {old.id} was already rotated to {old.rotated_to}; rotate that key "
+                                    "instead.")
         row, secret = add_key(account_id, old.name, _granted(list(old.scopes or ()), creator_scopes),
                               mode=old.mode)
         row.spend_limit_micros, row.spend_limit_period = old.spend_limit_micros, old.spend_limit_period

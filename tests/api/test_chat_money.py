@@ -47,6 +47,44 @@ def test_long_stream_keeps_its_hold_and_is_charged(app, client, fakes, acct, led
     ledger_clean()
 
 
+def test_a_completion_released_by_the_sweep_mid_call_says_it_was_not_charged(app, client, fakes, acct,  # noqa: F811
+                                                                            monkeypatch, ledger_clean):
+    """A non-streamed completion has no heartbeat: one that outlives CHAT_HOLD_TTL_SECONDS
+    (a trickling provider, several attempts) has its hold released by the sweep while it
+    runs, and its settle then finds nothing to charge. It was answered with
+    ``cost_micros: 200`` and ``X-Chat-Cost-Micros: 200`` while nothing was charged; now the
+    answer states 0 (answered and not charged, the house's loss, as a module call's
+    ``call_finalize_late``) and the ledger stays clean."""
+    import threading
+
+    from app.services.chat import providers
+
+    real = providers.complete
+
+    def slow_complete(offer, body, max_tokens):
+        out = real(offer, body, max_tokens)
+
+        def sweep():  # the scheduled job, while this request is still in the provider call
+            with app.app_context():
+                holds.release_stale_holds(0.0)
+                db.session.remove()
+        t = threading.Thread(target=sweep)
+        t.start()
+        t.join()
+        return out
+
+    monkeypatch.setattr(providers, "complete", slow_complete)
+    r = chat(client, acct, model="m-small", max_tokens=100)
+    assert r.status_code == 200
+    assert r.get_json()["usage"]["cost_micros"] == 0 and r.headers["X-Chat-Cost-Micros"] == "0"
+    with app.app_context():
+        row = db.session.execute(select(ChatCompletion)).scalar_one()
+        db.session.remove()
+    assert (row.status, row.cost_micros) == ("released", 0)
+    assert figures(app, acct.id)["balance"] == START and figures(app, acct.id)["held"] == 0
+    ledger_clean()
+
+
 def test_openai_cached_tokens_priced_at_the_cache_read_price(app, client, fakes, acct, ledger_clean):  # noqa: F811
     """m-small at cheap: $1 input, $0.5 cache read, $2 output per Mtok. 100 prompt tokens of
     which 80 cached + 50 completion = 20×1 + 80×0.5 + 50×2 = 160 micros (not 200)."""

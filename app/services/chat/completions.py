@@ -173,7 +173,14 @@ def _record(call: _Call, offer: Offer, usage: dict, error: str | None) -> None:
     if call.live:
         charged = chat_billing.settle(call.id, call.account_id, call.hold_micros, usage["cost_micros"],
                                       created_at=call.held_at, **args)
-        if charged is not None and charged != usage["cost_micros"]:
+        if charged is None:
+            # the stale-hold sweep released the hold first (a request silent for
+            # CHAT_HOLD_TTL_SECONDS: only a stream has a heartbeat): answered, not charged —
+            # and the answer says so instead of a cost nobody paid
+            log.warning("chat_settle_late: completion %s was released by the sweep before it "
+                        "settled; answered and not charged", call.id)
+            charged = 0
+        if charged != usage["cost_micros"]:
             usage["cost_micros"], usage["cost_usd"] = charged, charged / 1_000_000
     else:
         chat_billing.record_sandbox(call.id, call.account_id, requested_model=call.body["model"],

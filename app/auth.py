@@ -81,7 +81,7 @@ def _resolve_key(token: str, token_hash: str) -> Principal | None:
     row = db.session.execute(
         select(ApiKey.id, ApiKey.mode, ApiKey.scopes, ApiKey.revoked_at, Account.id,
                Account.is_admin, Account.plan, Account.agent_id, ApiKey.expires_at,
-               ApiKey.spend_limit_micros)
+               ApiKey.spend_limit_micros, ApiKey.rotated_to)
         .join(Account, Account.id == ApiKey.account_id)
         .where(ApiKey.key_hash == token_hash)
     ).first()
@@ -93,6 +93,8 @@ def _resolve_key(token: str, token_hash: str) -> Principal | None:
     extra = {"expires_at_epoch": row[8].timestamp()} if row[8] is not None else {}
     if row[9] is not None:  # a limit change broadcasts like a revocation: the cache never lags
         extra["spend_limited"] = True
+        if row[10] is not None:  # rotated: its charges count on its successor's counter
+            extra["spend_key"] = _rotation_head(row[10])
     return Principal(account_id=row[4], credential_id=row[0], credential_hash=token_hash,
                      kind="key", mode=row[1], scopes=frozenset(row[2] or ()),
                      is_admin=bool(row[5]), plan=row[6], agent_id=row[7], extra=extra)
@@ -346,10 +348,23 @@ def public(func):
 
 
 def key_of(p: Principal) -> str | None:
-    """The API key id of a key credential that has a spend limit (which then applies to its
-    charges); None for a session or a key without a limit, so unlimited calls skip the
-    limit's statements altogether."""
-    return p.credential_id if p.kind == "key" and p.extra.get("spend_limited") else None
+    """The API key id whose spend limit applies to a key credential's charges: its own, or
+    for a rotated key still in its overlap the newest key of its rotation (which carried
+    the count over: old and new key share one limit). None for a session or a key without
+    a limit, so unlimited calls skip the limit's statements altogether."""
+    if p.kind != "key" or not p.extra.get("spend_limited"):
+        return None
+    return p.extra.get("spend_key") or p.credential_id
+
+
+def _rotation_head(key_id: str) -> str:
+    """The newest key of a rotation, following ``rotated_to`` from ``key_id``."""
+    for _ in range(32):  # a chain is as long as the rotations within one overlap
+        nxt = db.session.execute(select(ApiKey.rotated_to).where(ApiKey.id == key_id)).scalar()
+        if nxt is None:
+            return key_id
+        key_id = nxt
+    return key_id
 
 
 def principal() -> Principal:

@@ -150,3 +150,35 @@ def test_rotate_refuses_a_body_that_is_not_json(client, account):
         assert r.get_json()["error"] == "invalid_request"
     assert client.get("/api/keys", headers=account.headers).get_json()["keys"] == before  # nothing rotated
     assert client.post(f"/api/keys/{key['id']}/rotate", headers=account.headers).status_code == 201  # no body
+
+
+def test_a_rotated_key_and_its_successor_share_one_spend_limit(app, client, make_account, mod, ledger_clean):
+    """Rotation carries this period's count over to the new key, and the old key keeps
+    working for the overlap. Each had its own counter, so the same budget was spent twice
+    (12 cents charged against a 9-cent daily limit here). The old key's charges now count
+    on its successor's counter, refunds give the room back there, and a second rotation
+    moves the whole family on."""
+    acct = make_account(cents=100)
+    old = client.post("/api/keys", json={"name": "lim", "spend_limit_cents": 9, "spend_limit_period": "day"},
+                      headers=acct.headers).get_json()
+    assert call(client, acct, {"action": "ok"}, bearer=old["key"]).status_code == 200  # 3 of 9
+    new = client.post(f"/api/keys/{old['id']}/rotate", json={"overlap_seconds": 3600},
+                      headers=acct.headers).get_json()
+    assert new["spent_cents"] == 3
+    assert call(client, acct, {"action": "ok"}, bearer=old["key"]).status_code == 200  # 6 of 9
+    assert call(client, acct, {"action": "boom"}, bearer=new["key"]).status_code == 502  # refunded: room back
+    assert call(client, acct, {"action": "boom"}, bearer=old["key"]).status_code == 502
+    assert call(client, acct, {"action": "ok"}, bearer=old["key"]).status_code == 200  # 9 of 9
+    for bearer in (new["key"], old["key"]):
+        r = call(client, acct, {"action": "ok"}, bearer=bearer)
+        assert r.status_code == 402 and r.get_json()["error"] == "key_spend_limit_reached", r.get_json()
+    assert balance_cents(app, acct.id) == 100 - 9
+    listed = {k["id"]: k for k in client.get("/api/keys", headers=acct.headers).get_json()["keys"]}
+    assert listed[new["id"]]["spent_cents"] == 9
+    # rotating the successor: the first key (still in its overlap) follows to the newest
+    newest = client.post(f"/api/keys/{new['id']}/rotate", json={"overlap_seconds": 3600},
+                         headers=acct.headers).get_json()
+    assert newest["spent_cents"] == 9
+    for bearer in (old["key"], new["key"], newest["key"]):
+        assert call(client, acct, {"action": "ok"}, bearer=bearer).status_code == 402
+    ledger_clean()

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import func, or_, select, update
 
 from app.errors import Conflict, Forbidden, InsufficientScope, InvalidRequest, NotFound
 from app.extensions import db
 from app.ids import new_id, new_secret, sha256_hex
-from app.models import Account, ApiKey, KeySpend
+from app.models import Account, ApiKey, ChatCompletion, KeySpend, ModuleCall
 from app.models.base import utcnow
 from app.scopes import ADMIN_SCOPE, KNOWN_SCOPES
 from app.services.accounts import spend
@@ -215,8 +215,33 @@ def rotate_key(account_id: str, key_id: str, overlap_seconds: int | None, *,
         cutoff = now + timedelta(seconds=overlap)
         old.expires_at = min(old.expires_at, cutoff) if old.expires_at else cutoff
         old.rotated_to = row.id
-    _drop_cached(old)
+        family = _predecessors(old.id) + [old]
+        if old.spend_limit_period:
+            # one limit for the rotation: the new key's counter holds the count, so the
+            # charges still in flight give their room back there, and the old keys (still
+            # working in their overlap) charge there too (``auth.key_of``)
+            ids = [k.id for k in family]
+            db.session.execute(update(ModuleCall).where(ModuleCall.spend_key_id.in_(ids),
+                                                        ModuleCall.status == "pending")
+                               .values(spend_key_id=row.id).execution_options(synchronize_session=False))
+            db.session.execute(update(ChatCompletion).where(ChatCompletion.spend_key_id.in_(ids),
+                                                            ChatCompletion.status == "held")
+                               .values(spend_key_id=row.id).execution_options(synchronize_session=False))
+    for key in family:  # every worker re-resolves them (and their counter) at once
+        _drop_cached(key)
     return with_spent([row])[0], secret
+
+
+def _predecessors(key_id: str) -> list[ApiKey]:
+    """The keys rotated (directly or through others) into ``key_id``, still active."""
+    out: list[ApiKey] = []
+    frontier = [key_id]
+    while frontier and len(out) < 256:
+        rows = db.session.execute(select(ApiKey).where(ApiKey.rotated_to.in_(frontier),
+                                                       ApiKey.revoked_at.is_(None))).scalars().all()
+        out.extend(rows)
+        frontier = [r.id for r in rows]
+    return out
 
 
 def _drop_cached(row: ApiKey) -> None:

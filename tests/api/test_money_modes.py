@@ -148,6 +148,42 @@ def test_a_test_key_does_not_list_live_agents_builds(client, make_account):
     assert client.get("/api/agent/builds", headers=_h(acct.test_key)).get_json()["builds"] == []
 
 
+def test_a_test_key_cannot_replace_the_wallet_that_attributes_live_deposits(app, client, make_account):
+    """The account's one wallet decides which live USDC deposits are the account's: a test
+    key replaced it (200) before; now 400, and the live wallet stays."""
+    from types import SimpleNamespace
+
+    from tests.api.test_wallet import connect_evm
+
+    acct = make_account(test_key=True)
+    live_eth, r = connect_evm(client, acct)
+    assert r.status_code == 200
+    as_test = SimpleNamespace(headers=_h(acct.test_key))
+    _, r = connect_evm(client, as_test)
+    assert r.status_code == 400 and "live key" in r.get_json()["message"], r.get_json()
+    from app.services.billing import wallets
+
+    with app.app_context():  # read from the database (the balance endpoint would ask a chain node)
+        assert wallets.get_wallet(acct.id).address == live_eth.address
+        db.session.remove()
+
+
+def test_a_test_agent_cannot_submit_a_module(client, make_account):
+    """An approved build is a live module earning live money: a test-mode agent (registered
+    by a test key) gets 403 instead of a live module whose earnings nobody can see."""
+    from tests.agentkit import Keypair, session_headers
+
+    acct = make_account(test_key=True)
+    kp = Keypair()
+    r = client.post("/api/agent/register", json={"name": "test-bot", "pubkey": kp.pubkey,
+                                                  "webhook": "https://example.com/hook"},
+                    headers=_h(acct.test_key))
+    assert r.status_code == 201
+    r = client.post("/api/agent/build", json={"slug": "test-mod", "price_cents": 5, "actions": ["go"]},
+                    headers=session_headers(client, kp))
+    assert r.status_code == 403 and "live" in r.get_json()["message"], r.get_json()
+
+
 # --- admin scope ------------------------------------------------------------------------
 
 ADMIN_ROUTES = ("/api/admin/modules/pending", "/api/track/recent", "/api/track/sessions")

@@ -27,9 +27,11 @@ def connect(body):
     400 `nonce_invalid`: no unused, unexpired message for this chain and address (replay,
     wrong chain, wrong address). 401 `signature_invalid`: the signature is not by the
     address. 409 `conflict`: the address belongs to another account. Connecting again
-    replaces the account's wallet."""
-    return wallets.connect(principal().account_id, body["chain"], body["address"], body["signature"],
-                           body.get("nonce"))
+    replaces the account's wallet. Live keys only (400 for a `svc_test_` key): the wallet
+    attributes real USDC deposits to the live balance."""
+    p = principal()
+    return wallets.connect(p.account_id, body["chain"], body["address"], body["signature"],
+                           body.get("nonce"), mode=p.mode)
 
 
 @endpoint(blp, "/balance", "get", "billing:read", ok=WalletBalanceSchema)

@@ -50,6 +50,9 @@ def _submit(agent_id, slug, description, price_cents, actions, webhook) -> Modul
     if not agent_id:
         raise Forbidden("Only agents submit modules: sign in as the agent and use its session.")
     agent = get_agent(agent_id)
+    if agent.mode != "live":  # an approved build is a live, charging module; earnings are live money
+        raise Forbidden("A test-mode agent cannot submit modules: an approved module is live and "
+                        "earns live money. Register the agent with a live key.")
     if not isinstance(slug, str) or not SLUG_RE.fullmatch(slug):
         raise InvalidRequest("slug: must match ^[a-z0-9][a-z0-9-]{0,63}$ (lower-case letters, digits, '-').")
     if not isinstance(price_cents, int) or isinstance(price_cents, bool) \

@@ -112,9 +112,15 @@ def _verify_signature(chain: str, address_key: str, message: str, signature: str
         raise SignatureInvalid("The signature was not made by this address.")
 
 
-def connect(account_id: str, chain: str, address: str, signature: str, nonce: str | None = None) -> Wallet:
+def connect(account_id: str, chain: str, address: str, signature: str, nonce: str | None = None,
+            mode: str = "live") -> Wallet:
     """Attach the wallet (see ``_connect``); one unit of work. An address that a concurrent
-    request attached to another account first is a 409."""
+    request attached to another account first is a 409. Live mode only: the account's one
+    wallet attributes real USDC deposits to the live balance, which a test key must not
+    change (DESIGN §5)."""
+    if mode != "live":
+        raise InvalidRequest("The wallet attributes real USDC deposits to the live balance: connect it "
+                             "with a live key (svc_live_).")
     try:
         return _connect(account_id, chain, address, signature, nonce)
     except IntegrityError:

@@ -11,25 +11,21 @@ from flask import abort, g, redirect, render_template, request, url_for
 from app.blueprints.console import bp, web
 from app.blueprints.console.account_pages import field_errors
 from app.errors import DomainError
-from app.services.accounts import accounts
 from app.services.agents import builds, earnings, funding, identity
+from app.services.billing import ledger
 
 
 def _agents_page(status: int = 200, **extra):
     acct, mode = g.account, web.mode()  # the console's mode: a test session sees test agents only
     agents = identity.owned_agents(acct.id, mode)
     ctx = {"agents": [{"agent": a, "earnings": earnings.agent_earnings(a),
-                       "balance_micros": _balance(accounts.get_account(a.account_id), mode)} for a in agents],
+                       "balance_micros": ledger.cached_balance(a.account_id, mode)} for a in agents],
            "submissions": builds.list_builds(agent_id=None, account_id=acct.id, mode=mode),
            "queue": builds.pending() if acct.is_admin else [], "errors": {}, "form": {},
            # one Idempotency-Key per rendered form: a double submit funds once
            "fund_key": "console-" + secrets.token_urlsafe(16)}
     ctx.update(extra)
     return render_template("console/agents.html", **ctx), status
-
-
-def _balance(account, mode: str) -> int:
-    return account.test_balance_micros if mode == "test" else account.balance_micros
 
 
 @bp.get("/agents")

@@ -16,7 +16,7 @@ from sqlalchemy.exc import IntegrityError
 from app.errors import InvalidRequest, NotFound, PaymentRequired
 from app.extensions import db
 from app.ids import new_id, sha256_hex
-from app.models import Account, LedgerTransaction
+from app.models import LedgerTransaction
 from app.services.agents.identity import get_agent
 from app.services.billing import ledger
 from app.services.gateway.calls import IdempotencyKeyReused
@@ -32,9 +32,7 @@ class OwnerFundsShort(PaymentRequired):
 
 
 def _balance_cents(account_id: str, mode: str) -> int:
-    column = Account.balance_micros if mode == "live" else Account.test_balance_micros
-    micros = db.session.execute(select(column).where(Account.id == account_id)).scalar_one()
-    return ledger.micros_to_cents(micros)
+    return ledger.micros_to_cents(ledger.cached_balance(account_id, mode))
 
 
 def fund(owner_account_id: str, agent_id: str, amount_cents: int, *,

@@ -66,8 +66,8 @@ class X402Payment:
 
 
 
-def reserve(facts: dict, account_id: str, *, sandbox: bool = False, resource_url: str | None = None,
-            price_micros: int | None = None) -> str:
+def reserve(facts: dict, account_id: str, *, price_micros: int, sandbox: bool = False,
+            resource_url: str | None = None) -> str:
     """Step 1b (own unit of work): insert the authorization under its unique key (the one
     atomic step that makes it single-use: a replay, even a concurrent one, hits the unique
     constraint). Committed at once, so it holds whatever happens to the call. A sandbox
@@ -83,7 +83,7 @@ def reserve(facts: dict, account_id: str, *, sandbox: bool = False, resource_url
                 id=auth_id, auth_key=facts["auth_key"], account_id=account_id, network=facts["chain"],
                 payer=facts["payer"], value_atomic=facts["value"], status="reserved", created_at=utcnow(),
                 payload=None if sandbox else facts["data"],
-                price_micros=facts["value"] if price_micros is None else price_micros,
+                price_micros=price_micros,
                 valid_before=facts.get("valid_before"), resource_url=resource_url))
     except IntegrityError:
         raise PaymentInvalid("replayed", "This payment authorization was already used.") from None

@@ -1,0 +1,148 @@
+"""deploy/gunicorn_worker.py: the gthread worker whose thread keeps a keep-alive connection
+for its next request. A real gunicorn serves a tiny WSGI app; the worker's count of requests
+served without the hand-over to the poller is written at exit (``worker_exit`` hook)."""
+from __future__ import annotations
+
+import http.client
+import socket
+import sys
+import textwrap
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from tests.support.apps import ROOT, VENV_BIN
+from tests.support.procs import Proc, free_port
+
+sys.path.insert(0, str(ROOT))
+from deploy import gunicorn_worker  # noqa: E402
+
+APP = textwrap.dedent("""\
+    import threading
+
+    def app(environ, start_response):
+        size = int(environ.get("CONTENT_LENGTH") or 0)
+        body = environ["wsgi.input"].read(size) if size else b""
+        out = b"%s %s %d" % (environ["PATH_INFO"].encode(), body, threading.get_ident())
+        start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(out)))])
+        return [out]
+""")
+
+
+def _serve(tmp_path, linger_ms: str):
+    (tmp_path / "lingerapp.py").write_text(APP)
+    counts = tmp_path / "served_in_place"
+    conf = tmp_path / "conf.py"
+    conf.write_text(textwrap.dedent(f"""\
+        worker_class = "deploy.gunicorn_worker.KeepAliveThreadWorker"
+        workers = 1
+        threads = 4
+        keepalive = 30
+        graceful_timeout = 5
+
+        def worker_exit(server, worker):
+            with open({str(counts)!r}, "a") as f:
+                f.write(f"{{worker.served_in_place}}\\n")
+        """))
+    port = free_port()
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{ROOT}:{tmp_path}",
+           "GUNICORN_KEEPALIVE_LINGER_MS": linger_ms}
+    proc = Proc([VENV_BIN / "gunicorn", "-c", str(conf), "-b", f"127.0.0.1:{port}", "lingerapp:app"],
+                name="gunicorn", env=env, cwd=ROOT, log=tmp_path / "gunicorn.log", grace=10)
+    return proc, port, counts
+
+
+def _served_in_place(counts) -> int:
+    return sum(int(line) for line in counts.read_text().split())
+
+
+def test_sequential_requests_on_one_connection_stay_on_their_thread(tmp_path):
+    proc, port, counts = _serve(tmp_path, "50")
+    with proc:
+        proc.wait_port(port, timeout=30)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        answers = []
+        for i in range(30):
+            conn.request("POST", f"/n{i}", body=b"x" * i)
+            resp = conn.getresponse()
+            answers.append((resp.status, resp.read()))
+        conn.close()
+    assert [status for status, _ in answers] == [200] * 30
+    assert [body.split()[0] for _, body in answers] == [f"/n{i}".encode() for i in range(30)]
+    assert [body.split(b" ")[1] for _, body in answers] == [b"x" * i for i in range(30)]
+    # each request after the first came within the linger: served by the thread itself
+    assert _served_in_place(counts) >= 25
+
+
+def test_an_idle_connection_goes_back_to_the_poller_and_is_still_served(tmp_path):
+    proc, port, counts = _serve(tmp_path, "20")
+    with proc:
+        proc.wait_port(port, timeout=30)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        for i in range(3):
+            conn.request("GET", f"/idle{i}")
+            resp = conn.getresponse()
+            assert (resp.status, resp.read().split()[0]) == (200, f"/idle{i}".encode())
+            time.sleep(0.3)  # longer than the linger: the poller holds the connection meanwhile
+        conn.close()
+    assert _served_in_place(counts) == 0
+
+
+def test_pipelined_requests_are_all_answered_in_order(tmp_path):
+    proc, port, counts = _serve(tmp_path, "50")
+    with proc:
+        proc.wait_port(port, timeout=30)
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(b"".join(b"GET /p%d HTTP/1.1\r\nHost: x\r\n\r\n" % i for i in range(5)))
+            data = b""
+            deadline = time.monotonic() + 10
+            while data.count(b"HTTP/1.1 200") < 5 and time.monotonic() < deadline:
+                data += sock.recv(65536)
+    assert data.count(b"HTTP/1.1 200") == 5
+    positions = [data.index(b"/p%d " % i) for i in range(5)]
+    assert positions == sorted(positions)
+
+
+def test_linger_zero_is_stock_gthread(tmp_path):
+    proc, port, counts = _serve(tmp_path, "0")
+    with proc:
+        proc.wait_port(port, timeout=30)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        for i in range(10):
+            conn.request("GET", f"/z{i}")
+            assert conn.getresponse().read().startswith(f"/z{i}".encode())
+        conn.close()
+    assert _served_in_place(counts) == 0
+
+
+def _worker(linger=0.002, alive=True, queued=0, http2=False):
+    worker = object.__new__(gunicorn_worker.KeepAliveThreadWorker)
+    work = SimpleNamespace(empty=lambda: queued == 0)
+    worker.linger, worker.alive, worker.tpool = linger, alive, SimpleNamespace(_work_queue=work)
+    return worker, SimpleNamespace(is_http2=http2)
+
+
+@pytest.mark.parametrize("kwargs, expected", [
+    ({}, True),
+    ({"queued": 1}, False),  # another connection waits for a thread: hand this one back
+    ({"alive": False}, False),  # stopping (or max_requests reached)
+    ({"http2": True}, False),
+    ({"linger": 0}, False),
+])
+def test_the_thread_lingers_only_when_nothing_else_waits(kwargs, expected):
+    worker, conn = _worker(**kwargs)
+    assert worker._may_linger(conn) is expected
+
+
+@pytest.mark.parametrize("raw, seconds", [("2", 0.002), ("0", 0.0), ("0.5", 0.0005), ("1000", 1.0)])
+def test_linger_setting(monkeypatch, raw, seconds):
+    monkeypatch.setenv("GUNICORN_KEEPALIVE_LINGER_MS", raw)
+    assert gunicorn_worker._linger_seconds() == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("raw", ["two", "-1", "1001", "nan"])
+def test_a_bad_linger_setting_stops_the_worker_with_a_clear_message(monkeypatch, raw):
+    monkeypatch.setenv("GUNICORN_KEEPALIVE_LINGER_MS", raw)
+    with pytest.raises(SystemExit, match="GUNICORN_KEEPALIVE_LINGER_MS"):
+        gunicorn_worker._linger_seconds()

@@ -189,6 +189,10 @@ def load_config(overrides: dict | None = None) -> dict:
         # (never the customer's money: docs/performance.md). 0: write, then answer.
         # Off by default in the test suite, whose tests read the call right after it.
         "CALL_FINALIZE_DEFERRED": _bool("CALL_FINALIZE_DEFERRED", app_env != "test"),
+        # The writer lets the first queued finalization wait this long for others to
+        # share its statement (0: write whatever is queued at once). The window is added
+        # to the time an answered call stays pending (a replay of its key meanwhile: 409).
+        "CALL_FINALIZE_BATCH_MS": _float("CALL_FINALIZE_BATCH_MS", 10.0),
         # An hour is rolled into usage_hourly this long after it ended (billing/usage_log.py).
         "USAGE_ROLL_MARGIN_SECONDS": _float("USAGE_ROLL_MARGIN_SECONDS", 300.0),
         # The same job adds each minute's calls to its hour this long after the minute
@@ -293,6 +297,10 @@ def load_config(overrides: dict | None = None) -> dict:
                               "STRIPE_WEBHOOK_SECRET) or leave it unset (live payments answer 503)")
     elif not cfg["SECRET_KEY"]:
         cfg["SECRET_KEY"] = "dev-only-not-secret"
+
+    if not 0 <= cfg["CALL_FINALIZE_BATCH_MS"] <= 1000:
+        raise ConfigError(f"CALL_FINALIZE_BATCH_MS must be between 0 and 1000 (milliseconds), "
+                          f"not {cfg['CALL_FINALIZE_BATCH_MS']}")
 
     uri = cfg["SQLALCHEMY_DATABASE_URI"]
     if uri.startswith("postgres://"):

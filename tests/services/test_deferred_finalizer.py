@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -114,6 +115,76 @@ def test_a_refused_row_is_isolated_and_the_rest_of_its_group_written(writer, mon
     assert any("call bad refused" in r.message for r in caplog.records)
     writer.submit({"id": "after"})  # the thread lives on
     assert writer.drain(5) and rec.groups[-1] == ["after"]
+
+
+@pytest.fixture
+def windowed(app, monkeypatch):
+    """A writer with a chosen ``CALL_FINALIZE_BATCH_MS`` (made by the returned function)."""
+    made = []
+
+    def make(ms):
+        monkeypatch.setitem(app.config, "CALL_FINALIZE_BATCH_MS", ms)
+        made.append(charging.DeferredFinalizer(app))
+        return made[-1]
+
+    yield make
+    for w in made:
+        w.close(2)
+
+
+def test_calls_queued_within_the_window_share_one_statement(windowed, monkeypatch):
+    rec = _Recorder()
+    monkeypatch.setattr(charging, "_write_group", rec)
+    writer = windowed(300)
+    writer.submit({"id": "a"})
+    time.sleep(0.05)  # the writer is awake by now: without the window "a" went out alone
+    writer.submit({"id": "b"})
+    writer.submit({"id": "c"})
+    assert rec.started.wait(2) and writer.drain(2)
+    assert rec.groups == [["a", "b", "c"]]
+
+
+def test_the_first_row_waits_the_window_and_no_longer(windowed, monkeypatch):
+    rec = _Recorder()
+    monkeypatch.setattr(charging, "_write_group", rec)
+    writer = windowed(200)
+    start = time.monotonic()
+    writer.submit({"id": "a"})
+    assert rec.started.wait(2)
+    assert 0.15 <= time.monotonic() - start < 1.5
+    rec.started.clear()
+    time.sleep(0.05)
+    start = time.monotonic()
+    writer.submit({"id": "b"})  # a new group: its own window, from its own first row
+    assert rec.started.wait(2)
+    assert 0.15 <= time.monotonic() - start < 1.5
+    assert rec.groups == [["a"], ["b"]]
+
+
+def test_a_drain_or_a_full_group_does_not_wait_out_the_window(windowed, monkeypatch):
+    rec = _Recorder()
+    monkeypatch.setattr(charging, "_write_group", rec)
+    writer = windowed(1000)
+    writer.submit({"id": "a"})
+    start = time.monotonic()
+    assert writer.drain(5)  # a stopping process writes its queue at once
+    assert time.monotonic() - start < 0.5 and rec.groups == [["a"]]
+    monkeypatch.setattr(charging, "BATCH_MAX_ROWS", 3)
+    start = time.monotonic()
+    for cid in ("x", "y", "z"):
+        writer.submit({"id": cid})
+    deadline = time.monotonic() + 2
+    while len(rec.groups) < 2 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert time.monotonic() - start < 0.5 and rec.groups == [["a"], ["x", "y", "z"]]
+
+
+@pytest.mark.parametrize("value", ["-1", "1001"])
+def test_the_window_setting_is_bounded(monkeypatch, value):
+    from config import ConfigError, load_config
+    monkeypatch.setenv("CALL_FINALIZE_BATCH_MS", value)
+    with pytest.raises(ConfigError, match="CALL_FINALIZE_BATCH_MS"):
+        load_config({"APP_ENV": "test"})
 
 
 def _count(outcome: str) -> float:

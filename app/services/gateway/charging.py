@@ -263,13 +263,18 @@ def _write_group(rows: list[dict]) -> set[str]:
 _RETRY_WAITS = (0.05, 0.2, 0.5, 1.0, 2.0, 5.0)
 # How long a stopping process waits for its queue to be written (atexit).
 DRAIN_SECONDS = 10.0
+# A group is written at once when it reaches this many rows (one statement's JSON document).
+BATCH_MAX_ROWS = 256
 
 
 class DeferredFinalizer:
     """The process's finalize writer: calls are answered as soon as their receipt is
-    signed, and ONE thread writes the queued finalizations — everything queued when it
-    wakes, with one ``gw_finalize_calls`` statement (one round trip and one WAL flush
-    for the whole group, like ``GroupFinalizer`` but with no caller waiting on it).
+    signed, and ONE thread writes the queued finalizations with one ``gw_finalize_calls``
+    statement per group (one round trip and one WAL flush for the whole group, like
+    ``GroupFinalizer`` but with no caller waiting on it). A group is what is queued when
+    its first row has waited ``CALL_FINALIZE_BATCH_MS`` (or ``BATCH_MAX_ROWS`` rows, or a
+    drain or stop asks): at low concurrency a statement per call cost ~15 % of a call's
+    CPU in Python alone (docs/performance.md, "The finalize window").
 
     * A statement that fails for a lost connection or a database that is down is tried
       again (``_RETRY_WAITS``, then every 5 s) until it is written: calls only open
@@ -285,20 +290,30 @@ class DeferredFinalizer:
 
     def __init__(self, app):
         self._app = app
+        # how long the first queued row waits for others to share its statement
+        self._window = app.config.get("CALL_FINALIZE_BATCH_MS", 0) / 1000
         self._cond = threading.Condition()
         self._queue: list[dict] = []
+        self._oldest = 0.0  # time.monotonic() when the queue last went from empty to not
         self._writing = 0  # rows taken from the queue and not yet written
+        self._hurry = 0  # drain() callers waiting: write without waiting out the window
         self._thread: threading.Thread | None = None
         self._pid: int | None = None
         self._stopping = False
 
     def submit(self, row: dict) -> None:
-        """Queue ``row`` (a ``gw_finalize_calls`` row) for the writer thread."""
+        """Queue ``row`` (a ``gw_finalize_calls`` row) for the writer thread. Only the
+        first row of a group (and a full group) wakes the writer: the rows queued during
+        its window join it without a wake-up each."""
         with self._cond:
             if self._pid != os.getpid() or self._thread is None or not self._thread.is_alive():
                 self._start()
             self._queue.append(row)
-            self._cond.notify()
+            if len(self._queue) == 1:
+                self._oldest = time.monotonic()
+                self._cond.notify_all()
+            elif len(self._queue) == BATCH_MAX_ROWS:
+                self._cond.notify_all()
 
     def _start(self) -> None:
         """(Re)start the writer thread: first use, after a fork (a forked child has no
@@ -306,6 +321,7 @@ class DeferredFinalizer:
         if self._pid != os.getpid():
             self._queue = []
             self._writing = 0
+            self._hurry = 0
             atexit.register(self.close)
         self._pid = os.getpid()
         self._stopping = False
@@ -321,11 +337,16 @@ class DeferredFinalizer:
         """Wait until everything queued so far is written; False on timeout."""
         end = time.monotonic() + timeout
         with self._cond:
-            while self._queue or self._writing:
-                left = end - time.monotonic()
-                if left <= 0:
-                    return False
-                self._cond.wait(left)
+            self._hurry += 1
+            self._cond.notify_all()
+            try:
+                while self._queue or self._writing:
+                    left = end - time.monotonic()
+                    if left <= 0:
+                        return False
+                    self._cond.wait(left)
+            finally:
+                self._hurry -= 1
         return True
 
     def close(self, timeout: float = DRAIN_SECONDS) -> bool:
@@ -348,6 +369,7 @@ class DeferredFinalizer:
                     self._cond.wait()
                 if not self._queue:
                     return
+                self._gather()
                 group, self._queue = self._queue, []
                 self._writing = len(group)
             try:
@@ -358,6 +380,17 @@ class DeferredFinalizer:
                 with self._cond:
                     self._writing = 0
                     self._cond.notify_all()
+
+    def _gather(self) -> None:
+        """(Lock held, queue not empty.) Let the group grow until its first row has
+        waited ``CALL_FINALIZE_BATCH_MS``, it holds ``BATCH_MAX_ROWS`` rows, or a drain or
+        stop wants it written now."""
+        end = self._oldest + self._window
+        while len(self._queue) < BATCH_MAX_ROWS and not self._stopping and not self._hurry:
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            self._cond.wait(left)
 
     def _write(self, group: list[dict]) -> None:
         attempt = 0

@@ -17,6 +17,11 @@ upstream keep-alive connections under steady traffic) skips the hand-over. When 
 runs out, when other work is queued, or when the worker is stopping, the connection goes
 back to the poller exactly as before, so keep-alive timeouts, connection limits, graceful
 stops and ``max_requests`` are gunicorn's own. Only HTTP/1.x connections linger.
+
+The pool's queue is checked again when the next request arrives: a connection queued
+meanwhile is served first (the lingering one goes back to the poller, readable, behind
+it). What the linger can cost another connection is the wait itself: when every thread
+of the worker lingers, a newly readable connection waits up to the linger for one.
 """
 from __future__ import annotations
 
@@ -48,9 +53,11 @@ class KeepAliveThreadWorker(ThreadWorker):
     def handle(self, conn):
         result = super().handle(conn)
         while result is True and self._may_linger(conn):
-            if not conn.parser.unreader.buf.getvalue() and not _readable_within(conn.sock, self.linger):
+            if not _buffered(conn) and not _readable_within(conn.sock, self.linger):
                 break  # nothing yet: back to the poller (finish_request), as stock gthread does
-            self.served_in_place += 1
+            if not self._may_linger(conn):
+                break  # work was queued meanwhile: it goes first, this connection behind it
+            self.served_in_place += 1  # not locked: an approximate count for tests
             result = super().handle(conn)
         return result
 
@@ -61,11 +68,21 @@ class KeepAliveThreadWorker(ThreadWorker):
         return queue is not None and queue.empty()
 
 
+def _buffered(conn) -> bool:
+    """Bytes of the next request already read: by the parser (a pipelined request, a
+    body drain reading ahead) or, on TLS, decrypted by the SSL object — the poller cannot
+    see either."""
+    if conn.parser.unreader.buf.getvalue():
+        return True
+    pending = getattr(conn.sock, "pending", None)
+    return bool(pending and pending())
+
+
 def _readable_within(sock, seconds: float) -> bool:
     """The socket has bytes to read (or was closed by the peer) within ``seconds``."""
-    poller = select.poll()
-    poller.register(sock, select.POLLIN)
     try:
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
         return bool(poller.poll(seconds * 1000))
-    except OSError:
+    except (OSError, ValueError):
         return False

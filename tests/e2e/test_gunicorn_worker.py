@@ -20,8 +20,11 @@ from deploy import gunicorn_worker  # noqa: E402
 
 APP = textwrap.dedent("""\
     import threading
+    import time
 
     def app(environ, start_response):
+        if environ["PATH_INFO"] == "/slow":
+            time.sleep(1)
         size = int(environ.get("CONTENT_LENGTH") or 0)
         body = environ["wsgi.input"].read(size) if size else b""
         out = b"%s %s %d" % (environ["PATH_INFO"].encode(), body, threading.get_ident())
@@ -30,14 +33,14 @@ APP = textwrap.dedent("""\
 """)
 
 
-def _serve(tmp_path, linger_ms: str):
+def _serve(tmp_path, linger_ms: str, threads: int = 4):
     (tmp_path / "lingerapp.py").write_text(APP)
     counts = tmp_path / "served_in_place"
     conf = tmp_path / "conf.py"
     conf.write_text(textwrap.dedent(f"""\
         worker_class = "deploy.gunicorn_worker.KeepAliveThreadWorker"
         workers = 1
-        threads = 4
+        threads = {threads}
         keepalive = 30
         graceful_timeout = 5
 
@@ -97,11 +100,33 @@ def test_pipelined_requests_are_all_answered_in_order(tmp_path):
             sock.sendall(b"".join(b"GET /p%d HTTP/1.1\r\nHost: x\r\n\r\n" % i for i in range(5)))
             data = b""
             deadline = time.monotonic() + 10
-            while data.count(b"HTTP/1.1 200") < 5 and time.monotonic() < deadline:
+            while b"/p4 " not in data and time.monotonic() < deadline:  # the last body
                 data += sock.recv(65536)
     assert data.count(b"HTTP/1.1 200") == 5
     positions = [data.index(b"/p%d " % i) for i in range(5)]
     assert positions == sorted(positions)
+
+
+def test_a_connection_queued_during_the_linger_is_served_before_the_lingering_one(tmp_path):
+    """One thread, lingering on A's connection, when B connects and sends; then A sends a
+    slow request. B goes first: it waits at most the linger, never A's second request."""
+    proc, port, counts = _serve(tmp_path, "300", threads=1)
+    with proc:
+        proc.wait_port(port, timeout=30)
+        a = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        a.request("GET", "/first")
+        assert a.getresponse().read().startswith(b"/first")
+        b = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        started = time.monotonic()
+        b.request("GET", "/b")  # queued: the only thread is lingering on A
+        time.sleep(0.1)
+        a.request("GET", "/slow")  # wakes the lingering thread; B is already waiting
+        assert b.getresponse().read().startswith(b"/b")
+        b_took = time.monotonic() - started
+        assert a.getresponse().read().startswith(b"/slow")
+        a.close()
+        b.close()
+    assert b_took < 0.8  # ~0.1 s (the linger's wait); behind /slow it would be > 1.1 s
 
 
 def test_linger_zero_is_stock_gthread(tmp_path):

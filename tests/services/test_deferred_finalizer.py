@@ -179,6 +179,20 @@ def test_a_drain_or_a_full_group_does_not_wait_out_the_window(windowed, monkeypa
     assert time.monotonic() - start < 0.5 and rec.groups == [["a"], ["x", "y", "z"]]
 
 
+def test_a_backlog_is_written_in_statements_of_at_most_batch_max_rows(writer, monkeypatch):
+    rec = _Recorder()
+    rec.gate.clear()  # the first statement "takes" while eight more rows queue
+    monkeypatch.setattr(charging, "_write_group", rec)
+    monkeypatch.setattr(charging, "BATCH_MAX_ROWS", 3)
+    writer.submit({"id": "r0"})
+    assert rec.started.wait(2)
+    for i in range(1, 9):
+        writer.submit({"id": f"r{i}"})
+    rec.gate.set()
+    assert writer.drain(5)
+    assert rec.groups == [["r0"], ["r1", "r2", "r3"], ["r4", "r5", "r6"], ["r7", "r8"]]
+
+
 @pytest.mark.parametrize("value", ["-1", "1001"])
 def test_the_window_setting_is_bounded(monkeypatch, value):
     from config import ConfigError, load_config

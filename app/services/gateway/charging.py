@@ -263,7 +263,7 @@ def _write_group(rows: list[dict]) -> set[str]:
 _RETRY_WAITS = (0.05, 0.2, 0.5, 1.0, 2.0, 5.0)
 # How long a stopping process waits for its queue to be written (atexit).
 DRAIN_SECONDS = 10.0
-# A group is written at once when it reaches this many rows (one statement's JSON document).
+# The most rows one statement carries; a group this large is written without waiting.
 BATCH_MAX_ROWS = 256
 
 
@@ -370,7 +370,7 @@ class DeferredFinalizer:
                 if not self._queue:
                     return
                 self._gather()
-                group, self._queue = self._queue, []
+                group, self._queue = self._queue[:BATCH_MAX_ROWS], self._queue[BATCH_MAX_ROWS:]
                 self._writing = len(group)
             try:
                 self._write(group)

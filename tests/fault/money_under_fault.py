@@ -47,6 +47,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 
 import requests
@@ -97,6 +98,7 @@ class Driver:
         self.events: list[str] = []
         self.stop = threading.Event()
         self.retries = 0
+        self.retry_reasons: Counter = Counter()  # what each retry saw: status or exception
 
     # ---------------------------------------------------------------- set-up
     def setup(self, upstream_url: str):
@@ -170,6 +172,7 @@ class Driver:
                 # unknown (connection error, 5xx from a dying worker or DB restart) or in flight
                 with self.lock:
                     self.retries += 1
+                    self.retry_reasons[str(last)] += 1
                 time.sleep(0.2 + random.random() * 0.3)
                 session = requests.Session()
             with self.lock:
@@ -342,7 +345,8 @@ class Driver:
         return {"ok": not problems, "problems": problems[:50], "requests": len(self.results),
                 "outcomes": statuses, "succeeded_calls": len(keys), "unresolved_after_retries": unknown,
                 "answered_then_refunded": self.answered_then_refunded,
-                "retries": self.retries, "calls_recorded": len(calls), "x402": self.x402_summary,
+                "retries": self.retries,
+                "retry_reasons": dict(self.retry_reasons.most_common()), "calls_recorded": len(calls), "x402": self.x402_summary,
                 "faults": self.events}
 
     def teardown(self):

@@ -60,17 +60,25 @@ def _served_in_place(counts) -> int:
     return sum(int(line) for line in counts.read_text().split())
 
 
+def _in_turn(port: int, requests: list[tuple[str, str, bytes | None]], pause: float = 0.0):
+    """(status, body) of each (method, path, body), sent one after another on ONE
+    keep-alive connection, ``pause`` seconds after each answer."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    answers = []
+    for method, path, body in requests:
+        conn.request(method, path, body=body)
+        resp = conn.getresponse()
+        answers.append((resp.status, resp.read()))
+        time.sleep(pause)
+    conn.close()
+    return answers
+
+
 def test_sequential_requests_on_one_connection_stay_on_their_thread(tmp_path):
     proc, port, counts = _serve(tmp_path, "50")
     with proc:
         proc.wait_port(port, timeout=30)
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        answers = []
-        for i in range(30):
-            conn.request("POST", f"/n{i}", body=b"x" * i)
-            resp = conn.getresponse()
-            answers.append((resp.status, resp.read()))
-        conn.close()
+        answers = _in_turn(port, [("POST", f"/n{i}", b"x" * i) for i in range(30)])
     assert [status for status, _ in answers] == [200] * 30
     assert [body.split()[0] for _, body in answers] == [f"/n{i}".encode() for i in range(30)]
     assert [body.split(b" ")[1] for _, body in answers] == [b"x" * i for i in range(30)]
@@ -82,13 +90,10 @@ def test_an_idle_connection_goes_back_to_the_poller_and_is_still_served(tmp_path
     proc, port, counts = _serve(tmp_path, "20")
     with proc:
         proc.wait_port(port, timeout=30)
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        for i in range(3):
-            conn.request("GET", f"/idle{i}")
-            resp = conn.getresponse()
-            assert (resp.status, resp.read().split()[0]) == (200, f"/idle{i}".encode())
-            time.sleep(0.3)  # longer than the linger: the poller holds the connection meanwhile
-        conn.close()
+        # a pause longer than the linger: the poller holds the connection meanwhile
+        answers = _in_turn(port, [("GET", f"/idle{i}", None) for i in range(3)], pause=0.3)
+    for i, (status, body) in enumerate(answers):
+        assert (status, body.split()[0]) == (200, f"/idle{i}".encode())
     assert _served_in_place(counts) == 0
 
 
@@ -133,11 +138,9 @@ def test_linger_zero_is_stock_gthread(tmp_path):
     proc, port, counts = _serve(tmp_path, "0")
     with proc:
         proc.wait_port(port, timeout=30)
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        for i in range(10):
-            conn.request("GET", f"/z{i}")
-            assert conn.getresponse().read().startswith(f"/z{i}".encode())
-        conn.close()
+        answers = _in_turn(port, [("GET", f"/z{i}", None) for i in range(10)])
+    for i, (_, body) in enumerate(answers):
+        assert body.startswith(f"/z{i}".encode())
     assert _served_in_place(counts) == 0
 
 

@@ -291,7 +291,7 @@ class DeferredFinalizer:
     def __init__(self, app):
         self._app = app
         # how long the first queued row waits for others to share its statement
-        self._window = app.config.get("CALL_FINALIZE_BATCH_MS", 0) / 1000
+        self._window = app.config["CALL_FINALIZE_BATCH_MS"] / 1000
         self._cond = threading.Condition()
         self._queue: list[dict] = []
         self._oldest = 0.0  # time.monotonic() when the queue last went from empty to not

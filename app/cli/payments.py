@@ -1,4 +1,4 @@
-"""``flask payments …``: sandbox ACH settlement and refunds, the USDC deposit watcher."""
+"""``flask payments …``: sandbox ACH settlement, refunds and disputes, the USDC deposit watcher."""
 from __future__ import annotations
 
 import json
@@ -6,7 +6,7 @@ import json
 import click
 from flask.cli import AppGroup
 
-payments_cli = AppGroup("payments", help="Payments: sandbox settlement/refunds, USDC watcher.")
+payments_cli = AppGroup("payments", help="Payments: sandbox settlement/refunds/disputes, USDC watcher.")
 
 
 def _echo(obj) -> None:
@@ -36,6 +36,20 @@ def sandbox_refund(payment_id, cents):
     from app.services.billing import sandbox_checkout
 
     _echo(sandbox_checkout.sandbox_refund(payment_id, cents))
+
+
+@payments_cli.command("sandbox-dispute")
+@click.argument("payment_id")
+@click.option("--won", "outcome", flag_value="won", default=None, help="Close the dispute as won: funds reinstated.")
+@click.option("--lost", "outcome", flag_value="lost", help="Close the dispute as lost.")
+@click.option("--cents", type=int, default=None, help="Dispute this much (default: the whole payment).")
+def sandbox_dispute(payment_id, outcome, cents):
+    """Open a chargeback on a succeeded sandbox payment (signed `charge.dispute.created` and
+    `funds_withdrawn` events: the credit is taken back), or close the open one with
+    --won (`funds_reinstated`: given back) or --lost."""
+    from app.services.billing import sandbox_checkout
+
+    _echo(sandbox_checkout.sandbox_dispute(payment_id, outcome, cents))
 
 
 @payments_cli.command("watch-usdc")

@@ -4,6 +4,7 @@ from marshmallow import validate
 
 from app.blueprints.fields import SPACE, HeaderString, InputSchema, JsonInteger, Pattern, cents
 
+from app.services.billing.payments import disputed_micros
 from app.services.billing.processors import SANDBOX_METHODS
 
 MAX_AMOUNT_CENTS = 1_000_000
@@ -50,12 +51,24 @@ class PaymentSchema(ma.Schema):
     amount_cents = cents("amount_micros")
     amount_micros = ma.fields.Integer(required=True)
     refunded_cents = cents("refunded_micros")
+    disputed_cents = ma.fields.Method("_disputed_cents", required=True, metadata={
+        "type": "integer", "description": "Taken back by chargebacks (disputes' withdrawn funds not reinstated)."})
+    dispute_status = ma.fields.Method("_dispute_status", required=True, allow_none=True, metadata={
+        "type": "string", "nullable": True,
+        "description": "Status of the payment's latest dispute as the processor reports it (`needs_response`, "
+                       "`under_review`, `won`, `lost`, …); null when it was never disputed."})
     status = ma.fields.String(required=True, metadata={
         "description": "`pending`, `succeeded`, `failed`, `canceled`, `expired`, `refunded`, `partially_refunded`."})
     product = ma.fields.String(allow_none=True)
     failure_code = ma.fields.String(allow_none=True)
     failure_message = ma.fields.String(allow_none=True)
     created_at = ma.fields.DateTime(required=True)
+
+    def _disputed_cents(self, payment) -> int:
+        return disputed_micros(payment) // 10_000
+
+    def _dispute_status(self, payment) -> str | None:
+        return (payment.meta or {}).get("dispute_status")
 
 
 class PaymentHistorySchema(ma.Schema):

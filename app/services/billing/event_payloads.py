@@ -6,6 +6,8 @@ instead of failing half-way through applying it.
 Only what ``payment_events`` reads is checked: the event's ``id`` and ``type``, and in
 ``data.object`` the amounts (non-negative JSON integers, at most ``MAX_AMOUNT`` cents),
 the identifiers and codes (strings of at most 255 characters; an error message 2,000) and the nested objects.
+A dispute event (``charge.dispute.*``) must name its dispute (``data.object.id``): money
+moves once per dispute id.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from app.errors import InvalidRequest
 MAX_AMOUNT = 10**12  # cents
 _AMOUNTS = ("amount", "amount_total", "amount_received", "amount_refunded")
 _STRINGS = ("id", "payment_intent", "currency", "payment_status", "status", "customer",
-            "payment_method")
+            "payment_method", "charge", "reason")
 _OBJECTS = ("metadata", "last_payment_error")
 
 
@@ -47,4 +49,6 @@ def validate(event: dict) -> dict:
     for key in ("code", "message"):
         _string((obj.get("last_payment_error") or {}).get(key), f"data.object.last_payment_error.{key}", 2000)
     _string((obj.get("metadata") or {}).get("payment_id"), "data.object.metadata.payment_id")
+    if event["type"].startswith("charge.dispute.") and not obj.get("id"):
+        _refuse("data.object.id", "the dispute's id (a string of 1 to 255 characters)")
     return event

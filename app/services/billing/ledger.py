@@ -67,10 +67,13 @@ def carry(agent_id: str) -> str:
     return CARRY + agent_id
 
 
-def cached_balance(account_id: str, mode: str = "live") -> int:
-    """The cached balance of ``account_id`` in ``mode``, in micros."""
+def cached_balance(account_id: str, mode: str = "live", *, lock: bool = False) -> int:
+    """The cached balance of ``account_id`` in ``mode``, in micros. ``lock``: read it with
+    ``FOR UPDATE`` (PostgreSQL), so a debit of up to this amount later in the same
+    transaction cannot fail on a concurrent spend (the reversals of ``payments``)."""
     col = _ACCOUNTS.c.test_balance_micros if mode == "test" else _ACCOUNTS.c.balance_micros
-    return int(db.session.execute(select(col).where(_ACCOUNTS.c.id == account_id)).scalar_one())
+    stmt = select(col).where(_ACCOUNTS.c.id == account_id)
+    return int(db.session.execute(stmt.with_for_update() if lock else stmt).scalar_one())
 
 
 def earnings(agent_id: str) -> str:

@@ -18,7 +18,8 @@ from app.extensions import db
 from app.models import Payment, PaymentEvent
 from app.models.base import utcnow
 from app.services.billing import event_payloads
-from app.services.billing.payments import credit_payment, finish_payment, refund_payment
+from app.services.billing.payments import (CREDITED, credit_payment, dispute_recorded, dispute_reinstated,
+                                           dispute_withdrawn, finish_payment, refund_payment)
 from app.services.billing.processors import sandbox_webhook_secret
 from app.services.platform.uow import unit_of_work
 
@@ -28,10 +29,17 @@ log = logging.getLogger(__name__)
 WEBHOOK_TOLERANCE_SECONDS = 300
 # Outcome of a ``charge.refunded`` that arrived before its payment was credited (Stripe does
 # not order events, and retries a failed delivery for days): kept, and applied when the
-# payment is credited (``_apply_early_refunds``), so a refund is never lost to ordering.
+# payment is credited (``_apply_early``), so a refund is never lost to ordering.
 EARLY_REFUND = "refund_early"
-# How far back crediting looks for such refunds (beyond Stripe's 3-day retry window).
+# The same for a dispute's funds event before its payment was credited, or a
+# ``funds_reinstated`` before its ``funds_withdrawn``.
+EARLY_DISPUTE = "dispute_early"
+# How far back crediting looks for such events (beyond Stripe's 3-day retry window).
 EARLY_REFUND_DAYS = 30
+# Order in which kept events are applied: refunds, then withdrawals before reinstatements.
+_EARLY_ORDER = ("charge.refunded", "charge.dispute.funds_withdrawn", "charge.dispute.funds_reinstated")
+_DISPUTE_FUNDS = {"charge.dispute.funds_withdrawn": dispute_withdrawn,
+                  "charge.dispute.funds_reinstated": dispute_reinstated}
 
 
 class WebhookSignatureInvalid(DomainError):
@@ -141,44 +149,65 @@ def _dispatch(event: dict, processor: str) -> tuple[str, str | None]:
         if etype == "payment_intent.canceled":
             return ("canceled" if finish_payment(p, "canceled") else "already_final"), p.id
         return "ignored", p.id
-    if etype == "charge.refunded":
+    if etype == "charge.refunded" or etype in _DISPUTE_FUNDS:
         pi = obj.get("payment_intent")
         p = _find(processor, payment_intent=pi if isinstance(pi, str) else None)
         if p is None:  # its payment's own event has not come yet (or it is not ours)
-            return EARLY_REFUND, None
-        outcome = refund_payment(p, int(obj.get("amount_refunded") or 0) * 10_000, str(obj.get("id")))
-        return (EARLY_REFUND if outcome == "ignored_not_succeeded" else outcome), p.id
+            return (EARLY_REFUND if etype == "charge.refunded" else EARLY_DISPUTE), None
+        outcome = _reverse(p, etype, obj)
+        if outcome == "dispute_withdrawn":
+            _apply_early(p, processor)  # a reinstatement that came first
+        return outcome, p.id
+    if etype.startswith("charge.dispute."):  # created / updated / closed: the status only
+        pi = obj.get("payment_intent")
+        p = _find(processor, payment_intent=pi if isinstance(pi, str) else None)
+        if p is None or p.status not in CREDITED:
+            return "unknown_payment", p.id if p else None
+        return dispute_recorded(p, obj), p.id
     return "ignored", None
 
 
+def _reverse(p: Payment, etype: str, obj: dict) -> str:
+    """Apply a refund or a dispute's funds event to ``p``; ``EARLY_*`` when it has to wait
+    (the payment is not credited yet, or a reinstatement came before its withdrawal)."""
+    if etype == "charge.refunded":
+        outcome = refund_payment(p, int(obj.get("amount_refunded") or 0) * 10_000, str(obj.get("id")))
+        return EARLY_REFUND if outcome == "ignored_not_succeeded" else outcome
+    outcome = _DISPUTE_FUNDS[etype](p, obj)
+    return EARLY_DISPUTE if outcome in ("ignored_not_succeeded", "ignored_not_withdrawn") else outcome
+
+
 def _credited(p: Payment, processor: str) -> str:
-    """Credit ``p`` (its success event), then apply the refunds that came before it."""
+    """Credit ``p`` (its success event), then apply the refunds and disputes that came
+    before it."""
     if not credit_payment(p):
         return "already_final"
-    _apply_early_refunds(p, processor)
+    _apply_early(p, processor)
     return "credited"
 
 
-def _apply_early_refunds(p: Payment, processor: str) -> None:
-    """``charge.refunded`` events of ``p``'s payment intent that arrived before it was
-    credited (outcome ``EARLY_REFUND``), applied now in the crediting unit of work: the
-    customer does not keep both the refund and the credit. Their rows then record the
-    outcome and the payment."""
+def _apply_early(p: Payment, processor: str) -> None:
+    """Refund and dispute events of ``p``'s payment intent that had to wait (outcome
+    ``EARLY_REFUND`` / ``EARLY_DISPUTE``), applied now in the current unit of work (the one
+    crediting ``p``, or applying a dispute's withdrawal): the customer does not keep both
+    the refund and the credit. Their rows then record the outcome and the payment."""
     if not p.payment_intent:
         return
     rows = db.session.execute(select(PaymentEvent).where(
-        PaymentEvent.processor == processor, PaymentEvent.type == "charge.refunded",
-        PaymentEvent.outcome == EARLY_REFUND,
+        PaymentEvent.processor == processor, PaymentEvent.type.in_(_EARLY_ORDER),
+        PaymentEvent.outcome.in_((EARLY_REFUND, EARLY_DISPUTE)),
         PaymentEvent.received_at >= utcnow() - timedelta(days=EARLY_REFUND_DAYS))
         .order_by(PaymentEvent.id)).scalars().all()
-    for row in rows:
+    for row in sorted(rows, key=lambda r: _EARLY_ORDER.index(r.type)):
         obj = ((row.payload or {}).get("data") or {}).get("object") or {}
         if obj.get("payment_intent") != p.payment_intent:
             continue
-        outcome = refund_payment(p, int(obj.get("amount_refunded") or 0) * 10_000, str(obj.get("id")))
+        outcome = _reverse(p, row.type, obj)
+        if outcome in (EARLY_REFUND, EARLY_DISPUTE):
+            continue  # still waiting (a reinstatement whose withdrawal has not come)
         row.outcome, row.payment_id = outcome, p.id
-        log.warning("payment %s: refund event %s arrived before the payment's own event; applied on "
-                    "crediting (%s)", p.id, row.event_id, outcome)
+        log.warning("payment %s: %s event %s arrived before it could apply; applied now (%s)",
+                    p.id, row.type, row.event_id, outcome)
 
 
 class _Duplicate(Exception):

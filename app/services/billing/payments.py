@@ -102,13 +102,41 @@ def finish_payment(payment: Payment, status: str, code: str | None = None, messa
     return res.rowcount == 1
 
 
+REFUND_SHORTFALL = "adjust:refund_shortfall"
+DISPUTE_SHORTFALL = "adjust:dispute_shortfall"
+CREDITED = ("succeeded", "partially_refunded", "refunded")
+
+
+def _take_back(payment: Payment, micros: int, *, kind: str, ref: str, shortfall: str, meta: dict) -> int:
+    """Post the reversal of ``micros`` of ``payment``'s credit (a refund or a dispute's
+    withdrawal): the money goes back out through its source, taken from the customer's
+    balance as far as it reaches; credit already spent is booked against ``shortfall``.
+    The balance is read locked, so a concurrent spend cannot make the debit fail between
+    the read and the posting. Returns what was taken from the balance."""
+    recovered = min(ledger.cached_balance(payment.account_id, payment.mode, lock=True), micros)
+    legs = [(ledger.customer(payment.account_id, payment.mode), -recovered), (ledger_source(payment), micros)]
+    if micros - recovered:
+        legs.append((shortfall, -(micros - recovered)))
+    ledger.post(kind, legs, ref=ref, account_id=payment.account_id,
+                meta={**meta, "payment_id": payment.id, "recovered_micros": recovered,
+                      "unrecovered_micros": micros - recovered})
+    return recovered
+
+
+def disputed_micros(payment: Payment) -> int:
+    """What disputes have withdrawn from ``payment`` and not (yet) reinstated."""
+    return sum(int(d.get("withdrawn_micros") or 0) for d in ((payment.meta or {}).get("disputes") or {}).values()
+               if not d.get("reinstated"))
+
+
 def refund_payment(payment: Payment, refunded_total_micros: int, charge_id: str) -> str:
     """Debit what the processor refunded beyond what we already reversed. Credit already
-    spent cannot be taken back: that part is booked against ``adjust:refund_shortfall``."""
+    spent cannot be taken back: that part is booked against ``adjust:refund_shortfall``.
+    Money a dispute withdrew is not reversed a second time."""
     db.session.refresh(payment)
-    if payment.status not in ("succeeded", "partially_refunded", "refunded"):
+    if payment.status not in CREDITED:
         return "ignored_not_succeeded"
-    refunded_total_micros = min(refunded_total_micros, payment.amount_micros)
+    refunded_total_micros = min(refunded_total_micros, payment.amount_micros - disputed_micros(payment))
     delta = refunded_total_micros - int(payment.refunded_micros or 0)
     if delta <= 0:
         return "already_refunded"
@@ -120,14 +148,82 @@ def refund_payment(payment: Payment, refunded_total_micros: int, charge_id: str)
         .execution_options(synchronize_session=False))
     if res.rowcount != 1:
         return "concurrent_refund"
-    recovered = min(ledger.cached_balance(payment.account_id, payment.mode), delta)
-    legs = [(ledger.customer(payment.account_id, payment.mode), -recovered), (ledger_source(payment), delta)]
-    if delta - recovered:
-        legs.append(("adjust:refund_shortfall", -(delta - recovered)))
-    ledger.post("refund", legs, ref=f"refund:{payment.id}:{refunded_total_micros}",
-                account_id=payment.account_id,
-                meta={"payment_id": payment.id, "charge": charge_id, "unrecovered_micros": delta - recovered})
+    _take_back(payment, delta, kind="refund", ref=f"refund:{payment.id}:{refunded_total_micros}",
+               shortfall=REFUND_SHORTFALL, meta={"charge": charge_id})
     return "refunded"
+
+
+# --- disputes (chargebacks) ----------------------------------------------------------
+
+def _dispute_record(payment: Payment, dispute: dict) -> dict:
+    """``payment``'s record of ``dispute`` (``meta.disputes[<id>]``), updated with the
+    processor's status and reason; the caller stores it with ``_store_dispute``."""
+    record = dict(((payment.meta or {}).get("disputes") or {}).get(dispute["id"]) or {})
+    for key in ("status", "reason"):
+        if isinstance(dispute.get(key), str):
+            record[key] = dispute[key][:64]
+    return record
+
+
+def _store_dispute(payment: Payment, dispute_id: str, record: dict) -> None:
+    meta = dict(payment.meta or {})
+    meta["disputes"] = {**(meta.get("disputes") or {}), dispute_id: record}
+    meta["dispute_status"] = record.get("status")  # the latest dispute event's (JSONB keeps no key order)
+    payment.meta = meta  # a new object: the JSON column sees the change
+    payment.updated_at = utcnow()
+
+
+def dispute_recorded(payment: Payment, dispute: dict) -> str:
+    """``charge.dispute.created|updated|closed``: keep the dispute's status on the payment
+    (``dispute_status`` in the history); money moves only with the funds events."""
+    db.session.refresh(payment, with_for_update=True)
+    _store_dispute(payment, dispute["id"], _dispute_record(payment, dispute))
+    return "dispute_recorded"
+
+
+def dispute_withdrawn(payment: Payment, dispute: dict) -> str:
+    """``charge.dispute.funds_withdrawn``: the processor took the disputed amount back from
+    us, so the credit it bought is taken back like a refund (the spent part against
+    ``adjust:dispute_shortfall``), once per dispute (ledger ref ``dispute:<id>``). Without
+    this a chargeback left the customer both the money and the credit."""
+    db.session.refresh(payment, with_for_update=True)  # one dispute event of a payment at a time
+    if payment.status not in CREDITED:
+        return "ignored_not_succeeded"
+    record = _dispute_record(payment, dispute)
+    if record.get("withdrawn_micros") is not None:
+        return "already_withdrawn"
+    available = payment.amount_micros - int(payment.refunded_micros or 0) - disputed_micros(payment)
+    micros = max(0, min(int(dispute.get("amount") or 0) * 10_000, available))
+    recovered = 0
+    if micros:
+        recovered = _take_back(payment, micros, kind="dispute", ref=f"dispute:{dispute['id']}",
+                               shortfall=DISPUTE_SHORTFALL, meta={"dispute": dispute["id"]})
+    record.update(withdrawn_micros=micros, recovered_micros=recovered)
+    _store_dispute(payment, dispute["id"], record)
+    return "dispute_withdrawn"
+
+
+def dispute_reinstated(payment: Payment, dispute: dict) -> str:
+    """``charge.dispute.funds_reinstated`` (the dispute was won): the withdrawal is undone
+    leg for leg — the customer gets back exactly what was taken from the balance, the
+    shortfall account what it absorbed (ledger ref ``dispute_reinstated:<id>``)."""
+    db.session.refresh(payment, with_for_update=True)
+    record = _dispute_record(payment, dispute)
+    if record.get("withdrawn_micros") is None:
+        return "ignored_not_withdrawn"
+    if record.get("reinstated"):
+        return "already_reinstated"
+    micros, recovered = int(record["withdrawn_micros"]), int(record.get("recovered_micros") or 0)
+    if micros:
+        legs = [(ledger_source(payment), -micros), (ledger.customer(payment.account_id, payment.mode), recovered)]
+        if micros - recovered:
+            legs.append((DISPUTE_SHORTFALL, micros - recovered))
+        ledger.post("dispute_reinstated", legs, ref=f"dispute_reinstated:{dispute['id']}",
+                    account_id=payment.account_id,
+                    meta={"payment_id": payment.id, "dispute": dispute["id"], "recovered_micros": recovered})
+    record["reinstated"] = True
+    _store_dispute(payment, dispute["id"], record)
+    return "dispute_reinstated"
 
 
 # --- profile / method --------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The sandbox processor's hosted checkout flow (test mode): the page's data, the pay/cancel
-actions, and operator helpers that settle or refund a sandbox payment, each delivered as a
-signed processor event through the same webhook path as Stripe's.
+actions, and operator helpers that settle, refund or dispute a sandbox payment, each
+delivered as a signed processor event through the same webhook path as Stripe's.
 """
 from __future__ import annotations
 
@@ -122,3 +122,34 @@ def sandbox_refund(payment_id: str, amount_cents: int | None = None) -> dict:
     result = sandbox_deliver("charge.refunded", obj)
     db.session.refresh(p)
     return {"event": result, "payment": p}
+
+
+def sandbox_dispute(payment_id: str, outcome: str | None = None, amount_cents: int | None = None) -> dict:
+    """Dispute a succeeded sandbox payment the way Stripe reports a chargeback:
+    ``charge.dispute.created`` and ``charge.dispute.funds_withdrawn`` (all, or
+    ``amount_cents``); with ``outcome`` ``won`` the dispute's ``funds_reinstated`` and
+    ``closed`` follow, with ``lost`` only ``closed``. An open dispute of the payment is
+    closed instead of opening a second one."""
+    p = db.session.get(Payment, payment_id)
+    if p is None or p.processor != "sandbox" or p.status not in ("succeeded", "partially_refunded", "refunded"):
+        raise NotFound("No disputable sandbox payment with this id.")
+    if outcome not in (None, "won", "lost"):
+        raise InvalidRequest("outcome: must be won or lost.")
+    disputes = (p.meta or {}).get("disputes") or {}
+    open_id = next((k for k, d in disputes.items() if d.get("status") not in ("won", "lost")), None)
+    total = p.amount_micros // 10_000
+    obj = {"id": open_id or "dp_sbx_" + random_b62(20), "object": "dispute", "charge": "ch_sbx_" + random_b62(20),
+           "payment_intent": p.payment_intent, "currency": "usd", "reason": "fraudulent",
+           "amount": min(total, int(amount_cents)) if amount_cents is not None else total}
+    events = []
+    if open_id is None:
+        events += [("charge.dispute.created", "needs_response"), ("charge.dispute.funds_withdrawn", "needs_response")]
+    elif outcome is None:
+        raise InvalidRequest(f"Dispute {open_id} is open: close it with won or lost.")
+    if outcome == "won":
+        events += [("charge.dispute.funds_reinstated", "won"), ("charge.dispute.closed", "won")]
+    elif outcome == "lost":
+        events += [("charge.dispute.closed", "lost")]
+    results = [sandbox_deliver(etype, {**obj, "status": status}) for etype, status in events]
+    db.session.refresh(p)
+    return {"events": results, "payment": p}

@@ -38,8 +38,8 @@ def _history(client, account, payment_id) -> dict:
     return next(p for p in hist if p["id"] == payment_id)
 
 
-def _dispute_event(evt, etype, dispute_id, payment_intent, cents, status="needs_response"):
-    return {"id": evt, "object": "event", "type": etype, "created": int(time.time()),
+def _dispute_event(evt, etype, dispute_id, payment_intent, cents, status="needs_response", created=None):
+    return {"id": evt, "object": "event", "type": etype, "created": created or int(time.time()),
             "data": {"object": {"id": dispute_id, "object": "dispute", "amount": cents, "charge": "ch_" + evt,
                                 "payment_intent": payment_intent, "currency": "usd", "status": status,
                                 "reason": "fraudulent"}}}
@@ -179,3 +179,107 @@ def test_a_dispute_event_without_its_dispute_id_is_refused_and_changes_nothing(a
     with app.app_context():
         assert db.session.query(PaymentEvent).filter_by(event_id="evt_noid").count() == 0
         db.session.remove()
+
+
+# --- found in review (each failed on the first version of this change) ----------------------
+
+def test_a_withdrawal_and_its_reinstatement_both_early_are_both_applied_on_crediting(app, client, account,
+                                                                                      ledger_clean):
+    """The reinstatement's re-read of the payment discarded the withdrawal's unflushed
+    record: it stayed ``dispute_early`` for good, the customer stayed charged, and a
+    redelivered withdrawal then failed with 500 on the ledger's unique ref."""
+    out, sid = _pending_checkout(client, account)  # pi_x, 400 cents, not credited yet
+    with app.app_context():
+        secret = sandbox_webhook_secret()
+    for evt, etype, status in (("evt_w", "charge.dispute.funds_withdrawn", "needs_response"),
+                               ("evt_r", "charge.dispute.funds_reinstated", "won")):
+        r = _post_webhook(client, _dispute_event(evt, etype, "dp_1", "pi_x", 400, status), secret)
+        assert r.get_json()["outcome"] == "dispute_early"
+    r = _post_webhook(client, _session_event(sid, out["payment_id"], account.id, 400), secret)
+    assert r.get_json()["outcome"] == "credited"
+    with app.app_context():
+        rows = {e.event_id: e.outcome for e in db.session.query(PaymentEvent)}
+        db.session.remove()
+    assert (rows["evt_w"], rows["evt_r"]) == ("dispute_withdrawn", "dispute_reinstated")
+    assert _balance(client, account) == 1400  # credited, withdrawn, given back
+    assert _history(client, account, out["payment_id"])["disputed_cents"] == 0
+    r = _post_webhook(client, _dispute_event("evt_w2", "charge.dispute.funds_withdrawn", "dp_1", "pi_x", 400), secret)
+    assert r.status_code == 200 and r.get_json()["outcome"] == "already_withdrawn"
+    _books_clean(app, ledger_clean)
+
+
+def test_a_refund_held_back_by_a_dispute_is_applied_when_the_dispute_is_won(app, client, account, ledger_clean):
+    """Withdrawal, then the refund of the same money (capped to nothing), then the
+    reinstatement: the refund was forgotten and the customer kept refund and credit."""
+    pid = _paid(client, account)  # balance 1500
+    pi = _payment_intent(app, pid)
+    with app.app_context():
+        secret = sandbox_webhook_secret()
+    assert _post_webhook(client, _dispute_event("evt_w", "charge.dispute.funds_withdrawn", "dp_9", pi, 500),
+                         secret).get_json()["outcome"] == "dispute_withdrawn"
+    assert _post_webhook(client, _refund_event("evt_rf", pi, 500, cents=500), secret).get_json()["outcome"] \
+        == "already_refunded"
+    assert _balance(client, account) == 1000
+    assert _post_webhook(client, _dispute_event("evt_r", "charge.dispute.funds_reinstated", "dp_9", pi, 500, "won"),
+                         secret).get_json()["outcome"] == "dispute_reinstated"
+    assert _balance(client, account) == 1000  # given back by the dispute, taken by the refund
+    row = _history(client, account, pid)
+    assert (row["status"], row["refunded_cents"], row["disputed_cents"]) == ("refunded", 500, 0)
+    _books_clean(app, ledger_clean)
+
+
+def test_an_older_status_event_does_not_overwrite_a_newer_one(app, client, account):
+    pid = _paid(client, account)
+    pi = _payment_intent(app, pid)
+    with app.app_context():
+        secret = sandbox_webhook_secret()
+    now = int(time.time())
+    _post_webhook(client, _dispute_event("evt_c", "charge.dispute.closed", "dp_s", pi, 500, "lost", now), secret)
+    _post_webhook(client, _dispute_event("evt_u", "charge.dispute.updated", "dp_s", pi, 500, "under_review", now - 60),
+                  secret)
+    assert _history(client, account, pid)["dispute_status"] == "lost"
+
+
+def test_a_refund_concurrent_with_a_withdrawal_does_not_take_the_money_twice(app, client, account, monkeypatch):
+    """PostgreSQL: the refund read the payment without a lock, saw no dispute while the
+    withdrawal's transaction was open, and took the same 500 again."""
+    import threading
+
+    import pytest
+
+    from app.services.billing import payment_events, payments
+
+    with app.app_context():
+        if db.engine.dialect.name != "postgresql":
+            pytest.skip("row locks: PostgreSQL")
+    pid = _paid(client, account)  # balance 1500
+    pi = _payment_intent(app, pid)
+    in_withdrawal = threading.Event()
+    original = payments._store_dispute
+
+    def slow_store(*args, **kwargs):  # the withdrawal's transaction stays open a moment
+        original(*args, **kwargs)
+        in_withdrawal.set()
+        time.sleep(1.0)
+
+    monkeypatch.setattr(payments, "_store_dispute", slow_store)
+    results = {}
+
+    def deliver(name, event):
+        if name == "refund":
+            in_withdrawal.wait(5)
+        with app.app_context():
+            results[name] = payment_events.apply_event(event, "sandbox")["outcome"]
+            db.session.remove()
+
+    threads = [threading.Thread(target=deliver, args=(
+                   "withdraw", _dispute_event("evt_w", "charge.dispute.funds_withdrawn", "dp_c", pi, 500))),
+               threading.Thread(target=deliver, args=("refund", _refund_event("evt_rf", pi, 500, cents=500)))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == {"withdraw": "dispute_withdrawn", "refund": "already_refunded"}
+    row = _history(client, account, pid)
+    assert (row["refunded_cents"], row["disputed_cents"]) == (0, 500)
+    assert _balance(client, account) == 1000

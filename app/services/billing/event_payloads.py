@@ -35,6 +35,9 @@ def validate(event: dict) -> dict:
     for key in ("id", "type"):
         if not isinstance(event.get(key), str) or not 0 < len(event[key]) <= 255:
             _refuse(key, "a string of 1 to 255 characters")
+    created = event.get("created")
+    if created is not None and (isinstance(created, bool) or not isinstance(created, int) or created < 0):
+        _refuse("created", "a non-negative integer (Unix time)")
     obj = event["data"]["object"]
     for key in _AMOUNTS:
         value = obj.get(key)

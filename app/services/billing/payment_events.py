@@ -18,8 +18,8 @@ from app.extensions import db
 from app.models import Payment, PaymentEvent
 from app.models.base import utcnow
 from app.services.billing import event_payloads
-from app.services.billing.payments import (CREDITED, credit_payment, dispute_recorded, dispute_reinstated,
-                                           dispute_withdrawn, finish_payment, refund_payment)
+from app.services.billing.payments import (credit_payment, dispute_recorded, dispute_reinstated, dispute_withdrawn,
+                                           finish_payment, refund_payment)
 from app.services.billing.processors import sandbox_webhook_secret
 from app.services.platform.uow import unit_of_work
 
@@ -36,10 +36,14 @@ EARLY_REFUND = "refund_early"
 EARLY_DISPUTE = "dispute_early"
 # How far back crediting looks for such events (beyond Stripe's 3-day retry window).
 EARLY_REFUND_DAYS = 30
-# Order in which kept events are applied: refunds, then withdrawals before reinstatements.
-_EARLY_ORDER = ("charge.refunded", "charge.dispute.funds_withdrawn", "charge.dispute.funds_reinstated")
-_DISPUTE_FUNDS = {"charge.dispute.funds_withdrawn": dispute_withdrawn,
-                  "charge.dispute.funds_reinstated": dispute_reinstated}
+# The dispute events and what applies each (payments.py; only the funds events move money).
+_DISPUTE = {"charge.dispute.funds_withdrawn": dispute_withdrawn,
+            "charge.dispute.funds_reinstated": dispute_reinstated,
+            "charge.dispute.created": dispute_recorded, "charge.dispute.updated": dispute_recorded,
+            "charge.dispute.closed": dispute_recorded}
+# Order in which kept events are applied: refunds, withdrawals before reinstatements, then
+# the status events (whose own order is their ``created`` time).
+_EARLY_ORDER = ("charge.refunded", *_DISPUTE)
 
 
 class WebhookSignatureInvalid(DomainError):
@@ -149,31 +153,26 @@ def _dispatch(event: dict, processor: str) -> tuple[str, str | None]:
         if etype == "payment_intent.canceled":
             return ("canceled" if finish_payment(p, "canceled") else "already_final"), p.id
         return "ignored", p.id
-    if etype == "charge.refunded" or etype in _DISPUTE_FUNDS:
+    if etype == "charge.refunded" or etype in _DISPUTE:
         pi = obj.get("payment_intent")
         p = _find(processor, payment_intent=pi if isinstance(pi, str) else None)
         if p is None:  # its payment's own event has not come yet (or it is not ours)
             return (EARLY_REFUND if etype == "charge.refunded" else EARLY_DISPUTE), None
-        outcome = _reverse(p, etype, obj)
+        outcome = _reverse(p, event)
         if outcome == "dispute_withdrawn":
             _apply_early(p, processor)  # a reinstatement that came first
         return outcome, p.id
-    if etype.startswith("charge.dispute."):  # created / updated / closed: the status only
-        pi = obj.get("payment_intent")
-        p = _find(processor, payment_intent=pi if isinstance(pi, str) else None)
-        if p is None or p.status not in CREDITED:
-            return "unknown_payment", p.id if p else None
-        return dispute_recorded(p, obj), p.id
     return "ignored", None
 
 
-def _reverse(p: Payment, etype: str, obj: dict) -> str:
-    """Apply a refund or a dispute's funds event to ``p``; ``EARLY_*`` when it has to wait
-    (the payment is not credited yet, or a reinstatement came before its withdrawal)."""
+def _reverse(p: Payment, event: dict) -> str:
+    """Apply a refund or a dispute event to ``p``; ``EARLY_*`` when it has to wait (the
+    payment is not credited yet, or a reinstatement came before its withdrawal)."""
+    etype, obj = event["type"], event["data"]["object"]
     if etype == "charge.refunded":
         outcome = refund_payment(p, int(obj.get("amount_refunded") or 0) * 10_000, str(obj.get("id")))
         return EARLY_REFUND if outcome == "ignored_not_succeeded" else outcome
-    outcome = _DISPUTE_FUNDS[etype](p, obj)
+    outcome = _DISPUTE[etype](p, obj, int(event.get("created") or 0))
     return EARLY_DISPUTE if outcome in ("ignored_not_succeeded", "ignored_not_withdrawn") else outcome
 
 
@@ -199,10 +198,9 @@ def _apply_early(p: Payment, processor: str) -> None:
         PaymentEvent.received_at >= utcnow() - timedelta(days=EARLY_REFUND_DAYS))
         .order_by(PaymentEvent.id)).scalars().all()
     for row in sorted(rows, key=lambda r: _EARLY_ORDER.index(r.type)):
-        obj = ((row.payload or {}).get("data") or {}).get("object") or {}
-        if obj.get("payment_intent") != p.payment_intent:
+        if (row.payload["data"]["object"]).get("payment_intent") != p.payment_intent:
             continue
-        outcome = _reverse(p, row.type, obj)
+        outcome = _reverse(p, row.payload)
         if outcome in (EARLY_REFUND, EARLY_DISPUTE):
             continue  # still waiting (a reinstatement whose withdrawal has not come)
         row.outcome, row.payment_id = outcome, p.id

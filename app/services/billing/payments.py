@@ -129,14 +129,33 @@ def disputed_micros(payment: Payment) -> int:
                if not d.get("reinstated"))
 
 
+def _lock(payment: Payment) -> None:
+    """Re-read ``payment`` locked (``FOR UPDATE`` on PostgreSQL): refunds and dispute
+    events of one payment apply one at a time, each seeing what the previous one wrote.
+    Pending changes are flushed first, so the re-read cannot discard them."""
+    db.session.flush()
+    db.session.refresh(payment, with_for_update=True)
+
+
+def _set_meta(payment: Payment, **values) -> None:
+    payment.meta = {**(payment.meta or {}), **values}  # a new object: the JSON column sees the change
+    payment.updated_at = utcnow()
+    db.session.flush()
+
+
 def refund_payment(payment: Payment, refunded_total_micros: int, charge_id: str) -> str:
     """Debit what the processor refunded beyond what we already reversed. Credit already
     spent cannot be taken back: that part is booked against ``adjust:refund_shortfall``.
-    Money a dispute withdrew is not reversed a second time."""
-    db.session.refresh(payment)
+    Money a dispute withdrew is not reversed a second time: the refund waits for it
+    (the reported total is kept, ``refund_reported_micros``, and applied if the dispute is
+    won and its funds reinstated)."""
+    _lock(payment)
     if payment.status not in CREDITED:
         return "ignored_not_succeeded"
-    refunded_total_micros = min(refunded_total_micros, payment.amount_micros - disputed_micros(payment))
+    reported = min(refunded_total_micros, payment.amount_micros)
+    if reported > int((payment.meta or {}).get("refund_reported_micros") or 0):
+        _set_meta(payment, refund_reported_micros=reported, refund_charge=charge_id)
+    refunded_total_micros = min(reported, payment.amount_micros - disputed_micros(payment))
     delta = refunded_total_micros - int(payment.refunded_micros or 0)
     if delta <= 0:
         return "already_refunded"
@@ -154,42 +173,50 @@ def refund_payment(payment: Payment, refunded_total_micros: int, charge_id: str)
 
 
 # --- disputes (chargebacks) ----------------------------------------------------------
+#
+# Each dispute is recorded on its payment (``meta.disputes[<dispute id>]``): status and
+# reason with the time of the event that set them (``status_at``: Stripe does not order
+# events, so an older event never overwrites a newer status), the withdrawn amount and
+# what of it came from the balance, and whether it was reinstated.
 
-def _dispute_record(payment: Payment, dispute: dict) -> dict:
-    """``payment``'s record of ``dispute`` (``meta.disputes[<id>]``), updated with the
-    processor's status and reason; the caller stores it with ``_store_dispute``."""
+def _dispute_record(payment: Payment, dispute: dict, created: int) -> dict:
+    """``payment``'s record of ``dispute``, updated with the processor's status and reason
+    unless a later event set them; the caller stores it with ``_store_dispute``."""
     record = dict(((payment.meta or {}).get("disputes") or {}).get(dispute["id"]) or {})
-    for key in ("status", "reason"):
-        if isinstance(dispute.get(key), str):
-            record[key] = dispute[key][:64]
+    if created >= int(record.get("status_at") or 0):
+        record["status_at"] = created
+        for key in ("status", "reason"):
+            if isinstance(dispute.get(key), str):
+                record[key] = dispute[key][:64]
     return record
 
 
 def _store_dispute(payment: Payment, dispute_id: str, record: dict) -> None:
-    meta = dict(payment.meta or {})
-    meta["disputes"] = {**(meta.get("disputes") or {}), dispute_id: record}
-    meta["dispute_status"] = record.get("status")  # the latest dispute event's (JSONB keeps no key order)
-    payment.meta = meta  # a new object: the JSON column sees the change
-    payment.updated_at = utcnow()
+    meta = payment.meta or {}
+    disputes = {**(meta.get("disputes") or {}), dispute_id: record}
+    latest = max(disputes.values(), key=lambda d: int(d.get("status_at") or 0))
+    _set_meta(payment, disputes=disputes, dispute_status=latest.get("status"))
 
 
-def dispute_recorded(payment: Payment, dispute: dict) -> str:
+def dispute_recorded(payment: Payment, dispute: dict, created: int = 0) -> str:
     """``charge.dispute.created|updated|closed``: keep the dispute's status on the payment
     (``dispute_status`` in the history); money moves only with the funds events."""
-    db.session.refresh(payment, with_for_update=True)
-    _store_dispute(payment, dispute["id"], _dispute_record(payment, dispute))
+    _lock(payment)
+    if payment.status not in CREDITED:
+        return "ignored_not_succeeded"
+    _store_dispute(payment, dispute["id"], _dispute_record(payment, dispute, created))
     return "dispute_recorded"
 
 
-def dispute_withdrawn(payment: Payment, dispute: dict) -> str:
+def dispute_withdrawn(payment: Payment, dispute: dict, created: int = 0) -> str:
     """``charge.dispute.funds_withdrawn``: the processor took the disputed amount back from
     us, so the credit it bought is taken back like a refund (the spent part against
     ``adjust:dispute_shortfall``), once per dispute (ledger ref ``dispute:<id>``). Without
     this a chargeback left the customer both the money and the credit."""
-    db.session.refresh(payment, with_for_update=True)  # one dispute event of a payment at a time
+    _lock(payment)
     if payment.status not in CREDITED:
         return "ignored_not_succeeded"
-    record = _dispute_record(payment, dispute)
+    record = _dispute_record(payment, dispute, created)
     if record.get("withdrawn_micros") is not None:
         return "already_withdrawn"
     available = payment.amount_micros - int(payment.refunded_micros or 0) - disputed_micros(payment)
@@ -203,12 +230,13 @@ def dispute_withdrawn(payment: Payment, dispute: dict) -> str:
     return "dispute_withdrawn"
 
 
-def dispute_reinstated(payment: Payment, dispute: dict) -> str:
+def dispute_reinstated(payment: Payment, dispute: dict, created: int = 0) -> str:
     """``charge.dispute.funds_reinstated`` (the dispute was won): the withdrawal is undone
     leg for leg — the customer gets back exactly what was taken from the balance, the
-    shortfall account what it absorbed (ledger ref ``dispute_reinstated:<id>``)."""
-    db.session.refresh(payment, with_for_update=True)
-    record = _dispute_record(payment, dispute)
+    shortfall account what it absorbed (ledger ref ``dispute_reinstated:<id>``); then a
+    refund the dispute held back is applied."""
+    _lock(payment)
+    record = _dispute_record(payment, dispute, created)
     if record.get("withdrawn_micros") is None:
         return "ignored_not_withdrawn"
     if record.get("reinstated"):
@@ -223,6 +251,10 @@ def dispute_reinstated(payment: Payment, dispute: dict) -> str:
                     meta={"payment_id": payment.id, "dispute": dispute["id"], "recovered_micros": recovered})
     record["reinstated"] = True
     _store_dispute(payment, dispute["id"], record)
+    meta = payment.meta or {}
+    reported = int(meta.get("refund_reported_micros") or 0)
+    if reported > int(payment.refunded_micros or 0):
+        refund_payment(payment, reported, str(meta.get("refund_charge") or ""))
     return "dispute_reinstated"
 
 

@@ -136,7 +136,8 @@ def sandbox_dispute(payment_id: str, outcome: str | None = None, amount_cents: i
     if outcome not in (None, "won", "lost"):
         raise InvalidRequest("outcome: must be won or lost.")
     disputes = (p.meta or {}).get("disputes") or {}
-    open_id = next((k for k, d in disputes.items() if d.get("status") not in ("won", "lost")), None)
+    still_open = [(int(d.get("status_at") or 0), k) for k, d in disputes.items() if d.get("status") not in ("won", "lost")]
+    open_id = max(still_open)[1] if still_open else None
     total = p.amount_micros // 10_000
     obj = {"id": open_id or "dp_sbx_" + random_b62(20), "object": "dispute", "charge": "ch_sbx_" + random_b62(20),
            "payment_intent": p.payment_intent, "currency": "usd", "reason": "fraudulent",

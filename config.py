@@ -123,6 +123,12 @@ def load_config(overrides: dict | None = None) -> dict:
         "RATELIMIT_IN_MEMORY_FALLBACK_ENABLED": True,
         "RATELIMIT_SWALLOW_ERRORS": True,
         "RATELIMIT_KEY_PREFIX": _env("RATELIMIT_KEY_PREFIX", "gw"),
+        # A process counts a plan's per-key limit in Redis in leases of this fraction of
+        # the smallest window's limit (app/ratelimits.py "Leases"): a high limit
+        # (enterprise: 1,000/s -> 10) needs one round trip per lease, not per request,
+        # and may admit up to lease-1 fewer requests per process and window than the
+        # plan, never more. Small limits (a lease below 2) are counted exactly. 0: exact.
+        "RATELIMIT_LEASE_FRACTION": _float("RATELIMIT_LEASE_FRACTION", 0.01),
         # --- mail -----------------------------------------------------------
         "SMTP_URL": _env("SMTP_URL"),
         "MAIL_FROM": _env("MAIL_FROM", "Gateway <no-reply@gateway.local>"),
@@ -298,6 +304,9 @@ def load_config(overrides: dict | None = None) -> dict:
     elif not cfg["SECRET_KEY"]:
         cfg["SECRET_KEY"] = "dev-only-not-secret"
 
+    if not 0 <= cfg["RATELIMIT_LEASE_FRACTION"] <= 0.05:
+        raise ConfigError(f"RATELIMIT_LEASE_FRACTION must be between 0 and 0.05 (a fraction of the "
+                          f"limit), not {cfg['RATELIMIT_LEASE_FRACTION']}")
     if not 0 <= cfg["CALL_FINALIZE_BATCH_MS"] <= 1000:
         raise ConfigError(f"CALL_FINALIZE_BATCH_MS must be between 0 and 1000 (milliseconds), "
                           f"not {cfg['CALL_FINALIZE_BATCH_MS']}")

@@ -81,7 +81,8 @@ def per_credential(principal) -> None:
         client = redis_for(app.config.get("RATELIMIT_STORAGE_URI") or "")
         if client is not None:
             prefix = app.config.get("RATELIMIT_KEY_PREFIX") or "gw"
-            windows = _redis_hits(client, f"{prefix}:plan:{principal.credential_id}", items)
+            windows = _leased_hits(client, f"{prefix}:plan:{principal.credential_id}", items,
+                                   lease_size(items, app.config.get("RATELIMIT_LEASE_FRACTION", 0)))
         else:
             windows = _storage_hits(("cred", principal.credential_id), items)
     except RateLimited:
@@ -102,38 +103,113 @@ def per_credential(principal) -> None:
                            "RateLimit-Remaining": str(remaining), "RateLimit-Reset": str(reset)}
 
 
-# Counts one request in each window (KEYS: the windows' counter keys, ARGV: their TTLs):
-# INCR, and EXPIRE … NX so a window's counter is never extended. One command, one reply.
+# Counts hits in each window (KEYS: the windows' counter keys; ARGV: the lease size n, then
+# per window its TTL and its limit): grants g = the smallest room left under any window's
+# limit, at most n and at least 1 (a request over the limit is counted, as INCR counts
+# it, and refused by the caller), adds g to every counter (INCRBY, then EXPIRE … NX so a
+# window's counter is never extended). Atomic, one command, one reply: the counts after
+# the increment, then g. With n = 1 it is the plain per-request INCR.
 _HITS_LUA = """
-local counts = {}
+local n = tonumber(ARGV[1])
+local grant = n
 for i, key in ipairs(KEYS) do
-  counts[i] = redis.call('INCR', key)
-  redis.call('EXPIRE', key, ARGV[i], 'NX')
+  local room = tonumber(ARGV[2 * i + 1]) - tonumber(redis.call('GET', key) or '0')
+  if room < grant then grant = room end
 end
-return counts
+if grant < 1 then grant = 1 end
+local out = {}
+for i, key in ipairs(KEYS) do
+  out[i] = redis.call('INCRBY', key, grant)
+  redis.call('EXPIRE', key, ARGV[2 * i], 'NX')
+end
+out[#KEYS + 1] = grant
+return out
 """
 _HITS_SHA = hashlib.sha1(_HITS_LUA.encode()).hexdigest()
 _threads = threading.local()  # this thread's own Redis connections: {client: (pid, connection)}
+LEASE_MAX = 100  # hits per lease, whatever the fraction
 
 
-def _redis_hits(client, key: str, items: list) -> list[tuple]:
-    """Count this request in every limit's current fixed window with ONE command: the
-    ``_HITS_LUA`` script (``EVALSHA``, loaded on ``NOSCRIPT``: ``_evalsha``), atomic like the
-    former ``MULTI``/``EXEC`` of ``INCR`` + ``EXPIRE … NX`` per limit, but one reply to
-    parse instead of 2 + 2 per limit. The key names the window's start, so a window's
-    counter is never extended. Returns ``(item, remaining, reset_seconds)`` per limit;
-    ``remaining < 0`` means the limit is exceeded."""
-    now = time.time()
-    keys, ttls, ends = [], [], []
+def _redis_hits(client, key: str, items: list, lease: int = 1, now: float | None = None) -> tuple[list[tuple], int]:
+    """Count hits in every limit's current fixed window with ONE command: the
+    ``_HITS_LUA`` script (``EVALSHA``, loaded on ``NOSCRIPT``: ``_evalsha``). ``lease``: how
+    many hits to take at once (1: this request only). Returns ``(item, remaining,
+    reset_seconds)`` per limit as seen right after the increment (``remaining < 0``: the
+    limit is exceeded, nothing granted) and the hits granted (1 to ``lease``)."""
+    now = time.time() if now is None else now
+    keys, ends, args = [], [], [lease]
     for item in items:
         window = item.get_expiry()
-        start = int(now // window) * window
+        start = int(now // window) * window  # the key names the window's start: never extended
         keys.append(f"{key}:{item.amount}/{window}:{start}")
-        ttls.append(window + 1)
         ends.append(start + window)
-    counts = _evalsha(client, ("EVALSHA", _HITS_SHA, len(keys), *keys, *ttls))
-    return [(item, item.amount - int(count), max(0, math.ceil(end - now)))
-            for item, count, end in zip(items, counts, ends)]
+        args += [window + 1, item.amount]
+    reply = _evalsha(client, ("EVALSHA", _HITS_SHA, len(keys), *keys, *args))
+    windows = [(item, item.amount - int(count), max(0, math.ceil(end - now)))
+               for item, count, end in zip(items, reply, ends)]
+    return windows, int(reply[-1])
+
+
+# --- Leases: a high per-key limit counted in Redis a batch of hits at a time ---------------
+#
+# A process takes n hits of a credential's current windows at once (``_HITS_LUA`` with n)
+# and admits the next n - 1 requests of that credential in the same windows from the
+# lease, without a round trip. The counters in Redis always include every leased hit, so
+# the plan's limit is never exceeded; what a process leased and did not use before its
+# window ended is lost, so a credential may be refused up to n - 1 requests per process
+# and window early. n = the fraction RATELIMIT_LEASE_FRACTION of the smallest window's
+# limit (at most LEASE_MAX); below 2 there is no lease and every request is counted in
+# Redis (the embedded plans' small limits, and any fraction of 0). Near the limit the
+# script grants only the room left, so leases shrink to single hits. ``RateLimit-
+# Remaining`` is the count after the lease minus what this process has used of it: exact
+# for one process, an upper bound with several (RFC 9331 headers are advisory).
+
+_leases: dict[str, "_Lease"] = {}
+_leases_lock = threading.Lock()
+LEASES_MAX = 50_000  # credentials with a lease per process before the table is emptied
+
+
+class _Lease:
+    __slots__ = ("starts", "left", "windows")
+
+    def __init__(self, starts, left, windows):
+        self.starts, self.left, self.windows = starts, left, windows
+
+
+def lease_size(items: list, fraction: float) -> int:
+    """Hits per lease for a plan of ``items`` (1: no lease)."""
+    if fraction <= 0:
+        return 1
+    return max(1, min(LEASE_MAX, int(min(item.amount for item in items) * fraction)))
+
+
+def _leased_hits(client, key: str, items: list, lease: int) -> list[tuple]:
+    """``_redis_hits`` for one request, served from this process's lease of ``key``'s
+    current windows when it has a hit left (no round trip), else by taking a new lease of
+    up to ``lease`` hits. Returns ``(item, remaining, reset_seconds)`` per limit, where
+    ``remaining`` counts this process's unused leased hits as still available."""
+    if lease <= 1:
+        return _redis_hits(client, key, items)[0]
+    now = time.time()
+    starts = tuple(int(now // item.get_expiry()) for item in items)
+    with _leases_lock:
+        held = _leases.get(key)
+        if held is not None and held.starts == starts and held.left > 0:
+            held.left -= 1
+            left = held.left
+            return [(item, remaining + left, max(0, math.ceil(end - now)))
+                    for item, remaining, end in held.windows]
+    windows, granted = _redis_hits(client, key, items, lease, now)
+    if granted > 1 and all(remaining >= 0 for _, remaining, _ in windows):
+        with _leases_lock:
+            if len(_leases) >= LEASES_MAX:
+                _leases.clear()
+            _leases[key] = _Lease(starts, granted - 1, [
+                (item, remaining, (start + 1) * item.get_expiry())
+                for (item, remaining, _reset), start in zip(windows, starts)])
+        # this request used the first granted hit; the others are unused, still available
+        return [(item, remaining + granted - 1, reset) for item, remaining, reset in windows]
+    return windows
 
 
 def _evalsha(client, command: tuple):

@@ -104,23 +104,28 @@ def per_credential(principal) -> None:
 
 
 # Counts hits in each window (KEYS: the windows' counter keys; ARGV: the lease size n, then
-# per window its TTL and its limit): grants g = the smallest room left under any window's
-# limit, at most n and at least 1 (a request over the limit is counted, as INCR counts
-# it, and refused by the caller), adds g to every counter (INCRBY, then EXPIRE … NX so a
-# window's counter is never extended). Atomic, one command, one reply: the counts after
-# the increment, then g. With n = 1 it is the plain per-request INCR.
+# per window its TTL, its limit and the hits given back). First a process's unused hits
+# of a lease it dropped are given back (DECRBY, never below zero) to the windows that
+# have not ended; then it grants g = the smallest room left under any window's limit, at
+# most n and at least 1 (a request over the limit is counted, as INCR counts it, and
+# refused by the caller), adds g to every counter (INCRBY, then EXPIRE … NX so a window's
+# counter is never extended). Atomic, one command, one reply: the counts after the
+# increment, then g. With n = 1 and nothing given back it is the plain per-request INCR.
 _HITS_LUA = """
 local n = tonumber(ARGV[1])
 local grant = n
 for i, key in ipairs(KEYS) do
-  local room = tonumber(ARGV[2 * i + 1]) - tonumber(redis.call('GET', key) or '0')
+  local count = tonumber(redis.call('GET', key) or '0')
+  local back = math.min(tonumber(ARGV[3 * i + 1]), count)
+  if back > 0 then count = redis.call('DECRBY', key, back) end
+  local room = tonumber(ARGV[3 * i]) - count
   if room < grant then grant = room end
 end
 if grant < 1 then grant = 1 end
 local out = {}
 for i, key in ipairs(KEYS) do
   out[i] = redis.call('INCRBY', key, grant)
-  redis.call('EXPIRE', key, ARGV[2 * i], 'NX')
+  redis.call('EXPIRE', key, ARGV[3 * i - 1], 'NX')
 end
 out[#KEYS + 1] = grant
 return out
@@ -130,20 +135,22 @@ _threads = threading.local()  # this thread's own Redis connections: {client: (p
 LEASE_MAX = 100  # hits per lease, whatever the fraction
 
 
-def _redis_hits(client, key: str, items: list, lease: int = 1, now: float | None = None) -> tuple[list[tuple], int]:
+def _redis_hits(client, key: str, items: list, lease: int = 1, now: float | None = None,
+                back: list[int] | None = None) -> tuple[list[tuple], int]:
     """Count hits in every limit's current fixed window with ONE command: the
     ``_HITS_LUA`` script (``EVALSHA``, loaded on ``NOSCRIPT``: ``_evalsha``). ``lease``: how
-    many hits to take at once (1: this request only). Returns ``(item, remaining,
-    reset_seconds)`` per limit as seen right after the increment (``remaining < 0``: the
-    limit is exceeded, nothing granted) and the hits granted (1 to ``lease``)."""
+    many hits to take at once (1: this request only); ``back``: per window, unused hits of
+    a dropped lease to give back first. Returns ``(item, remaining, reset_seconds)`` per
+    limit as seen right after the increment (``remaining < 0``: the limit is exceeded,
+    nothing granted) and the hits granted (1 to ``lease``)."""
     now = time.time() if now is None else now
     keys, ends, args = [], [], [lease]
-    for item in items:
+    for i, item in enumerate(items):
         window = item.get_expiry()
         start = int(now // window) * window  # the key names the window's start: never extended
         keys.append(f"{key}:{item.amount}/{window}:{start}")
         ends.append(start + window)
-        args += [window + 1, item.amount]
+        args += [window + 1, item.amount, back[i] if back else 0]
     reply = _evalsha(client, ("EVALSHA", _HITS_SHA, len(keys), *keys, *args))
     windows = [(item, item.amount - int(count), max(0, math.ceil(end - now)))
                for item, count, end in zip(items, reply, ends)]
@@ -155,14 +162,19 @@ def _redis_hits(client, key: str, items: list, lease: int = 1, now: float | None
 # A process takes n hits of a credential's current windows at once (``_HITS_LUA`` with n)
 # and admits the next n - 1 requests of that credential in the same windows from the
 # lease, without a round trip. The counters in Redis always include every leased hit, so
-# the plan's limit is never exceeded; what a process leased and did not use before its
-# window ended is lost, so a credential may be refused up to n - 1 requests per process
-# and window early. n = the fraction RATELIMIT_LEASE_FRACTION of the smallest window's
-# limit (at most LEASE_MAX); below 2 there is no lease and every request is counted in
-# Redis (the embedded plans' small limits, and any fraction of 0). Near the limit the
-# script grants only the room left, so leases shrink to single hits. ``RateLimit-
-# Remaining`` is the count after the lease minus what this process has used of it: exact
-# for one process, an upper bound with several (RFC 9331 headers are advisory).
+# the plan's limit is never exceeded. n = the fraction RATELIMIT_LEASE_FRACTION of the
+# smallest window's limit (at most LEASE_MAX); below 2 there is no lease and every
+# request is counted in Redis (the embedded plans' small limits, and any fraction of 0).
+# Near the limit the script grants only the room left, so leases shrink to single hits.
+#
+# A lease belongs to its plan's limits and to the windows it was taken in. When a window
+# ends (or the lease is used up) the next request drops it under the lock and gives its
+# unused hits back to the windows that have not ended (a second's lease, to its minute),
+# in the same command that takes the new lease; the hits of the window that ended are
+# lost, so a credential may be refused up to n - 1 requests per process and window
+# early. Threads that take leases at the same moment add them up. ``RateLimit-Remaining``
+# is the count after the lease plus this process's unused leased hits: exact for one
+# process, an upper bound with several (RFC 9331's headers are advisory).
 
 _leases: dict[str, "_Lease"] = {}
 _leases_lock = threading.Lock()
@@ -170,10 +182,10 @@ LEASES_MAX = 50_000  # credentials with a lease per process before the table is 
 
 
 class _Lease:
-    __slots__ = ("starts", "left", "windows")
+    __slots__ = ("items", "starts", "left", "windows")
 
-    def __init__(self, starts, left, windows):
-        self.starts, self.left, self.windows = starts, left, windows
+    def __init__(self, items, starts, left, windows):
+        self.items, self.starts, self.left, self.windows = items, starts, left, windows
 
 
 def lease_size(items: list, fraction: float) -> int:
@@ -192,21 +204,34 @@ def _leased_hits(client, key: str, items: list, lease: int) -> list[tuple]:
         return _redis_hits(client, key, items)[0]
     now = time.time()
     starts = tuple(int(now // item.get_expiry()) for item in items)
+    back = None
     with _leases_lock:
         held = _leases.get(key)
-        if held is not None and held.starts == starts and held.left > 0:
-            held.left -= 1
-            left = held.left
-            return [(item, remaining + left, max(0, math.ceil(end - now)))
-                    for item, remaining, end in held.windows]
-    windows, granted = _redis_hits(client, key, items, lease, now)
+        if held is not None and held.items == items:
+            if held.starts == starts and held.left > 0:
+                held.left -= 1
+                left = held.left
+                return [(item, remaining + left, max(0, math.ceil(end - now)))
+                        for item, remaining, end in held.windows]
+            if held.left > 0:  # its windows changed: its hits go back where they still count
+                back = [held.left if old == new else 0 for old, new in zip(held.starts, starts)]
+        if held is not None:  # used up, stale or another plan's: no thread may use it now
+            del _leases[key]
+    windows, granted = _redis_hits(client, key, items, lease, now, back)
     if granted > 1 and all(remaining >= 0 for _, remaining, _ in windows):
+        ends = [(start + 1) * item.get_expiry() for item, start in zip(items, starts)]
         with _leases_lock:
-            if len(_leases) >= LEASES_MAX:
-                _leases.clear()
-            _leases[key] = _Lease(starts, granted - 1, [
-                (item, remaining, (start + 1) * item.get_expiry())
-                for (item, remaining, _reset), start in zip(windows, starts)])
+            held = _leases.get(key)
+            if held is not None and held.items == items and held.starts == starts:
+                # another thread took a lease of the same windows meanwhile: add them up
+                held.left += granted - 1
+                held.windows = [(item, min(mine, theirs), end) for (item, mine, _), (_, theirs, end)
+                                in zip(windows, held.windows)]
+            elif held is None or held.items != items or held.starts < starts:
+                if len(_leases) >= LEASES_MAX:
+                    _leases.clear()
+                _leases[key] = _Lease(items, starts, granted - 1, [
+                    (item, remaining, end) for (item, remaining, _reset), end in zip(windows, ends)])
         # this request used the first granted hit; the others are unused, still available
         return [(item, remaining + granted - 1, reset) for item, remaining, reset in windows]
     return windows

@@ -150,6 +150,88 @@ def test_leases_never_admit_more_than_the_limit_across_processes(app, monkeypatc
     client.delete(*client.scan_iter(key + ":*"))
 
 
+def _admitted(windows) -> bool:
+    return all(r >= 0 for _, r, _ in windows)
+
+
+def _next_minute() -> int:
+    return (int(time.time()) // 60 + 1) * 60  # a minute no other test touches
+
+
+# The three below were found in review and failed on the first version of leases.
+
+@needs_redis
+def test_a_dropped_lease_gives_its_unused_hits_back_to_the_windows_still_open(app, monkeypatch):
+    """One request a second on 30/minute;10/second with leases of 5: each second's lease
+    left 4 unused hits counted in the minute, which ran out after 6 requests (24 refused
+    early, not at most 4). Now they go back to the minute with the next lease."""
+    client = redis.Redis.from_url(REDIS_URL)
+    items = parse_many("30/minute;10/second")
+    key = f"gwtest-rl:plan:back-{uuid.uuid4().hex}"
+    monkeypatch.setattr(ratelimits, "_leases", {})
+    base = _next_minute()
+    admitted = []
+    for second in range(8):
+        _frozen(monkeypatch, base + second + 0.5)
+        admitted.append(_admitted(ratelimits._leased_hits(client, key, items, 5)))
+    assert admitted == [True] * 8
+    assert int(client.get(f"{key}:30/60:{base}")) == 7 + 5  # 7 used + the open lease of 5
+    client.delete(*client.scan_iter(key + ":*"))
+
+
+@needs_redis
+def test_threads_taking_leases_at_once_add_them_up(app, monkeypatch):
+    """Four threads missing the lease together each took one; the last to store it won and
+    the others' unused hits were lost (8 of 20 admitted)."""
+    import threading
+
+    client = redis.Redis.from_url(REDIS_URL)
+    items = parse_many("20/second")
+    key = f"gwtest-rl:plan:threads-{uuid.uuid4().hex}"
+    monkeypatch.setattr(ratelimits, "_leases", {})
+    _frozen(monkeypatch, _next_minute() + 0.5)
+    real, barrier = ratelimits._redis_hits, threading.Barrier(4)
+
+    def together(*args, **kwargs):
+        barrier.wait(timeout=5)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ratelimits, "_redis_hits", together)
+    out = []
+    threads = [threading.Thread(target=lambda: out.append(_admitted(ratelimits._leased_hits(client, key, items, 5))))
+               for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    monkeypatch.setattr(ratelimits, "_redis_hits", real)
+    remaining = []
+    for _ in range(30):
+        windows = ratelimits._leased_hits(client, key, items, 5)
+        out.append(_admitted(windows))
+        remaining.append(windows[0][1])
+    assert sum(out) == 20
+    assert remaining[:16] == list(range(15, -1, -1))  # exact: 20 - 4 - served
+    client.delete(*client.scan_iter(key + ":*"))
+
+
+@needs_redis
+def test_a_lease_of_the_previous_plan_is_not_used_after_a_plan_change(app, monkeypatch):
+    """Enterprise and scale have the same windows: an enterprise lease kept admitting after a
+    downgrade to scale, counted in none of scale's counters, over scale's full second."""
+    client = redis.Redis.from_url(REDIS_URL)
+    enterprise, scale = parse_many("60000/minute;1000/second"), parse_many("6000/minute;200/second")
+    key = f"gwtest-rl:plan:change-{uuid.uuid4().hex}"
+    monkeypatch.setattr(ratelimits, "_leases", {})
+    now = _next_minute() + 0.5
+    _frozen(monkeypatch, now)
+    assert _admitted(ratelimits._leased_hits(client, key, enterprise, 10))  # 9 leased hits left
+    client.set(f"{key}:200/1:{int(now)}", 200)  # other processes filled scale's second
+    windows = ratelimits._leased_hits(client, key, scale, 2)
+    assert not _admitted(windows) and windows[0][0].amount == 6000
+    client.delete(*client.scan_iter(key + ":*"))
+
+
 def test_small_limits_and_a_zero_fraction_are_counted_exactly(monkeypatch):
     from app import create_app
     from config import ConfigError, load_config

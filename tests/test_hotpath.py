@@ -236,3 +236,113 @@ def test_behind_proxyfix_it_sees_the_forwarded_client(app, make_account, mod, ca
                                                 "X-Forwarded-For": "203.0.113.9"})
     assert r.status_code == 200
     assert [rec.client_ip for rec in caplog.records if rec.name == "gateway.access"] == ["203.0.113.9"]
+
+
+# --- the chat completion (POST /v1/chat/completions, non-streaming) ---------------------------
+
+CHAT_ROUTE = "/v1/chat/completions"
+
+
+@pytest.fixture
+def chat_fakes(app, monkeypatch, tmp_path):
+    from tests.chatfakes import configured, running_fakes
+
+    with running_fakes() as upstreams, configured(app, monkeypatch, tmp_path, upstreams) as fakes:
+        yield fakes
+
+
+def _chat(client, acct, body=None, *, headers=None, bearer=None, **kw):
+    h = {"X-Request-Id": "req-parity"}
+    if acct is not None or bearer is not None:
+        h["Authorization"] = f"Bearer {bearer or acct.key}"
+    h.update(headers or {})
+    if "data" not in kw:
+        kw["json"] = {"model": "m-small", "messages": [{"role": "user", "content": "hello there"}]} \
+            if body is None else body
+    return client.post(CHAT_ROUTE, headers=h, **kw)
+
+
+def _micros(app, account_id) -> int:
+    from app.services.billing import ledger
+
+    with app.app_context():
+        return ledger.cached_balance(account_id)
+
+
+# (the body's latency_ms can differ in length: Content-Length is checked against each body)
+_CHAT_VOLATILE = ("RateLimit-Reset", "RateLimit-Remaining", "X-Chat-Completion-Id", "Content-Length")
+
+
+def _chat_shape(resp):
+    status, headers, body = _shape(resp, _CHAT_VOLATILE)
+    if isinstance(body, dict):
+        body = {k: ("*" if k in ("id", "created") else v) for k, v in body.items()}
+        if isinstance(body.get("usage"), dict):
+            body["usage"] = {**body["usage"], "latency_ms": "*"}
+    return status, headers, body
+
+
+def test_chat_completion_is_the_same_and_not_handed(app, entries, make_account, chat_fakes, caplog):
+    """Same status, headers (X-Chat-* included), body and money through both entries; the
+    thin entry answers it itself, with the same access line and request count."""
+    from app.services.billing import ledger
+
+    acct = make_account(cents=100)
+    thin, flask_client, handed = entries
+    caplog.handler.addFilter(logs._ContextFilter())
+    answers, lines, spent = [], [], []
+    for client in (thin, flask_client):
+        before_count = _count(CHAT_ROUTE, "200")
+        before = _micros(app, acct.id)
+        with caplog.at_level(logging.INFO, logger="gateway.access"):
+            caplog.clear()
+            r = _chat(client, acct)
+        assert r.status_code == 200, r.get_json()
+        answers.append(r)
+        spent.append(before - _micros(app, acct.id))
+        assert _count(CHAT_ROUTE, "200") == before_count + 1
+        (rec,) = [x for x in caplog.records if x.name == "gateway.access"]
+        lines.append({k: getattr(rec, k) for k in ("method", "route", "path", "status", "request_id", "account_id")})
+    assert _chat_shape(answers[0]) == _chat_shape(answers[1])  # Content-Length: per body, below
+    assert all(int(r.headers["Content-Length"]) == len(r.get_data()) for r in answers)
+    assert answers[0].headers["X-Chat-Model"] and answers[0].get_json()["usage"]["cost_usd"] > 0
+    assert spent[0] == spent[1] == answers[0].get_json()["usage"]["cost_micros"] > 0
+    assert lines[0] == lines[1] and lines[0]["route"] == CHAT_ROUTE
+    assert handed == []
+    with app.app_context():
+        assert ledger.check() == []
+
+
+@pytest.mark.parametrize("case", ["no_credential", "scope", "payment_required", "unknown_model"])
+def test_chat_refusals_are_the_same(case, entries, make_account, chat_fakes):
+    acct = make_account(cents=0 if case == "payment_required" else 100,
+                        scopes=("keys:read",) if case == "scope" else None)
+    body = {"model": "nope", "messages": [{"role": "user", "content": "hi"}]} if case == "unknown_model" else None
+    if case == "no_credential":
+        acct = None
+    thin, flask_client, handed = entries
+    a, b = _chat(thin, acct, body), _chat(flask_client, acct, body)
+    volatile = _CHAT_VOLATILE + ("WWW-Authenticate", "X-Nonce", "PAYMENT-REQUIRED")
+    assert _shape(a, volatile) == _shape(b, volatile)
+    assert a.status_code >= 400 and a.get_json()["request_id"] == "req-parity" and handed == []
+
+
+@pytest.mark.parametrize("case", ["stream", "not_plain", "off_chat_host"])
+def test_chat_streams_schema_errors_and_other_hosts_go_to_flask(case, app, entries, make_account, chat_fakes,
+                                                                monkeypatch):
+    acct = make_account(cents=100)
+    thin, flask_client, handed = entries
+    body = None
+    if case == "stream":
+        body = {"model": "m-small", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    elif case == "not_plain":
+        body = {"model": "m-small", "messages": [{"role": "user", "content": "hi"}], "max_tokens": "many"}
+    else:  # Flask answers 404 before looking at the credential, so the thin entry must not answer 401
+        monkeypatch.setitem(app.config, "CHAT_HOST", "chat.example")
+        acct = None
+    r = _chat(thin, acct, body)
+    assert handed == [CHAT_ROUTE]
+    expected = {"stream": 200, "not_plain": 400, "off_chat_host": 404}[case]
+    assert r.status_code == expected, r.get_data()[:300]
+    if case == "stream":
+        assert r.headers["Content-Type"].startswith("text/event-stream")

@@ -20,15 +20,21 @@ blp = Blueprint("chat", __name__, url_prefix="/v1", description=(
     "`{error, message, request_id}` shape (OpenAI SDKs raise them as APIStatusError)."))
 
 
-@blp.before_request
-def _only_on_chat_host():
-    wanted = current_app.config.get("CHAT_HOST")
+def on_chat_host(host: str | None, wanted: str | None) -> bool:
+    """Whether a request to ``host`` (the Host header, port included or not) may reach the
+    chat routes when the chat host is ``wanted`` (``CHAT_HOST``): always when it is unset,
+    else only on that host name."""
     if not wanted:
-        return None
-    host = request.host.lower()
+        return True
+    host = (host or "").lower()
     if not host.endswith("]"):  # strip the port (not inside an IPv6 literal)
         host = host.rsplit(":", 1)[0] if ":" in host else host
-    if host != wanted.lower():
+    return host == wanted.lower()
+
+
+@blp.before_request
+def _only_on_chat_host():
+    if not on_chat_host(request.host, current_app.config.get("CHAT_HOST")):
         raise NotFound("The requested URL was not found on the server.")
     return None
 

@@ -1,24 +1,28 @@
-"""The metered call's thin entry: a WSGI layer in front of Flask that answers the common
-``POST /v1/module/<slug>/call`` itself, with the same checks, services and rendering as
-the Flask route (``routes.ModuleCallView``), without Flask's per-request machinery.
+"""The hot routes' thin entry: a WSGI layer in front of Flask that answers the common
+``POST /v1/module/<slug>/call`` and the non-streaming ``POST /v1/chat/completions``
+itself, with the same checks, services and rendering as the Flask routes
+(``routes.ModuleCallView``, ``chat.routes.ChatCompletionsView``), without Flask's
+per-request machinery.
 
 Why: a GIL-only profile of the metered call put about a third of the worker's CPU in
 Flask/werkzeug's request context, dispatch, webargs and the ``after_request`` chain
-(docs/performance.md, "The metered call's thin entry"). This layer does the same work
-for the one hot route in a few function calls.
+(docs/performance.md, "The metered call's thin entry"); the chat completion's profile
+showed the same share outside its view. This layer does the same work for the two hot
+routes in a few function calls.
 
-What it does, in the Flask route's order (each step is the function the Flask path
-calls too, so there is one implementation of each):
+What it does, in the Flask routes' order (each step is the function the Flask path calls
+too, so there is one implementation of each):
 
 1. Assign the request id (``requestid.request_id_for``) in an app context (``g``,
    ``current_app``; popping it returns the hot-path connection and the session, the
    same teardown as a Flask request).
 2. Authenticate the bearer credential (``auth.authenticate``: 401) and check the scope
    ``call:write`` (``auth.check_scopes``: 403).
-3. Load the headers and the JSON body with the route's schemas' fast loaders
-   (``ModuleCallHeadersSchema.fast_load`` / ``ModuleCallRequestSchema.fast_load``).
+3. Load the body (and the module call's headers) with the routes' fast loaders
+   (``ModuleCallHeadersSchema.fast_load`` / ``ModuleCallRequestSchema.fast_load``;
+   ``chat.schemas.plain_chat_request``).
 4. Count the plan rate limit (``ratelimits.per_credential``: 429).
-5. ``gateway.calls.call`` — the service the route calls.
+5. The service the route calls: ``gateway.calls.call`` / ``chat.completions.create_completion``.
 6. Render the answer (or the ``DomainError`` / unexpected error through
    ``app.errors``' handlers), add ``X-Request-Id`` and ``RateLimit-*``
    (``requestid.echo``), log the access line (``logs.access``) and count the request
@@ -28,11 +32,13 @@ It steps aside, handing the request untouched to Flask (which then answers it, e
 included, exactly as before), whenever the request is not the plain case: another
 method or path, a body that is not ``application/json`` with a ``Content-Length`` within
 ``MAX_CONTENT_LENGTH``, JSON the fast loaders decline (Flask's schemas then produce the
-400), an ``X-Payment`` / ``PAYMENT-SIGNATURE`` header (the x402 flow). It steps aside
-only before anything is counted or written, so no request is counted twice. It is not
-installed at all when tracing is on (the Flask route carries the server span) or when
-``HOT_PATH`` is off. Parity: ``tests/test_hotpath.py`` sends the same requests through
-both entries and compares status, headers, body, log line and metrics.
+400), an ``X-Payment`` / ``PAYMENT-SIGNATURE`` header (the x402 flow), a chat request
+with ``stream`` (Flask relays the event stream) or off the chat host (``CHAT_HOST``:
+Flask's 404). It steps aside only before anything is counted or written, so no request
+is counted twice. It is not installed at all when tracing is on (the Flask routes carry
+the server span) or when ``HOT_PATH`` is off. Parity: ``tests/test_hotpath.py`` sends
+the same requests through both entries and compares status, headers, body, log line and
+metrics.
 """
 from __future__ import annotations
 
@@ -41,13 +47,17 @@ import re
 import time
 
 import orjson
+from flask import g
 
 from app import auth, logs, metrics, ratelimits, requestid
+from app.blueprints.chat.routes import on_chat_host
 from app.errors import DomainError, handle_domain_error, handle_unexpected
 from app.services.gateway.catalog import SLUG_RE
 
 ENDPOINT = "modules.ModuleCallView"
-SCOPES = ("call:write",)
+CHAT_ENDPOINT = "chat.ChatCompletionsView"
+CHAT_PATH = "/v1/chat/completions"
+SCOPES = ("call:write",)  # both routes' scope
 # The slugs the catalog can hold (``catalog.SLUG_RE``); any other path goes to Flask.
 _PATH = re.compile(r"/v1/module/(" + SLUG_RE.pattern.strip("^$") + ")/call")
 # The request headers the headers schema's fast loader reads (WSGI name: HTTP name),
@@ -67,25 +77,34 @@ class HotPath:
         self.max_body = app.config.get("MAX_CONTENT_LENGTH") or 0
         self.load_headers = ModuleCallHeadersSchema().fast_load
         self.load_body = ModuleCallRequestSchema().fast_load
-        self.route = next(r.rule for r in app.url_map.iter_rules() if r.endpoint == ENDPOINT)
+        rules = {r.endpoint: r.rule for r in app.url_map.iter_rules()}
+        self.route = rules[ENDPOINT]
+        self.chat_route = rules.get(CHAT_ENDPOINT)  # None: no chat routes in this app
 
     def __call__(self, environ, start_response):
-        if environ.get("REQUEST_METHOD") == "POST":
-            m = _PATH.fullmatch(environ.get("PATH_INFO", ""))
-            if m is not None and _plain(environ, self.max_body):
-                return self._call(m.group(1), environ, start_response)
+        if environ.get("REQUEST_METHOD") == "POST" and _plain(environ, self.max_body):
+            path = environ.get("PATH_INFO", "")
+            if path == CHAT_PATH:
+                # off the chat host Flask answers 404 before authenticating: so does it here
+                if self.chat_route is not None and on_chat_host(environ.get("HTTP_HOST"),
+                                                                self.app.config.get("CHAT_HOST")):
+                    return self._call(self._chat, self.chat_route, None, environ, start_response)
+            else:
+                m = _PATH.fullmatch(path)
+                if m is not None:
+                    return self._call(self._module_call, self.route, m.group(1), environ, start_response)
         return self.wsgi_app(environ, start_response)
 
-    def _call(self, slug, environ, start_response):
+    def _call(self, handler, route, arg, environ, start_response):
         started = time.perf_counter()
         raw = environ["wsgi.input"].read(int(environ["CONTENT_LENGTH"]))
         ctx = self.app.app_context()
         ctx.push()
         error = None
         try:
-            answer = self._answer(slug, raw, environ)
+            answer = self._answer(handler, arg, raw, environ)
             if answer is not None:
-                self._finish(environ, answer[0], started)
+                self._finish(environ, route, answer[0], started)
         except BaseException as exc:  # popped with the error, as Flask's teardown sees it
             error = exc
             raise
@@ -98,35 +117,62 @@ class HotPath:
         start_response(status, headers)
         return [body]
 
-    def _answer(self, slug, raw, environ):
-        """(status line, headers, body), or None to hand the request to Flask."""
-        from flask import g
-
-        from app.services.gateway import calls as gateway
-
+    def _answer(self, handler, arg, raw, environ):
+        """(status line, headers, body), or None to hand the request to Flask: the request
+        id, the credential and the scope (both routes), then the route's ``handler``."""
         g.request_id = requestid.request_id_for(environ.get("HTTP_X_REQUEST_ID"))
         try:
             principal = auth.authenticate(auth.parse_bearer(environ.get("HTTP_AUTHORIZATION")))
             g.principal, g.account_id = principal, principal.account_id
             auth.check_scopes(principal, SCOPES)
-            args = self._arguments(raw, environ)
-            if args is None:
-                return None
-            body, idempotency_key = args
-            ratelimits.per_credential(principal)
-            res = gateway.call(account_id=principal.account_id, mode=principal.mode, slug=slug,
-                               body=body, idempotency_key=idempotency_key, payment=None,
-                               request_id=g.request_id, key_id=auth.key_of(principal))
+            answer = handler(principal, arg, raw, environ)
         except DomainError as err:
             return self._render(handle_domain_error(err))
         except Exception as err:  # noqa: BLE001 - rendered as Flask renders it: 500, logged
             return self._render(handle_unexpected(err))
+        if answer is None:
+            return None
+        headers, body = answer
+        requestid.echo(headers)
+        return "200 OK", list(headers.items()), body
+
+    def _module_call(self, principal, slug, raw, environ):
+        """``POST /v1/module/<slug>/call``: (headers, body), or None for Flask."""
+        from app.services.gateway import calls as gateway
+
+        args = self._arguments(raw, environ)
+        if args is None:
+            return None
+        body, idempotency_key = args
+        ratelimits.per_credential(principal)
+        res = gateway.call(account_id=principal.account_id, mode=principal.mode, slug=slug,
+                           body=body, idempotency_key=idempotency_key, payment=None,
+                           request_id=g.request_id, key_id=auth.key_of(principal))
         headers = {"Content-Type": "application/json", "Content-Length": str(len(res.body))}
         if res.replayed:
             headers["Idempotent-Replayed"] = "true"
         headers.update(res.headers)
-        requestid.echo(headers)
-        return "200 OK", list(headers.items()), res.body
+        return headers, res.body
+
+    def _chat(self, principal, _arg, raw, environ):
+        """``POST /v1/chat/completions`` on the chat host without ``stream`` (a stream is
+        relayed by Flask): (headers, body), or None for Flask."""
+        from app.blueprints.chat.schemas import plain_chat_request
+        from app.services.chat import completions as chat
+
+        try:
+            body = plain_chat_request(orjson.loads(raw))
+        except orjson.JSONDecodeError:
+            return None
+        if body is None or body.get("stream"):
+            return None
+        ratelimits.per_credential(principal)
+        result = chat.create_completion(principal.account_id, principal.mode, body,
+                                        key_id=auth.key_of(principal))
+        payload = orjson.dumps(result.body)
+        headers = {"Content-Type": "application/json", "Content-Length": str(len(payload))}
+        headers.update(result.headers)
+        return headers, payload
 
     def _arguments(self, raw, environ):
         """(body, Idempotency-Key) when the fast loaders accept them, else None."""
@@ -149,12 +195,12 @@ class HotPath:
         requestid.echo(resp.headers)
         return resp.status, resp.headers.to_wsgi_list(), resp.get_data()
 
-    def _finish(self, environ, status_line, started):
+    def _finish(self, environ, route, status_line, started):
         status = int(status_line[:3])
         elapsed = time.perf_counter() - started
-        logs.access("POST", self.route, environ.get("PATH_INFO", ""), status, elapsed,
+        logs.access("POST", route, environ.get("PATH_INFO", ""), status, elapsed,
                     environ.get("REMOTE_ADDR"))
-        metrics.observe_request("POST", self.route, status, elapsed)
+        metrics.observe_request("POST", route, status, elapsed)
 
 
 def _plain(environ, max_body: int) -> bool:

@@ -346,3 +346,19 @@ def test_chat_streams_schema_errors_and_other_hosts_go_to_flask(case, app, entri
     assert r.status_code == expected, r.get_data()[:300]
     if case == "stream":
         assert r.headers["Content-Type"].startswith("text/event-stream")
+
+
+@pytest.mark.parametrize("host", ["chat.example", "CHAT.Example:8080", "chat.example:0", "chat.example:",
+                                  "chat.example:99999", "chat.example:x", "other.example"])
+def test_the_chat_host_is_read_as_flask_reads_it(host, app, entries, make_account, chat_fakes, monkeypatch):
+    """Found in review: the thin entry cut the raw Host header at its last ':', so a port
+    werkzeug rejects (0, empty, 99999, x) still matched CHAT_HOST — a charged 200 where
+    Flask answers 404."""
+    monkeypatch.setitem(app.config, "CHAT_HOST", "chat.example")
+    acct = make_account(cents=100)
+    thin, flask_client, handed = entries
+    kw = {"environ_overrides": {"HTTP_HOST": host}}
+    a, b = _chat(thin, acct, **kw), _chat(flask_client, acct, **kw)
+    expected = 200 if host in ("chat.example", "CHAT.Example:8080") else 404
+    assert a.status_code == b.status_code == expected
+    assert handed == ([] if expected == 200 else [CHAT_ROUTE])

@@ -48,6 +48,7 @@ import time
 
 import orjson
 from flask import g
+from werkzeug.sansio.utils import get_host
 
 from app import auth, logs, metrics, ratelimits, requestid
 from app.blueprints.chat.routes import on_chat_host
@@ -85,9 +86,11 @@ class HotPath:
         if environ.get("REQUEST_METHOD") == "POST" and _plain(environ, self.max_body):
             path = environ.get("PATH_INFO", "")
             if path == CHAT_PATH:
-                # off the chat host Flask answers 404 before authenticating: so does it here
-                if self.chat_route is not None and on_chat_host(environ.get("HTTP_HOST"),
-                                                                self.app.config.get("CHAT_HOST")):
+                # off the chat host Flask answers 404 before authenticating: so does it here,
+                # with the host as Flask reads it (werkzeug's get_host: "" for a malformed
+                # Host header, e.g. a port out of range, and for none: then Flask decides)
+                host = get_host(environ.get("wsgi.url_scheme", "http"), environ.get("HTTP_HOST"))
+                if self.chat_route is not None and on_chat_host(host, self.app.config.get("CHAT_HOST")):
                     return self._call(self._chat, self.chat_route, None, environ, start_response)
             else:
                 m = _PATH.fullmatch(path)

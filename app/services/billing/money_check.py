@@ -25,6 +25,7 @@ from app.models import (ChatCompletion, ExternalCredit, LedgerEntry, LedgerTrans
                         X402Authorization)
 from app.models.base import utcnow
 from app.services.billing import holds, ledger, outside
+from app.services.billing.payments import CREDITED
 
 
 def _problem(out: list, check: str, detail: str, **facts) -> None:
@@ -50,7 +51,7 @@ def _payments(out: list) -> int:
     in_book = set(db.session.execute(select(ExternalCredit.payment_id).where(
         ExternalCredit.payment_id.is_not(None))).scalars())
     rows = db.session.execute(select(Payment.id, Payment.provider_id, Payment.method).where(
-        Payment.status.in_(("succeeded", "refunded", "partially_refunded")))).all()
+        Payment.status.in_(CREDITED))).all()
     legacy = [(pid, prov, method) for pid, prov, method in rows if pid not in in_book]
     refs = {f"pay:{pid}" for pid, _, _ in legacy} | {f"usdc:{prov}" for _, prov, _ in legacy if prov} \
         | {prov for _, prov, _ in legacy if prov and prov.startswith("x402:")}

@@ -104,7 +104,7 @@ def finish_payment(payment: Payment, status: str, code: str | None = None, messa
 
 REFUND_SHORTFALL = "adjust:refund_shortfall"
 DISPUTE_SHORTFALL = "adjust:dispute_shortfall"
-CREDITED = ("succeeded", "partially_refunded", "refunded")
+CREDITED = ("succeeded", "partially_refunded", "refunded")  # statuses of a payment whose credit was posted
 
 
 def _take_back(payment: Payment, micros: int, *, kind: str, ref: str, shortfall: str, meta: dict) -> int:

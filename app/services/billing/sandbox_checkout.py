@@ -12,6 +12,7 @@ from app.ids import random_b62
 from app.models import Payment
 from app.models.base import utcnow
 from app.services.billing.payment_events import handle_webhook
+from app.services.billing.payments import CREDITED
 from app.services.platform.uow import unit_of_work
 from app.services.billing.processors import (
     SANDBOX_METHODS,
@@ -131,7 +132,7 @@ def sandbox_dispute(payment_id: str, outcome: str | None = None, amount_cents: i
     ``closed`` follow, with ``lost`` only ``closed``. An open dispute of the payment is
     closed instead of opening a second one."""
     p = db.session.get(Payment, payment_id)
-    if p is None or p.processor != "sandbox" or p.status not in ("succeeded", "partially_refunded", "refunded"):
+    if p is None or p.processor != "sandbox" or p.status not in CREDITED:
         raise NotFound("No disputable sandbox payment with this id.")
     if outcome not in (None, "won", "lost"):
         raise InvalidRequest("outcome: must be won or lost.")

@@ -12,7 +12,10 @@ Every value can be overridden from the environment:
   ``GUNICORN_KEEPALIVE_LINGER_MS`` (default 2, ``0`` = stock gthread) for the
   connection's next request and serves it itself when no other connection is waiting,
   instead of handing the connection to the main thread's poller and back (~0.2 ms of
-  thread wake-ups per request at low concurrency).
+  thread wake-ups per request at low concurrency). The same worker spreads new
+  connections evenly: a worker accepts only while no other holds fewer open connections
+  (a table in shared memory), so a burst of keep-alive connections no longer piles onto
+  the one worker that happened to be running; ``GUNICORN_BALANCE=0`` = stock accepting.
 * ``GUNICORN_TIMEOUT`` (default 120 s): the worker heartbeat timeout. With gthread a
   long streaming response does not trip it; it only kills a wedged worker.
 * ``GUNICORN_GRACEFUL_TIMEOUT`` (default 30 s): on SIGTERM/SIGHUP, workers finish the
@@ -53,8 +56,13 @@ import glob
 import multiprocessing
 import os
 import re
+import sys
 
 from gunicorn import glogging
+
+# the repository, so that the worker class below imports whatever directory gunicorn starts in
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from deploy.gunicorn_worker import process_exists  # noqa: E402
 
 bind = os.environ.get("GUNICORN_BIND", f"127.0.0.1:{os.environ.get('PORT', '8000')}")
 workers = int(os.environ.get("WEB_CONCURRENCY", max(2, multiprocessing.cpu_count())))
@@ -121,21 +129,11 @@ os.makedirs(_prom_dir, exist_ok=True)
 _PID_IN_NAME = re.compile(r"_(\d+)\.db$")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def on_starting(server):
     """Drop metric files left by processes that no longer exist (a previous run)."""
     for path in glob.glob(os.path.join(_prom_dir, "*.db")):
         m = _PID_IN_NAME.search(path)
-        if m and not _alive(int(m.group(1))):
+        if m and not process_exists(int(m.group(1))):
             try:
                 os.remove(path)
             except FileNotFoundError:
@@ -167,7 +165,11 @@ def post_worker_init(worker):
 
 
 def child_exit(server, worker):
-    """A worker exited: its live-gauge files must not be summed any more."""
+    """A worker exited: its row of the connection spread (``deploy/gunicorn_worker.py``)
+    is free, and its live-gauge files must not be summed any more."""
+    release = getattr(worker, "release_balance_row", None)
+    if release is not None:
+        release()
     try:
         from prometheus_client import multiprocess
 

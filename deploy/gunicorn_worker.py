@@ -22,13 +22,40 @@ The pool's queue is checked again when the next request arrives: a connection qu
 meanwhile is served first (the lingering one goes back to the poller, readable, behind
 it). What the linger can cost another connection is the wait itself: when every thread
 of the worker lingers, a newly readable connection waits up to the linger for one.
+
+**Connections spread evenly over the workers.** All workers accept from the one
+listening socket the master opened; the kernel wakes every worker's poller and whichever
+runs first takes the connection. A worker that is already running (it just served a
+request) wins nearly every race, so a burst of new connections — wrk's 16, nginx
+opening its upstream keep-alive pool — could all land on ONE worker (seen on the bench:
+16 connections on one worker, none on the other, for the whole measurement). Keep-alive
+connections stay where they were accepted, so that worker was capped at one core by its
+GIL while the other idled: metered calls at c=16 ran at 866 req/s instead of ~1,430,
+with ~35 % more CPU per call from eight threads contending for one GIL.
+
+So the workers of one master share a small table (an anonymous shared mapping made in
+the master, where this module is imported before any fork): each worker's number of
+open connections, written by its main thread on every turn of its loop. A worker
+accepts only while it holds no more connections than the least loaded other live worker
+(``_Balance.may_accept``); otherwise it takes its listening socket out of its poller and
+looks again every ``GATED_POLL`` seconds. The least loaded worker never stops accepting,
+so a connection is never left waiting for a worker that has room; a worker that is
+stopping, whose process is gone, or that has not written its row for ``LIVE_SECONDS``
+(wedged) is ignored, and the master empties the row of a worker that exited.
+With one worker nothing changes. ``GUNICORN_BALANCE=0`` turns it off (stock accepts).
 """
 from __future__ import annotations
 
+import mmap
 import os
 import select
+import struct
+import time
 
 from gunicorn.workers.gthread import ThreadWorker
+
+GATED_POLL = 0.01  # seconds: how often a worker holding more than its share looks again
+LIVE_SECONDS = 2.0  # a row not written for this long is not a live worker's (the loop writes ≥ 1/s)
 
 
 def _linger_seconds() -> float:
@@ -42,13 +69,135 @@ def _linger_seconds() -> float:
     return value / 1000
 
 
+def _balance_enabled() -> bool:
+    raw = os.environ.get("GUNICORN_BALANCE", "1")
+    if raw not in ("0", "1"):
+        raise SystemExit(f"GUNICORN_BALANCE must be 1 (spread connections over the workers) or 0, not {raw!r}")
+    return raw == "1"
+
+
+class _Balance:
+    """The open-connection counts of one master's workers, in shared memory.
+
+    Rows of (pid, open connections, last written on CLOCK_MONOTONIC, which every process
+    of the machine shares). The master reserves a row for each worker it is about to fork
+    (``reserve``, in the worker object's ``__init__``: the master creates workers one at a
+    time, so no lock is needed); the forked worker writes its pid there (``claim``) and
+    keeps it current (``publish``); a stopping worker empties it (``leave``). A row is free
+    again when it is empty, when its process is gone, or when a reservation was never
+    claimed (a fork that failed)."""
+
+    ROW = struct.Struct("qqd")
+    ROWS = 256  # more workers than any master here runs (TTIN beyond it: rows are reused)
+    RESERVED = -1
+
+    def __init__(self, rows: int = ROWS):
+        self.rows = rows
+        self.mem = mmap.mmap(-1, rows * self.ROW.size)  # MAP_SHARED | MAP_ANONYMOUS
+
+    def _read(self, i: int) -> tuple[int, int, float]:
+        return self.ROW.unpack_from(self.mem, i * self.ROW.size)
+
+    def _write(self, i: int, pid: int, conns: int, seen: float) -> None:
+        self.ROW.pack_into(self.mem, i * self.ROW.size, pid, conns, seen)
+
+    def reserve(self) -> int | None:
+        """Master: a free row for the worker about to be forked (None: table full — that
+        worker then accepts without the gate)."""
+        now = time.monotonic()
+        for i in range(self.rows):
+            pid, _, seen = self._read(i)
+            if pid == 0 or (pid == self.RESERVED and now - seen > 10 * LIVE_SECONDS) or \
+                    (pid > 0 and not process_exists(pid)):
+                self._write(i, self.RESERVED, 0, now)
+                return i
+        return None
+
+    def claim(self, row: int, pid: int) -> None:
+        self._write(row, pid, 0, time.monotonic())
+
+    def publish(self, row: int, pid: int, conns: int) -> float:
+        now = time.monotonic()
+        self._write(row, pid, conns, now)
+        return now
+
+    def leave(self, row: int) -> None:
+        self._write(row, 0, 0, 0.0)
+
+    def may_accept(self, row: int, conns: int, now: float) -> bool:
+        """True when no other live worker holds fewer open connections than ``conns``."""
+        for i in range(self.rows):
+            if i == row:
+                continue
+            pid, other, seen = self._read(i)
+            if pid > 0 and now - seen < LIVE_SECONDS and other < conns and process_exists(pid):
+                return False  # (the process test: a worker killed a moment ago has fewer)
+        return True
+
+
+def process_exists(pid: int) -> bool:
+    """The process exists (a zombie not yet reaped counts; another user's too)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# Made at import: in the master, which imports the worker class before it forks any worker.
+BALANCE = _Balance()
+
+
 class KeepAliveThreadWorker(ThreadWorker):
-    """``gthread`` plus the linger described in the module docstring."""
+    """``gthread`` plus the linger and the even spread described in the module docstring."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.linger = _linger_seconds()
         self.served_in_place = 0  # requests served without the hand-over (tests, debugging)
+        # runs in the master, right before the fork; a single worker has nobody to share with
+        self.balance_row = BALANCE.reserve() if _balance_enabled() and self.cfg.workers > 1 else None
+        self.fair_share = True
+
+    def run(self):
+        if self.balance_row is not None:
+            BALANCE.claim(self.balance_row, os.getpid())
+        try:
+            super().run()
+        finally:
+            self._leave_balance()
+
+    def release_balance_row(self):
+        """Master, when this worker has exited (``child_exit`` in deploy/gunicorn.conf.py):
+        a killed worker cannot empty its row itself."""
+        self._leave_balance()
+
+    def _leave_balance(self):
+        if self.balance_row is not None:
+            BALANCE.leave(self.balance_row)
+            self.balance_row = None
+
+    def set_accept_enabled(self, enabled):
+        # gthread's loop enables accepting whenever it is below worker_connections; keep
+        # the listener out of the poller while this worker holds more than its share
+        super().set_accept_enabled(enabled and (self.fair_share or not self.alive))
+
+    def wait_for_and_dispatch_events(self, timeout):
+        """One turn of gthread's loop: write this worker's count, look at the others'."""
+        if self.balance_row is not None:
+            if not self.alive:
+                self._leave_balance()  # stopping: the others must not wait for this one
+            else:
+                now = BALANCE.publish(self.balance_row, self.pid, self.nr_conns)
+                self.fair_share = BALANCE.may_accept(self.balance_row, self.nr_conns, now)
+                if not self.fair_share:
+                    super().set_accept_enabled(False)
+                    timeout = min(timeout, GATED_POLL)
+                elif not self._accepting and self.nr_conns < self.worker_connections:
+                    super().set_accept_enabled(True)
+        super().wait_for_and_dispatch_events(timeout)
 
     def handle(self, conn):
         result = super().handle(conn)

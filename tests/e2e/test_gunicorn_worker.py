@@ -4,10 +4,13 @@ served without the hand-over to the poller is written at exit (``worker_exit`` h
 from __future__ import annotations
 
 import http.client
+import os
 import socket
 import sys
 import textwrap
+import threading
 import time
+from collections import Counter
 from types import SimpleNamespace
 
 import pytest
@@ -19,12 +22,17 @@ sys.path.insert(0, str(ROOT))
 from deploy import gunicorn_worker  # noqa: E402
 
 APP = textwrap.dedent("""\
+    import os
     import threading
     import time
 
     def app(environ, start_response):
         if environ["PATH_INFO"] == "/slow":
             time.sleep(1)
+        if environ["PATH_INFO"] == "/pid":
+            out = str(os.getpid()).encode()
+            start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(out)))])
+            return [out]
         size = int(environ.get("CONTENT_LENGTH") or 0)
         body = environ["wsgi.input"].read(size) if size else b""
         out = b"%s %s %d" % (environ["PATH_INFO"].encode(), body, threading.get_ident())
@@ -33,13 +41,13 @@ APP = textwrap.dedent("""\
 """)
 
 
-def _serve(tmp_path, linger_ms: str, threads: int = 4):
+def _serve(tmp_path, linger_ms: str, threads: int = 4, workers: int = 1, balance: str = "1"):
     (tmp_path / "lingerapp.py").write_text(APP)
     counts = tmp_path / "served_in_place"
     conf = tmp_path / "conf.py"
     conf.write_text(textwrap.dedent(f"""\
         worker_class = "deploy.gunicorn_worker.KeepAliveThreadWorker"
-        workers = 1
+        workers = {workers}
         threads = {threads}
         keepalive = 30
         graceful_timeout = 5
@@ -50,7 +58,7 @@ def _serve(tmp_path, linger_ms: str, threads: int = 4):
         """))
     port = free_port()
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{ROOT}:{tmp_path}",
-           "GUNICORN_KEEPALIVE_LINGER_MS": linger_ms}
+           "GUNICORN_KEEPALIVE_LINGER_MS": linger_ms, "GUNICORN_BALANCE": balance}
     proc = Proc([VENV_BIN / "gunicorn", "-c", str(conf), "-b", f"127.0.0.1:{port}", "lingerapp:app"],
                 name="gunicorn", env=env, cwd=ROOT, log=tmp_path / "gunicorn.log", grace=10)
     return proc, port, counts
@@ -174,3 +182,121 @@ def test_a_bad_linger_setting_stops_the_worker_with_a_clear_message(monkeypatch,
     monkeypatch.setenv("GUNICORN_KEEPALIVE_LINGER_MS", raw)
     with pytest.raises(SystemExit, match="GUNICORN_KEEPALIVE_LINGER_MS"):
         gunicorn_worker._linger_seconds()
+
+
+# --- connections spread over the workers -------------------------------------------------
+
+def _burst_of_kept_connections(port: int, n: int) -> list[int]:
+    """``n`` keep-alive connections opened at once (as wrk or nginx's upstream pool opens
+    them), each asking which worker answers it; all stay open until every one has its
+    answer. Returns the worker pid of each connection."""
+    pids: list[int] = []
+    conns = [http.client.HTTPConnection("127.0.0.1", port, timeout=10) for _ in range(n)]
+    ready = threading.Barrier(n)
+    lock = threading.Lock()
+
+    def one(conn):
+        ready.wait()
+        conn.request("GET", "/pid")
+        pid = int(conn.getresponse().read())
+        with lock:
+            pids.append(pid)
+
+    threads = [threading.Thread(target=one, args=(c,)) for c in conns]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(15)
+    for c in conns:
+        c.close()
+    return pids
+
+
+def _both_workers_up(tmp_path) -> None:
+    """Until a worker runs its loop it has no row and the other accepts alone (right)."""
+    deadline = time.monotonic() + 30
+    while (tmp_path / "gunicorn.log").read_text().count("Booting worker") < 2:
+        assert time.monotonic() < deadline, "the two workers did not start"
+        time.sleep(0.05)
+    time.sleep(0.5)
+
+
+def _warm_one_worker(port: int) -> None:
+    """Requests one after another on one connection: the worker serving it is running
+    when the burst comes, the state in which it used to take every new connection."""
+    _in_turn(port, [("GET", "/pid", None)] * 200)
+
+
+def test_a_burst_of_connections_is_spread_evenly_over_the_workers(tmp_path):
+    proc, port, _ = _serve(tmp_path, "2", threads=8, workers=2)
+    with proc:
+        proc.wait_port(port, timeout=30)
+        _both_workers_up(tmp_path)
+        spreads = []
+        for _ in range(3):
+            _warm_one_worker(port)
+            spreads.append(sorted(Counter(_burst_of_kept_connections(port, 12)).values()))
+            time.sleep(0.2)  # the closed connections leave both workers' counts
+    # stock gthread: whichever worker runs first accepts (seen: 12/0, 9/3); spread: 6/6
+    assert spreads == [[6, 6]] * 3
+
+
+def test_balance_off_is_stock_accepting(tmp_path):
+    proc, port, _ = _serve(tmp_path, "2", threads=8, workers=2, balance="0")
+    with proc:
+        proc.wait_port(port, timeout=30)
+        pids = _burst_of_kept_connections(port, 12)
+    assert len(pids) == 12  # every connection served; how they spread is the kernel's race
+
+
+def _table(*rows):
+    table = gunicorn_worker._Balance(rows=8)
+    for i, (pid, conns, age) in enumerate(rows):
+        table._write(i, pid, conns, time.monotonic() - age)
+    return table
+
+
+LIVE = os.getpid()  # a process that exists: stands for another live worker
+
+
+def _gone_pid() -> int:
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    return pid
+
+
+@pytest.mark.parametrize("rows, me, conns, expected", [
+    ([(0, 0, 0), (LIVE, 3, 0)], 0, 3, True),  # as many as the other: accept
+    ([(0, 0, 0), (LIVE, 3, 0)], 0, 4, False),  # one more than the other: leave it to the other
+    ([(0, 0, 0), (LIVE, 3, 0), (LIVE, 9, 0)], 0, 3, True),  # the least loaded of three
+    ([(0, 0, 0), (LIVE, 0, 5.0)], 0, 4, True),  # the other has not written for 5 s: ignored
+    ([(0, 0, 0), (-1, 0, 0)], 0, 4, True),  # reserved, not started yet: ignored
+    ([(0, 0, 0), (0, 0, 0)], 0, 4, True),  # empty row (a worker that stopped)
+    ([(0, 0, 0), ("gone", 0, 0)], 0, 4, True),  # killed a moment ago, row still fresh: ignored
+])
+def test_a_worker_accepts_only_while_no_live_worker_holds_fewer_connections(rows, me, conns, expected):
+    rows = [(_gone_pid() if pid == "gone" else pid, n, age) for pid, n, age in rows]
+    table = _table(*rows)
+    assert table.may_accept(me, conns, time.monotonic()) is expected
+
+
+def test_rows_are_reserved_in_the_master_and_freed_when_their_worker_is_gone():
+    gone = _gone_pid()
+    table = _table((os.getpid(), 2, 0), (gone, 5, 0), (-1, 0, 60.0), (-1, 0, 0))
+    # row 0: a live process; row 1: its process is gone; row 2: a reservation never claimed
+    assert table.reserve() == 1
+    assert table.reserve() == 2
+    assert table.reserve() == 4  # row 3 is a fresh reservation: still waiting for its fork
+    table.claim(4, 4242)
+    assert table._read(4)[:2] == (4242, 0)
+    table.leave(4)
+    assert table.reserve() == 4
+
+
+@pytest.mark.parametrize("raw", ["2", "on", ""])
+def test_a_bad_balance_setting_stops_the_worker_with_a_clear_message(monkeypatch, raw):
+    monkeypatch.setenv("GUNICORN_BALANCE", raw)
+    with pytest.raises(SystemExit, match="GUNICORN_BALANCE"):
+        gunicorn_worker._balance_enabled()

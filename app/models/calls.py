@@ -46,7 +46,7 @@ class ModuleCall(db.Model):
     status: Mapped[str] = mapped_column(String(16), default="pending")  # pending | succeeded | refunded
     price_micros: Mapped[int] = mapped_column(BigInteger, default=0)
     charged: Mapped[bool] = mapped_column(Boolean, default=False)  # a ledger debit was posted
-    owner_agent_id: Mapped[str | None] = mapped_column(String(32), index=True)
+    owner_agent_id: Mapped[str | None] = mapped_column(String(32))  # not looked up: no index
     idempotency_key: Mapped[str | None] = mapped_column(String(128))
     # The key whose spend limit this call was reserved against (``spend.release`` on refund).
     spend_key_id: Mapped[str | None] = mapped_column(String(32))

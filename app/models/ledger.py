@@ -17,9 +17,9 @@ class LedgerTransaction(db.Model):
     __tablename__ = "ledger_transactions"
 
     id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
-    kind: Mapped[str] = mapped_column(String(32), index=True)
+    kind: Mapped[str] = mapped_column(String(32))  # a filter on headers reached by id (no index)
     ref: Mapped[str | None] = mapped_column(String(160), unique=True)
-    account_id: Mapped[str | None] = mapped_column(String(32), index=True)
+    account_id: Mapped[str | None] = mapped_column(String(32))  # a record, not a lookup
     meta: Mapped[dict | None] = mapped_column(JSONType)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 

@@ -68,7 +68,10 @@ class IdempotencyRecord(db.Model):
     then ``done`` with the exact response body, kept until ``expires_at`` (24 h)."""
 
     __tablename__ = "idempotency_records"
-    __table_args__ = (UniqueConstraint("account_id", "key", name="uq_idempotency_records_account_key"),)
+    # fillfactor 40 (PostgreSQL, migration 0026): room on each page for the finalize's
+    # rewrite with the stored response, so it is a HOT update (no new index entries)
+    __table_args__ = (UniqueConstraint("account_id", "key", name="uq_idempotency_records_account_key"),
+                      {"postgresql_with": {"fillfactor": 40}})
 
     id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
     account_id: Mapped[str] = mapped_column(String(32))

@@ -61,7 +61,9 @@ import sys
 from gunicorn import glogging
 
 # the repository, so that the worker class below imports whatever directory gunicorn starts in
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _REPO not in sys.path:  # (the file is read again on every HUP)
+    sys.path.insert(0, _REPO)
 from deploy.gunicorn_worker import process_exists  # noqa: E402
 
 bind = os.environ.get("GUNICORN_BIND", f"127.0.0.1:{os.environ.get('PORT', '8000')}")

@@ -38,11 +38,15 @@ the master, where this module is imported before any fork): each worker's number
 open connections, written by its main thread on every turn of its loop. A worker
 accepts only while it holds no more connections than the least loaded other live worker
 (``_Balance.may_accept``); otherwise it takes its listening socket out of its poller and
-looks again every ``GATED_POLL`` seconds. The least loaded worker never stops accepting,
-so a connection is never left waiting for a worker that has room; a worker that is
-stopping, whose process is gone, or that has not written its row for ``LIVE_SECONDS``
-(wedged) is ignored, and the master empties the row of a worker that exited.
-With one worker nothing changes. ``GUNICORN_BALANCE=0`` turns it off (stock accepts).
+looks again every ``GATED_POLL`` seconds. The least loaded worker never stops accepting;
+when it does not take a waiting connection within ``STALL_SECONDS`` (its main thread
+stalled: a request holding the GIL, gunicorn closing a connection gracefully), a held-back
+worker takes it, so holding back costs a new connection at most ~40 ms. A worker that is
+stopping, whose process is gone, or that has not written its row for ``LIVE_SECONDS`` is
+ignored; the master empties a row once its worker has exited. Off with ``reuse_port``
+(each worker has its own listening socket there, and only it can accept what the kernel
+queues on it) and with ``GUNICORN_BALANCE=0`` (stock accepts). With one worker nothing
+changes.
 """
 from __future__ import annotations
 
@@ -54,8 +58,12 @@ import time
 
 from gunicorn.workers.gthread import ThreadWorker
 
-GATED_POLL = 0.01  # seconds: how often a worker holding more than its share looks again
+GATED_POLL = 0.02  # seconds: how often a worker holding more than its share looks again
+# a connection the listening socket has held this long while this worker held back is
+# accepted anyway: the least loaded worker is not taking it (its main thread is stalled)
+STALL_SECONDS = 0.02
 LIVE_SECONDS = 2.0  # a row not written for this long is not a live worker's (the loop writes ≥ 1/s)
+RESERVATION_SECONDS = 300.0  # a row reserved for a fork that never claimed it is free again
 
 
 def _linger_seconds() -> float:
@@ -79,27 +87,34 @@ def _balance_enabled() -> bool:
 class _Balance:
     """The open-connection counts of one master's workers, in shared memory.
 
-    Rows of (pid, open connections, last written on CLOCK_MONOTONIC, which every process
-    of the machine shares). The master reserves a row for each worker it is about to fork
+    A header (how many rows have ever been used: readers scan only those) and rows of
+    (pid, open connections, last written on CLOCK_MONOTONIC, which every process of the
+    machine shares). The master reserves a row for each worker it is about to fork
     (``reserve``, in the worker object's ``__init__``: the master creates workers one at a
     time, so no lock is needed); the forked worker writes its pid there (``claim``) and
-    keeps it current (``publish``); a stopping worker empties it (``leave``). A row is free
-    again when it is empty, when its process is gone, or when a reservation was never
-    claimed (a fork that failed)."""
+    keeps it current (``publish``). A stopping worker keeps its row but marks it not live
+    (``stop``: others stop deferring to it, and the row is not handed to a new worker while
+    the old one drains); the master empties it once the worker has exited (``leave``, only
+    if the row is still that worker's). A row is free when it is empty, when its process
+    is gone, or when a reservation was never claimed (a fork that failed)."""
 
+    HEAD = struct.Struct("q")
     ROW = struct.Struct("qqd")
-    ROWS = 256  # more workers than any master here runs (TTIN beyond it: rows are reused)
+    ROWS = 256  # more workers than any master here runs (beyond it: ungated workers)
     RESERVED = -1
 
     def __init__(self, rows: int = ROWS):
         self.rows = rows
-        self.mem = mmap.mmap(-1, rows * self.ROW.size)  # MAP_SHARED | MAP_ANONYMOUS
+        self.mem = mmap.mmap(-1, self.HEAD.size + rows * self.ROW.size)  # MAP_SHARED | MAP_ANONYMOUS
+
+    def _used(self) -> int:
+        return self.HEAD.unpack_from(self.mem, 0)[0]
 
     def _read(self, i: int) -> tuple[int, int, float]:
-        return self.ROW.unpack_from(self.mem, i * self.ROW.size)
+        return self.ROW.unpack_from(self.mem, self.HEAD.size + i * self.ROW.size)
 
     def _write(self, i: int, pid: int, conns: int, seen: float) -> None:
-        self.ROW.pack_into(self.mem, i * self.ROW.size, pid, conns, seen)
+        self.ROW.pack_into(self.mem, self.HEAD.size + i * self.ROW.size, pid, conns, seen)
 
     def reserve(self) -> int | None:
         """Master: a free row for the worker about to be forked (None: table full — that
@@ -107,9 +122,11 @@ class _Balance:
         now = time.monotonic()
         for i in range(self.rows):
             pid, _, seen = self._read(i)
-            if pid == 0 or (pid == self.RESERVED and now - seen > 10 * LIVE_SECONDS) or \
+            if pid == 0 or (pid == self.RESERVED and now - seen > RESERVATION_SECONDS) or \
                     (pid > 0 and not process_exists(pid)):
                 self._write(i, self.RESERVED, 0, now)
+                if i >= self._used():
+                    self.HEAD.pack_into(self.mem, 0, i + 1)
                 return i
         return None
 
@@ -121,12 +138,19 @@ class _Balance:
         self._write(row, pid, conns, now)
         return now
 
-    def leave(self, row: int) -> None:
-        self._write(row, 0, 0, 0.0)
+    def stop(self, row: int, pid: int) -> None:
+        """The worker is stopping: still its row, no longer a live one for the others."""
+        self._write(row, pid, 0, 0.0)
+
+    def leave(self, row: int, pid: int) -> None:
+        """Empty ``row`` if it is still ``pid``'s (or a reservation never claimed)."""
+        owner = self._read(row)[0]
+        if owner == pid or owner == self.RESERVED:
+            self._write(row, 0, 0, 0.0)
 
     def may_accept(self, row: int, conns: int, now: float) -> bool:
         """True when no other live worker holds fewer open connections than ``conns``."""
-        for i in range(self.rows):
+        for i in range(self._used()):
             if i == row:
                 continue
             pid, other, seen = self._read(i)
@@ -157,27 +181,23 @@ class KeepAliveThreadWorker(ThreadWorker):
         super().__init__(*args, **kwargs)
         self.linger = _linger_seconds()
         self.served_in_place = 0  # requests served without the hand-over (tests, debugging)
-        # runs in the master, right before the fork; a single worker has nobody to share with
-        self.balance_row = BALANCE.reserve() if _balance_enabled() and self.cfg.workers > 1 else None
+        # runs in the master, right before the fork. Not with reuse_port: each worker then
+        # has a listening socket of its own that the kernel hands connections to, and only
+        # that worker can accept them
+        self.balance_row = BALANCE.reserve() if _balance_enabled() and not self.cfg.reuse_port else None
         self.fair_share = True
+        self._backlog_since = None  # when this held-back worker first saw a connection waiting
 
     def run(self):
         if self.balance_row is not None:
             BALANCE.claim(self.balance_row, os.getpid())
-        try:
-            super().run()
-        finally:
-            self._leave_balance()
+        super().run()
 
     def release_balance_row(self):
         """Master, when this worker has exited (``child_exit`` in deploy/gunicorn.conf.py):
-        a killed worker cannot empty its row itself."""
-        self._leave_balance()
-
-    def _leave_balance(self):
+        its row is free (if it is still its own)."""
         if self.balance_row is not None:
-            BALANCE.leave(self.balance_row)
-            self.balance_row = None
+            BALANCE.leave(self.balance_row, self.pid)
 
     def set_accept_enabled(self, enabled):
         # gthread's loop enables accepting whenever it is below worker_connections; keep
@@ -188,16 +208,32 @@ class KeepAliveThreadWorker(ThreadWorker):
         """One turn of gthread's loop: write this worker's count, look at the others'."""
         if self.balance_row is not None:
             if not self.alive:
-                self._leave_balance()  # stopping: the others must not wait for this one
+                BALANCE.stop(self.balance_row, self.pid)  # stopping: nobody waits for this one
             else:
                 now = BALANCE.publish(self.balance_row, self.pid, self.nr_conns)
                 self.fair_share = BALANCE.may_accept(self.balance_row, self.nr_conns, now)
+                if self.fair_share:
+                    self._backlog_since = None
+                else:
+                    self.fair_share = self._backlog_waited(now)
                 if not self.fair_share:
                     super().set_accept_enabled(False)
                     timeout = min(timeout, GATED_POLL)
                 elif not self._accepting and self.nr_conns < self.worker_connections:
                     super().set_accept_enabled(True)
         super().wait_for_and_dispatch_events(timeout)
+
+    def _backlog_waited(self, now: float) -> bool:
+        """A connection has waited on the listening socket for STALL_SECONDS while this
+        worker held back: whoever should take it does not (its main thread is stalled: a
+        long request holding the GIL, gunicorn closing a connection gracefully), so this
+        worker takes it. Looked at only while held back (a poll of the listener)."""
+        if not _listeners_readable(self.sockets):
+            self._backlog_since = None
+            return False
+        if self._backlog_since is None:
+            self._backlog_since = now
+        return now - self._backlog_since >= STALL_SECONDS
 
     def handle(self, conn):
         result = super().handle(conn)
@@ -225,6 +261,17 @@ def _buffered(conn) -> bool:
         return True
     pending = getattr(conn.sock, "pending", None)
     return bool(pending and pending())
+
+
+def _listeners_readable(sockets) -> bool:
+    """A connection is waiting to be accepted on one of the listening sockets."""
+    try:
+        poller = select.poll()
+        for sock in sockets:
+            poller.register(sock, select.POLLIN)
+        return bool(poller.poll(0))
+    except (OSError, ValueError):
+        return False
 
 
 def _readable_within(sock, seconds: float) -> bool:

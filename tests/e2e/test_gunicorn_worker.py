@@ -23,12 +23,18 @@ from deploy import gunicorn_worker  # noqa: E402
 
 APP = textwrap.dedent("""\
     import os
+    import random
     import threading
     import time
+
+    BIG = list(range(2_000_000))
+    random.Random(1).shuffle(BIG)
 
     def app(environ, start_response):
         if environ["PATH_INFO"] == "/slow":
             time.sleep(1)
+        if environ["PATH_INFO"] == "/gil":
+            sorted(BIG * 3)  # one C call: holds the GIL throughout (~1.5 s), no thread switches
         if environ["PATH_INFO"] == "/pid":
             out = str(os.getpid()).encode()
             start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(out)))])
@@ -41,7 +47,8 @@ APP = textwrap.dedent("""\
 """)
 
 
-def _serve(tmp_path, linger_ms: str, threads: int = 4, workers: int = 1, balance: str = "1"):
+def _serve(tmp_path, linger_ms: str, threads: int = 4, workers: int = 1, balance: str = "1",
+           args: list[str] | None = None):
     (tmp_path / "lingerapp.py").write_text(APP)
     counts = tmp_path / "served_in_place"
     conf = tmp_path / "conf.py"
@@ -59,7 +66,8 @@ def _serve(tmp_path, linger_ms: str, threads: int = 4, workers: int = 1, balance
     port = free_port()
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{ROOT}:{tmp_path}",
            "GUNICORN_KEEPALIVE_LINGER_MS": linger_ms, "GUNICORN_BALANCE": balance}
-    proc = Proc([VENV_BIN / "gunicorn", "-c", str(conf), "-b", f"127.0.0.1:{port}", "lingerapp:app"],
+    proc = Proc([VENV_BIN / "gunicorn", "-c", str(conf), "-b", f"127.0.0.1:{port}", *(args or []),
+                 "lingerapp:app"],
                 name="gunicorn", env=env, cwd=ROOT, log=tmp_path / "gunicorn.log", grace=10)
     return proc, port, counts
 
@@ -212,13 +220,23 @@ def _burst_of_kept_connections(port: int, n: int) -> list[int]:
     return pids
 
 
-def _both_workers_up(tmp_path) -> None:
-    """Until a worker runs its loop it has no row and the other accepts alone (right)."""
+def _both_workers_up(tmp_path, port: int) -> None:
+    """Until a worker runs its loop (after loading the app) it has no row and the other
+    accepts alone (right): wait until two connections held at once reach two workers."""
     deadline = time.monotonic() + 30
-    while (tmp_path / "gunicorn.log").read_text().count("Booting worker") < 2:
-        assert time.monotonic() < deadline, "the two workers did not start"
-        time.sleep(0.05)
-    time.sleep(0.5)
+    while True:
+        pair = [http.client.HTTPConnection("127.0.0.1", port, timeout=10) for _ in range(2)]
+        pids = set()
+        for c in pair:
+            c.request("GET", "/pid")
+            pids.add(int(c.getresponse().read()))
+        for c in pair:
+            c.close()
+        if len(pids) == 2:
+            break
+        assert time.monotonic() < deadline, "the two workers did not both start"
+        time.sleep(0.2)
+    time.sleep(0.2)  # the closed connections leave both workers' counts
 
 
 def _warm_one_worker(port: int) -> None:
@@ -231,7 +249,7 @@ def test_a_burst_of_connections_is_spread_evenly_over_the_workers(tmp_path):
     proc, port, _ = _serve(tmp_path, "2", threads=8, workers=2)
     with proc:
         proc.wait_port(port, timeout=30)
-        _both_workers_up(tmp_path)
+        _both_workers_up(tmp_path, port)
         spreads = []
         for _ in range(3):
             _warm_one_worker(port)
@@ -253,6 +271,7 @@ def _table(*rows):
     table = gunicorn_worker._Balance(rows=8)
     for i, (pid, conns, age) in enumerate(rows):
         table._write(i, pid, conns, time.monotonic() - age)
+    table.HEAD.pack_into(table.mem, 0, len(rows))
     return table
 
 
@@ -284,15 +303,40 @@ def test_a_worker_accepts_only_while_no_live_worker_holds_fewer_connections(rows
 
 def test_rows_are_reserved_in_the_master_and_freed_when_their_worker_is_gone():
     gone = _gone_pid()
-    table = _table((os.getpid(), 2, 0), (gone, 5, 0), (-1, 0, 60.0), (-1, 0, 0))
+    old = time.monotonic() - gunicorn_worker.RESERVATION_SECONDS - 1
+    table = _table((os.getpid(), 2, 0), (gone, 5, 0), (-1, 0, 0), (-1, 0, 0))
+    table._write(2, -1, 0, old)
     # row 0: a live process; row 1: its process is gone; row 2: a reservation never claimed
     assert table.reserve() == 1
     assert table.reserve() == 2
     assert table.reserve() == 4  # row 3 is a fresh reservation: still waiting for its fork
+    assert table._used() == 5
     table.claim(4, 4242)
     assert table._read(4)[:2] == (4242, 0)
-    table.leave(4)
+    table.leave(4, 4242)
     assert table.reserve() == 4
+
+
+def test_a_row_is_never_shared_by_two_workers():
+    """Worker A stops gracefully while B is killed and replaced: A's row must not go to B's
+    replacement while A drains, and A's exit must not empty a row that is no longer A's
+    (the review of bc12530: both live workers ended on row 0 and saw nothing of each other)."""
+    table = gunicorn_worker._Balance(rows=8)
+    a, b = table.reserve(), table.reserve()
+    a_pid, b_pid = os.getpid(), os.getppid()  # two processes that exist
+    table.claim(a, a_pid)
+    table.claim(b, b_pid)
+    table.stop(a, a_pid)  # A draining: not live for the others, still its row
+    assert table.may_accept(b, 5, time.monotonic())  # nobody defers to a stopping worker
+    table.leave(b, b_pid)  # the master reaped B
+    b2 = table.reserve()  # B's replacement
+    assert b2 == b
+    table.claim(b2, 777)
+    table.leave(a, a_pid)  # the master reaped A
+    table.leave(b2, b_pid)  # a late release for the old B: not its row any more
+    assert table._read(b2)[0] == 777
+    a2 = table.reserve()
+    assert a2 == a and a2 != b2
 
 
 @pytest.mark.parametrize("raw", ["2", "on", ""])
@@ -300,3 +344,59 @@ def test_a_bad_balance_setting_stops_the_worker_with_a_clear_message(monkeypatch
     monkeypatch.setenv("GUNICORN_BALANCE", raw)
     with pytest.raises(SystemExit, match="GUNICORN_BALANCE"):
         gunicorn_worker._balance_enabled()
+
+
+def test_with_reuse_port_every_connection_is_answered(tmp_path):
+    """reuse_port gives each worker its own listening socket: a worker holding back would
+    leave the connections the kernel queued on its socket unanswered (review of bc12530:
+    14 of 20 within 5 s), so the spread is off there."""
+    proc, port, _ = _serve(tmp_path, "2", threads=4, workers=2, args=["--reuse-port"])
+    with proc:
+        proc.wait_port(port, timeout=30)
+        _both_workers_up(tmp_path, port)
+        held = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        held.request("GET", "/pid")
+        held.getresponse().read()  # an idle keep-alive connection on one worker
+        started = time.monotonic()
+        for _ in range(20):
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            c.request("GET", "/pid")
+            assert c.getresponse().status == 200
+            c.close()
+        took = time.monotonic() - started
+        held.close()
+    assert took < 3
+
+
+def test_a_worker_holding_back_takes_a_connection_the_other_does_not(tmp_path):
+    """The least loaded worker's main thread cannot run (a request holds the GIL for ~1.5 s):
+    the worker that holds more connections takes the new one after STALL_SECONDS instead
+    of leaving it in the backlog until LIVE_SECONDS (review of bc12530: 1.4 s)."""
+    proc, port, _ = _serve(tmp_path, "2", threads=4, workers=2)
+    with proc:
+        proc.wait_port(port, timeout=30)
+        _both_workers_up(tmp_path, port)
+        kept = []
+        for _ in range(3):  # spread 2/1 (or 1/2)
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            c.request("GET", "/pid")
+            kept.append((int(c.getresponse().read()), c))
+            time.sleep(0.05)
+        counts = Counter(pid for pid, _ in kept)
+        assert sorted(counts.values()) == [1, 2]
+        least = min(counts, key=counts.get)
+        busy = next(c for pid, c in kept if pid == least)
+        stall = threading.Thread(target=lambda: (busy.request("GET", "/gil"), busy.getresponse().read()))
+        stall.start()
+        time.sleep(0.2)
+        started = time.monotonic()
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        c.request("GET", "/pid")
+        answered_by = int(c.getresponse().read())
+        took = time.monotonic() - started
+        c.close()
+        stall.join(30)
+        for _, k in kept:
+            k.close()
+    assert answered_by != least
+    assert took < 0.5

@@ -39,9 +39,11 @@ open connections, written by its main thread on every turn of its loop. A worker
 accepts only while it holds no more connections than the least loaded other live worker
 (``_Balance.may_accept``); otherwise it takes its listening socket out of its poller and
 looks again every ``GATED_POLL`` seconds. The least loaded worker never stops accepting;
-when it does not take a waiting connection within ``STALL_SECONDS`` (its main thread
-stalled: a request holding the GIL, gunicorn closing a connection gracefully), a held-back
-worker takes it, so holding back costs a new connection at most ~40 ms. A worker that is
+when a connection has waited ``STALL_SECONDS`` on the listening socket and that worker
+has not run its loop since (its main thread stalled: a request holding the GIL, gunicorn
+closing a connection gracefully), a held-back worker takes it, one per stall seen, so
+holding back costs a new connection at most ~40 ms; a worker that is merely slower than a
+burst keeps running its loop and still gets the burst. A worker that is
 stopping, whose process is gone, or that has not written its row for ``LIVE_SECONDS`` is
 ignored; the master empties a row once its worker has exited. Off with ``reuse_port``
 (each worker has its own listening socket there, and only it can accept what the kernel
@@ -150,13 +152,20 @@ class _Balance:
 
     def may_accept(self, row: int, conns: int, now: float) -> bool:
         """True when no other live worker holds fewer open connections than ``conns``."""
+        return self.held_back_since(row, conns, now) is None
+
+    def held_back_since(self, row: int, conns: int, now: float) -> float | None:
+        """None when no other live worker holds fewer open connections than ``conns``;
+        else when the most recently active of those workers last wrote its row."""
+        latest = None
         for i in range(self._used()):
             if i == row:
                 continue
             pid, other, seen = self._read(i)
             if pid > 0 and now - seen < LIVE_SECONDS and other < conns and process_exists(pid):
-                return False  # (the process test: a worker killed a moment ago has fewer)
-        return True
+                # (the process test: a worker killed a moment ago has fewer)
+                latest = seen if latest is None else max(latest, seen)
+        return latest
 
 
 def process_exists(pid: int) -> bool:
@@ -191,7 +200,12 @@ class KeepAliveThreadWorker(ThreadWorker):
     def run(self):
         if self.balance_row is not None:
             BALANCE.claim(self.balance_row, os.getpid())
-        super().run()
+        try:
+            super().run()
+        finally:
+            # stopping with no connection left skips the drain loop that writes it
+            if self.balance_row is not None:
+                BALANCE.stop(self.balance_row, self.pid)
 
     def release_balance_row(self):
         """Master, when this worker has exited (``child_exit`` in deploy/gunicorn.conf.py):
@@ -202,7 +216,7 @@ class KeepAliveThreadWorker(ThreadWorker):
     def set_accept_enabled(self, enabled):
         # gthread's loop enables accepting whenever it is below worker_connections; keep
         # the listener out of the poller while this worker holds more than its share
-        super().set_accept_enabled(enabled and (self.fair_share or not self.alive))
+        super().set_accept_enabled(enabled and self.fair_share and self.alive)
 
     def wait_for_and_dispatch_events(self, timeout):
         """One turn of gthread's loop: write this worker's count, look at the others'."""
@@ -211,11 +225,8 @@ class KeepAliveThreadWorker(ThreadWorker):
                 BALANCE.stop(self.balance_row, self.pid)  # stopping: nobody waits for this one
             else:
                 now = BALANCE.publish(self.balance_row, self.pid, self.nr_conns)
-                self.fair_share = BALANCE.may_accept(self.balance_row, self.nr_conns, now)
-                if self.fair_share:
-                    self._backlog_since = None
-                else:
-                    self.fair_share = self._backlog_waited(now)
+                others_seen = BALANCE.held_back_since(self.balance_row, self.nr_conns, now)
+                self.fair_share = others_seen is None or self._other_stalled(others_seen, now)
                 if not self.fair_share:
                     super().set_accept_enabled(False)
                     timeout = min(timeout, GATED_POLL)
@@ -223,17 +234,23 @@ class KeepAliveThreadWorker(ThreadWorker):
                     super().set_accept_enabled(True)
         super().wait_for_and_dispatch_events(timeout)
 
-    def _backlog_waited(self, now: float) -> bool:
-        """A connection has waited on the listening socket for STALL_SECONDS while this
-        worker held back: whoever should take it does not (its main thread is stalled: a
-        long request holding the GIL, gunicorn closing a connection gracefully), so this
-        worker takes it. Looked at only while held back (a poll of the listener)."""
+    def _other_stalled(self, others_seen: float, now: float) -> bool:
+        """This worker holds back for others with fewer connections; take ONE waiting
+        connection anyway when it has waited on the listening socket for STALL_SECONDS
+        and none of those workers has run its loop since it arrived (its main thread is
+        stalled: a request holding the GIL, gunicorn closing a connection gracefully).
+        A worker that is merely slower than a burst keeps writing its row, so the burst
+        still goes to it. Looked at only while held back (a poll of the listener)."""
         if not _listeners_readable(self.sockets):
             self._backlog_since = None
             return False
         if self._backlog_since is None:
             self._backlog_since = now
-        return now - self._backlog_since >= STALL_SECONDS
+            return False
+        if now - self._backlog_since < STALL_SECONDS or others_seen >= self._backlog_since:
+            return False
+        self._backlog_since = None  # one connection per stall seen; the next waits again
+        return True
 
     def handle(self, conn):
         result = super().handle(conn)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import http.client
 import os
+import signal
 import socket
+import subprocess
 import sys
 import textwrap
 import threading
@@ -48,7 +50,7 @@ APP = textwrap.dedent("""\
 
 
 def _serve(tmp_path, linger_ms: str, threads: int = 4, workers: int = 1, balance: str = "1",
-           args: list[str] | None = None):
+           args: list[str] | None = None, exit_sleep: float = 0):
     (tmp_path / "lingerapp.py").write_text(APP)
     counts = tmp_path / "served_in_place"
     conf = tmp_path / "conf.py"
@@ -62,6 +64,8 @@ def _serve(tmp_path, linger_ms: str, threads: int = 4, workers: int = 1, balance
         def worker_exit(server, worker):
             with open({str(counts)!r}, "a") as f:
                 f.write(f"{{worker.served_in_place}}\\n")
+            import time
+            time.sleep({exit_sleep})
         """))
     port = free_port()
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{ROOT}:{tmp_path}",
@@ -400,3 +404,77 @@ def test_a_worker_holding_back_takes_a_connection_the_other_does_not(tmp_path):
             k.close()
     assert answered_by != least
     assert took < 0.5
+
+
+def _held_back_worker(listener):
+    worker = object.__new__(gunicorn_worker.KeepAliveThreadWorker)
+    worker.sockets, worker._backlog_since = [listener], None
+    return worker
+
+
+def test_a_worker_that_keeps_running_its_loop_is_not_overtaken():
+    """The stall rule takes a connection only from a worker that has not run its loop since
+    the connection arrived, and one per stall seen (review of 2118720: a worker merely slower
+    than a burst was overtaken on every turn, and bursts of 64 split 62/2)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(listener.getsockname())  # waits: nobody accepts it
+    try:
+        worker = _held_back_worker(listener)
+        t0 = time.monotonic()
+        assert worker._other_stalled(t0 - 1, t0) is False  # the wait starts now
+        later = t0 + gunicorn_worker.STALL_SECONDS
+        # the least loaded worker wrote its row after the connection arrived: it is running
+        assert worker._other_stalled(t0 + 0.001, later) is False
+        # it has not run since: take this one connection, and only this one
+        assert worker._other_stalled(t0 - 1, later) is True
+        assert worker._other_stalled(t0 - 1, later + 0.001) is False
+    finally:
+        client.close()
+        listener.close()
+
+
+def test_nothing_waiting_means_no_stall():
+    listener = socket.create_server(("127.0.0.1", 0))
+    try:
+        worker = _held_back_worker(listener)
+        now = time.monotonic()
+        assert worker._other_stalled(now - 10, now) is False
+        assert worker._other_stalled(now - 10, now + 1) is False
+        assert worker._backlog_since is None
+    finally:
+        listener.close()
+
+
+def test_a_worker_stopping_with_no_connection_is_not_waited_for(tmp_path):
+    """The oldest worker holds no connection when TTOU stops it and takes its time to exit
+    (a ``worker_exit`` hook sleeping 2 s): it must leave the spread at once, or every new
+    connection waits for the stall rule (review of 2118720: 21-33 ms each for ~2 s)."""
+    proc, port, _ = _serve(tmp_path, "2", threads=4, workers=2, exit_sleep=2)
+    with proc:
+        proc.wait_port(port, timeout=30)
+        _both_workers_up(tmp_path, port)
+        kids = sorted(int(p) for p in subprocess.run(["pgrep", "-P", str(proc.popen.pid)], capture_output=True,
+                                                     text=True).stdout.split())
+        held = None
+        for _ in range(50):  # one kept connection on the younger worker
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            c.request("GET", "/pid")
+            if int(c.getresponse().read()) == kids[1]:
+                held = c
+                break
+            c.close()
+            time.sleep(0.05)
+        assert held is not None
+        time.sleep(0.3)
+        os.kill(proc.popen.pid, signal.SIGTTOU)  # stops the oldest worker
+        time.sleep(0.1)
+        took = []
+        for _ in range(15):
+            started = time.monotonic()
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            c.request("GET", "/pid")
+            c.getresponse().read()
+            c.close()
+            took.append(time.monotonic() - started)
+        held.close()
+    assert sorted(took)[len(took) // 2] < 0.012

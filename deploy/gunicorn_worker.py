@@ -282,20 +282,16 @@ def _buffered(conn) -> bool:
 
 def _listeners_readable(sockets) -> bool:
     """A connection is waiting to be accepted on one of the listening sockets."""
+    return _readable_within(sockets, 0)
+
+
+def _readable_within(sockets, seconds: float) -> bool:
+    """One of ``sockets`` (a socket or a list) has bytes to read, a connection to accept,
+    or was closed by the peer, within ``seconds``."""
     try:
         poller = select.poll()
-        for sock in sockets:
+        for sock in sockets if isinstance(sockets, list) else [sockets]:
             poller.register(sock, select.POLLIN)
-        return bool(poller.poll(0))
-    except (OSError, ValueError):
-        return False
-
-
-def _readable_within(sock, seconds: float) -> bool:
-    """The socket has bytes to read (or was closed by the peer) within ``seconds``."""
-    try:
-        poller = select.poll()
-        poller.register(sock, select.POLLIN)
         return bool(poller.poll(seconds * 1000))
     except (OSError, ValueError):
         return False

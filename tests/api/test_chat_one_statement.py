@@ -222,49 +222,28 @@ def test_release_finds_the_completion_by_id_and_created_at(app, acct, client, st
     ledger_clean()
 
 
-class _DiesAfter:
-    """A connection whose first statement runs (and, in autocommit, commits) when
-    ``commit`` is set, then reports the connection dead, as a server restart between
-    the COMMIT and the answer would; with ``commit`` unset it dies before running it."""
-
-    def __init__(self, conn, commit: bool):
-        self.conn, self.commit = conn, commit
-
-    def __getattr__(self, name):  # everything else is the real connection's
-        return getattr(self.conn, name)
-
-    def _die(self, run):
-        from sqlalchemy.exc import DBAPIError
-
-        if self.commit:
-            run()
-        raise DBAPIError("statement", {}, Exception("server closed the connection unexpectedly"),
-                         connection_invalidated=True)
-
-    # the two ways uow.execute_rows sends a statement (straight to a cursor, or through
-    # exec_driver_sql when something listens to the engine's events)
-    def exec_driver_sql(self, sql, params):
-        self._die(lambda: self.conn.exec_driver_sql(sql, params))
-
-    def _cursor_execute(self, cursor, sql, params, context=None):
-        self._die(lambda: self.conn._cursor_execute(cursor, sql, params, context))
-
-
 def _dying_first_connection(monkeypatch, commit: bool) -> list:
-    from contextlib import contextmanager
+    """The first statement ``uow.run_one`` sends runs (and, in autocommit, commits) when
+    ``commit`` is set, then its connection is lost, as a server restart between the
+    COMMIT and the answer would; with ``commit`` unset it is lost before running it.
+    Returns the list of connections the statements went to."""
+    import psycopg
 
     from app.services.platform import uow
 
-    real = uow.one_statement
+    real = uow._direct
     used: list = []
 
-    @contextmanager
-    def flaky():
-        with real() as conn:
-            used.append(conn)
-            yield _DiesAfter(conn, commit) if len(used) == 1 else conn
+    def flaky(conn, prepared, st, params):
+        used.append(conn)
+        if len(used) > 1:
+            return real(conn, prepared, st, params)
+        if commit:
+            real(conn, prepared, st, params)
+        conn.close()  # what libpq reports after the server went away
+        raise psycopg.OperationalError("server closed the connection unexpectedly")
 
-    monkeypatch.setattr(uow, "one_statement", flaky)  # what uow.run_one checks out
+    monkeypatch.setattr(uow, "_direct", flaky)  # how uow.run_one sends a statement
     return used
 
 

@@ -118,3 +118,28 @@ def test_cli_verify(app, client, make_account, mod, tmp_path):
     assert r.exit_code == 1 and json.loads(r.output)["valid"] is False
     r = runner.invoke(args=["receipts", "keys"])
     assert r.exit_code == 0 and json.loads(r.output)["keys"]
+
+
+def test_canonical_facts_writes_the_bytes_of_canonical_for_every_character():
+    """The signed facts are serialised with orjson (``canonical_facts``) but verifiers use
+    ``json.dumps(sort_keys=True, separators=(",", ":"), ensure_ascii=False)``: the bytes must
+    be the same for every character an action or id can hold, every key order and the
+    integer and boolean fields; what orjson refuses is decided by ``canonical`` as before."""
+    base = {"v": 1, "kid": "k_0123456789abcdef", "call_id": "call_x", "account_id": "acct_y",
+            "module": "m", "action": "a", "cost_cents": 2**62, "result_sha256": "0" * 64,
+            "ok": False, "mode": "live", "ts": "2026-11-24T12:00:00.000000Z"}
+    chars = [chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
+    for i in range(0, len(chars), 512):  # 512 characters per action: ~2,200 facts in all
+        f = dict(base, action="".join(chars[i:i + 512]), ok=bool(i % 2))
+        assert receipts.canonical_facts(f) == receipts.canonical(f)
+    odd_keys = {chr(c) + "k": c for c in (0x7F, 0xE9, 0x2028, 0xFFFF, 0x1F600, 0x10FFFF, 0x20, 0x5C)}
+    assert receipts.canonical_facts(odd_keys) == receipts.canonical(odd_keys)
+    for refused in ({"action": "\ud800"}, {"cost_cents": 2**64}):
+        f = dict(base, **refused)
+        try:
+            expected = receipts.canonical(f)
+        except Exception as exc:  # noqa: BLE001 - whatever canonical raises, canonical_facts must too
+            with pytest.raises(type(exc)):
+                receipts.canonical_facts(f)
+        else:
+            assert receipts.canonical_facts(f) == expected

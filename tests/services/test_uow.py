@@ -251,3 +251,90 @@ def test_execute_rows_on_the_cursor_keeps_errors_and_listeners(app):
             assert run_one("SELECT 7", {}) == [(7,)]
         release_connection()
         db.session.remove()
+
+
+def test_statement_text_for_the_driver():
+    """``run_one``'s SQL goes to the driver with ``$n`` placeholders only when every
+    placeholder carries a cast; a repeated name keeps its number, ``%%`` is a literal
+    ``%``, anything else stays on the cursor (None)."""
+    from app.services.platform.uow import _statement
+
+    st = _statement("SELECT %(a)s::int + %(b)s::int, %(a)s::int, '5%%'")
+    assert st.sql == b"SELECT $1::int + $2::int, $1::int, '5%'" and st.params == ("a", "b")
+    assert _statement("SELECT %(a)s::int + %(b)s::int, %(a)s::int, '5%%'") is st  # made once
+    assert _statement("SELECT 1").sql == b"SELECT 1" and _statement("SELECT 1").params == ()
+    assert _statement("SELECT %(a)s") is None  # no cast: psycopg's typed parameter decides
+    assert _statement("SELECT %s::int") is None  # positional
+    assert _statement("SELECT %(a)b::bytea") is None  # binary format
+
+
+def _pg_only(app):
+    if app.config["SQLALCHEMY_DATABASE_URI"].startswith("sqlite"):
+        pytest.skip("the driver-level statements are the PostgreSQL hot path's")
+
+
+def test_run_one_uses_the_threads_own_connection_not_a_pool_checkout(app):
+    """Each thread sends ``run_one``'s statements on one connection of its own (no pool
+    checkout per statement; a second thread has another), with typed results, a NULL,
+    parameters of every kind the hot path sends, and more named statements than a
+    connection keeps (the rest run unnamed, with the same answers)."""
+    _pg_only(app)
+    import threading
+    from datetime import datetime, timezone
+
+    from app.services.platform import uow
+
+    with app.app_context():
+        engine = uow._autocommit_engine()
+        before = engine.pool.checkedout()
+        pid = uow.run_one("SELECT pg_backend_pid()", {})[0][0]
+        when = datetime(2026, 11, 24, 12, 0, 0, 123456, tzinfo=timezone.utc)
+        row = uow.run_one("SELECT %(s)s::varchar, %(i)s::bigint, %(b)s::boolean, %(n)s::varchar, "
+                          "%(t)s::timestamptz, %(arr)s::bigint[], pg_backend_pid()",
+                          {"s": "é'\"\\x", "i": 2**62, "b": False, "n": None, "t": when,
+                           "arr": uow.pg_array([-1, 2])})
+        assert row == [("é'\"\\x", 2**62, False, None, when, [-1, 2], pid)]
+        assert engine.pool.checkedout() == before
+        for i in range(uow._MAX_PREPARED + 3):  # past the named statements a connection keeps
+            assert uow.run_one(f"SELECT %(v)s::int + {i}, pg_backend_pid()", {"v": 1}) == [(1 + i, pid)]
+        assert len(uow._own_local.conn.prepared) == uow._MAX_PREPARED
+        other = []
+
+        def in_thread():
+            with app.app_context():
+                other.append(uow.run_one("SELECT pg_backend_pid()", {})[0][0])
+
+        t = threading.Thread(target=in_thread)
+        t.start()
+        t.join()
+        assert other and other[0] != pid
+
+
+def test_the_threads_own_connection_survives_a_fork(app):
+    """A child process (gunicorn forks its workers from a preloaded master) makes its own
+    connection and leaves the inherited one alone: closing it there would end the
+    parent's session on the shared socket."""
+    _pg_only(app)
+    import os
+
+    from app.services.platform import uow
+
+    with app.app_context():
+        pid = uow.run_one("SELECT pg_backend_pid()", {})[0][0]
+        r, w = os.pipe()
+        child = os.fork()
+        if child == 0:  # pragma: no cover - runs in the child
+            code = 1
+            try:
+                theirs = uow.run_one("SELECT pg_backend_pid()", {})[0][0]
+                uow._own_local.conn.close()  # the child's own
+                import gc
+                gc.collect()  # the inherited one is garbage now: must not close the parent's
+                code = 0 if theirs != pid else 2
+            finally:
+                os.write(w, bytes([code]))
+                os._exit(0)
+        os.close(w)
+        assert os.read(r, 1) == b"\x00"
+        os.waitpid(child, 0)
+        assert uow.run_one("SELECT pg_backend_pid()", {})[0][0] == pid  # still ours, still alive

@@ -29,6 +29,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+import orjson
 from flask import current_app
 from nacl.signing import SigningKey
 
@@ -47,6 +48,20 @@ SIGNED_FIELDS = ("v", "kid", "call_id", "account_id", "module", "action", "cost_
 
 def canonical(obj) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def canonical_facts(f: dict) -> bytes:
+    """``canonical`` of a receipt's facts (strings, integers and booleans only), ~10x
+    cheaper: for such values orjson with sorted keys writes the same bytes as
+    ``json.dumps(sort_keys=True, separators=(",", ":"), ensure_ascii=False)`` (same
+    escapes, UTF-8, keys in code-point order; checked over every code point by
+    tests/services/test_receipts.py). Not for ``result``: floats are written differently
+    (``1e+16`` against ``1e16``). Anything orjson refuses (a lone surrogate, an integer
+    beyond 64 bits) goes to ``canonical``, which decides as before."""
+    try:
+        return orjson.dumps(f, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # orjson.JSONEncodeError is a TypeError
+        return canonical(f)
 
 
 def kid_for(public_key: bytes) -> str:
@@ -193,7 +208,7 @@ def sign(*, call_id: str, account_id: str, module: str, action: str, cost_cents:
     ts = ts or isoformat(utcnow())
     f = facts(kid=ring.active_kid, call_id=call_id, account_id=account_id, module=module,
               action=action, cost_cents=cost_cents, result=result, ok=ok, mode=mode, ts=ts)
-    msg = canonical(f)
+    msg = canonical_facts(f)
     return {"hash": hashlib.sha256(msg).hexdigest(),
             "sig": base64.b64encode(ring.signer.sign(msg).signature).decode(),
             "v": RECEIPT_VERSION, "kid": ring.active_kid, "alg": "ed25519", "ts": ts,

@@ -32,11 +32,17 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
+import re
+import threading
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Callable, Iterator
 
+import psycopg
 from flask import current_app, g, has_app_context
+from psycopg import generators, pq
+from psycopg.adapt import PyFormat, Transformer
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
@@ -139,9 +145,21 @@ def run_one(statement, params: dict) -> list:
     restart; this pool has no pre-ping) is replaced and the statement run once more with
     the SAME parameters, so only for a statement that is safe to repeat: a read, or a
     write whose first attempt, had it committed before the connection died, makes the
-    second fail or write nothing (the caller says why). Every other error propagates."""
+    second fail or write nothing (the caller says why). Every other error propagates.
+
+    SQL text whose placeholders all carry a cast (``%(name)s::type``) runs on the driver
+    directly (``_direct``) while nothing listens to the pool's statements: on the
+    thread's own autocommit connection (``_OwnConnection``), with no pool checkout, no
+    SQLAlchemy ``Connection`` and no cursor."""
     for attempt in (1, 2):
         try:
+            engine = _autocommit_engine()
+            if isinstance(statement, str) and _quiet(engine):
+                if _current.get() is not None:
+                    raise RuntimeError("run_one() inside a unit_of_work(): it runs on its own connection")
+                st = _statement(statement)
+                if st is not None:
+                    return _run_on_own(engine, st, statement, params)
             with one_statement() as conn:
                 if isinstance(statement, str):
                     return execute_rows(conn, statement, params)
@@ -156,22 +174,182 @@ def execute_rows(conn: Connection, sql: str, params: dict) -> list[tuple]:
     """Run driver-level ``sql`` on ``conn`` and return all its rows (tuples).
 
     When nothing listens to the connection's statement events right now (the normal
-    case) the statement goes straight to a driver cursor through SQLAlchemy's
-    ``_cursor_execute``: the same execution and error handling as ``exec_driver_sql``
-    (psycopg errors raised as ``DBAPIError``; a lost connection invalidated,
-    ``connection_invalidated`` set) without building an execution context and a result
-    per statement (~0.1 ms of CPU each on the hot path). When something listens
-    (tracing, the bench's statement counters) it runs through ``exec_driver_sql``, so the
-    listeners see it as before. The check is on the listener lists themselves (~1 µs),
-    not SQLAlchemy's ``_has_events`` flag, which stays set after a listener is removed."""
-    if conn.dispatch.before_cursor_execute or conn.dispatch.after_cursor_execute:
+    case) and every placeholder of ``sql`` carries a cast, the statement goes straight to
+    the driver (``_direct``: a prepared statement on the connection, text parameters)
+    with the same errors as ``exec_driver_sql`` (psycopg's errors raised as
+    ``DBAPIError`` and its subclasses; a lost connection invalidated and
+    ``connection_invalidated`` set), but no execution context, result object or driver
+    cursor per statement. Other plain SQL goes to a driver cursor through SQLAlchemy's
+    ``_cursor_execute`` (same errors). When something listens (tracing, the bench's
+    statement counters) it runs through ``exec_driver_sql``, so the listeners see it as
+    before. The check is on the listener lists themselves (~1 µs), not SQLAlchemy's
+    ``_has_events`` flag, which stays set after a listener is removed."""
+    if not _quiet(conn):
         return [tuple(row) for row in conn.exec_driver_sql(sql, params)]
-    cursor = conn.connection.cursor()
+    st = _statement(sql)
+    if st is None:
+        cursor = conn.connection.cursor()
+        try:
+            conn._cursor_execute(cursor, sql, params)
+            return cursor.fetchall() if cursor.description is not None else []
+        finally:
+            cursor.close()
+    fairy = conn.connection
     try:
-        conn._cursor_execute(cursor, sql, params)
-        return cursor.fetchall() if cursor.description is not None else []
-    finally:
-        cursor.close()
+        return _direct(fairy.driver_connection, fairy.info.setdefault("gw_prepared", set()), st, params)
+    except psycopg.Error as orig:
+        dead = conn.dialect.is_disconnect(orig, fairy.dbapi_connection, None)
+        if dead:
+            conn.invalidate(orig)
+        raise DBAPIError.instance(sql, params, orig, psycopg.Error, dialect=conn.dialect,
+                                  connection_invalidated=dead) from orig
+    except BaseException:  # interrupted mid-protocol: the connection's state is unknown
+        conn.invalidate()
+        raise
+
+
+# --- statements on the driver directly (the hot path's) -----------------------------
+#
+# psycopg's cursor costs ~50 µs of CPU per statement on top of the round trip (query
+# conversion, parameter adaptation, the prepare bookkeeping, the result's loaders), and a
+# SQLAlchemy ``Connection`` around the pool checkout ~50 µs more: a metered call paid
+# both on its open statement (docs/performance.md, "The open statement on the driver").
+# ``_direct`` sends a fixed statement as a named prepared statement (prepared once per
+# connection; the names live in the pool record's ``info``, so a replaced connection
+# prepares again) with its parameters as text: every placeholder has an explicit cast,
+# so the server reads the text with that type's input function, as it casts psycopg's
+# typed value. Parameters are dumped and results loaded by psycopg's own adapters
+# (``Transformer``); the protocol is psycopg's low-level ``pgconn`` driven by its
+# non-blocking ``generators.execute`` and ``Connection.wait`` — what its cursor runs
+# (psycopg is pinned in requirements.txt; tests/services/test_uow.py covers the path).
+
+_MAX_PREPARED = 32  # named statements per connection; further statements run unnamed
+_PLACEHOLDER = re.compile(r"%\((\w+)\)s(?=::)")
+
+
+class _Statement:
+    __slots__ = ("name", "sql", "params")
+
+    def __init__(self, name: bytes, sql: bytes, params: tuple[str, ...]):
+        self.name, self.sql, self.params = name, sql, params
+
+
+_statements: dict[str, _Statement | None] = {}
+_statements_lock = threading.Lock()
+
+
+def _statement(sql: str) -> _Statement | None:
+    """``sql`` with ``$n`` placeholders (a repeated name keeps its number), or None when
+    it has a placeholder without a cast or any other ``%`` format (the cursor's path)."""
+    st = _statements.get(sql, False)
+    if st is not False:
+        return st
+    names: list[str] = []
+
+    def number(m: re.Match) -> str:
+        if m[1] not in names:
+            names.append(m[1])
+        return f"${names.index(m[1]) + 1}"
+
+    text = _PLACEHOLDER.sub(number, sql)
+    with _statements_lock:
+        if sql not in _statements:
+            _statements[sql] = (None if "%" in text.replace("%%", "") else _Statement(
+                f"gw_{len(_statements) + 1}".encode(), text.replace("%%", "%").encode(), tuple(names)))
+        return _statements[sql]
+
+
+def _quiet(conn_or_engine) -> bool:
+    """Nothing listens to its statements (tracing off, no statement counters)."""
+    d = conn_or_engine.dispatch
+    return not (d.before_cursor_execute or d.after_cursor_execute)
+
+
+def _direct(conn, prepared: set, st: _Statement, params: dict) -> list[tuple]:
+    """Run ``st`` on the autocommit psycopg connection ``conn``, whose named statements
+    are ``prepared``; raises psycopg's errors."""
+    pgconn = conn.pgconn
+    tx = Transformer(conn)
+    values = tx.dump_sequence([params[n] for n in st.params], [PyFormat.TEXT] * len(st.params))
+    if st.name in prepared:
+        pgconn.send_query_prepared(st.name, values)
+    elif len(prepared) < _MAX_PREPARED:
+        pgconn.send_prepare(st.name, st.sql)
+        _raise_for(conn.wait(generators.execute(pgconn))[-1], pgconn)
+        prepared.add(st.name)
+        pgconn.send_query_prepared(st.name, values)
+    else:
+        pgconn.send_query_params(st.sql, values)
+    res = _raise_for(conn.wait(generators.execute(pgconn))[-1], pgconn)
+    if res.status != pq.ExecStatus.TUPLES_OK:
+        return []
+    tx.set_pgresult(res)
+    return tx.load_rows(0, res.ntuples, tuple)
+
+
+def _raise_for(res, pgconn):
+    if res.status == pq.ExecStatus.FATAL_ERROR:
+        raise psycopg.errors.error_from_result(res, encoding=pgconn._encoding)
+    return res
+
+
+class _OwnConnection:
+    """A thread's own autocommit connection for ``run_one`` (``_own``): made by the
+    autocommit pool (same URL, connect arguments and set-up) and detached from it, so
+    the statement costs no pool checkout and return (~30 µs). Closed when its thread
+    ends (the thread's locals are dropped), when found dead, or when the engine is
+    replaced; never used nor closed in another process (after a fork: closing it there
+    would end the parent's session on the shared socket)."""
+
+    __slots__ = ("engine", "conn", "pid", "prepared", "__weakref__")
+
+    def __init__(self, engine: Engine):
+        self.conn = None
+        fairy = engine.raw_connection()
+        conn = fairy.driver_connection
+        fairy.detach()
+        self.engine, self.conn, self.pid, self.prepared = engine, conn, os.getpid(), set()
+
+    def close(self) -> None:
+        if self.conn is not None and self.pid == os.getpid() and not self.conn.closed:
+            self.conn.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown: nothing left to tidy
+            pass
+
+
+_own_local = threading.local()
+
+
+def _own(engine: Engine) -> _OwnConnection:
+    own = getattr(_own_local, "conn", None)
+    if own is not None and own.pid == os.getpid() and own.engine is engine and not own.conn.closed:
+        return own
+    # Inherited through a fork: dropped without closing (``close`` checks the process, and
+    # psycopg does not finish a connection of another process when it is collected).
+    own = _own_local.conn = _OwnConnection(engine)
+    return own
+
+
+def _run_on_own(engine: Engine, st: _Statement, sql: str, params: dict) -> list[tuple]:
+    """``st`` on this thread's own connection (``_OwnConnection``)."""
+    own = _own(engine)
+    try:
+        return _direct(own.conn, own.prepared, st, params)
+    except psycopg.Error as orig:
+        dead = engine.dialect.is_disconnect(orig, own.conn, None)
+        if dead:
+            _own_local.conn = None
+            own.close()
+        raise DBAPIError.instance(sql, params, orig, psycopg.Error, dialect=engine.dialect,
+                                  connection_invalidated=dead) from orig
+    except BaseException:  # interrupted mid-protocol: the connection's state is unknown
+        _own_local.conn = None
+        own.close()
+        raise
 
 
 def after_commit(fn: Callable, *args: Any, **kwargs: Any) -> None:
@@ -188,11 +366,16 @@ def _autocommit_engine() -> Engine:
     connect arguments). No pre-ping: a connection that went stale (server restart) fails
     its statement with ``connection_invalidated`` and the caller may retry once on a
     fresh one (``gateway.charging`` does, where a retry is safe)."""
-    opts = dict(current_app.config.get("SQLALCHEMY_ENGINE_OPTIONS") or {})
+    app = current_app._get_current_object()
+    engine = app.extensions.get("uow.autocommit")
+    if engine is not None:  # looked up once per app (the lookup renders the URL: ~5 µs)
+        return engine
+    opts = dict(app.config.get("SQLALCHEMY_ENGINE_OPTIONS") or {})
     # Nothing to reset on return: an autocommit connection never holds a transaction
     # (the default "rollback" reset only cost Python work per request).
     opts.update(pool_pre_ping=False, isolation_level="AUTOCOMMIT", pool_reset_on_return=None)
-    return side_engine("autocommit", **opts)
+    engine = app.extensions["uow.autocommit"] = side_engine("autocommit", **opts)
+    return engine
 
 
 @contextmanager

@@ -338,3 +338,131 @@ def test_the_threads_own_connection_survives_a_fork(app):
         assert os.read(r, 1) == b"\x00"
         os.waitpid(child, 0)
         assert uow.run_one("SELECT pg_backend_pid()", {})[0][0] == pid  # still ours, still alive
+
+
+def _backend(app, sql="SELECT pg_backend_pid()"):
+    from app.services.platform import uow
+
+    return uow.run_one(sql, {})[0][0]
+
+
+def _kill(*pids):
+    with db.engine.connect() as c:
+        for pid in pids:
+            c.execute(text("SELECT pg_terminate_backend(:p)"), {"p": pid})
+        c.commit()
+
+
+def test_a_restart_costs_one_retry_not_a_failed_call(app):
+    """A server restart kills the thread's own connection AND the pool's idle ones: the
+    retry must get a fresh connection (the pool's older connections invalidated, as
+    SQLAlchemy does on a disconnect), not another dead one. Failed on 38551bc: both
+    attempts died (AdminShutdown), i.e. a 500 for the metered call."""
+    _pg_only(app)
+    from app.services.platform import uow
+
+    with app.app_context():
+        own = _backend(app)
+        with one_statement() as conn:  # an idle pooled connection of the autocommit pool
+            pooled = uow.execute_rows(conn, "SELECT pg_backend_pid()", {})[0][0]
+        uow.release_connection()
+        _kill(own, pooled)
+        fresh = _backend(app)
+        assert fresh not in (own, pooled)
+        with one_statement() as conn:  # the pool's dead idle connection was replaced too
+            assert uow.execute_rows(conn, "SELECT pg_backend_pid()", {})[0][0] != pooled
+        uow.release_connection()
+
+
+def test_execute_rows_disconnect_invalidates_the_pools_older_connections(app):
+    """execute_rows on a pooled connection that a restart killed fails once (reported
+    ``connection_invalidated``); the pool's other connections of that generation are
+    replaced on checkout, so the next statements succeed. Failed on 38551bc: every dead
+    idle connection failed one statement in turn."""
+    _pg_only(app)
+    from sqlalchemy.exc import DBAPIError
+
+    from app.services.platform import uow
+
+    with app.app_context():
+        engine = uow._autocommit_engine()
+        conns = [engine.connect() for _ in range(3)]
+        pids = [uow.execute_rows(c, "SELECT pg_backend_pid()", {})[0][0] for c in conns]
+        for c in conns:
+            c.close()
+        _kill(*pids)
+        outcomes = []
+        for _ in range(3):
+            try:
+                with one_statement() as conn:
+                    outcomes.append(uow.execute_rows(conn, "SELECT 1::int", {}) == [(1,)])
+            except DBAPIError as exc:
+                outcomes.append(f"invalidated={exc.connection_invalidated}")
+            uow.release_connection()
+        assert outcomes.count(True) >= 2 and outcomes[1:] == [True, True], outcomes
+
+
+def test_own_connection_follows_pool_recycle(app, monkeypatch):
+    """``pool_recycle`` (production: 1800 s) applies to the thread's own connection as to a
+    pooled one: past it, the next statement runs on a new connection and the old one is
+    closed. Failed on 38551bc: the same backend forever."""
+    _pg_only(app)
+    import time
+
+    from app.services.platform import uow
+
+    with app.app_context():
+        engine = uow._autocommit_engine()
+        first = _backend(app)
+        monkeypatch.setattr(engine.pool, "_recycle", 0.2)
+        time.sleep(0.3)
+        second = _backend(app)
+        assert second != first
+        with db.engine.connect() as c:
+            assert c.execute(text("SELECT count(*) FROM pg_stat_activity WHERE pid = :p"),
+                             {"p": first}).scalar() == 0
+
+
+def test_own_connection_keeps_names_prepared_while_pooled(app):
+    """A connection that execute_rows used while pooled (its statements prepared there)
+    and that becomes a thread's own connection knows those names: the same SQL through
+    run_one runs. Failed on 38551bc: 'prepared statement "gw_…" already exists', for good."""
+    _pg_only(app)
+    import threading
+
+    from app.services.platform import uow
+
+    sql = "SELECT %(n)s::int * 2, pg_backend_pid()"
+    with app.app_context():
+        engine = uow._autocommit_engine()
+        engine.dispose()  # one pooled connection only: the next thread's own is made from it
+        with one_statement() as conn:
+            pooled = uow.execute_rows(conn, sql, {"n": 1})[0][1]
+        uow.release_connection()
+    got = []
+
+    def in_thread():
+        with app.app_context():
+            got.append(uow.run_one(sql, {"n": 21}))
+
+    t = threading.Thread(target=in_thread)
+    t.start()
+    t.join()
+    assert got == [[(42, pooled)]]
+
+
+def test_direct_path_keeps_what_the_cursor_accepted(app):
+    """Several statements in one text still run (they take the cursor: a prepared
+    statement holds one); a missing parameter is SQLAlchemy's ProgrammingError, as
+    before, and does not cost the thread its connection."""
+    _pg_only(app)
+    from sqlalchemy.exc import ProgrammingError
+
+    from app.services.platform import uow
+
+    with app.app_context():
+        assert uow.run_one("SELECT 1; SELECT 2", {}) == [(1,)]  # the first result, as the cursor answers
+        own = _backend(app)
+        with pytest.raises(ProgrammingError, match="missing"):
+            uow.run_one("SELECT %(a)s::int + %(b)s::int", {"a": 1})
+        assert _backend(app) == own

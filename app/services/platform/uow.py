@@ -35,6 +35,7 @@ import logging
 import os
 import re
 import threading
+import time
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Callable, Iterator
@@ -199,7 +200,8 @@ def execute_rows(conn: Connection, sql: str, params: dict) -> list[tuple]:
         return _direct(fairy.driver_connection, fairy.info.setdefault("gw_prepared", set()), st, params)
     except psycopg.Error as orig:
         dead = conn.dialect.is_disconnect(orig, fairy.dbapi_connection, None)
-        if dead:
+        if dead:  # as SQLAlchemy's own error handling: the pool's older connections too
+            conn.engine.pool._invalidate(fairy, orig)
             conn.invalidate(orig)
         raise DBAPIError.instance(sql, params, orig, psycopg.Error, dialect=conn.dialect,
                                   connection_invalidated=dead) from orig
@@ -240,7 +242,10 @@ _statements_lock = threading.Lock()
 
 def _statement(sql: str) -> _Statement | None:
     """``sql`` with ``$n`` placeholders (a repeated name keeps its number), or None when
-    it has a placeholder without a cast or any other ``%`` format (the cursor's path)."""
+    it has a placeholder without a cast or any other ``%`` format, or more than one
+    statement (a prepared statement holds one): those keep the cursor's path. Each
+    parameter must be valid text input of its cast's type (the hot path's: str, int,
+    bool for ``::boolean``, aware datetimes, ``pg_array`` strings, None)."""
     st = _statements.get(sql, False)
     if st is not False:
         return st
@@ -254,8 +259,9 @@ def _statement(sql: str) -> _Statement | None:
     text = _PLACEHOLDER.sub(number, sql)
     with _statements_lock:
         if sql not in _statements:
-            _statements[sql] = (None if "%" in text.replace("%%", "") else _Statement(
-                f"gw_{len(_statements) + 1}".encode(), text.replace("%%", "%").encode(), tuple(names)))
+            plain = "%" not in text.replace("%%", "") and ";" not in text.strip().rstrip(";")
+            _statements[sql] = _Statement(f"gw_{len(_statements) + 1}".encode(),
+                                          text.replace("%%", "%").encode(), tuple(names)) if plain else None
         return _statements[sql]
 
 
@@ -269,8 +275,12 @@ def _direct(conn, prepared: set, st: _Statement, params: dict) -> list[tuple]:
     """Run ``st`` on the autocommit psycopg connection ``conn``, whose named statements
     are ``prepared``; raises psycopg's errors."""
     pgconn = conn.pgconn
+    try:
+        args = [params[n] for n in st.params]
+    except KeyError as exc:  # what psycopg's cursor says (a ProgrammingError)
+        raise psycopg.ProgrammingError(f"query parameter missing: {exc.args[0]}") from None
     tx = Transformer(conn)
-    values = tx.dump_sequence([params[n] for n in st.params], [PyFormat.TEXT] * len(st.params))
+    values = tx.dump_sequence(args, [PyFormat.TEXT] * len(args))
     if st.name in prepared:
         pgconn.send_query_prepared(st.name, values)
     elif len(prepared) < _MAX_PREPARED:
@@ -296,19 +306,34 @@ def _raise_for(res, pgconn):
 class _OwnConnection:
     """A thread's own autocommit connection for ``run_one`` (``_own``): made by the
     autocommit pool (same URL, connect arguments and set-up) and detached from it, so
-    the statement costs no pool checkout and return (~30 µs). Closed when its thread
-    ends (the thread's locals are dropped), when found dead, or when the engine is
-    replaced; never used nor closed in another process (after a fork: closing it there
-    would end the parent's session on the shared socket)."""
+    the statement costs no pool checkout and return (~30 µs). The pool's rules still
+    apply to it: it is replaced once older than ``pool_recycle``, or than the pool's last
+    invalidation (a disconnect seen on any connection of the pool, as SQLAlchemy marks
+    them), and a disconnect seen on it invalidates the pool's older connections. Closed
+    when its thread ends (the thread's locals are dropped), when found dead or stale, or
+    when the engine is replaced; never used nor closed in another process (after a fork:
+    closing it there would end the parent's session on the shared socket). These
+    connections are not counted by the pool's ``pool_size`` / ``max_overflow``: a process
+    holds at most one per thread that runs hot-path statements (docs/operations.md)."""
 
-    __slots__ = ("engine", "conn", "pid", "prepared", "__weakref__")
+    __slots__ = ("engine", "conn", "pid", "prepared", "started", "__weakref__")
 
     def __init__(self, engine: Engine):
         self.conn = None
         fairy = engine.raw_connection()
-        conn = fairy.driver_connection
+        conn, record = fairy.driver_connection, fairy._connection_record
+        self.started = record.starttime if record is not None else time.time()
+        # statements execute_rows prepared on it while it was pooled: their names are taken
+        self.prepared = set(fairy.info.get("gw_prepared", ()))
         fairy.detach()
-        self.engine, self.conn, self.pid, self.prepared = engine, conn, os.getpid(), set()
+        self.engine, self.conn, self.pid = engine, conn, os.getpid()
+
+    def usable(self, engine: Engine) -> bool:
+        if self.engine is not engine or self.pid != os.getpid() or self.conn.closed:
+            return False
+        pool = engine.pool
+        return not (pool._invalidate_time > self.started
+                    or (pool._recycle > -1 and time.time() - self.started > pool._recycle))
 
     def close(self) -> None:
         if self.conn is not None and self.pid == os.getpid() and not self.conn.closed:
@@ -326,10 +351,13 @@ _own_local = threading.local()
 
 def _own(engine: Engine) -> _OwnConnection:
     own = getattr(_own_local, "conn", None)
-    if own is not None and own.pid == os.getpid() and own.engine is engine and not own.conn.closed:
-        return own
-    # Inherited through a fork: dropped without closing (``close`` checks the process, and
-    # psycopg does not finish a connection of another process when it is collected).
+    if own is not None:
+        if own.usable(engine):
+            return own
+        # Stale or of another engine: closed. Inherited through a fork: dropped without
+        # closing (``close`` checks the process, and psycopg does not finish a connection
+        # of another process when it is collected).
+        own.close()
     own = _own_local.conn = _OwnConnection(engine)
     return own
 
@@ -344,6 +372,11 @@ def _run_on_own(engine: Engine, st: _Statement, sql: str, params: dict) -> list[
         if dead:
             _own_local.conn = None
             own.close()
+            # What SQLAlchemy does on a disconnect (``Pool._invalidate``): the pool's
+            # connections as old as this one are replaced on their next checkout, so the
+            # retry gets a fresh connection, not another one dead of the same restart.
+            if engine.pool._invalidate_time < own.started:
+                engine.pool._invalidate_time = time.time()
         raise DBAPIError.instance(sql, params, orig, psycopg.Error, dialect=engine.dialect,
                                   connection_invalidated=dead) from orig
     except BaseException:  # interrupted mid-protocol: the connection's state is unknown

@@ -12,7 +12,8 @@ from flask_migrate import Migrate
 from flask_smorest import Api as _SmorestApi
 from flask_smorest import Blueprint as _SmorestBlueprint
 from flask_sqlalchemy import SQLAlchemy
-from sqlalchemy import Engine, MetaData, create_engine
+import sqlalchemy
+from sqlalchemy import Engine, MetaData
 from sqlalchemy import text as sa_text
 from sqlalchemy.orm import DeclarativeBase
 from webargs.core import missing as core_missing
@@ -204,5 +205,8 @@ def side_engine(name: str, **options) -> Engine:
         with _side_lock:
             eng = _side_engines.get(key)
             if eng is None:
-                eng = _side_engines[key] = create_engine(main.url, **options)
+                # looked up at call time: with tracing on, OpenTelemetry's SQLAlchemy
+                # instrumentation wraps ``sqlalchemy.create_engine`` (app/telemetry.py), so
+                # the side pools' statements get their spans as the app engine's do
+                eng = _side_engines[key] = sqlalchemy.create_engine(main.url, **options)
     return eng

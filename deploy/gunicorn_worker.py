@@ -255,7 +255,7 @@ class KeepAliveThreadWorker(ThreadWorker):
     def handle(self, conn):
         result = super().handle(conn)
         while result is True and self._may_linger(conn):
-            if not _buffered(conn) and not _readable_within(conn.sock, self.linger):
+            if not _buffered(conn) and not _readable_within([conn.sock], self.linger):
                 break  # nothing yet: back to the poller (finish_request), as stock gthread does
             if not self._may_linger(conn):
                 break  # work was queued meanwhile: it goes first, this connection behind it
@@ -286,11 +286,11 @@ def _listeners_readable(sockets) -> bool:
 
 
 def _readable_within(sockets, seconds: float) -> bool:
-    """One of ``sockets`` (a socket or a list) has bytes to read, a connection to accept,
-    or was closed by the peer, within ``seconds``."""
+    """One of ``sockets`` has bytes to read, a connection to accept, or was closed by the
+    peer, within ``seconds``."""
     try:
         poller = select.poll()
-        for sock in sockets if isinstance(sockets, list) else [sockets]:
+        for sock in sockets:
             poller.register(sock, select.POLLIN)
         return bool(poller.poll(seconds * 1000))
     except (OSError, ValueError):

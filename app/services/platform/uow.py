@@ -196,18 +196,14 @@ def execute_rows(conn: Connection, sql: str, params: dict) -> list[tuple]:
         finally:
             cursor.close()
     fairy = conn.connection
-    try:
-        return _direct(fairy.driver_connection, fairy.info.setdefault("gw_prepared", set()), st, params)
-    except psycopg.Error as orig:
-        dead = conn.dialect.is_disconnect(orig, fairy.dbapi_connection, None)
-        if dead:  # as SQLAlchemy's own error handling: the pool's older connections too
+
+    def lost(orig: BaseException | None) -> None:
+        if orig is not None:  # as SQLAlchemy's own error handling: the pool's older ones too
             conn.engine.pool._invalidate(fairy, orig)
-            conn.invalidate(orig)
-        raise DBAPIError.instance(sql, params, orig, psycopg.Error, dialect=conn.dialect,
-                                  connection_invalidated=dead) from orig
-    except BaseException:  # interrupted mid-protocol: the connection's state is unknown
-        conn.invalidate()
-        raise
+        conn.invalidate(orig)
+
+    return _send(fairy.driver_connection, fairy.info.setdefault("gw_prepared", set()), st,
+                 sql, params, conn.dialect, lost)
 
 
 # --- statements on the driver directly (the hot path's) -----------------------------
@@ -297,6 +293,24 @@ def _direct(conn, prepared: set, st: _Statement, params: dict) -> list[tuple]:
     return tx.load_rows(0, res.ntuples, tuple)
 
 
+def _send(conn, prepared: set, st: _Statement, sql: str, params: dict, dialect, lost) -> list[tuple]:
+    """``_direct`` with SQLAlchemy's errors: psycopg's raised as ``DBAPIError`` (and its
+    subclasses), ``connection_invalidated`` when the dialect calls it a disconnect. The
+    connection is given up through ``lost(error)`` when it died, and ``lost(None)`` when
+    the exchange was interrupted (its protocol state is then unknown)."""
+    try:
+        return _direct(conn, prepared, st, params)
+    except psycopg.Error as orig:
+        dead = dialect.is_disconnect(orig, conn, None)
+        if dead:
+            lost(orig)
+        raise DBAPIError.instance(sql, params, orig, psycopg.Error, dialect=dialect,
+                                  connection_invalidated=dead) from orig
+    except BaseException:
+        lost(None)
+        raise
+
+
 def _raise_for(res, pgconn):
     if res.status == pq.ExecStatus.FATAL_ERROR:
         raise psycopg.errors.error_from_result(res, encoding=pgconn._encoding)
@@ -365,24 +379,17 @@ def _own(engine: Engine) -> _OwnConnection:
 def _run_on_own(engine: Engine, st: _Statement, sql: str, params: dict) -> list[tuple]:
     """``st`` on this thread's own connection (``_OwnConnection``)."""
     own = _own(engine)
-    try:
-        return _direct(own.conn, own.prepared, st, params)
-    except psycopg.Error as orig:
-        dead = engine.dialect.is_disconnect(orig, own.conn, None)
-        if dead:
-            _own_local.conn = None
-            own.close()
-            # What SQLAlchemy does on a disconnect (``Pool._invalidate``): the pool's
-            # connections as old as this one are replaced on their next checkout, so the
-            # retry gets a fresh connection, not another one dead of the same restart.
-            if engine.pool._invalidate_time < own.started:
-                engine.pool._invalidate_time = time.time()
-        raise DBAPIError.instance(sql, params, orig, psycopg.Error, dialect=engine.dialect,
-                                  connection_invalidated=dead) from orig
-    except BaseException:  # interrupted mid-protocol: the connection's state is unknown
+
+    def lost(orig: BaseException | None) -> None:
         _own_local.conn = None
         own.close()
-        raise
+        # What SQLAlchemy does on a disconnect (``Pool._invalidate``): the pool's
+        # connections as old as this one are replaced on their next checkout, so the
+        # retry gets a fresh connection, not another one dead of the same restart.
+        if orig is not None and engine.pool._invalidate_time < own.started:
+            engine.pool._invalidate_time = time.time()
+
+    return _send(own.conn, own.prepared, st, sql, params, engine.dialect, lost)
 
 
 def after_commit(fn: Callable, *args: Any, **kwargs: Any) -> None:

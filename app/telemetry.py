@@ -9,7 +9,7 @@ turns it off again. The SDK reads the rest itself (``OTEL_SERVICE_NAME``,
 headers). ``console`` prints spans to stdout (for a look on one machine).
 
 When on, Flask (one server span per request), requests (webhooks, facilitator, JSON-RPC),
-SQLAlchemy (one span per statement, on every pool: ``gw_open_call``, the finalize …) and Redis (the
+SQLAlchemy (one span per statement, on every pool: ``gw_open_calls``, the finalize …) and Redis (the
 rate-limit pipeline) are instrumented; the provider calls, sent on urllib3's pool directly
 (``platform.http.Upstream``), open the same kind of CLIENT span through ``client_span``
 (named by the method, with ``url.full`` without its query, ``server.address``,

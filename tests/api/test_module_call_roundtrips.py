@@ -1,5 +1,5 @@
 """The metered call's database round trips (issue 18): on PostgreSQL one autocommit
-statement before forwarding (``gw_open_call``) and one after (``gw_finalize_calls``), no
+statement before forwarding (``gw_open_calls``) and one after (``gw_finalize_calls``), no
 BEGIN/COMMIT; a 402 leaves nothing behind (not even the reserved Idempotency-Key); a
 replay runs one statement."""
 from __future__ import annotations
@@ -44,17 +44,17 @@ def test_one_statement_before_and_one_after_forwarding(app, client, make_account
     statements.clear()
     r = call(client, acct, {"action": "ok"}, key="rt-2")
     assert r.status_code == 200, r.get_json()
-    writes = [s for s in statements if "gw_open_call" in s or "gw_finalize_calls" in s or "module_calls" in s
+    writes = [s for s in statements if "gw_open_calls" in s or "gw_finalize_calls" in s or "module_calls" in s
               or "idempotency_records" in s or "ledger" in s or "usage_hourly" in s]
     assert len(writes) == 2, statements
-    assert "gw_open_call" in writes[0] and "gw_finalize_calls" in writes[1]
+    assert "gw_open_calls" in writes[0] and "gw_finalize_calls" in writes[1]
     # nothing else (the tests run without the credential cache): no COMMIT, no usage upsert
     assert [s for s in statements if s not in writes and "FROM api_keys" not in s] == [], statements
     # a replay: one statement, no second charge
     statements.clear()
     again = call(client, acct, {"action": "ok"}, key="rt-2")
     assert again.headers.get("Idempotent-Replayed") == "true" and again.data == r.data
-    assert sum("gw_open_call" in s for s in statements) == 1
+    assert sum("gw_open_calls" in s for s in statements) == 1
     assert balance_cents(app, acct.id) == 100 - 2 * 3
     ledger_clean()
 

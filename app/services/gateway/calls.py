@@ -2,7 +2,7 @@
 finalizing with a signed receipt, refunds, the 402 payment request and the sweep.
 
 Charging scheme (one database transaction before forwarding; on PostgreSQL it is ONE
-autocommit statement, ``gw_open_call`` via ``gateway.charging``, and the finalize is one
+autocommit statement, ``gw_open_calls`` via ``gateway.charging``, and the finalize is one
 autocommit ``gw_finalize_calls`` statement, by default written by the process's finalize
 writer right after the answer: ``charging.DeferredFinalizer``):
   idempotency record (``in_flight``) + the key's spend-limit reserve + conditional ledger
@@ -314,9 +314,10 @@ class _PaymentNeeded(Exception):
 
 def _open_pg(account_id, mode, mod, act, idempotency_key, req_hash, price_micros, charged,
              payment, key_id=None) -> str | CallResult:
-    """``open_call`` on PostgreSQL: ONE autocommit ``gw_open_call`` statement (its commit
-    does not wait for the WAL flush; why that is safe: docs/performance.md). A refusal
-    leaves nothing behind (the function raises, the server undoes it): 402, or
+    """``open_call`` on PostgreSQL: ONE autocommit ``gw_open_calls`` statement, possibly
+    shared with other calls of this process (its commit does not wait for the WAL flush;
+    why that is safe: docs/performance.md). A refusal leaves nothing of this call behind
+    (the function checks first and reverts what the refused row wrote): 402, or
     ``_PaymentNeeded`` when the balance cannot cover the call and an x402 payment came
     with it. ``key_id``: the key whose spend limit applies (set only for such keys)."""
     call_id, res = charging.open_pg(

@@ -3,12 +3,15 @@ finalize it, each ONE autocommit statement on the request's hot-path connection
 (``uow.one_statement``: no BEGIN/COMMIT round trips). Everything else on the call path
 stays in ``gateway.calls``.
 
-* ``open_pg`` runs ``SELECT * FROM gw_open_call(...)`` (the server-side function of
-  migration 0016 ``hot_path_v2``): Idempotency-Key reservation, the key's spend-limit
-  reserve, conditional debit + ledger posting and the ``pending`` call row in ONE round
-  trip, committed without waiting for the WAL flush (set inside the function; why that
-  is safe: docs/performance.md). A refusal (insufficient funds, key spend limit) RAISEs
-  in the function, so the server undoes all of it and no ROLLBACK round trip is needed.
+* ``open_pg`` runs ``gw_open_calls(rows)`` (the server-side function of migration 0027
+  ``grouped_open``): Idempotency-Key reservation, the key's spend-limit reserve,
+  conditional debit + ledger posting and the ``pending`` call row in ONE round trip,
+  committed without waiting for the WAL flush (set inside the function; why that is
+  safe: docs/performance.md). The opens of this process that arrive while one is being
+  written share the next statement (``GroupOpener``: leader/followers, as the durable
+  finalize's group commit); each row gets its own answer, and a refusal (insufficient
+  funds, key spend limit) leaves nothing of its row behind (the function checks before
+  it writes and reverts by hand what the refused row had written).
 * ``finalize_pg`` marks the call ``succeeded`` with its receipt AND stores the
   Idempotency-Key's response in ONE statement (``gw_finalize_calls``, migration 0021).
   Two ways, chosen by ``CALL_FINALIZE_DEFERRED``:
@@ -43,22 +46,16 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from app import metrics
 from app.ids import new_id
 from app.models.base import utcnow
-from app.services.platform.uow import (REFUSALS, execute_rows, one_statement, one_statement_supported,
-                                       pg_array, run_one)
+from app.services.platform.uow import execute_rows, one_statement, one_statement_supported, run_one
 
 log = logging.getLogger(__name__)
 
 # Driver-level SQL (psycopg placeholders, explicit casts): the statements are fixed, so
 # SQLAlchemy's compile and bind processing are skipped; the engine's events (statement
 # counters, tracing) still see them.
-_OPEN = """
-    SELECT outcome, idem_hash, idem_status, idem_body FROM gw_open_call(
-        %(call_id)s::varchar, %(account_id)s::varchar, %(module_id)s::integer, %(slug)s::varchar,
-        %(action)s::varchar, %(mode)s::varchar, %(price)s::bigint, %(charged)s::boolean,
-        %(owner_agent_id)s::varchar, %(idem_key)s::varchar, %(req_hash)s::varchar,
-        %(now)s::timestamptz, %(deadline)s::timestamptz, %(idem_expires)s::timestamptz,
-        %(codes)s::varchar[], %(amounts)s::bigint[], %(spend_key)s::varchar)
-"""
+# Opens a group of calls (migration 0027): one JSON document of rows, one answer per row.
+_OPEN = ("SELECT call_id, outcome, idem_hash, idem_status, idem_body "
+         "FROM gw_open_calls(%(rows)s::jsonb)")
 
 class OpenedCall(str):
     """A new call's id (a ``str``, as before) carrying its ``created_at``: the partition
@@ -90,8 +87,8 @@ _FINALIZE = "SELECT id FROM gw_finalize_calls(%(rows)s::jsonb) AS id"
 
 @dataclass(frozen=True)
 class Opened:
-    """What ``gw_open_call`` answered: ``opened``, ``insufficient`` / ``key_spend_limit``
-    (refused: nothing was written), or ``existing`` (the key is taken: its stored hash,
+    """What ``gw_open_calls`` answered for a call: ``opened``, ``insufficient`` /
+    ``key_spend_limit`` (refused: nothing of it was written), or ``existing`` (the key is taken: its stored hash,
     status and body)."""
 
     outcome: str
@@ -107,32 +104,36 @@ def open_pg(*, account_id: str, mode: str, mod, act, idem_key: str | None, req_h
             price_micros: int, charged: bool, legs: list[tuple[str, int]],
             spend_key: str | None = None) -> tuple[str, Opened]:
     """One round trip, committed by itself: the whole charging transaction of a new call
-    of ``act`` of ``mod`` (catalog snapshots); ``spend_key``: the API key whose spend
-    limit applies (None: no limit). Returns the new call id and the function's answer."""
+    of ``act`` of ``mod`` (catalog snapshots), in one ``gw_open_calls`` statement with
+    the other opens of this process queued meanwhile (``GroupOpener``); ``spend_key``:
+    the API key whose spend limit applies (None: no limit). Returns the new call id and
+    the function's answer for it."""
+    opened, row = open_row(account_id=account_id, mode=mode, mod=mod, act=act, idem_key=idem_key,
+                           req_hash=req_hash, price_micros=price_micros, charged=charged, legs=legs,
+                           spend_key=spend_key)
+    # A stale pooled connection is retried once (run_one) with the SAME call id, so a first
+    # attempt that did commit makes the retry fail (duplicate call id / key in flight)
+    # instead of charging twice.
+    return opened, _group_opener().open(row)
+
+
+def open_row(*, account_id: str, mode: str, mod, act, idem_key: str | None, req_hash: str | None,
+             price_micros: int, charged: bool, legs: list[tuple[str, int]],
+             spend_key: str | None = None) -> tuple[OpenedCall, dict]:
+    """A new call's id and its ``gw_open_calls`` row (``open_pg``'s arguments)."""
     cfg = current_app.config
     call_id = new_id("call")
     now = utcnow()
     legs = sorted(legs, key=lambda leg: leg[1])  # debits first, as ledger.post orders them
-    params = {
+    deadline = now + timedelta(seconds=act.timeout_seconds + cfg["CALL_SWEEP_MARGIN_SECONDS"])
+    row = {
         "call_id": call_id, "account_id": account_id, "module_id": mod.id, "slug": mod.slug,
         "action": act.name, "mode": mode, "price": price_micros, "charged": charged,
         "owner_agent_id": mod.owner_agent_id, "idem_key": idem_key, "req_hash": req_hash,
-        "now": now,
-        "deadline": now + timedelta(seconds=act.timeout_seconds + cfg["CALL_SWEEP_MARGIN_SECONDS"]),
+        "now": now, "deadline": deadline,
         "idem_expires": now + timedelta(seconds=cfg["IDEMPOTENCY_TTL_SECONDS"]),
-        "codes": pg_array(c for c, _ in legs), "amounts": pg_array(a for _, a in legs),
-        "spend_key": spend_key}
-    # A stale pooled connection is retried once (run_one) with the SAME call id, so a first
-    # attempt that did commit makes the retry fail (duplicate call id / key in flight)
-    # instead of charging twice.
-    opened = OpenedCall(call_id, now, params["deadline"])
-    try:
-        return opened, Opened(*run_one(_OPEN, params)[0])
-    except DBAPIError as exc:
-        refusal = REFUSALS.get(getattr(exc.orig, "sqlstate", None))
-        if refusal is None:
-            raise
-        return opened, Opened(refusal)
+        "codes": [c for c, _ in legs], "amounts": [a for _, a in legs], "spend_key": spend_key}
+    return OpenedCall(call_id, now, deadline), row
 
 
 def finalize_pg(*, call_id: str, account_id: str, idem_key: str | None, ok: bool,
@@ -164,43 +165,48 @@ def finalize_pg(*, call_id: str, account_id: str, idem_key: str | None, ok: bool
     return _group_finalizer().finalize(_Finalization(row))
 
 
-class _Finalization:
-    """One call waiting to be finalized: its row values, then its outcome."""
+class _Member:
+    """One row waiting in a group: its values, then its outcome."""
 
-    __slots__ = ("row", "event", "lead", "done", "error")
+    __slots__ = ("row", "event", "lead", "result", "error")
 
     def __init__(self, row: dict):
         self.row = row
         self.event = threading.Event()
         self.lead = False
-        self.done = False
+        self.result = None
         self.error: BaseException | None = None
 
-    def outcome(self) -> bool:
+    def outcome(self):
         if self.error is not None:
             raise self.error
-        return self.done
+        return self.result
 
 
-class GroupFinalizer:
-    """Group commit of finalizations, per process and database (leader / followers).
+class GroupCommit:
+    """Group commit, per process and database (leader / followers), of one kind of
+    statement (``_write``: ONE statement for a group of rows, setting each member's
+    ``result`` or ``error``).
 
-    A request that finds nobody writing becomes the leader: it takes every finalization
-    queued so far (its own included) and writes them with ONE ``_FINALIZE`` statement on
-    its own connection (one round trip, one durable commit). Requests arriving meanwhile
-    queue up and wait; when the statement returns, the leader wakes them with their
-    outcomes and hands the lead to the first one queued since, which writes the next group.
-    So a call alone is finalized at once (no timer, no added latency), and under load one
-    commit serves as many calls as arrived during the previous one. Each caller still
-    gets its answer only after its row is durable; if the statement fails, every call of
-    that group gets the error (and refunds itself, as before)."""
+    A request that finds nobody writing becomes the leader: it takes every row queued so
+    far (its own included) and writes them with ONE statement on its own connection (one
+    round trip, one commit). Requests arriving meanwhile queue up and wait; when the
+    statement returns, the leader wakes them with their outcomes and hands the lead to
+    the first one queued since, which writes the next group. So a row alone is written at
+    once (no timer, no added latency), and under load one statement serves as many rows
+    as arrived during the previous one."""
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._queue: list[_Finalization] = []
+        self._queue: list[_Member] = []
         self._busy = False
 
-    def finalize(self, item: _Finalization) -> bool:
+    def _write(self, group: list[_Member]) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def submit(self, item: _Member):
+        """Queue ``item``, write it (as the leader) or wait for the leader that does;
+        its outcome (or its error, raised)."""
         with self._lock:
             self._queue.append(item)
             lead = not self._busy
@@ -212,37 +218,115 @@ class GroupFinalizer:
         with self._lock:
             group, self._queue = self._queue, []
         try:
-            done = _write_group([f.row for f in group])
-            for f in group:
-                f.done = f.row["id"] in done
+            self._write(group)
         except BaseException as exc:  # noqa: BLE001 - every member of the group gets it
-            for f in group:
-                f.error = exc
+            for m in group:
+                m.error = exc
         finally:
             with self._lock:
                 successor = self._queue[0] if self._queue else None
                 if successor is None:
                     self._busy = False
-            for f in group:
-                if f is not item:
-                    f.event.set()
+            for m in group:
+                if m is not item:
+                    m.event.set()
             if successor is not None:
                 successor.lead = True
                 successor.event.set()
         return item.outcome()
 
 
-_finalizers_lock = threading.Lock()
+class GroupFinalizer(GroupCommit):
+    """The durable finalize's group commit: each caller still gets its answer only after
+    its row is durable; if the statement fails, every call of that group gets the error
+    (and refunds itself, as before). A member's outcome: whether its call was still
+    pending (``_write_group``)."""
+
+    def _write(self, group: list[_Member]) -> None:
+        done = _write_group([m.row for m in group])
+        for m in group:
+            m.result = m.row["id"] in done
+
+    def finalize(self, item: _Member) -> bool:
+        return self.submit(item)
+
+
+_Finalization = _Member  # a finalize row waiting in a ``GroupFinalizer``
+
+
+class GroupOpener(GroupCommit):
+    """The open's group statement (``gw_open_calls``, migration 0027): the opens of this
+    process that arrive while one is being written go together in the next statement,
+    each answered its own outcome (``Opened``), refusals included. A statement that fails
+    for anything else (a duplicate call id after a lost connection, a deadlock with
+    another writer: nothing of it was committed, or ``run_one``'s same-id rule applies)
+    is not the whole group's answer: each member is then opened alone in its own thread
+    (``_alone``), so one call's error never reaches another call."""
+
+    def _write(self, group: list[_Member]) -> None:
+        try:
+            answers = _open_group([m.row for m in group])
+        except DBAPIError as exc:
+            if len(group) == 1:
+                raise
+            for m in group:
+                m.error = _Alone(exc)
+            return
+        for m in group:
+            found = answers.get(m.row["call_id"])
+            if found is None:  # the key's record vanished between its conflict and its read
+                m.error = RuntimeError(f"gw_open_calls gave no answer for {m.row['call_id']}")
+            else:
+                m.result = found
+
+    def open(self, row: dict) -> Opened:
+        try:
+            return self.submit(_Member(row))
+        except _Alone:
+            return self.submit_alone(row)
+
+    @staticmethod
+    def submit_alone(row: dict) -> Opened:
+        found = _open_group([row]).get(row["call_id"])
+        if found is None:
+            raise RuntimeError(f"gw_open_calls gave no answer for {row['call_id']}")
+        return found
+
+
+class _Alone(Exception):
+    """A group's statement failed: its members are opened one by one."""
+
+    def __init__(self, cause: BaseException):
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+_writers_lock = threading.Lock()
+
+
+def _per_app(app, name: str, make):
+    """The app's writer ``name`` (one per app, so per database; made on first use)."""
+    writer = app.extensions.get(name)
+    if writer is None:
+        with _writers_lock:
+            writer = app.extensions.setdefault(name, make())
+    return writer
 
 
 def _group_finalizer() -> GroupFinalizer:
-    """The app's group finalizer (one per app, so per database; made on first use)."""
-    ext = current_app.extensions
-    finalizer = ext.get("gateway.group_finalizer")
-    if finalizer is None:
-        with _finalizers_lock:
-            finalizer = ext.setdefault("gateway.group_finalizer", GroupFinalizer())
-    return finalizer
+    return _per_app(current_app, "gateway.group_finalizer", GroupFinalizer)
+
+
+def _group_opener() -> GroupOpener:
+    return _per_app(current_app, "gateway.group_opener", GroupOpener)
+
+
+def _open_group(rows: list[dict]) -> dict[str, Opened]:
+    """ONE autocommit statement opening ``rows`` (``gw_open_calls``: one JSON document);
+    each call id's answer. A refusal is an answer (nothing of that row written), not an
+    error."""
+    found = run_one(_OPEN, {"rows": orjson.dumps(rows).decode()})
+    return {r[0]: Opened(*r[1:]) for r in found}
 
 
 def _write_group(rows: list[dict]) -> set[str]:
@@ -431,12 +515,8 @@ def _transient(exc: DBAPIError) -> bool:
 
 
 def _deferred_finalizer(app) -> DeferredFinalizer:
-    """The app's finalize writer (one per app, so per database; made on first use)."""
-    writer = app.extensions.get("gateway.deferred_finalizer")
-    if writer is None:
-        with _finalizers_lock:
-            writer = app.extensions.setdefault("gateway.deferred_finalizer", DeferredFinalizer(app))
-    return writer
+    """The app's finalize writer."""
+    return _per_app(app, "gateway.deferred_finalizer", lambda: DeferredFinalizer(app))
 
 
 def drain_finalizer(app, timeout: float = DRAIN_SECONDS) -> bool:

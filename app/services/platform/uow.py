@@ -17,7 +17,7 @@ write that is a single statement (PostgreSQL function or data-modifying CTE) run
 autocommit on the request's hot-path connection — PostgreSQL makes one statement
 atomic by itself, so BEGIN/COMMIT would only add round trips. Such a statement must
 leave nothing behind when it refuses (it RAISEs, and the server undoes it), and says
-itself whether its commit waits for the WAL flush (``gw_open_call`` does not, the
+itself whether its commit waits for the WAL flush (``gw_open_calls`` does not, the
 finalize does: docs/performance.md).
 
 ``read(statement, params)`` runs ONE read-only statement for an entry point that reads and
@@ -134,8 +134,9 @@ def one_statement_supported() -> bool:
     return db.engine.dialect.name == "postgresql"
 
 
-# SQLSTATEs the hot path's server-side functions RAISE on a refusal (``gw_open_call``,
-# ``gw_chat_hold``: the statement is undone, nothing written), and what they mean.
+# SQLSTATEs the hot path's server-side functions RAISE on a refusal (``gw_chat_hold``:
+# the statement is undone, nothing written), and what they mean; ``gw_open_calls``
+# answers the same outcomes per row instead.
 REFUSALS = {"GW402": "insufficient", "GWKSL": "key_spend_limit"}
 
 

@@ -1,0 +1,291 @@
+"""The metered call's open for a group of calls (``gateway.charging.GroupOpener``,
+``gw_open_calls`` of migration 0027): opens that arrive while one is being written share
+the next statement; each row gets its own answer, a refused row leaves nothing of itself
+behind while the others of its statement are opened, a statement that fails for another
+reason is retried row by row (one call's error never reaches another), and the rows are
+locked in account order, so a group cannot deadlock with another writer that locks
+accounts in that order."""
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from sqlalchemy import select, text
+from sqlalchemy.exc import DBAPIError
+
+from app.extensions import db
+from app.models import IdempotencyRecord, LedgerTransaction, ModuleCall
+from app.services.gateway import charging
+from app.services.gateway.refunds import legs as call_legs
+from tests.gateway_helpers import balance_cents, mod, provider, provider_server  # noqa: F401
+
+# --- the leader / followers, without a database --------------------------------------------
+
+
+def _row(call_id: str) -> dict:
+    return {"call_id": call_id}
+
+
+def test_opens_arriving_during_a_write_share_the_next_statement(monkeypatch):
+    groups: list[list[str]] = []
+    first_started = threading.Event()
+
+    def write(rows):
+        groups.append([r["call_id"] for r in rows])
+        first_started.set()
+        time.sleep(0.05)  # the statement's round trip
+        return {r["call_id"]: charging.Opened("insufficient" if r["call_id"].endswith("-poor") else "opened")
+                for r in rows}
+
+    monkeypatch.setattr(charging, "_open_group", write)
+    opener = charging.GroupOpener()
+    with ThreadPoolExecutor(max_workers=12) as pool:
+        lead = pool.submit(opener.open, _row("c-0"))
+        first_started.wait(2)
+        rest = [f"c-{i}" + ("-poor" if i == 5 else "") for i in range(1, 12)]
+        futures = {cid: pool.submit(opener.open, _row(cid)) for cid in rest}
+        assert lead.result(5).outcome == "opened"
+        outcomes = {cid: f.result(5).outcome for cid, f in futures.items()}
+    assert outcomes == {cid: "insufficient" if cid.endswith("-poor") else "opened" for cid in rest}
+    assert groups[0] == ["c-0"]
+    assert sorted(c for g in groups[1:] for c in g) == sorted(rest)  # each written once
+    assert len(groups) < 1 + len(rest)  # ... and not one statement each
+    assert not opener._busy and opener._queue == []
+
+
+def test_a_failed_group_is_retried_row_by_row(monkeypatch):
+    """The group's statement fails for one bad row: every other row is opened alone, the
+    bad row alone gets the error."""
+    statements: list[list[str]] = []
+    gate = threading.Event()
+
+    def write(rows):
+        ids = [r["call_id"] for r in rows]
+        statements.append(ids)
+        if len(statements) == 1:
+            gate.wait(2)  # everyone else queues behind the first statement
+        if "bad" in ids:
+            raise DBAPIError("SELECT gw_open_calls(...)", {}, Exception("duplicate key value"))
+        return {i: charging.Opened("opened") for i in ids}
+
+    monkeypatch.setattr(charging, "_open_group", write)
+    opener = charging.GroupOpener()
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        first = pool.submit(opener.open, _row("a"))
+        time.sleep(0.05)
+        queued = {cid: pool.submit(opener.open, _row(cid)) for cid in ("b1", "bad", "b2", "b3")}
+        time.sleep(0.05)
+        gate.set()
+        assert first.result(5).outcome == "opened"
+        for cid, f in queued.items():
+            if cid == "bad":
+                with pytest.raises(DBAPIError, match="duplicate key"):
+                    f.result(5)
+            else:
+                assert f.result(5).outcome == "opened"
+    assert sorted(statements[1]) == ["b1", "b2", "b3", "bad"]  # the group, then each alone
+    assert sorted(map(tuple, statements[2:])) == [("b1",), ("b2",), ("b3",), ("bad",)]
+    assert not opener._busy
+
+
+def test_a_lone_rows_error_is_its_own(monkeypatch):
+    def write(rows):
+        raise DBAPIError("SELECT gw_open_calls(...)", {}, Exception("server closed the connection"))
+
+    monkeypatch.setattr(charging, "_open_group", write)
+    opener = charging.GroupOpener()
+    with pytest.raises(DBAPIError, match="server closed"):
+        opener.open(_row("solo"))
+    assert not opener._busy and opener._queue == []
+
+
+# --- gw_open_calls on PostgreSQL -------------------------------------------------------------
+
+
+def _pg_only(app):
+    with app.app_context():
+        if db.engine.dialect.name != "postgresql":
+            pytest.skip("gw_open_calls is PostgreSQL's")
+
+
+def _rows(app, specs):
+    """``gw_open_calls`` rows for ``specs``: (account_id, idem_key, spend_key), 3¢ each."""
+    from app.services.gateway import catalog
+
+    m = catalog.get_module("svc")
+    act = catalog.get_action(m, "ok")
+    out = []
+    for account_id, key, spend_key in specs:
+        opened, row = charging.open_row(account_id=account_id, mode="live", mod=m, act=act, idem_key=key,
+                                        req_hash="h-" + (key or "none"), price_micros=30_000, charged=True,
+                                        legs=call_legs(account_id, 30_000, m.owner_agent_id),
+                                        spend_key=spend_key)
+        out.append((opened, row))
+    return out
+
+
+def _key_id(app, account_id: str) -> str:
+    with app.app_context():
+        kid = db.session.execute(text("SELECT id FROM api_keys WHERE account_id = :a ORDER BY created_at LIMIT 1"),
+                                 {"a": account_id}).scalar_one()
+        db.session.remove()
+        return kid
+
+
+def test_one_statement_opens_each_row_or_refuses_it_alone(app, make_account, mod, ledger_clean):
+    """Five rows in ONE statement: two opened, one refused for funds, one for its key's
+    spend limit, one whose key is taken. The refused rows leave nothing behind (no key
+    record, no spend, no debit, no call, no posting); the others are booked in full."""
+    _pg_only(app)
+    rich, other, poor, limited = (make_account(cents=100), make_account(cents=100), make_account(cents=2),
+                                  make_account(cents=100))
+    limited_key = _key_id(app, limited.id)
+    with app.app_context():
+        db.session.execute(text("UPDATE api_keys SET spend_limit_micros = 20000, spend_limit_period = 'day' "
+                                "WHERE id = :k"), {"k": limited_key})
+        db.session.commit()
+        db.session.remove()
+    with app.test_request_context():
+        # the key "taken" is held by an earlier call of the rich account
+        (first, first_row), = _rows(app, [(rich.id, "taken", None)])
+        assert charging._open_group([first_row])[str(first)].outcome == "opened"
+        made = _rows(app, [(poor.id, "poor-key", None), (rich.id, "r-1", None), (limited.id, "lim-key", limited_key),
+                           (rich.id, "taken", None), (other.id, None, None)])
+        answers = charging._open_group([r for _, r in made])
+        db.session.remove()
+    outcome = {str(c): answers[str(c)].outcome for c, _ in made}
+    ids = [str(c) for c, _ in made]
+    assert [outcome[i] for i in ids] == ["insufficient", "opened", "key_spend_limit", "existing", "opened"]
+    assert answers[ids[3]].idem_status == "in_flight" and answers[ids[3]].idem_hash == "h-taken"
+    with app.app_context():
+        calls = dict(db.session.execute(select(ModuleCall.id, ModuleCall.status)).all())
+        assert {i for i in ids if i in calls} == {ids[1], ids[4]}
+        assert calls[ids[1]] == "pending" and calls[ids[4]] == "pending"
+        keys = {(r.account_id, r.key): r.call_id for r in db.session.execute(select(IdempotencyRecord)).scalars()}
+        assert (poor.id, "poor-key") not in keys and (limited.id, "lim-key") not in keys
+        assert keys[(rich.id, "taken")] == str(first) and keys[(rich.id, "r-1")] == ids[1]
+        refs = set(db.session.execute(select(LedgerTransaction.ref)).scalars())
+        assert f"call:{ids[1]}" in refs and f"call:{ids[4]}" in refs
+        assert f"call:{ids[0]}" not in refs and f"call:{ids[2]}" not in refs
+        spent = db.session.execute(text("SELECT coalesce(sum(spent_micros), 0) FROM key_spend WHERE key_id = :k"),
+                                   {"k": limited_key}).scalar_one()
+        assert spent == 0
+        db.session.remove()
+    assert balance_cents(app, rich.id) == 100 - 2 * 3
+    assert balance_cents(app, other.id) == 100 - 3
+    assert balance_cents(app, poor.id) == 2
+    assert balance_cents(app, limited.id) == 100
+    ledger_clean()
+
+
+def test_a_refusal_after_the_spend_reservation_takes_it_back(app, make_account, mod, ledger_clean):
+    """A key with room in its spend limit, an account without the funds: the spend
+    counter reserved before the debit is taken back with the refusal, and a key that
+    replaced an expired record is released (a retry with it is a new call)."""
+    _pg_only(app)
+    poor = make_account(cents=2)
+    kid = _key_id(app, poor.id)
+    with app.app_context():
+        db.session.execute(text("UPDATE api_keys SET spend_limit_micros = 1000000, spend_limit_period = 'month' "
+                                "WHERE id = :k"), {"k": kid})
+        db.session.execute(text(
+            "INSERT INTO idempotency_records (account_id, key, request_hash, call_id, status, created_at, expires_at) "
+            "VALUES (:a, 'old-key', 'h-old', 'call_old', 'done', now() - interval '2 days', now() - interval '1 day')"),
+            {"a": poor.id})
+        db.session.commit()
+        db.session.remove()
+    with app.test_request_context():
+        made = _rows(app, [(poor.id, "old-key", kid), (poor.id, None, kid)])
+        answers = charging._open_group([r for _, r in made])
+        db.session.remove()
+    assert [answers[str(c)].outcome for c, _ in made] == ["insufficient", "insufficient"]
+    with app.app_context():
+        assert db.session.execute(text("SELECT coalesce(sum(spent_micros), 0) FROM key_spend WHERE key_id = :k"),
+                                  {"k": kid}).scalar_one() == 0
+        assert db.session.execute(text("SELECT count(*) FROM idempotency_records WHERE account_id = :a"),
+                                  {"a": poor.id}).scalar_one() == 0
+        db.session.remove()
+    assert balance_cents(app, poor.id) == 2
+    ledger_clean()
+
+
+def test_rows_are_locked_in_account_order(app, make_account, mod, ledger_clean):
+    """Another transaction holds the first account's row and then asks for the second's.
+    The group, handed its rows in the other order, must take the first account first (and
+    wait), not hold the second: that would be a deadlock, and PostgreSQL would fail one
+    of the two after deadlock_timeout. Fails without the function's ORDER BY."""
+    _pg_only(app)
+    a, b = sorted([make_account(cents=100).id, make_account(cents=100).id])
+    with app.test_request_context():
+        made = _rows(app, [(b, None, None), (a, None, None)])
+        db.session.remove()
+    result: dict = {}
+
+    def group():
+        with app.test_request_context():
+            try:
+                result["answers"] = charging._open_group([r for _, r in made])
+            except Exception as exc:  # noqa: BLE001 - the assertion below reports it
+                result["error"] = exc
+
+    with app.app_context():
+        with db.engine.connect() as other:
+            other.execute(text("UPDATE accounts SET balance_micros = balance_micros WHERE id = :a"), {"a": a})
+            worker = threading.Thread(target=group)
+            worker.start()
+            time.sleep(0.5)  # the group waits for account a
+            other.execute(text("SET LOCAL lock_timeout = '5s'"))
+            other.execute(text("UPDATE accounts SET balance_micros = balance_micros WHERE id = :b"), {"b": b})
+            other.commit()
+        worker.join(10)
+        db.session.remove()
+    assert "error" not in result, result.get("error")
+    assert sorted(x.outcome for x in result["answers"].values()) == ["opened", "opened"]
+    assert balance_cents(app, a) == 97 and balance_cents(app, b) == 97
+    ledger_clean()
+
+
+def test_concurrent_calls_through_the_route_share_statements(app, make_account, mod, ledger_clean, monkeypatch):
+    """Calls through the real route while an open is held: they go out together and each
+    gets its own call, charged once (the refused one not at all)."""
+    _pg_only(app)
+    from tests.gateway_helpers import call
+
+    real = charging._open_group
+    sizes: list[int] = []
+    hold = threading.Event()
+
+    def held(rows):
+        sizes.append(len(rows))
+        if len(sizes) == 1:
+            hold.wait(2)
+        return real(rows)
+
+    monkeypatch.setattr(charging, "_open_group", held)
+    accts = [make_account(cents=100) for _ in range(6)] + [make_account(cents=1)]
+
+    def one(i):
+        with app.test_client() as c:
+            r = call(c, accts[i], {"action": "ok", "i": i}, key=f"route-{i}")
+            return i, r.status_code, r.get_json()
+
+    with ThreadPoolExecutor(max_workers=7) as pool:
+        futures = [pool.submit(one, 0)]
+        time.sleep(0.2)
+        futures += [pool.submit(one, i) for i in range(1, 7)]
+        time.sleep(0.3)
+        hold.set()
+        answers = [f.result(10) for f in futures]
+    for i, status, data in answers:
+        if i == 6:
+            assert status == 402, data
+        else:
+            assert status == 200, data
+            assert data["result"]["echo"]["i"] == i
+    assert sizes[0] == 1 and max(sizes[1:]) > 1 and sum(sizes) == 7
+    for a in accts[:6]:
+        assert balance_cents(app, a.id) == 97
+    assert balance_cents(app, accts[6].id) == 1
+    ledger_clean()

@@ -1,6 +1,7 @@
 """Extensions: db, migrate, the flask-smorest Api, the rate limiter and the Redis handle."""
 from __future__ import annotations
 
+import os
 import threading
 
 import orjson
@@ -210,3 +211,15 @@ def side_engine(name: str, **options) -> Engine:
                 # the side pools' statements get their spans as the app engine's do
                 eng = _side_engines[key] = sqlalchemy.create_engine(main.url, **options)
     return eng
+
+
+def _forget_side_pools() -> None:
+    """In a forked child: the side pools' connections are the parent's (shared sockets),
+    so the child drops them without closing (closing would end the parent's sessions)
+    and connects its own — what gunicorn's ``post_fork`` does for the app engine's pools,
+    here for every fork (gunicorn's workers, tests, anything that forks)."""
+    for eng in list(_side_engines.values()):
+        eng.dispose(close=False)
+
+
+os.register_at_fork(after_in_child=_forget_side_pools)

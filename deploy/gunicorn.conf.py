@@ -143,7 +143,8 @@ def on_starting(server):
 
 
 def post_fork(server, worker):
-    """Never share database connections with the master (preload): drop inherited pools."""
+    """Never share database connections with the master (preload): drop inherited pools
+    (the side pools of ``extensions.side_engine`` are dropped by its own at-fork hook)."""
     try:
         from app.extensions import db
 

@@ -340,6 +340,42 @@ def test_the_threads_own_connection_survives_a_fork(app):
         assert uow.run_one("SELECT pg_backend_pid()", {})[0][0] == pid  # still ours, still alive
 
 
+def test_a_forked_child_leaves_the_parents_pooled_connections_alone(app):
+    """The autocommit pool's idle connections are the parent's: a forked child that
+    takes one (to make its own thread connection) and closes it would end the parent's
+    session on the shared socket, and the parent's next statement on it would fail.
+    Failed before the side pools were dropped in a forked child (extensions.side_engine)."""
+    _pg_only(app)
+    import os
+
+    from app.services.platform import uow
+
+    with app.app_context():
+        engine = uow._autocommit_engine()
+        engine.dispose()
+        with one_statement() as conn:  # now idle in the pool, the only one
+            pooled = uow.execute_rows(conn, "SELECT pg_backend_pid()", {})[0][0]
+        uow.release_connection()
+        r, w = os.pipe()
+        child = os.fork()
+        if child == 0:  # pragma: no cover - runs in the child
+            code = 1
+            try:
+                uow._own_local.conn = None  # a thread with no own connection yet
+                theirs = uow.run_one("SELECT pg_backend_pid()", {})[0][0]
+                uow._own_local.conn.close()
+                code = 0 if theirs != pooled else 2
+            finally:
+                os.write(w, bytes([code]))
+                os._exit(0)
+        os.close(w)
+        assert os.read(r, 1) == b"\x00"
+        os.waitpid(child, 0)
+        with one_statement() as conn:  # the parent's pooled connection is alive
+            assert uow.execute_rows(conn, "SELECT pg_backend_pid()", {})[0][0] == pooled
+        uow.release_connection()
+
+
 def _backend(app, sql="SELECT pg_backend_pid()"):
     from app.services.platform import uow
 
@@ -386,6 +422,7 @@ def test_execute_rows_disconnect_invalidates_the_pools_older_connections(app):
 
     with app.app_context():
         engine = uow._autocommit_engine()
+        engine.dispose()  # the pool holds only this test's connections (FIFO: others first)
         conns = [engine.connect() for _ in range(3)]
         pids = [uow.execute_rows(c, "SELECT pg_backend_pid()", {})[0][0] for c in conns]
         for c in conns:

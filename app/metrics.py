@@ -55,6 +55,13 @@ PROVIDER_ERRORS = Counter(
     "gateway_provider_errors_total", "Upstream provider failures, by module and kind.",
     ["module", "kind"], registry=None)
 
+OPEN_GROUPS = Counter(
+    "gateway_open_groups_total",
+    "Statements that opened several metered calls together (gateway/charging.py GroupOpener), "
+    "by outcome: written, split (failed, e.g. a row-lock wait given up: the calls were opened "
+    "one by one).",
+    ["outcome"], registry=None)
+
 FINALIZE_WRITER = Counter(
     "gateway_finalize_writer_total",
     "Deferred call finalizations (gateway/charging.py DeferredFinalizer), by outcome: written, "
@@ -62,7 +69,7 @@ FINALIZE_WRITER = Counter(
     "call first), refused (left pending for the sweep).",
     ["outcome"], registry=None)
 
-_OWN_METRICS = (HTTP_REQUESTS, HTTP_LATENCY, CALLS, SPEND, PROVIDER_ERRORS, FINALIZE_WRITER)
+_OWN_METRICS = (HTTP_REQUESTS, HTTP_LATENCY, CALLS, SPEND, PROVIDER_ERRORS, FINALIZE_WRITER, OPEN_GROUPS)
 
 UNMATCHED_ROUTE = "<unmatched>"
 
@@ -85,6 +92,14 @@ def provider_error(module: str, kind: str) -> None:
         PROVIDER_ERRORS.labels(module=module, kind=kind).inc()
     except Exception:
         log.debug("provider_error metric failed", exc_info=True)
+
+
+def open_groups(outcome: str) -> None:
+    """Count a grouped open statement (several calls) ending in ``outcome`` (see OPEN_GROUPS)."""
+    try:
+        OPEN_GROUPS.labels(outcome=outcome).inc()
+    except Exception:
+        log.debug("open_groups metric failed", exc_info=True)
 
 
 def finalize_writer(outcome: str, n: int = 1) -> None:

@@ -24,12 +24,12 @@ would have to undo, and what it did write before a refusal is reverted by hand:
 4. the posting and the ``pending`` call row (no refusal possible after 3.).
 
 The outcomes are those 0016 RAISEd (``uow.REFUSALS``), returned per row with the row's
-``call_id``. Rows are taken in ``(account_id, idem_key)`` order (``COLLATE "C"``), and
-every row lock a row takes belongs to its account (the account's balance row, its key's
-record and spend counter), so two groups lock in the same order and cannot deadlock
-with each other; the finalize (``gw_finalize_calls``) locks no account row. An error
-other than these refusals (a duplicate call id on a retry, a deadlock with some other
-writer) fails the whole statement, and ``GroupOpener`` sends each of its rows alone.
+``call_id``. Rows are taken in ``(account_id, idem_key)`` order (``COLLATE "C"``), so two
+groups take account rows in the same order. That alone does not keep a group from
+deadlocking (on key records, or with writers that lock two accounts in another order):
+migration 0028 bounds a group's lock waits. An error other than these refusals (a
+duplicate call id on a retry, a lock wait given up) fails the whole statement, and
+``GroupOpener`` sends each of its rows alone.
 
 ``gw_open_call`` stays (the hot path no longer calls it; downgrade goes back to it).
 PostgreSQL only; SQLite keeps its multi-statement path.

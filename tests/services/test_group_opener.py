@@ -1,10 +1,11 @@
 """The metered call's open for a group of calls (``gateway.charging.GroupOpener``,
-``gw_open_calls`` of migration 0027): opens that arrive while one is being written share
-the next statement; each row gets its own answer, a refused row leaves nothing of itself
-behind while the others of its statement are opened, a statement that fails for another
-reason is retried row by row (one call's error never reaches another), and the rows are
-locked in account order, so a group cannot deadlock with another writer that locks
-accounts in that order."""
+``gw_open_calls`` of migrations 0027 and 0028): opens that arrive while one is being
+written share the next statement; each row gets its own answer, a refused row leaves
+nothing of itself behind while the others of its statement are opened, a statement that
+fails for another reason is retried row by row (one call's error never reaches another),
+rows are locked in account order, and a group's statement gives up a lock wait after
+``CALL_OPEN_GROUP_LOCK_WAIT_MS`` instead of deadlocking or holding up every other open of
+the process (the three deadlocks and the stall a review reproduced)."""
 from __future__ import annotations
 
 import threading
@@ -32,7 +33,7 @@ def test_opens_arriving_during_a_write_share_the_next_statement(monkeypatch):
     groups: list[list[str]] = []
     first_started = threading.Event()
 
-    def write(rows):
+    def write(rows, **kw):
         groups.append([r["call_id"] for r in rows])
         first_started.set()
         time.sleep(0.05)  # the statement's round trip
@@ -61,7 +62,7 @@ def test_a_failed_group_is_retried_row_by_row(monkeypatch):
     statements: list[list[str]] = []
     gate = threading.Event()
 
-    def write(rows):
+    def write(rows, **kw):
         ids = [r["call_id"] for r in rows]
         statements.append(ids)
         if len(statements) == 1:
@@ -91,7 +92,7 @@ def test_a_failed_group_is_retried_row_by_row(monkeypatch):
 
 
 def test_a_lone_rows_error_is_its_own(monkeypatch):
-    def write(rows):
+    def write(rows, **kw):
         raise DBAPIError("SELECT gw_open_calls(...)", {}, Exception("server closed the connection"))
 
     monkeypatch.setattr(charging, "_open_group", write)
@@ -99,6 +100,76 @@ def test_a_lone_rows_error_is_its_own(monkeypatch):
     with pytest.raises(DBAPIError, match="server closed"):
         opener.open(_row("solo"))
     assert not opener._busy and opener._queue == []
+
+
+@pytest.mark.parametrize("value", ["0", "901"])
+def test_the_lock_wait_setting_is_bounded(monkeypatch, value):
+    """0 would mean no limit (a group could deadlock); 900+ would reach deadlock_timeout."""
+    from config import ConfigError, load_config
+    monkeypatch.setenv("CALL_OPEN_GROUP_LOCK_WAIT_MS", value)
+    with pytest.raises(ConfigError, match="CALL_OPEN_GROUP_LOCK_WAIT_MS"):
+        load_config({"APP_ENV": "test"})
+
+
+def test_split_groups_are_counted(monkeypatch):
+    from app import metrics
+
+    def write(rows, *, lock_wait):
+        if lock_wait and len(rows) > 1:
+            raise DBAPIError("SELECT gw_open_calls(...)", {}, _LockNotAvailable("lock timeout"))
+        return {r["call_id"]: charging.Opened("opened") for r in rows}
+
+    before = metrics.OPEN_GROUPS.labels(outcome="split")._value.get()
+    monkeypatch.setattr(charging, "_open_group", write)
+    opener = charging.GroupOpener()
+    lead = _Gate()
+    monkeypatch.setattr(opener, "_write", lead.wrap(opener._write))
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        first = pool.submit(opener.open, _row("x0"))
+        lead.started.wait(2)
+        rest = [pool.submit(opener.open, _row(f"x{i}")) for i in range(1, 4)]
+        time.sleep(0.05)
+        lead.release.set()
+        assert [f.result(5).outcome for f in [first, *rest]] == ["opened"] * 4
+    assert metrics.OPEN_GROUPS.labels(outcome="split")._value.get() == before + 1
+
+
+class _Gate:
+    """Holds the first group's statement until released (the others queue meanwhile)."""
+
+    def __init__(self):
+        self.started, self.release, self.n = threading.Event(), threading.Event(), 0
+
+    def wrap(self, fn):
+        def held(group):
+            self.n += 1
+            if self.n == 1:
+                self.started.set()
+                self.release.wait(2)
+            return fn(group)
+        return held
+
+
+class _LockNotAvailable(Exception):
+    sqlstate = "55P03"
+
+
+def test_a_group_that_gave_up_a_lock_wait_goes_alone_without_the_limit(monkeypatch):
+    """Even a one-row group: it gave up its lock wait so as not to hold up the queue; alone
+    (outside the queue) the call waits as long as it takes."""
+    waits: list[tuple[list[str], bool]] = []
+
+    def write(rows, *, lock_wait):
+        waits.append(([r["call_id"] for r in rows], lock_wait))
+        if lock_wait:
+            raise DBAPIError("SELECT gw_open_calls(...)", {}, _LockNotAvailable("canceling statement due to lock timeout"))
+        return {r["call_id"]: charging.Opened("opened") for r in rows}
+
+    monkeypatch.setattr(charging, "_open_group", write)
+    opener = charging.GroupOpener()
+    assert opener.open(_row("one")).outcome == "opened"
+    assert waits == [(["one"], True), (["one"], False)]
+    assert not opener._busy
 
 
 # --- gw_open_calls on PostgreSQL -------------------------------------------------------------
@@ -150,10 +221,10 @@ def test_one_statement_opens_each_row_or_refuses_it_alone(app, make_account, mod
     with app.test_request_context():
         # the key "taken" is held by an earlier call of the rich account
         (first, first_row), = _rows(app, [(rich.id, "taken", None)])
-        assert charging._open_group([first_row])[str(first)].outcome == "opened"
+        assert charging._open_group([first_row], lock_wait=False)[str(first)].outcome == "opened"
         made = _rows(app, [(poor.id, "poor-key", None), (rich.id, "r-1", None), (limited.id, "lim-key", limited_key),
                            (rich.id, "taken", None), (other.id, None, None)])
-        answers = charging._open_group([r for _, r in made])
+        answers = charging._open_group([r for _, r in made], lock_wait=True)
         db.session.remove()
     outcome = {str(c): answers[str(c)].outcome for c, _ in made}
     ids = [str(c) for c, _ in made]
@@ -198,7 +269,7 @@ def test_a_refusal_after_the_spend_reservation_takes_it_back(app, make_account, 
         db.session.remove()
     with app.test_request_context():
         made = _rows(app, [(poor.id, "old-key", kid), (poor.id, None, kid)])
-        answers = charging._open_group([r for _, r in made])
+        answers = charging._open_group([r for _, r in made], lock_wait=True)
         db.session.remove()
     assert [answers[str(c)].outcome for c, _ in made] == ["insufficient", "insufficient"]
     with app.app_context():
@@ -226,7 +297,7 @@ def test_rows_are_locked_in_account_order(app, make_account, mod, ledger_clean):
     def group():
         with app.test_request_context():
             try:
-                result["answers"] = charging._open_group([r for _, r in made])
+                result["answers"] = charging._open_group([r for _, r in made], lock_wait=False)
             except Exception as exc:  # noqa: BLE001 - the assertion below reports it
                 result["error"] = exc
 
@@ -257,11 +328,11 @@ def test_concurrent_calls_through_the_route_share_statements(app, make_account, 
     sizes: list[int] = []
     hold = threading.Event()
 
-    def held(rows):
+    def held(rows, **kw):
         sizes.append(len(rows))
         if len(sizes) == 1:
             hold.wait(2)
-        return real(rows)
+        return real(rows, **kw)
 
     monkeypatch.setattr(charging, "_open_group", held)
     accts = [make_account(cents=100) for _ in range(6)] + [make_account(cents=1)]
@@ -288,4 +359,206 @@ def test_concurrent_calls_through_the_route_share_statements(app, make_account, 
     for a in accts[:6]:
         assert balance_cents(app, a.id) == 97
     assert balance_cents(app, accts[6].id) == 1
+    ledger_clean()
+
+
+# --- what the review reproduced: a group gives up its lock wait instead ---------------------
+
+
+def _run_group(app, rows, out, name):
+    def go():
+        with app.test_request_context():
+            try:
+                out[name] = charging._open_group(rows, lock_wait=True)
+            except Exception as exc:  # noqa: BLE001 - the test's assertions report it
+                out[name] = exc
+            db.session.remove()
+    t = threading.Thread(target=go)
+    t.start()
+    return t
+
+
+def _gave_up(result) -> bool:
+    return isinstance(result, DBAPIError) and getattr(result.orig, "sqlstate", None) == "55P03"
+
+
+def _no_deadlock(*results):
+    assert not any("deadlock detected" in str(r) for r in results), results
+
+
+def test_same_key_in_two_groups(app, make_account, mod):
+    """Two processes' groups both carry (A, k) (a duplicate request); one also an earlier
+    row of A. G1 holds A and waits for the key G2 inserted, G2 holds the key and waits for
+    A: a deadlock (reported after 1 s, a 500) before 0028; now one group gives up its wait
+    and the other goes through."""
+    _pg_only(app)
+    a = make_account(cents=100).id
+    with app.test_request_context():
+        g1 = _rows(app, [(a, None, None), (a, "k", None)])
+        g2 = _rows(app, [(a, "k", None)])
+        db.session.remove()
+    out: dict = {}
+    with app.app_context():
+        with db.engine.connect() as other:  # holds A so that both groups queue behind it
+            other.execute(text("SET LOCAL lock_timeout = '5s'"))
+            other.execute(text("UPDATE accounts SET balance_micros = balance_micros WHERE id = :a"), {"a": a})
+            t1 = _run_group(app, [r for _, r in g1], out, "g1")
+            time.sleep(0.05)  # g1 waits for A at its first row
+            t2 = _run_group(app, [r for _, r in g2], out, "g2")
+            time.sleep(0.03)  # g2 inserted (A, k), waits for A
+            other.commit()
+        t1.join(10)
+        t2.join(10)
+        db.session.remove()
+    _no_deadlock(out["g1"], out["g2"])
+    assert all(_gave_up(r) or isinstance(r, dict) for r in out.values()), out
+
+
+def test_an_existing_rows_key_lock_and_a_refund(app, make_account, mod):
+    """A group's row answered ``existing`` keeps the key's record locked (ON CONFLICT DO
+    UPDATE locks the conflicting row even when its WHERE is false) while a later row waits
+    for the account — which a refund of that key's call holds while it waits to delete the
+    record (refunds.refund's order). Before 0028: a deadlock; now the group gives up and
+    the refund goes through."""
+    _pg_only(app)
+    a = make_account(cents=100).id
+    with app.test_request_context():
+        (first, first_row), = _rows(app, [(a, "k1", None)])
+        assert charging._open_group([first_row], lock_wait=False)[str(first)].outcome == "opened"
+        made = _rows(app, [(a, "k1", None), (a, "k2", None)])  # a duplicate k1, a new k2
+        db.session.remove()
+    out: dict = {}
+    with app.app_context():
+        with db.engine.connect() as refund_tx:
+            refund_tx.execute(text("SET LOCAL lock_timeout = '5s'"))
+            refund_tx.execute(text("UPDATE accounts SET balance_micros = balance_micros + 30000 WHERE id = :a"),
+                              {"a": a})
+            t = _run_group(app, [r for _, r in made], out, "group")
+            time.sleep(0.05)  # the group: existing for k1 (record locked), waits for account a
+            try:
+                refund_tx.execute(text("DELETE FROM idempotency_records WHERE account_id = :a AND key = 'k1'"),
+                                  {"a": a})
+                refund_tx.rollback()  # (the refund's effect is not what is tested)
+                out["refund"] = "ok"
+            except Exception as exc:  # noqa: BLE001 - reported below
+                out["refund"] = exc
+        t.join(10)
+        db.session.remove()
+    _no_deadlock(out["group"], out["refund"])
+    assert out["refund"] == "ok" and (_gave_up(out["group"]) or isinstance(out["group"], dict)), out
+
+
+def test_a_writer_locking_two_accounts_in_another_order(app, make_account, mod):
+    """An agent's funding debits the owner, then credits the agent (ledger.post: debits
+    first), whatever their ids; a group with a call of each takes the lower id first. A
+    deadlock before 0028; now the group gives up and the funding goes through."""
+    _pg_only(app)
+    agent_acct, owner_acct = sorted([make_account(cents=100).id, make_account(cents=100).id])
+    with app.test_request_context():
+        made = _rows(app, [(agent_acct, None, None), (owner_acct, None, None)])
+        db.session.remove()
+    out: dict = {}
+    with app.app_context():
+        with db.engine.connect() as fund_tx:
+            fund_tx.execute(text("SET LOCAL lock_timeout = '5s'"))
+            fund_tx.execute(text("UPDATE accounts SET balance_micros = balance_micros - 10000 WHERE id = :o"),
+                            {"o": owner_acct})
+            t = _run_group(app, [r for _, r in made], out, "group")
+            time.sleep(0.05)  # the group: the agent's account locked, waits for the owner's
+            try:
+                fund_tx.execute(text("UPDATE accounts SET balance_micros = balance_micros + 10000 WHERE id = :g"),
+                                {"g": agent_acct})
+                fund_tx.rollback()
+                out["fund"] = "ok"
+            except Exception as exc:  # noqa: BLE001 - reported below
+                out["fund"] = exc
+        t.join(10)
+        db.session.remove()
+    _no_deadlock(out["group"], out["fund"])
+    assert out["fund"] == "ok" and (_gave_up(out["group"]) or isinstance(out["group"], dict)), out
+    assert balance_cents(app, agent_acct) == 100 - (3 if isinstance(out["group"], dict) else 0)
+
+
+def test_one_accounts_locked_row_does_not_hold_up_other_accounts(app, make_account, mod, ledger_clean):
+    """A transaction holds account A's row. An open of A leads and waits; an open of B in
+    the same process queues behind it. Before 0028 B waited as long as A's row stayed
+    locked (no limit); now A's statement gives up after the lock wait, A waits alone
+    outside the queue, and B is opened meanwhile. Both are charged once."""
+    _pg_only(app)
+    a, b = make_account(cents=100).id, make_account(cents=100).id
+    with app.test_request_context():
+        (ra,), (rb,) = _rows(app, [(a, None, None)]), _rows(app, [(b, None, None)])
+        db.session.remove()
+    opener = charging.GroupOpener()
+    done: dict = {}
+
+    def open_(name, row):
+        with app.test_request_context():
+            done[name] = opener.open(row[1]).outcome
+            db.session.remove()
+
+    with app.app_context():
+        with db.engine.connect() as other:
+            other.execute(text("UPDATE accounts SET balance_micros = balance_micros WHERE id = :a"), {"a": a})
+            ta = threading.Thread(target=open_, args=("a", ra))
+            ta.start()
+            time.sleep(0.05)
+            tb = threading.Thread(target=open_, args=("b", rb))
+            tb.start()
+            tb.join(2)
+            b_done_while_a_locked = dict(done)
+            other.commit()
+        ta.join(10)
+        tb.join(10)
+        db.session.remove()
+    assert b_done_while_a_locked == {"b": "opened"}, done
+    assert done == {"a": "opened", "b": "opened"}
+    assert balance_cents(app, a) == 97 and balance_cents(app, b) == 97
+    ledger_clean()
+
+
+def test_a_refused_second_debit_credits_back_the_first(app, make_account, mod, ledger_clean):
+    """Legs that debit two accounts (the function allows it; ``refunds.legs`` makes one):
+    the second refused, the first is credited back, nothing stays."""
+    _pg_only(app)
+    from app.services.billing import ledger
+    from app.services.gateway import catalog
+
+    rich, poor = make_account(cents=100).id, make_account(cents=1).id
+    with app.test_request_context():
+        m = catalog.get_module("svc")
+        act = catalog.get_action(m, "ok")
+        opened, row = charging.open_row(account_id=rich, mode="live", mod=m, act=act, idem_key="mk",
+                                        req_hash="h", price_micros=60_000, charged=True,
+                                        legs=[(ledger.customer(rich), -30_000), (ledger.customer(poor), -30_000),
+                                              (ledger.REVENUE, 60_000)])
+        assert charging._open_group([row], lock_wait=False)[str(opened)].outcome == "insufficient"
+        db.session.remove()
+    assert balance_cents(app, rich) == 100 and balance_cents(app, poor) == 1
+    ledger_clean()
+
+
+def test_a_committed_group_sent_again_charges_nothing_twice(app, make_account, mod, ledger_clean):
+    """What ``run_one`` does after a commit whose answer was lost: the same rows again.
+    The whole statement fails (the duplicate call id), and alone each row is ``existing``
+    (with a key) or fails the same way: every call charged once."""
+    _pg_only(app)
+    from sqlalchemy.exc import IntegrityError
+
+    a, b, c = (make_account(cents=100).id for _ in range(3))
+    with app.test_request_context():
+        rows = [r for _, r in _rows(app, [(a, "ka", None), (b, None, None), (c, "kc", None)])]
+        first = charging._open_group(rows, lock_wait=True)
+        with pytest.raises(IntegrityError):
+            charging._open_group(rows, lock_wait=True)
+        alone = []
+        for r in rows:
+            try:
+                alone.append(charging.GroupOpener.submit_alone(r).outcome)
+            except IntegrityError:
+                alone.append("duplicate")
+        db.session.remove()
+    assert {v.outcome for v in first.values()} == {"opened"}
+    assert alone == ["existing", "duplicate", "existing"]
+    assert [balance_cents(app, x) for x in (a, b, c)] == [97, 97, 97]
     ledger_clean()

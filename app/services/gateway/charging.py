@@ -53,9 +53,10 @@ log = logging.getLogger(__name__)
 # Driver-level SQL (psycopg placeholders, explicit casts): the statements are fixed, so
 # SQLAlchemy's compile and bind processing are skipped; the engine's events (statement
 # counters, tracing) still see them.
-# Opens a group of calls (migration 0027): one JSON document of rows, one answer per row.
+# Opens a group of calls (migrations 0027, 0028): one JSON document of rows, one answer per
+# row; a group of several rows waits at most lock_wait_ms for a row lock.
 _OPEN = ("SELECT call_id, outcome, idem_hash, idem_status, idem_body "
-         "FROM gw_open_calls(%(rows)s::jsonb)")
+         "FROM gw_open_calls(%(rows)s::jsonb, %(lock_wait_ms)s::integer)")
 
 class OpenedCall(str):
     """A new call's id (a ``str``, as before) carrying its ``created_at``: the partition
@@ -261,17 +262,26 @@ class GroupOpener(GroupCommit):
     for anything else (a duplicate call id after a lost connection, a deadlock with
     another writer: nothing of it was committed, or ``run_one``'s same-id rule applies)
     is not the whole group's answer: each member is then opened alone in its own thread
-    (``_alone``), so one call's error never reaches another call."""
+    (``submit_alone``), so one call's error never reaches another call. A group statement
+    (one row included) gives up a row-lock wait after ``CALL_OPEN_GROUP_LOCK_WAIT_MS``
+    the same way (migration 0028): a group may hold several accounts' rows, so a long
+    wait could be a deadlock, and every open of the process queues behind the statement
+    in flight. Alone, outside the queue, a call waits for its locks as long as it takes,
+    as a call did before grouping."""
 
     def _write(self, group: list[_Member]) -> None:
         try:
-            answers = _open_group([m.row for m in group])
+            answers = _open_group([m.row for m in group], lock_wait=True)
         except DBAPIError as exc:
-            if len(group) == 1:
-                raise
+            if len(group) == 1 and not _lock_wait_over(exc):
+                raise  # one row's own error
+            metrics.open_groups("split")
+            log.info("open group of %d split: %s", len(group), type(getattr(exc, "orig", exc)).__name__)
             for m in group:
                 m.error = _Alone(exc)
             return
+        if len(group) > 1:
+            metrics.open_groups("written")
         for m in group:
             found = answers.get(m.row["call_id"])
             if found is None:  # the key's record vanished between its conflict and its read
@@ -287,7 +297,7 @@ class GroupOpener(GroupCommit):
 
     @staticmethod
     def submit_alone(row: dict) -> Opened:
-        found = _open_group([row]).get(row["call_id"])
+        found = _open_group([row], lock_wait=False).get(row["call_id"])
         if found is None:
             raise RuntimeError(f"gw_open_calls gave no answer for {row['call_id']}")
         return found
@@ -321,12 +331,20 @@ def _group_opener() -> GroupOpener:
     return _per_app(current_app, "gateway.group_opener", GroupOpener)
 
 
-def _open_group(rows: list[dict]) -> dict[str, Opened]:
+def _open_group(rows: list[dict], *, lock_wait: bool) -> dict[str, Opened]:
     """ONE autocommit statement opening ``rows`` (``gw_open_calls``: one JSON document);
     each call id's answer. A refusal is an answer (nothing of that row written), not an
-    error."""
-    found = run_one(_OPEN, {"rows": orjson.dumps(rows).decode()})
+    error. ``lock_wait``: the statement waits at most ``CALL_OPEN_GROUP_LOCK_WAIT_MS``
+    for a row lock, then fails with nothing written (``_lock_wait_over``); without it,
+    as long as it takes."""
+    wait = current_app.config["CALL_OPEN_GROUP_LOCK_WAIT_MS"] if lock_wait else 0
+    found = run_one(_OPEN, {"rows": orjson.dumps(rows).decode(), "lock_wait_ms": wait})
     return {r[0]: Opened(*r[1:]) for r in found}
+
+
+def _lock_wait_over(exc: DBAPIError) -> bool:
+    """The statement gave up a lock wait (``lock_timeout``: SQLSTATE 55P03)."""
+    return getattr(exc.orig, "sqlstate", None) == "55P03"
 
 
 def _write_group(rows: list[dict]) -> set[str]:

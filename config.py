@@ -200,11 +200,11 @@ def load_config(overrides: dict | None = None) -> dict:
         # to the time an answered call stays pending (a replay of its key meanwhile: 409).
         "CALL_FINALIZE_BATCH_MS": _float("CALL_FINALIZE_BATCH_MS", 10.0),
         # PostgreSQL: the opens of a process that arrive together share one statement
-        # (gateway/charging.py GroupOpener). Such a statement waits at most this long for
-        # a row lock (PostgreSQL's lock_timeout), then its calls are opened one by one
-        # outside the queue, waiting as long as it takes: a group never deadlocks, nor
-        # holds up other accounts' calls behind one account's locked row for longer
-        # (below deadlock_timeout, 1 s).
+        # (gateway/charging.py GroupOpener). Each lock wait of such a statement lasts at
+        # most this long (PostgreSQL's lock_timeout, per wait), then its calls are opened
+        # one by one outside the queue, waiting as long as it takes: a group gives up a
+        # deadlock before PostgreSQL's deadlock_timeout (1 s) looks for it, and holds up
+        # other accounts' calls behind one account's locked row for about this long.
         "CALL_OPEN_GROUP_LOCK_WAIT_MS": _int("CALL_OPEN_GROUP_LOCK_WAIT_MS", 100),
         # An hour is rolled into usage_hourly this long after it ended (billing/usage_log.py).
         "USAGE_ROLL_MARGIN_SECONDS": _float("USAGE_ROLL_MARGIN_SECONDS", 300.0),

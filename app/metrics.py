@@ -57,9 +57,10 @@ PROVIDER_ERRORS = Counter(
 
 OPEN_GROUPS = Counter(
     "gateway_open_groups_total",
-    "Statements that opened several metered calls together (gateway/charging.py GroupOpener), "
-    "by outcome: written, split (failed, e.g. a row-lock wait given up: the calls were opened "
-    "one by one).",
+    "Grouped open statements (gateway/charging.py GroupOpener), by outcome: written (several "
+    "calls in one statement), split (such a statement failed, e.g. a lock wait given up: its "
+    "calls were opened one by one), alone (a one-call statement gave up a lock wait and was "
+    "sent again outside the queue).",
     ["outcome"], registry=None)
 
 FINALIZE_WRITER = Counter(
@@ -95,7 +96,7 @@ def provider_error(module: str, kind: str) -> None:
 
 
 def open_groups(outcome: str) -> None:
-    """Count a grouped open statement (several calls) ending in ``outcome`` (see OPEN_GROUPS)."""
+    """Count a grouped open statement ending in ``outcome`` (see OPEN_GROUPS)."""
     try:
         OPEN_GROUPS.labels(outcome=outcome).inc()
     except Exception:

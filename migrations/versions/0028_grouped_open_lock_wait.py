@@ -18,10 +18,12 @@ function (tests/services/test_group_opener.py):
 
 And one account's locked row held up every open of the process queued behind the
 statement that waited for it, whatever their accounts. A call opened alone holds one
-account and blocks nobody else's open. So a group's statement (also of one row) now
-waits at most ``p_lock_wait_ms`` for any lock (PostgreSQL's ``lock_timeout`` for the
-statement's transaction, below ``deadlock_timeout``, so it gives up before a deadlock is
-even looked for); the statement then fails with nothing committed and
+account and blocks nobody else's open. So each lock wait of a group's statement (also of
+one row) now lasts at most ``p_lock_wait_ms`` (PostgreSQL's ``lock_timeout`` for the
+statement's transaction, below ``deadlock_timeout``, so a wait in a deadlock is given up
+before the deadlock is even looked for; it is per wait: a statement meeting several
+short waits in turn takes several limits); the statement then fails with nothing
+committed and
 ``charging.GroupOpener`` opens its calls one by one outside the queue, each waiting as
 long as it takes, as before grouping (``CALL_OPEN_GROUP_LOCK_WAIT_MS``, 100 ms).
 ``p_lock_wait_ms`` 0: no limit.

@@ -29,14 +29,22 @@ def _row(call_id: str) -> dict:
     return {"call_id": call_id}
 
 
+def _queued(opener, n: int) -> None:
+    """Wait until ``n`` opens queue behind the statement in flight."""
+    deadline = time.monotonic() + 10
+    while len(opener._queue) < n:
+        assert time.monotonic() < deadline, f"{len(opener._queue)} of {n} queued"
+        time.sleep(0.005)
+
+
 def test_opens_arriving_during_a_write_share_the_next_statement(monkeypatch):
     groups: list[list[str]] = []
-    first_started = threading.Event()
+    first_started, release = threading.Event(), threading.Event()
 
     def write(rows, **kw):
         groups.append([r["call_id"] for r in rows])
         first_started.set()
-        time.sleep(0.05)  # the statement's round trip
+        release.wait(10)  # the statement's round trip (the first one: until the rest queued)
         return {r["call_id"]: charging.Opened("insufficient" if r["call_id"].endswith("-poor") else "opened")
                 for r in rows}
 
@@ -47,12 +55,14 @@ def test_opens_arriving_during_a_write_share_the_next_statement(monkeypatch):
         first_started.wait(2)
         rest = [f"c-{i}" + ("-poor" if i == 5 else "") for i in range(1, 12)]
         futures = {cid: pool.submit(opener.open, _row(cid)) for cid in rest}
+        _queued(opener, len(rest))
+        release.set()
         assert lead.result(5).outcome == "opened"
         outcomes = {cid: f.result(5).outcome for cid, f in futures.items()}
     assert outcomes == {cid: "insufficient" if cid.endswith("-poor") else "opened" for cid in rest}
     assert groups[0] == ["c-0"]
     assert sorted(c for g in groups[1:] for c in g) == sorted(rest)  # each written once
-    assert len(groups) < 1 + len(rest)  # ... and not one statement each
+    assert len(groups) == 2  # ... all in ONE statement
     assert not opener._busy and opener._queue == []
 
 
@@ -75,9 +85,10 @@ def test_a_failed_group_is_retried_row_by_row(monkeypatch):
     opener = charging.GroupOpener()
     with ThreadPoolExecutor(max_workers=8) as pool:
         first = pool.submit(opener.open, _row("a"))
-        time.sleep(0.05)
+        while not statements:
+            time.sleep(0.005)
         queued = {cid: pool.submit(opener.open, _row(cid)) for cid in ("b1", "bad", "b2", "b3")}
-        time.sleep(0.05)
+        _queued(opener, 4)
         gate.set()
         assert first.result(5).outcome == "opened"
         for cid, f in queued.items():
@@ -128,7 +139,7 @@ def test_split_groups_are_counted(monkeypatch):
         first = pool.submit(opener.open, _row("x0"))
         lead.started.wait(2)
         rest = [pool.submit(opener.open, _row(f"x{i}")) for i in range(1, 4)]
-        time.sleep(0.05)
+        _queued(opener, 3)
         lead.release.set()
         assert [f.result(5).outcome for f in [first, *rest]] == ["opened"] * 4
     assert metrics.OPEN_GROUPS.labels(outcome="split")._value.get() == before + 1
@@ -145,7 +156,7 @@ class _Gate:
             self.n += 1
             if self.n == 1:
                 self.started.set()
-                self.release.wait(2)
+                self.release.wait(10)
             return fn(group)
         return held
 
@@ -165,11 +176,15 @@ def test_a_group_that_gave_up_a_lock_wait_goes_alone_without_the_limit(monkeypat
             raise DBAPIError("SELECT gw_open_calls(...)", {}, _LockNotAvailable("canceling statement due to lock timeout"))
         return {r["call_id"]: charging.Opened("opened") for r in rows}
 
+    from app import metrics
+
+    before = metrics.OPEN_GROUPS.labels(outcome="alone")._value.get()
     monkeypatch.setattr(charging, "_open_group", write)
     opener = charging.GroupOpener()
     assert opener.open(_row("one")).outcome == "opened"
     assert waits == [(["one"], True), (["one"], False)]
     assert not opener._busy
+    assert metrics.OPEN_GROUPS.labels(outcome="alone")._value.get() == before + 1
 
 
 # --- gw_open_calls on PostgreSQL -------------------------------------------------------------
@@ -306,7 +321,7 @@ def test_rows_are_locked_in_account_order(app, make_account, mod, ledger_clean):
             other.execute(text("UPDATE accounts SET balance_micros = balance_micros WHERE id = :a"), {"a": a})
             worker = threading.Thread(target=group)
             worker.start()
-            time.sleep(0.5)  # the group waits for account a
+            _lock_waiters(app, 1)  # the group waits for account a
             other.execute(text("SET LOCAL lock_timeout = '5s'"))
             other.execute(text("UPDATE accounts SET balance_micros = balance_micros WHERE id = :b"), {"b": b})
             other.commit()
@@ -382,6 +397,22 @@ def _run_group(app, rows, out, name):
     return t
 
 
+def _lock_waiters(app, n: int) -> None:
+    """Wait until ``n`` of the test database's ``gw_open_calls`` statements are waiting
+    for a lock (so the interleaving a test sets up has really happened)."""
+    deadline = time.monotonic() + 10
+    with db.engine.connect() as c:
+        while True:
+            waiting = c.execute(text(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock' AND query LIKE '%gw_open_calls%'")).scalar_one()
+            c.rollback()  # pg_stat_activity is read once per transaction
+            if waiting >= n:
+                return
+            assert time.monotonic() < deadline, f"{waiting} of {n} opens waiting for a lock"
+            time.sleep(0.005)
+
+
 def _gave_up(result) -> bool:
     return isinstance(result, DBAPIError) and getattr(result.orig, "sqlstate", None) == "55P03"
 
@@ -407,14 +438,15 @@ def test_same_key_in_two_groups(app, make_account, mod):
             other.execute(text("SET LOCAL lock_timeout = '5s'"))
             other.execute(text("UPDATE accounts SET balance_micros = balance_micros WHERE id = :a"), {"a": a})
             t1 = _run_group(app, [r for _, r in g1], out, "g1")
-            time.sleep(0.05)  # g1 waits for A at its first row
+            _lock_waiters(app, 1)  # g1 waits for A at its first row
             t2 = _run_group(app, [r for _, r in g2], out, "g2")
-            time.sleep(0.03)  # g2 inserted (A, k), waits for A
-            other.commit()
+            _lock_waiters(app, 2)  # g2 inserted (A, k), waits for A
+            other.commit()  # g1 takes A, then waits for g2's key: the cycle
         t1.join(10)
         t2.join(10)
         db.session.remove()
     _no_deadlock(out["g1"], out["g2"])
+    assert _gave_up(out["g1"]) or _gave_up(out["g2"]), out  # the limit broke the cycle
     assert all(_gave_up(r) or isinstance(r, dict) for r in out.values()), out
 
 
@@ -438,7 +470,7 @@ def test_an_existing_rows_key_lock_and_a_refund(app, make_account, mod):
             refund_tx.execute(text("UPDATE accounts SET balance_micros = balance_micros + 30000 WHERE id = :a"),
                               {"a": a})
             t = _run_group(app, [r for _, r in made], out, "group")
-            time.sleep(0.05)  # the group: existing for k1 (record locked), waits for account a
+            _lock_waiters(app, 1)  # the group: existing for k1 (record locked), waits for account a
             try:
                 refund_tx.execute(text("DELETE FROM idempotency_records WHERE account_id = :a AND key = 'k1'"),
                                   {"a": a})
@@ -449,7 +481,7 @@ def test_an_existing_rows_key_lock_and_a_refund(app, make_account, mod):
         t.join(10)
         db.session.remove()
     _no_deadlock(out["group"], out["refund"])
-    assert out["refund"] == "ok" and (_gave_up(out["group"]) or isinstance(out["group"], dict)), out
+    assert out["refund"] == "ok" and _gave_up(out["group"]), out
 
 
 def test_a_writer_locking_two_accounts_in_another_order(app, make_account, mod):
@@ -468,7 +500,7 @@ def test_a_writer_locking_two_accounts_in_another_order(app, make_account, mod):
             fund_tx.execute(text("UPDATE accounts SET balance_micros = balance_micros - 10000 WHERE id = :o"),
                             {"o": owner_acct})
             t = _run_group(app, [r for _, r in made], out, "group")
-            time.sleep(0.05)  # the group: the agent's account locked, waits for the owner's
+            _lock_waiters(app, 1)  # the group: the agent's account locked, waits for the owner's
             try:
                 fund_tx.execute(text("UPDATE accounts SET balance_micros = balance_micros + 10000 WHERE id = :g"),
                                 {"g": agent_acct})
@@ -479,8 +511,8 @@ def test_a_writer_locking_two_accounts_in_another_order(app, make_account, mod):
         t.join(10)
         db.session.remove()
     _no_deadlock(out["group"], out["fund"])
-    assert out["fund"] == "ok" and (_gave_up(out["group"]) or isinstance(out["group"], dict)), out
-    assert balance_cents(app, agent_acct) == 100 - (3 if isinstance(out["group"], dict) else 0)
+    assert out["fund"] == "ok" and _gave_up(out["group"]), out
+    assert balance_cents(app, agent_acct) == 100 and balance_cents(app, owner_acct) == 100
 
 
 def test_one_accounts_locked_row_does_not_hold_up_other_accounts(app, make_account, mod, ledger_clean):
@@ -506,10 +538,10 @@ def test_one_accounts_locked_row_does_not_hold_up_other_accounts(app, make_accou
             other.execute(text("UPDATE accounts SET balance_micros = balance_micros WHERE id = :a"), {"a": a})
             ta = threading.Thread(target=open_, args=("a", ra))
             ta.start()
-            time.sleep(0.05)
+            _lock_waiters(app, 1)  # A's statement (a group of one) waits for A's row ...
             tb = threading.Thread(target=open_, args=("b", rb))
             tb.start()
-            tb.join(2)
+            tb.join(5)  # ... and B, queued behind it, is opened once it gives up
             b_done_while_a_locked = dict(done)
             other.commit()
         ta.join(10)

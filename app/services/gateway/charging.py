@@ -54,7 +54,7 @@ log = logging.getLogger(__name__)
 # SQLAlchemy's compile and bind processing are skipped; the engine's events (statement
 # counters, tracing) still see them.
 # Opens a group of calls (migrations 0027, 0028): one JSON document of rows, one answer per
-# row; a group of several rows waits at most lock_wait_ms for a row lock.
+# row; each of the statement's lock waits gives up after lock_wait_ms (0: no limit).
 _OPEN = ("SELECT call_id, outcome, idem_hash, idem_status, idem_body "
          "FROM gw_open_calls(%(rows)s::jsonb, %(lock_wait_ms)s::integer)")
 
@@ -263,11 +263,13 @@ class GroupOpener(GroupCommit):
     another writer: nothing of it was committed, or ``run_one``'s same-id rule applies)
     is not the whole group's answer: each member is then opened alone in its own thread
     (``submit_alone``), so one call's error never reaches another call. A group statement
-    (one row included) gives up a row-lock wait after ``CALL_OPEN_GROUP_LOCK_WAIT_MS``
-    the same way (migration 0028): a group may hold several accounts' rows, so a long
-    wait could be a deadlock, and every open of the process queues behind the statement
-    in flight. Alone, outside the queue, a call waits for its locks as long as it takes,
-    as a call did before grouping."""
+    (one row included) gives up a lock wait after ``CALL_OPEN_GROUP_LOCK_WAIT_MS`` the
+    same way (migration 0028): a group may hold several accounts' rows, so a long wait
+    could be a deadlock, and every open of the process queues behind the statement in
+    flight. The limit is PostgreSQL's ``lock_timeout``, so it applies to each wait: a
+    statement that meets several short waits in turn can hold the queue for several
+    limits (at most one wait per lock its rows take). Alone, outside the queue, a call
+    waits for its locks as long as it takes, as a call did before grouping."""
 
     def _write(self, group: list[_Member]) -> None:
         try:
@@ -275,7 +277,7 @@ class GroupOpener(GroupCommit):
         except DBAPIError as exc:
             if len(group) == 1 and not _lock_wait_over(exc):
                 raise  # one row's own error
-            metrics.open_groups("split")
+            metrics.open_groups("split" if len(group) > 1 else "alone")
             log.info("open group of %d split: %s", len(group), type(getattr(exc, "orig", exc)).__name__)
             for m in group:
                 m.error = _Alone(exc)

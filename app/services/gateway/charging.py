@@ -256,7 +256,7 @@ _Finalization = _Member  # a finalize row waiting in a ``GroupFinalizer``
 
 
 class GroupOpener(GroupCommit):
-    """The open's group statement (``gw_open_calls``, migration 0027): the opens of this
+    """The open's group statement (``gw_open_calls``, migrations 0027, 0028): the opens of this
     process that arrive while one is being written go together in the next statement,
     each answered its own outcome (``Opened``), refusals included. A statement that fails
     for anything else (a duplicate call id after a lost connection, a deadlock with
@@ -336,9 +336,9 @@ def _group_opener() -> GroupOpener:
 def _open_group(rows: list[dict], *, lock_wait: bool) -> dict[str, Opened]:
     """ONE autocommit statement opening ``rows`` (``gw_open_calls``: one JSON document);
     each call id's answer. A refusal is an answer (nothing of that row written), not an
-    error. ``lock_wait``: the statement waits at most ``CALL_OPEN_GROUP_LOCK_WAIT_MS``
-    for a row lock, then fails with nothing written (``_lock_wait_over``); without it,
-    as long as it takes."""
+    error. ``lock_wait``: each lock wait of the statement lasts at most
+    ``CALL_OPEN_GROUP_LOCK_WAIT_MS``, then it fails with nothing written
+    (``_lock_wait_over``); without it, a wait lasts as long as it takes."""
     wait = current_app.config["CALL_OPEN_GROUP_LOCK_WAIT_MS"] if lock_wait else 0
     found = run_one(_OPEN, {"rows": orjson.dumps(rows).decode(), "lock_wait_ms": wait})
     return {r[0]: Opened(*r[1:]) for r in found}

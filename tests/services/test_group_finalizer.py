@@ -19,8 +19,8 @@ from app.services.gateway.refunds import refund
 from tests.gateway_helpers import balance_cents, call, mod, provider, provider_server  # noqa: F401
 
 
-def _item(call_id: str) -> charging._Finalization:
-    return charging._Finalization({"id": call_id})
+def _item(call_id: str) -> charging._Member:
+    return charging._Member({"id": call_id})
 
 
 def test_calls_arriving_during_a_write_share_the_next_statement(monkeypatch):

@@ -417,6 +417,29 @@ def _gave_up(result) -> bool:
     return isinstance(result, DBAPIError) and getattr(result.orig, "sqlstate", None) == "55P03"
 
 
+def _group_against_writer(app, rows, first, second) -> tuple:
+    """Another writer runs ``first`` (sql, params: takes a lock), the group starts and
+    waits for a lock, the writer runs ``second`` (wants a lock the group may hold) and
+    rolls back (its effect is not what is tested): the group's and the writer's outcomes
+    ("ok" or the error)."""
+    out: dict = {}
+    with app.app_context():
+        with db.engine.connect() as writer:
+            writer.execute(text("SET LOCAL lock_timeout = '5s'"))
+            writer.execute(text(first[0]), first[1])
+            t = _run_group(app, rows, out, "group")
+            _lock_waiters(app, 1)
+            try:
+                writer.execute(text(second[0]), second[1])
+                writer.rollback()
+                out["writer"] = "ok"
+            except Exception as exc:  # noqa: BLE001 - the caller's assertions report it
+                out["writer"] = exc
+        t.join(10)
+        db.session.remove()
+    return out["group"], out["writer"]
+
+
 def _no_deadlock(*results):
     assert not any("deadlock detected" in str(r) for r in results), results
 
@@ -463,25 +486,14 @@ def test_an_existing_rows_key_lock_and_a_refund(app, make_account, mod):
         assert charging._open_group([first_row], lock_wait=False)[str(first)].outcome == "opened"
         made = _rows(app, [(a, "k1", None), (a, "k2", None)])  # a duplicate k1, a new k2
         db.session.remove()
-    out: dict = {}
-    with app.app_context():
-        with db.engine.connect() as refund_tx:
-            refund_tx.execute(text("SET LOCAL lock_timeout = '5s'"))
-            refund_tx.execute(text("UPDATE accounts SET balance_micros = balance_micros + 30000 WHERE id = :a"),
-                              {"a": a})
-            t = _run_group(app, [r for _, r in made], out, "group")
-            _lock_waiters(app, 1)  # the group: existing for k1 (record locked), waits for account a
-            try:
-                refund_tx.execute(text("DELETE FROM idempotency_records WHERE account_id = :a AND key = 'k1'"),
-                                  {"a": a})
-                refund_tx.rollback()  # (the refund's effect is not what is tested)
-                out["refund"] = "ok"
-            except Exception as exc:  # noqa: BLE001 - reported below
-                out["refund"] = exc
-        t.join(10)
-        db.session.remove()
-    _no_deadlock(out["group"], out["refund"])
-    assert out["refund"] == "ok" and _gave_up(out["group"]), out
+    # the refund: account a first; the group meanwhile answers existing for k1 (record
+    # locked) and waits for account a; then the refund wants k1's record
+    group, refund = _group_against_writer(
+        app, [r for _, r in made],
+        ("UPDATE accounts SET balance_micros = balance_micros + 30000 WHERE id = :a", {"a": a}),
+        ("DELETE FROM idempotency_records WHERE account_id = :a AND key = 'k1'", {"a": a}))
+    _no_deadlock(group, refund)
+    assert refund == "ok" and _gave_up(group), (group, refund)
 
 
 def test_a_writer_locking_two_accounts_in_another_order(app, make_account, mod):
@@ -493,25 +505,14 @@ def test_a_writer_locking_two_accounts_in_another_order(app, make_account, mod):
     with app.test_request_context():
         made = _rows(app, [(agent_acct, None, None), (owner_acct, None, None)])
         db.session.remove()
-    out: dict = {}
-    with app.app_context():
-        with db.engine.connect() as fund_tx:
-            fund_tx.execute(text("SET LOCAL lock_timeout = '5s'"))
-            fund_tx.execute(text("UPDATE accounts SET balance_micros = balance_micros - 10000 WHERE id = :o"),
-                            {"o": owner_acct})
-            t = _run_group(app, [r for _, r in made], out, "group")
-            _lock_waiters(app, 1)  # the group: the agent's account locked, waits for the owner's
-            try:
-                fund_tx.execute(text("UPDATE accounts SET balance_micros = balance_micros + 10000 WHERE id = :g"),
-                                {"g": agent_acct})
-                fund_tx.rollback()
-                out["fund"] = "ok"
-            except Exception as exc:  # noqa: BLE001 - reported below
-                out["fund"] = exc
-        t.join(10)
-        db.session.remove()
-    _no_deadlock(out["group"], out["fund"])
-    assert out["fund"] == "ok" and _gave_up(out["group"]), out
+    # the funding: the owner's account first; the group meanwhile locks the agent's and
+    # waits for the owner's; then the funding wants the agent's
+    group, fund = _group_against_writer(
+        app, [r for _, r in made],
+        ("UPDATE accounts SET balance_micros = balance_micros - 10000 WHERE id = :o", {"o": owner_acct}),
+        ("UPDATE accounts SET balance_micros = balance_micros + 10000 WHERE id = :g", {"g": agent_acct}))
+    _no_deadlock(group, fund)
+    assert fund == "ok" and _gave_up(group), (group, fund)
     assert balance_cents(app, agent_acct) == 100 and balance_cents(app, owner_acct) == 100
 
 

@@ -36,6 +36,7 @@ import logging
 import os
 import threading
 import time
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -89,8 +90,8 @@ _FINALIZE = "SELECT id FROM gw_finalize_calls(%(rows)s::jsonb) AS id"
 @dataclass(frozen=True)
 class Opened:
     """What ``gw_open_calls`` answered for a call: ``opened``, ``insufficient`` /
-    ``key_spend_limit`` (refused: nothing of it was written), or ``existing`` (the key is taken: its stored hash,
-    status and body)."""
+    ``key_spend_limit`` (refused: nothing of it was written), or ``existing`` (the key is
+    taken: its stored hash, status and body)."""
 
     outcome: str
     idem_hash: str | None = None
@@ -163,7 +164,7 @@ def finalize_pg(*, call_id: str, account_id: str, idem_key: str | None, ok: bool
             and (deadline - finished_at).total_seconds() >= cfg["CALL_SWEEP_MARGIN_SECONDS"] / 2):
         _deferred_finalizer(app).submit(row)
         return True
-    return _group_finalizer().finalize(_Finalization(row))
+    return _group_finalizer().finalize(_Member(row))
 
 
 class _Member:
@@ -184,7 +185,7 @@ class _Member:
         return self.result
 
 
-class GroupCommit:
+class GroupCommit(ABC):
     """Group commit, per process and database (leader / followers), of one kind of
     statement (``_write``: ONE statement for a group of rows, setting each member's
     ``result`` or ``error``).
@@ -202,8 +203,9 @@ class GroupCommit:
         self._queue: list[_Member] = []
         self._busy = False
 
-    def _write(self, group: list[_Member]) -> None:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def _write(self, group: list[_Member]) -> None:
+        """ONE statement for ``group``, setting each member's ``result`` (or ``error``)."""
 
     def submit(self, item: _Member):
         """Queue ``item``, write it (as the leader) or wait for the leader that does;
@@ -252,9 +254,6 @@ class GroupFinalizer(GroupCommit):
         return self.submit(item)
 
 
-_Finalization = _Member  # a finalize row waiting in a ``GroupFinalizer``
-
-
 class GroupOpener(GroupCommit):
     """The open's group statement (``gw_open_calls``, migrations 0027, 0028): the opens of this
     process that arrive while one is being written go together in the next statement,
@@ -280,16 +279,15 @@ class GroupOpener(GroupCommit):
             metrics.open_groups("split" if len(group) > 1 else "alone")
             log.info("open group of %d split: %s", len(group), type(getattr(exc, "orig", exc)).__name__)
             for m in group:
-                m.error = _Alone(exc)
+                m.error = _Alone(str(exc))
             return
         if len(group) > 1:
             metrics.open_groups("written")
         for m in group:
-            found = answers.get(m.row["call_id"])
-            if found is None:  # the key's record vanished between its conflict and its read
-                m.error = RuntimeError(f"gw_open_calls gave no answer for {m.row['call_id']}")
-            else:
-                m.result = found
+            try:
+                m.result = _answer(answers, m.row)
+            except RuntimeError as exc:
+                m.error = exc
 
     def open(self, row: dict) -> Opened:
         try:
@@ -299,18 +297,20 @@ class GroupOpener(GroupCommit):
 
     @staticmethod
     def submit_alone(row: dict) -> Opened:
-        found = _open_group([row], lock_wait=False).get(row["call_id"])
-        if found is None:
-            raise RuntimeError(f"gw_open_calls gave no answer for {row['call_id']}")
-        return found
+        return _answer(_open_group([row], lock_wait=False), row)
 
 
 class _Alone(Exception):
     """A group's statement failed: its members are opened one by one."""
 
-    def __init__(self, cause: BaseException):
-        super().__init__(str(cause))
-        self.cause = cause
+
+def _answer(answers: dict[str, Opened], row: dict) -> Opened:
+    """``row``'s answer in ``answers`` (none: the key's record vanished between its
+    conflict and its read — not seen, but never another call's answer)."""
+    found = answers.get(row["call_id"])
+    if found is None:
+        raise RuntimeError(f"gw_open_calls gave no answer for {row['call_id']}")
+    return found
 
 
 _writers_lock = threading.Lock()

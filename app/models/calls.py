@@ -50,6 +50,11 @@ class ModuleCall(db.Model):
     idempotency_key: Mapped[str | None] = mapped_column(String(128))
     # The key whose spend limit this call was reserved against (``spend.release`` on refund).
     spend_key_id: Mapped[str | None] = mapped_column(String(32))
+    # The start of the limit period the reservation was counted in: the refund gives it
+    # back THERE, even if the key's period changed since (money engine, gw_spend.sql).
+    spend_reserved_from: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Who acted (the API key or session id); ``account_id`` is the account that pays.
+    actor: Mapped[str | None] = mapped_column(String(64))
     ok: Mapped[bool | None] = mapped_column(Boolean)
     provider_status: Mapped[int | None] = mapped_column(Integer)
     error: Mapped[str | None] = mapped_column(String(32))  # provider_error | provider_timeout | swept

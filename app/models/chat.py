@@ -41,6 +41,10 @@ class ChatCompletion(db.Model):
     hold_micros: Mapped[int] = mapped_column(BigInteger, default=0)
     # The key whose spend limit the hold was reserved against (settle/release give room back).
     spend_key_id: Mapped[str | None] = mapped_column(String(32))
+    # The start of the limit period the hold was counted in (settle/release give back there).
+    spend_reserved_from: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Who acted (the API key or session id); ``account_id`` is the account that pays.
+    actor: Mapped[str | None] = mapped_column(String(64))
     cost_micros: Mapped[int] = mapped_column(BigInteger, default=0)
     prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
     completion_tokens: Mapped[int] = mapped_column(Integer, default=0)

@@ -19,7 +19,8 @@ class LedgerTransaction(db.Model):
     id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
     kind: Mapped[str] = mapped_column(String(32))  # a filter on headers reached by id (no index)
     ref: Mapped[str | None] = mapped_column(String(160), unique=True)
-    account_id: Mapped[str | None] = mapped_column(String(32))  # a record, not a lookup
+    account_id: Mapped[str | None] = mapped_column(String(32))  # the payer: a record, not a lookup
+    actor: Mapped[str | None] = mapped_column(String(64))  # who acted (key / session id), when known
     meta: Mapped[dict | None] = mapped_column(JSONType)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 

@@ -69,8 +69,14 @@ def test_check_detects_tampering(app, account):
         db.session.commit()
         rules = {v.rule for v in ledger.check()}
         assert "cached_balance_matches" in rules
-        db.session.execute(text("UPDATE ledger_entries SET amount_micros = amount_micros + 7 "
-                                "WHERE ledger_account = :c"), {"c": ledger.customer(account.id)})
+        # The database refuses to edit the ledger (append-only); an operator who turns the
+        # guard off on purpose is still caught by the check.
+        db.session.execute(text("ALTER TABLE ledger_entries DISABLE TRIGGER USER"))
+        try:
+            db.session.execute(text("UPDATE ledger_entries SET amount_micros = amount_micros + 7 "
+                                    "WHERE ledger_account = :c"), {"c": ledger.customer(account.id)})
+        finally:
+            db.session.execute(text("ALTER TABLE ledger_entries ENABLE TRIGGER USER"))
         db.session.commit()
         rules = {v.rule for v in ledger.check()}
         assert {"entries_sum_to_zero", "transaction_balanced"} <= rules

@@ -80,7 +80,8 @@ class ChatCompletionsView(MethodView):
         maximum is held on the balance before the call and settled to the exact cost after.
         """
         p = principal()
-        return _response(chat.create_completion(p.account_id, p.mode, body, key_id=key_of(p)))
+        return _response(chat.create_completion(p.account_id, p.mode, body, key_id=key_of(p),
+                                                     actor=p.credential_id))
 
 
 @blp.route("/models")

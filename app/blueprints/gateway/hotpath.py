@@ -150,7 +150,8 @@ class HotPath:
         ratelimits.per_credential(principal)
         res = gateway.call(account_id=principal.account_id, mode=principal.mode, slug=slug,
                            body=body, idempotency_key=idempotency_key, payment=None,
-                           request_id=g.request_id, key_id=auth.key_of(principal))
+                           request_id=g.request_id, key_id=auth.key_of(principal),
+                           actor=principal.credential_id)
         headers = {"Content-Type": "application/json", "Content-Length": str(len(res.body))}
         if res.replayed:
             headers["Idempotent-Replayed"] = "true"
@@ -171,7 +172,8 @@ class HotPath:
             return None
         ratelimits.per_credential(principal)
         result = chat.create_completion(principal.account_id, principal.mode, body,
-                                        key_id=auth.key_of(principal))
+                                        key_id=auth.key_of(principal),
+                                        actor=principal.credential_id)
         payload = orjson.dumps(result.body)
         headers = {"Content-Type": "application/json", "Content-Length": str(len(payload))}
         headers.update(result.headers)

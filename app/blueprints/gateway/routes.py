@@ -59,7 +59,8 @@ class ModuleCallView(MethodView):
         p = principal()
         res = gateway.call(account_id=p.account_id, mode=p.mode, slug=slug, body=body,
                            idempotency_key=idempotency_key, payment=x_payment or payment_signature,
-                           request_id=g.get("request_id"), key_id=key_of(p))
+                           request_id=g.get("request_id"), key_id=key_of(p),
+                           actor=p.credential_id)
         resp = Response(res.body, 200, mimetype="application/json")
         if res.replayed:
             resp.headers["Idempotent-Replayed"] = "true"

@@ -1,33 +1,29 @@
-"""Per-key spend limits: the counters of ``key_spend`` and the rule that no charge may push
-a key past its limit (issue 16 item 3).
+"""Per-key spend limits: the Python side of the rule that no charge may push a key past its
+limit (issue 16 item 3). The rule itself — the periods and the counters of ``key_spend`` —
+is written once, in the money engine's SQL (``app/services/money/sql/gw_spend.sql``:
+``gw_period_bounds``, ``gw_spend_reserve``, ``gw_spend_release``); these helpers only call
+it, join the caller's unit of work and never commit.
 
 A key with ``spend_limit_micros`` set counts what it spends per ``spend_limit_period``:
 ``day`` (UTC midnight), ``week`` (ISO week, Monday 00:00 UTC), ``month`` (the 1st, 00:00
 UTC) or ``total`` (one period since 1970-01-01). The counter row is keyed by
-``(key_id, period_start)``.
+``(key_id, period_start)``. A reservation remembers the period it was taken in
+(``reserved_from``, stored on the call or completion row), and its release goes back to
+that period even if the key's period changed since.
 
-* ``reserve(key_id, micros, now)``: ONE conditional statement
-  (``INSERT … ON CONFLICT DO UPDATE … WHERE spent + micros <= limit RETURNING``) adds the
-  charge to the period's counter or changes nothing; concurrent reserves serialize on the
-  counter row, so 12 parallel calls on a limit of 3 calls' worth succeed exactly 3 times.
-  Raises ``KeySpendLimitReached`` (402) when the charge does not fit. Returns True when
-  a counter was charged (the key has a limit), False otherwise (nothing to release later).
-* ``refusal(key_id, micros, now)``: that 402 for a charge refused by the same rule in
-  PostgreSQL's ``gw_open_calls`` (migration 0027), which reserves in its own statement.
-* ``release(key_id, micros, charged_at)``: ONE conditional UPDATE giving ``micros`` back
-  to the counter of the period that contains ``charged_at`` (refunds, released holds).
-
-Both join the caller's unit of work and never commit. Changing a key's period starts
-counting in the new period's row; a release for a period whose row does not exist changes
-nothing.
+* ``reserve(key_id, micros, now)``: ``reserved_from`` when a counter was charged, None when
+  there is nothing to count (no key, no limit, zero charge); raises
+  ``KeySpendLimitReached`` (402) when the charge does not fit, changing nothing.
+* ``refusal(key_id, micros, now)``: that 402 for a charge the engine refused in one of its
+  statements (``gw_open_calls``, ``gw_chat_hold``); reads only.
+* ``release(key_id, micros, reserved_from)``: gives ``micros`` back to that period's
+  counter (never below zero).
 """
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
-from sqlalchemy import bindparam, func, select, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy import select, text
 
 from app.errors import PaymentRequired
 from app.extensions import db
@@ -37,13 +33,9 @@ PERIODS = ("day", "week", "month", "total")
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _SPEND = KeySpend.__table__
 _KEYS = ApiKey.__table__
-_RESERVES: dict = {}
-_RELEASE = (update(_SPEND)
-            .where(_SPEND.c.key_id == bindparam("k"), _SPEND.c.period_start == bindparam("ps"))
-            .values(spent_micros=func.max(_SPEND.c.spent_micros - bindparam("m"), 0)))
-_RELEASE_PG = (update(_SPEND)
-               .where(_SPEND.c.key_id == bindparam("k"), _SPEND.c.period_start == bindparam("ps"))
-               .values(spent_micros=func.greatest(_SPEND.c.spent_micros - bindparam("m"), 0)))
+_BOUNDS = text("SELECT period_from, period_to FROM gw_period_bounds(:period, :at)")
+_RESERVE = text("SELECT outcome, reserved_from FROM gw_spend_reserve(:key, :micros, :now)")
+_RELEASE = text("SELECT gw_spend_release(:key, :micros, :reserved_from)")
 
 
 class KeySpendLimitReached(PaymentRequired):
@@ -54,32 +46,12 @@ class KeySpendLimitReached(PaymentRequired):
 
 
 def period_bounds(period: str, now: datetime) -> tuple[datetime, datetime | None]:
-    """[start, end) of the UTC limit period containing ``now`` (end None for ``total``)."""
-    now = now.astimezone(timezone.utc)
-    day = now.replace(hour=0, minute=0, second=0, microsecond=0)
-    if period == "day":
-        return day, day + timedelta(days=1)
-    if period == "week":
-        start = day - timedelta(days=day.weekday())
-        return start, start + timedelta(days=7)
-    if period == "month":
-        start = day.replace(day=1)
-        return start, (start + timedelta(days=32)).replace(day=1)
-    if period == "total":
-        return EPOCH, None
-    raise ValueError(f"unknown spend limit period {period!r}")
-
-
-def _reserve_stmt(dialect: str):
-    stmt = _RESERVES.get(dialect)
-    if stmt is None:
-        ins = (pg_insert if dialect == "postgresql" else sqlite_insert)(_SPEND)
-        stmt = _RESERVES[dialect] = ins.on_conflict_do_update(
-            index_elements=["key_id", "period_start"],
-            set_={"spent_micros": _SPEND.c.spent_micros + ins.excluded.spent_micros},
-            where=_SPEND.c.spent_micros + ins.excluded.spent_micros <= bindparam("limit"),
-        ).returning(_SPEND.c.spent_micros)
-    return stmt
+    """[start, end) of the UTC limit period containing ``now`` (end None for ``total``),
+    as the engine computes it (``gw_period_bounds``)."""
+    if period not in PERIODS:
+        raise ValueError(f"unknown spend limit period {period!r}")
+    start, end = db.session.execute(_BOUNDS, {"period": period, "at": now}).one()
+    return start, end
 
 
 def _limit_of(key_id: str) -> tuple[int | None, str | None]:
@@ -96,38 +68,26 @@ def spent(key_id: str, period: str, now: datetime) -> int:
     return int(value or 0)
 
 
-def reserve(key_id: str | None, micros: int, now: datetime) -> bool:
-    """Count ``micros`` against the key's limit for the period of ``now``, or raise
-    ``KeySpendLimitReached`` changing nothing. False (nothing counted) for no key, a key
-    without a limit, or a zero charge. Does not commit."""
+def reserve(key_id: str | None, micros: int, now: datetime) -> datetime | None:
+    """Count ``micros`` against the key's limit for the period of ``now``; the period's
+    start (``reserved_from``, for the release), None when nothing was counted. Raises
+    ``KeySpendLimitReached`` changing nothing. Does not commit."""
     if not key_id or micros <= 0:
-        return False
-    limit, period = _limit_of(key_id)
-    if limit is None or period is None:
-        return False
-    start, end = period_bounds(period, now)
-    got = None
-    if micros <= limit:
-        got = db.session.execute(_reserve_stmt(db.session.get_bind().dialect.name), {
-            "key_id": key_id, "period_start": start, "spent_micros": int(micros), "limit": int(limit)},
-        ).first()
-    if got is None:
-        raise _refusal(key_id, limit, period, micros, now, end)
-    return True
+        return None
+    outcome, reserved_from = db.session.execute(
+        _RESERVE, {"key": key_id, "micros": int(micros), "now": now}).one()
+    if outcome == "refused":
+        raise refusal(key_id, micros, now)
+    return reserved_from
 
 
 def refusal(key_id: str, micros: int, now: datetime) -> KeySpendLimitReached:
-    """The 402 for a charge that the key's limit refused elsewhere (``gw_open_calls`` does
-    the same conditional upsert server-side); reads only."""
-    limit, period = _limit_of(key_id)
-    return _refusal(key_id, int(limit or 0), period or "total", micros, now,
-                    period_bounds(period or "total", now)[1])
-
-
-def _refusal(key_id: str, limit: int, period: str, micros: int, now: datetime,
-             end: datetime | None) -> KeySpendLimitReached:
+    """The 402 for a charge that the key's limit refused (reads only)."""
     from app.services.billing.ledger import micros_to_cents
 
+    limit, period = _limit_of(key_id)
+    limit, period = int(limit or 0), period or "total"
+    _, end = period_bounds(period, now)
     used = spent(key_id, period, now)
     resets = end.isoformat().replace("+00:00", "Z") if end else None
     when = f"it resets at {resets}" if resets else "it never resets (period total)"
@@ -139,14 +99,9 @@ def _refusal(key_id: str, limit: int, period: str, micros: int, now: datetime,
                "period": period, "resets_at": resets})
 
 
-def release(key_id: str | None, micros: int, charged_at: datetime) -> None:
-    """Give ``micros`` back to the counter of the period containing ``charged_at`` (one
-    conditional UPDATE, never below zero). Does not commit."""
-    if not key_id or micros <= 0:
+def release(key_id: str | None, micros: int, reserved_from: datetime | None) -> None:
+    """Give ``micros`` back to the counter of the period the reservation was taken in
+    (``reserve``'s answer; never below zero). Nothing for no reservation. Does not commit."""
+    if not key_id or micros <= 0 or reserved_from is None:
         return
-    _, period = _limit_of(key_id)
-    if period is None:
-        return
-    start, _ = period_bounds(period, charged_at)
-    stmt = _RELEASE_PG if db.session.get_bind().dialect.name == "postgresql" else _RELEASE
-    db.session.execute(stmt, {"k": key_id, "ps": start, "m": int(micros)})
+    db.session.execute(_RELEASE, {"key": key_id, "micros": int(micros), "reserved_from": reserved_from})

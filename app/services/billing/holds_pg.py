@@ -35,7 +35,8 @@ _UNIQUE_VIOLATION = "23505"
 # SQLAlchemy's compile and bind processing are skipped; the engine's events (statement
 # counters, tracing) still see them.
 _HOLD = """
-    SELECT gw_chat_hold(%(id)s::varchar, %(account_id)s::varchar, %(requested_model)s::varchar,
+    SELECT gw_chat_hold(%(id)s::varchar, %(account_id)s::varchar, %(actor)s::varchar,
+                        %(requested_model)s::varchar,
                         %(stream)s::boolean, %(hold)s::bigint, %(spend_key_id)s::varchar,
                         %(now)s::timestamptz, %(codes)s::varchar[], %(amounts)s::bigint[])
 """
@@ -58,12 +59,14 @@ def _sqlstate(exc: DBAPIError) -> str | None:
 
 
 def hold(*, completion_id: str, account_id: str, requested_model: str, stream: bool,
-         hold_micros: int, key_id: str | None, now: datetime, legs: list[tuple[str, int]]) -> str:
+         hold_micros: int, key_id: str | None, now: datetime, legs: list[tuple[str, int]],
+         actor: str | None = None) -> str:
     """One round trip, committed by itself: ``held``, or the refusal (``insufficient`` /
     ``key_spend_limit``: nothing was written). ``key_id``: the API key whose spend limit
     the hold counts against (the function reserves it when the key has a limit)."""
     legs = sorted(legs, key=lambda leg: leg[1])  # debits first, as ledger.post orders them
-    params = {"id": completion_id, "account_id": account_id, "requested_model": requested_model,
+    params = {"id": completion_id, "account_id": account_id, "actor": actor,
+              "requested_model": requested_model,
               "stream": bool(stream), "hold": int(hold_micros), "spend_key_id": key_id, "now": now,
               "codes": pg_array(c for c, _ in legs), "amounts": pg_array(int(a) for _, a in legs)}
     try:

@@ -9,6 +9,10 @@ Conventions (DESIGN §3):
   Their legs also move the cached ``accounts.balance_micros`` / ``accounts.test_balance_micros``
   with a conditional UPDATE (``… WHERE balance + :delta >= 0``) in the same database
   transaction, so no concurrent path can overdraw an account in either mode.
+* Postings are written by the money engine's ``gw_post`` (``app/services/money/sql/``),
+  which also moves the cached balances; the database itself refuses an unbalanced posting
+  (trigger on ``ledger_entries``), a negative cached balance (CHECK) and any UPDATE or
+  DELETE of ledger rows (append-only).
 * Holder accounts (``acct:``, ``earnings:``, ``revenue:``, ``hold:``) never go negative; source
   accounts (``promo:``, ``external:``, ``adjust:``) are negative by the amount they
   have put into the system.
@@ -19,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import BigInteger, String, bindparam, func, insert, select, text, update
+from sqlalchemy import BigInteger, String, bindparam, func, select, text
 from sqlalchemy.dialects.postgresql import ARRAY
 
 from app.errors import PaymentRequired
@@ -100,72 +104,42 @@ class UnbalancedPosting(ValueError):
 
 
 _ACCOUNTS = Account.__table__
-_TXNS = LedgerTransaction.__table__
-_ENTRIES = LedgerEntry.__table__
 
-# Statements built once, parameters given at execution (SQLAlchemy's compiled cache).
-def _balance_updates(column: str):
-    col = _ACCOUNTS.c[column]
-    credit = update(_ACCOUNTS).where(_ACCOUNTS.c.id == bindparam("acct")).values({column: col + bindparam("delta")})
-    return credit, credit.where(col >= bindparam("need"))  # the debit never goes below zero
-
-
-# ledger account prefix -> (credit, debit) statements on its cached balance column
-_CACHED = {CUSTOMER: _balance_updates("balance_micros"), CUSTOMER_TEST: _balance_updates("test_balance_micros")}
-_INSERT_TXN = insert(_TXNS).returning(_TXNS.c.id)
-
-# PostgreSQL: insert the transaction and its legs in one statement.
-_PG_POST = text("""
-    WITH txn AS (
-        INSERT INTO ledger_transactions (kind, ref, account_id, meta, created_at)
-        VALUES (:kind, :ref, :account_id, :meta, :created_at)
-        RETURNING id)
-    INSERT INTO ledger_entries (txn_id, ledger_account, amount_micros, created_at)
-    SELECT txn.id, leg.code, leg.amount, :created_at
-    FROM txn, unnest(CAST(:codes AS varchar[]), CAST(:amounts AS bigint[])) AS leg(code, amount)
-    RETURNING txn_id
+# The engine's one writer of postings (app/services/money/sql/gw_post.sql), soft: an
+# uncovered debit answers NULL and leaves the caller's transaction usable.
+_POST = text("""
+    SELECT gw_post(:kind, :ref, :payer, :actor, :meta, CAST(:codes AS varchar[]),
+                   CAST(:amounts AS bigint[]), :created_at, true)
 """).bindparams(bindparam("meta", type_=JSONType), bindparam("created_at", type_=UTCDateTime()),
                 bindparam("codes", type_=ARRAY(String)), bindparam("amounts", type_=ARRAY(BigInteger)))
 
 
 def post(kind: str, legs: list[tuple[str, int]], *, ref: str | None = None,
          account_id: str | None = None, meta: dict | None = None,
-         created_at=None) -> int:
-    """Append one balanced transaction; returns its id. Does not commit.
+         created_at=None, actor: str | None = None) -> int:
+    """Append one balanced transaction through the engine's ``gw_post``; returns its id.
+    Does not commit. ``account_id``: the account that pays (recorded on the transaction);
+    ``actor``: who acted (an API key or session id), when known.
 
-    Raises ``InsufficientFunds`` (and leaves the caller's transaction to roll back)
-    when a customer leg would overdraw; ``sqlalchemy.exc.IntegrityError`` when
-    ``ref`` was already posted (the caller decides whether that means "done").
+    Raises ``InsufficientFunds`` when a customer leg would overdraw (nothing of the posting
+    is left, the caller's transaction goes on: it may add funds and post again);
+    ``UnbalancedPosting`` for legs that do not sum to zero (checked here for a clear error,
+    and by the database); ``sqlalchemy.exc.IntegrityError`` when ``ref`` was already
+    posted (the caller decides whether that means "done").
     """
     legs = [(code, int(amount)) for code, amount in legs if int(amount) != 0]
     if not legs:
         raise UnbalancedPosting("a posting needs at least one non-zero leg")
     if sum(a for _, a in legs) != 0:
         raise UnbalancedPosting(f"legs of {kind} do not sum to zero: {legs}")
-    session = db.session
-    now = created_at or utcnow()
-    # Debits first (conditional), then credits: a failed debit changes nothing, so a caller
-    # may catch InsufficientFunds, add funds and post again in the same transaction.
-    # Core statements on the tables (not the ORM): cached compiled SQL, no unit of work.
-    for code, amount in sorted(legs, key=lambda leg: leg[1]):
-        prefix, _, acct = code.partition(":")
-        statements = _CACHED.get(prefix + ":")
-        if statements is not None:
-            res = session.execute(statements[1] if amount < 0 else statements[0],
-                                  {"acct": acct, "delta": amount, "need": -amount})
-            if res.rowcount != 1:
-                if amount < 0:
-                    raise InsufficientFunds(acct, -amount)
-                raise LookupError(f"no account {acct}")
-    txn = {"kind": kind, "ref": ref, "account_id": account_id, "meta": meta, "created_at": now}
-    if session.get_bind().dialect.name == "postgresql":
-        # The transaction and all its entries in one statement (one round trip).
-        return session.execute(_PG_POST, {**txn, "codes": [c for c, _ in legs],
-                                          "amounts": [a for _, a in legs]}).scalars().first()
-    txn_id = session.execute(_INSERT_TXN, txn).scalar_one()
-    session.execute(insert(_ENTRIES), [
-        {"txn_id": txn_id, "ledger_account": code, "amount_micros": amount, "created_at": now}
-        for code, amount in legs])
+    txn_id = db.session.execute(_POST, {
+        "kind": kind, "ref": ref, "payer": account_id, "actor": actor, "meta": meta,
+        "codes": [c for c, _ in legs], "amounts": [a for _, a in legs],
+        "created_at": created_at or utcnow()}).scalar()
+    if txn_id is None:
+        code, amount = min((leg for leg in legs if leg[0].startswith((CUSTOMER, CUSTOMER_TEST))),
+                           key=lambda leg: leg[1])
+        raise InsufficientFunds(code.partition(":")[2], -amount)
     return txn_id
 
 

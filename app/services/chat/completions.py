@@ -196,9 +196,11 @@ def _chars(message_or_delta: dict) -> int:
     return n
 
 
-def create_completion(account_id: str, mode: str, body: dict, key_id: str | None = None) -> ChatResult:
+def create_completion(account_id: str, mode: str, body: dict, key_id: str | None = None,
+                      actor: str | None = None) -> ChatResult:
     """Route, hold, call (with failover), settle. Test-mode keys use the sandbox provider
-    only and move no money. ``key_id``: the API key whose spend limit the hold counts against."""
+    only and move no money. ``key_id``: the API key whose spend limit the hold counts against;
+    ``account_id`` pays, ``actor`` (the credential's id) acted: both are recorded."""
     started = time.monotonic()
     with telemetry.span("chat.route"):  # validation, request analysis, candidates, hold size
         _validate(body)
@@ -212,7 +214,7 @@ def create_completion(account_id: str, mode: str, body: dict, key_id: str | None
     if call.live:
         with telemetry.span("chat.hold"):  # gw_chat_hold on PostgreSQL
             call.held_at = chat_billing.hold(call.id, account_id, body["model"], call.hold_micros,
-                                             bool(body.get("stream")), key_id=key_id)
+                                             bool(body.get("stream")), key_id=key_id, actor=actor)
     models = catalog().models
     try:
         if body.get("stream"):

@@ -169,9 +169,11 @@ def _replay_or_conflict(stored_hash: str, status: str, body: str | None, req_has
 # --- the call --------------------------------------------------------------------------
 
 def call(*, account_id: str, mode: str, slug: str, body: dict, idempotency_key: str | None = None,
-         payment: str | None = None, request_id: str | None = None, key_id: str | None = None) -> CallResult:
+         payment: str | None = None, request_id: str | None = None, key_id: str | None = None,
+         actor: str | None = None) -> CallResult:
     """Perform one metered module call (see the module docstring for the scheme); ``key_id``:
-    the API key whose spend limit applies (``app.services.accounts.spend``)."""
+    the API key whose spend limit applies (``app.services.accounts.spend``); ``account_id``
+    pays, ``actor`` (the credential's id) is who acted: both are recorded."""
     cfg = current_app.config
     mod = catalog.get_module(slug)
     act = catalog.get_action(mod, body.get("action"))
@@ -187,7 +189,8 @@ def call(*, account_id: str, mode: str, slug: str, body: dict, idempotency_key: 
     paid: list = []
     with telemetry.span("call.open"):
         opened = open_call(account_id=account_id, mode=mode, mod=mod, act=act, body=body,
-                           idempotency_key=idempotency_key, payment=payment, paid_out=paid, key_id=key_id)
+                           idempotency_key=idempotency_key, payment=payment, paid_out=paid, key_id=key_id,
+                           actor=actor)
     if isinstance(opened, CallResult):
         return opened
     call_id = opened
@@ -232,7 +235,7 @@ def call(*, account_id: str, mode: str, slug: str, body: dict, idempotency_key: 
 def open_call(*, account_id: str, mode: str, mod: catalog.ModuleSnap, act: catalog.ActionSnap,
               body: dict, idempotency_key: str | None = None,
               payment: str | None = None, paid_out: list | None = None,
-              key_id: str | None = None) -> str | CallResult:
+              key_id: str | None = None, actor: str | None = None) -> str | CallResult:
     """The charging transaction: claim the Idempotency-Key, reserve the key's spend
     limit, debit, write the ``pending`` call, COMMIT. Returns the new call id, or the
     stored response when the key was already used for this request (a replay)."""
@@ -245,7 +248,7 @@ def open_call(*, account_id: str, mode: str, mod: catalog.ModuleSnap, act: catal
     if charging.supported():  # PostgreSQL: the whole charging transaction in one statement
         try:
             return _open_pg(account_id, mode, mod, act, idempotency_key, req_hash, price_micros,
-                            charged, payment, key_id)
+                            charged, payment, key_id, actor)
         except _PaymentNeeded:
             pass  # x402: the multi-statement path below books the payment with the debit
     paid = None  # an x402 payment verified, reserved and settled for this call (not booked yet)
@@ -267,13 +270,14 @@ def open_call(*, account_id: str, mode: str, mod: catalog.ModuleSnap, act: catal
                         call_id=call_id, status="in_flight", created_at=now,
                         expires_at=now + timedelta(seconds=cfg["IDEMPOTENCY_TTL_SECONDS"])))
                 # The key's spend limit, before any debit (402 key_spend_limit_reached).
-                reserved = charged and spend.reserve(key_id, price_micros, now)
+                reserved_from = spend.reserve(key_id, price_micros, now) if charged else None
                 s.execute(_INSERT_CALL, dict(
                     id=call_id, account_id=account_id, module_id=mod.id, module_slug=slug,
                     action=act.name, mode=mode, status="pending", price_micros=price_micros,
                     charged=charged, owner_agent_id=mod.owner_agent_id,
                     idempotency_key=idempotency_key, created_at=now,
-                    spend_key_id=key_id if reserved else None,
+                    spend_key_id=key_id if reserved_from else None,
+                    spend_reserved_from=reserved_from, actor=actor,
                     deadline_at=now + timedelta(seconds=act.timeout_seconds
                                                 + cfg["CALL_SWEEP_MARGIN_SECONDS"])))
                 # The hot row (the account balance) last, right before the commit, so its
@@ -283,7 +287,8 @@ def open_call(*, account_id: str, mode: str, mod: catalog.ModuleSnap, act: catal
                         x402.book(paid, call_id=call_id)
                     try:
                         ledger.post("module_call", _legs(account_id, price_micros, mod.owner_agent_id),
-                                    ref=f"call:{call_id}", account_id=account_id, created_at=now)
+                                    ref=f"call:{call_id}", account_id=account_id, created_at=now,
+                                    actor=actor)
                     except ledger.InsufficientFunds:
                         if not payment or paid is not None:
                             raise payment_required(act.price_cents, slug) from None
@@ -313,7 +318,7 @@ class _PaymentNeeded(Exception):
 
 
 def _open_pg(account_id, mode, mod, act, idempotency_key, req_hash, price_micros, charged,
-             payment, key_id=None) -> str | CallResult:
+             payment, key_id=None, actor=None) -> str | CallResult:
     """``open_call`` on PostgreSQL: ONE autocommit ``gw_open_calls`` statement, possibly
     shared with other calls of this process (its commit does not wait for the WAL flush;
     why that is safe: docs/performance.md). A refusal leaves nothing of this call behind
@@ -324,7 +329,7 @@ def _open_pg(account_id, mode, mod, act, idempotency_key, req_hash, price_micros
         account_id=account_id, mode=mode, mod=mod, act=act, idem_key=idempotency_key,
         req_hash=req_hash, price_micros=price_micros, charged=charged,
         legs=_legs(account_id, price_micros, mod.owner_agent_id) if charged else [],
-        spend_key=key_id)
+        spend_key=key_id, actor=actor)
     if res.outcome == "insufficient":
         if payment:
             raise _PaymentNeeded()

@@ -104,7 +104,7 @@ supported = one_statement_supported  # PostgreSQL runs the two statements
 
 def open_pg(*, account_id: str, mode: str, mod, act, idem_key: str | None, req_hash: str | None,
             price_micros: int, charged: bool, legs: list[tuple[str, int]],
-            spend_key: str | None = None) -> tuple[str, Opened]:
+            spend_key: str | None = None, actor: str | None = None) -> tuple[str, Opened]:
     """One round trip, committed by itself: the whole charging transaction of a new call
     of ``act`` of ``mod`` (catalog snapshots), in one ``gw_open_calls`` statement with
     the other opens of this process queued meanwhile (``GroupOpener``); ``spend_key``:
@@ -112,7 +112,7 @@ def open_pg(*, account_id: str, mode: str, mod, act, idem_key: str | None, req_h
     the function's answer for it."""
     opened, row = open_row(account_id=account_id, mode=mode, mod=mod, act=act, idem_key=idem_key,
                            req_hash=req_hash, price_micros=price_micros, charged=charged, legs=legs,
-                           spend_key=spend_key)
+                           spend_key=spend_key, actor=actor)
     # A stale pooled connection is retried once (run_one) with the SAME call id, so a first
     # attempt that did commit makes the retry fail (duplicate call id / key in flight)
     # instead of charging twice.
@@ -121,7 +121,7 @@ def open_pg(*, account_id: str, mode: str, mod, act, idem_key: str | None, req_h
 
 def open_row(*, account_id: str, mode: str, mod, act, idem_key: str | None, req_hash: str | None,
              price_micros: int, charged: bool, legs: list[tuple[str, int]],
-             spend_key: str | None = None) -> tuple[OpenedCall, dict]:
+             spend_key: str | None = None, actor: str | None = None) -> tuple[OpenedCall, dict]:
     """A new call's id and its ``gw_open_calls`` row (``open_pg``'s arguments)."""
     cfg = current_app.config
     call_id = new_id("call")
@@ -129,7 +129,7 @@ def open_row(*, account_id: str, mode: str, mod, act, idem_key: str | None, req_
     legs = sorted(legs, key=lambda leg: leg[1])  # debits first, as ledger.post orders them
     deadline = now + timedelta(seconds=act.timeout_seconds + cfg["CALL_SWEEP_MARGIN_SECONDS"])
     row = {
-        "call_id": call_id, "account_id": account_id, "module_id": mod.id, "slug": mod.slug,
+        "call_id": call_id, "account_id": account_id, "actor": actor, "module_id": mod.id, "slug": mod.slug,
         "action": act.name, "mode": mode, "price": price_micros, "charged": charged,
         "owner_agent_id": mod.owner_agent_id, "idem_key": idem_key, "req_hash": req_hash,
         "now": now, "deadline": deadline,

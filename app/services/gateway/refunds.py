@@ -48,7 +48,8 @@ def refund(call_id: str, error: str, created_at=None) -> bool:
                         .values(status="refunded", error=error, finished_at=utcnow())
                         .returning(ModuleCall.account_id, ModuleCall.price_micros, ModuleCall.charged,
                                    ModuleCall.owner_agent_id, ModuleCall.idempotency_key,
-                                   ModuleCall.created_at, ModuleCall.spend_key_id)
+                                   ModuleCall.created_at, ModuleCall.spend_key_id,
+                                   ModuleCall.spend_reserved_from, ModuleCall.actor)
                         .execution_options(synchronize_session=False)).first()
         if row is None:
             return False
@@ -56,8 +57,9 @@ def refund(call_id: str, error: str, created_at=None) -> bool:
             back = revenue_share.reverse([(code, -amount) for code, amount in
                                           legs(row.account_id, row.price_micros, row.owner_agent_id)])
             ledger.post("module_call_refund", back, ref=f"call_refund:{call_id}",
-                        account_id=row.account_id, meta={"call_id": call_id, "reason": error})
-            spend.release(row.spend_key_id, row.price_micros, row.created_at)
+                        account_id=row.account_id, meta={"call_id": call_id, "reason": error},
+                        actor=row.actor)
+            spend.release(row.spend_key_id, row.price_micros, row.spend_reserved_from)
         if row.idempotency_key is not None:
             s.execute(delete(IdempotencyRecord).where(
                 IdempotencyRecord.account_id == row.account_id,

@@ -1,0 +1,69 @@
+-- gw_chat_settle: a chat completion's settle in ONE autocommit statement, committed
+-- durably (the session default) before the answer leaves. Caller:
+-- app/services/billing/holds_pg.py (billing.holds.settle).
+--   1. the exact charge; above the hold only what the balance can still give (the balance
+--      row locked first, so the capped debit below cannot fail);
+--   2. held -> settled, once (by id and creation time: one partition); not held: no row;
+--   3. the posting through gw_post: hold:chat -H, customer +(H - C), revenue +C;
+--   4. the unused part of the hold back to the key's limit, in the period the hold was
+--      counted in (gw_spend_release; a charge above the hold is not counted).
+-- Returns (charged, the hold's spend-limited key, the hold's time, micros given back).
+CREATE OR REPLACE FUNCTION gw_chat_settle(
+    p_id varchar, p_created timestamptz, p_account_id varchar,
+    p_customer varchar, p_hold_code varchar, p_revenue varchar,
+    p_hold bigint, p_cost bigint, p_model varchar, p_provider varchar,
+    p_prompt_tokens integer, p_completion_tokens integer, p_estimated boolean,
+    p_attempts integer, p_latency_ms integer, p_error varchar, p_now timestamptz)
+RETURNS TABLE (charged bigint, spend_key_id varchar, held_at timestamptz, give_back bigint)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_charge bigint := p_cost;
+    v_balance bigint;
+    v_key varchar;
+    v_from timestamptz;
+    v_actor varchar;
+    v_held_at timestamptz;
+    v_meta jsonb;
+    v_back bigint;
+BEGIN
+    IF p_cost > p_hold THEN
+        SELECT a.balance_micros INTO v_balance FROM accounts a WHERE a.id = p_account_id FOR UPDATE;
+        v_charge := p_hold + least(p_cost - p_hold, greatest(coalesce(v_balance, 0), 0));
+    END IF;
+
+    v_held_at := p_created;
+    IF v_held_at IS NULL THEN
+        SELECT c.created_at INTO v_held_at FROM chat_completions c WHERE c.id = p_id;
+    END IF;
+    UPDATE chat_completions c
+       SET status = 'settled', model = p_model, provider = p_provider, cost_micros = v_charge,
+           prompt_tokens = p_prompt_tokens, completion_tokens = p_completion_tokens,
+           usage_estimated = p_estimated, attempts = p_attempts, latency_ms = p_latency_ms,
+           error = p_error, settled_at = p_now
+     WHERE c.id = p_id AND c.created_at = v_held_at AND c.status = 'held'
+    RETURNING c.spend_key_id, c.spend_reserved_from, c.actor INTO v_key, v_from, v_actor;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+
+    IF p_hold <> 0 OR v_charge <> 0 THEN
+        v_meta := jsonb_build_object('model', p_model, 'provider', p_provider,
+                                     'prompt_tokens', p_prompt_tokens,
+                                     'completion_tokens', p_completion_tokens,
+                                     'estimated', p_estimated);
+        IF p_cost > v_charge THEN
+            v_meta := v_meta || jsonb_build_object('shortfall_micros', p_cost - v_charge);
+        END IF;
+        PERFORM gw_post('chat_settle', 'chat_settle:' || p_id, p_account_id, v_actor, v_meta,
+                        ARRAY[p_hold_code, p_customer, p_revenue]::varchar[],
+                        ARRAY[-p_hold, p_hold - v_charge, v_charge]::bigint[], p_now);
+    END IF;
+
+    v_back := greatest(p_hold - v_charge, 0);
+    IF v_key IS NOT NULL THEN
+        PERFORM gw_spend_release(v_key, v_back, v_from);
+    END IF;
+
+    RETURN QUERY SELECT v_charge, v_key, v_held_at, v_back;
+END
+$fn$;

@@ -13,7 +13,8 @@ scope checks (per-key plan rate limits: ``app.ratelimits``) and batched ``last_u
   drops the entry, so revocation reaches every worker and node in about a second and
   in at most the TTL when a broadcast is lost.
 * ``last_used_at`` is recorded in memory and flushed by a daemon thread every
-  ``LAST_USED_FLUSH_SECONDS`` (one UPDATE per key), never on the request path.
+  ``LAST_USED_FLUSH_SECONDS`` (one transaction, key rows locked in id order, so flushes
+  of several processes cannot deadlock), never on the request path.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from typing import Callable
 
 from flask import current_app, g, request
 from flask_smorest import Blueprint as _SmorestBlueprint
-from sqlalchemy import select, update
+from sqlalchemy import select, text
 
 from app import ratelimits
 from app.errors import Forbidden, InsufficientScope, Unauthorized
@@ -183,19 +184,27 @@ def _ensure_background(app) -> None:
             threading.Thread(target=_flusher, args=(app,), name="last-used", daemon=True).start()
 
 
+_LOCK_KEYS = text("SELECT id FROM api_keys WHERE id = ANY(CAST(:ids AS varchar[])) ORDER BY id FOR UPDATE")
+_SET_LAST_USED = text("""
+    UPDATE api_keys k SET last_used_at = greatest(coalesce(k.last_used_at, v.at), v.at)
+      FROM unnest(CAST(:ids AS varchar[]), CAST(:ats AS timestamptz[])) AS v(id, at)
+     WHERE k.id = v.id""")
+
+
 def flush_last_used() -> int:
-    """Write the buffered last_used_at values (one UPDATE per key); returns how many."""
+    """Write the buffered last_used_at values; returns how many. One transaction that
+    locks the keys' rows in id order first (every process flushes in the same order, so
+    two flushes cannot deadlock: they did, with one UPDATE per key in arrival order) and
+    never moves a key's time backwards (another process may have flushed a later one)."""
     with _last_used_lock:
         pending = dict(_last_used)
         _last_used.clear()
     if not pending:
         return 0
+    ids = sorted(pending)
     with unit_of_work():
-        for key_id, when in pending.items():
-            db.session.execute(
-                update(ApiKey).where(ApiKey.id == key_id).values(last_used_at=when)
-                .execution_options(synchronize_session=False)
-            )
+        db.session.execute(_LOCK_KEYS, {"ids": ids})
+        db.session.execute(_SET_LAST_USED, {"ids": ids, "ats": [pending[i] for i in ids]})
     return len(pending)
 
 

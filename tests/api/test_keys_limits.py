@@ -41,7 +41,8 @@ def test_spend_limit_refuses_before_charging_and_refund_gives_room_back(app, cli
     assert call(client, acct, {"action": "text"}, bearer=key["key"]).status_code == 200
 
 
-def test_period_boundaries_are_utc():
+def test_period_boundaries_are_utc(ctx):
+    """As the engine computes them (``gw_period_bounds``), whatever the caller's zone."""
     at = datetime(2026, 3, 4, 23, 30, tzinfo=timezone(timedelta(hours=-5)))  # 2026-03-05 04:30 UTC, Thursday
     assert spend.period_bounds("day", at)[0] == datetime(2026, 3, 5, tzinfo=timezone.utc)
     assert spend.period_bounds("week", at) == (datetime(2026, 3, 2, tzinfo=timezone.utc),

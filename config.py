@@ -213,6 +213,10 @@ def load_config(overrides: dict | None = None) -> dict:
         "USAGE_TAIL_MARGIN_SECONDS": _float("USAGE_TAIL_MARGIN_SECONDS", 60.0),
         "PROVIDER_MAX_RESPONSE_BYTES": _int("PROVIDER_MAX_RESPONSE_BYTES", 5 * 1024 * 1024),
         "IDEMPOTENCY_TTL_SECONDS": _int("IDEMPOTENCY_TTL_SECONDS", 24 * 3600),
+        # A replay of a key whose call is still in flight waits up to this long for the
+        # stored answer (a call answered just now by another worker is stored within the
+        # finalize window) before 409 idempotency_key_in_use; 0: answer 409 at once.
+        "IDEMPOTENCY_IN_FLIGHT_WAIT_MS": _int("IDEMPOTENCY_IN_FLIGHT_WAIT_MS", 2000),
         # --- call log partitions (PostgreSQL; app/services/platform/partitions.py) ---
         # Whole months of module_calls / chat_completions older than this many full months
         # are dropped by the call-log-retention job; 0 keeps everything. Never the ledger.

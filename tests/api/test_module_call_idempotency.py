@@ -153,3 +153,31 @@ def test_test_key_on_module_without_sandbox_is_400(app, client, make_account, pr
     acct = make_account(test_key=True)
     r = call(client, acct, {"action": "ok"}, slug="nosandbox", bearer=acct.test_key)
     assert r.status_code == 400 and "sandbox" in r.get_json()["message"]
+
+
+def test_a_replay_while_the_call_finishes_waits_for_its_answer(app, client, make_account, mod):
+    """Issue 36 item 7: right after a 200, the same key sent to another worker answered 409
+    (the answer was not stored yet). A replay of a call still in flight now waits up to
+    IDEMPOTENCY_IN_FLIGHT_WAIT_MS for the stored answer and returns it."""
+    acct = make_account(cents=10)
+    results = {}
+
+    def send(name):
+        results[name] = call(app.test_client(), acct, {"action": "block"}, key="finishing-1")
+
+    first = threading.Thread(target=send, args=("first",))
+    first.start()
+    deadline = time.time() + 10
+    while not PROVIDER.requests and time.time() < deadline:
+        time.sleep(0.01)
+    replay = threading.Thread(target=send, args=("replay",))
+    replay.start()
+    time.sleep(0.2)  # the replay finds the call in flight and waits for its answer
+    PROVIDER.release.set()
+    first.join()
+    replay.join()
+    assert results["first"].status_code == 200
+    assert results["replay"].status_code == 200, results["replay"].get_json()
+    assert results["replay"].headers.get("Idempotent-Replayed") == "true"
+    assert results["replay"].data == results["first"].data
+    assert balance_cents(app, acct.id) == 9

@@ -30,12 +30,13 @@ marked ``test``; ``cost_cents`` shows the price that live mode would charge.
 from __future__ import annotations
 
 import hashlib
+import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 
 import orjson
 from flask import current_app
-from sqlalchemy import bindparam, delete, insert, select, update
+from sqlalchemy import bindparam, delete, insert, select, text, update
 from sqlalchemy.exc import IntegrityError
 
 from app.errors import Conflict, InvalidRequest, PaymentRequired, ProviderTimeout, UpstreamError
@@ -51,7 +52,7 @@ from app.services.gateway import receipts
 from app.services.gateway import upstream
 from app.services.billing import paywall, x402
 from app.services.platform import http
-from app.services.platform.uow import unit_of_work
+from app.services.platform.uow import read, unit_of_work
 from app.services.gateway.refunds import legs as _legs, purge_idempotency, refund, sweep_pending  # noqa: F401
 
 # Core statements on the tables in the hot path (cached compiled SQL, no ORM overhead).
@@ -154,13 +155,32 @@ def _existing_key(account_id: str, key: str, req_hash: str) -> str | None:
             db.session.execute(delete(IdempotencyRecord).where(IdempotencyRecord.id == row.id,
                                                                IdempotencyRecord.expires_at <= now))
             return None
-    return _replay_or_conflict(row.request_hash, row.status, row.response_body, req_hash)
+    return _replay_or_conflict(row.request_hash, row.status, row.response_body, req_hash,
+                               account_id, key)
 
 
-def _replay_or_conflict(stored_hash: str, status: str, body: str | None, req_hash: str) -> str:
-    """A live record of the key: its stored body (same request, done), else 409."""
+_IN_FLIGHT_POLL_SECONDS = 0.02
+_STORED = text("SELECT request_hash, status, response_body FROM idempotency_records "
+               "WHERE account_id = :a AND key = :k")
+
+
+def _replay_or_conflict(stored_hash: str, status: str, body: str | None, req_hash: str,
+                        account_id: str, key: str) -> str:
+    """A live record of the key: its stored body (same request, done), else 409. A call
+    still in flight is waited for up to ``IDEMPOTENCY_IN_FLIGHT_WAIT_MS``: the worker that
+    answered it may not have stored its answer yet (deferred finalize), and a replay on
+    any worker must return the cached response (SPEC part 4 rule 2)."""
     if stored_hash != req_hash:
         raise IdempotencyKeyReused("This Idempotency-Key was already used with a different request.")
+    deadline = time.monotonic() + current_app.config["IDEMPOTENCY_IN_FLIGHT_WAIT_MS"] / 1000
+    while status != "done" and time.monotonic() < deadline:
+        time.sleep(_IN_FLIGHT_POLL_SECONDS)
+        rows = read(_STORED, {"a": account_id, "k": key})
+        if not rows:  # released (the call was refunded): the caller may retry it
+            break
+        stored_hash, status, body = rows[0]
+        if stored_hash != req_hash:
+            raise IdempotencyKeyReused("This Idempotency-Key was already used with a different request.")
     if status != "done":
         raise IdempotencyKeyInUse("A request with this Idempotency-Key is still in flight; retry later.")
     return body
@@ -339,7 +359,7 @@ def _open_pg(account_id, mode, mod, act, idempotency_key, req_hash, price_micros
             raise spend.refusal(key_id, price_micros, utcnow())
     if res.outcome == "existing":
         return CallResult(_replay_or_conflict(res.idem_hash, res.idem_status, res.idem_body,
-                                              req_hash).encode(), True)
+                                              req_hash, account_id, idempotency_key).encode(), True)
     return call_id
 
 

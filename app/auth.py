@@ -125,15 +125,47 @@ def clear_cache() -> None:
         _cache.clear()
 
 
-def broadcast_revocation(token_hash: str) -> None:
-    """Drop the credential here and tell every other process (best effort; TTL bounds it)."""
-    invalidate(token_hash)
+# A broadcast naming an account (plan or admin change) instead of one credential.
+_ACCOUNT = "account:"
+
+
+def invalidate_account(account_id: str) -> None:
+    """Drop every cached credential acting for ``account_id`` (its plan, admin flag or
+    other account facts carried by the principal changed)."""
+    with _cache_lock:
+        for token_hash in [h for h, (_, p, _) in _cache.items() if p.account_id == account_id]:
+            _cache.pop(token_hash, None)
+
+
+def _drop(message: str) -> None:
+    """Apply one broadcast: a credential hash, or ``account:<id>``."""
+    if message.startswith(_ACCOUNT):
+        invalidate_account(message[len(_ACCOUNT):])
+    else:
+        invalidate(message)
+
+
+def _publish(message: str) -> None:
     r = get_redis()
     if r is not None:
         try:
-            r.publish(_channel(current_app), token_hash)
-        except Exception:  # Redis down: the cache TTL still bounds revocation
-            log.warning("revocation broadcast failed; relying on cache TTL")
+            r.publish(_channel(current_app), message)
+        except Exception:  # Redis down: the cache TTL still bounds it
+            log.warning("credential cache broadcast failed; relying on cache TTL")
+
+
+def broadcast_revocation(token_hash: str) -> None:
+    """Drop the credential here and tell every other process (best effort; TTL bounds it)."""
+    invalidate(token_hash)
+    _publish(token_hash)
+
+
+def broadcast_account_change(account_id: str) -> None:
+    """An account's plan or admin flag changed: every process drops the credentials it
+    cached for that account, so the next request sees the change (like a revocation:
+    about a second, at most ``AUTH_CACHE_TTL`` when a broadcast is lost)."""
+    invalidate_account(account_id)
+    _publish(_ACCOUNT + account_id)
 
 
 def _subscriber(app) -> None:
@@ -151,7 +183,7 @@ def _subscriber(app) -> None:
             for message in pubsub.listen():
                 data = message.get("data")
                 if isinstance(data, bytes):
-                    invalidate(data.decode())
+                    _drop(data.decode())
         except Exception:
             time.sleep(1.0)
 

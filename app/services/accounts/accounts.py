@@ -17,7 +17,8 @@ from app.ids import new_id
 from app.models import Account
 from app.services.accounts import mailbox
 from app.services.billing import ledger
-from app.services.platform.uow import transactional
+from app import auth
+from app.services.platform.uow import after_commit, transactional
 
 # Pragmatic address syntax check (RFC 5321 lengths, one @, a dotted domain). Written for
 # Python and ECMA regexes alike: EMAIL_CORE is published inside the pattern of an alert's
@@ -144,6 +145,7 @@ def grant_credits(account_id: str, cents: int, memo: str | None = None) -> int:
 def set_plan(account_id: str, plan: str) -> Account:
     acct = get_account(account_id)
     acct.plan = _check_plan(plan)
+    after_commit(auth.broadcast_account_change, account_id)
     return acct
 
 
@@ -151,4 +153,5 @@ def set_plan(account_id: str, plan: str) -> Account:
 def set_admin(account_id: str, admin: bool = True) -> Account:
     acct = get_account(account_id)
     acct.is_admin = admin
+    after_commit(auth.broadcast_account_change, account_id)
     return acct

@@ -1,52 +1,14 @@
-"""gw_open_calls(rows jsonb): the metered call's open for a group of calls in ONE statement
+-- gw_open_calls(rows jsonb, lock_wait_ms integer): the metered call's open, for a group of
+-- calls in ONE statement. Per row, in (account_id, idem_key) order: the Idempotency-Key
+-- (new, or an expired record replaced; a live one answers 'existing'), the key's spend
+-- limit (same periods and conditional upsert as app/services/accounts/spend.py), the
+-- conditional debits (never below zero), the ledger posting and the 'pending' call row.
+-- A refused row ('key_spend_limit', 'insufficient') reverts by hand what it wrote and the
+-- other rows go on. Each lock wait lasts at most lock_wait_ms (0: no limit); the
+-- statement then fails with nothing committed.
+-- Called by app/services/gateway/charging.py (open_pg, GroupOpener).
 
-``gw_open_call`` (migration 0016) opens one call per statement and refuses by RAISEing,
-so PostgreSQL undoes the whole statement. Under load most of a call's PostgreSQL CPU is
-the statement and transaction around the ~0.1 ms of SQL inside (protocol, executor
-start, ~20 relation locks, commit; docs/performance.md, "PostgreSQL CPU per metered
-call"), and that is what a group shares: the process's opens that arrive while one is
-being written go together in the next statement (``charging.GroupOpener``, leader /
-followers like the durable finalize's group commit).
-
-One statement for many calls means one call's refusal must not undo the others', and
-PostgreSQL has no cheap way to undo part of a statement (an ``EXCEPTION`` block per row
-is a subtransaction each). So each row is checked before it writes what a refusal
-would have to undo, and what it did write before a refusal is reverted by hand:
-
-1. the Idempotency-Key: inserted, or an expired record replaced (as 0016); a key still
-   held answers ``existing`` and the row writes nothing else;
-2. the key's spend limit: the conditional upsert (as 0016); refused → the key's record
-   written in 1. is deleted (a refused call leaves no key behind: the expired record it
-   replaced counted as absent already) → ``key_spend_limit``;
-3. the debits (conditional, never below zero); one refused → the debits before it are
-   credited back, the spend reservation of 2. taken back and the key deleted →
-   ``insufficient``;
-4. the posting and the ``pending`` call row (no refusal possible after 3.).
-
-The outcomes are those 0016 RAISEd (``uow.REFUSALS``), returned per row with the row's
-``call_id``. Rows are taken in ``(account_id, idem_key)`` order (``COLLATE "C"``), so two
-groups take account rows in the same order. That alone does not keep a group from
-deadlocking (on key records, or with writers that lock two accounts in another order):
-migration 0028 bounds a group's lock waits. An error other than these refusals (a
-duplicate call id on a retry, a lock wait given up) fails the whole statement, and
-``GroupOpener`` sends each of its rows alone.
-
-``gw_open_call`` stays (the hot path no longer calls it; downgrade goes back to it).
-PostgreSQL only; SQLite keeps its multi-statement path.
-
-Revision ID: grouped_open
-Revises: idempotency_fillfactor
-Create Date: 2026-11-24 17:00:00.000000
-"""
-from alembic import op
-
-revision = "grouped_open"
-down_revision = "idempotency_fillfactor"
-branch_labels = None
-depends_on = None
-
-FUNCTION = r"""
-CREATE OR REPLACE FUNCTION gw_open_calls(p_rows jsonb)
+CREATE OR REPLACE FUNCTION gw_open_calls(p_rows jsonb, p_lock_wait_ms integer)
 RETURNS TABLE(call_id varchar, outcome text, idem_hash varchar, idem_status varchar, idem_body text)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -63,6 +25,10 @@ DECLARE
 BEGIN
     -- the finalize commit (durable) flushes this transaction's WAL before any answer
     PERFORM set_config('synchronous_commit', 'off', true);
+    -- a group waits for a row lock at most this long (then its rows go one by one)
+    IF p_lock_wait_ms > 0 THEN
+        PERFORM set_config('lock_timeout', p_lock_wait_ms || 'ms', true);
+    END IF;
 
     FOR b IN SELECT * FROM jsonb_to_recordset(p_rows)
                 AS x(call_id varchar, account_id varchar, module_id integer, slug varchar,
@@ -177,14 +143,3 @@ BEGIN
     END LOOP;
 END
 $$;
-"""
-
-
-def upgrade():
-    if op.get_bind().dialect.name == "postgresql":
-        op.execute(FUNCTION)
-
-
-def downgrade():
-    if op.get_bind().dialect.name == "postgresql":
-        op.execute("DROP FUNCTION IF EXISTS gw_open_calls(jsonb)")

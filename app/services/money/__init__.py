@@ -1,0 +1,1 @@
+"""The money engine: every money operation, written once."""

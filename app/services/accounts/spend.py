@@ -13,7 +13,7 @@ UTC) or ``total`` (one period since 1970-01-01). The counter row is keyed by
   Raises ``KeySpendLimitReached`` (402) when the charge does not fit. Returns True when
   a counter was charged (the key has a limit), False otherwise (nothing to release later).
 * ``refusal(key_id, micros, now)``: that 402 for a charge refused by the same rule in
-  PostgreSQL's ``gw_open_calls`` (migration 0027), which reserves in its own statement.
+  PostgreSQL's ``gw_open_calls`` (``money/sql/``), which reserves in its own statement.
 * ``release(key_id, micros, charged_at)``: ONE conditional UPDATE giving ``micros`` back
   to the counter of the period that contains ``charged_at`` (refunds, released holds).
 

@@ -89,6 +89,23 @@ def include_name(name, type_, parent_names):
     return not (type_ == "table" and is_partition(name))
 
 
+def install_functions(connection):
+    """After a run that upgraded the database to the head revision (also when it was
+    there already): every PostgreSQL function from its .sql file (app/sqlfunctions.py;
+    docs/decisions.md, "PostgreSQL functions from .sql files"). Not after a downgrade, nor
+    for commands that name no destination (current, check, autogenerate)."""
+    from app import sqlfunctions
+
+    migration = context.get_context()
+    if migration.opts.get("destination_rev") is None:
+        return
+    if set(migration.get_current_heads()) != set(migration.opts["script"].get_heads()):
+        return
+    dropped = sqlfunctions.install(connection)
+    logger.info("Installed the PostgreSQL functions from app/**/sql/*.sql%s",
+                f"; dropped {', '.join(dropped)}" if dropped else "")
+
+
 def run_migrations_online():
     """Run migrations in 'online' mode.
 
@@ -124,6 +141,7 @@ def run_migrations_online():
 
         with context.begin_transaction():
             context.run_migrations()
+            install_functions(connection)
 
 
 if context.is_offline_mode():

@@ -1,6 +1,7 @@
-"""Monthly partitions (migration 0018, app/services/platform/partitions.py): the migration
-on a populated database both ways, the partition-creation job, and the call-log retention
-job, which never touches the ledger. PostgreSQL only, except the SQLite no-op checks."""
+"""Monthly partitions (the baseline migration, app/services/platform/partitions.py): what
+the baseline makes, the partition-creation job (gw_create_month_partition,
+app/services/platform/sql/), and the call-log retention job, which never touches the
+ledger. PostgreSQL only, except the SQLite no-op checks."""
 from __future__ import annotations
 
 import json
@@ -58,54 +59,26 @@ def _pk(table) -> str:
         "AND contype = 'p'"), {"t": table}).scalar_one()
 
 
-def _migrate(app, fn, revision):
-    db.session.remove()
-    db.engine.dispose()  # no pooled connection may hold a lock on the tables
-    fn(revision=revision)
-
-
-def test_migration_down_and_up_on_a_populated_database(app, pg):
-    from flask_migrate import downgrade, upgrade
-
+def test_the_baseline_partitions_the_call_log_and_the_ledger_legs(app, pg):
+    """Each table partitioned by month with primary key (id, created_at), a DEFAULT
+    partition and this month's and the next 3; rows land in their month's partition; the
+    ledger's foreign key, id sequence and global ref still hold."""
     now = datetime.now(timezone.utc)
-    month = partitions.month_start(now.date(), -2)  # data two months back: 2 more partitions
-    old, tag = _at(month.year, month.month), f"{month:%Y_%m}"
-    pg += [f"{t}_p{m:%Y_%m}" for t in TABLES for m in (month, partitions.month_start(month, 1))]
-    with unit_of_work():
-        db.session.add_all([_call("call_old", old), _call("call_new", now)])
-        db.session.add(ChatCompletion(id="chatcmpl-old", account_id="acct_p", requested_model="m",
-                                      status="settled", created_at=old))
-        txn = ledger.post("grant", [("promo:grants", -500), ("external:test", 500)],
-                          ref="grant:partition-test", created_at=old)
-    entries = db.session.execute(text("SELECT count(*), max(id) FROM ledger_entries")).one()
-    try:
-        _migrate(app, downgrade, "alert_status")
-        for table in TABLES:
-            assert _relkind(table) == "r"
-            assert _pk(table) == "PRIMARY KEY (id)"
-        assert db.session.get(ModuleCall, "call_old").created_at == old
-        assert db.session.execute(text("SELECT count(*), max(id) FROM ledger_entries")).one() == entries
-        assert db.session.execute(text("SELECT count(*) FROM pg_constraint WHERE conname = "
-                                       "'fk_ledger_entries_txn_id_ledger_transactions'")).scalar() == 1
-        db.session.remove()
-    finally:
-        _migrate(app, upgrade, "head")
+    months = [partitions.month_start(now.date(), n) for n in range(4)]
     for table in TABLES:
         assert _relkind(table) == "p"
         assert _pk(table) == "PRIMARY KEY (id, created_at)"
-    # every row is back, each in its month's partition (created for the old data)
-    assert _where("module_calls", "id", "call_old") == f"module_calls_p{tag}"
-    assert _where("module_calls", "id", "call_new") == f"module_calls_p{now:%Y_%m}"
-    assert _where("chat_completions", "id", "chatcmpl-old") == f"chat_completions_p{tag}"
-    assert {_where("ledger_entries", "id", i) for i, in db.session.execute(
-        text("SELECT id FROM ledger_entries WHERE txn_id = :t"), {"t": txn})} == {f"ledger_entries_p{tag}"}
-    assert db.session.execute(text("SELECT count(*), max(id) FROM ledger_entries")).one() == entries
-    # the id sequence goes on where it was; the foreign key and the global ref still hold
+        names = {p.name for p in partitions.partitions(table)}
+        assert {f"{table}_default"} | {f"{table}_p{m:%Y_%m}" for m in months} <= names
     with unit_of_work():
-        ledger.post("grant", [("promo:grants", -1), ("external:test", 1)], ref="grant:partition-test-2")
-    assert db.session.execute(text("SELECT min(id) FROM ledger_entries WHERE txn_id = "
-                                   "(SELECT id FROM ledger_transactions WHERE ref = 'grant:partition-test-2')")
-                              ).scalar() == entries[1] + 1
+        db.session.add(_call("call_new", now))
+        db.session.add(ChatCompletion(id="chatcmpl-new", account_id="acct_p", requested_model="m",
+                                      status="settled", created_at=now))
+        txn = ledger.post("grant", [("promo:grants", -500), ("external:test", 500)], ref="grant:partition-test")
+    assert _where("module_calls", "id", "call_new") == f"module_calls_p{now:%Y_%m}"
+    assert _where("chat_completions", "id", "chatcmpl-new") == f"chat_completions_p{now:%Y_%m}"
+    assert {_where("ledger_entries", "id", i) for i, in db.session.execute(
+        text("SELECT id FROM ledger_entries WHERE txn_id = :t"), {"t": txn})} == {f"ledger_entries_p{now:%Y_%m}"}
     with pytest.raises(Exception):
         with unit_of_work():
             db.session.add(LedgerEntry(txn_id=10**12, ledger_account="x", amount_micros=1))

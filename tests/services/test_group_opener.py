@@ -1,5 +1,5 @@
 """The metered call's open for a group of calls (``gateway.charging.GroupOpener``,
-``gw_open_calls`` of migrations 0027 and 0028): opens that arrive while one is being
+``gw_open_calls``, app/services/money/sql/): opens that arrive while one is being
 written share the next statement; each row gets its own answer, a refused row leaves
 nothing of itself behind while the others of its statement are opened, a statement that
 fails for another reason is retried row by row (one call's error never reaches another),

@@ -116,30 +116,3 @@ def test_usage_readers_over_arbitrary_ranges_match_the_calls_exactly(app, make_a
                 day = datetime(row["date"].year, row["date"].month, row["date"].day, tzinfo=timezone.utc)
                 assert {k: row[k] for k in ("calls", "errors", "spend_micros")} == \
                     _expect(calls, accts[0], "live", day, day + D), (now, day)
-
-
-def test_migration_backfills_the_rolled_days_and_downgrades_cleanly(app, make_account):
-    from flask_migrate import downgrade, upgrade
-
-    from tests import usage_seed
-
-    with app.app_context():
-        acct = make_account().id
-        mark, day = usage_log.hour_of(T), usage_log.day_of(T)
-        db.session.add(UsageRollupState(id=1, rolled_through=mark, days_rolled_through=day))
-        for at, spend in ((day - 2 * D + 3 * H, 100), (day - 2 * D + 23 * H, 7), (day - D, 50), (mark, 9)):
-            usage_seed.record(acct, "echo", spend_micros=spend, at=at, error=spend == 7)
-        db.session.commit()
-        db.session.remove()
-        db.engine.dispose()  # no pooled connection may hold a lock on the tables
-        try:
-            downgrade(revision="partitions")
-            db.session.remove()
-            db.engine.dispose()
-        finally:
-            upgrade(revision="head")
-        assert db.session.execute(select(UsageRollupState.days_rolled_through)).scalar_one() == day
-        rows = {(r.day, r.calls, r.errors, r.spend_micros) for r in db.session.execute(
-            select(UsageDaily).where(UsageDaily.account_id == acct)).scalars()}
-        assert rows == {(day - 2 * D, 2, 1, 107), (day - D, 1, 0, 50)}  # the mark's day stays hourly
-        assert usage.totals(acct, day - 3 * D, mark + H) == {"calls": 4, "errors": 1, "spend_micros": 166}

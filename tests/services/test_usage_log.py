@@ -239,36 +239,6 @@ def test_the_tail_roll_can_be_turned_off(app, account, monkeypatch):
         assert _totals(account.id)["calls"] == 1
 
 
-def test_downgrading_the_migration_removes_the_minute_sums(app, account):
-    """Before 0022 readers took the hours from ``rolled_through`` on from the call log:
-    the downgrade deletes exactly the rows the tail roll wrote, so nothing counts twice."""
-    from flask_migrate import downgrade, upgrade
-
-    with app.app_context():
-        _never_rolled()
-        _call(1, account.id, "succeeded", HOUR0 - H + 5 * M)  # 09:00, rolled by its final roll
-        _call(2, account.id, "succeeded", HOUR0 + 5 * M)      # 10:00, added by the tail roll
-        db.session.commit()
-        usage_log.roll(now=HOUR0 + 40 * M)
-        assert tuple(_state()) == (HOUR0, HOUR0 + 39 * M)
-        assert {r[2] for r in _hourly(account.id)} == {HOUR0 - H, HOUR0}
-        db.session.remove()
-        db.engine.dispose()
-        try:
-            downgrade(revision="finalize_function")
-            db.session.remove()
-            db.engine.dispose()
-            left = db.session.execute(text("SELECT hour FROM usage_hourly WHERE account_id = :a"),
-                                      {"a": account.id}).scalars().all()
-            assert len(left) == 1                              # 09:00 only: 10:00 comes from the log again
-        finally:
-            db.session.remove()
-            db.engine.dispose()
-            upgrade(revision="head")
-        assert tuple(_state()) == (HOUR0, None)
-        assert _totals(account.id)["calls"] == 2
-
-
 def _plan_indexes(statement) -> tuple[set[str], set[str]]:
     """(index names, scan node types) of ``statement``'s plan on the test database."""
     sql = str(statement.compile(dialect=db.engine.dialect, compile_kwargs={"literal_binds": True}))
@@ -286,7 +256,7 @@ def _plan_indexes(statement) -> tuple[set[str], set[str]]:
 
 
 def test_the_roll_finds_the_oldest_open_call_by_an_index_of_the_open_calls_only(app, account):
-    """Migration 0023: the roll's min(created_at) of the pending calls is the first entry of
+    """The roll's min(created_at) of the pending calls is the first entry of
     the partial index ix_module_calls_pending_created — never a walk of the whole log in
     created_at order (2.4-5.3 s per roll at 10M calls when no call was pending) — and the
     held completions' by chat's (status, created_at) index."""

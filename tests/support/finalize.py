@@ -1,26 +1,19 @@
 """The metered call's finalize statement made slower on purpose (PostgreSQL): one helper
 for the tests and the fault harness that hold finalizations in flight.
 
-``finalize_function(delay)`` is migration 0021's ``CREATE OR REPLACE FUNCTION
-gw_finalize_calls`` with a ``pg_sleep(delay)`` first (``None``: the real definition, to
-restore it). CREATE OR REPLACE keeps the function's OID, so prepared statements of
+``finalize_function(delay)`` is ``app/services/money/sql/gw_finalize_calls.sql`` (``CREATE
+OR REPLACE FUNCTION gw_finalize_calls``) with a ``pg_sleep(delay)`` first (``None``: the
+file as it is, to restore it). CREATE OR REPLACE keeps the function's OID, so prepared statements of
 running processes run the new body too."""
 from __future__ import annotations
 
-import importlib.util
 from contextlib import contextmanager
-from functools import lru_cache
-from pathlib import Path
 
-_MIGRATION = Path(__file__).resolve().parents[2] / "migrations" / "versions" / "0021_finalize_function.py"
+from app import sqlfunctions
 
 
-@lru_cache(maxsize=1)
 def _definition() -> str:
-    spec = importlib.util.spec_from_file_location("finalize_function", _MIGRATION)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.FINALIZE
+    return sqlfunctions.sources()["gw_finalize_calls"]
 
 
 def finalize_function(delay: float | None = None) -> str:
@@ -28,7 +21,7 @@ def finalize_function(delay: float | None = None) -> str:
     if delay is None:
         return body
     slow = body.replace("BEGIN\n    FOR b IN", f"BEGIN\n    PERFORM pg_sleep({delay});\n    FOR b IN", 1)
-    assert "pg_sleep" in slow, "migration 0021's body changed: update tests/support/finalize.py"
+    assert "pg_sleep" in slow, "gw_finalize_calls.sql changed: update tests/support/finalize.py"
     return slow
 
 

@@ -45,7 +45,7 @@ def hold(completion_id: str, account_id: str, requested_model: str, hold_micros:
     hold account, in one unit of work; returns the hold's time (``created_at``, which
     ``settle`` takes). 402 ``payment_required`` when the balance is short; 402
     ``key_spend_limit_reached`` when the hold does not fit ``key_id``'s spend limit.
-    PostgreSQL: ONE autocommit statement (``gw_chat_hold``, migration 0020), the key's
+    PostgreSQL: ONE autocommit statement (``gw_chat_hold``, ``money/sql/``), the key's
     spend-limit reservation included; a refusal leaves nothing."""
     try:
         return _hold_pg(completion_id, account_id, requested_model, hold_micros, stream, key_id, actor)

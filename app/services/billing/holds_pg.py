@@ -1,9 +1,9 @@
 """The chat completion's two PostgreSQL statements: the hold (``gw_chat_hold``) and the
-settle (``gw_chat_settle``), server-side functions of migration 0020
-``chat_hold_settle_v2`` (0017 before it), each ONE autocommit statement on the request's
-hot-path connection (``uow.one_statement``: one pool checkout per request, no pre-ping,
-no ``BEGIN``/``COMMIT``), as the metered call's ``gateway.charging``. ``holds`` owns the
-SQLite path and the release; these only build and run the two statements.
+settle (``gw_chat_settle``), server-side functions in ``app/services/money/sql/``, each
+ONE autocommit statement on the request's hot-path connection (``uow.one_statement``: one
+pool checkout per request, no pre-ping, no ``BEGIN``/``COMMIT``), as the metered call's
+``gateway.charging``. ``holds`` owns the SQLite path and the release; these only build
+and run the two statements.
 
 * ``hold``: the key's spend-limit reservation, the conditional debit, the ``held``
   completion row and the ``chat_hold`` posting in ONE round trip, committed without

@@ -3,8 +3,8 @@ finalize it, each ONE autocommit statement on the request's hot-path connection
 (``uow.one_statement``: no BEGIN/COMMIT round trips). Everything else on the call path
 stays in ``gateway.calls``.
 
-* ``open_pg`` runs ``gw_open_calls(rows)`` (the server-side function of migration 0027
-  ``grouped_open``): Idempotency-Key reservation, the key's spend-limit reserve,
+* ``open_pg`` runs ``gw_open_calls(rows)`` (the server-side function in
+  ``app/services/money/sql/gw_open_calls.sql``): Idempotency-Key reservation, the key's spend-limit reserve,
   conditional debit + ledger posting and the ``pending`` call row in ONE round trip,
   committed without waiting for the WAL flush (set inside the function; why that is
   safe: docs/performance.md). The opens of this process that arrive while one is being
@@ -13,7 +13,7 @@ stays in ``gateway.calls``.
   funds, key spend limit) leaves nothing of its row behind (the function checks before
   it writes and reverts by hand what the refused row had written).
 * ``finalize_pg`` marks the call ``succeeded`` with its receipt AND stores the
-  Idempotency-Key's response in ONE statement (``gw_finalize_calls``, migration 0021).
+  Idempotency-Key's response in ONE statement (``gw_finalize_calls``, ``money/sql/``).
   Two ways, chosen by ``CALL_FINALIZE_DEFERRED``:
 
   - deferred (the default outside tests): the call is handed to the process's
@@ -54,14 +54,14 @@ log = logging.getLogger(__name__)
 # Driver-level SQL (psycopg placeholders, explicit casts): the statements are fixed, so
 # SQLAlchemy's compile and bind processing are skipped; the engine's events (statement
 # counters, tracing) still see them.
-# Opens a group of calls (migrations 0027, 0028): one JSON document of rows, one answer per
+# Opens a group of calls (money/sql/gw_open_calls.sql): one JSON document of rows, one answer per
 # row; each of the statement's lock waits gives up after lock_wait_ms (0: no limit).
 _OPEN = ("SELECT call_id, outcome, idem_hash, idem_status, idem_body "
          "FROM gw_open_calls(%(rows)s::jsonb, %(lock_wait_ms)s::integer)")
 
 class OpenedCall(str):
     """A new call's id (a ``str``, as before) carrying its ``created_at``: the partition
-    key of ``module_calls`` on PostgreSQL (migration 0018), so the statements that target
+    key of ``module_calls`` on PostgreSQL, so the statements that target
     this one row later (spend-key update, finalize, refund) prune to its month's partition
     instead of probing every month's primary-key index."""
 
@@ -82,7 +82,7 @@ def created_at_of(call_id: str) -> datetime | None:
 
 # Finalizes a group of calls: pending → succeeded (only those still pending: the sweep
 # may have refunded one) and their keys' stored responses; answers the ids it moved.
-# The function (migration 0021) finds each call by its primary key (pruned to its
+# The function (money/sql/gw_finalize_calls.sql) finds each call by its primary key (pruned to its
 # month at execution) with plans that do not depend on the statistics of the moment.
 _FINALIZE = "SELECT id FROM gw_finalize_calls(%(rows)s::jsonb) AS id"
 
@@ -255,7 +255,7 @@ class GroupFinalizer(GroupCommit):
 
 
 class GroupOpener(GroupCommit):
-    """The open's group statement (``gw_open_calls``, migrations 0027, 0028): the opens of this
+    """The open's group statement (``gw_open_calls``, ``money/sql/``): the opens of this
     process that arrive while one is being written go together in the next statement,
     each answered its own outcome (``Opened``), refusals included. A statement that fails
     for anything else (a duplicate call id after a lost connection, a deadlock with
@@ -263,7 +263,7 @@ class GroupOpener(GroupCommit):
     is not the whole group's answer: each member is then opened alone in its own thread
     (``submit_alone``), so one call's error never reaches another call. A group statement
     (one row included) gives up a lock wait after ``CALL_OPEN_GROUP_LOCK_WAIT_MS`` the
-    same way (migration 0028): a group may hold several accounts' rows, so a long wait
+    same way (its ``p_lock_wait_ms``): a group may hold several accounts' rows, so a long wait
     could be a deadlock, and every open of the process queues behind the statement in
     flight. The limit is PostgreSQL's ``lock_timeout``, so it applies to each wait: a
     statement that meets several short waits in turn can hold the queue for several

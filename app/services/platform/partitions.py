@@ -1,13 +1,13 @@
 """Monthly partitions of the call log and the ledger legs (PostgreSQL only).
 
-Migration ``0018_call_log_partitions`` partitions ``module_calls``, ``chat_completions``
+The baseline migration partitions ``module_calls``, ``chat_completions``
 and ``ledger_entries`` by RANGE (created_at), one partition per UTC month named
 ``<table>_pYYYY_MM``, plus ``<table>_default`` (an insert never fails). Two jobs keep it:
 
 * ``ensure_ahead`` (``partitions-ensure``, every 6 h; ``flask partitions ensure``) creates
   the partitions of this month and the next ``PARTITIONS_AHEAD_MONTHS`` through the SQL
-  function ``gw_create_month_partition`` (which moves rows the DEFAULT partition holds for
-  that month, if any), so rows normally never reach DEFAULT;
+  function ``gw_create_month_partition`` (``platform/sql/``; it moves rows the DEFAULT
+  partition holds for that month, if any), so rows normally never reach DEFAULT;
 * ``drop_expired`` (``call-log-retention``, daily; ``flask partitions prune``) drops whole
   months of the **call log** (``module_calls``, ``chat_completions``) older than
   ``CALL_LOG_RETENTION_MONTHS`` (0, the default: keep everything). The ledger is never

@@ -1,9 +1,8 @@
 -- What the ledger promises, refused by the database itself (the triggers are created by
--- the migration that installs them; the balance CHECKs live on the accounts table):
+-- migration 0002_money_engine; the balance CHECKs live on the accounts table):
 --   * the legs of every transaction sum to zero: each INSERT into ledger_entries must
 --     balance per transaction (gw_post writes a transaction's legs in one statement);
 --   * the ledger is append-only: no UPDATE or DELETE of entries or transactions.
-
 CREATE OR REPLACE FUNCTION gw_ledger_balanced() RETURNS trigger
 LANGUAGE plpgsql AS $fn$
 DECLARE
@@ -17,13 +16,5 @@ BEGIN
               USING ERRCODE = 'GWUNB';
     END IF;
     RETURN NULL;
-END
-$fn$;
-
-CREATE OR REPLACE FUNCTION gw_ledger_append_only() RETURNS trigger
-LANGUAGE plpgsql AS $fn$
-BEGIN
-    RAISE EXCEPTION 'the ledger is append-only: % on % refused', TG_OP, TG_TABLE_NAME
-          USING ERRCODE = 'GWAPP';
 END
 $fn$;

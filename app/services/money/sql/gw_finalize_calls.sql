@@ -1,0 +1,32 @@
+-- gw_finalize_calls(rows jsonb): the metered call's finalize for a group of calls in ONE
+-- statement: each call still 'pending' becomes 'succeeded' (found by its primary key
+-- (id, created_at); status tested with COLLATE "C", enable_seqscan off, so the plans
+-- cannot degrade), then its Idempotency-Key record stores the response. Returns the ids
+-- moved to 'succeeded' (a call the sweep refunded meanwhile is left alone).
+-- Called by app/services/gateway/charging.py (the finalize writer); tests/support/finalize.py
+-- installs a slowed copy for the fault tests.
+
+CREATE OR REPLACE FUNCTION gw_finalize_calls(p_rows jsonb)
+RETURNS SETOF varchar LANGUAGE plpgsql SET enable_seqscan = off AS $fn$
+DECLARE
+    b record;
+    v_id varchar;
+BEGIN
+    FOR b IN SELECT * FROM jsonb_to_recordset(p_rows)
+                AS x(id varchar, created_at timestamptz, ok boolean, provider_status integer,
+                     receipt jsonb, finished_at timestamptz, account_id varchar, idem_key varchar,
+                     response_body text) LOOP
+        v_id := NULL;
+        UPDATE module_calls m
+           SET status = 'succeeded', ok = b.ok, provider_status = b.provider_status,
+               receipt = b.receipt, finished_at = b.finished_at
+         WHERE m.id = b.id AND m.created_at = b.created_at AND m.status COLLATE "C" = 'pending'
+        RETURNING m.id INTO v_id;
+        IF v_id IS NOT NULL THEN  -- still pending (the sweep may have refunded it)
+            UPDATE idempotency_records r SET status = 'done', response_body = b.response_body
+             WHERE r.account_id = b.account_id AND r.key = b.idem_key AND r.call_id = b.id;
+            RETURN NEXT v_id;
+        END IF;
+    END LOOP;
+END
+$fn$;

@@ -51,7 +51,7 @@ class ModuleCall(db.Model):
     # The key whose spend limit this call was reserved against (``spend.release`` on refund).
     spend_key_id: Mapped[str | None] = mapped_column(String(32))
     # The start of the limit period the reservation was counted in: the refund gives it
-    # back THERE, even if the key's period changed since (money engine, gw_spend.sql).
+    # back THERE, even if the key's period changed since (money engine, gw_spend_release).
     spend_reserved_from: Mapped[datetime | None] = mapped_column(UTCDateTime)
     # Who acted (the API key or session id); ``account_id`` is the account that pays.
     actor: Mapped[str | None] = mapped_column(String(64))

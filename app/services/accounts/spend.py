@@ -1,6 +1,6 @@
 """Per-key spend limits: the Python side of the rule that no charge may push a key past its
 limit (issue 16 item 3). The rule itself — the periods and the counters of ``key_spend`` —
-is written once, in the money engine's SQL (``app/services/money/sql/gw_spend.sql``:
+is written once, in the money engine's SQL (``app/services/money/sql/``:
 ``gw_period_bounds``, ``gw_spend_reserve``, ``gw_spend_release``); these helpers only call
 it, join the caller's unit of work and never commit.
 

@@ -1,5 +1,5 @@
 -- gw_chat_settle: a chat completion's settle in ONE autocommit statement, committed
--- durably (the session default) before the answer leaves. Caller:
+-- durably (the session default) before the answer leaves. Called by
 -- app/services/billing/holds_pg.py (billing.holds.settle).
 --   1. the exact charge; above the hold only what the balance can still give (the balance
 --      row locked first, so the capped debit below cannot fail);

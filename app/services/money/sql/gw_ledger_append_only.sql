@@ -1,4 +1,5 @@
--- What the ledger promises, refused by the database itself (the triggers are created by
+-- Called by the triggers on ledger_entries / ledger_transactions. What the ledger
+-- promises, refused by the database itself (the triggers are created by
 -- migration 0002_money_engine; the balance CHECKs live on the accounts table):
 --   * the legs of every transaction sum to zero: each INSERT into ledger_entries must
 --     balance per transaction (gw_post writes a transaction's legs in one statement);

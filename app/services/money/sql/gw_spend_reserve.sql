@@ -1,5 +1,5 @@
 -- Per-key spend limits (issue 16 item 3): the period rule and the counters of key_spend,
--- written once. Callers: gw_open_calls, gw_chat_hold, gw_chat_settle and Python's
+-- written once. Called by gw_open_calls, gw_chat_hold, gw_chat_settle and Python's
 -- accounts.spend (the x402 open, refunds, chat releases, refusal details, key rotation).
 --
 -- A key with spend_limit_micros counts what it spends per spend_limit_period: day (UTC

@@ -27,7 +27,6 @@ from datetime import datetime, timedelta, timezone
 
 from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from app.errors import PaymentRequired
 from app.extensions import db
@@ -37,13 +36,15 @@ PERIODS = ("day", "week", "month", "total")
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _SPEND = KeySpend.__table__
 _KEYS = ApiKey.__table__
-_RESERVES: dict = {}
+_INSERT = pg_insert(_SPEND)
+_RESERVE = _INSERT.on_conflict_do_update(
+    index_elements=["key_id", "period_start"],
+    set_={"spent_micros": _SPEND.c.spent_micros + _INSERT.excluded.spent_micros},
+    where=_SPEND.c.spent_micros + _INSERT.excluded.spent_micros <= bindparam("limit"),
+).returning(_SPEND.c.spent_micros)
 _RELEASE = (update(_SPEND)
             .where(_SPEND.c.key_id == bindparam("k"), _SPEND.c.period_start == bindparam("ps"))
-            .values(spent_micros=func.max(_SPEND.c.spent_micros - bindparam("m"), 0)))
-_RELEASE_PG = (update(_SPEND)
-               .where(_SPEND.c.key_id == bindparam("k"), _SPEND.c.period_start == bindparam("ps"))
-               .values(spent_micros=func.greatest(_SPEND.c.spent_micros - bindparam("m"), 0)))
+            .values(spent_micros=func.greatest(_SPEND.c.spent_micros - bindparam("m"), 0)))
 
 
 class KeySpendLimitReached(PaymentRequired):
@@ -68,18 +69,6 @@ def period_bounds(period: str, now: datetime) -> tuple[datetime, datetime | None
     if period == "total":
         return EPOCH, None
     raise ValueError(f"unknown spend limit period {period!r}")
-
-
-def _reserve_stmt(dialect: str):
-    stmt = _RESERVES.get(dialect)
-    if stmt is None:
-        ins = (pg_insert if dialect == "postgresql" else sqlite_insert)(_SPEND)
-        stmt = _RESERVES[dialect] = ins.on_conflict_do_update(
-            index_elements=["key_id", "period_start"],
-            set_={"spent_micros": _SPEND.c.spent_micros + ins.excluded.spent_micros},
-            where=_SPEND.c.spent_micros + ins.excluded.spent_micros <= bindparam("limit"),
-        ).returning(_SPEND.c.spent_micros)
-    return stmt
 
 
 def _limit_of(key_id: str) -> tuple[int | None, str | None]:
@@ -108,7 +97,7 @@ def reserve(key_id: str | None, micros: int, now: datetime) -> bool:
     start, end = period_bounds(period, now)
     got = None
     if micros <= limit:
-        got = db.session.execute(_reserve_stmt(db.session.get_bind().dialect.name), {
+        got = db.session.execute(_RESERVE, {
             "key_id": key_id, "period_start": start, "spent_micros": int(micros), "limit": int(limit)},
         ).first()
     if got is None:
@@ -148,5 +137,4 @@ def release(key_id: str | None, micros: int, charged_at: datetime) -> None:
     if period is None:
         return
     start, _ = period_bounds(period, charged_at)
-    stmt = _RELEASE_PG if db.session.get_bind().dialect.name == "postgresql" else _RELEASE
-    db.session.execute(stmt, {"k": key_id, "ps": start, "m": int(micros)})
+    db.session.execute(_RELEASE, {"k": key_id, "ps": start, "m": int(micros)})

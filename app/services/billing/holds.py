@@ -15,18 +15,17 @@ hold plus the remaining balance (recorded in the posting's meta as ``shortfall_m
 
 PostgreSQL runs the hold and the settle as ONE autocommit statement each (``holds_pg``:
 ``gw_chat_hold`` reserves a limited key's spend, ``gw_chat_settle`` gives its unused part
-back); the release stays a unit of work and finds its row by id and ``created_at``. SQLite
-keeps the multi-statement path behind the same functions.
+back); the release stays a unit of work and finds its row by id and ``created_at``.
 """
 from __future__ import annotations
 
 import logging
 from datetime import timedelta
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import func, select, update
 
 from app.extensions import db
-from app.models import Account, ChatCompletion
+from app.models import ChatCompletion
 from app.models.base import utcnow
 from app.services.accounts import spend
 from app.services.billing import holds_pg, ledger, paywall
@@ -47,20 +46,7 @@ def hold(completion_id: str, account_id: str, requested_model: str, hold_micros:
     PostgreSQL: ONE autocommit statement (``gw_chat_hold``, migration 0020), the key's
     spend-limit reservation included; a refusal leaves nothing."""
     try:
-        if holds_pg.supported():
-            return _hold_pg(completion_id, account_id, requested_model, hold_micros, stream, key_id)
-        with unit_of_work():  # SQLite (the embedded default): the multi-statement path
-            now = utcnow()
-            reserved = spend.reserve(key_id, hold_micros, now)
-            db.session.execute(insert(_COMPLETIONS).values(spend_key_id=key_id if reserved else None,
-                id=completion_id, account_id=account_id, mode="live", requested_model=requested_model,
-                status="held", stream=stream, hold_micros=hold_micros, cost_micros=0, prompt_tokens=0,
-                completion_tokens=0, usage_estimated=False, attempts=0, latency_ms=0,
-                created_at=now))
-            if hold_micros > 0:  # the balance row last: its lock is held only until the commit
-                ledger.post("chat_hold", _hold_legs(account_id, hold_micros),
-                            ref=f"chat_hold:{completion_id}", account_id=account_id)
-        return now
+        return _hold_pg(completion_id, account_id, requested_model, hold_micros, stream, key_id)
     except ledger.InsufficientFunds:
         usd = f"{hold_micros / ledger.MICROS_PER_USD:.6f}"
         raise paywall.payment_required(
@@ -116,63 +102,19 @@ def settle(completion_id: str, account_id: str, hold_micros: int, cost_micros: i
     or released). ``created_at``: what ``hold`` returned (finds the row in one partition).
     PostgreSQL: ONE autocommit statement (``gw_chat_settle``, which also gives the key's
     unused reservation back), committed durably before it returns."""
-    if holds_pg.supported():
-        done = holds_pg.settle(
-            completion_id=completion_id, created_at=created_at, account_id=account_id,
-            customer=ledger.customer(account_id), hold_code=HOLD, revenue=ledger.REVENUE,
-            hold_micros=hold_micros, cost_micros=cost_micros, model=model, provider=provider,
-            prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, estimated=estimated,
-            attempts=attempts, latency_ms=latency_ms, error=(error or None) and error[:300], now=utcnow())
-        if done is None:
-            return None
-        charge = done[0]
-        if charge < cost_micros:
-            log.warning("chat %s: cost %s exceeds hold %s and balance; charging %s",
-                        completion_id, cost_micros, hold_micros, charge)
-        return charge
-    charge = cost_micros
-    shortfall = 0
-    for _ in range(3):
-        try:
-            with unit_of_work():
-                if not _flip(completion_id, {
-                        "status": "settled", "model": model, "provider": provider, "cost_micros": charge,
-                        "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                        "usage_estimated": estimated, "attempts": attempts, "latency_ms": latency_ms,
-                        "error": (error or None) and error[:300]}):
-                    return None
-                legs = [(HOLD, -hold_micros), (ledger.customer(account_id), hold_micros - charge),
-                        (ledger.REVENUE, charge)]
-                if any(amount for _, amount in legs):
-                    ledger.post("chat_settle", legs, ref=f"chat_settle:{completion_id}", account_id=account_id,
-                                meta={"model": model, "provider": provider, "prompt_tokens": prompt_tokens,
-                                      "completion_tokens": completion_tokens, "estimated": estimated,
-                                      **({"shortfall_micros": shortfall} if shortfall else {})})
-                _give_back(completion_id, hold_micros - charge)
-                return charge
-        except ledger.InsufficientFunds:
-            balance = db.session.execute(
-                select(Account.balance_micros).where(Account.id == account_id)).scalar_one()
-            capped = min(cost_micros, hold_micros + max(0, int(balance)))
-            shortfall = cost_micros - capped
-            charge = capped
-            log.warning("chat %s: cost %s exceeds hold %s and balance; charging %s",
-                        completion_id, cost_micros, hold_micros, capped)
-    charge = hold_micros  # the balance keeps moving: charge what is certainly held
-    shortfall = max(0, cost_micros - charge)
-    return settle(completion_id, account_id, hold_micros, charge, model=model, provider=provider,
-                  prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                  estimated=estimated, attempts=attempts, latency_ms=latency_ms, error=error)
-
-
-def _give_back(completion_id: str, micros: int) -> None:
-    """Return the unused part of the hold to the key's spend limit (a charge above the
-    hold is not counted: the limit bounds what is held before the call)."""
-    if micros > 0:
-        row = db.session.execute(select(_COMPLETIONS.c.spend_key_id, _COMPLETIONS.c.created_at)
-                                 .where(_COMPLETIONS.c.id == completion_id)).first()
-        if row is not None and row[0]:
-            spend.release(row[0], micros, row[1])
+    done = holds_pg.settle(
+        completion_id=completion_id, created_at=created_at, account_id=account_id,
+        customer=ledger.customer(account_id), hold_code=HOLD, revenue=ledger.REVENUE,
+        hold_micros=hold_micros, cost_micros=cost_micros, model=model, provider=provider,
+        prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, estimated=estimated,
+        attempts=attempts, latency_ms=latency_ms, error=(error or None) and error[:300], now=utcnow())
+    if done is None:
+        return None
+    charge = done[0]
+    if charge < cost_micros:
+        log.warning("chat %s: cost %s exceeds hold %s and balance; charging %s",
+                    completion_id, cost_micros, hold_micros, charge)
+    return charge
 
 
 @transactional

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import BigInteger, String, bindparam, func, insert, select, text, update
+from sqlalchemy import BigInteger, String, bindparam, func, select, text, update
 from sqlalchemy.dialects.postgresql import ARRAY
 
 from app.errors import PaymentRequired
@@ -101,7 +101,6 @@ class UnbalancedPosting(ValueError):
 
 _ACCOUNTS = Account.__table__
 _TXNS = LedgerTransaction.__table__
-_ENTRIES = LedgerEntry.__table__
 
 # Statements built once, parameters given at execution (SQLAlchemy's compiled cache).
 def _balance_updates(column: str):
@@ -112,9 +111,8 @@ def _balance_updates(column: str):
 
 # ledger account prefix -> (credit, debit) statements on its cached balance column
 _CACHED = {CUSTOMER: _balance_updates("balance_micros"), CUSTOMER_TEST: _balance_updates("test_balance_micros")}
-_INSERT_TXN = insert(_TXNS).returning(_TXNS.c.id)
 
-# PostgreSQL: insert the transaction and its legs in one statement.
+# The transaction and its legs in one statement.
 _PG_POST = text("""
     WITH txn AS (
         INSERT INTO ledger_transactions (kind, ref, account_id, meta, created_at)
@@ -158,15 +156,9 @@ def post(kind: str, legs: list[tuple[str, int]], *, ref: str | None = None,
                     raise InsufficientFunds(acct, -amount)
                 raise LookupError(f"no account {acct}")
     txn = {"kind": kind, "ref": ref, "account_id": account_id, "meta": meta, "created_at": now}
-    if session.get_bind().dialect.name == "postgresql":
-        # The transaction and all its entries in one statement (one round trip).
-        return session.execute(_PG_POST, {**txn, "codes": [c for c, _ in legs],
-                                          "amounts": [a for _, a in legs]}).scalars().first()
-    txn_id = session.execute(_INSERT_TXN, txn).scalar_one()
-    session.execute(insert(_ENTRIES), [
-        {"txn_id": txn_id, "ledger_account": code, "amount_micros": amount, "created_at": now}
-        for code, amount in legs])
-    return txn_id
+    # The transaction and all its entries in one statement (one round trip).
+    return session.execute(_PG_POST, {**txn, "codes": [c for c, _ in legs],
+                                      "amounts": [a for _, a in legs]}).scalars().first()
 
 
 def already_posted(ref: str) -> bool:

@@ -54,7 +54,9 @@ def start(pgdata: Path | str | None = None, database: str = DATABASE) -> str:
     """Start the server of ``pgdata`` unless it runs already (initdb the first time),
     make sure ``database`` exists, and return its URL (``postgresql://…?host=<socket dir>``)."""
     pgdata = Path(pgdata or default_pgdata()).resolve()
-    pgdata.parent.mkdir(parents=True, exist_ok=True)
+    # Made here, not by get_server (whose mkdir, outside its lock, fails the second of two
+    # processes starting together); an empty directory is what initdb expects.
+    pgdata.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         server = _package().get_server(pgdata, cleanup_mode=None)  # outlives this process
@@ -71,8 +73,14 @@ def _create_database(admin_url: str, database: str) -> None:
             return
         try:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
-        except errors.DuplicateDatabase:  # another process created it meanwhile
+        except (errors.DuplicateDatabase, errors.UniqueViolation):  # another process made it meanwhile
             pass
+
+
+def tool(name: str) -> str:
+    """Path of one of the wheel's PostgreSQL 18 client programs (``pg_dump``, ``psql``…):
+    newer than a system one, so it also works against the embedded server."""
+    return str(Path(_package().__file__).parent / "pginstall" / "bin" / name)
 
 
 def stop(pgdata: Path | str | None = None) -> bool:

@@ -61,3 +61,9 @@ def test_one_server_per_instance_shared_by_every_process_and_stopped_at_the_end(
         assert {"gateway", "other"} <= names
     finally:
         assert embedded_pg.stop(pgdata)
+    # The same process starts it again after that stop (no stale handle of the one before).
+    url = embedded_pg.start(pgdata, database="other")
+    try:
+        psycopg.connect(url).close()
+    finally:
+        assert embedded_pg.stop(pgdata)

@@ -59,7 +59,9 @@ def start(pgdata: Path | str | None = None, database: str = DATABASE) -> str:
     pgdata.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        server = _package().get_server(pgdata, cleanup_mode=None)  # outlives this process
+        # The class, not get_server(), whose per-process cache would hand back a server
+        # stopped meanwhile; cleanup_mode None: the server outlives this process.
+        server = _package().PostgresServer(pgdata, cleanup_mode=None)
     _create_database(server.get_uri(), database)
     return server.get_uri(database=database)
 

@@ -9,7 +9,7 @@ export PORT
 
 help:
 	@echo "make run    - install into .venv, migrate, load the demo catalog, serve on http://127.0.0.1:$(PORT)"
-	@echo "make test   - run the whole test suite (DATABASE_URL / REDIS_URL honoured when set)"
+	@echo "make test   - run the whole test suite on PostgreSQL: DATABASE_URL when set, else a throw-away embedded one (REDIS_URL honoured when set)"
 	@echo "make fuzz   - schemathesis (all checks, two accounts) against a throw-away instance"
 	@echo "make fault  - money under fault: worker kills, upstream hangs, Redis and PostgreSQL outages, x402 settle faults"
 	@echo "make serve  - production stack on loopback: nginx :8080/:8081, gunicorn, RQ worker, scheduler (PostgreSQL + Redis)"
@@ -53,4 +53,5 @@ bench: venv
 	$(BIN)/python bench/run.py
 
 clean:
+	-[ ! -x $(BIN)/python ] || $(BIN)/python -m app.services.platform.embedded_pg stop
 	rm -rf $(VENV) instance .pytest_cache

@@ -2,14 +2,16 @@
 
 Two ways to run (DESIGN §2):
 
-* embedded default (``APP_ENV`` unset or ``development``): SQLite under ``instance/``,
+* embedded default (``APP_ENV`` unset or ``development``): with no ``DATABASE_URL``, an
+  embedded PostgreSQL with its data under ``instance/pg`` (app/services/platform/embedded_pg.py),
   no Redis (jobs inline, rate limits in memory), mail to ``instance/outbox/``,
   sandbox payments, demo providers on loopback.
 * production (``APP_ENV=production``): PostgreSQL + Redis, and start-up fails
   when a required secret or service address is missing.
 
 ``APP_ENV=test`` is the embedded default with test-friendly switches (used by
-the test-suite; it still honours ``DATABASE_URL`` / ``REDIS_URL``).
+the test-suite; it still honours ``DATABASE_URL`` / ``REDIS_URL``). PostgreSQL is the only
+database everywhere.
 """
 from __future__ import annotations
 
@@ -84,11 +86,9 @@ def load_config(overrides: dict | None = None) -> dict:
         "INSTANCE_PATH": str(instance_dir),
         "SECRET_KEY": _env("SECRET_KEY"),
         # --- database -------------------------------------------------------
-        "SQLALCHEMY_DATABASE_URI": _env(
-            "DATABASE_URL", f"sqlite:///{instance_dir / 'gateway.db'}"
-        ),
+        # PostgreSQL only. Unset outside production: the embedded server (see below).
+        "SQLALCHEMY_DATABASE_URI": _env("DATABASE_URL", ""),
         "SQLALCHEMY_TRACK_MODIFICATIONS": False,
-        "SQLALCHEMY_ENGINE_OPTIONS": {"pool_pre_ping": True},
         # --- redis / jobs ---------------------------------------------------
         "REDIS_URL": _env("REDIS_URL"),
         "RQ_QUEUE": _env("RQ_QUEUE", "default"),
@@ -326,22 +326,26 @@ def load_config(overrides: dict | None = None) -> dict:
                           f"not {cfg['CALL_FINALIZE_BATCH_MS']}")
 
     uri = cfg["SQLALCHEMY_DATABASE_URI"]
+    if not uri and not production:
+        # No DATABASE_URL: the embedded PostgreSQL under instance/, started by the first
+        # process that needs it and found by every other one (embedded_pg's docstring).
+        from app.services.platform import embedded_pg
+
+        uri = embedded_pg.start(instance_dir / "pg")
     if uri.startswith("postgres://"):
         uri = "postgresql://" + uri[len("postgres://"):]
     if uri.startswith("postgresql://"):
         uri = "postgresql+psycopg://" + uri[len("postgresql://"):]
+    if not uri.startswith("postgresql+psycopg://"):
+        raise ConfigError(f"DATABASE_URL must name a PostgreSQL database (postgresql://…), not {uri!r}")
     cfg["SQLALCHEMY_DATABASE_URI"] = uri
-    if uri.startswith("sqlite"):
-        # SQLite: serialise writers politely instead of failing with "database is locked".
-        cfg["SQLALCHEMY_ENGINE_OPTIONS"] = {"connect_args": {"timeout": 30}}
-    else:
-        cfg["SQLALCHEMY_ENGINE_OPTIONS"] = {
-            # A "SELECT 1" per pool checkout (a metered call checks out twice). Without it a
-            # server restart fails the first statement on each stale connection (the
-            # request fails and changes nothing; SQLAlchemy then drops the whole pool).
-            "pool_pre_ping": _bool("DB_POOL_PRE_PING", True),
-            "pool_size": _int("DB_POOL_SIZE", 10),
-            "max_overflow": _int("DB_MAX_OVERFLOW", 10),
-            "pool_recycle": 1800,
-        }
+    cfg["SQLALCHEMY_ENGINE_OPTIONS"] = {
+        # A "SELECT 1" per pool checkout (a metered call checks out twice). Without it a
+        # server restart fails the first statement on each stale connection (the
+        # request fails and changes nothing; SQLAlchemy then drops the whole pool).
+        "pool_pre_ping": _bool("DB_POOL_PRE_PING", True),
+        "pool_size": _int("DB_POOL_SIZE", 10),
+        "max_overflow": _int("DB_MAX_OVERFLOW", 10),
+        "pool_recycle": 1800,
+    }
     return cfg

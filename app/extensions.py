@@ -22,7 +22,7 @@ from webargs.flaskparser import FlaskParser
 
 from app.errors import ErrorSchema, handle_http_exception
 
-# Stable constraint names, so Alembic migrations are identical on SQLite and PostgreSQL.
+# Stable constraint names, so Alembic migrations name every constraint the same way.
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
     "uq": "uq_%(table_name)s_%(column_0_name)s",
@@ -183,9 +183,7 @@ def skip_commit_flush() -> None:
     flushes the WAL in order, so that durable commit also makes this one durable. Losing
     it in a crash in between loses only a transaction nobody has been told about.
     Callers state why that is harmless for them."""
-    session = db.session
-    if session.get_bind().dialect.name == "postgresql":
-        session.execute(_ASYNC_COMMIT)
+    db.session.execute(_ASYNC_COMMIT)
 
 
 _ASYNC_COMMIT = sa_text("SET LOCAL synchronous_commit = off")

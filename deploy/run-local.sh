@@ -1,20 +1,33 @@
 #!/usr/bin/env bash
-# `make run`: the embedded default. Migrates the SQLite database under instance/, loads
-# the demo catalog (when there is one), then runs gunicorn and the scheduler until Ctrl-C.
+# `make run`: the embedded default. With no DATABASE_URL, starts the embedded PostgreSQL
+# (data under instance/pg, app/services/platform/embedded_pg.py), migrates it, loads the
+# demo catalog (when there is one), then runs gunicorn and the scheduler until Ctrl-C, and
+# stops the embedded PostgreSQL on the way out. Every process here, and a `flask` command
+# typed in another terminal meanwhile, finds that one server through instance/pg.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=.venv/bin
 PORT="${PORT:-8000}"
 export FLASK_APP=wsgi
 
+pids=()
+embedded=
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  if [ -n "$embedded" ]; then $BIN/python -m app.services.platform.embedded_pg stop >/dev/null || true; fi
+}
+trap cleanup EXIT INT TERM
+
+if [ -z "${DATABASE_URL:-}" ]; then
+  embedded=1
+  echo "embedded PostgreSQL: $($BIN/python -m app.services.platform.embedded_pg start)"
+fi
+
 $BIN/flask db upgrade
 if [ -d catalog ] && $BIN/flask catalog --help >/dev/null 2>&1; then
   $BIN/flask catalog load
 fi
-
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
-trap cleanup EXIT INT TERM
 
 for extra in deploy/run-local.d/*.sh; do
   [ -e "$extra" ] || continue

@@ -1,14 +1,18 @@
 """Shared fixtures.
 
-The suite runs against ``DATABASE_URL`` (PostgreSQL in CI) when set, otherwise against a
-SQLite file in a temporary directory; and against ``REDIS_URL`` when set. The database
-named by ``DATABASE_URL`` is a *test* database: its tables are dropped and rebuilt by
-running the Alembic migrations at session start, and emptied after every test.
+The suite runs against the PostgreSQL database named by ``DATABASE_URL`` when set,
+otherwise against a throw-away embedded PostgreSQL (app/services/platform/embedded_pg.py)
+started in a temporary directory for the session, whose URL is then put in
+``DATABASE_URL`` for the tests and the processes they start (never the developer's
+``instance/pg``); and against ``REDIS_URL`` when set. The database named by
+``DATABASE_URL`` is a *test* database: its tables are dropped and rebuilt by running the
+Alembic migrations at session start, and emptied after every test.
 Redis: the test DB index in ``REDIS_URL`` is flushed after every test.
 """
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 
 import pytest
@@ -18,10 +22,26 @@ from app import create_app
 from app.extensions import db
 
 _TMP = tempfile.mkdtemp(prefix="gw-tests-")
+_EMBEDDED_PGDATA = os.path.join(_TMP, "pg")
+
+
+def pytest_configure(config):  # noqa: ARG001 - pytest's hook signature
+    if not os.environ.get("DATABASE_URL"):
+        from app.services.platform import embedded_pg
+
+        os.environ["DATABASE_URL"] = embedded_pg.start(_EMBEDDED_PGDATA, database="gateway_test")
+
+
+def pytest_unconfigure(config):  # noqa: ARG001
+    if os.path.isdir(_EMBEDDED_PGDATA):
+        from app.services.platform import embedded_pg
+
+        embedded_pg.stop(_EMBEDDED_PGDATA)
+        shutil.rmtree(_TMP, ignore_errors=True)
 
 
 def _db_url() -> str:
-    return os.environ.get("DATABASE_URL") or f"sqlite:///{_TMP}/test.db"
+    return os.environ["DATABASE_URL"]
 
 
 def base_config(**extra) -> dict:
@@ -50,15 +70,9 @@ def _reset_schema(app) -> None:
     from flask_migrate import upgrade
 
     with app.app_context():
-        engine = db.engine
-        if engine.dialect.name == "postgresql":
-            with engine.begin() as conn:
-                conn.execute(text("DROP SCHEMA public CASCADE"))
-                conn.execute(text("CREATE SCHEMA public"))
-        else:
-            db.drop_all()
-            with engine.begin() as conn:
-                conn.execute(text("DROP TABLE IF EXISTS alembic_version"))
+        with db.engine.begin() as conn:
+            conn.execute(text("DROP SCHEMA public CASCADE"))
+            conn.execute(text("CREATE SCHEMA public"))
         upgrade()
 
 
@@ -74,12 +88,8 @@ def _empty_tables(app) -> None:
         db.session.remove()
         tables = [t.name for t in reversed(db.metadata.sorted_tables)]
         with db.engine.begin() as conn:
-            if db.engine.dialect.name == "postgresql":
-                conn.execute(text("TRUNCATE " + ", ".join(f'"{t}"' for t in tables)
-                                  + " RESTART IDENTITY CASCADE"))
-            else:
-                for t in tables:
-                    conn.execute(text(f'DELETE FROM "{t}"'))
+            conn.execute(text("TRUNCATE " + ", ".join(f'"{t}"' for t in tables)
+                              + " RESTART IDENTITY CASCADE"))
 
 
 @pytest.fixture(autouse=True)

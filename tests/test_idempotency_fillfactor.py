@@ -1,6 +1,6 @@
 """idempotency_records keeps room on its pages (migration 0026, fillfactor 40), so the
 finalize's rewrite of a record — its stored response, ~3.6 times the size the record was
-inserted at — is a HOT update: same page, no new index entries. PostgreSQL only."""
+inserted at — is a HOT update: same page, no new index entries."""
 from __future__ import annotations
 
 from datetime import timedelta
@@ -18,8 +18,6 @@ RESPONSE = '{"ok":true,"result":{"echo":"' + "x" * 480 + '"},"receipt":{}}'  # ~
 
 @pytest.fixture
 def pg(app, ctx):
-    if db.engine.dialect.name != "postgresql":
-        pytest.skip("fillfactor and HOT updates are PostgreSQL's")
     yield
     db.session.rollback()
 

@@ -1,7 +1,7 @@
 """Monthly partitions (the baseline migration, app/services/platform/partitions.py): what
 the baseline makes, the partition-creation job (gw_create_month_partition,
 app/services/platform/sql/), and the call-log retention job, which never touches the
-ledger. PostgreSQL only, except the SQLite no-op checks."""
+ledger."""
 from __future__ import annotations
 
 import json
@@ -22,8 +22,6 @@ TABLES = ("module_calls", "chat_completions", "ledger_entries")
 
 @pytest.fixture
 def pg(app, ctx):
-    if db.engine.dialect.name != "postgresql":
-        pytest.skip("partitions exist on PostgreSQL only")
     made = []
     yield made
     # drop the partitions a test created, so the shared test schema stays as migrated
@@ -159,18 +157,14 @@ def test_partition_names():
     assert partitions.month_start(date(2026, 11, 5), 3) == date(2027, 2, 1)
 
 
-def test_jobs_and_cli_are_no_ops_without_partitions_and_refuse_the_ledger(app, ctx):
+def test_cli_lists_the_partitions_and_retention_refuses_the_ledger(app, ctx):
     with pytest.raises(ValueError):
         partitions.drop_expired(1, tables=("module_calls", "ledger_entries"))
     out = app.test_cli_runner().invoke(args=["partitions", "list"])
     assert out.exit_code == 0
-    if db.engine.dialect.name == "postgresql":  # the migration made this month's and the default
-        listed = json.loads(out.output)
-        month = f"{datetime.now(timezone.utc):%Y_%m}"
-        assert all({f"{t}_p{month}", f"{t}_default"} <= set(listed[t]) for t in TABLES)
-        return
-    assert '"module_calls": []' in out.output
-    assert partitions.ensure_ahead() == []
+    listed = json.loads(out.output)  # the migration made this month's and the default
+    month = f"{datetime.now(timezone.utc):%Y_%m}"
+    assert all({f"{t}_p{month}", f"{t}_default"} <= set(listed[t]) for t in TABLES)
     assert partitions.drop_expired(3).dropped == []
 
 

@@ -8,7 +8,6 @@ from datetime import datetime
 
 from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from app.extensions import db
 from app.models import UsageDaily, UsageHourly, UsageRollupState
@@ -29,7 +28,7 @@ def record(account_id: str, product: str, *, spend_micros: int, error: bool = Fa
 
 
 def _add(table, ts_column: str, values: dict) -> None:
-    ins = (pg_insert if db.session.get_bind().dialect.name == "postgresql" else sqlite_insert)(table)
+    ins = pg_insert(table)
     stmt = ins.on_conflict_do_update(
         index_elements=["account_id", "product", "mode", ts_column],
         set_={"calls": table.c.calls + ins.excluded.calls, "errors": table.c.errors + ins.excluded.errors,

@@ -1,9 +1,9 @@
-"""Column types shared by all models: UTC datetimes, 64-bit ids, portable JSON."""
+"""Column types shared by all models: UTC datetimes, 64-bit ids, JSONB."""
 from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from sqlalchemy import JSON, BigInteger, DateTime, Integer
+from sqlalchemy import BigInteger, DateTime
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.types import TypeDecorator
 
@@ -13,7 +13,7 @@ def utcnow() -> datetime:
 
 
 class UTCDateTime(TypeDecorator):
-    """Timezone-aware UTC datetimes on every backend (SQLite stores naive UTC)."""
+    """Timezone-aware UTC datetimes (``timestamptz``); naive values are taken as UTC."""
 
     impl = DateTime(timezone=True)
     cache_ok = True
@@ -23,10 +23,7 @@ class UTCDateTime(TypeDecorator):
             return None
         if value.tzinfo is None:
             value = value.replace(tzinfo=timezone.utc)
-        value = value.astimezone(timezone.utc)
-        if dialect.name == "sqlite":
-            return value.replace(tzinfo=None)
-        return value
+        return value.astimezone(timezone.utc)
 
     def process_result_value(self, value, dialect):
         if value is None:
@@ -36,7 +33,6 @@ class UTCDateTime(TypeDecorator):
         return value.astimezone(timezone.utc)
 
 
-# Auto-increment 64-bit primary keys (SQLite only auto-increments INTEGER PRIMARY KEY).
-BigIntPK = BigInteger().with_variant(Integer(), "sqlite")
-# JSON that is JSONB on PostgreSQL.
-JSONType = JSON().with_variant(JSONB(), "postgresql")
+# Auto-increment 64-bit primary keys.
+BigIntPK = BigInteger()
+JSONType = JSONB()

@@ -22,17 +22,15 @@ class ModuleCall(db.Model):
     so catalog price changes never rewrite history. Call-log retention
     (``CALL_LOG_RETENTION_MONTHS``) drops whole old months.
 
-    PostgreSQL: partitioned by month on ``created_at`` (migration 0018; ``platform.partitions``),
+    Partitioned by month on ``created_at`` (migration 0018; ``platform.partitions``),
     so the database's primary key is ``(id, created_at)``; the mapper keeps ``id`` as the
-    identity (ids are unique: 119 random bits; ``call:<id>`` is unique in ``ledger_transactions``). SQLite: one plain table."""
+    identity (ids are unique: 119 random bits; ``call:<id>`` is unique in ``ledger_transactions``)."""
 
     __tablename__ = "module_calls"
     __table_args__ = (
         # only the calls in flight (migration 0023): the usage roll's oldest open call, the sweep
-        Index("ix_module_calls_pending_created", "created_at", postgresql_where=text(PENDING_SQL),
-              sqlite_where=text(PENDING_SQL)),
-        Index("ix_module_calls_pending_deadline", "deadline_at", postgresql_where=text(PENDING_SQL),
-              sqlite_where=text(PENDING_SQL)),
+        Index("ix_module_calls_pending_created", "created_at", postgresql_where=text(PENDING_SQL)),
+        Index("ix_module_calls_pending_deadline", "deadline_at", postgresql_where=text(PENDING_SQL)),
         Index("ix_module_calls_account_created", "account_id", "created_at"),
         Index("ix_module_calls_created_at", "created_at"),  # the usage rollup job
     )

@@ -19,9 +19,9 @@ class ChatCompletion(db.Model):
     ``chat_settle:<id>`` (settle and release share the ref, so only one can ever post). Call-log
     retention (``CALL_LOG_RETENTION_MONTHS``) drops whole old months.
 
-    PostgreSQL: partitioned by month on ``created_at`` (migration 0018; ``platform.partitions``),
+    Partitioned by month on ``created_at`` (migration 0018; ``platform.partitions``),
     so the database's primary key is ``(id, created_at)``; the mapper keeps ``id`` as the
-    identity (ids are unique: random; the refs above are unique in ``ledger_transactions``). SQLite: one plain table."""
+    identity (ids are unique: random; the refs above are unique in ``ledger_transactions``)."""
 
     __tablename__ = "chat_completions"
     __table_args__ = (

@@ -31,16 +31,11 @@ def statements(app):
             seen.append((statement, bool(getattr(conn.connection.dbapi_connection, "autocommit", False))))
 
     with app.app_context():  # the session's engine and the autocommit one (uow.one_statement)
-        engines = [db.engine] + ([uow._autocommit_engine()] if db.engine.dialect.name == "postgresql" else [])
+        engines = [db.engine, uow._autocommit_engine()]
     with ExitStack() as stack:
         for engine in engines:
             stack.enter_context(listening(engine, ("before_cursor_execute", _sql)))
         yield seen
-
-
-def _pg(app) -> bool:
-    with app.app_context():
-        return db.engine.dialect.name == "postgresql"
 
 
 def _key(client, acct, **body):  # noqa: F811
@@ -58,8 +53,6 @@ def _spent(app, key_id) -> int:
 
 def test_hold_alone_in_autocommit_and_settle_in_one_statement(app, client, fakes, acct, statements,  # noqa: F811
                                                               ledger_clean):
-    if not _pg(app):
-        pytest.skip("the one-statement path is PostgreSQL's (SQLite keeps the simple path)")
     assert chat(client, acct, model="m-small", max_tokens=100).status_code == 200  # warm the caches
     statements.clear()
     r = chat(client, acct, model="m-small", max_tokens=100)
@@ -142,8 +135,6 @@ def _completions(app, account_id) -> list[tuple[str, str]]:
 
 def test_limited_key_hold_and_settle_are_one_autocommit_statement_each(app, client, fakes, acct,  # noqa: F811
                                                                         statements, ledger_clean):
-    if not _pg(app):
-        pytest.skip("the one-statement path is PostgreSQL's (SQLite keeps the simple path)")
     key = _key(client, acct, spend_limit_cents=1, spend_limit_period="day")  # 10,000 micros
     assert chat(client, acct, key=key["key"], model="m-small", max_tokens=100).status_code == 200  # warm
     statements.clear()
@@ -169,8 +160,8 @@ def test_limited_key_refusal_is_one_statement_and_leaves_nothing(app, client, fa
     r = chat(client, acct, key=key["key"], model="m-small", max_tokens=500, n=4)
     assert r.status_code == 402 and r.get_json()["error"] == "key_spend_limit_reached", r.get_json()
     assert r.get_json()["limit_cents"] == 1 and r.get_json()["spent_cents"] == 0
-    if _pg(app):  # the refusal was the hold statement itself (RAISE GWKSL), undone by the server
-        assert [("gw_chat_hold" in s, auto) for s, auto in _money(statements)] == [(True, True)], statements
+    # the refusal was the hold statement itself (RAISE GWKSL), undone by the server
+    assert [("gw_chat_hold" in s, auto) for s, auto in _money(statements)] == [(True, True)], statements
     assert _spent(app, key["id"]) == 0 and _completions(app, acct.id) == []
     assert figures(app, acct.id)["balance"] == START
     ledger_clean()
@@ -250,8 +241,6 @@ def _dying_first_connection(monkeypatch, commit: bool) -> list:
 @pytest.mark.parametrize("committed", [True, False], ids=["died-after-commit", "died-before"])
 def test_hold_and_settle_retry_on_a_dead_connection_never_hold_or_charge_twice(
         app, acct, client, monkeypatch, committed, ledger_clean):  # noqa: F811
-    if not _pg(app):
-        pytest.skip("the autocommit retry is PostgreSQL's")
     from app.services.billing import holds
 
     key = _key(client, acct, spend_limit_cents=1, spend_limit_period="day")
@@ -279,8 +268,6 @@ def test_hold_and_settle_retry_on_a_dead_connection_never_hold_or_charge_twice(
 
 
 def test_array_literal_round_trips_any_ledger_code(app):
-    if not _pg(app):
-        pytest.skip("PostgreSQL array literal")
     from app.services.platform.uow import pg_array as _array
 
     codes = ["acct:acc_1", "hold:chat", 'odd "quoted", {braced} \\ back', ""]

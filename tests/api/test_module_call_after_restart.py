@@ -24,10 +24,6 @@ def _restart(app) -> int:
 
 
 def test_metered_call_after_a_restart(app, client, make_account, mod):  # noqa: F811
-    if app.config["SQLALCHEMY_DATABASE_URI"].startswith("sqlite"):
-        import pytest
-
-        pytest.skip("PostgreSQL's connections")
     acct = make_account(cents=1000)
     first = call(client, acct, {"action": "ok"}, key="restart-1")
     assert first.status_code == 200, first.get_json()

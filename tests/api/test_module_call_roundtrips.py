@@ -30,15 +30,8 @@ def statements(app):  # noqa: ARG001
         yield seen
 
 
-def _pg(app) -> bool:
-    with app.app_context():
-        return db.engine.dialect.name == "postgresql"
-
-
 def test_one_statement_before_and_one_after_forwarding(app, client, make_account, mod, statements,
                                                        ledger_clean):
-    if not _pg(app):
-        pytest.skip("the one-statement path is PostgreSQL's (SQLite keeps the simple path)")
     acct = make_account(cents=100)
     call(client, acct, {"action": "ok"}, key="rt-1")  # warm caches (credential, catalog)
     statements.clear()

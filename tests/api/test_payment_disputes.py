@@ -245,13 +245,8 @@ def test_a_refund_concurrent_with_a_withdrawal_does_not_take_the_money_twice(app
     withdrawal's transaction was open, and took the same 500 again."""
     import threading
 
-    import pytest
-
     from app.services.billing import payment_events, payments
 
-    with app.app_context():
-        if db.engine.dialect.name != "postgresql":
-            pytest.skip("row locks: PostgreSQL")
     pid = _paid(client, account)  # balance 1500
     pi = _payment_intent(app, pid)
     in_withdrawal = threading.Event()

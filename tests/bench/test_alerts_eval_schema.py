@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import os
 
-import pytest
 from sqlalchemy import text
 
 URL = os.environ.get("DATABASE_URL", "")
 
 
-@pytest.mark.skipif(not URL.startswith("postgresql"), reason="the benchmark runs on PostgreSQL only")
 def test_the_bench_app_connects_in_its_own_schema():
     from app.extensions import db
     from bench import alerts_eval

@@ -4,7 +4,6 @@ every queued finalization before the worker exits — no call it answered is lef
 sweep to refund."""
 from __future__ import annotations
 
-import os
 
 import pytest
 import requests
@@ -15,9 +14,6 @@ from app.models import ModuleCall
 from tests.gateway_helpers import balance_cents, create_module, provider, provider_server  # noqa: F401
 from tests.support import finalize as finalize_helpers
 from tests.support.apps import app_env, gunicorn_proc
-
-pytestmark = pytest.mark.skipif(not (os.environ.get("DATABASE_URL") or "").startswith("postgres"),
-                                reason="the deferred finalize is PostgreSQL's")
 
 SLOW = 3.0  # seconds each finalize statement takes in this test
 

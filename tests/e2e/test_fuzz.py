@@ -7,13 +7,11 @@ import pytest
 import requests
 
 from tests.fuzz.run_fuzz import SERVER_ARGS, _agent_session, _env, _flask, main
-from tests.support.apps import gunicorn_proc
+from tests.support.apps import fresh_database, gunicorn_proc
 
 
-@pytest.mark.skipif(
-    not (os.environ.get("DATABASE_URL") or "").startswith("postgres") and not os.environ.get("RUN_FUZZ"),
-    reason="run once per CI (in the PostgreSQL pass) or with RUN_FUZZ=1",
-)
+@pytest.mark.skipif(not (os.environ.get("CI") or os.environ.get("RUN_FUZZ")),
+                    reason="run in CI (.ci/run sets CI=1) or with RUN_FUZZ=1")
 def test_schemathesis_all_checks_pass():
     assert main(["--max-examples", "8"]) == 0
 
@@ -22,7 +20,7 @@ def test_the_fuzz_server_lets_a_long_query_string_reach_the_app(tmp_path):
     """A generated query of 4,285 bytes got gunicorn's own HTML 414 (its default request-line
     limit is 4,094) and failed the run on two checks; the fuzz server lifts that limit so
     the app's JSON refusal is what schemathesis sees (nginx's 414 is JSON: test_serve)."""
-    env = _env(str(tmp_path), f"sqlite:///{tmp_path}/fuzz.db")
+    env = _env(str(tmp_path), fresh_database("fuzz"))
     _flask(env, "db", "upgrade")
     server, base = gunicorn_proc(env, workers=1, threads=2, log=tmp_path / "server.log", args=SERVER_ARGS)
     server.start().wait_http(f"{base}/openapi.json")
@@ -41,7 +39,7 @@ def test_the_fuzz_run_calls_agent_only_operations_as_an_agent(tmp_path):
     without a webhook of its own, the agent's being an address literal (no DNS)."""
     import json
 
-    env = _env(str(tmp_path), f"sqlite:///{tmp_path}/fuzz.db")
+    env = _env(str(tmp_path), fresh_database("fuzz"))
     _flask(env, "db", "upgrade")
     key = json.loads(_flask(env, "accounts", "create", "--email", "a@fuzz.example"))["key"]
     server, base = gunicorn_proc(env, workers=1, threads=2, log=tmp_path / "server.log", args=SERVER_ARGS)

@@ -2,7 +2,6 @@
 calls (no overshoot), and a rotated key's overlap ends on every worker/node."""
 from __future__ import annotations
 
-import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -10,9 +9,6 @@ import requests
 
 from tests.gateway_helpers import balance_cents, create_module, provider, provider_server  # noqa: F401
 from tests.support.apps import app_env, gunicorn
-
-POSTGRES = (os.environ.get("DATABASE_URL") or "").startswith("postgres")
-
 
 def test_twelve_parallel_calls_on_a_limit_of_three_charge_exactly_three(app, make_account, provider, ledger_clean):
     create_module(app, "lim", provider, {"ok": (3, "/ok")})
@@ -25,8 +21,7 @@ def test_twelve_parallel_calls_on_a_limit_of_three_charge_exactly_three(app, mak
         def one(_):
             return requests.post(f"{url}/v1/module/lim/call", json={"action": "ok"}, headers=bearer, timeout=30)
 
-        # PostgreSQL: truly parallel. SQLite serializes writers, so the calls go one by one there.
-        with ThreadPoolExecutor(12 if POSTGRES else 1) as pool:
+        with ThreadPoolExecutor(12) as pool:  # truly parallel
             answers = list(pool.map(one, range(12)))
         codes = sorted(r.status_code for r in answers)
         assert codes == [200] * 3 + [402] * 9, codes

@@ -1,7 +1,7 @@
 """Schema fuzzing: schemathesis against the running app's /openapi.json, all checks.
 
-Starts a throw-away instance of the gateway (own SQLite database in a temp dir, or a
-PostgreSQL database when ``FUZZ_DATABASE_URL`` is set), creates two accounts ``alice``
+Starts a throw-away instance of the gateway (its own embedded PostgreSQL in a temp dir,
+or the database named by ``FUZZ_DATABASE_URL``), creates two accounts ``alice``
 and ``bob`` (full-scope keys, so ``object_level_authorization`` and ``ignored_auth`` run
 with two identities as Web Fuzzing Commons peers), serves it with gunicorn on loopback,
 and runs ``st run`` with every check (none excluded). Exit status is schemathesis's.
@@ -167,7 +167,19 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     workdir = tempfile.mkdtemp(prefix="gw-fuzz-")
-    db_url = os.environ.get("FUZZ_DATABASE_URL") or f"sqlite:///{workdir}/fuzz.db"
+    db_url = os.environ.get("FUZZ_DATABASE_URL")
+    if not db_url:
+        from app.services.platform import embedded_pg
+
+        db_url = embedded_pg.start(Path(workdir) / "pg")
+    try:
+        return _run(args, workdir, db_url)
+    finally:
+        if not os.environ.get("FUZZ_DATABASE_URL"):
+            embedded_pg.stop(Path(workdir) / "pg")
+
+
+def _run(args, workdir: str, db_url: str) -> int:
     env = _env(workdir, db_url)
     _flask(env, "db", "upgrade")
     if (ROOT / "catalog").is_dir():

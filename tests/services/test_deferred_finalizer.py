@@ -279,18 +279,11 @@ def test_which_calls_are_answered_before_their_write(app, monkeypatch, deferred,
     assert seen == [expect]
 
 
-# --- PostgreSQL: through the route ------------------------------------------------------
-
-def _pg(app) -> bool:
-    with app.app_context():
-        return db.engine.dialect.name == "postgresql"
-
+# --- through the route ----------------------------------------------------------------
 
 @pytest.fixture
 def slow_finalize(app):
     """``gw_finalize_calls`` takes 0.3 s more for the test."""
-    if not _pg(app):
-        pytest.skip("the deferred finalize is PostgreSQL's")
     with finalize_helpers.slow_finalize(app, 0.3):
         yield
 

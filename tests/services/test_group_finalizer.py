@@ -86,16 +86,9 @@ def test_many_rounds_never_leave_a_caller_waiting(monkeypatch):
     assert results == [True] * 2000 and not fin._busy and fin._queue == []
 
 
-def _pg(app) -> bool:
-    with app.app_context():
-        return db.engine.dialect.name == "postgresql"
-
-
 def test_one_statement_finalizes_only_the_calls_still_pending(app, make_account, mod, ledger_clean):
     """Three pending calls (with keys), one refunded by the sweep meanwhile: one group
     statement moves the other two to succeeded with their keys' stored responses."""
-    if not _pg(app):
-        pytest.skip("the one-statement finalize is PostgreSQL's")
     from app.services.gateway import calls as gateway
     from app.services.gateway import catalog
 

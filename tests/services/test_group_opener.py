@@ -187,13 +187,7 @@ def test_a_group_that_gave_up_a_lock_wait_goes_alone_without_the_limit(monkeypat
     assert metrics.OPEN_GROUPS.labels(outcome="alone")._value.get() == before + 1
 
 
-# --- gw_open_calls on PostgreSQL -------------------------------------------------------------
-
-
-def _pg_only(app):
-    with app.app_context():
-        if db.engine.dialect.name != "postgresql":
-            pytest.skip("gw_open_calls is PostgreSQL's")
+# --- gw_open_calls -------------------------------------------------------------------------
 
 
 def _rows(app, specs):
@@ -224,7 +218,6 @@ def test_one_statement_opens_each_row_or_refuses_it_alone(app, make_account, mod
     """Five rows in ONE statement: two opened, one refused for funds, one for its key's
     spend limit, one whose key is taken. The refused rows leave nothing behind (no key
     record, no spend, no debit, no call, no posting); the others are booked in full."""
-    _pg_only(app)
     rich, other, poor, limited = (make_account(cents=100), make_account(cents=100), make_account(cents=2),
                                   make_account(cents=100))
     limited_key = _key_id(app, limited.id)
@@ -270,7 +263,6 @@ def test_a_refusal_after_the_spend_reservation_takes_it_back(app, make_account, 
     """A key with room in its spend limit, an account without the funds: the spend
     counter reserved before the debit is taken back with the refusal, and a key that
     replaced an expired record is released (a retry with it is a new call)."""
-    _pg_only(app)
     poor = make_account(cents=2)
     kid = _key_id(app, poor.id)
     with app.app_context():
@@ -302,7 +294,6 @@ def test_rows_are_locked_in_account_order(app, make_account, mod, ledger_clean):
     The group, handed its rows in the other order, must take the first account first (and
     wait), not hold the second: that would be a deadlock, and PostgreSQL would fail one
     of the two after deadlock_timeout. Fails without the function's ORDER BY."""
-    _pg_only(app)
     a, b = sorted([make_account(cents=100).id, make_account(cents=100).id])
     with app.test_request_context():
         made = _rows(app, [(b, None, None), (a, None, None)])
@@ -336,7 +327,6 @@ def test_rows_are_locked_in_account_order(app, make_account, mod, ledger_clean):
 def test_concurrent_calls_through_the_route_share_statements(app, make_account, mod, ledger_clean, monkeypatch):
     """Calls through the real route while an open is held: they go out together and each
     gets its own call, charged once (the refused one not at all)."""
-    _pg_only(app)
     from tests.gateway_helpers import call
 
     real = charging._open_group
@@ -449,7 +439,6 @@ def test_same_key_in_two_groups(app, make_account, mod):
     row of A. G1 holds A and waits for the key G2 inserted, G2 holds the key and waits for
     A: a deadlock (reported after 1 s, a 500) before 0028; now one group gives up its wait
     and the other goes through."""
-    _pg_only(app)
     a = make_account(cents=100).id
     with app.test_request_context():
         g1 = _rows(app, [(a, None, None), (a, "k", None)])
@@ -479,7 +468,6 @@ def test_an_existing_rows_key_lock_and_a_refund(app, make_account, mod):
     for the account — which a refund of that key's call holds while it waits to delete the
     record (refunds.refund's order). Before 0028: a deadlock; now the group gives up and
     the refund goes through."""
-    _pg_only(app)
     a = make_account(cents=100).id
     with app.test_request_context():
         (first, first_row), = _rows(app, [(a, "k1", None)])
@@ -500,7 +488,6 @@ def test_a_writer_locking_two_accounts_in_another_order(app, make_account, mod):
     """An agent's funding debits the owner, then credits the agent (ledger.post: debits
     first), whatever their ids; a group with a call of each takes the lower id first. A
     deadlock before 0028; now the group gives up and the funding goes through."""
-    _pg_only(app)
     agent_acct, owner_acct = sorted([make_account(cents=100).id, make_account(cents=100).id])
     with app.test_request_context():
         made = _rows(app, [(agent_acct, None, None), (owner_acct, None, None)])
@@ -521,7 +508,6 @@ def test_one_accounts_locked_row_does_not_hold_up_other_accounts(app, make_accou
     the same process queues behind it. Before 0028 B waited as long as A's row stayed
     locked (no limit); now A's statement gives up after the lock wait, A waits alone
     outside the queue, and B is opened meanwhile. Both are charged once."""
-    _pg_only(app)
     a, b = make_account(cents=100).id, make_account(cents=100).id
     with app.test_request_context():
         (ra,), (rb,) = _rows(app, [(a, None, None)]), _rows(app, [(b, None, None)])
@@ -557,7 +543,6 @@ def test_one_accounts_locked_row_does_not_hold_up_other_accounts(app, make_accou
 def test_a_refused_second_debit_credits_back_the_first(app, make_account, mod, ledger_clean):
     """Legs that debit two accounts (the function allows it; ``refunds.legs`` makes one):
     the second refused, the first is credited back, nothing stays."""
-    _pg_only(app)
     from app.services.billing import ledger
     from app.services.gateway import catalog
 
@@ -579,7 +564,6 @@ def test_a_committed_group_sent_again_charges_nothing_twice(app, make_account, m
     """What ``run_one`` does after a commit whose answer was lost: the same rows again.
     The whole statement fails (the duplicate call id), and alone each row is ``existing``
     (with a key) or fails the same way: every call charged once."""
-    _pg_only(app)
     from sqlalchemy.exc import IntegrityError
 
     a, b, c = (make_account(cents=100).id for _ in range(3))

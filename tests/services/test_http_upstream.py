@@ -395,7 +395,7 @@ class H(BaseHTTPRequestHandler):
     def log_message(self, *a):
         pass
 
-app = create_app({"SQLALCHEMY_DATABASE_URI": "sqlite://", "APP_ENV": "test", "TESTING": True,
+app = create_app({"APP_ENV": "test", "TESTING": True,  # the database: DATABASE_URL
                   "INSTANCE_PATH": sys.argv[1]})
 with serve(H) as url, telemetry.span("call.forward"):
     resp = http.upstream("modules", allow_private_hosts=True).request(

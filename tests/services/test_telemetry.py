@@ -23,7 +23,7 @@ def test_enabled_only_by_otel_variables(env, on):
 _PROBE = r"""
 import json, sys
 from app import create_app, telemetry
-app = create_app({"SQLALCHEMY_DATABASE_URI": "sqlite://", "APP_ENV": "test", "TESTING": True,
+app = create_app({"APP_ENV": "test", "TESTING": True,  # the database: DATABASE_URL
                   "INSTANCE_PATH": sys.argv[1]})
 with telemetry.span("call.open"):
     pass

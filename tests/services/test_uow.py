@@ -66,8 +66,6 @@ def test_nesting_is_refused(app):
 
 
 def test_one_statement_commits_by_itself_and_refuses_inside_a_unit(app):
-    if app.config["SQLALCHEMY_DATABASE_URI"].startswith("sqlite"):
-        pytest.skip("one_statement is the PostgreSQL hot path's")
     insert = text("INSERT INTO contact_messages (id, email, message, created_at) "
                   "VALUES (:id, 'a@example.com', 'hi', now())")
     with app.app_context():
@@ -208,8 +206,6 @@ def test_execute_rows_on_the_cursor_keeps_errors_and_listeners(app):
     statement still raises SQLAlchemy's ``DBAPIError`` (with the driver's SQLSTATE), a
     dead connection is reported ``connection_invalidated`` (and ``run_one`` retries it on
     a fresh one), and an engine listener still sees every statement."""
-    if app.config["SQLALCHEMY_DATABASE_URI"].startswith("sqlite"):
-        pytest.skip("one_statement is the PostgreSQL hot path's")
     from unittest.mock import patch
 
     from sqlalchemy.engine import Connection, Engine
@@ -268,17 +264,11 @@ def test_statement_text_for_the_driver():
     assert _statement("SELECT %(a)b::bytea") is None  # binary format
 
 
-def _pg_only(app):
-    if app.config["SQLALCHEMY_DATABASE_URI"].startswith("sqlite"):
-        pytest.skip("the driver-level statements are the PostgreSQL hot path's")
-
-
 def test_run_one_uses_the_threads_own_connection_not_a_pool_checkout(app):
     """Each thread sends ``run_one``'s statements on one connection of its own (no pool
     checkout per statement; a second thread has another), with typed results, a NULL,
     parameters of every kind the hot path sends, and more named statements than a
     connection keeps (the rest run unnamed, with the same answers)."""
-    _pg_only(app)
     import threading
     from datetime import datetime, timezone
 
@@ -314,7 +304,6 @@ def test_the_threads_own_connection_survives_a_fork(app):
     """A child process (gunicorn forks its workers from a preloaded master) makes its own
     connection and leaves the inherited one alone: closing it there would end the
     parent's session on the shared socket."""
-    _pg_only(app)
     import os
 
     from app.services.platform import uow
@@ -345,7 +334,6 @@ def test_a_forked_child_leaves_the_parents_pooled_connections_alone(app):
     takes one (to make its own thread connection) and closes it would end the parent's
     session on the shared socket, and the parent's next statement on it would fail.
     Failed before the side pools were dropped in a forked child (extensions.side_engine)."""
-    _pg_only(app)
     import os
 
     from app.services.platform import uow
@@ -394,7 +382,6 @@ def test_a_restart_costs_one_retry_not_a_failed_call(app):
     retry must get a fresh connection (the pool's older connections invalidated, as
     SQLAlchemy does on a disconnect), not another dead one. Failed on 38551bc: both
     attempts died (AdminShutdown), i.e. a 500 for the metered call."""
-    _pg_only(app)
     from app.services.platform import uow
 
     with app.app_context():
@@ -415,7 +402,6 @@ def test_execute_rows_disconnect_invalidates_the_pools_older_connections(app):
     ``connection_invalidated``); the pool's other connections of that generation are
     replaced on checkout, so the next statements succeed. Failed on 38551bc: every dead
     idle connection failed one statement in turn."""
-    _pg_only(app)
     from sqlalchemy.exc import DBAPIError
 
     from app.services.platform import uow
@@ -443,7 +429,6 @@ def test_own_connection_follows_pool_recycle(app, monkeypatch):
     """``pool_recycle`` (production: 1800 s) applies to the thread's own connection as to a
     pooled one: past it, the next statement runs on a new connection and the old one is
     closed. Failed on 38551bc: the same backend forever."""
-    _pg_only(app)
     import time
 
     from app.services.platform import uow
@@ -464,7 +449,6 @@ def test_own_connection_keeps_names_prepared_while_pooled(app):
     """A connection that execute_rows used while pooled (its statements prepared there)
     and that becomes a thread's own connection knows those names: the same SQL through
     run_one runs. Failed on 38551bc: 'prepared statement "gw_…" already exists', for good."""
-    _pg_only(app)
     import threading
 
     from app.services.platform import uow
@@ -492,7 +476,6 @@ def test_direct_path_keeps_what_the_cursor_accepted(app):
     """Several statements in one text still run (they take the cursor: a prepared
     statement holds one); a missing parameter is SQLAlchemy's ProgrammingError, as
     before, and does not cost the thread its connection."""
-    _pg_only(app)
     from sqlalchemy.exc import ProgrammingError
 
     from app.services.platform import uow

@@ -242,17 +242,13 @@ def test_the_tail_roll_can_be_turned_off(app, account, monkeypatch):
 def _plan_indexes(statement) -> tuple[set[str], set[str]]:
     """(index names, scan node types) of ``statement``'s plan on the test database."""
     sql = str(statement.compile(dialect=db.engine.dialect, compile_kwargs={"literal_binds": True}))
-    if db.engine.dialect.name == "postgresql":
-        nodes, stack = [], [db.session.execute(text(f"EXPLAIN (FORMAT JSON) {sql}")).scalar()[0]["Plan"]]
-        while stack:
-            node = stack.pop()
-            nodes.append(node)
-            stack.extend(node.get("Plans", []))
-        return ({n["Index Name"] for n in nodes if "Index Name" in n},
-                {n["Node Type"] for n in nodes if "Scan" in n["Node Type"]})
-    details = [r[-1] for r in db.session.execute(text(f"EXPLAIN QUERY PLAN {sql}"))]
-    return ({d.split(" INDEX ")[1].split()[0] for d in details if " INDEX " in d},
-            {d.split()[0] for d in details})
+    nodes, stack = [], [db.session.execute(text(f"EXPLAIN (FORMAT JSON) {sql}")).scalar()[0]["Plan"]]
+    while stack:
+        node = stack.pop()
+        nodes.append(node)
+        stack.extend(node.get("Plans", []))
+    return ({n["Index Name"] for n in nodes if "Index Name" in n},
+            {n["Node Type"] for n in nodes if "Scan" in n["Node Type"]})
 
 
 def test_the_roll_finds_the_oldest_open_call_by_an_index_of_the_open_calls_only(app, account):

@@ -42,7 +42,6 @@ from decimal import Decimal
 from flask import current_app
 from sqlalchemy import and_, case, func, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from app.errors import Conflict, InvalidRequest, NotFound
 from app.extensions import db
@@ -340,9 +339,7 @@ def _insert_events(rows: list[dict]) -> set[str]:
     """Insert events, skipping any (alert_id, period_key) that already fired (another
     scheduler got there first); returns the ids actually inserted. One executemany
     (SQLAlchemy batches it into multi-row INSERT … RETURNING statements)."""
-    dialect = db.session.get_bind().dialect.name
-    stmt = (pg_insert if dialect == "postgresql" else sqlite_insert)(AlertEvent)
-    stmt = stmt.on_conflict_do_nothing(index_elements=["alert_id", "period_key"])
+    stmt = pg_insert(AlertEvent).on_conflict_do_nothing(index_elements=["alert_id", "period_key"])
     return set(db.session.scalars(stmt.returning(AlertEvent.id), rows))
 
 

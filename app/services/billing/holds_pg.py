@@ -2,7 +2,7 @@
 settle (``gw_chat_settle``), server-side functions in ``app/services/money/sql/``, each
 ONE autocommit statement on the request's hot-path connection (``uow.one_statement``: one
 pool checkout per request, no pre-ping, no ``BEGIN``/``COMMIT``), as the metered call's
-``gateway.charging``. ``holds`` owns the SQLite path and the release; these only build
+``gateway.charging``. ``holds`` owns the release; these only build
 and run the two statements.
 
 * ``hold``: the key's spend-limit reservation, the conditional debit, the ``held``
@@ -27,7 +27,7 @@ from datetime import datetime
 
 from sqlalchemy.exc import DBAPIError
 
-from app.services.platform.uow import REFUSALS, one_statement_supported, pg_array, run_one
+from app.services.platform.uow import REFUSALS, pg_array, run_one
 
 _UNIQUE_VIOLATION = "23505"
 
@@ -49,9 +49,6 @@ _SETTLE = """
         %(completion_tokens)s::integer, %(estimated)s::boolean, %(attempts)s::integer,
         %(latency_ms)s::integer, %(error)s::varchar, %(now)s::timestamptz)
 """
-
-
-supported = one_statement_supported  # PostgreSQL runs the two statements
 
 
 def _sqlstate(exc: DBAPIError) -> str | None:

@@ -48,9 +48,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from flask import current_app
-from sqlalchemy import bindparam, case, delete, func, insert, literal, literal_column, or_, select, true, union_all
+from sqlalchemy import bindparam, case, delete, func, insert, literal, literal_column, or_, select, union_all
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.sql.elements import BindParameter
 
 from app.extensions import db
@@ -280,13 +279,11 @@ def roll(now: datetime | None = None, *, max_hours: int = 48) -> int:
 def _add_minutes(lo: datetime, hi: datetime) -> None:
     """Add the calls of [lo, hi) (whole minutes after the tail mark) to their hours' rows
     of ``usage_hourly``: one upsert per hour the range touches."""
-    dialect = db.session.get_bind().dialect.name
     hour = hour_of(lo)
     while hour < hi:
         rows = union_all(*call_log_rows(max(lo, hour), min(hi, hour + HOUR), since_mark=False)).subquery()
-        agg = _sums(rows.c, hour).where(true())  # SQLite: without a WHERE, ON CONFLICT may parse as a join
-        ins = (pg_insert if dialect == "postgresql" else sqlite_insert)(_USAGE).from_select(
-            ["account_id", "product", "mode", "hour", "calls", "errors", "spend_micros"], agg)
+        ins = pg_insert(_USAGE).from_select(
+            ["account_id", "product", "mode", "hour", "calls", "errors", "spend_micros"], _sums(rows.c, hour))
         db.session.execute(ins.on_conflict_do_update(
             index_elements=["account_id", "product", "mode", "hour"],
             set_={"calls": _USAGE.c.calls + ins.excluded.calls, "errors": _USAGE.c.errors + ins.excluded.errors,

@@ -36,7 +36,7 @@ from datetime import timedelta
 
 import orjson
 from flask import current_app
-from sqlalchemy import bindparam, delete, insert, select, text, update
+from sqlalchemy import delete, insert, select, text
 from sqlalchemy.exc import IntegrityError
 
 from app.errors import Conflict, InvalidRequest, PaymentRequired, ProviderTimeout, UpstreamError
@@ -60,17 +60,6 @@ _CALLS = ModuleCall.__table__
 _IDEMPOTENCY = IdempotencyRecord.__table__
 _INSERT_CALL = insert(_CALLS)
 _INSERT_IDEMPOTENCY = insert(_IDEMPOTENCY)
-_SUCCEED_CALL = (update(_CALLS)
-                 .where(_CALLS.c.id == bindparam("b_call_id"), _CALLS.c.status == "pending")
-                 .values(status="succeeded", **{
-                     c: bindparam("b_" + c, type_=_CALLS.c[c].type)
-                     for c in ("ok", "provider_status", "receipt", "finished_at")}))
-_IDEMPOTENCY_DONE = (update(_IDEMPOTENCY)
-                     .where(_IDEMPOTENCY.c.account_id == bindparam("b_account"),
-                            _IDEMPOTENCY.c.key == bindparam("b_key"),
-                            _IDEMPOTENCY.c.call_id == bindparam("b_call_id"))
-                     .values(status="done", response_body=bindparam("b_response_body",
-                                                                 type_=_IDEMPOTENCY.c.response_body.type)))
 
 
 
@@ -265,12 +254,11 @@ def open_call(*, account_id: str, mode: str, mod: catalog.ModuleSnap, act: catal
     price_micros = ledger.cents_to_micros(act.price_cents)
     charged = mode != "test" and price_micros > 0
     s = db.session
-    if charging.supported():  # PostgreSQL: the whole charging transaction in one statement
-        try:
-            return _open_pg(account_id, mode, mod, act, idempotency_key, req_hash, price_micros,
-                            charged, payment, key_id, actor)
-        except _PaymentNeeded:
-            pass  # x402: the multi-statement path below books the payment with the debit
+    try:  # the whole charging transaction in one statement
+        return _open_pg(account_id, mode, mod, act, idempotency_key, req_hash, price_micros,
+                        charged, payment, key_id, actor)
+    except _PaymentNeeded:
+        pass  # x402: the multi-statement path below books the payment with the debit
     paid = None  # an x402 payment verified, reserved and settled for this call (not booked yet)
     tries = 0
     while tries < 3:
@@ -370,22 +358,11 @@ def _finalize(call_id, account_id, slug, act, mode, answer, idempotency_key) -> 
     body = orjson.dumps({"ok": answer.ok, "module": slug, "call_id": call_id,
                          "cost_cents": act.price_cents, "result": answer.result,
                          "receipt": receipt})
-    if charging.supported():  # one autocommit statement: the call and its key's stored response
-        done = charging.finalize_pg(
-            call_id=call_id, account_id=account_id, idem_key=idempotency_key, ok=answer.ok,
-            provider_status=answer.status, receipt=receipt, finished_at=utcnow(),
-            response_body=body.decode())
-        if not done:
-            raise ProviderTimeout(_LATE)
-        return body
-    s = db.session
-    with unit_of_work():
-        done = s.execute(_SUCCEED_CALL, {
-            "b_call_id": call_id, "b_ok": answer.ok, "b_provider_status": answer.status,
-            "b_receipt": receipt, "b_finished_at": utcnow()}).rowcount
-        if done != 1:  # the sweep refunded it while we waited: not charged, no result
-            raise ProviderTimeout(_LATE)
-        if idempotency_key is not None:
-            s.execute(_IDEMPOTENCY_DONE, {"b_account": account_id, "b_key": idempotency_key,
-                                          "b_call_id": call_id, "b_response_body": body.decode()})
+    # one autocommit statement: the call and its key's stored response
+    done = charging.finalize_pg(
+        call_id=call_id, account_id=account_id, idem_key=idempotency_key, ok=answer.ok,
+        provider_status=answer.status, receipt=receipt, finished_at=utcnow(),
+        response_body=body.decode())
+    if not done:
+        raise ProviderTimeout(_LATE)
     return body

@@ -25,9 +25,6 @@ stays in ``gateway.calls``.
   - durable: committed before the answer leaves the process; finalizations that arrive
     while one is being written are grouped (``GroupFinalizer``: group commit,
     leader/followers), so under load one durable commit serves several calls.
-
-SQLite (the embedded default) keeps the multi-statement path in ``gateway.calls``
-behind the same interface.
 """
 from __future__ import annotations
 
@@ -47,7 +44,7 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from app import metrics
 from app.ids import new_id
 from app.models.base import utcnow
-from app.services.platform.uow import execute_rows, one_statement, one_statement_supported, run_one
+from app.services.platform.uow import execute_rows, one_statement, run_one
 
 log = logging.getLogger(__name__)
 
@@ -97,9 +94,6 @@ class Opened:
     idem_hash: str | None = None
     idem_status: str | None = None
     idem_body: str | None = None
-
-
-supported = one_statement_supported  # PostgreSQL runs the two statements
 
 
 def open_pg(*, account_id: str, mode: str, mod, act, idem_key: str | None, req_hash: str | None,

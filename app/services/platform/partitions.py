@@ -14,8 +14,6 @@ and ``ledger_entries`` by RANGE (created_at), one partition per UTC month named
   touched: ``LEDGER`` is not in ``CALL_LOG`` and ``drop_expired`` refuses any table outside
   it. A month that still holds an unfinished row (a ``pending`` call, a ``held``
   completion: money not yet settled) is kept and reported instead.
-
-SQLite (no partitions): both are no-ops returning empty lists.
 """
 from __future__ import annotations
 
@@ -57,14 +55,8 @@ class Partition:
     month: date | None  # None: the DEFAULT partition
 
 
-def _supported() -> bool:
-    return db.session.get_bind().dialect.name == "postgresql"
-
-
 def partitions(table: str) -> list[Partition]:
     """The partitions of ``table``, oldest month first, DEFAULT last ([] if not partitioned)."""
-    if not _supported():
-        return []
     names = db.session.execute(text(
         "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
         "WHERE i.inhparent = to_regclass(:t)"), {"t": table}).scalars().all()
@@ -81,8 +73,6 @@ def ensure_ahead(months: int | None = None, *, today: date | None = None) -> lis
     """Create the missing monthly partitions from this month to ``months`` ahead
     (default ``PARTITIONS_AHEAD_MONTHS``) for every partitioned table. Returns the names
     created. Safe to run concurrently (the SQL function takes an advisory lock)."""
-    if not _supported():
-        return []
     if months is None:
         months = current_app.config["PARTITIONS_AHEAD_MONTHS"]
     first = month_start(today or datetime.now(timezone.utc).date())
@@ -113,7 +103,7 @@ def drop_expired(retention_months: int | None = None, *, today: date | None = No
         raise ValueError(f"retention applies to the call log only, not {', '.join(refused)}")
     if retention_months is None:
         retention_months = current_app.config["CALL_LOG_RETENTION_MONTHS"]
-    if not _supported() or retention_months <= 0:
+    if retention_months <= 0:
         return Pruned([], [])
     cutoff = month_start(today or datetime.now(timezone.utc).date(), -retention_months)
     dropped, kept = [], []

@@ -21,10 +21,10 @@ itself whether its commit waits for the WAL flush (``gw_open_calls`` does not, t
 finalize does: docs/performance.md).
 
 ``read(statement, params)`` runs ONE read-only statement for an entry point that reads and
-writes nothing else (the usage reads): on PostgreSQL, when no unit of work is open and the
+writes nothing else (the usage reads): when no unit of work is open and the
 session holds no transaction, on the same autocommit connection — one round trip instead
 of pool pre-ping + ``BEGIN`` + statement + ``ROLLBACK`` at teardown; a single statement
-sees one snapshot by itself. Otherwise (SQLite, inside a unit of work, or after earlier
+sees one snapshot by itself. Otherwise (inside a unit of work, or after earlier
 reads of this request opened a transaction) on ``db.session``, so it sees what the
 session sees.
 """
@@ -118,20 +118,14 @@ def end_reads() -> None:
 
 
 def read(statement, params: dict | None = None) -> list:
-    """Run ONE read-only ``statement`` and return its rows (fetched): on PostgreSQL on the
+    """Run ONE read-only ``statement`` and return its rows (fetched): on the
     request's autocommit connection when nothing is open on the session (see the module
     docstring), else on ``db.session``. Never for a statement that writes. A connection
     found dead (server restart: that pool has no pre-ping) is replaced and the read run
     again, once (``run_one``: a read is always safe to repeat)."""
-    if (_current.get() is None and one_statement_supported()
-            and not db.session().in_transaction()):
+    if _current.get() is None and not db.session().in_transaction():
         return run_one(statement, params or {})
     return db.session.execute(statement, params or {}).all()
-
-
-def one_statement_supported() -> bool:
-    """True when the app's database runs the one-statement hot path (PostgreSQL)."""
-    return db.engine.dialect.name == "postgresql"
 
 
 # SQLSTATEs the hot path's server-side functions RAISE on a refusal (``gw_chat_hold``:

@@ -21,13 +21,13 @@ _INSERT = insert(TrackEvent.__table__)
 
 
 def _engine() -> Engine:
-    """Engine for event inserts. On PostgreSQL with ``TRACK_ASYNC_COMMIT`` (default on) a
+    """Engine for event inserts. With ``TRACK_ASYNC_COMMIT`` (default on) a
     small dedicated pool whose sessions run with ``synchronous_commit=off``: an INSERT
     returns without waiting for the WAL flush (about 10x faster); a crash of the
     database server can lose the last fraction of a second of analytics events — never
     anything else, since only this pool has the setting. Otherwise the app's engine."""
     main = db.engine
-    if main.dialect.name != "postgresql" or not current_app.config.get("TRACK_ASYNC_COMMIT", True):
+    if not current_app.config.get("TRACK_ASYNC_COMMIT", True):
         return main
     return side_engine("tracking", pool_size=int(current_app.config.get("TRACK_DB_POOL_SIZE", 5)),
                        max_overflow=5, pool_pre_ping=True, pool_recycle=1800,

@@ -32,6 +32,7 @@ API_BLUEPRINTS = [
     "app.blueprints.agents.routes",
     "app.blueprints.builds.routes",
     "app.blueprints.mcp.routes",
+    "app.blueprints.mcp.routes:discovery_blp",
 ]
 
 

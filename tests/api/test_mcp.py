@@ -226,3 +226,41 @@ def test_test_key_calls_the_sandbox_free(app, server_url, make_account, mod):
     res = run(_call, server_url, acct.test_key, "svc__ok", {"a": 1})
     assert res.is_error is False and res.structured_content["receipt"]["mode"] == "test"
     assert balance_cents(app, acct.id) == 0
+
+
+# --- discovery -------------------------------------------------------------------------
+
+def test_module_listing_links_each_module_to_its_mcp_tools(client, mod):
+    create_module_doc = client.get("/api/modules/svc").get_json()
+    assert "svc__ok" in create_module_doc["mcp_tools"] and "svc__free" in create_module_doc["mcp_tools"]
+    listed = {m["slug"]: m for m in client.get("/api/modules").get_json()["modules"]}
+    assert listed["svc"]["mcp_tools"] == sorted(f"svc__{a['name']}" for a in listed["svc"]["actions"])
+
+
+def test_x402_discovery_lists_every_paid_action_with_its_price(app, client, mod):
+    doc = client.get("/.well-known/x402").get_json()
+    assert doc["x402Version"] == 2 and doc["mcp"]["url"].endswith("/mcp")
+    items = {i["mcpTool"]: i for i in doc["items"]}
+    assert "svc__free" not in items  # price 0: not a paid resource
+    ok = items["svc__ok"]
+    assert ok["priceCents"] == 3 and ok["action"] == "ok" and ok["resource"].endswith("/v1/module/svc/call")
+    assert ok["extensions"]["bazaar"]["info"]["input"] == {"type": "http", "method": "POST", "bodyType": "json",
+                                                           "body": {"action": "ok"}}
+    # the payment requirements are the 402's: exact, USDC atomic units of the price
+    assert ok["accepts"] and all(a["scheme"] == "exact" and a["amount"] == "30000" for a in ok["accepts"])
+    # the Bazaar extension validates with the x402 package's own checker
+    from x402.extensions.bazaar import validate_discovery_extension
+    from x402.extensions.bazaar.types import parse_discovery_extension
+
+    assert validate_discovery_extension(parse_discovery_extension(ok["extensions"]["bazaar"])).valid
+    assert doc["pagination"]["total"] == len(doc["items"])
+
+
+def test_mcp_server_card_names_the_endpoint(client):
+    card = client.get("/.well-known/mcp/server-card.json").get_json()
+    assert card["$schema"].endswith("server-card.schema.json")
+    remote = card["remotes"][0]
+    assert remote["type"] == "streamable-http" and remote["url"].endswith("/mcp")
+    assert remote["headers"][0]["name"] == "Authorization" and remote["headers"][0]["isSecret"] is True
+    assert "2025-11-25" in remote["supportedProtocolVersions"]
+    assert card["_meta"]["gateway/x402-discovery"].endswith("/.well-known/x402")

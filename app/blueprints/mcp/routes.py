@@ -9,8 +9,10 @@ from mcp_types.version import KNOWN_PROTOCOL_VERSIONS
 
 from app.auth import authenticated, principal
 from app.blueprints.mcp.server import Bridge
-from app.blueprints.routing import document_errors
+from app.blueprints.mcp.schemas import ServerCardSchema, X402DiscoverySchema
+from app.blueprints.routing import document_errors, endpoint
 from app.extensions import Blueprint
+from app.services.gateway import discovery
 
 blp = Blueprint("mcp", __name__, url_prefix="",
                 description="The agents' door: the module catalog as an MCP server (docs/mcp.md).")
@@ -85,3 +87,25 @@ class McpView(MethodView):
             if name.lower() not in ("content-length", "date", "server"):
                 resp.headers[name] = v.decode("latin-1")
         return resp
+
+
+discovery_blp = Blueprint("discovery", __name__, url_prefix="/.well-known",
+                          description="Discovery for agents: paid resources (x402) and the MCP server card.")
+
+
+@endpoint(discovery_blp, "/x402", "get", public=True, ok=X402DiscoverySchema, name="X402DiscoveryView")
+def x402_discovery():
+    """Every paid module action with its price (public).
+
+    The x402 Bazaar discovery list: one item per action whose price is above zero, with the
+    call URL, the `exact` payment requirements of its price (empty when x402 is not
+    offered), the Bazaar extension's input/output metadata and the action's MCP tool name."""
+    return discovery.x402_resources()
+
+
+@endpoint(discovery_blp, "/mcp/server-card.json", "get", public=True, ok=ServerCardSchema,
+          name="McpServerCardView")
+def mcp_server_card():
+    """The MCP server card (public): where the MCP endpoint is, its transport and protocol
+    versions, and the bearer header it needs."""
+    return discovery.server_card()

@@ -38,16 +38,11 @@ import anyio
 import orjson
 from anyio.from_thread import BlockingPortal
 
+from app.services.gateway.tools import INSTRUCTIONS, SERVER_NAME
+
 log = logging.getLogger(__name__)
 
 IDEMPOTENCY_META_KEY = "gateway/idempotency-key"
-SERVER_NAME = "metered-api-gateway"
-INSTRUCTIONS = (
-    "Each tool is one action of a module of the gateway's catalog, named <module>__<action>. "
-    "A call is charged the price in the tool's _meta (gateway/price) from the account's prepaid "
-    "balance; the result's structuredContent is the gateway's call response with a signed receipt. "
-    "Send _meta {\"gateway/idempotency-key\": \"...\"} (or the Idempotency-Key header) to retry safely.")
-
 
 class ToolCallError(Exception):
     """An API error to return as a tool result with ``isError: true``."""

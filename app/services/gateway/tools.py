@@ -21,6 +21,12 @@ from __future__ import annotations
 
 from app.services.gateway import catalog
 
+SERVER_NAME = "metered-api-gateway"
+INSTRUCTIONS = (
+    "Each tool is one action of a module of the gateway's catalog, named <module>__<action>. "
+    "A call is charged the price in the tool's _meta (gateway/price) from the account's prepaid "
+    "balance; the result's structuredContent is the gateway's call response with a signed receipt. "
+    "Send _meta {\"gateway/idempotency-key\": \"...\"} (or the Idempotency-Key header) to retry safely.")
 SEPARATOR = "__"
 META_PREFIX = "gateway/"
 RECEIPT_KEYS_PATH = "/api/receipts/keys"

@@ -31,6 +31,8 @@ API_BLUEPRINTS = [
     "app.blueprints.signup.routes:pages_blp",
     "app.blueprints.agents.routes",
     "app.blueprints.builds.routes",
+    "app.blueprints.mcp.routes",
+    "app.blueprints.mcp.routes:discovery_blp",
 ]
 
 

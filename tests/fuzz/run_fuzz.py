@@ -58,6 +58,8 @@ SEMANTIC_400: dict[str, str] = {
     "POST /api/pay/webhook": "the Stripe-Signature must verify over the body",
     "POST /api/wallet/fund": "`method: usdc` needs a connected wallet (stored state)",
     "POST /v1/module/{slug}/call": "the action must be one of the module's (catalog data)",
+    "POST /mcp": "the body must be a JSON-RPC message of MCP: the document states the envelope, "
+                 "the MCP schema (methods and their params, per protocol version) is the SDK's",
     "POST /v1/chat/completions": "`model: auto` needs a model that fits the request "
                                  "(`no_matching_model`, catalog data)",
 }

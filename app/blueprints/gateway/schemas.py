@@ -3,6 +3,7 @@ import marshmallow as ma
 
 from app.blueprints.fields import (MAX_JSON_DEPTH, FastLoad, InputSchema, derived, header_text,
                                    idempotency_key_header, json_depth, plain_text, text_or_empty)
+from app.services.gateway import tools
 
 ACTION_MAX = 64
 
@@ -112,6 +113,9 @@ class ModuleSchema(ma.Schema):
                       lambda m: bool(m.sandbox_url))
     actions = derived(ma.fields.List(ma.fields.Nested(ActionSchema), required=True),
                       lambda m: [a for a in m.actions if a.active])
+    mcp_tools = derived(ma.fields.List(ma.fields.String(), required=True, metadata={
+        "description": "The module's actions as tools of the MCP server at `/mcp` (`<slug>__<action>`)."}),
+        tools.tool_names)
 
 
 class ModuleListSchema(ma.Schema):

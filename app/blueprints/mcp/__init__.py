@@ -1,0 +1,1 @@
+"""The agents' door: the module catalog as an MCP server at ``/mcp`` (docs/mcp.md)."""

@@ -1,0 +1,111 @@
+"""``POST /mcp``: the MCP server (Streamable HTTP, stateless, JSON responses) — the module
+catalog as tools, each call a metered module call (docs/mcp.md, ``server.py``)."""
+from __future__ import annotations
+
+from flask import Response, current_app, g, request
+from flask.views import MethodView
+
+from mcp_types.version import KNOWN_PROTOCOL_VERSIONS
+
+from app.auth import authenticated, principal
+from app.blueprints.mcp.server import Bridge
+from app.blueprints.mcp.schemas import ServerCardSchema, X402DiscoverySchema
+from app.blueprints.routing import document_errors, endpoint
+from app.extensions import Blueprint
+from app.services.gateway import discovery
+
+blp = Blueprint("mcp", __name__, url_prefix="",
+                description="The agents' door: the module catalog as an MCP server (docs/mcp.md).")
+
+# Request headers the SDK is not given: the credential (checked here, passed on as the
+# principal) and cookies. Everything else reaches it (Accept, Content-Type, the MCP
+# routing headers MCP-Protocol-Version, Mcp-Method, Mcp-Name, Mcp-Param-*, Origin, …).
+_WITHHELD = ("authorization", "cookie")
+_JSONRPC = {"type": "object", "description": "A JSON-RPC 2.0 message of the Model Context Protocol "
+                                            "(`initialize`, `tools/list`, `tools/call`, notifications, …).",
+            "required": ["jsonrpc"], "properties": {"jsonrpc": {"type": "string", "const": "2.0"}},
+            "additionalProperties": True}
+
+
+def _bridge() -> Bridge:
+    bridge = current_app.extensions.get("mcp_bridge")
+    if bridge is None:
+        bridge = current_app.extensions.setdefault("mcp_bridge", Bridge(current_app._get_current_object()))
+    return bridge
+
+
+@blp.route("/mcp")
+class McpView(MethodView):
+    @authenticated(rate_limit=False)
+    @blp.doc(requestBody={"required": True, "content": {"application/json": {"schema": _JSONRPC}}},
+             parameters=[
+                 {"in": "header", "name": "Accept", "required": True,
+                  "schema": {"type": "string", "enum": ["application/json, text/event-stream", "*/*"]},
+                  "description": "Must accept `application/json` and `text/event-stream` (Streamable "
+                                 "HTTP; wildcards such as `application/*` count): else 406."},
+                 {"in": "header", "name": "MCP-Protocol-Version", "required": False,
+                  "schema": {"type": "string", "enum": list(KNOWN_PROTOCOL_VERSIONS)},
+                  "description": "The MCP protocol version of the request (after the handshake, or "
+                                 "every request on 2026-07-28); another value is refused with 400."},
+                 {"in": "header", "name": "Idempotency-Key", "required": False,
+                  "schema": {"type": "string", "minLength": 1, "maxLength": 128},
+                  "description": "For a `tools/call`: the same as `_meta` `gateway/idempotency-key`."}],
+             responses={200: {"description": "The JSON-RPC response: a result or a JSON-RPC error. A tool "
+                                             "that failed is a result with `isError: true` whose "
+                                             "`structuredContent` is the API error body "
+                                             "(`{error, message, request_id}`).",
+                              "content": {"application/json": {"schema": _JSONRPC}}},
+                        202: {"description": "A notification or response was accepted (no body)."}})
+    @document_errors(blp, {400: "A body that is not a JSON-RPC message of MCP, or an unsupported "
+                                "`MCP-Protocol-Version` (a JSON-RPC error body, from the MCP SDK).",
+                           413: "`payload_too_large`"})
+    def post(self):
+        """The MCP endpoint (Streamable HTTP transport, stateless, JSON responses).
+
+        Every request needs a bearer credential (`svc_live_`, `svc_test_`, `svc_sess_`);
+        without a valid one the answer is 401 with `WWW-Authenticate: Bearer`. `tools/list`
+        lists one tool per live action of every approved module, named `<slug>__<action>`,
+        with its price in `_meta`. `tools/call` is the metered call of
+        `POST /v1/module/{slug}/call` (scope `call:write`, the plan rate limit, the same
+        charge, idempotency and signed receipt): the result's `structuredContent` is the
+        gateway's call response. No `Mcp-Session-Id` is issued; GET (a server stream) and
+        DELETE (ending a session) are answered 405. See docs/mcp.md."""
+        p = principal()
+        headers = [(k.lower().encode("latin-1"), v.encode("latin-1"))
+                   for k, v in request.headers.items() if k.lower() not in _WITHHELD]
+        environ = request.environ
+        server = (environ.get("SERVER_NAME", ""), int(environ.get("SERVER_PORT") or 0))
+        client = (request.remote_addr or "", 0)
+        status, out_headers, body = _bridge().handle(
+            method="POST", path="/mcp", query=request.query_string, headers=headers,
+            body=request.get_data(cache=False), client=client, scheme=request.scheme, server=server,
+            state={"principal": p, "request_id": g.get("request_id"),
+                   "idempotency_key": request.headers.get("Idempotency-Key")})
+        resp = Response(body, status)
+        for k, v in out_headers:
+            name = k.decode("latin-1")
+            if name.lower() not in ("content-length", "date", "server"):
+                resp.headers[name] = v.decode("latin-1")
+        return resp
+
+
+discovery_blp = Blueprint("discovery", __name__, url_prefix="/.well-known",
+                          description="Discovery for agents: paid resources (x402) and the MCP server card.")
+
+
+@endpoint(discovery_blp, "/x402", "get", public=True, ok=X402DiscoverySchema, name="X402DiscoveryView")
+def x402_discovery():
+    """Every paid module action with its price (public).
+
+    The x402 Bazaar discovery list: one item per action whose price is above zero, with the
+    call URL, the `exact` payment requirements of its price (empty when x402 is not
+    offered), the Bazaar extension's input/output metadata and the action's MCP tool name."""
+    return discovery.x402_resources()
+
+
+@endpoint(discovery_blp, "/mcp/server-card.json", "get", public=True, ok=ServerCardSchema,
+          name="McpServerCardView")
+def mcp_server_card():
+    """The MCP server card (public): where the MCP endpoint is, its transport and protocol
+    versions, and the bearer header it needs."""
+    return discovery.server_card()

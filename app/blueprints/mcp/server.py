@@ -1,0 +1,252 @@
+"""The MCP server behind ``POST /mcp``: the official ``mcp`` SDK's low-level ``Server``
+(``tools/list``, ``tools/call``) served by its ``StreamableHTTPSessionManager`` in
+stateless JSON-response mode, bridged into this WSGI app.
+
+How a request flows (docs/mcp.md has the contract):
+
+1. The Flask route (``routes.McpView``) authenticates the bearer credential as every
+   route does (``@authenticated``: 401 with ``WWW-Authenticate`` before the SDK sees
+   anything) and hands the raw request to ``Bridge.handle``.
+2. ``Bridge`` runs the SDK's ASGI entry on this process's event loop: one daemon thread
+   per process (started on first use, again after a fork) running ``anyio`` with the
+   session manager's task group open and a ``BlockingPortal`` the request threads call
+   into. The request thread waits for the whole answer (JSON mode: one body, no SSE),
+   then Flask writes it. Stateless: no ``Mcp-Session-Id``, nothing kept between
+   requests, so any worker of any node answers any request.
+3. The SDK parses and answers the JSON-RPC; ``tools/call`` comes to ``_call_tool``,
+   which runs the metered call on an ``anyio`` worker thread inside an app context of
+   its own (``_run_call``): scope ``call:write`` (``auth.check_scopes``), the plan rate
+   limit (``ratelimits.per_credential``), the body rules of the HTTP route
+   (``ModuleCallRequestSchema`` / ``ModuleCallHeadersSchema``), then
+   ``gateway.calls.call`` — the one metered call, with its charge, idempotency,
+   refunds and signed receipt. No other charging path exists here.
+
+Errors: a tool name that names no live module action is the JSON-RPC error -32602
+(``Unknown tool``), as the MCP specification's tools page shows; everything the call
+raises (``DomainError``) becomes a tool result with ``isError: true`` whose text and
+``structuredContent`` are the API's error body ``{error, message, request_id, …}``.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+from typing import Any
+
+import anyio
+import orjson
+from anyio.from_thread import BlockingPortal
+
+from app.services.gateway.tools import INSTRUCTIONS, SERVER_NAME
+
+log = logging.getLogger(__name__)
+
+IDEMPOTENCY_META_KEY = "gateway/idempotency-key"
+
+class ToolCallError(Exception):
+    """An API error to return as a tool result with ``isError: true``."""
+
+    def __init__(self, body: dict):
+        super().__init__(body.get("error"))
+        self.body = body
+
+
+def _error_body(err, request_id: str | None) -> dict:
+    body = {"error": err.code, "message": err.message, "request_id": request_id}
+    body.update(err.extra or {})
+    return body
+
+
+def _run_call(app, principal, request_id: str | None, name: str, arguments: dict | None,
+              meta: dict | None, header_key: str | None) -> bytes:
+    """The metered call of one ``tools/call``, on a worker thread: the gateway's response
+    body (bytes). Raises ``LookupError`` for an unknown tool, ``ToolCallError`` for an
+    API error."""
+    from flask import g
+
+    from app import auth, ratelimits
+    from app.blueprints.gateway.schemas import ModuleCallHeadersSchema, ModuleCallRequestSchema
+    from app.errors import DomainError, InvalidRequest, ModuleNotFound, UnknownAction
+    from app.extensions import db
+    from app.services.gateway import calls as gateway
+    from app.services.gateway import tools
+
+    with app.app_context():
+        g.request_id, g.principal, g.account_id = request_id, principal, principal.account_id
+        try:
+            parsed = tools.parse_tool_name(name)
+            if parsed is None:
+                raise LookupError(name)
+            slug, action = parsed
+            auth.check_scopes(principal, ("call:write",))
+            body = dict(arguments or {})
+            if body.get("action", action) != action:
+                raise InvalidRequest(f"arguments.action: the tool {name} calls action '{action}'; "
+                                     "leave action out.")
+            body["action"] = action
+            loaded = ModuleCallRequestSchema().fast_load(body)
+            if loaded is None:
+                try:
+                    loaded = ModuleCallRequestSchema().load(body)
+                except Exception as exc:  # marshmallow ValidationError: the route's 400
+                    raise InvalidRequest(f"Invalid arguments: {getattr(exc, 'messages', exc)}") from None
+            key = (meta or {}).get(IDEMPOTENCY_META_KEY, header_key)
+            if header_key is not None and key != header_key:
+                raise InvalidRequest("The Idempotency-Key header and _meta gateway/idempotency-key differ.")
+            if key is not None:
+                checked = ModuleCallHeadersSchema().fast_load({"Idempotency-Key": key}) \
+                    if isinstance(key, str) else None
+                if checked is None:
+                    raise InvalidRequest("Idempotency key: 1 to 128 characters of text (at most 256 bytes).")
+                key = checked["idempotency_key"]
+            ratelimits.per_credential(principal)
+            res = gateway.call(account_id=principal.account_id, mode=principal.mode, slug=slug,
+                               body=loaded, idempotency_key=key, payment=None,
+                               request_id=request_id, key_id=auth.key_of(principal))
+            return res.body
+        except (ModuleNotFound, UnknownAction):
+            raise LookupError(name) from None
+        except DomainError as err:
+            raise ToolCallError(_error_body(err, request_id)) from None
+        except (LookupError, ToolCallError):
+            raise
+        except Exception:  # rendered like the API's 500: logged, no details out
+            log.exception("mcp tools/call failed", extra={"request_id": request_id})
+            raise ToolCallError({"error": "internal_error", "message": "Internal server error.",
+                                 "request_id": request_id}) from None
+        finally:
+            db.session.remove()
+
+
+def _list_tools(app) -> list[dict]:
+    from app.extensions import db
+    from app.services.gateway import tools
+
+    with app.app_context():
+        try:
+            return tools.list_tools()
+        finally:
+            db.session.remove()
+
+
+def build_server(app):
+    """The SDK's low-level ``Server`` with the gateway's two tool handlers."""
+    import mcp_types as types
+    from mcp.server import Server
+    from mcp.shared.exceptions import MCPError
+
+    async def list_tools(ctx, params) -> types.ListToolsResult:
+        found = await anyio.to_thread.run_sync(_list_tools, app)
+        return types.ListToolsResult(tools=[types.Tool.model_validate(t) for t in found])
+
+    async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
+        state = ctx.request.scope["state"] if ctx.request is not None else {}
+        principal = state.get("principal")
+        if principal is None:  # the route always sets it; never reached in service
+            raise MCPError(types.INVALID_REQUEST, "No credential.")
+        try:
+            raw = await anyio.to_thread.run_sync(
+                _run_call, app, principal, state.get("request_id"), params.name, params.arguments,
+                params.meta, state.get("idempotency_key"))
+        except LookupError:
+            raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {str(params.name)[:140]}",
+                           {"error": "unknown_tool"}) from None
+        except ToolCallError as exc:
+            text = orjson.dumps(exc.body).decode()
+            return types.CallToolResult(content=[types.TextContent(text=text)],
+                                        structured_content=exc.body, is_error=True)
+        response = orjson.loads(raw)
+        return types.CallToolResult(
+            content=[types.TextContent(text=orjson.dumps(response.get("result")).decode())],
+            structured_content=response, is_error=False)
+
+    return Server(SERVER_NAME, version="1.0.0", title="Metered API Gateway",
+                  description="The module catalog as tools, charged per call, with signed receipts.",
+                  instructions=INSTRUCTIONS, on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+class Bridge:
+    """This process's MCP server on its own event-loop thread; ``handle`` serves one HTTP
+    request from a WSGI thread (see the module docstring)."""
+
+    def __init__(self, app):
+        self.app = app
+        self._lock = threading.Lock()
+        self._pid: int | None = None
+        self._portal: BlockingPortal | None = None
+        self._manager = None
+
+    def _start(self) -> None:
+        from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+        manager = StreamableHTTPSessionManager(
+            app=build_server(self.app), json_response=True, stateless=True,
+            max_request_body_size=int(self.app.config.get("MAX_CONTENT_LENGTH") or 1024 * 1024))
+        ready: queue.Queue = queue.Queue()
+
+        async def main() -> None:
+            async with BlockingPortal() as portal, manager.run():
+                ready.put(portal)
+                await portal.sleep_until_stopped()
+
+        def loop() -> None:
+            try:
+                anyio.run(main)
+            except BaseException as exc:  # noqa: BLE001 - reported to the starting thread
+                ready.put(exc)
+                raise
+
+        threading.Thread(target=loop, name="mcp-loop", daemon=True).start()
+        got = ready.get(timeout=30)
+        if isinstance(got, BaseException):
+            raise RuntimeError("the MCP event loop did not start") from got
+        self._portal, self._manager = got, manager
+
+    def _ensure(self) -> BlockingPortal:
+        pid = os.getpid()
+        if self._pid != pid:  # first use, or a forked worker (the loop thread is not forked)
+            with self._lock:
+                if self._pid != pid:
+                    self._start()
+                    self._pid = pid
+        assert self._portal is not None
+        return self._portal
+
+    def handle(self, *, method: str, path: str, query: bytes, headers: list[tuple[bytes, bytes]],
+               body: bytes, client: tuple[str, int] | None, scheme: str, server: tuple[str, int] | None,
+               state: dict[str, Any]) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        """Serve one HTTP request with the SDK; returns (status, headers, body)."""
+        portal = self._ensure()
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+                 "method": method, "scheme": scheme, "path": path, "raw_path": path.encode(),
+                 "root_path": "", "query_string": query, "headers": headers,
+                 "client": client, "server": server, "state": state}
+        return portal.call(self._asgi, scope, body)
+
+    async def _asgi(self, scope: dict, body: bytes):
+        done = anyio.Event()
+        out: dict = {"status": 500, "headers": [], "chunks": []}
+        sent = False
+
+        async def receive() -> dict:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await done.wait()  # the client stays connected until the answer is complete
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                out["status"], out["headers"] = message["status"], list(message.get("headers") or [])
+            elif message["type"] == "http.response.body":
+                out["chunks"].append(message.get("body", b""))
+                if not message.get("more_body"):
+                    done.set()
+
+        try:
+            await self._manager.handle_request(scope, receive, send)
+        finally:
+            done.set()
+        return out["status"], out["headers"], b"".join(out["chunks"])

@@ -103,7 +103,8 @@ def _run_call(app, principal, request_id: str | None, name: str, arguments: dict
             ratelimits.per_credential(principal)
             res = gateway.call(account_id=principal.account_id, mode=principal.mode, slug=slug,
                                body=loaded, idempotency_key=key, payment=None,
-                               request_id=request_id, key_id=auth.key_of(principal))
+                               request_id=request_id, key_id=auth.key_of(principal),
+                               actor=principal.credential_id)
             return res.body
         except (ModuleNotFound, UnknownAction):
             raise LookupError(name) from None

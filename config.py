@@ -190,7 +190,7 @@ def load_config(overrides: dict | None = None) -> dict:
         "CATALOG_CACHE_TTL": _float("CATALOG_CACHE_TTL", 5.0),
         "CALL_SWEEP_MARGIN_SECONDS": _float("CALL_SWEEP_MARGIN_SECONDS", 60.0),
         # PostgreSQL: answer a metered call once its receipt is signed and let the
-        # process's finalize writer record it right after (gateway/charging.py); a
+        # process's finalize writer record it right after (money/charging.py); a
         # process killed in between loses that record and the sweep refunds the call
         # (never the customer's money: docs/performance.md). 0: write, then answer.
         # Off by default in the test suite, whose tests read the call right after it.
@@ -200,7 +200,7 @@ def load_config(overrides: dict | None = None) -> dict:
         # to the time an answered call stays pending (a replay of its key meanwhile: 409).
         "CALL_FINALIZE_BATCH_MS": _float("CALL_FINALIZE_BATCH_MS", 10.0),
         # PostgreSQL: the opens of a process that arrive together share one statement
-        # (gateway/charging.py GroupOpener). Each lock wait of such a statement lasts at
+        # (money/charging.py GroupOpener). Each lock wait of such a statement lasts at
         # most this long (PostgreSQL's lock_timeout, per wait), then its calls are opened
         # one by one outside the queue, waiting as long as it takes: a group gives up a
         # deadlock before PostgreSQL's deadlock_timeout (1 s) looks for it, and holds up

@@ -57,7 +57,7 @@ PROVIDER_ERRORS = Counter(
 
 OPEN_GROUPS = Counter(
     "gateway_open_groups_total",
-    "Grouped open statements (gateway/charging.py GroupOpener), by outcome: written (several "
+    "Grouped open statements (money/charging.py GroupOpener), by outcome: written (several "
     "calls in one statement), split (such a statement failed, e.g. a lock wait given up: its "
     "calls were opened one by one), alone (a one-call statement gave up a lock wait and was "
     "sent again outside the queue).",
@@ -65,7 +65,7 @@ OPEN_GROUPS = Counter(
 
 FINALIZE_WRITER = Counter(
     "gateway_finalize_writer_total",
-    "Deferred call finalizations (gateway/charging.py DeferredFinalizer), by outcome: written, "
+    "Deferred call finalizations (money/charging.py DeferredFinalizer), by outcome: written, "
     "retried (the database refused the statement; tried again), late (the sweep refunded the "
     "call first), refused (left pending for the sweep).",
     ["outcome"], registry=None)

@@ -26,7 +26,7 @@ def main(spec: list[dict]) -> dict:
     from sqlalchemy import event
     from sqlalchemy.engine import Engine
 
-    from app.services.gateway.charging import drain_finalizer
+    from app.services.money.charging import drain_finalizer
     from bench.passthrough import create_bench_app
 
     app = create_bench_app()  # the product app plus the passthrough baseline route

@@ -20,7 +20,7 @@ Every value can be overridden from the environment:
   long streaming response does not trip it; it only kills a wedged worker.
 * ``GUNICORN_GRACEFUL_TIMEOUT`` (default 30 s): on SIGTERM/SIGHUP, workers finish the
   requests in flight (streams included, up to this limit) before exiting, and then write
-  the metered calls their finalize writer still holds (``gateway/charging.py``, up to
+  the metered calls their finalize writer still holds (``money/charging.py``, up to
   ``DRAIN_SECONDS`` = 10 s, at exit): keep this above 10 s, or answered calls are left
   for the sweep to refund.
 * ``GUNICORN_PRELOAD`` (default on): the app is imported once in the master and forked.

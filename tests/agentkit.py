@@ -6,7 +6,7 @@ import base58
 from nacl.signing import SigningKey
 
 from app.extensions import db
-from app.services.billing import ledger
+from app.services.money import ledger
 
 
 class Keypair:

@@ -146,7 +146,7 @@ def make_account(app):
     from app.scopes import ALL_SCOPES
     from app.services.accounts import accounts
     from app.services.accounts import keys
-    from app.services.billing import ledger
+    from app.services.money import ledger
 
     counter = {"n": 0}
 
@@ -178,7 +178,7 @@ def account(make_account):
 @pytest.fixture
 def ledger_clean(app):
     """Call at the end of a test: asserts the ledger invariants hold."""
-    from app.services.billing import ledger
+    from app.services.money import ledger
 
     def check():
         with app.app_context():

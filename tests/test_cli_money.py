@@ -11,7 +11,8 @@ from sqlalchemy import insert, update
 from app.extensions import db
 from app.models import ChatCompletion, X402Authorization
 from app.models.base import utcnow
-from app.services.billing import holds, ledger, outside
+from app.services.billing import outside
+from app.services.money import holds, ledger
 
 
 def _run(app):

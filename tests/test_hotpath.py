@@ -263,7 +263,7 @@ def _chat(client, acct, body=None, *, headers=None, bearer=None, **kw):
 
 
 def _micros(app, account_id) -> int:
-    from app.services.billing import ledger
+    from app.services.money import ledger
 
     with app.app_context():
         return ledger.cached_balance(account_id)
@@ -285,7 +285,7 @@ def _chat_shape(resp):
 def test_chat_completion_is_the_same_and_not_handed(app, entries, make_account, chat_fakes, caplog):
     """Same status, headers (X-Chat-* included), body and money through both entries; the
     thin entry answers it itself, with the same access line and request count."""
-    from app.services.billing import ledger
+    from app.services.money import ledger
 
     acct = make_account(cents=100)
     thin, flask_client, handed = entries

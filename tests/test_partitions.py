@@ -12,7 +12,7 @@ from sqlalchemy import text
 
 from app.extensions import db
 from app.models import ChatCompletion, LedgerEntry, ModuleCall
-from app.services.billing import ledger
+from app.services.money import ledger
 from app.services.platform import partitions
 from app.services.platform.uow import unit_of_work
 from tests.gateway_helpers import mod, provider, provider_server  # noqa: F401

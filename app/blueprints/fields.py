@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import marshmallow as ma
 
-from app.services.billing.ledger import micros_to_cents
+from app.services.money.ledger import micros_to_cents
 
 
 def derived(field: ma.fields.Field, getter: Callable[[Any], Any]) -> ma.fields.Field:

@@ -39,7 +39,7 @@ def models(show_all):
               help="Seconds (default CHAT_HOLD_TTL_SECONDS).")
 def release_stale(older_than):
     """Release chat holds whose request never finished (also run by the scheduler)."""
-    from app.services.billing.holds import release_stale_holds
+    from app.services.money.holds import release_stale_holds
 
     ttl = older_than if older_than is not None else float(current_app.config["CHAT_HOLD_TTL_SECONDS"])
     click.echo(json.dumps({"released": release_stale_holds(ttl)}))

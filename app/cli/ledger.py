@@ -7,7 +7,7 @@ import sys
 import click
 from flask.cli import AppGroup
 
-from app.services.billing import ledger
+from app.services.money import ledger
 
 ledger_cli = AppGroup("ledger", help="Ledger checks.")
 

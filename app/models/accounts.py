@@ -13,7 +13,7 @@ from app.models.base import JSONType, UTCDateTime, utcnow
 class Account(db.Model):
     """A customer account (human or agent). ``balance_micros`` caches the live ledger
     balance ``acct:<id>``, ``test_balance_micros`` the test-mode one ``acct_test:<id>``; both
-    are only ever changed by ``app.services.billing.ledger`` in the same transaction as the
+    are only ever changed by ``app.services.money.ledger`` in the same transaction as the
     entries; the CHECK constraints are the last line against overdraft. ``mailbox`` is the
     canonical mailbox of ``email`` (one promotional grant per mailbox)."""
 
@@ -61,7 +61,7 @@ class ApiKey(db.Model):
 
 class KeySpend(db.Model):
     """What one key spent in one limit period (``period_start``: UTC start of the day, ISO
-    week, month, or 1970-01-01 for ``total``). Changed only by ``app.services.accounts.spend``
+    week, month, or 1970-01-01 for ``total``). Changed only by ``app.services.money.spend``
     with one conditional statement per reserve/release (no overshoot under concurrency)."""
 
     __tablename__ = "key_spend"

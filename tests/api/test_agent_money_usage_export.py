@@ -109,7 +109,7 @@ def test_402_without_x402_offers_no_x_payment_and_no_empty_pay_to(app, client, m
 
 def _chat_row(app, account_id):
     """A settled chat completion of 25,000 micros, through the chat billing service."""
-    from app.services.billing import holds
+    from app.services.money import holds
 
     with app.app_context():
         holds.hold("chatcmpl-export1", account_id, "m-1", 30_000, False)

@@ -25,7 +25,7 @@ def test_register_creates_agent_and_account(app, client, account):
         acct = db.session.get(Account, body["account_id"])
         assert acct.kind == "agent" and acct.agent_id == body["id"]
         assert acct.owner_account_id == account.id and acct.balance_micros == 0 and acct.email is None
-        from app.services.billing import ledger
+        from app.services.money import ledger
         assert ledger.balance(ledger.customer(acct.id)) == 0  # no promotional grant
 
 

@@ -15,7 +15,7 @@ from sqlalchemy import select
 
 from app.extensions import db
 from app.models import ChatCompletion, LedgerTransaction
-from app.services.billing import ledger
+from app.services.money import ledger
 from app.services.billing import usage
 from tests.chatfakes import configured, running_fakes
 

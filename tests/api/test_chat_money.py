@@ -12,7 +12,7 @@ from sqlalchemy import select
 
 from app.extensions import db
 from app.models import ChatCompletion
-from app.services.billing import holds
+from app.services.money import holds
 from tests.api.test_chat import START, acct, chat, fakes, figures, upstreams  # noqa: F401
 from tests.chatfakes import CATALOG
 

@@ -14,7 +14,7 @@ from sqlalchemy import func, select
 from tests.support.sqlevents import listening
 from app.extensions import db
 from app.models import ChatCompletion, KeySpend
-from app.services.accounts import spend
+from app.services.money import spend
 from app.services.platform import uow
 from tests.api.test_chat import START, acct, chat, fakes, figures, upstreams  # noqa: F401
 
@@ -170,7 +170,7 @@ def test_limited_key_refusal_is_one_statement_and_leaves_nothing(app, client, fa
 def test_settle_gives_the_keys_unused_reservation_back_when_it_charges_more_than_held(
         app, acct, client, ledger_clean):  # noqa: F811
     """A charge above the hold is not counted against the key; below it, the rest comes back."""
-    from app.services.billing import holds
+    from app.services.money import holds
 
     key = _key(client, acct, spend_limit_cents=1, spend_limit_period="day")
     with app.test_request_context():
@@ -192,7 +192,7 @@ def test_release_finds_the_completion_by_id_and_created_at(app, acct, client, st
                                                            ledger_clean):
     from datetime import timedelta
 
-    from app.services.billing import holds
+    from app.services.money import holds
 
     key = _key(client, acct, spend_limit_cents=1, spend_limit_period="day")
     with app.test_request_context():
@@ -241,7 +241,7 @@ def _dying_first_connection(monkeypatch, commit: bool) -> list:
 @pytest.mark.parametrize("committed", [True, False], ids=["died-after-commit", "died-before"])
 def test_hold_and_settle_retry_on_a_dead_connection_never_hold_or_charge_twice(
         app, acct, client, monkeypatch, committed, ledger_clean):  # noqa: F811
-    from app.services.billing import holds
+    from app.services.money import holds
 
     key = _key(client, acct, spend_limit_cents=1, spend_limit_period="day")
     with app.test_request_context():

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from app.services.accounts import spend
+from app.services.money import spend
 from tests.gateway_helpers import balance_cents, call, mod, provider, provider_server  # noqa: F401
 
 

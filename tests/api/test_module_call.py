@@ -9,7 +9,7 @@ from sqlalchemy import func, select
 
 from app.extensions import db
 from app.models import IdempotencyRecord, LedgerEntry, ModuleCall
-from app.services.billing import ledger
+from app.services.money import ledger
 from tests.gateway_helpers import (PROVIDER, PROVIDER_SECRET, balance_cents, call,  # noqa: F401
                                    create_module, mod, provider, provider_server)
 from tests.support.procs import free_port

@@ -15,7 +15,7 @@ from x402.mechanisms.evm.signers import EthAccountSigner
 
 from app.extensions import db
 from app.models import ModuleCall, Payment, X402Authorization
-from app.services.billing import ledger
+from app.services.money import ledger
 from tests.gateway_helpers import balance_cents, call, mod, provider, provider_server  # noqa: F401
 
 PAY_TO = "0x000000000000000000000000000000000000f402"

@@ -9,7 +9,7 @@ import pytest
 
 from app.extensions import db
 from app.models import Account
-from app.services.billing import ledger
+from app.services.money import ledger
 from config import ConfigError, load_config
 
 

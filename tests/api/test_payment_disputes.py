@@ -14,7 +14,8 @@ from urllib.parse import urlparse
 
 from app.extensions import db
 from app.models import PaymentEvent
-from app.services.billing import ledger, money_check
+from app.services.billing import money_check
+from app.services.money import ledger
 from app.services.billing.payments import DISPUTE_SHORTFALL
 from app.services.billing.processors import sandbox_webhook_secret
 from tests.api.test_payments_sandbox import (_balance, _checkout, _pending_checkout, _post_webhook, _refund_event,

@@ -11,7 +11,7 @@ import pytest
 
 from app.extensions import db
 from app.models import Payment, PaymentEvent
-from app.services.billing import ledger
+from app.services.money import ledger
 from app.services.billing.processors import sandbox_webhook_secret, sign_payload
 
 

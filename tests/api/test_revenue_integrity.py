@@ -9,7 +9,7 @@ from app.extensions import db
 from app.models.base import utcnow
 from app.services.accounts import keys
 from app.services.agents import settlement
-from app.services.billing import ledger
+from app.services.money import ledger
 from app.services.gateway import calls, catalog
 from app.scopes import ALL_SCOPES
 from tests.agentkit import Keypair, register

@@ -13,7 +13,8 @@ from sqlalchemy import text
 
 from app.extensions import db
 from app.services.agents import revenue_share, settlement
-from app.services.billing import ledger, money_check
+from app.services.billing import money_check
+from app.services.money import ledger
 from app.services.gateway import calls
 from tests.api.test_revenue_integrity import Charged
 from tests.gateway_helpers import provider, provider_server  # noqa: F401

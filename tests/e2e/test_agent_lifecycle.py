@@ -11,7 +11,7 @@ from standardwebhooks import Webhook
 from app.extensions import db
 from app.models import Module, ModuleAction
 from app.services.accounts import accounts
-from app.services.billing import ledger
+from app.services.money import ledger
 from app.services.agents import settlement
 from app.services.billing import usage
 from tests.agentkit import Keypair

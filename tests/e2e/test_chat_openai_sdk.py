@@ -8,7 +8,7 @@ from openai import OpenAI
 
 from demo.llm import DemoLLMHandler
 from app.extensions import db
-from app.services.billing import ledger
+from app.services.money import ledger
 from tests.support.apps import app_env, gunicorn
 from tests.support.standin import serve
 

@@ -10,8 +10,8 @@ from sqlalchemy import select, update
 from app.errors import PaymentRequired
 from app.extensions import db
 from app.models import ChatCompletion
-from app.services.billing import holds as chat_billing
-from app.services.billing import ledger
+from app.services.money import holds as chat_billing
+from app.services.money import ledger
 from app.services.billing import usage
 
 

@@ -1,4 +1,4 @@
-"""Answer first, write after (``gateway.charging.DeferredFinalizer``, CALL_FINALIZE_DEFERRED):
+"""Answer first, write after (``money.charging.DeferredFinalizer``, CALL_FINALIZE_DEFERRED):
 the caller is not kept waiting for the finalize, one thread writes everything queued with
 one statement, a database outage is outlasted, a row the function refuses does not take
 its group down, a stop writes the queue first, a forked child never writes its parent's
@@ -21,7 +21,7 @@ from app import metrics
 from app.extensions import db
 from app.models import IdempotencyRecord, ModuleCall
 from app.models.base import utcnow
-from app.services.gateway import charging
+from app.services.money import charging
 from tests.support import finalize as finalize_helpers
 from tests.gateway_helpers import balance_cents, call, mod, provider, provider_server  # noqa: F401
 

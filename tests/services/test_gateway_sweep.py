@@ -12,7 +12,7 @@ from app.models import LedgerTransaction, ModuleCall
 from app.models.base import utcnow
 from app.services.gateway import catalog
 from app.services.gateway import calls as gateway
-from app.services.billing import ledger
+from app.services.money import ledger
 from app.services.gateway import upstream
 from tests.gateway_helpers import balance_cents, mod, provider, provider_server  # noqa: F401
 

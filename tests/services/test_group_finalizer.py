@@ -1,4 +1,4 @@
-"""Group commit of the metered call's finalize (``gateway.charging.GroupFinalizer``):
+"""Group commit of the metered call's finalize (``money.charging.GroupFinalizer``):
 finalizations that arrive while one is being written go out together in the next
 statement; each caller gets its own outcome, an error reaches every member of its group,
 the lead always passes on (no caller is left waiting), and on PostgreSQL one statement
@@ -14,8 +14,8 @@ from sqlalchemy import select
 
 from app.extensions import db
 from app.models import IdempotencyRecord, ModuleCall
-from app.services.gateway import charging
-from app.services.gateway.refunds import refund
+from app.services.money import charging
+from app.services.money.refunds import refund
 from tests.gateway_helpers import balance_cents, call, mod, provider, provider_server  # noqa: F401
 
 

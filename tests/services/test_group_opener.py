@@ -1,4 +1,4 @@
-"""The metered call's open for a group of calls (``gateway.charging.GroupOpener``,
+"""The metered call's open for a group of calls (``money.charging.GroupOpener``,
 ``gw_open_calls``, app/services/money/sql/): opens that arrive while one is being
 written share the next statement; each row gets its own answer, a refused row leaves
 nothing of itself behind while the others of its statement are opened, a statement that
@@ -18,8 +18,8 @@ from sqlalchemy.exc import DBAPIError
 
 from app.extensions import db
 from app.models import IdempotencyRecord, LedgerTransaction, ModuleCall
-from app.services.gateway import charging
-from app.services.gateway.refunds import legs as call_legs
+from app.services.money import charging
+from app.services.money.refunds import legs as call_legs
 from tests.gateway_helpers import balance_cents, mod, provider, provider_server  # noqa: F401
 
 # --- the leader / followers, without a database --------------------------------------------
@@ -543,7 +543,7 @@ def test_one_accounts_locked_row_does_not_hold_up_other_accounts(app, make_accou
 def test_a_refused_second_debit_credits_back_the_first(app, make_account, mod, ledger_clean):
     """Legs that debit two accounts (the function allows it; ``refunds.legs`` makes one):
     the second refused, the first is credited back, nothing stays."""
-    from app.services.billing import ledger
+    from app.services.money import ledger
     from app.services.gateway import catalog
 
     rich, poor = make_account(cents=100).id, make_account(cents=1).id

@@ -8,7 +8,7 @@ from sqlalchemy import text
 
 from app.extensions import db
 from app.models import Account
-from app.services.billing import ledger
+from app.services.money import ledger
 
 
 def test_promo_grant_is_a_balanced_posting(app, account, ledger_clean):

@@ -9,7 +9,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from app.extensions import db
-from app.services.billing import ledger
+from app.services.money import ledger
 from tests.gateway_helpers import call, create_module, provider, provider_server  # noqa: F401
 
 
@@ -100,7 +100,8 @@ def test_a_refund_gives_room_back_to_the_period_it_was_reserved_in(app, client, 
     """Issue 42 item 13: 7 cents/day, a 5-cent call in flight, the limit changed to 7
     cents/month, another 5-cent call, then the first refunded: the month's counter must
     keep the second call's 5 cents (it dropped to 0, and 7 more cents passed)."""
-    from app.services.gateway import calls, catalog, refunds
+    from app.services.gateway import calls, catalog
+    from app.services.money import refunds
 
     acct = make_account(cents=100)
     key = _limited_key(client, acct, 7, "day")

@@ -11,7 +11,7 @@ from standardwebhooks import Webhook
 
 from app.extensions import db
 from app.models import Account, AgentSettlement, LedgerTransaction, OutboxMessage
-from app.services.billing import ledger
+from app.services.money import ledger
 from app.services.platform import outbox
 from app.services.agents import settlement
 from tests.agentkit import Keypair, charge, refund, register

@@ -17,7 +17,7 @@ from x402.schemas.v1 import PaymentRequiredV1
 
 from app.extensions import db
 from app.models import Payment, X402Authorization
-from app.services.billing import ledger
+from app.services.money import ledger
 from app.services.billing import x402
 from tests.standins import facilitator_server
 

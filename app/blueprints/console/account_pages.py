@@ -15,7 +15,7 @@ from app.errors import DomainError
 from app.scopes import ALL_SCOPES
 from app.services.accounts import keys as keys_svc
 from app.models.base import utcnow
-from app.services.accounts.spend import PERIODS
+from app.services.money.spend import PERIODS
 from app.services.billing import export, usage
 from app.services.gateway import history, receipts
 

@@ -12,7 +12,7 @@ from app.blueprints.console import bp, web
 from app.blueprints.console.account_pages import field_errors
 from app.errors import DomainError
 from app.services.agents import builds, earnings, funding, identity
-from app.services.billing import ledger
+from app.services.money import ledger
 
 
 def _agents_page(status: int = 200, **extra):

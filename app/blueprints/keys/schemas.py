@@ -5,8 +5,8 @@ import marshmallow as ma
 
 from app.blueprints.fields import InputSchema, JsonInteger, derived
 from app.services.accounts.keys import DEFAULT_OVERLAP_SECONDS, MAX_OVERLAP_SECONDS
-from app.services.accounts.spend import PERIODS
-from app.services.billing.ledger import micros_to_cents
+from app.services.money.spend import PERIODS
+from app.services.money.ledger import micros_to_cents
 
 from app.scopes import KNOWN_SCOPES
 

@@ -16,7 +16,7 @@ from app.extensions import db
 from app.ids import new_id
 from app.models import Account
 from app.services.accounts import mailbox
-from app.services.billing import ledger
+from app.services.money import ledger
 from app import auth
 from app.services.platform.uow import after_commit, transactional
 

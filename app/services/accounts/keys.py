@@ -20,7 +20,7 @@ from app.ids import new_id, new_secret, sha256_hex
 from app.models import Account, ApiKey, ChatCompletion, KeySpend, ModuleCall
 from app.models.base import utcnow
 from app.scopes import ADMIN_SCOPE, KNOWN_SCOPES
-from app.services.accounts import spend
+from app.services.money import spend
 from app.services.platform.uow import transactional, unit_of_work
 
 LIVE_PREFIX = "svc_live_"

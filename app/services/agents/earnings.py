@@ -16,7 +16,7 @@ from sqlalchemy import func, select
 from app.extensions import db
 from app.models import Agent, AgentSettlement, LedgerEntry, LedgerTransaction
 from app.models.base import utcnow
-from app.services.billing import ledger
+from app.services.money import ledger
 from app.services.billing import usage
 
 SETTLEMENT_KIND = "agent_settlement"

@@ -18,7 +18,7 @@ from app.extensions import db
 from app.ids import new_id, sha256_hex
 from app.models import LedgerTransaction
 from app.services.agents.identity import get_agent
-from app.services.billing import ledger
+from app.services.money import ledger
 from app.services.gateway.calls import IdempotencyKeyReused
 from app.services.platform.uow import unit_of_work
 

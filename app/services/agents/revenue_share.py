@@ -25,7 +25,7 @@ from sqlalchemy import or_, select
 
 from app.extensions import db
 from app.models import Account, Agent
-from app.services.billing import ledger
+from app.services.money import ledger
 
 OWNER_SHARE_NUM, OWNER_SHARE_DEN = 3, 10  # 30% of a call's price accrues to the owner agent
 

@@ -31,7 +31,7 @@ from app.extensions import db
 from app.ids import new_id
 from app.models import Agent, AgentSettlement, LedgerEntry, LedgerTransaction
 from app.models.base import utcnow
-from app.services.billing import ledger
+from app.services.money import ledger
 from app.services.platform import outbox
 from app.services.platform.uow import unit_of_work
 from app.services.agents import revenue_share

@@ -22,7 +22,7 @@ from sqlalchemy import select
 from app.errors import InvalidRequest
 from app.extensions import db
 from app.models import ChatCompletion, ModuleCall
-from app.services.billing.ledger import micros_to_cents
+from app.services.money.ledger import micros_to_cents
 
 MAX_WINDOW = timedelta(days=31)
 BATCH = 1000

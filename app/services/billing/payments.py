@@ -24,7 +24,8 @@ from app.extensions import db
 from app.ids import new_id
 from app.models import Account, BillingProfile, Payment
 from app.models.base import utcnow
-from app.services.billing import ledger, outside
+from app.services.billing import outside
+from app.services.money import ledger
 from app.services.billing.processors import CardDeclined, MethodInfo, for_mode
 from app.services.platform import redirects
 from app.services.platform.uow import unit_of_work

@@ -87,7 +87,7 @@ def current_usage(account_id: str, plan_cents: int | None = None) -> dict:
     ``plan_cents`` None: the account's plan is read in the same statement (404 when the
     account does not exist)."""
     from app.services.accounts.accounts import plan_cents as cents_of_plan
-    from app.services.billing.ledger import micros_to_cents
+    from app.services.money.ledger import micros_to_cents
 
     start, end = billing_period()
     (calls, _errors, spend, *plan), = _rows(account_id, start, end, "live", _totals_stmt, None,
@@ -103,7 +103,7 @@ def current_usage(account_id: str, plan_cents: int | None = None) -> dict:
 def usage_by_module(account_id: str) -> dict:
     """UsageByModule (SPEC endpoint 26): this month's live calls and spend per module slug,
     by spend descending (chat products ``chat:<model>`` are not modules and are left out)."""
-    from app.services.billing.ledger import micros_to_cents
+    from app.services.money.ledger import micros_to_cents
 
     start, end = billing_period()
     return {"by_module": [
@@ -143,7 +143,7 @@ def daily(account_id: str, days: int, *, mode: str = "live", now: datetime | Non
     """UsageDaily (``GET /api/usage/daily``): the last ``days`` UTC dates (today last), each
     with calls, spend_cents and errors summed from the usage rows (module calls and chat
     completions)."""
-    from app.services.billing.ledger import micros_to_cents
+    from app.services.money.ledger import micros_to_cents
 
     return {"days": [{"date": r["date"].isoformat(), "calls": r["calls"], "errors": r["errors"],
                       "spend_cents": micros_to_cents(r["spend_micros"])}

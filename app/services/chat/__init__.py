@@ -5,5 +5,5 @@ Owns ``completions`` (validate, route, hold, call with failover, settle), ``cata
 Anthropic adapters) and ``cooldown`` (provider cool-down shared through Redis).
 
 Transactions: the hold and the settlement are each their own unit of work (in
-``app.services.billing.holds``); no transaction is open while a provider is called.
+``app.services.money.holds``); no transaction is open while a provider is called.
 """

@@ -15,7 +15,7 @@ from flask import current_app
 from app import telemetry
 from app.errors import InvalidRequest, ProviderTimeout, UpstreamError
 from app.ids import random_b62
-from app.services.billing import holds as chat_billing
+from app.services.money import holds as chat_billing
 from app.services.chat.heartbeat import HoldHeartbeat
 from app.services.chat import cooldown as chat_cooldown
 from app.services.chat import providers

@@ -10,7 +10,7 @@ import threading
 from flask import current_app
 
 from app.extensions import db
-from app.services.billing import holds
+from app.services.money import holds
 
 log = logging.getLogger(__name__)
 

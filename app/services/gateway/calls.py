@@ -2,7 +2,7 @@
 finalizing with a signed receipt, refunds, the 402 payment request and the sweep.
 
 Charging scheme (one database transaction before forwarding; on PostgreSQL it is ONE
-autocommit statement, ``gw_open_calls`` via ``gateway.charging``, and the finalize is one
+autocommit statement, ``gw_open_calls`` via ``money.charging``, and the finalize is one
 autocommit ``gw_finalize_calls`` statement, by default written by the process's finalize
 writer right after the answer: ``charging.DeferredFinalizer``):
   idempotency record (``in_flight``) + the key's spend-limit reserve + conditional ledger
@@ -10,7 +10,7 @@ writer right after the answer: ``charging.DeferredFinalizer``):
   agent>``) + the ``pending`` call row → COMMIT → forward →
   * provider 2xx/4xx: call ``succeeded`` (4xx: ``ok=false``, still charged), receipt
     stored, idempotency record ``done`` with the exact response body → COMMIT.
-  * provider failure: refund (``gateway.refunds``) = the reversing ledger posting (ref
+  * provider failure: refund (``money.refunds``) = the reversing ledger posting (ref
     ``call_refund:<id>``), call ``refunded``, idempotency record deleted (the key may be
     retried) → COMMIT → 502/504.
   Usage is not written on this path: it is read from the call log (``billing.usage_log``).
@@ -45,15 +45,16 @@ from app.ids import new_id
 from app.models import IdempotencyRecord, ModuleCall
 from app.models.base import utcnow
 from app import telemetry
-from app.services.accounts import spend
-from app.services.gateway import catalog, charging
-from app.services.billing import ledger
+from app.services.money import spend
+from app.services.gateway import catalog
+from app.services.money import charging
+from app.services.money import ledger
 from app.services.gateway import receipts
 from app.services.gateway import upstream
 from app.services.billing import paywall, x402
 from app.services.platform import http
 from app.services.platform.uow import read, unit_of_work
-from app.services.gateway.refunds import legs as _legs, purge_idempotency, refund, sweep_pending  # noqa: F401
+from app.services.money.refunds import legs as _legs, purge_idempotency, refund, sweep_pending  # noqa: F401
 
 # Core statements on the tables in the hot path (cached compiled SQL, no ORM overhead).
 _CALLS = ModuleCall.__table__
@@ -181,7 +182,7 @@ def call(*, account_id: str, mode: str, slug: str, body: dict, idempotency_key: 
          payment: str | None = None, request_id: str | None = None, key_id: str | None = None,
          actor: str | None = None) -> CallResult:
     """Perform one metered module call (see the module docstring for the scheme); ``key_id``:
-    the API key whose spend limit applies (``app.services.accounts.spend``); ``account_id``
+    the API key whose spend limit applies (``app.services.money.spend``); ``account_id``
     pays, ``actor`` (the credential's id) is who acted: both are recorded."""
     cfg = current_app.config
     mod = catalog.get_module(slug)

@@ -1,1 +1,36 @@
-"""The money engine: every money operation, written once."""
+"""The money engine: every money operation, written once.
+
+The rules live in PostgreSQL functions, one ``.sql`` file each in ``sql/`` (installed from
+those files after every ``flask db upgrade``: ``app/sqlfunctions.py``); the modules here are
+their only Python callers. Nothing else moves a balance or writes a ledger row.
+
+Rules (SQL, ``sql/``):
+
+* ``gw_post`` — a balanced posting and the cached balances it moves (the one writer);
+* ``gw_period_bounds``, ``gw_spend_reserve``, ``gw_spend_release`` — per-key spend limits;
+* ``gw_open_calls``, ``gw_finalize_calls`` — a metered call's open and finalize;
+* ``gw_chat_hold``, ``gw_chat_settle`` — a chat completion's hold and settle;
+* ``gw_ledger_balanced``, ``gw_ledger_append_only`` — the database's own guard (triggers).
+
+Operations (Python, one public function each):
+
+=====================================  =============================================
+open a metered call (charge)           ``charging.open_pg`` (grouped ``gw_open_calls``)
+finalize it                            ``charging.finalize_pg``
+refund it / sweep the stale ones       ``refunds.refund`` / ``refunds.sweep_pending``
+chat hold / extend / settle / release  ``holds.hold`` / ``extend`` / ``settle`` / ``release``
+release stale chat holds               ``holds.release_stale_holds``
+key spend limits                       ``spend.reserve`` / ``spend.release``
+any other posting                      ``ledger.post`` (``gw_post``)
+check the books                        ``ledger.check``
+=====================================  =============================================
+
+Still outside this package, posting through ``ledger.post`` (moved here next):
+funding an agent (``agents.funding.fund``), card/ACH/USDC credits and refunds
+(``billing.payments``, ``billing.wallets``), x402 booking (``billing.x402.settlement.book``,
+and the x402 open of ``gateway.calls.open_call``), revenue-share accrual and monthly
+settlement (``agents.revenue_share``, ``agents.settlement``).
+
+Who pays and who acted are separate arguments everywhere (``account_id`` / ``actor``) and
+are recorded apart. Money: integer micros (``ledger.MICROS_PER_CENT``).
+"""

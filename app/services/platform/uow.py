@@ -400,7 +400,7 @@ def _autocommit_engine() -> Engine:
     """The process's pool of autocommit connections to the app's database (same URL and
     connect arguments). No pre-ping: a connection that went stale (server restart) fails
     its statement with ``connection_invalidated`` and the caller may retry once on a
-    fresh one (``gateway.charging`` does, where a retry is safe)."""
+    fresh one (``money.charging`` does, where a retry is safe)."""
     app = current_app._get_current_object()
     engine = app.extensions.get("uow.autocommit")
     if engine is not None:  # looked up once per app (the lookup renders the URL: ~5 µs)

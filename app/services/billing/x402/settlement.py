@@ -38,7 +38,8 @@ from app.models import Payment, X402Authorization
 from app.models.base import utcnow
 from app.services.billing.x402.payload import PaymentInvalid, decode, verify
 from app.services.billing.x402.requirements import enabled, is_sandbox, offered, v1_requirement, v2_requirement, wire
-from app.services.billing import chains, ledger, outside
+from app.services.billing import chains, outside
+from app.services.money import ledger
 from app.services.platform import http
 from app.services.platform.uow import in_unit_of_work, transactional, unit_of_work
 

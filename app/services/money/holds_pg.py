@@ -2,7 +2,7 @@
 settle (``gw_chat_settle``), server-side functions in ``app/services/money/sql/``, each
 ONE autocommit statement on the request's hot-path connection (``uow.one_statement``: one
 pool checkout per request, no pre-ping, no ``BEGIN``/``COMMIT``), as the metered call's
-``gateway.charging``. ``holds`` owns the release; these only build
+``money.charging``. ``holds`` owns the release; these only build
 and run the two statements.
 
 * ``hold``: the key's spend-limit reservation, the conditional debit, the ``held``

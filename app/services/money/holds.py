@@ -29,8 +29,9 @@ from sqlalchemy import func, select, update
 from app.extensions import db
 from app.models import ChatCompletion
 from app.models.base import utcnow
-from app.services.accounts import spend
-from app.services.billing import holds_pg, ledger, paywall
+from app.services.money import spend
+from app.services.billing import paywall
+from app.services.money import holds_pg, ledger
 from app.services.platform.uow import end_reads, transactional, unit_of_work
 
 log = logging.getLogger(__name__)

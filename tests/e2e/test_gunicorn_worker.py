@@ -422,7 +422,7 @@ def test_a_worker_that_keeps_running_its_loop_is_not_overtaken():
         worker = _held_back_worker(listener)
         t0 = time.monotonic()
         assert worker._other_stalled(t0 - 1, t0) is False  # the wait starts now
-        later = t0 + gunicorn_worker.STALL_SECONDS
+        later = t0 + gunicorn_worker.STALL_SECONDS + 1e-6  # (t0 + s) - t0 may round below s
         # the least loaded worker wrote its row after the connection arrived: it is running
         assert worker._other_stalled(t0 + 0.001, later) is False
         # it has not run since: take this one connection, and only this one

@@ -100,8 +100,9 @@ def server_card() -> dict:
         "$schema": SERVER_CARD_SCHEMA,
         "name": f"{_reverse_dns(base)}/{tools.SERVER_NAME}",
         "title": SERVICE_NAME,
-        "description": "The module catalog as MCP tools, charged per call from a prepaid balance, "
-                       "each result with a signed receipt.",
+        "description": "The module catalog as MCP tools, charged per call from a prepaid balance "
+                       "or paid per call by x402 (x402.mcp's _meta x402/payment), each result with a "
+                       "signed receipt.",
         "version": "1.0.0",
         "websiteUrl": base,
         "remotes": [{

@@ -327,22 +327,25 @@ def test_chat_refusals_are_the_same(case, entries, make_account, chat_fakes):
     assert a.status_code >= 400 and a.get_json()["request_id"] == "req-parity" and handed == []
 
 
-@pytest.mark.parametrize("case", ["stream", "not_plain", "off_chat_host"])
+@pytest.mark.parametrize("case", ["stream", "not_plain", "off_chat_host", "x402"])
 def test_chat_streams_schema_errors_and_other_hosts_go_to_flask(case, app, entries, make_account, chat_fakes,
                                                                 monkeypatch):
     acct = make_account(cents=100)
     thin, flask_client, handed = entries
     body = None
-    if case == "stream":
+    headers = None
+    if case == "x402":  # an x402 payment header: Flask's route reads it (the balance covers: ignored)
+        headers = {"PAYMENT-SIGNATURE": "not-base64!"}
+    elif case == "stream":
         body = {"model": "m-small", "messages": [{"role": "user", "content": "hi"}], "stream": True}
     elif case == "not_plain":
         body = {"model": "m-small", "messages": [{"role": "user", "content": "hi"}], "max_tokens": "many"}
     else:  # Flask answers 404 before looking at the credential, so the thin entry must not answer 401
         monkeypatch.setitem(app.config, "CHAT_HOST", "chat.example")
         acct = None
-    r = _chat(thin, acct, body)
+    r = _chat(thin, acct, body, headers=headers)
     assert handed == [CHAT_ROUTE]
-    expected = {"stream": 200, "not_plain": 400, "off_chat_host": 404}[case]
+    expected = {"stream": 200, "not_plain": 400, "off_chat_host": 404, "x402": 200}[case]
     assert r.status_code == expected, r.get_data()[:300]
     if case == "stream":
         assert r.headers["Content-Type"].startswith("text/event-stream")

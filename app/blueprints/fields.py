@@ -119,6 +119,14 @@ PAYMENT_REQUIRED_HEADERS = {
     "X-Nonce": {"description": "Random single-use nonce for the payment.", "schema": {"type": "string"}},
 }
 
+# The headers of an answer paid by x402 (``billing.x402.response_headers``): module calls, chat.
+PAYMENT_RESPONSE_HEADERS = {
+    "PAYMENT-RESPONSE": {"description": "x402 v2 settlement of a payment sent with `PAYMENT-SIGNATURE`: "
+                                        "base64 JSON `{success, transaction, network, payer, amount}`.",
+                         "schema": {"type": "string"}},
+    "X-PAYMENT-RESPONSE": {"description": "The same for x402 v1 (`X-Payment`).", "schema": {"type": "string"}},
+}
+
 
 # --- the input policy (every request schema) ------------------------------------------
 #

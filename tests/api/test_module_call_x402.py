@@ -52,6 +52,35 @@ def test_402_carries_the_x402_payment_request(client, make_account, mod, x402cfg
     assert req.pay_to.lower() == PAY_TO and req.extra == {"name": "USD Coin", "version": "2"}
 
 
+def test_402_carries_the_bazaar_metadata_of_the_action(client, make_account, mod, x402cfg):
+    """The x402 Bazaar extension (input/output schema) in the v2 request's ``extensions``
+    and, for v1 clients, in each requirement's ``outputSchema``; both as the package reads them."""
+    from x402.extensions.bazaar import validate_discovery_extension, validate_discovery_extension_spec
+    from x402.extensions.bazaar.types import parse_discovery_extension
+    from x402.extensions.bazaar.v1.facilitator import extract_discovery_info_v1
+
+    acct = make_account(cents=0)
+    r = call(client, acct, {"action": "ok"})
+    ext = decode_payment_required_header(r.headers["PAYMENT-REQUIRED"]).extensions["bazaar"]
+    assert ext["info"]["input"] == {"type": "http", "method": "POST", "bodyType": "json", "body": {"action": "ok"}}
+    assert ext["info"]["output"]["example"]["module"] == "svc"
+    assert ext["schema"]["properties"]["output"]["properties"]["example"]["required"][:2] == ["ok", "module"]
+    assert validate_discovery_extension(parse_discovery_extension(ext)).valid
+    assert validate_discovery_extension_spec(ext).valid
+    # the discovery list names the same metadata
+    listed = {i["mcpTool"]: i for i in client.get("/.well-known/x402").get_json()["items"]}
+    assert listed["svc__ok"]["extensions"]["bazaar"] == ext
+    info = extract_discovery_info_v1(r.get_json()["accepts"][0])
+    assert info.input.method == "POST" and info.input.body == {"action": "ok"}
+    # a refused payment's fresh request carries it too
+    data = json.loads(base64.b64decode(_pay(r, EthAccount.create())))
+    data["payload"]["authorization"]["value"] = "10000"
+    r = call(client, acct, {"action": "ok"},
+             headers={"PAYMENT-SIGNATURE": base64.b64encode(json.dumps(data).encode()).decode()})
+    assert r.status_code == 402 and r.get_json()["reason"] == "insufficient_amount"
+    assert decode_payment_required_header(r.headers["PAYMENT-REQUIRED"]).extensions["bazaar"] == ext
+
+
 @pytest.mark.parametrize("header", ["PAYMENT-SIGNATURE", "X-Payment"])
 def test_paid_call_is_one_transaction_and_single_use(app, client, make_account, mod, x402cfg, header,
                                                      ledger_clean):

@@ -28,6 +28,9 @@ PAY_TO = "0x000000000000000000000000000000000000f402"
 def cfg(app, monkeypatch):
     monkeypatch.setitem(app.config, "X402_PAY_TO", PAY_TO)
     monkeypatch.setitem(app.config, "X402_NETWORKS", ["base", "polygon"])
+    # tests below point it at facilitators of their own: restored afterwards, so the
+    # suite's stand-in stays the default for the tests that follow (it leaked before)
+    monkeypatch.setitem(app.config, "X402_FACILITATOR_URL", app.config["X402_FACILITATOR_URL"])
     with app.app_context():
         yield app
         db.session.remove()

@@ -9,9 +9,10 @@ from app.auth import authenticated, key_of, principal
 from app.blueprints.chat.schemas import (ChatCompletionSchema, ChatRequestSchema, ModelListSchema, ModelSchema,
                                          plain_chat_request)
 from app.errors import ErrorSchema, NotFound
-from app.blueprints.fields import PAYMENT_REQUIRED_HEADERS
+from app.blueprints.fields import PAYMENT_REQUIRED_HEADERS, PAYMENT_RESPONSE_HEADERS
 from app.blueprints.routing import document_errors, fast_arguments
 from app.extensions import Blueprint
+from app.services.billing import x402
 from app.services.chat import completions as chat
 
 blp = Blueprint("chat", __name__, url_prefix="/v1", description=(
@@ -60,14 +61,24 @@ class ChatCompletionsView(MethodView):
     @blp.response(200, ChatCompletionSchema, description=(
         "A chat completion, or with `stream: true` a `text/event-stream` of `chat.completion.chunk` "
         "objects ending with a usage chunk and `data: [DONE]`. Headers: `X-Chat-Provider`, "
-        "`X-Chat-Model`, `X-Chat-Attempts`, `X-Chat-Completion-Id`, `X-Chat-Cost-Micros` (non-streaming)."))
+        "`X-Chat-Model`, `X-Chat-Attempts`, `X-Chat-Completion-Id`, `X-Chat-Cost-Micros` (non-streaming); "
+        "`PAYMENT-RESPONSE` when paid by x402."), headers=PAYMENT_RESPONSE_HEADERS)
     @blp.doc(responses={200: {"content": {"text/event-stream": {"schema": {
         "type": "string", "description": "`data: <chat.completion.chunk JSON>` events; the last chunk "
-        "has empty `choices` and the `usage` (with cost); then `data: [DONE]`."}}}}})
+        "has empty `choices` and the `usage` (with cost); then `data: [DONE]`."}}}}},
+        parameters=[{"in": "header", "name": name, "required": False, "schema": {"type": "string"},
+                     "description": "x402 payment (base64 JSON of an `exact` EVM payment payload) for the "
+                                    "hold the 402 asked for; read only when the balance cannot cover the "
+                                    "hold. Credited to the balance, then the hold is settled as usual."}
+                    for name in ("PAYMENT-SIGNATURE", "X-Payment")])
     @document_errors(blp, {
+        400: "`invalid_request`, or `invalid_payment` (the X-Payment / PAYMENT-SIGNATURE header is not "
+             "base64/base64url JSON of an x402 exact EVM payload).",
         402: ("`payment_required`: the balance cannot cover the estimated maximum cost (the hold). Same "
               "body and headers as a module call's 402 (`X-Price-Cents` is the hold rounded up to cents; "
-              "`X-Price-Micros` the exact hold).", PAYMENT_REQUIRED_HEADERS),
+              "`X-Price-Micros` the exact hold; `PAYMENT-REQUIRED` asks for the rounded-up hold). "
+              "`payment_invalid`: the x402 payment was refused (`reason` as for a module call); "
+              "nothing was credited.", PAYMENT_REQUIRED_HEADERS),
         404: "`model_not_found`, or `not_found` off the chat host.",
         502: "`provider_error`: every candidate failed; nothing charged.",
         504: "`provider_timeout`: every candidate timed out; nothing charged."}, schema=ErrorSchema)
@@ -78,10 +89,15 @@ class ChatCompletionsView(MethodView):
         cover the request; a named model goes to its providers, cheapest first. Failover on
         connection errors, timeouts, 429 and 5xx before the first byte is sent. The estimated
         maximum is held on the balance before the call and settled to the exact cost after.
+
+        x402: when the balance cannot cover the hold, a `PAYMENT-SIGNATURE` (or `X-Payment`)
+        header paying the amount the 402 asked for is settled and credited to the balance, then
+        the hold is taken and settled as usual: the unspent part stays in the balance, and a
+        failed completion releases the whole hold to it. The answer carries `PAYMENT-RESPONSE`.
         """
         p = principal()
         return _response(chat.create_completion(p.account_id, p.mode, body, key_id=key_of(p),
-                                                     actor=p.credential_id))
+                                                actor=p.credential_id, payment=x402.header_from(request.headers)))
 
 
 @blp.route("/models")

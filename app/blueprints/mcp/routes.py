@@ -68,7 +68,10 @@ class McpView(MethodView):
         with its price in `_meta`. `tools/call` is the metered call of
         `POST /v1/module/{slug}/call` (scope `call:write`, the plan rate limit, the same
         charge, idempotency and signed receipt): the result's `structuredContent` is the
-        gateway's call response. No `Mcp-Session-Id` is issued; GET (a server stream) and
+        gateway's call response. A call the balance cannot cover is answered with x402's payment
+        request for the tool (the protocol of `x402.mcp`); calling again with the payment payload
+        in `_meta` `x402/payment` pays it, and the result's `_meta` `x402/payment-response` holds
+        the settlement. No `Mcp-Session-Id` is issued; GET (a server stream) and
         DELETE (ending a session) are answered 405. See docs/mcp.md."""
         p = principal()
         headers = [(k.lower().encode("latin-1"), v.encode("latin-1"))

@@ -21,6 +21,18 @@ How a request flows (docs/mcp.md has the contract):
    ``gateway.calls.call`` — the one metered call, with its charge, idempotency,
    refunds and signed receipt. No other charging path exists here.
 
+Paying (x402's MCP transport, the ``x402.mcp`` package's protocol; docs/mcp.md "Paying"):
+a call the balance cannot cover is a tool result with ``isError: true`` whose
+``structuredContent`` (and text) is the API's 402 body merged with x402's v2
+``PaymentRequired`` for the tool (``x402Version: 2``, ``accepts``, ``resource``
+``mcp://tool/<name>``, ``extensions.bazaar`` of type ``mcp``). The client retries with the
+``PaymentPayload`` in the request's ``_meta["x402/payment"]``; ``_run_call`` turns it into
+the ``PAYMENT-SIGNATURE`` header form and the call pays exactly as the HTTP route does
+(``gateway.calls.call(payment=…)``: verify, reserve once, settle, book the credit with the
+charge). The result then carries the ``SettleResponse`` in ``_meta["x402/payment-response"]``.
+A refused payment (replayed, under-valued, …) is the API's 402 ``payment_invalid`` with its
+``reason`` and a fresh payment request, in the same shape.
+
 Errors: a tool name that names no live module action is the JSON-RPC error -32602
 (``Unknown tool``), as the MCP specification's tools page shows; everything the call
 raises (``DomainError``) becomes a tool result with ``isError: true`` whose text and
@@ -43,6 +55,10 @@ from app.services.gateway.tools import INSTRUCTIONS, SERVER_NAME
 log = logging.getLogger(__name__)
 
 IDEMPOTENCY_META_KEY = "gateway/idempotency-key"
+# x402's MCP transport (the ``x402.mcp`` package, ``x402.mcp.constants``): the request's
+# ``_meta`` key carrying the payment payload, and the result's carrying the settlement.
+PAYMENT_META_KEY = "x402/payment"
+PAYMENT_RESPONSE_META_KEY = "x402/payment-response"
 
 class ToolCallError(Exception):
     """An API error to return as a tool result with ``isError: true``."""
@@ -52,17 +68,95 @@ class ToolCallError(Exception):
         self.body = body
 
 
-def _error_body(err, request_id: str | None) -> dict:
+def _error_body(err, request_id: str | None, tool: str | None = None) -> dict:
     body = {"error": err.code, "message": err.message, "request_id": request_id}
     body.update(err.extra or {})
+    required = (err.headers or {}).get("PAYMENT-REQUIRED") if err.status == 402 else None
+    if required and tool:
+        body.update(_mcp_payment_required(required, tool))
     return body
 
 
+def _mcp_payment_required(header: str, tool: str) -> dict:
+    """The x402 payment request of a 402 as ``x402.mcp`` defines it for a tool: the v2
+    ``PaymentRequired`` (``x402Version: 2``, ``accepts``, ``resource``, ``extensions``) whose
+    resource is the tool (``mcp://tool/<name>``, ``x402.mcp.utils.create_tool_resource_url``)
+    and whose Bazaar metadata describes the tool (``type: mcp``). Merged into the API error
+    body, which keeps its ``error`` code, ``message`` and facts."""
+    from x402.http.utils import decode_payment_required_header
+    from x402.schemas import ResourceInfo
+
+    from app.services.billing.x402 import ATOMIC_PER_CENT
+    from app.services.gateway import discovery, tools
+
+    req = decode_payment_required_header(header)
+    parsed = tools.parse_tool_name(tool)
+    ext = dict(req.extensions or {})
+    if parsed is not None and req.accepts:
+        cents = int(req.accepts[0].amount) // ATOMIC_PER_CENT
+        ext.update(discovery.mcp_tool_extension(parsed[0], parsed[1], cents,
+                                                req.resource.description if req.resource else None))
+    req = req.model_copy(update={
+        "resource": ResourceInfo(url=f"mcp://tool/{tool}", mime_type="application/json",
+                                 description=req.resource.description if req.resource else None),
+        "extensions": ext or None})
+    out = req.model_dump(by_alias=True, exclude_none=True)
+    out.pop("error", None)  # the API error code stays in ``error``; the message is ``message``
+    return out
+
+
+def _payment_header(value) -> str | None:
+    """``_meta["x402/payment"]`` (x402.mcp sends the ``PaymentPayload`` as a JSON object; a
+    JSON string or the header's base64 form are taken too) in the header form
+    ``gateway.calls.call`` reads: base64 JSON without nulls, as x402's
+    ``encode_payment_signature_header`` writes it."""
+    import base64
+
+    from app.services.billing.x402 import MAX_HEADER_BYTES, InvalidPayment
+
+    if value is None:
+        return None
+    if isinstance(value, str):
+        text = value.strip()
+        if not text.startswith("{"):
+            return text  # already the header's form; decoded and bounded by the call
+        if len(text) > MAX_HEADER_BYTES:
+            raise InvalidPayment("The payment in _meta x402/payment is too large.")
+        try:
+            value = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            raise InvalidPayment("The payment in _meta x402/payment is not JSON.") from None
+    if not isinstance(value, dict):
+        raise InvalidPayment("The payment in _meta x402/payment must be an x402 PaymentPayload object.")
+
+    def bare(node):
+        if isinstance(node, dict):
+            return {k: bare(v) for k, v in node.items() if v is not None}
+        if isinstance(node, list):
+            return [bare(v) for v in node]
+        return node
+
+    return base64.b64encode(orjson.dumps(bare(value))).decode()
+
+
+def _payment_response(headers: dict) -> dict | None:
+    """The settlement of an x402-paid call (its ``PAYMENT-RESPONSE`` / ``X-PAYMENT-RESPONSE``
+    header) as ``x402.mcp`` puts it in the result's ``_meta``: a ``SettleResponse`` object."""
+    from x402.http.utils import decode_payment_response_header
+
+    value = (headers or {}).get("PAYMENT-RESPONSE") or (headers or {}).get("X-PAYMENT-RESPONSE")
+    if not value:
+        return None
+    return decode_payment_response_header(value).model_dump(by_alias=True, exclude_none=True)
+
+
 def _run_call(app, principal, request_id: str | None, name: str, arguments: dict | None,
-              meta: dict | None, header_key: str | None) -> bytes:
+              meta: dict | None, header_key: str | None) -> tuple[bytes, dict]:
     """The metered call of one ``tools/call``, on a worker thread: the gateway's response
-    body (bytes). Raises ``LookupError`` for an unknown tool, ``ToolCallError`` for an
-    API error."""
+    body (bytes) and headers (``PAYMENT-RESPONSE`` of an x402-paid call). Raises
+    ``LookupError`` for an unknown tool, ``ToolCallError`` for an API error (a 402's body
+    is also x402.mcp's payment request). ``_meta["x402/payment"]`` pays the call as the
+    ``PAYMENT-SIGNATURE`` header pays ``POST /v1/module/{slug}/call``."""
     from flask import g
 
     from app import auth, ratelimits
@@ -100,16 +194,17 @@ def _run_call(app, principal, request_id: str | None, name: str, arguments: dict
                 if checked is None:
                     raise InvalidRequest("Idempotency key: 1 to 128 characters of text (at most 256 bytes).")
                 key = checked["idempotency_key"]
+            payment = _payment_header((meta or {}).get(PAYMENT_META_KEY))
             ratelimits.per_credential(principal)
             res = gateway.call(account_id=principal.account_id, mode=principal.mode, slug=slug,
-                               body=loaded, idempotency_key=key, payment=None,
+                               body=loaded, idempotency_key=key, payment=payment,
                                request_id=request_id, key_id=auth.key_of(principal),
                                actor=principal.credential_id)
-            return res.body
+            return res.body, res.headers
         except (ModuleNotFound, UnknownAction):
             raise LookupError(name) from None
         except DomainError as err:
-            raise ToolCallError(_error_body(err, request_id)) from None
+            raise ToolCallError(_error_body(err, request_id, name)) from None
         except (LookupError, ToolCallError):
             raise
         except Exception:  # rendered like the API's 500: logged, no details out
@@ -147,7 +242,7 @@ def build_server(app):
         if principal is None:  # the route always sets it; never reached in service
             raise MCPError(types.INVALID_REQUEST, "No credential.")
         try:
-            raw = await anyio.to_thread.run_sync(
+            raw, headers = await anyio.to_thread.run_sync(
                 _run_call, app, principal, state.get("request_id"), params.name, params.arguments,
                 params.meta, state.get("idempotency_key"))
         except LookupError:
@@ -158,9 +253,11 @@ def build_server(app):
             return types.CallToolResult(content=[types.TextContent(text=text)],
                                         structured_content=exc.body, is_error=True)
         response = orjson.loads(raw)
+        settled = _payment_response(headers)
         return types.CallToolResult(
             content=[types.TextContent(text=orjson.dumps(response.get("result")).decode())],
-            structured_content=response, is_error=False)
+            structured_content=response, is_error=False,
+            _meta={PAYMENT_RESPONSE_META_KEY: settled} if settled else None)
 
     return Server(SERVER_NAME, version="1.0.0", title="Metered API Gateway",
                   description="The module catalog as tools, charged per call, with signed receipts.",

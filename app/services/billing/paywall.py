@@ -29,18 +29,20 @@ def resource_url(path: str) -> str:
 
 def payment_required(price_cents: int, *, subject: str, cost: str, alternative: str | None, path: str,
                      description: str, headers: dict | None = None,
-                     x402_retry: str | None = None) -> PaymentRequired:
+                     x402_retry: str | None = None, extensions: dict | None = None) -> PaymentRequired:
     """402 for ``subject`` costing ``cost`` (``price_cents`` rounded up to cents), which the
     balance cannot cover. The message names ``POST /api/wallet/fund``, ``alternative`` and,
     when x402 is offered, ``x402_retry`` (e.g. "retry the call with an X-Payment header");
-    ``path``/``description`` name the resource in the x402 request; ``headers`` are added."""
+    ``path``/``description`` name the resource in the x402 request, ``extensions`` its x402
+    extensions (the Bazaar metadata, ``billing.bazaar``); ``headers`` are added."""
     cents = int(price_cents)
     nonce = "n_" + secrets.token_urlsafe(18)
     pay_to = current_app.config["X402_PAY_TO"] if x402.offered() else None  # None: x402 not offered
     others = [a for a in (alternative, x402_retry if pay_to else None) if a]
     msg = (f"{subject} costs {cost} and your balance cannot cover it. Add credits "
            f"with {FUND_ENDPOINT}" + "".join(f" or {a}" for a in others) + ".")
-    x402_body, x402_headers = x402.payment_required(cents, resource_url(path), description, error=msg)
+    x402_body, x402_headers = x402.payment_required(cents, resource_url(path), description, error=msg,
+                                                  extensions=extensions)
     return PaymentRequired(msg, headers={
         "WWW-Authenticate": f'X402 realm="gateway", nonce="{nonce}"',
         "X-Price-Cents": str(cents), **({"X-Pay-To": pay_to} if pay_to else {}), "X-Nonce": nonce,

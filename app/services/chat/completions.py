@@ -13,9 +13,12 @@ import orjson
 from flask import current_app
 
 from app import telemetry
-from app.errors import InvalidRequest, ProviderTimeout, UpstreamError
+from app.errors import DomainError, InvalidRequest, PaymentRequired, ProviderTimeout, UpstreamError
 from app.ids import random_b62
+from app.services.billing import bazaar, paywall, x402
 from app.services.money import holds as chat_billing
+from app.services.money import ledger
+from app.services.platform.uow import unit_of_work
 from app.services.chat.heartbeat import HoldHeartbeat
 from app.services.chat import cooldown as chat_cooldown
 from app.services.chat import providers
@@ -196,11 +199,37 @@ def _chars(message_or_delta: dict) -> int:
     return n
 
 
+def _fund_hold(call: _Call, payment: str) -> x402.X402Payment:
+    """Pay the hold by x402 (``X-Payment`` / ``PAYMENT-SIGNATURE``), when the balance cannot
+    cover it: the 402 asked for the hold rounded up to cents (scheme ``exact``), so the
+    payment is verified for that amount, reserved (single use) and settled
+    (``x402.accept``: no transaction open), then booked as a credit to the payer's balance
+    in a unit of work of its own (``x402.book``). The normal hold, settle or release then
+    run on the balance: what the completion does not cost stays there. A refused payment
+    is 402 ``payment_invalid`` with a fresh ``PAYMENT-REQUIRED``; nothing is credited."""
+    price = -(-call.hold_micros // ledger.MICROS_PER_CENT) * ledger.MICROS_PER_CENT
+    url = paywall.resource_url(chat_billing.CHAT_PATH)
+    try:
+        pay = x402.accept(payment, account_id=call.account_id, price_micros=price, resource_url=url,
+                          mode=call.mode)
+    except x402.PaymentInvalid as exc:
+        _, headers = x402.payment_required(price // ledger.MICROS_PER_CENT, url, "Chat completion",
+                                           error=exc.message, extensions=bazaar.chat_completion())
+        exc.headers.update(headers)
+        raise
+    with unit_of_work():
+        x402.book(pay, call_id=call.id)
+    log.info("chat %s: x402 payment of %s micros credited (%s)", call.id, pay.value_atomic, pay.auth_id)
+    return pay
+
+
 def create_completion(account_id: str, mode: str, body: dict, key_id: str | None = None,
-                      actor: str | None = None) -> ChatResult:
+                      actor: str | None = None, payment: str | None = None) -> ChatResult:
     """Route, hold, call (with failover), settle. Test-mode keys use the sandbox provider
     only and move no money. ``key_id``: the API key whose spend limit the hold counts against;
-    ``account_id`` pays, ``actor`` (the credential's id) acted: both are recorded."""
+    ``account_id`` pays, ``actor`` (the credential's id) acted: both are recorded.
+    ``payment``: an x402 payment header; used only when the balance cannot cover the hold
+    (``_fund_hold``), and then every answer carries ``PAYMENT-RESPONSE``."""
     started = time.monotonic()
     with telemetry.span("chat.route"):  # validation, request analysis, candidates, hold size
         _validate(body)
@@ -211,10 +240,35 @@ def create_completion(account_id: str, mode: str, body: dict, key_id: str | None
                      needs=needs, started=started)
         if call.live:
             call.hold_micros = _hold_for(offers, needs)
+    paid_headers: dict = {}
     if call.live:
         with telemetry.span("chat.hold"):  # gw_chat_hold on PostgreSQL
-            call.held_at = chat_billing.hold(call.id, account_id, body["model"], call.hold_micros,
-                                             bool(body.get("stream")), key_id=key_id, actor=actor)
+            def hold():
+                return chat_billing.hold(call.id, account_id, body["model"], call.hold_micros,
+                                         bool(body.get("stream")), key_id=key_id, actor=actor)
+            try:
+                call.held_at = hold()
+            except PaymentRequired as exc:
+                if not payment or exc.code != "payment_required":
+                    raise
+                paid_headers = x402.response_headers(_fund_hold(call, payment))
+                try:
+                    call.held_at = hold()  # short again (spent meanwhile): the credit stays
+                except DomainError as again:
+                    again.headers.update(paid_headers)
+                    raise
+    try:
+        result = _complete(call, offers)
+    except DomainError as exc:  # e.g. every provider failed: the hold went back to the balance
+        exc.headers.update(paid_headers)
+        raise
+    result.headers.update(paid_headers)
+    return result
+
+
+def _complete(call: _Call, offers: list[Offer]) -> ChatResult:
+    """Call the provider (with failover) and settle, the hold being in place."""
+    body, needs = call.body, call.needs
     models = catalog().models
     try:
         if body.get("stream"):

@@ -91,18 +91,28 @@ def _resource_url(slug: str | None) -> str:
     return paywall.resource_url(_call_path(slug))
 
 
-def payment_required(price_cents: int, slug: str | None = None) -> PaymentRequired:
-    """402 for a call whose price the balance cannot cover (``paywall.payment_required``);
-    the call may be retried with an X-Payment header."""
+def _extensions(slug: str | None, action: str | None, price_cents: int) -> dict | None:
+    """The x402 Bazaar metadata of the action's call (``discovery.module_call_extension``)."""
+    if not slug or not action:
+        return None
+    from app.services.gateway.discovery import module_call_extension
+
+    return module_call_extension(slug, action, price_cents)
+
+
+def payment_required(price_cents: int, slug: str | None = None, action: str | None = None) -> PaymentRequired:
+    """402 for a call whose price the balance cannot cover (``paywall.payment_required``,
+    with the action's Bazaar metadata); the call may be retried with an X-Payment header."""
     return paywall.payment_required(
         price_cents, subject="This call", cost=f"{int(price_cents)} cents",
         alternative=None, x402_retry="retry the call with an X-Payment header",
         path=_call_path(slug),
-        description=f"Call of module {slug}" if slug else "Module call")
+        description=f"Call of module {slug}" if slug else "Module call",
+        extensions=_extensions(slug, action, price_cents))
 
 
 def fund_from_payment(payment: str, *, account_id: str, price_micros: int,
-                      mode: str, slug: str | None = None) -> "x402.X402Payment":
+                      mode: str, slug: str | None = None, action: str | None = None) -> "x402.X402Payment":
     """Steps 1 and 2 of paying this call from an ``X-Payment`` / ``PAYMENT-SIGNATURE``
     header, with no transaction open (``x402.accept``).
 
@@ -117,7 +127,8 @@ def fund_from_payment(payment: str, *, account_id: str, price_micros: int,
                            resource_url=_resource_url(slug))
     except x402.PaymentInvalid as exc:
         cents = -(-int(price_micros) // ledger.MICROS_PER_CENT)
-        _, headers = x402.payment_required(cents, _resource_url(slug), error=exc.message)
+        _, headers = x402.payment_required(cents, _resource_url(slug), error=exc.message,
+                                           extensions=_extensions(slug, action, cents))
         exc.headers.update(headers)
         raise
 
@@ -300,7 +311,7 @@ def open_call(*, account_id: str, mode: str, mod: catalog.ModuleSnap, act: catal
                                     actor=actor)
                     except ledger.InsufficientFunds:
                         if not payment or paid is not None:
-                            raise payment_required(act.price_cents, slug) from None
+                            raise payment_required(act.price_cents, slug, act.name) from None
                         raise _PaymentNeeded() from None
             if paid is not None and paid_out is not None:
                 paid_out.append(paid)
@@ -308,7 +319,7 @@ def open_call(*, account_id: str, mode: str, mod: catalog.ModuleSnap, act: catal
         except _PaymentNeeded:
             # x402 steps 1-2 between the two charging attempts: no transaction is open.
             paid = fund_from_payment(payment, account_id=account_id, price_micros=price_micros,
-                                     mode=mode, slug=slug)
+                                     mode=mode, slug=slug, action=act.name)
         except IntegrityError:
             tries += 1
             if idempotency_key is None:
@@ -342,7 +353,7 @@ def _open_pg(account_id, mode, mod, act, idempotency_key, req_hash, price_micros
     if res.outcome == "insufficient":
         if payment:
             raise _PaymentNeeded()
-        raise payment_required(act.price_cents, mod.slug)
+        raise payment_required(act.price_cents, mod.slug, act.name)
     if res.outcome == "key_spend_limit":  # the refusal's details (rare path, reads only)
         with unit_of_work():
             raise spend.refusal(key_id, price_micros, utcnow())

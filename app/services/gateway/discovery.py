@@ -3,10 +3,13 @@
 * ``x402_resources()``: every paid module action as an x402 resource, in the shape of the
   Bazaar discovery API's list (``{x402Version, items, pagination}``, an item as
   ``x402.extensions.bazaar.DiscoveryResource.to_dict()`` writes it) with the Bazaar
-  extension's metadata (built by ``declare_discovery_extension``: a JSON ``POST`` body
-  ``{"action": …}``, its input schema, the call response's schema) and the ``exact``
+  extension's metadata (``module_call_extension``, built with ``billing.bazaar``: a JSON
+  ``POST`` body ``{"action": …}``, its input schema, the call response's schema — the same
+  metadata every module call's 402 carries) and the ``exact``
   payment requirements of its price (``billing.x402.requirements``, as the 402 offers
   them; empty when x402 is not offered). Served at ``GET /.well-known/x402``.
+* ``mcp_tool_extension()``: the Bazaar metadata of a paid MCP tool (``type: mcp``), which
+  the MCP door's payment request carries.
 * ``server_card()``: the MCP server card (SEP-2127's ``server-card.json``) naming the
   ``/mcp`` endpoint, its transport and its bearer header. Served at
   ``GET /.well-known/mcp/server-card.json``.
@@ -18,11 +21,10 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 from flask import current_app
-from x402.extensions.bazaar import OutputConfig, declare_discovery_extension
 from x402.extensions.bazaar.facilitator_client import DiscoveryResource
 
 from app.jsonutil import isoformat
-from app.services.billing import paywall
+from app.services.billing import bazaar, paywall
 from app.services.billing.x402 import requirements
 from app.services.gateway import catalog, tools
 
@@ -35,17 +37,31 @@ def _body_schema(action: str) -> dict:
             "required": ["action"], "additionalProperties": True}
 
 
+def _example(slug: str, price_cents: int) -> dict:
+    return {"ok": True, "module": slug, "call_id": "call_…", "cost_cents": int(price_cents), "result": {},
+            "receipt": {"hash": "…", "sig": "…", "kid": "k_…", "alg": "ed25519"}}
+
+
+def module_call_extension(slug: str, action: str, price_cents: int) -> dict:
+    """The Bazaar extension (``{"bazaar": …}``) of ``POST /v1/module/{slug}/call`` for one
+    action: a JSON body ``{"action": …}`` and the call response (the 402 and ``/.well-known/x402``)."""
+    return bazaar.http_body(example={"action": action}, input_schema=_body_schema(action),
+                            output_example=_example(slug, price_cents), output_schema=tools.OUTPUT_SCHEMA)
+
+
+def mcp_tool_extension(slug: str, action: str, price_cents: int, description: str | None = None) -> dict:
+    """The Bazaar extension of the MCP tool ``<slug>__<action>`` (the MCP payment request)."""
+    return bazaar.mcp_tool(tool_name=tools.tool_name(slug, action), input_schema=tools.INPUT_SCHEMA,
+                           description=description, output_example=_example(slug, price_cents),
+                           output_schema=tools.OUTPUT_SCHEMA)
+
+
 def _resource(module, action, offered: bool) -> dict:
     price = int(action.price_cents)
     atomic = price * requirements.ATOMIC_PER_CENT
     accepts = [requirements.wire(requirements.v2_requirement(c, atomic)) for c in requirements.networks()] \
         if offered else []
-    example = {"ok": True, "module": module.slug, "call_id": "call_…", "cost_cents": price, "result": {},
-               "receipt": {"hash": "…", "sig": "…", "kid": "k_…", "alg": "ed25519"}}
-    ext = declare_discovery_extension(input={"action": action.name}, input_schema=_body_schema(action.name),
-                                      body_type="json",
-                                      output=OutputConfig(example=example, schema=tools.OUTPUT_SCHEMA))
-    ext["bazaar"]["info"]["input"]["method"] = "POST"  # what the package's server hook adds per route
+    ext = module_call_extension(module.slug, action.name, price)
     item = DiscoveryResource(
         resource=paywall.resource_url(f"/v1/module/{module.slug}/call"), type="http", x402_version=2,
         accepts=accepts, last_updated=isoformat(module.updated_at) if module.updated_at else "",
@@ -84,8 +100,9 @@ def server_card() -> dict:
         "$schema": SERVER_CARD_SCHEMA,
         "name": f"{_reverse_dns(base)}/{tools.SERVER_NAME}",
         "title": SERVICE_NAME,
-        "description": "The module catalog as MCP tools, charged per call from a prepaid balance, "
-                       "each result with a signed receipt.",
+        "description": "The module catalog as MCP tools, charged per call from a prepaid balance "
+                       "or paid per call by x402 (x402.mcp's _meta x402/payment), each result with a "
+                       "signed receipt.",
         "version": "1.0.0",
         "websiteUrl": base,
         "remotes": [{

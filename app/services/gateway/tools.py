@@ -26,6 +26,9 @@ INSTRUCTIONS = (
     "Each tool is one action of a module of the gateway's catalog, named <module>__<action>. "
     "A call is charged the price in the tool's _meta (gateway/price) from the account's prepaid "
     "balance; the result's structuredContent is the gateway's call response with a signed receipt. "
+    "When the balance cannot cover a call, the tool error carries an x402 payment request "
+    "(x402Version 2, accepts); pay it by calling again with the payment payload in "
+    "_meta[\"x402/payment\"]: the settlement comes back in _meta[\"x402/payment-response\"]. "
     "Send _meta {\"gateway/idempotency-key\": \"...\"} (or the Idempotency-Key header) to retry safely.")
 SEPARATOR = "__"
 META_PREFIX = "gateway/"

@@ -27,8 +27,9 @@ check the books                        ``ledger.check``
 
 Still outside this package, posting through ``ledger.post`` (moved here next):
 funding an agent (``agents.funding.fund``), card/ACH/USDC credits and refunds
-(``billing.payments``, ``billing.wallets``), x402 booking (``billing.x402.settlement.book``,
-and the x402 open of ``gateway.calls.open_call``), revenue-share accrual and monthly
+(``billing.payments``, ``billing.wallets``), x402 booking (``billing.x402.settlement.book``:
+the x402 open of ``gateway.calls.open_call``, which the MCP door's payments take too, and a
+chat completion's payment credited before its hold, ``chat.completions._fund_hold``), revenue-share accrual and monthly
 settlement (``agents.revenue_share``, ``agents.settlement``).
 
 Who pays and who acted are separate arguments everywhere (``account_id`` / ``actor``) and

@@ -30,13 +30,14 @@ from app.extensions import db
 from app.models import ChatCompletion
 from app.models.base import utcnow
 from app.services.money import spend
-from app.services.billing import paywall
+from app.services.billing import bazaar, paywall
 from app.services.money import holds_pg, ledger
 from app.services.platform.uow import end_reads, transactional, unit_of_work
 
 log = logging.getLogger(__name__)
 
 HOLD = "hold:chat"
+CHAT_PATH = "/v1/chat/completions"
 _COMPLETIONS = ChatCompletion.__table__
 
 
@@ -55,8 +56,9 @@ def hold(completion_id: str, account_id: str, requested_model: str, hold_micros:
         raise paywall.payment_required(
             -(-hold_micros // ledger.MICROS_PER_CENT), subject="This completion",
             cost=f"up to {usd} USD (its estimated maximum, held before the call)",
-            alternative="lower max_tokens", path="/v1/chat/completions", description="Chat completion",
-            headers={"X-Price-Micros": str(hold_micros)}) from None
+            alternative="lower max_tokens", path=CHAT_PATH,
+            x402_retry="retry with a PAYMENT-SIGNATURE (x402) header paying the hold", description="Chat completion",
+            headers={"X-Price-Micros": str(hold_micros)}, extensions=bazaar.chat_completion()) from None
 
 
 def _hold_legs(account_id: str, hold_micros: int) -> list[tuple[str, int]]:

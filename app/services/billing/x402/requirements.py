@@ -69,15 +69,24 @@ def wire(model) -> dict:
 
 
 def payment_required(price_cents: int, resource_url: str, description: str = "Module call",
-                     error: str | None = None) -> tuple[dict, dict]:
+                     error: str | None = None, extensions: dict | None = None) -> tuple[dict, dict]:
     """(body fields, headers) of an x402 payment request: the v1 body (``x402Version``,
     ``accepts``) and the v2 ``PAYMENT-REQUIRED`` header. Merge the body fields into the
-    SPEC 402 error body and the headers into its headers. Empty when x402 is not offered."""
+    SPEC 402 error body and the headers into its headers. Empty when x402 is not offered.
+
+    ``extensions``: the resource's x402 extensions (``{"bazaar": …}``, ``billing.bazaar``):
+    the v2 request's ``extensions``, and x402 v1's form of the Bazaar metadata (each v1
+    requirement's ``outputSchema``)."""
     if not offered():
         return {}, {}
+    from app.services.billing import bazaar
+
     atomic = price_cents * ATOMIC_PER_CENT
-    v1 = [wire(v1_requirement(c, atomic, resource_url, description)) for c in networks()]
+    v1_schema = bazaar.v1_output_schema(extensions) if extensions else None
+    v1 = [wire(v1_requirement(c, atomic, resource_url, description).model_copy(update={"output_schema": v1_schema}))
+          for c in networks()]
     v2 = PaymentRequired(error=error or "Payment required", accepts=[v2_requirement(c, atomic) for c in networks()],
                          resource=ResourceInfo(url=resource_url, description=description,
-                                               mime_type="application/json"))
+                                               mime_type="application/json"),
+                         extensions=extensions or None)
     return {"x402Version": 1, "accepts": v1}, {"PAYMENT-REQUIRED": encode_payment_required_header(v2)}

@@ -131,7 +131,7 @@ def test_all_candidates_failing_charges_nothing(app, client, fakes, acct, ledger
     fakes.cheap.mode = fakes.pricey.mode = "503"
     r = chat(client, acct, model="m-small")
     assert r.status_code == 502
-    assert r.get_json()["error"] == "provider_error" and r.headers["X-Chat-Attempts"] == "2"
+    assert r.get_json()["error"]["code"] == "provider_error" and r.headers["X-Chat-Attempts"] == "2"
     assert figures(app, acct.id) == {"balance": START, "revenue": 0, "held": 0,
                                      "usage": {"calls": 1, "errors": 1, "spend_micros": 0}}
     with app.app_context():
@@ -142,7 +142,7 @@ def test_all_candidates_failing_charges_nothing(app, client, fakes, acct, ledger
 def test_all_candidates_timing_out_is_504(app, client, fakes, acct, ledger_clean):
     fakes.cheap.mode = fakes.pricey.mode = "timeout"
     r = chat(client, acct, model="m-small")
-    assert r.status_code == 504 and r.get_json()["error"] == "provider_timeout"
+    assert r.status_code == 504 and r.get_json()["error"]["code"] == "provider_timeout"
     assert figures(app, acct.id)["balance"] == START
     ledger_clean()
 
@@ -150,8 +150,8 @@ def test_all_candidates_timing_out_is_504(app, client, fakes, acct, ledger_clean
 def test_request_error_from_upstream_is_returned_not_failed_over(app, client, fakes, acct, ledger_clean):
     fakes.cheap.mode = "400"
     r = chat(client, acct, model="m-small")
-    assert r.status_code == 400 and r.get_json()["error"] == "invalid_request"
-    assert "cheap says 400" in r.get_json()["message"]
+    assert r.status_code == 400 and r.get_json()["error"]["code"] == "invalid_request"
+    assert "cheap says 400" in r.get_json()["error"]["message"]
     assert fakes.pricey.calls == 0 and figures(app, acct.id)["balance"] == START
     ledger_clean()
 
@@ -188,13 +188,13 @@ def test_auto_matches_capabilities_and_context(app, client, fakes, acct, ledger_
 def test_named_model_refusals(app, client, monkeypatch, fakes, acct):
     monkeypatch.setitem(app.config, "RATELIMIT_ENABLED", False)
     r = chat(client, acct, model="nope")
-    assert r.status_code == 404 and r.get_json()["error"] == "model_not_found"
+    assert r.status_code == 404 and r.get_json()["error"]["code"] == "model_not_found"
     r = chat(client, acct, model="m-offline")  # its provider has no key configured
-    assert r.status_code == 404 and r.get_json()["error"] == "model_not_found"
+    assert r.status_code == 404 and r.get_json()["error"]["code"] == "model_not_found"
     r = chat(client, acct, model="m-small", tools=[{"type": "function", "function": {"name": "f"}}])
-    assert r.status_code == 400 and r.get_json()["error"] == "no_matching_model"
+    assert r.status_code == 400 and r.get_json()["error"]["code"] == "no_matching_model"
     r = chat(client, acct, model="m-small", messages=[{"role": "user", "content": "x" * 4000}])
-    assert r.status_code == 400 and r.get_json()["error"] == "context_length_exceeded"
+    assert r.status_code == 400 and r.get_json()["error"]["code"] == "context_length_exceeded"
     r = chat(client, acct, model="auto", messages=[{"role": "user", "content": "x" * 2_000_000}])
     assert r.status_code in (400, 413)
     for bad in ({"messages": []}, {"messages": [{"role": "robot", "content": "hi"}]},
@@ -204,7 +204,7 @@ def test_named_model_refusals(app, client, monkeypatch, fakes, acct):
                 {"messages": MSGS, "tools": [{"type": "function"}]}, {"messages": [{"role": "user",
                                                                                    "content": 42}]}):
         r = chat(client, acct, model="m-small", **bad)
-        assert r.status_code == 400 and r.get_json()["error"] == "invalid_request", bad
+        assert r.status_code == 400 and r.get_json()["error"]["code"] == "invalid_request", bad
     assert fakes.cheap.calls == fakes.pricey.calls == 0
     assert figures(app, acct.id)["balance"] == START
 
@@ -215,8 +215,10 @@ def test_chat_402_is_the_module_402(app, client, fakes, make_account, ledger_cle
     poor = make_account(cents=0)
     r = chat(client, poor, model="m-small", max_tokens=100)
     body = r.get_json()
-    assert r.status_code == 402 and body["error"] == "payment_required"
-    assert "POST /api/wallet/fund" in body["message"] and body["fund_endpoint"] == "POST /api/wallet/fund"
+    assert r.status_code == 402 and body["error"]["code"] == "payment_required"
+    assert body["error"]["type"] == "insufficient_quota" and body["request_id"] == r.headers["X-Request-Id"]
+    # OpenAI's error object, the 402's payment request beside it
+    assert "POST /api/wallet/fund" in body["error"]["message"] and body["fund_endpoint"] == "POST /api/wallet/fund"
     assert r.headers["WWW-Authenticate"] == f'X402 realm="gateway", nonce="{r.headers["X-Nonce"]}"'
     assert r.headers["X-Price-Cents"] == "1" and body["price_cents"] == 1  # 630 micros, rounded up
     assert r.headers["X-Pay-To"] == app.config["X402_PAY_TO"] == body["pay_to"]
@@ -255,7 +257,7 @@ def test_the_provider_gets_the_cap_the_hold_was_sized_for(app, client, fakes, ac
 def test_balance_must_cover_the_hold(app, client, fakes, make_account, ledger_clean):
     poor = make_account(cents=0)
     r = chat(client, poor, model="m-small", max_tokens=100)
-    assert r.status_code == 402 and r.get_json()["error"] == "payment_required"
+    assert r.status_code == 402 and r.get_json()["error"]["code"] == "payment_required"
     assert r.headers["X-Price-Micros"] == "630"
     assert fakes.cheap.calls == fakes.pricey.calls == 0
     with app.app_context():
@@ -267,7 +269,7 @@ def test_auth_and_scope(client, fakes, make_account):
     assert client.post("/v1/chat/completions", json={"model": "auto", "messages": MSGS}).status_code == 401
     reader = make_account(scopes=["call:read"])
     r = chat(client, reader, model="auto")
-    assert r.status_code == 403 and r.get_json()["error"] == "insufficient_scope"
+    assert r.status_code == 403 and r.get_json()["error"]["code"] == "insufficient_scope"
 
 
 def _events(resp) -> list:
@@ -393,7 +395,7 @@ def test_models_listing(client, fakes, acct):
     small = body["data"][1]
     assert client.get("/v1/models/m-small", headers=acct.headers).get_json() == small
     r = client.get("/v1/models/m-offline", headers=acct.headers)
-    assert r.status_code == 404 and r.get_json()["error"] == "model_not_found"
+    assert r.status_code == 404 and r.get_json()["error"]["code"] == "model_not_found"
     assert small["owned_by"] == "pricey,cheap" and small["context_window"] == 1000
     assert small["pricing"] == {"input_usd_per_mtok": "1", "output_usd_per_mtok": "2"}
 
@@ -402,6 +404,7 @@ def test_chat_host_matching(app, client, monkeypatch, fakes, acct):
     monkeypatch.setitem(app.config, "CHAT_HOST", "chat.example.test")
     r = client.post("/v1/chat/completions", json={"model": "auto", "messages": MSGS},
                     headers=acct.headers, base_url="http://api.example.test")
+    # off the chat host a chat path is the gateway's plain 404, in the gateway's shape
     assert r.status_code == 404 and r.get_json()["error"] == "not_found"
     assert client.get("/v1/models", headers=acct.headers,
                       base_url="http://api.example.test").status_code == 404

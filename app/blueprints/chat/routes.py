@@ -6,6 +6,7 @@ from flask import Response, current_app, request, stream_with_context
 from flask.views import MethodView
 
 from app.auth import authenticated, key_of, principal
+from app.chathost import on_chat_host
 from app.blueprints.chat.schemas import (ChatCompletionSchema, ChatRequestSchema, ModelListSchema, ModelSchema,
                                          plain_chat_request)
 from app.errors import ErrorSchema, NotFound
@@ -16,20 +17,8 @@ from app.services.chat import completions as chat
 
 blp = Blueprint("chat", __name__, url_prefix="/v1", description=(
     "OpenAI-compatible chat completions on the chat host: cheapest-model routing (`model: auto`), "
-    "failover between providers, exact cost and savings in `usage`. Errors keep the gateway's "
-    "`{error, message, request_id}` shape (OpenAI SDKs raise them as APIStatusError)."))
-
-
-def on_chat_host(host: str | None, wanted: str | None) -> bool:
-    """Whether a request to ``host`` (the Host header, port included or not) may reach the
-    chat routes when the chat host is ``wanted`` (``CHAT_HOST``): always when it is unset,
-    else only on that host name."""
-    if not wanted:
-        return True
-    host = (host or "").lower()
-    if not host.endswith("]"):  # strip the port (not inside an IPv6 literal)
-        host = host.rsplit(":", 1)[0] if ":" in host else host
-    return host == wanted.lower()
+    "failover between providers, exact cost and savings in `usage`. Errors are OpenAI's "
+    "`{error: {message, type, code, param}, request_id}` (`code`: the gateway's error code)."))
 
 
 @blp.before_request
@@ -68,7 +57,7 @@ class ChatCompletionsView(MethodView):
         402: ("`payment_required`: the balance cannot cover the estimated maximum cost (the hold). Same "
               "body and headers as a module call's 402 (`X-Price-Cents` is the hold rounded up to cents; "
               "`X-Price-Micros` the exact hold).", PAYMENT_REQUIRED_HEADERS),
-        404: "`model_not_found`, or `not_found` off the chat host.",
+        404: "`model_not_found` (off the chat host: the gateway's plain 404 `{error, message, request_id}`).",
         502: "`provider_error`: every candidate failed; nothing charged.",
         504: "`provider_timeout`: every candidate timed out; nothing charged."}, schema=ErrorSchema)
     def post(self, body):

@@ -51,7 +51,7 @@ from flask import g
 from werkzeug.sansio.utils import get_host
 
 from app import auth, logs, metrics, ratelimits, requestid
-from app.blueprints.chat.routes import on_chat_host
+from app.chathost import error_style, on_chat_host
 from app.errors import DomainError, handle_domain_error, handle_unexpected
 from app.services.gateway.catalog import SLUG_RE
 
@@ -91,18 +91,23 @@ class HotPath:
                 # Host header, e.g. a port out of range, and for none: then Flask decides)
                 host = get_host(environ.get("wsgi.url_scheme", "http"), environ.get("HTTP_HOST"))
                 if self.chat_route is not None and on_chat_host(host, self.app.config.get("CHAT_HOST")):
-                    return self._call(self._chat, self.chat_route, None, environ, start_response)
+                    style = error_style(path, host, self.app.config.get("CHAT_HOST"))  # OpenAI's
+                    return self._call(self._chat, self.chat_route, None, environ, start_response, style)
             else:
                 m = _PATH.fullmatch(path)
                 if m is not None:
-                    return self._call(self._module_call, self.route, m.group(1), environ, start_response)
+                    return self._call(self._module_call, self.route, m.group(1), environ, start_response,
+                                      "gateway")
         return self.wsgi_app(environ, start_response)
 
-    def _call(self, handler, route, arg, environ, start_response):
+    def _call(self, handler, route, arg, environ, start_response, style):
         started = time.perf_counter()
         raw = environ["wsgi.input"].read(int(environ["CONTENT_LENGTH"]))
         ctx = self.app.app_context()
         ctx.push()
+        # what Flask's request would give: the start time (metrics.request_elapsed) and the
+        # error convention app.errors renders in (app.chathost.error_style, as for Flask)
+        g.request_started, g.error_style = started, style
         error = None
         try:
             answer = self._answer(handler, arg, raw, environ)

@@ -63,27 +63,29 @@ class _Call:
 
 def _validate(body: dict) -> None:
     for i, msg in enumerate(body["messages"]):
+        where = f"messages.{i}"
         if not isinstance(msg, dict):
-            raise InvalidRequest(f"messages.{i}: must be an object.")
+            raise InvalidRequest(f"{where}: must be an object.", param=where)
         if msg.get("role") not in ROLES:
-            raise InvalidRequest(f"messages.{i}.role: must be one of {', '.join(ROLES)}.")
+            raise InvalidRequest(f"{where}.role: must be one of {', '.join(ROLES)}.", param=f"{where}.role")
         content = msg.get("content")
         if content is not None and not isinstance(content, (str, list)):
-            raise InvalidRequest(f"messages.{i}.content: must be a string or an array of parts.")
+            raise InvalidRequest(f"{where}.content: must be a string or an array of parts.",
+                                 param=f"{where}.content")
         if msg["role"] in CONTENT_REQUIRED and content in (None, "", []):
-            raise InvalidRequest(f"messages.{i}.content: is required for role {msg['role']}.")
+            raise InvalidRequest(f"{where}.content: is required for role {msg['role']}.", param=f"{where}.content")
         calls = msg.get("tool_calls")
         if calls is not None and (not isinstance(calls, list) or not all(
                 isinstance(c, dict) and isinstance(c.get("function"), dict) for c in calls)):
-            raise InvalidRequest(f"messages.{i}.tool_calls: must be an array of "
-                                 "{id, type: function, function: {name, arguments}}.")
+            raise InvalidRequest(f"{where}.tool_calls: must be an array of "
+                                 "{id, type: function, function: {name, arguments}}.", param=f"{where}.tool_calls")
         if msg["role"] == "tool" and not msg.get("tool_call_id"):
-            raise InvalidRequest(f"messages.{i}.tool_call_id: is required for role tool.")
+            raise InvalidRequest(f"{where}.tool_call_id: is required for role tool.", param=f"{where}.tool_call_id")
     tools = body.get("tools")
     if tools is not None and (not isinstance(tools, list) or not all(
             isinstance(t, dict) and isinstance(t.get("function"), dict) and t["function"].get("name")
             for t in tools)):
-        raise InvalidRequest("tools: must be an array of {type: function, function: {name, ...}}.")
+        raise InvalidRequest("tools: must be an array of {type: function, function: {name, ...}}.", param="tools")
 
 
 def _order(offers: list[Offer]) -> list[Offer]:
@@ -311,7 +313,7 @@ def _start_stream(call: _Call, offers: list[Offer], models: dict[str, Model]) ->
             if error:
                 yield sse({"error": {"message": "The provider stream was interrupted; you were charged "
                                                 "for the tokens generated so far.",
-                                     "type": "provider_error", "code": "provider_error"}})
+                                     "type": "server_error", "code": "provider_error", "param": None}})
             yield sse({"id": call.id, "object": "chat.completion.chunk", "created": created,
                        "model": offer.model_id, "choices": [], "usage": usage})
             yield b"data: [DONE]\n\n"

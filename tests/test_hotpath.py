@@ -270,7 +270,8 @@ def _micros(app, account_id) -> int:
 
 
 # (the body's latency_ms can differ in length: Content-Length is checked against each body)
-_CHAT_VOLATILE = ("RateLimit-Reset", "RateLimit-Remaining", "X-Chat-Completion-Id", "Content-Length")
+_CHAT_VOLATILE = ("RateLimit-Reset", "RateLimit-Remaining", "X-Chat-Completion-Id", "Content-Length",
+                  "X-Gateway-Overhead-Ms")
 
 
 def _chat_shape(resp):

@@ -66,10 +66,13 @@ def test_named_model_goes_to_cheapest_provider_and_settles_exact_cost(app, clien
     # 100 × 1 + 50 × 2 = 200 micros; reference = primary (pricey) 100 × 3 + 50 × 6 = 600
     assert body["usage"] == {"prompt_tokens": 100, "completion_tokens": 50, "total_tokens": 150,
                              "cost_usd": 0.0002, "cost_micros": 200, "savings_pct": 66.67,
-                             "latency_ms": body["usage"]["latency_ms"], "estimated": False}
+                             "latency_ms": body["usage"]["latency_ms"], "estimated": False, "cost": 0.0002}
     assert isinstance(body["usage"]["latency_ms"], int) and body["usage"]["latency_ms"] >= 0
     assert r.headers["X-Chat-Provider"] == "cheap" and r.headers["X-Chat-Attempts"] == "1"
     assert r.headers["X-Chat-Model"] == "m-small" and r.headers["X-Chat-Cost-Micros"] == "200"
+    # the cost headers every client can read (LiteLLM keeps them as llm_provider-x-gateway-*)
+    assert r.headers["X-Gateway-Cost-Micros"] == "200" and r.headers["X-Gateway-Savings-Pct"] == "66.67"
+    assert float(r.headers["X-Gateway-Overhead-Ms"]) >= 0
     assert fakes.cheap.bodies[0]["model"] == "small-at-cheap" and fakes.cheap.bodies[0]["max_tokens"] == 100
     assert fakes.pricey.calls == 0
     f = figures(app, acct.id)
@@ -163,9 +166,31 @@ def test_auto_routes_to_cheapest_fitting_model(app, client, fakes, acct, ledger_
     # reference m-big: 100 × 5 + 50 × 15 = 1250; cost 200 → 84 % saved
     assert body["usage"]["cost_micros"] == 200 and body["usage"]["savings_pct"] == 84.0
     with app.app_context():
-        # no max_tokens: cap = min(4096, model max) → hold at m-big: 10 × 5 + 4000 × 15
-        assert db.session.execute(select(ChatCompletion.hold_micros)).scalar_one() == 60_050
+        # no max_tokens: the hold covers CHAT_DEFAULT_HOLD_OUTPUT_TOKENS (1024) at the dearest
+        # candidate, m-big: 10 × 5 + 1024 × 15 (it was 4000 × 15 with the 4096 default)
+        assert db.session.execute(select(ChatCompletion.hold_micros)).scalar_one() == 15_410
     assert fakes.cheap.bodies[0]["max_tokens"] == 500  # m-small's max output
+    ledger_clean()
+
+
+def test_no_max_tokens_holds_the_bounded_allowance(app, client, fakes, make_account, monkeypatch, ledger_clean):
+    """Issue 39 item 7: without max_tokens the hold covers CHAT_DEFAULT_HOLD_OUTPUT_TOKENS at
+    the dearest candidate, so a small balance can chat; the provider is sent what that hold
+    pays for at its own prices (never more than the hold covers)."""
+    poor = make_account(cents=2)  # 20,000 micros: m-big's old hold (4000 × 15 = 60,000+) did not fit
+    r = chat(client, poor, model="m-big")
+    assert r.status_code == 200, r.get_json()
+    assert fakes.pricey.bodies[-1]["max_tokens"] == 1024  # the only candidate: exactly the allowance
+    monkeypatch.setitem(app.config, "CHAT_DEFAULT_HOLD_OUTPUT_TOKENS", 100)
+    r = chat(client, poor, model="m-small")  # cheap first; the hold is priced at pricey ($3 / $6)
+    assert r.status_code == 200 and r.get_json()["provider"] == "cheap", r.get_json()
+    with app.app_context():
+        hold = db.session.execute(select(ChatCompletion.hold_micros).where(
+            ChatCompletion.id == r.headers["X-Chat-Completion-Id"])).scalar_one()
+        db.session.remove()
+    prompt = (hold - 100 * 6) // 3  # hold = prompt × 3 + 100 × 6
+    sent = fakes.cheap.bodies[-1]["max_tokens"]
+    assert sent == min(500, (hold - prompt * 1) // 2) and sent > 100  # cheap ($1 / $2) affords more
     ledger_clean()
 
 

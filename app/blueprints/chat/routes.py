@@ -49,7 +49,9 @@ class ChatCompletionsView(MethodView):
     @blp.response(200, ChatCompletionSchema, description=(
         "A chat completion, or with `stream: true` a `text/event-stream` of `chat.completion.chunk` "
         "objects ending with a usage chunk and `data: [DONE]`. Headers: `X-Chat-Provider`, "
-        "`X-Chat-Model`, `X-Chat-Attempts`, `X-Chat-Completion-Id`, `X-Chat-Cost-Micros` (non-streaming)."))
+        "`X-Chat-Model`, `X-Chat-Attempts`, `X-Chat-Completion-Id`, `X-Gateway-Overhead-Ms` (the gateway's added "
+        "latency; for a stream: up to its first event); non-streaming also `X-Chat-Cost-Micros`, "
+        "`X-Gateway-Cost-Micros` and `X-Gateway-Savings-Pct` (a stream's cost is in its final usage chunk)."))
     @blp.doc(responses={200: {"content": {"text/event-stream": {"schema": {
         "type": "string", "description": "`data: <chat.completion.chunk JSON>` events; the last chunk "
         "has empty `choices` and the `usage` (with cost); then `data: [DONE]`."}}}}})

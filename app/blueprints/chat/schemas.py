@@ -48,8 +48,11 @@ class ChatRequestSchema(InputSchema):
     stream = ma.fields.Boolean(metadata={"description": "Server-sent events in OpenAI's chunk format, "
                                          "ending with `data: [DONE]`; the last chunk before it carries `usage`."})
     max_tokens = ma.fields.Integer(validate=ma.validate.Range(min=1, max=1_000_000), allow_none=True,
-                                   metadata={"description": "Output cap; absent: `CHAT_DEFAULT_MAX_TOKENS` "
-                                             "(4096) or the model's maximum, whichever is lower."})
+                                   metadata={"description": "Output cap (never above the model's maximum). "
+                                             "Absent: the hold covers `CHAT_DEFAULT_HOLD_OUTPUT_TOKENS` (1024) "
+                                             "at the most expensive candidate and the provider is sent what "
+                                             "that hold pays for at its prices, at most "
+                                             "`CHAT_DEFAULT_MAX_TOKENS` (4096)."})
     max_completion_tokens = ma.fields.Integer(validate=ma.validate.Range(min=1, max=1_000_000), allow_none=True)
     n = ma.fields.Integer(validate=ma.validate.Range(min=1, max=16), allow_none=True,
                           metadata={"description": "Number of choices; the hold covers the output cap for each."})
@@ -96,6 +99,8 @@ class ChatUsageSchema(ma.Schema):
     total_tokens = ma.fields.Integer(required=True)
     cost_usd = ma.fields.Float(required=True, metadata={"description": "Exact charge in USD (= cost_micros / 1e6)."})
     cost_micros = ma.fields.Integer(required=True, metadata={"description": "Exact charge in micro-dollars."})
+    cost = ma.fields.Float(required=True, metadata={
+        "description": "= cost_usd, under the name LiteLLM keeps from a stream's final usage (OpenRouter's)."})
     savings_pct = ma.fields.Float(required=True, metadata={
         "description": "round(max(0, (ref − cost) / ref × 100), 2), ref = the same tokens at the reference "
                        "model's primary list price (auto: CHAT_REFERENCE_MODEL; named model: its primary provider)."})

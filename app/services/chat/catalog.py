@@ -299,8 +299,12 @@ def analyse(body: dict) -> Needs:
 # --- routing ------------------------------------------------------------------------------
 
 def output_cap(model: Model, needs: Needs) -> int:
-    """Completion tokens the gateway allows (and holds for) on ``model``."""
-    cap = needs.max_tokens or int(current_app.config["CHAT_DEFAULT_MAX_TOKENS"])
+    """Completion tokens the gateway holds for on ``model`` (and checks against its context
+    window): the request's ``max_tokens``, else the bounded allowance
+    ``CHAT_DEFAULT_HOLD_OUTPUT_TOKENS``; never above the model's maximum. What the provider
+    is sent is ``completions._upstream_cap`` (the same when the request set one)."""
+    cap = needs.max_tokens or min(int(current_app.config["CHAT_DEFAULT_HOLD_OUTPUT_TOKENS"]),
+                                  int(current_app.config["CHAT_DEFAULT_MAX_TOKENS"]))
     return max(1, min(cap, model.max_output_tokens))
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 import orjson
-from flask import current_app
+from flask import current_app, g
 
 from app import telemetry
 from app.errors import InvalidRequest, ProviderTimeout, UpstreamError
@@ -51,6 +51,9 @@ class _Call:
     needs: Needs
     started: float
     hold_micros: int = 0
+    budget_micros: int = 0  # the hold's size (also computed for test keys, which hold nothing)
+    t0: float = 0.0  # perf_counter at the request's arrival (the route's timer), for the overhead
+    provider_s: float = 0.0  # seconds spent in provider calls, every attempt
     held_at: object = None  # the hold's time (``holds.hold`` returns it; ``settle`` takes it)
     attempts: int = 0
     failures: list[str] = field(default_factory=list)
@@ -104,6 +107,30 @@ def _hold_for(offers: list[Offer], needs: Needs) -> int:
                for o in offers)
 
 
+def _upstream_cap(call: _Call, offer: Offer) -> int:
+    """The output cap sent to ``offer``: the request's ``max_tokens`` (bounded by the
+    model), or, when it set none, as many tokens as the hold pays for at this offer's
+    prices (the hold is sized for ``CHAT_DEFAULT_HOLD_OUTPUT_TOKENS`` at the most expensive
+    candidate, so a cheaper one may generate more), at most ``CHAT_DEFAULT_MAX_TOKENS`` and
+    the model's maximum. Either way the provider never generates more than the hold covers."""
+    model = catalog().models[offer.model_id]
+    cap = output_cap(model, call.needs)
+    ceiling = min(model.max_output_tokens, int(current_app.config["CHAT_DEFAULT_MAX_TOKENS"]))
+    if call.needs.max_tokens or ceiling <= cap:
+        return cap
+    prompt, n = call.needs.prompt_tokens_for(offer), call.needs.choices
+    if offer.cost_micros(prompt, ceiling * n) <= call.budget_micros:
+        return ceiling
+    lo, hi = cap, ceiling - 1  # cap fits (the budget covers it at the dearest candidate)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if offer.cost_micros(prompt, mid * n) <= call.budget_micros:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 def _attempt(call: _Call, offers: list[Offer], fn):
     """Run ``fn(offer)`` over the candidates with failover; returns (offer, result)."""
     cap = float(current_app.config["CHAT_RETRY_AFTER_CAP"])
@@ -112,6 +139,7 @@ def _attempt(call: _Call, offers: list[Offer], fn):
     while i < len(offers):
         offer = offers[i]
         call.attempts += 1
+        sent = time.perf_counter()
         try:
             return offer, fn(offer)
         except providers.ProviderFailure as exc:
@@ -124,6 +152,8 @@ def _attempt(call: _Call, offers: list[Offer], fn):
                 time.sleep(exc.retry_after)
                 continue
             chat_cooldown.record_failure(offer.provider.id, exc.retry_after)
+        finally:
+            call.provider_s += time.perf_counter() - sent
         i += 1
     return None, None
 
@@ -166,6 +196,8 @@ def _usage(call: _Call, offer: Offer, upstream: dict | None, generated_chars: in
 def _settle(call: _Call, offer: Offer, usage: dict, error: str | None = None) -> None:
     with telemetry.span("chat.settle"):  # gw_chat_settle on PostgreSQL
         _record(call, offer, usage, error)
+    # ``cost`` (USD): the name LiteLLM keeps from a stream's final usage (OpenRouter's field)
+    usage["cost"] = usage["cost_usd"]
 
 
 def _record(call: _Call, offer: Offer, usage: dict, error: str | None) -> None:
@@ -208,9 +240,10 @@ def create_completion(account_id: str, mode: str, body: dict, key_id: str | None
         sandbox = current_app.config["CHAT_SANDBOX_PROVIDER"] if mode == "test" else None
         offers = _order(candidates(body["model"], needs, sandbox=sandbox))
         call = _Call(id="chatcmpl-" + random_b62(24), account_id=account_id, mode=mode, body=body,
-                     needs=needs, started=started)
+                     needs=needs, started=started, t0=g.get("request_started") or time.perf_counter())
+        call.budget_micros = _hold_for(offers, needs)
         if call.live:
-            call.hold_micros = _hold_for(offers, needs)
+            call.hold_micros = call.budget_micros
     if call.live:
         with telemetry.span("chat.hold"):  # gw_chat_hold on PostgreSQL
             call.held_at = chat_billing.hold(call.id, account_id, body["model"], call.hold_micros,
@@ -221,8 +254,7 @@ def create_completion(account_id: str, mode: str, body: dict, key_id: str | None
             return _start_stream(call, offers, models)
         try:
             with telemetry.span("chat.provider"):  # every attempt, failover included
-                offer, data = _attempt(call, offers, lambda o: providers.complete(
-                    o, body, output_cap(models[o.model_id], needs)))
+                offer, data = _attempt(call, offers, lambda o: providers.complete(o, body, _upstream_cap(call, o)))
         except providers.UpstreamRejected as exc:
             _fail(call, exc)
         if offer is None:
@@ -243,19 +275,26 @@ def create_completion(account_id: str, mode: str, body: dict, key_id: str | None
            "model": offer.model_id, "choices": choices, "usage": usage, "provider": offer.provider.id}
     if data.get("system_fingerprint"):
         out["system_fingerprint"] = data["system_fingerprint"]
-    return ChatResult(body=out, headers=_headers(call, offer) | {"X-Chat-Cost-Micros": str(usage["cost_micros"])})
+    return ChatResult(body=out, headers=_headers(call, offer) | {
+        "X-Chat-Cost-Micros": str(usage["cost_micros"]), "X-Gateway-Cost-Micros": str(usage["cost_micros"]),
+        "X-Gateway-Savings-Pct": str(usage["savings_pct"])})
 
 
 def _headers(call: _Call, offer: Offer) -> dict:
+    """The ``X-Chat-*`` headers and ``X-Gateway-Overhead-Ms``: the time the gateway added
+    so far, i.e. since the request arrived minus the time spent waiting for providers (a
+    stream's headers leave at its first event: its overhead up to then)."""
+    overhead = (time.perf_counter() - call.t0 - call.provider_s) * 1000
     return {"X-Chat-Completion-Id": call.id, "X-Chat-Provider": offer.provider.id,
-            "X-Chat-Model": offer.model_id, "X-Chat-Attempts": str(call.attempts)}
+            "X-Chat-Model": offer.model_id, "X-Chat-Attempts": str(call.attempts),
+            "X-Gateway-Overhead-Ms": f"{max(0.0, overhead):.2f}"}
 
 
 def _start_stream(call: _Call, offers: list[Offer], models: dict[str, Model]) -> ChatResult:
     """Open the stream at the first candidate that yields a first event (failover happens
     only before anything was sent to the client)."""
     def open_(offer: Offer):
-        it = providers.stream(offer, call.body, output_cap(models[offer.model_id], call.needs))
+        it = providers.stream(offer, call.body, _upstream_cap(call, offer))
         try:
             first = next(it)
         except StopIteration:

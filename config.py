@@ -222,6 +222,8 @@ def load_config(overrides: dict | None = None) -> dict:
         "RECEIPT_RETIRED_PUBLIC_KEYS": _env("RECEIPT_RETIRED_PUBLIC_KEYS", ""),
         # --- chat completions (README "Chat completions") -----------------------
         "CHAT_HOST": _env("CHAT_HOST"),
+        # browser origins allowed on the chat host (comma-separated exact origins, or *)
+        "CHAT_CORS_ORIGINS": _env("CHAT_CORS_ORIGINS", ""),
         "CHAT_CATALOG": _env("CHAT_CATALOG", str(BASE_DIR / "catalog" / "models*.yaml")),
         # seconds between checks of the catalog files' modification times (re-read on change)
         "CHAT_CATALOG_CHECK_SECONDS": _float("CHAT_CATALOG_CHECK_SECONDS", 5.0),

@@ -445,3 +445,38 @@ def test_chat_host_matching(app, client, monkeypatch, fakes, acct):
     r = client.post("/v1/chat/completions", json={"model": "auto", "messages": MSGS},
                     headers=acct.headers, base_url="http://chat.example.test:8443")
     assert r.status_code == 200
+
+
+def test_chat_cors(app, client, monkeypatch, fakes, acct, ledger_clean):
+    """Issue 39 item 6: CHAT_CORS_ORIGINS (default none) on the chat host — preflight,
+    answers (through the thin entry's hand-over to Flask), errors and streams."""
+    origin = {"Origin": "https://app.example"}
+    pre_headers = {**origin, "Access-Control-Request-Method": "POST",
+                   "Access-Control-Request-Headers": "authorization, content-type, x-stainless-os"}
+    pre = client.options("/v1/chat/completions", headers=pre_headers)
+    assert "Access-Control-Allow-Origin" not in pre.headers  # default: no browser origin
+    r = chat(client, acct, model="m-small", max_tokens=10)
+    assert r.status_code == 200 and "Access-Control-Allow-Origin" not in r.headers
+
+    monkeypatch.setitem(app.config, "CHAT_CORS_ORIGINS", "https://app.example, https://other.example")
+    pre = client.options("/v1/chat/completions", headers=pre_headers)
+    assert pre.status_code in (200, 204)
+    assert pre.headers["Access-Control-Allow-Origin"] == "https://app.example"
+    assert "POST" in pre.headers["Access-Control-Allow-Methods"]
+    assert pre.headers["Access-Control-Allow-Headers"] == "authorization, content-type, x-stainless-os"
+    assert int(pre.headers["Access-Control-Max-Age"]) > 0 and "Origin" in pre.headers["Vary"]
+
+    r = client.post("/v1/chat/completions", json={"model": "m-small", "messages": MSGS, "max_tokens": 10},
+                    headers={**acct.headers, **origin})
+    assert r.status_code == 200 and r.headers["Access-Control-Allow-Origin"] == "https://app.example"
+    exposed = r.headers["Access-Control-Expose-Headers"]
+    assert all(h in exposed for h in ("X-Request-Id", "X-Gateway-Cost-Micros", "X-Gateway-Savings-Pct",
+                                      "X-Gateway-Overhead-Ms"))
+    assert "Origin" in r.headers["Vary"]
+    bad = client.post("/v1/chat/completions", json={"model": "m-small", "messages": MSGS}, headers=origin)
+    assert bad.status_code == 401 and bad.headers["Access-Control-Allow-Origin"] == "https://app.example"
+    models = client.get("/v1/models", headers={**acct.headers, **origin})
+    assert models.headers["Access-Control-Allow-Origin"] == "https://app.example"
+    evil = client.options("/v1/chat/completions", headers={**pre_headers, "Origin": "https://evil.example"})
+    assert "Access-Control-Allow-Origin" not in evil.headers
+    ledger_clean()

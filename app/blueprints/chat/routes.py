@@ -5,6 +5,7 @@ import orjson
 from flask import Response, current_app, request, stream_with_context
 from flask.views import MethodView
 
+from app import cors
 from app.auth import authenticated, key_of, principal
 from app.chathost import on_chat_host
 from app.blueprints.chat.schemas import (ChatCompletionSchema, ChatRequestSchema, ModelListSchema, ModelSchema,
@@ -26,6 +27,31 @@ def _only_on_chat_host():
     if not on_chat_host(request.host, current_app.config.get("CHAT_HOST")):
         raise NotFound("The requested URL was not found on the server.")
     return None
+
+
+# CORS on the chat host (``CHAT_CORS_ORIGINS``, default none): browsers may call every
+# chat route and read the cost, request-id and rate-limit headers.
+CORS_HEADERS = {
+    "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
+    "Access-Control-Allow-Headers": "Authorization, Content-Type, X-Request-Id, x-api-key, "
+                                    "anthropic-version, anthropic-beta",
+    "Access-Control-Expose-Headers": "X-Request-Id, X-Gateway-Cost-Micros, X-Gateway-Savings-Pct, "
+                                     "X-Gateway-Overhead-Ms, X-Chat-Provider, X-Chat-Model, X-Chat-Attempts, "
+                                     "X-Chat-Completion-Id, X-Chat-Cost-Micros, Retry-After, RateLimit-Limit, "
+                                     "RateLimit-Remaining, RateLimit-Reset, PAYMENT-REQUIRED, X-Price-Micros, "
+                                     "X-Price-Cents",
+    "Access-Control-Max-Age": "600",
+}
+
+
+@blp.after_request
+def _cors(response):
+    """CORS headers on the chat host's answers, preflights and errors included
+    (``app.cors``, the mechanism ``/api/track`` uses too)."""
+    if not on_chat_host(request.host, current_app.config.get("CHAT_HOST")):
+        return response
+    return cors.apply(response, current_app.config.get("CHAT_CORS_ORIGINS"), CORS_HEADERS,
+                      reflect_request_headers=True)
 
 
 def _response(result: chat.ChatResult) -> Response:

@@ -33,8 +33,9 @@ included, exactly as before), whenever the request is not the plain case: anothe
 method or path, a body that is not ``application/json`` with a ``Content-Length`` within
 ``MAX_CONTENT_LENGTH``, JSON the fast loaders decline (Flask's schemas then produce the
 400), an ``X-Payment`` / ``PAYMENT-SIGNATURE`` header (the x402 flow), a chat request
-with ``stream`` (Flask relays the event stream) or off the chat host (``CHAT_HOST``:
-Flask's 404). It steps aside only before anything is counted or written, so no request
+with ``stream`` (Flask relays the event stream), with an ``Origin`` while
+``CHAT_CORS_ORIGINS`` is set (Flask adds the CORS headers) or off the chat host
+(``CHAT_HOST``: Flask's 404). It steps aside only before anything is counted or written, so no request
 is counted twice. It is not installed at all when tracing is on (the Flask routes carry
 the server span) or when ``HOT_PATH`` is off. Parity: ``tests/test_hotpath.py`` sends
 the same requests through both entries and compares status, headers, body, log line and
@@ -90,7 +91,9 @@ class HotPath:
                 # with the host as Flask reads it (werkzeug's get_host: "" for a malformed
                 # Host header, e.g. a port out of range, and for none: then Flask decides)
                 host = get_host(environ.get("wsgi.url_scheme", "http"), environ.get("HTTP_HOST"))
-                if self.chat_route is not None and on_chat_host(host, self.app.config.get("CHAT_HOST")):
+                # a browser's request (Origin) when CORS is on: Flask adds the CORS headers
+                cors = "HTTP_ORIGIN" in environ and self.app.config.get("CHAT_CORS_ORIGINS")
+                if self.chat_route is not None and not cors and on_chat_host(host, self.app.config.get("CHAT_HOST")):
                     style = error_style(path, host, self.app.config.get("CHAT_HOST"))  # OpenAI's
                     return self._call(self._chat, self.chat_route, None, environ, start_response, style)
             else:

@@ -2,19 +2,23 @@
 ``GET /v1/models``. When ``CHAT_HOST`` is set these routes answer only on that host name
 (any port); on other hosts they are 404 ``not_found``."""
 import orjson
-from flask import Response, current_app, request, stream_with_context
+from functools import wraps
+
+from flask import Response, current_app, g, request, stream_with_context
 from flask.views import MethodView
 
 from app import cors
+from app import auth
 from app.auth import authenticated, key_of, principal
 from app.chathost import on_chat_host
-from app.blueprints.chat.schemas import (ChatCompletionSchema, ChatRequestSchema, ModelListSchema, ModelSchema,
-                                         plain_chat_request)
-from app.errors import ErrorSchema, NotFound
+from app.blueprints.chat.schemas import (ChatCompletionSchema, ChatRequestSchema, MessageSchema,
+                                         MessagesRequestSchema, ModelListSchema, ModelSchema, plain_chat_request)
+from app.errors import AnthropicErrorSchema, ErrorSchema, NotFound
 from app.blueprints.fields import PAYMENT_REQUIRED_HEADERS
 from app.blueprints.routing import document_errors, fast_arguments
 from app.extensions import Blueprint
 from app.services.chat import completions as chat
+from app.services.chat import messages
 
 blp = Blueprint("chat", __name__, url_prefix="/v1", description=(
     "OpenAI-compatible chat completions on the chat host: cheapest-model routing (`model: auto`), "
@@ -35,7 +39,7 @@ CORS_HEADERS = {
     "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
     "Access-Control-Allow-Headers": "Authorization, Content-Type, X-Request-Id, x-api-key, "
                                     "anthropic-version, anthropic-beta",
-    "Access-Control-Expose-Headers": "X-Request-Id, X-Gateway-Cost-Micros, X-Gateway-Savings-Pct, "
+    "Access-Control-Expose-Headers": "X-Request-Id, request-id, X-Gateway-Cost-Micros, X-Gateway-Savings-Pct, "
                                      "X-Gateway-Overhead-Ms, X-Chat-Provider, X-Chat-Model, X-Chat-Attempts, "
                                      "X-Chat-Completion-Id, X-Chat-Cost-Micros, Retry-After, RateLimit-Limit, "
                                      "RateLimit-Remaining, RateLimit-Reset, PAYMENT-REQUIRED, X-Price-Micros, "
@@ -47,9 +51,12 @@ CORS_HEADERS = {
 @blp.after_request
 def _cors(response):
     """CORS headers on the chat host's answers, preflights and errors included
-    (``app.cors``, the mechanism ``/api/track`` uses too)."""
+    (``app.cors``, the mechanism ``/api/track`` uses too); Anthropic's ``request-id`` on
+    ``/v1/messages``."""
     if not on_chat_host(request.host, current_app.config.get("CHAT_HOST")):
         return response
+    if request.path == "/v1/messages" and g.get("request_id"):
+        response.headers["request-id"] = g.request_id  # Anthropic's header (its SDK's ``request_id``)
     return cors.apply(response, current_app.config.get("CHAT_CORS_ORIGINS"), CORS_HEADERS,
                       reflect_request_headers=True)
 
@@ -118,3 +125,43 @@ class ModelView(MethodView):
     def get(self, model_id):
         """One model of `GET /v1/models` (OpenAI's `models.retrieve`)."""
         return chat.get_model(model_id)
+
+
+def _x_api_key(view):
+    """Anthropic's credential header: ``x-api-key: svc_…`` authenticates like
+    ``Authorization: Bearer svc_…`` (which wins when both are sent)."""
+    @wraps(view)
+    def wrapper(*args, **kwargs):
+        key = request.headers.get("x-api-key")
+        if key and "principal" not in g and not request.headers.get("Authorization"):
+            g.principal = auth.authenticate(key.strip())
+            g.account_id = g.principal.account_id
+        return view(*args, **kwargs)
+    return wrapper
+
+
+@blp.route("/messages")
+class MessagesView(MethodView):
+    @_x_api_key
+    @authenticated("call:write")
+    @blp.arguments(MessagesRequestSchema)
+    @blp.response(200, MessageSchema, description=(
+        "Anthropic's message object, or with `stream: true` Anthropic's `text/event-stream`. "
+        "Headers as for `POST /v1/chat/completions`."))
+    @blp.doc(responses={200: {"content": {"text/event-stream": {"schema": {
+        "type": "string", "description": "`message_start`, `ping`, `content_block_start` / `content_block_delta` / "
+        "`content_block_stop`, `message_delta` (stop reason, usage with cost), `message_stop`."}}}}})
+    @document_errors(blp, {
+        402: ("`payment_required`: the balance cannot cover the hold (`billing_error`).", PAYMENT_REQUIRED_HEADERS),
+        404: "`model_not_found`.",
+        502: "`provider_error`: every candidate failed; nothing charged.",
+        504: "`provider_timeout`: every candidate timed out; nothing charged."}, schema=AnthropicErrorSchema)
+    def post(self, body):
+        """Create a message (Anthropic's Messages API: request, response, streaming events and
+        errors), over the same routing, failover, holds and settlement as chat completions.
+
+        Authenticate with `x-api-key` or `Authorization: Bearer`; `anthropic-version` is
+        accepted. `model: auto` picks the cheapest model that fits.
+        """
+        p = principal()
+        return _response(messages.create_message(p.account_id, p.mode, body, key_id=key_of(p)))

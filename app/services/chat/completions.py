@@ -194,9 +194,12 @@ def _usage(call: _Call, offer: Offer, upstream: dict | None, generated_chars: in
         log.warning("chat_settle_capped: completion %s cost %d micros, held %d; charged the hold",
                     call.id, cost, call.hold_micros)
         cost = call.hold_micros
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
-            "cost_usd": cost / 1_000_000, "cost_micros": cost, "savings_pct": savings_pct(cost, ref_cost),
-            "latency_ms": int((time.monotonic() - call.started) * 1000), "estimated": estimated}
+    out = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+           "cost_usd": cost / 1_000_000, "cost_micros": cost, "savings_pct": savings_pct(cost, ref_cost),
+           "latency_ms": int((time.monotonic() - call.started) * 1000), "estimated": estimated}
+    if cached or written:  # OpenAI's name for cache reads; the Messages API reports both
+        out["prompt_tokens_details"] = {"cached_tokens": cached, "cache_write_tokens": written}
+    return out
 
 
 def _settle(call: _Call, offer: Offer, usage: dict, error: str | None = None) -> None:

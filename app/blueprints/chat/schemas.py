@@ -15,14 +15,16 @@ _MESSAGE = {
     "required": ["role"],
     "properties": {
         "role": {"type": "string", "enum": list(ROLES)},
-        "content": {"type": ["string", "array", "null"]},
+        # anyOf with explicit items (any): openapi-python-client cannot type an array
+        # without items inside a union ("Invalid property in union")
+        "content": {"anyOf": [{"type": "string"}, {"type": "array", "items": {}}, {"type": "null"}]},
         "tool_calls": {"type": ["array", "null"], "items": {
             "type": "object", "required": ["function"], "properties": {"function": {"type": "object"}}}},
     },
     "allOf": [
         {"if": {"required": ["role"], "properties": {"role": {"enum": list(CONTENT_REQUIRED)}}},
          "then": {"required": ["content"], "properties": {"content": {
-             "anyOf": [{"type": "string", "minLength": 1}, {"type": "array", "minItems": 1}]}}}},
+             "anyOf": [{"type": "string", "minLength": 1}, {"type": "array", "minItems": 1, "items": {}}]}}}},
         {"if": {"required": ["role"], "properties": {"role": {"const": "tool"}}},
          "then": {"required": ["tool_call_id"], "properties": {"tool_call_id": _TRUTHY}}},
     ],

@@ -226,6 +226,8 @@ def load_config(overrides: dict | None = None) -> dict:
         "RECEIPT_RETIRED_PUBLIC_KEYS": _env("RECEIPT_RETIRED_PUBLIC_KEYS", ""),
         # --- chat completions (README "Chat completions") -----------------------
         "CHAT_HOST": _env("CHAT_HOST"),
+        # browser origins allowed on the chat host (comma-separated exact origins, or *)
+        "CHAT_CORS_ORIGINS": _env("CHAT_CORS_ORIGINS", ""),
         "CHAT_CATALOG": _env("CHAT_CATALOG", str(BASE_DIR / "catalog" / "models*.yaml")),
         # seconds between checks of the catalog files' modification times (re-read on change)
         "CHAT_CATALOG_CHECK_SECONDS": _float("CHAT_CATALOG_CHECK_SECONDS", 5.0),
@@ -233,6 +235,10 @@ def load_config(overrides: dict | None = None) -> dict:
         "CHAT_SANDBOX_PROVIDER": _env("CHAT_SANDBOX_PROVIDER", "demo_llm"),
         "CHAT_REFERENCE_MODEL": _env("CHAT_REFERENCE_MODEL", "gpt-4o"),
         "CHAT_DEFAULT_MAX_TOKENS": _int("CHAT_DEFAULT_MAX_TOKENS", 4096),
+        # a request without max_tokens: the output allowance the hold covers at the most
+        # expensive candidate (each candidate may then generate what that hold pays for at
+        # its own prices, up to CHAT_DEFAULT_MAX_TOKENS): docs/chat.md "Billing"
+        "CHAT_DEFAULT_HOLD_OUTPUT_TOKENS": _int("CHAT_DEFAULT_HOLD_OUTPUT_TOKENS", 1024),
         "CHAT_MAX_ATTEMPTS": _int("CHAT_MAX_ATTEMPTS", 4),
         "CHAT_CONNECT_TIMEOUT": _float("CHAT_CONNECT_TIMEOUT", 3.0),
         "CHAT_READ_TIMEOUT": _float("CHAT_READ_TIMEOUT", 60.0),

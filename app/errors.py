@@ -1,16 +1,20 @@
-"""Errors: the DomainError hierarchy, the error schema and the one JSON error handler.
+"""Errors: the DomainError hierarchy, the error schemas and the one JSON error handler.
 
-Every error on every path is ``{"error": code, "message": text, "request_id": id}``
-(SPEC part 7, DESIGN §4). Services raise ``DomainError`` subclasses; werkzeug
-``HTTPException``s (404 unknown route, 405, 413, webargs validation aborts) and
-unexpected exceptions are converted here too, so nothing else ever renders an error.
+Every error is ``{"error": code, "message": text, "request_id": id}`` (SPEC part 7,
+DESIGN §4) — except on the chat host, which speaks its provider's convention: OpenAI's
+``{"error": {"message", "type", "code", "param"}, "request_id"}`` on the OpenAI routes,
+Anthropic's ``{"type": "error", "error": {"type", "message", "code"}, "request_id"}`` on
+``/v1/messages`` (``app.chathost.error_style`` decides; ``error_body`` renders all three).
+Services raise ``DomainError`` subclasses; werkzeug ``HTTPException``s (404 unknown route,
+405, 413, webargs validation aborts) and unexpected exceptions are converted here too, so
+nothing else ever renders an error.
 """
 from __future__ import annotations
 
 import logging
 
 import marshmallow as ma
-from flask import Flask, g, jsonify
+from flask import Flask, current_app, g, has_request_context, jsonify, request
 from werkzeug.exceptions import HTTPException
 
 log = logging.getLogger(__name__)
@@ -22,6 +26,44 @@ class ErrorSchema(ma.Schema):
     error = ma.fields.String(required=True, metadata={"description": "Stable snake_case error code"})
     message = ma.fields.String(metadata={"description": "Human-readable explanation"})
     request_id = ma.fields.String(metadata={"description": "Echoed in the X-Request-Id header"})
+
+
+class OpenAIErrorDetailSchema(ma.Schema):
+    message = ma.fields.String(required=True, metadata={"description": "Human-readable explanation"})
+    type = ma.fields.String(required=True, metadata={
+        "description": "OpenAI-style error type, by status (docs/chat.md \"Errors\")"})
+    code = ma.fields.String(required=True, metadata={"description": "The gateway's stable snake_case error code"})
+    param = ma.fields.String(required=True, allow_none=True, metadata={
+        "description": "The request field at fault, when known"})
+
+
+class OpenAIErrorSchema(ma.Schema):
+    """The error body on the chat host's OpenAI routes (DESIGN §4); other fields a gateway
+    error carries (e.g. a 402's x402 payment request) sit beside ``error``."""
+
+    class Meta:
+        unknown = ma.INCLUDE
+
+    error = ma.fields.Nested(OpenAIErrorDetailSchema, required=True)
+    request_id = ma.fields.String(required=True, metadata={"description": "Echoed in the X-Request-Id header"})
+
+
+class AnthropicErrorDetailSchema(ma.Schema):
+    type = ma.fields.String(required=True, metadata={
+        "description": "Anthropic-style error type, by status (docs/chat.md \"Errors\")"})
+    message = ma.fields.String(required=True)
+    code = ma.fields.String(required=True, metadata={"description": "The gateway's stable snake_case error code"})
+
+
+class AnthropicErrorSchema(ma.Schema):
+    """The error body of ``/v1/messages`` (Anthropic's shape plus the gateway's code)."""
+
+    class Meta:
+        unknown = ma.INCLUDE
+
+    type = ma.fields.String(required=True, metadata={"description": "`error`"})
+    error = ma.fields.Nested(AnthropicErrorDetailSchema, required=True)
+    request_id = ma.fields.String(required=True)
 
 
 class CatalogError(ValueError):
@@ -41,11 +83,12 @@ class DomainError(Exception):
     description = ""
 
     def __init__(self, message: str | None = None, *, headers: dict | None = None,
-                 extra: dict | None = None):
+                 extra: dict | None = None, param: str | None = None):
         super().__init__(message or self.message)
         self.message = message or self.message
         self.headers = dict(headers or {})
         self.extra = dict(extra or {})
+        self.param = param  # the request field at fault, when known (OpenAI's ``param``)
 
 
 class InvalidRequest(DomainError):
@@ -203,16 +246,84 @@ def _flatten_messages(messages, prefix: str = "") -> list[str]:
     return out
 
 
+# The error ``type`` on the chat host, by HTTP status (docs/chat.md "Errors", docs/decisions.md):
+# what the openai / anthropic SDKs and LiteLLM read. LiteLLM maps any error whose text says
+# ``invalid_request_error`` to BadRequestError and any that says "rate limit" to
+# RateLimitError, whatever the status: so those words appear on 400-class request errors
+# and on 429 only.
+OPENAI_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "insufficient_quota",
+                403: "permission_error", 404: "not_found_error", 429: "rate_limit_error"}
+ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
+                   403: "permission_error", 404: "not_found_error", 413: "request_too_large",
+                   429: "rate_limit_error", 504: "timeout_error"}
+
+
+def error_type(style: str, status: int) -> str:
+    """The OpenAI / Anthropic error ``type`` of an HTTP status (other 4xx: an invalid
+    request; 5xx: a server error)."""
+    table = ANTHROPIC_TYPES if style == "anthropic" else OPENAI_TYPES
+    if status in table:
+        return table[status]
+    if status < 500:
+        return "invalid_request_error"
+    return "api_error" if style == "anthropic" else "server_error"
+
+
+def error_style() -> str:
+    """The error convention of the current request (``app.chathost.error_style``), decided
+    once per request and kept in ``g.error_style`` (the thin WSGI entry sets it itself);
+    ``gateway`` outside a request."""
+    style = g.get("error_style")
+    if style is None:
+        style = "gateway"
+        if has_request_context():
+            from app.chathost import error_style as style_of
+
+            style = style_of(request.path, request.host, current_app.config.get("CHAT_HOST"))
+        g.error_style = style
+    return style
+
+
+def error_body(style: str, code: str, message: str, status: int, request_id: str,
+               extra: dict | None = None, param: str | None = None) -> dict:
+    """An error's JSON body in ``style``: the gateway's ``{error, message, request_id}``,
+    OpenAI's ``{error: {message, type, code, param}, request_id}`` or Anthropic's
+    ``{type: "error", error: {type, message, code}, request_id}``; ``extra`` fields (a 402's
+    payment request, a price …) beside them in every style."""
+    if style == "openai":
+        body = {"error": {"message": message, "type": error_type(style, status), "code": code,
+                          "param": param}, "request_id": request_id}
+    elif style == "anthropic":
+        body = {"type": "error", "error": {"type": error_type(style, status), "message": message,
+                                           "code": code}, "request_id": request_id}
+    else:
+        body = {"error": code, "message": message, "request_id": request_id}
+    if extra:
+        body.update((k, v) for k, v in extra.items() if k not in body)
+    return body
+
+
+def _first_field(messages) -> str | None:
+    """The dotted path of the first field named in webargs/marshmallow error messages
+    (OpenAI's ``param``), or None (a message about the whole body)."""
+    path: list[str] = []
+    while isinstance(messages, dict) and messages:
+        key, messages = next(iter(messages.items()))
+        if not path and key in ("json", "query", "headers", "form", "path", "files"):
+            continue
+        if key == "_schema":
+            break
+        path.append(str(key))
+    return ".".join(path) or None
+
+
 def error_response(code: str, message: str, status: int, headers: dict | None = None,
-                   extra: dict | None = None):
+                   extra: dict | None = None, param: str | None = None):
     import secrets
 
     if "request_id" not in g:
         g.request_id = "req_" + secrets.token_hex(12)
-    body = {"error": code, "message": message, "request_id": g.request_id}
-    if extra:
-        body.update(extra)
-    resp = jsonify(body)
+    resp = jsonify(error_body(error_style(), code, message, status, g.request_id, extra, param))
     resp.status_code = status
     for k, v in (headers or {}).items():
         resp.headers[k] = v
@@ -220,7 +331,7 @@ def error_response(code: str, message: str, status: int, headers: dict | None = 
 
 
 def handle_domain_error(err: DomainError):
-    return error_response(err.code, err.message, err.status, err.headers, err.extra)
+    return error_response(err.code, err.message, err.status, err.headers, err.extra, err.param)
 
 
 def handle_http_exception(err: HTTPException):
@@ -232,10 +343,12 @@ def handle_http_exception(err: HTTPException):
     code = _HTTP_ERRORS.get(status, InvalidRequest).code
     message = data.get("message")
     messages = data.get("messages") or data.get("errors")
+    param = None
     if status in (400, 422):
         status, code = 400, InvalidRequest.code
         if messages:
             message = "Invalid request: " + "; ".join(_flatten_messages(messages))
+            param = _first_field(messages)
     if status == 429:
         # Flask-Limiter: keep Retry-After and RateLimit headers it computed.
         message = message or f"Rate limit exceeded ({err.description})."
@@ -249,7 +362,7 @@ def handle_http_exception(err: HTTPException):
         message = message or "The request body is too large."
     if not message:
         message = err.description or err.name
-    return error_response(code, message, status, headers)
+    return error_response(code, message, status, headers, param=param)
 
 
 def handle_unexpected(err: Exception):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import threading
 
 import orjson
@@ -114,8 +115,45 @@ class SchemaKeywords(BasePlugin):
         return dict(extra) if extra else None
 
 
+class ProviderErrors(BasePlugin):
+    """The chat host's error responses in the OpenAPI document: on the paths that speak a
+    provider's error convention (``app.chathost.path_style``) every error response (4xx,
+    5xx, ``default``, named or inline) is declared with that convention's schema
+    (``OpenAIError`` / ``AnthropicError``, DESIGN §4), its description and headers kept."""
+
+    _SCHEMAS = {"openai": "OpenAIError", "anthropic": "AnthropicError"}
+
+    def init_spec(self, spec):
+        super().init_spec(spec)
+        self.spec = spec
+
+    def operation_helper(self, path=None, operations=None, **kwargs):
+        from app.chathost import GATEWAY, path_style
+        from app.errors import AnthropicErrorSchema, OpenAIErrorSchema
+
+        style = path_style(re.sub(r"<(?:[^:<>]+:)?([^<>]+)>", r"{\1}", path or ""))
+        if style == GATEWAY:
+            return
+        schemas = self.spec.components.schemas
+        if "OpenAIError" not in schemas:
+            self.spec.components.schema("OpenAIError", schema=OpenAIErrorSchema)
+            self.spec.components.schema("AnthropicError", schema=AnthropicErrorSchema)
+        named = self.spec.components.responses
+        content = {"application/json": {"schema": {"$ref": f"#/components/schemas/{self._SCHEMAS[style]}"}}}
+        for operation in (operations or {}).values():
+            responses = operation.get("responses") or {}
+            for status, response in list(responses.items()):
+                if str(status) != "default" and int(status) < 400:
+                    continue
+                if isinstance(response, dict) and "$ref" in response:
+                    response = response["$ref"].rsplit("/", 1)[-1]
+                if isinstance(response, str):  # a named response (UNAUTHORIZED …): its text
+                    response = dict(named.get(response) or {"description": response})
+                responses[status] = {**response, "content": content}
+
+
 api = Api(spec_kwargs={
-    "extra_plugins": [SchemaKeywords()],
+    "extra_plugins": [SchemaKeywords(), ProviderErrors()],
     "info": {
         "description": (
             "Metered API gateway: call catalog modules with one key, pay per call from a "

@@ -270,7 +270,8 @@ def _micros(app, account_id) -> int:
 
 
 # (the body's latency_ms can differ in length: Content-Length is checked against each body)
-_CHAT_VOLATILE = ("RateLimit-Reset", "RateLimit-Remaining", "X-Chat-Completion-Id", "Content-Length")
+_CHAT_VOLATILE = ("RateLimit-Reset", "RateLimit-Remaining", "X-Chat-Completion-Id", "Content-Length",
+                  "X-Gateway-Overhead-Ms")
 
 
 def _chat_shape(resp):
@@ -325,6 +326,11 @@ def test_chat_refusals_are_the_same(case, entries, make_account, chat_fakes):
     volatile = _CHAT_VOLATILE + ("WWW-Authenticate", "X-Nonce", "PAYMENT-REQUIRED")
     assert _shape(a, volatile) == _shape(b, volatile)
     assert a.status_code >= 400 and a.get_json()["request_id"] == "req-parity" and handed == []
+    # the chat host's OpenAI error shape on both entries, byte for byte (a 402's nonce differs)
+    error = a.get_json()["error"]
+    assert set(error) == {"message", "type", "code", "param"} and error["code"] and error["message"]
+    if case != "payment_required":
+        assert a.get_data() == b.get_data()
 
 
 @pytest.mark.parametrize("case", ["stream", "not_plain", "off_chat_host", "x402"])

@@ -66,10 +66,13 @@ def test_named_model_goes_to_cheapest_provider_and_settles_exact_cost(app, clien
     # 100 × 1 + 50 × 2 = 200 micros; reference = primary (pricey) 100 × 3 + 50 × 6 = 600
     assert body["usage"] == {"prompt_tokens": 100, "completion_tokens": 50, "total_tokens": 150,
                              "cost_usd": 0.0002, "cost_micros": 200, "savings_pct": 66.67,
-                             "latency_ms": body["usage"]["latency_ms"], "estimated": False}
+                             "latency_ms": body["usage"]["latency_ms"], "estimated": False, "cost": 0.0002}
     assert isinstance(body["usage"]["latency_ms"], int) and body["usage"]["latency_ms"] >= 0
     assert r.headers["X-Chat-Provider"] == "cheap" and r.headers["X-Chat-Attempts"] == "1"
     assert r.headers["X-Chat-Model"] == "m-small" and r.headers["X-Chat-Cost-Micros"] == "200"
+    # the cost headers every client can read (LiteLLM keeps them as llm_provider-x-gateway-*)
+    assert r.headers["X-Gateway-Cost-Micros"] == "200" and r.headers["X-Gateway-Savings-Pct"] == "66.67"
+    assert float(r.headers["X-Gateway-Overhead-Ms"]) >= 0
     assert fakes.cheap.bodies[0]["model"] == "small-at-cheap" and fakes.cheap.bodies[0]["max_tokens"] == 100
     assert fakes.pricey.calls == 0
     f = figures(app, acct.id)
@@ -131,7 +134,7 @@ def test_all_candidates_failing_charges_nothing(app, client, fakes, acct, ledger
     fakes.cheap.mode = fakes.pricey.mode = "503"
     r = chat(client, acct, model="m-small")
     assert r.status_code == 502
-    assert r.get_json()["error"] == "provider_error" and r.headers["X-Chat-Attempts"] == "2"
+    assert r.get_json()["error"]["code"] == "provider_error" and r.headers["X-Chat-Attempts"] == "2"
     assert figures(app, acct.id) == {"balance": START, "revenue": 0, "held": 0,
                                      "usage": {"calls": 1, "errors": 1, "spend_micros": 0}}
     with app.app_context():
@@ -142,7 +145,7 @@ def test_all_candidates_failing_charges_nothing(app, client, fakes, acct, ledger
 def test_all_candidates_timing_out_is_504(app, client, fakes, acct, ledger_clean):
     fakes.cheap.mode = fakes.pricey.mode = "timeout"
     r = chat(client, acct, model="m-small")
-    assert r.status_code == 504 and r.get_json()["error"] == "provider_timeout"
+    assert r.status_code == 504 and r.get_json()["error"]["code"] == "provider_timeout"
     assert figures(app, acct.id)["balance"] == START
     ledger_clean()
 
@@ -150,8 +153,8 @@ def test_all_candidates_timing_out_is_504(app, client, fakes, acct, ledger_clean
 def test_request_error_from_upstream_is_returned_not_failed_over(app, client, fakes, acct, ledger_clean):
     fakes.cheap.mode = "400"
     r = chat(client, acct, model="m-small")
-    assert r.status_code == 400 and r.get_json()["error"] == "invalid_request"
-    assert "cheap says 400" in r.get_json()["message"]
+    assert r.status_code == 400 and r.get_json()["error"]["code"] == "invalid_request"
+    assert "cheap says 400" in r.get_json()["error"]["message"]
     assert fakes.pricey.calls == 0 and figures(app, acct.id)["balance"] == START
     ledger_clean()
 
@@ -163,9 +166,31 @@ def test_auto_routes_to_cheapest_fitting_model(app, client, fakes, acct, ledger_
     # reference m-big: 100 × 5 + 50 × 15 = 1250; cost 200 → 84 % saved
     assert body["usage"]["cost_micros"] == 200 and body["usage"]["savings_pct"] == 84.0
     with app.app_context():
-        # no max_tokens: cap = min(4096, model max) → hold at m-big: 10 × 5 + 4000 × 15
-        assert db.session.execute(select(ChatCompletion.hold_micros)).scalar_one() == 60_050
+        # no max_tokens: the hold covers CHAT_DEFAULT_HOLD_OUTPUT_TOKENS (1024) at the dearest
+        # candidate, m-big: 10 × 5 + 1024 × 15 (it was 4000 × 15 with the 4096 default)
+        assert db.session.execute(select(ChatCompletion.hold_micros)).scalar_one() == 15_410
     assert fakes.cheap.bodies[0]["max_tokens"] == 500  # m-small's max output
+    ledger_clean()
+
+
+def test_no_max_tokens_holds_the_bounded_allowance(app, client, fakes, make_account, monkeypatch, ledger_clean):
+    """Issue 39 item 7: without max_tokens the hold covers CHAT_DEFAULT_HOLD_OUTPUT_TOKENS at
+    the dearest candidate, so a small balance can chat; the provider is sent what that hold
+    pays for at its own prices (never more than the hold covers)."""
+    poor = make_account(cents=2)  # 20,000 micros: m-big's old hold (4000 × 15 = 60,000+) did not fit
+    r = chat(client, poor, model="m-big")
+    assert r.status_code == 200, r.get_json()
+    assert fakes.pricey.bodies[-1]["max_tokens"] == 1024  # the only candidate: exactly the allowance
+    monkeypatch.setitem(app.config, "CHAT_DEFAULT_HOLD_OUTPUT_TOKENS", 100)
+    r = chat(client, poor, model="m-small")  # cheap first; the hold is priced at pricey ($3 / $6)
+    assert r.status_code == 200 and r.get_json()["provider"] == "cheap", r.get_json()
+    with app.app_context():
+        hold = db.session.execute(select(ChatCompletion.hold_micros).where(
+            ChatCompletion.id == r.headers["X-Chat-Completion-Id"])).scalar_one()
+        db.session.remove()
+    prompt = (hold - 100 * 6) // 3  # hold = prompt × 3 + 100 × 6
+    sent = fakes.cheap.bodies[-1]["max_tokens"]
+    assert sent == min(500, (hold - prompt * 1) // 2) and sent > 100  # cheap ($1 / $2) affords more
     ledger_clean()
 
 
@@ -176,25 +201,34 @@ def test_auto_matches_capabilities_and_context(app, client, fakes, acct, ledger_
     body = r.get_json()
     assert body["model"] == "m-big" and body["choices"][0]["message"]["tool_calls"][0]["function"] == {
         "name": "weather", "arguments": '{"city": "Paris"}'}
-    assert body["usage"]["cost_micros"] == 1250 and body["usage"]["savings_pct"] == 0.0
+    # the fake reports 100 + 50 tokens, beyond the estimated prompt and the 10-token cap: the
+    # charge is the exact cost (1250) but never more than the hold (issue 39 item 7)
+    charged = [body["usage"]["cost_micros"]]
     long = [{"role": "user", "content": "x" * 4000}]  # ≈ 1007 tokens: beyond m-small's 1000
-    assert chat(client, acct, model="auto", messages=long, max_tokens=10).get_json()["model"] == "m-big"
+    r = chat(client, acct, model="auto", messages=long, max_tokens=10)
+    assert r.get_json()["model"] == "m-big"
+    charged.append(r.get_json()["usage"]["cost_micros"])
     r = chat(client, acct, model="auto", response_format={"type": "json_object"}, max_tokens=10)
     assert r.get_json()["model"] == "m-big"
-    assert figures(app, acct.id)["balance"] == START - 3 * 1250
+    charged.append(r.get_json()["usage"]["cost_micros"])
+    with app.app_context():
+        holds = db.session.execute(select(ChatCompletion.hold_micros).order_by(ChatCompletion.created_at)).scalars().all()
+        db.session.remove()
+    assert charged == [min(1250, h) for h in holds] and charged[1] == 1250 and charged[0] < 1250
+    assert figures(app, acct.id)["balance"] == START - sum(charged)
     ledger_clean()
 
 
 def test_named_model_refusals(app, client, monkeypatch, fakes, acct):
     monkeypatch.setitem(app.config, "RATELIMIT_ENABLED", False)
     r = chat(client, acct, model="nope")
-    assert r.status_code == 404 and r.get_json()["error"] == "model_not_found"
+    assert r.status_code == 404 and r.get_json()["error"]["code"] == "model_not_found"
     r = chat(client, acct, model="m-offline")  # its provider has no key configured
-    assert r.status_code == 404 and r.get_json()["error"] == "model_not_found"
+    assert r.status_code == 404 and r.get_json()["error"]["code"] == "model_not_found"
     r = chat(client, acct, model="m-small", tools=[{"type": "function", "function": {"name": "f"}}])
-    assert r.status_code == 400 and r.get_json()["error"] == "no_matching_model"
+    assert r.status_code == 400 and r.get_json()["error"]["code"] == "no_matching_model"
     r = chat(client, acct, model="m-small", messages=[{"role": "user", "content": "x" * 4000}])
-    assert r.status_code == 400 and r.get_json()["error"] == "context_length_exceeded"
+    assert r.status_code == 400 and r.get_json()["error"]["code"] == "context_length_exceeded"
     r = chat(client, acct, model="auto", messages=[{"role": "user", "content": "x" * 2_000_000}])
     assert r.status_code in (400, 413)
     for bad in ({"messages": []}, {"messages": [{"role": "robot", "content": "hi"}]},
@@ -204,7 +238,7 @@ def test_named_model_refusals(app, client, monkeypatch, fakes, acct):
                 {"messages": MSGS, "tools": [{"type": "function"}]}, {"messages": [{"role": "user",
                                                                                    "content": 42}]}):
         r = chat(client, acct, model="m-small", **bad)
-        assert r.status_code == 400 and r.get_json()["error"] == "invalid_request", bad
+        assert r.status_code == 400 and r.get_json()["error"]["code"] == "invalid_request", bad
     assert fakes.cheap.calls == fakes.pricey.calls == 0
     assert figures(app, acct.id)["balance"] == START
 
@@ -215,8 +249,10 @@ def test_chat_402_is_the_module_402(app, client, fakes, make_account, ledger_cle
     poor = make_account(cents=0)
     r = chat(client, poor, model="m-small", max_tokens=100)
     body = r.get_json()
-    assert r.status_code == 402 and body["error"] == "payment_required"
-    assert "POST /api/wallet/fund" in body["message"] and body["fund_endpoint"] == "POST /api/wallet/fund"
+    assert r.status_code == 402 and body["error"]["code"] == "payment_required"
+    assert body["error"]["type"] == "insufficient_quota" and body["request_id"] == r.headers["X-Request-Id"]
+    # OpenAI's error object, the 402's payment request beside it
+    assert "POST /api/wallet/fund" in body["error"]["message"] and body["fund_endpoint"] == "POST /api/wallet/fund"
     assert r.headers["WWW-Authenticate"] == f'X402 realm="gateway", nonce="{r.headers["X-Nonce"]}"'
     assert r.headers["X-Price-Cents"] == "1" and body["price_cents"] == 1  # 630 micros, rounded up
     assert r.headers["X-Pay-To"] == app.config["X402_PAY_TO"] == body["pay_to"]
@@ -255,7 +291,7 @@ def test_the_provider_gets_the_cap_the_hold_was_sized_for(app, client, fakes, ac
 def test_balance_must_cover_the_hold(app, client, fakes, make_account, ledger_clean):
     poor = make_account(cents=0)
     r = chat(client, poor, model="m-small", max_tokens=100)
-    assert r.status_code == 402 and r.get_json()["error"] == "payment_required"
+    assert r.status_code == 402 and r.get_json()["error"]["code"] == "payment_required"
     assert r.headers["X-Price-Micros"] == "630"
     assert fakes.cheap.calls == fakes.pricey.calls == 0
     with app.app_context():
@@ -267,7 +303,7 @@ def test_auth_and_scope(client, fakes, make_account):
     assert client.post("/v1/chat/completions", json={"model": "auto", "messages": MSGS}).status_code == 401
     reader = make_account(scopes=["call:read"])
     r = chat(client, reader, model="auto")
-    assert r.status_code == 403 and r.get_json()["error"] == "insufficient_scope"
+    assert r.status_code == 403 and r.get_json()["error"]["code"] == "insufficient_scope"
 
 
 def _events(resp) -> list:
@@ -393,7 +429,7 @@ def test_models_listing(client, fakes, acct):
     small = body["data"][1]
     assert client.get("/v1/models/m-small", headers=acct.headers).get_json() == small
     r = client.get("/v1/models/m-offline", headers=acct.headers)
-    assert r.status_code == 404 and r.get_json()["error"] == "model_not_found"
+    assert r.status_code == 404 and r.get_json()["error"]["code"] == "model_not_found"
     assert small["owned_by"] == "pricey,cheap" and small["context_window"] == 1000
     assert small["pricing"] == {"input_usd_per_mtok": "1", "output_usd_per_mtok": "2"}
 
@@ -402,9 +438,45 @@ def test_chat_host_matching(app, client, monkeypatch, fakes, acct):
     monkeypatch.setitem(app.config, "CHAT_HOST", "chat.example.test")
     r = client.post("/v1/chat/completions", json={"model": "auto", "messages": MSGS},
                     headers=acct.headers, base_url="http://api.example.test")
+    # off the chat host a chat path is the gateway's plain 404, in the gateway's shape
     assert r.status_code == 404 and r.get_json()["error"] == "not_found"
     assert client.get("/v1/models", headers=acct.headers,
                       base_url="http://api.example.test").status_code == 404
     r = client.post("/v1/chat/completions", json={"model": "auto", "messages": MSGS},
                     headers=acct.headers, base_url="http://chat.example.test:8443")
     assert r.status_code == 200
+
+
+def test_chat_cors(app, client, monkeypatch, fakes, acct, ledger_clean):
+    """Issue 39 item 6: CHAT_CORS_ORIGINS (default none) on the chat host — preflight,
+    answers (through the thin entry's hand-over to Flask), errors and streams."""
+    origin = {"Origin": "https://app.example"}
+    pre_headers = {**origin, "Access-Control-Request-Method": "POST",
+                   "Access-Control-Request-Headers": "authorization, content-type, x-stainless-os"}
+    pre = client.options("/v1/chat/completions", headers=pre_headers)
+    assert "Access-Control-Allow-Origin" not in pre.headers  # default: no browser origin
+    r = chat(client, acct, model="m-small", max_tokens=10)
+    assert r.status_code == 200 and "Access-Control-Allow-Origin" not in r.headers
+
+    monkeypatch.setitem(app.config, "CHAT_CORS_ORIGINS", "https://app.example, https://other.example")
+    pre = client.options("/v1/chat/completions", headers=pre_headers)
+    assert pre.status_code in (200, 204)
+    assert pre.headers["Access-Control-Allow-Origin"] == "https://app.example"
+    assert "POST" in pre.headers["Access-Control-Allow-Methods"]
+    assert pre.headers["Access-Control-Allow-Headers"] == "authorization, content-type, x-stainless-os"
+    assert int(pre.headers["Access-Control-Max-Age"]) > 0 and "Origin" in pre.headers["Vary"]
+
+    r = client.post("/v1/chat/completions", json={"model": "m-small", "messages": MSGS, "max_tokens": 10},
+                    headers={**acct.headers, **origin})
+    assert r.status_code == 200 and r.headers["Access-Control-Allow-Origin"] == "https://app.example"
+    exposed = r.headers["Access-Control-Expose-Headers"]
+    assert all(h in exposed for h in ("X-Request-Id", "X-Gateway-Cost-Micros", "X-Gateway-Savings-Pct",
+                                      "X-Gateway-Overhead-Ms"))
+    assert "Origin" in r.headers["Vary"]
+    bad = client.post("/v1/chat/completions", json={"model": "m-small", "messages": MSGS}, headers=origin)
+    assert bad.status_code == 401 and bad.headers["Access-Control-Allow-Origin"] == "https://app.example"
+    models = client.get("/v1/models", headers={**acct.headers, **origin})
+    assert models.headers["Access-Control-Allow-Origin"] == "https://app.example"
+    evil = client.options("/v1/chat/completions", headers={**pre_headers, "Origin": "https://evil.example"})
+    assert "Access-Control-Allow-Origin" not in evil.headers
+    ledger_clean()

@@ -70,6 +70,7 @@ def test_a_plain_request_skips_marshmallow_and_a_bad_one_keeps_its_400(app, clie
     r = chat(client, acct, model="m-small", max_tokens="many")
     assert r.status_code == 400 and loads == [1]
     body = r.get_json()
-    assert body["error"] == "invalid_request" and "max_tokens: Not a valid integer." in body["message"], body
+    assert body["error"]["code"] == "invalid_request" and body["error"]["param"] == "max_tokens", body
+    assert "max_tokens: Not a valid integer." in body["error"]["message"], body
     with pytest.raises(ma.ValidationError):
         ChatRequestSchema().load({"model": "auto", "messages": MSG, "max_tokens": "many"})

@@ -101,10 +101,13 @@ def test_anthropic_cache_read_and_write_priced(app, client, fakes, acct, ledger_
     1000 read + 200 written, 10 output = 80 + 400 + 1000 + 200 = 1680 micros (full price
     would be 1220×4 + 200 = 5080), streamed or not."""
     fakes.claude.usage_extra = {"cache_read_input_tokens": 1000, "cache_creation_input_tokens": 200}
-    r = chat(client, acct, model="m-claude", max_tokens=64)
+    # a cached prefix as long as the fake reports (the charge never exceeds the hold, which
+    # is sized from the prompt sent)
+    r = chat(client, acct, model="m-claude", max_tokens=64, messages=[{"role": "user", "content": "x" * 4800}])
     assert r.status_code == 200, r.get_json()
     assert r.get_json()["usage"]["prompt_tokens"] == 1220 and r.get_json()["usage"]["cost_micros"] == 1680
-    r = chat(client, acct, model="m-claude", max_tokens=64, stream=True)
+    r = chat(client, acct, model="m-claude", max_tokens=64, stream=True,
+             messages=[{"role": "user", "content": "x" * 4800}])
     final = [orjson.loads(x[6:]) for x in r.data.split(b"\n\n") if x.startswith(b"data: {")][-1]
     assert final["usage"]["cost_micros"] == 1680
     assert figures(app, acct.id)["balance"] == START - 2 * 1680

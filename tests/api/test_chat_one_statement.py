@@ -76,7 +76,7 @@ def test_limited_key_holds_within_its_limit_and_gets_the_unused_part_back(app, c
     assert _spent(app, key["id"]) == 200  # the unused 430 micros of the hold came back
     # a hold of 10 × 3 + 4 choices × 500 × 6 = 12,030 micros does not fit: 402, nothing written
     r = chat(client, acct, key=key["key"], model="m-small", max_tokens=500, n=4)
-    assert r.status_code == 402 and r.get_json()["error"] == "key_spend_limit_reached", r.get_json()
+    assert r.status_code == 402 and r.get_json()["error"]["code"] == "key_spend_limit_reached", r.get_json()
     assert _spent(app, key["id"]) == 200
     with app.app_context():
         assert db.session.execute(select(func.count()).select_from(ChatCompletion)
@@ -91,7 +91,7 @@ def test_limited_key_short_balance_is_402_and_leaves_the_limit_untouched(app, cl
     poor = make_account(cents=0)
     key = _key(client, poor, spend_limit_cents=5, spend_limit_period="day")
     r = chat(client, poor, key=key["key"], model="m-small", max_tokens=100)
-    assert r.status_code == 402 and r.get_json()["error"] == "payment_required", r.get_json()
+    assert r.status_code == 402 and r.get_json()["error"]["code"] == "payment_required", r.get_json()
     assert r.headers["X-Price-Micros"] == "630"
     with app.app_context():
         # the key's reservation was rolled back with the refused hold
@@ -158,7 +158,7 @@ def test_limited_key_refusal_is_one_statement_and_leaves_nothing(app, client, fa
     statements.clear()
     # a hold of 12,030 micros does not fit the 10,000-micro limit: 402, nothing written
     r = chat(client, acct, key=key["key"], model="m-small", max_tokens=500, n=4)
-    assert r.status_code == 402 and r.get_json()["error"] == "key_spend_limit_reached", r.get_json()
+    assert r.status_code == 402 and r.get_json()["error"]["code"] == "key_spend_limit_reached", r.get_json()
     assert r.get_json()["limit_cents"] == 1 and r.get_json()["spent_cents"] == 0
     # the refusal was the hold statement itself (RAISE GWKSL), undone by the server
     assert [("gw_chat_hold" in s, auto) for s, auto in _money(statements)] == [(True, True)], statements

@@ -8,6 +8,7 @@ import re
 import pytest
 
 from app.scopes import ALL_SCOPES
+from tests.support.errors import error_code
 
 
 def _operations(client):
@@ -40,7 +41,7 @@ def test_missing_credential_is_401(client):
             continue  # public, or guarded by an operator scheme (e.g. /metrics)
         r = _call(client, method, path, {})
         assert r.status_code == 401, (method, path, r.status_code)
-        assert r.get_json()["error"] == "unauthorized"
+        assert error_code(r.get_json()) == "unauthorized"
 
 
 @pytest.mark.parametrize("scope", ALL_SCOPES)
@@ -52,7 +53,7 @@ def test_key_without_scope_is_403(client, make_account, scope):
             continue
         r = _call(client, method, path, acct.headers)
         assert r.status_code == 403, (method, path, r.status_code, r.get_data(as_text=True)[:200])
-        assert r.get_json()["error"] == "insufficient_scope"
+        assert error_code(r.get_json()) == "insufficient_scope"
         checked += 1
 
 
@@ -62,4 +63,4 @@ def test_admin_routes_refuse_non_admins(client, make_account):
         if not op.get("x-admin-only"):
             continue
         r = _call(client, method, path, acct.headers)
-        assert r.status_code == 403 and r.get_json()["error"] == "forbidden", (method, path)
+        assert r.status_code == 403 and error_code(r.get_json()) == "forbidden", (method, path)

@@ -62,6 +62,10 @@ SEMANTIC_400: dict[str, str] = {
                  "the MCP schema (methods and their params, per protocol version) is the SDK's",
     "POST /v1/chat/completions": "`model: auto` needs a model that fits the request "
                                  "(`no_matching_model`, catalog data)",
+    "POST /v1/messages": "`model: auto` needs a model that fits the request (catalog data); a "
+                         "content block's kind must suit its turn (image and tool_result in user "
+                         "turns, tool_use in assistant turns) with its source or ids, which the "
+                         "document states per block type only loosely",
 }
 # Operations only an agent may call (403 to a key): the fuzz run calls them with the
 # session of an agent of alice's, so their bodies reach the service, not just the auth
@@ -73,6 +77,7 @@ AGENT_ONLY: tuple[str, ...] = ("POST /api/agent/build",)
 PAYMENT_402: dict[str, str] = {
     "POST /v1/module/{slug}/call": "the balance must cover the call's price, or X-Payment pay it",
     "POST /v1/chat/completions": "the balance must cover the completion's hold",
+    "POST /v1/messages": "the balance must cover the message's hold",
     "POST /api/agent/{agent_id}/fund": "the owner's balance must cover `amount_cents` "
                                        "(`insufficient_funds`, stored state)",
 }

@@ -9,6 +9,7 @@ import pytest
 from app import create_app
 from app.blueprints.fields import QUERY_MAX, TEXT_MAX
 from tests.agentkit import Keypair, register, session_headers
+from tests.support.errors import error_message
 
 VALUES = ["a\x00b", "a\nb", "a\x1b[31mb", "a\x7fb", "a\x85b"]
 MULTILINE_OK = {"message", "description", "notes", "reason"}  # documented multi-line fields
@@ -77,7 +78,7 @@ def test_control_characters_refused(client, make_account, method, path, where, n
         pytest.skip("a header cannot carry a raw line break")
     r = _send(client, method, path, where, name, value, _headers(client, make_account, path))
     assert r.status_code == 400, (r.status_code, r.data[:300])
-    message = r.get_json()["message"]
+    message = error_message(r.get_json())
     assert name in message, message
     if "enum" not in prop:
         assert "control characters" in message or "=?" in message, message

@@ -2,35 +2,29 @@
 ``GET /v1/models``. When ``CHAT_HOST`` is set these routes answer only on that host name
 (any port); on other hosts they are 404 ``not_found``."""
 import orjson
-from flask import Response, current_app, request, stream_with_context
+from functools import wraps
+
+from flask import Response, current_app, g, request, stream_with_context
 from flask.views import MethodView
 
+from app import cors
+from app import auth
 from app.auth import authenticated, key_of, principal
-from app.blueprints.chat.schemas import (ChatCompletionSchema, ChatRequestSchema, ModelListSchema, ModelSchema,
-                                         plain_chat_request)
-from app.errors import ErrorSchema, NotFound
+from app.chathost import on_chat_host
+from app.blueprints.chat.schemas import (ChatCompletionSchema, ChatRequestSchema, MessageSchema,
+                                         MessagesRequestSchema, ModelListSchema, ModelSchema, plain_chat_request)
+from app.errors import AnthropicErrorSchema, ErrorSchema, NotFound
 from app.blueprints.fields import PAYMENT_REQUIRED_HEADERS, PAYMENT_RESPONSE_HEADERS
 from app.blueprints.routing import document_errors, fast_arguments
 from app.extensions import Blueprint
 from app.services.billing import x402
 from app.services.chat import completions as chat
+from app.services.chat import messages
 
 blp = Blueprint("chat", __name__, url_prefix="/v1", description=(
     "OpenAI-compatible chat completions on the chat host: cheapest-model routing (`model: auto`), "
-    "failover between providers, exact cost and savings in `usage`. Errors keep the gateway's "
-    "`{error, message, request_id}` shape (OpenAI SDKs raise them as APIStatusError)."))
-
-
-def on_chat_host(host: str | None, wanted: str | None) -> bool:
-    """Whether a request to ``host`` (the Host header, port included or not) may reach the
-    chat routes when the chat host is ``wanted`` (``CHAT_HOST``): always when it is unset,
-    else only on that host name."""
-    if not wanted:
-        return True
-    host = (host or "").lower()
-    if not host.endswith("]"):  # strip the port (not inside an IPv6 literal)
-        host = host.rsplit(":", 1)[0] if ":" in host else host
-    return host == wanted.lower()
+    "failover between providers, exact cost and savings in `usage`. Errors are OpenAI's "
+    "`{error: {message, type, code, param}, request_id}` (`code`: the gateway's error code)."))
 
 
 @blp.before_request
@@ -38,6 +32,34 @@ def _only_on_chat_host():
     if not on_chat_host(request.host, current_app.config.get("CHAT_HOST")):
         raise NotFound("The requested URL was not found on the server.")
     return None
+
+
+# CORS on the chat host (``CHAT_CORS_ORIGINS``, default none): browsers may call every
+# chat route and read the cost, request-id and rate-limit headers.
+CORS_HEADERS = {
+    "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
+    "Access-Control-Allow-Headers": "Authorization, Content-Type, X-Request-Id, x-api-key, "
+                                    "anthropic-version, anthropic-beta",
+    "Access-Control-Expose-Headers": "X-Request-Id, request-id, X-Gateway-Cost-Micros, X-Gateway-Savings-Pct, "
+                                     "X-Gateway-Overhead-Ms, X-Chat-Provider, X-Chat-Model, X-Chat-Attempts, "
+                                     "X-Chat-Completion-Id, X-Chat-Cost-Micros, Retry-After, RateLimit-Limit, "
+                                     "RateLimit-Remaining, RateLimit-Reset, PAYMENT-REQUIRED, X-Price-Micros, "
+                                     "X-Price-Cents",
+    "Access-Control-Max-Age": "600",
+}
+
+
+@blp.after_request
+def _cors(response):
+    """CORS headers on the chat host's answers, preflights and errors included
+    (``app.cors``, the mechanism ``/api/track`` uses too); Anthropic's ``request-id`` on
+    ``/v1/messages``."""
+    if not on_chat_host(request.host, current_app.config.get("CHAT_HOST")):
+        return response
+    if request.path == "/v1/messages" and g.get("request_id"):
+        response.headers["request-id"] = g.request_id  # Anthropic's header (its SDK's ``request_id``)
+    return cors.apply(response, current_app.config.get("CHAT_CORS_ORIGINS"), CORS_HEADERS,
+                      reflect_request_headers=True)
 
 
 def _response(result: chat.ChatResult) -> Response:
@@ -61,7 +83,9 @@ class ChatCompletionsView(MethodView):
     @blp.response(200, ChatCompletionSchema, description=(
         "A chat completion, or with `stream: true` a `text/event-stream` of `chat.completion.chunk` "
         "objects ending with a usage chunk and `data: [DONE]`. Headers: `X-Chat-Provider`, "
-        "`X-Chat-Model`, `X-Chat-Attempts`, `X-Chat-Completion-Id`, `X-Chat-Cost-Micros` (non-streaming); "
+        "`X-Chat-Model`, `X-Chat-Attempts`, `X-Chat-Completion-Id`, `X-Gateway-Overhead-Ms` (the gateway's added "
+        "latency; for a stream: up to its first event); non-streaming also `X-Chat-Cost-Micros`, "
+        "`X-Gateway-Cost-Micros` and `X-Gateway-Savings-Pct` (a stream's cost is in its final usage chunk); "
         "`PAYMENT-RESPONSE` when paid by x402."), headers=PAYMENT_RESPONSE_HEADERS)
     @blp.doc(responses={200: {"content": {"text/event-stream": {"schema": {
         "type": "string", "description": "`data: <chat.completion.chunk JSON>` events; the last chunk "
@@ -79,7 +103,7 @@ class ChatCompletionsView(MethodView):
               "`X-Price-Micros` the exact hold; `PAYMENT-REQUIRED` asks for the rounded-up hold). "
               "`payment_invalid`: the x402 payment was refused (`reason` as for a module call); "
               "nothing was credited.", PAYMENT_REQUIRED_HEADERS),
-        404: "`model_not_found`, or `not_found` off the chat host.",
+        404: "`model_not_found` (off the chat host: the gateway's plain 404 `{error, message, request_id}`).",
         502: "`provider_error`: every candidate failed; nothing charged.",
         504: "`provider_timeout`: every candidate timed out; nothing charged."}, schema=ErrorSchema)
     def post(self, body):
@@ -118,3 +142,43 @@ class ModelView(MethodView):
     def get(self, model_id):
         """One model of `GET /v1/models` (OpenAI's `models.retrieve`)."""
         return chat.get_model(model_id)
+
+
+def _x_api_key(view):
+    """Anthropic's credential header: ``x-api-key: svc_…`` authenticates like
+    ``Authorization: Bearer svc_…`` (which wins when both are sent)."""
+    @wraps(view)
+    def wrapper(*args, **kwargs):
+        key = request.headers.get("x-api-key")
+        if key and "principal" not in g and not request.headers.get("Authorization"):
+            g.principal = auth.authenticate(key.strip())
+            g.account_id = g.principal.account_id
+        return view(*args, **kwargs)
+    return wrapper
+
+
+@blp.route("/messages")
+class MessagesView(MethodView):
+    @_x_api_key
+    @authenticated("call:write")
+    @blp.arguments(MessagesRequestSchema)
+    @blp.response(200, MessageSchema, description=(
+        "Anthropic's message object, or with `stream: true` Anthropic's `text/event-stream`. "
+        "Headers as for `POST /v1/chat/completions`."))
+    @blp.doc(responses={200: {"content": {"text/event-stream": {"schema": {
+        "type": "string", "description": "`message_start`, `ping`, `content_block_start` / `content_block_delta` / "
+        "`content_block_stop`, `message_delta` (stop reason, usage with cost), `message_stop`."}}}}})
+    @document_errors(blp, {
+        402: ("`payment_required`: the balance cannot cover the hold (`billing_error`).", PAYMENT_REQUIRED_HEADERS),
+        404: "`model_not_found`.",
+        502: "`provider_error`: every candidate failed; nothing charged.",
+        504: "`provider_timeout`: every candidate timed out; nothing charged."}, schema=AnthropicErrorSchema)
+    def post(self, body):
+        """Create a message (Anthropic's Messages API: request, response, streaming events and
+        errors), over the same routing, failover, holds and settlement as chat completions.
+
+        Authenticate with `x-api-key` or `Authorization: Bearer`; `anthropic-version` is
+        accepted. `model: auto` picks the cheapest model that fits.
+        """
+        p = principal()
+        return _response(messages.create_message(p.account_id, p.mode, body, key_id=key_of(p)))

@@ -15,14 +15,16 @@ _MESSAGE = {
     "required": ["role"],
     "properties": {
         "role": {"type": "string", "enum": list(ROLES)},
-        "content": {"type": ["string", "array", "null"]},
+        # anyOf with explicit items (any): openapi-python-client cannot type an array
+        # without items inside a union ("Invalid property in union")
+        "content": {"anyOf": [{"type": "string"}, {"type": "array", "items": {}}, {"type": "null"}]},
         "tool_calls": {"type": ["array", "null"], "items": {
             "type": "object", "required": ["function"], "properties": {"function": {"type": "object"}}}},
     },
     "allOf": [
         {"if": {"required": ["role"], "properties": {"role": {"enum": list(CONTENT_REQUIRED)}}},
          "then": {"required": ["content"], "properties": {"content": {
-             "anyOf": [{"type": "string", "minLength": 1}, {"type": "array", "minItems": 1}]}}}},
+             "anyOf": [{"type": "string", "minLength": 1}, {"type": "array", "minItems": 1, "items": {}}]}}}},
         {"if": {"required": ["role"], "properties": {"role": {"const": "tool"}}},
          "then": {"required": ["tool_call_id"], "properties": {"tool_call_id": _TRUTHY}}},
     ],
@@ -48,8 +50,11 @@ class ChatRequestSchema(InputSchema):
     stream = ma.fields.Boolean(metadata={"description": "Server-sent events in OpenAI's chunk format, "
                                          "ending with `data: [DONE]`; the last chunk before it carries `usage`."})
     max_tokens = ma.fields.Integer(validate=ma.validate.Range(min=1, max=1_000_000), allow_none=True,
-                                   metadata={"description": "Output cap; absent: `CHAT_DEFAULT_MAX_TOKENS` "
-                                             "(4096) or the model's maximum, whichever is lower."})
+                                   metadata={"description": "Output cap (never above the model's maximum). "
+                                             "Absent: the hold covers `CHAT_DEFAULT_HOLD_OUTPUT_TOKENS` (1024) "
+                                             "at the most expensive candidate and the provider is sent what "
+                                             "that hold pays for at its prices, at most "
+                                             "`CHAT_DEFAULT_MAX_TOKENS` (4096)."})
     max_completion_tokens = ma.fields.Integer(validate=ma.validate.Range(min=1, max=1_000_000), allow_none=True)
     n = ma.fields.Integer(validate=ma.validate.Range(min=1, max=16), allow_none=True,
                           metadata={"description": "Number of choices; the hold covers the output cap for each."})
@@ -96,6 +101,8 @@ class ChatUsageSchema(ma.Schema):
     total_tokens = ma.fields.Integer(required=True)
     cost_usd = ma.fields.Float(required=True, metadata={"description": "Exact charge in USD (= cost_micros / 1e6)."})
     cost_micros = ma.fields.Integer(required=True, metadata={"description": "Exact charge in micro-dollars."})
+    cost = ma.fields.Float(required=True, metadata={
+        "description": "= cost_usd, under the name LiteLLM keeps from a stream's final usage (OpenRouter's)."})
     savings_pct = ma.fields.Float(required=True, metadata={
         "description": "round(max(0, (ref − cost) / ref × 100), 2), ref = the same tokens at the reference "
                        "model's primary list price (auto: CHAT_REFERENCE_MODEL; named model: its primary provider)."})
@@ -148,3 +155,64 @@ class ModelSchema(ma.Schema):
 class ModelListSchema(ma.Schema):
     object = ma.fields.String(required=True)
     data = ma.fields.List(ma.fields.Nested(ModelSchema), required=True)
+
+
+# --- Anthropic Messages API (POST /v1/messages) -------------------------------------------
+
+_BLOCKS = {"type": "array", "items": {"type": "object", "required": ["type"],
+                                      "properties": {"type": {"type": "string"}}}}
+
+
+class MessagesRequestSchema(InputSchema):
+    """Anthropic Messages request. ``content`` blocks: text, image (user), tool_use
+    (assistant), tool_result (user). Other fields (top_k, thinking, …) are ignored."""
+
+    class Meta:
+        unknown = ma.INCLUDE
+
+    model = ma.fields.String(required=True, validate=ma.validate.Length(min=1, max=96), metadata={
+        "description": "`auto` (cheapest model that fits) or a model id from `GET /v1/models`."})
+    max_tokens = ma.fields.Integer(required=True, validate=ma.validate.Range(min=1, max=1_000_000))
+    messages = ma.fields.List(ma.fields.Dict(metadata={
+        "required": ["role", "content"],
+        "properties": {"role": {"type": "string", "enum": ["user", "assistant"]},
+                       "content": {"anyOf": [{"type": "string"}, _BLOCKS]}}}),
+        required=True, validate=ma.validate.Length(min=1, max=4096))
+    system = ma.fields.Raw(allow_none=True, metadata={"anyOf": [{"type": "string"}, _BLOCKS, {"type": "null"}],
+                                                      "description": "A string or text blocks."})
+    stop_sequences = ma.fields.List(ma.fields.String(), allow_none=True, validate=ma.validate.Length(max=16))
+    temperature = ma.fields.Float(allow_none=True, validate=ma.validate.Range(min=0, max=2))
+    top_p = ma.fields.Float(allow_none=True, validate=ma.validate.Range(min=0, max=1))
+    stream = ma.fields.Boolean(metadata={"description": "Anthropic's server-sent events (`message_start` … "
+                                         "`message_stop`); the `message_delta` usage carries the cost."})
+    tools = ma.fields.List(ma.fields.Dict(metadata={"required": ["name"], "properties": {
+        "name": {"type": "string", "minLength": 1}, "input_schema": {"type": "object"}}}),
+        allow_none=True, validate=ma.validate.Length(max=128))
+    tool_choice = ma.fields.Dict(allow_none=True)
+    metadata = ma.fields.Dict(allow_none=True)
+
+
+class MessageUsageSchema(ma.Schema):
+    input_tokens = ma.fields.Integer(required=True)
+    output_tokens = ma.fields.Integer(required=True)
+    cache_creation_input_tokens = ma.fields.Integer(required=True)
+    cache_read_input_tokens = ma.fields.Integer(required=True)
+    cost_usd = ma.fields.Float(required=True)
+    cost_micros = ma.fields.Integer(required=True)
+    cost = ma.fields.Float(required=True)
+    savings_pct = ma.fields.Float(required=True)
+    latency_ms = ma.fields.Integer(required=True)
+    estimated = ma.fields.Boolean(required=True)
+
+
+class MessageSchema(ma.Schema):
+    id = ma.fields.String(required=True, metadata={"description": "`msg_` + the completion id's random part."})
+    type = ma.fields.String(required=True, metadata={"description": "`message`"})
+    role = ma.fields.String(required=True)
+    model = ma.fields.String(required=True, metadata={"description": "The model actually used."})
+    content = ma.fields.List(ma.fields.Dict(), required=True, metadata={
+        "description": "`text` and `tool_use` blocks."})
+    stop_reason = ma.fields.String(required=True, allow_none=True)
+    stop_sequence = ma.fields.String(required=True, allow_none=True)
+    usage = ma.fields.Nested(MessageUsageSchema, required=True)
+    provider = ma.fields.String(metadata={"description": "The provider that served it."})

@@ -33,8 +33,9 @@ included, exactly as before), whenever the request is not the plain case: anothe
 method or path, a body that is not ``application/json`` with a ``Content-Length`` within
 ``MAX_CONTENT_LENGTH``, JSON the fast loaders decline (Flask's schemas then produce the
 400), an ``X-Payment`` / ``PAYMENT-SIGNATURE`` header (the x402 flow), a chat request
-with ``stream`` (Flask relays the event stream) or off the chat host (``CHAT_HOST``:
-Flask's 404). It steps aside only before anything is counted or written, so no request
+with ``stream`` (Flask relays the event stream), with an ``Origin`` while
+``CHAT_CORS_ORIGINS`` is set (Flask adds the CORS headers) or off the chat host
+(``CHAT_HOST``: Flask's 404). It steps aside only before anything is counted or written, so no request
 is counted twice. It is not installed at all when tracing is on (the Flask routes carry
 the server span) or when ``HOT_PATH`` is off. Parity: ``tests/test_hotpath.py`` sends
 the same requests through both entries and compares status, headers, body, log line and
@@ -51,7 +52,7 @@ from flask import g
 from werkzeug.sansio.utils import get_host
 
 from app import auth, logs, metrics, ratelimits, requestid
-from app.blueprints.chat.routes import on_chat_host
+from app.chathost import error_style, on_chat_host
 from app.errors import DomainError, handle_domain_error, handle_unexpected
 from app.services.gateway.catalog import SLUG_RE
 
@@ -90,19 +91,26 @@ class HotPath:
                 # with the host as Flask reads it (werkzeug's get_host: "" for a malformed
                 # Host header, e.g. a port out of range, and for none: then Flask decides)
                 host = get_host(environ.get("wsgi.url_scheme", "http"), environ.get("HTTP_HOST"))
-                if self.chat_route is not None and on_chat_host(host, self.app.config.get("CHAT_HOST")):
-                    return self._call(self._chat, self.chat_route, None, environ, start_response)
+                # a browser's request (Origin) when CORS is on: Flask adds the CORS headers
+                cors = "HTTP_ORIGIN" in environ and self.app.config.get("CHAT_CORS_ORIGINS")
+                if self.chat_route is not None and not cors and on_chat_host(host, self.app.config.get("CHAT_HOST")):
+                    style = error_style(path, host, self.app.config.get("CHAT_HOST"))  # OpenAI's
+                    return self._call(self._chat, self.chat_route, None, environ, start_response, style)
             else:
                 m = _PATH.fullmatch(path)
                 if m is not None:
-                    return self._call(self._module_call, self.route, m.group(1), environ, start_response)
+                    return self._call(self._module_call, self.route, m.group(1), environ, start_response,
+                                      "gateway")
         return self.wsgi_app(environ, start_response)
 
-    def _call(self, handler, route, arg, environ, start_response):
+    def _call(self, handler, route, arg, environ, start_response, style):
         started = time.perf_counter()
         raw = environ["wsgi.input"].read(int(environ["CONTENT_LENGTH"]))
         ctx = self.app.app_context()
         ctx.push()
+        # what Flask's request would give: the start time (metrics.request_elapsed) and the
+        # error convention app.errors renders in (app.chathost.error_style, as for Flask)
+        g.request_started, g.error_style = started, style
         error = None
         try:
             answer = self._answer(handler, arg, raw, environ)

@@ -4,6 +4,7 @@ from functools import wraps
 from flask import current_app, request
 from flask.views import MethodView
 
+from app import cors
 from app.auth import bearer_token, current_principal, principal, public
 from app.blueprints.tracking.schemas import (FunnelQuerySchema, FunnelSchema, RecentSchema,
                                              SessionsSchema, TrackEventSchema)
@@ -29,27 +30,12 @@ CORS_HEADERS = {
 @blp.after_request
 def _cors(response):
     """CORS for ``/api/track`` only (preflight and actual responses, errors included):
-    ``CORS_ORIGINS`` is ``*`` or a comma-separated list of exact origins."""
+    ``CORS_ORIGINS`` is ``*`` or a comma-separated list of exact origins (``app.cors``)."""
     if request.endpoint != TRACK_ENDPOINT:
         return response
     if response.status_code == 204:
         response.headers.pop("Content-Type", None)
-    origin = request.headers.get("Origin")
-    allowed = [o.strip() for o in (current_app.config.get("CORS_ORIGINS") or "").split(",")
-               if o.strip()]
-    if not origin or not allowed:
-        return response
-    if "*" in allowed:
-        response.headers["Access-Control-Allow-Origin"] = "*"
-    elif origin in allowed:
-        response.headers["Access-Control-Allow-Origin"] = origin
-        response.vary.add("Origin")
-    else:
-        response.vary.add("Origin")
-        return response
-    for k, v in CORS_HEADERS.items():
-        response.headers[k] = v
-    return response
+    return cors.apply(response, current_app.config.get("CORS_ORIGINS"), CORS_HEADERS)
 
 
 def _body_limit(config_name: str):

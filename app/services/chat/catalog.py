@@ -299,8 +299,12 @@ def analyse(body: dict) -> Needs:
 # --- routing ------------------------------------------------------------------------------
 
 def output_cap(model: Model, needs: Needs) -> int:
-    """Completion tokens the gateway allows (and holds for) on ``model``."""
-    cap = needs.max_tokens or int(current_app.config["CHAT_DEFAULT_MAX_TOKENS"])
+    """Completion tokens the gateway holds for on ``model`` (and checks against its context
+    window): the request's ``max_tokens``, else the bounded allowance
+    ``CHAT_DEFAULT_HOLD_OUTPUT_TOKENS``; never above the model's maximum. What the provider
+    is sent is ``completions._upstream_cap`` (the same when the request set one)."""
+    cap = needs.max_tokens or min(int(current_app.config["CHAT_DEFAULT_HOLD_OUTPUT_TOKENS"]),
+                                  int(current_app.config["CHAT_DEFAULT_MAX_TOKENS"]))
     return max(1, min(cap, model.max_output_tokens))
 
 
@@ -320,7 +324,7 @@ def candidates(model_name: str, needs: Needs, *, sandbox: str | None = None) -> 
         model = cat.models.get(model_name)
         if model is None or (not model.enabled_offers() and not sandbox):
             raise ModelNotFound(f"The model {model_name!r} does not exist or is not available; "
-                           "GET /v1/models lists the models.")
+                                "GET /v1/models lists the models.", param="model")
         models = [model]
     scored: list[tuple[int, int, Offer]] = []
     for i, model in enumerate(models):
@@ -342,18 +346,21 @@ def candidates(model_name: str, needs: Needs, *, sandbox: str | None = None) -> 
             raise NoMatchingModel(
                 "No available model fits this request (context window "
                 f"{needs.prompt_tokens} tokens estimated, capabilities "
-                f"{', '.join(sorted(needs.capabilities)) or 'none'}).")
+                f"{', '.join(sorted(needs.capabilities)) or 'none'}).", param="model")
         raise NoMatchingModel(f"The model {model_name!r} does not support: "
-                             f"{', '.join(sorted(needs.capabilities))}.")
+                              f"{', '.join(sorted(needs.capabilities))}.", param="model")
     if model_name != "auto":
         model = models[0]
         missing = needs.capabilities - model.capabilities
         if missing:
-            raise NoMatchingModel(f"The model {model.id!r} does not support: {', '.join(sorted(missing))}.")
+            raise NoMatchingModel(f"The model {model.id!r} does not support: {', '.join(sorted(missing))}.",
+                                  param="model")
         prompt = needs.prompt_tokens_for(model.primary)
         if prompt + 1 > model.context_window:
-            raise ContextLengthExceeded(f"The request (about {prompt} tokens) exceeds the "
-                                 f"context window of {model.id!r} ({model.context_window}).")
+            # worded as OpenAI words it: LiteLLM raises ContextWindowExceededError on it
+            raise ContextLengthExceeded(f"This model's maximum context length is {model.context_window} "
+                                        f"tokens; the request (about {prompt} tokens) exceeds the "
+                                        f"context window of {model.id!r}.", param="messages")
     scored.sort(key=lambda t: (t[0], t[1]))
     return [o for _, _, o in scored]
 

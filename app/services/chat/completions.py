@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 import orjson
-from flask import current_app
+from flask import current_app, g
 
 from app import telemetry
 from app.errors import DomainError, InvalidRequest, PaymentRequired, ProviderTimeout, UpstreamError
@@ -54,6 +54,9 @@ class _Call:
     needs: Needs
     started: float
     hold_micros: int = 0
+    budget_micros: int = 0  # the hold's size (also computed for test keys, which hold nothing)
+    t0: float = 0.0  # perf_counter at the request's arrival (the route's timer), for the overhead
+    provider_s: float = 0.0  # seconds spent in provider calls, every attempt
     held_at: object = None  # the hold's time (``holds.hold`` returns it; ``settle`` takes it)
     attempts: int = 0
     failures: list[str] = field(default_factory=list)
@@ -66,27 +69,29 @@ class _Call:
 
 def _validate(body: dict) -> None:
     for i, msg in enumerate(body["messages"]):
+        where = f"messages.{i}"
         if not isinstance(msg, dict):
-            raise InvalidRequest(f"messages.{i}: must be an object.")
+            raise InvalidRequest(f"{where}: must be an object.", param=where)
         if msg.get("role") not in ROLES:
-            raise InvalidRequest(f"messages.{i}.role: must be one of {', '.join(ROLES)}.")
+            raise InvalidRequest(f"{where}.role: must be one of {', '.join(ROLES)}.", param=f"{where}.role")
         content = msg.get("content")
         if content is not None and not isinstance(content, (str, list)):
-            raise InvalidRequest(f"messages.{i}.content: must be a string or an array of parts.")
+            raise InvalidRequest(f"{where}.content: must be a string or an array of parts.",
+                                 param=f"{where}.content")
         if msg["role"] in CONTENT_REQUIRED and content in (None, "", []):
-            raise InvalidRequest(f"messages.{i}.content: is required for role {msg['role']}.")
+            raise InvalidRequest(f"{where}.content: is required for role {msg['role']}.", param=f"{where}.content")
         calls = msg.get("tool_calls")
         if calls is not None and (not isinstance(calls, list) or not all(
                 isinstance(c, dict) and isinstance(c.get("function"), dict) for c in calls)):
-            raise InvalidRequest(f"messages.{i}.tool_calls: must be an array of "
-                                 "{id, type: function, function: {name, arguments}}.")
+            raise InvalidRequest(f"{where}.tool_calls: must be an array of "
+                                 "{id, type: function, function: {name, arguments}}.", param=f"{where}.tool_calls")
         if msg["role"] == "tool" and not msg.get("tool_call_id"):
-            raise InvalidRequest(f"messages.{i}.tool_call_id: is required for role tool.")
+            raise InvalidRequest(f"{where}.tool_call_id: is required for role tool.", param=f"{where}.tool_call_id")
     tools = body.get("tools")
     if tools is not None and (not isinstance(tools, list) or not all(
             isinstance(t, dict) and isinstance(t.get("function"), dict) and t["function"].get("name")
             for t in tools)):
-        raise InvalidRequest("tools: must be an array of {type: function, function: {name, ...}}.")
+        raise InvalidRequest("tools: must be an array of {type: function, function: {name, ...}}.", param="tools")
 
 
 def _order(offers: list[Offer]) -> list[Offer]:
@@ -105,6 +110,30 @@ def _hold_for(offers: list[Offer], needs: Needs) -> int:
                for o in offers)
 
 
+def _upstream_cap(call: _Call, offer: Offer) -> int:
+    """The output cap sent to ``offer``: the request's ``max_tokens`` (bounded by the
+    model), or, when it set none, as many tokens as the hold pays for at this offer's
+    prices (the hold is sized for ``CHAT_DEFAULT_HOLD_OUTPUT_TOKENS`` at the most expensive
+    candidate, so a cheaper one may generate more), at most ``CHAT_DEFAULT_MAX_TOKENS`` and
+    the model's maximum. Either way the provider never generates more than the hold covers."""
+    model = catalog().models[offer.model_id]
+    cap = output_cap(model, call.needs)
+    ceiling = min(model.max_output_tokens, int(current_app.config["CHAT_DEFAULT_MAX_TOKENS"]))
+    if call.needs.max_tokens or ceiling <= cap:
+        return cap
+    prompt, n = call.needs.prompt_tokens_for(offer), call.needs.choices
+    if offer.cost_micros(prompt, ceiling * n) <= call.budget_micros:
+        return ceiling
+    lo, hi = cap, ceiling - 1  # cap fits (the budget covers it at the dearest candidate)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if offer.cost_micros(prompt, mid * n) <= call.budget_micros:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 def _attempt(call: _Call, offers: list[Offer], fn):
     """Run ``fn(offer)`` over the candidates with failover; returns (offer, result)."""
     cap = float(current_app.config["CHAT_RETRY_AFTER_CAP"])
@@ -113,6 +142,7 @@ def _attempt(call: _Call, offers: list[Offer], fn):
     while i < len(offers):
         offer = offers[i]
         call.attempts += 1
+        sent = time.perf_counter()
         try:
             return offer, fn(offer)
         except providers.ProviderFailure as exc:
@@ -125,6 +155,8 @@ def _attempt(call: _Call, offers: list[Offer], fn):
                 time.sleep(exc.retry_after)
                 continue
             chat_cooldown.record_failure(offer.provider.id, exc.retry_after)
+        finally:
+            call.provider_s += time.perf_counter() - sent
         i += 1
     return None, None
 
@@ -159,14 +191,25 @@ def _usage(call: _Call, offer: Offer, upstream: dict | None, generated_chars: in
     cost = offer.cost_micros(prompt, completion, cached, written)
     ref = reference_offer(call.body["model"])
     ref_cost = ref.cost_micros(prompt, completion, cached, written) if ref else 0
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
-            "cost_usd": cost / 1_000_000, "cost_micros": cost, "savings_pct": savings_pct(cost, ref_cost),
-            "latency_ms": int((time.monotonic() - call.started) * 1000), "estimated": estimated}
+    if call.live and cost > call.hold_micros:
+        # never charged more than the hold (the prompt was longer than estimated, the
+        # provider overran the cap): the rest is the house's, logged
+        log.warning("chat_settle_capped: completion %s cost %d micros, held %d; charged the hold",
+                    call.id, cost, call.hold_micros)
+        cost = call.hold_micros
+    out = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+           "cost_usd": cost / 1_000_000, "cost_micros": cost, "savings_pct": savings_pct(cost, ref_cost),
+           "latency_ms": int((time.monotonic() - call.started) * 1000), "estimated": estimated}
+    if cached or written:  # OpenAI's name for cache reads; the Messages API reports both
+        out["prompt_tokens_details"] = {"cached_tokens": cached, "cache_write_tokens": written}
+    return out
 
 
 def _settle(call: _Call, offer: Offer, usage: dict, error: str | None = None) -> None:
     with telemetry.span("chat.settle"):  # gw_chat_settle on PostgreSQL
         _record(call, offer, usage, error)
+    # ``cost`` (USD): the name LiteLLM keeps from a stream's final usage (OpenRouter's field)
+    usage["cost"] = usage["cost_usd"]
 
 
 def _record(call: _Call, offer: Offer, usage: dict, error: str | None) -> None:
@@ -237,9 +280,10 @@ def create_completion(account_id: str, mode: str, body: dict, key_id: str | None
         sandbox = current_app.config["CHAT_SANDBOX_PROVIDER"] if mode == "test" else None
         offers = _order(candidates(body["model"], needs, sandbox=sandbox))
         call = _Call(id="chatcmpl-" + random_b62(24), account_id=account_id, mode=mode, body=body,
-                     needs=needs, started=started)
+                     needs=needs, started=started, t0=g.get("request_started") or time.perf_counter())
+        call.budget_micros = _hold_for(offers, needs)
         if call.live:
-            call.hold_micros = _hold_for(offers, needs)
+            call.hold_micros = call.budget_micros
     paid_headers: dict = {}
     if call.live:
         with telemetry.span("chat.hold"):  # gw_chat_hold on PostgreSQL
@@ -275,8 +319,7 @@ def _complete(call: _Call, offers: list[Offer]) -> ChatResult:
             return _start_stream(call, offers, models)
         try:
             with telemetry.span("chat.provider"):  # every attempt, failover included
-                offer, data = _attempt(call, offers, lambda o: providers.complete(
-                    o, body, output_cap(models[o.model_id], needs)))
+                offer, data = _attempt(call, offers, lambda o: providers.complete(o, body, _upstream_cap(call, o)))
         except providers.UpstreamRejected as exc:
             _fail(call, exc)
         if offer is None:
@@ -297,19 +340,26 @@ def _complete(call: _Call, offers: list[Offer]) -> ChatResult:
            "model": offer.model_id, "choices": choices, "usage": usage, "provider": offer.provider.id}
     if data.get("system_fingerprint"):
         out["system_fingerprint"] = data["system_fingerprint"]
-    return ChatResult(body=out, headers=_headers(call, offer) | {"X-Chat-Cost-Micros": str(usage["cost_micros"])})
+    return ChatResult(body=out, headers=_headers(call, offer) | {
+        "X-Chat-Cost-Micros": str(usage["cost_micros"]), "X-Gateway-Cost-Micros": str(usage["cost_micros"]),
+        "X-Gateway-Savings-Pct": str(usage["savings_pct"])})
 
 
 def _headers(call: _Call, offer: Offer) -> dict:
+    """The ``X-Chat-*`` headers and ``X-Gateway-Overhead-Ms``: the time the gateway added
+    so far, i.e. since the request arrived minus the time spent waiting for providers (a
+    stream's headers leave at its first event: its overhead up to then)."""
+    overhead = (time.perf_counter() - call.t0 - call.provider_s) * 1000
     return {"X-Chat-Completion-Id": call.id, "X-Chat-Provider": offer.provider.id,
-            "X-Chat-Model": offer.model_id, "X-Chat-Attempts": str(call.attempts)}
+            "X-Chat-Model": offer.model_id, "X-Chat-Attempts": str(call.attempts),
+            "X-Gateway-Overhead-Ms": f"{max(0.0, overhead):.2f}"}
 
 
 def _start_stream(call: _Call, offers: list[Offer], models: dict[str, Model]) -> ChatResult:
     """Open the stream at the first candidate that yields a first event (failover happens
     only before anything was sent to the client)."""
     def open_(offer: Offer):
-        it = providers.stream(offer, call.body, output_cap(models[offer.model_id], call.needs))
+        it = providers.stream(offer, call.body, _upstream_cap(call, offer))
         try:
             first = next(it)
         except StopIteration:
@@ -367,7 +417,7 @@ def _start_stream(call: _Call, offers: list[Offer], models: dict[str, Model]) ->
             if error:
                 yield sse({"error": {"message": "The provider stream was interrupted; you were charged "
                                                 "for the tokens generated so far.",
-                                     "type": "provider_error", "code": "provider_error"}})
+                                     "type": "server_error", "code": "provider_error", "param": None}})
             yield sse({"id": call.id, "object": "chat.completion.chunk", "created": created,
                        "model": offer.model_id, "choices": [], "usage": usage})
             yield b"data: [DONE]\n\n"

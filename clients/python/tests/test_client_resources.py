@@ -107,3 +107,19 @@ def test_chat_client_is_the_openai_sdk(funded):
                                         messages=[{"role": "user", "content": "hello client"}])
     assert resp.choices[0].message.content == "Echo: hello client"
     assert "auto" in [m.id for m in chat.models.list()]
+
+
+def test_errors_in_the_chat_hosts_shape_are_read():
+    """The chat host answers OpenAI's / Anthropic's error shape (issue 39): code, message
+    and request id are read from it as from the gateway's."""
+    from gateway_client.errors import PaymentRequired, error_for
+
+    err = error_for(402, {"error": {"message": "Fund it.", "type": "insufficient_quota", "code": "payment_required",
+                                    "param": None}, "request_id": "req_1", "price_cents": 1}, {})
+    assert isinstance(err, PaymentRequired) and (err.code, err.message, err.request_id) == (
+        "payment_required", "Fund it.", "req_1")
+    err = error_for(404, {"type": "error", "error": {"type": "not_found_error", "message": "No.",
+                                                     "code": "model_not_found"}}, {"X-Request-Id": "req_2"})
+    assert (err.code, err.message, err.request_id) == ("model_not_found", "No.", "req_2")
+    err = error_for(401, {"error": "unauthorized", "message": "Key?", "request_id": "req_3"}, {})
+    assert (err.code, err.message) == ("unauthorized", "Key?")

@@ -107,7 +107,8 @@ def _error_code(response: httpx.Response) -> str | None:
         body = response.json()
     except ValueError:
         return None
-    return body.get("error") if isinstance(body, dict) else None
+    error = body.get("error") if isinstance(body, dict) else None
+    return error.get("code") if isinstance(error, dict) else error
 
 
 def request_headers(op: Op[Any], token: str | None) -> dict[str, str]:

@@ -1,7 +1,8 @@
 """Errors raised by the client: ``ApiError`` (every non-2xx answer of the gateway, one
 subclass per family of status codes) and ``ReceiptInvalid`` (a receipt that does not verify).
 
-The gateway answers every error as ``{"error": code, "message": text, "request_id": id}``;
+The gateway answers every error as ``{"error": code, "message": text, "request_id": id}``
+(the chat host in its provider's shape, ``{"error": {"code", "message", …}, "request_id"}``, read too);
 those three fields become ``.code``, ``.message`` and ``.request_id``. 402 answers carry
 the payment request (``price_cents``, ``pay_to``, ``nonce``, ``accepts``); 429 answers
 carry ``Retry-After``.
@@ -113,8 +114,12 @@ def error_for(status: int, body: Any, headers: Mapping[str, str]) -> ApiError:
     or anything else when the answer was not JSON)."""
     data: dict[str, Any] = body if isinstance(body, dict) else {}
     cls = _FAMILIES.get(status) or (ServerError if status >= 500 else ApiError)
-    code = str(data.get("error") or f"http_{status}")
-    message = str(data.get("message") or (body if isinstance(body, str) and body else f"HTTP {status}"))
+    # the chat host answers in its provider's shape: {"error": {"code", "message", …}}
+    error = data.get("error")
+    nested: dict[str, Any] = error if isinstance(error, dict) else {}
+    code = str(nested.get("code") or (None if nested else data.get("error")) or f"http_{status}")
+    message = str(nested.get("message") or data.get("message")
+                  or (body if isinstance(body, str) and body else f"HTTP {status}"))
     lowered = {k.lower(): v for k, v in headers.items()}
     request_id = data.get("request_id") or lowered.get("x-request-id")
     return cls(status, code, message, request_id, data, lowered)

@@ -1,0 +1,45 @@
+"""The chat host: which requests it answers and which error convention they get.
+
+The chat routes (``/v1/chat/completions``, ``/v1/models``, ``/v1/messages``) answer only on
+``CHAT_HOST`` when it is set, on any host otherwise. Their errors speak the convention of
+the provider API they imitate (DESIGN §4, docs/decisions.md "Errors on the chat host"):
+OpenAI's on the OpenAI routes, Anthropic's on ``/v1/messages``; everything else keeps the
+gateway's shape. ``error_style`` is the one place that decides it, for the Flask routes,
+the thin WSGI entry and the OpenAPI document alike.
+"""
+from __future__ import annotations
+
+GATEWAY, OPENAI, ANTHROPIC = "gateway", "openai", "anthropic"
+
+
+def on_chat_host(host: str | None, wanted: str | None) -> bool:
+    """Whether a request to ``host`` (the Host header, port included or not) may reach the
+    chat routes when the chat host is ``wanted`` (``CHAT_HOST``): always when it is unset,
+    else only on that host name."""
+    if not wanted:
+        return True
+    host = (host or "").lower()
+    if not host.endswith("]"):  # strip the port (not inside an IPv6 literal)
+        host = host.rsplit(":", 1)[0] if ":" in host else host
+    return host == wanted.lower()
+
+
+def path_style(path: str) -> str:
+    """The error convention of a chat-host path (the OpenAPI document's view: there the
+    chat routes are the chat host's): ``ANTHROPIC`` for ``/v1/messages``, ``OPENAI`` for
+    ``/v1/chat/…`` and ``/v1/models…``, ``GATEWAY`` for anything else."""
+    if path == "/v1/messages" or path.startswith("/v1/messages/"):
+        return ANTHROPIC
+    if path.startswith("/v1/chat/") or path == "/v1/models" or path.startswith("/v1/models/"):
+        return OPENAI
+    return GATEWAY
+
+
+def error_style(path: str, host: str | None, chat_host: str | None) -> str:
+    """The error convention of a request to ``path`` on ``host``: the path's own on the
+    chat host (any host when ``chat_host`` is unset), the gateway's elsewhere (off the chat
+    host a chat path is the gateway's plain 404)."""
+    style = path_style(path)
+    if style != GATEWAY and not on_chat_host(host, chat_host):
+        return GATEWAY
+    return style

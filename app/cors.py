@@ -1,0 +1,41 @@
+"""CORS, one mechanism for every route that browsers may call: ``/api/track``
+(``CORS_ORIGINS``) and the chat host (``CHAT_CORS_ORIGINS``). A route's ``after_request``
+hook calls ``apply`` with its setting and its headers; preflights (``OPTIONS``) are Flask's
+automatic answers, decorated here like every other response (errors included)."""
+from __future__ import annotations
+
+from flask import request
+
+
+def allowed_origins(setting: str | None) -> list[str]:
+    """``*`` or the exact origins of a comma-separated setting (empty: none)."""
+    return [o.strip() for o in (setting or "").split(",") if o.strip()]
+
+
+def apply(response, setting: str | None, headers: dict, *, reflect_request_headers: bool = False):
+    """Add the CORS headers to ``response`` when the request's ``Origin`` is allowed by
+    ``setting``: ``Access-Control-Allow-Origin`` (``*`` when the setting is ``*``, else the
+    origin itself with ``Vary: Origin``) and ``headers`` (methods, allowed and exposed
+    headers, max age). With ``reflect_request_headers`` a preflight's
+    ``Access-Control-Request-Headers`` are allowed as asked (SDKs send their own
+    ``x-stainless-*`` headers; the origin is already on the list). An unlisted origin gets
+    no CORS headers (the browser then refuses the answer)."""
+    origin = request.headers.get("Origin")
+    allowed = allowed_origins(setting)
+    if not origin or not allowed:
+        return response
+    if "*" in allowed:
+        response.headers["Access-Control-Allow-Origin"] = "*"
+    elif origin in allowed:
+        response.headers["Access-Control-Allow-Origin"] = origin
+        response.vary.add("Origin")
+    else:
+        response.vary.add("Origin")
+        return response
+    for k, v in headers.items():
+        response.headers[k] = v
+    asked = request.headers.get("Access-Control-Request-Headers")
+    if reflect_request_headers and asked and request.method == "OPTIONS":
+        response.headers["Access-Control-Allow-Headers"] = asked
+        response.vary.add("Access-Control-Request-Headers")
+    return response

@@ -1,0 +1,249 @@
+"""Anthropic's Messages API (``POST /v1/messages``) as a translation layer over the chat
+completion service: the Messages request becomes the internal OpenAI-shaped body, the
+same ``completions.create_completion`` routes, holds, calls with failover and settles it
+(``model: auto`` included), and its answer — JSON or the OpenAI event stream — is
+translated back into Anthropic's message object or event stream. Cost fields ride in
+``usage`` beside Anthropic's token counts (docs/chat.md "Anthropic Messages API")."""
+from __future__ import annotations
+
+from typing import Iterator
+
+import orjson
+
+from app.errors import InvalidRequest
+from app.services.chat import completions
+from app.services.chat.completions import ChatResult
+
+# OpenAI finish_reason → Anthropic stop_reason
+STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
+                "function_call": "tool_use", "content_filter": "refusal"}
+# the gateway's cost fields, copied from the completion's usage into the message's
+COST_FIELDS = ("cost_usd", "cost_micros", "savings_pct", "latency_ms", "estimated", "cost")
+
+
+def _text_of(content, where: str) -> str:
+    """The text of a string or of an array of text blocks (``system``, a tool result)."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    if not isinstance(content, list):
+        raise InvalidRequest(f"{where}: must be a string or an array of text blocks.", param=where)
+    out = []
+    for j, block in enumerate(content):
+        if not isinstance(block, dict) or block.get("type") != "text" or not isinstance(block.get("text"), str):
+            raise InvalidRequest(f"{where}.{j}: only text blocks are supported here.", param=f"{where}.{j}")
+        out.append(block["text"])
+    return "\n\n".join(out)
+
+
+def _image_part(block: dict, where: str) -> dict:
+    source = block.get("source") if isinstance(block.get("source"), dict) else {}
+    if source.get("type") == "base64" and source.get("media_type") and source.get("data"):
+        url = f"data:{source['media_type']};base64,{source['data']}"
+    elif source.get("type") == "url" and source.get("url"):
+        url = source["url"]
+    else:
+        raise InvalidRequest(f"{where}.source: an image needs a base64 (media_type, data) or url source.",
+                             param=f"{where}.source")
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def _message(i: int, msg, out: list[dict]) -> None:
+    """Append the OpenAI messages of Anthropic message ``i`` to ``out``."""
+    where = f"messages.{i}"
+    if not isinstance(msg, dict) or msg.get("role") not in ("user", "assistant"):
+        raise InvalidRequest(f"{where}.role: must be user or assistant.", param=f"{where}.role")
+    role, content = msg["role"], msg.get("content")
+    if isinstance(content, str):
+        if not content and role == "user":
+            raise InvalidRequest(f"{where}.content: must not be empty.", param=f"{where}.content")
+        out.append({"role": role, "content": content})
+        return
+    if not isinstance(content, list) or not content:
+        raise InvalidRequest(f"{where}.content: must be a string or a non-empty array of content blocks.",
+                             param=f"{where}.content")
+    parts, calls, results = [], [], []
+    for j, block in enumerate(content):
+        at = f"{where}.content.{j}"
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "text" and isinstance(block.get("text"), str):
+            parts.append({"type": "text", "text": block["text"]})
+        elif kind == "image" and role == "user":
+            parts.append(_image_part(block, at))
+        elif kind == "tool_use" and role == "assistant" and block.get("id") and block.get("name"):
+            calls.append({"id": block["id"], "type": "function", "function": {
+                "name": block["name"], "arguments": orjson.dumps(block.get("input") or {}).decode()}})
+        elif kind == "tool_result" and role == "user" and block.get("tool_use_id"):
+            results.append({"role": "tool", "tool_call_id": block["tool_use_id"],
+                            "content": _text_of(block.get("content"), f"{at}.content")})
+        else:
+            raise InvalidRequest(f"{at}: unsupported content block (text, image in user turns, tool_use "
+                                 "in assistant turns, tool_result in user turns).", param=f"{at}.type")
+    out.extend(results)  # tool results answer the previous assistant turn's calls: first
+    if role == "assistant":
+        text = "".join(p["text"] for p in parts)
+        if text or calls:
+            out.append({"role": "assistant", "content": text or None, **({"tool_calls": calls} if calls else {})})
+    elif parts:
+        out.append({"role": "user", "content": parts})
+
+
+def to_openai(req: dict) -> dict:
+    """A Messages request (validated by ``MessagesRequestSchema``) → the completion
+    service's OpenAI-shaped body."""
+    messages: list[dict] = []
+    system = _text_of(req.get("system"), "system")
+    if system:
+        messages.append({"role": "system", "content": system})
+    for i, msg in enumerate(req["messages"]):
+        _message(i, msg, messages)
+    if not any(m["role"] != "system" for m in messages):
+        raise InvalidRequest("messages: at least one message with content is required.", param="messages")
+    body: dict = {"model": req["model"], "messages": messages, "max_tokens": req["max_tokens"]}
+    for key in ("temperature", "top_p"):
+        if req.get(key) is not None:
+            body[key] = req[key]
+    if req.get("stop_sequences"):
+        body["stop"] = list(req["stop_sequences"])
+    if req.get("stream"):
+        body["stream"] = True
+    tools = req.get("tools")
+    if tools:
+        body["tools"] = [{"type": "function", "function": {
+            "name": t.get("name"), "description": t.get("description", ""),
+            "parameters": t.get("input_schema") or {"type": "object", "properties": {}}}}
+            for t in tools if isinstance(t, dict)]
+        choice = req.get("tool_choice") or {}
+        kind = choice.get("type") if isinstance(choice, dict) else None
+        if kind == "any":
+            body["tool_choice"] = "required"
+        elif kind == "none":
+            body["tool_choice"] = "none"
+        elif kind == "tool" and choice.get("name"):
+            body["tool_choice"] = {"type": "function", "function": {"name": choice["name"]}}
+    user = (req.get("metadata") or {}).get("user_id") if isinstance(req.get("metadata"), dict) else None
+    if user:
+        body["user"] = str(user)
+    return body
+
+
+def message_id(completion_id: str) -> str:
+    """The message id of a completion: ``msg_`` + the completion id's random part (the
+    ``X-Chat-Completion-Id`` header, receipts and usage keep ``chatcmpl-…``)."""
+    return "msg_" + completion_id.removeprefix("chatcmpl-")
+
+
+def usage_of(usage: dict) -> dict:
+    """The completion's usage in Anthropic's names (``input_tokens`` excludes the cached
+    and cache-written tokens, as Anthropic counts them), plus the gateway's cost fields."""
+    details = usage.get("prompt_tokens_details") or {}
+    read, written = int(details.get("cached_tokens") or 0), int(details.get("cache_write_tokens") or 0)
+    out = {"input_tokens": max(0, int(usage["prompt_tokens"]) - read - written),
+           "output_tokens": int(usage["completion_tokens"]),
+           "cache_creation_input_tokens": written, "cache_read_input_tokens": read}
+    out.update((k, usage[k]) for k in COST_FIELDS if k in usage)
+    return out
+
+
+def _content(message: dict) -> list[dict]:
+    content = []
+    if message.get("content"):
+        text = message["content"] if isinstance(message["content"], str) else "".join(
+            p.get("text", "") for p in message["content"] if isinstance(p, dict))
+        content.append({"type": "text", "text": text})
+    for call in message.get("tool_calls") or []:
+        fn = call.get("function") or {}
+        try:
+            args = orjson.loads(fn.get("arguments") or "{}")
+        except orjson.JSONDecodeError:
+            args = {"arguments": fn.get("arguments")}
+        content.append({"type": "tool_use", "id": call.get("id"), "name": fn.get("name"),
+                        "input": args if isinstance(args, dict) else {"value": args}})
+    return content
+
+
+def from_openai(body: dict) -> dict:
+    """A ``chat.completion`` → Anthropic's message object."""
+    choice = (body.get("choices") or [{}])[0]
+    return {"id": message_id(body["id"]), "type": "message", "role": "assistant", "model": body["model"],
+            "content": _content(choice.get("message") or {}),
+            "stop_reason": STOP_REASONS.get(choice.get("finish_reason"), "end_turn"), "stop_sequence": None,
+            "usage": usage_of(body["usage"]), "provider": body.get("provider")}
+
+
+def _event(kind: str, data: dict) -> bytes:
+    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps({"type": kind, **data}) + b"\n\n"
+
+
+def translate_stream(events: Iterator[bytes], completion_id: str, model: str) -> Iterator[bytes]:
+    """The completion's OpenAI event stream → Anthropic's: ``message_start``, ``ping``,
+    per content block ``content_block_start`` / ``content_block_delta`` (``text_delta``,
+    ``input_json_delta``) / ``content_block_stop``, then ``message_delta`` (stop reason,
+    usage with cost) and ``message_stop``; a provider break mid-stream is an ``error``
+    event before them. Closing this generator closes the completion's (the client went
+    away: it settles what was generated)."""
+    block = None  # (index, kind, tool index) of the open content block
+    index = -1
+    stop = "end_turn"
+    try:
+        yield _event("message_start", {"message": {
+            "id": message_id(completion_id), "type": "message", "role": "assistant", "model": model,
+            "content": [], "stop_reason": None, "stop_sequence": None,
+            "usage": {"input_tokens": 0, "output_tokens": 0, "cache_creation_input_tokens": 0,
+                      "cache_read_input_tokens": 0}}})
+        yield _event("ping", {})
+        for raw in events:
+            if not raw.startswith(b"data: {"):
+                continue  # data: [DONE]
+            chunk = orjson.loads(raw[6:])
+            if "error" in chunk:
+                err = chunk["error"] or {}
+                yield _event("error", {"error": {"type": "api_error", "message": err.get("message", ""),
+                                                 "code": err.get("code")}})
+                continue
+            for choice in chunk.get("choices") or []:
+                delta = choice.get("delta") or {}
+                if delta.get("content"):
+                    if block is None or block[1] != "text":
+                        if block is not None:
+                            yield _event("content_block_stop", {"index": block[0]})
+                        index += 1
+                        block = (index, "text", None)
+                        yield _event("content_block_start", {"index": index,
+                                                             "content_block": {"type": "text", "text": ""}})
+                    yield _event("content_block_delta", {"index": index, "delta": {
+                        "type": "text_delta", "text": delta["content"]}})
+                for call in delta.get("tool_calls") or []:
+                    fn = call.get("function") or {}
+                    if block is None or block[1] != "tool_use" or block[2] != call.get("index"):
+                        if block is not None:
+                            yield _event("content_block_stop", {"index": block[0]})
+                        index += 1
+                        block = (index, "tool_use", call.get("index"))
+                        yield _event("content_block_start", {"index": index, "content_block": {
+                            "type": "tool_use", "id": call.get("id"), "name": fn.get("name"), "input": {}}})
+                    if fn.get("arguments"):
+                        yield _event("content_block_delta", {"index": index, "delta": {
+                            "type": "input_json_delta", "partial_json": fn["arguments"]}})
+                if choice.get("finish_reason"):
+                    stop = STOP_REASONS.get(choice["finish_reason"], "end_turn")
+            if chunk.get("usage") and not chunk.get("choices"):  # the final usage chunk
+                if block is not None:
+                    yield _event("content_block_stop", {"index": block[0]})
+                    block = None
+                yield _event("message_delta", {"delta": {"stop_reason": stop, "stop_sequence": None},
+                                               "usage": usage_of(chunk["usage"])})
+                yield _event("message_stop", {})
+    finally:
+        close = getattr(events, "close", None)
+        if close:
+            close()
+
+
+def create_message(account_id: str, mode: str, req: dict, key_id: str | None = None) -> ChatResult:
+    """``POST /v1/messages``: translate, run the completion service, translate back."""
+    result = completions.create_completion(account_id, mode, to_openai(req), key_id=key_id)
+    if result.events is None:
+        return ChatResult(body=from_openai(result.body), headers=result.headers)
+    completion_id, model = result.headers["X-Chat-Completion-Id"], result.headers["X-Chat-Model"]
+    return ChatResult(events=lambda: translate_stream(result.events(), completion_id, model),
+                      headers=result.headers)

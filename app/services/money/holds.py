@@ -8,10 +8,10 @@ Ledger postings (integer micros, DESIGN §3):
 * release ``chat_release`` ref ``chat_settle:<id>``: ``hold:chat`` −H, customer +H
 
 Settle and release share one ref and both flip the completion row from ``held`` with a
-conditional UPDATE, so a completion is settled or released exactly once. When the exact
-cost exceeds the hold (the prompt was longer than estimated) the customer pays the
-difference from the balance; if the balance cannot cover it, the charge is capped at the
-hold plus the remaining balance (recorded in the posting's meta as ``shortfall_micros``).
+conditional UPDATE, so a completion is settled or released exactly once. A settle never
+charges more than the hold (C ≤ H): a cost above it (the prompt was longer than estimated)
+is capped by the service (``chat_settle_capped`` in the log) and by ``gw_chat_settle``
+(recorded in the posting's meta as ``shortfall_micros``).
 
 The hold and the settle are ONE autocommit statement each (``holds_pg``: the money
 engine's ``gw_chat_hold`` reserves a limited key's spend, ``gw_chat_settle`` gives its

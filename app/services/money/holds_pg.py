@@ -10,7 +10,7 @@ and run the two statements.
   waiting for the WAL flush (set in the function). A refusal RAISEs in the function
   (SQLSTATE ``GWKSL`` key spend limit, ``GW402`` insufficient funds), so the server
   undoes all of it — the key's counter included — with no ROLLBACK round trip.
-* ``settle``: the exact charge (capped at hold + balance), ``held → settled`` once, the
+* ``settle``: the exact charge (never more than the hold), ``held → settled`` once, the
   customer's change, the ``chat_settle`` posting and the key's unused reservation back in
   ONE round trip, committed durably (the session default) before the answer leaves.
 

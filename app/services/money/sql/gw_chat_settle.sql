@@ -1,8 +1,8 @@
 -- gw_chat_settle: a chat completion's settle in ONE autocommit statement, committed
 -- durably (the session default) before the answer leaves. Called by
 -- app/services/billing/holds_pg.py (billing.holds.settle).
---   1. the exact charge; above the hold only what the balance can still give (the balance
---      row locked first, so the capped debit below cannot fail);
+--   1. the exact charge, never more than the hold (issue 39 item 7: what was held is the
+--      most a completion costs the customer; a cost above it is recorded as shortfall);
 --   2. held -> settled, once (by id and creation time: one partition); not held: no row;
 --   3. the posting through gw_post: hold:chat -H, customer +(H - C), revenue +C;
 --   4. the unused part of the hold back to the key's limit, in the period the hold was
@@ -17,8 +17,7 @@ CREATE OR REPLACE FUNCTION gw_chat_settle(
 RETURNS TABLE (charged bigint, spend_key_id varchar, held_at timestamptz, give_back bigint)
 LANGUAGE plpgsql AS $fn$
 DECLARE
-    v_charge bigint := p_cost;
-    v_balance bigint;
+    v_charge bigint;
     v_key varchar;
     v_from timestamptz;
     v_actor varchar;
@@ -26,10 +25,7 @@ DECLARE
     v_meta jsonb;
     v_back bigint;
 BEGIN
-    IF p_cost > p_hold THEN
-        SELECT a.balance_micros INTO v_balance FROM accounts a WHERE a.id = p_account_id FOR UPDATE;
-        v_charge := p_hold + least(p_cost - p_hold, greatest(coalesce(v_balance, 0), 0));
-    END IF;
+    v_charge := least(p_cost, p_hold);
 
     v_held_at := p_created;
     IF v_held_at IS NULL THEN

@@ -79,7 +79,7 @@ def books(app, account_id) -> dict:
 def test_chat_402_carries_bazaar_metadata(app, url, fakes, make_account):
     poor = make_account(cents=0)
     r = requests.post(url + "/v1/chat/completions", json=BODY, headers=poor.headers)
-    assert r.status_code == 402 and "PAYMENT-SIGNATURE" in r.json()["message"]
+    assert r.status_code == 402 and "PAYMENT-SIGNATURE" in r.json()["error"]["message"]
     v2 = decode_payment_required_header(r.headers["PAYMENT-REQUIRED"])
     assert v2.accepts[0].amount == "10000" and v2.resource.url.endswith("/v1/chat/completions")
     ext = v2.extensions["bazaar"]
@@ -114,7 +114,7 @@ def test_official_x402_client_pays_for_a_completion(app, url, fakes, make_accoun
     again = requests.post(url + "/v1/chat/completions", json=BODY, headers={**other.headers,
                                                                           "PAYMENT-SIGNATURE": sent})
     assert again.status_code == 402, again.text
-    assert again.json()["error"] == "payment_invalid" and again.json()["reason"] == "replayed"
+    assert again.json()["error"]["code"] == "payment_invalid" and again.json()["reason"] == "replayed"
     assert again.headers["PAYMENT-REQUIRED"]
     b2 = books(app, other.id)
     assert (b2["balance"], b2["kinds"], b2["payments"], b2["completions"]) == (0, [], [], [])
@@ -130,7 +130,7 @@ def test_provider_failure_after_payment_leaves_the_credit(app, url, fakes, make_
     poor = make_account(cents=0)
     wallet = EthAccount.create()
     r = paying_session(wallet).post(url + "/v1/chat/completions", json=BODY, headers=poor.headers)
-    assert r.status_code == 502 and r.json()["error"] == "provider_error"
+    assert r.status_code == 502 and r.json()["error"]["code"] == "provider_error"
     settle = decode_payment_response_header(r.headers["PAYMENT-RESPONSE"])  # the payment was taken ...
     assert settle.success and settle.amount == "10000"
     b = books(app, poor.id)  # ... and is all in the balance: the hold was released

@@ -11,7 +11,7 @@ import pytest
 from openai import OpenAI
 
 from app.extensions import db
-from app.services.billing import ledger
+from app.services.money import ledger
 from demo.llm import DemoLLMHandler
 from tests.support.apps import app_env, gunicorn
 from tests.support.standin import serve

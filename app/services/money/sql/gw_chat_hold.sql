@@ -1,5 +1,5 @@
 -- gw_chat_hold: a chat completion's hold in ONE autocommit statement. Called by
--- app/services/billing/holds_pg.py (billing.holds.hold).
+-- app/services/money/holds_pg.py (money.holds.hold).
 --   1. the key's spend limit (gw_spend_reserve) -> refused: RAISE GWKSL;
 --   2. the 'held' completion row (who acted apart from who pays; the reservation's period);
 --   3. the hold posting through gw_post (customer -H, hold:chat +H) -> uncovered: RAISE GW402.

@@ -3,7 +3,7 @@
 -- (id, created_at); status tested with COLLATE "C", enable_seqscan off, so the plans
 -- cannot degrade), then its Idempotency-Key record stores the response. Returns the ids
 -- moved to 'succeeded' (a call the sweep refunded meanwhile is left alone).
--- Called by app/services/gateway/charging.py (the finalize writer); tests/support/finalize.py
+-- Called by app/services/money/charging.py (the finalize writer); tests/support/finalize.py
 -- installs a slowed copy for the fault tests.
 
 CREATE OR REPLACE FUNCTION gw_finalize_calls(p_rows jsonb)

@@ -1,5 +1,5 @@
 -- gw_open_calls(rows, lock_wait_ms): the metered call's open (charge) for a group of calls
--- in ONE autocommit statement. Called by app/services/gateway/charging.py (GroupOpener: the
+-- in ONE autocommit statement. Called by app/services/money/charging.py (GroupOpener: the
 -- opens of one process that arrive while one is being written share the next statement).
 --
 -- Per row, in payer order ((account_id, idem_key), COLLATE "C", so two groups take account

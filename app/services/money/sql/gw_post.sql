@@ -1,7 +1,7 @@
 -- gw_post: the ledger's one writer. ONE balanced posting (a ledger transaction and its
 -- legs) and the cached customer balances it moves, or nothing.
 --
--- Called by every money operation: Python's billing.ledger.post (payments, funding,
+-- Called by every money operation: Python's money.ledger.post (payments, funding,
 -- x402, refunds, releases, settlements) and the engine's functions (gw_open_calls,
 -- gw_chat_hold, gw_chat_settle). The rules, written here once:
 --   * a posting has at least one non-zero leg and its legs sum to zero (else SQLSTATE

@@ -167,9 +167,10 @@ def test_limited_key_refusal_is_one_statement_and_leaves_nothing(app, client, fa
     ledger_clean()
 
 
-def test_settle_gives_the_keys_unused_reservation_back_when_it_charges_more_than_held(
+def test_settle_gives_the_keys_unused_reservation_back_and_never_charges_more_than_held(
         app, acct, client, ledger_clean):  # noqa: F811
-    """A charge above the hold is not counted against the key; below it, the rest comes back."""
+    """Below the hold, the rest comes back to the key; a cost above the hold is charged as
+    the hold (never more), so nothing comes back."""
     from app.services.money import holds
 
     key = _key(client, acct, spend_limit_cents=1, spend_limit_period="day")
@@ -181,10 +182,10 @@ def test_settle_gives_the_keys_unused_reservation_back_when_it_charges_more_than
         at = holds.hold("chatcmpl-v2b", acct.id, "m-small", 600, False, key_id=key["id"])
         assert holds.settle("chatcmpl-v2b", acct.id, 600, 900, model="m-small", provider="p",
                             prompt_tokens=1, completion_tokens=1, estimated=False, attempts=1,
-                            latency_ms=1, created_at=at) == 900
+                            latency_ms=1, created_at=at) == 600
         db.session.remove()
     assert _spent(app, key["id"]) == 250 + 600
-    assert figures(app, acct.id)["balance"] == START - 250 - 900
+    assert figures(app, acct.id)["balance"] == START - 250 - 600
     ledger_clean()
 
 

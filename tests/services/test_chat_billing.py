@@ -62,17 +62,21 @@ def test_hold_beyond_balance_is_402_and_writes_nothing(app, make_account, ledger
     ledger_clean()
 
 
-def test_cost_above_hold_takes_the_difference_or_caps_at_what_is_there(app, make_account, ledger_clean):
+def test_a_settle_never_charges_more_than_the_hold(app, make_account, ledger_clean):
+    """Issue 39 item 7: what was held is the most a completion costs the customer, even with
+    balance left (it charged hold + balance before); the rest is recorded as shortfall."""
+    from app.models import LedgerTransaction
+
     acct = make_account(cents=1)
     with app.app_context():
         chat_billing.hold("chatcmpl-d", acct.id, "auto", 4_000, False)
-        assert _settle("chatcmpl-d", acct.id, 4_000, 5_000) == 5_000  # balance covers the extra 1,000
-        assert _fig(acct.id)[:3] == (5_000, 5_000, 0)
-        chat_billing.hold("chatcmpl-e", acct.id, "auto", 4_000, False)  # 1,000 left outside the hold
-        assert _settle("chatcmpl-e", acct.id, 4_000, 9_000) == 5_000  # capped: hold + remaining balance
-        assert _fig(acct.id)[:3] == (0, 10_000, 0)
-        row = db.session.get(ChatCompletion, "chatcmpl-e")
-        assert (row.status, row.cost_micros) == ("settled", 5_000)
+        assert _settle("chatcmpl-d", acct.id, 4_000, 5_000) == 4_000  # 6,000 of balance left: not taken
+        assert _fig(acct.id)[:3] == (6_000, 4_000, 0)
+        row = db.session.get(ChatCompletion, "chatcmpl-d")
+        assert (row.status, row.cost_micros) == ("settled", 4_000)
+        meta = db.session.execute(select(LedgerTransaction.meta)
+                                  .where(LedgerTransaction.ref == "chat_settle:chatcmpl-d")).scalar_one()
+        assert meta["shortfall_micros"] == 1_000
         db.session.remove()
     ledger_clean()
 

@@ -15,9 +15,9 @@ from app.blueprints.chat.schemas import (ChatCompletionSchema, ChatRequestSchema
                                          MessagesRequestSchema, ModelListSchema, ModelSchema, plain_chat_request)
 from app.errors import AnthropicErrorSchema, ErrorSchema, NotFound
 from app.blueprints.fields import PAYMENT_REQUIRED_HEADERS, PAYMENT_RESPONSE_HEADERS
+from app.blueprints.gateway.schemas import PaymentHeadersSchema
 from app.blueprints.routing import document_errors, fast_arguments
 from app.extensions import Blueprint
-from app.services.billing import x402
 from app.services.chat import completions as chat
 from app.services.chat import messages
 
@@ -79,6 +79,7 @@ def _response(result: chat.ChatResult) -> Response:
 @blp.route("/chat/completions")
 class ChatCompletionsView(MethodView):
     @authenticated("call:write")
+    @fast_arguments(blp, PaymentHeadersSchema, location="headers", as_kwargs=True)
     @fast_arguments(blp, ChatRequestSchema, plain_chat_request)  # a plain body skips marshmallow
     @blp.response(200, ChatCompletionSchema, description=(
         "A chat completion, or with `stream: true` a `text/event-stream` of `chat.completion.chunk` "
@@ -89,12 +90,7 @@ class ChatCompletionsView(MethodView):
         "`PAYMENT-RESPONSE` when paid by x402."), headers=PAYMENT_RESPONSE_HEADERS)
     @blp.doc(responses={200: {"content": {"text/event-stream": {"schema": {
         "type": "string", "description": "`data: <chat.completion.chunk JSON>` events; the last chunk "
-        "has empty `choices` and the `usage` (with cost); then `data: [DONE]`."}}}}},
-        parameters=[{"in": "header", "name": name, "required": False, "schema": {"type": "string"},
-                     "description": "x402 payment (base64 JSON of an `exact` EVM payment payload) for the "
-                                    "hold the 402 asked for; read only when the balance cannot cover the "
-                                    "hold. Credited to the balance, then the hold is settled as usual."}
-                    for name in ("PAYMENT-SIGNATURE", "X-Payment")])
+        "has empty `choices` and the `usage` (with cost); then `data: [DONE]`."}}}}})
     @document_errors(blp, {
         400: "`invalid_request`, or `invalid_payment` (the X-Payment / PAYMENT-SIGNATURE header is not "
              "base64/base64url JSON of an x402 exact EVM payload).",
@@ -106,7 +102,7 @@ class ChatCompletionsView(MethodView):
         404: "`model_not_found` (off the chat host: the gateway's plain 404 `{error, message, request_id}`).",
         502: "`provider_error`: every candidate failed; nothing charged.",
         504: "`provider_timeout`: every candidate timed out; nothing charged."}, schema=ErrorSchema)
-    def post(self, body):
+    def post(self, body, x_payment=None, payment_signature=None):
         """Create a chat completion (OpenAI's request and response shapes).
 
         `model: auto` picks the cheapest model whose context window fits and whose capabilities
@@ -121,7 +117,7 @@ class ChatCompletionsView(MethodView):
         """
         p = principal()
         return _response(chat.create_completion(p.account_id, p.mode, body, key_id=key_of(p),
-                                                actor=p.credential_id, payment=x402.header_from(request.headers)))
+                                                actor=p.credential_id, payment=payment_signature or x_payment))
 
 
 @blp.route("/models")

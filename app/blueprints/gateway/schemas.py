@@ -30,19 +30,15 @@ class ModuleCallRequestSchema(FastLoad, InputSchema):
 HEADER_MAX = 8000
 
 
-class ModuleCallHeadersSchema(FastLoad, InputSchema):
+class PaymentHeadersSchema(FastLoad, InputSchema):
+    """The x402 payment headers (module calls and chat completions)."""
+
     class Meta:
         unknown = ma.EXCLUDE
 
     def fast_load(self, data):
-        """The three headers, when each is absent or passes its rules (else None)."""
+        """The two headers, when each is absent or passes its rules (else None)."""
         out = {}
-        key = data.get("Idempotency-Key", ma.missing)
-        if key is not ma.missing:
-            key = header_text(key)
-            if not plain_text(key, 128, min_len=1, max_bytes=256):
-                return None
-            out["idempotency_key"] = key
         for name, attr in (("X-Payment", "x_payment"), ("PAYMENT-SIGNATURE", "payment_signature")):
             value = data.get(name, ma.missing)
             if value is not ma.missing:
@@ -51,11 +47,6 @@ class ModuleCallHeadersSchema(FastLoad, InputSchema):
                 out[attr] = value
         return out
 
-    idempotency_key = idempotency_key_header(
-        "Optional, 1–128 characters (UTF-8 is read as UTF-8; at most 256 "
-        "bytes), per account, kept 24 h. The same key "
-        "with the same request returns the stored response "
-        "(`Idempotent-Replayed: true`) without a second charge.")
     x_payment = ma.fields.String(
         data_key="X-Payment", validate=ma.validate.Length(max=HEADER_MAX),
         metadata={"description": "x402 v1 payment (base64 or base64url JSON of an `exact` EVM payload: "
@@ -71,6 +62,34 @@ class ModuleCallHeadersSchema(FastLoad, InputSchema):
     payment_signature = ma.fields.String(
         data_key="PAYMENT-SIGNATURE", validate=ma.validate.Length(max=HEADER_MAX),
         metadata={"description": "x402 v2 name of the payment header; same meaning as X-Payment."})
+
+
+
+
+class ModuleCallHeadersSchema(PaymentHeadersSchema):
+    class Meta:
+        unknown = ma.EXCLUDE
+
+    def fast_load(self, data):
+        """The three headers, when each is absent or passes its rules (else None)."""
+        out = {}
+        key = data.get("Idempotency-Key", ma.missing)
+        if key is not ma.missing:
+            key = header_text(key)
+            if not plain_text(key, 128, min_len=1, max_bytes=256):
+                return None
+            out["idempotency_key"] = key
+        payment = super().fast_load(data)
+        if payment is None:
+            return None
+        out.update(payment)
+        return out
+
+    idempotency_key = idempotency_key_header(
+        "Optional, 1–128 characters (UTF-8 is read as UTF-8; at most 256 "
+        "bytes), per account, kept 24 h. The same key "
+        "with the same request returns the stored response "
+        "(`Idempotent-Replayed: true`) without a second charge.")
 
 
 class ReceiptSchema(ma.Schema):

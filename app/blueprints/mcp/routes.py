@@ -5,11 +5,9 @@ from __future__ import annotations
 from flask import Response, current_app, g, request
 from flask.views import MethodView
 
-from mcp_types.version import KNOWN_PROTOCOL_VERSIONS
-
 from app.auth import authenticated, principal
 from app.blueprints.mcp.server import Bridge
-from app.blueprints.mcp.schemas import ServerCardSchema, X402DiscoverySchema
+from app.blueprints.mcp.schemas import McpHeadersSchema, McpMessageSchema, ServerCardSchema, X402DiscoverySchema
 from app.blueprints.routing import document_errors, endpoint
 from app.extensions import Blueprint
 from app.services.gateway import discovery
@@ -18,13 +16,19 @@ blp = Blueprint("mcp", __name__, url_prefix="",
                 description="The agents' door: the module catalog as an MCP server (docs/mcp.md).")
 
 # Request headers the SDK is not given: the credential (checked here, passed on as the
-# principal) and cookies. Everything else reaches it (Accept, Content-Type, the MCP
-# routing headers MCP-Protocol-Version, Mcp-Method, Mcp-Name, Mcp-Param-*, Origin, …).
-_WITHHELD = ("authorization", "cookie")
-_JSONRPC = {"type": "object", "description": "A JSON-RPC 2.0 message of the Model Context Protocol "
-                                            "(`initialize`, `tools/list`, `tools/call`, notifications, …).",
-            "required": ["jsonrpc"], "properties": {"jsonrpc": {"type": "string", "const": "2.0"}},
-            "additionalProperties": True}
+# principal), cookies, and Accept (this endpoint answers JSON whatever the client accepts:
+# the SDK is told the client takes both of Streamable HTTP's types). Everything else
+# reaches it (Content-Type, MCP-Protocol-Version, Mcp-Method, Mcp-Name, Origin, …).
+_WITHHELD = ("authorization", "cookie", "accept")
+_ACCEPT = (b"accept", b"application/json, text/event-stream")
+# A 400 is ours (the input policy) or the SDK's (a JSON-RPC error for a message MCP refuses).
+_BAD_REQUEST = {"oneOf": [
+    {"$ref": "#/components/schemas/Error"},
+    {"type": "object", "required": ["jsonrpc", "error"], "additionalProperties": True,
+     "properties": {"jsonrpc": {"type": "string", "enum": ["2.0"]},
+                    "id": {"type": ["string", "integer", "null"]},
+                    "error": {"type": "object", "required": ["code", "message"], "additionalProperties": True,
+                              "properties": {"code": {"type": "integer"}, "message": {"type": "string"}}}}}]}
 
 
 def _bridge() -> Bridge:
@@ -37,29 +41,23 @@ def _bridge() -> Bridge:
 @blp.route("/mcp")
 class McpView(MethodView):
     @authenticated(rate_limit=False)
-    @blp.doc(requestBody={"required": True, "content": {"application/json": {"schema": _JSONRPC}}},
-             parameters=[
-                 {"in": "header", "name": "Accept", "required": True,
-                  "schema": {"type": "string", "enum": ["application/json, text/event-stream", "*/*"]},
-                  "description": "Must accept `application/json` and `text/event-stream` (Streamable "
-                                 "HTTP; wildcards such as `application/*` count): else 406."},
-                 {"in": "header", "name": "MCP-Protocol-Version", "required": False,
-                  "schema": {"type": "string", "enum": list(KNOWN_PROTOCOL_VERSIONS)},
-                  "description": "The MCP protocol version of the request (after the handshake, or "
-                                 "every request on 2026-07-28); another value is refused with 400."},
-                 {"in": "header", "name": "Idempotency-Key", "required": False,
-                  "schema": {"type": "string", "minLength": 1, "maxLength": 128},
-                  "description": "For a `tools/call`: the same as `_meta` `gateway/idempotency-key`."}],
-             responses={200: {"description": "The JSON-RPC response: a result or a JSON-RPC error. A tool "
+    @blp.arguments(McpHeadersSchema, location="headers", as_kwargs=True)
+    @blp.arguments(McpMessageSchema)
+    @blp.doc(responses={200: {"description": "The JSON-RPC response: a result or a JSON-RPC error. A tool "
                                              "that failed is a result with `isError: true` whose "
                                              "`structuredContent` is the API error body "
                                              "(`{error, message, request_id}`).",
-                              "content": {"application/json": {"schema": _JSONRPC}}},
+                              "content": {"application/json": {"schema": {
+                                  "type": "object", "description": "A JSON-RPC 2.0 response.",
+                                  "required": ["jsonrpc"], "additionalProperties": True,
+                                  "properties": {"jsonrpc": {"type": "string", "enum": ["2.0"]}}}}}},
                         202: {"description": "A notification or response was accepted (no body)."}})
-    @document_errors(blp, {400: "A body that is not a JSON-RPC message of MCP, or an unsupported "
-                                "`MCP-Protocol-Version` (a JSON-RPC error body, from the MCP SDK).",
-                           413: "`payload_too_large`"})
-    def post(self):
+    @blp.alt_response(400, schema=_BAD_REQUEST, description=(
+        "`invalid_request` (`{error, message, request_id}`): a body that is not a JSON object with "
+        "`jsonrpc: \"2.0\"`, or a header outside its rules. A JSON-RPC message that MCP does not "
+        "accept: the MCP SDK's JSON-RPC error (`{jsonrpc, id, error: {code, message}}`)."))
+    @document_errors(blp, {413: "`payload_too_large`"})
+    def post(self, message, accept=None, mcp_protocol_version=None, idempotency_key=None):
         """The MCP endpoint (Streamable HTTP transport, stateless, JSON responses).
 
         Every request needs a bearer credential (`svc_live_`, `svc_test_`, `svc_sess_`);
@@ -75,7 +73,7 @@ class McpView(MethodView):
         DELETE (ending a session) are answered 405. See docs/mcp.md."""
         p = principal()
         headers = [(k.lower().encode("latin-1"), v.encode("latin-1"))
-                   for k, v in request.headers.items() if k.lower() not in _WITHHELD]
+                   for k, v in request.headers.items() if k.lower() not in _WITHHELD] + [_ACCEPT]
         environ = request.environ
         server = (environ.get("SERVER_NAME", ""), int(environ.get("SERVER_PORT") or 0))
         client = (request.remote_addr or "", 0)
@@ -83,7 +81,7 @@ class McpView(MethodView):
             method="POST", path="/mcp", query=request.query_string, headers=headers,
             body=request.get_data(cache=False), client=client, scheme=request.scheme, server=server,
             state={"principal": p, "request_id": g.get("request_id"),
-                   "idempotency_key": request.headers.get("Idempotency-Key")})
+                   "idempotency_key": idempotency_key})
         resp = Response(body, status)
         for k, v in out_headers:
             name = k.decode("latin-1")

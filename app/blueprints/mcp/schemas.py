@@ -1,5 +1,9 @@
-"""Schemas of the discovery documents (``app.services.gateway.discovery``)."""
+"""Schemas of the MCP endpoint's request and of the discovery documents
+(``app.services.gateway.discovery``)."""
 import marshmallow as ma
+from mcp_types.version import KNOWN_PROTOCOL_VERSIONS
+
+from app.blueprints.fields import HeaderString, InputSchema, idempotency_key_header
 
 
 class X402ResourceSchema(ma.Schema):
@@ -67,3 +71,34 @@ class ServerCardSchema(ma.Schema):
     meta = ma.fields.Dict(required=True, data_key="_meta", attribute="_meta", metadata={
         "description": "`gateway/x402-discovery`, `gateway/modules`, `gateway/receipt-keys`, `gateway/docs`: "
                        "URLs; `gateway/instructions`: how tools are named and charged."})
+
+
+# --- the MCP endpoint's request (validated before the SDK sees it: the input policy) ------
+
+class McpMessageSchema(InputSchema):
+    """A JSON-RPC 2.0 message of the Model Context Protocol (`initialize`, `tools/list`,
+    `tools/call`, notifications, …). Only the envelope is checked here; the MCP SDK reads the
+    rest (a malformed MCP message is its JSON-RPC error)."""
+
+    class Meta:
+        unknown = ma.INCLUDE
+
+    jsonrpc = ma.fields.String(required=True, validate=ma.validate.OneOf(["2.0"]),
+                               metadata={"description": "`2.0`."})
+
+
+class McpHeadersSchema(InputSchema):
+    class Meta:
+        unknown = ma.EXCLUDE
+
+    accept = HeaderString(data_key="Accept", validate=ma.validate.Length(max=1000), metadata={
+        "description": "Streamable HTTP asks clients to accept `application/json` and "
+                       "`text/event-stream`; this endpoint answers `application/json` whatever "
+                       "`Accept` says (it may be left out)."})
+    mcp_protocol_version = HeaderString(
+        data_key="MCP-Protocol-Version", validate=ma.validate.OneOf(list(KNOWN_PROTOCOL_VERSIONS)),
+        metadata={"description": "The MCP protocol version of the request (after the handshake, or every "
+                                 "request on 2026-07-28)."})
+    idempotency_key = idempotency_key_header(
+        "For a `tools/call`: the same as `_meta` `gateway/idempotency-key` (if both are sent they must "
+        "match). The same key with the same call returns the stored result without a second charge.")

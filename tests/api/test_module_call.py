@@ -50,6 +50,22 @@ def test_call_charges_forwards_and_answers_exact_shape(app, client, make_account
     ledger_clean()
 
 
+def test_wallet_transactions_name_the_call_of_a_charge(app, client, make_account, mod, ledger_clean):
+    """The charge is posted with its call only in the ref (``call:<id>``): the listing
+    still names the call, so a debit can be matched to its receipt."""
+    from app.services.billing.wallets import _call_of_ref
+
+    acct = make_account(cents=100)
+    data = call(client, acct, {"action": "ok"}).get_json()
+    txs = client.get("/api/wallet/transactions", headers=acct.headers).get_json()["transactions"]
+    charge = [t for t in txs if t["kind"] == "module_call"]
+    assert [(t["call_id"], t["amount_micros"]) for t in charge] == [(data["call_id"], -30_000)]
+    assert {t["call_id"] for t in txs if t["kind"] != "module_call"} == {None}  # the funding
+    assert _call_of_ref("chat_settle:chatcmpl-x") == "chatcmpl-x" and _call_of_ref("chat_hold:chatcmpl-x") == "chatcmpl-x"
+    assert _call_of_ref("promo:mailbox:ab") is None and _call_of_ref(None) is None
+    ledger_clean()
+
+
 def test_provider_4xx_is_charged_with_ok_false(app, client, make_account, mod, ledger_clean):
     acct = make_account(cents=10)
     r = call(client, acct, {"action": "bad"})

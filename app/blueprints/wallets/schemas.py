@@ -94,7 +94,9 @@ class TransactionSchema(ma.Schema):
     amount_cents = ma.fields.Integer(required=True, metadata={"description": "Signed; debits negative."})
     amount_micros = ma.fields.Integer(required=True, metadata={"description": "Signed, exact."})
     payment_id = ma.fields.String(allow_none=True)
-    call_id = ma.fields.String(allow_none=True)
+    call_id = ma.fields.String(allow_none=True, metadata={
+        "description": "The module call (`call_…`, its receipt's call_id) or chat completion (`chatcmpl-…`) "
+                       "the entry belongs to: charges, refunds, chat holds and settlements, and x402 payments."})
     created_at = ma.fields.DateTime(required=True)
 
 

@@ -352,6 +352,18 @@ def chains_to_watch() -> list[str]:
 
 # --- ledger transactions -------------------------------------------------------------------
 
+# Postings that name their call or completion in the ref only (the charge is posted by
+# gw_open_calls / gw_chat_hold / gw_chat_settle with no meta): ref prefix -> the id after it.
+_CALL_REFS = ("call:", "call_refund:", "chat_hold:", "chat_settle:")
+
+
+def _call_of_ref(ref: str | None) -> str | None:
+    for prefix in _CALL_REFS:
+        if ref and ref.startswith(prefix):
+            return ref[len(prefix):]
+    return None
+
+
 def transactions(account_id: str, limit: int = 50, cursor: str | None = None, mode: str = "live") -> dict:
     """The account's ledger entries (credits and debits), newest first; ``cursor`` is the
     ``next_cursor`` of the previous page."""
@@ -370,6 +382,6 @@ def transactions(account_id: str, limit: int = 50, cursor: str | None = None, mo
         items.append({"id": f"le_{entry_id}", "type": "credit" if amount > 0 else "debit", "kind": kind,
                       "amount_cents": ledger.micros_to_cents(abs(amount)) * (1 if amount > 0 else -1),
                       "amount_micros": int(amount), "payment_id": meta.get("payment_id"),
-                      "call_id": meta.get("call_id"), "created_at": created_at})
+                      "call_id": meta.get("call_id") or _call_of_ref(ref), "created_at": created_at})
     next_cursor = str(rows[limit - 1][0]) if len(rows) > limit else None
     return {"transactions": items, "next_cursor": next_cursor}

@@ -301,6 +301,9 @@ def test_unknown_and_expired_nonces_are_refused(app, client, base, wallet, agent
 @pytest.mark.parametrize("header", [
     "bm90IGpzb24=",                                     # base64 of "not json"
     base64.b64encode(b'{"domain": "x"}').decode(),     # missing fields
+    base64.b64encode(b"\xff\xfe").decode(),            # not UTF-8
+    "abc",                                              # bad padding
+    base64.b64encode(b"[" * 5000).decode(),            # nested beyond the JSON parser's recursion
 ])
 def test_malformed_header_is_refused(app, client, base, header):
     _refused(app, client, base, header, "malformed_signin")

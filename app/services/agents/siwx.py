@@ -126,8 +126,8 @@ def sign_in(header: str | None) -> dict:
                           "characters).")
     try:
         payload = ext.parse_siwx_header(header.strip())
-    except ValueError as exc:
-        raise SignInError(f"{HEADER}: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # bad base64/UTF-8/JSON (or absurdly nested), or not a payload
+        raise SignInError(f"{HEADER}: {str(exc)[:300] or type(exc).__name__}") from None
     chains = current_app.config["AGENT_SIWX_CHAINS"]
     if payload.chain_id not in chains or payload.type != "eip191":
         raise SiwxUnsupportedChain(f"chainId must be one of {', '.join(chains)} with type eip191; "

@@ -76,7 +76,7 @@ class SiwxHeadersSchema(InputSchema):
 
     sign_in_with_x = HeaderString(
         data_key="SIGN-IN-WITH-X", required=True,
-        validate=[ma.validate.Length(min=1, max=8192), Pattern(BASE64_PATTERN)],
+        validate=[ma.validate.Length(min=1, max=8000), Pattern(BASE64_PATTERN)],
         metadata={"description": "Base64 of the SIWX payload JSON (x402 `encode_siwx_header`): `domain`, "
                                  "`address`, `uri`, `version`, `chainId`, `type` (`eip191`), `nonce`, "
                                  "`issuedAt`, `expirationTime`, `statement`, `signature` (0x hex, EIP-191 "

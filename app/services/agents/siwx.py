@@ -42,7 +42,7 @@ from app.services.platform.uow import transactional
 
 HEADER = "SIGN-IN-WITH-X"
 PATH = "/api/agent/siwx"
-MAX_HEADER_LEN = 8192
+MAX_HEADER_LEN = 8000
 
 
 class SiwxWrongDomain(SignInError):

@@ -11,6 +11,7 @@ import json
 import secrets
 import socket
 import string
+import threading
 from datetime import datetime, timedelta
 from urllib.parse import urlparse
 
@@ -320,3 +321,27 @@ def test_ed25519_signin_with_an_evm_pubkey_is_malformed(client, wallet, agent):
     n = client.get("/api/agent/nonce").get_json()["nonce"]
     r = client.post("/api/agent/signin", json={"pubkey": caip10(wallet), "nonce": n, "signature": "base58:1"})
     assert r.status_code == 401 and r.get_json()["error"] == "malformed_signin"
+
+
+def test_concurrent_sign_ins_with_one_message(app, base, wallet, agent):
+    """Of eight concurrent sign-ins with one signed message exactly one gets a session."""
+    client = app.test_client()
+    info = challenge(client, base)["info"]
+    header = signed_header(wallet, info, base + "/api/agent/siwx")
+    barrier = threading.Barrier(8)
+    results = []
+
+    def attempt():
+        c = app.test_client()
+        barrier.wait()
+        r = post(c, base, header)
+        results.append((r.status_code, (r.get_json() or {}).get("error")))
+
+    threads = [threading.Thread(target=attempt) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results, key=str).count((200, None)) == 1, results
+    assert all(r == (401, "nonce_used") for r in results if r[0] != 200), results
+    assert sessions(app) == 1

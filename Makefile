@@ -21,8 +21,9 @@ $(BIN)/activate:
 
 CLIENT_SRC := $(shell find clients/python -name '*.py' -path '*/src/*') clients/python/pyproject.toml
 
-$(VENV)/.installed: requirements.txt requirements-dev.txt $(CLIENT_SRC) | $(BIN)/activate
+$(VENV)/.installed: requirements.txt requirements-dev.txt requirements-nodeps.txt $(CLIENT_SRC) | $(BIN)/activate
 	$(BIN)/pip install -q -r requirements-dev.txt
+	$(BIN)/pip install -q --no-deps -r requirements-nodeps.txt
 	touch $@
 
 venv: $(VENV)/.installed

@@ -114,6 +114,10 @@ def load_config(overrides: dict | None = None) -> dict:
         # --- agents (DESIGN §6) ------------------------------------------------
         "AGENT_NONCE_TTL_SECONDS": _int("AGENT_NONCE_TTL_SECONDS", 300),
         "AGENT_SESSION_TTL_SECONDS": _int("AGENT_SESSION_TTL_SECONDS", 3600),
+        # CAIP-2 chains an agent's EVM identity (eip155:<chainId>:<address>) may name, for
+        # registration and Sign-In-With-X (docs/agents.md): Ethereum, Base, Base Sepolia.
+        "AGENT_SIWX_CHAINS": [c.strip() for c in (_env("AGENT_SIWX_CHAINS", "eip155:1,eip155:8453,eip155:84532")
+                                                  or "").split(",") if c.strip()],
         # A month is settled only once it ended at least this long ago (late refunds).
         "SETTLEMENT_GRACE_SECONDS": _int("SETTLEMENT_GRACE_SECONDS", 3600),
         # --- rate limits ----------------------------------------------------

@@ -6,16 +6,18 @@ from app.blueprints.agents.schemas import (AgentFundedSchema, AgentFundSchema, F
                                            AgentRegisteredSchema, AgentSessionSchema, AgentUsageSchema,
                                            BuildListSchema, BuildSchema, BuildSubmitSchema,
                                            EarningsSchema, LeaderboardQuerySchema, LeaderboardSchema,
-                                           NonceSchema, RegisterSchema, SignInSchema)
+                                           NonceSchema, RegisterSchema, SignInSchema, SiwxChallengeSchema,
+                                           SiwxHeadersSchema)
 from app.blueprints.routing import endpoint
 from app.extensions import Blueprint
 from app.services.agents import identity as agents
 from app.services.agents import builds
 from app.services.agents import earnings
 from app.services.agents import funding
+from app.services.agents import siwx
 
 blp = Blueprint("agents", __name__, url_prefix="/api/agent",
-                description="Agents: ed25519 sign-in, registration, agent-built modules, usage, "
+                description="Agents: ed25519 and Sign-In-With-X (EVM wallet) sign-in, registration, agent-built modules, usage, "
                             "earnings (30% revenue share, settled monthly) and the weekly leaderboard.")
 
 
@@ -36,6 +38,38 @@ def sign_in(body):
     `base58:<signature>`. The nonce is consumed by the first valid sign-in only.
     """
     return agents.sign_in(pubkey=body["pubkey"], nonce=body["nonce"], signature=body["signature"])
+
+
+@endpoint(blp, "/siwx", "get", public=True, ip_limit="AGENT_NONCE_RATE_LIMIT", ok=SiwxChallengeSchema,
+          name="SiwxChallengeView")
+def siwx_challenge():
+    """Get a Sign-In-With-X challenge for an agent with an EVM wallet (30/minute per IP).
+
+    The x402 `sign-in-with-x` extension's challenge: pick a chain from `supportedChains`
+    (the one the agent's `eip155:<chainId>:<address>` was registered with), sign the
+    EIP-4361 message of `info` with the wallet (x402 `create_siwx_payload`) and send it to
+    `POST /api/agent/siwx`. The nonce is single use and valid 5 minutes. 503
+    `service_unavailable` when the server was installed without SIWX support.
+    """
+    return siwx.challenge()
+
+
+@endpoint(blp, "/siwx", "post", public=True, ip_limit="AGENT_SIGNIN_RATE_LIMIT", headers=SiwxHeadersSchema,
+          ok=AgentSessionSchema, name="SiwxSignInView", errors={
+              401: "`malformed_signin` (the header does not decode to a SIWX payload), `siwx_unsupported_chain`, "
+                   "`siwx_wrong_domain` (domain or uri not this API's), `siwx_message_expired` (expirationTime "
+                   "passed, issuedAt older than 5 minutes or in the future, notBefore ahead), "
+                   "`invalid_signature` (not signed by `address`), `unknown_agent` (no agent registered with "
+                   "`eip155:<chainId>:<address>`), `unknown_nonce`, `nonce_used`, `nonce_expired`."})
+def siwx_sign_in(sign_in_with_x):
+    """Sign in with an EVM wallet (Sign-In-With-X, CAIP-122 / EIP-4361) for a `svc_sess_`
+    session, the same as the ed25519 sign-in's (30/minute per IP).
+
+    Send the wallet-signed challenge in the `SIGN-IN-WITH-X` header (no body). Only
+    externally owned accounts (EIP-191 signatures, verified offline); the nonce is
+    consumed by the first valid sign-in only; any refusal changes nothing.
+    """
+    return siwx.sign_in(sign_in_with_x)
 
 
 @endpoint(blp, "/register", "post", "agent:write", body=RegisterSchema, ok=AgentRegisteredSchema, status=201,

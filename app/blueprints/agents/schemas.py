@@ -2,11 +2,15 @@
 submission; and the shapes SPEC leaves open: builds, agent usage, earnings, leaderboard)."""
 import marshmallow as ma
 
-from app.blueprints.fields import (HTTPS_PATTERN, InputSchema, JsonInteger, Pattern, cents,
+from app.blueprints.fields import (HTTPS_PATTERN, HeaderString, InputSchema, JsonInteger, Pattern, cents,
                                   idempotency_key_header)
 
 B58 = "[1-9A-HJ-NP-Za-km-z]"
-PUBKEY_PATTERN = rf"^ed25519:{B58}{{43,44}}$"
+ED25519_PUBKEY_PATTERN = rf"ed25519:{B58}{{43,44}}"
+# CAIP-10 account of an EVM wallet (chain id up to 13 digits, so it fits 64 characters)
+EVM_PUBKEY_PATTERN = r"eip155:[1-9][0-9]{0,12}:0x[0-9a-fA-F]{40}"
+PUBKEY_PATTERN = rf"^(?:{ED25519_PUBKEY_PATTERN}|{EVM_PUBKEY_PATTERN})$"
+BASE64_PATTERN = r"^[A-Za-z0-9+/]+={0,2}$"
 # Explicit character classes (no \s or .), so Python and ECMA regexes agree exactly.
 _WS = r"\x00-\x20\x7f-\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
 NAME_PATTERN = rf"^[^{_WS}]([^\x00-\x1f\x7f-\x9f\u2028\u2029]*[^{_WS}])?$"
@@ -35,6 +39,50 @@ class SignInSchema(InputSchema):
         "description": "`base58:<64-byte ed25519 signature of the nonce's UTF-8 bytes>`"})
 
 
+class SiwxInfoSchema(ma.Schema):
+    domain = ma.fields.String(required=True, metadata={"description": "This API's host (from BASE_URL)."})
+    uri = ma.fields.String(required=True, metadata={"description": "`<API origin>/api/agent/siwx`."})
+    version = ma.fields.String(required=True, metadata={"description": "`1` (EIP-4361)."})
+    statement = ma.fields.String(required=True)
+    nonce = ma.fields.String(required=True, metadata={
+        "description": "32 letters and digits: a single-use sign-in nonce (the `GET /api/agent/nonce` kind "
+                       "without its `n_` prefix, as EIP-4361 nonces are alphanumeric), valid 5 minutes."})
+    issuedAt = ma.fields.String(required=True, metadata={"description": "RFC 3339, UTC."})
+    expirationTime = ma.fields.String(required=True, metadata={
+        "description": "RFC 3339, UTC: when the nonce expires (5 minutes after issuedAt)."})
+
+
+class SiwxChainSchema(ma.Schema):
+    chainId = ma.fields.String(required=True, metadata={"description": "CAIP-2, e.g. `eip155:8453`."})
+    type = ma.fields.String(required=True, metadata={"description": "`eip191` (EVM personal_sign)."})
+
+
+class SiwxChallengeSchema(ma.Schema):
+    """The x402 `sign-in-with-x` extension's challenge (as its server side declares it in a 402)."""
+
+    info = ma.fields.Nested(SiwxInfoSchema, required=True)
+    supportedChains = ma.fields.List(ma.fields.Nested(SiwxChainSchema), required=True, metadata={
+        "description": "The chains an agent's `eip155:<chainId>:<address>` identity may name; sign with the "
+                       "chain the agent was registered with."})
+    schema = ma.fields.Dict(required=True, metadata={
+        "description": "JSON Schema of the payload sent in `SIGN-IN-WITH-X` (the extension's)."})
+
+
+class SiwxHeadersSchema(InputSchema):
+    """Headers of ``POST /api/agent/siwx``."""
+
+    class Meta:
+        unknown = ma.EXCLUDE
+
+    sign_in_with_x = HeaderString(
+        data_key="SIGN-IN-WITH-X", required=True,
+        validate=[ma.validate.Length(min=1, max=8000), Pattern(BASE64_PATTERN)],
+        metadata={"description": "Base64 of the SIWX payload JSON (x402 `encode_siwx_header`): `domain`, "
+                                 "`address`, `uri`, `version`, `chainId`, `type` (`eip191`), `nonce`, "
+                                 "`issuedAt`, `expirationTime`, `statement`, `signature` (0x hex, EIP-191 "
+                                 "signature of the EIP-4361 message built from these fields)."})
+
+
 class AgentSessionSchema(ma.Schema):
     agent_id = ma.fields.String(required=True)
     session = ma.fields.String(required=True, metadata={
@@ -48,8 +96,12 @@ class RegisterSchema(InputSchema):
                                                      Pattern(NAME_PATTERN)],
                             metadata={"description": "No control characters; no leading or trailing white space."})
     pubkey = ma.fields.String(required=True, validate=Pattern(PUBKEY_PATTERN), metadata={
-        "description": "`ed25519:<base58 of the 32-byte public key>`; must be a valid ed25519 point "
-                       "(400 otherwise)."})
+        "description": "The agent's identity, one of: `ed25519:<base58 of the 32-byte public key>` (must be "
+                       "a valid ed25519 point), signs in with `POST /api/agent/signin`; or an EVM wallet as "
+                       "CAIP-10 `eip155:<chainId>:<0x address>` (chainId one of the supported chains, "
+                       "default 1, 8453, 84532; a mixed-case address must be a valid EIP-55 checksum; "
+                       "stored and returned checksummed), signs in with Sign-In-With-X "
+                       "(`POST /api/agent/siwx`). 400 otherwise."})
     webhook = ma.fields.String(load_default=None, allow_none=True,
                                validate=[ma.validate.Length(max=2000), Pattern(HTTPS_PATTERN)],
                                metadata={"description": "https URL receiving the agent's signed events "

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 from datetime import timedelta
 
 from flask import current_app
@@ -39,6 +40,10 @@ from app.services.platform import crypto, netguard, tokens
 from app.services.platform.uow import transactional, unit_of_work
 
 PUBKEY_PREFIX = "ed25519:"
+EVM_PREFIX = "eip155:"
+# CAIP-10 account id of an EVM wallet: eip155:<decimal chain id>:<0x + 40 hex>. The chain id
+# is bounded (13 digits) so the canonical form fits the 64-character pubkey column.
+_EVM_PUBKEY_RE = re.compile(r"^eip155:([1-9][0-9]{0,12}):(0x[0-9a-fA-F]{40})$")
 SIGNATURE_PREFIX = "base58:"
 NONCE_PREFIX = "n_"
 NONCE_RANDOM_LEN = 32
@@ -97,12 +102,64 @@ def canonical_pubkey(raw: bytes) -> str:
     return PUBKEY_PREFIX + crypto.b58encode(raw)
 
 
+def evm_checksum_address(address: str) -> str | None:
+    """The EIP-55 form of ``0x`` + 40 hex digits, or None when malformed. A mixed-case
+    address must already be a valid EIP-55 checksum (a typo in it is caught); an all-lower
+    or all-upper one carries no checksum and is accepted as is."""
+    from eth_utils import is_checksum_address, to_checksum_address
+
+    if not isinstance(address, str) or not re.fullmatch(r"0x[0-9a-fA-F]{40}", address):
+        return None
+    digits = address[2:]
+    if digits != digits.lower() and digits != digits.upper() and not is_checksum_address(address):
+        return None
+    return to_checksum_address(address)
+
+
+def parse_evm_pubkey(value: str) -> tuple[str, str] | None:
+    """``(chain "eip155:<n>", EIP-55 address)`` of a CAIP-10 ``eip155:<n>:<0x address>``,
+    or None when malformed (bad form, or a mixed-case address failing its checksum)."""
+    m = _EVM_PUBKEY_RE.match(value) if isinstance(value, str) else None
+    if m is None:
+        return None
+    address = evm_checksum_address(m.group(2))
+    return (f"eip155:{m.group(1)}", address) if address else None
+
+
+def evm_pubkey(chain: str, address: str) -> str:
+    """The canonical CAIP-10 pubkey of an agent's EVM identity."""
+    return f"{chain}:{address}"
+
+
+def canonical_any_pubkey(pubkey: str) -> str:
+    """The canonical form of an ``ed25519:`` or ``eip155:`` pubkey; InvalidRequest (400)
+    when it is neither, or names a chain outside ``AGENT_SIWX_CHAINS``."""
+    if isinstance(pubkey, str) and pubkey.startswith(EVM_PREFIX):
+        parsed = parse_evm_pubkey(pubkey)
+        if parsed is None:
+            raise InvalidRequest("pubkey: must be 'eip155:<chainId>:<0x + 40 hex digits>' (CAIP-10); "
+                                 "a mixed-case address must be a valid EIP-55 checksum.")
+        chains = current_app.config["AGENT_SIWX_CHAINS"]
+        if parsed[0] not in chains:
+            raise InvalidRequest(f"pubkey: chain {parsed[0]} is not supported; use one of {', '.join(chains)}.")
+        return evm_pubkey(*parsed)
+    raw = parse_pubkey(pubkey)
+    if raw is None:
+        raise InvalidRequest("pubkey: must be 'ed25519:' followed by the base58 encoding of 32 bytes, "
+                             "or 'eip155:<chainId>:<0x address>'.")
+    if not crypto.ed25519_key_is_valid(raw):
+        raise InvalidRequest("pubkey: not a valid ed25519 public key.")
+    return canonical_pubkey(raw)
+
+
 # --- registration ----------------------------------------------------------------------
 
 def register(owner_account_id: str, *, name: str, pubkey: str, webhook: str | None,
              caller_is_agent: bool = False, mode: str = "live") -> tuple[Agent, bool]:
     """Create the agent and its own account (no promotional credit), owned by the caller.
 
+    ``pubkey`` is ``ed25519:<base58>`` or an EVM wallet's CAIP-10 ``eip155:<chainId>:<address>``
+    (stored with the EIP-55 address, so any spelling of one address is one agent).
     Idempotent on ``pubkey``: the same owner gets the same agent back (its ``name`` and
     ``webhook`` updated to the values sent); a pubkey registered by another account is
     409 ``conflict``, and so is one registered by a key of the other mode (the agent has the
@@ -112,12 +169,7 @@ def register(owner_account_id: str, *, name: str, pubkey: str, webhook: str | No
     name = (name or "").strip()
     if not name:
         raise InvalidRequest("name: must not be empty.")
-    raw = parse_pubkey(pubkey)
-    if raw is None:
-        raise InvalidRequest("pubkey: must be 'ed25519:' followed by the base58 encoding of 32 bytes.")
-    if not crypto.ed25519_key_is_valid(raw):
-        raise InvalidRequest("pubkey: not a valid ed25519 public key.")
-    canonical = canonical_pubkey(raw)
+    canonical = canonical_any_pubkey(pubkey)
     if webhook is not None:
         netguard.validate_url(webhook, field="webhook")
     try:
@@ -187,7 +239,7 @@ def issue_nonce() -> dict:
     return {"nonce": nonce, "expires_at": now + timedelta(seconds=ttl)}
 
 
-def _nonce_well_formed(nonce: str) -> bool:
+def nonce_well_formed(nonce: str) -> bool:
     return (isinstance(nonce, str) and nonce.startswith(NONCE_PREFIX)
             and len(nonce) == len(NONCE_PREFIX) + NONCE_RANDOM_LEN and nonce[2:].isascii()
             and nonce[2:].isalnum())
@@ -207,12 +259,19 @@ def sign_in(*, pubkey: str, nonce: str, signature: str) -> dict:
     raw_sig = crypto.b58decode(signature[len(SIGNATURE_PREFIX):], crypto.ED25519_SIG_BYTES)
     if raw_sig is None:
         raise _signin_error("malformed_signin", "signature: must be 'base58:<64-byte signature>'.")
-    if not _nonce_well_formed(nonce):
+    if not nonce_well_formed(nonce):
         raise _signin_error("malformed_signin", "nonce: must be a nonce from GET /api/agent/nonce.")
     if not crypto.ed25519_verify(raw_key, nonce.encode("utf-8"), raw_sig):
         raise _signin_error("invalid_signature", "The signature does not verify for this pubkey and nonce.")
-    agent = db.session.execute(
-        select(Agent).where(Agent.pubkey == canonical_pubkey(raw_key))).scalar_one_or_none()
+    return open_session(canonical_pubkey(raw_key), nonce)
+
+
+def open_session(pubkey: str, nonce: str) -> dict:
+    """The common end of both sign-ins (ed25519 and SIWX), once the signature verified:
+    find the agent by its canonical ``pubkey``, consume ``nonce`` (one conditional UPDATE:
+    of concurrent uses exactly one wins) and write a ``svc_sess_`` session, in the caller's
+    transaction. Raises ``unknown_agent``, ``unknown_nonce``, ``nonce_used``, ``nonce_expired``."""
+    agent = db.session.execute(select(Agent).where(Agent.pubkey == pubkey)).scalar_one_or_none()
     if agent is None:
         raise _signin_error("unknown_agent", "No agent is registered with this pubkey.")
     if tokens.consume(tokens.AGENT_SIGNIN, nonce) is None:

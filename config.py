@@ -196,7 +196,8 @@ def load_config(overrides: dict | None = None) -> dict:
         # PostgreSQL: answer a metered call once its receipt is signed and let the
         # process's finalize writer record it right after (money/charging.py); a
         # process killed in between loses that record and the sweep refunds the call
-        # (never the customer's money: docs/performance.md). 0: write, then answer.
+        # (never the customer's money: docs/performance.md, "What a crash can lose").
+        # 0: write, then answer.
         # Off by default in the test suite, whose tests read the call right after it.
         "CALL_FINALIZE_DEFERRED": _bool("CALL_FINALIZE_DEFERRED", app_env != "test"),
         # The writer lets the first queued finalization wait this long for others to

@@ -44,7 +44,7 @@ Every value can be overridden from the environment:
   generation (``gc.freeze()``) in the master before each fork (preload) and in each worker
   once it has loaded the app (``post_worker_init``), so a full collection scans only what
   requests created: a gen-2 pass over the whole app took ~120 ms in a worker (the p99 of
-  the usage reads), ~6 ms frozen (docs/performance.md, "Usage reads"). Frozen objects are
+  the usage reads), ~6 ms frozen (bench/DIARY.md, "Usage reads"). Frozen objects are
   never freed — they live as long as the process anyway.
 
 Logging: the app writes its own JSON access line per request (``gateway.access``), so

@@ -7,7 +7,7 @@ through a pipe), the main thread registers the socket in its poller, and when th
 request arrives the main thread wakes again and submits the connection to the thread pool,
 whose thread wakes a third time. On this project's 2-vCPU machine those three wake-ups
 cost ~0.2 ms of a request's latency at concurrency 1 (a trivial WSGI app: p50 0.52–0.70 ms
-stock, 0.29–0.36 ms with this worker; docs/performance.md, "The keep-alive linger").
+stock, 0.29–0.36 ms with this worker; bench/DIARY.md, "The keep-alive linger").
 
 This worker lets the thread that answered wait up to ``GUNICORN_KEEPALIVE_LINGER_MS``
 (default 2 ms, ``0`` = stock behaviour) for the connection's next request and serve it

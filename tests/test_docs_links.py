@@ -1,4 +1,5 @@
-"""Documentation links: every relative link in README.md and docs/*.md resolves to a file
+"""Documentation links: every relative link in README.md, docs/*.md and bench/*.md (the
+bench's README and its run diary) resolves to a file
 or directory of the repository, and every ``#anchor`` to a heading of the target document
 (GitHub's heading slugs). External links (http, https, mailto) are not fetched."""
 from __future__ import annotations
@@ -10,7 +11,7 @@ from urllib.parse import unquote
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
+DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "bench").glob("*.md")])
 
 _FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.M | re.S)
 _CODE = re.compile(r"`[^`\n]*`")

@@ -8,7 +8,7 @@ partitioned by RANGE (created_at) with primary key ``(id, created_at)``, a DEFAU
 partition and the monthly partitions (``<table>_pYYYY_MM``) of this month and the next
 ``AHEAD`` (app/services/platform/partitions.py keeps creating them); the pending calls'
 partial indexes; ``idempotency_records`` with fillfactor 40 (the finalize's update stays
-on the row's page: docs/performance.md).
+on the row's page: bench/DIARY.md, "Room for the finalize's rewrite").
 
 The PostgreSQL functions are not here: each is a ``.sql`` file installed from that file
 (app/sqlfunctions.py; migrations/env.py installs them after every upgrade). This

@@ -6,7 +6,7 @@ per-request machinery.
 
 Why: a GIL-only profile of the metered call put about a third of the worker's CPU in
 Flask/werkzeug's request context, dispatch, webargs and the ``after_request`` chain
-(docs/performance.md, "The metered call's thin entry"); the chat completion's profile
+(bench/DIARY.md, "What is left": "What the thin entry bought"); the chat completion's profile
 showed the same share outside its view. This layer does the same work for the two hot
 routes in a few function calls.
 

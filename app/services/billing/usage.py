@@ -1,7 +1,7 @@
 """Usage: read back what the call logs record (SPEC endpoints 25, 26, the daily series).
 
-Nothing on a metered path writes usage (docs/performance.md): readers sum the rolled
-days of ``usage_daily``, the other rolled hours of ``usage_hourly`` and the not-yet-rolled
+Nothing on a metered path writes usage (docs/performance.md, the metered call's step 9):
+readers sum the rolled days of ``usage_daily``, the other rolled hours of ``usage_hourly`` and the not-yet-rolled
 tail of the call logs in one query (``usage_log.usage_rows``); the ``usage-roll`` job
 rolls final hours (and fully rolled days) up. Readers: the
 usage endpoints (current billing period, by module, daily), the console, agent earnings
@@ -11,7 +11,7 @@ A read of whole UTC days of one account and mode (the usage endpoints: this mont
 daily series) runs a statement built once per process (``usage_log.whole_day_rows``
 with bind parameters, cached here) as ONE statement on the request's autocommit
 connection (``uow.read``): no per-read statement building or compiling, no pre-ping,
-``BEGIN`` or ``ROLLBACK`` round trips (docs/performance.md, "Usage reads").
+``BEGIN`` or ``ROLLBACK`` round trips (bench/DIARY.md, "Usage reads").
 """
 from __future__ import annotations
 

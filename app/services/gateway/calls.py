@@ -282,7 +282,7 @@ def open_call(*, account_id: str, mode: str, mod: catalog.ModuleSnap, act: catal
                 # answer is sent) flushes it too, since PostgreSQL flushes the WAL in order. A
                 # server crash in between may lose this transaction; then the caller got no
                 # answer, no charge and no receipt (an idempotent retry starts a fresh call):
-                # no money is created or lost. See README "Performance".
+                # no money is created or lost. See docs/performance.md, "What a crash can lose".
                 skip_commit_flush()
                 if idempotency_key is not None:
                     s.execute(_INSERT_IDEMPOTENCY, dict(
@@ -341,8 +341,9 @@ def _open_pg(account_id, mode, mod, act, idempotency_key, req_hash, price_micros
              payment, key_id=None, actor=None) -> str | CallResult:
     """``open_call`` on PostgreSQL: ONE autocommit ``gw_open_calls`` statement, possibly
     shared with other calls of this process (its commit does not wait for the WAL flush;
-    why that is safe: docs/performance.md). A refusal leaves nothing of this call behind
-    (the function checks first and reverts what the refused row wrote): 402, or
+    why that is safe: docs/performance.md, "What a crash can lose"). A refusal leaves
+    nothing of this call behind (the function checks first and reverts what the refused
+    row wrote): 402, or
     ``_PaymentNeeded`` when the balance cannot cover the call and an x402 payment came
     with it. ``key_id``: the key whose spend limit applies (set only for such keys)."""
     call_id, res = charging.open_pg(

@@ -7,8 +7,8 @@ stays in ``gateway.calls``.
   ``app/services/money/sql/gw_open_calls.sql``): Idempotency-Key reservation, the key's spend-limit reserve,
   conditional debit + ledger posting and the ``pending`` call row in ONE round trip,
   committed without waiting for the WAL flush (set inside the function; why that is
-  safe: docs/performance.md). The opens of this process that arrive while one is being
-  written share the next statement (``GroupOpener``: leader/followers, as the durable
+  safe: docs/performance.md, "What a crash can lose"). The opens of this process that
+  arrive while one is being written share the next statement (``GroupOpener``: leader/followers, as the durable
   finalize's group commit); each row gets its own answer, and a refusal (insufficient
   funds, key spend limit) leaves nothing of its row behind (the function checks before
   it writes and reverts by hand what the refused row had written).
@@ -372,7 +372,7 @@ class DeferredFinalizer:
     ``GroupFinalizer`` but with no caller waiting on it). A group is what is queued when
     its first row has waited ``CALL_FINALIZE_BATCH_MS`` (or ``BATCH_MAX_ROWS`` rows, or a
     drain or stop asks): at low concurrency a statement per call cost ~15 % of a call's
-    CPU in Python alone (docs/performance.md, "The finalize window").
+    CPU in Python alone (bench/DIARY.md, "The finalize window").
 
     * A statement that fails for a lost connection or a database that is down is tried
       again (``_RETRY_WAITS``, then every 5 s) until it is written: calls only open

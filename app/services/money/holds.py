@@ -73,7 +73,7 @@ def _hold_pg(completion_id: str, account_id: str, requested_model: str, hold_mic
     answer is sent, and PostgreSQL flushes the WAL in order. A server crash before that may
     lose the hold; then the caller was not charged (for a stream already under way: as when
     the sweep releases the hold of a crashed process) and no money was created or lost
-    (docs/performance.md)."""
+    (docs/performance.md, "What a crash can lose")."""
     end_reads()  # a credential lookup's reads must not stay open through the provider call
     now = utcnow()
     outcome = holds_pg.hold(completion_id=completion_id, account_id=account_id, requested_model=requested_model,

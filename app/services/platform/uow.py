@@ -18,7 +18,7 @@ autocommit on the request's hot-path connection — PostgreSQL makes one stateme
 atomic by itself, so BEGIN/COMMIT would only add round trips. Such a statement must
 leave nothing behind when it refuses (it RAISEs, and the server undoes it), and says
 itself whether its commit waits for the WAL flush (``gw_open_calls`` does not, the
-finalize does: docs/performance.md).
+finalize does: docs/performance.md, "What a crash can lose").
 
 ``read(statement, params)`` runs ONE read-only statement for an entry point that reads and
 writes nothing else (the usage reads): when no unit of work is open and the
@@ -206,7 +206,7 @@ def execute_rows(conn: Connection, sql: str, params: dict) -> list[tuple]:
 # psycopg's cursor costs ~50 µs of CPU per statement on top of the round trip (query
 # conversion, parameter adaptation, the prepare bookkeeping, the result's loaders), and a
 # SQLAlchemy ``Connection`` around the pool checkout ~50 µs more: a metered call paid
-# both on its open statement (docs/performance.md, "The open statement on the driver").
+# both on its open statement (bench/DIARY.md, "The open statement on the driver").
 # ``_direct`` sends a fixed statement as a named prepared statement (prepared once per
 # connection; the names live in the pool record's ``info``, so a replaced connection
 # prepares again) with its parameters as text: every placeholder has an explicit cast,

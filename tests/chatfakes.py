@@ -7,6 +7,8 @@ import threading
 import time
 from contextlib import ExitStack, contextmanager
 
+import pytest
+
 from tests.support.standin import Reply, Request, StandIn, serve
 
 USAGE = {"prompt_tokens": 100, "completion_tokens": 50}  # what the healthy fakes report
@@ -227,3 +229,35 @@ def configured(app, monkeypatch, tmp_path, fakes: Fakes, **config):
     finally:
         app.extensions.pop("chat_catalog", None)
         chat_cooldown.reset()
+
+
+# --- fixtures (import them into a test module to use them) ---------------------------
+
+@pytest.fixture(scope="module")
+def upstreams():
+    """The fake LLM providers, for the whole module."""
+    with running_fakes() as f:
+        yield f
+
+
+@pytest.fixture
+def fakes(app, monkeypatch, tmp_path, upstreams):
+    """The app configured with the fake providers' catalog, for one test."""
+    with configured(app, monkeypatch, tmp_path, upstreams) as f:
+        yield f
+
+
+@contextmanager
+def live_server(app, name: str):
+    """The app served on a loopback port by a threaded werkzeug server (real HTTP for the
+    official clients); yields its base URL."""
+    from werkzeug.serving import make_server
+
+    srv = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=srv.serve_forever, name=name, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_port}"
+    finally:
+        srv.shutdown()
+        thread.join(5)

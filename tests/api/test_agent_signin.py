@@ -2,7 +2,6 @@
 malformed input, concurrent use of one nonce, rate limit."""
 from __future__ import annotations
 
-import threading
 from datetime import datetime, timedelta, timezone
 
 import base58
@@ -13,6 +12,7 @@ from app.extensions import db
 from app.ids import sha256_hex
 from app.models import AgentSession, SingleUseToken
 from app.models.base import utcnow
+from tests.support.concurrency import at_once
 from tests.agentkit import Keypair, nonce, register, session_headers, sign_in
 
 
@@ -178,20 +178,11 @@ def test_concurrent_sign_ins_with_one_nonce(app, agent):
     client = app.test_client()
     n = nonce(client)
     body = {"pubkey": kp.pubkey, "nonce": n, "signature": kp.sign(n)}
-    barrier = threading.Barrier(8)
-    results = []
-
     def attempt():
-        c = app.test_client()
-        barrier.wait()
-        r = c.post("/api/agent/signin", json=body)
-        results.append((r.status_code, (r.get_json() or {}).get("error")))
+        r = app.test_client().post("/api/agent/signin", json=body)
+        return r.status_code, (r.get_json() or {}).get("error")
 
-    threads = [threading.Thread(target=attempt) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    results = at_once(8, attempt)
     assert sorted(s for s, _ in results) == [200] + [401] * 7, results
     assert {e for s, e in results if s == 401} == {"nonce_used"}
     with app.app_context():

@@ -11,7 +11,6 @@ import json
 import secrets
 import socket
 import string
-import threading
 from datetime import datetime, timedelta
 from urllib.parse import urlparse
 
@@ -25,6 +24,7 @@ from app.ids import sha256_hex
 from app.models import AgentSession, SingleUseToken
 from app.models.base import utcnow
 from tests.agentkit import Keypair
+from tests.support.concurrency import at_once
 
 CHAIN = "eip155:8453"
 
@@ -328,20 +328,11 @@ def test_concurrent_sign_ins_with_one_message(app, base, wallet, agent):
     client = app.test_client()
     info = challenge(client, base)["info"]
     header = signed_header(wallet, info, base + "/api/agent/siwx")
-    barrier = threading.Barrier(8)
-    results = []
-
     def attempt():
-        c = app.test_client()
-        barrier.wait()
-        r = post(c, base, header)
-        results.append((r.status_code, (r.get_json() or {}).get("error")))
+        r = post(app.test_client(), base, header)
+        return r.status_code, (r.get_json() or {}).get("error")
 
-    threads = [threading.Thread(target=attempt) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    results = at_once(8, attempt)
     assert sorted(results, key=str).count((200, None)) == 1, results
     assert all(r == (401, "nonce_used") for r in results if r[0] != 200), results
     assert sessions(app) == 1

@@ -17,22 +17,10 @@ from app.extensions import db
 from app.models import ChatCompletion, LedgerTransaction
 from app.services.money import ledger
 from app.services.billing import usage
-from tests.chatfakes import configured, running_fakes
+from tests.chatfakes import fakes, upstreams  # noqa: F401
 
 MSGS = [{"role": "user", "content": "hello there"}]
 START = 1_000_000  # 100 cents
-
-
-@pytest.fixture(scope="module")
-def upstreams():
-    with running_fakes() as f:
-        yield f
-
-
-@pytest.fixture
-def fakes(app, monkeypatch, tmp_path, upstreams):
-    with configured(app, monkeypatch, tmp_path, upstreams) as f:
-        yield f
 
 
 @pytest.fixture

@@ -8,13 +8,11 @@ stays in the balance. Figures as in tests/api/test_chat.py: m-small with max_tok
 holds 630 micros (402: 1 cent = 10,000 atomic USDC) and costs 200 micros at ``cheap``."""
 from __future__ import annotations
 
-import threading
 
 import pytest
 import requests
 from eth_account import Account as EthAccount
 from sqlalchemy import select
-from werkzeug.serving import make_server
 from x402 import x402ClientSync
 from x402.extensions.bazaar import validate_discovery_extension, validate_discovery_extension_spec
 from x402.extensions.bazaar.v1.facilitator import extract_discovery_info_v1
@@ -26,34 +24,16 @@ from x402.mechanisms.evm.signers import EthAccountSigner
 from app.extensions import db
 from app.models import ChatCompletion, LedgerTransaction, Payment
 from app.services.money import ledger
-from tests.chatfakes import configured, running_fakes
+from tests.chatfakes import fakes, live_server, upstreams  # noqa: F401
 
 MSGS = [{"role": "user", "content": "hello there"}]
 BODY = {"model": "m-small", "max_tokens": 100, "messages": MSGS}
 
 
 @pytest.fixture(scope="module")
-def upstreams():
-    with running_fakes() as f:
-        yield f
-
-
-@pytest.fixture
-def fakes(app, monkeypatch, tmp_path, upstreams):
-    with configured(app, monkeypatch, tmp_path, upstreams) as f:
-        yield f
-
-
-@pytest.fixture(scope="module")
 def url(app):
-    srv = make_server("127.0.0.1", 0, app, threaded=True)
-    thread = threading.Thread(target=srv.serve_forever, name="chat-x402-server", daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{srv.server_port}"
-    finally:
-        srv.shutdown()
-        thread.join(5)
+    with live_server(app, "chat-x402-server") as base:
+        yield base
 
 
 def paying_session(wallet) -> requests.Session:

@@ -5,7 +5,6 @@ and the ``initialize`` handshake), a bearer header as an agent framework configu
 from __future__ import annotations
 
 import json
-import threading
 
 import anyio
 import httpx2
@@ -14,25 +13,19 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from sqlalchemy import func, select
-from werkzeug.serving import make_server
 
 from app.extensions import db
 from app.models import ModuleCall
 from tests.gateway_helpers import (PROVIDER, balance_cents, create_module, mod, provider,  # noqa: F401
                                    provider_server)
+from tests.chatfakes import live_server
 from tests.support.procs import http
 
 
 @pytest.fixture(scope="module")
 def server_url(app):
-    srv = make_server("127.0.0.1", 0, app, threaded=True)
-    thread = threading.Thread(target=srv.serve_forever, name="mcp-test-server", daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{srv.server_port}"
-    finally:
-        srv.shutdown()
-        thread.join(5)
+    with live_server(app, "mcp-test-server") as base:
+        yield base
 
 
 def run(coro_fn, *args):

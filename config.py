@@ -9,9 +9,10 @@ Two ways to run (DESIGN §2):
 * production (``APP_ENV=production``): PostgreSQL + Redis, and start-up fails
   when a required secret or service address is missing.
 
-``APP_ENV=test`` is the embedded default with test-friendly switches (used by
-the test-suite; it still honours ``DATABASE_URL`` / ``REDIS_URL``). PostgreSQL is the only
-database everywhere.
+``APP_ENV=test`` is the embedded default used by the test-suite (it still honours
+``DATABASE_URL`` / ``REDIS_URL``); it turns no production mechanism off: tests run the
+metered call's production entry (``HOT_PATH``) and finalize (``CALL_FINALIZE_DEFERRED``).
+PostgreSQL is the only database everywhere.
 """
 from __future__ import annotations
 

@@ -108,7 +108,9 @@ def _clean(app):
     auth.clear_cache()
     yield
     # the finalize writer's queue first: written into this test's rows, not the next one's
-    drain(app)
+    from app.services.money import charging
+
+    drained = charging.drain_finalizer(app)
     _empty_tables(app)
     auth.clear_cache()
     from app.extensions import get_redis, limiter
@@ -121,6 +123,7 @@ def _clean(app):
         limiter.reset()
     except Exception:
         pass
+    assert drained, "the finalize writer did not drain at teardown"
 
 
 @pytest.fixture

@@ -9,9 +9,10 @@ Two ways to run (DESIGN §2):
 * production (``APP_ENV=production``): PostgreSQL + Redis, and start-up fails
   when a required secret or service address is missing.
 
-``APP_ENV=test`` is the embedded default with test-friendly switches (used by
-the test-suite; it still honours ``DATABASE_URL`` / ``REDIS_URL``). PostgreSQL is the only
-database everywhere.
+``APP_ENV=test`` is the embedded default used by the test-suite (it still honours
+``DATABASE_URL`` / ``REDIS_URL``); it turns no production mechanism off: tests run the
+metered call's production entry (``HOT_PATH``) and finalize (``CALL_FINALIZE_DEFERRED``).
+PostgreSQL is the only database everywhere.
 """
 from __future__ import annotations
 
@@ -197,9 +198,10 @@ def load_config(overrides: dict | None = None) -> dict:
         # process's finalize writer record it right after (money/charging.py); a
         # process killed in between loses that record and the sweep refunds the call
         # (never the customer's money: docs/performance.md, "What a crash can lose").
-        # 0: write, then answer.
-        # Off by default in the test suite, whose tests read the call right after it.
-        "CALL_FINALIZE_DEFERRED": _bool("CALL_FINALIZE_DEFERRED", app_env != "test"),
+        # 0: write, then answer. On by default in every environment, the test suite
+        # included (tests run what production runs; a test that reads a call's state
+        # first waits for the writer: money/charging.py drain_finalizer).
+        "CALL_FINALIZE_DEFERRED": _bool("CALL_FINALIZE_DEFERRED", True),
         # The writer lets the first queued finalization wait this long for others to
         # share its statement (0: write whatever is queued at once). The window is added
         # to the time an answered call stays pending (a replay of its key meanwhile: 409).

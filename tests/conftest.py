@@ -8,6 +8,14 @@ started in a temporary directory for the session, whose URL is then put in
 ``DATABASE_URL`` is a *test* database: its tables are dropped and rebuilt by running the
 Alembic migrations at session start, and emptied after every test.
 Redis: the test DB index in ``REDIS_URL`` is flushed after every test.
+
+Tests run the production configuration: the thin WSGI entry (``HOT_PATH``) and the
+deferred finalize (``CALL_FINALIZE_DEFERRED``: a metered call is answered, then its
+``succeeded`` row, receipt and stored Idempotency-Key response are written by the
+process's finalize writer). A helper that reads a call's state waits for the writer first
+(``tests.support.finalize.drain``); every test's teardown drains it before the tables are
+emptied, so a late write never lands in the next test's tables. A test about another
+mode sets it explicitly (and restores it).
 """
 from __future__ import annotations
 
@@ -20,6 +28,7 @@ from sqlalchemy import text
 
 from app import create_app
 from app.extensions import db
+from tests.support.finalize import drain
 
 _TMP = tempfile.mkdtemp(prefix="gw-tests-")
 _EMBEDDED_PGDATA = os.path.join(_TMP, "pg")
@@ -98,6 +107,10 @@ def _clean(app):
 
     auth.clear_cache()
     yield
+    # the finalize writer's queue first: written into this test's rows, not the next one's
+    from app.services.money import charging
+
+    drained = charging.drain_finalizer(app)
     _empty_tables(app)
     auth.clear_cache()
     from app.extensions import get_redis, limiter
@@ -110,6 +123,7 @@ def _clean(app):
         limiter.reset()
     except Exception:
         pass
+    assert drained, "the finalize writer did not drain at teardown"
 
 
 @pytest.fixture
@@ -181,6 +195,7 @@ def ledger_clean(app):
     from app.services.money import ledger
 
     def check():
+        drain(app)  # the calls answered so far are finalized before the books are read
         with app.app_context():
             violations = ledger.check()
             db.session.remove()

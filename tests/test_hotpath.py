@@ -226,6 +226,7 @@ def test_behind_proxyfix_it_sees_the_forwarded_client(app, make_account, mod, ca
 
     from app import create_app
     from tests.conftest import base_config
+    from tests.support.finalize import drain
 
     proxied = create_app(base_config(TRUSTED_PROXIES=1))
     assert isinstance(proxied.wsgi_app, ProxyFix) and isinstance(proxied.wsgi_app.app, HotPath)
@@ -236,6 +237,7 @@ def test_behind_proxyfix_it_sees_the_forwarded_client(app, make_account, mod, ca
                                                 "X-Forwarded-For": "203.0.113.9"})
     assert r.status_code == 200
     assert [rec.client_ip for rec in caplog.records if rec.name == "gateway.access"] == ["203.0.113.9"]
+    drain(proxied)  # its own finalize writer (the teardown drains only the session app's)
 
 
 # --- the chat completion (POST /v1/chat/completions, non-streaming) ---------------------------

@@ -16,6 +16,7 @@ from app.services.money import ledger
 from app.services.platform import partitions
 from app.services.platform.uow import unit_of_work
 from tests.gateway_helpers import mod, provider, provider_server  # noqa: F401
+from tests.support.finalize import drain
 
 TABLES = ("module_calls", "chat_completions", "ledger_entries")
 
@@ -183,6 +184,7 @@ def test_single_row_statements_of_a_call_prune_to_its_month(app, pg, make_accoun
                             _call(str(failed), _at(2020, 1), "pending", acct.id)])
     answer = upstream.ProviderAnswer(status=200, ok=True, result={"x": 1})
     gateway._finalize(done, acct.id, "svc", m.actions["ok"], "live", answer, None)
+    drain(app)  # the finalize is written after _finalize returns (deferred finalize)
     assert gateway.refund(failed, "provider_error") is True
     rows = dict(db.session.execute(text("SELECT id || ':' || extract(year FROM created_at), status "
                                         "FROM module_calls")).all())

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta, timezone
 
 from tests import agentkit
 from tests.gateway_helpers import balance_cents, call, mod, provider, provider_server  # noqa: F401
+from tests.support.finalize import drain
 
 
 def _agent(client, owner):
@@ -60,6 +61,9 @@ def test_daily_series_and_export_include_calls_and_chat(app, client, make_accoun
     assert call(client, acct, {"action": "boom"}).status_code == 502
     _chat_row(app, acct.id)
     days = client.get("/api/usage/daily?days=3", headers=acct.headers).get_json()["days"]
+    # usage counts a call by its charge (written before the answer); the export lists each
+    # call's status and receipt hash, written by the finalize writer after the answer
+    drain(app)
     today = datetime.now(timezone.utc).date().isoformat()
     assert len(days) == 3 and days[-1]["date"] == today
     assert (days[-1]["calls"], days[-1]["errors"], days[-1]["spend_cents"]) == (3, 1, 3 + 2)

@@ -19,6 +19,7 @@ from app.models import ModuleCall
 from tests.gateway_helpers import (PROVIDER, balance_cents, create_module, mod, provider,  # noqa: F401
                                    provider_server)
 from tests.chatfakes import live_server
+from tests.support.finalize import drain
 from tests.support.procs import http
 
 
@@ -60,6 +61,7 @@ async def _call(url, bearer, name, arguments, meta=None, mode="auto", extra_head
 
 
 def module_calls(app, account_id) -> list[tuple[str, int]]:
+    drain(app)  # the calls answered so far are finalized (deferred finalize)
     with app.app_context():
         rows = db.session.execute(select(ModuleCall.status, ModuleCall.price_micros)
                                   .where(ModuleCall.account_id == account_id)).all()

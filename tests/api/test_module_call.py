@@ -12,10 +12,12 @@ from app.models import IdempotencyRecord, LedgerEntry, ModuleCall
 from app.services.money import ledger
 from tests.gateway_helpers import (PROVIDER, PROVIDER_SECRET, balance_cents, call,  # noqa: F401
                                    create_module, mod, provider, provider_server)
+from tests.support.finalize import drain
 from tests.support.procs import free_port
 
 
 def calls_of(app, account_id):
+    drain(app)  # the calls answered so far are finalized (deferred finalize)
     with app.app_context():
         rows = db.session.execute(select(ModuleCall).where(ModuleCall.account_id == account_id)
                                   .order_by(ModuleCall.created_at)).scalars().all()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import Engine, func, select
 
+from tests.support.finalize import drain
 from tests.support.sqlevents import listening
 from app.extensions import db
 from app.models import IdempotencyRecord, ModuleCall, UsageHourly
@@ -34,9 +35,11 @@ def test_one_statement_before_and_one_after_forwarding(app, client, make_account
                                                        ledger_clean):
     acct = make_account(cents=100)
     call(client, acct, {"action": "ok"}, key="rt-1")  # warm caches (credential, catalog)
+    drain(app)  # rt-1's finalize, written after its answer, is not rt-2's
     statements.clear()
     r = call(client, acct, {"action": "ok"}, key="rt-2")
     assert r.status_code == 200, r.get_json()
+    drain(app)  # rt-2's finalize is written by the process's writer after the answer
     writes = [s for s in statements if "gw_open_calls" in s or "gw_finalize_calls" in s or "module_calls" in s
               or "idempotency_records" in s or "ledger" in s or "usage_hourly" in s]
     assert len(writes) == 2, statements

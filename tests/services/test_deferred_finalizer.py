@@ -268,14 +268,11 @@ def test_which_calls_are_answered_before_their_write(app, monkeypatch, deferred,
     monkeypatch.setattr(charging.GroupFinalizer, "finalize", lambda self, item: seen.append("durable") or True)
     now = utcnow()
     cid = charging.OpenedCall("call_x", now, now + timedelta(seconds=seconds_left))
-    app.config["CALL_FINALIZE_DEFERRED"] = deferred
-    try:
-        with app.app_context():
-            assert charging.finalize_pg(call_id=cid, account_id="acct", idem_key=None, ok=True,
-                                        provider_status=200, receipt={}, finished_at=now,
-                                        response_body="{}") is True
-    finally:
-        app.config["CALL_FINALIZE_DEFERRED"] = False
+    monkeypatch.setitem(app.config, "CALL_FINALIZE_DEFERRED", deferred)
+    with app.app_context():
+        assert charging.finalize_pg(call_id=cid, account_id="acct", idem_key=None, ok=True,
+                                    provider_status=200, receipt={}, finished_at=now,
+                                    response_body="{}") is True
     assert seen == [expect]
 
 
@@ -289,36 +286,33 @@ def slow_finalize(app):
 
 
 def test_a_call_is_answered_before_its_row_is_written_and_ends_exactly_as_in_durable_mode(
-        app, make_account, mod, slow_finalize, ledger_clean):
+        app, make_account, mod, slow_finalize, ledger_clean, monkeypatch):
     acct = make_account(cents=100)
-    app.config["CALL_FINALIZE_DEFERRED"] = True
-    try:
-        with app.test_client() as c:
-            r = call(c, acct, {"action": "ok", "n": 1}, key="deferred-1")
-            assert r.status_code == 200, r.get_json()
-            body = r.get_json()
-            with app.app_context():  # answered; the writer's statement is still in PostgreSQL
-                row = db.session.execute(select(ModuleCall.status, ModuleCall.receipt)
-                                         .where(ModuleCall.id == body["call_id"])).one()
-                assert row.status == "pending" and row.receipt is None
-                db.session.remove()
-            # the key's response is not stored yet: the replay waits for it (it answered 409
-            # before, issue 36 item 7) and returns the cached answer
-            again = call(c, acct, {"action": "ok", "n": 1}, key="deferred-1")
-            assert again.status_code == 200 and again.get_data() == r.get_data()
-            assert again.headers.get("Idempotent-Replayed") == "true"
-            assert charging.drain_finalizer(app, 10)
-            replay = call(c, acct, {"action": "ok", "n": 1}, key="deferred-1")
-        assert replay.status_code == 200 and replay.get_data() == r.get_data()
-        with app.app_context():
-            row = db.session.execute(select(ModuleCall.status, ModuleCall.receipt, ModuleCall.ok)
+    monkeypatch.setitem(app.config, "CALL_FINALIZE_DEFERRED", True)  # this mode, whatever the env says
+    with app.test_client() as c:
+        r = call(c, acct, {"action": "ok", "n": 1}, key="deferred-1")
+        assert r.status_code == 200, r.get_json()
+        body = r.get_json()
+        with app.app_context():  # answered; the writer's statement is still in PostgreSQL
+            row = db.session.execute(select(ModuleCall.status, ModuleCall.receipt)
                                      .where(ModuleCall.id == body["call_id"])).one()
-            assert row.status == "succeeded" and row.ok is True and row.receipt == body["receipt"]
-            rec = db.session.execute(select(IdempotencyRecord.status, IdempotencyRecord.response_body)
-                                     .where(IdempotencyRecord.account_id == acct.id)).one()
-            assert rec.status == "done" and rec.response_body.encode() == r.get_data()
+            assert row.status == "pending" and row.receipt is None
             db.session.remove()
-    finally:
-        app.config["CALL_FINALIZE_DEFERRED"] = False
+        # the key's response is not stored yet: the replay waits for it (it answered 409
+        # before, issue 36 item 7) and returns the cached answer
+        again = call(c, acct, {"action": "ok", "n": 1}, key="deferred-1")
+        assert again.status_code == 200 and again.get_data() == r.get_data()
+        assert again.headers.get("Idempotent-Replayed") == "true"
+        assert charging.drain_finalizer(app, 10)
+        replay = call(c, acct, {"action": "ok", "n": 1}, key="deferred-1")
+    assert replay.status_code == 200 and replay.get_data() == r.get_data()
+    with app.app_context():
+        row = db.session.execute(select(ModuleCall.status, ModuleCall.receipt, ModuleCall.ok)
+                                 .where(ModuleCall.id == body["call_id"])).one()
+        assert row.status == "succeeded" and row.ok is True and row.receipt == body["receipt"]
+        rec = db.session.execute(select(IdempotencyRecord.status, IdempotencyRecord.response_body)
+                                 .where(IdempotencyRecord.account_id == acct.id)).one()
+        assert rec.status == "done" and rec.response_body.encode() == r.get_data()
+        db.session.remove()
     assert balance_cents(app, acct.id) == 100 - 3
     ledger_clean()

@@ -12,7 +12,7 @@ from app.models import LedgerTransaction, ModuleCall
 from app.models.base import utcnow
 from app.services.gateway import catalog
 from app.services.gateway import calls as gateway
-from app.services.money import ledger
+from app.services.money import charging, ledger
 from app.services.gateway import upstream
 from tests.gateway_helpers import balance_cents, mod, provider, provider_server  # noqa: F401
 
@@ -28,11 +28,15 @@ def _crashed_call(app, acct, key=None) -> str:
 
 
 def _expire(app, call_id):
+    """Move the call's deadline into the past; returns the call id carrying that deadline
+    (what the process that opened it would hold by now)."""
+    deadline = utcnow() - timedelta(seconds=1)
     with app.app_context():
         db.session.execute(update(ModuleCall).where(ModuleCall.id == call_id)
-                           .values(deadline_at=utcnow() - timedelta(seconds=1)))
+                           .values(deadline_at=deadline))
         db.session.commit()
         db.session.remove()
+    return charging.OpenedCall(str(call_id), call_id.created_at, deadline)
 
 
 def test_sweep_refunds_crashed_call_exactly_once(app, client, make_account, mod, ledger_clean):
@@ -69,8 +73,9 @@ def test_sweep_refunds_crashed_call_exactly_once(app, client, make_account, mod,
 
 def test_late_finalize_after_sweep_is_not_charged(app, make_account, mod, ledger_clean):
     acct = make_account(cents=10)
-    call_id = _crashed_call(app, acct)
-    _expire(app, call_id)
+    # finishing past its deadline, the call's finalize is written before any answer (in
+    # the deferred mode too: charging.finalize_pg), and finds the call refunded
+    call_id = _expire(app, _crashed_call(app, acct))
     with app.app_context():
         assert gateway.sweep_pending() == 1
         m = catalog.get_module("svc")

@@ -118,10 +118,13 @@ def test_one_statement_finalizes_only_the_calls_still_pending(app, make_account,
     ledger_clean()
 
 
-def test_concurrent_calls_each_get_their_own_answer(app, make_account, mod, ledger_clean):
-    """8 threads of calls through the real route (grouped finalizes on PostgreSQL): every
-    answer is the caller's own call, charged once, with a verifying receipt."""
+def test_concurrent_calls_each_get_their_own_answer(app, make_account, mod, ledger_clean, monkeypatch):
+    """8 threads of calls through the real route, finalized durably (grouped finalizes on
+    PostgreSQL): every answer is the caller's own call, charged once, with a verifying
+    receipt."""
     from app.services.gateway import receipts
+
+    monkeypatch.setitem(app.config, "CALL_FINALIZE_DEFERRED", False)  # the durable mode's groups
 
     accts = [make_account(cents=1000) for _ in range(16)]  # 4 calls each: under the plan's rate limit
 

@@ -1,5 +1,8 @@
-"""The metered call's finalize statement made slower on purpose (PostgreSQL): one helper
-for the tests and the fault harness that hold finalizations in flight.
+"""The metered call's finalize in tests: ``drain(app)``, which waits for the app's finalize
+writer (tests run the deferred finalize, as production does: a metered call is answered
+before its ``succeeded`` row, receipt and stored Idempotency-Key response are written),
+and the finalize statement made slower on purpose (PostgreSQL): one helper for the tests
+and the fault harness that hold finalizations in flight.
 
 ``finalize_function(delay)`` is ``app/services/money/sql/gw_finalize_calls.sql`` (``CREATE
 OR REPLACE FUNCTION gw_finalize_calls``) with a ``pg_sleep(delay)`` first (``None``: the
@@ -10,6 +13,16 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 from app import sqlfunctions
+
+
+def drain(app, timeout: float = 10.0) -> None:
+    """Wait until every call ``app`` has answered so far is finalized in the database.
+    A test that reads a call's state (its ``module_calls`` row, receipt, status, the
+    Idempotency-Key's record) right after the call calls this first; the charge (balance,
+    ledger, the pending row) is written before the answer and needs no wait."""
+    from app.services.money import charging
+
+    assert charging.drain_finalizer(app, timeout), f"finalize writer not drained in {timeout} s"
 
 
 def _definition() -> str:

@@ -16,7 +16,7 @@ stays in ``gateway.calls``.
   Idempotency-Key's response in ONE statement (``gw_finalize_calls``, ``money/sql/``).
   Two ways, chosen by ``CALL_FINALIZE_DEFERRED``:
 
-  - deferred (the default outside tests): the call is handed to the process's
+  - deferred (the default everywhere, tests included): the call is handed to the process's
     ``DeferredFinalizer`` thread and answered at once; the thread writes everything
     queued with one statement per round trip. What a crash can lose in between is the
     call's ``succeeded`` row (the sweep then refunds it: the caller keeps the answer and

@@ -252,14 +252,8 @@ def _fund_hold(call: _Call, payment: str) -> x402.X402Payment:
     is 402 ``payment_invalid`` with a fresh ``PAYMENT-REQUIRED``; nothing is credited."""
     price = -(-call.hold_micros // ledger.MICROS_PER_CENT) * ledger.MICROS_PER_CENT
     url = paywall.resource_url(chat_billing.CHAT_PATH)
-    try:
-        pay = x402.accept(payment, account_id=call.account_id, price_micros=price, resource_url=url,
-                          mode=call.mode)
-    except x402.PaymentInvalid as exc:
-        _, headers = x402.payment_required(price // ledger.MICROS_PER_CENT, url, "Chat completion",
-                                           error=exc.message, extensions=bazaar.chat_completion())
-        exc.headers.update(headers)
-        raise
+    pay = x402.accept(payment, account_id=call.account_id, price_micros=price, resource_url=url,
+                      mode=call.mode, description="Chat completion", extensions=bazaar.chat_completion())
     with unit_of_work():
         x402.book(pay, call_id=call.id)
     log.info("chat %s: x402 payment of %s micros credited (%s)", call.id, pay.value_atomic, pay.auth_id)

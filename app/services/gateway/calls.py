@@ -122,15 +122,9 @@ def fund_from_payment(payment: str, *, account_id: str, price_micros: int,
     (facilitator or sandbox). The caller books the credit (``x402.book``) in the unit of
     work that debits the call. Raises 400 ``invalid_payment`` (undecodable) or 402
     ``payment_invalid`` (refused; with ``reason`` and a fresh ``PAYMENT-REQUIRED``)."""
-    try:
-        return x402.accept(payment, account_id=account_id, price_micros=price_micros, mode=mode,
-                           resource_url=_resource_url(slug))
-    except x402.PaymentInvalid as exc:
-        cents = -(-int(price_micros) // ledger.MICROS_PER_CENT)
-        _, headers = x402.payment_required(cents, _resource_url(slug), error=exc.message,
-                                           extensions=_extensions(slug, action, cents))
-        exc.headers.update(headers)
-        raise
+    return x402.accept(payment, account_id=account_id, price_micros=price_micros, mode=mode,
+                       resource_url=_resource_url(slug),
+                       extensions=_extensions(slug, action, -(-int(price_micros) // ledger.MICROS_PER_CENT)))
 
 
 # --- helpers -------------------------------------------------------------------------

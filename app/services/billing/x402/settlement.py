@@ -37,7 +37,8 @@ from app.ids import new_id
 from app.models import Payment, X402Authorization
 from app.models.base import utcnow
 from app.services.billing.x402.payload import PaymentInvalid, decode, verify
-from app.services.billing.x402.requirements import enabled, is_sandbox, offered, v1_requirement, v2_requirement, wire
+from app.services.billing.x402.requirements import (enabled, is_sandbox, offered, payment_required, v1_requirement,
+                                                    v2_requirement, wire)
 from app.services.billing import chains, outside
 from app.services.money import ledger
 from app.services.platform import http
@@ -173,12 +174,23 @@ def settle(pay: X402Payment, facts: dict, *, price_micros: int, resource_url: st
 
 
 def accept(header_value: str, *, account_id: str, price_micros: int, resource_url: str,
-           mode: str = "live") -> X402Payment:
+           mode: str = "live", description: str = "Module call",
+           extensions: dict | None = None) -> X402Payment:
     """Steps 1 and 2: verify and reserve (own unit of work), then settle (no transaction
-    open). The caller books it (step 3) in its own unit of work."""
-    pay, facts = verify_and_reserve(header_value, account_id=account_id, price_micros=price_micros, mode=mode,
-                                    resource_url=resource_url)
-    return settle(pay, facts, price_micros=price_micros, resource_url=resource_url)
+    open). The caller books it (step 3) in its own unit of work. A refusal (402
+    ``payment_invalid``, with ``reason``) carries a fresh payment request for the same
+    resource and price (``PAYMENT-REQUIRED``; ``description`` and ``extensions`` as in the
+    402 that asked for it), so the client can pay again."""
+    try:
+        pay, facts = verify_and_reserve(header_value, account_id=account_id, price_micros=price_micros,
+                                        mode=mode, resource_url=resource_url)
+        return settle(pay, facts, price_micros=price_micros, resource_url=resource_url)
+    except PaymentInvalid as exc:
+        cents = -(-int(price_micros) // ledger.MICROS_PER_CENT)
+        _, headers = payment_required(cents, resource_url, description, error=exc.message,
+                                      extensions=extensions)
+        exc.headers.update(headers)
+        raise
 
 
 def fund_call(header_value: str, *, account_id: str, price_micros: int, call_id: str, mode: str,

@@ -468,3 +468,21 @@ def test_chat_cors(app, client, monkeypatch, fakes, acct, ledger_clean):
     evil = client.options("/v1/chat/completions", headers={**pre_headers, "Origin": "https://evil.example"})
     assert "Access-Control-Allow-Origin" not in evil.headers
     ledger_clean()
+
+
+@pytest.mark.parametrize("path,body", [
+    ("/v1/chat/completions", {"model": "m-small", "messages": MSGS}),
+    ("/v1/messages", {"model": "m-small", "max_tokens": 50, "messages": MSGS}),
+])
+def test_who_acted_is_recorded_on_both_chat_apis(app, client, acct, fakes, path, body):  # noqa: F811
+    """The completion row and its hold record the credential that acted (`actor`) apart
+    from the account that pays; /v1/messages left it empty."""
+    r = client.post(path, json=body, headers={"Authorization": f"Bearer {acct.key}"})
+    assert r.status_code == 200, r.get_json()
+    with app.app_context():
+        key_id = db.session.execute(select(ChatCompletion.actor)).scalars().all()
+        txn = db.session.execute(select(LedgerTransaction.actor, LedgerTransaction.account_id)
+                                 .where(LedgerTransaction.kind == "chat_hold")).one()
+        db.session.remove()
+    assert len(key_id) == 1 and key_id[0] and key_id[0].startswith("key_")
+    assert tuple(txn) == (key_id[0], acct.id)

@@ -177,4 +177,5 @@ class MessagesView(MethodView):
         accepted. `model: auto` picks the cheapest model that fits.
         """
         p = principal()
-        return _response(messages.create_message(p.account_id, p.mode, body, key_id=key_of(p)))
+        return _response(messages.create_message(p.account_id, p.mode, body, key_id=key_of(p),
+                                                    actor=p.credential_id))

@@ -239,9 +239,10 @@ def translate_stream(events: Iterator[bytes], completion_id: str, model: str) ->
             close()
 
 
-def create_message(account_id: str, mode: str, req: dict, key_id: str | None = None) -> ChatResult:
+def create_message(account_id: str, mode: str, req: dict, key_id: str | None = None,
+                   actor: str | None = None) -> ChatResult:
     """``POST /v1/messages``: translate, run the completion service, translate back."""
-    result = completions.create_completion(account_id, mode, to_openai(req), key_id=key_id)
+    result = completions.create_completion(account_id, mode, to_openai(req), key_id=key_id, actor=actor)
     if result.events is None:
         return ChatResult(body=from_openai(result.body), headers=result.headers)
     completion_id, model = result.headers["X-Chat-Completion-Id"], result.headers["X-Chat-Model"]

@@ -6,14 +6,36 @@ import os
 import pytest
 import requests
 
-from tests.fuzz.run_fuzz import SERVER_ARGS, _agent_session, _env, _flask, main
+from tests.fuzz.run_fuzz import SERVER_ARGS, _agent_session, _env, _flask, _operations_config, main
 from tests.support.apps import fresh_database, gunicorn_proc
+
+
+# The seed of the CI run that drew a valid module call (2026-11-27): its 502 failed the gate.
+CI_SEED = "296535597301354017017543833422213279763"
 
 
 @pytest.mark.skipif(not (os.environ.get("CI") or os.environ.get("RUN_FUZZ")),
                     reason="run in CI (.ci/run sets CI=1) or with RUN_FUZZ=1")
 def test_schemathesis_all_checks_pass():
-    assert main(["--max-examples", "8"]) == 0
+    """CI's gate runs one fixed seed (``FUZZ_SEED`` to try another): a gate that passes or
+    fails by the draw is no gate; ``make fuzz`` explores with a fresh seed each time."""
+    assert main(["--max-examples", "8", "--seed", os.environ.get("FUZZ_SEED", CI_SEED)]) == 0
+
+
+
+def test_only_the_module_call_may_answer_a_valid_request_with_502():
+    """With the SSRF guard strict, a generated call naming a real action reaches the demo
+    module's loopback upstream and is refused: 502 ``provider_error``, refunded. That status
+    is accepted there only; every other operation (and every other 5xx) stays a failure."""
+    import tomllib
+
+    config = tomllib.loads(_operations_config("svc_sess_x"))
+    by_name = {op["include-name"]: op for op in config["operations"]}
+    module_call = by_name["POST /v1/module/{slug}/call"]
+    assert module_call["checks"]["not_a_server_error"]["expected-statuses"] == [
+        "2xx", "3xx", "4xx", "502"]
+    others = [n for n, op in by_name.items() if "not_a_server_error" in op.get("checks", {})]
+    assert others == ["POST /v1/module/{slug}/call"]
 
 
 def test_the_fuzz_server_lets_a_long_query_string_reach_the_app(tmp_path):

@@ -20,7 +20,7 @@ finalize it                            ``charging.finalize_pg``
 refund it / sweep the stale ones       ``refunds.refund`` / ``refunds.sweep_pending``
 chat hold / extend / settle / release  ``holds.hold`` / ``extend`` / ``settle`` / ``release``
 release stale chat holds               ``holds.release_stale_holds``
-key spend limits                       ``spend.reserve`` / ``spend.release``
+key spend limits: release, refusal     ``spend.release`` / ``spend.refusal``
 any other posting                      ``ledger.post`` (``gw_post``)
 check the books                        ``ledger.check``
 =====================================  =============================================

@@ -4,15 +4,16 @@ reservation, settlement (facilitator ``/verify`` + ``/settle``; for test-mode pa
 local sandbox settlement) and the ledger credit (DESIGN §8): a live payment credits the live
 balance and needs a facilitator; a sandbox one credits the test balance (``acct_test:``).
 
-Three steps, never a network call inside a transaction (``app/services/gateway/calls.py``)::
+Three steps, never a network call inside a transaction (``app/services/gateway/calls.py``
+``open_call``, ``app/services/chat/completions.py`` ``_fund_hold``)::
 
     pay, facts = x402.verify_and_reserve(header, ...)  # 1. verify (no db), reserve: own unit of work
     x402.settle(pay, facts, ...)                       # 2. facilitator over HTTP, no transaction open
-    with unit_of_work():                               # 3. book: the credit and the call's charge
-        x402.book(pay, call_id=...); ledger.post("module_call", ...)
+    with unit_of_work():                               # 3. book: the credit to the payer's balance
+        x402.book(pay, call_id=...)
+    # then the call or the chat hold is charged on the balance, the way every one is
 
-(``accept`` = steps 1 and 2; ``fund_call`` = ``accept`` + ``book`` in the caller's
-transaction.) The seam for the money issue: step 2's outcome is recorded on the
+(``accept`` = steps 1 and 2.) Step 2's outcome is recorded on the
 authorization (``settled``/``failed``, or left ``reserved`` when the facilitator did not
 answer); a settled authorization whose step 3 never committed is booked as account credit
 by ``book_orphans``; a ``reserved`` one awaits the reconciliation job of that issue.
@@ -191,16 +192,6 @@ def accept(header_value: str, *, account_id: str, price_micros: int, resource_ur
                                       extensions=extensions)
         exc.headers.update(headers)
         raise
-
-
-def fund_call(header_value: str, *, account_id: str, price_micros: int, call_id: str, mode: str,
-              resource_url: str) -> X402Payment:
-    """``accept`` then ``book`` in the caller's (not yet committed) transaction: the caller
-    debits the price next and commits both. Must be called with no unit of work open."""
-    pay = accept(header_value, account_id=account_id, price_micros=price_micros, resource_url=resource_url,
-                 mode=mode)
-    book(pay, call_id=call_id)
-    return pay
 
 
 def book(pay: X402Payment, call_id: str | None = None) -> str:

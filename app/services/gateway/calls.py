@@ -50,7 +50,8 @@ from app.services.gateway import upstream
 from app.services.billing import paywall, x402
 from app.services.platform import http
 from app.services.platform.uow import read, unit_of_work
-from app.services.money.refunds import legs as _legs, purge_idempotency, refund, sweep_pending  # noqa: F401
+from app.services.money.refunds import purge_idempotency, refund, sweep_pending  # noqa: F401
+from app.services.money.revenue_share import call_legs as _legs
 
 
 class IdempotencyKeyReused(Conflict):

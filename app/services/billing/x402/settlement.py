@@ -40,7 +40,8 @@ from app.models.base import utcnow
 from app.services.billing.x402.payload import PaymentInvalid, decode, verify
 from app.services.billing.x402.requirements import (enabled, is_sandbox, offered, payment_required, v1_requirement,
                                                     v2_requirement, wire)
-from app.services.billing import chains, outside
+from app.services.billing import chains
+from app.services.money import funding, outside
 from app.services.money import ledger
 from app.services.platform import http
 from app.services.platform.uow import in_unit_of_work, transactional, unit_of_work
@@ -209,13 +210,11 @@ def book(pay: X402Payment, call_id: str | None = None) -> str:
                       meta={"network": pay.network, "payer": pay.payer, "transaction": pay.transaction,
                             "call_id": call_id, "authorization": pay.auth_id})
     db.session.add(payment)
-    source = ledger.external("sandbox" if pay.sandbox else "x402")
-    outside.record(outside.x402_ref(pay.auth_key), rail="x402", account_id=pay.account_id,
-                   amount_micros=pay.value_atomic, ledger_ref=f"x402:{pay.auth_key}", payment_id=payment.id,
-                   mode=payment.mode, meta={"network": pay.network, "transaction": pay.transaction})
-    ledger.post("x402_payment", [(source, -pay.value_atomic), (ledger.customer(pay.account_id, mode), pay.value_atomic)],
-                ref=f"x402:{pay.auth_key}", account_id=pay.account_id,
-                meta={"payment_id": payment.id, "call_id": call_id, "payer": pay.payer})
+    funding.credit("x402_payment", source=ledger.external("sandbox" if pay.sandbox else "x402"),
+                   account_id=pay.account_id, mode=mode, micros=pay.value_atomic, ref=f"x402:{pay.auth_key}",
+                   outside_ref=outside.x402_ref(pay.auth_key), rail="x402", payment_id=payment.id,
+                   meta={"payment_id": payment.id, "call_id": call_id, "payer": pay.payer},
+                   outside_meta={"network": pay.network, "transaction": pay.transaction})
     pay.booked = True
     return payment.id
 

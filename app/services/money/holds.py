@@ -10,8 +10,8 @@ Ledger postings (integer micros, DESIGN §3):
 Settle and release share one ref and both flip the completion row from ``held`` with a
 conditional UPDATE, so a completion is settled or released exactly once. A settle never
 charges more than the hold (C ≤ H): a cost above it (the prompt was longer than estimated)
-is capped by the service (``chat_settle_capped`` in the log) and by ``gw_chat_settle``
-(recorded in the posting's meta as ``shortfall_micros``).
+is capped by ``gw_chat_settle`` alone (recorded in the posting's meta as
+``shortfall_micros``; logged here); the usage the caller sees is what was charged.
 
 The hold and the settle are ONE autocommit statement each (``holds_pg``: the money
 engine's ``gw_chat_hold`` reserves a limited key's spend, ``gw_chat_settle`` gives its
@@ -117,7 +117,7 @@ def settle(completion_id: str, account_id: str, hold_micros: int, cost_micros: i
         return None
     charge = done[0]
     if charge < cost_micros:
-        log.warning("chat %s: cost %s exceeds hold %s and balance; charging %s",
+        log.warning("chat_settle_capped: completion %s cost %s micros, held %s; charged %s",
                     completion_id, cost_micros, hold_micros, charge)
     return charge
 

@@ -32,7 +32,7 @@ from app.models.base import utcnow
 from app.services.money import spend
 from app.services.billing import bazaar, paywall
 from app.services.money import holds_pg, ledger
-from app.services.platform.uow import end_reads, transactional, unit_of_work
+from app.services.platform.uow import end_reads, read, transactional, unit_of_work
 
 log = logging.getLogger(__name__)
 
@@ -114,12 +114,24 @@ def settle(completion_id: str, account_id: str, hold_micros: int, cost_micros: i
         prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, estimated=estimated,
         attempts=attempts, latency_ms=latency_ms, error=(error or None) and error[:300], now=utcnow())
     if done is None:
-        return None
+        # Not held any more: settled by an earlier attempt of this same settle (its
+        # connection died after the COMMIT, ``run_one`` retried) — then that charge is the
+        # answer — or released (the stale-hold sweep): None.
+        return _settled_charge(completion_id, created_at)
     charge = done[0]
     if charge < cost_micros:
         log.warning("chat_settle_capped: completion %s cost %s micros, held %s; charged %s",
                     completion_id, cost_micros, hold_micros, charge)
     return charge
+
+
+def _settled_charge(completion_id: str, created_at) -> int | None:
+    """What a settled completion was charged; None when it is not settled (released)."""
+    where = [ChatCompletion.id == completion_id, ChatCompletion.status == "settled"]
+    if created_at is not None:
+        where.append(ChatCompletion.created_at == created_at)
+    rows = read(select(ChatCompletion.cost_micros).where(*where))
+    return int(rows[0][0]) if rows else None
 
 
 @transactional

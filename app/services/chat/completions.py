@@ -363,7 +363,7 @@ def _start_stream(call: _Call, offers: list[Offer], models: dict[str, Model]) ->
         _fail(call)
     it, first = opened
     created = int(time.time())
-    beat = HoldHeartbeat(call.id).start() if call.live else None
+    beat = None  # the hold's heartbeat runs with the body: a body never run keeps nothing alive
 
     def sse(obj: dict) -> bytes:
         return b"data: " + orjson.dumps(obj) + b"\n\n"
@@ -383,6 +383,9 @@ def _start_stream(call: _Call, offers: list[Offer], models: dict[str, Model]) ->
             _settle(call, offer, usage, error)
             return usage
 
+        nonlocal beat
+        if call.live:
+            beat = HoldHeartbeat(call.id).start()
         try:
             chunk = first
             while chunk is not None:

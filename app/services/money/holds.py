@@ -102,9 +102,10 @@ def settle(completion_id: str, account_id: str, hold_micros: int, cost_micros: i
            model: str, provider: str, prompt_tokens: int, completion_tokens: int,
            estimated: bool, attempts: int, latency_ms: int, error: str | None = None,
            created_at=None) -> int | None:
-    """Charge the exact cost and return the rest of the hold (one unit of work per
-    attempt); returns the micros charged (None when this completion was already settled
-    or released). ``created_at``: what ``hold`` returned (finds the row in one partition).
+    """Charge the exact cost and return the rest of the hold; returns the micros charged
+    (by the earlier settle when it was already settled: nothing is written again; None
+    when it was released). ``created_at``: what ``hold`` returned (finds the row in one
+    partition).
     PostgreSQL: ONE autocommit statement (``gw_chat_settle``, which also gives the key's
     unused reservation back), committed durably before it returns."""
     done = holds_pg.settle(

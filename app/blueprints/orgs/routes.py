@@ -1,0 +1,71 @@
+"""Organisation endpoints: organisations, members and roles (docs/teams.md)."""
+from flask import g, request
+
+from app.auth import principal
+from app.blueprints.orgs.schemas import (MemberListSchema, MemberRemovedSchema, MemberSchema, MemberUpdateSchema,
+                                         OrgCreateSchema, OrgListSchema, OrgSchema)
+from app.blueprints.routing import endpoint
+from app.extensions import Blueprint
+from app.services.orgs import orgs
+from app.services.orgs.audit import Actor
+
+blp = Blueprint("orgs", __name__, url_prefix="/api/orgs",
+                description="Organisations: one balance shared by members with roles (docs/teams.md).")
+
+_ROLE_403 = "`org_role_required`: the caller's role does not allow it (the message names the roles that do)."
+_NOT_MEMBER = "No such organisation (or the caller is not a member), or no such member."
+
+
+def current_actor() -> Actor:
+    """The person behind this request's credential, for the audit log."""
+    p = principal()
+    return Actor(orgs.person_of(p), p.credential_id, g.get("request_id"), request.remote_addr)
+
+
+@endpoint(blp, "", "post", "orgs:write", body=OrgCreateSchema, ok=OrgSchema, status=201, name="OrgCreateView")
+def create_org(body):
+    """Create an organisation: its own balances (live and test, starting at 0; no
+    promotional credit) and plan; the caller is its owner. Fund it with any rail by passing
+    its `id` as `org_id` (`POST /api/pay/checkout`, `POST /api/wallet/fund`)."""
+    return orgs.create_org(principal(), current_actor(), body["name"])
+
+
+@endpoint(blp, "", "get", "orgs:read", ok=OrgListSchema, name="OrgListView")
+def list_orgs():
+    """The caller's organisations with the caller's role (an organisation key: its own)."""
+    return {"orgs": orgs.list_orgs(principal())}
+
+
+@endpoint(blp, "/<string:org_id>", "get", "orgs:read", ok=OrgSchema, errors={404: _NOT_MEMBER}, name="OrgView")
+def get_org(org_id):
+    """One of the caller's organisations: balance (in the key's mode), plan, the caller's role."""
+    return orgs.get_org(principal(), org_id)
+
+
+@endpoint(blp, "/<string:org_id>/members", "get", "orgs:read", ok=MemberListSchema, errors={404: _NOT_MEMBER},
+          name="MemberListView")
+def list_members(org_id):
+    """The organisation's members with their roles and monthly budgets (any member may read)."""
+    return {"members": orgs.list_members(principal(), org_id)}
+
+
+@endpoint(blp, "/<string:org_id>/members/<string:member_id>", "patch", "orgs:write", body=MemberUpdateSchema,
+          ok=MemberSchema, errors={403: _ROLE_403, 404: _NOT_MEMBER,
+                                   409: "`last_owner`: the organisation's only owner keeps the role."},
+          name="MemberUpdateView")
+def update_member(body, org_id, member_id):
+    """Change a member's `role` and/or `monthly_budget_cents` (owners and admins; only an
+    owner gives or takes `owner`). A new role applies to the member's organisation keys on
+    every worker within 60 s (about 1 s with Redis)."""
+    return orgs.update_member(principal(), current_actor(), org_id, member_id, body)
+
+
+@endpoint(blp, "/<string:org_id>/members/<string:member_id>", "delete", "orgs:write", ok=MemberRemovedSchema,
+          errors={403: _ROLE_403, 404: _NOT_MEMBER,
+                  409: "`last_owner`: the organisation's only owner cannot leave."},
+          name="MemberView")
+def remove_member(org_id, member_id):
+    """Remove a member, or leave (`member_id` = your own account id). Owners and admins
+    remove others; only an owner removes an owner; the last owner cannot leave. The
+    member's organisation keys are revoked (refused on every worker within 60 s)."""
+    return orgs.remove_member(principal(), current_actor(), org_id, member_id)

@@ -1,0 +1,78 @@
+"""Schemas of organisations, members and the audit log (docs/teams.md)."""
+import marshmallow as ma
+from marshmallow import validate
+
+from app.blueprints.fields import InputSchema, JsonInteger, Pattern, derived
+from app.models.orgs import ROLES
+from app.services.money.ledger import micros_to_cents
+
+ID = validate.Length(min=1, max=32)
+# Some character that is not white space (every character Python's ``str.strip`` removes is
+# listed, so what passes keeps a name after trimming; read alike by ECMA-262 and Python).
+_SPACE = r" \t\n\r\f\v\x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+NAME_PATTERN = rf"^[{_SPACE}]*[^{_SPACE}][\s\S]*$"
+MAX_BUDGET_CENTS = 100_000_000
+
+
+def org_id_field(what: str, **kw) -> ma.fields.String:
+    """The optional ``org_id`` of a request that may act on an organisation."""
+    return ma.fields.String(validate=ID, metadata={"description": (
+        f"Act on this organisation instead of the credential's own account: {what}. The caller must be a "
+        "member whose role allows it (403 `org_role_required` names the roles that do; not a member: 404). "
+        "An organisation key acts on its own organisation without it.")}, **kw)
+
+
+class OrgCreateSchema(InputSchema):
+    name = ma.fields.String(required=True, validate=[validate.Length(min=1, max=100),
+                                                     Pattern(NAME_PATTERN, error="must not be blank.")],
+                            metadata={"description": "The organisation's name (trimmed)."})
+
+
+class OrgSchema(ma.Schema):
+    id = ma.fields.String(required=True, metadata={"description": "The organisation's id (`acct_…`): pass it "
+                                                                  "as `org_id`."})
+    name = ma.fields.String(required=True)
+    plan = ma.fields.String(required=True, validate=validate.OneOf(["starter", "pro", "scale", "enterprise"]))
+    balance_cents = derived(ma.fields.Integer(required=True, metadata={
+        "description": "The organisation's balance in the caller's mode, in cents (floor)."}),
+        lambda o: micros_to_cents(o["balance_micros"]))
+    role = ma.fields.String(required=True, validate=validate.OneOf(ROLES),
+                            metadata={"description": "The caller's role in the organisation."})
+    created_at = ma.fields.DateTime(required=True)
+
+
+class OrgListSchema(ma.Schema):
+    orgs = ma.fields.List(ma.fields.Nested(OrgSchema), required=True)
+
+
+class MemberSchema(ma.Schema):
+    member_id = ma.fields.String(required=True, metadata={"description": "The member's own account id."})
+    email = ma.fields.String(required=True, allow_none=True)
+    role = ma.fields.String(required=True, validate=validate.OneOf(ROLES))
+    monthly_budget_cents = derived(ma.fields.Integer(required=True, allow_none=True, metadata={
+        "description": "Most the member's organisation keys may spend together per calendar month (UTC); "
+                       "null: no budget."}),
+        lambda m: None if m["monthly_budget_micros"] is None else micros_to_cents(m["monthly_budget_micros"]))
+    created_at = ma.fields.DateTime(required=True, metadata={"description": "When the member joined."})
+
+
+class MemberListSchema(ma.Schema):
+    members = ma.fields.List(ma.fields.Nested(MemberSchema), required=True)
+
+
+class MemberUpdateSchema(InputSchema):
+    class Meta:
+        json_schema = {"anyOf": [{"required": ["role"]}, {"required": ["monthly_budget_cents"]}]}
+
+    role = ma.fields.String(validate=validate.OneOf(ROLES), metadata={
+        "description": "New role; only an owner gives or takes the role `owner`; the last owner keeps it."})
+    monthly_budget_cents = JsonInteger(allow_none=True, validate=validate.Range(min=0, max=MAX_BUDGET_CENTS),
+                                       metadata={"description": "New monthly budget in cents (≥ 0); null removes "
+                                                                "it."})
+
+
+class MemberRemovedSchema(ma.Schema):
+    removed = ma.fields.Boolean(required=True)
+    member_id = ma.fields.String(required=True)
+    revoked_keys = ma.fields.List(ma.fields.String(), required=True, metadata={
+        "description": "The member's organisation keys, revoked with the removal."})

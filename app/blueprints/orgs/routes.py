@@ -2,11 +2,12 @@
 from flask import g, request
 
 from app.auth import principal
-from app.blueprints.orgs.schemas import (MemberListSchema, MemberRemovedSchema, MemberSchema, MemberUpdateSchema,
-                                         OrgCreateSchema, OrgListSchema, OrgSchema)
+from app.blueprints.orgs.schemas import (InviteCreateSchema, InviteListSchema, InviteSchema, MemberListSchema,
+                                         MemberRemovedSchema, MemberSchema, MemberUpdateSchema, OrgCreateSchema,
+                                         OrgListSchema, OrgSchema)
 from app.blueprints.routing import endpoint
 from app.extensions import Blueprint
-from app.services.orgs import orgs
+from app.services.orgs import invites, orgs
 from app.services.orgs.audit import Actor
 
 blp = Blueprint("orgs", __name__, url_prefix="/api/orgs",
@@ -69,3 +70,43 @@ def remove_member(org_id, member_id):
     remove others; only an owner removes an owner; the last owner cannot leave. The
     member's organisation keys are revoked (refused on every worker within 60 s)."""
     return orgs.remove_member(principal(), current_actor(), org_id, member_id)
+
+
+@endpoint(blp, "/<string:org_id>/invites", "post", "orgs:write", body=InviteCreateSchema, ok=InviteSchema,
+          status=201, errors={403: _ROLE_403, 404: _NOT_MEMBER,
+                              409: "`already_member`: the address is already a member."},
+          name="InviteCreateView")
+def create_invite(body, org_id):
+    """Invite a person by e-mail (owners and admins; only an owner invites an owner). The
+    e-mail carries a single-use link `{BASE_URL}/invites/{token}`, valid 7 days: its page
+    creates the person's account if needed and signs them in on the console, or they
+    accept with their own key (`POST /api/orgs/invites/{token}/accept`). A new invitation
+    to the same address replaces the pending one."""
+    return invites.invite(principal(), current_actor(), org_id, body["email"], body["role"])
+
+
+@endpoint(blp, "/<string:org_id>/invites", "get", "orgs:read", ok=InviteListSchema,
+          errors={403: _ROLE_403, 404: _NOT_MEMBER}, name="InviteListView")
+def list_invites(org_id):
+    """The pending invitations (owners and admins)."""
+    return {"invites": invites.list_invites(principal(), org_id)}
+
+
+@endpoint(blp, "/<string:org_id>/invites/<string:invite_id>", "delete", "orgs:write", ok=InviteSchema,
+          errors={403: _ROLE_403, 404: _NOT_MEMBER + " No such invitation."}, name="InviteView")
+def revoke_invite(org_id, invite_id):
+    """Revoke an invitation: its link stops working (owners and admins; idempotent)."""
+    return invites.revoke(principal(), current_actor(), org_id, invite_id)
+
+
+@endpoint(blp, "/invites/<string:token>/accept", "post", "orgs:write", ok=OrgSchema,
+          errors={403: "`invite_email_mismatch`: the invitation was sent to another address (the link "
+                       "stays usable).",
+                  404: "`invalid_token`: the link is unknown, expired, revoked or already used.",
+                  409: "`already_member`: the caller is already a member."},
+          name="InviteAcceptView")
+def accept_invite(token):
+    """Accept an invitation with your own credential: the invitation's address must be
+    your account's. You become a member with the invited role; the answer is the
+    organisation with your role."""
+    return invites.accept_with_credential(principal(), current_actor(), token)

@@ -2,7 +2,8 @@
 import marshmallow as ma
 from marshmallow import validate
 
-from app.blueprints.fields import InputSchema, JsonInteger, Pattern, derived
+from app.blueprints.contact.schemas import EMAIL_DOC
+from app.blueprints.fields import InputSchema, JsonInteger, Pattern, derived, header_safe
 from app.models.orgs import ROLES
 from app.services.money.ledger import micros_to_cents
 
@@ -76,3 +77,28 @@ class MemberRemovedSchema(ma.Schema):
     member_id = ma.fields.String(required=True)
     revoked_keys = ma.fields.List(ma.fields.String(), required=True, metadata={
         "description": "The member's organisation keys, revoked with the removal."})
+
+
+class InviteCreateSchema(InputSchema):
+    email = ma.fields.String(required=True, validate=[validate.Length(min=3, max=254), header_safe], metadata={
+        **EMAIL_DOC, "description": "E-mail address (at most 254 characters) where the single-use link is sent; "
+                                    "only the account of this address can accept."})
+    role = ma.fields.String(required=True, validate=validate.OneOf(ROLES), metadata={
+        "description": "The role the person gets on accepting (only an owner invites an owner)."})
+
+
+class InviteSchema(ma.Schema):
+    id = ma.fields.String(required=True)
+    org_id = ma.fields.String(required=True)
+    email = ma.fields.String(required=True)
+    role = ma.fields.String(required=True, validate=validate.OneOf(ROLES))
+    invited_by = ma.fields.String(required=True, metadata={"description": "The inviting member's account id."})
+    created_at = ma.fields.DateTime(required=True)
+    expires_at = ma.fields.DateTime(required=True, metadata={"description": "7 days after it was sent."})
+    accepted_at = ma.fields.DateTime(required=True, allow_none=True)
+    revoked_at = ma.fields.DateTime(required=True, allow_none=True)
+
+
+class InviteListSchema(ma.Schema):
+    invites = ma.fields.List(ma.fields.Nested(InviteSchema), required=True, metadata={
+        "description": "Pending invitations (not accepted, revoked or expired), oldest first."})

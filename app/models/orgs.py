@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, CheckConstraint, ForeignKey, Index, String
+from sqlalchemy import CheckConstraint, ForeignKey, Index, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.extensions import db
@@ -17,20 +17,16 @@ ROLES = ("owner", "admin", "billing", "developer", "viewer")
 
 class OrgMember(db.Model):
     """One person's membership: ``account_id`` (their own account) in ``org_id`` (the
-    organisation's account) with a ``role`` and an optional monthly budget over all their
-    organisation keys (``monthly_budget_micros``, null: none)."""
+    organisation's account) with a ``role``."""
 
     __tablename__ = "org_members"
     __table_args__ = (
         CheckConstraint("role IN ('owner', 'admin', 'billing', 'developer', 'viewer')", name="org_member_role"),
-        CheckConstraint("monthly_budget_micros IS NULL OR monthly_budget_micros >= 0",
-                        name="org_member_budget_nonnegative"),
     )
 
     org_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"), primary_key=True)
     account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"), primary_key=True, index=True)
     role: Mapped[str] = mapped_column(String(16))
-    monthly_budget_micros: Mapped[int | None] = mapped_column(BigInteger)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 

@@ -4,7 +4,7 @@
   live and test balances in the one ledger); ``accounts.name`` is its name.
 * ``api_keys.member_account_id``: on an organisation key (``account_id`` = the
   organisation, which pays), the member who owns it.
-* ``org_members`` (role, monthly budget), ``org_invites`` (e-mail invitations; the link's
+* ``org_members`` (role), ``org_invites`` (e-mail invitations; the link's
   token is a platform single-use token), ``org_audit`` (append-only like the ledger: the
   ledger's trigger function ``gw_ledger_append_only`` refuses any UPDATE or DELETE).
 
@@ -64,11 +64,8 @@ def upgrade():
         sa.Column("org_id", sa.String(length=32), nullable=False),
         sa.Column("account_id", sa.String(length=32), nullable=False),
         sa.Column("role", sa.String(length=16), nullable=False),
-        sa.Column("monthly_budget_micros", sa.BigInteger(), nullable=True),
         sa.Column("created_at", UTCDateTime(), nullable=False),
         sa.CheckConstraint(_ROLE_CHECK, name=op.f("ck_org_members_org_member_role")),
-        sa.CheckConstraint("monthly_budget_micros IS NULL OR monthly_budget_micros >= 0",
-                           name=op.f("ck_org_members_org_member_budget_nonnegative")),
         sa.ForeignKeyConstraint(["account_id"], ["accounts.id"], name=op.f("fk_org_members_account_id_accounts")),
         sa.ForeignKeyConstraint(["org_id"], ["accounts.id"], name=op.f("fk_org_members_org_id_accounts")),
         sa.PrimaryKeyConstraint("org_id", "account_id", name=op.f("pk_org_members")),

@@ -57,7 +57,7 @@ CASES = {
     ("get", "/api/orgs/{org_id}"): (_make_org, "/api/orgs/{id}", ("get", "/api/orgs")),
     ("get", "/api/orgs/{org_id}/members"): (_make_org, "/api/orgs/{id}/members", None),
     ("patch", "/api/orgs/{org_id}/members/{member_id}"): (_make_org_member, "/api/orgs/{id}", None,
-                                                          {"monthly_budget_cents": 5}),
+                                                          {"role": "owner"}),
     # the owner reaches it: 409 last_owner (the only owner cannot leave)
     ("delete", "/api/orgs/{org_id}/members/{member_id}"): (_make_org_member, "/api/orgs/{id}",
                                                            ("get", "/api/orgs"), None, 409),

@@ -49,7 +49,7 @@ def test_create_list_and_read_an_organisation(app, client, make_account):
     assert r.status_code == 404
     assert client.get(f"/api/orgs/{owner.id}", headers=owner.headers).status_code == 404  # a person is no org
     members = client.get(f"/api/orgs/{org['id']}/members", headers=owner.headers).get_json()["members"]
-    assert [(m["member_id"], m["role"], m["monthly_budget_cents"]) for m in members] == [(owner.id, "owner", None)]
+    assert [(m["member_id"], m["role"]) for m in members] == [(owner.id, "owner")]
     assert balances(app, owner.id) == [1000]  # no promotional credit moved
     assert _audit(app, org["id"]) == [("org.create", owner.id, org["id"])]
     r = client.post("/api/orgs", json={"name": "  "}, headers=owner.headers)
@@ -181,10 +181,8 @@ def test_role_change_and_removal_reach_the_members_keys(app, client, make_accoun
     _pay_checkout(client, owner, 1000, org_id=org["id"])
     key = org_key(client, dev, org["id"])
     assert call(client, None, {"action": "ok"}, bearer=key["key"]).status_code == 200
-    r = client.patch(f"/api/orgs/{org['id']}/members/{dev.id}", json={"role": "viewer",
-                                                                      "monthly_budget_cents": 500},
-                     headers=owner.headers)
-    assert r.status_code == 200 and (r.get_json()["role"], r.get_json()["monthly_budget_cents"]) == ("viewer", 500)
+    r = client.patch(f"/api/orgs/{org['id']}/members/{dev.id}", json={"role": "viewer"}, headers=owner.headers)
+    assert r.status_code == 200 and r.get_json()["role"] == "viewer"
     r = call(client, None, {"action": "ok"}, bearer=key["key"])
     assert r.status_code == 403 and error_code(r.get_json()) == "org_role_required"
     r = client.delete(f"/api/orgs/{org['id']}/members/{dev.id}", headers=owner.headers)
@@ -210,7 +208,7 @@ def test_last_owner_stays_and_only_owners_touch_owners(app, client, make_account
     assert r.status_code == 403 and "role owner" in r.get_json()["message"]
     r = client.patch(f"{url}/{admin.id}", json={"role": "owner"}, headers=admin.headers)  # no self-promotion
     assert r.status_code == 403 and error_code(r.get_json()) == "org_role_required"
-    for body in ({"role": "boss"}, {"monthly_budget_cents": -1}, {}):
+    for body in ({"role": "boss"}, {"role": None}, {}):
         assert client.patch(f"{url}/{admin.id}", json=body, headers=owner.headers).status_code == 400
     assert client.patch(f"{url}/{second.id}", json={"role": "viewer"}, headers=owner.headers).status_code == 404
     join(app, org["id"], second, "developer")

@@ -46,7 +46,7 @@ def get_org(org_id):
 @endpoint(blp, "/<string:org_id>/members", "get", "orgs:read", ok=MemberListSchema, errors={404: _NOT_MEMBER},
           name="MemberListView")
 def list_members(org_id):
-    """The organisation's members with their roles and monthly budgets (any member may read)."""
+    """The organisation's members with their roles (any member may read)."""
     return {"members": orgs.list_members(principal(), org_id)}
 
 
@@ -55,10 +55,10 @@ def list_members(org_id):
                                    409: "`last_owner`: the organisation's only owner keeps the role."},
           name="MemberUpdateView")
 def update_member(body, org_id, member_id):
-    """Change a member's `role` and/or `monthly_budget_cents` (owners and admins; only an
-    owner gives or takes `owner`). A new role applies to the member's organisation keys on
-    every worker within 60 s (about 1 s with Redis)."""
-    return orgs.update_member(principal(), current_actor(), org_id, member_id, body)
+    """Change a member's `role` (owners and admins; only an owner gives or takes `owner`).
+    The new role applies to the member's organisation keys on every worker within 60 s
+    (about 1 s with Redis)."""
+    return orgs.update_member(principal(), current_actor(), org_id, member_id, body["role"])
 
 
 @endpoint(blp, "/<string:org_id>/members/<string:member_id>", "delete", "orgs:write", ok=MemberRemovedSchema,

@@ -3,7 +3,7 @@ import marshmallow as ma
 from marshmallow import validate
 
 from app.blueprints.contact.schemas import EMAIL_DOC
-from app.blueprints.fields import InputSchema, JsonInteger, Pattern, derived, header_safe
+from app.blueprints.fields import InputSchema, Pattern, derived, header_safe
 from app.models.orgs import ROLES
 from app.services.money.ledger import micros_to_cents
 
@@ -12,7 +12,6 @@ ID = validate.Length(min=1, max=32)
 # listed, so what passes keeps a name after trimming; read alike by ECMA-262 and Python).
 _SPACE = r" \t\n\r\f\v\x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
 NAME_PATTERN = rf"^[{_SPACE}]*[^{_SPACE}][\s\S]*$"
-MAX_BUDGET_CENTS = 100_000_000
 
 
 def org_id_field(what: str, **kw) -> ma.fields.String:
@@ -50,10 +49,6 @@ class MemberSchema(ma.Schema):
     member_id = ma.fields.String(required=True, metadata={"description": "The member's own account id."})
     email = ma.fields.String(required=True, allow_none=True)
     role = ma.fields.String(required=True, validate=validate.OneOf(ROLES))
-    monthly_budget_cents = derived(ma.fields.Integer(required=True, allow_none=True, metadata={
-        "description": "Most the member's organisation keys may spend together per calendar month (UTC); "
-                       "null: no budget."}),
-        lambda m: None if m["monthly_budget_micros"] is None else micros_to_cents(m["monthly_budget_micros"]))
     created_at = ma.fields.DateTime(required=True, metadata={"description": "When the member joined."})
 
 
@@ -62,14 +57,8 @@ class MemberListSchema(ma.Schema):
 
 
 class MemberUpdateSchema(InputSchema):
-    class Meta:
-        json_schema = {"anyOf": [{"required": ["role"]}, {"required": ["monthly_budget_cents"]}]}
-
-    role = ma.fields.String(validate=validate.OneOf(ROLES), metadata={
+    role = ma.fields.String(required=True, validate=validate.OneOf(ROLES), metadata={
         "description": "New role; only an owner gives or takes the role `owner`; the last owner keeps it."})
-    monthly_budget_cents = JsonInteger(allow_none=True, validate=validate.Range(min=0, max=MAX_BUDGET_CENTS),
-                                       metadata={"description": "New monthly budget in cents (≥ 0); null removes "
-                                                                "it."})
 
 
 class MemberRemovedSchema(ma.Schema):

@@ -2,7 +2,7 @@
 
 An organisation is a payer: an ``accounts`` row of kind ``org`` with its own live and test
 balances in the one ledger, funded by every existing rail by its id. Its members are
-people's own accounts (``org_members``: role and monthly budget); an organisation key is
+people's own accounts (``org_members``: their role); an organisation key is
 an ``api_keys`` row whose ``account_id`` is the organisation (it pays, through the money
 engine's ``account_id``) and whose ``member_account_id`` is the member who owns it (the
 calls' ``actor`` is the key). docs/teams.md.

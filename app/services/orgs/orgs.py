@@ -1,4 +1,4 @@
-"""Organisations: creation, membership, roles and budgets, and the helpers other areas
+"""Organisations: creation, membership and roles, and the helpers other areas
 call to act in an organisation (who pays, who owns a key, which keys a member sees).
 
 Entry points (each one unit of work): ``create_org``, ``list_orgs``, ``list_members``,
@@ -19,8 +19,6 @@ from app.services.orgs import roles
 from app.services.orgs.audit import Actor, record
 from app.services.platform.uow import after_commit, unit_of_work
 
-MICROS_PER_CENT = 10_000
-_UNSET = object()
 
 
 class LastOwner(Conflict):
@@ -101,8 +99,7 @@ def get_org(principal, org_id: str) -> dict:
 
 
 def _member_view(row: OrgMember, email: str | None) -> dict:
-    return {"member_id": row.account_id, "email": email, "role": row.role, "created_at": row.created_at,
-            "monthly_budget_micros": row.monthly_budget_micros}
+    return {"member_id": row.account_id, "email": email, "role": row.role, "created_at": row.created_at}
 
 
 def list_members(principal, org_id: str) -> list[dict]:
@@ -146,39 +143,27 @@ def _drop_cached(hashes: list[str]) -> None:
         auth.broadcast_revocation(key_hash)
 
 
-def update_member(principal, actor: Actor, org_id: str, member_id: str, changes: dict) -> dict:
-    """PATCH /api/orgs/{id}/members/{member_id}: ``role`` and/or ``monthly_budget_cents``
-    (null removes the budget). Owners and admins; only an owner makes, changes or demotes
-    an owner; the last owner keeps the role (409 ``last_owner``). A new role applies to the
-    member's organisation keys on every worker within the credential cache's TTL (the keys
-    are dropped from every cache, like a revocation)."""
-    role = changes.get("role", _UNSET)
-    budget = changes.get("monthly_budget_cents", _UNSET)
-    if role is _UNSET and budget is _UNSET:
-        raise InvalidRequest("Nothing to change: send role and/or monthly_budget_cents.")
-    if role is not _UNSET and role not in ROLES:
+def update_member(principal, actor: Actor, org_id: str, member_id: str, role: str) -> dict:
+    """PATCH /api/orgs/{id}/members/{member_id}: a new ``role``. Owners and admins; only an
+    owner makes, changes or demotes an owner; the last owner keeps the role (409
+    ``last_owner``). The new role applies to the member's organisation keys on every worker
+    within the credential cache's TTL (the keys are dropped from every cache, like a
+    revocation). (Monthly budgets per member are the next step: docs/teams.md.)"""
+    if role not in ROLES:
         raise InvalidRequest(f"role: must be one of {', '.join(ROLES)}.")
-    if budget is not _UNSET and budget is not None and (
-            isinstance(budget, bool) or not isinstance(budget, int) or budget < 0):
-        raise InvalidRequest("monthly_budget_cents: must be an integer of at least 0, or null.")
     with unit_of_work():
         me = membership(principal, org_id, lock=True)
         roles.require(me.role, "manage_members", org_id)
         target = _target(org_id, member_id)
         if roles.OWNER in (target.role, role):
             roles.require(me.role, "manage_owners", org_id)
-        before = {"role": target.role, "monthly_budget_micros": target.monthly_budget_micros}
-        if role is not _UNSET and role != target.role:
+        before = target.role
+        if role != before:
             _check_owners_left(org_id, target, "be given another role")
             target.role = role
-        if budget is not _UNSET:
-            target.monthly_budget_micros = None if budget is None else budget * MICROS_PER_CENT
-        after = {"role": target.role, "monthly_budget_micros": target.monthly_budget_micros}
-        if after != before:
-            record(org_id, actor, "member.update", member_id, before=before, after=after)
+            record(org_id, actor, "member.update", member_id, before={"role": before}, after={"role": role})
+            after_commit(_drop_cached, _member_key_hashes(org_id, member_id))
         email = db.session.execute(select(Account.email).where(Account.id == member_id)).scalar()
-        hashes = _member_key_hashes(org_id, member_id) if after["role"] != before["role"] else []
-        after_commit(_drop_cached, hashes)
     return _member_view(target, email)
 
 
@@ -202,7 +187,7 @@ def remove_member(principal, actor: Actor, org_id: str, member_id: str) -> dict:
         ).scalars())
         hashes = _member_key_hashes(org_id, member_id)
         record(org_id, actor, "member.remove", member_id,
-               before={"role": target.role, "monthly_budget_micros": target.monthly_budget_micros},
+               before={"role": target.role},
                after={"revoked_keys": sorted(revoked)})
         db.session.delete(target)
         after_commit(_drop_cached, hashes)

@@ -62,6 +62,7 @@ CASES = {
     ("delete", "/api/orgs/{org_id}/members/{member_id}"): (_make_org_member, "/api/orgs/{id}",
                                                            ("get", "/api/orgs"), None, 409),
     ("get", "/api/orgs/{org_id}/invites"): (_make_org, "/api/orgs/{id}/invites", None),
+    ("get", "/api/orgs/{org_id}/audit"): (_make_org, "/api/orgs/{id}/audit", None),
     ("post", "/api/orgs/{org_id}/invites"): (_make_org, "/api/orgs/{id}/invites", ("get", "/api/orgs"),
                                              {"email": "someone@example.com", "role": "viewer"}, 201),
     ("delete", "/api/orgs/{org_id}/invites/{invite_id}"): (_make_org_invite, "/api/orgs/{id}", None),

@@ -231,3 +231,45 @@ def test_audit_log_is_append_only(app, client, make_account):
             db.session.rollback()
         db.session.remove()
     assert _audit(app, org["id"]) == [("org.create", owner.id, org["id"])]
+
+
+def test_audit_log_endpoint_pages_and_exports(app, client, make_account):
+    owner, admin, dev = make_account(), make_account(), make_account()
+    org = make_org(client, owner)
+    join(app, org["id"], admin, "admin")
+    join(app, org["id"], dev, "developer")
+    key = org_key(client, dev, org["id"])
+    client.patch(f"/api/orgs/{org['id']}/members/{dev.id}", json={"role": "viewer"}, headers=admin.headers)
+    url = f"/api/orgs/{org['id']}/audit"
+    first = client.get(url + "?limit=3", headers=owner.headers)
+    assert first.status_code == 200, first.get_json()
+    page = first.get_json()
+    assert [e["action"] for e in page["entries"]] == ["member.update", "key.create", "member.add"]
+    update = page["entries"][0]
+    assert (update["actor_account_id"], update["credential_id"], update["target"]) == (admin.id, _key_id(app, admin),
+                                                                                       dev.id)
+    assert (update["before"], update["after"]) == ({"role": "developer"}, {"role": "viewer"})
+    assert update["request_id"].startswith("req_") and update["ip"]
+    rest = client.get(f"{url}?limit=3&cursor={page['next_cursor']}", headers=admin.headers).get_json()
+    assert [e["action"] for e in rest["entries"]] == ["member.add", "org.create"] and rest["next_cursor"] is None
+    csv_r = client.get(url + "?format=csv", headers=owner.headers)
+    assert csv_r.status_code == 200 and csv_r.mimetype == "text/csv"
+    lines = csv_r.get_data(as_text=True).split("\r\n")
+    assert lines[0].startswith("id,created_at,actor_account_id") and len([x for x in lines if x]) == 6
+    assert key["id"] in csv_r.get_data(as_text=True)
+    for who in (dev, make_account()):
+        r = client.get(url + "?format=csv", headers=who.headers)
+        assert r.status_code in (403, 404) and r.mimetype == "application/json"
+    r = client.get(url, headers=dev.headers)
+    assert r.status_code == 403 and error_code(r.get_json()) == "org_role_required"
+    assert client.get(url + "?cursor=abc", headers=owner.headers).status_code == 400
+
+
+def _key_id(app, acct):
+    """The id of the one key ``make_account`` minted for ``acct``."""
+    from app.models import ApiKey
+
+    with app.app_context():
+        out = db.session.execute(select(ApiKey.id).where(ApiKey.account_id == acct.id)).scalar_one()
+        db.session.remove()
+    return out

@@ -1,13 +1,13 @@
 """Organisation endpoints: organisations, members and roles (docs/teams.md)."""
-from flask import g, request
+from flask import Response, g, request, stream_with_context
 
 from app.auth import principal
-from app.blueprints.orgs.schemas import (InviteCreateSchema, InviteListSchema, InviteSchema, MemberListSchema,
+from app.blueprints.orgs.schemas import (AuditPageSchema, AuditQuerySchema, InviteCreateSchema, InviteListSchema, InviteSchema, MemberListSchema,
                                          MemberRemovedSchema, MemberSchema, MemberUpdateSchema, OrgCreateSchema,
                                          OrgListSchema, OrgSchema)
 from app.blueprints.routing import endpoint
 from app.extensions import Blueprint
-from app.services.orgs import invites, orgs
+from app.services.orgs import audit, invites, orgs
 from app.services.orgs.audit import Actor
 
 blp = Blueprint("orgs", __name__, url_prefix="/api/orgs",
@@ -110,3 +110,20 @@ def accept_invite(token):
     your account's. You become a member with the invited role; the answer is the
     organisation with your role."""
     return invites.accept_with_credential(principal(), current_actor(), token)
+
+
+@endpoint(blp, "/<string:org_id>/audit", "get", "orgs:read", query=AuditQuerySchema, ok=AuditPageSchema,
+          errors={403: _ROLE_403, 404: _NOT_MEMBER}, name="AuditView")
+@blp.doc(responses={200: {"content": {"text/csv": {"schema": {"type": "string"}, "example": (
+    "id,created_at,actor_account_id,credential_id,action,target,before,after,request_id,ip\r\n")}}}})
+def audit_log(query, org_id):
+    """The organisation's audit log (owners and admins): who (the person and the
+    credential), what, on what, before and after, request id and IP, newest first.
+    Append-only: entries are written in the transaction of each change and never change.
+    `format=csv` streams every entry as CSV."""
+    if query["format"] == "csv":
+        audit.check_csv(principal(), org_id)
+        body = stream_with_context(audit.csv_rows(principal(), org_id))
+        return Response(body, mimetype="text/csv",
+                        headers={"Content-Disposition": f'attachment; filename="audit-{org_id}.csv"'})
+    return audit.entries(principal(), org_id, query["limit"], query.get("cursor"))

@@ -91,3 +91,37 @@ class InviteSchema(ma.Schema):
 class InviteListSchema(ma.Schema):
     invites = ma.fields.List(ma.fields.Nested(InviteSchema), required=True, metadata={
         "description": "Pending invitations (not accepted, revoked or expired), oldest first."})
+
+
+class AuditQuerySchema(InputSchema):
+    limit = ma.fields.Integer(load_default=50, validate=validate.Range(min=1, max=200),
+                              metadata={"description": "Entries per page (JSON), 1–200, default 50."})
+    cursor = ma.fields.String(validate=[validate.Length(max=18), Pattern(r"^[0-9]{1,18}$")],
+                              metadata={"description": "`next_cursor` of the previous page."})
+    format = ma.fields.String(load_default="json", validate=validate.OneOf(["json", "csv"]), metadata={
+        "description": "`json` (default): one page; `csv`: every entry, newest first, streamed as `text/csv` "
+                       "with a header row (`limit` and `cursor` do not apply)."})
+
+
+class AuditEntrySchema(ma.Schema):
+    id = ma.fields.String(required=True)
+    created_at = ma.fields.DateTime(required=True)
+    actor_account_id = ma.fields.String(required=True, allow_none=True, metadata={
+        "description": "The person who acted (their own account id)."})
+    credential_id = ma.fields.String(required=True, allow_none=True, metadata={
+        "description": "The key or session they used; null for the invitation page."})
+    action = ma.fields.String(required=True, metadata={
+        "description": "`org.create`, `member.add`, `member.update`, `member.remove`, `key.create`, `key.rotate`, "
+                       "`key.revoke`, `invite.create`, `invite.revoke`."})
+    target = ma.fields.String(required=True, allow_none=True, metadata={"description": "The id acted on."})
+    before = ma.fields.Dict(required=True, allow_none=True)
+    after = ma.fields.Dict(required=True, allow_none=True)
+    request_id = ma.fields.String(required=True, allow_none=True)
+    ip = ma.fields.String(required=True, allow_none=True)
+
+
+class AuditPageSchema(ma.Schema):
+    entries = ma.fields.List(ma.fields.Nested(AuditEntrySchema), required=True, metadata={
+        "description": "Newest first."})
+    next_cursor = ma.fields.String(required=True, allow_none=True, metadata={
+        "description": "Pass as `cursor` for the next page; null on the last page."})

@@ -144,3 +144,28 @@ def test_revoked_replaced_and_expired_links_are_refused(app, client, make_accoun
     assert client.get(f"/invites/{third_token}").status_code == 404
     assert set(_members(client, owner, org["id"]).values()) == {"owner"}
     assert balances(app, org["id"]) == [0]
+
+
+def test_invites_to_one_address_are_rate_limited_and_strangers_spend_nothing(app, client, make_account,
+                                                                            monkeypatch):
+    monkeypatch.setitem(app.config, "INVITE_EMAIL_RATE_LIMIT", "2/hour")
+    owner = make_account()
+    org = make_org(client, owner)
+    body = {"email": "target@example.com", "role": "viewer"}
+    for _ in range(3):  # unauthenticated attempts do not use up the address's allowance
+        assert client.post(f"/api/orgs/{org['id']}/invites", json=body).status_code == 401
+    codes = [_invite(client, owner, org["id"], "target@example.com", "viewer").status_code for _ in range(3)]
+    assert codes == [201, 201, 429]
+    assert len(_mails(app, "target@example.com")) == 2
+
+
+def test_a_person_belongs_to_a_bounded_number_of_orgs(app, client, make_account, monkeypatch):
+    from app.services.orgs import orgs
+
+    monkeypatch.setattr(orgs, "MAX_ORGS_PER_PERSON", 2)
+    owner = make_account()
+    assert [client.post("/api/orgs", json={"name": f"o{i}"}, headers=owner.headers).status_code
+            for i in range(3)] == [201, 201, 409]
+    r = client.post("/api/orgs", json={"name": "o"}, headers=owner.headers)
+    assert error_code(r.get_json()) == "org_limit_reached"
+    assert len(client.get("/api/orgs", headers=owner.headers).get_json()["orgs"]) == 2

@@ -23,11 +23,13 @@ def current_actor() -> Actor:
     return Actor(orgs.person_of(p), p.credential_id, g.get("request_id"), request.remote_addr)
 
 
-@endpoint(blp, "", "post", "orgs:write", body=OrgCreateSchema, ok=OrgSchema, status=201, name="OrgCreateView")
+@endpoint(blp, "", "post", "orgs:write", body=OrgCreateSchema, ok=OrgSchema, status=201, name="OrgCreateView",
+          errors={409: "`org_limit_reached`: the caller already belongs to 50 organisations."})
 def create_org(body):
     """Create an organisation: its own balances (live and test, starting at 0; no
     promotional credit) and plan; the caller is its owner. Fund it with any rail by passing
-    its `id` as `org_id` (`POST /api/pay/checkout`, `POST /api/wallet/fund`)."""
+    its `id` as `org_id` (`POST /api/pay/checkout`, `POST /api/wallet/fund`). A person
+    belongs to at most 50 organisations (409 `org_limit_reached`)."""
     return orgs.create_org(principal(), current_actor(), body["name"])
 
 
@@ -73,7 +75,7 @@ def remove_member(org_id, member_id):
 
 
 @endpoint(blp, "/<string:org_id>/invites", "post", "orgs:write", body=InviteCreateSchema, ok=InviteSchema,
-          status=201, errors={403: _ROLE_403, 404: _NOT_MEMBER,
+          status=201, email_limit="INVITE_EMAIL_RATE_LIMIT", errors={403: _ROLE_403, 404: _NOT_MEMBER,
                               409: "`already_member`: the address is already a member."},
           name="InviteCreateView")
 def create_invite(body, org_id):
@@ -81,7 +83,8 @@ def create_invite(body, org_id):
     e-mail carries a single-use link `{BASE_URL}/invites/{token}`, valid 7 days: its page
     creates the person's account if needed and signs them in on the console, or they
     accept with their own key (`POST /api/orgs/invites/{token}/accept`). A new invitation
-    to the same address replaces the pending one."""
+    to the same address replaces the pending one. At most `INVITE_EMAIL_RATE_LIMIT` (5 an
+    hour) invitations to one address (429)."""
     return invites.invite(principal(), current_actor(), org_id, body["email"], body["role"])
 
 

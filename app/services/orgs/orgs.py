@@ -21,6 +21,15 @@ from app.services.platform.uow import after_commit, unit_of_work
 
 
 
+MAX_ORGS_PER_PERSON = 50
+
+
+class OrgLimitReached(Conflict):
+    code = "org_limit_reached"
+    description = (f"The person already belongs to {MAX_ORGS_PER_PERSON} organisations; leave one before "
+                   "creating another.")
+
+
 class LastOwner(Conflict):
     code = "last_owner"
     description = ("An organisation keeps at least one owner: its last owner cannot leave, be removed or "
@@ -73,6 +82,13 @@ def create_org(principal, actor: Actor, name: str) -> dict:
     if not name:
         raise InvalidRequest("name: must not be empty.")
     with unit_of_work():
+        # the person's row lock: concurrent creations are counted one after the other
+        db.session.execute(select(Account.id).where(Account.id == actor.account_id).with_for_update())
+        count = db.session.execute(select(func.count()).select_from(OrgMember)
+                                   .where(OrgMember.account_id == actor.account_id)).scalar_one()
+        if count >= MAX_ORGS_PER_PERSON:
+            raise OrgLimitReached(f"You belong to {count} organisations (the maximum is {MAX_ORGS_PER_PERSON}); "
+                                  "leave one before creating another.")
         org = new_account(None, kind="org", promo=False)
         org.name = name
         db.session.add(OrgMember(org_id=org.id, account_id=actor.account_id, role=roles.OWNER,

@@ -273,3 +273,26 @@ def _key_id(app, acct):
         out = db.session.execute(select(ApiKey.id).where(ApiKey.account_id == acct.id)).scalar_one()
         db.session.remove()
     return out
+
+
+def test_two_owners_leaving_at_once_leave_one_owner(app, client, make_account):
+    import itertools
+
+    from tests.support.concurrency import at_once
+
+    for _ in range(3):  # a race: several rounds
+        a, b = make_account(), make_account()
+        org = make_org(client, a)
+        join(app, org["id"], b, "owner")
+        people = itertools.cycle([a, b])
+
+        def leave():
+            who = next(people)
+            return app.test_client().delete(f"/api/orgs/{org['id']}/members/{who.id}",
+                                            headers=who.headers).status_code
+
+        assert sorted(at_once(2, leave)) == [200, 409]
+        left = client.get(f"/api/orgs/{org['id']}/members", headers=a.headers)
+        if left.status_code == 404:
+            left = client.get(f"/api/orgs/{org['id']}/members", headers=b.headers)
+        assert [m["role"] for m in left.get_json()["members"]] == ["owner"]

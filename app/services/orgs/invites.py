@@ -22,7 +22,7 @@ from datetime import timedelta
 
 from sqlalchemy import select
 
-from app.errors import Conflict, Forbidden
+from app.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from app.extensions import db
 from app.ids import new_id
 from app.models import Account
@@ -32,7 +32,7 @@ from app.services.accounts import accounts
 from app.services.accounts.signup import TokenInvalid
 from app.services.orgs import roles
 from app.services.orgs.audit import Actor, record
-from app.services.orgs.orgs import add_member, membership
+from app.services.orgs.orgs import add_member, membership, view
 from app.services.platform import outbox, tokens
 from app.services.platform.uow import unit_of_work
 
@@ -68,8 +68,6 @@ def invite(principal, actor: Actor, org_id: str, email: str, role: str) -> OrgIn
     """POST /api/orgs/{id}/invites."""
     email = accounts.normalize_email(email)
     if role not in ROLES:
-        from app.errors import InvalidRequest
-
         raise InvalidRequest(f"role: must be one of {', '.join(ROLES)}.")
     with unit_of_work():
         me = membership(principal, org_id, lock=True)
@@ -107,8 +105,6 @@ def list_invites(principal, org_id: str) -> list[OrgInvite]:
 
 def revoke(principal, actor: Actor, org_id: str, invite_id: str) -> OrgInvite:
     """DELETE /api/orgs/{id}/invites/{invite_id}: the link stops working (idempotent)."""
-    from app.errors import NotFound
-
     with unit_of_work():
         me = membership(principal, org_id)
         roles.require(me.role, "manage_members", org_id)
@@ -160,8 +156,6 @@ def accept_with_credential(principal, actor: Actor, token: str | None) -> dict:
         row = _redeem(token)
         _join(row, person, actor)
         org = db.session.get(Account, row.org_id)
-    from app.services.orgs.orgs import view
-
     return view(org, row.role, principal.mode)
 
 

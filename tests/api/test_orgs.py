@@ -296,3 +296,31 @@ def test_two_owners_leaving_at_once_leave_one_owner(app, client, make_account):
         if left.status_code == 404:
             left = client.get(f"/api/orgs/{org['id']}/members", headers=b.headers)
         assert [m["role"] for m in left.get_json()["members"]] == ["owner"]
+
+
+def test_an_org_keys_x402_payment_credits_and_charges_the_org(app, client, make_account, mod,  # noqa: F811
+                                                              ledger_clean, monkeypatch):
+    """The x402 rail funds the organisation: an organisation key on an empty organisation
+    pays per call in USDC; the payment is the organisation's, the member's balance untouched."""
+    from eth_account import Account as EthAccount
+
+    from app.models import Payment
+    from tests.api.test_module_call_x402 import PAY_TO, _pay
+
+    monkeypatch.setitem(app.config, "X402_PAY_TO", PAY_TO)
+    monkeypatch.setitem(app.config, "X402_NETWORKS", ["base"])
+    owner, dev = make_account(), make_account()
+    org = make_org(client, owner)
+    join(app, org["id"], dev, "developer")
+    key = org_key(client, dev, org["id"])
+    r402 = call(client, None, {"action": "ok"}, bearer=key["key"])
+    assert r402.status_code == 402 and r402.headers["PAYMENT-REQUIRED"]
+    r = call(client, None, {"action": "ok"}, bearer=key["key"],
+             headers={"PAYMENT-SIGNATURE": _pay(r402, EthAccount.create())})
+    assert r.status_code == 200, r.get_json()
+    assert balances(app, org["id"], dev.id) == [0, 1000]
+    with app.app_context():
+        payment = db.session.execute(select(Payment).where(Payment.method == "x402")).scalar_one()
+        assert (payment.account_id, payment.amount_micros) == (org["id"], 30_000)
+        db.session.remove()
+    ledger_clean()

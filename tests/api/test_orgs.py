@@ -324,3 +324,27 @@ def test_an_org_keys_x402_payment_credits_and_charges_the_org(app, client, make_
         assert (payment.account_id, payment.amount_micros) == (org["id"], 30_000)
         db.session.remove()
     ledger_clean()
+
+
+def test_alerts_watch_an_organisation_with_org_id(app, client, make_account):
+    owner, billing, dev = make_account(), make_account(), make_account()
+    org = make_org(client, owner)
+    join(app, org["id"], billing, "billing")
+    join(app, org["id"], dev, "developer")
+    body = {"name": "org spend", "metric": "spend_cents", "op": ">", "threshold": 100, "window": "day",
+            "channel": "webhook", "target": "https://hooks.example.com/org", "org_id": org["id"]}
+    r = client.post("/api/alerts", json=body, headers=dev.headers)
+    assert r.status_code == 403 and error_code(r.get_json()) == "org_role_required"
+    r = client.post("/api/alerts", json=body, headers=billing.headers)
+    assert r.status_code == 201, r.get_json()
+    alert_id = r.get_json()["id"]
+    assert client.get("/api/alerts", headers=billing.headers).get_json()["alerts"] == []  # not theirs
+    listed = client.get(f"/api/alerts?org_id={org['id']}", headers=dev.headers).get_json()["alerts"]
+    assert [a["id"] for a in listed] == [alert_id]
+    assert client.get(f"/api/alerts/events?org_id={org['id']}", headers=dev.headers).status_code == 200
+    assert client.delete(f"/api/alerts/{alert_id}", headers=billing.headers).status_code == 404  # personal
+    r = client.delete(f"/api/alerts/{alert_id}?org_id={org['id']}", headers=dev.headers)
+    assert r.status_code == 403
+    r = client.delete(f"/api/alerts/{alert_id}?org_id={org['id']}", headers=owner.headers)
+    assert r.status_code == 200
+    assert client.get(f"/api/alerts?org_id={org['id']}", headers=make_account().headers).status_code == 404

@@ -281,6 +281,8 @@ def load_config(overrides: dict | None = None) -> dict:
         "SUBSCRIBE_EMAIL_RATE_LIMIT": _env("SUBSCRIBE_EMAIL_RATE_LIMIT", "5/hour"),
         "SIGNUP_RATE_LIMIT": _env("SIGNUP_RATE_LIMIT", "5/minute;30/hour"),
         "SIGNUP_EMAIL_RATE_LIMIT": _env("SIGNUP_EMAIL_RATE_LIMIT", "3/hour"),
+        # invitations to one address (POST /api/orgs/{id}/invites): no mail bombing through invites
+        "INVITE_EMAIL_RATE_LIMIT": _env("INVITE_EMAIL_RATE_LIMIT", "5/hour"),
         "PUBLIC_PAGE_RATE_LIMIT": _env("PUBLIC_PAGE_RATE_LIMIT", "30/minute"),
         # --- OpenAPI (flask-smorest) ----------------------------------------
         "API_TITLE": "Metered API Gateway",

@@ -82,7 +82,7 @@ def _resolve_key(token: str, token_hash: str) -> Principal | None:
     row = db.session.execute(
         select(ApiKey.id, ApiKey.mode, ApiKey.scopes, ApiKey.revoked_at, Account.id,
                Account.is_admin, Account.plan, Account.agent_id, ApiKey.expires_at,
-               ApiKey.spend_limit_micros, ApiKey.rotated_to)
+               ApiKey.spend_limit_micros, ApiKey.rotated_to, ApiKey.member_account_id)
         .join(Account, Account.id == ApiKey.account_id)
         .where(ApiKey.key_hash == token_hash)
     ).first()
@@ -96,6 +96,13 @@ def _resolve_key(token: str, token_hash: str) -> Principal | None:
         extra["spend_limited"] = True
         if row[10] is not None:  # rotated: its charges count on its successor's counter
             extra["spend_key"] = _rotation_head(row[10])
+    if row[11] is not None:  # an organisation key: it pays from the organisation, acts as its member
+        from app.services.orgs.orgs import member_role
+
+        role = member_role(row[4], row[11])
+        if role is None:  # no longer a member (removal revokes the keys too)
+            return None
+        extra.update(member=row[11], org_role=role)
     return Principal(account_id=row[4], credential_id=row[0], credential_hash=token_hash,
                      kind="key", mode=row[1], scopes=frozenset(row[2] or ()),
                      is_admin=bool(row[5]), plan=row[6], agent_id=row[7], extra=extra)
@@ -302,10 +309,17 @@ def authenticate(token: str | None, optional: bool = False) -> Principal | None:
 
 
 def check_scopes(principal: Principal, scopes) -> None:
-    """403 ``insufficient_scope`` unless the principal carries every scope of ``scopes``."""
+    """403 ``insufficient_scope`` unless the principal carries every scope of ``scopes``;
+    on an organisation key, 403 ``org_role_required`` unless the member's role allows them
+    (``app.services.orgs.roles``)."""
     missing = [s for s in scopes if s not in principal.scopes]
     if missing:
         raise InsufficientScope(f"This route requires scope {', '.join(missing)}.")
+    role = principal.extra.get("org_role")
+    if role is not None:  # an organisation key: the member's role narrows its scopes
+        from app.services.orgs.roles import require_scopes
+
+        require_scopes(role, scopes, principal.account_id)
 
 
 def current_principal(optional: bool = False) -> Principal | None:

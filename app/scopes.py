@@ -13,6 +13,8 @@ SCOPES: dict[str, str] = {
     "billing:write": "Start checkouts, save payment methods, connect and fund wallets.",
     "alerts:read": "List alerts and alert events.",
     "alerts:write": "Create and delete alerts.",
+    "orgs:read": "Read the caller's organisations and their members (/api/orgs).",
+    "orgs:write": "Create organisations, manage members, roles, budgets and invitations.",
     "analytics:read": "Read the product-analytics funnel (admins also: recent events, sessions).",
     "admin": "Admin routes (module review queue, /api/track/recent, /api/track/sessions): only on "
              "live keys of admin accounts, never granted by default.",

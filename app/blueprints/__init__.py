@@ -33,6 +33,7 @@ API_BLUEPRINTS = [
     "app.blueprints.builds.routes",
     "app.blueprints.mcp.routes",
     "app.blueprints.mcp.routes:discovery_blp",
+    "app.blueprints.orgs.routes",
 ]
 
 

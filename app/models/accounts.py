@@ -25,13 +25,14 @@ class Account(db.Model):
     # Stored lower-cased, so uniqueness is case-insensitive. Null for agent accounts.
     email: Mapped[str | None] = mapped_column(String(320), unique=True)
     plan: Mapped[str] = mapped_column(String(16), default="starter")
-    kind: Mapped[str] = mapped_column(String(8), default="human")  # human | agent
+    kind: Mapped[str] = mapped_column(String(8), default="human")  # human | agent | org
     is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
     agent_id: Mapped[str | None] = mapped_column(String(32), index=True)
     owner_account_id: Mapped[str | None] = mapped_column(String(32), index=True)
     balance_micros: Mapped[int] = mapped_column(BigInteger, default=0)
     test_balance_micros: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     mailbox: Mapped[str | None] = mapped_column(String(320), index=True)
+    name: Mapped[str | None] = mapped_column(String(100))  # an organisation's name (kind ``org``)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
@@ -57,6 +58,9 @@ class ApiKey(db.Model):
     spend_limit_micros: Mapped[int | None] = mapped_column(BigInteger)
     spend_limit_period: Mapped[str | None] = mapped_column(String(8))  # day | week | month | total
     rotated_to: Mapped[str | None] = mapped_column(String(32))  # the key that replaced this one
+    # An organisation key: ``account_id`` is the organisation (it pays), this is the member
+    # who owns the key (their role there decides what it may do). Null: a personal key.
+    member_account_id: Mapped[str | None] = mapped_column(String(32), index=True)
 
 
 class KeySpend(db.Model):

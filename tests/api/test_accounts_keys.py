@@ -10,8 +10,10 @@ def test_account_shape(client, account):
     r = client.get("/api/account", headers=account.headers)
     assert r.status_code == 200
     body = r.get_json()
-    assert set(body) == {"id", "email", "plan", "balance_cents", "agent_id"}
+    assert set(body) == {"id", "email", "plan", "balance_cents", "agent_id", "kind", "name", "actor"}
     assert body["id"] == account.id and body["plan"] == "starter"
+    assert body["kind"] == "human" and body["name"] is None  # organisations: tests/api/test_orgs.py
+    assert body["actor"]["account_id"] == account.id and body["actor"]["org_role"] is None
     assert body["balance_cents"] == 1000 and body["agent_id"] is None
     assert r.headers["X-Request-Id"]
 
@@ -41,7 +43,8 @@ def test_wrong_checksum_is_401(client, account):
 
 # The Key resource: SPEC's fields plus issue 16's spend limit and expiry.
 KEY_FIELDS = {"id", "name", "prefix", "scopes", "last_used_at", "spend_limit_cents", "spend_limit_period",
-              "spent_cents", "expires_at"}
+              "spent_cents", "expires_at",
+              "org_id", "member_id"}  # organisation keys (tests/api/test_orgs.py); null on personal keys
 
 
 def test_key_lifecycle(client, account):

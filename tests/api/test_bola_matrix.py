@@ -24,6 +24,23 @@ def _make_agent(client, owner):
     return register(client, owner, Keypair()).get_json()["id"]
 
 
+def _make_org(client, owner):
+    return client.post("/api/orgs", json={"name": "victim"}, headers=owner.headers).get_json()["id"]
+
+
+def _make_org_member(client, owner):
+    """``<org>/members/<owner's id>``: the organisation's one member, its owner."""
+    me = client.get("/api/account", headers=owner.headers).get_json()["id"]
+    return f"{_make_org(client, owner)}/members/{me}"
+
+
+def _make_org_invite(client, owner):
+    org = _make_org(client, owner)
+    r = client.post(f"/api/orgs/{org}/invites", json={"email": "invitee@example.com", "role": "viewer"},
+                    headers=owner.headers)
+    return f"{org}/invites/{r.get_json()['id']}"
+
+
 # (method, OpenAPI path) -> (creator, path template, verify-unchanged request[, JSON body,
 # the owner's success status (default 200)])
 CASES = {
@@ -37,6 +54,18 @@ CASES = {
     ("delete", "/api/alerts/{alert_id}"): (_make_alert, "/api/alerts/{id}", ("get", "/api/alerts")),
     ("get", "/api/agent/{agent_id}/usage"): (_make_agent, "/api/agent/{id}/usage", None),
     ("get", "/api/agent/{agent_id}/earnings"): (_make_agent, "/api/agent/{id}/earnings", None),
+    ("get", "/api/orgs/{org_id}"): (_make_org, "/api/orgs/{id}", ("get", "/api/orgs")),
+    ("get", "/api/orgs/{org_id}/members"): (_make_org, "/api/orgs/{id}/members", None),
+    ("patch", "/api/orgs/{org_id}/members/{member_id}"): (_make_org_member, "/api/orgs/{id}", None,
+                                                          {"role": "owner"}),
+    # the owner reaches it: 409 last_owner (the only owner cannot leave)
+    ("delete", "/api/orgs/{org_id}/members/{member_id}"): (_make_org_member, "/api/orgs/{id}",
+                                                           ("get", "/api/orgs"), None, 409),
+    ("get", "/api/orgs/{org_id}/invites"): (_make_org, "/api/orgs/{id}/invites", None),
+    ("get", "/api/orgs/{org_id}/audit"): (_make_org, "/api/orgs/{id}/audit", None),
+    ("post", "/api/orgs/{org_id}/invites"): (_make_org, "/api/orgs/{id}/invites", ("get", "/api/orgs"),
+                                             {"email": "someone@example.com", "role": "viewer"}, 201),
+    ("delete", "/api/orgs/{org_id}/invites/{invite_id}"): (_make_org_invite, "/api/orgs/{id}", None),
 }
 # Id-taking routes whose objects are not owned by an account (shared catalog, operator
 # review) or whose id is itself the credential: e-mail tokens and the hosted checkout page,
@@ -46,6 +75,7 @@ NOT_OWNED = {
     ("post", "/api/admin/modules/{slug}/approve"), ("post", "/api/admin/modules/{slug}/reject"),
     ("get", "/email/unsubscribe/{token}"), ("post", "/email/unsubscribe/{token}"),
     ("get", "/pay/sandbox/checkout/{session_id}"), ("post", "/pay/sandbox/checkout/{session_id}"),
+    ("post", "/api/orgs/invites/{token}/accept"),  # the invitation's token, and the address must be the caller's
 }
 
 

@@ -84,7 +84,7 @@ def test_every_console_route_needs_a_session(app, client):
     covered = {re.sub(r"\?.*", "", p) for p in PROTECTED_GET + PROTECTED_POST}
     normalized = {re.sub(r"<[^>]+>", "x", rule).replace("call_x", "x").replace("key_x", "x") for rule in console_rules}
     assert normalized - {re.sub(r"(call|key|alrt|agt)_x", "x", p) for p in covered} == \
-        {"/", "/login", "/login/confirm", "/console/static/x"}
+        {"/", "/login", "/login/confirm", "/invites/x", "/console/static/x"}
     for path in PROTECTED_GET:
         r = client.get(path)
         assert r.status_code == 303 and "/login" in r.headers["Location"], path

@@ -4,6 +4,7 @@ from app.blueprints.accounts.schemas import AccountSchema
 from app.blueprints.routing import endpoint
 from app.extensions import Blueprint
 from app.services.accounts import accounts
+from app.services.orgs import orgs
 
 blp = Blueprint("accounts", __name__, url_prefix="/api", description="The caller's account.")
 
@@ -11,5 +12,9 @@ blp = Blueprint("accounts", __name__, url_prefix="/api", description="The caller
 @endpoint(blp, "/account", "get", "account:read", ok=AccountSchema)
 def account():
     """The authenticated account: id, e-mail, plan, balance in cents (of the key's mode: a
-    `svc_test_` key sees the test balance), agent id."""
-    return accounts.account_view(principal().account_id, principal().mode)
+    `svc_test_` key sees the test balance), agent id. With an organisation key the account
+    is the organisation (it pays) and `actor` names the member who owns the key."""
+    p = principal()
+    return {**accounts.account_view(p.account_id, p.mode),
+            "actor": {"account_id": orgs.person_of(p), "credential_id": p.credential_id,
+                      "org_role": orgs.org_role_of(p)}}

@@ -6,12 +6,13 @@ from app import pages
 from app.auth import principal
 from app.blueprints.alerts.schemas import (AlertCreatedSchema, AlertCreateSchema,
                                            AlertDeletedSchema, AlertEventListSchema,
-                                           AlertListSchema)
+                                           AlertListSchema, AlertQuerySchema)
 from app.blueprints.fields import Extended
 from app.blueprints.newsletter.schemas import TokenFormSchema, TokenQuerySchema
 from app.blueprints.routing import endpoint
 from app.extensions import Blueprint
 from app.services.billing import alert_targets, alerts
+from app.services.orgs import orgs
 
 blp = Blueprint("alerts", __name__, url_prefix="/api/alerts",
                 description="Spend alerts: rules evaluated every minute, delivered by e-mail, "
@@ -23,10 +24,16 @@ _INVALID = ("This link is invalid, has expired or was already used.",
             "Nothing will be sent to this address unless a new request is confirmed.")
 
 
-@endpoint(blp, "", "get", "alerts:read", ok=AlertListSchema, name="AlertsView")
-def list_alerts():
-    """List the account's alerts (oldest first; never the webhook secret)."""
-    return {"alerts": alerts.list_alerts(principal().account_id, principal().mode)}
+def _account(org_id: str | None, scope: str) -> str:
+    """The caller's account, or the organisation ``org_id`` when the member's role allows."""
+    return orgs.payer(principal(), org_id, (scope,))
+
+
+@endpoint(blp, "", "get", "alerts:read", query=AlertQuerySchema, ok=AlertListSchema, name="AlertsView")
+def list_alerts(query):
+    """List the account's (or with `org_id` the organisation's) alerts (oldest first; never
+    the webhook secret)."""
+    return {"alerts": alerts.list_alerts(_account(query.get("org_id"), "alerts:read"), principal().mode)}
 
 
 @endpoint(blp, "", "post", "alerts:write", body=AlertCreateSchema, ok=AlertCreatedSchema, status=201,
@@ -40,25 +47,26 @@ def create_alert(body):
 
     At most 50 alerts per account (409 `alert_limit_reached`). A `target` that is not an
     e-mail address (channel `email`) or an https URL on a public host (`webhook`,
-    `chat`) is 400 `invalid_request`.
+    `chat`) is 400 `invalid_request`. With `org_id` the alert watches the organisation.
     """
-    alert, secret = alerts.create_alert(principal().account_id, mode=principal().mode, **body)
+    account_id = _account(body.pop("org_id", None), "alerts:write")
+    alert, secret = alerts.create_alert(account_id, mode=principal().mode, **body)
     return Extended(alert, secret=secret)
 
 
-@endpoint(blp, "/events", "get", "alerts:read", ok=AlertEventListSchema)
-def alert_events():
-    """The 100 most recent alert firings of the account, newest first, each with its
-    delivery status and attempts."""
-    return {"events": alerts.list_events(principal().account_id, mode=principal().mode)}
+@endpoint(blp, "/events", "get", "alerts:read", query=AlertQuerySchema, ok=AlertEventListSchema)
+def alert_events(query):
+    """The 100 most recent alert firings of the account (or organisation), newest first,
+    each with its delivery status and attempts."""
+    return {"events": alerts.list_events(_account(query.get("org_id"), "alerts:read"), mode=principal().mode)}
 
 
-@endpoint(blp, "/<id:alert_id>", "delete", "alerts:write", ok=AlertDeletedSchema, errors={404: None},
-          name="AlertView")
-def delete_alert(alert_id):
+@endpoint(blp, "/<id:alert_id>", "delete", "alerts:write", query=AlertQuerySchema, ok=AlertDeletedSchema,
+          errors={404: None}, name="AlertView")
+def delete_alert(query, alert_id):
     """Delete an alert: it stops being evaluated; its past events stay listed.
     Unknown, already deleted or another account's id → 404."""
-    row = alerts.delete_alert(principal().account_id, alert_id, principal().mode)
+    row = alerts.delete_alert(_account(query.get("org_id"), "alerts:write"), alert_id, principal().mode)
     return {"deleted": True, "id": row.id}
 
 

@@ -1,6 +1,7 @@
 """Schemas of alerts and alert events (SPEC part 2 Alert; response shapes documented here)."""
 import marshmallow as ma
 
+from app.blueprints.orgs.schemas import org_id_field
 from app.blueprints.fields import SPACE, URL_CORE, InputSchema, Pattern, header_safe
 from app.services.accounts.accounts import EMAIL_CORE
 from app.services.billing.alerts import CHANNELS, METRICS, OPS, WINDOWS
@@ -59,6 +60,11 @@ class AlertCreateSchema(InputSchema):
                        "`webhook` and `chat` without user info (hosts resolving to private, "
                        "loopback or link-local addresses are refused; http only outside production "
                        "where private hosts are allowed)."})
+    org_id = org_id_field("the alert watches the organisation's usage (roles owner, admin, billing)")
+
+
+class AlertQuerySchema(InputSchema):
+    org_id = org_id_field("the organisation's alerts (any member reads; owner, admin, billing delete)")
 
 
 class AlertSchema(ma.Schema):

@@ -14,7 +14,7 @@ bp = Blueprint("console", __name__, template_folder="templates", static_folder="
                static_url_path="/console/static")
 
 # Endpoints a signed-out visitor may open (everything else redirects to /login).
-PUBLIC = {"console.landing", "console.login", "console.login_confirm", "console.static"}
+PUBLIC = {"console.landing", "console.login", "console.login_confirm", "console.invite", "console.static"}
 
 
 @bp.before_request
@@ -62,4 +62,4 @@ def _when(ts) -> str:
     return ts.strftime("%Y-%m-%d %H:%M UTC") if ts else "—"
 
 
-from app.blueprints.console import account_pages, agent_pages, money_pages, pages  # noqa: E402,F401
+from app.blueprints.console import account_pages, agent_pages, money_pages, org_pages, pages  # noqa: E402,F401

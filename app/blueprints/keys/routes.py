@@ -1,11 +1,13 @@
 """API key endpoints (SPEC endpoints 3–5)."""
 from app.auth import principal
 from app.blueprints.fields import Extended
+from app.blueprints.orgs.routes import current_actor
 from app.blueprints.keys.schemas import (KeyCreatedSchema, KeyCreateSchema, KeyListSchema,
                                          KeyRevokedSchema, KeyRotateSchema, KeySchema, KeyUpdateSchema)
 from app.blueprints.routing import endpoint
 from app.extensions import Blueprint
 from app.services.accounts import keys
+from app.services.orgs import orgs
 
 blp = Blueprint("keys", __name__, url_prefix="/api/keys", description="API keys of the account.")
 
@@ -13,7 +15,7 @@ blp = Blueprint("keys", __name__, url_prefix="/api/keys", description="API keys 
 @endpoint(blp, "", "get", "keys:read", ok=KeyListSchema, name="KeysView")
 def list_keys():
     """List the account's active keys (never the secret)."""
-    return {"keys": keys.list_keys(principal().account_id, principal().mode)}
+    return {"keys": orgs.visible_keys(principal(), keys.list_keys(principal().account_id, principal().mode))}
 
 
 @endpoint(blp, "", "post", "keys:write", body=KeyCreateSchema, ok=KeyCreatedSchema, status=201,
@@ -26,13 +28,19 @@ def create_key(body):
     Optional: a spend limit (`spend_limit_cents` per `spend_limit_period`, UTC) and an
     expiry (`expires_at`, future, at most a year ahead). At most 100 active keys per
     account (409 `key_limit_reached`).
+
+    With `org_id` (or made by an organisation key) it is an organisation key: it spends
+    the organisation's balance and acts as the creating member, within the member's role
+    (403 `org_role_required`).
     """
     p = principal()
-    row, secret = keys.create_key(p.account_id, body["name"], body.get("scopes"),
+    payer, member = orgs.key_owner(p, body.get("org_id"))
+    row, secret = keys.create_key(payer, body["name"], body.get("scopes"),
                                   creator_scopes=p.scopes, creator_mode=p.mode,
                                   spend_limit_cents=body.get("spend_limit_cents"),
                                   spend_limit_period=body.get("spend_limit_period"),
-                                  expires_at=body.get("expires_at"))
+                                  expires_at=body.get("expires_at"), member_account_id=member,
+                                  actor=current_actor() if member else None)
     return Extended(row, key=secret)
 
 
@@ -41,6 +49,7 @@ def create_key(body):
 def update_key(body, key_id):
     """Change a key's spend limit (`spend_limit_cents: null` removes it). Applies to the
     next charge on every worker; what the key spent this period is kept."""
+    orgs.check_key(principal(), key_id)
     return keys.update_key(principal().account_id, key_id, body, principal().mode)
 
 
@@ -53,8 +62,9 @@ def rotate_key(body, key_id):
     limit (this period's spend carries over); the old key keeps working for
     `overlap_seconds` (default 86,400, max 604,800), then is 401 on every worker. A key
     that was already rotated is 409 `key_already_rotated` (rotate its successor)."""
+    orgs.check_key(principal(), key_id)
     row, secret = keys.rotate_key(principal().account_id, key_id, body.get("overlap_seconds"),
-                                  creator_scopes=principal().scopes, mode=principal().mode)
+                                  creator_scopes=principal().scopes, mode=principal().mode, actor=current_actor())
     return Extended(row, key=secret)
 
 
@@ -63,5 +73,6 @@ def rotate_key(body, key_id):
 def revoke_key(key_id):
     """Revoke a key. Effective on every worker and node within 60 s (about 1 s with
     Redis). Revoking twice is harmless; another account's key id is 404."""
-    row = keys.revoke_key(principal().account_id, key_id, principal().mode)
+    orgs.check_key(principal(), key_id)
+    row = keys.revoke_key(principal().account_id, key_id, principal().mode, actor=current_actor())
     return {"revoked": True, "id": row.id}

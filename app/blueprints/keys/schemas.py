@@ -8,6 +8,7 @@ from app.services.accounts.keys import DEFAULT_OVERLAP_SECONDS, MAX_OVERLAP_SECO
 from app.services.money.spend import PERIODS
 from app.services.money.ledger import micros_to_cents
 
+from app.blueprints.orgs.schemas import org_id_field
 from app.scopes import KNOWN_SCOPES
 
 
@@ -31,6 +32,14 @@ class KeySchema(ma.Schema):
     expires_at = ma.fields.DateTime(required=True, allow_none=True, metadata={
         "description": "When the key stops working (401 like a revoked key); null: never. A rotated "
                        "key gets now + `overlap_seconds`."})
+
+
+    org_id = derived(ma.fields.String(required=True, allow_none=True, metadata={
+        "description": "The organisation whose balance the key spends (an organisation key); null: a "
+                       "personal key."}), lambda k: k.account_id if k.member_account_id else None)
+    member_id = ma.fields.String(required=True, allow_none=True, attribute="member_account_id", metadata={
+        "description": "The member who owns an organisation key (its calls are recorded as theirs); null "
+                       "for a personal key."})
 
 
 class KeyCreatedSchema(KeySchema):
@@ -61,6 +70,8 @@ class KeyCreateSchema(InputSchema):
     expires_at = ma.fields.AwareDateTime(default_timezone=timezone.utc, metadata={
         "description": "Optional expiry (RFC 3339; no offset means UTC): in the future, at most one year "
                        "ahead. An expired key is 401 like a revoked one."})
+    org_id = org_id_field("the key spends the organisation's balance and is owned by the caller as a member "
+                          "(roles owner, admin, developer)")
 
 
 class KeyUpdateSchema(InputSchema):

@@ -8,6 +8,9 @@ from app.blueprints.payments.schemas import (CheckoutCreatedSchema, CheckoutSche
 from app.blueprints.routing import endpoint
 from app.extensions import Blueprint
 from app.services.billing import payment_events, payments
+from app.services.orgs import orgs
+
+BILLING_WRITE = ("billing:write",)
 
 blp = Blueprint("payments", __name__, url_prefix="/api/pay",
                 description="Checkout, payment history, the default payment method and the processor webhook.")
@@ -18,9 +21,10 @@ def checkout(body):
     """Start a hosted checkout and get its `url`.
 
     Credits arrive only when the processor confirms the payment (a verified webhook),
-    exactly once. `svc_test_` keys (and the embedded default) use the sandbox checkout."""
+    exactly once. `svc_test_` keys (and the embedded default) use the sandbox checkout.
+    With `org_id` the organisation's balance is funded."""
     p = principal()
-    return payments.create_checkout(p.account_id, p.mode, body["amount_cents"], body.get("product"),
+    return payments.create_checkout(orgs.payer(p, body.get("org_id"), BILLING_WRITE), p.mode, body["amount_cents"], body.get("product"),
                                     body.get("return_url"))
 
 
@@ -39,7 +43,7 @@ def default_method(body):
     to the account's customer. A card serves `method: card`, a `us_bank_account` serves
     `method: ach`."""
     p = principal()
-    return payments.set_default_method(p.account_id, p.mode, body["payment_method_id"])
+    return payments.set_default_method(orgs.payer(p, body.get("org_id"), BILLING_WRITE), p.mode, body["payment_method_id"])
 
 
 @endpoint(blp, "/webhook", "post", public=True, headers=WebhookHeadersSchema, ok=WebhookResultSchema,

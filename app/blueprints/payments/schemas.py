@@ -2,6 +2,7 @@
 import marshmallow as ma
 from marshmallow import validate
 
+from app.blueprints.orgs.schemas import org_id_field
 from app.blueprints.fields import SPACE, HeaderString, InputSchema, JsonInteger, Pattern, cents
 
 from app.services.billing.payments import disputed_micros
@@ -25,6 +26,7 @@ _RETURN_URL = Pattern(
 
 class CheckoutSchema(InputSchema):
     amount_cents = amount_cents_field()
+    org_id = org_id_field("the checkout funds the organisation's balance (roles owner, billing)")
     product = ma.fields.String(validate=validate.Length(min=1, max=200),
                                metadata={"description": "Label shown on the checkout page."})
     return_url = ma.fields.String(validate=[validate.Length(max=2000), _RETURN_URL],
@@ -79,6 +81,7 @@ class PaymentHistorySchema(ma.Schema):
 class MethodRequestSchema(InputSchema):
     payment_method_id = ma.fields.String(required=True, validate=Pattern(r"^pm_[A-Za-z0-9_]{1,100}$"), metadata={
         "description": "Processor payment method id (`pm_…`). Sandbox: " + ", ".join(f"`{k}`" for k in SANDBOX_METHODS)})
+    org_id = org_id_field("the method becomes the organisation's default (roles owner, billing)")
 
 
 class MethodSchema(ma.Schema):

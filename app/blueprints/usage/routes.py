@@ -5,32 +5,38 @@ from flask import Response, stream_with_context
 from app.auth import principal
 from app.blueprints.routing import endpoint
 from app.blueprints.usage.schemas import (UsageByModuleSchema, UsageCurrentSchema, UsageDailyQuerySchema,
-                                          UsageDailySchema, UsageExportQuerySchema)
+                                          UsageDailySchema, UsageExportQuerySchema, UsageQuerySchema)
 from app.extensions import Blueprint
 from app.services.billing import export, usage
+from app.services.orgs import orgs
+
+
+def _account(query) -> str:
+    """The caller's account, or the organisation named by ``org_id`` (any member)."""
+    return orgs.payer(principal(), query.get("org_id"), ("call:read",))
 
 blp = Blueprint("usage", __name__, url_prefix="/api/usage",
                 description="Usage of the current billing period (calendar month, UTC; live mode only).")
 
 
-@endpoint(blp, "/current", "get", "call:read", ok=UsageCurrentSchema)
-def usage_current():
+@endpoint(blp, "/current", "get", "call:read", query=UsageQuerySchema, ok=UsageCurrentSchema)
+def usage_current(query):
     """Calls and spend of the current calendar month (UTC) against the plan's included spend.
     Live-mode usage only (sandbox calls are not spend)."""
-    return usage.current_usage(principal().account_id)
+    return usage.current_usage(_account(query))
 
 
-@endpoint(blp, "/by-module", "get", "call:read", ok=UsageByModuleSchema)
-def usage_by_module():
+@endpoint(blp, "/by-module", "get", "call:read", query=UsageQuerySchema, ok=UsageByModuleSchema)
+def usage_by_module(query):
     """This month's live calls and spend per module, highest spend first."""
-    return usage.usage_by_module(principal().account_id)
+    return usage.usage_by_module(_account(query))
 
 
 @endpoint(blp, "/daily", "get", "call:read", query=UsageDailyQuerySchema, ok=UsageDailySchema)
 def usage_daily(query):
     """Calls, spend and errors of the caller's mode per UTC date for the last `days` dates (today last),
     from the hourly rollups; module calls and chat completions both count."""
-    return usage.daily(principal().account_id, query["days"], mode=principal().mode)
+    return usage.daily(_account(query), query["days"], mode=principal().mode)
 
 
 @endpoint(blp, "/export", "get", "call:read", query=UsageExportQuerySchema, name="UsageExportView")
@@ -45,9 +51,10 @@ def usage_export(query):
     `module`, `action`, `mode`, `status`, `cost_cents` (floor), `cost_micros`,
     `idempotency_key`, `receipt_hash`. `format=csv` (default): `text/csv` with a header
     row; `format=json`: NDJSON (`application/x-ndjson`, one JSON object per line)."""
+    account_id = _account(query)
     start, end = export.window(query["from_"], query["to"])
     fmt = query["format"]
-    body = stream_with_context(export.rows(principal().account_id, start, end, fmt))
+    body = stream_with_context(export.rows(account_id, start, end, fmt))
     name = f"usage-{start:%Y%m%d}-{end:%Y%m%d}.{'csv' if fmt == 'csv' else 'ndjson'}"
     return Response(body, mimetype="text/csv" if fmt == "csv" else "application/x-ndjson",
                     headers={"Content-Disposition": f'attachment; filename="{name}"'})

@@ -4,6 +4,7 @@ from datetime import timezone
 import marshmallow as ma
 
 from app.blueprints.fields import InputSchema
+from app.blueprints.orgs.schemas import org_id_field
 
 from app.services.billing.export import FORMATS
 from app.services.billing.usage import MAX_DAILY_DAYS
@@ -27,7 +28,11 @@ class UsageByModuleSchema(ma.Schema):
     by_module = ma.fields.List(ma.fields.Nested(ModuleUsageSchema), required=True)
 
 
-class UsageDailyQuerySchema(InputSchema):
+class UsageQuerySchema(InputSchema):
+    org_id = org_id_field("the organisation's usage (every role)")
+
+
+class UsageDailyQuerySchema(UsageQuerySchema):
     days = ma.fields.Integer(load_default=30, validate=ma.validate.Range(min=1, max=MAX_DAILY_DAYS),
                        metadata={"description": f"How many UTC dates, today last (1–{MAX_DAILY_DAYS}, default 30)."})
 
@@ -45,7 +50,7 @@ class UsageDailySchema(ma.Schema):
                           metadata={"description": "One entry per date, oldest first (dates without calls: zeros)."})
 
 
-class UsageExportQuerySchema(InputSchema):
+class UsageExportQuerySchema(UsageQuerySchema):
     from_ = ma.fields.AwareDateTime(data_key="from", required=True, default_timezone=timezone.utc,
                                     metadata={"description": "Window start (inclusive), RFC 3339; no offset = UTC."})
     to = ma.fields.AwareDateTime(required=True, default_timezone=timezone.utc,

@@ -7,6 +7,7 @@ from app.blueprints.wallets.schemas import (ConnectMessageQuerySchema, ConnectMe
 from app.extensions import Blueprint
 from app.services.billing import payments
 from app.services.billing import wallets
+from app.services.orgs import orgs
 
 blp = Blueprint("wallet", __name__, url_prefix="/api/wallet",
                 description="On-chain wallet: connect, balance, funding and ledger transactions.")
@@ -55,8 +56,10 @@ def fund(body):
     """Add credits. `card`: charges the saved default card off-session; credits at once
     (no saved card → 400 `no_payment_method`; decline → 402 `card_declined`). `ach`: debits
     the saved bank account; `pending` until it settles (webhook). `usdc`: returns deposit
-    instructions; the chain watcher credits the transfer once confirmed."""
+    instructions; the chain watcher credits the transfer once confirmed. With `org_id`
+    the organisation's balance is funded (its own saved method or connected wallet)."""
     p = principal()
+    payer = orgs.payer(p, body.get("org_id"), ("billing:write",))
     if body["method"] == "usdc":
-        return wallets.fund_usdc(p.account_id, p.mode, body["amount_cents"])
-    return payments.fund_with_saved_method(p.account_id, p.mode, body["amount_cents"], body["method"])
+        return wallets.fund_usdc(payer, p.mode, body["amount_cents"])
+    return payments.fund_with_saved_method(payer, p.mode, body["amount_cents"], body["method"])

@@ -2,6 +2,7 @@
 import marshmallow as ma
 from marshmallow import validate
 
+from app.blueprints.orgs.schemas import org_id_field
 from app.blueprints.fields import InputSchema, Pattern, cents
 from app.blueprints.payments.schemas import amount_cents_field
 from app.services.billing.chains import CHAINS
@@ -54,6 +55,8 @@ class WalletBalanceSchema(ma.Schema):
 class WalletFundSchema(InputSchema):
     amount_cents = amount_cents_field()
     method = ma.fields.String(required=True, validate=validate.OneOf(["card", "usdc", "ach"]))
+    org_id = org_id_field("funds the organisation's balance with its own saved method or wallet (roles owner, "
+                          "billing)")
 
 
 class DepositSchema(ma.Schema):

@@ -66,7 +66,8 @@ def account_view(account_id: str, mode: str) -> dict:
     """GET /api/account for a credential of ``mode``: the balance is that mode's (a live
     key never sees test money, a test key sees the test balance)."""
     acct = get_account(account_id)
-    return {"id": acct.id, "email": acct.email, "plan": acct.plan, "agent_id": acct.agent_id,
+    return {"id": acct.id, "email": acct.email, "plan": acct.plan, "agent_id": acct.agent_id, "kind": acct.kind,
+            "name": acct.name,
             "balance_micros": acct.test_balance_micros if mode == "test" else acct.balance_micros}
 
 

@@ -79,7 +79,13 @@ def sign_in(token: str | None) -> tuple[str, str]:
     if row is None:
         raise SignInLinkInvalid()
     account_id = row.subject
-    return account_id, tokens.issue(tokens.CONSOLE_SESSION, account_id, absolute_ttl())
+    return account_id, open_session(account_id)
+
+
+def open_session(account_id: str) -> str:
+    """A new console session for ``account_id`` in the caller's unit of work (a used
+    sign-in link, an accepted invitation); returns the session token for the cookie."""
+    return tokens.issue(tokens.CONSOLE_SESSION, account_id, absolute_ttl())
 
 
 def session_account(session_token: str | None) -> Account | None:

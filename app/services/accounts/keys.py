@@ -122,10 +122,14 @@ def _check_capacity(account_id: str, now: datetime) -> None:
 def create_key(account_id: str, name: str, scopes: list[str] | None, *,
                creator_scopes: frozenset[str], creator_mode: str,
                spend_limit_cents: int | None = None, spend_limit_period: str | None = None,
-               expires_at: datetime | None = None) -> tuple[ApiKey, str]:
+               expires_at: datetime | None = None, member_account_id: str | None = None,
+               actor=None) -> tuple[ApiKey, str]:
     """POST /api/keys: a key without ``scopes`` inherits the creator's scopes; no key can
     mint a scope it lacks (403 insufficient_scope). The new key has the creator's mode,
-    the optional spend limit (period default ``month``) and expiry (future, ≤ 1 year)."""
+    the optional spend limit (period default ``month``) and expiry (future, ≤ 1 year).
+    With ``member_account_id`` it is an organisation key (``account_id`` is the
+    organisation, which pays; the member owns it), recorded in the organisation's audit log
+    as done by ``actor`` (``app.services.orgs.audit.Actor``)."""
     name = (name or "").strip()
     if not name:
         raise InvalidRequest("name: must not be empty.")
@@ -137,7 +141,20 @@ def create_key(account_id: str, name: str, scopes: list[str] | None, *,
         _check_capacity(account_id, now)
         row, secret = add_key(account_id, name, granted, mode=creator_mode)
         row.spend_limit_micros, row.spend_limit_period, row.expires_at = limit, period, expiry
+        if member_account_id is not None:
+            _org_key_audit(row, member_account_id, actor, "key.create")
     return with_spent([row])[0], secret
+
+
+def _org_key_audit(row: ApiKey, member_account_id: str, actor, action: str) -> None:
+    """An organisation key's owner is set and the change is written to the organisation's
+    audit log, in the caller's unit of work."""
+    from app.services.orgs import audit
+
+    row.member_account_id = member_account_id
+    audit.record(row.account_id, actor or audit.Actor(member_account_id), action, row.id,
+                 after={"member_id": member_account_id, "name": row.name, "mode": row.mode,
+                        "scopes": list(row.scopes or ()), "spend_limit_micros": row.spend_limit_micros})
 
 
 def with_spent(rows: list[ApiKey]) -> list[ApiKey]:
@@ -191,7 +208,7 @@ def update_key(account_id: str, key_id: str, changes: dict, mode: str) -> ApiKey
 
 
 def rotate_key(account_id: str, key_id: str, overlap_seconds: int | None, *,
-               creator_scopes: frozenset[str], mode: str) -> tuple[ApiKey, str]:
+               creator_scopes: frozenset[str], mode: str, actor=None) -> tuple[ApiKey, str]:
     """POST /api/keys/{id}/rotate: a new key with the old one's name, scopes, mode and
     spend limit (carrying this period's count over); the old key expires after
     ``overlap_seconds`` (default 86,400, 0–604,800)."""
@@ -207,6 +224,8 @@ def rotate_key(account_id: str, key_id: str, overlap_seconds: int | None, *,
         row, secret = add_key(account_id, old.name, _granted(list(old.scopes or ()), creator_scopes),
                               mode=old.mode)
         row.spend_limit_micros, row.spend_limit_period = old.spend_limit_micros, old.spend_limit_period
+        if old.member_account_id is not None:  # an organisation key stays its member's
+            _org_key_audit(row, old.member_account_id, actor, "key.rotate")
         if old.spend_limit_period:
             start, _ = spend.period_bounds(old.spend_limit_period, now)
             used = spend.spent(old.id, old.spend_limit_period, now)
@@ -251,14 +270,20 @@ def _drop_cached(row: ApiKey) -> None:
     auth.broadcast_revocation(row.key_hash)
 
 
-def revoke_key(account_id: str, key_id: str, mode: str) -> ApiKey:
+def revoke_key(account_id: str, key_id: str, mode: str, actor=None) -> ApiKey:
     """Revoke (idempotent). Another account's key, or a key of the other mode, is 404. Broadcasts the revocation so
-    every worker and node drops its cached credential (app.auth)."""
+    every worker and node drops its cached credential (app.auth). Revoking an
+    organisation key is written to the organisation's audit log (by ``actor``)."""
     from app import auth
 
     with unit_of_work():
         row = _own_key(account_id, key_id, mode)
         if row.revoked_at is None:
             row.revoked_at = utcnow()
+            if row.member_account_id is not None:
+                from app.services.orgs import audit
+
+                audit.record(row.account_id, actor or audit.Actor(row.member_account_id), "key.revoke", row.id,
+                             before={"member_id": row.member_account_id})
     auth.broadcast_revocation(row.key_hash)
     return row

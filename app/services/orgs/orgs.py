@@ -1,0 +1,266 @@
+"""Organisations: creation, membership and roles, and the helpers other areas
+call to act in an organisation (who pays, who owns a key, which keys a member sees).
+
+Entry points (each one unit of work): ``create_org``, ``list_orgs``, ``list_members``,
+``update_member``, ``remove_member``. Every change is written to the audit log in its
+unit of work (``audit.record``). Changes of one organisation's membership run under a
+lock of the organisation's account row, so two concurrent demotions or removals cannot
+both pass the "last owner" check."""
+from __future__ import annotations
+
+from sqlalchemy import func, select, update
+
+from app.errors import Conflict, InvalidRequest, NotFound
+from app.extensions import db
+from app.models import Account, ApiKey
+from app.models.base import utcnow
+from app.models.orgs import ROLES, OrgMember
+from app.services.orgs import roles
+from app.services.orgs.audit import Actor, record
+from app.services.platform.uow import after_commit, unit_of_work
+
+
+
+MAX_ORGS_PER_PERSON = 50
+
+
+class OrgLimitReached(Conflict):
+    code = "org_limit_reached"
+    description = (f"The person already belongs to {MAX_ORGS_PER_PERSON} organisations; leave one before "
+                   "creating another.")
+
+
+class LastOwner(Conflict):
+    code = "last_owner"
+    description = ("An organisation keeps at least one owner: its last owner cannot leave, be removed or "
+                   "be given another role (make another member owner first).")
+
+
+def person_of(principal) -> str:
+    """The person behind a credential: the member who owns an organisation key, else the
+    credential's own account."""
+    return principal.extra.get("member") or principal.account_id
+
+
+def org_role_of(principal) -> str | None:
+    """The member's role carried by an organisation key's principal (None: not one)."""
+    return principal.extra.get("org_role")
+
+
+def member_role(org_id: str, account_id: str) -> str | None:
+    """The role of ``account_id`` in ``org_id`` (None: not a member)."""
+    return db.session.execute(select(OrgMember.role).where(
+        OrgMember.org_id == org_id, OrgMember.account_id == account_id)).scalar()
+
+
+def membership(principal, org_id: str, *, lock: bool = False) -> OrgMember:
+    """The caller's membership of ``org_id`` (read now, not from the credential cache). An
+    organisation key acts in its own organisation only; an organisation the caller is not
+    a member of is 404 like one that does not exist."""
+    if not isinstance(org_id, str) or len(org_id) > 32 or \
+            (org_role_of(principal) is not None and org_id != principal.account_id):
+        raise NotFound("No such organisation.")
+    if lock:
+        db.session.execute(select(Account.id).where(Account.id == org_id).with_for_update())
+    row = db.session.get(OrgMember, (org_id, person_of(principal)))
+    if row is None:
+        raise NotFound("No such organisation.")
+    return row
+
+
+def view(org: Account, role: str, mode: str) -> dict:
+    return {"id": org.id, "name": org.name, "plan": org.plan, "role": role, "created_at": org.created_at,
+            "balance_micros": org.test_balance_micros if mode == "test" else org.balance_micros}
+
+
+def create_org(principal, actor: Actor, name: str) -> dict:
+    """POST /api/orgs: a new organisation (an account of kind ``org``: no promotional
+    grant, the default plan, empty balances) whose only member is the caller, as owner."""
+    from app.services.accounts.accounts import new_account
+
+    name = (name or "").strip()
+    if not name:
+        raise InvalidRequest("name: must not be empty.")
+    with unit_of_work():
+        # the person's row lock: concurrent creations are counted one after the other
+        db.session.execute(select(Account.id).where(Account.id == actor.account_id).with_for_update())
+        count = db.session.execute(select(func.count()).select_from(OrgMember)
+                                   .where(OrgMember.account_id == actor.account_id)).scalar_one()
+        if count >= MAX_ORGS_PER_PERSON:
+            raise OrgLimitReached(f"You belong to {count} organisations (the maximum is {MAX_ORGS_PER_PERSON}); "
+                                  "leave one before creating another.")
+        org = new_account(None, kind="org", promo=False)
+        org.name = name
+        db.session.add(OrgMember(org_id=org.id, account_id=actor.account_id, role=roles.OWNER,
+                                 created_at=utcnow()))
+        record(org.id, actor, "org.create", org.id, after={"name": name, "plan": org.plan})
+    return view(org, roles.OWNER, principal.mode)
+
+
+def list_orgs(principal) -> list[dict]:
+    """GET /api/orgs: the organisations the caller belongs to (an organisation key: its
+    own), oldest membership first."""
+    query = select(Account, OrgMember.role).join(OrgMember, OrgMember.org_id == Account.id) \
+        .where(OrgMember.account_id == person_of(principal))
+    if org_role_of(principal) is not None:
+        query = query.where(Account.id == principal.account_id)
+    rows = db.session.execute(query.order_by(OrgMember.created_at, Account.id)).all()
+    return [view(org, role, principal.mode) for org, role in rows]
+
+
+def get_org(principal, org_id: str) -> dict:
+    """GET /api/orgs/{id}: one of the caller's organisations."""
+    me = membership(principal, org_id)
+    return view(db.session.get(Account, org_id), me.role, principal.mode)
+
+
+def _member_view(row: OrgMember, email: str | None) -> dict:
+    return {"member_id": row.account_id, "email": email, "role": row.role, "created_at": row.created_at}
+
+
+def list_members(principal, org_id: str) -> list[dict]:
+    """GET /api/orgs/{id}/members: every member (any role may read them)."""
+    membership(principal, org_id)
+    rows = db.session.execute(select(OrgMember, Account.email).join(Account, Account.id == OrgMember.account_id)
+                              .where(OrgMember.org_id == org_id)
+                              .order_by(OrgMember.created_at, OrgMember.account_id)).all()
+    return [_member_view(row, email) for row, email in rows]
+
+
+def _target(org_id: str, member_id: str) -> OrgMember:
+    row = db.session.get(OrgMember, (org_id, member_id)) if isinstance(member_id, str) and len(member_id) <= 32 \
+        else None
+    if row is None:
+        raise NotFound("No such member in this organisation.")
+    return row
+
+
+def _check_owners_left(org_id: str, target: OrgMember, what: str) -> None:
+    """409 ``last_owner`` when ``target`` is the organisation's only owner (the caller
+    holds the organisation's row lock)."""
+    if target.role != roles.OWNER:
+        return
+    owners = db.session.execute(select(func.count()).select_from(OrgMember).where(
+        OrgMember.org_id == org_id, OrgMember.role == roles.OWNER)).scalar_one()
+    if owners <= 1:
+        raise LastOwner(f"{target.account_id} is the last owner of {org_id} and cannot {what}; "
+                        "make another member owner first.")
+
+
+def _member_key_hashes(org_id: str, member_id: str) -> list[str]:
+    return list(db.session.execute(select(ApiKey.key_hash).where(
+        ApiKey.account_id == org_id, ApiKey.member_account_id == member_id)).scalars())
+
+
+def _drop_cached(hashes: list[str]) -> None:
+    from app import auth
+
+    for key_hash in hashes:
+        auth.broadcast_revocation(key_hash)
+
+
+def update_member(principal, actor: Actor, org_id: str, member_id: str, role: str) -> dict:
+    """PATCH /api/orgs/{id}/members/{member_id}: a new ``role``. Owners and admins; only an
+    owner makes, changes or demotes an owner; the last owner keeps the role (409
+    ``last_owner``). The new role applies to the member's organisation keys on every worker
+    within the credential cache's TTL (the keys are dropped from every cache, like a
+    revocation). (Monthly budgets per member are the next step: docs/teams.md.)"""
+    if role not in ROLES:
+        raise InvalidRequest(f"role: must be one of {', '.join(ROLES)}.")
+    with unit_of_work():
+        me = membership(principal, org_id, lock=True)
+        roles.require(me.role, "manage_members", org_id)
+        target = _target(org_id, member_id)
+        if roles.OWNER in (target.role, role):
+            roles.require(me.role, "manage_owners", org_id)
+        before = target.role
+        if role != before:
+            _check_owners_left(org_id, target, "be given another role")
+            target.role = role
+            record(org_id, actor, "member.update", member_id, before={"role": before}, after={"role": role})
+            after_commit(_drop_cached, _member_key_hashes(org_id, member_id))
+        email = db.session.execute(select(Account.email).where(Account.id == member_id)).scalar()
+    return _member_view(target, email)
+
+
+def remove_member(principal, actor: Actor, org_id: str, member_id: str) -> dict:
+    """DELETE /api/orgs/{id}/members/{member_id}: a member may leave; owners and admins
+    remove others (only an owner removes an owner); the last owner cannot leave (409
+    ``last_owner``). The member's organisation keys are revoked in the same unit of work
+    and dropped from every worker's cache."""
+    with unit_of_work():
+        me = membership(principal, org_id, lock=True)
+        target = _target(org_id, member_id)
+        if target.account_id != me.account_id:
+            roles.require(me.role, "manage_members", org_id)
+            if target.role == roles.OWNER:
+                roles.require(me.role, "manage_owners", org_id)
+        _check_owners_left(org_id, target, "leave or be removed")
+        revoked = list(db.session.execute(
+            update(ApiKey).where(ApiKey.account_id == org_id, ApiKey.member_account_id == member_id,
+                                 ApiKey.revoked_at.is_(None))
+            .values(revoked_at=utcnow()).returning(ApiKey.id).execution_options(synchronize_session=False)
+        ).scalars())
+        hashes = _member_key_hashes(org_id, member_id)
+        record(org_id, actor, "member.remove", member_id,
+               before={"role": target.role},
+               after={"revoked_keys": sorted(revoked)})
+        db.session.delete(target)
+        after_commit(_drop_cached, hashes)
+    return {"removed": True, "member_id": member_id, "revoked_keys": sorted(revoked)}
+
+
+def add_member(org_id: str, account_id: str, role: str, actor: Actor, *, via: str | None = None) -> OrgMember:
+    """Make ``account_id`` a member with ``role`` in the caller's unit of work (an accepted
+    invitation); 409 when it already is one."""
+    if db.session.get(OrgMember, (org_id, account_id)) is not None:
+        raise Conflict(f"{account_id} is already a member of {org_id}.")
+    row = OrgMember(org_id=org_id, account_id=account_id, role=role, created_at=utcnow())
+    db.session.add(row)
+    record(org_id, actor, "member.add", account_id, after={"role": role, "via": via})
+    return row
+
+
+# --- acting in an organisation (called by other areas' routes) ---------------------------
+
+def payer(principal, org_id: str | None, scopes: tuple[str, ...]) -> str:
+    """The account a request with optional ``org_id`` acts on: the credential's own
+    account, or the organisation ``org_id`` when the caller is a member whose role allows
+    ``scopes`` (403 ``org_role_required``; not a member: 404)."""
+    if org_id is None:
+        return principal.account_id
+    me = membership(principal, org_id)
+    roles.require_scopes(me.role, scopes, org_id)
+    return org_id
+
+
+def key_owner(principal, org_id: str | None) -> tuple[str, str | None]:
+    """(account that pays, member who owns) for a key created by ``principal`` with optional
+    ``org_id``: an organisation key's keys stay in its organisation, owned by its member."""
+    if org_id is None:
+        return principal.account_id, principal.extra.get("member")
+    payer(principal, org_id, ("keys:write",))
+    return org_id, person_of(principal)
+
+
+def sees_all_keys(principal) -> bool:
+    """Personal credentials, and organisation keys of owners and admins, see every key of
+    their account; other members see only their own organisation keys."""
+    role = org_role_of(principal)
+    return role is None or role in roles.ACTIONS["manage_keys"]
+
+
+def visible_keys(principal, rows: list) -> list:
+    if sees_all_keys(principal):
+        return rows
+    return [row for row in rows if row.member_account_id == person_of(principal)]
+
+
+def check_key(principal, key_id: str) -> None:
+    """404 for another member's key when the caller's role sees only its own keys."""
+    if sees_all_keys(principal):
+        return
+    owner = db.session.execute(select(ApiKey.member_account_id).where(ApiKey.id == key_id)).scalar() \
+        if isinstance(key_id, str) and len(key_id) <= 32 else None
+    if owner != person_of(principal):
+        raise NotFound("No such key.")

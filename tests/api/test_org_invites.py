@@ -1,0 +1,171 @@
+"""Issue 37 item 3: invitations by e-mail. The link's page (its GET changes nothing)
+accepts with a button: the account of the invited address is created if needed (the
+promotional grant stays one per mailbox), signed in on the console and made a member; a
+person with a key can accept by API (the invite's address must be theirs). Single use,
+7 days, revocable, replaced by a newer invite; bad input changes nothing."""
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+from sqlalchemy import select, update
+
+from app.extensions import db
+from app.models import Account
+from app.models.base import utcnow
+from app.models.tokens import SingleUseToken
+from tests.api.test_console_security import _csrf, _mails
+from tests.orgkit import balances, join, make_org
+from tests.support.errors import error_code
+
+_LINK = re.compile(r"/invites/([A-Za-z0-9_\-]+)")
+
+
+def _invite(client, inviter, org_id, email, role="developer"):
+    return client.post(f"/api/orgs/{org_id}/invites", json={"email": email, "role": role}, headers=inviter.headers)
+
+
+def _token(app, email) -> str:
+    mail = _mails(app, email)[-1]
+    assert "http" in mail["text"] and "7 days" in mail["text"]
+    return _LINK.search(mail["text"]).group(1)
+
+
+def _email(app, acct) -> str:
+    with app.app_context():
+        out = db.session.get(Account, acct.id).email
+        db.session.remove()
+    return out
+
+
+def _members(client, acct, org_id) -> dict:
+    r = client.get(f"/api/orgs/{org_id}/members", headers=acct.headers)
+    return {m["email"]: m["role"] for m in r.get_json()["members"]}
+
+
+def test_link_page_creates_the_account_signs_in_and_joins(app, client, make_account, ledger_clean):
+    owner = make_account()
+    org = make_org(client, owner)
+    email = "new.dev@example.com"
+    r = _invite(client, owner, org["id"], email)
+    assert r.status_code == 201, r.get_json()
+    invite = r.get_json()
+    assert (invite["email"], invite["role"], invite["org_id"], invite["invited_by"]) == \
+        (email, "developer", org["id"], owner.id)
+    token = _token(app, email)
+    browser = app.test_client()
+    for _ in range(2):  # a mail scanner's prefetch uses nothing
+        page = browser.get(f"/invites/{token}")
+        assert page.status_code == 200 and "developer" in page.get_data(as_text=True)
+    r = browser.post(f"/invites/{token}", data={"csrf": _csrf(page.get_data(as_text=True))})
+    assert r.status_code == 303 and r.headers["Location"].endswith("/dashboard")
+    assert browser.get("/dashboard").status_code == 200  # signed in on the console
+    assert _members(client, owner, org["id"]) == {_email(app, owner): "owner", email: "developer"}
+    with app.app_context():
+        person = db.session.execute(select(Account).where(Account.email == email)).scalar_one()
+        assert person.balance_micros == 10_000_000  # a new mailbox: the promotional grant
+        db.session.remove()
+    other = app.test_client()
+    page = other.get("/login").get_data(as_text=True)
+    r = other.post(f"/invites/{token}", data={"csrf": _csrf(page)})  # single use
+    assert r.status_code == 404 and other.get(f"/invites/{token}").status_code == 404
+    assert client.get(f"/api/orgs/{org['id']}/invites", headers=owner.headers).get_json() == {"invites": []}
+    ledger_clean()
+
+
+def test_link_page_for_an_existing_mailbox_grants_nothing_more(app, client, make_account, ledger_clean):
+    owner, known = make_account(), make_account(email="farm@example.com")
+    org = make_org(client, owner)
+    _invite(client, owner, org["id"], "Farm+team@example.com", "viewer")
+    token = _token(app, "farm+team@example.com")
+    browser = app.test_client()
+    page = browser.get(f"/invites/{token}")
+    assert browser.post(f"/invites/{token}", data={"csrf": _csrf(page.get_data(as_text=True))}).status_code == 303
+    with app.app_context():
+        person = db.session.execute(select(Account).where(Account.email == "farm+team@example.com")).scalar_one()
+        assert person.balance_micros == 0 and person.id != known.id
+        db.session.remove()
+    ledger_clean()
+
+
+def test_accept_by_api_with_ones_own_key(app, client, make_account):
+    owner, dev, stranger = make_account(), make_account(), make_account()
+    org = make_org(client, owner)
+    assert _invite(client, owner, org["id"], _email(app, dev)).status_code == 201
+    token = _token(app, _email(app, dev))
+    r = client.post(f"/api/orgs/invites/{token}/accept", headers=stranger.headers)  # not their address
+    assert r.status_code == 403 and error_code(r.get_json()) == "invite_email_mismatch"
+    r = client.post(f"/api/orgs/invites/{token}/accept", headers=dev.headers)  # the link still works
+    assert r.status_code == 200 and (r.get_json()["id"], r.get_json()["role"]) == (org["id"], "developer")
+    r = client.post(f"/api/orgs/invites/{token}/accept", headers=dev.headers)
+    assert r.status_code == 404 and error_code(r.get_json()) == "invalid_token"
+    r = _invite(client, owner, org["id"], _email(app, dev))  # already a member
+    assert r.status_code == 409 and error_code(r.get_json()) == "already_member"
+    # a developer cannot invite; an admin cannot invite an owner
+    r = _invite(client, dev, org["id"], "x@example.com")
+    assert r.status_code == 403 and error_code(r.get_json()) == "org_role_required"
+    admin = make_account()
+    join(app, org["id"], admin, "admin")
+    r = _invite(client, admin, org["id"], "x@example.com", "owner")
+    assert r.status_code == 403 and "role owner" in r.get_json()["message"]
+    assert _invite(client, stranger, org["id"], "x@example.com").status_code == 404
+    for body in ({"email": "x@example.com", "role": "boss"}, {"email": "not an address", "role": "viewer"}):
+        r = client.post(f"/api/orgs/{org['id']}/invites", json=body, headers=owner.headers)
+        assert r.status_code == 400
+    assert client.get(f"/api/orgs/{org['id']}/invites", headers=owner.headers).get_json() == {"invites": []}
+    r = client.get(f"/api/orgs/{org['id']}/invites", headers=dev.headers)
+    assert r.status_code == 403 and error_code(r.get_json()) == "org_role_required"
+
+
+def test_revoked_replaced_and_expired_links_are_refused(app, client, make_account):
+    owner, person = make_account(), make_account()
+    org = make_org(client, owner)
+    email = _email(app, person)
+    first = _invite(client, owner, org["id"], email).get_json()
+    first_token = _token(app, email)
+    second = _invite(client, owner, org["id"], email, "viewer").get_json()  # replaces the first
+    second_token = _token(app, email)
+    pending = client.get(f"/api/orgs/{org['id']}/invites", headers=owner.headers).get_json()["invites"]
+    assert [i["id"] for i in pending] == [second["id"]]
+    r = client.post(f"/api/orgs/invites/{first_token}/accept", headers=person.headers)
+    assert r.status_code == 404 and error_code(r.get_json()) == "invalid_token"
+    r = client.delete(f"/api/orgs/{org['id']}/invites/{second['id']}", headers=owner.headers)
+    assert r.status_code == 200 and r.get_json()["revoked_at"] is not None
+    assert client.post(f"/api/orgs/invites/{second_token}/accept", headers=person.headers).status_code == 404
+    assert client.delete(f"/api/orgs/{org['id']}/invites/{first['id']}x", headers=owner.headers).status_code == 404
+    _invite(client, owner, org["id"], email)
+    third_token = _token(app, email)
+    with app.app_context():  # seven days later
+        db.session.execute(update(SingleUseToken).where(SingleUseToken.purpose == "org_invite")
+                           .values(expires_at=utcnow() - timedelta(seconds=1)))
+        db.session.commit()
+        db.session.remove()
+    assert client.post(f"/api/orgs/invites/{third_token}/accept", headers=person.headers).status_code == 404
+    assert client.get(f"/invites/{third_token}").status_code == 404
+    assert set(_members(client, owner, org["id"]).values()) == {"owner"}
+    assert balances(app, org["id"]) == [0]
+
+
+def test_invites_to_one_address_are_rate_limited_and_strangers_spend_nothing(app, client, make_account,
+                                                                            monkeypatch):
+    monkeypatch.setitem(app.config, "INVITE_EMAIL_RATE_LIMIT", "2/hour")
+    owner = make_account()
+    org = make_org(client, owner)
+    body = {"email": "target@example.com", "role": "viewer"}
+    for _ in range(3):  # unauthenticated attempts do not use up the address's allowance
+        assert client.post(f"/api/orgs/{org['id']}/invites", json=body).status_code == 401
+    codes = [_invite(client, owner, org["id"], "target@example.com", "viewer").status_code for _ in range(3)]
+    assert codes == [201, 201, 429]
+    assert len(_mails(app, "target@example.com")) == 2
+
+
+def test_a_person_belongs_to_a_bounded_number_of_orgs(app, client, make_account, monkeypatch):
+    from app.services.orgs import orgs
+
+    monkeypatch.setattr(orgs, "MAX_ORGS_PER_PERSON", 2)
+    owner = make_account()
+    assert [client.post("/api/orgs", json={"name": f"o{i}"}, headers=owner.headers).status_code
+            for i in range(3)] == [201, 201, 409]
+    r = client.post("/api/orgs", json={"name": "o"}, headers=owner.headers)
+    assert error_code(r.get_json()) == "org_limit_reached"
+    assert len(client.get("/api/orgs", headers=owner.headers).get_json()["orgs"]) == 2

@@ -223,3 +223,45 @@ def test_provider_keys_are_not_in_the_database_dump(app, client, fakes, acct):
     url = app.config["SQLALCHEMY_DATABASE_URI"].replace("postgresql+psycopg://", "postgresql://")
     dump = subprocess.run(["pg_dump", "--data-only", url], capture_output=True, check=True).stdout
     assert OWN.encode() not in dump and OWN[:8].encode() in dump
+
+
+def test_usage_export_names_the_own_key_and_the_list_cost(app, client, fakes, acct):
+    kid = add_key(client, acct).get_json()["id"]
+    byok_id = chat(client, acct, model="m-small").get_json()["id"]
+    plain_id = chat(client, acct, model="m-big").get_json()["id"]
+    from datetime import datetime, timedelta, timezone
+
+    now = datetime.now(timezone.utc)
+    r = client.get("/api/usage/export", query_string={"from": (now - timedelta(hours=1)).isoformat(),
+                                                      "to": (now + timedelta(hours=1)).isoformat(),
+                                                      "format": "json"}, headers=acct.headers)
+    import orjson
+
+    rows = {row["call_id"]: row for row in map(orjson.loads, r.get_data().splitlines())}
+    assert (rows[byok_id]["byok_key_id"], rows[byok_id]["cost_micros"], rows[byok_id]["provider_cost_micros"]) \
+        == (kid, 10, 200)
+    assert (rows[plain_id]["byok_key_id"], rows[plain_id]["provider_cost_micros"]) == (None, None)
+
+
+def test_openai_sdk_byok_completion_is_charged_the_fee(app, fakes, acct, ledger_clean):
+    """The real `openai` client against a real server: the usage shows the fee and BYOK."""
+    import openai
+
+    from tests.chatfakes import live_server
+
+    fakes.cheap.accept_keys = {OWN}
+    with app.test_client() as c:
+        add_key(c, acct)
+    before = balance(app, acct.id)
+    with live_server(app, "byok") as base:
+        client = openai.OpenAI(base_url=base + "/v1", api_key=acct.key, max_retries=0)
+        raw = client.chat.completions.with_raw_response.create(model="m-small", messages=MSGS)
+        done = raw.parse()
+        extra = done.usage.model_extra
+        assert (extra["cost_micros"], extra["byok"], extra["provider_cost_micros"]) == (10, True, 200)
+        assert raw.headers["x-gateway-cost-micros"] == "10" and raw.headers["x-chat-byok"].startswith("pkey_")
+        stream = client.chat.completions.create(model="m-small", messages=MSGS, stream=True)
+        last = [chunk for chunk in stream][-1]
+        assert last.usage.model_extra["cost_micros"] == 10 and last.usage.model_extra["byok"] is True
+    assert balance(app, acct.id) == before - 20
+    ledger_clean()

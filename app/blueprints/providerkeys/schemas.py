@@ -2,6 +2,7 @@
 import marshmallow as ma
 
 from app.blueprints.fields import InputSchema, JsonBoolean
+from app.services.chat.byok import KEY_PATTERN
 
 
 class ProviderKeySchema(ma.Schema):
@@ -30,7 +31,7 @@ class ProviderKeyListSchema(ByokSettingsSchema):
 class ProviderKeyCreateSchema(InputSchema):
     provider = ma.fields.String(required=True, validate=ma.validate.Length(min=1, max=64), metadata={
         "description": "A provider id of the chat catalog (`openai`, `anthropic`, …)."})
-    api_key = ma.fields.String(required=True, validate=ma.validate.Length(min=8, max=512), metadata={
+    api_key = ma.fields.String(required=True, validate=ma.validate.Regexp(KEY_PATTERN), metadata={
         "description": "The provider API key. Checked with one call to the provider (its model list), "
                        "then stored encrypted; never shown again."})
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 from decimal import Decimal
 
 from flask import current_app
@@ -43,6 +44,8 @@ log = logging.getLogger(__name__)
 OWNER_ACCOUNT = "account"
 PREFIX_LEN = 8  # characters of the provider key shown (e.g. "sk-proj-")
 MIN_KEY_LEN, MAX_KEY_LEN = 8, 512
+KEY_PATTERN = "^[!-~]{%d,%d}$" % (MIN_KEY_LEN, MAX_KEY_LEN)  # what provider keys are made of
+KEY_RE = re.compile(KEY_PATTERN)
 
 
 class ProviderKeyInvalid(DomainError):
@@ -103,9 +106,8 @@ def add_key(account_id: str, mode: str, provider_id: str, api_key: str) -> Provi
     ``provider_error`` when it cannot be checked, 409 ``provider_key_exists``."""
     _live(mode)
     prov = _provider(provider_id)
-    api_key = (api_key or "").strip()
-    if not MIN_KEY_LEN <= len(api_key) <= MAX_KEY_LEN or not api_key.isprintable() or " " in api_key:
-        raise InvalidRequest(f"api_key: {MIN_KEY_LEN} to {MAX_KEY_LEN} printable characters without spaces.",
+    if not isinstance(api_key, str) or not KEY_RE.fullmatch(api_key):
+        raise InvalidRequest(f"api_key: {MIN_KEY_LEN} to {MAX_KEY_LEN} visible ASCII characters (no spaces).",
                              param="api_key")
     with unit_of_work():
         _no_key_yet(account_id, prov.id)

@@ -105,10 +105,9 @@ def _resolve_key(token: str, token_hash: str) -> Principal | None:
         if row[10] is not None:  # rotated: its charges count on its successor's counter
             extra["spend_key"] = _rotation_head(row[10])
     # per-key controls (allow-lists, rpm/tpm): a change broadcasts like a revocation
-    controls = key_controls.of(row[0], _rotation_head(row[10]) if row[10] is not None else row[0],
-                               row[11], row[12], row[13], row[14])
-    if controls is not None:
-        extra["controls"] = controls
+    if any(v is not None for v in row[11:15]):  # counted on the rotation's newest key
+        counter = extra.get("spend_key") or (_rotation_head(row[10]) if row[10] is not None else row[0])
+        extra["controls"] = key_controls.of(row[0], counter, row[11], row[12], row[13], row[14])
     if row[15]:  # the account has provider keys of its own (bring your own key)
         extra["byok"] = True
     return Principal(account_id=row[4], credential_id=row[0], credential_hash=token_hash,

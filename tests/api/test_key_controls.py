@@ -151,3 +151,16 @@ def test_the_official_clients_show_the_403(app, fakes, make_account):
         with pytest.raises(anthropic.PermissionDeniedError) as aexc:
             aclient.messages.create(model="m-small", max_tokens=100, messages=MSGS)
         assert "may not use model 'm-small'" in str(aexc.value)
+
+
+def test_a_rotation_shares_one_rpm_limit(app, client, make_account, mod):
+    """The old key (in its overlap) counts on its successor's counter: rotating does not
+    double the key's rate."""
+    acct = make_account(cents=100)
+    old = _key(client, acct, rpm_limit=2)
+    new = client.post(f"/api/keys/{old['id']}/rotate", json={}, headers=acct.headers).get_json()
+    assert new["rpm_limit"] == 2
+    assert call(client, acct, {"action": "ok"}, bearer=old["key"]).status_code == 200
+    assert call(client, acct, {"action": "ok"}, bearer=new["key"]).status_code == 200
+    assert call(client, acct, {"action": "ok"}, bearer=old["key"]).status_code == 429
+    assert call(client, acct, {"action": "ok"}, bearer=new["key"]).status_code == 429

@@ -265,3 +265,49 @@ def test_openai_sdk_byok_completion_is_charged_the_fee(app, fakes, acct, ledger_
         assert last.usage.model_extra["cost_micros"] == 10 and last.usage.model_extra["byok"] is True
     assert balance(app, acct.id) == before - 20
     ledger_clean()
+
+
+def test_statements_a_byok_completion_adds(app, client, fakes, acct, ledger_clean):
+    """What BYOK and the key controls cost in round trips: a plain completion runs the hold and
+    the settle only; a BYOK completion adds the read of the own keys and the record of the key
+    before the settle; a key with rpm and tpm limits counting in PostgreSQL adds its three
+    counts (the request, the tokens' admission, their correction)."""
+    seen = []
+
+    def _sql(conn, cursor, statement, parameters, context, executemany):  # noqa: ARG001
+        if statement.strip().upper() != "SELECT 1":
+            seen.append(statement)
+
+    from contextlib import ExitStack
+
+    from app.services.platform import uow
+    from tests.support.sqlevents import listening
+
+    with app.app_context():
+        engines = [db.engine, uow._autocommit_engine()]
+
+    def run(key, **body):
+        assert chat(client, acct, model="m-small", **body).status_code == 200  # warm caches
+        seen.clear()
+        r = client.post("/v1/chat/completions", json={"model": "m-small", "messages": MSGS, **body},
+                        headers={"Authorization": f"Bearer {key}"})
+        assert r.status_code == 200, r.get_json()
+        return list(seen)
+
+    with ExitStack() as stack:
+        for engine in engines:
+            stack.enter_context(listening(engine, ("before_cursor_execute", _sql)))
+        plain = run(acct.key)
+        add_key(client, acct)
+        byok = run(acct.key)
+        limited_key = client.post("/api/keys", json={"name": "limited", "rpm_limit": 100, "tpm_limit": 100000},
+                                  headers=acct.headers).get_json()["key"]
+        limited = run(limited_key)
+    assert [s for s in plain if "gw_chat_" in s] == [s for s in byok if "gw_chat_" in s]
+    assert len(byok) - len(plain) == 2 and any("provider_keys" in s for s in byok)
+    counted = [s for s in limited if "key_rate_windows" in s]
+    if app.config["RATELIMIT_STORAGE_URI"].startswith("redis"):
+        assert counted == []
+    else:
+        assert len(counted) == 3
+    ledger_clean()

@@ -164,3 +164,11 @@ def test_a_rotation_shares_one_rpm_limit(app, client, make_account, mod):
     assert call(client, acct, {"action": "ok"}, bearer=new["key"]).status_code == 200
     assert call(client, acct, {"action": "ok"}, bearer=old["key"]).status_code == 429
     assert call(client, acct, {"action": "ok"}, bearer=new["key"]).status_code == 429
+
+
+def test_an_unreachable_redis_fails_open_like_the_plan_limit(app, client, make_account, mod, monkeypatch):
+    acct = make_account(cents=100)
+    key = _key(client, acct, rpm_limit=1)["key"]
+    monkeypatch.setitem(app.config, "RATELIMIT_STORAGE_URI", "redis://127.0.0.1:1/0")  # nothing listens
+    assert call(client, acct, {"action": "ok"}, bearer=key).status_code == 200
+    assert call(client, acct, {"action": "ok"}, bearer=key).status_code == 200

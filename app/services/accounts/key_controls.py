@@ -15,7 +15,8 @@ and modules, and its requests-per-minute / tokens-per-minute limits.
   kind) — the embedded default's limiter storage is per-process memory, which workers do
   not share. Each count is ONE conditional statement: a request that does not fit is
   refused (429 ``rate_limited`` with ``Retry-After`` = the seconds to the window's end)
-  and NOT counted, so a client retrying too fast does not starve itself.
+  and NOT counted, so a client retrying too fast does not starve itself. Redis unreachable:
+  the request is allowed and logged (fail open, as the plan's limit).
 * Tokens: a completion is admitted while the minute's count plus its estimate (estimated
   prompt tokens, plus ``max_tokens`` when the request sets one) fits the limit; the
   estimate is counted at admission and corrected to the provider's total tokens when the
@@ -27,16 +28,20 @@ and modules, and its requests-per-minute / tokens-per-minute limits.
 """
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from flask import current_app
+from redis.exceptions import RedisError
 
 from app.errors import Forbidden, InvalidRequest, RateLimited
 from app.extensions import redis_for
 from app.services.platform.uow import run_one
+
+log = logging.getLogger(__name__)
 
 WINDOW = 60  # seconds: the limits are per minute
 MAX_LIST = 100  # entries of an allow-list
@@ -183,7 +188,11 @@ def _count(counter_id: str, kind: str, window: int, n: int, limit: int) -> bool:
     if client is not None:
         prefix = current_app.config.get("RATELIMIT_KEY_PREFIX") or "gw"
         key = f"{prefix}:keyrate:{counter_id}:{kind}:{window}"
-        ok, _ = client.eval(_COUNT_LUA, 1, key, n, limit, WINDOW + 5)
+        try:
+            ok, _ = client.eval(_COUNT_LUA, 1, key, n, limit, WINDOW + 5)
+        except RedisError:  # Redis down: fail open, as the plan's limit does (logged)
+            log.warning("key rate counter unavailable (Redis); allowing the request")
+            return True
         return bool(ok)
     at = datetime.fromtimestamp(window, timezone.utc)
     if n <= 0:

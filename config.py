@@ -247,6 +247,12 @@ def load_config(overrides: dict | None = None) -> dict:
         # its own prices, up to CHAT_DEFAULT_MAX_TOKENS): docs/chat.md "Billing"
         "CHAT_DEFAULT_HOLD_OUTPUT_TOKENS": _int("CHAT_DEFAULT_HOLD_OUTPUT_TOKENS", 1024),
         "CHAT_MAX_ATTEMPTS": _int("CHAT_MAX_ATTEMPTS", 4),
+        # Bring your own key: a completion served with the caller's own provider key is
+        # charged this percent of its cost at the model's price (docs/chat.md); provider
+        # keys are sealed with BYOK_ENCRYPTION_KEY (64 hex characters; unset: derived from
+        # SECRET_KEY)
+        "CHAT_BYOK_FEE_PERCENT": _env("CHAT_BYOK_FEE_PERCENT", "5"),
+        "BYOK_ENCRYPTION_KEY": _env("BYOK_ENCRYPTION_KEY"),
         "CHAT_CONNECT_TIMEOUT": _float("CHAT_CONNECT_TIMEOUT", 3.0),
         "CHAT_READ_TIMEOUT": _float("CHAT_READ_TIMEOUT", 60.0),
         "CHAT_RETRY_AFTER_CAP": _float("CHAT_RETRY_AFTER_CAP", 2.0),
@@ -330,6 +336,7 @@ def load_config(overrides: dict | None = None) -> dict:
     elif not cfg["SECRET_KEY"]:
         cfg["SECRET_KEY"] = "dev-only-not-secret"
 
+    _check_byok(cfg)
     if not 0 <= cfg["RATELIMIT_LEASE_FRACTION"] <= 0.05:
         raise ConfigError(f"RATELIMIT_LEASE_FRACTION must be between 0 and 0.05 (a fraction of the "
                           f"limit), not {cfg['RATELIMIT_LEASE_FRACTION']}")
@@ -364,3 +371,25 @@ def load_config(overrides: dict | None = None) -> dict:
         "pool_recycle": 1800,
     }
     return cfg
+
+
+def _check_byok(cfg: dict) -> None:
+    """``CHAT_BYOK_FEE_PERCENT``: a decimal from 0 to 100; ``BYOK_ENCRYPTION_KEY``: 64 hex
+    characters (32 bytes) when set."""
+    from decimal import Decimal, InvalidOperation
+
+    try:
+        pct = Decimal(str(cfg["CHAT_BYOK_FEE_PERCENT"]))
+    except InvalidOperation:
+        pct = Decimal(-1)
+    if not pct.is_finite() or not 0 <= pct <= 100:
+        raise ConfigError(f"CHAT_BYOK_FEE_PERCENT must be a number from 0 to 100, not "
+                          f"{cfg['CHAT_BYOK_FEE_PERCENT']!r}")
+    key = cfg.get("BYOK_ENCRYPTION_KEY")
+    if key:
+        try:
+            ok = len(bytes.fromhex(key)) == 32
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ConfigError("BYOK_ENCRYPTION_KEY must be 64 hex characters (32 bytes)")

@@ -35,7 +35,8 @@ from app import ratelimits
 from app.errors import Forbidden, InsufficientScope, Unauthorized
 from app.extensions import db, get_redis
 from app.ids import secret_is_well_formed, sha256_hex
-from app.models import Account, ApiKey
+from app.models import Account, ApiKey, ProviderKey
+from app.services.accounts import key_controls
 from app.models.base import utcnow
 from app.services.platform.uow import unit_of_work
 
@@ -75,6 +76,12 @@ def register_resolver(prefix: str, resolver: Resolver) -> None:
     _resolvers[prefix] = resolver
 
 
+# whether the paying account has provider keys (BYOK): only then does a completion read them
+_HAS_PROVIDER_KEYS = (select(ProviderKey.id).where(ProviderKey.owner_kind == "account",
+                                                   ProviderKey.owner_id == Account.id)
+                      .limit(1).exists().label("byok"))
+
+
 def _resolve_key(token: str, token_hash: str) -> Principal | None:
     prefix = token[:9]
     if not secret_is_well_formed(token, prefix):
@@ -82,7 +89,8 @@ def _resolve_key(token: str, token_hash: str) -> Principal | None:
     row = db.session.execute(
         select(ApiKey.id, ApiKey.mode, ApiKey.scopes, ApiKey.revoked_at, Account.id,
                Account.is_admin, Account.plan, Account.agent_id, ApiKey.expires_at,
-               ApiKey.spend_limit_micros, ApiKey.rotated_to, ApiKey.member_account_id)
+               ApiKey.spend_limit_micros, ApiKey.rotated_to, ApiKey.allowed_models, ApiKey.allowed_modules,
+               ApiKey.rpm_limit, ApiKey.tpm_limit, _HAS_PROVIDER_KEYS, ApiKey.member_account_id)
         .join(Account, Account.id == ApiKey.account_id)
         .where(ApiKey.key_hash == token_hash)
     ).first()
@@ -96,13 +104,19 @@ def _resolve_key(token: str, token_hash: str) -> Principal | None:
         extra["spend_limited"] = True
         if row[10] is not None:  # rotated: its charges count on its successor's counter
             extra["spend_key"] = _rotation_head(row[10])
-    if row[11] is not None:  # an organisation key: it pays from the organisation, acts as its member
+    if row[16] is not None:  # an organisation key: it pays from the organisation, acts as its member
         from app.services.orgs.orgs import member_role
 
-        role = member_role(row[4], row[11])
+        role = member_role(row[4], row[16])
         if role is None:  # no longer a member (removal revokes the keys too)
             return None
-        extra.update(member=row[11], org_role=role)
+        extra.update(member=row[16], org_role=role)
+    # per-key controls (allow-lists, rpm/tpm): a change broadcasts like a revocation
+    if any(v is not None for v in row[11:15]):  # counted on the rotation's newest key
+        counter = extra.get("spend_key") or (_rotation_head(row[10]) if row[10] is not None else row[0])
+        extra["controls"] = key_controls.of(row[0], counter, row[11], row[12], row[13], row[14])
+    if row[15]:  # the account has provider keys of its own (bring your own key)
+        extra["byok"] = True
     return Principal(account_id=row[4], credential_id=row[0], credential_hash=token_hash,
                      kind="key", mode=row[1], scopes=frozenset(row[2] or ()),
                      is_admin=bool(row[5]), plan=row[6], agent_id=row[7], extra=extra)
@@ -410,6 +424,11 @@ def key_of(p: Principal) -> str | None:
     if p.kind != "key" or not p.extra.get("spend_limited"):
         return None
     return p.extra.get("spend_key") or p.credential_id
+
+
+def controls_of(p: Principal):
+    """The key's controls (``key_controls.KeyControls``: allow-lists, rpm/tpm), or None."""
+    return p.extra.get("controls")
 
 
 def _rotation_head(key_id: str) -> str:

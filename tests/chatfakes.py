@@ -28,11 +28,23 @@ class FakeState:
         self.calls = 0
         self.bodies: list[dict] = []
         self.headers: list[dict] = []
+        self.accept_keys: set[str] | None = None  # the API keys it accepts (None: any, even none)
+        self.key_checks: list[str | None] = []  # the keys of its model-list calls (a key's check)
         self.lock = threading.Lock()
+
+    def refuses(self, req: Request) -> bool:
+        """Whether the request's key (bearer or x-api-key) is not one this upstream accepts."""
+        return self.accept_keys is not None and _key_of(req) not in self.accept_keys
+
 
     @property
     def text(self) -> str:
         return f"Hello from {self.name}"
+
+
+def _key_of(req: Request) -> str | None:
+    auth = req.headers.get("Authorization") or ""
+    return auth[7:] if auth.startswith("Bearer ") else req.headers.get("x-api-key")
 
 
 def _sse(events) -> Reply:
@@ -103,10 +115,26 @@ def _upstream(fakes: "Fakes", name: str, anthropic: bool) -> StandIn:
     """One fake upstream: behaves as ``fakes.states[name]`` says at the time of each call."""
     server = StandIn()
 
+    @server.route("GET", "*")
+    def _models(req: Request):  # the model list: what a provider key's check calls
+        state = fakes.states[name]
+        with state.lock:
+            state.key_checks.append(_key_of(req))
+        if state.mode in ("503", "timeout"):
+            return 503, {"error": {"message": f"{state.name} is down"}}
+        if state.refuses(req):
+            return 401, {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}}
+        return 200, {"object": "list", "data": [{"id": "x", "object": "model"}]}
+
     @server.route("POST", "*")
     def _complete(req: Request):
         body = req.json()
         state = fakes.states[name]
+        if state.refuses(req):
+            with state.lock:
+                state.calls += 1
+                state.headers.append(dict(req.headers))
+            return 401, {"error": {"message": "Incorrect API key provided"}}
         with state.lock:
             state.calls += 1
             state.bodies.append(body)

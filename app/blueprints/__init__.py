@@ -13,6 +13,7 @@ from flask import Flask
 API_BLUEPRINTS = [
     "app.blueprints.accounts.routes",
     "app.blueprints.keys.routes",
+    "app.blueprints.providerkeys.routes",
     "app.blueprints.alerts.routes",
     "app.blueprints.alerts.routes:pages_blp",
     "app.blueprints.gateway.routes",

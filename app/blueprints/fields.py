@@ -58,6 +58,15 @@ class JsonInteger(ma.fields.Integer):
         return super()._validated(value)
 
 
+class JsonBoolean(ma.fields.Boolean):
+    """A JSON boolean: ``true`` or ``false`` only (not ``"yes"``, ``1`` …)."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if not isinstance(value, bool):
+            raise self.make_error("invalid")
+        return value
+
+
 class HeaderString(ma.fields.String):
     """A request header's text. WSGI hands header bytes over as latin-1 characters; a value
     whose bytes are valid UTF-8 (clients may send UTF-8, RFC 9110 §5.5) is read as UTF-8,

@@ -19,7 +19,8 @@ from app.errors import InvalidRequest
 
 # flask-smorest's named error responses, by status
 _RESPONSES = {400: "BAD_REQUEST", 401: "UNAUTHORIZED", 402: "PAYMENT_REQUIRED", 403: "FORBIDDEN",
-              404: "NOT_FOUND", 409: "CONFLICT", 413: "DEFAULT_ERROR", 429: "TOO_MANY_REQUESTS"}
+              404: "NOT_FOUND", 409: "CONFLICT", 413: "DEFAULT_ERROR", 429: "TOO_MANY_REQUESTS",
+              502: "DEFAULT_ERROR"}
 
 
 def fast_arguments(blp, schema, accept: Callable[[object], dict | None] | None = None, *,

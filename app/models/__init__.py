@@ -1,5 +1,5 @@
 """Re-exports every model so Alembic and the app see the whole schema."""
-from app.models.accounts import Account, ApiKey, KeySpend  # noqa: F401
+from app.models.accounts import Account, ApiKey, KeyRateWindow, KeySpend  # noqa: F401
 from app.models.ledger import LedgerEntry, LedgerTransaction  # noqa: F401
 from app.models.catalog import Module, ModuleAction  # noqa: F401
 from app.models.usage import UsageDaily, UsageHourly, UsageRollupState  # noqa: F401
@@ -14,3 +14,4 @@ from app.models.calls import IdempotencyRecord, ModuleCall  # noqa: F401
 from app.models.chat import ChatCompletion  # noqa: F401
 from app.models.tokens import SingleUseToken  # noqa: F401
 from app.models.orgs import OrgAuditEntry, OrgInvite, OrgMember  # noqa: F401
+from app.models.providerkeys import ProviderKey  # noqa: F401

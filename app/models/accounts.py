@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, Boolean, CheckConstraint, ForeignKey, String
+from sqlalchemy import BigInteger, Boolean, CheckConstraint, ForeignKey, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.extensions import db
@@ -34,6 +34,10 @@ class Account(db.Model):
     mailbox: Mapped[str | None] = mapped_column(String(320), index=True)
     name: Mapped[str | None] = mapped_column(String(100))  # an organisation's name (kind ``org``)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # Bring your own key (docs/chat.md "Bring your own key"): route only to the account's own
+    # provider keys; may a failing own key fall back to the platform's keys (model price).
+    byok_only: Mapped[bool] = mapped_column(Boolean, default=False, server_default="false")
+    byok_fallback: Mapped[bool] = mapped_column(Boolean, default=False, server_default="false")
 
 
 class ApiKey(db.Model):
@@ -61,6 +65,12 @@ class ApiKey(db.Model):
     # An organisation key: ``account_id`` is the organisation (it pays), this is the member
     # who owns the key (their role there decides what it may do). Null: a personal key.
     member_account_id: Mapped[str | None] = mapped_column(String(32), index=True)
+    # Per-key controls (docs/keys.md "Per-key controls"): allow-lists (null: any) and
+    # requests / tokens per minute (null: no limit beyond the plan's).
+    allowed_models: Mapped[list | None] = mapped_column(JSONType)
+    allowed_modules: Mapped[list | None] = mapped_column(JSONType)
+    rpm_limit: Mapped[int | None] = mapped_column(Integer)
+    tpm_limit: Mapped[int | None] = mapped_column(Integer)
 
 
 class KeySpend(db.Model):
@@ -74,3 +84,18 @@ class KeySpend(db.Model):
     key_id: Mapped[str] = mapped_column(String(32), primary_key=True)
     period_start: Mapped[datetime] = mapped_column(UTCDateTime, primary_key=True)
     spent_micros: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class KeyRateWindow(db.Model):
+    """A key's per-minute counter (``kind`` ``rpm`` or ``tpm``) in the current one-minute
+    window, when the rate-limit storage is not Redis (the embedded default): PostgreSQL is
+    then the store every worker shares. One row per key and kind, moved to the new window
+    by the conditional upsert that counts (``app.services.accounts.key_controls``)."""
+
+    __tablename__ = "key_rate_windows"
+    __table_args__ = (CheckConstraint("used >= 0", name="used_nonnegative"),)
+
+    key_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(8), primary_key=True)  # rpm | tpm
+    window_start: Mapped[datetime] = mapped_column(UTCDateTime)
+    used: Mapped[int] = mapped_column(BigInteger, default=0)

@@ -57,3 +57,9 @@ class ChatCompletion(db.Model):
     # Last sign of life of the request holding the money (a stream extends it while it
     # runs); the stale-hold sweep only releases holds whose request stopped beating.
     alive_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Bring your own key: the provider key that served the completion (null: the platform's);
+    # then ``cost_micros`` is the platform fee and ``list_cost_micros`` the cost at the model's
+    # price, which the customer's provider bills the customer directly. Written before the
+    # settle (``app.services.chat.byok.mark``), so a settled BYOK row always carries them.
+    byok_key_id: Mapped[str | None] = mapped_column(String(32))
+    list_cost_micros: Mapped[int | None] = mapped_column(BigInteger)

@@ -43,7 +43,7 @@ def test_wrong_checksum_is_401(client, account):
 
 # The Key resource: SPEC's fields plus issue 16's spend limit and expiry.
 KEY_FIELDS = {"id", "name", "prefix", "scopes", "last_used_at", "spend_limit_cents", "spend_limit_period",
-              "spent_cents", "expires_at",
+              "spent_cents", "expires_at", "allowed_models", "allowed_modules", "rpm_limit", "tpm_limit",
               "org_id", "member_id"}  # organisation keys (tests/api/test_orgs.py); null on personal keys
 
 

@@ -13,6 +13,19 @@ def _make_key(client, owner):
     return client.post("/api/keys", json={"name": "victim"}, headers=owner.headers).get_json()["id"]
 
 
+def _make_provider_key(client, owner):
+    """A provider key stored directly (adding one asks the provider, which is not running here)."""
+    from app.extensions import db
+    from app.models import ProviderKey
+
+    with client.application.app_context():
+        db.session.add(ProviderKey(id=f"pkey_{owner.id[-12:]}", owner_kind="account", owner_id=owner.id,
+                                   provider="demo_llm", ciphertext=b"sealed", prefix="sk-victi"))
+        db.session.commit()
+        db.session.remove()
+    return f"pkey_{owner.id[-12:]}"
+
+
 def _make_alert(client, owner):
     r = client.post("/api/alerts", json={"name": "a", "metric": "calls", "op": ">", "threshold": 1,
                                          "window": "day", "channel": "email", "target": "a@example.com"},
@@ -51,6 +64,8 @@ CASES = {
     ("post", "/api/agent/{agent_id}/fund"): (_make_agent, "/api/agent/{id}/fund", ("get", "/api/account"),
                                              {"amount_cents": 1}),
     ("delete", "/api/keys/{key_id}"): (_make_key, "/api/keys/{id}", ("get", "/api/keys")),
+    ("delete", "/api/provider-keys/{key_id}"): (_make_provider_key, "/api/provider-keys/{id}",
+                                                ("get", "/api/provider-keys")),
     ("delete", "/api/alerts/{alert_id}"): (_make_alert, "/api/alerts/{id}", ("get", "/api/alerts")),
     ("get", "/api/agent/{agent_id}/usage"): (_make_agent, "/api/agent/{id}/usage", None),
     ("get", "/api/agent/{agent_id}/earnings"): (_make_agent, "/api/agent/{id}/earnings", None),

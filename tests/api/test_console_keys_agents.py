@@ -86,3 +86,17 @@ def test_fund_an_agent_once_per_form(app, client, signed_in):
     r = browser.post("/agents/agt_doesnotexist0000/fund",
                      data={"amount_cents": "1", "fund_key": key + "x", "csrf": _csrf(page)})
     assert r.status_code == 404
+
+
+def test_key_page_shows_the_key_controls(app, signed_in):
+    client, acct = signed_in()
+    from app.services.accounts import keys
+
+    with app.app_context():
+        row, _ = keys.mint(acct.id, "controlled", ["call:write"])
+        keys.update_key(acct.id, row.id, {"allowed_models": ["m-big", "gpt-4o"], "allowed_modules": [],
+                                          "rpm_limit": 30, "tpm_limit": 9000}, "live")
+        db.session.remove()
+    page = client.get("/keys").get_data(as_text=True)
+    assert "Models: gpt-4o, m-big" in page and "Modules: none" in page
+    assert "30 requests/min" in page and "9000 tokens/min" in page

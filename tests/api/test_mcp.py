@@ -261,3 +261,17 @@ def test_mcp_server_card_names_the_endpoint(client):
     assert remote["headers"][0]["name"] == "Authorization" and remote["headers"][0]["isSecret"] is True
     assert "2025-11-25" in remote["supportedProtocolVersions"]
     assert card["_meta"]["gateway/x402-discovery"].endswith("/.well-known/x402")
+
+
+def test_key_controls_apply_to_tool_calls(app, client, server_url, make_account, mod):
+    """The key's allowed modules and requests per minute hold on the agents' door too."""
+    acct = make_account(cents=10)
+    r = client.post("/api/keys", json={"name": "only-text", "allowed_modules": ["text"]}, headers=acct.headers)
+    res = run(_call, server_url, r.get_json()["key"], "svc__ok", {})
+    assert res.is_error is True and res.structured_content["error"] == "module_not_allowed"
+    r = client.post("/api/keys", json={"name": "slow", "rpm_limit": 1}, headers=acct.headers)
+    assert run(_call, server_url, r.get_json()["key"], "svc__ok", {}).is_error is False
+    res = run(_call, server_url, r.get_json()["key"], "svc__ok", {})
+    assert res.is_error is True and res.structured_content["error"] == "rate_limited"
+    drain(app)
+    assert module_calls(app, acct.id) == [("succeeded", 30_000)] and balance_cents(app, acct.id) == 7  # one 3-cent call

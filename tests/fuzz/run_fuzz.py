@@ -50,6 +50,8 @@ SEMANTIC_400: dict[str, str] = {
                         "most 254 characters once trimmed",
     "POST /api/keys": "`expires_at` must lie in the future, at most a year ahead (the clock)",
     "PATCH /api/keys/{key_id}": "a period alone needs a key that has a limit (stored state)",
+    "POST /api/provider-keys": "`provider` must be a provider of the chat catalog (catalog data) and "
+                               "accept the key when asked (the world outside)",
     "POST /api/pay/checkout": "`return_url`: https only in production and a host of "
                               "`RETURN_URL_HOSTS` when the operator sets it (configuration), "
                               "a port and brackets the URL parser accepts",

@@ -9,7 +9,7 @@ from flask.views import MethodView
 
 from app import cors
 from app import auth
-from app.auth import authenticated, key_of, principal
+from app.auth import authenticated, controls_of, key_of, principal
 from app.chathost import on_chat_host
 from app.blueprints.chat.schemas import (ChatCompletionSchema, ChatRequestSchema, MessageSchema,
                                          MessagesRequestSchema, ModelListSchema, ModelSchema, plain_chat_request)
@@ -117,7 +117,8 @@ class ChatCompletionsView(MethodView):
         """
         p = principal()
         return _response(chat.create_completion(p.account_id, p.mode, body, key_id=key_of(p),
-                                                actor=p.credential_id, payment=payment_signature or x_payment))
+                                                actor=p.credential_id, payment=payment_signature or x_payment,
+                                                controls=controls_of(p), byok=bool(p.extra.get("byok"))))
 
 
 @blp.route("/models")
@@ -178,4 +179,5 @@ class MessagesView(MethodView):
         """
         p = principal()
         return _response(messages.create_message(p.account_id, p.mode, body, key_id=key_of(p),
-                                                    actor=p.credential_id))
+                                                    actor=p.credential_id, controls=controls_of(p),
+                                                    byok=bool(p.extra.get("byok"))))

@@ -95,7 +95,18 @@ def plain_chat_request(doc) -> dict | None:
     return doc if json_depth(doc) <= MAX_JSON_DEPTH else None
 
 
-class ChatUsageSchema(ma.Schema):
+class ByokUsageSchema(ma.Schema):
+    """The usage fields of a completion served with the caller's own provider key."""
+
+    byok = ma.fields.Boolean(metadata={
+        "description": "Present (true) when the caller's own provider key served the completion: `cost_micros` "
+                       "is then the platform fee."})
+    byok_fee_pct = ma.fields.Float(metadata={"description": "BYOK: the fee's percent of the list cost."})
+    provider_cost_micros = ma.fields.Integer(metadata={
+        "description": "BYOK: the cost at the model's list price, which the caller's provider bills directly."})
+
+
+class ChatUsageSchema(ByokUsageSchema):
     prompt_tokens = ma.fields.Integer(required=True)
     completion_tokens = ma.fields.Integer(required=True)
     total_tokens = ma.fields.Integer(required=True)
@@ -105,10 +116,17 @@ class ChatUsageSchema(ma.Schema):
         "description": "= cost_usd, under the name LiteLLM keeps from a stream's final usage (OpenRouter's)."})
     savings_pct = ma.fields.Float(required=True, metadata={
         "description": "round(max(0, (ref − cost) / ref × 100), 2), ref = the same tokens at the reference "
-                       "model's primary list price (auto: CHAT_REFERENCE_MODEL; named model: its primary provider)."})
+                       "model's primary list price (auto: CHAT_REFERENCE_MODEL; named model: its primary provider); "
+                       "for a BYOK completion cost = the provider's list cost + the fee."})
     latency_ms = ma.fields.Integer(required=True, metadata={"description": "Gateway receipt to last upstream byte."})
     estimated = ma.fields.Boolean(required=True, metadata={
         "description": "True when the upstream reported no usage and the tokens are the gateway's estimate."})
+    prompt_tokens_details = ma.fields.Dict(metadata={
+        "description": "When the provider reported cache use: `cached_tokens` (read from its prompt cache, priced "
+                       "at the cache-read price) and `cache_write_tokens`."})
+    completion_tokens_details = ma.fields.Dict(metadata={
+        "description": "When the provider reported reasoning: `reasoning_tokens`, included in "
+                       "`completion_tokens` and billed at the output price."})
 
 
 class ChatChoiceSchema(ma.Schema):
@@ -192,7 +210,7 @@ class MessagesRequestSchema(InputSchema):
     metadata = ma.fields.Dict(allow_none=True)
 
 
-class MessageUsageSchema(ma.Schema):
+class MessageUsageSchema(ByokUsageSchema):
     input_tokens = ma.fields.Integer(required=True)
     output_tokens = ma.fields.Integer(required=True)
     cache_creation_input_tokens = ma.fields.Integer(required=True)

@@ -159,7 +159,7 @@ class HotPath:
         res = gateway.call(account_id=principal.account_id, mode=principal.mode, slug=slug,
                            body=body, idempotency_key=idempotency_key, payment=None,
                            request_id=g.request_id, key_id=auth.key_of(principal),
-                           actor=principal.credential_id)
+                           actor=principal.credential_id, controls=auth.controls_of(principal))
         headers = {"Content-Type": "application/json", "Content-Length": str(len(res.body))}
         if res.replayed:
             headers["Idempotent-Replayed"] = "true"
@@ -181,7 +181,8 @@ class HotPath:
         ratelimits.per_credential(principal)
         result = chat.create_completion(principal.account_id, principal.mode, body,
                                         key_id=auth.key_of(principal),
-                                        actor=principal.credential_id)
+                                        actor=principal.credential_id, controls=auth.controls_of(principal),
+                                        byok=bool(principal.extra.get("byok")))
         payload = orjson.dumps(result.body)
         headers = {"Content-Type": "application/json", "Content-Length": str(len(payload))}
         headers.update(result.headers)

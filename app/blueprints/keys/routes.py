@@ -6,7 +6,7 @@ from app.blueprints.keys.schemas import (KeyCreatedSchema, KeyCreateSchema, KeyL
                                          KeyRevokedSchema, KeyRotateSchema, KeySchema, KeyUpdateSchema)
 from app.blueprints.routing import endpoint
 from app.extensions import Blueprint
-from app.services.accounts import keys
+from app.services.accounts import key_controls, keys
 from app.services.orgs import orgs
 
 blp = Blueprint("keys", __name__, url_prefix="/api/keys", description="API keys of the account.")
@@ -27,7 +27,8 @@ def create_key(body):
     asking for a scope the creating credential lacks is 403 `insufficient_scope`.
     Optional: a spend limit (`spend_limit_cents` per `spend_limit_period`, UTC) and an
     expiry (`expires_at`, future, at most a year ahead). At most 100 active keys per
-    account (409 `key_limit_reached`).
+    account (409 `key_limit_reached`). Controls: `allowed_models`, `allowed_modules`,
+    `rpm_limit`, `tpm_limit` (docs/keys.md "Per-key controls").
 
     With `org_id` (or made by an organisation key) it is an organisation key: it spends
     the organisation's balance and acts as the creating member, within the member's role
@@ -40,15 +41,18 @@ def create_key(body):
                                   spend_limit_cents=body.get("spend_limit_cents"),
                                   spend_limit_period=body.get("spend_limit_period"),
                                   expires_at=body.get("expires_at"), member_account_id=member,
-                                  actor=current_actor() if member else None)
+                                  actor=current_actor() if member else None,
+                                  controls={k: body[k] for k in key_controls.FIELDS if k in body})
     return Extended(row, key=secret)
 
 
 @endpoint(blp, "/<string:key_id>", "patch", "keys:write", body=KeyUpdateSchema, ok=KeySchema,
           errors={404: None}, name="KeyUpdateView")
 def update_key(body, key_id):
-    """Change a key's spend limit (`spend_limit_cents: null` removes it). Applies to the
-    next charge on every worker; what the key spent this period is kept."""
+    """Change a key's spend limit (`spend_limit_cents: null` removes it) and its controls:
+    `allowed_models`, `allowed_modules` (allow-lists; null: any), `rpm_limit`, `tpm_limit`
+    (per minute; null: none). Applies to the next request on every worker; what the key
+    spent this period is kept."""
     orgs.check_key(principal(), key_id)
     return keys.update_key(principal().account_id, key_id, body, principal().mode)
 

@@ -4,6 +4,7 @@ from datetime import timezone
 import marshmallow as ma
 
 from app.blueprints.fields import InputSchema, JsonInteger, derived
+from app.services.accounts.key_controls import MAX_LIST, MAX_RPM, MAX_TPM
 from app.services.accounts.keys import DEFAULT_OVERLAP_SECONDS, MAX_OVERLAP_SECONDS
 from app.services.money.spend import PERIODS
 from app.services.money.ledger import micros_to_cents
@@ -40,6 +41,16 @@ class KeySchema(ma.Schema):
     member_id = ma.fields.String(required=True, allow_none=True, attribute="member_account_id", metadata={
         "description": "The member who owns an organisation key (its calls are recorded as theirs); null "
                        "for a personal key."})
+    allowed_models = ma.fields.List(ma.fields.String(), required=True, allow_none=True, metadata={
+        "description": "Chat models this key may use (`model: auto` routes among them only; another named "
+                       "model is 403 `model_not_allowed`); null: any."})
+    allowed_modules = ma.fields.List(ma.fields.String(), required=True, allow_none=True, metadata={
+        "description": "Modules this key may call (another is 403 `module_not_allowed`); null: any."})
+    rpm_limit = ma.fields.Integer(required=True, allow_none=True, metadata={
+        "description": "Requests per minute (module calls and chat completions of this key, one-minute "
+                       "windows; 429 with `Retry-After` beyond); null: only the plan's limit."})
+    tpm_limit = ma.fields.Integer(required=True, allow_none=True, metadata={
+        "description": "Chat tokens (prompt + completion) per minute; null: no limit."})
 
 
 class KeyCreatedSchema(KeySchema):
@@ -50,7 +61,24 @@ class KeyListSchema(ma.Schema):
     keys = ma.fields.List(ma.fields.Nested(KeySchema), required=True)
 
 
-class KeyCreateSchema(InputSchema):
+def _names(what: str) -> ma.fields.List:
+    item = ma.fields.String(validate=ma.validate.Length(min=1, max=96))
+    return ma.fields.List(item, allow_none=True, validate=ma.validate.Length(max=MAX_LIST), metadata={
+        "description": f"Allow-list of {what} (at most {MAX_LIST}; `[]` allows none); null removes it (any)."})
+
+
+class KeyControlsSchema(InputSchema):
+    """The per-key controls, accepted by POST /api/keys and PATCH /api/keys/{id}."""
+
+    allowed_models = _names("chat model ids (`GET /v1/models`)")
+    allowed_modules = _names("module slugs (`GET /api/modules`)")
+    rpm_limit = JsonInteger(allow_none=True, validate=ma.validate.Range(min=1, max=MAX_RPM), metadata={
+        "description": "Requests per minute (module calls and chat completions); null removes it."})
+    tpm_limit = JsonInteger(allow_none=True, validate=ma.validate.Range(min=1, max=MAX_TPM), metadata={
+        "description": "Chat tokens per minute (prompt + completion); null removes it."})
+
+
+class KeyCreateSchema(KeyControlsSchema):
     class Meta:
         json_schema = {"dependentRequired": {"spend_limit_period": ["spend_limit_cents"]}}
 
@@ -74,14 +102,16 @@ class KeyCreateSchema(InputSchema):
                           "(roles owner, admin, developer)")
 
 
-class KeyUpdateSchema(InputSchema):
+class KeyUpdateSchema(KeyControlsSchema):
     class Meta:
-        # something to change: a limit (null removes it), or a period (not null); a period
-        # cannot come with the limit's removal
+        # something to change: a limit (null removes it), a period (not null) or a control;
+        # a period cannot come with the limit's removal
         json_schema = {
             "anyOf": [{"required": ["spend_limit_cents"]},
                       {"required": ["spend_limit_period"],
-                       "properties": {"spend_limit_period": {"type": "string"}}}],
+                       "properties": {"spend_limit_period": {"type": "string"}}},
+                      {"required": ["allowed_models"]}, {"required": ["allowed_modules"]},
+                      {"required": ["rpm_limit"]}, {"required": ["tpm_limit"]}],
             "if": {"required": ["spend_limit_cents"], "properties": {"spend_limit_cents": {"type": "null"}}},
             "then": {"properties": {"spend_limit_period": {"type": "null"}}}}
 

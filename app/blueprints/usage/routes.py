@@ -42,14 +42,16 @@ def usage_daily(query):
 @endpoint(blp, "/export", "get", "call:read", query=UsageExportQuerySchema, name="UsageExportView")
 @blp.doc(responses={"200": {"description": "The rows, streamed.", "content": {
     "text/csv": {"schema": {"type": "string"}, "example": "call_id,created_at,module,action,mode,status,"
-                 "cost_cents,cost_micros,idempotency_key,receipt_hash\r\n"},
+                 "cost_cents,cost_micros,idempotency_key,receipt_hash,byok_key_id,provider_cost_micros\r\n"},
     "application/x-ndjson": {"schema": {"type": "string"}}}}})
 def usage_export(query):
     """Every call of the account in [`from`, `to`) (at most 31 days), one row per call,
     oldest first, streamed (constant memory): module calls and chat completions
     (`module: chat`, `action`: the model), live and test. Columns: `call_id`, `created_at`,
     `module`, `action`, `mode`, `status`, `cost_cents` (floor), `cost_micros`,
-    `idempotency_key`, `receipt_hash`. `format=csv` (default): `text/csv` with a header
+    `idempotency_key`, `receipt_hash`, `byok_key_id` and `provider_cost_micros` (a chat
+    completion served with the caller's own provider key: the key, and the list cost its
+    provider bills; `cost_micros` is then the fee). `format=csv` (default): `text/csv` with a header
     row; `format=json`: NDJSON (`application/x-ndjson`, one JSON object per line)."""
     account_id = _account(query)
     start, end = export.window(query["from_"], query["to"])

@@ -20,6 +20,7 @@ from app.ids import new_id, new_secret, sha256_hex
 from app.models import Account, ApiKey, ChatCompletion, KeySpend, ModuleCall
 from app.models.base import utcnow
 from app.scopes import ADMIN_SCOPE, KNOWN_SCOPES
+from app.services.accounts import key_controls
 from app.services.money import spend
 from app.services.platform.uow import transactional, unit_of_work
 
@@ -123,10 +124,11 @@ def create_key(account_id: str, name: str, scopes: list[str] | None, *,
                creator_scopes: frozenset[str], creator_mode: str,
                spend_limit_cents: int | None = None, spend_limit_period: str | None = None,
                expires_at: datetime | None = None, member_account_id: str | None = None,
-               actor=None) -> tuple[ApiKey, str]:
+               actor=None, controls: dict | None = None) -> tuple[ApiKey, str]:
     """POST /api/keys: a key without ``scopes`` inherits the creator's scopes; no key can
     mint a scope it lacks (403 insufficient_scope). The new key has the creator's mode,
-    the optional spend limit (period default ``month``) and expiry (future, ≤ 1 year).
+    the optional spend limit (period default ``month``) and expiry (future, ≤ 1 year), and
+    the optional controls (``key_controls``: allow-lists, rpm/tpm limits).
     With ``member_account_id`` it is an organisation key (``account_id`` is the
     organisation, which pays; the member owns it), recorded in the organisation's audit log
     as done by ``actor`` (``app.services.orgs.audit.Actor``)."""
@@ -137,10 +139,13 @@ def create_key(account_id: str, name: str, scopes: list[str] | None, *,
     limit, period = _limit(spend_limit_cents, spend_limit_period)
     now = utcnow()
     expiry = _expiry(expires_at, now)
+    ctl = key_controls.validated(controls or {})
     with unit_of_work():
         _check_capacity(account_id, now)
         row, secret = add_key(account_id, name, granted, mode=creator_mode)
         row.spend_limit_micros, row.spend_limit_period, row.expires_at = limit, period, expiry
+        for name, value in ctl.items():
+            setattr(row, name, value)
         if member_account_id is not None:
             _org_key_audit(row, member_account_id, actor, "key.create")
     return with_spent([row])[0], secret
@@ -190,19 +195,28 @@ def _own_key(account_id: str, key_id: str, mode: str, *, active: bool = False) -
 def update_key(account_id: str, key_id: str, changes: dict, mode: str) -> ApiKey:
     """PATCH /api/keys/{id}: ``spend_limit_cents`` (null removes the limit) and
     ``spend_limit_period`` (absent or null: keep the current one, else ``month``). The
-    new limit applies to the next charge; the period's count is kept."""
+    new limit applies to the next charge; the period's count is kept. The controls
+    (``allowed_models``, ``allowed_modules``, ``rpm_limit``, ``tpm_limit``; null removes
+    one) apply to the next request on every worker."""
+    ctl = key_controls.validated(changes)
     with unit_of_work():
         row = _own_key(account_id, key_id, mode, active=True)
+        for name, value in ctl.items():
+            setattr(row, name, value)
         cents = changes.get("spend_limit_cents", _UNSET)
         period = changes.get("spend_limit_period")
-        if cents is _UNSET:
+        if ctl and cents is _UNSET and period is None:
+            pass  # only controls change
+        elif cents is _UNSET:
             if period is None:
-                raise InvalidRequest("Nothing to change: send spend_limit_cents and/or spend_limit_period.")
+                raise InvalidRequest("Nothing to change: send spend_limit_cents, spend_limit_period or a control "
+                                     "(allowed_models, allowed_modules, rpm_limit, tpm_limit).")
             if row.spend_limit_micros is None:
                 raise InvalidRequest("spend_limit_period: the key has no limit; send spend_limit_cents too.")
             cents = row.spend_limit_micros // MICROS_PER_CENT
-        limit, new_period = _limit(cents, period or (row.spend_limit_period if cents is not None else None))
-        row.spend_limit_micros, row.spend_limit_period = limit, new_period
+        if cents is not _UNSET:
+            limit, new_period = _limit(cents, period or (row.spend_limit_period if cents is not None else None))
+            row.spend_limit_micros, row.spend_limit_period = limit, new_period
     _drop_cached(row)
     return with_spent([row])[0]
 
@@ -224,6 +238,8 @@ def rotate_key(account_id: str, key_id: str, overlap_seconds: int | None, *,
         row, secret = add_key(account_id, old.name, _granted(list(old.scopes or ()), creator_scopes),
                               mode=old.mode)
         row.spend_limit_micros, row.spend_limit_period = old.spend_limit_micros, old.spend_limit_period
+        for name in key_controls.FIELDS:  # the successor keeps the controls (and counts for both)
+            setattr(row, name, getattr(old, name))
         if old.member_account_id is not None:  # an organisation key stays its member's
             _org_key_audit(row, old.member_account_id, actor, "key.rotate")
         if old.spend_limit_period:

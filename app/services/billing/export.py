@@ -27,7 +27,7 @@ from app.services.money.ledger import micros_to_cents
 MAX_WINDOW = timedelta(days=31)
 BATCH = 1000
 COLUMNS = ("call_id", "created_at", "module", "action", "mode", "status", "cost_cents", "cost_micros",
-           "idempotency_key", "receipt_hash")
+           "idempotency_key", "receipt_hash", "byok_key_id", "provider_cost_micros")
 FORMATS = ("csv", "json")
 
 
@@ -54,31 +54,35 @@ def _calls(account_id: str, start: datetime, end: datetime) -> Iterator[tuple]:
          .order_by(ModuleCall.created_at, ModuleCall.id).execution_options(yield_per=BATCH))
     for cid, created, slug, action, mode, status, price, key, receipt_hash in db.session.execute(q):
         cost = 0 if status == "refunded" else int(price)
-        yield (created, cid, slug, action, mode, status, cost, key, receipt_hash)
+        yield (created, cid, slug, action, mode, status, cost, key, receipt_hash, None, None)
 
 
 def _completions(account_id: str, start: datetime, end: datetime) -> Iterator[tuple]:
     q = (select(ChatCompletion.id, ChatCompletion.created_at, ChatCompletion.model,
                 ChatCompletion.requested_model, ChatCompletion.mode, ChatCompletion.status,
-                ChatCompletion.cost_micros)
+                ChatCompletion.cost_micros, ChatCompletion.byok_key_id, ChatCompletion.list_cost_micros)
          .where(ChatCompletion.account_id == account_id, ChatCompletion.created_at >= start,
                 ChatCompletion.created_at < end)
          .order_by(ChatCompletion.created_at, ChatCompletion.id).execution_options(yield_per=BATCH))
-    for cid, created, model, requested, mode, status, cost in db.session.execute(q):
-        yield (created, cid, "chat", model or requested, mode, status,
-               int(cost) if status in ("settled", "sandbox") else 0, None, None)
+    for cid, created, model, requested, mode, status, cost, byok_key, listed in db.session.execute(q):
+        billed = status in ("settled", "sandbox")
+        yield (created, cid, "chat", model or requested, mode, status, int(cost) if billed else 0, None, None,
+               byok_key, listed if billed else None)
 
 
 def records(account_id: str, start: datetime, end: datetime) -> Iterator[dict]:
     """The window's calls and completions, oldest first, as dicts of ``COLUMNS``
     (``cost_cents`` in whole cents, floor as everywhere (DESIGN §3); ``cost_micros`` exact; refunded calls and
-    released completions cost 0)."""
+    released completions cost 0; a completion served with the caller's own provider key names
+    it in ``byok_key_id``, its ``cost_micros`` is the fee and ``provider_cost_micros`` the list
+    cost its provider bills)."""
     merged = heapq.merge(_calls(account_id, start, end), _completions(account_id, start, end),
                          key=lambda r: (r[0], r[1]))
-    for created, cid, module, action, mode, status, micros, key, receipt_hash in merged:
+    for created, cid, module, action, mode, status, micros, key, receipt_hash, byok_key, listed in merged:
         yield {"call_id": cid, "created_at": _iso(created), "module": module, "action": action, "mode": mode,
                "status": status, "cost_cents": micros_to_cents(micros), "cost_micros": micros,
-               "idempotency_key": key, "receipt_hash": receipt_hash}
+               "idempotency_key": key, "receipt_hash": receipt_hash, "byok_key_id": byok_key,
+               "provider_cost_micros": listed}
 
 
 def rows(account_id: str, start: datetime, end: datetime, fmt: str) -> Iterator[bytes]:

@@ -18,7 +18,7 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
@@ -76,14 +76,34 @@ class Offer:
     # Prompt tokens read from / written to the provider's prompt cache (default: the input price).
     cache_read_price: Decimal | None = None
     cache_write_price: Decimal | None = None
+    # Bring your own key (app.services.chat.byok): served with the caller's provider key
+    # ``byok_key_id`` (in ``provider.api_key``) and charged ``fee_pct`` % of the list cost.
+    byok_key_id: str | None = None
+    fee_pct: Decimal | None = None
 
     def cost_micros(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0,
                     cache_write_tokens: int = 0) -> int:
-        """``prompt_tokens`` counts every input token; ``cached_tokens`` and
+        """What the gateway charges for these tokens at this offer: the list cost, or for a
+        BYOK offer the platform fee, ``fee_pct`` % of the exact list cost (rounded half up
+        once). ``prompt_tokens`` counts every input token; ``cached_tokens`` and
         ``cache_write_tokens`` of them are priced at the cache read / write prices."""
         return price_micros(self.input_price, self.output_price, prompt_tokens, completion_tokens,
                             cached_tokens=cached_tokens, cache_write_tokens=cache_write_tokens,
+                            cache_read_price=self.cache_read_price, cache_write_price=self.cache_write_price,
+                            factor=None if self.byok_key_id is None else self.fee_pct / 100)
+
+    def list_cost_micros(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0,
+                         cache_write_tokens: int = 0) -> int:
+        """The cost at the model's list price (for a BYOK offer: what the caller's provider bills)."""
+        return price_micros(self.input_price, self.output_price, prompt_tokens, completion_tokens,
+                            cached_tokens=cached_tokens, cache_write_tokens=cache_write_tokens,
                             cache_read_price=self.cache_read_price, cache_write_price=self.cache_write_price)
+
+    @property
+    def cooldown_id(self) -> str:
+        """Whose failures cool this offer down: the provider, or the caller's own key of it
+        (a customer's bad key never cools the platform's provider down)."""
+        return self.provider.id if self.byok_key_id is None else f"{self.provider.id}@{self.byok_key_id}"
 
 
 @dataclass(frozen=True)
@@ -118,16 +138,20 @@ class Catalog:
 
 def price_micros(input_price: Decimal, output_price: Decimal, prompt_tokens: int,
                  completion_tokens: int, *, cached_tokens: int = 0, cache_write_tokens: int = 0,
-                 cache_read_price: Decimal | None = None, cache_write_price: Decimal | None = None) -> int:
+                 cache_read_price: Decimal | None = None, cache_write_price: Decimal | None = None,
+                 factor: Decimal | None = None) -> int:
     """Exact cost in micros: tokens × micros-per-token ($/Mtok), rounded half up once. Of the
     ``prompt_tokens``, ``cached_tokens`` are priced at ``cache_read_price`` and
-    ``cache_write_tokens`` at ``cache_write_price`` (each defaulting to the input price)."""
+    ``cache_write_tokens`` at ``cache_write_price`` (each defaulting to the input price).
+    ``factor``: the exact total is multiplied by it before the rounding (a BYOK fee)."""
     cached = max(0, min(int(cached_tokens), int(prompt_tokens)))
     written = max(0, min(int(cache_write_tokens), int(prompt_tokens) - cached))
     read_p = input_price if cache_read_price is None else cache_read_price
     write_p = input_price if cache_write_price is None else cache_write_price
     total = input_price * (prompt_tokens - cached - written) + read_p * cached + write_p * written \
         + output_price * completion_tokens
+    if factor is not None:
+        total *= factor
     return int(total.quantize(Decimal(1), rounding=ROUND_HALF_UP))
 
 
@@ -308,25 +332,55 @@ def output_cap(model: Model, needs: Needs) -> int:
     return max(1, min(cap, model.max_output_tokens))
 
 
-def candidates(model_name: str, needs: Needs, *, sandbox: str | None = None) -> list[Offer]:
+@dataclass(frozen=True)
+class OwnKeys:
+    """The caller's provider keys (bring your own key, ``app.services.chat.byok``):
+    provider id → (provider key id, API key); ``only``: route to them alone
+    (``byok_only``); ``fallback``: after them, the platform's offers (``byok_fallback``)."""
+
+    keys: dict
+    only: bool = False
+    fallback: bool = False
+    fee_pct: Decimal = Decimal(5)
+
+    def offers(self, model: Model) -> list[Offer]:
+        """``model``'s offers served with the caller's keys (any provider with a base URL:
+        one the platform has no key for too)."""
+        out = []
+        for o in model.offers:
+            mine = self.keys.get(o.provider.id)
+            if mine is not None and o.provider.base_url:
+                out.append(replace(o, provider=replace(o.provider, api_key=mine[1]), byok_key_id=mine[0],
+                                   fee_pct=self.fee_pct))
+        return out
+
+
+def candidates(model_name: str, needs: Needs, *, sandbox: str | None = None, own: OwnKeys | None = None,
+               allowed: frozenset[str] | None = None) -> list[Offer]:
     """Offers to try, in order. Named model: its enabled providers, cheapest first.
     ``auto``: every auto-eligible model whose context window fits and whose capabilities
     cover the request, all its enabled offers, cheapest estimated cost first.
     ``sandbox``: only that provider (test mode; a model it does not list is served by it
-    under the catalog id at the model's primary prices)."""
+    under the catalog id at the model's primary prices). ``allowed``: the key's allow-list
+    of models (``auto`` routes among them only). ``own``: the caller's provider keys: the
+    offers they serve come first (charged the fee), the platform's follow only when there
+    are none or ``own.fallback`` (never with ``own.only``)."""
     cat = catalog()
     if sandbox and not (sandbox in cat.providers and cat.providers[sandbox].enabled):
         raise ServiceUnavailable("Test-mode chat needs the sandbox provider "
                                  f"({sandbox}), which is not configured on this deployment.")
+    if sandbox:
+        own = None  # test mode reaches the sandbox provider only
     if model_name == "auto":
-        models = cat.auto_models
+        models = cat.auto_models if allowed is None else tuple(m for m in cat.auto_models if m.id in allowed)
     else:
         model = cat.models.get(model_name)
-        if model is None or (not model.enabled_offers() and not sandbox):
+        if model is None or (not model.enabled_offers() and not sandbox and not (own and own.offers(model))):
             raise ModelNotFound(f"The model {model_name!r} does not exist or is not available; "
                                 "GET /v1/models lists the models.", param="model")
         models = [model]
     scored: list[tuple[int, int, Offer]] = []
+    mine: list[tuple[int, int, Offer]] = []
     for i, model in enumerate(models):
         if model_name == "auto" and not _fits(model, needs):
             continue
@@ -338,10 +392,18 @@ def candidates(model_name: str, needs: Needs, *, sandbox: str | None = None) -> 
                 offers = [Offer(model.id, cat.providers[sandbox], model.id, p.input_price, p.output_price)]
             offers = [o for o in offers if o.provider.enabled]
         else:
-            offers = model.enabled_offers()
+            offers = model.enabled_offers() if own is None or not own.only else ()
+            if own is not None:
+                mine.extend((o.list_cost_micros(needs.prompt_tokens_for(o), out), i, o) for o in own.offers(model))
         for o in offers:
             scored.append((o.cost_micros(needs.prompt_tokens_for(o), out), i, o))
-    if not scored:
+    if own is not None and own.only and not mine:
+        raise NoMatchingModel(f"This account routes only to its own provider keys (byok_only), and none of "
+                              f"them ({', '.join(sorted(own.keys)) or 'none'}) serves {model_name!r} for this "
+                              "request.", param="model")
+    if mine and not own.fallback:
+        scored = []  # no fallback to the platform's keys
+    if not scored and not mine:
         if model_name == "auto":
             raise NoMatchingModel(
                 "No available model fits this request (context window "
@@ -362,7 +424,8 @@ def candidates(model_name: str, needs: Needs, *, sandbox: str | None = None) -> 
                                         f"tokens; the request (about {prompt} tokens) exceeds the "
                                         f"context window of {model.id!r}.", param="messages")
     scored.sort(key=lambda t: (t[0], t[1]))
-    return [o for _, _, o in scored]
+    mine.sort(key=lambda t: (t[0], t[1]))
+    return [o for _, _, o in mine] + [o for _, _, o in scored]
 
 
 def _fits(model: Model, needs: Needs) -> bool:

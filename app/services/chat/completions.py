@@ -19,6 +19,8 @@ from app.services.billing import bazaar, paywall, x402
 from app.services.money import holds as chat_billing
 from app.services.money import ledger
 from app.services.platform.uow import unit_of_work
+from app.services.accounts import key_controls
+from app.services.chat import byok as byok_keys
 from app.services.chat.heartbeat import HoldHeartbeat
 from app.services.chat import cooldown as chat_cooldown
 from app.services.chat import providers
@@ -53,6 +55,8 @@ class _Call:
     body: dict
     needs: Needs
     started: float
+    key_id: str | None = None  # the key whose spend limit the hold counts against
+    actor: str | None = None  # the credential that acted
     hold_micros: int = 0
     budget_micros: int = 0  # the hold's size (also computed for test keys, which hold nothing)
     t0: float = 0.0  # perf_counter at the request's arrival (the route's timer), for the overhead
@@ -61,6 +65,7 @@ class _Call:
     attempts: int = 0
     failures: list[str] = field(default_factory=list)
     all_timeouts: bool = True
+    tokens: key_controls.Ticket | None = None  # the key's tpm count taken at admission
 
     @property
     def live(self) -> bool:
@@ -96,8 +101,8 @@ def _validate(body: dict) -> None:
 
 def _order(offers: list[Offer]) -> list[Offer]:
     """Skip providers cooling down (unless every candidate is), cap the attempts."""
-    cool = chat_cooldown.cooling(sorted({o.provider.id for o in offers}))
-    fresh = [o for o in offers if o.provider.id not in cool]
+    cool = chat_cooldown.cooling(sorted({o.cooldown_id for o in offers}))
+    fresh = [o for o in offers if o.cooldown_id not in cool]
     ordered = fresh or offers
     return ordered[: int(current_app.config["CHAT_MAX_ATTEMPTS"])]
 
@@ -154,7 +159,7 @@ def _attempt(call: _Call, offers: list[Offer], fn):
                 waited = True  # honour Retry-After once, when there is nowhere else to go
                 time.sleep(exc.retry_after)
                 continue
-            chat_cooldown.record_failure(offer.provider.id, exc.retry_after)
+            chat_cooldown.record_failure(offer.cooldown_id, exc.retry_after)
         finally:
             call.provider_s += time.perf_counter() - sent
         i += 1
@@ -168,6 +173,7 @@ def _fail(call: _Call, rejected: providers.UpstreamRejected | None = None):
         error = "; ".join(call.failures)[-300:] or "no provider answered"
     if call.live:
         chat_billing.release(call.id, error=error, attempts=call.attempts, created_at=call.held_at)
+    _tokens_done(call, 0)
     headers = {"X-Chat-Attempts": str(call.attempts), "X-Chat-Completion-Id": call.id}
     if rejected is not None:
         raise InvalidRequest(f"The provider rejected the request: {rejected}", headers=headers)
@@ -178,24 +184,58 @@ def _fail(call: _Call, rejected: providers.UpstreamRejected | None = None):
                         "nothing was charged.", headers=headers)
 
 
+def _tokens_done(call: _Call, total: int) -> None:
+    """Correct the key's tpm count to the completion's ``total`` tokens (0: nothing was
+    generated), once."""
+    ticket, call.tokens = call.tokens, None
+    if ticket is not None:
+        try:
+            key_controls.settle_tokens(ticket, total)
+        except Exception:  # a rate counter, not money: the window ends within a minute
+            log.exception("chat %s: could not correct the key's token count", call.id)
+
+
+def _reasoning(upstream: dict, prompt: int, completion: int) -> tuple[int, int]:
+    """(billable completion tokens, reasoning tokens). OpenAI counts reasoning tokens
+    (``completion_tokens_details.reasoning_tokens``) inside ``completion_tokens``; an
+    upstream that reports them apart (its ``total_tokens`` = prompt + completion +
+    reasoning) has them added, so they are always metered at the output price."""
+    details = upstream.get("completion_tokens_details") or {}
+    reasoning = int(details.get("reasoning_tokens") or 0) if isinstance(details, dict) else 0
+    total = upstream.get("total_tokens")
+    if reasoning > 0 and isinstance(total, int) and total == prompt + completion + reasoning:
+        completion += reasoning
+    return completion, reasoning
+
+
 def _usage(call: _Call, offer: Offer, upstream: dict | None, generated_chars: int) -> dict:
-    """OpenAI usage plus cost_usd, cost_micros, savings_pct, latency_ms (and estimated)."""
+    """OpenAI usage plus cost_usd, cost_micros, savings_pct, latency_ms (and estimated);
+    for a completion served with the caller's own key (BYOK) also ``byok``,
+    ``byok_fee_pct`` and ``provider_cost_micros`` (the list cost its provider bills)."""
     estimated = not (upstream and "prompt_tokens" in upstream and "completion_tokens" in upstream)
-    cached = written = 0
+    cached = written = reasoning = 0
     if estimated:
         prompt, completion = call.needs.prompt_tokens_for(offer), -(-generated_chars // 4)
     else:
-        prompt, completion = int(upstream["prompt_tokens"]), int(upstream["completion_tokens"])
+        prompt = int(upstream["prompt_tokens"])
+        completion, reasoning = _reasoning(upstream, prompt, int(upstream["completion_tokens"]))
         details = upstream.get("prompt_tokens_details") or {}  # OpenAI; Anthropic mapped by providers
         cached, written = int(details.get("cached_tokens") or 0), int(details.get("cache_write_tokens") or 0)
     cost = offer.cost_micros(prompt, completion, cached, written)
     ref = reference_offer(call.body["model"])
     ref_cost = ref.cost_micros(prompt, completion, cached, written) if ref else 0
+    listed = offer.list_cost_micros(prompt, completion, cached, written) if offer.byok_key_id else None
+    # BYOK: the savings compare what the caller pays in all (its provider's bill + the fee)
+    paid = cost + (listed or 0)
     out = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
-           "cost_usd": cost / 1_000_000, "cost_micros": cost, "savings_pct": savings_pct(cost, ref_cost),
+           "cost_usd": cost / 1_000_000, "cost_micros": cost, "savings_pct": savings_pct(paid, ref_cost),
            "latency_ms": int((time.monotonic() - call.started) * 1000), "estimated": estimated}
     if cached or written:  # OpenAI's name for cache reads; the Messages API reports both
         out["prompt_tokens_details"] = {"cached_tokens": cached, "cache_write_tokens": written}
+    if reasoning:
+        out["completion_tokens_details"] = {"reasoning_tokens": reasoning}
+    if listed is not None:
+        out.update(byok=True, byok_fee_pct=float(offer.fee_pct), provider_cost_micros=listed)
     return out
 
 
@@ -211,6 +251,8 @@ def _record(call: _Call, offer: Offer, usage: dict, error: str | None) -> None:
                 completion_tokens=usage["completion_tokens"], estimated=usage["estimated"],
                 attempts=call.attempts, latency_ms=usage["latency_ms"], error=error)
     if call.live:
+        if offer.byok_key_id is not None:  # recorded before the fee is charged
+            byok_keys.mark(call.id, call.held_at, offer.byok_key_id, usage["provider_cost_micros"])
         charged = chat_billing.settle(call.id, call.account_id, call.hold_micros, usage["cost_micros"],
                                       created_at=call.held_at, **args)
         if charged is None:
@@ -226,6 +268,7 @@ def _record(call: _Call, offer: Offer, usage: dict, error: str | None) -> None:
         chat_billing.record_sandbox(call.id, call.account_id, requested_model=call.body["model"],
                                     cost_micros=usage["cost_micros"], stream=bool(call.body.get("stream")),
                                     **args)
+    _tokens_done(call, usage["total_tokens"])
 
 
 def _chars(message_or_delta: dict) -> int:
@@ -255,24 +298,52 @@ def _fund_hold(call: _Call, payment: str) -> x402.X402Payment:
 
 
 def create_completion(account_id: str, mode: str, body: dict, key_id: str | None = None,
-                      actor: str | None = None, payment: str | None = None) -> ChatResult:
+                      actor: str | None = None, payment: str | None = None,
+                      controls: key_controls.KeyControls | None = None, byok: bool = False) -> ChatResult:
     """Route, hold, call (with failover), settle. Test-mode keys use the sandbox provider
     only and move no money. ``key_id``: the API key whose spend limit the hold counts against;
     ``account_id`` pays, ``actor`` (the credential's id) acted: both are recorded.
     ``payment``: an x402 payment header; used only when the balance cannot cover the hold
-    (``_fund_hold``), and then every answer carries ``PAYMENT-RESPONSE``."""
+    (``_fund_hold``), and then every answer carries ``PAYMENT-RESPONSE``.
+    ``controls``: the key's models allow-list (403 ``model_not_allowed``), rpm and tpm limits
+    (429). ``byok``: the account has provider keys of its own (read here, live mode only):
+    the offers they serve come first and are charged the platform fee."""
     started = time.monotonic()
     with telemetry.span("chat.route"):  # validation, request analysis, candidates, hold size
+        allowed = key_controls.allowed_models(controls, body.get("model"))
+        key_controls.count_request(controls)
         _validate(body)
         needs = analyse(body)
         sandbox = current_app.config["CHAT_SANDBOX_PROVIDER"] if mode == "test" else None
-        offers = _order(candidates(body["model"], needs, sandbox=sandbox))
+        own = byok_keys.own_keys(account_id) if byok and mode == "live" else None
+        offers = _order(candidates(body["model"], needs, sandbox=sandbox, own=own, allowed=allowed))
         call = _Call(id="chatcmpl-" + random_b62(24), account_id=account_id, mode=mode, body=body,
-                     needs=needs, started=started, t0=g.get("request_started") or time.perf_counter())
+                     needs=needs, started=started, t0=g.get("request_started") or time.perf_counter(),
+                     key_id=key_id, actor=actor)
         call.budget_micros = _hold_for(offers, needs)
         if call.live:
             call.hold_micros = call.budget_micros
+    # the key's tpm: the estimated prompt plus the output the request asked for
+    call.tokens = key_controls.reserve_tokens(controls, needs.prompt_tokens + (needs.max_tokens or 0) * needs.choices)
     paid_headers: dict = {}
+    try:
+        _hold(call, payment, paid_headers)
+    except BaseException:
+        _tokens_done(call, 0)
+        raise
+    try:
+        result = _complete(call, offers)
+    except DomainError as exc:  # e.g. every provider failed: the hold went back to the balance
+        exc.headers.update(paid_headers)
+        raise
+    result.headers.update(paid_headers)
+    return result
+
+
+def _hold(call: _Call, payment: str | None, paid_headers: dict) -> None:
+    """Take the hold (live mode), paying it by x402 first when the balance is short and a
+    payment came with the request (its ``PAYMENT-RESPONSE`` headers go to ``paid_headers``)."""
+    account_id, body, key_id, actor = call.account_id, call.body, call.key_id, call.actor
     if call.live:
         with telemetry.span("chat.hold"):  # gw_chat_hold on PostgreSQL
             def hold():
@@ -283,19 +354,12 @@ def create_completion(account_id: str, mode: str, body: dict, key_id: str | None
             except PaymentRequired as exc:
                 if not payment or exc.code != "payment_required":
                     raise
-                paid_headers = x402.response_headers(_fund_hold(call, payment))
+                paid_headers.update(x402.response_headers(_fund_hold(call, payment)))
                 try:
                     call.held_at = hold()  # short again (spent meanwhile): the credit stays
                 except DomainError as again:
                     again.headers.update(paid_headers)
                     raise
-    try:
-        result = _complete(call, offers)
-    except DomainError as exc:  # e.g. every provider failed: the hold went back to the balance
-        exc.headers.update(paid_headers)
-        raise
-    result.headers.update(paid_headers)
-    return result
 
 
 def _complete(call: _Call, offers: list[Offer]) -> ChatResult:
@@ -317,6 +381,7 @@ def _complete(call: _Call, offers: list[Offer]) -> ChatResult:
         usage = _usage(call, offer, data.get("usage"), chars)
         _settle(call, offer, usage)
     except BaseException:
+        _tokens_done(call, 0)
         if call.live:  # an unexpected error must not leave money on hold
             try:
                 chat_billing.release(call.id, error="internal error", attempts=call.attempts,
@@ -338,9 +403,12 @@ def _headers(call: _Call, offer: Offer) -> dict:
     so far, i.e. since the request arrived minus the time spent waiting for providers (a
     stream's headers leave at its first event: its overhead up to then)."""
     overhead = (time.perf_counter() - call.t0 - call.provider_s) * 1000
-    return {"X-Chat-Completion-Id": call.id, "X-Chat-Provider": offer.provider.id,
-            "X-Chat-Model": offer.model_id, "X-Chat-Attempts": str(call.attempts),
-            "X-Gateway-Overhead-Ms": f"{max(0.0, overhead):.2f}"}
+    out = {"X-Chat-Completion-Id": call.id, "X-Chat-Provider": offer.provider.id,
+           "X-Chat-Model": offer.model_id, "X-Chat-Attempts": str(call.attempts),
+           "X-Gateway-Overhead-Ms": f"{max(0.0, overhead):.2f}"}
+    if offer.byok_key_id is not None:
+        out["X-Chat-Byok"] = offer.byok_key_id  # served with the caller's own provider key
+    return out
 
 
 def _start_stream(call: _Call, offers: list[Offer], models: dict[str, Model]) -> ChatResult:

@@ -18,7 +18,8 @@ from app.services.chat.completions import ChatResult
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
                 "function_call": "tool_use", "content_filter": "refusal"}
 # the gateway's cost fields, copied from the completion's usage into the message's
-COST_FIELDS = ("cost_usd", "cost_micros", "savings_pct", "latency_ms", "estimated", "cost")
+COST_FIELDS = ("cost_usd", "cost_micros", "savings_pct", "latency_ms", "estimated", "cost", "byok", "byok_fee_pct",
+               "provider_cost_micros")
 
 
 def _text_of(content, where: str) -> str:
@@ -240,9 +241,11 @@ def translate_stream(events: Iterator[bytes], completion_id: str, model: str) ->
 
 
 def create_message(account_id: str, mode: str, req: dict, key_id: str | None = None,
-                   actor: str | None = None) -> ChatResult:
-    """``POST /v1/messages``: translate, run the completion service, translate back."""
-    result = completions.create_completion(account_id, mode, to_openai(req), key_id=key_id, actor=actor)
+                   actor: str | None = None, controls=None, byok: bool = False) -> ChatResult:
+    """``POST /v1/messages``: translate, run the completion service (``controls``, ``byok``:
+    as ``create_completion`` takes them), translate back."""
+    result = completions.create_completion(account_id, mode, to_openai(req), key_id=key_id, actor=actor,
+                                           controls=controls, byok=byok)
     if result.events is None:
         return ChatResult(body=from_openai(result.body), headers=result.headers)
     completion_id, model = result.headers["X-Chat-Completion-Id"], result.headers["X-Chat-Model"]

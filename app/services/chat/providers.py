@@ -16,6 +16,8 @@ Failure classification (used by failover in ``app.services.chat.completions``):
 from __future__ import annotations
 
 import time
+from dataclasses import replace
+from decimal import Decimal
 from typing import Iterator
 
 import orjson
@@ -23,7 +25,7 @@ import requests
 import urllib3
 from flask import current_app
 
-from app.services.chat.catalog import Offer
+from app.services.chat.catalog import Offer, Provider
 from app.services.platform import http
 
 _REJECT_STATUSES = (400, 413, 422)
@@ -86,6 +88,35 @@ def _error_text(resp: urllib3.BaseHTTPResponse) -> str:
     except Exception:  # noqa: BLE001
         pass
     return body.decode("utf-8", "replace")[:200] if body else resp.reason or ""
+
+
+def check_key(provider: Provider, api_key: str) -> None:
+    """One cheap authenticated call to ``provider`` with ``api_key`` (its model list:
+    ``GET {base_url}/models`` for OpenAI-compatible APIs, ``GET {base_url}/v1/models`` for
+    Anthropic's), on the chat pool: returns when the provider accepts the key; raises
+    ``UpstreamRejected`` when it refuses it (401/403), ``ProviderFailure`` when it could not
+    tell (unreachable, timeout, 5xx, 429 …)."""
+    keyed = replace(provider, api_key=api_key)
+    offer = Offer(model_id="", provider=keyed, upstream_model="", input_price=Decimal(0), output_price=Decimal(0))
+    if provider.type == "anthropic":
+        url, headers = provider.base_url + "/v1/models", _anthropic_headers(offer)
+    else:
+        url, headers = provider.base_url + "/models", _openai_headers(offer)
+    try:
+        resp = http.upstream("chat", allow_private_hosts=True).request(
+            "GET", url, headers=headers, timeout=_timeouts(offer))
+    except http.AddressRefused as exc:
+        raise ProviderFailure(f"{provider.id}: address not allowed ({exc})") from None
+    except requests.RequestException as exc:
+        raise ProviderFailure(f"{provider.id}: unreachable ({type(exc).__name__})",
+                              timeout=isinstance(exc, requests.Timeout)) from exc
+    status = resp.status
+    text = _error_text(resp) if status >= 300 else ""
+    http.release(resp)
+    if status in (401, 403):
+        raise UpstreamRejected(status, text)
+    if status >= 300:
+        raise ProviderFailure(f"{provider.id}: HTTP {status} {text}".strip(), status=status)
 
 
 def _post(offer: Offer, url: str, headers: dict, payload: dict) -> urllib3.BaseHTTPResponse:

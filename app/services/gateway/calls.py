@@ -37,6 +37,7 @@ import orjson
 from flask import current_app
 from sqlalchemy import text
 
+from app.services.accounts import key_controls
 from app.errors import Conflict, DomainError, InvalidRequest, PaymentRequired, ProviderTimeout, UpstreamError
 from app.ids import new_id
 from app.models.base import utcnow
@@ -155,10 +156,13 @@ def _replay_or_conflict(stored_hash: str, status: str, body: str | None, req_has
 
 def call(*, account_id: str, mode: str, slug: str, body: dict, idempotency_key: str | None = None,
          payment: str | None = None, request_id: str | None = None, key_id: str | None = None,
-         actor: str | None = None) -> CallResult:
+         actor: str | None = None, controls: key_controls.KeyControls | None = None) -> CallResult:
     """Perform one metered module call (see the module docstring for the scheme); ``key_id``:
     the API key whose spend limit applies (``app.services.money.spend``); ``account_id``
-    pays, ``actor`` (the credential's id) is who acted: both are recorded."""
+    pays, ``actor`` (the credential's id) is who acted: both are recorded. ``controls``:
+    the key's allow-list of modules (403 ``module_not_allowed``) and rpm limit (429)."""
+    key_controls.check_module(controls, slug)
+    key_controls.count_request(controls)
     cfg = current_app.config
     mod = catalog.get_module(slug)
     act = catalog.get_action(mod, body.get("action"))

@@ -16,7 +16,8 @@ import base58
 from eth_account import Account as EthAccount
 from eth_account.messages import encode_defunct, encode_typed_data
 from nacl.bindings import crypto_core_ed25519_is_valid_point
-from nacl.exceptions import BadSignatureError
+from nacl.exceptions import BadSignatureError, CryptoError
+from nacl.secret import SecretBox
 from nacl.signing import VerifyKey
 from standardwebhooks import Webhook
 
@@ -117,3 +118,20 @@ def webhook_headers(msg_id: str, timestamp: datetime, body: bytes | str,
         text = body.decode("utf-8") if isinstance(body, bytes) else body
         headers["webhook-signature"] = _signer(secret).sign(msg_id, timestamp, text)
     return headers
+
+
+# --- secrets at rest (SecretBox) ---------------------------------------------------------
+
+def seal(key: bytes, plaintext: str) -> bytes:
+    """``plaintext`` encrypted and authenticated under the 32-byte ``key`` (XSalsa20-Poly1305,
+    PyNaCl's SecretBox; a random nonce, stored in front of the ciphertext)."""
+    return bytes(SecretBox(key).encrypt(plaintext.encode("utf-8")))
+
+
+def unseal(key: bytes, sealed: bytes) -> str | None:
+    """The text ``seal`` encrypted, or None when ``sealed`` was not sealed under ``key``
+    (another key, or altered)."""
+    try:
+        return SecretBox(key).decrypt(bytes(sealed)).decode("utf-8")
+    except (CryptoError, ValueError, UnicodeDecodeError):
+        return None

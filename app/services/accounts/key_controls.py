@@ -1,0 +1,247 @@
+"""Per-key controls (docs/keys.md "Per-key controls"): a key's allow-lists of chat models
+and modules, and its requests-per-minute / tokens-per-minute limits.
+
+* The controls are read with the credential (``app.auth`` puts a ``KeyControls`` in the
+  principal, cached and dropped on every worker when ``PATCH /api/keys/{id}`` changes
+  them, like a spend limit) and handed to the services as a plain argument.
+* Module gateway (``gateway.calls.call``, MCP's ``tools/call`` too): the modules
+  allow-list (403 ``module_not_allowed``) and the rpm limit. Chat host
+  (``chat.completions.create_completion``, ``/v1/messages`` too): the models allow-list
+  (a named model outside it is 403 ``model_not_allowed``; ``model: auto`` routes among the
+  allowed models only), the rpm and the tpm limit.
+* Counting: fixed one-minute windows (UTC, from the minute's start) in the store every
+  worker and node shares: Redis when the rate-limit storage is Redis
+  (``RATELIMIT_STORAGE_URI``), else PostgreSQL (``key_rate_windows``, one row per key and
+  kind) — the embedded default's limiter storage is per-process memory, which workers do
+  not share. Each count is ONE conditional statement: a request that does not fit is
+  refused (429 ``rate_limited`` with ``Retry-After`` = the seconds to the window's end)
+  and NOT counted, so a client retrying too fast does not starve itself. Redis unreachable:
+  the request is allowed and logged (fail open, as the plan's limit).
+* Tokens: a completion is admitted while the minute's count plus its estimate (estimated
+  prompt tokens, plus ``max_tokens`` when the request sets one) fits the limit; the
+  estimate is counted at admission and corrected to the provider's total tokens when the
+  completion settles (given back when it is released), in the window it was counted in.
+  In-flight completions may thus end a minute above the limit by their output; the next
+  request is refused until the window ends.
+* A rotated key counts on its successor's counters (one limit per rotation, as the spend
+  limit), so a rotation's overlap does not double the key's rates.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from flask import current_app
+from redis.exceptions import RedisError
+
+from app.errors import Forbidden, InvalidRequest, RateLimited
+from app.extensions import redis_for
+from app.services.platform.uow import run_one
+
+log = logging.getLogger(__name__)
+
+WINDOW = 60  # seconds: the limits are per minute
+MAX_LIST = 100  # entries of an allow-list
+MAX_RPM, MAX_TPM = 1_000_000, 1_000_000_000
+FIELDS = ("allowed_models", "allowed_modules", "rpm_limit", "tpm_limit")
+
+
+class ModelNotAllowed(Forbidden):
+    code = "model_not_allowed"
+    message = "This key may not use this model."
+    description = "Chat: the key's `allowed_models` does not list the requested model (PATCH /api/keys/{id})."
+
+
+class ModuleNotAllowed(Forbidden):
+    code = "module_not_allowed"
+    message = "This key may not call this module."
+    description = "Module call: the key's `allowed_modules` does not list this module (PATCH /api/keys/{id})."
+
+
+@dataclass(frozen=True)
+class KeyControls:
+    """What a key may do, as the services check it. ``counter_id``: the key whose counters
+    count (the head of its rotation)."""
+
+    counter_id: str
+    models: frozenset[str] | None = None
+    modules: frozenset[str] | None = None
+    rpm: int | None = None
+    tpm: int | None = None
+
+
+def of(key_id: str, counter_id: str, allowed_models, allowed_modules, rpm, tpm) -> KeyControls | None:
+    """The controls of a key row's values (None when it has none: nothing to check)."""
+    if allowed_models is None and allowed_modules is None and rpm is None and tpm is None:
+        return None
+    return KeyControls(counter_id=counter_id or key_id,
+                       models=None if allowed_models is None else frozenset(allowed_models),
+                       modules=None if allowed_modules is None else frozenset(allowed_modules),
+                       rpm=rpm, tpm=tpm)
+
+
+# --- validation (POST /api/keys, PATCH /api/keys/{id}) ----------------------------------
+
+def _names(field: str, value) -> list[str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) and 0 < len(v) <= 96 for v in value):
+        raise InvalidRequest(f"{field}: must be a list of names (1 to 96 characters each) or null.", param=field)
+    if len(value) > MAX_LIST:
+        raise InvalidRequest(f"{field}: at most {MAX_LIST} entries.", param=field)
+    return sorted(set(value))
+
+
+def _limit(field: str, value, top: int) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
+        raise InvalidRequest(f"{field}: must be an integer from 1 to {top}, or null.", param=field)
+    return value
+
+
+def validated(changes: dict) -> dict:
+    """The control columns named in ``changes`` (absent: unchanged; null: removed),
+    checked: allow-lists of 0–100 names (an empty list allows nothing), limits ≥ 1."""
+    out: dict = {}
+    for field in ("allowed_models", "allowed_modules"):
+        if field in changes:
+            out[field] = _names(field, changes[field])
+    if "rpm_limit" in changes:
+        out["rpm_limit"] = _limit("rpm_limit", changes["rpm_limit"], MAX_RPM)
+    if "tpm_limit" in changes:
+        out["tpm_limit"] = _limit("tpm_limit", changes["tpm_limit"], MAX_TPM)
+    return out
+
+
+# --- allow-lists ---------------------------------------------------------------------------
+
+def check_module(controls: KeyControls | None, slug: str) -> None:
+    """403 ``module_not_allowed`` unless the key may call ``slug``."""
+    if controls is not None and controls.modules is not None and slug not in controls.modules:
+        raise ModuleNotAllowed(f"This key may not call module {slug!r}; its allowed modules are "
+                               f"{', '.join(sorted(controls.modules)) or 'none'}.", param="slug")
+
+
+def allowed_models(controls: KeyControls | None, model: str) -> frozenset[str] | None:
+    """The models ``model: auto`` may route to for this key (None: any); a named model
+    outside the allow-list is 403 ``model_not_allowed``."""
+    if controls is None or controls.models is None:
+        return None
+    if model != "auto" and model not in controls.models:
+        raise ModelNotAllowed(f"This key may not use model {model!r}; its allowed models are "
+                              f"{', '.join(sorted(controls.models)) or 'none'}.", param="model")
+    return controls.models
+
+
+# --- counting ------------------------------------------------------------------------------
+
+@dataclass
+class Ticket:
+    """Tokens counted at a completion's admission: corrected when it settles."""
+
+    counter_id: str
+    window: int  # the window's start (epoch seconds)
+    tokens: int
+
+
+_COUNT_LUA = """
+local used = tonumber(redis.call('GET', KEYS[1]) or '0')
+local n, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
+if n > 0 and limit >= 0 and used + n > limit then return {0, used} end
+local now = redis.call('INCRBY', KEYS[1], n)
+if now < 0 then redis.call('SET', KEYS[1], 0, 'KEEPTTL') now = 0 end
+redis.call('EXPIRE', KEYS[1], ARGV[3], 'NX')
+return {1, now}
+"""
+
+_PG_COUNT = """
+    INSERT INTO key_rate_windows AS w (key_id, kind, window_start, used)
+    VALUES (%(key)s::varchar, %(kind)s::varchar, %(window)s::timestamptz, %(n)s::bigint)
+    ON CONFLICT (key_id, kind) DO UPDATE
+       SET used = CASE WHEN EXCLUDED.window_start > w.window_start THEN EXCLUDED.used
+                       ELSE w.used + EXCLUDED.used END,
+           window_start = greatest(w.window_start, EXCLUDED.window_start)
+     WHERE EXCLUDED.window_start > w.window_start OR %(limit)s::bigint < 0
+        OR w.used + EXCLUDED.used <= %(limit)s::bigint
+    RETURNING used
+"""
+
+_PG_ADJUST = """
+    UPDATE key_rate_windows SET used = greatest(0, used + %(n)s::bigint)
+     WHERE key_id = %(key)s::varchar AND kind = %(kind)s::varchar AND window_start = %(window)s::timestamptz
+    RETURNING used
+"""
+
+
+def _redis():
+    return redis_for(current_app.config.get("RATELIMIT_STORAGE_URI") or "")
+
+
+def _count(counter_id: str, kind: str, window: int, n: int, limit: int) -> bool:
+    """Add ``n`` to the counter of ``window`` unless that would pass ``limit`` (``limit``
+    < 0: always add; ``n`` ≤ 0 always applies, never below zero). True when counted."""
+    client = _redis()
+    if client is not None:
+        prefix = current_app.config.get("RATELIMIT_KEY_PREFIX") or "gw"
+        key = f"{prefix}:keyrate:{counter_id}:{kind}:{window}"
+        try:
+            ok, _ = client.eval(_COUNT_LUA, 1, key, n, limit, WINDOW + 5)
+        except RedisError:  # Redis down: fail open, as the plan's limit does (logged)
+            log.warning("key rate counter unavailable (Redis); allowing the request")
+            return True
+        return bool(ok)
+    at = datetime.fromtimestamp(window, timezone.utc)
+    if n <= 0:
+        run_one(_PG_ADJUST, {"key": counter_id, "kind": kind, "window": at, "n": n})
+        return True
+    if 0 <= limit < n:
+        return False
+    return bool(run_one(_PG_COUNT, {"key": counter_id, "kind": kind, "window": at, "n": n, "limit": limit}))
+
+
+def _refuse(what: str, limit: int, now: float, window: int, extra: str = "") -> RateLimited:
+    retry = max(1, math.ceil(window + WINDOW - now))
+    return RateLimited(f"This key's {what} limit of {limit} per minute is reached{extra}; retry in {retry} s.",
+                       headers={"Retry-After": str(retry), "RateLimit-Limit": str(limit),
+                                "RateLimit-Remaining": "0", "RateLimit-Reset": str(retry)})
+
+
+def count_request(controls: KeyControls | None) -> None:
+    """Count one request against the key's rpm limit (429 when the minute is full; the
+    refused request is not counted)."""
+    if controls is None or controls.rpm is None:
+        return
+    now = time.time()
+    window = int(now // WINDOW) * WINDOW
+    if not _count(controls.counter_id, "rpm", window, 1, controls.rpm):
+        raise _refuse("requests-per-minute", controls.rpm, now, window)
+
+
+def reserve_tokens(controls: KeyControls | None, tokens: int) -> Ticket | None:
+    """Count a completion's estimated tokens against the key's tpm limit (429 when they do
+    not fit the minute); returns the ticket ``settle_tokens`` corrects, or None."""
+    if controls is None or controls.tpm is None:
+        return None
+    now = time.time()
+    window = int(now // WINDOW) * WINDOW
+    tokens = max(0, int(tokens))
+    if not _count(controls.counter_id, "tpm", window, tokens, controls.tpm):
+        extra = (f" (this request alone is estimated at {tokens} tokens: lower max_tokens or the prompt)"
+                 if tokens > controls.tpm else "")
+        raise _refuse("tokens-per-minute", controls.tpm, now, window, extra)
+    return Ticket(controls.counter_id, window, tokens)
+
+
+def settle_tokens(ticket: Ticket | None, actual: int) -> None:
+    """Correct a ticket's count to the completion's ``actual`` total tokens (0: released),
+    in the window it was counted in (nothing when that window has ended)."""
+    if ticket is None or time.time() >= ticket.window + WINDOW:
+        return
+    delta = int(actual) - ticket.tokens
+    if delta:
+        _count(ticket.counter_id, "tpm", ticket.window, delta, -1)
+    ticket.tokens = int(actual)

@@ -1,0 +1,214 @@
+"""Bring your own key (docs/chat.md "Bring your own key"): an owner's own provider keys,
+stored encrypted, and what routing needs of them.
+
+* ``add_key`` checks the key with one cheap call to the provider (its model list) before
+  anything is stored, then stores it sealed (``platform.crypto.seal``: SecretBox under
+  ``BYOK_ENCRYPTION_KEY``, or a key derived from ``SECRET_KEY`` when that is unset); only
+  its first characters (``prefix``) are ever shown again.
+* Owners: ``owner_kind`` ``account`` today (the paying account); an organisation (issue 37)
+  becomes another kind of owner with the same rows and settings.
+* ``own_keys`` (one query, only for credentials whose account has provider keys: the
+  principal says so) gives routing the keys in clear for one request
+  (``catalog.OwnKeys``); a key that no longer decrypts (the encryption key changed) is
+  skipped and logged.
+* A completion served with an own key is charged the platform fee
+  (``CHAT_BYOK_FEE_PERCENT`` % of its exact cost at the model's price, rounded half up once
+  to a micro) instead of the price; ``mark`` records the key and the list cost on the
+  completion row before the settle (so a settled BYOK row always says so).
+
+Entry points (each one unit of work): ``add_key``, ``list_keys``, ``delete_key``,
+``update_settings``; ``own_keys`` and ``mark`` are the completion's reads and write.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from decimal import Decimal
+
+from flask import current_app
+from sqlalchemy import select, update
+
+from app.errors import Conflict, DomainError, Forbidden, InvalidRequest, NotFound, UpstreamError
+from app.extensions import db
+from app.ids import new_id
+from app.models import Account, ChatCompletion, ProviderKey
+from app.models.base import utcnow
+from app.services.chat import providers
+from app.services.chat.catalog import OwnKeys, catalog
+from app.services.platform import crypto
+from app.services.platform.uow import transactional, unit_of_work
+
+log = logging.getLogger(__name__)
+
+OWNER_ACCOUNT = "account"
+PREFIX_LEN = 8  # characters of the provider key shown (e.g. "sk-proj-")
+MIN_KEY_LEN, MAX_KEY_LEN = 8, 512
+KEY_PATTERN = "^[!-~]{%d,%d}$" % (MIN_KEY_LEN, MAX_KEY_LEN)  # what provider keys are made of
+KEY_RE = re.compile(KEY_PATTERN)
+
+
+class ProviderKeyInvalid(DomainError):
+    status, code, message = 400, "provider_key_invalid", "The provider refused this key."
+    description = ("Bring your own key: the provider answered 401/403 to the key's check call; nothing was "
+                   "stored.")
+
+
+class ProviderKeyExists(Conflict):
+    code = "provider_key_exists"
+    description = "Bring your own key: the account already has a key for this provider; delete it first."
+
+
+def _box_key() -> bytes:
+    """The 32-byte SecretBox key: ``BYOK_ENCRYPTION_KEY`` (64 hex characters), or derived
+    from ``SECRET_KEY`` (BLAKE2b, personalised) when unset."""
+    cfg = current_app.config
+    raw = cfg.get("BYOK_ENCRYPTION_KEY")
+    if raw:
+        return bytes.fromhex(raw)
+    return hashlib.blake2b(str(cfg["SECRET_KEY"]).encode(), digest_size=32, person=b"gw-byok-v1").digest()
+
+
+def _live(mode: str) -> None:
+    if mode != "live":
+        raise Forbidden("Provider keys serve live-mode completions only (test keys reach the sandbox "
+                        "provider); manage them with a live key.")
+
+
+def _provider(provider_id: str):
+    prov = catalog().providers.get(provider_id) if isinstance(provider_id, str) else None
+    if prov is None or not prov.base_url:
+        known = sorted(p.id for p in catalog().providers.values() if p.base_url)
+        raise InvalidRequest(f"provider: must be one of the catalog's providers ({', '.join(known)}).",
+                             param="provider")
+    return prov
+
+
+def settings(account_id: str) -> dict:
+    """The owner's BYOK settings: ``byok_only``, ``byok_fallback``."""
+    row = db.session.execute(select(Account.byok_only, Account.byok_fallback)
+                             .where(Account.id == account_id)).one()
+    return {"byok_only": bool(row[0]), "byok_fallback": bool(row[1])}
+
+
+def list_keys(account_id: str, mode: str) -> dict:
+    """``GET /api/provider-keys``: the owner's keys (prefix only) and settings."""
+    _live(mode)
+    rows = db.session.execute(select(ProviderKey).where(ProviderKey.owner_kind == OWNER_ACCOUNT,
+                                                        ProviderKey.owner_id == account_id)
+                              .order_by(ProviderKey.provider)).scalars().all()
+    return {"provider_keys": list(rows), **settings(account_id)}
+
+
+def add_key(account_id: str, mode: str, provider_id: str, api_key: str) -> ProviderKey:
+    """``POST /api/provider-keys``: check the key with the provider (no transaction open),
+    then store it sealed. 400 ``provider_key_invalid`` when the provider refuses it, 502
+    ``provider_error`` when it cannot be checked, 409 ``provider_key_exists``."""
+    _live(mode)
+    prov = _provider(provider_id)
+    if not isinstance(api_key, str) or not KEY_RE.fullmatch(api_key):
+        raise InvalidRequest(f"api_key: {MIN_KEY_LEN} to {MAX_KEY_LEN} visible ASCII characters (no spaces).",
+                             param="api_key")
+    with unit_of_work():
+        _no_key_yet(account_id, prov.id)
+    try:
+        providers.check_key(prov, api_key)
+    except providers.UpstreamRejected as exc:
+        raise ProviderKeyInvalid(f"{prov.id} refused this key (HTTP {exc.status}): {str(exc)[:200]}; "
+                                 "nothing was stored.") from None
+    except providers.ProviderFailure as exc:
+        raise UpstreamError(f"The key could not be checked ({exc}); nothing was stored. Retry later.") from None
+    now = utcnow()
+    row = ProviderKey(id=new_id("pkey"), owner_kind=OWNER_ACCOUNT, owner_id=account_id, provider=prov.id,
+                      ciphertext=crypto.seal(_box_key(), api_key), prefix=api_key[:PREFIX_LEN],
+                      created_at=now, checked_at=now)
+    with unit_of_work():
+        _no_key_yet(account_id, prov.id)  # a concurrent add: the unique constraint is the last word
+        db.session.add(row)
+    _changed(account_id)
+    return row
+
+
+def _no_key_yet(account_id: str, provider_id: str) -> None:
+    taken = db.session.execute(select(ProviderKey.id).where(
+        ProviderKey.owner_kind == OWNER_ACCOUNT, ProviderKey.owner_id == account_id,
+        ProviderKey.provider == provider_id)).scalar()
+    if taken:
+        raise ProviderKeyExists(f"The account already has a {provider_id} key ({taken}); delete it first.")
+
+
+def delete_key(account_id: str, mode: str, key_id: str) -> ProviderKey:
+    """``DELETE /api/provider-keys/{id}``: the key is erased (ciphertext included);
+    another owner's id is 404."""
+    _live(mode)
+    with unit_of_work():
+        row = db.session.get(ProviderKey, key_id) if isinstance(key_id, str) and len(key_id) <= 32 else None
+        if row is None or row.owner_kind != OWNER_ACCOUNT or row.owner_id != account_id:
+            raise NotFound("No such provider key.")
+        db.session.delete(row)
+    _changed(account_id)
+    return row
+
+
+def update_settings(account_id: str, mode: str, changes: dict) -> dict:
+    """``PATCH /api/provider-keys/settings``: ``byok_only``, ``byok_fallback`` (booleans)."""
+    _live(mode)
+    values = {k: changes[k] for k in ("byok_only", "byok_fallback") if k in changes}
+    if not values:
+        raise InvalidRequest("Nothing to change: send byok_only and/or byok_fallback.")
+    for k, v in values.items():
+        if not isinstance(v, bool):
+            raise InvalidRequest(f"{k}: must be true or false.", param=k)
+    with unit_of_work():
+        db.session.execute(update(Account).where(Account.id == account_id).values(**values))
+    _changed(account_id)
+    with unit_of_work():
+        return settings(account_id)
+
+
+def _changed(account_id: str) -> None:
+    """Every worker re-reads the account's credentials (whether it has provider keys)."""
+    from app import auth
+
+    auth.broadcast_account_change(account_id)
+
+
+def fee_pct() -> Decimal:
+    return Decimal(str(current_app.config["CHAT_BYOK_FEE_PERCENT"]))
+
+
+@transactional
+def own_keys(account_id: str) -> OwnKeys | None:
+    """The owner's provider keys in clear and settings, for one completion (None: none)."""
+    rows = db.session.execute(
+        select(ProviderKey.id, ProviderKey.provider, ProviderKey.ciphertext, Account.byok_only,
+               Account.byok_fallback)
+        .join(Account, Account.id == ProviderKey.owner_id)
+        .where(ProviderKey.owner_kind == OWNER_ACCOUNT, ProviderKey.owner_id == account_id)).all()
+    if not rows:
+        return None
+    box, keys = _box_key(), {}
+    for key_id, provider_id, sealed, _, _ in rows:
+        api_key = crypto.unseal(box, sealed)
+        if api_key is None:
+            log.error("provider key %s of %s does not decrypt (BYOK_ENCRYPTION_KEY changed?); skipped",
+                      key_id, account_id)
+            continue
+        keys[provider_id] = (key_id, api_key)
+    return OwnKeys(keys=keys, only=bool(rows[0][3]), fallback=bool(rows[0][4]) and not rows[0][3],
+                   fee_pct=fee_pct())
+
+
+_COMPLETIONS = ChatCompletion.__table__
+
+
+@transactional
+def mark(completion_id: str, created_at, byok_key_id: str, list_cost_micros: int) -> None:
+    """Record on the ``held`` completion that an own key served it and its list cost,
+    before the settle charges the fee (a crash in between leaves a held row the sweep
+    releases: nothing charged either way)."""
+    where = [_COMPLETIONS.c.id == completion_id, _COMPLETIONS.c.status == "held"]
+    if created_at is not None:
+        where.append(_COMPLETIONS.c.created_at == created_at)
+    db.session.execute(update(_COMPLETIONS).where(*where)
+                       .values(byok_key_id=byok_key_id, list_cost_micros=list_cost_micros))

@@ -1,0 +1,313 @@
+"""Bring your own key (issue 39 item 4): provider keys checked, stored sealed, shown by
+prefix; completions they serve go to the provider with the caller's key and are charged the
+platform fee (5 % of the list cost) through the chat hold/settle; fallback to the
+platform's keys only when the account allows it; reasoning tokens metered at the output price.
+
+Figures (tests/chatfakes.py): healthy OpenAI-shaped fakes report 100 prompt + 50 completion
+tokens; m-small at cheap costs 100 × 1 + 50 × 2 = 200 micros → fee 10 micros; at pricey
+100 × 3 + 50 × 6 = 600 micros.
+"""
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+from sqlalchemy import select
+
+from app.extensions import db
+from app.models import ChatCompletion, LedgerTransaction, ProviderKey
+from app.services.money import ledger
+from tests.chatfakes import fakes, upstreams  # noqa: F401
+
+MSGS = [{"role": "user", "content": "hello there"}]
+OWN = "sk-own-cheap-1234567890"
+
+
+@pytest.fixture
+def acct(make_account):
+    return make_account(cents=100, test_key=True)
+
+
+def add_key(client, acct, provider="cheap", api_key=OWN, key=None):
+    return client.post("/api/provider-keys", json={"provider": provider, "api_key": api_key},
+                       headers={"Authorization": f"Bearer {key or acct.key}"})
+
+
+def chat(client, acct, **body):
+    body.setdefault("messages", MSGS)
+    return client.post("/v1/chat/completions", json=body, headers=acct.headers)
+
+
+def balance(app, account_id):
+    with app.app_context():
+        out = ledger.balance(ledger.customer(account_id))
+        db.session.remove()
+    return out
+
+
+def test_provider_key_is_checked_sealed_and_shown_by_prefix_only(app, client, fakes, acct):
+    fakes.cheap.accept_keys = {OWN}
+    r = add_key(client, acct, api_key="sk-wrong-123456789")  # the provider refuses it: nothing stored
+    assert r.status_code == 400 and r.get_json()["error"] == "provider_key_invalid", r.get_json()
+    assert "refused this key" in r.get_json()["message"]
+    r = add_key(client, acct)
+    assert r.status_code == 201, r.get_json()
+    created = r.get_json()
+    assert set(created) == {"id", "provider", "prefix", "created_at", "checked_at"}
+    assert created["provider"] == "cheap" and created["prefix"] == OWN[:8] and OWN not in r.get_data(as_text=True)
+    assert fakes.cheap.key_checks == ["sk-wrong-123456789", OWN]  # one check call per attempt
+    listed = client.get("/api/provider-keys", headers=acct.headers).get_json()
+    assert listed == {"provider_keys": [created], "byok_only": False, "byok_fallback": False}
+    assert OWN not in str(listed)
+    with app.app_context():
+        row = db.session.get(ProviderKey, created["id"])
+        assert row.owner_kind == "account" and row.owner_id == acct.id
+        assert OWN.encode() not in bytes(row.ciphertext)
+        db.session.remove()
+    assert add_key(client, acct).get_json()["error"] == "provider_key_exists"  # one per provider: 409
+    assert add_key(client, acct, provider="nope").status_code == 400
+    assert add_key(client, acct, api_key="has space inside").status_code == 400
+    assert add_key(client, acct, key=acct.test_key).status_code == 403  # live keys only
+    other = client.delete(f"/api/provider-keys/{created['id']}",
+                          headers={"Authorization": f"Bearer {acct.test_key}"})
+    assert other.status_code == 403
+    r = client.delete(f"/api/provider-keys/{created['id']}", headers=acct.headers)
+    assert r.status_code == 200 and r.get_json() == {"deleted": True, "id": created["id"]}
+    assert client.delete(f"/api/provider-keys/{created['id']}", headers=acct.headers).status_code == 404
+
+
+def test_unreachable_provider_stores_nothing(app, client, fakes, acct):
+    fakes.cheap.mode = "503"
+    r = add_key(client, acct)
+    assert r.status_code == 502 and r.get_json()["error"] == "provider_error"
+    assert client.get("/api/provider-keys", headers=acct.headers).get_json()["provider_keys"] == []
+
+
+def test_another_accounts_provider_key_is_not_found(client, fakes, acct, make_account):
+    kid = add_key(client, acct).get_json()["id"]
+    other = make_account()
+    assert client.delete(f"/api/provider-keys/{kid}", headers=other.headers).status_code == 404
+    assert client.get("/api/provider-keys", headers=other.headers).get_json()["provider_keys"] == []
+
+
+def test_byok_completion_uses_the_own_key_and_is_charged_the_fee(app, client, fakes, acct, ledger_clean):
+    fakes.cheap.accept_keys = {OWN}
+    kid = add_key(client, acct).get_json()["id"]
+    before = balance(app, acct.id)
+    r = chat(client, acct, model="m-small")
+    assert r.status_code == 200, r.get_json()
+    body = r.get_json()
+    assert body["provider"] == "cheap" and r.headers["X-Chat-Byok"] == kid
+    assert fakes.cheap.headers[-1]["Authorization"] == f"Bearer {OWN}"
+    usage = body["usage"]
+    # the fee: 5 % of the 200-micro list cost; the list cost is the caller's provider's bill
+    assert usage["cost_micros"] == 10 and usage["provider_cost_micros"] == 200
+    assert usage["byok"] is True and usage["byok_fee_pct"] == 5.0
+    assert r.headers["X-Gateway-Cost-Micros"] == "10"
+    # savings compare the caller's whole cost (200 + 10) with the reference (pricey: 600)
+    assert usage["savings_pct"] == 65.0
+    assert balance(app, acct.id) == before - 10
+    with app.app_context():
+        row = db.session.execute(select(ChatCompletion).where(ChatCompletion.id == body["id"])).scalar_one()
+        assert (row.status, row.cost_micros, row.byok_key_id, row.list_cost_micros) == ("settled", 10, kid, 200)
+        settle = db.session.execute(select(LedgerTransaction).where(
+            LedgerTransaction.ref == f"chat_settle:{body['id']}")).scalar_one()
+        assert settle.kind == "chat_settle"
+        db.session.remove()
+    ledger_clean()
+
+
+def test_fee_percent_is_configurable_and_rounded_half_up(app, client, fakes, acct, monkeypatch, ledger_clean):
+    monkeypatch.setitem(app.config, "CHAT_BYOK_FEE_PERCENT", "2.25")
+    add_key(client, acct)
+    r = chat(client, acct, model="m-small")
+    # 200 × 2.25 % = 4.5 micros → 5 (half up, once)
+    assert r.get_json()["usage"]["cost_micros"] == 5 and r.get_json()["usage"]["byok_fee_pct"] == 2.25
+    ledger_clean()
+
+
+def test_hold_is_the_fee_of_the_estimated_maximum(app, client, fakes, acct, ledger_clean):
+    """A balance far below the model price can chat with its own key: the hold is the fee."""
+    add_key(client, acct)
+    drain = balance(app, acct.id) - 3  # leave 3 micros: the list-price hold would not fit
+    with app.app_context():
+        from app.services.platform.uow import unit_of_work
+
+        with unit_of_work():
+            ledger.post("operator_adjustment", [(ledger.customer(acct.id), -drain), (ledger.ADJUST, drain)],
+                        ref="test:drain", account_id=acct.id)
+        db.session.remove()
+    r = chat(client, acct, model="m-small", max_tokens=20)  # list maximum 10 + 40 = 50 micros; fee 3
+    assert r.status_code == 200, r.get_json()
+    assert r.get_json()["usage"]["cost_micros"] == 3  # 200 × 5 % = 10, capped at the 3-micro hold
+    ledger_clean()
+
+
+def test_failing_own_key_does_not_fall_back_unless_allowed(app, client, fakes, acct, ledger_clean):
+    add_key(client, acct)
+    fakes.cheap.accept_keys = {"sk-rotated-at-the-provider"}  # the stored key stopped working
+    before = balance(app, acct.id)
+    r = chat(client, acct, model="m-small")
+    assert r.status_code == 502 and r.get_json()["error"]["code"] == "provider_error"
+    assert fakes.pricey.calls == 0 and balance(app, acct.id) == before  # never the platform's key
+    r = client.patch("/api/provider-keys/settings", json={"byok_fallback": True}, headers=acct.headers)
+    assert r.status_code == 200 and r.get_json() == {"byok_only": False, "byok_fallback": True}
+    r = chat(client, acct, model="m-small")
+    assert r.status_code == 200, r.get_json()
+    body = r.get_json()
+    assert body["provider"] == "pricey" and "byok" not in body["usage"] and "X-Chat-Byok" not in r.headers
+    # own key, then the platform's key of cheap (refused by this fake too), then pricey
+    assert body["usage"]["cost_micros"] == 600 and r.headers["X-Chat-Attempts"] == "3"
+    assert balance(app, acct.id) == before - 600
+    ledger_clean()
+
+
+def test_models_without_an_own_key_use_the_platform_unless_byok_only(app, client, fakes, acct, ledger_clean):
+    add_key(client, acct)
+    r = chat(client, acct, model="m-big")  # only pricey serves it: the platform's key, the price
+    assert r.status_code == 200 and r.get_json()["provider"] == "pricey"
+    assert "byok" not in r.get_json()["usage"]
+    r = client.patch("/api/provider-keys/settings", json={"byok_only": True}, headers=acct.headers)
+    assert r.get_json()["byok_only"] is True
+    r = chat(client, acct, model="m-big")
+    assert r.status_code == 400 and r.get_json()["error"]["code"] == "no_matching_model"
+    assert "byok_only" in r.get_json()["error"]["message"]
+    r = chat(client, acct, model="auto")  # auto: only what the own keys serve
+    assert r.status_code == 200 and r.get_json()["provider"] == "cheap" and r.get_json()["usage"]["byok"]
+    assert client.patch("/api/provider-keys/settings", json={"byok_only": "yes"},
+                        headers=acct.headers).status_code == 400
+    ledger_clean()
+
+
+def test_own_key_serves_a_provider_the_platform_has_no_key_for(app, client, fakes, acct, monkeypatch,
+                                                                 ledger_clean):
+    """claude requires a key: without the platform's, the own key alone makes m-claude
+    available (Anthropic's x-api-key carries it)."""
+    monkeypatch.setitem(app.config, "CHAT_PROVIDERS", {})
+    app.extensions.pop("chat_catalog", None)
+    assert chat(client, acct, model="m-claude").status_code == 404
+    assert add_key(client, acct, provider="claude", api_key="sk-ant-own-123456").status_code == 201
+    assert fakes.claude.headers == [] and fakes.claude.key_checks == ["sk-ant-own-123456"]
+    r = chat(client, acct, model="m-claude")
+    assert r.status_code == 200, r.get_json()
+    assert fakes.claude.headers[-1]["x-api-key"] == "sk-ant-own-123456"
+    # 20 × 4 + 10 × 20 = 280 micros list; fee 14
+    assert r.get_json()["usage"]["provider_cost_micros"] == 280 and r.get_json()["usage"]["cost_micros"] == 14
+    ledger_clean()
+
+
+def test_byok_stream_and_messages_api_carry_the_fee(app, client, fakes, acct, ledger_clean):
+    add_key(client, acct)
+    r = chat(client, acct, model="m-small", stream=True)
+    assert r.status_code == 200
+    text = r.get_data(as_text=True)
+    assert '"byok":true' in text and '"cost_micros":10' in text and '"provider_cost_micros":200' in text
+    r = client.post("/v1/messages", json={"model": "m-small", "max_tokens": 200, "messages": MSGS},
+                    headers=acct.headers)
+    assert r.status_code == 200, r.get_json()
+    usage = r.get_json()["usage"]
+    assert usage["cost_micros"] == 10 and usage["byok"] is True and usage["provider_cost_micros"] == 200
+    ledger_clean()
+
+
+def test_test_mode_never_uses_own_keys(app, client, fakes, acct):
+    add_key(client, acct)
+    r = client.post("/v1/chat/completions", json={"model": "auto", "messages": MSGS},
+                    headers={"Authorization": f"Bearer {acct.test_key}"})
+    assert r.status_code == 200 and r.get_json()["provider"] == "demo_llm"
+    assert fakes.cheap.calls == 0
+
+
+def test_provider_keys_are_not_in_the_database_dump(app, client, fakes, acct):
+    add_key(client, acct)
+    url = app.config["SQLALCHEMY_DATABASE_URI"].replace("postgresql+psycopg://", "postgresql://")
+    dump = subprocess.run(["pg_dump", "--data-only", url], capture_output=True, check=True).stdout
+    assert OWN.encode() not in dump and OWN[:8].encode() in dump
+
+
+def test_usage_export_names_the_own_key_and_the_list_cost(app, client, fakes, acct):
+    kid = add_key(client, acct).get_json()["id"]
+    byok_id = chat(client, acct, model="m-small").get_json()["id"]
+    plain_id = chat(client, acct, model="m-big").get_json()["id"]
+    from datetime import datetime, timedelta, timezone
+
+    now = datetime.now(timezone.utc)
+    r = client.get("/api/usage/export", query_string={"from": (now - timedelta(hours=1)).isoformat(),
+                                                      "to": (now + timedelta(hours=1)).isoformat(),
+                                                      "format": "json"}, headers=acct.headers)
+    import orjson
+
+    rows = {row["call_id"]: row for row in map(orjson.loads, r.get_data().splitlines())}
+    assert (rows[byok_id]["byok_key_id"], rows[byok_id]["cost_micros"], rows[byok_id]["provider_cost_micros"]) \
+        == (kid, 10, 200)
+    assert (rows[plain_id]["byok_key_id"], rows[plain_id]["provider_cost_micros"]) == (None, None)
+
+
+def test_openai_sdk_byok_completion_is_charged_the_fee(app, fakes, acct, ledger_clean):
+    """The real `openai` client against a real server: the usage shows the fee and BYOK."""
+    import openai
+
+    from tests.chatfakes import live_server
+
+    fakes.cheap.accept_keys = {OWN}
+    with app.test_client() as c:
+        add_key(c, acct)
+    before = balance(app, acct.id)
+    with live_server(app, "byok") as base:
+        client = openai.OpenAI(base_url=base + "/v1", api_key=acct.key, max_retries=0)
+        raw = client.chat.completions.with_raw_response.create(model="m-small", messages=MSGS)
+        done = raw.parse()
+        extra = done.usage.model_extra
+        assert (extra["cost_micros"], extra["byok"], extra["provider_cost_micros"]) == (10, True, 200)
+        assert raw.headers["x-gateway-cost-micros"] == "10" and raw.headers["x-chat-byok"].startswith("pkey_")
+        stream = client.chat.completions.create(model="m-small", messages=MSGS, stream=True)
+        last = [chunk for chunk in stream][-1]
+        assert last.usage.model_extra["cost_micros"] == 10 and last.usage.model_extra["byok"] is True
+    assert balance(app, acct.id) == before - 20
+    ledger_clean()
+
+
+def test_statements_a_byok_completion_adds(app, client, fakes, acct, ledger_clean):
+    """What BYOK and the key controls cost in round trips: a plain completion runs the hold and
+    the settle only; a BYOK completion adds the read of the own keys and the record of the key
+    before the settle; a key with rpm and tpm limits counting in PostgreSQL adds its three
+    counts (the request, the tokens' admission, their correction)."""
+    seen = []
+
+    def _sql(conn, cursor, statement, parameters, context, executemany):  # noqa: ARG001
+        if statement.strip().upper() != "SELECT 1":
+            seen.append(statement)
+
+    from contextlib import ExitStack
+
+    from app.services.platform import uow
+    from tests.support.sqlevents import listening
+
+    with app.app_context():
+        engines = [db.engine, uow._autocommit_engine()]
+
+    def run(key, **body):
+        assert chat(client, acct, model="m-small", **body).status_code == 200  # warm caches
+        seen.clear()
+        r = client.post("/v1/chat/completions", json={"model": "m-small", "messages": MSGS, **body},
+                        headers={"Authorization": f"Bearer {key}"})
+        assert r.status_code == 200, r.get_json()
+        return list(seen)
+
+    with ExitStack() as stack:
+        for engine in engines:
+            stack.enter_context(listening(engine, ("before_cursor_execute", _sql)))
+        plain = run(acct.key)
+        add_key(client, acct)
+        byok = run(acct.key)
+        limited_key = client.post("/api/keys", json={"name": "limited", "rpm_limit": 100, "tpm_limit": 100000},
+                                  headers=acct.headers).get_json()["key"]
+        limited = run(limited_key)
+    assert [s for s in plain if "gw_chat_" in s] == [s for s in byok if "gw_chat_" in s]
+    assert len(byok) - len(plain) == 2 and any("provider_keys" in s for s in byok)
+    counted = [s for s in limited if "key_rate_windows" in s]
+    if app.config["RATELIMIT_STORAGE_URI"].startswith("redis"):
+        assert counted == []
+    else:
+        assert len(counted) == 3
+    ledger_clean()

@@ -17,6 +17,7 @@ from tests.support.standin import Request, StandIn
 STRIPE_METHODS = {
     "pm_card_visa": {"type": "card", "card": {"brand": "visa", "last4": "4242"}},
     "pm_card_chargeDeclined": {"type": "card", "card": {"brand": "visa", "last4": "0002"}},
+    "pm_card_authenticationRequired": {"type": "card", "card": {"brand": "visa", "last4": "3184"}},
     "pm_usBankAccount": {"type": "us_bank_account",
                          "us_bank_account": {"bank_name": "STRIPE TEST BANK", "last4": "6789"}},
 }
@@ -87,6 +88,12 @@ class FakeStripe:
             if pm == "pm_card_chargeDeclined":
                 return 402, {"error": {"type": "card_error", "code": "card_declined", "decline_code": "generic_decline",
                                        "message": "Your card was declined.",
+                                       "payment_intent": {**base, "status": "requires_payment_method"}}}
+            if pm == "pm_card_authenticationRequired" and params.get("off_session") == "true":
+                # Stripe's off-session answer for a card that asks for 3-D Secure
+                return 402, {"error": {"type": "card_error", "code": "authentication_required",
+                                       "decline_code": "authentication_required",
+                                       "message": "Your card was declined. This transaction requires authentication.",
                                        "payment_intent": {**base, "status": "requires_payment_method"}}}
             if pm == "pm_usBankAccount":
                 return 200, {**base, "status": "processing"}

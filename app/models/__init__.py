@@ -13,3 +13,4 @@ from app.models.alerts import Alert, AlertEvent  # noqa: F401
 from app.models.calls import IdempotencyRecord, ModuleCall  # noqa: F401
 from app.models.chat import ChatCompletion  # noqa: F401
 from app.models.tokens import SingleUseToken  # noqa: F401
+from app.models.autotopup import AutoTopup, AutoTopupRun  # noqa: F401

@@ -33,6 +33,11 @@ class Account(db.Model):
     test_balance_micros: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     mailbox: Mapped[str | None] = mapped_column(String(320), index=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # Auto top-up thresholds cached on the balance row (live / test; NULL: off), so the
+    # database notices a balance crossing under one in the charge's own UPDATE
+    # (trigger gw_accounts_autotopup, app/services/billing/autotopup.py).
+    topup_below_micros: Mapped[int | None] = mapped_column(BigInteger)
+    test_topup_below_micros: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class ApiKey(db.Model):

@@ -5,9 +5,11 @@ from app.auth import principal
 from app.blueprints.payments.schemas import (CheckoutCreatedSchema, CheckoutSchema, MethodRequestSchema,
                                              MethodSchema, PaymentHistorySchema, WebhookHeadersSchema,
                                              WebhookResultSchema)
+from app.blueprints.payments.autotopup_schemas import (AutoTopupDeletedSchema, AutoTopupRequestSchema,
+                                                       AutoTopupSchema)
 from app.blueprints.routing import endpoint
 from app.extensions import Blueprint
-from app.services.billing import payment_events, payments
+from app.services.billing import autotopup, payment_events, payments
 
 blp = Blueprint("payments", __name__, url_prefix="/api/pay",
                 description="Checkout, payment history, the default payment method and the processor webhook.")
@@ -56,3 +58,34 @@ def webhook(stripe_signature):
     `payment_intent.succeeded|payment_failed|canceled`, `charge.refunded`. A replayed
     event id answers 200 with `duplicate: true` and changes nothing."""
     return payment_events.handle_webhook(request.get_data(cache=False), stripe_signature)
+
+
+@endpoint(blp, "/auto-topup", "put", "billing:write", body=AutoTopupRequestSchema, ok=AutoTopupSchema,
+          name="AutoTopupSetView")
+def set_auto_topup(body):
+    """Set auto top-up: when a charge leaves the balance under `threshold_cents`, one top-up of
+    `amount_cents` is charged to the saved card (off-session), at most `monthly_cap_cents` a month.
+
+    Replaces the previous rule and turns it on (failures reset). Needs a saved card (400
+    `no_payment_method`). If the balance is already under the threshold, one top-up starts now.
+    A top-up starts within seconds of the crossing; exactly one per crossing, whatever the
+    concurrency. A declined or 3-D Secure attempt is retried later; after
+    `AUTOTOPUP_MAX_FAILURES` (default 3) in a row the rule is disabled and the owner e-mailed."""
+    p = principal()
+    return autotopup.configure(p.account_id, p.mode, **body)
+
+
+@endpoint(blp, "/auto-topup", "get", "billing:read", ok=AutoTopupSchema, errors={404: "No auto top-up is set."},
+          name="AutoTopupView")
+def get_auto_topup():
+    """The auto top-up rule, its card, this month's total and the last 10 runs."""
+    return autotopup.view(principal().account_id, principal().mode)
+
+
+@endpoint(blp, "/auto-topup", "delete", "billing:write", ok=AutoTopupDeletedSchema,
+          errors={404: "No auto top-up is set."}, name="AutoTopupDeleteView")
+def delete_auto_topup():
+    """Turn auto top-up off and delete the rule; queued runs are skipped (a charge already sent
+    to the processor is still booked)."""
+    autotopup.remove(principal().account_id, principal().mode)
+    return {"deleted": True}

@@ -73,11 +73,15 @@ SANDBOX_METHODS: dict[str, tuple[str, str | None, str, str]] = {
     "pm_card_mastercard": ("card", "mastercard", "4444", "succeeds"),
     "pm_card_chargeDeclined": ("card", "visa", "0002", "generic_decline"),
     "pm_card_insufficientFunds": ("card", "visa", "9995", "insufficient_funds"),
+    # 3-D Secure required: paid on-session (the hosted checkout authenticates it), refused
+    # off-session with authentication_required, as Stripe's test card 4000 0027 6000 3184
+    "pm_card_authenticationRequired": ("card", "visa", "3184", "authentication_required"),
     "pm_usBankAccount": ("us_bank_account", "STRIPE TEST BANK", "6789", "settles_later"),
 }
 DECLINE_MESSAGES = {
     "generic_decline": "Your card was declined.",
     "insufficient_funds": "Your card has insufficient funds.",
+    "authentication_required": "This payment requires the cardholder to authenticate (3-D Secure).",
 }
 
 

@@ -42,6 +42,7 @@ class FakeStripe:
         self.webhook_secret = webhook_secret
         self.requests: list[tuple[str, str, dict]] = []
         self.idempotent: dict[str, tuple[int, dict]] = {}
+        self.sessions: dict[str, dict] = {}  # checkout sessions by id (``status``: open, complete, expired)
         self.lock = threading.Lock()
         self.n = 0
 
@@ -74,12 +75,26 @@ class FakeStripe:
                                        "param": "payment_method",
                                        "message": f"No such PaymentMethod: '{parts[2]}'"}}
             return 200, {"id": parts[2], "object": "payment_method", **pm}
+        if parts[:3] == ["v1", "checkout", "sessions"] and len(parts) > 3:  # retrieve, expire
+            session = self.sessions.get(parts[3])
+            if session is None:
+                return 404, {"error": {"type": "invalid_request_error", "code": "resource_missing",
+                                       "message": f"No such checkout.session: '{parts[3]}'"}}
+            if parts[4:] == ["expire"]:
+                if session["status"] != "open":
+                    return 400, {"error": {"type": "invalid_request_error",
+                                           "message": f"Only Checkout Sessions with a status in [\"open\"] can "
+                                                      f"be expired. This session has status {session['status']}."}}
+                session.update(status="expired", url=None)
+            return 200, session
         if parts[:3] == ["v1", "checkout", "sessions"]:
             sid = self._id("cs")
-            return 200, {"id": sid, "object": "checkout.session", "url": f"https://checkout.stripe.test/c/pay/{sid}",
-                         "payment_status": "unpaid", "status": "open",
-                         "amount_total": int(params["line_items"]["0"]["price_data"]["unit_amount"]),
-                         "metadata": params.get("metadata", {})}
+            self.sessions[sid] = {"id": sid, "object": "checkout.session",
+                                  "url": f"https://checkout.stripe.test/c/pay/{sid}",
+                                  "payment_status": "unpaid", "status": "open",
+                                  "amount_total": int(params["line_items"]["0"]["price_data"]["unit_amount"]),
+                                  "metadata": params.get("metadata", {})}
+            return 200, self.sessions[sid]
         if parts[:2] == ["v1", "payment_intents"]:
             pid = self._id("pi")
             pm = params.get("payment_method")

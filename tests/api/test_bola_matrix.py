@@ -20,6 +20,10 @@ def _make_alert(client, owner):
     return r.get_json()["id"]
 
 
+def _make_checkout(client, owner):
+    return client.post("/api/pay/checkout", json={"amount_cents": 100}, headers=owner.headers).get_json()["payment_id"]
+
+
 def _make_agent(client, owner):
     return register(client, owner, Keypair()).get_json()["id"]
 
@@ -36,6 +40,9 @@ CASES = {
     ("delete", "/api/keys/{key_id}"): (_make_key, "/api/keys/{id}", ("get", "/api/keys")),
     ("delete", "/api/alerts/{alert_id}"): (_make_alert, "/api/alerts/{id}", ("get", "/api/alerts")),
     ("get", "/api/agent/{agent_id}/usage"): (_make_agent, "/api/agent/{id}/usage", None),
+    ("get", "/api/pay/checkout/{payment_id}"): (_make_checkout, "/api/pay/checkout/{id}", None),
+    ("post", "/api/pay/checkout/{payment_id}/cancel"): (_make_checkout, "/api/pay/checkout/{id}/cancel",
+                                                       ("get", "/api/pay/history")),
     ("get", "/api/agent/{agent_id}/earnings"): (_make_agent, "/api/agent/{id}/earnings", None),
 }
 # Id-taking routes whose objects are not owned by an account (shared catalog, operator

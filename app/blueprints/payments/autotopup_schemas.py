@@ -1,4 +1,4 @@
-"""Schemas of auto top-up (``/api/pay/auto-topup``)."""
+"""Schemas of auto top-up (``/api/pay/auto-topup``) and of a pending checkout's resume."""
 import marshmallow as ma
 from marshmallow import validate
 
@@ -51,3 +51,12 @@ class AutoTopupSchema(ma.Schema):
 
 class AutoTopupDeletedSchema(ma.Schema):
     deleted = ma.fields.Boolean(required=True)
+
+
+class CheckoutStateSchema(ma.Schema):
+    url = ma.fields.Url(required=True, allow_none=True, metadata={
+        "description": "The hosted checkout page while it can still be paid; null once it is paid, "
+                       "canceled, expired or its bank payment was submitted."})
+    payment_id = ma.fields.String(required=True)
+    status = ma.fields.String(required=True, metadata={"description": "The payment's status (`pending`, …)."})
+    expires_at = ma.fields.DateTime(required=True, allow_none=True)

@@ -3,13 +3,14 @@ from flask import request
 
 from app.auth import principal
 from app.blueprints.payments.schemas import (CheckoutCreatedSchema, CheckoutSchema, MethodRequestSchema,
-                                             MethodSchema, PaymentHistorySchema, WebhookHeadersSchema,
+                                             MethodSchema, PaymentHistorySchema, PaymentSchema,
+                                             WebhookHeadersSchema,
                                              WebhookResultSchema)
 from app.blueprints.payments.autotopup_schemas import (AutoTopupDeletedSchema, AutoTopupRequestSchema,
-                                                       AutoTopupSchema)
+                                                       AutoTopupSchema, CheckoutStateSchema)
 from app.blueprints.routing import endpoint
 from app.extensions import Blueprint
-from app.services.billing import autotopup, payment_events, payments
+from app.services.billing import autotopup, checkouts, payment_events, payments
 
 blp = Blueprint("payments", __name__, url_prefix="/api/pay",
                 description="Checkout, payment history, the default payment method and the processor webhook.")
@@ -89,3 +90,21 @@ def delete_auto_topup():
     to the processor is still booked)."""
     autotopup.remove(principal().account_id, principal().mode)
     return {"deleted": True}
+
+
+@endpoint(blp, "/checkout/<string:payment_id>", "get", "billing:read", ok=CheckoutStateSchema,
+          errors={404: "No such checkout of this account and mode."}, name="CheckoutStateView")
+def resume_checkout(payment_id):
+    """Resume a checkout: its status and, while it can still be paid, its hosted page `url`
+    (null once paid, canceled, expired or its bank payment submitted)."""
+    return checkouts.resume(principal().account_id, principal().mode, payment_id)
+
+
+@endpoint(blp, "/checkout/<string:payment_id>/cancel", "post", "billing:write", ok=PaymentSchema,
+          errors={404: "No such checkout of this account and mode.",
+                  409: "`checkout_not_cancelable`: it is no longer pending, or it was paid or its bank payment "
+                       "submitted."}, name="CheckoutCancelView")
+def cancel_checkout(payment_id):
+    """Cancel a pending checkout: the processor's session is closed first (it can no longer be
+    paid), then the payment becomes `canceled`. Nothing was charged."""
+    return checkouts.cancel(principal().account_id, principal().mode, payment_id)

@@ -127,6 +127,15 @@ class Processor(ABC):
     def charge(self, payment, customer_id: str, pm: MethodInfo) -> ChargeResult:
         """Off-session charge of the saved method (idempotent on ``payment.id``)."""
 
+    @abstractmethod
+    def checkout_url(self, session_id: str) -> str | None:
+        """The hosted page of an open checkout session (None: no longer open)."""
+
+    @abstractmethod
+    def expire_checkout(self, session_id: str) -> bool:
+        """Close an open checkout session so it can no longer be paid; False when it is
+        not open any more (paid, or a bank payment submitted)."""
+
 
 class SandboxProcessor(Processor):
     name = "sandbox"
@@ -146,8 +155,14 @@ class SandboxProcessor(Processor):
 
     def create_checkout(self, payment, customer_id, success_url, cancel_url):
         session_id = "cs_sbx_" + random_b62(24)
+        return session_id, self.checkout_url(session_id)
+
+    def checkout_url(self, session_id):
         base = current_app.config["BASE_URL"].rstrip("/")
-        return session_id, f"{base}/pay/sandbox/checkout/{session_id}"
+        return f"{base}/pay/sandbox/checkout/{session_id}"
+
+    def expire_checkout(self, session_id):
+        return True  # the sandbox's session is its payment row: closed by the caller
 
     def charge(self, payment, customer_id, pm):
         outcome = SANDBOX_METHODS[pm.id][3]
@@ -231,6 +246,22 @@ class StripeProcessor(Processor):
         except stripe.StripeError as exc:
             raise self._unavailable(exc) from None
         return session.id, session.url
+
+    def checkout_url(self, session_id):
+        try:
+            session = self.client.v1.checkout.sessions.retrieve(session_id)
+        except stripe.StripeError as exc:
+            raise self._unavailable(exc) from None
+        return session.url if session.status == "open" else None
+
+    def expire_checkout(self, session_id):
+        try:
+            self.client.v1.checkout.sessions.expire(session_id)
+        except stripe.InvalidRequestError:  # not open: completed (paid or processing) or expired
+            return False
+        except stripe.StripeError as exc:
+            raise self._unavailable(exc) from None
+        return True
 
     def charge(self, payment, customer_id, pm):
         params = {

@@ -1,4 +1,5 @@
-"""Schemas of auto top-up (``/api/pay/auto-topup``) and of a pending checkout's resume."""
+"""Schemas of auto top-up (``/api/pay/auto-topup``), a pending checkout's resume and the saved
+payment methods (``/api/pay/methods``)."""
 import marshmallow as ma
 from marshmallow import validate
 
@@ -49,7 +50,7 @@ class AutoTopupSchema(ma.Schema):
                           metadata={"description": "The last 10 runs, newest first."})
 
 
-class AutoTopupDeletedSchema(ma.Schema):
+class DeletedSchema(ma.Schema):
     deleted = ma.fields.Boolean(required=True)
 
 
@@ -60,3 +61,14 @@ class CheckoutStateSchema(ma.Schema):
     payment_id = ma.fields.String(required=True)
     status = ma.fields.String(required=True, metadata={"description": "The payment's status (`pending`, …)."})
     expires_at = ma.fields.DateTime(required=True, allow_none=True)
+
+
+class SavedMethodSchema(MethodSchema):
+    default = ma.fields.Boolean(required=True, metadata={"description": "The method `/api/wallet/fund` and auto "
+                                                                        "top-up charge."})
+    created_at = ma.fields.DateTime(required=True)
+
+
+class SavedMethodListSchema(ma.Schema):
+    methods = ma.fields.List(ma.fields.Nested(SavedMethodSchema), required=True,
+                             metadata={"description": "Saved with the processor of the key's mode, oldest first."})

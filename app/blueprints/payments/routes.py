@@ -2,18 +2,18 @@
 from flask import request
 
 from app.auth import principal
+from app.blueprints.payments.autotopup_schemas import (AutoTopupRequestSchema, AutoTopupSchema, CheckoutStateSchema,
+                                                       DeletedSchema, SavedMethodListSchema)
 from app.blueprints.payments.schemas import (CheckoutCreatedSchema, CheckoutSchema, MethodRequestSchema,
                                              MethodSchema, PaymentHistorySchema, PaymentSchema,
-                                             WebhookHeadersSchema,
-                                             WebhookResultSchema)
-from app.blueprints.payments.autotopup_schemas import (AutoTopupDeletedSchema, AutoTopupRequestSchema,
-                                                       AutoTopupSchema, CheckoutStateSchema)
+                                             WebhookHeadersSchema, WebhookResultSchema)
 from app.blueprints.routing import endpoint
 from app.extensions import Blueprint
-from app.services.billing import autotopup, checkouts, payment_events, payments
+from app.services.billing import autotopup, checkouts, methods, payment_events, payments
 
 blp = Blueprint("payments", __name__, url_prefix="/api/pay",
-                description="Checkout, payment history, the default payment method and the processor webhook.")
+                description="Checkout (resume, cancel), payment history, saved payment methods and the "
+                            "default one, auto top-up and the processor webhook.")
 
 
 @endpoint(blp, "/checkout", "post", "billing:write", body=CheckoutSchema, ok=CheckoutCreatedSchema)
@@ -83,7 +83,7 @@ def get_auto_topup():
     return autotopup.view(principal().account_id, principal().mode)
 
 
-@endpoint(blp, "/auto-topup", "delete", "billing:write", ok=AutoTopupDeletedSchema,
+@endpoint(blp, "/auto-topup", "delete", "billing:write", ok=DeletedSchema,
           errors={404: "No auto top-up is set."}, name="AutoTopupDeleteView")
 def delete_auto_topup():
     """Turn auto top-up off and delete the rule; queued runs are skipped (a charge already sent
@@ -108,3 +108,26 @@ def cancel_checkout(payment_id):
     """Cancel a pending checkout: the processor's session is closed first (it can no longer be
     paid), then the payment becomes `canceled`. Nothing was charged."""
     return checkouts.cancel(principal().account_id, principal().mode, payment_id)
+
+
+@endpoint(blp, "/methods", "get", "billing:read", ok=SavedMethodListSchema, name="SavedMethodsView")
+def saved_methods():
+    """The saved payment methods (each `POST /api/pay/method` saves one), with the default marked."""
+    return {"methods": methods.list_methods(principal().account_id, principal().mode)}
+
+
+@endpoint(blp, "/methods/<string:payment_method_id>/default", "post", "billing:write", ok=MethodSchema,
+          errors={404: "No such saved payment method."}, name="SavedMethodDefaultView")
+def default_saved_method(payment_method_id):
+    """Make a saved method the default again (the one `/api/wallet/fund` and auto top-up charge)."""
+    return methods.make_default(principal().account_id, principal().mode, payment_method_id)
+
+
+@endpoint(blp, "/methods/<string:payment_method_id>", "delete", "billing:write", ok=DeletedSchema,
+          errors={404: "No such saved payment method."}, name="SavedMethodView")
+def remove_saved_method(payment_method_id):
+    """Remove a saved method: detached at the processor first, then forgotten. Removing the
+    default leaves none: funding by card and auto top-up answer `no_payment_method` until
+    another is made the default."""
+    methods.remove(principal().account_id, principal().mode, payment_method_id)
+    return {"deleted": True}

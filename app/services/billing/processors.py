@@ -128,6 +128,10 @@ class Processor(ABC):
         """Off-session charge of the saved method (idempotent on ``payment.id``)."""
 
     @abstractmethod
+    def detach(self, pm_id: str) -> None:
+        """Detach a saved method from its customer (it can no longer be charged)."""
+
+    @abstractmethod
     def checkout_url(self, session_id: str) -> str | None:
         """The hosted page of an open checkout session (None: no longer open)."""
 
@@ -156,6 +160,9 @@ class SandboxProcessor(Processor):
     def create_checkout(self, payment, customer_id, success_url, cancel_url):
         session_id = "cs_sbx_" + random_b62(24)
         return session_id, self.checkout_url(session_id)
+
+    def detach(self, pm_id):
+        return None  # the sandbox's test methods belong to no one
 
     def checkout_url(self, session_id):
         base = current_app.config["BASE_URL"].rstrip("/")
@@ -246,6 +253,14 @@ class StripeProcessor(Processor):
         except stripe.StripeError as exc:
             raise self._unavailable(exc) from None
         return session.id, session.url
+
+    def detach(self, pm_id):
+        try:
+            self.client.v1.payment_methods.detach(pm_id)
+        except stripe.InvalidRequestError:  # already detached or gone: nothing to undo
+            log.info("stripe: payment method %s was not attached", pm_id)
+        except stripe.StripeError as exc:
+            raise self._unavailable(exc) from None
 
     def checkout_url(self, session_id):
         try:

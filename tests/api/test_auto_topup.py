@@ -15,7 +15,7 @@ from app.extensions import db
 from app.models import Account, AutoTopupRun, OutboxMessage, Payment
 from app.models.base import utcnow
 from app.services.billing import autotopup
-from app.services.billing.processors import SandboxProcessor
+from app.services.billing.processors import PaymentMethodInvalid, SandboxProcessor
 from app.services.money import ledger
 from tests.api.test_payments_stripe import _deliver, stripe_api  # noqa: F401
 from tests.gateway_helpers import balance_cents, create_module, provider, provider_server  # noqa: F401
@@ -316,4 +316,21 @@ def test_test_mode_rule_tops_up_the_test_balance(app, client, make_account, ledg
         a = db.session.get(Account, acct.id)
         assert (a.balance_micros, a.test_balance_micros) == (10_000_000, 24_000_000)
         db.session.remove()
+    ledger_clean()
+
+
+def test_a_method_the_processor_refuses_fails_the_attempt(app, client, make_account, monkeypatch, ledger_clean):
+    """A saved method the processor no longer accepts (detached, expired) is a failed attempt
+    counted like a decline, not a processor outage retried forever after each lease."""
+    def refused(self, payment, customer_id, pm):
+        raise PaymentMethodInvalid("The saved payment method cannot be charged: detached.")
+
+    acct = _crossed(app, client, make_account)
+    monkeypatch.setattr(SandboxProcessor, "charge", refused)
+    _start(app)
+    runs = _runs(app, acct)
+    assert runs[0][0] == "failed" and runs[0][1].startswith("payment_method_invalid"), runs
+    hist = client.get("/api/pay/history", headers=acct.headers).get_json()["payments"]
+    assert [p["status"] for p in hist if p["product"] == "Auto top-up"] == ["failed"]
+    assert balance_cents(app, acct.id) == 400
     ledger_clean()

@@ -41,13 +41,13 @@ from flask import current_app
 from sqlalchemy import and_, delete, func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from app.errors import DomainError, InvalidRequest, NotFound
+from app.errors import DomainError, InvalidRequest, NotFound, ServiceUnavailable
 from app.extensions import db
 from app.ids import new_id
 from app.models import Account, AutoTopup, AutoTopupRun, Payment
 from app.models.base import utcnow
 from app.services.billing import payments
-from app.services.billing.processors import MethodInfo, for_mode
+from app.services.billing.processors import ChargeResult, MethodInfo, for_mode
 from app.services.billing.usage import billing_period
 from app.services.money import ledger
 from app.services.platform import outbox
@@ -271,9 +271,11 @@ def run(run_id: int) -> str:
         payment = db.session.get(Payment, payment_id)
         try:
             result = for_mode(payment.mode).charge(payment, charge["customer"], charge["pm"])
-        except DomainError as exc:  # processor unavailable: the lease runs out and it is retried
+        except ServiceUnavailable as exc:  # processor unavailable: the lease runs out and it is retried
             log.warning("auto top-up run %s: processor call failed (%s); retried after the lease", run_id, exc)
             return "processing"
+        except DomainError as exc:  # the processor refused the method: a failed attempt, like a decline
+            result = ChargeResult(None, "failed", exc.code, exc.message)
     return _book(run_id, payment_id, result)
 
 
@@ -287,7 +289,7 @@ def _book(run_id: int, payment_id: str, result) -> str:
         code = message = None
         if result is not None:
             code, message = result.failure_code, result.failure_message
-            if payment.provider_id is None:
+            if payment.provider_id is None and result.provider_id:
                 payment.provider_id = payment.payment_intent = result.provider_id
                 db.session.flush()
             if result.status == "succeeded":

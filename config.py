@@ -161,6 +161,11 @@ def load_config(overrides: dict | None = None) -> dict:
         "PAYMENTS_SANDBOX_ENABLED": _bool(
             "PAYMENTS_SANDBOX_ENABLED",
             not (production and _env("PAYMENTS_PROCESSOR", "sandbox") == "stripe")),
+        # Auto top-up (docs/payments.md): consecutive failed attempts before the rule is
+        # disabled and the owner told; a failed attempt is retried after
+        # AUTOTOPUP_RETRY_SECONDS × 2^(failures-1) while the balance stays under the threshold.
+        "AUTOTOPUP_MAX_FAILURES": _int("AUTOTOPUP_MAX_FAILURES", 3),
+        "AUTOTOPUP_RETRY_SECONDS": _int("AUTOTOPUP_RETRY_SECONDS", 3600),
         "RPC_URLS": {
             "base": _env("RPC_URL_BASE", "https://mainnet.base.org"),
             "ethereum": _env("RPC_URL_ETHEREUM", "https://ethereum-rpc.publicnode.com"),

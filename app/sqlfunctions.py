@@ -3,7 +3,8 @@ from that file (never pasted into a migration).
 
 * ``app/services/money/sql/``: the money engine's functions (open, finalize, chat hold and
   settle);
-* ``app/services/platform/sql/``: schema upkeep (``gw_create_month_partition``).
+* ``app/services/platform/sql/``: schema upkeep (``gw_create_month_partition``);
+* ``app/services/billing/sql/``: billing's trigger functions (``gw_autotopup_crossed``).
 
 A file is named after its function (``gw_open_calls.sql``): header comments (what it
 does, who calls it), then ``CREATE OR REPLACE FUNCTION <name>(...)``. Every function of
@@ -20,7 +21,8 @@ from pathlib import Path
 
 _APP = Path(__file__).resolve().parent
 # installed in this order: folders as listed, files by name within a folder
-FOLDERS = (_APP / "services" / "platform" / "sql", _APP / "services" / "money" / "sql")
+FOLDERS = (_APP / "services" / "platform" / "sql", _APP / "services" / "money" / "sql",
+           _APP / "services" / "billing" / "sql")
 PREFIX = "gw_"
 
 # the app's functions in the current schema, with this transaction's writes marked

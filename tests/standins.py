@@ -17,6 +17,7 @@ from tests.support.standin import Request, StandIn
 STRIPE_METHODS = {
     "pm_card_visa": {"type": "card", "card": {"brand": "visa", "last4": "4242"}},
     "pm_card_chargeDeclined": {"type": "card", "card": {"brand": "visa", "last4": "0002"}},
+    "pm_card_authenticationRequired": {"type": "card", "card": {"brand": "visa", "last4": "3184"}},
     "pm_usBankAccount": {"type": "us_bank_account",
                          "us_bank_account": {"bank_name": "STRIPE TEST BANK", "last4": "6789"}},
 }
@@ -41,6 +42,7 @@ class FakeStripe:
         self.webhook_secret = webhook_secret
         self.requests: list[tuple[str, str, dict]] = []
         self.idempotent: dict[str, tuple[int, dict]] = {}
+        self.sessions: dict[str, dict] = {}  # checkout sessions by id (``status``: open, complete, expired)
         self.lock = threading.Lock()
         self.n = 0
 
@@ -73,12 +75,26 @@ class FakeStripe:
                                        "param": "payment_method",
                                        "message": f"No such PaymentMethod: '{parts[2]}'"}}
             return 200, {"id": parts[2], "object": "payment_method", **pm}
+        if parts[:3] == ["v1", "checkout", "sessions"] and len(parts) > 3:  # retrieve, expire
+            session = self.sessions.get(parts[3])
+            if session is None:
+                return 404, {"error": {"type": "invalid_request_error", "code": "resource_missing",
+                                       "message": f"No such checkout.session: '{parts[3]}'"}}
+            if parts[4:] == ["expire"]:
+                if session["status"] != "open":
+                    return 400, {"error": {"type": "invalid_request_error",
+                                           "message": f"Only Checkout Sessions with a status in [\"open\"] can "
+                                                      f"be expired. This session has status {session['status']}."}}
+                session.update(status="expired", url=None)
+            return 200, session
         if parts[:3] == ["v1", "checkout", "sessions"]:
             sid = self._id("cs")
-            return 200, {"id": sid, "object": "checkout.session", "url": f"https://checkout.stripe.test/c/pay/{sid}",
-                         "payment_status": "unpaid", "status": "open",
-                         "amount_total": int(params["line_items"]["0"]["price_data"]["unit_amount"]),
-                         "metadata": params.get("metadata", {})}
+            self.sessions[sid] = {"id": sid, "object": "checkout.session",
+                                  "url": f"https://checkout.stripe.test/c/pay/{sid}",
+                                  "payment_status": "unpaid", "status": "open",
+                                  "amount_total": int(params["line_items"]["0"]["price_data"]["unit_amount"]),
+                                  "metadata": params.get("metadata", {})}
+            return 200, self.sessions[sid]
         if parts[:2] == ["v1", "payment_intents"]:
             pid = self._id("pi")
             pm = params.get("payment_method")
@@ -87,6 +103,12 @@ class FakeStripe:
             if pm == "pm_card_chargeDeclined":
                 return 402, {"error": {"type": "card_error", "code": "card_declined", "decline_code": "generic_decline",
                                        "message": "Your card was declined.",
+                                       "payment_intent": {**base, "status": "requires_payment_method"}}}
+            if pm == "pm_card_authenticationRequired" and params.get("off_session") == "true":
+                # Stripe's off-session answer for a card that asks for 3-D Secure
+                return 402, {"error": {"type": "card_error", "code": "authentication_required",
+                                       "decline_code": "authentication_required",
+                                       "message": "Your card was declined. This transaction requires authentication.",
                                        "payment_intent": {**base, "status": "requires_payment_method"}}}
             if pm == "pm_usBankAccount":
                 return 200, {**base, "status": "processing"}

@@ -59,3 +59,27 @@ def test_downgrade_to_base_and_up_again(app):
             upgrade(revision="head")
         assert {name for _, name in left} <= {"alembic_version", "alembic_version_pkc"}, left
         assert _objects() == before
+
+
+def test_billing_fills_saved_methods_with_each_profiles_default(app):
+    """0003_billing: a default method saved before the list of saved methods existed is listed."""
+    with app.app_context():
+        db.session.remove()
+        db.engine.dispose()
+        try:
+            downgrade(revision="money_engine")
+            with db.engine.begin() as conn:
+                conn.execute(text("INSERT INTO accounts (id, plan, kind, is_admin, balance_micros, test_balance_micros, "
+                                  "created_at) VALUES ('acc_mig', 'starter', 'human', false, 0, 0, now())"))
+                conn.execute(text(
+                    "INSERT INTO billing_profiles (account_id, processor, customer_id, payment_method_id, "
+                    "payment_method_type, brand, last4, updated_at) VALUES "
+                    "('acc_mig', 'sandbox', 'cus_1', 'pm_card_visa', 'card', 'visa', '4242', now()), "
+                    "('acc_mig', 'stripe', 'cus_2', NULL, NULL, NULL, NULL, now())"))
+        finally:
+            upgrade(revision="head")
+        with db.engine.begin() as conn:
+            rows = conn.execute(text("SELECT account_id, processor, payment_method_id, payment_method_type, last4 "
+                                     "FROM saved_methods")).all()
+            conn.execute(text("DELETE FROM saved_methods; DELETE FROM billing_profiles; DELETE FROM accounts"))
+    assert [tuple(r) for r in rows] == [("acc_mig", "sandbox", "pm_card_visa", "card", "4242")]

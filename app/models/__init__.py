@@ -3,7 +3,7 @@ from app.models.accounts import Account, ApiKey, KeyRateWindow, KeySpend  # noqa
 from app.models.ledger import LedgerEntry, LedgerTransaction  # noqa: F401
 from app.models.catalog import Module, ModuleAction  # noqa: F401
 from app.models.usage import UsageDaily, UsageHourly, UsageRollupState  # noqa: F401
-from app.models.payments import BillingProfile, ExternalCredit, Payment, PaymentEvent  # noqa: F401
+from app.models.payments import BillingProfile, ExternalCredit, Payment, PaymentEvent, SavedMethod  # noqa: F401
 from app.models.wallets import ChainCursor, Wallet, X402Authorization  # noqa: F401
 from app.models.outbox import OutboxMessage  # noqa: F401
 from app.models.tracking import TrackEvent  # noqa: F401
@@ -15,3 +15,4 @@ from app.models.chat import ChatCompletion  # noqa: F401
 from app.models.tokens import SingleUseToken  # noqa: F401
 from app.models.orgs import OrgAuditEntry, OrgInvite, OrgMember  # noqa: F401
 from app.models.providerkeys import ProviderKey  # noqa: F401
+from app.models.autotopup import AutoTopup, AutoTopupRun  # noqa: F401

@@ -38,6 +38,11 @@ class Account(db.Model):
     # provider keys; may a failing own key fall back to the platform's keys (model price).
     byok_only: Mapped[bool] = mapped_column(Boolean, default=False, server_default="false")
     byok_fallback: Mapped[bool] = mapped_column(Boolean, default=False, server_default="false")
+    # Auto top-up thresholds cached on the balance row (live / test; NULL: off), so the
+    # database notices a balance crossing under one in the charge's own UPDATE
+    # (trigger gw_accounts_autotopup, app/services/billing/autotopup.py).
+    topup_below_micros: Mapped[int | None] = mapped_column(BigInteger)
+    test_topup_below_micros: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class ApiKey(db.Model):

@@ -86,6 +86,23 @@ class BillingProfile(db.Model):
 
 
 
+class SavedMethod(db.Model):
+    """A payment method the account saved with a processor (``POST /api/pay/method``); the
+    billing profile names the default one."""
+
+    __tablename__ = "saved_methods"
+    __table_args__ = (UniqueConstraint("account_id", "processor", "payment_method_id", name="uq_saved_methods"),)
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"))
+    processor: Mapped[str] = mapped_column(String(16))
+    payment_method_id: Mapped[str] = mapped_column(String(120))
+    payment_method_type: Mapped[str] = mapped_column(String(32))
+    brand: Mapped[str | None] = mapped_column(String(40))
+    last4: Mapped[str | None] = mapped_column(String(4))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
 class ExternalCredit(db.Model):
     """The one book of outside money: every credit that came from outside (a Stripe payment
     intent or checkout, an on-chain USDC transfer, an x402 authorization, an ACH debit) is

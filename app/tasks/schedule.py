@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from app.tasks import (agents, alerts, chain_watch, chat, gateway, maintenance, outbox, public, tokens, usage,
-                       x402_sweep)
+from app.tasks import (agents, alerts, billing, chain_watch, chat, gateway, maintenance, outbox, public, tokens,
+                       usage, x402_sweep)
 
 SCHEDULE: list[tuple[str, int, Callable]] = [
     ("flush-last-used", 60, maintenance.flush_last_used),
@@ -21,6 +21,8 @@ SCHEDULE: list[tuple[str, int, Callable]] = [
     ("public-prune", 3600, public.prune),
     ("tokens-purge", 3600, tokens.purge),
     ("alerts-evaluate", 60, alerts.evaluate),
+    # Auto top-up runs the balance trigger queued (and runs whose worker died).
+    ("autotopup-start", 5, billing.start_autotopups),
     ("calls-sweep", 30, gateway.sweep_pending_calls),
     ("idempotency-purge", 3600, gateway.purge_idempotency),
     # usage_hourly from the call logs: final hours, then the settled minutes of the

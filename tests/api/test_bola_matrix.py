@@ -33,6 +33,15 @@ def _make_alert(client, owner):
     return r.get_json()["id"]
 
 
+def _make_checkout(client, owner):
+    return client.post("/api/pay/checkout", json={"amount_cents": 100}, headers=owner.headers).get_json()["payment_id"]
+
+
+def _save_method(client, owner):
+    client.post("/api/pay/method", json={"payment_method_id": "pm_card_visa"}, headers=owner.headers)
+    return "pm_card_visa"
+
+
 def _make_agent(client, owner):
     return register(client, owner, Keypair()).get_json()["id"]
 
@@ -68,6 +77,13 @@ CASES = {
                                                 ("get", "/api/provider-keys")),
     ("delete", "/api/alerts/{alert_id}"): (_make_alert, "/api/alerts/{id}", ("get", "/api/alerts")),
     ("get", "/api/agent/{agent_id}/usage"): (_make_agent, "/api/agent/{id}/usage", None),
+    ("get", "/api/pay/checkout/{payment_id}"): (_make_checkout, "/api/pay/checkout/{id}", None),
+    ("post", "/api/pay/methods/{payment_method_id}/default"): (_save_method, "/api/pay/methods/{id}/default",
+                                                              ("get", "/api/pay/methods")),
+    ("delete", "/api/pay/methods/{payment_method_id}"): (_save_method, "/api/pay/methods/{id}",
+                                                        ("get", "/api/pay/methods")),
+    ("post", "/api/pay/checkout/{payment_id}/cancel"): (_make_checkout, "/api/pay/checkout/{id}/cancel",
+                                                       ("get", "/api/pay/history")),
     ("get", "/api/agent/{agent_id}/earnings"): (_make_agent, "/api/agent/{id}/earnings", None),
     ("get", "/api/orgs/{org_id}"): (_make_org, "/api/orgs/{id}", ("get", "/api/orgs")),
     ("get", "/api/orgs/{org_id}/members"): (_make_org, "/api/orgs/{id}/members", None),

@@ -2,18 +2,21 @@
 from flask import request
 
 from app.auth import principal
+from app.blueprints.payments.autotopup_schemas import (AutoTopupRequestSchema, AutoTopupSchema, CheckoutStateSchema,
+                                                       DeletedSchema, SavedMethodListSchema)
 from app.blueprints.payments.schemas import (CheckoutCreatedSchema, CheckoutSchema, MethodRequestSchema,
-                                             MethodSchema, PaymentHistorySchema, WebhookHeadersSchema,
-                                             WebhookResultSchema)
+                                             MethodSchema, PaymentHistorySchema, PaymentSchema,
+                                             WebhookHeadersSchema, WebhookResultSchema)
 from app.blueprints.routing import endpoint
 from app.extensions import Blueprint
-from app.services.billing import payment_events, payments
+from app.services.billing import autotopup, checkouts, methods, payment_events, payments
 from app.services.orgs import orgs
 
 BILLING_WRITE = ("billing:write",)
 
 blp = Blueprint("payments", __name__, url_prefix="/api/pay",
-                description="Checkout, payment history, the default payment method and the processor webhook.")
+                description="Checkout (resume, cancel), payment history, saved payment methods and the "
+                            "default one, auto top-up and the processor webhook.")
 
 
 @endpoint(blp, "/checkout", "post", "billing:write", body=CheckoutSchema, ok=CheckoutCreatedSchema)
@@ -60,3 +63,75 @@ def webhook(stripe_signature):
     `payment_intent.succeeded|payment_failed|canceled`, `charge.refunded`. A replayed
     event id answers 200 with `duplicate: true` and changes nothing."""
     return payment_events.handle_webhook(request.get_data(cache=False), stripe_signature)
+
+
+@endpoint(blp, "/auto-topup", "put", "billing:write", body=AutoTopupRequestSchema, ok=AutoTopupSchema,
+          name="AutoTopupSetView")
+def set_auto_topup(body):
+    """Set auto top-up: when a charge leaves the balance under `threshold_cents`, one top-up of
+    `amount_cents` is charged to the saved card (off-session), at most `monthly_cap_cents` a month.
+
+    Replaces the previous rule and turns it on (failures reset). Needs a saved card (400
+    `no_payment_method`). If the balance is already under the threshold, one top-up starts now.
+    A top-up starts within seconds of the crossing; exactly one per crossing, whatever the
+    concurrency. A declined or 3-D Secure attempt is retried later; after
+    `AUTOTOPUP_MAX_FAILURES` (default 3) in a row the rule is disabled and the owner e-mailed."""
+    p = principal()
+    return autotopup.configure(p.account_id, p.mode, **body)
+
+
+@endpoint(blp, "/auto-topup", "get", "billing:read", ok=AutoTopupSchema, errors={404: "No auto top-up is set."},
+          name="AutoTopupView")
+def get_auto_topup():
+    """The auto top-up rule, its card, this month's total and the last 10 runs."""
+    return autotopup.view(principal().account_id, principal().mode)
+
+
+@endpoint(blp, "/auto-topup", "delete", "billing:write", ok=DeletedSchema,
+          errors={404: "No auto top-up is set."}, name="AutoTopupDeleteView")
+def delete_auto_topup():
+    """Turn auto top-up off and delete the rule; queued runs are skipped (a charge already sent
+    to the processor is still booked)."""
+    autotopup.remove(principal().account_id, principal().mode)
+    return {"deleted": True}
+
+
+@endpoint(blp, "/checkout/<string:payment_id>", "get", "billing:read", ok=CheckoutStateSchema,
+          errors={404: "No such checkout of this account and mode."}, name="CheckoutStateView")
+def resume_checkout(payment_id):
+    """Resume a checkout: its status and, while it can still be paid, its hosted page `url`
+    (null once paid, canceled, expired or its bank payment submitted)."""
+    return checkouts.resume(principal().account_id, principal().mode, payment_id)
+
+
+@endpoint(blp, "/checkout/<string:payment_id>/cancel", "post", "billing:write", ok=PaymentSchema,
+          errors={404: "No such checkout of this account and mode.",
+                  409: "`checkout_not_cancelable`: it is no longer pending, or it was paid or its bank payment "
+                       "submitted."}, name="CheckoutCancelView")
+def cancel_checkout(payment_id):
+    """Cancel a pending checkout: the processor's session is closed first (it can no longer be
+    paid), then the payment becomes `canceled`. Nothing was charged."""
+    return checkouts.cancel(principal().account_id, principal().mode, payment_id)
+
+
+@endpoint(blp, "/methods", "get", "billing:read", ok=SavedMethodListSchema, name="SavedMethodsView")
+def saved_methods():
+    """The saved payment methods (each `POST /api/pay/method` saves one), with the default marked."""
+    return {"methods": methods.list_methods(principal().account_id, principal().mode)}
+
+
+@endpoint(blp, "/methods/<string:payment_method_id>/default", "post", "billing:write", ok=MethodSchema,
+          errors={404: "No such saved payment method."}, name="SavedMethodDefaultView")
+def default_saved_method(payment_method_id):
+    """Make a saved method the default again (the one `/api/wallet/fund` and auto top-up charge)."""
+    return methods.make_default(principal().account_id, principal().mode, payment_method_id)
+
+
+@endpoint(blp, "/methods/<string:payment_method_id>", "delete", "billing:write", ok=DeletedSchema,
+          errors={404: "No such saved payment method."}, name="SavedMethodView")
+def remove_saved_method(payment_method_id):
+    """Remove a saved method: detached at the processor first, then forgotten. Removing the
+    default leaves none: funding by card and auto top-up answer `no_payment_method` until
+    another is made the default."""
+    methods.remove(principal().account_id, principal().mode, payment_method_id)
+    return {"deleted": True}

@@ -283,6 +283,9 @@ def set_default_method(account_id: str, mode: str, pm_id: str) -> BillingProfile
             profile.customer_id = customer_id
             profile.payment_method_id, profile.payment_method_type = info.id, info.type
             profile.brand, profile.last4 = info.brand, info.last4
+            from app.services.billing import methods  # the list of saved methods (methods.py)
+
+            methods.remember(account_id, proc.name, info)
     except IntegrityError:  # a concurrent first save: retry as an update
         return set_default_method(account_id, mode, pm_id)
     return profile

@@ -73,11 +73,15 @@ SANDBOX_METHODS: dict[str, tuple[str, str | None, str, str]] = {
     "pm_card_mastercard": ("card", "mastercard", "4444", "succeeds"),
     "pm_card_chargeDeclined": ("card", "visa", "0002", "generic_decline"),
     "pm_card_insufficientFunds": ("card", "visa", "9995", "insufficient_funds"),
+    # 3-D Secure required: paid on-session (the hosted checkout authenticates it), refused
+    # off-session with authentication_required, as Stripe's test card 4000 0027 6000 3184
+    "pm_card_authenticationRequired": ("card", "visa", "3184", "authentication_required"),
     "pm_usBankAccount": ("us_bank_account", "STRIPE TEST BANK", "6789", "settles_later"),
 }
 DECLINE_MESSAGES = {
     "generic_decline": "Your card was declined.",
     "insufficient_funds": "Your card has insufficient funds.",
+    "authentication_required": "This payment requires the cardholder to authenticate (3-D Secure).",
 }
 
 
@@ -123,6 +127,19 @@ class Processor(ABC):
     def charge(self, payment, customer_id: str, pm: MethodInfo) -> ChargeResult:
         """Off-session charge of the saved method (idempotent on ``payment.id``)."""
 
+    @abstractmethod
+    def detach(self, pm_id: str) -> None:
+        """Detach a saved method from its customer (it can no longer be charged)."""
+
+    @abstractmethod
+    def checkout_url(self, session_id: str) -> str | None:
+        """The hosted page of an open checkout session (None: no longer open)."""
+
+    @abstractmethod
+    def expire_checkout(self, session_id: str) -> bool:
+        """Close an open checkout session so it can no longer be paid; False when it is
+        not open any more (paid, or a bank payment submitted)."""
+
 
 class SandboxProcessor(Processor):
     name = "sandbox"
@@ -142,8 +159,17 @@ class SandboxProcessor(Processor):
 
     def create_checkout(self, payment, customer_id, success_url, cancel_url):
         session_id = "cs_sbx_" + random_b62(24)
+        return session_id, self.checkout_url(session_id)
+
+    def detach(self, pm_id):
+        return None  # the sandbox's test methods belong to no one
+
+    def checkout_url(self, session_id):
         base = current_app.config["BASE_URL"].rstrip("/")
-        return session_id, f"{base}/pay/sandbox/checkout/{session_id}"
+        return f"{base}/pay/sandbox/checkout/{session_id}"
+
+    def expire_checkout(self, session_id):
+        return True  # the sandbox's session is its payment row: closed by the caller
 
     def charge(self, payment, customer_id, pm):
         outcome = SANDBOX_METHODS[pm.id][3]
@@ -227,6 +253,30 @@ class StripeProcessor(Processor):
         except stripe.StripeError as exc:
             raise self._unavailable(exc) from None
         return session.id, session.url
+
+    def detach(self, pm_id):
+        try:
+            self.client.v1.payment_methods.detach(pm_id)
+        except stripe.InvalidRequestError:  # already detached or gone: nothing to undo
+            log.info("stripe: payment method %s was not attached", pm_id)
+        except stripe.StripeError as exc:
+            raise self._unavailable(exc) from None
+
+    def checkout_url(self, session_id):
+        try:
+            session = self.client.v1.checkout.sessions.retrieve(session_id)
+        except stripe.StripeError as exc:
+            raise self._unavailable(exc) from None
+        return session.url if session.status == "open" else None
+
+    def expire_checkout(self, session_id):
+        try:
+            self.client.v1.checkout.sessions.expire(session_id)
+        except stripe.InvalidRequestError:  # not open: completed (paid or processing) or expired
+            return False
+        except stripe.StripeError as exc:
+            raise self._unavailable(exc) from None
+        return True
 
     def charge(self, payment, customer_id, pm):
         params = {

@@ -1,0 +1,74 @@
+"""Schemas of auto top-up (``/api/pay/auto-topup``), a pending checkout's resume and the saved
+payment methods (``/api/pay/methods``)."""
+import marshmallow as ma
+from marshmallow import validate
+
+from app.blueprints.fields import InputSchema, JsonInteger, cents
+from app.blueprints.payments.schemas import MAX_AMOUNT_CENTS, amount_cents_field
+from app.blueprints.payments.schemas import MethodSchema
+
+
+class AutoTopupRequestSchema(InputSchema):
+    threshold_cents = JsonInteger(required=True, validate=validate.Range(min=0, max=MAX_AMOUNT_CENTS), metadata={
+        "description": "When a charge leaves the balance under this many cents, one top-up starts."})
+    amount_cents = amount_cents_field()
+    monthly_cap_cents = JsonInteger(required=True, validate=validate.Range(min=100, max=100 * MAX_AMOUNT_CENTS),
+                                    metadata={"description": "At most this many cents of auto top-ups per calendar "
+                                                             "month (UTC); at least `amount_cents`."})
+
+
+class AutoTopupRunSchema(ma.Schema):
+    id = ma.fields.Integer(required=True)
+    status = ma.fields.String(required=True, metadata={"description": (
+        "`queued`, `processing`, `succeeded`, `pending` (the processor is still working; its webhook "
+        "completes the payment), `failed` (declined), `requires_action` (3-D Secure asked for; pay a "
+        "checkout on-session) or `skipped`.")})
+    reason = ma.fields.String(required=True, allow_none=True, metadata={"description": (
+        "Why it was skipped (`disabled`, `above_threshold`, `cap_reached`, `no_method: …`) or failed "
+        "(`<decline code>: <message>`).")})
+    amount_cents = cents("amount_micros")
+    payment_id = ma.fields.String(required=True, allow_none=True,
+                                  metadata={"description": "Its payment (in `GET /api/pay/history`)."})
+    due_at = ma.fields.DateTime(required=True, metadata={"description": "When it may run (a retry: later)."})
+    created_at = ma.fields.DateTime(required=True)
+    updated_at = ma.fields.DateTime(required=True)
+
+
+class AutoTopupSchema(ma.Schema):
+    threshold_cents = cents("threshold_micros")
+    amount_cents = cents("amount_micros")
+    monthly_cap_cents = cents("monthly_cap_micros")
+    enabled = ma.fields.Boolean(required=True, metadata={
+        "description": "False once it was disabled after failed attempts (`disabled_reason`)."})
+    failures = ma.fields.Integer(required=True, metadata={"description": "Consecutive failed attempts."})
+    disabled_reason = ma.fields.String(required=True, allow_none=True)
+    month_cents = cents("month_micros", metadata={
+        "description": "Auto top-ups charged (or in progress) this calendar month (UTC)."})
+    method = ma.fields.Nested(MethodSchema, required=True, allow_none=True,
+                              metadata={"description": "The saved card it charges (null: none saved)."})
+    runs = ma.fields.List(ma.fields.Nested(AutoTopupRunSchema), required=True,
+                          metadata={"description": "The last 10 runs, newest first."})
+
+
+class DeletedSchema(ma.Schema):
+    deleted = ma.fields.Boolean(required=True)
+
+
+class CheckoutStateSchema(ma.Schema):
+    url = ma.fields.Url(required=True, allow_none=True, metadata={
+        "description": "The hosted checkout page while it can still be paid; null once it is paid, "
+                       "canceled, expired or its bank payment was submitted."})
+    payment_id = ma.fields.String(required=True)
+    status = ma.fields.String(required=True, metadata={"description": "The payment's status (`pending`, …)."})
+    expires_at = ma.fields.DateTime(required=True, allow_none=True)
+
+
+class SavedMethodSchema(MethodSchema):
+    default = ma.fields.Boolean(required=True, metadata={"description": "The method `/api/wallet/fund` and auto "
+                                                                        "top-up charge."})
+    created_at = ma.fields.DateTime(required=True)
+
+
+class SavedMethodListSchema(ma.Schema):
+    methods = ma.fields.List(ma.fields.Nested(SavedMethodSchema), required=True,
+                             metadata={"description": "Saved with the processor of the key's mode, oldest first."})

@@ -1,0 +1,336 @@
+"""Auto top-up (``/api/pay/auto-topup``, app/services/billing/autotopup.py): exactly one
+top-up per threshold crossing under concurrent calls and several workers, the sandbox's
+success / decline / 3-D Secure, Stripe's off-session PaymentIntent against the stand-in, a
+worker killed between the processor's answer and the booking, a replayed webhook, the
+monthly cap, disabling after N failures with the owner e-mailed, and the API's rules."""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import select, update
+
+from app.extensions import db
+from app.models import Account, AutoTopupRun, OutboxMessage, Payment
+from app.models.base import utcnow
+from app.services.billing import autotopup
+from app.services.billing.processors import PaymentMethodInvalid, SandboxProcessor
+from app.services.money import ledger
+from tests.api.test_payments_stripe import _deliver, stripe_api  # noqa: F401
+from tests.gateway_helpers import balance_cents, create_module, provider, provider_server  # noqa: F401
+from tests.support.concurrency import at_once
+from tests.support.finalize import drain
+
+RULE = {"threshold_cents": 500, "amount_cents": 2000, "monthly_cap_cents": 10_000}
+
+
+def _save_card(client, acct, pm="pm_card_visa", headers=None):
+    r = client.post("/api/pay/method", json={"payment_method_id": pm}, headers=headers or acct.headers)
+    assert r.status_code == 200, r.get_json()
+
+
+def _put(client, acct, headers=None, **rule):
+    return client.put("/api/pay/auto-topup", json={**RULE, **rule}, headers=headers or acct.headers)
+
+
+def _crossed(app, client, make_account, pm="pm_card_visa", **rule):
+    """An account with $10, ``pm`` saved, the rule set, then a $6 charge: under $5."""
+    acct = make_account(cents=1000)
+    _save_card(client, acct, pm)
+    assert _put(client, acct, **rule).status_code == 200
+    _spend(app, acct, 600)
+    return acct
+
+
+def _spend(app, acct, cents, mode="live"):
+    """A charge of ``cents`` (a posting like a call's), committed."""
+    with app.app_context():
+        micros = cents * ledger.MICROS_PER_CENT
+        ledger.post("charge", [(ledger.customer(acct.id, mode), -micros), (ledger.REVENUE, micros)],
+                    account_id=acct.id)
+        db.session.commit()
+        db.session.remove()
+
+
+def _start(app) -> int:
+    """One tick of the schedule's ``autotopup-start`` (jobs run inline in the suite)."""
+    with app.app_context():
+        n = autotopup.start_due()
+        db.session.remove()
+    return n
+
+
+def _runs(app, acct):
+    with app.app_context():
+        rows = db.session.execute(select(AutoTopupRun).where(AutoTopupRun.account_id == acct.id)
+                                  .order_by(AutoTopupRun.id)).scalars().all()
+        out = [(r.status, r.reason, r.payment_id) for r in rows]
+        db.session.remove()
+    return out
+
+
+def _mails(app, acct):
+    with app.app_context():
+        out = db.session.execute(select(OutboxMessage.payload).where(OutboxMessage.account_id == acct.id)
+                                 .order_by(OutboxMessage.created_at)).scalars().all()
+        db.session.remove()
+    return [m["subject"] for m in out]
+
+
+def _expire_leases(app):
+    with app.app_context():
+        db.session.execute(update(AutoTopupRun).values(lease_until=utcnow() - timedelta(seconds=1),
+                                                       due_at=utcnow() - timedelta(seconds=1)))
+        db.session.commit()
+        db.session.remove()
+
+
+def test_sixteen_concurrent_calls_start_exactly_one_topup(app, client, make_account, provider, monkeypatch,
+                                                          ledger_clean):
+    acct = make_account(cents=1000, plan="enterprise")
+    create_module(app, "meter", provider, {"ok": (40, "/ok", 30.0)})  # a loaded machine: no timeouts
+    _save_card(client, acct)
+    r = _put(client, acct)
+    assert r.status_code == 200, r.get_json()
+    body = r.get_json()
+    assert body["threshold_cents"] == 500 and body["enabled"] is True and body["runs"] == []
+    assert body["method"]["last4"] == "4242"
+
+    def one(_):
+        return app.test_client().post("/v1/module/meter/call", json={"action": "ok"},
+                                      headers=acct.headers).status_code
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        codes = list(pool.map(one, range(16)))
+    ok = codes.count(200)  # a call the loaded machine failed (502) is refunded: count what was charged
+    assert set(codes) <= {200, 502} and ok >= 13, codes
+    drain(app)
+    left = 1000 - ok * 40
+    assert balance_cents(app, acct.id) == left < 500  # under 500: crossed once
+    assert [s for s, _, _ in _runs(app, acct)] == ["queued"]
+    # Several workers take the same run at once: one charges it.
+    with app.app_context():
+        run_id = db.session.execute(select(AutoTopupRun.id)).scalar_one()
+        db.session.remove()
+
+    def work():
+        with app.app_context():
+            try:
+                return autotopup.run(run_id)
+            finally:
+                db.session.remove()
+
+    charges = []
+    real_charge = SandboxProcessor.charge
+
+    def counted(self, payment, customer_id, pm):
+        charges.append(payment.id)
+        return real_charge(self, payment, customer_id, pm)
+
+    monkeypatch.setattr(SandboxProcessor, "charge", counted)
+    outcomes = at_once(4, work)
+    assert len(charges) == 1  # one processor charge, whatever the number of workers
+    assert sorted(outcomes).count("succeeded") >= 1 and set(outcomes) <= {"succeeded", "skipped"}
+    assert _start(app) == 0  # nothing left to start
+    assert balance_cents(app, acct.id) == left + 2000
+    runs = _runs(app, acct)
+    assert [s for s, _, _ in runs] == ["succeeded"]
+    hist = client.get("/api/pay/history", headers=acct.headers).get_json()["payments"]
+    assert [(p["id"], p["product"], p["amount_cents"], p["status"]) for p in hist if p["product"] == "Auto top-up"] \
+        == [(runs[0][2], "Auto top-up", 2000, "succeeded")]
+    view = client.get("/api/pay/auto-topup", headers=acct.headers).get_json()
+    assert view["month_cents"] == 2000 and view["runs"][0]["status"] == "succeeded"
+    assert view["runs"][0]["payment_id"] == runs[0][2]
+    ledger_clean()
+
+
+def test_a_charge_that_does_not_cross_starts_nothing(app, client, make_account, ledger_clean):
+    acct = make_account(cents=1000)
+    _save_card(client, acct)
+    assert _put(client, acct).status_code == 200
+    _spend(app, acct, 400)  # 600: still over
+    assert _runs(app, acct) == []
+    _spend(app, acct, 200)  # 400: crosses
+    _spend(app, acct, 100)  # 300: already under, no second crossing
+    assert [s for s, _, _ in _runs(app, acct)] == ["queued"]
+    _start(app)
+    assert balance_cents(app, acct.id) == 2300
+    ledger_clean()
+
+
+def test_setting_it_under_the_threshold_starts_one_now(app, client, make_account, ledger_clean):
+    acct = make_account(cents=300)
+    _save_card(client, acct)
+    r = _put(client, acct)
+    assert r.status_code == 200
+    assert balance_cents(app, acct.id) == 2300  # the job ran inline after the commit
+    assert [s for s, _, _ in _runs(app, acct)] == ["succeeded"]
+    # Setting it again while over the threshold starts nothing.
+    assert _put(client, acct).status_code == 200
+    assert len(_runs(app, acct)) == 1
+    ledger_clean()
+
+
+def test_decline_retries_then_disables_and_tells_the_owner(app, client, make_account, monkeypatch, ledger_clean):
+    monkeypatch.setitem(app.config, "AUTOTOPUP_MAX_FAILURES", 2)
+    monkeypatch.setitem(app.config, "AUTOTOPUP_RETRY_SECONDS", 0)
+    acct = _crossed(app, client, make_account, "pm_card_chargeDeclined")
+    _start(app)
+    runs = _runs(app, acct)
+    assert [s for s, _, _ in runs] == ["failed", "queued"] and runs[0][1].startswith("generic_decline")
+    assert _mails(app, acct) == []
+    _start(app)  # the retry: the second failure disables it
+    assert [s for s, _, _ in _runs(app, acct)] == ["failed", "failed"]
+    view = client.get("/api/pay/auto-topup", headers=acct.headers).get_json()
+    assert view["enabled"] is False and view["failures"] == 2 and "2 failed attempts" in view["disabled_reason"]
+    assert _mails(app, acct) == ["Auto top-up disabled"]
+    with app.app_context():
+        assert db.session.get(Account, acct.id).topup_below_micros is None  # the trigger is off
+        db.session.remove()
+    hist = client.get("/api/pay/history", headers=acct.headers).get_json()["payments"]
+    assert [p["status"] for p in hist if p["product"] == "Auto top-up"] == ["failed", "failed"]
+    assert balance_cents(app, acct.id) == 400
+    _spend(app, acct, 100)
+    _start(app)
+    assert len(_runs(app, acct)) == 2  # disabled: nothing more starts
+    # Turning it on again (a new card) resets the failures.
+    _save_card(client, acct)
+    body = _put(client, acct).get_json()
+    assert body["enabled"] is True and body["failures"] == 0
+    assert balance_cents(app, acct.id) == 2300  # under the threshold: one started at once
+    ledger_clean()
+
+
+@pytest.mark.parametrize("processor", ["sandbox", "stripe"])
+def test_3ds_required_off_session_asks_the_owner(app, client, make_account, request, processor, ledger_clean):
+    if processor == "stripe":
+        request.getfixturevalue("stripe_api")
+    acct = _crossed(app, client, make_account, "pm_card_authenticationRequired")
+    _start(app)
+    runs = _runs(app, acct)
+    assert runs[0][0] == "requires_action" and runs[0][1].startswith("authentication_required")
+    assert _mails(app, acct) == ["Auto top-up needs you to confirm the payment"]
+    assert balance_cents(app, acct.id) == 400
+    ledger_clean()
+
+
+def test_monthly_cap(app, client, make_account, ledger_clean):
+    acct = _crossed(app, client, make_account, monthly_cap_cents=2000)
+    _start(app)
+    assert balance_cents(app, acct.id) == 2400
+    _spend(app, acct, 2000)  # 400: crosses again, but the cap is reached
+    _start(app)
+    assert [(s, r) for s, r, _ in _runs(app, acct)] == [("succeeded", None), ("skipped", "cap_reached")]
+    assert _mails(app, acct) == ["Auto top-up paused: monthly cap reached"]
+    assert balance_cents(app, acct.id) == 400
+    ledger_clean()
+
+
+def test_stripe_off_session_intent_killed_worker_and_replayed_webhook(app, client, make_account, stripe_api,
+                                                                     monkeypatch, ledger_clean):
+    acct = _crossed(app, client, make_account)
+
+    def killed(*args, **kwargs):
+        raise SystemExit("worker killed after the processor answered")
+
+    with app.app_context(), monkeypatch.context() as patched:
+        patched.setattr(autotopup, "_book", killed)
+        run_id = db.session.execute(select(AutoTopupRun.id)).scalar_one()
+        with pytest.raises(SystemExit):
+            autotopup.run(run_id)
+        db.session.remove()
+    intents = [(p, params) for _, p, params in stripe_api.requests if p == "/v1/payment_intents"]
+    assert len(intents) == 1
+    params = intents[0][1]
+    assert params["off_session"] == "true" and params["confirm"] == "true" and params["amount"] == "2000"
+    assert balance_cents(app, acct.id) == 400  # charged at Stripe, not booked yet
+    assert [s for s, _, _ in _runs(app, acct)] == ["processing"]
+    # Stripe's webhook arrives (metadata names the payment): it credits the payment once.
+    pid = params["metadata"]["payment_id"]
+    pi_obj = {"id": "pi_test_%06d" % stripe_api.n, "object": "payment_intent", "amount": 2000,
+              "amount_received": 2000, "currency": "usd", "metadata": {"payment_id": pid}}
+    event = stripe_api.event("payment_intent.succeeded", pi_obj)
+    r = _deliver(client, stripe_api, event)
+    assert r.get_json().get("outcome") == "credited", r.get_json()
+    assert balance_cents(app, acct.id) == 2400
+    # The lease runs out: the run is taken again, charged with the same idempotency key
+    # (the stand-in answers the same intent) and closed; nothing more is credited.
+    assert _start(app) == 0  # still leased
+    _expire_leases(app)
+    assert _start(app) == 1
+    assert [s for s, _, _ in _runs(app, acct)] == ["succeeded"]
+    assert len([p for _, p, _ in stripe_api.requests if p == "/v1/payment_intents"]) == 1  # idempotent replay
+    assert _deliver(client, stripe_api, event).get_json()["duplicate"] is True
+    again = stripe_api.event("payment_intent.succeeded", pi_obj)  # a new event id, same intent
+    assert _deliver(client, stripe_api, again).get_json()["outcome"] == "already_final"
+    assert balance_cents(app, acct.id) == 2400
+    with app.app_context():
+        assert db.session.get(Payment, pid).status == "succeeded"
+        db.session.remove()
+    ledger_clean()
+
+
+def test_api_rules(app, client, make_account, ledger_clean):
+    acct = make_account(cents=1000, test_key=True, plan="enterprise")
+    r = _put(client, acct)
+    assert r.status_code == 400 and r.get_json()["error"] == "no_payment_method"
+    _save_card(client, acct, "pm_usBankAccount")
+    r = _put(client, acct)
+    assert r.status_code == 400 and r.get_json()["error"] == "no_payment_method"  # a card is needed
+    _save_card(client, acct)
+    r = _put(client, acct, monthly_cap_cents=1000)
+    assert r.status_code == 400 and "monthly_cap_cents" in r.get_json()["message"]
+    for bad in ({"amount_cents": 50}, {"threshold_cents": -1}, {"threshold_cents": "5"}):
+        assert _put(client, acct, **bad).status_code == 400
+    assert client.get("/api/pay/auto-topup", headers=acct.headers).status_code == 404
+    assert client.delete("/api/pay/auto-topup", headers=acct.headers).status_code == 404
+    assert _runs(app, acct) == []
+    assert _put(client, acct).status_code == 200
+    # The test key's mode has its own rule (and its own sandbox card).
+    test_headers = {"Authorization": f"Bearer {acct.test_key}"}
+    assert client.get("/api/pay/auto-topup", headers=test_headers).status_code == 404
+    # Deleting it turns the trigger off.
+    r = client.delete("/api/pay/auto-topup", headers=acct.headers)
+    assert r.status_code == 200 and r.get_json() == {"deleted": True}
+    with app.app_context():
+        assert db.session.get(Account, acct.id).topup_below_micros is None
+        db.session.remove()
+    _spend(app, acct, 600)
+    assert _runs(app, acct) == []
+    ledger_clean()
+
+
+def test_test_mode_rule_tops_up_the_test_balance(app, client, make_account, ledger_clean):
+    acct = make_account(cents=1000, test_key=True)
+    h = {"Authorization": f"Bearer {acct.test_key}"}
+    _save_card(client, acct, headers=h)
+    with app.app_context():
+        ledger.post("test_grant", [("adjust:test", -10_000_000), (ledger.customer(acct.id, "test"), 10_000_000)])
+        db.session.commit()
+        db.session.remove()
+    assert _put(client, acct, headers=h).status_code == 200
+    _spend(app, acct, 600, mode="test")
+    _start(app)
+    with app.app_context():
+        a = db.session.get(Account, acct.id)
+        assert (a.balance_micros, a.test_balance_micros) == (10_000_000, 24_000_000)
+        db.session.remove()
+    ledger_clean()
+
+
+def test_a_method_the_processor_refuses_fails_the_attempt(app, client, make_account, monkeypatch, ledger_clean):
+    """A saved method the processor no longer accepts (detached, expired) is a failed attempt
+    counted like a decline, not a processor outage retried forever after each lease."""
+    def refused(self, payment, customer_id, pm):
+        raise PaymentMethodInvalid("The saved payment method cannot be charged: detached.")
+
+    acct = _crossed(app, client, make_account)
+    monkeypatch.setattr(SandboxProcessor, "charge", refused)
+    _start(app)
+    runs = _runs(app, acct)
+    assert runs[0][0] == "failed" and runs[0][1].startswith("payment_method_invalid"), runs
+    hist = client.get("/api/pay/history", headers=acct.headers).get_json()["payments"]
+    assert [p["status"] for p in hist if p["product"] == "Auto top-up"] == ["failed"]
+    assert balance_cents(app, acct.id) == 400
+    ledger_clean()

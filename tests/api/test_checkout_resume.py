@@ -1,0 +1,78 @@
+"""Resume or cancel a pending checkout (``GET /api/pay/checkout/{id}``, ``POST
+/api/pay/checkout/{id}/cancel``): the sandbox and Stripe (the stand-in's sessions), a paid or
+submitted checkout cannot be canceled, another account's checkout is not found."""
+from __future__ import annotations
+
+from urllib.parse import urlparse
+
+from tests.api.test_payments_stripe import stripe_api  # noqa: F401
+
+
+def _balance(client, acct):
+    return client.get("/api/account", headers=acct.headers).get_json()["balance_cents"]
+
+
+def _checkout(client, acct, cents=500):
+    r = client.post("/api/pay/checkout", json={"amount_cents": cents}, headers=acct.headers)
+    assert r.status_code == 200, r.get_json()
+    return r.get_json()
+
+
+def _cancel(client, acct, pid):
+    return client.post(f"/api/pay/checkout/{pid}/cancel", headers=acct.headers)
+
+
+def test_sandbox_resume_then_cancel(client, make_account, ledger_clean):
+    acct, other = make_account(), make_account()
+    out = _checkout(client, acct)
+    r = client.get(f"/api/pay/checkout/{out['payment_id']}", headers=acct.headers)
+    assert r.status_code == 200
+    assert r.get_json()["url"] == out["url"] and r.get_json()["status"] == "pending"
+    assert client.get(f"/api/pay/checkout/{out['payment_id']}", headers=other.headers).status_code == 404
+    assert _cancel(client, other, out["payment_id"]).status_code == 404
+    r = _cancel(client, acct, out["payment_id"])
+    assert r.status_code == 200 and r.get_json()["status"] == "canceled"
+    assert client.get(f"/api/pay/checkout/{out['payment_id']}", headers=acct.headers).get_json()["url"] is None
+    r = _cancel(client, acct, out["payment_id"])
+    assert r.status_code == 409 and r.get_json()["error"] == "checkout_not_cancelable"
+    page = urlparse(out["url"]).path
+    assert b"already canceled" in client.post(page, data={"action": "pay", "payment_method": "pm_card_visa"}).data
+    assert _balance(client, acct) == 1000
+    ledger_clean()
+
+
+def test_a_paid_or_submitted_checkout_cannot_be_canceled(client, account, ledger_clean):
+    paid = _checkout(client, account)
+    client.post(urlparse(paid["url"]).path, data={"action": "pay", "payment_method": "pm_card_visa"})
+    r = _cancel(client, account, paid["payment_id"])
+    assert r.status_code == 409 and r.get_json()["error"] == "checkout_not_cancelable"
+    bank = _checkout(client, account)
+    client.post(urlparse(bank["url"]).path, data={"action": "pay", "payment_method": "pm_usBankAccount"})
+    assert _cancel(client, account, bank["payment_id"]).status_code == 409
+    assert client.get(f"/api/pay/checkout/{bank['payment_id']}", headers=account.headers).get_json()["url"] is None
+    assert _balance(client, account) == 1500
+    # A payment that is not a checkout is not found here.
+    client.post("/api/pay/method", json={"payment_method_id": "pm_card_visa"}, headers=account.headers)
+    fund = client.post("/api/wallet/fund", json={"amount_cents": 100, "method": "card"}, headers=account.headers)
+    assert client.get(f"/api/pay/checkout/{fund.get_json()['payment_id']}", headers=account.headers).status_code == 404
+    ledger_clean()
+
+
+def test_stripe_resume_and_cancel_expire_the_session(client, account, stripe_api, ledger_clean):
+    out = _checkout(client, account)
+    session_id = out["url"].rsplit("/", 1)[1]
+    r = client.get(f"/api/pay/checkout/{out['payment_id']}", headers=account.headers)
+    assert r.get_json()["url"] == out["url"]
+    assert ("GET", f"/v1/checkout/sessions/{session_id}") in [(m, p) for m, p, _ in stripe_api.requests]
+    r = _cancel(client, account, out["payment_id"])
+    assert r.status_code == 200 and r.get_json()["status"] == "canceled"
+    assert stripe_api.sessions[session_id]["status"] == "expired"
+    # A session the customer completed at Stripe meanwhile is not canceled: it stays pending
+    # until its webhook credits it.
+    done = _checkout(client, account)
+    stripe_api.sessions[done["url"].rsplit("/", 1)[1]]["status"] = "complete"
+    r = _cancel(client, account, done["payment_id"])
+    assert r.status_code == 409 and r.get_json()["error"] == "checkout_not_cancelable"
+    hist = {p["id"]: p["status"] for p in client.get("/api/pay/history", headers=account.headers).get_json()["payments"]}
+    assert hist == {out["payment_id"]: "canceled", done["payment_id"]: "pending"}
+    ledger_clean()

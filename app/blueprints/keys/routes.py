@@ -24,15 +24,18 @@ def create_key(body):
     Without `scopes` the key gets the scopes of the credential that creates it;
     asking for a scope the creating credential lacks is 403 `insufficient_scope`.
     Optional: a spend limit (`spend_limit_cents` per `spend_limit_period`, UTC) and an
-    expiry (`expires_at`, future, at most a year ahead). At most 100 active keys per
-    account (409 `key_limit_reached`).
+    expiry (`expires_at`, future, at most a year ahead). A key with a spend limit or an
+    expiry creates keys within them only: without `spend_limit_cents` / `expires_at` the
+    new key gets the creating key's; more (a larger limit, a shorter period, a later
+    expiry) is 403 `beyond_own_limits`. At most 100 active keys per account (409
+    `key_limit_reached`).
     """
     p = principal()
     row, secret = keys.create_key(p.account_id, body["name"], body.get("scopes"),
                                   creator_scopes=p.scopes, creator_mode=p.mode,
                                   spend_limit_cents=body.get("spend_limit_cents"),
                                   spend_limit_period=body.get("spend_limit_period"),
-                                  expires_at=body.get("expires_at"))
+                                  expires_at=body.get("expires_at"), creator_key_id=p.credential_id)
     return Extended(row, key=secret)
 
 
@@ -40,21 +43,29 @@ def create_key(body):
           errors={404: None}, name="KeyUpdateView")
 def update_key(body, key_id):
     """Change a key's spend limit (`spend_limit_cents: null` removes it). Applies to the
-    next charge on every worker; what the key spent this period is kept."""
-    return keys.update_key(principal().account_id, key_id, body, principal().mode)
+    next charge on every worker; what the key spent this period is kept. A key with a
+    spend limit cannot set a key (itself included) beyond it: 403 `beyond_own_limits`."""
+    return keys.update_key(principal().account_id, key_id, body, principal().mode,
+                           creator_key_id=principal().credential_id)
 
 
 @endpoint(blp, "/<string:key_id>/rotate", "post", "keys:write", body=KeyRotateSchema, ok=KeyCreatedSchema,
           status=201, errors={404: None, 409: "`key_already_rotated`: the key is already retiring; "
-                                               "rotate its successor."},
+                                               "rotate its successor. `key_limit_reached`: the new key "
+                                               "would pass 100 active keys."},
           name="KeyRotateView", body_optional=True)
 def rotate_key(body, key_id):
     """Rotate a key: a new key (full `key` shown once) with the same name, scopes and spend
     limit (this period's spend carries over); the old key keeps working for
     `overlap_seconds` (default 86,400, max 604,800), then is 401 on every worker. A key
-    that was already rotated is 409 `key_already_rotated` (rotate its successor)."""
+    that was already rotated is 409 `key_already_rotated` (rotate its successor). The new
+    key counts against the 100-key cap while the old one overlaps (409
+    `key_limit_reached`; `overlap_seconds: 0` retires the old key at once). A key rotates
+    only keys within its own scopes and limits (403 `beyond_own_limits`); the new key
+    keeps the rotating key's expiry."""
     row, secret = keys.rotate_key(principal().account_id, key_id, body.get("overlap_seconds"),
-                                  creator_scopes=principal().scopes, mode=principal().mode)
+                                  creator_scopes=principal().scopes, mode=principal().mode,
+                                  creator_key_id=principal().credential_id)
     return Extended(row, key=secret)
 
 

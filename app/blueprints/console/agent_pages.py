@@ -9,6 +9,8 @@ import secrets
 from flask import abort, g, redirect, render_template, request, url_for
 
 from app.blueprints.console import bp, web
+from app.blueprints.agents.schemas import RegisterSchema
+from app.blueprints.builds.schemas import ApproveSchema
 from app.blueprints.console.account_pages import field_errors
 from app.errors import DomainError
 from app.services.agents import builds, earnings, funding, identity
@@ -38,9 +40,12 @@ def agents():
 def register_agent():
     """Register an agent by its ed25519 public key (idempotent per key)."""
     form = {f: (request.form.get(f) or "").strip() for f in ("name", "pubkey", "webhook")}
+    body, errors = web.load_form(RegisterSchema(), {**form, "webhook": form["webhook"] or None})
+    if errors:
+        return _agents_page(400, errors=errors, form=form)
     try:
-        identity.register(g.account.id, name=form["name"][:100], pubkey=form["pubkey"],
-                          webhook=form["webhook"] or None, mode=web.mode())
+        identity.register(g.account.id, name=body["name"], pubkey=body["pubkey"],
+                          webhook=body["webhook"], mode=web.mode())
     except DomainError as exc:
         return _agents_page(400, errors=field_errors(exc, ("name", "pubkey", "webhook")), form=form)
     return redirect(url_for("console.agents"), code=303)
@@ -67,7 +72,10 @@ def review(slug: str):
     """Admins only: approve or reject the pending submission for ``slug``."""
     if not g.account.is_admin:
         abort(404)
-    decision, notes = request.form.get("decision"), (request.form.get("notes") or "").strip()[:2000]
+    decision, notes = request.form.get("decision"), (request.form.get("notes") or "").strip()
+    _, errors = web.load_form(ApproveSchema(), {"notes": notes or None}, rename={"notes": "review"})
+    if errors:
+        return _agents_page(400, errors=errors)
     reviewer = g.account.email or g.account.id
     try:
         if decision == "approve":

@@ -282,6 +282,11 @@ def load_config(overrides: dict | None = None) -> dict:
         "SIGNUP_RATE_LIMIT": _env("SIGNUP_RATE_LIMIT", "5/minute;30/hour"),
         "SIGNUP_EMAIL_RATE_LIMIT": _env("SIGNUP_EMAIL_RATE_LIMIT", "3/hour"),
         "PUBLIC_PAGE_RATE_LIMIT": _env("PUBLIC_PAGE_RATE_LIMIT", "30/minute"),
+        # per recipient mailbox (canonical: +tags and Gmail dots folded), for the mail
+        # someone else can make us send (outbox.add_email(throttle=…)); SIGNUP_ and
+        # SUBSCRIBE_EMAIL_RATE_LIMIT above also count their mails this way
+        "CONSOLE_SIGNIN_EMAIL_RATE_LIMIT": _env("CONSOLE_SIGNIN_EMAIL_RATE_LIMIT", "5/hour;20/day"),
+        "ALERT_CONFIRM_EMAIL_RATE_LIMIT": _env("ALERT_CONFIRM_EMAIL_RATE_LIMIT", "3/hour;10/day"),
         # --- OpenAPI (flask-smorest) ----------------------------------------
         "API_TITLE": "Metered API Gateway",
         "API_VERSION": "1.0.0",

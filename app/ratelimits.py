@@ -5,7 +5,13 @@ are listed and explained in config.py's rate-limit section).
 * ``per_ip(name)``: a route decorator, ``config[name]`` per client IP (after ProxyFix);
 * ``per_email(name)``: a route decorator, ``config[name]`` per e-mail address in the body;
 * ``per_credential(principal)``: the plan's limit (``PLANS[plan]["rate_limit"]``) per
-  API key or session, applied by ``@authenticated`` (app.auth).
+  API key or session, applied by ``@authenticated`` (app.auth);
+* ``recipient_allowed(name, email)``: ``config[name]`` per recipient mailbox, for the mail a
+  stranger can make us send (``outbox.add_email(throttle=name)``): over it, the mail is not
+  sent and the request is answered as usual.
+
+E-mail keys are the canonical mailbox (``accounts.mailbox.canonical``: ``a+1@x`` and
+``a+2@x`` are one inbox), hashed.
 
 Storage is Flask-Limiter's (Redis when REDIS_URL is set, so every worker and node shares
 the counters); the per-credential limit counts all its windows in one Redis round trip.
@@ -33,13 +39,41 @@ from app.ids import sha256_hex
 log = logging.getLogger(__name__)
 
 
+def mailbox_key(email: str) -> str:
+    """The hashed canonical mailbox of ``email``: every ``+tag`` and (Gmail) dotted
+    spelling of one inbox counts as one recipient."""
+    from app.services.accounts.mailbox import canonical
+
+    return sha256_hex(canonical(email))[:32]
+
+
 def _email_key() -> str:
-    """The normalised e-mail of the JSON body (hashed), or the client IP without one."""
+    """The canonical mailbox of the JSON body's e-mail (hashed), or the client IP without one."""
     data = request.get_json(silent=True, cache=True)
     email = data.get("email") if isinstance(data, dict) else None
     if isinstance(email, str) and 0 < len(email) <= 320:
-        return "email:" + sha256_hex(email.strip().lower())[:32]
+        return "email:" + mailbox_key(email)
     return "ip:" + (request.remote_addr or "unknown")
+
+
+def recipient_allowed(config_name: str, email: str) -> bool:
+    """Count one mail to ``email``'s mailbox against ``config[config_name]`` (every window)
+    in the rate-limit storage (Redis when configured, shared by every worker and node);
+    False when a window is full (then nothing is counted in the later windows). Storage
+    down: allowed (fail open, logged), like the other limits."""
+    app = current_app
+    if not app.config.get("RATELIMIT_ENABLED", True):
+        return True
+    spec = app.config[config_name]
+    items = _parsed_limits.get(spec)
+    if items is None:
+        items = _parsed_limits[spec] = parse_many(spec)
+    try:
+        windows = _storage_hits(("mail", config_name, mailbox_key(email)), items)
+    except Exception:
+        log.warning("rate limit storage unavailable; allowing mail")
+        return True
+    return all(remaining >= 0 for _, remaining, _ in windows)
 
 
 def per_ip(config_name: str):

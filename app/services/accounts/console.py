@@ -64,7 +64,8 @@ def request_link(email: str) -> None:
             f"Open this link to sign in to the console (it works once, for "
             f"{int(ttl.total_seconds() // 60)} minutes):\n{link}\n\n"
             "If this was not you, ignore this e-mail: nobody can sign in without it.",
-            source="console:signin", account_id=account.id, capability=True)
+            source="console:signin", account_id=account.id, capability=True,
+            throttle="CONSOLE_SIGNIN_EMAIL_RATE_LIMIT")
 
 
 def link_is_usable(token: str | None) -> bool:

@@ -118,9 +118,10 @@ class AgentSchema(ma.Schema):
 
 
 class AgentRegisteredSchema(AgentSchema):
-    webhook_secret = ma.fields.String(required=True, metadata={
+    webhook_secret = ma.fields.String(required=True, allow_none=True, metadata={
         "description": "Standard Webhooks signing secret (`whsec_…`) of the events sent to `webhook`. "
-                       "Returned to the owner account by register (also on an idempotent repeat)."})
+                       "Shown once: in the response that created the agent; null on an idempotent "
+                       "repeat (the secret is never returned again)."})
 
 
 class BuildSubmitSchema(InputSchema):
@@ -155,11 +156,13 @@ class BuildSchema(ma.Schema):
     reviewed_at = ma.fields.DateTime(required=True, allow_none=True)
     webhook_secret = ma.fields.String(required=True, metadata={
         "description": "Standard Webhooks secret (`whsec_…`) with which the gateway signs the calls "
-                       "it forwards to `webhook` once approved. Verify `webhook-signature` with it."})
+                       "it forwards to `webhook` once approved. Verify `webhook-signature` with it. "
+                       "Shown once, in this response to the submission (not in the list)."})
 
 
 class BuildListSchema(ma.Schema):
-    builds = ma.fields.List(ma.fields.Nested(BuildSchema), required=True)
+    builds = ma.fields.List(ma.fields.Nested(BuildSchema(exclude=("webhook_secret",))), required=True,
+                            metadata={"description": "Without `webhook_secret`: shown once, at submission."})
 
 
 class AgentModuleUsageSchema(ma.Schema):

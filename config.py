@@ -22,16 +22,41 @@ from pathlib import Path
 BASE_DIR = Path(__file__).resolve().parent
 
 
+class ConfigError(RuntimeError):
+    """Raised at start-up when the configuration is incomplete (production) or a setting
+    has a value the service does not know."""
+
+
 def _env(name: str, default: str | None = None) -> str | None:
     value = os.environ.get(name)
     return value if value not in (None, "") else default
 
 
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+APP_ENVS = ("development", "test", "production")
+PROCESSORS = ("sandbox", "stripe")
+X402_NETWORKS = ("base", "ethereum", "polygon")  # app.services.billing.chains.EVM_CHAINS
+
+
 def _bool(name: str, default: bool) -> bool:
+    """A yes/no setting, read case-insensitively; anything but 1/0, true/false, yes/no,
+    on/off refuses to start (a typo must not silently mean "off")."""
     value = _env(name)
     if value is None:
         return default
-    return value.strip().lower() in ("1", "true", "yes", "on")
+    word = value.strip().lower()
+    if word not in _TRUE + _FALSE:
+        raise ConfigError(f"{name}={value!r}: use one of {', '.join(_TRUE + _FALSE)}")
+    return word in _TRUE
+
+
+def _choice(name: str, value: str | None, choices: tuple[str, ...], *, allow_empty: bool = False) -> str:
+    """An enumerated setting, compared case-insensitively (``APP_ENV=Production`` is
+    production); an unknown value refuses to start instead of falling back to a default."""
+    word = (value or "").strip().lower()
+    if word in choices or (allow_empty and word == ""):
+        return word
+    raise ConfigError(f"{name}={value!r} is not one of {', '.join(choices)}")
 
 
 def _int(name: str, default: int) -> int:
@@ -71,13 +96,10 @@ def _chat_providers(production: bool) -> dict:
     return out
 
 
-class ConfigError(RuntimeError):
-    """Raised at start-up when production configuration is incomplete."""
-
 
 def load_config(overrides: dict | None = None) -> dict:
     """Build the Flask config mapping from the environment (plus test overrides)."""
-    app_env = (overrides or {}).get("APP_ENV") or _env("APP_ENV", "development")
+    app_env = _choice("APP_ENV", (overrides or {}).get("APP_ENV") or _env("APP_ENV", "development"), APP_ENVS)
     production = app_env == "production"
     instance_dir = Path(_env("INSTANCE_PATH", str(BASE_DIR / "instance")))
 
@@ -106,7 +128,7 @@ def load_config(overrides: dict | None = None) -> dict:
         "CORS_ORIGINS": _env("CORS_ORIGINS", "" if production else "*"),
         # --- accounts / credentials -----------------------------------------
         "PLANS": PLANS,
-        "DEFAULT_PLAN": _env("DEFAULT_PLAN", "starter"),
+        "DEFAULT_PLAN": _choice("DEFAULT_PLAN", _env("DEFAULT_PLAN", "starter"), tuple(PLANS)),
         "PROMO_GRANT_CENTS": _int("PROMO_GRANT_CENTS", 1_000),
         # Credential cache TTL in seconds: the upper bound for revocation when a
         # broadcast is missed. With Redis a broadcast makes it ~immediate.
@@ -153,14 +175,15 @@ def load_config(overrides: dict | None = None) -> dict:
         "RETURN_URL_HOSTS": _env("RETURN_URL_HOSTS", ""),
         # sandbox | stripe. Production has no default: live card/ACH/checkout answer 503
         # payments_unavailable until Stripe is configured; "sandbox" is refused there.
-        "PAYMENTS_PROCESSOR": _env("PAYMENTS_PROCESSOR", "" if production else "sandbox"),
+        "PAYMENTS_PROCESSOR": _choice("PAYMENTS_PROCESSOR", _env("PAYMENTS_PROCESSOR", "" if production else "sandbox"),
+                                      PROCESSORS, allow_empty=True),
         "STRIPE_SECRET_KEY": _env("STRIPE_SECRET_KEY"),
         "STRIPE_WEBHOOK_SECRET": _env("STRIPE_WEBHOOK_SECRET"),
         "STRIPE_API_BASE": _env("STRIPE_API_BASE"),
         "SANDBOX_WEBHOOK_SECRET": _env("SANDBOX_WEBHOOK_SECRET"),
         "PAYMENTS_SANDBOX_ENABLED": _bool(
             "PAYMENTS_SANDBOX_ENABLED",
-            not (production and _env("PAYMENTS_PROCESSOR", "sandbox") == "stripe")),
+            not (production and (_env("PAYMENTS_PROCESSOR") or "").strip().lower() == "stripe")),
         "RPC_URLS": {
             "base": _env("RPC_URL_BASE", "https://mainnet.base.org"),
             "ethereum": _env("RPC_URL_ETHEREUM", "https://ethereum-rpc.publicnode.com"),
@@ -183,7 +206,8 @@ def load_config(overrides: dict | None = None) -> dict:
         # Sandbox-only default. In production, unset = x402 and USDC deposits are off.
         "X402_PAY_TO": _env("X402_PAY_TO", None if production else "0x0000000000000000000000000000000000000402"),
         "USDC_DEPOSIT_ADDRESS": _env("USDC_DEPOSIT_ADDRESS", _env("X402_PAY_TO")),
-        "X402_NETWORKS": [n.strip() for n in (_env("X402_NETWORKS", "base") or "").split(",") if n.strip()],
+        "X402_NETWORKS": [_choice("X402_NETWORKS", n, X402_NETWORKS)
+                          for n in (_env("X402_NETWORKS", "base") or "").split(",") if n.strip()],
         "X402_FACILITATOR_URL": _env("X402_FACILITATOR_URL"),
         "X402_MAX_TIMEOUT_SECONDS": _int("X402_MAX_TIMEOUT_SECONDS", 300),
         # Facilitator answer deadline; an unanswered /settle leaves the authorization

@@ -327,3 +327,11 @@ class FastLoad:
 
     def fast_load(self, data: Any) -> Any:  # pragma: no cover - interface
         return None
+
+
+def idempotency_headers(name: str, description: str) -> type[InputSchema]:
+    """The request-headers schema of a money-moving route that takes nothing but
+    ``Idempotency-Key`` (``routing.endpoint(headers=…, idempotent=True)``)."""
+    meta = type("Meta", (), {"unknown": ma.EXCLUDE})
+    return type(name, (InputSchema,), {"Meta": meta, "__doc__": f"Headers: {description}",
+                                       "idempotency_key": idempotency_key_header(description)})

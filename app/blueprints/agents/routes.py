@@ -133,8 +133,8 @@ def leaderboard(query):
 @endpoint(blp, "/<string:agent_id>/fund", "post", "billing:write", body=AgentFundSchema, ok=AgentFundedSchema,
           errors={402: "`insufficient_funds`: the owner's balance cannot cover it; nothing moved.",
                   404: "`not_found`: no agent of this account.",
-                  409: "`idempotency_key_reused`: the key funded another agent or amount."},
-          name="AgentFundView", headers=FundHeadersSchema)
+                  409: "The key funded another agent or amount."},
+          name="AgentFundView", headers=FundHeadersSchema, idempotent=True)
 def fund_agent(body, agent_id, idempotency_key=None):
     """Move `amount_cents` from the owner's balance to its agent's (one ledger transfer;
     exactly once per `Idempotency-Key`). Only a credential of the owner account may fund;

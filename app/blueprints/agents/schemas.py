@@ -230,8 +230,10 @@ class AgentFundedSchema(ma.Schema):
     transaction_id = ma.fields.String(required=True, metadata={"description": "The ledger transaction."})
     owner_balance_cents = ma.fields.Integer(required=True, metadata={"description": "Owner's balance after."})
     agent_balance_cents = ma.fields.Integer(required=True, metadata={"description": "Agent's balance after."})
-    replayed = ma.fields.Boolean(required=True, metadata={"description": "True when this Idempotency-Key "
-                                                                         "had already made the transfer."})
+    replayed = ma.fields.Boolean(required=True, metadata={
+        "description": "True when the ledger already had this key's transfer but its first answer was "
+                       "no longer stored (after `IDEMPOTENCY_TTL_SECONDS`); within that time a repeat "
+                       "gets the first answer itself, with `Idempotent-Replayed: true`."})
 
 
 class FundHeadersSchema(InputSchema):
@@ -241,5 +243,5 @@ class FundHeadersSchema(InputSchema):
         unknown = ma.EXCLUDE
 
     idempotency_key = idempotency_key_header(
-        "Optional, 1–128 characters (at most 256 bytes): the transfer happens "
-        "once per key (a repeat answers the first transfer with `replayed: true`).")
+        "Optional, 1–128 characters (at most 256 bytes): the transfer happens once per key "
+        "(Stripe's semantics: the same key and body answer the first response, another body is 409).")

@@ -2,7 +2,7 @@
 from flask import request
 
 from app.auth import principal
-from app.blueprints.payments.schemas import (CheckoutCreatedSchema, CheckoutSchema, MethodRequestSchema,
+from app.blueprints.payments.schemas import (CheckoutCreatedSchema, CheckoutHeadersSchema, CheckoutSchema, MethodRequestSchema,
                                              MethodSchema, PaymentHistorySchema, WebhookHeadersSchema,
                                              WebhookResultSchema)
 from app.blueprints.routing import endpoint
@@ -13,7 +13,8 @@ blp = Blueprint("payments", __name__, url_prefix="/api/pay",
                 description="Checkout, payment history, the default payment method and the processor webhook.")
 
 
-@endpoint(blp, "/checkout", "post", "billing:write", body=CheckoutSchema, ok=CheckoutCreatedSchema)
+@endpoint(blp, "/checkout", "post", "billing:write", body=CheckoutSchema, ok=CheckoutCreatedSchema,
+          headers=CheckoutHeadersSchema, idempotent=True)
 def checkout(body):
     """Start a hosted checkout and get its `url`.
 

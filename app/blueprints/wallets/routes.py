@@ -3,7 +3,7 @@ from app.auth import principal
 from app.blueprints.routing import endpoint
 from app.blueprints.wallets.schemas import (ConnectMessageQuerySchema, ConnectMessageSchema, TransactionListSchema,
                                            TransactionsQuerySchema, WalletBalanceSchema, WalletConnectSchema,
-                                           WalletFundResultSchema, WalletFundSchema, WalletSchema)
+                                           WalletFundHeadersSchema, WalletFundResultSchema, WalletFundSchema, WalletSchema)
 from app.extensions import Blueprint
 from app.services.billing import payments
 from app.services.billing import wallets
@@ -50,12 +50,15 @@ def transactions(query):
 
 
 @endpoint(blp, "/fund", "post", "billing:write", body=WalletFundSchema, ok=WalletFundResultSchema,
-          errors={402: "`card_declined`: the card was declined."})
+          errors={402: "`card_declined`: the card was declined."}, headers=WalletFundHeadersSchema,
+          idempotent=True)
 def fund(body):
     """Add credits. `card`: charges the saved default card off-session; credits at once
     (no saved card → 400 `no_payment_method`; decline → 402 `card_declined`). `ach`: debits
     the saved bank account; `pending` until it settles (webhook). `usdc`: returns deposit
-    instructions; the chain watcher credits the transfer once confirmed."""
+    instructions; the chain watcher credits the transfer once confirmed. With an
+    `Idempotency-Key` a retry never charges twice: the same key and body answer the first
+    response (`Idempotent-Replayed: true`), another body is 409."""
     p = principal()
     if body["method"] == "usdc":
         return wallets.fund_usdc(p.account_id, p.mode, body["amount_cents"])

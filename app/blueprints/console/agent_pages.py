@@ -23,11 +23,16 @@ def _agents_page(status: int = 200, **extra):
     ctx = {"agents": [{"agent": a, "earnings": earnings.agent_earnings(a),
                        "balance_micros": ledger.cached_balance(a.account_id, mode)} for a in agents],
            "submissions": builds.list_builds(agent_id=None, account_id=acct.id, mode=mode),
-           "queue": builds.pending() if acct.is_admin else [], "errors": {}, "form": {},
+           "queue": builds.pending() if _may_review() else [], "errors": {}, "form": {},
            # one Idempotency-Key per rendered form: a double submit funds once
            "fund_key": "console-" + secrets.token_urlsafe(16)}
     ctx.update(extra)
     return render_template("console/agents.html", **ctx), status
+
+
+def _may_review() -> bool:
+    """The console's admin review follows the API's rule: an admin account, in live mode."""
+    return bool(g.account.is_admin) and web.mode() == "live"
 
 
 @bp.get("/agents")
@@ -69,9 +74,12 @@ def fund_agent(agent_id: str):
 
 @bp.post("/agents/review/<slug>")
 def review(slug: str):
-    """Admins only: approve or reject the pending submission for ``slug``."""
+    """Admins only, in live mode (as the API's admin routes: a live key of an admin
+    account): approve or reject the pending submission for ``slug``."""
     if not g.account.is_admin:
         abort(404)
+    if not _may_review():
+        return web.forbidden_page("Module review is a live-mode action: switch the console to live mode.")
     decision, notes = request.form.get("decision"), (request.form.get("notes") or "").strip()
     _, errors = web.load_form(ApproveSchema(), {"notes": notes or None}, rename={"notes": "review"})
     if errors:

@@ -160,9 +160,15 @@ class BuildSchema(ma.Schema):
                        "Shown once, in this response to the submission (not in the list)."})
 
 
+class BuildListedSchema(BuildSchema):
+    """A build in the list: without its `webhook_secret` (shown once, at submission)."""
+
+    class Meta:
+        exclude = ("webhook_secret",)
+
+
 class BuildListSchema(ma.Schema):
-    builds = ma.fields.List(ma.fields.Nested(BuildSchema(exclude=("webhook_secret",))), required=True,
-                            metadata={"description": "Without `webhook_secret`: shown once, at submission."})
+    builds = ma.fields.List(ma.fields.Nested(BuildListedSchema), required=True)
 
 
 class AgentModuleUsageSchema(ma.Schema):

@@ -50,11 +50,13 @@ def transactions(query):
 
 
 @endpoint(blp, "/fund", "post", "billing:write", body=WalletFundSchema, ok=WalletFundResultSchema,
-          errors={402: "`card_declined`: the card was declined."}, headers=WalletFundHeadersSchema,
+          errors={402: "`card_declined`: the card was declined.",
+                  409: "`no_payment_method`: no saved method of that kind; `wallet_not_connected`: "
+                       "`usdc` without a connected wallet."}, headers=WalletFundHeadersSchema,
           idempotent=True)
 def fund(body):
     """Add credits. `card`: charges the saved default card off-session; credits at once
-    (no saved card → 400 `no_payment_method`; decline → 402 `card_declined`). `ach`: debits
+    (no saved card → 409 `no_payment_method`; decline → 402 `card_declined`). `ach`: debits
     the saved bank account; `pending` until it settles (webhook). `usdc`: returns deposit
     instructions; the chain watcher credits the transfer once confirmed. With an
     `Idempotency-Key` a retry never charges twice: the same key and body answer the first

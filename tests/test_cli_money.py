@@ -11,7 +11,7 @@ from sqlalchemy import insert, update
 from app.extensions import db
 from app.models import ChatCompletion, X402Authorization
 from app.models.base import utcnow
-from app.services.billing import outside
+from app.services.money import outside
 from app.services.money import holds, ledger
 
 

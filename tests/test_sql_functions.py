@@ -98,3 +98,18 @@ def test_every_file_says_what_it_does_then_defines_its_function():
         assert header.strip() and all(line.startswith("--") for line in header.strip().splitlines()), path
         assert re.match(rf"{path.stem}\(", rest), path
         assert "Called by" in header, path
+
+
+def test_only_the_money_engine_posts_to_the_ledger():
+    """Every posting is written by ``app/services/money/`` (``ledger.post`` → ``gw_post``,
+    or an engine statement): a service elsewhere calls an engine function instead
+    (``money.funding``, ``money.charging``, ``money.holds``, …), so each money rule has
+    one home (docs/money.md, "Where each money rule lives")."""
+    from pathlib import Path
+
+    app_dir = Path(__file__).resolve().parents[1] / "app"
+    engine = app_dir / "services" / "money"
+    writers = [str(p.relative_to(app_dir)) for p in app_dir.rglob("*.py")
+               if engine not in p.parents and re.search(r"\bledger\.post\(|\bgw_post\b|INSERT INTO ledger_",
+                                                        p.read_text())]
+    assert writers == []

@@ -10,7 +10,7 @@ import click
 from flask.cli import AppGroup, with_appcontext
 
 from app.services.agents import builds
-from app.services.agents import settlement
+from app.services.money import settlement
 
 modules_cli = AppGroup("modules", help="Review agent-built module submissions.")
 

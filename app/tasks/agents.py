@@ -4,13 +4,13 @@ from __future__ import annotations
 
 def settle_due():
     """Settle the previous month (idempotent; scheduled every few hours)."""
-    from app.services.agents import settlement
+    from app.services.money import settlement
 
     return settlement.settle_due()
 
 
 def settle_month(month: str):
-    from app.services.agents import settlement
+    from app.services.money import settlement
 
     return settlement.settle_month(month)
 

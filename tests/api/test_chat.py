@@ -486,3 +486,33 @@ def test_who_acted_is_recorded_on_both_chat_apis(app, client, acct, fakes, path,
         db.session.remove()
     assert len(key_id) == 1 and key_id[0] and key_id[0].startswith("key_")
     assert tuple(txn) == (key_id[0], acct.id)
+
+
+def test_a_stream_never_started_keeps_no_heartbeat_and_its_hold_is_swept(app, fakes, acct, ledger_clean):
+    """A stream's body that is never iterated (the response was dropped before its first
+    byte: an error after the view, a worker giving up) must not keep its hold alive. Its
+    heartbeat started with the completion, before the body ran, and extended the hold
+    until the process restarted (issue 42 item 13); it now starts with the body, so the
+    stale-hold sweep gives the hold back."""
+    import threading
+    import time
+
+    from app.services.chat import completions
+    from app.services.money import holds
+
+    with app.test_request_context():
+        result = completions.create_completion(acct.id, "live", {
+            "model": "m-small", "messages": MSGS, "stream": True, "max_tokens": 100})
+        completion = result.headers["X-Chat-Completion-Id"]
+        assert result.events is not None  # never called: the body never runs
+        assert not [t for t in threading.enumerate() if t.name == f"hold-heartbeat-{completion}"]
+        db.session.remove()
+    assert figures(app, acct.id)["held"] > 0
+    time.sleep(0.2)  # past the cut-off below: the hold gave no sign of life since
+    with app.app_context():
+        released = holds.release_stale_holds(older_than_seconds=0.1)
+        db.session.remove()
+    assert released == 1
+    f = figures(app, acct.id)
+    assert f["held"] == 0 and f["balance"] == START
+    ledger_clean()

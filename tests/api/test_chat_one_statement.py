@@ -258,8 +258,10 @@ def test_hold_and_settle_retry_on_a_dead_connection_never_hold_or_charge_twice(
                                prompt_tokens=1, completion_tokens=1, estimated=False, attempts=1,
                                latency_ms=1, created_at=at)
         assert len(used) == 2
-        # a retry after a committed settle finds it settled and writes nothing
-        assert charged == (None if committed else 250)
+        # a retry after a committed settle finds it settled, writes nothing and answers
+        # what the first attempt charged (it answered None, and the caller reported cost 0
+        # for a completion the ledger had charged: issue 42 item 13)
+        assert charged == 250
         db.session.remove()
     assert _completions(app, acct.id) == [("chatcmpl-v2x", "settled")]
     f = figures(app, acct.id)

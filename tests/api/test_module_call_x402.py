@@ -82,8 +82,8 @@ def test_402_carries_the_bazaar_metadata_of_the_action(client, make_account, mod
 
 
 @pytest.mark.parametrize("header", ["PAYMENT-SIGNATURE", "X-Payment"])
-def test_paid_call_is_one_transaction_and_single_use(app, client, make_account, mod, x402cfg, header,
-                                                     ledger_clean):
+def test_paid_call_credits_then_charges_and_is_single_use(app, client, make_account, mod, x402cfg, header,
+                                                          ledger_clean):
     acct = make_account(cents=0)
     wallet = EthAccount.create()
     paid = _pay(call(client, acct, {"action": "ok"}), wallet)
@@ -142,6 +142,37 @@ def test_provider_failure_after_payment_leaves_credit(app, client, make_account,
     # and that credit pays the next call without any new payment
     assert call(client, acct, {"action": "ok"}).status_code == 200
     assert balance_cents(app, acct.id) == 0
+    ledger_clean()
+
+
+def test_credit_spent_before_the_open_answers_402_and_keeps_the_credit(app, client, make_account, mod,
+                                                                       x402cfg, monkeypatch, ledger_clean):
+    """The payment is booked as credit in its own unit of work, then the call is opened the
+    one way every call is. If a concurrent charge spends the credit in between, the call is
+    refused with 402, says the payment was settled (PAYMENT-RESPONSE), and the credit is
+    where the concurrent charge put it: no money lost or created, no call written."""
+    from app.services.billing import x402
+
+    acct = make_account(cents=0)
+    booked = x402.book
+
+    def book_then_spent(pay, call_id=None):  # a concurrent call spends the credit at once
+        out = booked(pay, call_id=call_id)
+        ledger.post("module_call", [(ledger.customer(acct.id), -30_000), (ledger.REVENUE, 30_000)],
+                    ref="call:concurrent", account_id=acct.id)
+        return out
+
+    monkeypatch.setattr(x402, "book", book_then_spent)
+    paid = _pay(call(client, acct, {"action": "ok"}), EthAccount.create())
+    r = call(client, acct, {"action": "ok"}, headers={"PAYMENT-SIGNATURE": paid})
+    assert r.status_code == 402 and r.get_json()["error"] == "payment_required"
+    assert decode_payment_response_header(r.headers["PAYMENT-RESPONSE"]).success
+    assert balance_cents(app, acct.id) == 0
+    with app.app_context():
+        assert ledger.balance(ledger.REVENUE) == 30_000
+        assert db.session.query(Payment).filter_by(account_id=acct.id, method="x402").one().amount_micros == 30_000
+        assert db.session.query(ModuleCall).filter_by(account_id=acct.id).count() == 0
+        db.session.remove()
     ledger_clean()
 
 

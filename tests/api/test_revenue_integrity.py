@@ -8,7 +8,7 @@ from datetime import timedelta, timezone
 from app.extensions import db
 from app.models.base import utcnow
 from app.services.accounts import keys
-from app.services.agents import settlement
+from app.services.money import settlement
 from app.services.money import ledger
 from app.services.gateway import calls, catalog
 from app.scopes import ALL_SCOPES

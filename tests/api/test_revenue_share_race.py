@@ -12,7 +12,7 @@ import time
 from sqlalchemy import text
 
 from app.extensions import db
-from app.services.agents import revenue_share, settlement
+from app.services.money import revenue_share, settlement
 from app.services.billing import money_check
 from app.services.money import ledger
 from app.services.gateway import calls

@@ -12,7 +12,7 @@ from app.extensions import db
 from app.models import Module, ModuleAction
 from app.services.accounts import accounts
 from app.services.money import ledger
-from app.services.agents import settlement
+from app.services.money import settlement
 from app.services.billing import usage
 from tests.agentkit import Keypair
 from tests.support.standin import Request, StandIn

@@ -2,7 +2,8 @@
 with the API's message for 401 / 429 (402: APIError with status 402 and the message;
 LiteLLM has no payment exception), and the cost it keeps (``usage.cost``, the
 ``x-gateway-*`` headers). LiteLLM runs in its own interpreter (tests/e2e/litellm_client.py
-says why): ``LITELLM_PYTHON`` or bench/.venv-litellm; skipped when neither exists."""
+says why): ``LITELLM_PYTHON`` or bench/.venv-litellm (``.ci/run`` makes it); skipped when
+neither exists, except in CI, where a missing interpreter fails the test."""
 from __future__ import annotations
 
 import json
@@ -20,8 +21,10 @@ ROOT = Path(__file__).resolve().parents[2]
 PYTHON = os.environ.get("LITELLM_PYTHON") or str(ROOT / "bench" / ".venv-litellm" / "bin" / "python")
 
 
-@pytest.mark.skipif(not Path(PYTHON).exists(), reason="no LiteLLM interpreter (LITELLM_PYTHON)")
+@pytest.mark.skipif(not Path(PYTHON).exists() and not os.environ.get("CI"),
+                    reason="no LiteLLM interpreter (LITELLM_PYTHON or bench/.venv-litellm)")
 def test_litellm_client_errors_and_cost(app, make_account, ledger_clean):
+    assert Path(PYTHON).exists(), f"CI must provide LiteLLM at {PYTHON} (.ci/run installs it)"
     acct, poor = make_account(cents=100), make_account(cents=0)
     with serve(DemoLLMHandler) as demo:
         env = app_env(app.config)

@@ -32,7 +32,8 @@ def test_settle_is_exact_and_happens_once(app, make_account, ledger_clean):
         chat_billing.hold("chatcmpl-a", acct.id, "auto", 4_000, False)
         assert _fig(acct.id)[:3] == (6_000, 0, 4_000)
         assert _settle("chatcmpl-a", acct.id, 4_000, 1_234) == 1_234
-        assert _settle("chatcmpl-a", acct.id, 4_000, 1_234) is None  # second settle: no-op
+        # a second settle (a retry) writes nothing and answers what the first one charged
+        assert _settle("chatcmpl-a", acct.id, 4_000, 9_999) == 1_234
         assert chat_billing.release("chatcmpl-a", error="late") is False  # and no release after it
         assert _fig(acct.id) == (8_766, 1_234, 0, {"calls": 1, "errors": 0, "spend_micros": 1_234})
         db.session.remove()

@@ -19,7 +19,7 @@ from sqlalchemy.exc import DBAPIError
 from app.extensions import db
 from app.models import IdempotencyRecord, LedgerTransaction, ModuleCall
 from app.services.money import charging
-from app.services.money.refunds import legs as call_legs
+from app.services.money.revenue_share import call_legs
 from tests.gateway_helpers import balance_cents, mod, provider, provider_server  # noqa: F401
 
 # --- the leader / followers, without a database --------------------------------------------
@@ -544,7 +544,7 @@ def test_one_accounts_locked_row_does_not_hold_up_other_accounts(app, make_accou
 
 
 def test_a_refused_second_debit_credits_back_the_first(app, make_account, mod, ledger_clean):
-    """Legs that debit two accounts (the function allows it; ``refunds.legs`` makes one):
+    """Legs that debit two accounts (the function allows it; ``revenue_share.call_legs`` makes one):
     the second refused, the first is credited back, nothing stays."""
     from app.services.money import ledger
     from app.services.gateway import catalog

@@ -13,7 +13,7 @@ from app.extensions import db
 from app.models import Account, AgentSettlement, LedgerTransaction, OutboxMessage
 from app.services.money import ledger
 from app.services.platform import outbox
-from app.services.agents import settlement
+from app.services.money import settlement
 from tests.agentkit import Keypair, charge, refund, register
 from tests.support.standin import recorder
 

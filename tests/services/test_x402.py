@@ -16,6 +16,7 @@ from x402.schemas import PaymentRequired
 from x402.schemas.v1 import PaymentRequiredV1
 
 from app.extensions import db
+from app.services.platform.uow import unit_of_work
 from app.models import Payment, X402Authorization
 from app.services.money import ledger
 from app.services.billing import x402
@@ -200,40 +201,42 @@ def test_header_from_prefers_payment_signature():
     assert x402.header_from({}) is None
 
 
-def test_fund_call_inside_the_charging_transaction(cfg, make_account, wallet, ledger_clean):
-    """The gateway seam: payment credit and charge commit together; a replay is refused and
-    leaves the caller's transaction to roll back."""
+def test_accept_then_book_credits_once_and_a_replay_is_refused(cfg, make_account, wallet, ledger_clean):
+    """The gateway seam (module call and chat alike): the payment is accepted (verified,
+    reserved, settled) with no transaction open and booked as a credit in a unit of work
+    of its own; the charge follows on the balance. A replay of the header is refused."""
     acct = make_account(cents=0)
     header = _header_v2(wallet, 5)
     with pytest.raises(ledger.InsufficientFunds):
         ledger.post("module_call", [(ledger.customer(acct.id), -50_000), (ledger.REVENUE, 50_000)],
                     ref="call:c1", account_id=acct.id)
-    pay = x402.fund_call(header, account_id=acct.id, price_micros=50_000, call_id="c1", mode="live",
-                         resource_url="http://gw.test/x")
+    db.session.rollback()
+    pay = x402.accept(header, account_id=acct.id, price_micros=50_000, mode="live",
+                      resource_url="http://gw.test/x")
+    with unit_of_work():
+        x402.book(pay, call_id="c1")
+    assert pay.booked and ledger.balance(ledger.customer(acct.id)) == 50_000
     ledger.post("module_call", [(ledger.customer(acct.id), -50_000), (ledger.REVENUE, 50_000)],
                 ref="call:c1", account_id=acct.id)
     db.session.commit()
-    assert pay.booked and ledger.balance(ledger.customer(acct.id)) == 0
-    assert ledger.balance(ledger.REVENUE) == 50_000
+    assert ledger.balance(ledger.customer(acct.id)) == 0 and ledger.balance(ledger.REVENUE) == 50_000
     with pytest.raises(x402.PaymentInvalid) as exc:
-        x402.fund_call(header, account_id=acct.id, price_micros=50_000, call_id="c2", mode="live",
-                       resource_url="http://gw.test/x")
-    db.session.rollback()
+        x402.accept(header, account_id=acct.id, price_micros=50_000, mode="live",
+                    resource_url="http://gw.test/x")
     assert exc.value.reason == "replayed"
     assert db.session.query(Payment).filter_by(method="x402").count() == 1
     ledger_clean()
 
 
-def test_fund_call_with_facilitator_survives_a_rolled_back_call(cfg, make_account, wallet, ledger_clean):
-    """Settled but the call's transaction never commits: the sweep books it as credit
-    (on every database: reservation and settlement commit in their own units of work,
-    never inside the caller's transaction)."""
+def test_a_settled_payment_whose_booking_never_committed_is_booked_by_the_sweep(
+        cfg, make_account, wallet, ledger_clean):
+    """Settled but the process died before its booking committed: the sweep books it as
+    credit (reservation and settlement commit in their own units of work)."""
     acct = make_account(cents=0)
     with facilitator_server() as fac:
         cfg.config["X402_FACILITATOR_URL"] = fac.url
-        x402.fund_call(_header_v2(wallet), account_id=acct.id, price_micros=50_000, call_id="c1", mode="live",
-                       resource_url="http://gw.test/x")
-    db.session.rollback()  # the process died before committing the call
+        x402.accept(_header_v2(wallet), account_id=acct.id, price_micros=50_000, mode="live",
+                    resource_url="http://gw.test/x")
     booked = x402.book_orphans(older_than_seconds=0)
     assert booked == 1 and ledger.balance(ledger.customer(acct.id)) == 50_000
     ledger_clean()

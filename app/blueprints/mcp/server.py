@@ -28,8 +28,8 @@ a call the balance cannot cover is a tool result with ``isError: true`` whose
 ``mcp://tool/<name>``, ``extensions.bazaar`` of type ``mcp``). The client retries with the
 ``PaymentPayload`` in the request's ``_meta["x402/payment"]``; ``_run_call`` turns it into
 the ``PAYMENT-SIGNATURE`` header form and the call pays exactly as the HTTP route does
-(``gateway.calls.call(payment=…)``: verify, reserve once, settle, book the credit with the
-charge). The result then carries the ``SettleResponse`` in ``_meta["x402/payment-response"]``.
+(``gateway.calls.call(payment=…)``: verify, reserve once, settle, book the credit, open the
+call as any other). The result then carries the ``SettleResponse`` in ``_meta["x402/payment-response"]``.
 A refused payment (replayed, under-valued, …) is the API's 402 ``payment_invalid`` with its
 ``reason`` and a fresh payment request, in the same shape.
 

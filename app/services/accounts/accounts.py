@@ -16,7 +16,7 @@ from app.extensions import db
 from app.ids import new_id
 from app.models import Account
 from app.services.accounts import mailbox
-from app.services.money import ledger
+from app.services.money import funding, ledger
 from app import auth
 from app.services.platform.uow import after_commit, transactional
 
@@ -123,8 +123,7 @@ def _promo_grant(acct: Account, micros: int) -> None:
     ref = mailbox.grant_ref(acct.mailbox) if acct.mailbox else f"promo:{acct.id}"
     try:
         with db.session.begin_nested():
-            ledger.post("promo_grant", [(ledger.PROMO, -micros), (ledger.customer(acct.id), micros)],
-                        account_id=acct.id, ref=ref)
+            funding.grant("promo_grant", source=ledger.PROMO, account_id=acct.id, micros=micros, ref=ref)
     except IntegrityError:
         return
 
@@ -136,8 +135,8 @@ def grant_credits(account_id: str, cents: int, memo: str | None = None) -> int:
     if cents == 0:
         raise InvalidRequest("cents: must not be zero.")
     micros = ledger.cents_to_micros(cents)
-    ledger.post("operator_adjustment", [(ledger.ADJUST, -micros), (ledger.customer(account_id), micros)],
-                account_id=account_id, meta={"memo": memo} if memo else None)
+    funding.grant("operator_adjustment", source=ledger.ADJUST, account_id=account_id, micros=micros,
+                  meta={"memo": memo} if memo else None)
     return get_account(account_id).balance_micros
 
 

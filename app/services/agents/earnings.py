@@ -2,7 +2,7 @@
 
 Earnings are the ledger account ``earnings:<agent_id>``: each call to a module the agent
 owns credits 30% of its price there (in the call's ledger transaction, by the gateway;
-a refund reverses it), and monthly settlement (``app.services.agents.settlement``) moves it to
+a refund reverses it), and monthly settlement (``app.services.money.settlement``) moves it to
 the agent account's balance. So: accrued (unsettled) = the balance of
 ``earnings:<agent>``; settled = what settlement transactions took out of it; lifetime =
 accrued + settled.

@@ -18,7 +18,7 @@ from app.extensions import db
 from app.ids import new_id, sha256_hex
 from app.models import LedgerTransaction
 from app.services.agents.identity import get_agent
-from app.services.money import ledger
+from app.services.money import funding, ledger
 from app.services.platform.idempotency import IdempotencyKeyReused
 from app.services.platform.uow import unit_of_work
 
@@ -59,10 +59,9 @@ def fund(owner_account_id: str, agent_id: str, amount_cents: int, *,
             if done is not None:
                 return done
             try:
-                txn = ledger.post("agent_fund", [(ledger.customer(owner_account_id, mode), -micros),
-                                                 (ledger.customer(agent.account_id, mode), micros)],
-                                  ref=ref, account_id=owner_account_id,
-                                  meta={"agent_id": agent.id, "amount_cents": amount_cents})
+                txn = funding.transfer("agent_fund", from_account=owner_account_id,
+                                       to_account=agent.account_id, mode=mode, micros=micros, ref=ref,
+                                       meta={"agent_id": agent.id, "amount_cents": amount_cents})
             except ledger.InsufficientFunds:
                 # A concurrent request with this key may have just spent the balance on it.
                 done = _earlier(ref, agent, amount_cents, owner_account_id)

@@ -24,7 +24,7 @@ from app.extensions import db
 from app.models import (ChatCompletion, ExternalCredit, LedgerEntry, LedgerTransaction, Payment, PaymentEvent,
                         X402Authorization)
 from app.models.base import utcnow
-from app.services.billing import outside
+from app.services.money import outside
 from app.services.money import holds, ledger
 from app.services.billing.payments import CREDITED
 

@@ -3,7 +3,7 @@ history, the processor webhook and the sandbox processor's hosted flow.
 
 Money rule: a payment credits the account only when the processor confirms it (a
 verified webhook, or the synchronous success of an off-session card charge), through
-``ledger.post(ref="pay:<payment id>")`` together with a conditional status change
+the money engine's ``funding.credit`` (ref ``pay:<payment id>``) together with a conditional status change
 ``pending → succeeded`` in one database transaction. So however many events report the
 same payment (``checkout.session.completed``, ``payment_intent.succeeded``, replays),
 it is credited exactly once. Every verified event is stored under its unique event id in
@@ -24,7 +24,7 @@ from app.extensions import db
 from app.ids import new_id
 from app.models import Account, BillingProfile, Payment
 from app.models.base import utcnow
-from app.services.billing import outside
+from app.services.money import funding, outside
 from app.services.money import ledger
 from app.services.billing.processors import CardDeclined, MethodInfo, for_mode
 from app.services.platform import redirects
@@ -82,15 +82,12 @@ def credit_payment(payment: Payment, ref: str | None = None, external_ref: str |
         .execution_options(synchronize_session=False))
     if res.rowcount != 1:
         return False
-    micros = int(payment.amount_micros)
-    ref = ref or f"pay:{payment.id}"
-    outside.record(external_ref or outside.payment_ref(payment), rail=payment.processor,
-                   account_id=payment.account_id, amount_micros=micros, ledger_ref=ref,
-                   mode=payment.mode or "live", payment_id=payment.id)
-    customer = ledger.customer(payment.account_id, payment.mode)  # a test payment funds the test balance
-    ledger.post("payment", [(ledger_source(payment), -micros), (customer, micros)],
-                ref=ref, account_id=payment.account_id,
-                meta={"payment_id": payment.id, "method": payment.method, "processor": payment.processor})
+    funding.credit("payment", source=ledger_source(payment), account_id=payment.account_id,
+                   mode=payment.mode or "live",  # a test payment funds the test balance
+                   micros=int(payment.amount_micros), ref=ref or f"pay:{payment.id}",
+                   outside_ref=external_ref or outside.payment_ref(payment), rail=payment.processor,
+                   payment_id=payment.id,
+                   meta={"payment_id": payment.id, "method": payment.method, "processor": payment.processor})
     return True
 
 
@@ -115,14 +112,9 @@ def _take_back(payment: Payment, micros: int, *, kind: str, ref: str, shortfall:
     balance as far as it reaches; credit already spent is booked against ``shortfall``.
     The balance is read locked, so a concurrent spend cannot make the debit fail between
     the read and the posting. Returns what was taken from the balance."""
-    recovered = min(ledger.cached_balance(payment.account_id, payment.mode, lock=True), micros)
-    legs = [(ledger.customer(payment.account_id, payment.mode), -recovered), (ledger_source(payment), micros)]
-    if micros - recovered:
-        legs.append((shortfall, -(micros - recovered)))
-    ledger.post(kind, legs, ref=ref, account_id=payment.account_id,
-                meta={**meta, "payment_id": payment.id, "recovered_micros": recovered,
-                      "unrecovered_micros": micros - recovered})
-    return recovered
+    return funding.take_back(kind, source=ledger_source(payment), account_id=payment.account_id,
+                             mode=payment.mode, micros=micros, shortfall=shortfall, ref=ref,
+                             meta={**meta, "payment_id": payment.id})
 
 
 def disputed_micros(payment: Payment) -> int:
@@ -245,12 +237,10 @@ def dispute_reinstated(payment: Payment, dispute: dict, created: int = 0) -> str
         return "already_reinstated"
     micros, recovered = int(record["withdrawn_micros"]), int(record.get("recovered_micros") or 0)
     if micros:
-        legs = [(ledger_source(payment), -micros), (ledger.customer(payment.account_id, payment.mode), recovered)]
-        if micros - recovered:
-            legs.append((DISPUTE_SHORTFALL, micros - recovered))
-        ledger.post("dispute_reinstated", legs, ref=f"dispute_reinstated:{dispute['id']}",
-                    account_id=payment.account_id,
-                    meta={"payment_id": payment.id, "dispute": dispute["id"], "recovered_micros": recovered})
+        funding.reinstate("dispute_reinstated", source=ledger_source(payment), account_id=payment.account_id,
+                          mode=payment.mode, micros=micros, recovered=recovered, shortfall=DISPUTE_SHORTFALL,
+                          ref=f"dispute_reinstated:{dispute['id']}",
+                          meta={"payment_id": payment.id, "dispute": dispute["id"], "recovered_micros": recovered})
     record["reinstated"] = True
     _store_dispute(payment, dispute["id"], record)
     meta = payment.meta or {}

@@ -21,7 +21,7 @@ from app.ids import new_id, random_b62
 from app.models import ChainCursor, LedgerEntry, LedgerTransaction, Payment, Wallet, X402Authorization
 from app.models.base import utcnow
 from app.services.billing import chains
-from app.services.billing import outside
+from app.services.money import outside
 from app.services.money import ledger
 from app.services.billing.payments import FundResult, credit_payment, fund_result
 from app.services.platform import crypto, tokens

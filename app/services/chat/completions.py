@@ -191,12 +191,6 @@ def _usage(call: _Call, offer: Offer, upstream: dict | None, generated_chars: in
     cost = offer.cost_micros(prompt, completion, cached, written)
     ref = reference_offer(call.body["model"])
     ref_cost = ref.cost_micros(prompt, completion, cached, written) if ref else 0
-    if call.live and cost > call.hold_micros:
-        # never charged more than the hold (the prompt was longer than estimated, the
-        # provider overran the cap): the rest is the house's, logged
-        log.warning("chat_settle_capped: completion %s cost %d micros, held %d; charged the hold",
-                    call.id, cost, call.hold_micros)
-        cost = call.hold_micros
     out = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
            "cost_usd": cost / 1_000_000, "cost_micros": cost, "savings_pct": savings_pct(cost, ref_cost),
            "latency_ms": int((time.monotonic() - call.started) * 1000), "estimated": estimated}
@@ -369,7 +363,7 @@ def _start_stream(call: _Call, offers: list[Offer], models: dict[str, Model]) ->
         _fail(call)
     it, first = opened
     created = int(time.time())
-    beat = HoldHeartbeat(call.id).start() if call.live else None
+    beat = None  # the hold's heartbeat runs with the body: a body never run keeps nothing alive
 
     def sse(obj: dict) -> bytes:
         return b"data: " + orjson.dumps(obj) + b"\n\n"
@@ -389,6 +383,9 @@ def _start_stream(call: _Call, offers: list[Offer], models: dict[str, Model]) ->
             _settle(call, offer, usage, error)
             return usage
 
+        nonlocal beat
+        if call.live:
+            beat = HoldHeartbeat(call.id).start()
         try:
             chunk = first
             while chunk is not None:

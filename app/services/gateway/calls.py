@@ -19,11 +19,11 @@ writer right after the answer: ``charging.DeferredFinalizer``):
   the sweep refunds it after ``deadline_at`` (timeout + CALL_SWEEP_MARGIN_SECONDS).
   ``pending → refunded`` is a conditional UPDATE and the refund posting has a unique
   ledger ``ref``, so a call is refunded at most once whoever gets there first.
-x402 (an ``X-Payment`` header and a balance that cannot cover the price): the charging
-unit of work rolls back, then ``x402.verify_and_reserve`` (own unit of work) and
-``x402.settle`` (facilitator over HTTP, no transaction open) run, then the charging unit of
-work is retried with ``x402.book`` (the credit) before the call's debit: credit and charge
-commit together. The money issue reworks this flow (reconciliation); this is its seam.
+x402 (an ``X-Payment`` header and a balance that cannot cover the price): the open is
+refused (nothing written), ``x402.accept`` verifies, reserves (own unit of work) and settles
+the payment (facilitator over HTTP, no transaction open), ``x402.book`` credits it to the
+balance (own unit of work), and the call is opened again by the same ``gw_open_calls``:
+one open path for every call (``open_call``).
 Test mode (``svc_test_``): the sandbox URL, no ledger movement, records/usage/receipt
 marked ``test``; ``cost_cents`` shows the price that live mode would charge.
 """
@@ -31,17 +31,12 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from datetime import timedelta
 
 import orjson
 from flask import current_app
-from sqlalchemy import insert
-from sqlalchemy.exc import IntegrityError
 
-from app.errors import InvalidRequest, PaymentRequired, ProviderTimeout, UpstreamError
-from app.extensions import db, skip_commit_flush
+from app.errors import DomainError, InvalidRequest, PaymentRequired, ProviderTimeout, UpstreamError
 from app.ids import new_id
-from app.models import IdempotencyRecord, ModuleCall
 from app.models.base import utcnow
 from app import telemetry
 from app.services.money import spend
@@ -54,15 +49,9 @@ from app.services.billing import paywall, x402
 from app.services.platform import http
 from app.services.platform.uow import unit_of_work
 from app.services.platform.idempotency import (IdempotencyKeyInUse, IdempotencyKeyReused,  # noqa: F401
-                                               existing as _existing_key,
                                                replay_or_conflict as _replay_or_conflict)
-from app.services.money.refunds import legs as _legs, purge_idempotency, refund, sweep_pending  # noqa: F401
-
-# Core statements on the tables in the hot path (cached compiled SQL, no ORM overhead).
-_CALLS = ModuleCall.__table__
-_IDEMPOTENCY = IdempotencyRecord.__table__
-_INSERT_CALL = insert(_CALLS)
-_INSERT_IDEMPOTENCY = insert(_IDEMPOTENCY)
+from app.services.money.refunds import purge_idempotency, refund, sweep_pending  # noqa: F401
+from app.services.money.revenue_share import call_legs as _legs
 
 
 @dataclass(frozen=True)
@@ -196,76 +185,40 @@ def open_call(*, account_id: str, mode: str, mod: catalog.ModuleSnap, act: catal
               payment: str | None = None, paid_out: list | None = None,
               key_id: str | None = None, actor: str | None = None) -> str | CallResult:
     """The charging transaction: claim the Idempotency-Key, reserve the key's spend
-    limit, debit, write the ``pending`` call, COMMIT. Returns the new call id, or the
-    stored response when the key was already used for this request (a replay)."""
-    cfg = current_app.config
+    limit, debit, write the ``pending`` call, COMMIT (``money.charging.open_pg``: one
+    ``gw_open_calls`` statement). Returns the new call id, or the stored response when the
+    key was already used for this request (a replay).
+
+    x402: when the balance cannot cover the price and a payment header came with the call,
+    the payment is verified, reserved and settled with no transaction open
+    (``fund_from_payment``), credited to the payer's balance in a unit of work of its own
+    (``x402.book``, the engine's x402 booking), and the call is opened again the one way
+    every call is opened. Should the balance be short again (a concurrent call spent the
+    credit meanwhile), the answer is 402 and the credit stays in the balance: no money is
+    lost, and the chat completion's x402 path works the same way."""
     slug = mod.slug
     req_hash = request_hash(slug, mode, body) if idempotency_key is not None else None
     price_micros = ledger.cents_to_micros(act.price_cents)
     charged = mode != "test" and price_micros > 0
-    s = db.session
-    try:  # the whole charging transaction in one statement
-        return _open_pg(account_id, mode, mod, act, idempotency_key, req_hash, price_micros,
-                        charged, payment, key_id, actor)
+    args = (account_id, mode, mod, act, idempotency_key, req_hash, price_micros, charged,
+            key_id, actor)
+    try:
+        return _open_pg(*args, payment=payment)
     except _PaymentNeeded:
-        pass  # x402: the multi-statement path below books the payment with the debit
-    paid = None  # an x402 payment verified, reserved and settled for this call (not booked yet)
-    tries = 0
-    while tries < 3:
-        call_id = new_id("call")
-        now = utcnow()
-        try:
-            with unit_of_work():
-                # No WAL-flush wait for this COMMIT: _finalize's durable commit (before any
-                # answer is sent) flushes it too, since PostgreSQL flushes the WAL in order. A
-                # server crash in between may lose this transaction; then the caller got no
-                # answer, no charge and no receipt (an idempotent retry starts a fresh call):
-                # no money is created or lost. See docs/performance.md, "What a crash can lose".
-                skip_commit_flush()
-                if idempotency_key is not None:
-                    s.execute(_INSERT_IDEMPOTENCY, dict(
-                        account_id=account_id, key=idempotency_key, request_hash=req_hash,
-                        call_id=call_id, status="in_flight", created_at=now,
-                        expires_at=now + timedelta(seconds=cfg["IDEMPOTENCY_TTL_SECONDS"])))
-                # The key's spend limit, before any debit (402 key_spend_limit_reached).
-                reserved_from = spend.reserve(key_id, price_micros, now) if charged else None
-                s.execute(_INSERT_CALL, dict(
-                    id=call_id, account_id=account_id, module_id=mod.id, module_slug=slug,
-                    action=act.name, mode=mode, status="pending", price_micros=price_micros,
-                    charged=charged, owner_agent_id=mod.owner_agent_id,
-                    idempotency_key=idempotency_key, created_at=now,
-                    spend_key_id=key_id if reserved_from else None,
-                    spend_reserved_from=reserved_from, actor=actor,
-                    deadline_at=now + timedelta(seconds=act.timeout_seconds
-                                                + cfg["CALL_SWEEP_MARGIN_SECONDS"])))
-                # The hot row (the account balance) last, right before the commit, so its
-                # row lock is held as briefly as possible.
-                if charged:
-                    if paid is not None:  # x402 step 3: the credit, committed with the charge
-                        x402.book(paid, call_id=call_id)
-                    try:
-                        ledger.post("module_call", _legs(account_id, price_micros, mod.owner_agent_id),
-                                    ref=f"call:{call_id}", account_id=account_id, created_at=now,
-                                    actor=actor)
-                    except ledger.InsufficientFunds:
-                        if not payment or paid is not None:
-                            raise payment_required(act.price_cents, slug, act.name) from None
-                        raise _PaymentNeeded() from None
-            if paid is not None and paid_out is not None:
-                paid_out.append(paid)
-            return charging.OpenedCall(call_id, now)
-        except _PaymentNeeded:
-            # x402 steps 1-2 between the two charging attempts: no transaction is open.
-            paid = fund_from_payment(payment, account_id=account_id, price_micros=price_micros,
-                                     mode=mode, slug=slug, action=act.name)
-        except IntegrityError:
-            tries += 1
-            if idempotency_key is None:
-                raise
-            stored = _existing_key(account_id, idempotency_key, req_hash)
-            if stored is not None:
-                return CallResult(stored.encode(), True)
-    raise IdempotencyKeyInUse("A request with this Idempotency-Key is still in flight; retry later.")
+        pass
+    paid = fund_from_payment(payment, account_id=account_id, price_micros=price_micros,
+                             mode=mode, slug=slug, action=act.name)
+    call_id = new_id("call")
+    with unit_of_work():
+        x402.book(paid, call_id=call_id)
+    try:
+        opened = _open_pg(*args, call_id=call_id)
+    except DomainError as exc:
+        exc.headers.update(x402.response_headers(paid))  # paid and credited: say so
+        raise
+    if paid_out is not None and not isinstance(opened, CallResult):
+        paid_out.append(paid)
+    return opened
 
 
 _LATE = "The provider answered after the call's deadline; the call was refunded and not charged."
@@ -276,7 +229,7 @@ class _PaymentNeeded(Exception):
 
 
 def _open_pg(account_id, mode, mod, act, idempotency_key, req_hash, price_micros, charged,
-             payment, key_id=None, actor=None) -> str | CallResult:
+             key_id=None, actor=None, *, payment=None, call_id=None) -> str | CallResult:
     """``open_call`` on PostgreSQL: ONE autocommit ``gw_open_calls`` statement, possibly
     shared with other calls of this process (its commit does not wait for the WAL flush;
     why that is safe: docs/performance.md, "What a crash can lose"). A refusal leaves
@@ -288,7 +241,7 @@ def _open_pg(account_id, mode, mod, act, idempotency_key, req_hash, price_micros
         account_id=account_id, mode=mode, mod=mod, act=act, idem_key=idempotency_key,
         req_hash=req_hash, price_micros=price_micros, charged=charged,
         legs=_legs(account_id, price_micros, mod.owner_agent_id) if charged else [],
-        spend_key=key_id, actor=actor)
+        spend_key=key_id, actor=actor, call_id=call_id)
     if res.outcome == "insufficient":
         if payment:
             raise _PaymentNeeded()

@@ -20,17 +20,21 @@ finalize it                            ``charging.finalize_pg``
 refund it / sweep the stale ones       ``refunds.refund`` / ``refunds.sweep_pending``
 chat hold / extend / settle / release  ``holds.hold`` / ``extend`` / ``settle`` / ``release``
 release stale chat holds               ``holds.release_stale_holds``
-key spend limits                       ``spend.reserve`` / ``spend.release``
+key spend limits: release, refusal     ``spend.release`` / ``spend.refusal``
+outside money in (card, ACH, USDC,     ``funding.credit`` (once per outside reference:
+x402 booking)                          ``outside.record``)
+refund / dispute of such a credit      ``funding.take_back`` / ``funding.reinstate``
+owner → agent funding                  ``funding.transfer``
+promotional grant, operator credit     ``funding.grant``
+revenue-share accrual (a call's legs)  ``revenue_share.call_legs`` / ``reverse``
+revenue-share monthly settlement       ``settlement.settle_month`` / ``settle_agent``
 any other posting                      ``ledger.post`` (``gw_post``)
 check the books                        ``ledger.check``
 =====================================  =============================================
 
-Still outside this package, posting through ``ledger.post`` (moved here next):
-funding an agent (``agents.funding.fund``), card/ACH/USDC credits and refunds
-(``billing.payments``, ``billing.wallets``), x402 booking (``billing.x402.settlement.book``:
-the x402 open of ``gateway.calls.open_call``, which the MCP door's payments take too, and a
-chat completion's payment credited before its hold, ``chat.completions._fund_hold``), revenue-share accrual and monthly
-settlement (``agents.revenue_share``, ``agents.settlement``).
+The services around them (payments and their processor events, wallets, x402 verification
+and settlement with a facilitator, agent funding's idempotency, accounts) own their own
+rows and call these in their unit of work; none of them writes a posting itself.
 
 Who pays and who acted are separate arguments everywhere (``account_id`` / ``actor``) and
 are recorded apart. Money: integer micros (``ledger.MICROS_PER_CENT``).

@@ -98,15 +98,17 @@ class Opened:
 
 def open_pg(*, account_id: str, mode: str, mod, act, idem_key: str | None, req_hash: str | None,
             price_micros: int, charged: bool, legs: list[tuple[str, int]],
-            spend_key: str | None = None, actor: str | None = None) -> tuple[str, Opened]:
+            spend_key: str | None = None, actor: str | None = None,
+            call_id: str | None = None) -> tuple[str, Opened]:
     """One round trip, committed by itself: the whole charging transaction of a new call
     of ``act`` of ``mod`` (catalog snapshots), in one ``gw_open_calls`` statement with
     the other opens of this process queued meanwhile (``GroupOpener``); ``spend_key``:
-    the API key whose spend limit applies (None: no limit). Returns the new call id and
-    the function's answer for it."""
+    the API key whose spend limit applies (None: no limit); ``call_id``: the id to give
+    the call (default: a new one; the x402 path names it before its payment is booked).
+    Returns the new call id and the function's answer for it."""
     opened, row = open_row(account_id=account_id, mode=mode, mod=mod, act=act, idem_key=idem_key,
                            req_hash=req_hash, price_micros=price_micros, charged=charged, legs=legs,
-                           spend_key=spend_key, actor=actor)
+                           spend_key=spend_key, actor=actor, call_id=call_id)
     # A stale pooled connection is retried once (run_one) with the SAME call id, so a first
     # attempt that did commit makes the retry fail (duplicate call id / key in flight)
     # instead of charging twice.
@@ -115,10 +117,11 @@ def open_pg(*, account_id: str, mode: str, mod, act, idem_key: str | None, req_h
 
 def open_row(*, account_id: str, mode: str, mod, act, idem_key: str | None, req_hash: str | None,
              price_micros: int, charged: bool, legs: list[tuple[str, int]],
-             spend_key: str | None = None, actor: str | None = None) -> tuple[OpenedCall, dict]:
+             spend_key: str | None = None, actor: str | None = None,
+             call_id: str | None = None) -> tuple[OpenedCall, dict]:
     """A new call's id and its ``gw_open_calls`` row (``open_pg``'s arguments)."""
     cfg = current_app.config
-    call_id = new_id("call")
+    call_id = call_id or new_id("call")
     now = utcnow()
     legs = sorted(legs, key=lambda leg: leg[1])  # debits first, as ledger.post orders them
     deadline = now + timedelta(seconds=act.timeout_seconds + cfg["CALL_SWEEP_MARGIN_SECONDS"])

@@ -10,8 +10,8 @@ Ledger postings (integer micros, DESIGN §3):
 Settle and release share one ref and both flip the completion row from ``held`` with a
 conditional UPDATE, so a completion is settled or released exactly once. A settle never
 charges more than the hold (C ≤ H): a cost above it (the prompt was longer than estimated)
-is capped by the service (``chat_settle_capped`` in the log) and by ``gw_chat_settle``
-(recorded in the posting's meta as ``shortfall_micros``).
+is capped by ``gw_chat_settle`` alone (recorded in the posting's meta as
+``shortfall_micros``; logged here); the usage the caller sees is what was charged.
 
 The hold and the settle are ONE autocommit statement each (``holds_pg``: the money
 engine's ``gw_chat_hold`` reserves a limited key's spend, ``gw_chat_settle`` gives its
@@ -32,7 +32,7 @@ from app.models.base import utcnow
 from app.services.money import spend
 from app.services.billing import bazaar, paywall
 from app.services.money import holds_pg, ledger
-from app.services.platform.uow import end_reads, transactional, unit_of_work
+from app.services.platform.uow import end_reads, read, transactional, unit_of_work
 
 log = logging.getLogger(__name__)
 
@@ -102,9 +102,10 @@ def settle(completion_id: str, account_id: str, hold_micros: int, cost_micros: i
            model: str, provider: str, prompt_tokens: int, completion_tokens: int,
            estimated: bool, attempts: int, latency_ms: int, error: str | None = None,
            created_at=None) -> int | None:
-    """Charge the exact cost and return the rest of the hold (one unit of work per
-    attempt); returns the micros charged (None when this completion was already settled
-    or released). ``created_at``: what ``hold`` returned (finds the row in one partition).
+    """Charge the exact cost and return the rest of the hold; returns the micros charged
+    (by the earlier settle when it was already settled: nothing is written again; None
+    when it was released). ``created_at``: what ``hold`` returned (finds the row in one
+    partition).
     PostgreSQL: ONE autocommit statement (``gw_chat_settle``, which also gives the key's
     unused reservation back), committed durably before it returns."""
     done = holds_pg.settle(
@@ -114,12 +115,24 @@ def settle(completion_id: str, account_id: str, hold_micros: int, cost_micros: i
         prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, estimated=estimated,
         attempts=attempts, latency_ms=latency_ms, error=(error or None) and error[:300], now=utcnow())
     if done is None:
-        return None
+        # Not held any more: settled by an earlier attempt of this same settle (its
+        # connection died after the COMMIT, ``run_one`` retried) — then that charge is the
+        # answer — or released (the stale-hold sweep): None.
+        return _settled_charge(completion_id, created_at)
     charge = done[0]
     if charge < cost_micros:
-        log.warning("chat %s: cost %s exceeds hold %s and balance; charging %s",
+        log.warning("chat_settle_capped: completion %s cost %s micros, held %s; charged %s",
                     completion_id, cost_micros, hold_micros, charge)
     return charge
+
+
+def _settled_charge(completion_id: str, created_at) -> int | None:
+    """What a settled completion was charged; None when it is not settled (released)."""
+    where = [ChatCompletion.id == completion_id, ChatCompletion.status == "settled"]
+    if created_at is not None:
+        where.append(ChatCompletion.created_at == created_at)
+    rows = read(select(ChatCompletion.cost_micros).where(*where))
+    return int(rows[0][0]) if rows else None
 
 
 @transactional

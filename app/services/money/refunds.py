@@ -17,20 +17,10 @@ from app.models import IdempotencyRecord, ModuleCall
 from app.models.calls import IS_PENDING
 from app.models.base import utcnow
 from app.services.money import spend
-from app.services.agents import revenue_share
+from app.services.money import revenue_share
 from app.services.money import ledger
 from app.services.money import charging
 from app.services.platform.uow import unit_of_work
-
-
-def legs(account_id: str, price_micros: int, owner_agent_id: str | None) -> list[tuple[str, int]]:
-    """The ledger legs of a call's charge: customer −P; revenue +P, or +0.7P revenue /
-    +0.3P ``earnings:<owner agent>`` (no share when self-dealing)."""
-    share = revenue_share.share_micros(price_micros, owner_agent_id, account_id)
-    if share:
-        return [(ledger.customer(account_id), -price_micros), (ledger.REVENUE, price_micros - share),
-                (ledger.earnings(owner_agent_id), share)]
-    return [(ledger.customer(account_id), -price_micros), (ledger.REVENUE, price_micros)]
 
 
 def refund(call_id: str, error: str, created_at=None) -> bool:
@@ -55,7 +45,8 @@ def refund(call_id: str, error: str, created_at=None) -> bool:
             return False
         if row.charged:
             back = revenue_share.reverse([(code, -amount) for code, amount in
-                                          legs(row.account_id, row.price_micros, row.owner_agent_id)])
+                                          revenue_share.call_legs(row.account_id, row.price_micros,
+                                                                  row.owner_agent_id)])
             ledger.post("module_call_refund", back, ref=f"call_refund:{call_id}",
                         account_id=row.account_id, meta={"call_id": call_id, "reason": error},
                         actor=row.actor)

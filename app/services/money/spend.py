@@ -11,9 +11,8 @@ UTC) or ``total`` (one period since 1970-01-01). The counter row is keyed by
 (``reserved_from``, stored on the call or completion row), and its release goes back to
 that period even if the key's period changed since.
 
-* ``reserve(key_id, micros, now)``: ``reserved_from`` when a counter was charged, None when
-  there is nothing to count (no key, no limit, zero charge); raises
-  ``KeySpendLimitReached`` (402) when the charge does not fit, changing nothing.
+* The reserve itself happens only inside the engine's statements (``gw_open_calls``,
+  ``gw_chat_hold`` call ``gw_spend_reserve``).
 * ``refusal(key_id, micros, now)``: that 402 for a charge the engine refused in one of its
   statements (``gw_open_calls``, ``gw_chat_hold``); reads only.
 * ``release(key_id, micros, reserved_from)``: gives ``micros`` back to that period's
@@ -34,7 +33,6 @@ EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _SPEND = KeySpend.__table__
 _KEYS = ApiKey.__table__
 _BOUNDS = text("SELECT period_from, period_to FROM gw_period_bounds(:period, :at)")
-_RESERVE = text("SELECT outcome, reserved_from FROM gw_spend_reserve(:key, :micros, :now)")
 _RELEASE = text("SELECT gw_spend_release(:key, :micros, :reserved_from)")
 
 
@@ -66,19 +64,6 @@ def spent(key_id: str, period: str, now: datetime) -> int:
     value = db.session.execute(select(_SPEND.c.spent_micros).where(
         _SPEND.c.key_id == key_id, _SPEND.c.period_start == start)).scalar()
     return int(value or 0)
-
-
-def reserve(key_id: str | None, micros: int, now: datetime) -> datetime | None:
-    """Count ``micros`` against the key's limit for the period of ``now``; the period's
-    start (``reserved_from``, for the release), None when nothing was counted. Raises
-    ``KeySpendLimitReached`` changing nothing. Does not commit."""
-    if not key_id or micros <= 0:
-        return None
-    outcome, reserved_from = db.session.execute(
-        _RESERVE, {"key": key_id, "micros": int(micros), "now": now}).one()
-    if outcome == "refused":
-        raise refusal(key_id, micros, now)
-    return reserved_from
 
 
 def refusal(key_id: str, micros: int, now: datetime) -> KeySpendLimitReached:

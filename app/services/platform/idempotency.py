@@ -13,8 +13,7 @@ succeeded; a failure releases the key (nothing happened: a retry may do it). The
 * the same key with another request is 409 ``idempotency_key_reused``.
 
 The metered module call (``gateway.calls``) claims the key inside its charging statement
-(``gw_open_calls``) and uses ``existing`` / ``replay_or_conflict`` below after losing the
-race; the other money-moving routes (wallet funding, checkout, agent funding) go through
+(``gw_open_calls``) and answers a replay with ``replay_or_conflict`` below; the other money-moving routes (wallet funding, checkout, agent funding) go through
 ``claim`` / ``complete`` / ``release``, wired by ``routing.endpoint(idempotent=…)``.
 """
 from __future__ import annotations
@@ -54,8 +53,8 @@ def request_hash(operation: str, mode: str, body) -> str:
 
 
 def existing(account_id: str, key: str, req_hash: str) -> str | None:
-    """After losing the insert race: the stored body to replay, or None to retry the
-    insert (the record expired or was released); 409 otherwise."""
+    """After losing the claim's insert race: the stored body to replay, or None to retry
+    the insert (the record expired or was released); 409 otherwise."""
     with unit_of_work():
         row = db.session.execute(select(IdempotencyRecord.id, IdempotencyRecord.request_hash,
                                         IdempotencyRecord.status, IdempotencyRecord.response_body,

@@ -35,7 +35,8 @@ from app.errors import ServiceUnavailable
 from app.extensions import db
 from app.models import LedgerTransaction, X402Authorization
 from app.models.base import utcnow
-from app.services.billing import chains, outside
+from app.services.billing import chains
+from app.services.money import outside
 from app.services.billing.x402.settlement import X402Payment, _facilitator, book
 from app.services.platform.uow import unit_of_work
 

@@ -4,15 +4,16 @@ reservation, settlement (facilitator ``/verify`` + ``/settle``; for test-mode pa
 local sandbox settlement) and the ledger credit (DESIGN §8): a live payment credits the live
 balance and needs a facilitator; a sandbox one credits the test balance (``acct_test:``).
 
-Three steps, never a network call inside a transaction (``app/services/gateway/calls.py``)::
+Three steps, never a network call inside a transaction (``app/services/gateway/calls.py``
+``open_call``, ``app/services/chat/completions.py`` ``_fund_hold``)::
 
     pay, facts = x402.verify_and_reserve(header, ...)  # 1. verify (no db), reserve: own unit of work
     x402.settle(pay, facts, ...)                       # 2. facilitator over HTTP, no transaction open
-    with unit_of_work():                               # 3. book: the credit and the call's charge
-        x402.book(pay, call_id=...); ledger.post("module_call", ...)
+    with unit_of_work():                               # 3. book: the credit to the payer's balance
+        x402.book(pay, call_id=...)
+    # then the call or the chat hold is charged on the balance, the way every one is
 
-(``accept`` = steps 1 and 2; ``fund_call`` = ``accept`` + ``book`` in the caller's
-transaction.) The seam for the money issue: step 2's outcome is recorded on the
+(``accept`` = steps 1 and 2.) Step 2's outcome is recorded on the
 authorization (``settled``/``failed``, or left ``reserved`` when the facilitator did not
 answer); a settled authorization whose step 3 never committed is booked as account credit
 by ``book_orphans``; a ``reserved`` one awaits the reconciliation job of that issue.
@@ -39,7 +40,8 @@ from app.models.base import utcnow
 from app.services.billing.x402.payload import PaymentInvalid, decode, verify
 from app.services.billing.x402.requirements import (enabled, is_sandbox, offered, payment_required, v1_requirement,
                                                     v2_requirement, wire)
-from app.services.billing import chains, outside
+from app.services.billing import chains
+from app.services.money import funding, outside
 from app.services.money import ledger
 from app.services.platform import http
 from app.services.platform.uow import in_unit_of_work, transactional, unit_of_work
@@ -193,16 +195,6 @@ def accept(header_value: str, *, account_id: str, price_micros: int, resource_ur
         raise
 
 
-def fund_call(header_value: str, *, account_id: str, price_micros: int, call_id: str, mode: str,
-              resource_url: str) -> X402Payment:
-    """``accept`` then ``book`` in the caller's (not yet committed) transaction: the caller
-    debits the price next and commits both. Must be called with no unit of work open."""
-    pay = accept(header_value, account_id=account_id, price_micros=price_micros, resource_url=resource_url,
-                 mode=mode)
-    book(pay, call_id=call_id)
-    return pay
-
-
 def book(pay: X402Payment, call_id: str | None = None) -> str:
     """Step 3: record the payment and credit it to the account, in the caller's unit of work
     (the one that also writes the call's charge). Returns the payment id."""
@@ -218,13 +210,11 @@ def book(pay: X402Payment, call_id: str | None = None) -> str:
                       meta={"network": pay.network, "payer": pay.payer, "transaction": pay.transaction,
                             "call_id": call_id, "authorization": pay.auth_id})
     db.session.add(payment)
-    source = ledger.external("sandbox" if pay.sandbox else "x402")
-    outside.record(outside.x402_ref(pay.auth_key), rail="x402", account_id=pay.account_id,
-                   amount_micros=pay.value_atomic, ledger_ref=f"x402:{pay.auth_key}", payment_id=payment.id,
-                   mode=payment.mode, meta={"network": pay.network, "transaction": pay.transaction})
-    ledger.post("x402_payment", [(source, -pay.value_atomic), (ledger.customer(pay.account_id, mode), pay.value_atomic)],
-                ref=f"x402:{pay.auth_key}", account_id=pay.account_id,
-                meta={"payment_id": payment.id, "call_id": call_id, "payer": pay.payer})
+    funding.credit("x402_payment", source=ledger.external("sandbox" if pay.sandbox else "x402"),
+                   account_id=pay.account_id, mode=mode, micros=pay.value_atomic, ref=f"x402:{pay.auth_key}",
+                   outside_ref=outside.x402_ref(pay.auth_key), rail="x402", payment_id=payment.id,
+                   meta={"payment_id": payment.id, "call_id": call_id, "payer": pay.payer},
+                   outside_meta={"network": pay.network, "transaction": pay.transaction})
     pay.booked = True
     return payment.id
 

@@ -34,7 +34,7 @@ from app.models.base import utcnow
 from app.services.money import ledger
 from app.services.platform import outbox
 from app.services.platform.uow import unit_of_work
-from app.services.agents import revenue_share
+from app.services.money import revenue_share
 from app.services.agents.earnings import _EARNINGS_HI, _EARNINGS_LO, SETTLEMENT_KIND, settled_micros
 
 log = logging.getLogger(__name__)

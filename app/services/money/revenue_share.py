@@ -1,6 +1,9 @@
 """Revenue share with integrity: who accrues a share of a call, and how a late refund is
 taken back (DESIGN §3, docs/money.md "Revenue share").
 
+* ``call_legs(account_id, price, owner_agent_id)``: the legs of a call's charge (the
+  accrual): customer −P; revenue +P, or +0.7P revenue / +0.3P ``earnings:<owner agent>``.
+  ``gw_open_calls`` posts them; a refund posts their ``reverse``.
 * ``share_micros(price, owner_agent_id, caller_account_id)``: 30% of a call to an
   agent-owned module accrues to ``earnings:<agent>`` — unless the caller is the owner's
   own side: the agent's own account, the account that registered the agent, or any other
@@ -46,6 +49,16 @@ def share_micros(price_micros: int, owner_agent_id: str | None, caller_account_i
     if not owner_agent_id or not accrues(owner_agent_id, caller_account_id):
         return 0
     return price_micros * OWNER_SHARE_NUM // OWNER_SHARE_DEN
+
+
+def call_legs(account_id: str, price_micros: int, owner_agent_id: str | None) -> list[tuple[str, int]]:
+    """The ledger legs of a call's charge: customer −P; revenue +P, or +0.7P revenue /
+    +0.3P ``earnings:<owner agent>`` (no share when self-dealing)."""
+    share = share_micros(price_micros, owner_agent_id, account_id)
+    if share:
+        return [(ledger.customer(account_id), -price_micros), (ledger.REVENUE, price_micros - share),
+                (ledger.earnings(owner_agent_id), share)]
+    return [(ledger.customer(account_id), -price_micros), (ledger.REVENUE, price_micros)]
 
 
 def reverse(legs: list[tuple[str, int]]) -> list[tuple[str, int]]:

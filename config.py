@@ -22,16 +22,41 @@ from pathlib import Path
 BASE_DIR = Path(__file__).resolve().parent
 
 
+class ConfigError(RuntimeError):
+    """Raised at start-up when the configuration is incomplete (production) or a setting
+    has a value the service does not know."""
+
+
 def _env(name: str, default: str | None = None) -> str | None:
     value = os.environ.get(name)
     return value if value not in (None, "") else default
 
 
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+APP_ENVS = ("development", "test", "production")
+PROCESSORS = ("sandbox", "stripe")
+X402_NETWORKS = ("base", "ethereum", "polygon")  # app.services.billing.chains.EVM_CHAINS
+
+
 def _bool(name: str, default: bool) -> bool:
+    """A yes/no setting, read case-insensitively; anything but 1/0, true/false, yes/no,
+    on/off refuses to start (a typo must not silently mean "off")."""
     value = _env(name)
     if value is None:
         return default
-    return value.strip().lower() in ("1", "true", "yes", "on")
+    word = value.strip().lower()
+    if word not in _TRUE + _FALSE:
+        raise ConfigError(f"{name}={value!r}: use one of {', '.join(_TRUE + _FALSE)}")
+    return word in _TRUE
+
+
+def _choice(name: str, value: str | None, choices: tuple[str, ...], *, allow_empty: bool = False) -> str:
+    """An enumerated setting, compared case-insensitively (``APP_ENV=Production`` is
+    production); an unknown value refuses to start instead of falling back to a default."""
+    word = (value or "").strip().lower()
+    if word in choices or (allow_empty and word == ""):
+        return word
+    raise ConfigError(f"{name}={value!r} is not one of {', '.join(choices)}")
 
 
 def _int(name: str, default: int) -> int:
@@ -45,8 +70,8 @@ def _float(name: str, default: float) -> float:
 
 
 # Plans: one table (DESIGN §3). plan_cents is the monthly included spend used by
-# /api/usage/current and plan_pct alerts; rate_limit is the per-key limit (per API key or
-# agent session, applied by app.ratelimits.per_credential; Flask-Limiter syntax).
+# /api/usage/current and plan_pct alerts; rate_limit is the account's limit (all its API
+# keys and agent sessions together, applied by app.ratelimits.per_credential; Flask-Limiter syntax).
 PLANS: dict[str, dict] = {
     "starter": {"plan_cents": 2_000, "rate_limit": "60/minute;10/second"},
     "pro": {"plan_cents": 20_000, "rate_limit": "600/minute;50/second"},
@@ -71,13 +96,10 @@ def _chat_providers(production: bool) -> dict:
     return out
 
 
-class ConfigError(RuntimeError):
-    """Raised at start-up when production configuration is incomplete."""
-
 
 def load_config(overrides: dict | None = None) -> dict:
     """Build the Flask config mapping from the environment (plus test overrides)."""
-    app_env = (overrides or {}).get("APP_ENV") or _env("APP_ENV", "development")
+    app_env = _choice("APP_ENV", (overrides or {}).get("APP_ENV") or _env("APP_ENV", "development"), APP_ENVS)
     production = app_env == "production"
     instance_dir = Path(_env("INSTANCE_PATH", str(BASE_DIR / "instance")))
 
@@ -106,7 +128,7 @@ def load_config(overrides: dict | None = None) -> dict:
         "CORS_ORIGINS": _env("CORS_ORIGINS", "" if production else "*"),
         # --- accounts / credentials -----------------------------------------
         "PLANS": PLANS,
-        "DEFAULT_PLAN": _env("DEFAULT_PLAN", "starter"),
+        "DEFAULT_PLAN": _choice("DEFAULT_PLAN", _env("DEFAULT_PLAN", "starter"), tuple(PLANS)),
         "PROMO_GRANT_CENTS": _int("PROMO_GRANT_CENTS", 1_000),
         # Credential cache TTL in seconds: the upper bound for revocation when a
         # broadcast is missed. With Redis a broadcast makes it ~immediate.
@@ -153,14 +175,15 @@ def load_config(overrides: dict | None = None) -> dict:
         "RETURN_URL_HOSTS": _env("RETURN_URL_HOSTS", ""),
         # sandbox | stripe. Production has no default: live card/ACH/checkout answer 503
         # payments_unavailable until Stripe is configured; "sandbox" is refused there.
-        "PAYMENTS_PROCESSOR": _env("PAYMENTS_PROCESSOR", "" if production else "sandbox"),
+        "PAYMENTS_PROCESSOR": _choice("PAYMENTS_PROCESSOR", _env("PAYMENTS_PROCESSOR", "" if production else "sandbox"),
+                                      PROCESSORS, allow_empty=True),
         "STRIPE_SECRET_KEY": _env("STRIPE_SECRET_KEY"),
         "STRIPE_WEBHOOK_SECRET": _env("STRIPE_WEBHOOK_SECRET"),
         "STRIPE_API_BASE": _env("STRIPE_API_BASE"),
         "SANDBOX_WEBHOOK_SECRET": _env("SANDBOX_WEBHOOK_SECRET"),
         "PAYMENTS_SANDBOX_ENABLED": _bool(
             "PAYMENTS_SANDBOX_ENABLED",
-            not (production and _env("PAYMENTS_PROCESSOR", "sandbox") == "stripe")),
+            not (production and (_env("PAYMENTS_PROCESSOR") or "").strip().lower() == "stripe")),
         # Auto top-up (docs/payments.md): consecutive failed attempts before the rule is
         # disabled and the owner told; a failed attempt is retried after
         # AUTOTOPUP_RETRY_SECONDS × 2^(failures-1) while the balance stays under the threshold.
@@ -188,7 +211,8 @@ def load_config(overrides: dict | None = None) -> dict:
         # Sandbox-only default. In production, unset = x402 and USDC deposits are off.
         "X402_PAY_TO": _env("X402_PAY_TO", None if production else "0x0000000000000000000000000000000000000402"),
         "USDC_DEPOSIT_ADDRESS": _env("USDC_DEPOSIT_ADDRESS", _env("X402_PAY_TO")),
-        "X402_NETWORKS": [n.strip() for n in (_env("X402_NETWORKS", "base") or "").split(",") if n.strip()],
+        "X402_NETWORKS": [_choice("X402_NETWORKS", n, X402_NETWORKS)
+                          for n in (_env("X402_NETWORKS", "base") or "").split(",") if n.strip()],
         "X402_FACILITATOR_URL": _env("X402_FACILITATOR_URL"),
         "X402_MAX_TIMEOUT_SECONDS": _int("X402_MAX_TIMEOUT_SECONDS", 300),
         # Facilitator answer deadline; an unanswered /settle leaves the authorization
@@ -282,7 +306,7 @@ def load_config(overrides: dict | None = None) -> dict:
         # Flask-Limiter syntax ("5/minute;30/hour": every window applies), read at request
         # time, each overridable by the environment variable of the same name. Per client
         # IP unless named *_EMAIL_* (per e-mail address in the body). Per-key limits are
-        # the plan's ``rate_limit`` in PLANS above (per API key or agent session).
+        # the plan's ``rate_limit`` in PLANS above (per account: all its keys and sessions).
         "AGENT_NONCE_RATE_LIMIT": _env("AGENT_NONCE_RATE_LIMIT", "30/minute"),
         "AGENT_SIGNIN_RATE_LIMIT": _env("AGENT_SIGNIN_RATE_LIMIT", "30/minute"),
         "TRACK_RATE_LIMIT": _env("TRACK_RATE_LIMIT", "1200/minute"),
@@ -295,6 +319,11 @@ def load_config(overrides: dict | None = None) -> dict:
         # invitations to one address (POST /api/orgs/{id}/invites): no mail bombing through invites
         "INVITE_EMAIL_RATE_LIMIT": _env("INVITE_EMAIL_RATE_LIMIT", "5/hour"),
         "PUBLIC_PAGE_RATE_LIMIT": _env("PUBLIC_PAGE_RATE_LIMIT", "30/minute"),
+        # per recipient mailbox (canonical: +tags and Gmail dots folded), for the mail
+        # someone else can make us send (outbox.add_email(throttle=…)); SIGNUP_ and
+        # SUBSCRIBE_EMAIL_RATE_LIMIT above also count their mails this way
+        "CONSOLE_SIGNIN_EMAIL_RATE_LIMIT": _env("CONSOLE_SIGNIN_EMAIL_RATE_LIMIT", "5/hour;20/day"),
+        "ALERT_CONFIRM_EMAIL_RATE_LIMIT": _env("ALERT_CONFIRM_EMAIL_RATE_LIMIT", "3/hour;10/day"),
         # --- OpenAPI (flask-smorest) ----------------------------------------
         "API_TITLE": "Metered API Gateway",
         "API_VERSION": "1.0.0",

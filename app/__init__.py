@@ -55,11 +55,13 @@ def create_app(overrides: dict | None = None) -> Flask:
          "description": "`svc_live_…`, `svc_test_…` API keys or `svc_sess_…` agent sessions."},
     )
 
-    from app.converters import IdConverter
+    from app.converters import IdConverter, TextConverter
 
-    app.url_map.converters["id"] = IdConverter
-    api.register_converter(IdConverter, lambda _conv: {
-        "type": "string", "pattern": f"^{IdConverter.regex}$", "maxLength": 64})
+    # the input policy of path parameters (app/converters.py): the default converter too
+    for name, conv in (("id", IdConverter), ("default", TextConverter), ("string", TextConverter)):
+        app.url_map.converters[name] = conv
+    for conv in (IdConverter, TextConverter):
+        api.register_converter(conv, conv.schema)
 
     from app import auth
 

@@ -360,9 +360,16 @@ def handle_http_exception(err: HTTPException):
         headers["Allow"] = ", ".join(err.valid_methods)
     if status == 413:
         message = message or "The request body is too large."
+    if status == 404 and not message and _has_control_chars(request.path):
+        # no route matched because a path segment broke the input policy (app/converters.py)
+        message = "Not found: a path segment contains control characters (never part of a valid URL here)."
     if not message:
         message = err.description or err.name
     return error_response(code, message, status, headers, param=param)
+
+
+def _has_control_chars(text: str) -> bool:
+    return any(ord(ch) < 0x20 or 0x7f <= ord(ch) <= 0x9f for ch in text)
 
 
 def handle_unexpected(err: Exception):

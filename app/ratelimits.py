@@ -4,8 +4,15 @@ are listed and explained in config.py's rate-limit section).
 
 * ``per_ip(name)``: a route decorator, ``config[name]`` per client IP (after ProxyFix);
 * ``per_email(name)``: a route decorator, ``config[name]`` per e-mail address in the body;
-* ``per_credential(principal)``: the plan's limit (``PLANS[plan]["rate_limit"]``) per
-  API key or session, applied by ``@authenticated`` (app.auth).
+* ``per_credential(principal)``: the plan's limit (``PLANS[plan]["rate_limit"]``) for the
+  credential's account (all its keys and sessions together), applied by
+  ``@authenticated`` (app.auth); a refused request does not count;
+* ``recipient_allowed(name, email)``: ``config[name]`` per recipient mailbox, for the mail a
+  stranger can make us send (``outbox.add_email(throttle=name)``): over it, the mail is not
+  sent and the request is answered as usual.
+
+E-mail keys are the canonical mailbox (``accounts.mailbox.canonical``: ``a+1@x`` and
+``a+2@x`` are one inbox), hashed.
 
 Storage is Flask-Limiter's (Redis when REDIS_URL is set, so every worker and node shares
 the counters); the per-credential limit counts all its windows in one Redis round trip.
@@ -33,13 +40,41 @@ from app.ids import sha256_hex
 log = logging.getLogger(__name__)
 
 
+def mailbox_key(email: str) -> str:
+    """The hashed canonical mailbox of ``email``: every ``+tag`` and (Gmail) dotted
+    spelling of one inbox counts as one recipient."""
+    from app.services.accounts.mailbox import canonical
+
+    return sha256_hex(canonical(email))[:32]
+
+
 def _email_key() -> str:
-    """The normalised e-mail of the JSON body (hashed), or the client IP without one."""
+    """The canonical mailbox of the JSON body's e-mail (hashed), or the client IP without one."""
     data = request.get_json(silent=True, cache=True)
     email = data.get("email") if isinstance(data, dict) else None
     if isinstance(email, str) and 0 < len(email) <= 320:
-        return "email:" + sha256_hex(email.strip().lower())[:32]
+        return "email:" + mailbox_key(email)
     return "ip:" + (request.remote_addr or "unknown")
+
+
+def recipient_allowed(config_name: str, email: str) -> bool:
+    """Count one mail to ``email``'s mailbox against ``config[config_name]`` (every window)
+    in the rate-limit storage (Redis when configured, shared by every worker and node);
+    False when a window is full (then nothing is counted in the later windows). Storage
+    down: allowed (fail open, logged), like the other limits."""
+    app = current_app
+    if not app.config.get("RATELIMIT_ENABLED", True):
+        return True
+    spec = app.config[config_name]
+    items = _parsed_limits.get(spec)
+    if items is None:
+        items = _parsed_limits[spec] = parse_many(spec)
+    try:
+        windows = _storage_hits(("mail", config_name, mailbox_key(email)), items)
+    except Exception:
+        log.warning("rate limit storage unavailable; allowing mail")
+        return True
+    return all(remaining >= 0 for _, remaining, _ in windows)
 
 
 def per_ip(config_name: str):
@@ -60,8 +95,11 @@ _parsed_limits: dict[str, list] = {}
 
 
 def per_credential(principal) -> None:
-    """Per-credential limit from the plan table: fixed windows (Flask-Limiter's default
-    strategy), counted in Redis in production, so every worker and node shares them.
+    """The plan's limit (the plan table) for the credential's ACCOUNT: every key, rotated
+    key and agent session of one account counts in one set of windows (until 2026-11-27
+    each credential had its own, so five keys got five times the plan). Fixed windows
+    (Flask-Limiter's default strategy), counted in Redis in production, so every worker
+    and node shares them; a refused request is not counted.
 
     With Redis (``RATELIMIT_STORAGE_URI`` ``redis://…``) this is ONE round trip for all
     the plan's limits (``_redis_hits``); otherwise the ``limits`` library's storage
@@ -81,10 +119,10 @@ def per_credential(principal) -> None:
         client = redis_for(app.config.get("RATELIMIT_STORAGE_URI") or "")
         if client is not None:
             prefix = app.config.get("RATELIMIT_KEY_PREFIX") or "gw"
-            windows = _leased_hits(client, f"{prefix}:plan:{principal.credential_id}", items,
+            windows = _leased_hits(client, f"{prefix}:plan:{principal.account_id}", items,
                                    lease_size(items, app.config.get("RATELIMIT_LEASE_FRACTION", 0)))
         else:
-            windows = _storage_hits(("cred", principal.credential_id), items)
+            windows = _storage_hits(("acct", principal.account_id), items)
     except RateLimited:
         raise
     except Exception:  # storage down: fail open (documented), calls keep working
@@ -94,7 +132,7 @@ def per_credential(principal) -> None:
         if remaining < 0:
             retry = max(1, reset)
             raise RateLimited(
-                f"Rate limit of {item} exceeded for this credential.",
+                f"Rate limit of {item} exceeded for this account (its keys and sessions share it).",
                 headers={"Retry-After": str(retry), "RateLimit-Limit": str(item.amount),
                          "RateLimit-Remaining": "0", "RateLimit-Reset": str(retry)},
             )
@@ -107,10 +145,11 @@ def per_credential(principal) -> None:
 # per window its TTL, its limit and the hits given back). First a process's unused hits
 # of a lease it dropped are given back (DECRBY, never below zero) to the windows that
 # have not ended; then it grants g = the smallest room left under any window's limit, at
-# most n and at least 1 (a request over the limit is counted, as INCR counts it, and
-# refused by the caller), adds g to every counter (INCRBY, then EXPIRE … NX so a window's
-# counter is never extended). Atomic, one command, one reply: the counts after the
-# increment, then g. With n = 1 and nothing given back it is the plain per-request INCR.
+# most n, and adds g to every counter (INCRBY, then EXPIRE … NX so a window's counter is
+# never extended). With no room (g < 1) nothing is added: a refused request does not use
+# up the window (until 2026-11-27 it did, so a client retrying too fast starved itself).
+# Atomic, one command, one reply: the counts after the increment, then g (0: refused).
+# With n = 1 and nothing given back it is the plain per-request INCR.
 _HITS_LUA = """
 local n = tonumber(ARGV[1])
 local grant = n
@@ -121,12 +160,16 @@ for i, key in ipairs(KEYS) do
   local room = tonumber(ARGV[3 * i]) - count
   if room < grant then grant = room end
 end
-if grant < 1 then grant = 1 end
 local out = {}
 for i, key in ipairs(KEYS) do
-  out[i] = redis.call('INCRBY', key, grant)
-  redis.call('EXPIRE', key, ARGV[3 * i - 1], 'NX')
+  if grant < 1 then
+    out[i] = tonumber(redis.call('GET', key) or '0')
+  else
+    out[i] = redis.call('INCRBY', key, grant)
+    redis.call('EXPIRE', key, ARGV[3 * i - 1], 'NX')
+  end
 end
+if grant < 1 then grant = 0 end
 out[#KEYS + 1] = grant
 return out
 """
@@ -142,7 +185,7 @@ def _redis_hits(client, key: str, items: list, lease: int = 1, now: float | None
     many hits to take at once (1: this request only); ``back``: per window, unused hits of
     a dropped lease to give back first. Returns ``(item, remaining, reset_seconds)`` per
     limit as seen right after the increment (``remaining < 0``: the limit is exceeded,
-    nothing granted) and the hits granted (1 to ``lease``)."""
+    nothing granted nor counted) and the hits granted (0 to ``lease``)."""
     now = time.time() if now is None else now
     keys, ends, args = [], [], [lease]
     for i, item in enumerate(items):
@@ -152,7 +195,9 @@ def _redis_hits(client, key: str, items: list, lease: int = 1, now: float | None
         ends.append(start + window)
         args += [window + 1, item.amount, back[i] if back else 0]
     reply = _evalsha(client, ("EVALSHA", _HITS_SHA, len(keys), *keys, *args))
-    windows = [(item, item.amount - int(count), max(0, math.ceil(end - now)))
+    refused = int(reply[-1]) == 0  # not counted: the full windows read as one past their limit
+    windows = [(item, item.amount - int(count) - (refused and int(count) >= item.amount),
+                max(0, math.ceil(end - now)))
                for item, count, end in zip(items, reply, ends)]
     return windows, int(reply[-1])
 
@@ -271,17 +316,18 @@ def _evalsha(client, command: tuple):
 
 
 def _storage_hits(key: tuple, items: list) -> list[tuple]:
-    """The same through Flask-Limiter's storage (memory in the embedded default): stops
-    counting at the first exceeded limit, like the Redis path reports it first."""
+    """The same through Flask-Limiter's storage (memory in the embedded default): a request
+    is counted in every window only when every window has room; a refused one counts
+    nowhere (reported as ``-1`` on the first full window, like the Redis path)."""
     strategy = limiter.limiter
+    full = next((item for item in items if not strategy.test(item, *key)), None)
     out = []
     for item in items:
-        allowed = strategy.hit(item, *key)
+        if full is None:
+            strategy.hit(item, *key)
         stats = strategy.get_window_stats(item, *key)
         reset = max(0, math.ceil(stats.reset_time - time.time()))
-        out.append((item, stats.remaining if allowed else -1, reset))
-        if not allowed:
-            break
+        out.append((item, -1 if item is full else stats.remaining, reset))
     return out
 
 

@@ -171,6 +171,7 @@ _C1 = r"\x80-\x9f"
 # (the same but tab, line feed and carriage return), as regular-expression class contents
 _CTRL = rf"\x00-\x1f\x7f{_C1}"
 _CTRL_MULTILINE = rf"\x00-\x08\x0b\x0c\x0e-\x1f\x7f{_C1}"
+CONTROL_CHARS = _CTRL  # for the path-segment converter (app/converters.py)
 SINGLE_LINE_PATTERN = rf"^[^{_CTRL}]*$"
 MULTILINE_PATTERN = rf"^[^{_CTRL_MULTILINE}]*$"
 # White space as Python's \s and str.strip() read it, spelled out (ECMA-262's \s is another set).
@@ -335,3 +336,11 @@ class FastLoad:
 
     def fast_load(self, data: Any) -> Any:  # pragma: no cover - interface
         return None
+
+
+def idempotency_headers(name: str, description: str) -> type[InputSchema]:
+    """The request-headers schema of a money-moving route that takes nothing but
+    ``Idempotency-Key`` (``routing.endpoint(headers=…, idempotent=True)``)."""
+    meta = type("Meta", (), {"unknown": ma.EXCLUDE})
+    return type(name, (InputSchema,), {"Meta": meta, "__doc__": f"Headers: {description}",
+                                       "idempotency_key": idempotency_key_header(description)})

@@ -6,10 +6,11 @@ service, return what the service returns (the schema dumps it).
 """
 from __future__ import annotations
 
+import inspect
 from functools import wraps
 from typing import Callable
 
-from flask import request
+from flask import make_response, request
 from flask.views import MethodView
 
 from app import ratelimits
@@ -96,11 +97,55 @@ def _json_if_present(view: Callable) -> Callable:
     return checked
 
 
+IDEMPOTENT_REPLAY_HEADERS = {
+    "Idempotent-Replayed": {"description": "`true` when this is the stored first answer of the "
+                                           "`Idempotency-Key` (nothing happened again).",
+                            "schema": {"type": "string", "enum": ["true"]}}}
+IDEMPOTENCY_CONFLICTS = ("`idempotency_key_reused`: the Idempotency-Key was used with another request; "
+                         "`idempotency_key_in_use`: a request with it is still in flight.")
+
+
+def _idempotent(view: Callable, func: Callable, status: int) -> Callable:
+    """Stripe's ``Idempotency-Key`` semantics around a dumped response
+    (``services.platform.idempotency``): the first request with a key runs and its answer is
+    stored; the same key with the same body answers that (``Idempotent-Replayed: true``),
+    with another body 409. A failed request releases the key."""
+    from app.auth import principal
+    from app.services.platform import idempotency
+
+    takes_key = "idempotency_key" in inspect.signature(func).parameters
+
+    @wraps(view)
+    def wrapper(*args, **kwargs):
+        key = kwargs.get("idempotency_key") if takes_key else kwargs.pop("idempotency_key", None)
+        if key is None:
+            return view(*args, **kwargs)
+        p = principal()
+        body = next((a for a in args if isinstance(a, dict)), None)  # the loaded body (after self)
+        req_hash = idempotency.request_hash(f"{request.method} {request.path}", p.mode, body)
+        stored = idempotency.claim(p.account_id, key, req_hash)
+        if stored is not None:
+            resp = make_response(stored, status)
+            resp.headers.update({"Content-Type": "application/json", "Idempotent-Replayed": "true"})
+            return resp
+        try:
+            resp = view(*args, **kwargs)
+        except BaseException:
+            idempotency.release(p.account_id, key)
+            raise
+        if 200 <= resp.status_code < 300:
+            idempotency.complete(p.account_id, key, resp.get_data(as_text=True))
+        else:
+            idempotency.release(p.account_id, key)
+        return resp
+    return wrapper
+
+
 def endpoint(blp, rule: str, method: str, *scopes: str, ok=None, status: int = 200, body=None,
              query=None, errors: dict[int, str | None] | None = None, admin: bool = False,
              public: bool = False, ip_limit: str | None = None, email_limit: str | None = None,
              name: str | None = None, body_optional: bool = False, headers=None,
-             links: dict | None = None) -> Callable:
+             links: dict | None = None, idempotent: bool = False) -> Callable:
     """Register the decorated function as ``method`` on ``rule`` of ``blp``.
 
     ``scopes``/``admin``: required by ``@authenticated`` (``public``: no credential).
@@ -114,16 +159,24 @@ def endpoint(blp, rule: str, method: str, *scopes: str, ok=None, status: int = 2
     class name (default: the function name in CamelCase + ``View``). ``links``: OpenAPI
     links of the ``status`` response (name: link object), e.g. from a created resource's
     id to the operations that take it (clients and schemathesis' stateful phase follow them).
+    ``idempotent``: the route honours ``Idempotency-Key`` (its ``headers`` schema declares
+    it, ``fields.idempotency_key_header``) with Stripe's semantics (``_idempotent``); 409 and
+    the replay header are documented.
     """
     def decorator(func: Callable) -> Callable:
         @wraps(func)
         def handler(self, *args, **kwargs):
             return func(*args, **kwargs)
 
-        view = document_errors(blp, errors or {})(handler)
+        errors_doc = dict(errors or {})
+        if idempotent:
+            errors_doc[409] = " ".join(filter(None, (errors_doc.get(409), IDEMPOTENCY_CONFLICTS)))
+        view = document_errors(blp, errors_doc)(handler)
         if (ip_limit or email_limit) and public and 429 not in (errors or {}):
             view = blp.alt_response(429, response=_RESPONSES[429])(view)
-        view = blp.response(status, ok)(view)
+        view = blp.response(status, ok, headers=IDEMPOTENT_REPLAY_HEADERS if idempotent else None)(view)
+        if idempotent:
+            view = _idempotent(view, func, status)
         if links:
             view = blp.doc(responses={status: {"links": links}})(view)
         if body is not None:

@@ -274,10 +274,10 @@ def test_stripe_off_session_intent_killed_worker_and_replayed_webhook(app, clien
 def test_api_rules(app, client, make_account, ledger_clean):
     acct = make_account(cents=1000, test_key=True, plan="enterprise")
     r = _put(client, acct)
-    assert r.status_code == 400 and r.get_json()["error"] == "no_payment_method"
+    assert r.status_code == 409 and r.get_json()["error"] == "no_payment_method"
     _save_card(client, acct, "pm_usBankAccount")
     r = _put(client, acct)
-    assert r.status_code == 400 and r.get_json()["error"] == "no_payment_method"  # a card is needed
+    assert r.status_code == 409 and r.get_json()["error"] == "no_payment_method"  # a card is needed
     _save_card(client, acct)
     r = _put(client, acct, monthly_cap_cents=1000)
     assert r.status_code == 400 and "monthly_cap_cents" in r.get_json()["message"]

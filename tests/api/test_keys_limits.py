@@ -17,7 +17,7 @@ def _key(client, acct, **body):
 
 
 def test_spend_limit_refuses_before_charging_and_refund_gives_room_back(app, client, make_account, mod):
-    acct = make_account(cents=100)
+    acct = make_account(cents=100, plan="pro")  # its keys share the plan's rate limit: more than 10/s here
     key = _key(client, acct, spend_limit_cents=6, spend_limit_period="day")
     assert (key["spend_limit_cents"], key["spend_limit_period"], key["spent_cents"]) == (6, "day", 0)
     assert call(client, acct, {"action": "ok"}, bearer=key["key"]).status_code == 200
@@ -159,7 +159,7 @@ def test_a_rotated_key_and_its_successor_share_one_spend_limit(app, client, make
     (12 cents charged against a 9-cent daily limit here). The old key's charges now count
     on its successor's counter, refunds give the room back there, and a second rotation
     moves the whole family on."""
-    acct = make_account(cents=100)
+    acct = make_account(cents=100, plan="pro")  # two keys, one plan rate limit: more than 10/s here
     old = client.post("/api/keys", json={"name": "lim", "spend_limit_cents": 9, "spend_limit_period": "day"},
                       headers=acct.headers).get_json()
     assert call(client, acct, {"action": "ok"}, bearer=old["key"]).status_code == 200  # 3 of 9

@@ -106,7 +106,7 @@ def test_scopes(client, make_account):
 
 def test_method_and_fund_card(client, account, ledger_clean):
     r = client.post("/api/wallet/fund", json={"amount_cents": 500, "method": "card"}, headers=account.headers)
-    assert r.status_code == 400 and r.get_json()["error"] == "no_payment_method"
+    assert r.status_code == 409 and r.get_json()["error"] == "no_payment_method"
     r = client.post("/api/pay/method", json={"payment_method_id": "pm_nope"}, headers=account.headers)
     assert r.status_code == 400 and r.get_json()["error"] == "payment_method_invalid"
     r = client.post("/api/pay/method", json={"payment_method_id": "pm_card_visa"}, headers=account.headers)
@@ -118,7 +118,7 @@ def test_method_and_fund_card(client, account, ledger_clean):
     body = r.get_json()
     assert body["status"] == "succeeded" and body["balance_cents"] == 1500 and body["deposit"] is None
     r = client.post("/api/wallet/fund", json={"amount_cents": 500, "method": "ach"}, headers=account.headers)
-    assert r.status_code == 400 and r.get_json()["error"] == "no_payment_method"
+    assert r.status_code == 409 and r.get_json()["error"] == "no_payment_method"
 
     client.post("/api/pay/method", json={"payment_method_id": "pm_card_chargeDeclined"}, headers=account.headers)
     r = client.post("/api/wallet/fund", json={"amount_cents": 700, "method": "card"}, headers=account.headers)

@@ -164,7 +164,7 @@ def test_real_usdc_never_lands_on_the_test_balance(app, client, make_account, ch
 
 def test_fund_usdc_needs_wallet_then_watcher_credits_once(app, client, account, chain, ledger_clean):
     r = client.post("/api/wallet/fund", json={"amount_cents": 250, "method": "usdc"}, headers=account.headers)
-    assert r.status_code == 400 and r.get_json()["error"] == "wallet_not_connected"
+    assert r.status_code == 409 and r.get_json()["error"] == "wallet_not_connected"
     eth, _ = connect_evm(client, account)
     r = client.post("/api/wallet/fund", json={"amount_cents": 250, "method": "usdc"}, headers=account.headers)
     assert r.status_code == 200

@@ -56,7 +56,7 @@ SEMANTIC_400: dict[str, str] = {
                               "`RETURN_URL_HOSTS` when the operator sets it (configuration), "
                               "a port and brackets the URL parser accepts",
     "PUT /api/pay/auto-topup": "`monthly_cap_cents` must be at least `amount_cents` (two fields "
-                               "related); a saved card is needed (stored state)",
+                               "related)",
     "POST /api/pay/method": "the processor must know the payment method (the sandbox knows "
                             "its test ids only)",
     "POST /api/pay/webhook": "the Stripe-Signature must verify over the body",

@@ -1,5 +1,6 @@
 """Secrets at rest (finding 6): after the flows that e-mail a capability (sign-up link,
-newsletter confirmation and unsubscribe links, alert-target confirmation) are delivered,
+newsletter confirmation and unsubscribe links, alert-target confirmation, console sign-in
+link) are delivered,
 no token issued during them is found in a full dump of the database (``pg_dump``) nor in
 the captured logs."""
 from __future__ import annotations
@@ -45,11 +46,20 @@ def issued(monkeypatch):
     return seen
 
 
-@pytest.mark.parametrize("flow", ["signup", "newsletter", "alert_target"])
+@pytest.mark.parametrize("flow", ["signup", "newsletter", "alert_target", "console_signin"])
 def test_capability_tokens_not_at_rest_or_logged(app, client, make_account, caplog, issued, flow):
     caplog.set_level(logging.DEBUG)
     if flow == "signup":
         assert client.post("/api/signup", json={"email": "new-user@example.com"}).status_code == 202
+    elif flow == "console_signin":  # issue 42 item 6: the link was kept in the delivered row
+        from app.services.accounts import console
+
+        acct = make_account()
+        with app.app_context():
+            from app.models import Account
+
+            console.request_link(db.session.get(Account, acct.id).email)
+            db.session.remove()
     elif flow == "newsletter":
         assert client.post("/api/email/subscribe", json={"email": "reader@example.com"}).status_code == 202
     else:

@@ -1,7 +1,9 @@
 """Control characters on every text field (finding 7): the OpenAPI document is read, and
 for every string field of every request body (JSON and form), query string and header it
 lists, a value with NUL, a line break or an escape is refused with 400 naming the field,
-so a new field cannot miss the input policy. Text lengths are bounded on every field."""
+so a new field cannot miss the input policy. Text lengths are bounded on every field.
+Path parameters (issue 42 item 4) take the same rule: such a segment matches no route,
+a 404 on every operation, never a 500 (PostgreSQL cannot store NUL)."""
 from __future__ import annotations
 
 import pytest
@@ -9,7 +11,7 @@ import pytest
 from app import create_app
 from app.blueprints.fields import QUERY_MAX, TEXT_MAX
 from tests.agentkit import Keypair, register, session_headers
-from tests.support.errors import error_message
+from tests.support.errors import error_code, error_message
 
 VALUES = ["a\x00b", "a\nb", "a\x1b[31mb", "a\x7fb", "a\x85b"]
 MULTILINE_OK = {"message", "description", "notes", "reason"}  # documented multi-line fields
@@ -40,6 +42,22 @@ def _string_fields():
 
 
 FIELDS = _string_fields()
+
+
+def _path_params():
+    spec = create_app({"TESTING": True}).test_client().get("/openapi.json").get_json()
+    out = []
+    for path, ops in spec["paths"].items():
+        shared = ops.get("parameters", [])
+        for method, op in ops.items():
+            if isinstance(op, dict) and method != "parameters":
+                for param in shared + op.get("parameters", []):
+                    if param.get("in") == "path":
+                        out.append((method, path, param["name"], param["schema"]))
+    return out
+
+
+PATH_PARAMS = _path_params()
 
 
 def test_the_spec_has_the_fields():
@@ -88,3 +106,33 @@ def test_control_characters_refused(client, make_account, method, path, where, n
 def test_every_text_field_is_bounded(method, path, where, name, prop):
     limit = {"query": QUERY_MAX, "header": 8000}.get(where, TEXT_MAX * 5)
     assert "enum" in prop or 0 < prop.get("maxLength", 0) <= limit, prop
+
+
+def test_the_spec_has_the_path_parameters():
+    assert ("get", "/api/modules/{slug}", "slug") in [p[:3] for p in PATH_PARAMS]
+    assert len(PATH_PARAMS) > 15
+
+
+@pytest.mark.parametrize("method,path,name,schema", PATH_PARAMS, ids=[f"{p[0]} {p[1]} {p[2]}" for p in PATH_PARAMS])
+def test_path_parameters_are_bounded_and_published(method, path, name, schema):
+    assert schema.get("type") == "string" and 0 < schema.get("maxLength", 0) <= 600, schema
+    assert "pattern" in schema or "\\x00" in schema.get("not", {}).get("pattern", ""), schema
+
+
+@pytest.mark.parametrize("value", ["a\x00b", "a\nb", "a\x85b", "x" * 700])
+@pytest.mark.parametrize("method,path,name,schema", PATH_PARAMS, ids=[f"{p[0]} {p[1]} {p[2]}" for p in PATH_PARAMS])
+def test_control_characters_in_path_parameters_refused(client, make_account, method, path, name, schema, value):
+    from urllib.parse import quote
+
+    url = path.replace("{" + name + "}", quote(value, safe=""))
+    url = url.replace("{", "").replace("}", "")  # other parameters: any placeholder value
+    r = client.open(url, method=method, json={}, headers=_headers(client, make_account, path))
+    assert r.status_code == 404, (r.status_code, r.data[:300])
+    assert error_code(r.get_json()) == "not_found"
+
+
+@pytest.mark.parametrize("url", ["/api/modules/a%00b", "/pay/sandbox/checkout/cs_%00", "/keys/a%00b/revoke",
+                                 "/unsubscribe/a%00b"])
+def test_the_reported_urls(client, account, url):
+    r = client.open(url, method="POST" if url.startswith("/keys") else "GET", headers=account.headers)
+    assert r.status_code == 404 and "control characters" in r.get_json()["message"], r.data[:200]

@@ -8,6 +8,7 @@ from app.blueprints.agents.schemas import (AgentFundedSchema, AgentFundSchema, F
                                            EarningsSchema, LeaderboardQuerySchema, LeaderboardSchema,
                                            NonceSchema, RegisterSchema, SignInSchema, SiwxChallengeSchema,
                                            SiwxHeadersSchema)
+from app.blueprints.fields import Extended
 from app.blueprints.routing import endpoint
 from app.extensions import Blueprint
 from app.services.agents import identity as agents
@@ -77,11 +78,12 @@ def siwx_sign_in(sign_in_with_x):
 def register(body):
     """Register an agent (and its own account, without promotional credit) owned by the
     calling account. Idempotent on `pubkey`: the same account gets the same agent back
-    (201, `name`/`webhook` updated to the values sent). Sessions cannot register agents (403)."""
+    (201, `name`/`webhook` updated to the values sent; `webhook_secret` is shown when the
+    agent is created only, null on a repeat). Sessions cannot register agents (403)."""
     p = principal()
-    agent, _ = agents.register(p.account_id, name=body["name"], pubkey=body["pubkey"],
-                               webhook=body["webhook"], caller_is_agent=p.kind == "session", mode=p.mode)
-    return agent
+    agent, created = agents.register(p.account_id, name=body["name"], pubkey=body["pubkey"],
+                                     webhook=body["webhook"], caller_is_agent=p.kind == "session", mode=p.mode)
+    return Extended(agent, webhook_secret=agent.webhook_secret if created else None)
 
 
 @endpoint(blp, "/build", "post", "agent:write", body=BuildSubmitSchema, ok=BuildSchema, status=202,
@@ -131,8 +133,8 @@ def leaderboard(query):
 @endpoint(blp, "/<string:agent_id>/fund", "post", "billing:write", body=AgentFundSchema, ok=AgentFundedSchema,
           errors={402: "`insufficient_funds`: the owner's balance cannot cover it; nothing moved.",
                   404: "`not_found`: no agent of this account.",
-                  409: "`idempotency_key_reused`: the key funded another agent or amount."},
-          name="AgentFundView", headers=FundHeadersSchema)
+                  409: "The key funded another agent or amount."},
+          name="AgentFundView", headers=FundHeadersSchema, idempotent=True)
 def fund_agent(body, agent_id, idempotency_key=None):
     """Move `amount_cents` from the owner's balance to its agent's (one ledger transfer;
     exactly once per `Idempotency-Key`). Only a credential of the owner account may fund;

@@ -118,9 +118,10 @@ class AgentSchema(ma.Schema):
 
 
 class AgentRegisteredSchema(AgentSchema):
-    webhook_secret = ma.fields.String(required=True, metadata={
+    webhook_secret = ma.fields.String(required=True, allow_none=True, metadata={
         "description": "Standard Webhooks signing secret (`whsec_…`) of the events sent to `webhook`. "
-                       "Returned to the owner account by register (also on an idempotent repeat)."})
+                       "Shown once: in the response that created the agent; null on an idempotent "
+                       "repeat (the secret is never returned again)."})
 
 
 class BuildSubmitSchema(InputSchema):
@@ -155,11 +156,19 @@ class BuildSchema(ma.Schema):
     reviewed_at = ma.fields.DateTime(required=True, allow_none=True)
     webhook_secret = ma.fields.String(required=True, metadata={
         "description": "Standard Webhooks secret (`whsec_…`) with which the gateway signs the calls "
-                       "it forwards to `webhook` once approved. Verify `webhook-signature` with it."})
+                       "it forwards to `webhook` once approved. Verify `webhook-signature` with it. "
+                       "Shown once, in this response to the submission (not in the list)."})
+
+
+class BuildListedSchema(BuildSchema):
+    """A build in the list: without its `webhook_secret` (shown once, at submission)."""
+
+    class Meta:
+        exclude = ("webhook_secret",)
 
 
 class BuildListSchema(ma.Schema):
-    builds = ma.fields.List(ma.fields.Nested(BuildSchema), required=True)
+    builds = ma.fields.List(ma.fields.Nested(BuildListedSchema), required=True)
 
 
 class AgentModuleUsageSchema(ma.Schema):
@@ -227,8 +236,10 @@ class AgentFundedSchema(ma.Schema):
     transaction_id = ma.fields.String(required=True, metadata={"description": "The ledger transaction."})
     owner_balance_cents = ma.fields.Integer(required=True, metadata={"description": "Owner's balance after."})
     agent_balance_cents = ma.fields.Integer(required=True, metadata={"description": "Agent's balance after."})
-    replayed = ma.fields.Boolean(required=True, metadata={"description": "True when this Idempotency-Key "
-                                                                         "had already made the transfer."})
+    replayed = ma.fields.Boolean(required=True, metadata={
+        "description": "True when the ledger already had this key's transfer but its first answer was "
+                       "no longer stored (after `IDEMPOTENCY_TTL_SECONDS`); within that time a repeat "
+                       "gets the first answer itself, with `Idempotent-Replayed: true`."})
 
 
 class FundHeadersSchema(InputSchema):
@@ -238,5 +249,5 @@ class FundHeadersSchema(InputSchema):
         unknown = ma.EXCLUDE
 
     idempotency_key = idempotency_key_header(
-        "Optional, 1–128 characters (at most 256 bytes): the transfer happens "
-        "once per key (a repeat answers the first transfer with `replayed: true`).")
+        "Optional, 1–128 characters (at most 256 bytes): the transfer happens once per key "
+        "(Stripe's semantics: the same key and body answer the first response, another body is 409).")

@@ -11,6 +11,7 @@ from flask import Response, abort, g, redirect, render_template, request, stream
 
 from app.blueprints.console import bp, web
 from app.blueprints.console.pages import daily_charts
+from app.blueprints.keys.schemas import KeyCreateSchema
 from app.errors import DomainError
 from app.scopes import ALL_SCOPES
 from app.services.accounts import keys as keys_svc
@@ -52,6 +53,9 @@ def create_key():
     fields = ("name", "spend_limit_cents", "spend_limit_period", "expires_in_days")
     form = {f: (request.form.get(f) or "").strip() for f in fields}
     form["scopes"] = scopes = [s for s in request.form.getlist("scopes") if s]
+    _, errors = web.load_form(KeyCreateSchema(only=("name", "scopes")), {"name": form["name"], "scopes": scopes})
+    if errors:
+        return _keys_page(400, errors=errors, form=form)
     if not scopes:
         return _keys_page(400, errors={"scopes": "Choose at least one scope."}, form=form)
     numbers = {}
@@ -66,7 +70,7 @@ def create_key():
         return _keys_page(400, errors={"expires_in_days": "Enter a whole number of days (1 to 365)."}, form=form)
     try:
         row, secret = keys_svc.create_key(
-            g.account.id, form["name"][:100], scopes, creator_scopes=frozenset(ALL_SCOPES),
+            g.account.id, form["name"], scopes, creator_scopes=frozenset(ALL_SCOPES),
             creator_mode=web.mode(), spend_limit_cents=numbers.get("spend_limit_cents"),
             spend_limit_period=(form["spend_limit_period"] or None) if "spend_limit_cents" in numbers else None,
             expires_at=utcnow() + timedelta(days=days) if days else None)

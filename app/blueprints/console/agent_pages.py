@@ -9,6 +9,8 @@ import secrets
 from flask import abort, g, redirect, render_template, request, url_for
 
 from app.blueprints.console import bp, web
+from app.blueprints.agents.schemas import RegisterSchema
+from app.blueprints.builds.schemas import ApproveSchema
 from app.blueprints.console.account_pages import field_errors
 from app.errors import DomainError
 from app.services.agents import builds, earnings, funding, identity
@@ -21,11 +23,16 @@ def _agents_page(status: int = 200, **extra):
     ctx = {"agents": [{"agent": a, "earnings": earnings.agent_earnings(a),
                        "balance_micros": ledger.cached_balance(a.account_id, mode)} for a in agents],
            "submissions": builds.list_builds(agent_id=None, account_id=acct.id, mode=mode),
-           "queue": builds.pending() if acct.is_admin else [], "errors": {}, "form": {},
+           "queue": builds.pending() if _may_review() else [], "errors": {}, "form": {},
            # one Idempotency-Key per rendered form: a double submit funds once
            "fund_key": "console-" + secrets.token_urlsafe(16)}
     ctx.update(extra)
     return render_template("console/agents.html", **ctx), status
+
+
+def _may_review() -> bool:
+    """The console's admin review follows the API's rule: an admin account, in live mode."""
+    return bool(g.account.is_admin) and web.mode() == "live"
 
 
 @bp.get("/agents")
@@ -38,9 +45,12 @@ def agents():
 def register_agent():
     """Register an agent by its ed25519 public key (idempotent per key)."""
     form = {f: (request.form.get(f) or "").strip() for f in ("name", "pubkey", "webhook")}
+    body, errors = web.load_form(RegisterSchema(), {**form, "webhook": form["webhook"] or None})
+    if errors:
+        return _agents_page(400, errors=errors, form=form)
     try:
-        identity.register(g.account.id, name=form["name"][:100], pubkey=form["pubkey"],
-                          webhook=form["webhook"] or None, mode=web.mode())
+        identity.register(g.account.id, name=body["name"], pubkey=body["pubkey"],
+                          webhook=body["webhook"], mode=web.mode())
     except DomainError as exc:
         return _agents_page(400, errors=field_errors(exc, ("name", "pubkey", "webhook")), form=form)
     return redirect(url_for("console.agents"), code=303)
@@ -64,10 +74,16 @@ def fund_agent(agent_id: str):
 
 @bp.post("/agents/review/<slug>")
 def review(slug: str):
-    """Admins only: approve or reject the pending submission for ``slug``."""
+    """Admins only, in live mode (as the API's admin routes: a live key of an admin
+    account): approve or reject the pending submission for ``slug``."""
     if not g.account.is_admin:
         abort(404)
-    decision, notes = request.form.get("decision"), (request.form.get("notes") or "").strip()[:2000]
+    if not _may_review():
+        return web.forbidden_page("Module review is a live-mode action: switch the console to live mode.")
+    decision, notes = request.form.get("decision"), (request.form.get("notes") or "").strip()
+    _, errors = web.load_form(ApproveSchema(), {"notes": notes or None}, rename={"notes": "review"})
+    if errors:
+        return _agents_page(400, errors=errors)
     reviewer = g.account.email or g.account.id
     try:
         if decision == "approve":

@@ -7,6 +7,7 @@ from flask import abort, g, redirect, render_template, request, url_for
 from marshmallow import ValidationError
 
 from app.blueprints.console import bp, web
+from app.blueprints.alerts.schemas import AlertCreateSchema
 from app.blueprints.console.account_pages import field_errors
 from app.blueprints.payments.schemas import CheckoutSchema
 from app.errors import DomainError
@@ -75,14 +76,11 @@ def alerts():
 def create_alert():
     """Create a rule (a webhook's signing secret is shown once)."""
     form = {f: (request.form.get(f) or "").strip() for f in ALERT_FIELDS}
+    body, errors = web.load_form(AlertCreateSchema(), form)  # the API's rules, the same input policy
+    if errors:
+        return _alerts_page(400, errors=errors, form=form)
     try:
-        threshold = float(form["threshold"])
-    except ValueError:
-        return _alerts_page(400, errors={"threshold": "Enter a number."}, form=form)
-    try:
-        _alert, secret = alerts_svc.create_alert(
-            g.account.id, name=form["name"], metric=form["metric"], op=form["op"], threshold=threshold,
-            window=form["window"], channel=form["channel"], target=form["target"], mode=web.mode())
+        _alert, secret = alerts_svc.create_alert(g.account.id, **body, mode=web.mode())
     except DomainError as exc:
         return _alerts_page(400, errors=field_errors(exc, ALERT_FIELDS), form=form)
     if secret:

@@ -49,8 +49,9 @@ def login_confirm():
     start the session."""
     token = request.values.get("token", "")
     if request.method == "GET":
-        usable = console_svc.link_is_usable(token)
-        return render_template("console/confirm.html", token=token, usable=usable), 200 if usable else 404
+        address = console_svc.link_address(token)  # the confirmation names the account
+        return render_template("console/confirm.html", token=token, usable=address is not None,
+                               address=address), 200 if address else 404
     try:
         _account_id, session_token = console_svc.sign_in(token)
     except console_svc.SignInLinkInvalid as exc:

@@ -112,5 +112,24 @@ def login_redirect():
     return redirect(url_for("console.login", next=nxt) if nxt else url_for("console.login"), code=303)
 
 
+def load_form(schema, data: dict, *, rename: dict | None = None) -> tuple[dict | None, dict]:
+    """A console form's values loaded with the JSON API's request schema, so the console
+    takes the one input policy (``app.blueprints.fields``: no control characters, bounded
+    lengths, mail-header safety) and the same field rules. Returns ``(loaded, {})`` or
+    ``(None, {form field: message})``; ``rename`` maps schema fields to the form's names,
+    schema-wide errors go to ``_form``."""
+    from marshmallow import ValidationError
+
+    try:
+        return schema.load(data), {}
+    except ValidationError as exc:
+        errors = {}
+        for name, messages in exc.normalized_messages().items():
+            text = " ".join(str(m) for m in messages) if isinstance(messages, list) else str(messages)
+            key = "_form" if name == "_schema" else (rename or {}).get(name, name)
+            errors[key] = f"{errors[key]} {text}" if key in errors else text
+        return None, errors
+
+
 def forbidden_page(message: str):
     return render_template("console/message.html", title="Refused", message=message), 403

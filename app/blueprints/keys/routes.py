@@ -26,9 +26,12 @@ def create_key(body):
     Without `scopes` the key gets the scopes of the credential that creates it;
     asking for a scope the creating credential lacks is 403 `insufficient_scope`.
     Optional: a spend limit (`spend_limit_cents` per `spend_limit_period`, UTC) and an
-    expiry (`expires_at`, future, at most a year ahead). At most 100 active keys per
-    account (409 `key_limit_reached`). Controls: `allowed_models`, `allowed_modules`,
-    `rpm_limit`, `tpm_limit` (docs/keys.md "Per-key controls").
+    expiry (`expires_at`, future, at most a year ahead). A key with a spend limit or an
+    expiry creates keys within them only: without `spend_limit_cents` / `expires_at` the
+    new key gets the creating key's; more (a larger limit, a shorter period, a later
+    expiry) is 403 `beyond_own_limits`. At most 100 active keys per account (409
+    `key_limit_reached`). Controls: `allowed_models`, `allowed_modules`, `rpm_limit`,
+    `tpm_limit` (docs/keys.md "Per-key controls").
 
     With `org_id` (or made by an organisation key) it is an organisation key: it spends
     the organisation's balance and acts as the creating member, within the member's role
@@ -42,7 +45,8 @@ def create_key(body):
                                   spend_limit_period=body.get("spend_limit_period"),
                                   expires_at=body.get("expires_at"), member_account_id=member,
                                   actor=current_actor() if member else None,
-                                  controls={k: body[k] for k in key_controls.FIELDS if k in body})
+                                  controls={k: body[k] for k in key_controls.FIELDS if k in body},
+                                  creator_key_id=p.credential_id)
     return Extended(row, key=secret)
 
 
@@ -52,23 +56,31 @@ def update_key(body, key_id):
     """Change a key's spend limit (`spend_limit_cents: null` removes it) and its controls:
     `allowed_models`, `allowed_modules` (allow-lists; null: any), `rpm_limit`, `tpm_limit`
     (per minute; null: none). Applies to the next request on every worker; what the key
-    spent this period is kept."""
+    spent this period is kept. A key with a spend limit cannot set a key (itself
+    included) beyond it: 403 `beyond_own_limits`."""
     orgs.check_key(principal(), key_id)
-    return keys.update_key(principal().account_id, key_id, body, principal().mode)
+    return keys.update_key(principal().account_id, key_id, body, principal().mode,
+                           creator_key_id=principal().credential_id)
 
 
 @endpoint(blp, "/<string:key_id>/rotate", "post", "keys:write", body=KeyRotateSchema, ok=KeyCreatedSchema,
           status=201, errors={404: None, 409: "`key_already_rotated`: the key is already retiring; "
-                                               "rotate its successor."},
+                                               "rotate its successor. `key_limit_reached`: the new key "
+                                               "would pass 100 active keys."},
           name="KeyRotateView", body_optional=True)
 def rotate_key(body, key_id):
     """Rotate a key: a new key (full `key` shown once) with the same name, scopes and spend
     limit (this period's spend carries over); the old key keeps working for
     `overlap_seconds` (default 86,400, max 604,800), then is 401 on every worker. A key
-    that was already rotated is 409 `key_already_rotated` (rotate its successor)."""
+    that was already rotated is 409 `key_already_rotated` (rotate its successor). The new
+    key counts against the 100-key cap while the old one overlaps (409
+    `key_limit_reached`; `overlap_seconds: 0` retires the old key at once). A key rotates
+    only keys within its own scopes and limits (403 `beyond_own_limits`); the new key
+    keeps the old key's expiry (within the rotating key's own)."""
     orgs.check_key(principal(), key_id)
     row, secret = keys.rotate_key(principal().account_id, key_id, body.get("overlap_seconds"),
-                                  creator_scopes=principal().scopes, mode=principal().mode, actor=current_actor())
+                                  creator_scopes=principal().scopes, mode=principal().mode, actor=current_actor(),
+                                  creator_key_id=principal().credential_id)
     return Extended(row, key=secret)
 
 

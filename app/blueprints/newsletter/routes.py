@@ -61,7 +61,7 @@ class ConfirmPage(MethodView):
                             "Every e-mail has a one-click unsubscribe link.")
 
 
-@pages_blp.route("/unsubscribe/<string:token>")
+@pages_blp.route("/unsubscribe/<string(maxlength=600):token>")
 class OneClickUnsubscribe(MethodView):
     @pages.page(pages_blp, "Page with a button that unsubscribes the address.", (200, 404))
     def get(self, token):

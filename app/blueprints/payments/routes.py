@@ -4,8 +4,8 @@ from flask import request
 from app.auth import principal
 from app.blueprints.payments.autotopup_schemas import (AutoTopupRequestSchema, AutoTopupSchema, CheckoutStateSchema,
                                                        DeletedSchema, SavedMethodListSchema)
-from app.blueprints.payments.schemas import (CheckoutCreatedSchema, CheckoutSchema, MethodRequestSchema,
-                                             MethodSchema, PaymentHistorySchema, PaymentSchema,
+from app.blueprints.payments.schemas import (CheckoutCreatedSchema, CheckoutHeadersSchema, CheckoutSchema,
+                                             MethodRequestSchema, MethodSchema, PaymentHistorySchema, PaymentSchema,
                                              WebhookHeadersSchema, WebhookResultSchema)
 from app.blueprints.routing import endpoint
 from app.extensions import Blueprint
@@ -19,7 +19,8 @@ blp = Blueprint("payments", __name__, url_prefix="/api/pay",
                             "default one, auto top-up and the processor webhook.")
 
 
-@endpoint(blp, "/checkout", "post", "billing:write", body=CheckoutSchema, ok=CheckoutCreatedSchema)
+@endpoint(blp, "/checkout", "post", "billing:write", body=CheckoutSchema, ok=CheckoutCreatedSchema,
+          headers=CheckoutHeadersSchema, idempotent=True)
 def checkout(body):
     """Start a hosted checkout and get its `url`.
 
@@ -71,7 +72,7 @@ def set_auto_topup(body):
     """Set auto top-up: when a charge leaves the balance under `threshold_cents`, one top-up of
     `amount_cents` is charged to the saved card (off-session), at most `monthly_cap_cents` a month.
 
-    Replaces the previous rule and turns it on (failures reset). Needs a saved card (400
+    Replaces the previous rule and turns it on (failures reset). Needs a saved card (409
     `no_payment_method`). If the balance is already under the threshold, one top-up starts now.
     A top-up starts within seconds of the crossing; exactly one per crossing, whatever the
     concurrency. A declined or 3-D Secure attempt is retried later; after

@@ -3,7 +3,7 @@ import marshmallow as ma
 from marshmallow import validate
 
 from app.blueprints.orgs.schemas import org_id_field
-from app.blueprints.fields import SPACE, HeaderString, InputSchema, JsonInteger, Pattern, cents
+from app.blueprints.fields import SPACE, HeaderString, InputSchema, JsonInteger, Pattern, cents, idempotency_headers
 
 from app.services.billing.payments import disputed_micros
 from app.services.billing.processors import SANDBOX_METHODS
@@ -22,6 +22,11 @@ _RETURN_URL = Pattern(
     rf"^https?://[^{SPACE}/?#@\\]+([/?#][^{SPACE}\\]*)?$",
     error="must be an absolute http(s) URL with a host and no userinfo (user@host), backslashes "
           "or whitespace.")
+
+
+CheckoutHeadersSchema = idempotency_headers(
+    "CheckoutHeadersSchema", "Optional, 1–128 characters (at most 256 bytes): one checkout per key (Stripe's "
+    "semantics: the same key and body answer the first session, another body is 409).")
 
 
 class CheckoutSchema(InputSchema):

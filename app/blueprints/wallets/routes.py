@@ -3,7 +3,7 @@ from app.auth import principal
 from app.blueprints.routing import endpoint
 from app.blueprints.wallets.schemas import (ConnectMessageQuerySchema, ConnectMessageSchema, TransactionListSchema,
                                            TransactionsQuerySchema, WalletBalanceSchema, WalletConnectSchema,
-                                           WalletFundResultSchema, WalletFundSchema, WalletSchema)
+                                           WalletFundHeadersSchema, WalletFundResultSchema, WalletFundSchema, WalletSchema)
 from app.extensions import Blueprint
 from app.services.billing import payments
 from app.services.billing import wallets
@@ -51,13 +51,18 @@ def transactions(query):
 
 
 @endpoint(blp, "/fund", "post", "billing:write", body=WalletFundSchema, ok=WalletFundResultSchema,
-          errors={402: "`card_declined`: the card was declined."})
+          errors={402: "`card_declined`: the card was declined.",
+                  409: "`no_payment_method`: no saved method of that kind; `wallet_not_connected`: "
+                       "`usdc` without a connected wallet."}, headers=WalletFundHeadersSchema,
+          idempotent=True)
 def fund(body):
     """Add credits. `card`: charges the saved default card off-session; credits at once
-    (no saved card → 400 `no_payment_method`; decline → 402 `card_declined`). `ach`: debits
+    (no saved card → 409 `no_payment_method`; decline → 402 `card_declined`). `ach`: debits
     the saved bank account; `pending` until it settles (webhook). `usdc`: returns deposit
     instructions; the chain watcher credits the transfer once confirmed. With `org_id`
-    the organisation's balance is funded (its own saved method or connected wallet)."""
+    the organisation's balance is funded (its own saved method or connected wallet). With
+    an `Idempotency-Key` a retry never charges twice: the same key and body answer the
+    first response (`Idempotent-Replayed: true`), another body is 409."""
     p = principal()
     payer = orgs.payer(p, body.get("org_id"), ("billing:write",))
     if body["method"] == "usdc":

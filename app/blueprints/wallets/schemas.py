@@ -3,7 +3,7 @@ import marshmallow as ma
 from marshmallow import validate
 
 from app.blueprints.orgs.schemas import org_id_field
-from app.blueprints.fields import InputSchema, Pattern, cents
+from app.blueprints.fields import InputSchema, Pattern, cents, idempotency_headers
 from app.blueprints.payments.schemas import amount_cents_field
 from app.services.billing.chains import CHAINS
 
@@ -50,6 +50,11 @@ class WalletBalanceSchema(ma.Schema):
     chain = ma.fields.String(required=True, allow_none=True, metadata={"description": "null when no wallet is connected."})
     address = ma.fields.String(required=True, allow_none=True)
     connected = ma.fields.Boolean(required=True)
+
+
+WalletFundHeadersSchema = idempotency_headers(
+    "WalletFundHeadersSchema", "Optional, 1–128 characters (at most 256 bytes): the funding happens once per "
+    "key (Stripe's semantics: the same key and body answer the first response, another body is 409).")
 
 
 class WalletFundSchema(InputSchema):

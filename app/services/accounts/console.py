@@ -64,12 +64,24 @@ def request_link(email: str) -> None:
             f"Open this link to sign in to the console (it works once, for "
             f"{int(ttl.total_seconds() // 60)} minutes):\n{link}\n\n"
             "If this was not you, ignore this e-mail: nobody can sign in without it.",
-            source="console:signin", account_id=account.id)
+            source="console:signin", account_id=account.id, capability=True,
+            throttle="CONSOLE_SIGNIN_EMAIL_RATE_LIMIT")
 
 
 def link_is_usable(token: str | None) -> bool:
     """Whether the sign-in link could still be used (read-only, for the button page)."""
-    return tokens.is_usable(tokens.lookup(tokens.CONSOLE_SIGNIN, token))
+    return link_address(token) is not None
+
+
+def link_address(token: str | None) -> str | None:
+    """The address of the account a usable sign-in link signs into, else None (read-only:
+    the button page names it, so a link someone else requested for their own account —
+    login CSRF — shows whose console it opens)."""
+    row = tokens.lookup(tokens.CONSOLE_SIGNIN, token)
+    if not tokens.is_usable(row):
+        return None
+    account = db.session.get(Account, row.subject)
+    return None if account is None else (account.email or account.id)
 
 
 @transactional

@@ -4,7 +4,8 @@ limits, expiry, rotation, revocation (docs/keys.md).
 Entry points (each one unit of work): ``mint``, ``create_key``, ``update_key``,
 ``rotate_key``, ``revoke_key``; ``add_key`` is the helper for other entry points' units of
 work (sign-up). At most ``MAX_ACTIVE_KEYS`` unrevoked, unexpired keys per account
-(409 ``key_limit_reached``; a rotation is exempt: it retires the key it replaces).
+(409 ``key_limit_reached``; a rotation counts too: its old key stays active through the
+overlap).
 
 Keys have a mode (``live`` / ``test``) and a key only sees and changes keys of its own mode,
 as in Stripe. The ``admin`` scope can only be held by keys of admin accounts."""
@@ -38,6 +39,13 @@ class KeyAlreadyRotated(Conflict):
     code = "key_already_rotated"
     description = ("This key was already rotated and is retiring; rotate its successor (`rotated_to`) "
                    "instead. Rotating it again would mint one more key while retiring none.")
+
+
+class BeyondCreator(Forbidden):
+    code = "beyond_own_limits"
+    description = ("A key may create, rotate or change only keys whose scopes and limits are within its "
+                   "own: a spend limit no larger over a period no shorter, an expiry no later. A console "
+                   "session (the account owner) has no such bound.")
 
 
 class KeyLimitReached(Conflict):
@@ -108,27 +116,77 @@ def _expiry(expires_at: datetime | None, now: datetime) -> datetime | None:
     return expires_at
 
 
-def _check_capacity(account_id: str, now: datetime) -> None:
-    """409 ``key_limit_reached`` at ``MAX_ACTIVE_KEYS``; locks the account row first (on
-    PostgreSQL), so concurrent creations are counted one after the other."""
+PERIOD_ORDER = ("day", "week", "month", "total")  # shorter to longer
+
+
+def _creator_key(creator_key_id: str | None) -> ApiKey | None:
+    """The key acting (None: the account owner, a console session: no bound). A credential
+    that is not a key (an agent session) is refused rather than left unbounded."""
+    if creator_key_id is None:
+        return None
+    row = db.session.get(ApiKey, creator_key_id)
+    if row is None:
+        raise BeyondCreator("Only API keys and the console can manage keys.")
+    return row
+
+
+def _defaults_from(creator: ApiKey | None, limit: int | None, period: str | None,
+                   expiry: datetime | None) -> tuple[int | None, str | None, datetime | None]:
+    """A key made by a bounded key inherits the bounds it was not given (like its scopes)."""
+    if creator is None:
+        return limit, period, expiry
+    if limit is None and creator.spend_limit_micros is not None:
+        limit, period = creator.spend_limit_micros, creator.spend_limit_period
+    return limit, period, expiry if expiry is not None else creator.expires_at
+
+
+def _check_within(creator: ApiKey | None, limit: int | None, period: str | None,
+                  expiry: datetime | None) -> None:
+    """403 ``beyond_own_limits`` unless a key with this limit (micros per ``period``) and
+    ``expiry`` could spend no more and live no longer than ``creator``. A limit of L per a
+    period at least as long as the creator's, with L at most the creator's, allows at most
+    the creator's limit in any of the creator's periods."""
+    if creator is None:
+        return
+    if creator.spend_limit_micros is not None:
+        if limit is None:
+            raise BeyondCreator("This key has a spend limit: it cannot create or leave a key without one.")
+        if limit > creator.spend_limit_micros or \
+                PERIOD_ORDER.index(period) < PERIOD_ORDER.index(creator.spend_limit_period):
+            raise BeyondCreator(
+                f"spend_limit_cents: at most {creator.spend_limit_micros // MICROS_PER_CENT} per "
+                f"{creator.spend_limit_period} or a longer period (this key's own limit).")
+    if creator.expires_at is not None and (expiry is None or expiry > creator.expires_at):
+        raise BeyondCreator(f"expires_at: at most this key's own expiry ({creator.expires_at.isoformat()}).")
+
+
+def _check_capacity(account_id: str, now: datetime, *, retiring_now: int = 0) -> None:
+    """409 ``key_limit_reached`` when one more key would pass ``MAX_ACTIVE_KEYS`` active
+    keys (``retiring_now``: keys of the count that stop being active in this same unit of
+    work, e.g. a rotation without overlap); locks the account row first (on PostgreSQL),
+    so concurrent creations and rotations are counted one after the other."""
     db.session.execute(select(Account.id).where(Account.id == account_id).with_for_update())
     active = db.session.execute(select(func.count()).select_from(ApiKey).where(
         ApiKey.account_id == account_id, ApiKey.revoked_at.is_(None),
         or_(ApiKey.expires_at.is_(None), ApiKey.expires_at > now))).scalar_one()
-    if active >= MAX_ACTIVE_KEYS:
+    if active - retiring_now >= MAX_ACTIVE_KEYS:
         raise KeyLimitReached(f"This account has {active} active keys (the maximum is {MAX_ACTIVE_KEYS}); "
-                              "revoke one before creating another.")
+                              "revoke one before creating another (or rotate with overlap_seconds 0: the "
+                              "old key then stops at once).")
 
 
 def create_key(account_id: str, name: str, scopes: list[str] | None, *,
                creator_scopes: frozenset[str], creator_mode: str,
                spend_limit_cents: int | None = None, spend_limit_period: str | None = None,
                expires_at: datetime | None = None, member_account_id: str | None = None,
-               actor=None, controls: dict | None = None) -> tuple[ApiKey, str]:
+               actor=None, controls: dict | None = None,
+               creator_key_id: str | None = None) -> tuple[ApiKey, str]:
     """POST /api/keys: a key without ``scopes`` inherits the creator's scopes; no key can
     mint a scope it lacks (403 insufficient_scope). The new key has the creator's mode,
     the optional spend limit (period default ``month``) and expiry (future, ≤ 1 year), and
     the optional controls (``key_controls``: allow-lists, rpm/tpm limits).
+    Made by a key (``creator_key_id``; None: the console's owner), it inherits that key's
+    limit and expiry when given none and may not exceed them (403 ``beyond_own_limits``).
     With ``member_account_id`` it is an organisation key (``account_id`` is the
     organisation, which pays; the member owns it), recorded in the organisation's audit log
     as done by ``actor`` (``app.services.orgs.audit.Actor``)."""
@@ -141,6 +199,9 @@ def create_key(account_id: str, name: str, scopes: list[str] | None, *,
     expiry = _expiry(expires_at, now)
     ctl = key_controls.validated(controls or {})
     with unit_of_work():
+        creator = _creator_key(creator_key_id)
+        limit, period, expiry = _defaults_from(creator, limit, period, expiry)
+        _check_within(creator, limit, period, expiry)
         _check_capacity(account_id, now)
         row, secret = add_key(account_id, name, granted, mode=creator_mode)
         row.spend_limit_micros, row.spend_limit_period, row.expires_at = limit, period, expiry
@@ -192,12 +253,15 @@ def _own_key(account_id: str, key_id: str, mode: str, *, active: bool = False) -
     return row
 
 
-def update_key(account_id: str, key_id: str, changes: dict, mode: str) -> ApiKey:
+def update_key(account_id: str, key_id: str, changes: dict, mode: str, *,
+               creator_key_id: str | None = None) -> ApiKey:
     """PATCH /api/keys/{id}: ``spend_limit_cents`` (null removes the limit) and
     ``spend_limit_period`` (absent or null: keep the current one, else ``month``). The
     new limit applies to the next charge; the period's count is kept. The controls
     (``allowed_models``, ``allowed_modules``, ``rpm_limit``, ``tpm_limit``; null removes
-    one) apply to the next request on every worker."""
+    one) apply to the next request on every worker. Changed by a key (``creator_key_id``),
+    the result must be within that key's own limit (403 ``beyond_own_limits``): a limited
+    key cannot lift its own limit or another's."""
     ctl = key_controls.validated(changes)
     with unit_of_work():
         row = _own_key(account_id, key_id, mode, active=True)
@@ -216,28 +280,39 @@ def update_key(account_id: str, key_id: str, changes: dict, mode: str) -> ApiKey
             cents = row.spend_limit_micros // MICROS_PER_CENT
         if cents is not _UNSET:
             limit, new_period = _limit(cents, period or (row.spend_limit_period if cents is not None else None))
+            _check_within(_creator_key(creator_key_id), limit, new_period, row.expires_at)
             row.spend_limit_micros, row.spend_limit_period = limit, new_period
     _drop_cached(row)
     return with_spent([row])[0]
 
 
 def rotate_key(account_id: str, key_id: str, overlap_seconds: int | None, *,
-               creator_scopes: frozenset[str], mode: str, actor=None) -> tuple[ApiKey, str]:
+               creator_scopes: frozenset[str], mode: str, actor=None,
+               creator_key_id: str | None = None) -> tuple[ApiKey, str]:
     """POST /api/keys/{id}/rotate: a new key with the old one's name, scopes, mode and
     spend limit (carrying this period's count over); the old key expires after
-    ``overlap_seconds`` (default 86,400, 0–604,800)."""
+    ``overlap_seconds`` (default 86,400, 0–604,800). A key may rotate only keys within
+    its own scopes and limits (``creator_key_id``: 403 otherwise)."""
     overlap = DEFAULT_OVERLAP_SECONDS if overlap_seconds is None else overlap_seconds
     if isinstance(overlap, bool) or not isinstance(overlap, int) or not 0 <= overlap <= MAX_OVERLAP_SECONDS:
         raise InvalidRequest(f"overlap_seconds: must be an integer from 0 to {MAX_OVERLAP_SECONDS}.")
     now = utcnow()
     with unit_of_work():
         old = _own_key(account_id, key_id, mode, active=True)
-        if old.rotated_to is not None:  # rotation is exempt from the key cap because it retires a key
+        if old.rotated_to is not None:  # each repeat would mint one more key while retiring none
             raise KeyAlreadyRotated(f"Key {old.id} was already rotated to {old.rotated_to}; rotate that key "
                                     "instead.")
+        # the old key stays active through its overlap: the new one must fit under the cap
+        _check_capacity(account_id, now, retiring_now=1 if overlap == 0 else 0)
+        creator = _creator_key(creator_key_id)
+        # the new key keeps the old one's expiry, within the rotating key's own bound
+        bound = creator.expires_at if creator is not None else None
+        expiry = min((e for e in (old.expires_at, bound) if e is not None), default=None)
+        _check_within(creator, old.spend_limit_micros, old.spend_limit_period, expiry)
         row, secret = add_key(account_id, old.name, _granted(list(old.scopes or ()), creator_scopes),
                               mode=old.mode)
         row.spend_limit_micros, row.spend_limit_period = old.spend_limit_micros, old.spend_limit_period
+        row.expires_at = expiry
         for name in key_controls.FIELDS:  # the successor keeps the controls (and counts for both)
             setattr(row, name, getattr(old, name))
         if old.member_account_id is not None:  # an organisation key stays its member's

@@ -56,7 +56,7 @@ def start(email: str) -> dict:
             "Someone (hopefully you) tried to sign up with this address, but it already has "
             "an account. Sign in with one of your API keys; if you lost them, reply to this "
             "e-mail.\n\nIf this was not you, ignore this e-mail.",
-            source="signup:existing")
+            source="signup:existing", throttle="SIGNUP_EMAIL_RATE_LIMIT")
     else:
         hours = int(current_app.config["SIGNUP_TOKEN_TTL_HOURS"])
         token = tokens.issue(tokens.SIGNUP, email, timedelta(hours=hours))
@@ -67,7 +67,7 @@ def start(email: str) -> dict:
             f"(it works once, for {hours} hours):\n{link}\n\n"
             f"Your account starts with {current_app.config['PROMO_GRANT_CENTS'] / 100:.2f} USD "
             "of free credit, no card needed.\n\nIf this was not you, ignore this e-mail.",
-            source="signup:new", capability=True)
+            source="signup:new", capability=True, throttle="SIGNUP_EMAIL_RATE_LIMIT")
     return accepted()
 
 

@@ -19,7 +19,7 @@ from app.ids import new_id, sha256_hex
 from app.models import LedgerTransaction
 from app.services.agents.identity import get_agent
 from app.services.money import funding, ledger
-from app.services.gateway.calls import IdempotencyKeyReused
+from app.services.platform.idempotency import IdempotencyKeyReused
 from app.services.platform.uow import unit_of_work
 
 MAX_FUND_CENTS = 10_000_000  # 100,000 USD per transfer

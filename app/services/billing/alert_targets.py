@@ -42,7 +42,8 @@ def require_confirmation(alert: Alert) -> None:
         f"to this address.\n\nTo allow it, open this link and press the button (valid 7 days):\n"
         f"{tokens.link(CONFIRM_PATH + '?token=' + token)}\n\n"
         "If you did not expect this, ignore this e-mail: nothing will be sent to you.\n",
-        source=f"alert_confirm:{alert.id}", account_id=alert.account_id, capability=True)
+        source=f"alert_confirm:{alert.id}", account_id=alert.account_id, capability=True,
+        throttle="ALERT_CONFIRM_EMAIL_RATE_LIMIT")
 
 
 def pending_alert(token: str | None) -> Alert | None:

@@ -38,7 +38,8 @@ HISTORY_LIMIT = 50
 
 
 class NoPaymentMethod(DomainError):
-    status, code, message = 400, "no_payment_method", "No saved payment method."
+    # 409: a state of the account (nothing saved yet), not a malformed request (issue 42 item 12)
+    status, code, message = 409, "no_payment_method", "No saved payment method."
     description = "No saved default payment method fits (save one with POST /api/pay/method)."
 
 

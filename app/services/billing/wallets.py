@@ -41,7 +41,8 @@ class SignatureInvalid(DomainError):
 
 
 class WalletNotConnected(DomainError):
-    status, code, message = 400, "wallet_not_connected", "No wallet is connected."
+    # 409: a state of the account, not a malformed request (issue 42 item 12)
+    status, code, message = 409, "wallet_not_connected", "No wallet is connected."
     description = "The operation needs a connected wallet (POST /api/wallet/connect)."
 
 

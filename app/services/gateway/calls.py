@@ -30,15 +30,13 @@ marked ``test``; ``cost_cents`` shows the price that live mode would charge.
 from __future__ import annotations
 
 import hashlib
-import time
 from dataclasses import dataclass, field
 
 import orjson
 from flask import current_app
-from sqlalchemy import text
 
 from app.services.accounts import key_controls
-from app.errors import Conflict, DomainError, InvalidRequest, PaymentRequired, ProviderTimeout, UpstreamError
+from app.errors import DomainError, InvalidRequest, PaymentRequired, ProviderTimeout, UpstreamError
 from app.ids import new_id
 from app.models.base import utcnow
 from app import telemetry
@@ -50,19 +48,11 @@ from app.services.gateway import receipts
 from app.services.gateway import upstream
 from app.services.billing import paywall, x402
 from app.services.platform import http
-from app.services.platform.uow import read, unit_of_work
+from app.services.platform.uow import unit_of_work
+from app.services.platform.idempotency import (IdempotencyKeyInUse, IdempotencyKeyReused,  # noqa: F401
+                                               replay_or_conflict as _replay_or_conflict)
 from app.services.money.refunds import purge_idempotency, refund, sweep_pending  # noqa: F401
 from app.services.money.revenue_share import call_legs as _legs
-
-
-class IdempotencyKeyReused(Conflict):
-    code, message = "idempotency_key_reused", "The Idempotency-Key was used with a different request."
-    description = "The Idempotency-Key was used with a different request."
-
-
-class IdempotencyKeyInUse(Conflict):
-    code, message = "idempotency_key_in_use", "A request with this Idempotency-Key is still in flight."
-    description = "A request with this Idempotency-Key is still in flight."
 
 
 @dataclass(frozen=True)
@@ -123,33 +113,6 @@ def fund_from_payment(payment: str, *, account_id: str, price_micros: int,
 def request_hash(slug: str, mode: str, body: dict) -> str:
     canon = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
     return hashlib.sha256(f"{slug}\n{mode}\n".encode() + canon).hexdigest()
-
-
-_IN_FLIGHT_POLL_SECONDS = 0.02
-_STORED = text("SELECT request_hash, status, response_body FROM idempotency_records "
-               "WHERE account_id = :a AND key = :k")
-
-
-def _replay_or_conflict(stored_hash: str, status: str, body: str | None, req_hash: str,
-                        account_id: str, key: str) -> str:
-    """A live record of the key: its stored body (same request, done), else 409. A call
-    still in flight is waited for up to ``IDEMPOTENCY_IN_FLIGHT_WAIT_MS``: the worker that
-    answered it may not have stored its answer yet (deferred finalize), and a replay on
-    any worker must return the cached response (SPEC part 4 rule 2)."""
-    if stored_hash != req_hash:
-        raise IdempotencyKeyReused("This Idempotency-Key was already used with a different request.")
-    deadline = time.monotonic() + current_app.config["IDEMPOTENCY_IN_FLIGHT_WAIT_MS"] / 1000
-    while status != "done" and time.monotonic() < deadline:
-        time.sleep(_IN_FLIGHT_POLL_SECONDS)
-        rows = read(_STORED, {"a": account_id, "k": key})
-        if not rows:  # released (the call was refunded): the caller may retry it
-            break
-        stored_hash, status, body = rows[0]
-        if stored_hash != req_hash:
-            raise IdempotencyKeyReused("This Idempotency-Key was already used with a different request.")
-    if status != "done":
-        raise IdempotencyKeyInUse("A request with this Idempotency-Key is still in flight; retry later.")
-    return body
 
 
 # --- the call --------------------------------------------------------------------------

@@ -63,10 +63,20 @@ def add(channel: str, destination: str, payload: dict, *, source: str | None = N
 
 def add_email(to: str, subject: str, text: str, *, html: str | None = None,
               reply_to: str | None = None, headers: dict | None = None,
-              capability: bool = False, **kw) -> OutboxMessage:
+              capability: bool = False, throttle: str | None = None, **kw) -> OutboxMessage | None:
     """An e-mail. ``capability``: the message carries a secret link (a single-use token,
     an unsubscribe token); once delivered, or given up (``failed``), its body and headers are erased
-    from the table (``redacted``), so the token never stays at rest in plain text."""
+    from the table (``redacted``), so the token never stays at rest in plain text.
+    ``throttle``: the config name of a per-recipient limit (``ratelimits.recipient_allowed``),
+    given by every mail that someone other than the recipient can trigger (sign-up, console
+    sign-in, alert-target and newsletter confirmations); over it the mail is dropped (None,
+    logged) and the caller answers as usual, so nobody can aim our mail at an inbox."""
+    if throttle is not None:
+        from app.ratelimits import recipient_allowed
+
+        if not recipient_allowed(throttle, to):
+            log.info("mail throttled for its recipient (%s): %s", throttle, kw.get("source"))
+            return None
     payload = {"subject": subject, "text": text, "html": html, "reply_to": reply_to,
                "headers": headers or {}}
     if capability:

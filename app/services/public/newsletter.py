@@ -44,12 +44,12 @@ def list_headers(email: str) -> dict:
             "List-Unsubscribe-Post": "List-Unsubscribe=One-Click"}
 
 
-def add_list_email(email: str, subject: str, text: str, *, source: str):
+def add_list_email(email: str, subject: str, text: str, *, source: str, throttle: str | None = None):
     """Write one list e-mail to the outbox, in the caller's unit of work (delivery is
-    enqueued after it commits)."""
+    enqueued after it commits); ``throttle``: ``outbox.add_email``'s per-recipient limit."""
     footer = f"\n\n-- \nUnsubscribe from every list: {unsubscribe_url(email)}\n"
     return outbox.add_email(email, subject, text + footer, headers=list_headers(email),
-                            source=source, capability=True)
+                            source=source, capability=True, throttle=throttle)
 
 
 def subscribe(email: str, list_name: str | None = None) -> dict:
@@ -87,7 +87,7 @@ def _start_opt_in(email: str, list_name: str) -> None:
             f"Someone (hopefully you) asked to receive {LIST_NAMES[list_name]} at this address.\n\n"
             f"Confirm here (the link works once, for {hours} hours):\n{link}\n\n"
             "If this was not you, ignore this e-mail: nothing is sent until you confirm.",
-            source=f"subscription:{sub.id}")
+            source=f"subscription:{sub.id}", throttle="SUBSCRIBE_EMAIL_RATE_LIMIT")
 
 
 def accepted() -> dict:

@@ -1,0 +1,106 @@
+"""Issue 42 items 1–2: a credential cannot widen its own limits or scopes (a key creates,
+changes and rotates only keys within its own scopes, spend limit and expiry; the console's
+owner keeps full power), and the 100-key cap holds through rotations."""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from app.extensions import db
+from app.services.accounts import keys
+
+
+def _post(client, bearer, path, body, method="post"):
+    return getattr(client, method)(path, json=body, headers={"Authorization": f"Bearer {bearer}"})
+
+
+def _key(client, acct, **body):
+    r = client.post("/api/keys", json={"name": "k", **body}, headers=acct.headers)
+    assert r.status_code == 201, r.get_json()
+    return r.get_json()
+
+
+def test_a_limited_key_cannot_lift_its_own_limit(client, account):
+    lim = _key(client, account, spend_limit_cents=7, spend_limit_period="week")
+    for body in ({"spend_limit_cents": None}, {"spend_limit_cents": 8}, {"spend_limit_period": "day"}):
+        r = _post(client, lim["key"], f"/api/keys/{lim['id']}", body, "patch")
+        assert r.status_code == 403 and r.get_json()["error"] == "beyond_own_limits", (body, r.get_json())
+    listed = {k["id"]: k for k in client.get("/api/keys", headers=account.headers).get_json()["keys"]}
+    assert (listed[lim["id"]]["spend_limit_cents"], listed[lim["id"]]["spend_limit_period"]) == (7, "week")
+    # within its own: lower, or the same amount over a longer period
+    assert _post(client, lim["key"], f"/api/keys/{lim['id']}", {"spend_limit_cents": 5}, "patch").status_code == 200
+    r = _post(client, lim["key"], f"/api/keys/{lim['id']}", {"spend_limit_period": "month"}, "patch")
+    assert r.status_code == 200 and r.get_json()["spend_limit_period"] == "month"
+
+
+def test_a_limited_key_cannot_mint_an_unlimited_or_larger_key(client, account):
+    lim = _key(client, account, spend_limit_cents=7, spend_limit_period="week")
+    r = _post(client, lim["key"], "/api/keys", {"name": "child"})
+    assert r.status_code == 201  # no limit asked: it inherits the creator's
+    assert (r.get_json()["spend_limit_cents"], r.get_json()["spend_limit_period"]) == (7, "week")
+    for body in ({"spend_limit_cents": 8, "spend_limit_period": "week"},
+                 {"spend_limit_cents": 7, "spend_limit_period": "day"}):
+        r = _post(client, lim["key"], "/api/keys", {"name": "child", **body})
+        assert r.status_code == 403 and r.get_json()["error"] == "beyond_own_limits", body
+    r = _post(client, lim["key"], "/api/keys", {"name": "c", "spend_limit_cents": 3, "spend_limit_period": "month"})
+    assert r.status_code == 201
+    # nor lift another key's limit, nor rotate an unlimited key into a new unlimited one
+    child = r.get_json()
+    r = _post(client, lim["key"], f"/api/keys/{child['id']}", {"spend_limit_cents": None}, "patch")
+    assert r.status_code == 403
+    free = _key(client, account)
+    r = _post(client, lim["key"], f"/api/keys/{free['id']}/rotate", {})
+    assert r.status_code == 403 and r.get_json()["error"] == "beyond_own_limits"
+    assert len(client.get("/api/keys", headers=account.headers).get_json()["keys"]) == 5
+
+
+def test_a_key_cannot_grant_a_scope_it_lacks_nor_rotate_a_broader_key(client, account):
+    narrow = _key(client, account, scopes=["keys:read", "keys:write"])
+    r = _post(client, narrow["key"], "/api/keys", {"name": "x", "scopes": ["call:write"]})
+    assert r.status_code == 403 and r.get_json()["error"] == "insufficient_scope"
+    r = _post(client, narrow["key"], "/api/keys", {"name": "x"})
+    assert r.status_code == 201 and sorted(r.get_json()["scopes"]) == ["keys:read", "keys:write"]
+    broad = _key(client, account)
+    r = _post(client, narrow["key"], f"/api/keys/{broad['id']}/rotate", {})
+    assert r.status_code == 403
+
+
+def test_an_expiring_key_mints_keys_that_expire_no_later(client, account):
+    soon = datetime.now(timezone.utc) + timedelta(days=2)
+    exp = _key(client, account, expires_at=soon.isoformat())
+    r = _post(client, exp["key"], "/api/keys", {"name": "x"})
+    assert r.status_code == 201
+    assert datetime.fromisoformat(r.get_json()["expires_at"]) == datetime.fromisoformat(exp["expires_at"])
+    r = _post(client, exp["key"], "/api/keys", {"name": "x", "expires_at": (soon + timedelta(days=1)).isoformat()})
+    assert r.status_code == 403 and r.get_json()["error"] == "beyond_own_limits"
+    r = _post(client, exp["key"], f"/api/keys/{exp['id']}/rotate", {})
+    assert r.status_code == 201 and r.get_json()["expires_at"] is not None
+    assert datetime.fromisoformat(r.get_json()["expires_at"]) <= soon + timedelta(seconds=1)
+
+
+def test_the_console_owner_keeps_full_power(app, client, account):
+    lim = _key(client, account, spend_limit_cents=7, spend_limit_period="day")
+    with app.app_context():  # what the console calls: no creating key
+        row = keys.update_key(account.id, lim["id"], {"spend_limit_cents": None}, "live")
+        assert row.spend_limit_micros is None
+        row, _ = keys.create_key(account.id, "big", None, creator_scopes=frozenset({"keys:read"}),
+                                 creator_mode="live", spend_limit_cents=10**6)
+        assert row.spend_limit_micros == 10**6 * 10_000
+        db.session.remove()
+
+
+@pytest.mark.parametrize("overlap", [86_400, 1])
+def test_rotations_cannot_pass_the_key_cap(app, client, account, overlap):
+    with app.app_context():
+        for i in range(keys.MAX_ACTIVE_KEYS - 1):  # the account's own key makes 100
+            keys.mint(account.id, f"k{i}", ["keys:read"])
+        db.session.remove()
+    ids = [k["id"] for k in client.get("/api/keys", headers=account.headers).get_json()["keys"]]
+    assert len(ids) == keys.MAX_ACTIVE_KEYS
+    r = client.post(f"/api/keys/{ids[0]}/rotate", json={"overlap_seconds": overlap}, headers=account.headers)
+    assert r.status_code == 409 and r.get_json()["error"] == "key_limit_reached"
+    # without overlap the old key stops at once: the rotation fits
+    r = client.post(f"/api/keys/{ids[0]}/rotate", json={"overlap_seconds": 0}, headers=account.headers)
+    assert r.status_code == 201
+    assert len(client.get("/api/keys", headers=account.headers).get_json()["keys"]) == keys.MAX_ACTIVE_KEYS

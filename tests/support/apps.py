@@ -39,17 +39,14 @@ def app_env(cfg: dict) -> dict:
 def fresh_database(suffix: str) -> str:
     """The URL of a new, empty database next to the test database (``<test db>_<suffix>``,
     dropped and created again): for child processes that migrate and fill their own."""
-    import psycopg
-    from psycopg import sql
     from sqlalchemy.engine import make_url
 
+    from tests.support.workers import recreate_database
+
     url = make_url(os.environ["DATABASE_URL"]).set(drivername="postgresql")
-    name = f"{url.database}_{suffix}"
-    admin = url.set(database="postgres").render_as_string(hide_password=False)
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    return url.set(database=name).render_as_string(hide_password=False)
+    fresh = url.set(database=f"{url.database}_{suffix}").render_as_string(hide_password=False)
+    recreate_database(fresh)
+    return fresh
 
 
 def gunicorn_proc(env: dict, *, workers: int = 1, threads: int = 4, port: int | None = None,

@@ -14,6 +14,7 @@ from tests.support.procs import Proc, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
+START_SECONDS = 90  # how long a test waits for a server it started to answer
 
 
 def app_env(cfg: dict) -> dict:
@@ -69,7 +70,9 @@ def gunicorn(env: dict, workers: int = 1, threads: int = 4, port: int | None = N
     """Run ``gunicorn wsgi:app`` on loopback for the block; yields its base URL."""
     proc, url = gunicorn_proc(env, workers=workers, threads=threads, port=port)
     with proc:
-        proc.wait_http(url + "/openapi.json", timeout=20)
+        # only the wait's bound: on a loaded machine (parallel test workers beside other
+        # work) importing the app in every worker has taken over 20 s
+        proc.wait_http(url + "/openapi.json", timeout=START_SECONDS)
         yield url
 
 
@@ -156,5 +159,5 @@ def nginx(upstreams: list[str], *, extra_http: str = ""):
         fh.write(_NGINX_CONF.format(prefix=prefix, servers=servers, extra_http=extra_http, port=port))
     url = f"http://127.0.0.1:{port}"
     with Proc([binary, "-p", prefix, "-c", path], name="nginx", log=os.path.join(prefix, "nginx.out")) as proc:
-        proc.wait_http(url + "/openapi.json", timeout=20)
+        proc.wait_http(url + "/openapi.json", timeout=START_SECONDS)
         yield url

@@ -102,16 +102,11 @@ def _reset_schema(app) -> None:
 
 @pytest.fixture(scope="session")
 def app():
-    if workers.worker_id():  # an xdist worker: a database of its own for this session
-        workers.recreate_database(_db_url())
+    if workers.worker_id():  # an xdist worker: a database of its own (kept for the next run)
+        workers.ensure_database(_db_url())
     app = create_app(base_config())
     _reset_schema(app)
-    yield app
-    if workers.worker_id():
-        with app.app_context():
-            db.session.remove()
-            db.engine.dispose()
-        workers.drop_database(_db_url())
+    return app
 
 
 def _empty_tables(app) -> None:

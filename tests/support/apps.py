@@ -38,15 +38,15 @@ def app_env(cfg: dict) -> dict:
 
 
 def fresh_database(suffix: str) -> str:
-    """The URL of a new, empty database next to the test database (``<test db>_<suffix>``,
-    dropped and created again): for child processes that migrate and fill their own."""
+    """The URL of an empty database next to the test database (``<test db>_<suffix>``,
+    created or emptied): for child processes that migrate and fill their own."""
     from sqlalchemy.engine import make_url
 
-    from tests.support.workers import recreate_database
+    from tests.support.workers import empty_database
 
     url = make_url(os.environ["DATABASE_URL"]).set(drivername="postgresql")
     fresh = url.set(database=f"{url.database}_{suffix}").render_as_string(hide_password=False)
-    recreate_database(fresh)
+    empty_database(fresh)
     return fresh
 
 

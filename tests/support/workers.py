@@ -5,9 +5,10 @@ owns a database and a Redis index, so one worker's per-test cleanup (TRUNCATE of
 table, ``FLUSHDB``) never reaches another's data:
 
 * database: ``<DATABASE_URL's database>_<worker>`` (``gateway_ci_gw0``, ``gateway_ci_gw1``…)
-  on the same server, created when the worker's session starts and dropped when it ends;
-  with no ``DATABASE_URL`` the controller starts the one embedded server and every worker
-  makes its database there;
+  on the same server, created when missing (the session then rebuilds its schema, as for
+  ``DATABASE_URL`` itself) and kept between runs: ``DROP DATABASE`` waits for a
+  checkpoint, which took 189 s on this busy shared server; with no ``DATABASE_URL`` the
+  controller starts the one embedded server and every worker makes its database there;
 * Redis: index ``(REDIS_URL's index + worker number) mod 16`` (``/14`` gives the two
   workers 14 and 15), so ``REDIS_URL`` should name an index whose next ones are free too.
 
@@ -45,22 +46,36 @@ def redis_url(url: str, worker: str) -> str:
     return urlunsplit(parts._replace(path=f"/{index}"))
 
 
-def recreate_database(url: str) -> None:
-    """Drop (closing its connections) and create the database named by ``url``."""
-    _admin(url, "DROP DATABASE IF EXISTS {} WITH (FORCE)", "CREATE DATABASE {}")
-
-
-def drop_database(url: str) -> None:
-    _admin(url, "DROP DATABASE IF EXISTS {} WITH (FORCE)")
-
-
-def _admin(url: str, *statements: str) -> None:
+def ensure_database(url: str) -> bool:
+    """Create the database named by ``url`` unless it exists; True when it was created."""
     import psycopg
-    from psycopg import sql
+    from psycopg import errors, sql
     from sqlalchemy.engine import make_url
 
     target = make_url(url).set(drivername="postgresql")
     admin = target.set(database="postgres").render_as_string(hide_password=False)
     with psycopg.connect(admin, autocommit=True) as conn:
-        for statement in statements:
-            conn.execute(sql.SQL(statement).format(sql.Identifier(target.database)))
+        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (target.database,)).fetchone():
+            return False
+        try:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(target.database)))
+        except errors.DuplicateDatabase:  # made by another process meanwhile
+            return False
+        return True
+
+
+def empty_database(url: str) -> None:
+    """The database named by ``url``, created or emptied (its other sessions closed, its
+    ``public`` schema dropped and made again): what a child process migrates from scratch.
+    Not ``DROP DATABASE``, which waits for a checkpoint (minutes on a busy server)."""
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    if ensure_database(url):
+        return
+    target = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(target, autocommit=True) as conn:
+        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                     "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        conn.execute("DROP SCHEMA IF EXISTS public CASCADE")
+        conn.execute("CREATE SCHEMA public")

@@ -9,7 +9,7 @@ export PORT
 
 help:
 	@echo "make run    - install into .venv, migrate, load the demo catalog, serve on http://127.0.0.1:$(PORT)"
-	@echo "make test   - run the whole test suite on PostgreSQL: DATABASE_URL when set, else a throw-away embedded one (REDIS_URL honoured when set)"
+	@echo "make test   - run the whole test suite on PostgreSQL: DATABASE_URL when set, else a throw-away embedded one (REDIS_URL honoured when set), in parallel workers (TEST_WORKERS)"
 	@echo "make fuzz   - schemathesis (all checks, two accounts) against a throw-away instance"
 	@echo "make fault  - money under fault: worker kills, upstream hangs, Redis and PostgreSQL outages, x402 settle faults"
 	@echo "make serve  - production stack on loopback: nginx :8080/:8081, gunicorn, RQ worker, scheduler (PostgreSQL + Redis)"
@@ -37,8 +37,11 @@ run: venv
 serve: venv
 	@bash deploy/serve.sh
 
+# Parallel workers (pytest-xdist): one per CPU, at most 4 (tests/conftest.py); each has its
+# own database and Redis index (tests/support/workers.py). TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= auto
 test: venv
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 fuzz: venv
 	$(BIN)/python -m tests.fuzz.run_fuzz --max-examples $${FUZZ_EXAMPLES:-100}

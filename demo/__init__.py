@@ -2,7 +2,23 @@
 from __future__ import annotations
 
 import argparse
+import json
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class JSONHandler(BaseHTTPRequestHandler):
+    """The demo servers' request handler base: no access log, JSON answers."""
+
+    def log_message(self, *args):
+        pass
+
+    def _json(self, status: int, obj: dict) -> None:
+        data = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
 
 def serve_main(handler: type[BaseHTTPRequestHandler], *, description: str, port: int, label: str,

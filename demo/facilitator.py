@@ -21,7 +21,6 @@ import hashlib
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler
 
 from pydantic import ValidationError
 from x402.mechanisms.evm import V1_NETWORK_CHAIN_IDS
@@ -36,7 +35,7 @@ from x402.mechanisms.evm.verify import verify_eoa_signature
 from x402.schemas import PaymentPayload, PaymentRequirements, SettleResponse, VerifyResponse
 from x402.schemas.v1 import PaymentPayloadV1, PaymentRequirementsV1
 
-from demo import serve_main
+from demo import JSONHandler, serve_main
 
 
 def _chain_id(network: str) -> int:
@@ -148,19 +147,8 @@ class Facilitator:
         return 404, {"error": f"no such endpoint {path}"}
 
 
-class FacilitatorHandler(BaseHTTPRequestHandler):
+class FacilitatorHandler(JSONHandler):
     facilitator = Facilitator()
-
-    def log_message(self, *args):
-        pass
-
-    def _reply(self, status: int, body: dict) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
 
     def do_POST(self):
         try:
@@ -168,10 +156,10 @@ class FacilitatorHandler(BaseHTTPRequestHandler):
             body = json.loads(self.rfile.read(length) or b"null") if length <= 1 << 20 else None
         except ValueError:
             body = None
-        self._reply(*self.facilitator.answer(self.path, body))
+        self._json(*self.facilitator.answer(self.path, body))
 
     def do_GET(self):
-        self._reply(*self.facilitator.answer(self.path, {}))
+        self._json(*self.facilitator.answer(self.path, {}))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import json
 import time
-from http.server import BaseHTTPRequestHandler
 
-from demo import serve_main
+from demo import JSONHandler, serve_main
 
 
 def _text(content) -> str:
@@ -65,22 +64,11 @@ def reply(body: dict) -> tuple[dict, int, str]:
     return {"role": "assistant", "content": text}, len(words), finish
 
 
-class DemoLLMHandler(BaseHTTPRequestHandler):
+class DemoLLMHandler(JSONHandler):
     protocol_version = "HTTP/1.1"
     server_version = "demo-llm/1.0"
     disable_nagle_algorithm = True  # small keep-alive responses: no 40 ms delayed-ACK stalls
     wbufsize = 64 * 1024  # headers and body leave in one write (flushed per request / chunk)
-
-    def log_message(self, *args):  # quiet
-        pass
-
-    def _json(self, status: int, obj: dict) -> None:
-        data = json.dumps(obj).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
 
     def do_GET(self):
         if self.path.rstrip("/").endswith("/models"):

@@ -46,6 +46,17 @@ def session_headers(client, kp: Keypair) -> dict:
     return {"Authorization": f"Bearer {r.get_json()['session']}"}
 
 
+def checked_session(r, agent_id: str) -> dict:
+    """The bearer headers of a sign-in answer ``r`` (Ed25519 or SIWX), once its shape is
+    checked: ``agent_id``'s session, one hour, of the documented form."""
+    assert r.status_code == 200, r.get_json()
+    body = r.get_json()
+    assert set(body) == {"agent_id", "session", "expires_in"}
+    assert body["agent_id"] == agent_id and body["expires_in"] == 3600
+    assert body["session"].startswith("svc_sess_") and len(body["session"]) == 9 + 32 + 6
+    return {"Authorization": f"Bearer {body['session']}"}
+
+
 def charge(payer_account_id: str, owner_agent_id: str | None, price_cents: int, *, at=None,
            ref=None) -> int:
     """Post a module-call charge like the gateway: payer −P, revenue 0.7P, earnings 0.3P."""

@@ -28,6 +28,7 @@ from sqlalchemy import text
 
 from app import create_app
 from app.extensions import db
+from tests.support import workers
 from tests.support.finalize import drain
 
 _TMP = tempfile.mkdtemp(prefix="gw-tests-")
@@ -35,10 +36,24 @@ _EMBEDDED_PGDATA = os.path.join(_TMP, "pg")
 
 
 def pytest_configure(config):  # noqa: ARG001 - pytest's hook signature
+    """Runs in the xdist controller first (it starts the embedded server; its workers
+    inherit the URL), then in every worker: the worker's own database and Redis index
+    (tests/support/workers.py) go into the environment before any test module is read."""
     if not os.environ.get("DATABASE_URL"):
         from app.services.platform import embedded_pg
 
         os.environ["DATABASE_URL"] = embedded_pg.start(_EMBEDDED_PGDATA, database="gateway_test")
+    worker = workers.worker_id()
+    if worker:
+        os.environ["DATABASE_URL"] = workers.database_url(os.environ["DATABASE_URL"], worker)
+        if os.environ.get("REDIS_URL"):
+            os.environ["REDIS_URL"] = workers.redis_url(os.environ["REDIS_URL"], worker)
+
+
+def pytest_xdist_auto_num_workers(config):  # noqa: ARG001 - pytest-xdist's hook
+    """``-n auto`` (``make test``): a worker per CPU, at most 4 — each holds a database's
+    worth of connections and many tests start processes of their own."""
+    return max(1, min(os.cpu_count() or 1, 4))
 
 
 def pytest_unconfigure(config):  # noqa: ARG001
@@ -46,7 +61,7 @@ def pytest_unconfigure(config):  # noqa: ARG001
         from app.services.platform import embedded_pg
 
         embedded_pg.stop(_EMBEDDED_PGDATA)
-        shutil.rmtree(_TMP, ignore_errors=True)
+    shutil.rmtree(_TMP, ignore_errors=True)
 
 
 def _db_url() -> str:
@@ -87,6 +102,8 @@ def _reset_schema(app) -> None:
 
 @pytest.fixture(scope="session")
 def app():
+    if workers.worker_id():  # an xdist worker: a database of its own (kept for the next run)
+        workers.ensure_database(_db_url())
     app = create_app(base_config())
     _reset_schema(app)
     return app

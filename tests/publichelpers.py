@@ -35,6 +35,15 @@ def token_in(msg) -> str:
     return link_in(msg).split("token=", 1)[1]
 
 
+def mailed_tokens(app, client, path: str, email: str, times: int = 1) -> list[str]:
+    """POST ``{"email": email}`` to ``path`` (sign-up, subscribe) ``times`` times with a
+    real SMTP server wired in; the tokens of the confirmation links mailed, in order."""
+    with smtp(app) as sink:
+        for _ in range(times):
+            client.post(path, json={"email": email})
+        return [token_in(msg) for msg in sink.messages]
+
+
 def path_of(url: str) -> str:
     return "/" + url.split("/", 3)[3]
 

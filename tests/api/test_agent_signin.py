@@ -6,14 +6,13 @@ from datetime import datetime, timedelta, timezone
 
 import base58
 import pytest
-from sqlalchemy import update
 
 from app.extensions import db
 from app.ids import sha256_hex
 from app.models import AgentSession, SingleUseToken
-from app.models.base import utcnow
 from tests.support.concurrency import at_once
-from tests.agentkit import Keypair, nonce, register, session_headers, sign_in
+from tests.agentkit import Keypair, checked_session, nonce, register, session_headers, sign_in
+from tests.support.rows import expire
 
 
 @pytest.fixture
@@ -25,10 +24,7 @@ def agent(client, account):
 
 
 def _expire(app, n: str):
-    with app.app_context():
-        db.session.execute(update(SingleUseToken).where(SingleUseToken.token_hash == sha256_hex(n))
-                           .values(expires_at=utcnow() - timedelta(seconds=1)))
-        db.session.commit()
+    expire(app, SingleUseToken, SingleUseToken.token_hash == sha256_hex(n))
 
 
 def test_nonce_shape(client):
@@ -44,13 +40,7 @@ def test_nonce_shape(client):
 
 def test_sign_in_and_use_session(client, agent):
     kp, ag = agent
-    r = sign_in(client, kp)
-    assert r.status_code == 200, r.get_json()
-    body = r.get_json()
-    assert set(body) == {"agent_id", "session", "expires_in"}
-    assert body["agent_id"] == ag["id"] and body["expires_in"] == 3600
-    assert body["session"].startswith("svc_sess_") and len(body["session"]) == 9 + 32 + 6
-    headers = {"Authorization": f"Bearer {body['session']}"}
+    headers = checked_session(sign_in(client, kp), ag["id"])
     r = client.get(f"/api/agent/{ag['id']}/usage", headers=headers)
     assert r.status_code == 200 and r.get_json()["agent_id"] == ag["id"]
     # sessions act as the agent's account, with session scopes only
@@ -161,9 +151,7 @@ def test_expired_and_unknown_sessions_are_401(app, client, agent):
     headers = session_headers(client, kp)
     url = f"/api/agent/{ag['id']}/earnings"
     assert client.get(url, headers=headers).status_code == 200
-    with app.app_context():
-        db.session.execute(update(AgentSession).values(expires_at=utcnow() - timedelta(seconds=1)))
-        db.session.commit()
+    expire(app, AgentSession)
     from app import auth
     auth.clear_cache()
     r = client.get(url, headers=headers)

@@ -16,15 +16,16 @@ from urllib.parse import urlparse
 
 import pytest
 from eth_account import Account
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select
 from x402.extensions.sign_in_with_x import create_siwx_payload, encode_siwx_header
 
 from app.extensions import db
 from app.ids import sha256_hex
 from app.models import AgentSession, SingleUseToken
 from app.models.base import utcnow
-from tests.agentkit import Keypair
+from tests.agentkit import Keypair, checked_session
 from tests.support.concurrency import at_once
+from tests.support.rows import expire
 
 CHAIN = "eip155:8453"
 
@@ -178,12 +179,7 @@ def test_challenge_is_the_extensions_shape(client, base):
 
 def test_sign_in_gives_the_same_session_as_ed25519(app, client, base, wallet, agent):
     r, _ = sign_in(client, base, wallet)
-    assert r.status_code == 200, r.get_json()
-    body = r.get_json()
-    assert set(body) == {"agent_id", "session", "expires_in"}
-    assert body["agent_id"] == agent["id"] and body["expires_in"] == 3600
-    assert body["session"].startswith("svc_sess_") and len(body["session"]) == 9 + 32 + 6
-    headers = {"Authorization": f"Bearer {body['session']}"}
+    headers = checked_session(r, agent["id"])
     me = client.get("/api/account", headers=headers)
     assert me.status_code == 200, me.get_json()
     assert me.get_json()["agent_id"] == agent["id"] and me.get_json()["id"] == agent["account_id"]
@@ -292,10 +288,7 @@ def test_unknown_and_expired_nonces_are_refused(app, client, base, wallet, agent
     info = challenge(client, base)["info"]
     made_up = {**info, "nonce": "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(32))}
     _refused(app, client, base, signed_header(wallet, made_up, url), "unknown_nonce")
-    with app.app_context():
-        db.session.execute(update(SingleUseToken).where(SingleUseToken.token_hash == sha256_hex("n_" + info["nonce"]))
-                           .values(expires_at=utcnow() - timedelta(seconds=1)))
-        db.session.commit()
+    expire(app, SingleUseToken, SingleUseToken.token_hash == sha256_hex("n_" + info["nonce"]))
     _refused(app, client, base, signed_header(wallet, info, url), "nonce_expired")
 
 

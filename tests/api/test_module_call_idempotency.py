@@ -3,19 +3,18 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import timedelta
 
 import pytest
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select
 
 from app.extensions import db
 from app.models import IdempotencyRecord
-from app.models.base import utcnow
 from app.services.gateway import calls as gateway
 from tests.api.test_module_call import calls_of
 from tests.support.finalize import drain
 from tests.gateway_helpers import (PROVIDER, balance_cents, call, create_module,  # noqa: F401
                                    mod, provider, provider_server)
+from tests.support.rows import expire
 
 
 def test_replay_returns_identical_response_without_second_charge(app, client, make_account, mod,
@@ -97,18 +96,14 @@ def test_expired_key_is_a_new_call_and_purge_deletes(app, client, make_account, 
     acct = make_account(cents=10)
     first = call(client, acct, {"action": "ok"}, key="old")
     drain(app)  # the key's record is finalized before the test ages it
-    with app.app_context():
-        db.session.execute(update(IdempotencyRecord).values(expires_at=utcnow() - timedelta(seconds=1)))
-        db.session.commit()
-        db.session.remove()
+    expire(app, IdempotencyRecord)
     second = call(client, acct, {"action": "ok"}, key="old")
     assert second.status_code == 200 and "Idempotent-Replayed" not in second.headers
     assert second.get_json()["call_id"] != first.get_json()["call_id"]
     assert balance_cents(app, acct.id) == 4
     drain(app)
+    expire(app, IdempotencyRecord)
     with app.app_context():
-        db.session.execute(update(IdempotencyRecord).values(expires_at=utcnow() - timedelta(seconds=1)))
-        db.session.commit()
         assert gateway.purge_idempotency() == 1
         assert db.session.execute(select(func.count()).select_from(IdempotencyRecord)).scalar_one() == 0
         db.session.remove()

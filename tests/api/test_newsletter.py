@@ -2,16 +2,14 @@
 RFC 8058 one-click unsubscribe on every list e-mail."""
 from __future__ import annotations
 
-from datetime import timedelta
-
-from sqlalchemy import and_, select, update
+from sqlalchemy import and_, select
 
 from app.extensions import db
 from app.models import SingleUseToken, Subscription
-from app.models.base import utcnow
 from app.services.platform import tokens
 from app.services.public import newsletter
-from tests.publichelpers import link_in, path_of, smtp, strip_volatile, token_in
+from tests.publichelpers import link_in, mailed_tokens, path_of, smtp, strip_volatile, token_in
+from tests.support.rows import expire
 
 
 def _subs(app):
@@ -92,23 +90,15 @@ def newsletter_unsub_url(app, email):
 
 
 def test_expired_token_refused(app, client):
-    with smtp(app) as sink:
-        client.post("/api/email/subscribe", json={"email": "late@example.com"})
-        token = token_in(sink.messages[0])
-    with app.app_context():
-        db.session.execute(update(SingleUseToken).values(expires_at=utcnow() - timedelta(seconds=1)))
-        db.session.commit()
-        db.session.remove()
+    token, = mailed_tokens(app, client, "/api/email/subscribe", "late@example.com")
+    expire(app, SingleUseToken)
     assert client.get("/email/confirm?token=" + token).status_code == 404
     assert client.post("/email/confirm", data={"token": token}).status_code == 404
     assert _subs(app)[0][1:3] == ("product", "pending")
 
 
 def test_resubscribe_replaces_token(app, client):
-    with smtp(app) as sink:
-        client.post("/api/email/subscribe", json={"email": "twice@example.com"})
-        client.post("/api/email/subscribe", json={"email": "twice@example.com"})
-        first, second = token_in(sink.messages[0]), token_in(sink.messages[1])
+    first, second = mailed_tokens(app, client, "/api/email/subscribe", "twice@example.com", times=2)
     assert client.post("/email/confirm", data={"token": first}).status_code == 404
     assert client.post("/email/confirm", data={"token": second}).status_code == 200
 

@@ -19,6 +19,13 @@ def _balance(client, acct):
     return client.get("/api/account", headers=acct.headers).get_json()["balance_cents"]
 
 
+def _fund(client, acct, cents, method, with_method=None):
+    """POST /api/wallet/fund; ``with_method``: a payment method saved first (/api/pay/method)."""
+    if with_method:
+        client.post("/api/pay/method", json={"payment_method_id": with_method}, headers=acct.headers)
+    return client.post("/api/wallet/fund", json={"amount_cents": cents, "method": method}, headers=acct.headers)
+
+
 def _checkout(client, acct, cents=500, **extra):
     r = client.post("/api/pay/checkout", json={"amount_cents": cents, **extra}, headers=acct.headers)
     assert r.status_code == 200, r.get_json()
@@ -105,7 +112,7 @@ def test_scopes(client, make_account):
 
 
 def test_method_and_fund_card(client, account, ledger_clean):
-    r = client.post("/api/wallet/fund", json={"amount_cents": 500, "method": "card"}, headers=account.headers)
+    r = _fund(client, account, 500, "card")
     assert r.status_code == 409 and r.get_json()["error"] == "no_payment_method"
     r = client.post("/api/pay/method", json={"payment_method_id": "pm_nope"}, headers=account.headers)
     assert r.status_code == 400 and r.get_json()["error"] == "payment_method_invalid"
@@ -113,15 +120,14 @@ def test_method_and_fund_card(client, account, ledger_clean):
     assert r.status_code == 200
     assert r.get_json() == {"payment_method_id": "pm_card_visa", "type": "card", "brand": "visa",
                             "last4": "4242", "processor": "sandbox"}
-    r = client.post("/api/wallet/fund", json={"amount_cents": 500, "method": "card"}, headers=account.headers)
+    r = _fund(client, account, 500, "card")
     assert r.status_code == 200
     body = r.get_json()
     assert body["status"] == "succeeded" and body["balance_cents"] == 1500 and body["deposit"] is None
-    r = client.post("/api/wallet/fund", json={"amount_cents": 500, "method": "ach"}, headers=account.headers)
+    r = _fund(client, account, 500, "ach")
     assert r.status_code == 409 and r.get_json()["error"] == "no_payment_method"
 
-    client.post("/api/pay/method", json={"payment_method_id": "pm_card_chargeDeclined"}, headers=account.headers)
-    r = client.post("/api/wallet/fund", json={"amount_cents": 700, "method": "card"}, headers=account.headers)
+    r = _fund(client, account, 700, "card", with_method="pm_card_chargeDeclined")
     assert r.status_code == 402 and r.get_json()["error"] == "card_declined"
     assert r.get_json()["decline_code"] == "generic_decline"
     assert _balance(client, account) == 1500
@@ -131,11 +137,10 @@ def test_method_and_fund_card(client, account, ledger_clean):
 
 
 def test_fund_ach_pending_then_settle_or_fail(app, client, account, ledger_clean):
-    client.post("/api/pay/method", json={"payment_method_id": "pm_usBankAccount"}, headers=account.headers)
-    r = client.post("/api/wallet/fund", json={"amount_cents": 1200, "method": "ach"}, headers=account.headers)
+    r = _fund(client, account, 1200, "ach", with_method="pm_usBankAccount")
     assert r.status_code == 200 and r.get_json()["status"] == "pending"
     first = r.get_json()["payment_id"]
-    r = client.post("/api/wallet/fund", json={"amount_cents": 800, "method": "ach"}, headers=account.headers)
+    r = _fund(client, account, 800, "ach")
     second = r.get_json()["payment_id"]
     assert _balance(client, account) == 1000
     runner = app.test_cli_runner()

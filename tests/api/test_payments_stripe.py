@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from tests.api.test_payments_sandbox import _balance, _fund
 from tests.standins import stripe_server
 
 
@@ -16,10 +17,6 @@ def stripe_api(app, monkeypatch):
                            "STRIPE_WEBHOOK_SECRET": fake.webhook_secret, "STRIPE_API_BASE": fake.url}.items():
             monkeypatch.setitem(app.config, key, value)
         yield fake
-
-
-def _balance(client, acct):
-    return client.get("/api/account", headers=acct.headers).get_json()["balance_cents"]
 
 
 def _deliver(client, fake, event, **kw):
@@ -66,7 +63,7 @@ def test_method_and_off_session_card(client, account, stripe_api, ledger_clean):
     assert r.status_code == 200 and r.get_json()["processor"] == "stripe" and r.get_json()["last4"] == "4242"
     paths = [p for _, p, _ in stripe_api.requests]
     assert "/v1/customers" in paths and "/v1/payment_methods/pm_card_visa/attach" in paths
-    r = client.post("/api/wallet/fund", json={"amount_cents": 900, "method": "card"}, headers=account.headers)
+    r = _fund(client, account, 900, "card")
     assert r.status_code == 200 and r.get_json()["status"] == "succeeded"
     assert _balance(client, account) == 1900
     _, _, params = next(x for x in stripe_api.requests if x[1] == "/v1/payment_intents")
@@ -79,8 +76,7 @@ def test_method_and_off_session_card(client, account, stripe_api, ledger_clean):
         == "already_final"
     assert _balance(client, account) == 1900
 
-    client.post("/api/pay/method", json={"payment_method_id": "pm_card_chargeDeclined"}, headers=account.headers)
-    r = client.post("/api/wallet/fund", json={"amount_cents": 900, "method": "card"}, headers=account.headers)
+    r = _fund(client, account, 900, "card", with_method="pm_card_chargeDeclined")
     assert r.status_code == 402 and r.get_json()["error"] == "card_declined"
     assert "declined" in r.get_json()["message"]
     assert _balance(client, account) == 1900
@@ -88,8 +84,7 @@ def test_method_and_off_session_card(client, account, stripe_api, ledger_clean):
 
 
 def test_ach_settles_by_webhook(client, account, stripe_api, ledger_clean):
-    client.post("/api/pay/method", json={"payment_method_id": "pm_usBankAccount"}, headers=account.headers)
-    r = client.post("/api/wallet/fund", json={"amount_cents": 5000, "method": "ach"}, headers=account.headers)
+    r = _fund(client, account, 5000, "ach", with_method="pm_usBankAccount")
     assert r.status_code == 200 and r.get_json()["status"] == "pending"
     pid = r.get_json()["payment_id"]
     _, _, params = next(x for x in stripe_api.requests if x[1] == "/v1/payment_intents")

@@ -3,14 +3,13 @@ first key shown once, single-use expiring tokens, no enumeration, limits."""
 from __future__ import annotations
 
 import re
-from datetime import timedelta
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select
 
 from app.extensions import db
 from app.models import Account, ApiKey, SingleUseToken
-from app.models.base import utcnow
-from tests.publichelpers import link_in, path_of, smtp, strip_volatile, text_of, token_in
+from tests.publichelpers import link_in, mailed_tokens, path_of, smtp, strip_volatile, text_of, token_in
+from tests.support.rows import expire
 
 KEY_RE = re.compile(rb'<code id="api-key">(svc_live_[A-Za-z0-9]+)</code>')
 
@@ -54,9 +53,7 @@ def test_signup_page_flow_creates_account_with_promo_and_key(app, client, ledger
 
 
 def test_json_confirm_and_reuse(app, client, ledger_clean):
-    with smtp(app) as sink:
-        client.post("/api/signup", json={"email": "api@example.com"})
-        token = token_in(sink.messages[0])
+    token, = mailed_tokens(app, client, "/api/signup", "api@example.com")
     r = client.post("/api/signup/confirm", json={"token": token})
     assert r.status_code == 201
     j = r.get_json()
@@ -70,13 +67,8 @@ def test_json_confirm_and_reuse(app, client, ledger_clean):
 
 
 def test_expired_token(app, client):
-    with smtp(app) as sink:
-        client.post("/api/signup", json={"email": "slow@example.com"})
-        token = token_in(sink.messages[0])
-    with app.app_context():
-        db.session.execute(update(SingleUseToken).values(expires_at=utcnow() - timedelta(seconds=1)))
-        db.session.commit()
-        db.session.remove()
+    token, = mailed_tokens(app, client, "/api/signup", "slow@example.com")
+    expire(app, SingleUseToken)
     assert client.get("/signup/confirm?token=" + token).status_code == 404
     r = client.post("/signup/confirm", data={"token": token})
     assert r.status_code == 404 and _accounts(app) == 0
@@ -94,10 +86,7 @@ def test_no_enumeration_and_existing_account_notice(app, client, make_account):
 
 
 def test_second_link_after_account_exists(app, client):
-    with smtp(app) as sink:
-        client.post("/api/signup", json={"email": "dup@example.com"})
-        client.post("/api/signup", json={"email": "dup@example.com"})
-        t1, t2 = token_in(sink.messages[0]), token_in(sink.messages[1])
+    t1, t2 = mailed_tokens(app, client, "/api/signup", "dup@example.com", times=2)
     assert client.post("/signup/confirm", data={"token": t2}).status_code == 200
     r = client.post("/signup/confirm", data={"token": t1})
     assert r.status_code == 409 and b"svc_live_" not in r.data

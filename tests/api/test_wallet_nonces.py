@@ -7,13 +7,13 @@ from datetime import timedelta
 
 from eth_account import Account as EthAccount
 from eth_account.messages import encode_defunct
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select
 
 from app.extensions import db
 from app.models import SingleUseToken
-from app.models.base import utcnow
 from app.services.platform import tokens
 from tests.services.test_tokens import stored_anywhere
+from tests.support.rows import expire
 
 
 def _message(client, acct, address, chain="base"):
@@ -76,17 +76,13 @@ def test_replay_and_explicit_nonce(client, account):
 def test_expired_message_refused_and_spent_nonces_purged(app, client, account):
     eth = EthAccount.create()
     msg = _message(client, account, eth.address)
-    with app.app_context():
-        db.session.execute(update(SingleUseToken).values(expires_at=utcnow() - timedelta(seconds=1)))
-        db.session.commit()
-        db.session.remove()
+    expire(app, SingleUseToken)
     r = client.post("/api/wallet/connect", json={"chain": "base", "address": eth.address,
                                                   "signature": _sig(eth, msg["message"])},
                     headers=account.headers)
     assert r.status_code == 400 and r.get_json()["error"] == "nonce_invalid"
+    expire(app, SingleUseToken, ago=timedelta(days=2))
     with app.app_context():
-        db.session.execute(update(SingleUseToken).values(expires_at=utcnow() - timedelta(days=2)))
-        db.session.commit()
         assert tokens.purge() == 1
         assert db.session.execute(select(func.count()).select_from(SingleUseToken)).scalar_one() == 0
         db.session.remove()

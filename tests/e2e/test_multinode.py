@@ -1,7 +1,8 @@
 """Multi-node: three gunicorn nodes behind a real nginx, sharing PostgreSQL and Redis.
 
 * a key revoked through one node is refused by every node (measured delay reported);
-* per-key rate limits hold across nodes (the counter lives in Redis).
+* per-key rate limits hold across nodes (the counter lives in Redis): the minute budget
+  is spent once, whichever node serves.
 """
 from __future__ import annotations
 
@@ -21,10 +22,11 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def cluster(app):
+    """Started once for the module's tests (each makes its own account and keys)."""
     env = app_env(app.config)
-    env["AUTH_CACHE_TTL"] = "30"
+    env["AUTH_CACHE_TTL"] = "3600"  # a refusal within the test can only be the broadcast's
     with ExitStack() as stack:
         nodes = [stack.enter_context(gunicorn(env, workers=2, threads=2)) for _ in range(3)]
         front = stack.enter_context(nginx(nodes))
@@ -50,8 +52,7 @@ def test_revocation_reaches_all_nodes(cluster, make_account):
                 refused_at[node] = time.monotonic() - t0
         time.sleep(0.05)
     print(f"revocation delay per node (s): {sorted(round(v, 3) for v in refused_at.values())}")
-    assert len(refused_at) == len(nodes)
-    assert max(refused_at.values()) < 60  # SPEC: within 60 s (measured ~0.1 s with the broadcast)
+    assert len(refused_at) == len(nodes)  # every node, within SPEC's 60 s (the loop's bound)
     assert requests.get(f"{front}/api/account", headers=victim).status_code == 401
 
 
@@ -59,14 +60,13 @@ def test_rate_limit_is_shared_across_nodes(cluster, make_account):
     front, nodes = cluster
     acct = make_account(plan="starter")  # 60/minute; 10/second per key
     statuses = []
-    for i in range(30):
+    for i in range(70):
         node = nodes[i % len(nodes)]
         statuses.append(requests.get(f"{node}/api/account", headers=acct.headers).status_code)
-    ok, limited = statuses.count(200), statuses.count(429)
-    assert ok + limited == 30
-    # Each node alone would allow 10 per second; together they must not exceed the key's budget
-    # by more than one extra second-window (requests may straddle a second boundary).
-    assert ok <= 20 and limited >= 10, statuses
+        time.sleep(0.15)  # at most 7 a second: the 10/second limit never binds
+    # one minute budget for the key across the three nodes (each alone would allow 60):
+    # the 61st request, on whichever node, is the first refused
+    assert statuses == [200] * 60 + [429] * 10, statuses
     r = requests.get(f"{front}/api/account", headers=acct.headers)
-    if r.status_code == 429:
-        assert r.json()["error"] == "rate_limited" and int(r.headers["Retry-After"]) >= 1
+    assert r.status_code == 429 and r.json()["error"] == "rate_limited"
+    assert int(r.headers["Retry-After"]) >= 1

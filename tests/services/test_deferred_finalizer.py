@@ -117,66 +117,122 @@ def test_a_refused_row_is_isolated_and_the_rest_of_its_group_written(writer, mon
     assert writer.drain(5) and rec.groups[-1] == ["after"]
 
 
+class _Clock:
+    """``charging.time`` for the window tests: ``monotonic()`` stands still until the test
+    moves it, so what the writer does at each point of its window is certain, not a race
+    with the machine's load (``sleep`` stays the real one)."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    @staticmethod
+    def sleep(seconds: float) -> None:
+        time.sleep(seconds)
+
+
+class _TimedWaits(threading.Condition):
+    """The writer's condition on the test's clock: each wait of the writer thread for the
+    rest of its window is recorded (``waits``) and lasts at most 5 ms of real time, so the
+    writer soon looks at the clock again; another thread's timed wait (a drain) that times
+    out moves the clock by its timeout, so a drain still ends."""
+
+    def __init__(self, clock: _Clock):
+        super().__init__()
+        self.clock = clock
+        self.waits: list[float] = []
+
+    def wait(self, timeout=None):
+        if timeout is None:
+            return super().wait()
+        if threading.current_thread().name == "finalize-writer":
+            self.waits.append(timeout)
+            return super().wait(min(timeout, 0.005))
+        woken = super().wait(timeout)
+        if not woken:
+            self.clock.now += timeout
+        return woken
+
+
+def _until(predicate, seconds: float = 5.0) -> bool:
+    """Poll ``predicate`` (another thread's progress) until true; False if it never is."""
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.002)
+    return True
+
+
 @pytest.fixture
-def windowed(app, monkeypatch):
-    """A writer with a chosen ``CALL_FINALIZE_BATCH_MS`` (made by the returned function)."""
+def clocked(app, monkeypatch):
+    """``make(ms)``: a writer with window ``CALL_FINALIZE_BATCH_MS=ms`` on a clock the
+    test moves; returns (writer, clock, recorder of the statements written)."""
+    clock = _Clock()
+    monkeypatch.setattr(charging, "time", clock)
     made = []
 
     def make(ms):
+        rec = _Recorder()
+        monkeypatch.setattr(charging, "_write_group", rec)
         monkeypatch.setitem(app.config, "CALL_FINALIZE_BATCH_MS", ms)
         made.append(charging.DeferredFinalizer(app))
-        return made[-1]
+        made[-1]._cond = _TimedWaits(clock)
+        return made[-1], clock, rec
 
     yield make
     for w in made:
         w.close(2)
 
 
-def test_calls_queued_within_the_window_share_one_statement(windowed, monkeypatch):
-    rec = _Recorder()
-    monkeypatch.setattr(charging, "_write_group", rec)
-    writer = windowed(300)
+def test_calls_queued_within_the_window_share_one_statement(clocked):
+    writer, clock, rec = clocked(250)
     writer.submit({"id": "a"})
-    time.sleep(0.05)  # the writer is awake by now: without the window "a" went out alone
+    assert _until(lambda: writer._cond.waits)  # the writer is awake, waiting out a's window
     writer.submit({"id": "b"})
     writer.submit({"id": "c"})
+    clock.now += 0.25
     assert rec.started.wait(2) and writer.drain(2)
     assert rec.groups == [["a", "b", "c"]]
 
 
-def test_the_first_row_waits_the_window_and_no_longer(windowed, monkeypatch):
-    rec = _Recorder()
-    monkeypatch.setattr(charging, "_write_group", rec)
-    writer = windowed(200)
-    start = time.monotonic()
+def test_the_first_row_waits_the_window_and_no_longer(clocked):
+    writer, clock, rec = clocked(250)
     writer.submit({"id": "a"})
-    assert rec.started.wait(2)
-    assert 0.15 <= time.monotonic() - start < 1.5
+    assert _until(lambda: writer._cond.waits)
+    assert writer._cond.waits[0] == 0.25  # from its first row: the whole window
+    clock.now += 0.125
+    assert _until(lambda: 0.125 in writer._cond.waits)  # saw the time move: waits the rest
+    assert not rec.started.is_set()  # nothing written before the window ends ...
+    clock.now += 0.125
+    assert rec.started.wait(2)  # ... and written when it ends, with nothing else waking it
+    assert rec.groups == [["a"]]
     rec.started.clear()
-    time.sleep(0.05)
-    start = time.monotonic()
+    writer._cond.waits.clear()
+    clock.now += 5
     writer.submit({"id": "b"})  # a new group: its own window, from its own first row
+    assert _until(lambda: writer._cond.waits)
+    assert writer._cond.waits[0] == 0.25 and not rec.started.is_set()
+    clock.now += 0.25
     assert rec.started.wait(2)
-    assert 0.15 <= time.monotonic() - start < 1.5
     assert rec.groups == [["a"], ["b"]]
 
 
-def test_a_drain_or_a_full_group_does_not_wait_out_the_window(windowed, monkeypatch):
-    rec = _Recorder()
-    monkeypatch.setattr(charging, "_write_group", rec)
-    writer = windowed(1000)
+def test_a_drain_or_a_full_group_does_not_wait_out_the_window(clocked, monkeypatch):
+    writer, clock, rec = clocked(1000)
+    start = clock.now
     writer.submit({"id": "a"})
-    start = time.monotonic()
+    assert _until(lambda: writer._cond.waits)  # waiting out its window
     assert writer.drain(5)  # a stopping process writes its queue at once
-    assert time.monotonic() - start < 0.5 and rec.groups == [["a"]]
+    assert rec.groups == [["a"]]
     monkeypatch.setattr(charging, "BATCH_MAX_ROWS", 3)
-    start = time.monotonic()
     for cid in ("x", "y", "z"):
         writer.submit({"id": cid})
-    deadline = time.monotonic() + 2
-    while len(rec.groups) < 2 and time.monotonic() < deadline:
-        time.sleep(0.005)
-    assert time.monotonic() - start < 0.5 and rec.groups == [["a"], ["x", "y", "z"]]
+    assert _until(lambda: len(rec.groups) == 2)  # a full group goes at once
+    assert rec.groups == [["a"], ["x", "y", "z"]]
+    assert clock.now == start  # written while the clock stood still: no window waited out
 
 
 def test_a_backlog_is_written_in_statements_of_at_most_batch_max_rows(writer, monkeypatch):

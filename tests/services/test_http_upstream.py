@@ -376,32 +376,19 @@ def test_no_span_and_no_work_when_tracing_is_off():
 
 _PROBE = r"""
 import json, sys
-from http.server import BaseHTTPRequestHandler
 from app import create_app, telemetry
 from app.services.platform import http
-from tests.support.standin import serve
+from tests.support.standin import StandIn
 
-seen = []
-
-class H(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    def do_POST(self):
-        self.rfile.read(int(self.headers["Content-Length"]))
-        seen.append(self.headers.get("traceparent"))
-        self.send_response(201)
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"{}")
-    def log_message(self, *a):
-        pass
-
+hook = StandIn({("POST", "/hook"): lambda req: (201, {})})
 app = create_app({"APP_ENV": "test", "TESTING": True,  # the database: DATABASE_URL
                   "INSTANCE_PATH": sys.argv[1]})
-with serve(H) as url, telemetry.span("call.forward"):
+with hook as url, telemetry.span("call.forward"):
     resp = http.upstream("modules", allow_private_hosts=True).request(
         "POST", url + "/hook?secret=1", headers={}, body=b"{}", timeout=5)
     http.read_capped(resp, 1024)
     http.release(resp)
+seen = [r.headers.get("traceparent") for r in hook.requests]
 loaded = sorted(m for m in sys.modules if m.startswith(("opentelemetry.instrumentation",
                                                          "opentelemetry.sdk.trace")))
 if telemetry._tracer is not None:

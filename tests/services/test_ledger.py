@@ -1,7 +1,6 @@
 """Ledger invariants: balanced postings, conditional debits, the check command."""
 from __future__ import annotations
 
-import threading
 
 import pytest
 from sqlalchemy import text
@@ -9,6 +8,7 @@ from sqlalchemy import text
 from app.extensions import db
 from app.models import Account
 from app.services.money import ledger
+from tests.support.concurrency import at_once
 
 
 def test_promo_grant_is_a_balanced_posting(app, account, ledger_clean):
@@ -37,25 +37,20 @@ def test_overdraft_refused_and_nothing_written(app, account, ledger_clean):
 
 def test_concurrent_debits_never_overdraw(app, make_account, ledger_clean):
     acct = make_account(cents=20)
-    results = []
 
-    def spend():
+    def spend() -> bool:
         with app.app_context():
             try:
                 ledger.post("charge", [(ledger.customer(acct.id), -10_000), (ledger.REVENUE, 10_000)])
                 db.session.commit()
-                results.append(True)
+                return True
             except ledger.InsufficientFunds:
                 db.session.rollback()
-                results.append(False)
+                return False
             finally:
                 db.session.remove()
 
-    threads = [threading.Thread(target=spend) for _ in range(40)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    results = at_once(40, spend)
     assert results.count(True) == 20 and results.count(False) == 20
     with app.app_context():
         assert db.session.get(Account, acct.id).balance_micros == 0

@@ -15,6 +15,7 @@ from app.services.money import ledger
 from app.services.platform import outbox
 from app.services.money import settlement
 from tests.agentkit import Keypair, charge, refund, register
+from tests.support.concurrency import at_once
 from tests.support.standin import recorder
 
 SEPT = datetime(2026, 9, 15, 12, tzinfo=timezone.utc)
@@ -216,30 +217,21 @@ def test_cli_and_schedule(app, agents, payer, ledger_clean):
 
 
 def test_concurrent_runs_settle_each_agent_once(app, agents, payer, ledger_clean):
-    import threading
-
     trio = agents(3)
     with app.app_context():
         for ag in trio:
             charge(payer.id, ag["id"], 100, at=SEPT)
-    barrier = threading.Barrier(4)
-    errors = []
 
     def run():
         with app.app_context():
-            barrier.wait()
             try:
                 settlement.settle_month("2026-09", now=LATER)
             except Exception as exc:  # noqa: BLE001 - asserted below: none
-                errors.append(exc)
+                return exc
             finally:
                 db.session.remove()
 
-    threads = [threading.Thread(target=run) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = [e for e in at_once(4, run) if e is not None]
     with app.app_context():
         assert errors == []  # row locks: the losers just skip
         assert db.session.query(AgentSettlement).count() == 3

@@ -14,6 +14,7 @@ from tests.support.procs import Proc, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
+START_SECONDS = 90  # how long a test waits for a server it started to answer
 
 
 def app_env(cfg: dict) -> dict:
@@ -37,19 +38,16 @@ def app_env(cfg: dict) -> dict:
 
 
 def fresh_database(suffix: str) -> str:
-    """The URL of a new, empty database next to the test database (``<test db>_<suffix>``,
-    dropped and created again): for child processes that migrate and fill their own."""
-    import psycopg
-    from psycopg import sql
+    """The URL of an empty database next to the test database (``<test db>_<suffix>``,
+    created or emptied): for child processes that migrate and fill their own."""
     from sqlalchemy.engine import make_url
 
+    from tests.support.workers import empty_database
+
     url = make_url(os.environ["DATABASE_URL"]).set(drivername="postgresql")
-    name = f"{url.database}_{suffix}"
-    admin = url.set(database="postgres").render_as_string(hide_password=False)
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    return url.set(database=name).render_as_string(hide_password=False)
+    fresh = url.set(database=f"{url.database}_{suffix}").render_as_string(hide_password=False)
+    empty_database(fresh)
+    return fresh
 
 
 def gunicorn_proc(env: dict, *, workers: int = 1, threads: int = 4, port: int | None = None,
@@ -72,7 +70,9 @@ def gunicorn(env: dict, workers: int = 1, threads: int = 4, port: int | None = N
     """Run ``gunicorn wsgi:app`` on loopback for the block; yields its base URL."""
     proc, url = gunicorn_proc(env, workers=workers, threads=threads, port=port)
     with proc:
-        proc.wait_http(url + "/openapi.json", timeout=20)
+        # only the wait's bound: on a loaded machine (parallel test workers beside other
+        # work) importing the app in every worker has taken over 20 s
+        proc.wait_http(url + "/openapi.json", timeout=START_SECONDS)
         yield url
 
 
@@ -159,5 +159,5 @@ def nginx(upstreams: list[str], *, extra_http: str = ""):
         fh.write(_NGINX_CONF.format(prefix=prefix, servers=servers, extra_http=extra_http, port=port))
     url = f"http://127.0.0.1:{port}"
     with Proc([binary, "-p", prefix, "-c", path], name="nginx", log=os.path.join(prefix, "nginx.out")) as proc:
-        proc.wait_http(url + "/openapi.json", timeout=20)
+        proc.wait_http(url + "/openapi.json", timeout=START_SECONDS)
         yield url

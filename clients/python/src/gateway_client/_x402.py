@@ -34,28 +34,31 @@ def _required(http_client: Any, exc: PaymentRequired) -> Any:
         raise PaymentFailed(f"the 402 carries no usable x402 payment request: {err}") from err
 
 
-class SyncPayer:
-    """Pays 402s for the sync client."""
+class _Payer:
+    """An x402 client paying as ``account``: the sync or the async one of the SDK."""
+
+    _SUFFIX = ""  # the SDK names its sync classes x402ClientSync, x402HTTPClientSync
 
     def __init__(self, account: Any) -> None:
         x402, http, register, signers = _x402()
-        client = register.register_exact_evm_client(x402.x402ClientSync(), signers.EthAccountSigner(account))
-        self._http = http.x402HTTPClientSync(client)
+        client = register.register_exact_evm_client(getattr(x402, "x402Client" + self._SUFFIX)(),
+                                                    signers.EthAccountSigner(account))
+        self._http = getattr(http, "x402HTTPClient" + self._SUFFIX)(client)
         self.address: str = account.address
+
+
+class SyncPayer(_Payer):
+    """Pays 402s for the sync client."""
+
+    _SUFFIX = "Sync"
 
     def headers_for(self, exc: PaymentRequired) -> dict[str, str]:
         payload = self._http.create_payment_payload(_required(self._http, exc))
         return dict(self._http.encode_payment_signature_header(payload))
 
 
-class AsyncPayer:
+class AsyncPayer(_Payer):
     """Pays 402s for the async client."""
-
-    def __init__(self, account: Any) -> None:
-        x402, http, register, signers = _x402()
-        client = register.register_exact_evm_client(x402.x402Client(), signers.EthAccountSigner(account))
-        self._http = http.x402HTTPClient(client)
-        self.address: str = account.address
 
     async def headers_for(self, exc: PaymentRequired) -> dict[str, str]:
         payload = await self._http.create_payment_payload(_required(self._http, exc))

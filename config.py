@@ -307,9 +307,8 @@ def load_config(overrides: dict | None = None) -> dict:
         "FUNNEL_STEPS": _env("FUNNEL_STEPS",
                              "signup_started,signup_completed,key_created,first_call,payment_completed"),
         "TRACK_MAX_BODY_BYTES": _int("TRACK_MAX_BODY_BYTES", 8192),
-        # PostgreSQL: event inserts skip the WAL-flush wait (synchronous_commit=off).
+        # Event inserts skip the WAL-flush wait (synchronous_commit off for that statement).
         "TRACK_ASYNC_COMMIT": _bool("TRACK_ASYNC_COMMIT", True),
-        "TRACK_DB_POOL_SIZE": _int("TRACK_DB_POOL_SIZE", 5),
         "TRACK_RETENTION_DAYS": _int("TRACK_RETENTION_DAYS", 90),
         "SIGNUP_TOKEN_TTL_HOURS": _int("SIGNUP_TOKEN_TTL_HOURS", 24),
         "NEWSLETTER_TOKEN_TTL_HOURS": _int("NEWSLETTER_TOKEN_TTL_HOURS", 48),

@@ -106,7 +106,7 @@ def test_a_read_after_its_pooled_connection_died_still_answers(app, make_account
     """The pool has no pre-ping: a pooled connection whose server process is gone (a
     restart) is replaced at checkout (or, dying under the statement, the read runs again
     on a fresh one)."""
-    from sqlalchemy import text
+    import psycopg
 
     from app.services.platform.uow import run_one
 
@@ -116,7 +116,8 @@ def test_a_read_after_its_pooled_connection_died_still_answers(app, make_account
         start, end = usage.billing_period()
         expect = usage.totals(acct, start, end)
         pid = run_one("SELECT pg_backend_pid()", {})[0][0]
-        db.session.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
-        db.session.commit()
+        url = db.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        with psycopg.connect(url, autocommit=True) as outside:  # not one of the pool's
+            outside.execute("SELECT pg_terminate_backend(%s)", (pid,))
         assert usage.totals(acct, start, end) == expect
         db.session.remove()

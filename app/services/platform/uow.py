@@ -111,15 +111,18 @@ def transactional(fn: Callable) -> Callable:
 
 
 def end_reads() -> None:
-    """End the session's open transaction of reads made before (e.g. a credential lookup),
-    as a unit of work would end them, so the session does not sit idle in a transaction
-    through a provider call while the hot path writes on its ``one_statement``
-    connection. Nothing to do (no round trip) when the session has no transaction open.
-    Refuses inside a unit of work (RuntimeError): that one owns the transaction."""
+    """End the session's open transaction of reads made before (e.g. a credential lookup)
+    and give its connection back to the pool, so the session does not sit idle in a
+    transaction through a provider call, nor hold a connection while the request's
+    one-statement write takes another. A rollback: reads have nothing to commit, and a
+    write made outside a unit of work (the rules forbid it) is not committed by accident;
+    the same one round trip the session's end at teardown would have cost. Nothing to do
+    (no round trip) when the session has no transaction open. Refuses inside a unit of
+    work (RuntimeError): that one owns the transaction."""
     if _current.get() is not None:
         raise RuntimeError("end_reads() inside a unit_of_work(): the unit of work ends it")
     if db.session().in_transaction():
-        db.session.commit()
+        db.session.rollback()
 
 
 def read(statement, params: dict | None = None) -> list:

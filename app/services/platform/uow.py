@@ -167,7 +167,7 @@ def run_statement(statement, params: dict) -> list:
     SQL text goes to a psycopg cursor of the pooled connection (``_run_on_cursor``):
     checked out, switched to autocommit, run, switched back and returned, with
     SQLAlchemy's errors; no SQLAlchemy ``Connection``, execution context or result
-    object per statement (~110 µs of CPU less than ``exec_driver_sql``: docs/
+    object per statement (~170 µs of CPU less than ``exec_driver_sql``: docs/
     architecture.md, "Connections"). While something wants SQLAlchemy's statement
     events (``statement_events``: tracing, statement counters) or for a SQLAlchemy
     statement, it runs through ``Connection.exec_driver_sql`` / ``execute``, so the

@@ -319,6 +319,19 @@ def test_run_one_gives_the_sessions_connection_back_first(app):
         assert not db.session().in_transaction()
 
 
+def test_run_one_makes_no_session_for_a_request_that_has_none(app):
+    """A request that never used the session (warm caches: the metered call's usual
+    case) gets none made by ``run_one``'s check for open reads (making one costs more
+    than the check)."""
+    from app.services.platform import uow
+
+    with app.app_context():
+        assert not db.session.registry.has()
+        assert uow.run_one("SELECT 1", {}) == [(1,)]
+        assert uow.read(text("SELECT 2")) == [(2,)]
+        assert not db.session.registry.has()
+
+
 def test_a_restart_costs_no_failed_call(app):
     """A server restart kills the pool's idle connections: the checkout sees each one's
     closed socket and connects afresh (dbpool._alive), so no statement fails on them, and

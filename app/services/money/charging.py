@@ -45,7 +45,7 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from app import metrics
 from app.ids import new_id
 from app.models.base import utcnow
-from app.services.platform.uow import run_one, run_statement
+from app.services.platform.uow import end_reads, run_one, run_statement
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +110,10 @@ def open_pg(*, account_id: str, mode: str, mod, act, idem_key: str | None, req_h
                            spend_key=spend_key, actor=actor)
     # A stale pooled connection is retried once (run_one) with the SAME call id, so a first
     # attempt that did commit makes the retry fail (duplicate call id / key in flight)
-    # instead of charging twice.
+    # instead of charging twice. The session's reads end first: a follower must not hold
+    # a connection while it waits for the leader's statement, which may need it (a pool
+    # or PgBouncer's server connections all held by waiting followers: nobody moves).
+    end_reads()
     return opened, _group_opener().open(row)
 
 
@@ -159,6 +162,7 @@ def finalize_pg(*, call_id: str, account_id: str, idem_key: str | None, ok: bool
             and (deadline - finished_at).total_seconds() >= cfg["CALL_SWEEP_MARGIN_SECONDS"] / 2):
         _deferred_finalizer(app).submit(row)
         return True
+    end_reads()  # no connection held while waiting for the group's leader (open_pg)
     return _group_finalizer().finalize(_Member(row))
 
 

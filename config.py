@@ -97,6 +97,48 @@ def _chat_providers(production: bool) -> dict:
 
 
 
+def _prepare_threshold(pgbouncer: bool) -> int | None:
+    """psycopg's ``prepare_threshold`` from ``DB_PREPARE_THRESHOLD`` (``none``: never
+    prepare); default 5 (psycopg's own), none behind PgBouncer (``DATABASE_PGBOUNCER``)."""
+    raw = _env("DB_PREPARE_THRESHOLD")
+    if raw is None:
+        return None if pgbouncer else 5
+    if raw.strip().lower() in ("none", "off"):
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"DB_PREPARE_THRESHOLD must be a number of executions or 'none', not {raw!r}") from None
+    if value < 0:
+        raise ConfigError(f"DB_PREPARE_THRESHOLD must be 0 or more (or 'none'), not {value}")
+    return value
+
+
+def engine_options(cfg: dict) -> dict:
+    """``create_engine`` options of the app's ONE connection pool per process
+    (docs/architecture.md, "Connections"; docs/operations.md, "PostgreSQL connections"):
+    every statement of a process — requests, the finalize writer, the background
+    flushes — checks a connection out of it and returns it when the statement or unit of
+    work ends, so a worker holds at most ``DB_POOL_SIZE + DB_MAX_OVERFLOW`` connections
+    whatever its thread count. A checkout waits at most ``DB_POOL_TIMEOUT`` seconds for
+    one, then the request answers 503 ``service_unavailable`` (app/errors.py)."""
+    pool_size, overflow = _int("DB_POOL_SIZE", 4), _int("DB_MAX_OVERFLOW", 4)
+    timeout = _float("DB_POOL_TIMEOUT", 5.0)
+    if pool_size < 1 or overflow < 0 or timeout <= 0:
+        raise ConfigError(f"DB_POOL_SIZE must be at least 1, DB_MAX_OVERFLOW 0 or more and DB_POOL_TIMEOUT "
+                          f"above 0 seconds (not {pool_size}, {overflow}, {timeout})")
+    return {
+        "pool_size": pool_size,
+        "max_overflow": overflow,
+        "pool_timeout": timeout,
+        # Idle connections are checked at checkout without a round trip (a server that
+        # restarted or ended the session has closed the socket: dbpool.py), not pinged.
+        "pool_pre_ping": False,
+        "pool_recycle": _int("DB_POOL_RECYCLE", 1800),
+        "connect_args": {"prepare_threshold": _prepare_threshold(cfg["DATABASE_PGBOUNCER"])},
+    }
+
+
 def load_config(overrides: dict | None = None) -> dict:
     """Build the Flask config mapping from the environment (plus test overrides)."""
     app_env = _choice("APP_ENV", (overrides or {}).get("APP_ENV") or _env("APP_ENV", "development"), APP_ENVS)
@@ -112,6 +154,10 @@ def load_config(overrides: dict | None = None) -> dict:
         # PostgreSQL only. Unset outside production: the embedded server (see below).
         "SQLALCHEMY_DATABASE_URI": _env("DATABASE_URL", ""),
         "SQLALCHEMY_TRACK_MODIFICATIONS": False,
+        # DATABASE_URL points at PgBouncer in transaction mode: no server-side prepared
+        # statements unless DB_PREPARE_THRESHOLD says otherwise (PgBouncer >= 1.21 with
+        # max_prepared_statements). Pool settings: engine_options() below.
+        "DATABASE_PGBOUNCER": _bool("DATABASE_PGBOUNCER", False),
         # --- redis / jobs ---------------------------------------------------
         "REDIS_URL": _env("REDIS_URL"),
         "RQ_QUEUE": _env("RQ_QUEUE", "default"),
@@ -296,9 +342,8 @@ def load_config(overrides: dict | None = None) -> dict:
         "FUNNEL_STEPS": _env("FUNNEL_STEPS",
                              "signup_started,signup_completed,key_created,first_call,payment_completed"),
         "TRACK_MAX_BODY_BYTES": _int("TRACK_MAX_BODY_BYTES", 8192),
-        # PostgreSQL: event inserts skip the WAL-flush wait (synchronous_commit=off).
+        # Event inserts skip the WAL-flush wait (synchronous_commit off for that statement).
         "TRACK_ASYNC_COMMIT": _bool("TRACK_ASYNC_COMMIT", True),
-        "TRACK_DB_POOL_SIZE": _int("TRACK_DB_POOL_SIZE", 5),
         "TRACK_RETENTION_DAYS": _int("TRACK_RETENTION_DAYS", 90),
         "SIGNUP_TOKEN_TTL_HOURS": _int("SIGNUP_TOKEN_TTL_HOURS", 24),
         "NEWSLETTER_TOKEN_TTL_HOURS": _int("NEWSLETTER_TOKEN_TTL_HOURS", 48),
@@ -395,15 +440,7 @@ def load_config(overrides: dict | None = None) -> dict:
     if not uri.startswith("postgresql+psycopg://"):
         raise ConfigError(f"DATABASE_URL must name a PostgreSQL database (postgresql://…), not {uri!r}")
     cfg["SQLALCHEMY_DATABASE_URI"] = uri
-    cfg["SQLALCHEMY_ENGINE_OPTIONS"] = {
-        # A "SELECT 1" per pool checkout (a metered call checks out twice). Without it a
-        # server restart fails the first statement on each stale connection (the
-        # request fails and changes nothing; SQLAlchemy then drops the whole pool).
-        "pool_pre_ping": _bool("DB_POOL_PRE_PING", True),
-        "pool_size": _int("DB_POOL_SIZE", 10),
-        "max_overflow": _int("DB_MAX_OVERFLOW", 10),
-        "pool_recycle": 1800,
-    }
+    cfg["SQLALCHEMY_ENGINE_OPTIONS"] = engine_options(cfg)
     return cfg
 
 

@@ -42,9 +42,9 @@ def create_app(overrides: dict | None = None) -> Flask:
     from app.extensions import api, db, limiter, migrate
 
     db.init_app(app)
-    from app.services.platform import uow
+    from app.services.platform import dbpool
 
-    uow.init_app(app)
+    dbpool.init_app(app)
     migrate.init_app(app, db, directory=os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "migrations")),
                      render_as_batch=True, compare_type=True)
     limiter.init_app(app)

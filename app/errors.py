@@ -373,8 +373,29 @@ def _has_control_chars(text: str) -> bool:
 
 
 def handle_unexpected(err: Exception):
+    if database_busy(err):
+        # The process's pool had no connection free within DB_POOL_TIMEOUT, or PostgreSQL
+        # (or PgBouncer) refused a new one: nothing was done, the client may retry.
+        log.warning("database busy: %s", err, extra={"request_id": getattr(g, "request_id", None)})
+        return error_response(ServiceUnavailable.code, "The database is busy; retry shortly.",
+                              ServiceUnavailable.status, {"Retry-After": "1"})
     log.exception("unhandled error", extra={"request_id": getattr(g, "request_id", None)})
     return error_response(InternalError.code, InternalError.message, InternalError.status)
+
+
+# PostgreSQL's SQLSTATEs for "no connection for you now": too_many_connections,
+# cannot_connect_now (starting up / shutting down)
+_BUSY_SQLSTATES = frozenset({"53300", "57P03"})
+
+
+def database_busy(err: BaseException) -> bool:
+    """``err`` means no database connection could be had in time (pool checkout timed
+    out, the server refused a connection for its limit): a 503, not a 500."""
+    from sqlalchemy.exc import DBAPIError, TimeoutError as PoolTimeout
+
+    if isinstance(err, PoolTimeout):
+        return True
+    return isinstance(err, DBAPIError) and getattr(err.orig, "sqlstate", None) in _BUSY_SQLSTATES
 
 
 def register_error_handlers(app: Flask) -> None:

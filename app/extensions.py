@@ -1,7 +1,6 @@
 """Extensions: db, migrate, the flask-smorest Api, the rate limiter and the Redis handle."""
 from __future__ import annotations
 
-import os
 import re
 import threading
 
@@ -14,8 +13,7 @@ from flask_migrate import Migrate
 from flask_smorest import Api as _SmorestApi
 from flask_smorest import Blueprint as _SmorestBlueprint
 from flask_sqlalchemy import SQLAlchemy
-import sqlalchemy
-from sqlalchemy import Engine, MetaData
+from sqlalchemy import MetaData
 from sqlalchemy import text as sa_text
 from sqlalchemy.orm import DeclarativeBase
 from webargs.core import missing as core_missing
@@ -225,37 +223,3 @@ def skip_commit_flush() -> None:
 
 
 _ASYNC_COMMIT = sa_text("SET LOCAL synchronous_commit = off")
-
-
-_side_engines: dict[tuple[str, str], Engine] = {}
-_side_lock = threading.Lock()
-
-
-def side_engine(name: str, **options) -> Engine:
-    """A process-wide extra connection pool to the app's database (same URL), made once
-    per URL and ``name`` with ``options`` (``create_engine``'s): e.g. analytics' pool
-    with asynchronous commits, the hot path's autocommit pool (``uow.one_statement``)."""
-    main = db.engine
-    key = (main.url.render_as_string(hide_password=False), name)
-    eng = _side_engines.get(key)
-    if eng is None:
-        with _side_lock:
-            eng = _side_engines.get(key)
-            if eng is None:
-                # looked up at call time: with tracing on, OpenTelemetry's SQLAlchemy
-                # instrumentation wraps ``sqlalchemy.create_engine`` (app/telemetry.py), so
-                # the side pools' statements get their spans as the app engine's do
-                eng = _side_engines[key] = sqlalchemy.create_engine(main.url, **options)
-    return eng
-
-
-def _forget_side_pools() -> None:
-    """In a forked child: the side pools' connections are the parent's (shared sockets),
-    so the child drops them without closing (closing would end the parent's sessions)
-    and connects its own — what gunicorn's ``post_fork`` does for the app engine's pools,
-    here for every fork (gunicorn's workers, tests, anything that forks)."""
-    for eng in list(_side_engines.values()):
-        eng.dispose(close=False)
-
-
-os.register_at_fork(after_in_child=_forget_side_pools)

@@ -108,9 +108,11 @@ def init_app(app) -> None:
     with app.app_context():
         # The instrumentation declares sqlalchemy < 2.1 and, checked, refuses to load on
         # 2.1 (no SQL span at all); the engine events it listens to are unchanged in 2.1,
-        # which tests/services/test_telemetry.py shows. Engines made later (the side
-        # pools: the hot path's autocommit pool, analytics) are instrumented by its
-        # ``create_engine`` wrapper; while an engine has listeners, ``uow`` sends the hot
-        # path's statements through SQLAlchemy (exec_driver_sql), so they get spans.
+        # which tests/services/test_telemetry.py shows. ``db.engine`` is the process's
+        # one pool (uow.py); its hot-path statements go through SQLAlchemy's execution
+        # from now on (``want_statement_events``), so they get spans too.
         SQLAlchemyInstrumentor().instrument(engine=db.engine, skip_dep_check=True)
+    from app.services.platform import uow
+
+    uow.want_statement_events()
     _tracer = trace.get_tracer("gateway")

@@ -25,7 +25,7 @@ Every value can be overridden from the environment:
   for the sweep to refund.
 * ``GUNICORN_PRELOAD`` (default on): the app is imported once in the master and forked.
   Safe here: ``create_app`` opens no connection (SQLAlchemy and Redis connect lazily,
-  and ``post_fork`` below discards any pool inherited from the master), and the
+  and each forked worker drops the pool inherited from the master: app/services/platform/dbpool.py), and the
   per-process threads of ``app/auth.py`` (revocation subscriber, ``last_used_at``
   flusher) start lazily on the first authenticated request of each worker (they check
   the pid), so every forked worker starts its own. Trade-off: ``kill -HUP`` re-forks
@@ -140,19 +140,6 @@ def on_starting(server):
                 os.remove(path)
             except FileNotFoundError:
                 pass
-
-
-def post_fork(server, worker):
-    """Never share database connections with the master (preload): drop inherited pools
-    (the side pools of ``extensions.side_engine`` are dropped by its own at-fork hook)."""
-    try:
-        from app.extensions import db
-
-        for engine in list(getattr(db, "_app_engines", {}).values()):
-            for e in engine.values():
-                e.dispose(close=False)
-    except Exception:  # nothing preloaded, or nothing connected yet
-        pass
 
 
 def pre_fork(server, worker):

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Debian packages the test-suite, `make serve` and `make bench` use; installs the missing ones.
+# Debian packages the test-suite, `make serve` and `make bench` use; installs the missing ones
+# (pgbouncer: tests/e2e/test_connection_budget.py runs the app behind it in transaction mode).
 set -euo pipefail
 need=()
-for pkg in nginx wrk chromium; do
+for pkg in nginx wrk chromium pgbouncer; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 # node: the OpenAPI tests check the published patterns with ECMA-262's own engine (the

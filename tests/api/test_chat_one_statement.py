@@ -7,7 +7,6 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 import pytest
-from contextlib import ExitStack
 
 from sqlalchemy import func, select
 
@@ -30,11 +29,9 @@ def statements(app):
         if statement.strip().upper() != "SELECT 1":
             seen.append((statement, bool(getattr(conn.connection.dbapi_connection, "autocommit", False))))
 
-    with app.app_context():  # the session's engine and the autocommit one (uow.one_statement)
-        engines = [db.engine, uow._autocommit_engine()]
-    with ExitStack() as stack:
-        for engine in engines:
-            stack.enter_context(listening(engine, ("before_cursor_execute", _sql)))
+    with app.app_context():  # the process's one engine (uow's statements included)
+        engine = db.engine
+    with listening(engine, ("before_cursor_execute", _sql)):
         yield seen
 
 
@@ -223,19 +220,21 @@ def _dying_first_connection(monkeypatch, commit: bool) -> list:
 
     from app.services.platform import uow
 
-    real = uow._direct
+    real = psycopg.Cursor.execute
     used: list = []
 
-    def flaky(conn, prepared, st, params):
-        used.append(conn)
+    def flaky(cursor, query, params=None, **kwargs):
+        if "gw_chat_" not in str(query):
+            return real(cursor, query, params, **kwargs)
+        used.append(cursor.connection)
         if len(used) > 1:
-            return real(conn, prepared, st, params)
+            return real(cursor, query, params, **kwargs)
         if commit:
-            real(conn, prepared, st, params)
-        conn.close()  # what libpq reports after the server went away
+            real(cursor, query, params, **kwargs)
+        cursor.connection.close()  # what libpq reports after the server went away
         raise psycopg.OperationalError("server closed the connection unexpectedly")
 
-    monkeypatch.setattr(uow, "_direct", flaky)  # how uow.run_one sends a statement
+    monkeypatch.setattr(psycopg.Cursor, "execute", flaky)  # how uow.run_one sends a statement
     return used
 
 
@@ -278,5 +277,4 @@ def test_array_literal_round_trips_any_ledger_code(app):
         with uow.one_statement() as conn:
             got = conn.exec_driver_sql("SELECT %(c)s::varchar[], %(a)s::bigint[]",
                                        {"c": _array(codes), "a": _array([-600, 0, 600])}).one()
-        uow.release_connection()
     assert list(got[0]) == codes and list(got[1]) == [-600, 0, 600]

@@ -37,24 +37,31 @@ def test_anonymous_track_is_one_insert(app, client):
     from app.services.public import tracking
 
     with app.app_context():
-        engine = tracking._engine()
+        engine = db.engine
     client.post("/api/track", json={"event": "warmup"})
     with listening(engine, ("before_cursor_execute", record)):
         assert client.post("/api/track", json={"event": "page_view", "session_id": "s"}).status_code == 204
     assert statements == ["INSERT"]
 
 
-def test_async_commit_only_on_the_analytics_pool(app, client):
+def test_async_commit_only_for_the_event_insert(app, client):
+    """The insert skips the WAL-flush wait for its own transaction only: the pool's
+    connections (all of the process's statements share them) commit durably after it.
+    Failed before: a second pool whose sessions all had synchronous_commit=off (and a
+    startup parameter PgBouncer refuses)."""
     from sqlalchemy import text
 
     from app.services.public import tracking
+    from app.services.platform import uow
 
+    assert "set_config('synchronous_commit', 'off', true)" in tracking._INSERT_ASYNC
     with app.app_context():
-        eng = tracking._engine()
-        with eng.connect() as conn:
-            assert conn.execute(text("SHOW synchronous_commit")).scalar() == "off"
+        db.engine.dispose()
+        assert client.post("/api/track", json={"event": "page_view"}).status_code == 204
+        assert uow.run_one("SHOW synchronous_commit", {}) == [("on",)]
         assert db.session.execute(text("SHOW synchronous_commit")).scalar() == "on"
         db.session.remove()
+    assert [e[0] for e in _events(app)] == ["page_view"]
 
 
 def test_track_attributed_to_valid_key_and_invalid_key_refused(app, client, account):

@@ -586,3 +586,27 @@ def test_a_committed_group_sent_again_charges_nothing_twice(app, make_account, m
     assert alone == ["existing", "duplicate", "existing"]
     assert [balance_cents(app, x) for x in (a, b, c)] == [97, 97, 97]
     ledger_clean()
+
+
+def test_an_open_waits_in_the_group_holding_no_connection(app, client, make_account, mod, monkeypatch,
+                                                          ledger_clean):
+    """A follower waits for the leader's statement; it must not hold a connection meanwhile
+    (the session's reads of the credential lookup end before the open joins the group):
+    followers holding every server connection behind PgBouncer left the leader waiting
+    for one, and the calls hung (tests/e2e/test_connection_budget.py, 60 s timeouts).
+    Failed before: the session was still in its transaction when the open queued."""
+    from tests.gateway_helpers import call
+
+    seen = []
+    real = charging.GroupOpener.open
+
+    def spy(self, row):
+        seen.append(db.session.registry.has() and db.session().in_transaction())
+        return real(self, row)
+
+    monkeypatch.setattr(charging.GroupOpener, "open", spy)
+    acct = make_account(cents=100)
+    r = call(client, acct, {"action": "ok"}, key="held-1")  # the tests run without the credential cache
+    assert r.status_code == 200, r.get_json()
+    assert seen == [False]
+    ledger_clean()

@@ -29,11 +29,11 @@ with telemetry.span("call.open"):
     pass
 app.test_client().get("/openapi.json")
 from sqlalchemy import text
-from app.extensions import db, side_engine
-with app.app_context():  # a statement on the app's engine and one on a side pool
+from app.extensions import db
+from app.services.platform import uow
+with app.app_context():  # a statement of the session and one of the hot path's (uow.run_one)
     db.session.execute(text("SELECT 4141"))
-    with side_engine("probe").connect() as conn:
-        conn.exec_driver_sql("SELECT 4242")
+    uow.run_one("SELECT 4242", {})
 # (redis 8 imports the OpenTelemetry metrics SDK itself when it is installed: not ours)
 loaded = sorted(m for m in sys.modules if m.startswith(("opentelemetry.instrumentation",
                                                          "opentelemetry.sdk.trace")))
@@ -58,5 +58,5 @@ def test_console_exporter_shows_request_and_phase_spans(tmp_path):
     assert result["otel_modules"] > 0 and result["tracer"]
     assert '"name": "call.open"' in stdout
     assert '"name": "GET /openapi.json"' in stdout
-    assert "SELECT 4141" in stdout and "SELECT 4242" in stdout  # SQL spans, side pools included
+    assert "SELECT 4141" in stdout and "SELECT 4242" in stdout  # SQL spans, the hot path's statements included
     assert "gw-test" in stdout

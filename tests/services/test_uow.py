@@ -72,13 +72,11 @@ def test_one_statement_commits_by_itself_and_refuses_inside_a_unit(app):
         with one_statement() as conn:  # autocommit: visible at once, nothing to commit
             conn.execute(insert, {"id": new_id("contact")})
             assert _committed_count() == 1
-        with one_statement() as again:  # the same connection for the rest of the request
-            assert again is conn
+        assert conn.closed  # returned to the pool when the block ends
         with pytest.raises(RuntimeError, match="inside a unit_of_work"):
             with unit_of_work():
                 with one_statement():
                     pass
-    assert conn.closed  # returned to its pool at teardown
 
 
 def test_transactional_decorator(app):
@@ -201,288 +199,243 @@ def test_end_reads_ends_the_sessions_reads_and_refuses_inside_a_unit_of_work(app
         db.session.remove()
 
 
-def test_execute_rows_on_the_cursor_keeps_errors_and_listeners(app):
-    """``execute_rows`` sends plain SQL straight to a driver cursor, yet a refused
-    statement still raises SQLAlchemy's ``DBAPIError`` (with the driver's SQLSTATE), a
-    dead connection is reported ``connection_invalidated`` (and ``run_one`` retries it on
-    a fresh one), and an engine listener still sees every statement."""
-    from unittest.mock import patch
+def _kill(*pids):
+    """Terminate those server processes, from a connection outside the pool."""
+    import psycopg
 
-    from sqlalchemy.engine import Connection, Engine
+    url = db.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(url, autocommit=True) as c:
+        for pid in pids:
+            c.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+
+def _pool_pids(engine, n: int) -> list[int]:
+    """Check out ``n`` connections of the pool at once, note their server pids, return them."""
+    conns = [engine.raw_connection() for _ in range(n)]
+    try:
+        return [c.driver_connection.info.backend_pid for c in conns]
+    finally:
+        for c in conns:
+            c.close()
+
+
+def test_run_one_keeps_sqlalchemys_errors_and_listeners(app):
+    """``run_one`` sends SQL text to a psycopg cursor of the pool, yet a refused
+    statement raises SQLAlchemy's error (the DBAPI class, the SQLSTATE on ``orig``), a
+    dead connection is reported ``connection_invalidated`` (and retried once on a fresh
+    one), and while statement events are wanted the listeners see the statement."""
+    from sqlalchemy.engine import Engine
     from sqlalchemy.exc import DBAPIError, IntegrityError
 
-    from app.services.platform.uow import execute_rows, release_connection, run_one
+    from app.services.platform import uow
 
     with app.app_context():
-        with one_statement() as conn:
-            assert execute_rows(conn, "SELECT %(a)s::int + 1, 'x'", {"a": 1}) == [(2, "x")]
-            assert execute_rows(conn, "SET LOCAL synchronous_commit = off", {}) == []
-            with pytest.raises(DBAPIError) as refused:
-                execute_rows(conn, "DO $$ BEGIN RAISE EXCEPTION 'no' USING ERRCODE = 'GW402'; END $$", {})
-            assert refused.value.orig.sqlstate == "GW402" and not refused.value.connection_invalidated
-            with pytest.raises(IntegrityError):
-                execute_rows(conn, "DO $$ BEGIN RAISE unique_violation; END $$", {})
-            pid = execute_rows(conn, "SELECT pg_backend_pid()", {})[0][0]
-        db.session.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
-        db.session.commit()
-        with pytest.raises(DBAPIError) as dead:
-            with one_statement() as conn:
-                execute_rows(conn, "SELECT 1", {})
-        assert dead.value.connection_invalidated
-        db.session.execute(text("SELECT pg_terminate_backend(:pid)"),
-                           {"pid": run_one("SELECT pg_backend_pid()", {})[0][0]})
-        db.session.commit()
-        assert run_one("SELECT 41 + 1", {}) == [(42,)]  # the dead one replaced, run again
-
+        assert uow.run_one("SELECT %(a)s::int + 1, 'x'", {"a": 1}) == [(2, "x")]
+        assert uow.run_one("SET LOCAL synchronous_commit = off", {}) == []
+        with pytest.raises(DBAPIError) as refused:
+            uow.run_one("DO $$ BEGIN RAISE EXCEPTION 'no' USING ERRCODE = 'GW402'; END $$", {})
+        assert refused.value.orig.sqlstate == "GW402" and not refused.value.connection_invalidated
+        with pytest.raises(IntegrityError):
+            uow.run_one("DO $$ BEGIN RAISE unique_violation; END $$", {})
+        # a refusal leaves the connection usable and back out of autocommit
+        raw = db.engine.raw_connection()
+        try:
+            assert raw.driver_connection.autocommit is False
+        finally:
+            raw.close()
+        with pytest.raises(DBAPIError) as dead:  # a connection that dies under its statement
+            uow.run_statement("SELECT pg_terminate_backend(pg_backend_pid())", {})
+        assert dead.value.connection_invalidated and dead.value.orig.sqlstate == "57P01"
+        assert uow.run_one("SELECT 41 + 1", {}) == [(42,)]
         seen = []
 
-        def listener(conn, cursor, statement, *args):  # noqa: ARG001
+        def listener(conn, cursor, statement, *args):
             seen.append(statement)
-
         with listening(Engine, ("before_cursor_execute", listener)):
-            assert run_one("SELECT %(v)s::text", {"v": "heard"}) == [("heard",)]
+            assert uow.run_one("SELECT %(v)s::text", {"v": "heard"}) == [("heard",)]
         assert seen == ["SELECT %(v)s::text"]
-        # the listener gone, the statement takes the cursor path again (not exec_driver_sql)
-        with patch.object(Connection, "exec_driver_sql", side_effect=AssertionError("not the cursor path")):
-            assert run_one("SELECT 7", {}) == [(7,)]
-        release_connection()
-        db.session.remove()
+        assert uow.run_one("SELECT 7", {}) == [(7,)]  # nothing listens: the cursor again
+        assert seen == ["SELECT %(v)s::text"]
 
 
-def test_statement_text_for_the_driver():
-    """``run_one``'s SQL goes to the driver with ``$n`` placeholders only when every
-    placeholder carries a cast; a repeated name keeps its number, ``%%`` is a literal
-    ``%``, anything else stays on the cursor (None)."""
-    from app.services.platform.uow import _statement
-
-    st = _statement("SELECT %(a)s::int + %(b)s::int, %(a)s::int, '5%%'")
-    assert st.sql == b"SELECT $1::int + $2::int, $1::int, '5%'" and st.params == ("a", "b")
-    assert _statement("SELECT %(a)s::int + %(b)s::int, %(a)s::int, '5%%'") is st  # made once
-    assert _statement("SELECT 1").sql == b"SELECT 1" and _statement("SELECT 1").params == ()
-    assert _statement("SELECT %(a)s") is None  # no cast: psycopg's typed parameter decides
-    assert _statement("SELECT %s::int") is None  # positional
-    assert _statement("SELECT %(a)b::bytea") is None  # binary format
-
-
-def test_run_one_uses_the_threads_own_connection_not_a_pool_checkout(app):
-    """Each thread sends ``run_one``'s statements on one connection of its own (no pool
-    checkout per statement; a second thread has another), with typed results, a NULL,
-    parameters of every kind the hot path sends, and more named statements than a
-    connection keeps (the rest run unnamed, with the same answers)."""
+def test_every_statement_shares_the_one_pool(app):
+    """``run_one``, ``one_statement`` and the session check connections out of the same
+    pool (db.engine's) and give them back when the statement ends: a process holds no
+    connection of its own per thread. Failed before (the thread's own connection, a
+    second autocommit pool): 8 threads left 8 connections outside any pool."""
     import threading
-    from datetime import datetime, timezone
 
     from app.services.platform import uow
 
     with app.app_context():
-        engine = uow._autocommit_engine()
-        before = engine.pool.checkedout()
-        pid = uow.run_one("SELECT pg_backend_pid()", {})[0][0]
-        when = datetime(2026, 11, 24, 12, 0, 0, 123456, tzinfo=timezone.utc)
-        row = uow.run_one("SELECT %(s)s::varchar, %(i)s::bigint, %(b)s::boolean, %(n)s::varchar, "
-                          "%(t)s::timestamptz, %(arr)s::bigint[], pg_backend_pid()",
-                          {"s": "é'\"\\x", "i": 2**62, "b": False, "n": None, "t": when,
-                           "arr": uow.pg_array([-1, 2])})
-        assert row == [("é'\"\\x", 2**62, False, None, when, [-1, 2], pid)]
-        assert engine.pool.checkedout() == before
-        for i in range(uow._MAX_PREPARED + 3):  # past the named statements a connection keeps
-            assert uow.run_one(f"SELECT %(v)s::int + {i}, pg_backend_pid()", {"v": 1}) == [(1 + i, pid)]
-        assert len(uow._own_local.conn.prepared) == uow._MAX_PREPARED
-        other = []
+        pool = db.engine.pool
+        assert uow._autocommit_engine().pool is pool
+        before = pool.checkedout()
+        barrier = threading.Barrier(8)
 
-        def in_thread():
+        def work():
             with app.app_context():
-                other.append(uow.run_one("SELECT pg_backend_pid()", {})[0][0])
+                barrier.wait()
+                for _ in range(5):
+                    uow.run_one("SELECT pg_backend_pid()", {})
+        threads = [threading.Thread(target=work) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert pool.checkedout() == before  # all returned
+        assert pool.checkedin() + pool.checkedout() <= pool.size() + max(pool.overflow(), 0)
+        with one_statement() as conn:
+            assert pool.checkedout() == before + 1
+            assert conn.exec_driver_sql("SHOW transaction_isolation").scalar() is not None
+        assert pool.checkedout() == before
 
-        t = threading.Thread(target=in_thread)
-        t.start()
-        t.join()
-        assert other and other[0] != pid
 
-
-def test_the_threads_own_connection_survives_a_fork(app):
-    """A child process (gunicorn forks its workers from a preloaded master) makes its own
-    connection and leaves the inherited one alone: closing it there would end the
-    parent's session on the shared socket."""
-    import os
+def test_run_one_gives_the_sessions_connection_back_first(app):
+    """A request never holds two of the pool's connections at once: ``run_one`` ends the
+    session's reads (a credential lookup's) before checking a connection out. Failed
+    before: 8 threads each holding a session connection and waiting for a second emptied
+    a pool of 8, and every request waited out the pool timeout (503, tests/e2e/
+    test_connection_budget.py)."""
+    from sqlalchemy import event
 
     from app.services.platform import uow
 
     with app.app_context():
-        pid = uow.run_one("SELECT pg_backend_pid()", {})[0][0]
-        r, w = os.pipe()
-        child = os.fork()
-        if child == 0:  # pragma: no cover - runs in the child
-            code = 1
-            try:
-                theirs = uow.run_one("SELECT pg_backend_pid()", {})[0][0]
-                uow._own_local.conn.close()  # the child's own
-                import gc
-                gc.collect()  # the inherited one is garbage now: must not close the parent's
-                code = 0 if theirs != pid else 2
-            finally:
-                os.write(w, bytes([code]))
-                os._exit(0)
-        os.close(w)
-        assert os.read(r, 1) == b"\x00"
-        os.waitpid(child, 0)
-        assert uow.run_one("SELECT pg_backend_pid()", {})[0][0] == pid  # still ours, still alive
+        pool = db.engine.pool
+        db.session.execute(text("SELECT 1"))  # the session's transaction holds a connection
+        assert db.session().in_transaction()
+        held = pool.checkedout()
+        at_checkout = []
+
+        def checkout(*args):
+            at_checkout.append(pool.checkedout())
+        event.listen(pool, "checkout", checkout)
+        try:
+            assert uow.run_one("SELECT 1", {}) == [(1,)]
+        finally:
+            event.remove(pool, "checkout", checkout)
+        assert at_checkout == [held]  # the session's was given back before
+        assert not db.session().in_transaction()
+
+
+def test_run_one_makes_no_session_for_a_request_that_has_none(app):
+    """A request that never used the session (warm caches: the metered call's usual
+    case) gets none made by ``run_one``'s check for open reads (making one costs more
+    than the check)."""
+    from app.services.platform import uow
+
+    with app.app_context():
+        assert not db.session.registry.has()
+        assert uow.run_one("SELECT 1", {}) == [(1,)]
+        assert uow.read(text("SELECT 2")) == [(2,)]
+        assert not db.session.registry.has()
+
+
+def test_a_restart_costs_no_failed_call(app):
+    """A server restart kills the pool's idle connections: the checkout sees each one's
+    closed socket and connects afresh (dbpool._alive), so no statement fails on them, and
+    the pool's connections are out of autocommit for the session's transactions."""
+    from app.services.platform import uow
+
+    with app.app_context():
+        db.engine.dispose()
+        pids = _pool_pids(db.engine, 3)
+        _kill(*pids)
+        import time
+        time.sleep(0.2)  # the server's end: the backends exit and close their sockets
+        got = [uow.run_statement("SELECT pg_backend_pid()", {})[0][0] for _ in range(3)]
+        assert not set(got) & set(pids)
+        assert db.session.execute(text("SELECT 1")).scalar() == 1
+        db.session.rollback()
 
 
 def test_a_forked_child_leaves_the_parents_pooled_connections_alone(app):
-    """The autocommit pool's idle connections are the parent's: a forked child that
-    takes one (to make its own thread connection) and closes it would end the parent's
-    session on the shared socket, and the parent's next statement on it would fail.
-    Failed before the side pools were dropped in a forked child (extensions.side_engine)."""
+    """The pool's idle connections are the parent's: a forked child that connects its own
+    must not close them (that ends the parent's sessions on the shared sockets).
+    dbpool's at-fork hook drops them in the child without closing."""
     import os
 
     from app.services.platform import uow
 
     with app.app_context():
-        engine = uow._autocommit_engine()
-        engine.dispose()
-        with one_statement() as conn:  # now idle in the pool, the only one
-            pooled = uow.execute_rows(conn, "SELECT pg_backend_pid()", {})[0][0]
-        uow.release_connection()
+        db.engine.dispose()
+        pooled = uow.run_one("SELECT pg_backend_pid()", {})[0][0]
         r, w = os.pipe()
         child = os.fork()
         if child == 0:  # pragma: no cover - runs in the child
             code = 1
             try:
-                uow._own_local.conn = None  # a thread with no own connection yet
                 theirs = uow.run_one("SELECT pg_backend_pid()", {})[0][0]
-                uow._own_local.conn.close()
+                db.engine.dispose()  # the child's own, closed
                 code = 0 if theirs != pooled else 2
             finally:
                 os.write(w, bytes([code]))
-                os._exit(0)
+                os._exit(code)
         os.close(w)
         assert os.read(r, 1) == b"\x00"
         os.waitpid(child, 0)
-        with one_statement() as conn:  # the parent's pooled connection is alive
-            assert uow.execute_rows(conn, "SELECT pg_backend_pid()", {})[0][0] == pooled
-        uow.release_connection()
+        assert uow.run_one("SELECT pg_backend_pid()", {})[0][0] == pooled  # alive, still ours
 
 
-def _backend(app, sql="SELECT pg_backend_pid()"):
-    from app.services.platform import uow
-
-    return uow.run_one(sql, {})[0][0]
-
-
-def _kill(*pids):
-    with db.engine.connect() as c:
-        for pid in pids:
-            c.execute(text("SELECT pg_terminate_backend(:p)"), {"p": pid})
-        c.commit()
-
-
-def test_a_restart_costs_one_retry_not_a_failed_call(app):
-    """A server restart kills the thread's own connection AND the pool's idle ones: the
-    retry must get a fresh connection (the pool's older connections invalidated, as
-    SQLAlchemy does on a disconnect), not another dead one. Failed on 38551bc: both
-    attempts died (AdminShutdown), i.e. a 500 for the metered call."""
+def test_run_one_prepares_with_psycopgs_threshold(app):
+    """Server-side prepared statements come from psycopg's ``prepare_threshold`` (config:
+    ``DB_PREPARE_THRESHOLD``, none behind PgBouncer): a statement run often enough is
+    prepared on its connection (``pg_prepared_statements``)."""
     from app.services.platform import uow
 
     with app.app_context():
-        own = _backend(app)
-        with one_statement() as conn:  # an idle pooled connection of the autocommit pool
-            pooled = uow.execute_rows(conn, "SELECT pg_backend_pid()", {})[0][0]
-        uow.release_connection()
-        _kill(own, pooled)
-        fresh = _backend(app)
-        assert fresh not in (own, pooled)
-        with one_statement() as conn:  # the pool's dead idle connection was replaced too
-            assert uow.execute_rows(conn, "SELECT pg_backend_pid()", {})[0][0] != pooled
-        uow.release_connection()
+        db.engine.dispose()
+        sql = "SELECT %(n)s::int, pg_backend_pid()"
+        for n in range(8):
+            assert uow.run_one(sql, {"n": n})[0][0] == n
+        names = uow.run_one("SELECT statement FROM pg_prepared_statements", {})
+        assert any("$1::int" in row[0] for row in names), names
 
 
-def test_execute_rows_disconnect_invalidates_the_pools_older_connections(app):
-    """execute_rows on a pooled connection that a restart killed fails once (reported
-    ``connection_invalidated``); the pool's other connections of that generation are
-    replaced on checkout, so the next statements succeed. Failed on 38551bc: every dead
-    idle connection failed one statement in turn."""
-    from sqlalchemy.exc import DBAPIError
+def test_pool_settings_come_from_the_configuration(monkeypatch):
+    """One pool per process, sized by configuration (documented defaults), pre-ping off
+    (the checkout check replaces it), prepared statements off behind PgBouncer."""
+    import config
 
-    from app.services.platform import uow
-
-    with app.app_context():
-        engine = uow._autocommit_engine()
-        engine.dispose()  # the pool holds only this test's connections (FIFO: others first)
-        conns = [engine.connect() for _ in range(3)]
-        pids = [uow.execute_rows(c, "SELECT pg_backend_pid()", {})[0][0] for c in conns]
-        for c in conns:
-            c.close()
-        _kill(*pids)
-        outcomes = []
-        for _ in range(3):
-            try:
-                with one_statement() as conn:
-                    outcomes.append(uow.execute_rows(conn, "SELECT 1::int", {}) == [(1,)])
-            except DBAPIError as exc:
-                outcomes.append(f"invalidated={exc.connection_invalidated}")
-            uow.release_connection()
-        assert outcomes.count(True) >= 2 and outcomes[1:] == [True, True], outcomes
+    monkeypatch.delenv("DB_PREPARE_THRESHOLD", raising=False)
+    opts = config.engine_options({"DATABASE_PGBOUNCER": False})
+    assert (opts["pool_size"], opts["max_overflow"], opts["pool_timeout"]) == (4, 4, 5.0)
+    assert opts["pool_pre_ping"] is False and opts["connect_args"]["prepare_threshold"] == 5
+    assert config.engine_options({"DATABASE_PGBOUNCER": True})["connect_args"]["prepare_threshold"] is None
+    monkeypatch.setenv("DB_PREPARE_THRESHOLD", "1")
+    assert config.engine_options({"DATABASE_PGBOUNCER": True})["connect_args"]["prepare_threshold"] == 1
+    monkeypatch.setenv("DB_PREPARE_THRESHOLD", "none")
+    assert config.engine_options({"DATABASE_PGBOUNCER": False})["connect_args"]["prepare_threshold"] is None
+    for name, bad in (("DB_PREPARE_THRESHOLD", "soon"), ("DB_POOL_SIZE", "0"), ("DB_POOL_TIMEOUT", "0")):
+        monkeypatch.setenv(name, bad)
+        with pytest.raises(config.ConfigError, match=name):
+            config.engine_options({"DATABASE_PGBOUNCER": False})
+        monkeypatch.delenv(name)
 
 
-def test_own_connection_follows_pool_recycle(app, monkeypatch):
-    """``pool_recycle`` (production: 1800 s) applies to the thread's own connection as to a
-    pooled one: past it, the next statement runs on a new connection and the old one is
-    closed. Failed on 38551bc: the same backend forever."""
-    import time
+def test_an_exhausted_pool_answers_503_not_500(app, client, monkeypatch):
+    """A checkout that waits DB_POOL_TIMEOUT in vain (every connection busy) is a 503
+    ``service_unavailable`` with Retry-After, as is PostgreSQL's too_many_connections;
+    nothing else is."""
+    from sqlalchemy.exc import OperationalError, TimeoutError as PoolTimeout
 
-    from app.services.platform import uow
+    from app import errors
 
-    with app.app_context():
-        engine = uow._autocommit_engine()
-        first = _backend(app)
-        monkeypatch.setattr(engine.pool, "_recycle", 0.2)
-        time.sleep(0.3)
-        second = _backend(app)
-        assert second != first
-        with db.engine.connect() as c:
-            assert c.execute(text("SELECT count(*) FROM pg_stat_activity WHERE pid = :p"),
-                             {"p": first}).scalar() == 0
+    assert errors.database_busy(PoolTimeout("QueuePool limit of size 4 overflow 4 reached"))
 
-
-def test_own_connection_keeps_names_prepared_while_pooled(app):
-    """A connection that execute_rows used while pooled (its statements prepared there)
-    and that becomes a thread's own connection knows those names: the same SQL through
-    run_one runs. Failed on 38551bc: 'prepared statement "gw_…" already exists', for good."""
-    import threading
-
-    from app.services.platform import uow
-
-    sql = "SELECT %(n)s::int * 2, pg_backend_pid()"
-    with app.app_context():
-        engine = uow._autocommit_engine()
-        engine.dispose()  # one pooled connection only: the next thread's own is made from it
-        with one_statement() as conn:
-            pooled = uow.execute_rows(conn, sql, {"n": 1})[0][1]
-        uow.release_connection()
-    got = []
-
-    def in_thread():
-        with app.app_context():
-            got.append(uow.run_one(sql, {"n": 21}))
-
-    t = threading.Thread(target=in_thread)
-    t.start()
-    t.join()
-    assert got == [[(42, pooled)]]
+    class Orig(Exception):
+        sqlstate = "53300"
+    assert errors.database_busy(OperationalError("connect", {}, Orig("too many clients")))
+    Orig.sqlstate = "23505"
+    assert not errors.database_busy(OperationalError("x", {}, Orig("dup")))
+    with app.test_request_context():
+        resp = errors.handle_unexpected(PoolTimeout("busy"))
+    assert resp.status_code == 503 and resp.headers["Retry-After"] == "1"
+    assert resp.get_json()["error"] == "service_unavailable"
 
 
-def test_direct_path_keeps_what_the_cursor_accepted(app):
-    """Several statements in one text still run (they take the cursor: a prepared
-    statement holds one); a missing parameter is SQLAlchemy's ProgrammingError, as
-    before, and does not cost the thread its connection."""
-    from sqlalchemy.exc import ProgrammingError
+def test_pg_array_literal_quotes_every_element():
+    from app.services.platform.uow import pg_array
 
-    from app.services.platform import uow
-
-    with app.app_context():
-        assert uow.run_one("SELECT 1; SELECT 2", {}) == [(1,)]  # the first result, as the cursor answers
-        own = _backend(app)
-        with pytest.raises(ProgrammingError, match="missing"):
-            uow.run_one("SELECT %(a)s::int + %(b)s::int", {"a": 1})
-        assert _backend(app) == own
+    assert pg_array(["a", 'b"c', "d\\e"]) == '{"a","b\\"c","d\\\\e"}'

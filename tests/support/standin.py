@@ -85,6 +85,9 @@ def _as_reply(out) -> Reply:
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    # socketserver's default listen backlog is 5: a burst of concurrent callers (three
+    # gateway processes of 8 threads) saw refused connections, i.e. 502s of our own making
+    request_queue_size = 128
 
 
 @contextmanager

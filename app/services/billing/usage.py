@@ -9,8 +9,8 @@ and alert metrics (rolling windows). Billing period = calendar month, UTC.
 
 A read of whole UTC days of one account and mode (the usage endpoints: this month, the
 daily series) runs a statement built once per process (``usage_log.whole_day_rows``
-with bind parameters, cached here) as ONE statement on the request's autocommit
-connection (``uow.read``): no per-read statement building or compiling, no pre-ping,
+with bind parameters, cached here) as ONE autocommit statement on a
+connection of the pool (``uow.read``): no per-read statement building or compiling, no
 ``BEGIN`` or ``ROLLBACK`` round trips (bench/DIARY.md, "Usage reads").
 """
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The metered call's two PostgreSQL statements: one to open (charge) a call, one to
-finalize it, each ONE autocommit statement on the request's hot-path connection
-(``uow.one_statement``: no BEGIN/COMMIT round trips). Everything else on the call path
+finalize it, each ONE autocommit statement on a connection of the process's pool
+(``uow.run_one``: no BEGIN/COMMIT round trips; the connection is held only while the
+statement runs, and the finalize writer thread takes one the same way). Everything else on the call path
 stays in ``gateway.calls``.
 
 * ``open_pg`` runs ``gw_open_calls(rows)`` (the server-side function in
@@ -44,7 +45,7 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from app import metrics
 from app.ids import new_id
 from app.models.base import utcnow
-from app.services.platform.uow import execute_rows, one_statement, run_one
+from app.services.platform.uow import end_reads, run_one, run_statement
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +112,10 @@ def open_pg(*, account_id: str, mode: str, mod, act, idem_key: str | None, req_h
                            spend_key=spend_key, actor=actor, call_id=call_id)
     # A stale pooled connection is retried once (run_one) with the SAME call id, so a first
     # attempt that did commit makes the retry fail (duplicate call id / key in flight)
-    # instead of charging twice.
+    # instead of charging twice. The session's reads end first: a follower must not hold
+    # a connection while it waits for the leader's statement, which may need it (a pool
+    # or PgBouncer's server connections all held by waiting followers: nobody moves).
+    end_reads()
     return opened, _group_opener().open(row)
 
 
@@ -161,6 +165,7 @@ def finalize_pg(*, call_id: str, account_id: str, idem_key: str | None, ok: bool
             and (deadline - finished_at).total_seconds() >= cfg["CALL_SWEEP_MARGIN_SECONDS"] / 2):
         _deferred_finalizer(app).submit(row)
         return True
+    end_reads()  # no connection held while waiting for the group's leader (open_pg)
     return _group_finalizer().finalize(_Member(row))
 
 
@@ -349,8 +354,7 @@ def _lock_wait_over(exc: DBAPIError) -> bool:
 def _write_group(rows: list[dict]) -> set[str]:
     """ONE autocommit statement finalizing ``rows`` (passed as one JSON document: cheaper
     to adapt than nine arrays); the ids it moved to ``succeeded``."""
-    with one_statement() as conn:
-        return {row[0] for row in execute_rows(conn, _FINALIZE, {"rows": orjson.dumps(rows).decode()})}
+    return {row[0] for row in run_statement(_FINALIZE, {"rows": orjson.dumps(rows).decode()})}
 
 
 # --- answer first, write after (CALL_FINALIZE_DEFERRED) ----------------------------------

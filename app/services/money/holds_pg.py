@@ -1,7 +1,7 @@
 """The chat completion's two PostgreSQL statements: the hold (``gw_chat_hold``) and the
 settle (``gw_chat_settle``), server-side functions in ``app/services/money/sql/``, each
-ONE autocommit statement on the request's hot-path connection (``uow.one_statement``: one
-pool checkout per request, no pre-ping, no ``BEGIN``/``COMMIT``), as the metered call's
+ONE autocommit statement on a connection of the process's pool (``uow.run_one``: one
+pool checkout per statement, held only while it runs, no ``BEGIN``/``COMMIT``), as the metered call's
 ``money.charging``. ``holds`` owns the release; these only build
 and run the two statements.
 

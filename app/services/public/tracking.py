@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+import orjson
 from flask import current_app
-from sqlalchemy import Engine, and_, delete, func, insert, null, select
+from sqlalchemy import and_, delete, func, select
 
-from app.extensions import db, side_engine
-from app.services.platform.uow import in_unit_of_work, transactional
+from app.extensions import db
+from app.services.platform.uow import in_unit_of_work, run_statement, transactional
 from app.models import TrackEvent
 from app.models.base import utcnow
 
@@ -17,35 +18,31 @@ SESSION_WINDOW = timedelta(hours=1)
 RECENT_LIMIT = 200
 SESSIONS_LIMIT = 500
 
-_INSERT = insert(TrackEvent.__table__)
-
-
-def _engine() -> Engine:
-    """Engine for event inserts. With ``TRACK_ASYNC_COMMIT`` (default on) a
-    small dedicated pool whose sessions run with ``synchronous_commit=off``: an INSERT
-    returns without waiting for the WAL flush (about 10x faster); a crash of the
-    database server can lose the last fraction of a second of analytics events — never
-    anything else, since only this pool has the setting. Otherwise the app's engine."""
-    main = db.engine
-    if not current_app.config.get("TRACK_ASYNC_COMMIT", True):
-        return main
-    return side_engine("tracking", pool_size=int(current_app.config.get("TRACK_DB_POOL_SIZE", 5)),
-                       max_overflow=5, pool_pre_ping=True, pool_recycle=1800,
-                       connect_args={"options": "-c synchronous_commit=off"})
+# One autocommit INSERT (no BEGIN/COMMIT round trips) on a connection of the app's pool.
+# With ``TRACK_ASYNC_COMMIT`` (default on) the same statement sets ``synchronous_commit``
+# off for its own transaction only (``set_config(…, true)``: nothing outlives the
+# statement, so it holds behind PgBouncer in transaction mode too): the INSERT returns
+# without waiting for the WAL flush (about 10x faster under load); a crash of the database
+# server can lose the last fraction of a second of analytics events — never anything
+# else, since no other statement has the setting.
+_COLUMNS = ("INSERT INTO track_events (event, session_id, props, account_id, created_at) "
+            "SELECT %(event)s::varchar, %(session_id)s::varchar, %(props)s::jsonb, %(account_id)s::varchar, "
+            "%(created_at)s::timestamptz")
+_INSERT = _COLUMNS
+_INSERT_ASYNC = _COLUMNS + " FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit"
 
 
 def record(event: str, session_id: str | None, props: dict | None,
            account_id: str | None = None) -> None:
-    """Store one event (input is validated by the schema): a single autocommit INSERT on
-    a pooled connection (no BEGIN/COMMIT round trips, see ``_engine``). Its own connection,
-    so never inside a unit of work (docs/transactions.md)."""
+    """Store one event (input is validated by the schema): a single autocommit INSERT
+    (``uow.run_statement``: one attempt, an event is not worth a retry that could store
+    it twice). Its own connection, so never inside a unit of work (docs/transactions.md)."""
     if in_unit_of_work():
         raise RuntimeError("tracking.record writes on its own connection: call it outside a unit of work")
     params = {"event": event, "session_id": session_id,
-              "props": props if props is not None else null(),
+              "props": orjson.dumps(props).decode() if props is not None else None,
               "account_id": account_id, "created_at": utcnow()}
-    with _engine().connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(_INSERT, params)
+    run_statement(_INSERT_ASYNC if current_app.config.get("TRACK_ASYNC_COMMIT", True) else _INSERT, params)
 
 
 def funnel_steps() -> list[str]:

@@ -85,6 +85,10 @@ def _as_reply(out) -> Reply:
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    # socketserver's default listen backlog is 5: 20 gateway threads calling at once
+    # overflowed it on a loaded machine, the kernel dropped connection attempts and the
+    # gateway answered 502 (tests/api/test_module_call.py's fifty concurrent calls)
+    request_queue_size = 128
 
 
 @contextmanager

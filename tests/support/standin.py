@@ -86,7 +86,8 @@ def _as_reply(out) -> Reply:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     # socketserver's default listen backlog is 5: a burst of concurrent callers (three
-    # gateway processes of 8 threads) saw refused connections, i.e. 502s of our own making
+    # gateway processes of 8 threads; 20 threads of one in the fifty-concurrent-calls test)
+    # overflowed it on a loaded machine and the gateway answered 502s of our own making
     request_queue_size = 128
 
 

@@ -11,7 +11,8 @@ Two ways to run (DESIGN §2):
 
 ``APP_ENV=test`` is the embedded default used by the test-suite (it still honours
 ``DATABASE_URL`` / ``REDIS_URL``); it turns no production mechanism off: tests run the
-metered call's production entry (``HOT_PATH``) and finalize (``CALL_FINALIZE_DEFERRED``).
+hot routes' one entry (app/blueprints/gateway/hotpath.py) and the production finalize
+(``CALL_FINALIZE_DEFERRED``).
 PostgreSQL is the only database everywhere.
 """
 from __future__ import annotations
@@ -166,9 +167,6 @@ def load_config(overrides: dict | None = None) -> dict:
         "MAX_CONTENT_LENGTH": _int("MAX_BODY_BYTES", 1024 * 1024),
         "BASE_URL": _env("BASE_URL", f"http://127.0.0.1:{_env('PORT', '8000')}"),
         "TRUSTED_PROXIES": _int("TRUSTED_PROXIES", 1 if production else 0),
-        # The metered call's thin WSGI entry (app/blueprints/gateway/hotpath.py); 0 sends
-        # every request through Flask (same answers, more CPU per call).
-        "HOT_PATH": _bool("HOT_PATH", True),
         # Origins allowed to POST /api/track from a browser (comma-separated, or "*").
         # Default "*" outside production; in production nothing unless configured.
         "CORS_ORIGINS": _env("CORS_ORIGINS", "" if production else "*"),

@@ -18,6 +18,7 @@ from sqlalchemy import text as sa_text
 from sqlalchemy.orm import DeclarativeBase
 from webargs.core import missing as core_missing
 from webargs.flaskparser import FlaskParser
+from webargs.flaskparser import abort as webargs_abort
 
 from app.errors import ErrorSchema, handle_http_exception
 
@@ -40,48 +41,24 @@ migrate = Migrate()
 
 
 class _Parser(FlaskParser):
-    """webargs parser whose validation failures are 400 (not 422), per DESIGN §4."""
+    """webargs parser whose validation failures are 400 (not 422), per DESIGN §4, and whose
+    JSON bodies are read with orjson (``load_json``, webargs' public location loader)."""
 
     DEFAULT_VALIDATION_STATUS = 400
 
-    def _raw_load_json(self, req):
+    def load_json(self, req, schema):
         # orjson: fast, and bounded nesting depth (deep JSON is a 400, not a RecursionError).
-        from webargs import core
-        from webargs.flaskparser import is_json_request
-
-        if not is_json_request(req):
-            return core.missing
+        if not req.is_json:
+            return core_missing
         data = req.get_data(cache=True)
         if not data:
-            return core.missing  # no body at all (webargs: "missing", as for an empty document)
+            return core_missing  # no body at all (webargs: "missing", as for an empty document)
         try:
             return orjson.loads(data)
         except orjson.JSONDecodeError as exc:
-            # Always a 400 for a body that is there: webargs treats a decode error whose
-            # ``doc`` is empty as "no body", and orjson leaves ``doc`` empty for bytes that
-            # are not UTF-8 — an optional body then ran the action as if none was sent.
-            return self._handle_invalid_json_error(exc, req)
-
-    # Hot-path schemas (``fields.FastLoad``): one instance per process, and their
-    # ``fast_load`` first; marshmallow loads (and words the 400 of) anything it declines.
-    _instances: dict = {}
-
-    def _get_schema(self, argmap, req):
-        fast = isinstance(argmap, type) and hasattr(argmap, "fast_load")
-        if not fast:
-            return super()._get_schema(argmap, req)
-        schema = self._instances.get(argmap)
-        if schema is None:
-            schema = self._instances[argmap] = argmap()
-        return schema
-
-    def _process_location_data(self, location_data, schema, req, location, unknown, validators):
-        fast = getattr(schema, "fast_load", None)
-        if fast is not None and not validators and location_data is not core_missing:
-            loaded = fast(location_data)
-            if loaded is not None:
-                return loaded
-        return super()._process_location_data(location_data, schema, req, location, unknown, validators)
+            # Always a 400 for a body that is there, bytes that are not UTF-8 included
+            # (webargs' own loader reads an empty decode error as "no body").
+            webargs_abort(400, exc=exc, messages={"json": ["Invalid JSON body."]})
 
 
 class Blueprint(_SmorestBlueprint):
@@ -168,20 +145,7 @@ def _client_ip() -> str:
     return request.remote_addr or "unknown"
 
 
-class _Limiter(Limiter):
-    """Flask-Limiter whose before-request check is skipped outright on the endpoints in
-    ``skip_endpoints`` (``app.ratelimits.NO_IP_LIMIT_ENDPOINTS``: hot routes with no
-    Flask-Limiter limit; a request filter would still run its limit evaluation)."""
-
-    skip_endpoints: frozenset = frozenset()
-
-    def _check_request_limit(self, callable_name=None, in_middleware=True):
-        if in_middleware and request.endpoint in self.skip_endpoints:
-            return None
-        return super()._check_request_limit(callable_name, in_middleware)
-
-
-limiter = _Limiter(key_func=_client_ip, default_limits=[], headers_enabled=True)
+limiter = Limiter(key_func=_client_ip, default_limits=[], headers_enabled=True)
 
 
 _redis_lock = threading.Lock()

@@ -329,12 +329,3 @@ def _storage_hits(key: tuple, items: list) -> list[tuple]:
         reset = max(0, math.ceil(stats.reset_time - time.time()))
         out.append((item, -1 if item is full else stats.remaining, reset))
     return out
-
-
-# --- Flask-Limiter's per-request check, skipped where it has nothing to count -------------
-
-# The hot routes carry no ``per_ip`` / ``per_email`` limit (their limit is the plan's, by
-# ``per_credential``), so Flask-Limiter's before-request check (resolving and evaluating
-# the route's limits, ~4% of a metered call's CPU) has nothing to do there.
-NO_IP_LIMIT_ENDPOINTS = frozenset({"modules.ModuleCallView", "chat.ChatCompletionsView"})
-limiter.skip_endpoints = NO_IP_LIMIT_ENDPOINTS

@@ -45,6 +45,37 @@ def span(name: str):
     return _NOOP if _tracer is None else _tracer.start_as_current_span(name)
 
 
+def server_span(environ: dict, route: str):
+    """The SERVER span of a request served outside Flask (the hot routes' thin entry,
+    ``app.blueprints.gateway.hotpath``), named and attributed as the Flask instrumentation
+    names the requests Flask serves (``"POST /v1/module/<string:slug>/call"``), its parent
+    read from the request's trace headers; yields the span (None when off)."""
+    return _NOOP if _tracer is None else _server_span(environ, route)
+
+
+@contextmanager
+def _server_span(environ, route):
+    from opentelemetry import context, propagate, trace
+    from opentelemetry.instrumentation.wsgi import collect_request_attributes, wsgi_getter
+
+    attrs = collect_request_attributes(environ)
+    attrs["http.route"] = route
+    token = context.attach(propagate.extract(environ, getter=wsgi_getter))
+    try:
+        with _tracer.start_as_current_span(f"{environ.get('REQUEST_METHOD', 'GET')} {route}",
+                                           kind=trace.SpanKind.SERVER, attributes=attrs) as sp:
+            yield sp
+    finally:
+        context.detach(token)
+
+
+def server_status(span, status_line: str, headers: list) -> None:
+    """Record the response on a ``server_span`` span (5xx marks it an error)."""
+    from opentelemetry.instrumentation.wsgi import add_response_attributes
+
+    add_response_attributes(span, status_line, headers)
+
+
 def client_span(method: str, scheme: str, host: str, port: int | None, path: str, headers: dict):
     """A CLIENT span for one outbound request sent on urllib3's pool directly (the requests
     instrumentation covers the other outbound requests), its trace context injected into

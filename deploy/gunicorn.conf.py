@@ -7,15 +7,15 @@ Every value can be overridden from the environment:
 * ``WEB_CONCURRENCY`` workers (default: CPU count, at least 2) × ``GUNICORN_THREADS``
   threads each (default 8, ``gthread``): requests mostly wait on PostgreSQL, Redis and
   upstream providers, so threads are cheap concurrency and streaming chat responses do
-  not block a whole process. The worker class is ``gthread`` with one addition
-  (``deploy/gunicorn_worker.py``): after a response the thread waits up to
-  ``GUNICORN_KEEPALIVE_LINGER_MS`` (default 2, ``0`` = stock gthread) for the
-  connection's next request and serves it itself when no other connection is waiting,
-  instead of handing the connection to the main thread's poller and back (~0.2 ms of
-  thread wake-ups per request at low concurrency). The same worker spreads new
-  connections evenly: a worker accepts only while no other holds fewer open connections
-  (a table in shared memory), so a burst of keep-alive connections no longer piles onto
-  the one worker that happened to be running; ``GUNICORN_BALANCE=0`` = stock accepting.
+  not block a whole process. The worker class is gunicorn's own ``gthread``.
+* ``GUNICORN_REUSE_PORT`` (default on): gunicorn's ``reuse_port``: each worker opens its
+  own ``SO_REUSEPORT`` listening socket and the kernel spreads new connections over them.
+  With one shared socket a burst of keep-alive connections (wrk's 16, nginx opening its
+  upstream pool) could all land on the one worker that happened to be running and stay
+  there, capped at one core by its GIL (bench/DIARY.md, "Connections spread over the
+  workers"). Trade-off: a connection still queued on a worker's socket when that worker
+  exits (a stop, a restart, ``max_requests``) is reset instead of going to another
+  worker; nginx answers that request 502.
 * ``GUNICORN_TIMEOUT`` (default 120 s): the worker heartbeat timeout. With gthread a
   long streaming response does not trip it; it only kills a wedged worker.
 * ``GUNICORN_GRACEFUL_TIMEOUT`` (default 30 s): on SIGTERM/SIGHUP, workers finish the
@@ -56,20 +56,14 @@ import glob
 import multiprocessing
 import os
 import re
-import sys
 
 from gunicorn import glogging
-
-# the repository, so that the worker class below imports whatever directory gunicorn starts in
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _REPO not in sys.path:  # (the file is read again on every HUP)
-    sys.path.insert(0, _REPO)
-from deploy.gunicorn_worker import process_exists  # noqa: E402
 
 bind = os.environ.get("GUNICORN_BIND", f"127.0.0.1:{os.environ.get('PORT', '8000')}")
 workers = int(os.environ.get("WEB_CONCURRENCY", max(2, multiprocessing.cpu_count())))
 threads = int(os.environ.get("GUNICORN_THREADS", 8))
-worker_class = "deploy.gunicorn_worker.KeepAliveThreadWorker"
+worker_class = "gthread"
+reuse_port = os.environ.get("GUNICORN_REUSE_PORT", "1").lower() not in ("0", "false", "no", "off")
 timeout = int(os.environ.get("GUNICORN_TIMEOUT", 120))
 graceful_timeout = int(os.environ.get("GUNICORN_GRACEFUL_TIMEOUT", 30))
 # Longer than nginx's upstream keepalive_timeout (60 s), so nginx always closes first
@@ -131,6 +125,17 @@ os.makedirs(_prom_dir, exist_ok=True)
 _PID_IN_NAME = re.compile(r"_(\d+)\.db$")
 
 
+def process_exists(pid: int) -> bool:
+    """The process exists (a zombie not yet reaped counts; another user's too)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def on_starting(server):
     """Drop metric files left by processes that no longer exist (a previous run)."""
     for path in glob.glob(os.path.join(_prom_dir, "*.db")):
@@ -155,11 +160,7 @@ def post_worker_init(worker):
 
 
 def child_exit(server, worker):
-    """A worker exited: its row of the connection spread (``deploy/gunicorn_worker.py``)
-    is free, and its live-gauge files must not be summed any more."""
-    release = getattr(worker, "release_balance_row", None)
-    if release is not None:
-        release()
+    """A worker exited: its live-gauge files must not be summed any more."""
     try:
         from prometheus_client import multiprocess
 

@@ -9,7 +9,7 @@ started in a temporary directory for the session, whose URL is then put in
 Alembic migrations at session start, and emptied after every test.
 Redis: the test DB index in ``REDIS_URL`` is flushed after every test.
 
-Tests run the production configuration: the thin WSGI entry (``HOT_PATH``) and the
+Tests run the production configuration: the hot routes' one entry (``hotpath``) and the
 deferred finalize (``CALL_FINALIZE_DEFERRED``: a metered call is answered, then its
 ``succeeded`` row, receipt and stored Idempotency-Key response are written by the
 process's finalize writer). A helper that reads a call's state waits for the writer first

@@ -269,33 +269,3 @@ def test_storage_down_fails_open(app, client, make_account, monkeypatch):
     acct = make_account(plan="starter")
     codes = [client.get("/api/account", headers=acct.headers).status_code for _ in range(3)]
     assert codes == [200, 200, 200]
-
-
-def test_flask_limiter_skips_the_hot_routes_only(app, client, make_account, mod, monkeypatch):
-    """Flask-Limiter resolves limits only where a per-IP / per-e-mail limit can apply: not
-    on the metered call or chat (their limit is the plan's), still on a public form."""
-    from app.extensions import limiter
-    from tests.gateway_helpers import call
-
-    resolved, scoped = [], []
-    real = limiter.limit_manager.resolve_limits
-    monkeypatch.setattr(limiter.limit_manager, "resolve_limits",
-                        lambda *a, **kw: resolved.append(a[1]) or real(*a, **kw))
-    real_scope = limiter.limit_manager.exemption_scope
-    monkeypatch.setattr(limiter.limit_manager, "exemption_scope",
-                        lambda *a, **kw: scoped.append(a[1]) or real_scope(*a, **kw))
-    acct = make_account(cents=100)
-    assert call(client, acct, {"action": "ok"}).status_code == 200
-    client.post("/v1/chat/completions", json={"model": "auto", "messages": []}, headers=acct.headers)
-    assert resolved == [] and scoped == []  # not even the (empty) evaluation ran
-    client.post("/api/contact", json={})
-    assert resolved and set(resolved) == {"contact.ContactView"}
-    # the filter names real routes, none of which carries a Flask-Limiter limit
-    endpoints = {rule.endpoint for rule in app.url_map.iter_rules()}
-    assert ratelimits.NO_IP_LIMIT_ENDPOINTS <= endpoints
-    for endpoint in ratelimits.NO_IP_LIMIT_ENDPOINTS:
-        view = app.view_functions[endpoint].view_class
-        for method in view.methods:
-            name = f"{view.__module__}.{view.__name__}.{method.lower()}"
-            assert not any(marked.endswith(f"{view.__name__}.{method.lower()}")
-                           for marked in limiter._marked_for_limiting), name

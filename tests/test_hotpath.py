@@ -1,7 +1,8 @@
-"""The metered call's thin entry (app/blueprints/gateway/hotpath.py): the same request
-sent through it and through the Flask route gets the same status, headers, body,
-access line and request metrics; anything but the plain case is handed to Flask
-untouched, before anything is counted."""
+"""The hot routes' one entry (app/blueprints/gateway/hotpath.py): the plain case of the
+metered call and of the non-streaming chat completion is answered there (status, headers,
+body, money, access line, request metrics) and nowhere else; anything else is handed to
+Flask untouched, before anything is counted. The Flask routes' own answers for the
+handed cases are the route tests' (tests/api/)."""
 from __future__ import annotations
 
 import io
@@ -11,7 +12,6 @@ import pytest
 from werkzeug.test import Client
 
 from app import logs, metrics
-from app.blueprints.gateway import hotpath
 from app.blueprints.gateway.hotpath import HotPath
 from tests.gateway_helpers import PROVIDER, balance_cents, mod, provider, provider_server  # noqa: F401
 
@@ -20,19 +20,18 @@ ROUTE = "/v1/module/<string:slug>/call"
 
 @pytest.fixture
 def entries(app):
-    """(thin, flask, handed): a client through the thin entry, one straight to Flask, and
-    the list of requests the thin entry handed to Flask."""
-    thin = app.wsgi_app
-    assert isinstance(thin, HotPath), "the app is served through the thin entry"
-    flask_app = thin.wsgi_app
+    """(client, handed): a client through the app's entry, whose inner app (Flask) is a
+    spy recording the requests the entry handed to it."""
+    entry = app.wsgi_app
+    assert isinstance(entry, HotPath), "the app is served through the thin entry"
+    flask_app = entry.wsgi_app
     handed = []
 
     def spy(environ, start_response):
         handed.append(environ["PATH_INFO"])
         return flask_app(environ, start_response)
 
-    probe = HotPath(app, spy)
-    return Client(probe), Client(flask_app), handed
+    return Client(HotPath(app, spy)), handed
 
 
 def _post(client, acct, body=None, *, slug="svc", headers=None, bearer=None, **kw):
@@ -45,53 +44,36 @@ def _post(client, acct, body=None, *, slug="svc", headers=None, bearer=None, **k
     return client.post(f"/v1/module/{slug}/call", headers=h, **kw)
 
 
-def _shape(resp, volatile=()):
-    """Status, header names and values (but for the volatile ones) and the JSON body
-    without per-call values."""
-    headers = {k: ("*" if k in volatile else v) for k, v in resp.headers.items()}
-    body = resp.get_json()
-    if isinstance(body, dict):
-        body = {k: ("*" if k in ("call_id", "receipt", "nonce") else v) for k, v in body.items()}
-    return resp.status, headers, body
-
-
-def _both(entries, make, volatile=("RateLimit-Reset", "RateLimit-Remaining")):
-    """The same request through both entries (the second one's counts one more request of
-    the same credential: its ``RateLimit-Remaining`` is one less)."""
-    thin, flask_client, handed = entries
-    a, b = make(thin), make(flask_client)
-    assert _shape(a, volatile) == _shape(b, volatile)
-    return a, handed
-
-
-def test_success_is_the_same_and_not_handed(app, entries, make_account, mod):
+def test_success_is_answered_here_and_not_handed(app, entries, make_account, mod):
     acct = make_account(cents=100)
-    r, handed = _both(entries, lambda c: _post(c, acct, {"action": "ok", "text": "hi"}))
+    client, handed = entries
+    r = _post(client, acct, {"action": "ok", "text": "hi"})
     assert r.status_code == 200 and handed == []
     assert r.get_json()["result"]["echo"] == {"action": "ok", "text": "hi"}
     assert r.headers["X-Request-Id"] == "req-parity"
     assert list(r.headers.keys())[:2] == ["Content-Type", "Content-Length"]
-    assert balance_cents(app, acct.id) == 94  # charged once per entry
+    assert r.headers["Content-Type"] == "application/json"
+    assert int(r.headers["Content-Length"]) == len(r.get_data())
+    assert r.headers["RateLimit-Limit"] and r.headers["RateLimit-Remaining"]
+    assert balance_cents(app, acct.id) == 97  # charged once
 
 
 def test_idempotent_replay_and_reuse(entries, make_account, mod):
     acct = make_account(cents=100)
-    thin, flask_client, handed = entries
-    first = _post(thin, acct, {"action": "ok"}, headers={"Idempotency-Key": "k-1"})
-    replay_thin = _post(thin, acct, {"action": "ok"}, headers={"Idempotency-Key": "k-1"})
-    replay_flask = _post(flask_client, acct, {"action": "ok"}, headers={"Idempotency-Key": "k-1"})
-    assert replay_thin.headers["Idempotent-Replayed"] == "true"
-    assert first.get_data() == replay_thin.get_data() == replay_flask.get_data()
-    volatile = ("RateLimit-Reset", "RateLimit-Remaining")
-    assert _shape(replay_thin, volatile) == _shape(replay_flask, volatile)
-    _both(entries, lambda c: _post(c, acct, {"action": "ok", "x": 1}, headers={"Idempotency-Key": "k-1"}))
+    client, handed = entries
+    first = _post(client, acct, {"action": "ok"}, headers={"Idempotency-Key": "k-1"})
+    replay = _post(client, acct, {"action": "ok"}, headers={"Idempotency-Key": "k-1"})
+    assert "Idempotent-Replayed" not in first.headers and replay.headers["Idempotent-Replayed"] == "true"
+    assert first.get_data() == replay.get_data()
+    reused = _post(client, acct, {"action": "ok", "x": 1}, headers={"Idempotency-Key": "k-1"})
+    assert reused.status_code == 409 and reused.get_json()["error"] == "idempotency_key_reused"
     assert handed == []
 
 
 @pytest.mark.parametrize("case", ["no_credential", "bad_credential", "malformed_header", "scope",
                                   "unknown_module", "unknown_action", "payment_required",
                                   "provider_error", "long_key"])
-def test_refusals_are_the_same(case, entries, make_account, mod):
+def test_refusals_are_answered_here(case, entries, make_account, mod):
     acct = make_account(cents=0 if case == "payment_required" else 100,
                         scopes=("keys:read",) if case == "scope" else None)
     body, kw = {"action": "ok"}, {}
@@ -109,9 +91,15 @@ def test_refusals_are_the_same(case, entries, make_account, mod):
         body = {"action": "boom"}
     elif case == "long_key":
         kw["headers"] = {"Idempotency-Key": "k" * 129}
-    volatile = ("RateLimit-Reset", "RateLimit-Remaining", "WWW-Authenticate", "X-Nonce", "PAYMENT-REQUIRED")
-    r, handed = _both(entries, lambda c: _post(c, acct, body, **kw), volatile)
-    assert r.status_code >= 400 and r.get_json()["request_id"] == "req-parity"
+    client, handed = entries
+    r = _post(client, acct, body, **kw)
+    expected = {"no_credential": (401, "unauthorized"), "bad_credential": (401, "unauthorized"),
+                "malformed_header": (401, "unauthorized"), "scope": (403, "insufficient_scope"),
+                "unknown_module": (404, "module_not_found"), "unknown_action": (400, "unknown_action"),
+                "payment_required": (402, "payment_required"), "provider_error": (502, "provider_error"),
+                "long_key": (400, "invalid_request")}[case]
+    assert (r.status_code, r.get_json()["error"]) == expected
+    assert r.get_json()["request_id"] == r.headers["X-Request-Id"] == "req-parity"
     # a header the fast loader declines goes to Flask's schema; the rest are answered here
     assert handed == (["/v1/module/svc/call"] if case == "long_key" else [])
 
@@ -138,22 +126,23 @@ def test_anything_else_is_handed_to_flask_untouched(case, entries, make_account,
         body = None
         kw = {"input_stream": io.BytesIO(b'{"action": "ok"}'), "content_type": "application/json",
               "headers": {"Transfer-Encoding": "chunked"}}
-    r, handed = _both(entries, lambda c: _post(c, acct, body, **kw))
+    client, handed = entries
+    r = _post(client, acct, body, **kw)
     assert handed == ["/v1/module/svc/call"]
-    if case == "json_suffix_type":
-        assert r.status_code == 200  # Flask accepts it; only the handing over differs
+    expected = {"missing_action": 400, "not_json_text": 400, "array": 400, "text_plain": 400,
+                "payment_header": 200, "json_suffix_type": 200, "chunked": 400}[case]  # (the balance covers:
+    # an unreadable payment header is not read; a chunked body is not read by Flask's loader)
+    assert r.status_code == expected, r.get_data()[:300]
 
 
-def test_rate_limited_is_the_same(app, entries, make_account, mod, monkeypatch):
+def test_rate_limited_here(app, entries, make_account, mod, monkeypatch):
     monkeypatch.setitem(app.config["PLANS"], "starter", {"plan_cents": 2000, "rate_limit": "1/hour"})
-    a, b = make_account(cents=100), make_account(cents=100)
-    thin, flask_client, handed = entries
-    assert _post(thin, a, {"action": "ok"}).headers["RateLimit-Remaining"] == "0"
-    assert _post(flask_client, b, {"action": "ok"}).status_code == 200
-    r_thin, r_flask = _post(thin, a, {"action": "ok"}), _post(flask_client, b, {"action": "ok"})
-    assert r_thin.status_code == 429 and r_thin.headers["Retry-After"]
-    volatile = ("Retry-After", "RateLimit-Reset", "RateLimit-Remaining")
-    assert _shape(r_thin, volatile) == _shape(r_flask, volatile)
+    a = make_account(cents=100)
+    client, handed = entries
+    assert _post(client, a, {"action": "ok"}).headers["RateLimit-Remaining"] == "0"
+    r = _post(client, a, {"action": "ok"})
+    assert r.status_code == 429 and r.get_json()["error"] == "rate_limited" and r.headers["Retry-After"]
+    assert r.headers["RateLimit-Limit"] == "1" and r.headers["RateLimit-Remaining"] == "0"
     assert balance_cents(app, a.id) == 97 and handed == []
 
 
@@ -168,31 +157,28 @@ def test_unexpected_error_is_a_logged_500(entries, make_account, mod, monkeypatc
     acct = make_account(cents=100)
     caplog.handler.addFilter(logs._ContextFilter())  # as the app's handler does
     with caplog.at_level(logging.INFO):
-        r, handed = _both(entries, lambda c: _post(c, acct, {"action": "ok"}))
-    assert r.status_code == 500 and r.get_json()["error"] == "internal_error"
+        client, handed = entries
+        r = _post(client, acct, {"action": "ok"})
+    assert r.status_code == 500 and r.get_json()["error"] == "internal_error" and handed == []
     inside = [rec for rec in caplog.records if rec.getMessage() == "inside the call"]
-    assert [rec.request_id for rec in inside] == ["req-parity", "req-parity"]
-    assert [rec.account_id for rec in inside] == [acct.id, acct.id]
-    assert sum(rec.getMessage() == "unhandled error" for rec in caplog.records) == 2
+    assert [rec.request_id for rec in inside] == ["req-parity"]
+    assert [rec.account_id for rec in inside] == [acct.id]
+    assert sum(rec.getMessage() == "unhandled error" for rec in caplog.records) == 1
 
 
-def test_access_line_and_metrics_are_the_same(entries, make_account, mod, caplog):
+def test_access_line_and_metrics(entries, make_account, mod, caplog):
     acct = make_account(cents=100)
-    thin, flask_client, _ = entries
+    client, _ = entries
     caplog.handler.addFilter(logs._ContextFilter())  # as the app's handler does
-    lines = []
-    for client in (thin, flask_client):
-        before = _count(ROUTE, "200")
-        with caplog.at_level(logging.INFO, logger="gateway.access"):
-            caplog.clear()
-            assert _post(client, acct, {"action": "ok"}).status_code == 200
-        assert _count(ROUTE, "200") == before + 1
-        (rec,) = [r for r in caplog.records if r.name == "gateway.access"]
-        lines.append({k: getattr(rec, k) for k in ("method", "route", "path", "status", "client_ip",
-                                                   "request_id", "account_id")})
-        assert rec.duration_ms > 0
-    assert lines[0] == lines[1]
-    assert lines[0]["route"] == ROUTE and lines[0]["request_id"] == "req-parity"
+    before = _count(ROUTE, "200")
+    with caplog.at_level(logging.INFO, logger="gateway.access"):
+        assert _post(client, acct, {"action": "ok"}).status_code == 200
+    assert _count(ROUTE, "200") == before + 1
+    (rec,) = [r for r in caplog.records if r.name == "gateway.access"]
+    line = {k: getattr(rec, k) for k in ("method", "route", "path", "status", "request_id", "account_id")}
+    assert line == {"method": "POST", "route": ROUTE, "path": "/v1/module/svc/call", "status": 200,
+                    "request_id": "req-parity", "account_id": acct.id}
+    assert rec.duration_ms > 0
 
 
 def _count(route, status):
@@ -202,23 +188,18 @@ def _count(route, status):
 def test_body_handed_over_is_the_body_sent(entries, make_account, mod):
     """A body the fast loader declines reaches Flask byte for byte (its 400 names the field)."""
     acct = make_account(cents=100)
-    r, handed = _both(entries, lambda c: _post(c, acct, {"action": ""}))
+    client, handed = entries
+    r = _post(client, acct, {"action": ""})
     assert r.status_code == 400 and "action" in r.get_json()["message"] and handed
 
 
-def test_not_installed_when_off_tracing_or_host_matching(monkeypatch):
-    from types import SimpleNamespace
-
-    from app import create_app, telemetry
+def test_always_installed_tracing_and_host_matching_included(monkeypatch):
+    """One entry for the plain case whatever the configuration: no switch turns it off."""
+    from app import create_app
     from tests.conftest import base_config
 
-    assert not isinstance(create_app(base_config(HOT_PATH=False)).wsgi_app, HotPath)
-    inner = object()
-    for config, tracing in (({"HOT_PATH": False}, False), ({}, True), ({"SERVER_NAME": "gw.example"}, False)):
-        monkeypatch.setattr(telemetry, "enabled", lambda env=None, on=tracing: on)
-        stub = SimpleNamespace(config=config, wsgi_app=inner)
-        hotpath.install(stub)  # would fail on the stub (no url_map) if it installed
-        assert stub.wsgi_app is inner
+    for config in ({}, {"SERVER_NAME": "gw.example"}):
+        assert isinstance(create_app(base_config(**config)).wsgi_app, HotPath)
 
 
 def test_behind_proxyfix_it_sees_the_forwarded_client(app, make_account, mod, caplog):
@@ -271,75 +252,53 @@ def _micros(app, account_id) -> int:
         return ledger.cached_balance(account_id)
 
 
-# (the body's latency_ms can differ in length: Content-Length is checked against each body)
-_CHAT_VOLATILE = ("RateLimit-Reset", "RateLimit-Remaining", "X-Chat-Completion-Id", "Content-Length",
-                  "X-Gateway-Overhead-Ms")
-
-
-def _chat_shape(resp):
-    status, headers, body = _shape(resp, _CHAT_VOLATILE)
-    if isinstance(body, dict):
-        body = {k: ("*" if k in ("id", "created") else v) for k, v in body.items()}
-        if isinstance(body.get("usage"), dict):
-            body["usage"] = {**body["usage"], "latency_ms": "*"}
-    return status, headers, body
-
-
-def test_chat_completion_is_the_same_and_not_handed(app, entries, make_account, chat_fakes, caplog):
-    """Same status, headers (X-Chat-* included), body and money through both entries; the
-    thin entry answers it itself, with the same access line and request count."""
+def test_chat_completion_is_answered_here_and_not_handed(app, entries, make_account, chat_fakes, caplog):
+    """Status, X-Chat-* headers, body and money of a plain completion, answered by the thin
+    entry itself with its access line and request count."""
     from app.services.money import ledger
 
     acct = make_account(cents=100)
-    thin, flask_client, handed = entries
+    client, handed = entries
     caplog.handler.addFilter(logs._ContextFilter())
-    answers, lines, spent = [], [], []
-    for client in (thin, flask_client):
-        before_count = _count(CHAT_ROUTE, "200")
-        before = _micros(app, acct.id)
-        with caplog.at_level(logging.INFO, logger="gateway.access"):
-            caplog.clear()
-            r = _chat(client, acct)
-        assert r.status_code == 200, r.get_json()
-        answers.append(r)
-        spent.append(before - _micros(app, acct.id))
-        assert _count(CHAT_ROUTE, "200") == before_count + 1
-        (rec,) = [x for x in caplog.records if x.name == "gateway.access"]
-        lines.append({k: getattr(rec, k) for k in ("method", "route", "path", "status", "request_id", "account_id")})
-    assert _chat_shape(answers[0]) == _chat_shape(answers[1])  # Content-Length: per body, below
-    assert all(int(r.headers["Content-Length"]) == len(r.get_data()) for r in answers)
-    assert answers[0].headers["X-Chat-Model"] and answers[0].get_json()["usage"]["cost_usd"] > 0
-    assert spent[0] == spent[1] == answers[0].get_json()["usage"]["cost_micros"] > 0
-    assert lines[0] == lines[1] and lines[0]["route"] == CHAT_ROUTE
-    assert handed == []
+    before_count, before = _count(CHAT_ROUTE, "200"), _micros(app, acct.id)
+    with caplog.at_level(logging.INFO, logger="gateway.access"):
+        r = _chat(client, acct)
+    assert r.status_code == 200, r.get_json()
+    assert handed == [] and _count(CHAT_ROUTE, "200") == before_count + 1
+    assert int(r.headers["Content-Length"]) == len(r.get_data())
+    assert r.headers["X-Chat-Model"] and r.headers["X-Chat-Completion-Id"] and r.headers["X-Chat-Cost-Micros"]
+    assert r.headers["X-Request-Id"] == "req-parity" and r.headers["RateLimit-Limit"]
+    body = r.get_json()
+    assert body["object"] == "chat.completion" and body["usage"]["cost_usd"] > 0
+    assert before - _micros(app, acct.id) == body["usage"]["cost_micros"] == int(r.headers["X-Chat-Cost-Micros"])
+    (rec,) = [x for x in caplog.records if x.name == "gateway.access"]
+    assert (rec.route, rec.status, rec.request_id, rec.account_id) == (CHAT_ROUTE, 200, "req-parity", acct.id)
     with app.app_context():
         assert ledger.check() == []
 
 
 @pytest.mark.parametrize("case", ["no_credential", "scope", "payment_required", "unknown_model"])
-def test_chat_refusals_are_the_same(case, entries, make_account, chat_fakes):
+def test_chat_refusals_are_answered_here(case, entries, make_account, chat_fakes):
     acct = make_account(cents=0 if case == "payment_required" else 100,
                         scopes=("keys:read",) if case == "scope" else None)
     body = {"model": "nope", "messages": [{"role": "user", "content": "hi"}]} if case == "unknown_model" else None
     if case == "no_credential":
         acct = None
-    thin, flask_client, handed = entries
-    a, b = _chat(thin, acct, body), _chat(flask_client, acct, body)
-    volatile = _CHAT_VOLATILE + ("WWW-Authenticate", "X-Nonce", "PAYMENT-REQUIRED")
-    assert _shape(a, volatile) == _shape(b, volatile)
-    assert a.status_code >= 400 and a.get_json()["request_id"] == "req-parity" and handed == []
-    # the chat host's OpenAI error shape on both entries, byte for byte (a 402's nonce differs)
+    client, handed = entries
+    a = _chat(client, acct, body)
+    expected = {"no_credential": 401, "scope": 403, "payment_required": 402, "unknown_model": 404}[case]
+    assert a.status_code == expected and handed == []
+    assert a.headers["X-Request-Id"] == "req-parity"
+    # the chat host's OpenAI error shape
     error = a.get_json()["error"]
     assert set(error) == {"message", "type", "code", "param"} and error["code"] and error["message"]
-    if case != "payment_required":
-        assert a.get_data() == b.get_data()
 
 
 @pytest.mark.parametrize("case", ["stream", "not_plain", "off_chat_host", "x402"])
 def test_chat_streams_schema_errors_and_other_hosts_go_to_flask(case, app, entries, make_account, chat_fakes,
                                                                 monkeypatch):
     acct = make_account(cents=100)
-    thin, flask_client, handed = entries
+    client, handed = entries
     body = None
     headers = None
     if case == "x402":  # an x402 payment header: Flask's route reads it (the balance covers: ignored)
@@ -351,7 +310,7 @@ def test_chat_streams_schema_errors_and_other_hosts_go_to_flask(case, app, entri
     else:  # Flask answers 404 before looking at the credential, so the thin entry must not answer 401
         monkeypatch.setitem(app.config, "CHAT_HOST", "chat.example")
         acct = None
-    r = _chat(thin, acct, body, headers=headers)
+    r = _chat(client, acct, body, headers=headers)
     assert handed == [CHAT_ROUTE]
     expected = {"stream": 200, "not_plain": 400, "off_chat_host": 404, "x402": 200}[case]
     assert r.status_code == expected, r.get_data()[:300]
@@ -364,12 +323,11 @@ def test_chat_streams_schema_errors_and_other_hosts_go_to_flask(case, app, entri
 def test_the_chat_host_is_read_as_flask_reads_it(host, app, entries, make_account, chat_fakes, monkeypatch):
     """Found in review: the thin entry cut the raw Host header at its last ':', so a port
     werkzeug rejects (0, empty, 99999, x) still matched CHAT_HOST — a charged 200 where
-    Flask answers 404."""
+    Flask answers 404 (werkzeug's reading decides which entry answers)."""
     monkeypatch.setitem(app.config, "CHAT_HOST", "chat.example")
     acct = make_account(cents=100)
-    thin, flask_client, handed = entries
-    kw = {"environ_overrides": {"HTTP_HOST": host}}
-    a, b = _chat(thin, acct, **kw), _chat(flask_client, acct, **kw)
+    client, handed = entries
+    a = _chat(client, acct, environ_overrides={"HTTP_HOST": host})
     expected = 200 if host in ("chat.example", "CHAT.Example:8080") else 404
-    assert a.status_code == b.status_code == expected
+    assert a.status_code == expected
     assert handed == ([] if expected == 200 else [CHAT_ROUTE])

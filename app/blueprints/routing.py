@@ -24,51 +24,6 @@ _RESPONSES = {400: "BAD_REQUEST", 401: "UNAUTHORIZED", 402: "PAYMENT_REQUIRED", 
               502: "DEFAULT_ERROR"}
 
 
-def fast_arguments(blp, schema, accept: Callable[[object], dict | None] | None = None, *,
-                   location: str = "json", as_kwargs: bool = False) -> Callable:
-    """``blp.arguments(schema, location=…, as_kwargs=…)`` with a fast path: ``accept(document)``
-    gets the parsed JSON body (``location="json"``) or the request headers
-    (``location="headers"``) and returns what loading them with ``schema`` would give when
-    they are plainly valid, or None — then the schema loads them as usual, so every 400
-    body, coercion and rule stays the schema's. ``accept`` defaults to the schema's own
-    ``fast_load`` (``fields.FastLoad``, one instance per process). The OpenAPI document is
-    the schema's. On a hot route this skips webargs' per-request parsing machinery."""
-    if accept is None:
-        accept = schema().fast_load
-    if location not in ("json", "headers"):
-        raise ValueError(f"fast_arguments: unsupported location {location!r}")
-
-    def decorator(view: Callable) -> Callable:
-        documented = blp.arguments(schema, location=location, as_kwargs=as_kwargs)(view)
-
-        @wraps(documented)
-        def wrapper(*args, **kwargs):
-            doc = request.headers if location == "headers" else _json_body()
-            loaded = accept(doc) if doc is not None else None
-            if loaded is None:
-                return documented(*args, **kwargs)
-            if as_kwargs:
-                return view(*args, **kwargs, **loaded)
-            return view(*args, loaded, **kwargs)
-        return wrapper
-    return decorator
-
-
-def _json_body():
-    """The request's JSON body (orjson, read once and cached), or None when it is not a
-    JSON request or does not parse (the schema path then answers)."""
-    import orjson
-    from flask import request
-    from webargs.flaskparser import is_json_request
-
-    if not is_json_request(request):  # the same test as the schema path's parser
-        return None
-    try:
-        return orjson.loads(request.get_data(cache=True))
-    except orjson.JSONDecodeError:
-        return None
-
-
 def document_errors(blp, errors: dict, *, schema=None) -> Callable:
     """Decorator documenting a route's error statuses: ``{status: description}`` where a
     description is None, a text, or ``(text, headers)``. With ``schema`` (``ErrorSchema``)

@@ -28,6 +28,9 @@ app = create_app({"APP_ENV": "test", "TESTING": True,  # the database: DATABASE_
 with telemetry.span("call.open"):
     pass
 app.test_client().get("/openapi.json")
+# the hot route's plain case, served by the thin entry (401: no credential): its server span
+app.test_client().post("/v1/module/nope/call", json={"action": "x"},
+                       headers={"traceparent": "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"})
 from sqlalchemy import text
 from app.extensions import db
 from app.services.platform import uow
@@ -58,5 +61,11 @@ def test_console_exporter_shows_request_and_phase_spans(tmp_path):
     assert result["otel_modules"] > 0 and result["tracer"]
     assert '"name": "call.open"' in stdout
     assert '"name": "GET /openapi.json"' in stdout
+    # the thin entry's server span, named as Flask's instrumentation names a route, its parent
+    # the caller's traceparent
+    span = stdout[stdout.index('"name": "POST /v1/module/<string:slug>/call"'):]
+    span = span[:span.index('"resource"')]
+    assert '"kind": "SpanKind.SERVER"' in span and '"parent_id": "0x' + "cd" * 8 + '"' in span
+    assert "401" in span
     assert "SELECT 4141" in stdout and "SELECT 4242" in stdout  # SQL spans, the hot path's statements included
     assert "gw-test" in stdout

@@ -57,8 +57,8 @@ def gunicorn_proc(env: dict, *, workers: int = 1, threads: int = 4, port: int | 
     how long the test waits after SIGTERM, ``graceful_timeout``: gunicorn's own limit for
     a stopping worker before the master kills it; ``args``: more gunicorn options."""
     port = port or free_port()
-    # the production worker class (deploy/gunicorn.conf.py), so end-to-end tests run on it
-    proc = Proc([VENV_BIN / "gunicorn", "-k", "deploy.gunicorn_worker.KeepAliveThreadWorker",
+    # the production worker class and listening sockets (deploy/gunicorn.conf.py)
+    proc = Proc([VENV_BIN / "gunicorn", "-k", "gthread", "--reuse-port",
                  "-w", str(workers), "--threads", str(threads),
                  "-b", f"127.0.0.1:{port}", "--graceful-timeout", f"{graceful_timeout:g}", *args, "wsgi:app"],
                 name="gunicorn", env=env, cwd=ROOT, log=log, grace=grace)

@@ -12,11 +12,11 @@ from app import auth
 from app.auth import authenticated, controls_of, key_of, principal
 from app.chathost import on_chat_host
 from app.blueprints.chat.schemas import (ChatCompletionSchema, ChatRequestSchema, MessageSchema,
-                                         MessagesRequestSchema, ModelListSchema, ModelSchema, plain_chat_request)
+                                         MessagesRequestSchema, ModelListSchema, ModelSchema)
 from app.errors import AnthropicErrorSchema, ErrorSchema, NotFound
 from app.blueprints.fields import PAYMENT_REQUIRED_HEADERS, PAYMENT_RESPONSE_HEADERS
 from app.blueprints.gateway.schemas import PaymentHeadersSchema
-from app.blueprints.routing import document_errors, fast_arguments
+from app.blueprints.routing import document_errors
 from app.extensions import Blueprint
 from app.services.chat import completions as chat
 from app.services.chat import messages
@@ -79,8 +79,8 @@ def _response(result: chat.ChatResult) -> Response:
 @blp.route("/chat/completions")
 class ChatCompletionsView(MethodView):
     @authenticated("call:write")
-    @fast_arguments(blp, PaymentHeadersSchema, location="headers", as_kwargs=True)
-    @fast_arguments(blp, ChatRequestSchema, plain_chat_request)  # a plain body skips marshmallow
+    @blp.arguments(PaymentHeadersSchema, location="headers", as_kwargs=True)
+    @blp.arguments(ChatRequestSchema)
     @blp.response(200, ChatCompletionSchema, description=(
         "A chat completion, or with `stream: true` a `text/event-stream` of `chat.completion.chunk` "
         "objects ending with a usage chunk and `data: [DONE]`. Headers: `X-Chat-Provider`, "

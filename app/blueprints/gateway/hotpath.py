@@ -29,17 +29,20 @@ too, so there is one implementation of each):
    (``metrics.observe_request``) with the route's own rule as label.
 
 It steps aside, handing the request untouched to Flask (which then answers it, errors
-included, exactly as before), whenever the request is not the plain case: another
-method or path, a body that is not ``application/json`` with a ``Content-Length`` within
-``MAX_CONTENT_LENGTH``, JSON the fast loaders decline (Flask's schemas then produce the
-400), an ``X-Payment`` / ``PAYMENT-SIGNATURE`` header (the x402 flow), a chat request
-with ``stream`` (Flask relays the event stream), with an ``Origin`` while
-``CHAT_CORS_ORIGINS`` is set (Flask adds the CORS headers) or off the chat host
-(``CHAT_HOST``: Flask's 404). It steps aside only before anything is counted or written, so no request
-is counted twice. It is not installed at all when tracing is on (the Flask routes carry
-the server span) or when ``HOT_PATH`` is off. Parity: ``tests/test_hotpath.py`` sends
-the same requests through both entries and compares status, headers, body, log line and
-metrics.
+included), whenever the request is not the plain case: another method or path, a body
+that is not ``application/json`` with a ``Content-Length`` within ``MAX_CONTENT_LENGTH``,
+JSON the fast loaders decline (Flask's schemas then word the 400), an ``X-Payment`` /
+``PAYMENT-SIGNATURE`` header (the x402 flow), a chat request with ``stream`` (Flask relays
+the event stream), with an ``Origin`` while ``CHAT_CORS_ORIGINS`` is set (Flask adds the
+CORS headers) or off the chat host (``CHAT_HOST``: Flask's 404). It steps aside only
+before anything is counted or written, so no request is counted twice.
+
+One entry per case: this layer is always installed (no switch), so the plain case of the
+two routes is served here and only here, in tests as in production; Flask serves the other
+cases. With tracing on (``app.telemetry``) it opens the request's server span itself, as
+the Flask instrumentation does for the routes Flask serves. Why not Flask alone: the same
+plain metered call costs ~0.5 ms more of the worker's CPU through Flask (docs/decisions.md
+§ "The hot routes' one entry"). Tests: ``tests/test_hotpath.py``.
 """
 from __future__ import annotations
 
@@ -51,7 +54,7 @@ import orjson
 from flask import g
 from werkzeug.sansio.utils import get_host
 
-from app import auth, logs, metrics, ratelimits, requestid
+from app import auth, logs, metrics, ratelimits, requestid, telemetry
 from app.chathost import error_style, on_chat_host
 from app.errors import DomainError, handle_domain_error, handle_unexpected
 from app.services.gateway.catalog import SLUG_RE
@@ -104,6 +107,19 @@ class HotPath:
         return self.wsgi_app(environ, start_response)
 
     def _call(self, handler, route, arg, environ, start_response, style):
+        with telemetry.server_span(environ, route) as span:
+            status, headers, body = self._serve(handler, route, arg, environ, style)
+            if span is not None:  # (handed to Flask: Flask's own span follows this short one)
+                telemetry.server_status(span, status, headers) if status else \
+                    span.set_attribute("gateway.handed_to_flask", True)
+        if status is None:  # not the plain case: Flask answers it, the body put back
+            environ["wsgi.input"] = io.BytesIO(body)
+            return self.wsgi_app(environ, start_response)
+        start_response(status, headers)
+        return [body]
+
+    def _serve(self, handler, route, arg, environ, style):
+        """(status line, headers, body), or (None, None, the body read) for Flask."""
         started = time.perf_counter()
         raw = environ["wsgi.input"].read(int(environ["CONTENT_LENGTH"]))
         ctx = self.app.app_context()
@@ -121,12 +137,7 @@ class HotPath:
             raise
         finally:
             ctx.pop(error)
-        if answer is None:  # not the plain case: Flask answers it, the body put back
-            environ["wsgi.input"] = io.BytesIO(raw)
-            return self.wsgi_app(environ, start_response)
-        status, headers, body = answer
-        start_response(status, headers)
-        return [body]
+        return (None, None, raw) if answer is None else answer
 
     def _answer(self, handler, arg, raw, environ):
         """(status line, headers, body), or None to hand the request to Flask: the request
@@ -231,10 +242,5 @@ def _plain(environ, max_body: int) -> bool:
 
 def install(app) -> None:
     """Put the thin entry in front of ``app.wsgi_app`` (``create_app``, before ProxyFix so
-    it sees the client address ProxyFix sets), unless ``HOT_PATH`` is off, tracing is on
-    or the app matches hosts (``SERVER_NAME``)."""
-    from app import telemetry
-
-    if not app.config.get("HOT_PATH", True) or telemetry.enabled() or app.config.get("SERVER_NAME"):
-        return
+    it sees the client address ProxyFix sets)."""
     app.wsgi_app = HotPath(app, app.wsgi_app)

@@ -8,7 +8,7 @@ from app.blueprints.gateway.schemas import (ModuleCallHeadersSchema, ModuleCallR
                                             ModuleCallResponseSchema, ModuleListSchema,
                                             ModuleSchema)
 from app.blueprints.fields import PAYMENT_REQUIRED_HEADERS
-from app.blueprints.routing import document_errors, endpoint, fast_arguments
+from app.blueprints.routing import document_errors, endpoint
 from app.extensions import Blueprint
 from app.services.gateway import catalog
 from app.services.gateway import calls as gateway
@@ -19,10 +19,8 @@ blp = Blueprint("modules", __name__, url_prefix="", description="Catalog modules
 @blp.route("/v1/module/<string:slug>/call")
 class ModuleCallView(MethodView):
     @authenticated("call:write")
-    # The schemas' fast loaders take the common valid request without webargs' machinery;
-    # anything they decline is loaded (and refused) by the schemas themselves.
-    @fast_arguments(blp, ModuleCallHeadersSchema, location="headers", as_kwargs=True)
-    @fast_arguments(blp, ModuleCallRequestSchema)
+    @blp.arguments(ModuleCallHeadersSchema, location="headers", as_kwargs=True)
+    @blp.arguments(ModuleCallRequestSchema)
     @blp.response(200, ModuleCallResponseSchema, headers={
         "Idempotent-Replayed": {"description": "`true` on an Idempotency-Key replay.",
                                 "schema": {"type": "string"}},

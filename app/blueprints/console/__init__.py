@@ -52,9 +52,10 @@ def _context():
 
 @bp.app_template_filter("usd")
 def _usd(micros) -> str:
-    from app.blueprints.console.charts import spend_fmt
+    """Micros as dollars to the micro-dollar (a $0.000123 chat completion is not "$0.00")."""
+    from app.blueprints.console.charts import usd_precise
 
-    return spend_fmt(micros)
+    return usd_precise(micros)
 
 
 @bp.app_template_filter("when")

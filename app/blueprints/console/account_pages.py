@@ -106,7 +106,7 @@ def usage_page():
     return render_template("console/usage.html", days=days, ranges=RANGES,
                            chart=daily_charts(g.account.id, days, web.mode()),
                            by_module=usage.by_product(g.account.id, start, end, mode=web.mode()),
-                           calls=history.recent_calls(g.account.id, mode=web.mode(), limit=50))
+                           calls=history.recent_activity(g.account.id, mode=web.mode(), limit=50))
 
 
 @bp.get("/usage/export.csv")

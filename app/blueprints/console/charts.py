@@ -67,6 +67,15 @@ def spend_fmt(micros) -> str:
     return f"{sign}${abs(cents) // 100:,}.{abs(cents) % 100:02d}"
 
 
+def usd_precise(micros) -> str:
+    """Micros as dollars to the micro-dollar, never rounded: whole cents as "$1.23",
+    anything finer with the digits it needs (123 -> "$0.000123", 1_234_500 -> "$1.2345")."""
+    micros = int(micros or 0)
+    sign, micros = ("-" if micros < 0 else ""), abs(micros)
+    fraction = f"{micros % 1_000_000:06d}".rstrip("0").ljust(2, "0")
+    return f"{sign}${micros // 1_000_000:,}.{fraction}"
+
+
 def count_fmt(n) -> str:
     n = float(n)
     return f"{int(n):,}" if n == int(n) else f"{n:.1f}"

@@ -97,4 +97,4 @@ def dashboard():
     return render_template(
         "console/dashboard.html", current=current, plan_cents=plan_cents, top=top,
         meter=charts.meter(current["spend_cents"], plan_cents), chart=daily_charts(acct.id, 30, mode),
-        calls=history.recent_calls(acct.id, mode=mode, limit=10))
+        calls=history.recent_activity(acct.id, mode=mode, limit=10))

@@ -1,0 +1,94 @@
+"""The console defects of issue 40, each seen in a real browser (Playwright driving Debian's
+Chromium against a real gunicorn, as ``test_console_browser.py``): chat completions shown
+with their tokens and exact sub-cent costs, and the other items of the issue's "Why" list.
+
+The browser is signed in by a session cookie minted as the console mints it (the e-mailed
+link flow itself is ``test_console_browser.py``'s). Chromium missing fails (never a skip).
+"""
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+import pytest
+
+from tests.support.apps import app_env, gunicorn
+from tests.support.procs import free_port
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run"]
+
+
+@pytest.fixture(scope="module")
+def server(app):
+    """A gunicorn serving the app for the module's tests, and one headless Chromium."""
+    assert os.path.exists(CHROMIUM), "Debian chromium is required (deploy/system-packages.sh installs it)"
+    from playwright.sync_api import sync_playwright
+
+    env = app_env(app.config)
+    port = free_port()
+    env.update({"JOBS_INLINE": "1", "BASE_URL": f"http://127.0.0.1:{port}", "SMTP_URL": ""})
+    with gunicorn(env, workers=1, port=port) as base, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        try:
+            yield base, browser
+        finally:
+            browser.close()
+
+
+def signed_in(app, server, account_id: str, *, width: int = 1280, mode: str = "live"):
+    """A page of a new browser context signed in as ``account_id`` (in ``mode``)."""
+    from app.blueprints.console import web
+    from app.extensions import db
+    from app.services.platform import tokens
+
+    base, browser = server
+    with app.app_context():
+        token = tokens.issue(tokens.CONSOLE_SESSION, account_id, timedelta(hours=1))
+        db.session.commit()
+        cookie = web._serializer().dumps(token)
+        db.session.remove()
+    context = browser.new_context(viewport={"width": width, "height": 860})
+    cookies = [{"name": web.COOKIE, "value": cookie, "url": base}]
+    if mode == "test":
+        cookies.append({"name": web.MODE_COOKIE, "value": "test", "url": base})
+    context.add_cookies(cookies)
+    return context.new_page()
+
+
+def _chat(account_id: str, n: int, *, model: str, cost: int, tokens: tuple[int, int], mode: str = "live",
+          status: str = "settled", ago: timedelta = timedelta(minutes=5)) -> None:
+    from app.extensions import db
+    from app.models.base import utcnow
+    from app.models.chat import ChatCompletion
+
+    at = utcnow() - ago
+    db.session.add(ChatCompletion(id=f"chatcmpl-i40-{n}", account_id=account_id, mode=mode, requested_model="auto",
+                                  model=model, status=status, cost_micros=cost, prompt_tokens=tokens[0],
+                                  completion_tokens=tokens[1], created_at=at, settled_at=at))
+
+
+def test_chat_completions_in_recent_calls_with_tokens_and_exact_cost(app, server, make_account):
+    """Issue 40 (1): a $0.000123 chat completion shows as such, with its tokens and model,
+    in the dashboard's and the usage page's recent calls; the usage table's chat row too."""
+    from app.extensions import db
+    acct = make_account()
+    with app.app_context():
+        _chat(acct.id, 1, model="tiny-model", cost=123, tokens=(40, 17))
+        _chat(acct.id, 2, model="test-only-model", cost=456, tokens=(5, 5), mode="test")
+        db.session.commit()
+        db.session.remove()
+    base = server[0]
+    page = signed_in(app, server, acct.id)
+    for path in ("/dashboard", "/usage"):
+        page.goto(base + path)
+        row = page.locator("table.calls-table tr.chat")
+        assert row.count() == 1, f"{path}: the chat completion is not listed"
+        assert "tiny-model" in row.inner_text() and "test-only-model" not in page.content()
+        assert row.locator("td.cost").inner_text() == "$0.000123"
+        assert row.locator("td[data-label=Tokens]").inner_text() == "57"
+    # the usage table (the usage readers count the settled completion from the call log)
+    assert page.locator("text=chat:tiny-model >> xpath=ancestor::tr").inner_text().split() == [
+        "chat:tiny-model", "1", "0", "$0.000123"]
+    page.context.close()

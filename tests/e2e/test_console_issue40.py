@@ -92,3 +92,61 @@ def test_chat_completions_in_recent_calls_with_tokens_and_exact_cost(app, server
     assert page.locator("text=chat:tiny-model >> xpath=ancestor::tr").inner_text().split() == [
         "chat:tiny-model", "1", "0", "$0.000123"]
     page.context.close()
+
+
+def test_test_mode_dashboard_shows_test_figures_and_sensible_axes(app, server, make_account):
+    """Issue 40 (2): in test mode, "This month" and the charts are the test figures (a
+    $0.000123 test chat), not the live ones; the spend axis is not "$0.00 / $0.00" beside a
+    full bar and the calls axis has no "0.5"."""
+    from app.extensions import db
+    from tests import usage_seed
+
+    acct = make_account()
+    with app.app_context():
+        usage_seed.record(acct.id, "echo", spend_micros=90_000, calls=35)  # live: must not show
+        _chat(acct.id, 3, model="tiny-model", cost=123, tokens=(10, 10), mode="test", status="sandbox")
+        db.session.commit()
+        db.session.remove()
+    page = signed_in(app, server, acct.id, mode="test")
+    page.goto(server[0] + "/dashboard")
+    assert page.inner_text("#month-spend") == "$0.000123"  # the test spend (nothing charged)
+    assert page.inner_text("#month-calls").startswith("1 call ·")
+    assert "35" not in page.inner_text("#month-calls") and "$0.09" not in page.content()
+    assert page.locator("table.calls-table tr.chat").count() == 1 and "No calls yet" not in page.content()
+    assert page.locator("svg.calls text.tick").all_text_contents()[:2] == ["2", "1"]
+    assert page.locator("svg.spend text.tick").all_text_contents()[:2] == ["$0.0002", "$0.0001"]
+    page.context.close()
+
+    with app.app_context():
+        _chat(acct.id, 4, model="tiny-model", cost=123, tokens=(10, 10))  # live, sub-cent
+        db.session.commit()
+        db.session.remove()
+    page = signed_in(app, server, acct.id)
+    page.goto(server[0] + "/dashboard")
+    assert page.inner_text("#month-spend") == "$0.090123"
+    assert page.inner_text("#month-calls").startswith("36 calls ·")
+    ticks = page.locator("svg.spend text.tick").all_text_contents()[:2]
+    assert ticks == ["$0.10", "$0.05"]
+    page.context.close()
+
+
+def test_sub_cent_spend_axis(app, server, make_account):
+    """Issue 40 (2): a day of $0.000123 labels its axis $0.0002 / $0.0001 (not $0.00 twice);
+    an empty chart's axis reads $0.01 / $0.005 and 2 / 1 calls (no "0.5")."""
+    from app.extensions import db
+
+    acct = make_account()
+    with app.app_context():
+        _chat(acct.id, 5, model="tiny-model", cost=123, tokens=(10, 10))
+        db.session.commit()
+        db.session.remove()
+    page = signed_in(app, server, acct.id)
+    page.goto(server[0] + "/usage?days=7")
+    assert page.locator("svg.spend text.tick").all_text_contents()[:2] == ["$0.0002", "$0.0001"]
+    assert page.locator("svg.calls text.tick").all_text_contents()[:2] == ["2", "1"]
+    page.goto(server[0] + "/usage?days=7")
+    page.click("button.mode")  # to test mode: nothing there
+    page.wait_for_url(server[0] + "/usage")
+    assert page.locator("svg.spend text.tick").all_text_contents()[:2] == ["$0.01", "$0.005"]
+    assert page.locator("svg.calls text.tick").all_text_contents()[:2] == ["2", "1"]
+    page.context.close()

@@ -150,3 +150,59 @@ def test_sub_cent_spend_axis(app, server, make_account):
     assert page.locator("svg.spend text.tick").all_text_contents()[:2] == ["$0.01", "$0.005"]
     assert page.locator("svg.calls text.tick").all_text_contents()[:2] == ["2", "1"]
     page.context.close()
+
+
+def test_no_dead_ends(app, server, make_account):
+    """Issue 40 (3): the agents page names the real build route; the signed-out page has
+    no navigation nor "Sign out"; an unknown page answers an HTML 404 page (the API keeps
+    its JSON 404); a new sign-up lands signed in on the console."""
+    import re
+    from email import message_from_bytes
+    from email.policy import default
+    from pathlib import Path
+
+    import requests
+
+    base = server[0]
+    acct = make_account()
+    page = signed_in(app, server, acct.id)
+    page.goto(base + "/agents")
+    assert "POST /api/agent/build" in page.content() and "/api/build/module" not in page.content()
+    build = requests.post(base + "/api/agent/build", json={}, headers=acct.headers, timeout=10)
+    assert build.status_code != 404  # the route the page names exists
+
+    page.goto(base + "/no-such-page")
+    assert page.title().startswith("Page not found") and page.locator("h1").inner_text() == "Page not found"
+    page.goto(base + "/usage/calls/nosuchcall")
+    assert page.locator("h1").inner_text() == "Page not found"
+    api = requests.get(base + "/api/no-such-thing", headers={"Accept": "text/html"}, timeout=10)
+    assert api.status_code == 404 and api.json()["error"] == "not_found"
+    assert requests.get(base + "/no-such-page", timeout=10).json()["error"] == "not_found"  # not a browser
+
+    page.goto(base + "/dashboard")
+    page.click("text=Sign out")
+    page.wait_for_selector("text=You are signed out")
+    assert page.locator("text=Sign out").count() == 0
+    assert page.locator("nav >> text=Dashboard").count() == 0 and page.locator("nav >> text=Keys").count() == 0
+    page.context.close()
+
+    email = f"new-{os.urandom(3).hex()}@example.com"
+    page = server[1].new_context().new_page()
+    page.goto(base + "/login")
+    page.fill("#f-email", email)
+    page.keyboard.press("Enter")
+    page.wait_for_selector("text=Check your inbox")
+    link = None
+    for path in Path(app.config["MAIL_OUTBOX_DIR"]).glob("*.eml"):
+        msg = message_from_bytes(path.read_bytes(), policy=default)
+        if msg["To"] == email:
+            body = msg.get_body(preferencelist=("plain",)).get_content()
+            link = re.search(r"https?://\S+/signup/confirm\?token=\S+", body).group(0)
+    assert link, "no sign-up mail"
+    page.goto(link)
+    page.click("button[type=submit]")
+    page.wait_for_selector("#api-key")
+    page.click("text=go to your dashboard")
+    page.wait_for_url(base + "/dashboard")
+    assert page.inner_text("#balance") == "$10.00"
+    page.context.close()

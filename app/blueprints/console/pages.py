@@ -63,7 +63,7 @@ def login_confirm():
 def logout():
     """End the session server-side and clear the cookie."""
     console_svc.sign_out(g.session_token)
-    g.session_token, g.signed_out = None, True
+    g.session_token, g.signed_out, g.account = None, True, None  # the page: no navigation, no "Sign out"
     return render_template("console/message.html", title="Signed out", message="You are signed out.",
                            signed_out=True)
 

@@ -206,3 +206,40 @@ def test_no_dead_ends(app, server, make_account):
     page.wait_for_url(base + "/dashboard")
     assert page.inner_text("#balance") == "$10.00"
     page.context.close()
+
+
+def test_keys_form_defaults_dollars_copy_and_rotation(app, server, make_account):
+    """Issue 40 (5): not every scope pre-checked (reads + call:write), the limit typed and
+    shown in dollars, a copy button for the new key; rotation keeps the expiry and marks
+    the retiring key."""
+    from app.scopes import ALL_SCOPES
+
+    acct = make_account()
+    page = signed_in(app, server, acct.id)
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=server[0])
+    page.goto(server[0] + "/keys")
+    checked = page.eval_on_selector_all("input[name=scopes]:checked", "els => els.map(e => e.value)")
+    assert sorted(checked) == sorted([s for s in ALL_SCOPES if s.endswith(":read")] + ["call:write"])
+    assert "keys:write" not in checked and "billing:write" not in checked
+    page.fill("#f-name", "phone")
+    page.fill("#f-spend_limit", "2.50")
+    page.fill("#f-expires_in_days", "30")
+    page.click("text=Create key")
+    secret = page.inner_text("#secret").strip()
+    page.click("#copy-secret")
+    page.wait_for_selector("#copy-secret:has-text('Copied')")
+    assert page.evaluate("navigator.clipboard.readText()") == secret
+    page.goto(server[0] + "/keys")
+    row = page.locator("tr:has-text('phone')")
+    assert "$0.00 of $2.50 per month" in row.inner_text()
+    expires = row.locator("td[data-label=Expires]").inner_text()
+    page.click("button[aria-label='Rotate key phone']")
+    page.wait_for_selector("#secret")
+    page.goto(server[0] + "/keys")
+    rows = page.locator("tr:has-text('phone')")
+    assert rows.count() == 2
+    retiring = page.locator("tr.retiring")
+    assert retiring.count() == 1 and "retiring" in retiring.inner_text()
+    fresh = page.locator("tr:has-text('phone'):not(.retiring)")
+    assert fresh.locator("td[data-label=Expires]").inner_text() == expires  # the expiry kept, not "never"
+    page.context.close()

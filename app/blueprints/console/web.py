@@ -28,7 +28,7 @@ COOKIE = "gw_console"
 PRE_COOKIE = "gw_console_pre"
 _SALT = "console.session.v1"
 
-CSP = ("default-src 'none'; style-src 'self'; img-src 'self'; script-src 'none'; "
+CSP = ("default-src 'none'; style-src 'self'; img-src 'self'; script-src 'self'; "
        "form-action 'self' https://checkout.stripe.com; frame-ancestors 'none'; base-uri 'none'")
 HEADERS = {
     "Content-Security-Policy": CSP,

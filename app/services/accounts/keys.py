@@ -193,7 +193,8 @@ def update_key(account_id: str, key_id: str, changes: dict, mode: str) -> ApiKey
 def rotate_key(account_id: str, key_id: str, overlap_seconds: int | None, *,
                creator_scopes: frozenset[str], mode: str) -> tuple[ApiKey, str]:
     """POST /api/keys/{id}/rotate: a new key with the old one's name, scopes, mode and
-    spend limit (carrying this period's count over); the old key expires after
+    spend limit (carrying this period's count over) and expiry (a key that was to expire
+    on a date still does: rotating does not extend it); the old key expires after
     ``overlap_seconds`` (default 86,400, 0–604,800)."""
     overlap = DEFAULT_OVERLAP_SECONDS if overlap_seconds is None else overlap_seconds
     if isinstance(overlap, bool) or not isinstance(overlap, int) or not 0 <= overlap <= MAX_OVERLAP_SECONDS:
@@ -207,6 +208,7 @@ def rotate_key(account_id: str, key_id: str, overlap_seconds: int | None, *,
         row, secret = add_key(account_id, old.name, _granted(list(old.scopes or ()), creator_scopes),
                               mode=old.mode)
         row.spend_limit_micros, row.spend_limit_period = old.spend_limit_micros, old.spend_limit_period
+        row.expires_at = old.expires_at
         if old.spend_limit_period:
             start, _ = spend.period_bounds(old.spend_limit_period, now)
             used = spend.spent(old.id, old.spend_limit_period, now)

@@ -243,3 +243,54 @@ def test_keys_form_defaults_dollars_copy_and_rotation(app, server, make_account)
     fresh = page.locator("tr:has-text('phone'):not(.retiring)")
     assert fresh.locator("td[data-label=Expires]").inner_text() == expires  # the expiry kept, not "never"
     page.context.close()
+
+
+NARROW_CHECK = """() => {
+  const out = [];
+  if (document.documentElement.scrollWidth > window.innerWidth) out.push('page scrolls: ' + document.documentElement.scrollWidth);
+  for (const w of document.querySelectorAll('.table-wrap'))
+    if (w.scrollWidth > w.clientWidth + 1) out.push('table clipped: ' + w.scrollWidth + ' > ' + w.clientWidth);
+  for (const svg of document.querySelectorAll('.chart svg')) {
+    const scale = svg.getBoundingClientRect().width / svg.viewBox.baseVal.width;
+    for (const t of svg.querySelectorAll('text'))
+      if (t.getClientRects().length && parseFloat(getComputedStyle(t).fontSize) * scale < 11)
+        out.push('chart text ' + (parseFloat(getComputedStyle(t).fontSize) * scale).toFixed(1) + ' px: ' + t.textContent);
+  }
+  for (const p of document.querySelectorAll('.chart figcaption, .chart p'))
+    if (p.getClientRects().length && parseFloat(getComputedStyle(p).fontSize) < 11) out.push('chart caption small');
+  return out;
+}"""
+
+
+def test_pages_at_390_px_have_no_clipped_table_and_readable_charts(app, server, make_account):
+    """Issue 40 (3 of "Why"): at 390 px (and at 1280) no page scrolls sideways, no table is
+    clipped (tables become labelled rows), chart text is at least 11 px."""
+    from app.extensions import db
+    from tests import usage_seed
+
+    acct = make_account()
+    with app.app_context():
+        for back in range(0, 20, 3):
+            usage_seed.record(acct.id, "echo", spend_micros=1_234_567, calls=12,
+                              at=_now() - timedelta(days=back))
+        _chat(acct.id, 6, model="a-rather-long-provider/model-name-2026-11", cost=123, tokens=(1200, 340))
+        db.session.commit()
+        db.session.remove()
+    for width in (390, 1280):
+        page = signed_in(app, server, acct.id, width=width)
+        for path in ("/", "/dashboard", "/usage", "/keys", "/billing", "/alerts", "/agents"):
+            page.goto(server[0] + path)
+            assert page.evaluate(NARROW_CHECK) == [], f"{path} at {width} px"
+            if width == 390 and path in ("/dashboard", "/usage"):
+                label = page.locator("table.calls-table tr.chat td[data-label=Cost]")
+                assert label.evaluate("td => getComputedStyle(td, '::before').content") == '"Cost"'
+                assert page.locator(".chart .scale").first.is_visible()
+                if os.environ.get("CONSOLE_SHOTS_TMP"):  # a look by eye, never in the repo
+                    page.screenshot(path=f"/tmp/console40{path.replace('/', '-')}-{width}.png", full_page=True)
+        page.context.close()
+
+
+def _now():
+    from app.models.base import utcnow
+
+    return utcnow()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-WIDTH, HEIGHT, PAD_LEFT, PAD_BOTTOM = 720, 200, 56, 22
+WIDTH, HEIGHT, PAD_LEFT, PAD_BOTTOM = 720, 200, 84, 24
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ def test_create_key_with_limit_and_expiry_then_rotate(app, signed_in):
     client, acct = signed_in()
     page = client.get("/keys").get_data(as_text=True)
     r = client.post("/keys", data={"name": "limited", "scopes": ["call:write", "call:read"],
-                                   "spend_limit_cents": "250", "spend_limit_period": "day",
+                                   "spend_limit": "2.50", "spend_limit_period": "day",
                                    "expires_in_days": "30", "csrf": _csrf(page)})
     html = r.get_data(as_text=True)
     assert r.status_code == 200 and "only time it is shown" in html
@@ -49,9 +49,10 @@ def test_create_key_with_limit_and_expiry_then_rotate(app, signed_in):
 def test_bad_limit_is_shown_next_to_the_field_and_creates_nothing(app, signed_in):
     client, acct = signed_in()
     page = client.get("/keys").get_data(as_text=True)
-    r = client.post("/keys", data={"name": "bad", "scopes": ["call:read"], "spend_limit_cents": "-5",
-                                   "csrf": _csrf(page)})
-    assert r.status_code == 400 and 'id="e-spend_limit_cents"' in r.get_data(as_text=True)
+    for bad in ("-5", "2.505", "five", "1e3"):
+        r = client.post("/keys", data={"name": "bad", "scopes": ["call:read"], "spend_limit": bad,
+                                       "csrf": _csrf(page)})
+        assert r.status_code == 400 and 'id="e-spend_limit"' in r.get_data(as_text=True), bad
     with app.app_context():
         assert db.session.execute(select(ApiKey).where(ApiKey.name == "bad")).first() is None
         db.session.remove()

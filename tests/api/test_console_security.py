@@ -225,7 +225,7 @@ def test_console_headers_and_cookie_flags(app, signed_in):
     client, _acct = signed_in()
     r = client.get("/dashboard")
     csp = r.headers["Content-Security-Policy"]
-    assert "unsafe-inline" not in csp and "script-src 'none'" in csp and "frame-ancestors 'none'" in csp
+    assert "unsafe-inline" not in csp and "script-src 'self'" in csp and "frame-ancestors 'none'" in csp
     assert r.headers["Cache-Control"] == "no-store"
     cookie = next(h for h in r.headers.getlist("Set-Cookie") if h.startswith("gw_console="))
     assert "HttpOnly" in cookie and "SameSite=Lax" in cookie

@@ -129,6 +129,17 @@ def test_at_most_100_active_keys(app, client, account):
     assert client.post("/api/keys", json={"name": "room again"}, headers=account.headers).status_code == 201
 
 
+def test_rotation_keeps_the_expiry(client, account):
+    """Issue 40: a key expiring on 2026-12-27 rotated into a key that never expired."""
+    expiry = (datetime.now(timezone.utc) + timedelta(days=30)).replace(microsecond=0)
+    old = _key(client, account, expires_at=expiry.isoformat())
+    new = client.post(f"/api/keys/{old['id']}/rotate", json={}, headers=account.headers).get_json()
+    assert datetime.fromisoformat(new["expires_at"]) == datetime.fromisoformat(old["expires_at"]) == expiry
+    plain = _key(client, account)
+    assert client.post(f"/api/keys/{plain['id']}/rotate", json={}, headers=account.headers).get_json()[
+        "expires_at"] is None
+
+
 def test_rotate_without_a_body_uses_the_default_overlap(client, account):
     old = _key(client, account)
     r = client.post(f"/api/keys/{old['id']}/rotate", headers=account.headers)

@@ -29,7 +29,7 @@ def test_usage_current_and_by_module(app, client, make_account, mod, provider):
     assert (cur["calls"], cur["spend_cents"]) == (4, 9)
     by = client.get("/api/usage/by-module", headers=acct.headers).get_json()
     assert by == {"by_module": [{"slug": "svc", "calls": 3, "spend_cents": 5},
-                                {"slug": "other", "calls": 1, "spend_cents": 4}]}
+                                {"slug": "other", "calls": 1, "spend_cents": 4}], "by_model": []}
     with app.app_context():
         start, end = usage.billing_period()
         t = usage.totals(acct.id, start, end, mode="test")
@@ -45,12 +45,18 @@ def test_usage_needs_call_read(client, make_account):
         assert client.get(path).status_code == 401
 
 
-def test_chat_products_are_not_modules(app, client, make_account):
+def test_chat_products_are_not_modules_but_listed_by_model(app, client, make_account):
+    """Issue 40: chat completions are in by-module too, per model, with the sub-cent spend exact."""
     acct = make_account()
     with app.app_context():
         usage_seed.record(acct.id, "chat:gpt-x", spend_micros=1234)
+        usage_seed.record(acct.id, "chat:gpt-x", spend_micros=1000)
+        usage_seed.record(acct.id, "chat:small", spend_micros=123)
+        usage_seed.record(acct.id, "chat:small", spend_micros=999, mode="test")  # test mode: not live usage
         usage_seed.record(acct.id, "echo", spend_micros=10_000)
         db.session.commit()
         db.session.remove()
-    by = client.get("/api/usage/by-module", headers=acct.headers).get_json()["by_module"]
-    assert by == [{"slug": "echo", "calls": 1, "spend_cents": 1}]
+    body = client.get("/api/usage/by-module", headers=acct.headers).get_json()
+    assert body["by_module"] == [{"slug": "echo", "calls": 1, "spend_cents": 1}]
+    assert body["by_model"] == [{"model": "gpt-x", "calls": 2, "spend_cents": 0, "spend_micros": 2234},
+                                {"model": "small", "calls": 1, "spend_cents": 0, "spend_micros": 123}]

@@ -148,6 +148,7 @@ def test_console_in_chromium(app, make_account):
 
                 page.click("nav >> text=Usage")
                 page.click("text=7 days")
+                page.wait_for_url(base + "/usage?days=7")  # the click navigates: count on the new page
                 assert page.locator("svg.calls rect.bar").count() == 7
                 shot("usage")
                 page.click("nav >> text=Agents")

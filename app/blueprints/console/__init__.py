@@ -8,7 +8,7 @@ agents and the admin review queue; ``charts`` the server-side SVG charts.
 """
 from __future__ import annotations
 
-from flask import Blueprint, g, request
+from flask import Blueprint, current_app, g, request
 
 bp = Blueprint("console", __name__, template_folder="templates", static_folder="static",
                static_url_path="/console/static")
@@ -37,6 +37,28 @@ def _finish(response):
     return web.finish(response)
 
 
+# Paths of the JSON API and machine endpoints: their 404 stays the JSON error.
+API_PREFIXES = ("/api/", "/v1/", "/openapi", "/docs", "/.well-known/", "/healthz", "/readyz", "/metrics")
+
+
+@bp.app_errorhandler(404)
+def _not_found(err):
+    """A browser asking for a page that does not exist (an unknown path, or a console page's
+    unknown id) gets an HTML page with a way back; the API and non-browser clients keep the
+    JSON error (``app.errors``)."""
+    from flask import render_template
+
+    from app.blueprints.console import web
+    from app.errors import handle_http_exception
+
+    wants_html = request.accept_mimetypes.best_match(["application/json", "text/html"]) == "text/html"
+    if request.blueprint != "console" and (request.path.startswith(API_PREFIXES) or not wants_html):
+        return handle_http_exception(err)
+    page = render_template("console/message.html", title="Page not found", not_found=True,
+                           message="There is no page at this address.")
+    return web.finish(current_app.make_response((page, 404)))
+
+
 @bp.app_context_processor
 def _context():
     from app.blueprints.console import web
@@ -52,9 +74,10 @@ def _context():
 
 @bp.app_template_filter("usd")
 def _usd(micros) -> str:
-    from app.blueprints.console.charts import spend_fmt
+    """Micros as dollars to the micro-dollar (a $0.000123 chat completion is not "$0.00")."""
+    from app.blueprints.console.charts import usd_precise
 
-    return spend_fmt(micros)
+    return usd_precise(micros)
 
 
 @bp.app_template_filter("when")

@@ -5,6 +5,7 @@ verification against the published keys)."""
 from __future__ import annotations
 
 import json
+import re
 from datetime import timedelta
 
 from flask import Response, abort, g, redirect, render_template, request, stream_with_context, url_for
@@ -21,6 +22,16 @@ from app.services.billing import export, usage
 from app.services.gateway import history, receipts
 
 RANGES = (7, 30, 90)
+# The scopes the create-key form checks by default (docs/decisions.md §12): read everything
+# and call (modules and chat); changing keys, money, alerts or agents is asked for.
+DEFAULT_SCOPES = tuple(s for s in ALL_SCOPES if s.endswith(":read")) + ("call:write",)
+_DOLLARS = re.compile(r"(\d{1,7})(?:\.(\d{1,2}))?")
+
+
+def dollars_to_cents(text: str) -> int | None:
+    """A dollar amount typed in a form ("5", "2.5", "2.50") as cents; None if not one."""
+    m = _DOLLARS.fullmatch(text)
+    return None if m is None else int(m.group(1)) * 100 + int((m.group(2) or "0").ljust(2, "0"))
 
 
 def field_errors(exc: DomainError, fields: tuple[str, ...]) -> dict:
@@ -34,8 +45,8 @@ def field_errors(exc: DomainError, fields: tuple[str, ...]) -> dict:
 
 def _keys_page(status: int = 200, **extra):
     rows = keys_svc.list_keys(g.account.id, web.mode())
-    ctx = {"keys": rows, "all_scopes": ALL_SCOPES, "periods": PERIODS, "errors": {}, "form": {},
-           "created": None}
+    ctx = {"keys": rows, "all_scopes": ALL_SCOPES, "default_scopes": DEFAULT_SCOPES, "periods": PERIODS,
+           "errors": {}, "form": {}, "created": None}
     ctx.update(extra)
     return render_template("console/keys.html", **ctx), status
 
@@ -50,7 +61,7 @@ def keys():
 def create_key():
     """Create a key (optional spend limit and expiry); the page answering this POST is the
     only place its secret appears."""
-    fields = ("name", "spend_limit_cents", "spend_limit_period", "expires_in_days")
+    fields = ("name", "spend_limit", "spend_limit_period", "expires_in_days")
     form = {f: (request.form.get(f) or "").strip() for f in fields}
     form["scopes"] = scopes = [s for s in request.form.getlist("scopes") if s]
     _, errors = web.load_form(KeyCreateSchema(only=("name", "scopes")), {"name": form["name"], "scopes": scopes})
@@ -59,12 +70,15 @@ def create_key():
     if not scopes:
         return _keys_page(400, errors={"scopes": "Choose at least one scope."}, form=form)
     numbers = {}
-    for name, label in (("spend_limit_cents", "Enter a whole number of cents."),
-                        ("expires_in_days", "Enter a whole number of days (1 to 365).")):
-        if form[name]:
-            if not form[name].isdigit():
-                return _keys_page(400, errors={name: label}, form=form)
-            numbers[name] = int(form[name])
+    if form["spend_limit"]:
+        cents = dollars_to_cents(form["spend_limit"].removeprefix("$"))
+        if cents is None:
+            return _keys_page(400, errors={"spend_limit": "Enter an amount in dollars, e.g. 5 or 2.50."}, form=form)
+        numbers["spend_limit_cents"] = cents
+    if form["expires_in_days"]:
+        if not form["expires_in_days"].isdigit():
+            return _keys_page(400, errors={"expires_in_days": "Enter a whole number of days (1 to 365)."}, form=form)
+        numbers["expires_in_days"] = int(form["expires_in_days"])
     days = numbers.get("expires_in_days")
     if days is not None and not 1 <= days <= 365:
         return _keys_page(400, errors={"expires_in_days": "Enter a whole number of days (1 to 365)."}, form=form)
@@ -75,8 +89,10 @@ def create_key():
             spend_limit_period=(form["spend_limit_period"] or None) if "spend_limit_cents" in numbers else None,
             expires_at=utcnow() + timedelta(days=days) if days else None)
     except DomainError as exc:
-        return _keys_page(400, errors=field_errors(exc, ("name", "scopes", "spend_limit_cents",
-                                                         "spend_limit_period", "expires_at")), form=form)
+        errors = field_errors(exc, ("name", "scopes", "spend_limit_cents", "spend_limit_period", "expires_at"))
+        if "spend_limit_cents" in errors:  # the service's field is the form's dollars
+            errors["spend_limit"] = errors.pop("spend_limit_cents")
+        return _keys_page(400, errors=errors, form=form)
     return _keys_page(created={"key": row, "secret": secret})
 
 
@@ -110,7 +126,7 @@ def usage_page():
     return render_template("console/usage.html", days=days, ranges=RANGES,
                            chart=daily_charts(g.account.id, days, web.mode()),
                            by_module=usage.by_product(g.account.id, start, end, mode=web.mode()),
-                           calls=history.recent_calls(g.account.id, mode=web.mode(), limit=50))
+                           calls=history.recent_activity(g.account.id, mode=web.mode(), limit=50))
 
 
 @bp.get("/usage/export.csv")

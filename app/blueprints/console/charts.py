@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-WIDTH, HEIGHT, PAD_LEFT, PAD_BOTTOM = 720, 200, 56, 22
+WIDTH, HEIGHT, PAD_LEFT, PAD_BOTTOM = 720, 200, 84, 24
 
 
 @dataclass(frozen=True)
@@ -31,10 +31,15 @@ def _nice_max(value: float) -> float:
     return 10 * step
 
 
-def bars(days: list[dict], key: str, fmt) -> dict:
+def bars(days: list[dict], key: str, fmt, *, empty_top: float = 1.0, whole: bool = False) -> dict:
     """Bars of ``days[i][key]`` over the chart area, the axis maximum and its label, and
-    sparse x labels (first, middle, last date). ``fmt`` formats a value for labels."""
-    top = _nice_max(max((float(d[key]) for d in days), default=0.0))
+    sparse x labels (first, middle, last date). ``fmt`` formats a value for labels;
+    ``empty_top``: the axis maximum of an empty chart (a chart of $0.000123 keeps its
+    own $0.0002 scale: its bar stays visible); ``whole``: a count, so
+    both axis labels are whole numbers (a maximum of 1 or 5 becomes 2 or 10: no "0.5")."""
+    top = _nice_max(max((float(d[key]) for d in days), default=0.0) or empty_top)
+    if whole and (top < 2 or top % 2):
+        top = max(2.0, top * 2)
     n = max(len(days), 1)
     slot = (WIDTH - PAD_LEFT) / n
     plot_h = HEIGHT - PAD_BOTTOM - 8
@@ -60,11 +65,13 @@ def meter(used: float, limit: float, width: int = 300) -> dict:
             "percent": 0 if limit <= 0 else round(100 * used / limit)}
 
 
-def spend_fmt(micros) -> str:
-    """Micros (or None) as dollars: 1_234_500 -> "$1.23"."""
-    cents = int(micros or 0) // 10_000 if int(micros or 0) >= 0 else -(-int(micros) // 10_000)
-    sign = "-" if cents < 0 else ""
-    return f"{sign}${abs(cents) // 100:,}.{abs(cents) % 100:02d}"
+def usd_precise(micros) -> str:  # also the spend axis: a $0.0002 scale is not "$0.00"
+    """Micros as dollars to the micro-dollar, never rounded: whole cents as "$1.23",
+    anything finer with the digits it needs (123 -> "$0.000123", 1_234_500 -> "$1.2345")."""
+    micros = int(micros or 0)
+    sign, micros = ("-" if micros < 0 else ""), abs(micros)
+    fraction = f"{micros % 1_000_000:06d}".rstrip("0").ljust(2, "0")
+    return f"{sign}${micros // 1_000_000:,}.{fraction}"
 
 
 def count_fmt(n) -> str:

@@ -64,7 +64,7 @@ def login_confirm():
 def logout():
     """End the session server-side and clear the cookie."""
     console_svc.sign_out(g.session_token)
-    g.session_token, g.signed_out = None, True
+    g.session_token, g.signed_out, g.account = None, True, None  # the page: no navigation, no "Sign out"
     return render_template("console/message.html", title="Signed out", message="You are signed out.",
                            signed_out=True)
 
@@ -83,19 +83,20 @@ def daily_charts(account_id: str, days: int, mode: str) -> dict:
     """The spend and calls bar charts of the last ``days`` days."""
     series = usage.daily_rows(account_id, days, mode=mode)
     return {"series": series,
-            "spend": charts.bars(series, "spend_micros", charts.spend_fmt),
-            "calls": charts.bars(series, "calls", charts.count_fmt)}
+            "spend": charts.bars(series, "spend_micros", charts.usd_precise, empty_top=10_000),
+            "calls": charts.bars(series, "calls", charts.count_fmt, whole=True)}
 
 
 @bp.get("/dashboard")
 def dashboard():
-    """Balance, plan usage, 30-day chart, top modules and recent calls."""
+    """Balance, this month's calls and spend (against the plan in live mode), 30-day chart,
+    top products and recent calls: every figure of the mode shown (test mode: test only)."""
     acct, mode = g.account, web.mode()
     plan_cents = accounts.plan_cents(acct.plan)
-    current = usage.current_usage(acct.id, plan_cents)
     start, end = usage.billing_period()
+    current = usage.totals(acct.id, start, end, mode=mode)
     top = usage.by_product(acct.id, start, end, mode=mode)[:5]
     return render_template(
         "console/dashboard.html", current=current, plan_cents=plan_cents, top=top,
-        meter=charts.meter(current["spend_cents"], plan_cents), chart=daily_charts(acct.id, 30, mode),
-        calls=history.recent_calls(acct.id, mode=mode, limit=10))
+        meter=charts.meter(current["spend_micros"], plan_cents * 10_000), chart=daily_charts(acct.id, 30, mode),
+        calls=history.recent_activity(acct.id, mode=mode, limit=10))

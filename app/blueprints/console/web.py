@@ -28,7 +28,7 @@ COOKIE = "gw_console"
 PRE_COOKIE = "gw_console_pre"
 _SALT = "console.session.v1"
 
-CSP = ("default-src 'none'; style-src 'self'; img-src 'self'; script-src 'none'; "
+CSP = ("default-src 'none'; style-src 'self'; img-src 'self'; script-src 'self'; "
        "form-action 'self' https://checkout.stripe.com; frame-ancestors 'none'; base-uri 'none'")
 HEADERS = {
     "Content-Security-Policy": CSP,
@@ -91,10 +91,17 @@ def finish(response):
     if g.get("signed_out"):
         response.delete_cookie(COOKIE, path="/", httponly=True, samesite="Lax", secure=_secure())
     elif g.get("session_token"):
-        response.set_cookie(COOKIE, _serializer().dumps(g.session_token),
-                            max_age=console_svc.idle_seconds(), **opts)
+        set_session_cookie(response, g.session_token)
     if g.get("new_pre") and not g.get("session_token"):
         response.set_cookie(PRE_COOKIE, g.pre_nonce, **opts)
+    return response
+
+
+def set_session_cookie(response, session_token: str):
+    """Put the (signed) console session cookie on ``response``; also used outside the
+    console blueprint (the sign-up confirmation signs the new account in)."""
+    response.set_cookie(COOKIE, _serializer().dumps(session_token), max_age=console_svc.idle_seconds(),
+                        httponly=True, samesite="Lax", secure=_secure(), path="/")
     return response
 
 

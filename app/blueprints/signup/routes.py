@@ -9,7 +9,8 @@ from app.blueprints.signup.schemas import SignupCompletedSchema, SignupConfirmSc
 from app.errors import DomainError
 from app.blueprints.routing import endpoint
 from app.extensions import Blueprint
-from app.services.accounts import signup
+from app.blueprints.console import web
+from app.services.accounts import console, signup
 
 blp = Blueprint("signup", __name__, url_prefix="/api/signup",
                 description="Self-serve sign-up with e-mail verification and free credit.")
@@ -46,7 +47,8 @@ def _key_page(completed: signup.SignupResult):
         "Your API key is shown below once. Copy it now and keep it secret; we only store a hash.",
         Markup(f'<code id="api-key">{escape(key)}</code>'),
         Markup('<p class="muted">Use it as <b>Authorization: Bearer &lt;key&gt;</b>. '
-               'See <a href="/docs">the API documentation</a>.</p>'))
+               'See <a href="/docs">the API documentation</a>.</p>'
+               '<p>You are signed in to the console: <a href="/dashboard">go to your dashboard</a>.</p>'))
 
 
 @pages_blp.route("/confirm")
@@ -63,11 +65,14 @@ class SignupConfirmPage(MethodView):
                             pages.form("/signup/confirm", "Create account and show my API key",
                                        {"token": query["token"]}))
 
-    @pages.page(pages_blp, "The account is created; its first API key is shown once.",
+    @pages.page(pages_blp, "The account is created; its first API key is shown once, and the "
+                "browser is signed in to the console (its session cookie is set).",
                 (200, 404, 409), schema=TokenFormSchema, location="form")
     def post(self, form):
-        """Create the account (the page's button) and show its first key once."""
-        return _key_page(signup.complete(form["token"]))
+        """Create the account (the page's button), show its first key once and sign the
+        browser in to the console (the link proved the address, as a sign-in link does)."""
+        completed = signup.complete(form["token"])
+        return web.set_session_cookie(_key_page(completed), console.open_session(completed.account.id))
 
 
 @pages_blp.errorhandler(DomainError)

@@ -28,7 +28,8 @@ def usage_current(query):
 
 @endpoint(blp, "/by-module", "get", "call:read", query=UsageQuerySchema, ok=UsageByModuleSchema)
 def usage_by_module(query):
-    """This month's live calls and spend per module, highest spend first."""
+    """This month's live usage, highest spend first: module calls per module (`by_module`) and
+    chat completions per model (`by_model`, with the exact spend in micro-dollars too)."""
     return usage.usage_by_module(_account(query))
 
 

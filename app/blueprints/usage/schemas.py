@@ -24,8 +24,19 @@ class ModuleUsageSchema(ma.Schema):
     spend_cents = ma.fields.Integer(required=True)
 
 
+class ModelUsageSchema(ma.Schema):
+    model = ma.fields.String(required=True, metadata={"description": "The chat model that answered."})
+    calls = ma.fields.Integer(required=True, metadata={"description": "Chat completions, failed ones included."})
+    spend_cents = ma.fields.Integer(required=True, metadata={"description": "Spend in cents (floor)."})
+    spend_micros = ma.fields.Integer(required=True, metadata={
+        "description": "Spend in micro-dollars (exact: a completion often costs less than a cent)."})
+
+
 class UsageByModuleSchema(ma.Schema):
-    by_module = ma.fields.List(ma.fields.Nested(ModuleUsageSchema), required=True)
+    by_module = ma.fields.List(ma.fields.Nested(ModuleUsageSchema), required=True,
+                               metadata={"description": "Module calls per module slug, highest spend first."})
+    by_model = ma.fields.List(ma.fields.Nested(ModelUsageSchema), required=True,
+                              metadata={"description": "Chat completions per model, highest spend first."})
 
 
 class UsageQuerySchema(InputSchema):

@@ -100,6 +100,13 @@ def open_session(account_id: str) -> str:
     return tokens.issue(tokens.CONSOLE_SESSION, account_id, absolute_ttl())
 
 
+@transactional
+def open_session(account_id: str) -> str:
+    """A console session for an account that just proved its address another way (the
+    sign-up link it confirmed): the new user lands signed in. Returns the session token."""
+    return tokens.issue(tokens.CONSOLE_SESSION, account_id, absolute_ttl())
+
+
 def session_account(session_token: str | None) -> Account | None:
     """The account of a usable (not signed out, not past its absolute timeout) session."""
     row = tokens.lookup(tokens.CONSOLE_SESSION, session_token)

@@ -290,7 +290,8 @@ def rotate_key(account_id: str, key_id: str, overlap_seconds: int | None, *,
                creator_scopes: frozenset[str], mode: str, actor=None,
                creator_key_id: str | None = None) -> tuple[ApiKey, str]:
     """POST /api/keys/{id}/rotate: a new key with the old one's name, scopes, mode and
-    spend limit (carrying this period's count over); the old key expires after
+    spend limit (carrying this period's count over) and expiry (a key that was to expire
+    on a date still does: rotating does not extend it); the old key expires after
     ``overlap_seconds`` (default 86,400, 0–604,800). A key may rotate only keys within
     its own scopes and limits (``creator_key_id``: 403 otherwise)."""
     overlap = DEFAULT_OVERLAP_SECONDS if overlap_seconds is None else overlap_seconds

@@ -102,14 +102,20 @@ def current_usage(account_id: str, plan_cents: int | None = None) -> dict:
 
 def usage_by_module(account_id: str) -> dict:
     """UsageByModule (SPEC endpoint 26): this month's live calls and spend per module slug,
-    by spend descending (chat products ``chat:<model>`` are not modules and are left out)."""
+    by spend descending (``by_module``, as the SPEC has it), and the chat completions per
+    model the same way (``by_model``: chat products ``chat:<model>`` are not modules), with
+    the spend also in micros (a chat completion often costs less than a cent)."""
     from app.services.money.ledger import micros_to_cents
 
     start, end = billing_period()
-    return {"by_module": [
-        {"slug": r["product"], "calls": r["calls"], "spend_cents": micros_to_cents(r["spend_micros"])}
-        for r in by_product(account_id, start, end, mode="live") if not r["product"].startswith("chat:")
-    ]}
+    rows = by_product(account_id, start, end, mode="live")
+    return {
+        "by_module": [{"slug": r["product"], "calls": r["calls"], "spend_cents": micros_to_cents(r["spend_micros"])}
+                      for r in rows if not r["product"].startswith("chat:")],
+        "by_model": [{"model": r["product"].removeprefix("chat:"), "calls": r["calls"],
+                      "spend_cents": micros_to_cents(r["spend_micros"]), "spend_micros": r["spend_micros"]}
+                     for r in rows if r["product"].startswith("chat:")],
+    }
 
 
 MAX_DAILY_DAYS = 90

@@ -280,11 +280,10 @@ def test_statements_a_byok_completion_adds(app, client, fakes, acct, ledger_clea
 
     from contextlib import ExitStack
 
-    from app.services.platform import uow
     from tests.support.sqlevents import listening
 
     with app.app_context():
-        engines = [db.engine, uow._autocommit_engine()]
+        engines = [db.engine]  # the one pool: its autocommit view shares the engine's events
 
     def run(key, **body):
         assert chat(client, acct, model="m-small", **body).status_code == 200  # warm caches
@@ -311,3 +310,14 @@ def test_statements_a_byok_completion_adds(app, client, fakes, acct, ledger_clea
     else:
         assert len(counted) == 3
     ledger_clean()
+
+
+def test_the_settings_path_is_not_a_provider_key_id(client, make_account):
+    """``/api/provider-keys/settings`` and ``/api/provider-keys/{id}`` do not overlap: the id
+    is the platform's id form, so OPTIONS on the settings advertises PATCH only and a
+    DELETE there is 405, not an attempt to delete a key named "settings" (schemathesis:
+    Allow header mismatch)."""
+    acct = make_account()
+    r = client.options("/api/provider-keys/settings", headers=acct.headers)
+    assert set(r.headers["Allow"].split(", ")) == {"PATCH", "OPTIONS"}
+    assert client.delete("/api/provider-keys/settings", headers=acct.headers).status_code == 405

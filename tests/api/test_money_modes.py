@@ -24,7 +24,7 @@ def _balance(client, key):
 # --- live and test balances ------------------------------------------------------------
 
 def test_test_key_funding_never_reaches_the_live_balance(client, make_account, ledger_clean):
-    acct = make_account(test_key=True)
+    acct = make_account(test_key=True, plan="enterprise")  # 14 requests in a burst: past starter's 10/s per account
     assert _balance(client, acct.key) == 1000 and _balance(client, acct.test_key) == 0
     r = client.post("/api/pay/method", json={"payment_method_id": "pm_card_visa"}, headers=_h(acct.test_key))
     assert r.status_code == 200, r.get_json()

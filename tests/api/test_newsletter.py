@@ -162,3 +162,15 @@ def test_pages_answer_html_even_without_token(client):
     for r in (client.post("/email/confirm"), client.get("/email/confirm"),
               client.post("/signup/confirm"), client.get("/signup/confirm?token=" + "x" * 500)):
         assert r.status_code == 404 and r.mimetype == "text/html", r.data[:200]
+
+
+def test_a_link_path_the_router_refuses_is_still_an_html_page(client):
+    """The pages opened from e-mail links document their 404 as text/html. A token past the
+    route's length (or with a control character) is refused by the router before the page
+    runs; that 404 is the HTML page too, whatever the client accepts (schemathesis found
+    the JSON error there, an undocumented content type)."""
+    for path in ("/email/unsubscribe/" + "0" * 700, "/email/unsubscribe/a%01b", "/invites/" + "x" * 300):
+        r = client.get(path, headers={"Accept": "application/json"})
+        assert r.status_code == 404 and r.mimetype == "text/html", (path, r.mimetype)
+    r = client.get("/api/keys/" + "x" * 300, headers={"Accept": "application/json"})
+    assert r.status_code == 404 and r.mimetype == "application/json"

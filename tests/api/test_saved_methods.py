@@ -40,7 +40,7 @@ def test_list_default_remove(client, make_account, ledger_clean):
     assert client.delete("/api/pay/methods/pm_card_visa", headers=acct.headers).status_code == 200
     assert _listed(client, acct) == []
     fund = client.post("/api/wallet/fund", json={"amount_cents": 100, "method": "card"}, headers=acct.headers)
-    assert fund.status_code == 400 and fund.get_json()["error"] == "no_payment_method"
+    assert fund.status_code == 409 and fund.get_json()["error"] == "no_payment_method"
     ledger_clean()
 
 

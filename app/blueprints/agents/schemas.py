@@ -95,7 +95,8 @@ class RegisterSchema(InputSchema):
     name = ma.fields.String(required=True, validate=[ma.validate.Length(min=1, max=100),
                                                      Pattern(NAME_PATTERN)],
                             metadata={"description": "No control characters; no leading or trailing white space."})
-    pubkey = ma.fields.String(required=True, validate=Pattern(PUBKEY_PATTERN), metadata={
+    pubkey = ma.fields.String(required=True, validate=Pattern(
+        PUBKEY_PATTERN, error="must be ed25519:<base58 public key> or eip155:<chainId>:<0x address>."), metadata={
         "description": "The agent's identity, one of: `ed25519:<base58 of the 32-byte public key>` (must be "
                        "a valid ed25519 point), signs in with `POST /api/agent/signin`; or an EVM wallet as "
                        "CAIP-10 `eip155:<chainId>:<0x address>` (chainId one of the supported chains, "

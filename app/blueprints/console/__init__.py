@@ -39,6 +39,10 @@ def _finish(response):
 
 # Paths of the JSON API and machine endpoints: their 404 stays the JSON error.
 API_PREFIXES = ("/api/", "/v1/", "/openapi", "/docs", "/.well-known/", "/healthz", "/readyz", "/metrics")
+# Paths of the pages opened from e-mail links (documented as text/html, 404 included): a
+# path the router refuses there (a token past its length, a control character) is a page
+# too, whatever the client accepts.
+PAGE_PREFIXES = ("/email/", "/signup/", "/alerts/confirm", "/pay/sandbox/", "/invites/")
 
 
 @bp.app_errorhandler(404)
@@ -51,7 +55,8 @@ def _not_found(err):
     from app.blueprints.console import web
     from app.errors import handle_http_exception
 
-    wants_html = request.accept_mimetypes.best_match(["application/json", "text/html"]) == "text/html"
+    wants_html = (request.accept_mimetypes.best_match(["application/json", "text/html"]) == "text/html"
+                  or request.path.startswith(PAGE_PREFIXES))
     if request.blueprint != "console" and (request.path.startswith(API_PREFIXES) or not wants_html):
         return handle_http_exception(err)
     page = render_template("console/message.html", title="Page not found", not_found=True,

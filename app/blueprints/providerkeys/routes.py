@@ -41,7 +41,7 @@ def update_settings(body):
     return byok.update_settings(principal().account_id, principal().mode, body)
 
 
-@endpoint(blp, "/<string:key_id>", "delete", "keys:write", ok=ProviderKeyDeletedSchema,
+@endpoint(blp, "/<id:key_id>", "delete", "keys:write", ok=ProviderKeyDeletedSchema,
           errors={403: _LIVE, 404: None}, name="ProviderKeyView")
 def delete_provider_key(key_id):
     """Delete a provider key (erased; completions use the platform's keys again)."""

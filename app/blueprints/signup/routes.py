@@ -72,7 +72,7 @@ class SignupConfirmPage(MethodView):
         """Create the account (the page's button), show its first key once and sign the
         browser in to the console (the link proved the address, as a sign-in link does)."""
         completed = signup.complete(form["token"])
-        return web.set_session_cookie(_key_page(completed), console.open_session(completed.account.id))
+        return web.set_session_cookie(_key_page(completed), console.sign_in_after_signup(completed.account.id))
 
 
 @pages_blp.errorhandler(DomainError)

@@ -96,15 +96,17 @@ def sign_in(token: str | None) -> tuple[str, str]:
 
 def open_session(account_id: str) -> str:
     """A new console session for ``account_id`` in the caller's unit of work (a used
-    sign-in link, an accepted invitation); returns the session token for the cookie."""
+    sign-in link, an accepted invitation, a confirmed sign-up); returns the session token
+    for the cookie."""
     return tokens.issue(tokens.CONSOLE_SESSION, account_id, absolute_ttl())
 
 
 @transactional
-def open_session(account_id: str) -> str:
-    """A console session for an account that just proved its address another way (the
-    sign-up link it confirmed): the new user lands signed in. Returns the session token."""
-    return tokens.issue(tokens.CONSOLE_SESSION, account_id, absolute_ttl())
+def sign_in_after_signup(account_id: str) -> str:
+    """A console session, in a unit of work of its own, for an account that just proved its
+    address by the sign-up link it confirmed: the new user lands signed in. Returns the
+    session token."""
+    return open_session(account_id)
 
 
 def session_account(session_token: str | None) -> Account | None:

@@ -51,7 +51,7 @@ from app.services.billing.processors import ChargeResult, MethodInfo, for_mode
 from app.services.billing.usage import billing_period
 from app.services.money import ledger
 from app.services.platform import outbox
-from app.services.platform.uow import after_commit, unit_of_work
+from app.services.platform.uow import after_commit, end_reads, unit_of_work
 
 log = logging.getLogger(__name__)
 
@@ -185,7 +185,7 @@ def start_due(limit: int = START_BATCH) -> int:
         AutoTopupRun.status.in_(OPEN), AutoTopupRun.due_at <= now,
         or_(AutoTopupRun.status == "queued", AutoTopupRun.lease_until <= now))
         .order_by(AutoTopupRun.due_at).limit(limit)).scalars().all()
-    db.session.rollback()  # end the read before jobs (inline without Redis) open their own
+    end_reads()  # end the read before jobs (inline without Redis) open their own
     for run_id in ids:
         _enqueue(run_id)
     return len(ids)

@@ -104,3 +104,28 @@ def test_rotations_cannot_pass_the_key_cap(app, client, account, overlap):
     r = client.post(f"/api/keys/{ids[0]}/rotate", json={"overlap_seconds": 0}, headers=account.headers)
     assert r.status_code == 201
     assert len(client.get("/api/keys", headers=account.headers).get_json()["keys"]) == keys.MAX_ACTIVE_KEYS
+
+
+def test_a_controlled_key_cannot_widen_its_own_controls_nor_mint_a_wider_key(client, make_account):
+    """The per-key controls (issue 39 item 5) are bounds like the spend limit: a key limited
+    to one model and 10 requests a minute could lift both with ``keys:write`` (PATCH itself,
+    or mint a key without them). Now only narrower is allowed; a key it makes inherits them."""
+    account = make_account(plan="enterprise")  # a burst of 13 requests: past starter's 10/s
+    ctl = _key(client, account, allowed_models=["m-small"], allowed_modules=["svc"], rpm_limit=10, tpm_limit=1000)
+    for body in ({"allowed_models": None}, {"allowed_models": ["m-small", "m-big"]}, {"allowed_modules": None},
+                 {"rpm_limit": None}, {"rpm_limit": 11}, {"tpm_limit": 1001}):
+        r = _post(client, ctl["key"], f"/api/keys/{ctl['id']}", body, "patch")
+        assert r.status_code == 403 and r.get_json()["error"] == "beyond_own_limits", (body, r.get_json())
+    listed = {k["id"]: k for k in client.get("/api/keys", headers=account.headers).get_json()["keys"]}
+    assert (listed[ctl["id"]]["allowed_models"], listed[ctl["id"]]["rpm_limit"]) == (["m-small"], 10)
+    r = _post(client, ctl["key"], "/api/keys", {"name": "wider", "allowed_models": ["m-big"]})
+    assert r.status_code == 403 and r.get_json()["error"] == "beyond_own_limits"
+    child = _post(client, ctl["key"], "/api/keys", {"name": "child"}).get_json()  # inherits the controls
+    assert (child["allowed_models"], child["allowed_modules"], child["rpm_limit"], child["tpm_limit"]) == (
+        ["m-small"], ["svc"], 10, 1000)
+    # narrower is fine
+    r = _post(client, ctl["key"], f"/api/keys/{ctl['id']}", {"rpm_limit": 5, "allowed_models": []}, "patch")
+    assert r.status_code == 200 and (r.get_json()["rpm_limit"], r.get_json()["allowed_models"]) == (5, [])
+    # the owner (console, or a key without controls) is not bounded by them
+    assert client.patch(f"/api/keys/{ctl['id']}", json={"rpm_limit": None},
+                        headers=account.headers).status_code == 200

@@ -117,6 +117,32 @@ def validated(changes: dict) -> dict:
     return out
 
 
+def inherited(creator, ctl: dict) -> dict:
+    """A new key made by a key (``creator``, an ``ApiKey``; None: the account owner) gets the
+    creator's controls it was not given, like its scopes and spend limit."""
+    if creator is None:
+        return ctl
+    return {**{f: getattr(creator, f) for f in FIELDS if getattr(creator, f) is not None}, **ctl}
+
+
+def beyond(creator, values: dict) -> str | None:
+    """Why a key with the controls ``values`` (every field: the key's result) would do more
+    than ``creator`` may (None: it would not). Within means: each allow-list of the creator
+    holds every name of the key's (a key without the list may use anything: beyond), and
+    each per-minute limit of the creator is at least the key's."""
+    if creator is None:
+        return None
+    for field in ("allowed_models", "allowed_modules"):
+        own = getattr(creator, field)
+        if own is not None and (values.get(field) is None or not set(values[field]) <= set(own)):
+            return f"{field}: at most this key's own ({', '.join(sorted(own)) or 'none'})."
+    for field in ("rpm_limit", "tpm_limit"):
+        own = getattr(creator, field)
+        if own is not None and (values.get(field) is None or values[field] > own):
+            return f"{field}: at most this key's own ({own})."
+    return None
+
+
 # --- allow-lists ---------------------------------------------------------------------------
 
 def check_module(controls: KeyControls | None, slug: str) -> None:

@@ -12,6 +12,7 @@ as in Stripe. The ``admin`` scope can only be held by keys of admin accounts."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from types import SimpleNamespace
 
 from sqlalchemy import func, or_, select, update
 
@@ -119,15 +120,18 @@ def _expiry(expires_at: datetime | None, now: datetime) -> datetime | None:
 PERIOD_ORDER = ("day", "week", "month", "total")  # shorter to longer
 
 
-def _creator_key(creator_key_id: str | None) -> ApiKey | None:
-    """The key acting (None: the account owner, a console session: no bound). A credential
-    that is not a key (an agent session) is refused rather than left unbounded."""
+def _creator_key(creator_key_id: str | None) -> SimpleNamespace | None:
+    """The bounds of the key acting, read once (None: the account owner, a console
+    session: no bound): a copy, so a key changing itself is judged by what it was allowed
+    before the change. A credential that is not a key (an agent session) is refused rather
+    than left unbounded."""
     if creator_key_id is None:
         return None
     row = db.session.get(ApiKey, creator_key_id)
     if row is None:
         raise BeyondCreator("Only API keys and the console can manage keys.")
-    return row
+    return SimpleNamespace(**{f: getattr(row, f) for f in (
+        "spend_limit_micros", "spend_limit_period", "expires_at", *key_controls.FIELDS)})
 
 
 def _defaults_from(creator: ApiKey | None, limit: int | None, period: str | None,
@@ -141,13 +145,18 @@ def _defaults_from(creator: ApiKey | None, limit: int | None, period: str | None
 
 
 def _check_within(creator: ApiKey | None, limit: int | None, period: str | None,
-                  expiry: datetime | None) -> None:
-    """403 ``beyond_own_limits`` unless a key with this limit (micros per ``period``) and
-    ``expiry`` could spend no more and live no longer than ``creator``. A limit of L per a
-    period at least as long as the creator's, with L at most the creator's, allows at most
-    the creator's limit in any of the creator's periods."""
+                  expiry: datetime | None, controls: dict | None = None) -> None:
+    """403 ``beyond_own_limits`` unless a key with this limit (micros per ``period``),
+    ``expiry`` and ``controls`` (every control field: the key's result; None: not checked)
+    could spend no more, live no longer and reach no further than ``creator``. A limit of L per a period
+    at least as long as the creator's, with L at most the creator's, allows at most the
+    creator's limit in any of the creator's periods; allow-lists must be subsets and
+    per-minute limits no larger (``key_controls.beyond``)."""
     if creator is None:
         return
+    why = None if controls is None else key_controls.beyond(creator, controls)
+    if why is not None:
+        raise BeyondCreator(why)
     if creator.spend_limit_micros is not None:
         if limit is None:
             raise BeyondCreator("This key has a spend limit: it cannot create or leave a key without one.")
@@ -201,7 +210,8 @@ def create_key(account_id: str, name: str, scopes: list[str] | None, *,
     with unit_of_work():
         creator = _creator_key(creator_key_id)
         limit, period, expiry = _defaults_from(creator, limit, period, expiry)
-        _check_within(creator, limit, period, expiry)
+        ctl = key_controls.inherited(creator, ctl)
+        _check_within(creator, limit, period, expiry, ctl)
         _check_capacity(account_id, now)
         row, secret = add_key(account_id, name, granted, mode=creator_mode)
         row.spend_limit_micros, row.spend_limit_period, row.expires_at = limit, period, expiry
@@ -264,9 +274,13 @@ def update_key(account_id: str, key_id: str, changes: dict, mode: str, *,
     key cannot lift its own limit or another's."""
     ctl = key_controls.validated(changes)
     with unit_of_work():
+        creator = _creator_key(creator_key_id)  # before any change: a key may edit itself
         row = _own_key(account_id, key_id, mode, active=True)
         for name, value in ctl.items():
             setattr(row, name, value)
+        if ctl:  # a key may not widen a key's controls (its own included) beyond its own
+            _check_within(creator, row.spend_limit_micros, row.spend_limit_period,
+                          row.expires_at, {f: getattr(row, f) for f in key_controls.FIELDS})
         cents = changes.get("spend_limit_cents", _UNSET)
         period = changes.get("spend_limit_period")
         if ctl and cents is _UNSET and period is None:
@@ -280,7 +294,7 @@ def update_key(account_id: str, key_id: str, changes: dict, mode: str, *,
             cents = row.spend_limit_micros // MICROS_PER_CENT
         if cents is not _UNSET:
             limit, new_period = _limit(cents, period or (row.spend_limit_period if cents is not None else None))
-            _check_within(_creator_key(creator_key_id), limit, new_period, row.expires_at)
+            _check_within(creator, limit, new_period, row.expires_at)
             row.spend_limit_micros, row.spend_limit_period = limit, new_period
     _drop_cached(row)
     return with_spent([row])[0]
@@ -309,7 +323,8 @@ def rotate_key(account_id: str, key_id: str, overlap_seconds: int | None, *,
         # the new key keeps the old one's expiry, within the rotating key's own bound
         bound = creator.expires_at if creator is not None else None
         expiry = min((e for e in (old.expires_at, bound) if e is not None), default=None)
-        _check_within(creator, old.spend_limit_micros, old.spend_limit_period, expiry)
+        _check_within(creator, old.spend_limit_micros, old.spend_limit_period, expiry,
+                      {f: getattr(old, f) for f in key_controls.FIELDS})
         row, secret = add_key(account_id, old.name, _granted(list(old.scopes or ()), creator_scopes),
                               mode=old.mode)
         row.spend_limit_micros, row.spend_limit_period = old.spend_limit_micros, old.spend_limit_period

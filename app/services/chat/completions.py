@@ -364,7 +364,7 @@ def _hold(call: _Call, payment: str | None, paid_headers: dict) -> None:
 
 def _complete(call: _Call, offers: list[Offer]) -> ChatResult:
     """Call the provider (with failover) and settle, the hold being in place."""
-    body, needs = call.body, call.needs
+    body = call.body
     models = catalog().models
     try:
         if body.get("stream"):

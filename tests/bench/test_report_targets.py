@@ -18,6 +18,7 @@ def _results(*, metered_rps=700, metered_cpu=3.0, usage_p99=12.0, calls=10_000_0
         "direct": {"1": _row(5000, 0.3), "16": _row(9000, 1.0)},
         "passthrough": {"1": _row(600, 1.8), "16": _row(1000, 12, cpu=1.9)},
         "metered": {"1": _row(300, 2.1), "16": _row(metered_rps, 20, cpu=metered_cpu, pg=0.5)},
+        "portkey": {"1": _row(400, 1.5), "16": _row(750, 18, cpu=1.5)},
         "chat": {"1": _row(200, 3.0), "16": _row(250, 50, cpu=4.0)},
         "litellm": {"1": _row(100, 9.7), "16": _row(100, 150, cpu=10.0)},
         **{n: {"1": _row(200, 5, usage_p99), "16": _row(600, 20, 60)}
@@ -42,7 +43,7 @@ def _status(results) -> dict:
 
 def test_every_issue_18_target_is_reported_and_met():
     status = _status(_results())
-    assert len(status) == 13
+    assert len(status) == 14
     assert set(status.values()) == {"met"}, status
 
 
@@ -51,6 +52,7 @@ def test_each_goal_is_the_issue_18_goal():
     assert goals["metered throughput / passthrough"] == "≥ 0.6"
     assert goals["metered server CPU per request / passthrough's"] == "≤ 2"
     assert goals["metered added p50 latency"] == "≤ 2 ms"
+    assert goals["metered throughput / Portkey"] == "≥ 0.9"
     assert goals["chat throughput / LiteLLM"] == "≥ 2"
     assert goals["chat added p50 / LiteLLM added p50"] == "≤ 0.5"
     assert goals["usage-export p99"] == "≤ 20 ms"
@@ -62,6 +64,7 @@ def test_misses_are_reported():
                               reconcile_clean=False))
     missed = {n for n, s in status.items() if s == "MISSED"}
     assert "metered throughput / passthrough (c=16)" in missed          # 0.5 < 0.6
+    assert "metered throughput / Portkey (c=16)" in missed              # 500 / 750 < 0.9
     assert "metered server CPU per request / passthrough's (c=16)" in missed  # 2.1 > 2
     assert "usage-daily p99 (c=1) at 10M calls" in missed
     assert any(n.startswith("alert pass") for n in missed)

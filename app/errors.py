@@ -146,8 +146,9 @@ class ModuleNotFound(DomainError):
 
 
 class UnknownAction(DomainError):
-    status, code, message = 400, "unknown_action", "The module has no such action."
-    description = "The module has no such action."
+    status, code, message = 404, "unknown_action", "The module has no such action."
+    description = ("The module has no such action (catalog data a schema cannot enumerate per slug: "
+                   "the action, like the module, is not found).")
 
 
 class ProviderTimeout(UpstreamError):

@@ -96,6 +96,17 @@ class InvalidRequest(DomainError):
     description = "Malformed JSON or a field failed validation; the message names the fields."
 
 
+class Unprocessable(DomainError):
+    """A request the document accepts that a rule JSON Schema cannot state refuses: a relation
+    between parameters, the clock, a checksum or a decoded length (docs/decisions.md
+    "Schema-valid requests"). Never a 400: a 400 means the request breaks the document."""
+
+    status, code, message = 422, "unprocessable", "The request cannot be processed."
+    description = ("Schema-valid, but a rule the OpenAPI schema cannot state refuses it (documented on the "
+                   "operation; the message names the fields): e.g. `from` not before `to`, `expires_at` "
+                   "not in the future, an EIP-55 checksum, a key that does not decode to 32 bytes.")
+
+
 class Unauthorized(DomainError):
     status, code, message = 401, "unauthorized", "A valid bearer credential is required."
     description = "Missing, malformed, unknown, expired or revoked credential."
@@ -146,8 +157,9 @@ class ModuleNotFound(DomainError):
 
 
 class UnknownAction(DomainError):
-    status, code, message = 400, "unknown_action", "The module has no such action."
-    description = "The module has no such action."
+    status, code, message = 404, "unknown_action", "The module has no such action."
+    description = ("The module has no such action (catalog data a schema cannot enumerate per slug: "
+                   "the action, like the module, is not found).")
 
 
 class ProviderTimeout(UpstreamError):

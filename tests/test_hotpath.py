@@ -95,7 +95,7 @@ def test_refusals_are_answered_here(case, entries, make_account, mod):
     r = _post(client, acct, body, **kw)
     expected = {"no_credential": (401, "unauthorized"), "bad_credential": (401, "unauthorized"),
                 "malformed_header": (401, "unauthorized"), "scope": (403, "insufficient_scope"),
-                "unknown_module": (404, "module_not_found"), "unknown_action": (400, "unknown_action"),
+                "unknown_module": (404, "module_not_found"), "unknown_action": (404, "unknown_action"),
                 "payment_required": (402, "payment_required"), "provider_error": (502, "provider_error"),
                 "long_key": (400, "invalid_request")}[case]
     assert (r.status_code, r.get_json()["error"]) == expected

@@ -134,19 +134,48 @@ def test_the_processor_webhook_documents_its_signature_header(client):
 
 
 def test_the_fuzz_runs_allowances_name_operations_of_the_document(client):
-    """``SEMANTIC_400`` / ``PAYMENT_402`` / ``AGENT_ONLY`` are matched by operation name: a
-    renamed route must not leave an allowance that matches nothing (nor a check that never
-    ran, nor an agent-only operation called with a key again)."""
-    from tests.fuzz.run_fuzz import AGENT_ONLY, PAYMENT_402, SEMANTIC_400, _operations_config
+    """``SEMANTIC_422`` / ``SEMANTIC_400`` / ``PAYMENT_402`` / ``AGENT_ONLY`` are matched by
+    operation name: a renamed route must not leave an allowance that matches nothing (nor a
+    check that never ran, nor an agent-only operation called with a key again)."""
+    from tests.fuzz.run_fuzz import AGENT_ONLY, PAYMENT_402, SEMANTIC_400, SEMANTIC_422, UPSTREAM_502, \
+        _operations_config
 
     paths = client.get("/openapi.json").get_json()["paths"]
     names = {f"{method.upper()} {path}" for path, ops in paths.items() for method in ops
              if method in ("get", "post", "put", "patch", "delete")}
-    assert set(SEMANTIC_400) | set(PAYMENT_402) | set(AGENT_ONLY) <= names
+    listed = set(SEMANTIC_422) | set(SEMANTIC_400) | set(PAYMENT_402) | set(AGENT_ONLY) | set(UPSTREAM_502)
+    assert listed <= names
     config = _operations_config("svc_sess_x")
-    assert config.count("[[operations]]") == len(set(SEMANTIC_400) | set(PAYMENT_402) | set(AGENT_ONLY))
-    assert '"400"' in config and '"402"' in config
+    assert config.count("[[operations]]") == len(listed)
+    assert '"400"' in config and '"402"' in config and '"422"' in config
     assert config.count('headers = { Authorization = "Bearer svc_sess_x" }') == len(AGENT_ONLY)
+
+
+# The operations issue 42 item 12 found refusing schema-valid requests with 400.
+ISSUE_42_NINE = ("GET /api/usage/export", "GET /api/wallet/connect/message", "POST /api/wallet/connect",
+                 "POST /api/keys", "POST /api/pay/method", "POST /api/pay/webhook", "POST /api/wallet/fund",
+                 "POST /v1/module/{slug}/call")
+
+
+def test_the_fuzz_run_accepts_no_400_on_issue_42s_operations_and_each_422_is_documented(client):
+    """A schema-valid request to these is never a 400 any more: the fuzz run no longer accepts
+    one there (``POST /api/agent/register`` keeps a 400 for its webhook's DNS only, not for its
+    pubkey: that is a documented 422), and every operation allowed a 422 documents it."""
+    import tomllib
+
+    from tests.fuzz.run_fuzz import SEMANTIC_400, SEMANTIC_422, _operations_config
+
+    assert not set(ISSUE_42_NINE) & set(SEMANTIC_400)
+    assert "pubkey" not in SEMANTIC_400["POST /api/agent/register"]
+    by_name = {op["include-name"]: op for op in tomllib.loads(_operations_config("svc_sess_x"))["operations"]}
+    for name in ISSUE_42_NINE:
+        accepted = by_name.get(name, {}).get("checks", {}).get("positive_data_acceptance", {})
+        assert "400" not in accepted.get("expected-statuses", []), name
+    paths = client.get("/openapi.json").get_json()["paths"]
+    for name in SEMANTIC_422:
+        method, path = name.split(" ", 1)
+        assert "422" in paths[path][method.lower()]["responses"], name
+        assert "422" in by_name[name]["checks"]["positive_data_acceptance"]["expected-statuses"]
 
 
 @pytest.mark.parametrize("url", [

@@ -20,7 +20,8 @@ from app.errors import InvalidRequest
 
 # flask-smorest's named error responses, by status
 _RESPONSES = {400: "BAD_REQUEST", 401: "UNAUTHORIZED", 402: "PAYMENT_REQUIRED", 403: "FORBIDDEN",
-              404: "NOT_FOUND", 409: "CONFLICT", 413: "DEFAULT_ERROR", 429: "TOO_MANY_REQUESTS",
+              404: "NOT_FOUND", 409: "CONFLICT", 413: "DEFAULT_ERROR", 422: "UNPROCESSABLE_ENTITY",
+              429: "TOO_MANY_REQUESTS",
               502: "DEFAULT_ERROR"}
 
 

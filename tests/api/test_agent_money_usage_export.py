@@ -87,9 +87,7 @@ def test_daily_series_and_export_include_calls_and_chat(app, client, make_accoun
 
 def test_export_and_daily_bad_input(client, account):
     now = datetime.now(timezone.utc)
-    for q in ({"from": now.isoformat(), "to": (now + timedelta(days=32)).isoformat()},
-              {"from": now.isoformat(), "to": (now - timedelta(days=1)).isoformat()},
-              {"from": now.isoformat()}, {"from": "yesterday", "to": now.isoformat()},
+    for q in ({"from": now.isoformat()}, {"from": "yesterday", "to": now.isoformat()},
               {"from": now.isoformat(), "to": (now + timedelta(days=1)).isoformat(), "format": "xlsx"}):
         r = client.get("/api/usage/export", query_string=q, headers=account.headers)
         assert r.status_code == 400 and r.get_json()["error"] == "invalid_request", q

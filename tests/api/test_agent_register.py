@@ -56,16 +56,23 @@ def _invalid_point() -> bytes:
     "ed25519:" + base58.b58encode(b"\x01" * 33).decode(), "rsa:" + base58.b58encode(b"\x01" * 32).decode(),
     "ed25519:" + base58.b58encode(b"\x00" * 32).decode(),  # small-order point
 ])
-def test_bad_pubkeys_are_400(client, account, pubkey):
+def test_bad_pubkeys_are_refused(client, account, pubkey):
+    """Off the documented pattern: 400 `invalid_request`; of its shape but not a key (not
+    32 bytes, a small-order point): 422 `unprocessable` (issue 42 item 12)."""
+    import re
+
+    from app.blueprints.agents.schemas import PUBKEY_PATTERN
+
     r = client.post("/api/agent/register", json={"name": "x", "pubkey": pubkey}, headers=account.headers)
-    assert r.status_code == 400 and r.get_json()["error"] == "invalid_request"
+    expected = (422, "unprocessable") if re.fullmatch(PUBKEY_PATTERN, pubkey) else (400, "invalid_request")
+    assert (r.status_code, r.get_json()["error"]) == expected
     assert "pubkey" in r.get_json()["message"]
 
 
-def test_off_curve_pubkey_is_400(client, account):
+def test_off_curve_pubkey_is_422(client, account):
     pk = "ed25519:" + base58.b58encode(_invalid_point()).decode()
     r = client.post("/api/agent/register", json={"name": "x", "pubkey": pk}, headers=account.headers)
-    assert r.status_code == 400
+    assert r.status_code == 422 and r.get_json()["error"] == "unprocessable"
 
 
 @pytest.mark.parametrize("body", [{"pubkey": "x"}, {"name": "", "pubkey": "x"}, {"name": "n" * 101, "pubkey": "x"}])

@@ -141,14 +141,14 @@ def test_register_malformed_evm_pubkeys_are_400(client, account, pubkey):
     assert r.status_code == 400 and r.get_json()["error"] == "invalid_request", r.get_json()
 
 
-def test_register_bad_checksum_and_unsupported_chain_are_400(client, account, wallet):
+def test_register_bad_checksum_and_unsupported_chain_are_422(client, account, wallet):
     addr = wallet.address
     i = next(i for i, c in enumerate(addr[2:], 2) if c.isalpha())
     typo = addr[:i] + addr[i].swapcase() + addr[i + 1:]  # mixed case, wrong EIP-55 checksum
     r = register(client, account, f"{CHAIN}:{typo}")
-    assert r.status_code == 400 and "checksum" in r.get_json()["message"]
+    assert r.status_code == 422 and "checksum" in r.get_json()["message"]
     r = register(client, account, caip10(wallet, "eip155:999"))
-    assert r.status_code == 400 and "not supported" in r.get_json()["message"]
+    assert r.status_code == 422 and "not supported" in r.get_json()["message"]
 
 
 def test_openapi_documents_siwx(client):

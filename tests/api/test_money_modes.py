@@ -150,7 +150,7 @@ def test_a_test_key_does_not_list_live_agents_builds(client, make_account):
 
 def test_a_test_key_cannot_replace_the_wallet_that_attributes_live_deposits(app, client, make_account):
     """The account's one wallet decides which live USDC deposits are the account's: a test
-    key replaced it (200) before; now 400, and the live wallet stays."""
+    key replaced it (200) before; now 403 (live keys only), and the live wallet stays."""
     from types import SimpleNamespace
 
     from tests.api.test_wallet import connect_evm
@@ -160,7 +160,7 @@ def test_a_test_key_cannot_replace_the_wallet_that_attributes_live_deposits(app,
     assert r.status_code == 200
     as_test = SimpleNamespace(headers=_h(acct.test_key))
     _, r = connect_evm(client, as_test)
-    assert r.status_code == 400 and "live key" in r.get_json()["message"], r.get_json()
+    assert r.status_code == 403 and "live key" in r.get_json()["message"], r.get_json()
     from app.services.billing import wallets
 
     with app.app_context():  # read from the database (the balance endpoint would ask a chain node)

@@ -115,7 +115,7 @@ def test_method_and_fund_card(client, account, ledger_clean):
     r = _fund(client, account, 500, "card")
     assert r.status_code == 409 and r.get_json()["error"] == "no_payment_method"
     r = client.post("/api/pay/method", json={"payment_method_id": "pm_nope"}, headers=account.headers)
-    assert r.status_code == 400 and r.get_json()["error"] == "payment_method_invalid"
+    assert r.status_code == 404 and r.get_json()["error"] == "payment_method_not_found"
     r = client.post("/api/pay/method", json={"payment_method_id": "pm_card_visa"}, headers=account.headers)
     assert r.status_code == 200
     assert r.get_json() == {"payment_method_id": "pm_card_visa", "type": "card", "brand": "visa",
@@ -199,9 +199,9 @@ def test_webhook_replay_forgery_and_stale(app, client, account, ledger_clean):
         secret = sandbox_webhook_secret()
     event = _session_event(sid, out["payment_id"], account.id, 400)
     r = _post_webhook(client, event, "whsec_forged")
-    assert r.status_code == 400 and r.get_json()["error"] == "webhook_signature_invalid"
+    assert r.status_code == 401 and r.get_json()["error"] == "webhook_signature_invalid"
     r = _post_webhook(client, event, secret, ts=int(time.time()) - 301)
-    assert r.status_code == 400 and r.get_json()["error"] == "webhook_signature_invalid"
+    assert r.status_code == 401 and r.get_json()["error"] == "webhook_signature_invalid"
     r = _post_webhook(client, event, secret, header="")
     assert r.status_code == 400
     r = client.post("/api/pay/webhook", data=b"{}")
@@ -220,7 +220,7 @@ def test_webhook_replay_forgery_and_stale(app, client, account, ledger_clean):
     payload = json.dumps(event).encode()
     sig = sign_payload(payload, secret)
     r = client.post("/api/pay/webhook", data=payload.replace(b"400", b"900"), headers={"Stripe-Signature": sig})
-    assert r.status_code == 400
+    assert r.status_code == 401
     ledger_clean()
 
 

@@ -47,7 +47,7 @@ def test_checkout_session_then_webhook_credits_once(client, account, stripe_api,
     # Stale delivery of a new event id: refused.
     stale = stripe_api.event("checkout.session.completed", obj)
     r = _deliver(client, stripe_api, stale, timestamp=int(time.time()) - 400)
-    assert r.status_code == 400 and r.get_json()["error"] == "webhook_signature_invalid"
+    assert r.status_code == 401 and r.get_json()["error"] == "webhook_signature_invalid"
     # Refund through charge.refunded.
     refund = stripe_api.event("charge.refunded", {"id": "ch_1", "object": "charge", "payment_intent": "pi_chk_1",
                                                   "amount": 1500, "amount_refunded": 500})
@@ -58,7 +58,7 @@ def test_checkout_session_then_webhook_credits_once(client, account, stripe_api,
 
 def test_method_and_off_session_card(client, account, stripe_api, ledger_clean):
     r = client.post("/api/pay/method", json={"payment_method_id": "pm_unknown"}, headers=account.headers)
-    assert r.status_code == 400 and r.get_json()["error"] == "payment_method_invalid"
+    assert r.status_code == 404 and r.get_json()["error"] == "payment_method_not_found"
     r = client.post("/api/pay/method", json={"payment_method_id": "pm_card_visa"}, headers=account.headers)
     assert r.status_code == 200 and r.get_json()["processor"] == "stripe" and r.get_json()["last4"] == "4242"
     paths = [p for _, p, _ in stripe_api.requests]

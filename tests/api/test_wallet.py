@@ -57,7 +57,7 @@ def test_connect_evm_message_is_eip4361_and_single_use(client, account):
     r = client.post("/api/wallet/connect", json=body, headers=account.headers)
     assert r.status_code == 200 and r.get_json()["chain"] == "base" and r.get_json()["connected"] is True
     r = client.post("/api/wallet/connect", json=body, headers=account.headers)  # replay
-    assert r.status_code == 400 and r.get_json()["error"] == "nonce_invalid"
+    assert r.status_code == 409 and r.get_json()["error"] == "nonce_invalid"
 
 
 def test_connect_refusals(client, make_account):
@@ -68,7 +68,7 @@ def test_connect_refusals(client, make_account):
     sig = "0x" + eth.sign_message(encode_defunct(text=msg["message"])).signature.hex()
     r = client.post("/api/wallet/connect", json={"chain": "polygon", "address": eth.address, "signature": sig},
                     headers=acct.headers)
-    assert r.status_code == 400 and r.get_json()["error"] == "nonce_invalid"
+    assert r.status_code == 409 and r.get_json()["error"] == "nonce_invalid"
     # signed by another key
     bad = "0x" + mallory.sign_message(encode_defunct(text=msg["message"])).signature.hex()
     r = client.post("/api/wallet/connect", json={"chain": "base", "address": eth.address, "signature": bad},
@@ -91,7 +91,7 @@ def test_connect_refusals(client, make_account):
     sig = "0x" + mallory.sign_message(encode_defunct(text=msg["message"])).signature.hex()
     r = client.post("/api/wallet/connect", json={"chain": "base", "address": mallory.address, "signature": sig,
                                                   "nonce": msg["nonce"]}, headers=other.headers)
-    assert r.status_code == 400 and r.get_json()["error"] == "nonce_invalid"
+    assert r.status_code == 409 and r.get_json()["error"] == "nonce_invalid"
 
 
 def test_connect_solana(client, account, chain):
@@ -140,7 +140,7 @@ def test_real_usdc_never_lands_on_the_test_balance(app, client, make_account, ch
     assert r.status_code == 200
     r = client.post("/api/wallet/fund", json={"amount_cents": 500, "method": "usdc"},
                     headers={"Authorization": f"Bearer {acct.test_key}"})
-    assert r.status_code == 400 and "live key" in r.get_json()["message"], r.get_json()
+    assert r.status_code == 403 and "live key" in r.get_json()["message"], r.get_json()
     from app.extensions import db
     from app.models import Payment
     from app.ids import new_id

@@ -66,7 +66,7 @@ def test_replay_and_explicit_nonce(client, account):
             "nonce": first["nonce"]}
     assert client.post("/api/wallet/connect", json=body, headers=account.headers).status_code == 200
     r = client.post("/api/wallet/connect", json=body, headers=account.headers)
-    assert r.status_code == 400 and r.get_json()["error"] == "nonce_invalid"
+    assert r.status_code == 409 and r.get_json()["error"] == "nonce_invalid"
     # the second message is still good
     r = client.post("/api/wallet/connect", json={**body, "signature": _sig(eth, second["message"]),
                                                   "nonce": second["nonce"]}, headers=account.headers)
@@ -80,7 +80,7 @@ def test_expired_message_refused_and_spent_nonces_purged(app, client, account):
     r = client.post("/api/wallet/connect", json={"chain": "base", "address": eth.address,
                                                   "signature": _sig(eth, msg["message"])},
                     headers=account.headers)
-    assert r.status_code == 400 and r.get_json()["error"] == "nonce_invalid"
+    assert r.status_code == 409 and r.get_json()["error"] == "nonce_invalid"
     expire(app, SingleUseToken, ago=timedelta(days=2))
     with app.app_context():
         assert tokens.purge() == 1

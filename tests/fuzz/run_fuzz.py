@@ -9,8 +9,9 @@ and runs ``st run`` with every check (none excluded). Exit status is schemathesi
     python -m tests.fuzz.run_fuzz [--max-examples N] [--max-time S] [--workers N]
 
 Used by ``make fuzz`` (larger budget) and by ``tests/e2e/test_fuzz.py`` in CI (small budget).
-The operations that may answer a schema-valid request with 400, each with its reason, are
-listed in ``SEMANTIC_400``.
+The operations that may answer a schema-valid request with 422 (a rule the schema cannot
+state), each with its reason, are listed in ``SEMANTIC_422``; those that still answer some
+with 400 in ``SEMANTIC_400``.
 """
 from __future__ import annotations
 
@@ -29,27 +30,34 @@ from tests.support.apps import VENV_BIN, gunicorn_proc  # noqa: E402
 
 # ``positive_data_acceptance`` (a schema-valid request must not be refused) runs on every
 # operation. Its accepted answers are schemathesis' defaults (2xx, 3xx, 401, 403, 404, 409,
-# 429, 5xx — 5xx is the ``not_a_server_error`` check's business) and, for the operations
-# below only, 400 for a rule JSON Schema cannot state: one that relates a value to another
-# parameter, to the clock, to stored state, to catalog data or to the world outside (DNS,
-# a signature). What a schema can state, it states (docs/reliability.md "Fuzzing").
+# 429, 5xx — 5xx is the ``not_a_server_error`` check's business). A schema-valid request is
+# never a 400 (issue 42 item 12): what JSON Schema can state, the document states; stored
+# state is 409, a thing that does not exist 404. A rule the schema cannot state — one that
+# relates two parameters, the clock, a checksum, a decoded length — is 422 ``unprocessable``,
+# documented on the operation, and accepted on the operations of ``SEMANTIC_422`` only
+# (docs/decisions.md "Schema-valid requests", docs/reliability.md "Fuzzing").
 DEFAULT_ACCEPTED = ["2xx", "3xx", "401", "403", "404", "409", "429", "5xx"]
+SEMANTIC_422: dict[str, str] = {
+    "GET /api/usage/export": "`from` must be before `to`, at most 31 days apart (two parameters related)",
+    "GET /api/wallet/connect/message": "the address must be one of `chain`'s (query parameters are "
+                                      "described one by one), with a valid EIP-55 checksum when mixed "
+                                      "case, or the canonical base58 of 32 bytes on Solana",
+    "POST /api/wallet/connect": "an EIP-55 checksum; base58 that is the canonical spelling of 32 / 64 "
+                                "bytes (the shapes per chain are in the document)",
+    "POST /api/agent/register": "the pubkey must decode to 32 bytes of a valid ed25519 point, or carry "
+                                "a valid EIP-55 checksum and a supported chain id",
+    "POST /api/keys": "`expires_at` must lie in the future, at most a year ahead (the clock)",
+}
+# Operations that still answer some schema-valid requests with 400 ``invalid_request``, each
+# with its reason: not yet moved to a documented 409/422 (left for a later round, listed so
+# that the run stays green on everything else). Nothing of issue 42's nine is here.
 SEMANTIC_400: dict[str, str] = {
-    "GET /api/usage/export": "`from` must be before `to` (two parameters related)",
-    "GET /api/wallet/connect/message": "the address must be one of `chain`'s (0x… for EVM "
-                                      "chains, base58 for Solana); query parameters are "
-                                      "described one by one",
-    "POST /api/wallet/connect": "the signature must verify over the sign-in message",
-    "POST /api/agent/register": "the pubkey must decode to 32 bytes (a base58 pattern cannot "
-                                "fix the decoded length); the webhook's host must resolve to "
-                                "a public address (SSRF guard)",
+    "POST /api/agent/register": "the webhook's host must resolve to a public address (SSRF guard)",
     "POST /api/agent/build": "the webhook's host must resolve to a public address (SSRF guard); "
                              "without one, the agent must have a webhook (stored state)",
     "POST /api/alerts": "a webhook/chat target's host must resolve to a public address (SSRF "
                         "guard) with a port the URL parser accepts; an e-mail target is at "
                         "most 254 characters once trimmed",
-    "POST /api/keys": "`expires_at` must lie in the future, at most a year ahead (the clock)",
-    "PATCH /api/keys/{key_id}": "a period alone needs a key that has a limit (stored state)",
     "POST /api/provider-keys": "`provider` must be a provider of the chat catalog (catalog data) and "
                                "accept the key when asked (the world outside)",
     "POST /api/pay/checkout": "`return_url`: https only in production and a host of "
@@ -57,15 +65,10 @@ SEMANTIC_400: dict[str, str] = {
                               "a port and brackets the URL parser accepts",
     "PUT /api/pay/auto-topup": "`monthly_cap_cents` must be at least `amount_cents` (two fields "
                                "related)",
-    "POST /api/pay/method": "the processor must know the payment method (the sandbox knows "
-                            "its test ids only)",
-    "POST /api/pay/webhook": "the Stripe-Signature must verify over the body",
-    "POST /api/wallet/fund": "`method: usdc` needs a connected wallet (stored state)",
-    "POST /v1/module/{slug}/call": "the action must be one of the module's (catalog data)",
     "POST /mcp": "the body must be a JSON-RPC message of MCP: the document states the envelope, "
                  "the MCP schema (methods and their params, per protocol version) is the SDK's",
     "POST /v1/chat/completions": "`model: auto` needs a model that fits the request "
-                                 "(`no_matching_model`, catalog data)",
+                                 "(`no_matching_model`, catalog data; OpenAI's convention is 400)",
     "POST /v1/messages": "`model: auto` needs a model that fits the request (catalog data); a "
                          "content block's kind must suit its turn (image and tool_result in user "
                          "turns, tool_use in assistant turns) with its source or ids, which the "
@@ -99,9 +102,10 @@ def _operations_config(agent_session: str) -> str:
     """The per-operation settings (schemathesis.toml): ``positive_data_acceptance``'s
     accepted answers, and the agent session as the credential of ``AGENT_ONLY``."""
     out = []
-    for name in sorted(set(SEMANTIC_400) | set(PAYMENT_402) | set(AGENT_ONLY) | set(UPSTREAM_502)):
+    names = set(SEMANTIC_422) | set(SEMANTIC_400) | set(PAYMENT_402) | set(AGENT_ONLY) | set(UPSTREAM_502)
+    for name in sorted(names):
         accepted = DEFAULT_ACCEPTED + (["400"] if name in SEMANTIC_400 else []) \
-            + (["402"] if name in PAYMENT_402 else [])
+            + (["402"] if name in PAYMENT_402 else []) + (["422"] if name in SEMANTIC_422 else [])
         block = ("[[operations]]\n"
                  f"include-name = {json.dumps(name)}\n"
                  "checks.positive_data_acceptance.expected-statuses = "

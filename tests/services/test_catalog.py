@@ -70,7 +70,7 @@ def test_price_and_action_changes_keep_history(app, client, make_account, provid
     assert [tuple(r) for r in rows] == [("bad", False, 1), ("ok", True, 5)]
     assert call(client, acct, {"action": "ok"}, slug="cat").get_json()["cost_cents"] == 5
     r = call(client, acct, {"action": "bad"}, slug="cat")
-    assert r.status_code == 400 and r.get_json()["error"] == "unknown_action"
+    assert r.status_code == 404 and r.get_json()["error"] == "unknown_action"
     with app.app_context():
         prices = db.session.execute(select(ModuleCall.price_micros).order_by(ModuleCall.created_at)).scalars().all()
         db.session.remove()

@@ -74,7 +74,11 @@ def siwx_sign_in(sign_in_with_x):
 
 
 @endpoint(blp, "/register", "post", "agent:write", body=RegisterSchema, ok=AgentRegisteredSchema, status=201,
-          errors={409: "The pubkey belongs to another account's agent."})
+          errors={409: "The pubkey belongs to another account's agent.",
+                  422: "`unprocessable`: the `pubkey` has the documented shape but is not a key: base58 that "
+                       "is not the canonical spelling of 32 bytes, a point that is not an ed25519 public key, "
+                       "an EIP-55 checksum mismatch, or a chain id outside the deployment's "
+                       "`AGENT_SIWX_CHAINS`."})
 def register(body):
     """Register an agent (and its own account, without promotional credit) owned by the
     calling account. Idempotent on `pubkey`: the same account gets the same agent back

@@ -102,7 +102,9 @@ class RegisterSchema(InputSchema):
                        "CAIP-10 `eip155:<chainId>:<0x address>` (chainId one of the supported chains, "
                        "default 1, 8453, 84532; a mixed-case address must be a valid EIP-55 checksum; "
                        "stored and returned checksummed), signs in with Sign-In-With-X "
-                       "(`POST /api/agent/siwx`). 400 otherwise."})
+                       "(`POST /api/agent/siwx`). Another shape is 400; what the pattern cannot state (the "
+                       "canonical base58 of exactly 32 bytes, a valid point, the checksum, a supported "
+                       "chain) is 422 `unprocessable`."})
     webhook = ma.fields.String(load_default=None, allow_none=True,
                                validate=[ma.validate.Length(max=2000), Pattern(HTTPS_PATTERN)],
                                metadata={"description": "https URL receiving the agent's signed events "

@@ -29,7 +29,7 @@ class ModuleCallView(MethodView):
                              "schema": {"type": "string"}},
         "X-PAYMENT-RESPONSE": {"description": "The same for x402 v1 (`X-Payment`).", "schema": {"type": "string"}}})
     @document_errors(blp, {
-        400: "`invalid_request`, `unknown_action`, or `invalid_payment` (the X-Payment / PAYMENT-SIGNATURE "
+        400: "`invalid_request` or `invalid_payment` (the X-Payment / PAYMENT-SIGNATURE "
              "header is not base64/base64url JSON of an x402 exact EVM payload).",
         402: ("`payment_required`: the balance cannot cover the price. The body adds `price_cents`, "
               "`pay_to`, `nonce`, `fund_endpoint` and, when x402 is offered, the x402 v1 payment request "
@@ -38,7 +38,8 @@ class ModuleCallView(MethodView):
               "insufficient_amount, amount_exceeds_price, not_yet_valid, expired, invalid_signature, "
               "replayed, x402_disabled, facilitator_required, settlement_unavailable, or the "
               "facilitator's reason).", PAYMENT_REQUIRED_HEADERS),
-        404: "`module_not_found`",
+        404: "`module_not_found`: no active module has this slug; `unknown_action`: the module has "
+             "no active action of that name (the module's actions are catalog data, `GET /api/modules/{slug}`).",
         409: "`idempotency_key_reused` / `idempotency_key_in_use`",
         413: "`payload_too_large`",
         502: "`provider_error` (not charged)",

@@ -19,7 +19,9 @@ def list_keys():
 
 
 @endpoint(blp, "", "post", "keys:write", body=KeyCreateSchema, ok=KeyCreatedSchema, status=201,
-          errors={409: "`key_limit_reached`: the account has 100 active keys."}, name="KeyCreateView")
+          errors={409: "`key_limit_reached`: the account has 100 active keys.",
+                  422: "`unprocessable`: `expires_at` is not in the future, or more than a year ahead (the "
+                       "clock: a rule the schema cannot state)."}, name="KeyCreateView")
 def create_key(body):
     """Create a key. The full `key` is returned in this response only.
 
@@ -51,7 +53,8 @@ def create_key(body):
 
 
 @endpoint(blp, "/<string:key_id>", "patch", "keys:write", body=KeyUpdateSchema, ok=KeySchema,
-          errors={404: None}, name="KeyUpdateView")
+          errors={404: None, 409: "`conflict`: `spend_limit_period` alone for a key that has no spend limit "
+                                  "(send `spend_limit_cents` too)."}, name="KeyUpdateView")
 def update_key(body, key_id):
     """Change a key's spend limit (`spend_limit_cents: null` removes it) and its controls:
     `allowed_models`, `allowed_modules` (allow-lists; null: any), `rpm_limit`, `tpm_limit`

@@ -39,11 +39,16 @@ def history():
 
 
 @endpoint(blp, "/method", "post", "billing:write", body=MethodRequestSchema, ok=MethodSchema,
-          name="MethodView_")
+          name="MethodView_", errors={
+              404: "`payment_method_not_found`: the processor does not know the id (the sandbox: its test ids "
+                   "only).",
+              409: "`payment_method_invalid`: the processor knows the method but it cannot be used (its type "
+                   "is not card or us_bank_account, or the processor refused to attach it)."})
 def default_method(body):
     """Save `payment_method_id` as the default method used by `/api/wallet/fund`.
 
-    Validated with the processor (unknown id → 400 `payment_method_invalid`), attached
+    Validated with the processor (unknown id → 404 `payment_method_not_found`; known but
+    unusable → 409 `payment_method_invalid`), attached
     to the account's customer. A card serves `method: card`, a `us_bank_account` serves
     `method: ach`."""
     p = principal()
@@ -51,8 +56,10 @@ def default_method(body):
 
 
 @endpoint(blp, "/webhook", "post", public=True, headers=WebhookHeadersSchema, ok=WebhookResultSchema,
-          errors={400: "Forged or stale signature (`webhook_signature_invalid`), a body that is not an "
-                       "event, or a missing or malformed header (`invalid_request`)."})
+          errors={400: "`invalid_request`: a missing `Stripe-Signature` or one not of the documented shape, or "
+                       "a verified body that is not an event.",
+                  401: "`webhook_signature_invalid`: the `Stripe-Signature` has the documented shape but does "
+                       "not verify over the body, or its `t` is more than 300 s away."})
 @blp.doc(requestBody={"required": True, "content": {"application/json": {"schema": {
     "type": "object", "description": "The processor's event, verified and read as sent (`id`, `type`, "
                                      "`data.object`)."}}}})

@@ -97,6 +97,12 @@ class MethodSchema(ma.Schema):
     processor = ma.fields.String(required=True, allow_none=True)
 
 
+# Stripe's signature header: ``t=<unix seconds>`` then the signatures (``v1``, and ``v0`` in
+# Stripe's test mode), each an HMAC-SHA256 in lower-case hex (what stripe-python compares).
+STRIPE_SIGNATURE_PATTERN = r"^t=[0-9]{1,12}(,v[01]=[0-9a-f]{64}){1,10}$"
+STRIPE_SIGNATURE_MAX = 2 + 12 + 10 * 68
+
+
 class WebhookHeadersSchema(InputSchema):
     """Headers of the processor webhook."""
 
@@ -104,10 +110,14 @@ class WebhookHeadersSchema(InputSchema):
         unknown = ma.EXCLUDE
 
     stripe_signature = HeaderString(
-        data_key="Stripe-Signature", required=True, validate=validate.Length(min=1, max=2000),
+        data_key="Stripe-Signature", required=True,
+        validate=[validate.Length(min=1, max=STRIPE_SIGNATURE_MAX), Pattern(STRIPE_SIGNATURE_PATTERN)],
         metadata={"description": "`t=<unix time>,v1=<hex HMAC-SHA256 of \"<t>.<raw body>\">` with the "
                                  "endpoint's signing secret (Stripe's scheme; the sandbox signs the same "
-                                 "way). It must verify, within 300 s of `t`."})
+                                 "way): the timestamp, then one to ten `v1=` (or test-mode `v0=`) "
+                                 "signatures of 64 lower-case hex digits. A header of another shape is "
+                                 "400 `invalid_request`; one of this shape that does not verify, or whose "
+                                 "`t` is more than 300 s away, is 401 `webhook_signature_invalid`."})
 
 
 class WebhookResultSchema(ma.Schema):

@@ -40,7 +40,9 @@ def usage_daily(query):
     return usage.daily(_account(query), query["days"], mode=principal().mode)
 
 
-@endpoint(blp, "/export", "get", "call:read", query=UsageExportQuerySchema, name="UsageExportView")
+@endpoint(blp, "/export", "get", "call:read", query=UsageExportQuerySchema, name="UsageExportView",
+          errors={422: "`unprocessable`: `from` is not before `to`, or the window spans more than 31 days "
+                       "(rules relating the two parameters, which the schema cannot state)."})
 @blp.doc(responses={"200": {"description": "The rows, streamed.", "content": {
     "text/csv": {"schema": {"type": "string"}, "example": "call_id,created_at,module,action,mode,status,"
                  "cost_cents,cost_micros,idempotency_key,receipt_hash,byok_key_id,provider_cost_micros\r\n"},

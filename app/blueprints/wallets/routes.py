@@ -14,22 +14,30 @@ blp = Blueprint("wallet", __name__, url_prefix="/api/wallet",
 
 
 @endpoint(blp, "/connect/message", "get", "billing:write", query=ConnectMessageQuerySchema,
-          ok=ConnectMessageSchema)
+          ok=ConnectMessageSchema, errors={
+              422: "`unprocessable`: `address` is not one of `chain`'s (the other family's shape, an EIP-55 "
+                   "checksum mismatch, base58 that does not decode to 32 bytes)."})
 def connect_message(query):
     """Issue the message to sign for `POST /api/wallet/connect` (single use, expires)."""
     return wallets.connect_message(principal().account_id, query["chain"], query["address"])
 
 
 @endpoint(blp, "/connect", "post", "billing:write", body=WalletConnectSchema, ok=WalletSchema,
-          errors={409: "The address is connected to another account."})
+          errors={403: "`forbidden`: a test key (the wallet attributes live USDC deposits).",
+                  401: "`signature_invalid`: the signature was not made by the address.",
+                  409: "`conflict`: the address is connected to another account. `nonce_invalid`: no unused, "
+                       "unexpired connect message for this chain and address (or the `nonce` given).",
+                  422: "`unprocessable`: an EIP-55 checksum mismatch, or base58 that is not the canonical "
+                       "spelling of a 32-byte address / 64-byte signature."})
 def connect(body):
     """Attach a wallet by signing the issued message.
 
-    400 `nonce_invalid`: no unused, unexpired message for this chain and address (replay,
-    wrong chain, wrong address). 401 `signature_invalid`: the signature is not by the
-    address. 409 `conflict`: the address belongs to another account. Connecting again
-    replaces the account's wallet. Live keys only (400 for a `svc_test_` key): the wallet
-    attributes real USDC deposits to the live balance."""
+    The address and signature shapes follow `chain` (the schema says so per chain; 400
+    otherwise). 409 `nonce_invalid`: no unused, unexpired message for this chain and
+    address (replay, wrong chain, wrong address). 401 `signature_invalid`: the signature is
+    not by the address. 409 `conflict`: the address belongs to another account. Connecting
+    again replaces the account's wallet. Live keys only (403 for a `svc_test_` key): the
+    wallet attributes real USDC deposits to the live balance."""
     p = principal()
     return wallets.connect(p.account_id, body["chain"], body["address"], body["signature"],
                            body.get("nonce"), mode=p.mode)
@@ -52,8 +60,11 @@ def transactions(query):
 
 @endpoint(blp, "/fund", "post", "billing:write", body=WalletFundSchema, ok=WalletFundResultSchema,
           errors={402: "`card_declined`: the card was declined.",
+                  403: "`forbidden`: `usdc` with a test key (the transfer is real USDC).",
                   409: "`no_payment_method`: no saved method of that kind; `wallet_not_connected`: "
-                       "`usdc` without a connected wallet."}, headers=WalletFundHeadersSchema,
+                       "`usdc` without a connected wallet; `conflict`: `usdc` with a Solana wallet "
+                       "(deposits are watched on EVM chains); `payment_method_invalid`: the saved method "
+                       "can no longer be charged."}, headers=WalletFundHeadersSchema,
           idempotent=True)
 def fund(body):
     """Add credits. `card`: charges the saved default card off-session; credits at once

@@ -5,13 +5,35 @@ from marshmallow import validate
 from app.blueprints.orgs.schemas import org_id_field
 from app.blueprints.fields import InputSchema, Pattern, cents, idempotency_headers
 from app.blueprints.payments.schemas import amount_cents_field
-from app.services.billing.chains import CHAINS
+from app.services.billing.chains import CHAINS, EVM_CHAINS
+
+# The shapes of a wallet address and of its signature, per chain family. What a pattern
+# cannot state (an EIP-55 checksum; base58 that is the canonical spelling of exactly 32 /
+# 64 bytes) is 422 ``unprocessable`` (docs/decisions.md "Schema-valid requests").
+EVM_ADDRESS = r"0x[0-9a-fA-F]{40}"
+SOLANA_ADDRESS = r"[1-9A-HJ-NP-Za-km-z]{32,44}"
+_SHAPES = {
+    "evm": (EVM_ADDRESS, r"0x[0-9a-fA-F]{130}"),
+    "solana": (SOLANA_ADDRESS, r"(base58:)?[1-9A-HJ-NP-Za-km-z]{64,88}"),
+}
+_FAMILY = {**{chain: "evm" for chain in EVM_CHAINS}, "solana": "solana"}
+_CHECKS = {family: {"address": Pattern(f"^{address}$", error=f"not a {family.upper()} address (chain family "
+                                                                 f"{family})."),
+                    "signature": Pattern(f"^{signature}$", error=f"not a {family.upper()} signature (chain "
+                                                                  f"family {family}).")}
+           for family, (address, signature) in _SHAPES.items()}
+ADDRESS_DESCRIPTION = ("EVM chains (base, ethereum, polygon): `0x` + 40 hex digits; a mixed-case address must "
+                       "carry a valid EIP-55 checksum (422 otherwise). Solana: the canonical base58 of the "
+                       "32-byte public key (422 when it does not decode to 32 bytes).")
 
 
 class ConnectMessageQuerySchema(InputSchema):
     chain = ma.fields.String(required=True, validate=validate.OneOf(CHAINS))
-    address = ma.fields.String(required=True, validate=[validate.Length(min=32, max=44), Pattern(r"^(0x[0-9a-fA-F]{40}|[1-9A-HJ-NP-Za-km-z]{32,44})$")], metadata={
-        "description": "EVM: 0x + 40 hex (EIP-55 checked when mixed case). Solana: base58 32-byte key."})
+    address = ma.fields.String(required=True, validate=[validate.Length(min=32, max=44), Pattern(
+        rf"^({EVM_ADDRESS}|{SOLANA_ADDRESS})$")], metadata={
+        "description": ADDRESS_DESCRIPTION + " Query parameters are described one by one, so an address of "
+                       "the other family than `chain`'s is 422 `unprocessable` here (the request body of "
+                       "`POST /api/wallet/connect` states it per chain)."})
 
 
 class ConnectMessageSchema(ma.Schema):
@@ -25,12 +47,38 @@ class ConnectMessageSchema(ma.Schema):
 
 
 class WalletConnectSchema(InputSchema):
+    """The address and signature shapes per chain (``if``/``then`` on ``chain``); the server
+    applies the same patterns (``_chain_shapes``)."""
+
+    class Meta:
+        json_schema = {"allOf": [
+            {"if": {"required": ["chain"], "properties": {"chain": {"enum": sorted(
+                chain for chain, fam in _FAMILY.items() if fam == family)}}},
+             "then": {"properties": {"address": {"pattern": f"^{address}$"},
+                                     "signature": {"pattern": f"^{signature}$"}}}}
+            for family, (address, signature) in _SHAPES.items()]}
+
+    @ma.validates_schema
+    def _chain_shapes(self, data, **kwargs):
+        checks = _CHECKS.get(_FAMILY.get(data.get("chain")), {})
+        errors = {}
+        for name, check in checks.items():
+            if isinstance(data.get(name), str):
+                try:
+                    check(data[name])
+                except ma.ValidationError as err:
+                    errors[name] = err.messages
+        if errors:
+            raise ma.ValidationError(errors)
+
     chain = ma.fields.String(required=True, validate=validate.OneOf(CHAINS))
-    address = ma.fields.String(required=True, validate=[validate.Length(min=32, max=44), Pattern(r"^(0x[0-9a-fA-F]{40}|[1-9A-HJ-NP-Za-km-z]{32,44})$")], metadata={
-        "description": "EVM: 0x + 40 hex (EIP-55 checked when mixed case). Solana: base58 32-byte key."})
+    address = ma.fields.String(required=True, validate=[validate.Length(min=32, max=44), Pattern(
+        rf"^({EVM_ADDRESS}|{SOLANA_ADDRESS})$")], metadata={"description": ADDRESS_DESCRIPTION + " The shape "
+                                                                           "follows `chain`."})
     signature = ma.fields.String(required=True, validate=Pattern(
         r"^(0x[0-9a-fA-F]{130}|(base58:)?[1-9A-HJ-NP-Za-km-z]{64,88})$"), metadata={
-        "description": "EVM: 0x-hex 65-byte signature. Solana: base58 64-byte signature (`base58:` prefix optional)."})
+        "description": "EVM chains: 0x-hex 65-byte signature. Solana: base58 64-byte signature (`base58:` prefix "
+                       "optional; 422 when it is not the canonical base58 of 64 bytes). The shape follows `chain`."})
     nonce = ma.fields.String(validate=Pattern(r"^[0-9A-Za-z]{8,40}$"), metadata={
         "description": "Optional: which issued message was signed (default: the latest one for this chain/address)."})
 

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 from sqlalchemy import func, or_, select, update
 
-from app.errors import Conflict, Forbidden, InsufficientScope, InvalidRequest, NotFound
+from app.errors import Conflict, Forbidden, InsufficientScope, InvalidRequest, NotFound, Unprocessable
 from app.extensions import db
 from app.ids import new_id, new_secret, sha256_hex
 from app.models import Account, ApiKey, ChatCompletion, KeySpend, ModuleCall
@@ -110,10 +110,10 @@ def _expiry(expires_at: datetime | None, now: datetime) -> datetime | None:
         return None
     if expires_at.tzinfo is None:
         expires_at = expires_at.replace(tzinfo=timezone.utc)
-    if expires_at <= now:
-        raise InvalidRequest("expires_at: must be in the future.")
+    if expires_at <= now:  # the clock: a rule the document states in words only (422)
+        raise Unprocessable("expires_at: must be in the future.", param="expires_at")
     if expires_at > now + MAX_LIFETIME:
-        raise InvalidRequest("expires_at: must be at most one year ahead.")
+        raise Unprocessable("expires_at: must be at most one year ahead.", param="expires_at")
     return expires_at
 
 
@@ -290,7 +290,7 @@ def update_key(account_id: str, key_id: str, changes: dict, mode: str, *,
                 raise InvalidRequest("Nothing to change: send spend_limit_cents, spend_limit_period or a control "
                                      "(allowed_models, allowed_modules, rpm_limit, tpm_limit).")
             if row.spend_limit_micros is None:
-                raise InvalidRequest("spend_limit_period: the key has no limit; send spend_limit_cents too.")
+                raise Conflict("spend_limit_period: the key has no limit; send spend_limit_cents too.")
             cents = row.spend_limit_micros // MICROS_PER_CENT
         if cents is not _UNSET:
             limit, new_period = _limit(cents, period or (row.spend_limit_period if cents is not None else None))

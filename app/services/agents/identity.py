@@ -29,7 +29,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from app.auth import Principal
-from app.errors import Conflict, DomainError, Forbidden, InvalidRequest, NotFound
+from app.errors import Conflict, DomainError, Forbidden, InvalidRequest, NotFound, Unprocessable
 from app.extensions import db
 from app.ids import new_id, new_secret, random_b62, secret_is_well_formed, sha256_hex
 from app.models import Account, Agent, AgentSession
@@ -132,23 +132,26 @@ def evm_pubkey(chain: str, address: str) -> str:
 
 
 def canonical_any_pubkey(pubkey: str) -> str:
-    """The canonical form of an ``ed25519:`` or ``eip155:`` pubkey; InvalidRequest (400)
-    when it is neither, or names a chain outside ``AGENT_SIWX_CHAINS``."""
+    """The canonical form of an ``ed25519:`` or ``eip155:`` pubkey. The document's pattern
+    states the shape (checked first, 400); what a pattern cannot state is 422
+    ``unprocessable``: an EIP-55 checksum, base58 that is not the canonical spelling of 32
+    bytes, a point that is not an ed25519 key, a chain outside ``AGENT_SIWX_CHAINS``."""
     if isinstance(pubkey, str) and pubkey.startswith(EVM_PREFIX):
         parsed = parse_evm_pubkey(pubkey)
         if parsed is None:
-            raise InvalidRequest("pubkey: must be 'eip155:<chainId>:<0x + 40 hex digits>' (CAIP-10); "
-                                 "a mixed-case address must be a valid EIP-55 checksum.")
+            raise Unprocessable("pubkey: must be 'eip155:<chainId>:<0x + 40 hex digits>' (CAIP-10); "
+                                "a mixed-case address must be a valid EIP-55 checksum.", param="pubkey")
         chains = current_app.config["AGENT_SIWX_CHAINS"]
         if parsed[0] not in chains:
-            raise InvalidRequest(f"pubkey: chain {parsed[0]} is not supported; use one of {', '.join(chains)}.")
+            raise Unprocessable(f"pubkey: chain {parsed[0]} is not supported; use one of {', '.join(chains)}.",
+                                param="pubkey")
         return evm_pubkey(*parsed)
     raw = parse_pubkey(pubkey)
     if raw is None:
-        raise InvalidRequest("pubkey: must be 'ed25519:' followed by the base58 encoding of 32 bytes, "
-                             "or 'eip155:<chainId>:<0x address>'.")
+        raise Unprocessable("pubkey: must be 'ed25519:' followed by the canonical base58 encoding of 32 "
+                            "bytes, or 'eip155:<chainId>:<0x address>'.", param="pubkey")
     if not crypto.ed25519_key_is_valid(raw):
-        raise InvalidRequest("pubkey: not a valid ed25519 public key.")
+        raise Unprocessable("pubkey: not a valid ed25519 public key.", param="pubkey")
     return canonical_pubkey(raw)
 
 

@@ -9,7 +9,7 @@ import logging
 from eth_utils import is_hex_address, to_checksum_address
 from flask import current_app
 
-from app.errors import InvalidRequest, ServiceUnavailable
+from app.errors import InvalidRequest, ServiceUnavailable, Unprocessable
 from app.services.platform import crypto, http
 
 log = logging.getLogger(__name__)
@@ -40,19 +40,22 @@ def format_usdc(atomic: int) -> str:
 
 
 def normalize_address(chain: str, address: str) -> tuple[str, str]:
-    """(display address, unique key) for ``address`` on ``chain``; 400 when malformed."""
+    """(display address, unique key) for ``address`` on ``chain``. 422 ``unprocessable``
+    when it is not one of ``chain``'s: the document states each family's shape (a request
+    body per chain; the query's two parameters only one by one), not a checksum, a decoded
+    length, or which family a query's ``chain`` wants."""
     address = (address or "").strip()
     if chain in EVM_CHAINS:
         if not is_hex_address(address):
-            raise InvalidRequest("address: not a 0x-prefixed 20-byte EVM address.")
+            raise Unprocessable(f"address: not a 0x-prefixed 20-byte EVM address (chain {chain}).", param="address")
         checksum = to_checksum_address(address)
         body = address[2:]
         if body != body.lower() and body != body.upper() and address != checksum:
-            raise InvalidRequest("address: EIP-55 checksum mismatch.")
+            raise Unprocessable("address: EIP-55 checksum mismatch.", param="address")
         return checksum, checksum.lower()
     if chain == "solana":
         if crypto.b58decode(address, crypto.ED25519_KEY_BYTES) is None:
-            raise InvalidRequest("address: not the canonical base58 of a 32-byte Solana public key.")
+            raise Unprocessable("address: not the canonical base58 of a 32-byte Solana public key.", param="address")
         return address, address
     raise InvalidRequest(f"chain: must be one of {', '.join(CHAINS)}.")
 

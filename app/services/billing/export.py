@@ -19,7 +19,7 @@ from typing import Iterator
 import orjson
 from sqlalchemy import select
 
-from app.errors import InvalidRequest
+from app.errors import Unprocessable
 from app.extensions import db
 from app.models import ChatCompletion, ModuleCall
 from app.services.money.ledger import micros_to_cents
@@ -32,12 +32,14 @@ FORMATS = ("csv", "json")
 
 
 def window(start: datetime, end: datetime) -> tuple[datetime, datetime]:
-    """[start, end) in UTC (naive = UTC); 400 unless start < end and end − start ≤ 31 days."""
+    """[start, end) in UTC (naive = UTC); 422 ``unprocessable`` unless start < end and
+    end − start ≤ 31 days (rules relating two query parameters, which a schema cannot state)."""
     start, end = (t if t.tzinfo else t.replace(tzinfo=timezone.utc) for t in (start, end))
     if start >= end:
-        raise InvalidRequest("from: must be before to.")
+        raise Unprocessable("from: must be before to.", param="from")
     if end - start > MAX_WINDOW:
-        raise InvalidRequest("The window from..to may span at most 31 days; export longer ranges in parts.")
+        raise Unprocessable("The window from..to may span at most 31 days; export longer ranges in parts.",
+                            param="to")
     return start.astimezone(timezone.utc), end.astimezone(timezone.utc)
 
 

@@ -47,8 +47,9 @@ _EARLY_ORDER = ("charge.refunded", *_DISPUTE)
 
 
 class WebhookSignatureInvalid(DomainError):
-    status, code, message = 400, "webhook_signature_invalid", "Invalid webhook signature."
-    description = "The webhook's Stripe-Signature is forged or stale (300 s tolerance)."
+    status, code, message = 401, "webhook_signature_invalid", "Invalid webhook signature."
+    description = ("The webhook's Stripe-Signature is well-formed but forged or stale (300 s tolerance): "
+                   "the signature is the request's credential, so 401 like the other signature failures.")
 
 
 def _verify(payload: bytes, sig_header: str | None) -> tuple[dict, str]:

@@ -34,9 +34,16 @@ from app.ids import random_b62
 log = logging.getLogger(__name__)
 
 
+class PaymentMethodNotFound(DomainError):
+    status, code, message = 404, "payment_method_not_found", "No such payment method."
+    description = ("The processor does not know the `payment_method_id` (the sandbox knows its test ids "
+                   "only): a well-formed id of nothing, not a malformed request.")
+
+
 class PaymentMethodInvalid(DomainError):
-    status, code, message = 400, "payment_method_invalid", "Unknown or unusable payment method."
-    description = "The payment method id is unknown to the processor or cannot be used."
+    status, code, message = 409, "payment_method_invalid", "Unusable payment method."
+    description = ("The processor knows the payment method but it cannot be used in its current state "
+                   "(an unsupported type, attachment refused, a saved method it will no longer charge).")
 
 
 class PaymentsUnavailable(DomainError):
@@ -150,7 +157,7 @@ class SandboxProcessor(Processor):
     def retrieve_method(self, pm_id):
         spec = SANDBOX_METHODS.get(pm_id)
         if spec is None:
-            raise PaymentMethodInvalid(
+            raise PaymentMethodNotFound(
                 f"payment_method_id: unknown sandbox payment method; use one of {', '.join(SANDBOX_METHODS)}.")
         return MethodInfo(pm_id, spec[0], spec[1], spec[2])
 
@@ -214,7 +221,7 @@ class StripeProcessor(Processor):
         try:
             pm = self.client.v1.payment_methods.retrieve(pm_id)
         except stripe.InvalidRequestError:
-            raise PaymentMethodInvalid("payment_method_id: unknown to the processor.") from None
+            raise PaymentMethodNotFound("payment_method_id: unknown to the processor.") from None
         except stripe.StripeError as exc:
             raise self._unavailable(exc) from None
         if pm.type == "card":

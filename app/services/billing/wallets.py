@@ -15,7 +15,7 @@ from flask import current_app
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
-from app.errors import Conflict, DomainError, InvalidRequest, ServiceUnavailable
+from app.errors import Conflict, DomainError, Forbidden, InvalidRequest, ServiceUnavailable, Unprocessable
 from app.extensions import db, get_redis
 from app.ids import new_id, random_b62
 from app.models import ChainCursor, LedgerEntry, LedgerTransaction, Payment, Wallet, X402Authorization
@@ -31,8 +31,9 @@ log = logging.getLogger(__name__)
 
 
 class NonceInvalid(DomainError):
-    status, code, message = 400, "nonce_invalid", "No valid wallet-connect message."
-    description = "The wallet-connect message is unknown, expired, already used or for another chain/address."
+    status, code, message = 409, "nonce_invalid", "No valid wallet-connect message."
+    description = ("No usable wallet-connect message: unknown, expired, already used or for another "
+                   "chain/address (stored state: get one from `GET /api/wallet/connect/message`).")
 
 
 class SignatureInvalid(DomainError):
@@ -97,7 +98,8 @@ def _verify_signature(chain: str, address_key: str, message: str, signature: str
     if chain in chains.EVM_CHAINS:
         raw = crypto.evm_signature(signature)
         if raw is None:
-            raise InvalidRequest("signature: a 0x-prefixed 65-byte hex EIP-191 signature is required.")
+            raise Unprocessable("signature: a 0x-prefixed 65-byte hex EIP-191 signature is required.",
+                                param="signature")
         recovered = crypto.recover_personal_message(message, raw)
         if recovered is None:
             raise SignatureInvalid("The signature cannot be recovered.")
@@ -107,8 +109,8 @@ def _verify_signature(chain: str, address_key: str, message: str, signature: str
     text = signature[len("base58:"):] if signature.startswith("base58:") else signature
     raw = crypto.b58decode(text, crypto.ED25519_SIG_BYTES)
     if raw is None:
-        raise InvalidRequest("signature: the canonical base58 encoding of a 64-byte ed25519 signature "
-                             "is required.")
+        raise Unprocessable("signature: the canonical base58 encoding of a 64-byte ed25519 signature "
+                            "is required.", param="signature")
     key = crypto.b58decode(address_key, crypto.ED25519_KEY_BYTES)
     if key is None or not crypto.ed25519_verify(key, message.encode("utf-8"), raw):
         raise SignatureInvalid("The signature was not made by this address.")
@@ -121,8 +123,8 @@ def connect(account_id: str, chain: str, address: str, signature: str, nonce: st
     wallet attributes real USDC deposits to the live balance, which a test key must not
     change (DESIGN §5)."""
     if mode != "live":
-        raise InvalidRequest("The wallet attributes real USDC deposits to the live balance: connect it "
-                             "with a live key (svc_live_).")
+        raise Forbidden("The wallet attributes real USDC deposits to the live balance: connect it "
+                        "with a live key (svc_live_).")
     try:
         return _connect(account_id, chain, address, signature, nonce)
     except IntegrityError:
@@ -230,15 +232,15 @@ def fund_usdc(account_id: str, mode: str, amount_cents: int) -> FundResult:
     transfer is real USDC, which the watcher credits to the live balance (a test key's
     announcement made it play money on the test balance)."""
     if mode != "live":
-        raise InvalidRequest("method: usdc deposits move real USDC to the live balance; announce them "
-                             "with a live key (test-mode credits: method card with a sandbox card).")
+        raise Forbidden("method: usdc deposits move real USDC to the live balance; announce them "
+                        "with a live key (test-mode credits: method card with a sandbox card).")
     wallet = get_wallet(account_id)
     if wallet is None:
         raise WalletNotConnected("Connect a wallet first (POST /api/wallet/connect); deposits are "
                                  "attributed by the sending address.")
     if wallet.chain not in chains.EVM_CHAINS:
-        raise InvalidRequest("method: USDC deposits are watched on EVM chains (base, ethereum, polygon); "
-                             "connect an EVM wallet.")
+        raise Conflict("method: USDC deposits are watched on EVM chains (base, ethereum, polygon); "
+                       "connect an EVM wallet.")
     pay_to = deposit_address()
     if pay_to is None:
         raise ServiceUnavailable("USDC deposits are not configured on this deployment (USDC_DEPOSIT_ADDRESS).")

@@ -73,9 +73,9 @@ def test_error_families(server, make_account, gw_factory):
     with pytest.raises(NotFound) as e404:
         gw.call("no-such-module", action="x")
     assert e404.value.code == "module_not_found"
-    with pytest.raises(InvalidRequest) as e400:
+    with pytest.raises(NotFound) as e404:
         gw.call("text", action="no_such_action")
-    assert e400.value.code == "unknown_action" and isinstance(e400.value, ApiError)
+    assert e404.value.code == "unknown_action" and isinstance(e404.value, ApiError)
 
     with pytest.raises(PaymentRequired) as e402:
         gw.call("text", action="slugify", text="x")

@@ -1,0 +1,166 @@
+"""Issue 42 item 12: a schema-valid, well-formed request is never a 400. Each request below
+is valid against the published document (checked here with jsonschema on the operation's
+own schema, so the test cannot pass by sending something the document refuses) and used to
+be answered 400. Now: what a schema can state, the document states (per-chain shapes of a
+wallet, Stripe's signature header), and what it cannot is answered with the status that
+says so and documented on the operation — 409 for stored state, 404 for a thing that does
+not exist, 401 for a signature that does not verify, 422 ``unprocessable`` for a rule
+between parameters, the clock, a checksum or a decoded length."""
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta, timezone
+
+import base58
+import jsonschema
+import pytest
+
+
+@pytest.fixture
+def doc(client):
+    return client.get("/openapi.json").get_json()
+
+
+def _resolve(doc, schema):
+    while "$ref" in schema:
+        schema = doc["components"]["schemas"][schema["$ref"].rsplit("/", 1)[-1]]
+    return schema
+
+
+def _body_schema(doc, path, method):
+    op = doc["paths"][path][method]
+    return _resolve(doc, op["requestBody"]["content"]["application/json"]["schema"])
+
+
+def _assert_body_valid(doc, path, method, body):
+    schema = {**_body_schema(doc, path, method), "components": doc["components"]}
+    jsonschema.Draft202012Validator(schema).validate(body)
+
+
+def _assert_query_valid(doc, path, query):
+    for param in doc["paths"][path]["get"]["parameters"]:
+        if param["in"] == "query" and param["name"] in query:
+            jsonschema.Draft202012Validator(param["schema"]).validate(query[param["name"]])
+
+
+def _documented(doc, path, method, status):
+    assert str(status) in doc["paths"][path][method]["responses"], (path, method, status)
+
+
+def test_export_with_from_after_to_is_422_and_documented(client, account, doc):
+    now = datetime.now(timezone.utc).replace(microsecond=0)
+    for q in ({"from": now.isoformat(), "to": (now - timedelta(days=1)).isoformat()},
+              {"from": now.isoformat(), "to": now.isoformat()},
+              {"from": now.isoformat(), "to": (now + timedelta(days=32)).isoformat()}):
+        _assert_query_valid(doc, "/api/usage/export", q)
+        r = client.get("/api/usage/export", query_string=q, headers=account.headers)
+        assert r.status_code == 422 and r.get_json()["error"] == "unprocessable", (q, r.get_json())
+    _documented(doc, "/api/usage/export", "get", 422)
+
+
+@pytest.mark.parametrize("delta", [timedelta(days=-1), timedelta(days=400)])
+def test_a_key_expiring_in_the_past_or_beyond_a_year_is_422_and_creates_nothing(client, account, doc, delta):
+    body = {"name": "k", "expires_at": (datetime.now(timezone.utc) + delta).isoformat()}
+    _assert_body_valid(doc, "/api/keys", "post", body)
+    before = client.get("/api/keys", headers=account.headers).get_json()["keys"]
+    r = client.post("/api/keys", json=body, headers=account.headers)
+    assert r.status_code == 422 and r.get_json()["error"] == "unprocessable", r.get_json()
+    assert client.get("/api/keys", headers=account.headers).get_json()["keys"] == before
+    _documented(doc, "/api/keys", "post", 422)
+
+
+def test_a_period_alone_on_a_key_without_a_limit_is_a_409(client, account, doc):
+    key = client.post("/api/keys", json={"name": "nolimit"}, headers=account.headers).get_json()
+    body = {"spend_limit_period": "day"}
+    _assert_body_valid(doc, "/api/keys/{key_id}", "patch", body)
+    r = client.patch(f"/api/keys/{key['id']}", json=body, headers=account.headers)
+    assert r.status_code == 409 and r.get_json()["error"] == "conflict", r.get_json()
+    _documented(doc, "/api/keys/{key_id}", "patch", 409)
+
+
+def test_an_unknown_payment_method_is_404_and_documented(client, account, doc):
+    body = {"payment_method_id": "pm_nope"}
+    _assert_body_valid(doc, "/api/pay/method", "post", body)
+    r = client.post("/api/pay/method", json=body, headers=account.headers)
+    assert r.status_code == 404 and r.get_json()["error"] == "payment_method_not_found", r.get_json()
+    _documented(doc, "/api/pay/method", "post", 404)
+    _documented(doc, "/api/pay/method", "post", 409)
+
+
+def test_the_webhook_documents_stripes_header_shape_and_a_forgery_is_401(client, doc):
+    op = doc["paths"]["/api/pay/webhook"]["post"]
+    header = next(p for p in op["parameters"] if p["name"] == "Stripe-Signature")
+    forged = "t=1700000000,v1=" + "ab" * 32
+    jsonschema.Draft202012Validator(header["schema"]).validate(forged)
+    r = client.post("/api/pay/webhook", data=b'{"id": "evt_1"}', headers={
+        "Stripe-Signature": forged, "Content-Type": "application/json"})
+    assert r.status_code == 401 and r.get_json()["error"] == "webhook_signature_invalid", r.get_json()
+    _documented(doc, "/api/pay/webhook", "post", 401)
+    # a header of another shape breaks the document, and is the 400
+    for bad in ("garbage", "t=1,v1=XYZ", "v1=" + "ab" * 32):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.Draft202012Validator(header["schema"]).validate(bad)
+        r = client.post("/api/pay/webhook", data=b"{}", headers={"Stripe-Signature": bad,
+                                                                 "Content-Type": "application/json"})
+        assert r.status_code == 400 and r.get_json()["error"] == "invalid_request", (bad, r.get_json())
+
+
+SOLANA = base58.b58encode(bytes(range(1, 33))).decode()
+EVM = "0x" + "ab" * 20
+
+
+def test_the_wallet_connect_body_states_the_shapes_per_chain(client, account, doc):
+    """The document refuses an address of the other family, and so does the server (400);
+    a body the document accepts gets no 400: without a message issued it is the state
+    conflict 409 `nonce_invalid`."""
+    schema = {**_body_schema(doc, "/api/wallet/connect", "post"), "components": doc["components"]}
+    validator = jsonschema.Draft202012Validator(schema)
+    mismatched = [{"chain": "solana", "address": EVM, "signature": "0x" + "1" * 130},
+                  {"chain": "base", "address": SOLANA, "signature": "1" * 88},
+                  {"chain": "base", "address": EVM, "signature": "1" * 88}]
+    for body in mismatched:
+        assert not validator.is_valid(body), body
+        r = client.post("/api/wallet/connect", json=body, headers=account.headers)
+        assert r.status_code == 400 and r.get_json()["error"] == "invalid_request", (body, r.get_json())
+    for body in ({"chain": "solana", "address": SOLANA, "signature": "2" * 88},
+                 {"chain": "polygon", "address": EVM, "signature": "0x" + "1" * 130}):
+        validator.validate(body)
+        r = client.post("/api/wallet/connect", json=body, headers=account.headers)
+        assert r.status_code == 409 and r.get_json()["error"] == "nonce_invalid", (body, r.get_json())
+    _documented(doc, "/api/wallet/connect", "post", 409)
+    _documented(doc, "/api/wallet/connect", "post", 422)
+
+
+@pytest.mark.parametrize("query", [
+    {"chain": "solana", "address": EVM},                                      # the other family
+    {"chain": "base", "address": SOLANA},
+    {"chain": "base", "address": "0x" + "aB" * 20},                           # EIP-55 mismatch
+    {"chain": "solana", "address": "1" * 44},                                 # not 32 bytes
+])
+def test_a_wallet_message_for_an_address_not_of_the_chain_is_422(client, account, doc, query):
+    _assert_query_valid(doc, "/api/wallet/connect/message", query)
+    r = client.get("/api/wallet/connect/message", query_string=query, headers=account.headers)
+    assert r.status_code == 422 and r.get_json()["error"] == "unprocessable", r.get_json()
+    _documented(doc, "/api/wallet/connect/message", "get", 422)
+
+
+def test_a_pubkey_of_the_documented_shape_that_is_no_key_is_422(client, account, doc):
+    from app.blueprints.agents.schemas import PUBKEY_PATTERN
+
+    for pubkey in ("ed25519:" + "1" * 43, "ed25519:" + "z" * 44,
+                   "eip155:8453:0x" + "aB" * 20):  # 31 zero bytes; over 32 bytes; EIP-55 mismatch
+        assert re.fullmatch(PUBKEY_PATTERN, pubkey)
+        body = {"name": "a", "pubkey": pubkey}
+        _assert_body_valid(doc, "/api/agent/register", "post", body)
+        r = client.post("/api/agent/register", json=body, headers=account.headers)
+        assert r.status_code == 422 and r.get_json()["error"] == "unprocessable", (pubkey, r.get_json())
+    _documented(doc, "/api/agent/register", "post", 422)
+
+
+def test_the_error_table_publishes_the_statuses(doc):
+    codes = doc["x-error-codes"]
+    assert codes["unprocessable"]["status"] == 422
+    assert codes["unknown_action"]["status"] == 404
+    assert codes["nonce_invalid"]["status"] == 409
+    assert codes["webhook_signature_invalid"]["status"] == 401
+    assert codes["payment_method_not_found"]["status"] == 404

@@ -253,6 +253,9 @@ def _open_pg(account_id, mode, mod, act, idempotency_key, req_hash, price_micros
     if res.outcome == "key_spend_limit":  # the refusal's details (rare path, reads only)
         with unit_of_work():
             raise spend.refusal(key_id, price_micros, utcnow())
+    if res.outcome == "member_budget":
+        with unit_of_work():
+            raise spend.budget_refusal(key_id, price_micros, utcnow())
     if res.outcome == "existing":
         return CallResult(_replay_or_conflict(res.idem_hash, res.idem_status, res.idem_body,
                                               req_hash, account_id, idempotency_key).encode(), True)

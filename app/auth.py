@@ -428,6 +428,12 @@ def key_of(p: Principal) -> str | None:
     return p.extra.get("spend_key") or p.credential_id
 
 
+def person_of(p: Principal) -> str:
+    """The person behind a credential: the member who owns an organisation key, else the
+    credential's own account (who a receipt names as ``actor_account_id``)."""
+    return p.extra.get("member") or p.account_id
+
+
 def controls_of(p: Principal):
     """The key's controls (``key_controls.KeyControls``: allow-lists, rpm/tpm), or None."""
     return p.extra.get("controls")

@@ -50,8 +50,10 @@ class LastOwner(Conflict):
 
 def person_of(principal) -> str:
     """The person behind a credential: the member who owns an organisation key, else the
-    credential's own account."""
-    return principal.extra.get("member") or principal.account_id
+    credential's own account (``auth.person_of``)."""
+    from app.auth import person_of as of
+
+    return of(principal)
 
 
 def org_role_of(principal) -> str | None:

@@ -419,11 +419,19 @@ def public(func):
 def key_of(p: Principal) -> str | None:
     """The API key id whose spend limit applies to a key credential's charges: its own, or
     for a rotated key still in its overlap the newest key of its rotation (which carried
-    the count over: old and new key share one limit). None for a session or a key without
-    a limit, so unlimited calls skip the limit's statements altogether."""
-    if p.kind != "key" or not p.extra.get("spend_limited"):
+    the count over: old and new key share one limit). An organisation key always has one:
+    its charges count in its member's month (the member's budget, read by the engine in
+    the charge's statement). None for a session or a personal key without a limit, so
+    unlimited calls skip the limit's statements altogether."""
+    if p.kind != "key" or not (p.extra.get("spend_limited") or p.extra.get("member")):
         return None
     return p.extra.get("spend_key") or p.credential_id
+
+
+def person_of(p: Principal) -> str:
+    """The person behind a credential: the member who owns an organisation key, else the
+    credential's own account (who a receipt names as ``actor_account_id``)."""
+    return p.extra.get("member") or p.account_id
 
 
 def controls_of(p: Principal):

@@ -39,3 +39,16 @@ def balances(app, *account_ids: str) -> list[int]:
         out = [db.session.get(Account, a).balance_micros // 10_000 for a in account_ids]
         db.session.remove()
     return out
+
+
+def fund(app, org_id: str, cents: int, plan: str | None = None) -> None:
+    """Credit ``cents`` to the organisation's live balance (a test grant through the
+    ledger), optionally on ``plan`` (its rate limit is the organisation's)."""
+    from app.services.money import ledger
+
+    with app.app_context():
+        ledger.post("test_grant", [("adjust:test", -cents * 10_000), (ledger.customer(org_id), cents * 10_000)])
+        if plan is not None:
+            db.session.get(Account, org_id).plan = plan
+        db.session.commit()
+        db.session.remove()

@@ -13,6 +13,6 @@ from app.models.alerts import Alert, AlertEvent  # noqa: F401
 from app.models.calls import IdempotencyRecord, ModuleCall  # noqa: F401
 from app.models.chat import ChatCompletion  # noqa: F401
 from app.models.tokens import SingleUseToken  # noqa: F401
-from app.models.orgs import OrgAuditEntry, OrgInvite, OrgMember  # noqa: F401
+from app.models.orgs import MemberSpend, OrgAuditEntry, OrgInvite, OrgMember  # noqa: F401
 from app.models.providerkeys import ProviderKey  # noqa: F401
 from app.models.autotopup import AutoTopup, AutoTopupRun  # noqa: F401

@@ -51,6 +51,9 @@ class ModuleCall(db.Model):
     # The start of the limit period the reservation was counted in: the refund gives it
     # back THERE, even if the key's period changed since (money engine, gw_spend_release).
     spend_reserved_from: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # The member whose monthly budget counter (``member_spend``) this charge was counted in
+    # (an organisation key's member; NULL: none): given back to the month of ``created_at``.
+    budget_member_id: Mapped[str | None] = mapped_column(String(32))
     # Who acted (the API key or session id); ``account_id`` is the account that pays.
     actor: Mapped[str | None] = mapped_column(String(64))
     ok: Mapped[bool | None] = mapped_column(Boolean)

@@ -43,6 +43,9 @@ class ChatCompletion(db.Model):
     spend_key_id: Mapped[str | None] = mapped_column(String(32))
     # The start of the limit period the hold was counted in (settle/release give back there).
     spend_reserved_from: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # The member whose monthly budget counter (``member_spend``) this charge was counted in
+    # (an organisation key's member; NULL: none): given back to the month of ``created_at``.
+    budget_member_id: Mapped[str | None] = mapped_column(String(32))
     # Who acted (the API key or session id); ``account_id`` is the account that pays.
     actor: Mapped[str | None] = mapped_column(String(64))
     cost_micros: Mapped[int] = mapped_column(BigInteger, default=0)

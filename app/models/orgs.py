@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import CheckConstraint, ForeignKey, Index, String
+from sqlalchemy import BigInteger, CheckConstraint, ForeignKey, Index, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.extensions import db
@@ -17,17 +17,36 @@ ROLES = ("owner", "admin", "billing", "developer", "viewer")
 
 class OrgMember(db.Model):
     """One person's membership: ``account_id`` (their own account) in ``org_id`` (the
-    organisation's account) with a ``role``."""
+    organisation's account) with a ``role`` and an optional ``monthly_budget_micros``: the
+    most the member's organisation keys together may spend per UTC month (NULL: no
+    budget), counted in ``member_spend`` by the money engine (``gw_spend_reserve``)."""
 
     __tablename__ = "org_members"
     __table_args__ = (
         CheckConstraint("role IN ('owner', 'admin', 'billing', 'developer', 'viewer')", name="org_member_role"),
+        CheckConstraint("monthly_budget_micros >= 0", name="budget_nonnegative"),
     )
 
     org_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"), primary_key=True)
     account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"), primary_key=True, index=True)
     role: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    monthly_budget_micros: Mapped[int | None] = mapped_column(BigInteger)
+
+
+class MemberSpend(db.Model):
+    """What one member's organisation keys spent in one UTC month (``period_start``: the
+    1st, 00:00 UTC) of one organisation. Changed only by the money engine
+    (``gw_spend_reserve`` / ``gw_spend_release``), one conditional statement per reserve
+    or release, in the statement of the charge itself."""
+
+    __tablename__ = "member_spend"
+    __table_args__ = (CheckConstraint("spent_micros >= 0", name="spent_nonnegative"),)
+
+    org_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    member_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    period_start: Mapped[datetime] = mapped_column(UTCDateTime, primary_key=True)
+    spent_micros: Mapped[int] = mapped_column(BigInteger, default=0)
 
 
 class OrgAuditEntry(db.Model):

@@ -23,6 +23,8 @@ def readme_verify(resp: dict, published: list[dict]) -> None:
              "module": resp["module"], "action": r["action"], "cost_cents": resp["cost_cents"],
              "result_sha256": hashlib.sha256(canon(resp["result"])).hexdigest(),
              "ok": resp["ok"], "mode": r["mode"], "ts": r["ts"]}
+    if r["v"] >= 2:
+        facts.update(actor=r["actor"], actor_account_id=r["actor_account_id"])
     keys = {k["kid"]: k["public_key"] for k in published}
     assert hashlib.sha256(canon(facts)).hexdigest() == r["hash"], "hash mismatch"
     VerifyKey(base64.b64decode(keys[r["kid"]])).verify(canon(facts), base64.b64decode(r["sig"]))
@@ -36,6 +38,9 @@ MUTATIONS = [
     ("result", lambda d: d["result"].__setitem__("extra", 1)),
     ("result-nested", lambda d: d["result"]["echo"].__setitem__("text", "changed")),
     ("account_id", lambda d: d["receipt"].__setitem__("account_id", "acct_other")),
+    ("actor", lambda d: d["receipt"].__setitem__("actor", "key_other")),
+    ("actor_account_id", lambda d: d["receipt"].__setitem__("actor_account_id", "acct_other")),
+    ("version", lambda d: d["receipt"].__setitem__("v", 1)),
     ("action", lambda d: d["receipt"].__setitem__("action", "bad")),
     ("mode", lambda d: d["receipt"].__setitem__("mode", "test")),
     ("ts", lambda d: d["receipt"].__setitem__("ts", "2020-01-01T00:00:00Z")),
@@ -143,3 +148,59 @@ def test_canonical_facts_writes_the_bytes_of_canonical_for_every_character():
                 receipts.canonical_facts(f)
         else:
             assert receipts.canonical_facts(f) == expected
+
+
+# A version-1 receipt as the gateway signed it before receipts named the actor (made by the
+# version-1 code with a fixed test seed, b"\x07" * 32): it must keep verifying.
+V1_RESPONSE = {"call_id": "call_v1receipt", "module": "svc", "cost_cents": 3, "ok": True,
+               "result": {"echo": {"text": "héllo"}},
+               "receipt": {"hash": "bf0df0c0c07443856c3cee4308a511f663a0ea33eb9a8146211f3005b8849a69",
+                           "sig": "/PL0hfKC24OO7SCWl5hZWp6faWT9qDo/AeSL6kSUw4z3xswzYyoYvmCVLi1cMrZRUpigZTrXTq+Us"
+                                  "CuUuKPgCg==",
+                           "v": 1, "kid": "k_fe812c12f3ab4ce6", "alg": "ed25519",
+                           "ts": "2026-11-20T10:00:00.000000Z", "account_id": "acct_v1payer", "action": "ok",
+                           "mode": "live"}}
+V1_KEYS = [{"kid": "k_fe812c12f3ab4ce6", "public_key": "6kpsY+KcUgq+9VB7Ey7F+ZVHdq6+vnuSQh7qaRRG0iw="}]
+
+
+def test_version_1_receipts_still_verify_everywhere():
+    from gateway_client import receipts as client_receipts
+    from gateway_client.errors import ReceiptInvalid
+
+    by_kid = {k["kid"]: k["public_key"] for k in V1_KEYS}
+    saved = copy.deepcopy(V1_RESPONSE)
+    assert receipts.verify_response(saved, by_kid)["v"] == 1
+    assert client_receipts.verify(saved, by_kid) is True
+    readme_verify(saved, V1_KEYS)
+    for forge in ({"v": 2}, {"actor": "key_x", "actor_account_id": "acct_x", "v": 2}, {"v": 3}, {"v": True}):
+        forged = copy.deepcopy(saved)
+        forged["receipt"].update(forge)
+        with pytest.raises(receipts.ReceiptInvalid):
+            receipts.verify_response(forged, by_kid)
+        with pytest.raises(ReceiptInvalid):
+            client_receipts.verify(forged, by_kid)
+
+
+def test_receipts_name_the_payer_and_the_actor(app, client, make_account, mod):  # noqa: F811
+    from gateway_client import receipts as client_receipts
+    from tests.orgkit import fund, join, make_org, org_key
+
+    owner, dev = make_account(), make_account()
+    org = make_org(client, owner)
+    join(app, org["id"], dev, "developer")
+    fund(app, org["id"], 100)
+    key = org_key(client, dev, org["id"])
+    published = client.get("/api/receipts/keys").get_json()["keys"]
+    by_kid = {k["kid"]: k["public_key"] for k in published}
+    org_call = call(client, None, {"action": "ok"}, bearer=key["key"]).get_json()
+    mine = call(client, dev, {"action": "ok"}).get_json()
+    r = org_call["receipt"]
+    assert (r["v"], r["account_id"], r["actor"], r["actor_account_id"]) == (2, org["id"], key["id"], dev.id)
+    personal_key = client.get("/api/account", headers=dev.headers).get_json()["actor"]["credential_id"]
+    assert (mine["receipt"]["account_id"], mine["receipt"]["actor"], mine["receipt"]["actor_account_id"]) == \
+        (dev.id, personal_key, dev.id)
+    for resp in (org_call, mine):
+        saved = json.loads(json.dumps(resp))
+        assert receipts.verify_response(saved, by_kid)["actor"] == resp["receipt"]["actor"]
+        assert client_receipts.verify(saved, by_kid) is True
+        readme_verify(saved, published)

@@ -170,7 +170,8 @@ class HotPath:
         res = gateway.call(account_id=principal.account_id, mode=principal.mode, slug=slug,
                            body=body, idempotency_key=idempotency_key, payment=None,
                            request_id=g.request_id, key_id=auth.key_of(principal),
-                           actor=principal.credential_id, controls=auth.controls_of(principal))
+                           actor=principal.credential_id, controls=auth.controls_of(principal),
+                           actor_account=auth.person_of(principal))
         headers = {"Content-Type": "application/json", "Content-Length": str(len(res.body))}
         if res.replayed:
             headers["Idempotent-Replayed"] = "true"

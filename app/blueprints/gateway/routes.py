@@ -2,7 +2,7 @@
 from flask import Response, g
 from flask.views import MethodView
 
-from app.auth import authenticated, controls_of, key_of, principal
+from app.auth import authenticated, controls_of, key_of, person_of, principal
 from app.errors import ErrorSchema
 from app.blueprints.gateway.schemas import (ModuleCallHeadersSchema, ModuleCallRequestSchema,
                                             ModuleCallResponseSchema, ModuleListSchema,
@@ -59,7 +59,7 @@ class ModuleCallView(MethodView):
         res = gateway.call(account_id=p.account_id, mode=p.mode, slug=slug, body=body,
                            idempotency_key=idempotency_key, payment=x_payment or payment_signature,
                            request_id=g.get("request_id"), key_id=key_of(p),
-                           actor=p.credential_id, controls=controls_of(p))
+                           actor=p.credential_id, controls=controls_of(p), actor_account=person_of(p))
         resp = Response(res.body, 200, mimetype="application/json")
         if res.replayed:
             resp.headers["Idempotent-Replayed"] = "true"

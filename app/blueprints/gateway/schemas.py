@@ -95,11 +95,19 @@ class ModuleCallHeadersSchema(PaymentHeadersSchema):
 class ReceiptSchema(ma.Schema):
     hash = ma.fields.String(required=True, metadata={"description": "SHA-256 hex of the canonical signed facts."})
     sig = ma.fields.String(required=True, metadata={"description": "Base64 ed25519 signature over the canonical facts."})
-    v = ma.fields.Integer(metadata={"description": "Receipt format version (1)."})
+    v = ma.fields.Integer(metadata={"description": "Receipt format version (2; version 1, signed before "
+                                                   "2026-11-28, has no `actor` / `actor_account_id` and still "
+                                                   "verifies)."})
     kid = ma.fields.String(metadata={"description": "Signing key id (see GET /api/receipts/keys)."})
     alg = ma.fields.String(metadata={"description": "`ed25519`."})
     ts = ma.fields.String(metadata={"description": "Time of the call (RFC 3339, UTC)."})
-    account_id = ma.fields.String()
+    account_id = ma.fields.String(metadata={"description": "The account that paid (an organisation for an "
+                                                          "organisation key)."})
+    actor = ma.fields.String(allow_none=True, metadata={"description": "The credential that acted: the API key "
+                                                                      "or agent session id (signed)."})
+    actor_account_id = ma.fields.String(metadata={"description": "The person behind the credential: an "
+                                                                "organisation key's member, else the paying "
+                                                                "account (signed)."})
     action = ma.fields.String()
     mode = ma.fields.String(metadata={"description": "`live` or `test`."})
 

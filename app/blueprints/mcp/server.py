@@ -199,7 +199,8 @@ def _run_call(app, principal, request_id: str | None, name: str, arguments: dict
             res = gateway.call(account_id=principal.account_id, mode=principal.mode, slug=slug,
                                body=loaded, idempotency_key=key, payment=payment,
                                request_id=request_id, key_id=auth.key_of(principal),
-                               actor=principal.credential_id, controls=auth.controls_of(principal))
+                               actor=principal.credential_id, controls=auth.controls_of(principal),
+                               actor_account=auth.person_of(principal))
             return res.body, res.headers
         except (ModuleNotFound, UnknownAction):
             raise LookupError(name) from None

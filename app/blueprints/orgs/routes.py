@@ -57,10 +57,12 @@ def list_members(org_id):
                                    409: "`last_owner`: the organisation's only owner keeps the role."},
           name="MemberUpdateView")
 def update_member(body, org_id, member_id):
-    """Change a member's `role` (owners and admins; only an owner gives or takes `owner`).
-    The new role applies to the member's organisation keys on every worker within 60 s
-    (about 1 s with Redis)."""
-    return orgs.update_member(principal(), current_actor(), org_id, member_id, body["role"])
+    """Change a member's `role` and/or `monthly_budget_cents` (owners and admins; only an
+    owner gives or takes `owner` or sets an owner's budget). The new role applies to the
+    member's organisation keys on every worker within 60 s (about 1 s with Redis); the
+    budget from the next charge (the engine reads it in the charge's own statement)."""
+    return orgs.update_member(principal(), current_actor(), org_id, member_id, body.get("role"),
+                              monthly_budget_cents=body.get("monthly_budget_cents", orgs.UNSET))
 
 
 @endpoint(blp, "/<string:org_id>/members/<string:member_id>", "delete", "orgs:write", ok=MemberRemovedSchema,

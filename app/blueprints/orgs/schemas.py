@@ -3,8 +3,9 @@ import marshmallow as ma
 from marshmallow import validate
 
 from app.blueprints.contact.schemas import EMAIL_DOC
-from app.blueprints.fields import InputSchema, Pattern, derived, header_safe
+from app.blueprints.fields import InputSchema, JsonInteger, Pattern, derived, header_safe
 from app.models.orgs import ROLES
+from app.services.orgs.orgs import MAX_BUDGET_CENTS
 from app.services.money.ledger import micros_to_cents
 
 ID = validate.Length(min=1, max=32)
@@ -50,6 +51,13 @@ class MemberSchema(ma.Schema):
     email = ma.fields.String(required=True, allow_none=True)
     role = ma.fields.String(required=True, validate=validate.OneOf(ROLES))
     created_at = ma.fields.DateTime(required=True, metadata={"description": "When the member joined."})
+    monthly_budget_cents = ma.fields.Integer(required=True, allow_none=True, metadata={
+        "description": "The most the member's organisation keys together may spend per UTC month (module "
+                       "calls and chat, live mode); a charge that does not fit is refused with 402 "
+                       "`member_budget_exceeded` before anything is charged. Null: no budget."})
+    spent_this_month_cents = ma.fields.Integer(required=True, metadata={
+        "description": "What the member's organisation keys spent this UTC month (counted with or without a "
+                       "budget; refunds and unused chat holds give it back), floor cents."})
 
 
 class MemberListSchema(ma.Schema):
@@ -57,8 +65,21 @@ class MemberListSchema(ma.Schema):
 
 
 class MemberUpdateSchema(InputSchema):
-    role = ma.fields.String(required=True, validate=validate.OneOf(ROLES), metadata={
+    class Meta:
+        json_schema = {"anyOf": [{"required": ["role"]}, {"required": ["monthly_budget_cents"]}]}
+
+    role = ma.fields.String(validate=validate.OneOf(ROLES), metadata={
         "description": "New role; only an owner gives or takes the role `owner`; the last owner keeps it."})
+    monthly_budget_cents = JsonInteger(allow_none=True, validate=validate.Range(min=0, max=MAX_BUDGET_CENTS),
+                                       metadata={"description": (
+        "The member's monthly budget in cents over all their organisation keys (UTC month; 0 refuses every "
+        "charge); null removes it. Set below what the member spent this month, it refuses their next "
+        "charge. Only an owner sets an owner's budget.")})
+
+    @ma.validates_schema
+    def _something(self, data, **kwargs):
+        if not data:
+            raise ma.ValidationError("Give `role` and/or `monthly_budget_cents`.")
 
 
 class MemberRemovedSchema(ma.Schema):

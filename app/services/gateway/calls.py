@@ -119,10 +119,13 @@ def request_hash(slug: str, mode: str, body: dict) -> str:
 
 def call(*, account_id: str, mode: str, slug: str, body: dict, idempotency_key: str | None = None,
          payment: str | None = None, request_id: str | None = None, key_id: str | None = None,
-         actor: str | None = None, controls: key_controls.KeyControls | None = None) -> CallResult:
+         actor: str | None = None, controls: key_controls.KeyControls | None = None,
+         actor_account: str | None = None) -> CallResult:
     """Perform one metered module call (see the module docstring for the scheme); ``key_id``:
-    the API key whose spend limit applies (``app.services.money.spend``); ``account_id``
-    pays, ``actor`` (the credential's id) is who acted: both are recorded. ``controls``:
+    the API key whose spend limit (and member budget) applies (``app.services.money.spend``);
+    ``account_id`` pays, ``actor`` (the credential's id) is who acted, ``actor_account`` the
+    person behind it (an organisation key's member; default: ``account_id``): all are
+    recorded, and the receipt names them. ``controls``:
     the key's allow-list of modules (403 ``module_not_allowed``) and rpm limit (429)."""
     key_controls.check_module(controls, slug)
     key_controls.count_request(controls)
@@ -171,7 +174,8 @@ def call(*, account_id: str, mode: str, slug: str, body: dict, idempotency_key: 
         raise
     try:
         with telemetry.span("call.finalize"):  # receipt signature + the finalize statement
-            body = _finalize(call_id, account_id, slug, act, mode, answer, idempotency_key)
+            body = _finalize(call_id, account_id, slug, act, mode, answer, idempotency_key,
+                             actor, actor_account)
     except ProviderTimeout:
         raise
     except BaseException:
@@ -253,16 +257,20 @@ def _open_pg(account_id, mode, mod, act, idempotency_key, req_hash, price_micros
     if res.outcome == "key_spend_limit":  # the refusal's details (rare path, reads only)
         with unit_of_work():
             raise spend.refusal(key_id, price_micros, utcnow())
+    if res.outcome == "member_budget":
+        with unit_of_work():
+            raise spend.budget_refusal(key_id, price_micros, utcnow())
     if res.outcome == "existing":
         return CallResult(_replay_or_conflict(res.idem_hash, res.idem_status, res.idem_body,
                                               req_hash, account_id, idempotency_key).encode(), True)
     return call_id
 
 
-def _finalize(call_id, account_id, slug, act, mode, answer, idempotency_key) -> bytes:
+def _finalize(call_id, account_id, slug, act, mode, answer, idempotency_key, actor=None,
+              actor_account=None) -> bytes:
     receipt = receipts.sign(call_id=call_id, account_id=account_id, module=slug, action=act.name,
                             cost_cents=act.price_cents, result=answer.result, ok=answer.ok,
-                            mode=mode)
+                            mode=mode, actor=actor, actor_account_id=actor_account)
     body = orjson.dumps({"ok": answer.ok, "module": slug, "call_id": call_id,
                          "cost_cents": act.price_cents, "result": answer.result,
                          "receipt": receipt})

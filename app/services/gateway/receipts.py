@@ -11,10 +11,16 @@ Signing keys
 A key id (``kid``) is ``k_`` + the first 16 hex digits of SHA-256 over the public key,
 so it is the same wherever the key lives.
 
-What is signed (receipt version 1) — every field is in the call response:
-``{"v", "kid", "call_id", "account_id", "module", "action", "cost_cents", "result_sha256",
-"ok", "mode", "ts"}`` where ``result_sha256`` is the SHA-256 hex of the canonical JSON
-of ``result``. Canonical JSON = ``json.dumps(x, sort_keys=True, separators=(",", ":"),
+What is signed (receipt version 2) — every field is in the call response:
+``{"v", "kid", "call_id", "account_id", "actor", "actor_account_id", "module", "action",
+"cost_cents", "result_sha256", "ok", "mode", "ts"}`` where ``account_id`` is the account
+that paid (an organisation for an organisation key), ``actor`` the credential that acted
+(the API key or agent session id; null when none), ``actor_account_id`` the person behind
+it (an organisation key's member, else the paying account itself), and ``result_sha256``
+the SHA-256 hex of the canonical JSON of ``result``. Version 1 (receipts signed before
+2026-11-28) signed the same facts without ``actor`` and ``actor_account_id``; such
+receipts still verify (``verify_response`` rebuilds the facts of the receipt's own ``v``;
+docs/decisions.md, "Receipts name the payer and the actor"). Canonical JSON = ``json.dumps(x, sort_keys=True, separators=(",", ":"),
 ensure_ascii=False).encode("utf-8")``. ``hash`` = SHA-256 hex of the canonical facts;
 ``sig`` = base64 ed25519 signature over the canonical facts' bytes.
 """
@@ -39,11 +45,16 @@ from app.services.platform import crypto
 
 log = logging.getLogger(__name__)
 
-RECEIPT_VERSION = 1
+RECEIPT_VERSION = 2
 KEYRING_FILE = "receipt_keys.json"
 _RELOAD_SECONDS = 5.0
-SIGNED_FIELDS = ("v", "kid", "call_id", "account_id", "module", "action", "cost_cents",
-                 "result_sha256", "ok", "mode", "ts")
+# the signed facts of each receipt version a verifier accepts
+VERSION_FIELDS = {
+    1: ("v", "kid", "call_id", "account_id", "module", "action", "cost_cents", "result_sha256", "ok", "mode", "ts"),
+    2: ("v", "kid", "call_id", "account_id", "actor", "actor_account_id", "module", "action", "cost_cents",
+        "result_sha256", "ok", "mode", "ts"),
+}
+SIGNED_FIELDS = VERSION_FIELDS[RECEIPT_VERSION]
 
 
 def canonical(obj) -> bytes:
@@ -193,26 +204,36 @@ def result_digest(result) -> str:
 
 
 def facts(*, kid: str, call_id: str, account_id: str, module: str, action: str,
-          cost_cents: int, result, ok: bool, mode: str, ts: str) -> dict:
-    return {"v": RECEIPT_VERSION, "kid": kid, "call_id": call_id, "account_id": account_id,
-            "module": module, "action": action, "cost_cents": int(cost_cents),
-            "result_sha256": result_digest(result), "ok": bool(ok), "mode": mode, "ts": ts}
+          cost_cents: int, result, ok: bool, mode: str, ts: str, actor: str | None = None,
+          actor_account_id: str | None = None, v: int = RECEIPT_VERSION) -> dict:
+    """The signed facts of receipt version ``v`` (1: without the actor)."""
+    f = {"v": v, "kid": kid, "call_id": call_id, "account_id": account_id,
+         "module": module, "action": action, "cost_cents": int(cost_cents),
+         "result_sha256": result_digest(result), "ok": bool(ok), "mode": mode, "ts": ts}
+    if v >= 2:
+        f.update(actor=actor, actor_account_id=actor_account_id)
+    return f
 
 
 def sign(*, call_id: str, account_id: str, module: str, action: str, cost_cents: int,
-         result, ok: bool, mode: str, ts: str | None = None) -> dict:
+         result, ok: bool, mode: str, ts: str | None = None, actor: str | None = None,
+         actor_account_id: str | None = None) -> dict:
     """The receipt object of a call response: ``hash``, ``sig`` and the fields a verifier
     needs besides the response's top-level ``module``, ``call_id``, ``cost_cents``, ``ok``,
-    ``result``."""
+    ``result``. ``account_id`` paid; ``actor`` (the credential) and ``actor_account_id``
+    (the person behind it; default: the paying account) acted."""
     ring = keyring()
     ts = ts or isoformat(utcnow())
+    actor_account_id = actor_account_id or account_id
     f = facts(kid=ring.active_kid, call_id=call_id, account_id=account_id, module=module,
-              action=action, cost_cents=cost_cents, result=result, ok=ok, mode=mode, ts=ts)
+              action=action, cost_cents=cost_cents, result=result, ok=ok, mode=mode, ts=ts,
+              actor=actor, actor_account_id=actor_account_id)
     msg = canonical_facts(f)
     return {"hash": hashlib.sha256(msg).hexdigest(),
             "sig": base64.b64encode(ring.signer.sign(msg).signature).decode(),
             "v": RECEIPT_VERSION, "kid": ring.active_kid, "alg": "ed25519", "ts": ts,
-            "account_id": account_id, "action": action, "mode": mode}
+            "account_id": account_id, "actor": actor, "actor_account_id": actor_account_id,
+            "action": action, "mode": mode}
 
 
 class ReceiptInvalid(ValueError):
@@ -224,11 +245,13 @@ def verify_response(response: dict, public_keys_by_kid: dict[str, str]) -> dict:
     Returns the signed facts; raises ReceiptInvalid."""
     try:
         r = response["receipt"]
+        v = r.get("v", 1)
+        if isinstance(v, bool) or v not in VERSION_FIELDS:
+            raise ReceiptInvalid(f"unsupported receipt version {v}")
+        actors = {"actor": r["actor"], "actor_account_id": r["actor_account_id"]} if v >= 2 else {}
         f = facts(kid=r["kid"], call_id=response["call_id"], account_id=r["account_id"],
                   module=response["module"], action=r["action"], cost_cents=response["cost_cents"],
-                  result=response["result"], ok=response["ok"], mode=r["mode"], ts=r["ts"])
-        if r.get("v", RECEIPT_VERSION) != RECEIPT_VERSION:
-            raise ReceiptInvalid(f"unsupported receipt version {r.get('v')}")
+                  result=response["result"], ok=response["ok"], mode=r["mode"], ts=r["ts"], v=v, **actors)
     except (KeyError, TypeError) as exc:
         raise ReceiptInvalid(f"not a call response with a receipt: missing {exc}") from None
     msg = canonical(f)

@@ -7,7 +7,8 @@ their only Python callers. Nothing else moves a balance or writes a ledger row.
 Rules (SQL, ``sql/``):
 
 * ``gw_post`` — a balanced posting and the cached balances it moves (the one writer);
-* ``gw_period_bounds``, ``gw_spend_reserve``, ``gw_spend_release`` — per-key spend limits;
+* ``gw_period_bounds``, ``gw_spend_reserve``, ``gw_spend_release`` — per-key spend limits
+  and organisation members' monthly budgets;
 * ``gw_open_calls``, ``gw_finalize_calls`` — a metered call's open and finalize;
 * ``gw_chat_hold``, ``gw_chat_settle`` — a chat completion's hold and settle;
 * ``gw_ledger_balanced``, ``gw_ledger_append_only`` — the database's own guard (triggers).
@@ -20,7 +21,8 @@ finalize it                            ``charging.finalize_pg``
 refund it / sweep the stale ones       ``refunds.refund`` / ``refunds.sweep_pending``
 chat hold / extend / settle / release  ``holds.hold`` / ``extend`` / ``settle`` / ``release``
 release stale chat holds               ``holds.release_stale_holds``
-key spend limits: release, refusal     ``spend.release`` / ``spend.refusal``
+key limits, member budgets: release,   ``spend.release`` / ``spend.refusal`` /
+refusal, a member's month              ``spend.budget_refusal`` / ``spend.member_spent``
 outside money in (card, ACH, USDC,     ``funding.credit`` (once per outside reference:
 x402 booking)                          ``outside.record``)
 refund / dispute of such a credit      ``funding.take_back`` / ``funding.reinstate``

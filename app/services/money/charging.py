@@ -88,7 +88,7 @@ _FINALIZE = "SELECT id FROM gw_finalize_calls(%(rows)s::jsonb) AS id"
 @dataclass(frozen=True)
 class Opened:
     """What ``gw_open_calls`` answered for a call: ``opened``, ``insufficient`` /
-    ``key_spend_limit`` (refused: nothing of it was written), or ``existing`` (the key is
+    ``key_spend_limit`` / ``member_budget`` (refused: nothing of it was written), or ``existing`` (the key is
     taken: its stored hash, status and body)."""
 
     outcome: str

@@ -46,7 +46,8 @@ def hold(completion_id: str, account_id: str, requested_model: str, hold_micros:
     """Record the completion as ``held`` and move ``hold_micros`` from the customer to the
     hold account, in one unit of work; returns the hold's time (``created_at``, which
     ``settle`` takes). 402 ``payment_required`` when the balance is short; 402
-    ``key_spend_limit_reached`` when the hold does not fit ``key_id``'s spend limit.
+    ``key_spend_limit_reached`` when the hold does not fit ``key_id``'s spend limit, 402
+    ``member_budget_exceeded`` when it does not fit its member's monthly budget.
     PostgreSQL: ONE autocommit statement (``gw_chat_hold``, ``money/sql/``), the key's
     spend-limit reservation included; a refusal leaves nothing."""
     try:
@@ -81,6 +82,8 @@ def _hold_pg(completion_id: str, account_id: str, requested_model: str, hold_mic
                             legs=_hold_legs(account_id, hold_micros))
     if outcome == "key_spend_limit":
         raise spend.refusal(key_id, hold_micros, now)
+    if outcome == "member_budget":
+        raise spend.budget_refusal(key_id, hold_micros, now)
     if outcome == "insufficient":
         raise ledger.InsufficientFunds(account_id, hold_micros)
     return now
@@ -146,17 +149,18 @@ def release(completion_id: str, *, error: str, attempts: int = 0, stale_before=N
     at = _at(created_at)
     row = db.session.execute(
         select(_COMPLETIONS.c.account_id, _COMPLETIONS.c.hold_micros, _COMPLETIONS.c.spend_key_id,
-               _COMPLETIONS.c.created_at, _COMPLETIONS.c.spend_reserved_from, _COMPLETIONS.c.actor)
+               _COMPLETIONS.c.created_at, _COMPLETIONS.c.spend_reserved_from, _COMPLETIONS.c.actor,
+               _COMPLETIONS.c.budget_member_id)
         .where(_COMPLETIONS.c.id == completion_id, _COMPLETIONS.c.status == "held", *at)).first()
     if row is None:
         return False
-    account_id, hold_micros, spend_key_id, held_at, reserved_from, actor = row
+    account_id, hold_micros, spend_key_id, held_at, reserved_from, actor, member = row
     alive = [func.coalesce(_COMPLETIONS.c.alive_at, _COMPLETIONS.c.created_at) < stale_before] \
         if stale_before is not None else []
     if not _flip(completion_id, {"status": "released", "attempts": attempts, "error": error[:300]},
                  _COMPLETIONS.c.created_at == held_at, *alive):
         return False
-    spend.release(spend_key_id, hold_micros, reserved_from)
+    spend.release(spend_key_id, hold_micros, reserved_from, org=account_id, member=member, at=held_at)
     if hold_micros:
         ledger.post("chat_release", [(HOLD, -hold_micros), (ledger.customer(account_id), hold_micros)],
                     ref=f"chat_settle:{completion_id}", account_id=account_id, actor=actor)

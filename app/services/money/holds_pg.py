@@ -8,7 +8,7 @@ and run the two statements.
 * ``hold``: the key's spend-limit reservation, the conditional debit, the ``held``
   completion row and the ``chat_hold`` posting in ONE round trip, committed without
   waiting for the WAL flush (set in the function). A refusal RAISEs in the function
-  (SQLSTATE ``GWKSL`` key spend limit, ``GW402`` insufficient funds), so the server
+  (SQLSTATE ``GWKSL`` key spend limit, ``GWMBR`` member budget, ``GW402`` insufficient funds), so the server
   undoes all of it — the key's counter included — with no ROLLBACK round trip.
 * ``settle``: the exact charge (never more than the hold), ``held → settled`` once, the
   customer's change, the ``chat_settle`` posting and the key's unused reservation back in
@@ -59,7 +59,7 @@ def hold(*, completion_id: str, account_id: str, requested_model: str, stream: b
          hold_micros: int, key_id: str | None, now: datetime, legs: list[tuple[str, int]],
          actor: str | None = None) -> str:
     """One round trip, committed by itself: ``held``, or the refusal (``insufficient`` /
-    ``key_spend_limit``: nothing was written). ``key_id``: the API key whose spend limit
+    ``key_spend_limit`` / ``member_budget``: nothing was written). ``key_id``: the API key whose spend limit
     the hold counts against (the function reserves it when the key has a limit)."""
     legs = sorted(legs, key=lambda leg: leg[1])  # debits first, as ledger.post orders them
     params = {"id": completion_id, "account_id": account_id, "actor": actor,

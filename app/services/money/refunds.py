@@ -4,7 +4,7 @@ the purge of expired Idempotency-Key records.
 
 A refund is the reversing ledger posting (unique ref ``call_refund:<id>``), the
 conditional ``pending → refunded`` flip (so at most once, whoever gets there first), the
-key's spend-limit release and the release of the call's Idempotency-Key, in one unit of
+key's spend-limit and member-budget release and the release of the call's Idempotency-Key, in one unit of
 work. Usage is not touched: it is read from the call log (``billing.usage_log``), where a
 refunded call counts as an error without spend.
 """
@@ -39,7 +39,8 @@ def refund(call_id: str, error: str, created_at=None) -> bool:
                         .returning(ModuleCall.account_id, ModuleCall.price_micros, ModuleCall.charged,
                                    ModuleCall.owner_agent_id, ModuleCall.idempotency_key,
                                    ModuleCall.created_at, ModuleCall.spend_key_id,
-                                   ModuleCall.spend_reserved_from, ModuleCall.actor)
+                                   ModuleCall.spend_reserved_from, ModuleCall.actor,
+                                   ModuleCall.budget_member_id)
                         .execution_options(synchronize_session=False)).first()
         if row is None:
             return False
@@ -50,7 +51,8 @@ def refund(call_id: str, error: str, created_at=None) -> bool:
             ledger.post("module_call_refund", back, ref=f"call_refund:{call_id}",
                         account_id=row.account_id, meta={"call_id": call_id, "reason": error},
                         actor=row.actor)
-            spend.release(row.spend_key_id, row.price_micros, row.spend_reserved_from)
+            spend.release(row.spend_key_id, row.price_micros, row.spend_reserved_from,
+                          org=row.account_id, member=row.budget_member_id, at=row.created_at)
         if row.idempotency_key is not None:
             s.execute(delete(IdempotencyRecord).where(
                 IdempotencyRecord.account_id == row.account_id,

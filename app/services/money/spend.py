@@ -1,6 +1,8 @@
-"""Per-key spend limits: the Python side of the rule that no charge may push a key past its
-limit (issue 16 item 3). The rule itself — the periods and the counters of ``key_spend`` —
-is written once, in the money engine's SQL (``app/services/money/sql/``:
+"""Per-key spend limits and members' monthly budgets: the Python side of the rule that no
+charge may push a key past its limit (issue 16 item 3) nor an organisation member's keys
+together past the member's ``monthly_budget_micros`` (issue 37 item 4). The rule itself —
+the periods and the counters of ``key_spend`` and ``member_spend`` — is written once, in
+the money engine's SQL (``app/services/money/sql/``:
 ``gw_period_bounds``, ``gw_spend_reserve``, ``gw_spend_release``); these helpers only call
 it, join the caller's unit of work and never commit.
 
@@ -9,14 +11,18 @@ A key with ``spend_limit_micros`` set counts what it spends per ``spend_limit_pe
 UTC) or ``total`` (one period since 1970-01-01). The counter row is keyed by
 ``(key_id, period_start)``. A reservation remembers the period it was taken in
 (``reserved_from``, stored on the call or completion row), and its release goes back to
-that period even if the key's period changed since.
+that period even if the key's period changed since. An organisation key's charge is also
+counted in its member's UTC month (``member_spend``; the row stores ``budget_member_id``),
+given back to the month of the row's ``created_at``.
 
 * The reserve itself happens only inside the engine's statements (``gw_open_calls``,
   ``gw_chat_hold`` call ``gw_spend_reserve``).
-* ``refusal(key_id, micros, now)``: that 402 for a charge the engine refused in one of its
-  statements (``gw_open_calls``, ``gw_chat_hold``); reads only.
-* ``release(key_id, micros, reserved_from)``: gives ``micros`` back to that period's
-  counter (never below zero).
+* ``refusal(key_id, micros, now)`` / ``budget_refusal(key_id, micros, now)``: the 402 for a
+  charge the engine refused in one of its statements (``gw_open_calls``,
+  ``gw_chat_hold``) for the key's limit / the member's budget; reads only.
+* ``release(key_id, micros, reserved_from, org=, member=, at=)``: gives ``micros`` back to
+  the counters the reservation was counted in (never below zero).
+* ``member_spent(org_id, member_ids, now)``: what members spent in the month of ``now``.
 """
 from __future__ import annotations
 
@@ -26,14 +32,15 @@ from sqlalchemy import select, text
 
 from app.errors import PaymentRequired
 from app.extensions import db
-from app.models import ApiKey, KeySpend
+from app.models import ApiKey, KeySpend, MemberSpend, OrgMember
 
 PERIODS = ("day", "week", "month", "total")
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _SPEND = KeySpend.__table__
 _KEYS = ApiKey.__table__
 _BOUNDS = text("SELECT period_from, period_to FROM gw_period_bounds(:period, :at)")
-_RELEASE = text("SELECT gw_spend_release(:key, :micros, :reserved_from)")
+_RELEASE = text("SELECT gw_spend_release(:key, :micros, :reserved_from, :org, :member, :at)")
+_MEMBER_SPEND = MemberSpend.__table__
 
 
 class KeySpendLimitReached(PaymentRequired):
@@ -84,9 +91,55 @@ def refusal(key_id: str, micros: int, now: datetime) -> KeySpendLimitReached:
                "period": period, "resets_at": resets})
 
 
-def release(key_id: str | None, micros: int, reserved_from: datetime | None) -> None:
-    """Give ``micros`` back to the counter of the period the reservation was taken in
-    (``reserve``'s answer; never below zero). Nothing for no reservation. Does not commit."""
-    if not key_id or micros <= 0 or reserved_from is None:
+class MemberBudgetExceeded(PaymentRequired):
+    code = "member_budget_exceeded"
+    description = ("The organisation member's monthly budget (`monthly_budget_cents`, over all their "
+                   "organisation keys, UTC month) cannot cover this charge; nothing was charged. The body "
+                   "adds `budget_cents`, `spent_cents`, `member_id`, `org_id` and `resets_at`.")
+
+
+def _iso(at: datetime) -> str:
+    return at.isoformat().replace("+00:00", "Z")
+
+
+def member_spent(org_id: str, member_ids: list[str], now: datetime) -> dict[str, int]:
+    """Micros each of ``member_ids`` spent with their organisation keys of ``org_id`` in the
+    UTC month containing ``now`` (absent: 0)."""
+    start, _ = period_bounds("month", now)
+    rows = db.session.execute(select(_MEMBER_SPEND.c.member_id, _MEMBER_SPEND.c.spent_micros).where(
+        _MEMBER_SPEND.c.org_id == org_id, _MEMBER_SPEND.c.member_id.in_(member_ids),
+        _MEMBER_SPEND.c.period_start == start)).all()
+    return {member: int(value) for member, value in rows}
+
+
+def budget_refusal(key_id: str, micros: int, now: datetime) -> MemberBudgetExceeded:
+    """The 402 for a charge that the key's member's monthly budget refused (reads only)."""
+    from app.services.money.ledger import micros_to_cents
+
+    row = db.session.execute(select(ApiKey.account_id, ApiKey.member_account_id, OrgMember.monthly_budget_micros)
+                             .outerjoin(OrgMember, (OrgMember.org_id == ApiKey.account_id)
+                                        & (OrgMember.account_id == ApiKey.member_account_id))
+                             .where(ApiKey.id == key_id)).first()
+    org_id, member_id, budget = row if row is not None else (None, None, None)
+    used = member_spent(org_id, [member_id], now).get(member_id, 0) if member_id else 0
+    _, end = period_bounds("month", now)
+    budget_cents = micros_to_cents(int(budget or 0))
+    return MemberBudgetExceeded(
+        f"Member {member_id}'s monthly budget in organisation {org_id} is {budget_cents} cents; their "
+        f"organisation keys have spent {micros_to_cents(used)} cents this month and this charge of "
+        f"{micros / 10_000:g} cents does not fit; it resets at {_iso(end)}. Nothing was charged.",
+        extra={"budget_cents": budget_cents, "spent_cents": micros_to_cents(used), "member_id": member_id,
+               "org_id": org_id, "resets_at": _iso(end)})
+
+
+def release(key_id: str | None, micros: int, reserved_from: datetime | None, *, org: str | None = None,
+            member: str | None = None, at: datetime | None = None) -> None:
+    """Give ``micros`` back to what the reservation was counted in (never below zero): the
+    key's counter of the period it was taken in (``reserved_from``, stored on the row; None:
+    not counted) and the counter of ``member`` in ``org`` for the month of ``at`` (the
+    row's ``created_at``; ``member`` None: not counted). Does not commit."""
+    if micros <= 0 or ((not key_id or reserved_from is None) and not member):
         return
-    db.session.execute(_RELEASE, {"key": key_id, "micros": int(micros), "reserved_from": reserved_from})
+    db.session.execute(_RELEASE, {"key": key_id if reserved_from is not None else None, "micros": int(micros),
+                                  "reserved_from": reserved_from, "org": org if member else None,
+                                  "member": member, "at": at})

@@ -15,6 +15,7 @@ from app.extensions import db
 from app.models import Account, ApiKey
 from app.models.base import utcnow
 from app.models.orgs import ROLES, OrgMember
+from app.services.money import ledger, spend
 from app.services.orgs import roles
 from app.services.orgs.audit import Actor, record
 from app.services.platform.uow import after_commit, unit_of_work
@@ -22,6 +23,17 @@ from app.services.platform.uow import after_commit, unit_of_work
 
 
 MAX_ORGS_PER_PERSON = 50
+MAX_BUDGET_CENTS = 100_000_000  # 1,000,000 USD a month, as the keys' spend limits
+
+
+class _Unset:
+    """A keyword argument that was not given (``update_member``: leave the field alone)."""
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET = _Unset()
 
 
 class OrgLimitReached(Conflict):
@@ -38,8 +50,10 @@ class LastOwner(Conflict):
 
 def person_of(principal) -> str:
     """The person behind a credential: the member who owns an organisation key, else the
-    credential's own account."""
-    return principal.extra.get("member") or principal.account_id
+    credential's own account (``auth.person_of``)."""
+    from app.auth import person_of as of
+
+    return of(principal)
 
 
 def org_role_of(principal) -> str | None:
@@ -114,17 +128,26 @@ def get_org(principal, org_id: str) -> dict:
     return view(db.session.get(Account, org_id), me.role, principal.mode)
 
 
-def _member_view(row: OrgMember, email: str | None) -> dict:
-    return {"member_id": row.account_id, "email": email, "role": row.role, "created_at": row.created_at}
+def _member_view(row: OrgMember, email: str | None, spent_micros: int) -> dict:
+    budget = row.monthly_budget_micros
+    return {"member_id": row.account_id, "email": email, "role": row.role, "created_at": row.created_at,
+            "monthly_budget_cents": None if budget is None else ledger.micros_to_cents(budget),
+            "spent_this_month_cents": ledger.micros_to_cents(spent_micros)}
+
+
+def _member_views(org_id: str, rows: list[tuple[OrgMember, str | None]]) -> list[dict]:
+    spent = spend.member_spent(org_id, [row.account_id for row, _ in rows], utcnow())
+    return [_member_view(row, email, spent.get(row.account_id, 0)) for row, email in rows]
 
 
 def list_members(principal, org_id: str) -> list[dict]:
-    """GET /api/orgs/{id}/members: every member (any role may read them)."""
+    """GET /api/orgs/{id}/members: every member (any role may read them), with their
+    monthly budget and what their organisation keys spent this UTC month."""
     membership(principal, org_id)
     rows = db.session.execute(select(OrgMember, Account.email).join(Account, Account.id == OrgMember.account_id)
                               .where(OrgMember.org_id == org_id)
                               .order_by(OrgMember.created_at, OrgMember.account_id)).all()
-    return [_member_view(row, email) for row, email in rows]
+    return _member_views(org_id, [tuple(r) for r in rows])
 
 
 def _target(org_id: str, member_id: str) -> OrgMember:
@@ -159,28 +182,52 @@ def _drop_cached(hashes: list[str]) -> None:
         auth.broadcast_revocation(key_hash)
 
 
-def update_member(principal, actor: Actor, org_id: str, member_id: str, role: str) -> dict:
-    """PATCH /api/orgs/{id}/members/{member_id}: a new ``role``. Owners and admins; only an
-    owner makes, changes or demotes an owner; the last owner keeps the role (409
-    ``last_owner``). The new role applies to the member's organisation keys on every worker
-    within the credential cache's TTL (the keys are dropped from every cache, like a
-    revocation). (Monthly budgets per member are the next step: docs/teams.md.)"""
-    if role not in ROLES:
+def _budget_micros(cents) -> int | None:
+    """``monthly_budget_cents`` as micros (None: no budget); 400 unless null or an integer
+    from 0 to ``MAX_BUDGET_CENTS``."""
+    if cents is None:
+        return None
+    if isinstance(cents, bool) or not isinstance(cents, int) or not 0 <= cents <= MAX_BUDGET_CENTS:
+        raise InvalidRequest(f"monthly_budget_cents: must be null or an integer from 0 to {MAX_BUDGET_CENTS}.")
+    return ledger.cents_to_micros(cents)
+
+
+def update_member(principal, actor: Actor, org_id: str, member_id: str, role: str | None = None, *,
+                  monthly_budget_cents=UNSET) -> dict:
+    """PATCH /api/orgs/{id}/members/{member_id}: a new ``role`` and/or
+    ``monthly_budget_cents`` (null: no budget; ``UNSET``: unchanged). Owners and admins;
+    only an owner makes, changes or demotes an owner, or sets an owner's budget; the last
+    owner keeps the role (409 ``last_owner``). The new role applies to the member's
+    organisation keys on every worker within the credential cache's TTL (the keys are
+    dropped from every cache, like a revocation). The budget applies from the next charge:
+    the money engine reads it in the charge's own statement (``gw_spend_reserve``), so a
+    budget lowered below what the member spent this month refuses their next charge. One
+    audit entry ``member.update`` with the fields that changed, before and after."""
+    if role is None and monthly_budget_cents is UNSET:
+        raise InvalidRequest("Give `role` and/or `monthly_budget_cents`.")
+    if role is not None and role not in ROLES:
         raise InvalidRequest(f"role: must be one of {', '.join(ROLES)}.")
+    budget = UNSET if monthly_budget_cents is UNSET else _budget_micros(monthly_budget_cents)
     with unit_of_work():
         me = membership(principal, org_id, lock=True)
         roles.require(me.role, "manage_members", org_id)
         target = _target(org_id, member_id)
         if roles.OWNER in (target.role, role):
             roles.require(me.role, "manage_owners", org_id)
-        before = target.role
-        if role != before:
+        before, after = {}, {}
+        if role is not None and role != target.role:
             _check_owners_left(org_id, target, "be given another role")
+            before["role"], after["role"] = target.role, role
             target.role = role
-            record(org_id, actor, "member.update", member_id, before={"role": before}, after={"role": role})
             after_commit(_drop_cached, _member_key_hashes(org_id, member_id))
+        if budget is not UNSET and budget != target.monthly_budget_micros:
+            before["monthly_budget_cents"] = _member_view(target, None, 0)["monthly_budget_cents"]
+            target.monthly_budget_micros = budget
+            after["monthly_budget_cents"] = monthly_budget_cents
+        if after:
+            record(org_id, actor, "member.update", member_id, before=before, after=after)
         email = db.session.execute(select(Account.email).where(Account.id == member_id)).scalar()
-    return _member_view(target, email)
+        return _member_views(org_id, [(target, email)])[0]
 
 
 def remove_member(principal, actor: Actor, org_id: str, member_id: str) -> dict:

@@ -144,7 +144,7 @@ def read(statement, params: dict | None = None) -> list:
 # SQLSTATEs the hot path's server-side functions RAISE on a refusal (``gw_chat_hold``:
 # the statement is undone, nothing written), and what they mean; ``gw_open_calls``
 # answers the same outcomes per row instead.
-REFUSALS = {"GW402": "insufficient", "GWKSL": "key_spend_limit"}
+REFUSALS = {"GW402": "insufficient", "GWKSL": "key_spend_limit", "GWMBR": "member_budget"}
 
 
 def run_one(statement, params: dict) -> list:

@@ -5,8 +5,9 @@
 --      most a completion costs the customer; a cost above it is recorded as shortfall);
 --   2. held -> settled, once (by id and creation time: one partition); not held: no row;
 --   3. the posting through gw_post: hold:chat -H, customer +(H - C), revenue +C;
---   4. the unused part of the hold back to the key's limit, in the period the hold was
---      counted in (gw_spend_release; a charge above the hold is not counted).
+--   4. the unused part of the hold back to the key's limit and the member's budget, in the
+--      periods the hold was counted in (gw_spend_release; a charge above the hold is not
+--      counted).
 -- Returns (charged, the hold's spend-limited key, the hold's time, micros given back).
 CREATE OR REPLACE FUNCTION gw_chat_settle(
     p_id varchar, p_created timestamptz, p_account_id varchar,
@@ -21,6 +22,7 @@ DECLARE
     v_key varchar;
     v_from timestamptz;
     v_actor varchar;
+    v_member varchar;
     v_held_at timestamptz;
     v_meta jsonb;
     v_back bigint;
@@ -37,7 +39,8 @@ BEGIN
            usage_estimated = p_estimated, attempts = p_attempts, latency_ms = p_latency_ms,
            error = p_error, settled_at = p_now
      WHERE c.id = p_id AND c.created_at = v_held_at AND c.status = 'held'
-    RETURNING c.spend_key_id, c.spend_reserved_from, c.actor INTO v_key, v_from, v_actor;
+    RETURNING c.spend_key_id, c.spend_reserved_from, c.actor, c.budget_member_id
+         INTO v_key, v_from, v_actor, v_member;
     IF NOT FOUND THEN
         RETURN;
     END IF;
@@ -56,8 +59,8 @@ BEGIN
     END IF;
 
     v_back := greatest(p_hold - v_charge, 0);
-    IF v_key IS NOT NULL THEN
-        PERFORM gw_spend_release(v_key, v_back, v_from);
+    IF v_key IS NOT NULL OR v_member IS NOT NULL THEN
+        PERFORM gw_spend_release(v_key, v_back, v_from, p_account_id, v_member, v_held_at);
     END IF;
 
     RETURN QUERY SELECT v_charge, v_key, v_held_at, v_back;

@@ -6,12 +6,13 @@
 -- rows in the same order), each row answered its own outcome:
 --   1. the Idempotency-Key: inserted, or an expired record replaced; a key still held
 --      answers 'existing' (its stored hash, status and body) and the row writes nothing else;
---   2. the key's spend limit (gw_spend_reserve) -> refused: 'key_spend_limit';
+--   2. the key's spend limit and its member's monthly budget (gw_spend_reserve) ->
+--      refused: 'key_spend_limit' / 'member_budget';
 --   3. the charge through the ledger's one writer, gw_post (soft: an uncovered debit leaves
 --      nothing and answers NULL) -> 'insufficient', the reservation of 2. given back;
 --   4. the 'pending' call row, with who acted (actor) apart from who pays (account_id) and
---      the period its spend reservation was counted in (the sweep refunds the call after
---      its deadline if nobody finalizes it) -> 'opened'.
+--      what its spend reservation was counted in (the key's period, the member whose month;
+--      the sweep refunds the call after its deadline if nobody finalizes it) -> 'opened'.
 -- A refused row leaves nothing behind (its key record is deleted). Any other error fails
 -- the whole statement (nothing committed); the caller then opens each row alone.
 -- Each lock wait lasts at most p_lock_wait_ms (lock_timeout, below deadlock_timeout; 0: no
@@ -26,6 +27,7 @@ DECLARE
     v_n integer;
     v_spend text;
     v_from timestamptz;
+    v_member varchar;
     v_refused text;
 BEGIN
     PERFORM set_config('synchronous_commit', 'off', true);
@@ -42,6 +44,7 @@ BEGIN
               ORDER BY x.account_id COLLATE "C", x.idem_key COLLATE "C" NULLS FIRST LOOP
         v_spend := 'none';
         v_from := NULL;
+        v_member := NULL;
         v_refused := NULL;
 
         -- 1. the Idempotency-Key: new, or replacing an expired record; else hand it back
@@ -64,16 +67,18 @@ BEGIN
         END IF;
 
         IF b.charged THEN
-            -- 2. the key's spend limit, before any debit
-            SELECT s.outcome, s.reserved_from INTO v_spend, v_from
+            -- 2. the key's spend limit and the member's budget, before any debit
+            SELECT s.outcome, s.reserved_from, s.budget_member INTO v_spend, v_from, v_member
               FROM gw_spend_reserve(b.spend_key, b.price, b.now) AS s;
             IF v_spend = 'refused' THEN
                 v_refused := 'key_spend_limit';
+            ELSIF v_spend = 'budget_refused' THEN
+                v_refused := 'member_budget';
             -- 3. the charge (soft: refused -> nothing posted, the reservation back)
             ELSIF gw_post('module_call', 'call:' || b.call_id, b.account_id, b.actor, NULL,
                           b.codes, b.amounts, b.now, true) IS NULL THEN
                 v_refused := 'insufficient';
-                PERFORM gw_spend_release(b.spend_key, b.price, v_from);
+                PERFORM gw_spend_release(b.spend_key, b.price, v_from, b.account_id, v_member, b.now);
             END IF;
             IF v_refused IS NOT NULL THEN
                 IF b.idem_key IS NOT NULL THEN
@@ -88,10 +93,10 @@ BEGIN
         -- 4. the pending call
         INSERT INTO module_calls (id, account_id, actor, module_id, module_slug, action, mode, status,
                                   price_micros, charged, owner_agent_id, idempotency_key,
-                                  spend_key_id, spend_reserved_from, created_at, deadline_at)
+                                  spend_key_id, spend_reserved_from, budget_member_id, created_at, deadline_at)
         VALUES (b.call_id, b.account_id, b.actor, b.module_id, b.slug, b.action, b.mode, 'pending',
                 b.price, b.charged, b.owner_agent_id, b.idem_key,
-                CASE WHEN v_spend = 'reserved' THEN b.spend_key END, v_from, b.now, b.deadline);
+                CASE WHEN v_from IS NOT NULL THEN b.spend_key END, v_from, v_member, b.now, b.deadline);
 
         RETURN QUERY SELECT b.call_id, 'opened'::text, NULL::varchar, NULL::varchar, NULL::text;
     END LOOP;

@@ -1,6 +1,6 @@
--- Per-key spend limits (issue 16 item 3): the period rule and the counters of key_spend,
--- written once. Called by gw_open_calls, gw_chat_hold, gw_chat_settle and Python's
--- money.spend (the x402 open, refunds, chat releases, refusal details, key rotation).
+-- Per-key spend limits (issue 16 item 3) and members' monthly budgets (issue 37 item 4):
+-- the period rule, written once. Called by gw_spend_reserve, gw_spend_release and Python's
+-- money.spend (refusal details, a member's month, key rotation).
 --
 -- A key with spend_limit_micros counts what it spends per spend_limit_period: day (UTC
 -- midnight), week (ISO week, Monday 00:00 UTC), month (the 1st, 00:00 UTC) or total (one

@@ -92,9 +92,11 @@ class Receipt:
     kid: str | None = None
     alg: str = "ed25519"
     ts: str | None = None
-    account_id: str | None = None
+    account_id: str | None = None  # the account that paid (an organisation for an organisation key)
     action: str | None = None
     mode: str | None = None
+    actor: str | None = None  # version 2: the credential that acted (API key or agent session id)
+    actor_account_id: str | None = None  # version 2: the person behind it (an organisation key's member)
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,12 @@
-"""Offline verification of call receipts (receipt version 1).
+"""Offline verification of call receipts (receipt versions 1 and 2).
 
 A receipt signs the canonical JSON of the call's facts ``{"v", "kid", "call_id",
-"account_id", "module", "action", "cost_cents", "result_sha256", "ok", "mode", "ts"}``
-(``result_sha256`` = SHA-256 hex of the canonical JSON of ``result``; canonical JSON =
-sorted keys, no spaces, UTF-8). ``hash`` is the SHA-256 hex of those bytes and ``sig``
+"account_id", "actor", "actor_account_id", "module", "action", "cost_cents",
+"result_sha256", "ok", "mode", "ts"}`` (version 2; version 1 has no ``actor`` and
+``actor_account_id``): ``account_id`` paid, ``actor`` is the credential that acted (API key
+or agent session id) and ``actor_account_id`` the person behind it (an organisation key's
+member); ``result_sha256`` = SHA-256 hex of the canonical JSON of ``result``; canonical
+JSON = sorted keys, no spaces, UTF-8. ``hash`` is the SHA-256 hex of those bytes and ``sig``
 the base64 ed25519 signature over them, by the key ``kid`` published at
 ``GET /api/receipts/keys``. Nothing here talks to the network.
 """
@@ -20,7 +23,8 @@ from nacl.signing import VerifyKey
 
 from gateway_client.errors import ReceiptInvalid
 
-RECEIPT_VERSION = 1
+RECEIPT_VERSION = 2
+VERSIONS = (1, 2)
 
 
 def canonical(obj: Any) -> bytes:
@@ -32,20 +36,23 @@ def signed_facts(response: Mapping[str, Any]) -> dict[str, Any]:
     """The facts a call response's receipt signs, rebuilt from the response's fields."""
     try:
         r = response["receipt"]
-        return {"v": r.get("v", RECEIPT_VERSION), "kid": r["kid"], "call_id": response["call_id"],
-                "account_id": r["account_id"], "module": response["module"], "action": r["action"],
-                "cost_cents": int(response["cost_cents"]),
-                "result_sha256": hashlib.sha256(canonical(response["result"])).hexdigest(),
-                "ok": bool(response["ok"]), "mode": r["mode"], "ts": r["ts"]}
+        facts = {"v": r.get("v", 1), "kid": r["kid"], "call_id": response["call_id"],
+                 "account_id": r["account_id"], "module": response["module"], "action": r["action"],
+                 "cost_cents": int(response["cost_cents"]),
+                 "result_sha256": hashlib.sha256(canonical(response["result"])).hexdigest(),
+                 "ok": bool(response["ok"]), "mode": r["mode"], "ts": r["ts"]}
+        if facts["v"] == 2:
+            facts.update(actor=r["actor"], actor_account_id=r["actor_account_id"])
+        return facts
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise ReceiptInvalid(f"not a call response with a version-1 receipt: {exc!r}") from None
+        raise ReceiptInvalid(f"not a call response with a receipt: {exc!r}") from None
 
 
 def verify(response: Mapping[str, Any], public_keys: Mapping[str, str]) -> bool:
     """Verify a call response (as returned by the gateway) against ``public_keys``
     (kid → base64 ed25519 public key). True, or raises ``ReceiptInvalid``."""
     facts = signed_facts(response)
-    if facts["v"] != RECEIPT_VERSION:
+    if isinstance(facts["v"], bool) or facts["v"] not in VERSIONS:
         raise ReceiptInvalid(f"unsupported receipt version {facts['v']!r}")
     msg = canonical(facts)
     receipt = response["receipt"]

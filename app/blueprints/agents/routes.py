@@ -16,6 +16,7 @@ from app.services.agents import builds
 from app.services.agents import earnings
 from app.services.agents import funding
 from app.services.agents import siwx
+from app.services.orgs import orgs
 
 blp = Blueprint("agents", __name__, url_prefix="/api/agent",
                 description="Agents: ed25519 and Sign-In-With-X (EVM wallet) sign-in, registration, agent-built modules, usage, "
@@ -74,14 +75,19 @@ def siwx_sign_in(sign_in_with_x):
 
 
 @endpoint(blp, "/register", "post", "agent:write", body=RegisterSchema, ok=AgentRegisteredSchema, status=201,
-          errors={409: "The pubkey belongs to another account's agent."})
+          errors={403: "`org_role_required`: the member's role cannot register agents for the organisation.",
+                  404: "`org_id`: not an organisation of the caller.",
+                  409: "The pubkey belongs to another account's agent."})
 def register(body):
     """Register an agent (and its own account, without promotional credit) owned by the
     calling account. Idempotent on `pubkey`: the same account gets the same agent back
     (201, `name`/`webhook` updated to the values sent; `webhook_secret` is shown when the
-    agent is created only, null on a repeat). Sessions cannot register agents (403)."""
+    agent is created only, null on a repeat). Sessions cannot register agents (403).
+    With `org_id` (or with an organisation key) the organisation owns the agent: it funds
+    it and the agent earns for it (docs/teams.md)."""
     p = principal()
-    agent, created = agents.register(p.account_id, name=body["name"], pubkey=body["pubkey"],
+    owner = orgs.payer(p, body.get("org_id"), ("agent:write",))
+    agent, created = agents.register(owner, name=body["name"], pubkey=body["pubkey"],
                                      webhook=body["webhook"], caller_is_agent=p.kind == "session", mode=p.mode)
     return Extended(agent, webhook_secret=agent.webhook_secret if created else None)
 

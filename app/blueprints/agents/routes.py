@@ -138,13 +138,17 @@ def leaderboard(query):
 
 @endpoint(blp, "/<string:agent_id>/fund", "post", "billing:write", body=AgentFundSchema, ok=AgentFundedSchema,
           errors={402: "`insufficient_funds`: the owner's balance cannot cover it; nothing moved.",
-                  404: "`not_found`: no agent of this account.",
+                  403: "`org_role_required`: the member's role cannot fund from the organisation.",
+                  404: "`not_found`: no agent of this account (or `org_id` not an organisation of the caller).",
                   409: "The key funded another agent or amount."},
           name="AgentFundView", headers=FundHeadersSchema, idempotent=True)
 def fund_agent(body, agent_id, idempotency_key=None):
     """Move `amount_cents` from the owner's balance to its agent's (one ledger transfer;
     exactly once per `Idempotency-Key`). Only a credential of the owner account may fund;
-    another account's agent is 404."""
+    another account's agent is 404. An organisation's agent is funded from the
+    organisation's balance by an organisation key, or with `org_id`, of an owner or
+    billing member (403 `org_role_required` for the other roles)."""
     p = principal()
-    return funding.fund(p.account_id, agent_id, body["amount_cents"], idempotency_key=idempotency_key,
+    owner = orgs.payer(p, body.get("org_id"), ("billing:write",))
+    return funding.fund(owner, agent_id, body["amount_cents"], idempotency_key=idempotency_key,
                         mode=p.mode)

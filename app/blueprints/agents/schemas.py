@@ -232,6 +232,7 @@ class LeaderboardSchema(ma.Schema):
 class AgentFundSchema(ma.Schema):
     amount_cents = JsonInteger(required=True, validate=ma.validate.Range(min=1, max=10_000_000), metadata={
         "description": "Cents to move from the owner's balance to the agent's (integer, 1 to 10,000,000)."})
+    org_id = org_id_field("the organisation that owns the agent funds it; roles owner, billing (`billing:write`)")
 
 
 class AgentFundedSchema(ma.Schema):

@@ -99,3 +99,30 @@ def test_usage_per_member_in_an_organisation(app, client, make_account, mod):  #
     r = _get(client, "current", owner.headers, org_id=oid, member_id=dev.id)
     assert r.status_code == 200 and r.get_json()["calls"] == 2, r.get_json()
     assert _get(client, "current", dev.headers, org_id=oid, member_id=dev.id).status_code == 404  # not a member
+
+
+def test_an_alert_watching_an_organisation_fires_on_its_members_calls(app, client, make_account, mod):  # noqa: F811
+    from app.services.billing import alerts
+    from tests.api.test_orgs import _pay_checkout
+
+    owner, dev = make_account(plan="scale"), make_account(plan="scale")
+    org = make_org(client, owner)
+    join(app, org["id"], dev, "developer")
+    _pay_checkout(client, owner, 1000, org_id=org["id"])
+    alert = client.post("/api/alerts", json={"name": "org spend", "metric": "spend_cents", "op": ">=",
+                                             "threshold": 6, "window": "day", "channel": "webhook",
+                                             "target": "https://hooks.example.com/org", "org_id": org["id"]},
+                        headers=owner.headers)
+    assert alert.status_code == 201
+    personal = client.post("/api/alerts", json={"name": "mine", "metric": "spend_cents", "op": ">=",
+                                                "threshold": 6, "window": "day", "channel": "webhook",
+                                                "target": "https://hooks.example.com/me"}, headers=dev.headers)
+    key = org_key(client, dev, org["id"])
+    for _ in range(2):  # 6 cents of the organisation's money, none of the developer's
+        assert call(client, None, {"action": "ok"}, bearer=key["key"]).status_code == 200
+    with app.app_context():
+        alerts.evaluate_all(dispatch=False)
+    events = client.get(f"/api/alerts/events?org_id={org['id']}", headers=dev.headers).get_json()["events"]
+    assert [(e["alert_id"], e["value"]) for e in events] == [(alert.get_json()["id"], 6)]
+    assert client.get("/api/alerts/events", headers=dev.headers).get_json()["events"] == []
+    assert personal.status_code == 201

@@ -10,13 +10,14 @@ import inspect
 from functools import wraps
 from typing import Callable
 
-from flask import make_response, request
+from flask import g, make_response, request
 from flask.views import MethodView
 
 from app import ratelimits
-from app.auth import authenticated
+from app.auth import authenticated, principal
 from app.auth import public as public_route
 from app.errors import InvalidRequest
+from app.services.orgs import audit
 
 # flask-smorest's named error responses, by status
 _RESPONSES = {400: "BAD_REQUEST", 401: "UNAUTHORIZED", 402: "PAYMENT_REQUIRED", 403: "FORBIDDEN",
@@ -122,7 +123,11 @@ def endpoint(blp, rule: str, method: str, *scopes: str, ok=None, status: int = 2
     def decorator(func: Callable) -> Callable:
         @wraps(func)
         def handler(self, *args, **kwargs):
-            return func(*args, **kwargs)
+            if public:
+                return func(*args, **kwargs)
+            # who acts, for the audit log of any change the route makes (services.orgs.audit)
+            with audit.acting(audit.actor_of(principal(), g.get("request_id"), request.remote_addr)):
+                return func(*args, **kwargs)
 
         errors_doc = dict(errors or {})
         if idempotent:

@@ -192,7 +192,8 @@ def test_role_change_and_removal_reach_the_members_keys(app, client, make_accoun
     assert client.get("/api/account", headers=dev.headers).status_code == 200  # their own key stays
     assert client.get(f"/api/orgs/{org['id']}", headers=dev.headers).status_code == 404
     actions = [a for a, _, _ in _audit(app, org["id"])]
-    assert actions == ["org.create", "member.add", "key.create", "member.update", "member.remove"]
+    assert actions == ["org.create", "member.add", "checkout.create", "payment.credit", "key.create",
+                       "member.update", "member.remove"]
 
 
 def test_last_owner_stays_and_only_owners_touch_owners(app, client, make_account):

@@ -16,6 +16,7 @@ from app.services.agents import builds
 from app.services.agents import earnings
 from app.services.agents import funding
 from app.services.agents import siwx
+from app.services.orgs import orgs
 
 blp = Blueprint("agents", __name__, url_prefix="/api/agent",
                 description="Agents: ed25519 and Sign-In-With-X (EVM wallet) sign-in, registration, agent-built modules, usage, "
@@ -74,7 +75,9 @@ def siwx_sign_in(sign_in_with_x):
 
 
 @endpoint(blp, "/register", "post", "agent:write", body=RegisterSchema, ok=AgentRegisteredSchema, status=201,
-          errors={409: "The pubkey belongs to another account's agent.",
+          errors={403: "`org_role_required`: the member's role cannot register agents for the organisation.",
+                  404: "`org_id`: not an organisation of the caller.",
+                  409: "The pubkey belongs to another account's agent.",
                   422: "`unprocessable`: the `pubkey` has the documented shape but is not a key: base58 that "
                        "is not the canonical spelling of 32 bytes, a point that is not an ed25519 public key, "
                        "an EIP-55 checksum mismatch, or a chain id outside the deployment's "
@@ -83,9 +86,12 @@ def register(body):
     """Register an agent (and its own account, without promotional credit) owned by the
     calling account. Idempotent on `pubkey`: the same account gets the same agent back
     (201, `name`/`webhook` updated to the values sent; `webhook_secret` is shown when the
-    agent is created only, null on a repeat). Sessions cannot register agents (403)."""
+    agent is created only, null on a repeat). Sessions cannot register agents (403).
+    With `org_id` (or with an organisation key) the organisation owns the agent: it funds
+    it and the agent earns for it (docs/teams.md)."""
     p = principal()
-    agent, created = agents.register(p.account_id, name=body["name"], pubkey=body["pubkey"],
+    owner = orgs.payer(p, body.get("org_id"), ("agent:write",))
+    agent, created = agents.register(owner, name=body["name"], pubkey=body["pubkey"],
                                      webhook=body["webhook"], caller_is_agent=p.kind == "session", mode=p.mode)
     return Extended(agent, webhook_secret=agent.webhook_secret if created else None)
 
@@ -136,13 +142,17 @@ def leaderboard(query):
 
 @endpoint(blp, "/<string:agent_id>/fund", "post", "billing:write", body=AgentFundSchema, ok=AgentFundedSchema,
           errors={402: "`insufficient_funds`: the owner's balance cannot cover it; nothing moved.",
-                  404: "`not_found`: no agent of this account.",
+                  403: "`org_role_required`: the member's role cannot fund from the organisation.",
+                  404: "`not_found`: no agent of this account (or `org_id` not an organisation of the caller).",
                   409: "The key funded another agent or amount."},
           name="AgentFundView", headers=FundHeadersSchema, idempotent=True)
 def fund_agent(body, agent_id, idempotency_key=None):
     """Move `amount_cents` from the owner's balance to its agent's (one ledger transfer;
     exactly once per `Idempotency-Key`). Only a credential of the owner account may fund;
-    another account's agent is 404."""
+    another account's agent is 404. An organisation's agent is funded from the
+    organisation's balance by an organisation key, or with `org_id`, of an owner or
+    billing member (403 `org_role_required` for the other roles)."""
     p = principal()
-    return funding.fund(p.account_id, agent_id, body["amount_cents"], idempotency_key=idempotency_key,
+    owner = orgs.payer(p, body.get("org_id"), ("billing:write",))
+    return funding.fund(owner, agent_id, body["amount_cents"], idempotency_key=idempotency_key,
                         mode=p.mode)

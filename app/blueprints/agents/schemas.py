@@ -2,6 +2,7 @@
 submission; and the shapes SPEC leaves open: builds, agent usage, earnings, leaderboard)."""
 import marshmallow as ma
 
+from app.blueprints.orgs.schemas import org_id_field
 from app.blueprints.fields import (HTTPS_PATTERN, HeaderString, InputSchema, JsonInteger, Pattern, cents,
                                   idempotency_key_header)
 
@@ -110,7 +111,9 @@ class RegisterSchema(InputSchema):
                                metadata={"description": "https URL receiving the agent's signed events "
                                                         "(settlement.completed, module.approved, "
                                                         "module.rejected). Optional."})
-
+    org_id = org_id_field("the organisation owns the agent: it funds it (`POST /api/agent/{id}/fund` with an "
+                          "organisation key of an owner or billing member) and the agent's earnings are the "
+                          "organisation's; roles owner, admin, developer (`agent:write`)")
 
 class AgentSchema(ma.Schema):
     id = ma.fields.String(required=True)
@@ -231,6 +234,7 @@ class LeaderboardSchema(ma.Schema):
 class AgentFundSchema(ma.Schema):
     amount_cents = JsonInteger(required=True, validate=ma.validate.Range(min=1, max=10_000_000), metadata={
         "description": "Cents to move from the owner's balance to the agent's (integer, 1 to 10,000,000)."})
+    org_id = org_id_field("the organisation that owns the agent funds it; roles owner, billing (`billing:write`)")
 
 
 class AgentFundedSchema(ma.Schema):

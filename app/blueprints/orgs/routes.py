@@ -19,8 +19,7 @@ _NOT_MEMBER = "No such organisation (or the caller is not a member), or no such 
 
 def current_actor() -> Actor:
     """The person behind this request's credential, for the audit log."""
-    p = principal()
-    return Actor(orgs.person_of(p), p.credential_id, g.get("request_id"), request.remote_addr)
+    return audit.current() or audit.actor_of(principal(), g.get("request_id"), request.remote_addr)
 
 
 @endpoint(blp, "", "post", "orgs:write", body=OrgCreateSchema, ok=OrgSchema, status=201, name="OrgCreateView",
@@ -128,7 +127,31 @@ def audit_log(query, org_id):
     `format=csv` streams every entry as CSV."""
     if query["format"] == "csv":
         audit.check_csv(principal(), org_id)
-        body = stream_with_context(audit.csv_rows(principal(), org_id))
-        return Response(body, mimetype="text/csv",
-                        headers={"Content-Disposition": f'attachment; filename="audit-{org_id}.csv"'})
+        return _csv(org_id)
     return audit.entries(principal(), org_id, query["limit"], query.get("cursor"))
+
+
+def _csv(account_id: str) -> Response:
+    body = stream_with_context(audit.csv_rows(principal(), account_id))
+    return Response(body, mimetype="text/csv",
+                    headers={"Content-Disposition": f'attachment; filename="audit-{account_id}.csv"'})
+
+
+own_blp = Blueprint("audit", __name__, url_prefix="/api/audit",
+                    description="The audit log of the caller's own account (docs/teams.md, \"Audit log\").")
+
+
+@endpoint(own_blp, "", "get", "account:read", query=AuditQuerySchema, ok=AuditPageSchema,
+          errors={403: _ROLE_403}, name="OwnAuditView")
+@own_blp.doc(responses={200: {"content": {"text/csv": {"schema": {"type": "string"}, "example": (
+    "id,created_at,actor_account_id,credential_id,action,target,before,after,request_id,ip\r\n")}}}})
+def own_audit_log(query):
+    """The audit log of the credential's own account, newest first, in the same form as an
+    organisation's: every change to its keys, payments and funding, saved methods, auto
+    top-up, wallet and alerts (who, with which credential, before and after, request id, IP).
+    With an organisation key: the organisation's log (owners and admins; 403
+    `org_role_required`). `format=csv` streams every entry as CSV."""
+    account_id = audit.own_log(principal())
+    if query["format"] == "csv":
+        return _csv(account_id)
+    return audit.page(account_id, query["limit"], query.get("cursor"))

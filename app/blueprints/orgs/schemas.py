@@ -128,12 +128,17 @@ class AuditEntrySchema(ma.Schema):
     id = ma.fields.String(required=True)
     created_at = ma.fields.DateTime(required=True)
     actor_account_id = ma.fields.String(required=True, allow_none=True, metadata={
-        "description": "The person who acted (their own account id)."})
+        "description": "The person who acted (their own account id); null when no person did (a processor's "
+                       "confirmation, a job)."})
     credential_id = ma.fields.String(required=True, allow_none=True, metadata={
-        "description": "The key or session they used; null for the invitation page."})
+        "description": "The key or session they used; null for the invitation page and the console; the "
+                       "processor (`sandbox`, `stripe`) for `payment.credit`."})
     action = ma.fields.String(required=True, metadata={
-        "description": "`org.create`, `member.add`, `member.update`, `member.remove`, `key.create`, `key.rotate`, "
-                       "`key.revoke`, `invite.create`, `invite.revoke`."})
+        "description": "`org.create`, `member.add`, `member.update`, `member.remove`, `key.create`, `key.update`, "
+                       "`key.rotate`, `key.revoke`, `invite.create`, `invite.revoke`, `checkout.create`, "
+                       "`checkout.cancel`, `funding.create`, `payment.credit` (money credited: by the processor, "
+                       "no person), `method.default`, `method.remove`, `autotopup.set`, `autotopup.delete`, "
+                       "`wallet.connect`, `alert.create`, `alert.delete`, `agent.register`, `agent.fund`."})
     target = ma.fields.String(required=True, allow_none=True, metadata={"description": "The id acted on."})
     before = ma.fields.Dict(required=True, allow_none=True)
     after = ma.fields.Dict(required=True, allow_none=True)

@@ -11,37 +11,44 @@ from app.services.billing import export, usage
 from app.services.orgs import orgs
 
 
-def _account(query) -> str:
-    """The caller's account, or the organisation named by ``org_id`` (any member)."""
-    return orgs.payer(principal(), query.get("org_id"), ("call:read",))
+def _scope(query, per_call: bool = False) -> tuple[str, str | None]:
+    """(account, member): the caller's account, or the organisation named by ``org_id`` (or
+    the organisation key's), narrowed to one member by ``member_id`` (docs/teams.md, "Usage")."""
+    return orgs.usage_scope(principal(), query.get("org_id"), query.get("member_id"), per_call=per_call)
+
+_ORG_ERRORS = {404: "`org_id`: not an organisation of the caller; `member_id`: never a member of it."}
 
 blp = Blueprint("usage", __name__, url_prefix="/api/usage",
                 description="Usage of the current billing period (calendar month, UTC; live mode only).")
 
 
-@endpoint(blp, "/current", "get", "call:read", query=UsageQuerySchema, ok=UsageCurrentSchema)
+@endpoint(blp, "/current", "get", "call:read", query=UsageQuerySchema, ok=UsageCurrentSchema, errors=_ORG_ERRORS)
 def usage_current(query):
     """Calls and spend of the current calendar month (UTC) against the plan's included spend.
     Live-mode usage only (sandbox calls are not spend)."""
-    return usage.current_usage(_account(query))
+    account_id, member = _scope(query)
+    return usage.current_usage(account_id, member=member)
 
 
-@endpoint(blp, "/by-module", "get", "call:read", query=UsageQuerySchema, ok=UsageByModuleSchema)
+@endpoint(blp, "/by-module", "get", "call:read", query=UsageQuerySchema, ok=UsageByModuleSchema, errors=_ORG_ERRORS)
 def usage_by_module(query):
     """This month's live usage, highest spend first: module calls per module (`by_module`) and
     chat completions per model (`by_model`, with the exact spend in micro-dollars too)."""
-    return usage.usage_by_module(_account(query))
+    account_id, member = _scope(query)
+    return usage.usage_by_module(account_id, member=member)
 
 
-@endpoint(blp, "/daily", "get", "call:read", query=UsageDailyQuerySchema, ok=UsageDailySchema)
+@endpoint(blp, "/daily", "get", "call:read", query=UsageDailyQuerySchema, ok=UsageDailySchema, errors=_ORG_ERRORS)
 def usage_daily(query):
     """Calls, spend and errors of the caller's mode per UTC date for the last `days` dates (today last),
     from the hourly rollups; module calls and chat completions both count."""
-    return usage.daily(_account(query), query["days"], mode=principal().mode)
+    account_id, member = _scope(query)
+    return usage.daily(account_id, query["days"], mode=principal().mode, member=member)
 
 
 @endpoint(blp, "/export", "get", "call:read", query=UsageExportQuerySchema, name="UsageExportView",
-          errors={422: "`unprocessable`: `from` is not before `to`, or the window spans more than 31 days "
+          errors={**_ORG_ERRORS,
+                  422: "`unprocessable`: `from` is not before `to`, or the window spans more than 31 days "
                        "(rules relating the two parameters, which the schema cannot state)."})
 @blp.doc(responses={"200": {"description": "The rows, streamed.", "content": {
     "text/csv": {"schema": {"type": "string"}, "example": "call_id,created_at,module,action,mode,status,"
@@ -55,11 +62,14 @@ def usage_export(query):
     `idempotency_key`, `receipt_hash`, `byok_key_id` and `provider_cost_micros` (a chat
     completion served with the caller's own provider key: the key, and the list cost its
     provider bills; `cost_micros` is then the fee). `format=csv` (default): `text/csv` with a header
-    row; `format=json`: NDJSON (`application/x-ndjson`, one JSON object per line)."""
-    account_id = _account(query)
+    row; `format=json`: NDJSON (`application/x-ndjson`, one JSON object per line).
+    In an organisation the export lists who called what: owners, admins and billing export
+    every member's calls (or one member's with `member_id`); developers and viewers export
+    their own (`member_id` = their own id; without it 403 `org_role_required`)."""
+    account_id, member = _scope(query, per_call=True)
     start, end = export.window(query["from_"], query["to"])
     fmt = query["format"]
-    body = stream_with_context(export.rows(account_id, start, end, fmt))
+    body = stream_with_context(export.rows(account_id, start, end, fmt, member))
     name = f"usage-{start:%Y%m%d}-{end:%Y%m%d}.{'csv' if fmt == 'csv' else 'ndjson'}"
     return Response(body, mimetype="text/csv" if fmt == "csv" else "application/x-ndjson",
                     headers={"Content-Disposition": f'attachment; filename="{name}"'})

@@ -4,7 +4,7 @@ from datetime import timezone
 import marshmallow as ma
 
 from app.blueprints.fields import InputSchema
-from app.blueprints.orgs.schemas import org_id_field
+from app.blueprints.orgs.schemas import ID, org_id_field
 
 from app.services.billing.export import FORMATS
 from app.services.billing.usage import MAX_DAILY_DAYS
@@ -40,7 +40,14 @@ class UsageByModuleSchema(ma.Schema):
 
 
 class UsageQuerySchema(InputSchema):
-    org_id = org_id_field("the organisation's usage (every role)")
+    org_id = org_id_field("the organisation's usage (every role sees the totals; the per-call export: owner, "
+                          "admin, billing, or a member's own calls with `member_id`)")
+    member_id = ma.fields.String(validate=ID, metadata={"description": (
+        "Only the calls of this member's organisation keys (their account id, `member_id` of "
+        "`GET /api/orgs/{id}/members`; a former member's too), in the organisation of `org_id` or of "
+        "the organisation key. One's own id: any member; another member's: owner, admin or billing "
+        "(403 `org_role_required`). Without an organisation: 400; never a member: 404. Read from the "
+        "call log by key, not the hourly rollups (docs/teams.md, \"Usage\").")})
 
 
 class UsageDailyQuerySchema(UsageQuerySchema):

@@ -217,20 +217,20 @@ def create_key(account_id: str, name: str, scopes: list[str] | None, *,
         row.spend_limit_micros, row.spend_limit_period, row.expires_at = limit, period, expiry
         for name, value in ctl.items():
             setattr(row, name, value)
-        if member_account_id is not None:
-            _org_key_audit(row, member_account_id, actor, "key.create")
+        _key_audit(row, member_account_id, actor, "key.create")
     return with_spent([row])[0], secret
 
 
-def _org_key_audit(row: ApiKey, member_account_id: str, actor, action: str) -> None:
-    """An organisation key's owner is set and the change is written to the organisation's
-    audit log, in the caller's unit of work."""
+def _key_audit(row: ApiKey, member_account_id: str | None, actor, action: str) -> None:
+    """An organisation key's owner is set, and the new key is written to its account's
+    audit log (the organisation's, or the person's own), in the caller's unit of work."""
     from app.services.orgs import audit
 
     row.member_account_id = member_account_id
-    audit.record(row.account_id, actor or audit.Actor(member_account_id), action, row.id,
-                 after={"member_id": member_account_id, "name": row.name, "mode": row.mode,
-                        "scopes": list(row.scopes or ()), "spend_limit_micros": row.spend_limit_micros})
+    audit.record(row.account_id, actor or audit.current() or audit.Actor(member_account_id or row.account_id),
+                 action, row.id, after={"member_id": member_account_id, "name": row.name, "mode": row.mode,
+                                        "scopes": list(row.scopes or ()),
+                                        "spend_limit_micros": row.spend_limit_micros})
 
 
 def with_spent(rows: list[ApiKey]) -> list[ApiKey]:
@@ -263,6 +263,12 @@ def _own_key(account_id: str, key_id: str, mode: str, *, active: bool = False) -
     return row
 
 
+def _settings(row: ApiKey) -> dict:
+    """A key's changeable settings, for the audit log's before/after."""
+    return {"spend_limit_micros": row.spend_limit_micros, "spend_limit_period": row.spend_limit_period,
+            **{name: getattr(row, name) for name in key_controls.FIELDS}}
+
+
 def update_key(account_id: str, key_id: str, changes: dict, mode: str, *,
                creator_key_id: str | None = None) -> ApiKey:
     """PATCH /api/keys/{id}: ``spend_limit_cents`` (null removes the limit) and
@@ -276,6 +282,7 @@ def update_key(account_id: str, key_id: str, changes: dict, mode: str, *,
     with unit_of_work():
         creator = _creator_key(creator_key_id)  # before any change: a key may edit itself
         row = _own_key(account_id, key_id, mode, active=True)
+        before = _settings(row)
         for name, value in ctl.items():
             setattr(row, name, value)
         if ctl:  # a key may not widen a key's controls (its own included) beyond its own
@@ -296,6 +303,9 @@ def update_key(account_id: str, key_id: str, changes: dict, mode: str, *,
             limit, new_period = _limit(cents, period or (row.spend_limit_period if cents is not None else None))
             _check_within(creator, limit, new_period, row.expires_at)
             row.spend_limit_micros, row.spend_limit_period = limit, new_period
+        from app.services.orgs import audit
+
+        audit.record(row.account_id, None, "key.update", row.id, before=before, after=_settings(row))
     _drop_cached(row)
     return with_spent([row])[0]
 
@@ -331,8 +341,7 @@ def rotate_key(account_id: str, key_id: str, overlap_seconds: int | None, *,
         row.expires_at = expiry
         for name in key_controls.FIELDS:  # the successor keeps the controls (and counts for both)
             setattr(row, name, getattr(old, name))
-        if old.member_account_id is not None:  # an organisation key stays its member's
-            _org_key_audit(row, old.member_account_id, actor, "key.rotate")
+        _key_audit(row, old.member_account_id, actor, "key.rotate")  # an organisation key stays its member's
         if old.spend_limit_period:
             start, _ = spend.period_bounds(old.spend_limit_period, now)
             used = spend.spent(old.id, old.spend_limit_period, now)
@@ -387,10 +396,10 @@ def revoke_key(account_id: str, key_id: str, mode: str, actor=None) -> ApiKey:
         row = _own_key(account_id, key_id, mode)
         if row.revoked_at is None:
             row.revoked_at = utcnow()
-            if row.member_account_id is not None:
-                from app.services.orgs import audit
+            from app.services.orgs import audit
 
-                audit.record(row.account_id, actor or audit.Actor(row.member_account_id), "key.revoke", row.id,
-                             before={"member_id": row.member_account_id})
+            audit.record(row.account_id, actor or audit.current() or
+                         audit.Actor(row.member_account_id or row.account_id), "key.revoke", row.id,
+                         before={"member_id": row.member_account_id})
     auth.broadcast_revocation(row.key_hash)
     return row

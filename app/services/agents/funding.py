@@ -70,6 +70,10 @@ def fund(owner_account_id: str, agent_id: str, amount_cents: int, *,
                 raise OwnerFundsShort(
                     f"Your balance ({_balance_cents(owner_account_id, mode)} cents) cannot cover "
                     f"{amount_cents} cents for agent {agent.id}; nothing moved.") from None
+            from app.services.orgs import audit
+
+            audit.record(owner_account_id, None, "agent.fund", agent.id,
+                         after={"amount_micros": micros, "mode": mode, "transaction_id": str(txn)})
             return _result(agent, txn, amount_cents, owner_account_id, replayed=False)
     except IntegrityError:  # a concurrent request with this Idempotency-Key posted first
         with unit_of_work():

@@ -187,6 +187,10 @@ def register(owner_account_id: str, *, name: str, pubkey: str, webhook: str | No
                           owner_account_id=owner_account_id, mode=mode, webhook=webhook,
                           webhook_secret=new_webhook_secret(), created_at=utcnow(), updated_at=utcnow())
             db.session.add(agent)
+            from app.services.orgs import audit
+
+            audit.record(owner_account_id, None, "agent.register", agent_id,
+                         after={"name": name, "pubkey": canonical, "mode": mode, "account_id": acct.id})
     except IntegrityError:  # a concurrent register of the same pubkey won
         with unit_of_work():
             existing = db.session.execute(select(Agent).where(Agent.pubkey == canonical)).scalar_one()

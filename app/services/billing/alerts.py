@@ -52,6 +52,7 @@ from app.services.accounts import accounts
 from app.services.billing import alert_targets
 from app.services.platform import netguard
 from app.services.platform import outbox
+from app.services.orgs import audit
 from app.services.platform.uow import transactional, unit_of_work
 from app.services.billing.usage import billing_period, hour_of, usage_rows
 
@@ -154,6 +155,9 @@ def create_alert(account_id: str, *, name: str, metric: str, op: str, threshold:
                   secret=secret, created_at=utcnow())
     db.session.add(alert)
     alert_targets.require_confirmation(alert)
+    audit.record(account_id, None, "alert.create", alert.id, after={
+        "name": name, "metric": metric, "op": op, "threshold": threshold, "window": window, "channel": channel,
+        "mode": mode})
     return alert, secret
 
 
@@ -172,8 +176,9 @@ def delete_alert(account_id: str, alert_id: str, mode: str = "live") -> Alert:
             update(Alert).where(Alert.id == alert_id, Alert.account_id == account_id, Alert.mode == mode,
                                 Alert.deleted_at.is_(None))
             .values(deleted_at=utcnow()).execution_options(synchronize_session=False))
-    if res.rowcount != 1:
-        raise NotFound("No such alert.")
+        if res.rowcount != 1:
+            raise NotFound("No such alert.")
+        audit.record(account_id, None, "alert.delete", alert_id, before={"mode": mode})
     return db.session.get(Alert, alert_id, populate_existing=True)
 
 

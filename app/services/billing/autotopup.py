@@ -51,6 +51,7 @@ from app.services.billing.processors import ChargeResult, MethodInfo, for_mode
 from app.services.billing.usage import billing_period
 from app.services.money import ledger
 from app.services.platform import outbox
+from app.services.orgs import audit
 from app.services.platform.uow import after_commit, end_reads, unit_of_work
 
 log = logging.getLogger(__name__)
@@ -121,6 +122,8 @@ def configure(account_id: str, mode: str, *, threshold_cents: int, amount_cents:
         db.session.execute(pg_insert(AutoTopup).values(account_id=account_id, mode=mode, created_at=now, **values)
                            .on_conflict_do_update(constraint="uq_auto_topups_account_mode", set_=values))
         _set_threshold(account_id, mode, values["threshold_micros"])
+        audit.record(account_id, None, "autotopup.set", mode, after={
+            k: values[k] for k in ("threshold_micros", "amount_micros", "monthly_cap_micros")})
         balance = ledger.cached_balance(account_id, mode)
         if balance < values["threshold_micros"]:
             run_id = db.session.execute(
@@ -157,6 +160,9 @@ def remove(account_id: str, mode: str) -> None:
             .execution_options(synchronize_session=False))
         db.session.execute(delete(AutoTopup).where(AutoTopup.id == rule.id))
         _set_threshold(account_id, mode, None)
+        audit.record(account_id, None, "autotopup.delete", mode, before={
+            "threshold_micros": rule.threshold_micros, "amount_micros": rule.amount_micros,
+            "monthly_cap_micros": rule.monthly_cap_micros})
 
 
 def _month_micros(account_id: str, mode: str, exclude: int | None = None) -> int:

@@ -16,6 +16,7 @@ from app.models import Payment
 from app.models.base import utcnow
 from app.services.billing import payments
 from app.services.billing.processors import for_mode
+from app.services.orgs import audit
 from app.services.platform.uow import unit_of_work
 
 
@@ -55,5 +56,7 @@ def cancel(account_id: str, mode: str, payment_id: str) -> Payment:
     with unit_of_work():
         if not payments.finish_payment(p, "canceled", "canceled", "Canceled by the customer."):
             raise CheckoutNotCancelable(f"Checkout {p.id} was completed meanwhile.")
+        audit.record(account_id, None, "checkout.cancel", p.id, before={"status": "pending"},
+                     after={"status": "canceled"})
     db.session.refresh(p)
     return p

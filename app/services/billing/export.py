@@ -22,6 +22,7 @@ from sqlalchemy import select
 from app.errors import Unprocessable
 from app.extensions import db
 from app.models import ChatCompletion, ModuleCall
+from app.services.billing.usage_log import member_keys
 from app.services.money.ledger import micros_to_cents
 
 MAX_WINDOW = timedelta(days=31)
@@ -47,38 +48,43 @@ def _iso(ts: datetime) -> str:
     return ts.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
 
 
-def _calls(account_id: str, start: datetime, end: datetime) -> Iterator[tuple]:
+def _calls(account_id: str, start: datetime, end: datetime, member: str | None) -> Iterator[tuple]:
     q = (select(ModuleCall.id, ModuleCall.created_at, ModuleCall.module_slug, ModuleCall.action,
                 ModuleCall.mode, ModuleCall.status, ModuleCall.price_micros, ModuleCall.idempotency_key,
                 ModuleCall.receipt["hash"].as_string())  # the hash only, not the whole receipt
          .where(ModuleCall.account_id == account_id, ModuleCall.created_at >= start,
                 ModuleCall.created_at < end)
          .order_by(ModuleCall.created_at, ModuleCall.id).execution_options(yield_per=BATCH))
+    if member is not None:
+        q = q.where(ModuleCall.actor.in_(member_keys(account_id, member)))
     for cid, created, slug, action, mode, status, price, key, receipt_hash in db.session.execute(q):
         cost = 0 if status == "refunded" else int(price)
         yield (created, cid, slug, action, mode, status, cost, key, receipt_hash, None, None)
 
 
-def _completions(account_id: str, start: datetime, end: datetime) -> Iterator[tuple]:
+def _completions(account_id: str, start: datetime, end: datetime, member: str | None) -> Iterator[tuple]:
     q = (select(ChatCompletion.id, ChatCompletion.created_at, ChatCompletion.model,
                 ChatCompletion.requested_model, ChatCompletion.mode, ChatCompletion.status,
                 ChatCompletion.cost_micros, ChatCompletion.byok_key_id, ChatCompletion.list_cost_micros)
          .where(ChatCompletion.account_id == account_id, ChatCompletion.created_at >= start,
                 ChatCompletion.created_at < end)
          .order_by(ChatCompletion.created_at, ChatCompletion.id).execution_options(yield_per=BATCH))
+    if member is not None:
+        q = q.where(ChatCompletion.actor.in_(member_keys(account_id, member)))
     for cid, created, model, requested, mode, status, cost, byok_key, listed in db.session.execute(q):
         billed = status in ("settled", "sandbox")
         yield (created, cid, "chat", model or requested, mode, status, int(cost) if billed else 0, None, None,
                byok_key, listed if billed else None)
 
 
-def records(account_id: str, start: datetime, end: datetime) -> Iterator[dict]:
+def records(account_id: str, start: datetime, end: datetime, member: str | None = None) -> Iterator[dict]:
     """The window's calls and completions, oldest first, as dicts of ``COLUMNS``
     (``cost_cents`` in whole cents, floor as everywhere (DESIGN §3); ``cost_micros`` exact; refunded calls and
     released completions cost 0; a completion served with the caller's own provider key names
     it in ``byok_key_id``, its ``cost_micros`` is the fee and ``provider_cost_micros`` the list
-    cost its provider bills)."""
-    merged = heapq.merge(_calls(account_id, start, end), _completions(account_id, start, end),
+    cost its provider bills). ``member``: only the calls of that member's keys in the
+    organisation ``account_id``."""
+    merged = heapq.merge(_calls(account_id, start, end, member), _completions(account_id, start, end, member),
                          key=lambda r: (r[0], r[1]))
     for created, cid, module, action, mode, status, micros, key, receipt_hash, byok_key, listed in merged:
         yield {"call_id": cid, "created_at": _iso(created), "module": module, "action": action, "mode": mode,
@@ -87,18 +93,18 @@ def records(account_id: str, start: datetime, end: datetime) -> Iterator[dict]:
                "provider_cost_micros": listed}
 
 
-def rows(account_id: str, start: datetime, end: datetime, fmt: str) -> Iterator[bytes]:
+def rows(account_id: str, start: datetime, end: datetime, fmt: str, member: str | None = None) -> Iterator[bytes]:
     """The export as chunks of bytes: CSV (header row first; empty cells for nulls) or
     NDJSON (one JSON object per line)."""
     if fmt == "json":
-        for rec in records(account_id, start, end):
+        for rec in records(account_id, start, end, member):
             yield orjson.dumps(rec) + b"\n"
         return
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\r\n")
     writer.writeheader()
     n = 0
-    for rec in records(account_id, start, end):
+    for rec in records(account_id, start, end, member):
         writer.writerow(rec)
         n += 1
         if n % 200 == 0:

@@ -14,6 +14,7 @@ from app.models import SavedMethod
 from app.models.base import utcnow
 from app.services.billing import payments
 from app.services.billing.processors import MethodInfo, for_mode
+from app.services.orgs import audit
 from app.services.platform.uow import unit_of_work
 
 
@@ -61,3 +62,4 @@ def remove(account_id: str, mode: str, pm_id: str) -> None:
         profile = payments.saved_method(account_id, mode)
         if profile is not None and profile.payment_method_id == pm_id:
             profile.payment_method_id = profile.payment_method_type = profile.brand = profile.last4 = None
+        audit.record(account_id, None, "method.remove", pm_id, before={"mode": mode})

@@ -62,6 +62,14 @@ def get_payment(account_id: str, payment_id: str, mode: str = "live") -> Payment
     return p
 
 
+def _audit(account_id: str, action: str, target: str | None, actor=None, **after) -> None:
+    """A change to the account's money in its audit log (``orgs.audit``), in the caller's
+    unit of work: by the current request's actor, else ``actor`` (a processor's event)."""
+    from app.services.orgs import audit
+
+    audit.record(account_id, audit.current() or actor, action, target, after=after)
+
+
 # --- ledger effects (never commit) ---------------------------------------------------
 
 def ledger_source(payment: Payment) -> str:
@@ -88,6 +96,11 @@ def credit_payment(payment: Payment, ref: str | None = None, external_ref: str |
                    outside_ref=external_ref or outside.payment_ref(payment), rail=payment.processor,
                    payment_id=payment.id,
                    meta={"payment_id": payment.id, "method": payment.method, "processor": payment.processor})
+    from app.services.orgs.audit import Actor
+
+    _audit(payment.account_id, "payment.credit", payment.id, Actor(None, payment.processor),
+           amount_micros=int(payment.amount_micros), method=payment.method, processor=payment.processor,
+           mode=payment.mode or "live")
     return True
 
 
@@ -287,6 +300,8 @@ def set_default_method(account_id: str, mode: str, pm_id: str) -> BillingProfile
             from app.services.billing import methods  # the list of saved methods (methods.py)
 
             methods.remember(account_id, proc.name, info)
+            _audit(account_id, "method.default", info.id, type=info.type, brand=info.brand, last4=info.last4,
+                   mode=mode)
     except IntegrityError:  # a concurrent first save: retry as an update
         return set_default_method(account_id, mode, pm_id)
     return profile
@@ -307,6 +322,8 @@ def create_checkout(account_id: str, mode: str, amount_cents: int, product: str 
                       expires_at=utcnow() + timedelta(hours=24))
     with unit_of_work():  # recorded before the processor is called (crash leaves a pending row)
         db.session.add(payment)
+        _audit(account_id, "checkout.create", payment.id, amount_micros=int(payment.amount_micros), mode=mode,
+               processor=proc.name)
     profile = _profile(account_id, proc.name)
     done = return_url or cfg["BASE_URL"]
     sep = "&" if "?" in done else "?"
@@ -342,6 +359,8 @@ def fund_with_saved_method(account_id: str, mode: str, amount_cents: int, method
     pm = MethodInfo(profile.payment_method_id, profile.payment_method_type, profile.brand, profile.last4)
     with unit_of_work():  # a crash after this leaves a pending payment the webhook completes
         db.session.add(payment)
+        _audit(account_id, "funding.create", payment.id, amount_micros=int(payment.amount_micros), method=method,
+               mode=mode)
     payment_id = payment.id
     result = proc.charge(payment, customer_id, pm)
     try:

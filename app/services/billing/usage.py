@@ -23,7 +23,8 @@ from sqlalchemy import bindparam, case, func, literal, select
 from app.errors import NotFound
 from app.models import Account
 from app.models.base import UTCDateTime, utcnow
-from app.services.billing.usage_log import hour_of, is_whole_days, usage_rows, whole_day_rows  # noqa: F401
+from app.services.billing.usage_log import (hour_of, is_whole_days, member_rows, usage_rows,  # noqa: F401
+                                           whole_day_rows)
 from app.services.platform import uow
 
 
@@ -35,12 +36,17 @@ def billing_period(now: datetime | None = None) -> tuple[datetime, datetime]:
     return start, end
 
 
-def _rows(account_id: str, start: datetime, end: datetime, mode: str, build, *key, params=None) -> list:
+def _rows(account_id: str, start: datetime, end: datetime, mode: str, build, *key, params=None,
+          member: str | None = None) -> list:
     """The rows of the statement ``build(u, *key)`` makes around the usage rows ``u`` of one
     account and mode in [start, end): for whole days the cached statement over
     ``whole_day_rows`` (values bound at execution), else one built now over
-    ``usage_rows``; run by ``uow.read``. ``:account`` and ``params`` are bound in both."""
+    ``usage_rows``; run by ``uow.read``. ``:account`` and ``params`` are bound in both.
+    ``member``: only the calls of that member's keys in the organisation ``account_id``
+    (``member_rows``: the call logs by actor, the rollups have no actor)."""
     bound = {"start": start, "end": end, "account": account_id, "mode": mode, **(params or {})}
+    if member is not None:
+        return uow.read(build(member_rows(start, end, account_id, (mode,), member), *key), bound)
     if is_whole_days(start, end):
         return uow.read(_cached(build, *key), bound)
     return uow.read(build(usage_rows(start, end, account_id, (mode,)), *key), bound)
@@ -75,23 +81,25 @@ def _by_product_stmt(u):
             .group_by(u.c.product).order_by(func.sum(u.c.spend_micros).desc(), u.c.product))
 
 
-def by_product(account_id: str, start: datetime, end: datetime, *, mode: str = "live") -> list[dict]:
-    rows = _rows(account_id, start, end, mode, _by_product_stmt)
+def by_product(account_id: str, start: datetime, end: datetime, *, mode: str = "live",
+               member: str | None = None) -> list[dict]:
+    rows = _rows(account_id, start, end, mode, _by_product_stmt, member=member)
     return [{"product": p, "calls": int(c), "errors": int(e), "spend_micros": int(s)}
             for p, c, e, s in rows]
 
 
-def current_usage(account_id: str, plan_cents: int | None = None) -> dict:
+def current_usage(account_id: str, plan_cents: int | None = None, *, member: str | None = None) -> dict:
     """UsageCurrent (SPEC endpoint 25): live calls and spend of the current calendar month
     (UTC). Failed (refunded) calls count as calls; their refunded money is not spend.
     ``plan_cents`` None: the account's plan is read in the same statement (404 when the
-    account does not exist)."""
+    account does not exist). ``member``: that member's calls in the organisation
+    ``account_id`` (``plan_cents`` stays the organisation's)."""
     from app.services.accounts.accounts import plan_cents as cents_of_plan
     from app.services.money.ledger import micros_to_cents
 
     start, end = billing_period()
     (calls, _errors, spend, *plan), = _rows(account_id, start, end, "live", _totals_stmt, None,
-                                            plan_cents is None)
+                                            plan_cents is None, member=member)
     if plan_cents is None:
         if plan[0] is None:
             raise NotFound("No such account.")
@@ -100,7 +108,7 @@ def current_usage(account_id: str, plan_cents: int | None = None) -> dict:
             "spend_cents": micros_to_cents(int(spend)), "plan_cents": int(plan_cents)}
 
 
-def usage_by_module(account_id: str) -> dict:
+def usage_by_module(account_id: str, *, member: str | None = None) -> dict:
     """UsageByModule (SPEC endpoint 26): this month's live calls and spend per module slug,
     by spend descending (``by_module``, as the SPEC has it), and the chat completions per
     model the same way (``by_model``: chat products ``chat:<model>`` are not modules), with
@@ -108,7 +116,7 @@ def usage_by_module(account_id: str) -> dict:
     from app.services.money.ledger import micros_to_cents
 
     start, end = billing_period()
-    rows = by_product(account_id, start, end, mode="live")
+    rows = by_product(account_id, start, end, mode="live", member=member)
     return {
         "by_module": [{"slug": r["product"], "calls": r["calls"], "spend_cents": micros_to_cents(r["spend_micros"])}
                       for r in rows if not r["product"].startswith("chat:")],
@@ -121,7 +129,8 @@ def usage_by_module(account_id: str) -> dict:
 MAX_DAILY_DAYS = 90
 
 
-def daily_rows(account_id: str, days: int, *, mode: str = "live", now: datetime | None = None) -> list[dict]:
+def daily_rows(account_id: str, days: int, *, mode: str = "live", now: datetime | None = None,
+               member: str | None = None) -> list[dict]:
     """The last ``days`` UTC calendar days (today included, oldest first) of one account:
     ``{"date", "calls", "errors", "spend_micros"}`` per day, zero-filled, from the usage
     rows (module calls and chat alike), summed per day in SQL (one query)."""
@@ -129,7 +138,7 @@ def daily_rows(account_id: str, days: int, *, mode: str = "live", now: datetime 
     first = today - timedelta(days=days - 1)
     start = datetime(first.year, first.month, first.day, tzinfo=timezone.utc)
     rows = _rows(account_id, start, start + timedelta(days=days), mode, _daily_stmt, days,
-                 params={f"day_{i}": start + timedelta(days=i) for i in range(1, days)})
+                 params={f"day_{i}": start + timedelta(days=i) for i in range(1, days)}, member=member)
     out = {first + timedelta(days=i): {"calls": 0, "errors": 0, "spend_micros": 0} for i in range(days)}
     for index, calls, errors, spend in rows:
         out[first + timedelta(days=int(index))] = {"calls": int(calls), "errors": int(errors),
@@ -145,7 +154,8 @@ def _daily_stmt(u, days: int):
     return select(day, func.sum(u.c.calls), func.sum(u.c.errors), func.sum(u.c.spend_micros)).group_by(day)
 
 
-def daily(account_id: str, days: int, *, mode: str = "live", now: datetime | None = None) -> dict:
+def daily(account_id: str, days: int, *, mode: str = "live", now: datetime | None = None,
+          member: str | None = None) -> dict:
     """UsageDaily (``GET /api/usage/daily``): the last ``days`` UTC dates (today last), each
     with calls, spend_cents and errors summed from the usage rows (module calls and chat
     completions)."""
@@ -153,4 +163,4 @@ def daily(account_id: str, days: int, *, mode: str = "live", now: datetime | Non
 
     return {"days": [{"date": r["date"].isoformat(), "calls": r["calls"], "errors": r["errors"],
                       "spend_cents": micros_to_cents(r["spend_micros"])}
-                     for r in daily_rows(account_id, days, mode=mode, now=now)]}
+                     for r in daily_rows(account_id, days, mode=mode, now=now, member=member)]}

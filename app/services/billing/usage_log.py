@@ -195,6 +195,26 @@ def whole_day_rows():
                      *call_log_rows(start, end, account, modes)).subquery("usage_rows")
 
 
+def member_keys(org_id, member_id):
+    """The ids of the organisation keys a member owns or owned (``api_keys.member_account_id``;
+    revoked and rotated keys included: their calls stay the member's)."""
+    from app.models import ApiKey
+
+    keys = ApiKey.__table__
+    return select(keys.c.id).where(keys.c.account_id == org_id, keys.c.member_account_id == member_id)
+
+
+def member_rows(start, end, org_id, modes, member_id):
+    """The per-call usage rows (``COLUMNS``) of one organisation in [start, end) made by one
+    member's keys: the call logs read by ``actor`` (the key that acted), since the rollups
+    keep no actor. Cost: the organisation's calls of the range through the
+    ``(account_id, created_at)`` indexes, filtered by actor (docs/teams.md, "Usage")."""
+    keys = member_keys(org_id, member_id)
+    calls, chat = call_log_rows(start, end, org_id, modes, since_mark=False)
+    return union_all(calls.where(_CALLS.c.actor.in_(keys)),
+                     chat.where(_CHAT.c.actor.in_(keys))).subquery("usage_rows")
+
+
 def rolled_through() -> datetime:
     """The first hour not final-rolled into ``usage_hourly`` (the epoch when never run)."""
     return db.session.execute(select(_mark())).scalar_one()

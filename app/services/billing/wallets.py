@@ -161,7 +161,12 @@ def _connect(account_id: str, chain: str, address: str, signature: str, nonce: s
     if wallet is None:
         wallet = Wallet(id=new_id("wal"), account_id=account_id)
         db.session.add(wallet)
+    before = {"chain": wallet.chain, "address": wallet.address} if wallet.address else None
     wallet.chain, wallet.address, wallet.address_key, wallet.connected_at = chain, display, key, utcnow()
+    from app.services.orgs import audit
+
+    audit.record(account_id, None, "wallet.connect", wallet.id, before=before,
+                 after={"chain": chain, "address": display})
     return wallet
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import csv
 import io
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -27,15 +29,46 @@ class Actor:
     """Who acts: the person (``account_id``, their own account), the credential they used,
     and the request it came in (for the audit log)."""
 
-    account_id: str
+    account_id: str | None
     credential_id: str | None = None
     request_id: str | None = None
     ip: str | None = None
 
 
-def record(org_id: str, actor: Actor, action: str, target: str | None = None, *,
+def actor_of(principal, request_id: str | None = None, ip: str | None = None) -> Actor:
+    """The person behind a credential (an organisation key's member, else the credential's
+    own account), with the credential, request id and client IP."""
+    return Actor(principal.extra.get("member") or principal.account_id, principal.credential_id, request_id, ip)
+
+
+# Who acts in the current request: set by the route layer around each authenticated
+# route (``app.blueprints.routing.endpoint``), so a service deep below records its change
+# with the actor without every signature carrying it. Outside a request (jobs, webhooks,
+# the CLI) it is unset: the entry names no person.
+_acting: ContextVar[Actor | None] = ContextVar("audit_actor", default=None)
+
+
+@contextmanager
+def acting(actor: Actor):
+    token = _acting.set(actor)
+    try:
+        yield actor
+    finally:
+        _acting.reset(token)
+
+
+def current() -> Actor | None:
+    """The actor of the current request (None outside one)."""
+    return _acting.get()
+
+
+def record(org_id: str, actor: Actor | None, action: str, target: str | None = None, *,
            before: dict | None = None, after: dict | None = None) -> None:
-    """Append one entry in the caller's unit of work."""
+    """Append one entry to the log of the account ``org_id`` (an organisation, or a
+    personal account: its own log, ``GET /api/audit``) in the caller's unit of work.
+    ``actor`` None: the current request's (``current``), else no person (a job, a
+    processor's webhook)."""
+    actor = actor or _acting.get() or Actor(None)
     db.session.add(OrgAuditEntry(org_id=org_id, actor_account_id=actor.account_id,
                                  credential_id=actor.credential_id, action=action, target=target,
                                  before=before, after=after, request_id=actor.request_id,
@@ -60,7 +93,12 @@ def entries(principal, org_id: str, limit: int, cursor: str | None) -> dict:
     """GET /api/orgs/{id}/audit: the organisation's entries, newest first (owners and
     admins); ``cursor`` is the ``next_cursor`` of the previous page (the last id seen)."""
     _may_read(principal, org_id)
-    rows = list(db.session.execute(_newest_first(org_id, cursor).limit(limit + 1)).scalars())
+    return page(org_id, limit, cursor)
+
+
+def page(account_id: str, limit: int, cursor: str | None) -> dict:
+    """One page of an account's log, newest first, and the cursor of the next."""
+    rows = list(db.session.execute(_newest_first(account_id, cursor).limit(limit + 1)).scalars())
     more = len(rows) > limit
     rows = rows[:limit]
     return {"entries": rows, "next_cursor": str(rows[-1].id) if more else None}
@@ -95,3 +133,16 @@ def csv_rows(principal, org_id: str) -> Iterator[str]:
 def check_csv(principal, org_id: str) -> None:
     """The CSV export's access check (owners and admins), before streaming starts."""
     _may_read(principal, org_id)
+
+
+def own_log(principal) -> str:
+    """GET /api/audit: the log of the credential's own account — a person's changes to
+    their account (keys, payments, funding, auto top-up, wallet, alerts); an organisation
+    key's is its organisation's, for owners and admins (403 ``org_role_required``)."""
+    from app.services.orgs import roles
+    from app.services.orgs.orgs import org_role_of
+
+    role = org_role_of(principal)
+    if role is not None:
+        roles.require(role, "read_audit", principal.account_id)
+    return principal.account_id

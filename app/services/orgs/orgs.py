@@ -311,3 +311,40 @@ def check_key(principal, key_id: str) -> None:
         if isinstance(key_id, str) and len(key_id) <= 32 else None
     if owner != person_of(principal):
         raise NotFound("No such key.")
+
+
+def usage_scope(principal, org_id: str | None, member_id: str | None, *, per_call: bool = False
+                ) -> tuple[str, str | None]:
+    """(account, member) whose usage a usage route reads (docs/teams.md, "Usage").
+
+    Without an organisation (no ``org_id``, a personal credential): the credential's own
+    account. In an organisation (``org_id``, or an organisation key's own): every member
+    reads the organisation's totals; ``member_id`` narrows them to the calls of one
+    member's keys — the caller's own id for any member, another member's (or a former
+    member's) for owners, admins and billing (``read_member_usage``). The per-call export
+    (``per_call``) lists who called what, so for developers and viewers it is their own
+    calls only: they pass their own ``member_id`` (403 ``org_role_required`` otherwise).
+    ``member_id`` without an organisation is 400; an id that never was a member is 404."""
+    if org_id is None and org_role_of(principal) is not None:
+        org_id = principal.account_id
+    if org_id is None:
+        if member_id is not None:
+            raise InvalidRequest("member_id: narrows an organisation's usage; pass org_id (or use an "
+                                 "organisation key).")
+        return principal.account_id, None
+    if org_role_of(principal) is not None and org_id == principal.account_id:
+        role = org_role_of(principal)  # the key's role, checked with the credential (no read)
+    else:
+        role = membership(principal, org_id).role
+        roles.require_scopes(role, ("call:read",), org_id)
+    if member_id is None:
+        if per_call:
+            roles.require(role, "read_member_usage", org_id)
+        return org_id, None
+    if member_id != person_of(principal):
+        roles.require(role, "read_member_usage", org_id)
+        if member_role(org_id, member_id) is None and db.session.execute(
+                select(ApiKey.id).where(ApiKey.account_id == org_id, ApiKey.member_account_id == member_id)
+                .limit(1)).first() is None:
+            raise NotFound("No such member in this organisation.")
+    return org_id, member_id

@@ -88,6 +88,9 @@ def credit_payment(payment: Payment, ref: str | None = None, external_ref: str |
                    outside_ref=external_ref or outside.payment_ref(payment), rail=payment.processor,
                    payment_id=payment.id,
                    meta={"payment_id": payment.id, "method": payment.method, "processor": payment.processor})
+    from app.services.billing import invoices  # its document, numbered in this unit of work
+
+    invoices.issue_for_payment(payment)
     return True
 
 

@@ -82,7 +82,6 @@ def test_every_payment_gets_a_consecutive_number_and_test_mode_its_own_series(cl
     acct = make_account(test_key=True)
     first = _pay_sandbox_checkout(client, acct, 500)
     assert _fund(client, acct, 700, "card", with_method="pm_card_visa").status_code == 200
-    assert _fund(client, acct, 300, "card", with_method="pm_card_chargeDeclined").status_code == 402  # no invoice
     listed = _invoices(client, acct)["invoices"]
     assert [i["total"] for i in listed] == ["7.00", "5.00"] and listed[1]["payment_id"] == first
     numbers = [int(i["number"].rsplit("-", 1)[1]) for i in listed]
@@ -92,7 +91,6 @@ def test_every_payment_gets_a_consecutive_number_and_test_mode_its_own_series(cl
     client.post(urlparse(out["url"]).path, data={"action": "pay", "payment_method": "pm_card_visa"})
     test_list = client.get("/api/pay/invoices", headers=test_headers).get_json()["invoices"]
     assert [i["number"].startswith("INV-TEST-") for i in test_list] == [True] and test_list[0]["mode"] == "test"
-    assert len(_invoices(client, acct)["invoices"]) == 2  # the live list does not show it
     # paging
     page = _invoices(client, acct, limit=1)
     assert len(page["invoices"]) == 1 and page["next_cursor"]

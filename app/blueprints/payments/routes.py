@@ -31,8 +31,8 @@ def checkout(body):
     exactly once. `svc_test_` keys (and the embedded default) use the sandbox checkout.
     With `org_id` the organisation's balance is funded."""
     p = principal()
-    return payments.create_checkout(orgs.payer(p, body.get("org_id"), BILLING_WRITE), p.mode, body["amount_cents"], body.get("product"),
-                                    body.get("return_url"))
+    return payments.create_checkout(orgs.payer(p, body.get("org_id"), BILLING_WRITE), p.mode, body["amount_cents"],
+                                    body.get("product"), body.get("return_url"), save_method=body["save_method"])
 
 
 @endpoint(blp, "/history", "get", "billing:read", ok=PaymentHistorySchema)

@@ -14,6 +14,7 @@ from sqlalchemy import text
 
 from app.extensions import db
 from tests.api.test_payments_sandbox import _fund
+from tests.api.test_console_security import signed_in  # noqa: F401
 from tests.api.test_payments_stripe import _deliver, stripe_api  # noqa: F401
 from tests.support.concurrency import at_once
 
@@ -226,3 +227,17 @@ def test_monthly_usage_invoice_once_per_account_and_month_also_for_organisations
                      headers=person.headers)
     assert "Acme Org" in _pdf_text(pdf.data) and "2.00" in _pdf_text(pdf.data)
     assert _invoices(client, idle)["invoices"] == []
+
+
+def test_console_billing_lists_invoices_with_downloads_of_ones_own_only(signed_in):
+    owner_client, owner = signed_in()
+    other_client, _ = signed_in()
+    _pay_sandbox_checkout(owner_client, owner, 2500)
+    inv = _invoices(owner_client, owner)["invoices"][0]
+    page = owner_client.get("/billing").get_data(as_text=True)
+    link = f"/billing/invoices/{inv['id']}.pdf"
+    assert inv["number"] in page and link in page
+    pdf = owner_client.get(link)
+    assert pdf.status_code == 200 and pdf.data.startswith(b"%PDF") and "25.00" in _pdf_text(pdf.data)
+    assert other_client.get(link).status_code == 404
+    assert inv["number"] not in other_client.get("/billing").get_data(as_text=True)

@@ -233,6 +233,16 @@ def load_config(overrides: dict | None = None) -> dict:
         # AUTOTOPUP_RETRY_SECONDS × 2^(failures-1) while the balance stays under the threshold.
         "AUTOTOPUP_MAX_FAILURES": _int("AUTOTOPUP_MAX_FAILURES", 3),
         "AUTOTOPUP_RETRY_SECONDS": _int("AUTOTOPUP_RETRY_SECONDS", 3600),
+        # Invoices (docs/payments.md "Invoices"): the seller printed on every invoice, its id
+        # (numbers are gap-free per seller id and series) and the number prefix; a month's
+        # usage invoice is issued once the month is over by INVOICE_USAGE_GRACE_SECONDS.
+        "INVOICE_SELLER_ID": _env("INVOICE_SELLER_ID", "main"),
+        "INVOICE_SELLER_NAME": _env("INVOICE_SELLER_NAME", "Metered API Gateway"),
+        "INVOICE_SELLER_ADDRESS": _env("INVOICE_SELLER_ADDRESS", ""),
+        "INVOICE_SELLER_TAX_ID": _env("INVOICE_SELLER_TAX_ID", ""),
+        "INVOICE_SELLER_EMAIL": _env("INVOICE_SELLER_EMAIL", ""),
+        "INVOICE_NUMBER_PREFIX": _env("INVOICE_NUMBER_PREFIX", "INV"),
+        "INVOICE_USAGE_GRACE_SECONDS": _int("INVOICE_USAGE_GRACE_SECONDS", 3600),
         "RPC_URLS": {
             "base": _env("RPC_URL_BASE", "https://mainnet.base.org"),
             "ethereum": _env("RPC_URL_ETHEREUM", "https://ethereum-rpc.publicnode.com"),

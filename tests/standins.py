@@ -43,6 +43,7 @@ class FakeStripe:
         self.requests: list[tuple[str, str, dict]] = []
         self.idempotent: dict[str, tuple[int, dict]] = {}
         self.sessions: dict[str, dict] = {}  # checkout sessions by id (``status``: open, complete, expired)
+        self.intents: dict[str, dict] = {}  # payment intents a test made retrievable (GET /v1/payment_intents/id)
         self.lock = threading.Lock()
         self.n = 0
 
@@ -95,6 +96,12 @@ class FakeStripe:
                                   "amount_total": int(params["line_items"]["0"]["price_data"]["unit_amount"]),
                                   "metadata": params.get("metadata", {})}
             return 200, self.sessions[sid]
+        if parts[:2] == ["v1", "payment_intents"] and len(parts) == 3 and method == "GET":
+            intent = self.intents.get(parts[2])
+            if intent is None:
+                return 404, {"error": {"type": "invalid_request_error", "code": "resource_missing",
+                                       "message": f"No such payment_intent: '{parts[2]}'"}}
+            return 200, {"object": "payment_intent", **intent}
         if parts[:2] == ["v1", "payment_intents"]:
             pid = self._id("pi")
             pm = params.get("payment_method")

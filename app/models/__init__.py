@@ -16,3 +16,4 @@ from app.models.tokens import SingleUseToken  # noqa: F401
 from app.models.orgs import MemberSpend, OrgAuditEntry, OrgInvite, OrgMember  # noqa: F401
 from app.models.providerkeys import ProviderKey  # noqa: F401
 from app.models.autotopup import AutoTopup, AutoTopupRun  # noqa: F401
+from app.models.invoices import BillingDetails, Invoice, InvoiceCounter  # noqa: F401

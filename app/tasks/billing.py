@@ -14,3 +14,17 @@ def run_autotopup(run_id: int) -> str:
     from app.services.billing import autotopup
 
     return autotopup.run(run_id)
+
+
+def issue_payment_invoices() -> int:
+    """Invoice the credited payments that have none (x402 payments; scheduled every minute)."""
+    from app.services.billing import invoices
+
+    return invoices.issue_missing()
+
+
+def issue_usage_invoices():
+    """Issue last month's usage invoices once it is over (idempotent; scheduled hourly)."""
+    from app.services.billing import invoices
+
+    return invoices.issue_usage_due()

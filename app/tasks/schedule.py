@@ -23,6 +23,9 @@ SCHEDULE: list[tuple[str, int, Callable]] = [
     ("alerts-evaluate", 60, alerts.evaluate),
     # Auto top-up runs the balance trigger queued (and runs whose worker died).
     ("autotopup-start", 5, billing.start_autotopups),
+    # Invoices (billing.invoices): credited payments without one (x402), then each month's usage.
+    ("invoices-payments", 60, billing.issue_payment_invoices),
+    ("invoices-usage", 3600, billing.issue_usage_invoices),
     ("calls-sweep", 30, gateway.sweep_pending_calls),
     ("idempotency-purge", 3600, gateway.purge_idempotency),
     # usage_hourly from the call logs: final hours, then the settled minutes of the

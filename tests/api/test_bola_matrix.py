@@ -37,6 +37,15 @@ def _make_checkout(client, owner):
     return client.post("/api/pay/checkout", json={"amount_cents": 100}, headers=owner.headers).get_json()["payment_id"]
 
 
+def _make_invoice(client, owner):
+    """A paid sandbox checkout: its invoice."""
+    from urllib.parse import urlparse
+
+    url = client.post("/api/pay/checkout", json={"amount_cents": 100}, headers=owner.headers).get_json()["url"]
+    client.post(urlparse(url).path, data={"action": "pay", "payment_method": "pm_card_visa"})
+    return client.get("/api/pay/invoices", headers=owner.headers).get_json()["invoices"][0]["id"]
+
+
 def _save_method(client, owner):
     client.post("/api/pay/method", json={"payment_method_id": "pm_card_visa"}, headers=owner.headers)
     return "pm_card_visa"
@@ -78,6 +87,9 @@ CASES = {
     ("delete", "/api/alerts/{alert_id}"): (_make_alert, "/api/alerts/{id}", ("get", "/api/alerts")),
     ("get", "/api/agent/{agent_id}/usage"): (_make_agent, "/api/agent/{id}/usage", None),
     ("get", "/api/pay/checkout/{payment_id}"): (_make_checkout, "/api/pay/checkout/{id}", None),
+    ("get", "/api/pay/invoices/{invoice_id}"): (_make_invoice, "/api/pay/invoices/{id}", ("get", "/api/pay/invoices")),
+    ("get", "/api/pay/invoices/{invoice_id}.pdf"): (_make_invoice, "/api/pay/invoices/{id}.pdf",
+                                                    ("get", "/api/pay/invoices")),
     ("post", "/api/pay/methods/{payment_method_id}/default"): (_save_method, "/api/pay/methods/{id}/default",
                                                               ("get", "/api/pay/methods")),
     ("delete", "/api/pay/methods/{payment_method_id}"): (_save_method, "/api/pay/methods/{id}",

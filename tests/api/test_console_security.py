@@ -73,7 +73,7 @@ def signed_in(app, make_account):
 
 
 PROTECTED_GET = ["/dashboard", "/keys", "/usage", "/usage?days=7", "/usage/calls/call_x", "/usage/export.csv",
-                 "/billing", "/alerts", "/agents"]
+                 "/billing", "/billing/invoices/inv_x.pdf", "/alerts", "/agents"]
 PROTECTED_POST = ["/logout", "/mode", "/keys", "/keys/key_x/revoke", "/keys/key_x/rotate", "/usage/calls/call_x/verify",
                   "/billing/topup", "/alerts", "/alerts/alrt_x/delete", "/agents", "/agents/agt_x/fund",
                   "/agents/review/x"]
@@ -83,7 +83,7 @@ def test_every_console_route_needs_a_session(app, client):
     console_rules = {r.rule for r in app.url_map.iter_rules() if r.endpoint.startswith("console.")}
     covered = {re.sub(r"\?.*", "", p) for p in PROTECTED_GET + PROTECTED_POST}
     normalized = {re.sub(r"<[^>]+>", "x", rule).replace("call_x", "x").replace("key_x", "x") for rule in console_rules}
-    assert normalized - {re.sub(r"(call|key|alrt|agt)_x", "x", p) for p in covered} == \
+    assert normalized - {re.sub(r"(call|key|alrt|agt|inv)_x", "x", p) for p in covered} == \
         {"/", "/login", "/login/confirm", "/invites/x", "/console/static/x"}
     for path in PROTECTED_GET:
         r = client.get(path)

@@ -1,9 +1,12 @@
 """Account endpoint (SPEC endpoint 2)."""
 from app.auth import principal
 from app.blueprints.accounts.schemas import AccountSchema
+from app.blueprints.payments.invoice_schemas import (BillingDetailsRequestSchema, BillingDetailsSchema,
+                                                     InvoiceQuerySchema)
 from app.blueprints.routing import endpoint
 from app.extensions import Blueprint
 from app.services.accounts import accounts
+from app.services.billing import invoices
 from app.services.orgs import orgs
 
 blp = Blueprint("accounts", __name__, url_prefix="/api", description="The caller's account.")
@@ -18,3 +21,19 @@ def account():
     return {**accounts.account_view(p.account_id, p.mode),
             "actor": {"account_id": orgs.person_of(p), "credential_id": p.credential_id,
                       "org_role": orgs.org_role_of(p)}}
+
+
+@endpoint(blp, "/account/billing-details", "get", "billing:read", query=InvoiceQuerySchema, ok=BillingDetailsSchema,
+          name="BillingDetailsView")
+def get_billing_details(query):
+    """The billing name, address, country and tax id printed on the account's next invoices."""
+    return invoices.billing_details(orgs.payer(principal(), query.get("org_id"), ("billing:read",)))
+
+
+@endpoint(blp, "/account/billing-details", "put", "billing:write", body=BillingDetailsRequestSchema,
+          ok=BillingDetailsSchema, name="BillingDetailsSetView")
+def set_billing_details(body):
+    """Set the billing details printed on invoices issued from now on (absent or empty fields are
+    cleared); invoices already issued keep theirs."""
+    account_id = orgs.payer(principal(), body.pop("org_id", None), ("billing:write",))
+    return invoices.set_billing_details(account_id, body)

@@ -3,7 +3,7 @@ saved card, credits and the connected wallet) and alerts (create and delete rule
 the SPEC fields, recent firings with their delivery status)."""
 from __future__ import annotations
 
-from flask import abort, g, redirect, render_template, request, url_for
+from flask import Response, abort, g, redirect, render_template, request, url_for
 from marshmallow import ValidationError
 
 from app.blueprints.console import bp, web
@@ -12,7 +12,7 @@ from app.blueprints.console.account_pages import field_errors
 from app.blueprints.payments.schemas import CheckoutSchema
 from app.errors import DomainError
 from app.services.billing import alerts as alerts_svc
-from app.services.billing import payments, wallets
+from app.services.billing import invoices, payments, wallets
 
 ALERT_FIELDS = ("name", "metric", "op", "threshold", "window", "channel", "target")
 
@@ -21,7 +21,8 @@ def _billing_page(status: int = 200, **extra):
     acct = g.account
     ctx = {"payments": payments.history(acct.id, web.mode()), "method": payments.saved_method(acct.id, web.mode()),
            "wallet": wallets.get_wallet(acct.id), "errors": {}, "amount": "",
-           "checkout": request.args.get("checkout")}
+           "checkout": request.args.get("checkout"),
+           "invoices": invoices.list_invoices(acct.id, web.mode(), limit=24)["invoices"]}
     ctx.update(extra)
     return render_template("console/billing.html", **ctx), status
 
@@ -30,6 +31,14 @@ def _billing_page(status: int = 200, **extra):
 def billing():
     """Credits, top-up form, saved card, wallet and payment history."""
     return _billing_page()
+
+
+@bp.get("/billing/invoices/<string:invoice_id>.pdf")
+def invoice_pdf(invoice_id):
+    """An invoice of the signed-in account (its mode) as PDF; another's or none: 404."""
+    inv = invoices.get_invoice(g.account.id, web.mode(), invoice_id)
+    return Response(invoices.invoice_pdf(inv), mimetype="application/pdf",
+                    headers={"Content-Disposition": f'attachment; filename="{inv.number}.pdf"'})
 
 
 @bp.post("/billing/topup")

@@ -1,5 +1,5 @@
 """Payment endpoints (SPEC 14–16) and the processor webhook."""
-from flask import request
+from flask import Response, request
 
 from app.auth import principal
 from app.blueprints.payments.autotopup_schemas import (AutoTopupRequestSchema, AutoTopupSchema, CheckoutStateSchema,
@@ -7,12 +7,15 @@ from app.blueprints.payments.autotopup_schemas import (AutoTopupRequestSchema, A
 from app.blueprints.payments.schemas import (CheckoutCreatedSchema, CheckoutHeadersSchema, CheckoutSchema,
                                              MethodRequestSchema, MethodSchema, PaymentHistorySchema, PaymentSchema,
                                              WebhookHeadersSchema, WebhookResultSchema)
+from app.blueprints.payments.invoice_schemas import (InvoiceListQuerySchema, InvoiceListSchema, InvoiceQuerySchema,
+                                                     InvoiceSchema)
 from app.blueprints.routing import endpoint
 from app.extensions import Blueprint
-from app.services.billing import autotopup, checkouts, methods, payment_events, payments
+from app.services.billing import autotopup, checkouts, invoices, methods, payment_events, payments
 from app.services.orgs import orgs
 
 BILLING_WRITE = ("billing:write",)
+BILLING_READ = ("billing:read",)
 
 blp = Blueprint("payments", __name__, url_prefix="/api/pay",
                 description="Checkout (resume, cancel), payment history, saved payment methods and the "
@@ -28,8 +31,8 @@ def checkout(body):
     exactly once. `svc_test_` keys (and the embedded default) use the sandbox checkout.
     With `org_id` the organisation's balance is funded."""
     p = principal()
-    return payments.create_checkout(orgs.payer(p, body.get("org_id"), BILLING_WRITE), p.mode, body["amount_cents"], body.get("product"),
-                                    body.get("return_url"))
+    return payments.create_checkout(orgs.payer(p, body.get("org_id"), BILLING_WRITE), p.mode, body["amount_cents"],
+                                    body.get("product"), body.get("return_url"), save_method=body["save_method"])
 
 
 @endpoint(blp, "/history", "get", "billing:read", ok=PaymentHistorySchema)
@@ -143,3 +146,48 @@ def remove_saved_method(payment_method_id):
     another is made the default."""
     methods.remove(principal().account_id, principal().mode, payment_method_id)
     return {"deleted": True}
+
+
+def _invoice_response(inv):
+    pdf = invoices.invoice_pdf(inv)
+    return Response(pdf, mimetype="application/pdf",
+                    headers={"Content-Disposition": f'inline; filename="{inv.number}.pdf"',
+                             "Cache-Control": "private, max-age=3600"})
+
+
+_PDF_DOC = {"200": {"description": "The invoice (JSON, or the PDF with `Accept: application/pdf`).", "content": {
+    "application/pdf": {"schema": {"type": "string", "format": "binary"}}}}}
+
+
+@endpoint(blp, "/invoices", "get", "billing:read", query=InvoiceListQuerySchema, ok=InvoiceListSchema,
+          name="InvoiceListView")
+def list_invoices(query):
+    """The invoices of the key's mode, newest first: one per payment (checkout, wallet funding,
+    auto top-up, USDC, x402) and one per month of usage; `next_cursor` pages on."""
+    p = principal()
+    account_id = orgs.payer(p, query.get("org_id"), BILLING_READ)
+    return invoices.list_invoices(account_id, p.mode, query["limit"], query.get("cursor"))
+
+
+@endpoint(blp, "/invoices/<string:invoice_id>", "get", "billing:read", query=InvoiceQuerySchema, ok=InvoiceSchema,
+          errors={404: "No such invoice of this account and mode."}, name="InvoiceView")
+@blp.doc(responses=_PDF_DOC)
+def get_invoice(query, invoice_id):
+    """One invoice as issued (numbered, never changed): JSON, or its PDF when the request prefers
+    `Accept: application/pdf` (also at `/api/pay/invoices/{id}.pdf`)."""
+    p = principal()
+    inv = invoices.get_invoice(orgs.payer(p, query.get("org_id"), BILLING_READ), p.mode, invoice_id)
+    if request.accept_mimetypes.best_match(("application/json", "application/pdf")) == "application/pdf":
+        return _invoice_response(inv)
+    return invoices.view(inv)
+
+
+@endpoint(blp, "/invoices/<string:invoice_id>.pdf", "get", "billing:read", query=InvoiceQuerySchema,
+          errors={404: "No such invoice of this account and mode."}, name="InvoicePdfView")
+@blp.doc(responses={"200": {"description": "The invoice's PDF.", "content": {
+    "application/pdf": {"schema": {"type": "string", "format": "binary"}}}}})
+def get_invoice_pdf(query, invoice_id):
+    """One invoice's PDF (A4, made with fpdf2 from the stored document: the same bytes each time)."""
+    p = principal()
+    return _invoice_response(invoices.get_invoice(orgs.payer(p, query.get("org_id"), BILLING_READ), p.mode,
+                                                  invoice_id))

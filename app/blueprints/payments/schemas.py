@@ -34,6 +34,9 @@ class CheckoutSchema(InputSchema):
     org_id = org_id_field("the checkout funds the organisation's balance (roles owner, billing)")
     product = ma.fields.String(validate=validate.Length(min=1, max=200),
                                metadata={"description": "Label shown on the checkout page."})
+    save_method = ma.fields.Boolean(load_default=False, metadata={"description": (
+        "Save the card the checkout is paid with and make it the default (`GET /api/pay/methods`; "
+        "charged by `/api/wallet/fund` and auto top-up). Stripe: `setup_future_usage=off_session`.")})
     return_url = ma.fields.String(validate=[validate.Length(max=2000), _RETURN_URL],
                                metadata={"description": "Where the checkout sends the user afterwards, with "
                                                         "`checkout=success|cancel&payment_id=…` appended. An "

@@ -10,6 +10,8 @@ successful cancel cannot exist (the processor refuses to pay an expired session)
 """
 from __future__ import annotations
 
+import logging
+
 from app.errors import Conflict, NotFound
 from app.extensions import db
 from app.models import Payment
@@ -18,6 +20,8 @@ from app.services.billing import payments
 from app.services.billing.processors import for_mode
 from app.services.orgs import audit
 from app.services.platform.uow import unit_of_work
+
+log = logging.getLogger(__name__)
 
 
 class CheckoutNotCancelable(Conflict):
@@ -60,3 +64,29 @@ def cancel(account_id: str, mode: str, payment_id: str) -> Payment:
                      after={"status": "canceled"})
     db.session.refresh(p)
     return p
+
+
+def save_paid_method(payment_id: str) -> str | None:
+    """A checkout created with ``save_method`` was paid: save the method it was paid with and
+    make it the default (``payments.set_default_method``: validated and attached at the
+    processor, listed by ``GET /api/pay/methods``, charged by auto top-up). Runs after the
+    credit's commit (no transaction open during the processor calls); once per payment
+    (``meta.saved_method``). Returns the method id, or None."""
+    p = db.session.get(Payment, payment_id)
+    meta = (p.meta or {}) if p is not None else {}
+    if p is None or not meta.get("save_method") or meta.get("saved_method"):
+        return None
+    try:
+        pm_id = for_mode(p.mode).checkout_method(p)
+        if not pm_id:
+            log.warning("checkout %s: the processor names no payment method to save", p.id)
+            return None
+        payments.set_default_method(p.account_id, p.mode, pm_id)
+    except Exception:  # noqa: BLE001 - the payment stands; the customer can save the card by hand
+        log.exception("checkout %s: saving its payment method failed", payment_id)
+        return None
+    with unit_of_work():
+        p = db.session.get(Payment, payment_id, with_for_update=True)
+        p.meta = {**(p.meta or {}), "saved_method": pm_id}
+    return pm_id
+

@@ -21,7 +21,7 @@ from app.services.billing import event_payloads
 from app.services.billing.payments import (credit_payment, dispute_recorded, dispute_reinstated, dispute_withdrawn,
                                            finish_payment, refund_payment)
 from app.services.billing.processors import sandbox_webhook_secret
-from app.services.platform.uow import unit_of_work
+from app.services.platform.uow import after_commit, unit_of_work
 
 log = logging.getLogger(__name__)
 
@@ -183,6 +183,10 @@ def _credited(p: Payment, processor: str) -> str:
     if not credit_payment(p):
         return "already_final"
     _apply_early(p, processor)
+    if p.kind == "checkout" and (p.meta or {}).get("save_method"):
+        from app.services.billing import checkouts  # the card is saved once the credit is committed
+
+        after_commit(checkouts.save_paid_method, p.id)
     return "credited"
 
 

@@ -101,6 +101,9 @@ def credit_payment(payment: Payment, ref: str | None = None, external_ref: str |
     _audit(payment.account_id, "payment.credit", payment.id, Actor(None, payment.processor),
            amount_micros=int(payment.amount_micros), method=payment.method, processor=payment.processor,
            mode=payment.mode or "live")
+    from app.services.billing import invoices  # its document, numbered in this unit of work
+
+    invoices.issue_for_payment(payment)
     return True
 
 
@@ -310,25 +313,31 @@ def set_default_method(account_id: str, mode: str, pm_id: str) -> BillingProfile
 # --- checkout ------------------------------------------------------------------------
 
 def create_checkout(account_id: str, mode: str, amount_cents: int, product: str | None = None,
-                    return_url: str | None = None) -> dict:
+                    return_url: str | None = None, save_method: bool = False) -> dict:
     """Start a hosted checkout; credit arrives only with the processor's confirmation.
-    Two units of work around the processor call."""
+    Two units of work around the processor call. ``save_method``: the card it is paid with
+    is saved and made the default (Stripe ``setup_future_usage=off_session`` on a session of
+    the account's customer; ``checkouts.save_paid_method`` after the payment)."""
     cfg = current_app.config
     return_url = redirects.validate_return_url(return_url)
     proc = for_mode(mode)
     payment = Payment(id=new_id("pay"), account_id=account_id, method="card", kind="checkout",
                       processor=proc.name, mode=mode, amount_micros=ledger.cents_to_micros(amount_cents),
                       product=product, return_url=return_url, status="pending",
-                      expires_at=utcnow() + timedelta(hours=24))
+                      expires_at=utcnow() + timedelta(hours=24), meta={"save_method": True} if save_method else None)
     with unit_of_work():  # recorded before the processor is called (crash leaves a pending row)
         db.session.add(payment)
         _audit(account_id, "checkout.create", payment.id, amount_micros=int(payment.amount_micros), mode=mode,
                processor=proc.name)
     profile = _profile(account_id, proc.name)
+    customer_id = profile.customer_id if profile else None
+    if save_method and customer_id is None:  # a card is saved on a customer (idempotent per account)
+        acct = db.session.get(Account, account_id)
+        customer_id = proc.ensure_customer(account_id, acct.email if acct else None, None)
     done = return_url or cfg["BASE_URL"]
     sep = "&" if "?" in done else "?"
     session_id, url = proc.create_checkout(
-        payment, profile.customer_id if profile else None,
+        payment, customer_id,
         success_url=f"{done}{sep}checkout=success&payment_id={payment.id}",
         cancel_url=f"{done}{sep}checkout=cancel&payment_id={payment.id}")
     with unit_of_work():

@@ -131,6 +131,10 @@ class Processor(ABC):
         """Returns (session id, hosted checkout url)."""
 
     @abstractmethod
+    def checkout_method(self, payment) -> str | None:
+        """The payment method a paid checkout was paid with (to save it), or None."""
+
+    @abstractmethod
     def charge(self, payment, customer_id: str, pm: MethodInfo) -> ChargeResult:
         """Off-session charge of the saved method (idempotent on ``payment.id``)."""
 
@@ -170,6 +174,9 @@ class SandboxProcessor(Processor):
 
     def detach(self, pm_id):
         return None  # the sandbox's test methods belong to no one
+
+    def checkout_method(self, payment):
+        return (payment.meta or {}).get("sandbox_method")  # chosen on the sandbox page
 
     def checkout_url(self, session_id):
         base = current_app.config["BASE_URL"].rstrip("/")
@@ -254,12 +261,24 @@ class StripeProcessor(Processor):
         }
         if customer_id:
             params["customer"] = customer_id
+        if (payment.meta or {}).get("save_method"):  # the card is attached to the customer for later
+            params["payment_intent_data"]["setup_future_usage"] = "off_session"
         try:
             session = self.client.v1.checkout.sessions.create(
                 params=params, options={"idempotency_key": f"checkout:{payment.id}"})
         except stripe.StripeError as exc:
             raise self._unavailable(exc) from None
         return session.id, session.url
+
+    def checkout_method(self, payment):
+        if not payment.payment_intent:
+            return None
+        try:
+            intent = self.client.v1.payment_intents.retrieve(payment.payment_intent)
+        except stripe.StripeError as exc:
+            raise self._unavailable(exc) from None
+        pm = getattr(intent, "payment_method", None)  # an id, or the object when expanded
+        return pm if isinstance(pm, str) else getattr(pm, "id", None)
 
     def detach(self, pm_id):
         try:

@@ -77,6 +77,9 @@ def sandbox_checkout_action(session_id: str, action: str, pm_id: str | None) -> 
 
         return {"result": "declined", "message": DECLINE_MESSAGES[outcome], "payment": p}
     pi = "pi_sbx_" + random_b62(24)
+    if (p.meta or {}).get("save_method"):  # what the sandbox's "payment intent" was paid with
+        with unit_of_work():
+            p.meta = {**(p.meta or {}), "sandbox_method": pm_id}
     if outcome == "settles_later":
         with unit_of_work():
             p.meta = {**(p.meta or {}), "ach_submitted": True}

@@ -1,0 +1,64 @@
+"""Saving the card used at a hosted checkout (``save_method``): Stripe's
+``setup_future_usage=off_session`` on a session of the account's customer, the method read from
+the paid intent and saved as the default once; the sandbox does the same with the method picked
+on its page. The saved method is listed, can be removed, and auto top-up can use it."""
+from __future__ import annotations
+
+from urllib.parse import urlparse
+
+from tests.api.test_payments_stripe import _deliver, stripe_api  # noqa: F401
+
+
+def _methods(client, acct):
+    return client.get("/api/pay/methods", headers=acct.headers).get_json()["methods"]
+
+
+def _topup(client, acct):
+    return client.put("/api/pay/auto-topup", json={"threshold_cents": 100, "amount_cents": 500,
+                                                   "monthly_cap_cents": 5000}, headers=acct.headers)
+
+
+def test_sandbox_checkout_saves_the_card_it_was_paid_with(client, make_account, ledger_clean):
+    acct = make_account()
+    plain = client.post("/api/pay/checkout", json={"amount_cents": 300}, headers=acct.headers).get_json()
+    client.post(urlparse(plain["url"]).path, data={"action": "pay", "payment_method": "pm_card_visa"})
+    assert _methods(client, acct) == []  # not asked: nothing saved
+    assert _topup(client, acct).status_code == 409
+    out = client.post("/api/pay/checkout", json={"amount_cents": 500, "save_method": True},
+                      headers=acct.headers).get_json()
+    r = client.post(urlparse(out["url"]).path, data={"action": "pay", "payment_method": "pm_card_mastercard"})
+    assert r.status_code == 200
+    saved = _methods(client, acct)
+    assert [(m["payment_method_id"], m["default"], m["last4"]) for m in saved] == [
+        ("pm_card_mastercard", True, "4444")]
+    assert _topup(client, acct).get_json()["method"]["payment_method_id"] == "pm_card_mastercard"
+    assert client.delete("/api/pay/methods/pm_card_mastercard", headers=acct.headers).status_code == 200
+    assert _methods(client, acct) == []
+    ledger_clean()
+
+
+def test_stripe_checkout_sets_up_future_usage_and_saves_the_intents_method_once(client, account, stripe_api,
+                                                                                ledger_clean):
+    out = client.post("/api/pay/checkout", json={"amount_cents": 1200, "save_method": True},
+                      headers=account.headers).get_json()
+    params = next(x for x in stripe_api.requests if x[1] == "/v1/checkout/sessions")[2]
+    assert params["payment_intent_data"]["setup_future_usage"] == "off_session"
+    assert params["customer"].startswith("cus_")  # a card is saved on the account's customer
+    stripe_api.intents["pi_save_1"] = {"id": "pi_save_1", "payment_method": "pm_card_visa", "status": "succeeded"}
+    obj = {"id": out["url"].rsplit("/", 1)[1], "object": "checkout.session", "amount_total": 1200,
+           "currency": "usd", "payment_status": "paid", "payment_intent": "pi_save_1",
+           "metadata": params["metadata"]}
+    assert _deliver(client, stripe_api, stripe_api.event("checkout.session.completed", obj)).get_json()[
+        "outcome"] == "credited"
+    assert _deliver(client, stripe_api, stripe_api.event("checkout.session.completed", obj)).get_json()[
+        "outcome"] == "already_final"
+    assert [(m["payment_method_id"], m["default"]) for m in _methods(client, account)] == [("pm_card_visa", True)]
+    retrieved = [p for m, p, _ in stripe_api.requests if m == "GET" and p == "/v1/payment_intents/pi_save_1"]
+    assert len(retrieved) == 1  # saved once, not again for the second event
+    attach = [p for m, p, _ in stripe_api.requests if p == "/v1/payment_methods/pm_card_visa/attach"]
+    assert attach and _topup(client, account).status_code == 200
+    # without save_method, no setup_future_usage
+    client.post("/api/pay/checkout", json={"amount_cents": 300}, headers=account.headers)
+    last = [x for x in stripe_api.requests if x[1] == "/v1/checkout/sessions"][-1][2]
+    assert "setup_future_usage" not in last["payment_intent_data"]
+    ledger_clean()

@@ -8,7 +8,7 @@
 * ``billing_details``: name, address, country and tax id an account sets for its invoices.
 
 Revision ID: invoices
-Revises: billing
+Revises: member_budgets
 """
 import sqlalchemy as sa
 from alembic import op
@@ -16,7 +16,7 @@ from alembic import op
 from app.models.base import UTCDateTime
 
 revision = "invoices"
-down_revision = "billing"
+down_revision = "member_budgets"
 branch_labels = None
 depends_on = None
 

@@ -136,3 +136,20 @@ def test_an_organisations_money_and_alerts_and_refusals(app, client, make_accoun
     assert client.delete(f"/api/alerts/{alert.get_json()['id']}", headers=billing.headers).status_code == 404
     assert _count(app) == before
     ledger_clean()
+
+
+def test_an_operators_credit_and_plan_change_are_in_the_accounts_log(app, client, make_account, ledger_clean):
+    from app.services.accounts import accounts
+
+    owner = make_account()
+    org = make_org(client, owner)
+    with app.app_context():
+        accounts.grant_credits(org["id"], 2000, "welcome")
+        accounts.set_plan(org["id"], "pro")
+        accounts.set_plan(org["id"], "pro")  # no change: no entry
+        db.session.remove()
+    log = client.get(f"/api/orgs/{org['id']}/audit", headers=owner.headers).get_json()["entries"]
+    assert [(e["action"], e["actor_account_id"], e["credential_id"], e["before"], e["after"]) for e in log[:2]] == [
+        ("account.plan", None, "operator", {"plan": "starter"}, {"plan": "pro"}),
+        ("credit.adjust", None, "operator", None, {"amount_micros": 20_000_000, "memo": "welcome"})]
+    ledger_clean()

@@ -138,13 +138,25 @@ def grant_credits(account_id: str, cents: int, memo: str | None = None) -> int:
     micros = ledger.cents_to_micros(cents)
     funding.grant("operator_adjustment", source=ledger.ADJUST, account_id=account_id, micros=micros,
                   meta={"memo": memo} if memo else None)
+    _operator_audit(account_id, "credit.adjust", after={"amount_micros": micros, "memo": memo})
     return get_account(account_id).balance_micros
+
+
+def _operator_audit(account_id: str, action: str, **change) -> None:
+    """An operator's change in the account's audit log: by the request's actor (an admin
+    route), else by the operator (the CLI)."""
+    from app.services.orgs import audit
+
+    audit.record(account_id, audit.current() or audit.Actor(None, "operator"), action, account_id, **change)
 
 
 @transactional
 def set_plan(account_id: str, plan: str) -> Account:
     acct = get_account(account_id)
+    before = acct.plan
     acct.plan = _check_plan(plan)
+    if acct.plan != before:
+        _operator_audit(account_id, "account.plan", before={"plan": before}, after={"plan": acct.plan})
     after_commit(auth.broadcast_account_change, account_id)
     return acct
 

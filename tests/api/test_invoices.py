@@ -241,3 +241,17 @@ def test_console_billing_lists_invoices_with_downloads_of_ones_own_only(signed_i
     assert pdf.status_code == 200 and pdf.data.startswith(b"%PDF") and "25.00" in _pdf_text(pdf.data)
     assert other_client.get(link).status_code == 404
     assert inv["number"] not in other_client.get("/billing").get_data(as_text=True)
+
+
+def test_an_auto_top_up_gets_its_invoice(app, client, make_account, ledger_clean):
+    from tests.api.test_auto_topup import _crossed, _runs, _start
+
+    acct = _crossed(app, client, make_account)
+    assert _start(app) == 1
+    (status, _, payment_id), = _runs(app, acct)
+    assert status == "succeeded"
+    listed = _invoices(client, acct)["invoices"]
+    assert [(i["payment_id"], i["total"]) for i in listed] == [(payment_id, "20.00")]
+    doc = client.get(f"/api/pay/invoices/{listed[0]['id']}", headers=acct.headers).get_json()["document"]
+    assert doc["lines"][0]["description"] == "Prepaid credit: Auto top-up"
+    ledger_clean()

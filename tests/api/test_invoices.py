@@ -255,3 +255,14 @@ def test_an_auto_top_up_gets_its_invoice(app, client, make_account, ledger_clean
     doc = client.get(f"/api/pay/invoices/{listed[0]['id']}", headers=acct.headers).get_json()["document"]
     assert doc["lines"][0]["description"] == "Prepaid credit: Auto top-up"
     ledger_clean()
+
+
+def test_cli_issues_a_months_usage_invoices_once(app, make_account):
+    acct = make_account()
+    _usage(app, acct.id, "weather", datetime(2026, 9, 14, tzinfo=timezone.utc), 40_000)
+    runner = app.test_cli_runner()
+    assert "not over" in runner.invoke(args=["payments", "invoice-usage", "--month", "2999-01"]).output
+    first = runner.invoke(args=["payments", "invoice-usage", "--month", "2026-09"])
+    assert first.exit_code == 0 and '"issued": ["INV-' in first.output, first.output
+    assert '"issued": []' in runner.invoke(args=["payments", "invoice-usage", "--month", "2026-09"]).output
+    assert '"issued": 0' in runner.invoke(args=["payments", "invoice-missing"]).output

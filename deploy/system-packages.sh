@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Debian packages the test-suite, `make serve` and `make bench` use; installs the missing ones
-# (pgbouncer: tests/e2e/test_connection_budget.py runs the app behind it in transaction mode).
+# (pgbouncer: tests/e2e/test_connection_budget.py runs the app behind it in transaction mode;
+# fonts-dejavu-core: the Unicode font of invoice PDFs, INVOICE_FONT_PATH's default).
 set -euo pipefail
 need=()
-for pkg in nginx wrk chromium pgbouncer; do
+for pkg in nginx wrk chromium pgbouncer fonts-dejavu-core; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 # node: the OpenAPI tests check the published patterns with ECMA-262's own engine (the

@@ -60,3 +60,31 @@ def watch_usdc(chain):
     from app.tasks.chain_watch import watch_usdc_deposits
 
     _echo(wallets.scan_chain(chain) if chain else watch_usdc_deposits())
+
+
+@payments_cli.command("invoice-usage")
+@click.option("--month", required=True, help="YYYY-MM: a month that is over.")
+def invoice_usage(month):
+    """Issue MONTH's usage invoices now (each account with live spend, once; the
+    `invoices-usage` job does it for last month on its own)."""
+    from app.services.billing import invoices
+    from app.services.money.settlement import month_bounds
+    from app.models.base import utcnow
+
+    if month_bounds(month)[1] > utcnow():
+        raise click.UsageError(f"{month} is not over yet.")
+    from app.services.platform.uow import end_reads
+
+    accounts = invoices.usage_accounts(month)
+    end_reads()
+    issued = [inv.number for account_id in accounts if (inv := invoices.issue_usage(account_id, month)) is not None]
+    _echo({"month": month, "issued": issued})
+
+
+@payments_cli.command("invoice-missing")
+def invoice_missing():
+    """Invoice the credited payments of the last 35 days that have none (what the
+    `invoices-payments` job does every minute)."""
+    from app.services.billing import invoices
+
+    _echo({"issued": invoices.issue_missing()})

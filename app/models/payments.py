@@ -21,7 +21,9 @@ class Payment(db.Model):
     ``succeeded`` → ``refunded`` / ``partially_refunded``."""
 
     __tablename__ = "payments"
-    __table_args__ = (Index("ix_payments_account_created", "account_id", "created_at"),)
+    __table_args__ = (Index("ix_payments_account_created", "account_id", "created_at"),
+                      # the invoice sweep reads the last weeks' payments (billing.invoices.issue_missing)
+                      Index("ix_payments_created", "created_at"))
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"))

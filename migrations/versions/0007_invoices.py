@@ -6,6 +6,7 @@
 * ``invoice_counters``: the last number per seller and series, locked by the unit of work
   that issues an invoice (gap-free: no sequence).
 * ``billing_details``: name, address, country and tax id an account sets for its invoices.
+* ``ix_payments_created``: the invoice sweep's read of the last weeks' payments.
 
 Revision ID: invoices
 Revises: member_budgets
@@ -53,6 +54,8 @@ def upgrade():
         sa.Column("series", sa.String(8), primary_key=True),
         sa.Column("last_number", sa.BigInteger(), nullable=False),
     )
+    # the invoice sweep reads the last weeks' credited payments without an invoice
+    op.create_index("ix_payments_created", "payments", ["created_at"])
     op.create_table(
         "billing_details",
         sa.Column("account_id", sa.String(32), sa.ForeignKey("accounts.id"), primary_key=True),
@@ -66,6 +69,7 @@ def upgrade():
 
 def downgrade():
     op.drop_table("billing_details")
+    op.drop_index("ix_payments_created", table_name="payments")
     op.drop_table("invoice_counters")
     op.execute("DROP TRIGGER IF EXISTS gw_invoices_append_only ON invoices")
     op.drop_table("invoices")

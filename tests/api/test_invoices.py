@@ -241,3 +241,28 @@ def test_console_billing_lists_invoices_with_downloads_of_ones_own_only(signed_i
     assert pdf.status_code == 200 and pdf.data.startswith(b"%PDF") and "25.00" in _pdf_text(pdf.data)
     assert other_client.get(link).status_code == 404
     assert inv["number"] not in other_client.get("/billing").get_data(as_text=True)
+
+
+def test_an_auto_top_up_gets_its_invoice(app, client, make_account, ledger_clean):
+    from tests.api.test_auto_topup import _crossed, _runs, _start
+
+    acct = _crossed(app, client, make_account)
+    assert _start(app) == 1
+    (status, _, payment_id), = _runs(app, acct)
+    assert status == "succeeded"
+    listed = _invoices(client, acct)["invoices"]
+    assert [(i["payment_id"], i["total"]) for i in listed] == [(payment_id, "20.00")]
+    doc = client.get(f"/api/pay/invoices/{listed[0]['id']}", headers=acct.headers).get_json()["document"]
+    assert doc["lines"][0]["description"] == "Prepaid credit: Auto top-up"
+    ledger_clean()
+
+
+def test_cli_issues_a_months_usage_invoices_once(app, make_account):
+    acct = make_account()
+    _usage(app, acct.id, "weather", datetime(2026, 9, 14, tzinfo=timezone.utc), 40_000)
+    runner = app.test_cli_runner()
+    assert "not over" in runner.invoke(args=["payments", "invoice-usage", "--month", "2999-01"]).output
+    first = runner.invoke(args=["payments", "invoice-usage", "--month", "2026-09"])
+    assert first.exit_code == 0 and '"issued": ["INV-' in first.output, first.output
+    assert '"issued": []' in runner.invoke(args=["payments", "invoice-usage", "--month", "2026-09"]).output
+    assert '"issued": 0' in runner.invoke(args=["payments", "invoice-missing"]).output

@@ -15,6 +15,11 @@ def _account(query) -> str:
     """The caller's account, or the organisation named by ``org_id`` (any member)."""
     return orgs.payer(principal(), query.get("org_id"), ("call:read",))
 
+
+def _filters(query) -> dict:
+    """The usage filters of the query (``key_id``, ``module``, ``model``)."""
+    return {k: query[k] for k in usage.FILTERS if query.get(k)}
+
 blp = Blueprint("usage", __name__, url_prefix="/api/usage",
                 description="Usage of the current billing period (calendar month, UTC; live mode only).")
 
@@ -22,22 +27,24 @@ blp = Blueprint("usage", __name__, url_prefix="/api/usage",
 @endpoint(blp, "/current", "get", "call:read", query=UsageQuerySchema, ok=UsageCurrentSchema)
 def usage_current(query):
     """Calls and spend of the current calendar month (UTC) against the plan's included spend.
-    Live-mode usage only (sandbox calls are not spend)."""
-    return usage.current_usage(_account(query))
+    Live-mode usage only (sandbox calls are not spend). `key_id`, `module`, `model`: only those calls."""
+    return usage.current_usage(_account(query), filters=_filters(query))
 
 
 @endpoint(blp, "/by-module", "get", "call:read", query=UsageQuerySchema, ok=UsageByModuleSchema)
 def usage_by_module(query):
     """This month's live usage, highest spend first: module calls per module (`by_module`) and
-    chat completions per model (`by_model`, with the exact spend in micro-dollars too)."""
-    return usage.usage_by_module(_account(query))
+    chat completions per model (`by_model`, with the exact spend in micro-dollars too).
+    `key_id`, `module`, `model`: only those calls."""
+    return usage.usage_by_module(_account(query), filters=_filters(query))
 
 
 @endpoint(blp, "/daily", "get", "call:read", query=UsageDailyQuerySchema, ok=UsageDailySchema)
 def usage_daily(query):
     """Calls, spend and errors of the caller's mode per UTC date for the last `days` dates (today last),
-    from the hourly rollups; module calls and chat completions both count."""
-    return usage.daily(_account(query), query["days"], mode=principal().mode)
+    from the hourly rollups; module calls and chat completions both count. `key_id`, `module`,
+    `model`: only those calls."""
+    return usage.daily(_account(query), query["days"], mode=principal().mode, filters=_filters(query))
 
 
 @endpoint(blp, "/export", "get", "call:read", query=UsageExportQuerySchema, name="UsageExportView")
@@ -53,11 +60,12 @@ def usage_export(query):
     `idempotency_key`, `receipt_hash`, `byok_key_id` and `provider_cost_micros` (a chat
     completion served with the caller's own provider key: the key, and the list cost its
     provider bills; `cost_micros` is then the fee). `format=csv` (default): `text/csv` with a header
-    row; `format=json`: NDJSON (`application/x-ndjson`, one JSON object per line)."""
+    row; `format=json`: NDJSON (`application/x-ndjson`, one JSON object per line). `key_id`,
+    `module`, `model`: only those calls (`module: chat` is not a module: use `model`)."""
     account_id = _account(query)
     start, end = export.window(query["from_"], query["to"])
     fmt = query["format"]
-    body = stream_with_context(export.rows(account_id, start, end, fmt))
+    body = stream_with_context(export.rows(account_id, start, end, fmt, _filters(query)))
     name = f"usage-{start:%Y%m%d}-{end:%Y%m%d}.{'csv' if fmt == 'csv' else 'ndjson'}"
     return Response(body, mimetype="text/csv" if fmt == "csv" else "application/x-ndjson",
                     headers={"Content-Disposition": f'attachment; filename="{name}"'})

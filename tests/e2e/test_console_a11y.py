@@ -1,0 +1,57 @@
+"""Every console page, read by everyone (issue 40 item 6): axe-core finds no serious or
+critical violation, at 1280 and at 390 px, and no page scrolls sideways at 390 px. The
+pages are the navigation's (so a page added to it is checked too) and the ones reached
+from them: sign-in, a sign-in link, a call, "Page not found", signed out.
+
+Playwright driving Debian's Chromium against gunicorn (``test_console_issue40.server``);
+axe-core from ``tests/support/axe.py`` (missing: the test fails)."""
+from __future__ import annotations
+
+import pytest
+
+from tests.e2e.test_console_issue40 import NARROW_CHECK, _chat, server, signed_in  # noqa: F401
+from tests.support import axe
+
+
+def _seed(app, account_id: str) -> str:
+    """A module call (with a receipt page), a chat completion and an agent: pages with rows."""
+    from app.extensions import db
+    from app.services.agents import identity
+    from tests.agentkit import Keypair
+    from tests.support.rows import module_call
+
+    with app.app_context():
+        call_id = module_call(account_id)
+        _chat(account_id, 90, model="tiny-model", cost=123, tokens=(40, 17))
+        identity.register(account_id, name="a11y agent", pubkey=Keypair().pubkey, webhook=None)
+        db.session.commit()
+        db.session.remove()
+    return call_id
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_every_page_passes_axe_and_fits(app, server, make_account, width):
+    base = server[0]
+    acct = make_account()
+    call_id = _seed(app, acct.id)
+    page = signed_in(app, server, acct.id, width=width)
+    page.goto(base + "/dashboard")
+    nav = page.eval_on_selector_all("header nav a", "as => as.map(a => a.getAttribute('href'))")
+    assert "/activity" in nav and "/models" in nav, nav
+    paths = list(dict.fromkeys(["/", *nav, f"/usage/calls/{call_id}", "/no-such-page"]))
+    problems = {}
+    for path in paths:
+        page.goto(base + path)
+        found = axe.violations(page) + (page.evaluate(NARROW_CHECK) if width == 390 else [])
+        if found:
+            problems[path] = found
+    page.click("text=Sign out")
+    page.wait_for_selector("text=You are signed out")
+    for path in ("/signed-out", "/login", "/login/confirm?token=nope"):
+        if path != "/signed-out":
+            page.goto(base + path)
+        found = axe.violations(page) + (page.evaluate(NARROW_CHECK) if width == 390 else [])
+        if found:
+            problems[path] = found
+    page.context.close()
+    assert problems == {}

@@ -16,12 +16,17 @@ from tests.support import axe
 def _seed(app, account_id: str) -> str:
     """A module call (with a receipt page), a chat completion and an agent: pages with rows."""
     from app.extensions import db
+    from app.ids import new_id
+    from app.models import ModuleCall
+    from app.models.base import utcnow
     from app.services.agents import identity
     from tests.agentkit import Keypair
-    from tests.support.rows import module_call
 
     with app.app_context():
-        call_id = module_call(account_id)
+        call_id = new_id("call")
+        db.session.add(ModuleCall(id=call_id, account_id=account_id, module_id=1, module_slug="echo", action="run",
+                                  mode="live", status="succeeded", price_micros=10_000, charged=True, ok=True,
+                                  created_at=utcnow(), deadline_at=utcnow(), finished_at=utcnow()))
         _chat(account_id, 90, model="tiny-model", cost=123, tokens=(40, 17))
         identity.register(account_id, name="a11y agent", pubkey=Keypair().pubkey, webhook=None)
         db.session.commit()
@@ -45,6 +50,7 @@ def test_every_page_passes_axe_and_fits(app, server, make_account, width):
         found = axe.violations(page) + (page.evaluate(NARROW_CHECK) if width == 390 else [])
         if found:
             problems[path] = found
+    page.goto(base + "/dashboard")
     page.click("text=Sign out")
     page.wait_for_selector("text=You are signed out")
     for path in ("/signed-out", "/login", "/login/confirm?token=nope"):
@@ -54,4 +60,4 @@ def test_every_page_passes_axe_and_fits(app, server, make_account, width):
         if found:
             problems[path] = found
     page.context.close()
-    assert problems == {}
+    assert problems == {}, "\n".join(f"{p}: {v}" for p, vs in problems.items() for v in vs)

@@ -77,7 +77,7 @@ def _completions(account_id: str, start: datetime, end: datetime, f: dict) -> It
 
 
 def narrowed(table, product, f: dict) -> list:
-    """The conditions of the usage filters ``f`` (``billing.usage.FILTERS``, and ``status``)
+    """The conditions of the usage filters ``f`` (``billing.usage.FILTERS``, ``status``, ``mode``)
     on a call log: ``key_id`` is the key that made the call (``actor``), ``module`` or
     ``model`` the product column given (the caller skips the other log)."""
     cond = []
@@ -87,6 +87,8 @@ def narrowed(table, product, f: dict) -> list:
         cond.append(product == (f.get("module") or f.get("model")))
     if f.get("status"):
         cond.append(table.status == f["status"])
+    if f.get("mode"):
+        cond.append(table.mode == f["mode"])
     return cond
 
 

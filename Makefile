@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 PORT    ?= 8000
 export PORT
 
-.PHONY: help venv run serve test fuzz fault migrate clean
+.PHONY: help venv run serve test fuzz fault migrate clean screenshots
 
 help:
 	@echo "make run    - install into .venv, migrate, load the demo catalog, serve on http://127.0.0.1:$(PORT)"
@@ -13,6 +13,7 @@ help:
 	@echo "make fuzz   - schemathesis (all checks, two accounts) against a throw-away instance"
 	@echo "make fault  - money under fault: worker kills, upstream hangs, Redis and PostgreSQL outages, x402 settle faults"
 	@echo "make serve  - production stack on loopback: nginx :8080/:8081, gunicorn, RQ worker, scheduler (PostgreSQL + Redis)"
+	@echo "make screenshots - every console page at 1280 and 390 px in Chromium -> docs/console/*.png"
 	@echo "make bench  - load benchmark on loopback (bench/run.py) -> bench/results/latest.{json,md}"
 
 $(BIN)/activate:
@@ -42,6 +43,12 @@ serve: venv
 TEST_WORKERS ?= auto
 test: venv
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
+
+# The console's screenshots (docs/console.md): Chromium against gunicorn on the test database
+# (DATABASE_URL when set, else the embedded one), written to docs/console/.
+screenshots: venv
+	bash deploy/system-packages.sh
+	CONSOLE_SCREENSHOTS=docs $(BIN)/python -m pytest -q -n 0 tests/e2e/test_console_screenshots.py
 
 fuzz: venv
 	$(BIN)/python -m tests.fuzz.run_fuzz --max-examples $${FUZZ_EXAMPLES:-100}

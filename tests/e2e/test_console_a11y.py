@@ -1,5 +1,6 @@
 """Every console page, read by everyone (issue 40 item 6): axe-core finds no serious or
-critical violation, at 1280 and at 390 px, and no page scrolls sideways at 390 px. The
+critical violation, at 1280 and at 390 px, no page scrolls sideways at 390 px, and Tab
+reaches every visible control (at 1280 px). The
 pages are the navigation's (so a page added to it is checked too) and the ones reached
 from them: sign-in, a sign-in link, a call, "Page not found", signed out.
 
@@ -34,6 +35,31 @@ def _seed(app, account_id: str) -> str:
     return call_id
 
 
+# The visible controls a keyboard user must reach, and the ones Tab reached (ids given on the way).
+FOCUSABLE = """() => [...document.querySelectorAll('a[href], button, input:not([type=hidden]), select, textarea, [tabindex]')]
+  .filter(e => e.getClientRects().length && getComputedStyle(e).visibility !== 'hidden' && !e.disabled
+               && (e.matches('a, button, input, select, textarea') || e.tabIndex >= 0) && !e.classList.contains('skip'))
+  .map((e, i) => e.dataset.kb || (e.dataset.kb = 'kb' + i))"""
+
+
+def _tab_through(page) -> set[str]:
+    """Press Tab until the focus leaves the page or comes back: the controls it reached."""
+    page.evaluate(FOCUSABLE)  # tags each control (data-kb)
+    seen, order = set(), []
+    for _ in range(400):
+        page.keyboard.press("Tab")
+        kb = page.evaluate("() => document.activeElement && document.activeElement.dataset ? "
+                           "document.activeElement.dataset.kb || null : null")
+        if kb is None and order:
+            break
+        if kb in seen and kb == order[0]:
+            break
+        if kb:
+            seen.add(kb)
+            order.append(kb)
+    return seen
+
+
 @pytest.mark.parametrize("width", [1280, 390])
 def test_every_page_passes_axe_and_fits(app, server, make_account, width):
     base = server[0]
@@ -48,6 +74,10 @@ def test_every_page_passes_axe_and_fits(app, server, make_account, width):
     for path in paths:
         page.goto(base + path)
         found = axe.violations(page) + (page.evaluate(NARROW_CHECK) if width == 390 else [])
+        if width == 1280:  # every visible control is reached with Tab
+            missed = set(page.evaluate(FOCUSABLE)) - _tab_through(page)
+            found += [f"not reached by Tab: {page.eval_on_selector(f'[data-kb={kb}]', 'e => e.outerHTML')[:120]}"
+                      for kb in sorted(missed)]
         if found:
             problems[path] = found
     page.goto(base + "/dashboard")

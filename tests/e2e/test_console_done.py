@@ -68,6 +68,11 @@ def test_a_new_user_sees_chat_and_module_calls_with_exact_costs(app, chat_server
     assert sorted(_rows(page)) == sorted([("demo-mini", usd_precise(chat_micros)),
                                           ("svc/ok", usd_precise(call_micros))])
     assert page.inner_text("#listed-cost") == usd_precise(chat_micros + call_micros)
+    module_row = page.locator("table.calls-table tr.module")
+    module_row.locator("td[data-label=Receipt] a").click()  # the receipt link: the call and its receipt
+    page.wait_for_url(f"{base}/usage/calls/{call.json()['call_id']}")
+    assert call.json()["receipt"]["hash"] in page.content()
+    page.go_back()
     chat_row = page.locator("table.calls-table tr.chat")
     assert chat_row.locator("td[data-label=Tokens]").inner_text() == str(
         chat.json()["usage"]["prompt_tokens"] + chat.json()["usage"]["completion_tokens"])

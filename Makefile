@@ -41,12 +41,18 @@ serve: venv
 # Parallel workers (pytest-xdist): one per CPU, at most 4 (tests/conftest.py); each has its
 # own database and Redis index (tests/support/workers.py). TEST_WORKERS=0 runs in one process.
 TEST_WORKERS ?= auto
-test: venv
+# axe-core for the console's accessibility check (npm, pinned by tests/e2e/axe/package-lock.json)
+AXE := tests/e2e/axe/node_modules/axe-core/axe.min.js
+$(AXE): tests/e2e/axe/package.json tests/e2e/axe/package-lock.json
+	bash tests/e2e/axe/install.sh
+	touch $@
+
+test: venv $(AXE)
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 # The console's screenshots (docs/console.md): Chromium against gunicorn on the test database
 # (DATABASE_URL when set, else the embedded one), written to docs/console/.
-screenshots: venv
+screenshots: venv $(AXE)
 	bash deploy/system-packages.sh
 	CONSOLE_SCREENSHOTS=docs $(BIN)/python -m pytest -q -n 0 tests/e2e/test_console_screenshots.py
 

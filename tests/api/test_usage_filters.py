@@ -84,3 +84,10 @@ def test_usage_routes_and_export_filter_by_key_module_and_model(app, client, mak
     for path in ("/api/usage/current", "/api/usage/by-module"):
         r = client.get(path, query_string={"key_id": "x" * 33}, headers=h)
         assert r.status_code == 400  # beyond the documented length: refused, clear JSON
+
+
+def test_the_openapi_document_lists_the_filters(client):
+    doc = client.get("/openapi.json").get_json()
+    for route in ("/api/usage/current", "/api/usage/by-module", "/api/usage/daily", "/api/usage/export"):
+        names = {p["name"] for p in doc["paths"][route]["get"].get("parameters", []) if p["in"] == "query"}
+        assert {"key_id", "module", "model"} <= names, route

@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 PORT    ?= 8000
 export PORT
 
-.PHONY: help venv run serve test fuzz fault migrate clean
+.PHONY: help venv run serve test fuzz fault migrate clean screenshots
 
 help:
 	@echo "make run    - install into .venv, migrate, load the demo catalog, serve on http://127.0.0.1:$(PORT)"
@@ -13,6 +13,7 @@ help:
 	@echo "make fuzz   - schemathesis (all checks, two accounts) against a throw-away instance"
 	@echo "make fault  - money under fault: worker kills, upstream hangs, Redis and PostgreSQL outages, x402 settle faults"
 	@echo "make serve  - production stack on loopback: nginx :8080/:8081, gunicorn, RQ worker, scheduler (PostgreSQL + Redis)"
+	@echo "make screenshots - every console page at 1280 and 390 px in Chromium -> docs/console/*.png"
 	@echo "make bench  - load benchmark on loopback (bench/run.py) -> bench/results/latest.{json,md}"
 
 $(BIN)/activate:
@@ -40,8 +41,20 @@ serve: venv
 # Parallel workers (pytest-xdist): one per CPU, at most 4 (tests/conftest.py); each has its
 # own database and Redis index (tests/support/workers.py). TEST_WORKERS=0 runs in one process.
 TEST_WORKERS ?= auto
-test: venv
+# axe-core for the console's accessibility check (npm, pinned by tests/e2e/axe/package-lock.json)
+AXE := tests/e2e/axe/node_modules/axe-core/axe.min.js
+$(AXE): tests/e2e/axe/package.json tests/e2e/axe/package-lock.json
+	bash tests/e2e/axe/install.sh
+	touch $@
+
+test: venv $(AXE)
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
+
+# The console's screenshots (docs/console.md): Chromium against gunicorn on the test database
+# (DATABASE_URL when set, else the embedded one), written to docs/console/.
+screenshots: venv $(AXE)
+	bash deploy/system-packages.sh
+	CONSOLE_SCREENSHOTS=docs $(BIN)/python -m pytest -q -n 0 tests/e2e/test_console_screenshots.py
 
 fuzz: venv
 	$(BIN)/python -m tests.fuzz.run_fuzz --max-examples $${FUZZ_EXAMPLES:-100}

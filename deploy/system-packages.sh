@@ -10,6 +10,8 @@ done
 # node: the OpenAPI tests check the published patterns with ECMA-262's own engine (the
 # machine image ships one; Debian's nodejs otherwise)
 command -v node >/dev/null 2>&1 || need+=("nodejs")
+# npm: axe-core for the console's accessibility check (tests/e2e/axe/install.sh)
+command -v npm >/dev/null 2>&1 || need+=("npm")
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "missing Debian packages: ${need[*]} (install them as root)" >&2; exit 1

@@ -73,7 +73,8 @@ def signed_in(app, make_account):
 
 
 PROTECTED_GET = ["/dashboard", "/keys", "/usage", "/usage?days=7", "/usage/calls/call_x", "/usage/export.csv",
-                 "/billing", "/billing/invoices/inv_x.pdf", "/alerts", "/agents"]
+                 "/billing", "/billing/invoices/inv_x.pdf", "/alerts", "/agents", "/activity",
+                 "/activity/export.csv", "/models"]
 PROTECTED_POST = ["/logout", "/mode", "/keys", "/keys/key_x/revoke", "/keys/key_x/rotate", "/usage/calls/call_x/verify",
                   "/billing/topup", "/alerts", "/alerts/alrt_x/delete", "/agents", "/agents/agt_x/fund",
                   "/agents/review/x"]

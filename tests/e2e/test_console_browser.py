@@ -3,8 +3,7 @@ a real gunicorn. A user signs in by the e-mailed link (the .eml the embedded def
 writes), sees the balance and a chart, creates a key and sees it once (not after a
 reload), uses it over HTTP, tops up through the sandbox checkout and sees the new
 balance, creates an alert, visits every page and signs out. Screenshots of each page
-(desktop and 375 px wide) are written to a temporary folder, or to docs/console/ with
-CONSOLE_SCREENSHOTS=docs.
+(desktop and 375 px wide) are written to a temporary folder.
 
 Chromium missing fails the test (never a skip): ``deploy/system-packages.sh`` installs it.
 """
@@ -21,14 +20,13 @@ from pathlib import Path
 
 import requests
 
-from tests.support.apps import ROOT, app_env, gunicorn
+from tests.support.apps import app_env, gunicorn
 from tests.support.procs import free_port
 
 CHROMIUM = "/usr/bin/chromium"
-# Screenshots go to a temporary folder on every run (so `make test` leaves the tree clean) and to
-# docs/console/ when CONSOLE_SCREENSHOTS=docs (how the committed ones are refreshed).
-SHOTS = (ROOT / "docs" / "console" if os.environ.get("CONSOLE_SCREENSHOTS") == "docs"
-         else Path(tempfile.gettempdir()) / "gateway-console-shots")
+# Screenshots of the flow go to a temporary folder (the committed ones of every page are
+# `make screenshots`'s: tests/e2e/test_console_screenshots.py).
+SHOTS = Path(tempfile.gettempdir()) / "gateway-console-flow-shots"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run"]
 

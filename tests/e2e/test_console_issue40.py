@@ -156,11 +156,6 @@ def test_no_dead_ends(app, server, make_account):
     """Issue 40 (3): the agents page names the real build route; the signed-out page has
     no navigation nor "Sign out"; an unknown page answers an HTML 404 page (the API keeps
     its JSON 404); a new sign-up lands signed in on the console."""
-    import re
-    from email import message_from_bytes
-    from email.policy import default
-    from pathlib import Path
-
     import requests
 
     base = server[0]
@@ -186,8 +181,23 @@ def test_no_dead_ends(app, server, make_account):
     assert page.locator("nav >> text=Dashboard").count() == 0 and page.locator("nav >> text=Keys").count() == 0
     page.context.close()
 
+    page, _key = sign_up(app, server)
+    assert page.inner_text("#balance") == "$10.00"
+    page.context.close()
+
+
+def sign_up(app, server, *, width: int = 1280):
+    """A new visitor signs up as a new user would: the sign-in form with a new address, the
+    e-mailed sign-up link, its button (the new key shown once), then on to the dashboard,
+    signed in. Returns ``(page, api_key)``: the page on ``/dashboard``."""
+    import re
+    from email import message_from_bytes
+    from email.policy import default
+    from pathlib import Path
+
+    base = server[0]
     email = f"new-{os.urandom(3).hex()}@example.com"
-    page = server[1].new_context().new_page()
+    page = server[1].new_context(viewport={"width": width, "height": 860}).new_page()
     page.goto(base + "/login")
     page.fill("#f-email", email)
     page.keyboard.press("Enter")
@@ -201,11 +211,10 @@ def test_no_dead_ends(app, server, make_account):
     assert link, "no sign-up mail"
     page.goto(link)
     page.click("button[type=submit]")
-    page.wait_for_selector("#api-key")
+    key = page.inner_text("#api-key").strip()
     page.click("text=go to your dashboard")
     page.wait_for_url(base + "/dashboard")
-    assert page.inner_text("#balance") == "$10.00"
-    page.context.close()
+    return page, key
 
 
 def test_keys_form_defaults_dollars_copy_and_rotation(app, server, make_account):

@@ -91,3 +91,4 @@ def _when(ts) -> str:
 
 
 from app.blueprints.console import account_pages, agent_pages, money_pages, org_pages, pages  # noqa: E402,F401
+from app.blueprints.console import activity_pages  # noqa: E402,F401

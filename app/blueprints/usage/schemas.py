@@ -39,7 +39,18 @@ class UsageByModuleSchema(ma.Schema):
                               metadata={"description": "Chat completions per model, highest spend first."})
 
 
-class UsageQuerySchema(InputSchema):
+class UsageFilterSchema(InputSchema):
+    """The usage filters (issue 40): each narrows the figures to the calls it names; together
+    they all apply (a module and a model: none)."""
+    key_id = ma.fields.String(validate=ma.validate.Length(min=1, max=32), metadata={
+        "description": "Only the calls made with this API key (its `id`)."})
+    module = ma.fields.String(validate=ma.validate.Length(min=1, max=64), metadata={
+        "description": "Only the calls of this module (its slug); no chat completion."})
+    model = ma.fields.String(validate=ma.validate.Length(min=1, max=96), metadata={
+        "description": "Only the chat completions answered by this model; no module call."})
+
+
+class UsageQuerySchema(UsageFilterSchema):
     org_id = org_id_field("the organisation's usage (every role sees the totals; the per-call export: owner, "
                           "admin, billing, or a member's own calls with `member_id`)")
     member_id = ma.fields.String(validate=ID, metadata={"description": (

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Iterator
 
 import orjson
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from app.errors import Unprocessable
 from app.extensions import db
@@ -48,43 +48,67 @@ def _iso(ts: datetime) -> str:
     return ts.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
 
 
-def _calls(account_id: str, start: datetime, end: datetime, member: str | None) -> Iterator[tuple]:
+def _calls(account_id: str, start: datetime, end: datetime, f: dict) -> Iterator[tuple]:
+    if f.get("model"):  # one chat model: no module call
+        return
     q = (select(ModuleCall.id, ModuleCall.created_at, ModuleCall.module_slug, ModuleCall.action,
                 ModuleCall.mode, ModuleCall.status, ModuleCall.price_micros, ModuleCall.idempotency_key,
                 ModuleCall.receipt["hash"].as_string())  # the hash only, not the whole receipt
          .where(ModuleCall.account_id == account_id, ModuleCall.created_at >= start,
                 ModuleCall.created_at < end)
          .order_by(ModuleCall.created_at, ModuleCall.id).execution_options(yield_per=BATCH))
-    if member is not None:
-        q = q.where(ModuleCall.actor.in_(member_keys(account_id, member)))
+    q = q.where(*narrowed(ModuleCall, ModuleCall.module_slug, f))
     for cid, created, slug, action, mode, status, price, key, receipt_hash in db.session.execute(q):
         cost = 0 if status == "refunded" else int(price)
         yield (created, cid, slug, action, mode, status, cost, key, receipt_hash, None, None)
 
 
-def _completions(account_id: str, start: datetime, end: datetime, member: str | None) -> Iterator[tuple]:
+def _completions(account_id: str, start: datetime, end: datetime, f: dict) -> Iterator[tuple]:
+    if f.get("module"):  # one module: no chat completion
+        return
     q = (select(ChatCompletion.id, ChatCompletion.created_at, ChatCompletion.model,
                 ChatCompletion.requested_model, ChatCompletion.mode, ChatCompletion.status,
                 ChatCompletion.cost_micros, ChatCompletion.byok_key_id, ChatCompletion.list_cost_micros)
          .where(ChatCompletion.account_id == account_id, ChatCompletion.created_at >= start,
                 ChatCompletion.created_at < end)
          .order_by(ChatCompletion.created_at, ChatCompletion.id).execution_options(yield_per=BATCH))
-    if member is not None:
-        q = q.where(ChatCompletion.actor.in_(member_keys(account_id, member)))
+    q = q.where(*narrowed(ChatCompletion, func.coalesce(ChatCompletion.model, ChatCompletion.requested_model), f))
     for cid, created, model, requested, mode, status, cost, byok_key, listed in db.session.execute(q):
         billed = status in ("settled", "sandbox")
         yield (created, cid, "chat", model or requested, mode, status, int(cost) if billed else 0, None, None,
                byok_key, listed if billed else None)
 
 
-def records(account_id: str, start: datetime, end: datetime, member: str | None = None) -> Iterator[dict]:
+def narrowed(table, product, f: dict) -> list:
+    """The conditions of the usage filters ``f`` (``billing.usage.FILTERS``, ``status``, ``mode``)
+    on a call log: ``key_id`` is the key that made the call (``actor``), ``module`` or
+    ``model`` the product column given (the caller skips the other log)."""
+    cond = []
+    if f.get("key_id"):
+        cond.append(table.actor == f["key_id"])
+    if f.get("member_keys") is not None:  # one member's organisation keys (``records``)
+        cond.append(table.actor.in_(f["member_keys"]))
+    if f.get("module") or f.get("model"):
+        cond.append(product == (f.get("module") or f.get("model")))
+    if f.get("status"):
+        cond.append(table.status == f["status"])
+    if f.get("mode"):
+        cond.append(table.mode == f["mode"])
+    return cond
+
+
+def records(account_id: str, start: datetime, end: datetime, filters: dict | None = None,
+            member: str | None = None) -> Iterator[dict]:
     """The window's calls and completions, oldest first, as dicts of ``COLUMNS``
     (``cost_cents`` in whole cents, floor as everywhere (DESIGN §3); ``cost_micros`` exact; refunded calls and
     released completions cost 0; a completion served with the caller's own provider key names
     it in ``byok_key_id``, its ``cost_micros`` is the fee and ``provider_cost_micros`` the list
-    cost its provider bills). ``member``: only the calls of that member's keys in the
-    organisation ``account_id``."""
-    merged = heapq.merge(_calls(account_id, start, end, member), _completions(account_id, start, end, member),
+    cost its provider bills). ``filters``: see ``narrowed``; ``member``: only the calls of
+    that member's keys in the organisation ``account_id``."""
+    f = dict(filters or {})
+    if member is not None:
+        f["member_keys"] = member_keys(account_id, member)
+    merged = heapq.merge(_calls(account_id, start, end, f), _completions(account_id, start, end, f),
                          key=lambda r: (r[0], r[1]))
     for created, cid, module, action, mode, status, micros, key, receipt_hash, byok_key, listed in merged:
         yield {"call_id": cid, "created_at": _iso(created), "module": module, "action": action, "mode": mode,
@@ -93,18 +117,19 @@ def records(account_id: str, start: datetime, end: datetime, member: str | None 
                "provider_cost_micros": listed}
 
 
-def rows(account_id: str, start: datetime, end: datetime, fmt: str, member: str | None = None) -> Iterator[bytes]:
+def rows(account_id: str, start: datetime, end: datetime, fmt: str, filters: dict | None = None,
+         member: str | None = None) -> Iterator[bytes]:
     """The export as chunks of bytes: CSV (header row first; empty cells for nulls) or
-    NDJSON (one JSON object per line)."""
+    NDJSON (one JSON object per line); ``filters``: see ``narrowed``."""
     if fmt == "json":
-        for rec in records(account_id, start, end, member):
+        for rec in records(account_id, start, end, filters, member):
             yield orjson.dumps(rec) + b"\n"
         return
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\r\n")
     writer.writeheader()
     n = 0
-    for rec in records(account_id, start, end, member):
+    for rec in records(account_id, start, end, filters, member):
         writer.writerow(rec)
         n += 1
         if n % 200 == 0:

@@ -23,8 +23,8 @@ from sqlalchemy import bindparam, case, func, literal, select
 from app.errors import NotFound
 from app.models import Account
 from app.models.base import UTCDateTime, utcnow
-from app.services.billing.usage_log import (hour_of, is_whole_days, member_rows, usage_rows,  # noqa: F401
-                                           whole_day_rows)
+from app.services.billing.usage_log import (hour_of, is_whole_days, key_rows, member_rows,  # noqa: F401
+                                           usage_rows, whole_day_rows)
 from app.services.platform import uow
 
 
@@ -37,16 +37,25 @@ def billing_period(now: datetime | None = None) -> tuple[datetime, datetime]:
 
 
 def _rows(account_id: str, start: datetime, end: datetime, mode: str, build, *key, params=None,
-          member: str | None = None) -> list:
+          member: str | None = None, filters: dict | None = None) -> list:
     """The rows of the statement ``build(u, *key)`` makes around the usage rows ``u`` of one
     account and mode in [start, end): for whole days the cached statement over
     ``whole_day_rows`` (values bound at execution), else one built now over
     ``usage_rows``; run by ``uow.read``. ``:account`` and ``params`` are bound in both.
     ``member``: only the calls of that member's keys in the organisation ``account_id``
-    (``member_rows``: the call logs by actor, the rollups have no actor)."""
+    (``member_rows``: the call logs by actor, the rollups have no actor). ``filters``
+    (``FILTERS``; the plain read has none and keeps this fast path): see ``_filtered``; with
+    ``member``, a ``key_id`` that is not one of the member's keys matches nothing."""
     bound = {"start": start, "end": end, "account": account_id, "mode": mode, **(params or {})}
+    narrow = filter_params(filters)
+    if narrow:
+        build, key = _filtered, (build, "f_module" in narrow, "f_model" in narrow, *key)
+        bound.update(narrow)
     if member is not None:
-        return uow.read(build(member_rows(start, end, account_id, (mode,), member), *key), bound)
+        u = member_rows(start, end, account_id, (mode,), member, key_id=narrow.get("f_key"))
+        return uow.read(build(u, *key), bound)
+    if "f_key" in narrow:
+        return uow.read(_cached_of_key(build, *key), bound)
     if is_whole_days(start, end):
         return uow.read(_cached(build, *key), bound)
     return uow.read(build(usage_rows(start, end, account_id, (mode,)), *key), bound)
@@ -55,6 +64,44 @@ def _rows(account_id: str, start: datetime, end: datetime, mode: str, build, *ke
 @functools.lru_cache(maxsize=256)
 def _cached(build, *key):
     return build(whole_day_rows(), *key)
+
+
+# The usage filters of the usage routes, the export and the console's activity page: one API
+# key (``key_id``: the calls it made), one module (its slug) or one chat model; together they
+# all apply (a module and a model: nothing, a call is one or the other).
+FILTERS = ("key_id", "module", "model")
+
+
+def filter_params(filters: dict | None) -> dict:
+    """The bind values of the given ``filters`` (``f_key``, ``f_module``, ``f_model``: the
+    usage product of a chat model is ``chat:<model>``); {} when none is set."""
+    f = {k: v for k, v in (filters or {}).items() if k in FILTERS and v}
+    out = {}
+    if "key_id" in f:
+        out["f_key"] = f["key_id"]
+    if "module" in f:
+        out["f_module"] = f["module"]
+    if "model" in f:
+        out["f_model"] = "chat:" + f["model"]
+    return out
+
+
+def _filtered(u, build, by_module: bool, by_model: bool, *key):
+    """``build(u, *key)`` narrowed to one module's or one model's usage rows (bound
+    ``:f_module``, ``:f_model``). The rollups keep the product, so these stay on the rollups;
+    a key filter reads the key's calls from the call logs (``_cached_of_key``)."""
+    stmt = build(u, *key)
+    if by_module:
+        stmt = stmt.where(u.c.product == bindparam("f_module"))
+    if by_model:
+        stmt = stmt.where(u.c.product == bindparam("f_model"))
+    return stmt
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_of_key(build, *key):
+    start, end = bindparam("start", type_=UTCDateTime()), bindparam("end", type_=UTCDateTime())
+    return build(key_rows(start, end, bindparam("account"), (bindparam("mode"),), bindparam("f_key")), *key)
 
 
 def _totals_stmt(u, product_prefix, with_plan):
@@ -70,9 +117,10 @@ def _totals_stmt(u, product_prefix, with_plan):
 
 
 def totals(account_id: str, start: datetime, end: datetime, *, mode: str = "live",
-           product_prefix: str | None = None) -> dict:
+           product_prefix: str | None = None, filters: dict | None = None) -> dict:
     """calls, errors, spend_micros of one account over [start, end) (hour granularity)."""
-    (calls, errors, spend), = _rows(account_id, start, end, mode, _totals_stmt, product_prefix, False)
+    (calls, errors, spend), = _rows(account_id, start, end, mode, _totals_stmt, product_prefix, False,
+                                    filters=filters)
     return {"calls": int(calls), "errors": int(errors), "spend_micros": int(spend)}
 
 
@@ -82,13 +130,14 @@ def _by_product_stmt(u):
 
 
 def by_product(account_id: str, start: datetime, end: datetime, *, mode: str = "live",
-               member: str | None = None) -> list[dict]:
-    rows = _rows(account_id, start, end, mode, _by_product_stmt, member=member)
+               member: str | None = None, filters: dict | None = None) -> list[dict]:
+    rows = _rows(account_id, start, end, mode, _by_product_stmt, member=member, filters=filters)
     return [{"product": p, "calls": int(c), "errors": int(e), "spend_micros": int(s)}
             for p, c, e, s in rows]
 
 
-def current_usage(account_id: str, plan_cents: int | None = None, *, member: str | None = None) -> dict:
+def current_usage(account_id: str, plan_cents: int | None = None, *, member: str | None = None,
+                  filters: dict | None = None) -> dict:
     """UsageCurrent (SPEC endpoint 25): live calls and spend of the current calendar month
     (UTC). Failed (refunded) calls count as calls; their refunded money is not spend.
     ``plan_cents`` None: the account's plan is read in the same statement (404 when the
@@ -99,7 +148,7 @@ def current_usage(account_id: str, plan_cents: int | None = None, *, member: str
 
     start, end = billing_period()
     (calls, _errors, spend, *plan), = _rows(account_id, start, end, "live", _totals_stmt, None,
-                                            plan_cents is None, member=member)
+                                            plan_cents is None, member=member, filters=filters)
     if plan_cents is None:
         if plan[0] is None:
             raise NotFound("No such account.")
@@ -108,7 +157,7 @@ def current_usage(account_id: str, plan_cents: int | None = None, *, member: str
             "spend_cents": micros_to_cents(int(spend)), "plan_cents": int(plan_cents)}
 
 
-def usage_by_module(account_id: str, *, member: str | None = None) -> dict:
+def usage_by_module(account_id: str, *, member: str | None = None, filters: dict | None = None) -> dict:
     """UsageByModule (SPEC endpoint 26): this month's live calls and spend per module slug,
     by spend descending (``by_module``, as the SPEC has it), and the chat completions per
     model the same way (``by_model``: chat products ``chat:<model>`` are not modules), with
@@ -116,7 +165,7 @@ def usage_by_module(account_id: str, *, member: str | None = None) -> dict:
     from app.services.money.ledger import micros_to_cents
 
     start, end = billing_period()
-    rows = by_product(account_id, start, end, mode="live", member=member)
+    rows = by_product(account_id, start, end, mode="live", member=member, filters=filters)
     return {
         "by_module": [{"slug": r["product"], "calls": r["calls"], "spend_cents": micros_to_cents(r["spend_micros"])}
                       for r in rows if not r["product"].startswith("chat:")],
@@ -130,7 +179,7 @@ MAX_DAILY_DAYS = 90
 
 
 def daily_rows(account_id: str, days: int, *, mode: str = "live", now: datetime | None = None,
-               member: str | None = None) -> list[dict]:
+               member: str | None = None, filters: dict | None = None) -> list[dict]:
     """The last ``days`` UTC calendar days (today included, oldest first) of one account:
     ``{"date", "calls", "errors", "spend_micros"}`` per day, zero-filled, from the usage
     rows (module calls and chat alike), summed per day in SQL (one query)."""
@@ -138,7 +187,7 @@ def daily_rows(account_id: str, days: int, *, mode: str = "live", now: datetime 
     first = today - timedelta(days=days - 1)
     start = datetime(first.year, first.month, first.day, tzinfo=timezone.utc)
     rows = _rows(account_id, start, start + timedelta(days=days), mode, _daily_stmt, days,
-                 params={f"day_{i}": start + timedelta(days=i) for i in range(1, days)}, member=member)
+                 params={f"day_{i}": start + timedelta(days=i) for i in range(1, days)}, member=member, filters=filters)
     out = {first + timedelta(days=i): {"calls": 0, "errors": 0, "spend_micros": 0} for i in range(days)}
     for index, calls, errors, spend in rows:
         out[first + timedelta(days=int(index))] = {"calls": int(calls), "errors": int(errors),
@@ -155,7 +204,7 @@ def _daily_stmt(u, days: int):
 
 
 def daily(account_id: str, days: int, *, mode: str = "live", now: datetime | None = None,
-          member: str | None = None) -> dict:
+          member: str | None = None, filters: dict | None = None) -> dict:
     """UsageDaily (``GET /api/usage/daily``): the last ``days`` UTC dates (today last), each
     with calls, spend_cents and errors summed from the usage rows (module calls and chat
     completions)."""
@@ -163,4 +212,4 @@ def daily(account_id: str, days: int, *, mode: str = "live", now: datetime | Non
 
     return {"days": [{"date": r["date"].isoformat(), "calls": r["calls"], "errors": r["errors"],
                       "spend_cents": micros_to_cents(r["spend_micros"])}
-                     for r in daily_rows(account_id, days, mode=mode, now=now, member=member)]}
+                     for r in daily_rows(account_id, days, mode=mode, now=now, member=member, filters=filters)]}

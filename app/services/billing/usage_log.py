@@ -102,10 +102,12 @@ def _where(col_account, col_mode, col_ts, start, end, accounts, modes):
     return cond
 
 
-def call_log_rows(start: datetime, end: datetime, accounts=None, modes=None, *, since_mark: bool = True):
+def call_log_rows(start: datetime, end: datetime, accounts=None, modes=None, *, since_mark: bool = True,
+                  actor=None):
     """The per-call usage rows (``COLUMNS``) of module calls and chat completions in
     [start, end); with ``since_mark`` only those at or after the tail mark (the calls no
-    roll has counted yet)."""
+    roll has counted yet); with ``actor`` only the calls of that API key (the rollups have
+    no key dimension: ``key_rows``)."""
     refunded = _CALLS.c.status == "refunded"
     calls = select(
         _CALLS.c.account_id, _CALLS.c.module_slug.label("product"), _CALLS.c.mode,
@@ -125,7 +127,16 @@ def call_log_rows(start: datetime, end: datetime, accounts=None, modes=None, *, 
     if since_mark:
         calls = calls.where(_CALLS.c.created_at >= _tail_mark())
         chat = chat.where(_CHAT.c.created_at >= _tail_mark())
+    if actor is not None:
+        calls, chat = calls.where(_CALLS.c.actor == actor), chat.where(_CHAT.c.actor == actor)
     return calls, chat
+
+
+def key_rows(start, end, account, modes, key_id):
+    """The usage rows (``COLUMNS``) of one API key's calls in [start, end), read from the call
+    logs (one row per call, counted as the rollups count them): the filtered usage reads
+    (``key_id``) of one account, which the hourly and daily rollups cannot answer."""
+    return union_all(*call_log_rows(start, end, account, modes, since_mark=False, actor=key_id)).subquery("usage_rows")
 
 
 def _hourly(lo, hi, accounts, modes, *cond):
@@ -204,12 +215,15 @@ def member_keys(org_id, member_id):
     return select(keys.c.id).where(keys.c.account_id == org_id, keys.c.member_account_id == member_id)
 
 
-def member_rows(start, end, org_id, modes, member_id):
+def member_rows(start, end, org_id, modes, member_id, key_id=None):
     """The per-call usage rows (``COLUMNS``) of one organisation in [start, end) made by one
-    member's keys: the call logs read by ``actor`` (the key that acted), since the rollups
-    keep no actor. Cost: the organisation's calls of the range through the
-    ``(account_id, created_at)`` indexes, filtered by actor (docs/teams.md, "Usage")."""
+    member's keys (``key_id``: only that one of them; none if it is not theirs): the call
+    logs read by ``actor`` (the key that acted), since the rollups keep no actor. Cost: the
+    organisation's calls of the range through the ``(account_id, created_at)`` indexes,
+    filtered by actor (docs/teams.md, "Usage")."""
     keys = member_keys(org_id, member_id)
+    if key_id is not None:
+        keys = [k for k in keys if k == key_id]
     calls, chat = call_log_rows(start, end, org_id, modes, since_mark=False)
     return union_all(calls.where(_CALLS.c.actor.in_(keys)),
                      chat.where(_CHAT.c.actor.in_(keys))).subquery("usage_rows")

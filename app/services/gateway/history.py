@@ -3,7 +3,7 @@
 is not found). Read-only; the call path and the chat path own the writes."""
 from __future__ import annotations
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from app.errors import NotFound
 from app.extensions import db
@@ -11,30 +11,42 @@ from app.models.calls import ModuleCall
 from app.models.chat import ChatCompletion
 
 
-def recent_calls(account_id: str, *, mode: str = "live", limit: int = 20) -> list[ModuleCall]:
-    """The account's newest calls of ``mode``, newest first."""
-    return list(db.session.execute(
-        select(ModuleCall).where(ModuleCall.account_id == account_id, ModuleCall.mode == mode)
-        .order_by(ModuleCall.created_at.desc(), ModuleCall.id.desc()).limit(limit)).scalars())
-
-
-def recent_activity(account_id: str, *, mode: str = "live", limit: int = 20) -> list[dict]:
+def recent_activity(account_id: str, *, mode: str = "live", limit: int = 20, filters: dict | None = None,
+                    start=None, end=None) -> list[dict]:
     """The account's newest module calls and chat completions of ``mode`` merged, newest
     first: ``{"kind": "module"|"chat", "id", "created_at", "product"`` (``slug/action`` or
     the model), ``"status", "tokens"`` (prompt + completion; None for a module call),
-    ``"cost_micros", "receipt"``. A chat completion still held shows its hold as cost 0."""
-    calls = [{"kind": "module", "id": c.id, "created_at": c.created_at, "product": f"{c.module_slug}/{c.action}",
-              "status": c.status, "tokens": None, "cost_micros": c.price_micros, "receipt": bool(c.receipt)}
-             for c in recent_calls(account_id, mode=mode, limit=limit)]
-    chats = db.session.execute(
-        select(ChatCompletion).where(ChatCompletion.account_id == account_id, ChatCompletion.mode == mode)
-        .order_by(ChatCompletion.created_at.desc(), ChatCompletion.id.desc()).limit(limit)).scalars()
-    calls += [{"kind": "chat", "id": c.id, "created_at": c.created_at, "product": c.model or c.requested_model,
-               "status": c.status, "tokens": (c.prompt_tokens or 0) + (c.completion_tokens or 0),
-               "prompt_tokens": c.prompt_tokens or 0, "completion_tokens": c.completion_tokens or 0,
-               "cost_micros": c.cost_micros if c.status == "settled" else 0, "receipt": False} for c in chats]
-    calls.sort(key=lambda r: (r["created_at"], r["id"]), reverse=True)
-    return calls[:limit]
+    ``"cost_micros", "receipt", "key_id"`` (the API key that made it, or None)``}``. A chat
+    completion still held shows its hold as cost 0. ``filters``: the usage filters
+    (``key_id``, ``module``, ``model``) and ``status`` (``billing.export.narrowed``);
+    ``start``/``end``: created in [start, end)."""
+    from app.services.billing.export import narrowed
+
+    f = filters or {}
+    out = []
+    if not f.get("model"):
+        q = (select(ModuleCall).where(ModuleCall.account_id == account_id, ModuleCall.mode == mode,
+                                      *narrowed(ModuleCall, ModuleCall.module_slug, f), *_window(ModuleCall, start, end))
+             .order_by(ModuleCall.created_at.desc(), ModuleCall.id.desc()).limit(limit))
+        out += [{"kind": "module", "id": c.id, "created_at": c.created_at, "product": f"{c.module_slug}/{c.action}",
+                 "status": c.status, "tokens": None, "cost_micros": 0 if c.status == "refunded" else c.price_micros,
+                 "receipt": bool(c.receipt), "key_id": c.actor} for c in db.session.execute(q).scalars()]
+    if not f.get("module"):
+        model = func.coalesce(ChatCompletion.model, ChatCompletion.requested_model)
+        q = (select(ChatCompletion).where(ChatCompletion.account_id == account_id, ChatCompletion.mode == mode,
+                                          *narrowed(ChatCompletion, model, f), *_window(ChatCompletion, start, end))
+             .order_by(ChatCompletion.created_at.desc(), ChatCompletion.id.desc()).limit(limit))
+        out += [{"kind": "chat", "id": c.id, "created_at": c.created_at, "product": c.model or c.requested_model,
+                 "status": c.status, "tokens": (c.prompt_tokens or 0) + (c.completion_tokens or 0),
+                 "prompt_tokens": c.prompt_tokens or 0, "completion_tokens": c.completion_tokens or 0,
+                 "cost_micros": c.cost_micros if c.status in ("settled", "sandbox") else 0, "receipt": False,
+                 "key_id": c.actor} for c in db.session.execute(q).scalars()]
+    out.sort(key=lambda r: (r["created_at"], r["id"]), reverse=True)
+    return out[:limit]
+
+
+def _window(table, start, end) -> list:
+    return ([table.created_at >= start] if start else []) + ([table.created_at < end] if end else [])
 
 
 def get_call(account_id: str, call_id: str) -> ModuleCall:

@@ -1,0 +1,62 @@
+"""The price list the console's "Models and prices" page shows (issue 40 item 3), read from
+the catalogs the gateway routes by: the chat models (prices per million tokens of each
+enabled provider, cache prices, context window, capabilities, ``auto``-eligible), what
+``model: auto`` picks for typical requests (the rule of ``chat.catalog.candidates``: the
+cheapest enabled offer of the ``auto``-eligible models whose capabilities cover the request
+and whose context window fits), and the modules with each action's price and MCP tool name."""
+from __future__ import annotations
+
+from app.services.chat import catalog as chat_catalog
+from app.services.gateway import catalog, tools
+
+# Typical requests ``auto`` is asked to serve: (what, capabilities needed, prompt tokens,
+# completion tokens). The pick is the cheapest at these sizes, as ``candidates`` ranks them.
+AUTO_CASES = (
+    ("Plain text (1,000 tokens in, 500 out)", frozenset(), 1_000, 500),
+    ("Tool calling", frozenset({"tools"}), 1_000, 500),
+    ("Images (vision)", frozenset({"vision"}), 1_000, 500),
+    ("JSON output", frozenset({"json_mode"}), 1_000, 500),
+    ("Streaming", frozenset({"streaming"}), 1_000, 500),
+    ("A long prompt (100,000 tokens in)", frozenset(), 100_000, 1_000),
+)
+
+
+def chat_models() -> list[dict]:
+    """Every available chat model, catalog order: id, description, context window, max
+    output, capabilities, auto-eligible, and one row per enabled offer (provider, input,
+    output, cache read and cache write prices in dollars per million tokens)."""
+    out = []
+    for m in chat_catalog.list_models():
+        out.append({"id": m.id, "description": m.description, "context_window": m.context_window,
+                    "max_output_tokens": m.max_output_tokens, "capabilities": sorted(m.capabilities),
+                    "auto": m.auto,
+                    "offers": [{"provider": o.provider.id, "input": o.input_price, "output": o.output_price,
+                                "cache_read": o.cache_read_price, "cache_write": o.cache_write_price}
+                               for o in m.enabled_offers()]})
+    return out
+
+
+def auto_picks() -> list[dict]:
+    """For each of ``AUTO_CASES``: the model ``auto`` picks and its cost in micro-dollars at
+    that size (None when no auto-eligible model serves it)."""
+    models = [m for m in chat_catalog.catalog().auto_models if m.enabled_offers()]
+    picks = []
+    for what, needs, prompt, completion in AUTO_CASES:
+        best = None
+        for i, m in enumerate(models):
+            if needs - m.capabilities or prompt + completion > m.context_window:
+                continue
+            for o in m.enabled_offers():
+                cost = o.cost_micros(prompt, completion)
+                if best is None or (cost, i) < best[:2]:
+                    best = (cost, i, m.id)
+        picks.append({"what": what, "model": best and best[2], "cost_micros": best and best[0]})
+    return picks
+
+
+def modules() -> list[dict]:
+    """The approved modules, by slug: each live action with its price and MCP tool name."""
+    return [{"slug": m.slug, "name": m.name, "description": m.description,
+             "actions": [{"name": a.name, "price_cents": int(a.price_cents),
+                          "tool": tools.tool_name(m.slug, a.name)} for a in tools.active_actions(m)]}
+            for m in catalog.list_modules()]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from flask import abort, g, redirect, render_template, request, url_for
 from marshmallow import ValidationError
 
-from app.blueprints.console import bp, web
+from app.blueprints.console import bp, org_context, web
 from app.blueprints.alerts.schemas import AlertCreateSchema
 from app.blueprints.console.account_pages import field_errors
 from app.blueprints.payments.schemas import CheckoutSchema
@@ -18,10 +18,15 @@ ALERT_FIELDS = ("name", "metric", "op", "threshold", "window", "channel", "targe
 
 
 def _billing_page(status: int = 200, **extra):
-    acct = g.account
-    ctx = {"payments": payments.history(acct.id, web.mode()), "method": payments.saved_method(acct.id, web.mode()),
-           "wallet": wallets.get_wallet(acct.id), "errors": {}, "amount": "",
-           "checkout": request.args.get("checkout")}
+    from app.blueprints.console import billing_pages
+
+    if (refused := org_context.guard(billing_pages.READ)):
+        return refused
+    payer = org_context.payer_id()  # the personal account or the chosen organisation
+    ctx = {"payments": payments.history(payer, web.mode()), "method": payments.saved_method(payer, web.mode()),
+           "wallet": wallets.get_wallet(payer), "errors": {}, "amount": "",
+           "checkout": request.args.get("checkout"), "done": billing_pages.done_message(),
+           **billing_pages.context()}
     ctx.update(extra)
     return render_template("console/billing.html", **ctx), status
 
@@ -36,6 +41,8 @@ def billing():
 def topup():
     """Start a hosted checkout for the amount and send the browser to it; credits arrive
     when the processor confirms (the checkout returns here)."""
+    if (refused := org_context.guard(("billing:write",))):
+        return refused
     amount = (request.form.get("amount") or "").strip()
     try:
         dollars = float(amount)
@@ -48,7 +55,7 @@ def topup():
         msg = "; ".join(" ".join(v) for v in exc.messages.values())
         return _billing_page(400, errors={"amount": msg}, amount=amount)
     try:
-        out = payments.create_checkout(g.account.id, web.mode(), body["amount_cents"],
+        out = payments.create_checkout(org_context.payer_id(), web.mode(), body["amount_cents"],
                                        "Gateway credits", body["return_url"])
     except DomainError as exc:
         return _billing_page(400, errors={"amount": exc.message}, amount=amount)
@@ -56,9 +63,11 @@ def topup():
 
 
 def _alerts_page(status: int = 200, **extra):
-    acct = g.account
+    if (refused := org_context.guard(("alerts:read",))):
+        return refused
+    acct, payer = g.account, org_context.payer_id()
     mode = web.mode()
-    ctx = {"alerts": alerts_svc.list_alerts(acct.id, mode), "events": alerts_svc.list_events(acct.id, limit=20, mode=mode),
+    ctx = {"alerts": alerts_svc.list_alerts(payer, mode), "events": alerts_svc.list_events(payer, limit=20, mode=mode),
            "metrics": alerts_svc.METRICS, "ops": tuple(alerts_svc.OPS), "windows": tuple(alerts_svc.WINDOWS),
            "channels": alerts_svc.CHANNELS, "errors": {}, "form": {"target": acct.email or ""},
            "secret": None}
@@ -75,12 +84,14 @@ def alerts():
 @bp.post("/alerts")
 def create_alert():
     """Create a rule (a webhook's signing secret is shown once)."""
+    if (refused := org_context.guard(("alerts:write",))):
+        return refused
     form = {f: (request.form.get(f) or "").strip() for f in ALERT_FIELDS}
     body, errors = web.load_form(AlertCreateSchema(), form)  # the API's rules, the same input policy
     if errors:
         return _alerts_page(400, errors=errors, form=form)
     try:
-        _alert, secret = alerts_svc.create_alert(g.account.id, **body, mode=web.mode())
+        _alert, secret = alerts_svc.create_alert(org_context.payer_id(), **body, mode=web.mode())
     except DomainError as exc:
         return _alerts_page(400, errors=field_errors(exc, ALERT_FIELDS), form=form)
     if secret:
@@ -91,8 +102,10 @@ def create_alert():
 @bp.post("/alerts/<alert_id>/delete")
 def delete_alert(alert_id: str):
     """Delete one of the account's rules (another account's id: 404)."""
+    if (refused := org_context.guard(("alerts:write",))):
+        return refused
     try:
-        alerts_svc.delete_alert(g.account.id, alert_id, web.mode())
+        alerts_svc.delete_alert(org_context.payer_id(), alert_id, web.mode())
     except DomainError:
         abort(404)
     return redirect(url_for("console.alerts"), code=303)

@@ -56,7 +56,7 @@ def _fail(exc: DomainError, section: str, **extra):
     if exc.status == 404:
         abort(404)
     message = NO_CARD if exc.code == "no_payment_method" else exc.message
-    return _page(exc.status if exc.status < 500 else 400, errors={section: message}, **extra)
+    return _page(exc.status if exc.status in (400, 402, 409, 429) else 400, errors={section: message}, **extra)
 
 
 def _done(message: str):

@@ -97,13 +97,21 @@ def test_owner_creates_org_invites_member_changes_role_and_removes_them(app, ser
     member.context.close()
 
     narrow = signed_in(app, server, owner.id, width=390)
+    narrow.goto(base + "/orgs")
+    narrow.click("button[aria-label='Act for Browser Org']")
+    narrow.wait_for_url(base + "/org/members")
     for path in ("/orgs", "/org/members", "/org/audit", "/billing"):
         narrow.goto(base + path)
+        assert narrow.url == base + path and narrow.locator("#acting-for").count() == 1
         assert narrow.evaluate(NARROW_CHECK) == [], f"{path} at 390 px"
+        if os.environ.get("CONSOLE_SHOTS_TMP"):  # a look by eye, never in the repo
+            narrow.screenshot(path=f"/tmp/console-orgs{path.replace('/', '-')}-390.png", full_page=True)
     narrow.context.close()
 
 
 def test_billing_save_card_pay_cancel_checkout_and_auto_topup(app, server, make_account):  # noqa: F811
+    import os
+
     base = server[0]
     acct = make_account()
     page = signed_in(app, server, acct.id, mode="test")
@@ -139,6 +147,8 @@ def test_billing_save_card_pay_cancel_checkout_and_auto_topup(app, server, make_
     page.click("text=Turn on auto top-up")
     page.wait_for_selector("text=Auto top-up is on.")
     assert "under $2.00, add $10.00" in page.inner_text("#autotopup-state")
+    if os.environ.get("CONSOLE_SHOTS_TMP"):  # a look by eye, never in the repo
+        page.screenshot(path="/tmp/console-orgs-billing-1280.png", full_page=True)
     page.click("text=Turn off auto top-up")
     page.wait_for_selector("text=Auto top-up is off.")
     page.context.close()

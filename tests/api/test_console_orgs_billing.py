@@ -319,3 +319,19 @@ def test_connect_a_wallet_by_signing_the_shown_message(app, make_account):
         assert wallets.get_wallet(acct.id).address == wallet.address
         db.session.remove()
     assert "Wallet connected." in me.get("/billing?done=wallet_connected").get_data(as_text=True)
+
+
+def test_billing_page_without_a_live_processor_still_shows_history_and_wallet(app, make_account, monkeypatch):
+    """A deployment with no live processor (production without Stripe) answered the billing
+    page with a 503 error; it now shows the page, says why paying is not offered, and keeps
+    the history and the wallet."""
+    acct = make_account()
+    me = Console(app, acct.id)
+    monkeypatch.setitem(app.config, "PAYMENTS_PROCESSOR", "none")
+    r = me.get("/billing")
+    html = r.get_data(as_text=True)
+    assert r.status_code == 200 and 'id="payments-off"' in html and "Live payments need a real processor" in html
+    assert "Continue to checkout" not in html and "Save card" not in html and "Payment history" in html
+    assert 'id="wallet-start"' in html
+    r = me.post("/billing/topup", {"amount": "5"}, page="/billing")
+    assert r.status_code == 400 and "Live payments need a real processor" in r.get_data(as_text=True)

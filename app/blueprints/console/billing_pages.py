@@ -29,18 +29,30 @@ NO_CARD = "No saved card yet: save one under “Saved payment methods” first."
 
 
 def context() -> dict:
-    """What the billing page shows besides the history: saved methods, pending checkouts,
-    auto top-up, the sandbox test cards, the wallet form's choices."""
+    """What the billing page shows besides the history: the saved default and every saved
+    method, pending checkouts, auto top-up, the sandbox test cards, the wallet form's
+    choices. A deployment without a processor for the mode (live without Stripe, or the
+    sandbox turned off) still shows the page: the history and the wallet, and why paying
+    is not offered."""
     payer, mode = org_context.payer_id(), web.mode()
     try:
-        rule = autotopup.view(payer, mode)
-    except DomainError:
-        rule = None
-    sandbox = for_mode(mode).name == "sandbox"
-    return {"methods": methods.list_methods(payer, mode), "autotopup": rule,
-            "test_cards": {pm: spec for pm, spec in SANDBOX_METHODS.items()} if sandbox else {},
-            "chains": CHAINS, "wallet_form": {}, "connect": None, "pay_key": "console-" + secrets.token_urlsafe(16),
-            "can_pay": org_context.allows(*WRITE), "topup_form": None}
+        processor = for_mode(mode).name
+    except DomainError as exc:
+        processor, payments_off = None, exc.message
+    else:
+        payments_off = None
+    ctx = {"method": None, "methods": [], "autotopup": None, "test_cards": {}, "payments_off": payments_off,
+           "chains": CHAINS, "wallet_form": {}, "connect": None, "pay_key": "console-" + secrets.token_urlsafe(16),
+           "can_pay": org_context.allows(*WRITE), "topup_form": None}
+    if processor is not None:
+        ctx.update(method=payments.saved_method(payer, mode), methods=methods.list_methods(payer, mode),
+                   test_cards=dict(SANDBOX_METHODS) if processor == "sandbox" else {})
+        try:
+            ctx["autotopup"] = autotopup.view(payer, mode)
+        except DomainError:  # none set
+            pass
+    ctx["can_charge"] = ctx["can_pay"] and processor is not None
+    return ctx
 
 
 def _page(status: int = 200, **extra):

@@ -23,7 +23,7 @@ def _billing_page(status: int = 200, **extra):
     if (refused := org_context.guard(billing_pages.READ)):
         return refused
     payer = org_context.payer_id()  # the personal account or the chosen organisation
-    ctx = {"payments": payments.history(payer, web.mode()), "method": payments.saved_method(payer, web.mode()),
+    ctx = {"payments": payments.history(payer, web.mode()),
            "wallet": wallets.get_wallet(payer), "errors": {}, "amount": "",
            "checkout": request.args.get("checkout"), "done": billing_pages.done_message(),
            **billing_pages.context()}

@@ -335,3 +335,30 @@ def test_billing_page_without_a_live_processor_still_shows_history_and_wallet(ap
     assert 'id="wallet-start"' in html
     r = me.post("/billing/topup", {"amount": "5"}, page="/billing")
     assert r.status_code == 400 and "Live payments need a real processor" in r.get_data(as_text=True)
+
+
+def test_a_card_paid_at_the_sandbox_checkout_is_saved_when_asked(app, make_account):
+    """Issue 40: "a card used at checkout is not saved": ticking "Save this payment method"
+    on the sandbox checkout makes the card the payer's saved default (unticked: not saved)."""
+    from urllib.parse import urlsplit
+
+    from app.models import Payment
+
+    acct = make_account()
+    me = Console(app, acct.id, mode="test")
+    for amount, pm, save in (("3", "pm_card_visa", None), ("4", "pm_card_mastercard", "true")):
+        r = me.post("/billing/topup", {"amount": amount}, page="/billing")
+        checkout = urlsplit(r.headers["Location"]).path
+        assert 'name="save_method"' in me.get(checkout).get_data(as_text=True)
+        form = {"action": "pay", "payment_method": pm, **({"save_method": save} if save else {})}
+        assert me.client.post(checkout, data=form).status_code == 303
+        methods = me.get("/billing").get_data(as_text=True)
+        if save is None:
+            assert "None saved." in methods
+    assert '<li class="method"><span>mastercard ···· 4444</span>' in methods and methods.count('<li class="method">') == 1
+    with app.app_context():
+        from app.services.billing import payments
+
+        assert payments.saved_method(acct.id, "test").payment_method_id == "pm_card_mastercard"
+        assert {p.status for p in db.session.query(Payment).filter_by(account_id=acct.id)} == {"succeeded"}
+        db.session.remove()

@@ -116,16 +116,27 @@ def test_billing_save_card_pay_cancel_checkout_and_auto_topup(app, server, make_
     acct = make_account()
     page = signed_in(app, server, acct.id, mode="test")
     page.goto(base + "/billing")
-    assert "/api/" not in page.content()
+    assert "/api/" not in page.content() and "None saved." in page.inner_text("#methods")
+    # the card paid with at the sandbox checkout, saved there ("Save this payment method")
+    page.fill("#f-amount", "2")
+    page.click("text=Continue to checkout")
+    page.wait_for_url(re.compile(r".*/pay/sandbox/checkout/.*"))
+    page.check("input[value=pm_card_mastercard]")
+    page.check("input[name=save_method]")
+    page.click("button[value=pay]")
+    page.wait_for_url(re.compile(r".*/billing\?checkout=success.*"))
+    assert "mastercard ···· 4444" in page.inner_text("#methods")
+    # or a test card saved on the billing page; the newest save is the default
     page.select_option("#f-payment_method_id", "pm_card_visa")
     page.click("text=Save card")
     page.wait_for_selector("#billing-done")
     assert "visa ···· 4242" in page.inner_text("#methods")
+    assert page.locator("#methods li", has_text="visa ···· 4242").locator(".pill").inner_text() == "default"
     before = page.inner_text("#balance")
     page.fill("#f-pay_amount", "4.25")
     page.click("text=Pay now")
     page.wait_for_selector("text=Paid with the saved card")
-    assert before == "$0.00" and page.inner_text("#balance") == "$4.25"
+    assert before == "$2.00" and page.inner_text("#balance") == "$6.25"
     assert page.locator("table.payments td[data-label=Amount]", has_text="$4.25").count() == 1
 
     # a checkout left pending: resumed, then canceled from the billing page

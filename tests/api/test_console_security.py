@@ -75,9 +75,16 @@ def signed_in(app, make_account):
 PROTECTED_GET = ["/dashboard", "/keys", "/usage", "/usage?days=7", "/usage/calls/call_x", "/usage/export.csv",
                  "/billing", "/billing/invoices/inv_x.pdf", "/alerts", "/agents", "/activity",
                  "/activity/export.csv", "/models"]
+# organisations and billing in the browser (issue 40 items 4 and 5)
+PROTECTED_GET += ["/orgs", "/org/members", "/org/audit", "/org/audit.csv", "/billing/checkouts/x/resume"]
 PROTECTED_POST = ["/logout", "/mode", "/keys", "/keys/key_x/revoke", "/keys/key_x/rotate", "/usage/calls/call_x/verify",
                   "/billing/topup", "/alerts", "/alerts/alrt_x/delete", "/agents", "/agents/agt_x/fund",
                   "/agents/review/x"]
+PROTECTED_POST += ["/orgs", "/orgs/switch", "/org/invites", "/org/invites/x/revoke", "/org/members/x",
+                   "/org/members/x/remove", "/billing/card", "/billing/methods/x/default",
+                   "/billing/methods/x/remove", "/billing/pay", "/billing/checkouts/x/cancel",
+                   "/billing/wallet/message", "/billing/wallet/connect", "/billing/auto-topup",
+                   "/billing/auto-topup/delete"]
 
 
 def test_every_console_route_needs_a_session(app, client):

@@ -19,9 +19,10 @@ PUBLIC = {"console.landing", "console.login", "console.login_confirm", "console.
 
 @bp.before_request
 def _gate():
-    from app.blueprints.console import web
+    from app.blueprints.console import org_context, web
 
     web.load_session()
+    org_context.load()
     if request.method == "POST" and not web.csrf_ok():
         return web.forbidden_page("The form expired or did not come from this site (missing or wrong "
                                   "CSRF token). Go back, reload the page and try again.")
@@ -70,11 +71,13 @@ def _context():
 
     if not (request.blueprint == "console" and "account" in g):
         return {}
+    from app.blueprints.console import org_context
+
     mode = web.mode()
-    acct = g.account
+    acct = g.get("org") or g.account  # the payer the console acts for (org_context)
     balance = None if acct is None else (acct.test_balance_micros if mode == "test" else acct.balance_micros)
     return {"csrf_token": web.csrf_token, "account": g.account, "mode": mode,
-            "balance_micros": int(balance or 0)}
+            "balance_micros": int(balance or 0), **org_context.template_context(mode)}
 
 
 @bp.app_template_filter("usd")
@@ -92,3 +95,4 @@ def _when(ts) -> str:
 
 from app.blueprints.console import account_pages, agent_pages, money_pages, org_pages, pages  # noqa: E402,F401
 from app.blueprints.console import activity_pages  # noqa: E402,F401
+from app.blueprints.console import billing_pages  # noqa: E402,F401  (issue 40 item 5)

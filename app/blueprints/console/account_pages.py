@@ -10,7 +10,7 @@ from datetime import timedelta
 
 from flask import Response, abort, g, redirect, render_template, request, stream_with_context, url_for
 
-from app.blueprints.console import bp, web
+from app.blueprints.console import bp, org_context, web
 from app.blueprints.console.pages import daily_charts
 from app.blueprints.keys.schemas import KeyCreateSchema
 from app.errors import DomainError
@@ -44,7 +44,7 @@ def field_errors(exc: DomainError, fields: tuple[str, ...]) -> dict:
 
 
 def _keys_page(status: int = 200, **extra):
-    rows = keys_svc.list_keys(g.account.id, web.mode())
+    rows = org_context.visible_keys(keys_svc.list_keys(org_context.payer_id(), web.mode()))
     ctx = {"keys": rows, "all_scopes": ALL_SCOPES, "default_scopes": DEFAULT_SCOPES, "periods": PERIODS,
            "errors": {}, "form": {}, "created": None}
     ctx.update(extra)
@@ -61,6 +61,8 @@ def keys():
 def create_key():
     """Create a key (optional spend limit and expiry); the page answering this POST is the
     only place its secret appears."""
+    if (refused := org_context.guard(("keys:write",))):
+        return refused
     fields = ("name", "spend_limit", "spend_limit_period", "expires_in_days")
     form = {f: (request.form.get(f) or "").strip() for f in fields}
     form["scopes"] = scopes = [s for s in request.form.getlist("scopes") if s]
@@ -84,7 +86,8 @@ def create_key():
         return _keys_page(400, errors={"expires_in_days": "Enter a whole number of days (1 to 365)."}, form=form)
     try:
         row, secret = keys_svc.create_key(
-            g.account.id, form["name"], scopes, creator_scopes=frozenset(ALL_SCOPES),
+            org_context.payer_id(), form["name"], scopes, creator_scopes=frozenset(ALL_SCOPES),
+            member_account_id=org_context.member_id(), actor=org_context.key_actor(),
             creator_mode=web.mode(), spend_limit_cents=numbers.get("spend_limit_cents"),
             spend_limit_period=(form["spend_limit_period"] or None) if "spend_limit_cents" in numbers else None,
             expires_at=utcnow() + timedelta(days=days) if days else None)
@@ -99,9 +102,12 @@ def create_key():
 @bp.post("/keys/<key_id>/rotate")
 def rotate_key(key_id: str):
     """Rotate a key: the new key is shown once; the old one keeps working for a day."""
+    if (refused := org_context.guard(("keys:write",))):
+        return refused
     try:
-        row, secret = keys_svc.rotate_key(g.account.id, key_id, None, creator_scopes=frozenset(ALL_SCOPES),
-                                          mode=web.mode())
+        org_context.check_key(key_id)
+        row, secret = keys_svc.rotate_key(org_context.payer_id(), key_id, None, creator_scopes=frozenset(ALL_SCOPES),
+                                          mode=web.mode(), actor=org_context.key_actor())
     except DomainError:
         abort(404)
     return _keys_page(created={"key": row, "secret": secret, "rotated": True})
@@ -110,8 +116,11 @@ def rotate_key(key_id: str):
 @bp.post("/keys/<key_id>/revoke")
 def revoke_key(key_id: str):
     """Revoke one of the account's keys (another account's id: 404)."""
+    if (refused := org_context.guard(("keys:write",))):
+        return refused
     try:
-        keys_svc.revoke_key(g.account.id, key_id, web.mode())
+        org_context.check_key(key_id)
+        keys_svc.revoke_key(org_context.payer_id(), key_id, web.mode(), actor=org_context.key_actor())
     except DomainError:
         abort(404)
     return redirect(url_for("console.keys"), code=303)
@@ -124,9 +133,9 @@ def usage_page():
     days = days if days in RANGES else 30
     start, end = usage.billing_period()
     return render_template("console/usage.html", days=days, ranges=RANGES,
-                           chart=daily_charts(g.account.id, days, web.mode()),
-                           by_module=usage.by_product(g.account.id, start, end, mode=web.mode()),
-                           calls=history.recent_activity(g.account.id, mode=web.mode(), limit=50))
+                           chart=daily_charts(org_context.payer_id(), days, web.mode()),
+                           by_module=usage.by_product(org_context.payer_id(), start, end, mode=web.mode()),
+                           calls=history.recent_activity(org_context.payer_id(), mode=web.mode(), limit=50))
 
 
 @bp.get("/usage/export.csv")
@@ -137,14 +146,14 @@ def usage_export():
     days = min(max(days, 1), 31)
     end = utcnow()
     start, end = export.window(end - timedelta(days=days), end)
-    body = stream_with_context(export.rows(g.account.id, start, end, "csv"))
+    body = stream_with_context(export.rows(org_context.payer_id(), start, end, "csv"))
     return Response(body, mimetype="text/csv", headers={
         "Content-Disposition": f'attachment; filename="usage-{start:%Y%m%d}-{end:%Y%m%d}.csv"'})
 
 
 def _call_page(call_id: str, status: int = 200, **extra):
     try:
-        call = history.get_call(g.account.id, call_id)
+        call = history.get_call(org_context.payer_id(), call_id)
     except DomainError:
         abort(404)
     published = {k["kid"]: k for k in receipts.public_keys()}

@@ -6,7 +6,7 @@ from __future__ import annotations
 from flask import Response, abort, g, redirect, render_template, request, url_for
 from marshmallow import ValidationError
 
-from app.blueprints.console import bp, web
+from app.blueprints.console import bp, org_context, web
 from app.blueprints.alerts.schemas import AlertCreateSchema
 from app.blueprints.console.account_pages import field_errors
 from app.blueprints.payments.schemas import CheckoutSchema
@@ -18,11 +18,16 @@ ALERT_FIELDS = ("name", "metric", "op", "threshold", "window", "channel", "targe
 
 
 def _billing_page(status: int = 200, **extra):
-    acct = g.account
-    ctx = {"payments": payments.history(acct.id, web.mode()), "method": payments.saved_method(acct.id, web.mode()),
-           "wallet": wallets.get_wallet(acct.id), "errors": {}, "amount": "",
-           "checkout": request.args.get("checkout"),
-           "invoices": invoices.list_invoices(acct.id, web.mode(), limit=24)["invoices"]}
+    from app.blueprints.console import billing_pages
+
+    if (refused := org_context.guard(billing_pages.READ)):
+        return refused
+    payer = org_context.payer_id()  # the personal account or the chosen organisation
+    ctx = {"payments": payments.history(payer, web.mode()),
+           "wallet": wallets.get_wallet(payer), "errors": {}, "amount": "",
+           "checkout": request.args.get("checkout"), "done": billing_pages.done_message(),
+           "invoices": invoices.list_invoices(payer, web.mode(), limit=24)["invoices"],
+           **billing_pages.context()}
     ctx.update(extra)
     return render_template("console/billing.html", **ctx), status
 
@@ -35,8 +40,13 @@ def billing():
 
 @bp.get("/billing/invoices/<string:invoice_id>.pdf")
 def invoice_pdf(invoice_id):
-    """An invoice of the signed-in account (its mode) as PDF; another's or none: 404."""
-    inv = invoices.get_invoice(g.account.id, web.mode(), invoice_id)
+    """An invoice of the paying account the console acts for (the person or the chosen
+    organisation, its mode) as PDF; another's or none: 404."""
+    from app.blueprints.console import billing_pages
+
+    if (refused := org_context.guard(billing_pages.READ)):
+        return refused
+    inv = invoices.get_invoice(org_context.payer_id(), web.mode(), invoice_id)
     return Response(invoices.invoice_pdf(inv), mimetype="application/pdf",
                     headers={"Content-Disposition": f'attachment; filename="{inv.number}.pdf"'})
 
@@ -45,6 +55,8 @@ def invoice_pdf(invoice_id):
 def topup():
     """Start a hosted checkout for the amount and send the browser to it; credits arrive
     when the processor confirms (the checkout returns here)."""
+    if (refused := org_context.guard(("billing:write",))):
+        return refused
     amount = (request.form.get("amount") or "").strip()
     try:
         dollars = float(amount)
@@ -57,7 +69,7 @@ def topup():
         msg = "; ".join(" ".join(v) for v in exc.messages.values())
         return _billing_page(400, errors={"amount": msg}, amount=amount)
     try:
-        out = payments.create_checkout(g.account.id, web.mode(), body["amount_cents"],
+        out = payments.create_checkout(org_context.payer_id(), web.mode(), body["amount_cents"],
                                        "Gateway credits", body["return_url"])
     except DomainError as exc:
         return _billing_page(400, errors={"amount": exc.message}, amount=amount)
@@ -65,9 +77,11 @@ def topup():
 
 
 def _alerts_page(status: int = 200, **extra):
-    acct = g.account
+    if (refused := org_context.guard(("alerts:read",))):
+        return refused
+    acct, payer = g.account, org_context.payer_id()
     mode = web.mode()
-    ctx = {"alerts": alerts_svc.list_alerts(acct.id, mode), "events": alerts_svc.list_events(acct.id, limit=20, mode=mode),
+    ctx = {"alerts": alerts_svc.list_alerts(payer, mode), "events": alerts_svc.list_events(payer, limit=20, mode=mode),
            "metrics": alerts_svc.METRICS, "ops": tuple(alerts_svc.OPS), "windows": tuple(alerts_svc.WINDOWS),
            "channels": alerts_svc.CHANNELS, "errors": {}, "form": {"target": acct.email or ""},
            "secret": None}
@@ -84,12 +98,14 @@ def alerts():
 @bp.post("/alerts")
 def create_alert():
     """Create a rule (a webhook's signing secret is shown once)."""
+    if (refused := org_context.guard(("alerts:write",))):
+        return refused
     form = {f: (request.form.get(f) or "").strip() for f in ALERT_FIELDS}
     body, errors = web.load_form(AlertCreateSchema(), form)  # the API's rules, the same input policy
     if errors:
         return _alerts_page(400, errors=errors, form=form)
     try:
-        _alert, secret = alerts_svc.create_alert(g.account.id, **body, mode=web.mode())
+        _alert, secret = alerts_svc.create_alert(org_context.payer_id(), **body, mode=web.mode())
     except DomainError as exc:
         return _alerts_page(400, errors=field_errors(exc, ALERT_FIELDS), form=form)
     if secret:
@@ -100,8 +116,10 @@ def create_alert():
 @bp.post("/alerts/<alert_id>/delete")
 def delete_alert(alert_id: str):
     """Delete one of the account's rules (another account's id: 404)."""
+    if (refused := org_context.guard(("alerts:write",))):
+        return refused
     try:
-        alerts_svc.delete_alert(g.account.id, alert_id, web.mode())
+        alerts_svc.delete_alert(org_context.payer_id(), alert_id, web.mode())
     except DomainError:
         abort(404)
     return redirect(url_for("console.alerts"), code=303)

@@ -1,14 +1,23 @@
 """Console pages of organisations: the e-mailed invitation link (issue 37 item 3). Opening
 it changes nothing (mail scanners prefetch GETs); its button accepts: the invitation's
-address gets an account if it has none, joins the organisation, and is signed in here."""
+address gets an account if it has none, joins the organisation, and is signed in here.
+
+And (issue 40 item 4) the organisation list and creation, the switcher's form, the chosen
+organisation's members, invitations, roles and budgets, and its audit log."""
 from __future__ import annotations
 
-from flask import g, redirect, render_template, request, url_for
+import inspect
 
-from app.blueprints.console import bp
+from flask import Response, abort, g, redirect, render_template, request, stream_with_context, url_for
+
+from app.blueprints.console import bp, org_context, web
+from app.blueprints.console.account_pages import dollars_to_cents
+from app.blueprints.orgs.schemas import InviteCreateSchema, OrgCreateSchema
 from app.errors import DomainError
-from app.ratelimits import per_ip
-from app.services.orgs import invites
+from app.models.orgs import ROLES
+from app.ratelimits import per_ip, recipient_allowed
+from app.services.billing import usage
+from app.services.orgs import audit, invites, orgs, roles
 
 
 @bp.route("/invites/<string:token>", methods=["GET", "POST"])
@@ -25,3 +34,214 @@ def invite(token):
         return render_template("console/invite.html", token=token, invite=None, error=exc.message), exc.status
     g.session_token, g.new_pre = session_token, False
     return redirect(url_for("console.dashboard"), code=303)
+
+
+# --- organisations in the console (issue 40 item 4) ---------------------------------------
+# The switcher (``org_context``) chooses the payer; these pages list, create and manage the
+# organisations through the same services as ``/api/orgs`` (``services.orgs``), so every
+# role rule is the API's: a refused action is the service's 403, shown as a page naming
+# the roles that may and the person's role.
+
+AUDIT_PAGE = 50
+
+
+def budgets_supported() -> bool:
+    """Whether ``orgs.update_member`` takes ``monthly_budget_cents`` (the "budget" work of
+    issue 37 item 4, merged separately): the members page offers the budget field only then."""
+    return "monthly_budget_cents" in inspect.signature(orgs.update_member).parameters
+
+
+def _chosen():
+    """The chosen organisation, or a redirect to the list to choose one."""
+    if g.get("org") is None:
+        return None, redirect(url_for("console.orgs_page"), code=303)
+    return g.org, None
+
+
+def _switch_to(response, org_id: str | None):
+    if org_id:
+        response.set_cookie(org_context.COOKIE, org_id, httponly=True, samesite="Lax", secure=web._secure(), path="/")
+    else:
+        response.delete_cookie(org_context.COOKIE, path="/", httponly=True, samesite="Lax", secure=web._secure())
+    return response
+
+
+def _orgs_page(status: int = 200, **extra):
+    ctx = {"orgs_list": orgs.list_orgs(org_context.principal(web.mode())), "errors": {}, "name": ""}
+    ctx.update(extra)
+    return render_template("console/orgs.html", **ctx), status
+
+
+@bp.get("/orgs")
+def orgs_page():
+    """The person's organisations (role, balance) and the form to create one."""
+    return _orgs_page()
+
+
+@bp.post("/orgs")
+def create_org():
+    """Create an organisation (the person is its owner) and act for it."""
+    name = request.form.get("name") or ""
+    body, errors = web.load_form(OrgCreateSchema(), {"name": name})
+    if errors:
+        return _orgs_page(400, errors=errors, name=name)
+    try:
+        org = orgs.create_org(org_context.principal(web.mode()), org_context.actor(), body["name"])
+    except DomainError as exc:
+        return _orgs_page(exc.status, errors={"name": exc.message}, name=name)
+    return _switch_to(redirect(url_for("console.org_members"), code=303), org["id"])
+
+
+@bp.post("/orgs/switch")
+def switch_org():
+    """The switcher: act for one of the person's organisations, or for the personal account
+    (empty ``org_id``). An organisation the person does not belong to is a 404."""
+    org_id = (request.form.get("org_id") or "").strip()
+    if org_id and orgs.member_role(org_id[:32], g.account.id) is None:
+        abort(404)
+    return _switch_to(redirect(web.safe_next(request.form.get("next")), code=303), org_id or None)
+
+
+def _members_page(status: int = 200, **extra):
+    org, back = _chosen()
+    if back:
+        return back
+    p, mode = org_context.principal(web.mode()), web.mode()
+    manage = org_context.allows(action="manage_members")
+    start, end = usage.billing_period()
+    ctx = {"members": orgs.list_members(p, org.id),
+           "invites": invites.list_invites(p, org.id) if manage else [],
+           "manage": manage, "owner": g.org_role == roles.OWNER, "roles": ROLES,
+           "budgets": budgets_supported(), "usage_now": usage.totals(org.id, start, end, mode=mode),
+           "member_usage": None,  # usage by member: the "orgusage" work (member_id on usage), see docs/console.md
+           "errors": {}, "form": {"email": "", "role": "developer"}, "me": g.account.id}
+    ctx.update(extra)
+    return render_template("console/org_members.html", **ctx), status
+
+
+@bp.get("/org/members")
+def org_members():
+    """The chosen organisation: balance, this month's usage, members (roles, budgets) and
+    pending invitations."""
+    return _members_page()
+
+
+def _refused(exc: DomainError, status_page):
+    """A service's refusal: the role's 403 page, a 404, or the message on the page."""
+    if exc.status == 403:
+        return org_context.refused_page(exc)
+    if exc.status == 404:
+        abort(404)
+    return status_page(exc.status, errors={"_form": exc.message})
+
+
+@bp.post("/org/invites")
+def org_invite():
+    """Invite a person by e-mail with a role (owners and admins; only an owner invites an
+    owner); the e-mail carries the single-use link."""
+    org, back = _chosen()
+    if back:
+        return back
+    form = {"email": (request.form.get("email") or "").strip(), "role": request.form.get("role") or ""}
+    if (refused := org_context.guard(action="manage_members")):
+        return refused
+    body, errors = web.load_form(InviteCreateSchema(), form)
+    if errors:
+        return _members_page(400, errors=errors, form=form)
+    if not recipient_allowed("INVITE_EMAIL_RATE_LIMIT", body["email"]):
+        return _members_page(429, errors={"email": "This address was sent too many invitations; try again later."},
+                             form=form)
+    try:
+        invites.invite(org_context.principal(web.mode()), org_context.actor(), org.id, body["email"], body["role"])
+    except DomainError as exc:
+        if exc.status in (403, 404):
+            return _refused(exc, _members_page)
+        return _members_page(exc.status, errors={"email": exc.message}, form=form)
+    return redirect(url_for("console.org_members", invited=body["email"]), code=303)
+
+
+@bp.post("/org/invites/<invite_id>/revoke")
+def org_revoke_invite(invite_id: str):
+    """Revoke a pending invitation: its link stops working."""
+    org, back = _chosen()
+    if back:
+        return back
+    try:
+        invites.revoke(org_context.principal(web.mode()), org_context.actor(), org.id, invite_id)
+    except DomainError as exc:
+        return _refused(exc, _members_page)
+    return redirect(url_for("console.org_members"), code=303)
+
+
+@bp.post("/org/members/<member_id>")
+def org_update_member(member_id: str):
+    """Change a member's role (and monthly budget, when offered). The last owner keeps the
+    role: the page shows the service's ``last_owner`` error."""
+    org, back = _chosen()
+    if back:
+        return back
+    role = request.form.get("role") or ""
+    kwargs = {}
+    if budgets_supported() and "monthly_budget" in request.form:
+        text = (request.form.get("monthly_budget") or "").strip().removeprefix("$")
+        cents = None if not text else dollars_to_cents(text)
+        if text and cents is None:
+            return _members_page(400, errors={"_form": "Monthly budget: enter an amount in dollars, e.g. 50 or "
+                                                       "12.50 (empty: no budget)."})
+        kwargs["monthly_budget_cents"] = cents
+    try:
+        orgs.update_member(org_context.principal(web.mode()), org_context.actor(), org.id, member_id, role, **kwargs)
+    except DomainError as exc:
+        return _refused(exc, _members_page)
+    return redirect(url_for("console.org_members"), code=303)
+
+
+@bp.post("/org/members/<member_id>/remove")
+def org_remove_member(member_id: str):
+    """Remove a member, or leave (one's own id); their organisation keys are revoked. The
+    last owner cannot leave or be removed (the page shows why)."""
+    org, back = _chosen()
+    if back:
+        return back
+    try:
+        orgs.remove_member(org_context.principal(web.mode()), org_context.actor(), org.id, member_id)
+    except DomainError as exc:
+        return _refused(exc, _members_page)
+    if member_id == g.account.id:  # left: back on the personal account
+        return _switch_to(redirect(url_for("console.orgs_page"), code=303), None)
+    return redirect(url_for("console.org_members"), code=303)
+
+
+@bp.get("/org/audit")
+def org_audit():
+    """The organisation's audit log, newest first, in cursor pages (owners and admins), with
+    the CSV download of every entry."""
+    org, back = _chosen()
+    if back:
+        return back
+    cursor = request.args.get("cursor") or None
+    try:
+        page = audit.entries(org_context.principal(web.mode()), org.id, AUDIT_PAGE, cursor)
+    except DomainError as exc:
+        if exc.status == 400:  # a cursor that is not one of this list
+            abort(404)
+        return _refused(exc, _members_page)
+    return render_template("console/org_audit.html", entries=page["entries"], next_cursor=page["next_cursor"],
+                           first=cursor is None)
+
+
+@bp.get("/org/audit.csv")
+def org_audit_csv():
+    """Every audit entry as CSV (the rows of ``GET /api/orgs/{id}/audit?format=csv``)."""
+    org, back = _chosen()
+    if back:
+        return back
+    p = org_context.principal(web.mode())
+    try:
+        audit.check_csv(p, org.id)
+    except DomainError as exc:
+        return _refused(exc, _members_page)
+    body = stream_with_context(audit.csv_rows(p, org.id))
+    return Response(body, mimetype="text/csv",
+                    headers={"Content-Disposition": f'attachment; filename="audit-{org.id}.csv"'})
+

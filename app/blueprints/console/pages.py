@@ -91,7 +91,7 @@ def daily_charts(account_id: str, days: int, mode: str) -> dict:
 def dashboard():
     """Balance, this month's calls and spend (against the plan in live mode), 30-day chart,
     top products and recent calls: every figure of the mode shown (test mode: test only)."""
-    acct, mode = g.account, web.mode()
+    acct, mode = g.get("org") or g.account, web.mode()  # the payer the console acts for (org_context)
     plan_cents = accounts.plan_cents(acct.plan)
     start, end = usage.billing_period()
     current = usage.totals(acct.id, start, end, mode=mode)

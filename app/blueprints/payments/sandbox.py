@@ -35,7 +35,8 @@ button{font-size:1rem;padding:.5rem 1rem;margin-right:.5rem}label{display:block;
 <form method="post">{% for pm, spec in methods.items() %}
 <label><input type="radio" name="payment_method" value="{{ pm }}" {{ 'checked' if loop.first }}>
  {{ pm }} ({{ spec[1] }} ···· {{ spec[2] }}{% if spec[3] != 'succeeds' %}, {{ spec[3]|replace('_', ' ') }}{% endif %})</label>
-{% endfor %}<p><button name="action" value="pay">Pay</button><button name="action" value="cancel">Cancel</button></p></form>
+{% endfor %}<label><input type="checkbox" name="save_method" value="true"> Save this payment method for later payments</label>
+<p><button name="action" value="pay">Pay</button><button name="action" value="cancel">Cancel</button></p></form>
 {% endif %}
 {% if return_url %}<p><a href="{{ return_url }}">Return to the merchant</a></p>{% endif %}
 </div></body></html>"""
@@ -79,7 +80,8 @@ class SandboxCheckoutView(MethodView):
     def post(self, form, session_id):
         """Pay (with a sandbox test method) or cancel. Paying delivers a signed
         `checkout.session.completed` event through the webhook code; ACH settles later."""
-        out = sandbox_checkout.sandbox_checkout_action(session_id, form["action"], form.get("payment_method"))
+        out = sandbox_checkout.sandbox_checkout_action(session_id, form["action"], form.get("payment_method"),
+                                                       save_method=form.get("save_method", False))
         page = sandbox_checkout.sandbox_checkout_page(session_id)
         done = _return_url(page)
         if out["result"] in ("paid", "canceled", "processing") and done:

@@ -134,3 +134,6 @@ class SandboxActionSchema(InputSchema):
     action = ma.fields.String(required=True, validate=validate.OneOf(["pay", "cancel"]))
     payment_method = ma.fields.String(validate=validate.OneOf(list(SANDBOX_METHODS)),
                                       load_default="pm_card_visa")
+    save_method = ma.fields.Boolean(load_default=False, metadata={"description": (
+        "Save the method paid with as the account's default (as Stripe Checkout's \"save my card\"): it then "
+        "serves auto top-up and paying without a checkout.")})

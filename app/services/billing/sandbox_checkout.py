@@ -55,8 +55,10 @@ def sandbox_checkout_page(session_id: str) -> dict:
             "methods": SANDBOX_METHODS, "awaiting_settlement": bool((p.meta or {}).get("ach_submitted"))}
 
 
-def sandbox_checkout_action(session_id: str, action: str, pm_id: str | None) -> dict:
-    """Pay or cancel a sandbox checkout. Returns ``{result, message, payment}``."""
+def sandbox_checkout_action(session_id: str, action: str, pm_id: str | None, *, save_method: bool = False) -> dict:
+    """Pay or cancel a sandbox checkout. Returns ``{result, message, payment}``. With
+    ``save_method`` the method paid with becomes the account's saved default (what Stripe
+    Checkout's "save my card" does), once the payment is accepted."""
     p = _sandbox_session(session_id)
     if p.status != "pending" or (p.meta or {}).get("ach_submitted"):
         return {"result": "closed", "message": f"This checkout is already {p.status}.", "payment": p}
@@ -85,12 +87,22 @@ def sandbox_checkout_action(session_id: str, action: str, pm_id: str | None) -> 
             p.meta = {**(p.meta or {}), "ach_submitted": True}
         sandbox_deliver("checkout.session.completed", _session_object(p, "unpaid", pi))
         db.session.refresh(p)
+        _save(p, pm_id, save_method)
         return {"result": "processing", "payment": p,
                 "message": "Bank payment submitted; credits arrive when it settles "
                            "(sandbox: flask payments sandbox-settle " + p.id + ")."}
     sandbox_deliver("checkout.session.completed", _session_object(p, "paid", pi))
     db.session.refresh(p)
+    _save(p, pm_id, save_method)
     return {"result": "paid", "message": "Payment succeeded; credits added.", "payment": p}
+
+
+def _save(p: Payment, pm_id: str, save_method: bool) -> None:
+    """The method paid with, saved as the payer's default (``payments.set_default_method``)."""
+    if save_method:
+        from app.services.billing import payments
+
+        payments.set_default_method(p.account_id, p.mode, pm_id)
 
 
 def sandbox_settle(payment_id: str, fail: bool = False) -> dict:

@@ -1,0 +1,131 @@
+"""Which payer the console acts for (issue 40 item 4): the person's own account or one of
+their organisations, chosen with the switcher in the header (cookie ``gw_console_org``,
+like the live/test switch).
+
+The cookie only names a choice: on every request the membership is read again
+(``orgs.member_role``), so a person removed from an organisation is back on their own
+account at their next click. ``g.org`` / ``g.org_role`` hold the organisation and the
+person's role in it (None on the personal account). The role narrows the console exactly
+as it narrows an organisation key on the API (``roles.SCOPE_ROLES`` / ``roles.ACTIONS``,
+the same functions): a page or form the role does not allow answers a 403 page that names
+the roles that would be allowed and the person's role."""
+from __future__ import annotations
+
+from flask import g, request
+
+from app.auth import Principal
+from app.errors import DomainError
+from app.scopes import ALL_SCOPES
+from app.services.orgs import roles
+from app.services.orgs.audit import Actor
+
+COOKIE = "gw_console_org"
+CREDENTIAL = "console"  # the credential named in the audit log for changes made in the console
+
+
+def load() -> None:
+    """Before each signed-in request: ``g.org`` and ``g.org_role`` from the cookie (a
+    choice the person may no longer make is ignored)."""
+    from app.extensions import db
+    from app.models import Account
+    from app.services.orgs import orgs
+
+    g.org, g.org_role = None, None
+    chosen = request.cookies.get(COOKIE)
+    if g.get("account") is None or not chosen or len(chosen) > 32:
+        return
+    role = orgs.member_role(chosen, g.account.id)
+    if role is not None:
+        g.org, g.org_role = db.session.get(Account, chosen), role
+
+
+def payer_id() -> str:
+    """The account the console acts on: the chosen organisation, else the person's own."""
+    return g.org.id if g.get("org") is not None else g.account.id
+
+
+def principal(mode: str) -> Principal:
+    """The signed-in person as the orgs services see a personal credential (their own
+    account; every scope: the role checks are the services' own)."""
+    return Principal(account_id=g.account.id, credential_id=CREDENTIAL, credential_hash="", kind="session",
+                     mode=mode, scopes=frozenset(ALL_SCOPES))
+
+
+def actor() -> Actor:
+    return Actor(g.account.id, CREDENTIAL, g.get("request_id"), request.remote_addr)
+
+
+def refusal(scopes: tuple[str, ...] = (), action: str | None = None) -> DomainError | None:
+    """The 403 the API would answer an organisation key of the person's role for
+    ``scopes`` / ``action`` (None: allowed, or the personal account)."""
+    if g.get("org") is None:
+        return None
+    try:
+        roles.require_scopes(g.org_role, scopes, g.org.id)
+        if action is not None:
+            roles.require(g.org_role, action, g.org.id)
+    except DomainError as exc:
+        return exc
+    return None
+
+
+def allows(*scopes: str, action: str | None = None) -> bool:
+    """For templates: whether to show a control (a developer sees no billing controls)."""
+    return refusal(tuple(scopes), action) is None
+
+
+def refused_page(exc: DomainError):
+    """The 403 page of a refused role: the service's message names the roles and the role."""
+    from flask import render_template
+
+    return render_template("console/message.html", title="Not allowed for your role",
+                           message=exc.message), 403
+
+
+def guard(scopes: tuple[str, ...] = (), action: str | None = None):
+    """A handler's first line: ``if (r := org_context.guard(...)): return r``."""
+    exc = refusal(scopes, action)
+    return None if exc is None else refused_page(exc)
+
+
+def template_context(mode: str) -> dict:
+    """The switcher's choices and the chosen organisation, for every signed-in page."""
+    from app.services.orgs import orgs
+
+    if g.get("account") is None:
+        return {"org": None, "org_role": None, "my_orgs": [], "allows": allows}
+    return {"org": g.get("org"), "org_role": g.get("org_role"),
+            "my_orgs": orgs.list_orgs(principal(mode)), "allows": allows}
+
+
+# --- keys of an organisation (the rules of ``orgs.visible_keys`` / ``orgs.check_key``) -----
+
+def member_id() -> str | None:
+    """The member who owns a key created for the chosen organisation (None: personal)."""
+    return g.account.id if g.get("org") is not None else None
+
+
+def key_actor() -> Actor | None:
+    return actor() if g.get("org") is not None else None
+
+
+def _sees_all_keys() -> bool:
+    return g.get("org") is None or g.org_role in roles.ACTIONS["manage_keys"]
+
+
+def visible_keys(rows: list) -> list:
+    """Owners and admins see every key of the organisation; other members their own."""
+    return rows if _sees_all_keys() else [row for row in rows if row.member_account_id == g.account.id]
+
+
+def check_key(key_id: str) -> None:
+    """404 for another member's key when the role sees only its own (as the API)."""
+    from app.errors import NotFound
+    from app.extensions import db
+    from app.models import ApiKey
+
+    if _sees_all_keys():
+        return
+    row = db.session.get(ApiKey, key_id) if isinstance(key_id, str) and len(key_id) <= 32 else None
+    if row is None or row.member_account_id != g.account.id:
+        raise NotFound("No such key.")

@@ -1,0 +1,364 @@
+"""Organisations and billing in the console (issue 40 items 4 and 5), through the Flask
+test client: the switcher acts for the chosen payer, every role rule is the API's (a
+developer sees no billing or invite controls and a forbidden POST is a 403 page naming the
+role), the last owner stays, the audit log pages and downloads, and the billing forms (save
+a card, pay with it once per form, cancel a checkout, auto top-up, connect a wallet) move
+the payer's money through the services. The browser flows are
+``tests/e2e/test_console_orgs_billing.py``."""
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+
+from app.extensions import db
+
+pytestmark = pytest.mark.usefixtures("app")
+
+
+def _csrf(html: str) -> str:
+    return re.search(r'name="csrf" value="([0-9a-f]+)"', html).group(1)
+
+
+class Console:
+    """A test client signed in on the console as one account (a session minted as the
+    console mints it; the e-mailed sign-in is ``test_console_security.py``'s)."""
+
+    def __init__(self, app, account_id: str, mode: str = "live"):
+        from app.blueprints.console import web
+        from app.services.platform import tokens
+
+        self.app, self.client = app, app.test_client()
+        with app.app_context():
+            token = tokens.issue(tokens.CONSOLE_SESSION, account_id, timedelta(hours=1))
+            db.session.commit()
+            self.client.set_cookie(web.COOKIE, web._serializer().dumps(token))
+            db.session.remove()
+        if mode == "test":
+            self.client.set_cookie(web.MODE_COOKIE, "test")
+        self.account_id = account_id
+
+    def get(self, path: str, **kw):
+        return self.client.get(path, **kw)
+
+    def post(self, path: str, data: dict | None = None, page: str = "/dashboard"):
+        html = self.get(page).get_data(as_text=True)
+        return self.client.post(path, data={**(data or {}), "csrf": _csrf(html)})
+
+    def create_org(self, name: str) -> str:
+        r = self.post("/orgs", {"name": name})
+        assert r.status_code == 303 and r.headers["Location"].endswith("/org/members")
+        from app.blueprints.console import org_context
+
+        return self.client.get_cookie(org_context.COOKIE).value
+
+
+def _add_member(app, org_id: str, account_id: str, role: str) -> None:
+    from app.services.orgs import orgs
+    from app.services.orgs.audit import Actor
+    from app.services.platform.uow import unit_of_work
+
+    with app.app_context():
+        with unit_of_work():
+            orgs.add_member(org_id, account_id, role, Actor(account_id))
+        db.session.remove()
+
+
+def _balance(app, account_id: str, mode: str = "live") -> int:
+    from app.services.money import ledger
+
+    with app.app_context():
+        try:
+            return ledger.cached_balance(account_id, mode)
+        finally:
+            db.session.remove()
+
+
+def test_switcher_acts_for_the_org_and_shows_it_on_every_page(app, make_account):
+    owner = Console(app, make_account().id)
+    org_id = owner.create_org("Acme Robotics")
+    for path in ("/dashboard", "/keys", "/usage", "/billing", "/alerts", "/org/members", "/orgs"):
+        html = owner.get(path).get_data(as_text=True)
+        assert 'id="acting-for"' in html and "Acme Robotics" in html, path
+    # the organisation's balance (0, no promotional grant), not the person's $10.00
+    assert '<p class="big" id="balance">$0.00</p>' in owner.get("/billing").get_data(as_text=True)
+    # a key created while acting for it is an organisation key owned by the member
+    owner.post("/keys", {"name": "org-key", "scopes": "call:read"}, page="/keys")
+    with app.app_context():
+        from app.models import ApiKey
+
+        row = db.session.query(ApiKey).filter_by(name="org-key").one()
+        assert (row.account_id, row.member_account_id) == (org_id, owner.account_id)
+        db.session.remove()
+    # back to the personal account
+    r = owner.post("/orgs/switch", {"org_id": "", "next": "/billing"})
+    assert r.status_code == 303
+    html = owner.get("/billing").get_data(as_text=True)
+    assert 'id="acting-for"' not in html and '<p class="big" id="balance">$10.00</p>' in html
+
+
+def test_switching_to_an_org_one_is_not_a_member_of_is_404_and_a_stale_choice_is_dropped(app, make_account):
+    from app.blueprints.console import org_context
+
+    owner, other = Console(app, make_account().id), Console(app, make_account().id)
+    org_id = owner.create_org("Private")
+    assert other.post("/orgs/switch", {"org_id": org_id}).status_code == 404
+    other.client.set_cookie(org_context.COOKIE, org_id)  # a forged cookie changes nothing
+    html = other.get("/billing").get_data(as_text=True)
+    assert "Private" not in html and '<p class="big" id="balance">$10.00</p>' in html
+    assert other.get("/org/members").status_code == 303  # no organisation chosen: to the list
+
+
+def test_developer_sees_no_billing_or_invite_controls_and_forbidden_posts_name_the_role(app, make_account):
+    owner = Console(app, make_account().id)
+    org_id = owner.create_org("Roles Inc")
+    dev_acct = make_account()
+    _add_member(app, org_id, dev_acct.id, "developer")
+    dev = Console(app, dev_acct.id)
+    assert dev.post("/orgs/switch", {"org_id": org_id}).status_code == 303
+    members = dev.get("/org/members").get_data(as_text=True)
+    assert "Invite someone" not in members and "Pending invitations" not in members
+    assert "Top up the organisation" not in members and 'name="role"' not in members
+    billing = dev.get("/billing")
+    assert billing.status_code == 403 and "your role is developer" in billing.get_data(as_text=True)
+    for path, data in (("/billing/topup", {"amount": "10"}), ("/billing/card", {"payment_method_id": "pm_card_visa"}),
+                       ("/billing/auto-topup", {"threshold": "5", "add_amount": "20", "monthly_cap": "100"}),
+                       ("/org/invites", {"email": "x@example.com", "role": "viewer"}),
+                       (f"/org/members/{owner.account_id}", {"role": "viewer"}),
+                       (f"/org/members/{owner.account_id}/remove", {}),
+                       ("/alerts", {"name": "a"})):
+        r = dev.post(path, data)
+        text = r.get_data(as_text=True)
+        assert r.status_code == 403 and "your role is developer" in text, path
+    assert dev.get("/org/audit").status_code == 403
+    assert dev.get("/org/audit.csv").status_code == 403
+    # a billing member pays but does not manage members
+    bill_acct = make_account()
+    _add_member(app, org_id, bill_acct.id, "billing")
+    bill = Console(app, bill_acct.id)
+    bill.post("/orgs/switch", {"org_id": org_id})
+    assert "Save card" in bill.get("/billing").get_data(as_text=True)
+    assert bill.post("/org/invites", {"email": "y@example.com", "role": "viewer"}).status_code == 403
+
+
+def test_last_owner_cannot_be_demoted_or_removed_the_page_says_why(app, make_account):
+    owner = Console(app, make_account().id)
+    org_id = owner.create_org("Solo")
+    r = owner.post(f"/org/members/{owner.account_id}", {"role": "admin"})
+    assert r.status_code == 409 and "last owner" in r.get_data(as_text=True)
+    r = owner.post(f"/org/members/{owner.account_id}/remove")
+    assert r.status_code == 409 and "last owner" in r.get_data(as_text=True)
+    with app.app_context():
+        from app.services.orgs import orgs
+
+        assert orgs.member_role(org_id, owner.account_id) == "owner"
+        db.session.remove()
+
+
+def test_invite_revoke_role_change_remove_and_the_audit_log(app, make_account):
+    from app.models.orgs import OrgInvite
+
+    owner = Console(app, make_account().id)
+    org_id = owner.create_org("Team")
+    r = owner.post("/org/invites", {"email": "bad address", "role": "viewer"})
+    assert r.status_code == 400 and 'id="e-email"' in r.get_data(as_text=True)
+    r = owner.post("/org/invites", {"email": "dev@example.com", "role": "developer"})
+    assert r.status_code == 303
+    assert "dev@example.com" in owner.get("/org/members").get_data(as_text=True)
+    with app.app_context():
+        invite_id = db.session.query(OrgInvite).filter_by(org_id=org_id, email="dev@example.com").one().id
+        db.session.remove()
+    assert owner.post(f"/org/invites/{invite_id}/revoke").status_code == 303
+    with app.app_context():
+        assert db.session.get(OrgInvite, invite_id).revoked_at is not None
+        db.session.remove()
+    member = make_account()
+    _add_member(app, org_id, member.id, "viewer")
+    assert owner.post(f"/org/members/{member.id}", {"role": "billing"}).status_code == 303
+    assert owner.post(f"/org/members/{member.id}/remove").status_code == 303
+    # the audit log: newest first, in pages of 50 with a cursor, and the CSV of every entry
+    html = owner.get("/org/audit").get_data(as_text=True)
+    actions = re.findall(r"<code>([a-z.]+)</code>", html)
+    assert actions[:4] == ["member.remove", "member.update", "member.add", "invite.revoke"]
+    assert actions[-1] == "org.create" and "Older entries" not in html
+    csv = owner.get("/org/audit.csv")
+    assert csv.mimetype == "text/csv" and csv.get_data(as_text=True).count("\r\n") == len(actions) + 1
+    assert owner.get("/org/audit?cursor=notacursor").status_code == 404
+
+
+def test_audit_log_pages_with_a_cursor(app, make_account):
+    from app.blueprints.console.org_pages import AUDIT_PAGE
+    from app.services.orgs.audit import Actor, record
+    from app.services.platform.uow import unit_of_work
+
+    owner = Console(app, make_account().id)
+    org_id = owner.create_org("Busy")
+    with app.app_context():
+        with unit_of_work():
+            for n in range(AUDIT_PAGE + 5):
+                record(org_id, Actor(owner.account_id), "key.create", f"key_{n}")
+        db.session.remove()
+    first = owner.get("/org/audit").get_data(as_text=True)
+    assert first.count("<code>key.create</code>") == AUDIT_PAGE
+    nxt = re.search(r'href="(/org/audit\?cursor=\d+)"', first).group(1)
+    second = owner.get(nxt).get_data(as_text=True)
+    assert second.count("<code>key.create</code>") == 5 and "<code>org.create</code>" in second
+
+
+def test_budget_field_follows_update_member(app, make_account, monkeypatch):
+    """The members page offers ``monthly_budget_cents`` exactly when ``orgs.update_member``
+    takes it (the "budget" work, merged separately), and passes it in cents."""
+    from app.blueprints.console import org_pages
+    from app.services.orgs import orgs
+
+    owner = Console(app, make_account().id)
+    org_id = owner.create_org("Budgets")
+    member = make_account()
+    _add_member(app, org_id, member.id, "developer")
+    if not org_pages.budgets_supported():
+        assert "Monthly budget" not in owner.get("/org/members").get_data(as_text=True)
+    seen = {}
+    real = orgs.update_member
+
+    def update_member(principal, actor, org_id, member_id, role, *, monthly_budget_cents=None):
+        seen["budget"] = monthly_budget_cents
+        return real(principal, actor, org_id, member_id, role)
+
+    monkeypatch.setattr(orgs, "update_member", update_member)
+    assert "Monthly budget" in owner.get("/org/members").get_data(as_text=True)
+    assert owner.post(f"/org/members/{member.id}", {"role": "developer", "monthly_budget": "12.50"}).status_code == 303
+    assert seen["budget"] == 1250
+    r = owner.post(f"/org/members/{member.id}", {"role": "developer", "monthly_budget": "lots"})
+    assert r.status_code == 400 and "Monthly budget" in r.get_data(as_text=True)
+
+
+def test_billing_save_card_pay_once_per_form_and_auto_topup(app, make_account):
+    acct = make_account()
+    me = Console(app, acct.id, mode="test")
+    html = me.get("/billing").get_data(as_text=True)
+    assert "/api/" not in html  # no page sends the person to a raw API path
+    r = me.post("/billing/auto-topup", {"threshold": "5", "add_amount": "20", "monthly_cap": "100"}, page="/billing")
+    text = r.get_data(as_text=True)
+    assert r.status_code == 409 and "save one under" in text and "/api/" not in text
+    assert me.post("/billing/card", {"payment_method_id": "pm_card_visa"}, page="/billing").status_code == 303
+    assert "visa ···· 4242" in me.get("/billing").get_data(as_text=True)
+    before = _balance(app, acct.id, "test")
+    page = me.get("/billing").get_data(as_text=True)
+    pay_key = re.search(r'name="pay_key" value="([^"]+)"', page).group(1)
+    for _ in range(2):  # a double submit of one form pays once
+        r = me.client.post("/billing/pay", data={"pay_amount": "7.50", "pay_key": pay_key, "csrf": _csrf(page)})
+        assert r.status_code == 303
+    assert _balance(app, acct.id, "test") - before == 7_500_000
+    r = me.post("/billing/pay", {"pay_amount": "abc"}, page="/billing")
+    assert r.status_code == 400 and "Enter an amount" in r.get_data(as_text=True)
+    r = me.post("/billing/auto-topup", {"threshold": "5", "add_amount": "20", "monthly_cap": "100"}, page="/billing")
+    assert r.status_code == 303
+    assert "add $20.00 from the saved card" in me.get("/billing").get_data(as_text=True)
+    r = me.post("/billing/auto-topup", {"threshold": "5", "add_amount": "20", "monthly_cap": "10"}, page="/billing")
+    assert r.status_code == 400 and 'id="e-autotopup"' in r.get_data(as_text=True)
+    assert me.post("/billing/auto-topup/delete", page="/billing").status_code == 303
+    assert 'id="autotopup-state">Off.' in me.get("/billing").get_data(as_text=True)
+    # a declining card: the decline is shown on the page, nothing credited
+    me.post("/billing/card", {"payment_method_id": "pm_card_chargeDeclined"}, page="/billing")
+    r = me.post("/billing/pay", {"pay_amount": "3"}, page="/billing")
+    assert r.status_code == 402 and "declined" in r.get_data(as_text=True)
+    assert _balance(app, acct.id, "test") - before == 7_500_000
+
+
+def test_cancel_and_resume_a_pending_checkout(app, make_account):
+    from app.models import Payment
+
+    acct = make_account()
+    me = Console(app, acct.id, mode="test")
+    r = me.post("/billing/topup", {"amount": "12"}, page="/billing")
+    assert r.status_code == 303 and "/pay/sandbox/checkout/" in r.headers["Location"]
+    with app.app_context():
+        pay = db.session.query(Payment).filter_by(account_id=acct.id, kind="checkout").one()
+        db.session.remove()
+    html = me.get("/billing").get_data(as_text=True)
+    assert f"/billing/checkouts/{pay.id}/resume" in html
+    resumed = me.get(f"/billing/checkouts/{pay.id}/resume")
+    assert resumed.status_code == 303 and resumed.headers["Location"].endswith(pay.provider_id)
+    assert me.post(f"/billing/checkouts/{pay.id}/cancel", page="/billing").status_code == 303
+    with app.app_context():
+        assert db.session.get(Payment, pay.id).status == "canceled"
+        db.session.remove()
+    r = me.post(f"/billing/checkouts/{pay.id}/cancel", page="/billing")
+    assert r.status_code == 409 and "can no longer be canceled" in r.get_data(as_text=True)
+    other = Console(app, make_account().id, mode="test")
+    assert other.get(f"/billing/checkouts/{pay.id}/resume").status_code == 404
+
+
+def test_connect_a_wallet_by_signing_the_shown_message(app, make_account):
+    from eth_account import Account as EthAccount
+    from eth_account.messages import encode_defunct
+
+    from app.services.billing import wallets
+
+    acct = make_account()
+    me = Console(app, acct.id)
+    wallet = EthAccount.create()
+    r = me.post("/billing/wallet/message", {"chain": "base", "address": wallet.address}, page="/billing")
+    html = r.get_data(as_text=True)
+    assert r.status_code == 200 and 'id="sign-message"' in html and 'id="wallet-sign"' in html
+    import html as htmllib
+
+    message = htmllib.unescape(re.search(r'<pre id="sign-message" class="wrap">(.*?)</pre>', html, re.S).group(1))
+    nonce = re.search(r'name="nonce" value="([^"]+)"', html).group(1)
+    bad = me.post("/billing/wallet/connect", {"chain": "base", "address": wallet.address, "nonce": nonce,
+                                              "signature": "0x" + "11" * 65}, page="/billing")
+    assert bad.status_code == 400 and 'id="e-wallet"' in bad.get_data(as_text=True)
+    assert "signature" in bad.get_data(as_text=True).lower()
+    signature = EthAccount.sign_message(encode_defunct(text=message), wallet.key).signature.hex()
+    signature = signature if signature.startswith("0x") else "0x" + signature
+    r = me.post("/billing/wallet/connect", {"chain": "base", "address": wallet.address, "nonce": nonce,
+                                            "signature": signature}, page="/billing")
+    assert r.status_code == 303
+    with app.app_context():
+        assert wallets.get_wallet(acct.id).address == wallet.address
+        db.session.remove()
+    assert "Wallet connected." in me.get("/billing?done=wallet_connected").get_data(as_text=True)
+
+
+def test_billing_page_without_a_live_processor_still_shows_history_and_wallet(app, make_account, monkeypatch):
+    """A deployment with no live processor (production without Stripe) answered the billing
+    page with a 503 error; it now shows the page, says why paying is not offered, and keeps
+    the history and the wallet."""
+    acct = make_account()
+    me = Console(app, acct.id)
+    monkeypatch.setitem(app.config, "PAYMENTS_PROCESSOR", "none")
+    r = me.get("/billing")
+    html = r.get_data(as_text=True)
+    assert r.status_code == 200 and 'id="payments-off"' in html and "Live payments need a real processor" in html
+    assert "Continue to checkout" not in html and "Save card" not in html and "Payment history" in html
+    assert 'id="wallet-start"' in html
+    r = me.post("/billing/topup", {"amount": "5"}, page="/billing")
+    assert r.status_code == 400 and "Live payments need a real processor" in r.get_data(as_text=True)
+
+
+def test_a_card_paid_at_the_sandbox_checkout_is_saved_when_asked(app, make_account):
+    """Issue 40: "a card used at checkout is not saved": ticking "Save this payment method"
+    on the sandbox checkout makes the card the payer's saved default (unticked: not saved)."""
+    from urllib.parse import urlsplit
+
+    from app.models import Payment
+
+    acct = make_account()
+    me = Console(app, acct.id, mode="test")
+    for amount, pm, save in (("3", "pm_card_visa", None), ("4", "pm_card_mastercard", "true")):
+        r = me.post("/billing/topup", {"amount": amount}, page="/billing")
+        checkout = urlsplit(r.headers["Location"]).path
+        assert 'name="save_method"' in me.get(checkout).get_data(as_text=True)
+        form = {"action": "pay", "payment_method": pm, **({"save_method": save} if save else {})}
+        assert me.client.post(checkout, data=form).status_code == 303
+        methods = me.get("/billing").get_data(as_text=True)
+        if save is None:
+            assert "None saved." in methods
+    assert '<li class="method"><span>mastercard ···· 4444</span>' in methods and methods.count('<li class="method">') == 1
+    with app.app_context():
+        from app.services.billing import payments
+
+        assert payments.saved_method(acct.id, "test").payment_method_id == "pm_card_mastercard"
+        assert {p.status for p in db.session.query(Payment).filter_by(account_id=acct.id)} == {"succeeded"}
+        db.session.remove()

@@ -35,6 +35,7 @@ API_BLUEPRINTS = [
     "app.blueprints.mcp.routes",
     "app.blueprints.mcp.routes:discovery_blp",
     "app.blueprints.orgs.routes",
+    "app.blueprints.payouts.routes",
 ]
 
 

@@ -16,3 +16,4 @@ from app.models.tokens import SingleUseToken  # noqa: F401
 from app.models.orgs import OrgAuditEntry, OrgInvite, OrgMember  # noqa: F401
 from app.models.providerkeys import ProviderKey  # noqa: F401
 from app.models.autotopup import AutoTopup, AutoTopupRun  # noqa: F401
+from app.models.payouts import Payout, PayoutDestination  # noqa: F401

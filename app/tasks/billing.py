@@ -14,3 +14,10 @@ def run_autotopup(run_id: int) -> str:
     from app.services.billing import autotopup
 
     return autotopup.run(run_id)
+
+
+def run_payouts() -> dict:
+    """Open, send, retry and recover payouts (scheduled every 10 minutes)."""
+    from app.services.billing import payouts
+
+    return payouts.run()

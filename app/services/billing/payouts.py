@@ -109,7 +109,8 @@ def _destination(account_id: str) -> PayoutDestination | None:
 def set_destination(account_id: str, kind: str, target: str, chain: str | None) -> dict:
     """Connect (or replace) the account's payout destination. From the next settlement its
     earnings are paid out instead of credited to the balance; an open payout not yet being
-    sent goes to the new destination."""
+    sent goes to the new destination, at the next run (a failed one without waiting for
+    its retry delay)."""
     target, chain = _check(kind, target, chain)
     with unit_of_work():
         dest = _destination(account_id)
@@ -120,7 +121,8 @@ def set_destination(account_id: str, kind: str, target: str, chain: str | None) 
         else:
             dest.kind, dest.target, dest.chain, dest.updated_at = kind, target, chain, utcnow()
         db.session.execute(update(Payout).where(Payout.account_id == account_id, Payout.status.in_(
-            ("pending", "failed"))).values(kind=kind, target=target, chain=chain, updated_at=utcnow()))
+            ("pending", "failed"))).values(kind=kind, target=target, chain=chain, next_attempt_at=utcnow(),
+                                           updated_at=utcnow()))
         db.session.flush()
         return destination_view(dest)
 

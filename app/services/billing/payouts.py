@@ -31,7 +31,8 @@ import re
 from datetime import timedelta
 
 from flask import current_app
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import or_, select, update
+from sqlalchemy.exc import IntegrityError
 
 from app.errors import Conflict, DomainError, InvalidRequest, NotFound
 from app.extensions import db
@@ -66,7 +67,7 @@ class PayoutInFlight(Conflict):
 
 class PayoutRailUnavailable(DomainError):
     status, code, message = 409, "payout_rail_unavailable", "This payout rail is not available here."
-    description = "USDC payouts need a payout wallet configured on this deployment."
+    description = "USDC payouts are not available on this deployment (no payout wallet)."
 
 
 def minimum_micros() -> int:
@@ -86,11 +87,11 @@ def _check(kind: str, target: str, chain: str | None) -> tuple[str, str | None]:
     if kind == "usdc":
         if chain not in chains.EVM_CHAINS:
             raise InvalidRequest(f"chain: one of {', '.join(chains.EVM_CHAINS)}.")
-        display, _ = chains.normalize_address(chain, target)
-        if not current_app.config.get("USDC_PAYOUT_PRIVATE_KEY"):
-            raise PayoutRailUnavailable("USDC payouts are not configured on this deployment "
-                                        "(USDC_PAYOUT_PRIVATE_KEY).")
-        return display, chain
+        chains.normalize_address(chain, target)
+        # Not built yet: sending USDC needs a payout wallet that signs the transfer
+        # (docs/payments.md#payouts). Refused as a state of this deployment, not as input.
+        raise PayoutRailUnavailable("USDC payouts are not available on this deployment yet; "
+                                    "connect a Stripe account (kind stripe_connect).")
     raise InvalidRequest(f"kind: one of {', '.join(KINDS)}.")
 
 
@@ -212,8 +213,6 @@ def create_due() -> int:
 
 
 def _open_for(account_id: str) -> str | None:
-    from sqlalchemy.exc import IntegrityError
-
     try:
         with unit_of_work():
             dest = db.session.execute(select(PayoutDestination).where(
@@ -252,9 +251,7 @@ def _ask(p: Payout, attempt: int) -> processors.TransferResult:
     if p.kind == "stripe_connect":
         return processors.for_mode("live").transfer(cents, p.target, key, {"payout_id": p.id,
                                                                            "account_id": p.account_id})
-    from app.services.billing import usdc_payouts
-
-    return usdc_payouts.send(p.chain, p.target, p.amount_micros, key)
+    raise PayoutRailUnavailable(f"No rail sends {p.kind} payouts.")
 
 
 def _book(payout_id: str, attempt: int, result: processors.TransferResult) -> str:

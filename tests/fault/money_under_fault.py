@@ -13,6 +13,9 @@ Faults (each can be switched off):
     that this hit at least one answered call, and that it cost the customer nothing; a
     window with no answered call in flight is opened again (up to ``FINALIZE_WINDOWS``)
     while the clients keep calling, rather than failing or passing blindly;
+  * ``topuprace`` – an account with auto top-up is taken under its threshold by 16
+    concurrent calls while two extra workers run its top-up runs: exactly one top-up
+    (``tests/fault/topup_faults.py``);
   * ``payoutkill`` – the module's owner is paid out its earnings after the run, and the
     payout worker is ``kill -9``-ed between the processor's transfer and the booking; the
     recovery books it once (``tests/fault/payout_faults.py``).
@@ -31,10 +34,11 @@ definitive. Afterwards (once the pending-call sweep has run) the driver checks:
   5. the balance moved by exactly the sum of the successful calls' prices;
   6. with x402 payers: every USDC authorization that moved on chain is booked exactly once
      (as the call's charge or as balance), nothing else is, none is left reserved;
-  7. with ``payoutkill``: one transfer at the processor, one paid payout, one posting.
+  7. with ``payoutkill``: one transfer at the processor, one paid payout, one posting;
+     with ``topuprace``: one top-up payment and the balance right.
 
     python -m tests.fault.money_under_fault [--seconds 20] [--clients 8] [--x402-clients 2]
-        [--faults kill,upstream,redis,postgres,x402hang,x402kill,finalizekill,payoutkill] [--redis-url redis://127.0.0.1:6379/N]
+        [--faults kill,upstream,redis,postgres,x402hang,x402kill,finalizekill,topuprace,payoutkill] [--redis-url redis://127.0.0.1:6379/N]
 
 Needs PostgreSQL and Redis on 127.0.0.1 (``make fault`` sets them). Prints a JSON summary
 and exits 1 when an invariant is broken. ``tests/e2e/test_fault.py`` runs a short version.
@@ -65,7 +69,7 @@ from tests.support.apps import VENV_BIN, gunicorn_proc  # noqa: E402
 from tests.support.finalize import finalize_function  # noqa: E402
 from tests.support.procs import Processes  # noqa: E402
 from tests.support.standin import StandIn  # noqa: E402
-from tests.fault import payout_faults, x402_faults  # noqa: E402
+from tests.fault import payout_faults, topup_faults, x402_faults  # noqa: E402
 
 PRICE_CENTS = 3
 
@@ -377,7 +381,7 @@ class Driver:
                 "answered_then_refunded": self.answered_then_refunded,
                 "retries": self.retries,
                 "retry_reasons": dict(self.retry_reasons.most_common()), "calls_recorded": len(calls), "x402": self.x402_summary,
-                "payouts": self.payout_summary,
+                "billing_faults": self.payout_summary,
                 "faults": self.events}
 
     def teardown(self):
@@ -390,7 +394,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="money under fault")
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--clients", type=int, default=8)
-    ap.add_argument("--faults", default="kill,upstream,redis,postgres,x402hang,x402kill,finalizekill,payoutkill")
+    ap.add_argument("--faults", default="kill,upstream,redis,postgres,x402hang,x402kill,finalizekill,topuprace,payoutkill")
     ap.add_argument("--x402-clients", type=int, default=2, help="x402 payers (with the x402 faults)")
     ap.add_argument("--redis-url", default=os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/13")
     args = ap.parse_args(argv)
@@ -418,8 +422,13 @@ def main(argv=None) -> int:
                 t.join(150)
             # the services are back; make sure the app is too (gunicorn respawns workers)
             drv.gunicorn.wait_http(drv.url + "/openapi.json", timeout=60)
-            if "payoutkill" in args.faults.split(","):  # before the books are checked
-                drv.extra_problems, drv.payout_summary = payout_faults.run(drv, sh, VENV_BIN, ROOT)
+            if "topuprace" in args.faults.split(","):  # before the books are checked
+                problems, drv.payout_summary["topuprace"] = topup_faults.run(drv, sh, VENV_BIN, ROOT, flask,
+                                                                             PRICE_CENTS)
+                drv.extra_problems += problems
+            if "payoutkill" in args.faults.split(","):
+                problems, drv.payout_summary["payoutkill"] = payout_faults.run(drv, sh, VENV_BIN, ROOT)
+                drv.extra_problems += problems
             summary = drv.verify()
         finally:
             drv.teardown()

@@ -187,6 +187,14 @@ def load_config(overrides: dict | None = None) -> dict:
                                                   or "").split(",") if c.strip()],
         # A month is settled only once it ended at least this long ago (late refunds).
         "SETTLEMENT_GRACE_SECONDS": _int("SETTLEMENT_GRACE_SECONDS", 3600),
+        # Payouts (docs/payments.md#payouts): settled earnings owed to a payout destination
+        # are paid out once they reach PAYOUT_MINIMUM_CENTS (below: they carry over); a
+        # failed payout is retried after PAYOUT_RETRY_SECONDS × 2^(attempts-1) (at most 64×);
+        # one whose answer was never booked (the worker died) is asked again, with the same
+        # idempotency key, after PAYOUT_RECOVER_AFTER_SECONDS.
+        "PAYOUT_MINIMUM_CENTS": _int("PAYOUT_MINIMUM_CENTS", 1000),
+        "PAYOUT_RETRY_SECONDS": _int("PAYOUT_RETRY_SECONDS", 3600),
+        "PAYOUT_RECOVER_AFTER_SECONDS": _int("PAYOUT_RECOVER_AFTER_SECONDS", 300),
         # --- rate limits ----------------------------------------------------
         "RATELIMIT_ENABLED": _bool("RATELIMIT_ENABLED", True),
         "RATELIMIT_STORAGE_URI": _env("RATELIMIT_STORAGE_URI", _env("REDIS_URL", "memory://")),

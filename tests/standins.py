@@ -102,6 +102,14 @@ class FakeStripe:
                 return 404, {"error": {"type": "invalid_request_error", "code": "resource_missing",
                                        "message": f"No such payment_intent: '{parts[2]}'"}}
             return 200, {"object": "payment_intent", **intent}
+        if parts[:2] == ["v1", "transfers"]:  # Connect transfers (payouts)
+            if "fail" in params.get("destination", ""):
+                return 400, {"error": {"type": "invalid_request_error", "code": "account_invalid",
+                                       "param": "destination",
+                                       "message": f"No such destination: '{params.get('destination')}'"}}
+            return 200, {"id": self._id("tr"), "object": "transfer", "amount": int(params["amount"]),
+                         "currency": params["currency"], "destination": params["destination"],
+                         "metadata": params.get("metadata", {})}
         if parts[:2] == ["v1", "payment_intents"]:
             pid = self._id("pi")
             pm = params.get("payment_method")

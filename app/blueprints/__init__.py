@@ -36,6 +36,7 @@ API_BLUEPRINTS = [
     "app.blueprints.mcp.routes:discovery_blp",
     "app.blueprints.orgs.routes",
     "app.blueprints.orgs.routes:own_blp",
+    "app.blueprints.payouts.routes",
 ]
 
 

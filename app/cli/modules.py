@@ -69,3 +69,14 @@ def settle_cmd(month):
         _echo(err.extra.get("summary"))
         click.echo(f"error: {err.message}", err=True)
         sys.exit(1)
+
+
+@modules_cli.command("set-owner")
+@click.argument("slug")
+@click.argument("account_id")
+def set_owner(slug, account_id):
+    """Make ACCOUNT_ID (an account or organisation) the owner of catalog module SLUG: it
+    earns the owner's 30 % share of the module's calls from now on."""
+    from app.services.gateway import catalog
+
+    _echo(catalog.set_owner_account(slug, account_id))

@@ -33,3 +33,12 @@ def resolve_x402(older_than):
     from app.services.billing import x402
 
     click.echo(json.dumps(x402.reconcile(older_than)))
+
+
+@money_cli.command("payouts")
+def run_payouts():
+    """Run the payouts job now: open payouts for owners owed at least the minimum, send the
+    due ones, retry failed ones and recover unbooked ones (billing/payouts.py)."""
+    from app.services.billing import payouts
+
+    click.echo(json.dumps(payouts.run(), default=str))

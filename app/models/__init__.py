@@ -17,3 +17,4 @@ from app.models.orgs import MemberSpend, OrgAuditEntry, OrgInvite, OrgMember  # 
 from app.models.providerkeys import ProviderKey  # noqa: F401
 from app.models.autotopup import AutoTopup, AutoTopupRun  # noqa: F401
 from app.models.invoices import BillingDetails, Invoice, InvoiceCounter  # noqa: F401
+from app.models.payouts import Payout, PayoutDestination  # noqa: F401

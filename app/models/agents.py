@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import BigInteger, CheckConstraint, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.extensions import db
@@ -78,10 +78,15 @@ class AgentSettlement(db.Model):
     ``settle:<agent>:<YYYY-MM>``), written in that same database transaction."""
 
     __tablename__ = "agent_settlements"
-    __table_args__ = (UniqueConstraint("agent_id", "month", name="uq_agent_settlements_agent_month"),)
+    __table_args__ = (UniqueConstraint("agent_id", "month", name="uq_agent_settlements_agent_month"),
+                      UniqueConstraint("owner_account_id", "month", name="uq_agent_settlements_owner_month"),
+                      CheckConstraint("(agent_id IS NULL) <> (owner_account_id IS NULL)",
+                                      name="ck_agent_settlements_one_owner"))
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
-    agent_id: Mapped[str] = mapped_column(ForeignKey("agents.id"), index=True)
+    # the earner: an agent, or an account (or organisation) owning a catalog module
+    agent_id: Mapped[str | None] = mapped_column(ForeignKey("agents.id"), index=True)
+    owner_account_id: Mapped[str | None] = mapped_column(ForeignKey("accounts.id"))
     month: Mapped[str] = mapped_column(String(7))  # YYYY-MM
     amount_micros: Mapped[int] = mapped_column(BigInteger)
     ledger_txn_id: Mapped[int] = mapped_column(BigInteger)

@@ -28,6 +28,8 @@ class Module(db.Model):
     description: Mapped[str] = mapped_column(Text, default="")
     owner: Mapped[str] = mapped_column(String(120), default="")  # display name of the provider
     owner_agent_id: Mapped[str | None] = mapped_column(String(32), index=True)
+    # a catalog module owned by an account (or organisation): it earns the owner's share
+    owner_account_id: Mapped[str | None] = mapped_column(ForeignKey("accounts.id"), index=True)
     source: Mapped[str] = mapped_column(String(16), default="catalog")  # catalog | agent
     status: Mapped[str] = mapped_column(String(24), default="approved")
     upstream_url: Mapped[str] = mapped_column(String(500))

@@ -3,10 +3,14 @@ from __future__ import annotations
 
 
 def settle_due():
-    """Settle the previous month (idempotent; scheduled every few hours)."""
+    """Settle the previous month (idempotent; scheduled every few hours), then pay out
+    what owners with a payout destination are owed."""
+    from app.services.billing import payouts
     from app.services.money import settlement
 
-    return settlement.settle_due()
+    out = settlement.settle_due()
+    payouts.run()
+    return out
 
 
 def settle_month(month: str):

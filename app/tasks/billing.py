@@ -28,3 +28,10 @@ def issue_usage_invoices():
     from app.services.billing import invoices
 
     return invoices.issue_usage_due()
+
+
+def run_payouts() -> dict:
+    """Open, send, retry and recover payouts (scheduled every 10 minutes)."""
+    from app.services.billing import payouts
+
+    return payouts.run()

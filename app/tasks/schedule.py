@@ -39,5 +39,7 @@ SCHEDULE: list[tuple[str, int, Callable]] = [
     # Agents: settle the previous month once it is over (a no-op once settled); purge
     # expired sessions (sign-in nonces are single-use tokens: tokens-purge).
     ("agent-settlement", 6 * 3600, agents.settle_due),
+    # Payouts of settled earnings: open due ones, send, retry failed, recover unbooked.
+    ("payouts", 600, billing.run_payouts),
     ("agent-auth-purge", 3600, agents.purge_expired),
 ]

@@ -12,7 +12,13 @@ Faults (each can be switched off):
     ``kill -9``-ed while answered calls wait in their writer's queue; the check requires
     that this hit at least one answered call, and that it cost the customer nothing; a
     window with no answered call in flight is opened again (up to ``FINALIZE_WINDOWS``)
-    while the clients keep calling, rather than failing or passing blindly.
+    while the clients keep calling, rather than failing or passing blindly;
+  * ``topuprace`` – an account with auto top-up is taken under its threshold by 16
+    concurrent calls while two extra workers run its top-up runs: exactly one top-up
+    (``tests/fault/topup_faults.py``);
+  * ``payoutkill`` – the module's owner is paid out its earnings after the run, and the
+    payout worker is ``kill -9``-ed between the processor's transfer and the booking; the
+    recovery books it once (``tests/fault/payout_faults.py``).
 
 Clients send calls with an Idempotency-Key each; an unknown outcome (connection error,
 5xx from a dying worker, 409 in flight) is retried with the *same* key until it is
@@ -27,10 +33,12 @@ definitive. Afterwards (once the pending-call sweep has run) the driver checks:
   4. no call is left pending; every charged call has a receipt or a refund;
   5. the balance moved by exactly the sum of the successful calls' prices;
   6. with x402 payers: every USDC authorization that moved on chain is booked exactly once
-     (as the call's charge or as balance), nothing else is, none is left reserved.
+     (as the call's charge or as balance), nothing else is, none is left reserved;
+  7. with ``payoutkill``: one transfer at the processor, one paid payout, one posting;
+     with ``topuprace``: one top-up payment and the balance right.
 
     python -m tests.fault.money_under_fault [--seconds 20] [--clients 8] [--x402-clients 2]
-        [--faults kill,upstream,redis,postgres,x402hang,x402kill,finalizekill] [--redis-url redis://127.0.0.1:6379/N]
+        [--faults kill,upstream,redis,postgres,x402hang,x402kill,finalizekill,topuprace,payoutkill] [--redis-url redis://127.0.0.1:6379/N]
 
 Needs PostgreSQL and Redis on 127.0.0.1 (``make fault`` sets them). Prints a JSON summary
 and exits 1 when an invariant is broken. ``tests/e2e/test_fault.py`` runs a short version.
@@ -61,7 +69,7 @@ from tests.support.apps import VENV_BIN, gunicorn_proc  # noqa: E402
 from tests.support.finalize import finalize_function  # noqa: E402
 from tests.support.procs import Processes  # noqa: E402
 from tests.support.standin import StandIn  # noqa: E402
-from tests.fault import x402_faults  # noqa: E402
+from tests.fault import payout_faults, topup_faults, x402_faults  # noqa: E402
 
 PRICE_CENTS = 3
 
@@ -130,6 +138,11 @@ class Driver:
             "    timeout_seconds: 1\n")
         flask(env, "db", "upgrade")
         flask(env, "catalog", "load")
+        self.extra_problems: list[str] = []
+        self.payout_summary: dict = {}
+        if "payoutkill" in (self.args.faults or "").split(","):
+            self.env = env
+            payout_faults.setup(self, flask)
         created = json.loads(flask(env, "accounts", "create", "--email", "fault@example.com", "--plan", "enterprise"))
         flask(env, "accounts", "grant-credits", created["account_id"], "--cents", "100000")
         self.env, self.work = env, work
@@ -359,6 +372,7 @@ class Driver:
                                         if r.get("status") is None)[:300])
         if self.rails is not None:
             problems += x402_faults.check(self, self.rails, PRICE_CENTS * 10_000)
+        problems += self.extra_problems
         statuses: dict[str, int] = {}
         for r in self.results.values():
             statuses[str(r.get("status"))] = statuses.get(str(r.get("status")), 0) + 1
@@ -367,6 +381,7 @@ class Driver:
                 "answered_then_refunded": self.answered_then_refunded,
                 "retries": self.retries,
                 "retry_reasons": dict(self.retry_reasons.most_common()), "calls_recorded": len(calls), "x402": self.x402_summary,
+                "billing_faults": self.payout_summary,
                 "faults": self.events}
 
     def teardown(self):
@@ -379,7 +394,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="money under fault")
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--clients", type=int, default=8)
-    ap.add_argument("--faults", default="kill,upstream,redis,postgres,x402hang,x402kill,finalizekill")
+    ap.add_argument("--faults", default="kill,upstream,redis,postgres,x402hang,x402kill,finalizekill,topuprace,payoutkill")
     ap.add_argument("--x402-clients", type=int, default=2, help="x402 payers (with the x402 faults)")
     ap.add_argument("--redis-url", default=os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/13")
     args = ap.parse_args(argv)
@@ -407,6 +422,13 @@ def main(argv=None) -> int:
                 t.join(150)
             # the services are back; make sure the app is too (gunicorn respawns workers)
             drv.gunicorn.wait_http(drv.url + "/openapi.json", timeout=60)
+            if "topuprace" in args.faults.split(","):  # before the books are checked
+                problems, drv.payout_summary["topuprace"] = topup_faults.run(drv, sh, VENV_BIN, ROOT, flask,
+                                                                             PRICE_CENTS)
+                drv.extra_problems += problems
+            if "payoutkill" in args.faults.split(","):
+                problems, drv.payout_summary["payoutkill"] = payout_faults.run(drv, sh, VENV_BIN, ROOT)
+                drv.extra_problems += problems
             summary = drv.verify()
         finally:
             drv.teardown()

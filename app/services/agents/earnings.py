@@ -22,8 +22,10 @@ from app.services.billing import usage
 SETTLEMENT_KIND = "agent_settlement"
 LEADERBOARD_DEFAULT = 10
 LEADERBOARD_MAX = 100
-# ledger_account range covering every "earnings:<id>" code (':' + 1 == ';'), index-friendly.
+# ledger_account range covering every "earnings:<id>" code (':' + 1 == ';'), index-friendly;
+# and the agents' ones ("earnings:agt_…", '_' + 1 == '`') for the agent leaderboard.
 _EARNINGS_LO, _EARNINGS_HI = ledger.EARNINGS, ledger.EARNINGS[:-1] + ";"
+_AGENT_LO, _AGENT_HI = ledger.EARNINGS + "agt_", ledger.EARNINGS + "agt`"
 
 
 def agent_usage(agent: Agent, now: datetime | None = None) -> dict:
@@ -47,14 +49,13 @@ def settled_micros(agent_id: str) -> int:
                LedgerTransaction.kind == SETTLEMENT_KIND)).scalar_one())
 
 
-def agent_earnings(agent: Agent, *, statements: int = 12) -> dict:
-    accrued = ledger.balance(ledger.earnings(agent.id))
-    settled = settled_micros(agent.id)
+def _earnings(earner: str, mine, statements: int) -> dict:
+    accrued = ledger.balance(ledger.earnings(earner))
+    settled = settled_micros(earner)
     rows = db.session.execute(
-        select(AgentSettlement).where(AgentSettlement.agent_id == agent.id)
+        select(AgentSettlement).where(mine)
         .order_by(AgentSettlement.month.desc()).limit(statements)).scalars()
     return {
-        "agent_id": agent.id,
         "share_pct": 30,
         "accrued_cents": ledger.micros_to_cents(accrued),
         "settled_cents": ledger.micros_to_cents(settled),
@@ -63,6 +64,20 @@ def agent_earnings(agent: Agent, *, statements: int = 12) -> dict:
         "settled_micros": settled,
         "settlements": list(rows),
     }
+
+
+def agent_earnings(agent: Agent, *, statements: int = 12) -> dict:
+    return {"agent_id": agent.id, **_earnings(agent.id, AgentSettlement.agent_id == agent.id, statements)}
+
+
+def owner_earnings(account_id: str, *, statements: int = 12) -> dict:
+    """The earnings of the catalog modules ``account_id`` owns (an account or organisation
+    as module owner, ``modules.owner_account_id``), as ``agent_earnings`` shows an agent's;
+    with what is settled but still owed to a payout destination (``payable``)."""
+    from app.services.billing import payouts
+
+    out = _earnings(account_id, AgentSettlement.owner_account_id == account_id, statements)
+    return {"account_id": account_id, **out, **payouts.owed(account_id)}
 
 
 def iso_week(now: datetime | None = None) -> tuple[datetime, datetime]:
@@ -81,7 +96,7 @@ def leaderboard(limit: int = LEADERBOARD_DEFAULT, now: datetime | None = None) -
     rows = db.session.execute(
         select(LedgerEntry.ledger_account, total)
         .join(LedgerTransaction, LedgerTransaction.id == LedgerEntry.txn_id)
-        .where(LedgerEntry.ledger_account >= _EARNINGS_LO, LedgerEntry.ledger_account < _EARNINGS_HI,
+        .where(LedgerEntry.ledger_account >= _AGENT_LO, LedgerEntry.ledger_account < _AGENT_HI,
                LedgerEntry.created_at >= start, LedgerEntry.created_at < end,
                LedgerTransaction.kind != SETTLEMENT_KIND)
         .group_by(LedgerEntry.ledger_account)

@@ -11,7 +11,11 @@ JSON-able report whose ``problems`` list is empty when everything agrees:
   booked, longer than ``X402_RECONCILE_AFTER_SECONDS`` (the reconciliation job did not
   resolve it);
 * ``chat_hold_stuck`` / ``chat_hold_mismatch``: a hold silent for longer than
-  ``CHAT_HOLD_TTL_SECONDS``, or ``hold:chat`` not equal to the holds still open.
+  ``CHAT_HOLD_TTL_SECONDS``, or ``hold:chat`` not equal to the holds still open;
+* ``payout_unposted`` / ``payout_posting_orphan`` / ``payout_stuck``: a paid payout without
+  its one ledger posting ``payout:<id>`` of its amount, a payout posting without a paid
+  payout, or a payout left ``sending`` longer than ``PAYOUT_RECOVER_AFTER_SECONDS`` (the
+  recovery did not run).
 """
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ from sqlalchemy import func, select
 
 from app.extensions import db
 from app.models import (ChatCompletion, ExternalCredit, LedgerEntry, LedgerTransaction, Payment, PaymentEvent,
-                        X402Authorization)
+                        Payout, X402Authorization)
 from app.models.base import utcnow
 from app.services.money import outside
 from app.services.money import holds, ledger
@@ -100,6 +104,29 @@ def _holds(out: list) -> int:
     return open_micros
 
 
+def _payouts(out: list) -> int:
+    posted = dict(db.session.execute(
+        select(LedgerTransaction.ref, func.sum(LedgerEntry.amount_micros))
+        .join(LedgerEntry, LedgerEntry.txn_id == LedgerTransaction.id)
+        .where(LedgerTransaction.kind == "payout", LedgerEntry.amount_micros > 0)
+        .group_by(LedgerTransaction.ref)).all())
+    rows = db.session.execute(select(Payout.id, Payout.status, Payout.amount_micros, Payout.sent_at)).all()
+    cutoff = utcnow() - timedelta(seconds=int(current_app.config["PAYOUT_RECOVER_AFTER_SECONDS"]))
+    paid = set()
+    for pid, status, amount, sent_at in rows:
+        ref = f"payout:{pid}"
+        if status == "paid":
+            paid.add(ref)
+            if int(posted.get(ref, 0)) != int(amount):
+                _problem(out, "payout_unposted", f"payout {pid} paid {amount}, ledger {ref} moved "
+                                                 f"{posted.get(ref)}", payout=pid)
+        elif status == "sending" and sent_at is not None and sent_at < cutoff:
+            _problem(out, "payout_stuck", f"payout {pid} sending since {sent_at.isoformat()}", payout=pid)
+    for ref in set(posted) - paid:
+        _problem(out, "payout_posting_orphan", f"ledger {ref} has no paid payout", ref=ref)
+    return len(rows)
+
+
 def reconcile() -> dict:
     """The report: ``ok``, ``problems`` and what was compared."""
     problems: list[dict] = []
@@ -107,5 +134,6 @@ def reconcile() -> dict:
         _problem(problems, "ledger", v.detail, rule=v.rule)
     checked = {"external_credits": _external_credits(problems), "payments": _payments(problems),
                "payment_events": _events(problems), "x402_authorizations": _x402(problems),
-               "open_hold_micros": _holds(problems)}
+               "open_hold_micros": _holds(problems),
+               "payouts": _payouts(problems)}
     return {"ok": not problems, "checked_at": utcnow().isoformat(), "checked": checked, "problems": problems}

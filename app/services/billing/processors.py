@@ -92,6 +92,17 @@ DECLINE_MESSAGES = {
 }
 
 
+@dataclass
+class TransferResult:
+    """A payout transfer's answer: ``paid`` (``ref`` the transfer id) or ``failed``
+    (definitive: ``code``, ``message``). An unknown outcome raises ``ServiceUnavailable``:
+    asking again with the same idempotency key gets the same answer."""
+    status: str  # paid | failed
+    ref: str | None = None
+    code: str | None = None
+    message: str | None = None
+
+
 def sign_payload(payload: bytes, secret: str, timestamp: int | None = None) -> str:
     """A ``Stripe-Signature`` header value for ``payload`` (Stripe's v1 scheme)."""
     ts = int(timestamp if timestamp is not None else time.time())
@@ -152,8 +163,23 @@ class Processor(ABC):
         not open any more (paid, or a bank payment submitted)."""
 
 
+    @abstractmethod
+    def transfer(self, amount_cents: int, destination: str, idempotency_key: str, metadata: dict) -> TransferResult:
+        """Pay ``amount_cents`` USD to a connected account (Stripe Connect ``acct_…``),
+        idempotent on ``idempotency_key`` (the same key answers the same transfer)."""
+
+
 class SandboxProcessor(Processor):
     name = "sandbox"
+
+    def transfer(self, amount_cents, destination, idempotency_key, metadata):
+        # Simulated and deterministic, so a retry with the same key gets the same answer,
+        # in any process: the transfer id is derived from the key. A connected account id
+        # containing "fail" is refused, as Stripe refuses an unusable destination.
+        if "fail" in destination.lower():
+            return TransferResult("failed", code="account_invalid",
+                                  message=f"The sandbox refuses transfers to {destination}.")
+        return TransferResult("paid", "tr_sbx_" + hashlib.sha256(idempotency_key.encode()).hexdigest()[:24])
 
     def ensure_customer(self, account_id, email, customer_id):
         return customer_id or "cus_sbx_" + random_b62(16)
@@ -329,6 +355,19 @@ class StripeProcessor(Processor):
         err = getattr(pi, "last_payment_error", None)
         return ChargeResult(pi.id, "failed", getattr(err, "code", None) or pi.status,
                             getattr(err, "message", None) or f"Payment {pi.status}.")
+
+
+    def transfer(self, amount_cents, destination, idempotency_key, metadata):
+        try:
+            tr = self.client.v1.transfers.create(
+                params={"amount": int(amount_cents), "currency": "usd", "destination": destination,
+                        "metadata": metadata}, options={"idempotency_key": idempotency_key})
+        except (stripe.InvalidRequestError, stripe.PermissionError) as exc:
+            return TransferResult("failed", code=exc.code or "transfer_refused",
+                                  message=(exc.user_message or str(exc))[:300])
+        except stripe.StripeError as exc:  # unknown outcome: asked again with the same key
+            raise self._unavailable(exc) from None
+        return TransferResult("paid", tr.id)
 
 
 def for_mode(mode: str) -> Processor:

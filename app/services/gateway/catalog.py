@@ -86,7 +86,8 @@ def invalidate_cache() -> None:
 
 def _snapshot(m: Module) -> ModuleSnap:
     return ModuleSnap(
-        id=m.id, slug=m.slug, owner_agent_id=m.owner_agent_id, upstream_url=m.upstream_url,
+        # the earner of the owner's share: the owner agent, else the owner account
+        id=m.id, slug=m.slug, owner_agent_id=m.owner_agent_id or m.owner_account_id, upstream_url=m.upstream_url,
         sandbox_url=m.sandbox_url, provider_auth=dict(m.provider_auth) if m.provider_auth else None,
         actions={a.name: ActionSnap(a.name, int(a.price_cents), a.method.upper(), a.path,
                                     float(a.timeout_seconds))
@@ -299,3 +300,22 @@ def load(path: str | None = None) -> dict:
             report["created" if created else "updated" if changed else "unchanged"].append(spec["slug"])
     invalidate_cache()
     return report
+
+
+def set_owner_account(slug: str, account_id: str) -> dict:
+    """Make an account (or organisation) the owner of the catalog module ``slug``: its
+    calls then accrue the owner's share to ``earnings:<account id>`` (``revenue_share``).
+    An agent-built module keeps its agent as owner (400)."""
+    from app.models import Account
+
+    with unit_of_work():
+        m = db.session.execute(select(Module).where(Module.slug == slug).with_for_update()).scalar_one_or_none()
+        if m is None:
+            raise ModuleNotFound(f"No module {slug}.")
+        if m.owner_agent_id:
+            raise InvalidRequest(f"{slug} is owned by agent {m.owner_agent_id}.")
+        if db.session.get(Account, account_id) is None:
+            raise InvalidRequest(f"No account {account_id}.")
+        m.owner_account_id = account_id
+    invalidate_cache()
+    return {"slug": slug, "owner_account_id": account_id}

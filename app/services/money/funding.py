@@ -13,6 +13,10 @@ commits. Every posting goes through ``ledger.post`` (``gw_post``).
                                the rest booked against a shortfall account
 ``reinstate``                  a won dispute: the withdrawal undone leg for leg
 ``transfer``                   between two balances of one mode (an owner funding its agent)
+``pay_out``                    settled earnings paid out as money (a payout): from
+                               ``payable:<account>`` out through ``external:payout_<rail>``
+``keep_as_balance``            settled earnings owed to a payout destination moved to the
+                               balance instead (the owner removed the destination)
 ``grant``                      credit the platform gives (promotional grant, operator
                                adjustment; a negative operator adjustment takes it back,
                                never below zero)
@@ -73,6 +77,24 @@ def transfer(kind: str, *, from_account: str, to_account: str, mode: str, micros
     return ledger.post(kind, [(ledger.customer(from_account, mode), -micros),
                               (ledger.customer(to_account, mode), micros)],
                        ref=ref, account_id=from_account, meta=meta)
+
+
+def pay_out(payout_id: str, *, account_id: str, micros: int, rail: str, processor_ref: str) -> int:
+    """Book a paid payout: ``micros`` of ``account_id``'s settled earnings leave through
+    ``external:payout_<rail>``; ref ``payout:<payout id>`` (unique: booked once, whoever
+    books it — the sending worker or the recovery). Returns the ledger transaction id."""
+    return ledger.post("payout", [(ledger.payable(account_id), -micros),
+                                  (ledger.external("payout_" + rail), micros)],
+                       ref=f"payout:{payout_id}", account_id=account_id,
+                       meta={"payout_id": payout_id, "processor_ref": processor_ref})
+
+
+def keep_as_balance(account_id: str, *, micros: int, ref: str) -> int:
+    """Move ``micros`` of settled earnings owed to a payout destination into the account's
+    live balance (the owner chose to keep its earnings as balance)."""
+    return ledger.post("payable_to_balance", [(ledger.payable(account_id), -micros),
+                                              (ledger.customer(account_id), micros)],
+                       ref=ref, account_id=account_id)
 
 
 def grant(kind: str, *, source: str, account_id: str, micros: int, ref: str | None = None,

@@ -43,7 +43,8 @@ PROMO = "promo:grants"
 ADJUST = "adjust:operator"
 EXTERNAL = "external:"
 CARRY = "carry:"  # recoverable negative carry-over of an agent's settled earnings
-HOLDER_PREFIXES = (CUSTOMER, CUSTOMER_TEST, EARNINGS, "revenue:", "hold:")
+PAYABLE = "payable:"  # settled earnings owed to an owner with a payout destination
+HOLDER_PREFIXES = (CUSTOMER, CUSTOMER_TEST, EARNINGS, PAYABLE, "revenue:", "hold:")
 MODES = ("live", "test")
 
 
@@ -82,6 +83,13 @@ def cached_balance(account_id: str, mode: str = "live", *, lock: bool = False) -
 
 def earnings(agent_id: str) -> str:
     return EARNINGS + agent_id
+
+
+def payable(account_id: str) -> str:
+    """Settled earnings owed to ``account_id`` and not yet paid out (a holder, never
+    negative): settlement credits it instead of the balance when the account has a payout
+    destination; each paid payout takes its amount out to ``external:payout_<rail>``."""
+    return PAYABLE + account_id
 
 
 def external(source: str) -> str:

@@ -1,4 +1,10 @@
-"""Monthly settlement of agent earnings (SPEC part 1 item 7, DESIGN §3).
+"""Monthly settlement of module owners' earnings (SPEC part 1 item 7, DESIGN §3).
+
+An earner is an agent or an account (or organisation) owning a catalog module
+(``revenue_share``); "agent" below stands for either (an account's statement has
+``owner_account_id``, its lock is an advisory lock, its settlement goes to its own balance).
+With a payout destination the settlement goes to ``payable:<account>`` instead of the
+balance, and ``billing.payouts`` pays it out as money.
 
 For month M and each agent, the amount settled is everything accrued to
 ``earnings:<agent>`` up to the end of M (calls, minus their refunds) that no earlier
@@ -29,7 +35,7 @@ from sqlalchemy.exc import IntegrityError
 from app.errors import InternalError, InvalidRequest
 from app.extensions import db
 from app.ids import new_id
-from app.models import Agent, AgentSettlement, LedgerEntry, LedgerTransaction
+from app.models import Account, Agent, AgentSettlement, LedgerEntry, LedgerTransaction, PayoutDestination
 from app.models.base import utcnow
 from app.services.money import ledger
 from app.services.platform import outbox
@@ -70,7 +76,7 @@ def _accrued_until(agent_id: str, end: datetime) -> int:
 
 
 def candidates(end: datetime) -> list[str]:
-    """Agents with earnings entries before ``end``."""
+    """Earners (agents, owner accounts) with earnings entries before ``end``."""
     codes = db.session.execute(
         select(LedgerEntry.ledger_account).distinct()
         .where(LedgerEntry.ledger_account >= _EARNINGS_LO, LedgerEntry.ledger_account < _EARNINGS_HI,
@@ -78,46 +84,65 @@ def candidates(end: datetime) -> list[str]:
     return sorted(c[len(ledger.EARNINGS):] for c in codes)
 
 
+def credit_account(beneficiary: str) -> str:
+    """Where a settlement of ``beneficiary``'s earnings goes: ``payable:<account>`` when the
+    account has a payout destination (paid out by ``billing.payouts``), else its balance."""
+    paid_out = db.session.execute(select(PayoutDestination.id).where(
+        PayoutDestination.account_id == beneficiary)).first()
+    return ledger.payable(beneficiary) if paid_out else ledger.customer(beneficiary)
+
+
 def settle_agent(agent_id: str, month: str, *, end: datetime) -> dict:
-    """Settle one agent for ``month`` in one unit of work; returns what happened."""
+    """Settle one earner (agent or owner account) for ``month`` in one unit of work."""
     try:
         with unit_of_work():
-            return _settle_agent(agent_id, month, end)
-    except IntegrityError:  # a concurrent run settled this agent and month first
+            return _settle_earner(agent_id, month, end)
+    except IntegrityError:  # a concurrent run settled this earner and month first
         return {"agent_id": agent_id, "status": "already_settled"}
 
 
-def _settle_agent(agent_id: str, month: str, end: datetime) -> dict:
+settle_earner = settle_agent
+
+
+def _settle_earner(earner: str, month: str, end: datetime) -> dict:
     s = db.session
-    agent = s.execute(select(Agent).where(Agent.id == agent_id).with_for_update()).scalar_one_or_none()
-    if agent is None:
-        return {"agent_id": agent_id, "status": "unknown_agent"}
-    done = s.execute(select(AgentSettlement.id).where(
-        AgentSettlement.agent_id == agent_id, AgentSettlement.month == month)).first()
+    agent = None
+    if revenue_share.is_agent(earner):
+        agent = s.execute(select(Agent).where(Agent.id == earner).with_for_update()).scalar_one_or_none()
+        if agent is None:
+            return {"agent_id": earner, "status": "unknown_agent"}
+        beneficiary, mine = agent.account_id, AgentSettlement.agent_id == earner
+    else:
+        if s.get(Account, earner) is None:
+            return {"agent_id": earner, "status": "unknown_owner"}
+        revenue_share.lock_earner(earner)
+        beneficiary, mine = earner, AgentSettlement.owner_account_id == earner
+    done = s.execute(select(AgentSettlement.id).where(mine, AgentSettlement.month == month)).first()
     if done is not None:
-        return {"agent_id": agent_id, "status": "already_settled", "settlement_id": done[0]}
-    amount = min(_accrued_until(agent_id, end) - settled_micros(agent_id),
-                 ledger.balance(ledger.earnings(agent_id)))
+        return {"agent_id": earner, "status": "already_settled", "settlement_id": done[0]}
+    amount = min(_accrued_until(earner, end) - settled_micros(earner), ledger.balance(ledger.earnings(earner)))
     if amount <= 0:
-        return {"agent_id": agent_id, "status": "nothing_to_settle"}
+        return {"agent_id": earner, "status": "nothing_to_settle"}
     now = utcnow()
-    recovered = revenue_share.recover(agent_id, amount)  # a negative carry-over is repaid first
-    txn_id = ledger.post(SETTLEMENT_KIND, [(ledger.earnings(agent_id), -amount),
-                                           (ledger.carry(agent_id), recovered),
-                                           (ledger.customer(agent.account_id), amount - recovered)],
-                         ref=f"settle:{agent_id}:{month}", account_id=agent.account_id,
-                         meta={"agent_id": agent_id, "month": month}, created_at=now)
-    stmt = AgentSettlement(id=new_id("stl"), agent_id=agent_id, month=month, amount_micros=amount,
+    recovered = revenue_share.recover(earner, amount)  # a negative carry-over is repaid first
+    to = credit_account(beneficiary)
+    txn_id = ledger.post(SETTLEMENT_KIND, [(ledger.earnings(earner), -amount),
+                                           (ledger.carry(earner), recovered),
+                                           (to, amount - recovered)],
+                         ref=f"settle:{earner}:{month}", account_id=beneficiary,
+                         meta={"agent_id": earner, "month": month, "to": to}, created_at=now)
+    stmt = AgentSettlement(id=new_id("stl"), agent_id=agent.id if agent else None,
+                           owner_account_id=None if agent else earner, month=month, amount_micros=amount,
                            ledger_txn_id=txn_id, created_at=now)
     s.add(stmt)
-    if agent.webhook:  # delivery is enqueued after the commit
+    if agent is not None and agent.webhook:  # delivery is enqueued after the commit
         outbox.add_webhook(agent.webhook, "settlement.completed", {
-            "settlement_id": stmt.id, "agent_id": agent_id, "account_id": agent.account_id,
+            "settlement_id": stmt.id, "agent_id": earner, "account_id": agent.account_id,
             "month": month, "amount_cents": ledger.micros_to_cents(amount),
             "amount_micros": amount, "settled_at": now.isoformat()},
             secret=agent.webhook_secret, source=f"settlement:{stmt.id}",
             account_id=agent.account_id)
-    return {"agent_id": agent_id, "status": "settled", "settlement_id": stmt.id,
+    return {"agent_id": earner, "status": "settled", "settlement_id": stmt.id,
             "amount_cents": ledger.micros_to_cents(amount), "amount_micros": amount}
 
 

@@ -1,0 +1,72 @@
+"""Payouts and owner earnings: a module owner's earnings (any account or organisation),
+its payout destination, and its payouts (docs/payments.md#payouts)."""
+from app.auth import principal
+from app.blueprints.payouts.schemas import (DestinationInSchema, DestinationRemovedSchema, DestinationSchema,
+                                            OwnerEarningsSchema, PayoutHeadersSchema, PayoutListSchema,
+                                            PayoutSchema)
+from app.blueprints.routing import endpoint
+from app.errors import Forbidden
+from app.extensions import Blueprint
+from app.services.agents import earnings
+from app.services.billing import payouts
+
+blp = Blueprint("payouts", __name__, url_prefix="/api",
+                description="Module owners: earnings of the modules an account owns (30% revenue share, "
+                            "settled monthly), the payout destination, and payouts as money.")
+
+
+def _live_account() -> str:
+    p = principal()
+    if p.mode != "live":
+        raise Forbidden("Earnings and payouts are live money: use a live key.")
+    return p.account_id
+
+
+@endpoint(blp, "/earnings", "get", "billing:read", ok=OwnerEarningsSchema, errors={403: "A test key."})
+def owner_earnings():
+    """Earnings of the catalog modules this account owns: accrued (not yet settled),
+    settled, owed to the payout destination, and the recent monthly statements. Agents see
+    theirs at `GET /api/agent/{id}/earnings`."""
+    return earnings.owner_earnings(_live_account())
+
+
+@endpoint(blp, "/payouts", "get", "billing:read", ok=PayoutListSchema, errors={403: "A test key."})
+def list_payouts():
+    """The account's payouts (newest first, max 100), its destination, what it is owed and
+    the payout minimum."""
+    return payouts.list_payouts(_live_account())
+
+
+@endpoint(blp, "/payouts", "post", "billing:write", ok=PayoutSchema, headers=PayoutHeadersSchema,
+          idempotent=True, name="PayoutRequestView", errors={
+              403: "A test key.",
+              409: "`no_payout_destination`, `below_payout_minimum` (it carries over), `payout_in_flight`."})
+def request_payout(idempotency_key=None):
+    """Pay out now what the account is owed (at least `minimum_cents`), or retry its failed
+    payout at once. The monthly settlement does this by itself; this is for not waiting."""
+    return payouts.request_payout(_live_account())
+
+
+@endpoint(blp, "/payouts/destination", "get", "billing:read", ok=DestinationSchema,
+          errors={403: "A test key.", 404: "None: earnings are kept as balance."})
+def get_destination():
+    """The payout destination (404: none; settled earnings go to the balance)."""
+    return payouts.get_destination(_live_account())
+
+
+@endpoint(blp, "/payouts/destination", "put", "billing:write", body=DestinationInSchema, ok=DestinationSchema,
+          errors={400: "Malformed or incomplete destination; nothing changed.", 403: "A test key.",
+                  409: "`payout_rail_unavailable`: USDC payouts are not configured here."})
+def put_destination(body):
+    """Connect a payout destination: settled earnings are then paid out as money instead
+    of credited to the balance (a Stripe Connect account, or a USDC address on a chain)."""
+    kind = body["kind"]
+    target = body.get("account") if kind == "stripe_connect" else body.get("address")
+    return payouts.set_destination(_live_account(), kind, target or "", body.get("chain"))
+
+
+@endpoint(blp, "/payouts/destination", "delete", "billing:write", ok=DestinationRemovedSchema,
+          errors={403: "A test key.", 404: "No destination.", 409: "`payout_in_flight`."})
+def delete_destination():
+    """Keep earnings as balance again: what is owed moves to the balance."""
+    return payouts.remove_destination(_live_account())

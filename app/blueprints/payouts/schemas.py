@@ -1,0 +1,88 @@
+"""Schemas of the payouts and owner-earnings routes."""
+import marshmallow as ma
+
+from app.blueprints.agents.schemas import StatementSchema
+from app.blueprints.fields import InputSchema, Pattern, idempotency_key_header
+from app.services.billing import chains
+
+CONNECT_PATTERN = r"^acct_[A-Za-z0-9]{6,64}$"
+EVM_ADDRESS_PATTERN = r"^0x[0-9a-fA-F]{40}$"
+
+
+class DestinationInSchema(InputSchema):
+    kind = ma.fields.String(required=True, validate=ma.validate.OneOf(("stripe_connect", "usdc")), metadata={
+        "description": "`stripe_connect`: needs `account`. `usdc`: needs `chain` and `address` (EIP-55 "
+                       "checksummed or all one case)."})
+    account = ma.fields.String(validate=Pattern(CONNECT_PATTERN), metadata={
+        "description": "The Stripe Connect account id (kind `stripe_connect`). In the sandbox an id "
+                       "containing `fail` makes every transfer to it fail."})
+    chain = ma.fields.String(validate=ma.validate.OneOf(chains.EVM_CHAINS), metadata={
+        "description": "kind `usdc`: the chain the USDC is sent on."})
+    address = ma.fields.String(validate=Pattern(EVM_ADDRESS_PATTERN), metadata={
+        "description": "kind `usdc`: the receiving address."})
+
+
+class DestinationSchema(ma.Schema):
+    kind = ma.fields.String(required=True)
+    account = ma.fields.String()
+    chain = ma.fields.String()
+    address = ma.fields.String()
+    updated_at = ma.fields.DateTime()
+
+
+class DestinationRemovedSchema(ma.Schema):
+    kind = ma.fields.String(allow_none=True, required=True, metadata={"description": "null: kept as balance."})
+    moved_to_balance_cents = ma.fields.Integer(required=True, metadata={
+        "description": "Settled earnings that were owed to the destination, now in the balance."})
+
+
+class PayoutSchema(ma.Schema):
+    id = ma.fields.String(required=True)
+    status = ma.fields.String(required=True, metadata={
+        "description": "`pending`, `sending`, `paid`, `failed` (still owed; retried at `next_attempt_at`) "
+                       "or `canceled` (the destination was removed; the amount went to the balance)."})
+    amount_cents = ma.fields.Integer(required=True)
+    amount_micros = ma.fields.Integer(required=True)
+    kind = ma.fields.String(required=True)
+    destination = ma.fields.String(required=True)
+    chain = ma.fields.String(allow_none=True, required=True)
+    attempts = ma.fields.Integer(required=True)
+    processor_ref = ma.fields.String(allow_none=True, required=True, metadata={
+        "description": "The transfer id (Stripe `tr_…`, sandbox `tr_sbx_…`) or transaction hash once paid."})
+    failure_code = ma.fields.String(allow_none=True, required=True)
+    failure_message = ma.fields.String(allow_none=True, required=True)
+    next_attempt_at = ma.fields.DateTime(allow_none=True, required=True)
+    created_at = ma.fields.DateTime(required=True)
+    paid_at = ma.fields.DateTime(allow_none=True, required=True)
+
+
+class PayoutListSchema(ma.Schema):
+    payouts = ma.fields.List(ma.fields.Nested(PayoutSchema), required=True)
+    destination = ma.fields.Nested(DestinationSchema, allow_none=True, required=True)
+    minimum_cents = ma.fields.Integer(required=True)
+    owed_cents = ma.fields.Integer(required=True, metadata={
+        "description": "Settled earnings owed to the destination, not yet paid out."})
+    owed_micros = ma.fields.Integer(required=True)
+
+
+class PayoutHeadersSchema(InputSchema):
+    class Meta:
+        unknown = ma.EXCLUDE
+
+    idempotency_key = idempotency_key_header(
+        "Optional, 1–128 characters (at most 256 bytes): the payout is started once per key "
+        "(Stripe's semantics: the same key and body answer the first response, another body is 409).")
+
+
+class OwnerEarningsSchema(ma.Schema):
+    account_id = ma.fields.String(required=True)
+    share_pct = ma.fields.Integer(required=True)
+    accrued_cents = ma.fields.Integer(required=True, metadata={"description": "Earned, not yet settled."})
+    settled_cents = ma.fields.Integer(required=True)
+    lifetime_cents = ma.fields.Integer(required=True)
+    accrued_micros = ma.fields.Integer(required=True)
+    settled_micros = ma.fields.Integer(required=True)
+    owed_cents = ma.fields.Integer(required=True, metadata={
+        "description": "Settled, owed to the payout destination, not yet paid out."})
+    owed_micros = ma.fields.Integer(required=True)
+    settlements = ma.fields.List(ma.fields.Nested(StatementSchema), required=True)

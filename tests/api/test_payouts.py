@@ -1,0 +1,271 @@
+"""Issue 41 items 4 and 5: module owners beyond agents, and payouts as money.
+
+An agent and a plain account own modules; a stranger's calls accrue their 30 %; at month
+end the settlement pays it out to their sandbox (or Stripe stand-in) destination once,
+with one ledger posting per payout and `flask money reconcile` clean. A failed payout
+stays owed and is paid once on retry; below the minimum it carries over; a worker dying
+between the processor's answer and the booking neither pays twice nor loses the money."""
+from __future__ import annotations
+
+from datetime import timedelta, timezone
+
+import pytest
+
+from app.extensions import db
+from app.models import LedgerTransaction, Payout
+from app.models.base import utcnow
+from app.scopes import ALL_SCOPES
+from app.services.accounts import keys
+from app.services.billing import money_check, payouts
+from app.services.gateway import catalog
+from app.services.money import ledger, settlement
+from tests.agentkit import Keypair, register
+from tests.gateway_helpers import call, create_module, provider, provider_server  # noqa: F401
+from tests.standins import stripe_server
+
+
+class _Key:
+    def __init__(self, account_id, key):
+        self.id, self.key = account_id, key
+
+
+def _h(who, **extra):
+    return {"Authorization": f"Bearer {who.key}", **extra}
+
+
+def _month():
+    now = utcnow()
+    after = (now.replace(day=1) + timedelta(days=32)).replace(day=1, hour=2, tzinfo=timezone.utc)
+    return f"{now.year:04d}-{now.month:02d}", after
+
+
+class Owners:
+    """A plain account owning catalog module ``acctmod`` and an agent owning ``agentmod``;
+    a stranger called each ``calls`` times at 100 cents (30 cents each accrue)."""
+
+    def __init__(self, app, client, make_account, provider, calls=5):
+        self.app, self.client = app, client
+        self.seller = make_account(cents=0)
+        create_module(app, "acctmod", provider, {"ok": (100, "/ok")})
+        with app.app_context():
+            catalog.set_owner_account("acctmod", self.seller.id)
+            db.session.remove()
+        human = make_account()
+        agent = register(client, human, Keypair(), name="seller-bot").get_json()
+        self.agent_id = agent["id"]
+        create_module(app, "agentmod", provider, {"ok": (100, "/ok")}, owner_agent_id=agent["id"])
+        with app.app_context():
+            self.agent = _Key(agent["account_id"], keys.mint(agent["account_id"], "agent-key", ALL_SCOPES)[1])
+            db.session.commit()
+            db.session.remove()
+        self.payer = make_account(cents=5000)
+        for _ in range(calls):
+            for slug in ("acctmod", "agentmod"):
+                assert call(client, self.payer, {"action": "ok"}, slug=slug).status_code == 200
+        self.month, self.after = _month()
+
+    def connect(self, who, account="acct_sellerOK01"):
+        r = self.client.put("/api/payouts/destination", headers=_h(who),
+                            json={"kind": "stripe_connect", "account": account})
+        assert r.status_code == 200, r.get_json()
+        return r.get_json()
+
+    def settle_and_pay(self):
+        with self.app.app_context():
+            out = settlement.settle_month(self.month, now=self.after)
+            ran = payouts.run()
+            db.session.remove()
+        return out, ran
+
+    def payouts_of(self, who):
+        r = self.client.get("/api/payouts", headers=_h(who))
+        assert r.status_code == 200, r.get_json()
+        return r.get_json()
+
+
+def _reconcile(app):
+    with app.app_context():
+        report = money_check.reconcile()
+        db.session.remove()
+    assert report["ok"], report["problems"]
+    return report
+
+
+def _postings(app, kind="payout"):
+    with app.app_context():
+        refs = [r for (r,) in db.session.query(LedgerTransaction.ref).filter_by(kind=kind)]
+        db.session.remove()
+    return refs
+
+
+@pytest.fixture
+def low_minimum(app, monkeypatch):
+    monkeypatch.setitem(app.config, "PAYOUT_MINIMUM_CENTS", 30)
+
+
+def test_agent_and_account_owners_are_paid_out_once(app, client, make_account, provider, low_minimum,
+                                                    ledger_clean):
+    o = Owners(app, client, make_account, provider)
+    earned = client.get("/api/earnings", headers=_h(o.seller)).get_json()
+    assert earned["accrued_cents"] == 150 and earned["owed_cents"] == 0
+    o.connect(o.seller)
+    o.connect(o.agent, "acct_agentOK001")
+    agent_balance = client.get("/api/account", headers=_h(o.agent)).get_json()["balance_cents"]
+    out, ran = o.settle_and_pay()
+    assert out["settled"] == 2 and ran["outcomes"] == {"paid": 2}
+    for who, dest in ((o.seller, "acct_sellerOK01"), (o.agent, "acct_agentOK001")):
+        got = o.payouts_of(who)
+        assert [(p["status"], p["amount_cents"], p["destination"]) for p in got["payouts"]] == \
+            [("paid", 150, dest)]
+        assert got["payouts"][0]["processor_ref"].startswith("tr_sbx_") and got["owed_cents"] == 0
+    # the earnings went out as money, not into the balance
+    assert client.get("/api/account", headers=_h(o.agent)).get_json()["balance_cents"] == agent_balance
+    earned = client.get("/api/earnings", headers=_h(o.seller)).get_json()
+    assert (earned["accrued_cents"], earned["settled_cents"], earned["owed_cents"]) == (0, 150, 0)
+    assert [s["amount_cents"] for s in earned["settlements"]] == [150]
+    # a replayed settlement run and payout run pay nothing twice
+    out, ran = o.settle_and_pay()
+    assert out["settled"] == 0 and ran == {"opened": 0, "sent": 0, "outcomes": {}}
+    assert len(_postings(app)) == 2 and len(o.payouts_of(o.seller)["payouts"]) == 1
+    _reconcile(app)
+    ledger_clean()
+
+
+def test_failed_payout_stays_owed_and_is_paid_once_on_retry(app, client, make_account, provider, low_minimum,
+                                                            monkeypatch, ledger_clean):
+    o = Owners(app, client, make_account, provider, calls=2)
+    o.connect(o.seller, "acct_willfail01")
+    o.settle_and_pay()
+    got = o.payouts_of(o.seller)
+    assert [(p["status"], p["failure_code"], p["attempts"]) for p in got["payouts"]] == \
+        [("failed", "account_invalid", 1)]
+    assert got["owed_cents"] == 60 and _postings(app) == []
+    _reconcile(app)
+    # not due yet: the next run leaves it; after the retry delay it is tried again
+    with app.app_context():
+        assert payouts.run()["sent"] == 0
+        db.session.remove()
+    o.connect(o.seller, "acct_fixed0001")   # the owner fixes the destination: retried at the next run
+    with app.app_context():
+        assert payouts.run()["outcomes"] == {"paid": 1}
+        assert payouts.run()["sent"] == 0
+        db.session.remove()
+    got = o.payouts_of(o.seller)
+    assert [(p["status"], p["amount_cents"], p["attempts"], p["destination"]) for p in got["payouts"]] == \
+        [("paid", 60, 2, "acct_fixed0001")]
+    assert got["owed_cents"] == 0 and len(_postings(app)) == 1
+    _reconcile(app)
+    ledger_clean()
+
+
+def test_below_minimum_nothing_is_paid_and_it_carries_over(app, client, make_account, provider, monkeypatch,
+                                                           ledger_clean):
+    monkeypatch.setitem(app.config, "PAYOUT_MINIMUM_CENTS", 1000)
+    o = Owners(app, client, make_account, provider, calls=1)
+    o.connect(o.seller)
+    out, ran = o.settle_and_pay()
+    assert out["settled"] == 2 and ran["opened"] == 0
+    got = o.payouts_of(o.seller)
+    assert got["payouts"] == [] and got["owed_cents"] == 30 and got["minimum_cents"] == 1000
+    r = client.post("/api/payouts", headers=_h(o.seller))
+    assert r.status_code == 409 and r.get_json()["error"] == "below_payout_minimum"
+    monkeypatch.setitem(app.config, "PAYOUT_MINIMUM_CENTS", 30)   # it carried over; now it is enough
+    r = client.post("/api/payouts", headers=_h(o.seller, **{"Idempotency-Key": "po-1"}))
+    assert r.status_code == 200 and r.get_json()["status"] == "paid" and r.get_json()["amount_cents"] == 30
+    again = client.post("/api/payouts", headers=_h(o.seller, **{"Idempotency-Key": "po-1"}))
+    assert again.status_code == 200 and again.get_json() == r.get_json()
+    assert again.headers.get("Idempotent-Replayed") == "true"
+    assert len(_postings(app)) == 1
+    _reconcile(app)
+    ledger_clean()
+
+
+def test_removing_the_destination_keeps_earnings_as_balance(app, client, make_account, provider, monkeypatch,
+                                                            ledger_clean):
+    monkeypatch.setitem(app.config, "PAYOUT_MINIMUM_CENTS", 1000)
+    o = Owners(app, client, make_account, provider, calls=1)
+    o.connect(o.seller)
+    o.settle_and_pay()
+    before = client.get("/api/account", headers=_h(o.seller)).get_json()["balance_cents"]
+    r = client.delete("/api/payouts/destination", headers=_h(o.seller))
+    assert r.status_code == 200 and r.get_json() == {"kind": None, "moved_to_balance_cents": 30}
+    assert client.get("/api/account", headers=_h(o.seller)).get_json()["balance_cents"] == before + 30
+    assert client.get("/api/payouts/destination", headers=_h(o.seller)).status_code == 404
+    _reconcile(app)
+    ledger_clean()
+
+
+@pytest.mark.parametrize("body", [
+    {"kind": "stripe_connect", "account": "bogus"},
+    {"kind": "stripe_connect"},
+    {"kind": "stripe_connect", "account": "acct_fine0001", "chain": "base"},
+    {"kind": "usdc", "address": "0x" + "ab" * 20},
+    {"kind": "usdc", "chain": "base", "address": "0x1234"},
+    {"kind": "usdc", "chain": "base", "address": "0x52908400098527886E0F7030069857D2E4169EE7".replace("E", "e", 1)},
+    {"kind": "paypal", "account": "me@example.com"},
+])
+def test_bad_destination_is_400_and_changes_nothing(app, client, make_account, body):
+    owner = make_account()
+    good = client.put("/api/payouts/destination", headers=_h(owner),
+                      json={"kind": "stripe_connect", "account": "acct_keepme001"})
+    assert good.status_code == 200
+    r = client.put("/api/payouts/destination", headers=_h(owner), json=body)
+    assert r.status_code == 400, r.get_json()
+    assert client.get("/api/payouts/destination", headers=_h(owner)).get_json()["account"] == "acct_keepme001"
+
+
+def test_worker_killed_between_answer_and_booking_pays_once(app, client, make_account, provider, low_minimum,
+                                                            monkeypatch, ledger_clean):
+    """Stripe stand-in: the transfer is made, the worker dies before booking it; the
+    recovery asks again with the same idempotency key (derived from the payout id), gets
+    the same transfer, and books it once."""
+    o = Owners(app, client, make_account, provider, calls=2)
+    o.connect(o.seller)
+    with stripe_server() as fake:
+        for key, value in {"PAYMENTS_PROCESSOR": "stripe", "STRIPE_SECRET_KEY": "sk_test_standin",
+                           "STRIPE_WEBHOOK_SECRET": fake.webhook_secret, "STRIPE_API_BASE": fake.url}.items():
+            monkeypatch.setitem(app.config, key, value)
+        real_book = payouts._book
+
+        def dies(*a, **kw):
+            raise KeyboardInterrupt("worker killed after the processor answered")
+
+        monkeypatch.setattr(payouts, "_book", dies)
+        with app.app_context(), pytest.raises(KeyboardInterrupt):
+            settlement.settle_month(o.month, now=o.after)
+            payouts.run()
+        monkeypatch.setattr(payouts, "_book", real_book)
+        with app.app_context():
+            row = db.session.query(Payout).one()
+            assert row.status == "sending" and _postings(app) == []
+            assert payouts.run()["sent"] == 0        # not past the recovery delay: left alone
+            report = money_check.reconcile()
+            db.session.remove()
+        assert report["ok"]
+        monkeypatch.setitem(app.config, "PAYOUT_RECOVER_AFTER_SECONDS", 0)
+        with app.app_context():
+            assert payouts.run()["outcomes"] == {"paid": 1}
+            assert payouts.run()["sent"] == 0
+            db.session.remove()
+        transfers = [p for m, path, p in fake.requests if path == "/v1/transfers"]
+    assert len(transfers) == 1 and transfers[0]["destination"] == "acct_sellerOK01"
+    got = o.payouts_of(o.seller)["payouts"]
+    assert [(p["status"], p["amount_cents"], p["attempts"]) for p in got] == [("paid", 60, 1)]
+    assert got[0]["processor_ref"].startswith("tr_test_") and _postings(app) == [f"payout:{got[0]['id']}"]
+    _reconcile(app)
+    ledger_clean()
+
+
+def test_reconcile_reports_a_payout_left_sending(app, client, make_account, provider, low_minimum,
+                                                 monkeypatch):
+    o = Owners(app, client, make_account, provider, calls=1)
+    o.connect(o.seller)
+    monkeypatch.setattr(payouts, "_ask", lambda p, attempt: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with app.app_context(), pytest.raises(KeyboardInterrupt):
+        settlement.settle_month(o.month, now=o.after)
+        payouts.run()
+    monkeypatch.setitem(app.config, "PAYOUT_RECOVER_AFTER_SECONDS", 0)
+    with app.app_context():
+        report = money_check.reconcile()
+        db.session.remove()
+    assert [p["check"] for p in report["problems"]] == ["payout_stuck"]

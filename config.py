@@ -189,13 +189,12 @@ def load_config(overrides: dict | None = None) -> dict:
         "SETTLEMENT_GRACE_SECONDS": _int("SETTLEMENT_GRACE_SECONDS", 3600),
         # --- rate limits ----------------------------------------------------
         "RATELIMIT_ENABLED": _bool("RATELIMIT_ENABLED", True),
-        "RATELIMIT_STORAGE_URI": _env("RATELIMIT_STORAGE_URI", _env("REDIS_URL", "memory://")),
-        "RATELIMIT_HEADERS_ENABLED": True,
-        "RATELIMIT_IN_MEMORY_FALLBACK_ENABLED": True,
-        "RATELIMIT_SWALLOW_ERRORS": True,
+        # Where every rate limit counts (app/services/platform/ratecount.py): a redis://
+        # URL, else PostgreSQL (the embedded default: every worker and node shares it).
+        "RATELIMIT_STORAGE_URI": _env("RATELIMIT_STORAGE_URI", _env("REDIS_URL", "postgresql")),
         "RATELIMIT_KEY_PREFIX": _env("RATELIMIT_KEY_PREFIX", "gw"),
-        # A process counts a plan's per-key limit in Redis in leases of this fraction of
-        # the smallest window's limit (app/ratelimits.py "Leases"): a high limit
+        # A process counts a plan's limit in leases of this fraction of
+        # the smallest window's limit (app/services/platform/ratecount.py "Leases"): a high limit
         # (enterprise: 1,000/s -> 10) needs one round trip per lease, not per request,
         # and may admit up to lease-1 fewer requests per process and window than the
         # plan, never more. Small limits (a lease below 2) are counted exactly. 0: exact.

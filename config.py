@@ -72,7 +72,7 @@ def _float(name: str, default: float) -> float:
 
 # Plans: one table (DESIGN §3). plan_cents is the monthly included spend used by
 # /api/usage/current and plan_pct alerts; rate_limit is the account's limit (all its API
-# keys and agent sessions together, applied by app.ratelimits.per_credential; Flask-Limiter syntax).
+# keys and agent sessions together, applied by app.ratelimits.per_credential; the `limits` syntax).
 PLANS: dict[str, dict] = {
     "starter": {"plan_cents": 2_000, "rate_limit": "60/minute;10/second"},
     "pro": {"plan_cents": 20_000, "rate_limit": "600/minute;50/second"},
@@ -345,7 +345,7 @@ def load_config(overrides: dict | None = None) -> dict:
         "SIGNUP_TOKEN_TTL_HOURS": _int("SIGNUP_TOKEN_TTL_HOURS", 24),
         "NEWSLETTER_TOKEN_TTL_HOURS": _int("NEWSLETTER_TOKEN_TTL_HOURS", 48),
         # --- rate limits by name (app/ratelimits.py, the one mechanism) -----
-        # Flask-Limiter syntax ("5/minute;30/hour": every window applies), read at request
+        # the `limits` syntax ("5/minute;30/hour": every window applies), read at request
         # time, each overridable by the environment variable of the same name. Per client
         # IP unless named *_EMAIL_* (per e-mail address in the body). Per-key limits are
         # the plan's ``rate_limit`` in PLANS above (per account: all its keys and sessions).

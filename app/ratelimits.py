@@ -1,5 +1,5 @@
 """Every rate limit of the service, one mechanism: named limits read from config.py at
-request time (Flask-Limiter syntax, e.g. ``"5/minute;30/hour"``; the names and defaults
+request time (the ``limits`` syntax, e.g. ``"5/minute;30/hour"``; the names and defaults
 are listed and explained in config.py's rate-limit section), counted by ONE counter,
 ``app.services.platform.ratecount`` (with the per-key rpm/tpm limits of
 ``accounts.key_controls``), in the store every worker and node shares: Redis when the

@@ -45,7 +45,7 @@ _parsed: dict[str, tuple] = {}
 
 
 def parse(spec: str) -> tuple:
-    """The ``limits`` items of a Flask-Limiter style ``spec`` (``"60/minute;10/second"``),
+    """The ``limits`` items of a ``spec`` in the ``limits`` syntax (``"60/minute;10/second"``),
     cached; of two limits over the same window length the smaller one (the one that binds)."""
     items = _parsed.get(spec)
     if items is None:
@@ -172,7 +172,7 @@ def _count(store_, name: str, items, n: int, least: int, now: float, back=None) 
         start = int(now // length) * length
         windows.append((length, start, item.amount))
         ends.append(start + length)
-    if n > 0 and any(item.amount < least for item in items):  # can never fit: no round trip
+    if least > 1 and any(item.amount < least for item in items):  # can never fit: no round trip
         return [(item, -1 if item.amount < least else item.amount, max(0, math.ceil(end - now)))
                 for item, end in zip(items, ends)], 0
     reply = store_.count(name, windows, n, least, back)

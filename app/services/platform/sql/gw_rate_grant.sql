@@ -9,6 +9,7 @@
 -- (never below zero, never to a later window). Returns the new windows with g appended.
 -- A window whose stored start is older than the caller's has ended: it starts at zero; one
 -- that is newer (another node's clock is ahead) is where the hit counts.
+-- Called by gw_rate_hit only (its upsert's VALUES, WHERE and SET).
 
 CREATE OR REPLACE FUNCTION gw_rate_grant(p_win bigint[], p_starts bigint[], p_limits bigint[],
                                          p_n bigint, p_least bigint, p_back bigint[])

@@ -72,7 +72,7 @@ def _float(name: str, default: float) -> float:
 
 # Plans: one table (DESIGN §3). plan_cents is the monthly included spend used by
 # /api/usage/current and plan_pct alerts; rate_limit is the account's limit (all its API
-# keys and agent sessions together, applied by app.ratelimits.per_credential; Flask-Limiter syntax).
+# keys and agent sessions together, applied by app.ratelimits.per_credential; the `limits` syntax).
 PLANS: dict[str, dict] = {
     "starter": {"plan_cents": 2_000, "rate_limit": "60/minute;10/second"},
     "pro": {"plan_cents": 20_000, "rate_limit": "600/minute;50/second"},
@@ -197,13 +197,12 @@ def load_config(overrides: dict | None = None) -> dict:
         "PAYOUT_RECOVER_AFTER_SECONDS": _int("PAYOUT_RECOVER_AFTER_SECONDS", 300),
         # --- rate limits ----------------------------------------------------
         "RATELIMIT_ENABLED": _bool("RATELIMIT_ENABLED", True),
-        "RATELIMIT_STORAGE_URI": _env("RATELIMIT_STORAGE_URI", _env("REDIS_URL", "memory://")),
-        "RATELIMIT_HEADERS_ENABLED": True,
-        "RATELIMIT_IN_MEMORY_FALLBACK_ENABLED": True,
-        "RATELIMIT_SWALLOW_ERRORS": True,
+        # Where every rate limit counts (app/services/platform/ratecount.py): a redis://
+        # URL, else PostgreSQL (the embedded default: every worker and node shares it).
+        "RATELIMIT_STORAGE_URI": _env("RATELIMIT_STORAGE_URI", _env("REDIS_URL", "postgresql")),
         "RATELIMIT_KEY_PREFIX": _env("RATELIMIT_KEY_PREFIX", "gw"),
-        # A process counts a plan's per-key limit in Redis in leases of this fraction of
-        # the smallest window's limit (app/ratelimits.py "Leases"): a high limit
+        # A process counts a plan's limit in leases of this fraction of
+        # the smallest window's limit (app/services/platform/ratecount.py "Leases"): a high limit
         # (enterprise: 1,000/s -> 10) needs one round trip per lease, not per request,
         # and may admit up to lease-1 fewer requests per process and window than the
         # plan, never more. Small limits (a lease below 2) are counted exactly. 0: exact.
@@ -366,7 +365,7 @@ def load_config(overrides: dict | None = None) -> dict:
         "SIGNUP_TOKEN_TTL_HOURS": _int("SIGNUP_TOKEN_TTL_HOURS", 24),
         "NEWSLETTER_TOKEN_TTL_HOURS": _int("NEWSLETTER_TOKEN_TTL_HOURS", 48),
         # --- rate limits by name (app/ratelimits.py, the one mechanism) -----
-        # Flask-Limiter syntax ("5/minute;30/hour": every window applies), read at request
+        # the `limits` syntax ("5/minute;30/hour": every window applies), read at request
         # time, each overridable by the environment variable of the same name. Per client
         # IP unless named *_EMAIL_* (per e-mail address in the body). Per-key limits are
         # the plan's ``rate_limit`` in PLANS above (per account: all its keys and sessions).

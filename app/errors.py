@@ -362,7 +362,7 @@ def handle_http_exception(err: HTTPException):
             message = "Invalid request: " + "; ".join(_flatten_messages(messages))
             param = _first_field(messages)
     if status == 429:
-        # Flask-Limiter: keep Retry-After and RateLimit headers it computed.
+        # a 429 raised as an HTTPException: keep the Retry-After and RateLimit headers it carries
         message = message or f"Rate limit exceeded ({err.description})."
         if hasattr(err, "get_headers"):
             for k, v in err.get_headers():

@@ -1,4 +1,4 @@
-"""Extensions: db, migrate, the flask-smorest Api, the rate limiter and the Redis handle."""
+"""Extensions: db, migrate, the flask-smorest Api and the Redis handle."""
 from __future__ import annotations
 
 import re
@@ -7,8 +7,7 @@ import threading
 import orjson
 import redis as redis_lib
 from apispec import BasePlugin
-from flask import current_app, request
-from flask_limiter import Limiter
+from flask import current_app
 from flask_migrate import Migrate
 from flask_smorest import Api as _SmorestApi
 from flask_smorest import Blueprint as _SmorestBlueprint
@@ -138,14 +137,6 @@ api = Api(spec_kwargs={
         ),
     },
 })
-
-
-def _client_ip() -> str:
-    """Client IP as seen after ProxyFix (the real client behind nginx)."""
-    return request.remote_addr or "unknown"
-
-
-limiter = Limiter(key_func=_client_ip, default_limits=[], headers_enabled=True)
 
 
 _redis_lock = threading.Lock()

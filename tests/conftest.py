@@ -130,16 +130,12 @@ def _clean(app):
     drained = charging.drain_finalizer(app)
     _empty_tables(app)
     auth.clear_cache()
-    from app.extensions import get_redis, limiter
+    from app.extensions import get_redis
 
     with app.app_context():
         r = get_redis()
         if r is not None:
             r.flushdb()
-    try:
-        limiter.reset()
-    except Exception:
-        pass
     assert drained, "the finalize writer did not drain at teardown"
 
 

@@ -1,5 +1,6 @@
-"""Per-credential plan rate limits (app/ratelimits.py): the one-round-trip Redis counter, the
-``limits`` storage path without Redis, and failing open when the storage is down."""
+"""The rate counter (app/services/platform/ratecount.py) behind the plan limits
+(app/ratecount.py): the one-round-trip Redis counter, leases, and failing open when the
+storage is down (its PostgreSQL store: tests/security/test_rate_limits.py)."""
 from __future__ import annotations
 
 import os
@@ -8,14 +9,28 @@ import uuid
 
 import pytest
 import redis
-from limits import parse_many
-
-from app import ratelimits
+from app.services.platform import ratecount
+from app.services.platform.ratecount import parse as parse_many
 from tests.gateway_helpers import mod, provider, provider_server  # noqa: F401 (fixtures)
 from tests.support.procs import free_port
 
 REDIS_URL = os.environ.get("REDIS_URL")
 needs_redis = pytest.mark.skipif(not REDIS_URL, reason="needs REDIS_URL (real Redis)")
+
+
+def _store(client):
+    return ratecount.RedisStore(client, "gwtest-rl")
+
+
+def _hits(client, key, items):
+    """One request counted in Redis (no lease) under the Redis keys ``<key>:<window
+    seconds>:<window start>``: the windows as ``ratecount._count`` reports them, and the
+    units granted."""
+    return ratecount._count(_store(client), key.removeprefix("gwtest-rl:"), items, 1, 1, time.time())
+
+
+def _leased(client, key, items, lease):
+    return ratecount._leased(_store(client), key.removeprefix("gwtest-rl:"), items, lease)
 
 
 @needs_redis
@@ -25,16 +40,16 @@ def test_redis_hits_count_every_window_in_one_round_trip(app):
     key = "gwtest-rl:plan:key_1"
     seen = []
     for _ in range(4):
-        seen.append([(str(i), remaining) for i, remaining, _reset in ratelimits._redis_hits(client, key, items)[0]])
+        seen.append([(str(i), remaining) for i, remaining, _reset in _hits(client, key, items)[0]])
     assert [r for _, r in (w[0] for w in seen)] == [2, 1, 0, -1]      # minute window: 4th exceeds
     assert [r for _, r in (w[1] for w in seen)] == [9, 8, 7, 7]       # the refused 4th counts nowhere
     keys = sorted(k.decode() for k in client.scan_iter("gwtest-rl:plan:key_1:*"))
-    assert len(keys) == 2 and keys[0].startswith("gwtest-rl:plan:key_1:10/3600:")
+    assert len(keys) == 2 and keys[0].startswith("gwtest-rl:plan:key_1:3600:")
     assert int(keys[1].rsplit(":", 1)[1]) % 60 == 0                  # named by the window start
     for k in keys:
-        window = int(k.split(":")[-2].split("/")[1])
+        window = int(k.split(":")[-2])
         assert 0 < client.ttl(k) <= window + 1                          # never extended beyond it
-    _, _, reset = ratelimits._redis_hits(client, key, items)[0][0]
+    _, _, reset = _hits(client, key, items)[0][0]
     assert 0 <= reset <= 60
     client.delete(*keys)
 
@@ -59,13 +74,13 @@ def test_redis_hits_send_one_command_per_request(app, monkeypatch):
     client = redis.Redis.from_url(REDIS_URL)
     items = parse_many("3/minute;10/hour;100/day")
     key = "gwtest-rl:plan:one-command"
-    ratelimits._redis_hits(client, key, items)  # loads the script once
+    _hits(client, key, items)  # loads the script once
     sent = _commands(monkeypatch)
-    assert [r for _, r, _ in ratelimits._redis_hits(client, key, items)[0]] == [1, 8, 98]
+    assert [r for _, r, _ in _hits(client, key, items)[0]] == [1, 8, 98]
     assert len(sent) == 1 and b"EVALSHA" in sent[0]
     client.script_flush()
     sent.clear()
-    assert [r for _, r, _ in ratelimits._redis_hits(client, key, items)[0]] == [0, 7, 97]
+    assert [r for _, r, _ in _hits(client, key, items)[0]] == [0, 7, 97]
     assert [next(c for c in (b"EVALSHA", b"LOAD") if c in cmd) for cmd in sent] == [b"EVALSHA", b"LOAD", b"EVALSHA"]
     client.delete(*client.scan_iter(key + ":*"))
 
@@ -77,11 +92,11 @@ def test_redis_hits_survive_a_dropped_connection(app):
     client = redis.Redis.from_url(REDIS_URL)
     items = parse_many("5/minute")
     key = "gwtest-rl:plan:dropped"
-    assert ratelimits._redis_hits(client, key, items)[0][0][1] == 4
-    (_, conn), = [v for c, v in ratelimits._threads.conns.items() if c is client]
+    assert _hits(client, key, items)[0][0][1] == 4
+    (_, conn), = [v for c, v in ratecount._threads.conns.items() if c is client]
     conn.send_command("CLIENT", "ID")
     client.client_kill_filter(_id=conn.read_response())  # that one connection, server side
-    assert ratelimits._redis_hits(client, key, items)[0][0][1] == 3
+    assert _hits(client, key, items)[0][0][1] == 3
     client.delete(*client.scan_iter(key + ":*"))
 
 
@@ -89,16 +104,16 @@ def test_redis_hits_survive_a_dropped_connection(app):
 def test_redis_hits_are_per_credential(app):
     client = redis.Redis.from_url(REDIS_URL)
     items = parse_many("1/minute")
-    assert ratelimits._redis_hits(client, "gwtest-rl:plan:a", items)[0][0][1] == 0
-    assert ratelimits._redis_hits(client, "gwtest-rl:plan:b", items)[0][0][1] == 0
-    assert ratelimits._redis_hits(client, "gwtest-rl:plan:a", items)[0][0][1] == -1
+    assert _hits(client, "plan:a", items)[0][0][1] == 0
+    assert _hits(client, "plan:b", items)[0][0][1] == 0
+    assert _hits(client, "plan:a", items)[0][0][1] == -1
     client.delete(*client.scan_iter("gwtest-rl:plan:*"))
 
 
 # --- leases (RATELIMIT_LEASE_FRACTION) ---------------------------------------------------
 
 def _frozen(monkeypatch, at: float) -> None:
-    monkeypatch.setattr(ratelimits.time, "time", lambda: at)
+    monkeypatch.setattr(ratecount.time, "time", lambda: at)
 
 
 def _counter(client, key) -> int:
@@ -113,19 +128,19 @@ def test_a_high_limit_is_counted_in_leases_one_round_trip_per_ten_requests(app, 
     client = redis.Redis.from_url(REDIS_URL)
     items = parse_many("1000/second;60000/minute")
     key = f"gwtest-rl:plan:lease-{uuid.uuid4().hex}"
-    lease = ratelimits.lease_size(items, 0.01)
+    lease = ratecount.lease_size(items, 0.01)
     assert lease == 10
-    monkeypatch.setattr(ratelimits, "_leases", {})
-    ratelimits._redis_hits(client, "gwtest-rl:plan:warm", items)  # the script is loaded
+    monkeypatch.setattr(ratecount, "_leases", {})
+    _hits(client, "plan:warm", items)  # the script is loaded
     _frozen(monkeypatch, int(time.time()) + 0.25)
     sent = _commands(monkeypatch)
-    remaining = [ratelimits._leased_hits(client, key, items, lease)[0][1] for _ in range(12)]
+    remaining = [_leased(client, key, items, lease)[0][1] for _ in range(12)]
     assert remaining == list(range(999, 987, -1))  # one process: exact
     assert len(sent) == 2 and all(b"EVALSHA" in cmd for cmd in sent)  # requests 1 and 11
     sent.clear()
     assert _counter(client, key) == 2 * (10 + 10)  # both windows hold both leases
     _frozen(monkeypatch, int(time.time()) + 1.25)  # the next second: the lease is not used
-    assert ratelimits._leased_hits(client, key, items, lease)[0][1] == 999
+    assert _leased(client, key, items, lease)[0][1] == 999
     assert sum(b"EVALSHA" in cmd for cmd in sent) == 1
     client.delete(*client.scan_iter(key + ":*"), "gwtest-rl:plan:warm")
 
@@ -143,8 +158,8 @@ def test_leases_never_admit_more_than_the_limit_across_processes(app, monkeypatc
     _frozen(monkeypatch, int(time.time()) + 0.5)
     admitted = 0
     for i in range(3 * limit):
-        monkeypatch.setattr(ratelimits, "_leases", tables[i % 3])
-        if all(r >= 0 for _, r, _ in ratelimits._leased_hits(client, key, items, 5)):
+        monkeypatch.setattr(ratecount, "_leases", tables[i % 3])
+        if all(r >= 0 for _, r, _ in _leased(client, key, items, 5)):
             admitted += 1
     assert admitted == limit
     client.delete(*client.scan_iter(key + ":*"))
@@ -168,14 +183,14 @@ def test_a_dropped_lease_gives_its_unused_hits_back_to_the_windows_still_open(ap
     client = redis.Redis.from_url(REDIS_URL)
     items = parse_many("30/minute;10/second")
     key = f"gwtest-rl:plan:back-{uuid.uuid4().hex}"
-    monkeypatch.setattr(ratelimits, "_leases", {})
+    monkeypatch.setattr(ratecount, "_leases", {})
     base = _next_minute()
     admitted = []
     for second in range(8):
         _frozen(monkeypatch, base + second + 0.5)
-        admitted.append(_admitted(ratelimits._leased_hits(client, key, items, 5)))
+        admitted.append(_admitted(_leased(client, key, items, 5)))
     assert admitted == [True] * 8
-    assert int(client.get(f"{key}:30/60:{base}")) == 7 + 5  # 7 used + the open lease of 5
+    assert int(client.get(f"{key}:60:{base}")) == 7 + 5  # 7 used + the open lease of 5
     client.delete(*client.scan_iter(key + ":*"))
 
 
@@ -188,26 +203,26 @@ def test_threads_taking_leases_at_once_add_them_up(app, monkeypatch):
     client = redis.Redis.from_url(REDIS_URL)
     items = parse_many("20/second")
     key = f"gwtest-rl:plan:threads-{uuid.uuid4().hex}"
-    monkeypatch.setattr(ratelimits, "_leases", {})
+    monkeypatch.setattr(ratecount, "_leases", {})
     _frozen(monkeypatch, _next_minute() + 0.5)
-    real, barrier = ratelimits._redis_hits, threading.Barrier(4)
+    real, barrier = ratecount._count, threading.Barrier(4)
 
     def together(*args, **kwargs):
         barrier.wait(timeout=5)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(ratelimits, "_redis_hits", together)
+    monkeypatch.setattr(ratecount, "_count", together)
     out = []
-    threads = [threading.Thread(target=lambda: out.append(_admitted(ratelimits._leased_hits(client, key, items, 5))))
+    threads = [threading.Thread(target=lambda: out.append(_admitted(_leased(client, key, items, 5))))
                for _ in range(4)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    monkeypatch.setattr(ratelimits, "_redis_hits", real)
+    monkeypatch.setattr(ratecount, "_count", real)
     remaining = []
     for _ in range(30):
-        windows = ratelimits._leased_hits(client, key, items, 5)
+        windows = _leased(client, key, items, 5)
         out.append(_admitted(windows))
         remaining.append(windows[0][1])
     assert sum(out) == 20
@@ -222,12 +237,12 @@ def test_a_lease_of_the_previous_plan_is_not_used_after_a_plan_change(app, monke
     client = redis.Redis.from_url(REDIS_URL)
     enterprise, scale = parse_many("60000/minute;1000/second"), parse_many("6000/minute;200/second")
     key = f"gwtest-rl:plan:change-{uuid.uuid4().hex}"
-    monkeypatch.setattr(ratelimits, "_leases", {})
+    monkeypatch.setattr(ratecount, "_leases", {})
     now = _next_minute() + 0.5
     _frozen(monkeypatch, now)
-    assert _admitted(ratelimits._leased_hits(client, key, enterprise, 10))  # 9 leased hits left
-    client.set(f"{key}:200/1:{int(now)}", 200)  # other processes filled scale's second
-    windows = ratelimits._leased_hits(client, key, scale, 2)
+    assert _admitted(_leased(client, key, enterprise, 10))  # 9 leased hits left
+    client.set(f"{key}:1:{int(now)}", 200)  # other processes filled scale's second
+    windows = _leased(client, key, scale, 2)
     assert not _admitted(windows) and windows[0][0].amount == 6000
     client.delete(*client.scan_iter(key + ":*"))
 
@@ -237,10 +252,10 @@ def test_small_limits_and_a_zero_fraction_are_counted_exactly(monkeypatch):
     from config import ConfigError, load_config
     from tests.conftest import base_config
 
-    assert ratelimits.lease_size(parse_many("60/minute;10/second"), 0.01) == 1   # starter
-    assert ratelimits.lease_size(parse_many("6000/minute;200/second"), 0.01) == 2  # scale
-    assert ratelimits.lease_size(parse_many("60000/minute;1000/second"), 0) == 1
-    assert ratelimits.lease_size(parse_many("10000000/second"), 0.05) == ratelimits.LEASE_MAX
+    assert ratecount.lease_size(parse_many("60/minute;10/second"), 0.01) == 1   # starter
+    assert ratecount.lease_size(parse_many("6000/minute;200/second"), 0.01) == 2  # scale
+    assert ratecount.lease_size(parse_many("60000/minute;1000/second"), 0) == 1
+    assert ratecount.lease_size(parse_many("10000000/second"), 0.05) == ratecount.LEASE_MAX
     assert create_app(base_config()).config["RATELIMIT_LEASE_FRACTION"] == 0.01
     for value in ("-0.01", "0.06"):
         monkeypatch.setenv("RATELIMIT_LEASE_FRACTION", value)

@@ -1,5 +1,6 @@
 """Re-exports every model so Alembic and the app see the whole schema."""
-from app.models.accounts import Account, ApiKey, KeyRateWindow, KeySpend  # noqa: F401
+from app.models.accounts import Account, ApiKey, KeySpend  # noqa: F401
+from app.models.ratewindows import RateWindow  # noqa: F401
 from app.models.ledger import LedgerEntry, LedgerTransaction  # noqa: F401
 from app.models.catalog import Module, ModuleAction  # noqa: F401
 from app.models.usage import UsageDaily, UsageHourly, UsageRollupState  # noqa: F401

@@ -89,18 +89,3 @@ class KeySpend(db.Model):
     key_id: Mapped[str] = mapped_column(String(32), primary_key=True)
     period_start: Mapped[datetime] = mapped_column(UTCDateTime, primary_key=True)
     spent_micros: Mapped[int] = mapped_column(BigInteger, default=0)
-
-
-class KeyRateWindow(db.Model):
-    """A key's per-minute counter (``kind`` ``rpm`` or ``tpm``) in the current one-minute
-    window, when the rate-limit storage is not Redis (the embedded default): PostgreSQL is
-    then the store every worker shares. One row per key and kind, moved to the new window
-    by the conditional upsert that counts (``app.services.accounts.key_controls``)."""
-
-    __tablename__ = "key_rate_windows"
-    __table_args__ = (CheckConstraint("used >= 0", name="used_nonnegative"),)
-
-    key_id: Mapped[str] = mapped_column(String(32), primary_key=True)
-    kind: Mapped[str] = mapped_column(String(8), primary_key=True)  # rpm | tpm
-    window_start: Mapped[datetime] = mapped_column(UTCDateTime)
-    used: Mapped[int] = mapped_column(BigInteger, default=0)

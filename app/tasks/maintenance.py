@@ -61,3 +61,11 @@ def call_log_retention() -> list[str]:
     from app.services.platform import partitions
 
     return partitions.drop_expired().dropped
+
+
+def rate_windows_purge() -> int:
+    """Delete the PostgreSQL rate counters whose windows have all ended (the embedded
+    default's store: app/services/platform/ratecount.py); returns how many."""
+    from app.services.platform import ratecount
+
+    return ratecount.purge()

@@ -36,6 +36,8 @@ SCHEDULE: list[tuple[str, int, Callable]] = [
     # Monthly partitions (PostgreSQL): create the coming months; drop expired call-log months.
     ("partitions-ensure", 6 * 3600, maintenance.ensure_partitions),
     ("call-log-retention", 24 * 3600, maintenance.call_log_retention),
+    # Rate counters in PostgreSQL (no Redis): rows whose windows have all ended.
+    ("rate-windows-purge", 600, maintenance.rate_windows_purge),
     # Agents: settle the previous month once it is over (a no-op once settled); purge
     # expired sessions (sign-in nonces are single-use tokens: tokens-purge).
     ("agent-settlement", 6 * 3600, agents.settle_due),

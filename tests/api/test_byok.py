@@ -304,11 +304,11 @@ def test_statements_a_byok_completion_adds(app, client, fakes, acct, ledger_clea
         limited = run(limited_key)
     assert [s for s in plain if "gw_chat_" in s] == [s for s in byok if "gw_chat_" in s]
     assert len(byok) - len(plain) == 2 and any("provider_keys" in s for s in byok)
-    counted = [s for s in limited if "key_rate_windows" in s]
+    counted = [s for s in limited if "gw_rate_hit" in s]
     if app.config["RATELIMIT_STORAGE_URI"].startswith("redis"):
         assert counted == []
-    else:
-        assert len(counted) == 3
+    else:  # the plan's count (every request), then the key's rpm, tpm and the tpm's settle
+        assert len(counted) == 4 and len([s for s in plain if "gw_rate_hit" in s]) == 1
     ledger_clean()
 
 

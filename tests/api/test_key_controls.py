@@ -121,19 +121,19 @@ def test_a_failed_completion_gives_its_tokens_back(app, client, fakes, make_acco
 
 
 def test_counters_are_shared_through_the_store_every_worker_uses(app, client, make_account, mod):
-    """Without Redis the counters are PostgreSQL rows (the embedded default's limiter memory
-    is per process); with Redis they are Redis keys."""
+    """Without Redis the counters are PostgreSQL rows (rate_windows, as the plan's: the
+    embedded default's workers share them); with Redis they are Redis keys."""
     acct = make_account(cents=100)
     key = _key(client, acct, rpm_limit=5)
     call(client, acct, {"action": "ok"}, bearer=key["key"])
     with app.app_context():
-        rows = db.session.execute(text("SELECT kind, used FROM key_rate_windows WHERE key_id = :k"),
-                                  {"k": key["id"]}).all()
+        rows = db.session.execute(text("SELECT key, win[2] FROM rate_windows WHERE key LIKE :k"),
+                                  {"k": f"key:{key['id']}:%"}).all()
         db.session.remove()
     if app.config["RATELIMIT_STORAGE_URI"].startswith("redis"):
         assert rows == []
     else:
-        assert rows == [("rpm", 1)]
+        assert rows == [(f"key:{key['id']}:rpm:60", 1)]
 
 
 def test_the_official_clients_show_the_403(app, fakes, make_account):

@@ -52,23 +52,26 @@ def fresh_database(suffix: str) -> str:
 
 def gunicorn_proc(env: dict, *, workers: int = 1, threads: int = 4, port: int | None = None,
                   log: str | Path | None = None, grace: float = 10.0,
-                  graceful_timeout: float = 2, args: tuple[str, ...] = ()) -> tuple[Proc, str]:
-    """A (not yet started) ``gunicorn wsgi:app`` on loopback and its base URL; ``grace``:
-    how long the test waits after SIGTERM, ``graceful_timeout``: gunicorn's own limit for
-    a stopping worker before the master kills it; ``args``: more gunicorn options."""
+                  graceful_timeout: float = 2, args: tuple[str, ...] = (),
+                  module: str = "wsgi:app") -> tuple[Proc, str]:
+    """A (not yet started) ``gunicorn wsgi:app`` (or ``module``) on loopback and its base
+    URL; ``grace``: how long the test waits after SIGTERM, ``graceful_timeout``: gunicorn's
+    own limit for a stopping worker before the master kills it; ``args``: more gunicorn
+    options."""
     port = port or free_port()
     # the production worker class and listening sockets (deploy/gunicorn.conf.py)
     proc = Proc([VENV_BIN / "gunicorn", "-k", "gthread", "--reuse-port",
                  "-w", str(workers), "--threads", str(threads),
-                 "-b", f"127.0.0.1:{port}", "--graceful-timeout", f"{graceful_timeout:g}", *args, "wsgi:app"],
+                 "-b", f"127.0.0.1:{port}", "--graceful-timeout", f"{graceful_timeout:g}", *args, module],
                 name="gunicorn", env=env, cwd=ROOT, log=log, grace=grace)
     return proc, f"http://127.0.0.1:{port}"
 
 
 @contextmanager
-def gunicorn(env: dict, workers: int = 1, threads: int = 4, port: int | None = None):
-    """Run ``gunicorn wsgi:app`` on loopback for the block; yields its base URL."""
-    proc, url = gunicorn_proc(env, workers=workers, threads=threads, port=port)
+def gunicorn(env: dict, workers: int = 1, threads: int = 4, port: int | None = None,
+             module: str = "wsgi:app"):
+    """Run ``gunicorn wsgi:app`` (or ``module``) on loopback for the block; yields its base URL."""
+    proc, url = gunicorn_proc(env, workers=workers, threads=threads, port=port, module=module)
     with proc:
         # only the wait's bound: on a loaded machine (parallel test workers beside other
         # work) importing the app in every worker has taken over 20 s

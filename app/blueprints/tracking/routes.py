@@ -21,8 +21,8 @@ TRACK_ENDPOINT = "tracking.TrackView"
 CORS_HEADERS = {
     "Access-Control-Allow-Methods": "POST, OPTIONS",
     "Access-Control-Allow-Headers": "Content-Type, Authorization, X-Request-Id",
-    "Access-Control-Expose-Headers": "Retry-After, X-Request-Id, X-RateLimit-Limit, "
-                                     "X-RateLimit-Remaining, X-RateLimit-Reset",
+    "Access-Control-Expose-Headers": "Retry-After, X-Request-Id, RateLimit-Limit, "
+                                     "RateLimit-Remaining, RateLimit-Reset",
     "Access-Control-Max-Age": "86400",
 }
 

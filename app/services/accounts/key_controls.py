@@ -9,14 +9,13 @@ and modules, and its requests-per-minute / tokens-per-minute limits.
   (``chat.completions.create_completion``, ``/v1/messages`` too): the models allow-list
   (a named model outside it is 403 ``model_not_allowed``; ``model: auto`` routes among the
   allowed models only), the rpm and the tpm limit.
-* Counting: fixed one-minute windows (UTC, from the minute's start) in the store every
-  worker and node shares: Redis when the rate-limit storage is Redis
-  (``RATELIMIT_STORAGE_URI``), else PostgreSQL (``key_rate_windows``, one row per key and
-  kind) — the embedded default's limiter storage is per-process memory, which workers do
-  not share. Each count is ONE conditional statement: a request that does not fit is
+* Counting: fixed one-minute windows (UTC, from the minute's start) counted by the one
+  rate counter (``app.services.platform.ratecount``, as the plan's limit) in the store
+  every worker and node shares: Redis when the rate-limit storage is Redis, else
+  PostgreSQL. Each count is ONE conditional statement: a request that does not fit is
   refused (429 ``rate_limited`` with ``Retry-After`` = the seconds to the window's end)
-  and NOT counted, so a client retrying too fast does not starve itself. Redis unreachable:
-  the request is allowed and logged (fail open, as the plan's limit).
+  and NOT counted, so a client retrying too fast does not starve itself. The store
+  unreachable: the request is allowed and logged (fail open, as the plan's limit).
 * Tokens: a completion is admitted while the minute's count plus its estimate (estimated
   prompt tokens, plus ``max_tokens`` when the request sets one) fits the limit; the
   estimate is counted at admission and corrected to the provider's total tokens when the
@@ -32,14 +31,9 @@ import logging
 import math
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
-
-from flask import current_app
-from redis.exceptions import RedisError
 
 from app.errors import Forbidden, InvalidRequest, RateLimited
-from app.extensions import redis_for
-from app.services.platform.uow import run_one
+from app.services.platform import ratecount
 
 log = logging.getLogger(__name__)
 
@@ -174,59 +168,24 @@ class Ticket:
     tokens: int
 
 
-_COUNT_LUA = """
-local used = tonumber(redis.call('GET', KEYS[1]) or '0')
-local n, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
-if n > 0 and limit >= 0 and used + n > limit then return {0, used} end
-local now = redis.call('INCRBY', KEYS[1], n)
-if now < 0 then redis.call('SET', KEYS[1], 0, 'KEEPTTL') now = 0 end
-redis.call('EXPIRE', KEYS[1], ARGV[3], 'NX')
-return {1, now}
-"""
-
-_PG_COUNT = """
-    INSERT INTO key_rate_windows AS w (key_id, kind, window_start, used)
-    VALUES (%(key)s::varchar, %(kind)s::varchar, %(window)s::timestamptz, %(n)s::bigint)
-    ON CONFLICT (key_id, kind) DO UPDATE
-       SET used = CASE WHEN EXCLUDED.window_start > w.window_start THEN EXCLUDED.used
-                       ELSE w.used + EXCLUDED.used END,
-           window_start = greatest(w.window_start, EXCLUDED.window_start)
-     WHERE EXCLUDED.window_start > w.window_start OR %(limit)s::bigint < 0
-        OR w.used + EXCLUDED.used <= %(limit)s::bigint
-    RETURNING used
-"""
-
-_PG_ADJUST = """
-    UPDATE key_rate_windows SET used = greatest(0, used + %(n)s::bigint)
-     WHERE key_id = %(key)s::varchar AND kind = %(kind)s::varchar AND window_start = %(window)s::timestamptz
-    RETURNING used
-"""
+_MINUTE = {}  # limit -> the ``limits`` items of "<limit>/minute"
 
 
-def _redis():
-    return redis_for(current_app.config.get("RATELIMIT_STORAGE_URI") or "")
+def _per_minute(limit: int) -> tuple:
+    items = _MINUTE.get(limit)
+    if items is None:
+        items = _MINUTE[limit] = ratecount.parse(f"{limit}/minute")
+    return items
 
 
-def _count(counter_id: str, kind: str, window: int, n: int, limit: int) -> bool:
-    """Add ``n`` to the counter of ``window`` unless that would pass ``limit`` (``limit``
-    < 0: always add; ``n`` ≤ 0 always applies, never below zero). True when counted."""
-    client = _redis()
-    if client is not None:
-        prefix = current_app.config.get("RATELIMIT_KEY_PREFIX") or "gw"
-        key = f"{prefix}:keyrate:{counter_id}:{kind}:{window}"
-        try:
-            ok, _ = client.eval(_COUNT_LUA, 1, key, n, limit, WINDOW + 5)
-        except RedisError:  # Redis down: fail open, as the plan's limit does (logged)
-            log.warning("key rate counter unavailable (Redis); allowing the request")
-            return True
-        return bool(ok)
-    at = datetime.fromtimestamp(window, timezone.utc)
-    if n <= 0:
-        run_one(_PG_ADJUST, {"key": counter_id, "kind": kind, "window": at, "n": n})
-        return True
-    if 0 <= limit < n:
-        return False
-    return bool(run_one(_PG_COUNT, {"key": counter_id, "kind": kind, "window": at, "n": n, "limit": limit}))
+def _count(counter_id: str, kind: str, n: int, limit: int) -> list | None:
+    """``ratecount.hit`` of ``n`` against the key's ``kind`` limit; None when the store is
+    unreachable (fail open, as the plan's limit)."""
+    try:
+        return ratecount.hit(f"key:{counter_id}:{kind}", _per_minute(limit), n)
+    except Exception:
+        log.warning("key rate counter unavailable; allowing the request")
+        return None
 
 
 def _refuse(what: str, limit: int, now: float, window: int, extra: str = "") -> RateLimited:
@@ -241,10 +200,10 @@ def count_request(controls: KeyControls | None) -> None:
     refused request is not counted)."""
     if controls is None or controls.rpm is None:
         return
-    now = time.time()
-    window = int(now // WINDOW) * WINDOW
-    if not _count(controls.counter_id, "rpm", window, 1, controls.rpm):
-        raise _refuse("requests-per-minute", controls.rpm, now, window)
+    windows = _count(controls.counter_id, "rpm", 1, controls.rpm)
+    if windows is not None and not ratecount.admitted(windows):
+        now = time.time()
+        raise _refuse("requests-per-minute", controls.rpm, now, int(now // WINDOW) * WINDOW)
 
 
 def reserve_tokens(controls: KeyControls | None, tokens: int) -> Ticket | None:
@@ -255,7 +214,10 @@ def reserve_tokens(controls: KeyControls | None, tokens: int) -> Ticket | None:
     now = time.time()
     window = int(now // WINDOW) * WINDOW
     tokens = max(0, int(tokens))
-    if not _count(controls.counter_id, "tpm", window, tokens, controls.tpm):
+    if tokens == 0:
+        return Ticket(controls.counter_id, window, 0)
+    windows = _count(controls.counter_id, "tpm", tokens, controls.tpm)
+    if windows is not None and not ratecount.admitted(windows):
         extra = (f" (this request alone is estimated at {tokens} tokens: lower max_tokens or the prompt)"
                  if tokens > controls.tpm else "")
         raise _refuse("tokens-per-minute", controls.tpm, now, window, extra)
@@ -265,9 +227,9 @@ def reserve_tokens(controls: KeyControls | None, tokens: int) -> Ticket | None:
 def settle_tokens(ticket: Ticket | None, actual: int) -> None:
     """Correct a ticket's count to the completion's ``actual`` total tokens (0: released),
     in the window it was counted in (nothing when that window has ended)."""
-    if ticket is None or time.time() >= ticket.window + WINDOW:
+    if ticket is None:
         return
     delta = int(actual) - ticket.tokens
     if delta:
-        _count(ticket.counter_id, "tpm", ticket.window, delta, -1)
+        ratecount.give(f"key:{ticket.counter_id}:tpm", _per_minute(1), ticket.window, delta)
     ticket.tokens = int(actual)

@@ -11,7 +11,7 @@
   (unique partial index); ``processor_ref`` (the transfer id / transaction hash) unique.
 
 Revision ID: payouts
-Revises: billing
+Revises: invoices
 """
 import sqlalchemy as sa
 from alembic import op
@@ -19,7 +19,7 @@ from alembic import op
 from app.models.base import UTCDateTime
 
 revision = "payouts"
-down_revision = "billing"
+down_revision = "invoices"
 branch_labels = None
 depends_on = None
 

@@ -9,7 +9,7 @@
   dropped: those count in ``rate_windows`` now.
 
 Revision ID: rate_windows
-Revises: billing
+Revises: payouts
 """
 import sqlalchemy as sa
 from alembic import op
@@ -18,7 +18,7 @@ from sqlalchemy.dialects import postgresql
 from app.models.base import UTCDateTime
 
 revision = "rate_windows"
-down_revision = "billing"
+down_revision = "payouts"
 branch_labels = None
 depends_on = None
 

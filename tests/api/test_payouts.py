@@ -201,16 +201,27 @@ def test_removing_the_destination_keeps_earnings_as_balance(app, client, make_ac
     {"kind": "stripe_connect", "account": "acct_fine0001", "chain": "base"},
     {"kind": "usdc", "address": "0x" + "ab" * 20},
     {"kind": "usdc", "chain": "base", "address": "0x1234"},
-    {"kind": "usdc", "chain": "base", "address": "0x52908400098527886E0F7030069857D2E4169EE7".replace("E", "e", 1)},
     {"kind": "paypal", "account": "me@example.com"},
 ])
 def test_bad_destination_is_400_and_changes_nothing(app, client, make_account, body):
+    _refused_and_unchanged(client, make_account, body, 400)
+
+
+def test_checksum_mismatch_is_422_and_changes_nothing(app, client, make_account):
+    """The documented shape (0x + 40 hex digits) with a broken EIP-55 checksum: well-formed,
+    so not a 400 (issue 42 item 12), but not an address: 422 as for wallets."""
+    body = {"kind": "usdc", "chain": "base",
+            "address": "0x52908400098527886E0F7030069857D2E4169EE7".replace("E", "e", 1)}
+    _refused_and_unchanged(client, make_account, body, 422)
+
+
+def _refused_and_unchanged(client, make_account, body, status):
     owner = make_account()
     good = client.put("/api/payouts/destination", headers=_h(owner),
                       json={"kind": "stripe_connect", "account": "acct_keepme001"})
     assert good.status_code == 200
     r = client.put("/api/payouts/destination", headers=_h(owner), json=body)
-    assert r.status_code == 400, r.get_json()
+    assert r.status_code == status, r.get_json()
     assert client.get("/api/payouts/destination", headers=_h(owner)).get_json()["account"] == "acct_keepme001"
 
 

@@ -156,6 +156,7 @@ def _invoice_response(inv):
 
 
 _PDF_DOC = {"200": {"description": "The invoice (JSON, or the PDF with `Accept: application/pdf`).", "content": {
+    "application/json": {"schema": {"$ref": "#/components/schemas/Invoice"}},
     "application/pdf": {"schema": {"type": "string", "format": "binary"}}}}}
 
 

@@ -1,8 +1,8 @@
-"""Issue 37 "Done when", tried as a new user would (the monthly budget step waits for the
-engine, docs/teams.md): an owner creates an organisation, funds it with 20 USD by sandbox
-checkout and invites a developer by e-mail; the developer opens the link (a new account,
-signed in on the console), makes a key there, then an organisation key by API and calls a
-module; the organisation's balance drops, the developer's does not; the developer is
+"""Issue 37 "Done when", tried as a new user would: an owner creates an organisation, funds
+it with 20 USD by sandbox checkout and invites a developer by e-mail; the developer opens
+the link (a new account, signed in on the console), makes a key there, then an
+organisation key by API and calls a module; the organisation's balance drops, the
+developer's does not; the developer's monthly budget stops them at the limit; the developer is
 refused inviting and billing; the owner removes them and the key is refused; the audit
 log shows each step."""
 from __future__ import annotations
@@ -46,6 +46,13 @@ def test_an_owner_and_a_developer_share_one_balance(app, client, make_account, m
     r = call(client, None, {"action": "ok"}, bearer=org_key["key"])
     assert r.status_code == 200 and r.get_json()["cost_cents"] == 3
     assert balances(app, org_id, dev_id) == [1997, 1000]  # the org paid; the promo credit is untouched
+    # the developer's monthly budget stops them exactly at the limit (3 spent, 6 allowed: one more call)
+    r = client.patch(f"/api/orgs/{org_id}/members/{dev_id}", json={"monthly_budget_cents": 6}, headers=owner.headers)
+    assert r.status_code == 200 and r.get_json()["spent_this_month_cents"] == 3
+    assert call(client, None, {"action": "ok"}, bearer=org_key["key"]).status_code == 200
+    r = call(client, None, {"action": "ok"}, bearer=org_key["key"])
+    assert r.status_code == 402 and error_code(r.get_json()) == "member_budget_exceeded"
+    assert balances(app, org_id, dev_id) == [1994, 1000]
 
     r = client.post(f"/api/orgs/{org_id}/invites", json={"email": "x@acme.example", "role": "viewer"},
                     headers=h(personal))
@@ -56,10 +63,10 @@ def test_an_owner_and_a_developer_share_one_balance(app, client, make_account, m
     assert client.delete(f"/api/orgs/{org_id}/members/{dev_id}", headers=owner.headers).status_code == 200
     r = call(client, None, {"action": "ok"}, bearer=org_key["key"])
     assert r.status_code == 401
-    assert balances(app, org_id) == [1997]
+    assert balances(app, org_id) == [1994]
 
     log = client.get(f"/api/orgs/{org_id}/audit", headers=owner.headers).get_json()["entries"]
     assert [e["action"] for e in reversed(log)] == ["org.create", "invite.create", "member.add", "key.create",
-                                                     "member.remove"]
+                                                     "member.update", "member.remove"]
     assert {e["actor_account_id"] for e in log} == {owner.id, dev_id}
     ledger_clean()

@@ -94,3 +94,39 @@ def test_key_spend_limit_refusal_leaves_nothing_and_frees_the_key(app, client, m
     assert call(client, acct, {"action": "ok"}, key="lim-1", bearer=key["key"]).status_code == 200
     assert balance_cents(app, acct.id) == 97
     ledger_clean()
+
+
+def test_a_budgeted_org_keys_call_takes_the_same_two_statements(app, client, make_account, mod, statements,
+                                                                 ledger_clean):
+    """Issue 37 item 4: the member's budget is reserved inside ``gw_open_calls``, so an
+    organisation key's call with a budget runs no statement more than a personal key's
+    (besides resolving the credential: the key, the member's role); refused, it runs the
+    one open statement and writes nothing."""
+    from tests.orgkit import fund, h, join, make_org, org_key
+
+    owner, dev = make_account(), make_account()
+    org = make_org(client, owner)
+    join(app, org["id"], dev, "developer")
+    fund(app, org["id"], 100)
+    key = org_key(client, dev, org["id"])
+    r = client.patch(f"/api/orgs/{org['id']}/members/{dev.id}", json={"monthly_budget_cents": 6},
+                     headers=owner.headers)
+    assert r.status_code == 200, r.get_json()
+    assert call(client, None, {"action": "ok"}, bearer=key["key"]).status_code == 200  # warm caches
+    drain(app)
+    for expected, writes_expected in ((200, 2), (402, 1)):
+        statements.clear()
+        r = client.post("/v1/module/svc/call", json={"action": "ok"}, headers=h(key["key"]))
+        assert r.status_code == expected, r.get_json()
+        drain(app)
+        writes = [s for s in statements if "gw_open_calls" in s or "gw_finalize_calls" in s
+                  or "module_calls" in s or "ledger" in s]
+        assert len(writes) == writes_expected and "gw_open_calls" in writes[0], statements
+        credential = [s for s in statements if "FROM api_keys" in s or "FROM org_members" in s]
+        rest = [s for s in statements if s not in writes + credential]
+        if expected == 200:
+            assert rest == [], statements
+        else:  # the 402's details: reads only
+            assert not any(s.lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE")) for s in rest), rest
+    assert balance_cents(app, org["id"]) == 100 - 2 * 3
+    ledger_clean()

@@ -1,12 +1,12 @@
-"""Issue 37 "Done when", tried as a new user would (the monthly budget step is built by
-another helper in the engine: marked LEAD below): an owner creates an organisation, funds it with 20 USD by sandbox
-checkout and invites a developer by e-mail; the developer opens the link (a new account,
-signed in on the console), makes a key there, then an organisation key by API and calls a
-module; the organisation's balance drops, the developer's does not; the developer is
-refused inviting and billing (nothing changes) and sees their usage in the organisation;
-the owner removes them and the key is refused at once (the SPEC allows 60 s); the audit
-log shows each step, with the sandbox's credit of the checkout, and the developer's own
-log their console key."""
+"""Issue 37 "Done when", tried as a new user would: an owner creates an organisation, funds
+it with 20 USD by sandbox checkout and invites a developer by e-mail; the developer opens
+the link (a new account, signed in on the console), makes a key there, then an
+organisation key by API and calls a module; the organisation's balance drops, the
+developer's does not; the developer's monthly budget stops them exactly at the limit; the
+developer is refused inviting and billing (nothing changes) and sees their usage in the
+organisation; the owner removes them and the key is refused at once (the SPEC allows
+60 s); the audit log shows each step, with the sandbox's credit of the checkout, and the
+developer's own log their console key."""
 from __future__ import annotations
 
 import re
@@ -48,6 +48,13 @@ def test_an_owner_and_a_developer_share_one_balance(app, client, make_account, m
     r = call(client, None, {"action": "ok"}, bearer=org_key["key"])
     assert r.status_code == 200 and r.get_json()["cost_cents"] == 3
     assert balances(app, org_id, dev_id) == [1997, 1000]  # the org paid; the promo credit is untouched
+    # the developer's monthly budget stops them exactly at the limit (3 spent, 6 allowed: one more call)
+    r = client.patch(f"/api/orgs/{org_id}/members/{dev_id}", json={"monthly_budget_cents": 6}, headers=owner.headers)
+    assert r.status_code == 200 and r.get_json()["spent_this_month_cents"] == 3
+    assert call(client, None, {"action": "ok"}, bearer=org_key["key"]).status_code == 200
+    r = call(client, None, {"action": "ok"}, bearer=org_key["key"])
+    assert r.status_code == 402 and error_code(r.get_json()) == "member_budget_exceeded"
+    assert balances(app, org_id, dev_id) == [1994, 1000]
 
     r = client.post(f"/api/orgs/{org_id}/invites", json={"email": "x@acme.example", "role": "viewer"},
                     headers=h(personal))
@@ -56,23 +63,21 @@ def test_an_owner_and_a_developer_share_one_balance(app, client, make_account, m
     assert r.status_code == 403 and "owner or billing" in r.get_json()["message"]
     r = client.post("/api/pay/checkout", json={"amount_cents": 500, "org_id": org_id}, headers=h(personal))
     assert r.status_code == 403 and r.get_json()["roles"] == ["owner", "billing"]
-    assert balances(app, org_id) == [1997]  # the refusals changed nothing
+    assert balances(app, org_id) == [1994]  # the refusals changed nothing
     # the developer sees the organisation's usage and their own share of it
     usage = client.get(f"/api/usage/current?org_id={org_id}&member_id={dev_id}", headers=h(personal)).get_json()
-    assert (usage["calls"], usage["spend_cents"]) == (1, 3)
-    # LEAD: the member-budget step of the walk-through ("the developer's budget stops them
-    # exactly at the limit") is built by the "budget" helper in the engine; add it here.
+    assert (usage["calls"], usage["spend_cents"]) == (2, 6)  # the refused call was never opened
 
     assert client.delete(f"/api/orgs/{org_id}/members/{dev_id}", headers=owner.headers).status_code == 200
     r = call(client, None, {"action": "ok"}, bearer=org_key["key"])
     assert r.status_code == 401
-    assert balances(app, org_id) == [1997]
+    assert balances(app, org_id) == [1994]
 
     log = client.get(f"/api/orgs/{org_id}/audit", headers=owner.headers).get_json()["entries"]
     steps = [(e["action"], e["actor_account_id"]) for e in reversed(log)]
     assert steps == [("org.create", owner.id), ("checkout.create", owner.id), ("payment.credit", None),
                      ("invite.create", owner.id), ("member.add", dev_id), ("key.create", dev_id),
-                     ("member.remove", owner.id)]
+                     ("member.update", owner.id), ("member.remove", owner.id)]
     assert log[0]["after"] == {"revoked_keys": [org_key["id"]]}
     exported = client.get(f"/api/orgs/{org_id}/audit?format=csv", headers=owner.headers).get_data(as_text=True)
     assert len(exported.strip().splitlines()) == 1 + len(steps)

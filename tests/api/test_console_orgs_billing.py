@@ -135,6 +135,15 @@ def test_developer_sees_no_billing_or_invite_controls_and_forbidden_posts_name_t
         assert r.status_code == 403 and "your role is developer" in text, path
     assert dev.get("/org/audit").status_code == 403
     assert dev.get("/org/audit.csv").status_code == 403
+    # any member may leave: back on the personal account
+    left = dev.post(f"/org/members/{dev_acct.id}/remove", page="/org/members")
+    assert left.status_code == 303 and left.headers["Location"].endswith("/orgs")
+    assert 'id="acting-for"' not in dev.get("/dashboard").get_data(as_text=True)
+    with app.app_context():
+        from app.services.orgs import orgs
+
+        assert orgs.member_role(org_id, dev_acct.id) is None
+        db.session.remove()
     # a billing member pays but does not manage members
     bill_acct = make_account()
     _add_member(app, org_id, bill_acct.id, "billing")

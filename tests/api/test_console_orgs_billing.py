@@ -117,6 +117,8 @@ def test_developer_sees_no_billing_or_invite_controls_and_forbidden_posts_name_t
     _add_member(app, org_id, dev_acct.id, "developer")
     dev = Console(app, dev_acct.id)
     assert dev.post("/orgs/switch", {"org_id": org_id}).status_code == 303
+    assert "Create rule" not in dev.get("/alerts").get_data(as_text=True)  # alerts:write: owner, admin, billing
+    assert "Create key" in dev.get("/keys").get_data(as_text=True)  # keys:write: a developer builds
     members = dev.get("/org/members").get_data(as_text=True)
     assert "Invite someone" not in members and "Pending invitations" not in members
     assert "Top up the organisation" not in members and 'name="role"' not in members
@@ -133,6 +135,15 @@ def test_developer_sees_no_billing_or_invite_controls_and_forbidden_posts_name_t
         assert r.status_code == 403 and "your role is developer" in text, path
     assert dev.get("/org/audit").status_code == 403
     assert dev.get("/org/audit.csv").status_code == 403
+    # any member may leave: back on the personal account
+    left = dev.post(f"/org/members/{dev_acct.id}/remove", page="/org/members")
+    assert left.status_code == 303 and left.headers["Location"].endswith("/orgs")
+    assert 'id="acting-for"' not in dev.get("/dashboard").get_data(as_text=True)
+    with app.app_context():
+        from app.services.orgs import orgs
+
+        assert orgs.member_role(org_id, dev_acct.id) is None
+        db.session.remove()
     # a billing member pays but does not manage members
     bill_acct = make_account()
     _add_member(app, org_id, bill_acct.id, "billing")
@@ -140,6 +151,8 @@ def test_developer_sees_no_billing_or_invite_controls_and_forbidden_posts_name_t
     bill.post("/orgs/switch", {"org_id": org_id})
     assert "Save card" in bill.get("/billing").get_data(as_text=True)
     assert bill.post("/org/invites", {"email": "y@example.com", "role": "viewer"}).status_code == 403
+    keys = bill.get("/keys").get_data(as_text=True)
+    assert "Create key" not in keys and "Rotate" not in keys  # a billing member changes no key
 
 
 def test_last_owner_cannot_be_demoted_or_removed_the_page_says_why(app, make_account):

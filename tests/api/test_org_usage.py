@@ -78,6 +78,7 @@ def test_usage_per_member_in_an_organisation(app, client, make_account, mod):  #
     for headers in (dev.headers, h(dev_key["key"]), viewer.headers):
         r, _ = _export_now(client, headers, org_id=oid)
         assert r.status_code == 403 and error_code(r.get_json()) == "org_role_required"
+        assert "member_id=<your id>" in r.get_json()["message"]
     r, rows = _export_now(client, dev.headers)  # the developer's personal account: their own call
     assert len(rows) == 1
 

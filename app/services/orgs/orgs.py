@@ -292,10 +292,11 @@ def usage_scope(principal, org_id: str | None, member_id: str | None, *, per_cal
         roles.require_scopes(role, ("call:read",), org_id)
     if member_id is None:
         if per_call:
-            roles.require(role, "read_member_usage", org_id)
+            roles.require(role, "read_member_usage", org_id,
+                          "The export of every member's calls (export your own with member_id=<your id>)")
         return org_id, None
     if member_id != person_of(principal):
-        roles.require(role, "read_member_usage", org_id)
+        roles.require(role, "read_member_usage", org_id, "Another member's usage")
         if member_role(org_id, member_id) is None and db.session.execute(
                 select(ApiKey.id).where(ApiKey.account_id == org_id, ApiKey.member_account_id == member_id)
                 .limit(1)).first() is None:

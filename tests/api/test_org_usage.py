@@ -83,8 +83,10 @@ def test_usage_per_member_in_an_organisation(app, client, make_account, mod):  #
     assert len(rows) == 1
 
     # bad input: 400/403/404, nothing of another account read
-    r = _get(client, "current", dev.headers, member_id=dev.id)  # member_id without an organisation
-    assert r.status_code == 400 and "org_id" in r.get_json()["message"]
+    r = _get(client, "current", dev.headers, member_id=dev2.id)  # another id without an organisation
+    assert r.status_code == 404 and "org_id" in r.get_json()["message"]
+    r = _get(client, "current", dev.headers, member_id=dev.id)  # a personal account's only member: itself
+    assert r.status_code == 200 and r.get_json()["calls"] == 1
     assert _get(client, "current", stranger.headers, org_id=oid).status_code == 404
     assert _get(client, "current", stranger.headers, org_id=oid, member_id=dev.id).status_code == 404
     assert _get(client, "current", owner.headers, org_id="acct_unknown").status_code == 404

@@ -17,7 +17,8 @@ def _scope(query, per_call: bool = False) -> tuple[str, str | None]:
     return orgs.usage_scope(principal(), query.get("org_id"), query.get("member_id"), per_call=per_call)
 
 
-_ORG_ERRORS = {404: "`org_id`: not an organisation of the caller; `member_id`: never a member of it."}
+_ORG_ERRORS = {404: "`org_id`: not an organisation of the caller; `member_id`: never a member of it (without "
+                    "an organisation: not the caller's own account)."}
 
 
 def _filters(query) -> dict:

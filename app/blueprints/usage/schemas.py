@@ -57,7 +57,8 @@ class UsageQuerySchema(UsageFilterSchema):
         "Only the calls of this member's organisation keys (their account id, `member_id` of "
         "`GET /api/orgs/{id}/members`; a former member's too), in the organisation of `org_id` or of "
         "the organisation key. One's own id: any member; another member's: owner, admin or billing "
-        "(403 `org_role_required`). Without an organisation: 400; never a member: 404. Read from the "
+        "(403 `org_role_required`). Without an organisation only the account's own id; another id, or one that "
+        "never was a member: 404. Read from the "
         "call log by key, not the hourly rollups (docs/teams.md, \"Usage\").")})
 
 

@@ -324,13 +324,14 @@ def usage_scope(principal, org_id: str | None, member_id: str | None, *, per_cal
     member's) for owners, admins and billing (``read_member_usage``). The per-call export
     (``per_call``) lists who called what, so for developers and viewers it is their own
     calls only: they pass their own ``member_id`` (403 ``org_role_required`` otherwise).
-    ``member_id`` without an organisation is 400; an id that never was a member is 404."""
+    Without an organisation ``member_id`` may only name the account itself (else 404, like
+    an id that never was a member: a schema-valid request is not a 400)."""
     if org_id is None and org_role_of(principal) is not None:
         org_id = principal.account_id
-    if org_id is None:
-        if member_id is not None:
-            raise InvalidRequest("member_id: narrows an organisation's usage; pass org_id (or use an "
-                                 "organisation key).")
+    if org_id is None:  # a personal account: its only member is itself
+        if member_id is not None and member_id != principal.account_id:
+            raise NotFound("No such member: member_id narrows an organisation's usage; pass org_id (or use "
+                           "an organisation key).")
         return principal.account_id, None
     if org_role_of(principal) is not None and org_id == principal.account_id:
         role = org_role_of(principal)  # the key's role, checked with the credential (no read)
@@ -339,10 +340,11 @@ def usage_scope(principal, org_id: str | None, member_id: str | None, *, per_cal
         roles.require_scopes(role, ("call:read",), org_id)
     if member_id is None:
         if per_call:
-            roles.require(role, "read_member_usage", org_id)
+            roles.require(role, "read_member_usage", org_id,
+                          "The export of every member's calls (export your own with member_id=<your id>)")
         return org_id, None
     if member_id != person_of(principal):
-        roles.require(role, "read_member_usage", org_id)
+        roles.require(role, "read_member_usage", org_id, "Another member's usage")
         if member_role(org_id, member_id) is None and db.session.execute(
                 select(ApiKey.id).where(ApiKey.account_id == org_id, ApiKey.member_account_id == member_id)
                 .limit(1)).first() is None:

@@ -55,11 +55,12 @@ def _refuse(allowed: tuple[str, ...], role: str, org_id: str, what: str) -> None
                           extra={"roles": list(allowed), "role": role, "org_id": org_id})
 
 
-def require(role: str, action: str, org_id: str) -> None:
-    """403 ``org_role_required`` unless ``role`` may take ``action``."""
+def require(role: str, action: str, org_id: str, what: str | None = None) -> None:
+    """403 ``org_role_required`` unless ``role`` may take ``action`` (``what``: how the
+    message names it)."""
     allowed = ACTIONS[action]
     if role not in allowed:
-        _refuse(allowed, role, org_id, f"This action ({action})")
+        _refuse(allowed, role, org_id, what or f"This action ({action})")
 
 
 def require_scopes(role: str, scopes, org_id: str) -> None:

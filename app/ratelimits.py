@@ -135,8 +135,9 @@ def per_credential(principal) -> None:
         return
     items = ratecount.parse(spec)
     try:
-        windows = ratecount.hit(f"plan:{principal.account_id}", items,
-                                lease=ratecount.lease_size(items, app.config.get("RATELIMIT_LEASE_FRACTION", 0)))
+        cfg = app.config
+        windows = ratecount.hit(f"plan:{principal.account_id}", items, store_=ratecount.store(cfg),
+                                lease=ratecount.lease_size(items, cfg.get("RATELIMIT_LEASE_FRACTION", 0)))
     except Exception:  # storage down: fail open (documented), calls keep working
         log.warning("rate limit storage unavailable; allowing request")
         return

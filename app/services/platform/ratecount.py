@@ -139,9 +139,11 @@ _stores: dict = {}
 _postgres = PostgresStore()
 
 
-def store():
-    """The current app's store: Redis when ``RATELIMIT_STORAGE_URI`` is Redis, else PostgreSQL."""
-    cfg = current_app.config
+def store(cfg=None):
+    """The store of the app (config ``cfg``; default: the current app's): Redis when
+    ``RATELIMIT_STORAGE_URI`` is Redis, else PostgreSQL."""
+    if cfg is None:
+        cfg = current_app.config
     uri, prefix = cfg.get("RATELIMIT_STORAGE_URI") or "", cfg.get("RATELIMIT_KEY_PREFIX") or "gw"
     found = _stores.get((uri, prefix))
     if found is None:

@@ -92,11 +92,13 @@ def recipient_allowed(config_name: str, email: str) -> bool:
 
 
 def _throttle(config_name: str, key, what: str):
+    """Decorator: ``config[config_name]`` per route (each route its own count, as
+    Flask-Limiter's decorators counted) and per ``key()``."""
     def decorator(view):
         @wraps(view)
         def wrapper(*args, **kwargs):
             spec = current_app.config[config_name]
-            _refuse_or_note(_counted(f"{config_name}:{key()}", spec),
+            _refuse_or_note(_counted(f"{config_name}:{request.endpoint}:{key()}", spec),
                             f"Rate limit exceeded ({spec} {what}: {{item}}); retry after the window ends.")
             return view(*args, **kwargs)
         return wrapper

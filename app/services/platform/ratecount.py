@@ -42,6 +42,7 @@ from app.extensions import db, redis_for
 log = logging.getLogger(__name__)
 
 _parsed: dict[str, tuple] = {}
+PARSED_MAX = 10_000  # specs kept parsed (keys' own limits are many) before the cache is emptied
 
 
 def parse(spec: str) -> tuple:
@@ -54,6 +55,8 @@ def parse(spec: str) -> tuple:
             held = by_window.get(item.get_expiry())
             if held is None or item.amount < held.amount:
                 by_window[item.get_expiry()] = item
+        if len(_parsed) >= PARSED_MAX:
+            _parsed.clear()
         items = _parsed[spec] = tuple(by_window.values())
     return items
 

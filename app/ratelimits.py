@@ -92,11 +92,13 @@ def recipient_allowed(config_name: str, email: str) -> bool:
 
 
 def _throttle(config_name: str, key, what: str):
+    """Decorator: ``config[config_name]`` per route (each route its own count, as
+    Flask-Limiter's decorators counted) and per ``key()``."""
     def decorator(view):
         @wraps(view)
         def wrapper(*args, **kwargs):
             spec = current_app.config[config_name]
-            _refuse_or_note(_counted(f"{config_name}:{key()}", spec),
+            _refuse_or_note(_counted(f"{config_name}:{request.endpoint}:{key()}", spec),
                             f"Rate limit exceeded ({spec} {what}: {{item}}); retry after the window ends.")
             return view(*args, **kwargs)
         return wrapper
@@ -135,8 +137,9 @@ def per_credential(principal) -> None:
         return
     items = ratecount.parse(spec)
     try:
-        windows = ratecount.hit(f"plan:{principal.account_id}", items,
-                                lease=ratecount.lease_size(items, app.config.get("RATELIMIT_LEASE_FRACTION", 0)))
+        cfg = app.config
+        windows = ratecount.hit(f"plan:{principal.account_id}", items, store_=ratecount.store(cfg),
+                                lease=ratecount.lease_size(items, cfg.get("RATELIMIT_LEASE_FRACTION", 0)))
     except Exception:  # storage down: fail open (documented), calls keep working
         log.warning("rate limit storage unavailable; allowing request")
         return

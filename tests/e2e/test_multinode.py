@@ -59,7 +59,7 @@ def test_revocation_reaches_all_nodes(cluster, make_account):
 def test_rate_limit_is_shared_across_nodes(cluster, make_account):
     front, nodes = cluster
     acct = make_account(plan="starter")  # 60/minute; 10/second per key
-    # The windows are aligned to the clock (a minute window starts at :00, ratelimits.py):
+    # The windows are aligned to the clock (a minute window starts at :00, ratecount.py):
     # start early in a minute, and judge only the requests sent before that minute ends
     # (on a loaded machine the last ones can land in the next window, a fresh budget).
     if time.time() % 60 > 5:

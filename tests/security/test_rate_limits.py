@@ -124,3 +124,14 @@ def test_two_workers_without_redis_admit_the_plan_once(app, make_account):
         assert codes.count(200) == 5 and codes.count(429) == 35, codes
         refused = next(r for r in answers if r.status_code == 429)
         assert refused.json()["error"] == "rate_limited" and int(refused.headers["Retry-After"]) >= 1
+
+
+def test_a_throttle_counts_per_route_and_client(app, client, monkeypatch):
+    """The per-IP throttles moved onto the one counter keep their scope: each route its own
+    count per client IP (as Flask-Limiter's decorators counted), in the shared store."""
+    monkeypatch.setitem(app.config, "PUBLIC_PAGE_RATE_LIMIT", "2/hour")
+    assert [client.get("/login").status_code for _ in range(3)] == [200, 200, 429]
+    assert client.get("/login/confirm").status_code != 429  # another route: its own count
+    refused = client.get("/login")
+    assert refused.status_code == 429 and refused.get_json()["error"] == "rate_limited"
+    assert "per client IP" in refused.get_json()["message"] and int(refused.headers["Retry-After"]) >= 1

@@ -168,14 +168,8 @@ class Ticket:
     tokens: int
 
 
-_MINUTE = {}  # limit -> the ``limits`` items of "<limit>/minute"
-
-
 def _per_minute(limit: int) -> tuple:
-    items = _MINUTE.get(limit)
-    if items is None:
-        items = _MINUTE[limit] = ratecount.parse(f"{limit}/minute")
-    return items
+    return ratecount.parse(f"{limit}/minute")
 
 
 def _count(counter_id: str, kind: str, n: int, limit: int) -> list | None:

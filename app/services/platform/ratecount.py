@@ -42,6 +42,7 @@ from app.extensions import db, redis_for
 log = logging.getLogger(__name__)
 
 _parsed: dict[str, tuple] = {}
+PARSED_MAX = 10_000  # specs kept parsed (keys' own limits are many) before the cache is emptied
 
 
 def parse(spec: str) -> tuple:
@@ -54,6 +55,8 @@ def parse(spec: str) -> tuple:
             held = by_window.get(item.get_expiry())
             if held is None or item.amount < held.amount:
                 by_window[item.get_expiry()] = item
+        if len(_parsed) >= PARSED_MAX:
+            _parsed.clear()
         items = _parsed[spec] = tuple(by_window.values())
     return items
 
@@ -139,9 +142,11 @@ _stores: dict = {}
 _postgres = PostgresStore()
 
 
-def store():
-    """The current app's store: Redis when ``RATELIMIT_STORAGE_URI`` is Redis, else PostgreSQL."""
-    cfg = current_app.config
+def store(cfg=None):
+    """The store of the app (config ``cfg``; default: the current app's): Redis when
+    ``RATELIMIT_STORAGE_URI`` is Redis, else PostgreSQL."""
+    if cfg is None:
+        cfg = current_app.config
     uri, prefix = cfg.get("RATELIMIT_STORAGE_URI") or "", cfg.get("RATELIMIT_KEY_PREFIX") or "gw"
     found = _stores.get((uri, prefix))
     if found is None:

@@ -269,3 +269,28 @@ def test_reconcile_reports_a_payout_left_sending(app, client, make_account, prov
         report = money_check.reconcile()
         db.session.remove()
     assert [p["check"] for p in report["problems"]] == ["payout_stuck"]
+
+
+def test_eight_parallel_payout_requests_with_one_key_pay_once(app, client, make_account, provider, low_minimum,
+                                                              ledger_clean):
+    """Issue 42 item 13: `POST /api/payouts` honours `Idempotency-Key` (platform/idempotency.py)."""
+    from tests.support.concurrency import at_once
+
+    o = Owners(app, client, make_account, provider, calls=2)
+    o.connect(o.seller)
+    with app.app_context():
+        settlement.settle_month(o.month, now=o.after)   # settled, not yet paid out
+        db.session.remove()
+    headers = _h(o.seller, **{"Idempotency-Key": "payout-once"})
+
+    def request():
+        r = app.test_client().post("/api/payouts", headers=headers)
+        return r.status_code, r.get_json()
+
+    results = at_once(8, request)
+    ok = [body for status, body in results if status == 200]
+    assert ok and all(status in (200, 409) for status, _ in results), results
+    assert all(body == ok[0] for body in ok) and ok[0]["status"] == "paid" and ok[0]["amount_cents"] == 60
+    assert len(_postings(app)) == 1 and len(o.payouts_of(o.seller)["payouts"]) == 1
+    _reconcile(app)
+    ledger_clean()

@@ -294,3 +294,14 @@ def test_eight_parallel_payout_requests_with_one_key_pay_once(app, client, make_
     assert len(_postings(app)) == 1 and len(o.payouts_of(o.seller)["payouts"]) == 1
     _reconcile(app)
     ledger_clean()
+
+
+def test_without_a_live_processor_nothing_is_sent_and_it_stays_owed(app, client, make_account, provider,
+                                                                    low_minimum, monkeypatch):
+    o = Owners(app, client, make_account, provider, calls=1)
+    o.connect(o.seller)
+    monkeypatch.setitem(app.config, "PAYMENTS_PROCESSOR", "none")   # production without Stripe
+    o.settle_and_pay()
+    got = o.payouts_of(o.seller)
+    assert [(p["status"], p["attempts"]) for p in got["payouts"]] == [("pending", 0)] and got["owed_cents"] == 30
+    _reconcile(app)   # nothing left "sending": nothing was claimed

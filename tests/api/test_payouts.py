@@ -65,8 +65,7 @@ class Owners:
         self.month, self.after = _month()
 
     def connect(self, who, account="acct_sellerOK01"):
-        r = self.client.put("/api/payouts/destination", headers=_h(who),
-                            json={"kind": "stripe_connect", "account": account})
+        r = self.client.put("/api/payouts/destination/stripe_connect", headers=_h(who), json={"account": account})
         assert r.status_code == 200, r.get_json()
         return r.get_json()
 
@@ -195,21 +194,20 @@ def test_removing_the_destination_keeps_earnings_as_balance(app, client, make_ac
     ledger_clean()
 
 
-@pytest.mark.parametrize("body", [
-    {"kind": "stripe_connect", "account": "bogus"},
-    {"kind": "stripe_connect"},
-    {"kind": "stripe_connect", "account": "acct_fine0001", "chain": "base"},
-    {"kind": "usdc", "address": "0x" + "ab" * 20},
-    {"kind": "usdc", "chain": "base", "address": "0x1234"},
-    {"kind": "usdc", "chain": "base", "address": "0x52908400098527886E0F7030069857D2E4169EE7".replace("E", "e", 1)},
-    {"kind": "paypal", "account": "me@example.com"},
+@pytest.mark.parametrize("kind,body", [
+    ("stripe_connect", {"account": "bogus"}),
+    ("stripe_connect", {}),
+    ("stripe_connect", {"account": "acct_fine0001", "chain": "base"}),
+    ("usdc", {"address": "0x" + "ab" * 20}),
+    ("usdc", {"chain": "base", "address": "0x1234"}),
+    ("usdc", {"chain": "solana", "address": "0x" + "ab" * 20}),
+    ("usdc", {"chain": "base", "address": "0x52908400098527886E0F7030069857D2E4169EE7".replace("E", "e", 1)}),
 ])
-def test_bad_destination_is_400_and_changes_nothing(app, client, make_account, body):
+def test_bad_destination_is_400_and_changes_nothing(app, client, make_account, kind, body):
     owner = make_account()
-    good = client.put("/api/payouts/destination", headers=_h(owner),
-                      json={"kind": "stripe_connect", "account": "acct_keepme001"})
+    good = client.put("/api/payouts/destination/stripe_connect", headers=_h(owner), json={"account": "acct_keepme001"})
     assert good.status_code == 200
-    r = client.put("/api/payouts/destination", headers=_h(owner), json=body)
+    r = client.put(f"/api/payouts/destination/{kind}", headers=_h(owner), json=body)
     assert r.status_code == 400, r.get_json()
     assert client.get("/api/payouts/destination", headers=_h(owner)).get_json()["account"] == "acct_keepme001"
 
@@ -305,3 +303,11 @@ def test_without_a_live_processor_nothing_is_sent_and_it_stays_owed(app, client,
     got = o.payouts_of(o.seller)
     assert [(p["status"], p["attempts"]) for p in got["payouts"]] == [("pending", 0)] and got["owed_cents"] == 30
     _reconcile(app)   # nothing left "sending": nothing was claimed
+
+
+def test_usdc_destination_is_refused_until_a_payout_wallet_exists(client, make_account):
+    owner = make_account()
+    r = client.put("/api/payouts/destination/usdc", headers=_h(owner),
+                   json={"chain": "base", "address": "0x52908400098527886E0F7030069857D2E4169EE7"})
+    assert r.status_code == 409 and r.get_json()["error"] == "payout_rail_unavailable"
+    assert client.get("/api/payouts/destination", headers=_h(owner)).status_code == 404

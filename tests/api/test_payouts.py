@@ -65,8 +65,7 @@ class Owners:
         self.month, self.after = _month()
 
     def connect(self, who, account="acct_sellerOK01"):
-        r = self.client.put("/api/payouts/destination", headers=_h(who),
-                            json={"kind": "stripe_connect", "account": account})
+        r = self.client.put("/api/payouts/destination/stripe_connect", headers=_h(who), json={"account": account})
         assert r.status_code == 200, r.get_json()
         return r.get_json()
 
@@ -195,32 +194,30 @@ def test_removing_the_destination_keeps_earnings_as_balance(app, client, make_ac
     ledger_clean()
 
 
-@pytest.mark.parametrize("body", [
-    {"kind": "stripe_connect", "account": "bogus"},
-    {"kind": "stripe_connect"},
-    {"kind": "stripe_connect", "account": "acct_fine0001", "chain": "base"},
-    {"kind": "usdc", "address": "0x" + "ab" * 20},
-    {"kind": "usdc", "chain": "base", "address": "0x1234"},
-    {"kind": "paypal", "account": "me@example.com"},
+@pytest.mark.parametrize("kind,body", [
+    ("stripe_connect", {"account": "bogus"}),
+    ("stripe_connect", {}),
+    ("stripe_connect", {"account": "acct_fine0001", "chain": "base"}),
+    ("usdc", {"address": "0x" + "ab" * 20}),
+    ("usdc", {"chain": "base", "address": "0x1234"}),
+    ("usdc", {"chain": "solana", "address": "0x" + "ab" * 20}),
 ])
-def test_bad_destination_is_400_and_changes_nothing(app, client, make_account, body):
-    _refused_and_unchanged(client, make_account, body, 400)
+def test_bad_destination_is_400_and_changes_nothing(app, client, make_account, kind, body):
+    _refused_and_unchanged(client, make_account, kind, body, 400)
 
 
 def test_checksum_mismatch_is_422_and_changes_nothing(app, client, make_account):
     """The documented shape (0x + 40 hex digits) with a broken EIP-55 checksum: well-formed,
     so not a 400 (issue 42 item 12), but not an address: 422 as for wallets."""
-    body = {"kind": "usdc", "chain": "base",
-            "address": "0x52908400098527886E0F7030069857D2E4169EE7".replace("E", "e", 1)}
-    _refused_and_unchanged(client, make_account, body, 422)
+    body = {"chain": "base", "address": "0x52908400098527886E0F7030069857D2E4169EE7".replace("E", "e", 1)}
+    _refused_and_unchanged(client, make_account, "usdc", body, 422)
 
 
-def _refused_and_unchanged(client, make_account, body, status):
+def _refused_and_unchanged(client, make_account, kind, body, status):
     owner = make_account()
-    good = client.put("/api/payouts/destination", headers=_h(owner),
-                      json={"kind": "stripe_connect", "account": "acct_keepme001"})
+    good = client.put("/api/payouts/destination/stripe_connect", headers=_h(owner), json={"account": "acct_keepme001"})
     assert good.status_code == 200
-    r = client.put("/api/payouts/destination", headers=_h(owner), json=body)
+    r = client.put(f"/api/payouts/destination/{kind}", headers=_h(owner), json=body)
     assert r.status_code == status, r.get_json()
     assert client.get("/api/payouts/destination", headers=_h(owner)).get_json()["account"] == "acct_keepme001"
 
@@ -280,3 +277,47 @@ def test_reconcile_reports_a_payout_left_sending(app, client, make_account, prov
         report = money_check.reconcile()
         db.session.remove()
     assert [p["check"] for p in report["problems"]] == ["payout_stuck"]
+
+
+def test_eight_parallel_payout_requests_with_one_key_pay_once(app, client, make_account, provider, low_minimum,
+                                                              ledger_clean):
+    """Issue 42 item 13: `POST /api/payouts` honours `Idempotency-Key` (platform/idempotency.py)."""
+    from tests.support.concurrency import at_once
+
+    o = Owners(app, client, make_account, provider, calls=2)
+    o.connect(o.seller)
+    with app.app_context():
+        settlement.settle_month(o.month, now=o.after)   # settled, not yet paid out
+        db.session.remove()
+    headers = _h(o.seller, **{"Idempotency-Key": "payout-once"})
+
+    def request():
+        r = app.test_client().post("/api/payouts", headers=headers)
+        return r.status_code, r.get_json()
+
+    results = at_once(8, request)
+    ok = [body for status, body in results if status == 200]
+    assert ok and all(status in (200, 409) for status, _ in results), results
+    assert all(body == ok[0] for body in ok) and ok[0]["status"] == "paid" and ok[0]["amount_cents"] == 60
+    assert len(_postings(app)) == 1 and len(o.payouts_of(o.seller)["payouts"]) == 1
+    _reconcile(app)
+    ledger_clean()
+
+
+def test_without_a_live_processor_nothing_is_sent_and_it_stays_owed(app, client, make_account, provider,
+                                                                    low_minimum, monkeypatch):
+    o = Owners(app, client, make_account, provider, calls=1)
+    o.connect(o.seller)
+    monkeypatch.setitem(app.config, "PAYMENTS_PROCESSOR", "none")   # production without Stripe
+    o.settle_and_pay()
+    got = o.payouts_of(o.seller)
+    assert [(p["status"], p["attempts"]) for p in got["payouts"]] == [("pending", 0)] and got["owed_cents"] == 30
+    _reconcile(app)   # nothing left "sending": nothing was claimed
+
+
+def test_usdc_destination_is_refused_until_a_payout_wallet_exists(client, make_account):
+    owner = make_account()
+    r = client.put("/api/payouts/destination/usdc", headers=_h(owner),
+                   json={"chain": "base", "address": "0x52908400098527886E0F7030069857D2E4169EE7"})
+    assert r.status_code == 409 and r.get_json()["error"] == "payout_rail_unavailable"
+    assert client.get("/api/payouts/destination", headers=_h(owner)).status_code == 404

@@ -1,9 +1,9 @@
 """Payouts and owner earnings: a module owner's earnings (any account or organisation),
 its payout destination, and its payouts (docs/payments.md#payouts)."""
 from app.auth import principal
-from app.blueprints.payouts.schemas import (DestinationInSchema, DestinationRemovedSchema, DestinationSchema,
+from app.blueprints.payouts.schemas import (DestinationRemovedSchema, DestinationSchema, StripeDestinationInSchema,
                                             OwnerEarningsSchema, PayoutHeadersSchema, PayoutListSchema,
-                                            PayoutSchema)
+                                            PayoutSchema, UsdcDestinationInSchema)
 from app.blueprints.routing import endpoint
 from app.errors import Forbidden
 from app.extensions import Blueprint
@@ -54,15 +54,21 @@ def get_destination():
     return payouts.get_destination(_live_account())
 
 
-@endpoint(blp, "/payouts/destination", "put", "billing:write", body=DestinationInSchema, ok=DestinationSchema,
-          errors={400: "Malformed or incomplete destination; nothing changed.", 403: "A test key.",
-                  409: "`payout_rail_unavailable`: USDC payouts are not configured here."})
-def put_destination(body):
-    """Connect a payout destination: settled earnings are then paid out as money instead
-    of credited to the balance (a Stripe Connect account, or a USDC address on a chain)."""
-    kind = body["kind"]
-    target = body.get("account") if kind == "stripe_connect" else body.get("address")
-    return payouts.set_destination(_live_account(), kind, target or "", body.get("chain"))
+@endpoint(blp, "/payouts/destination/stripe_connect", "put", "billing:write", body=StripeDestinationInSchema,
+          ok=DestinationSchema, name="StripeDestinationView", errors={403: "A test key."})
+def put_stripe_destination(body):
+    """Connect a Stripe Connect account as the payout destination: settled earnings are
+    then paid out by transfer instead of credited to the balance (replaces any other)."""
+    return payouts.set_destination(_live_account(), "stripe_connect", body["account"], None)
+
+
+@endpoint(blp, "/payouts/destination/usdc", "put", "billing:write", body=UsdcDestinationInSchema,
+          ok=DestinationSchema, name="UsdcDestinationView", errors={
+              400: "A mixed-case address whose EIP-55 checksum does not match; nothing changed.",
+              403: "A test key.", 409: "`payout_rail_unavailable`: USDC payouts are not available here."})
+def put_usdc_destination(body):
+    """Connect a USDC address on a chain as the payout destination (replaces any other)."""
+    return payouts.set_destination(_live_account(), "usdc", body["address"], body["chain"])
 
 
 @endpoint(blp, "/payouts/destination", "delete", "billing:write", ok=DestinationRemovedSchema,

@@ -9,17 +9,18 @@ CONNECT_PATTERN = r"^acct_[A-Za-z0-9]{6,64}$"
 EVM_ADDRESS_PATTERN = r"^0x[0-9a-fA-F]{40}$"
 
 
-class DestinationInSchema(InputSchema):
-    kind = ma.fields.String(required=True, validate=ma.validate.OneOf(("stripe_connect", "usdc")), metadata={
-        "description": "`stripe_connect`: needs `account`. `usdc`: needs `chain` and `address` (EIP-55 "
-                       "checksummed or all one case)."})
-    account = ma.fields.String(validate=Pattern(CONNECT_PATTERN), metadata={
-        "description": "The Stripe Connect account id (kind `stripe_connect`). In the sandbox an id "
-                       "containing `fail` makes every transfer to it fail."})
-    chain = ma.fields.String(validate=ma.validate.OneOf(chains.EVM_CHAINS), metadata={
-        "description": "kind `usdc`: the chain the USDC is sent on."})
-    address = ma.fields.String(validate=Pattern(EVM_ADDRESS_PATTERN), metadata={
-        "description": "kind `usdc`: the receiving address."})
+class StripeDestinationInSchema(InputSchema):
+    account = ma.fields.String(required=True, validate=Pattern(CONNECT_PATTERN), metadata={
+        "description": "The Stripe Connect account id. In the sandbox an id containing `fail` makes every "
+                       "transfer to it fail."})
+
+
+class UsdcDestinationInSchema(InputSchema):
+    chain = ma.fields.String(required=True, validate=ma.validate.OneOf(chains.EVM_CHAINS), metadata={
+        "description": "The chain the USDC is sent on."})
+    address = ma.fields.String(required=True, validate=Pattern(EVM_ADDRESS_PATTERN), metadata={
+        "description": "The receiving address: all one case, or EIP-55 checksummed (a mixed-case address "
+                       "whose checksum does not match is 400)."})
 
 
 class DestinationSchema(ma.Schema):

@@ -27,6 +27,7 @@ outside money in (card, ACH, USDC,     ``funding.credit`` (once per outside refe
 x402 booking)                          ``outside.record``)
 refund / dispute of such a credit      ``funding.take_back`` / ``funding.reinstate``
 owner → agent funding                  ``funding.transfer``
+a payout of settled earnings           ``funding.pay_out`` / ``keep_as_balance``
 promotional grant, operator credit     ``funding.grant``
 revenue-share accrual (a call's legs)  ``revenue_share.call_legs`` / ``reverse``
 revenue-share monthly settlement       ``settlement.settle_month`` / ``settle_agent``

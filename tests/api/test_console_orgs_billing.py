@@ -395,3 +395,36 @@ def test_a_card_paid_at_the_sandbox_checkout_is_saved_when_asked(app, make_accou
         assert payments.saved_method(acct.id, "test").payment_method_id == "pm_card_mastercard"
         assert {p.status for p in db.session.query(Payment).filter_by(account_id=acct.id)} == {"succeeded"}
         db.session.remove()
+
+
+def test_activity_and_usage_calls_follow_the_chosen_org_and_the_roles_share(app, client, make_account, mod):  # noqa: F811
+    """With an organisation chosen, the activity page, the usage page's recent calls, both CSV
+    downloads and a call's page read the organisation's calls (the activity page used to read
+    the person's own account under the organisation's banner); owners, admins and billing see
+    every member's calls, developers and viewers only their own keys' — the API's rule for the
+    per-call export (``orgs.usage_scope``)."""
+    from app.models import ApiKey as ApiKeyRow, ModuleCall
+    from tests.orgkit import fund, h, org_key
+
+    owner_acct, dev_acct = make_account(), make_account()
+    owner = Console(app, owner_acct.id)
+    org_id = owner.create_org("Calls")
+    _add_member(app, org_id, dev_acct.id, "developer")
+    fund(app, org_id, 100, "enterprise")
+    for acct in (owner_acct, dev_acct):
+        key = org_key(client, acct, org_id)["key"]
+        assert client.post("/v1/module/svc/call", json={"action": "ok"}, headers=h(key)).status_code == 200
+    with app.app_context():
+        ids = {m: db.session.query(ModuleCall.id).filter(ModuleCall.account_id == org_id, ModuleCall.actor.in_(
+            db.session.query(ApiKeyRow.id).filter(ApiKeyRow.member_account_id == m))).scalar()
+            for m in (owner_acct.id, dev_acct.id)}
+        db.session.remove()
+    dev = Console(app, dev_acct.id)
+    dev.post("/orgs/switch", {"org_id": org_id})
+    for who, sees, hidden in ((owner, set(ids.values()), set()), (dev, {ids[dev_acct.id]}, {ids[owner_acct.id]})):
+        for page in ("/activity", "/usage", "/activity/export.csv", "/usage/export.csv"):
+            text = who.get(page).get_data(as_text=True)
+            assert all(i in text for i in sees) and not any(i in text for i in hidden), (who.account_id, page)
+        assert who.get(f"/usage/calls/{ids[dev_acct.id]}").status_code == 200
+    assert dev.get(f"/usage/calls/{ids[owner_acct.id]}").status_code == 404
+    assert owner.get(f"/usage/calls/{ids[owner_acct.id]}").status_code == 200

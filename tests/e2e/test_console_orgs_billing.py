@@ -15,6 +15,7 @@ from email import message_from_bytes
 from email.policy import default
 from pathlib import Path
 
+from tests.support import axe
 from tests.e2e.test_console_issue40 import NARROW_CHECK, server, signed_in  # noqa: F401  (module fixture)
 
 
@@ -121,6 +122,7 @@ def test_owner_creates_org_invites_member_changes_role_and_removes_them(app, ser
         narrow.goto(base + path)
         assert narrow.url == base + path and narrow.locator("#acting-for").count() == 1
         assert narrow.evaluate(NARROW_CHECK) == [], f"{path} at 390 px"
+        assert axe.violations(narrow) == [], path  # no serious or critical violation (issue 40 item 6)
         if os.environ.get("CONSOLE_SHOTS_TMP"):  # a look by eye, never in the repo
             narrow.screenshot(path=f"/tmp/console-orgs{path.replace('/', '-')}-390.png", full_page=True)
     narrow.context.close()

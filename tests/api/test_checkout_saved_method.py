@@ -62,3 +62,35 @@ def test_stripe_checkout_sets_up_future_usage_and_saves_the_intents_method_once(
     last = [x for x in stripe_api.requests if x[1] == "/v1/checkout/sessions"][-1][2]
     assert "setup_future_usage" not in last["payment_intent_data"]
     ledger_clean()
+
+
+def test_the_sandbox_pages_save_box_marks_the_checkout_like_the_api_flag(app, client, make_account, ledger_clean):
+    """One path saves a checkout's card: the sandbox page's "save" box marks the checkout as
+    the API's ``save_method`` does, and ``checkouts.save_paid_method`` saves it after the
+    credit, once (``meta.saved_method``). A bank debit that settles later is saved when it
+    settles, not when it is submitted (the box used to save at once, before any credit)."""
+    from app.extensions import db
+    from app.models import Payment
+    from app.services.billing import sandbox_checkout
+
+    acct = make_account()
+    out = client.post("/api/pay/checkout", json={"amount_cents": 400}, headers=acct.headers).get_json()
+    r = client.post(urlparse(out["url"]).path, data={"action": "pay", "payment_method": "pm_usBankAccount",
+                                                     "save_method": "true"})
+    assert r.status_code == 200 and _methods(client, acct) == []  # submitted, not credited: nothing saved yet
+    with app.app_context():
+        pay_id = db.session.query(Payment).filter_by(account_id=acct.id, kind="checkout").one().id
+        sandbox_checkout.sandbox_settle(pay_id)
+        db.session.remove()
+    assert [m["payment_method_id"] for m in _methods(client, acct)] == ["pm_usBankAccount"]
+    # the box alone, a card: saved by the same path, recorded once on the payment
+    out = client.post("/api/pay/checkout", json={"amount_cents": 300}, headers=acct.headers).get_json()
+    client.post(urlparse(out["url"]).path, data={"action": "pay", "payment_method": "pm_card_visa",
+                                                 "save_method": "true"})
+    with app.app_context():
+        pay = db.session.query(Payment).filter_by(provider_id=urlparse(out["url"]).path.rsplit("/", 1)[1]).one()
+        assert (pay.status, pay.meta["save_method"], pay.meta["saved_method"]) == ("succeeded", True, "pm_card_visa")
+        db.session.remove()
+    assert [(m["payment_method_id"], m["default"]) for m in _methods(client, acct) if m["default"]] == [
+        ("pm_card_visa", True)]
+    ledger_clean()

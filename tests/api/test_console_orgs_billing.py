@@ -13,6 +13,7 @@ from datetime import timedelta
 import pytest
 
 from app.extensions import db
+from tests.gateway_helpers import mod, provider, provider_server  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("app")
 
@@ -219,30 +220,49 @@ def test_audit_log_pages_with_a_cursor(app, make_account):
     assert second.count("<code>key.create</code>") == 5 and "<code>org.create</code>" in second
 
 
-def test_budget_field_follows_update_member(app, make_account, monkeypatch):
-    """The members page offers ``monthly_budget_cents`` exactly when ``orgs.update_member``
-    takes it (the "budget" work, merged separately), and passes it in cents."""
-    from app.blueprints.console import org_pages
-    from app.services.orgs import orgs
+def _usage_rows(html: str) -> dict:
+    """The "Usage by member" table: member -> (calls, spend)."""
+    return {m: (int(c), spend) for m, c, spend in re.findall(
+        r'<tr data-member-usage="([^"]+)">.*?data-label="Calls" class="num">(\d+)<.*?'
+        r'data-label="Spend" class="num">([^<]+)<', html)}
 
-    owner = Console(app, make_account().id)
+
+def test_members_page_budget_end_to_end_with_spend_and_usage_by_member(app, client, make_account, mod):  # noqa: F811
+    """The members page sets a member's monthly budget (dollars, passed in cents), shows what
+    each member spent this month beside it, lists this month's usage by member (everyone for
+    owners, admins and billing; one's own row for the others) and clears the budget; the
+    API then answers the 402 ``member_budget_exceeded`` at the budget and lets calls through
+    once it is cleared."""
+    from app.models import OrgMember
+    from tests.orgkit import fund, h, org_key
+
+    owner = Console(app, make_account(email="boss@example.com").id)
     org_id = owner.create_org("Budgets")
-    member = make_account()
-    _add_member(app, org_id, member.id, "developer")
-    if not org_pages.budgets_supported():
-        assert "Monthly budget" not in owner.get("/org/members").get_data(as_text=True)
-    seen = {}
-    real = orgs.update_member
-
-    def update_member(principal, actor, org_id, member_id, role, *, monthly_budget_cents=None):
-        seen["budget"] = monthly_budget_cents
-        return real(principal, actor, org_id, member_id, role)
-
-    monkeypatch.setattr(orgs, "update_member", update_member)
-    assert "Monthly budget" in owner.get("/org/members").get_data(as_text=True)
-    assert owner.post(f"/org/members/{member.id}", {"role": "developer", "monthly_budget": "12.50"}).status_code == 303
-    assert seen["budget"] == 1250
-    r = owner.post(f"/org/members/{member.id}", {"role": "developer", "monthly_budget": "lots"})
+    dev = make_account(email="dev-budget@example.com")
+    _add_member(app, org_id, dev.id, "developer")
+    fund(app, org_id, 100, "enterprise")
+    assert owner.post(f"/org/members/{dev.id}", {"role": "developer", "monthly_budget": "0.06"}).status_code == 303
+    html = owner.get("/org/members").get_data(as_text=True)
+    assert 'value="0.06"' in html and "No usage this month." not in html
+    key = org_key(client, dev, org_id)["key"]
+    answers = [client.post("/v1/module/svc/call", json={"action": "ok"}, headers=h(key)) for _ in range(3)]
+    assert [r.status_code for r in answers] == [200, 200, 402]
+    assert answers[2].get_json()["error"] == "member_budget_exceeded"
+    html = owner.get("/org/members").get_data(as_text=True)
+    dev_row = re.search(r'<tr data-member="dev-budget@example.com">.*?</tr>', html, re.S).group(0)
+    assert "$0.06 <span class=\"muted\">of $0.06</span>" in dev_row
+    assert _usage_rows(html) == {"dev-budget@example.com": (2, "$0.06"), "boss@example.com": (0, "$0.00")}
+    # a developer sees their own row of the usage by member only
+    mine = Console(app, dev.id)
+    mine.post("/orgs/switch", {"org_id": org_id})
+    assert _usage_rows(mine.get("/org/members").get_data(as_text=True)) == {"dev-budget@example.com": (2, "$0.06")}
+    # cleared: no budget, the next call goes through
+    assert owner.post(f"/org/members/{dev.id}", {"role": "developer", "monthly_budget": ""}).status_code == 303
+    with app.app_context():
+        assert db.session.get(OrgMember, (org_id, dev.id)).monthly_budget_micros is None
+        db.session.remove()
+    assert client.post("/v1/module/svc/call", json={"action": "ok"}, headers=h(key)).status_code == 200
+    r = owner.post(f"/org/members/{dev.id}", {"role": "developer", "monthly_budget": "lots"})
     assert r.status_code == 400 and "Monthly budget" in r.get_data(as_text=True)
 
 
@@ -375,3 +395,36 @@ def test_a_card_paid_at_the_sandbox_checkout_is_saved_when_asked(app, make_accou
         assert payments.saved_method(acct.id, "test").payment_method_id == "pm_card_mastercard"
         assert {p.status for p in db.session.query(Payment).filter_by(account_id=acct.id)} == {"succeeded"}
         db.session.remove()
+
+
+def test_activity_and_usage_calls_follow_the_chosen_org_and_the_roles_share(app, client, make_account, mod):  # noqa: F811
+    """With an organisation chosen, the activity page, the usage page's recent calls, both CSV
+    downloads and a call's page read the organisation's calls (the activity page used to read
+    the person's own account under the organisation's banner); owners, admins and billing see
+    every member's calls, developers and viewers only their own keys' — the API's rule for the
+    per-call export (``orgs.usage_scope``)."""
+    from app.models import ApiKey as ApiKeyRow, ModuleCall
+    from tests.orgkit import fund, h, org_key
+
+    owner_acct, dev_acct = make_account(), make_account()
+    owner = Console(app, owner_acct.id)
+    org_id = owner.create_org("Calls")
+    _add_member(app, org_id, dev_acct.id, "developer")
+    fund(app, org_id, 100, "enterprise")
+    for acct in (owner_acct, dev_acct):
+        key = org_key(client, acct, org_id)["key"]
+        assert client.post("/v1/module/svc/call", json={"action": "ok"}, headers=h(key)).status_code == 200
+    with app.app_context():
+        ids = {m: db.session.query(ModuleCall.id).filter(ModuleCall.account_id == org_id, ModuleCall.actor.in_(
+            db.session.query(ApiKeyRow.id).filter(ApiKeyRow.member_account_id == m))).scalar()
+            for m in (owner_acct.id, dev_acct.id)}
+        db.session.remove()
+    dev = Console(app, dev_acct.id)
+    dev.post("/orgs/switch", {"org_id": org_id})
+    for who, sees, hidden in ((owner, set(ids.values()), set()), (dev, {ids[dev_acct.id]}, {ids[owner_acct.id]})):
+        for page in ("/activity", "/usage", "/activity/export.csv", "/usage/export.csv"):
+            text = who.get(page).get_data(as_text=True)
+            assert all(i in text for i in sees) and not any(i in text for i in hidden), (who.account_id, page)
+        assert who.get(f"/usage/calls/{ids[dev_acct.id]}").status_code == 200
+    assert dev.get(f"/usage/calls/{ids[owner_acct.id]}").status_code == 404
+    assert owner.get(f"/usage/calls/{ids[owner_acct.id]}").status_code == 200

@@ -117,6 +117,17 @@ def test_usage_per_member_in_an_organisation(app, client, make_account, mod):  #
     r = _get(client, "current", owner.headers, org_id=oid, member_id=dev.id)
     assert r.status_code == 200 and r.get_json()["calls"] == 2, r.get_json()
     assert _get(client, "current", dev.headers, org_id=oid, member_id=dev.id).status_code == 404  # not a member
+    # every member's share in one read (the console's members page): the same numbers as one
+    # member at a time, after the roll-up, the former member included
+    from app.extensions import db
+    from app.services.billing import usage
+
+    with app.app_context():
+        start, end = usage.billing_period()
+        split = {u["member_id"]: (u["calls"], u["errors"], u["spend_micros"]) for u in usage.by_member(oid, start, end)}
+        assert usage.by_member(oid, start, end, mode="test") == []
+        db.session.remove()
+    assert split == {dev.id: (2, 0, 60_000), dev2.id: (1, 0, 30_000)}
 
 
 def test_an_alert_watching_an_organisation_fires_on_its_members_calls(app, client, make_account, mod):  # noqa: F811

@@ -135,7 +135,8 @@ def usage_page():
     return render_template("console/usage.html", days=days, ranges=RANGES,
                            chart=daily_charts(org_context.payer_id(), days, web.mode()),
                            by_module=usage.by_product(org_context.payer_id(), start, end, mode=web.mode()),
-                           calls=history.recent_activity(org_context.payer_id(), mode=web.mode(), limit=50))
+                           calls=history.recent_activity(org_context.payer_id(), mode=web.mode(), limit=50,
+                                                         filters=org_context.calls_filter()))
 
 
 @bp.get("/usage/export.csv")
@@ -146,7 +147,8 @@ def usage_export():
     days = min(max(days, 1), 31)
     end = utcnow()
     start, end = export.window(end - timedelta(days=days), end)
-    body = stream_with_context(export.rows(org_context.payer_id(), start, end, "csv"))
+    body = stream_with_context(export.rows(org_context.payer_id(), start, end, "csv",
+                                           member=org_context.calls_member()))
     return Response(body, mimetype="text/csv", headers={
         "Content-Disposition": f'attachment; filename="usage-{start:%Y%m%d}-{end:%Y%m%d}.csv"'})
 
@@ -154,6 +156,7 @@ def usage_export():
 def _call_page(call_id: str, status: int = 200, **extra):
     try:
         call = history.get_call(org_context.payer_id(), call_id)
+        org_context.check_call(call)
     except DomainError:
         abort(404)
     published = {k["kid"]: k for k in receipts.public_keys()}

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from datetime import date, datetime, timedelta, timezone
 
-from flask import Response, g, render_template, request, stream_with_context
+from flask import Response, render_template, request, stream_with_context
 
-from app.blueprints.console import bp, web
+from app.blueprints.console import bp, org_context, web
 from app.errors import DomainError
 from app.models.base import utcnow
 from app.services.accounts import keys as keys_svc
@@ -63,10 +63,11 @@ def _query() -> tuple[dict, dict]:
 def activity():
     """Module calls and chat completions of the mode shown, newest first, filtered."""
     q, errors = _query()
-    acct = g.account
-    rows = [] if errors else history.recent_activity(acct.id, mode=web.mode(), limit=LISTED, filters=q["filters"],
+    payer = org_context.payer_id()  # the chosen organisation's calls (the role's share of them), else one's own
+    rows = [] if errors else history.recent_activity(payer, mode=web.mode(), limit=LISTED,
+                                                     filters={**q["filters"], **org_context.calls_filter()},
                                                      start=q["start"], end=q["end"])
-    keys = keys_svc.list_keys(acct.id, web.mode())
+    keys = org_context.visible_keys(keys_svc.list_keys(payer, web.mode()))
     products = ([("module:" + m["slug"], m["slug"]) for m in pricelist.modules()]
                 + [("model:" + m["id"], m["id"] + " (chat)") for m in pricelist.chat_models()])
     return render_template("console/activity.html", calls=rows, form=q["form"], errors=errors, keys=keys,
@@ -85,7 +86,8 @@ def activity_export():
         start, end = export.window(q["start"], q["end"])
     except DomainError as exc:
         return render_template("console/message.html", title="Export refused", message=exc.message), 400
-    body = stream_with_context(export.rows(g.account.id, start, end, "csv", q["filters"]))
+    body = stream_with_context(export.rows(org_context.payer_id(), start, end, "csv", q["filters"],
+                                           member=org_context.calls_member()))
     return Response(body, mimetype="text/csv", headers={
         "Content-Disposition": f'attachment; filename="activity-{start:%Y%m%d}-{end:%Y%m%d}.csv"'})
 

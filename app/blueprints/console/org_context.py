@@ -98,6 +98,40 @@ def template_context(mode: str) -> dict:
             "my_orgs": orgs.list_orgs(principal(mode)), "allows": allows}
 
 
+# --- whose calls the per-call pages list (the rule of ``orgs.usage_scope``, ``per_call``) ---
+
+def calls_member() -> str | None:
+    """In the chosen organisation, owners, admins and billing see every member's calls
+    (``read_member_usage``, as the API's export without ``member_id``); developers and
+    viewers their own (their organisation keys'). None: every call of the payer."""
+    if g.get("org") is None or g.org_role in roles.ACTIONS["read_member_usage"]:
+        return None
+    return g.account.id
+
+
+def calls_filter() -> dict:
+    """``calls_member`` as the call-log filter of ``history.recent_activity`` /
+    ``export.narrowed`` ({}: no narrowing)."""
+    from app.services.billing.usage_log import member_keys
+
+    member = calls_member()
+    return {} if member is None else {"member_keys": member_keys(g.org.id, member)}
+
+
+def check_call(call) -> None:
+    """404 for a call of another member's key when the role sees only its own calls."""
+    from app.errors import NotFound
+    from app.extensions import db
+    from app.models import ApiKey
+
+    member = calls_member()
+    if member is None:
+        return
+    row = db.session.get(ApiKey, call.actor) if call.actor else None
+    if row is None or row.member_account_id != member:
+        raise NotFound("No such call.")
+
+
 # --- keys of an organisation (the rules of ``orgs.visible_keys`` / ``orgs.check_key``) -----
 
 def member_id() -> str | None:

@@ -6,8 +6,6 @@ And (issue 40 item 4) the organisation list and creation, the switcher's form, t
 organisation's members, invitations, roles and budgets, and its audit log."""
 from __future__ import annotations
 
-import inspect
-
 from flask import Response, abort, g, redirect, render_template, request, stream_with_context, url_for
 
 from app.blueprints.console import bp, org_context, web
@@ -43,12 +41,6 @@ def invite(token):
 # the roles that may and the person's role.
 
 AUDIT_PAGE = 50
-
-
-def budgets_supported() -> bool:
-    """Whether ``orgs.update_member`` takes ``monthly_budget_cents`` (the "budget" work of
-    issue 37 item 4, merged separately): the members page offers the budget field only then."""
-    return "monthly_budget_cents" in inspect.signature(orgs.update_member).parameters
 
 
 def _chosen():
@@ -109,14 +101,29 @@ def _members_page(status: int = 200, **extra):
     p, mode = org_context.principal(web.mode()), web.mode()
     manage = org_context.allows(action="manage_members")
     start, end = usage.billing_period()
-    ctx = {"members": orgs.list_members(p, org.id),
+    members = orgs.list_members(p, org.id)
+    ctx = {"members": members,
            "invites": invites.list_invites(p, org.id) if manage else [],
            "manage": manage, "owner": g.org_role == roles.OWNER, "roles": ROLES,
-           "budgets": budgets_supported(), "usage_now": usage.totals(org.id, start, end, mode=mode),
-           "member_usage": None,  # usage by member: the "orgusage" work (member_id on usage), see docs/console.md
+           "usage_now": usage.totals(org.id, start, end, mode=mode),
+           "member_usage": _member_usage(org.id, members, start, end, mode),
            "errors": {}, "form": {"email": "", "role": "developer"}, "me": g.account.id}
     ctx.update(extra)
     return render_template("console/org_members.html", **ctx), status
+
+
+def _member_usage(org_id: str, members: list[dict], start, end, mode: str) -> list[dict]:
+    """This month's calls and spend of each member's organisation keys (one statement,
+    ``usage.by_member``), every current member listed (0 when they made no call) and former
+    members who called this month after them. Owners, admins and billing see every member
+    (``read_member_usage``, as ``member_id`` on the usage routes); the others their own row."""
+    rows = {u["member_id"]: u for u in usage.by_member(org_id, start, end, mode=mode)}
+    out = [{"member_id": m["member_id"], "email": m["email"], "calls": 0, "spend_micros": 0,
+            **rows.pop(m["member_id"], {})} for m in members]
+    out += [{"email": None, **u} for u in rows.values()]
+    if not org_context.allows(action="read_member_usage"):
+        out = [u for u in out if u["member_id"] == g.account.id]
+    return out
 
 
 @bp.get("/org/members")
@@ -182,7 +189,7 @@ def org_update_member(member_id: str):
         return back
     role = request.form.get("role") or ""
     kwargs = {}
-    if budgets_supported() and "monthly_budget" in request.form:
+    if "monthly_budget" in request.form:
         text = (request.form.get("monthly_budget") or "").strip().removeprefix("$")
         cents = None if not text else dollars_to_cents(text)
         if text and cents is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from flask import g, redirect, render_template, request, url_for
 
-from app.blueprints.console import bp, charts, web
+from app.blueprints.console import bp, charts, org_context, web
 from app.errors import DomainError
 from app.ratelimits import per_ip
 from app.services.accounts import accounts
@@ -99,4 +99,4 @@ def dashboard():
     return render_template(
         "console/dashboard.html", current=current, plan_cents=plan_cents, top=top,
         meter=charts.meter(current["spend_micros"], plan_cents * 10_000), chart=daily_charts(acct.id, 30, mode),
-        calls=history.recent_activity(acct.id, mode=mode, limit=10))
+        calls=history.recent_activity(acct.id, mode=mode, limit=10, filters=org_context.calls_filter()))

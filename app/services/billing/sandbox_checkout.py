@@ -56,9 +56,11 @@ def sandbox_checkout_page(session_id: str) -> dict:
 
 
 def sandbox_checkout_action(session_id: str, action: str, pm_id: str | None, *, save_method: bool = False) -> dict:
-    """Pay or cancel a sandbox checkout. Returns ``{result, message, payment}``. With
-    ``save_method`` the method paid with becomes the account's saved default (what Stripe
-    Checkout's "save my card" does), once the payment is accepted."""
+    """Pay or cancel a sandbox checkout. Returns ``{result, message, payment}``.
+    ``save_method`` (the page's "save this payment method" box, like Stripe Checkout's own
+    "save my card") marks the checkout as the API's ``save_method`` flag does, so the one
+    path saves the card: ``checkouts.save_paid_method`` after the credit's commit. A
+    checkout created with the flag saves the card whatever the box."""
     p = _sandbox_session(session_id)
     if p.status != "pending" or (p.meta or {}).get("ach_submitted"):
         return {"result": "closed", "message": f"This checkout is already {p.status}.", "payment": p}
@@ -79,30 +81,21 @@ def sandbox_checkout_action(session_id: str, action: str, pm_id: str | None, *, 
 
         return {"result": "declined", "message": DECLINE_MESSAGES[outcome], "payment": p}
     pi = "pi_sbx_" + random_b62(24)
-    if (p.meta or {}).get("save_method"):  # what the sandbox's "payment intent" was paid with
+    save = save_method or bool((p.meta or {}).get("save_method"))
+    if save:  # what the sandbox's "payment intent" was paid with, read by ``save_paid_method``
         with unit_of_work():
-            p.meta = {**(p.meta or {}), "sandbox_method": pm_id}
+            p.meta = {**(p.meta or {}), "save_method": True, "sandbox_method": pm_id}
     if outcome == "settles_later":
         with unit_of_work():
             p.meta = {**(p.meta or {}), "ach_submitted": True}
         sandbox_deliver("checkout.session.completed", _session_object(p, "unpaid", pi))
         db.session.refresh(p)
-        _save(p, pm_id, save_method)
         return {"result": "processing", "payment": p,
                 "message": "Bank payment submitted; credits arrive when it settles "
                            "(sandbox: flask payments sandbox-settle " + p.id + ")."}
     sandbox_deliver("checkout.session.completed", _session_object(p, "paid", pi))
     db.session.refresh(p)
-    _save(p, pm_id, save_method)
     return {"result": "paid", "message": "Payment succeeded; credits added.", "payment": p}
-
-
-def _save(p: Payment, pm_id: str, save_method: bool) -> None:
-    """The method paid with, saved as the payer's default (``payments.set_default_method``)."""
-    if save_method:
-        from app.services.billing import payments
-
-        payments.set_default_method(p.account_id, p.mode, pm_id)
 
 
 def sandbox_settle(payment_id: str, fail: bool = False) -> dict:

@@ -24,7 +24,7 @@ from app.errors import NotFound
 from app.models import Account
 from app.models.base import UTCDateTime, utcnow
 from app.services.billing.usage_log import (hour_of, is_whole_days, key_rows, member_rows,  # noqa: F401
-                                           usage_rows, whole_day_rows)
+                                           member_totals, usage_rows, whole_day_rows)
 from app.services.platform import uow
 
 
@@ -122,6 +122,14 @@ def totals(account_id: str, start: datetime, end: datetime, *, mode: str = "live
     (calls, errors, spend), = _rows(account_id, start, end, mode, _totals_stmt, product_prefix, False,
                                     filters=filters)
     return {"calls": int(calls), "errors": int(errors), "spend_micros": int(spend)}
+
+
+def by_member(org_id: str, start: datetime, end: datetime, *, mode: str = "live") -> list[dict]:
+    """calls, errors, spend_micros of each member's organisation keys in [start, end), most
+    spent first: what ``member_id`` on the usage routes answers one member at a time, for
+    every member in one statement (``usage_log.member_totals``; the console's members page)."""
+    rows = uow.read(member_totals(start, end, org_id, (mode,)), {})
+    return [{"member_id": m, "calls": int(c), "errors": int(e), "spend_micros": int(s)} for m, c, e, s in rows]
 
 
 def _by_product_stmt(u):

@@ -352,3 +352,22 @@ def _insert_sums(table, ts_column: str, rows, c, ts: datetime) -> None:
     """insert … select of ``rows`` summed per account, product and mode, at ``ts``."""
     db.session.execute(insert(table).from_select(
         ["account_id", "product", "mode", ts_column, "calls", "errors", "spend_micros"], _sums(c, ts)))
+
+
+def member_totals(start, end, org_id, modes):
+    """One statement: (member id, calls, errors, spend_micros) of each member whose
+    organisation keys called in [start, end) — the call logs of ``org_id`` read by actor
+    (as ``member_rows``, one pass for every member) joined to the keys' members (revoked
+    and rotated keys included; former members too). Cost: the organisation's calls of the
+    range through the ``(account_id, created_at)`` indexes."""
+    from app.models import ApiKey
+
+    keys = ApiKey.__table__
+    calls, chat = call_log_rows(start, end, org_id, modes, since_mark=False)
+    u = union_all(calls.add_columns(_CALLS.c.actor.label("actor")),
+                  chat.add_columns(_CHAT.c.actor.label("actor"))).subquery("usage_rows")
+    member = keys.c.member_account_id
+    return (select(member, func.sum(u.c.calls), func.sum(u.c.errors), func.sum(u.c.spend_micros))
+            .select_from(u.join(keys, keys.c.id == u.c.actor))
+            .where(keys.c.account_id == org_id, member.is_not(None))
+            .group_by(member).order_by(func.sum(u.c.spend_micros).desc(), member))

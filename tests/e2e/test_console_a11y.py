@@ -107,6 +107,21 @@ def test_every_page_passes_axe_and_fits(app, server, make_account, width):
     assert problems == {}, "\n".join(f"{p}: {v}" for p, vs in problems.items() for v in vs)
 
 
+def fill_billing(page, amount: str) -> None:
+    """On the billing page in test mode: save a sandbox card, turn auto top-up on, and start a
+    checkout of ``amount`` dollars, left pending (the page ends on the sandbox checkout)."""
+    import re
+
+    page.select_option("#f-payment_method_id", "pm_card_visa")
+    page.click("text=Save card")
+    page.wait_for_selector("#billing-done")
+    page.click("text=Turn on auto top-up")
+    page.wait_for_selector("#autotopup-state")
+    page.fill("#f-amount", amount)
+    page.click("text=Continue to checkout")
+    page.wait_for_url(re.compile(r".*/pay/sandbox/checkout/.*"))
+
+
 @pytest.mark.parametrize("width", [1280, 390])
 def test_org_and_billing_pages_pass_axe_and_fit(app, server, make_account, width):
     """Organisations (acting for one: list, members with a pending invitation, audit log),
@@ -115,7 +130,6 @@ def test_org_and_billing_pages_pass_axe_and_fit(app, server, make_account, width
     the organisation's billing page, and in live mode the wallet's message to sign and a
     refused signature."""
     import os
-    import re
 
     from tests.e2e.test_console_orgs_billing import _invite_link
 
@@ -148,6 +162,7 @@ def test_org_and_billing_pages_pass_axe_and_fit(app, server, make_account, width
 
     invited = browser.new_context(viewport={"width": width, "height": 860}).new_page()
     invited.goto(_invite_link(app, email))
+    assert invited.inner_text("#invite-org") == "A11y Org"  # the page names the organisation, not only its id
     look(invited, "/invites/<token>")
     invited.goto(base + "/invites/no-such-token")
     look(invited, "/invites/<unknown token>")
@@ -157,14 +172,7 @@ def test_org_and_billing_pages_pass_axe_and_fit(app, server, make_account, width
     page = signed_in(app, server, payer.id, width=width, mode="test")
     page.goto(base + "/billing")
     look(page, "/billing (test mode, empty)")
-    page.select_option("#f-payment_method_id", "pm_card_visa")
-    page.click("text=Save card")
-    page.wait_for_selector("#billing-done")
-    page.click("text=Turn on auto top-up")
-    page.wait_for_selector("#autotopup-state")
-    page.fill("#f-amount", "2")
-    page.click("text=Continue to checkout")
-    page.wait_for_url(re.compile(r".*/pay/sandbox/checkout/.*"))
+    fill_billing(page, "2")
     look(page, "sandbox checkout")
     page.goto(base + "/billing")
     assert page.locator("text=Resume").count() == 1 and "visa" in page.inner_text("#methods")
@@ -174,9 +182,12 @@ def test_org_and_billing_pages_pass_axe_and_fit(app, server, make_account, width
     page = signed_in(app, server, payer.id, width=width)
     page.goto(base + "/billing")
     look(page, "/billing (live mode)")
+    # no browser wallet here (no window.ethereum): its buttons stay hidden, no dead control
+    assert page.locator("#wallet-detect").count() == 1 and not page.is_visible("#wallet-detect")
     page.fill("#f-address", "0x" + "ab" * 20)
     page.click("text=Get the message to sign")
     page.wait_for_selector("#sign-message")
+    assert not page.is_visible("#wallet-sign")
     look(page, "/billing (wallet message to sign)")
     page.fill("#f-signature", "0x00")
     page.click("text=Connect wallet")

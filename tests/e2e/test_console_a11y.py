@@ -154,6 +154,9 @@ def test_org_and_billing_pages_pass_axe_and_fit(app, server, make_account, width
     page.click("text=Send invitation")
     page.wait_for_selector(f"text=Invitation sent to {email}")
     look(page, "/org/members (invitation sent)")
+    page.goto(base + "/orgs")  # the chosen organisation offers its members, not "Act for it" again
+    assert page.locator("button[aria-label='Act for A11y Org']").count() == 0
+    assert page.locator("a[aria-label='Members of A11y Org']").count() == 1
     for path in ("/orgs", "/org/members", "/org/audit", "/billing", "/dashboard"):
         page.goto(base + path)
         assert page.locator("#acting-for").count() == 1, path

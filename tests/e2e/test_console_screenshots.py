@@ -3,7 +3,10 @@ writes them to docs/console/ (``CONSOLE_SCREENSHOTS=docs``); a plain test run wr
 temporary folder (the tree stays clean) and checks that no page scrolls sideways at 390 px.
 
 The pages are the navigation's (a page added to it gets its screenshots) and the ones reached
-from it; the account has usage, calls, chat completions, a key, an alert and an agent, and the
+from it: a call, "Page not found", signed out, sign-in; acting for an organisation (with a
+member and a pending invitation) its list, members, audit log and billing; the invitation
+page; billing in test mode with a saved card, auto top-up and a pending checkout, the sandbox
+checkout, and the wallet's message to sign; the account has usage, calls, chat completions, a key, an alert and an agent, and the
 catalog is the demo one (``flask catalog load``, its modules answered by the demo provider)
 with the demo LLM's chat models; the calls and completions are made over HTTP with a key."""
 from __future__ import annotations
@@ -21,8 +24,10 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 import requests
 
 from demo import provider as demo
+from tests.e2e.test_console_a11y import fill_billing
 from tests.e2e.test_console_done import chat_server  # noqa: F401
 from tests.e2e.test_console_issue40 import NARROW_CHECK, signed_in
+from tests.e2e.test_console_orgs_billing import _invite_link
 from tests.support.apps import ROOT, app_env
 
 SHOTS = (ROOT / "docs" / "console" if os.environ.get("CONSOLE_SCREENSHOTS") == "docs"
@@ -106,22 +111,64 @@ def test_screenshots_of_every_page(app, chat_server, make_account):  # noqa: F81
     pages = {"landing": "/", **{p.strip("/"): p for p in nav}, "call": f"/usage/calls/{call_id}",
              "not-found": "/no-such-page"}
     wide = []
-    for name, path in pages.items():
-        page.goto(base + path)
+
+    def shoot(pg, name: str, path: str | None = None) -> None:
+        """``path`` (or the page as it is) at both widths; a page scrolling sideways is noted."""
+        if path:
+            pg.goto(base + path)
         for width in WIDTHS:
-            page.set_viewport_size({"width": width, "height": 860})
-            page.screenshot(path=str(SHOTS / f"{name}-{width}.png"), full_page=True)
-            if width == 390 and page.evaluate(NARROW_CHECK):
+            pg.set_viewport_size({"width": width, "height": 860})
+            pg.screenshot(path=str(SHOTS / f"{name}-{width}.png"), full_page=True)
+            if width == 390 and pg.evaluate(NARROW_CHECK):
                 wide.append(name)
+        pg.set_viewport_size({"width": WIDTHS[0], "height": 860})
+
+    for name, path in pages.items():
+        shoot(page, name, path)
+    shots = len(pages)
+    # the pages reached from Organisations, acting for one (with a member and a pending invitation)
+    page.goto(base + "/orgs")
+    page.fill("#f-name", "Research team")
+    page.click("text=Create organisation")
+    page.wait_for_url(base + "/org/members")
+    for email, role in (("dana@example.com", "developer"), ("lee@example.com", "billing")):
+        page.fill("#f-email", email)
+        page.select_option("#f-role", role)
+        page.click("text=Send invitation")
+        page.wait_for_selector(f"text=Invitation sent to {email}")
+    invited = page.context.browser.new_context(viewport={"width": WIDTHS[0], "height": 860}).new_page()
+    invited.goto(_invite_link(app, "dana@example.com"))
+    invited.click("button[type=submit]")
+    invited.wait_for_url(base + "/dashboard")
+    invited.context.close()
+    for name, path in (("orgs-chosen", "/orgs"), ("org-members", "/org/members"), ("org-audit", "/org/audit"),
+                       ("org-billing", "/billing")):
+        shoot(page, name, path)
+    lee = page.context.browser.new_context(viewport={"width": WIDTHS[0], "height": 860}).new_page()
+    lee.goto(_invite_link(app, "lee@example.com"))
+    shoot(lee, "invite")
+    lee.context.close()
+    page.context.close()
+    # billing in test mode with its sections: a saved card, auto top-up, a pending checkout
+    page = signed_in(app, chat_server, acct.id, mode="test")
+    page.goto(base + "/billing")
+    fill_billing(page, "5")
+    shoot(page, "checkout")
+    shoot(page, "billing-test", "/billing")
+    page.context.close()
+    # connecting a wallet: the message to sign
+    page = signed_in(app, chat_server, acct.id)
+    page.goto(base + "/billing")
+    page.fill("#f-address", "0x" + "5c" * 20)
+    page.click("text=Get the message to sign")
+    page.wait_for_selector("#sign-message")
+    shoot(page, "billing-wallet")
+    shots += 8
     page.goto(base + "/dashboard")
     page.click("text=Sign out")
     page.wait_for_selector("text=You are signed out")
-    for name, path in (("signed-out", None), ("login", "/login")):
-        if path:
-            page.goto(base + path)
-        for width in WIDTHS:
-            page.set_viewport_size({"width": width, "height": 860})
-            page.screenshot(path=str(SHOTS / f"{name}-{width}.png"), full_page=True)
+    shoot(page, "signed-out")
+    shoot(page, "login", "/login")
     page.context.close()
     assert wide == []
-    assert len(list(SHOTS.glob("*-390.png"))) >= len(pages) + 2
+    assert len(list(SHOTS.glob("*-390.png"))) >= shots + 2

@@ -24,7 +24,9 @@ def invite(token):
     """GET: what the invitation is for and a button. POST: accept it and sign in."""
     if request.method == "GET":
         pending = invites.preview(token)
-        return render_template("console/invite.html", token=token, invite=pending), 200 if pending else 404
+        org_name = invites.name_of_org(pending.org_id) if pending else None
+        return render_template("console/invite.html", token=token, invite=pending, org_name=org_name), \
+            200 if pending else 404
     try:
         _account_id, session_token = invites.accept_from_link(token, request_id=g.get("request_id"),
                                                               ip=request.remote_addr)

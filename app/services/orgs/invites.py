@@ -64,6 +64,11 @@ def _is_member(org_id: str, email: str) -> bool:
                               .where(OrgMember.org_id == org_id, Account.email == email)).first() is not None
 
 
+def name_of_org(org_id: str) -> str | None:
+    """The organisation's name, as the invitation e-mail and page show it."""
+    return db.session.execute(select(Account.name).where(Account.id == org_id)).scalar()
+
+
 def invite(principal, actor: Actor, org_id: str, email: str, role: str) -> OrgInvite:
     """POST /api/orgs/{id}/invites."""
     email = accounts.normalize_email(email)
@@ -84,7 +89,7 @@ def invite(principal, actor: Actor, org_id: str, email: str, role: str) -> OrgIn
                         created_at=now, expires_at=now + INVITE_TTL)
         db.session.add(row)
         token = tokens.issue(ORG_INVITE, row.id, INVITE_TTL, now=now)
-        org_name = db.session.execute(select(Account.name).where(Account.id == org_id)).scalar()
+        org_name = name_of_org(org_id)
         outbox.add_email(
             email, "You are invited to join an organisation",
             f"You are invited to join the organisation \"{org_name}\" ({org_id}) as {role}: its members "

@@ -291,7 +291,7 @@ class FakeChain:
         if ok:
             self.balances[sender] -= value
             self.balances[to_addr] = self.balances.get(to_addr, 0) + value
-            self.transfer(sender, to_addr, value, self.block, tx)
+            self.receipt_logs[tx] = [self.transfer(sender, to_addr, value, self.block, tx)]
         else:
             self.revert_next = max(self.revert_next - 1, 0)
             self.receipts[tx] = 0

@@ -185,6 +185,21 @@ def succeeded(got: dict | None) -> bool:
     return bool(got) and _hex_int(got.get("status", "0x0")) == 1
 
 
+def receipt_transfers(chain: str, got: dict | None) -> list[tuple[str, str, int]]:
+    """(from, to, value) of every USDC ``Transfer`` the chain's USDC contract emitted in a
+    receipt (checksum addresses, atomic units)."""
+    out = []
+    for item in (got or {}).get("logs") or []:
+        try:
+            topics = item["topics"]
+            if topics[0].lower() == TRANSFER_TOPIC and item["address"].lower() == usdc_contract(chain).lower():
+                out.append((to_checksum_address("0x" + topics[1][-40:]), to_checksum_address("0x" + topics[2][-40:]),
+                            _hex_int(item["data"])))
+        except (KeyError, IndexError, TypeError, AttributeError, ServiceUnavailable):
+            log.warning("skipping malformed receipt log on %s: %r", chain, item)
+    return out
+
+
 def authorizations_used(chain: str, got: dict | None) -> list[tuple[str, str]]:
     """(authorizer, nonce) of every EIP-3009 ``AuthorizationUsed`` event the USDC contract
     emitted in a receipt: a transfer made by ``transferWithAuthorization`` (x402)."""

@@ -18,7 +18,8 @@ JSON-able report whose ``problems`` list is empty when everything agrees:
   recovery did not run);
 * ``payout_chain_mismatch`` / ``payout_chain_unverified``: a USDC payout whose transaction
   the chain does not show as the ledger does (booked ``paid`` without a succeeded receipt
-  of its hash, or ``failed`` while its last transaction succeeded), or whose chain could
+  of its hash showing its USDC ``Transfer``, or ``failed`` while its last transaction made
+  it), or whose chain could
   not be asked; payouts updated in the last ``CHAIN_CHECK_DAYS`` days are compared.
 """
 from __future__ import annotations
@@ -33,7 +34,7 @@ from app.models import (ChatCompletion, ExternalCredit, LedgerEntry, LedgerTrans
                         Payout, X402Authorization)
 from app.models.base import utcnow
 from app.errors import DomainError
-from app.services.billing import chains
+from app.services.billing import chains, usdc_payouts
 from app.services.money import outside
 from app.services.money import holds, ledger
 from app.services.billing.payments import CREDITED
@@ -139,13 +140,14 @@ CHAIN_CHECK_DAYS = 62
 
 def _usdc_payouts(out: list) -> None:
     """USDC payouts against the chain: booked paid ⇔ its transaction succeeded."""
-    rows = db.session.execute(select(Payout.id, Payout.status, Payout.chain, Payout.tx_hash, Payout.processor_ref)
+    rows = db.session.execute(select(Payout.id, Payout.status, Payout.chain, Payout.tx_hash, Payout.processor_ref,
+                                     Payout.tx_from, Payout.target, Payout.amount_micros)
                               .where(Payout.kind == "usdc", Payout.status.in_(("paid", "failed")),
                                      Payout.tx_hash.is_not(None),
                                      Payout.updated_at >= utcnow() - timedelta(days=CHAIN_CHECK_DAYS))).all()
-    for pid, status, chain, tx, ref in rows:
+    for pid, status, chain, tx, ref, sender, to, amount in rows:
         try:
-            ok = chains.succeeded(chains.receipt(chain, tx))
+            ok = usdc_payouts.moved(chain, chains.receipt(chain, tx), sender, to, amount)
         except DomainError as exc:
             _problem(out, "payout_chain_unverified", f"payout {pid}: {exc.message}", payout=pid)
             continue

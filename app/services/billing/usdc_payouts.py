@@ -12,8 +12,9 @@
   transaction advisory lock, and a unique index), the transaction is signed and its nonce,
   hash and raw bytes are stored on the payout row with the ``sending`` claim;
 * ``outcome`` (after the commit): the stored raw transaction is (re)sent, then the chain is
-  read: a receipt confirmed by ``CHAIN_CONFIRMATIONS`` blocks that succeeded is ``paid``
-  (ref = the hash), one that reverted is ``failed``; no receipt while the wallet's mined
+  read: a receipt confirmed by ``CHAIN_CONFIRMATIONS`` blocks that succeeded and shows the
+  USDC contract's ``Transfer(wallet, destination, amount)`` is ``paid`` (ref = the hash),
+  one that reverted (or moved nothing) is ``failed``; no receipt while the wallet's mined
   nonce is past ours means another transaction took the nonce and ours can never land
   (``failed``, ``dropped``); anything else is unknown (``None``): the payout stays
   ``sending`` and the recovery asks again with the same transaction. A second transfer is
@@ -89,6 +90,16 @@ def outcome(p: Payout) -> TransferResult | None:
         return None
     if chains.block_number(p.chain) - chains.receipt_block(got) < int(current_app.config["CHAIN_CONFIRMATIONS"]):
         return None  # mined, not yet confirmed
-    if chains.succeeded(got):
-        return TransferResult("paid", p.tx_hash)
-    return TransferResult("failed", code="reverted", message=f"transaction {p.tx_hash} reverted")
+    if not chains.succeeded(got):
+        return TransferResult("failed", code="reverted", message=f"transaction {p.tx_hash} reverted")
+    if not moved(p.chain, got, p.tx_from, p.target, p.amount_micros):
+        # mined without moving the USDC (e.g. the node is not the chain the contract is on):
+        # final, nothing left the wallet, so still owed
+        return TransferResult("failed", code="no_transfer", message=(
+            f"transaction {p.tx_hash} did not transfer USDC {chains.format_usdc(p.amount_micros)} to {p.target}"))
+    return TransferResult("paid", p.tx_hash)
+
+
+def moved(chain: str, got: dict | None, sender: str, to: str, atomic: int) -> bool:
+    """The receipt succeeded and shows the USDC contract's ``Transfer(sender, to, atomic)``."""
+    return chains.succeeded(got) and (sender, to, int(atomic)) in chains.receipt_transfers(chain, got)

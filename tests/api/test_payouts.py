@@ -510,3 +510,17 @@ def test_usdc_payout_with_its_nonce_taken_fails_and_is_retried(app, client, make
     assert [t["nonce"] for t in node.sent] == [1] and node.balances[SELLER_ADDR.lower()] == 30 * 10_000
     _reconcile(app)
     ledger_clean()
+
+
+@pytest.mark.parametrize("key,ok", [("0x" + "4c" * 32, True), ("4c" * 32, True), ("4c" * 31, False),
+                                    ("0x" + "00" * 32, False), ("zz" * 32, False)])
+def test_payout_wallet_key_is_checked_at_start_up(monkeypatch, key, ok):
+    """A malformed PAYOUT_WALLET_KEY refuses to start (payouts are never left unsendable)."""
+    from config import ConfigError, load_config
+
+    monkeypatch.setenv("PAYOUT_WALLET_KEY", key)
+    if ok:
+        assert load_config({"APP_ENV": "test"})["PAYOUT_WALLET_KEY"] == key
+    else:
+        with pytest.raises(ConfigError, match="PAYOUT_WALLET_KEY"):
+            load_config({"APP_ENV": "test"})

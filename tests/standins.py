@@ -170,8 +170,8 @@ class FakeChain:
 
     Signed transactions (``eth_sendRawTransaction``, legacy EIP-155, decoded with rlp, the
     sender recovered with eth-account): only a USDC ``transfer`` on ``chain_id`` with the
-    sender's next nonce, and, when ``payout_wallet`` is set, signed by it. Each is mined at
-    once in a new block: it moves the USDC (a ``Transfer`` log, receipt status 1), or, when
+    sender's next nonce (a later nonce waits in a pool until the gap is filled), and, when
+    ``payout_wallet`` is set, signed by it. Each is mined at once in a new block: it moves the USDC (a ``Transfer`` log, receipt status 1), or, when
     the sender holds too little or ``revert_next`` is > 0, reverts (status 0, nothing moves,
     the nonce is used), as the USDC contract does. The same transaction sent again answers
     its hash and changes nothing. ``sent`` lists the transactions mined."""
@@ -196,6 +196,7 @@ class FakeChain:
         self.sent: list[dict] = []              # {tx, from, to, value, nonce, status}
         self.payout_wallet: str | None = None
         self.revert_next = 0
+        self.queued: dict[tuple[str, int], str] = {}  # (sender, nonce) -> raw transaction past a gap
 
     def transfer(self, sender: str, to: str, value: int, block: int, tx: str, log_index: int = 0,
                  status: int = 1, removed: bool = False, token: str | None = None) -> dict:
@@ -282,8 +283,11 @@ class FakeChain:
             raise RpcError(f"{sender} is not the payout wallet")
         nonce = int.from_bytes(nonce, "big")
         expected = self.nonces.get(sender, 0)
-        if nonce != expected:
-            raise RpcError(f"nonce too {'low' if nonce < expected else 'high'}: next nonce {expected}, tx nonce {nonce}")
+        if nonce < expected:
+            raise RpcError(f"nonce too low: next nonce {expected}, tx nonce {nonce}")
+        if nonce > expected:  # waits in the pool until the nonces before it are mined
+            self.queued[(sender, nonce)] = raw_hex
+            return tx
         to_addr, value = "0x" + data[16:36].hex(), int.from_bytes(data[36:68], "big")
         self.block += 1
         self.nonces[sender] = expected + 1
@@ -298,6 +302,9 @@ class FakeChain:
         self.receipt_blocks[tx] = self.block
         self.sent.append({"tx": tx, "from": sender, "to": to_addr, "value": value, "nonce": nonce,
                           "status": int(ok)})
+        waiting = self.queued.pop((sender, nonce + 1), None)
+        if waiting is not None:
+            self.send_raw(waiting)
         return tx
 
 

@@ -524,3 +524,38 @@ def test_payout_wallet_key_is_checked_at_start_up(monkeypatch, key, ok):
     else:
         with pytest.raises(ConfigError, match="PAYOUT_WALLET_KEY"):
             load_config({"APP_ENV": "test"})
+
+
+def test_concurrent_usdc_payouts_get_distinct_nonces(app, client, make_account, provider, low_minimum, node,
+                                                     monkeypatch, ledger_clean):
+    """Two workers send two owners' payouts at the same moment: each transaction gets its
+    own nonce of the payout wallet (advisory lock + unique index), both land, each owner is
+    paid once."""
+    from tests.support.concurrency import at_once
+
+    o = Owners(app, client, make_account, provider, calls=1)
+    _connect_usdc(o, o.seller, SELLER_ADDR)
+    _connect_usdc(o, o.agent, AGENT_ADDR)
+    with app.app_context():
+        settlement.settle_month(o.month, now=o.after)
+        assert payouts.create_due() == 2
+        pids = [p.id for p in db.session.query(Payout).all()]
+        db.session.remove()
+
+    def send():
+        with app.app_context():
+            out = payouts.send(pids.pop())
+            db.session.remove()
+        return out
+
+    results = at_once(2, send)
+    assert sorted(results) in (["paid", "paid"], ["paid", "sending"]), results   # both claimed and sent
+    monkeypatch.setitem(app.config, "PAYOUT_RECOVER_AFTER_SECONDS", 0)
+    _run(app)   # one that waited behind the other's nonce is read again
+    assert sorted(t["nonce"] for t in node.sent) == [0, 1] and all(t["status"] == 1 for t in node.sent)
+    for who, addr in ((o.seller, SELLER_ADDR), (o.agent, AGENT_ADDR)):
+        assert [p["status"] for p in o.payouts_of(who)["payouts"]] == ["paid"]
+        assert node.balances[addr.lower()] == 30 * 10_000
+    assert len(_postings(app)) == 2
+    _reconcile(app)
+    ledger_clean()

@@ -302,7 +302,11 @@ def send(payout_id: str, *, recover_after: int | None = None) -> str | None:
     except DomainError as exc:  # no live processor / chain here: nothing is sent, nothing claimed
         log.warning("payout %s not sent: %s", payout_id, exc.message)
         return None
-    claimed = _claim(payout_id, recover_before=utcnow() - timedelta(seconds=wait), chain_ready=chain_ready)
+    try:
+        claimed = _claim(payout_id, recover_before=utcnow() - timedelta(seconds=wait), chain_ready=chain_ready)
+    except IntegrityError:  # the nonce was taken meanwhile (unique index): the next run signs again
+        log.warning("payout %s not claimed: its USDC nonce was taken", payout_id)
+        return None
     if claimed is None:
         return None
     attempt, p = claimed

@@ -195,6 +195,11 @@ def load_config(overrides: dict | None = None) -> dict:
         "PAYOUT_MINIMUM_CENTS": _int("PAYOUT_MINIMUM_CENTS", 1000),
         "PAYOUT_RETRY_SECONDS": _int("PAYOUT_RETRY_SECONDS", 3600),
         "PAYOUT_RECOVER_AFTER_SECONDS": _int("PAYOUT_RECOVER_AFTER_SECONDS", 300),
+        # USDC payouts: the payout wallet's secp256k1 private key (64 hex characters, a
+        # secret); it signs each payout's USDC ``transfer`` on every EVM chain (it needs
+        # USDC and gas there). Unset: USDC destinations answer 409 payout_rail_unavailable.
+        "PAYOUT_WALLET_KEY": _env("PAYOUT_WALLET_KEY"),
+        "PAYOUT_GAS_LIMIT": _int("PAYOUT_GAS_LIMIT", 100_000),
         # --- rate limits ----------------------------------------------------
         "RATELIMIT_ENABLED": _bool("RATELIMIT_ENABLED", True),
         # Where every rate limit counts (app/services/platform/ratecount.py): a redis://
@@ -433,6 +438,7 @@ def load_config(overrides: dict | None = None) -> dict:
         cfg["SECRET_KEY"] = "dev-only-not-secret"
 
     _check_byok(cfg)
+    _check_payout_wallet(cfg)
     if not 0 <= cfg["RATELIMIT_LEASE_FRACTION"] <= 0.05:
         raise ConfigError(f"RATELIMIT_LEASE_FRACTION must be between 0 and 0.05 (a fraction of the "
                           f"limit), not {cfg['RATELIMIT_LEASE_FRACTION']}")
@@ -459,6 +465,21 @@ def load_config(overrides: dict | None = None) -> dict:
     cfg["SQLALCHEMY_DATABASE_URI"] = uri
     cfg["SQLALCHEMY_ENGINE_OPTIONS"] = engine_options(cfg)
     return cfg
+
+
+def _check_payout_wallet(cfg: dict) -> None:
+    """``PAYOUT_WALLET_KEY``, when set: 64 hex characters (an optional ``0x``), a usable
+    secp256k1 key. A malformed key refuses to start rather than leaving payouts unsent."""
+    key = cfg.get("PAYOUT_WALLET_KEY")
+    if not key:
+        return
+    body = key[2:] if key.lower().startswith("0x") else key
+    try:
+        ok = len(bytes.fromhex(body)) == 32 and 0 < int(body, 16) < 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ConfigError("PAYOUT_WALLET_KEY must be a secp256k1 private key: 64 hex characters (32 bytes)")
 
 
 def _check_byok(cfg: dict) -> None:

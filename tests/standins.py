@@ -1,7 +1,7 @@
 """Local stand-ins for the payment world: a Stripe API server (enough for the SDK calls
 the app makes, plus signed webhook events), an EVM JSON-RPC node (USDC ``balanceOf``,
-``eth_getLogs``, ``eth_blockNumber``, receipts; Solana token accounts) and an x402
-facilitator. Each is a ``tests.support.standin.StandIn``."""
+``eth_getLogs``, ``eth_blockNumber``, receipts, signed USDC ``transfer`` transactions;
+Solana token accounts) and an x402 facilitator. Each is a ``tests.support.standin.StandIn``."""
 from __future__ import annotations
 
 import json
@@ -9,6 +9,10 @@ import threading
 import time
 from contextlib import contextmanager
 from urllib.parse import parse_qsl
+
+import rlp
+from eth_account import Account
+from eth_utils import keccak
 
 from app.services.billing.processors import sign_payload
 from demo.facilitator import Facilitator
@@ -157,8 +161,20 @@ def stripe_server(webhook_secret: str = "whsec_test_standin"):
         yield state
 
 
+class RpcError(Exception):
+    """A JSON-RPC error answer of the stand-in node (``-32000``, the message)."""
+
+
 class FakeChain:
-    """An EVM node: USDC balances, Transfer logs, receipts, a block height; Solana too."""
+    """An EVM node: USDC balances, Transfer logs, receipts, a block height; Solana too.
+
+    Signed transactions (``eth_sendRawTransaction``, legacy EIP-155, decoded with rlp, the
+    sender recovered with eth-account): only a USDC ``transfer`` on ``chain_id`` with the
+    sender's next nonce (a later nonce waits in a pool until the gap is filled), and, when
+    ``payout_wallet`` is set, signed by it. Each is mined at once in a new block: it moves the USDC (a ``Transfer`` log, receipt status 1), or, when
+    the sender holds too little or ``revert_next`` is > 0, reverts (status 0, nothing moves,
+    the nonce is used), as the USDC contract does. The same transaction sent again answers
+    its hash and changes nothing. ``sent`` lists the transactions mined."""
 
     TRANSFER = "0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef"
 
@@ -173,6 +189,14 @@ class FakeChain:
         self.block = 1000
         self.calls: list[str] = []
         self.fail = False
+        self.chain_id = 8453
+        self.gas_price = 1_000_000_000
+        self.nonces: dict[str, int] = {}        # sender (lower-case) -> transactions mined
+        self.receipt_blocks: dict[str, int] = {}
+        self.sent: list[dict] = []              # {tx, from, to, value, nonce, status}
+        self.payout_wallet: str | None = None
+        self.revert_next = 0
+        self.queued: dict[tuple[str, int], str] = {}  # (sender, nonce) -> raw transaction past a gap
 
     def transfer(self, sender: str, to: str, value: int, block: int, tx: str, log_index: int = 0,
                  status: int = 1, removed: bool = False, token: str | None = None) -> dict:
@@ -225,11 +249,63 @@ class FakeChain:
         if method == "eth_getTransactionReceipt":
             status = self.receipts.get(params[0])
             return None if status is None else {"transactionHash": params[0], "status": hex(status),
+                                                "blockNumber": hex(self.receipt_blocks.get(params[0], self.block)),
                                                 "logs": self.receipt_logs.get(params[0], [])}
+        if method == "eth_chainId":
+            return hex(self.chain_id)
+        if method == "eth_gasPrice":
+            return hex(self.gas_price)
+        if method == "eth_getTransactionCount":
+            return hex(self.nonces.get(params[0].lower(), 0))
+        if method == "eth_sendRawTransaction":
+            return self.send_raw(params[0])
         if method == "getTokenAccountsByOwner":
             amount = self.spl.get(params[0], 0)
             return {"value": [{"account": {"data": {"parsed": {"info": {"tokenAmount": {"amount": str(amount)}}}}}}]}
         raise KeyError(method)
+
+
+    def send_raw(self, raw_hex: str) -> str:
+        raw = bytes.fromhex(raw_hex[2:] if raw_hex.startswith("0x") else raw_hex)
+        tx = "0x" + keccak(raw).hex()
+        if tx in self.receipts:
+            return tx  # already mined: the same answer, nothing moves again
+        try:
+            nonce, _price, _gas, to, _value, data, v, _r, _s = rlp.decode(raw)
+            sender = Account.recover_transaction(raw).lower()
+        except Exception as exc:  # noqa: BLE001 - what a node says about bytes it cannot read
+            raise RpcError(f"invalid transaction: {exc}") from None
+        if (int.from_bytes(v, "big") - 35) // 2 != self.chain_id:
+            raise RpcError("invalid chain id for signer")
+        if "0x" + to.hex() != self.usdc or data[:4].hex() != "a9059cbb" or len(data) != 68:
+            raise RpcError("the stand-in only mines USDC transfer(address,uint256)")
+        if self.payout_wallet is not None and sender != self.payout_wallet.lower():
+            raise RpcError(f"{sender} is not the payout wallet")
+        nonce = int.from_bytes(nonce, "big")
+        expected = self.nonces.get(sender, 0)
+        if nonce < expected:
+            raise RpcError(f"nonce too low: next nonce {expected}, tx nonce {nonce}")
+        if nonce > expected:  # waits in the pool until the nonces before it are mined
+            self.queued[(sender, nonce)] = raw_hex
+            return tx
+        to_addr, value = "0x" + data[16:36].hex(), int.from_bytes(data[36:68], "big")
+        self.block += 1
+        self.nonces[sender] = expected + 1
+        ok = self.balances.get(sender, 0) >= value and self.revert_next <= 0
+        if ok:
+            self.balances[sender] -= value
+            self.balances[to_addr] = self.balances.get(to_addr, 0) + value
+            self.receipt_logs[tx] = [self.transfer(sender, to_addr, value, self.block, tx)]
+        else:
+            self.revert_next = max(self.revert_next - 1, 0)
+            self.receipts[tx] = 0
+        self.receipt_blocks[tx] = self.block
+        self.sent.append({"tx": tx, "from": sender, "to": to_addr, "value": value, "nonce": nonce,
+                          "status": int(ok)})
+        waiting = self.queued.pop((sender, nonce + 1), None)
+        if waiting is not None:
+            self.send_raw(waiting)
+        return tx
 
 
 @contextmanager
@@ -244,6 +320,8 @@ def chain_server(usdc: str):
             return 200, {"jsonrpc": "2.0", "id": call["id"], "result": state.rpc(call["method"], call["params"])}
         except KeyError:
             return 200, {"jsonrpc": "2.0", "id": call["id"], "error": {"code": -32601, "message": "method not found"}}
+        except RpcError as exc:
+            return 200, {"jsonrpc": "2.0", "id": call["id"], "error": {"code": -32000, "message": str(exc)}}
         except Exception:  # noqa: BLE001 - the node is "down"
             return 500, {"error": "down"}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, ForeignKey, Index, Integer, String, text
+from sqlalchemy import BigInteger, ForeignKey, Index, Integer, String, Text, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.extensions import db
@@ -33,7 +33,9 @@ class Payout(db.Model):
     processor, with the idempotency key ``payout:<id>:<attempts>``) → ``paid`` (one ledger
     posting, ref ``payout:<id>``) | ``failed`` (owed; retried from ``next_attempt_at``) |
     ``canceled`` (the owner removed the destination; still owed as balance). At most one
-    open (pending, sending, failed) per account."""
+    open (pending, sending, failed) per account. A USDC payout's attempt is one signed
+    transaction (``tx_*``: the payout wallet, its nonce, the hash, the raw bytes), stored
+    with the ``sending`` claim before the chain is asked."""
 
     __tablename__ = "payouts"
     __table_args__ = (
@@ -41,6 +43,9 @@ class Payout(db.Model):
               postgresql_where=text("status IN ('pending', 'sending', 'failed')")),
         Index("ix_payouts_account", "account_id", "created_at"),
         Index("ix_payouts_due", "next_attempt_at", postgresql_where=text("status IN ('pending', 'sending', 'failed')")),
+        Index("uq_payouts_tx_hash", "tx_hash", unique=True, postgresql_where=text("tx_hash IS NOT NULL")),
+        Index("uq_payouts_tx_nonce", "chain", "tx_from", "tx_nonce", unique=True,
+              postgresql_where=text("tx_nonce IS NOT NULL")),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
@@ -55,6 +60,10 @@ class Payout(db.Model):
     failure_code: Mapped[str | None] = mapped_column(String(64))
     failure_message: Mapped[str | None] = mapped_column(String(300))
     ledger_txn_id: Mapped[int | None] = mapped_column(BigInteger)
+    tx_from: Mapped[str | None] = mapped_column(String(42))
+    tx_nonce: Mapped[int | None] = mapped_column(BigInteger)
+    tx_hash: Mapped[str | None] = mapped_column(String(66))
+    tx_raw: Mapped[str | None] = mapped_column(Text)
     next_attempt_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     paid_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

@@ -21,7 +21,7 @@ from app.services.gateway import catalog
 from app.services.money import ledger, settlement
 from tests.agentkit import Keypair, register
 from tests.gateway_helpers import call, create_module, provider, provider_server  # noqa: F401
-from tests.standins import stripe_server
+from tests.standins import chain_server, stripe_server
 
 
 class _Key:
@@ -316,8 +316,246 @@ def test_without_a_live_processor_nothing_is_sent_and_it_stays_owed(app, client,
 
 
 def test_usdc_destination_is_refused_until_a_payout_wallet_exists(client, make_account):
+    """Without PAYOUT_WALLET_KEY (the suite's default) the USDC rail is off: 409."""
     owner = make_account()
     r = client.put("/api/payouts/destination/usdc", headers=_h(owner),
                    json={"chain": "base", "address": "0x52908400098527886E0F7030069857D2E4169EE7"})
     assert r.status_code == 409 and r.get_json()["error"] == "payout_rail_unavailable"
     assert client.get("/api/payouts/destination", headers=_h(owner)).status_code == 404
+
+
+# --- USDC payouts (the chain stand-in moves the USDC) -------------------------------------
+
+USDC_BASE = "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913"
+WALLET_KEY = "0x" + "4c" * 32
+SELLER_ADDR = "0x52908400098527886E0F7030069857D2E4169EE7"
+AGENT_ADDR = "0x8617E340B3D01FA5F11F306F4090FD50E238070D"
+
+
+@pytest.fixture
+def node(app, monkeypatch):
+    """The chain stand-in as ``base``'s node, the payout wallet configured and funded."""
+    from eth_account import Account
+
+    with chain_server(USDC_BASE) as fake:
+        monkeypatch.setitem(app.config, "RPC_URLS", {"base": fake.url, "ethereum": None, "polygon": None,
+                                                      "solana": None})
+        monkeypatch.setitem(app.config, "PAYOUT_WALLET_KEY", WALLET_KEY)
+        monkeypatch.setitem(app.config, "CHAIN_CONFIRMATIONS", 0)
+        fake.payout_wallet = Account.from_key(WALLET_KEY).address
+        fake.balances[fake.payout_wallet.lower()] = 1_000_000_000  # 1,000 USDC
+        yield fake
+
+
+def _connect_usdc(o, who, address):
+    r = o.client.put("/api/payouts/destination/usdc", headers=_h(who), json={"chain": "base", "address": address})
+    assert r.status_code == 200, r.get_json()
+    assert r.get_json()["address"] == address and r.get_json()["chain"] == "base"
+
+
+def _run(app):
+    with app.app_context():
+        out = payouts.run()
+        db.session.remove()
+    return out
+
+
+def test_usdc_owners_are_paid_out_once_on_chain(app, client, make_account, provider, low_minimum, node,
+                                                monkeypatch, ledger_clean):
+    """A USDC destination connected; month-end settlement pays each owner once by a signed
+    USDC transfer from the payout wallet: the address's balance grows by exactly what was
+    earned, the payout is paid with the transaction hash, booked once when confirmed."""
+    monkeypatch.setitem(app.config, "CHAIN_CONFIRMATIONS", 2)
+    o = Owners(app, client, make_account, provider)
+    _connect_usdc(o, o.seller, SELLER_ADDR)
+    _connect_usdc(o, o.agent, AGENT_ADDR)
+    out, ran = o.settle_and_pay()
+    # sent and mined, not yet confirmed: still sending, nothing booked
+    assert out["settled"] == 2 and ran["outcomes"] == {"sending": 2} and _postings(app) == []
+    assert sorted(t["nonce"] for t in node.sent) == [0, 1] and all(t["status"] == 1 for t in node.sent)
+    node.block += 2
+    monkeypatch.setitem(app.config, "PAYOUT_RECOVER_AFTER_SECONDS", 0)
+    assert _run(app)["outcomes"] == {"paid": 2}
+    assert len(node.sent) == 2          # confirming sent the same transactions again: nothing moved twice
+    for who, addr in ((o.seller, SELLER_ADDR), (o.agent, AGENT_ADDR)):
+        assert node.balances[addr.lower()] == 150 * 10_000   # 1.50 USDC, exactly once
+        got = o.payouts_of(who)
+        [p] = got["payouts"]
+        assert (p["status"], p["amount_cents"], p["kind"], p["chain"], p["destination"]) == \
+            ("paid", 150, "usdc", "base", addr)
+        assert p["processor_ref"] in {t["tx"] for t in node.sent if t["to"] == addr.lower()}
+        assert got["owed_cents"] == 0
+    assert node.balances[node.payout_wallet.lower()] == 1_000_000_000 - 300 * 10_000
+    out, ran = o.settle_and_pay()
+    assert out["settled"] == 0 and ran == {"opened": 0, "sent": 0, "outcomes": {}}
+    assert len(_postings(app)) == 2 and len(node.sent) == 2
+    _reconcile(app)
+    ledger_clean()
+
+
+def test_reverted_usdc_payout_stays_owed_and_a_retry_pays_once(app, client, make_account, provider,
+                                                               low_minimum, node, ledger_clean):
+    """The payout wallet holds too little USDC: the transfer reverts (the nonce is used, no
+    USDC moves), the payout is failed and still owed; once funded, a retry signs a new
+    transaction (attempt 2, the next nonce) and pays once."""
+    o = Owners(app, client, make_account, provider, calls=2)
+    _connect_usdc(o, o.seller, SELLER_ADDR)
+    node.balances[node.payout_wallet.lower()] = 10_000   # 0.01 USDC
+    o.settle_and_pay()
+    got = o.payouts_of(o.seller)
+    [p] = got["payouts"]
+    assert (p["status"], p["failure_code"], p["attempts"]) == ("failed", "reverted", 1)
+    assert got["owed_cents"] == 60 and _postings(app) == [] and node.balances.get(SELLER_ADDR.lower(), 0) == 0
+    assert [t["status"] for t in node.sent] == [0]
+    _reconcile(app)
+    node.balances[node.payout_wallet.lower()] = 1_000_000_000
+    r = client.post("/api/payouts", headers=_h(o.seller))
+    assert r.status_code == 200, r.get_json()
+    assert (r.get_json()["status"], r.get_json()["attempts"], r.get_json()["amount_cents"]) == ("paid", 2, 60)
+    assert [(t["nonce"], t["status"]) for t in node.sent] == [(0, 0), (1, 1)]
+    assert r.get_json()["processor_ref"] == node.sent[1]["tx"]
+    assert node.balances[SELLER_ADDR.lower()] == 60 * 10_000
+    assert _run(app)["sent"] == 0 and len(_postings(app)) == 1
+    _reconcile(app)
+    ledger_clean()
+
+
+@pytest.mark.parametrize("dies_in", ["_book", "outcome"])
+def test_usdc_worker_killed_around_sending_is_booked_once(app, client, make_account, provider, low_minimum,
+                                                          node, monkeypatch, ledger_clean, dies_in):
+    """``_book``: the transaction is sent and mined, the worker dies before booking it.
+    ``outcome``: the worker dies after the claim (the signed transaction stored) before the
+    chain hears of it. Either way the recovery sends the SAME stored transaction (found by
+    its hash), books it once, and no second transfer is signed."""
+    from app.services.billing import usdc_payouts
+
+    o = Owners(app, client, make_account, provider, calls=2)
+    _connect_usdc(o, o.seller, SELLER_ADDR)
+    target = (payouts, "_book") if dies_in == "_book" else (usdc_payouts, "outcome")
+    real = getattr(*target)
+
+    def dies(*a, **kw):
+        raise KeyboardInterrupt("worker killed")
+
+    monkeypatch.setattr(*target, dies)
+    with app.app_context(), pytest.raises(KeyboardInterrupt):
+        settlement.settle_month(o.month, now=o.after)
+        payouts.run()
+    monkeypatch.setattr(*target, real)
+    with app.app_context():
+        row = db.session.query(Payout).one()
+        stored_hash = row.tx_hash
+        assert row.status == "sending" and stored_hash and row.tx_nonce == 0 and _postings(app) == []
+        db.session.remove()
+    assert [t["tx"] for t in node.sent] == ([stored_hash] if dies_in == "_book" else [])
+    assert _run(app)["sent"] == 0        # not past the recovery delay: left alone
+    _reconcile(app)
+    monkeypatch.setitem(app.config, "PAYOUT_RECOVER_AFTER_SECONDS", 0)
+    assert _run(app)["outcomes"] == {"paid": 1}
+    assert _run(app)["sent"] == 0
+    assert [t["tx"] for t in node.sent] == [stored_hash]      # one transfer, the stored one
+    assert node.balances[SELLER_ADDR.lower()] == 60 * 10_000
+    [p] = o.payouts_of(o.seller)["payouts"]
+    assert (p["status"], p["attempts"], p["processor_ref"]) == ("paid", 1, stored_hash)
+    assert _postings(app) == [f"payout:{p['id']}"]
+    _reconcile(app)
+    ledger_clean()
+
+
+def test_reconcile_compares_usdc_payouts_with_the_chain(app, client, make_account, provider, low_minimum,
+                                                        node):
+    """Posted ⇔ confirmed: a paid USDC payout whose transaction the chain no longer shows as
+    succeeded (e.g. re-orged away) is reported, as is an unreachable node."""
+    o = Owners(app, client, make_account, provider, calls=1)
+    _connect_usdc(o, o.seller, SELLER_ADDR)
+    o.settle_and_pay()
+    [p] = o.payouts_of(o.seller)["payouts"]
+    assert p["status"] == "paid"
+    _reconcile(app)
+    del node.receipts[p["processor_ref"]]
+    with app.app_context():
+        report = money_check.reconcile()
+        db.session.remove()
+    assert [(x["check"], x["payout"]) for x in report["problems"]] == [("payout_chain_mismatch", p["id"])]
+    node.fail = True
+    with app.app_context():
+        report = money_check.reconcile()
+        db.session.remove()
+    assert [x["check"] for x in report["problems"]] == ["payout_chain_unverified"]
+
+
+def test_usdc_payout_with_its_nonce_taken_fails_and_is_retried(app, client, make_account, provider, low_minimum,
+                                                               node, monkeypatch, ledger_clean):
+    """The wallet's nonce is used by another transaction before ours lands (the operator
+    spent from the wallet): ours can never land, so the payout is failed (``dropped``),
+    still owed, and the retry signs a new transaction with the next nonce and pays once."""
+    from app.services.billing import chains
+
+    o = Owners(app, client, make_account, provider, calls=1)
+    _connect_usdc(o, o.seller, SELLER_ADDR)
+    real_send = chains.send_raw_transaction
+
+    def lost(chain, raw):   # the node drops ours; another transaction takes the nonce
+        node.nonces[node.payout_wallet.lower()] = node.nonces.get(node.payout_wallet.lower(), 0) + 1
+        return None
+
+    monkeypatch.setattr(chains, "send_raw_transaction", lost)
+    o.settle_and_pay()
+    monkeypatch.setattr(chains, "send_raw_transaction", real_send)
+    got = o.payouts_of(o.seller)
+    assert [(p["status"], p["failure_code"]) for p in got["payouts"]] == [("failed", "dropped")]
+    assert got["owed_cents"] == 30 and node.sent == []
+    r = client.post("/api/payouts", headers=_h(o.seller))
+    assert r.status_code == 200 and r.get_json()["status"] == "paid" and r.get_json()["attempts"] == 2
+    assert [t["nonce"] for t in node.sent] == [1] and node.balances[SELLER_ADDR.lower()] == 30 * 10_000
+    _reconcile(app)
+    ledger_clean()
+
+
+@pytest.mark.parametrize("key,ok", [("0x" + "4c" * 32, True), ("4c" * 32, True), ("4c" * 31, False),
+                                    ("0x" + "00" * 32, False), ("zz" * 32, False)])
+def test_payout_wallet_key_is_checked_at_start_up(monkeypatch, key, ok):
+    """A malformed PAYOUT_WALLET_KEY refuses to start (payouts are never left unsendable)."""
+    from config import ConfigError, load_config
+
+    monkeypatch.setenv("PAYOUT_WALLET_KEY", key)
+    if ok:
+        assert load_config({"APP_ENV": "test"})["PAYOUT_WALLET_KEY"] == key
+    else:
+        with pytest.raises(ConfigError, match="PAYOUT_WALLET_KEY"):
+            load_config({"APP_ENV": "test"})
+
+
+def test_concurrent_usdc_payouts_get_distinct_nonces(app, client, make_account, provider, low_minimum, node,
+                                                     monkeypatch, ledger_clean):
+    """Two workers send two owners' payouts at the same moment: each transaction gets its
+    own nonce of the payout wallet (advisory lock + unique index), both land, each owner is
+    paid once."""
+    from tests.support.concurrency import at_once
+
+    o = Owners(app, client, make_account, provider, calls=1)
+    _connect_usdc(o, o.seller, SELLER_ADDR)
+    _connect_usdc(o, o.agent, AGENT_ADDR)
+    with app.app_context():
+        settlement.settle_month(o.month, now=o.after)
+        assert payouts.create_due() == 2
+        pids = [p.id for p in db.session.query(Payout).all()]
+        db.session.remove()
+
+    def send():
+        with app.app_context():
+            out = payouts.send(pids.pop())
+            db.session.remove()
+        return out
+
+    results = at_once(2, send)
+    assert sorted(results) in (["paid", "paid"], ["paid", "sending"]), results   # both claimed and sent
+    monkeypatch.setitem(app.config, "PAYOUT_RECOVER_AFTER_SECONDS", 0)
+    _run(app)   # one that waited behind the other's nonce is read again
+    assert sorted(t["nonce"] for t in node.sent) == [0, 1] and all(t["status"] == 1 for t in node.sent)
+    for who, addr in ((o.seller, SELLER_ADDR), (o.agent, AGENT_ADDR)):
+        assert [p["status"] for p in o.payouts_of(who)["payouts"]] == ["paid"]
+        assert node.balances[addr.lower()] == 30 * 10_000
+    assert len(_postings(app)) == 2
+    _reconcile(app)
+    ledger_clean()

@@ -22,6 +22,8 @@ USDC_DECIMALS = 6
 # keccak256("Transfer(address,address,uint256)")
 TRANSFER_TOPIC = "0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef"
 BALANCE_OF_SELECTOR = "0x70a08231"
+# ERC-20 ``transfer(address,uint256)``
+TRANSFER_SELECTOR = "0xa9059cbb"
 # EIP-3009 (USDC FiatTokenV2): keccak256("AuthorizationUsed(address,bytes32)") and the
 # selector of ``authorizationState(address,bytes32)``.
 AUTHORIZATION_USED_TOPIC = "0x98de503528ee59b575ef0c0a2576a82497bfc029a5685b209e9ec333479b10a5"
@@ -144,15 +146,58 @@ def transfer_logs(chain: str, to_address: str, from_block: int, to_block: int) -
     return out
 
 
+def transfer_data(to_address: str, atomic: int) -> str:
+    """The call data of an ERC-20 ``transfer(to, atomic)``."""
+    return TRANSFER_SELECTOR + to_address.lower()[2:].rjust(64, "0") + format(int(atomic), "064x")
+
+
+def chain_id(chain: str) -> int:
+    return _hex_int(rpc(chain, "eth_chainId", []))
+
+
+def gas_price(chain: str) -> int:
+    return _hex_int(rpc(chain, "eth_gasPrice", []))
+
+
+def transaction_count(chain: str, address: str, block: str = "latest") -> int:
+    """``address``'s nonce: transactions mined (``latest``) or also waiting (``pending``)."""
+    return _hex_int(rpc(chain, "eth_getTransactionCount", [address, block]))
+
+
+def send_raw_transaction(chain: str, raw: str):
+    """Broadcast a signed transaction (``0x`` hex). 503 when the node refuses or fails."""
+    return rpc(chain, "eth_sendRawTransaction", [raw])
+
+
 def receipt(chain: str, tx: str) -> dict | None:
     """The transaction's receipt, or None when the node does not know it."""
     out = rpc(chain, "eth_getTransactionReceipt", [tx])
     return out if isinstance(out, dict) else None
 
 
+def receipt_block(got: dict) -> int:
+    """The block a receipt's transaction was mined in."""
+    return _hex_int(got.get("blockNumber", "0x0"))
+
+
 def succeeded(got: dict | None) -> bool:
     """A receipt of a transaction that did not revert."""
     return bool(got) and _hex_int(got.get("status", "0x0")) == 1
+
+
+def receipt_transfers(chain: str, got: dict | None) -> list[tuple[str, str, int]]:
+    """(from, to, value) of every USDC ``Transfer`` the chain's USDC contract emitted in a
+    receipt (checksum addresses, atomic units)."""
+    out = []
+    for item in (got or {}).get("logs") or []:
+        try:
+            topics = item["topics"]
+            if topics[0].lower() == TRANSFER_TOPIC and item["address"].lower() == usdc_contract(chain).lower():
+                out.append((to_checksum_address("0x" + topics[1][-40:]), to_checksum_address("0x" + topics[2][-40:]),
+                            _hex_int(item["data"])))
+        except (KeyError, IndexError, TypeError, AttributeError, ServiceUnavailable):
+            log.warning("skipping malformed receipt log on %s: %r", chain, item)
+    return out
 
 
 def authorizations_used(chain: str, got: dict | None) -> list[tuple[str, str]]:

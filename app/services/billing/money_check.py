@@ -15,7 +15,12 @@ JSON-able report whose ``problems`` list is empty when everything agrees:
 * ``payout_unposted`` / ``payout_posting_orphan`` / ``payout_stuck``: a paid payout without
   its one ledger posting ``payout:<id>`` of its amount, a payout posting without a paid
   payout, or a payout left ``sending`` longer than ``PAYOUT_RECOVER_AFTER_SECONDS`` (the
-  recovery did not run).
+  recovery did not run);
+* ``payout_chain_mismatch`` / ``payout_chain_unverified``: a USDC payout whose transaction
+  the chain does not show as the ledger does (booked ``paid`` without a succeeded receipt
+  of its hash showing its USDC ``Transfer``, or ``failed`` while its last transaction made
+  it), or whose chain could
+  not be asked; payouts updated in the last ``CHAIN_CHECK_DAYS`` days are compared.
 """
 from __future__ import annotations
 
@@ -28,6 +33,8 @@ from app.extensions import db
 from app.models import (ChatCompletion, ExternalCredit, LedgerEntry, LedgerTransaction, Payment, PaymentEvent,
                         Payout, X402Authorization)
 from app.models.base import utcnow
+from app.errors import DomainError
+from app.services.billing import chains, usdc_payouts
 from app.services.money import outside
 from app.services.money import holds, ledger
 from app.services.billing.payments import CREDITED
@@ -124,7 +131,32 @@ def _payouts(out: list) -> int:
             _problem(out, "payout_stuck", f"payout {pid} sending since {sent_at.isoformat()}", payout=pid)
     for ref in set(posted) - paid:
         _problem(out, "payout_posting_orphan", f"ledger {ref} has no paid payout", ref=ref)
+    _usdc_payouts(out)
     return len(rows)
+
+
+CHAIN_CHECK_DAYS = 62
+
+
+def _usdc_payouts(out: list) -> None:
+    """USDC payouts against the chain: booked paid ⇔ its transaction succeeded."""
+    rows = db.session.execute(select(Payout.id, Payout.status, Payout.chain, Payout.tx_hash, Payout.processor_ref,
+                                     Payout.tx_from, Payout.target, Payout.amount_micros)
+                              .where(Payout.kind == "usdc", Payout.status.in_(("paid", "failed")),
+                                     Payout.tx_hash.is_not(None),
+                                     Payout.updated_at >= utcnow() - timedelta(days=CHAIN_CHECK_DAYS))).all()
+    for pid, status, chain, tx, ref, sender, to, amount in rows:
+        try:
+            ok = usdc_payouts.moved(chain, chains.receipt(chain, tx), sender, to, amount)
+        except DomainError as exc:
+            _problem(out, "payout_chain_unverified", f"payout {pid}: {exc.message}", payout=pid)
+            continue
+        if status == "paid" and (not ok or ref != tx):
+            _problem(out, "payout_chain_mismatch", f"payout {pid} booked paid, transaction {tx} on {chain} did "
+                                                   f"not succeed", payout=pid)
+        elif status == "failed" and ok:
+            _problem(out, "payout_chain_mismatch", f"payout {pid} failed (still owed), transaction {tx} on "
+                                                   f"{chain} succeeded", payout=pid)
 
 
 def reconcile() -> dict:

@@ -14,11 +14,15 @@ monthly settlement credits the balance, as before. With one, settlement credits
    unit of work: paid → one posting ``payable → external:payout_<rail>``, ref
    ``payout:<id>`` (``funding.pay_out``), the transfer id in ``processor_ref`` (unique);
    failed → ``failed``, still owed, retried after ``PAYOUT_RETRY_SECONDS × 2^(n-1)`` with
-   attempt n+1 (a new key).
+   attempt n+1 (a new key). USDC (``usdc_payouts``, with ``PAYOUT_WALLET_KEY``): the
+   claim also signs the attempt's one ``transfer`` transaction (nonce, hash, raw bytes on
+   the row); the chain is then sent it and read: confirmed → paid (the hash in
+   ``processor_ref``), reverted or its nonce taken → failed, else still ``sending``.
 3. Recovery: a payout left ``sending`` longer than ``PAYOUT_RECOVER_AFTER_SECONDS`` (its
    worker died between the processor's answer and the booking, or the processor never
-   answered) is asked again with the SAME key: the processor answers the same transfer,
-   which is booked once. Nothing is paid twice; nothing owed is lost.
+   answered, or its USDC transaction was not confirmed yet) is asked again with the SAME
+   key (USDC: the same signed transaction, found by its hash): the processor answers the
+   same transfer, which is booked once. Nothing is paid twice; nothing owed is lost.
 
 ``run`` (the ``payouts`` job, also after each settlement run, and ``flask payouts run``)
 does 1 then 2/3 for every due payout. ``request_payout`` (``POST /api/payouts``) does it
@@ -39,7 +43,7 @@ from app.extensions import db
 from app.ids import new_id
 from app.models import Payout, PayoutDestination
 from app.models.base import utcnow
-from app.services.billing import chains, processors
+from app.services.billing import chains, processors, usdc_payouts
 from app.services.money import funding, ledger
 from app.services.platform.uow import end_reads, unit_of_work
 
@@ -87,11 +91,13 @@ def _check(kind: str, target: str, chain: str | None) -> tuple[str, str | None]:
     if kind == "usdc":
         if chain not in chains.EVM_CHAINS:
             raise InvalidRequest(f"chain: one of {', '.join(chains.EVM_CHAINS)}.")
-        chains.normalize_address(chain, target)
-        # Not built yet: sending USDC needs a payout wallet that signs the transfer
-        # (docs/payments.md#payouts). Refused as a state of this deployment, not as input.
-        raise PayoutRailUnavailable("USDC payouts are not available on this deployment yet; "
-                                    "connect a Stripe account (kind stripe_connect).")
+        address, _ = chains.normalize_address(chain, target)
+        if usdc_payouts.wallet() is None:
+            # Sending USDC needs the operator's payout wallet (PAYOUT_WALLET_KEY): refused as
+            # a state of this deployment, not as input.
+            raise PayoutRailUnavailable("USDC payouts are not available on this deployment (no payout "
+                                        "wallet); connect a Stripe account (kind stripe_connect).")
+        return address, chain
     raise InvalidRequest(f"kind: one of {', '.join(KINDS)}.")
 
 
@@ -225,18 +231,25 @@ def _open_for(account_id: str) -> str | None:
         return None
 
 
-def _claim(payout_id: str, *, recover_before) -> tuple[int, Payout] | None:
+def _claim(payout_id: str, *, recover_before, chain_ready=None) -> tuple[int, Payout] | None:
     """Mark the payout ``sending`` and commit, before the processor is asked: a pending or
-    due failed payout starts attempt n+1; a ``sending`` one older than ``recover_before``
-    is asked again with its attempt n (the same idempotency key). None: not due (another
-    worker has it)."""
+    due failed payout starts attempt n+1 (a USDC one signs its one transaction here, with
+    ``chain_ready`` = (chain, ``usdc_payouts.Prepared``), stored on the row); a ``sending``
+    one older than ``recover_before`` is asked again with its attempt n (the same
+    idempotency key, the same signed transaction). None: not due (another worker has it),
+    or a USDC attempt without its chain ready."""
     now = utcnow()
     with unit_of_work():
         row = db.session.execute(select(Payout).where(Payout.id == payout_id).with_for_update()).scalar_one_or_none()
         if row is None:
             return None
         if row.status in ("pending", "failed") and row.next_attempt_at <= now:
+            if row.kind == "usdc" and (chain_ready is None or chain_ready[0] != row.chain):
+                return None
             row.attempts += 1
+            row.tx_from = row.tx_nonce = row.tx_hash = row.tx_raw = None
+            if row.kind == "usdc":
+                usdc_payouts.sign(row, chain_ready[1])
         elif not (row.status == "sending" and row.sent_at is not None and row.sent_at < recover_before):
             return None
         row.status, row.sent_at, row.updated_at = "sending", now, now
@@ -245,12 +258,15 @@ def _claim(payout_id: str, *, recover_before) -> tuple[int, Payout] | None:
         return row.attempts, row
 
 
-def _ask(p: Payout, attempt: int) -> processors.TransferResult:
+def _ask(p: Payout, attempt: int) -> processors.TransferResult | None:
+    """The rail's answer to attempt ``attempt``; None (or ``DomainError``) while unknown."""
     key = f"payout:{p.id}:{attempt}"
     cents = ledger.micros_to_cents(p.amount_micros)
     if p.kind == "stripe_connect":
         return processors.for_mode("live").transfer(cents, p.target, key, {"payout_id": p.id,
                                                                            "account_id": p.account_id})
+    if p.kind == "usdc":
+        return usdc_payouts.outcome(p)
     raise PayoutRailUnavailable(f"No rail sends {p.kind} payouts.")
 
 
@@ -282,11 +298,15 @@ def send(payout_id: str, *, recover_after: int | None = None) -> str | None:
     recovery asks again with the same key."""
     wait = int(current_app.config["PAYOUT_RECOVER_AFTER_SECONDS"]) if recover_after is None else recover_after
     try:
-        processors.for_mode("live")  # no live processor here: nothing is sent, nothing claimed
-    except DomainError as exc:
+        chain_ready = _rail_ready(payout_id)
+    except DomainError as exc:  # no live processor / chain here: nothing is sent, nothing claimed
         log.warning("payout %s not sent: %s", payout_id, exc.message)
         return None
-    claimed = _claim(payout_id, recover_before=utcnow() - timedelta(seconds=wait))
+    try:
+        claimed = _claim(payout_id, recover_before=utcnow() - timedelta(seconds=wait), chain_ready=chain_ready)
+    except IntegrityError:  # the nonce was taken meanwhile (unique index): the next run signs again
+        log.warning("payout %s not claimed: its USDC nonce was taken", payout_id)
+        return None
     if claimed is None:
         return None
     attempt, p = claimed
@@ -296,7 +316,27 @@ def send(payout_id: str, *, recover_after: int | None = None) -> str | None:
     except DomainError as exc:  # unknown outcome: the recovery asks again with the same key
         log.warning("payout %s attempt %s: no answer (%s); left for recovery", payout_id, attempt, exc.message)
         return "sending"
+    if result is None:  # a USDC transaction not yet confirmed (or not yet seen): asked again
+        log.info("payout %s attempt %s: transaction %s not confirmed yet", payout_id, attempt, p.tx_hash)
+        return "sending"
     return _book(payout_id, attempt, result)
+
+
+def _rail_ready(payout_id: str):
+    """Before any claim: the payout's rail must be able to send. Stripe Connect: a live
+    processor. USDC: the node's chain id, gas price and the wallet's nonce, as
+    (chain, ``usdc_payouts.Prepared``) for signing a new attempt; None without a payout
+    wallet (a payout already ``sending`` is still recovered: its transaction is stored).
+    ``DomainError`` when it cannot."""
+    with unit_of_work():
+        row = db.session.execute(select(Payout.kind, Payout.chain).where(Payout.id == payout_id)).first()
+    kind, chain = row if row is not None else (None, None)
+    if kind != "usdc":
+        processors.for_mode("live")
+        return None
+    if usdc_payouts.wallet() is None:
+        return None
+    return chain, usdc_payouts.prepare(chain)
 
 
 def run(now=None) -> dict:

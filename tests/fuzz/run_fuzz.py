@@ -45,6 +45,7 @@ SEMANTIC_422: dict[str, str] = {
     "POST /api/wallet/connect": "an EIP-55 checksum; base58 that is the canonical spelling of 32 / 64 "
                                 "bytes (the shapes per chain are in the document)",
     "POST /api/keys": "`expires_at` must lie in the future, at most a year ahead (the clock)",
+    "PUT /api/payouts/destination/usdc": "a mixed-case address must carry a valid EIP-55 checksum",
     # The SSRF guard (``netguard.UnsafeURL``, one class): a URL of the published shape whose
     # host does not resolve to a public address (DNS, the world outside the request).
     "POST /api/agent/register": "the pubkey must decode to 32 bytes of a valid ed25519 point, or carry "

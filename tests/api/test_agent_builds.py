@@ -76,7 +76,7 @@ def test_submit_webhook_refused_when_private(app, client, agent):
     app.config["ALLOW_PRIVATE_URLS"] = False
     try:
         r = _submit(client, agent, webhook="https://127.0.0.1/m")
-        assert r.status_code == 400 and "webhook" in r.get_json()["message"]
+        assert r.status_code == 422 and "webhook" in r.get_json()["message"]  # the SSRF guard: 422
     finally:
         app.config["ALLOW_PRIVATE_URLS"] = True
 

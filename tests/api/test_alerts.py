@@ -61,7 +61,7 @@ def test_private_webhook_target_refused_in_production_setting(app, client, accou
                     "http://hooks.example.com/x"):
             r = client.post("/api/alerts", json={**GOOD, "channel": "chat", "target": url},
                             headers=account.headers)
-            assert r.status_code == 400 and "target" in r.get_json()["message"], url
+            assert r.status_code == 422 and "target" in r.get_json()["message"], url  # the SSRF guard
     finally:
         app.config["ALLOW_PRIVATE_URLS"] = True
 

@@ -280,7 +280,7 @@ def test_api_rules(app, client, make_account, ledger_clean):
     assert r.status_code == 409 and r.get_json()["error"] == "no_payment_method"  # a card is needed
     _save_card(client, acct)
     r = _put(client, acct, monthly_cap_cents=1000)
-    assert r.status_code == 400 and "monthly_cap_cents" in r.get_json()["message"]
+    assert r.status_code == 422 and "monthly_cap_cents" in r.get_json()["message"]  # two fields related
     for bad in ({"amount_cents": 50}, {"threshold_cents": -1}, {"threshold_cents": "5"}):
         assert _put(client, acct, **bad).status_code == 400
     assert client.get("/api/pay/auto-topup", headers=acct.headers).status_code == 404

@@ -48,7 +48,7 @@ def balance(app, account_id):
 def test_provider_key_is_checked_sealed_and_shown_by_prefix_only(app, client, fakes, acct):
     fakes.cheap.accept_keys = {OWN}
     r = add_key(client, acct, api_key="sk-wrong-123456789")  # the provider refuses it: nothing stored
-    assert r.status_code == 400 and r.get_json()["error"] == "provider_key_invalid", r.get_json()
+    assert r.status_code == 422 and r.get_json()["error"] == "provider_key_invalid", r.get_json()
     assert "refused this key" in r.get_json()["message"]
     r = add_key(client, acct)
     assert r.status_code == 201, r.get_json()
@@ -65,7 +65,7 @@ def test_provider_key_is_checked_sealed_and_shown_by_prefix_only(app, client, fa
         assert OWN.encode() not in bytes(row.ciphertext)
         db.session.remove()
     assert add_key(client, acct).get_json()["error"] == "provider_key_exists"  # one per provider: 409
-    assert add_key(client, acct, provider="nope").status_code == 400
+    assert add_key(client, acct, provider="nope").status_code == 404  # not in the catalog: does not exist
     assert add_key(client, acct, api_key="has space inside").status_code == 400
     assert add_key(client, acct, key=acct.test_key).status_code == 403  # live keys only
     other = client.delete(f"/api/provider-keys/{created['id']}",

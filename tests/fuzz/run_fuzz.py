@@ -11,7 +11,7 @@ and runs ``st run`` with every check (none excluded). Exit status is schemathesi
 Used by ``make fuzz`` (larger budget) and by ``tests/e2e/test_fuzz.py`` in CI (small budget).
 The operations that may answer a schema-valid request with 422 (a rule the schema cannot
 state), each with its reason, are listed in ``SEMANTIC_422``; those that still answer some
-with 400 in ``SEMANTIC_400``.
+with 400 (the conventions of the MCP, OpenAI and Anthropic surfaces) in ``SEMANTIC_400``.
 """
 from __future__ import annotations
 
@@ -44,35 +44,34 @@ SEMANTIC_422: dict[str, str] = {
                                       "case, or the canonical base58 of 32 bytes on Solana",
     "POST /api/wallet/connect": "an EIP-55 checksum; base58 that is the canonical spelling of 32 / 64 "
                                 "bytes (the shapes per chain are in the document)",
-    "POST /api/agent/register": "the pubkey must decode to 32 bytes of a valid ed25519 point, or carry "
-                                "a valid EIP-55 checksum and a supported chain id",
     "POST /api/keys": "`expires_at` must lie in the future, at most a year ahead (the clock)",
+    "PUT /api/payouts/destination/usdc": "a mixed-case address must carry a valid EIP-55 checksum",
+    # The SSRF guard (``netguard.UnsafeURL``, one class): a URL of the published shape whose
+    # host does not resolve to a public address (DNS, the world outside the request).
+    "POST /api/agent/register": "the pubkey must decode to 32 bytes of a valid ed25519 point, or carry "
+                                "a valid EIP-55 checksum and a supported chain id; the webhook's host "
+                                "must resolve to a public address (SSRF guard)",
+    "POST /api/agent/build": "the webhook's host must resolve to a public address (SSRF guard)",
+    "POST /api/alerts": "a webhook/chat target's host must resolve to a public address (SSRF guard) "
+                        "with a port in range; an e-mail target is at most 254 characters once trimmed",
+    "POST /api/pay/checkout": "`return_url`: https only in production and a host of `RETURN_URL_HOSTS` "
+                              "when the operator sets it (configuration), a port in range",
+    "PUT /api/pay/auto-topup": "`monthly_cap_cents` must be at least `amount_cents` (two fields related)",
+    "POST /api/provider-keys": "the provider must accept the key when asked (`provider_key_invalid`, "
+                               "the world outside; an unknown `provider` is 404)",
 }
-# Operations that still answer some schema-valid requests with 400 ``invalid_request``, each
-# with its reason: not yet moved to a documented 409/422 (left for a later round, listed so
-# that the run stays green on everything else). Nothing of issue 42's nine is here.
+# Operations that still answer some schema-valid requests with 400, each with its reason:
+# the conventions of surfaces whose clients read the status (docs/decisions.md "Schema-valid
+# requests"). Everything else moved to a documented 404/409/422.
 SEMANTIC_400: dict[str, str] = {
-    "POST /api/agent/register": "the webhook's host must resolve to a public address (SSRF guard)",
-    "POST /api/agent/build": "the webhook's host must resolve to a public address (SSRF guard); "
-                             "without one, the agent must have a webhook (stored state)",
-    "POST /api/alerts": "a webhook/chat target's host must resolve to a public address (SSRF "
-                        "guard) with a port the URL parser accepts; an e-mail target is at "
-                        "most 254 characters once trimmed",
-    "POST /api/provider-keys": "`provider` must be a provider of the chat catalog (catalog data) and "
-                               "accept the key when asked (the world outside)",
-    "POST /api/pay/checkout": "`return_url`: https only in production and a host of "
-                              "`RETURN_URL_HOSTS` when the operator sets it (configuration), "
-                              "a port and brackets the URL parser accepts",
-    "PUT /api/pay/auto-topup": "`monthly_cap_cents` must be at least `amount_cents` (two fields "
-                               "related)",
-    "POST /mcp": "the body must be a JSON-RPC message of MCP: the document states the envelope, "
-                 "the MCP schema (methods and their params, per protocol version) is the SDK's",
-    "POST /v1/chat/completions": "`model: auto` needs a model that fits the request "
-                                 "(`no_matching_model`, catalog data; OpenAI's convention is 400)",
-    "POST /v1/messages": "`model: auto` needs a model that fits the request (catalog data); a "
-                         "content block's kind must suit its turn (image and tool_result in user "
-                         "turns, tool_use in assistant turns) with its source or ids, which the "
-                         "document states per block type only loosely",
+    "POST /mcp": "the MCP SDK answers a JSON-RPC message MCP does not accept with 400 and a JSON-RPC "
+                 "error (Streamable HTTP's convention); the document states the envelope and this 400",
+    "POST /v1/chat/completions": "OpenAI's convention, kept for OpenAI clients: `model: auto` with no "
+                                 "model that fits the request is 400 `no_matching_model` "
+                                 "(`invalid_request_error`), documented on the operation",
+    "POST /v1/messages": "Anthropic's convention, kept for Anthropic clients: 400 "
+                         "`invalid_request_error` for `model: auto` with no fitting model and for a "
+                         "content block that does not suit its turn, documented on the operation",
 }
 # Operations only an agent may call (403 to a key): the fuzz run calls them with the
 # session of an agent of alice's, so their bodies reach the service, not just the auth

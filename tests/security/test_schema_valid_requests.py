@@ -164,3 +164,98 @@ def test_the_error_table_publishes_the_statuses(doc):
     assert codes["nonce_invalid"]["status"] == 409
     assert codes["webhook_signature_invalid"]["status"] == 401
     assert codes["payment_method_not_found"]["status"] == 404
+
+
+# --- the second round: the operations the fuzz run still allowed a 400 --------------------
+
+@pytest.fixture
+def strict(app):
+    """The SSRF guard as in production: private hosts refused."""
+    app.config["ALLOW_PRIVATE_URLS"] = False
+    yield
+    app.config["ALLOW_PRIVATE_URLS"] = True
+
+
+def test_the_ssrf_guards_verdict_on_a_well_formed_url_is_422_on_every_route(client, account, doc, strict):
+    """The SSRF guard's error class (``netguard.UnsafeURL``) is 422 ``unprocessable``: a URL
+    of the published shape whose host is not public is not a malformed request."""
+    from tests.agentkit import Keypair, session_headers
+
+    url = "https://127.0.0.1/hook"
+    body = {"name": "a", "pubkey": Keypair().pubkey, "webhook": url}
+    _assert_body_valid(doc, "/api/agent/register", "post", body)
+    r = client.post("/api/agent/register", json=body, headers=account.headers)
+    assert r.status_code == 422 and r.get_json()["error"] == "unprocessable", r.get_json()
+    assert "webhook" in r.get_json()["message"]
+    alert = {"name": "n", "metric": "calls", "op": ">", "threshold": 1, "window": "day",
+             "channel": "webhook", "target": url}
+    _assert_body_valid(doc, "/api/alerts", "post", alert)
+    r = client.post("/api/alerts", json=alert, headers=account.headers)
+    assert r.status_code == 422 and r.get_json()["error"] == "unprocessable", r.get_json()
+    assert client.get("/api/alerts", headers=account.headers).get_json()["alerts"] == []
+    kp = Keypair()
+    assert client.post("/api/agent/register", json={"name": "b", "pubkey": kp.pubkey,
+                                                    "webhook": "https://1.1.1.1/hook"},
+                       headers=account.headers).status_code == 201
+    build = {"slug": "ssrf-422", "price_cents": 1, "actions": ["go"], "webhook": url}
+    _assert_body_valid(doc, "/api/agent/build", "post", build)
+    r = client.post("/api/agent/build", json=build, headers=session_headers(client, kp))
+    assert r.status_code == 422 and r.get_json()["error"] == "unprocessable", r.get_json()
+    for path in ("/api/agent/register", "/api/agent/build", "/api/alerts"):
+        _documented(doc, path, "post", 422)
+
+
+def test_a_build_without_a_webhook_for_an_agent_without_one_is_a_409(client, account, doc):
+    from tests.agentkit import Keypair, session_headers
+
+    kp = Keypair()
+    assert client.post("/api/agent/register", json={"name": "b", "pubkey": kp.pubkey},
+                       headers=account.headers).status_code == 201
+    build = {"slug": "no-hook", "price_cents": 1, "actions": ["go"]}
+    _assert_body_valid(doc, "/api/agent/build", "post", build)
+    r = client.post("/api/agent/build", json=build, headers=session_headers(client, kp))
+    assert r.status_code == 409 and r.get_json()["error"] == "conflict", r.get_json()
+    _documented(doc, "/api/agent/build", "post", 409)
+
+
+def test_an_alert_email_too_long_once_trimmed_is_422(client, account, doc):
+    target = "a" * 64 + "@" + ("b" * 60 + ".") * 4 + "com"  # 312 characters
+    body = {"name": "n", "metric": "calls", "op": ">", "threshold": 1, "window": "day",
+            "channel": "email", "target": target}
+    _assert_body_valid(doc, "/api/alerts", "post", body)
+    r = client.post("/api/alerts", json=body, headers=account.headers)
+    assert r.status_code == 422 and r.get_json()["error"] == "unprocessable", r.get_json()
+
+
+def test_a_return_url_outside_the_operators_hosts_is_422(app, client, account, doc):
+    body = {"amount_cents": 500, "return_url": "https://elsewhere.example/back"}
+    _assert_body_valid(doc, "/api/pay/checkout", "post", body)
+    app.config["RETURN_URL_HOSTS"] = "shop.example"
+    try:
+        r = client.post("/api/pay/checkout", json=body, headers=account.headers)
+    finally:
+        app.config["RETURN_URL_HOSTS"] = None
+    assert r.status_code == 422 and r.get_json()["error"] == "unprocessable", r.get_json()
+    assert "return_url" in r.get_json()["message"]
+    assert client.get("/api/pay/history", headers=account.headers).get_json()["payments"] == []
+    _documented(doc, "/api/pay/checkout", "post", 422)
+
+
+def test_an_auto_topup_cap_below_its_amount_is_422(client, account, doc):
+    body = {"threshold_cents": 500, "amount_cents": 2000, "monthly_cap_cents": 1000}
+    _assert_body_valid(doc, "/api/pay/auto-topup", "put", body)
+    r = client.put("/api/pay/auto-topup", json=body, headers=account.headers)
+    assert r.status_code == 422 and r.get_json()["error"] == "unprocessable", r.get_json()
+    assert "monthly_cap_cents" in r.get_json()["message"]
+    _documented(doc, "/api/pay/auto-topup", "put", 422)
+    _documented(doc, "/api/pay/auto-topup", "put", 409)
+
+
+def test_a_provider_key_for_a_provider_not_in_the_catalog_is_404(client, account, doc):
+    body = {"provider": "nope", "api_key": "sk-12345678"}
+    _assert_body_valid(doc, "/api/provider-keys", "post", body)
+    r = client.post("/api/provider-keys", json=body, headers=account.headers)
+    assert r.status_code == 404 and r.get_json()["error"] == "not_found", r.get_json()
+    _documented(doc, "/api/provider-keys", "post", 404)
+    _documented(doc, "/api/provider-keys", "post", 422)  # the provider refusing the key (tests/api/test_byok.py)
+    assert doc["x-error-codes"]["provider_key_invalid"]["status"] == 422

@@ -17,6 +17,7 @@ from app.services.agents import earnings
 from app.services.agents import funding
 from app.services.agents import siwx
 from app.services.orgs import orgs
+from app.services.platform import netguard
 
 blp = Blueprint("agents", __name__, url_prefix="/api/agent",
                 description="Agents: ed25519 and Sign-In-With-X (EVM wallet) sign-in, registration, agent-built modules, usage, "
@@ -81,7 +82,7 @@ def siwx_sign_in(sign_in_with_x):
                   422: "`unprocessable`: the `pubkey` has the documented shape but is not a key: base58 that "
                        "is not the canonical spelling of 32 bytes, a point that is not an ed25519 public key, "
                        "an EIP-55 checksum mismatch, or a chain id outside the deployment's "
-                       "`AGENT_SIWX_CHAINS`."})
+                       "`AGENT_SIWX_CHAINS`; or the `webhook`: " + netguard.REFUSED_DOC})
 def register(body):
     """Register an agent (and its own account, without promotional credit) owned by the
     calling account. Idempotent on `pubkey`: the same account gets the same agent back
@@ -97,7 +98,9 @@ def register(body):
 
 
 @endpoint(blp, "/build", "post", "agent:write", body=BuildSubmitSchema, ok=BuildSchema, status=202,
-          errors={409: "Slug taken, or already pending review."})
+          errors={409: "Slug taken, or already pending review; or no `webhook` sent and the agent has none "
+                       "(`conflict`).",
+                  422: "The `webhook` (or the agent's): " + netguard.REFUSED_DOC})
 def build(body):
     """Submit an agent-built module for review (caller: the agent's session). Approved
     modules are listed and callable; calls are forwarded to `webhook`, signed per

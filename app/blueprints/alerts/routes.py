@@ -13,6 +13,7 @@ from app.blueprints.routing import endpoint
 from app.extensions import Blueprint
 from app.services.billing import alert_targets, alerts
 from app.services.orgs import orgs
+from app.services.platform import netguard
 
 blp = Blueprint("alerts", __name__, url_prefix="/api/alerts",
                 description="Spend alerts: rules evaluated every minute, delivered by e-mail, "
@@ -37,7 +38,9 @@ def list_alerts(query):
 
 
 @endpoint(blp, "", "post", "alerts:write", body=AlertCreateSchema, ok=AlertCreatedSchema, status=201,
-          errors={409: "`alert_limit_reached`: the account already has the maximum number of alerts (50)."},
+          errors={409: "`alert_limit_reached`: the account already has the maximum number of alerts (50).",
+                  422: "An `email` `target` longer than 254 characters once trimmed (`unprocessable`); a "
+                       "`webhook` / `chat` `target`: " + netguard.REFUSED_DOC},
           name="AlertCreateView", links={"DeleteAlert": {
               "operationRef": "#/paths/~1api~1alerts~1{alert_id}/delete",
               "parameters": {"alert_id": "$response.body#/id"},

@@ -93,7 +93,10 @@ class ChatCompletionsView(MethodView):
         "has empty `choices` and the `usage` (with cost); then `data: [DONE]`."}}}}})
     @document_errors(blp, {
         400: "`invalid_request`, or `invalid_payment` (the X-Payment / PAYMENT-SIGNATURE header is not "
-             "base64/base64url JSON of an x402 exact EVM payload).",
+             "base64/base64url JSON of an x402 exact EVM payload). Also, by OpenAI's convention (its clients "
+             "read a 400 `invalid_request_error` as `BadRequestError`), for a schema-valid request no model "
+             "serves: `no_matching_model` (`model: auto` with no model whose capabilities and context window "
+             "fit, or none of the account's own keys with `byok_only`), `context_length_exceeded`.",
         402: ("`payment_required`: the balance cannot cover the estimated maximum cost (the hold). Same "
               "body and headers as a module call's 402 (`X-Price-Cents` is the hold rounded up to cents; "
               "`X-Price-Micros` the exact hold; `PAYMENT-REQUIRED` asks for the rounded-up hold). "
@@ -166,6 +169,11 @@ class MessagesView(MethodView):
         "type": "string", "description": "`message_start`, `ping`, `content_block_start` / `content_block_delta` / "
         "`content_block_stop`, `message_delta` (stop reason, usage with cost), `message_stop`."}}}}})
     @document_errors(blp, {
+        400: "`invalid_request_error`: a body outside the document; and, by Anthropic's convention (its "
+             "clients read a 400 as `BadRequestError`), a schema-valid request no model serves "
+             "(`no_matching_model`: `model: auto` with no fitting model; `context_length_exceeded`) or a "
+             "content block that does not suit its turn (image and tool_result in user turns, tool_use in "
+             "assistant turns).",
         402: ("`payment_required`: the balance cannot cover the hold (`billing_error`).", PAYMENT_REQUIRED_HEADERS),
         404: "`model_not_found`.",
         502: "`provider_error`: every candidate failed; nothing charged.",

@@ -13,6 +13,7 @@ from app.blueprints.routing import endpoint
 from app.extensions import Blueprint
 from app.services.billing import autotopup, checkouts, invoices, methods, payment_events, payments
 from app.services.orgs import orgs
+from app.services.platform import redirects
 
 BILLING_WRITE = ("billing:write",)
 BILLING_READ = ("billing:read",)
@@ -23,7 +24,7 @@ blp = Blueprint("payments", __name__, url_prefix="/api/pay",
 
 
 @endpoint(blp, "/checkout", "post", "billing:write", body=CheckoutSchema, ok=CheckoutCreatedSchema,
-          headers=CheckoutHeadersSchema, idempotent=True)
+          headers=CheckoutHeadersSchema, idempotent=True, errors={422: redirects.REFUSED_DOC})
 def checkout(body):
     """Start a hosted checkout and get its `url`.
 
@@ -77,6 +78,8 @@ def webhook(stripe_signature):
 
 
 @endpoint(blp, "/auto-topup", "put", "billing:write", body=AutoTopupRequestSchema, ok=AutoTopupSchema,
+          errors={409: "`no_payment_method`: no saved card to charge.",
+                  422: "`unprocessable`: `monthly_cap_cents` is less than `amount_cents`."},
           name="AutoTopupSetView")
 def set_auto_topup(body):
     """Set auto top-up: when a charge leaves the balance under `threshold_cents`, one top-up of

@@ -64,8 +64,10 @@ def put_stripe_destination(body):
 
 @endpoint(blp, "/payouts/destination/usdc", "put", "billing:write", body=UsdcDestinationInSchema,
           ok=DestinationSchema, name="UsdcDestinationView", errors={
-              400: "A mixed-case address whose EIP-55 checksum does not match; nothing changed.",
-              403: "A test key.", 409: "`payout_rail_unavailable`: USDC payouts are not available here (no payout wallet configured)."})
+              403: "A test key.",
+              409: "`payout_rail_unavailable`: USDC payouts are not available here (no payout wallet configured).",
+              422: "`unprocessable`: a mixed-case address whose EIP-55 checksum does not match; nothing "
+                   "changed."})
 def put_usdc_destination(body):
     """Connect a USDC address on a chain as the payout destination (replaces any other)."""
     return payouts.set_destination(_live_account(), "usdc", body["address"], body["chain"])

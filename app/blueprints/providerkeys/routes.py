@@ -21,9 +21,10 @@ def list_provider_keys():
 
 
 @endpoint(blp, "", "post", "keys:write", body=ProviderKeyCreateSchema, ok=ProviderKeySchema, status=201,
-          errors={400: "`invalid_request` (unknown provider, malformed key) or `provider_key_invalid` (the "
-                       "provider refused the key).", 403: _LIVE,
+          errors={403: _LIVE, 404: "`not_found`: `provider` is not a provider of the chat catalog.",
                   409: "`provider_key_exists`: the account has a key for this provider; delete it first.",
+                  422: "`provider_key_invalid`: the provider refused the key (401/403 to its check call); "
+                       "nothing stored.",
                   502: "`provider_error`: the provider could not be reached to check the key; nothing stored."},
           name="ProviderKeyCreateView")
 def add_provider_key(body):

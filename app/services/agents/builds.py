@@ -69,7 +69,7 @@ def _submit(agent_id, slug, description, price_cents, actions, webhook) -> Modul
         raise InvalidRequest("actions: must not contain duplicates.")
     url = webhook if webhook is not None else agent.webhook
     if not url:
-        raise InvalidRequest("webhook: required when the agent has no webhook.")
+        raise Conflict("webhook: required when the agent has no webhook (the agent's stored state).")
     netguard.validate_url(url, field="webhook")
     _check_slug_owner(slug, agent.id)
     sub = ModuleSubmission(id=new_id("bld"), agent_id=agent.id, slug=slug, pending_slug=slug,

@@ -43,7 +43,7 @@ from flask import current_app
 from sqlalchemy import and_, case, func, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from app.errors import Conflict, InvalidRequest, NotFound
+from app.errors import Conflict, InvalidRequest, NotFound, Unprocessable
 from app.extensions import db
 from app.ids import new_id
 from app.models import Account, Alert, AlertEvent, OutboxMessage
@@ -130,7 +130,10 @@ def _validate(name, metric, op, threshold, window, channel, target) -> tuple:
         try:
             target = accounts.normalize_email(target)
         except InvalidRequest:
-            raise InvalidRequest("target: not a valid e-mail address (channel email).")
+            if len(target) > accounts.EMAIL_MAX:  # the document states the shape, not the trimmed length
+                raise Unprocessable(f"target: an e-mail address is at most {accounts.EMAIL_MAX} characters "
+                                    "(channel email).") from None
+            raise InvalidRequest("target: not a valid e-mail address (channel email).") from None
     else:
         target = netguard.validate_url(target, field="target")
     return name.strip(), float(threshold), target

@@ -41,7 +41,7 @@ from flask import current_app
 from sqlalchemy import and_, delete, func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from app.errors import DomainError, InvalidRequest, NotFound, ServiceUnavailable
+from app.errors import DomainError, NotFound, ServiceUnavailable, Unprocessable
 from app.extensions import db
 from app.ids import new_id
 from app.models import Account, AutoTopup, AutoTopupRun, Payment
@@ -111,7 +111,7 @@ def configure(account_id: str, mode: str, *, threshold_cents: int, amount_cents:
     """Create or replace the rule of ``mode`` (enabled, failures reset). When the balance is
     already under the threshold, one top-up starts now."""
     if monthly_cap_cents < amount_cents:
-        raise InvalidRequest("monthly_cap_cents: must be at least amount_cents.")
+        raise Unprocessable("monthly_cap_cents: must be at least amount_cents (two fields related: 422).")
     _card(account_id, mode)
     now = utcnow()
     values = {"threshold_micros": ledger.cents_to_micros(threshold_cents),

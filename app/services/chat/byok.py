@@ -49,7 +49,8 @@ KEY_RE = re.compile(KEY_PATTERN)
 
 
 class ProviderKeyInvalid(DomainError):
-    status, code, message = 400, "provider_key_invalid", "The provider refused this key."
+    # 422: a well-formed key that the world outside refuses, not a malformed request (issue 42 item 12)
+    status, code, message = 422, "provider_key_invalid", "The provider refused this key."
     description = ("Bring your own key: the provider answered 401/403 to the key's check call; nothing was "
                    "stored.")
 
@@ -79,8 +80,9 @@ def _provider(provider_id: str):
     prov = catalog().providers.get(provider_id) if isinstance(provider_id, str) else None
     if prov is None or not prov.base_url:
         known = sorted(p.id for p in catalog().providers.values() if p.base_url)
-        raise InvalidRequest(f"provider: must be one of the catalog's providers ({', '.join(known)}).",
-                             param="provider")
+        # catalog data: a provider that does not exist (404, like an unknown module)
+        raise NotFound(f"provider: no such provider in the chat catalog (one of {', '.join(known)}).",
+                       param="provider")
     return prov
 
 
@@ -102,8 +104,9 @@ def list_keys(account_id: str, mode: str) -> dict:
 
 def add_key(account_id: str, mode: str, provider_id: str, api_key: str) -> ProviderKey:
     """``POST /api/provider-keys``: check the key with the provider (no transaction open),
-    then store it sealed. 400 ``provider_key_invalid`` when the provider refuses it, 502
-    ``provider_error`` when it cannot be checked, 409 ``provider_key_exists``."""
+    then store it sealed. 404 for a provider not in the catalog, 422 ``provider_key_invalid``
+    when the provider refuses it, 502 ``provider_error`` when it cannot be checked, 409
+    ``provider_key_exists``."""
     _live(mode)
     prov = _provider(provider_id)
     if not isinstance(api_key, str) or not KEY_RE.fullmatch(api_key):

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 from flask import current_app
 
-from app.errors import InvalidRequest
+from app.errors import Unprocessable
 
 PUBLIC, PRIVATE, LOOPBACK, FORBIDDEN = "public", "private", "loopback", "forbidden"
 
@@ -33,8 +33,20 @@ _COMPAT_V4 = ipaddress.ip_network("::/96")
 _INET_PART = re.compile(r"0x[0-9a-f]*|0[0-7]*|[1-9][0-9]*")
 
 
-class UnsafeURL(InvalidRequest):
+class UnsafeURL(Unprocessable):
+    """The SSRF guard's verdict on a URL the document accepts (its shape is the field's
+    pattern): a host that does not resolve, or resolves to an address that is not public, a
+    scheme or port the configuration refuses. A rule of the world outside the request (DNS,
+    configuration), so 422 ``unprocessable``, never a 400 (docs/decisions.md "Schema-valid
+    requests"). Routes that store such a URL document it with ``REFUSED_DOC``."""
+
     message = "The URL is not allowed."
+
+
+# The 422 of every route that stores a URL the service will call (its ``errors=`` entry).
+REFUSED_DOC = ("`unprocessable`: the URL is well-formed but the SSRF guard refuses it: its host does not "
+               "resolve, or resolves to a private, loopback, link-local, metadata or reserved address; "
+               "or its scheme (https only when private hosts are not allowed) or port is not accepted.")
 
 
 class AddressRefused(Exception):
@@ -139,7 +151,7 @@ def screen(host: str, port: int, allow_private_hosts: bool) -> list[tuple]:
 def validate_url(url: str, *, field: str = "url", resolve: bool = True,
                  allow_private_hosts: bool | None = None) -> str:
     """Return ``url`` if the service may store and later call it, else raise ``UnsafeURL``
-    (400) naming ``field``. Checks the scheme (https; http too when private hosts are
+    (422) naming ``field``. Checks the scheme (https; http too when private hosts are
     allowed), host and absence of credentials, then the host name and numeric spellings in
     every mode; when private hosts are not allowed and ``resolve`` is set, every address the
     host resolves to as well. Hosts are checked again on every connection (``http``)."""

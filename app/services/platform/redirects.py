@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 from flask import current_app
 
-from app.errors import InvalidRequest
+from app.errors import Unprocessable
 
 MAX_LEN = 2000
 _FORBIDDEN = re.compile(r"[\s\\\x00-\x1f\x7f-\x9f]")
@@ -61,18 +61,25 @@ def problem(url: str) -> str | None:
 
 def validate_return_url(url: str | None, field: str = "return_url") -> str | None:
     """``url`` unchanged when it is an acceptable redirect target (None stays None);
-    raises InvalidRequest (400) naming ``field`` otherwise."""
+    raises ``Unprocessable`` (422) naming ``field`` otherwise: the document publishes the shape
+    (the field's pattern), what remains is configuration (https only in production,
+    ``RETURN_URL_HOSTS``) and the port's range, which the schema does not state."""
     if url is None:
         return None
     reason = problem(url)
     if reason:
-        raise InvalidRequest(f"{field}: {reason}.")
+        raise Unprocessable(f"{field}: {reason}.")
     return url
 
 
 def is_safe(url: str | None) -> bool:
     """Whether a stored ``url`` may be redirected to now."""
     return bool(url) and problem(url) is None
+
+
+# The 422 of every route that takes a redirect target (its ``errors=`` entry).
+REFUSED_DOC = ("`unprocessable`: the `return_url` has the documented shape but the redirect rule refuses it: "
+               "http in production, a host outside the operator's `RETURN_URL_HOSTS`, or a port out of range.")
 
 
 def origin(url: str) -> str:

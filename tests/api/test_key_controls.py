@@ -15,6 +15,7 @@ from sqlalchemy import text
 from app.extensions import db
 from tests.chatfakes import fakes, live_server, upstreams  # noqa: F401
 from tests.gateway_helpers import call, mod, provider, provider_server  # noqa: F401
+from tests.support.clock import fresh_window
 
 MSGS = [{"role": "user", "content": "hello there"}]
 
@@ -60,6 +61,7 @@ def test_controls_are_set_validated_shown_and_removed(client, make_account):
 def test_module_allow_list_and_rpm_on_the_module_gateway(app, client, make_account, mod):
     acct = make_account(cents=100)
     key = _key(client, acct, allowed_modules=["svc"], rpm_limit=2)
+    fresh_window()  # the three calls below in one minute window
     r = call(client, acct, {"action": "ok"}, slug="text", bearer=key["key"])
     assert r.status_code == 403 and r.get_json()["error"] == "module_not_allowed"
     assert "'text'" in r.get_json()["message"] and "svc" in r.get_json()["message"]
@@ -96,6 +98,7 @@ def test_model_allow_list_on_the_chat_host(app, client, fakes, make_account, led
 def test_tokens_per_minute_count_the_provider_tokens(app, client, fakes, make_account, ledger_clean):
     acct = make_account(cents=100)
     key = _key(client, acct, tpm_limit=320, rpm_limit=50)["key"]
+    fresh_window()  # the counted requests below in one window
     assert _chat(client, key, model="m-small").status_code == 200  # 10 estimated, corrected to 150
     assert _chat(client, key, model="m-small").status_code == 200  # 150 + 10 fits; now 300
     r = _chat(client, key, model="m-small")  # 300 + 10 fits: admitted, ends at 450
@@ -113,6 +116,7 @@ def test_tokens_per_minute_count_the_provider_tokens(app, client, fakes, make_ac
 def test_a_failed_completion_gives_its_tokens_back(app, client, fakes, make_account):
     acct = make_account(cents=100)
     key = _key(client, acct, tpm_limit=250)["key"]
+    fresh_window()  # the counted requests below in one window
     fakes.cheap.mode = fakes.pricey.mode = "503"
     for _ in range(3):  # each one 10 + 200 estimated, given back when every provider fails
         assert _chat(client, key, model="m-small", max_tokens=200).status_code == 502
@@ -125,6 +129,7 @@ def test_counters_are_shared_through_the_store_every_worker_uses(app, client, ma
     embedded default's workers share them); with Redis they are Redis keys."""
     acct = make_account(cents=100)
     key = _key(client, acct, rpm_limit=5)
+    fresh_window()  # the counted requests below in one window
     call(client, acct, {"action": "ok"}, bearer=key["key"])
     with app.app_context():
         rows = db.session.execute(text("SELECT key, win[2] FROM rate_windows WHERE key LIKE :k"),
@@ -158,6 +163,7 @@ def test_a_rotation_shares_one_rpm_limit(app, client, make_account, mod):
     double the key's rate."""
     acct = make_account(cents=100)
     old = _key(client, acct, rpm_limit=2)
+    fresh_window()  # the counted requests below in one window
     new = client.post(f"/api/keys/{old['id']}/rotate", json={}, headers=acct.headers).get_json()
     assert new["rpm_limit"] == 2
     assert call(client, acct, {"action": "ok"}, bearer=old["key"]).status_code == 200
@@ -169,6 +175,7 @@ def test_a_rotation_shares_one_rpm_limit(app, client, make_account, mod):
 def test_an_unreachable_redis_fails_open_like_the_plan_limit(app, client, make_account, mod, monkeypatch):
     acct = make_account(cents=100)
     key = _key(client, acct, rpm_limit=1)["key"]
+    fresh_window()  # the counted requests below in one window
     monkeypatch.setitem(app.config, "RATELIMIT_STORAGE_URI", "redis://127.0.0.1:1/0")  # nothing listens
     assert call(client, acct, {"action": "ok"}, bearer=key).status_code == 200
     assert call(client, acct, {"action": "ok"}, bearer=key).status_code == 200

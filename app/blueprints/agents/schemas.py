@@ -231,7 +231,7 @@ class LeaderboardSchema(ma.Schema):
     entries = ma.fields.List(ma.fields.Nested(LeaderboardEntrySchema), required=True)
 
 
-class AgentFundSchema(ma.Schema):
+class AgentFundSchema(InputSchema):
     amount_cents = JsonInteger(required=True, validate=ma.validate.Range(min=1, max=10_000_000), metadata={
         "description": "Cents to move from the owner's balance to the agent's (integer, 1 to 10,000,000)."})
     org_id = org_id_field("the organisation that owns the agent funds it; roles owner, billing (`billing:write`)")

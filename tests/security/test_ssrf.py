@@ -20,7 +20,10 @@ def test_address_vectors_refused_by_the_api(client, make_account, app, monkeypat
     r = client.post("/api/alerts", json={"name": "x", "metric": "calls", "op": ">", "threshold": 1,
                                          "window": "day", "channel": "webhook", "target": url},
                     headers=make_account().headers)
-    assert r.status_code == 400 and "target" in r.get_json()["message"]
+    # another scheme breaks the documented pattern (400); a well-formed http(s) URL whose
+    # host the guard refuses is 422, a rule the schema cannot state
+    assert r.status_code == (422 if url.startswith(("http://", "https://")) else 400)
+    assert "target" in r.get_json()["message"]
 
 
 @pytest.mark.parametrize("allow", [True, False])

@@ -56,7 +56,7 @@ _CONNECT_RE = re.compile(r"^acct_[A-Za-z0-9]{6,64}$")
 
 class NoPayoutDestination(Conflict):
     code, message = "no_payout_destination", "No payout destination is connected."
-    description = "Connect a payout destination first (PUT /api/payouts/destination)."
+    description = "Connect a payout destination first (PUT /api/payouts/destination/stripe_connect or /usdc)."
 
 
 class BelowPayoutMinimum(Conflict):
@@ -364,7 +364,7 @@ def request_payout(account_id: str) -> dict:
     with unit_of_work():
         dest = _destination(account_id)
         if dest is None:
-            raise NoPayoutDestination("Connect a payout destination first (PUT /api/payouts/destination).")
+            raise NoPayoutDestination(NoPayoutDestination.description)
         open_row = db.session.execute(select(Payout).where(Payout.account_id == account_id,
                                                            Payout.status.in_(OPEN))).scalar_one_or_none()
         if open_row is not None and open_row.status == "sending":

@@ -122,8 +122,13 @@ def engine_options(cfg: dict) -> dict:
     flushes — checks a connection out of it and returns it when the statement or unit of
     work ends, so a worker holds at most ``DB_POOL_SIZE + DB_MAX_OVERFLOW`` connections
     whatever its thread count. A checkout waits at most ``DB_POOL_TIMEOUT`` seconds for
-    one, then the request answers 503 ``service_unavailable`` (app/errors.py)."""
-    pool_size, overflow = _int("DB_POOL_SIZE", 4), _int("DB_MAX_OVERFLOW", 4)
+    one, then the request answers 503 ``service_unavailable`` (app/errors.py).
+
+    Default 8 + 0: connections are opened on demand and KEPT. An overflow connection is
+    closed when it is returned to a full pool, so under load 4 + 4 opened and closed
+    connections all the time (a PostgreSQL backend forked per burst: 267 sessions against
+    28 over the same two bench scenarios, bench/DIARY.md 2026-11-28 "Pool churn")."""
+    pool_size, overflow = _int("DB_POOL_SIZE", 8), _int("DB_MAX_OVERFLOW", 0)
     timeout = _float("DB_POOL_TIMEOUT", 5.0)
     if pool_size < 1 or overflow < 0 or timeout <= 0:
         raise ConfigError(f"DB_POOL_SIZE must be at least 1, DB_MAX_OVERFLOW 0 or more and DB_POOL_TIMEOUT "

@@ -40,7 +40,7 @@ from tests.support.standin import StandIn
 
 CAP = 40
 NODES, THREADS = 3, 8
-POOL_SIZE, OVERFLOW = 4, 4  # config.py's defaults, set explicitly so the bound below is the test's
+POOL_SIZE, OVERFLOW = 8, 0  # config.py's defaults, set explicitly so the bound below is the test's
 CALLERS, CALLS_EACH = 64, 8
 PRICE_CENTS = 1
 IN_CI = bool(os.environ.get("CI"))

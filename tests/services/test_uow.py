@@ -400,7 +400,7 @@ def test_pool_settings_come_from_the_configuration(monkeypatch):
 
     monkeypatch.delenv("DB_PREPARE_THRESHOLD", raising=False)
     opts = config.engine_options({"DATABASE_PGBOUNCER": False})
-    assert (opts["pool_size"], opts["max_overflow"], opts["pool_timeout"]) == (4, 4, 5.0)
+    assert (opts["pool_size"], opts["max_overflow"], opts["pool_timeout"]) == (8, 0, 5.0)
     assert opts["pool_pre_ping"] is False and opts["connect_args"]["prepare_threshold"] == 5
     assert config.engine_options({"DATABASE_PGBOUNCER": True})["connect_args"]["prepare_threshold"] is None
     monkeypatch.setenv("DB_PREPARE_THRESHOLD", "1")

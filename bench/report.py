@@ -40,15 +40,22 @@ def _ratio_target(out: list, label: str, goal: str, pair, value_fn, ok_fn, detai
         out.append(_target(label, None, goal, None, missing))
 
 
+def _throughput_target(out: list, results: dict, c: str, name: str, other: str, other_label: str,
+                       minimum: float) -> None:
+    """Scenario ``name``'s requests per second over ``other``'s at concurrency ``c``: at
+    least ``minimum``."""
+    _ratio_target(out, f"{name} throughput / {other_label} (c={c})", f"≥ {minimum:g}",
+                  (_row(results, name, c), _row(results, other, c)),
+                  lambda a, b: a["rps"] / b["rps"] if b["rps"] else 0.0, lambda v: v >= minimum,
+                  lambda a, b: f"{a['rps']} vs {b['rps']} req/s", f"{name} or {other_label} not measured")
+
+
 def targets(results: dict) -> list[dict]:
     """Issue 18's and issue 36's targets against their goals, from one run (ratios within the run)."""
     conc = [str(c) for c in results.get("settings", {}).get("concurrency", [1, 16])]
     lo, hi = conc[0], conc[-1]
     out: list[dict] = []
-    _ratio_target(out, f"metered throughput / passthrough (c={hi})", "≥ 0.6",
-                  (_row(results, "metered", hi), _row(results, "passthrough", hi)),
-                  lambda m, p: m["rps"] / p["rps"] if p["rps"] else 0.0, lambda v: v >= 0.6,
-                  lambda m, p: f"{m['rps']} vs {p['rps']} req/s", "metered or passthrough not measured")
+    _throughput_target(out, results, hi, "metered", "passthrough", "passthrough", 0.6)
     _ratio_target(out, f"metered server CPU per request / passthrough's (c={hi})", "≤ 2",
                   (_cpu(results, "metered", hi), _cpu(results, "passthrough", hi)),
                   lambda m, p: m[0] / p[0] if p[0] else float("inf"), lambda v: v <= 2.0,
@@ -60,14 +67,8 @@ def targets(results: dict) -> list[dict]:
                   lambda v: v <= 2.0, lambda m, d: f"{m['p50_ms']} − {d['p50_ms']} ms (direct)",
                   "metered or direct not measured")
     # issue 36: Portkey's gateway meters nothing; the metered call must keep up with it
-    _ratio_target(out, f"metered throughput / Portkey (c={hi})", "≥ 0.9",
-                  (_row(results, "metered", hi), _row(results, "portkey", hi)),
-                  lambda m, p: m["rps"] / p["rps"] if p["rps"] else 0.0, lambda v: v >= 0.9,
-                  lambda m, p: f"{m['rps']} vs {p['rps']} req/s", "metered or Portkey not measured")
-    _ratio_target(out, f"chat throughput / LiteLLM (c={hi})", "≥ 2",
-                  (_row(results, "chat", hi), _row(results, "litellm", hi)),
-                  lambda c, li: c["rps"] / li["rps"] if li["rps"] else 0.0, lambda v: v >= 2.0,
-                  lambda c, li: f"{c['rps']} vs {li['rps']} req/s", "chat or LiteLLM not measured")
+    _throughput_target(out, results, hi, "metered", "portkey", "Portkey", 0.9)
+    _throughput_target(out, results, hi, "chat", "litellm", "LiteLLM", 2.0)
     _ratio_target(out, f"chat added p50 / LiteLLM added p50 (c={lo})", "≤ 0.5",
                   (_row(results, "chat", lo), _row(results, "litellm", lo), dir1),
                   lambda c, li, d: ((c["p50_ms"] - d["p50_ms"]) / (li["p50_ms"] - d["p50_ms"])

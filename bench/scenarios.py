@@ -75,6 +75,12 @@ def _has(ctx: Context, path: str, method: str = "post") -> bool:
     return method in ctx.paths.get(path, {})
 
 
+def _require(ctx: Context, path: str, missing: str) -> None:
+    """A scenario's first step: ``Unavailable(missing)`` unless this build serves POST ``path``."""
+    if not _has(ctx, path):
+        raise Unavailable(missing)
+
+
 class Scenario:
     name = ""
 
@@ -104,8 +110,7 @@ class Passthrough(Scenario):
     name = "passthrough"
 
     def run(self, ctx):
-        if not _has(ctx, "/bench/passthrough"):
-            raise Unavailable("/bench/passthrough not registered")
+        _require(ctx, "/bench/passthrough", "/bench/passthrough not registered")
         ctx.bench.measure("passthrough", f"{ctx.gateway}/bench/passthrough", body=MODULE_BODY,
                           note="bare Flask route in the same gunicorn, no auth/metering/receipts")
 
@@ -114,8 +119,7 @@ class Metered(Scenario):
     name = "metered"
 
     def run(self, ctx):
-        if not _has(ctx, "/v1/module/{slug}/call"):
-            raise Unavailable("POST /v1/module/{slug}/call is not in this build")
+        _require(ctx, "/v1/module/{slug}/call", "POST /v1/module/{slug}/call is not in this build")
         seed.load_bench_module(ctx)
         keys = ctx.all_keys()
         url = f"{ctx.gateway}/v1/module/{seed.MODULE_SLUG}/call"
@@ -171,8 +175,7 @@ class Chat(Scenario):
     name = "chat"
 
     def run(self, ctx):
-        if not _has(ctx, "/v1/chat/completions"):
-            raise Unavailable("POST /v1/chat/completions is not in this build")
+        _require(ctx, "/v1/chat/completions", "POST /v1/chat/completions is not in this build")
         model = seed.load_bench_chat_model(ctx)
         keys = ctx.all_keys()
         body = json.dumps({"model": model, **CHAT_BODY_TMPL}).encode()
@@ -192,34 +195,33 @@ class Chat(Scenario):
                                                                    auth_keys=keys)
 
 
+def _measure_peer(ctx: Context, name: str, start, headers: dict, note: str) -> None:
+    """A peer gateway started (``start(ctx)``: its base URL), measured on the chat
+    completion of the same upstream, then stopped."""
+    base = start(ctx)
+    body = json.dumps({"model": peers.PEER_MODEL, **CHAT_BODY_TMPL}).encode()
+    ctx.bench.measure(name, f"{base}/v1/chat/completions", headers=headers,
+                      body=body, check=lambda r: bool(json.loads(r).get("choices")),
+                      server_pid=peers.pid(name), note=note, warmup=PEER_WARMUP)
+    peers.stop(ctx, name)
+
+
 class LiteLLM(Scenario):
     name = "litellm"
 
     def run(self, ctx):
-        base = peers.start_litellm(ctx)
-        body = json.dumps({"model": peers.PEER_MODEL, **CHAT_BODY_TMPL}).encode()
-        ctx.bench.measure("litellm", f"{base}/v1/chat/completions",
-                          headers={"Authorization": f"Bearer {peers.LITELLM_MASTER_KEY}"},
-                          body=body, check=lambda r: bool(json.loads(r).get("choices")),
-                          server_pid=peers.pid("litellm"),
-                          note="LiteLLM proxy (no database, master key), same upstream, same worker count",
-                          warmup=PEER_WARMUP)
-        peers.stop(ctx, "litellm")
+        _measure_peer(ctx, "litellm", peers.start_litellm, {"Authorization": f"Bearer {peers.LITELLM_MASTER_KEY}"},
+                      "LiteLLM proxy (no database, master key), same upstream, same worker count")
 
 
 class Portkey(Scenario):
     name = "portkey"
 
     def run(self, ctx):
-        base = peers.start_portkey(ctx)
-        body = json.dumps({"model": peers.PEER_MODEL, **CHAT_BODY_TMPL}).encode()
-        ctx.bench.measure("portkey", f"{base}/v1/chat/completions",
-                          headers={"Authorization": "Bearer sk-bench", "x-portkey-provider": "openai",
-                                   "x-portkey-custom-host": f"{ctx.upstream}/v1"},
-                          body=body, check=lambda r: bool(json.loads(r).get("choices")),
-                          server_pid=peers.pid("portkey"),
-                          note="Portkey gateway (node, one process), same upstream", warmup=PEER_WARMUP)
-        peers.stop(ctx, "portkey")
+        _measure_peer(ctx, "portkey", peers.start_portkey,
+                      {"Authorization": "Bearer sk-bench", "x-portkey-provider": "openai",
+                       "x-portkey-custom-host": f"{ctx.upstream}/v1"},
+                      "Portkey gateway (node, one process), same upstream")
 
 
 class Usage(Scenario):
@@ -254,8 +256,7 @@ class Track(Scenario):
     name = "track"
 
     def run(self, ctx):
-        if not _has(ctx, "/api/track"):
-            raise Unavailable("POST /api/track is not in this build")
+        _require(ctx, "/api/track", "POST /api/track is not in this build")
         body = json.dumps({"event": "page_view", "session_id": "bench-session",
                            "props": {"path": "/pricing"}}).encode()
         ctx.bench.measure("track", f"{ctx.gateway}/api/track", body=body,

@@ -308,6 +308,14 @@ class FakeChain:
         return tx
 
 
+def use_chain(monkeypatch, app, url: str, *, solana: str | None = None, **config) -> None:
+    """Point the app at a chain stand-in: ``base`` (and ``solana`` when given) at ``url``,
+    the other chains off, and the other ``config`` keys set for the test."""
+    monkeypatch.setitem(app.config, "RPC_URLS", {"base": url, "ethereum": None, "polygon": None, "solana": solana})
+    for key, value in config.items():
+        monkeypatch.setitem(app.config, key, value)
+
+
 @contextmanager
 def chain_server(usdc: str):
     state = FakeChain(usdc)

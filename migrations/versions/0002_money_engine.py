@@ -21,6 +21,7 @@ import sqlalchemy as sa
 from alembic import op
 
 from app.models.base import UTCDateTime
+from migrations.helpers import create_append_only_trigger, drop_append_only_trigger
 
 revision = "money_engine"
 down_revision = "baseline"
@@ -42,13 +43,12 @@ def upgrade():
                "REFERENCING NEW TABLE AS gw_new_entries "
                "FOR EACH STATEMENT EXECUTE FUNCTION gw_ledger_balanced()")
     for table in _LEDGER:
-        op.execute(f"CREATE TRIGGER gw_{table}_append_only BEFORE UPDATE OR DELETE ON {table} "
-                   "FOR EACH STATEMENT EXECUTE FUNCTION gw_ledger_append_only()")
+        create_append_only_trigger(table)
 
 
 def downgrade():
     for table in _LEDGER:
-        op.execute(f"DROP TRIGGER IF EXISTS gw_{table}_append_only ON {table}")
+        drop_append_only_trigger(table)
     op.execute("DROP TRIGGER IF EXISTS gw_ledger_entries_balanced ON ledger_entries")
     for table in ("module_calls", "chat_completions"):
         op.drop_column(table, "actor")

@@ -16,6 +16,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 from app.models.base import UTCDateTime
+from migrations.helpers import create_append_only_trigger, drop_append_only_trigger
 
 revision = "teams"
 down_revision = "money_engine"
@@ -74,12 +75,11 @@ def upgrade():
     op.add_column("accounts", sa.Column("name", sa.String(length=100), nullable=True))
     op.add_column("api_keys", sa.Column("member_account_id", sa.String(length=32), nullable=True))
     op.create_index(op.f("ix_api_keys_member_account_id"), "api_keys", ["member_account_id"], unique=False)
-    op.execute("CREATE TRIGGER gw_org_audit_append_only BEFORE UPDATE OR DELETE ON org_audit "
-               "FOR EACH STATEMENT EXECUTE FUNCTION gw_ledger_append_only()")
+    create_append_only_trigger("org_audit")
 
 
 def downgrade():
-    op.execute("DROP TRIGGER IF EXISTS gw_org_audit_append_only ON org_audit")
+    drop_append_only_trigger("org_audit")
     op.drop_index(op.f("ix_api_keys_member_account_id"), table_name="api_keys")
     op.drop_column("api_keys", "member_account_id")
     op.drop_column("accounts", "name")

@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from alembic import op
 
 from app.models.base import JSONType, UTCDateTime
+from migrations.helpers import create_key_rate_windows
 
 revision = "byok_key_controls"
 down_revision = "teams"
@@ -38,14 +39,7 @@ def upgrade():
         sa.UniqueConstraint("owner_kind", "owner_id", "provider", name="uq_provider_keys_owner"),
     )
     op.create_index("ix_provider_keys_owner_id", "provider_keys", ["owner_id"])
-    op.create_table(
-        "key_rate_windows",
-        sa.Column("key_id", sa.String(32), primary_key=True),
-        sa.Column("kind", sa.String(8), primary_key=True),
-        sa.Column("window_start", UTCDateTime(), nullable=False),
-        sa.Column("used", sa.BigInteger(), nullable=False),
-        sa.CheckConstraint("used >= 0", name="used_nonnegative"),
-    )
+    create_key_rate_windows()
     op.add_column("accounts", sa.Column("byok_only", sa.Boolean(), server_default="false", nullable=False))
     op.add_column("accounts", sa.Column("byok_fallback", sa.Boolean(), server_default="false", nullable=False))
     op.add_column("chat_completions", sa.Column("byok_key_id", sa.String(32), nullable=True))

@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 
 from app.models.base import UTCDateTime
+from migrations.helpers import create_append_only_trigger, drop_append_only_trigger
 
 revision = "invoices"
 down_revision = "member_budgets"
@@ -46,8 +47,7 @@ def upgrade():
     op.create_index("uq_invoices_usage_period", "invoices", ["account_id", "mode", "period"], unique=True,
                     postgresql_where=sa.text("kind = 'usage'"))
     op.create_index("ix_invoices_account", "invoices", ["account_id", "mode", "seq"])
-    op.execute("CREATE TRIGGER gw_invoices_append_only BEFORE UPDATE OR DELETE ON invoices "
-               "FOR EACH STATEMENT EXECUTE FUNCTION gw_ledger_append_only()")
+    create_append_only_trigger("invoices")
     op.create_table(
         "invoice_counters",
         sa.Column("seller", sa.String(32), primary_key=True),
@@ -71,5 +71,5 @@ def downgrade():
     op.drop_table("billing_details")
     op.drop_index("ix_payments_created", table_name="payments")
     op.drop_table("invoice_counters")
-    op.execute("DROP TRIGGER IF EXISTS gw_invoices_append_only ON invoices")
+    drop_append_only_trigger("invoices")
     op.drop_table("invoices")

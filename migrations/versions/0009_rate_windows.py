@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-from app.models.base import UTCDateTime
+from migrations.helpers import create_key_rate_windows
 
 revision = "rate_windows"
 down_revision = "payouts"
@@ -36,12 +36,5 @@ def upgrade():
 
 
 def downgrade():
-    op.create_table(
-        "key_rate_windows",
-        sa.Column("key_id", sa.String(32), primary_key=True),
-        sa.Column("kind", sa.String(8), primary_key=True),
-        sa.Column("window_start", UTCDateTime(), nullable=False),
-        sa.Column("used", sa.BigInteger(), nullable=False),
-        sa.CheckConstraint("used >= 0", name="used_nonnegative"),
-    )
+    create_key_rate_windows()
     op.drop_table("rate_windows")

@@ -21,7 +21,7 @@ from app.services.gateway import catalog
 from app.services.money import ledger, settlement
 from tests.agentkit import Keypair, register
 from tests.gateway_helpers import call, create_module, provider, provider_server  # noqa: F401
-from tests.standins import chain_server, stripe_server
+from tests.standins import chain_server, stripe_server, use_chain
 
 
 class _Key:
@@ -157,12 +157,18 @@ def test_failed_payout_stays_owed_and_is_paid_once_on_retry(app, client, make_ac
     ledger_clean()
 
 
-def test_below_minimum_nothing_is_paid_and_it_carries_over(app, client, make_account, provider, monkeypatch,
-                                                           ledger_clean):
+@pytest.fixture
+def below_minimum(app, client, make_account, provider, monkeypatch):
+    """A seller with a connected destination, 30 cents settled and owed under a 10-dollar
+    payout minimum: ``(owners, settlement run, payout run)``."""
     monkeypatch.setitem(app.config, "PAYOUT_MINIMUM_CENTS", 1000)
     o = Owners(app, client, make_account, provider, calls=1)
     o.connect(o.seller)
-    out, ran = o.settle_and_pay()
+    return (o, *o.settle_and_pay())
+
+
+def test_below_minimum_nothing_is_paid_and_it_carries_over(app, client, below_minimum, monkeypatch, ledger_clean):
+    o, out, ran = below_minimum
     assert out["settled"] == 2 and ran["opened"] == 0
     got = o.payouts_of(o.seller)
     assert got["payouts"] == [] and got["owed_cents"] == 30 and got["minimum_cents"] == 1000
@@ -179,12 +185,8 @@ def test_below_minimum_nothing_is_paid_and_it_carries_over(app, client, make_acc
     ledger_clean()
 
 
-def test_removing_the_destination_keeps_earnings_as_balance(app, client, make_account, provider, monkeypatch,
-                                                            ledger_clean):
-    monkeypatch.setitem(app.config, "PAYOUT_MINIMUM_CENTS", 1000)
-    o = Owners(app, client, make_account, provider, calls=1)
-    o.connect(o.seller)
-    o.settle_and_pay()
+def test_removing_the_destination_keeps_earnings_as_balance(app, client, below_minimum, ledger_clean):
+    o = below_minimum[0]
     before = client.get("/api/account", headers=_h(o.seller)).get_json()["balance_cents"]
     r = client.delete("/api/payouts/destination", headers=_h(o.seller))
     assert r.status_code == 200 and r.get_json() == {"kind": None, "moved_to_balance_cents": 30}
@@ -338,10 +340,7 @@ def node(app, monkeypatch):
     from eth_account import Account
 
     with chain_server(USDC_BASE) as fake:
-        monkeypatch.setitem(app.config, "RPC_URLS", {"base": fake.url, "ethereum": None, "polygon": None,
-                                                      "solana": None})
-        monkeypatch.setitem(app.config, "PAYOUT_WALLET_KEY", WALLET_KEY)
-        monkeypatch.setitem(app.config, "CHAIN_CONFIRMATIONS", 0)
+        use_chain(monkeypatch, app, fake.url, PAYOUT_WALLET_KEY=WALLET_KEY, CHAIN_CONFIRMATIONS=0)
         fake.payout_wallet = Account.from_key(WALLET_KEY).address
         fake.balances[fake.payout_wallet.lower()] = 1_000_000_000  # 1,000 USDC
         yield fake

@@ -10,7 +10,7 @@ from eth_account.messages import encode_defunct
 from nacl.signing import SigningKey
 
 from app.services.billing import wallets
-from tests.standins import chain_server
+from tests.standins import chain_server, use_chain
 
 USDC_BASE = "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913"
 PAY_TO = "0x00000000000000000000000000000000000A1B2C"
@@ -19,12 +19,8 @@ PAY_TO = "0x00000000000000000000000000000000000A1B2C"
 @pytest.fixture
 def chain(app, monkeypatch):
     with chain_server(USDC_BASE) as node:
-        monkeypatch.setitem(app.config, "RPC_URLS", {"base": node.url, "ethereum": None, "polygon": None,
-                                                      "solana": node.url})
-        monkeypatch.setitem(app.config, "USDC_DEPOSIT_ADDRESS", PAY_TO)
-        monkeypatch.setitem(app.config, "WALLET_BALANCE_CACHE_SECONDS", 15)
-        monkeypatch.setitem(app.config, "CHAIN_CONFIRMATIONS", 3)
-        monkeypatch.setitem(app.config, "CHAIN_WATCH_LOOKBACK_BLOCKS", 100)
+        use_chain(monkeypatch, app, node.url, solana=node.url, USDC_DEPOSIT_ADDRESS=PAY_TO,
+                  WALLET_BALANCE_CACHE_SECONDS=15, CHAIN_CONFIRMATIONS=3, CHAIN_WATCH_LOOKBACK_BLOCKS=100)
         wallets._local_cache.clear()
         yield node
 

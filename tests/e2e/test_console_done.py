@@ -5,38 +5,22 @@ over HTTP with the key shown once; see both on the activity page with their exac
 page at 390 px without sideways scroll; axe-core finds no serious or critical violation."""
 from __future__ import annotations
 
-import os
-
 import pytest
 import requests
 
 from demo.llm import DemoLLMHandler
-from tests.e2e.test_console_issue40 import ARGS, CHROMIUM, NARROW_CHECK, sign_up
+from tests.e2e.test_console_issue40 import NARROW_CHECK, browser_on_gunicorn, sign_up
 from tests.gateway_helpers import create_module, provider_server  # noqa: F401
 from tests.support import axe
-from tests.support.apps import app_env, gunicorn
-from tests.support.procs import free_port
 from tests.support.standin import serve
 
 
 @pytest.fixture(scope="module")
 def chat_server(app):
     """gunicorn with the demo LLM as its chat provider, and one headless Chromium."""
-    assert os.path.exists(CHROMIUM), "Debian chromium is required (deploy/system-packages.sh installs it)"
-    from playwright.sync_api import sync_playwright
-
-    with serve(DemoLLMHandler) as llm:
-        env = app_env(app.config)
-        port = free_port()
-        env.update({"JOBS_INLINE": "1", "BASE_URL": f"http://127.0.0.1:{port}", "SMTP_URL": "",
-                    "DEMO_LLM_BASE_URL": llm + "/v1", "CHAT_HOST": "127.0.0.1"})
-        env.pop("CHAT_CATALOG", None)
-        with gunicorn(env, workers=1, port=port) as base, sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-            try:
-                yield base, browser
-            finally:
-                browser.close()
+    with serve(DemoLLMHandler) as llm, \
+            browser_on_gunicorn(app, DEMO_LLM_BASE_URL=llm + "/v1", CHAT_HOST="127.0.0.1", CHAT_CATALOG=None) as running:
+        yield running
 
 
 def _rows(page) -> list[tuple[str, str]]:

@@ -8,6 +8,7 @@ link flow itself is ``test_console_browser.py``'s). Chromium missing fails (neve
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
@@ -20,21 +21,30 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--d
         "--disable-sync", "--no-first-run"]
 
 
-@pytest.fixture(scope="module")
-def server(app):
-    """A gunicorn serving the app for the module's tests, and one headless Chromium."""
+@contextmanager
+def browser_on_gunicorn(app, **env):
+    """A gunicorn serving the app (jobs inline, no SMTP; ``env`` added, a None value
+    removes that variable) and one headless Chromium: ``(base URL, browser)``."""
     assert os.path.exists(CHROMIUM), "Debian chromium is required (deploy/system-packages.sh installs it)"
     from playwright.sync_api import sync_playwright
 
-    env = app_env(app.config)
     port = free_port()
-    env.update({"JOBS_INLINE": "1", "BASE_URL": f"http://127.0.0.1:{port}", "SMTP_URL": ""})
-    with gunicorn(env, workers=1, port=port) as base, sync_playwright() as pw:
+    full = app_env(app.config)
+    full.update({"JOBS_INLINE": "1", "BASE_URL": f"http://127.0.0.1:{port}", "SMTP_URL": "", **env})
+    full = {k: v for k, v in full.items() if v is not None}
+    with gunicorn(full, workers=1, port=port) as base, sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
         try:
             yield base, browser
         finally:
             browser.close()
+
+
+@pytest.fixture(scope="module")
+def server(app):
+    """A gunicorn serving the app for the module's tests, and one headless Chromium."""
+    with browser_on_gunicorn(app) as running:
+        yield running
 
 
 def signed_in(app, server, account_id: str, *, width: int = 1280, mode: str = "live"):

@@ -30,6 +30,18 @@ def _invite_link(app, email: str) -> str:
     return link
 
 
+def _save_budget(page, email: str, dollars: str):
+    """Type a monthly budget in the member's row and save it; the row as the page shows it
+    after, holding what was typed."""
+    row = page.locator("table.members tr", has_text=email)
+    row.locator("input[name=monthly_budget]").fill(dollars)
+    row.locator("button", has_text="Save").click()
+    page.wait_for_load_state()
+    row = page.locator("table.members tr", has_text=email)
+    assert row.locator("input[name=monthly_budget]").input_value() == dollars
+    return row
+
+
 def test_owner_creates_org_invites_member_changes_role_and_removes_them(app, server, make_account):  # noqa: F811
     import os
 
@@ -78,19 +90,10 @@ def test_owner_creates_org_invites_member_changes_role_and_removes_them(app, ser
     assert member.locator("text=Save card").count() == 1
 
     # a monthly budget in dollars, shown beside what the member spent this month; then cleared
-    row = page.locator("table.members tr", has_text=email)
-    row.locator("input[name=monthly_budget]").fill("12.50")
-    row.locator("button", has_text="Save").click()
-    page.wait_for_load_state()
-    row = page.locator("table.members tr", has_text=email)
-    assert row.locator("input[name=monthly_budget]").input_value() == "12.50"
+    row = _save_budget(page, email, "12.50")
     assert row.locator("td[data-label='Spent this month']").inner_text() == "$0.00 of $12.50"
     assert page.locator("table.member-usage tr", has_text=email).count() == 1
-    row.locator("input[name=monthly_budget]").fill("")
-    row.locator("button", has_text="Save").click()
-    page.wait_for_load_state()
-    row = page.locator("table.members tr", has_text=email)
-    assert row.locator("input[name=monthly_budget]").input_value() == ""
+    row = _save_budget(page, email, "")
     assert row.locator("td[data-label='Spent this month']").inner_text() == "$0.00"
 
     # the last owner cannot be demoted: the page says why

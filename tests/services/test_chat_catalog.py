@@ -122,6 +122,28 @@ def test_anthropic_translation_of_a_tool_conversation():
                     "usage": {"prompt_tokens": 7, "completion_tokens": 3}}
 
 
+def test_tool_calls_become_tool_use_blocks_alike_upstream_and_on_v1_messages():
+    """One translation of OpenAI ``tool_calls`` into Anthropic ``tool_use`` blocks serves the
+    request sent upstream (``to_anthropic``) and the ``/v1/messages`` answer (``_content``)."""
+    from app.services.chat import messages
+
+    calls = [{"id": "t1", "function": {"name": "w", "arguments": '{"c": 1}'}},
+             {"id": "t2", "function": {"name": "x", "arguments": "not json"}},
+             {"id": "t3", "function": {"name": "y", "arguments": "[1, 2]"}},
+             {"id": "t4", "function": {"name": "z"}}]
+    blocks = [{"type": "tool_use", "id": "t1", "name": "w", "input": {"c": 1}},
+              {"type": "tool_use", "id": "t2", "name": "x", "input": {"arguments": "not json"}},
+              {"type": "tool_use", "id": "t3", "name": "y", "input": {"value": [1, 2]}},
+              {"type": "tool_use", "id": "t4", "name": "z", "input": {}}]
+    assert llm_providers.tool_use_blocks(calls) == blocks and llm_providers.tool_use_blocks(None) == []
+    up = llm_providers.to_anthropic({"model": "x", "messages": [
+        {"role": "user", "content": "hi"}, {"role": "assistant", "content": "let me see", "tool_calls": calls}]},
+        "claude-x", 40)
+    assert up["messages"][1] == {"role": "assistant", "content": [{"type": "text", "text": "let me see"}, *blocks]}
+    assert messages._content({"content": "let me see", "tool_calls": calls}) == \
+        [{"type": "text", "text": "let me see"}, *blocks]
+
+
 _SNAPSHOT_YAML = """providers:
   p: {type: openai, base_url: "http://127.0.0.1:9"}
 models:

@@ -407,11 +407,12 @@ def _gave_up(result) -> bool:
     return isinstance(result, DBAPIError) and getattr(result.orig, "sqlstate", None) == "55P03"
 
 
-def _group_against_writer(app, rows, first, second) -> tuple:
-    """Another writer runs ``first`` (sql, params: takes a lock), the group starts and
-    waits for a lock, the writer runs ``second`` (wants a lock the group may hold) and
-    rolls back (its effect is not what is tested): the group's and the writer's outcomes
-    ("ok" or the error)."""
+def _group_gives_way_to_writer(app, made, first, second) -> None:
+    """Another writer runs ``first`` (sql, params: takes a lock), the group of ``made``'s
+    rows starts and waits for a lock, the writer runs ``second`` (wants a lock the group
+    may hold) and rolls back (its effect is not what is tested). No deadlock: the group
+    gives up its wait and the writer goes through."""
+    rows = [r for _, r in made]
     out: dict = {}
     with app.app_context():
         with db.engine.connect() as writer:
@@ -427,7 +428,9 @@ def _group_against_writer(app, rows, first, second) -> tuple:
                 out["writer"] = exc
         t.join(10)
         db.session.remove()
-    return out["group"], out["writer"]
+    group, writer = out["group"], out["writer"]
+    _no_deadlock(group, writer)
+    assert writer == "ok" and _gave_up(group), (group, writer)
 
 
 def _no_deadlock(*results):
@@ -479,12 +482,10 @@ def test_an_existing_rows_key_lock_and_a_refund(app, make_account, mod):
         db.session.remove()
     # the refund: account a first; the group meanwhile answers existing for k1 (record
     # locked) and waits for account a; then the refund wants k1's record
-    group, refund = _group_against_writer(
-        app, [r for _, r in made],
+    _group_gives_way_to_writer(
+        app, made,
         ("UPDATE accounts SET balance_micros = balance_micros + 30000 WHERE id = :a", {"a": a}),
         ("DELETE FROM idempotency_records WHERE account_id = :a AND key = 'k1'", {"a": a}))
-    _no_deadlock(group, refund)
-    assert refund == "ok" and _gave_up(group), (group, refund)
 
 
 def test_a_writer_locking_two_accounts_in_another_order(app, make_account, mod):
@@ -497,12 +498,10 @@ def test_a_writer_locking_two_accounts_in_another_order(app, make_account, mod):
         db.session.remove()
     # the funding: the owner's account first; the group meanwhile locks the agent's and
     # waits for the owner's; then the funding wants the agent's
-    group, fund = _group_against_writer(
-        app, [r for _, r in made],
+    _group_gives_way_to_writer(
+        app, made,
         ("UPDATE accounts SET balance_micros = balance_micros - 10000 WHERE id = :o", {"o": owner_acct}),
         ("UPDATE accounts SET balance_micros = balance_micros + 10000 WHERE id = :g", {"g": agent_acct}))
-    _no_deadlock(group, fund)
-    assert fund == "ok" and _gave_up(group), (group, fund)
     assert balance_cents(app, agent_acct) == 100 and balance_cents(app, owner_acct) == 100
 
 

@@ -40,27 +40,31 @@ def test_commits_on_normal_exit(app):
         assert _committed_count() == 1
 
 
-def test_rolls_back_and_reraises_on_error(app):
+def _boom():
+    db.session.flush()
+    raise ValueError("boom")
+
+
+def _nested():
+    with unit_of_work():
+        pass
+
+
+@pytest.mark.parametrize("inside, error, match", [(_boom, ValueError, "boom"),
+                                                  (_nested, RuntimeError, "do not nest")],
+                         ids=["error", "nesting"])
+def test_a_failing_unit_rolls_back_reraises_and_resets(app, inside, error, match):
+    """An error inside a unit, or a nested unit (refused), rolls the whole unit back and
+    re-raises; the state is reset: a new unit opens and commits."""
     with app.app_context():
-        with pytest.raises(ValueError, match="boom"):
+        with pytest.raises(error, match=match):
             with unit_of_work():
                 db.session.add(_row())
-                db.session.flush()
-                raise ValueError("boom")
+                inside()
         assert not in_unit_of_work()
         assert db.session.execute(select(func.count()).select_from(ContactMessage)).scalar_one() == 0
         assert _committed_count() == 0
-
-
-def test_nesting_is_refused(app):
-    with app.app_context():
-        with pytest.raises(RuntimeError, match="do not nest"):
-            with unit_of_work():
-                db.session.add(_row())
-                with unit_of_work():
-                    pass
-        assert _committed_count() == 0  # the outer unit rolled back
-        with unit_of_work():  # and the state was reset: a new unit opens
+        with unit_of_work():
             db.session.add(_row())
         assert _committed_count() == 1
 

@@ -43,18 +43,14 @@ def field_errors(exc: DomainError, fields: tuple[str, ...]) -> dict:
     return {"_form": exc.message}
 
 
+@bp.get("/keys", endpoint="keys")
 def _keys_page(status: int = 200, **extra):
+    """The account's active keys of the current mode.
+    Also the page its forms answer with: a status and ``extra`` (errors, the form echoed back)."""
     rows = org_context.visible_keys(keys_svc.list_keys(org_context.payer_id(), web.mode()))
     ctx = {"keys": rows, "all_scopes": ALL_SCOPES, "default_scopes": DEFAULT_SCOPES, "periods": PERIODS,
            "errors": {}, "form": {}, "created": None}
-    ctx.update(extra)
-    return render_template("console/keys.html", **ctx), status
-
-
-@bp.get("/keys")
-def keys():
-    """The account's active keys of the current mode."""
-    return _keys_page()
+    return web.page("console/keys.html", status, ctx, extra)
 
 
 @bp.post("/keys")
@@ -99,17 +95,22 @@ def create_key():
     return _keys_page(created={"key": row, "secret": secret})
 
 
+def _on_key(key_id: str, service, *args, **kwargs):
+    """``service(payer, key_id, *args, actor=…)`` on a key the person may manage; any
+    refusal (another account's key, one the person's role does not show) is a 404."""
+    try:
+        org_context.check_key(key_id)
+        return service(org_context.payer_id(), key_id, *args, actor=org_context.key_actor(), **kwargs)
+    except DomainError:
+        abort(404)
+
+
 @bp.post("/keys/<key_id>/rotate")
 def rotate_key(key_id: str):
     """Rotate a key: the new key is shown once; the old one keeps working for a day."""
     if (refused := org_context.guard(("keys:write",))):
         return refused
-    try:
-        org_context.check_key(key_id)
-        row, secret = keys_svc.rotate_key(org_context.payer_id(), key_id, None, creator_scopes=frozenset(ALL_SCOPES),
-                                          mode=web.mode(), actor=org_context.key_actor())
-    except DomainError:
-        abort(404)
+    row, secret = _on_key(key_id, keys_svc.rotate_key, None, creator_scopes=frozenset(ALL_SCOPES), mode=web.mode())
     return _keys_page(created={"key": row, "secret": secret, "rotated": True})
 
 
@@ -118,11 +119,7 @@ def revoke_key(key_id: str):
     """Revoke one of the account's keys (another account's id: 404)."""
     if (refused := org_context.guard(("keys:write",))):
         return refused
-    try:
-        org_context.check_key(key_id)
-        keys_svc.revoke_key(org_context.payer_id(), key_id, web.mode(), actor=org_context.key_actor())
-    except DomainError:
-        abort(404)
+    _on_key(key_id, keys_svc.revoke_key, web.mode())
     return redirect(url_for("console.keys"), code=303)
 
 
@@ -162,8 +159,7 @@ def _call_page(call_id: str, status: int = 200, **extra):
     published = {k["kid"]: k for k in receipts.public_keys()}
     kid = (call.receipt or {}).get("kid")
     ctx = {"call": call, "kid_published": kid in published, "verify": None, "pasted": ""}
-    ctx.update(extra)
-    return render_template("console/call.html", **ctx), status
+    return web.page("console/call.html", status, ctx, extra)
 
 
 @bp.get("/usage/calls/<call_id>")

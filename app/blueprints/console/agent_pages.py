@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import secrets
 
-from flask import abort, g, redirect, render_template, request, url_for
+from flask import abort, g, redirect, request, url_for
 
 from app.blueprints.console import bp, web
 from app.blueprints.agents.schemas import RegisterSchema
@@ -17,7 +17,10 @@ from app.services.agents import builds, earnings, funding, identity
 from app.services.money import ledger
 
 
+@bp.get("/agents", endpoint="agents")
 def _agents_page(status: int = 200, **extra):
+    """The account's agents, their earnings and submitted modules; the review queue.
+    Also the page its forms answer with: a status and ``extra`` (errors, the form echoed back)."""
     acct, mode = g.account, web.mode()  # the console's mode: a test session sees test agents only
     agents = identity.owned_agents(acct.id, mode)
     ctx = {"agents": [{"agent": a, "earnings": earnings.agent_earnings(a),
@@ -26,19 +29,12 @@ def _agents_page(status: int = 200, **extra):
            "queue": builds.pending() if _may_review() else [], "errors": {}, "form": {},
            # one Idempotency-Key per rendered form: a double submit funds once
            "fund_key": "console-" + secrets.token_urlsafe(16)}
-    ctx.update(extra)
-    return render_template("console/agents.html", **ctx), status
+    return web.page("console/agents.html", status, ctx, extra)
 
 
 def _may_review() -> bool:
     """The console's admin review follows the API's rule: an admin account, in live mode."""
     return bool(g.account.is_admin) and web.mode() == "live"
-
-
-@bp.get("/agents")
-def agents():
-    """The account's agents, their earnings and submitted modules; the review queue."""
-    return _agents_page()
 
 
 @bp.post("/agents")

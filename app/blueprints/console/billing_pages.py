@@ -75,6 +75,18 @@ def _done(message: str):
     return redirect(url_for("console.billing", done=message), code=303)
 
 
+def _act(section: str, done: str, service, *args):
+    """A form that only calls a service: the role's guard, ``service(payer, mode, *args)``,
+    then the refusal next to the form of ``section`` or the redirect saying ``done``."""
+    if (refused := org_context.guard(WRITE)):
+        return refused
+    try:
+        service(org_context.payer_id(), web.mode(), *args)
+    except DomainError as exc:
+        return _fail(exc, section)
+    return _done(done)
+
+
 @bp.post("/billing/card")
 def save_card():
     """Save a payment method and make it the default (the sandbox's test cards; the service
@@ -94,25 +106,13 @@ def save_card():
 @bp.post("/billing/methods/<pm_id>/default")
 def default_method(pm_id: str):
     """Make a saved method the default again."""
-    if (refused := org_context.guard(WRITE)):
-        return refused
-    try:
-        methods.make_default(org_context.payer_id(), web.mode(), pm_id)
-    except DomainError as exc:
-        return _fail(exc, "card")
-    return _done("default_set")
+    return _act("card", "default_set", methods.make_default, pm_id)
 
 
 @bp.post("/billing/methods/<pm_id>/remove")
 def remove_method(pm_id: str):
     """Remove a saved method (detached at the processor first)."""
-    if (refused := org_context.guard(WRITE)):
-        return refused
-    try:
-        methods.remove(org_context.payer_id(), web.mode(), pm_id)
-    except DomainError as exc:
-        return _fail(exc, "card")
-    return _done("method_removed")
+    return _act("card", "method_removed", methods.remove, pm_id)
 
 
 @bp.post("/billing/pay")
@@ -164,13 +164,7 @@ def resume_checkout(payment_id: str):
 @bp.post("/billing/checkouts/<payment_id>/cancel")
 def cancel_checkout(payment_id: str):
     """Cancel a pending checkout (nothing was charged)."""
-    if (refused := org_context.guard(WRITE)):
-        return refused
-    try:
-        checkouts.cancel(org_context.payer_id(), web.mode(), payment_id)
-    except DomainError as exc:
-        return _fail(exc, "checkout")
-    return _done("checkout_canceled")
+    return _act("checkout", "checkout_canceled", checkouts.cancel, payment_id)
 
 
 @bp.post("/billing/wallet/message")
@@ -237,13 +231,7 @@ def set_autotopup():
 @bp.post("/billing/auto-topup/delete")
 def delete_autotopup():
     """Turn auto top-up off (the service of ``DELETE /api/pay/auto-topup``)."""
-    if (refused := org_context.guard(WRITE)):
-        return refused
-    try:
-        autotopup.remove(org_context.payer_id(), web.mode())
-    except DomainError as exc:
-        return _fail(exc, "autotopup")
-    return _done("autotopup_off")
+    return _act("autotopup", "autotopup_off", autotopup.remove)
 
 
 DONE = {"card_saved": "Card saved: it is now the default payment method.",

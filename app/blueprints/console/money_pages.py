@@ -3,7 +3,7 @@ saved card, credits and the connected wallet) and alerts (create and delete rule
 the SPEC fields, recent firings with their delivery status)."""
 from __future__ import annotations
 
-from flask import Response, abort, g, redirect, render_template, request, url_for
+from flask import Response, abort, g, redirect, request, url_for
 from marshmallow import ValidationError
 
 from app.blueprints.console import bp, org_context, web
@@ -17,7 +17,10 @@ from app.services.billing import invoices, payments, wallets
 ALERT_FIELDS = ("name", "metric", "op", "threshold", "window", "channel", "target")
 
 
+@bp.get("/billing", endpoint="billing")
 def _billing_page(status: int = 200, **extra):
+    """Credits, top-up form, saved card, wallet and payment history.
+    Also the page its forms answer with: a status and ``extra`` (errors, the form echoed back)."""
     from app.blueprints.console import billing_pages
 
     if (refused := org_context.guard(billing_pages.READ)):
@@ -28,14 +31,7 @@ def _billing_page(status: int = 200, **extra):
            "checkout": request.args.get("checkout"), "done": billing_pages.done_message(),
            "invoices": invoices.list_invoices(payer, web.mode(), limit=24)["invoices"],
            **billing_pages.context()}
-    ctx.update(extra)
-    return render_template("console/billing.html", **ctx), status
-
-
-@bp.get("/billing")
-def billing():
-    """Credits, top-up form, saved card, wallet and payment history."""
-    return _billing_page()
+    return web.page("console/billing.html", status, ctx, extra)
 
 
 @bp.get("/billing/invoices/<string:invoice_id>.pdf")
@@ -76,7 +72,10 @@ def topup():
     return redirect(out["url"], code=303)
 
 
+@bp.get("/alerts", endpoint="alerts")
 def _alerts_page(status: int = 200, **extra):
+    """Alert rules and their recent firings.
+    Also the page its forms answer with: a status and ``extra`` (errors, the form echoed back)."""
     if (refused := org_context.guard(("alerts:read",))):
         return refused
     acct, payer = g.account, org_context.payer_id()
@@ -85,14 +84,7 @@ def _alerts_page(status: int = 200, **extra):
            "metrics": alerts_svc.METRICS, "ops": tuple(alerts_svc.OPS), "windows": tuple(alerts_svc.WINDOWS),
            "channels": alerts_svc.CHANNELS, "errors": {}, "form": {"target": acct.email or ""},
            "secret": None}
-    ctx.update(extra)
-    return render_template("console/alerts.html", **ctx), status
-
-
-@bp.get("/alerts")
-def alerts():
-    """Alert rules and their recent firings."""
-    return _alerts_page()
+    return web.page("console/alerts.html", status, ctx, extra)
 
 
 @bp.post("/alerts")

@@ -60,16 +60,12 @@ def _switch_to(response, org_id: str | None):
     return response
 
 
+@bp.get("/orgs", endpoint="orgs_page")
 def _orgs_page(status: int = 200, **extra):
+    """The person's organisations (role, balance) and the form to create one.
+    Also the page its forms answer with: a status and ``extra`` (errors, the form echoed back)."""
     ctx = {"orgs_list": orgs.list_orgs(org_context.principal(web.mode())), "errors": {}, "name": ""}
-    ctx.update(extra)
-    return render_template("console/orgs.html", **ctx), status
-
-
-@bp.get("/orgs")
-def orgs_page():
-    """The person's organisations (role, balance) and the form to create one."""
-    return _orgs_page()
+    return web.page("console/orgs.html", status, ctx, extra)
 
 
 @bp.post("/orgs")
@@ -96,7 +92,11 @@ def switch_org():
     return _switch_to(redirect(web.safe_next(request.form.get("next")), code=303), org_id or None)
 
 
+@bp.get("/org/members", endpoint="org_members")
 def _members_page(status: int = 200, **extra):
+    """The chosen organisation: balance, this month's usage, members (roles, budgets) and
+    pending invitations.
+    Also the page its forms answer with: a status and ``extra`` (errors, the form echoed back)."""
     org, back = _chosen()
     if back:
         return back
@@ -110,8 +110,7 @@ def _members_page(status: int = 200, **extra):
            "usage_now": usage.totals(org.id, start, end, mode=mode),
            "member_usage": _member_usage(org.id, members, start, end, mode),
            "errors": {}, "form": {"email": "", "role": "developer"}, "me": g.account.id}
-    ctx.update(extra)
-    return render_template("console/org_members.html", **ctx), status
+    return web.page("console/org_members.html", status, ctx, extra)
 
 
 def _member_usage(org_id: str, members: list[dict], start, end, mode: str) -> list[dict]:
@@ -128,13 +127,6 @@ def _member_usage(org_id: str, members: list[dict], start, end, mode: str) -> li
     return out
 
 
-@bp.get("/org/members")
-def org_members():
-    """The chosen organisation: balance, this month's usage, members (roles, budgets) and
-    pending invitations."""
-    return _members_page()
-
-
 def _refused(exc: DomainError, status_page):
     """A service's refusal: the role's 403 page, a 404, or the message on the page."""
     if exc.status == 403:
@@ -142,6 +134,20 @@ def _refused(exc: DomainError, status_page):
     if exc.status == 404:
         abort(404)
     return status_page(exc.status, errors={"_form": exc.message})
+
+
+def _manage(service, *args, **kwargs):
+    """A change to the chosen organisation, ``service(principal, actor, org id, *args)``:
+    None when done, else the answer (the redirect to choose an organisation first, or the
+    refusal as ``_refused`` shows it on the members page)."""
+    org, back = _chosen()
+    if back:
+        return back
+    try:
+        service(org_context.principal(web.mode()), org_context.actor(), org.id, *args, **kwargs)
+    except DomainError as exc:
+        return _refused(exc, _members_page)
+    return None
 
 
 @bp.post("/org/invites")
@@ -172,23 +178,13 @@ def org_invite():
 @bp.post("/org/invites/<invite_id>/revoke")
 def org_revoke_invite(invite_id: str):
     """Revoke a pending invitation: its link stops working."""
-    org, back = _chosen()
-    if back:
-        return back
-    try:
-        invites.revoke(org_context.principal(web.mode()), org_context.actor(), org.id, invite_id)
-    except DomainError as exc:
-        return _refused(exc, _members_page)
-    return redirect(url_for("console.org_members"), code=303)
+    return _manage(invites.revoke, invite_id) or redirect(url_for("console.org_members"), code=303)
 
 
 @bp.post("/org/members/<member_id>")
 def org_update_member(member_id: str):
     """Change a member's role (and monthly budget, when offered). The last owner keeps the
     role: the page shows the service's ``last_owner`` error."""
-    org, back = _chosen()
-    if back:
-        return back
     role = request.form.get("role") or ""
     kwargs = {}
     if "monthly_budget" in request.form:
@@ -198,24 +194,15 @@ def org_update_member(member_id: str):
             return _members_page(400, errors={"_form": "Monthly budget: enter an amount in dollars, e.g. 50 or "
                                                        "12.50 (empty: no budget)."})
         kwargs["monthly_budget_cents"] = cents
-    try:
-        orgs.update_member(org_context.principal(web.mode()), org_context.actor(), org.id, member_id, role, **kwargs)
-    except DomainError as exc:
-        return _refused(exc, _members_page)
-    return redirect(url_for("console.org_members"), code=303)
+    return _manage(orgs.update_member, member_id, role, **kwargs) or redirect(url_for("console.org_members"), code=303)
 
 
 @bp.post("/org/members/<member_id>/remove")
 def org_remove_member(member_id: str):
     """Remove a member, or leave (one's own id); their organisation keys are revoked. The
     last owner cannot leave or be removed (the page shows why)."""
-    org, back = _chosen()
-    if back:
-        return back
-    try:
-        orgs.remove_member(org_context.principal(web.mode()), org_context.actor(), org.id, member_id)
-    except DomainError as exc:
-        return _refused(exc, _members_page)
+    if (failed := _manage(orgs.remove_member, member_id)):
+        return failed
     if member_id == g.account.id:  # left: back on the personal account
         return _switch_to(redirect(url_for("console.orgs_page"), code=303), None)
     return redirect(url_for("console.org_members"), code=303)

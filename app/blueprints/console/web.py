@@ -138,5 +138,12 @@ def load_form(schema, data: dict, *, rename: dict | None = None) -> tuple[dict |
         return None, errors
 
 
+def page(template: str, status: int, ctx: dict, extra: dict):
+    """A console page of the handlers that render it again with a status and ``extra``
+    (the errors, the form echoed back, a secret shown once): the page's defaults ``ctx``
+    overridden by ``extra``."""
+    return render_template(template, **{**ctx, **extra}), status
+
+
 def forbidden_page(message: str):
     return render_template("console/message.html", title="Refused", message=message), 403

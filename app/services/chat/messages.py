@@ -13,6 +13,7 @@ import orjson
 from app.errors import InvalidRequest
 from app.services.chat import completions
 from app.services.chat.completions import ChatResult
+from app.services.chat.providers import tool_use_blocks
 
 # OpenAI finish_reason → Anthropic stop_reason
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
@@ -151,15 +152,7 @@ def _content(message: dict) -> list[dict]:
         text = message["content"] if isinstance(message["content"], str) else "".join(
             p.get("text", "") for p in message["content"] if isinstance(p, dict))
         content.append({"type": "text", "text": text})
-    for call in message.get("tool_calls") or []:
-        fn = call.get("function") or {}
-        try:
-            args = orjson.loads(fn.get("arguments") or "{}")
-        except orjson.JSONDecodeError:
-            args = {"arguments": fn.get("arguments")}
-        content.append({"type": "tool_use", "id": call.get("id"), "name": fn.get("name"),
-                        "input": args if isinstance(args, dict) else {"value": args}})
-    return content
+    return content + tool_use_blocks(message.get("tool_calls"))
 
 
 def from_openai(body: dict) -> dict:

@@ -263,6 +263,22 @@ def _image_block(part: dict) -> dict:
     return {"type": "image", "source": {"type": "url", "url": url}}
 
 
+def tool_use_blocks(tool_calls: list | None) -> list[dict]:
+    """OpenAI ``tool_calls`` as Anthropic ``tool_use`` blocks: the arguments' JSON text
+    decoded to the ``input`` object (text that is not JSON kept as ``{"arguments": …}``,
+    JSON that is not an object as ``{"value": …}``)."""
+    blocks = []
+    for call in tool_calls or []:
+        fn = call.get("function") or {}
+        try:
+            args = orjson.loads(fn.get("arguments") or "{}")
+        except orjson.JSONDecodeError:
+            args = {"arguments": fn.get("arguments")}
+        blocks.append({"type": "tool_use", "id": call.get("id"), "name": fn.get("name"),
+                       "input": args if isinstance(args, dict) else {"value": args}})
+    return blocks
+
+
 def _blocks(content) -> list[dict]:
     if content is None:
         return []
@@ -297,16 +313,7 @@ def to_anthropic(body: dict, upstream_model: str, max_tokens: int) -> dict:
         elif role == "user":
             add("user", _blocks(msg.get("content")))
         elif role == "assistant":
-            blocks = _blocks(msg.get("content"))
-            for call in msg.get("tool_calls") or []:
-                fn = call.get("function") or {}
-                try:
-                    args = orjson.loads(fn.get("arguments") or "{}")
-                except orjson.JSONDecodeError:
-                    args = {"arguments": fn.get("arguments")}
-                blocks.append({"type": "tool_use", "id": call.get("id"), "name": fn.get("name"),
-                               "input": args if isinstance(args, dict) else {"value": args}})
-            add("assistant", blocks)
+            add("assistant", _blocks(msg.get("content")) + tool_use_blocks(msg.get("tool_calls")))
         elif role == "tool":
             text = " ".join(b.get("text", "") for b in _blocks(msg.get("content")) if b["type"] == "text")
             add("user", [{"type": "tool_result", "tool_use_id": msg.get("tool_call_id"), "content": text}])

@@ -97,7 +97,8 @@ def run(drv, sh, vbin, root) -> tuple[list[str], dict]:
         drv.note(f"payoutkill: recovery {recovered.strip()[:200]}")
         transfers = [p for _, path, p in fake.requests if path == "/v1/transfers"]
     rows = drv.sql(f"SELECT id, status, amount_micros, processor_ref FROM payouts WHERE account_id = '{drv.seller_id}'")
-    posted = drv.sql("SELECT ref FROM ledger_transactions WHERE kind = 'payout'")
+    posted = drv.sql(f"SELECT ref FROM ledger_transactions WHERE kind = 'payout' "
+                     f"AND account_id = '{drv.seller_id}'")  # its own: usdcpayout pays another seller
     owed = drv.sql(f"SELECT coalesce(sum(amount_micros), 0) FROM ledger_entries "
                    f"WHERE ledger_account = 'payable:{drv.seller_id}'")[0][0]
     if len(transfers) != 1:

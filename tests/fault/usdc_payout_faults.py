@@ -211,8 +211,8 @@ def run(drv, sh, vbin, root, flask) -> tuple[list[str], dict]:
     pay({"PAYOUT_RECOVER_AFTER_SECONDS": "0"})  # once more: nothing left to do
     rows = payouts()
     sent = to_seller()
-    posted = drv.sql("SELECT count(*) FROM ledger_transactions WHERE ref = "
-                     f"'payout:{rows[0][0] if rows else ''}'")[0][0]
+    posted = [r[0] for r in drv.sql(f"SELECT ref FROM ledger_transactions WHERE kind = 'payout' "
+                                    f"AND account_id = '{seller}'")]
     owed = drv.sql(f"SELECT coalesce(sum(amount_micros), 0) FROM ledger_entries "
                    f"WHERE ledger_account = 'payable:{seller}'")[0][0]
     if [t["status"] for t in sent] != [0, 1]:
@@ -222,8 +222,8 @@ def run(drv, sh, vbin, root, flask) -> tuple[list[str], dict]:
     elif node.balances.get(addr, 0) != int(rows[0][4]):
         problems.append(f"usdcpayout: the seller holds {node.balances.get(addr, 0)} atomic USDC, "
                         f"paid out {rows[0][4]} micros")
-    if posted != "1":
-        problems.append(f"usdcpayout: {posted} payout postings, expected 1")
+    if posted != [f"payout:{rows[0][0]}" if rows else None]:
+        problems.append(f"usdcpayout: payout postings {posted}, expected one of its payout")
     if not 0 <= int(owed) < 10_000:  # whole cents are paid out; a fraction of a cent stays owed
         problems.append(f"usdcpayout: {owed} micros still owed after the payout")
     return problems, {"calls": calls, "transactions": [(t["tx"][:12], t["status"]) for t in sent],

@@ -11,7 +11,7 @@ help:
 	@echo "make run    - install into .venv, migrate, load the demo catalog, serve on http://127.0.0.1:$(PORT)"
 	@echo "make test   - run the whole test suite on PostgreSQL: DATABASE_URL when set, else a throw-away embedded one (REDIS_URL honoured when set), in parallel workers (TEST_WORKERS)"
 	@echo "make fuzz   - schemathesis (all checks, two accounts) against a throw-away instance"
-	@echo "make fault  - money under fault: worker kills, upstream hangs, Redis and PostgreSQL outages, x402 settle faults, racing auto top-ups, a payout worker killed before booking"
+	@echo "make fault  - money under fault: worker kills, upstream hangs, Redis and PostgreSQL outages, x402 settle faults, racing auto top-ups, a payout worker killed before booking, webhooks replayed around a killed booking, a USDC payout under chain faults and a kill"
 	@echo "make serve  - production stack on loopback: nginx :8080/:8081, gunicorn, RQ worker, scheduler (PostgreSQL + Redis)"
 	@echo "make screenshots - every console page at 1280 and 390 px in Chromium -> docs/console/*.png"
 	@echo "make bench  - load benchmark on loopback (bench/run.py) -> bench/results/latest.{json,md}"
@@ -61,7 +61,7 @@ fuzz: venv
 
 fault: venv
 	$(BIN)/python -m tests.fault.money_under_fault --seconds $${FAULT_SECONDS:-30} --clients 8 \
-		--faults kill,upstream,redis,postgres,x402hang,x402kill,finalizekill,topuprace,payoutkill
+		--faults kill,upstream,redis,postgres,x402hang,x402kill,finalizekill,topuprace,payoutkill,webhookreplay,usdcpayout
 
 # Load benchmark (never part of `make test`): see README "Performance" and bench/run.py.
 .PHONY: bench

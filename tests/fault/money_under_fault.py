@@ -18,7 +18,14 @@ Faults (each can be switched off):
     (``tests/fault/topup_faults.py``);
   * ``payoutkill`` – the module's owner is paid out its earnings after the run, and the
     payout worker is ``kill -9``-ed between the processor's transfer and the booking; the
-    recovery books it once (``tests/fault/payout_faults.py``).
+    recovery books it once (``tests/fault/payout_faults.py``);
+  * ``webhookreplay`` – a checkout's ``checkout.session.completed`` and an off-session
+    charge's ``payment_intent.succeeded`` (signed as the sandbox / Stripe sign), each first
+    cut off by a ``kill -9`` of every worker during its booking, then delivered 24 times at
+    once from 8 clients across the workers: one credit each (``tests/fault/webhook_faults.py``);
+  * ``usdcpayout`` – a USDC payout through the chain stand-in while the node is down, the
+    transaction reverts, and the payout worker is ``kill -9``-ed between the chain's send
+    and the booking: paid once, or owed and retried (``tests/fault/usdc_payout_faults.py``).
 
 Clients send calls with an Idempotency-Key each; an unknown outcome (connection error,
 5xx from a dying worker, 409 in flight) is retried with the *same* key until it is
@@ -35,10 +42,13 @@ definitive. Afterwards (once the pending-call sweep has run) the driver checks:
   6. with x402 payers: every USDC authorization that moved on chain is booked exactly once
      (as the call's charge or as balance), nothing else is, none is left reserved;
   7. with ``payoutkill``: one transfer at the processor, one paid payout, one posting;
-     with ``topuprace``: one top-up payment and the balance right.
+     with ``topuprace``: one top-up payment and the balance right; with ``webhookreplay``:
+     each event stored once, each payment credited once; with ``usdcpayout``: one
+     succeeded transaction to the owner, one paid payout, one posting, nothing owed.
 
     python -m tests.fault.money_under_fault [--seconds 20] [--clients 8] [--x402-clients 2]
-        [--faults kill,upstream,redis,postgres,x402hang,x402kill,finalizekill,topuprace,payoutkill] [--redis-url redis://127.0.0.1:6379/N]
+        [--faults kill,upstream,redis,postgres,x402hang,x402kill,finalizekill,topuprace,payoutkill,webhookreplay,usdcpayout]
+        [--redis-url redis://127.0.0.1:6379/N]
 
 Needs PostgreSQL and Redis on 127.0.0.1 (``make fault`` sets them). Prints a JSON summary
 and exits 1 when an invariant is broken. ``tests/e2e/test_fault.py`` runs a short version.
@@ -69,7 +79,8 @@ from tests.support.apps import VENV_BIN, gunicorn_proc  # noqa: E402
 from tests.support.finalize import finalize_function  # noqa: E402
 from tests.support.procs import Processes  # noqa: E402
 from tests.support.standin import StandIn  # noqa: E402
-from tests.fault import payout_faults, topup_faults, x402_faults  # noqa: E402
+from tests.fault import (payout_faults, topup_faults, usdc_payout_faults, webhook_faults,  # noqa: E402
+                         x402_faults)
 
 PRICE_CENTS = 3
 
@@ -140,9 +151,14 @@ class Driver:
         flask(env, "catalog", "load")
         self.extra_problems: list[str] = []
         self.payout_summary: dict = {}
-        if "payoutkill" in (self.args.faults or "").split(","):
-            self.env = env
+        self.env = env
+        faults = (self.args.faults or "").split(",")
+        if "payoutkill" in faults:
             payout_faults.setup(self, flask)
+        if "webhookreplay" in faults:
+            webhook_faults.setup(self)
+        if "usdcpayout" in faults:
+            usdc_payout_faults.setup(self, flask, sh, VENV_BIN, upstream_url)
         created = json.loads(flask(env, "accounts", "create", "--email", "fault@example.com", "--plan", "enterprise"))
         flask(env, "accounts", "grant-credits", created["account_id"], "--cents", "100000")
         self.env, self.work = env, work
@@ -394,7 +410,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="money under fault")
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--clients", type=int, default=8)
-    ap.add_argument("--faults", default="kill,upstream,redis,postgres,x402hang,x402kill,finalizekill,topuprace,payoutkill")
+    ap.add_argument("--faults", default="kill,upstream,redis,postgres,x402hang,x402kill,finalizekill,topuprace,"
+                                        "payoutkill,webhookreplay,usdcpayout")
     ap.add_argument("--x402-clients", type=int, default=2, help="x402 payers (with the x402 faults)")
     ap.add_argument("--redis-url", default=os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/13")
     args = ap.parse_args(argv)
@@ -402,7 +419,9 @@ def main(argv=None) -> int:
     x402_on = bool(set(args.faults.split(",")) & set(x402_faults.FAULTS)) and args.x402_clients > 0
     rails = x402_faults.X402Rails() if x402_on else None
     drv = Driver(args, provider, rails)
-    with provider as upstream_url, (rails or contextlib.nullcontext()):
+    usdc = usdc_payout_faults.UsdcChain(rails) if "usdcpayout" in args.faults.split(",") else None
+    with provider as upstream_url, (rails or contextlib.nullcontext()), (usdc or contextlib.nullcontext()):
+        drv.usdc = usdc
         drv.setup(upstream_url)
         drv.start_gunicorn()
         try:
@@ -425,6 +444,13 @@ def main(argv=None) -> int:
             if "topuprace" in args.faults.split(","):  # before the books are checked
                 problems, drv.payout_summary["topuprace"] = topup_faults.run(drv, sh, VENV_BIN, ROOT, flask,
                                                                              PRICE_CENTS)
+                drv.extra_problems += problems
+            if "webhookreplay" in args.faults.split(","):
+                problems, drv.payout_summary["webhookreplay"] = webhook_faults.run(drv, sh, flask)
+                drv.extra_problems += problems
+            # before payoutkill: it settles the whole month, this one settles its own seller
+            if "usdcpayout" in args.faults.split(","):
+                problems, drv.payout_summary["usdcpayout"] = usdc_payout_faults.run(drv, sh, VENV_BIN, ROOT, flask)
                 drv.extra_problems += problems
             if "payoutkill" in args.faults.split(","):
                 problems, drv.payout_summary["payoutkill"] = payout_faults.run(drv, sh, VENV_BIN, ROOT)

@@ -53,6 +53,20 @@ def setup(drv, flask) -> None:
     flask(drv.env, "modules", "set-owner", "faulty", drv.seller_id)
 
 
+def kill_windows(drv, cmd: list[str], env: dict, root, victim: list[int], killed: list[str], what: str) -> None:
+    """Run ``cmd`` (a payout run) until a stand-in killed it (it fills ``killed``, using the
+    pid put in ``victim``), up to ``WINDOWS`` times; each try noted."""
+    for window in range(1, WINDOWS + 1):
+        proc = subprocess.Popen(cmd, env=env, cwd=str(root), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        victim[:] = [proc.pid]
+        proc.communicate(timeout=120)
+        if killed:
+            drv.note(f"{what} {killed[0]} (window {window})")
+            return
+        drv.note(f"{what.split(':')[0]}: nothing in the window; trying it again")
+
+
 def run(drv, sh, vbin, root) -> tuple[list[str], dict]:
     problems: list[str] = []
     flask_bin = str(vbin / "flask")
@@ -74,15 +88,8 @@ def run(drv, sh, vbin, root) -> tuple[list[str], dict]:
         fake.handle = handle
         settled = sh(str(vbin / "python"), "-c", _SETTLE, drv.seller_id, env=env).stdout
         drv.note(f"payoutkill: settled {settled.strip()[:200]}")
-        for window in range(1, WINDOWS + 1):
-            proc = subprocess.Popen([flask_bin, "--app", "wsgi", "money", "payouts"], env=env, cwd=str(root),
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            victim[:] = [proc.pid]
-            proc.communicate(timeout=120)
-            if killed:
-                drv.note(f"payoutkill: kill -9 of the payout worker after transfer {killed[0]} (window {window})")
-                break
-            drv.note("payoutkill: no transfer in the window; trying it again")
+        kill_windows(drv, [flask_bin, "--app", "wsgi", "money", "payouts"], env, root, victim, killed,
+                     "payoutkill: kill -9 of the payout worker after transfer")
         if not killed:
             problems.append(f"payoutkill hit no transfer in {WINDOWS} windows: the window was not tested")
         recovered = sh(flask_bin, "--app", "wsgi", "money", "payouts",
@@ -90,7 +97,8 @@ def run(drv, sh, vbin, root) -> tuple[list[str], dict]:
         drv.note(f"payoutkill: recovery {recovered.strip()[:200]}")
         transfers = [p for _, path, p in fake.requests if path == "/v1/transfers"]
     rows = drv.sql(f"SELECT id, status, amount_micros, processor_ref FROM payouts WHERE account_id = '{drv.seller_id}'")
-    posted = drv.sql("SELECT ref FROM ledger_transactions WHERE kind = 'payout'")
+    posted = drv.sql(f"SELECT ref FROM ledger_transactions WHERE kind = 'payout' "
+                     f"AND account_id = '{drv.seller_id}'")  # its own: usdcpayout pays another seller
     owed = drv.sql(f"SELECT coalesce(sum(amount_micros), 0) FROM ledger_entries "
                    f"WHERE ledger_account = 'payable:{drv.seller_id}'")[0][0]
     if len(transfers) != 1:

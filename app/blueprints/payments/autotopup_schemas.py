@@ -4,6 +4,7 @@ import marshmallow as ma
 from marshmallow import validate
 
 from app.blueprints.fields import InputSchema, JsonInteger, cents
+from app.blueprints.orgs.schemas import org_id_field
 from app.blueprints.payments.schemas import MAX_AMOUNT_CENTS, amount_cents_field
 from app.blueprints.payments.schemas import MethodSchema
 
@@ -15,6 +16,8 @@ class AutoTopupRequestSchema(InputSchema):
     monthly_cap_cents = JsonInteger(required=True, validate=validate.Range(min=100, max=100 * MAX_AMOUNT_CENTS),
                                     metadata={"description": "At most this many cents of auto top-ups per calendar "
                                                              "month (UTC); at least `amount_cents`."})
+    org_id = org_id_field("the rule tops up the organisation's balance from its saved card (roles owner, "
+                          "billing)")
 
 
 class AutoTopupRunSchema(ma.Schema):
@@ -72,3 +75,16 @@ class SavedMethodSchema(MethodSchema):
 class SavedMethodListSchema(ma.Schema):
     methods = ma.fields.List(ma.fields.Nested(SavedMethodSchema), required=True,
                              metadata={"description": "Saved with the processor of the key's mode, oldest first."})
+
+
+class BillingReadQuerySchema(InputSchema):
+    """``org_id`` of a billing read (payment history, saved methods, auto top-up, a checkout)."""
+
+    org_id = org_id_field("the organisation's payments, saved methods, auto top-up or checkout (roles owner, "
+                          "admin, billing, viewer)")
+
+
+class BillingWriteQuerySchema(InputSchema):
+    """``org_id`` of a billing change without a body (a saved method, auto top-up, a checkout)."""
+
+    org_id = org_id_field("the organisation's saved method, auto top-up or checkout (roles owner, billing)")

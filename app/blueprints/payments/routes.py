@@ -2,8 +2,9 @@
 from flask import Response, request
 
 from app.auth import principal
-from app.blueprints.payments.autotopup_schemas import (AutoTopupRequestSchema, AutoTopupSchema, CheckoutStateSchema,
-                                                       DeletedSchema, SavedMethodListSchema)
+from app.blueprints.payments.autotopup_schemas import (AutoTopupRequestSchema, AutoTopupSchema,
+                                                       BillingReadQuerySchema, BillingWriteQuerySchema,
+                                                       CheckoutStateSchema, DeletedSchema, SavedMethodListSchema)
 from app.blueprints.payments.schemas import (CheckoutCreatedSchema, CheckoutHeadersSchema, CheckoutSchema,
                                              MethodRequestSchema, MethodSchema, PaymentHistorySchema, PaymentSchema,
                                              WebhookHeadersSchema, WebhookResultSchema)
@@ -17,6 +18,13 @@ from app.services.platform import redirects
 
 BILLING_WRITE = ("billing:write",)
 BILLING_READ = ("billing:read",)
+NOT_MEMBER = "`org_id` is not an organisation of the caller."
+
+
+def _payer(org_id: str | None, scopes: tuple[str, ...]) -> str:
+    """The account the request acts on: the credential's own, or the organisation ``org_id``
+    when the caller's role there allows ``scopes`` (``orgs.payer``: 403 / 404)."""
+    return orgs.payer(principal(), org_id, scopes)
 
 blp = Blueprint("payments", __name__, url_prefix="/api/pay",
                 description="Checkout (resume, cancel), payment history, saved payment methods and the "
@@ -36,10 +44,12 @@ def checkout(body):
                                     body.get("product"), body.get("return_url"), save_method=body["save_method"])
 
 
-@endpoint(blp, "/history", "get", "billing:read", ok=PaymentHistorySchema)
-def history():
-    """The last 50 payments (card, ACH, USDC, x402), newest first."""
-    return {"payments": payments.history(principal().account_id, principal().mode)}
+@endpoint(blp, "/history", "get", "billing:read", query=BillingReadQuerySchema, ok=PaymentHistorySchema,
+          errors={404: NOT_MEMBER})
+def history(query):
+    """The last 50 payments (card, ACH, USDC, x402, auto top-ups), newest first; with `org_id`
+    the organisation's."""
+    return {"payments": payments.history(_payer(query.get("org_id"), BILLING_READ), principal().mode)}
 
 
 @endpoint(blp, "/method", "post", "billing:write", body=MethodRequestSchema, ok=MethodSchema,
@@ -78,7 +88,7 @@ def webhook(stripe_signature):
 
 
 @endpoint(blp, "/auto-topup", "put", "billing:write", body=AutoTopupRequestSchema, ok=AutoTopupSchema,
-          errors={409: "`no_payment_method`: no saved card to charge.",
+          errors={404: NOT_MEMBER, 409: "`no_payment_method`: no saved card to charge.",
                   422: "`unprocessable`: `monthly_cap_cents` is less than `amount_cents`."},
           name="AutoTopupSetView")
 def set_auto_topup(body):
@@ -89,65 +99,76 @@ def set_auto_topup(body):
     `no_payment_method`). If the balance is already under the threshold, one top-up starts now.
     A top-up starts within seconds of the crossing; exactly one per crossing, whatever the
     concurrency. A declined or 3-D Secure attempt is retried later; after
-    `AUTOTOPUP_MAX_FAILURES` (default 3) in a row the rule is disabled and the owner e-mailed."""
-    p = principal()
-    return autotopup.configure(p.account_id, p.mode, **body)
+    `AUTOTOPUP_MAX_FAILURES` (default 3) in a row the rule is disabled and the owner e-mailed.
+    With `org_id` the organisation's rule: its balance, its saved card, its owners and billing
+    members e-mailed."""
+    account_id = _payer(body.pop("org_id", None), BILLING_WRITE)
+    return autotopup.configure(account_id, principal().mode, **body)
 
 
-@endpoint(blp, "/auto-topup", "get", "billing:read", ok=AutoTopupSchema, errors={404: "No auto top-up is set."},
-          name="AutoTopupView")
-def get_auto_topup():
-    """The auto top-up rule, its card, this month's total and the last 10 runs."""
-    return autotopup.view(principal().account_id, principal().mode)
+@endpoint(blp, "/auto-topup", "get", "billing:read", query=BillingReadQuerySchema, ok=AutoTopupSchema,
+          errors={404: f"No auto top-up is set, or {NOT_MEMBER}"}, name="AutoTopupView")
+def get_auto_topup(query):
+    """The auto top-up rule, its card, this month's total and the last 10 runs (with `org_id`:
+    the organisation's)."""
+    return autotopup.view(_payer(query.get("org_id"), BILLING_READ), principal().mode)
 
 
-@endpoint(blp, "/auto-topup", "delete", "billing:write", ok=DeletedSchema,
-          errors={404: "No auto top-up is set."}, name="AutoTopupDeleteView")
-def delete_auto_topup():
-    """Turn auto top-up off and delete the rule; queued runs are skipped (a charge already sent
-    to the processor is still booked)."""
-    autotopup.remove(principal().account_id, principal().mode)
+@endpoint(blp, "/auto-topup", "delete", "billing:write", query=BillingWriteQuerySchema, ok=DeletedSchema,
+          errors={404: f"No auto top-up is set, or {NOT_MEMBER}"}, name="AutoTopupDeleteView")
+def delete_auto_topup(query):
+    """Turn auto top-up off and delete the rule (with `org_id`: the organisation's); queued
+    runs are skipped (a charge already sent to the processor is still booked)."""
+    autotopup.remove(_payer(query.get("org_id"), BILLING_WRITE), principal().mode)
     return {"deleted": True}
 
 
-@endpoint(blp, "/checkout/<string:payment_id>", "get", "billing:read", ok=CheckoutStateSchema,
-          errors={404: "No such checkout of this account and mode."}, name="CheckoutStateView")
-def resume_checkout(payment_id):
+@endpoint(blp, "/checkout/<string:payment_id>", "get", "billing:read", query=BillingReadQuerySchema,
+          ok=CheckoutStateSchema, errors={404: f"No such checkout of this account and mode, or {NOT_MEMBER}"},
+          name="CheckoutStateView")
+def resume_checkout(query, payment_id):
     """Resume a checkout: its status and, while it can still be paid, its hosted page `url`
-    (null once paid, canceled, expired or its bank payment submitted)."""
-    return checkouts.resume(principal().account_id, principal().mode, payment_id)
+    (null once paid, canceled, expired or its bank payment submitted). An organisation's
+    checkout (created with `org_id`) is resumed with the same `org_id`."""
+    return checkouts.resume(_payer(query.get("org_id"), BILLING_READ), principal().mode, payment_id)
 
 
-@endpoint(blp, "/checkout/<string:payment_id>/cancel", "post", "billing:write", ok=PaymentSchema,
-          errors={404: "No such checkout of this account and mode.",
+@endpoint(blp, "/checkout/<string:payment_id>/cancel", "post", "billing:write", query=BillingWriteQuerySchema,
+          ok=PaymentSchema, errors={404: f"No such checkout of this account and mode, or {NOT_MEMBER}",
                   409: "`checkout_not_cancelable`: it is no longer pending, or it was paid or its bank payment "
                        "submitted."}, name="CheckoutCancelView")
-def cancel_checkout(payment_id):
+def cancel_checkout(query, payment_id):
     """Cancel a pending checkout: the processor's session is closed first (it can no longer be
-    paid), then the payment becomes `canceled`. Nothing was charged."""
-    return checkouts.cancel(principal().account_id, principal().mode, payment_id)
+    paid), then the payment becomes `canceled`. Nothing was charged. An organisation's
+    checkout is canceled with its `org_id`."""
+    return checkouts.cancel(_payer(query.get("org_id"), BILLING_WRITE), principal().mode, payment_id)
 
 
-@endpoint(blp, "/methods", "get", "billing:read", ok=SavedMethodListSchema, name="SavedMethodsView")
-def saved_methods():
-    """The saved payment methods (each `POST /api/pay/method` saves one), with the default marked."""
-    return {"methods": methods.list_methods(principal().account_id, principal().mode)}
+@endpoint(blp, "/methods", "get", "billing:read", query=BillingReadQuerySchema, ok=SavedMethodListSchema,
+          errors={404: NOT_MEMBER}, name="SavedMethodsView")
+def saved_methods(query):
+    """The saved payment methods (each `POST /api/pay/method` saves one), with the default
+    marked; with `org_id` the organisation's."""
+    return {"methods": methods.list_methods(_payer(query.get("org_id"), BILLING_READ), principal().mode)}
 
 
-@endpoint(blp, "/methods/<string:payment_method_id>/default", "post", "billing:write", ok=MethodSchema,
-          errors={404: "No such saved payment method."}, name="SavedMethodDefaultView")
-def default_saved_method(payment_method_id):
-    """Make a saved method the default again (the one `/api/wallet/fund` and auto top-up charge)."""
-    return methods.make_default(principal().account_id, principal().mode, payment_method_id)
+@endpoint(blp, "/methods/<string:payment_method_id>/default", "post", "billing:write",
+          query=BillingWriteQuerySchema, ok=MethodSchema,
+          errors={404: f"No such saved payment method, or {NOT_MEMBER}"}, name="SavedMethodDefaultView")
+def default_saved_method(query, payment_method_id):
+    """Make a saved method the default again (the one `/api/wallet/fund` and auto top-up
+    charge); with `org_id` one of the organisation's."""
+    return methods.make_default(_payer(query.get("org_id"), BILLING_WRITE), principal().mode, payment_method_id)
 
 
-@endpoint(blp, "/methods/<string:payment_method_id>", "delete", "billing:write", ok=DeletedSchema,
-          errors={404: "No such saved payment method."}, name="SavedMethodView")
-def remove_saved_method(payment_method_id):
+@endpoint(blp, "/methods/<string:payment_method_id>", "delete", "billing:write", query=BillingWriteQuerySchema,
+          ok=DeletedSchema, errors={404: f"No such saved payment method, or {NOT_MEMBER}"},
+          name="SavedMethodView")
+def remove_saved_method(query, payment_method_id):
     """Remove a saved method: detached at the processor first, then forgotten. Removing the
     default leaves none: funding by card and auto top-up answer `no_payment_method` until
-    another is made the default."""
-    methods.remove(principal().account_id, principal().mode, payment_method_id)
+    another is made the default. With `org_id` one of the organisation's."""
+    methods.remove(_payer(query.get("org_id"), BILLING_WRITE), principal().mode, payment_method_id)
     return {"deleted": True}
 
 

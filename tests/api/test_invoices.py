@@ -254,6 +254,10 @@ def test_an_auto_top_up_gets_its_invoice(app, client, make_account, ledger_clean
     assert [(i["payment_id"], i["total"]) for i in listed] == [(payment_id, "20.00")]
     doc = client.get(f"/api/pay/invoices/{listed[0]['id']}", headers=acct.headers).get_json()["document"]
     assert doc["lines"][0]["description"] == "Prepaid credit: Auto top-up"
+    # no billing details: the buyer's name falls back to the e-mail, printed once on the PDF
+    assert doc["buyer"]["name"] == doc["buyer"]["email"]
+    pdf = client.get(f"/api/pay/invoices/{listed[0]['id']}.pdf", headers=acct.headers)
+    assert _pdf_text(pdf.data).count(doc["buyer"]["email"]) == 1
     ledger_clean()
 
 

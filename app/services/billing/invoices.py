@@ -341,7 +341,8 @@ def invoice_pdf(inv: Invoice) -> bytes:
     for i, (label, party) in enumerate((("From", doc["seller"]), ("Bill to", doc["buyer"]))):
         pdf.set_xy(pdf.l_margin + i * (half + 8), y)
         parts = [party.get("name"), party.get("address"), party.get("country"),
-                 f"Tax ID: {party['tax_id']}" if party.get("tax_id") else None, party.get("email"),
+                 f"Tax ID: {party['tax_id']}" if party.get("tax_id") else None,
+                 party.get("email") if party.get("email") != party.get("name") else None,  # the name fell back to it
                  f"Account: {party['account_id']}" if party.get("account_id") else None]
         pdf.set_font(family, size=11)
         pdf.multi_cell(half, 6, clean(label), new_x="LEFT", new_y="NEXT")

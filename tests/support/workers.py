@@ -1,8 +1,8 @@
 """Parallel test workers (pytest-xdist, ``make test``): what each worker gets of its own.
 
 ``make test`` runs the suite in several worker processes (``pytest -n``). Every worker
-owns a database and a Redis index, so one worker's per-test cleanup (TRUNCATE of every
-table, ``FLUSHDB``) never reaches another's data:
+owns a database and a Redis index, so one worker's per-test cleanup (every table
+emptied, ``FLUSHDB``) never reaches another's data:
 
 * database: ``<DATABASE_URL's database>_<worker>`` (``gateway_ci_gw0``, ``gateway_ci_gw1``…)
   on the same server, created when missing (the session then rebuilds its schema, as for

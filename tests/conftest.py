@@ -6,7 +6,8 @@ started in a temporary directory for the session, whose URL is then put in
 ``DATABASE_URL`` for the tests and the processes they start (never the developer's
 ``instance/pg``); and against ``REDIS_URL`` when set. The database named by
 ``DATABASE_URL`` is a *test* database: its tables are dropped and rebuilt by running the
-Alembic migrations at session start, and emptied after every test.
+Alembic migrations at session start, and emptied after every test; its sessions commit
+without waiting for the WAL flush (``synchronous_commit = off``, tests/support/workers.py).
 Redis: the test DB index in ``REDIS_URL`` is flushed after every test.
 
 Tests run the production configuration: the hot routes' one entry (``hotpath``) and the
@@ -105,6 +106,7 @@ def _reset_schema(app) -> None:
 def app():
     if workers.worker_id():  # an xdist worker: a database of its own (kept for the next run)
         workers.ensure_database(_db_url())
+    workers.relax_durability(_db_url())  # before the app's pool opens a connection
     app = create_app(base_config())
     _reset_schema(app)
     return app

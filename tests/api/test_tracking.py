@@ -49,19 +49,27 @@ def test_async_commit_only_for_the_event_insert(app, client):
     """The insert skips the WAL-flush wait for its own transaction only: the pool's
     connections (all of the process's statements share them) commit durably after it.
     Failed before: a second pool whose sessions all had synchronous_commit=off (and a
-    startup parameter PgBouncer refuses)."""
+    startup parameter PgBouncer refuses). The test database's own default is off
+    (tests/support/workers.py ``relax_durability``): the pool's connections start at on
+    here, as on a production server, so a setting that outlived the insert shows."""
     from sqlalchemy import text
 
     from app.services.public import tracking
     from app.services.platform import uow
 
+    def server_default(dbapi_conn, record):
+        with dbapi_conn.cursor() as cur:
+            cur.execute("SET synchronous_commit = on")
+        dbapi_conn.commit()
+
     assert "set_config('synchronous_commit', 'off', true)" in tracking._INSERT_ASYNC
-    with app.app_context():
+    with app.app_context(), listening(db.engine, ("connect", server_default)):
         db.engine.dispose()
         assert client.post("/api/track", json={"event": "page_view"}).status_code == 204
         assert uow.run_one("SHOW synchronous_commit", {}) == [("on",)]
         assert db.session.execute(text("SHOW synchronous_commit")).scalar() == "on"
         db.session.remove()
+        db.engine.dispose()  # the next tests' connections: the test database's default again
     assert [e[0] for e in _events(app)] == ["page_view"]
 
 

@@ -42,11 +42,12 @@ def fresh_database(suffix: str) -> str:
     created or emptied): for child processes that migrate and fill their own."""
     from sqlalchemy.engine import make_url
 
-    from tests.support.workers import empty_database
+    from tests.support.workers import empty_database, relax_durability
 
     url = make_url(os.environ["DATABASE_URL"]).set(drivername="postgresql")
     fresh = url.set(database=f"{url.database}_{suffix}").render_as_string(hide_password=False)
     empty_database(fresh)
+    relax_durability(fresh)
     return fresh
 
 

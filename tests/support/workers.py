@@ -1,8 +1,8 @@
 """Parallel test workers (pytest-xdist, ``make test``): what each worker gets of its own.
 
 ``make test`` runs the suite in several worker processes (``pytest -n``). Every worker
-owns a database and a Redis index, so one worker's per-test cleanup (TRUNCATE of every
-table, ``FLUSHDB``) never reaches another's data:
+owns a database and a Redis index, so one worker's per-test cleanup (every table
+emptied, ``FLUSHDB``) never reaches another's data:
 
 * database: ``<DATABASE_URL's database>_<worker>`` (``gateway_ci_gw0``, ``gateway_ci_gw1``…)
   on the same server, created when missing (the session then rebuilds its schema, as for
@@ -62,6 +62,25 @@ def ensure_database(url: str) -> bool:
         except errors.DuplicateDatabase:  # made by another process meanwhile
             return False
         return True
+
+
+def relax_durability(url: str) -> None:
+    """The test database named by ``url`` commits without waiting for its WAL flush
+    (``ALTER DATABASE … SET synchronous_commit = off``, taken by every session opened
+    after it: the tests' pools and the processes they start). A commit is still atomic and
+    visible at once; only a crash of the PostgreSQL server itself could lose the last
+    ~0.6 s of them, which no test does (it kills backends and app processes, never the
+    server). 0.5 ms a commit instead of 3-4 ms on this shared disk. A test database
+    only: production keeps the server's setting (on); the hot path's statements set it
+    off for their own transactions (docs/performance.md)."""
+    import psycopg
+    from psycopg import sql
+    from sqlalchemy.engine import make_url
+
+    target = make_url(url).set(drivername="postgresql")
+    with psycopg.connect(target.render_as_string(hide_password=False), autocommit=True) as conn:
+        conn.execute(sql.SQL("ALTER DATABASE {} SET synchronous_commit = off")
+                     .format(sql.Identifier(target.database)))
 
 
 def empty_database(url: str) -> None:

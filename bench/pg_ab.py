@@ -13,9 +13,11 @@ order reversed every chunk), and reads each backend's CPU time from
 ``/proc/<pid>/schedstat`` (same machine only). It prints the median CPU per call and the
 median per-chunk ratio of every database to the first: on a shared machine only ratios
 within one run mean anything. Give it throw-away databases: it writes calls and postings.
+``BENCH_PG_AB=chat``: the chat completion's ``gw_chat_hold`` + ``gw_chat_settle`` instead.
 """
 from __future__ import annotations
 
+import os
 import random
 import statistics
 import sys
@@ -42,6 +44,12 @@ FIN_ROW = """jsonb_build_array(jsonb_build_object(
   'idem_key', 'k' || %(id)s, 'response_body', '{"ok": true}'))"""
 OPEN = f"SELECT count(*) FROM gw_open_calls({OPEN_ROW}, 100)"
 FIN = f"SELECT count(*) FROM gw_finalize_calls({FIN_ROW})"
+# BENCH_PG_AB=chat: the chat completion's hold + settle instead (money/holds_pg.py's shapes)
+HOLD = """SELECT gw_chat_hold('cc' || %(id)s, 'acct_pgab', 'key_pgab', 'auto', false, 5000, 'key_pgab',
+  %(t)s::timestamptz, array['acct:acct_pgab', 'hold:chat']::varchar[], array[-5000, 5000]::bigint[])"""
+SETTLE = """SELECT count(*) FROM gw_chat_settle('cc' || %(id)s, %(t)s::timestamptz, 'acct_pgab', 'acct:acct_pgab',
+  'hold:chat', 'revenue:platform', 5000, 1200, 'm', 'p', 10, 5, false, 1, 3, NULL, now())"""
+CHAT = os.environ.get("BENCH_PG_AB") == "chat"
 
 
 def _cpu_ns(pid: int) -> int:
@@ -51,8 +59,8 @@ def _cpu_ns(pid: int) -> int:
 
 def _one(conn) -> None:
     args = {"id": str(random.getrandbits(62)), "t": conn.execute("SELECT now()").fetchone()[0]}
-    conn.execute(OPEN, args)
-    conn.execute(FIN, args)
+    conn.execute(HOLD if CHAT else OPEN, args)
+    conn.execute(SETTLE if CHAT else FIN, args)
 
 
 def main(dbs: list[str], chunks: int, per: int, base: str = "postgresql://postgres@127.0.0.1:5432") -> None:
@@ -72,7 +80,8 @@ def main(dbs: list[str], chunks: int, per: int, base: str = "postgresql://postgr
                 _one(conns[d])
             res[d].append((_cpu_ns(pids[d]) - before) / per / 1e6)
     for d in dbs:
-        print(f"{d}: median {statistics.median(res[d]):.4f} ms backend CPU per open+finalize")
+        print(f"{d}: median {statistics.median(res[d]):.4f} ms backend CPU per "
+              + ("chat hold+settle" if CHAT else "open+finalize"))
     for d in dbs[1:]:
         ratios = [b / a for a, b in zip(res[dbs[0]], res[d])]
         q = statistics.quantiles(ratios, n=4)

@@ -9,6 +9,11 @@
 --      periods the hold was counted in (gw_spend_release; a charge above the hold is not
 --      counted).
 -- Returns (charged, the hold's spend-limited key, the hold's time, micros given back).
+-- plan_cache_mode = force_generic_plan: the UPDATE targets one partition of
+-- chat_completions, which a generic plan cannot know, so the plan cache built a custom
+-- plan (planned again) on every call; the generic plan, pruned when it runs, costs the
+-- backend about 9 per cent less CPU per hold+settle (BENCH_PG_AB=chat bench/pg_ab.py,
+-- 41 partitions; bench/DIARY.md "Generic plans").
 CREATE OR REPLACE FUNCTION gw_chat_settle(
     p_id varchar, p_created timestamptz, p_account_id varchar,
     p_customer varchar, p_hold_code varchar, p_revenue varchar,
@@ -16,7 +21,7 @@ CREATE OR REPLACE FUNCTION gw_chat_settle(
     p_prompt_tokens integer, p_completion_tokens integer, p_estimated boolean,
     p_attempts integer, p_latency_ms integer, p_error varchar, p_now timestamptz)
 RETURNS TABLE (charged bigint, spend_key_id varchar, held_at timestamptz, give_back bigint)
-LANGUAGE plpgsql AS $fn$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
 DECLARE
     v_charge bigint;
     v_key varchar;

@@ -39,8 +39,7 @@ def checkout(body):
     Credits arrive only when the processor confirms the payment (a verified webhook),
     exactly once. `svc_test_` keys (and the embedded default) use the sandbox checkout.
     With `org_id` the organisation's balance is funded."""
-    p = principal()
-    return payments.create_checkout(orgs.payer(p, body.get("org_id"), BILLING_WRITE), p.mode, body["amount_cents"],
+    return payments.create_checkout(_payer(body.get("org_id"), BILLING_WRITE), principal().mode, body["amount_cents"],
                                     body.get("product"), body.get("return_url"), save_method=body["save_method"])
 
 
@@ -65,8 +64,8 @@ def default_method(body):
     unusable → 409 `payment_method_invalid`), attached
     to the account's customer. A card serves `method: card`, a `us_bank_account` serves
     `method: ach`."""
-    p = principal()
-    return payments.set_default_method(orgs.payer(p, body.get("org_id"), BILLING_WRITE), p.mode, body["payment_method_id"])
+    return payments.set_default_method(_payer(body.get("org_id"), BILLING_WRITE), principal().mode,
+                                       body["payment_method_id"])
 
 
 @endpoint(blp, "/webhook", "post", public=True, headers=WebhookHeadersSchema, ok=WebhookResultSchema,
@@ -189,9 +188,8 @@ _PDF_DOC = {"200": {"description": "The invoice (JSON, or the PDF with `Accept: 
 def list_invoices(query):
     """The invoices of the key's mode, newest first: one per payment (checkout, wallet funding,
     auto top-up, USDC, x402) and one per month of usage; `next_cursor` pages on."""
-    p = principal()
-    account_id = orgs.payer(p, query.get("org_id"), BILLING_READ)
-    return invoices.list_invoices(account_id, p.mode, query["limit"], query.get("cursor"))
+    return invoices.list_invoices(_payer(query.get("org_id"), BILLING_READ), principal().mode, query["limit"],
+                                  query.get("cursor"))
 
 
 @endpoint(blp, "/invoices/<string:invoice_id>", "get", "billing:read", query=InvoiceQuerySchema, ok=InvoiceSchema,
@@ -200,8 +198,7 @@ def list_invoices(query):
 def get_invoice(query, invoice_id):
     """One invoice as issued (numbered, never changed): JSON, or its PDF when the request prefers
     `Accept: application/pdf` (also at `/api/pay/invoices/{id}.pdf`)."""
-    p = principal()
-    inv = invoices.get_invoice(orgs.payer(p, query.get("org_id"), BILLING_READ), p.mode, invoice_id)
+    inv = invoices.get_invoice(_payer(query.get("org_id"), BILLING_READ), principal().mode, invoice_id)
     if request.accept_mimetypes.best_match(("application/json", "application/pdf")) == "application/pdf":
         return _invoice_response(inv)
     return invoices.view(inv)
@@ -213,6 +210,5 @@ def get_invoice(query, invoice_id):
     "application/pdf": {"schema": {"type": "string", "format": "binary"}}}}})
 def get_invoice_pdf(query, invoice_id):
     """One invoice's PDF (A4, made with fpdf2 from the stored document: the same bytes each time)."""
-    p = principal()
-    return _invoice_response(invoices.get_invoice(orgs.payer(p, query.get("org_id"), BILLING_READ), p.mode,
+    return _invoice_response(invoices.get_invoice(_payer(query.get("org_id"), BILLING_READ), principal().mode,
                                                   invoice_id))

@@ -45,14 +45,13 @@ from app.errors import DomainError, NotFound, ServiceUnavailable, Unprocessable
 from app.extensions import db
 from app.ids import new_id
 from app.models import Account, AutoTopup, AutoTopupRun, Payment
-from app.models.orgs import OrgMember
 from app.models.base import utcnow
 from app.services.billing import payments
 from app.services.billing.processors import ChargeResult, MethodInfo, for_mode
 from app.services.billing.usage import billing_period
 from app.services.money import ledger
 from app.services.platform import outbox
-from app.services.orgs import audit
+from app.services.orgs import audit, orgs
 from app.services.platform.uow import after_commit, end_reads, unit_of_work
 
 log = logging.getLogger(__name__)
@@ -64,7 +63,6 @@ PRODUCT = "Auto top-up"
 OPEN = ("queued", "processing")
 # statuses of a run whose amount counts against the monthly cap
 COUNTED = ("processing", "succeeded", "pending")
-BILLING_ROLES = ("owner", "billing")  # an organisation's members told about its auto top-up
 THRESHOLD_COLUMN = {"live": Account.topup_below_micros, "test": Account.test_topup_below_micros}
 
 
@@ -355,24 +353,10 @@ def _usd(micros: int) -> str:
     return f"${cents // 100}.{cents % 100:02d}"
 
 
-def _owner_emails(account_id: str) -> list[str]:
-    """Who hears about an account's auto top-up: the account's e-mail, an agent's owner
-    account's, or an organisation's owners and billing members (the roles that change it)."""
-    acct = db.session.get(Account, account_id)
-    if acct is not None and acct.kind == "org":
-        return list(db.session.execute(
-            select(Account.email).join(OrgMember, OrgMember.account_id == Account.id)
-            .where(OrgMember.org_id == account_id, OrgMember.role.in_(BILLING_ROLES), Account.email.is_not(None))
-            .order_by(Account.email)).scalars())
-    if acct is not None and not acct.email and acct.owner_account_id:
-        return _owner_emails(acct.owner_account_id)
-    return [acct.email] if acct is not None and acct.email else []
-
-
 def _tell_owner(run: AutoTopupRun, subject: str, text: str) -> None:
-    """E-mail the account's owner(s) (``_owner_emails``) through the outbox, in the caller's
+    """E-mail the account's billing contacts (``orgs.billing_contacts``) through the outbox, in the caller's
     unit of work: sent once the outcome commits."""
-    emails = _owner_emails(run.account_id)
+    emails = orgs.billing_contacts(run.account_id)
     if not emails:
         log.warning("auto top-up run %s: no e-mail to tell (%s)", run.id, subject)
         return

@@ -67,6 +67,29 @@ def member_role(org_id: str, account_id: str) -> str | None:
         OrgMember.org_id == org_id, OrgMember.account_id == account_id)).scalar()
 
 
+# the members of an organisation told about its money (auto top-up declines, 3-D Secure,
+# caps): the roles that can change its billing
+BILLING_CONTACT_ROLES = ("owner", "billing")
+
+
+def billing_contacts(account_id: str) -> list[str]:
+    """The e-mail addresses that hear about an account's billing: the account's own; for an
+    agent identity without one, its owner account's; for an organisation (which has no
+    mailbox), its owners' and billing members' (sorted). Empty when nobody can be told."""
+    acct = db.session.get(Account, account_id)
+    if acct is None:
+        return []
+    if acct.kind == "org":
+        return list(db.session.execute(
+            select(Account.email).join(OrgMember, OrgMember.account_id == Account.id)
+            .where(OrgMember.org_id == account_id, OrgMember.role.in_(BILLING_CONTACT_ROLES),
+                   Account.email.is_not(None))
+            .order_by(Account.email)).scalars())
+    if not acct.email and acct.owner_account_id:
+        return billing_contacts(acct.owner_account_id)
+    return [acct.email] if acct.email else []
+
+
 def membership(principal, org_id: str, *, lock: bool = False) -> OrgMember:
     """The caller's membership of ``org_id`` (read now, not from the credential cache). An
     organisation key acts in its own organisation only; an organisation the caller is not

@@ -2,12 +2,12 @@
 bench/interleave.py``; BENCH_DURATION, BENCH_PAIRS (default 6)).
 
 On this shared 2-core machine the same work's CPU time swings about 2x from one minute
-to the next, and ``make bench`` measures passthrough and metered once each, 30 s apart,
-so its metered/passthrough ratio is partly a draw of the machine's phase. Here each pair
+to the next. ``make bench`` judges its throughput ratios on interleaved ratio rounds at
+c=16 (``scenarios.RatioRounds``); this tool is the narrower, quicker probe of passthrough
+and metered alone, at c=1 as well, with CPU ratios and p50s. Each pair
 is a passthrough run immediately followed by a metered run at the same concurrency
 (c=16, then c=1), repeated; the per-pair ratios and their median are what both sides saw
-under the same conditions. It is a complement to ``make bench`` (whose targets and
-report are unchanged), not a replacement. Writes only
+under the same conditions. Writes only
 ``bench/results/interleave-<time>.{json,md}``.
 """
 from __future__ import annotations

@@ -15,7 +15,9 @@ BENCH_PG (default postgresql://postgres@127.0.0.1:5432), BENCH_REDIS_URL
 (default redis://127.0.0.1:6379/6), BENCH_PROFILE (1: py-spy the metered/chat paths),
 BENCH_APP_ENV ("K=V K=V": extra app environment for what-if runs; such a run writes
 partial.* like a BENCH_ONLY run), BENCH_JOBS (0: do not start the worker and scheduler,
-a what-if run that also writes partial.*).
+a what-if run that also writes partial.*), BENCH_RATIO_ROUNDS (default 5; 0: none) and
+BENCH_RATIO_DURATION (seconds, default 5): the interleaved ratio rounds at the top
+concurrency that the throughput-ratio targets are judged on (``scenarios.RatioRounds``).
 """
 from __future__ import annotations
 
@@ -46,6 +48,8 @@ CONCURRENCY = [int(c) for c in os.environ.get("BENCH_CONCURRENCY", "1,16").split
 ONLY = {s for s in os.environ.get("BENCH_ONLY", "").split(",") if s}
 JOBS = os.environ.get("BENCH_JOBS", "1") != "0"
 PROFILE = os.environ.get("BENCH_PROFILE", "1") == "1"
+RATIO_ROUNDS = int(os.environ.get("BENCH_RATIO_ROUNDS", "5"))
+RATIO_DURATION = int(os.environ.get("BENCH_RATIO_DURATION", "5"))
 
 
 def log(msg: str) -> None:
@@ -109,19 +113,26 @@ class Bench:
         self.gunicorn = None
         self.concurrency = CONCURRENCY
         self.request_specs: list[dict] = []
+        # name -> (peer start function or None, measure() keyword arguments): what the
+        # ratio rounds measure again (scenarios.RatioRounds)
+        self.round_specs: dict[str, tuple] = {}
+        self.ratio_rounds, self.ratio_duration = RATIO_ROUNDS, RATIO_DURATION
 
     def profile_enabled(self) -> bool:
         return PROFILE
 
     def wanted(self, name: str) -> bool:
-        return not ONLY or name in ONLY or name.split("-")[0] in ONLY or name == "roundtrips"
+        return not ONLY or name in ONLY or name.split("-")[0] in ONLY or name in ("roundtrips", "rounds")
 
     def measure(self, name: str, url: str, *, method: str = "POST", headers: dict | None = None,
                 body: bytes | None = None, idempotency: bool = False, check=None,
                 concurrencies=None, label: str | None = None, note: str = "",
                 warmup: int | None = None, auth_keys: list[str] | None = None,
-                server_pid: int | None = None) -> dict | None:
-        """Warm up, then one wrk run per concurrency; stores and returns the rows."""
+                server_pid: int | None = None, duration: int | None = None,
+                record: bool = True) -> dict | None:
+        """Warm up, then one wrk run per concurrency (``duration`` seconds each, default
+        BENCH_DURATION); returns the rows and, when ``record``, stores them as scenario
+        ``name`` (the ratio rounds do not: ``scenarios.RatioRounds`` keeps its own)."""
         headers = dict(headers or {})
         if body is not None:
             headers.setdefault("Content-Type", "application/json")
@@ -130,7 +141,8 @@ class Bench:
         status, resp = procs.http(url, method=method, body=body, headers=headers)
         headers.pop("Idempotency-Key", None)
         if not (200 <= status < 300) or (check and not check(resp)):
-            self.results["unavailable"][name] = f"probe answered {status}: {resp[:300]!r}"
+            if record:
+                self.results["unavailable"][name] = f"probe answered {status}: {resp[:300]!r}"
             log(f"{name}: probe failed ({status}) {resp[:200]!r}")
             return None
         rows = {}
@@ -146,7 +158,8 @@ class Bench:
             pids = procs.descendants(server_pid) if server_pid else []
             pg = setup.pg_backend_pids()
             cpu0, pg0 = procstat.cpu_seconds(pids), procstat.cpu_seconds(pg)
-            stats, text = run_wrk(url, wrk_script(method, headers, body, idempotency, auth_keys), c, DURATION)
+            stats, text = run_wrk(url, wrk_script(method, headers, body, idempotency, auth_keys), c,
+                                  duration or DURATION)
             if pids and stats["requests"]:
                 # processes (or connections) that appeared during the run count in full
                 new = set(procs.descendants(server_pid)) - set(pids)
@@ -163,7 +176,8 @@ class Bench:
                 (f" + pg {stats['pg_cpu_ms_per_req']:.2f} ms" if "pg_cpu_ms_per_req" in stats else "")
             log(f"{name:<18} c={c:<3} {stats['rps']:>9.1f} req/s  p50 {stats['p50_ms']:.2f} ms  "
                 f"p99 {stats['p99_ms']:.2f} ms  errors {stats['errors']}{cpu}")
-        gw = f"http://127.0.0.1:{self.ports['gunicorn']}"
+        if not record:
+            return rows
         if url.startswith(gw) and not name.endswith(("-repeat", "-1acct")):
             self.request_specs.append({"name": name, "method": method, "path": url[len(gw):],
                                        "headers": headers, "idempotency": idempotency,

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from bench import peers, profile, seed, setup
+from bench import peers, profile, report, seed, setup
 
 MODULE_BODY = json.dumps({"action": "echo", "text": "hello bench", "n": 3}).encode()
 CHAT_BODY_TMPL = {"messages": [{"role": "user", "content": "Say hello in five words."}],
@@ -80,6 +80,17 @@ def _require(ctx: Context, path: str, missing: str) -> None:
         raise Unavailable(missing)
 
 
+def _measure(ctx: Context, name: str, spec: dict, start=None, **extra) -> dict | None:
+    """``ctx.bench.measure(name, **spec, **extra)``; when measured, ``spec`` (the request:
+    url, headers, body, ...) is kept for the ratio rounds (``RatioRounds``), with ``start``,
+    the peer's start function (a peer is stopped after its scenario and started again for
+    the rounds)."""
+    rows = ctx.bench.measure(name, **spec, **extra)
+    if rows is not None:
+        ctx.bench.round_specs[name] = (start, spec)
+    return rows
+
+
 class Scenario:
     name = ""
 
@@ -110,8 +121,8 @@ class Passthrough(Scenario):
 
     def run(self, ctx):
         _require(ctx, "/bench/passthrough", "/bench/passthrough not registered")
-        ctx.bench.measure("passthrough", f"{ctx.gateway}/bench/passthrough", body=MODULE_BODY,
-                          note="bare Flask route in the same gunicorn, no auth/metering/receipts")
+        _measure(ctx, "passthrough", {"url": f"{ctx.gateway}/bench/passthrough", "body": MODULE_BODY},
+                 note="bare Flask route in the same gunicorn, no auth/metering/receipts")
 
 
 class Metered(Scenario):
@@ -129,24 +140,22 @@ class Metered(Scenario):
             return bool(doc.get("receipt", {}).get("sig")) and doc.get("ok") is True
 
         top = [max(ctx.bench.concurrency)]
-        rows = ctx.bench.measure(
-            "metered", url, headers=headers, body=MODULE_BODY, idempotency=True, check=check,
-            auth_keys=keys,
-            note=f"real keys of {len(keys)} accounts (round-robin), ledger debit, unique "
-                 "Idempotency-Key, receipt, PostgreSQL")
+        spec = {"url": url, "headers": headers, "body": MODULE_BODY, "idempotency": True,
+                "check": check, "auth_keys": keys}
+        rows = _measure(ctx, "metered", spec,
+                        note=f"real keys of {len(keys)} accounts (round-robin), ledger debit, unique "
+                             "Idempotency-Key, receipt, PostgreSQL")
         if rows is None:
             return
         ctx.bench.memory_snapshot("after_load_run_1")
         # the same load once more: worker memory must not grow between repeated runs
-        ctx.bench.measure("metered-repeat", url, headers=headers, body=MODULE_BODY,
-                          idempotency=True, check=check, concurrencies=top, auth_keys=keys,
+        ctx.bench.measure("metered-repeat", **spec, concurrencies=top,
                           note="second identical run (memory growth check)")
         ctx.bench.memory_snapshot("after_load_run_2")
         # one account taking all the load: every call updates the same balance row (over
         # the account's READ_KEYS keys; its plan's 1,000 requests a second are the account's,
         # above what one account's metered calls reach here)
-        ctx.bench.measure("metered-1acct", url, headers=headers, body=MODULE_BODY,
-                          idempotency=True, check=check, concurrencies=top, auth_keys=ctx.read_keys(),
+        ctx.bench.measure("metered-1acct", **dict(spec, auth_keys=ctx.read_keys()), concurrencies=top,
                           note=f"one account ({len(ctx.read_keys())} keys, round-robin): all calls "
                                "contend for one balance row")
         if ctx.bench.profile_enabled():
@@ -183,10 +192,10 @@ class Chat(Scenario):
             return bool(doc.get("choices")) and "cost_usd" in doc.get("usage", {})
 
         url = f"{ctx.gateway}/v1/chat/completions"
-        rows = ctx.bench.measure("chat", url, headers=headers, body=body, check=check,
-                                 auth_keys=keys,
-                                 note=f"our chat host: keys of {len(keys)} accounts (round-robin), "
-                                      "routing, metering (ledger hold + settle), usage record")
+        rows = _measure(ctx, "chat", {"url": url, "headers": headers, "body": body, "check": check,
+                                      "auth_keys": keys},
+                        note=f"our chat host: keys of {len(keys)} accounts (round-robin), "
+                             "routing, metering (ledger hold + settle), usage record")
         if rows is not None and ctx.bench.profile_enabled():
             ctx.bench.results["profiles"]["chat"] = profile.record(ctx, "chat", url, headers, body,
                                                                    auth_keys=keys)
@@ -197,9 +206,9 @@ def _measure_peer(ctx: Context, name: str, start, headers: dict, note: str) -> N
     completion of the same upstream, then stopped."""
     base = start(ctx)
     body = json.dumps({"model": peers.PEER_MODEL, **CHAT_BODY_TMPL}).encode()
-    ctx.bench.measure(name, f"{base}/v1/chat/completions", headers=headers,
-                      body=body, check=lambda r: bool(json.loads(r).get("choices")),
-                      server_pid=peers.pid(name), note=note, warmup=PEER_WARMUP)
+    _measure(ctx, name, {"url": f"{base}/v1/chat/completions", "headers": headers, "body": body,
+                         "check": lambda r: bool(json.loads(r).get("choices")), "warmup": PEER_WARMUP},
+             start, server_pid=peers.pid(name), note=note)
     peers.stop(ctx, name)
 
 
@@ -297,9 +306,9 @@ class Alerts(Scenario):
             setup.psql(f"DROP DATABASE IF EXISTS {db_name} WITH (FORCE)")
         if out.returncode:
             raise Unavailable(f"bench/alerts_eval.py failed: {out.stderr.strip()[-300:]}")
-        report = json.loads(out.stdout.strip().splitlines()[-1])
-        ctx.bench.results["alerts"] = report["results"]
-        for r in report["results"]:
+        doc = json.loads(out.stdout.strip().splitlines()[-1])
+        ctx.bench.results["alerts"] = doc["results"]
+        for r in doc["results"]:
             ctx.log(f"alerts: {r['rules']:,} rules, {r['calls']:,} calls: cold pass "
                     f"{r['cold']['seconds']:.3f} s ({r['cold']['fired']} fired), steady pass "
                     f"{r['steady']['seconds']:.3f} s")
@@ -325,5 +334,57 @@ class RoundTrips(Scenario):
             ctx.log(f"round trips {name}: {c}")
 
 
+class RatioRounds(Scenario):
+    """The throughput-ratio targets' measurements (``report.ROUND_RATIOS``), interleaved: in
+    each of BENCH_RATIO_ROUNDS rounds passthrough, metered, portkey, chat and litellm (those
+    measured above) run once each at the top concurrency for BENCH_RATIO_DURATION seconds,
+    the order reversed every other round, so each round's ratios compare runs seconds apart
+    (the shared machine's speed swings up to 2x between minutes) and no scenario always
+    follows the same one. The peers are started again for the rounds and stopped after.
+    The first round warms every scenario up again (its own warm-up: the stack sat through
+    the usage reads and the alert pass, and a restarted peer is cold); later rounds follow
+    each other directly. Rows in ``results["ratio_rounds"]``, not in the scenario table."""
+
+    name = "rounds"
+    ORDER = report.ROUND_SCENARIOS
+
+    def run(self, ctx):
+        bench = ctx.bench
+        specs = {n: bench.round_specs[n] for n in self.ORDER if n in bench.round_specs}
+        if bench.ratio_rounds <= 0:
+            raise Unavailable("BENCH_RATIO_ROUNDS=0")
+        if len(specs) < 2:
+            raise Unavailable("fewer than two of " + ", ".join(self.ORDER) + " were measured")
+        top = max(bench.concurrency)
+        pids = {}
+        for name, (start, _spec) in specs.items():
+            if start is not None:
+                try:
+                    start(ctx)
+                except Unavailable as exc:
+                    ctx.log(f"rounds: {name} did not start again ({exc})")
+                    continue
+                pids[name] = peers.pid(name)
+        live = [n for n in specs if specs[n][0] is None or n in pids]
+        rounds = []
+        try:
+            for i in range(bench.ratio_rounds):
+                order = live if i % 2 == 0 else live[::-1]
+                rows = {}
+                for name in order:
+                    spec = dict(specs[name][1], warmup=specs[name][1].get("warmup") if i == 0 else 0)
+                    got = bench.measure(f"{name}-round{i + 1}", **spec, concurrencies=[top],
+                                        server_pid=pids.get(name), duration=bench.ratio_duration,
+                                        record=False)
+                    if got is not None:
+                        rows[name] = got[str(top)]
+                rounds.append({"order": list(order), "rows": rows})
+        finally:
+            for name in pids:
+                peers.stop(ctx, name)
+        bench.results["ratio_rounds"] = {"concurrency": top, "duration_s": bench.ratio_duration,
+                                         "rounds": rounds}
+
+
 ALL = [Direct(), NginxProxy(), Passthrough(), Metered(), Chat(), LiteLLM(), Portkey(), Usage(),
-       Track(), RoundTrips(), Alerts()]
+       Track(), RoundTrips(), Alerts(), RatioRounds()]

@@ -74,3 +74,82 @@ def test_misses_are_reported():
 def test_reads_measured_below_10m_calls_are_not_judged():
     status = _status(_results(calls=1_000_000, usage_p99=5.0))
     assert status["usage-current p99 (c=1) at 10M calls"] == "n/a"
+
+
+def _rounds(*per_round, concurrency=16):
+    """Synthetic ratio rounds: each argument is {scenario: req/s} of one round."""
+    return {"concurrency": concurrency, "duration_s": 5,
+            "rounds": [{"order": list(r), "rows": {n: _row(rps, 20) for n, rps in r.items()}}
+                       for r in per_round]}
+
+
+def _target(results, name) -> dict:
+    return next(t for t in report.targets(results) if t["name"] == name)
+
+
+MP = "metered throughput / passthrough (c=16)"
+MK = "metered throughput / Portkey (c=16)"
+CL = "chat throughput / LiteLLM (c=16)"
+
+
+def test_throughput_ratios_are_judged_on_the_median_of_the_rounds():
+    # single runs: metered/passthrough 500/1000 = 0.5 (MISSED alone); the rounds' ratios
+    # 0.7, 0.5, 0.65: median 0.65 (met)
+    results = _results(metered_rps=500)
+    results["ratio_rounds"] = _rounds(
+        {"passthrough": 1000, "metered": 700, "portkey": 700, "chat": 250, "litellm": 100},
+        {"passthrough": 1200, "metered": 600, "portkey": 800, "chat": 240, "litellm": 130},
+        {"passthrough": 1000, "metered": 650, "portkey": 600, "chat": 230, "litellm": 100})
+    mp, mk, cl = (_target(results, n) for n in (MP, MK, CL))
+    assert (mp["value"], mp["status"]) == (0.65, "met")
+    assert mp["detail"] == "median of 3 rounds (0.70, 0.50, 0.65); single runs: 500 vs 1000 req/s"
+    assert (mk["value"], mk["status"]) == (1.0, "met")              # 1.0, 0.75, 1.083
+    assert (cl["value"], cl["status"]) == (2.3, "met")              # 2.5, 1.846, 2.3
+
+
+def test_a_median_below_the_goal_is_missed_even_if_the_single_run_met():
+    results = _results(metered_rps=900)  # single run 0.9 ≥ 0.6
+    results["ratio_rounds"] = _rounds({"passthrough": 1000, "metered": 500},
+                                      {"passthrough": 1000, "metered": 550},
+                                      {"passthrough": 1000, "metered": 900})
+    mp = _target(results, MP)
+    assert (mp["value"], mp["status"]) == (0.55, "MISSED")
+
+
+def test_without_rounds_the_single_runs_are_judged():
+    # an old result file or BENCH_RATIO_ROUNDS=0: no "ratio_rounds"; or rounds at another
+    # concurrency than the target's
+    for rounds in (None, _rounds({"passthrough": 1000, "metered": 100}, concurrency=8)):
+        results = _results(metered_rps=500)
+        if rounds:
+            results["ratio_rounds"] = rounds
+        mp = _target(results, MP)
+        assert (mp["value"], mp["status"]) == (0.5, "MISSED")
+        assert mp["detail"] == "single runs: 500 vs 1000 req/s (no ratio rounds)"
+
+
+def test_a_peer_missing_from_the_run_leaves_its_ratio_unjudged():
+    results = _results()
+    del results["scenarios"]["portkey"]
+    results["ratio_rounds"] = _rounds({"passthrough": 1000, "metered": 700, "chat": 250, "litellm": 100})
+    assert _target(results, MK)["status"] == "n/a"
+    assert _target(results, MP)["status"] == "met"
+
+
+def test_errors_in_the_rounds_count():
+    results = _results()
+    results["ratio_rounds"] = _rounds({"passthrough": 1000, "metered": 700})
+    results["ratio_rounds"]["rounds"][0]["rows"]["metered"]["errors"] = 3
+    errors = _target(results, "errors in all scenarios")
+    assert (errors["value"], errors["status"], errors["detail"]) == (3, "MISSED", "metered round 1: 3")
+
+
+def test_the_report_shows_each_round_and_the_medians():
+    results = _results()
+    results["ratio_rounds"] = _rounds({"passthrough": 1000, "metered": 700},
+                                      {"metered": 600, "passthrough": 1200})
+    md = report.markdown(results)
+    assert "| round | order | passthrough req/s | metered req/s | metered / passthrough |" in md
+    assert "| 1 | passthrough → metered | 1,000 | 700 | 0.700 |" in md
+    assert "| 2 | metered → passthrough | 1,200 | 600 | 0.500 |" in md
+    assert "| median | | 1,100 | 650 | 0.600 |" in md

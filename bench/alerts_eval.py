@@ -2,8 +2,10 @@
 
 Seeds, with set-based SQL on PostgreSQL, N alert rules (5 per account; 10% of them due to
 fire) and rollups worth M calls (10 calls per hourly rollup row, spread over twice as many
-accounts as have rules, over the last 30 days; the daily rollups ``usage_daily`` of the
-rolled days summed from them in SQL, as the roll job writes them — not timed), then times:
+accounts as have rules, over the last 30 days; the rollup marks where the roll job leaves
+them — hours final up to the current one, days rolled up to today — and the daily rollups
+``usage_daily`` of the rolled days summed from them in SQL, as the roll job writes them;
+then ``VACUUM ANALYZE``, as autovacuum soon does after a load — not timed), then times:
 
 * ``cold``: the first pass, which fires the due rules (events + outbox messages written,
   delivery left to the outbox: ``dispatch=False``) — median of 3 (firings forgotten
@@ -103,7 +105,18 @@ def seed(rules: int, calls: int) -> int:
                :cpr, CASE WHEN k % 7 = 0 THEN 1 ELSE 0 END, :cpr * (1000 + k % 50000)
         FROM generate_series(0, :rows - 1) AS k"""),
               {"u": usage_accounts, "rows": rows, "cpr": CALLS_PER_ROW})
-    # the days before days_rolled_through (set by the migration) are rolled: their daily rows
+    # the rollup marks as the roll job leaves them: the hours before the current one final
+    # (rolled_through), the days before its day rolled daily (days_rolled_through), no
+    # minute-rolled tail. The migrations no longer write this row (the baseline of
+    # 2026-11-27; the old chain's 0016 did): without it the reads took no day from
+    # usage_daily and read the call log from the epoch, a state no rolled database is in.
+    s.execute(text("""
+        INSERT INTO usage_rollup_state (id, rolled_through, days_rolled_through, tail_through)
+        VALUES (1, date_trunc('hour', now()),
+                date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', NULL)
+        ON CONFLICT (id) DO UPDATE SET rolled_through = excluded.rolled_through,
+            days_rolled_through = excluded.days_rolled_through, tail_through = NULL"""))
+    # the days before days_rolled_through are rolled: their daily rows
     s.execute(text("""
         INSERT INTO usage_daily (account_id, product, mode, day, calls, errors, spend_micros)
         SELECT account_id, product, mode, date_trunc('day', hour AT TIME ZONE 'UTC') AT TIME ZONE 'UTC',
@@ -111,9 +124,12 @@ def seed(rules: int, calls: int) -> int:
         FROM usage_hourly WHERE hour < (SELECT days_rolled_through FROM usage_rollup_state WHERE id = 1)
         GROUP BY 1, 2, 3, 4"""))
     s.commit()
-    for table in ("accounts", "alerts", "alert_events", "outbox", "usage_hourly", "usage_daily"):
-        s.execute(text(f"ANALYZE {table}"))
-    s.commit()
+    # VACUUM as well: a bulk load leaves the visibility map unset (every index-only scan
+    # visits the heap) until autovacuum sets it, as it soon does on a live database
+    with db.engine.connect() as conn:
+        conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+        for table in ("accounts", "alerts", "alert_events", "outbox", "usage_hourly", "usage_daily"):
+            conn.execute(text(f"VACUUM ANALYZE {table}"))
     return rows
 
 

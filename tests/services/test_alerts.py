@@ -150,6 +150,31 @@ def test_unique_period_blocks_concurrent_double_firing(app, account):
     assert results.count(0) == 3 and results.count(1) == 1, results
 
 
+def test_event_insert_skips_a_period_already_fired_and_keeps_every_value(app, account):
+    """The events of a pass are one INSERT … SELECT FROM unnest(…) ON CONFLICT DO NOTHING:
+    a rule that already fired in the period (another scheduler) is skipped and not among
+    the ids returned; the others are stored exactly as given."""
+    with app.app_context():
+        a = make_alert(account.id, threshold=0, op=">=")
+        b = make_alert(account.id, name='Spend "guard" \u201cq\u201d, 50%', metric="calls", op="<=",
+                       threshold=12.345678, window="hour")
+        assert alerts.evaluate_all(NOW, dispatch=False)["fired"] == 2  # b: 0 calls <= 12.345678
+        later = NOW + timedelta(hours=1)
+        rows = [{"id": "alev_again", "alert_id": a.id, "account_id": account.id, "name": a.name,
+                 "metric": a.metric, "op": a.op, "threshold": a.threshold, "value": 1.0, "window": "day",
+                 "channel": "email", "period_key": alerts.period_key("day", later), "fired_at": later},
+                {"id": "alev_next_hour", "alert_id": b.id, "account_id": account.id, "name": b.name,
+                 "metric": "calls", "op": "<=", "threshold": 12.345678, "value": 0.000001, "window": "hour",
+                 "channel": "email", "period_key": alerts.period_key("hour", later), "fired_at": later}]
+        assert alerts._insert_events(rows) == {"alev_next_hour"}
+        assert alerts._insert_events([]) == set()
+        db.session.commit()
+        assert db.session.get(AlertEvent, "alev_again") is None
+        ev = db.session.get(AlertEvent, "alev_next_hour")
+        assert {c: getattr(ev, c) for c in alerts._EVENT_COLUMNS} == rows[1]
+        assert db.session.execute(select(func.count()).select_from(AlertEvent)).scalar_one() == 3
+
+
 def _count_queries(fn):
     counter = {"n": 0}
 

@@ -70,6 +70,48 @@ def test_chat_payload(app):
         assert orjson.loads(rec.requests[0].body) == {"text": "Spend alert: 120 > 100"}
 
 
+def test_add_many_writes_every_message_and_enqueues_each_after_commit(app, monkeypatch):
+    """One batched insert of ``message`` rows (no ORM object each): the same rows ``add``
+    writes, delivery enqueued per message once the unit of work commits, none on rollback
+    or with ``enqueue=False``."""
+    from app.services.platform.uow import unit_of_work
+
+    enqueued = []
+    monkeypatch.setattr(outbox, "dispatch", lambda *ids: enqueued.extend(ids))
+    msgs = [outbox.message("email", "ops@example.com", outbox.email_payload("S \u201cq\u201d", "Body"),
+                           source="alert_event:a", account_id="acct_1"),
+            outbox.message("webhook", "https://hooks.example/x", outbox.webhook_payload(
+                "alert.fired", {"value": 1.5}, secret=SECRET), source="alert_event:b", max_attempts=3),
+            outbox.message("chat", "https://chat.example/y", outbox.chat_payload("hi"))]
+    with app.app_context():
+        before = utcnow()
+        with unit_of_work():
+            ids = outbox.add_many(msgs)
+            assert enqueued == []  # not before the commit
+        assert enqueued == ids and len(set(ids)) == 3 and all(i.startswith("msg_") for i in ids)
+        rows = {m.id: m for m in db.session.execute(db.select(OutboxMessage)).scalars()}
+        for mid, m in zip(ids, msgs):
+            row = rows[mid]
+            assert (row.channel, row.destination, row.payload, row.source, row.account_id, row.max_attempts) == \
+                (m["channel"], m["destination"], m["payload"], m["source"], m["account_id"], m["max_attempts"])
+            assert (row.status, row.attempts, row.last_error, row.delivered_at) == ("pending", 0, None, None)
+            assert before <= row.created_at == row.next_attempt_at <= utcnow()
+        assert rows[ids[0]].payload == {"subject": "S \u201cq\u201d", "text": "Body", "html": None,
+                                        "reply_to": None, "headers": {}}
+        assert rows[ids[2]].max_attempts == 8 and rows[ids[2]].account_id is None
+        assert outbox.due_ids() and set(ids) <= set(outbox.due_ids())
+
+        enqueued.clear()
+        with pytest.raises(RuntimeError), unit_of_work():
+            outbox.add_many(msgs[:1])
+            raise RuntimeError("rolled back")
+        with unit_of_work():
+            quiet = outbox.add_many(msgs[:1], enqueue=False)
+        assert enqueued == [] and outbox.add_many([]) == []
+        assert db.session.execute(db.select(db.func.count()).select_from(OutboxMessage)).scalar_one() == 4
+        assert db.session.get(OutboxMessage, quiet[0]).status == "pending"  # left to the sweep
+
+
 def test_retries_with_backoff_then_delivers_once(app):
     rec = recorder([500, 503, 200])
     with rec as url, app.app_context():

@@ -40,8 +40,8 @@ from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
 from flask import current_app
-from sqlalchemy import and_, case, func, select, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy import and_, case, func, literal, select, update
+from sqlalchemy.dialects.postgresql import ARRAY, insert as pg_insert
 
 from app.errors import Conflict, InvalidRequest, NotFound, Unprocessable
 from app.extensions import db
@@ -320,9 +320,9 @@ def webhook_data(ev: dict) -> dict:
             "period": ev["period_key"], "fired_at": ev["fired_at"].isoformat()}
 
 
-def _enqueue_delivery(ev: dict, rule: dict, dispatch: bool) -> OutboxMessage:
-    source = f"alert_event:{ev['id']}"
-    common = {"source": source, "account_id": ev["account_id"], "flush": False, "enqueue": dispatch}
+def _delivery(ev: dict, rule: dict) -> dict:
+    """The outbox message of a firing (``outbox.message``), to the rule's channel and target."""
+    common = {"source": f"alert_event:{ev['id']}", "account_id": ev["account_id"]}
     if rule["channel"] == "email":
         subject = f"Alert \u201c{ev['name']}\u201d: {ev['metric']} {_fmt(ev['value'])} {ev['op']} {_fmt(ev['threshold'])}"
         text = (f"Your alert \u201c{ev['name']}\u201d fired.\n\n"
@@ -334,21 +334,34 @@ def _enqueue_delivery(ev: dict, rule: dict, dispatch: bool) -> OutboxMessage:
                 f"Account:   {ev['account_id']}\nAlert id:  {ev['alert_id']}\nEvent id:  {ev['id']}\n\n"
                 f"You receive this message because the alert targets this address. "
                 f"Manage alerts with GET/DELETE /api/alerts.\n")
-        return outbox.add_email(rule["target"], subject, text, **common)
+        return outbox.message("email", rule["target"], outbox.email_payload(subject, text), **common)
     if rule["channel"] == "webhook":
-        return outbox.add_webhook(rule["target"], EVENT_TYPE, webhook_data(ev),
-                                  secret=rule["secret"], **common)
+        return outbox.message("webhook", rule["target"], outbox.webhook_payload(
+            EVENT_TYPE, webhook_data(ev), secret=rule["secret"]), **common)
     text = (f"\U0001F514 Alert \u201c{ev['name']}\u201d fired: the {_describe(ev)}. "
             f"Period {ev['period_key']} UTC · account {ev['account_id']} · event {ev['id']}")
-    return outbox.add_chat(rule["target"], text, **common)
+    return outbox.message("chat", rule["target"], outbox.chat_payload(text), **common)
+
+
+_EVENT_COLUMNS = ("id", "alert_id", "account_id", "name", "metric", "op", "threshold", "value",
+                  "window", "channel", "period_key", "fired_at")
 
 
 def _insert_events(rows: list[dict]) -> set[str]:
     """Insert events, skipping any (alert_id, period_key) that already fired (another
-    scheduler got there first); returns the ids actually inserted. One executemany
-    (SQLAlchemy batches it into multi-row INSERT … RETURNING statements)."""
-    stmt = pg_insert(AlertEvent).on_conflict_do_nothing(index_elements=["alert_id", "period_key"])
-    return set(db.session.scalars(stmt.returning(AlertEvent.id), rows))
+    scheduler got there first); returns the ids actually inserted. One statement whatever
+    the number of firings: each column's values as one array, the rows ``unnest``-ed
+    (``INSERT … SELECT … FROM unnest(…) ON CONFLICT DO NOTHING RETURNING id``) — 12
+    parameters, where the multi-row ``VALUES`` of an executemany had 12 per firing for the
+    driver to rewrite (≈ 0.1 s of Python per 1,000 firings)."""
+    if not rows:
+        return set()
+    table = AlertEvent.__table__
+    arrays = [literal([r[c] for r in rows], ARRAY(table.c[c].type)) for c in _EVENT_COLUMNS]
+    src = func.unnest(*arrays).table_valued(*_EVENT_COLUMNS).render_derived()
+    stmt = (pg_insert(table).from_select(list(_EVENT_COLUMNS), select(*[src.c[c] for c in _EVENT_COLUMNS]))
+            .on_conflict_do_nothing(index_elements=["alert_id", "period_key"]).returning(table.c.id))
+    return set(db.session.scalars(stmt))
 
 
 @transactional
@@ -358,8 +371,8 @@ def evaluate_all(now: datetime | None = None, *, dispatch: bool = True) -> dict:
     Reads take a constant number of queries whatever the number of rules: one for the
     rules with their plan and whether they already fired in the current period, one
     grouped query over the usage rollups. Firings are written in one transaction
-    (events in one batched INSERT … ON CONFLICT DO NOTHING, their outbox messages in
-    one batched insert), all in one unit of work; their delivery is enqueued after the
+    (events in one INSERT … SELECT FROM unnest(…) ON CONFLICT DO NOTHING, their outbox
+    messages in one batched insert), all in one unit of work; their delivery is enqueued after the
     commit unless ``dispatch`` is False. Returns counts and the fired event ids."""
     now = _utc(now)
     keys = {w: period_key(w, now) for w in WINDOWS}
@@ -392,9 +405,11 @@ def evaluate_all(now: datetime | None = None, *, dispatch: bool = True) -> dict:
     fired: list[str] = []
     if to_fire:
         inserted = _insert_events([ev for ev, _ in to_fire])
+        messages = []
         for ev, rule in to_fire:
             if ev["id"] in inserted:
-                _enqueue_delivery(ev, rule, dispatch)  # written with the events (batched)
+                messages.append(_delivery(ev, rule))
                 fired.append(ev["id"])
+        outbox.add_many(messages, enqueue=dispatch)  # written with the events (one batched insert)
     return {"rules": len(rules), "fired": len(fired), "event_ids": fired,
             "evaluated_at": now.isoformat()}

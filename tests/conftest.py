@@ -52,6 +52,14 @@ def pytest_configure(config):  # noqa: ARG001 - pytest's hook signature
             os.environ["REDIS_URL"] = workers.redis_url(os.environ["REDIS_URL"], worker)
 
 
+def pytest_collection_modifyitems(config, items):  # noqa: ARG001 - pytest's hook signature
+    """The end-to-end tests (``tests/e2e/``: servers, subprocesses, the longest ones) first,
+    the rest after, each group in collection order: with ``--dist worksteal`` the long
+    tests then start while every worker is busy, instead of ending the run on one worker
+    while the others are idle."""
+    items.sort(key=lambda item: 0 if "/tests/e2e/" in str(item.path) else 1)
+
+
 def pytest_xdist_auto_num_workers(config):  # noqa: ARG001 - pytest-xdist's hook
     """``-n auto`` (``make test``): a worker per CPU, at most 4 — each holds a database's
     worth of connections and many tests start processes of their own."""
@@ -102,14 +110,21 @@ def _reset_schema(app) -> None:
         upgrade()
 
 
-@pytest.fixture(scope="session")
-def app():
-    if workers.worker_id():  # an xdist worker: a database of its own (kept for the next run)
-        workers.ensure_database(_db_url())
-    workers.relax_durability(_db_url())  # before the app's pool opens a connection
-    app = create_app(base_config())
+def migrated_app(url: str, *, create: bool = True):
+    """The test app on the database ``url``, its schema rebuilt by the migrations; the
+    database is made first when missing (``create``)."""
+    if create:
+        workers.ensure_database(url)
+    workers.relax_durability(url)  # before the app's pool opens a connection
+    app = create_app(base_config(SQLALCHEMY_DATABASE_URI=url))
     _reset_schema(app)
     return app
+
+
+@pytest.fixture(scope="session")
+def app():
+    # an xdist worker: a database of its own, made when missing (kept for the next run)
+    return migrated_app(_db_url(), create=bool(workers.worker_id()))
 
 
 _RESET_SEQUENCES = text(

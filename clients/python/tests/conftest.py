@@ -1,7 +1,15 @@
 """Fixtures of the client's tests: ONE real gunicorn server of the project for the whole
-session (the project's test database: DATABASE_URL / REDIS_URL honoured as in
-tests/conftest.py), with the demo catalog loaded and the demo provider and demo LLM
-running in this process; accounts are seeded through the app's services.
+session, with the demo catalog loaded and the demo provider and demo LLM running in this
+process; accounts are seeded through the app's services.
+
+The server and the seeding share a database of their own, ``<test database>_client`` next
+to the one of DATABASE_URL (per xdist worker: ``gateway_ci_gw0_client``…), migrated once
+per session; REDIS_URL is honoured as in tests/conftest.py. Not the project's test
+database: the project's tests empty that one after each of theirs (tests/conftest.py),
+and ``make test`` runs them in any order beside these on the same worker, which would
+take the session's catalog away from under the server (and its snapshots cached for
+``CATALOG_CACHE_TTL``). This directory's tests leave their rows for the session, as one
+client's life on one deployment.
 
 Collected by `make test` from the repository root (this directory has no __init__.py,
 so its modules are imported by their unique basenames: every test file is
@@ -15,6 +23,7 @@ the server offers what they test.
 from __future__ import annotations
 
 import functools
+import os
 import re
 import subprocess
 import sys
@@ -27,7 +36,8 @@ import pytest
 
 from demo import provider as demo
 from demo.llm import DemoLLMHandler
-from tests.conftest import app, base_config, ledger_clean, make_account  # noqa: F401 - fixtures
+from tests.conftest import base_config, ledger_clean, make_account, migrated_app  # noqa: F401 - fixtures
+from tests.support import workers
 from tests.support.apps import ROOT, app_env, gunicorn
 from tests.support.standin import serve as http_server
 
@@ -74,14 +84,25 @@ class Server:
     env: dict
 
 
+def _database_url() -> str:
+    return workers.database_url(os.environ["DATABASE_URL"], "client")
+
+
 @pytest.fixture(scope="session")
-def server(app) -> Iterator[Server]:  # noqa: F811 - the project's app fixture (schema reset)
+def app():
+    """The app on this session's client database (see the module docstring), migrated:
+    ``make_account`` and ``ledger_clean`` seed and check through it, the server serves it."""
+    return migrated_app(_database_url())
+
+
+@pytest.fixture(scope="session")
+def server(app) -> Iterator[Server]:  # noqa: ARG001 - the database, migrated
     provider = make_server("127.0.0.1", 0, demo.app, server_class=demo._ThreadingServer,
                            handler_class=_Quiet)
     threading.Thread(target=provider.serve_forever, daemon=True).start()
     try:
         with http_server(DemoLLMHandler) as llm_url:
-            env = app_env(base_config())
+            env = app_env(base_config(SQLALCHEMY_DATABASE_URI=_database_url()))
             env.update({"DEMO_PROVIDER_URL": f"http://127.0.0.1:{provider.server_address[1]}",
                         "DEMO_LLM_BASE_URL": llm_url + "/v1", "X402_PAY_TO": X402_PAY_TO,
                         "AGENT_SESSION_TTL_SECONDS": str(AGENT_SESSION_TTL)})

@@ -104,3 +104,27 @@ def test_user_agent_names_the_client_version(funded, server):
     gw.account()
     assert seen == [f"gateway-client-python/{__version__} " + seen[0].split(" ", 1)[1]]
     assert seen[0].startswith(f"gateway-client-python/{__version__} httpx/")
+
+
+def test_the_projects_per_test_cleanup_leaves_the_server_its_catalog(funded):
+    """`make test` runs this directory's tests in any order beside the project's, on the
+    same worker; each of those empties the project's test database (DATABASE_URL) after
+    itself. The server's catalog, loaded once for the session, must survive that."""
+    import os
+
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    _, gw = funded
+    assert gw.call("text", action="uppercase", text="before").result == {"text": "BEFORE"}
+    project_db = make_url(os.environ["DATABASE_URL"]).set(drivername="postgresql")
+    with psycopg.connect(project_db.render_as_string(hide_password=False), autocommit=True) as conn:
+        tables = [t for (t,) in conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() "
+            "AND tablename <> 'alembic_version'")]
+        with conn.transaction():  # as tests/conftest.py's _empty_tables: no trigger, no FK check
+            conn.execute("SET LOCAL session_replication_role = replica")
+            for table in tables:
+                conn.execute(f'DELETE FROM "{table}"')
+    assert {"echo", "text", "weather"} <= {m.slug for m in gw.modules.list()}
+    assert gw.call("text", action="uppercase", text="after").result == {"text": "AFTER"}

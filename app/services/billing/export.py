@@ -2,34 +2,40 @@
 (with a header row) or NDJSON, produced as a stream (issue 16 item 5; docs/keys.md).
 
 Module calls (``module_calls``) and chat completions (``chat_completions``, module
-``chat``, action = the model) are read with ``yield_per`` (a server-side cursor on
-PostgreSQL: ``stream_results``), each ordered by ``created_at``, and merged, so memory
-stays constant however many rows the window holds. ``rows()`` is the generator the
+``chat``, action = the model) are read by ONE statement (``UNION ALL`` ordered by
+``created_at``, compiled once per filter shape) streamed in one round trip
+(``uow.stream``: psycopg's ``Cursor.stream``, rows arriving in chunks of ``BATCH``), so
+memory stays constant however many rows the window holds. (Until 2026-11 two server-side
+cursors read the two logs: ``BEGIN``, ``DECLARE`` and ``FETCH`` each, 8 statements for an
+hour's export, and a merge in Python.) ``rows()`` is the generator the
 route wraps in ``stream_with_context``; ``window()`` validates the request first (so a bad
 request is a JSON 400 before any byte is streamed). At most ``MAX_WINDOW`` per request.
 """
 from __future__ import annotations
 
 import csv
-import heapq
+import functools
 import io
 from datetime import datetime, timedelta, timezone
 from typing import Iterator
 
 import orjson
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, case, func, literal_column, null, select, union_all
+from sqlalchemy.sql import ClauseElement
 
 from app.errors import Unprocessable
 from app.extensions import db
 from app.models import ChatCompletion, ModuleCall
 from app.services.billing.usage_log import member_keys
 from app.services.money.ledger import micros_to_cents
+from app.services.platform import uow
 
 MAX_WINDOW = timedelta(days=31)
 BATCH = 1000
 COLUMNS = ("call_id", "created_at", "module", "action", "mode", "status", "cost_cents", "cost_micros",
            "idempotency_key", "receipt_hash", "byok_key_id", "provider_cost_micros")
 FORMATS = ("csv", "json")
+_FILTERS = ("key_id", "module", "model", "status", "mode")  # narrowed's, in a fixed order
 
 
 def window(start: datetime, end: datetime) -> tuple[datetime, datetime]:
@@ -48,35 +54,63 @@ def _iso(ts: datetime) -> str:
     return ts.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
 
 
-def _calls(account_id: str, start: datetime, end: datetime, f: dict) -> Iterator[tuple]:
-    if f.get("model"):  # one chat model: no module call
-        return
-    q = (select(ModuleCall.id, ModuleCall.created_at, ModuleCall.module_slug, ModuleCall.action,
-                ModuleCall.mode, ModuleCall.status, ModuleCall.price_micros, ModuleCall.idempotency_key,
-                ModuleCall.receipt["hash"].as_string())  # the hash only, not the whole receipt
-         .where(ModuleCall.account_id == account_id, ModuleCall.created_at >= start,
-                ModuleCall.created_at < end)
-         .order_by(ModuleCall.created_at, ModuleCall.id).execution_options(yield_per=BATCH))
-    q = q.where(*narrowed(ModuleCall, ModuleCall.module_slug, f))
-    for cid, created, slug, action, mode, status, price, key, receipt_hash in db.session.execute(q):
-        cost = 0 if status == "refunded" else int(price)
-        yield (created, cid, slug, action, mode, status, cost, key, receipt_hash, None, None)
+def _statement(shape: tuple[str, ...]):
+    """The export's ONE statement for a filter shape (which of ``narrowed``'s filters are
+    given): module calls and chat completions of the window as one ``UNION ALL`` ordered by
+    ``(created_at, call_id)``, costs computed in SQL (a refunded call and a released
+    completion cost 0). Filter values are bind parameters named after the filter (the
+    member filter: ``org``/``member``), so each shape is compiled once per process
+    (``_compiled``)."""
+    f = {name: bindparam(name) for name in shape if name != "member_keys"}
+    if "member_keys" in shape:
+        f["member_keys"] = member_keys(bindparam("org"), bindparam("member"))
+    parts = []
+    if "model" not in shape:  # one chat model: no module call
+        refunded = ModuleCall.status == "refunded"
+        parts.append(select(
+            ModuleCall.id.label("call_id"), ModuleCall.created_at, ModuleCall.module_slug.label("module"),
+            ModuleCall.action, ModuleCall.mode, ModuleCall.status,
+            case((refunded, 0), else_=ModuleCall.price_micros).label("cost_micros"),
+            ModuleCall.idempotency_key, ModuleCall.receipt["hash"].as_string().label("receipt_hash"),
+            null().label("byok_key_id"), null().label("provider_cost_micros"),
+        ).where(ModuleCall.account_id == bindparam("account"), ModuleCall.created_at >= bindparam("start"),
+                ModuleCall.created_at < bindparam("end"), *narrowed(ModuleCall, ModuleCall.module_slug, f)))
+    if "module" not in shape:  # one module: no chat completion
+        model = func.coalesce(ChatCompletion.model, ChatCompletion.requested_model)
+        billed = ChatCompletion.status.in_([literal_column("'settled'"), literal_column("'sandbox'")])  # inline
+        parts.append(select(
+            ChatCompletion.id.label("call_id"), ChatCompletion.created_at, literal_column("'chat'").label("module"),
+            model.label("action"), ChatCompletion.mode, ChatCompletion.status,
+            case((billed, ChatCompletion.cost_micros), else_=0).label("cost_micros"),
+            null().label("idempotency_key"), null().label("receipt_hash"), ChatCompletion.byok_key_id,
+            case((billed, ChatCompletion.list_cost_micros), else_=null()).label("provider_cost_micros"),
+        ).where(ChatCompletion.account_id == bindparam("account"), ChatCompletion.created_at >= bindparam("start"),
+                ChatCompletion.created_at < bindparam("end"), *narrowed(ChatCompletion, model, f)))
+    stmt = union_all(*parts) if len(parts) > 1 else parts[0]
+    return stmt.order_by(literal_column("created_at"), literal_column("call_id"))
 
 
-def _completions(account_id: str, start: datetime, end: datetime, f: dict) -> Iterator[tuple]:
-    if f.get("module"):  # one module: no chat completion
-        return
-    q = (select(ChatCompletion.id, ChatCompletion.created_at, ChatCompletion.model,
-                ChatCompletion.requested_model, ChatCompletion.mode, ChatCompletion.status,
-                ChatCompletion.cost_micros, ChatCompletion.byok_key_id, ChatCompletion.list_cost_micros)
-         .where(ChatCompletion.account_id == account_id, ChatCompletion.created_at >= start,
-                ChatCompletion.created_at < end)
-         .order_by(ChatCompletion.created_at, ChatCompletion.id).execution_options(yield_per=BATCH))
-    q = q.where(*narrowed(ChatCompletion, func.coalesce(ChatCompletion.model, ChatCompletion.requested_model), f))
-    for cid, created, model, requested, mode, status, cost, byok_key, listed in db.session.execute(q):
-        billed = status in ("settled", "sandbox")
-        yield (created, cid, "chat", model or requested, mode, status, int(cost) if billed else 0, None, None,
-               byok_key, listed if billed else None)
+@functools.cache
+def _compiled(shape: tuple[str, ...], dialect) -> tuple[str, dict]:
+    """``_statement(shape)`` compiled for ``dialect``: its SQL text and its constant
+    parameters (the JSON key ``hash``, the literals); no expanding ``IN`` parameter,
+    which would need its values at compile time."""
+    compiled = _statement(shape).compile(dialect=dialect)
+    return compiled.string, dict(compiled.params)
+
+
+def _rows(account_id: str, start: datetime, end: datetime, f: dict, member: str | None) -> Iterator[tuple]:
+    """The window's rows, streamed from ONE statement in one round trip (``uow.stream``)."""
+    params = {name: f[name] for name in _FILTERS if f.get(name)}
+    if member is not None:
+        params.update(member_keys=True, org=account_id, member=member)
+    shape = tuple(params)
+    if "module" in shape and "model" in shape:  # a module call has no model, a completion no module
+        return iter(())
+    params.pop("member_keys", None)
+    sql, constants = _compiled(shape, db.engine.dialect)
+    return uow.stream(sql, {**constants, **params, "account": account_id, "start": start, "end": end},
+                      size=BATCH)
 
 
 def narrowed(table, product, f: dict) -> list:
@@ -84,17 +118,22 @@ def narrowed(table, product, f: dict) -> list:
     on a call log: ``key_id`` is the key that made the call (``actor``), ``module`` or
     ``model`` the product column given (the caller skips the other log)."""
     cond = []
-    if f.get("key_id"):
+    if _given(f.get("key_id")):
         cond.append(table.actor == f["key_id"])
     if f.get("member_keys") is not None:  # one member's organisation keys (``records``)
         cond.append(table.actor.in_(f["member_keys"]))
-    if f.get("module") or f.get("model"):
-        cond.append(product == (f.get("module") or f.get("model")))
-    if f.get("status"):
+    if _given(f.get("module")) or _given(f.get("model")):
+        cond.append(product == (f["module"] if _given(f.get("module")) else f["model"]))
+    if _given(f.get("status")):
         cond.append(table.status == f["status"])
-    if f.get("mode"):
+    if _given(f.get("mode")):
         cond.append(table.mode == f["mode"])
     return cond
+
+
+def _given(value) -> bool:
+    """A filter is given: a non-empty value, or a bind parameter (``_statement``)."""
+    return isinstance(value, ClauseElement) or bool(value)
 
 
 def records(account_id: str, start: datetime, end: datetime, filters: dict | None = None,
@@ -105,12 +144,8 @@ def records(account_id: str, start: datetime, end: datetime, filters: dict | Non
     it in ``byok_key_id``, its ``cost_micros`` is the fee and ``provider_cost_micros`` the list
     cost its provider bills). ``filters``: see ``narrowed``; ``member``: only the calls of
     that member's keys in the organisation ``account_id``."""
-    f = dict(filters or {})
-    if member is not None:
-        f["member_keys"] = member_keys(account_id, member)
-    merged = heapq.merge(_calls(account_id, start, end, f), _completions(account_id, start, end, f),
-                         key=lambda r: (r[0], r[1]))
-    for created, cid, module, action, mode, status, micros, key, receipt_hash, byok_key, listed in merged:
+    for cid, created, module, action, mode, status, micros, key, receipt_hash, byok_key, listed in \
+            _rows(account_id, start, end, filters or {}, member):
         yield {"call_id": cid, "created_at": _iso(created), "module": module, "action": action, "mode": mode,
                "status": status, "cost_cents": micros_to_cents(micros), "cost_micros": micros,
                "idempotency_key": key, "receipt_hash": receipt_hash, "byok_key_id": byok_key,

@@ -282,6 +282,48 @@ def _sqlalchemy_error(sql: str, params: dict, orig: psycopg.Error, dead: bool) -
     return DBAPIError(sql, params, orig, connection_invalidated=dead)  # pragma: no cover
 
 
+def stream(sql: str, params: dict, *, size: int = 1000) -> Iterator[tuple]:
+    """Run ONE read-only driver-level ``sql`` in autocommit and yield its rows as they
+    arrive: psycopg's ``Cursor.stream`` (one round trip; the server sends the rows in
+    chunks of ``size``, memory stays constant) on a connection of the app's pool, held
+    until the generator ends. The session's open reads end first (``end_reads``). A
+    generator closed early (a client that went away mid-download) leaves psycopg to
+    cancel the statement; a connection not back to idle after that is discarded. While
+    something wants SQLAlchemy's statement events it runs through ``exec_driver_sql`` with
+    ``stream_results`` in a transaction instead, so the listeners see it. Errors are
+    SQLAlchemy's, as from ``run_one``."""
+    if _current.get() is not None:
+        raise RuntimeError("stream() inside a unit_of_work(): it runs on its own connection")
+    end_reads()
+    if _events_wanted:
+        with db.engine.connect() as conn, conn.begin():
+            result = conn.execution_options(stream_results=True, max_row_buffer=size).exec_driver_sql(sql, params)
+            yield from (tuple(row) for row in result)
+        return
+    fairy = db.engine.raw_connection()
+    conn = fairy.driver_connection
+    cursor = conn.cursor()
+    try:
+        conn.autocommit = True
+        try:
+            yield from cursor.stream(sql, params, size=size)
+        except psycopg.Error as orig:
+            dead = db.engine.dialect.is_disconnect(orig, conn, cursor)
+            if dead:
+                fairy.invalidate(orig)
+            raise _sqlalchemy_error(sql, params, orig, dead) from orig
+    finally:
+        try:
+            cursor.close()
+            if not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+                conn.autocommit = False
+            elif fairy.is_valid:
+                fairy.invalidate()
+        except psycopg.Error:
+            fairy.invalidate()
+        fairy.close()  # back to the pool (an invalidated one is discarded)
+
+
 def after_commit(fn: Callable, *args: Any, **kwargs: Any) -> None:
     """Run ``fn(*args, **kwargs)`` after the current unit of work commits (never if it
     rolls back). Raises RuntimeError when no unit of work is open."""

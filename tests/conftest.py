@@ -30,7 +30,7 @@ from sqlalchemy import text
 
 from app import create_app
 from app.extensions import db
-from tests.support import workers
+from tests.support import schedule, workers
 from tests.support.finalize import drain
 
 _TMP = tempfile.mkdtemp(prefix="gw-tests-")
@@ -53,11 +53,10 @@ def pytest_configure(config):  # noqa: ARG001 - pytest's hook signature
 
 
 def pytest_collection_modifyitems(config, items):  # noqa: ARG001 - pytest's hook signature
-    """The end-to-end tests (``tests/e2e/``: servers, subprocesses, the longest ones) first,
-    the rest after, each group in collection order: with ``--dist worksteal`` the long
-    tests then start while every worker is busy, instead of ending the run on one worker
-    while the others are idle."""
-    items.sort(key=lambda item: 0 if "/tests/e2e/" in str(item.path) else 1)
+    """The long test modules (servers, subprocesses, browsers) at the starts of the xdist
+    workers' slices, spread so that the workers end together (tests/support/schedule.py);
+    the rest in collection order."""
+    items[:] = schedule.order(items, schedule.worker_count())
 
 
 def pytest_xdist_auto_num_workers(config):  # noqa: ARG001 - pytest-xdist's hook

@@ -21,7 +21,6 @@ from typing import Iterator
 
 import orjson
 from sqlalchemy import bindparam, case, func, literal_column, null, select, union_all
-from sqlalchemy.sql import ClauseElement
 
 from app.errors import Unprocessable
 from app.extensions import db
@@ -101,7 +100,7 @@ def _compiled(shape: tuple[str, ...], dialect) -> tuple[str, dict]:
 
 def _rows(account_id: str, start: datetime, end: datetime, f: dict, member: str | None) -> Iterator[tuple]:
     """The window's rows, streamed from ONE statement in one round trip (``uow.stream``)."""
-    params = {name: f[name] for name in _FILTERS if f.get(name)}
+    params = {name: f[name] for name in _FILTERS if f.get(name) is not None}
     if member is not None:
         params.update(member_keys=True, org=account_id, member=member)
     shape = tuple(params)
@@ -116,24 +115,21 @@ def _rows(account_id: str, start: datetime, end: datetime, f: dict, member: str 
 def narrowed(table, product, f: dict) -> list:
     """The conditions of the usage filters ``f`` (``billing.usage.FILTERS``, ``status``, ``mode``)
     on a call log: ``key_id`` is the key that made the call (``actor``), ``module`` or
-    ``model`` the product column given (the caller skips the other log)."""
+    ``model`` the product column given (the caller skips the other log). A filter is
+    given when its value is not None: a value, or a bind parameter (``_statement``); the
+    routes and pages drop empty ones."""
     cond = []
-    if _given(f.get("key_id")):
+    if f.get("key_id") is not None:
         cond.append(table.actor == f["key_id"])
     if f.get("member_keys") is not None:  # one member's organisation keys (``records``)
         cond.append(table.actor.in_(f["member_keys"]))
-    if _given(f.get("module")) or _given(f.get("model")):
-        cond.append(product == (f["module"] if _given(f.get("module")) else f["model"]))
-    if _given(f.get("status")):
+    if f.get("module") is not None or f.get("model") is not None:
+        cond.append(product == (f["module"] if f.get("module") is not None else f["model"]))
+    if f.get("status") is not None:
         cond.append(table.status == f["status"])
-    if _given(f.get("mode")):
+    if f.get("mode") is not None:
         cond.append(table.mode == f["mode"])
     return cond
-
-
-def _given(value) -> bool:
-    """A filter is given: a non-empty value, or a bind parameter (``_statement``)."""
-    return isinstance(value, ClauseElement) or bool(value)
 
 
 def records(account_id: str, start: datetime, end: datetime, filters: dict | None = None,

@@ -233,8 +233,7 @@ def test_three_processes_64_callers_on_40_connections(deployment, capped_pg, thr
         nodes = []
         for i in range(NODES):
             proc, node = gunicorn_proc(env, workers=1, threads=THREADS, grace=30, graceful_timeout=20,
-                                       log=Path(env["INSTANCE_PATH"]) / f"web-{through}-{i}.log",
-                                       args=("-c", str(ROOT / "deploy" / "gunicorn.conf.py")))
+                                       log=Path(env["INSTANCE_PATH"]) / f"web-{through}-{i}.log")
             stack.enter_context(proc)
             nodes.append((proc, node))
         for proc, node in nodes:

@@ -56,12 +56,13 @@ def gunicorn_proc(env: dict, *, workers: int = 1, threads: int = 4, port: int | 
                   graceful_timeout: float = 2, args: tuple[str, ...] = (),
                   module: str = "wsgi:app") -> tuple[Proc, str]:
     """A (not yet started) ``gunicorn wsgi:app`` (or ``module``) on loopback and its base
-    URL; ``grace``: how long the test waits after SIGTERM, ``graceful_timeout``: gunicorn's
-    own limit for a stopping worker before the master kills it; ``args``: more gunicorn
-    options."""
+    URL, in the production configuration (``deploy/gunicorn.conf.py``: gthread, reuse-port,
+    the app preloaded in the master and forked, gc.freeze, JSON logs as configured) with
+    the sizes and address given here; ``grace``: how long the test waits after SIGTERM,
+    ``graceful_timeout``: gunicorn's own limit for a stopping worker before the master kills
+    it; ``args``: more gunicorn options (they override the file's)."""
     port = port or free_port()
-    # the production worker class and listening sockets (deploy/gunicorn.conf.py)
-    proc = Proc([VENV_BIN / "gunicorn", "-k", "gthread", "--reuse-port",
+    proc = Proc([VENV_BIN / "gunicorn", "-c", str(ROOT / "deploy" / "gunicorn.conf.py"),
                  "-w", str(workers), "--threads", str(threads),
                  "-b", f"127.0.0.1:{port}", "--graceful-timeout", f"{graceful_timeout:g}", *args, module],
                 name="gunicorn", env=env, cwd=ROOT, log=log, grace=grace)

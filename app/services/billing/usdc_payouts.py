@@ -25,7 +25,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from eth_account import Account
 from flask import current_app
 from sqlalchemy import func, select, text
 
@@ -41,7 +40,11 @@ log = logging.getLogger(__name__)
 def wallet():
     """The payout wallet (an eth-account ``LocalAccount``), or None when not configured."""
     key = current_app.config.get("PAYOUT_WALLET_KEY")
-    return Account.from_key(key) if key else None
+    if not key:
+        return None
+    from eth_account import Account  # about 1 s to import: only where a payout is signed
+
+    return Account.from_key(key)
 
 
 @dataclass

@@ -31,8 +31,6 @@ import threading
 from decimal import ROUND_CEILING, Decimal
 from typing import Any, Iterator
 
-import bpe_openai
-
 from app.jsonutil import dumps_bytes
 
 O200K, CL100K, CLAUDE, CHARS = "o200k_base", "cl100k_base", "claude", "chars"
@@ -64,6 +62,11 @@ def _encoding(name: str):
         with _lock:  # loading one encoding takes about a second; once per process
             enc = _encodings.get(name)
             if enc is None:
+                # imported here, not at the top: the import alone takes about a second
+                # (it reads every encoding's special tokens), which every process that
+                # loads the app (each `flask` command) would pay without counting a token
+                import bpe_openai
+
                 enc = _encodings[name] = bpe_openai.get_encoding(name)
     return enc
 
@@ -72,9 +75,12 @@ def count_text(text: str, encoding: str) -> int:
     """Tokens of ``text`` in ``encoding`` (special-token strings count as plain text)."""
     if not text:
         return 0
+    enc = _encoding(encoding)
+    from bpe_openai import TokenizerError  # loaded by _encoding
+
     try:
-        return len(_encoding(encoding).encode_ordinary(text))
-    except (bpe_openai.TokenizerError, ValueError):  # beyond the library's limits
+        return len(enc.encode_ordinary(text))
+    except (TokenizerError, ValueError):  # beyond the library's limits
         return len(text.encode("utf-8", "surrogatepass"))
 
 

@@ -13,8 +13,6 @@ from datetime import datetime
 from functools import lru_cache
 
 import base58
-from eth_account import Account as EthAccount
-from eth_account.messages import encode_defunct, encode_typed_data
 from nacl.bindings import crypto_core_ed25519_is_valid_point
 from nacl.exceptions import BadSignatureError, CryptoError
 from nacl.secret import SecretBox
@@ -87,8 +85,11 @@ def evm_signature(text: str) -> bytes | None:
 def recover_personal_message(message: str, signature: bytes) -> str | None:
     """EIP-55 address that signed the EIP-191 personal message ``message`` (the text a
     wallet shows, e.g. an EIP-4361 sign-in message), or None when it cannot be recovered."""
+    from eth_account import Account  # about 1 s to import: only where a signature is checked
+    from eth_account.messages import encode_defunct
+
     try:
-        return EthAccount.recover_message(encode_defunct(text=message), signature=signature)
+        return Account.recover_message(encode_defunct(text=message), signature=signature)
     except Exception:  # eth-account raises several types for a malformed (r, s, v)
         return None
 
@@ -96,8 +97,11 @@ def recover_personal_message(message: str, signature: bytes) -> str | None:
 def recover_typed_data(typed_data: dict, signature: bytes) -> str | None:
     """EIP-55 address that signed the EIP-712 ``typed_data`` (full message: types,
     primaryType, domain, message), or None when it cannot be recovered."""
+    from eth_account import Account  # see recover_personal_message
+    from eth_account.messages import encode_typed_data
+
     try:
-        return EthAccount.recover_message(encode_typed_data(full_message=typed_data), signature=signature)
+        return Account.recover_message(encode_typed_data(full_message=typed_data), signature=signature)
     except Exception:  # malformed typed data or signature values
         return None
 

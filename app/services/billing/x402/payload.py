@@ -11,12 +11,10 @@ import base64
 import binascii
 import json
 import time
+from typing import TYPE_CHECKING
 
 from eth_utils import is_hex_address, to_checksum_address
 from pydantic import ValidationError
-from x402.mechanisms.evm.eip712 import hash_eip3009_authorization
-from x402.mechanisms.evm.types import ExactEIP3009Authorization, ExactEIP3009Payload
-from x402.mechanisms.evm.verify import verify_eoa_signature
 from x402.schemas import PaymentPayload
 from x402.schemas.v1 import PaymentPayloadV1
 
@@ -24,6 +22,9 @@ from app.errors import DomainError
 from app.services.billing import chains
 from app.services.platform import crypto
 from app.services.billing.x402.requirements import PAYMENT_HEADERS, enabled, networks, pay_to
+
+if TYPE_CHECKING:
+    from x402.mechanisms.evm.types import ExactEIP3009Payload
 
 MAX_HEADER_BYTES = 8192
 INT64_LIMIT = 2**63
@@ -95,6 +96,8 @@ def parse(data: dict) -> tuple[PaymentPayload | PaymentPayloadV1, ExactEIP3009Pa
     for key in ("from", "to", "value", "validAfter", "validBefore", "nonce"):
         if not isinstance(auth.get(key), (str, int)) or isinstance(auth.get(key), bool):
             raise InvalidPayment(f"The payment authorization lacks `{key}`.")
+    from x402.mechanisms.evm.types import ExactEIP3009Payload  # evm: see verify()
+
     return payload, ExactEIP3009Payload.from_dict(inner)
 
 
@@ -151,6 +154,12 @@ def verify(data: dict, price_micros: int) -> dict:
         raise PaymentInvalid("not_yet_valid", "The authorization is not valid yet (validAfter).")
     if valid_before <= now + VALID_BEFORE_MARGIN_SECONDS:
         raise PaymentInvalid("expired", "The authorization has expired (validBefore).")
+    # x402's EVM mechanism is imported where it is used: it loads web3 and eth-account
+    # (about 1.5 s), which every process loading the app would pay for its first payment
+    from x402.mechanisms.evm.eip712 import hash_eip3009_authorization
+    from x402.mechanisms.evm.types import ExactEIP3009Authorization
+    from x402.mechanisms.evm.verify import verify_eoa_signature
+
     name, version = chains.USDC_EIP712[chain]
     digest = hash_eip3009_authorization(
         ExactEIP3009Authorization(from_address=payer, to=to, value=str(value), valid_after=str(valid_after),

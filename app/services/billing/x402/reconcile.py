@@ -29,7 +29,6 @@ from datetime import timedelta
 from flask import current_app
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
-from x402.mechanisms.evm.constants import ERR_NONCE_ALREADY_USED
 
 from app.errors import ServiceUnavailable
 from app.extensions import db
@@ -101,6 +100,8 @@ def _resolve(row: X402Authorization) -> str:
         return "pending"
     if settled.success:
         return _book(row, settled.transaction.lower() or None)
+    from x402.mechanisms.evm.constants import ERR_NONCE_ALREADY_USED  # loads web3: payload.verify
+
     if settled.error_reason == ERR_NONCE_ALREADY_USED:
         # the authorization was used: most likely by the settlement whose answer was lost,
         # i.e. the payer's USDC has moved. Releasing would lose it; only the chain can tell

@@ -38,7 +38,7 @@ run: venv
 serve: venv
 	@bash deploy/serve.sh
 
-# Parallel workers (pytest-xdist): one per CPU, at most 4 (tests/conftest.py); each has its
+# Parallel workers (pytest-xdist): one more than the CPUs, at most 4 (tests/conftest.py); each has its
 # own database and Redis index (tests/support/workers.py). TEST_WORKERS=0 runs in one process.
 TEST_WORKERS ?= auto
 # axe-core for the console's accessibility check (npm, pinned by tests/e2e/axe/package-lock.json)

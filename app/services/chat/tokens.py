@@ -41,6 +41,8 @@ _O200K_PREFIXES = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "chatgpt-4o", "gpt-o
 _CL100K_PREFIXES = ("gpt-4", "gpt-3.5", "gpt-35")
 _encodings: dict[str, Any] = {}
 _lock = threading.Lock()
+# what the tokenizer raises beyond its limits; its TokenizerError joins once it is imported
+_LIMIT_ERRORS: tuple[type[Exception], ...] = (ValueError,)
 
 
 def estimator(upstream_model: str) -> str:
@@ -67,6 +69,8 @@ def _encoding(name: str):
                 # loads the app (each `flask` command) would pay without counting a token
                 import bpe_openai
 
+                global _LIMIT_ERRORS
+                _LIMIT_ERRORS = (bpe_openai.TokenizerError, ValueError)
                 enc = _encodings[name] = bpe_openai.get_encoding(name)
     return enc
 
@@ -75,12 +79,9 @@ def count_text(text: str, encoding: str) -> int:
     """Tokens of ``text`` in ``encoding`` (special-token strings count as plain text)."""
     if not text:
         return 0
-    enc = _encoding(encoding)
-    from bpe_openai import TokenizerError  # loaded by _encoding
-
     try:
-        return len(enc.encode_ordinary(text))
-    except (TokenizerError, ValueError):  # beyond the library's limits
+        return len(_encoding(encoding).encode_ordinary(text))
+    except _LIMIT_ERRORS:  # beyond the library's limits
         return len(text.encode("utf-8", "surrogatepass"))
 
 

@@ -352,9 +352,11 @@ def load_config(overrides: dict | None = None) -> dict:
         # Bring your own key: a completion served with the caller's own provider key is
         # charged this percent of its cost at the model's price (docs/chat.md); provider
         # keys are sealed with BYOK_ENCRYPTION_KEY (64 hex characters; unset: derived from
-        # SECRET_KEY)
+        # SECRET_KEY); BYOK_PREVIOUS_KEYS: comma-separated keys that sealed them before a
+        # rotation, read only (`flask chat reseal-keys` seals every key under the current one)
         "CHAT_BYOK_FEE_PERCENT": _env("CHAT_BYOK_FEE_PERCENT", "5"),
         "BYOK_ENCRYPTION_KEY": _env("BYOK_ENCRYPTION_KEY"),
+        "BYOK_PREVIOUS_KEYS": _env("BYOK_PREVIOUS_KEYS", ""),
         "CHAT_CONNECT_TIMEOUT": _float("CHAT_CONNECT_TIMEOUT", 3.0),
         "CHAT_READ_TIMEOUT": _float("CHAT_READ_TIMEOUT", 60.0),
         "CHAT_RETRY_AFTER_CAP": _float("CHAT_RETRY_AFTER_CAP", 2.0),
@@ -489,7 +491,7 @@ def _check_payout_wallet(cfg: dict) -> None:
 
 def _check_byok(cfg: dict) -> None:
     """``CHAT_BYOK_FEE_PERCENT``: a decimal from 0 to 100; ``BYOK_ENCRYPTION_KEY``: 64 hex
-    characters (32 bytes) when set."""
+    characters (32 bytes) when set; ``BYOK_PREVIOUS_KEYS``: such keys, comma-separated."""
     from decimal import Decimal, InvalidOperation
 
     try:
@@ -500,10 +502,20 @@ def _check_byok(cfg: dict) -> None:
         raise ConfigError(f"CHAT_BYOK_FEE_PERCENT must be a number from 0 to 100, not "
                           f"{cfg['CHAT_BYOK_FEE_PERCENT']!r}")
     key = cfg.get("BYOK_ENCRYPTION_KEY")
-    if key:
-        try:
-            ok = len(bytes.fromhex(key)) == 32
-        except ValueError:
-            ok = False
-        if not ok:
-            raise ConfigError("BYOK_ENCRYPTION_KEY must be 64 hex characters (32 bytes)")
+    if key and not _is_box_key(key):
+        raise ConfigError("BYOK_ENCRYPTION_KEY must be 64 hex characters (32 bytes)")
+    for n, old in enumerate(byok_previous_keys(cfg.get("BYOK_PREVIOUS_KEYS")), 1):
+        if not _is_box_key(old):
+            raise ConfigError(f"BYOK_PREVIOUS_KEYS: key {n} must be 64 hex characters (32 bytes)")
+
+
+def _is_box_key(text: str) -> bool:
+    try:
+        return len(bytes.fromhex(text)) == 32
+    except ValueError:
+        return False
+
+
+def byok_previous_keys(raw: str | None) -> list[str]:
+    """The keys of ``BYOK_PREVIOUS_KEYS`` (comma-separated, spaces around them ignored)."""
+    return [k.strip() for k in (raw or "").split(",") if k.strip()]

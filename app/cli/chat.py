@@ -43,3 +43,17 @@ def release_stale(older_than):
 
     ttl = older_than if older_than is not None else float(current_app.config["CHAT_HOLD_TTL_SECONDS"])
     click.echo(json.dumps({"released": release_stale_holds(ttl)}))
+
+
+@chat_cli.command("reseal-keys")
+def reseal_keys():
+    """Seal every stored provider key (bring your own key) under the current
+    BYOK_ENCRYPTION_KEY, reading them under BYOK_PREVIOUS_KEYS where needed; prints the
+    counts as JSON (docs/operations.md "Rotating the BYOK encryption key"). Exits 1 when
+    some keys decrypt under none of the configured keys (left unchanged, ids listed)."""
+    from app.services.chat.byok import reseal
+
+    out = reseal()
+    click.echo(json.dumps(out))
+    if out["unreadable"]:
+        sys.exit(1)

@@ -9,6 +9,7 @@ tokens; m-small at cheap costs 100 × 1 + 50 × 2 = 200 micros → fee 10 micros
 """
 from __future__ import annotations
 
+import json
 import subprocess
 
 import pytest
@@ -325,3 +326,81 @@ def test_the_settings_path_is_not_a_provider_key_id(client, make_account):
     r = client.options("/api/provider-keys/settings", headers=acct.headers)
     assert set(r.headers["Allow"].split(", ")) == {"PATCH", "OPTIONS"}
     assert client.delete("/api/provider-keys/settings", headers=acct.headers).status_code == 405
+
+
+KEY_A, KEY_B, KEY_C = "a1" * 32, "b2" * 32, "c3" * 32
+
+
+def _sealed_under(app, key_id):
+    """Which of KEY_A / KEY_B / KEY_C / the SECRET_KEY-derived key seals ``key_id``'s row."""
+    import hashlib
+
+    from app.services.platform import crypto
+
+    with app.app_context():
+        sealed = bytes(db.session.get(ProviderKey, key_id).ciphertext)
+        db.session.remove()
+    derived = hashlib.blake2b(str(app.config["SECRET_KEY"]).encode(), digest_size=32,
+                              person=b"gw-byok-v1").digest()
+    names = {"A": bytes.fromhex(KEY_A), "B": bytes.fromhex(KEY_B), "C": bytes.fromhex(KEY_C), "derived": derived}
+    return [n for n, k in names.items() if crypto.unseal(k, sealed) == OWN] or None
+
+
+def test_encryption_key_rotation_keeps_own_keys_working(app, client, fakes, acct, make_account, monkeypatch,
+                                                         ledger_clean):
+    """Rotating BYOK_ENCRYPTION_KEY: with the old key in BYOK_PREVIOUS_KEYS the stored keys
+    keep serving (before: skipped, the completion went to the platform at the full price);
+    ``flask chat reseal-keys`` seals them under the new key, after which the old key can go.
+    A key under none of the configured keys is counted, listed and left as it was (exit 1)."""
+    fakes.cheap.accept_keys = {OWN}
+    monkeypatch.setitem(app.config, "BYOK_ENCRYPTION_KEY", KEY_A)
+    kid = add_key(client, acct).get_json()["id"]
+    assert _sealed_under(app, kid) == ["A"]
+    monkeypatch.setitem(app.config, "BYOK_ENCRYPTION_KEY", KEY_C)  # a key nobody will configure again
+    lost = add_key(client, make_account()).get_json()["id"]
+
+    monkeypatch.setitem(app.config, "BYOK_ENCRYPTION_KEY", KEY_B)  # rotated; A kept for reading
+    monkeypatch.setitem(app.config, "BYOK_PREVIOUS_KEYS", f" {KEY_A} ")
+    r = chat(client, acct, model="m-small")
+    assert r.status_code == 200, r.get_json()
+    assert r.headers["X-Chat-Byok"] == kid and r.get_json()["usage"]["cost_micros"] == 10
+    assert fakes.cheap.headers[-1]["Authorization"] == f"Bearer {OWN}"
+
+    runner = app.test_cli_runner()
+    res = runner.invoke(args=["chat", "reseal-keys"])
+    assert res.exit_code == 1, res.output
+    assert json.loads(res.output) == {"resealed": 1, "current": 0, "unreadable": 1, "unreadable_ids": [lost]}
+    assert _sealed_under(app, kid) == ["B"] and _sealed_under(app, lost) == ["C"]  # the lost one untouched
+
+    monkeypatch.setitem(app.config, "BYOK_PREVIOUS_KEYS", "")  # A retired
+    r = chat(client, acct, model="m-small")
+    assert r.status_code == 200 and r.headers["X-Chat-Byok"] == kid
+    res = runner.invoke(args=["chat", "reseal-keys"])  # again: nothing left to reseal
+    assert json.loads(res.output) == {"resealed": 0, "current": 1, "unreadable": 1, "unreadable_ids": [lost]}
+    ledger_clean()
+
+
+def test_setting_an_explicit_key_keeps_keys_sealed_under_the_derived_one(app, client, fakes, acct, monkeypatch,
+                                                                        ledger_clean):
+    """Keys stored while BYOK_ENCRYPTION_KEY was unset (sealed under the key derived from
+    SECRET_KEY) keep serving once it is set, and reseal moves them to the explicit key."""
+    fakes.cheap.accept_keys = {OWN}
+    monkeypatch.setitem(app.config, "BYOK_ENCRYPTION_KEY", None)
+    kid = add_key(client, acct).get_json()["id"]
+    assert _sealed_under(app, kid) == ["derived"]
+    monkeypatch.setitem(app.config, "BYOK_ENCRYPTION_KEY", KEY_B)
+    r = chat(client, acct, model="m-small")
+    assert r.status_code == 200 and r.headers["X-Chat-Byok"] == kid
+    res = app.test_cli_runner().invoke(args=["chat", "reseal-keys"])
+    assert res.exit_code == 0 and json.loads(res.output)["resealed"] == 1
+    assert _sealed_under(app, kid) == ["B"]
+    ledger_clean()
+
+
+@pytest.mark.parametrize("previous", ["nothex" * 8, "ab" * 31, f"{KEY_A},{KEY_B[:-2]}"])
+def test_previous_keys_are_checked_at_start(previous):
+    from config import ConfigError, _check_byok
+
+    with pytest.raises(ConfigError, match="BYOK_PREVIOUS_KEYS"):
+        _check_byok({"CHAT_BYOK_FEE_PERCENT": "5", "BYOK_ENCRYPTION_KEY": KEY_A, "BYOK_PREVIOUS_KEYS": previous})
+    _check_byok({"CHAT_BYOK_FEE_PERCENT": "5", "BYOK_ENCRYPTION_KEY": KEY_A, "BYOK_PREVIOUS_KEYS": f"{KEY_B}, {KEY_C}"})

@@ -11,6 +11,11 @@ stored encrypted, and what routing needs of them.
   principal says so) gives routing the keys in clear for one request
   (``catalog.OwnKeys``); a key that no longer decrypts (the encryption key changed) is
   skipped and logged.
+* Rotating the encryption key (docs/operations.md "Rotating the BYOK encryption key"):
+  keys are read under the current key, then under each of ``BYOK_PREVIOUS_KEYS``, then
+  (when ``BYOK_ENCRYPTION_KEY`` is set) under the key derived from ``SECRET_KEY``, the
+  default before an explicit key was set; ``reseal`` (``flask chat reseal-keys``) seals
+  every stored key under the current one, after which the previous keys can go.
 * A completion served with an own key is charged the platform fee
   (``CHAT_BYOK_FEE_PERCENT`` % of its exact cost at the model's price, rounded half up once
   to a micro) instead of the price; ``mark`` records the key and the list cost on the
@@ -37,6 +42,7 @@ from app.models.base import utcnow
 from app.services.chat import providers
 from app.services.chat.catalog import OwnKeys, catalog
 from app.services.platform import crypto
+from config import byok_previous_keys
 from app.services.platform.uow import transactional, unit_of_work
 
 log = logging.getLogger(__name__)
@@ -61,13 +67,33 @@ class ProviderKeyExists(Conflict):
 
 
 def _box_key() -> bytes:
-    """The 32-byte SecretBox key: ``BYOK_ENCRYPTION_KEY`` (64 hex characters), or derived
-    from ``SECRET_KEY`` (BLAKE2b, personalised) when unset."""
+    """The 32-byte SecretBox key that seals: ``BYOK_ENCRYPTION_KEY`` (64 hex characters),
+    or derived from ``SECRET_KEY`` (BLAKE2b, personalised) when unset."""
+    return _box_keys()[0]
+
+
+def _box_keys() -> list[bytes]:
+    """The keys a stored provider key may be sealed under, the current one first: then
+    ``BYOK_PREVIOUS_KEYS`` in their order, then, when ``BYOK_ENCRYPTION_KEY`` is set, the
+    key derived from ``SECRET_KEY`` (what sealed keys before an explicit key was set)."""
     cfg = current_app.config
+    derived = hashlib.blake2b(str(cfg["SECRET_KEY"]).encode(), digest_size=32, person=b"gw-byok-v1").digest()
     raw = cfg.get("BYOK_ENCRYPTION_KEY")
+    keys = [bytes.fromhex(raw)] if raw else [derived]
+    keys += [bytes.fromhex(k) for k in byok_previous_keys(cfg.get("BYOK_PREVIOUS_KEYS"))]
     if raw:
-        return bytes.fromhex(raw)
-    return hashlib.blake2b(str(cfg["SECRET_KEY"]).encode(), digest_size=32, person=b"gw-byok-v1").digest()
+        keys.append(derived)
+    return list(dict.fromkeys(keys))  # each once, in order
+
+
+def _unseal(keys: list[bytes], sealed: bytes) -> tuple[str | None, int]:
+    """(the key in clear, the index in ``keys`` of the key that opened it: 0 = the current
+    one), or (None, -1) when none of them does."""
+    for n, box in enumerate(keys):
+        text = crypto.unseal(box, sealed)
+        if text is not None:
+            return text, n
+    return None, -1
 
 
 def _live(mode: str) -> None:
@@ -190,12 +216,12 @@ def own_keys(account_id: str) -> OwnKeys | None:
         .where(ProviderKey.owner_kind == OWNER_ACCOUNT, ProviderKey.owner_id == account_id)).all()
     if not rows:
         return None
-    box, keys = _box_key(), {}
+    boxes, keys = _box_keys(), {}
     for key_id, provider_id, sealed, _, _ in rows:
-        api_key = crypto.unseal(box, sealed)
+        api_key, _n = _unseal(boxes, sealed)
         if api_key is None:
-            log.error("provider key %s of %s does not decrypt (BYOK_ENCRYPTION_KEY changed?); skipped",
-                      key_id, account_id)
+            log.error("provider key %s of %s does not decrypt under BYOK_ENCRYPTION_KEY or "
+                      "BYOK_PREVIOUS_KEYS; skipped", key_id, account_id)
             continue
         keys[provider_id] = (key_id, api_key)
     return OwnKeys(keys=keys, only=bool(rows[0][3]), fallback=bool(rows[0][4]) and not rows[0][3],
@@ -215,3 +241,39 @@ def mark(completion_id: str, created_at, byok_key_id: str, list_cost_micros: int
         where.append(_COMPLETIONS.c.created_at == created_at)
     db.session.execute(update(_COMPLETIONS).where(*where)
                        .values(byok_key_id=byok_key_id, list_cost_micros=list_cost_micros))
+
+
+def reseal(batch: int = 500) -> dict:
+    """Seal every stored provider key under the current encryption key (``flask chat
+    reseal-keys``, after a rotation: docs/operations.md). Keys are read as ``own_keys``
+    reads them; one unit of work per ``batch`` rows, in id order, so a long run holds no
+    long transaction and can be stopped and run again (a key already under the current
+    key is left as it is). A row is rewritten only if its ciphertext is still the one read
+    (a key deleted or replaced meanwhile is not touched). Returns the counts:
+    ``resealed``, ``current`` (already under the current key) and ``unreadable`` (under
+    none of the configured keys: left unchanged, ids in ``unreadable_ids``; their owners
+    must add them again)."""
+    boxes = _box_keys()
+    out = {"resealed": 0, "current": 0, "unreadable": 0, "unreadable_ids": []}
+    last = ""
+    while True:
+        with unit_of_work():
+            rows = db.session.execute(select(ProviderKey.id, ProviderKey.ciphertext)
+                                      .where(ProviderKey.id > last).order_by(ProviderKey.id)
+                                      .limit(batch)).all()
+            for key_id, sealed in rows:
+                api_key, n = _unseal(boxes, sealed)
+                if n == 0:
+                    out["current"] += 1
+                elif api_key is None:
+                    out["unreadable"] += 1
+                    out["unreadable_ids"].append(key_id)
+                else:
+                    done = db.session.execute(
+                        update(ProviderKey).where(ProviderKey.id == key_id, ProviderKey.ciphertext == sealed)
+                        .values(ciphertext=crypto.seal(boxes[0], api_key))
+                        .execution_options(synchronize_session=False))
+                    out["resealed"] += done.rowcount
+        if len(rows) < batch:
+            return out
+        last = rows[-1][0]

@@ -333,16 +333,14 @@ KEY_A, KEY_B, KEY_C = "a1" * 32, "b2" * 32, "c3" * 32
 
 def _sealed_under(app, key_id):
     """Which of KEY_A / KEY_B / KEY_C / the SECRET_KEY-derived key seals ``key_id``'s row."""
-    import hashlib
-
+    from app.services.chat.byok import derived_key
     from app.services.platform import crypto
 
     with app.app_context():
         sealed = bytes(db.session.get(ProviderKey, key_id).ciphertext)
         db.session.remove()
-    derived = hashlib.blake2b(str(app.config["SECRET_KEY"]).encode(), digest_size=32,
-                              person=b"gw-byok-v1").digest()
-    names = {"A": bytes.fromhex(KEY_A), "B": bytes.fromhex(KEY_B), "C": bytes.fromhex(KEY_C), "derived": derived}
+    names = {"A": bytes.fromhex(KEY_A), "B": bytes.fromhex(KEY_B), "C": bytes.fromhex(KEY_C),
+             "derived": derived_key(app.config["SECRET_KEY"])}
     return [n for n, k in names.items() if crypto.unseal(k, sealed) == OWN] or None
 
 

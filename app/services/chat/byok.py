@@ -42,8 +42,8 @@ from app.models.base import utcnow
 from app.services.chat import providers
 from app.services.chat.catalog import OwnKeys, catalog
 from app.services.platform import crypto
-from config import byok_previous_keys
 from app.services.platform.uow import transactional, unit_of_work
+from config import byok_previous_keys
 
 log = logging.getLogger(__name__)
 
@@ -77,13 +77,19 @@ def _box_keys() -> list[bytes]:
     ``BYOK_PREVIOUS_KEYS`` in their order, then, when ``BYOK_ENCRYPTION_KEY`` is set, the
     key derived from ``SECRET_KEY`` (what sealed keys before an explicit key was set)."""
     cfg = current_app.config
-    derived = hashlib.blake2b(str(cfg["SECRET_KEY"]).encode(), digest_size=32, person=b"gw-byok-v1").digest()
+    derived = derived_key(cfg["SECRET_KEY"])
     raw = cfg.get("BYOK_ENCRYPTION_KEY")
     keys = [bytes.fromhex(raw)] if raw else [derived]
     keys += [bytes.fromhex(k) for k in byok_previous_keys(cfg.get("BYOK_PREVIOUS_KEYS"))]
     if raw:
         keys.append(derived)
     return list(dict.fromkeys(keys))  # each once, in order
+
+
+def derived_key(secret_key) -> bytes:
+    """The SecretBox key derived from ``SECRET_KEY`` (BLAKE2b, personalised): the sealing
+    key while ``BYOK_ENCRYPTION_KEY`` is unset."""
+    return hashlib.blake2b(str(secret_key).encode(), digest_size=32, person=b"gw-byok-v1").digest()
 
 
 def _unseal(keys: list[bytes], sealed: bytes) -> tuple[str | None, int]:

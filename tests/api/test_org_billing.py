@@ -183,3 +183,45 @@ def test_an_organisation_rule_disabled_after_declines_tells_its_owners_and_billi
     assert told == sorted(emails)  # the owner and the billing member; not the admin or the developer
     assert balance_cents(app, org) == 400
     ledger_clean()
+
+
+def test_the_organisation_wallet_is_connected_and_read_with_org_id(app, client, team):
+    """A billing member holds no organisation key (`keys:write` is not theirs), so the
+    organisation's wallet and ledger entries are reached with `org_id`, as the console's
+    billing page does: `org_id` was ignored and the person's own wallet answered."""
+    from eth_account import Account as EthAccount
+    from eth_account.messages import encode_defunct
+
+    from app.services.billing import wallets
+
+    org, billing = team["org"], team["billing"]
+    fund(app, org, 700)
+    q = {"org_id": org}
+    r = client.get("/api/wallet/balance", query_string=q, headers=billing.headers)
+    assert r.status_code == 200 and r.get_json()["credits_cents"] == 700 and r.get_json()["connected"] is False
+    r = client.get("/api/wallet/transactions", query_string=q, headers=team["admin"].headers)  # billing:read
+    assert r.status_code == 200
+    assert [(t["kind"], t["amount_cents"]) for t in r.get_json()["transactions"]] == [("test_grant", 700)]
+    own = client.get("/api/wallet/transactions", headers=billing.headers).get_json()["transactions"]
+    assert all(t["amount_cents"] != 700 for t in own)
+    for path in ("/api/wallet/balance", "/api/wallet/transactions"):
+        r = client.get(path, query_string=q, headers=team["dev"].headers)
+        assert r.status_code == 403 and error_code(r.get_json()) == "org_role_required", path
+        assert client.get(path, query_string=q, headers=team["outsider"].headers).status_code == 404, path
+
+    eth = EthAccount.create()
+    r = client.get("/api/wallet/connect/message", query_string={"chain": "base", "address": eth.address, **q},
+                   headers=team["admin"].headers)
+    assert r.status_code == 403  # billing:write: owner, billing
+    r = client.get("/api/wallet/connect/message", query_string={"chain": "base", "address": eth.address, **q},
+                   headers=billing.headers)
+    assert r.status_code == 200, r.get_json()
+    sig = eth.sign_message(encode_defunct(text=r.get_json()["message"])).signature.hex()
+    r = client.post("/api/wallet/connect", json={"chain": "base", "address": eth.address,
+                                                 "signature": "0x" + sig.removeprefix("0x"), "org_id": org},
+                    headers=billing.headers)
+    assert r.status_code == 200, r.get_json()
+    with app.app_context():
+        assert wallets.get_wallet(org).address == eth.address
+        assert wallets.get_wallet(billing.id) is None
+        db.session.remove()

@@ -3,27 +3,40 @@ from app.auth import principal
 from app.blueprints.routing import endpoint
 from app.blueprints.wallets.schemas import (ConnectMessageQuerySchema, ConnectMessageSchema, TransactionListSchema,
                                            TransactionsQuerySchema, WalletBalanceSchema, WalletConnectSchema,
-                                           WalletFundHeadersSchema, WalletFundResultSchema, WalletFundSchema, WalletSchema)
+                                           WalletFundHeadersSchema, WalletFundResultSchema, WalletFundSchema,
+                                           WalletQuerySchema, WalletSchema)
 from app.extensions import Blueprint
 from app.services.billing import payments
 from app.services.billing import wallets
 from app.services.orgs import orgs
+
+_NOT_MEMBER = {404: "`org_id` is not an organisation of the caller."}
+
+
+def _account(org_id: str | None, scope: str) -> str:
+    """The caller's account, or the organisation ``org_id`` when the member's role allows
+    ``scope`` (``orgs.payer``: 403 ``org_role_required`` / 404): a billing member holds no
+    organisation key, so the organisation's wallet is reached with ``org_id``."""
+    return orgs.payer(principal(), org_id, (scope,))
+
 
 blp = Blueprint("wallet", __name__, url_prefix="/api/wallet",
                 description="On-chain wallet: connect, balance, funding and ledger transactions.")
 
 
 @endpoint(blp, "/connect/message", "get", "billing:write", query=ConnectMessageQuerySchema,
-          ok=ConnectMessageSchema, errors={
+          ok=ConnectMessageSchema, errors={**_NOT_MEMBER,
               422: "`unprocessable`: `address` is not one of `chain`'s (the other family's shape, an EIP-55 "
                    "checksum mismatch, base58 that does not decode to 32 bytes)."})
 def connect_message(query):
-    """Issue the message to sign for `POST /api/wallet/connect` (single use, expires)."""
-    return wallets.connect_message(principal().account_id, query["chain"], query["address"])
+    """Issue the message to sign for `POST /api/wallet/connect` (single use, expires). With
+    `org_id` the message connects the organisation's wallet."""
+    return wallets.connect_message(_account(query.get("org_id"), "billing:write"), query["chain"], query["address"])
 
 
 @endpoint(blp, "/connect", "post", "billing:write", body=WalletConnectSchema, ok=WalletSchema,
-          errors={403: "`forbidden`: a test key (the wallet attributes live USDC deposits).",
+          errors={**_NOT_MEMBER, 403: "`forbidden`: a test key (the wallet attributes live USDC deposits); "
+                                      "`org_role_required`: the caller's role in `org_id`.",
                   401: "`signature_invalid`: the signature was not made by the address.",
                   409: "`conflict`: the address is connected to another account. `nonce_invalid`: no unused, "
                        "unexpired connect message for this chain and address (or the `nonce` given).",
@@ -37,25 +50,28 @@ def connect(body):
     address (replay, wrong chain, wrong address). 401 `signature_invalid`: the signature is
     not by the address. 409 `conflict`: the address belongs to another account. Connecting
     again replaces the account's wallet. Live keys only (403 for a `svc_test_` key): the
-    wallet attributes real USDC deposits to the live balance."""
+    wallet attributes real USDC deposits to the live balance. With `org_id` the organisation's
+    wallet (its USDC deposits fund the organisation)."""
     p = principal()
-    return wallets.connect(p.account_id, body["chain"], body["address"], body["signature"],
+    return wallets.connect(_account(body.get("org_id"), "billing:write"), body["chain"], body["address"], body["signature"],
                            body.get("nonce"), mode=p.mode)
 
 
-@endpoint(blp, "/balance", "get", "billing:read", ok=WalletBalanceSchema)
-def balance():
+@endpoint(blp, "/balance", "get", "billing:read", query=WalletQuerySchema, ok=WalletBalanceSchema,
+          errors=_NOT_MEMBER)
+def balance(query):
     """Credits and the connected wallet's on-chain USDC (read through the chain's JSON-RPC,
     cached for WALLET_BALANCE_CACHE_SECONDS). No wallet: `connected: false`, `chain: null`,
-    `usdc: "0.000000"`. RPC down: 503 `service_unavailable`."""
-    return wallets.balance(principal().account_id, principal().mode)
+    `usdc: "0.000000"`. RPC down: 503 `service_unavailable`. With `org_id` the organisation's."""
+    return wallets.balance(_account(query.get("org_id"), "billing:read"), principal().mode)
 
 
-@endpoint(blp, "/transactions", "get", "billing:read", query=TransactionsQuerySchema, ok=TransactionListSchema)
+@endpoint(blp, "/transactions", "get", "billing:read", query=TransactionsQuerySchema, ok=TransactionListSchema,
+          errors=_NOT_MEMBER)
 def transactions(query):
     """Credits and debits of the account's balance from the ledger, newest first, paginated
-    with `limit` (1–200, default 50) and `cursor`."""
-    return wallets.transactions(principal().account_id, query["limit"], query.get("cursor"), principal().mode)
+    with `limit` (1–200, default 50) and `cursor`. With `org_id` the organisation's."""
+    return wallets.transactions(_account(query.get("org_id"), "billing:read"), query["limit"], query.get("cursor"), principal().mode)
 
 
 @endpoint(blp, "/fund", "post", "billing:write", body=WalletFundSchema, ok=WalletFundResultSchema,

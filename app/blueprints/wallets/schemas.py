@@ -27,7 +27,19 @@ ADDRESS_DESCRIPTION = ("EVM chains (base, ethereum, polygon): `0x` + 40 hex digi
                        "32-byte public key (422 when it does not decode to 32 bytes).")
 
 
+_ORG_WRITE = ("the organisation's wallet (roles owner, billing; the console's billing page does the same for "
+              "the organisation it acts for)")
+_ORG_READ = "the organisation's balance and ledger entries (roles owner, admin, billing, viewer)"
+
+
+class WalletQuerySchema(InputSchema):
+    """``org_id`` of a wallet read (``GET /api/wallet/balance``)."""
+
+    org_id = org_id_field(_ORG_READ)
+
+
 class ConnectMessageQuerySchema(InputSchema):
+    org_id = org_id_field(_ORG_WRITE)
     chain = ma.fields.String(required=True, validate=validate.OneOf(CHAINS))
     address = ma.fields.String(required=True, validate=[validate.Length(min=32, max=44), Pattern(
         rf"^({EVM_ADDRESS}|{SOLANA_ADDRESS})$")], metadata={
@@ -81,6 +93,7 @@ class WalletConnectSchema(InputSchema):
                        "optional; 422 when it is not the canonical base58 of 64 bytes). The shape follows `chain`."})
     nonce = ma.fields.String(validate=Pattern(r"^[0-9A-Za-z]{8,40}$"), metadata={
         "description": "Optional: which issued message was signed (default: the latest one for this chain/address)."})
+    org_id = org_id_field(_ORG_WRITE + "; the message must have been issued with the same `org_id`")
 
 
 class WalletSchema(ma.Schema):
@@ -137,7 +150,7 @@ class WalletFundResultSchema(ma.Schema):
                                metadata={"description": "USDC deposit instructions (method `usdc` only)."})
 
 
-class TransactionsQuerySchema(InputSchema):
+class TransactionsQuerySchema(WalletQuerySchema):
     limit = ma.fields.Integer(load_default=50, validate=validate.Range(min=1, max=200))
     cursor = ma.fields.String(validate=[validate.Length(max=18), Pattern(r"^[0-9]{1,18}$")],
                               metadata={"description": "`next_cursor` of the previous page."})

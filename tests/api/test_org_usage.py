@@ -130,6 +130,32 @@ def test_usage_per_member_in_an_organisation(app, client, make_account, mod):  #
     assert split == {dev.id: (2, 0, 60_000), dev2.id: (1, 0, 30_000)}
 
 
+def test_member_id_with_a_key_filter_reads_that_key_of_the_member(app, client, make_account, mod):  # noqa: F811
+    """`member_id` and `key_id` together (one of the member's keys): the usage routes
+    answered 500 (``member_rows`` iterated a SELECT); the export already narrowed them."""
+    from tests.api.test_orgs import _pay_checkout
+
+    owner, dev, dev2 = (make_account(plan="scale") for _ in range(3))
+    oid = make_org(client, owner)["id"]
+    for acct in (dev, dev2):
+        join(app, oid, acct, "developer")
+    _pay_checkout(client, owner, 1000, org_id=oid)
+    first, second, other = org_key(client, dev, oid), org_key(client, dev, oid), org_key(client, dev2, oid)
+    for bearer in (first["key"], first["key"], second["key"], other["key"]):
+        assert call(client, None, {"action": "ok"}, bearer=bearer).status_code == 200
+    for key_id, calls in ((first["id"], 2), (second["id"], 1), (other["id"], 0)):
+        q = {"org_id": oid, "member_id": dev.id, "key_id": key_id}
+        r = _get(client, "current", owner.headers, **q)
+        assert r.status_code == 200, r.get_json()
+        assert (r.get_json()["calls"], r.get_json()["spend_cents"]) == (calls, 3 * calls)
+        r = _get(client, "by-module", owner.headers, **q)
+        assert r.status_code == 200 and sum(m["calls"] for m in r.get_json()["by_module"]) == calls
+        r = _get(client, "daily", dev.headers, days=1, **q)
+        assert r.status_code == 200 and r.get_json()["days"][0]["calls"] == calls
+        r, rows = _export_now(client, owner.headers, **q)
+        assert r.status_code == 200 and len(rows) == calls
+
+
 def test_an_alert_watching_an_organisation_fires_on_its_members_calls(app, client, make_account, mod):  # noqa: F811
     from app.services.billing import alerts
     from tests.api.test_orgs import _pay_checkout

@@ -221,9 +221,11 @@ def member_rows(start, end, org_id, modes, member_id, key_id=None):
     logs read by ``actor`` (the key that acted), since the rollups keep no actor. Cost: the
     organisation's calls of the range through the ``(account_id, created_at)`` indexes,
     filtered by actor (docs/teams.md, "Usage")."""
+    from app.models import ApiKey
+
     keys = member_keys(org_id, member_id)
     if key_id is not None:
-        keys = [k for k in keys if k == key_id]
+        keys = keys.where(ApiKey.__table__.c.id == key_id)
     calls, chat = call_log_rows(start, end, org_id, modes, since_mark=False)
     return union_all(calls.where(_CALLS.c.actor.in_(keys)),
                      chat.where(_CHAT.c.actor.in_(keys))).subquery("usage_rows")

@@ -150,10 +150,35 @@ def test_member_id_with_a_key_filter_reads_that_key_of_the_member(app, client, m
         assert (r.get_json()["calls"], r.get_json()["spend_cents"]) == (calls, 3 * calls)
         r = _get(client, "by-module", owner.headers, **q)
         assert r.status_code == 200 and sum(m["calls"] for m in r.get_json()["by_module"]) == calls
-        r = _get(client, "daily", dev.headers, days=1, **q)
+        r = _get(client, "daily", owner.headers, days=1, **q)
         assert r.status_code == 200 and r.get_json()["days"][0]["calls"] == calls
         r, rows = _export_now(client, owner.headers, **q)
         assert r.status_code == 200 and len(rows) == calls
+
+
+def test_a_key_filter_does_not_open_another_members_usage(app, client, make_account, mod):  # noqa: F811
+    """A developer or viewer reads the organisation's totals and their own usage, not
+    another member's: `key_id` naming another member's key answered that key's usage (the
+    member's share by another door); it is now 404 like that key on the key routes."""
+    from tests.api.test_orgs import _pay_checkout
+
+    owner, dev, viewer, billing = (make_account(plan="scale") for _ in range(4))
+    oid = make_org(client, owner)["id"]
+    for acct, role in ((dev, "developer"), (viewer, "viewer"), (billing, "billing")):
+        join(app, oid, acct, role)
+    _pay_checkout(client, owner, 1000, org_id=oid)
+    owners, mine = org_key(client, owner, oid), org_key(client, dev, oid)
+    for bearer in (owners["key"], owners["key"], mine["key"]):
+        assert call(client, None, {"action": "ok"}, bearer=bearer).status_code == 200
+    for path in ("current", "by-module", "daily"):
+        for headers in (dev.headers, viewer.headers, h(mine["key"])):
+            r = _get(client, path, headers, org_id=oid, key_id=owners["id"])
+            assert r.status_code == 404 and error_code(r.get_json()) == "not_found", (path, r.get_json())
+        r = _get(client, path, billing.headers, org_id=oid, key_id=owners["id"])  # read_member_usage
+        assert r.status_code == 200
+    r = _get(client, "current", dev.headers, org_id=oid, key_id=mine["id"])  # one's own key
+    assert r.status_code == 200 and r.get_json()["calls"] == 1
+    assert _get(client, "current", owner.headers, org_id=oid, key_id=mine["id"]).get_json()["calls"] == 1
 
 
 def test_an_alert_watching_an_organisation_fires_on_its_members_calls(app, client, make_account, mod):  # noqa: F811

@@ -14,7 +14,8 @@ from app.services.orgs import orgs
 def _scope(query, per_call: bool = False) -> tuple[str, str | None]:
     """(account, member): the caller's account, or the organisation named by ``org_id`` (or
     the organisation key's), narrowed to one member by ``member_id`` (docs/teams.md, "Usage")."""
-    return orgs.usage_scope(principal(), query.get("org_id"), query.get("member_id"), per_call=per_call)
+    return orgs.usage_scope(principal(), query.get("org_id"), query.get("member_id"), per_call=per_call,
+                            key_id=query.get("key_id") or None)
 
 
 _ORG_ERRORS = {404: "`org_id`: not an organisation of the caller; `member_id`: never a member of it (without "

@@ -336,8 +336,8 @@ def check_key(principal, key_id: str) -> None:
         raise NotFound("No such key.")
 
 
-def usage_scope(principal, org_id: str | None, member_id: str | None, *, per_call: bool = False
-                ) -> tuple[str, str | None]:
+def usage_scope(principal, org_id: str | None, member_id: str | None, *, per_call: bool = False,
+                key_id: str | None = None) -> tuple[str, str | None]:
     """(account, member) whose usage a usage route reads (docs/teams.md, "Usage").
 
     Without an organisation (no ``org_id``, a personal credential): the credential's own
@@ -348,7 +348,9 @@ def usage_scope(principal, org_id: str | None, member_id: str | None, *, per_cal
     (``per_call``) lists who called what, so for developers and viewers it is their own
     calls only: they pass their own ``member_id`` (403 ``org_role_required`` otherwise).
     Without an organisation ``member_id`` may only name the account itself (else 404, like
-    an id that never was a member: a schema-valid request is not a 400)."""
+    an id that never was a member: a schema-valid request is not a 400). A ``key_id``
+    filter is one more way to name a member's calls: for roles that do not read other
+    members' usage it must be one of their own keys (404 otherwise, as ``check_key``)."""
     if org_id is None and org_role_of(principal) is not None:
         org_id = principal.account_id
     if org_id is None:  # a personal account: its only member is itself
@@ -361,6 +363,11 @@ def usage_scope(principal, org_id: str | None, member_id: str | None, *, per_cal
     else:
         role = membership(principal, org_id).role
         roles.require_scopes(role, ("call:read",), org_id)
+    if key_id is not None and role not in roles.ACTIONS["read_member_usage"]:
+        owner = db.session.execute(select(ApiKey.member_account_id).where(
+            ApiKey.id == key_id, ApiKey.account_id == org_id)).scalar() if len(key_id) <= 32 else None
+        if owner != person_of(principal):
+            raise NotFound("No such key.")
     if member_id is None:
         if per_call:
             roles.require(role, "read_member_usage", org_id,

@@ -181,6 +181,35 @@ def test_a_key_filter_does_not_open_another_members_usage(app, client, make_acco
     assert _get(client, "current", owner.headers, org_id=oid, key_id=mine["id"]).get_json()["calls"] == 1
 
 
+def test_the_organisation_export_says_who_made_each_call(app, client, make_account, mod):  # noqa: F811
+    """The per-call export is for owners, admins and billing because "it lists who called
+    what": its rows named no key and no member. Each row now carries `actor` (the key that
+    made the call, as on the receipt) and `actor_account_id` (the member behind it; the
+    account itself for a personal key)."""
+    from tests.api.test_orgs import _pay_checkout
+
+    owner, dev = make_account(plan="scale"), make_account(plan="scale")
+    oid = make_org(client, owner)["id"]
+    join(app, oid, dev, "developer")
+    _pay_checkout(client, owner, 1000, org_id=oid)
+    owners, devs = org_key(client, owner, oid), org_key(client, dev, oid)
+    made = {}
+    for key in (owners, devs, devs):
+        r = call(client, None, {"action": "ok"}, bearer=key["key"])
+        assert r.status_code == 200
+        made[r.get_json()["call_id"]] = r.get_json()["receipt"]
+    r, rows = _export_now(client, owner.headers, org_id=oid)
+    assert r.status_code == 200 and len(rows) == 3
+    for row in rows:
+        receipt = made[row["call_id"]]
+        assert (row["actor"], row["actor_account_id"]) == (receipt["actor"], receipt["actor_account_id"])
+    assert sorted((row["actor"], row["actor_account_id"]) for row in rows) == sorted(
+        [(owners["id"], owner.id), (devs["id"], dev.id), (devs["id"], dev.id)])
+    assert call(client, dev, {"action": "ok"}).status_code == 200  # the developer's personal key
+    r, rows = _export_now(client, dev.headers)
+    assert [row["actor_account_id"] for row in rows] == [dev.id] and rows[0]["actor"].startswith("key_")
+
+
 def test_an_alert_watching_an_organisation_fires_on_its_members_calls(app, client, make_account, mod):  # noqa: F811
     from app.services.billing import alerts
     from tests.api.test_orgs import _pay_checkout

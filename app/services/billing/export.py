@@ -24,7 +24,7 @@ from sqlalchemy import bindparam, case, func, literal_column, null, select, unio
 
 from app.errors import Unprocessable
 from app.extensions import db
-from app.models import ChatCompletion, ModuleCall
+from app.models import ApiKey, ChatCompletion, ModuleCall
 from app.services.billing.usage_log import member_keys
 from app.services.money.ledger import micros_to_cents
 from app.services.platform import uow
@@ -32,7 +32,7 @@ from app.services.platform import uow
 MAX_WINDOW = timedelta(days=31)
 BATCH = 1000
 COLUMNS = ("call_id", "created_at", "module", "action", "mode", "status", "cost_cents", "cost_micros",
-           "idempotency_key", "receipt_hash", "byok_key_id", "provider_cost_micros")
+           "idempotency_key", "receipt_hash", "byok_key_id", "provider_cost_micros", "actor", "actor_account_id")
 FORMATS = ("csv", "json")
 _FILTERS = ("key_id", "module", "model", "status", "mode")  # narrowed's, in a fixed order
 
@@ -53,6 +53,15 @@ def _iso(ts: datetime) -> str:
     return ts.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
 
 
+def _who(table) -> tuple:
+    """``actor`` (the credential that made the call: an API key's or agent session's id) and
+    ``actor_account_id`` (the person behind it, as the receipt names it: an organisation
+    key's member, else the paying account itself), so an organisation's export says who
+    called what. One primary-key lookup of ``api_keys`` per row."""
+    member = select(ApiKey.member_account_id).where(ApiKey.id == table.actor).scalar_subquery()
+    return table.actor.label("actor"), func.coalesce(member, table.account_id).label("actor_account_id")
+
+
 def _statement(shape: tuple[str, ...]):
     """The export's ONE statement for a filter shape (which of ``narrowed``'s filters are
     given): module calls and chat completions of the window as one ``UNION ALL`` ordered by
@@ -71,7 +80,7 @@ def _statement(shape: tuple[str, ...]):
             ModuleCall.action, ModuleCall.mode, ModuleCall.status,
             case((refunded, 0), else_=ModuleCall.price_micros).label("cost_micros"),
             ModuleCall.idempotency_key, ModuleCall.receipt["hash"].as_string().label("receipt_hash"),
-            null().label("byok_key_id"), null().label("provider_cost_micros"),
+            null().label("byok_key_id"), null().label("provider_cost_micros"), *_who(ModuleCall),
         ).where(ModuleCall.account_id == bindparam("account"), ModuleCall.created_at >= bindparam("start"),
                 ModuleCall.created_at < bindparam("end"), *narrowed(ModuleCall, ModuleCall.module_slug, f)))
     if "module" not in shape:  # one module: no chat completion
@@ -83,6 +92,7 @@ def _statement(shape: tuple[str, ...]):
             case((billed, ChatCompletion.cost_micros), else_=0).label("cost_micros"),
             null().label("idempotency_key"), null().label("receipt_hash"), ChatCompletion.byok_key_id,
             case((billed, ChatCompletion.list_cost_micros), else_=null()).label("provider_cost_micros"),
+            *_who(ChatCompletion),
         ).where(ChatCompletion.account_id == bindparam("account"), ChatCompletion.created_at >= bindparam("start"),
                 ChatCompletion.created_at < bindparam("end"), *narrowed(ChatCompletion, model, f)))
     stmt = union_all(*parts) if len(parts) > 1 else parts[0]
@@ -138,14 +148,14 @@ def records(account_id: str, start: datetime, end: datetime, filters: dict | Non
     (``cost_cents`` in whole cents, floor as everywhere (DESIGN §3); ``cost_micros`` exact; refunded calls and
     released completions cost 0; a completion served with the caller's own provider key names
     it in ``byok_key_id``, its ``cost_micros`` is the fee and ``provider_cost_micros`` the list
-    cost its provider bills). ``filters``: see ``narrowed``; ``member``: only the calls of
+    cost its provider bills; ``actor`` and ``actor_account_id``: who made it, see ``_who``). ``filters``: see ``narrowed``; ``member``: only the calls of
     that member's keys in the organisation ``account_id``."""
-    for cid, created, module, action, mode, status, micros, key, receipt_hash, byok_key, listed in \
+    for cid, created, module, action, mode, status, micros, key, receipt_hash, byok_key, listed, actor, person in \
             _rows(account_id, start, end, filters or {}, member):
         yield {"call_id": cid, "created_at": _iso(created), "module": module, "action": action, "mode": mode,
                "status": status, "cost_cents": micros_to_cents(micros), "cost_micros": micros,
                "idempotency_key": key, "receipt_hash": receipt_hash, "byok_key_id": byok_key,
-               "provider_cost_micros": listed}
+               "provider_cost_micros": listed, "actor": actor, "actor_account_id": person}
 
 
 def rows(account_id: str, start: datetime, end: datetime, fmt: str, filters: dict | None = None,

@@ -225,3 +225,30 @@ def test_the_organisation_wallet_is_connected_and_read_with_org_id(app, client, 
         assert wallets.get_wallet(org).address == eth.address
         assert wallets.get_wallet(billing.id) is None
         db.session.remove()
+
+
+def test_the_organisation_payouts_are_managed_with_org_id(client, team):
+    """An organisation that owns modules earns (docs/payments.md, "Payouts"); its billing
+    member holds no organisation key, so its earnings, payout destination and payouts are
+    reached with `org_id` (owner, billing write; admin, viewer read): `org_id` was ignored
+    and the person's own destination was set."""
+    org, billing = team["org"], team["billing"]
+    q = {"org_id": org}
+    r = client.put("/api/payouts/destination/stripe_connect", json={"account": "acct_orgpay01", "org_id": org},
+                   headers=billing.headers)
+    assert r.status_code == 200, r.get_json()
+    assert client.get("/api/payouts/destination", headers=billing.headers).status_code == 404  # the person's: none
+    r = client.get("/api/payouts/destination", query_string=q, headers=team["admin"].headers)
+    assert r.status_code == 200 and r.get_json()["account"] == "acct_orgpay01", r.get_json()
+    for path in ("/api/earnings", "/api/payouts"):
+        assert client.get(path, query_string=q, headers=team["admin"].headers).status_code == 200, path
+        r = client.get(path, query_string=q, headers=team["dev"].headers)
+        assert r.status_code == 403 and error_code(r.get_json()) == "org_role_required", path
+        assert client.get(path, query_string=q, headers=team["outsider"].headers).status_code == 404, path
+    r = client.post("/api/payouts", query_string=q, headers=team["admin"].headers)
+    assert r.status_code == 403  # billing:write: owner, billing
+    r = client.post("/api/payouts", query_string=q, headers=billing.headers)
+    assert r.status_code == 409 and error_code(r.get_json()) == "below_payout_minimum", r.get_json()
+    r = client.delete("/api/payouts/destination", query_string=q, headers=team["owner"].headers)
+    assert r.status_code == 200
+    assert client.get("/api/payouts/destination", query_string=q, headers=billing.headers).status_code == 404

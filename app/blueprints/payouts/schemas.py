@@ -3,19 +3,38 @@ import marshmallow as ma
 
 from app.blueprints.agents.schemas import StatementSchema
 from app.blueprints.fields import InputSchema, Pattern, idempotency_key_header
+from app.blueprints.orgs.schemas import org_id_field
 from app.services.billing import chains
 
 CONNECT_PATTERN = r"^acct_[A-Za-z0-9]{6,64}$"
 EVM_ADDRESS_PATTERN = r"^0x[0-9a-fA-F]{40}$"
 
 
+_ORG_WRITE = "the organisation's payout destination and payouts (roles owner, billing)"
+
+
+class PayoutsReadQuerySchema(InputSchema):
+    """``org_id`` of a payouts read (earnings, payouts, the destination)."""
+
+    org_id = org_id_field("the organisation's earnings, payouts and destination (roles owner, admin, billing, "
+                          "viewer)")
+
+
+class PayoutsWriteQuerySchema(InputSchema):
+    """``org_id`` of a payouts change without a body (pay out now, remove the destination)."""
+
+    org_id = org_id_field(_ORG_WRITE)
+
+
 class StripeDestinationInSchema(InputSchema):
+    org_id = org_id_field(_ORG_WRITE)
     account = ma.fields.String(required=True, validate=Pattern(CONNECT_PATTERN), metadata={
         "description": "The Stripe Connect account id. In the sandbox an id containing `fail` makes every "
                        "transfer to it fail."})
 
 
 class UsdcDestinationInSchema(InputSchema):
+    org_id = org_id_field(_ORG_WRITE)
     chain = ma.fields.String(required=True, validate=ma.validate.OneOf(chains.EVM_CHAINS), metadata={
         "description": "The chain the USDC is sent on."})
     address = ma.fields.String(required=True, validate=Pattern(EVM_ADDRESS_PATTERN), metadata={

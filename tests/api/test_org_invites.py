@@ -170,3 +170,31 @@ def test_a_person_belongs_to_a_bounded_number_of_orgs(app, client, make_account,
     r = client.post("/api/orgs", json={"name": "o"}, headers=owner.headers)
     assert error_code(r.get_json()) == "org_limit_reached"
     assert len(client.get("/api/orgs", headers=owner.headers).get_json()["orgs"]) == 2
+
+
+def test_an_invitation_does_not_pass_the_organisations_limit(app, client, make_account, monkeypatch):
+    """The limit counted only the organisations a person created: accepting invitations
+    made a person a member of any number (and `GET /api/orgs` lists them all, unpaged).
+    Both doors now refuse past it (409 `org_limit_reached`), and the link stays usable."""
+    from app.services.orgs import orgs
+
+    monkeypatch.setattr(orgs, "MAX_ORGS_PER_PERSON", 2)
+    person, a, b = make_account(), make_account(), make_account()
+    assert make_org(client, person, "mine")
+    first, second = make_org(client, a, "A")["id"], make_org(client, b, "B")["id"]
+    assert _invite(client, a, first, _email(app, person)).status_code == 201
+    r = client.post(f"/api/orgs/invites/{_token(app, _email(app, person))}/accept", headers=person.headers)
+    assert r.status_code == 200
+    assert _invite(client, b, second, _email(app, person)).status_code == 201
+    token = _token(app, _email(app, person))
+    r = client.post(f"/api/orgs/invites/{token}/accept", headers=person.headers)
+    assert r.status_code == 409 and error_code(r.get_json()) == "org_limit_reached", r.get_json()
+    browser = app.test_client()
+    page = browser.get(f"/invites/{token}")
+    r = browser.post(f"/invites/{token}", data={"csrf": _csrf(page.get_data(as_text=True))})
+    assert r.status_code == 409 and "organisations" in r.get_data(as_text=True)
+    assert len(client.get("/api/orgs", headers=person.headers).get_json()["orgs"]) == 2
+    # leaving one frees a place: the same link works
+    assert client.delete(f"/api/orgs/{first}/members/{person.id}", headers=person.headers).status_code == 200
+    r = client.post(f"/api/orgs/invites/{token}/accept", headers=person.headers)
+    assert r.status_code == 200 and r.get_json()["id"] == second

@@ -107,7 +107,8 @@ def revoke_invite(org_id, invite_id):
           errors={403: "`invite_email_mismatch`: the invitation was sent to another address (the link "
                        "stays usable).",
                   404: "`invalid_token`: the link is unknown, expired, revoked or already used.",
-                  409: "`already_member`: the caller is already a member."},
+                  409: "`already_member`: the caller is already a member. `org_limit_reached`: the caller "
+                       "already belongs to 50 organisations (the link stays usable)."},
           name="InviteAcceptView")
 def accept_invite(token):
     """Accept an invitation with your own credential: the invitation's address must be

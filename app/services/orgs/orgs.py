@@ -39,7 +39,19 @@ UNSET = _Unset()
 class OrgLimitReached(Conflict):
     code = "org_limit_reached"
     description = (f"The person already belongs to {MAX_ORGS_PER_PERSON} organisations; leave one before "
-                   "creating another.")
+                   "creating or joining another.")
+
+
+def _check_org_limit(account_id: str) -> None:
+    """409 ``org_limit_reached`` when ``account_id`` already belongs to ``MAX_ORGS_PER_PERSON``
+    organisations (created or joined), counted under the person's row lock so concurrent
+    creations and acceptances are counted one after the other (the caller's unit of work)."""
+    db.session.execute(select(Account.id).where(Account.id == account_id).with_for_update())
+    count = db.session.execute(select(func.count()).select_from(OrgMember)
+                               .where(OrgMember.account_id == account_id)).scalar_one()
+    if count >= MAX_ORGS_PER_PERSON:
+        raise OrgLimitReached(f"You belong to {count} organisations (the maximum is {MAX_ORGS_PER_PERSON}); "
+                              "leave one before creating or joining another.")
 
 
 class LastOwner(Conflict):
@@ -119,13 +131,7 @@ def create_org(principal, actor: Actor, name: str) -> dict:
     if not name:
         raise InvalidRequest("name: must not be empty.")
     with unit_of_work():
-        # the person's row lock: concurrent creations are counted one after the other
-        db.session.execute(select(Account.id).where(Account.id == actor.account_id).with_for_update())
-        count = db.session.execute(select(func.count()).select_from(OrgMember)
-                                   .where(OrgMember.account_id == actor.account_id)).scalar_one()
-        if count >= MAX_ORGS_PER_PERSON:
-            raise OrgLimitReached(f"You belong to {count} organisations (the maximum is {MAX_ORGS_PER_PERSON}); "
-                                  "leave one before creating another.")
+        _check_org_limit(actor.account_id)
         org = new_account(None, kind="org", promo=False)
         org.name = name
         db.session.add(OrgMember(org_id=org.id, account_id=actor.account_id, role=roles.OWNER,
@@ -282,9 +288,11 @@ def remove_member(principal, actor: Actor, org_id: str, member_id: str) -> dict:
 
 def add_member(org_id: str, account_id: str, role: str, actor: Actor, *, via: str | None = None) -> OrgMember:
     """Make ``account_id`` a member with ``role`` in the caller's unit of work (an accepted
-    invitation); 409 when it already is one."""
+    invitation); 409 when it already is one, or already belongs to ``MAX_ORGS_PER_PERSON``
+    organisations (``org_limit_reached``: the unit of work rolls back, the link stays usable)."""
     if db.session.get(OrgMember, (org_id, account_id)) is not None:
         raise Conflict(f"{account_id} is already a member of {org_id}.")
+    _check_org_limit(account_id)
     row = OrgMember(org_id=org_id, account_id=account_id, role=role, created_at=utcnow())
     db.session.add(row)
     record(org_id, actor, "member.add", account_id, after={"role": role, "via": via})

@@ -343,6 +343,43 @@ def test_streaming_without_upstream_usage_is_a_flagged_estimate(app, client, fak
     ledger_clean()
 
 
+@pytest.mark.parametrize("model, cut, cost", [
+    # OpenAI-shaped upstream: the role chunk and "Hello", then the connection closes (no
+    # finish_reason, no [DONE]); estimate: prompt 10 + ceil(5 / 4) = 2 at cheap: 10×1 + 2×2
+    ("m-small", 2, 14),
+    # Anthropic upstream: message_start, content_block_start and "Hello", no message_delta /
+    # message_stop; estimate (prompt 12 by the Claude estimator) at m-claude's prices: 12×4 + 2×20
+    ("m-claude", 3, 88),
+])
+def test_upstream_stream_ending_early_is_an_interruption_not_a_finish(app, client, fakes, acct, ledger_clean,
+                                                                      model, cut, cost):
+    """A close-delimited upstream stream that simply ends mid-answer (no finish, no [DONE]
+    or message_stop) is a broken stream: the client gets the error event and no finish_reason
+    that would pass the truncated answer off as complete; it is charged what was generated."""
+    fakes.cheap.stream_cut = fakes.claude.stream_cut = cut
+    r = chat(client, acct, model=model, max_tokens=64, stream=True)
+    assert r.status_code == 200
+    events = _events(r)
+    assert events[-1] == b"[DONE]"
+    assert events[-3]["error"]["code"] == "provider_error", events
+    assert not [c for c in events[:-3] if any(ch.get("finish_reason") for ch in c["choices"])]
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in events[:-3]) == "Hello"
+    assert events[-2]["usage"]["estimated"] is True and events[-2]["usage"]["cost_micros"] == cost
+    with app.app_context():
+        row = db.session.execute(select(ChatCompletion)).scalar_one()
+        assert (row.status, row.cost_micros) == ("settled", cost) and row.error.startswith("stream interrupted")
+    assert figures(app, acct.id)["balance"] == START - cost
+    ledger_clean()
+
+
+def test_upstream_stream_ending_before_its_first_event_fails_over(app, client, fakes, acct, ledger_clean):
+    fakes.cheap.stream_cut = 0  # the cheap provider answers 200 and closes: nothing was sent yet
+    r = chat(client, acct, model="m-small", max_tokens=100, stream=True)
+    assert r.headers["X-Chat-Provider"] == "pricey" and r.headers["X-Chat-Attempts"] == "2"
+    assert _events(r)[-2]["usage"]["cost_micros"] == 600
+    ledger_clean()
+
+
 def test_client_disconnect_is_charged_for_what_was_generated(app, client, fakes, acct, ledger_clean):
     r = client.post("/v1/chat/completions", json={"model": "m-small", "messages": MSGS, "stream": True,
                                                   "max_tokens": 100},

@@ -223,9 +223,18 @@ def _openai_complete(offer: Offer, body: dict, max_tokens: int) -> dict:
     return data
 
 
+def _ended_early(offer: Offer) -> ProviderFailure:
+    """An event stream that ended before its finish: a close-delimited body whose
+    connection closed mid-answer reads as a normal end at the HTTP level, so the events
+    decide (no finish_reason and no ``[DONE]``; Anthropic: no ``message_delta`` /
+    ``message_stop``). Before the first event it fails over like any failure."""
+    return ProviderFailure(f"{offer.provider.id}: stream ended before its finish")
+
+
 def _openai_stream(offer: Offer, body: dict, max_tokens: int) -> Iterator[dict]:
     resp = _post(offer, offer.provider.base_url + "/chat/completions", _openai_headers(offer),
                  _openai_payload(offer, body, max_tokens, True))
+    finished = False
     for data in sse_events(resp, offer):
         if data == b"[DONE]":
             return
@@ -238,7 +247,11 @@ def _openai_stream(offer: Offer, body: dict, max_tokens: int) -> Iterator[dict]:
         if isinstance(chunk, dict) and "error" in chunk and "choices" not in chunk:
             raise ProviderFailure(f"{offer.provider.id}: stream error {str(chunk['error'])[:200]}")
         if isinstance(chunk, dict):
+            finished = finished or any(isinstance(c, dict) and c.get("finish_reason")
+                                       for c in chunk.get("choices") or ())
             yield chunk
+    if not finished:  # no [DONE] and no finish_reason: cut off, not finished
+        raise _ended_early(offer)
 
 
 # --- Anthropic Messages API ---------------------------------------------------------------
@@ -431,7 +444,9 @@ def _anthropic_stream(offer: Offer, body: dict, max_tokens: int) -> Iterator[dic
             raise ProviderFailure(f"{offer.provider.id}: stream error {str(ev.get('error'))[:200]}")
         elif kind == "message_stop":
             break
-    yield {"choices": [{"index": 0, "delta": {}, "finish_reason": finish or "stop"}]}
+    if finish is None:  # no message_delta (stop reason): cut off, not finished
+        raise _ended_early(offer)
+    yield {"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}
     if prompt is not None and completion is not None:
         yield {"choices": [], "usage": {**prompt, "completion_tokens": completion}}
 

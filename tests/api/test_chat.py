@@ -397,6 +397,28 @@ def test_client_disconnect_is_charged_for_what_was_generated(app, client, fakes,
     ledger_clean()
 
 
+_TOOLS = [{"type": "function", "function": {"name": "f"}}]
+_CALL = {"role": "assistant", "tool_calls": [{"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}
+
+
+@pytest.mark.parametrize("extra", [
+    {"stop": 5},
+    {"tools": _TOOLS, "tool_choice": {"type": "function", "function": "f"}},
+    {"messages": [{"role": "system", "content": [{"type": "text", "text": 5}]}, *MSGS]},
+    {"messages": [*MSGS, _CALL, {"role": "tool", "tool_call_id": "a", "content": [{"type": "text", "text": 5}]}]},
+], ids=["stop-int", "tool_choice-function-str", "system-text-int", "tool-text-int"])
+def test_odd_schema_valid_fields_reach_an_anthropic_provider_without_a_server_error(app, client, fakes, acct,
+                                                                                  ledger_clean, extra):
+    """Fields the document leaves open (``stop``, ``tool_choice``, content parts' values) are
+    the provider's to judge: translating them for an Anthropic upstream must not fail with
+    500 (it did: ``list(5)``, ``"f".get``, ``" ".join`` of a number; an image URL that is not
+    a string: tests/services/test_chat_catalog.py)."""
+    r = chat(client, acct, model="m-claude", max_tokens=64, **extra)
+    assert r.status_code == 200, r.get_json()
+    assert fakes.claude.calls == 1
+    ledger_clean()
+
+
 def test_anthropic_provider_translated_both_ways(app, client, fakes, acct, ledger_clean):
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hello there"}]
     r = chat(client, acct, model="m-claude", messages=messages, max_tokens=64, temperature=0.2)

@@ -270,6 +270,7 @@ def _anthropic_headers(offer: Offer) -> dict:
 def _image_block(part: dict) -> dict:
     url = (part.get("image_url") or {}).get("url", "") if isinstance(part.get("image_url"), dict) \
         else str(part.get("image_url") or "")
+    url = url if isinstance(url, str) else ""  # not a URL: the provider refuses it (400), no crash
     if url.startswith("data:") and ";base64," in url:
         media, _, data = url[5:].partition(";base64,")
         return {"type": "image", "source": {"type": "base64", "media_type": media, "data": data}}
@@ -308,8 +309,16 @@ def _blocks(content) -> list[dict]:
     return out
 
 
+def _joined_text(content) -> str:
+    """The text parts of ``content`` joined (a system prompt, a tool result): parts whose
+    ``text`` is not a string have no text to join."""
+    return " ".join(b["text"] for b in _blocks(content) if b["type"] == "text" and isinstance(b["text"], str))
+
+
 def to_anthropic(body: dict, upstream_model: str, max_tokens: int) -> dict:
-    """OpenAI chat request → Anthropic Messages request."""
+    """OpenAI chat request → Anthropic Messages request. Values the request document leaves
+    open (``stop``, ``tool_choice``, content parts) are translated where they have an
+    Anthropic form and otherwise passed on for the provider to judge, never a server error."""
     system: list[str] = []
     messages: list[dict] = []
 
@@ -322,14 +331,14 @@ def to_anthropic(body: dict, upstream_model: str, max_tokens: int) -> dict:
     for msg in body["messages"]:
         role = msg.get("role")
         if role in ("system", "developer"):
-            system.append(" ".join(b["text"] for b in _blocks(msg.get("content")) if b["type"] == "text"))
+            system.append(_joined_text(msg.get("content")))
         elif role == "user":
             add("user", _blocks(msg.get("content")))
         elif role == "assistant":
             add("assistant", _blocks(msg.get("content")) + tool_use_blocks(msg.get("tool_calls")))
         elif role == "tool":
-            text = " ".join(b.get("text", "") for b in _blocks(msg.get("content")) if b["type"] == "text")
-            add("user", [{"type": "tool_result", "tool_use_id": msg.get("tool_call_id"), "content": text}])
+            add("user", [{"type": "tool_result", "tool_use_id": msg.get("tool_call_id"),
+                          "content": _joined_text(msg.get("content"))}])
     out: dict = {"model": upstream_model, "messages": messages,
                  "max_tokens": max_tokens}  # the held cap (catalog.output_cap), never the raw request's
     if system:
@@ -339,7 +348,7 @@ def to_anthropic(body: dict, upstream_model: str, max_tokens: int) -> dict:
             out[key] = body[key]
     stop = body.get("stop")
     if stop:
-        out["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
+        out["stop_sequences"] = [stop] if isinstance(stop, str) else stop  # not a list: the provider's 400
     if body.get("tools"):
         out["tools"] = [{"name": t["function"]["name"],
                          "description": t["function"].get("description", ""),
@@ -352,7 +361,7 @@ def to_anthropic(body: dict, upstream_model: str, max_tokens: int) -> dict:
             out["tool_choice"] = {"type": "auto"}
         elif choice == "none":
             out.pop("tools")
-        elif isinstance(choice, dict) and choice.get("function"):
+        elif isinstance(choice, dict) and isinstance(choice.get("function"), dict):
             out["tool_choice"] = {"type": "tool", "name": choice["function"].get("name")}
     if body.get("user"):
         out["metadata"] = {"user_id": str(body["user"])[:256]}

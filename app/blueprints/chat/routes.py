@@ -169,11 +169,11 @@ class MessagesView(MethodView):
         "type": "string", "description": "`message_start`, `ping`, `content_block_start` / `content_block_delta` / "
         "`content_block_stop`, `message_delta` (stop reason, usage with cost), `message_stop`."}}}}})
     @document_errors(blp, {
-        400: "`invalid_request_error`: a body outside the document; and, by Anthropic's convention (its "
-             "clients read a 400 as `BadRequestError`), a schema-valid request no model serves "
-             "(`no_matching_model`: `model: auto` with no fitting model; `context_length_exceeded`) or a "
-             "content block that does not suit its turn (image and tool_result in user turns, tool_use in "
-             "assistant turns).",
+        400: "`invalid_request_error`: a body outside the document (which states the content blocks each "
+             "turn takes: text; image and tool_result in user turns, tool_use in assistant turns); and, by "
+             "Anthropic's convention (its clients read a 400 as `BadRequestError`), a schema-valid request no "
+             "model serves (`no_matching_model`: `model: auto` with no fitting model; "
+             "`context_length_exceeded`).",
         402: ("`payment_required`: the balance cannot cover the hold (`billing_error`).", PAYMENT_REQUIRED_HEADERS),
         404: "`model_not_found`.",
         502: "`provider_error`: every candidate failed; nothing charged.",

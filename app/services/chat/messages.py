@@ -232,11 +232,13 @@ def translate_stream(events: Iterator[bytes], completion_id: str, model: str) ->
 
 
 def create_message(account_id: str, mode: str, req: dict, key_id: str | None = None,
-                   actor: str | None = None, controls=None, byok: bool = False) -> ChatResult:
-    """``POST /v1/messages``: translate, run the completion service (``controls``, ``byok``:
-    as ``create_completion`` takes them), translate back."""
+                   actor: str | None = None, controls=None, byok: bool = False,
+                   payment: str | None = None) -> ChatResult:
+    """``POST /v1/messages``: translate, run the completion service (``controls``, ``byok``,
+    ``payment`` — an x402 payment header paying the hold — as ``create_completion`` takes
+    them), translate back."""
     result = completions.create_completion(account_id, mode, to_openai(req), key_id=key_id, actor=actor,
-                                           controls=controls, byok=byok)
+                                           payment=payment, controls=controls, byok=byok)
     if result.events is None:
         return ChatResult(body=from_openai(result.body), headers=result.headers)
     completion_id, model = result.headers["X-Chat-Completion-Id"], result.headers["X-Chat-Model"]

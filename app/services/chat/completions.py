@@ -311,7 +311,6 @@ def create_completion(account_id: str, mode: str, body: dict, key_id: str | None
     started = time.monotonic()
     with telemetry.span("chat.route"):  # validation, request analysis, candidates, hold size
         allowed = key_controls.allowed_models(controls, body.get("model"))
-        key_controls.count_request(controls)
         _validate(body)
         needs = analyse(body)
         sandbox = current_app.config["CHAT_SANDBOX_PROVIDER"] if mode == "test" else None
@@ -323,8 +322,14 @@ def create_completion(account_id: str, mode: str, body: dict, key_id: str | None
         call.budget_micros = _hold_for(offers, needs)
         if call.live:
             call.hold_micros = call.budget_micros
-    # the key's tpm: the estimated prompt plus the output the request asked for
+    # the key's tpm: the estimated prompt plus the output the request asked for; then its rpm
+    # (a request either limit refuses counts in neither window: its tokens are given back)
     call.tokens = key_controls.reserve_tokens(controls, needs.prompt_tokens + (needs.max_tokens or 0) * needs.choices)
+    try:
+        key_controls.count_request(controls)
+    except BaseException:
+        _tokens_done(call, 0)
+        raise
     paid_headers: dict = {}
     try:
         _hold(call, payment, paid_headers)

@@ -159,6 +159,8 @@ def _x_api_key(view):
 
 @blp.route("/messages")
 class MessagesView(MethodView):
+    # either credential: the bearer, or Anthropic's x-api-key header (what its SDK sends)
+    @blp.doc(security=[{auth.SECURITY_SCHEME: ["call:write"]}, {auth.API_KEY_HEADER_SCHEME: ["call:write"]}])
     @_x_api_key
     @authenticated("call:write")
     @blp.arguments(PaymentHeadersSchema, location="headers", as_kwargs=True)

@@ -467,6 +467,19 @@ def test_test_mode_uses_the_sandbox_and_moves_no_money(app, client, fakes, acct,
     ledger_clean()
 
 
+def test_the_demo_llm_answers_a_request_it_cannot_read_with_400_not_a_dropped_connection(app, client, fakes, acct):
+    """The demo LLM (the sandbox and the embedded default's provider) dropped the connection
+    on a schema-valid body it could not read (a text part whose text is not a string): the
+    gateway saw a connection failure, tried again and answered 502. It answers 400 now, as
+    a provider does, which the gateway returns as the provider's rejection."""
+    r = chat(client, acct, key=acct.test_key, model="m-small",
+             messages=[{"role": "user", "content": [{"type": "text", "text": 5}]}])
+    assert r.status_code == 400, r.get_json()
+    err = r.get_json()["error"]
+    assert err["code"] == "invalid_request" and "provider rejected the request" in err["message"]
+    assert r.headers["X-Chat-Attempts"] == "1"
+
+
 def test_models_listing(client, fakes, acct):
     r = client.get("/v1/models", headers=acct.headers)
     assert r.status_code == 200

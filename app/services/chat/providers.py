@@ -353,7 +353,8 @@ def to_anthropic(body: dict, upstream_model: str, max_tokens: int) -> dict:
         out["tools"] = [{"name": t["function"]["name"],
                          "description": t["function"].get("description", ""),
                          "input_schema": t["function"].get("parameters") or {"type": "object", "properties": {}}}
-                        for t in body["tools"] if isinstance(t, dict) and t.get("type") == "function"]
+                        for t in body["tools"]  # no type: a function tool (the only kind)
+                        if isinstance(t, dict) and t.get("type", "function") == "function"]
         choice = body.get("tool_choice")
         if choice == "required":
             out["tool_choice"] = {"type": "any"}

@@ -385,9 +385,16 @@ def from_anthropic(data: dict) -> dict:
     usage = data.get("usage") or {}
     out = {"choices": [{"index": 0, "message": message,
                         "finish_reason": _STOP.get(data.get("stop_reason"), "stop")}]}
-    if "input_tokens" in usage or "output_tokens" in usage:
-        out["usage"] = {**anthropic_prompt_usage(usage), "completion_tokens": int(usage.get("output_tokens") or 0)}
+    if _counted(usage, "input_tokens") and _counted(usage, "output_tokens"):  # else: the flagged estimate
+        out["usage"] = {**anthropic_prompt_usage(usage), "completion_tokens": usage["output_tokens"]}
     return out
+
+
+def _counted(usage, name: str) -> bool:
+    """Whether the provider reported ``name`` as a token count (an integer): usage without
+    one of the counts is no usage (the gateway's estimate, flagged), never a count of 0."""
+    value = usage.get(name) if isinstance(usage, dict) else None
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def anthropic_prompt_usage(usage: dict) -> dict:
@@ -426,7 +433,8 @@ def _anthropic_stream(offer: Offer, body: dict, max_tokens: int) -> Iterator[dic
             continue
         kind = ev.get("type")
         if kind == "message_start":
-            prompt = anthropic_prompt_usage((ev.get("message") or {}).get("usage") or {})
+            u = (ev.get("message") or {}).get("usage") or {}
+            prompt = anthropic_prompt_usage(u) if _counted(u, "input_tokens") else None
             yield {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
                                 "finish_reason": None}]}
         elif kind == "content_block_start":
@@ -448,8 +456,8 @@ def _anthropic_stream(offer: Offer, body: dict, max_tokens: int) -> Iterator[dic
         elif kind == "message_delta":
             finish = _STOP.get((ev.get("delta") or {}).get("stop_reason"), "stop")
             u = ev.get("usage") or {}
-            if "output_tokens" in u:
-                completion = int(u["output_tokens"])
+            if _counted(u, "output_tokens"):
+                completion = u["output_tokens"]
         elif kind == "error":
             raise ProviderFailure(f"{offer.provider.id}: stream error {str(ev.get('error'))[:200]}")
         elif kind == "message_stop":

@@ -135,6 +135,25 @@ def test_anthropic_usage_without_input_tokens_is_the_flagged_estimate_not_a_free
     ledger_clean()
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_openai_usage_with_a_null_count_is_the_flagged_estimate_not_a_server_error(app, client, fakes, acct,
+                                                                                 ledger_clean, stream):  # noqa: F811
+    """``"prompt_tokens": null`` from an OpenAI-shaped provider failed the completion with
+    500 (``int(None)``; a stream broke before its usage, the hold left for the sweep). It is
+    usage without the count: the gateway's estimate, prompt 10 + ceil(len("Hello from
+    cheap") / 4) = 4 at cheap ($1 / $2): 10 + 8 = 18 micros."""
+    fakes.cheap.usage_extra = {"prompt_tokens": None}
+    r = chat(client, acct, model="m-small", max_tokens=64, stream=stream)
+    assert r.status_code == 200, r.get_data(as_text=True)
+    if stream:
+        usage = [orjson.loads(x[6:]) for x in r.data.split(b"\n\n") if x.startswith(b"data: {")][-1]["usage"]
+    else:
+        usage = r.get_json()["usage"]
+    assert usage["estimated"] is True and (usage["prompt_tokens"], usage["completion_tokens"]) == (10, 4)
+    assert usage["cost_micros"] == 18 and figures(app, acct.id)["balance"] == START - 18
+    ledger_clean()
+
+
 def test_openai_hold_sized_by_the_tokenizer_lets_a_low_balance_through(app, client, monkeypatch, tmp_path,
                                                                         fakes, make_account, ledger_clean):  # noqa: F811
     """A prompt of long common words: 2,000 o200k tokens, but 28,000 characters. The hold is

@@ -208,11 +208,18 @@ def _reasoning(upstream: dict, prompt: int, completion: int) -> tuple[int, int]:
     return completion, reasoning
 
 
+def _count(value) -> bool:
+    """A token count as a provider reports one: a non-negative integer."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def _usage(call: _Call, offer: Offer, upstream: dict | None, generated_chars: int) -> dict:
     """OpenAI usage plus cost_usd, cost_micros, savings_pct, latency_ms (and estimated);
     for a completion served with the caller's own key (BYOK) also ``byok``,
     ``byok_fee_pct`` and ``provider_cost_micros`` (the list cost its provider bills)."""
-    estimated = not (upstream and "prompt_tokens" in upstream and "completion_tokens" in upstream)
+    # usage without an integer prompt and completion count is no usage (the flagged estimate)
+    estimated = not (isinstance(upstream, dict) and _count(upstream.get("prompt_tokens"))
+                     and _count(upstream.get("completion_tokens")))
     cached = written = reasoning = 0
     if estimated:
         prompt, completion = call.needs.prompt_tokens_for(offer), -(-generated_chars // 4)

@@ -53,6 +53,14 @@ def create_app(overrides: dict | None = None) -> Flask:
         {"type": "http", "scheme": "bearer",
          "description": "`svc_live_…`, `svc_test_…` API keys or `svc_sess_…` agent sessions."},
     )
+    from app import auth
+
+    api.spec.components.security_scheme(
+        auth.API_KEY_HEADER_SCHEME,
+        {"type": "apiKey", "in": "header", "name": "x-api-key",
+         "description": "Anthropic's credential header, taken by `POST /v1/messages` as an alternative to "
+                        "the bearer: the same `svc_…` keys (the bearer wins when both are sent)."},
+    )
 
     from app.converters import IdConverter, TextConverter
 
@@ -61,8 +69,6 @@ def create_app(overrides: dict | None = None) -> Flask:
         app.url_map.converters[name] = conv
     for conv in (IdConverter, TextConverter):
         api.register_converter(conv, conv.schema)
-
-    from app import auth
 
     auth.init_app(app)
 

@@ -43,6 +43,7 @@ from app.services.platform.uow import unit_of_work
 log = logging.getLogger(__name__)
 
 SECURITY_SCHEME = "bearerAuth"
+API_KEY_HEADER_SCHEME = "anthropicApiKey"  # ``x-api-key``, on /v1/messages (Anthropic's header)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,9 @@ Behaviour (deterministic, so tests and demos can predict every byte):
   message it answers ``"Tool result: <content>"``;
 * tokens are counted as whitespace-separated words (+3 per message for the prompt);
 * ``stream: true`` sends one chunk per word and, when ``stream_options.include_usage``,
-  a final usage chunk, then ``data: [DONE]``.
+  a final usage chunk, then ``data: [DONE]``;
+* a body it cannot read (no messages; a text part whose text is not a string …) is a 400
+  ``invalid_request_error``, as a provider answers it.
 
 Run: ``python -m demo.llm --port 8790`` (``deploy/run-local.d/20-demo-llm.sh``).
 """
@@ -87,8 +89,12 @@ class DemoLLMHandler(JSONHandler):
                                               "type": "invalid_request_error"}})
         if not self.path.rstrip("/").endswith("/chat/completions"):
             return self._json(404, {"error": {"message": "not found", "type": "not_found"}})
-        message, completion, finish = reply(body)
-        prompt = count_prompt(body["messages"])
+        try:
+            message, completion, finish = reply(body)
+            prompt = count_prompt(body["messages"])
+        except Exception as exc:  # noqa: BLE001 - a body it cannot read: a provider's 400, not a dropped connection
+            return self._json(400, {"error": {"message": f"unreadable request ({type(exc).__name__}: {exc})",
+                                              "type": "invalid_request_error"}})
         base = {"id": "chatcmpl-demo", "created": int(time.time()), "model": body.get("model", "demo")}
         usage = {"prompt_tokens": prompt, "completion_tokens": completion,
                  "total_tokens": prompt + completion}

@@ -25,6 +25,9 @@ class FakeState:
         self.usage_extra: dict = {}  # merged into the reported usage (e.g. cache token counts)
         self.sleep = 1.0
         self.fail_times: int | None = None  # fail this many times, then behave (mode -> ok)
+        # a stream cut after this many events: the connection closes (the body is
+        # close-delimited), no finish, no [DONE] / message_stop
+        self.stream_cut: int | None = None
         self.calls = 0
         self.bodies: list[dict] = []
         self.headers: list[dict] = []
@@ -47,8 +50,12 @@ def _key_of(req: Request) -> str | None:
     return auth[7:] if auth.startswith("Bearer ") else req.headers.get("x-api-key")
 
 
-def _sse(events) -> Reply:
-    """A Server-Sent Events answer, one flushed write per event."""
+def _sse(events, cut: int | None = None) -> Reply:
+    """A Server-Sent Events answer, one flushed write per event (only the first ``cut``
+    events when set: the upstream breaks off mid-stream)."""
+    if cut is not None:
+        events = events[:cut]
+
     def chunks():
         for name, obj in events:
             prefix = f"event: {name}\n".encode() if name else b""
@@ -80,7 +87,7 @@ def _openai(state: FakeState, body: dict):
     if state.usage and (body.get("stream_options") or {}).get("include_usage"):
         events.append((None, {**base, "choices": [], "usage": usage}))
     events.append((None, b"[DONE]"))
-    return _sse(events)
+    return _sse(events, state.stream_cut)
 
 
 def _anthropic(state: FakeState, body: dict):
@@ -108,7 +115,7 @@ def _anthropic(state: FakeState, body: dict):
     events.append(("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
                                      "usage": {"output_tokens": 10}}))
     events.append(("message_stop", {"type": "message_stop"}))
-    return _sse(events)
+    return _sse(events, state.stream_cut)
 
 
 def _upstream(fakes: "Fakes", name: str, anthropic: bool) -> StandIn:

@@ -43,6 +43,17 @@ def test_security_and_errors_documented(client):
     assert "x-error-codes" in spec and "payment_required" in spec["x-error-codes"]
 
 
+def test_the_messages_api_documents_its_x_api_key_credential(client):
+    """``POST /v1/messages`` authenticates with Anthropic's ``x-api-key`` header as well as
+    the bearer (what the ``anthropic`` SDK sends): the document says so, as an alternative."""
+    spec = _spec(client)
+    scheme = spec["components"]["securitySchemes"]["anthropicApiKey"]
+    assert scheme == {**scheme, "type": "apiKey", "in": "header", "name": "x-api-key"}
+    assert spec["paths"]["/v1/messages"]["post"]["security"] == [
+        {"bearerAuth": ["call:write"]}, {"anthropicApiKey": ["call:write"]}]
+    assert spec["paths"]["/v1/chat/completions"]["post"]["security"] == [{"bearerAuth": ["call:write"]}]
+
+
 def test_docs_page_renders(client):
     r = client.get("/docs")
     assert r.status_code == 200 and b"swagger" in r.data.lower()

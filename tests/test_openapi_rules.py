@@ -10,6 +10,7 @@ from jsonschema import Draft202012Validator
 
 from app.errors import InvalidRequest
 from app.services.chat.completions import _validate
+from app.services.chat.messages import to_openai
 
 
 @pytest.fixture(scope="module")
@@ -79,6 +80,72 @@ def test_a_chat_tool_is_refused_exactly_when_the_schema_rejects_it(components, t
 def test_both_lists_hold_accepted_and_refused_cases(components):
     accepted = [m for m in MESSAGES if _server_accepts({"model": "a", "messages": [m]})]
     assert 0 < len(accepted) < len(MESSAGES)
+
+
+# /v1/messages (Anthropic's Messages API): the same comparison for a message and ``system``.
+_USE = {"type": "tool_use", "id": "t", "name": "f", "input": {}}
+_IMG = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}
+ANTHROPIC_MESSAGES = [
+    {"role": "user", "content": "hi"}, {"role": "assistant", "content": ""},
+    {"role": "user", "content": [{"type": "text", "text": ""}]},
+    {"role": "assistant", "content": [{"type": "text", "text": ""}]},
+    {"role": "user", "content": [_IMG, {"type": "text", "text": "what?"}]},
+    {"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "https://x/y.png"}}]},
+    {"role": "assistant", "content": [{"type": "text", "text": "a"}, _USE]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t"}]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "42"}]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t",
+                                  "content": [{"type": "text", "text": "42"}]}]},
+    # refused
+    {"role": "user", "content": ""}, {"role": "user", "content": []}, {"role": "assistant", "content": []},
+    {"role": "system", "content": "x"}, {"role": "user"}, {"role": "user", "content": 5},
+    {"role": "user", "content": [{"type": "text"}]}, {"role": "user", "content": [{"type": "text", "text": 5}]},
+    {"role": "user", "content": [{"type": "document", "source": {}}]},
+    {"role": "assistant", "content": [{"type": "thinking", "thinking": "x"}]},
+    {"role": "assistant", "content": [_IMG]}, {"role": "user", "content": [_USE]},
+    {"role": "assistant", "content": [{"type": "tool_result", "tool_use_id": "t"}]},
+    {"role": "user", "content": [{"type": "image"}]},
+    {"role": "user", "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png"}}]},
+    {"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": ""}}]},
+    {"role": "assistant", "content": [{"type": "tool_use", "id": "t"}]},
+    {"role": "assistant", "content": [{"type": "tool_use", "id": "", "name": "f"}]},
+    {"role": "user", "content": [{"type": "tool_result"}]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": 5}]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [_IMG]}]},
+    {"role": "user", "content": [1]},
+]
+SYSTEMS = ["be brief", "", None, [], [{"type": "text", "text": "be brief"}],
+           # refused
+           5, [{"type": "image"}], [{"type": "text"}], [{"type": "text", "text": 5}], ["x"]]
+
+
+def _messages_server_accepts(body: dict) -> bool:
+    try:
+        to_openai(body)
+        return True
+    except InvalidRequest:
+        return False
+
+
+@pytest.mark.parametrize("message", ANTHROPIC_MESSAGES)
+def test_a_messages_api_message_is_refused_exactly_when_the_schema_rejects_it(components, message):
+    """A schema-valid ``/v1/messages`` request was refused with 400 for an empty user turn,
+    a text block without text, an image without a source, a block type or turn the
+    translation does not take …: the document now states what the server applies."""
+    body = {"model": "auto", "max_tokens": 10, "messages": [message]}
+    assert _valid(components["MessagesRequest"], body) == _messages_server_accepts(body)
+
+
+@pytest.mark.parametrize("system", SYSTEMS)
+def test_a_messages_api_system_prompt_is_refused_exactly_when_the_schema_rejects_it(components, system):
+    body = {"model": "auto", "max_tokens": 10, "messages": [ANTHROPIC_MESSAGES[0]], "system": system}
+    assert _valid(components["MessagesRequest"], body) == _messages_server_accepts(body)
+
+
+def test_both_messages_api_lists_hold_accepted_and_refused_cases():
+    ok = [m for m in ANTHROPIC_MESSAGES
+          if _messages_server_accepts({"model": "a", "max_tokens": 1, "messages": [m]})]
+    assert 0 < len(ok) < len(ANTHROPIC_MESSAGES)
 
 
 PATCHES = [

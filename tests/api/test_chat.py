@@ -343,6 +343,43 @@ def test_streaming_without_upstream_usage_is_a_flagged_estimate(app, client, fak
     ledger_clean()
 
 
+@pytest.mark.parametrize("model, cut, cost", [
+    # OpenAI-shaped upstream: the role chunk and "Hello", then the connection closes (no
+    # finish_reason, no [DONE]); estimate: prompt 10 + ceil(5 / 4) = 2 at cheap: 10×1 + 2×2
+    ("m-small", 2, 14),
+    # Anthropic upstream: message_start, content_block_start and "Hello", no message_delta /
+    # message_stop; estimate (prompt 12 by the Claude estimator) at m-claude's prices: 12×4 + 2×20
+    ("m-claude", 3, 88),
+])
+def test_upstream_stream_ending_early_is_an_interruption_not_a_finish(app, client, fakes, acct, ledger_clean,
+                                                                      model, cut, cost):
+    """A close-delimited upstream stream that simply ends mid-answer (no finish, no [DONE]
+    or message_stop) is a broken stream: the client gets the error event and no finish_reason
+    that would pass the truncated answer off as complete; it is charged what was generated."""
+    fakes.cheap.stream_cut = fakes.claude.stream_cut = cut
+    r = chat(client, acct, model=model, max_tokens=64, stream=True)
+    assert r.status_code == 200
+    events = _events(r)
+    assert events[-1] == b"[DONE]"
+    assert events[-3]["error"]["code"] == "provider_error", events
+    assert not [c for c in events[:-3] if any(ch.get("finish_reason") for ch in c["choices"])]
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in events[:-3]) == "Hello"
+    assert events[-2]["usage"]["estimated"] is True and events[-2]["usage"]["cost_micros"] == cost
+    with app.app_context():
+        row = db.session.execute(select(ChatCompletion)).scalar_one()
+        assert (row.status, row.cost_micros) == ("settled", cost) and row.error.startswith("stream interrupted")
+    assert figures(app, acct.id)["balance"] == START - cost
+    ledger_clean()
+
+
+def test_upstream_stream_ending_before_its_first_event_fails_over(app, client, fakes, acct, ledger_clean):
+    fakes.cheap.stream_cut = 0  # the cheap provider answers 200 and closes: nothing was sent yet
+    r = chat(client, acct, model="m-small", max_tokens=100, stream=True)
+    assert r.headers["X-Chat-Provider"] == "pricey" and r.headers["X-Chat-Attempts"] == "2"
+    assert _events(r)[-2]["usage"]["cost_micros"] == 600
+    ledger_clean()
+
+
 def test_client_disconnect_is_charged_for_what_was_generated(app, client, fakes, acct, ledger_clean):
     r = client.post("/v1/chat/completions", json={"model": "m-small", "messages": MSGS, "stream": True,
                                                   "max_tokens": 100},
@@ -357,6 +394,28 @@ def test_client_disconnect_is_charged_for_what_was_generated(app, client, fakes,
         assert (row.status, row.cost_micros, row.usage_estimated) == ("settled", 14, True)
         assert row.error == "client disconnected"
     assert figures(app, acct.id)["balance"] == START - 14
+    ledger_clean()
+
+
+_TOOLS = [{"type": "function", "function": {"name": "f"}}]
+_CALL = {"role": "assistant", "tool_calls": [{"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}
+
+
+@pytest.mark.parametrize("extra", [
+    {"stop": 5},
+    {"tools": _TOOLS, "tool_choice": {"type": "function", "function": "f"}},
+    {"messages": [{"role": "system", "content": [{"type": "text", "text": 5}]}, *MSGS]},
+    {"messages": [*MSGS, _CALL, {"role": "tool", "tool_call_id": "a", "content": [{"type": "text", "text": 5}]}]},
+], ids=["stop-int", "tool_choice-function-str", "system-text-int", "tool-text-int"])
+def test_odd_schema_valid_fields_reach_an_anthropic_provider_without_a_server_error(app, client, fakes, acct,
+                                                                                  ledger_clean, extra):
+    """Fields the document leaves open (``stop``, ``tool_choice``, content parts' values) are
+    the provider's to judge: translating them for an Anthropic upstream must not fail with
+    500 (it did: ``list(5)``, ``"f".get``, ``" ".join`` of a number; an image URL that is not
+    a string: tests/services/test_chat_catalog.py)."""
+    r = chat(client, acct, model="m-claude", max_tokens=64, **extra)
+    assert r.status_code == 200, r.get_json()
+    assert fakes.claude.calls == 1
     ledger_clean()
 
 
@@ -406,6 +465,19 @@ def test_test_mode_uses_the_sandbox_and_moves_no_money(app, client, fakes, acct,
         assert usage.totals(acct.id, start, end, mode="test")["calls"] == 1
     assert figures(app, acct.id)["balance"] == START
     ledger_clean()
+
+
+def test_the_demo_llm_answers_a_request_it_cannot_read_with_400_not_a_dropped_connection(app, client, fakes, acct):
+    """The demo LLM (the sandbox and the embedded default's provider) dropped the connection
+    on a schema-valid body it could not read (a text part whose text is not a string): the
+    gateway saw a connection failure, tried again and answered 502. It answers 400 now, as
+    a provider does, which the gateway returns as the provider's rejection."""
+    r = chat(client, acct, key=acct.test_key, model="m-small",
+             messages=[{"role": "user", "content": [{"type": "text", "text": 5}]}])
+    assert r.status_code == 400, r.get_json()
+    err = r.get_json()["error"]
+    assert err["code"] == "invalid_request" and "provider rejected the request" in err["message"]
+    assert r.headers["X-Chat-Attempts"] == "1"
 
 
 def test_models_listing(client, fakes, acct):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 import orjson
-
+import pytest
 from sqlalchemy import select
 
 from app.extensions import db
@@ -111,6 +111,46 @@ def test_anthropic_cache_read_and_write_priced(app, client, fakes, acct, ledger_
     final = [orjson.loads(x[6:]) for x in r.data.split(b"\n\n") if x.startswith(b"data: {")][-1]
     assert final["usage"]["cost_micros"] == 1680
     assert figures(app, acct.id)["balance"] == START - 2 * 1680
+    ledger_clean()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_anthropic_usage_without_input_tokens_is_the_flagged_estimate_not_a_free_prompt(app, client, fakes, acct,
+                                                                                      ledger_clean, stream):  # noqa: F811
+    """An Anthropic-shaped provider reporting ``output_tokens`` but no (or a null)
+    ``input_tokens``: the prompt was charged as 0 tokens and the usage not flagged. As for
+    an OpenAI-shaped provider without full usage, the usage is the gateway's estimate:
+    prompt 12 (the Claude estimator), completion ceil(len("Hello from claude") / 4) = 5 at
+    $4 / $20: 12×4 + 5×20 = 148 micros."""
+    fakes.claude.usage_extra = {"input_tokens": None}
+    r = chat(client, acct, model="m-claude", max_tokens=64, stream=stream)
+    assert r.status_code == 200, r.get_data(as_text=True)
+    if stream:
+        usage = [orjson.loads(x[6:]) for x in r.data.split(b"\n\n") if x.startswith(b"data: {")][-1]["usage"]
+    else:
+        usage = r.get_json()["usage"]
+    assert usage["estimated"] is True and (usage["prompt_tokens"], usage["completion_tokens"]) == (12, 5)
+    assert usage["cost_micros"] == 148
+    assert figures(app, acct.id)["balance"] == START - 148
+    ledger_clean()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_openai_usage_with_a_null_count_is_the_flagged_estimate_not_a_server_error(app, client, fakes, acct,
+                                                                                 ledger_clean, stream):  # noqa: F811
+    """``"prompt_tokens": null`` from an OpenAI-shaped provider failed the completion with
+    500 (``int(None)``; a stream broke before its usage, the hold left for the sweep). It is
+    usage without the count: the gateway's estimate, prompt 10 + ceil(len("Hello from
+    cheap") / 4) = 4 at cheap ($1 / $2): 10 + 8 = 18 micros."""
+    fakes.cheap.usage_extra = {"prompt_tokens": None}
+    r = chat(client, acct, model="m-small", max_tokens=64, stream=stream)
+    assert r.status_code == 200, r.get_data(as_text=True)
+    if stream:
+        usage = [orjson.loads(x[6:]) for x in r.data.split(b"\n\n") if x.startswith(b"data: {")][-1]["usage"]
+    else:
+        usage = r.get_json()["usage"]
+    assert usage["estimated"] is True and (usage["prompt_tokens"], usage["completion_tokens"]) == (10, 4)
+    assert usage["cost_micros"] == 18 and figures(app, acct.id)["balance"] == START - 18
     ledger_clean()
 
 

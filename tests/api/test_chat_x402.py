@@ -105,6 +105,26 @@ def test_official_x402_client_pays_for_a_completion(app, url, fakes, make_accoun
     ledger_clean()
 
 
+def test_official_x402_client_pays_for_a_messages_api_message(app, url, fakes, make_account, ledger_clean):
+    """``/v1/messages`` answers a short balance with the same 402 as chat completions, which
+    offers an x402 payment ("retry with a PAYMENT-SIGNATURE"): the retry carrying it is
+    honoured there too (it was ignored: the paying client got the same 402 again)."""
+    poor = make_account(cents=0)
+    wallet = EthAccount.create()
+    body = {"model": "m-small", "max_tokens": 100, "messages": MSGS}
+    r = paying_session(wallet).post(url + "/v1/messages", json=body, headers=poor.headers)
+    assert r.status_code == 200, r.text
+    assert r.json()["type"] == "message" and r.json()["content"] == [{"type": "text", "text": "Hello from cheap"}]
+    assert r.json()["usage"]["cost_micros"] == 200
+    settle = decode_payment_response_header(r.headers["PAYMENT-RESPONSE"])
+    assert settle.success and settle.payer == wallet.address and settle.amount == "10000"
+    b = books(app, poor.id)
+    assert b["payments"] == [("x402", 10_000, "succeeded")]
+    assert b["kinds"] == ["x402_payment", "chat_hold", "chat_settle"]
+    assert (b["balance"], b["revenue"], b["held"]) == (9_800, 200, 0)
+    ledger_clean()
+
+
 def test_provider_failure_after_payment_leaves_the_credit(app, url, fakes, make_account, ledger_clean):
     fakes.cheap.mode = fakes.pricey.mode = "503"
     poor = make_account(cents=0)

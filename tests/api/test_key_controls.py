@@ -113,6 +113,25 @@ def test_tokens_per_minute_count_the_provider_tokens(app, client, fakes, make_ac
     ledger_clean()
 
 
+def test_a_request_the_tpm_limit_refuses_does_not_count_against_the_rpm_limit(app, client, fakes, make_account,
+                                                                            ledger_clean):
+    """A refused request counts in no window: a completion refused 429 by the key's tokens
+    per minute must not use up its requests per minute (it did: two tpm refusals left no
+    request of an rpm limit of 2)."""
+    acct = make_account(cents=100)
+    key = _key(client, acct, rpm_limit=2, tpm_limit=400)["key"]
+    fresh_window()  # the counted requests below in one window
+    for _ in range(2):  # 10 + 500 estimated: never fits 400
+        r = _chat(client, key, model="m-small", max_tokens=500)
+        assert r.status_code == 429 and "tokens-per-minute" in r.get_json()["error"]["message"]
+    for _ in range(2):  # 11 estimated, 150 each: the rpm limit's two requests are still there
+        r = _chat(client, key, model="m-small", max_tokens=1)
+        assert r.status_code == 200, r.get_json()
+    r = _chat(client, key, model="m-small", max_tokens=1)
+    assert r.status_code == 429 and "requests-per-minute" in r.get_json()["error"]["message"]
+    ledger_clean()
+
+
 def test_a_failed_completion_gives_its_tokens_back(app, client, fakes, make_account):
     acct = make_account(cents=100)
     key = _key(client, acct, tpm_limit=250)["key"]

@@ -70,8 +70,8 @@ SEMANTIC_400: dict[str, str] = {
                                  "model that fits the request is 400 `no_matching_model` "
                                  "(`invalid_request_error`), documented on the operation",
     "POST /v1/messages": "Anthropic's convention, kept for Anthropic clients: 400 "
-                         "`invalid_request_error` for `model: auto` with no fitting model and for a "
-                         "content block that does not suit its turn, documented on the operation",
+                         "`invalid_request_error` for `model: auto` with no fitting model, documented on "
+                         "the operation (the content blocks each turn takes are in the document)",
 }
 # Operations only an agent may call (403 to a key): the fuzz run calls them with the
 # session of an agent of alice's, so their bodies reach the service, not just the auth

@@ -122,6 +122,25 @@ def test_anthropic_translation_of_a_tool_conversation():
                     "usage": {"prompt_tokens": 7, "completion_tokens": 3}}
 
 
+def test_an_image_url_that_is_not_a_string_is_left_to_the_anthropic_provider():
+    """Schema-valid (a content part's values are open): the translation must not fail with
+    500 (``5.startswith``); the provider refuses the empty URL itself."""
+    out = llm_providers.to_anthropic({"model": "x", "messages": [
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": 5}}]}]}, "claude-x", 10)
+    assert out["messages"] == [{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": ""}}]}]
+
+
+def test_a_tool_without_type_is_a_function_tool_for_an_anthropic_provider_too():
+    """The request document takes a tool without ``type`` (``function`` is the only kind) and
+    OpenAI-shaped providers get it as it is: the Anthropic translation dropped it (and sent
+    ``tool_choice: any`` with no tools)."""
+    out = llm_providers.to_anthropic({"model": "x", "messages": [{"role": "user", "content": "hi"}],
+                                      "tools": [{"function": {"name": "f", "parameters": {"type": "object"}}}],
+                                      "tool_choice": "required"}, "claude-x", 10)
+    assert out["tools"] == [{"name": "f", "description": "", "input_schema": {"type": "object"}}]
+    assert out["tool_choice"] == {"type": "any"}
+
+
 def test_tool_calls_become_tool_use_blocks_alike_upstream_and_on_v1_messages():
     """One translation of OpenAI ``tool_calls`` into Anthropic ``tool_use`` blocks serves the
     request sent upstream (``to_anthropic``) and the ``/v1/messages`` answer (``_content``)."""

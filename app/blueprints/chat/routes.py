@@ -159,33 +159,41 @@ def _x_api_key(view):
 
 @blp.route("/messages")
 class MessagesView(MethodView):
+    # either credential: the bearer, or Anthropic's x-api-key header (what its SDK sends)
+    @blp.doc(security=[{auth.SECURITY_SCHEME: ["call:write"]}, {auth.API_KEY_HEADER_SCHEME: ["call:write"]}])
     @_x_api_key
     @authenticated("call:write")
+    @blp.arguments(PaymentHeadersSchema, location="headers", as_kwargs=True)
     @blp.arguments(MessagesRequestSchema)
     @blp.response(200, MessageSchema, description=(
         "Anthropic's message object, or with `stream: true` Anthropic's `text/event-stream`. "
-        "Headers as for `POST /v1/chat/completions`."))
+        "Headers as for `POST /v1/chat/completions`; `PAYMENT-RESPONSE` when paid by x402."),
+        headers=PAYMENT_RESPONSE_HEADERS)
     @blp.doc(responses={200: {"content": {"text/event-stream": {"schema": {
         "type": "string", "description": "`message_start`, `ping`, `content_block_start` / `content_block_delta` / "
         "`content_block_stop`, `message_delta` (stop reason, usage with cost), `message_stop`."}}}}})
     @document_errors(blp, {
-        400: "`invalid_request_error`: a body outside the document; and, by Anthropic's convention (its "
-             "clients read a 400 as `BadRequestError`), a schema-valid request no model serves "
-             "(`no_matching_model`: `model: auto` with no fitting model; `context_length_exceeded`) or a "
-             "content block that does not suit its turn (image and tool_result in user turns, tool_use in "
-             "assistant turns).",
-        402: ("`payment_required`: the balance cannot cover the hold (`billing_error`).", PAYMENT_REQUIRED_HEADERS),
+        400: "`invalid_request_error`: a body outside the document (which states the content blocks each "
+             "turn takes: text; image and tool_result in user turns, tool_use in assistant turns); and, by "
+             "Anthropic's convention (its clients read a 400 as `BadRequestError`), a schema-valid request no "
+             "model serves (`no_matching_model`: `model: auto` with no fitting model; "
+             "`context_length_exceeded`).",
+        402: ("`payment_required`: the balance cannot cover the hold (`billing_error`); pay it by x402 as for "
+              "`POST /v1/chat/completions`. `payment_invalid`: the x402 payment was refused; nothing was "
+              "credited.", PAYMENT_REQUIRED_HEADERS),
         404: "`model_not_found`.",
         502: "`provider_error`: every candidate failed; nothing charged.",
         504: "`provider_timeout`: every candidate timed out; nothing charged."}, schema=AnthropicErrorSchema)
-    def post(self, body):
+    def post(self, body, x_payment=None, payment_signature=None):
         """Create a message (Anthropic's Messages API: request, response, streaming events and
         errors), over the same routing, failover, holds and settlement as chat completions.
 
         Authenticate with `x-api-key` or `Authorization: Bearer`; `anthropic-version` is
-        accepted. `model: auto` picks the cheapest model that fits.
+        accepted. `model: auto` picks the cheapest model that fits. x402: as for chat
+        completions, a `PAYMENT-SIGNATURE` (or `X-Payment`) header pays the hold the 402 asked for.
         """
         p = principal()
         return _response(messages.create_message(p.account_id, p.mode, body, key_id=key_of(p),
                                                     actor=p.credential_id, controls=controls_of(p),
-                                                    byok=bool(p.extra.get("byok"))))
+                                                    byok=bool(p.extra.get("byok")),
+                                                    payment=payment_signature or x_payment))

@@ -177,8 +177,40 @@ class ModelListSchema(ma.Schema):
 
 # --- Anthropic Messages API (POST /v1/messages) -------------------------------------------
 
-_BLOCKS = {"type": "array", "items": {"type": "object", "required": ["type"],
-                                      "properties": {"type": {"type": "string"}}}}
+# What ``chat.messages`` accepts in a message and in ``system``, as JSON Schema (exactly, as
+# _MESSAGE for chat completions: a request valid by it is not refused for its messages or
+# system prompt; tests/test_openapi_rules.py compares the two). Blocks: text (either turn),
+# image (user: a base64 or url source), tool_use (assistant: id and name), tool_result
+# (user: tool_use_id; content text or text blocks).
+_TEXT_BLOCK = {"type": "object", "required": ["type", "text"],
+               "properties": {"type": {"const": "text"}, "text": {"type": "string"}}}
+_TEXT_BLOCKS = {"type": "array", "items": _TEXT_BLOCK}
+_IMAGE_BLOCK = {"type": "object", "required": ["type", "source"], "properties": {
+    "type": {"const": "image"},
+    "source": {"anyOf": [
+        {"type": "object", "required": ["type", "media_type", "data"], "properties": {
+            "type": {"const": "base64"}, "media_type": _TRUTHY, "data": _TRUTHY}},
+        {"type": "object", "required": ["type", "url"], "properties": {"type": {"const": "url"}, "url": _TRUTHY}}]}}}
+_TOOL_USE_BLOCK = {"type": "object", "required": ["type", "id", "name"], "properties": {
+    "type": {"const": "tool_use"}, "id": _TRUTHY, "name": _TRUTHY}}
+_TOOL_RESULT_BLOCK = {"type": "object", "required": ["type", "tool_use_id"], "properties": {
+    "type": {"const": "tool_result"}, "tool_use_id": _TRUTHY,
+    "content": {"anyOf": [{"type": "string"}, {"type": "null"}, _TEXT_BLOCKS]}}}
+_ANTHROPIC_MESSAGE = {
+    "required": ["role", "content"],
+    "properties": {"role": {"type": "string", "enum": ["user", "assistant"]},
+                   "content": {"anyOf": [{"type": "string"}, {"type": "array", "minItems": 1, "items": {
+                       "type": "object", "required": ["type"], "properties": {"type": {"type": "string"}}}}]}},
+    "allOf": [
+        {"if": {"required": ["role"], "properties": {"role": {"const": "user"}}},
+         "then": {"properties": {"content": {"anyOf": [
+             {"type": "string", "minLength": 1},
+             {"type": "array", "items": {"anyOf": [_TEXT_BLOCK, _IMAGE_BLOCK, _TOOL_RESULT_BLOCK]}}]}}}},
+        {"if": {"required": ["role"], "properties": {"role": {"const": "assistant"}}},
+         "then": {"properties": {"content": {"anyOf": [
+             {"type": "string"}, {"type": "array", "items": {"anyOf": [_TEXT_BLOCK, _TOOL_USE_BLOCK]}}]}}}},
+    ],
+}
 
 
 class MessagesRequestSchema(InputSchema):
@@ -191,12 +223,9 @@ class MessagesRequestSchema(InputSchema):
     model = ma.fields.String(required=True, validate=ma.validate.Length(min=1, max=96), metadata={
         "description": "`auto` (cheapest model that fits) or a model id from `GET /v1/models`."})
     max_tokens = ma.fields.Integer(required=True, validate=ma.validate.Range(min=1, max=1_000_000))
-    messages = ma.fields.List(ma.fields.Dict(metadata={
-        "required": ["role", "content"],
-        "properties": {"role": {"type": "string", "enum": ["user", "assistant"]},
-                       "content": {"anyOf": [{"type": "string"}, _BLOCKS]}}}),
-        required=True, validate=ma.validate.Length(min=1, max=4096))
-    system = ma.fields.Raw(allow_none=True, metadata={"anyOf": [{"type": "string"}, _BLOCKS, {"type": "null"}],
+    messages = ma.fields.List(ma.fields.Dict(metadata=_ANTHROPIC_MESSAGE),
+                              required=True, validate=ma.validate.Length(min=1, max=4096))
+    system = ma.fields.Raw(allow_none=True, metadata={"anyOf": [{"type": "string"}, _TEXT_BLOCKS, {"type": "null"}],
                                                       "description": "A string or text blocks."})
     stop_sequences = ma.fields.List(ma.fields.String(), allow_none=True, validate=ma.validate.Length(max=16))
     temperature = ma.fields.Float(allow_none=True, validate=ma.validate.Range(min=0, max=2))

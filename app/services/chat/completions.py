@@ -208,11 +208,18 @@ def _reasoning(upstream: dict, prompt: int, completion: int) -> tuple[int, int]:
     return completion, reasoning
 
 
+def _count(value) -> bool:
+    """A token count as a provider reports one: a non-negative integer."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def _usage(call: _Call, offer: Offer, upstream: dict | None, generated_chars: int) -> dict:
     """OpenAI usage plus cost_usd, cost_micros, savings_pct, latency_ms (and estimated);
     for a completion served with the caller's own key (BYOK) also ``byok``,
     ``byok_fee_pct`` and ``provider_cost_micros`` (the list cost its provider bills)."""
-    estimated = not (upstream and "prompt_tokens" in upstream and "completion_tokens" in upstream)
+    # usage without an integer prompt and completion count is no usage (the flagged estimate)
+    estimated = not (isinstance(upstream, dict) and _count(upstream.get("prompt_tokens"))
+                     and _count(upstream.get("completion_tokens")))
     cached = written = reasoning = 0
     if estimated:
         prompt, completion = call.needs.prompt_tokens_for(offer), -(-generated_chars // 4)
@@ -311,7 +318,6 @@ def create_completion(account_id: str, mode: str, body: dict, key_id: str | None
     started = time.monotonic()
     with telemetry.span("chat.route"):  # validation, request analysis, candidates, hold size
         allowed = key_controls.allowed_models(controls, body.get("model"))
-        key_controls.count_request(controls)
         _validate(body)
         needs = analyse(body)
         sandbox = current_app.config["CHAT_SANDBOX_PROVIDER"] if mode == "test" else None
@@ -323,8 +329,14 @@ def create_completion(account_id: str, mode: str, body: dict, key_id: str | None
         call.budget_micros = _hold_for(offers, needs)
         if call.live:
             call.hold_micros = call.budget_micros
-    # the key's tpm: the estimated prompt plus the output the request asked for
+    # the key's tpm: the estimated prompt plus the output the request asked for; then its rpm
+    # (a request either limit refuses counts in neither window: its tokens are given back)
     call.tokens = key_controls.reserve_tokens(controls, needs.prompt_tokens + (needs.max_tokens or 0) * needs.choices)
+    try:
+        key_controls.count_request(controls)
+    except BaseException:
+        _tokens_done(call, 0)
+        raise
     paid_headers: dict = {}
     try:
         _hold(call, payment, paid_headers)

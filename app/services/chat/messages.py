@@ -81,10 +81,10 @@ def _message(i: int, msg, out: list[dict]) -> None:
             raise InvalidRequest(f"{at}: unsupported content block (text, image in user turns, tool_use "
                                  "in assistant turns, tool_result in user turns).", param=f"{at}.type")
     out.extend(results)  # tool results answer the previous assistant turn's calls: first
-    if role == "assistant":
+    if role == "assistant":  # empty text and no calls: an empty turn, as for content ""
         text = "".join(p["text"] for p in parts)
-        if text or calls:
-            out.append({"role": "assistant", "content": text or None, **({"tool_calls": calls} if calls else {})})
+        out.append({"role": "assistant", "content": text or (None if calls else ""),
+                    **({"tool_calls": calls} if calls else {})})
     elif parts:
         out.append({"role": "user", "content": parts})
 
@@ -97,9 +97,7 @@ def to_openai(req: dict) -> dict:
     if system:
         messages.append({"role": "system", "content": system})
     for i, msg in enumerate(req["messages"]):
-        _message(i, msg, messages)
-    if not any(m["role"] != "system" for m in messages):
-        raise InvalidRequest("messages: at least one message with content is required.", param="messages")
+        _message(i, msg, messages)  # each adds at least one message
     body: dict = {"model": req["model"], "messages": messages, "max_tokens": req["max_tokens"]}
     for key in ("temperature", "top_p"):
         if req.get(key) is not None:
@@ -234,11 +232,13 @@ def translate_stream(events: Iterator[bytes], completion_id: str, model: str) ->
 
 
 def create_message(account_id: str, mode: str, req: dict, key_id: str | None = None,
-                   actor: str | None = None, controls=None, byok: bool = False) -> ChatResult:
-    """``POST /v1/messages``: translate, run the completion service (``controls``, ``byok``:
-    as ``create_completion`` takes them), translate back."""
+                   actor: str | None = None, controls=None, byok: bool = False,
+                   payment: str | None = None) -> ChatResult:
+    """``POST /v1/messages``: translate, run the completion service (``controls``, ``byok``,
+    ``payment`` — an x402 payment header paying the hold — as ``create_completion`` takes
+    them), translate back."""
     result = completions.create_completion(account_id, mode, to_openai(req), key_id=key_id, actor=actor,
-                                           controls=controls, byok=byok)
+                                           payment=payment, controls=controls, byok=byok)
     if result.events is None:
         return ChatResult(body=from_openai(result.body), headers=result.headers)
     completion_id, model = result.headers["X-Chat-Completion-Id"], result.headers["X-Chat-Model"]

@@ -223,9 +223,18 @@ def _openai_complete(offer: Offer, body: dict, max_tokens: int) -> dict:
     return data
 
 
+def _ended_early(offer: Offer) -> ProviderFailure:
+    """An event stream that ended before its finish: a close-delimited body whose
+    connection closed mid-answer reads as a normal end at the HTTP level, so the events
+    decide (no finish_reason and no ``[DONE]``; Anthropic: no ``message_delta`` /
+    ``message_stop``). Before the first event it fails over like any failure."""
+    return ProviderFailure(f"{offer.provider.id}: stream ended before its finish")
+
+
 def _openai_stream(offer: Offer, body: dict, max_tokens: int) -> Iterator[dict]:
     resp = _post(offer, offer.provider.base_url + "/chat/completions", _openai_headers(offer),
                  _openai_payload(offer, body, max_tokens, True))
+    finished = False
     for data in sse_events(resp, offer):
         if data == b"[DONE]":
             return
@@ -238,7 +247,11 @@ def _openai_stream(offer: Offer, body: dict, max_tokens: int) -> Iterator[dict]:
         if isinstance(chunk, dict) and "error" in chunk and "choices" not in chunk:
             raise ProviderFailure(f"{offer.provider.id}: stream error {str(chunk['error'])[:200]}")
         if isinstance(chunk, dict):
+            finished = finished or any(isinstance(c, dict) and c.get("finish_reason")
+                                       for c in chunk.get("choices") or ())
             yield chunk
+    if not finished:  # no [DONE] and no finish_reason: cut off, not finished
+        raise _ended_early(offer)
 
 
 # --- Anthropic Messages API ---------------------------------------------------------------
@@ -257,6 +270,7 @@ def _anthropic_headers(offer: Offer) -> dict:
 def _image_block(part: dict) -> dict:
     url = (part.get("image_url") or {}).get("url", "") if isinstance(part.get("image_url"), dict) \
         else str(part.get("image_url") or "")
+    url = url if isinstance(url, str) else ""  # not a URL: the provider refuses it (400), no crash
     if url.startswith("data:") and ";base64," in url:
         media, _, data = url[5:].partition(";base64,")
         return {"type": "image", "source": {"type": "base64", "media_type": media, "data": data}}
@@ -295,8 +309,16 @@ def _blocks(content) -> list[dict]:
     return out
 
 
+def _joined_text(content) -> str:
+    """The text parts of ``content`` joined (a system prompt, a tool result): parts whose
+    ``text`` is not a string have no text to join."""
+    return " ".join(b["text"] for b in _blocks(content) if b["type"] == "text" and isinstance(b["text"], str))
+
+
 def to_anthropic(body: dict, upstream_model: str, max_tokens: int) -> dict:
-    """OpenAI chat request → Anthropic Messages request."""
+    """OpenAI chat request → Anthropic Messages request. Values the request document leaves
+    open (``stop``, ``tool_choice``, content parts) are translated where they have an
+    Anthropic form and otherwise passed on for the provider to judge, never a server error."""
     system: list[str] = []
     messages: list[dict] = []
 
@@ -309,14 +331,14 @@ def to_anthropic(body: dict, upstream_model: str, max_tokens: int) -> dict:
     for msg in body["messages"]:
         role = msg.get("role")
         if role in ("system", "developer"):
-            system.append(" ".join(b["text"] for b in _blocks(msg.get("content")) if b["type"] == "text"))
+            system.append(_joined_text(msg.get("content")))
         elif role == "user":
             add("user", _blocks(msg.get("content")))
         elif role == "assistant":
             add("assistant", _blocks(msg.get("content")) + tool_use_blocks(msg.get("tool_calls")))
         elif role == "tool":
-            text = " ".join(b.get("text", "") for b in _blocks(msg.get("content")) if b["type"] == "text")
-            add("user", [{"type": "tool_result", "tool_use_id": msg.get("tool_call_id"), "content": text}])
+            add("user", [{"type": "tool_result", "tool_use_id": msg.get("tool_call_id"),
+                          "content": _joined_text(msg.get("content"))}])
     out: dict = {"model": upstream_model, "messages": messages,
                  "max_tokens": max_tokens}  # the held cap (catalog.output_cap), never the raw request's
     if system:
@@ -326,12 +348,13 @@ def to_anthropic(body: dict, upstream_model: str, max_tokens: int) -> dict:
             out[key] = body[key]
     stop = body.get("stop")
     if stop:
-        out["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
+        out["stop_sequences"] = [stop] if isinstance(stop, str) else stop  # not a list: the provider's 400
     if body.get("tools"):
         out["tools"] = [{"name": t["function"]["name"],
                          "description": t["function"].get("description", ""),
                          "input_schema": t["function"].get("parameters") or {"type": "object", "properties": {}}}
-                        for t in body["tools"] if isinstance(t, dict) and t.get("type") == "function"]
+                        for t in body["tools"]  # no type: a function tool (the only kind)
+                        if isinstance(t, dict) and t.get("type", "function") == "function"]
         choice = body.get("tool_choice")
         if choice == "required":
             out["tool_choice"] = {"type": "any"}
@@ -339,7 +362,7 @@ def to_anthropic(body: dict, upstream_model: str, max_tokens: int) -> dict:
             out["tool_choice"] = {"type": "auto"}
         elif choice == "none":
             out.pop("tools")
-        elif isinstance(choice, dict) and choice.get("function"):
+        elif isinstance(choice, dict) and isinstance(choice.get("function"), dict):
             out["tool_choice"] = {"type": "tool", "name": choice["function"].get("name")}
     if body.get("user"):
         out["metadata"] = {"user_id": str(body["user"])[:256]}
@@ -362,9 +385,16 @@ def from_anthropic(data: dict) -> dict:
     usage = data.get("usage") or {}
     out = {"choices": [{"index": 0, "message": message,
                         "finish_reason": _STOP.get(data.get("stop_reason"), "stop")}]}
-    if "input_tokens" in usage or "output_tokens" in usage:
-        out["usage"] = {**anthropic_prompt_usage(usage), "completion_tokens": int(usage.get("output_tokens") or 0)}
+    if _counted(usage, "input_tokens") and _counted(usage, "output_tokens"):  # else: the flagged estimate
+        out["usage"] = {**anthropic_prompt_usage(usage), "completion_tokens": usage["output_tokens"]}
     return out
+
+
+def _counted(usage, name: str) -> bool:
+    """Whether the provider reported ``name`` as a token count (an integer): usage without
+    one of the counts is no usage (the gateway's estimate, flagged), never a count of 0."""
+    value = usage.get(name) if isinstance(usage, dict) else None
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def anthropic_prompt_usage(usage: dict) -> dict:
@@ -403,7 +433,8 @@ def _anthropic_stream(offer: Offer, body: dict, max_tokens: int) -> Iterator[dic
             continue
         kind = ev.get("type")
         if kind == "message_start":
-            prompt = anthropic_prompt_usage((ev.get("message") or {}).get("usage") or {})
+            u = (ev.get("message") or {}).get("usage") or {}
+            prompt = anthropic_prompt_usage(u) if _counted(u, "input_tokens") else None
             yield {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
                                 "finish_reason": None}]}
         elif kind == "content_block_start":
@@ -425,13 +456,15 @@ def _anthropic_stream(offer: Offer, body: dict, max_tokens: int) -> Iterator[dic
         elif kind == "message_delta":
             finish = _STOP.get((ev.get("delta") or {}).get("stop_reason"), "stop")
             u = ev.get("usage") or {}
-            if "output_tokens" in u:
-                completion = int(u["output_tokens"])
+            if _counted(u, "output_tokens"):
+                completion = u["output_tokens"]
         elif kind == "error":
             raise ProviderFailure(f"{offer.provider.id}: stream error {str(ev.get('error'))[:200]}")
         elif kind == "message_stop":
             break
-    yield {"choices": [{"index": 0, "delta": {}, "finish_reason": finish or "stop"}]}
+    if finish is None:  # no message_delta (stop reason): cut off, not finished
+        raise _ended_early(offer)
+    yield {"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}
     if prompt is not None and completion is not None:
         yield {"choices": [], "usage": {**prompt, "completion_tokens": completion}}
 

@@ -259,3 +259,17 @@ def test_a_provider_key_for_a_provider_not_in_the_catalog_is_404(client, account
     _documented(doc, "/api/provider-keys", "post", 404)
     _documented(doc, "/api/provider-keys", "post", 422)  # the provider refusing the key (tests/api/test_byok.py)
     assert doc["x-error-codes"]["provider_key_invalid"]["status"] == 422
+
+
+@pytest.mark.parametrize("name", ["   ", "\u3000", " \u00a0 "])
+def test_a_blank_key_name_is_refused_by_the_document_too(client, account, doc, name):
+    """POST /api/keys trims the name and refuses a blank one (400 naming `name`): the
+    document states it (a pattern), so a schema-valid request is never that 400."""
+    with pytest.raises(jsonschema.ValidationError):
+        _assert_body_valid(doc, "/api/keys", "post", {"name": name})
+    before = client.get("/api/keys", headers=account.headers).get_json()["keys"]
+    r = client.post("/api/keys", json={"name": name}, headers=account.headers)
+    assert r.status_code == 400 and r.get_json()["error"] == "invalid_request"
+    assert "name" in r.get_json()["message"]
+    assert client.get("/api/keys", headers=account.headers).get_json()["keys"] == before
+    _assert_body_valid(doc, "/api/keys", "post", {"name": " padded "})

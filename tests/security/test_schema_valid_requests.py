@@ -273,3 +273,29 @@ def test_a_blank_key_name_is_refused_by_the_document_too(client, account, doc, n
     assert "name" in r.get_json()["message"]
     assert client.get("/api/keys", headers=account.headers).get_json()["keys"] == before
     _assert_body_valid(doc, "/api/keys", "post", {"name": " padded "})
+
+
+_PUBLIC_EMAIL_BODIES = [("/api/contact", {"message": "hi"}), ("/api/email/subscribe", {}),
+                        ("/api/email/unsubscribe", {}), ("/api/signup", {})]
+
+
+@pytest.mark.parametrize("email", ["user@localhost", '"q"@example.com', "u@[127.0.0.1]", "bob@ex\u00e4mple.com",
+                                   "a@example..com", "a=?utf-8?q?x?=@example.com"])
+@pytest.mark.parametrize("path,rest", _PUBLIC_EMAIL_BODIES)
+def test_an_address_the_service_refuses_is_refused_by_the_document_too(client, doc, path, rest, email):
+    """The public forms (contact, newsletter, sign-up) refuse what is not an address the
+    service mails (400 naming `email`); `format: email` alone admits some of them (a dotless
+    domain, a quoted local part, an address literal), so the document states the shape."""
+    with pytest.raises(jsonschema.ValidationError):
+        _assert_body_valid(doc, path, "post", {"email": email, **rest})
+    r = client.post(path, json={"email": email, **rest})
+    assert r.status_code == 400 and r.get_json()["error"] == "invalid_request", r.get_json()
+    assert "email" in r.get_json()["message"]
+
+
+@pytest.mark.parametrize("path,rest", _PUBLIC_EMAIL_BODIES)
+def test_an_address_the_service_takes_is_valid_in_the_document(client, doc, path, rest):
+    for email in ("a@b.co", " Padded.Name+tag@Example.com ", "o'brien@mail.example.org"):
+        _assert_body_valid(doc, path, "post", {"email": email, **rest})
+        r = client.post(path, json={"email": email, **rest})
+        assert r.status_code in (200, 202), (path, email, r.get_json())

@@ -101,3 +101,16 @@ def test_key_page_shows_the_key_controls(app, signed_in):
     page = client.get("/keys").get_data(as_text=True)
     assert "Models: gpt-4o, m-big" in page and "Modules: none" in page
     assert "30 requests/min" in page and "9000 tokens/min" in page
+
+
+def test_revoking_a_key_asks_first(app, signed_in):
+    """Revoke is one click that stops every integration using the key and cannot be undone:
+    its form asks for confirmation first (console.js: ``form[data-confirm]``; without script
+    it still works, as every form)."""
+    client, acct = signed_in()
+    page = client.get("/keys").get_data(as_text=True)
+    form = re.search(r'<form[^>]*action="/keys/[^"]+/revoke"[^>]*>', page).group(0)
+    question = re.search(r'data-confirm="([^"]+)"', form).group(1)
+    assert "Revoke" in question and "cannot be undone" in question
+    script = client.get("/console/static/console.js").get_data(as_text=True)
+    assert "form[data-confirm]" in script and "window.confirm" in script

@@ -92,7 +92,7 @@ def test_every_console_route_needs_a_session(app, client):
     covered = {re.sub(r"\?.*", "", p) for p in PROTECTED_GET + PROTECTED_POST}
     normalized = {re.sub(r"<[^>]+>", "x", rule).replace("call_x", "x").replace("key_x", "x") for rule in console_rules}
     assert normalized - {re.sub(r"(call|key|alrt|agt|inv)_x", "x", p) for p in covered} == \
-        {"/", "/login", "/login/confirm", "/invites/x", "/console/static/x"}
+        {"/", "/login", "/login/confirm", "/invites/x", "/console/static/x", "/favicon.ico"}
     for path in PROTECTED_GET:
         r = client.get(path)
         assert r.status_code == 303 and "/login" in r.headers["Location"], path
@@ -100,6 +100,18 @@ def test_every_console_route_needs_a_session(app, client):
     for path in PROTECTED_POST:  # with a valid (pre-session) CSRF token: still no session
         r = client.post(path, data={"csrf": _csrf(page)})
         assert r.status_code == 303 and r.headers["Location"].endswith("/login"), path
+
+
+def test_the_browser_finds_an_icon_and_logs_no_404(client):
+    """Every browser asks for /favicon.ico on a site's first page; a 404 there is an error in
+    the browser's console on every first visit. The pages name the icon, and the old path
+    answers it too, signed out."""
+    page = client.get("/").get_data(as_text=True)
+    href = re.search(r'<link rel="icon" href="([^"]+)"', page).group(1)
+    for path in (href, "/favicon.ico"):
+        r = client.get(path)
+        assert r.status_code == 200, path
+        assert r.mimetype == "image/svg+xml" and r.get_data(as_text=True).lstrip().startswith("<svg"), path
 
 
 def test_sign_in_link_is_single_use_and_the_get_uses_nothing(app, client, account):

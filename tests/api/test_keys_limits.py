@@ -193,3 +193,31 @@ def test_a_rotated_key_and_its_successor_share_one_spend_limit(app, client, make
     for bearer in (old["key"], new["key"], newest["key"]):
         assert call(client, acct, {"action": "ok"}, bearer=bearer).status_code == 402
     ledger_clean()
+
+
+def test_a_retiring_key_whose_successor_was_revoked_can_be_rotated(app, client, make_account, mod, ledger_clean):
+    """Rotate, then revoke the new key (say it leaked): the old key still works through its
+    overlap, but rotating it was 409 "rotate <successor> instead" and rotating the successor
+    404 — no way to replace the key but to revoke it. A retiring key whose successor is no
+    longer active rotates again; the new key carries the rotation's count (kept on the
+    revoked successor's counter), so the limit is still one limit."""
+    acct = make_account(cents=100, plan="pro")
+    old = client.post("/api/keys", json={"name": "lim", "spend_limit_cents": 9, "spend_limit_period": "day"},
+                      headers=acct.headers).get_json()
+    assert call(client, acct, {"action": "ok"}, bearer=old["key"]).status_code == 200  # 3 of 9
+    new = client.post(f"/api/keys/{old['id']}/rotate", json={"overlap_seconds": 3600},
+                      headers=acct.headers).get_json()
+    assert call(client, acct, {"action": "ok"}, bearer=old["key"]).status_code == 200  # 6 of 9
+    assert client.delete(f"/api/keys/{new['id']}", headers=acct.headers).status_code == 200
+    r = client.post(f"/api/keys/{old['id']}/rotate", json={"overlap_seconds": 3600}, headers=acct.headers)
+    assert r.status_code == 201, r.get_json()
+    again = r.get_json()
+    assert again["spent_cents"] == 6
+    assert call(client, acct, {"action": "ok"}, bearer=again["key"]).status_code == 200  # 9 of 9
+    for bearer in (again["key"], old["key"]):
+        assert call(client, acct, {"action": "ok"}, bearer=bearer).status_code == 402
+    # the old key is retiring again, towards a live successor: 409 as before
+    r = client.post(f"/api/keys/{old['id']}/rotate", json={}, headers=acct.headers)
+    assert r.status_code == 409 and r.get_json()["error"] == "key_already_rotated"
+    assert balance_cents(app, acct.id) == 100 - 9
+    ledger_clean()

@@ -259,3 +259,43 @@ def test_a_provider_key_for_a_provider_not_in_the_catalog_is_404(client, account
     _documented(doc, "/api/provider-keys", "post", 404)
     _documented(doc, "/api/provider-keys", "post", 422)  # the provider refusing the key (tests/api/test_byok.py)
     assert doc["x-error-codes"]["provider_key_invalid"]["status"] == 422
+
+
+@pytest.mark.parametrize("name", ["   ", "\u3000", " \u00a0 "])
+def test_a_blank_key_name_is_refused_by_the_document_too(client, account, doc, name):
+    """POST /api/keys trims the name and refuses a blank one (400 naming `name`): the
+    document states it (a pattern), so a schema-valid request is never that 400."""
+    with pytest.raises(jsonschema.ValidationError):
+        _assert_body_valid(doc, "/api/keys", "post", {"name": name})
+    before = client.get("/api/keys", headers=account.headers).get_json()["keys"]
+    r = client.post("/api/keys", json={"name": name}, headers=account.headers)
+    assert r.status_code == 400 and r.get_json()["error"] == "invalid_request"
+    assert "name" in r.get_json()["message"]
+    assert client.get("/api/keys", headers=account.headers).get_json()["keys"] == before
+    _assert_body_valid(doc, "/api/keys", "post", {"name": " padded "})
+
+
+_PUBLIC_EMAIL_BODIES = [("/api/contact", {"message": "hi"}), ("/api/email/subscribe", {}),
+                        ("/api/email/unsubscribe", {}), ("/api/signup", {})]
+
+
+@pytest.mark.parametrize("email", ["user@localhost", '"q"@example.com', "u@[127.0.0.1]", "bob@ex\u00e4mple.com",
+                                   "a@example..com", "a=?utf-8?q?x?=@example.com"])
+@pytest.mark.parametrize("path,rest", _PUBLIC_EMAIL_BODIES)
+def test_an_address_the_service_refuses_is_refused_by_the_document_too(client, doc, path, rest, email):
+    """The public forms (contact, newsletter, sign-up) refuse what is not an address the
+    service mails (400 naming `email`); `format: email` alone admits some of them (a dotless
+    domain, a quoted local part, an address literal), so the document states the shape."""
+    with pytest.raises(jsonschema.ValidationError):
+        _assert_body_valid(doc, path, "post", {"email": email, **rest})
+    r = client.post(path, json={"email": email, **rest})
+    assert r.status_code == 400 and r.get_json()["error"] == "invalid_request", r.get_json()
+    assert "email" in r.get_json()["message"]
+
+
+@pytest.mark.parametrize("path,rest", _PUBLIC_EMAIL_BODIES)
+def test_an_address_the_service_takes_is_valid_in_the_document(client, doc, path, rest):
+    for email in ("a@b.co", " Padded.Name+tag@Example.com ", "o'brien@mail.example.org"):
+        _assert_body_valid(doc, path, "post", {"email": email, **rest})
+        r = client.post(path, json={"email": email, **rest})
+        assert r.status_code in (200, 202), (path, email, r.get_json())

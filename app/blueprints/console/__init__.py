@@ -14,7 +14,8 @@ bp = Blueprint("console", __name__, template_folder="templates", static_folder="
                static_url_path="/console/static")
 
 # Endpoints a signed-out visitor may open (everything else redirects to /login).
-PUBLIC = {"console.landing", "console.login", "console.login_confirm", "console.invite", "console.static"}
+PUBLIC = {"console.landing", "console.login", "console.login_confirm", "console.invite", "console.static",
+          "console.favicon"}
 
 
 @bp.before_request

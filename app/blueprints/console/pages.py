@@ -21,6 +21,13 @@ def landing():
     return render_template("console/landing.html", modules=modules)
 
 
+@bp.get("/favicon.ico")
+def favicon():
+    """The icon browsers ask for on a site's first page (a 404 would be an error in their
+    console); the pages name the same SVG with ``<link rel="icon">``."""
+    return bp.send_static_file("favicon.svg")
+
+
 @bp.route("/login", methods=["GET", "POST"])
 @per_ip("PUBLIC_PAGE_RATE_LIMIT")
 def login():

@@ -1,13 +1,20 @@
 """Schemas of the contact form (SPEC part 2: ContactForm)."""
 import marshmallow as ma
 
-from app.blueprints.fields import InputSchema, header_safe
+from app.blueprints.fields import SPACE, InputSchema, Pattern, header_safe
+from app.services.accounts.accounts import EMAIL_CORE
 
 EMAIL_DOC = {"description": "E-mail address (at most 254 characters).", "format": "email"}
+# The shape of an address the service mails (``accounts.normalize_email``: white space around it
+# trimmed, one @, a dotted domain, no RFC 2047 "=?"), published as the field's pattern: ``format:
+# email`` alone admits a dotless domain, a quoted local part or an address literal, which would
+# be schema-valid and refused. Also one line and header-safe (what ``header_safe`` checks).
+ADDRESS_PATTERN = rf"^(?![\s\S]*=\?)[{SPACE}]*{EMAIL_CORE}[{SPACE}]*$"
+address = Pattern(ADDRESS_PATTERN, error="not a valid e-mail address.")
 
 
 class ContactFormSchema(InputSchema):
-    email = ma.fields.String(required=True, validate=[ma.validate.Length(min=3, max=254), header_safe],
+    email = ma.fields.String(required=True, validate=[ma.validate.Length(min=3, max=254), address],
                              metadata=EMAIL_DOC)
     message = ma.fields.String(required=True, validate=ma.validate.Length(min=1, max=5000),
                                metadata={"description": "1–5,000 characters.", "multiline": True})

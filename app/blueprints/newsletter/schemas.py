@@ -1,20 +1,20 @@
 """Schemas of the newsletter endpoints (SPEC part 2: Email subscription) and pages."""
 import marshmallow as ma
 
-from app.blueprints.contact.schemas import EMAIL_DOC
-from app.blueprints.fields import InputSchema, header_safe
+from app.blueprints.contact.schemas import EMAIL_DOC, address
+from app.blueprints.fields import InputSchema
 from app.services.public.newsletter import DEFAULT_LIST, LISTS
 
 
 class SubscribeSchema(InputSchema):
-    email = ma.fields.String(required=True, validate=[ma.validate.Length(min=3, max=254), header_safe],
+    email = ma.fields.String(required=True, validate=[ma.validate.Length(min=3, max=254), address],
                              metadata=EMAIL_DOC)
     list = ma.fields.String(validate=ma.validate.OneOf(LISTS), allow_none=True,
                             metadata={"description": f"One of {', '.join(LISTS)}; default `{DEFAULT_LIST}`."})
 
 
 class UnsubscribeSchema(InputSchema):
-    email = ma.fields.String(required=True, validate=[ma.validate.Length(min=3, max=254), header_safe],
+    email = ma.fields.String(required=True, validate=[ma.validate.Length(min=3, max=254), address],
                              metadata=EMAIL_DOC)
 
 

@@ -2,8 +2,8 @@
 import marshmallow as ma
 from marshmallow import validate
 
-from app.blueprints.contact.schemas import EMAIL_DOC
-from app.blueprints.fields import InputSchema, JsonInteger, Pattern, derived, header_safe
+from app.blueprints.contact.schemas import EMAIL_DOC, address
+from app.blueprints.fields import InputSchema, JsonInteger, Pattern, derived
 from app.models.orgs import ROLES
 from app.services.orgs.orgs import MAX_BUDGET_CENTS
 from app.services.money.ledger import micros_to_cents
@@ -90,7 +90,7 @@ class MemberRemovedSchema(ma.Schema):
 
 
 class InviteCreateSchema(InputSchema):
-    email = ma.fields.String(required=True, validate=[validate.Length(min=3, max=254), header_safe], metadata={
+    email = ma.fields.String(required=True, validate=[validate.Length(min=3, max=254), address], metadata={
         **EMAIL_DOC, "description": "E-mail address (at most 254 characters) where the single-use link is sent; "
                                     "only the account of this address can accept."})
     role = ma.fields.String(required=True, validate=validate.OneOf(ROLES), metadata={

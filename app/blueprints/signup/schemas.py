@@ -2,13 +2,13 @@
 import marshmallow as ma
 
 from app.blueprints.accounts.schemas import AccountSchema
-from app.blueprints.contact.schemas import EMAIL_DOC
-from app.blueprints.fields import Extended, InputSchema, derived, header_safe
+from app.blueprints.contact.schemas import EMAIL_DOC, address
+from app.blueprints.fields import Extended, InputSchema, derived
 from app.blueprints.keys.schemas import KeyCreatedSchema
 
 
 class SignupSchema(InputSchema):
-    email = ma.fields.String(required=True, validate=[ma.validate.Length(min=3, max=254), header_safe],
+    email = ma.fields.String(required=True, validate=[ma.validate.Length(min=3, max=254), address],
                              metadata=EMAIL_DOC)
 
 

@@ -324,9 +324,12 @@ def rotate_key(account_id: str, key_id: str, overlap_seconds: int | None, *,
     now = utcnow()
     with unit_of_work():
         old = _own_key(account_id, key_id, mode, active=True)
-        if old.rotated_to is not None:  # each repeat would mint one more key while retiring none
-            raise KeyAlreadyRotated(f"Key {old.id} was already rotated to {old.rotated_to}; rotate that key "
-                                    "instead.")
+        # the newest key of its rotation, whose counter holds the rotation's count (``auth.key_of``)
+        head = _rotation_head(old.id)
+        if head.id != old.id and _is_active(head, now):  # a repeat would mint one more key, retiring none
+            raise KeyAlreadyRotated(f"Key {old.id} was already rotated to {head.id}; rotate that key instead.")
+        # else a retiring key whose successor was revoked (or expired) rotates again: it is the
+        # only active key of its rotation, and the new key carries the count from ``head``
         # the old key stays active through its overlap: the new one must fit under the cap
         _check_capacity(account_id, now, retiring_now=1 if overlap == 0 else 0)
         creator = _creator_key(creator_key_id)
@@ -344,7 +347,7 @@ def rotate_key(account_id: str, key_id: str, overlap_seconds: int | None, *,
         _key_audit(row, old.member_account_id, actor, "key.rotate")  # an organisation key stays its member's
         if old.spend_limit_period:
             start, _ = spend.period_bounds(old.spend_limit_period, now)
-            used = spend.spent(old.id, old.spend_limit_period, now)
+            used = spend.spent(head.id, old.spend_limit_period, now)
             if used:
                 db.session.add(KeySpend(key_id=row.id, period_start=start, spent_micros=used))
         cutoff = now + timedelta(seconds=overlap)
@@ -355,7 +358,7 @@ def rotate_key(account_id: str, key_id: str, overlap_seconds: int | None, *,
             # one limit for the rotation: the new key's counter holds the count, so the
             # charges still in flight give their room back there, and the old keys (still
             # working in their overlap) charge there too (``auth.key_of``)
-            ids = [k.id for k in family]
+            ids = [k.id for k in family] + ([head.id] if head.id != old.id else [])
             db.session.execute(update(ModuleCall).where(ModuleCall.spend_key_id.in_(ids),
                                                         ModuleCall.status == "pending")
                                .values(spend_key_id=row.id).execution_options(synchronize_session=False))
@@ -365,6 +368,20 @@ def rotate_key(account_id: str, key_id: str, overlap_seconds: int | None, *,
     for key in family:  # every worker re-resolves them (and their counter) at once
         _drop_cached(key)
     return with_spent([row])[0], secret
+
+
+def _is_active(row: ApiKey, now: datetime) -> bool:
+    return row.revoked_at is None and (row.expires_at is None or row.expires_at > now)
+
+
+def _rotation_head(key_id: str) -> ApiKey:
+    """The newest key of ``key_id``'s rotation (following ``rotated_to``), active or not."""
+    row = db.session.get(ApiKey, key_id)
+    for _ in range(32):  # a chain is as long as the rotations within one overlap
+        if row.rotated_to is None:
+            break
+        row = db.session.get(ApiKey, row.rotated_to)
+    return row
 
 
 def _predecessors(key_id: str) -> list[ApiKey]:

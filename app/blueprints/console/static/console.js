@@ -1,5 +1,6 @@
 /* The console's one script (served by the app: the CSP allows scripts from 'self' only, never inline).
-   Progressive: a [data-copy] button (hidden without script) copies the text of the element it names. */
+   Progressive: a [data-copy] button (hidden without script) copies the text of the element it names;
+   a form[data-confirm] (revoking a key: it cannot be undone) asks its question before it is sent. */
 "use strict";
 document.querySelectorAll("button[data-copy]").forEach(function (button) {
   var target = document.getElementById(button.dataset.copy);
@@ -21,5 +22,10 @@ document.querySelectorAll("button[data-copy]").forEach(function (button) {
     } else {
       select();
     }
+  });
+});
+document.querySelectorAll("form[data-confirm]").forEach(function (form) {
+  form.addEventListener("submit", function (event) {
+    if (!window.confirm(form.dataset.confirm)) event.preventDefault();
   });
 });

@@ -19,7 +19,8 @@ from webargs.core import missing as core_missing
 from webargs.flaskparser import FlaskParser
 from webargs.flaskparser import abort as webargs_abort
 
-from app.errors import ErrorSchema, handle_http_exception
+from app import jsonutil
+from app.errors import ErrorSchema, Unprocessable, handle_http_exception
 
 # Stable constraint names, so Alembic migrations name every constraint the same way.
 NAMING_CONVENTION = {
@@ -53,7 +54,11 @@ class _Parser(FlaskParser):
         if not data:
             return core_missing  # no body at all (webargs: "missing", as for an empty document)
         try:
-            return orjson.loads(data)
+            return jsonutil.loads(data)
+        except jsonutil.IntegerOutOfRange as exc:
+            # well-formed JSON and valid by the document, but not a value the service can
+            # pass on exactly: 422, a rule the schema cannot state (docs/decisions.md)
+            raise Unprocessable(exc.msg) from None
         except orjson.JSONDecodeError as exc:
             # Always a 400 for a body that is there, bytes that are not UTF-8 included
             # (webargs' own loader reads an empty decode error as "no body").

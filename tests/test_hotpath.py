@@ -331,3 +331,28 @@ def test_the_chat_host_is_read_as_flask_reads_it(host, app, entries, make_accoun
     expected = 200 if host in ("chat.example", "CHAT.Example:8080") else 404
     assert a.status_code == expected
     assert handed == ([] if expected == 200 else [CHAT_ROUTE])
+
+
+@pytest.mark.parametrize("number", [b"123456789012345678901234567890", b"18446744073709551616",
+                                    b"-9223372036854775809"])
+def test_an_integer_beyond_64_bits_is_refused_not_rounded(app, entries, make_account, mod, number):
+    """orjson reads such an integer as a float: the provider would have got 1.2345678901234568e+29
+    for the caller's 123456789012345678901234567890. A clear 422 instead (valid JSON, valid by the
+    document: a rule the schema cannot state), nothing charged."""
+    acct = make_account(cents=100)
+    client, handed = entries
+    r = _post(client, acct, data=b'{"action": "ok", "n": ' + number + b"}", content_type="application/json")
+    assert r.status_code == 422 and r.get_json()["error"] == "unprocessable"
+    assert "64-bit" in r.get_json()["message"] and "as strings" in r.get_json()["message"]
+    assert balance_cents(app, acct.id) == 100
+
+
+def test_long_digits_within_range_or_in_strings_reach_the_provider_exactly(app, entries, make_account, mod):
+    acct = make_account(cents=100)
+    client, handed = entries
+    raw = (b'{"action": "ok", "max": 18446744073709551615, "min": -9223372036854775808, '
+           b'"s": "123456789012345678901234567890", "f": 0.12345678901234567890}')
+    r = _post(client, acct, data=raw, content_type="application/json")
+    assert r.status_code == 200 and handed == []
+    echo = r.get_json()["result"]["echo"]
+    assert (echo["max"], echo["min"], echo["s"]) == (2 ** 64 - 1, -(2 ** 63), "123456789012345678901234567890")

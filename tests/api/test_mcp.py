@@ -143,6 +143,9 @@ def test_bad_arguments_are_tool_errors_with_the_api_code(app, server_url, make_a
     # (HTTP 400 invalid_request, as on every route): a protocol error, not a tool result
     res = run(_call, server_url, acct.key, "svc__ok", deep)
     assert isinstance(res, MCPError), res
+    # so is an integer beyond 64 bits, which would reach the provider rounded
+    res = run(_call, server_url, acct.key, "svc__ok", {"n": 10 ** 30})
+    assert isinstance(res, MCPError), res
     res = run(_call, server_url, acct.key, "svc__ok", {}, {"gateway/idempotency-key": "x" * 129})
     assert res.is_error is True and res.structured_content["error"] == "invalid_request"
     assert module_calls(app, acct.id) == [] and balance_cents(app, acct.id) == 10

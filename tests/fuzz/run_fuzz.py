@@ -36,6 +36,7 @@ from tests.support.apps import VENV_BIN, gunicorn_proc  # noqa: E402
 # relates two parameters, the clock, a checksum, a decoded length — is 422 ``unprocessable``,
 # documented on the operation, and accepted on the operations of ``SEMANTIC_422`` only
 # (docs/decisions.md "Schema-valid requests", docs/reliability.md "Fuzzing").
+INTEGER_RANGE = "an integer of the free-form JSON values within 64 bits (-2^63 to 2^64-1)"
 DEFAULT_ACCEPTED = ["2xx", "3xx", "401", "403", "404", "409", "429", "5xx"]
 SEMANTIC_422: dict[str, str] = {
     "GET /api/usage/export": "`from` must be before `to`, at most 31 days apart (two parameters related)",
@@ -51,7 +52,8 @@ SEMANTIC_422: dict[str, str] = {
     "POST /api/agent/register": "the pubkey must decode to 32 bytes of a valid ed25519 point, or carry "
                                 "a valid EIP-55 checksum and a supported chain id; the webhook's host "
                                 "must resolve to a public address (SSRF guard)",
-    "POST /api/agent/build": "the webhook's host must resolve to a public address (SSRF guard)",
+    "POST /api/agent/build": "the webhook's host must resolve to a public address (SSRF guard); an "
+                             "integer in the free-form `schema` within 64 bits (INTEGER_RANGE)",
     "POST /api/alerts": "a webhook/chat target's host must resolve to a public address (SSRF guard) "
                         "with a port in range; an e-mail target is at most 254 characters once trimmed",
     "POST /api/pay/checkout": "`return_url`: https only in production and a host of `RETURN_URL_HOSTS` "
@@ -59,6 +61,13 @@ SEMANTIC_422: dict[str, str] = {
     "PUT /api/pay/auto-topup": "`monthly_cap_cents` must be at least `amount_cents` (two fields related)",
     "POST /api/provider-keys": "the provider must accept the key when asked (`provider_key_invalid`, "
                                "the world outside; an unknown `provider` is 404)",
+    # Free-form JSON values (the document cannot bound them): an integer outside 64 bits would
+    # not reach its destination exactly (``jsonutil.loads``, ``INTEGER_RANGE_DOC``).
+    "POST /v1/module/{slug}/call": INTEGER_RANGE,
+    "POST /mcp": INTEGER_RANGE,
+    "POST /api/track": INTEGER_RANGE,
+    "POST /v1/chat/completions": INTEGER_RANGE,
+    "POST /v1/messages": INTEGER_RANGE,
 }
 # Operations that still answer some schema-valid requests with 400, each with its reason:
 # the conventions of surfaces whose clients read the status (docs/decisions.md "Schema-valid

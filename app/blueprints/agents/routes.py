@@ -2,6 +2,7 @@
 earnings, leaderboard, funding by the owner."""
 
 from app.auth import principal
+from app.jsonutil import INTEGER_RANGE_DOC
 from app.blueprints.agents.schemas import (AgentFundedSchema, AgentFundSchema, FundHeadersSchema,
                                            AgentRegisteredSchema, AgentSessionSchema, AgentUsageSchema,
                                            BuildListSchema, BuildSchema, BuildSubmitSchema,
@@ -100,7 +101,7 @@ def register(body):
 @endpoint(blp, "/build", "post", "agent:write", body=BuildSubmitSchema, ok=BuildSchema, status=202,
           errors={409: "Slug taken, or already pending review; or no `webhook` sent and the agent has none "
                        "(`conflict`).",
-                  422: "The `webhook` (or the agent's): " + netguard.REFUSED_DOC})
+                  422: "The `webhook` (or the agent's): " + netguard.REFUSED_DOC + " Or " + INTEGER_RANGE_DOC})
 def build(body):
     """Submit an agent-built module for review (caller: the agent's session). Approved
     modules are listed and callable; calls are forwarded to `webhook`, signed per

@@ -11,6 +11,7 @@ from app import cors
 from app import auth
 from app.auth import authenticated, controls_of, key_of, principal
 from app.chathost import on_chat_host
+from app.jsonutil import INTEGER_RANGE_DOC
 from app.blueprints.chat.schemas import (ChatCompletionSchema, ChatRequestSchema, MessageSchema,
                                          MessagesRequestSchema, ModelListSchema, ModelSchema)
 from app.errors import AnthropicErrorSchema, ErrorSchema, NotFound
@@ -103,6 +104,7 @@ class ChatCompletionsView(MethodView):
               "`payment_invalid`: the x402 payment was refused (`reason` as for a module call); "
               "nothing was credited.", PAYMENT_REQUIRED_HEADERS),
         404: "`model_not_found` (off the chat host: the gateway's plain 404 `{error, message, request_id}`).",
+        422: INTEGER_RANGE_DOC,
         502: "`provider_error`: every candidate failed; nothing charged.",
         504: "`provider_timeout`: every candidate timed out; nothing charged."}, schema=ErrorSchema)
     def post(self, body, x_payment=None, payment_signature=None):
@@ -182,6 +184,7 @@ class MessagesView(MethodView):
               "`POST /v1/chat/completions`. `payment_invalid`: the x402 payment was refused; nothing was "
               "credited.", PAYMENT_REQUIRED_HEADERS),
         404: "`model_not_found`.",
+        422: INTEGER_RANGE_DOC,
         502: "`provider_error`: every candidate failed; nothing charged.",
         504: "`provider_timeout`: every candidate timed out; nothing charged."}, schema=AnthropicErrorSchema)
     def post(self, body, x_payment=None, payment_signature=None):

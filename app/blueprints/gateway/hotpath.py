@@ -54,7 +54,7 @@ import orjson
 from flask import g
 from werkzeug.sansio.utils import get_host
 
-from app import auth, logs, metrics, ratelimits, requestid, telemetry
+from app import auth, jsonutil, logs, metrics, ratelimits, requestid, telemetry
 from app.chathost import error_style, on_chat_host
 from app.errors import DomainError, handle_domain_error, handle_unexpected
 from app.services.gateway.catalog import SLUG_RE
@@ -185,7 +185,7 @@ class HotPath:
         from app.services.chat import completions as chat
 
         try:
-            body = plain_chat_request(orjson.loads(raw))
+            body = plain_chat_request(jsonutil.loads(raw))
         except orjson.JSONDecodeError:
             return None
         if body is None or body.get("stream"):
@@ -203,7 +203,7 @@ class HotPath:
     def _arguments(self, raw, environ):
         """(body, Idempotency-Key) when the fast loaders accept them, else None."""
         try:
-            doc = orjson.loads(raw)
+            doc = jsonutil.loads(raw)
         except orjson.JSONDecodeError:
             return None
         body = self.load_body(doc)

@@ -3,6 +3,7 @@ from flask import Response, g
 from flask.views import MethodView
 
 from app.auth import authenticated, controls_of, key_of, person_of, principal
+from app.jsonutil import INTEGER_RANGE_DOC
 from app.errors import ErrorSchema
 from app.blueprints.gateway.schemas import (ModuleCallHeadersSchema, ModuleCallRequestSchema,
                                             ModuleCallResponseSchema, ModuleListSchema,
@@ -42,6 +43,7 @@ class ModuleCallView(MethodView):
              "no active action of that name (the module's actions are catalog data, `GET /api/modules/{slug}`).",
         409: "`idempotency_key_reused` / `idempotency_key_in_use`",
         413: "`payload_too_large`",
+        422: INTEGER_RANGE_DOC,
         502: "`provider_error` (not charged)",
         504: "`provider_timeout` (not charged)"}, schema=ErrorSchema)
     def post(self, body, slug, idempotency_key=None, x_payment=None, payment_signature=None):

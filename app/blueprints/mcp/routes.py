@@ -6,6 +6,7 @@ from flask import Response, current_app, g, request
 from flask.views import MethodView
 
 from app.auth import authenticated, principal
+from app.jsonutil import INTEGER_RANGE_DOC
 from app.blueprints.mcp.server import Bridge
 from app.blueprints.mcp.schemas import McpHeadersSchema, McpMessageSchema, ServerCardSchema, X402DiscoverySchema
 from app.blueprints.routing import document_errors, endpoint
@@ -56,7 +57,7 @@ class McpView(MethodView):
         "`invalid_request` (`{error, message, request_id}`): a body that is not a JSON object with "
         "`jsonrpc: \"2.0\"`, or a header outside its rules. A JSON-RPC message that MCP does not "
         "accept: the MCP SDK's JSON-RPC error (`{jsonrpc, id, error: {code, message}}`)."))
-    @document_errors(blp, {413: "`payload_too_large`"})
+    @document_errors(blp, {413: "`payload_too_large`", 422: INTEGER_RANGE_DOC})
     def post(self, message, accept=None, mcp_protocol_version=None, idempotency_key=None):
         """The MCP endpoint (Streamable HTTP transport, stateless, JSON responses).
 

@@ -6,6 +6,7 @@ from flask.views import MethodView
 
 from app import cors
 from app.auth import bearer_token, current_principal, principal, public
+from app.jsonutil import INTEGER_RANGE_DOC
 from app.blueprints.tracking.schemas import (FunnelQuerySchema, FunnelSchema, RecentSchema,
                                              SessionsSchema, TrackEventSchema)
 from app.errors import Forbidden, Unauthorized
@@ -75,6 +76,7 @@ class TrackView(MethodView):
     @blp.response(204, description="Accepted; no body.")
     @blp.alt_response(401, response="UNAUTHORIZED", description="A credential was sent and is invalid.")
     @blp.alt_response(413, response="DEFAULT_ERROR", description="Body above `TRACK_MAX_BODY_BYTES` (8 KiB).")
+    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY", description=INTEGER_RANGE_DOC)
     @blp.alt_response(429, response="TOO_MANY_REQUESTS", description="Per-IP limit `TRACK_RATE_LIMIT`.")
     def post(self, body):
         """Record a product-analytics event (no credential needed).

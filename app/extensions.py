@@ -20,7 +20,7 @@ from webargs.flaskparser import FlaskParser
 from webargs.flaskparser import abort as webargs_abort
 
 from app import jsonutil
-from app.errors import ErrorSchema, Unprocessable, handle_http_exception
+from app.errors import ErrorSchema, InvalidRequest, Unprocessable, handle_http_exception
 
 # Stable constraint names, so Alembic migrations name every constraint the same way.
 NAMING_CONVENTION = {
@@ -49,6 +49,10 @@ class _Parser(FlaskParser):
     def load_json(self, req, schema):
         # orjson: fast, and bounded nesting depth (deep JSON is a 400, not a RecursionError).
         if not req.is_json:
+            if req.content_length or req.headers.get("Transfer-Encoding"):
+                # a body under another media type: say so, rather than "missing data" for the
+                # body's required fields (webargs reads such a body as no body at all)
+                raise InvalidRequest("The request body must be JSON (Content-Type: application/json).")
             return core_missing
         data = req.get_data(cache=True)
         if not data:

@@ -356,3 +356,12 @@ def test_long_digits_within_range_or_in_strings_reach_the_provider_exactly(app, 
     assert r.status_code == 200 and handed == []
     echo = r.get_json()["result"]["echo"]
     assert (echo["max"], echo["min"], echo["s"]) == (2 ** 64 - 1, -(2 ** 63), "123456789012345678901234567890")
+
+
+def test_a_body_that_is_not_json_is_told_so(app, entries, make_account, mod):
+    """A JSON body sent as text/plain was answered "action: Missing data for required field"."""
+    acct = make_account(cents=100)
+    client, handed = entries
+    r = _post(client, acct, data=b'{"action": "ok"}', content_type="text/plain")
+    assert r.status_code == 400 and "Content-Type: application/json" in r.get_json()["message"]
+    assert balance_cents(app, acct.id) == 100

@@ -85,7 +85,7 @@ def payment_required(price_cents: int, slug: str | None = None, action: str | No
     """402 for a call whose price the balance cannot cover (``paywall.payment_required``,
     with the action's Bazaar metadata); the call may be retried with an X-Payment header."""
     return paywall.payment_required(
-        price_cents, subject="This call", cost=f"{int(price_cents)} cents",
+        price_cents, subject="This call", cost=f"{int(price_cents)} cent{'' if int(price_cents) == 1 else 's'}",
         alternative=None, x402_retry="retry the call with an X-Payment header",
         path=_call_path(slug),
         description=f"Call of module {slug}" if slug else "Module call",

@@ -200,3 +200,22 @@ def test_catalog_snapshot_is_re_read_when_its_files_change(app, monkeypatch, tmp
         edit("models: [{id: broken}]", 2)
         assert chat_catalog.catalog() is second  # an edit that does not load keeps the last good one
         app.extensions.pop("chat_catalog", None)
+
+
+def test_a_stream_cut_by_an_error_names_no_stop_reason_on_v1_messages():
+    """After the error event the closing message_delta (which carries the charge) said
+    stop_reason "end_turn", passing the cut answer off as complete to a raw SSE reader."""
+    import orjson
+
+    from app.services.chat import messages
+
+    upstream = [b'data: {"choices":[{"index":0,"delta":{"content":"Hel"}}]}',
+                b'data: {"error":{"message":"provider stream interrupted","code":"provider_error"}}',
+                b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}',
+                b"data: [DONE]"]
+    out = list(messages.translate_stream(iter(upstream), "chatcmpl_x", "m"))
+    kinds = [e.split(b"\n", 1)[0] for e in out]
+    assert b"event: error" in kinds
+    delta = next(e for e in out if e.startswith(b"event: message_delta"))
+    data = orjson.loads(delta.split(b"data: ", 1)[1])
+    assert data["delta"]["stop_reason"] is None

@@ -171,7 +171,8 @@ def translate_stream(events: Iterator[bytes], completion_id: str, model: str) ->
     per content block ``content_block_start`` / ``content_block_delta`` (``text_delta``,
     ``input_json_delta``) / ``content_block_stop``, then ``message_delta`` (stop reason,
     usage with cost) and ``message_stop``; a provider break mid-stream is an ``error``
-    event before them. Closing this generator closes the completion's (the client went
+    event before them, and that ``message_delta`` then names no stop reason (``null``, as
+    Anthropic's ``message_start`` does): the answer did not end, it was cut. Closing this generator closes the completion's (the client went
     away: it settles what was generated)."""
     block = None  # (index, kind, tool index) of the open content block
     index = -1
@@ -191,6 +192,7 @@ def translate_stream(events: Iterator[bytes], completion_id: str, model: str) ->
                 err = chunk["error"] or {}
                 yield _event("error", {"error": {"type": "api_error", "message": err.get("message", ""),
                                                  "code": err.get("code")}})
+                stop = None
                 continue
             for choice in chunk.get("choices") or []:
                 delta = choice.get("delta") or {}

@@ -174,6 +174,11 @@ _CTRL_MULTILINE = rf"\x00-\x08\x0b\x0c\x0e-\x1f\x7f{_C1}"
 CONTROL_CHARS = _CTRL  # for the path-segment converter (app/converters.py)
 SINGLE_LINE_PATTERN = rf"^[^{_CTRL}]*$"
 MULTILINE_PATTERN = rf"^[^{_CTRL_MULTILINE}]*$"
+# Some character that is not white space (every character Python's ``str.strip`` removes is
+# listed, so what passes keeps a text after trimming; read alike by ECMA-262 and Python): a
+# name or message that must not be blank.
+_STRIP = r" \t\n\r\f\v\x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+NOT_BLANK = rf"^[{_STRIP}]*[^{_STRIP}][\s\S]*$"
 # White space as Python's \s and str.strip() read it, spelled out (ECMA-262's \s is another set).
 SPACE = r"\t\n\x0b\x0c\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
 # A URL the service will call (webhooks, alert targets): scheme, a host without userinfo,

@@ -61,6 +61,7 @@ def test_honeypot_same_answer_nothing_stored_or_sent(app, client):
     ({"email": "not-an-address", "message": "hi"}, "email"),
     ({"email": "a@example.com"}, "message"),
     ({"email": "a@example.com", "message": ""}, "message"),
+    ({"email": "a@example.com", "message": " \n\t "}, "message"),  # blank: was sent to sales
     ({"email": "a@example.com", "message": "x" * 5001}, "message"),
     ({"email": "a@example.com", "message": "hi", "name": "n" * 101}, "name"),
     ({"email": "a" * 250 + "@example.com", "message": "hi"}, "email"),

@@ -1,7 +1,7 @@
 """Schemas of the contact form (SPEC part 2: ContactForm)."""
 import marshmallow as ma
 
-from app.blueprints.fields import SPACE, InputSchema, Pattern, header_safe
+from app.blueprints.fields import NOT_BLANK, SPACE, InputSchema, Pattern, header_safe
 from app.services.accounts.accounts import EMAIL_CORE
 
 EMAIL_DOC = {"description": "E-mail address (at most 254 characters).", "format": "email"}
@@ -16,8 +16,9 @@ address = Pattern(ADDRESS_PATTERN, error="not a valid e-mail address.")
 class ContactFormSchema(InputSchema):
     email = ma.fields.String(required=True, validate=[ma.validate.Length(min=3, max=254), address],
                              metadata=EMAIL_DOC)
-    message = ma.fields.String(required=True, validate=ma.validate.Length(min=1, max=5000),
-                               metadata={"description": "1–5,000 characters.", "multiline": True})
+    message = ma.fields.String(required=True, validate=[ma.validate.Length(min=1, max=5000),
+                                                        Pattern(NOT_BLANK, error="must not be blank.")],
+                               metadata={"description": "1–5,000 characters, not blank.", "multiline": True})
     name = ma.fields.String(validate=[ma.validate.Length(max=100), header_safe], allow_none=True,
                             metadata={"description": "At most 100 characters, one line."})
     website = ma.fields.String(validate=ma.validate.Length(max=500), allow_none=True, metadata={

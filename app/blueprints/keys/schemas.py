@@ -3,13 +3,13 @@ from datetime import timezone
 
 import marshmallow as ma
 
-from app.blueprints.fields import InputSchema, JsonInteger, Pattern, derived
+from app.blueprints.fields import NOT_BLANK, InputSchema, JsonInteger, Pattern, derived
 from app.services.accounts.key_controls import MAX_LIST, MAX_RPM, MAX_TPM
 from app.services.accounts.keys import DEFAULT_OVERLAP_SECONDS, MAX_OVERLAP_SECONDS
 from app.services.money.spend import PERIODS
 from app.services.money.ledger import micros_to_cents
 
-from app.blueprints.orgs.schemas import NAME_PATTERN, org_id_field
+from app.blueprints.orgs.schemas import org_id_field
 from app.scopes import KNOWN_SCOPES
 
 
@@ -83,7 +83,7 @@ class KeyCreateSchema(KeyControlsSchema):
         json_schema = {"dependentRequired": {"spend_limit_period": ["spend_limit_cents"]}}
 
     name = ma.fields.String(required=True, validate=[ma.validate.Length(min=1, max=100),
-                                                     Pattern(NAME_PATTERN, error="must not be blank.")],
+                                                     Pattern(NOT_BLANK, error="must not be blank.")],
                             metadata={"description": "The key's name (trimmed; not blank)."})
     scopes = ma.fields.List(
         ma.fields.String(validate=ma.validate.OneOf(KNOWN_SCOPES)),

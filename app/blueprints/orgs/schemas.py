@@ -3,16 +3,12 @@ import marshmallow as ma
 from marshmallow import validate
 
 from app.blueprints.contact.schemas import EMAIL_DOC, address
-from app.blueprints.fields import InputSchema, JsonInteger, Pattern, derived
+from app.blueprints.fields import NOT_BLANK, InputSchema, JsonInteger, Pattern, derived
 from app.models.orgs import ROLES
 from app.services.orgs.orgs import MAX_BUDGET_CENTS
 from app.services.money.ledger import micros_to_cents
 
 ID = validate.Length(min=1, max=32)
-# Some character that is not white space (every character Python's ``str.strip`` removes is
-# listed, so what passes keeps a name after trimming; read alike by ECMA-262 and Python).
-_SPACE = r" \t\n\r\f\v\x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
-NAME_PATTERN = rf"^[{_SPACE}]*[^{_SPACE}][\s\S]*$"
 
 
 def org_id_field(what: str, **kw) -> ma.fields.String:
@@ -25,7 +21,7 @@ def org_id_field(what: str, **kw) -> ma.fields.String:
 
 class OrgCreateSchema(InputSchema):
     name = ma.fields.String(required=True, validate=[validate.Length(min=1, max=100),
-                                                     Pattern(NAME_PATTERN, error="must not be blank.")],
+                                                     Pattern(NOT_BLANK, error="must not be blank.")],
                             metadata={"description": "The organisation's name (trimmed)."})
 
 

@@ -92,6 +92,14 @@ def test_model_allow_list_on_the_chat_host(app, client, fakes, make_account, led
                     headers={"x-api-key": key})
     assert r.status_code == 403 and r.get_json()["error"]["type"] == "permission_error"
     assert r.get_json()["type"] == "error" and "m-small" in r.get_json()["error"]["message"]
+    # the key's model list names what it may use (it listed every model), as OpenAI's does
+    # for a restricted project; a model outside it is not found for this key
+    auth = {"Authorization": f"Bearer {key}"}
+    assert [m["id"] for m in client.get("/v1/models", headers=auth).get_json()["data"]] == ["auto", "m-big"]
+    assert client.get("/v1/models/m-small", headers=auth).status_code == 404
+    assert client.get("/v1/models/m-big", headers=auth).status_code == 200
+    assert "m-small" in [m["id"] for m in client.get(
+        "/v1/models", headers={"Authorization": f"Bearer {acct.key}"}).get_json()["data"]]
     ledger_clean()
 
 

@@ -132,8 +132,9 @@ class ModelsView(MethodView):
     @blp.response(200, ModelListSchema)
     def get(self):
         """List the available models in OpenAI's shape (plus `auto`), with context window,
-        capabilities and per-million-token prices."""
-        return {"object": "list", "data": chat.models()}
+        capabilities and per-million-token prices: for a key with a model allow-list
+        (`allowed_models`), only those models."""
+        return {"object": "list", "data": chat.models(controls_of(principal()))}
 
 
 @blp.route("/models/<string:model_id>")
@@ -142,8 +143,9 @@ class ModelView(MethodView):
     @blp.response(200, ModelSchema)
     @blp.alt_response(404, schema=ErrorSchema, description="`model_not_found`")
     def get(self, model_id):
-        """One model of `GET /v1/models` (OpenAI's `models.retrieve`)."""
-        return chat.get_model(model_id)
+        """One model of `GET /v1/models` (OpenAI's `models.retrieve`): 404 for a model outside
+        the key's allow-list too."""
+        return chat.get_model(model_id, controls_of(principal()))
 
 
 def _x_api_key(view):

@@ -525,18 +525,24 @@ class ModelInfo:
 AUTO = ModelInfo(id="auto", owned_by="gateway", description="Routes to the cheapest model that fits the request.")
 
 
-def get_model(model_id: str) -> ModelInfo:
-    """``GET /v1/models/{id}``: one entry of ``models`` (404 ``model_not_found``)."""
-    for entry in models():
+def get_model(model_id: str, controls=None) -> ModelInfo:
+    """``GET /v1/models/{id}``: one entry of ``models`` (404 ``model_not_found``, also for a
+    model outside the key's allow-list)."""
+    for entry in models(controls):
         if entry.id == model_id:
             return entry
     raise ModelNotFound(f"The model {model_id!r} does not exist or is not available.")
 
 
-def models() -> list[ModelInfo]:
-    """``GET /v1/models``: ``auto`` and every available model, with the cheapest offer's prices."""
+def models(controls=None) -> list[ModelInfo]:
+    """``GET /v1/models``: ``auto`` and every available model, with the cheapest offer's prices;
+    for a key with a model allow-list (``controls``), only its models (as OpenAI lists a
+    restricted project's)."""
+    allowed = key_controls.allowed_models(controls, "auto")
     out = [AUTO]
     for m in list_models():
+        if allowed is not None and m.id not in allowed:
+            continue
         cheapest = min(m.enabled_offers(), key=lambda o: (o.input_price + o.output_price))
         out.append(ModelInfo(id=m.id, owned_by=",".join(o.provider.id for o in m.enabled_offers()),
                              description=m.description, context_window=m.context_window,

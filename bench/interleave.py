@@ -27,16 +27,22 @@ from bench import scenarios, seed, setup  # noqa: E402
 PAIRS = int(os.environ.get("BENCH_PAIRS", "6"))
 
 
+def start_stack(bench: R.Bench) -> tuple[str, list[str]]:
+    """Start ``make bench``'s stack for ``bench`` (database, upstream, gunicorn), load the bench
+    module and fund its accounts: (the gateway's base URL, the accounts' keys)."""
+    bench.start()
+    up, gw = (f"http://127.0.0.1:{bench.ports[n]}" for n in ("upstream", "gunicorn"))
+    ctx = scenarios.Context(bench=bench, env=bench.env, ports=bench.ports, work=R.WORK, upstream=up,
+                            gateway=gw, paths=bench.paths, log=R.log)
+    seed.load_bench_module(ctx)
+    return gw, ctx.all_keys()
+
+
 def measure() -> list[dict]:
     bench = R.Bench()
     out = []
     try:
-        bench.start()
-        up, gw = (f"http://127.0.0.1:{bench.ports[n]}" for n in ("upstream", "gunicorn"))
-        ctx = scenarios.Context(bench=bench, env=bench.env, ports=bench.ports, work=R.WORK, upstream=up,
-                                gateway=gw, paths=bench.paths, log=R.log)
-        seed.load_bench_module(ctx)
-        keys = ctx.all_keys()
+        gw, keys = start_stack(bench)
         url = f"{gw}/v1/module/{seed.MODULE_SLUG}/call"
         for i in range(PAIRS):
             for c in (16, 1):

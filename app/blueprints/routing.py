@@ -17,13 +17,24 @@ from app import ratelimits
 from app.auth import authenticated, principal
 from app.auth import public as public_route
 from app.errors import InvalidRequest
-from app.services.orgs import audit
+from app.services.orgs import audit, orgs
 
 # flask-smorest's named error responses, by status
 _RESPONSES = {400: "BAD_REQUEST", 401: "UNAUTHORIZED", 402: "PAYMENT_REQUIRED", 403: "FORBIDDEN",
               404: "NOT_FOUND", 409: "CONFLICT", 413: "DEFAULT_ERROR", 422: "UNPROCESSABLE_ENTITY",
               429: "TOO_MANY_REQUESTS",
               502: "DEFAULT_ERROR"}
+
+
+# The 404 of a route taking ``org_id`` for an organisation the caller is not a member of.
+NOT_MEMBER = "`org_id` is not an organisation of the caller."
+
+
+def acting_account(org_id: str | None, *scopes: str) -> str:
+    """The account a request with an optional ``org_id`` acts on: the credential's own, or
+    the organisation ``org_id`` when the caller's role there allows ``scopes``
+    (``orgs.payer``: 403 ``org_role_required``; not a member: 404)."""
+    return orgs.payer(principal(), org_id, scopes)
 
 
 def document_errors(blp, errors: dict, *, schema=None) -> Callable:

@@ -3,7 +3,7 @@ from app.auth import principal
 from app.blueprints.accounts.schemas import AccountSchema
 from app.blueprints.payments.invoice_schemas import (BillingDetailsRequestSchema, BillingDetailsSchema,
                                                      InvoiceQuerySchema)
-from app.blueprints.routing import endpoint
+from app.blueprints.routing import acting_account, endpoint
 from app.extensions import Blueprint
 from app.services.accounts import accounts
 from app.services.billing import invoices
@@ -27,7 +27,7 @@ def account():
           name="BillingDetailsView")
 def get_billing_details(query):
     """The billing name, address, country and tax id printed on the account's next invoices."""
-    return invoices.billing_details(orgs.payer(principal(), query.get("org_id"), ("billing:read",)))
+    return invoices.billing_details(acting_account(query.get("org_id"), "billing:read"))
 
 
 @endpoint(blp, "/account/billing-details", "put", "billing:write", body=BillingDetailsRequestSchema,
@@ -35,5 +35,5 @@ def get_billing_details(query):
 def set_billing_details(body):
     """Set the billing details printed on invoices issued from now on (absent or empty fields are
     cleared); invoices already issued keep theirs."""
-    account_id = orgs.payer(principal(), body.pop("org_id", None), ("billing:write",))
+    account_id = acting_account(body.pop("org_id", None), "billing:write")
     return invoices.set_billing_details(account_id, body)

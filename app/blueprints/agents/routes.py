@@ -10,14 +10,13 @@ from app.blueprints.agents.schemas import (AgentFundedSchema, AgentFundSchema, F
                                            NonceSchema, RegisterSchema, SignInSchema, SiwxChallengeSchema,
                                            SiwxHeadersSchema)
 from app.blueprints.fields import Extended
-from app.blueprints.routing import endpoint
+from app.blueprints.routing import acting_account, endpoint
 from app.extensions import Blueprint
 from app.services.agents import identity as agents
 from app.services.agents import builds
 from app.services.agents import earnings
 from app.services.agents import funding
 from app.services.agents import siwx
-from app.services.orgs import orgs
 from app.services.platform import netguard
 
 blp = Blueprint("agents", __name__, url_prefix="/api/agent",
@@ -92,7 +91,7 @@ def register(body):
     With `org_id` (or with an organisation key) the organisation owns the agent: it funds
     it and the agent earns for it (docs/teams.md)."""
     p = principal()
-    owner = orgs.payer(p, body.get("org_id"), ("agent:write",))
+    owner = acting_account(body.get("org_id"), "agent:write")
     agent, created = agents.register(owner, name=body["name"], pubkey=body["pubkey"],
                                      webhook=body["webhook"], caller_is_agent=p.kind == "session", mode=p.mode)
     return Extended(agent, webhook_secret=agent.webhook_secret if created else None)
@@ -157,6 +156,6 @@ def fund_agent(body, agent_id, idempotency_key=None):
     organisation's balance by an organisation key, or with `org_id`, of an owner or
     billing member (403 `org_role_required` for the other roles)."""
     p = principal()
-    owner = orgs.payer(p, body.get("org_id"), ("billing:write",))
+    owner = acting_account(body.get("org_id"), "billing:write")
     return funding.fund(owner, agent_id, body["amount_cents"], idempotency_key=idempotency_key,
                         mode=p.mode)

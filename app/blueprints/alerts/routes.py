@@ -9,10 +9,9 @@ from app.blueprints.alerts.schemas import (AlertCreatedSchema, AlertCreateSchema
                                            AlertListSchema, AlertQuerySchema)
 from app.blueprints.fields import Extended
 from app.blueprints.newsletter.schemas import TokenFormSchema, TokenQuerySchema
-from app.blueprints.routing import endpoint
+from app.blueprints.routing import acting_account, endpoint
 from app.extensions import Blueprint
 from app.services.billing import alert_targets, alerts
-from app.services.orgs import orgs
 from app.services.platform import netguard
 
 blp = Blueprint("alerts", __name__, url_prefix="/api/alerts",
@@ -25,16 +24,13 @@ _INVALID = ("This link is invalid, has expired or was already used.",
             "Nothing will be sent to this address unless a new request is confirmed.")
 
 
-def _account(org_id: str | None, scope: str) -> str:
-    """The caller's account, or the organisation ``org_id`` when the member's role allows."""
-    return orgs.payer(principal(), org_id, (scope,))
 
 
 @endpoint(blp, "", "get", "alerts:read", query=AlertQuerySchema, ok=AlertListSchema, name="AlertsView")
 def list_alerts(query):
     """List the account's (or with `org_id` the organisation's) alerts (oldest first; never
     the webhook secret)."""
-    return {"alerts": alerts.list_alerts(_account(query.get("org_id"), "alerts:read"), principal().mode)}
+    return {"alerts": alerts.list_alerts(acting_account(query.get("org_id"), "alerts:read"), principal().mode)}
 
 
 @endpoint(blp, "", "post", "alerts:write", body=AlertCreateSchema, ok=AlertCreatedSchema, status=201,
@@ -52,7 +48,7 @@ def create_alert(body):
     e-mail address (channel `email`) or an https URL on a public host (`webhook`,
     `chat`) is 400 `invalid_request`. With `org_id` the alert watches the organisation.
     """
-    account_id = _account(body.pop("org_id", None), "alerts:write")
+    account_id = acting_account(body.pop("org_id", None), "alerts:write")
     alert, secret = alerts.create_alert(account_id, mode=principal().mode, **body)
     return Extended(alert, secret=secret)
 
@@ -61,7 +57,7 @@ def create_alert(body):
 def alert_events(query):
     """The 100 most recent alert firings of the account (or organisation), newest first,
     each with its delivery status and attempts."""
-    return {"events": alerts.list_events(_account(query.get("org_id"), "alerts:read"), mode=principal().mode)}
+    return {"events": alerts.list_events(acting_account(query.get("org_id"), "alerts:read"), mode=principal().mode)}
 
 
 @endpoint(blp, "/<id:alert_id>", "delete", "alerts:write", query=AlertQuerySchema, ok=AlertDeletedSchema,
@@ -69,7 +65,7 @@ def alert_events(query):
 def delete_alert(query, alert_id):
     """Delete an alert: it stops being evaluated; its past events stay listed.
     Unknown, already deleted or another account's id → 404."""
-    row = alerts.delete_alert(_account(query.get("org_id"), "alerts:write"), alert_id, principal().mode)
+    row = alerts.delete_alert(acting_account(query.get("org_id"), "alerts:write"), alert_id, principal().mode)
     return {"deleted": True, "id": row.id}
 
 

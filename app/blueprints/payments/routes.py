@@ -10,21 +10,13 @@ from app.blueprints.payments.schemas import (CheckoutCreatedSchema, CheckoutHead
                                              WebhookHeadersSchema, WebhookResultSchema)
 from app.blueprints.payments.invoice_schemas import (InvoiceListQuerySchema, InvoiceListSchema, InvoiceQuerySchema,
                                                      InvoiceSchema)
-from app.blueprints.routing import endpoint
+from app.blueprints.routing import NOT_MEMBER, acting_account, endpoint
 from app.extensions import Blueprint
 from app.services.billing import autotopup, checkouts, invoices, methods, payment_events, payments
-from app.services.orgs import orgs
 from app.services.platform import redirects
 
-BILLING_WRITE = ("billing:write",)
-BILLING_READ = ("billing:read",)
-NOT_MEMBER = "`org_id` is not an organisation of the caller."
-
-
-def _payer(org_id: str | None, scopes: tuple[str, ...]) -> str:
-    """The account the request acts on: the credential's own, or the organisation ``org_id``
-    when the caller's role there allows ``scopes`` (``orgs.payer``: 403 / 404)."""
-    return orgs.payer(principal(), org_id, scopes)
+BILLING_WRITE = "billing:write"
+BILLING_READ = "billing:read"
 
 blp = Blueprint("payments", __name__, url_prefix="/api/pay",
                 description="Checkout (resume, cancel), payment history, saved payment methods and the "
@@ -39,7 +31,7 @@ def checkout(body):
     Credits arrive only when the processor confirms the payment (a verified webhook),
     exactly once. `svc_test_` keys (and the embedded default) use the sandbox checkout.
     With `org_id` the organisation's balance is funded."""
-    return payments.create_checkout(_payer(body.get("org_id"), BILLING_WRITE), principal().mode, body["amount_cents"],
+    return payments.create_checkout(acting_account(body.get("org_id"), BILLING_WRITE), principal().mode, body["amount_cents"],
                                     body.get("product"), body.get("return_url"), save_method=body["save_method"])
 
 
@@ -48,7 +40,7 @@ def checkout(body):
 def history(query):
     """The last 50 payments (card, ACH, USDC, x402, auto top-ups), newest first; with `org_id`
     the organisation's."""
-    return {"payments": payments.history(_payer(query.get("org_id"), BILLING_READ), principal().mode)}
+    return {"payments": payments.history(acting_account(query.get("org_id"), BILLING_READ), principal().mode)}
 
 
 @endpoint(blp, "/method", "post", "billing:write", body=MethodRequestSchema, ok=MethodSchema,
@@ -64,7 +56,7 @@ def default_method(body):
     unusable → 409 `payment_method_invalid`), attached
     to the account's customer. A card serves `method: card`, a `us_bank_account` serves
     `method: ach`."""
-    return payments.set_default_method(_payer(body.get("org_id"), BILLING_WRITE), principal().mode,
+    return payments.set_default_method(acting_account(body.get("org_id"), BILLING_WRITE), principal().mode,
                                        body["payment_method_id"])
 
 
@@ -101,7 +93,7 @@ def set_auto_topup(body):
     `AUTOTOPUP_MAX_FAILURES` (default 3) in a row the rule is disabled and the owner e-mailed.
     With `org_id` the organisation's rule: its balance, its saved card, its owners and billing
     members e-mailed."""
-    account_id = _payer(body.pop("org_id", None), BILLING_WRITE)
+    account_id = acting_account(body.pop("org_id", None), BILLING_WRITE)
     return autotopup.configure(account_id, principal().mode, **body)
 
 
@@ -110,7 +102,7 @@ def set_auto_topup(body):
 def get_auto_topup(query):
     """The auto top-up rule, its card, this month's total and the last 10 runs (with `org_id`:
     the organisation's)."""
-    return autotopup.view(_payer(query.get("org_id"), BILLING_READ), principal().mode)
+    return autotopup.view(acting_account(query.get("org_id"), BILLING_READ), principal().mode)
 
 
 @endpoint(blp, "/auto-topup", "delete", "billing:write", query=BillingWriteQuerySchema, ok=DeletedSchema,
@@ -118,7 +110,7 @@ def get_auto_topup(query):
 def delete_auto_topup(query):
     """Turn auto top-up off and delete the rule (with `org_id`: the organisation's); queued
     runs are skipped (a charge already sent to the processor is still booked)."""
-    autotopup.remove(_payer(query.get("org_id"), BILLING_WRITE), principal().mode)
+    autotopup.remove(acting_account(query.get("org_id"), BILLING_WRITE), principal().mode)
     return {"deleted": True}
 
 
@@ -129,7 +121,7 @@ def resume_checkout(query, payment_id):
     """Resume a checkout: its status and, while it can still be paid, its hosted page `url`
     (null once paid, canceled, expired or its bank payment submitted). An organisation's
     checkout (created with `org_id`) is resumed with the same `org_id`."""
-    return checkouts.resume(_payer(query.get("org_id"), BILLING_READ), principal().mode, payment_id)
+    return checkouts.resume(acting_account(query.get("org_id"), BILLING_READ), principal().mode, payment_id)
 
 
 @endpoint(blp, "/checkout/<string:payment_id>/cancel", "post", "billing:write", query=BillingWriteQuerySchema,
@@ -140,7 +132,7 @@ def cancel_checkout(query, payment_id):
     """Cancel a pending checkout: the processor's session is closed first (it can no longer be
     paid), then the payment becomes `canceled`. Nothing was charged. An organisation's
     checkout is canceled with its `org_id`."""
-    return checkouts.cancel(_payer(query.get("org_id"), BILLING_WRITE), principal().mode, payment_id)
+    return checkouts.cancel(acting_account(query.get("org_id"), BILLING_WRITE), principal().mode, payment_id)
 
 
 @endpoint(blp, "/methods", "get", "billing:read", query=BillingReadQuerySchema, ok=SavedMethodListSchema,
@@ -148,7 +140,7 @@ def cancel_checkout(query, payment_id):
 def saved_methods(query):
     """The saved payment methods (each `POST /api/pay/method` saves one), with the default
     marked; with `org_id` the organisation's."""
-    return {"methods": methods.list_methods(_payer(query.get("org_id"), BILLING_READ), principal().mode)}
+    return {"methods": methods.list_methods(acting_account(query.get("org_id"), BILLING_READ), principal().mode)}
 
 
 @endpoint(blp, "/methods/<string:payment_method_id>/default", "post", "billing:write",
@@ -157,7 +149,7 @@ def saved_methods(query):
 def default_saved_method(query, payment_method_id):
     """Make a saved method the default again (the one `/api/wallet/fund` and auto top-up
     charge); with `org_id` one of the organisation's."""
-    return methods.make_default(_payer(query.get("org_id"), BILLING_WRITE), principal().mode, payment_method_id)
+    return methods.make_default(acting_account(query.get("org_id"), BILLING_WRITE), principal().mode, payment_method_id)
 
 
 @endpoint(blp, "/methods/<string:payment_method_id>", "delete", "billing:write", query=BillingWriteQuerySchema,
@@ -167,7 +159,7 @@ def remove_saved_method(query, payment_method_id):
     """Remove a saved method: detached at the processor first, then forgotten. Removing the
     default leaves none: funding by card and auto top-up answer `no_payment_method` until
     another is made the default. With `org_id` one of the organisation's."""
-    methods.remove(_payer(query.get("org_id"), BILLING_WRITE), principal().mode, payment_method_id)
+    methods.remove(acting_account(query.get("org_id"), BILLING_WRITE), principal().mode, payment_method_id)
     return {"deleted": True}
 
 
@@ -188,7 +180,7 @@ _PDF_DOC = {"200": {"description": "The invoice (JSON, or the PDF with `Accept: 
 def list_invoices(query):
     """The invoices of the key's mode, newest first: one per payment (checkout, wallet funding,
     auto top-up, USDC, x402) and one per month of usage; `next_cursor` pages on."""
-    return invoices.list_invoices(_payer(query.get("org_id"), BILLING_READ), principal().mode, query["limit"],
+    return invoices.list_invoices(acting_account(query.get("org_id"), BILLING_READ), principal().mode, query["limit"],
                                   query.get("cursor"))
 
 
@@ -198,7 +190,7 @@ def list_invoices(query):
 def get_invoice(query, invoice_id):
     """One invoice as issued (numbered, never changed): JSON, or its PDF when the request prefers
     `Accept: application/pdf` (also at `/api/pay/invoices/{id}.pdf`)."""
-    inv = invoices.get_invoice(_payer(query.get("org_id"), BILLING_READ), principal().mode, invoice_id)
+    inv = invoices.get_invoice(acting_account(query.get("org_id"), BILLING_READ), principal().mode, invoice_id)
     if request.accept_mimetypes.best_match(("application/json", "application/pdf")) == "application/pdf":
         return _invoice_response(inv)
     return invoices.view(inv)
@@ -210,5 +202,5 @@ def get_invoice(query, invoice_id):
     "application/pdf": {"schema": {"type": "string", "format": "binary"}}}}})
 def get_invoice_pdf(query, invoice_id):
     """One invoice's PDF (A4, made with fpdf2 from the stored document: the same bytes each time)."""
-    return _invoice_response(invoices.get_invoice(_payer(query.get("org_id"), BILLING_READ), principal().mode,
+    return _invoice_response(invoices.get_invoice(acting_account(query.get("org_id"), BILLING_READ), principal().mode,
                                                   invoice_id))

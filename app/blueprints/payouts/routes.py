@@ -5,12 +5,11 @@ from app.blueprints.payouts.schemas import (DestinationRemovedSchema, Destinatio
                                             OwnerEarningsSchema, PayoutHeadersSchema, PayoutListSchema,
                                             PayoutSchema, PayoutsReadQuerySchema, PayoutsWriteQuerySchema,
                                             UsdcDestinationInSchema)
-from app.blueprints.routing import endpoint
+from app.blueprints.routing import NOT_MEMBER, acting_account, endpoint
 from app.errors import Forbidden
 from app.extensions import Blueprint
 from app.services.agents import earnings
 from app.services.billing import payouts
-from app.services.orgs import orgs
 
 blp = Blueprint("payouts", __name__, url_prefix="/api",
                 description="Module owners: earnings of the modules an account owns (30% revenue share, "
@@ -24,10 +23,10 @@ def _live_account(org_id: str | None = None, scope: str = "billing:read") -> str
     p = principal()
     if p.mode != "live":
         raise Forbidden("Earnings and payouts are live money: use a live key.")
-    return orgs.payer(p, org_id, (scope,))
+    return acting_account(org_id, scope)
 
 
-_ORG = {404: "`org_id` is not an organisation of the caller."}
+_ORG = {404: NOT_MEMBER}
 
 
 @endpoint(blp, "/earnings", "get", "billing:read", query=PayoutsReadQuerySchema, ok=OwnerEarningsSchema,

@@ -1,6 +1,6 @@
 """Wallet endpoints (SPEC 17–20) and the wallet-connect message."""
 from app.auth import principal
-from app.blueprints.routing import endpoint
+from app.blueprints.routing import NOT_MEMBER, acting_account, endpoint
 from app.blueprints.wallets.schemas import (ConnectMessageQuerySchema, ConnectMessageSchema, TransactionListSchema,
                                            TransactionsQuerySchema, WalletBalanceSchema, WalletConnectSchema,
                                            WalletFundHeadersSchema, WalletFundResultSchema, WalletFundSchema,
@@ -8,16 +8,9 @@ from app.blueprints.wallets.schemas import (ConnectMessageQuerySchema, ConnectMe
 from app.extensions import Blueprint
 from app.services.billing import payments
 from app.services.billing import wallets
-from app.services.orgs import orgs
 
-_NOT_MEMBER = {404: "`org_id` is not an organisation of the caller."}
-
-
-def _account(org_id: str | None, scope: str) -> str:
-    """The caller's account, or the organisation ``org_id`` when the member's role allows
-    ``scope`` (``orgs.payer``: 403 ``org_role_required`` / 404): a billing member holds no
-    organisation key, so the organisation's wallet is reached with ``org_id``."""
-    return orgs.payer(principal(), org_id, (scope,))
+# a billing member holds no organisation key: the organisation's wallet is reached with org_id
+_NOT_MEMBER = {404: NOT_MEMBER}
 
 
 blp = Blueprint("wallet", __name__, url_prefix="/api/wallet",
@@ -31,7 +24,7 @@ blp = Blueprint("wallet", __name__, url_prefix="/api/wallet",
 def connect_message(query):
     """Issue the message to sign for `POST /api/wallet/connect` (single use, expires). With
     `org_id` the message connects the organisation's wallet."""
-    return wallets.connect_message(_account(query.get("org_id"), "billing:write"), query["chain"], query["address"])
+    return wallets.connect_message(acting_account(query.get("org_id"), "billing:write"), query["chain"], query["address"])
 
 
 @endpoint(blp, "/connect", "post", "billing:write", body=WalletConnectSchema, ok=WalletSchema,
@@ -53,7 +46,7 @@ def connect(body):
     wallet attributes real USDC deposits to the live balance. With `org_id` the organisation's
     wallet (its USDC deposits fund the organisation)."""
     p = principal()
-    return wallets.connect(_account(body.get("org_id"), "billing:write"), body["chain"], body["address"], body["signature"],
+    return wallets.connect(acting_account(body.get("org_id"), "billing:write"), body["chain"], body["address"], body["signature"],
                            body.get("nonce"), mode=p.mode)
 
 
@@ -63,7 +56,7 @@ def balance(query):
     """Credits and the connected wallet's on-chain USDC (read through the chain's JSON-RPC,
     cached for WALLET_BALANCE_CACHE_SECONDS). No wallet: `connected: false`, `chain: null`,
     `usdc: "0.000000"`. RPC down: 503 `service_unavailable`. With `org_id` the organisation's."""
-    return wallets.balance(_account(query.get("org_id"), "billing:read"), principal().mode)
+    return wallets.balance(acting_account(query.get("org_id"), "billing:read"), principal().mode)
 
 
 @endpoint(blp, "/transactions", "get", "billing:read", query=TransactionsQuerySchema, ok=TransactionListSchema,
@@ -71,7 +64,7 @@ def balance(query):
 def transactions(query):
     """Credits and debits of the account's balance from the ledger, newest first, paginated
     with `limit` (1–200, default 50) and `cursor`. With `org_id` the organisation's."""
-    return wallets.transactions(_account(query.get("org_id"), "billing:read"), query["limit"], query.get("cursor"), principal().mode)
+    return wallets.transactions(acting_account(query.get("org_id"), "billing:read"), query["limit"], query.get("cursor"), principal().mode)
 
 
 @endpoint(blp, "/fund", "post", "billing:write", body=WalletFundSchema, ok=WalletFundResultSchema,
@@ -91,7 +84,7 @@ def fund(body):
     an `Idempotency-Key` a retry never charges twice: the same key and body answer the
     first response (`Idempotent-Replayed: true`), another body is 409."""
     p = principal()
-    payer = orgs.payer(p, body.get("org_id"), ("billing:write",))
+    payer = acting_account(body.get("org_id"), "billing:write")
     if body["method"] == "usdc":
         return wallets.fund_usdc(payer, p.mode, body["amount_cents"])
     return payments.fund_with_saved_method(payer, p.mode, body["amount_cents"], body["method"])

@@ -13,7 +13,7 @@ from sqlalchemy import select
 from app.extensions import db
 from app.models import ChatCompletion
 from app.services.money import holds
-from tests.api.test_chat import START, acct, chat, fakes, figures, upstreams  # noqa: F401
+from tests.api.test_chat import START, _events, acct, chat, fakes, figures, upstreams  # noqa: F401
 from tests.chatfakes import CATALOG
 
 GPT = """
@@ -114,6 +114,11 @@ def test_anthropic_cache_read_and_write_priced(app, client, fakes, acct, ledger_
     ledger_clean()
 
 
+def _usage(r, stream: bool) -> dict:
+    """The completion's usage: the answer's, or a stream's last chunk's (before ``[DONE]``)."""
+    return _events(r)[-2]["usage"] if stream else r.get_json()["usage"]
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_anthropic_usage_without_input_tokens_is_the_flagged_estimate_not_a_free_prompt(app, client, fakes, acct,
                                                                                       ledger_clean, stream):  # noqa: F811
@@ -125,10 +130,7 @@ def test_anthropic_usage_without_input_tokens_is_the_flagged_estimate_not_a_free
     fakes.claude.usage_extra = {"input_tokens": None}
     r = chat(client, acct, model="m-claude", max_tokens=64, stream=stream)
     assert r.status_code == 200, r.get_data(as_text=True)
-    if stream:
-        usage = [orjson.loads(x[6:]) for x in r.data.split(b"\n\n") if x.startswith(b"data: {")][-1]["usage"]
-    else:
-        usage = r.get_json()["usage"]
+    usage = _usage(r, stream)
     assert usage["estimated"] is True and (usage["prompt_tokens"], usage["completion_tokens"]) == (12, 5)
     assert usage["cost_micros"] == 148
     assert figures(app, acct.id)["balance"] == START - 148
@@ -145,10 +147,7 @@ def test_openai_usage_with_a_null_count_is_the_flagged_estimate_not_a_server_err
     fakes.cheap.usage_extra = {"prompt_tokens": None}
     r = chat(client, acct, model="m-small", max_tokens=64, stream=stream)
     assert r.status_code == 200, r.get_data(as_text=True)
-    if stream:
-        usage = [orjson.loads(x[6:]) for x in r.data.split(b"\n\n") if x.startswith(b"data: {")][-1]["usage"]
-    else:
-        usage = r.get_json()["usage"]
+    usage = _usage(r, stream)
     assert usage["estimated"] is True and (usage["prompt_tokens"], usage["completion_tokens"]) == (10, 4)
     assert usage["cost_micros"] == 18 and figures(app, acct.id)["balance"] == START - 18
     ledger_clean()

@@ -71,22 +71,29 @@ def test_chat_402_carries_bazaar_metadata(app, url, fakes, make_account):
     assert info is not None and info.input.method == "POST" and info.input.body["model"] == "auto"
 
 
-def test_official_x402_client_pays_for_a_completion(app, url, fakes, make_account, ledger_clean):
-    poor = make_account(cents=0)
+def _paid_by_x402(app, url: str, path: str, body: dict, poor) -> requests.Response:
+    """``poor`` (no balance) sends ``body`` to ``path`` through the official x402 client with
+    a fresh wallet: answered 200, settled for 10,000 micros by that wallet, and the ledger
+    says what the receipt says — 10,000 credited, a hold settled to 200, the remaining 9,800
+    in the payer's balance."""
     wallet = EthAccount.create()
-    r = paying_session(wallet).post(url + "/v1/chat/completions", json=BODY, headers=poor.headers)
+    r = paying_session(wallet).post(url + path, json=body, headers=poor.headers)
     assert r.status_code == 200, r.text
-    assert r.json()["choices"][0]["message"]["content"] == "Hello from cheap"
     assert r.json()["usage"]["cost_micros"] == 200
     settle = decode_payment_response_header(r.headers["PAYMENT-RESPONSE"])
     assert settle.success and settle.payer == wallet.address and settle.amount == "10000"
-    # the ledger says what the receipt says: 10,000 credited, 630 held, settled to 200,
-    # the remaining 9,800 in the payer's balance
     b = books(app, poor.id)
     assert b["payments"] == [("x402", 10_000, "succeeded")]
     assert b["kinds"] == ["x402_payment", "chat_hold", "chat_settle"]
-    assert b["completions"] == [("settled", 630, 200)]
     assert (b["balance"], b["revenue"], b["held"]) == (9_800, 200, 0)
+    return r
+
+
+def test_official_x402_client_pays_for_a_completion(app, url, fakes, make_account, ledger_clean):
+    poor = make_account(cents=0)
+    r = _paid_by_x402(app, url, "/v1/chat/completions", BODY, poor)
+    assert r.json()["choices"][0]["message"]["content"] == "Hello from cheap"
+    assert books(app, poor.id)["completions"] == [("settled", 630, 200)]  # 630 held
 
     # the same payment again, from an account that cannot pay: refused, nothing moves
     sent = r.request.headers["PAYMENT-SIGNATURE"]
@@ -110,18 +117,9 @@ def test_official_x402_client_pays_for_a_messages_api_message(app, url, fakes, m
     offers an x402 payment ("retry with a PAYMENT-SIGNATURE"): the retry carrying it is
     honoured there too (it was ignored: the paying client got the same 402 again)."""
     poor = make_account(cents=0)
-    wallet = EthAccount.create()
     body = {"model": "m-small", "max_tokens": 100, "messages": MSGS}
-    r = paying_session(wallet).post(url + "/v1/messages", json=body, headers=poor.headers)
-    assert r.status_code == 200, r.text
+    r = _paid_by_x402(app, url, "/v1/messages", body, poor)
     assert r.json()["type"] == "message" and r.json()["content"] == [{"type": "text", "text": "Hello from cheap"}]
-    assert r.json()["usage"]["cost_micros"] == 200
-    settle = decode_payment_response_header(r.headers["PAYMENT-RESPONSE"])
-    assert settle.success and settle.payer == wallet.address and settle.amount == "10000"
-    b = books(app, poor.id)
-    assert b["payments"] == [("x402", 10_000, "succeeded")]
-    assert b["kinds"] == ["x402_payment", "chat_hold", "chat_settle"]
-    assert (b["balance"], b["revenue"], b["held"]) == (9_800, 200, 0)
     ledger_clean()
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, CheckConstraint, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import BigInteger, CheckConstraint, ForeignKey, Index, Integer, String, Text, UniqueConstraint, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.extensions import db
@@ -14,7 +14,8 @@ from app.models.base import JSONType, UTCDateTime, utcnow
 class Agent(db.Model):
     """A non-human caller. ``pubkey`` is the canonical ``ed25519:<base58 of 32 bytes>``;
     ``account_id`` is the agent's own account (``Account.agent_id`` points back);
-    ``owner_account_id`` the account that registered it. ``webhook_secret`` (``whsec_…``)
+    ``owner_account_id`` the account that owns it (the registering credential's account, or
+    the organisation it was registered for). ``webhook_secret`` (``whsec_…``)
     signs the events sent to ``webhook`` (Standard Webhooks); it has to be stored
     retrievably to sign, like any webhook signing secret."""
 
@@ -29,8 +30,19 @@ class Agent(db.Model):
     mode: Mapped[str] = mapped_column(String(8), default="live", server_default="live")
     webhook: Mapped[str | None] = mapped_column(String(2000))
     webhook_secret: Mapped[str] = mapped_column(String(64))
+    # The person whose credential registered it (an organisation's agent: the member; NULL
+    # for agents registered before this was recorded). Removing that member disables it.
+    registered_by: Mapped[str | None] = mapped_column(String(32))
+    # Set once by ``agents.disable``: sign-in refused, sessions revoked, balance returned.
+    disabled_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+
+    __table_args__ = (
+        Index("ix_agents_registered_by", "owner_account_id", "registered_by",
+              postgresql_where=text("registered_by IS NOT NULL AND disabled_at IS NULL")),
+        Index("ix_agents_disabled", "disabled_at", postgresql_where=text("disabled_at IS NOT NULL")),
+    )
 
 
 class AgentSession(db.Model):

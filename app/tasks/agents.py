@@ -1,4 +1,4 @@
-"""Agent jobs: monthly settlement, purge of expired sessions."""
+"""Agent jobs: monthly settlement, purge of expired sessions, disabled agents' balances."""
 from __future__ import annotations
 
 
@@ -23,3 +23,9 @@ def purge_expired() -> int:
     from app.services.agents import identity as agents
 
     return agents.purge_expired()
+
+
+def return_disabled_balances() -> int:
+    from app.services.agents import disable
+
+    return disable.return_balances()

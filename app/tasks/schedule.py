@@ -44,4 +44,7 @@ SCHEDULE: list[tuple[str, int, Callable]] = [
     # Payouts of settled earnings: open due ones, send, retry failed, recover unbooked.
     ("payouts", 600, billing.run_payouts),
     ("agent-auth-purge", 3600, agents.purge_expired),
+    # What reached a disabled agent's account (a refund of a call in flight when it was
+    # disabled) goes back to its owner.
+    ("agent-balances-return", 60, agents.return_disabled_balances),
 ]

@@ -1,27 +1,30 @@
 """Agent endpoints (SPEC endpoints 6–13): nonce, sign-in, register, builds, usage,
-earnings, leaderboard, funding by the owner."""
+earnings, leaderboard; funding and disabling by the owner."""
 
 from app.auth import principal
 from app.jsonutil import INTEGER_RANGE_DOC
-from app.blueprints.agents.schemas import (AgentFundedSchema, AgentFundSchema, FundHeadersSchema,
-                                           AgentRegisteredSchema, AgentSessionSchema, AgentUsageSchema,
-                                           BuildListSchema, BuildSchema, BuildSubmitSchema,
-                                           EarningsSchema, LeaderboardQuerySchema, LeaderboardSchema,
-                                           NonceSchema, RegisterSchema, SignInSchema, SiwxChallengeSchema,
-                                           SiwxHeadersSchema)
+from app.blueprints.agents.schemas import (AgentDisabledSchema, AgentDisableQuerySchema, AgentFundedSchema,
+                                           AgentFundSchema, AgentRegisteredSchema, AgentSessionSchema,
+                                           AgentUsageSchema, BuildListSchema, BuildSchema, BuildSubmitSchema,
+                                           EarningsSchema, FundHeadersSchema, LeaderboardQuerySchema,
+                                           LeaderboardSchema, NonceSchema, RegisterSchema, SignInSchema,
+                                           SiwxChallengeSchema, SiwxHeadersSchema)
 from app.blueprints.fields import Extended
 from app.blueprints.routing import acting_account, endpoint
 from app.extensions import Blueprint
 from app.services.agents import identity as agents
 from app.services.agents import builds
+from app.services.agents import disable
 from app.services.agents import earnings
 from app.services.agents import funding
 from app.services.agents import siwx
+from app.services.orgs import orgs
 from app.services.platform import netguard
 
 blp = Blueprint("agents", __name__, url_prefix="/api/agent",
-                description="Agents: ed25519 and Sign-In-With-X (EVM wallet) sign-in, registration, agent-built modules, usage, "
-                            "earnings (30% revenue share, settled monthly) and the weekly leaderboard.")
+                description="Agents: ed25519 and Sign-In-With-X (EVM wallet) sign-in, registration, funding and "
+                            "disabling by the owner, agent-built modules, usage, earnings (30% revenue share, "
+                            "settled monthly) and the weekly leaderboard.")
 
 
 @endpoint(blp, "/nonce", "get", public=True, ip_limit="AGENT_NONCE_RATE_LIMIT", ok=NonceSchema)
@@ -33,6 +36,7 @@ def nonce():
 @endpoint(blp, "/signin", "post", public=True, ip_limit="AGENT_SIGNIN_RATE_LIMIT", body=SignInSchema,
           ok=AgentSessionSchema, errors={401: (
               "`malformed_signin` (bad prefix, base58 or length), `invalid_signature`, `unknown_agent`, "
+              "`agent_disabled` (its owner disabled it: `DELETE /api/agent/{id}`), "
               "`unknown_nonce`, `nonce_used` (replay, or lost a concurrent race), `nonce_expired`.")})
 def sign_in(body):
     """Exchange a signed nonce for a `svc_sess_` session (30/minute per IP).
@@ -63,7 +67,7 @@ def siwx_challenge():
                    "`siwx_wrong_domain` (domain or uri not this API's), `siwx_message_expired` (expirationTime "
                    "passed, issuedAt older than 5 minutes or in the future, notBefore ahead), "
                    "`invalid_signature` (not signed by `address`), `unknown_agent` (no agent registered with "
-                   "`eip155:<chainId>:<address>`), `unknown_nonce`, `nonce_used`, `nonce_expired`."})
+                   "`eip155:<chainId>:<address>`), `agent_disabled`, `unknown_nonce`, `nonce_used`, `nonce_expired`."})
 def siwx_sign_in(sign_in_with_x):
     """Sign in with an EVM wallet (Sign-In-With-X, CAIP-122 / EIP-4361) for a `svc_sess_`
     session, the same as the ed25519 sign-in's (30/minute per IP).
@@ -78,7 +82,7 @@ def siwx_sign_in(sign_in_with_x):
 @endpoint(blp, "/register", "post", "agent:write", body=RegisterSchema, ok=AgentRegisteredSchema, status=201,
           errors={403: "`org_role_required`: the member's role cannot register agents for the organisation.",
                   404: "`org_id`: not an organisation of the caller.",
-                  409: "The pubkey belongs to another account's agent.",
+                  409: "The pubkey belongs to another account's agent, or to a disabled agent.",
                   422: "`unprocessable`: the `pubkey` has the documented shape but is not a key: base58 that "
                        "is not the canonical spelling of 32 bytes, a point that is not an ed25519 public key, "
                        "an EIP-55 checksum mismatch, or a chain id outside the deployment's "
@@ -93,7 +97,8 @@ def register(body):
     p = principal()
     owner = acting_account(body.get("org_id"), "agent:write")
     agent, created = agents.register(owner, name=body["name"], pubkey=body["pubkey"],
-                                     webhook=body["webhook"], caller_is_agent=p.kind == "session", mode=p.mode)
+                                     webhook=body["webhook"], caller_is_agent=p.kind == "session", mode=p.mode,
+                                     registered_by=orgs.person_of(p))
     return Extended(agent, webhook_secret=agent.webhook_secret if created else None)
 
 
@@ -159,3 +164,21 @@ def fund_agent(body, agent_id, idempotency_key=None):
     owner = acting_account(body.get("org_id"), "billing:write")
     return funding.fund(owner, agent_id, body["amount_cents"], idempotency_key=idempotency_key,
                         mode=p.mode)
+
+
+@endpoint(blp, "/<id:agent_id>", "delete", "agent:write", query=AgentDisableQuerySchema, ok=AgentDisabledSchema,
+          errors={403: "`org_role_required`: the member's role cannot change the organisation's agents.",
+                  404: "`not_found`: no agent of this account in this mode (a developer of an organisation: "
+                       "none they registered), or `org_id` not an organisation of the caller."},
+          name="AgentView")
+def disable_agent(query, agent_id):
+    """Disable an agent: its sessions are revoked at once (on every worker), it can no
+    longer sign in (401 `agent_disabled`) and its pubkey cannot be registered again (409);
+    its whole balance moves back to the owner in the same transaction (`agent_return`), and
+    what reaches it later (a refund of a call that was in flight) follows within minutes.
+    Its usage, earnings and modules stay. Idempotent: a repeat answers `replayed: true`
+    and changes nothing. Only a credential of the owner account (or `org_id`) may disable;
+    removing an organisation member disables the agents they registered for it."""
+    p = principal()
+    owner = acting_account(query.get("org_id"), "agent:write")
+    return disable.disable(owner, agent_id, mode=p.mode, registered_by=orgs.own_items_only(p, owner))

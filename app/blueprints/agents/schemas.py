@@ -249,6 +249,26 @@ class AgentFundedSchema(ma.Schema):
                        "gets the first answer itself, with `Idempotent-Replayed: true`."})
 
 
+class AgentDisableQuerySchema(InputSchema):
+    org_id = org_id_field("an agent the organisation owns; owners and admins disable any, developers those "
+                          "they registered (`agent:write`)")
+
+
+class AgentDisabledSchema(ma.Schema):
+    agent_id = ma.fields.String(required=True)
+    disabled = ma.fields.Boolean(required=True, metadata={"description": "Always true."})
+    disabled_at = ma.fields.DateTime(required=True, metadata={"description": "When it was disabled (the first time)."})
+    revoked_sessions = ma.fields.Integer(required=True, metadata={
+        "description": "Live sessions revoked by this request (0 on a repeat)."})
+    returned_micros = ma.fields.Integer(required=True, metadata={
+        "description": "The agent's balance moved back to the owner by this request, in micros "
+                       "(1 cent = 10,000; exact, sub-cent amounts included; 0 on a repeat). What reaches the "
+                       "agent later (a refund of a call in flight) follows within minutes."})
+    owner_balance_cents = ma.fields.Integer(required=True, metadata={"description": "Owner's balance after."})
+    replayed = ma.fields.Boolean(required=True, metadata={
+        "description": "True when the agent was already disabled: nothing changed."})
+
+
 class FundHeadersSchema(InputSchema):
     """Headers of ``POST /api/agent/{id}/fund``."""
 

@@ -83,6 +83,9 @@ class MemberRemovedSchema(ma.Schema):
     member_id = ma.fields.String(required=True)
     revoked_keys = ma.fields.List(ma.fields.String(), required=True, metadata={
         "description": "The member's organisation keys, revoked with the removal."})
+    disabled_agents = ma.fields.List(ma.fields.String(), required=True, metadata={
+        "description": "The agents the member registered for the organisation, disabled with the removal "
+                       "(`DELETE /api/agent/{id}`: sessions revoked, balance returned to the organisation)."})
 
 
 class InviteCreateSchema(InputSchema):

@@ -78,8 +78,12 @@ class NonceExpired(SignInError):
     code, description = "nonce_expired", "Agent sign-in: the nonce expired (nonces live 5 minutes)."
 
 
-_SIGNIN_ERRORS = {cls.code: cls for cls in (SignInError, InvalidSignature, UnknownAgent, UnknownNonce,
-                                            NonceUsed, NonceExpired)}
+class AgentDisabled(SignInError):
+    code, description = "agent_disabled", "Agent sign-in: its owner disabled this agent (DELETE /api/agent/{id})."
+
+
+_SIGNIN_ERRORS = {cls.code: cls for cls in (SignInError, InvalidSignature, UnknownAgent, AgentDisabled,
+                                            UnknownNonce, NonceUsed, NonceExpired)}
 
 
 def _signin_error(code: str, message: str) -> SignInError:
@@ -158,7 +162,8 @@ def canonical_any_pubkey(pubkey: str) -> str:
 # --- registration ----------------------------------------------------------------------
 
 def register(owner_account_id: str, *, name: str, pubkey: str, webhook: str | None,
-             caller_is_agent: bool = False, mode: str = "live") -> tuple[Agent, bool]:
+             caller_is_agent: bool = False, mode: str = "live",
+             registered_by: str | None = None) -> tuple[Agent, bool]:
     """Create the agent and its own account (no promotional credit), owned by the caller.
 
     ``pubkey`` is ``ed25519:<base58>`` or an EVM wallet's CAIP-10 ``eip155:<chainId>:<address>``
@@ -166,7 +171,9 @@ def register(owner_account_id: str, *, name: str, pubkey: str, webhook: str | No
     Idempotent on ``pubkey``: the same owner gets the same agent back (its ``name`` and
     ``webhook`` updated to the values sent); a pubkey registered by another account is
     409 ``conflict``, and so is one registered by a key of the other mode (the agent has the
-    mode of the key that registered it). Returns (agent, created)."""
+    mode of the key that registered it), and the pubkey of a disabled agent.
+    ``registered_by``: the person whose credential registers it (recorded on a new agent;
+    removing that member from the owning organisation disables it). Returns (agent, created)."""
     if caller_is_agent:
         raise Forbidden("Agents cannot register agents; register with a key of the owner account.")
     name = (name or "").strip()
@@ -185,7 +192,8 @@ def register(owner_account_id: str, *, name: str, pubkey: str, webhook: str | No
                                         agent_id=agent_id, promo=False)
             agent = Agent(id=agent_id, name=name, pubkey=canonical, account_id=acct.id,
                           owner_account_id=owner_account_id, mode=mode, webhook=webhook,
-                          webhook_secret=new_webhook_secret(), created_at=utcnow(), updated_at=utcnow())
+                          webhook_secret=new_webhook_secret(), registered_by=registered_by,
+                          created_at=utcnow(), updated_at=utcnow())
             db.session.add(agent)
             from app.services.orgs import audit
 
@@ -203,6 +211,8 @@ def _same_owner(agent: Agent, owner_account_id: str, name: str, webhook: str | N
         raise Conflict("This pubkey is registered by another account.")
     if agent.mode != mode:
         raise Conflict(f"This pubkey is registered by a {agent.mode}-mode key of this account.")
+    if agent.disabled_at is not None:
+        raise Conflict(f"Agent {agent.id} with this pubkey was disabled; register a new key pair.")
     if agent.name != name or agent.webhook != webhook:
         agent.name, agent.webhook = name, webhook
     return agent
@@ -277,10 +287,13 @@ def open_session(pubkey: str, nonce: str) -> dict:
     """The common end of both sign-ins (ed25519 and SIWX), once the signature verified:
     find the agent by its canonical ``pubkey``, consume ``nonce`` (one conditional UPDATE:
     of concurrent uses exactly one wins) and write a ``svc_sess_`` session, in the caller's
-    transaction. Raises ``unknown_agent``, ``unknown_nonce``, ``nonce_used``, ``nonce_expired``."""
+    transaction. Raises ``unknown_agent``, ``agent_disabled``, ``unknown_nonce``, ``nonce_used``,
+    ``nonce_expired``."""
     agent = db.session.execute(select(Agent).where(Agent.pubkey == pubkey)).scalar_one_or_none()
     if agent is None:
         raise _signin_error("unknown_agent", "No agent is registered with this pubkey.")
+    if agent.disabled_at is not None:
+        raise _signin_error("agent_disabled", f"Agent {agent.id} was disabled by its owner; it cannot sign in.")
     if tokens.consume(tokens.AGENT_SIGNIN, nonce) is None:
         row = tokens.lookup(tokens.AGENT_SIGNIN, nonce)
         if row is None:
@@ -315,7 +328,7 @@ def resolve_session(token: str, token_hash: str) -> Principal | None:
                Account.id, Account.plan, Agent.mode)
         .join(Agent, Agent.id == AgentSession.agent_id)
         .join(Account, Account.id == Agent.account_id)
-        .where(AgentSession.token_hash == token_hash)
+        .where(AgentSession.token_hash == token_hash, Agent.disabled_at.is_(None))
     ).first()
     if row is None or row[2] is not None or row[1] <= utcnow():
         return None

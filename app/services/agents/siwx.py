@@ -118,7 +118,7 @@ def _run(coro):
 def sign_in(header: str | None) -> dict:
     """Verify a ``SIGN-IN-WITH-X`` header and open a session. Raises SignInError (401):
     ``malformed_signin``, ``siwx_unsupported_chain``, ``siwx_wrong_domain``,
-    ``siwx_message_expired``, ``invalid_signature``, ``unknown_agent``, ``unknown_nonce``,
+    ``siwx_message_expired``, ``invalid_signature``, ``unknown_agent``, ``agent_disabled``, ``unknown_nonce``,
     ``nonce_used``, ``nonce_expired``."""
     ext = _siwx()
     if not header or len(header) > MAX_HEADER_LEN:

@@ -262,8 +262,10 @@ def update_member(principal, actor: Actor, org_id: str, member_id: str, role: st
 def remove_member(principal, actor: Actor, org_id: str, member_id: str) -> dict:
     """DELETE /api/orgs/{id}/members/{member_id}: a member may leave; owners and admins
     remove others (only an owner removes an owner); the last owner cannot leave (409
-    ``last_owner``). The member's organisation keys are revoked in the same unit of work
-    and dropped from every worker's cache."""
+    ``last_owner``). The member's organisation keys are revoked, and the agents they
+    registered for the organisation disabled (``agents.disable``: sessions revoked, balance
+    returned to the organisation), in the same unit of work, and dropped from every
+    worker's cache."""
     with unit_of_work():
         me = membership(principal, org_id, lock=True)
         target = _target(org_id, member_id)
@@ -278,12 +280,15 @@ def remove_member(principal, actor: Actor, org_id: str, member_id: str) -> dict:
             .values(revoked_at=utcnow()).returning(ApiKey.id).execution_options(synchronize_session=False)
         ).scalars())
         hashes = _member_key_hashes(org_id, member_id)
+        from app.services.agents import disable
+
+        agents = disable.disable_registered_by(org_id, member_id, actor)
         record(org_id, actor, "member.remove", member_id,
                before={"role": target.role},
-               after={"revoked_keys": sorted(revoked)})
+               after={"revoked_keys": sorted(revoked), "disabled_agents": agents})
         db.session.delete(target)
         after_commit(_drop_cached, hashes)
-    return {"removed": True, "member_id": member_id, "revoked_keys": sorted(revoked)}
+    return {"removed": True, "member_id": member_id, "revoked_keys": sorted(revoked), "disabled_agents": agents}
 
 
 def add_member(org_id: str, account_id: str, role: str, actor: Actor, *, via: str | None = None) -> OrgMember:
@@ -326,6 +331,17 @@ def sees_all_keys(principal) -> bool:
     their account; other members see only their own organisation keys."""
     role = org_role_of(principal)
     return role is None or role in roles.ACTIONS["manage_keys"]
+
+
+def own_items_only(principal, account_id: str) -> str | None:
+    """The person whose own keys and agents only the caller may change in ``account_id``:
+    None when it may change all of them (its own account; owners and admins of an
+    organisation), else the member itself (developers)."""
+    person = person_of(principal)
+    if account_id == person:
+        return None
+    role = membership(principal, account_id).role
+    return None if role in roles.ACTIONS["manage_keys"] else person
 
 
 def visible_keys(principal, rows: list) -> list:

@@ -114,3 +114,22 @@ def test_revoking_a_key_asks_first(app, signed_in):
     assert "Revoke" in question and "cannot be undone" in question
     script = client.get("/console/static/console.js").get_data(as_text=True)
     assert "form[data-confirm]" in script and "window.confirm" in script
+
+
+def test_disable_an_agent_from_the_agents_page(app, client, signed_in):
+    """The console's agents page disables an agent after asking (``agents.disable``): its
+    balance comes back, the row shows it disabled with no fund form; another id is 404."""
+    browser, acct = signed_in()
+    agent = register(client, acct, Keypair(), name="retired").get_json()
+    client.post(f"/api/agent/{agent['id']}/fund", json={"amount_cents": 250}, headers=acct.headers)
+    page = browser.get("/agents").get_data(as_text=True)
+    form = re.search(rf'<form[^>]*action="/agents/{agent["id"]}/disable"[^>]*>', page).group(0)
+    assert "cannot be undone" in re.search(r'data-confirm="([^"]+)"', form).group(1)
+    r = browser.post(f"/agents/{agent['id']}/disable", data={"csrf": _csrf(page)})
+    assert r.status_code == 303
+    with app.app_context():
+        assert db.session.get(Account, acct.id).balance_micros == 10_000_000
+        db.session.remove()
+    page = browser.get("/agents").get_data(as_text=True)
+    assert 'class="pill disabled"' in page and f"/agents/{agent['id']}/fund" not in page
+    assert browser.post("/agents/agt_doesnotexist0000/disable", data={"csrf": _csrf(page)}).status_code == 404

@@ -79,7 +79,7 @@ PROTECTED_GET = ["/dashboard", "/keys", "/usage", "/usage?days=7", "/usage/calls
 PROTECTED_GET += ["/orgs", "/org/members", "/org/audit", "/org/audit.csv", "/billing/checkouts/x/resume"]
 PROTECTED_POST = ["/logout", "/mode", "/keys", "/keys/key_x/revoke", "/keys/key_x/rotate", "/usage/calls/call_x/verify",
                   "/billing/topup", "/alerts", "/alerts/alrt_x/delete", "/agents", "/agents/agt_x/fund",
-                  "/agents/review/x"]
+                  "/agents/agt_x/disable", "/agents/review/x"]
 PROTECTED_POST += ["/orgs", "/orgs/switch", "/org/invites", "/org/invites/x/revoke", "/org/members/x",
                    "/org/members/x/remove", "/billing/card", "/billing/methods/x/default",
                    "/billing/methods/x/remove", "/billing/pay", "/billing/checkouts/x/cancel",

@@ -1,5 +1,5 @@
-"""Console pages: agents (register by public key, fund from the account's balance, earnings
-and monthly statements,
+"""Console pages: agents (register by public key, fund from the account's balance, disable,
+earnings and monthly statements,
 submitted modules with their review status) and, for admin accounts, the module review
 queue (approve / reject)."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ from app.blueprints.agents.schemas import RegisterSchema
 from app.blueprints.builds.schemas import ApproveSchema
 from app.blueprints.console.account_pages import field_errors
 from app.errors import DomainError
-from app.services.agents import builds, earnings, funding, identity
+from app.services.agents import builds, disable, earnings, funding, identity
 from app.services.money import ledger
 
 
@@ -46,9 +46,20 @@ def register_agent():
         return _agents_page(400, errors=errors, form=form)
     try:
         identity.register(g.account.id, name=body["name"], pubkey=body["pubkey"],
-                          webhook=body["webhook"], mode=web.mode())
+                          webhook=body["webhook"], mode=web.mode(), registered_by=g.account.id)
     except DomainError as exc:
         return _agents_page(400, errors=field_errors(exc, ("name", "pubkey", "webhook")), form=form)
+    return redirect(url_for("console.agents"), code=303)
+
+
+@bp.post("/agents/<agent_id>/disable")
+def disable_agent(agent_id: str):
+    """Disable one of the account's agents (the browser asks first): sessions revoked,
+    sign-in refused, its balance back to the account (``agents.disable``)."""
+    try:
+        disable.disable(g.account.id, agent_id, mode=web.mode())
+    except DomainError:
+        abort(404)
     return redirect(url_for("console.agents"), code=303)
 
 

@@ -93,4 +93,10 @@ def test_owner_funds_an_agent_once_per_idempotency_key(funded, server, ledger_cl
     with pytest.raises(ApiError) as exc:
         owner.agents.fund("agt_not_mine", 1)
     assert exc.value.status == 404
+    # disabling it brings the rest back (199 cents, to the micro) and ends its sign-in
+    done = owner.agents.disable(agent.id)
+    assert done.returned_micros == 1_990_000 and done.owner_balance_cents == 499 and not done.replayed
+    with pytest.raises(ApiError) as exc:
+        AgentSession.sign_in(server.url, signing_key=sk)
+    assert exc.value.status == 401 and exc.value.code == "agent_disabled"
     ledger_clean()

@@ -18,7 +18,7 @@ from gateway_client._core import (DEFAULT_TIMEOUT, Op, RetryPolicy, new_idempote
                                   resolve_base_url)
 from gateway_client._x402 import SyncPayer
 from gateway_client.errors import PaymentRequired
-from gateway_client.models import (Account, Agent, Alert, CallResult, Checkout, DailyUsage,
+from gateway_client.models import (Account, Agent, AgentDisabled, Alert, CallResult, Checkout, DailyUsage,
                                    Funding, Key, KeyCreated, Module, ModuleUsage, Payment, ReceiptKey,
                                    TransactionPage, UsageCurrent, WalletBalance)
 
@@ -129,6 +129,11 @@ class Agents(_Resource):
         """Move ``amount_cents`` from this account's balance to the agent's (once per key)."""
         return self._gw.request(ops.agent_fund(agent_id, amount_cents,
                                                idempotency_key or new_idempotency_key()))
+
+    def disable(self, agent_id: str) -> AgentDisabled:
+        """Disable an agent: its sessions stop, it can no longer sign in, and its balance
+        comes back to this account (``returned_micros``). Cannot be undone."""
+        return self._gw.request(ops.agent_disable(agent_id))
 
 
 class Gateway:

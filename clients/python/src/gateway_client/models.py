@@ -255,3 +255,15 @@ class Funding:
     agent_id: str | None = None
     amount_cents: int | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class AgentDisabled:
+    """The answer of disabling an agent: its sessions revoked, its balance returned."""
+
+    agent_id: str | None = None
+    revoked_sessions: int | None = None
+    returned_micros: int | None = None
+    owner_balance_cents: int | None = None
+    replayed: bool | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)

@@ -10,7 +10,7 @@ import httpx
 
 from gateway_client._core import Op, json_body
 from gateway_client._x402 import settlement
-from gateway_client.models import (Account, Agent, Alert, CallResult, Checkout, DailyUsage, Funding, Key,
+from gateway_client.models import (Account, Agent, AgentDisabled, Alert, CallResult, Checkout, DailyUsage, Funding, Key,
                                    KeyCreated, Module, ModuleUsage, Payment, ReceiptKey, Transaction,
                                    TransactionPage, UsageCurrent, WalletBalance, parse)
 
@@ -178,6 +178,10 @@ def agent_register(name: str, pubkey: str, webhook: str | None) -> Op[Agent]:
 def agent_fund(agent_id: str, amount_cents: int, idempotency_key: str) -> Op[Funding]:
     return Op("POST", f"/api/agent/{agent_id}/fund", _one(Funding),
               json={"amount_cents": amount_cents}, headers={"Idempotency-Key": idempotency_key})
+
+
+def agent_disable(agent_id: str) -> Op[AgentDisabled]:
+    return Op("DELETE", f"/api/agent/{agent_id}", _one(AgentDisabled))
 
 
 def agent_nonce() -> Op[str]:

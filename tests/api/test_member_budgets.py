@@ -267,6 +267,28 @@ def test_other_orgs_members_unknown_orgs_and_roles_without_the_right(app, client
     assert entries == 0
 
 
+def test_an_admin_cannot_lift_their_own_budget(app, client, make_account):
+    """A budget is a limit an owner or admin sets on a member; before, an admin could PATCH
+    it away on themselves (200). An owner may change their own."""
+    org, owner, _ = _team(app, client, make_account)
+    admin, admin2 = make_account(), make_account()
+    join(app, org["id"], admin, "admin")
+    join(app, org["id"], admin2, "admin")
+    assert _budget(client, owner, org["id"], admin.id, 5).status_code == 200
+    for cents in (None, 500, 0):
+        r = _budget(client, admin, org["id"], admin.id, cents)
+        assert r.status_code == 403 and r.get_json()["roles"] == ["owner"], r.get_json()
+        assert "your own monthly budget" in r.get_json()["message"]
+    assert _members(client, owner, org["id"])[admin.id]["monthly_budget_cents"] == 5
+    # another admin may (admins manage members), and an owner its own
+    assert _budget(client, admin2, org["id"], admin.id, 7).status_code == 200
+    assert _budget(client, owner, org["id"], owner.id, 9).status_code == 200
+    # the budget sent unchanged with a role (as the console's form does) is no change
+    r = client.patch(f"/api/orgs/{org['id']}/members/{admin.id}",
+                     json={"role": "developer", "monthly_budget_cents": 7}, headers=admin.headers)
+    assert r.status_code == 200 and r.get_json()["role"] == "developer", r.get_json()
+
+
 def test_the_service_signature_the_console_calls(app, make_account, client):
     """``update_member(principal, actor, org_id, member_id, role=None, *,
     monthly_budget_cents=UNSET)``: a budget alone, a role alone, both; bad input 400."""

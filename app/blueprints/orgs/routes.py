@@ -57,7 +57,8 @@ def list_members(org_id):
           name="MemberUpdateView")
 def update_member(body, org_id, member_id):
     """Change a member's `role` and/or `monthly_budget_cents` (owners and admins; only an
-    owner gives or takes `owner` or sets an owner's budget). The new role applies to the
+    owner gives or takes `owner`, sets an owner's budget, or changes an admin's own
+    budget). The new role applies to the
     member's organisation keys on every worker within 60 s (about 1 s with Redis); the
     budget from the next charge (the engine reads it in the charge's own statement)."""
     return orgs.update_member(principal(), current_actor(), org_id, member_id, body.get("role"),

@@ -225,7 +225,8 @@ def update_member(principal, actor: Actor, org_id: str, member_id: str, role: st
                   monthly_budget_cents=UNSET) -> dict:
     """PATCH /api/orgs/{id}/members/{member_id}: a new ``role`` and/or
     ``monthly_budget_cents`` (null: no budget; ``UNSET``: unchanged). Owners and admins;
-    only an owner makes, changes or demotes an owner, or sets an owner's budget; the last
+    only an owner makes, changes or demotes an owner, or sets an owner's budget or their
+    own (an admin cannot lift the budget set on them); the last
     owner keeps the role (409 ``last_owner``). The new role applies to the member's
     organisation keys on every worker within the credential cache's TTL (the keys are
     dropped from every cache, like a revocation). The budget applies from the next charge:
@@ -243,6 +244,9 @@ def update_member(principal, actor: Actor, org_id: str, member_id: str, role: st
         target = _target(org_id, member_id)
         if roles.OWNER in (target.role, role):
             roles.require(me.role, "manage_owners", org_id)
+        if budget is not UNSET and budget != target.monthly_budget_micros and target.account_id == me.account_id:
+            # a budget is a limit set on a member: an admin does not lift their own
+            roles.require(me.role, "manage_owners", org_id, "Changing your own monthly budget")
         before, after = {}, {}
         if role is not None and role != target.role:
             _check_owners_left(org_id, target, "be given another role")

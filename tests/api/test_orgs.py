@@ -174,6 +174,46 @@ def test_roles_narrow_org_keys_on_every_route(app, client, make_account, mod):  
     assert (actor["account_id"], actor["org_role"]) == (dev.id, "developer")
 
 
+def test_org_keys_are_managed_with_a_personal_key_and_org_id(app, client, make_account):
+    """GET/PATCH/rotate/DELETE /api/keys take `org_id` like POST does: a member who lost
+    (or never kept) an organisation key lists, changes and revokes it with their own key.
+    Before, `org_id` was refused (400) and the personal key only reached personal keys."""
+    owner, dev, dev2, viewer, stranger = (make_account() for _ in range(5))
+    oid = make_org(client, owner)["id"]
+    for acct, role in ((dev, "developer"), (dev2, "developer"), (viewer, "viewer")):
+        join(app, oid, acct, role)
+    mine, theirs = org_key(client, dev, oid), org_key(client, dev2, oid)
+    q = {"org_id": oid}
+
+    def listed(acct):
+        r = client.get("/api/keys", query_string=q, headers=acct.headers)
+        assert r.status_code == 200, r.get_json()
+        return {k["id"] for k in r.get_json()["keys"]}
+
+    assert listed(owner) == {mine["id"], theirs["id"]} and listed(dev) == {mine["id"]} and listed(viewer) == set()
+    r = client.get("/api/keys", query_string=q, headers=stranger.headers)
+    assert r.status_code == 404
+    # a developer changes and rotates their own; another member's is 404; a viewer 403
+    r = client.patch(f"/api/keys/{mine['id']}", json={"rpm_limit": 30, "org_id": oid}, headers=dev.headers)
+    assert r.status_code == 200 and r.get_json()["rpm_limit"] == 30, r.get_json()
+    assert client.patch(f"/api/keys/{theirs['id']}", json={"rpm_limit": 30, "org_id": oid},
+                        headers=dev.headers).status_code == 404
+    r = client.delete(f"/api/keys/{mine['id']}", query_string=q, headers=viewer.headers)
+    assert r.status_code == 403 and error_code(r.get_json()) == "org_role_required"
+    r = client.post(f"/api/keys/{mine['id']}/rotate", json={"overlap_seconds": 0, "org_id": oid}, headers=dev.headers)
+    assert r.status_code == 201 and (r.get_json()["org_id"], r.get_json()["member_id"]) == (oid, dev.id)
+    new = r.get_json()
+    # without org_id the person's own keys only: the organisation's key is not found there
+    assert client.delete(f"/api/keys/{new['id']}", headers=dev.headers).status_code == 404
+    assert client.delete(f"/api/keys/{theirs['id']}", query_string=q, headers=dev.headers).status_code == 404
+    r = client.delete(f"/api/keys/{new['id']}", query_string=q, headers=dev.headers)
+    assert r.status_code == 200 and r.get_json() == {"revoked": True, "id": new["id"]}
+    assert client.get("/api/account", headers=h(new["key"])).status_code == 401
+    r = client.delete(f"/api/keys/{theirs['id']}", query_string=q, headers=owner.headers)  # the owner: any
+    assert r.status_code == 200
+    assert listed(owner) == set()
+
+
 def test_role_change_and_removal_reach_the_members_keys(app, client, make_account, mod):  # noqa: F811
     owner, dev = make_account(), make_account()
     org = make_org(client, owner)

@@ -2,8 +2,8 @@
 from app.auth import principal
 from app.blueprints.fields import Extended
 from app.blueprints.orgs.routes import current_actor
-from app.blueprints.keys.schemas import (KeyCreatedSchema, KeyCreateSchema, KeyListSchema,
-                                         KeyRevokedSchema, KeyRotateSchema, KeySchema, KeyUpdateSchema)
+from app.blueprints.keys.schemas import (KeyCreatedSchema, KeyCreateSchema, KeyListSchema, KeyRevokedSchema,
+                                         KeyRotateSchema, KeySchema, KeysQuerySchema, KeyUpdateSchema)
 from app.blueprints.routing import endpoint
 from app.extensions import Blueprint
 from app.services.accounts import key_controls, keys
@@ -12,10 +12,15 @@ from app.services.orgs import orgs
 blp = Blueprint("keys", __name__, url_prefix="/api/keys", description="API keys of the account.")
 
 
-@endpoint(blp, "", "get", "keys:read", ok=KeyListSchema, name="KeysView")
-def list_keys():
-    """List the account's active keys (never the secret)."""
-    return {"keys": orgs.visible_keys(principal(), keys.list_keys(principal().account_id, principal().mode))}
+@endpoint(blp, "", "get", "keys:read", query=KeysQuerySchema, ok=KeyListSchema, name="KeysView",
+          errors={403: "`org_role_required`.", 404: "`org_id`: not an organisation of the caller."})
+def list_keys(query):
+    """List the account's active keys (never the secret). In an organisation (`org_id`,
+    or an organisation key): owners and admins see every key of the organisation, the
+    other members their own."""
+    account, only = orgs.keys_of(principal(), query.get("org_id"), "keys:read")
+    rows = keys.list_keys(account, principal().mode)
+    return {"keys": rows if only is None else [row for row in rows if row.member_account_id == only]}
 
 
 @endpoint(blp, "", "post", "keys:write", body=KeyCreateSchema, ok=KeyCreatedSchema, status=201,
@@ -60,10 +65,11 @@ def update_key(body, key_id):
     `allowed_models`, `allowed_modules` (allow-lists; null: any), `rpm_limit`, `tpm_limit`
     (per minute; null: none). Applies to the next request on every worker; what the key
     spent this period is kept. A key with a spend limit cannot set a key (itself
-    included) beyond it: 403 `beyond_own_limits`."""
-    orgs.check_key(principal(), key_id)
-    return keys.update_key(principal().account_id, key_id, body, principal().mode,
-                           creator_key_id=principal().credential_id)
+    included) beyond it: 403 `beyond_own_limits`. An organisation's key: with `org_id` in
+    the body (or an organisation key); members other than owners and admins change only
+    their own."""
+    account, _ = orgs.keys_of(principal(), body.pop("org_id", None), "keys:write", key_id)
+    return keys.update_key(account, key_id, body, principal().mode, creator_key_id=principal().credential_id)
 
 
 @endpoint(blp, "/<string:key_id>/rotate", "post", "keys:write", body=KeyRotateSchema, ok=KeyCreatedSchema,
@@ -80,19 +86,23 @@ def rotate_key(body, key_id):
     key counts against the 100-key cap while the old one overlaps (409
     `key_limit_reached`; `overlap_seconds: 0` retires the old key at once). A key rotates
     only keys within its own scopes and limits (403 `beyond_own_limits`); the new key
-    keeps the old key's expiry (within the rotating key's own)."""
-    orgs.check_key(principal(), key_id)
-    row, secret = keys.rotate_key(principal().account_id, key_id, body.get("overlap_seconds"),
+    keeps the old key's expiry (within the rotating key's own). An organisation's key:
+    with `org_id` in the body (or an organisation key); members other than owners and
+    admins rotate only their own."""
+    account, _ = orgs.keys_of(principal(), body.get("org_id"), "keys:write", key_id)
+    row, secret = keys.rotate_key(account, key_id, body.get("overlap_seconds"),
                                   creator_scopes=principal().scopes, mode=principal().mode, actor=current_actor(),
                                   creator_key_id=principal().credential_id)
     return Extended(row, key=secret)
 
 
-@endpoint(blp, "/<string:key_id>", "delete", "keys:write", ok=KeyRevokedSchema, errors={404: None},
-          name="KeyView")
-def revoke_key(key_id):
+@endpoint(blp, "/<string:key_id>", "delete", "keys:write", query=KeysQuerySchema, ok=KeyRevokedSchema,
+          errors={403: "`org_role_required`.", 404: None}, name="KeyView")
+def revoke_key(query, key_id):
     """Revoke a key. Effective on every worker and node within 60 s (about 1 s with
-    Redis). Revoking twice is harmless; another account's key id is 404."""
-    orgs.check_key(principal(), key_id)
-    row = keys.revoke_key(principal().account_id, key_id, principal().mode, actor=current_actor())
+    Redis). Revoking twice is harmless; another account's key id is 404. An organisation's
+    key: with `org_id` (or an organisation key); a member who is not an owner or admin
+    revokes only their own."""
+    account, _ = orgs.keys_of(principal(), query.get("org_id"), "keys:write", key_id)
+    row = keys.revoke_key(account, key_id, principal().mode, actor=current_actor())
     return {"revoked": True, "id": row.id}

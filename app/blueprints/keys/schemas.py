@@ -67,6 +67,10 @@ def _names(what: str) -> ma.fields.List:
         "description": f"Allow-list of {what} (at most {MAX_LIST}; `[]` allows none); null removes it (any)."})
 
 
+_ORG_KEY = ("the organisation's keys: owners and admins see and change every one, the other members their "
+            "own (a key of another member is 404)")
+
+
 class KeyControlsSchema(InputSchema):
     """The per-key controls, accepted by POST /api/keys and PATCH /api/keys/{id}."""
 
@@ -122,12 +126,18 @@ class KeyUpdateSchema(KeyControlsSchema):
     spend_limit_period = ma.fields.String(allow_none=True, validate=ma.validate.OneOf(PERIODS), metadata={
         "description": "New period (`day|week|month|total`); absent or null keeps the current one "
                        "(`month` for a key that had no limit)."})
+    org_id = org_id_field(_ORG_KEY)
 
 
 class KeyRotateSchema(InputSchema):
     overlap_seconds = JsonInteger(load_default=None, validate=ma.validate.Range(min=0, max=MAX_OVERLAP_SECONDS),
                                   metadata={"description": f"How long the old key keeps working (default "
                                                            f"{DEFAULT_OVERLAP_SECONDS}, max {MAX_OVERLAP_SECONDS})."})
+    org_id = org_id_field(_ORG_KEY)
+
+
+class KeysQuerySchema(InputSchema):
+    org_id = org_id_field(_ORG_KEY)
 
 
 class KeyRevokedSchema(ma.Schema):

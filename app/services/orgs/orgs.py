@@ -330,38 +330,31 @@ def key_owner(principal, org_id: str | None) -> tuple[str, str | None]:
     return org_id, person_of(principal)
 
 
-def sees_all_keys(principal) -> bool:
-    """Personal credentials, and organisation keys of owners and admins, see every key of
-    their account; other members see only their own organisation keys."""
-    role = org_role_of(principal)
-    return role is None or role in roles.ACTIONS["manage_keys"]
-
-
 def own_items_only(principal, account_id: str) -> str | None:
     """The person whose own keys and agents only the caller may change in ``account_id``:
     None when it may change all of them (its own account; owners and admins of an
-    organisation), else the member itself (developers)."""
+    organisation), else the member itself (billing, developers, viewers)."""
     person = person_of(principal)
     if account_id == person:
         return None
-    role = membership(principal, account_id).role
+    role = org_role_of(principal) if account_id == principal.account_id else None
+    role = role or membership(principal, account_id).role  # an organisation key's role: no read
     return None if role in roles.ACTIONS["manage_keys"] else person
 
 
-def visible_keys(principal, rows: list) -> list:
-    if sees_all_keys(principal):
-        return rows
-    return [row for row in rows if row.member_account_id == person_of(principal)]
-
-
-def check_key(principal, key_id: str) -> None:
-    """404 for another member's key when the caller's role sees only its own keys."""
-    if sees_all_keys(principal):
-        return
-    owner = db.session.execute(select(ApiKey.member_account_id).where(ApiKey.id == key_id)).scalar() \
-        if isinstance(key_id, str) and len(key_id) <= 32 else None
-    if owner != person_of(principal):
-        raise NotFound("No such key.")
+def keys_of(principal, org_id: str | None, scope: str, key_id: str | None = None) -> tuple[str, str | None]:
+    """(account, member) for a keys route: the account whose keys it acts on — the
+    credential's own, or the organisation ``org_id`` when the caller's role there allows
+    ``scope`` (``payer``) — and the member whose keys alone the caller sees and changes
+    there (None: all; ``own_items_only``). With ``key_id``: 404 for a key outside that."""
+    account = payer(principal, org_id, (scope,))
+    only = own_items_only(principal, account)
+    if key_id is not None and only is not None:
+        owner = db.session.execute(select(ApiKey.member_account_id).where(
+            ApiKey.id == key_id, ApiKey.account_id == account)).scalar() if len(key_id) <= 32 else None
+        if owner != only:
+            raise NotFound("No such key.")
+    return account, only
 
 
 def usage_scope(principal, org_id: str | None, member_id: str | None, *, per_call: bool = False,
@@ -378,7 +371,7 @@ def usage_scope(principal, org_id: str | None, member_id: str | None, *, per_cal
     Without an organisation ``member_id`` may only name the account itself (else 404, like
     an id that never was a member: a schema-valid request is not a 400). A ``key_id``
     filter is one more way to name a member's calls: for roles that do not read other
-    members' usage it must be one of their own keys (404 otherwise, as ``check_key``)."""
+    members' usage it must be one of their own keys (404 otherwise, as ``keys_of``)."""
     if org_id is None and org_role_of(principal) is not None:
         org_id = principal.account_id
     if org_id is None:  # a personal account: its only member is itself

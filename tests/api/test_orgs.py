@@ -356,6 +356,13 @@ def test_an_org_keys_x402_payment_credits_and_charges_the_org(app, client, make_
     key = org_key(client, dev, org["id"])
     r402 = call(client, None, {"action": "ok"}, bearer=key["key"])
     assert r402.status_code == 402 and r402.headers["PAYMENT-REQUIRED"]
+    # the message names whose balance is short and, for a role that cannot fund, who can
+    # (before: "your balance … Add credits with POST /api/wallet/fund", which a developer cannot)
+    message = r402.get_json()["message"]
+    assert f"the balance of organisation {org['id']} cannot cover it" in message, message
+    assert "by an owner or billing member of the organisation (your role: developer)" in message
+    r = call(client, None, {"action": "ok"}, bearer=org_key(client, owner, org["id"])["key"])
+    assert r.status_code == 402 and "owner or billing member" not in r.get_json()["message"]
     r = call(client, None, {"action": "ok"}, bearer=key["key"],
              headers={"PAYMENT-SIGNATURE": _pay(r402, EthAccount.create())})
     assert r.status_code == 200, r.get_json()

@@ -21,7 +21,8 @@ def on_chat_host(host: str | None, wanted: str | None) -> bool:
     host = (host or "").lower()
     if not host.endswith("]"):  # strip the port (not inside an IPv6 literal)
         host = host.rsplit(":", 1)[0] if ":" in host else host
-    return host == wanted.lower()
+    # a fully qualified name's trailing dot names the same host (RFC 1034 §3.1)
+    return host.rstrip(".") == wanted.lower().rstrip(".")
 
 
 def path_style(path: str) -> str:

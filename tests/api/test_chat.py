@@ -505,6 +505,12 @@ def test_chat_host_matching(app, client, monkeypatch, fakes, acct):
     r = client.post("/v1/chat/completions", json={"model": "auto", "messages": MSGS},
                     headers=acct.headers, base_url="http://chat.example.test:8443")
     assert r.status_code == 200
+    # the fully qualified spelling (trailing dot) is the same host (before: 404)
+    for host in ("http://chat.example.test.", "http://CHAT.example.test.:8443"):
+        r = client.post("/v1/chat/completions", json={"model": "auto", "messages": MSGS},
+                        headers=acct.headers, base_url=host)
+        assert r.status_code == 200, (host, r.get_json())
+    assert client.get("/v1/models", headers=acct.headers, base_url="http://api.example.test.").status_code == 404
 
 
 def test_chat_cors(app, client, monkeypatch, fakes, acct, ledger_clean):

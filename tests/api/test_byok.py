@@ -175,6 +175,11 @@ def test_models_without_an_own_key_use_the_platform_unless_byok_only(app, client
     assert "byok_only" in r.get_json()["error"]["message"]
     r = chat(client, acct, model="auto")  # auto: only what the own keys serve
     assert r.status_code == 200 and r.get_json()["provider"] == "cheap" and r.get_json()["usage"]["byok"]
+    # and GET /v1/models lists only what the own keys serve (before: m-big too)
+    listed = {m["id"]: m["owned_by"] for m in client.get("/v1/models", headers=acct.headers).get_json()["data"]}
+    assert "m-big" not in listed and listed["auto"] == "gateway"
+    assert listed and all(owner == "cheap" for model, owner in listed.items() if model != "auto"), listed
+    assert client.get("/v1/models/m-big", headers=acct.headers).status_code == 404
     assert client.patch("/api/provider-keys/settings", json={"byok_only": "yes"},
                         headers=acct.headers).status_code == 400
     ledger_clean()
@@ -192,6 +197,12 @@ def test_own_key_serves_a_provider_the_platform_has_no_key_for(app, client, fake
     r = chat(client, acct, model="m-claude")
     assert r.status_code == 200, r.get_json()
     assert fakes.claude.headers[-1]["x-api-key"] == "sk-ant-own-123456"
+    # GET /v1/models lists it for this account now (before: only the platform's models)
+    listed = {m["id"]: m for m in client.get("/v1/models", headers=acct.headers).get_json()["data"]}
+    assert listed["m-claude"]["owned_by"] == "claude"
+    assert client.get("/v1/models/m-claude", headers=acct.headers).status_code == 200
+    test_key = {"Authorization": f"Bearer {acct.test_key}"}  # test mode never uses own keys
+    assert "m-claude" not in {m["id"] for m in client.get("/v1/models", headers=test_key).get_json()["data"]}
     # 20 × 4 + 10 × 20 = 280 micros list; fee 14
     assert r.get_json()["usage"]["provider_cost_micros"] == 280 and r.get_json()["usage"]["cost_micros"] == 14
     ledger_clean()

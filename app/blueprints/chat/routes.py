@@ -19,6 +19,7 @@ from app.blueprints.fields import PAYMENT_REQUIRED_HEADERS, PAYMENT_RESPONSE_HEA
 from app.blueprints.gateway.schemas import PaymentHeadersSchema
 from app.blueprints.routing import document_errors
 from app.extensions import Blueprint
+from app.services.chat import byok as byok_keys
 from app.services.chat import completions as chat
 from app.services.chat import messages
 
@@ -132,9 +133,11 @@ class ModelsView(MethodView):
     @blp.response(200, ModelListSchema)
     def get(self):
         """List the available models in OpenAI's shape (plus `auto`), with context window,
-        capabilities and per-million-token prices: for a key with a model allow-list
-        (`allowed_models`), only those models."""
-        return {"object": "list", "data": chat.models(controls_of(principal()))}
+        capabilities and per-million-token prices: the platform's and, for an account with
+        provider keys of its own (live keys), the models they serve (only those with
+        `byok_only`); for a key with a model allow-list (`allowed_models`), only those
+        models."""
+        return {"object": "list", "data": chat.models(controls_of(principal()), _own(principal()))}
 
 
 @blp.route("/models/<string:model_id>")
@@ -145,7 +148,13 @@ class ModelView(MethodView):
     def get(self, model_id):
         """One model of `GET /v1/models` (OpenAI's `models.retrieve`): 404 for a model outside
         the key's allow-list too."""
-        return chat.get_model(model_id, controls_of(principal()))
+        return chat.get_model(model_id, controls_of(principal()), _own(principal()))
+
+
+def _own(p):
+    """The account's own provider keys when a completion of ``p`` would use them (a live
+    key of an account that has some; ``create_completion``'s ``byok``), else None."""
+    return byok_keys.own_providers(p.account_id) if p.extra.get("byok") and p.mode == "live" else None
 
 
 def _x_api_key(view):

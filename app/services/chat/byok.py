@@ -234,6 +234,19 @@ def own_keys(account_id: str) -> OwnKeys | None:
                    fee_pct=fee_pct())
 
 
+def own_providers(account_id: str) -> OwnKeys | None:
+    """Which providers the owner has keys for, and its settings, without opening a key
+    (``GET /v1/models``; ``OwnKeys.offers`` names the offers they serve). None: none."""
+    rows = db.session.execute(
+        select(ProviderKey.id, ProviderKey.provider, Account.byok_only, Account.byok_fallback)
+        .join(Account, Account.id == ProviderKey.owner_id)
+        .where(ProviderKey.owner_kind == OWNER_ACCOUNT, ProviderKey.owner_id == account_id)).all()
+    if not rows:
+        return None
+    return OwnKeys(keys={provider_id: (key_id, None) for key_id, provider_id, _, _ in rows},
+                   only=bool(rows[0][2]), fallback=bool(rows[0][3]) and not rows[0][2], fee_pct=fee_pct())
+
+
 _COMPLETIONS = ChatCompletion.__table__
 
 

@@ -525,26 +525,33 @@ class ModelInfo:
 AUTO = ModelInfo(id="auto", owned_by="gateway", description="Routes to the cheapest model that fits the request.")
 
 
-def get_model(model_id: str, controls=None) -> ModelInfo:
+def get_model(model_id: str, controls=None, own=None) -> ModelInfo:
     """``GET /v1/models/{id}``: one entry of ``models`` (404 ``model_not_found``, also for a
     model outside the key's allow-list)."""
-    for entry in models(controls):
+    for entry in models(controls, own):
         if entry.id == model_id:
             return entry
     raise ModelNotFound(f"The model {model_id!r} does not exist or is not available.")
 
 
-def models(controls=None) -> list[ModelInfo]:
-    """``GET /v1/models``: ``auto`` and every available model, with the cheapest offer's prices;
-    for a key with a model allow-list (``controls``), only its models (as OpenAI lists a
-    restricted project's)."""
+def models(controls=None, own=None) -> list[ModelInfo]:
+    """``GET /v1/models``: ``auto`` and every model the caller can use, with the cheapest
+    offer's prices: those the platform serves and, with ``own`` (the account's provider
+    keys, ``byok.own_providers``), those its keys serve — alone with ``byok_only``, as
+    routing does (``catalog.candidates``); for a key with a model allow-list
+    (``controls``), only its models (as OpenAI lists a restricted project's)."""
     allowed = key_controls.allowed_models(controls, "auto")
     out = [AUTO]
-    for m in list_models():
+    for m in (list_models() if own is None else catalog().models.values()):
         if allowed is not None and m.id not in allowed:
             continue
-        cheapest = min(m.enabled_offers(), key=lambda o: (o.input_price + o.output_price))
-        out.append(ModelInfo(id=m.id, owned_by=",".join(o.provider.id for o in m.enabled_offers()),
+        usable = list(m.enabled_offers()) if own is None or not own.only else []
+        if own is not None:
+            usable = own.offers(m) + usable
+        if not usable:
+            continue
+        cheapest = min(usable, key=lambda o: (o.input_price + o.output_price))
+        out.append(ModelInfo(id=m.id, owned_by=",".join(dict.fromkeys(o.provider.id for o in usable)),
                              description=m.description, context_window=m.context_window,
                              max_output_tokens=m.max_output_tokens, capabilities=sorted(m.capabilities),
                              pricing={"input_usd_per_mtok": str(cheapest.input_price),

@@ -209,3 +209,18 @@ def test_payment_is_not_used_when_the_balance_covers_the_call(app, server_url, m
     res = run(_paid_call, server_url, acct.key, EthAccount.create(), "svc__ok", {})
     assert res.payment_made is False and res.is_error is False
     assert balance_cents(app, acct.id) == 7 and _x402_rows(app, acct.id)[1] == []
+
+
+def test_provider_failure_after_payment_says_the_payment_was_settled(app, server_url, make_account, mod,
+                                                                     ledger_clean):
+    """The provider fails after the payment settled: the tool error (provider_error, the call
+    refunded) still carries the settlement in ``_meta["x402/payment-response"]``, so x402's
+    client reports the payment it made; the money stays as account credit."""
+    acct = make_account(cents=0)
+    res = run(_paid_call, server_url, acct.key, EthAccount.create(), "svc__boom", {})
+    assert res.payment_made is True and res.is_error is True
+    assert res.raw_result.raw.structured_content["error"] == "provider_error"
+    assert res.payment_response is not None and res.payment_response.success is True
+    assert res.payment_response.amount == "30000"
+    assert balance_cents(app, acct.id) == 3
+    ledger_clean()

@@ -135,6 +135,9 @@ def test_provider_failure_after_payment_leaves_credit(app, client, make_account,
     paid = _pay(call(client, acct, {"action": "boom"}), EthAccount.create())
     r = call(client, acct, {"action": "boom"}, headers={"PAYMENT-SIGNATURE": paid})
     assert r.status_code == 502 and r.get_json()["error"] == "provider_error"
+    # the payment was settled: the answer says so, as a paid answer and the chat's 502 do
+    settle = decode_payment_response_header(r.headers["PAYMENT-RESPONSE"])
+    assert settle.success and settle.amount == "30000"
     assert balance_cents(app, acct.id) == 3  # the payment became account credit
     with app.app_context():
         assert ledger.balance(ledger.REVENUE) == 0

@@ -44,8 +44,9 @@ class ModuleCallView(MethodView):
         409: "`idempotency_key_reused` / `idempotency_key_in_use`",
         413: "`payload_too_large`",
         422: INTEGER_RANGE_DOC,
-        502: "`provider_error` (not charged)",
-        504: "`provider_timeout` (not charged)"}, schema=ErrorSchema)
+        502: "`provider_error` (not charged; when an x402 payment paid the call, it stays as account "
+             "credit and the answer carries its `PAYMENT-RESPONSE` / `X-PAYMENT-RESPONSE`)",
+        504: "`provider_timeout` (not charged; an x402 payment as for 502)"}, schema=ErrorSchema)
     def post(self, body, slug, idempotency_key=None, x_payment=None, payment_signature=None):
         """Call a module action; charged before forwarding, refunded if the provider fails.
 

@@ -61,11 +61,14 @@ PAYMENT_META_KEY = "x402/payment"
 PAYMENT_RESPONSE_META_KEY = "x402/payment-response"
 
 class ToolCallError(Exception):
-    """An API error to return as a tool result with ``isError: true``."""
+    """An API error to return as a tool result with ``isError: true``; ``settled``: the
+    ``SettleResponse`` of an x402 payment the call took before it failed (the payment
+    stays as account credit), for the result's ``_meta["x402/payment-response"]``."""
 
-    def __init__(self, body: dict):
+    def __init__(self, body: dict, settled: dict | None = None):
         super().__init__(body.get("error"))
         self.body = body
+        self.settled = settled
 
 
 def _error_body(err, request_id: str | None, tool: str | None = None) -> dict:
@@ -205,7 +208,7 @@ def _run_call(app, principal, request_id: str | None, name: str, arguments: dict
         except (ModuleNotFound, UnknownAction):
             raise LookupError(name) from None
         except DomainError as err:
-            raise ToolCallError(_error_body(err, request_id, name)) from None
+            raise ToolCallError(_error_body(err, request_id, name), _payment_response(err.headers)) from None
         except (LookupError, ToolCallError):
             raise
         except Exception:  # rendered like the API's 500: logged, no details out
@@ -252,7 +255,8 @@ def build_server(app):
         except ToolCallError as exc:
             text = orjson.dumps(exc.body).decode()
             return types.CallToolResult(content=[types.TextContent(text=text)],
-                                        structured_content=exc.body, is_error=True)
+                                        structured_content=exc.body, is_error=True,
+                                        _meta={PAYMENT_RESPONSE_META_KEY: exc.settled} if exc.settled else None)
         response = orjson.loads(raw)
         settled = _payment_response(headers)
         return types.CallToolResult(

@@ -149,7 +149,25 @@ def call(*, account_id: str, mode: str, slug: str, body: dict, idempotency_key: 
     if isinstance(opened, CallResult):
         return opened
     call_id = opened
+    paid_headers = x402.response_headers(paid[0]) if paid else {}
+    try:
+        body = _forward_and_finalize(call_id, cfg=cfg, mod=mod, act=act, url=url, body=body,
+                                     request_id=request_id, mode=mode, account_id=account_id,
+                                     idempotency_key=idempotency_key, actor=actor,
+                                     actor_account=actor_account)
+    except DomainError as err:
+        # refunded (provider failure, late answer): a settled x402 payment stays in the
+        # balance as credit, and the answer says it was taken (PAYMENT-RESPONSE)
+        err.headers.update(paid_headers)
+        raise
+    return CallResult(body, False, paid_headers)
 
+
+def _forward_and_finalize(call_id: str, *, cfg, mod, act, url: str, body: dict, request_id, mode: str,
+                          account_id: str, idempotency_key, actor, actor_account) -> bytes:
+    """Forward the opened call to the provider and finalize it (the response body), or
+    refund it and raise (502/504, or whatever failed)."""
+    slug = mod.slug
     try:
         headers, payload = upstream.build_request(
             auth=mod.provider_auth, body=body, call_id=call_id, request_id=request_id,
@@ -185,7 +203,7 @@ def call(*, account_id: str, mode: str, slug: str, body: dict, idempotency_key: 
         except Exception:
             pass
         raise
-    return CallResult(body, False, x402.response_headers(paid[0]) if paid else {})
+    return body
 
 
 def open_call(*, account_id: str, mode: str, mod: catalog.ModuleSnap, act: catalog.ActionSnap,

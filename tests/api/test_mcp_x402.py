@@ -100,6 +100,9 @@ def test_payment_request_is_x402_mcp_shaped(app, server_url, make_account, mod):
     sc = res.structured_content
     # the API's error body ...
     assert sc["error"] == "payment_required" and sc["price_cents"] == 3 and sc["request_id"].startswith("req_")
+    # the message tells an MCP client (or the model reading it) how to pay here: no HTTP header
+    assert "X-Payment" not in sc["message"] and '_meta["x402/payment"]' in sc["message"]
+    assert "/api/wallet/fund" in sc["message"]
     # ... is x402's v2 PaymentRequired for the tool, as x402.mcp's server wrapper writes it
     assert sc["x402Version"] == 2 and sc["resource"]["url"] == "mcp://tool/svc__ok"
     req = sc["accepts"][0]

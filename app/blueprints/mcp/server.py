@@ -59,6 +59,8 @@ IDEMPOTENCY_META_KEY = "gateway/idempotency-key"
 # ``_meta`` key carrying the payment payload, and the result's carrying the settlement.
 PAYMENT_META_KEY = "x402/payment"
 PAYMENT_RESPONSE_META_KEY = "x402/payment-response"
+# The 402 message's x402 alternative over MCP (the HTTP route's says "an X-Payment header").
+MCP_X402_RETRY = f'call the tool again with the x402 payment payload in _meta["{PAYMENT_META_KEY}"]'
 
 class ToolCallError(Exception):
     """An API error to return as a tool result with ``isError: true``; ``settled``: the
@@ -72,7 +74,10 @@ class ToolCallError(Exception):
 
 
 def _error_body(err, request_id: str | None, tool: str | None = None) -> dict:
-    body = {"error": err.code, "message": err.message, "request_id": request_id}
+    from app.services.gateway.calls import X402_RETRY
+
+    message = err.message.replace(X402_RETRY, MCP_X402_RETRY) if err.status == 402 else err.message
+    body = {"error": err.code, "message": message, "request_id": request_id}
     body.update(err.extra or {})
     required = (err.headers or {}).get("PAYMENT-REQUIRED") if err.status == 402 else None
     if required and tool:

@@ -81,12 +81,16 @@ def _extensions(slug: str | None, action: str | None, price_cents: int) -> dict 
     return module_call_extension(slug, action, price_cents)
 
 
+# How the 402's message tells an HTTP caller to pay by x402 (the MCP door says its own way).
+X402_RETRY = "retry the call with an X-Payment header"
+
+
 def payment_required(price_cents: int, slug: str | None = None, action: str | None = None) -> PaymentRequired:
     """402 for a call whose price the balance cannot cover (``paywall.payment_required``,
     with the action's Bazaar metadata); the call may be retried with an X-Payment header."""
     return paywall.payment_required(
         price_cents, subject="This call", cost=f"{int(price_cents)} cent{'' if int(price_cents) == 1 else 's'}",
-        alternative=None, x402_retry="retry the call with an X-Payment header",
+        alternative=None, x402_retry=X402_RETRY,
         path=_call_path(slug),
         description=f"Call of module {slug}" if slug else "Module call",
         extensions=_extensions(slug, action, price_cents))

@@ -120,6 +120,11 @@ def test_underpayment_and_wrong_recipient_are_refused(app, client, make_account,
     r = call(client, acct, {"action": "ok"}, headers={"PAYMENT-SIGNATURE": base64.b64encode(
         json.dumps(data).encode()).decode()})
     assert r.status_code == 402 and r.get_json()["reason"] == "insufficient_amount"
+    # the fresh payment request is the one the 402 made: same resource, same Bazaar metadata
+    fresh = decode_payment_required_header(r.headers["PAYMENT-REQUIRED"])
+    first = decode_payment_required_header(r402.headers["PAYMENT-REQUIRED"])
+    assert fresh.resource == first.resource and fresh.extensions == first.extensions
+    assert fresh.accepts == first.accepts
     app.config["X402_PAY_TO"] = "0x" + "ab" * 20
     try:
         r = call(client, acct, {"action": "ok"}, headers={"PAYMENT-SIGNATURE": _pay(r402, wallet)})

@@ -72,6 +72,11 @@ def _resource_url(slug: str | None) -> str:
     return paywall.resource_url(_call_path(slug))
 
 
+def _description(slug: str | None) -> str:
+    """The resource description of a call's x402 request (the 402 and a refusal's fresh one)."""
+    return f"Call of module {slug}" if slug else "Module call"
+
+
 def _extensions(slug: str | None, action: str | None, price_cents: int) -> dict | None:
     """The x402 Bazaar metadata of the action's call (``discovery.module_call_extension``)."""
     if not slug or not action:
@@ -92,7 +97,7 @@ def payment_required(price_cents: int, slug: str | None = None, action: str | No
         price_cents, subject="This call", cost=f"{int(price_cents)} cent{'' if int(price_cents) == 1 else 's'}",
         alternative=None, x402_retry=X402_RETRY,
         path=_call_path(slug),
-        description=f"Call of module {slug}" if slug else "Module call",
+        description=_description(slug),
         extensions=_extensions(slug, action, price_cents))
 
 
@@ -108,7 +113,7 @@ def fund_from_payment(payment: str, *, account_id: str, price_micros: int,
     work that debits the call. Raises 400 ``invalid_payment`` (undecodable) or 402
     ``payment_invalid`` (refused; with ``reason`` and a fresh ``PAYMENT-REQUIRED``)."""
     return x402.accept(payment, account_id=account_id, price_micros=price_micros, mode=mode,
-                       resource_url=_resource_url(slug),
+                       resource_url=_resource_url(slug), description=_description(slug),
                        extensions=_extensions(slug, action, -(-int(price_micros) // ledger.MICROS_PER_CENT)))
 
 

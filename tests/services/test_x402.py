@@ -274,3 +274,15 @@ def test_settle_answer_that_is_not_a_verdict_keeps_the_authorization_reserved(cf
         assert x402.reconcile(older_than_seconds=0)["booked"] == 1
     assert ledger.balance(ledger.customer(acct.id)) == 50_000
     ledger_clean()
+
+
+def test_unreachable_facilitator_is_not_called_a_refusal(cfg, make_account, wallet):
+    """No facilitator answered /verify: the message says so (nothing was charged; pay again
+    with a new authorization), not that the facilitator refused the payment."""
+    acct = make_account(cents=0)
+    cfg.config["X402_FACILITATOR_URL"] = "http://127.0.0.1:9"  # nothing listens there
+    with pytest.raises(x402.PaymentInvalid) as exc:
+        x402.accept(_header_v2(wallet), account_id=acct.id, price_micros=50_000, resource_url="http://gw.test/x")
+    assert exc.value.reason == "facilitator_unavailable"
+    assert "refused" not in exc.value.message and "did not answer" in exc.value.message
+    assert "new" in exc.value.message and ledger.balance(ledger.customer(acct.id)) == 0

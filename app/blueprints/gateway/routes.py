@@ -37,8 +37,8 @@ class ModuleCallView(MethodView):
               "(`x402Version`, `accepts`); nothing was charged or recorded. `payment_invalid`: the X-Payment was refused "
               "(`reason`: unsupported_scheme, unsupported_network, wrong_asset, wrong_recipient, "
               "insufficient_amount, amount_exceeds_price, not_yet_valid, expired, invalid_signature, "
-              "replayed, x402_disabled, facilitator_required, settlement_unavailable, or the "
-              "facilitator's reason).", PAYMENT_REQUIRED_HEADERS),
+              "replayed, x402_disabled, facilitator_required, facilitator_unavailable, settlement_unavailable, "
+              "or the facilitator's reason).", PAYMENT_REQUIRED_HEADERS),
         404: "`module_not_found`: no active module has this slug; `unknown_action`: the module has "
              "no active action of that name (the module's actions are catalog data, `GET /api/modules/{slug}`).",
         409: "`idempotency_key_reused` / `idempotency_key_in_use`",

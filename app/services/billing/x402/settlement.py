@@ -165,8 +165,12 @@ def settle(pay: X402Payment, facts: dict, *, price_micros: int, resource_url: st
     if pay.sandbox:
         return pay
     verified = _facilitator("/verify", facts, price_micros, resource_url)
-    if verified is None or not verified.is_valid:
-        reason = "facilitator_unavailable" if verified is None else verified.invalid_reason or "facilitator_rejected"
+    if verified is None:  # nothing moves at /verify: the authorization is spent, no money
+        _status(pay.auth_id, status="failed", error="facilitator_unavailable")
+        raise PaymentInvalid("facilitator_unavailable", "The payment facilitator did not answer; nothing was "
+                                                        "charged. Retry later with a new payment authorization.")
+    if not verified.is_valid:
+        reason = verified.invalid_reason or "facilitator_rejected"
         _status(pay.auth_id, status="failed", error=reason[:200])
         raise PaymentInvalid(reason, "The facilitator refused the payment: " + reason)
     settled = _facilitator("/settle", facts, price_micros, resource_url)

@@ -184,6 +184,17 @@ def test_credit_spent_before_the_open_answers_402_and_keeps_the_credit(app, clie
     ledger_clean()
 
 
+def test_payment_signature_is_preferred_over_x_payment(app, client, make_account, mod, x402cfg, ledger_clean):
+    """Both payment headers sent: the v2 PAYMENT-SIGNATURE is the one read (x402.header_from,
+    and the chat routes), so a stale X-Payment beside it does not sink the call."""
+    acct = make_account(cents=0)
+    paid = _pay(call(client, acct, {"action": "ok"}), EthAccount.create())
+    r = call(client, acct, {"action": "ok"}, headers={"PAYMENT-SIGNATURE": paid, "X-Payment": "bm90IGEgcGF5bWVudA"})
+    assert r.status_code == 200, r.get_json()
+    assert decode_payment_response_header(r.headers["PAYMENT-RESPONSE"]).success
+    ledger_clean()
+
+
 def test_payment_is_ignored_when_the_balance_covers_the_call(app, client, make_account, mod, x402cfg):
     acct = make_account(cents=10)
     r = call(client, acct, {"action": "ok"}, headers={"X-Payment": "not base64 at all"})

@@ -60,7 +60,7 @@ class ModuleCallView(MethodView):
         """
         p = principal()
         res = gateway.call(account_id=p.account_id, mode=p.mode, slug=slug, body=body,
-                           idempotency_key=idempotency_key, payment=x_payment or payment_signature,
+                           idempotency_key=idempotency_key, payment=payment_signature or x_payment,
                            request_id=g.get("request_id"), key_id=key_of(p),
                            actor=p.credential_id, controls=controls_of(p), actor_account=person_of(p))
         resp = Response(res.body, 200, mimetype="application/json")

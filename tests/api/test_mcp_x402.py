@@ -194,6 +194,7 @@ def test_undervalued_payment_is_refused_and_changes_nothing(app, server_url, mak
     sc = res.structured_content
     assert sc["error"] == "payment_invalid" and sc["reason"] == "insufficient_amount"
     assert sc["accepts"][0]["amount"] == "30000"  # what it should have paid
+    assert sc["price_cents"] == 3  # as docs/mcp.md says of payment_required and payment_invalid
     assert _x402_rows(app, acct.id)[:3] == ([], [], [])
     assert module_calls(app, acct.id) == [] and balance_cents(app, acct.id) == 0
     ledger_clean()

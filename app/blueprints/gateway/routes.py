@@ -35,7 +35,8 @@ class ModuleCallView(MethodView):
         402: ("`payment_required`: the balance cannot cover the price. The body adds `price_cents`, "
               "`pay_to`, `nonce`, `fund_endpoint` and, when x402 is offered, the x402 v1 payment request "
               "(`x402Version`, `accepts`); nothing was charged or recorded. `payment_invalid`: the X-Payment was refused "
-              "(`reason`: unsupported_scheme, unsupported_network, wrong_asset, wrong_recipient, "
+              "(the body adds `price_cents`; when x402 is offered a fresh `PAYMENT-REQUIRED` comes with it; "
+              "`reason`: unsupported_scheme, unsupported_network, wrong_asset, wrong_recipient, "
               "insufficient_amount, amount_exceeds_price, not_yet_valid, expired, invalid_signature, "
               "replayed, x402_disabled, facilitator_required, facilitator_unavailable, settlement_unavailable, "
               "or the facilitator's reason).", PAYMENT_REQUIRED_HEADERS),

@@ -204,6 +204,7 @@ def accept(header_value: str, *, account_id: str, price_micros: int, resource_ur
         _, headers = payment_required(cents, resource_url, description, error=exc.message,
                                       extensions=extensions)
         exc.headers.update(headers)
+        exc.extra.setdefault("price_cents", cents)  # what to pay, as the 402 that asked said
         raise
 
 

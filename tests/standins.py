@@ -342,7 +342,8 @@ class FakeFacilitator:
     """The one stand-in x402 facilitator: the demo facilitator (``demo/facilitator.py``:
     verifies the EIP-3009 signature locally, settles each authorization once and answers a
     transaction hash) served by a ``StandIn``, with test knobs: ``verify`` / ``settle``
-    (a dict) replace its answer; ``settle_delay`` seconds before ``/settle`` answers (after
+    (a dict) replace its answer; ``settle_status`` its HTTP status (default 200);
+    ``settle_delay`` seconds before ``/settle`` answers (after
     settling); ``on_settle(body, transaction)`` runs when an authorization is first settled
     (e.g. to move the USDC on a stand-in chain); ``after_settle(body, answer)`` runs after
     each settlement, before the answer is sent (e.g. to hang or to kill the caller)."""
@@ -351,6 +352,7 @@ class FakeFacilitator:
         self.facilitator = Facilitator()
         self.verify: dict | None = None
         self.settle: dict | None = None
+        self.settle_status = 200
         self.calls: list[tuple[str, dict]] = []
         self.settle_delay = 0.0
         self.on_settle = None
@@ -368,7 +370,7 @@ class FakeFacilitator:
             time.sleep(self.settle_delay)
         if self.after_settle is not None:
             self.after_settle(body, answer)
-        return 200, answer
+        return self.settle_status, answer
 
     def start(self) -> str:
         server = StandIn()

@@ -214,6 +214,20 @@ def test_no_or_revoked_credential_is_401_with_www_authenticate(app, client, serv
     assert module_calls(app, acct.id) == [] and balance_cents(app, acct.id) == 10
 
 
+@pytest.mark.parametrize("bad_id", [None, 1.5, True, [1], {"a": 1}])
+def test_request_id_that_is_not_a_string_or_integer_is_400(client, make_account, bad_id):
+    """MCP request ids are strings or integers. Before, the SDK read such a request as a
+    notification and answered 202 with no body: the client waited for an answer forever."""
+    acct = make_account()
+    r = client.post("/mcp", json={"jsonrpc": "2.0", "id": bad_id, "method": "ping"},
+                    headers={**acct.headers, "Accept": "application/json, text/event-stream"})
+    assert r.status_code == 400, r.data
+    assert r.get_json()["error"] == "invalid_request" and "id" in r.get_json()["message"]
+    for good in ("a", 7):
+        r = client.post("/mcp", json={"jsonrpc": "2.0", "id": good, "method": "ping"}, headers=acct.headers)
+        assert r.status_code == 200 and r.get_json() == {"jsonrpc": "2.0", "id": good, "result": {}}
+
+
 def test_get_and_delete_are_405_no_sessions(server_url, make_account):
     acct = make_account()
     for method in ("GET", "DELETE"):

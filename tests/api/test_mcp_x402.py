@@ -100,6 +100,9 @@ def test_payment_request_is_x402_mcp_shaped(app, server_url, make_account, mod):
     sc = res.structured_content
     # the API's error body ...
     assert sc["error"] == "payment_required" and sc["price_cents"] == 3 and sc["request_id"].startswith("req_")
+    # the message tells an MCP client (or the model reading it) how to pay here: no HTTP header
+    assert "X-Payment" not in sc["message"] and '_meta["x402/payment"]' in sc["message"]
+    assert "/api/wallet/fund" in sc["message"]
     # ... is x402's v2 PaymentRequired for the tool, as x402.mcp's server wrapper writes it
     assert sc["x402Version"] == 2 and sc["resource"]["url"] == "mcp://tool/svc__ok"
     req = sc["accepts"][0]
@@ -191,6 +194,7 @@ def test_undervalued_payment_is_refused_and_changes_nothing(app, server_url, mak
     sc = res.structured_content
     assert sc["error"] == "payment_invalid" and sc["reason"] == "insufficient_amount"
     assert sc["accepts"][0]["amount"] == "30000"  # what it should have paid
+    assert sc["price_cents"] == 3  # as docs/mcp.md says of payment_required and payment_invalid
     assert _x402_rows(app, acct.id)[:3] == ([], [], [])
     assert module_calls(app, acct.id) == [] and balance_cents(app, acct.id) == 0
     ledger_clean()
@@ -209,3 +213,18 @@ def test_payment_is_not_used_when_the_balance_covers_the_call(app, server_url, m
     res = run(_paid_call, server_url, acct.key, EthAccount.create(), "svc__ok", {})
     assert res.payment_made is False and res.is_error is False
     assert balance_cents(app, acct.id) == 7 and _x402_rows(app, acct.id)[1] == []
+
+
+def test_provider_failure_after_payment_says_the_payment_was_settled(app, server_url, make_account, mod,
+                                                                     ledger_clean):
+    """The provider fails after the payment settled: the tool error (provider_error, the call
+    refunded) still carries the settlement in ``_meta["x402/payment-response"]``, so x402's
+    client reports the payment it made; the money stays as account credit."""
+    acct = make_account(cents=0)
+    res = run(_paid_call, server_url, acct.key, EthAccount.create(), "svc__boom", {})
+    assert res.payment_made is True and res.is_error is True
+    assert res.raw_result.raw.structured_content["error"] == "provider_error"
+    assert res.payment_response is not None and res.payment_response.success is True
+    assert res.payment_response.amount == "30000"
+    assert balance_cents(app, acct.id) == 3
+    ledger_clean()

@@ -120,6 +120,11 @@ def test_underpayment_and_wrong_recipient_are_refused(app, client, make_account,
     r = call(client, acct, {"action": "ok"}, headers={"PAYMENT-SIGNATURE": base64.b64encode(
         json.dumps(data).encode()).decode()})
     assert r.status_code == 402 and r.get_json()["reason"] == "insufficient_amount"
+    # the fresh payment request is the one the 402 made: same resource, same Bazaar metadata
+    fresh = decode_payment_required_header(r.headers["PAYMENT-REQUIRED"])
+    first = decode_payment_required_header(r402.headers["PAYMENT-REQUIRED"])
+    assert fresh.resource == first.resource and fresh.extensions == first.extensions
+    assert fresh.accepts == first.accepts
     app.config["X402_PAY_TO"] = "0x" + "ab" * 20
     try:
         r = call(client, acct, {"action": "ok"}, headers={"PAYMENT-SIGNATURE": _pay(r402, wallet)})
@@ -135,6 +140,9 @@ def test_provider_failure_after_payment_leaves_credit(app, client, make_account,
     paid = _pay(call(client, acct, {"action": "boom"}), EthAccount.create())
     r = call(client, acct, {"action": "boom"}, headers={"PAYMENT-SIGNATURE": paid})
     assert r.status_code == 502 and r.get_json()["error"] == "provider_error"
+    # the payment was settled: the answer says so, as a paid answer and the chat's 502 do
+    settle = decode_payment_response_header(r.headers["PAYMENT-RESPONSE"])
+    assert settle.success and settle.amount == "30000"
     assert balance_cents(app, acct.id) == 3  # the payment became account credit
     with app.app_context():
         assert ledger.balance(ledger.REVENUE) == 0
@@ -173,6 +181,17 @@ def test_credit_spent_before_the_open_answers_402_and_keeps_the_credit(app, clie
         assert db.session.query(Payment).filter_by(account_id=acct.id, method="x402").one().amount_micros == 30_000
         assert db.session.query(ModuleCall).filter_by(account_id=acct.id).count() == 0
         db.session.remove()
+    ledger_clean()
+
+
+def test_payment_signature_is_preferred_over_x_payment(app, client, make_account, mod, x402cfg, ledger_clean):
+    """Both payment headers sent: the v2 PAYMENT-SIGNATURE is the one read (x402.header_from,
+    and the chat routes), so a stale X-Payment beside it does not sink the call."""
+    acct = make_account(cents=0)
+    paid = _pay(call(client, acct, {"action": "ok"}), EthAccount.create())
+    r = call(client, acct, {"action": "ok"}, headers={"PAYMENT-SIGNATURE": paid, "X-Payment": "bm90IGEgcGF5bWVudA"})
+    assert r.status_code == 200, r.get_json()
+    assert decode_payment_response_header(r.headers["PAYMENT-RESPONSE"]).success
     ledger_clean()
 
 

@@ -249,3 +249,40 @@ def test_without_pay_to_x402_is_off(cfg, wallet):
     with pytest.raises(x402.PaymentInvalid) as exc:
         x402.verify(x402.decode(header), 50_000)
     assert exc.value.reason == "x402_disabled"
+
+
+@pytest.mark.parametrize("status, answer", [
+    (500, {"error": "internal error"}),                       # a crash after submitting the transfer
+    (502, {"success": False, "errorReason": "upstream_timeout", "transaction": "", "network": "x"}),
+    (200, {"ok": True}),                                      # not a SettleResponse at all
+])
+def test_settle_answer_that_is_not_a_verdict_keeps_the_authorization_reserved(cfg, make_account, wallet,
+                                                                              status, answer, ledger_clean):
+    """A /settle answer that is a server error or no SettleResponse says nothing about whether
+    the transfer was submitted: the authorization stays ``reserved`` (as when the facilitator
+    does not answer) so reconciliation settles it again and books it; marking it ``failed``
+    would lose the payer's USDC if it had moved."""
+    acct = make_account(cents=0)
+    with facilitator_server() as fac:
+        cfg.config["X402_FACILITATOR_URL"] = fac.url
+        fac.settle, fac.settle_status = answer, status
+        with pytest.raises(x402.PaymentInvalid) as exc:
+            x402.accept(_header_v2(wallet), account_id=acct.id, price_micros=50_000, resource_url="http://gw.test/x")
+        assert exc.value.reason == "settlement_unavailable"
+        assert db.session.execute(db.select(X402Authorization.status)).scalar_one() == "reserved"
+        fac.settle, fac.settle_status = None, 200  # the facilitator answers again: settled, booked
+        assert x402.reconcile(older_than_seconds=0)["booked"] == 1
+    assert ledger.balance(ledger.customer(acct.id)) == 50_000
+    ledger_clean()
+
+
+def test_unreachable_facilitator_is_not_called_a_refusal(cfg, make_account, wallet):
+    """No facilitator answered /verify: the message says so (nothing was charged; pay again
+    with a new authorization), not that the facilitator refused the payment."""
+    acct = make_account(cents=0)
+    cfg.config["X402_FACILITATOR_URL"] = "http://127.0.0.1:9"  # nothing listens there
+    with pytest.raises(x402.PaymentInvalid) as exc:
+        x402.accept(_header_v2(wallet), account_id=acct.id, price_micros=50_000, resource_url="http://gw.test/x")
+    assert exc.value.reason == "facilitator_unavailable"
+    assert "refused" not in exc.value.message and "did not answer" in exc.value.message
+    assert "new" in exc.value.message and ledger.balance(ledger.customer(acct.id)) == 0

@@ -35,17 +35,19 @@ class ModuleCallView(MethodView):
         402: ("`payment_required`: the balance cannot cover the price. The body adds `price_cents`, "
               "`pay_to`, `nonce`, `fund_endpoint` and, when x402 is offered, the x402 v1 payment request "
               "(`x402Version`, `accepts`); nothing was charged or recorded. `payment_invalid`: the X-Payment was refused "
-              "(`reason`: unsupported_scheme, unsupported_network, wrong_asset, wrong_recipient, "
+              "(the body adds `price_cents`; when x402 is offered a fresh `PAYMENT-REQUIRED` comes with it; "
+              "`reason`: unsupported_scheme, unsupported_network, wrong_asset, wrong_recipient, "
               "insufficient_amount, amount_exceeds_price, not_yet_valid, expired, invalid_signature, "
-              "replayed, x402_disabled, facilitator_required, settlement_unavailable, or the "
-              "facilitator's reason).", PAYMENT_REQUIRED_HEADERS),
+              "replayed, x402_disabled, facilitator_required, facilitator_unavailable, settlement_unavailable, "
+              "or the facilitator's reason).", PAYMENT_REQUIRED_HEADERS),
         404: "`module_not_found`: no active module has this slug; `unknown_action`: the module has "
              "no active action of that name (the module's actions are catalog data, `GET /api/modules/{slug}`).",
         409: "`idempotency_key_reused` / `idempotency_key_in_use`",
         413: "`payload_too_large`",
         422: INTEGER_RANGE_DOC,
-        502: "`provider_error` (not charged)",
-        504: "`provider_timeout` (not charged)"}, schema=ErrorSchema)
+        502: "`provider_error` (not charged; when an x402 payment paid the call, it stays as account "
+             "credit and the answer carries its `PAYMENT-RESPONSE` / `X-PAYMENT-RESPONSE`)",
+        504: "`provider_timeout` (not charged; an x402 payment as for 502)"}, schema=ErrorSchema)
     def post(self, body, slug, idempotency_key=None, x_payment=None, payment_signature=None):
         """Call a module action; charged before forwarding, refunded if the provider fails.
 
@@ -59,7 +61,7 @@ class ModuleCallView(MethodView):
         """
         p = principal()
         res = gateway.call(account_id=p.account_id, mode=p.mode, slug=slug, body=body,
-                           idempotency_key=idempotency_key, payment=x_payment or payment_signature,
+                           idempotency_key=idempotency_key, payment=payment_signature or x_payment,
                            request_id=g.get("request_id"), key_id=key_of(p),
                            actor=p.credential_id, controls=controls_of(p), actor_account=person_of(p))
         resp = Response(res.body, 200, mimetype="application/json")

@@ -61,7 +61,8 @@ class PaymentHeadersSchema(FastLoad, InputSchema):
                                  "through one)."})
     payment_signature = ma.fields.String(
         data_key="PAYMENT-SIGNATURE", validate=ma.validate.Length(max=HEADER_MAX),
-        metadata={"description": "x402 v2 name of the payment header; same meaning as X-Payment."})
+        metadata={"description": "x402 v2 name of the payment header; same meaning as X-Payment. When both "
+                                 "are sent, this one is read."})
 
 
 

@@ -55,7 +55,8 @@ class McpView(MethodView):
                         202: {"description": "A notification or response was accepted (no body)."}})
     @blp.alt_response(400, schema=_BAD_REQUEST, description=(
         "`invalid_request` (`{error, message, request_id}`): a body that is not a JSON object with "
-        "`jsonrpc: \"2.0\"`, or a header outside its rules. A JSON-RPC message that MCP does not "
+        "`jsonrpc: \"2.0\"`, a request whose `id` is not a string or an integer, or a header outside "
+        "its rules. A JSON-RPC message that MCP does not "
         "accept: the MCP SDK's JSON-RPC error (`{jsonrpc, id, error: {code, message}}`)."))
     @document_errors(blp, {413: "`payload_too_large`", 422: INTEGER_RANGE_DOC})
     def post(self, message, accept=None, mcp_protocol_version=None, idempotency_key=None):

@@ -77,14 +77,25 @@ class ServerCardSchema(ma.Schema):
 
 class McpMessageSchema(InputSchema):
     """A JSON-RPC 2.0 message of the Model Context Protocol (`initialize`, `tools/list`,
-    `tools/call`, notifications, …). Only the envelope is checked here; the MCP SDK reads the
-    rest (a malformed MCP message is its JSON-RPC error)."""
+    `tools/call`, notifications, …). Only the envelope is checked here (`jsonrpc: "2.0"`; a
+    request's `id` is a string or an integer); the MCP SDK reads the rest (a malformed MCP
+    message is its JSON-RPC error)."""
 
     class Meta:
         unknown = ma.INCLUDE
 
     jsonrpc = ma.fields.String(required=True, validate=ma.validate.OneOf(["2.0"]),
                                metadata={"description": "`2.0`."})
+
+    @ma.validates_schema
+    def _request_id(self, data, **kwargs):
+        """A request (``method`` with ``id``) has a string or integer id (MCP); the SDK would
+        read any other as a notification and answer 202 with no body."""
+        if "method" in data and "id" in data:
+            rid = data["id"]
+            if isinstance(rid, bool) or not isinstance(rid, (str, int)):
+                raise ma.ValidationError("A request id is a string or an integer; leave id out for a "
+                                         "notification.", "id")
 
 
 class McpHeadersSchema(InputSchema):

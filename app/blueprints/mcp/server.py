@@ -59,17 +59,25 @@ IDEMPOTENCY_META_KEY = "gateway/idempotency-key"
 # ``_meta`` key carrying the payment payload, and the result's carrying the settlement.
 PAYMENT_META_KEY = "x402/payment"
 PAYMENT_RESPONSE_META_KEY = "x402/payment-response"
+# The 402 message's x402 alternative over MCP (the HTTP route's says "an X-Payment header").
+MCP_X402_RETRY = f'call the tool again with the x402 payment payload in _meta["{PAYMENT_META_KEY}"]'
 
 class ToolCallError(Exception):
-    """An API error to return as a tool result with ``isError: true``."""
+    """An API error to return as a tool result with ``isError: true``; ``settled``: the
+    ``SettleResponse`` of an x402 payment the call took before it failed (the payment
+    stays as account credit), for the result's ``_meta["x402/payment-response"]``."""
 
-    def __init__(self, body: dict):
+    def __init__(self, body: dict, settled: dict | None = None):
         super().__init__(body.get("error"))
         self.body = body
+        self.settled = settled
 
 
 def _error_body(err, request_id: str | None, tool: str | None = None) -> dict:
-    body = {"error": err.code, "message": err.message, "request_id": request_id}
+    from app.services.gateway.calls import X402_RETRY
+
+    message = err.message.replace(X402_RETRY, MCP_X402_RETRY) if err.status == 402 else err.message
+    body = {"error": err.code, "message": message, "request_id": request_id}
     body.update(err.extra or {})
     required = (err.headers or {}).get("PAYMENT-REQUIRED") if err.status == 402 else None
     if required and tool:
@@ -205,7 +213,7 @@ def _run_call(app, principal, request_id: str | None, name: str, arguments: dict
         except (ModuleNotFound, UnknownAction):
             raise LookupError(name) from None
         except DomainError as err:
-            raise ToolCallError(_error_body(err, request_id, name)) from None
+            raise ToolCallError(_error_body(err, request_id, name), _payment_response(err.headers)) from None
         except (LookupError, ToolCallError):
             raise
         except Exception:  # rendered like the API's 500: logged, no details out
@@ -252,7 +260,8 @@ def build_server(app):
         except ToolCallError as exc:
             text = orjson.dumps(exc.body).decode()
             return types.CallToolResult(content=[types.TextContent(text=text)],
-                                        structured_content=exc.body, is_error=True)
+                                        structured_content=exc.body, is_error=True,
+                                        _meta={PAYMENT_RESPONSE_META_KEY: exc.settled} if exc.settled else None)
         response = orjson.loads(raw)
         settled = _payment_response(headers)
         return types.CallToolResult(

@@ -72,6 +72,11 @@ def _resource_url(slug: str | None) -> str:
     return paywall.resource_url(_call_path(slug))
 
 
+def _description(slug: str | None) -> str:
+    """The resource description of a call's x402 request (the 402 and a refusal's fresh one)."""
+    return f"Call of module {slug}" if slug else "Module call"
+
+
 def _extensions(slug: str | None, action: str | None, price_cents: int) -> dict | None:
     """The x402 Bazaar metadata of the action's call (``discovery.module_call_extension``)."""
     if not slug or not action:
@@ -81,14 +86,18 @@ def _extensions(slug: str | None, action: str | None, price_cents: int) -> dict 
     return module_call_extension(slug, action, price_cents)
 
 
+# How the 402's message tells an HTTP caller to pay by x402 (the MCP door says its own way).
+X402_RETRY = "retry the call with an X-Payment header"
+
+
 def payment_required(price_cents: int, slug: str | None = None, action: str | None = None) -> PaymentRequired:
     """402 for a call whose price the balance cannot cover (``paywall.payment_required``,
     with the action's Bazaar metadata); the call may be retried with an X-Payment header."""
     return paywall.payment_required(
         price_cents, subject="This call", cost=f"{int(price_cents)} cent{'' if int(price_cents) == 1 else 's'}",
-        alternative=None, x402_retry="retry the call with an X-Payment header",
+        alternative=None, x402_retry=X402_RETRY,
         path=_call_path(slug),
-        description=f"Call of module {slug}" if slug else "Module call",
+        description=_description(slug),
         extensions=_extensions(slug, action, price_cents))
 
 
@@ -104,7 +113,7 @@ def fund_from_payment(payment: str, *, account_id: str, price_micros: int,
     work that debits the call. Raises 400 ``invalid_payment`` (undecodable) or 402
     ``payment_invalid`` (refused; with ``reason`` and a fresh ``PAYMENT-REQUIRED``)."""
     return x402.accept(payment, account_id=account_id, price_micros=price_micros, mode=mode,
-                       resource_url=_resource_url(slug),
+                       resource_url=_resource_url(slug), description=_description(slug),
                        extensions=_extensions(slug, action, -(-int(price_micros) // ledger.MICROS_PER_CENT)))
 
 
@@ -149,7 +158,25 @@ def call(*, account_id: str, mode: str, slug: str, body: dict, idempotency_key: 
     if isinstance(opened, CallResult):
         return opened
     call_id = opened
+    paid_headers = x402.response_headers(paid[0]) if paid else {}
+    try:
+        body = _forward_and_finalize(call_id, cfg=cfg, mod=mod, act=act, url=url, body=body,
+                                     request_id=request_id, mode=mode, account_id=account_id,
+                                     idempotency_key=idempotency_key, actor=actor,
+                                     actor_account=actor_account)
+    except DomainError as err:
+        # refunded (provider failure, late answer): a settled x402 payment stays in the
+        # balance as credit, and the answer says it was taken (PAYMENT-RESPONSE)
+        err.headers.update(paid_headers)
+        raise
+    return CallResult(body, False, paid_headers)
 
+
+def _forward_and_finalize(call_id: str, *, cfg, mod, act, url: str, body: dict, request_id, mode: str,
+                          account_id: str, idempotency_key, actor, actor_account) -> bytes:
+    """Forward the opened call to the provider and finalize it (the response body), or
+    refund it and raise (502/504, or whatever failed)."""
+    slug = mod.slug
     try:
         headers, payload = upstream.build_request(
             auth=mod.provider_auth, body=body, call_id=call_id, request_id=request_id,
@@ -185,7 +212,7 @@ def call(*, account_id: str, mode: str, slug: str, body: dict, idempotency_key: 
         except Exception:
             pass
         raise
-    return CallResult(body, False, x402.response_headers(paid[0]) if paid else {})
+    return body
 
 
 def open_call(*, account_id: str, mode: str, mod: catalog.ModuleSnap, act: catalog.ActionSnap,

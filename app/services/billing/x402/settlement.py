@@ -97,7 +97,10 @@ def reserve(facts: dict, account_id: str, *, price_micros: int, sandbox: bool = 
 def _facilitator(path: str, facts: dict, price_micros: int, resource_url: str):
     """POST ``/verify`` or ``/settle`` to the facilitator through ``platform.http`` (SSRF
     policy, timeout); the answer as the ``x402`` package's ``VerifyResponse`` /
-    ``SettleResponse`` (a malformed answer is a refusal), or None when it did not answer."""
+    ``SettleResponse``, or None when it gave no verdict: no answer, a server error (5xx),
+    or a ``/settle`` answer that is no ``SettleResponse`` — the transfer may have been
+    submitted, so the authorization must stay ``reserved`` for reconciliation. A malformed
+    ``/verify`` answer is a refusal (nothing moves at verify)."""
     url = current_app.config["X402_FACILITATOR_URL"].rstrip("/") + path
     if facts["version"] == 2:
         req = v2_requirement(facts["chain"], price_micros)
@@ -112,6 +115,9 @@ def _facilitator(path: str, facts: dict, price_micros: int, resource_url: str):
     except (*http.ERRORS, ValueError) as exc:
         log.warning("x402 facilitator %s failed: %s", path, exc)
         return None
+    if resp.status_code >= 500:
+        log.warning("x402 facilitator %s answered %s: no verdict", path, resp.status_code)
+        return None
     body = body if isinstance(body, dict) else {}
     try:
         if path == "/verify":
@@ -120,7 +126,8 @@ def _facilitator(path: str, facts: dict, price_micros: int, resource_url: str):
     except ValidationError:
         if path == "/verify":
             return VerifyResponse(is_valid=False, invalid_reason="facilitator_rejected")
-        return SettleResponse(success=False, error_reason="settlement_failed", transaction="", network=req.network)
+        log.warning("x402 facilitator /settle answered no SettleResponse (HTTP %s): no verdict", resp.status_code)
+        return None
 
 
 @transactional
@@ -158,14 +165,19 @@ def settle(pay: X402Payment, facts: dict, *, price_micros: int, resource_url: st
     if pay.sandbox:
         return pay
     verified = _facilitator("/verify", facts, price_micros, resource_url)
-    if verified is None or not verified.is_valid:
-        reason = "facilitator_unavailable" if verified is None else verified.invalid_reason or "facilitator_rejected"
+    if verified is None:  # nothing moves at /verify: the authorization is spent, no money
+        _status(pay.auth_id, status="failed", error="facilitator_unavailable")
+        raise PaymentInvalid("facilitator_unavailable", "The payment facilitator did not answer; nothing was "
+                                                        "charged. Retry later with a new payment authorization.")
+    if not verified.is_valid:
+        reason = verified.invalid_reason or "facilitator_rejected"
         _status(pay.auth_id, status="failed", error=reason[:200])
         raise PaymentInvalid(reason, "The facilitator refused the payment: " + reason)
     settled = _facilitator("/settle", facts, price_micros, resource_url)
     if settled is None:  # outcome unknown: keep it reserved for reconciliation
-        raise PaymentInvalid("settlement_unavailable", "The facilitator did not answer; the authorization "
-                                                       "stays reserved for reconciliation.")
+        raise PaymentInvalid("settlement_unavailable", "The facilitator gave no settlement verdict (no answer "
+                                                       "or a server error); the authorization stays reserved "
+                                                       "for reconciliation.")
     if not settled.success:
         reason = settled.error_reason or "settlement_failed"
         _status(pay.auth_id, status="failed", error=reason[:200])
@@ -192,6 +204,7 @@ def accept(header_value: str, *, account_id: str, price_micros: int, resource_ur
         _, headers = payment_required(cents, resource_url, description, error=exc.message,
                                       extensions=extensions)
         exc.headers.update(headers)
+        exc.extra.setdefault("price_cents", cents)  # what to pay, as the 402 that asked said
         raise
 
 

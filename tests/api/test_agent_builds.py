@@ -59,6 +59,7 @@ def test_only_agents_submit(client, account):
     {"slug": "Weather"}, {"slug": "-x"}, {"slug": "a" * 65}, {"slug": "with space"}, {"slug": ""},
     {"price_cents": -1}, {"price_cents": 1.5}, {"price_cents": "5"}, {"price_cents": 10**9},
     {"actions": []}, {"actions": ["ok", "ok"]}, {"actions": ["Bad Name"]}, {"actions": "forecast"},
+    {"actions": ["v1.search"]},  # no dot: an action is half of an MCP tool name (before: 202)
     {"actions": [1]}, {"webhook": "ftp://x/y"}, {"webhook": "not a url"},
 ])
 def test_submit_validation(client, agent, over):

@@ -96,6 +96,8 @@ def test_env_expansion(app, tmp_path, monkeypatch):
     (lambda s: s.replace("${CAT_URL:-", "${CAT_URL_UNSET_X}${CAT_URL:-"), "CAT_URL_UNSET_X"),
     (lambda s: s.replace("type: header", "type: magic"), "provider_auth"),
     (lambda s: s + "  - name: ok\n    price_cents: 1\n", "duplicated"),
+    # a dot would make the MCP tool name <slug>__<action> one no model API accepts (before: loaded)
+    (lambda s: s.replace("  - name: ok", "  - name: v1.ok"), "'v1.ok' missing, invalid"),
     (lambda s: s.replace("name: Cat", "name: [unclosed"), "YAML"),
 ])
 def test_invalid_catalog_is_refused_and_changes_nothing(app, tmp_path, mutate, needle):

@@ -16,7 +16,7 @@ BASE64_PATTERN = r"^[A-Za-z0-9+/]+={0,2}$"
 _WS = r"\x00-\x20\x7f-\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
 NAME_PATTERN = rf"^[^{_WS}]([^\x00-\x1f\x7f-\x9f\u2028\u2029]*[^{_WS}])?$"
 SLUG_PATTERN = r"^[a-z0-9][a-z0-9-]{0,63}$"
-ACTION_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,63}$"
+ACTION_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"  # builds.ACTION_RE
 
 
 def _unique(values):

@@ -31,7 +31,7 @@ from app.services.platform.uow import after_commit, transactional, unit_of_work
 from app.services.agents.identity import get_agent, new_webhook_secret
 
 SLUG_RE = catalog.SLUG_RE  # the gateway's slug rule (matched with fullmatch here)
-ACTION_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+ACTION_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")  # within catalog.ACTION_RE (no dot: tools)
 MAX_ACTIONS = 50
 MAX_PRICE_CENTS = 1_000_000  # 10,000 USD per call
 

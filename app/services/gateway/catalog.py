@@ -47,7 +47,9 @@ from app.models import Module, ModuleAction
 from app.services.platform.uow import unit_of_work
 
 SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
-ACTION_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+# An action is a tool name's second half (``tools.tool_name``): only characters every MCP
+# client and model API accepts in a function name (no dot).
+ACTION_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 METHODS = ("POST", "PUT", "PATCH", "GET", "DELETE")
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 

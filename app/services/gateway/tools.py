@@ -3,8 +3,9 @@ the MCP door (``app/blueprints/mcp``), the discovery documents and the public li
 
 * **Name**: ``<slug>__<action>`` (two underscores), e.g. ``weather__current``. A slug is
   ``[a-z0-9-]`` and never holds ``_``, so the first ``__`` splits a name back without
-  ambiguity whatever the action is called (``[A-Za-z0-9_.-]``). The characters are the
-  narrowest set every MCP client and model API accepts (``[A-Za-z0-9_-]``, no dot);
+  ambiguity whatever the action is called (``[A-Za-z0-9_-]``, ``catalog.ACTION_RE``). The
+  characters are the narrowest set every MCP client and model API accepts (no dot: the
+  catalog and agent builds refuse actions with one);
   a slug and an action of 64 characters each give 130, over MCP's advised 128: such a
   pair is still listed (the catalog allows it), documented in docs/mcp.md.
 * **Input schema**: the catalog stores no parameter schema for an action (its YAML has

@@ -90,6 +90,18 @@ def test_tools_list_names_every_live_action_with_price_and_schemas(app, server_u
     assert version == ("2026-07-28" if mode == "auto" else "2025-11-25")
 
 
+def test_tools_list_follows_the_keys_module_allow_list(app, client, server_url, make_account, mod):
+    """A key with `allowed_modules` lists the tools of those modules only (before: every
+    tool, each of the others then 403 `module_not_allowed` when called)."""
+    acct = make_account()
+    create_module(app, "other", "http://127.0.0.1:9", {"go": (7, "/go")})
+    r = client.post("/api/keys", json={"name": "svc only", "allowed_modules": ["svc"]}, headers=acct.headers)
+    assert r.status_code == 201, r.get_json()
+    names = {t.name for t in run(_list, server_url, r.get_json()["key"])}
+    assert "svc__ok" in names and not any(n.startswith("other__") for n in names), names
+    assert "other__go" in {t.name for t in run(_list, server_url, acct.key)}
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_call_is_the_metered_call_with_a_receipt_that_verifies(app, client, server_url, make_account, mod,
                                                                ledger_clean, mode):

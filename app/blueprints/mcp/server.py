@@ -224,15 +224,23 @@ def _run_call(app, principal, request_id: str | None, name: str, arguments: dict
             db.session.remove()
 
 
-def _list_tools(app) -> list[dict]:
+def _list_tools(app, principal) -> list[dict]:
+    """Every tool, or for a key with a module allow-list (``allowed_modules``) the tools of
+    those modules only: the others would answer 403 ``module_not_allowed``."""
+    from app.auth import controls_of
     from app.extensions import db
     from app.services.gateway import tools
 
+    controls = controls_of(principal) if principal is not None else None
+    allowed = controls.modules if controls is not None else None
     with app.app_context():
         try:
-            return tools.list_tools()
+            found = tools.list_tools()
         finally:
             db.session.remove()
+    if allowed is None:
+        return found
+    return [t for t in found if tools.parse_tool_name(t["name"])[0] in allowed]
 
 
 def build_server(app):
@@ -242,7 +250,8 @@ def build_server(app):
     from mcp.shared.exceptions import MCPError
 
     async def list_tools(ctx, params) -> types.ListToolsResult:
-        found = await anyio.to_thread.run_sync(_list_tools, app)
+        state = ctx.request.scope["state"] if ctx.request is not None else {}
+        found = await anyio.to_thread.run_sync(_list_tools, app, state.get("principal"))
         return types.ListToolsResult(tools=[types.Tool.model_validate(t) for t in found])
 
     async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:

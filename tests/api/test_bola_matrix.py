@@ -97,6 +97,8 @@ CASES = {
     ("post", "/api/pay/checkout/{payment_id}/cancel"): (_make_checkout, "/api/pay/checkout/{id}/cancel",
                                                        ("get", "/api/pay/history")),
     ("get", "/api/agent/{agent_id}/earnings"): (_make_agent, "/api/agent/{id}/earnings", None),
+    # that the intruder's DELETE disabled nothing: test_agent_disable.py (the session still works)
+    ("delete", "/api/agent/{agent_id}"): (_make_agent, "/api/agent/{id}", None),
     ("get", "/api/orgs/{org_id}"): (_make_org, "/api/orgs/{id}", ("get", "/api/orgs")),
     ("get", "/api/orgs/{org_id}/members"): (_make_org, "/api/orgs/{id}/members", None),
     ("patch", "/api/orgs/{org_id}/members/{member_id}"): (_make_org_member, "/api/orgs/{id}", None,

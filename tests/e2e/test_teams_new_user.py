@@ -78,7 +78,7 @@ def test_an_owner_and_a_developer_share_one_balance(app, client, make_account, m
     assert steps == [("org.create", owner.id), ("checkout.create", owner.id), ("payment.credit", None),
                      ("invite.create", owner.id), ("member.add", dev_id), ("key.create", dev_id),
                      ("member.update", owner.id), ("member.remove", owner.id)]
-    assert log[0]["after"] == {"revoked_keys": [org_key["id"]]}
+    assert log[0]["after"] == {"revoked_keys": [org_key["id"]], "disabled_agents": []}
     exported = client.get(f"/api/orgs/{org_id}/audit?format=csv", headers=owner.headers).get_data(as_text=True)
     assert len(exported.strip().splitlines()) == 1 + len(steps)
     # the developer's own log: the key made on the console

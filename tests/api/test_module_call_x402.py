@@ -125,6 +125,9 @@ def test_underpayment_and_wrong_recipient_are_refused(app, client, make_account,
     first = decode_payment_required_header(r402.headers["PAYMENT-REQUIRED"])
     assert fresh.resource == first.resource and fresh.extensions == first.extensions
     assert fresh.accepts == first.accepts
+    # and x402 v1 clients find it in the body, as in the first 402 (before: no x402Version/accepts)
+    body, first_body = r.get_json(), r402.get_json()
+    assert (body["x402Version"], body["accepts"]) == (1, first_body["accepts"])
     app.config["X402_PAY_TO"] = "0x" + "ab" * 20
     try:
         r = call(client, acct, {"action": "ok"}, headers={"PAYMENT-SIGNATURE": _pay(r402, wallet)})

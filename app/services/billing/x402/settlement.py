@@ -201,10 +201,12 @@ def accept(header_value: str, *, account_id: str, price_micros: int, resource_ur
         return settle(pay, facts, price_micros=price_micros, resource_url=resource_url)
     except PaymentInvalid as exc:
         cents = -(-int(price_micros) // ledger.MICROS_PER_CENT)
-        _, headers = payment_required(cents, resource_url, description, error=exc.message,
-                                      extensions=extensions)
+        v1_body, headers = payment_required(cents, resource_url, description, error=exc.message,
+                                            extensions=extensions)
         exc.headers.update(headers)
         exc.extra.setdefault("price_cents", cents)  # what to pay, as the 402 that asked said
+        for field, value in v1_body.items():  # x402 v1 clients read the new request from the body
+            exc.extra.setdefault(field, value)
         raise
 
 

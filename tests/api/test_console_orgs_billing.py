@@ -156,6 +156,35 @@ def test_developer_sees_no_billing_or_invite_controls_and_forbidden_posts_name_t
     assert "Create key" not in keys and "Rotate" not in keys  # a billing member changes no key
 
 
+def test_a_developer_sees_and_changes_only_their_own_organisation_keys(app, make_account):
+    """The console's keys page applies the API's rule (``orgs.own_items_only`` /
+    ``orgs.keys_of``): owners and admins every key of the organisation, a developer theirs."""
+    from app.models import ApiKey
+
+    owner = Console(app, make_account().id)
+    org_id = owner.create_org("Keys Inc")
+    dev_acct = make_account()
+    _add_member(app, org_id, dev_acct.id, "developer")
+    dev = Console(app, dev_acct.id)
+    dev.post("/orgs/switch", {"org_id": org_id})
+    owner.post("/keys", {"name": "owner-key", "scopes": "call:read"}, page="/keys")
+    dev.post("/keys", {"name": "dev-key", "scopes": "call:read"}, page="/keys")
+    with app.app_context():
+        ids = {row.name: row.id for row in db.session.query(ApiKey).filter_by(account_id=org_id)}
+        db.session.remove()
+    assert ids.keys() == {"owner-key", "dev-key"}
+    mine, theirs = dev.get("/keys").get_data(as_text=True), owner.get("/keys").get_data(as_text=True)
+    assert "dev-key" in mine and "owner-key" not in mine
+    assert "dev-key" in theirs and "owner-key" in theirs
+    assert dev.post(f"/keys/{ids['owner-key']}/revoke", page="/keys").status_code == 404
+    assert dev.post(f"/keys/{ids['dev-key']}/revoke", page="/keys").status_code == 303
+    with app.app_context():
+        rows = db.session.query(ApiKey).filter_by(account_id=org_id)
+        revoked = {row.name: row.revoked_at is not None for row in rows}
+        db.session.remove()
+    assert revoked == {"owner-key": False, "dev-key": True}
+
+
 def test_last_owner_cannot_be_demoted_or_removed_the_page_says_why(app, make_account):
     owner = Console(app, make_account().id)
     org_id = owner.create_org("Solo")

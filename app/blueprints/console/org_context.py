@@ -132,7 +132,7 @@ def check_call(call) -> None:
         raise NotFound("No such call.")
 
 
-# --- keys of an organisation (the rules of ``orgs.visible_keys`` / ``orgs.check_key``) -----
+# --- keys of an organisation (the API's rules: ``orgs.own_items_only`` / ``orgs.keys_of``) ---
 
 def member_id() -> str | None:
     """The member who owns a key created for the chosen organisation (None: personal)."""
@@ -143,23 +143,24 @@ def key_actor() -> Actor | None:
     return actor() if g.get("org") is not None else None
 
 
-def _sees_all_keys() -> bool:
-    return g.get("org") is None or g.org_role in roles.ACTIONS["manage_keys"]
+def _own_keys_only() -> str | None:
+    """The member whose keys alone the person sees and changes in the chosen payer (None:
+    all) — the API's rule, ``orgs.own_items_only``, for the console's person."""
+    from app.blueprints.console import web
+    from app.services.orgs import orgs
+
+    return orgs.own_items_only(principal(web.mode()), payer_id())
 
 
 def visible_keys(rows: list) -> list:
     """Owners and admins see every key of the organisation; other members their own."""
-    return rows if _sees_all_keys() else [row for row in rows if row.member_account_id == g.account.id]
+    only = _own_keys_only()
+    return rows if only is None else [row for row in rows if row.member_account_id == only]
 
 
 def check_key(key_id: str) -> None:
-    """404 for another member's key when the role sees only its own (as the API)."""
-    from app.errors import NotFound
-    from app.extensions import db
-    from app.models import ApiKey
+    """404 for another member's key when the role sees only its own (``orgs.keys_of``)."""
+    from app.blueprints.console import web
+    from app.services.orgs import orgs
 
-    if _sees_all_keys():
-        return
-    row = db.session.get(ApiKey, key_id) if isinstance(key_id, str) and len(key_id) <= 32 else None
-    if row is None or row.member_account_id != g.account.id:
-        raise NotFound("No such key.")
+    orgs.keys_of(principal(web.mode()), g.org.id if g.get("org") is not None else None, "keys:read", key_id)

@@ -63,20 +63,24 @@ def disable_registered_by(org_id: str, member_id: str, actor=None) -> list[str]:
         Agent.owner_account_id == org_id, Agent.registered_by == member_id, Agent.disabled_at.is_(None))
         .order_by(Agent.id).with_for_update()).scalars())
     for agent in agents:
-        _disable(agent, actor)
+        # The removal holds the organisation's row (taken before the agents'): the balances
+        # move right after its commit, each in its own unit of work, so no lock is taken out
+        # of the engine's account order (a funding racing the removal cannot deadlock).
+        _disable(agent, actor, return_now=False)
+        after_commit(_return_one, agent.id)
     return [agent.id for agent in agents]
 
 
-def _disable(agent: Agent, actor) -> tuple[int, int]:
+def _disable(agent: Agent, actor, *, return_now: bool = True) -> tuple[int, int]:
     """Steps 1–3 on a locked, enabled agent in the caller's unit of work: (sessions
-    revoked, micros returned)."""
+    revoked, micros returned); ``return_now`` False: step 3 is the caller's."""
     agent.disabled_at = utcnow()
     hashes = list(db.session.execute(
         update(AgentSession).where(AgentSession.agent_id == agent.id, AgentSession.revoked_at.is_(None),
                                    AgentSession.expires_at > agent.disabled_at)
         .values(revoked_at=agent.disabled_at).returning(AgentSession.token_hash)
         .execution_options(synchronize_session=False)).scalars())
-    returned = _return_balance(agent)
+    returned = _return_balance(agent) if return_now else 0
     from app.services.orgs import audit
 
     audit.record(agent.owner_account_id, actor, "agent.disable", agent.id,
@@ -93,17 +97,21 @@ def return_balances() -> int:
     with unit_of_work():
         due = list(db.session.execute(select(Agent.id).join(Account, Account.id == Agent.account_id).where(
             and_(Agent.disabled_at.is_not(None), balance > 0)).order_by(Agent.id)).scalars())
-    moved = 0
-    for agent_id in due:
-        with unit_of_work():
-            agent = db.session.get(Agent, agent_id)
-            if _return_balance(agent):
-                moved += 1
-                from app.services.orgs import audit
+    return sum(_return_one(agent_id) for agent_id in due)
 
-                audit.record(agent.owner_account_id, None, "agent.return", agent.id,
-                             after={"mode": agent.mode})
-    return moved
+
+def _return_one(agent_id: str) -> bool:
+    """One disabled agent's balance back to its owner, in a unit of work of its own
+    (audited ``agent.return``); whether anything moved."""
+    with unit_of_work():
+        agent = db.session.get(Agent, agent_id)
+        micros = _return_balance(agent)
+        if micros:
+            from app.services.orgs import audit
+
+            audit.record(agent.owner_account_id, None, "agent.return", agent.id,
+                         after={"returned_micros": micros, "mode": agent.mode})
+    return bool(micros)
 
 
 def _return_balance(agent: Agent) -> int:

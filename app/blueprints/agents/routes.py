@@ -174,8 +174,9 @@ def fund_agent(body, agent_id, idempotency_key=None):
 def disable_agent(query, agent_id):
     """Disable an agent: its sessions are revoked at once (on every worker), it can no
     longer sign in (401 `agent_disabled`) and its pubkey cannot be registered again (409);
-    its whole balance moves back to the owner in the same transaction (`agent_return`), and
-    what reaches it later (a refund of a call that was in flight) follows within minutes.
+    its whole balance moves back to the owner right after (`agent_return`, before the
+    answer: `returned_micros`), and what reaches it later (a refund of a call that was in
+    flight) follows within minutes.
     Its usage, earnings and modules stay. Idempotent: a repeat answers `replayed: true`
     and changes nothing. Only a credential of the owner account (or `org_id`) may disable;
     removing an organisation member disables the agents they registered for it."""

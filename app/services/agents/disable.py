@@ -3,21 +3,24 @@
 
 An agent's private key lives with whoever set it up. When that person must lose it (a
 member leaves the organisation, a key leaked, the agent is retired), its owner disables
-it, in one unit of work:
+it:
 
-1. ``agents.disabled_at`` is set (once; a repeat answers the first result again, with
-   nothing more moved);
-2. every live session is revoked, and dropped from every worker's credential cache after
-   the commit (the revocation channel, like a revoked key); sign-in, by ed25519 and by
-   SIWX, answers 401 ``agent_disabled`` from then on, and registering the pubkey again is
-   409;
-3. the agent's whole balance (of its mode) moves back to the owner: one ``agent_return``
-   posting (agent ``acct:`` −B, owner ``acct:`` +B), both account rows locked first, in
-   id order, so a concurrent call or funding waits instead of racing it.
+1. ``agents.disabled_at`` is set (once; a repeat answers ``replayed`` and moves nothing);
+2. in the same unit of work, every live session is revoked, and dropped from every
+   worker's credential cache after the commit (the revocation channel, like a revoked
+   key); sign-in, by ed25519 and by SIWX, answers 401 ``agent_disabled`` from then on,
+   and registering the pubkey again is 409;
+3. right after that commit, in a unit of work of its own, the agent's whole balance (of
+   its mode) moves back to the owner: one ``agent_return`` posting (agent ``acct:`` −B,
+   owner ``acct:`` +B), both account rows locked first, in id order, so a concurrent call
+   or funding waits instead of racing it. (Not in step 2's unit: that one holds the
+   agent's row — and a member's removal the organisation's — so account locks there could
+   run against the engine's id order and deadlock with a funding.)
 
 Money that reaches the agent's account later — a refund of a call that was in flight, a
-chat hold released, a credit to its pay-to address — goes back to the owner too, on the
-``agent-balances-return`` job's next pass (``return_balances``). Modules the agent owns
+chat hold released, a credit to its pay-to address — and a balance a crash left between
+steps 2 and 3 go back to the owner on the ``agent-balances-return`` job's next pass
+(``return_balances``). Modules the agent owns
 stay in the catalog; their earnings settle as before.
 
 ``DELETE /api/agent/{id}`` calls ``disable`` for the owner account (a person, or an
@@ -50,43 +53,49 @@ def disable(owner_account_id: str, agent_id: str, *, mode: str, registered_by: s
         if agent is None or agent.owner_account_id != owner_account_id or agent.mode != mode or \
                 (registered_by is not None and agent.registered_by != registered_by):
             raise NotFound("No such agent.")
-        if agent.disabled_at is not None:
-            return _result(agent, revoked_sessions=0, returned_micros=0, replayed=True)
-        revoked, returned = _disable(agent, actor)
-        return _result(agent, revoked_sessions=revoked, returned_micros=returned, replayed=False)
+        replayed = agent.disabled_at is not None
+        revoked = 0 if replayed else _disable(agent, actor)
+        agent_id, disabled_at = agent.id, agent.disabled_at
+    returned = 0 if replayed else _return_one(agent_id)
+    with unit_of_work():
+        return {"agent_id": agent_id, "disabled": True, "disabled_at": disabled_at,
+                "revoked_sessions": revoked, "returned_micros": returned,
+                "owner_balance_cents": ledger.micros_to_cents(ledger.cached_balance(owner_account_id, mode)),
+                "replayed": replayed}
 
 
 def disable_registered_by(org_id: str, member_id: str, actor=None) -> list[str]:
     """Disable every agent ``member_id`` registered for ``org_id``, in the caller's unit of
-    work (the member's removal). Returns their ids."""
+    work (the member's removal); their balances move back right after its commit. Returns
+    their ids."""
     agents = list(db.session.execute(select(Agent).where(
         Agent.owner_account_id == org_id, Agent.registered_by == member_id, Agent.disabled_at.is_(None))
         .order_by(Agent.id).with_for_update()).scalars())
     for agent in agents:
-        # The removal holds the organisation's row (taken before the agents'): the balances
-        # move right after its commit, each in its own unit of work, so no lock is taken out
-        # of the engine's account order (a funding racing the removal cannot deadlock).
-        _disable(agent, actor, return_now=False)
+        _disable(agent, actor)
         after_commit(_return_one, agent.id)
     return [agent.id for agent in agents]
 
 
-def _disable(agent: Agent, actor, *, return_now: bool = True) -> tuple[int, int]:
-    """Steps 1–3 on a locked, enabled agent in the caller's unit of work: (sessions
-    revoked, micros returned); ``return_now`` False: step 3 is the caller's."""
+def _disable(agent: Agent, actor) -> int:
+    """Steps 1–2 on a locked, enabled agent in the caller's unit of work; the sessions
+    revoked. Step 3 (the money) is a unit of work of its own after the commit
+    (``_return_one``): this one holds the agent's row, and the removal of a member the
+    organisation's row too, so taking account rows here could run against the engine's
+    account order (a funding racing it would deadlock); a crash between the two leaves the
+    balance to the ``agent-balances-return`` job."""
     agent.disabled_at = utcnow()
     hashes = list(db.session.execute(
         update(AgentSession).where(AgentSession.agent_id == agent.id, AgentSession.revoked_at.is_(None),
                                    AgentSession.expires_at > agent.disabled_at)
         .values(revoked_at=agent.disabled_at).returning(AgentSession.token_hash)
         .execution_options(synchronize_session=False)).scalars())
-    returned = _return_balance(agent) if return_now else 0
     from app.services.orgs import audit
 
     audit.record(agent.owner_account_id, actor, "agent.disable", agent.id,
-                 after={"revoked_sessions": len(hashes), "returned_micros": returned, "mode": agent.mode})
+                 after={"revoked_sessions": len(hashes), "mode": agent.mode})
     after_commit(_drop_cached, hashes)
-    return len(hashes), returned
+    return len(hashes)
 
 
 def return_balances() -> int:
@@ -97,12 +106,12 @@ def return_balances() -> int:
     with unit_of_work():
         due = list(db.session.execute(select(Agent.id).join(Account, Account.id == Agent.account_id).where(
             and_(Agent.disabled_at.is_not(None), balance > 0)).order_by(Agent.id)).scalars())
-    return sum(_return_one(agent_id) for agent_id in due)
+    return sum(1 for agent_id in due if _return_one(agent_id))
 
 
-def _return_one(agent_id: str) -> bool:
+def _return_one(agent_id: str) -> int:
     """One disabled agent's balance back to its owner, in a unit of work of its own
-    (audited ``agent.return``); whether anything moved."""
+    (audited ``agent.return``); the micros moved."""
     with unit_of_work():
         agent = db.session.get(Agent, agent_id)
         micros = _return_balance(agent)
@@ -111,7 +120,7 @@ def _return_one(agent_id: str) -> bool:
 
             audit.record(agent.owner_account_id, None, "agent.return", agent.id,
                          after={"returned_micros": micros, "mode": agent.mode})
-    return bool(micros)
+    return micros
 
 
 def _return_balance(agent: Agent) -> int:
@@ -126,13 +135,6 @@ def _return_balance(agent: Agent) -> int:
     funding.transfer(RETURN_KIND, from_account=agent.account_id, to_account=agent.owner_account_id,
                      mode=agent.mode, micros=micros, ref=None, meta={"agent_id": agent.id})
     return micros
-
-
-def _result(agent: Agent, *, revoked_sessions: int, returned_micros: int, replayed: bool) -> dict:
-    return {"agent_id": agent.id, "disabled": True, "disabled_at": agent.disabled_at,
-            "revoked_sessions": revoked_sessions, "returned_micros": returned_micros,
-            "owner_balance_cents": ledger.micros_to_cents(ledger.cached_balance(agent.owner_account_id, agent.mode)),
-            "replayed": replayed}
 
 
 def _drop_cached(hashes: list[str]) -> None:

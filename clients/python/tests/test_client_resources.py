@@ -123,3 +123,21 @@ def test_errors_in_the_chat_hosts_shape_are_read():
     assert (err.code, err.message, err.request_id) == ("model_not_found", "No.", "req_2")
     err = error_for(401, {"error": "unauthorized", "message": "Key?", "request_id": "req_3"}, {})
     assert (err.code, err.message) == ("unauthorized", "Key?")
+
+
+def test_organisation_keys_with_org_id(funded, server):
+    """``keys.create(org_id=…)`` makes an organisation key; ``list``, ``rotate`` and
+    ``revoke`` reach the organisation's keys with ``org_id``, from the person's own key."""
+    import httpx
+
+    acct, gw = funded
+    org = httpx.post(f"{server.url}/api/orgs", json={"name": "Client Org"},
+                     headers={"Authorization": f"Bearer {acct.key}"}).json()
+    made = gw.keys.create("org key", org_id=org["id"], scopes=["call:write"])
+    assert (made.org_id, made.member_id) == (org["id"], acct.id) and made.key
+    assert made.id not in [k.id for k in gw.keys.list()]  # the person's own keys
+    assert [k.id for k in gw.keys.list(org_id=org["id"])] == [made.id]
+    new = gw.keys.rotate(made.id, overlap_seconds=0, org_id=org["id"])
+    assert new.org_id == org["id"] and new.id != made.id
+    assert gw.keys.revoke(new.id, org_id=org["id"]) is True
+    assert gw.keys.list(org_id=org["id"]) == []

@@ -39,14 +39,15 @@ class AsyncKeys(_AsyncResource):
     async def create(self, name: str, **options: Unpack[ops.KeyOptions]) -> KeyCreated:
         return await self._gw.request(ops.keys_create(name, options))
 
-    async def list(self) -> list[Key]:
-        return await self._gw.request(ops.keys_list())
+    async def list(self, org_id: str | None = None) -> list[Key]:
+        return await self._gw.request(ops.keys_list(org_id))
 
-    async def revoke(self, key_id: str) -> bool:
-        return await self._gw.request(ops.keys_revoke(key_id))
+    async def revoke(self, key_id: str, org_id: str | None = None) -> bool:
+        return await self._gw.request(ops.keys_revoke(key_id, org_id))
 
-    async def rotate(self, key_id: str, overlap_seconds: int | None = None) -> KeyCreated:
-        return await self._gw.request(ops.keys_rotate(key_id, overlap_seconds))
+    async def rotate(self, key_id: str, overlap_seconds: int | None = None,
+                     org_id: str | None = None) -> KeyCreated:
+        return await self._gw.request(ops.keys_rotate(key_id, overlap_seconds, org_id))
 
 
 class AsyncUsage(_AsyncResource):

@@ -48,16 +48,18 @@ class Keys(_Resource):
         """Create a key; ``.key`` holds the secret (shown once)."""
         return self._gw.request(ops.keys_create(name, options))
 
-    def list(self) -> list[Key]:
-        return self._gw.request(ops.keys_list())
+    def list(self, org_id: str | None = None) -> list[Key]:
+        """This account's keys, or with ``org_id`` the organisation's (owners and admins:
+        every key; other members their own)."""
+        return self._gw.request(ops.keys_list(org_id))
 
-    def revoke(self, key_id: str) -> bool:
-        return self._gw.request(ops.keys_revoke(key_id))
+    def revoke(self, key_id: str, org_id: str | None = None) -> bool:
+        return self._gw.request(ops.keys_revoke(key_id, org_id))
 
-    def rotate(self, key_id: str, overlap_seconds: int | None = None) -> KeyCreated:
+    def rotate(self, key_id: str, overlap_seconds: int | None = None, org_id: str | None = None) -> KeyCreated:
         """A new key with the same name, scopes and limits; the old one keeps working for
         ``overlap_seconds`` (server default 86,400)."""
-        return self._gw.request(ops.keys_rotate(key_id, overlap_seconds))
+        return self._gw.request(ops.keys_rotate(key_id, overlap_seconds, org_id))
 
     def update(self, key_id: str, *, spend_limit_cents: int | None,
                spend_limit_period: ops.Period | None = None) -> Key:

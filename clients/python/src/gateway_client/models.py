@@ -72,6 +72,8 @@ class Key:
     spend_limit_period: str | None = None
     spent_cents: int | None = None
     expires_at: str | None = None
+    org_id: str | None = None      # an organisation key: the organisation it spends
+    member_id: str | None = None   # ... and the member who owns it
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 

@@ -20,12 +20,14 @@ Period = Literal["day", "week", "month", "total"]
 class KeyOptions(TypedDict, total=False):
     """Optional fields of ``keys.create``: ``scopes`` (default: the creating credential's),
     ``spend_limit_cents`` (≥ 1) and ``spend_limit_period`` (day|week|month|total),
-    ``expires_at`` (a future datetime, at most a year ahead; naive means UTC)."""
+    ``expires_at`` (a future datetime, at most a year ahead; naive means UTC), ``org_id``
+    (an organisation key: it spends the organisation's balance, owned by you as a member)."""
 
     scopes: list[str] | None
     spend_limit_cents: int | None
     spend_limit_period: Period | None
     expires_at: datetime | str | None
+    org_id: str | None
 
 
 class AlertSpec(TypedDict):
@@ -98,17 +100,18 @@ def keys_create(name: str, options: KeyOptions) -> Op[KeyCreated]:
     return Op("POST", "/api/keys", _one(KeyCreated), json=body)
 
 
-def keys_list() -> Op[list[Key]]:
-    return Op("GET", "/api/keys", _many(Key, "keys"))
+def keys_list(org_id: str | None = None) -> Op[list[Key]]:
+    return Op("GET", "/api/keys", _many(Key, "keys"), params=_drop_none({"org_id": org_id}))
 
 
-def keys_revoke(key_id: str) -> Op[bool]:
-    return Op("DELETE", f"/api/keys/{key_id}", lambda r: bool(r.json()["revoked"]))
+def keys_revoke(key_id: str, org_id: str | None = None) -> Op[bool]:
+    return Op("DELETE", f"/api/keys/{key_id}", lambda r: bool(r.json()["revoked"]),
+              params=_drop_none({"org_id": org_id}))
 
 
-def keys_rotate(key_id: str, overlap_seconds: int | None) -> Op[KeyCreated]:
+def keys_rotate(key_id: str, overlap_seconds: int | None, org_id: str | None = None) -> Op[KeyCreated]:
     return Op("POST", f"/api/keys/{key_id}/rotate", _one(KeyCreated),
-              json=_drop_none({"overlap_seconds": overlap_seconds}))
+              json=_drop_none({"overlap_seconds": overlap_seconds, "org_id": org_id}))
 
 
 def keys_update(key_id: str, spend_limit_cents: int | None,

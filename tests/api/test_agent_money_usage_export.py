@@ -95,6 +95,15 @@ def test_export_and_daily_bad_input(client, account):
         assert client.get(f"/api/usage/daily?days={days}", headers=account.headers).status_code == 400
 
 
+def test_export_instant_without_a_utc_date_is_400_not_500(client, account):
+    # valid RFC 3339, but year 1 at +05:00 (or year 9999 at -05:00) has no UTC date
+    for q, param in ({"from": "0001-01-01T00:00:00+05:00", "to": "0001-01-02T00:00:00Z"}, "from"), \
+                    ({"from": "9999-12-31T20:00:00Z", "to": "9999-12-31T23:30:00-05:00"}, "to"):
+        r = client.get("/api/usage/export", query_string=q, headers=account.headers)
+        assert r.status_code == 400 and r.get_json()["error"] == "invalid_request", (q, r.get_json())
+        assert r.get_json()["message"].startswith(param + ":")
+
+
 def test_402_without_x402_offers_no_x_payment_and_no_empty_pay_to(app, client, make_account, mod):
     acct = make_account(cents=1)
     saved = app.config["X402_PAY_TO"]

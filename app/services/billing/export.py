@@ -22,7 +22,7 @@ from typing import Iterator
 import orjson
 from sqlalchemy import bindparam, case, func, literal_column, null, select, union_all
 
-from app.errors import Unprocessable
+from app.errors import InvalidRequest, Unprocessable
 from app.extensions import db
 from app.models import ApiKey, ChatCompletion, ModuleCall
 from app.services.billing.usage_log import member_keys
@@ -38,15 +38,26 @@ _FILTERS = ("key_id", "module", "model", "status", "mode")  # narrowed's, in a f
 
 
 def window(start: datetime, end: datetime) -> tuple[datetime, datetime]:
-    """[start, end) in UTC (naive = UTC); 422 ``unprocessable`` unless start < end and
-    end − start ≤ 31 days (rules relating two query parameters, which a schema cannot state)."""
-    start, end = (t if t.tzinfo else t.replace(tzinfo=timezone.utc) for t in (start, end))
+    """[start, end) in UTC (naive = UTC); 400 ``invalid_request`` for an instant that has no
+    UTC date (year 1 with a positive offset, year 9999 with a negative one); 422
+    ``unprocessable`` unless start < end and end − start ≤ 31 days (rules relating two query
+    parameters, which a schema cannot state)."""
+    start, end = (_in_utc(t, name) for t, name in ((start, "from"), (end, "to")))
     if start >= end:
         raise Unprocessable("from: must be before to.", param="from")
     if end - start > MAX_WINDOW:
         raise Unprocessable("The window from..to may span at most 31 days; export longer ranges in parts.",
                             param="to")
-    return start.astimezone(timezone.utc), end.astimezone(timezone.utc)
+    return start, end
+
+
+def _in_utc(t: datetime, name: str) -> datetime:
+    """``t`` in UTC (naive = UTC); 400 when its UTC date is outside years 1–9999."""
+    try:
+        return (t if t.tzinfo else t.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
+    except OverflowError:
+        raise InvalidRequest(f"{name}: outside the range of dates (years 1 to 9999 in UTC).",
+                             param=name) from None
 
 
 def _iso(ts: datetime) -> str:

@@ -174,3 +174,16 @@ def test_a_link_path_the_router_refuses_is_still_an_html_page(client):
         assert r.status_code == 404 and r.mimetype == "text/html", (path, r.mimetype)
     r = client.get("/api/keys/" + "x" * 300, headers={"Accept": "application/json"})
     assert r.status_code == 404 and r.mimetype == "application/json"
+
+
+def test_list_unsubscribe_header_is_a_plain_url_not_encoded_words(app, client, monkeypatch):
+    # RFC 2369: the header holds <URL>; a long URL (no white space to fold at) must not be
+    # rewritten as RFC 2047 encoded words, which mail clients do not decode in it
+    monkeypatch.setitem(app.config, "BASE_URL", "https://newsletter.gateway.example")
+    with smtp(app) as sink:
+        assert client.post("/api/email/subscribe", json={"email": "long.reader@example.com"}).status_code == 202
+    raw = dict(sink.messages[0].raw_items())["List-Unsubscribe"]
+    assert "=?" not in raw and raw.startswith("<https://newsletter.gateway.example/email/unsubscribe/"), raw
+    with app.app_context():
+        assert raw.endswith(">") and newsletter.unsubscribe_url("long.reader@example.com") == raw[1:-1]
+

@@ -6,7 +6,7 @@ embedded default, write them as ``.eml`` files under ``MAIL_OUTBOX_DIR``.
 must not be lost: they add an ``email`` message to the outbox (``app.services.platform.outbox``).
 
 Header safety (docs/security.md, defence in depth behind the schemas' ``header_safe``
-rule): messages use the ``email`` package's strict policy; every header value is
+rule): messages use the ``email`` package's strict policy (URL headers unfolded); every header value is
 neutralised first (control characters become spaces, RFC 2047 encoded-word openers ``=?``
 become ``= ?`` so no decoder turns them into line breaks); and the serialised message is
 parsed back to check it carries exactly the headers set here, else ``build`` raises.
@@ -29,6 +29,32 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _HEADER_NAME = re.compile(r"^[!-9;-~]{1,76}$")
 
 
+class _Policy(email_policy.EmailPolicy):
+    """The strict policy, except that a URL header (RFC 2369 ``List-Unsubscribe``) is never
+    folded: a URL has no white space to fold at, so the ``email`` package would rewrite it
+    as RFC 2047 encoded words, which a structured header may not hold (mail clients then
+    find no unsubscribe URL). Such a value is one line (``header_value``); one that is not
+    ASCII or too long for a line is folded as before."""
+
+    _UNFOLDED = frozenset({"list-unsubscribe"})
+
+    def _unfolded(self, name, value) -> str | None:
+        line = f"{name}: {value}"
+        if name.lower() in self._UNFOLDED and line.isascii() and len(line) <= 998:
+            return line + self.linesep
+        return None
+
+    def fold(self, name, value):
+        return self._unfolded(name, value) or super().fold(name, value)
+
+    def fold_binary(self, name, value):
+        line = self._unfolded(name, value)
+        return line.encode("ascii") if line else super().fold_binary(name, value)
+
+
+_POLICY = _Policy(raise_on_defect=True)  # email.policy.strict, with URL headers unfolded
+
+
 class UnsafeHeader(ValueError):
     """A message whose serialised headers are not the ones it was built with."""
 
@@ -42,7 +68,7 @@ def header_value(value: str) -> str:
 def build(to: str, subject: str, text: str, *, html: str | None = None,
           reply_to: str | None = None, headers: dict | None = None,
           message_id: str | None = None) -> EmailMessage:
-    msg = EmailMessage(policy=email_policy.strict)
+    msg = EmailMessage(policy=_POLICY)
     fields = {"From": current_app.config["MAIL_FROM"], "To": to, "Subject": subject,
               "Date": formatdate(usegmt=True),
               "Message-ID": f"<{message_id}@gateway>" if message_id else make_msgid(domain="gateway")}

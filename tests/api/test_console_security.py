@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import json
 import re
 from datetime import timedelta
 
@@ -213,6 +214,15 @@ def test_one_account_cannot_read_or_act_on_anothers_ids(app, signed_in, make_acc
     assert client_b.get(f"/usage/calls/{call_id}").status_code == 404
     assert client_b.post(f"/usage/calls/{call_id}/verify",
                          data={"csrf": _csrf(html), "response": "{}"}).status_code == 404
+
+
+def test_verify_page_says_not_valid_for_a_pasted_response_of_the_wrong_shape(app, signed_in):
+    client, acct = signed_in()
+    call_id = _seed_call(app, acct.id)
+    html = client.get(f"/usage/calls/{call_id}").get_data(as_text=True)
+    for pasted in ({"call_id": call_id, "receipt": "x"}, {"call_id": call_id, "receipt": {"v": 2}}):
+        r = client.post(f"/usage/calls/{call_id}/verify", data={"csrf": _csrf(html), "response": json.dumps(pasted)})
+        assert r.status_code == 200 and "Not valid" in r.get_data(as_text=True), pasted
 
 
 def test_sign_out_ends_the_session_server_side(app, signed_in):

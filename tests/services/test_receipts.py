@@ -69,6 +69,19 @@ def test_receipt_verifies_offline_and_any_change_breaks_it(client, make_account,
             receipts.verify_response(forged, by_kid)
 
 
+def test_malformed_saved_responses_are_invalid_not_errors(client, make_account, mod):
+    # what a verifier is handed may be anything: each is "not valid", never an exception
+    # other than ReceiptInvalid (the console's verify page answered 500, the CLI a traceback)
+    acct = make_account()
+    saved = json.loads(json.dumps(call(client, acct, {"action": "ok"}).get_json()))
+    by_kid = {k["kid"]: k["public_key"] for k in client.get("/api/receipts/keys").get_json()["keys"]}
+    without_hash = {k: v for k, v in saved["receipt"].items() if k != "hash"}
+    for doc in ({**saved, "receipt": "x"}, {**saved, "receipt": [1]}, {**saved, "receipt": None},
+                {**saved, "receipt": without_hash}, {**saved, "result": {"t": "\ud800"}}):
+        with pytest.raises(receipts.ReceiptInvalid):
+            receipts.verify_response(doc, by_kid)
+
+
 def test_rotation_keeps_old_receipts_verifiable(app, client, make_account, mod):
     acct = make_account()
     old = call(client, acct, {"action": "ok"}).get_json()

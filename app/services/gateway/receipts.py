@@ -245,6 +245,8 @@ def verify_response(response: dict, public_keys_by_kid: dict[str, str]) -> dict:
     Returns the signed facts; raises ReceiptInvalid."""
     try:
         r = response["receipt"]
+        if not isinstance(r, dict):
+            raise ReceiptInvalid("not a call response with a receipt: `receipt` is not an object")
         v = r.get("v", 1)
         if isinstance(v, bool) or v not in VERSION_FIELDS:
             raise ReceiptInvalid(f"unsupported receipt version {v}")
@@ -252,12 +254,15 @@ def verify_response(response: dict, public_keys_by_kid: dict[str, str]) -> dict:
         f = facts(kid=r["kid"], call_id=response["call_id"], account_id=r["account_id"],
                   module=response["module"], action=r["action"], cost_cents=response["cost_cents"],
                   result=response["result"], ok=response["ok"], mode=r["mode"], ts=r["ts"], v=v, **actors)
+        claimed = r["hash"]
+        msg = canonical(f)
     except (KeyError, TypeError) as exc:
         raise ReceiptInvalid(f"not a call response with a receipt: missing {exc}") from None
-    msg = canonical(f)
-    if hashlib.sha256(msg).hexdigest() != r["hash"]:
+    except UnicodeEncodeError:  # a lone surrogate: no response the gateway signed holds one
+        raise ReceiptInvalid("hash does not match the response's fields") from None
+    if hashlib.sha256(msg).hexdigest() != claimed:
         raise ReceiptInvalid("hash does not match the response's fields")
-    pub = public_keys_by_kid.get(r["kid"])
+    pub = public_keys_by_kid.get(r["kid"]) if isinstance(r["kid"], str) else None
     if pub is None:
         raise ReceiptInvalid(f"unknown key id {r['kid']}")
     try:

@@ -93,3 +93,20 @@ def test_contact_rate_limits_per_ip_and_per_email(app, client, monkeypatch):
     r = send("w@example.com", "10.0.0.9")
     assert r.get_json()["error"] == "rate_limited" and int(r.headers["Retry-After"]) >= 1
     assert _count(app, ContactMessage) == 5
+
+
+def test_public_429_carries_the_rate_limit_headers_docs_public_md_names(app, client, monkeypatch):
+    from pathlib import Path
+
+    monkeypatch.setitem(app.config, "CONTACT_RATE_LIMIT", "1/minute")
+    ok = client.post("/api/contact", json={"email": "h@example.com", "message": "hi"},
+                     environ_base={"REMOTE_ADDR": "10.0.0.77"})
+    refused = client.post("/api/contact", json={"email": "i@example.com", "message": "hi"},
+                          environ_base={"REMOTE_ADDR": "10.0.0.77"})
+    assert ok.status_code == 202 and refused.status_code == 429
+    names = ("RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset")
+    assert all(n in refused.headers and n in ok.headers for n in names) and "Retry-After" in refused.headers
+    doc = " ".join((Path(__file__).parents[2] / "docs" / "public.md").read_text().split())
+    assert "with `Retry-After` (seconds) and `RateLimit-Limit/Remaining/Reset`" in doc
+    assert "X-RateLimit" not in doc
+

@@ -44,7 +44,8 @@ class AlertCreateSchema(InputSchema):
         "description": "`spend_cents` (spend over the window, cents), `calls` (calls over the "
                        "window), `error_rate` (failed calls / calls × 100 over the window; 0 "
                        "without calls), `plan_pct` (spend in the current billing period, calendar "
-                       "month UTC, as % of the plan's `plan_cents`). Live-mode usage only."})
+                       "month UTC, as % of the plan's `plan_cents`). The usage of the creating key's mode: a "
+                       "test key's rule watches test-mode usage."})
     op = ma.fields.String(required=True, validate=ma.validate.OneOf(tuple(OPS)))
     threshold = ma.fields.Float(required=True, allow_nan=False,
                                 validate=ma.validate.Range(min=0, max=1e15), metadata={

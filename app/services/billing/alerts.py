@@ -1,6 +1,7 @@
 """Spend alerts: rules (CRUD), metrics from the usage rollups, evaluation and firing.
 
-Metrics (live-mode usage, ``usage_log.usage_rows``: the whole rolled days inside a window
+Metrics (the usage of the rule's mode — a test-mode rule watches test-mode usage —
+``usage_log.usage_rows``: the whole rolled days inside a window
 from ``usage_daily``, the hours of the days a window starts in from ``usage_hourly``, plus
 the not-yet-rolled tail of the call logs — the numbers of the hourly rows exactly):
 

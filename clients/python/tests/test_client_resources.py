@@ -42,6 +42,7 @@ def test_usage_alerts_wallet_and_checkout(funded):
     alert = gw.alerts.create(name="spend", metric="spend_cents", op=">=", threshold=100,
                              window="day", channel="email", target="ops@example.com")
     assert alert.id and alert.secret is None
+    assert alert.status == "pending_verification"  # the e-mail target confirms first (before: not readable)
     assert [a.id for a in gw.alerts.list()] == [alert.id]
     assert gw.alerts.delete(alert.id) is True and gw.alerts.list() == []
 

@@ -186,6 +186,8 @@ class Alert:
     target: str
     created_at: str
     secret: str | None = None
+    status: str | None = None  # "active", or "pending_verification" until the target confirms
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
 @dataclass(frozen=True)

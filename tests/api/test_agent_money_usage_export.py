@@ -126,3 +126,22 @@ def _chat_row(app, account_id):
         holds.hold("chatcmpl-export1", account_id, "m-1", 30_000, False)
         holds.settle("chatcmpl-export1", account_id, 30_000, 25_000, model="m-1", provider="p", prompt_tokens=1,
                      completion_tokens=1, estimated=False, attempts=1, latency_ms=1)
+
+
+def test_export_csv_does_not_hand_a_spreadsheet_a_formula(app, client, make_account, mod):
+    """A caller's Idempotency-Key is free text: in the CSV a value a spreadsheet would run as a
+    formula gets a leading apostrophe (OWASP CSV injection; before: written as sent, so an
+    organisation owner opening a developer's calls in Excel ran it); NDJSON stays exact."""
+    acct = make_account(cents=100)
+    planted = '=HYPERLINK("http://evil.example","open")'
+    for key in (planted, "@sum", "plain-key"):
+        assert call(client, acct, {"action": "ok"}, key=key).status_code == 200
+    drain(app)
+    now = datetime.now(timezone.utc)
+    q = {"from": (now - timedelta(hours=1)).isoformat(), "to": (now + timedelta(minutes=1)).isoformat()}
+    r = client.get("/api/usage/export", query_string=q, headers=acct.headers)
+    keys = sorted(row["idempotency_key"] for row in csv.DictReader(io.StringIO(r.get_data(as_text=True))))
+    assert keys == sorted(["'" + planted, "'@sum", "plain-key"])
+    nd = client.get("/api/usage/export", query_string={**q, "format": "json"}, headers=acct.headers)
+    assert sorted(json.loads(line)["idempotency_key"] for line in nd.get_data(as_text=True).splitlines()) == \
+        sorted([planted, "@sum", "plain-key"])

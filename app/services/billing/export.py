@@ -169,10 +169,21 @@ def records(account_id: str, start: datetime, end: datetime, filters: dict | Non
                "provider_cost_micros": listed, "actor": actor, "actor_account_id": person}
 
 
+# A spreadsheet reads a cell that starts with one of these as a formula (CSV injection, OWASP):
+# the CSV writes such a text with a leading apostrophe (shown, not evaluated); NDJSON is exact.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _csv_cell(value):
+    return "'" + value if isinstance(value, str) and value.startswith(_FORMULA_START) else value
+
+
 def rows(account_id: str, start: datetime, end: datetime, fmt: str, filters: dict | None = None,
          member: str | None = None) -> Iterator[bytes]:
-    """The export as chunks of bytes: CSV (header row first; empty cells for nulls) or
-    NDJSON (one JSON object per line); ``filters``: see ``narrowed``."""
+    """The export as chunks of bytes: CSV (header row first; empty cells for nulls; a text
+    that a spreadsheet would run as a formula — a caller's Idempotency-Key such as
+    ``=HYPERLINK(…)`` — prefixed with ``'``) or NDJSON (one JSON object per line, exact);
+    ``filters``: see ``narrowed``."""
     if fmt == "json":
         for rec in records(account_id, start, end, filters, member):
             yield orjson.dumps(rec) + b"\n"
@@ -182,7 +193,7 @@ def rows(account_id: str, start: datetime, end: datetime, fmt: str, filters: dic
     writer.writeheader()
     n = 0
     for rec in records(account_id, start, end, filters, member):
-        writer.writerow(rec)
+        writer.writerow({k: _csv_cell(v) for k, v in rec.items()})
         n += 1
         if n % 200 == 0:
             yield buf.getvalue().encode()

@@ -58,6 +58,16 @@ class JsonInteger(ma.fields.Integer):
         return super()._validated(value)
 
 
+class JsonNumber(ma.fields.Float):
+    """A JSON number: ``0.5`` and ``1`` are accepted (JSON Schema ``number``); strings, which
+    ``Float`` would parse (``"0.5"``), are not (nor booleans)."""
+
+    def _validated(self, value):
+        if isinstance(value, str):
+            raise self.make_error("invalid")
+        return super()._validated(value)
+
+
 class JsonBoolean(ma.fields.Boolean):
     """A JSON boolean: ``true`` or ``false`` only (not ``"yes"``, ``1`` …)."""
 

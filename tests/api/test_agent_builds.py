@@ -143,7 +143,8 @@ def test_approve_makes_module(app, client, agent, admin):
     with app.app_context():
         mod = db.session.query(Module).filter_by(slug="weather-bot").one()
         assert {a.price_cents for a in mod.actions} == {5}  # unchanged until approved
-    client.post("/api/admin/modules/weather-bot/approve", json={}, headers=admin.headers)
+    r = client.post("/api/admin/modules/weather-bot/approve", headers=admin.headers)  # no body: documented optional
+    assert r.status_code == 200 and r.get_json()["review_notes"] is None
     with app.app_context():
         mod = db.session.query(Module).filter_by(slug="weather-bot").one()
         assert sorted((a.name, a.price_cents, a.active) for a in mod.actions) == [

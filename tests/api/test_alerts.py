@@ -36,7 +36,7 @@ def test_create_list_delete(client, account):
     ({"metric": "latency"}, "metric"), ({"op": "=="}, "op"), ({"window": "year"}, "window"),
     ({"channel": "sms"}, "channel"), ({"threshold": "NaN"}, "threshold"),
     ({"threshold": "Infinity"}, "threshold"), ({"threshold": -1}, "threshold"),
-    ({"threshold": True}, "threshold"), ({"name": ""}, "name"), ({"target": "not-an-email"}, "target"),
+    ({"threshold": True}, "threshold"), ({"threshold": "500"}, "threshold"), ({"name": ""}, "name"), ({"target": "not-an-email"}, "target"),
     ({"channel": "webhook", "target": "ftp://example.com/x"}, "target"),
     ({"channel": "chat", "target": "not a url"}, "target"),
 ])

@@ -74,3 +74,25 @@ def test_a_plain_request_skips_marshmallow_and_a_bad_one_keeps_its_400(app, clie
     assert "max_tokens: Not a valid integer." in body["error"]["message"], body
     with pytest.raises(ma.ValidationError):
         ChatRequestSchema().load({"model": "auto", "messages": MSG, "max_tokens": "many"})
+
+
+@pytest.mark.parametrize("path, over", [
+    ("/v1/chat/completions", {"stream": 0}), ("/v1/chat/completions", {"stream": "true"}),
+    ("/v1/chat/completions", {"max_tokens": 5.5}), ("/v1/chat/completions", {"max_tokens": "7"}),
+    ("/v1/chat/completions", {"max_completion_tokens": "7"}), ("/v1/chat/completions", {"n": 1.5}),
+    ("/v1/messages", {"stream": 1}), ("/v1/messages", {"max_tokens": 5.5}), ("/v1/messages", {"max_tokens": "7"}),
+    ("/v1/messages", {"temperature": "0.5"}), ("/v1/messages", {"top_p": "1"}),
+])
+def test_a_field_of_another_json_type_is_refused_as_the_document_says(client, fakes, acct, path, over):  # noqa: F811
+    """The document types these fields (boolean, integer, number); marshmallow's own fields
+    read ``0``, ``"true"``, ``5.5`` (as 5) and ``"7"`` and the request went through, charged.
+    A fraction-free float stays an integer (JSON Schema: ``5.0`` is one, below)."""
+    body = {"model": "m-small", "max_tokens": 10, "messages": MSG, **over}
+    r = client.post(path, json=body, headers={"Authorization": f"Bearer {acct.key}"})
+    assert r.status_code == 400 and "Not a valid" in r.get_data(as_text=True), r.get_data(as_text=True)
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/messages"])
+def test_a_fraction_free_float_is_still_an_integer(client, fakes, acct, path):  # noqa: F811
+    body = {"model": "m-small", "max_tokens": 10.0, "messages": MSG, "temperature": 1}
+    assert client.post(path, json=body, headers={"Authorization": f"Bearer {acct.key}"}).status_code == 200

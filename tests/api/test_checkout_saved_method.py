@@ -94,3 +94,14 @@ def test_the_sandbox_pages_save_box_marks_the_checkout_like_the_api_flag(app, cl
     assert [(m["payment_method_id"], m["default"]) for m in _methods(client, acct) if m["default"]] == [
         ("pm_card_visa", True)]
     ledger_clean()
+
+
+def test_save_method_must_be_a_json_boolean(client, account):
+    """The document says ``boolean``: ``0``, ``1`` or ``"yes"`` are refused (400), not read as
+    marshmallow's truthy/falsy spellings (schemathesis ST201: ``"save_method": 0`` made a
+    checkout)."""
+    for value in (0, 1, "true", "yes", None, []):
+        r = client.post("/api/pay/checkout", json={"amount_cents": 300, "save_method": value},
+                        headers=account.headers)
+        assert r.status_code == 400 and r.get_json()["error"] == "invalid_request", value
+    assert client.get("/api/pay/history", headers=account.headers).get_json()["payments"] == []

@@ -163,6 +163,20 @@ def test_bad_and_foreign_ids_are_404(client, make_account):
     assert r.status_code == 400
 
 
+def test_billing_details_without_a_body_clear_them_as_documented(client, account):
+    """The body is documented optional (schemathesis ST201: the document said required, and a
+    PUT without one was answered 200): no body clears the details, as ``{}`` does; a body under
+    another media type is still refused."""
+    client.put("/api/account/billing-details", json={"name": "Acme", "country": "de"}, headers=account.headers)
+    r = client.put("/api/account/billing-details", data="name=Acme", content_type="text/plain",
+                   headers=account.headers)
+    assert r.status_code == 400 and r.get_json()["error"] == "invalid_request"
+    r = client.put("/api/account/billing-details", headers=account.headers)
+    assert r.status_code == 200 and (r.get_json()["name"], r.get_json()["country"]) == (None, None)
+    op = client.get("/openapi.json").get_json()["paths"]["/api/account/billing-details"]["put"]
+    assert op["requestBody"]["required"] is False
+
+
 def test_x402_and_other_payments_without_one_are_invoiced_by_the_sweep_once(app, make_account):
     from app.models import Payment
     from app.services.billing import invoices

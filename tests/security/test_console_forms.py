@@ -62,3 +62,14 @@ def test_good_values_still_work(app, signed_in):
                                                 "window": "hour", "channel": "email",
                                                 "target": acct.email}).status_code == 303
     assert _count(app, Agent) == 1 and _count(app, Alert) == 1
+
+
+@pytest.mark.parametrize("threshold", ["abc", "NaN", "-1", ""])
+def test_an_alert_threshold_that_is_no_number_is_shown_on_its_field(app, signed_in, threshold):
+    """The form's text becomes the JSON number the API schema takes (``web.form_number``);
+    text that spells no number, or a refused one, is the field's error."""
+    client, acct = signed_in()
+    r = _post(client, "/alerts", "/alerts", {"name": "spend", "metric": "calls", "op": ">", "threshold": threshold,
+                                             "window": "hour", "channel": "email", "target": acct.email})
+    assert r.status_code == 400 and 'id="e-threshold"' in r.get_data(as_text=True)
+    assert _count(app, Alert) == 0

@@ -31,9 +31,9 @@ def get_billing_details(query):
 
 
 @endpoint(blp, "/account/billing-details", "put", "billing:write", body=BillingDetailsRequestSchema,
-          ok=BillingDetailsSchema, name="BillingDetailsSetView")
+          ok=BillingDetailsSchema, name="BillingDetailsSetView", body_optional=True)
 def set_billing_details(body):
     """Set the billing details printed on invoices issued from now on (absent or empty fields are
-    cleared); invoices already issued keep theirs."""
+    cleared; no body clears them all, as `{}` does); invoices already issued keep theirs."""
     account_id = acting_account(body.pop("org_id", None), "billing:write")
     return invoices.set_billing_details(account_id, body)

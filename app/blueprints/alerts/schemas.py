@@ -2,7 +2,7 @@
 import marshmallow as ma
 
 from app.blueprints.orgs.schemas import org_id_field
-from app.blueprints.fields import SPACE, URL_CORE, InputSchema, Pattern, header_safe
+from app.blueprints.fields import SPACE, URL_CORE, InputSchema, JsonNumber, Pattern, header_safe
 from app.services.accounts.accounts import EMAIL_CORE
 from app.services.billing.alerts import CHANNELS, METRICS, OPS, WINDOWS
 
@@ -47,9 +47,9 @@ class AlertCreateSchema(InputSchema):
                        "month UTC, as % of the plan's `plan_cents`). The usage of the creating key's mode: a "
                        "test key's rule watches test-mode usage."})
     op = ma.fields.String(required=True, validate=ma.validate.OneOf(tuple(OPS)))
-    threshold = ma.fields.Float(required=True, allow_nan=False,
-                                validate=ma.validate.Range(min=0, max=1e15), metadata={
-                                    "description": "A finite number ≥ 0 in the metric's unit."})
+    threshold = JsonNumber(required=True, allow_nan=False,
+                           validate=ma.validate.Range(min=0, max=1e15), metadata={
+                               "description": "A finite number ≥ 0 in the metric's unit."})
     window = ma.fields.String(required=True, validate=ma.validate.OneOf(tuple(WINDOWS)), metadata={
         "description": "Rolling window ending now, at hour granularity: every hourly bucket "
                        "overlapping the last hour / 24 h / 7 days / 30 days. Also the firing "

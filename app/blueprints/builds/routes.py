@@ -19,10 +19,11 @@ def pending():
 
 
 @endpoint(blp, "/<string:slug>/approve", "post", admin=True, body=ApproveSchema, ok=ReviewBuildSchema,
-          errors={404: _NOT_PENDING, 409: None})
+          errors={404: _NOT_PENDING, 409: None}, body_optional=True)
 def approve(body, slug):
     """Approve the pending submission for `slug`: the module is listed and callable at
-    once, owned by the submitting agent; the agent gets a `module.approved` event."""
+    once, owned by the submitting agent; the agent gets a `module.approved` event. The
+    body (optional `notes`) may be omitted."""
     return builds.approve(slug, reviewer=f"api:{principal().account_id}", notes=body["notes"])
 
 

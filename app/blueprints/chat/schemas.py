@@ -3,7 +3,8 @@ import re
 
 import marshmallow as ma
 
-from app.blueprints.fields import MAX_JSON_DEPTH, SINGLE_LINE_PATTERN, InputSchema, json_depth
+from app.blueprints.fields import (MAX_JSON_DEPTH, SINGLE_LINE_PATTERN, InputSchema, JsonBoolean, JsonInteger,
+                                  JsonNumber, json_depth)
 from app.services.chat.completions import CONTENT_REQUIRED, ROLES
 
 
@@ -47,16 +48,16 @@ class ChatRequestSchema(InputSchema):
                               metadata={"description": "OpenAI messages: `role` (system, developer, user, "
                                         "assistant, tool) and `content` (string or content parts); "
                                         "assistant `tool_calls` and tool `tool_call_id` as in OpenAI's API."})
-    stream = ma.fields.Boolean(metadata={"description": "Server-sent events in OpenAI's chunk format, "
+    stream = JsonBoolean(metadata={"description": "Server-sent events in OpenAI's chunk format, "
                                          "ending with `data: [DONE]`; the last chunk before it carries `usage`."})
-    max_tokens = ma.fields.Integer(validate=ma.validate.Range(min=1, max=1_000_000), allow_none=True,
+    max_tokens = JsonInteger(validate=ma.validate.Range(min=1, max=1_000_000), allow_none=True,
                                    metadata={"description": "Output cap (never above the model's maximum). "
                                              "Absent: the hold covers `CHAT_DEFAULT_HOLD_OUTPUT_TOKENS` (1024) "
                                              "at the most expensive candidate and the provider is sent what "
                                              "that hold pays for at its prices, at most "
                                              "`CHAT_DEFAULT_MAX_TOKENS` (4096)."})
-    max_completion_tokens = ma.fields.Integer(validate=ma.validate.Range(min=1, max=1_000_000), allow_none=True)
-    n = ma.fields.Integer(validate=ma.validate.Range(min=1, max=16), allow_none=True,
+    max_completion_tokens = JsonInteger(validate=ma.validate.Range(min=1, max=1_000_000), allow_none=True)
+    n = JsonInteger(validate=ma.validate.Range(min=1, max=16), allow_none=True,
                           metadata={"description": "Number of choices; the hold covers the output cap for each."})
     tools = ma.fields.List(ma.fields.Dict(metadata=_TOOL), allow_none=True, validate=ma.validate.Length(max=128))
     tool_choice = ma.fields.Raw(allow_none=True)
@@ -222,15 +223,15 @@ class MessagesRequestSchema(InputSchema):
 
     model = ma.fields.String(required=True, validate=ma.validate.Length(min=1, max=96), metadata={
         "description": "`auto` (cheapest model that fits) or a model id from `GET /v1/models`."})
-    max_tokens = ma.fields.Integer(required=True, validate=ma.validate.Range(min=1, max=1_000_000))
+    max_tokens = JsonInteger(required=True, validate=ma.validate.Range(min=1, max=1_000_000))
     messages = ma.fields.List(ma.fields.Dict(metadata=_ANTHROPIC_MESSAGE),
                               required=True, validate=ma.validate.Length(min=1, max=4096))
     system = ma.fields.Raw(allow_none=True, metadata={"anyOf": [{"type": "string"}, _TEXT_BLOCKS, {"type": "null"}],
                                                       "description": "A string or text blocks."})
     stop_sequences = ma.fields.List(ma.fields.String(), allow_none=True, validate=ma.validate.Length(max=16))
-    temperature = ma.fields.Float(allow_none=True, validate=ma.validate.Range(min=0, max=2))
-    top_p = ma.fields.Float(allow_none=True, validate=ma.validate.Range(min=0, max=1))
-    stream = ma.fields.Boolean(metadata={"description": "Anthropic's server-sent events (`message_start` … "
+    temperature = JsonNumber(allow_none=True, validate=ma.validate.Range(min=0, max=2))
+    top_p = JsonNumber(allow_none=True, validate=ma.validate.Range(min=0, max=1))
+    stream = JsonBoolean(metadata={"description": "Anthropic's server-sent events (`message_start` … "
                                          "`message_stop`); the `message_delta` usage carries the cost."})
     tools = ma.fields.List(ma.fields.Dict(metadata={"required": ["name"], "properties": {
         "name": {"type": "string", "minLength": 1}, "input_schema": {"type": "object"}}}),

@@ -93,7 +93,8 @@ def create_alert():
     if (refused := org_context.guard(("alerts:write",))):
         return refused
     form = {f: (request.form.get(f) or "").strip() for f in ALERT_FIELDS}
-    body, errors = web.load_form(AlertCreateSchema(), form)  # the API's rules, the same input policy
+    # the API's rules, the same input policy
+    body, errors = web.load_form(AlertCreateSchema(), {**form, "threshold": web.form_number(form["threshold"])})
     if errors:
         return _alerts_page(400, errors=errors, form=form)
     try:

@@ -119,6 +119,16 @@ def login_redirect():
     return redirect(url_for("console.login", next=nxt) if nxt else url_for("console.login"), code=303)
 
 
+def form_number(text: str) -> float | str:
+    """A form's number field as the JSON API takes it (a JSON number, not a string): the
+    float ``text`` spells, or ``text`` itself when it spells none, for the schema to refuse
+    with its own message."""
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
 def load_form(schema, data: dict, *, rename: dict | None = None) -> tuple[dict | None, dict]:
     """A console form's values loaded with the JSON API's request schema, so the console
     takes the one input policy (``app.blueprints.fields``: no control characters, bounded

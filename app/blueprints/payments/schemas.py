@@ -3,7 +3,8 @@ import marshmallow as ma
 from marshmallow import validate
 
 from app.blueprints.orgs.schemas import org_id_field
-from app.blueprints.fields import SPACE, HeaderString, InputSchema, JsonInteger, Pattern, cents, idempotency_headers
+from app.blueprints.fields import (SPACE, HeaderString, InputSchema, JsonBoolean, JsonInteger, Pattern, cents,
+                                  idempotency_headers)
 
 from app.services.billing.payments import disputed_micros
 from app.services.billing.processors import SANDBOX_METHODS
@@ -34,7 +35,7 @@ class CheckoutSchema(InputSchema):
     org_id = org_id_field("the checkout funds the organisation's balance (roles owner, billing)")
     product = ma.fields.String(validate=validate.Length(min=1, max=200),
                                metadata={"description": "Label shown on the checkout page."})
-    save_method = ma.fields.Boolean(load_default=False, metadata={"description": (
+    save_method = JsonBoolean(load_default=False, metadata={"description": (
         "Save the card the checkout is paid with and make it the default (`GET /api/pay/methods`; "
         "charged by `/api/wallet/fund` and auto top-up). Stripe: `setup_future_usage=off_session`.")})
     return_url = ma.fields.String(validate=[validate.Length(max=2000), _RETURN_URL],

@@ -49,16 +49,16 @@ class ChatRequestSchema(InputSchema):
                                         "assistant, tool) and `content` (string or content parts); "
                                         "assistant `tool_calls` and tool `tool_call_id` as in OpenAI's API."})
     stream = JsonBoolean(metadata={"description": "Server-sent events in OpenAI's chunk format, "
-                                         "ending with `data: [DONE]`; the last chunk before it carries `usage`."})
+                                   "ending with `data: [DONE]`; the last chunk before it carries `usage`."})
     max_tokens = JsonInteger(validate=ma.validate.Range(min=1, max=1_000_000), allow_none=True,
-                                   metadata={"description": "Output cap (never above the model's maximum). "
-                                             "Absent: the hold covers `CHAT_DEFAULT_HOLD_OUTPUT_TOKENS` (1024) "
-                                             "at the most expensive candidate and the provider is sent what "
-                                             "that hold pays for at its prices, at most "
-                                             "`CHAT_DEFAULT_MAX_TOKENS` (4096)."})
+                             metadata={"description": "Output cap (never above the model's maximum). "
+                                       "Absent: the hold covers `CHAT_DEFAULT_HOLD_OUTPUT_TOKENS` (1024) "
+                                       "at the most expensive candidate and the provider is sent what "
+                                       "that hold pays for at its prices, at most "
+                                       "`CHAT_DEFAULT_MAX_TOKENS` (4096)."})
     max_completion_tokens = JsonInteger(validate=ma.validate.Range(min=1, max=1_000_000), allow_none=True)
     n = JsonInteger(validate=ma.validate.Range(min=1, max=16), allow_none=True,
-                          metadata={"description": "Number of choices; the hold covers the output cap for each."})
+                    metadata={"description": "Number of choices; the hold covers the output cap for each."})
     tools = ma.fields.List(ma.fields.Dict(metadata=_TOOL), allow_none=True, validate=ma.validate.Length(max=128))
     tool_choice = ma.fields.Raw(allow_none=True)
     response_format = ma.fields.Dict(allow_none=True)
@@ -232,7 +232,7 @@ class MessagesRequestSchema(InputSchema):
     temperature = JsonNumber(allow_none=True, validate=ma.validate.Range(min=0, max=2))
     top_p = JsonNumber(allow_none=True, validate=ma.validate.Range(min=0, max=1))
     stream = JsonBoolean(metadata={"description": "Anthropic's server-sent events (`message_start` … "
-                                         "`message_stop`); the `message_delta` usage carries the cost."})
+                                   "`message_stop`); the `message_delta` usage carries the cost."})
     tools = ma.fields.List(ma.fields.Dict(metadata={"required": ["name"], "properties": {
         "name": {"type": "string", "minLength": 1}, "input_schema": {"type": "object"}}}),
         allow_none=True, validate=ma.validate.Length(max=128))

@@ -233,6 +233,11 @@ HEADER_SAFE_PATTERN = rf"^(?:[^={_CTRL}]|=+[^=?{_CTRL}])*=*$"
 # For a value that goes into an e-mail header (a name in a subject, an address).
 header_safe = Pattern(
     HEADER_SAFE_PATTERN, error="must be one line without control characters or '=?' (encoded-word syntax).")
+# The same for a name the service trims and then requires (an alert's name): not blank too,
+# so a name of white space only breaks the document as it is refused (400).
+header_safe_name = Pattern(
+    rf"^(?=[{_STRIP}]*[^{_STRIP}]){HEADER_SAFE_PATTERN[1:]}",
+    error="must not be blank, and be one line without control characters or '=?' (encoded-word syntax).")
 
 
 def _apply_policy(field: ma.fields.Field) -> None:

@@ -299,3 +299,17 @@ def test_an_address_the_service_takes_is_valid_in_the_document(client, doc, path
         _assert_body_valid(doc, path, "post", {"email": email, **rest})
         r = client.post(path, json={"email": email, **rest})
         assert r.status_code in (200, 202), (path, email, r.get_json())
+
+
+@pytest.mark.parametrize("name", ["   ", "\u3000", " \u00a0 "])
+def test_a_blank_alert_name_is_refused_by_the_document_too(client, account, doc, name):
+    """POST /api/alerts trims the name and refuses a blank one (400 naming `name`): the
+    document's pattern refuses it too, and a padded name stays valid."""
+    alert = {"metric": "calls", "op": ">", "threshold": 1, "window": "day", "channel": "email",
+             "target": "ops@example.com"}
+    with pytest.raises(jsonschema.ValidationError):
+        _assert_body_valid(doc, "/api/alerts", "post", {"name": name, **alert})
+    r = client.post("/api/alerts", json={"name": name, **alert}, headers=account.headers)
+    assert r.status_code == 400 and "name" in r.get_json()["message"], r.get_json()
+    for ok in (" padded ", "a=b", "Spend \u00e9t\u00e9"):
+        _assert_body_valid(doc, "/api/alerts", "post", {"name": ok, **alert})

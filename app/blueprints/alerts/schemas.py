@@ -2,7 +2,7 @@
 import marshmallow as ma
 
 from app.blueprints.orgs.schemas import org_id_field
-from app.blueprints.fields import SPACE, URL_CORE, InputSchema, JsonNumber, Pattern, header_safe
+from app.blueprints.fields import SPACE, URL_CORE, InputSchema, JsonNumber, Pattern, header_safe_name
 from app.services.accounts.accounts import EMAIL_CORE
 from app.services.billing.alerts import CHANNELS, METRICS, OPS, WINDOWS
 
@@ -37,9 +37,9 @@ class AlertCreateSchema(InputSchema):
             except ma.ValidationError as err:
                 raise ma.ValidationError(err.messages, field_name="target") from None
 
-    name = ma.fields.String(required=True, validate=[ma.validate.Length(min=1, max=100), header_safe],
-                             metadata={"description": "1–100 characters, one line; no `=?` (it is "
-                                                      "used in e-mail subjects)."})
+    name = ma.fields.String(required=True, validate=[ma.validate.Length(min=1, max=100), header_safe_name],
+                             metadata={"description": "1–100 characters, one line, not blank (trimmed); no "
+                                                      "`=?` (it is used in e-mail subjects)."})
     metric = ma.fields.String(required=True, validate=ma.validate.OneOf(METRICS), metadata={
         "description": "`spend_cents` (spend over the window, cents), `calls` (calls over the "
                        "window), `error_rate` (failed calls / calls × 100 over the window; 0 "

@@ -285,6 +285,8 @@ def _guard_raw_text(field: ma.fields.Field) -> None:
             if len(value) > DATETIME_TEXT_MAX:
                 raise ma.ValidationError(f"Longer than maximum length {DATETIME_TEXT_MAX}.")
             rule(value)
+            if value.endswith("z"):  # RFC 3339 §5.6: "z" is "Z" (the parser knows only "Z")
+                value = value[:-1] + "Z"
         return parse(value, attr, data, **kwargs)
 
     field._deserialize = deserialize

@@ -313,3 +313,16 @@ def test_a_blank_alert_name_is_refused_by_the_document_too(client, account, doc,
     assert r.status_code == 400 and "name" in r.get_json()["message"], r.get_json()
     for ok in (" padded ", "a=b", "Spend \u00e9t\u00e9"):
         _assert_body_valid(doc, "/api/alerts", "post", {"name": ok, **alert})
+
+
+def test_an_export_window_in_lower_case_rfc3339_is_read_as_utc(client, account, doc):
+    """RFC 3339 §5.6 allows "t" and "z" in lower case (the document's `format: date-time`):
+    `…z` is UTC as `…Z` is — before, it was 400 "Not a valid datetime"."""
+    now = datetime.now(timezone.utc).replace(microsecond=0, tzinfo=None)
+    q = {"from": (now - timedelta(hours=1)).isoformat() + "z", "to": now.isoformat().replace("T", "t") + ".5z"}
+    _assert_query_valid(doc, "/api/usage/export", q)
+    assert all(jsonschema.Draft202012Validator.FORMAT_CHECKER.conforms(v, "date-time") for v in q.values())
+    r = client.get("/api/usage/export", query_string=q, headers=account.headers)
+    assert r.status_code == 200, r.get_json()
+    frm = (now - timedelta(hours=1)).strftime("%Y%m%d")
+    assert r.headers["Content-Disposition"].startswith(f'attachment; filename="usage-{frm}-')

@@ -62,3 +62,23 @@ def test_webhook_alerts_need_no_confirmation(client, account):
 def test_bad_or_deleted_confirmation_is_404(client, account):
     assert client.get("/alerts/confirm?token=nope").status_code == 404
     assert client.post("/alerts/confirm", data={"token": "nope"}).status_code == 404
+
+
+def test_confirming_a_target_activates_the_accounts_other_alerts_to_it(app, client, account):
+    """The page asks the target to allow "this account's spend alerts": one confirmation
+    activates every pending alert of the account to that address (before, only the link's
+    own, so an alert whose confirmation mail the per-target limit dropped stayed silent
+    forever); an alert to another address stays pending, and the other link still shows
+    its page and succeeds."""
+    with smtp(app) as sink:
+        ids = [client.post("/api/alerts", json={**RULE, "name": f"r{i}", "target": target},
+                           headers=account.headers).get_json()["id"]
+               for i, target in enumerate(("boss@example.com", "Boss@Example.com", "other@example.com"))]
+        links = [path_of(LINK.search(text_of(m)).group(1)) for m in sink.messages]
+    assert len(links) == 3
+    assert client.post("/alerts/confirm", data={"token": links[0].split("token=", 1)[1]}).status_code == 200
+    status = {a["id"]: a["status"] for a in client.get("/api/alerts", headers=account.headers).get_json()["alerts"]}
+    assert [status[i] for i in ids] == ["active", "active", "pending_verification"]
+    assert client.get(links[1]).status_code == 200
+    assert client.post("/alerts/confirm", data={"token": links[1].split("token=", 1)[1]}).status_code == 200
+    assert _spend_and_evaluate(app, account.id) == 2

@@ -47,24 +47,30 @@ def require_confirmation(alert: Alert) -> None:
 
 
 def pending_alert(token: str | None) -> Alert | None:
-    """The pending alert a token would confirm (for the confirmation page), else None."""
+    """The alert a usable token names (for the confirmation page), else None: pending, or
+    already active because its target allowed another alert of the account (``confirm``)."""
     row = tokens.lookup(tokens.ALERT_CONFIRM, token)
     if not tokens.is_usable(row):
         return None
     alert = db.session.get(Alert, row.subject)
-    return alert if alert is not None and alert.status == PENDING and alert.deleted_at is None else None
+    return alert if alert is not None and alert.deleted_at is None else None
 
 
 @transactional
 def confirm(token: str | None) -> Alert | None:
-    """Redeem a confirmation token (single use); returns the now active alert, or None
-    when the token is unknown, expired or used, or the alert was deleted."""
+    """Redeem a confirmation token (single use): the target allows the account's spend alerts
+    (the page's words), so every pending alert of the account to that address becomes active,
+    the token's own included — an alert whose confirmation mail the per-target limit dropped,
+    or a second link to the same address, no longer stays silent. Returns the token's alert,
+    or None when the token is unknown, expired or used, or the alert was deleted."""
     redeemed = tokens.consume(tokens.ALERT_CONFIRM, token)
     if redeemed is None:
         return None
-    alert_id = db.session.execute(
-        update(Alert).where(Alert.id == redeemed.subject, Alert.status == PENDING,
-                            Alert.deleted_at.is_(None))
-        .values(status=ACTIVE).returning(Alert.id)
-        .execution_options(synchronize_session=False)).scalar_one_or_none()
-    return db.session.get(Alert, alert_id, populate_existing=True) if alert_id else None
+    alert = db.session.get(Alert, redeemed.subject)
+    if alert is None or alert.deleted_at is not None:
+        return None
+    db.session.execute(
+        update(Alert).where(Alert.account_id == alert.account_id, Alert.channel == "email",
+                            Alert.target == alert.target, Alert.status == PENDING, Alert.deleted_at.is_(None))
+        .values(status=ACTIVE).execution_options(synchronize_session=False))
+    return db.session.get(Alert, alert.id, populate_existing=True)

@@ -44,6 +44,11 @@ def test_signup_page_flow_creates_account_with_promo_and_key(app, client, ledger
     # the key is shown once: the link is used up
     again = client.post("/signup/confirm", data={"token": token})
     assert again.status_code == 404 and b"svc_live_" not in again.data
+    # a second press (double click, reload) is told the account exists and where to get a key,
+    # not to sign up again (which would only mail "you already have an account")
+    assert b"already created your account" in again.data and b'href="/login"' in again.data
+    assert b"Sign up again" not in again.data
+    assert b"Sign up again" in client.post("/signup/confirm", data={"token": "nope"}).data
     assert client.get(path_of(link)).status_code == 404
     with app.app_context():
         keys = db.session.execute(select(ApiKey)).scalars().all()

@@ -71,7 +71,16 @@ class SignupConfirmPage(MethodView):
     def post(self, form):
         """Create the account (the page's button), show its first key once and sign the
         browser in to the console (the link proved the address, as a sign-in link does)."""
-        completed = signup.complete(form["token"])
+        try:
+            completed = signup.complete(form["token"])
+        except signup.TokenInvalid:
+            if not signup.made_account(form["token"]):
+                raise
+            return pages.render("Your account already exists",
+                                "This link already created your account; its first API key was shown "
+                                "once, on the page that did.",
+                                Markup('<p><a href="/login">Sign in to the console</a> to create a key.</p>'),
+                                status=404)
         return web.set_session_cookie(_key_page(completed), console.sign_in_after_signup(completed.account.id))
 
 

@@ -87,6 +87,8 @@ def test_no_enumeration_and_existing_account_notice(app, client, make_account):
     assert strip_volatile(fresh) == strip_volatile(taken)
     by_to = {m["To"]: m for m in sink.messages}
     assert "already has an account" in text_of(by_to["taken@example.com"])
+    # a way back in that works: the console sign-in, not a reply to the no-reply sender
+    assert "/login" in text_of(by_to["taken@example.com"]) and "reply to" not in text_of(by_to["taken@example.com"])
     assert "token=" not in text_of(by_to["taken@example.com"])
 
 

@@ -54,8 +54,9 @@ def start(email: str) -> dict:
         outbox.add_email(
             email, "You already have an account",
             "Someone (hopefully you) tried to sign up with this address, but it already has "
-            "an account. Sign in with one of your API keys; if you lost them, reply to this "
-            "e-mail.\n\nIf this was not you, ignore this e-mail.",
+            "an account. Use one of its API keys; if you lost them, sign in to the console "
+            f"(it e-mails you a sign-in link) and create a new one:\n{tokens.link('/login')}\n\n"
+            "If this was not you, ignore this e-mail.",
             source="signup:existing", throttle="SIGNUP_EMAIL_RATE_LIMIT")
     else:
         hours = int(current_app.config["SIGNUP_TOKEN_TTL_HOURS"])

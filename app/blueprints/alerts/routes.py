@@ -83,7 +83,11 @@ class AlertConfirmPage(MethodView):
 
     @pages.page(pages_blp, "The alert is active.", (200, 404), schema=TokenFormSchema, location="form")
     def post(self, form):
-        """Confirm the alert target (the page's button). The token works once."""
+        """Confirm the alert target (the page's button). The token works once; pressed again
+        (its alert active) the page says the e-mails are allowed, with status 404."""
         if alert_targets.confirm(form["token"]) is None:
+            if alert_targets.confirmed_alert(form["token"]) is not None:
+                return pages.render("Alert e-mails allowed", "This link was already used: this address "
+                                    "receives the alert's e-mails.", status=404)
             return pages.render("Link not valid", *_INVALID, status=404)
         return pages.render("Alert e-mails allowed", "This address will receive the alert's e-mails.")

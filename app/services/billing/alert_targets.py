@@ -56,6 +56,14 @@ def pending_alert(token: str | None) -> Alert | None:
     return alert if alert is not None and alert.deleted_at is None else None
 
 
+def confirmed_alert(token: str | None) -> Alert | None:
+    """The alert a used token confirmed, when it is active still (a second press of the
+    page's button), else None."""
+    alert_id = tokens.used_subject(tokens.ALERT_CONFIRM, token)
+    alert = db.session.get(Alert, alert_id) if alert_id else None
+    return alert if alert is not None and alert.status == ACTIVE and alert.deleted_at is None else None
+
+
 @transactional
 def confirm(token: str | None) -> Alert | None:
     """Redeem a confirmation token (single use): the target allows the account's spend alerts

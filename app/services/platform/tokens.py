@@ -92,6 +92,13 @@ def lookup(purpose: str, token: str | None) -> SingleUseToken | None:
         SingleUseToken.token_hash == digest, SingleUseToken.purpose == purpose)).scalar_one_or_none()
 
 
+def used_subject(purpose: str, token: str | None) -> str | None:
+    """The subject of ``token`` once it was used, else None: a page whose button was pressed
+    twice (a double click, a reload) tells what the first press did rather than "invalid"."""
+    row = lookup(purpose, token)
+    return row.subject if row is not None and row.used_at is not None else None
+
+
 def is_usable(row: SingleUseToken | None) -> bool:
     """Whether ``row`` could still be consumed (unused and unexpired) right now."""
     return row is not None and row.used_at is None and row.expires_at > utcnow()

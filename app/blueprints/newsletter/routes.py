@@ -52,13 +52,20 @@ class ConfirmPage(MethodView):
     @pages.page(pages_blp, "The subscription is confirmed.", (200, 404), schema=TokenFormSchema,
                 location="form")
     def post(self, form):
-        """Confirm the subscription (the page's button). The token works once."""
+        """Confirm the subscription (the page's button). The token works once; pressed again
+        (still subscribed) the page says so, with status 404."""
         sub = newsletter.confirm(form["token"])
         if sub is None:
-            return pages.render("Link not valid", *_INVALID, status=404)
-        return pages.render("You are subscribed",
-                            f"{sub.email} will receive {newsletter.LIST_NAMES[sub.list]}.",
-                            "Every e-mail has a one-click unsubscribe link.")
+            sub = newsletter.confirmed_subscription(form["token"])
+            if sub is None:
+                return pages.render("Link not valid", *_INVALID, status=404)
+            return _subscribed(sub, "This link was already used: ", status=404)
+        return _subscribed(sub)
+
+
+def _subscribed(sub, lead: str = "", status: int = 200):
+    return pages.render("You are subscribed", f"{lead}{sub.email} will receive {newsletter.LIST_NAMES[sub.list]}.",
+                        "Every e-mail has a one-click unsubscribe link.", status=status)
 
 
 @pages_blp.route("/unsubscribe/<string(maxlength=600):token>")

@@ -105,6 +105,14 @@ def check_token(token: str | None) -> Subscription | None:
     return sub if sub is not None and sub.status == "pending" else None
 
 
+def confirmed_subscription(token: str | None) -> Subscription | None:
+    """The subscription a used token confirmed, when it is subscribed still (a second press
+    of the page's button), else None."""
+    sub_id = tokens.used_subject(tokens.NEWSLETTER_CONFIRM, token)
+    sub = db.session.get(Subscription, sub_id) if sub_id else None
+    return sub if sub is not None and sub.status == "subscribed" else None
+
+
 @transactional
 def confirm(token: str | None) -> Subscription | None:
     """Redeem a confirmation token (single use, atomic); returns the subscription or None

@@ -80,7 +80,7 @@ def test_contact_rate_limits_per_ip_and_per_email(app, client, monkeypatch):
     monkeypatch.setitem(app.config, "CONTACT_EMAIL_RATE_LIMIT", "2/hour")
 
     def send(email, ip):
-        return client.post("/api/contact", json={"email": email, "message": "hi"},
+        return client.post("/api/contact", json={"email": email, "message": f"hi from {ip}"},  # not a repeat
                            environ_base={"REMOTE_ADDR": ip})
 
     # per e-mail, across client IPs (case-insensitive)
@@ -110,3 +110,22 @@ def test_public_429_carries_the_rate_limit_headers_docs_public_md_names(app, cli
     assert "with `Retry-After` (seconds) and `RateLimit-Limit/Remaining/Reset`" in doc
     assert "X-RateLimit" not in doc
 
+
+def test_a_repeated_submission_is_stored_and_sent_once(app, client, monkeypatch):
+    """A double click (two requests at once) or a retried request with the same message from
+    the same address answers the first one's id; sales get one e-mail. Another message is
+    its own."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    monkeypatch.setitem(app.config, "CONTACT_EMAIL_RATE_LIMIT", "10/hour")
+
+    body = {"email": "Twice@Example.com", "name": "T", "message": "Please call me."}
+    with smtp(app) as sink:
+        with ThreadPoolExecutor(2) as pool:
+            ids = list(pool.map(lambda _: app.test_client().post("/api/contact", json=body).get_json()["id"],
+                                range(2)))
+        retried = client.post("/api/contact", json={**body, "email": "twice@example.com"})
+        other = client.post("/api/contact", json={**body, "message": "Another question."})
+    assert ids[0] == ids[1] == retried.get_json()["id"] and retried.status_code == 202
+    assert other.status_code == 202 and other.get_json()["id"] != ids[0]
+    assert _count(app, ContactMessage) == 2 and len(sink.messages) == 2

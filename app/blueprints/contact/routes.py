@@ -23,6 +23,7 @@ class ContactView(MethodView):
                                   "(`CONTACT_EMAIL_RATE_LIMIT`) limit reached.")
     def post(self, body):
         """Send a message to sales. It is stored, then e-mailed to `SALES_EMAIL` with
-        `Reply-To` set to the sender."""
+        `Reply-To` set to the sender. The same message from the same address again within
+        10 minutes (a double click, a retry) answers the first one's `id`; nothing is sent twice."""
         return contact.submit(body["email"], body["message"], body.get("name"),
                               honeypot=body.get("website"), client_ip=request.remote_addr)

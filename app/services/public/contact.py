@@ -2,7 +2,10 @@
 through the outbox (Reply-To the sender) in the same transaction."""
 from __future__ import annotations
 
+from datetime import timedelta
+
 from flask import current_app
+from sqlalchemy import func, select
 
 from app.extensions import db
 from app.ids import new_id
@@ -11,6 +14,9 @@ from app.models.base import utcnow
 from app.services.platform import outbox
 from app.services.platform.uow import transactional
 from app.services.accounts.accounts import normalize_email
+
+
+RESUBMIT_WINDOW = timedelta(minutes=10)
 
 
 def _one_line(value: str, limit: int) -> str:
@@ -24,11 +30,21 @@ def submit(email: str, message: str, name: str | None = None, *, honeypot: str |
     """Queue a contact message; returns ``{id, status: "queued"}``.
 
     A filled honeypot field (bots fill every input) returns the same shape with a fresh id
-    but stores and sends nothing, so a bot cannot tell it was dropped.
+    but stores and sends nothing, so a bot cannot tell it was dropped. The same message from
+    the same address again within ``RESUBMIT_WINDOW`` (a double click, a retried request) is
+    answered with the first one's id; nothing is stored or sent twice.
     """
     email = normalize_email(email)
     if honeypot:
         return {"id": new_id("contact"), "status": "queued"}
+    # one sender's submissions in turn (a double click sends two at once), then a repeat of
+    # the same message within RESUBMIT_WINDOW is answered with the first one's id
+    db.session.execute(select(func.pg_advisory_xact_lock(func.hashtextextended("contact:" + email, 0))))
+    earlier = db.session.execute(select(ContactMessage.id).where(
+        ContactMessage.email == email, ContactMessage.message == message,
+        ContactMessage.created_at > utcnow() - RESUBMIT_WINDOW).limit(1)).scalar()
+    if earlier is not None:
+        return {"id": earlier, "status": "queued"}
     name = _one_line(name, 100) if name else None
     msg_id = new_id("contact")
     row = ContactMessage(id=msg_id, email=email, name=name or None, message=message,

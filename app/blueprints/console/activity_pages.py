@@ -42,6 +42,8 @@ def _query() -> tuple[dict, dict]:
         errors["from"] = "Enter a date as YYYY-MM-DD."
     if last is None:
         errors["to"] = "Enter a date as YYYY-MM-DD."
+    elif last == date.max:  # the window ends the next day, which the calendar does not have
+        errors["to"], last = "Enter a date before 9999-12-31.", None
     if first and last and first > last:
         errors["to"] = "The last day must not be before the first."
     kind, _, name = form["product"].partition(":")

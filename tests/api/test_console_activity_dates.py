@@ -1,0 +1,20 @@
+"""The console's activity page and its CSV download read `from`/`to` as UTC dates: a date
+at the edge of the calendar (`to` = 9999-12-31, whose next day does not exist) is a form
+error, like any other unusable date — it was a 500."""
+from __future__ import annotations
+
+import pytest
+
+from tests.api.test_console_security import signed_in  # noqa: F401 - fixture
+
+
+@pytest.mark.parametrize("path", ["/activity", "/activity/export.csv"])
+@pytest.mark.parametrize("query", [{"from": "9999-12-30", "to": "9999-12-31"}, {"to": "9999-12-31"},
+                                   {"from": "0001-01-01", "to": "0001-01-02"}])
+def test_dates_at_the_edge_of_the_calendar_are_form_errors(app, signed_in, path, query):  # noqa: F811
+    client, _ = signed_in()
+    r = client.get(path, query_string=query)
+    if query["to"].startswith("9999"):
+        assert r.status_code == 400 and b"Enter a date before 9999-12-31." in r.data, r.status_code
+    else:
+        assert r.status_code == 200, r.status_code

@@ -8,8 +8,11 @@ from flask import request
 
 
 def allowed_origins(setting: str | None) -> list[str]:
-    """``*`` or the exact origins of a comma-separated setting (empty: none)."""
-    return [o.strip() for o in (setting or "").split(",") if o.strip()]
+    """``*`` or the origins of a comma-separated setting (empty: none), as browsers send them
+    in ``Origin`` (RFC 6454: scheme and host in lower case, no path): a setting written
+    ``https://Shop.example/`` (a trailing slash, capitals) allows ``https://shop.example``
+    instead of silently matching no browser."""
+    return [o.strip().rstrip("/").lower() for o in (setting or "").split(",") if o.strip().rstrip("/")]
 
 
 def apply(response, setting: str | None, headers: dict, *, reflect_request_headers: bool = False):

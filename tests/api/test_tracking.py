@@ -151,6 +151,11 @@ def test_cors_preflight_and_response_headers(app, client, monkeypatch):
     # only /api/track speaks CORS
     assert "Access-Control-Allow-Origin" not in client.post(
         "/api/contact", json={}, headers={"Origin": "https://shop.example"}).headers
+    # an origin configured as a URL (trailing slash, capitals) is the origin browsers send
+    monkeypatch.setitem(app.config, "CORS_ORIGINS", "https://Shop.Example/ , https://app.example:8443/")
+    for origin in ("https://shop.example", "https://app.example:8443"):
+        r = client.post("/api/track", json={"event": "x"}, headers={"Origin": origin})
+        assert r.status_code == 204 and r.headers["Access-Control-Allow-Origin"] == origin
     monkeypatch.setitem(app.config, "CORS_ORIGINS", "*")
     ok = client.post("/api/track", json={"event": "x"}, headers={"Origin": "https://any.example"})
     assert ok.status_code == 204 and ok.headers["Access-Control-Allow-Origin"] == "*"

@@ -297,3 +297,28 @@ def test_mailbox_canonical_form():
     assert canonical("Farm+2@Example.COM") == "farm@example.com"
     assert canonical("j.o.e+tag@googlemail.com") == "joe@gmail.com"
     assert canonical("j.o.e@example.com") == "j.o.e@example.com"   # dots matter elsewhere
+
+
+def test_a_test_key_alert_watches_sandbox_usage_as_documented(app, client, make_account):
+    """A rule is of its creator's mode and watches that mode's usage: sandbox usage fires the
+    test key's rule, never the live one. The document and docs/alerts.md say so (they said
+    "live-mode usage only", which a test key's rule contradicted)."""
+    from app.services.billing import alerts
+    from tests import usage_seed
+
+    acct = make_account(test_key=True)
+    body = {"name": "calls", "metric": "calls", "op": ">=", "threshold": 1, "window": "day",
+            "channel": "webhook", "target": "https://hooks.example.com/a"}
+    test_rule = client.post("/api/alerts", json=body, headers=_h(acct.test_key)).get_json()
+    live_rule = client.post("/api/alerts", json=body, headers=acct.headers).get_json()
+    with app.app_context():
+        usage_seed.record(acct.id, "mod", spend_micros=10_000, mode="test")
+        db.session.commit()
+        alerts.evaluate_all(dispatch=False)
+        db.session.remove()
+    fired = client.get("/api/alerts/events", headers=_h(acct.test_key)).get_json()["events"]
+    assert [e["alert_id"] for e in fired] == [test_rule["id"]]
+    assert client.get("/api/alerts/events", headers=acct.headers).get_json()["events"] == []
+    assert live_rule["id"] != test_rule["id"]
+    metric = client.get("/openapi.json").get_json()["components"]["schemas"]["AlertCreate"]["properties"]["metric"]
+    assert "Live-mode usage only" not in metric["description"] and "mode" in metric["description"]

@@ -154,7 +154,7 @@ class ModelView(MethodView):
 def _own(p):
     """The account's own provider keys when a completion of ``p`` would use them (a live
     key of an account that has some; ``create_completion``'s ``byok``), else None."""
-    return byok_keys.own_providers(p.account_id) if p.extra.get("byok") and p.mode == "live" else None
+    return byok_keys.own_keys(p.account_id, unseal=False) if p.extra.get("byok") and p.mode == "live" else None
 
 
 def _x_api_key(view):

@@ -213,8 +213,10 @@ def fee_pct() -> Decimal:
 
 
 @transactional
-def own_keys(account_id: str) -> OwnKeys | None:
-    """The owner's provider keys in clear and settings, for one completion (None: none)."""
+def own_keys(account_id: str, *, unseal: bool = True) -> OwnKeys | None:
+    """The owner's provider keys in clear and settings, for one completion (None: none).
+    ``unseal=False``: which providers they are for, without opening a key (each key's
+    secret None; ``GET /v1/models``, where ``OwnKeys.offers`` names the offers they serve)."""
     rows = db.session.execute(
         select(ProviderKey.id, ProviderKey.provider, ProviderKey.ciphertext, Account.byok_only,
                Account.byok_fallback)
@@ -222,29 +224,16 @@ def own_keys(account_id: str) -> OwnKeys | None:
         .where(ProviderKey.owner_kind == OWNER_ACCOUNT, ProviderKey.owner_id == account_id)).all()
     if not rows:
         return None
-    boxes, keys = _box_keys(), {}
+    boxes, keys = _box_keys() if unseal else None, {}
     for key_id, provider_id, sealed, _, _ in rows:
-        api_key, _n = _unseal(boxes, sealed)
-        if api_key is None:
+        api_key = _unseal(boxes, sealed)[0] if unseal else None
+        if unseal and api_key is None:
             log.error("provider key %s of %s does not decrypt under BYOK_ENCRYPTION_KEY or "
                       "BYOK_PREVIOUS_KEYS; skipped", key_id, account_id)
             continue
         keys[provider_id] = (key_id, api_key)
     return OwnKeys(keys=keys, only=bool(rows[0][3]), fallback=bool(rows[0][4]) and not rows[0][3],
                    fee_pct=fee_pct())
-
-
-def own_providers(account_id: str) -> OwnKeys | None:
-    """Which providers the owner has keys for, and its settings, without opening a key
-    (``GET /v1/models``; ``OwnKeys.offers`` names the offers they serve). None: none."""
-    rows = db.session.execute(
-        select(ProviderKey.id, ProviderKey.provider, Account.byok_only, Account.byok_fallback)
-        .join(Account, Account.id == ProviderKey.owner_id)
-        .where(ProviderKey.owner_kind == OWNER_ACCOUNT, ProviderKey.owner_id == account_id)).all()
-    if not rows:
-        return None
-    return OwnKeys(keys={provider_id: (key_id, None) for key_id, provider_id, _, _ in rows},
-                   only=bool(rows[0][2]), fallback=bool(rows[0][3]) and not rows[0][2], fee_pct=fee_pct())
 
 
 _COMPLETIONS = ChatCompletion.__table__

@@ -537,7 +537,7 @@ def get_model(model_id: str, controls=None, own=None) -> ModelInfo:
 def models(controls=None, own=None) -> list[ModelInfo]:
     """``GET /v1/models``: ``auto`` and every model the caller can use, with the cheapest
     offer's prices: those the platform serves and, with ``own`` (the account's provider
-    keys, ``byok.own_providers``), those its keys serve — alone with ``byok_only``, as
+    keys, ``byok.own_keys(unseal=False)``), those its keys serve — alone with ``byok_only``, as
     routing does (``catalog.candidates``); for a key with a model allow-list
     (``controls``), only its models (as OpenAI lists a restricted project's)."""
     allowed = key_controls.allowed_models(controls, "auto")

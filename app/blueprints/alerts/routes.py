@@ -24,8 +24,6 @@ _INVALID = ("This link is invalid, has expired or was already used.",
             "Nothing will be sent to this address unless a new request is confirmed.")
 
 
-
-
 @endpoint(blp, "", "get", "alerts:read", query=AlertQuerySchema, ok=AlertListSchema, name="AlertsView")
 def list_alerts(query):
     """List the account's (or with `org_id` the organisation's) alerts (oldest first; never

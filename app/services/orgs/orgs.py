@@ -266,10 +266,10 @@ def update_member(principal, actor: Actor, org_id: str, member_id: str, role: st
 def remove_member(principal, actor: Actor, org_id: str, member_id: str) -> dict:
     """DELETE /api/orgs/{id}/members/{member_id}: a member may leave; owners and admins
     remove others (only an owner removes an owner); the last owner cannot leave (409
-    ``last_owner``). The member's organisation keys are revoked, and the agents they
-    registered for the organisation disabled (``agents.disable``: sessions revoked, balance
-    returned to the organisation), in the same unit of work, and dropped from every
-    worker's cache."""
+    ``last_owner``). In the same unit of work the member's organisation keys are revoked
+    and the agents they registered for the organisation disabled (``agents.disable``:
+    sessions revoked), both dropped from every worker's cache after the commit; the agents'
+    balances return to the organisation right after it, each in a unit of work of its own."""
     with unit_of_work():
         me = membership(principal, org_id, lock=True)
         target = _target(org_id, member_id)

@@ -26,13 +26,14 @@ import logging
 from dataclasses import dataclass
 
 from flask import current_app
-from sqlalchemy import func, select, text
+from sqlalchemy import func, select
 
 from app.errors import DomainError
 from app.extensions import db
 from app.models import Payout
 from app.services.billing import chains
 from app.services.billing.processors import TransferResult
+from app.services.platform.uow import lock_key
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +66,7 @@ def sign(p: Payout, prepared: Prepared) -> None:
     ``transfer``, stored on the row (joins the caller's unit of work, which commits it with
     the ``sending`` claim)."""
     acct = wallet()
-    db.session.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"),
-                       {"k": f"payout_nonce:{p.chain}:{acct.address.lower()}"})
+    lock_key(f"payout_nonce:{p.chain}:{acct.address.lower()}")
     highest = db.session.execute(select(func.max(Payout.tx_nonce)).where(
         Payout.chain == p.chain, Payout.tx_from == acct.address)).scalar_one()
     nonce = max(prepared.pending_nonce, -1 if highest is None else highest + 1)

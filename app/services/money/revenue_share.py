@@ -30,11 +30,12 @@ Helpers only: they join the caller's unit of work and never commit.
 """
 from __future__ import annotations
 
-from sqlalchemy import or_, select, text
+from sqlalchemy import or_, select
 
 from app.extensions import db
 from app.models import Account, Agent
 from app.services.money import ledger
+from app.services.platform.uow import lock_key
 
 OWNER_SHARE_NUM, OWNER_SHARE_DEN = 3, 10  # 30% of a call's price accrues to the owner agent
 
@@ -96,8 +97,7 @@ def lock_earner(earner: str) -> None:
     if is_agent(earner):
         db.session.execute(select(Agent.id).where(Agent.id == earner).with_for_update())
     else:
-        db.session.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"),
-                           {"k": "earner:" + earner})
+        lock_key("earner:" + earner)
 
 
 lock_agent = lock_earner

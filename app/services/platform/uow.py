@@ -49,7 +49,7 @@ from typing import Any, Callable, Iterator
 import psycopg
 import sqlalchemy.exc as sa_exc
 from flask import current_app
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError
 
 from app.extensions import db
@@ -331,6 +331,13 @@ def after_commit(fn: Callable, *args: Any, **kwargs: Any) -> None:
     if unit is None:
         raise RuntimeError("after_commit() needs an open unit_of_work()")
     unit.hooks.append((fn, args, kwargs))
+
+
+def lock_key(key: str) -> None:
+    """Hold a transaction advisory lock on ``key`` until the caller's transaction ends (a
+    lock on a name, not a row: an earner's earnings, a payout wallet's nonces, one contact
+    sender's submissions)."""
+    db.session.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"), {"k": key})
 
 
 def _autocommit_engine() -> Engine:

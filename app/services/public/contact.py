@@ -5,14 +5,14 @@ from __future__ import annotations
 from datetime import timedelta
 
 from flask import current_app
-from sqlalchemy import func, select
+from sqlalchemy import select
 
 from app.extensions import db
 from app.ids import new_id
 from app.models import ContactMessage
 from app.models.base import utcnow
 from app.services.platform import outbox
-from app.services.platform.uow import transactional
+from app.services.platform.uow import lock_key, transactional
 from app.services.accounts.accounts import normalize_email
 
 
@@ -39,7 +39,7 @@ def submit(email: str, message: str, name: str | None = None, *, honeypot: str |
         return {"id": new_id("contact"), "status": "queued"}
     # one sender's submissions in turn (a double click sends two at once), then a repeat of
     # the same message within RESUBMIT_WINDOW is answered with the first one's id
-    db.session.execute(select(func.pg_advisory_xact_lock(func.hashtextextended("contact:" + email, 0))))
+    lock_key("contact:" + email)
     earlier = db.session.execute(select(ContactMessage.id).where(
         ContactMessage.email == email, ContactMessage.message == message,
         ContactMessage.created_at > utcnow() - RESUBMIT_WINDOW).limit(1)).scalar()

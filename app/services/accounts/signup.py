@@ -122,9 +122,9 @@ def made_account(token: str | None) -> bool:
     """Whether ``token`` is a used sign-up link whose address has an account: a second press of
     the page's button (a double click, a reload) is told to sign in rather than to sign up
     again, which would only mail "you already have an account"."""
-    row = tokens.lookup(tokens.SIGNUP, token)
-    return row is not None and row.used_at is not None and db.session.execute(
-        select(func.count()).select_from(Account).where(Account.email == row.subject)).scalar_one() > 0
+    email = tokens.used_subject(tokens.SIGNUP, token)
+    return email is not None and db.session.execute(
+        select(func.count()).select_from(Account).where(Account.email == email)).scalar_one() > 0
 
 
 @transactional

@@ -176,10 +176,11 @@ def _publish(message: str) -> None:
             log.warning("credential cache broadcast failed; relying on cache TTL")
 
 
-def broadcast_revocation(token_hash: str) -> None:
-    """Drop the credential here and tell every other process (best effort; TTL bounds it)."""
-    invalidate(token_hash)
-    _publish(token_hash)
+def broadcast_revocation(*token_hashes: str) -> None:
+    """Drop the credentials here and tell every other process (best effort; TTL bounds it)."""
+    for token_hash in token_hashes:
+        invalidate(token_hash)
+        _publish(token_hash)
 
 
 def broadcast_account_change(account_id: str) -> None:

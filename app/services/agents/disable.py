@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from sqlalchemy import and_, case, select, update
 
+from app import auth
 from app.errors import NotFound
 from app.extensions import db
 from app.models import Account, Agent, AgentSession
@@ -94,7 +95,7 @@ def _disable(agent: Agent, actor) -> int:
 
     audit.record(agent.owner_account_id, actor, "agent.disable", agent.id,
                  after={"revoked_sessions": len(hashes), "mode": agent.mode})
-    after_commit(_drop_cached, hashes)
+    after_commit(auth.broadcast_revocation, *hashes)
     return len(hashes)
 
 
@@ -135,10 +136,3 @@ def _return_balance(agent: Agent) -> int:
     funding.transfer(RETURN_KIND, from_account=agent.account_id, to_account=agent.owner_account_id,
                      mode=agent.mode, micros=micros, ref=None, meta={"agent_id": agent.id})
     return micros
-
-
-def _drop_cached(hashes: list[str]) -> None:
-    from app import auth
-
-    for token_hash in hashes:
-        auth.broadcast_revocation(token_hash)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from sqlalchemy import func, select, update
 
+from app import auth
 from app.errors import Conflict, InvalidRequest, NotFound
 from app.extensions import db
 from app.models import Account, ApiKey
@@ -204,13 +205,6 @@ def _member_key_hashes(org_id: str, member_id: str) -> list[str]:
         ApiKey.account_id == org_id, ApiKey.member_account_id == member_id)).scalars())
 
 
-def _drop_cached(hashes: list[str]) -> None:
-    from app import auth
-
-    for key_hash in hashes:
-        auth.broadcast_revocation(key_hash)
-
-
 def _budget_micros(cents) -> int | None:
     """``monthly_budget_cents`` as micros (None: no budget); 400 unless null or an integer
     from 0 to ``MAX_BUDGET_CENTS``."""
@@ -252,7 +246,7 @@ def update_member(principal, actor: Actor, org_id: str, member_id: str, role: st
             _check_owners_left(org_id, target, "be given another role")
             before["role"], after["role"] = target.role, role
             target.role = role
-            after_commit(_drop_cached, _member_key_hashes(org_id, member_id))
+            after_commit(auth.broadcast_revocation, *_member_key_hashes(org_id, member_id))
         if budget is not UNSET and budget != target.monthly_budget_micros:
             before["monthly_budget_cents"] = _member_view(target, None, 0)["monthly_budget_cents"]
             target.monthly_budget_micros = budget
@@ -291,7 +285,7 @@ def remove_member(principal, actor: Actor, org_id: str, member_id: str) -> dict:
                before={"role": target.role},
                after={"revoked_keys": sorted(revoked), "disabled_agents": agents})
         db.session.delete(target)
-        after_commit(_drop_cached, hashes)
+        after_commit(auth.broadcast_revocation, *hashes)
     return {"removed": True, "member_id": member_id, "revoked_keys": sorted(revoked), "disabled_agents": agents}
 
 

@@ -342,7 +342,8 @@ class FakeFacilitator:
     """The one stand-in x402 facilitator: the demo facilitator (``demo/facilitator.py``:
     verifies the EIP-3009 signature locally, settles each authorization once and answers a
     transaction hash) served by a ``StandIn``, with test knobs: ``verify`` / ``settle``
-    (a dict) replace its answer; ``settle_status`` its HTTP status (default 200);
+    (a dict) replace its answer; ``verify_status`` / ``settle_status`` their HTTP status
+    (default 200);
     ``settle_delay`` seconds before ``/settle`` answers (after
     settling); ``on_settle(body, transaction)`` runs when an authorization is first settled
     (e.g. to move the USDC on a stand-in chain); ``after_settle(body, answer)`` runs after
@@ -352,6 +353,7 @@ class FakeFacilitator:
         self.facilitator = Facilitator()
         self.verify: dict | None = None
         self.settle: dict | None = None
+        self.verify_status = 200
         self.settle_status = 200
         self.calls: list[tuple[str, dict]] = []
         self.settle_delay = 0.0
@@ -364,7 +366,7 @@ class FakeFacilitator:
         body = req.json()
         self.calls.append((req.target, body))
         if req.target.endswith("/verify"):
-            return 200, self.verify if self.verify is not None else self.facilitator.verify(body)
+            return self.verify_status, self.verify if self.verify is not None else self.facilitator.verify(body)
         answer = self.settle if self.settle is not None else self.facilitator.settle(body, self.on_settle)
         if self.settle_delay:
             time.sleep(self.settle_delay)

@@ -277,12 +277,49 @@ def test_settle_answer_that_is_not_a_verdict_keeps_the_authorization_reserved(cf
 
 
 def test_unreachable_facilitator_is_not_called_a_refusal(cfg, make_account, wallet):
-    """No facilitator answered /verify: the message says so (nothing was charged; pay again
-    with a new authorization), not that the facilitator refused the payment."""
+    """No facilitator answered /verify: the message says so (nothing was charged; the same
+    payment may be sent again), not that the facilitator refused the payment."""
     acct = make_account(cents=0)
     cfg.config["X402_FACILITATOR_URL"] = "http://127.0.0.1:9"  # nothing listens there
     with pytest.raises(x402.PaymentInvalid) as exc:
         x402.accept(_header_v2(wallet), account_id=acct.id, price_micros=50_000, resource_url="http://gw.test/x")
     assert exc.value.reason == "facilitator_unavailable"
     assert "refused" not in exc.value.message and "did not answer" in exc.value.message
-    assert "new" in exc.value.message and ledger.balance(ledger.customer(acct.id)) == 0
+    assert "same payment may be sent again" in exc.value.message
+    assert ledger.balance(ledger.customer(acct.id)) == 0
+
+
+def test_no_verify_verdict_releases_the_authorization_for_a_retry(cfg, make_account, wallet, ledger_clean):
+    """Nothing moves at /verify and /settle was never sent, so an authorization the
+    facilitator gave no verdict on is not spent: the client retries the SAME header once
+    the facilitator answers and is settled and booked once (before: ``replayed``, and the
+    client had to sign a new authorization)."""
+    acct = make_account(cents=0)
+    header = _header_v2(wallet)
+    cfg.config["X402_FACILITATOR_URL"] = "http://127.0.0.1:9"  # nothing listens there
+    with pytest.raises(x402.PaymentInvalid) as exc:
+        x402.accept(header, account_id=acct.id, price_micros=50_000, resource_url="http://gw.test/x")
+    assert exc.value.reason == "facilitator_unavailable"
+    assert db.session.execute(db.select(db.func.count()).select_from(X402Authorization)).scalar_one() == 0
+    with facilitator_server() as fac:
+        cfg.config["X402_FACILITATOR_URL"] = fac.url
+        pay = x402.accept(header, account_id=acct.id, price_micros=50_000, resource_url="http://gw.test/x")
+        with unit_of_work():
+            x402.book(pay)
+        with pytest.raises(x402.PaymentInvalid) as again:  # settled: single use from here on
+            x402.accept(header, account_id=acct.id, price_micros=50_000, resource_url="http://gw.test/x")
+        assert again.value.reason == "replayed"
+    assert ledger.balance(ledger.customer(acct.id)) == 50_000
+    ledger_clean()
+
+
+def test_a_verify_server_error_releases_the_authorization_too(cfg, make_account, wallet):
+    """A 5xx from /verify is no verdict either (``_facilitator``): released, not failed."""
+    acct = make_account(cents=0)
+    with facilitator_server() as fac:
+        cfg.config["X402_FACILITATOR_URL"] = fac.url
+        fac.verify, fac.verify_status = {"error": "overloaded"}, 503
+        with pytest.raises(x402.PaymentInvalid) as exc:
+            x402.accept(_header_v2(wallet), account_id=acct.id, price_micros=50_000, resource_url="http://gw.test/x")
+    assert exc.value.reason == "facilitator_unavailable"
+    assert db.session.execute(db.select(db.func.count()).select_from(X402Authorization)).scalar_one() == 0

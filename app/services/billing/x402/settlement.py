@@ -18,7 +18,9 @@ authorization (``settled``/``failed``, or left ``reserved`` when the facilitator
 answer); a settled authorization whose step 3 never committed is booked as account credit
 by ``book_orphans``; a ``reserved`` one awaits the reconciliation job of that issue.
 ``accept`` raises 400 ``invalid_payment`` (undecodable) or 402 ``payment_invalid`` (with
-``reason``). Once an authorization is reserved it can never be used again; once it is
+``reason``). Once an authorization is reserved it can never be used again, unless the
+facilitator gave no ``/verify`` verdict (nothing was sent to settle: the reservation is
+released and the same authorization may be presented again); once it is
 settled the money is always booked, at worst as account credit (``book_orphans`` sweep).
 """
 from __future__ import annotations
@@ -28,7 +30,7 @@ from dataclasses import dataclass, field
 
 from flask import current_app
 from pydantic import ValidationError
-from sqlalchemy import insert, update
+from sqlalchemy import delete, insert, update
 from sqlalchemy.exc import IntegrityError
 from x402.http.utils import encode_payment_response_header
 from x402.schemas import SettleResponse, VerifyResponse
@@ -136,6 +138,17 @@ def _status(auth_id: str, **values) -> None:
                        .execution_options(synchronize_session=False))
 
 
+@transactional
+def _release(auth_id: str) -> None:
+    """Undo ``reserve`` for an authorization nothing was done with (the facilitator gave no
+    ``/verify`` verdict, and ``/settle`` was never sent): the row goes, so the same
+    authorization can be presented again. Only a ``reserved`` row: one a concurrent step
+    moved on stays."""
+    db.session.execute(delete(X402Authorization).where(X402Authorization.id == auth_id,
+                                                       X402Authorization.status == "reserved")
+                       .execution_options(synchronize_session=False))
+
+
 def verify_and_reserve(header_value: str, *, account_id: str, price_micros: int,
                        mode: str = "live", resource_url: str | None = None) -> tuple[X402Payment, dict]:
     """Step 1: decode and verify the header (no database), then ``reserve`` it in its own
@@ -165,10 +178,10 @@ def settle(pay: X402Payment, facts: dict, *, price_micros: int, resource_url: st
     if pay.sandbox:
         return pay
     verified = _facilitator("/verify", facts, price_micros, resource_url)
-    if verified is None:  # nothing moves at /verify: the authorization is spent, no money
-        _status(pay.auth_id, status="failed", error="facilitator_unavailable")
+    if verified is None:  # nothing moves at /verify: the authorization may be sent again
+        _release(pay.auth_id)
         raise PaymentInvalid("facilitator_unavailable", "The payment facilitator did not answer; nothing was "
-                                                        "charged. Retry later with a new payment authorization.")
+                                                        "charged. Retry later: the same payment may be sent again.")
     if not verified.is_valid:
         reason = verified.invalid_reason or "facilitator_rejected"
         _status(pay.auth_id, status="failed", error=reason[:200])

@@ -65,7 +65,8 @@ SEMANTIC_422: dict[str, str] = {
     # not reach its destination exactly (``jsonutil.loads``, ``INTEGER_RANGE_DOC``).
     "POST /v1/module/{slug}/call": INTEGER_RANGE,
     "POST /mcp": INTEGER_RANGE,
-    "POST /api/track": INTEGER_RANGE,
+    "POST /api/track": INTEGER_RANGE + "; `props` at most 4,096 bytes serialised (a size JSON Schema "
+                                       "cannot state)",
     "POST /v1/chat/completions": INTEGER_RANGE,
     "POST /v1/messages": INTEGER_RANGE,
 }

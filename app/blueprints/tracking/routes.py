@@ -76,7 +76,8 @@ class TrackView(MethodView):
     @blp.response(204, description="Accepted; no body.")
     @blp.alt_response(401, response="UNAUTHORIZED", description="A credential was sent and is invalid.")
     @blp.alt_response(413, response="DEFAULT_ERROR", description="Body above `TRACK_MAX_BODY_BYTES` (8 KiB).")
-    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY", description=INTEGER_RANGE_DOC)
+    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY",
+                      description=f"`{tracking.PROPS_TOO_LARGE}` Or: {INTEGER_RANGE_DOC}")
     @blp.alt_response(429, response="TOO_MANY_REQUESTS", description="Per-IP limit `TRACK_RATE_LIMIT`.")
     def post(self, body):
         """Record a product-analytics event (no credential needed).

@@ -2,9 +2,9 @@
 import marshmallow as ma
 
 from app.blueprints.fields import InputSchema, Pattern
+from app.services.public.tracking import PROPS_MAX_BYTES
 import orjson
 
-PROPS_MAX_BYTES = 4096
 PROPS_MAX_DEPTH = 3
 
 
@@ -28,14 +28,14 @@ _LEVEL2 = {"anyOf": [_SCALAR, {"type": "object", "additionalProperties": _LEVEL3
 
 
 class PropsField(ma.fields.Dict):
-    """``props``: a JSON object nested at most 3 levels, at most 4,096 bytes serialised.
-    NUL characters (which PostgreSQL cannot store) are replaced by U+FFFD."""
+    """``props``: a JSON object nested at most 3 levels (the document states it: 400). NUL
+    characters (which PostgreSQL cannot store) are replaced by U+FFFD. Its serialised size
+    (at most ``PROPS_MAX_BYTES``) is a rule the document cannot state: ``tracking.record``
+    answers it 422."""
 
     def _deserialize(self, value, attr, data, **kwargs):
         props = super()._deserialize(value, attr, data, **kwargs)
         raw = orjson.dumps(props)
-        if len(raw) > PROPS_MAX_BYTES:
-            raise ma.ValidationError(f"must serialise to at most {PROPS_MAX_BYTES} bytes of JSON.")
         if _depth(props) > PROPS_MAX_DEPTH:
             raise ma.ValidationError(f"may nest objects/arrays at most {PROPS_MAX_DEPTH} levels deep.")
         if b"\\u0000" in raw:  # cheap pre-check; rare
@@ -64,9 +64,9 @@ class TrackEventSchema(InputSchema):
                                   metadata={"description": "Client session id (1–128 characters). "
                                             "Events without one count in no funnel."})
     props = PropsField(keys=ma.fields.String(), allow_none=True, metadata={
-        "description": "Free-form JSON object: at most 4,096 bytes serialised, objects/arrays "
-                       "nested at most 3 levels (`props` itself is level 1). NUL characters "
-                       "are stored as U+FFFD.",
+        "description": "Free-form JSON object: objects/arrays nested at most 3 levels (`props` "
+                       "itself is level 1) and at most 4,096 bytes serialised as compact JSON "
+                       "(above: 422 `unprocessable`). NUL characters are stored as U+FFFD.",
         "additionalProperties": _LEVEL2})
 
 

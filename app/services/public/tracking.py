@@ -8,6 +8,7 @@ import orjson
 from flask import current_app
 from sqlalchemy import and_, delete, func, select
 
+from app.errors import Unprocessable
 from app.extensions import db
 from app.services.platform.uow import in_unit_of_work, run_statement, transactional
 from app.models import TrackEvent
@@ -17,6 +18,8 @@ FUNNEL_WINDOW = timedelta(days=7)
 SESSION_WINDOW = timedelta(hours=1)
 RECENT_LIMIT = 200
 SESSIONS_LIMIT = 500
+PROPS_MAX_BYTES = 4096  # ``props`` serialised as compact JSON
+PROPS_TOO_LARGE = f"props: must serialise to at most {PROPS_MAX_BYTES:,} bytes of compact JSON."
 
 # One autocommit INSERT (no BEGIN/COMMIT round trips) on a connection of the app's pool.
 # With ``TRACK_ASYNC_COMMIT`` (default on) the same statement sets ``synchronous_commit``
@@ -34,13 +37,16 @@ _INSERT_ASYNC = _COLUMNS + " FROM (SELECT set_config('synchronous_commit', 'off'
 
 def record(event: str, session_id: str | None, props: dict | None,
            account_id: str | None = None) -> None:
-    """Store one event (input is validated by the schema): a single autocommit INSERT
+    """Store one event (input is validated by the schema; ``props`` over
+    ``PROPS_MAX_BYTES`` serialised: 422, a rule the document cannot state): a single autocommit INSERT
     (``uow.run_statement``: one attempt, an event is not worth a retry that could store
     it twice). Its own connection, so never inside a unit of work (docs/transactions.md)."""
     if in_unit_of_work():
         raise RuntimeError("tracking.record writes on its own connection: call it outside a unit of work")
-    params = {"event": event, "session_id": session_id,
-              "props": orjson.dumps(props).decode() if props is not None else None,
+    raw = orjson.dumps(props) if props is not None else None
+    if raw is not None and len(raw) > PROPS_MAX_BYTES:
+        raise Unprocessable(PROPS_TOO_LARGE, param="props")
+    params = {"event": event, "session_id": session_id, "props": raw.decode() if raw is not None else None,
               "account_id": account_id, "created_at": utcnow()}
     run_statement(_INSERT_ASYNC if current_app.config.get("TRACK_ASYNC_COMMIT", True) else _INSERT, params)
 

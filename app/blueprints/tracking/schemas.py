@@ -2,7 +2,6 @@
 import marshmallow as ma
 
 from app.blueprints.fields import InputSchema, Pattern
-from app.services.public.tracking import PROPS_MAX_BYTES
 import orjson
 
 PROPS_MAX_DEPTH = 3

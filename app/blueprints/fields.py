@@ -58,6 +58,19 @@ class JsonInteger(ma.fields.Integer):
         return super()._validated(value)
 
 
+class QueryInteger(ma.fields.Integer):
+    """An integer query parameter: ASCII decimal digits with an optional leading ``-``
+    (OpenAPI's ``integer`` written in a URL). Python's ``int()``, which ``Integer`` uses,
+    would also read ``1_0``, `` 5 ``, ``+5`` and other scripts' digits (``٥``) as numbers."""
+
+    _DIGITS = re.compile(r"-?[0-9]+\Z")
+
+    def _validated(self, value):
+        if isinstance(value, bool) or (isinstance(value, str) and not self._DIGITS.match(value)):
+            raise self.make_error("invalid")
+        return super()._validated(value)
+
+
 class JsonNumber(ma.fields.Float):
     """A JSON number: ``0.5`` and ``1`` are accepted (JSON Schema ``number``); strings, which
     ``Float`` would parse (``"0.5"``), are not (nor booleans)."""

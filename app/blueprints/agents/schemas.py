@@ -3,8 +3,8 @@ submission; and the shapes SPEC leaves open: builds, agent usage, earnings, lead
 import marshmallow as ma
 
 from app.blueprints.orgs.schemas import org_id_field
-from app.blueprints.fields import (HTTPS_PATTERN, HeaderString, InputSchema, JsonInteger, Pattern, cents,
-                                  idempotency_key_header)
+from app.blueprints.fields import (HTTPS_PATTERN, HeaderString, InputSchema, JsonInteger, Pattern, QueryInteger,
+                                  cents, idempotency_key_header)
 
 B58 = "[1-9A-HJ-NP-Za-km-z]"
 ED25519_PUBKEY_PATTERN = rf"ed25519:{B58}{{43,44}}"
@@ -214,7 +214,7 @@ class EarningsSchema(ma.Schema):
 
 
 class LeaderboardQuerySchema(InputSchema):
-    limit = ma.fields.Integer(load_default=10, validate=ma.validate.Range(min=1, max=100))
+    limit = QueryInteger(load_default=10, validate=ma.validate.Range(min=1, max=100))
 
 
 class LeaderboardEntrySchema(ma.Schema):

@@ -3,7 +3,7 @@ import marshmallow as ma
 from marshmallow import validate
 
 from app.blueprints.contact.schemas import EMAIL_DOC, address
-from app.blueprints.fields import NOT_BLANK, InputSchema, JsonInteger, Pattern, derived
+from app.blueprints.fields import NOT_BLANK, InputSchema, JsonInteger, Pattern, QueryInteger, derived
 from app.models.orgs import ROLES
 from app.services.orgs.orgs import MAX_BUDGET_CENTS
 from app.services.money.ledger import micros_to_cents
@@ -114,7 +114,7 @@ class InviteListSchema(ma.Schema):
 
 
 class AuditQuerySchema(InputSchema):
-    limit = ma.fields.Integer(load_default=50, validate=validate.Range(min=1, max=200),
+    limit = QueryInteger(load_default=50, validate=validate.Range(min=1, max=200),
                               metadata={"description": "Entries per page (JSON), 1–200, default 50."})
     cursor = ma.fields.String(validate=[validate.Length(max=18), Pattern(r"^[0-9]{1,18}$")],
                               metadata={"description": "`next_cursor` of the previous page."})

@@ -3,12 +3,12 @@
 import marshmallow as ma
 from marshmallow import validate
 
-from app.blueprints.fields import InputSchema, Pattern
+from app.blueprints.fields import InputSchema, Pattern, QueryInteger
 from app.blueprints.orgs.schemas import org_id_field
 
 
 class InvoiceListQuerySchema(InputSchema):
-    limit = ma.fields.Integer(load_default=50, validate=validate.Range(min=1, max=100),
+    limit = QueryInteger(load_default=50, validate=validate.Range(min=1, max=100),
                               metadata={"description": "Page size, 1–100 (default 50)."})
     cursor = ma.fields.String(validate=[validate.Length(max=18), Pattern(r"^[0-9]+$")], metadata={
         "description": "`next_cursor` of the previous page."})

@@ -3,7 +3,7 @@ from datetime import timezone
 
 import marshmallow as ma
 
-from app.blueprints.fields import InputSchema
+from app.blueprints.fields import InputSchema, QueryInteger
 from app.blueprints.orgs.schemas import ID, org_id_field
 
 from app.services.billing.export import FORMATS
@@ -63,7 +63,7 @@ class UsageQuerySchema(UsageFilterSchema):
 
 
 class UsageDailyQuerySchema(UsageQuerySchema):
-    days = ma.fields.Integer(load_default=30, validate=ma.validate.Range(min=1, max=MAX_DAILY_DAYS),
+    days = QueryInteger(load_default=30, validate=ma.validate.Range(min=1, max=MAX_DAILY_DAYS),
                        metadata={"description": f"How many UTC dates, today last (1–{MAX_DAILY_DAYS}, default 30)."})
 
 

@@ -3,7 +3,7 @@ import marshmallow as ma
 from marshmallow import validate
 
 from app.blueprints.orgs.schemas import org_id_field
-from app.blueprints.fields import InputSchema, Pattern, cents, idempotency_headers
+from app.blueprints.fields import InputSchema, Pattern, QueryInteger, cents, idempotency_headers
 from app.blueprints.payments.schemas import amount_cents_field
 from app.services.billing.chains import CHAINS, EVM_CHAINS
 
@@ -151,7 +151,7 @@ class WalletFundResultSchema(ma.Schema):
 
 
 class TransactionsQuerySchema(WalletQuerySchema):
-    limit = ma.fields.Integer(load_default=50, validate=validate.Range(min=1, max=200))
+    limit = QueryInteger(load_default=50, validate=validate.Range(min=1, max=200))
     cursor = ma.fields.String(validate=[validate.Length(max=18), Pattern(r"^[0-9]{1,18}$")],
                               metadata={"description": "`next_cursor` of the previous page."})
 

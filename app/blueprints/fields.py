@@ -374,8 +374,9 @@ class FastLoad:
 
 
 def idempotency_headers(name: str, description: str) -> type[InputSchema]:
-    """The request-headers schema of a money-moving route that takes nothing but
-    ``Idempotency-Key`` (``routing.endpoint(headers=…, idempotent=True)``)."""
+    """The request-headers schema of a route that takes nothing but ``Idempotency-Key``
+    (``routing.endpoint(headers=…, idempotent=True)``): the money-moving POSTs and alert
+    creation."""
     meta = type("Meta", (), {"unknown": ma.EXCLUDE})
     return type(name, (InputSchema,), {"Meta": meta, "__doc__": f"Headers: {description}",
                                        "idempotency_key": idempotency_key_header(description)})

@@ -32,6 +32,41 @@ def test_create_list_delete(client, account):
     assert [a["id"] for a in client.get("/api/alerts", headers=account.headers).get_json()["alerts"]] == [hook["id"]]
 
 
+def test_a_retried_create_with_an_idempotency_key_makes_one_alert(client, account):
+    """A client that lost the 201 (a timeout) and retries with its Idempotency-Key gets
+    the first answer, webhook secret included, and no second alert; the same key with
+    another body is 409. Before, the retry made a second alert (and a second e-mail
+    confirmation for an e-mail target)."""
+    hook = {**GOOD, "channel": "webhook", "target": "https://hooks.example.com/x"}
+    headers = {**account.headers, "Idempotency-Key": "alert-create-1"}
+    first = client.post("/api/alerts", json=hook, headers=headers)
+    assert first.status_code == 201 and "Idempotent-Replayed" not in first.headers
+    again = client.post("/api/alerts", json=hook, headers=headers)
+    assert again.status_code == 201 and again.headers["Idempotent-Replayed"] == "true"
+    assert again.get_json() == first.get_json() and again.get_json()["secret"].startswith("whsec_")
+    other = client.post("/api/alerts", json={**hook, "threshold": 7}, headers=headers)
+    assert other.status_code == 409 and other.get_json()["error"] == "idempotency_key_reused"
+    listed = client.get("/api/alerts", headers=account.headers).get_json()["alerts"]
+    assert [a["id"] for a in listed] == [first.get_json()["id"]]
+    # without a key every POST is a new alert, as before
+    assert client.post("/api/alerts", json=GOOD, headers=account.headers).status_code == 201
+    assert client.post("/api/alerts", json=GOOD, headers=account.headers).status_code == 201
+    assert len(client.get("/api/alerts", headers=account.headers).get_json()["alerts"]) == 3
+
+
+def test_a_refused_create_releases_its_idempotency_key(app, client, account):
+    """A create that failed did nothing: the same key may be used again (with a fixed body)."""
+    headers = {**account.headers, "Idempotency-Key": "alert-create-2"}
+    app.config["ALLOW_PRIVATE_URLS"] = False
+    try:
+        bad = client.post("/api/alerts", json={**GOOD, "channel": "webhook", "target": "https://127.0.0.1/x"},
+                          headers=headers)
+    finally:
+        app.config["ALLOW_PRIVATE_URLS"] = True
+    assert bad.status_code == 422, bad.get_json()  # the SSRF guard
+    assert client.post("/api/alerts", json=GOOD, headers=headers).status_code == 201
+
+
 @pytest.mark.parametrize("patch,field", [
     ({"metric": "latency"}, "metric"), ({"op": "=="}, "op"), ({"window": "year"}, "window"),
     ({"channel": "sms"}, "channel"), ({"threshold": "NaN"}, "threshold"),

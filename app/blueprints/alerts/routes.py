@@ -4,7 +4,7 @@ from flask.views import MethodView
 
 from app import pages
 from app.auth import principal
-from app.blueprints.alerts.schemas import (AlertCreatedSchema, AlertCreateSchema,
+from app.blueprints.alerts.schemas import (AlertCreatedSchema, AlertCreateHeadersSchema, AlertCreateSchema,
                                            AlertDeletedSchema, AlertEventListSchema,
                                            AlertListSchema, AlertQuerySchema)
 from app.blueprints.fields import Extended
@@ -35,7 +35,7 @@ def list_alerts(query):
           errors={409: "`alert_limit_reached`: the account already has the maximum number of alerts (50).",
                   422: "An `email` `target` longer than 254 characters once trimmed (`unprocessable`); a "
                        "`webhook` / `chat` `target`: " + netguard.REFUSED_DOC},
-          name="AlertCreateView", links={"DeleteAlert": {
+          headers=AlertCreateHeadersSchema, idempotent=True, name="AlertCreateView", links={"DeleteAlert": {
               "operationRef": "#/paths/~1api~1alerts~1{alert_id}/delete",
               "parameters": {"alert_id": "$response.body#/id"},
               "description": "Delete the alert just created."}})
@@ -45,6 +45,8 @@ def create_alert(body):
     At most 50 alerts per account (409 `alert_limit_reached`). A `target` that is not an
     e-mail address (channel `email`) or an https URL on a public host (`webhook`,
     `chat`) is 400 `invalid_request`. With `org_id` the alert watches the organisation.
+    With an `Idempotency-Key` a retry creates no second alert: it answers the first
+    response (`Idempotent-Replayed: true`).
     """
     account_id = acting_account(body.pop("org_id", None), "alerts:write")
     alert, secret = alerts.create_alert(account_id, mode=principal().mode, **body)

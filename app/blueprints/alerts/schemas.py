@@ -2,7 +2,8 @@
 import marshmallow as ma
 
 from app.blueprints.orgs.schemas import org_id_field
-from app.blueprints.fields import SPACE, URL_CORE, InputSchema, JsonNumber, Pattern, header_safe_name
+from app.blueprints.fields import (SPACE, URL_CORE, InputSchema, JsonNumber, Pattern, header_safe_name,
+                                  idempotency_headers)
 from app.services.accounts.accounts import EMAIL_CORE
 from app.services.billing.alerts import CHANNELS, METRICS, OPS, WINDOWS
 
@@ -18,6 +19,12 @@ _TARGET_SHAPES = {channel: _EMAIL_TARGET if channel == "email" else _URL_TARGET 
 _TARGET_CHECKS = {channel: Pattern(shape, error=f"not a valid {'e-mail address' if channel == 'email' else 'URL'} "
                                                 f"(channel {channel}).")
                   for channel, shape in _TARGET_SHAPES.items()}
+
+
+AlertCreateHeadersSchema = idempotency_headers(
+    "AlertCreateHeadersSchema", "Optional, 1–128 characters (at most 256 bytes): a retry with the same key and "
+    "body creates no second alert and answers the first response, webhook secret included (Stripe's "
+    "semantics; another body is 409).")
 
 
 class AlertCreateSchema(InputSchema):

@@ -1,4 +1,6 @@
-"""``Idempotency-Key``: one mechanism, Stripe's semantics, for every POST that moves money.
+"""``Idempotency-Key``: one mechanism, Stripe's semantics, for every POST that moves money
+and for creates whose retry would make a second object (``POST /api/alerts``). Not for
+``POST /api/keys``: the stored answer would keep the new key's secret in the database.
 
 Records live in ``idempotency_records`` (unique per account and key, kept
 ``IDEMPOTENCY_TTL_SECONDS``, purged by ``money.refunds.purge_idempotency``). A request
@@ -14,7 +16,8 @@ succeeded; a failure releases the key (nothing happened: a retry may do it). The
 
 The metered module call (``gateway.calls``) claims the key inside its charging statement
 (``gw_open_calls``) and answers a replay with ``replay_or_conflict`` below; the other money-moving routes (wallet funding, checkout, agent funding) go through
-``claim`` / ``complete`` / ``release``, wired by ``routing.endpoint(idempotent=…)``.
+``claim`` / ``complete`` / ``release``, wired by ``routing.endpoint(idempotent=…)``; so does
+``POST /api/alerts``.
 """
 from __future__ import annotations
 

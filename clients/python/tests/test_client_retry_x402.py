@@ -77,6 +77,20 @@ def test_lost_answer_is_retried_with_the_same_key_and_charged_once(server, make_
     ledger_clean()
 
 
+def test_a_lost_alert_create_is_retried_and_makes_one_alert(server, make_account):
+    """``alerts.create`` sends an Idempotency-Key, so the client retries a lost 201 and the
+    server answers the first alert again (before: no key, no retry, and a caller's own
+    retry made a second alert)."""
+    acct = make_account(cents=100)
+    proxy = failing_proxy(server.url, {"status": 503, "times": 1, "forward_first": True})
+    with http_server(proxy) as url, Gateway(acct.key, url) as gw:
+        alert = gw.alerts.create(name="spend", metric="spend_cents", op=">=", threshold=100,
+                                 window="day", channel="email", target="ops@example.com")
+        keys = [h.get("Idempotency-Key") for h in proxy.seen]
+        assert len(keys) == 2 and keys[0] == keys[1] and keys[0]
+        assert [a.id for a in gw.alerts.list()] == [alert.id]
+
+
 def test_no_retry_without_retries_and_for_unsafe_posts(server, make_account):
     acct = make_account(cents=100)
     proxy = failing_proxy(server.url, {"status": 503, "times": 1})

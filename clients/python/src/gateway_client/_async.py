@@ -66,8 +66,10 @@ class AsyncUsage(_AsyncResource):
 
 
 class AsyncAlerts(_AsyncResource):
-    async def create(self, **spec: Unpack[ops.AlertSpec]) -> Alert:
-        return await self._gw.request(ops.alerts_create(spec))
+    async def create(self, *, idempotency_key: str | None = None, **spec: Unpack[ops.AlertSpec]) -> Alert:
+        """Create an alert. Sent with an ``Idempotency-Key`` (``idempotency_key``, or a new
+        one), so the client's retries of a lost answer make no second alert."""
+        return await self._gw.request(ops.alerts_create(spec, idempotency_key or new_idempotency_key()))
 
     async def list(self) -> list[Alert]:
         return await self._gw.request(ops.alerts_list())

@@ -83,8 +83,10 @@ class Usage(_Resource):
 
 
 class Alerts(_Resource):
-    def create(self, **spec: Unpack[ops.AlertSpec]) -> Alert:
-        return self._gw.request(ops.alerts_create(spec))
+    def create(self, *, idempotency_key: str | None = None, **spec: Unpack[ops.AlertSpec]) -> Alert:
+        """Create an alert. Sent with an ``Idempotency-Key`` (``idempotency_key``, or a new
+        one), so the client's retries of a lost answer make no second alert."""
+        return self._gw.request(ops.alerts_create(spec, idempotency_key or new_idempotency_key()))
 
     def list(self) -> list[Alert]:
         return self._gw.request(ops.alerts_list())

@@ -138,8 +138,8 @@ def usage_export(path: str, start: datetime | date | str, end: datetime | date |
               params={"from": when(start), "to": when(end), "format": fmt})
 
 
-def alerts_create(spec: AlertSpec) -> Op[Alert]:
-    return Op("POST", "/api/alerts", _one(Alert), json=dict(spec))
+def alerts_create(spec: AlertSpec, idempotency_key: str) -> Op[Alert]:
+    return Op("POST", "/api/alerts", _one(Alert), json=dict(spec), headers={"Idempotency-Key": idempotency_key})
 
 
 def alerts_list() -> Op[list[Alert]]:

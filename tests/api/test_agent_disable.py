@@ -145,3 +145,44 @@ def test_organisation_agents_disabled_by_role_and_by_removing_their_member(app, 
     removal = next(e for e in log if e["action"] == "member.remove")
     assert sorted(removal["after"]["disabled_agents"]) == sorted([a2["id"], a3["id"]])
     ledger_clean()
+
+
+def test_a_role_that_may_not_register_agents_keeps_none(app, client, make_account, ledger_clean):
+    """Lowering a developer to `viewer` (or `billing`) disables the agents they registered for
+    the organisation, as removing them does: a read-only member kept signing in as the
+    organisation's agent and spending what the organisation had funded it with. Moves
+    between roles that may register agents (developer ↔ admin) disable nothing."""
+    from tests.api.test_orgs import _pay_checkout
+
+    owner, dev = make_account(plan="scale"), make_account(plan="scale")
+    oid = make_org(client, owner)["id"]
+    join(app, oid, dev, "developer")
+    _pay_checkout(client, owner, 1000, org_id=oid)
+    dev_key = org_key(client, dev, oid)
+    kp = Keypair()
+    agent = client.post("/api/agent/register", json={"name": "bot", "pubkey": kp.pubkey},
+                        headers=h(dev_key["key"])).get_json()
+    _fund(client, owner.headers, agent["id"], 100, org_id=oid)
+    session = session_headers(client, kp)
+    assert balances(app, oid) == [900]
+
+    member = f"/api/orgs/{oid}/members/{dev.id}"
+    r = client.patch(member, json={"role": "admin"}, headers=owner.headers)
+    assert r.status_code == 200 and r.get_json()["disabled_agents"] == [], r.get_json()
+    r = client.patch(member, json={"role": "developer"}, headers=owner.headers)
+    assert r.status_code == 200 and r.get_json()["disabled_agents"] == []
+    assert client.get("/api/account", headers=session).status_code == 200
+
+    r = client.patch(member, json={"role": "viewer"}, headers=owner.headers)
+    assert r.status_code == 200, r.get_json()
+    assert r.get_json()["role"] == "viewer" and r.get_json()["disabled_agents"] == [agent["id"]]
+    assert balances(app, oid) == [1000]  # the agent's balance is back with the organisation
+    assert client.get("/api/account", headers=session).status_code == 401
+    assert error_code(sign_in(client, kp).get_json()) == "agent_disabled"
+    # back to developer: the agent stays disabled, nothing more moves
+    r = client.patch(member, json={"role": "developer"}, headers=owner.headers)
+    assert r.status_code == 200 and r.get_json()["disabled_agents"] == []
+    log = client.get(f"/api/orgs/{oid}/audit", headers=owner.headers).get_json()["entries"]
+    change = [e for e in log if e["action"] == "member.update" and e["after"].get("role") == "viewer"]
+    assert change and change[0]["after"]["disabled_agents"] == [agent["id"]]
+    ledger_clean()

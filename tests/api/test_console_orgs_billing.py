@@ -457,3 +457,24 @@ def test_activity_and_usage_calls_follow_the_chosen_org_and_the_roles_share(app,
         assert who.get(f"/usage/calls/{ids[dev_acct.id]}").status_code == 200
     assert dev.get(f"/usage/calls/{ids[owner_acct.id]}").status_code == 404
     assert owner.get(f"/usage/calls/{ids[owner_acct.id]}").status_code == 200
+
+
+def test_a_role_change_that_disables_agents_says_so(app, client, make_account):
+    """Lowering a developer to viewer on the members page disables the agents they
+    registered for the organisation (``orgs.update_member``) and the page says how many."""
+    from tests.agentkit import Keypair
+    from tests.orgkit import h, org_key
+
+    owner_acct, dev = make_account(plan="scale"), make_account(plan="scale")
+    owner = Console(app, owner_acct.id)
+    org_id = owner.create_org("Team")
+    _add_member(app, org_id, dev.id, "developer")
+    key = org_key(client, dev, org_id)
+    r = client.post("/api/agent/register", json={"name": "bot", "pubkey": Keypair().pubkey}, headers=h(key["key"]))
+    assert r.status_code == 201, r.get_json()
+    r = owner.post(f"/org/members/{dev.id}", {"role": "viewer"})
+    assert r.status_code == 303 and r.headers["Location"].endswith("/org/members?disabled_agents=1")
+    page = owner.get(r.headers["Location"]).get_data(as_text=True)
+    assert "1 agent this member registered was disabled" in page
+    r = owner.post(f"/org/members/{dev.id}", {"role": "developer"})
+    assert r.status_code == 303 and r.headers["Location"].endswith("/org/members")

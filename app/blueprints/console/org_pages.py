@@ -109,7 +109,9 @@ def _members_page(status: int = 200, **extra):
            "manage": manage, "owner": g.org_role == roles.OWNER, "roles": ROLES,
            "usage_now": usage.totals(org.id, start, end, mode=mode),
            "member_usage": _member_usage(org.id, members, start, end, mode),
-           "errors": {}, "form": {"email": "", "role": "developer"}, "me": g.account.id}
+           "errors": {}, "form": {"email": "", "role": "developer"}, "me": g.account.id,
+           # agents a role change or removal just disabled (``_members_after``)
+           "disabled_agents": request.args.get("disabled_agents", 0, type=int)}
     return web.page("console/org_members.html", status, ctx, extra)
 
 
@@ -138,16 +140,22 @@ def _refused(exc: DomainError, status_page):
 
 def _manage(service, *args, **kwargs):
     """A change to the chosen organisation, ``service(principal, actor, org id, *args)``:
-    None when done, else the answer (the redirect to choose an organisation first, or the
-    refusal as ``_refused`` shows it on the members page)."""
+    ``(None, its result)`` when done, else ``(the answer, None)``: the redirect to choose an
+    organisation first, or the refusal as ``_refused`` shows it on the members page."""
     org, back = _chosen()
     if back:
-        return back
+        return back, None
     try:
-        service(org_context.principal(web.mode()), org_context.actor(), org.id, *args, **kwargs)
+        return None, service(org_context.principal(web.mode()), org_context.actor(), org.id, *args, **kwargs)
     except DomainError as exc:
-        return _refused(exc, _members_page)
-    return None
+        return _refused(exc, _members_page), None
+
+
+def _members_after(result: dict):
+    """Back to the members page, saying how many of the member's agents the change disabled."""
+    disabled = len(result.get("disabled_agents") or ())
+    return redirect(url_for("console.org_members", **({"disabled_agents": disabled} if disabled else {})),
+                    code=303)
 
 
 @bp.post("/org/invites")
@@ -178,7 +186,8 @@ def org_invite():
 @bp.post("/org/invites/<invite_id>/revoke")
 def org_revoke_invite(invite_id: str):
     """Revoke a pending invitation: its link stops working."""
-    return _manage(invites.revoke, invite_id) or redirect(url_for("console.org_members"), code=303)
+    refused, _ = _manage(invites.revoke, invite_id)
+    return refused or redirect(url_for("console.org_members"), code=303)
 
 
 @bp.post("/org/members/<member_id>")
@@ -194,18 +203,20 @@ def org_update_member(member_id: str):
             return _members_page(400, errors={"_form": "Monthly budget: enter an amount in dollars, e.g. 50 or "
                                                        "12.50 (empty: no budget)."})
         kwargs["monthly_budget_cents"] = cents
-    return _manage(orgs.update_member, member_id, role, **kwargs) or redirect(url_for("console.org_members"), code=303)
+    refused, result = _manage(orgs.update_member, member_id, role, **kwargs)
+    return refused or _members_after(result)
 
 
 @bp.post("/org/members/<member_id>/remove")
 def org_remove_member(member_id: str):
     """Remove a member, or leave (one's own id); their organisation keys are revoked. The
     last owner cannot leave or be removed (the page shows why)."""
-    if (failed := _manage(orgs.remove_member, member_id)):
-        return failed
+    refused, result = _manage(orgs.remove_member, member_id)
+    if refused:
+        return refused
     if member_id == g.account.id:  # left: back on the personal account
         return _switch_to(redirect(url_for("console.orgs_page"), code=303), None)
-    return redirect(url_for("console.org_members"), code=303)
+    return _members_after(result)
 
 
 @bp.get("/org/audit")

@@ -3,7 +3,8 @@ from flask import Response, g, request, stream_with_context
 
 from app.auth import principal
 from app.blueprints.orgs.schemas import (AuditPageSchema, AuditQuerySchema, InviteCreateSchema, InviteListSchema, InviteSchema, MemberListSchema,
-                                         MemberRemovedSchema, MemberSchema, MemberUpdateSchema, OrgCreateSchema,
+                                         MemberRemovedSchema, MemberUpdatedSchema, MemberUpdateSchema,
+                                         OrgCreateSchema,
                                          OrgListSchema, OrgSchema)
 from app.blueprints.routing import endpoint
 from app.extensions import Blueprint
@@ -52,7 +53,7 @@ def list_members(org_id):
 
 
 @endpoint(blp, "/<string:org_id>/members/<string:member_id>", "patch", "orgs:write", body=MemberUpdateSchema,
-          ok=MemberSchema, errors={403: _ROLE_403, 404: _NOT_MEMBER,
+          ok=MemberUpdatedSchema, errors={403: _ROLE_403, 404: _NOT_MEMBER,
                                    409: "`last_owner`: the organisation's only owner keeps the role."},
           name="MemberUpdateView")
 def update_member(body, org_id, member_id):
@@ -60,7 +61,9 @@ def update_member(body, org_id, member_id):
     owner gives or takes `owner`, sets an owner's budget, or changes an admin's own
     budget). The new role applies to the
     member's organisation keys on every worker within 60 s (about 1 s with Redis); the
-    budget from the next charge (the engine reads it in the charge's own statement)."""
+    budget from the next charge (the engine reads it in the charge's own statement). A
+    role that may not register agents (`billing`, `viewer`) disables the agents the
+    member registered for the organisation (`disabled_agents`), as a removal does."""
     return orgs.update_member(principal(), current_actor(), org_id, member_id, body.get("role"),
                               monthly_budget_cents=body.get("monthly_budget_cents", orgs.UNSET))
 

@@ -56,6 +56,13 @@ class MemberSchema(ma.Schema):
                        "budget; refunds and unused chat holds give it back), floor cents."})
 
 
+class MemberUpdatedSchema(MemberSchema):
+    disabled_agents = ma.fields.List(ma.fields.String(), required=True, metadata={
+        "description": "The agents the member registered for the organisation, disabled because the new role "
+                       "(`billing`, `viewer`) may not register agents (`DELETE /api/agent/{id}`: sessions "
+                       "revoked, balance returned to the organisation); empty otherwise."})
+
+
 class MemberListSchema(ma.Schema):
     members = ma.fields.List(ma.fields.Nested(MemberSchema), required=True)
 

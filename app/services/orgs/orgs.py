@@ -223,7 +223,10 @@ def update_member(principal, actor: Actor, org_id: str, member_id: str, role: st
     own (an admin cannot lift the budget set on them); the last
     owner keeps the role (409 ``last_owner``). The new role applies to the member's
     organisation keys on every worker within the credential cache's TTL (the keys are
-    dropped from every cache, like a revocation). The budget applies from the next charge:
+    dropped from every cache, like a revocation). A new role that may not register agents
+    (billing, viewer) disables the agents the member registered for the organisation, as a
+    removal does (``disabled_agents``; balances back to the organisation right after the
+    commit). The budget applies from the next charge:
     the money engine reads it in the charge's own statement (``gw_spend_reserve``), so a
     budget lowered below what the member spent this month refuses their next charge. One
     audit entry ``member.update`` with the fields that changed, before and after."""
@@ -242,9 +245,17 @@ def update_member(principal, actor: Actor, org_id: str, member_id: str, role: st
             # a budget is a limit set on a member: an admin does not lift their own
             roles.require(me.role, "manage_owners", org_id, "Changing your own monthly budget")
         before, after = {}, {}
+        disabled: list[str] = []
         if role is not None and role != target.role:
             _check_owners_left(org_id, target, "be given another role")
             before["role"], after["role"] = target.role, role
+            if target.role in roles.SCOPE_ROLES["agent:write"] and role not in roles.SCOPE_ROLES["agent:write"]:
+                # a role that may not register agents keeps none that spends the organisation's money
+                from app.services.agents import disable
+
+                disabled = disable.disable_registered_by(org_id, member_id, actor)
+                if disabled:
+                    after["disabled_agents"] = disabled
             target.role = role
             after_commit(auth.broadcast_revocation, *_member_key_hashes(org_id, member_id))
         if budget is not UNSET and budget != target.monthly_budget_micros:
@@ -254,7 +265,7 @@ def update_member(principal, actor: Actor, org_id: str, member_id: str, role: st
         if after:
             record(org_id, actor, "member.update", member_id, before=before, after=after)
         email = db.session.execute(select(Account.email).where(Account.id == member_id)).scalar()
-        return _member_views(org_id, [(target, email)])[0]
+        return {**_member_views(org_id, [(target, email)])[0], "disabled_agents": disabled}
 
 
 def remove_member(principal, actor: Actor, org_id: str, member_id: str) -> dict:

@@ -9,6 +9,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from app.extensions import db
 from app.models.base import UTCDateTime, utcnow
+from app.services.accounts.mailbox import canonical
 
 
 class ContactMessage(db.Model):
@@ -27,17 +28,26 @@ class ContactMessage(db.Model):
 
 
 class Subscription(db.Model):
-    """One address on one list (``launch`` | ``product`` | ``weekly``).
+    """One mailbox on one list (``launch`` | ``product`` | ``weekly``).
+
+    ``mailbox`` is the canonical mailbox of ``email`` (``app/services/accounts/mailbox.py``:
+    lower-cased, ``+tag`` dropped, Gmail's dots folded), unique per list, so every spelling
+    of one inbox finds (and unsubscribes) the same row; set from ``email`` on insert when
+    not given. ``email`` is where list mail is delivered: the address the latest
+    confirmation link was sent to (the one confirmed, once subscribed).
 
     status: ``pending`` (a confirmation token was mailed: a single-use token of purpose
     ``newsletter_confirm`` whose subject is this row's id), ``subscribed`` or
     ``unsubscribed``."""
 
     __tablename__ = "subscriptions"
-    __table_args__ = (UniqueConstraint("email", "list", name="uq_subscriptions_email_list"),)
+    __table_args__ = (UniqueConstraint("mailbox", "list", name="uq_subscriptions_mailbox_list"),)
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
-    email: Mapped[str] = mapped_column(String(320), index=True)
+    email: Mapped[str] = mapped_column(String(320))
+    # indexed by the unique constraint (mailbox first)
+    mailbox: Mapped[str] = mapped_column(
+        String(320), default=lambda ctx: canonical(ctx.get_current_parameters()["email"]))
     list: Mapped[str] = mapped_column(String(16))
     status: Mapped[str] = mapped_column(String(16), default="pending")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -191,3 +191,67 @@ def test_list_unsubscribe_header_is_a_plain_url_not_encoded_words(app, client, m
     with app.app_context():
         assert raw.endswith(">") and newsletter.unsubscribe_url("long.reader@example.com") == raw[1:-1]
 
+
+
+def _confirm_first(sink, client, index: int = -1) -> None:
+    assert client.post("/email/confirm", data={"token": token_in(sink.messages[index])}).status_code == 200
+
+
+def test_unsubscribe_by_another_spelling_of_the_mailbox_stops_list_mail(app, client):
+    """One inbox, several spellings (Gmail ignores dots, ``+tags`` reach the same box):
+    unsubscribing any of them takes the mailbox off every list, not just that spelling."""
+    with smtp(app) as sink:
+        for lst in ("launch", "weekly"):
+            client.post("/api/email/subscribe", json={"email": "J.Doe@gmail.com", "list": lst})
+            _confirm_first(sink, client, -1)
+        client.post("/api/email/subscribe", json={"email": "j.doe@gmail.com", "list": "product"})  # pending
+        r = client.post("/api/email/unsubscribe", json={"email": "jdoe+news@googlemail.com"})
+        assert r.status_code == 200
+        assert {row[2] for row in _subs(app)} == {"unsubscribed"}
+        assert {row[3] for row in _subs(app)} == {None}  # the pending link is dead too
+        mailed = len(sink.messages)
+        with app.app_context():
+            assert newsletter.send_to_list("launch", "Launch", "Hi") == 0
+            assert newsletter.send_to_list("weekly", "Weekly", "Hi") == 0
+            db.session.remove()
+        assert len(sink.messages) == mailed
+
+
+def test_one_click_link_of_one_spelling_unsubscribes_the_mailbox(app, client):
+    with app.app_context():
+        db.session.add_all([Subscription(id="sub_a", email="farm@example.com", list="launch", status="subscribed"),
+                            Subscription(id="sub_b", email="other@example.com", list="launch", status="subscribed")])
+        db.session.commit()
+        db.session.remove()
+    assert client.post(path_of(newsletter_unsub_url(app, "farm+promo@example.com"))).status_code == 200
+    assert sorted((row[0], row[2]) for row in _subs(app)) == [("farm@example.com", "unsubscribed"),
+                                                             ("other@example.com", "subscribed")]
+
+
+def test_two_spellings_of_one_mailbox_make_one_subscription(app, client):
+    with smtp(app) as sink:
+        first = client.post("/api/email/subscribe", json={"email": "j.doe@gmail.com", "list": "weekly"})
+        _confirm_first(sink, client)
+        again = client.post("/api/email/subscribe", json={"email": "jdoe+x@gmail.com", "list": "weekly"})
+        assert strip_volatile(first) == strip_volatile(again)
+        assert len(sink.messages) == 2  # confirmation + welcome; nothing for the subscribed mailbox
+        assert _subs(app) == [("j.doe@gmail.com", "weekly", "subscribed", None)]
+        with app.app_context():
+            assert newsletter.send_to_list("weekly", "Weekly", "Hi") == 1
+            db.session.remove()
+        assert [m["To"] for m in sink.messages[2:]] == ["j.doe@gmail.com"]  # one copy, confirmed address
+
+
+def test_pending_mailbox_confirms_the_spelling_it_was_last_sent_to(app, client):
+    """A pending mailbox subscribed again under another spelling: the new link goes to the
+    address just given, the earlier link dies, and confirming makes that address the one
+    list mail is delivered to."""
+    with smtp(app) as sink:
+        client.post("/api/email/subscribe", json={"email": "reader@example.com", "list": "launch"})
+        client.post("/api/email/subscribe", json={"email": "Reader+news@example.com", "list": "launch"})
+        assert [m["To"] for m in sink.messages] == ["reader@example.com", "reader+news@example.com"]
+        first, second = (token_in(m) for m in sink.messages)
+        assert client.post("/email/confirm", data={"token": first}).status_code == 404
+        assert client.post("/email/confirm", data={"token": second}).status_code == 200
+        assert sink.messages[-1]["To"] == "reader+news@example.com"  # welcome
+    assert _subs(app) == [("reader+news@example.com", "launch", "subscribed", None)]

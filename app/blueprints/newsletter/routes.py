@@ -22,17 +22,19 @@ _INVALID = ("This link is invalid, has expired or was already used.",
 @endpoint(blp, "/subscribe", "post", public=True, ip_limit="SUBSCRIBE_RATE_LIMIT",
           email_limit="SUBSCRIBE_EMAIL_RATE_LIMIT", body=SubscribeSchema, ok=StatusSchema, status=202)
 def subscribe(body):
-    """Subscribe to a list with double opt-in. The answer is identical whether the
-    address is new, pending or already subscribed; new and pending addresses get a
-    confirmation e-mail whose link (single use, valid 48 h) opens a page with a
-    confirm button."""
+    """Subscribe to a list with double opt-in. Subscriptions are per mailbox: spellings of
+    one inbox (case, a `+tag`, Gmail's dots) are one subscriber. The answer is identical
+    whether the mailbox is new, pending or already subscribed; new and pending ones get a
+    confirmation e-mail at the address given, whose link (single use, valid 48 h) opens a
+    page with a confirm button; confirming makes that address the one list e-mail goes to."""
     return newsletter.subscribe(body["email"], body.get("list"))
 
 
 @endpoint(blp, "/unsubscribe", "post", public=True, ip_limit="SUBSCRIBE_RATE_LIMIT", body=UnsubscribeSchema,
           ok=StatusSchema)
 def unsubscribe(body):
-    """Remove the address from every list. Same answer whether or not it was subscribed."""
+    """Remove the address's mailbox (every spelling of the inbox: case, a `+tag`, Gmail's
+    dots) from every list. Same answer whether or not it was subscribed."""
     return newsletter.unsubscribe(body["email"])
 
 
@@ -83,7 +85,7 @@ class OneClickUnsubscribe(MethodView):
                 schema=OneClickFormSchema, location="form")
     def post(self, _form, token):
         """RFC 8058 one-click unsubscribe (`List-Unsubscribe=One-Click`): removes the
-        address the signed token names from every list."""
+        mailbox of the address the signed token names from every list."""
         if not newsletter.one_click_unsubscribe(token):
             return pages.render("Link not valid", "This unsubscribe link is not valid.", status=404)
         return pages.render("Unsubscribed", "You will receive no further list e-mail from us.")

@@ -1,15 +1,20 @@
 """Newsletter lists with double opt-in (SPEC endpoints 32–33) and RFC 8058 one-click
 unsubscribe.
 
-* ``subscribe`` answers the same whatever the address's state; a new or pending
-  address gets a fresh single-use confirmation token (``newsletter_confirm``, subject
+A subscription belongs to a mailbox (``mailbox.canonical``: ``J.Doe+news@gmail.com`` and
+``jdoe@googlemail.com`` are one inbox), one per list; its ``email`` is the spelling list
+mail is delivered to.
+
+* ``subscribe`` answers the same whatever the mailbox's state; a new or pending
+  mailbox gets a fresh single-use confirmation token (``newsletter_confirm``, subject
   the subscription id, stored hashed, valid ``NEWSLETTER_TOKEN_TTL_HOURS``; it replaces
-  any earlier one) by e-mail; an already subscribed one gets nothing.
+  any earlier one) by e-mail, at the address just given, which becomes the delivery
+  address once confirmed; an already subscribed one gets nothing (whatever the spelling).
 * The mailed link opens a page whose button POSTs the token (``confirm``); a prefetch
   of the link by a mail scanner confirms nothing.
 * Every list e-mail carries ``List-Unsubscribe`` (a signed one-click URL) and
   ``List-Unsubscribe-Post: List-Unsubscribe=One-Click``; a POST to that URL
-  unsubscribes the address from every list.
+  unsubscribes the address's mailbox from every list (as ``unsubscribe`` does).
 """
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ from app.services.platform import tokens
 from app.services.platform import outbox
 from app.services.platform.uow import transactional, unit_of_work
 from app.services.accounts.accounts import normalize_email
+from app.services.accounts.mailbox import canonical
 
 LISTS = ("launch", "product", "weekly")
 DEFAULT_LIST = "product"
@@ -53,8 +59,8 @@ def add_list_email(email: str, subject: str, text: str, *, source: str, throttle
 
 
 def subscribe(email: str, list_name: str | None = None) -> dict:
-    """Start (or restart) double opt-in for ``email`` on ``list_name`` (one unit of work,
-    tried a second time when a concurrent first subscribe of the same address won)."""
+    """Start (or restart) double opt-in for ``email``'s mailbox on ``list_name`` (one unit
+    of work, tried a second time when a concurrent first subscribe of the same mailbox won)."""
     email = normalize_email(email)
     list_name = list_name or DEFAULT_LIST
     for _attempt in range(2):
@@ -68,16 +74,18 @@ def subscribe(email: str, list_name: str | None = None) -> dict:
 
 
 def _start_opt_in(email: str, list_name: str) -> None:
+    box = canonical(email)
     sub = db.session.execute(select(Subscription).where(
-        Subscription.email == email, Subscription.list == list_name).with_for_update()
+        Subscription.mailbox == box, Subscription.list == list_name).with_for_update()
     ).scalar_one_or_none()
     if sub is None:
-        sub = Subscription(id=new_id("sub"), email=email, list=list_name, created_at=utcnow())
+        sub = Subscription(id=new_id("sub"), email=email, mailbox=box, list=list_name, created_at=utcnow())
         db.session.add(sub)
     if sub.status != "subscribed":
         if sub.status == "pending":  # the newest link replaces older ones
             tokens.revoke(tokens.NEWSLETTER_CONFIRM, sub.id)
-        sub.status, sub.unsubscribed_at = "pending", None
+        # the link goes to the spelling just given; confirming it makes that the delivery address
+        sub.email, sub.status, sub.unsubscribed_at = email, "pending", None
         db.session.flush()  # the subscription id exists before the token names it
         hours = int(current_app.config["NEWSLETTER_TOKEN_TTL_HOURS"])
         token = tokens.issue(tokens.NEWSLETTER_CONFIRM, sub.id, timedelta(hours=hours))
@@ -138,13 +146,13 @@ def confirm(token: str | None) -> Subscription | None:
 
 @transactional
 def unsubscribe(email: str) -> dict:
-    """Remove ``email`` from every list (pending tokens die too). Same answer whether or
-    not it was subscribed."""
-    email = normalize_email(email)
-    for sub_id in db.session.execute(select(Subscription.id).where(Subscription.email == email)).scalars():
+    """Remove ``email``'s mailbox (every spelling of the inbox) from every list (pending
+    tokens die too). Same answer whether or not it was subscribed."""
+    box = canonical(normalize_email(email))
+    for sub_id in db.session.execute(select(Subscription.id).where(Subscription.mailbox == box)).scalars():
         tokens.revoke(tokens.NEWSLETTER_CONFIRM, sub_id)
     db.session.execute(
-        update(Subscription).where(Subscription.email == email,
+        update(Subscription).where(Subscription.mailbox == box,
                                    Subscription.status != "unsubscribed")
         .values(status="unsubscribed", unsubscribed_at=utcnow())
         .execution_options(synchronize_session=False))
@@ -153,8 +161,8 @@ def unsubscribe(email: str) -> dict:
 
 
 def one_click_unsubscribe(token: str) -> bool:
-    """RFC 8058 one-click: unsubscribe the address a signed token names; False if the
-    token is not valid."""
+    """RFC 8058 one-click: unsubscribe the mailbox of the address a signed token names;
+    False if the token is not valid."""
     email = tokens.unsubscribe_email(token)
     if email is None:
         return False

@@ -609,3 +609,11 @@ def test_removing_the_destination_while_a_worker_claims_the_payout_pays_once(app
         assert [p["status"] for p in got] == ["canceled"] and _postings(app) == []
     _reconcile(app)
     ledger_clean()
+
+
+def test_the_document_says_a_checksum_mismatch_is_422(client):
+    """The USDC destination's ``address`` said a mixed-case address with a wrong checksum is
+    400; the route answers 422 (``test_checksum_mismatch_is_422_and_changes_nothing``)."""
+    spec = client.get("/openapi.json").get_json()
+    text = spec["components"]["schemas"]["UsdcDestinationIn"]["properties"]["address"]["description"]
+    assert "422" in text and "400" not in text, text

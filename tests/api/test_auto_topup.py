@@ -390,3 +390,20 @@ def test_a_topup_the_processor_completes_later_is_closed_by_its_webhook(app, cli
     assert got["month_cents"] == 2000 and got["failures"] == 0
     assert balance_cents(app, acct.id) == 2400
     ledger_clean()
+
+
+def test_setting_the_rule_again_starts_the_waiting_retry_now(app, client, make_account, ledger_clean):
+    """After a decline the retry waits ``AUTOTOPUP_RETRY_SECONDS`` (an hour by default). The
+    owner saves a good card and sets the rule again: the documented "if the balance is
+    already under the threshold, one top-up starts now". Before, the retry already queued
+    kept its due time (the new run was dropped by the one-open-run index) and the balance
+    stayed under the threshold for the hour."""
+    acct = _crossed(app, client, make_account, "pm_card_chargeDeclined")
+    _start(app)
+    assert [s for s, _, _ in _runs(app, acct)] == ["failed", "queued"]
+    _save_card(client, acct)
+    assert _put(client, acct).status_code == 200
+    _start(app)
+    assert [s for s, _, _ in _runs(app, acct)] == ["failed", "succeeded"]
+    assert balance_cents(app, acct.id) == 2400
+    ledger_clean()

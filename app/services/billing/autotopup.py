@@ -109,7 +109,7 @@ def _card(account_id: str, mode: str):
 def configure(account_id: str, mode: str, *, threshold_cents: int, amount_cents: int,
               monthly_cap_cents: int) -> AutoTopupView:
     """Create or replace the rule of ``mode`` (enabled, failures reset). When the balance is
-    already under the threshold, one top-up starts now."""
+    already under the threshold, one top-up starts now (a queued retry is made due now)."""
     if monthly_cap_cents < amount_cents:
         raise Unprocessable("monthly_cap_cents: must be at least amount_cents (two fields related: 422).")
     _card(account_id, mode)
@@ -131,6 +131,11 @@ def configure(account_id: str, mode: str, *, threshold_cents: int, amount_cents:
                                                balance_micros=balance, attempts=0, due_at=now,
                                                created_at=now, updated_at=now)
                 .on_conflict_do_nothing().returning(AutoTopupRun.id)).scalar()
+            if run_id is None:  # one is open already: a retry waiting for its delay starts now too
+                run_id = db.session.execute(update(AutoTopupRun).where(
+                    AutoTopupRun.account_id == account_id, AutoTopupRun.mode == mode,
+                    AutoTopupRun.status == "queued").values(due_at=now, updated_at=now)
+                    .returning(AutoTopupRun.id).execution_options(synchronize_session=False)).scalar()
             if run_id is not None:
                 after_commit(_enqueue, run_id)
     return view(account_id, mode)

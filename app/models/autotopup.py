@@ -38,7 +38,7 @@ class AutoTopup(db.Model):
 
 class AutoTopupRun(db.Model):
     """One top-up attempt. ``status``: ``queued`` → ``processing`` → ``succeeded`` |
-    ``pending`` (the processor is still working; its webhook completes the payment) |
+    ``pending`` (the processor is still working; its webhook completes the payment and closes the run) |
     ``failed`` | ``requires_action`` (3-D Secure) | ``skipped`` (``reason``: disabled,
     above_threshold, cap_reached, no_method). At most one run of an account and mode is
     open (queued or processing): a partial unique index. ``lease_until``: a processing run

@@ -340,3 +340,70 @@ def test_a_method_the_processor_refuses_fails_the_attempt(app, client, make_acco
     assert [p["status"] for p in hist if p["product"] == "Auto top-up"] == ["failed"]
     assert balance_cents(app, acct.id) == 400
     ledger_clean()
+
+
+def test_a_topup_the_processor_completes_later_is_closed_by_its_webhook(app, client, make_account, monkeypatch,
+                                                                       ledger_clean):
+    """An off-session charge the processor answers ``processing`` leaves the run ``pending``;
+    the payment's webhook decides it. Before, the run stayed ``pending`` forever: a failed
+    payment kept counting against the monthly cap (the next crossing was skipped as
+    ``cap_reached`` though nothing had been charged) and never counted as a failure. Now the
+    webhook closes the run as the job would have: failed (a failure, retried later), or
+    succeeded."""
+    from app.services.billing.processors import ChargeResult
+    from app.services.billing.sandbox_checkout import sandbox_deliver
+
+    monkeypatch.setattr(SandboxProcessor, "charge",
+                        lambda self, payment, customer, pm: ChargeResult("pi_sbx_later" + payment.id[-8:],
+                                                                         "processing"))
+    acct = _crossed(app, client, make_account, monthly_cap_cents=2000)
+    _start(app)
+    [(status, _, pid)] = _runs(app, acct)
+    assert status == "pending" and balance_cents(app, acct.id) == 400
+
+    def deliver(etype, ok):
+        with app.app_context():
+            p = db.session.get(Payment, pid)
+            obj = {"id": p.provider_id, "object": "payment_intent", "amount": 2000,
+                   "amount_received": 2000 if ok else 0, "currency": "usd",
+                   "metadata": {"payment_id": p.id, "account_id": p.account_id},
+                   "last_payment_error": None if ok else {"code": "card_declined", "message": "Declined later."}}
+            out = sandbox_deliver(etype, obj)
+            db.session.remove()
+        return out
+
+    deliver("payment_intent.payment_failed", ok=False)
+    runs = _runs(app, acct)
+    assert [s for s, _, _ in runs] == ["failed", "queued"], runs   # a failure, retried after the delay
+    got = client.get("/api/pay/auto-topup", headers=acct.headers).get_json()
+    assert got["month_cents"] == 0 and got["failures"] == 1
+    # the retry is charged (nothing was charged this month: the cap is not reached) and
+    # its payment's success webhook closes it
+    _expire_leases(app)
+    _start(app)
+    runs = _runs(app, acct)
+    assert [s for s, _, _ in runs] == ["failed", "pending"], runs
+    pid = runs[-1][2]
+    deliver("payment_intent.succeeded", ok=True)
+    assert [s for s, _, _ in _runs(app, acct)] == ["failed", "succeeded"]
+    got = client.get("/api/pay/auto-topup", headers=acct.headers).get_json()
+    assert got["month_cents"] == 2000 and got["failures"] == 0
+    assert balance_cents(app, acct.id) == 2400
+    ledger_clean()
+
+
+def test_setting_the_rule_again_starts_the_waiting_retry_now(app, client, make_account, ledger_clean):
+    """After a decline the retry waits ``AUTOTOPUP_RETRY_SECONDS`` (an hour by default). The
+    owner saves a good card and sets the rule again: the documented "if the balance is
+    already under the threshold, one top-up starts now". Before, the retry already queued
+    kept its due time (the new run was dropped by the one-open-run index) and the balance
+    stayed under the threshold for the hour."""
+    acct = _crossed(app, client, make_account, "pm_card_chargeDeclined")
+    _start(app)
+    assert [s for s, _, _ in _runs(app, acct)] == ["failed", "queued"]
+    _save_card(client, acct)
+    assert _put(client, acct).status_code == 200
+    _start(app)
+    assert [s for s, _, _ in _runs(app, acct)] == ["failed", "succeeded"]
+    assert balance_cents(app, acct.id) == 2400
+    ledger_clean()

@@ -558,3 +558,62 @@ def test_concurrent_usdc_payouts_get_distinct_nonces(app, client, make_account, 
     assert len(_postings(app)) == 2
     _reconcile(app)
     ledger_clean()
+
+
+def test_removing_the_destination_while_a_worker_claims_the_payout_pays_once(app, client, make_account, provider,
+                                                                             low_minimum, monkeypatch,
+                                                                             ledger_clean):
+    """A payouts worker claims the open payout (``sending``) while ``DELETE
+    /api/payouts/destination`` is between its check for a payout being sent and its writes.
+    Before: the removal moved the owed earnings to the balance AND the worker's transfer went
+    out (the owner was paid twice; the payout then could not be booked and stayed
+    ``sending``). Now the removal locks the open payouts first: the claim waits, then finds
+    it canceled, and nothing is sent."""
+    import threading
+
+    o = Owners(app, client, make_account, provider, calls=2)
+    o.connect(o.seller)
+    with app.app_context():
+        settlement.settle_month(o.month, now=o.after)
+        assert payouts.create_due() == 1
+        pid = db.session.query(Payout.id).scalar()
+        db.session.remove()
+    before = client.get("/api/account", headers=_h(o.seller)).get_json()["balance_cents"]
+    real_now, claimed, workers = payouts.utcnow, [], []
+
+    def worker():
+        with app.app_context():
+            claimed.append(payouts._claim(pid, recover_before=real_now()))
+            db.session.remove()
+
+    def claim_meanwhile():
+        if not workers:   # the removal's first clock reading: a worker claims the payout now
+            workers.append(threading.Thread(target=worker))
+            workers[0].start()
+            workers[0].join(timeout=2)
+        return real_now()
+
+    monkeypatch.setattr(payouts, "utcnow", claim_meanwhile)
+    r = client.delete("/api/payouts/destination", headers=_h(o.seller))
+    monkeypatch.setattr(payouts, "utcnow", real_now)
+    workers[0].join(timeout=10)
+    with app.app_context():   # the worker goes on: asks the processor and books the answer
+        payouts.send(pid, recover_after=0)
+        db.session.remove()
+    after = client.get("/api/account", headers=_h(o.seller)).get_json()["balance_cents"]
+    got = o.payouts_of(o.seller)["payouts"]
+    paid_out = sum(p["amount_cents"] for p in got if p["status"] in ("paid", "sending"))
+    # the 60 cents owed reach the owner once: as balance, or as a payout, never both
+    assert (after - before) + paid_out == 60, (r.get_json(), got, after - before)
+    if r.status_code == 200:
+        assert [p["status"] for p in got] == ["canceled"] and _postings(app) == []
+    _reconcile(app)
+    ledger_clean()
+
+
+def test_the_document_says_a_checksum_mismatch_is_422(client):
+    """The USDC destination's ``address`` said a mixed-case address with a wrong checksum is
+    400; the route answers 422 (``test_checksum_mismatch_is_422_and_changes_nothing``)."""
+    spec = client.get("/openapi.json").get_json()
+    text = spec["components"]["schemas"]["UsdcDestinationIn"]["properties"]["address"]["description"]
+    assert "422" in text and "400" not in text, text

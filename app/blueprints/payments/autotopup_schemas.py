@@ -24,7 +24,7 @@ class AutoTopupRunSchema(ma.Schema):
     id = ma.fields.Integer(required=True)
     status = ma.fields.String(required=True, metadata={"description": (
         "`queued`, `processing`, `succeeded`, `pending` (the processor is still working; its webhook "
-        "completes the payment), `failed` (declined), `requires_action` (3-D Secure asked for; pay a "
+        "completes the payment and closes the run: `succeeded` or `failed`), `failed` (declined), `requires_action` (3-D Secure asked for; pay a "
         "checkout on-session) or `skipped`.")})
     reason = ma.fields.String(required=True, allow_none=True, metadata={"description": (
         "Why it was skipped (`disabled`, `above_threshold`, `cap_reached`, `no_method: …`) or failed "

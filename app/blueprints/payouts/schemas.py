@@ -39,7 +39,7 @@ class UsdcDestinationInSchema(InputSchema):
         "description": "The chain the USDC is sent on."})
     address = ma.fields.String(required=True, validate=Pattern(EVM_ADDRESS_PATTERN), metadata={
         "description": "The receiving address: all one case, or EIP-55 checksummed (a mixed-case address "
-                       "whose checksum does not match is 400)."})
+                       "whose checksum does not match is 422 `unprocessable`)."})
 
 
 class DestinationSchema(ma.Schema):

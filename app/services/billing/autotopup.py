@@ -109,7 +109,7 @@ def _card(account_id: str, mode: str):
 def configure(account_id: str, mode: str, *, threshold_cents: int, amount_cents: int,
               monthly_cap_cents: int) -> AutoTopupView:
     """Create or replace the rule of ``mode`` (enabled, failures reset). When the balance is
-    already under the threshold, one top-up starts now."""
+    already under the threshold, one top-up starts now (a queued retry is made due now)."""
     if monthly_cap_cents < amount_cents:
         raise Unprocessable("monthly_cap_cents: must be at least amount_cents (two fields related: 422).")
     _card(account_id, mode)
@@ -131,6 +131,11 @@ def configure(account_id: str, mode: str, *, threshold_cents: int, amount_cents:
                                                balance_micros=balance, attempts=0, due_at=now,
                                                created_at=now, updated_at=now)
                 .on_conflict_do_nothing().returning(AutoTopupRun.id)).scalar()
+            if run_id is None:  # one is open already: a retry waiting for its delay starts now too
+                run_id = db.session.execute(update(AutoTopupRun).where(
+                    AutoTopupRun.account_id == account_id, AutoTopupRun.mode == mode,
+                    AutoTopupRun.status == "queued").values(due_at=now, updated_at=now)
+                    .returning(AutoTopupRun.id).execution_options(synchronize_session=False)).scalar()
             if run_id is not None:
                 after_commit(_enqueue, run_id)
     return view(account_id, mode)
@@ -306,6 +311,26 @@ def _book(run_id: int, payment_id: str, result) -> str:
         return _settle(run, payment, code or payment.failure_code, message or payment.failure_message)
 
 
+def payment_final(payment: Payment) -> str | None:
+    """Close the ``pending`` run of an auto top-up payment the processor decided later (its
+    webhook, in the webhook's unit of work), as ``_book`` would have: credited → succeeded,
+    failed or canceled → a failed attempt (counted, retried, the rule disabled after
+    ``AUTOTOPUP_MAX_FAILURES``). Without it the run stayed ``pending`` for ever and a failed
+    payment kept counting against the monthly cap. None: not an auto top-up's pending run."""
+    run_id = (payment.meta or {}).get("auto_topup_run")
+    if run_id is None:
+        return None
+    run = db.session.execute(select(AutoTopupRun).where(
+        AutoTopupRun.id == run_id, AutoTopupRun.payment_id == payment.id, AutoTopupRun.status == "pending")
+        .with_for_update().execution_options(populate_existing=True)).scalar_one_or_none()
+    if run is None:
+        return None  # the job books it (still processing), or it is closed already
+    db.session.refresh(payment)
+    if payment.status == "pending":
+        return run.status
+    return _settle(run, payment, payment.failure_code, payment.failure_message)
+
+
 def _settle(run: AutoTopupRun, payment: Payment, code: str | None, message: str | None) -> str:
     rule = _rule(run.account_id, run.mode, lock=True)
     if payment.status in payments.CREDITED:
@@ -338,9 +363,12 @@ def _settle(run: AutoTopupRun, payment: Payment, code: str | None, message: str 
     retry = timedelta(seconds=cfg["AUTOTOPUP_RETRY_SECONDS"] * 2 ** (rule.failures - 1))
     db.session.flush()  # the failed run is closed before its retry opens (one open run)
     now = utcnow()
-    db.session.add(AutoTopupRun(account_id=run.account_id, mode=run.mode, status="queued",
-                                balance_micros=ledger.cached_balance(run.account_id, run.mode), attempts=0,
-                                due_at=now + retry, created_at=now, updated_at=now))
+    # ON CONFLICT: a run closed by its payment's webhook (``payment_final``) may find another
+    # one open already (the balance crossed again meanwhile); that one is the retry
+    db.session.execute(pg_insert(AutoTopupRun).values(
+        account_id=run.account_id, mode=run.mode, status="queued",
+        balance_micros=ledger.cached_balance(run.account_id, run.mode), attempts=0,
+        due_at=now + retry, created_at=now, updated_at=now).on_conflict_do_nothing())
     return run.status
 
 

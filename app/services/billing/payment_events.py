@@ -143,17 +143,11 @@ def _dispatch(event: dict, processor: str) -> tuple[str, str | None]:
             return "unknown_payment", None
         if p.kind != "charge":
             return "ignored", p.id  # a checkout's intent: the checkout.session events count
-        if etype == "payment_intent.succeeded":
-            if int(obj.get("amount_received") or obj.get("amount") or 0) * 10_000 != p.amount_micros:
-                return "amount_mismatch", p.id
-            return _credited(p, processor), p.id
-        if etype == "payment_intent.payment_failed":
-            err = obj.get("last_payment_error") or {}
-            ok = finish_payment(p, "failed", err.get("code") or "payment_failed", err.get("message") or "The payment failed.")
-            return ("failed" if ok else "already_final"), p.id
-        if etype == "payment_intent.canceled":
-            return ("canceled" if finish_payment(p, "canceled") else "already_final"), p.id
-        return "ignored", p.id
+        outcome = _intent_event(p, etype, obj, processor)
+        from app.services.billing import autotopup  # an auto top-up's run waits for this answer
+
+        autotopup.payment_final(p)
+        return outcome, p.id
     if etype == "charge.refunded" or etype in _DISPUTE:
         pi = obj.get("payment_intent")
         p = _find(processor, payment_intent=pi if isinstance(pi, str) else None)
@@ -164,6 +158,21 @@ def _dispatch(event: dict, processor: str) -> tuple[str, str | None]:
             _apply_early(p, processor)  # a reinstatement that came first
         return outcome, p.id
     return "ignored", None
+
+
+def _intent_event(p: Payment, etype: str, obj: dict, processor: str) -> str:
+    """A ``payment_intent.*`` event of an off-session charge (wallet funding, auto top-up)."""
+    if etype == "payment_intent.succeeded":
+        if int(obj.get("amount_received") or obj.get("amount") or 0) * 10_000 != p.amount_micros:
+            return "amount_mismatch"
+        return _credited(p, processor)
+    if etype == "payment_intent.payment_failed":
+        err = obj.get("last_payment_error") or {}
+        ok = finish_payment(p, "failed", err.get("code") or "payment_failed", err.get("message") or "The payment failed.")
+        return "failed" if ok else "already_final"
+    if etype == "payment_intent.canceled":
+        return "canceled" if finish_payment(p, "canceled") else "already_final"
+    return "ignored"
 
 
 def _reverse(p: Payment, event: dict) -> str:

@@ -150,11 +150,17 @@ def remove_destination(account_id: str) -> dict:
             PayoutDestination.account_id == account_id).with_for_update()).scalar_one_or_none()
         if dest is None:
             raise NotFound("No payout destination: earnings are kept as balance.")
-        if db.session.execute(select(Payout.id).where(Payout.account_id == account_id,
-                                                      Payout.status == "sending").with_for_update()).first():
+        # Every open payout is locked before its status is read: a worker's claim (``_claim``,
+        # which locks the row) either committed ``sending`` before (409 here) or waits and then
+        # finds it canceled. Locking only the ``sending`` rows let a claim slip in between the
+        # check and the cancel: the owed earnings went to the balance and were transferred too.
+        open_rows = db.session.execute(select(Payout).where(
+            Payout.account_id == account_id, Payout.status.in_(OPEN)).with_for_update()
+            .execution_options(populate_existing=True)).scalars().all()
+        if any(p.status == "sending" for p in open_rows):
             raise PayoutInFlight("A payout is being sent; remove the destination once it is paid or failed.")
-        db.session.execute(update(Payout).where(Payout.account_id == account_id, Payout.status.in_(
-            ("pending", "failed"))).values(status="canceled", updated_at=utcnow()))
+        for p in open_rows:
+            p.status, p.updated_at = "canceled", utcnow()
         owed = ledger.balance(ledger.payable(account_id))
         if owed > 0:
             funding.keep_as_balance(account_id, micros=owed, ref=f"payable_to_balance:{new_id('pb')}")

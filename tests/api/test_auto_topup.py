@@ -287,7 +287,8 @@ def test_api_rules(app, client, make_account, ledger_clean):
     _save_card(client, acct)
     r = _put(client, acct, monthly_cap_cents=1000)
     assert r.status_code == 422 and "monthly_cap_cents" in r.get_json()["message"]  # two fields related
-    for bad in ({"amount_cents": 50}, {"threshold_cents": -1}, {"threshold_cents": "5"}):
+    # threshold 0: a balance is never under 0, so the rule would be saved and never fire
+    for bad in ({"amount_cents": 50}, {"threshold_cents": -1}, {"threshold_cents": 0}, {"threshold_cents": "5"}):
         assert _put(client, acct, **bad).status_code == 400
     assert client.get("/api/pay/auto-topup", headers=acct.headers).status_code == 404
     assert client.delete("/api/pay/auto-topup", headers=acct.headers).status_code == 404

@@ -10,8 +10,9 @@ from app.blueprints.payments.schemas import MethodSchema
 
 
 class AutoTopupRequestSchema(InputSchema):
-    threshold_cents = JsonInteger(required=True, validate=validate.Range(min=0, max=MAX_AMOUNT_CENTS), metadata={
-        "description": "When a charge leaves the balance under this many cents, one top-up starts."})
+    threshold_cents = JsonInteger(required=True, validate=validate.Range(min=1, max=MAX_AMOUNT_CENTS), metadata={
+        "description": "When a charge leaves the balance under this many cents, one top-up starts. At least 1: "
+                       "a balance is never under 0, so a rule at 0 would never start one."})
     amount_cents = amount_cents_field()
     monthly_cap_cents = JsonInteger(required=True, validate=validate.Range(min=100, max=100 * MAX_AMOUNT_CENTS),
                                     metadata={"description": "At most this many cents of auto top-ups per calendar "

@@ -92,7 +92,8 @@ def reserve(facts: dict, account_id: str, *, price_micros: int, sandbox: bool = 
                 price_micros=price_micros,
                 valid_before=facts.get("valid_before"), resource_url=resource_url))
     except IntegrityError:
-        raise PaymentInvalid("replayed", "This payment authorization was already used.") from None
+        raise PaymentInvalid("replayed", "This payment authorization was already used, or a request with it is "
+                                         "still being settled.") from None
     return auth_id
 
 

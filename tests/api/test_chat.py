@@ -449,6 +449,32 @@ def test_anthropic_provider_translated_both_ways(app, client, fakes, acct, ledge
     ledger_clean()
 
 
+def test_tool_choice_none_keeps_the_tools_for_an_anthropic_provider(app, client, fakes, acct, ledger_clean):
+    """OpenAI's ``tool_choice: "none"`` (and the Messages API's ``{type: none}``) is Anthropic's
+    ``tool_choice: {type: none}`` with the tools still sent: a conversation that already holds
+    tool calls and results must define its tools, which Anthropic requires of any request
+    with ``tool_use`` / ``tool_result`` blocks. The tools used to be dropped instead, so
+    "now answer without calling a tool" after a tool round was refused by the provider (400)."""
+    tools = [{"type": "function", "function": {"name": "weather", "description": "w",
+                                               "parameters": {"type": "object", "properties": {}}}}]
+    history = [*MSGS, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "toolu_1", "type": "function", "function": {"name": "weather", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "toolu_1", "content": "sunny"}]
+    r = chat(client, acct, model="m-claude", messages=history, tools=tools, tool_choice="none", max_tokens=64)
+    assert r.status_code == 200, r.get_json()
+    sent = fakes.claude.bodies[0]
+    assert sent["tool_choice"] == {"type": "none"}
+    assert sent["tools"] == [{"name": "weather", "description": "w",
+                              "input_schema": {"type": "object", "properties": {}}}]
+    r = client.post("/v1/messages", headers={"x-api-key": acct.key}, json={
+        "model": "m-claude", "max_tokens": 64, "tool_choice": {"type": "none"},
+        "tools": [{"name": "weather", "input_schema": {"type": "object", "properties": {}}}],
+        "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code == 200, r.get_json()
+    assert fakes.claude.bodies[1]["tool_choice"] == {"type": "none"} and fakes.claude.bodies[1]["tools"]
+    ledger_clean()
+
+
 def test_test_mode_uses_the_sandbox_and_moves_no_money(app, client, fakes, acct, ledger_clean):
     r = chat(client, acct, key=acct.test_key, model="m-small")
     body = r.get_json()

@@ -360,8 +360,8 @@ def to_anthropic(body: dict, upstream_model: str, max_tokens: int) -> dict:
             out["tool_choice"] = {"type": "any"}
         elif choice == "auto":
             out["tool_choice"] = {"type": "auto"}
-        elif choice == "none":
-            out.pop("tools")
+        elif choice == "none":  # the tools stay: a request with tool_use / tool_result blocks must define them
+            out["tool_choice"] = {"type": "none"}
         elif isinstance(choice, dict) and isinstance(choice.get("function"), dict):
             out["tool_choice"] = {"type": "tool", "name": choice["function"].get("name")}
     if body.get("user"):

@@ -348,8 +348,9 @@ def test_streaming_without_upstream_usage_is_a_flagged_estimate(app, client, fak
     # finish_reason, no [DONE]); estimate: prompt 10 + ceil(5 / 4) = 2 at cheap: 10×1 + 2×2
     ("m-small", 2, 14),
     # Anthropic upstream: message_start, content_block_start and "Hello", no message_delta /
-    # message_stop; estimate (prompt 12 by the Claude estimator) at m-claude's prices: 12×4 + 2×20
-    ("m-claude", 3, 88),
+    # message_stop; message_start counted the prompt (20 input tokens, not the Claude
+    # estimator's 12), the output is estimated: 20×4 + 2×20 at m-claude's prices
+    ("m-claude", 3, 120),
 ])
 def test_upstream_stream_ending_early_is_an_interruption_not_a_finish(app, client, fakes, acct, ledger_clean,
                                                                       model, cut, cost):
@@ -380,8 +381,21 @@ def test_upstream_stream_ending_before_its_first_event_fails_over(app, client, f
     ledger_clean()
 
 
-def test_client_disconnect_is_charged_for_what_was_generated(app, client, fakes, acct, ledger_clean):
-    r = client.post("/v1/chat/completions", json={"model": "m-small", "messages": MSGS, "stream": True,
+@pytest.mark.parametrize("model, usage_extra, prompt, cost", [
+    # OpenAI-shaped upstream, no usage before the end: estimate, prompt 10 + ceil(len("Hello")
+    # / 4) = 2 completion tokens at cheap: 10×1 + 2×2
+    ("m-small", {}, 10, 14),
+    # Anthropic counts the prompt in its first event (message_start: input tokens, cache reads
+    # and writes) and bills it whether or not the answer finishes: the cut stream is charged
+    # that prompt (it was the gateway's estimate at the full input price: a cached prompt
+    # overcharged, cache reads cost a tenth; an image-heavy one undercharged) and the
+    # estimated output: 20 input + 1000 cache-read tokens, 20×4 + 1000×0.4 = 480, + 2 × 20
+    ("m-claude", {"cache_read_input_tokens": 1000}, 1020, 520),
+], ids=["openai", "anthropic-counted-prompt"])
+def test_client_disconnect_is_charged_for_what_was_generated(app, client, fakes, acct, ledger_clean,
+                                                             model, usage_extra, prompt, cost):
+    fakes.claude.usage_extra = usage_extra
+    r = client.post("/v1/chat/completions", json={"model": model, "messages": MSGS, "stream": True,
                                                   "max_tokens": 100},
                     headers={"Authorization": f"Bearer {acct.key}"}, buffered=False)
     it = iter(r.response)
@@ -390,10 +404,9 @@ def test_client_disconnect_is_charged_for_what_was_generated(app, client, fakes,
     r.close()  # the client goes away after "Hello"
     with app.app_context():
         row = db.session.execute(select(ChatCompletion)).scalar_one()
-        # estimate: prompt 10 + ceil(len("Hello") / 4) = 2 completion tokens at cheap: 10×1 + 2×2
-        assert (row.status, row.cost_micros, row.usage_estimated) == ("settled", 14, True)
-        assert row.error == "client disconnected"
-    assert figures(app, acct.id)["balance"] == START - 14
+        assert (row.status, row.cost_micros, row.usage_estimated) == ("settled", cost, True)
+        assert (row.prompt_tokens, row.completion_tokens, row.error) == (prompt, 2, "client disconnected")
+    assert figures(app, acct.id)["balance"] == START - cost
     ledger_clean()
 
 

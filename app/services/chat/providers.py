@@ -435,8 +435,10 @@ def _anthropic_stream(offer: Offer, body: dict, max_tokens: int) -> Iterator[dic
         if kind == "message_start":
             u = (ev.get("message") or {}).get("usage") or {}
             prompt = anthropic_prompt_usage(u) if _counted(u, "input_tokens") else None
+            # the prompt's count rides along (no output count yet): a stream cut before
+            # message_delta is charged the prompt Anthropic counted (completions._usage ``cut``)
             yield {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
-                                "finish_reason": None}]}
+                                "finish_reason": None}], **({"usage": prompt} if prompt else {})}
         elif kind == "content_block_start":
             block = ev.get("content_block") or {}
             if block.get("type") == "tool_use":

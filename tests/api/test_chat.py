@@ -488,6 +488,40 @@ def test_tool_choice_none_keeps_the_tools_for_an_anthropic_provider(app, client,
     ledger_clean()
 
 
+@pytest.mark.parametrize("tool_choice, sent", [
+    (None, {"type": "auto", "disable_parallel_tool_use": True}),
+    ("required", {"type": "any", "disable_parallel_tool_use": True}),
+    ({"type": "function", "function": {"name": "weather"}},
+     {"type": "tool", "name": "weather", "disable_parallel_tool_use": True}),
+])
+def test_parallel_tool_calls_false_reaches_an_anthropic_provider(app, client, fakes, acct, ledger_clean,
+                                                                tool_choice, sent):
+    """OpenAI's ``parallel_tool_calls: false`` (at most one tool call per answer) is
+    Anthropic's ``disable_parallel_tool_use`` on the tool choice; it was dropped, so code
+    written to handle one call got several from a Claude model."""
+    tools = [{"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}]
+    extra = {} if tool_choice is None else {"tool_choice": tool_choice}
+    r = chat(client, acct, model="m-claude", tools=tools, parallel_tool_calls=False, max_tokens=64, **extra)
+    assert r.status_code == 200, r.get_json()
+    assert fakes.claude.bodies[0]["tool_choice"] == sent
+    ledger_clean()
+
+
+def test_messages_api_disable_parallel_tool_use_reaches_the_provider(app, client, fakes, acct, ledger_clean):
+    """The Messages API's ``tool_choice.disable_parallel_tool_use`` is OpenAI's
+    ``parallel_tool_calls: false`` for an OpenAI-shaped provider, and stays on the tool
+    choice for an Anthropic one; it was ignored."""
+    for model in ("m-big", "m-claude"):
+        r = client.post("/v1/messages", headers={"x-api-key": acct.key}, json={
+            "model": model, "max_tokens": 64, "tool_choice": {"type": "auto", "disable_parallel_tool_use": True},
+            "tools": [{"name": "weather", "input_schema": {"type": "object", "properties": {}}}],
+            "messages": [{"role": "user", "content": "hi"}]})
+        assert r.status_code == 200, r.get_json()
+    assert fakes.pricey.bodies[0]["parallel_tool_calls"] is False
+    assert fakes.claude.bodies[0]["tool_choice"] == {"type": "auto", "disable_parallel_tool_use": True}
+    ledger_clean()
+
+
 def test_test_mode_uses_the_sandbox_and_moves_no_money(app, client, fakes, acct, ledger_clean):
     r = chat(client, acct, key=acct.test_key, model="m-small")
     body = r.get_json()

@@ -364,6 +364,9 @@ def to_anthropic(body: dict, upstream_model: str, max_tokens: int) -> dict:
             out["tool_choice"] = {"type": "none"}
         elif isinstance(choice, dict) and isinstance(choice.get("function"), dict):
             out["tool_choice"] = {"type": "tool", "name": choice["function"].get("name")}
+        if body.get("parallel_tool_calls") is False and out.get("tool_choice", {}).get("type") != "none":
+            # OpenAI's "at most one call per answer"; Anthropic states it on the tool choice
+            out["tool_choice"] = {**out.get("tool_choice", {"type": "auto"}), "disable_parallel_tool_use": True}
     if body.get("user"):
         out["metadata"] = {"user_id": str(body["user"])[:256]}
     return out

@@ -348,8 +348,9 @@ def test_streaming_without_upstream_usage_is_a_flagged_estimate(app, client, fak
     # finish_reason, no [DONE]); estimate: prompt 10 + ceil(5 / 4) = 2 at cheap: 10×1 + 2×2
     ("m-small", 2, 14),
     # Anthropic upstream: message_start, content_block_start and "Hello", no message_delta /
-    # message_stop; estimate (prompt 12 by the Claude estimator) at m-claude's prices: 12×4 + 2×20
-    ("m-claude", 3, 88),
+    # message_stop; message_start counted the prompt (20 input tokens, not the Claude
+    # estimator's 12), the output is estimated: 20×4 + 2×20 at m-claude's prices
+    ("m-claude", 3, 120),
 ])
 def test_upstream_stream_ending_early_is_an_interruption_not_a_finish(app, client, fakes, acct, ledger_clean,
                                                                       model, cut, cost):
@@ -380,8 +381,21 @@ def test_upstream_stream_ending_before_its_first_event_fails_over(app, client, f
     ledger_clean()
 
 
-def test_client_disconnect_is_charged_for_what_was_generated(app, client, fakes, acct, ledger_clean):
-    r = client.post("/v1/chat/completions", json={"model": "m-small", "messages": MSGS, "stream": True,
+@pytest.mark.parametrize("model, usage_extra, prompt, cost", [
+    # OpenAI-shaped upstream, no usage before the end: estimate, prompt 10 + ceil(len("Hello")
+    # / 4) = 2 completion tokens at cheap: 10×1 + 2×2
+    ("m-small", {}, 10, 14),
+    # Anthropic counts the prompt in its first event (message_start: input tokens, cache reads
+    # and writes) and bills it whether or not the answer finishes: the cut stream is charged
+    # that prompt (it was the gateway's estimate at the full input price: a cached prompt
+    # overcharged, cache reads cost a tenth; an image-heavy one undercharged) and the
+    # estimated output: 20 input + 1000 cache-read tokens, 20×4 + 1000×0.4 = 480, + 2 × 20
+    ("m-claude", {"cache_read_input_tokens": 1000}, 1020, 520),
+], ids=["openai", "anthropic-counted-prompt"])
+def test_client_disconnect_is_charged_for_what_was_generated(app, client, fakes, acct, ledger_clean,
+                                                             model, usage_extra, prompt, cost):
+    fakes.claude.usage_extra = usage_extra
+    r = client.post("/v1/chat/completions", json={"model": model, "messages": MSGS, "stream": True,
                                                   "max_tokens": 100},
                     headers={"Authorization": f"Bearer {acct.key}"}, buffered=False)
     it = iter(r.response)
@@ -390,10 +404,9 @@ def test_client_disconnect_is_charged_for_what_was_generated(app, client, fakes,
     r.close()  # the client goes away after "Hello"
     with app.app_context():
         row = db.session.execute(select(ChatCompletion)).scalar_one()
-        # estimate: prompt 10 + ceil(len("Hello") / 4) = 2 completion tokens at cheap: 10×1 + 2×2
-        assert (row.status, row.cost_micros, row.usage_estimated) == ("settled", 14, True)
-        assert row.error == "client disconnected"
-    assert figures(app, acct.id)["balance"] == START - 14
+        assert (row.status, row.cost_micros, row.usage_estimated) == ("settled", cost, True)
+        assert (row.prompt_tokens, row.completion_tokens, row.error) == (prompt, 2, "client disconnected")
+    assert figures(app, acct.id)["balance"] == START - cost
     ledger_clean()
 
 
@@ -446,6 +459,66 @@ def test_anthropic_provider_translated_both_ways(app, client, fakes, acct, ledge
     assert text == "Hello from claude" and events[-2]["usage"]["cost_micros"] == 280
     assert events[-2]["usage"]["estimated"] is False
     assert figures(app, acct.id)["balance"] == START - 3 * 280
+    ledger_clean()
+
+
+def test_tool_choice_none_keeps_the_tools_for_an_anthropic_provider(app, client, fakes, acct, ledger_clean):
+    """OpenAI's ``tool_choice: "none"`` (and the Messages API's ``{type: none}``) is Anthropic's
+    ``tool_choice: {type: none}`` with the tools still sent: a conversation that already holds
+    tool calls and results must define its tools, which Anthropic requires of any request
+    with ``tool_use`` / ``tool_result`` blocks. The tools used to be dropped instead, so
+    "now answer without calling a tool" after a tool round was refused by the provider (400)."""
+    tools = [{"type": "function", "function": {"name": "weather", "description": "w",
+                                               "parameters": {"type": "object", "properties": {}}}}]
+    history = [*MSGS, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "toolu_1", "type": "function", "function": {"name": "weather", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "toolu_1", "content": "sunny"}]
+    r = chat(client, acct, model="m-claude", messages=history, tools=tools, tool_choice="none", max_tokens=64)
+    assert r.status_code == 200, r.get_json()
+    sent = fakes.claude.bodies[0]
+    assert sent["tool_choice"] == {"type": "none"}
+    assert sent["tools"] == [{"name": "weather", "description": "w",
+                              "input_schema": {"type": "object", "properties": {}}}]
+    r = client.post("/v1/messages", headers={"x-api-key": acct.key}, json={
+        "model": "m-claude", "max_tokens": 64, "tool_choice": {"type": "none"},
+        "tools": [{"name": "weather", "input_schema": {"type": "object", "properties": {}}}],
+        "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code == 200, r.get_json()
+    assert fakes.claude.bodies[1]["tool_choice"] == {"type": "none"} and fakes.claude.bodies[1]["tools"]
+    ledger_clean()
+
+
+@pytest.mark.parametrize("tool_choice, sent", [
+    (None, {"type": "auto", "disable_parallel_tool_use": True}),
+    ("required", {"type": "any", "disable_parallel_tool_use": True}),
+    ({"type": "function", "function": {"name": "weather"}},
+     {"type": "tool", "name": "weather", "disable_parallel_tool_use": True}),
+])
+def test_parallel_tool_calls_false_reaches_an_anthropic_provider(app, client, fakes, acct, ledger_clean,
+                                                                tool_choice, sent):
+    """OpenAI's ``parallel_tool_calls: false`` (at most one tool call per answer) is
+    Anthropic's ``disable_parallel_tool_use`` on the tool choice; it was dropped, so code
+    written to handle one call got several from a Claude model."""
+    tools = [{"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}]
+    extra = {} if tool_choice is None else {"tool_choice": tool_choice}
+    r = chat(client, acct, model="m-claude", tools=tools, parallel_tool_calls=False, max_tokens=64, **extra)
+    assert r.status_code == 200, r.get_json()
+    assert fakes.claude.bodies[0]["tool_choice"] == sent
+    ledger_clean()
+
+
+def test_messages_api_disable_parallel_tool_use_reaches_the_provider(app, client, fakes, acct, ledger_clean):
+    """The Messages API's ``tool_choice.disable_parallel_tool_use`` is OpenAI's
+    ``parallel_tool_calls: false`` for an OpenAI-shaped provider, and stays on the tool
+    choice for an Anthropic one; it was ignored."""
+    for model in ("m-big", "m-claude"):
+        r = client.post("/v1/messages", headers={"x-api-key": acct.key}, json={
+            "model": model, "max_tokens": 64, "tool_choice": {"type": "auto", "disable_parallel_tool_use": True},
+            "tools": [{"name": "weather", "input_schema": {"type": "object", "properties": {}}}],
+            "messages": [{"role": "user", "content": "hi"}]})
+        assert r.status_code == 200, r.get_json()
+    assert fakes.pricey.bodies[0]["parallel_tool_calls"] is False
+    assert fakes.claude.bodies[0]["tool_choice"] == {"type": "auto", "disable_parallel_tool_use": True}
     ledger_clean()
 
 

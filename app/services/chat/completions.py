@@ -213,21 +213,32 @@ def _count(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def _usage(call: _Call, offer: Offer, upstream: dict | None, generated_chars: int) -> dict:
+def _cache_split(upstream: dict) -> tuple[int, int]:
+    """(cache reads, cache writes) of a provider's prompt count (OpenAI's
+    ``prompt_tokens_details``; Anthropic's counts mapped to it by providers)."""
+    details = upstream.get("prompt_tokens_details") or {}
+    return int(details.get("cached_tokens") or 0), int(details.get("cache_write_tokens") or 0)
+
+
+def _usage(call: _Call, offer: Offer, upstream: dict | None, generated_chars: int, cut: bool = False) -> dict:
     """OpenAI usage plus cost_usd, cost_micros, savings_pct, latency_ms (and estimated);
     for a completion served with the caller's own key (BYOK) also ``byok``,
-    ``byok_fee_pct`` and ``provider_cost_micros`` (the list cost its provider bills)."""
+    ``byok_fee_pct`` and ``provider_cost_micros`` (the list cost its provider bills).
+    ``cut``: a stream that did not finish (client gone, provider broke off): a prompt count
+    the provider already reported (Anthropic's ``message_start``) is used, the output estimated."""
     # usage without an integer prompt and completion count is no usage (the flagged estimate)
     estimated = not (isinstance(upstream, dict) and _count(upstream.get("prompt_tokens"))
                      and _count(upstream.get("completion_tokens")))
     cached = written = reasoning = 0
     if estimated:
         prompt, completion = call.needs.prompt_tokens_for(offer), -(-generated_chars // 4)
+        if cut and isinstance(upstream, dict) and _count(upstream.get("prompt_tokens")):
+            prompt = int(upstream["prompt_tokens"])
+            cached, written = _cache_split(upstream)
     else:
         prompt = int(upstream["prompt_tokens"])
         completion, reasoning = _reasoning(upstream, prompt, int(upstream["completion_tokens"]))
-        details = upstream.get("prompt_tokens_details") or {}  # OpenAI; Anthropic mapped by providers
-        cached, written = int(details.get("cached_tokens") or 0), int(details.get("cache_write_tokens") or 0)
+        cached, written = _cache_split(upstream)
     cost = offer.cost_micros(prompt, completion, cached, written)
     ref = reference_offer(call.body["model"])
     ref_cost = ref.cost_micros(prompt, completion, cached, written) if ref else 0
@@ -459,7 +470,7 @@ def _start_stream(call: _Call, offers: list[Offer], models: dict[str, Model]) ->
             settled = True
             if beat is not None:
                 beat.stop()
-            usage = _usage(call, offer, upstream_usage, chars)
+            usage = _usage(call, offer, upstream_usage, chars, cut=error is not None)
             _settle(call, offer, usage, error)
             return usage
 

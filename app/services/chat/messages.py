@@ -120,6 +120,8 @@ def to_openai(req: dict) -> dict:
             body["tool_choice"] = "none"
         elif kind == "tool" and choice.get("name"):
             body["tool_choice"] = {"type": "function", "function": {"name": choice["name"]}}
+        if isinstance(choice, dict) and choice.get("disable_parallel_tool_use") is True and kind != "none":
+            body["parallel_tool_calls"] = False  # at most one tool call per answer
     user = (req.get("metadata") or {}).get("user_id") if isinstance(req.get("metadata"), dict) else None
     if user:
         body["user"] = str(user)

@@ -360,10 +360,13 @@ def to_anthropic(body: dict, upstream_model: str, max_tokens: int) -> dict:
             out["tool_choice"] = {"type": "any"}
         elif choice == "auto":
             out["tool_choice"] = {"type": "auto"}
-        elif choice == "none":
-            out.pop("tools")
+        elif choice == "none":  # the tools stay: a request with tool_use / tool_result blocks must define them
+            out["tool_choice"] = {"type": "none"}
         elif isinstance(choice, dict) and isinstance(choice.get("function"), dict):
             out["tool_choice"] = {"type": "tool", "name": choice["function"].get("name")}
+        if body.get("parallel_tool_calls") is False and out.get("tool_choice", {}).get("type") != "none":
+            # OpenAI's "at most one call per answer"; Anthropic states it on the tool choice
+            out["tool_choice"] = {**out.get("tool_choice", {"type": "auto"}), "disable_parallel_tool_use": True}
     if body.get("user"):
         out["metadata"] = {"user_id": str(body["user"])[:256]}
     return out
@@ -435,8 +438,10 @@ def _anthropic_stream(offer: Offer, body: dict, max_tokens: int) -> Iterator[dic
         if kind == "message_start":
             u = (ev.get("message") or {}).get("usage") or {}
             prompt = anthropic_prompt_usage(u) if _counted(u, "input_tokens") else None
+            # the prompt's count rides along (no output count yet): a stream cut before
+            # message_delta is charged the prompt Anthropic counted (completions._usage ``cut``)
             yield {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
-                                "finish_reason": None}]}
+                                "finish_reason": None}], **({"usage": prompt} if prompt else {})}
         elif kind == "content_block_start":
             block = ev.get("content_block") or {}
             if block.get("type") == "tool_use":

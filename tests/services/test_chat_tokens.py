@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from app.services.chat import tokens
 
 # OpenAI's published token-counting example (openai-cookbook, "How to count tokens with
@@ -75,3 +77,22 @@ def test_claude_and_unknown_models_use_the_documented_estimates():
 def test_text_beyond_the_library_limits_counts_its_bytes():
     huge = "ab" * 600_000  # 1.2 M characters: more than the tokenizer takes in one piece
     assert tokens.count_text(huge, tokens.O200K) == len(huge)
+
+
+@pytest.mark.parametrize("answer,chars", [
+    ({"content": "Hello"}, 5),
+    ({"content": None, "tool_calls": [{"function": {"name": "get", "arguments": "{}"}}]}, 5),
+    ({"content": [{"type": "text", "text": "Hi"}, {"type": "image"}]}, 2),  # content parts: their text
+    ({"content": 5}, 0),                                                     # not text: nothing, no error
+    ({"content": None, "tool_calls": [{"function": {"name": 7, "arguments": {"a": 1}}}]}, 0),
+    ({"content": "ab", "tool_calls": ["x", {"function": "y"}, None]}, 2),
+    ({"content": "ab", "tool_calls": "not a list"}, 2),
+])
+def test_the_output_estimate_counts_the_text_of_any_answer_shape(answer, chars):
+    """``completions._chars`` (the output estimate when a provider reports no usage) took
+    ``len()`` of whatever the provider answered: a number as content or a tool call name
+    that is no string raised TypeError after the provider had answered (500, hold
+    released). It counts text, and anything else as nothing."""
+    from app.services.chat.completions import _chars
+
+    assert _chars(answer) == chars

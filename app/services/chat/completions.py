@@ -290,11 +290,26 @@ def _record(call: _Call, offer: Offer, usage: dict, error: str | None) -> None:
 
 
 def _chars(message_or_delta: dict) -> int:
-    n = len(message_or_delta.get("content") or "")
-    for tc in message_or_delta.get("tool_calls") or []:
-        fn = tc.get("function") or {}
-        n += len(fn.get("name") or "") + len(fn.get("arguments") or "")
+    """Characters of an answer's text and tool calls (the output estimate when the provider
+    reports no usage). The answer is the provider's, passed on as it came: a value of
+    another shape than OpenAI's (content parts, a number, a name that is no string) counts
+    by its text or not at all, never as an error after the provider was paid."""
+    n = _text_len(message_or_delta.get("content"))
+    calls = message_or_delta.get("tool_calls")
+    for tc in calls if isinstance(calls, list) else ():
+        fn = tc.get("function") if isinstance(tc, dict) else None
+        if isinstance(fn, dict):
+            n += _text_len(fn.get("name")) + _text_len(fn.get("arguments"))
     return n
+
+
+def _text_len(value) -> int:
+    """Length of a string, or of the ``text`` of a list of content parts; else 0."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, list):
+        return sum(len(p["text"]) for p in value if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return 0
 
 
 def _fund_hold(call: _Call, payment: str) -> x402.X402Payment:

@@ -101,10 +101,11 @@ def _resolve_key(token: str, token_hash: str) -> Principal | None:
     if row[1] != expected_mode:
         return None
     extra = {"expires_at_epoch": row[8].timestamp()} if row[8] is not None else {}
-    if row[9] is not None:  # a limit change broadcasts like a revocation: the cache never lags
+    if row[10] is not None:  # rotated: its charges count on the newest key's counter, under that
+        # key's limit (read in the charge's statement), whether this key's own row has one or not
+        extra["spend_limited"], extra["spend_key"] = True, _rotation_head(row[10])
+    elif row[9] is not None:  # a limit change broadcasts like a revocation: the cache never lags
         extra["spend_limited"] = True
-        if row[10] is not None:  # rotated: its charges count on its successor's counter
-            extra["spend_key"] = _rotation_head(row[10])
     if row[16] is not None:  # an organisation key: it pays from the organisation, acts as its member
         from app.services.orgs.orgs import member_role
 
@@ -421,10 +422,12 @@ def public(func):
 def key_of(p: Principal) -> str | None:
     """The API key id whose spend limit applies to a key credential's charges: its own, or
     for a rotated key still in its overlap the newest key of its rotation (which carried
-    the count over: old and new key share one limit). An organisation key always has one:
+    the count over: old and new key share one limit, the newest key's, even when the old
+    key's own row has none: a limit set on the new key holds the old one too). An
+    organisation key always has one:
     its charges count in its member's month (the member's budget, read by the engine in
     the charge's statement). None for a session or a personal key without a limit, so
-    unlimited calls skip the limit's statements altogether."""
+    unlimited calls (of a key never rotated) skip the limit's statements altogether."""
     if p.kind != "key" or not (p.extra.get("spend_limited") or p.extra.get("member")):
         return None
     return p.extra.get("spend_key") or p.credential_id

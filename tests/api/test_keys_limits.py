@@ -221,3 +221,53 @@ def test_a_retiring_key_whose_successor_was_revoked_can_be_rotated(app, client, 
     assert r.status_code == 409 and r.get_json()["error"] == "key_already_rotated"
     assert balance_cents(app, acct.id) == 100 - 9
     ledger_clean()
+
+
+@pytest.mark.parametrize("expiry_days", [None, 30])
+def test_rotating_a_retiring_key_again_keeps_the_rotations_expiry(client, account, expiry_days):
+    """A retiring key whose successor was revoked rotates again: the new key got the
+    retiring key's own expires_at, i.e. the end of its overlap (an hour here), so the
+    replacement of a key that never expired stopped with 401 after the overlap. It keeps
+    the rotation's expiry (its successor's: never, or the date the first key had)."""
+    expiry = None if expiry_days is None else \
+        (datetime.now(timezone.utc) + timedelta(days=expiry_days)).replace(microsecond=0)
+    old = _key(client, account, **({} if expiry is None else {"expires_at": expiry.isoformat()}))
+    new = client.post(f"/api/keys/{old['id']}/rotate", json={"overlap_seconds": 3600},
+                      headers=account.headers).get_json()
+    assert client.delete(f"/api/keys/{new['id']}", headers=account.headers).status_code == 200
+    r = client.post(f"/api/keys/{old['id']}/rotate", json={"overlap_seconds": 60}, headers=account.headers)
+    assert r.status_code == 201, r.get_json()
+    again = r.get_json()
+    assert again["expires_at"] == (None if expiry is None else new["expires_at"]), again["expires_at"]
+    if expiry is not None:
+        assert datetime.fromisoformat(again["expires_at"]) == expiry
+    listed = {k["id"]: k for k in client.get("/api/keys", headers=account.headers).get_json()["keys"]}
+    left = datetime.fromisoformat(listed[old["id"]]["expires_at"]) - datetime.now(timezone.utc)
+    assert left <= timedelta(seconds=60)  # the retiring key: the new overlap
+
+
+def test_a_limit_set_on_the_successor_after_a_rotation_holds_the_old_key_too(app, client, make_account, mod,
+                                                                               ledger_clean):
+    """Rotate a key without a limit, then give the new key one: the old key, still in its
+    overlap, spent without being counted (its own row had no limit, so its charges skipped
+    the rotation's counter) and the new key's limit did not bound the rotation. The old
+    key's charges count on the newest key's counter under the newest key's limit."""
+    acct = make_account(cents=100, plan="pro")
+    old = _key(client, acct)
+    new = client.post(f"/api/keys/{old['id']}/rotate", json={"overlap_seconds": 3600},
+                      headers=acct.headers).get_json()
+    r = client.patch(f"/api/keys/{new['id']}", json={"spend_limit_cents": 6, "spend_limit_period": "day"},
+                     headers=acct.headers)
+    assert r.status_code == 200, r.get_json()
+    assert call(client, acct, {"action": "ok"}, bearer=old["key"]).status_code == 200  # 3 of 6
+    assert call(client, acct, {"action": "ok"}, bearer=new["key"]).status_code == 200  # 6 of 6
+    for bearer in (old["key"], new["key"]):
+        r = call(client, acct, {"action": "ok"}, bearer=bearer)
+        assert r.status_code == 402 and r.get_json()["error"] == "key_spend_limit_reached", r.get_json()
+    listed = {k["id"]: k for k in client.get("/api/keys", headers=acct.headers).get_json()["keys"]}
+    assert listed[new["id"]]["spent_cents"] == 6
+    # and removing it from the new key frees the old key too
+    client.patch(f"/api/keys/{new['id']}", json={"spend_limit_cents": None}, headers=acct.headers)
+    assert call(client, acct, {"action": "ok"}, bearer=old["key"]).status_code == 200
+    assert balance_cents(app, acct.id) == 100 - 9
+    ledger_clean()

@@ -333,9 +333,12 @@ def rotate_key(account_id: str, key_id: str, overlap_seconds: int | None, *,
         # the old key stays active through its overlap: the new one must fit under the cap
         _check_capacity(account_id, now, retiring_now=1 if overlap == 0 else 0)
         creator = _creator_key(creator_key_id)
-        # the new key keeps the old one's expiry, within the rotating key's own bound
+        # the new key keeps the rotation's expiry, within the rotating key's own bound: the old
+        # key's own, or for a retiring key (its expires_at is now its overlap's end) the one
+        # its successor was given (never later than the first key's)
         bound = creator.expires_at if creator is not None else None
-        expiry = min((e for e in (old.expires_at, bound) if e is not None), default=None)
+        expiry = _rotation_expiry(old, head, now)
+        expiry = min((e for e in (expiry, bound) if e is not None), default=None)
         _check_within(creator, old.spend_limit_micros, old.spend_limit_period, expiry,
                       {f: getattr(old, f) for f in key_controls.FIELDS})
         row, secret = add_key(account_id, old.name, _granted(list(old.scopes or ()), creator_scopes),
@@ -372,6 +375,16 @@ def rotate_key(account_id: str, key_id: str, overlap_seconds: int | None, *,
 
 def _is_active(row: ApiKey, now: datetime) -> bool:
     return row.revoked_at is None and (row.expires_at is None or row.expires_at > now)
+
+
+def _rotation_expiry(old: ApiKey, head: ApiKey, now: datetime) -> datetime | None:
+    """The expiry a rotation of ``old`` keeps: its own, or when ``old`` is retiring (its
+    ``expires_at`` was cut to its overlap's end) the one its successor ``head`` was given,
+    which is the rotation's expiry, never later than ``old``'s first one — unless that has
+    passed (then the old key's)."""
+    if head.id == old.id or (head.expires_at is not None and head.expires_at <= now):
+        return old.expires_at
+    return head.expires_at
 
 
 def _rotation_head(key_id: str) -> ApiKey:

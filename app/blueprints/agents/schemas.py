@@ -204,9 +204,13 @@ class StatementSchema(ma.Schema):
 class EarningsSchema(ma.Schema):
     agent_id = ma.fields.String(required=True)
     share_pct = ma.fields.Integer(required=True, metadata={"description": "Owner share of module revenue (30)."})
-    accrued_cents = ma.fields.Integer(required=True, metadata={"description": "Earned, not yet settled."})
-    settled_cents = ma.fields.Integer(required=True, metadata={"description": "Moved to the agent account's balance."})
-    lifetime_cents = ma.fields.Integer(required=True)
+    accrued_cents = ma.fields.Integer(required=True, metadata={
+        "description": "Earned, not yet settled, net of any carry-over: negative after a refund of a call "
+                       "whose month was already settled, until the next earnings repay it."})
+    settled_cents = ma.fields.Integer(required=True, metadata={
+        "description": "Moved to the agent account's balance by settlements (not what repaid a carry-over)."})
+    lifetime_cents = ma.fields.Integer(required=True, metadata={
+        "description": "accrued + settled: the shares of its modules' calls, net of refunds."})
     accrued_micros = ma.fields.Integer(required=True)
     settled_micros = ma.fields.Integer(required=True)
     settlements = ma.fields.List(ma.fields.Nested(StatementSchema), required=True,

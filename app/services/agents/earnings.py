@@ -4,8 +4,10 @@ Earnings are the ledger account ``earnings:<agent_id>``: each call to a module t
 owns credits 30% of its price there (in the call's ledger transaction, by the gateway;
 a refund reverses it), and monthly settlement (``app.services.money.settlement``) moves it to
 the agent account's balance. So: accrued (unsettled) = the balance of
-``earnings:<agent>``; settled = what settlement transactions took out of it; lifetime =
-accrued + settled.
+``earnings:<agent>`` plus its negative carry-over ``carry:<agent>`` (a refund after the
+month was settled: negative while nothing accrued repays it); settled = what settlement
+transactions moved to the agent's balance (or ``payable:``), not the part that repaid a
+carry-over; lifetime = accrued + settled = the shares of its calls net of their refunds.
 """
 from __future__ import annotations
 
@@ -49,9 +51,19 @@ def settled_micros(agent_id: str) -> int:
                LedgerTransaction.kind == SETTLEMENT_KIND)).scalar_one())
 
 
+def paid_micros(earner: str) -> int:
+    """Total settlements moved to the earner's balance (or ``payable:``): what they took out
+    of ``earnings:<earner>`` less what repaid ``carry:<earner>`` (positive)."""
+    return -int(db.session.execute(
+        select(func.coalesce(func.sum(LedgerEntry.amount_micros), 0))
+        .join(LedgerTransaction, LedgerTransaction.id == LedgerEntry.txn_id)
+        .where(LedgerEntry.ledger_account.in_((ledger.earnings(earner), ledger.carry(earner))),
+               LedgerTransaction.kind == SETTLEMENT_KIND)).scalar_one())
+
+
 def _earnings(earner: str, mine, statements: int) -> dict:
-    accrued = ledger.balance(ledger.earnings(earner))
-    settled = settled_micros(earner)
+    accrued = ledger.balance(ledger.earnings(earner)) + ledger.balance(ledger.carry(earner))
+    settled = paid_micros(earner)
     rows = db.session.execute(
         select(AgentSettlement).where(mine)
         .order_by(AgentSettlement.month.desc()).limit(statements)).scalars()

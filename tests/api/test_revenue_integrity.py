@@ -120,3 +120,21 @@ def test_earnings_after_a_late_refund_show_what_reached_the_agent(app, client, m
     assert (body["accrued_cents"], body["settled_cents"], body["lifetime_cents"]) == (0, 30, 30)
     assert (body["accrued_micros"], body["settled_micros"]) == (0, 300_000)
     ledger_clean()
+
+
+def test_leaderboard_counts_a_late_refund_against_the_week(app, client, make_account, provider, ledger_clean):
+    """A refund after the month was settled takes the share back from the carry-over, not
+    from ``earnings:``; it still counts against the week's leaderboard earnings, as any
+    refund does (a week spanning a month's end: call, settlement, refund)."""
+    c = Charged(app, client, make_account, provider, "lateboard")
+    from app.services.agents import earnings
+
+    with app.app_context():
+        assert [e["earnings_cents"] for e in earnings.leaderboard(100)["entries"]
+                if e["agent_id"] == c.agent["id"]] == [30]
+        assert settlement.settle_month(c.month, now=c.after)["settled"] == 1
+        assert calls.refund(c.call_id, "swept") is True
+        assert ledger.balance(c.carry) == -300_000
+        assert [e for e in earnings.leaderboard(100)["entries"] if e["agent_id"] == c.agent["id"]] == []
+        db.session.remove()
+    ledger_clean()

@@ -143,8 +143,9 @@ def agent_earnings(agent_id):
 
 @endpoint(blp, "/leaderboard", "get", "agent:read", query=LeaderboardQuerySchema, ok=LeaderboardSchema)
 def leaderboard(query):
-    """Top agents by earnings accrued in the current ISO week (Monday 00:00 UTC on);
-    `limit` entries (default 10, max 100)."""
+    """Top agents by earnings accrued in the current ISO week (Monday 00:00 UTC on), net
+    of the week's refunds (also those taken from a carry-over after a settlement); ties in
+    agent id order; `limit` entries (default 10, max 100)."""
     return earnings.leaderboard(query["limit"])
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from sqlalchemy import func, select
+from sqlalchemy import and_, func, or_, select
 
 from app.extensions import db
 from app.models import Agent, AgentSettlement, LedgerEntry, LedgerTransaction
@@ -28,6 +28,7 @@ LEADERBOARD_MAX = 100
 # and the agents' ones ("earnings:agt_…", '_' + 1 == '`') for the agent leaderboard.
 _EARNINGS_LO, _EARNINGS_HI = ledger.EARNINGS, ledger.EARNINGS[:-1] + ";"
 _AGENT_LO, _AGENT_HI = ledger.EARNINGS + "agt_", ledger.EARNINGS + "agt`"
+_CARRY_LO, _CARRY_HI = ledger.CARRY + "agt_", ledger.CARRY + "agt`"  # agents' carry-overs
 
 
 def agent_usage(agent: Agent, now: datetime | None = None) -> dict:
@@ -101,21 +102,24 @@ def iso_week(now: datetime | None = None) -> tuple[datetime, datetime]:
 
 def leaderboard(limit: int = LEADERBOARD_DEFAULT, now: datetime | None = None) -> dict:
     """Top agents by earnings accrued this ISO week (UTC): the sum of this week's entries
-    on ``earnings:*`` excluding settlements (refunds count against). Ties: agent id order."""
+    on ``earnings:*`` and ``carry:*`` excluding settlements (refunds count against, also
+    one taken from the carry-over because its month was settled). Ties: agent id order."""
     limit = max(1, min(int(limit), LEADERBOARD_MAX))
     start, end = iso_week(now)
     total = func.sum(LedgerEntry.amount_micros)
+    agent = func.split_part(LedgerEntry.ledger_account, ":", 2)  # earnings:<agent> / carry:<agent>
     rows = db.session.execute(
-        select(LedgerEntry.ledger_account, total)
+        select(agent, total)
         .join(LedgerTransaction, LedgerTransaction.id == LedgerEntry.txn_id)
-        .where(LedgerEntry.ledger_account >= _AGENT_LO, LedgerEntry.ledger_account < _AGENT_HI,
+        .where(or_(and_(LedgerEntry.ledger_account >= _AGENT_LO, LedgerEntry.ledger_account < _AGENT_HI),
+                   and_(LedgerEntry.ledger_account >= _CARRY_LO, LedgerEntry.ledger_account < _CARRY_HI)),
                LedgerEntry.created_at >= start, LedgerEntry.created_at < end,
                LedgerTransaction.kind != SETTLEMENT_KIND)
-        .group_by(LedgerEntry.ledger_account)
+        .group_by(agent)
         .having(total > 0)
-        .order_by(total.desc(), LedgerEntry.ledger_account)
+        .order_by(total.desc(), agent)
         .limit(limit)).all()
-    ids = [code[len(ledger.EARNINGS):] for code, _ in rows]
+    ids = [aid for aid, _ in rows]
     names = dict(db.session.execute(select(Agent.id, Agent.name).where(Agent.id.in_(ids))).all()) \
         if ids else {}
     entries = [{"rank": i + 1, "agent_id": aid, "name": names.get(aid, ""),

@@ -185,3 +185,15 @@ def test_cli_review(app, client, agent):
     with app.app_context():
         assert [s.status for s in db.session.query(ModuleSubmission).order_by(ModuleSubmission.created_at)] \
             == ["approved", "rejected"]
+
+
+def test_an_action_refusal_states_the_rule_it_applies(app, agent):
+    """The service's refusal of an action name states the rule it applies (no dot), as the
+    schema's pattern does; it named a pattern with a dot (the schema refuses first on the
+    API, so only a direct caller of the service read it)."""
+    from app.errors import InvalidRequest
+    from app.services.agents import builds
+
+    with app.app_context(), pytest.raises(InvalidRequest) as err:
+        builds.submit(agent["agent"]["id"], slug="dot-bot", price_cents=1, actions=["v1.search"])
+    assert builds.ACTION_RE.pattern in str(err.value) and "_.-" not in str(err.value)

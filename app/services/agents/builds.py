@@ -64,7 +64,7 @@ def _submit(agent_id, slug, description, price_cents, actions, webhook) -> Modul
         raise InvalidRequest(f"actions: at most {MAX_ACTIONS} actions.")
     bad = [a for a in actions if not isinstance(a, str) or not ACTION_RE.fullmatch(a)]
     if bad:
-        raise InvalidRequest("actions: each action must match ^[a-z0-9][a-z0-9_.-]{0,63}$.")
+        raise InvalidRequest(f"actions: each action must match {ACTION_RE.pattern} (no dot).")
     if len(set(actions)) != len(actions):
         raise InvalidRequest("actions: must not contain duplicates.")
     url = webhook if webhook is not None else agent.webhook

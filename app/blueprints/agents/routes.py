@@ -103,8 +103,8 @@ def register(body):
 
 
 @endpoint(blp, "/build", "post", "agent:write", body=BuildSubmitSchema, ok=BuildSchema, status=202,
-          errors={409: "Slug taken, or already pending review; or no `webhook` sent and the agent has none "
-                       "(`conflict`).",
+          errors={409: "Slug taken, or already pending review; or no `webhook` sent and the agent has none, "
+                       "or has one longer than a module's upstream URL holds (`conflict`).",
                   422: "The `webhook` (or the agent's): " + netguard.REFUSED_DOC + " Or " + INTEGER_RANGE_DOC})
 def build(body):
     """Submit an agent-built module for review (caller: the agent's session). Approved

@@ -5,6 +5,7 @@ import marshmallow as ma
 from app.blueprints.orgs.schemas import org_id_field
 from app.blueprints.fields import (HTTPS_PATTERN, HeaderString, InputSchema, JsonInteger, Pattern, QueryInteger,
                                   cents, idempotency_key_header)
+from app.services.agents.builds import MAX_WEBHOOK_CHARS
 
 B58 = "[1-9A-HJ-NP-Za-km-z]"
 ED25519_PUBKEY_PATTERN = rf"ed25519:{B58}{{43,44}}"
@@ -139,9 +140,11 @@ class BuildSubmitSchema(InputSchema):
                              required=True, validate=[ma.validate.Length(min=1, max=50), _unique],
                              metadata={"description": "Distinct action names.", "uniqueItems": True})
     webhook = ma.fields.String(load_default=None, allow_none=True,
-                               validate=[ma.validate.Length(max=2000), Pattern(HTTPS_PATTERN)],
+                               validate=[ma.validate.Length(max=MAX_WEBHOOK_CHARS), Pattern(HTTPS_PATTERN)],
                                metadata={"description": "https URL the approved module's calls are "
-                                                        "forwarded to; defaults to the agent's webhook."})
+                                                        "forwarded to; defaults to the agent's webhook "
+                                                        f"(409 when that one is over {MAX_WEBHOOK_CHARS} "
+                                                        "characters, what a module's upstream URL holds)."})
     description = ma.fields.String(load_default=None, allow_none=True,
                                    validate=ma.validate.Length(max=1000), metadata={"multiline": True})
 

@@ -185,3 +185,36 @@ def test_cli_review(app, client, agent):
     with app.app_context():
         assert [s.status for s in db.session.query(ModuleSubmission).order_by(ModuleSubmission.created_at)] \
             == ["approved", "rejected"]
+
+
+def test_an_action_refusal_states_the_rule_it_applies(app, agent):
+    """The service's refusal of an action name states the rule it applies (no dot), as the
+    schema's pattern does; it named a pattern with a dot (the schema refuses first on the
+    API, so only a direct caller of the service read it)."""
+    from app.errors import InvalidRequest
+    from app.services.agents import builds
+
+    with app.app_context(), pytest.raises(InvalidRequest) as err:
+        builds.submit(agent["agent"]["id"], slug="dot-bot", price_cents=1, actions=["v1.search"])
+    assert builds.ACTION_RE.pattern in str(err.value) and "_.-" not in str(err.value)
+
+
+def test_a_build_webhook_is_refused_at_submission_when_no_module_can_hold_it(app, client, agent, admin):
+    """Approval copies a build's `webhook` to the module's upstream URL (at most 500
+    characters). A longer one was accepted (202, up to 2,000) and its approval failed (500):
+    the build could never be approved. Now it is refused when submitted: 400 when sent, 409
+    when it is the agent's own (stored) webhook; 500 characters are approved."""
+    base = "http://127.0.0.1:9/module?q="
+    assert _submit(client, agent, slug="long-hook", webhook=base + "q" * (501 - len(base))).status_code == 400
+    with app.app_context():
+        from app.models import Agent
+        db.session.get(Agent, agent["agent"]["id"]).webhook = base + "a" * (600 - len(base))
+        db.session.commit()
+    r = _submit(client, agent, slug="long-hook")
+    assert r.status_code == 409 and r.get_json()["error"] == "conflict", r.get_json()
+    fits = base + "q" * (500 - len(base))
+    assert _submit(client, agent, slug="long-hook", webhook=fits).status_code == 202
+    r = client.post("/api/admin/modules/long-hook/approve", headers=admin.headers)
+    assert r.status_code == 200 and r.get_json()["status"] == "approved", r.get_json()
+    with app.app_context():
+        assert db.session.query(Module).filter_by(slug="long-hook").one().upstream_url == fits

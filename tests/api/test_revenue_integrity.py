@@ -55,8 +55,8 @@ class Charged:
     in the current ``month``, which can be settled ``after``."""
 
     def __init__(self, app, client, make_account, provider, slug):
-        owner, self.payer = make_account(), make_account(cents=1000)
-        self.agent = register(client, owner, Keypair(), name="seller").get_json()
+        self.owner, self.payer = make_account(), make_account(cents=1000)
+        self.agent = register(client, self.owner, Keypair(), name="seller").get_json()
         create_module(app, slug, provider, {"ok": (100, "/ok")}, owner_agent_id=self.agent["id"])
         self.earn, self.carry = ledger.earnings(self.agent["id"]), ledger.carry(self.agent["id"])
         now = utcnow()
@@ -92,5 +92,49 @@ def test_refund_after_settlement_is_a_negative_carry_over(app, client, make_acco
         assert settlement.settle_month(nxt, now=later)["settled"] == 1
         assert ledger.balance(carry) == 0
         assert ledger.cached_balance(agent_acct) == before       # 300,000 settled, all repaid the carry
+        db.session.remove()
+    ledger_clean()
+
+
+def test_earnings_after_a_late_refund_show_what_reached_the_agent(app, client, make_account, provider,
+                                                                   ledger_clean):
+    """GET /api/agent/{id}/earnings: ``settled`` is what reached the agent's balance, and
+    ``lifetime`` the shares of its calls net of refunds: a refund after settlement (carried
+    over, then repaid by the next settlement) is not counted as earned and settled."""
+    c = Charged(app, client, make_account, provider, "latesee")
+    url = f"/api/agent/{c.agent['id']}/earnings"
+    with app.app_context():
+        assert settlement.settle_month(c.month, now=c.after)["settled"] == 1
+        assert calls.refund(c.call_id, "swept") is True          # 30 cents carried over
+        db.session.remove()
+    body = client.get(url, headers=c.owner.headers).get_json()
+    assert (body["accrued_micros"], body["settled_micros"]) == (-300_000, 300_000)
+    assert body["lifetime_cents"] == 0                           # its only call was refunded
+    with app.app_context():
+        c.call()                                                 # 30 cents more, repaying the carry-over
+        later = (c.after + timedelta(days=32)).replace(day=1, hour=2)
+        assert settlement.settle_month(f"{c.after.year:04d}-{c.after.month:02d}", now=later)["settled"] == 1
+        db.session.remove()
+    body = client.get(url, headers=c.owner.headers).get_json()
+    # 30 cents reached the agent's balance (the first settlement); the second repaid the carry-over
+    assert (body["accrued_cents"], body["settled_cents"], body["lifetime_cents"]) == (0, 30, 30)
+    assert (body["accrued_micros"], body["settled_micros"]) == (0, 300_000)
+    ledger_clean()
+
+
+def test_leaderboard_counts_a_late_refund_against_the_week(app, client, make_account, provider, ledger_clean):
+    """A refund after the month was settled takes the share back from the carry-over, not
+    from ``earnings:``; it still counts against the week's leaderboard earnings, as any
+    refund does (a week spanning a month's end: call, settlement, refund)."""
+    c = Charged(app, client, make_account, provider, "lateboard")
+    from app.services.agents import earnings
+
+    with app.app_context():
+        assert [e["earnings_cents"] for e in earnings.leaderboard(100)["entries"]
+                if e["agent_id"] == c.agent["id"]] == [30]
+        assert settlement.settle_month(c.month, now=c.after)["settled"] == 1
+        assert calls.refund(c.call_id, "swept") is True
+        assert ledger.balance(c.carry) == -300_000
+        assert [e for e in earnings.leaderboard(100)["entries"] if e["agent_id"] == c.agent["id"]] == []
         db.session.remove()
     ledger_clean()

@@ -103,8 +103,8 @@ def register(body):
 
 
 @endpoint(blp, "/build", "post", "agent:write", body=BuildSubmitSchema, ok=BuildSchema, status=202,
-          errors={409: "Slug taken, or already pending review; or no `webhook` sent and the agent has none "
-                       "(`conflict`).",
+          errors={409: "Slug taken, or already pending review; or no `webhook` sent and the agent has none, "
+                       "or has one longer than a module's upstream URL holds (`conflict`).",
                   422: "The `webhook` (or the agent's): " + netguard.REFUSED_DOC + " Or " + INTEGER_RANGE_DOC})
 def build(body):
     """Submit an agent-built module for review (caller: the agent's session). Approved
@@ -143,8 +143,9 @@ def agent_earnings(agent_id):
 
 @endpoint(blp, "/leaderboard", "get", "agent:read", query=LeaderboardQuerySchema, ok=LeaderboardSchema)
 def leaderboard(query):
-    """Top agents by earnings accrued in the current ISO week (Monday 00:00 UTC on);
-    `limit` entries (default 10, max 100)."""
+    """Top agents by earnings accrued in the current ISO week (Monday 00:00 UTC on), net
+    of the week's refunds (also those taken from a carry-over after a settlement); ties in
+    agent id order; `limit` entries (default 10, max 100)."""
     return earnings.leaderboard(query["limit"])
 
 

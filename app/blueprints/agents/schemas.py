@@ -5,6 +5,7 @@ import marshmallow as ma
 from app.blueprints.orgs.schemas import org_id_field
 from app.blueprints.fields import (HTTPS_PATTERN, HeaderString, InputSchema, JsonInteger, Pattern, QueryInteger,
                                   cents, idempotency_key_header)
+from app.services.agents.builds import MAX_WEBHOOK_CHARS
 
 B58 = "[1-9A-HJ-NP-Za-km-z]"
 ED25519_PUBKEY_PATTERN = rf"ed25519:{B58}{{43,44}}"
@@ -139,9 +140,11 @@ class BuildSubmitSchema(InputSchema):
                              required=True, validate=[ma.validate.Length(min=1, max=50), _unique],
                              metadata={"description": "Distinct action names.", "uniqueItems": True})
     webhook = ma.fields.String(load_default=None, allow_none=True,
-                               validate=[ma.validate.Length(max=2000), Pattern(HTTPS_PATTERN)],
+                               validate=[ma.validate.Length(max=MAX_WEBHOOK_CHARS), Pattern(HTTPS_PATTERN)],
                                metadata={"description": "https URL the approved module's calls are "
-                                                        "forwarded to; defaults to the agent's webhook."})
+                                                        "forwarded to; defaults to the agent's webhook "
+                                                        f"(409 when that one is over {MAX_WEBHOOK_CHARS} "
+                                                        "characters, what a module's upstream URL holds)."})
     description = ma.fields.String(load_default=None, allow_none=True,
                                    validate=ma.validate.Length(max=1000), metadata={"multiline": True})
 
@@ -204,9 +207,13 @@ class StatementSchema(ma.Schema):
 class EarningsSchema(ma.Schema):
     agent_id = ma.fields.String(required=True)
     share_pct = ma.fields.Integer(required=True, metadata={"description": "Owner share of module revenue (30)."})
-    accrued_cents = ma.fields.Integer(required=True, metadata={"description": "Earned, not yet settled."})
-    settled_cents = ma.fields.Integer(required=True, metadata={"description": "Moved to the agent account's balance."})
-    lifetime_cents = ma.fields.Integer(required=True)
+    accrued_cents = ma.fields.Integer(required=True, metadata={
+        "description": "Earned, not yet settled, net of any carry-over: negative after a refund of a call "
+                       "whose month was already settled, until the next earnings repay it."})
+    settled_cents = ma.fields.Integer(required=True, metadata={
+        "description": "Moved to the agent account's balance by settlements (not what repaid a carry-over)."})
+    lifetime_cents = ma.fields.Integer(required=True, metadata={
+        "description": "accrued + settled: the shares of its modules' calls, net of refunds."})
     accrued_micros = ma.fields.Integer(required=True)
     settled_micros = ma.fields.Integer(required=True)
     settlements = ma.fields.List(ma.fields.Nested(StatementSchema), required=True,

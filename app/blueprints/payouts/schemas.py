@@ -97,8 +97,11 @@ class PayoutHeadersSchema(InputSchema):
 class OwnerEarningsSchema(ma.Schema):
     account_id = ma.fields.String(required=True)
     share_pct = ma.fields.Integer(required=True)
-    accrued_cents = ma.fields.Integer(required=True, metadata={"description": "Earned, not yet settled."})
-    settled_cents = ma.fields.Integer(required=True)
+    accrued_cents = ma.fields.Integer(required=True, metadata={
+        "description": "Earned, not yet settled, net of any carry-over (negative after a refund of a call "
+                       "whose month was already settled, until the next earnings repay it)."})
+    settled_cents = ma.fields.Integer(required=True, metadata={
+        "description": "Moved out by settlements to the balance or `payable` (not what repaid a carry-over)."})
     lifetime_cents = ma.fields.Integer(required=True)
     accrued_micros = ma.fields.Integer(required=True)
     settled_micros = ma.fields.Integer(required=True)

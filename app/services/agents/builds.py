@@ -34,6 +34,8 @@ SLUG_RE = catalog.SLUG_RE  # the gateway's slug rule (matched with fullmatch her
 ACTION_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")  # within catalog.ACTION_RE (no dot: tools)
 MAX_ACTIONS = 50
 MAX_PRICE_CENTS = 1_000_000  # 10,000 USD per call
+# a build's webhook becomes its module's upstream URL on approval: what that column holds
+MAX_WEBHOOK_CHARS = Module.__table__.c.upstream_url.type.length
 
 
 def submit(agent_id: str | None, *, slug: str, price_cents: int, actions: list[str],
@@ -64,12 +66,17 @@ def _submit(agent_id, slug, description, price_cents, actions, webhook) -> Modul
         raise InvalidRequest(f"actions: at most {MAX_ACTIONS} actions.")
     bad = [a for a in actions if not isinstance(a, str) or not ACTION_RE.fullmatch(a)]
     if bad:
-        raise InvalidRequest("actions: each action must match ^[a-z0-9][a-z0-9_.-]{0,63}$.")
+        raise InvalidRequest(f"actions: each action must match {ACTION_RE.pattern} (no dot).")
     if len(set(actions)) != len(actions):
         raise InvalidRequest("actions: must not contain duplicates.")
     url = webhook if webhook is not None else agent.webhook
     if not url:
         raise Conflict("webhook: required when the agent has no webhook (the agent's stored state).")
+    if len(url) > MAX_WEBHOOK_CHARS:  # else its approval fails: the module cannot hold it
+        if webhook is not None:
+            raise InvalidRequest(f"webhook: at most {MAX_WEBHOOK_CHARS} characters.")
+        raise Conflict(f"webhook: the agent's webhook is longer than a module's {MAX_WEBHOOK_CHARS} "
+                       "characters; send a shorter `webhook` with the build.")
     netguard.validate_url(url, field="webhook")
     _check_slug_owner(slug, agent.id)
     sub = ModuleSubmission(id=new_id("bld"), agent_id=agent.id, slug=slug, pending_slug=slug,

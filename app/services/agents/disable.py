@@ -17,6 +17,11 @@ it:
    agent's row — and a member's removal the organisation's — so account locks there could
    run against the engine's id order and deadlock with a funding.)
 
+A payout destination the agent's credential set is removed first (``_drop_destination``:
+what is owed to it moves to the agent's balance and so back too), and a disabled agent's
+settlement goes to its balance, never to a destination (``money.settlement``): its
+earnings are its owner's, not paid out to whoever held its key.
+
 Money that reaches the agent's account later — a refund of a call that was in flight, a
 chat hold released, a credit to its pay-to address — and a balance a crash left between
 steps 2 and 3 go back to the owner on the ``agent-balances-return`` job's next pass
@@ -30,12 +35,12 @@ registered for the organisation.
 """
 from __future__ import annotations
 
-from sqlalchemy import and_, case, select, update
+from sqlalchemy import and_, case, exists, or_, select, update
 
 from app import auth
 from app.errors import NotFound
 from app.extensions import db
-from app.models import Account, Agent, AgentSession
+from app.models import Account, Agent, AgentSession, PayoutDestination
 from app.models.base import utcnow
 from app.services.money import funding, ledger
 from app.services.platform.uow import after_commit, unit_of_work
@@ -101,18 +106,35 @@ def _disable(agent: Agent, actor) -> int:
 
 def return_balances() -> int:
     """The ``agent-balances-return`` job: what reached a disabled agent's account since it
-    was disabled goes back to its owner, one unit of work per agent. Returns how many
-    agents' balances moved."""
+    was disabled goes back to its owner, one unit of work per agent (and a payout
+    destination it still has is removed first). Returns how many agents' balances moved."""
     balance = case((Agent.mode == "test", Account.test_balance_micros), else_=Account.balance_micros)
+    has_destination = exists().where(PayoutDestination.account_id == Agent.account_id)
     with unit_of_work():
         due = list(db.session.execute(select(Agent.id).join(Account, Account.id == Agent.account_id).where(
-            and_(Agent.disabled_at.is_not(None), balance > 0)).order_by(Agent.id)).scalars())
+            and_(Agent.disabled_at.is_not(None), or_(balance > 0, has_destination)))
+            .order_by(Agent.id)).scalars())
     return sum(1 for agent_id in due if _return_one(agent_id))
+
+
+def _drop_destination(account_id: str) -> None:
+    """Remove the payout destination the agent's credential may have set (what is owed to
+    it moves to the agent's balance, an open payout is canceled): its earnings are its
+    owner's now. One payout being sent keeps it until the job's next pass."""
+    from app.services.billing import payouts
+
+    try:
+        payouts.remove_destination(account_id)
+    except (NotFound, payouts.PayoutInFlight):
+        pass
 
 
 def _return_one(agent_id: str) -> int:
     """One disabled agent's balance back to its owner, in a unit of work of its own
-    (audited ``agent.return``); the micros moved."""
+    (audited ``agent.return``), after its payout destination is removed; the micros moved."""
+    with unit_of_work():
+        account_id = db.session.get(Agent, agent_id).account_id
+    _drop_destination(account_id)
     with unit_of_work():
         agent = db.session.get(Agent, agent_id)
         micros = _return_balance(agent)

@@ -4,14 +4,16 @@ Earnings are the ledger account ``earnings:<agent_id>``: each call to a module t
 owns credits 30% of its price there (in the call's ledger transaction, by the gateway;
 a refund reverses it), and monthly settlement (``app.services.money.settlement``) moves it to
 the agent account's balance. So: accrued (unsettled) = the balance of
-``earnings:<agent>``; settled = what settlement transactions took out of it; lifetime =
-accrued + settled.
+``earnings:<agent>`` plus its negative carry-over ``carry:<agent>`` (a refund after the
+month was settled: negative while nothing accrued repays it); settled = what settlement
+transactions moved to the agent's balance (or ``payable:``), not the part that repaid a
+carry-over; lifetime = accrued + settled = the shares of its calls net of their refunds.
 """
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from sqlalchemy import func, select
+from sqlalchemy import and_, func, or_, select
 
 from app.extensions import db
 from app.models import Agent, AgentSettlement, LedgerEntry, LedgerTransaction
@@ -26,6 +28,7 @@ LEADERBOARD_MAX = 100
 # and the agents' ones ("earnings:agt_…", '_' + 1 == '`') for the agent leaderboard.
 _EARNINGS_LO, _EARNINGS_HI = ledger.EARNINGS, ledger.EARNINGS[:-1] + ";"
 _AGENT_LO, _AGENT_HI = ledger.EARNINGS + "agt_", ledger.EARNINGS + "agt`"
+_CARRY_LO, _CARRY_HI = ledger.CARRY + "agt_", ledger.CARRY + "agt`"  # agents' carry-overs
 
 
 def agent_usage(agent: Agent, now: datetime | None = None) -> dict:
@@ -49,9 +52,19 @@ def settled_micros(agent_id: str) -> int:
                LedgerTransaction.kind == SETTLEMENT_KIND)).scalar_one())
 
 
+def paid_micros(earner: str) -> int:
+    """Total settlements moved to the earner's balance (or ``payable:``): what they took out
+    of ``earnings:<earner>`` less what repaid ``carry:<earner>`` (positive)."""
+    return -int(db.session.execute(
+        select(func.coalesce(func.sum(LedgerEntry.amount_micros), 0))
+        .join(LedgerTransaction, LedgerTransaction.id == LedgerEntry.txn_id)
+        .where(LedgerEntry.ledger_account.in_((ledger.earnings(earner), ledger.carry(earner))),
+               LedgerTransaction.kind == SETTLEMENT_KIND)).scalar_one())
+
+
 def _earnings(earner: str, mine, statements: int) -> dict:
-    accrued = ledger.balance(ledger.earnings(earner))
-    settled = settled_micros(earner)
+    accrued = ledger.balance(ledger.earnings(earner)) + ledger.balance(ledger.carry(earner))
+    settled = paid_micros(earner)
     rows = db.session.execute(
         select(AgentSettlement).where(mine)
         .order_by(AgentSettlement.month.desc()).limit(statements)).scalars()
@@ -89,21 +102,24 @@ def iso_week(now: datetime | None = None) -> tuple[datetime, datetime]:
 
 def leaderboard(limit: int = LEADERBOARD_DEFAULT, now: datetime | None = None) -> dict:
     """Top agents by earnings accrued this ISO week (UTC): the sum of this week's entries
-    on ``earnings:*`` excluding settlements (refunds count against). Ties: agent id order."""
+    on ``earnings:*`` and ``carry:*`` excluding settlements (refunds count against, also
+    one taken from the carry-over because its month was settled). Ties: agent id order."""
     limit = max(1, min(int(limit), LEADERBOARD_MAX))
     start, end = iso_week(now)
     total = func.sum(LedgerEntry.amount_micros)
+    agent = func.split_part(LedgerEntry.ledger_account, ":", 2)  # earnings:<agent> / carry:<agent>
     rows = db.session.execute(
-        select(LedgerEntry.ledger_account, total)
+        select(agent, total)
         .join(LedgerTransaction, LedgerTransaction.id == LedgerEntry.txn_id)
-        .where(LedgerEntry.ledger_account >= _AGENT_LO, LedgerEntry.ledger_account < _AGENT_HI,
+        .where(or_(and_(LedgerEntry.ledger_account >= _AGENT_LO, LedgerEntry.ledger_account < _AGENT_HI),
+                   and_(LedgerEntry.ledger_account >= _CARRY_LO, LedgerEntry.ledger_account < _CARRY_HI)),
                LedgerEntry.created_at >= start, LedgerEntry.created_at < end,
                LedgerTransaction.kind != SETTLEMENT_KIND)
-        .group_by(LedgerEntry.ledger_account)
+        .group_by(agent)
         .having(total > 0)
-        .order_by(total.desc(), LedgerEntry.ledger_account)
+        .order_by(total.desc(), agent)
         .limit(limit)).all()
-    ids = [code[len(ledger.EARNINGS):] for code, _ in rows]
+    ids = [aid for aid, _ in rows]
     names = dict(db.session.execute(select(Agent.id, Agent.name).where(Agent.id.in_(ids))).all()) \
         if ids else {}
     entries = [{"rank": i + 1, "agent_id": aid, "name": names.get(aid, ""),

@@ -125,7 +125,10 @@ def _settle_earner(earner: str, month: str, end: datetime) -> dict:
         return {"agent_id": earner, "status": "nothing_to_settle"}
     now = utcnow()
     recovered = revenue_share.recover(earner, amount)  # a negative carry-over is repaid first
-    to = credit_account(beneficiary)
+    # a disabled agent's earnings go to its balance, which goes back to its owner
+    # (agents.disable), never to a payout destination set with the agent's credential
+    to = ledger.customer(beneficiary) if agent is not None and agent.disabled_at is not None \
+        else credit_account(beneficiary)
     txn_id = ledger.post(SETTLEMENT_KIND, [(ledger.earnings(earner), -amount),
                                            (ledger.carry(earner), recovered),
                                            (to, amount - recovered)],

@@ -186,3 +186,27 @@ def test_a_role_that_may_not_register_agents_keeps_none(app, client, make_accoun
     change = [e for e in log if e["action"] == "member.update" and e["after"].get("role") == "viewer"]
     assert change and change[0]["after"]["disabled_agents"] == [agent["id"]]
     ledger_clean()
+
+
+def test_a_disabled_agent_takes_no_more_funding(app, client, make_account, ledger_clean):
+    """Funding a disabled agent is 409 ``agent_not_fundable`` and moves nothing; before, the
+    transfer went through and the return job moved it back a minute later (two postings
+    for nothing, and an owner told the money had arrived). A replay of a funding made before
+    the disabling still answers that funding."""
+    owner = make_account(cents=1000)
+    agent = register(client, owner, Keypair()).get_json()
+    headers = {**owner.headers, "Idempotency-Key": "fund-before"}
+    first = client.post(f"/api/agent/{agent['id']}/fund", json={"amount_cents": 100}, headers=headers)
+    assert first.status_code == 200, first.get_json()
+    assert client.delete(f"/api/agent/{agent['id']}", headers=owner.headers).status_code == 200
+    r = client.post(f"/api/agent/{agent['id']}/fund", json={"amount_cents": 100}, headers=owner.headers)
+    assert r.status_code == 409 and error_code(r.get_json()) == "agent_not_fundable", r.get_json()
+    replay = client.post(f"/api/agent/{agent['id']}/fund", json={"amount_cents": 100}, headers=headers)
+    assert replay.status_code == 200 and replay.get_json()["transaction_id"] == first.get_json()["transaction_id"]
+    with app.app_context():
+        funds = db.session.execute(select(LedgerTransaction).where(
+            LedgerTransaction.kind == "agent_fund")).scalars().all()
+        assert len(funds) == 1
+        assert ledger.balance(ledger.customer(owner.id)) == 1000 * 10_000  # all of it back home
+        db.session.remove()
+    ledger_clean()

@@ -153,7 +153,8 @@ def leaderboard(query):
           errors={402: "`insufficient_funds`: the owner's balance cannot cover it; nothing moved.",
                   403: "`org_role_required`: the member's role cannot fund from the organisation.",
                   404: "`not_found`: no agent of this account (or `org_id` not an organisation of the caller).",
-                  409: "The key funded another agent or amount."},
+                  409: "`idempotency_key_reused`: the key funded another agent or amount; "
+                       "`agent_not_fundable`: the agent was disabled (`DELETE /api/agent/{id}`)."},
           name="AgentFundView", headers=FundHeadersSchema, idempotent=True)
 def fund_agent(body, agent_id, idempotency_key=None):
     """Move `amount_cents` from the owner's balance to its agent's (one ledger transfer;

@@ -13,7 +13,7 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
-from app.errors import InvalidRequest, NotFound, PaymentRequired
+from app.errors import Conflict, InvalidRequest, NotFound, PaymentRequired
 from app.extensions import db
 from app.ids import new_id, sha256_hex
 from app.models import LedgerTransaction
@@ -31,6 +31,12 @@ class OwnerFundsShort(PaymentRequired):
                    "Add credits to the owner account first (`POST /api/pay/checkout`, `POST /api/wallet/fund`).")
 
 
+class AgentNotFundable(Conflict):
+    code = "agent_not_fundable"
+    description = ("The agent was disabled (`DELETE /api/agent/{id}`): it takes no more money, and what it held "
+                   "went back to its owner; nothing moved.")
+
+
 def _balance_cents(account_id: str, mode: str) -> int:
     return ledger.micros_to_cents(ledger.cached_balance(account_id, mode))
 
@@ -41,7 +47,9 @@ def fund(owner_account_id: str, agent_id: str, amount_cents: int, *,
     balances of that mode). 404 for an agent of another account (or an agent's own
     credential) or of the other mode (a test key never moves live money, nor funds a live
     agent), 400 for a bad amount, 402 ``insufficient_funds`` when the owner's balance is
-    short."""
+    short, 409 ``agent_not_fundable`` for a disabled agent (a replay of a funding made
+    before it was disabled still answers that funding). A funding that races the
+    disabling and commits first is returned by the ``agent-balances-return`` job."""
     if isinstance(amount_cents, bool) or not isinstance(amount_cents, int) or not 1 <= amount_cents <= MAX_FUND_CENTS:
         raise InvalidRequest(f"amount_cents: must be an integer from 1 to {MAX_FUND_CENTS}.")
     if idempotency_key is not None and not 0 < len(idempotency_key) <= 128:
@@ -58,6 +66,8 @@ def fund(owner_account_id: str, agent_id: str, amount_cents: int, *,
             done = _earlier(ref, agent, amount_cents, owner_account_id)
             if done is not None:
                 return done
+            if agent.disabled_at is not None:  # its balance would only go back on the next return pass
+                raise AgentNotFundable(f"Agent {agent.id} was disabled; it takes no more money. Nothing moved.")
             try:
                 txn = funding.transfer("agent_fund", from_account=owner_account_id,
                                        to_account=agent.account_id, mode=mode, micros=micros, ref=ref,

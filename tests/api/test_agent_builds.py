@@ -218,3 +218,19 @@ def test_a_build_webhook_is_refused_at_submission_when_no_module_can_hold_it(app
     assert r.status_code == 200 and r.get_json()["status"] == "approved", r.get_json()
     with app.app_context():
         assert db.session.query(Module).filter_by(slug="long-hook").one().upstream_url == fits
+
+
+def test_a_disabled_agents_pending_build_is_not_approved(app, client, agent, admin):
+    """Disabling an agent says its key is no longer trusted; a build it submitted before
+    (its webhook, possibly the leaker's server) was still approvable and went live. Now the
+    approval is 409 and changes nothing; rejecting it still works."""
+    assert _submit(client, agent, webhook="http://127.0.0.1:9/module").status_code == 202
+    owner = agent["owner"]
+    assert client.delete(f"/api/agent/{agent['agent']['id']}", headers=owner.headers).status_code == 200
+    r = client.post("/api/admin/modules/weather-bot/approve", json={}, headers=admin.headers)
+    assert r.status_code == 409 and "disabled" in r.get_json()["message"], r.get_json()
+    with app.app_context():
+        assert db.session.query(Module).filter_by(slug="weather-bot").one_or_none() is None
+        db.session.remove()
+    r = client.post("/api/admin/modules/weather-bot/reject", json={"reason": "agent disabled"}, headers=admin.headers)
+    assert r.status_code == 200 and r.get_json()["status"] == "rejected"

@@ -19,11 +19,14 @@ def pending():
 
 
 @endpoint(blp, "/<string:slug>/approve", "post", admin=True, body=ApproveSchema, ok=ReviewBuildSchema,
-          errors={404: _NOT_PENDING, 409: None}, body_optional=True)
+          errors={404: _NOT_PENDING, 409: "`conflict`: the slug now belongs to another module, or the "
+                                              "submitting agent was disabled (reject the submission)."},
+          body_optional=True)
 def approve(body, slug):
     """Approve the pending submission for `slug`: the module is listed and callable at
     once, owned by the submitting agent; the agent gets a `module.approved` event. The
-    body (optional `notes`) may be omitted."""
+    body (optional `notes`) may be omitted. A submission of an agent its owner disabled
+    is not approved (409): its key, and so the server it submitted, is no longer trusted."""
     return builds.approve(slug, reviewer=f"api:{principal().account_id}", notes=body["notes"])
 
 

@@ -142,6 +142,8 @@ def approve(slug: str, *, reviewer: str, notes: str | None = None) -> ModuleSubm
 def _approve(slug: str, reviewer: str, notes: str | None) -> ModuleSubmission:
     sub = _pending_for(slug)
     agent = db.session.get(Agent, sub.agent_id)
+    if agent.disabled_at is not None:  # its key is no longer trusted: nor is the server it submitted
+        raise Conflict(f"The agent that submitted '{slug}' was disabled by its owner; reject this submission.")
     mod = db.session.execute(select(Module).where(Module.slug == slug)).scalar_one_or_none()
     if mod is not None and mod.owner_agent_id != agent.id:
         raise Conflict(f"The slug '{slug}' now belongs to another module; reject this submission.")

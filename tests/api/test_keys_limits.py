@@ -271,3 +271,22 @@ def test_a_limit_set_on_the_successor_after_a_rotation_holds_the_old_key_too(app
     assert call(client, acct, {"action": "ok"}, bearer=old["key"]).status_code == 200
     assert balance_cents(app, acct.id) == 100 - 9
     ledger_clean()
+
+
+def test_a_retiring_keys_spend_limit_is_changed_on_its_successor(client, account):
+    """A retiring key's charges count under its successor's limit (one limit per rotation),
+    so a PATCH of its own limit was answered 200 with the new value and then never applied.
+    Now 409 ``key_retiring`` naming the successor; its other controls still change."""
+    old = _key(client, account, spend_limit_cents=500)
+    new = client.post(f"/api/keys/{old['id']}/rotate", json={}, headers=account.headers).get_json()
+    r = client.patch(f"/api/keys/{old['id']}", json={"spend_limit_cents": 100}, headers=account.headers)
+    assert r.status_code == 409 and r.get_json()["error"] == "key_retiring", r.get_json()
+    assert new["id"] in r.get_json()["message"]
+    r = client.patch(f"/api/keys/{old['id']}", json={"spend_limit_cents": None}, headers=account.headers)
+    assert r.status_code == 409
+    listed = {k["id"]: k for k in client.get("/api/keys", headers=account.headers).get_json()["keys"]}
+    assert listed[old["id"]]["spend_limit_cents"] == 500  # unchanged
+    r = client.patch(f"/api/keys/{old['id']}", json={"rpm_limit": 10}, headers=account.headers)
+    assert r.status_code == 200 and r.get_json()["rpm_limit"] == 10  # its own controls still change
+    r = client.patch(f"/api/keys/{new['id']}", json={"spend_limit_cents": 100}, headers=account.headers)
+    assert r.status_code == 200 and r.get_json()["spend_limit_cents"] == 100

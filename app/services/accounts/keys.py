@@ -42,6 +42,12 @@ class KeyAlreadyRotated(Conflict):
                    "instead. Rotating it again would mint one more key while retiring none.")
 
 
+class KeyRetiring(Conflict):
+    code = "key_retiring"
+    description = ("This key was rotated and is retiring: its spend limit is its successor's (`rotated_to`), "
+                   "one limit for both keys; change the limit on the successor.")
+
+
 class BeyondCreator(Forbidden):
     code = "beyond_own_limits"
     description = ("A key may create, rotate or change only keys whose scopes and limits are within its "
@@ -275,7 +281,9 @@ def update_key(account_id: str, key_id: str, changes: dict, mode: str, *,
     ``spend_limit_period`` (absent or null: keep the current one, else ``month``). The
     new limit applies to the next charge; the period's count is kept. The controls
     (``allowed_models``, ``allowed_modules``, ``rpm_limit``, ``tpm_limit``; null removes
-    one) apply to the next request on every worker. Changed by a key (``creator_key_id``),
+    one) apply to the next request on every worker. A retiring key (rotated, in its
+    overlap) takes no spend-limit change (409 ``key_retiring``): its charges count under
+    its rotation's newest key's limit. Changed by a key (``creator_key_id``),
     the result must be within that key's own limit (403 ``beyond_own_limits``): a limited
     key cannot lift its own limit or another's."""
     ctl = key_controls.validated(changes)
@@ -300,6 +308,9 @@ def update_key(account_id: str, key_id: str, changes: dict, mode: str, *,
                 raise Conflict("spend_limit_period: the key has no limit; send spend_limit_cents too.")
             cents = row.spend_limit_micros // MICROS_PER_CENT
         if cents is not _UNSET:
+            if row.rotated_to is not None:  # the rotation's newest key's limit applies (auth.key_of)
+                raise KeyRetiring(f"Key {row.id} was rotated and is retiring: its charges count under "
+                                  f"{_rotation_head(row.id).id}'s spend limit; change it there.")
             limit, new_period = _limit(cents, period or (row.spend_limit_period if cents is not None else None))
             _check_within(creator, limit, new_period, row.expires_at)
             row.spend_limit_micros, row.spend_limit_period = limit, new_period

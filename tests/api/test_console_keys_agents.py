@@ -133,3 +133,22 @@ def test_disable_an_agent_from_the_agents_page(app, client, signed_in):
     page = browser.get("/agents").get_data(as_text=True)
     assert 'class="pill disabled"' in page and f"/agents/{agent['id']}/fund" not in page
     assert browser.post("/agents/agt_doesnotexist0000/disable", data={"csrf": _csrf(page)}).status_code == 404
+
+
+def test_agents_page_writes_a_negative_accrual_as_an_amount(app, client, signed_in, monkeypatch):
+    """After a late refund an agent's accrued earnings are negative until the next settlement
+    repays the carry-over (docs/agents.md); the page wrote them "$-0.30". Amounts go through
+    the console's one money filter: "-$0.30", and sub-cent shares keep their digits."""
+    from app.services.agents import earnings
+
+    browser, acct = signed_in()
+    register(client, acct, Keypair(), name="refunded")
+    real = earnings.agent_earnings
+
+    def late_refund(agent, *args, **kwargs):
+        return {**real(agent, *args, **kwargs), "accrued_micros": -300_000, "accrued_cents": -30,
+                "settled_micros": 1_500, "settled_cents": 0}
+
+    monkeypatch.setattr(earnings, "agent_earnings", late_refund)
+    page = browser.get("/agents").get_data(as_text=True)
+    assert "-$0.30 / $0.0015" in page and "$-" not in page

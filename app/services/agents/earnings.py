@@ -43,23 +43,24 @@ def agent_usage(agent: Agent, now: datetime | None = None) -> dict:
                            "spend_cents": ledger.micros_to_cents(r["spend_micros"])} for r in rows]}
 
 
-def settled_micros(agent_id: str) -> int:
-    """Total moved out of ``earnings:<agent>`` by settlements (positive)."""
+def _settled_from(*accounts: str) -> int:
+    """What settlement transactions posted on ``accounts``, negated (positive)."""
     return -int(db.session.execute(
         select(func.coalesce(func.sum(LedgerEntry.amount_micros), 0))
         .join(LedgerTransaction, LedgerTransaction.id == LedgerEntry.txn_id)
-        .where(LedgerEntry.ledger_account == ledger.earnings(agent_id),
+        .where(LedgerEntry.ledger_account.in_(accounts),
                LedgerTransaction.kind == SETTLEMENT_KIND)).scalar_one())
+
+
+def settled_micros(agent_id: str) -> int:
+    """Total moved out of ``earnings:<agent>`` by settlements (positive)."""
+    return _settled_from(ledger.earnings(agent_id))
 
 
 def paid_micros(earner: str) -> int:
     """Total settlements moved to the earner's balance (or ``payable:``): what they took out
     of ``earnings:<earner>`` less what repaid ``carry:<earner>`` (positive)."""
-    return -int(db.session.execute(
-        select(func.coalesce(func.sum(LedgerEntry.amount_micros), 0))
-        .join(LedgerTransaction, LedgerTransaction.id == LedgerEntry.txn_id)
-        .where(LedgerEntry.ledger_account.in_((ledger.earnings(earner), ledger.carry(earner))),
-               LedgerTransaction.kind == SETTLEMENT_KIND)).scalar_one())
+    return _settled_from(ledger.earnings(earner), ledger.carry(earner))
 
 
 def _earnings(earner: str, mine, statements: int) -> dict:

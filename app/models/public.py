@@ -9,7 +9,6 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from app.extensions import db
 from app.models.base import UTCDateTime, utcnow
-from app.services.accounts.mailbox import canonical
 
 
 class ContactMessage(db.Model):
@@ -32,8 +31,8 @@ class Subscription(db.Model):
 
     ``mailbox`` is the canonical mailbox of ``email`` (``app/services/accounts/mailbox.py``:
     lower-cased, ``+tag`` dropped, Gmail's dots folded), unique per list, so every spelling
-    of one inbox finds (and unsubscribes) the same row; set from ``email`` on insert when
-    not given. ``email`` is where list mail is delivered: the address the latest
+    of one inbox finds (and unsubscribes) the same row; the newsletter service sets it, as
+    the accounts service sets ``accounts.mailbox``. ``email`` is where list mail is delivered: the address the latest
     confirmation link was sent to (the one confirmed, once subscribed).
 
     status: ``pending`` (a confirmation token was mailed: a single-use token of purpose
@@ -46,8 +45,7 @@ class Subscription(db.Model):
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     email: Mapped[str] = mapped_column(String(320))
     # indexed by the unique constraint (mailbox first)
-    mailbox: Mapped[str] = mapped_column(
-        String(320), default=lambda ctx: canonical(ctx.get_current_parameters()["email"]))
+    mailbox: Mapped[str] = mapped_column(String(320))
     list: Mapped[str] = mapped_column(String(16))
     status: Mapped[str] = mapped_column(String(16), default="pending")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

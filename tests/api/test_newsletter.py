@@ -75,7 +75,8 @@ def test_double_opt_in_flow(app, client, monkeypatch):
 def test_one_click_get_shows_button_and_bad_token_refused(app, client):
     path = path_of(newsletter_unsub_url(app, "x@example.com"))
     with app.app_context():
-        db.session.add(Subscription(id="sub_t", email="x@example.com", list="launch", status="subscribed"))
+        db.session.add(Subscription(id="sub_t", email="x@example.com", mailbox="x@example.com",
+                                    list="launch", status="subscribed"))
         db.session.commit()
         db.session.remove()
     page = client.get(path)
@@ -151,7 +152,8 @@ def test_subscribe_rate_limited_per_email(app, client, monkeypatch):
 def test_send_to_list_carries_one_click_headers(app, client):
     with app.app_context():
         for i, status in enumerate(("subscribed", "pending", "unsubscribed")):
-            db.session.add(Subscription(id=f"sub_{i}", email=f"r{i}@example.com", list="launch", status=status))
+            db.session.add(Subscription(id=f"sub_{i}", email=f"r{i}@example.com", mailbox=f"r{i}@example.com",
+                                        list="launch", status=status))
         db.session.commit()
         with smtp(app) as sink:
             assert newsletter.send_to_list("launch", "We launched", "Hello!") == 1
@@ -219,8 +221,10 @@ def test_unsubscribe_by_another_spelling_of_the_mailbox_stops_list_mail(app, cli
 
 def test_one_click_link_of_one_spelling_unsubscribes_the_mailbox(app, client):
     with app.app_context():
-        db.session.add_all([Subscription(id="sub_a", email="farm@example.com", list="launch", status="subscribed"),
-                            Subscription(id="sub_b", email="other@example.com", list="launch", status="subscribed")])
+        db.session.add_all([Subscription(id="sub_a", email="farm@example.com", mailbox="farm@example.com",
+                                         list="launch", status="subscribed"),
+                            Subscription(id="sub_b", email="other@example.com", mailbox="other@example.com",
+                                         list="launch", status="subscribed")])
         db.session.commit()
         db.session.remove()
     assert client.post(path_of(newsletter_unsub_url(app, "farm+promo@example.com"))).status_code == 200

@@ -30,7 +30,8 @@ def test_prune_keeps_recent_events(app):
 
 def test_newsletter_cli(app, tmp_path):
     with app.app_context():
-        db.session.add(Subscription(id="sub_c", email="c@example.com", list="weekly", status="subscribed"))
+        db.session.add(Subscription(id="sub_c", email="c@example.com", mailbox="c@example.com",
+                                    list="weekly", status="subscribed"))
         db.session.commit()
         db.session.remove()
     body = tmp_path / "issue.txt"

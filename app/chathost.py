@@ -4,12 +4,15 @@ The chat routes (``/v1/chat/completions``, ``/v1/models``, ``/v1/messages``) ans
 ``CHAT_HOST`` when it is set, on any host otherwise. Their errors speak the convention of
 the provider API they imitate (DESIGN §4, docs/decisions.md "Errors on the chat host"):
 OpenAI's on the OpenAI routes, Anthropic's on ``/v1/messages``; everything else keeps the
-gateway's shape. ``error_style`` is the one place that decides it, for the Flask routes,
-the thin WSGI entry and the OpenAPI document alike.
+gateway's shape, except the MCP endpoint (``/mcp``, any host), whose errors are JSON-RPC
+error responses that MCP clients read (docs/mcp.md "Errors"). ``error_style`` is the one
+place that decides it, for the Flask routes, the thin WSGI entry and the OpenAPI document
+alike.
 """
 from __future__ import annotations
 
-GATEWAY, OPENAI, ANTHROPIC = "gateway", "openai", "anthropic"
+GATEWAY, OPENAI, ANTHROPIC, MCP = "gateway", "openai", "anthropic", "mcp"
+MCP_PATH = "/mcp"
 
 
 def on_chat_host(host: str | None, wanted: str | None) -> bool:
@@ -26,9 +29,11 @@ def on_chat_host(host: str | None, wanted: str | None) -> bool:
 
 
 def path_style(path: str) -> str:
-    """The error convention of a chat-host path (the OpenAPI document's view: there the
-    chat routes are the chat host's): ``ANTHROPIC`` for ``/v1/messages``, ``OPENAI`` for
-    ``/v1/chat/…`` and ``/v1/models…``, ``GATEWAY`` for anything else."""
+    """The error convention of a path (the OpenAPI document's view: there the chat routes
+    are the chat host's): ``ANTHROPIC`` for ``/v1/messages``, ``OPENAI`` for ``/v1/chat/…``
+    and ``/v1/models…``, ``MCP`` for ``/mcp``, ``GATEWAY`` for anything else."""
+    if path == MCP_PATH:
+        return MCP
     if path == "/v1/messages" or path.startswith("/v1/messages/"):
         return ANTHROPIC
     if path.startswith("/v1/chat/") or path == "/v1/models" or path.startswith("/v1/models/"):
@@ -37,10 +42,10 @@ def path_style(path: str) -> str:
 
 
 def error_style(path: str, host: str | None, chat_host: str | None) -> str:
-    """The error convention of a request to ``path`` on ``host``: the path's own on the
+    """The error convention of a request to ``path`` on ``host``: a chat path's own on the
     chat host (any host when ``chat_host`` is unset), the gateway's elsewhere (off the chat
-    host a chat path is the gateway's plain 404)."""
+    host a chat path is the gateway's plain 404); ``MCP`` for ``/mcp`` on any host."""
     style = path_style(path)
-    if style != GATEWAY and not on_chat_host(host, chat_host):
+    if style in (OPENAI, ANTHROPIC) and not on_chat_host(host, chat_host):
         return GATEWAY
     return style

@@ -4,7 +4,9 @@ Every error is ``{"error": code, "message": text, "request_id": id}`` (SPEC part
 DESIGN §4) — except on the chat host, which speaks its provider's convention: OpenAI's
 ``{"error": {"message", "type", "code", "param"}, "request_id"}`` on the OpenAI routes,
 Anthropic's ``{"type": "error", "error": {"type", "message", "code"}, "request_id"}`` on
-``/v1/messages`` (``app.chathost.error_style`` decides; ``error_body`` renders all three).
+``/v1/messages`` — and on ``POST /mcp``, whose errors are JSON-RPC error responses
+``{"jsonrpc": "2.0", "id", "error": {"code", "message", "data": <the gateway's body>}}``
+that MCP clients read (``app.chathost.error_style`` decides; ``error_body`` renders all four).
 Services raise ``DomainError`` subclasses; werkzeug ``HTTPException``s (404 unknown route,
 405, 413, webargs validation aborts) and unexpected exceptions are converted here too, so
 nothing else ever renders an error.
@@ -64,6 +66,34 @@ class AnthropicErrorSchema(ma.Schema):
     type = ma.fields.String(required=True, metadata={"description": "`error`"})
     error = ma.fields.Nested(AnthropicErrorDetailSchema, required=True)
     request_id = ma.fields.String(required=True)
+
+
+class McpErrorDetailSchema(ma.Schema):
+    class Meta:
+        unknown = ma.INCLUDE
+
+    code = ma.fields.Integer(required=True, metadata={
+        "description": "JSON-RPC error code: -32600 for a request the gateway refused before MCP "
+                       "(credential, input rules, size), -32603 for a server error; the MCP SDK's "
+                       "own codes for a message MCP refuses"})
+    message = ma.fields.String(required=True)
+    data = ma.fields.Raw(metadata={"description": "The gateway's error body `{error, message, request_id, …}` "
+                                                  "when the gateway refused the request (the SDK's own errors "
+                                                  "may carry other data)"})
+
+
+class McpErrorSchema(ma.Schema):
+    """The error body of ``POST /mcp``: a JSON-RPC error response, which MCP clients raise
+    with its code, message and data (docs/mcp.md "Errors")."""
+
+    class Meta:
+        unknown = ma.INCLUDE
+
+    jsonrpc = ma.fields.String(required=True, metadata={"description": "`2.0`"})
+    id = ma.fields.Raw(required=True, allow_none=True, metadata={
+        "description": "The id of the JSON-RPC request refused (a string or an integer), or null when "
+                       "it could not be read"})
+    error = ma.fields.Nested(McpErrorDetailSchema, required=True)
 
 
 class CatalogError(ValueError):
@@ -301,7 +331,8 @@ def error_body(style: str, code: str, message: str, status: int, request_id: str
     """An error's JSON body in ``style``: the gateway's ``{error, message, request_id}``,
     OpenAI's ``{error: {message, type, code, param}, request_id}`` or Anthropic's
     ``{type: "error", error: {type, message, code}, request_id}``; ``extra`` fields (a 402's
-    payment request, a price …) beside them in every style."""
+    payment request, a price …) beside them in every style. ``mcp``: the gateway's body as
+    the ``data`` of a JSON-RPC error response, with the id of the request refused."""
     if style == "openai":
         body = {"error": {"message": message, "type": error_type(style, status), "code": code,
                           "param": param}, "request_id": request_id}
@@ -312,7 +343,24 @@ def error_body(style: str, code: str, message: str, status: int, request_id: str
         body = {"error": code, "message": message, "request_id": request_id}
     if extra:
         body.update((k, v) for k, v in extra.items() if k not in body)
+    if style == "mcp":  # the gateway's body as the data of a JSON-RPC error response
+        body = {"jsonrpc": "2.0", "id": _jsonrpc_id(), "error": {
+            "code": -32603 if status >= 500 else -32600, "message": message, "data": body}}
     return body
+
+
+def _jsonrpc_id():
+    """The id of the JSON-RPC request being refused (a string or an integer, as MCP's ids
+    are), or None: no request context, no body read yet that parses, a notification, a
+    batch, a body too large to read."""
+    if not has_request_context():
+        return None
+    try:
+        doc = request.get_json(silent=True)
+    except Exception:  # noqa: BLE001 - e.g. 413: the body is not read again to name the id
+        return None
+    rid = doc.get("id") if isinstance(doc, dict) else None
+    return rid if isinstance(rid, (str, int)) and not isinstance(rid, bool) else None
 
 
 def _first_field(messages) -> str | None:

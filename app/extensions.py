@@ -99,12 +99,13 @@ class SchemaKeywords(BasePlugin):
 
 
 class ProviderErrors(BasePlugin):
-    """The chat host's error responses in the OpenAPI document: on the paths that speak a
-    provider's error convention (``app.chathost.path_style``) every error response (4xx,
-    5xx, ``default``, named or inline) is declared with that convention's schema
-    (``OpenAIError`` / ``AnthropicError``, DESIGN §4), its description and headers kept."""
+    """The chat host's and the MCP endpoint's error responses in the OpenAPI document: on the
+    paths that speak another error convention (``app.chathost.path_style``) every error
+    response (4xx, 5xx, ``default``, named or inline) is declared with that convention's
+    schema (``OpenAIError`` / ``AnthropicError``, DESIGN §4; ``McpError``, a JSON-RPC
+    error), its description and headers kept."""
 
-    _SCHEMAS = {"openai": "OpenAIError", "anthropic": "AnthropicError"}
+    _SCHEMAS = {"openai": "OpenAIError", "anthropic": "AnthropicError", "mcp": "McpError"}
 
     def init_spec(self, spec):
         super().init_spec(spec)
@@ -112,7 +113,7 @@ class ProviderErrors(BasePlugin):
 
     def operation_helper(self, path=None, operations=None, **kwargs):
         from app.chathost import GATEWAY, path_style
-        from app.errors import AnthropicErrorSchema, OpenAIErrorSchema
+        from app.errors import AnthropicErrorSchema, McpErrorSchema, OpenAIErrorSchema
 
         style = path_style(re.sub(r"<(?:[^:<>]+:)?([^<>]+)>", r"{\1}", path or ""))
         if style == GATEWAY:
@@ -121,6 +122,7 @@ class ProviderErrors(BasePlugin):
         if "OpenAIError" not in schemas:
             self.spec.components.schema("OpenAIError", schema=OpenAIErrorSchema)
             self.spec.components.schema("AnthropicError", schema=AnthropicErrorSchema)
+            self.spec.components.schema("McpError", schema=McpErrorSchema)
         named = self.spec.components.responses
         content = {"application/json": {"schema": {"$ref": f"#/components/schemas/{self._SCHEMAS[style]}"}}}
         for operation in (operations or {}).values():

@@ -209,20 +209,62 @@ def test_scope_is_checked_on_call(app, server_url, make_account, mod):
 
 
 def test_no_or_revoked_credential_is_401_with_www_authenticate(app, client, server_url, make_account, mod):
+    """The 401 keeps its status and ``WWW-Authenticate`` and its body is a JSON-RPC error
+    whose ``data`` is the API's error body. Before, the body was ``{"error": "unauthorized"}``
+    alone, which the SDK client cannot read: an agent with a wrong or revoked key got
+    ``MCPError(-32603, "Server returned an error response")``, the same as a crash."""
     acct = make_account(cents=10)
     body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}).encode()
     hdrs = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
     r = client.post("/mcp", data=body, headers=hdrs)
     assert r.status_code == 401 and r.headers["WWW-Authenticate"].startswith("Bearer")
-    assert r.get_json()["error"] == "unauthorized"
+    doc = r.get_json()
+    assert doc["jsonrpc"] == "2.0" and doc["id"] == 1 and doc["error"]["code"] == -32600
+    assert doc["error"]["data"]["error"] == "unauthorized"
+    assert doc["error"]["data"]["request_id"] == r.headers["X-Request-Id"]
+    assert doc["error"]["message"] == doc["error"]["data"]["message"]
     # revoke the key through the API, then the SDK client is refused at the HTTP level
     key_id = client.get("/api/keys", headers=acct.headers).get_json()["keys"][0]["id"]
     assert client.delete(f"/api/keys/{key_id}", headers=acct.headers).status_code in (200, 204)
     status, raw = http(server_url + "/mcp", method="POST", body=body,
                        headers={**hdrs, "Authorization": f"Bearer {acct.key}"})
-    assert status == 401 and json.loads(raw)["error"] == "unauthorized"
-    with pytest.raises(BaseException):  # the SDK client gives up on the 401 (no OAuth to try)
-        run(_call, server_url, acct.key, "svc__ok", {})
+    assert status == 401 and json.loads(raw)["error"]["data"]["error"] == "unauthorized"
+    for mode in MODES:  # the SDK client raises the error the server sent, in both eras
+        for bearer in (acct.key, None, "svc_live_not_a_key"):
+            err = run(_list_error, server_url, bearer, mode)
+            assert isinstance(err, MCPError) and err.error.data["error"] == "unauthorized", (mode, err)
+            assert "credential" in err.error.message
+    assert module_calls(app, acct.id) == [] and balance_cents(app, acct.id) == 10
+
+
+async def _list_error(url, bearer, mode):
+    """The ``MCPError`` of listing tools (the client is made inside, so an error while
+    connecting is caught too), or None."""
+    try:
+        async with client_for(url, bearer, mode) as c:
+            await c.list_tools()
+    except BaseException as exc:  # noqa: BLE001 - unwrapped from the client's task groups
+        while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+            exc = exc.exceptions[0]
+        return exc
+    return None
+
+
+def test_an_oversized_number_reaches_the_sdk_as_a_json_rpc_error(app, server_url, make_account, mod):
+    """A body the gateway refuses before MCP (here an integer beyond 64 bits, 422) is a
+    JSON-RPC error the SDK raises with the API's code in ``data``, not the SDK's opaque
+    "Server returned an error response"."""
+    acct = make_account(cents=10)
+
+    async def call():
+        async with client_for(server_url, acct.key) as c:
+            try:
+                await c.call_tool("svc__ok", {"n": 10 ** 30})
+            except MCPError as exc:
+                return exc
+
+    err = run(call)
+    assert isinstance(err, MCPError) and err.error.data["error"] == "unprocessable", err
     assert module_calls(app, acct.id) == [] and balance_cents(app, acct.id) == 10
 
 
@@ -234,7 +276,9 @@ def test_request_id_that_is_not_a_string_or_integer_is_400(client, make_account,
     r = client.post("/mcp", json={"jsonrpc": "2.0", "id": bad_id, "method": "ping"},
                     headers={**acct.headers, "Accept": "application/json, text/event-stream"})
     assert r.status_code == 400, r.data
-    assert r.get_json()["error"] == "invalid_request" and "id" in r.get_json()["message"]
+    doc = r.get_json()  # a JSON-RPC error whose data is the API's error body
+    assert doc["jsonrpc"] == "2.0" and doc["id"] is None and doc["error"]["code"] == -32600
+    assert doc["error"]["data"]["error"] == "invalid_request" and "id" in doc["error"]["message"]
     for good in ("a", 7):
         r = client.post("/mcp", json={"jsonrpc": "2.0", "id": good, "method": "ping"}, headers=acct.headers)
         assert r.status_code == 200 and r.get_json() == {"jsonrpc": "2.0", "id": good, "result": {}}

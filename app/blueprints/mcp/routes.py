@@ -6,6 +6,7 @@ from flask import Response, current_app, g, request
 from flask.views import MethodView
 
 from app.auth import authenticated, principal
+from app.errors import McpErrorSchema
 from app.jsonutil import INTEGER_RANGE_DOC
 from app.blueprints.mcp.server import Bridge
 from app.blueprints.mcp.schemas import McpHeadersSchema, McpMessageSchema, ServerCardSchema, X402DiscoverySchema
@@ -22,16 +23,6 @@ blp = Blueprint("mcp", __name__, url_prefix="",
 # reaches it (Content-Type, MCP-Protocol-Version, Mcp-Method, Mcp-Name, Origin, …).
 _WITHHELD = ("authorization", "cookie", "accept")
 _ACCEPT = (b"accept", b"application/json, text/event-stream")
-# A 400 is ours (the input policy) or the SDK's (a JSON-RPC error for a message MCP refuses).
-_BAD_REQUEST = {"oneOf": [
-    {"$ref": "#/components/schemas/Error"},
-    {"type": "object", "required": ["jsonrpc", "error"], "additionalProperties": True,
-     "properties": {"jsonrpc": {"type": "string", "enum": ["2.0"]},
-                    "id": {"type": ["string", "integer", "null"]},
-                    "error": {"type": "object", "required": ["code", "message"], "additionalProperties": True,
-                              "properties": {"code": {"type": "integer"}, "message": {"type": "string"}}}}}]}
-
-
 def _bridge() -> Bridge:
     bridge = current_app.extensions.get("mcp_bridge")
     if bridge is None:
@@ -53,11 +44,12 @@ class McpView(MethodView):
                                   "required": ["jsonrpc"], "additionalProperties": True,
                                   "properties": {"jsonrpc": {"type": "string", "enum": ["2.0"]}}}}}},
                         202: {"description": "A notification or response was accepted (no body)."}})
-    @blp.alt_response(400, schema=_BAD_REQUEST, description=(
-        "`invalid_request` (`{error, message, request_id}`): a body that is not a JSON object with "
+    @blp.alt_response(400, schema=McpErrorSchema, description=(
+        "`invalid_request` (in `error.data`): a body that is not a JSON object with "
         "`jsonrpc: \"2.0\"`, a request whose `id` is not a string or an integer, or a header outside "
-        "its rules. A JSON-RPC message that MCP does not "
-        "accept: the MCP SDK's JSON-RPC error (`{jsonrpc, id, error: {code, message}}`)."))
+        "its rules. A JSON-RPC message that MCP does not accept: the MCP SDK's own JSON-RPC error. "
+        "Every error of this endpoint is a JSON-RPC error response (`McpError`) whose `data` is "
+        "the API's error body when the gateway refused the request."))
     @document_errors(blp, {413: "`payload_too_large`", 422: INTEGER_RANGE_DOC})
     def post(self, message, accept=None, mcp_protocol_version=None, idempotency_key=None):
         """The MCP endpoint (Streamable HTTP transport, stateless, JSON responses).

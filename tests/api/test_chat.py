@@ -667,3 +667,59 @@ def test_a_stream_never_started_keeps_no_heartbeat_and_its_hold_is_swept(app, fa
     f = figures(app, acct.id)
     assert f["held"] == 0 and f["balance"] == START
     ledger_clean()
+
+
+def test_a_failed_tool_result_reaches_the_provider_as_failed(app, client, fakes, acct, ledger_clean):
+    """A Messages API ``tool_result`` with ``is_error: true`` tells the model the tool
+    failed. It was dropped in the translation (Messages → the internal OpenAI body →
+    Anthropic), so a Claude provider read the error text as a successful result. Now an
+    Anthropic provider's ``tool_result`` block carries it, an OpenAI-compatible provider
+    (whose tool messages have no such field) is never sent it, and a chat-completions
+    caller's tool message may say the same (docs/chat.md)."""
+    tools = [{"name": "weather", "input_schema": {"type": "object", "properties": {}}}]
+    turns = [{"role": "user", "content": "weather?"},
+             {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {}}]},
+             {"role": "user", "content": [
+                 {"type": "tool_result", "tool_use_id": "toolu_1", "content": "service down", "is_error": True},
+                 {"type": "text", "text": "try again?"}]}]
+    for model in ("m-claude", "m-big"):
+        r = client.post("/v1/messages", headers={"x-api-key": acct.key},
+                        json={"model": model, "max_tokens": 64, "tools": tools, "messages": turns})
+        assert r.status_code == 200, r.get_json()
+    result = fakes.claude.bodies[0]["messages"][2]["content"][0]
+    assert result == {"type": "tool_result", "tool_use_id": "toolu_1", "content": "service down", "is_error": True}
+    sent = fakes.pricey.bodies[0]["messages"]
+    assert sent[2] == {"role": "tool", "tool_call_id": "toolu_1", "content": "service down"}
+    # a tool result that did not fail says nothing (as Anthropic's default)
+    turns[2]["content"][0]["is_error"] = False
+    r = client.post("/v1/messages", headers={"x-api-key": acct.key},
+                    json={"model": "m-claude", "max_tokens": 64, "tools": tools, "messages": turns})
+    assert r.status_code == 200 and "is_error" not in fakes.claude.bodies[1]["messages"][2]["content"][0]
+    # the same from /v1/chat/completions: a tool message's is_error
+    history = [{"role": "user", "content": "weather?"},
+               {"role": "assistant", "content": None, "tool_calls": [
+                   {"id": "toolu_1", "type": "function", "function": {"name": "weather", "arguments": "{}"}}]},
+               {"role": "tool", "tool_call_id": "toolu_1", "content": "service down", "is_error": True}]
+    oa_tools = [{"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}]
+    for model in ("m-claude", "m-big"):
+        r = chat(client, acct, model=model, messages=history, tools=oa_tools, max_tokens=64)
+        assert r.status_code == 200, r.get_json()
+    assert fakes.claude.bodies[2]["messages"][2]["content"][0]["is_error"] is True
+    assert "is_error" not in fakes.pricey.bodies[1]["messages"][2]
+    ledger_clean()
+
+
+@pytest.mark.parametrize("path, body, param", [
+    ("/v1/messages", {"model": "m-claude", "max_tokens": 64, "messages": [
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "x", "is_error": "yes"}]}]},
+     "messages.0.content.0.is_error"),
+    ("/v1/chat/completions", {"model": "m-claude", "max_tokens": 64, "messages": [
+        {"role": "user", "content": "hi"}, {"role": "tool", "tool_call_id": "t", "content": "x", "is_error": 1}]},
+     "messages.1.is_error"),
+])
+def test_a_tool_results_is_error_must_be_a_boolean(app, client, fakes, acct, path, body, param):
+    r = client.post(path, headers={"x-api-key": acct.key, "Authorization": f"Bearer {acct.key}"}, json=body)
+    assert r.status_code == 400, r.get_json()
+    error = r.get_json()["error"]  # Anthropic's error names no param: its message does
+    assert error["message"] == f"{param}: must be a boolean." and error.get("param", param) == param
+    assert fakes.claude.calls == 0

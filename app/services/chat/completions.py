@@ -92,6 +92,8 @@ def _validate(body: dict) -> None:
                                  "{id, type: function, function: {name, arguments}}.", param=f"{where}.tool_calls")
         if msg["role"] == "tool" and not msg.get("tool_call_id"):
             raise InvalidRequest(f"{where}.tool_call_id: is required for role tool.", param=f"{where}.tool_call_id")
+        if msg.get("is_error") is not None and not isinstance(msg["is_error"], bool):
+            raise InvalidRequest(f"{where}.is_error: must be a boolean.", param=f"{where}.is_error")
     tools = body.get("tools")
     if tools is not None and (not isinstance(tools, list) or not all(
             isinstance(t, dict) and isinstance(t.get("function"), dict) and t["function"].get("name")

@@ -37,6 +37,14 @@ def _text_of(content, where: str) -> str:
     return "\n\n".join(out)
 
 
+def _is_error(block: dict, where: str) -> bool:
+    """A ``tool_result``'s ``is_error`` (the tool failed): a boolean, or absent / null."""
+    flag = block.get("is_error")
+    if flag is not None and not isinstance(flag, bool):
+        raise InvalidRequest(f"{where}.is_error: must be a boolean.", param=f"{where}.is_error")
+    return flag is True
+
+
 def _image_part(block: dict, where: str) -> dict:
     source = block.get("source") if isinstance(block.get("source"), dict) else {}
     if source.get("type") == "base64" and source.get("media_type") and source.get("data"):
@@ -76,7 +84,8 @@ def _message(i: int, msg, out: list[dict]) -> None:
                 "name": block["name"], "arguments": orjson.dumps(block.get("input") or {}).decode()}})
         elif kind == "tool_result" and role == "user" and block.get("tool_use_id"):
             results.append({"role": "tool", "tool_call_id": block["tool_use_id"],
-                            "content": _text_of(block.get("content"), f"{at}.content")})
+                            "content": _text_of(block.get("content"), f"{at}.content"),
+                            **({"is_error": True} if _is_error(block, at) else {})})
         else:
             raise InvalidRequest(f"{at}: unsupported content block (text, image in user turns, tool_use "
                                  "in assistant turns, tool_result in user turns).", param=f"{at}.type")

@@ -14,6 +14,7 @@ from app.errors import InvalidRequest
 from app.services.chat import completions
 from app.services.chat.completions import ChatResult
 from app.services.chat.providers import tool_use_blocks
+from app.services.money import holds
 
 # OpenAI finish_reason → Anthropic stop_reason
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
@@ -249,9 +250,9 @@ def create_message(account_id: str, mode: str, req: dict, key_id: str | None = N
                    payment: str | None = None) -> ChatResult:
     """``POST /v1/messages``: translate, run the completion service (``controls``, ``byok``,
     ``payment`` — an x402 payment header paying the hold — as ``create_completion`` takes
-    them), translate back."""
+    them; a 402's x402 request names ``/v1/messages``), translate back."""
     result = completions.create_completion(account_id, mode, to_openai(req), key_id=key_id, actor=actor,
-                                           payment=payment, controls=controls, byok=byok)
+                                           payment=payment, controls=controls, byok=byok, route=holds.MESSAGES)
     if result.events is None:
         return ChatResult(body=from_openai(result.body), headers=result.headers)
     completion_id, model = result.headers["X-Chat-Completion-Id"], result.headers["X-Chat-Model"]

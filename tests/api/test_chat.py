@@ -723,3 +723,22 @@ def test_a_tool_results_is_error_must_be_a_boolean(app, client, fakes, acct, pat
     error = r.get_json()["error"]  # Anthropic's error names no param: its message does
     assert error["message"] == f"{param}: must be a boolean." and error.get("param", param) == param
     assert fakes.claude.calls == 0
+
+
+def test_several_choices_are_never_answered_with_one(app, client, fakes, acct, ledger_clean):
+    """``n: 2`` asks for two choices. Anthropic's Messages API has no ``n``: an Anthropic
+    provider answered one choice and the gateway returned it as the whole answer, so a
+    client reading ``choices[1]`` failed after being charged. Such offers now serve only
+    ``n: 1``: a model served by Anthropic providers alone is 400 (param ``n``, nothing
+    held or called), and ``n: 1`` still reaches them."""
+    r = chat(client, acct, model="m-claude", n=2, max_tokens=64)
+    assert r.status_code == 400, r.get_json()
+    error = r.get_json()["error"]
+    assert (error["code"], error["param"], error["type"]) == ("no_matching_model", "n", "invalid_request_error")
+    assert "n > 1" in error["message"] and "m-claude" in error["message"]
+    assert fakes.claude.calls == 0 and figures(app, acct.id)["balance"] == START
+    r = chat(client, acct, model="m-claude", n=1, max_tokens=64)
+    assert r.status_code == 200 and len(r.get_json()["choices"]) == 1
+    r = chat(client, acct, model="m-small", n=2, max_tokens=64)  # OpenAI-compatible providers take n
+    assert r.status_code == 200 and fakes.cheap.bodies[0]["n"] == 2
+    ledger_clean()

@@ -98,7 +98,8 @@ class ChatCompletionsView(MethodView):
              "base64/base64url JSON of an x402 exact EVM payload). Also, by OpenAI's convention (its clients "
              "read a 400 `invalid_request_error` as `BadRequestError`), for a schema-valid request no model "
              "serves: `no_matching_model` (`model: auto` with no model whose capabilities and context window "
-             "fit, or none of the account's own keys with `byok_only`), `context_length_exceeded`.",
+             "fit, or none of the account's own keys with `byok_only`; `n` > 1 for a model only Anthropic "
+             "providers serve, `param: n`), `context_length_exceeded`.",
         402: ("`payment_required`: the balance cannot cover the estimated maximum cost (the hold). Same "
               "body and headers as a module call's 402 (`X-Price-Cents` is the hold rounded up to cents; "
               "`X-Price-Micros` the exact hold; `PAYMENT-REQUIRED` asks for the rounded-up hold). "

@@ -304,7 +304,7 @@ def _events(resp) -> list:
 
 
 def test_streaming_relays_chunks_and_ends_with_usage_and_done(app, client, fakes, acct, ledger_clean):
-    r = chat(client, acct, model="m-small", max_tokens=100, stream=True)
+    r = chat(client, acct, model="m-small", max_tokens=100, stream=True, stream_options={"include_usage": True})
     assert r.status_code == 200 and r.mimetype == "text/event-stream"
     assert r.headers["X-Chat-Provider"] == "cheap"
     events = _events(r)
@@ -741,4 +741,27 @@ def test_several_choices_are_never_answered_with_one(app, client, fakes, acct, l
     assert r.status_code == 200 and len(r.get_json()["choices"]) == 1
     r = chat(client, acct, model="m-small", n=2, max_tokens=64)  # OpenAI-compatible providers take n
     assert r.status_code == 200 and fakes.cheap.bodies[0]["n"] == 2
+    ledger_clean()
+
+
+@pytest.mark.parametrize("model", ["m-small", "m-claude"])
+def test_a_stream_without_include_usage_has_no_chunk_without_choices(app, client, fakes, acct, ledger_clean, model):
+    """OpenAI sends the usage chunk (``choices: []``) only when ``stream_options.include_usage``
+    asks for it, and clients written for that read ``chunk.choices[0]`` on every chunk: the
+    gateway sent it always, so they failed (IndexError) on its last chunk. Without
+    ``include_usage`` the usage with the cost now rides on the chunk that finishes the
+    answer, the last before ``[DONE]``; with it, as OpenAI's."""
+    r = chat(client, acct, model=model, max_tokens=64, stream=True)
+    events = _events(r)
+    assert events[-1] == b"[DONE]"
+    chunks = events[:-1]
+    assert all(c["choices"] for c in chunks), chunks[-1]
+    last = chunks[-1]
+    assert last["choices"][0]["finish_reason"] == "stop" and last["usage"]["cost_micros"] > 0
+    assert [c for c in chunks if "usage" in c] == [last]
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
+    assert text == f"Hello from {'cheap' if model == 'm-small' else 'claude'}"
+    assert figures(app, acct.id)["balance"] == START - last["usage"]["cost_micros"]
+    r = chat(client, acct, model=model, max_tokens=64, stream=True, stream_options={"include_usage": False})
+    assert all(c["choices"] for c in _events(r)[:-1])
     ledger_clean()

@@ -476,6 +476,9 @@ def _start_stream(call: _Call, offers: list[Offer], models: dict[str, Model]) ->
     it, first = opened
     created = int(time.time())
     beat = None  # the hold's heartbeat runs with the body: a body never run keeps nothing alive
+    # OpenAI sends a usage chunk (``choices: []``) only for ``stream_options.include_usage``;
+    # without it the usage rides on the chunk that finished the answer, held back to the end
+    usage_chunk = (call.body.get("stream_options") or {}).get("include_usage") is True
 
     def sse(obj: dict) -> bytes:
         return b"data: " + orjson.dumps(obj) + b"\n\n"
@@ -498,6 +501,7 @@ def _start_stream(call: _Call, offers: list[Offer], models: dict[str, Model]) ->
         nonlocal beat
         if call.live:
             beat = HoldHeartbeat(call.id).start()
+        held = None  # the last chunk that finished a choice, when the usage rides on it
         try:
             chunk = first
             while chunk is not None:
@@ -507,8 +511,14 @@ def _start_stream(call: _Call, offers: list[Offer], models: dict[str, Model]) ->
                 if choices:
                     for c in choices:
                         chars += _chars(c.get("delta") or {})
-                    yield sse({"id": call.id, "object": "chat.completion.chunk", "created": created,
-                               "model": offer.model_id, "choices": choices})
+                    out = {"id": call.id, "object": "chat.completion.chunk", "created": created,
+                           "model": offer.model_id, "choices": choices}
+                    if not usage_chunk and any(isinstance(c, dict) and c.get("finish_reason") for c in choices):
+                        if held is not None:
+                            yield sse(held)
+                        held = out
+                    else:
+                        yield sse(out)
                 try:
                     chunk = next(it)
                 except StopIteration:
@@ -521,8 +531,11 @@ def _start_stream(call: _Call, offers: list[Offer], models: dict[str, Model]) ->
                 yield sse({"error": {"message": "The provider stream was interrupted; you were charged "
                                                 "for the tokens generated so far.",
                                      "type": "server_error", "code": "provider_error", "param": None}})
-            yield sse({"id": call.id, "object": "chat.completion.chunk", "created": created,
-                       "model": offer.model_id, "choices": [], "usage": usage})
+            if held is not None:
+                yield sse({**held, "usage": usage})
+            else:  # asked for (include_usage), or no chunk finished the answer (cut: an error came first)
+                yield sse({"id": call.id, "object": "chat.completion.chunk", "created": created,
+                           "model": offer.model_id, "choices": [], "usage": usage})
             yield b"data: [DONE]\n\n"
         finally:
             if not settled:  # client went away (GeneratorExit) or an unexpected error

@@ -114,8 +114,8 @@ def to_openai(req: dict) -> dict:
             body[key] = req[key]
     if req.get("stop_sequences"):
         body["stop"] = list(req["stop_sequences"])
-    if req.get("stream"):
-        body["stream"] = True
+    if req.get("stream"):  # the usage in its own last chunk: message_delta (translate_stream)
+        body.update(stream=True, stream_options={"include_usage": True})
     tools = req.get("tools")
     if tools:
         body["tools"] = [{"type": "function", "function": {

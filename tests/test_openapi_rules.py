@@ -34,6 +34,8 @@ MESSAGES = [
     {"role": "assistant", "content": "", "tool_calls": None},
     {"role": "tool", "tool_call_id": "c", "content": "42"},
     {"role": "tool", "tool_call_id": 7},
+    {"role": "tool", "tool_call_id": "c", "content": "down", "is_error": True},
+    {"role": "tool", "tool_call_id": "c", "is_error": None},
     {"role": "function", "name": "f", "content": "x"},
     # refused
     {}, {"content": "hi"}, {"role": "robot", "content": "hi"}, {"role": None}, {"role": 1},
@@ -46,6 +48,7 @@ MESSAGES = [
     {"role": "tool", "tool_call_id": 0}, {"role": "tool", "tool_call_id": None},
     {"role": "tool", "tool_call_id": []}, {"role": "tool", "tool_call_id": {}},
     {"role": "tool", "tool_call_id": False},
+    {"role": "tool", "tool_call_id": "c", "is_error": "true"}, {"role": "tool", "tool_call_id": "c", "is_error": 1},
 ]
 TOOLS = [
     TOOL, {"function": {"name": "f"}}, {"type": "function", "function": {"name": 1}},
@@ -101,6 +104,8 @@ ANTHROPIC_MESSAGES = [
     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "42"}]},
     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t",
                                   "content": [{"type": "text", "text": "42"}]}]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "down", "is_error": True}]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "is_error": None}]},
     # refused
     {"role": "user", "content": ""}, {"role": "user", "content": []}, {"role": "assistant", "content": []},
     {"role": "system", "content": "x"}, {"role": "user"}, {"role": "user", "content": 5},
@@ -118,6 +123,7 @@ ANTHROPIC_MESSAGES = [
     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": 5}]},
     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [_IMG]}]},
     {"role": "user", "content": [1]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "is_error": "yes"}]},
 ]
 SYSTEMS = ["be brief", "", None, [], [{"type": "text", "text": "be brief"}],
            # refused

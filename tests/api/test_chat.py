@@ -304,7 +304,7 @@ def _events(resp) -> list:
 
 
 def test_streaming_relays_chunks_and_ends_with_usage_and_done(app, client, fakes, acct, ledger_clean):
-    r = chat(client, acct, model="m-small", max_tokens=100, stream=True)
+    r = chat(client, acct, model="m-small", max_tokens=100, stream=True, stream_options={"include_usage": True})
     assert r.status_code == 200 and r.mimetype == "text/event-stream"
     assert r.headers["X-Chat-Provider"] == "cheap"
     events = _events(r)
@@ -666,4 +666,102 @@ def test_a_stream_never_started_keeps_no_heartbeat_and_its_hold_is_swept(app, fa
     assert released == 1
     f = figures(app, acct.id)
     assert f["held"] == 0 and f["balance"] == START
+    ledger_clean()
+
+
+def test_a_failed_tool_result_reaches_the_provider_as_failed(app, client, fakes, acct, ledger_clean):
+    """A Messages API ``tool_result`` with ``is_error: true`` tells the model the tool
+    failed. It was dropped in the translation (Messages → the internal OpenAI body →
+    Anthropic), so a Claude provider read the error text as a successful result. Now an
+    Anthropic provider's ``tool_result`` block carries it, an OpenAI-compatible provider
+    (whose tool messages have no such field) is never sent it, and a chat-completions
+    caller's tool message may say the same (docs/chat.md)."""
+    tools = [{"name": "weather", "input_schema": {"type": "object", "properties": {}}}]
+    turns = [{"role": "user", "content": "weather?"},
+             {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {}}]},
+             {"role": "user", "content": [
+                 {"type": "tool_result", "tool_use_id": "toolu_1", "content": "service down", "is_error": True},
+                 {"type": "text", "text": "try again?"}]}]
+    for model in ("m-claude", "m-big"):
+        r = client.post("/v1/messages", headers={"x-api-key": acct.key},
+                        json={"model": model, "max_tokens": 64, "tools": tools, "messages": turns})
+        assert r.status_code == 200, r.get_json()
+    result = fakes.claude.bodies[0]["messages"][2]["content"][0]
+    assert result == {"type": "tool_result", "tool_use_id": "toolu_1", "content": "service down", "is_error": True}
+    sent = fakes.pricey.bodies[0]["messages"]
+    assert sent[2] == {"role": "tool", "tool_call_id": "toolu_1", "content": "service down"}
+    # a tool result that did not fail says nothing (as Anthropic's default)
+    turns[2]["content"][0]["is_error"] = False
+    r = client.post("/v1/messages", headers={"x-api-key": acct.key},
+                    json={"model": "m-claude", "max_tokens": 64, "tools": tools, "messages": turns})
+    assert r.status_code == 200 and "is_error" not in fakes.claude.bodies[1]["messages"][2]["content"][0]
+    # the same from /v1/chat/completions: a tool message's is_error
+    history = [{"role": "user", "content": "weather?"},
+               {"role": "assistant", "content": None, "tool_calls": [
+                   {"id": "toolu_1", "type": "function", "function": {"name": "weather", "arguments": "{}"}}]},
+               {"role": "tool", "tool_call_id": "toolu_1", "content": "service down", "is_error": True}]
+    oa_tools = [{"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}]
+    for model in ("m-claude", "m-big"):
+        r = chat(client, acct, model=model, messages=history, tools=oa_tools, max_tokens=64)
+        assert r.status_code == 200, r.get_json()
+    assert fakes.claude.bodies[2]["messages"][2]["content"][0]["is_error"] is True
+    assert "is_error" not in fakes.pricey.bodies[1]["messages"][2]
+    ledger_clean()
+
+
+@pytest.mark.parametrize("path, body, param", [
+    ("/v1/messages", {"model": "m-claude", "max_tokens": 64, "messages": [
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "x", "is_error": "yes"}]}]},
+     "messages.0.content.0.is_error"),
+    ("/v1/chat/completions", {"model": "m-claude", "max_tokens": 64, "messages": [
+        {"role": "user", "content": "hi"}, {"role": "tool", "tool_call_id": "t", "content": "x", "is_error": 1}]},
+     "messages.1.is_error"),
+])
+def test_a_tool_results_is_error_must_be_a_boolean(app, client, fakes, acct, path, body, param):
+    r = client.post(path, headers={"x-api-key": acct.key, "Authorization": f"Bearer {acct.key}"}, json=body)
+    assert r.status_code == 400, r.get_json()
+    error = r.get_json()["error"]  # Anthropic's error names no param: its message does
+    assert error["message"] == f"{param}: must be a boolean." and error.get("param", param) == param
+    assert fakes.claude.calls == 0
+
+
+def test_several_choices_are_never_answered_with_one(app, client, fakes, acct, ledger_clean):
+    """``n: 2`` asks for two choices. Anthropic's Messages API has no ``n``: an Anthropic
+    provider answered one choice and the gateway returned it as the whole answer, so a
+    client reading ``choices[1]`` failed after being charged. Such offers now serve only
+    ``n: 1``: a model served by Anthropic providers alone is 400 (param ``n``, nothing
+    held or called), and ``n: 1`` still reaches them."""
+    r = chat(client, acct, model="m-claude", n=2, max_tokens=64)
+    assert r.status_code == 400, r.get_json()
+    error = r.get_json()["error"]
+    assert (error["code"], error["param"], error["type"]) == ("no_matching_model", "n", "invalid_request_error")
+    assert "n > 1" in error["message"] and "m-claude" in error["message"]
+    assert fakes.claude.calls == 0 and figures(app, acct.id)["balance"] == START
+    r = chat(client, acct, model="m-claude", n=1, max_tokens=64)
+    assert r.status_code == 200 and len(r.get_json()["choices"]) == 1
+    r = chat(client, acct, model="m-small", n=2, max_tokens=64)  # OpenAI-compatible providers take n
+    assert r.status_code == 200 and fakes.cheap.bodies[0]["n"] == 2
+    ledger_clean()
+
+
+@pytest.mark.parametrize("model", ["m-small", "m-claude"])
+def test_a_stream_without_include_usage_has_no_chunk_without_choices(app, client, fakes, acct, ledger_clean, model):
+    """OpenAI sends the usage chunk (``choices: []``) only when ``stream_options.include_usage``
+    asks for it, and clients written for that read ``chunk.choices[0]`` on every chunk: the
+    gateway sent it always, so they failed (IndexError) on its last chunk. Without
+    ``include_usage`` the usage with the cost now rides on the chunk that finishes the
+    answer, the last before ``[DONE]``; with it, as OpenAI's."""
+    r = chat(client, acct, model=model, max_tokens=64, stream=True)
+    events = _events(r)
+    assert events[-1] == b"[DONE]"
+    chunks = events[:-1]
+    assert all(c["choices"] for c in chunks), chunks[-1]
+    last = chunks[-1]
+    assert last["choices"][0]["finish_reason"] == "stop" and last["usage"]["cost_micros"] > 0
+    assert [c for c in chunks if "usage" in c] == [last]
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
+    assert text == f"Hello from {'cheap' if model == 'm-small' else 'claude'}"
+    assert figures(app, acct.id)["balance"] == START - last["usage"]["cost_micros"]
+    r = chat(client, acct, model=model, max_tokens=64, stream=True, stream_options={"include_usage": False})
+    assert all(c["choices"] for c in _events(r)[:-1])
     ledger_clean()

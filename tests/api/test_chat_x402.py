@@ -123,6 +123,42 @@ def test_official_x402_client_pays_for_a_messages_api_message(app, url, fakes, m
     ledger_clean()
 
 
+def test_the_messages_api_402_names_v1_messages(app, url, fakes, make_account, ledger_clean):
+    """The 402 of ``/v1/messages`` asks to pay for ``/v1/messages`` (v2 ``resource``, v1
+    ``accepts[].resource``, the description and the Bazaar metadata: Anthropic's request,
+    ``max_tokens`` required, and its message object): it named ``/v1/chat/completions``,
+    so an x402 client (or a Bazaar index) was told to pay for another route. A refused
+    payment there asks again for ``/v1/messages``."""
+    base = app.config["BASE_URL"].rstrip("/")  # the gateway's public URL, named in x402 requests
+    poor = make_account(cents=0)
+    body = {"model": "m-small", "max_tokens": 100, "messages": MSGS}
+    r = requests.post(url + "/v1/messages", json=body, headers=poor.headers)
+    assert r.status_code == 402 and r.json()["type"] == "error"
+    v2 = decode_payment_required_header(r.headers["PAYMENT-REQUIRED"])
+    assert v2.resource.url == base + "/v1/messages" and "Messages" in v2.resource.description
+    assert [a["resource"] for a in r.json()["accepts"]] == [base + "/v1/messages"] * len(r.json()["accepts"])
+    ext = v2.extensions["bazaar"]
+    assert validate_discovery_extension(ext).valid and validate_discovery_extension_spec(ext).valid
+    assert ext["schema"]["properties"]["input"]["properties"]["body"]["required"] == ["model", "max_tokens",
+                                                                                       "messages"]
+    assert ext["info"]["output"]["example"]["type"] == "message"
+    # a payment refused on /v1/messages: the fresh request names /v1/messages too
+    required = decode_payment_required_header(r.headers["PAYMENT-REQUIRED"])
+    required.accepts[0].amount = "5000"
+    client = register_exact_evm_client(x402ClientSync(), EthAccountSigner(EthAccount.create()))
+    from x402.http.utils import encode_payment_signature_header
+
+    bad = requests.post(url + "/v1/messages", json=body, headers={
+        **poor.headers, "PAYMENT-SIGNATURE": encode_payment_signature_header(client.create_payment_payload(required))})
+    assert bad.status_code == 402 and bad.json()["error"]["code"] == "payment_invalid", bad.text
+    assert decode_payment_required_header(bad.headers["PAYMENT-REQUIRED"]).resource.url == base + "/v1/messages"
+    assert books(app, poor.id)["payments"] == []
+    # chat completions still names its own path
+    r = requests.post(url + "/v1/chat/completions", json=body, headers=poor.headers)
+    assert decode_payment_required_header(r.headers["PAYMENT-REQUIRED"]).resource.url == base + "/v1/chat/completions"
+    ledger_clean()
+
+
 def test_provider_failure_after_payment_leaves_the_credit(app, url, fakes, make_account, ledger_clean):
     fakes.cheap.mode = fakes.pricey.mode = "503"
     poor = make_account(cents=0)

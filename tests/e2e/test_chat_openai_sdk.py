@@ -49,10 +49,16 @@ def test_openai_sdk_plain_streaming_and_tools(app, make_account, demo_llm, ledge
         stream = client.chat.completions.create(
             model="auto", messages=[{"role": "user", "content": "stream these words"}], stream=True)
         chunks = list(stream)
-        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        # every chunk has a choice (OpenAI's usage-only chunk is for include_usage): the usual
+        # loop reading choices[0] works; the usage and cost ride on the finishing chunk
+        text = "".join(c.choices[0].delta.content or "" for c in chunks)
         assert text == "Echo: stream these words"
-        assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 4
+        assert chunks[-1].choices[0].finish_reason == "stop" and chunks[-1].usage.completion_tokens == 4
         assert chunks[-1].usage.model_extra["estimated"] is False
+        chunks = list(client.chat.completions.create(
+            model="auto", messages=[{"role": "user", "content": "stream these words"}], stream=True,
+            stream_options={"include_usage": True}))
+        assert chunks[-1].choices == [] and chunks[-1].usage.model_extra["cost_micros"] > 0
 
         tools = [{"type": "function", "function": {
             "name": "get_weather", "description": "Weather for a city",

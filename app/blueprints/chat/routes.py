@@ -85,20 +85,22 @@ class ChatCompletionsView(MethodView):
     @blp.arguments(ChatRequestSchema)
     @blp.response(200, ChatCompletionSchema, description=(
         "A chat completion, or with `stream: true` a `text/event-stream` of `chat.completion.chunk` "
-        "objects ending with a usage chunk and `data: [DONE]`. Headers: `X-Chat-Provider`, "
+        "objects ending with the chunk carrying the usage and `data: [DONE]`. Headers: `X-Chat-Provider`, "
         "`X-Chat-Model`, `X-Chat-Attempts`, `X-Chat-Completion-Id`, `X-Gateway-Overhead-Ms` (the gateway's added "
         "latency; for a stream: up to its first event); non-streaming also `X-Chat-Cost-Micros`, "
         "`X-Gateway-Cost-Micros` and `X-Gateway-Savings-Pct` (a stream's cost is in its final usage chunk); "
         "`PAYMENT-RESPONSE` when paid by x402."), headers=PAYMENT_RESPONSE_HEADERS)
     @blp.doc(responses={200: {"content": {"text/event-stream": {"schema": {
         "type": "string", "description": "`data: <chat.completion.chunk JSON>` events; the last chunk "
-        "has empty `choices` and the `usage` (with cost); then `data: [DONE]`."}}}}})
+        "carries the `usage` (with cost): with `stream_options.include_usage` an extra chunk with empty "
+        "`choices` (OpenAI's), else the chunk with the `finish_reason`; then `data: [DONE]`."}}}}})
     @document_errors(blp, {
         400: "`invalid_request`, or `invalid_payment` (the X-Payment / PAYMENT-SIGNATURE header is not "
              "base64/base64url JSON of an x402 exact EVM payload). Also, by OpenAI's convention (its clients "
              "read a 400 `invalid_request_error` as `BadRequestError`), for a schema-valid request no model "
              "serves: `no_matching_model` (`model: auto` with no model whose capabilities and context window "
-             "fit, or none of the account's own keys with `byok_only`), `context_length_exceeded`.",
+             "fit, or none of the account's own keys with `byok_only`; `n` > 1 for a model only Anthropic "
+             "providers serve, `param: n`), `context_length_exceeded`.",
         402: ("`payment_required`: the balance cannot cover the estimated maximum cost (the hold). Same "
               "body and headers as a module call's 402 (`X-Price-Cents` is the hold rounded up to cents; "
               "`X-Price-Micros` the exact hold; `PAYMENT-REQUIRED` asks for the rounded-up hold). "

@@ -21,6 +21,9 @@ _MESSAGE = {
         "content": {"anyOf": [{"type": "string"}, {"type": "array", "items": {}}, {"type": "null"}]},
         "tool_calls": {"type": ["array", "null"], "items": {
             "type": "object", "required": ["function"], "properties": {"function": {"type": "object"}}}},
+        "is_error": {"type": ["boolean", "null"], "description": (
+            "The gateway's, on a `tool` message: true when the tool failed (the Messages API's `tool_result` "
+            "`is_error`). Sent to Anthropic providers, never to OpenAI-compatible ones.")},
     },
     "allOf": [
         {"if": {"required": ["role"], "properties": {"role": {"enum": list(CONTENT_REQUIRED)}}},
@@ -196,7 +199,8 @@ _TOOL_USE_BLOCK = {"type": "object", "required": ["type", "id", "name"], "proper
     "type": {"const": "tool_use"}, "id": _TRUTHY, "name": _TRUTHY}}
 _TOOL_RESULT_BLOCK = {"type": "object", "required": ["type", "tool_use_id"], "properties": {
     "type": {"const": "tool_result"}, "tool_use_id": _TRUTHY,
-    "content": {"anyOf": [{"type": "string"}, {"type": "null"}, _TEXT_BLOCKS]}}}
+    "content": {"anyOf": [{"type": "string"}, {"type": "null"}, _TEXT_BLOCKS]},
+    "is_error": {"type": ["boolean", "null"]}}}
 _ANTHROPIC_MESSAGE = {
     "required": ["role", "content"],
     "properties": {"role": {"type": "string", "enum": ["user", "assistant"]},

@@ -8,6 +8,7 @@ built with the ``x402`` package's own helpers (``x402.extensions.bazaar``):
 * ``mcp_tool(...)``: a paid MCP tool (``declare_mcp_discovery_extension``, transport
   ``streamable-http``);
 * ``chat_completion()``: ``POST /v1/chat/completions``'s input/output metadata;
+  ``message()``: ``POST /v1/messages``'s (Anthropic's Messages API);
 * ``v1_output_schema(ext)``: the same facts in x402 v1's place, a requirement's
   ``outputSchema`` (what ``x402.extensions.bazaar.v1`` reads), for the 402's v1 body.
 
@@ -96,3 +97,35 @@ def chat_completion() -> dict:
                         "usage": {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12,
                                   "cost_micros": 42, "cost_usd": 0.000042}},
         output_schema=CHAT_OUTPUT_SCHEMA)
+
+
+MESSAGES_INPUT_SCHEMA: dict = {
+    **CHAT_INPUT_SCHEMA, "required": ["model", "max_tokens", "messages"],
+    "properties": {**CHAT_INPUT_SCHEMA["properties"],
+                   "messages": {"type": "array", "minItems": 1, "items": {
+                       "type": "object", "required": ["role", "content"],
+                       "properties": {"role": {"enum": ["user", "assistant"]},
+                                      "content": {"type": ["string", "array"]}}}},
+                   "system": {"type": ["string", "array"]}},
+}
+
+MESSAGES_OUTPUT_SCHEMA: dict = {
+    "type": "object",
+    "required": ["id", "type", "role", "model", "content", "stop_reason", "usage"],
+    "properties": {
+        "id": {"type": "string"}, "type": {"type": "string"}, "role": {"type": "string"},
+        "model": {"type": "string"}, "content": {"type": "array"}, "stop_reason": {"type": ["string", "null"]},
+        "usage": {"type": "object", "description": "Anthropic usage plus cost_micros, cost_usd, savings_pct."},
+    },
+}
+
+
+def message() -> dict:
+    """``{"bazaar": …}`` of ``POST /v1/messages`` (Anthropic's request and message object)."""
+    return http_body(
+        example={"model": "auto", "max_tokens": 64, "messages": [{"role": "user", "content": "Hello"}]},
+        input_schema=MESSAGES_INPUT_SCHEMA,
+        output_example={"id": "msg_…", "type": "message", "role": "assistant", "model": "…",
+                        "content": [{"type": "text", "text": "Hi!"}], "stop_reason": "end_turn",
+                        "usage": {"input_tokens": 9, "output_tokens": 3, "cost_micros": 42, "cost_usd": 0.000042}},
+        output_schema=MESSAGES_OUTPUT_SCHEMA)

@@ -394,9 +394,11 @@ def candidates(model_name: str, needs: Needs, *, sandbox: str | None = None, own
         else:
             offers = model.enabled_offers() if own is None or not own.only else ()
             if own is not None:
-                mine.extend((o.list_cost_micros(needs.prompt_tokens_for(o), out), i, o) for o in own.offers(model))
+                mine.extend((o.list_cost_micros(needs.prompt_tokens_for(o), out), i, o)
+                            for o in own.offers(model) if _answers(o, needs))
         for o in offers:
-            scored.append((o.cost_micros(needs.prompt_tokens_for(o), out), i, o))
+            if _answers(o, needs):
+                scored.append((o.cost_micros(needs.prompt_tokens_for(o), out), i, o))
     if own is not None and own.only and not mine:
         raise NoMatchingModel(f"This account routes only to its own provider keys (byok_only), and none of "
                               f"them ({', '.join(sorted(own.keys)) or 'none'}) serves {model_name!r} for this "
@@ -404,6 +406,9 @@ def candidates(model_name: str, needs: Needs, *, sandbox: str | None = None, own
     if mine and not own.fallback:
         scored = []  # no fallback to the platform's keys
     if not scored and not mine:
+        if needs.choices > 1 and model_name != "auto" and needs.capabilities <= models[0].capabilities:
+            raise NoMatchingModel(f"The model {model_name!r} does not support n > 1: its providers answer one "
+                                  "choice per request (Anthropic's Messages API has no n).", param="n")
         if model_name == "auto":
             raise NoMatchingModel(
                 "No available model fits this request (context window "
@@ -426,6 +431,12 @@ def candidates(model_name: str, needs: Needs, *, sandbox: str | None = None, own
     scored.sort(key=lambda t: (t[0], t[1]))
     mine.sort(key=lambda t: (t[0], t[1]))
     return [o for _, _, o in mine] + [o for _, _, o in scored]
+
+
+def _answers(offer: Offer, needs: Needs) -> bool:
+    """Whether ``offer`` returns as many choices as the request asks for (``n``): an
+    Anthropic provider answers one (its Messages API has no ``n``)."""
+    return needs.choices == 1 or offer.provider.type != "anthropic"
 
 
 def _fits(model: Model, needs: Needs) -> bool:

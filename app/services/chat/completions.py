@@ -15,7 +15,7 @@ from flask import current_app, g
 from app import telemetry
 from app.errors import DomainError, InvalidRequest, PaymentRequired, ProviderTimeout, UpstreamError
 from app.ids import random_b62
-from app.services.billing import bazaar, paywall, x402
+from app.services.billing import paywall, x402
 from app.services.money import holds as chat_billing
 from app.services.money import ledger
 from app.services.platform.uow import unit_of_work
@@ -66,6 +66,7 @@ class _Call:
     failures: list[str] = field(default_factory=list)
     all_timeouts: bool = True
     tokens: key_controls.Ticket | None = None  # the key's tpm count taken at admission
+    route: chat_billing.PaidRoute = chat_billing.CHAT  # what a 402's x402 request names
 
     @property
     def live(self) -> bool:
@@ -92,6 +93,8 @@ def _validate(body: dict) -> None:
                                  "{id, type: function, function: {name, arguments}}.", param=f"{where}.tool_calls")
         if msg["role"] == "tool" and not msg.get("tool_call_id"):
             raise InvalidRequest(f"{where}.tool_call_id: is required for role tool.", param=f"{where}.tool_call_id")
+        if msg.get("is_error") is not None and not isinstance(msg["is_error"], bool):
+            raise InvalidRequest(f"{where}.is_error: must be a boolean.", param=f"{where}.is_error")
     tools = body.get("tools")
     if tools is not None and (not isinstance(tools, list) or not all(
             isinstance(t, dict) and isinstance(t.get("function"), dict) and t["function"].get("name")
@@ -321,9 +324,9 @@ def _fund_hold(call: _Call, payment: str) -> x402.X402Payment:
     run on the balance: what the completion does not cost stays there. A refused payment
     is 402 ``payment_invalid`` with a fresh ``PAYMENT-REQUIRED``; nothing is credited."""
     price = -(-call.hold_micros // ledger.MICROS_PER_CENT) * ledger.MICROS_PER_CENT
-    url = paywall.resource_url(chat_billing.CHAT_PATH)
+    url = paywall.resource_url(call.route.path)
     pay = x402.accept(payment, account_id=call.account_id, price_micros=price, resource_url=url,
-                      mode=call.mode, description="Chat completion", extensions=bazaar.chat_completion())
+                      mode=call.mode, description=call.route.description, extensions=call.route.extensions())
     with unit_of_work():
         x402.book(pay, call_id=call.id)
     log.info("chat %s: x402 payment of %s micros credited (%s)", call.id, pay.value_atomic, pay.auth_id)
@@ -332,7 +335,8 @@ def _fund_hold(call: _Call, payment: str) -> x402.X402Payment:
 
 def create_completion(account_id: str, mode: str, body: dict, key_id: str | None = None,
                       actor: str | None = None, payment: str | None = None,
-                      controls: key_controls.KeyControls | None = None, byok: bool = False) -> ChatResult:
+                      controls: key_controls.KeyControls | None = None, byok: bool = False,
+                      route: chat_billing.PaidRoute = chat_billing.CHAT) -> ChatResult:
     """Route, hold, call (with failover), settle. Test-mode keys use the sandbox provider
     only and move no money. ``key_id``: the API key whose spend limit the hold counts against;
     ``account_id`` pays, ``actor`` (the credential's id) acted: both are recorded.
@@ -340,7 +344,9 @@ def create_completion(account_id: str, mode: str, body: dict, key_id: str | None
     (``_fund_hold``), and then every answer carries ``PAYMENT-RESPONSE``.
     ``controls``: the key's models allow-list (403 ``model_not_allowed``), rpm and tpm limits
     (429). ``byok``: the account has provider keys of its own (read here, live mode only):
-    the offers they serve come first and are charged the platform fee."""
+    the offers they serve come first and are charged the platform fee. ``route``: the route
+    the caller called, as an x402 payment request names it (``holds.MESSAGES`` for
+    ``/v1/messages``)."""
     started = time.monotonic()
     with telemetry.span("chat.route"):  # validation, request analysis, candidates, hold size
         allowed = key_controls.allowed_models(controls, body.get("model"))
@@ -351,7 +357,7 @@ def create_completion(account_id: str, mode: str, body: dict, key_id: str | None
         offers = _order(candidates(body["model"], needs, sandbox=sandbox, own=own, allowed=allowed))
         call = _Call(id="chatcmpl-" + random_b62(24), account_id=account_id, mode=mode, body=body,
                      needs=needs, started=started, t0=g.get("request_started") or time.perf_counter(),
-                     key_id=key_id, actor=actor)
+                     key_id=key_id, actor=actor, route=route)
         call.budget_micros = _hold_for(offers, needs)
         if call.live:
             call.hold_micros = call.budget_micros
@@ -386,7 +392,7 @@ def _hold(call: _Call, payment: str | None, paid_headers: dict) -> None:
         with telemetry.span("chat.hold"):  # gw_chat_hold on PostgreSQL
             def hold():
                 return chat_billing.hold(call.id, account_id, body["model"], call.hold_micros,
-                                         bool(body.get("stream")), key_id=key_id, actor=actor)
+                                         bool(body.get("stream")), key_id=key_id, actor=actor, route=call.route)
             try:
                 call.held_at = hold()
             except PaymentRequired as exc:
@@ -470,6 +476,9 @@ def _start_stream(call: _Call, offers: list[Offer], models: dict[str, Model]) ->
     it, first = opened
     created = int(time.time())
     beat = None  # the hold's heartbeat runs with the body: a body never run keeps nothing alive
+    # OpenAI sends a usage chunk (``choices: []``) only for ``stream_options.include_usage``;
+    # without it the usage rides on the chunk that finished the answer, held back to the end
+    usage_chunk = (call.body.get("stream_options") or {}).get("include_usage") is True
 
     def sse(obj: dict) -> bytes:
         return b"data: " + orjson.dumps(obj) + b"\n\n"
@@ -492,6 +501,7 @@ def _start_stream(call: _Call, offers: list[Offer], models: dict[str, Model]) ->
         nonlocal beat
         if call.live:
             beat = HoldHeartbeat(call.id).start()
+        held = None  # the last chunk that finished a choice, when the usage rides on it
         try:
             chunk = first
             while chunk is not None:
@@ -501,8 +511,14 @@ def _start_stream(call: _Call, offers: list[Offer], models: dict[str, Model]) ->
                 if choices:
                     for c in choices:
                         chars += _chars(c.get("delta") or {})
-                    yield sse({"id": call.id, "object": "chat.completion.chunk", "created": created,
-                               "model": offer.model_id, "choices": choices})
+                    out = {"id": call.id, "object": "chat.completion.chunk", "created": created,
+                           "model": offer.model_id, "choices": choices}
+                    if not usage_chunk and any(isinstance(c, dict) and c.get("finish_reason") for c in choices):
+                        if held is not None:
+                            yield sse(held)
+                        held = out
+                    else:
+                        yield sse(out)
                 try:
                     chunk = next(it)
                 except StopIteration:
@@ -515,8 +531,11 @@ def _start_stream(call: _Call, offers: list[Offer], models: dict[str, Model]) ->
                 yield sse({"error": {"message": "The provider stream was interrupted; you were charged "
                                                 "for the tokens generated so far.",
                                      "type": "server_error", "code": "provider_error", "param": None}})
-            yield sse({"id": call.id, "object": "chat.completion.chunk", "created": created,
-                       "model": offer.model_id, "choices": [], "usage": usage})
+            if held is not None:
+                yield sse({**held, "usage": usage})
+            else:  # asked for (include_usage), or no chunk finished the answer (cut: an error came first)
+                yield sse({"id": call.id, "object": "chat.completion.chunk", "created": created,
+                           "model": offer.model_id, "choices": [], "usage": usage})
             yield b"data: [DONE]\n\n"
         finally:
             if not settled:  # client went away (GeneratorExit) or an unexpected error

@@ -14,6 +14,7 @@ from app.errors import InvalidRequest
 from app.services.chat import completions
 from app.services.chat.completions import ChatResult
 from app.services.chat.providers import tool_use_blocks
+from app.services.money import holds
 
 # OpenAI finish_reason → Anthropic stop_reason
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
@@ -35,6 +36,14 @@ def _text_of(content, where: str) -> str:
             raise InvalidRequest(f"{where}.{j}: only text blocks are supported here.", param=f"{where}.{j}")
         out.append(block["text"])
     return "\n\n".join(out)
+
+
+def _is_error(block: dict, where: str) -> bool:
+    """A ``tool_result``'s ``is_error`` (the tool failed): a boolean, or absent / null."""
+    flag = block.get("is_error")
+    if flag is not None and not isinstance(flag, bool):
+        raise InvalidRequest(f"{where}.is_error: must be a boolean.", param=f"{where}.is_error")
+    return flag is True
 
 
 def _image_part(block: dict, where: str) -> dict:
@@ -76,7 +85,8 @@ def _message(i: int, msg, out: list[dict]) -> None:
                 "name": block["name"], "arguments": orjson.dumps(block.get("input") or {}).decode()}})
         elif kind == "tool_result" and role == "user" and block.get("tool_use_id"):
             results.append({"role": "tool", "tool_call_id": block["tool_use_id"],
-                            "content": _text_of(block.get("content"), f"{at}.content")})
+                            "content": _text_of(block.get("content"), f"{at}.content"),
+                            **({"is_error": True} if _is_error(block, at) else {})})
         else:
             raise InvalidRequest(f"{at}: unsupported content block (text, image in user turns, tool_use "
                                  "in assistant turns, tool_result in user turns).", param=f"{at}.type")
@@ -104,8 +114,8 @@ def to_openai(req: dict) -> dict:
             body[key] = req[key]
     if req.get("stop_sequences"):
         body["stop"] = list(req["stop_sequences"])
-    if req.get("stream"):
-        body["stream"] = True
+    if req.get("stream"):  # the usage in its own last chunk: message_delta (translate_stream)
+        body.update(stream=True, stream_options={"include_usage": True})
     tools = req.get("tools")
     if tools:
         body["tools"] = [{"type": "function", "function": {
@@ -240,9 +250,9 @@ def create_message(account_id: str, mode: str, req: dict, key_id: str | None = N
                    payment: str | None = None) -> ChatResult:
     """``POST /v1/messages``: translate, run the completion service (``controls``, ``byok``,
     ``payment`` — an x402 payment header paying the hold — as ``create_completion`` takes
-    them), translate back."""
+    them; a 402's x402 request names ``/v1/messages``), translate back."""
     result = completions.create_completion(account_id, mode, to_openai(req), key_id=key_id, actor=actor,
-                                           payment=payment, controls=controls, byok=byok)
+                                           payment=payment, controls=controls, byok=byok, route=holds.MESSAGES)
     if result.events is None:
         return ChatResult(body=from_openai(result.body), headers=result.headers)
     completion_id, model = result.headers["X-Chat-Completion-Id"], result.headers["X-Chat-Model"]

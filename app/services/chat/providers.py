@@ -199,6 +199,8 @@ def _openai_headers(offer: Offer) -> dict:
 def _openai_payload(offer: Offer, body: dict, max_tokens: int, stream: bool) -> dict:
     payload = dict(body)
     payload["model"] = offer.upstream_model
+    if any("is_error" in m for m in body["messages"]):  # the gateway's, not OpenAI's (to_anthropic)
+        payload["messages"] = [{k: v for k, v in m.items() if k != "is_error"} for m in body["messages"]]
     # the cap the hold was sized for (``catalog.output_cap``: the request's, at most the
     # model's), under the name the request used: a larger one would let the provider bill
     # more than was held
@@ -336,9 +338,10 @@ def to_anthropic(body: dict, upstream_model: str, max_tokens: int) -> dict:
             add("user", _blocks(msg.get("content")))
         elif role == "assistant":
             add("assistant", _blocks(msg.get("content")) + tool_use_blocks(msg.get("tool_calls")))
-        elif role == "tool":
+        elif role == "tool":  # is_error: the tool failed (the Messages API's, kept by the gateway)
             add("user", [{"type": "tool_result", "tool_use_id": msg.get("tool_call_id"),
-                          "content": _joined_text(msg.get("content"))}])
+                          "content": _joined_text(msg.get("content")),
+                          **({"is_error": True} if msg.get("is_error") is True else {})}])
     out: dict = {"model": upstream_model, "messages": messages,
                  "max_tokens": max_tokens}  # the held cap (catalog.output_cap), never the raw request's
     if system:

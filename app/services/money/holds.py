@@ -22,7 +22,9 @@ id and ``created_at``.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import timedelta
+from typing import Callable
 
 from sqlalchemy import func, select, update
 
@@ -41,11 +43,27 @@ CHAT_PATH = "/v1/chat/completions"
 _COMPLETIONS = ChatCompletion.__table__
 
 
+@dataclass(frozen=True)
+class PaidRoute:
+    """The route a hold is taken for, as its x402 payment request names it (the 402 of a
+    short balance, and the fresh request when a payment is refused): ``path`` (the
+    resource URL's), ``description`` and ``extensions`` (its Bazaar metadata)."""
+
+    path: str
+    description: str
+    extensions: Callable[[], dict]
+
+
+CHAT = PaidRoute(CHAT_PATH, "Chat completion", bazaar.chat_completion)
+MESSAGES = PaidRoute("/v1/messages", "Message (Anthropic Messages API)", bazaar.message)
+
+
 def hold(completion_id: str, account_id: str, requested_model: str, hold_micros: int,
-         stream: bool, key_id: str | None = None, actor: str | None = None):
+         stream: bool, key_id: str | None = None, actor: str | None = None, route: PaidRoute = CHAT):
     """Record the completion as ``held`` and move ``hold_micros`` from the customer to the
     hold account, in one unit of work; returns the hold's time (``created_at``, which
-    ``settle`` takes). 402 ``payment_required`` when the balance is short; 402
+    ``settle`` takes). 402 ``payment_required`` when the balance is short (its x402
+    request names ``route``: ``CHAT`` or ``MESSAGES``); 402
     ``key_spend_limit_reached`` when the hold does not fit ``key_id``'s spend limit, 402
     ``member_budget_exceeded`` when it does not fit its member's monthly budget.
     PostgreSQL: ONE autocommit statement (``gw_chat_hold``, ``money/sql/``), the key's
@@ -57,9 +75,9 @@ def hold(completion_id: str, account_id: str, requested_model: str, hold_micros:
         raise paywall.payment_required(
             -(-hold_micros // ledger.MICROS_PER_CENT), subject="This completion",
             cost=f"up to {usd} USD (its estimated maximum, held before the call)",
-            alternative="lower max_tokens", path=CHAT_PATH,
-            x402_retry="retry with a PAYMENT-SIGNATURE (x402) header paying the hold", description="Chat completion",
-            headers={"X-Price-Micros": str(hold_micros)}, extensions=bazaar.chat_completion()) from None
+            alternative="lower max_tokens", path=route.path,
+            x402_retry="retry with a PAYMENT-SIGNATURE (x402) header paying the hold", description=route.description,
+            headers={"X-Price-Micros": str(hold_micros)}, extensions=route.extensions()) from None
 
 
 def _hold_legs(account_id: str, hold_micros: int) -> list[tuple[str, int]]:

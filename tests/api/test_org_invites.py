@@ -73,6 +73,27 @@ def test_link_page_creates_the_account_signs_in_and_joins(app, client, make_acco
     ledger_clean()
 
 
+def test_the_link_page_lands_acting_for_the_organisation_joined(app, client, make_account):
+    """Accepting on the page opens the console acting for the organisation just joined (as
+    Stripe's and OpenRouter's invitations do): until 2026-11-29 it landed on the person's own
+    account, so the new member's first key, made on the keys page, was a personal key spending
+    their own promotional credit instead of the organisation's balance."""
+    from app.blueprints.console import org_context
+
+    owner = make_account()
+    org = make_org(client, owner)
+    email = "lands.in.org@example.com"
+    _invite(client, owner, org["id"], email)
+    token = _token(app, email)
+    browser = app.test_client()
+    page = browser.get(f"/invites/{token}")
+    r = browser.post(f"/invites/{token}", data={"csrf": _csrf(page.get_data(as_text=True))})
+    assert r.status_code == 303 and r.headers["Location"].endswith("/dashboard")
+    assert browser.get_cookie(org_context.COOKIE).value == org["id"]
+    html = browser.get("/dashboard").get_data(as_text=True)
+    assert 'id="acting-for"' in html and org["name"] in html
+
+
 def test_link_page_for_an_existing_mailbox_grants_nothing_more(app, client, make_account, ledger_clean):
     owner, known = make_account(), make_account(email="farm@example.com")
     org = make_org(client, owner)

@@ -12,7 +12,8 @@ and makes the member together:
   theirs (403 ``invite_email_mismatch``, the token stays usable).
 * ``accept_from_link`` (the page's button): the account of the invite's address, created
   if needed (``accounts.new_account``: the promotional grant stays one per mailbox), joins,
-  and the page signs it in on the console (``console.open_session``).
+  and the page signs it in on the console (``console.open_session``), acting for the
+  organisation joined.
 
 A used, expired, revoked or unknown token is 404 ``invalid_token``; an address that is
 already a member is 409 (at invite time and at acceptance)."""
@@ -164,9 +165,11 @@ def accept_with_credential(principal, actor: Actor, token: str | None) -> dict:
     return view(org, row.role, principal.mode)
 
 
-def accept_from_link(token: str | None, *, request_id: str | None = None, ip: str | None = None) -> tuple[str, str]:
+def accept_from_link(token: str | None, *, request_id: str | None = None,
+                     ip: str | None = None) -> tuple[str, str, str]:
     """The page's button: the invite's address gets an account if it has none, joins, and a
-    console session is opened for it; returns (account id, console session token)."""
+    console session is opened for it; returns (account id, organisation id, console session
+    token): the page opens the console acting for that organisation."""
     from app.services.accounts import console
 
     with unit_of_work():
@@ -174,4 +177,4 @@ def accept_from_link(token: str | None, *, request_id: str | None = None, ip: st
         acct = accounts.find_by_email(row.email) or accounts.new_account(row.email)
         _join(row, acct.id, Actor(acct.id, None, request_id, ip))
         session = console.open_session(acct.id)
-    return acct.id, session
+    return acct.id, row.org_id, session

@@ -312,6 +312,20 @@ def test_members_page_budget_end_to_end_with_spend_and_usage_by_member(app, clie
     assert r.status_code == 400 and "Monthly budget" in r.get_data(as_text=True)
 
 
+def test_members_page_counts_one_call_in_the_singular(app, client, make_account, mod):  # noqa: F811
+    """The members page's "This month" says "1 call", as the dashboard does (it said "1 calls")."""
+    from tests.orgkit import fund, h, org_key
+
+    owner_acct = make_account()
+    owner = Console(app, owner_acct.id)
+    org_id = owner.create_org("Grammar")
+    fund(app, org_id, 100, "enterprise")
+    assert client.post("/v1/module/svc/call", json={"action": "ok"},
+                       headers=h(org_key(client, owner_acct, org_id)["key"])).status_code == 200
+    html = owner.get("/org/members").get_data(as_text=True)
+    assert ">1 call</p>" in html and "1 calls" not in html
+
+
 def test_billing_save_card_pay_once_per_form_and_auto_topup(app, make_account):
     acct = make_account()
     me = Console(app, acct.id, mode="test")

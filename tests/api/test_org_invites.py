@@ -167,6 +167,22 @@ def test_revoked_replaced_and_expired_links_are_refused(app, client, make_accoun
     assert balances(app, org["id"]) == [0]
 
 
+def test_a_replaced_invitation_is_audited_as_revoked(app, client, make_account):
+    """A newer invitation to the same address revokes the pending one: the audit log says so
+    (``invite.revoke`` naming the invitation that replaced it). Until 2026-11-29 the log showed
+    two ``invite.create`` and never that the first link had stopped working."""
+    owner = make_account()
+    org = make_org(client, owner)
+    first = _invite(client, owner, org["id"], "twice@example.com").get_json()
+    second = _invite(client, owner, org["id"], "twice@example.com", "viewer").get_json()
+    log = client.get(f"/api/orgs/{org['id']}/audit", headers=owner.headers).get_json()["entries"]
+    steps = [(e["action"], e["target"], e["actor_account_id"]) for e in reversed(log)]
+    assert steps == [("org.create", org["id"], owner.id), ("invite.create", first["id"], owner.id),
+                     ("invite.revoke", first["id"], owner.id), ("invite.create", second["id"], owner.id)]
+    assert (log[1]["before"], log[1]["after"]) == ({"email": "twice@example.com", "role": "developer"},
+                                                   {"replaced_by": second["id"]})
+
+
 def test_invites_to_one_address_are_rate_limited_and_strangers_spend_nothing(app, client, make_account,
                                                                             monkeypatch):
     monkeypatch.setitem(app.config, "INVITE_EMAIL_RATE_LIMIT", "2/hour")

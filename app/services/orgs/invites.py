@@ -3,7 +3,8 @@
 ``invite`` (owners and admins; only an owner invites an owner) stores an ``org_invites``
 row and a platform single-use token (purpose ``org_invite``, subject = the invite's id,
 valid ``INVITE_TTL``) and e-mails the link ``{BASE_URL}/invites/{token}`` through the
-outbox, in one unit of work; a new invite to the same address replaces the pending one.
+outbox, in one unit of work; a new invite to the same address replaces the pending one
+(audited ``invite.revoke`` with ``replaced_by``).
 The link is used once, by one of two doors, each one unit of work that consumes the token
 and makes the member together:
 
@@ -82,11 +83,14 @@ def invite(principal, actor: Actor, org_id: str, email: str, role: str) -> OrgIn
             roles.require(me.role, "manage_owners", org_id)
         if _is_member(org_id, email):
             raise AlreadyMember(f"{email} is already a member of {org_id}.")
+        invite_id = new_id("inv")
         for old in db.session.execute(_pending(org_id).where(OrgInvite.email == email)).scalars():
             old.revoked_at = utcnow()  # the newest invite replaces it
             tokens.revoke(ORG_INVITE, old.id)
+            record(org_id, actor, "invite.revoke", old.id, before={"email": old.email, "role": old.role},
+                   after={"replaced_by": invite_id})
         now = utcnow()
-        row = OrgInvite(id=new_id("inv"), org_id=org_id, email=email, role=role, invited_by=actor.account_id,
+        row = OrgInvite(id=invite_id, org_id=org_id, email=email, role=role, invited_by=actor.account_id,
                         created_at=now, expires_at=now + INVITE_TTL)
         db.session.add(row)
         token = tokens.issue(ORG_INVITE, row.id, INVITE_TTL, now=now)

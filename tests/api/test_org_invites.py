@@ -94,6 +94,25 @@ def test_the_link_page_lands_acting_for_the_organisation_joined(app, client, mak
     assert 'id="acting-for"' in html and org["name"] in html
 
 
+def test_the_link_page_warns_a_person_signed_in_as_someone_else(app, client, make_account):
+    """Opened in a browser signed in as another account (the inviter trying the link, a person
+    with two mailboxes), the page says who is signed in and that accepting signs in the
+    invited address instead; the button names it. Until 2026-11-29 it offered "Accept and
+    sign in" and silently swapped the session for the invitee's."""
+    from tests.api.test_console_orgs_billing import Console
+
+    owner = make_account()
+    org = make_org(client, owner)
+    _invite(client, owner, org["id"], "someone.else@example.com")
+    token = _token(app, "someone.else@example.com")
+    signed_in = Console(app, owner.id)
+    html = signed_in.get(f"/invites/{token}").get_data(as_text=True)
+    assert 'id="invite-other-account"' in html and _email(app, owner) in html
+    assert "Accept and sign in as someone.else@example.com" in html
+    fresh = app.test_client().get(f"/invites/{token}").get_data(as_text=True)
+    assert 'id="invite-other-account"' not in fresh
+
+
 def test_link_page_for_an_existing_mailbox_grants_nothing_more(app, client, make_account, ledger_clean):
     owner, known = make_account(), make_account(email="farm@example.com")
     org = make_org(client, owner)

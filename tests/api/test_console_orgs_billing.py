@@ -156,6 +156,23 @@ def test_developer_sees_no_billing_or_invite_controls_and_forbidden_posts_name_t
     assert "Create key" not in keys and "Rotate" not in keys  # a billing member changes no key
 
 
+def test_the_dashboard_offers_top_up_only_to_those_who_may_pay(app, make_account):
+    """The dashboard's "Top up" link is for owners and billing members (``billing:write``):
+    until 2026-11-29 every role saw it, and a developer who followed it got a 403 page, an
+    admin or viewer a billing page with nothing to pay."""
+    owner = Console(app, make_account().id)
+    org_id = owner.create_org("Payers Ltd")
+    assert "Top up</a>" in owner.get("/dashboard").get_data(as_text=True)
+    for role, shown in (("billing", True), ("admin", False), ("developer", False), ("viewer", False)):
+        acct = make_account()
+        _add_member(app, org_id, acct.id, role)
+        person = Console(app, acct.id)
+        assert "Top up</a>" in person.get("/dashboard").get_data(as_text=True)  # their own account
+        person.post("/orgs/switch", {"org_id": org_id})
+        html = person.get("/dashboard").get_data(as_text=True)
+        assert 'id="acting-for"' in html and ("Top up</a>" in html) is shown, role
+
+
 def test_a_developer_sees_and_changes_only_their_own_organisation_keys(app, make_account):
     """The console's keys page applies the API's rule (``orgs.own_items_only`` /
     ``orgs.keys_of``): owners and admins every key of the organisation, a developer theirs."""
@@ -293,6 +310,20 @@ def test_members_page_budget_end_to_end_with_spend_and_usage_by_member(app, clie
     assert client.post("/v1/module/svc/call", json={"action": "ok"}, headers=h(key)).status_code == 200
     r = owner.post(f"/org/members/{dev.id}", {"role": "developer", "monthly_budget": "lots"})
     assert r.status_code == 400 and "Monthly budget" in r.get_data(as_text=True)
+
+
+def test_members_page_counts_one_call_in_the_singular(app, client, make_account, mod):  # noqa: F811
+    """The members page's "This month" says "1 call", as the dashboard does (it said "1 calls")."""
+    from tests.orgkit import fund, h, org_key
+
+    owner_acct = make_account()
+    owner = Console(app, owner_acct.id)
+    org_id = owner.create_org("Grammar")
+    fund(app, org_id, 100, "enterprise")
+    assert client.post("/v1/module/svc/call", json={"action": "ok"},
+                       headers=h(org_key(client, owner_acct, org_id)["key"])).status_code == 200
+    html = owner.get("/org/members").get_data(as_text=True)
+    assert ">1 call</p>" in html and "1 calls" not in html
 
 
 def test_billing_save_card_pay_once_per_form_and_auto_topup(app, make_account):

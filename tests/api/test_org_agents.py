@@ -77,7 +77,7 @@ def test_agents_registered_in_an_organisation_belong_to_it(app, client, make_acc
     count = _agents(app)
     other = make_org(client, stranger, "Other")
     r = _register(client, viewer.headers, org_id=oid)
-    assert r.status_code == 403 and "owner or admin or developer" in r.get_json()["message"]
+    assert r.status_code == 403 and "owner, admin or developer" in r.get_json()["message"]
     assert _register(client, stranger.headers, org_id=oid).status_code == 404
     assert _register(client, dev.headers, org_id="acct_unknown").status_code == 404
     assert _register(client, dev.headers, org_id=other["id"]).status_code == 404

@@ -73,6 +73,46 @@ def test_link_page_creates_the_account_signs_in_and_joins(app, client, make_acco
     ledger_clean()
 
 
+def test_the_link_page_lands_acting_for_the_organisation_joined(app, client, make_account):
+    """Accepting on the page opens the console acting for the organisation just joined (as
+    Stripe's and OpenRouter's invitations do): until 2026-11-29 it landed on the person's own
+    account, so the new member's first key, made on the keys page, was a personal key spending
+    their own promotional credit instead of the organisation's balance."""
+    from app.blueprints.console import org_context
+
+    owner = make_account()
+    org = make_org(client, owner)
+    email = "lands.in.org@example.com"
+    _invite(client, owner, org["id"], email)
+    token = _token(app, email)
+    browser = app.test_client()
+    page = browser.get(f"/invites/{token}")
+    r = browser.post(f"/invites/{token}", data={"csrf": _csrf(page.get_data(as_text=True))})
+    assert r.status_code == 303 and r.headers["Location"].endswith("/dashboard")
+    assert browser.get_cookie(org_context.COOKIE).value == org["id"]
+    html = browser.get("/dashboard").get_data(as_text=True)
+    assert 'id="acting-for"' in html and org["name"] in html
+
+
+def test_the_link_page_warns_a_person_signed_in_as_someone_else(app, client, make_account):
+    """Opened in a browser signed in as another account (the inviter trying the link, a person
+    with two mailboxes), the page says who is signed in and that accepting signs in the
+    invited address instead; the button names it. Until 2026-11-29 it offered "Accept and
+    sign in" and silently swapped the session for the invitee's."""
+    from tests.api.test_console_orgs_billing import Console
+
+    owner = make_account()
+    org = make_org(client, owner)
+    _invite(client, owner, org["id"], "someone.else@example.com")
+    token = _token(app, "someone.else@example.com")
+    signed_in = Console(app, owner.id)
+    html = signed_in.get(f"/invites/{token}").get_data(as_text=True)
+    assert 'id="invite-other-account"' in html and _email(app, owner) in html
+    assert "Accept and sign in as someone.else@example.com" in html
+    fresh = app.test_client().get(f"/invites/{token}").get_data(as_text=True)
+    assert 'id="invite-other-account"' not in fresh
+
+
 def test_link_page_for_an_existing_mailbox_grants_nothing_more(app, client, make_account, ledger_clean):
     owner, known = make_account(), make_account(email="farm@example.com")
     org = make_org(client, owner)
@@ -144,6 +184,22 @@ def test_revoked_replaced_and_expired_links_are_refused(app, client, make_accoun
     assert client.get(f"/invites/{third_token}").status_code == 404
     assert set(_members(client, owner, org["id"]).values()) == {"owner"}
     assert balances(app, org["id"]) == [0]
+
+
+def test_a_replaced_invitation_is_audited_as_revoked(app, client, make_account):
+    """A newer invitation to the same address revokes the pending one: the audit log says so
+    (``invite.revoke`` naming the invitation that replaced it). Until 2026-11-29 the log showed
+    two ``invite.create`` and never that the first link had stopped working."""
+    owner = make_account()
+    org = make_org(client, owner)
+    first = _invite(client, owner, org["id"], "twice@example.com").get_json()
+    second = _invite(client, owner, org["id"], "twice@example.com", "viewer").get_json()
+    log = client.get(f"/api/orgs/{org['id']}/audit", headers=owner.headers).get_json()["entries"]
+    steps = [(e["action"], e["target"], e["actor_account_id"]) for e in reversed(log)]
+    assert steps == [("org.create", org["id"], owner.id), ("invite.create", first["id"], owner.id),
+                     ("invite.revoke", first["id"], owner.id), ("invite.create", second["id"], owner.id)]
+    assert (log[1]["before"], log[1]["after"]) == ({"email": "twice@example.com", "role": "developer"},
+                                                   {"replaced_by": second["id"]})
 
 
 def test_invites_to_one_address_are_rate_limited_and_strangers_spend_nothing(app, client, make_account,

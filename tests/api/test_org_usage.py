@@ -66,7 +66,7 @@ def test_usage_per_member_in_an_organisation(app, client, make_account, mod):  #
         assert r.status_code == 403 and error_code(r.get_json()) == "org_role_required"
         assert r.get_json()["roles"] == ["owner", "admin", "billing"]
     r = _get(client, "by-module", h(dev_key["key"]), member_id=dev2.id)
-    assert r.status_code == 403 and "owner or admin or billing" in r.get_json()["message"]
+    assert r.status_code == 403 and "owner, admin or billing" in r.get_json()["message"]
 
     # the per-call export: everyone's for owners, admins, billing; one's own for the others
     r, rows = _export_now(client, owner.headers, org_id=oid)

@@ -1,6 +1,7 @@
 """Issue 37 "Done when", tried as a new user would: an owner creates an organisation, funds
 it with 20 USD by sandbox checkout and invites a developer by e-mail; the developer opens
-the link (a new account, signed in on the console), makes a key there, then an
+the link (a new account, signed in on the console acting for the organisation), switches to
+their own account and makes a key there, then an
 organisation key by API and calls a module; the organisation's balance drops, the
 developer's does not; the developer's monthly budget stops them exactly at the limit; the
 developer is refused inviting and billing (nothing changes) and sees their usage in the
@@ -36,7 +37,12 @@ def test_an_owner_and_a_developer_share_one_balance(app, client, make_account, m
     page = browser.get(urlparse(link).path)
     r = browser.post(urlparse(link).path, data={"csrf": _csrf(page.get_data(as_text=True))})
     assert r.status_code == 303
-    keys_page = browser.get("/keys").get_data(as_text=True)  # signed in: their own keys page
+    landed = browser.get("/dashboard").get_data(as_text=True)  # signed in, acting for Acme
+    assert 'id="acting-for"' in landed and "Acme" in landed
+    # their own key first: the switcher back to the personal account, then the keys page
+    browser.post("/orgs/switch", data={"org_id": "", "csrf": _csrf(landed)})
+    keys_page = browser.get("/keys").get_data(as_text=True)
+    assert 'id="acting-for"' not in keys_page
     html = browser.post("/keys", data={"name": "laptop", "scopes": list(ALL_SCOPES),
                                        "csrf": _csrf(keys_page)}).get_data(as_text=True)
     personal = re.search(r'id="secret">(svc_live_\w+)<', html).group(1)

@@ -21,19 +21,20 @@ from app.services.orgs import audit, invites, orgs, roles
 @bp.route("/invites/<string:token>", methods=["GET", "POST"])
 @per_ip("PUBLIC_PAGE_RATE_LIMIT")
 def invite(token):
-    """GET: what the invitation is for and a button. POST: accept it and sign in."""
+    """GET: what the invitation is for and a button. POST: accept it, sign in and act for
+    the organisation joined (its dashboard; the switcher goes back to the personal account)."""
     if request.method == "GET":
         pending = invites.preview(token)
         org_name = invites.name_of_org(pending.org_id) if pending else None
         return render_template("console/invite.html", token=token, invite=pending, org_name=org_name), \
             200 if pending else 404
     try:
-        _account_id, session_token = invites.accept_from_link(token, request_id=g.get("request_id"),
-                                                              ip=request.remote_addr)
+        _account_id, org_id, session_token = invites.accept_from_link(token, request_id=g.get("request_id"),
+                                                                      ip=request.remote_addr)
     except DomainError as exc:
         return render_template("console/invite.html", token=token, invite=None, error=exc.message), exc.status
     g.session_token, g.new_pre = session_token, False
-    return redirect(url_for("console.dashboard"), code=303)
+    return _switch_to(redirect(url_for("console.dashboard"), code=303), org_id)
 
 
 # --- organisations in the console (issue 40 item 4) ---------------------------------------

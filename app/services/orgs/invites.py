@@ -3,7 +3,8 @@
 ``invite`` (owners and admins; only an owner invites an owner) stores an ``org_invites``
 row and a platform single-use token (purpose ``org_invite``, subject = the invite's id,
 valid ``INVITE_TTL``) and e-mails the link ``{BASE_URL}/invites/{token}`` through the
-outbox, in one unit of work; a new invite to the same address replaces the pending one.
+outbox, in one unit of work; a new invite to the same address replaces the pending one
+(audited ``invite.revoke`` with ``replaced_by``).
 The link is used once, by one of two doors, each one unit of work that consumes the token
 and makes the member together:
 
@@ -12,7 +13,8 @@ and makes the member together:
   theirs (403 ``invite_email_mismatch``, the token stays usable).
 * ``accept_from_link`` (the page's button): the account of the invite's address, created
   if needed (``accounts.new_account``: the promotional grant stays one per mailbox), joins,
-  and the page signs it in on the console (``console.open_session``).
+  and the page signs it in on the console (``console.open_session``), acting for the
+  organisation joined.
 
 A used, expired, revoked or unknown token is 404 ``invalid_token``; an address that is
 already a member is 409 (at invite time and at acceptance)."""
@@ -81,11 +83,14 @@ def invite(principal, actor: Actor, org_id: str, email: str, role: str) -> OrgIn
             roles.require(me.role, "manage_owners", org_id)
         if _is_member(org_id, email):
             raise AlreadyMember(f"{email} is already a member of {org_id}.")
+        invite_id = new_id("inv")
         for old in db.session.execute(_pending(org_id).where(OrgInvite.email == email)).scalars():
             old.revoked_at = utcnow()  # the newest invite replaces it
             tokens.revoke(ORG_INVITE, old.id)
+            record(org_id, actor, "invite.revoke", old.id, before={"email": old.email, "role": old.role},
+                   after={"replaced_by": invite_id})
         now = utcnow()
-        row = OrgInvite(id=new_id("inv"), org_id=org_id, email=email, role=role, invited_by=actor.account_id,
+        row = OrgInvite(id=invite_id, org_id=org_id, email=email, role=role, invited_by=actor.account_id,
                         created_at=now, expires_at=now + INVITE_TTL)
         db.session.add(row)
         token = tokens.issue(ORG_INVITE, row.id, INVITE_TTL, now=now)
@@ -164,9 +169,11 @@ def accept_with_credential(principal, actor: Actor, token: str | None) -> dict:
     return view(org, row.role, principal.mode)
 
 
-def accept_from_link(token: str | None, *, request_id: str | None = None, ip: str | None = None) -> tuple[str, str]:
+def accept_from_link(token: str | None, *, request_id: str | None = None,
+                     ip: str | None = None) -> tuple[str, str, str]:
     """The page's button: the invite's address gets an account if it has none, joins, and a
-    console session is opened for it; returns (account id, console session token)."""
+    console session is opened for it; returns (account id, organisation id, console session
+    token): the page opens the console acting for that organisation."""
     from app.services.accounts import console
 
     with unit_of_work():
@@ -174,4 +181,4 @@ def accept_from_link(token: str | None, *, request_id: str | None = None, ip: st
         acct = accounts.find_by_email(row.email) or accounts.new_account(row.email)
         _join(row, acct.id, Actor(acct.id, None, request_id, ip))
         session = console.open_session(acct.id)
-    return acct.id, session
+    return acct.id, row.org_id, session

@@ -43,6 +43,16 @@ ACTIONS: dict[str, tuple[str, ...]] = {
 }
 
 
+# how a refusal names each action (the message a person reads, not the table's key)
+ACTION_NAMES: dict[str, str] = {
+    "manage_members": "Managing members and invitations",
+    "manage_owners": "Inviting, changing or removing an owner",
+    "manage_keys": "Another member's keys",
+    "read_audit": "The audit log",
+    "read_member_usage": "Another member's usage",
+}
+
+
 class OrgRoleRequired(Forbidden):
     code = "org_role_required"
     description = ("The member's role in the organisation does not allow this; the message and "
@@ -50,7 +60,8 @@ class OrgRoleRequired(Forbidden):
 
 
 def _refuse(allowed: tuple[str, ...], role: str, org_id: str, what: str) -> None:
-    needed = " or ".join(allowed) if allowed else "(none: organisations cannot do this)"
+    needed = (" or ".join((", ".join(allowed[:-1]), allowed[-1])) if len(allowed) > 1 else "".join(allowed)) \
+        or "(none: organisations cannot do this)"
     raise OrgRoleRequired(f"{what} needs role {needed} in organisation {org_id}; your role is {role}.",
                           extra={"roles": list(allowed), "role": role, "org_id": org_id})
 
@@ -60,7 +71,7 @@ def require(role: str, action: str, org_id: str, what: str | None = None) -> Non
     message names it)."""
     allowed = ACTIONS[action]
     if role not in allowed:
-        _refuse(allowed, role, org_id, what or f"This action ({action})")
+        _refuse(allowed, role, org_id, what or ACTION_NAMES[action])
 
 
 def require_scopes(role: str, scopes, org_id: str) -> None:

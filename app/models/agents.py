@@ -86,8 +86,9 @@ class ModuleSubmission(db.Model):
 
 class AgentSettlement(db.Model):
     """A monthly settlement statement: ``amount_micros`` moved from ``earnings:<agent>``
-    to the agent account's balance by ledger transaction ``ledger_txn_id`` (ref
-    ``settle:<agent>:<YYYY-MM>``), written in that same database transaction."""
+    by ledger transaction ``ledger_txn_id`` (ref ``settle:<agent>:<YYYY-MM>``), written in
+    that same database transaction: to the agent account's balance, less what repaid the
+    carry-over (that transaction's leg on ``carry:<agent>``; ``earnings._statements``)."""
 
     __tablename__ = "agent_settlements"
     __table_args__ = (UniqueConstraint("agent_id", "month", name="uq_agent_settlements_agent_month"),

@@ -152,3 +152,27 @@ def test_agents_page_writes_a_negative_accrual_as_an_amount(app, client, signed_
     monkeypatch.setattr(earnings, "agent_earnings", late_refund)
     page = browser.get("/agents").get_data(as_text=True)
     assert "-$0.30 / $0.0015" in page and "$-" not in page
+
+
+def test_agents_page_statement_says_what_repaid_a_carry_over(app, client, signed_in, monkeypatch):
+    """A statement whose settlement repaid a carry-over (a refund after the previous month
+    was settled) shows what reached the balance, and the repaid part apart (docs/agents.md)."""
+    from datetime import datetime, timezone
+
+    from app.services.agents import earnings
+
+    browser, acct = signed_in()
+    register(client, acct, Keypair(), name="repaid")
+    real = earnings.agent_earnings
+
+    def repaid(agent, *args, **kwargs):
+        at = datetime(2026, 11, 1, 2, tzinfo=timezone.utc)
+        return {**real(agent, *args, **kwargs), "settlements": [
+            {"id": "stl_b", "month": "2026-10", "created_at": at, **earnings.statement_amounts(500_000, 300_000)},
+            {"id": "stl_a", "month": "2026-09", "created_at": at, **earnings.statement_amounts(300_000, 0)}]}
+
+    monkeypatch.setattr(earnings, "agent_earnings", repaid)
+    page = browser.get("/agents").get_data(as_text=True)
+    assert "2026-10: $0.20 <small" in page
+    assert "($0.50 earned, $0.30 of it repaid a refund after settlement)" in page
+    assert "2026-09: $0.30</td>" in page                     # nothing repaid: no note

@@ -12,7 +12,10 @@ from app.services.money import settlement
 from app.services.money import ledger
 from app.services.gateway import calls, catalog
 from app.scopes import ALL_SCOPES
+from standardwebhooks import Webhook
+
 from tests.agentkit import Keypair, register
+from tests.support.standin import recorder
 from tests.gateway_helpers import call, create_module, provider, provider_server  # noqa: F401
 
 
@@ -54,9 +57,9 @@ class Charged:
     """A 1-USD call to a module of agent ``agent`` by ``payer``, still pending (refundable),
     in the current ``month``, which can be settled ``after``."""
 
-    def __init__(self, app, client, make_account, provider, slug):
+    def __init__(self, app, client, make_account, provider, slug, webhook=None):
         self.owner, self.payer = make_account(), make_account(cents=1000)
-        self.agent = register(client, self.owner, Keypair(), name="seller").get_json()
+        self.agent = register(client, self.owner, Keypair(), name="seller", webhook=webhook).get_json()
         create_module(app, slug, provider, {"ok": (100, "/ok")}, owner_agent_id=self.agent["id"])
         self.earn, self.carry = ledger.earnings(self.agent["id"]), ledger.carry(self.agent["id"])
         now = utcnow()
@@ -119,6 +122,36 @@ def test_earnings_after_a_late_refund_show_what_reached_the_agent(app, client, m
     # 30 cents reached the agent's balance (the first settlement); the second repaid the carry-over
     assert (body["accrued_cents"], body["settled_cents"], body["lifetime_cents"]) == (0, 30, 30)
     assert (body["accrued_micros"], body["settled_micros"]) == (0, 300_000)
+    ledger_clean()
+
+
+def test_statements_after_a_late_refund_show_what_reached_the_agent(app, client, make_account, provider,
+                                                                     ledger_clean):
+    """A monthly statement (the earnings' ``settlements`` and the ``settlement.completed``
+    event) says what reached the agent's balance: a settlement that repaid a carry-over
+    (a refund after the previous month was settled) shows that part apart, not as paid,
+    so the statements add up to ``settled``."""
+    rec = recorder([200])
+    with rec as url:
+        c = Charged(app, client, make_account, provider, "latestmt", webhook=url + "/agent")
+        with app.app_context():
+            assert settlement.settle_month(c.month, now=c.after)["settled"] == 1
+            assert calls.refund(c.call_id, "swept") is True      # 30 cents carried over
+            c.call()                                             # 30 cents more: repays it
+            later = (c.after + timedelta(days=32)).replace(day=1, hour=2)
+            assert settlement.settle_month(f"{c.after.year:04d}-{c.after.month:02d}", now=later)["settled"] == 1
+            db.session.remove()
+    body = client.get(f"/api/agent/{c.agent['id']}/earnings", headers=c.owner.headers).get_json()
+    newest, first = body["settlements"]
+    got = [(s["amount_cents"], s["earned_cents"], s["carry_over_repaid_cents"]) for s in (first, newest)]
+    assert got == [(30, 30, 0), (0, 30, 30)]
+    assert (newest["amount_micros"], newest["earned_micros"], newest["carry_over_repaid_micros"]) == \
+        (0, 300_000, 300_000)
+    assert sum(s["amount_micros"] for s in body["settlements"]) == body["settled_micros"] == 300_000
+    events = [Webhook(c.agent["webhook_secret"]).verify(r.body, {k.lower(): v for k, v in r.headers.items()})
+              for r in rec.requests]
+    assert [(e["data"]["amount_cents"], e["data"]["earned_cents"], e["data"]["carry_over_repaid_cents"])
+            for e in events if e["type"] == "settlement.completed"] == [(30, 30, 0), (0, 30, 30)]
     ledger_clean()
 
 

@@ -4,7 +4,7 @@ import marshmallow as ma
 
 from app.blueprints.orgs.schemas import org_id_field
 from app.blueprints.fields import (HTTPS_PATTERN, HeaderString, InputSchema, JsonInteger, Pattern, QueryInteger,
-                                  cents, idempotency_key_header)
+                                  idempotency_key_header)
 from app.services.agents.builds import MAX_WEBHOOK_CHARS
 
 B58 = "[1-9A-HJ-NP-Za-km-z]"
@@ -199,8 +199,18 @@ class AgentUsageSchema(ma.Schema):
 class StatementSchema(ma.Schema):
     id = ma.fields.String(required=True)
     month = ma.fields.String(required=True, metadata={"description": "YYYY-MM"})
-    amount_cents = cents("amount_micros")
+    amount_cents = ma.fields.Integer(required=True, metadata={
+        "description": "What the settlement moved to the balance (or `payable`): `earned` less "
+                       "`carry_over_repaid`. The statements add up to `settled`."})
     amount_micros = ma.fields.Integer(required=True)
+    earned_cents = ma.fields.Integer(required=True, metadata={
+        "description": "What the settlement took out of the accrued earnings (the month's shares, net "
+                       "of their refunds, not yet settled)."})
+    earned_micros = ma.fields.Integer(required=True)
+    carry_over_repaid_cents = ma.fields.Integer(required=True, metadata={
+        "description": "The part of `earned` that repaid a carry-over (a refund of a call whose month "
+                       "was already settled), so did not reach the balance; 0 otherwise."})
+    carry_over_repaid_micros = ma.fields.Integer(required=True)
     settled_at = ma.fields.DateTime(required=True, attribute="created_at")
 
 

@@ -69,9 +69,12 @@ class UsageDailyQuerySchema(UsageQuerySchema):
 
 class DayUsageSchema(ma.Schema):
     date = ma.fields.String(required=True, metadata={"description": "UTC date (YYYY-MM-DD)."})
-    calls = ma.fields.Integer(required=True, metadata={"description": "Live module calls and chat completions, "
+    calls = ma.fields.Integer(required=True, metadata={"description": "Module calls and chat completions of the "
+                                                                      "caller's mode (a `svc_test_` key: test mode), "
                                                                       "failed ones included."})
-    spend_cents = ma.fields.Integer(required=True, metadata={"description": "Live spend; refunds excluded."})
+    spend_cents = ma.fields.Integer(required=True, metadata={"description": "Spend of the caller's mode (test mode: "
+                                                                            "the calls' prices, though no money "
+                                                                            "moves); refunds excluded."})
     errors = ma.fields.Integer(required=True, metadata={"description": "Failed (refunded/released) calls."})
 
 

@@ -63,12 +63,35 @@ def paid_micros(earner: str) -> int:
     return _settled_from(ledger.earnings(earner), ledger.carry(earner))
 
 
+def _statements(earner: str, mine, limit: int) -> list[dict]:
+    """The ``limit`` most recent monthly statements, newest first. A statement's row holds
+    what its settlement took out of ``earnings:<earner>`` (``earned``); the part of it that
+    repaid a carry-over (its leg on ``carry:<earner>``) did not reach the earner, so
+    ``amount`` is the rest: the statements add up to ``paid_micros``."""
+    rows = list(db.session.execute(
+        select(AgentSettlement).where(mine)
+        .order_by(AgentSettlement.month.desc()).limit(limit)).scalars())
+    repaid = dict(db.session.execute(
+        select(LedgerEntry.txn_id, LedgerEntry.amount_micros)
+        .where(LedgerEntry.txn_id.in_([r.ledger_txn_id for r in rows]),
+               LedgerEntry.ledger_account == ledger.carry(earner))).all()) if rows else {}
+    return [{"id": r.id, "month": r.month, "created_at": r.created_at,
+             **statement_amounts(r.amount_micros, repaid.get(r.ledger_txn_id, 0))} for r in rows]
+
+
+def statement_amounts(earned_micros: int, repaid_micros: int) -> dict:
+    """A statement's amounts (the earnings page and the ``settlement.completed`` event):
+    ``amount`` reached the earner, ``carry_over_repaid`` repaid a late refund's carry-over,
+    ``earned`` is their sum (what the settlement took out of the earnings)."""
+    amounts = {"amount_micros": earned_micros - repaid_micros, "earned_micros": earned_micros,
+               "carry_over_repaid_micros": repaid_micros}
+    return {**{k.replace("_micros", "_cents"): ledger.micros_to_cents(v) for k, v in amounts.items()}, **amounts}
+
+
 def _earnings(earner: str, mine, statements: int) -> dict:
     accrued = ledger.balance(ledger.earnings(earner)) + ledger.balance(ledger.carry(earner))
     settled = paid_micros(earner)
-    rows = db.session.execute(
-        select(AgentSettlement).where(mine)
-        .order_by(AgentSettlement.month.desc()).limit(statements)).scalars()
+    rows = _statements(earner, mine, statements)
     return {
         "share_pct": 30,
         "accrued_cents": ledger.micros_to_cents(accrued),
@@ -76,7 +99,7 @@ def _earnings(earner: str, mine, statements: int) -> dict:
         "lifetime_cents": ledger.micros_to_cents(accrued + settled),
         "accrued_micros": accrued,
         "settled_micros": settled,
-        "settlements": list(rows),
+        "settlements": rows,
     }
 
 

@@ -41,6 +41,7 @@ from app.services.money import ledger
 from app.services.platform import outbox
 from app.services.platform.uow import unit_of_work
 from app.services.money import revenue_share
+from app.services.agents import earnings
 from app.services.agents.earnings import _EARNINGS_HI, _EARNINGS_LO, SETTLEMENT_KIND, settled_micros
 
 log = logging.getLogger(__name__)
@@ -141,8 +142,7 @@ def _settle_earner(earner: str, month: str, end: datetime) -> dict:
     if agent is not None and agent.webhook:  # delivery is enqueued after the commit
         outbox.add_webhook(agent.webhook, "settlement.completed", {
             "settlement_id": stmt.id, "agent_id": earner, "account_id": agent.account_id,
-            "month": month, "amount_cents": ledger.micros_to_cents(amount),
-            "amount_micros": amount, "settled_at": now.isoformat()},
+            "month": month, **earnings.statement_amounts(amount, recovered), "settled_at": now.isoformat()},
             secret=agent.webhook_secret, source=f"settlement:{stmt.id}",
             account_id=agent.account_id)
     return {"agent_id": earner, "status": "settled", "settlement_id": stmt.id,

@@ -142,3 +142,23 @@ def test_organisation_keys_with_org_id(funded, server):
     assert new.org_id == org["id"] and new.id != made.id
     assert gw.keys.revoke(new.id, org_id=org["id"]) is True
     assert gw.keys.list(org_id=org["id"]) == []
+
+
+def test_payment_history_shows_refunds_and_disputes(app, funded):
+    """``pay.history()``: a payment's refunded and disputed amounts and the dispute's status
+    are attributes, as the server answers them (before, only in ``raw``: a partially
+    refunded payment read as its full amount, ``partially_refunded``, and no number)."""
+    from app.extensions import db
+    from app.services.billing import sandbox_checkout
+
+    _, gw = funded
+    co = gw.pay.checkout(500, product="credits")
+    with app.app_context():
+        sandbox_checkout.sandbox_checkout_action(co.url.rsplit("/", 1)[1], "pay", "pm_card_visa")
+        sandbox_checkout.sandbox_refund(co.payment_id, 200)
+        db.session.remove()
+    (paid,) = [p for p in gw.pay.history() if p.id == co.payment_id]
+    assert (paid.amount_cents, paid.refunded_cents, paid.disputed_cents, paid.status) == \
+        (500, 200, 0, "partially_refunded")
+    assert (paid.dispute_status, paid.product, paid.failure_code) == (None, "credits", None)
+    assert paid.raw["refunded_cents"] == paid.refunded_cents

@@ -227,7 +227,9 @@ class Checkout:
 
 @dataclass(frozen=True)
 class Payment:
-    """One payment of ``pay.history()`` (card, ACH, USDC, x402)."""
+    """One payment of ``pay.history()`` (card, ACH, USDC, x402). ``amount_cents`` is what
+    was paid; ``refunded_cents`` and ``disputed_cents`` (withdrawn by a chargeback, not
+    reinstated) were taken back since, so the credit it still gives is the amount less both."""
 
     id: str
     method: str
@@ -236,6 +238,12 @@ class Payment:
     created_at: str
     kind: str | None = None
     mode: str | None = None
+    refunded_cents: int = 0
+    disputed_cents: int = 0
+    dispute_status: str | None = None
+    product: str | None = None
+    failure_code: str | None = None
+    failure_message: str | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 

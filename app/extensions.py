@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 import threading
 
+import marshmallow
 import orjson
 import redis as redis_lib
 from apispec import BasePlugin
@@ -98,6 +99,24 @@ class SchemaKeywords(BasePlugin):
         return dict(extra) if extra else None
 
 
+class BodyLimit(BasePlugin):
+    """413 ``payload_too_large`` on every operation that reads a request body: Flask refuses
+    a body over ``MAX_CONTENT_LENGTH`` (``MAX_BODY_BYTES``) on all of them while reading it,
+    before the path's ids are looked up, and on no other. An operation that documents its
+    own 413 (a tighter limit) keeps its text. Runs before ``ProviderErrors``, which gives
+    the chat host's 413 its provider's schema."""
+
+    DESCRIPTION = "`payload_too_large`: the body is over `MAX_BODY_BYTES` (1 MiB by default)."
+
+    def operation_helper(self, path=None, operations=None, **kwargs):
+        for operation in (operations or {}).values():
+            responses = operation.get("responses")
+            if "requestBody" in operation and isinstance(responses, dict) \
+                    and not ({413, "413"} & set(responses)):
+                responses[413] = {"description": self.DESCRIPTION, "content": {
+                    "application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+
+
 class ProviderErrors(BasePlugin):
     """The chat host's error responses in the OpenAPI document: on the paths that speak a
     provider's error convention (``app.chathost.path_style``) every error response (4xx,
@@ -136,7 +155,7 @@ class ProviderErrors(BasePlugin):
 
 
 api = Api(spec_kwargs={
-    "extra_plugins": [SchemaKeywords(), ProviderErrors()],
+    "extra_plugins": [SchemaKeywords(), BodyLimit(), ProviderErrors()],
     "info": {
         "description": (
             "Metered API gateway: call catalog modules with one key, pay per call from a "
@@ -146,6 +165,9 @@ api = Api(spec_kwargs={
         ),
     },
 })
+# JSON Schema's name for a URL is ``uri`` (apispec writes marshmallow's ``Url`` as ``url``,
+# a format no validator or client generator knows).
+api.register_field(marshmallow.fields.Url, "string", "uri")
 
 
 _redis_lock = threading.Lock()

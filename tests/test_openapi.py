@@ -107,3 +107,66 @@ def test_a_required_json_body_requires_something(client):
             if not any(schema.get(k) for k in ("required", "anyOf", "oneOf", "minProperties")):
                 unsaid.append(f"{method.upper()} {path}")
     assert unsaid == []
+
+
+# The formats JSON Schema 2020-12 defines (§7.3) and those OpenAPI 3.1 adds for its types.
+_JSON_SCHEMA_FORMATS = {
+    "date-time", "date", "time", "duration", "email", "idn-email", "hostname", "idn-hostname",
+    "ipv4", "ipv6", "uri", "uri-reference", "iri", "iri-reference", "uuid", "uri-template",
+    "json-pointer", "relative-json-pointer", "regex",
+    "int32", "int64", "float", "double", "password", "byte", "binary"}
+
+
+def _formats(node, path="#"):
+    if isinstance(node, dict):
+        if isinstance(node.get("format"), str) and isinstance(node.get("type"), (str, list)):
+            yield path, node["format"]
+        for k, v in node.items():
+            yield from _formats(v, f"{path}/{k}")
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _formats(v, f"{path}/{i}")
+
+
+def test_every_format_is_one_validators_and_generators_know(client):
+    """apispec writes marshmallow's ``Url`` as ``format: url``, which no JSON Schema validator
+    or client generator knows (a checkout's ``url`` was typed a bare string, never checked):
+    every ``format`` of the document is one JSON Schema or OpenAPI defines."""
+    unknown = [(p, f) for p, f in _formats(_spec(client)) if f not in _JSON_SCHEMA_FORMATS]
+    assert unknown == []
+
+
+def test_dates_and_times_in_answers_say_their_format(client):
+    """A client generator types a field by its ``format``: the receipt keys' ``created_at``
+    (an ISO 8601 time) and a day of ``GET /api/usage/daily`` (``YYYY-MM-DD``) were bare
+    strings; so is every URL a client is sent to."""
+    schemas = _spec(client)["components"]["schemas"]
+    assert schemas["ReceiptKey"]["properties"]["created_at"]["format"] == "date-time"
+    assert schemas["DayUsage"]["properties"]["date"]["format"] == "date"
+    assert schemas["CheckoutCreated"]["properties"]["url"]["format"] == "uri"
+    assert schemas["CheckoutState"]["properties"]["url"]["format"] == "uri"
+
+
+def test_every_operation_that_reads_a_body_documents_413(app, client, make_account, monkeypatch):
+    """Any body over ``MAX_CONTENT_LENGTH`` is answered 413 ``payload_too_large`` by every
+    operation that reads one (Flask refuses it while reading, before the path's ids are
+    looked up): the document said so on three of them. Each operation with a request body
+    is sent one, as an admin, and its answer compared with the document."""
+    monkeypatch.setitem(app.config, "RATELIMIT_ENABLED", False)
+    spec = _spec(client)
+    admin = make_account(admin=True)
+    big = b'{"x": "' + b"a" * (client.application.config["MAX_CONTENT_LENGTH"] + 1) + b'"}'
+    answered, undocumented = {}, []
+    for path, operations in spec["paths"].items():
+        for method, op in operations.items():
+            if "requestBody" not in op:
+                continue
+            url = re.sub(r"\{[^}]+\}", "x", path)
+            r = client.open(url, method=method.upper(), data=big, content_type="application/json",
+                            headers={"Authorization": f"Bearer {admin.key}", "Stripe-Signature": "t=1,v1=" + "0" * 64,
+                                     "SIGN-IN-WITH-X": "e30="})
+            answered[f"{method.upper()} {path}"] = r.status_code
+            if "413" not in op["responses"]:
+                undocumented.append(f"{method.upper()} {path}")
+    assert {op: s for op, s in answered.items() if s != 413} == {}
+    assert undocumented == []

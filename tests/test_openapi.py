@@ -195,3 +195,33 @@ def test_an_error_documented_with_a_text_keeps_it(client):
     assert "Slug taken" in _response(spec, "POST /api/agent/build", "409")["description"]
     assert _response(spec, "POST /api/agent/build", "409")["content"] == {
         "application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+
+
+def test_links_lead_from_a_created_object_to_the_operations_that_take_its_id(client):
+    """A client (and schemathesis' stateful phase) follows a 201's links to the operations
+    on what it created; only the alert had any, so the fuzz run called every other
+    id-taking operation with made-up ids (404 only). Each link names an operation of the
+    document and parameters that operation takes."""
+    spec = _spec(client)
+    found = {}
+    for path, operations in spec["paths"].items():
+        for method, op in operations.items():
+            if method == "parameters":
+                continue
+            for status, response in op.get("responses", {}).items():
+                for name, link in (response.get("links") or {}).items():
+                    _, _, target_path, target_method = link["operationRef"].split("/")
+                    target_path = target_path.replace("~1", "/").replace("~0", "~")
+                    target = spec["paths"][target_path][target_method]
+                    taken = {p["name"] for p in target.get("parameters", [])
+                             + spec["paths"][target_path].get("parameters", [])}
+                    taken |= set(re.findall(r"\{([^}]+)\}", target_path))
+                    assert set(link["parameters"]) <= taken, (name, link)
+                    found[f"{method.upper()} {path}"] = found.get(f"{method.upper()} {path}", set()) | {
+                        f"{target_method.upper()} {target_path}"}
+    assert found["POST /api/keys"] == {"PATCH /api/keys/{key_id}", "DELETE /api/keys/{key_id}",
+                                       "POST /api/keys/{key_id}/rotate"}
+    assert "GET /api/orgs/{org_id}/members" in found["POST /api/orgs"]
+    assert found["POST /api/orgs/{org_id}/invites"] == {"DELETE /api/orgs/{org_id}/invites/{invite_id}"}
+    assert "DELETE /api/agent/{agent_id}" in found["POST /api/agent/register"]
+    assert found["POST /api/alerts"] == {"DELETE /api/alerts/{alert_id}"}

@@ -56,6 +56,15 @@ def document_errors(blp, errors: dict, *, schema=None) -> Callable:
     return decorator
 
 
+def link(path: str, method: str, description: str, **parameters: str) -> dict:
+    """An OpenAPI link (for ``endpoint(links=…)``) to the operation ``method`` of the
+    documented ``path`` (``/api/keys/{key_id}``), its parameters given by runtime
+    expressions (``key_id="$response.body#/id"``)."""
+    pointer = path.replace("~", "~0").replace("/", "~1")
+    return {"operationRef": f"#/paths/{pointer}/{method}", "parameters": parameters,
+            "description": description}
+
+
 def _json_if_present(view: Callable) -> Callable:
     """An optional body may be omitted, but a body that is sent must be JSON: webargs
     would ignore one under another media type and run the action as if none came. Answered

@@ -225,3 +225,21 @@ def test_links_lead_from_a_created_object_to_the_operations_that_take_its_id(cli
     assert found["POST /api/orgs/{org_id}/invites"] == {"DELETE /api/orgs/{org_id}/invites/{invite_id}"}
     assert "DELETE /api/agent/{agent_id}" in found["POST /api/agent/register"]
     assert found["POST /api/alerts"] == {"DELETE /api/alerts/{alert_id}"}
+
+
+def test_fields_every_answer_carries_are_required(client, make_account):
+    """A client generator types a property left out of ``required`` as "may be absent"
+    (``Unset`` in openapi-python-client) beside "may be null": a payment's `product`,
+    `failure_code`, `failure_message`, a transaction's `payment_id` / `call_id` and a
+    receipt key's `created_at` are always sent (null when unset). The answers carry them."""
+    schemas = _spec(client)["components"]["schemas"]
+    always = {"Payment": {"product", "failure_code", "failure_message"},
+              "Transaction": {"payment_id", "call_id"}, "ReceiptKey": {"created_at"}}
+    for name, fields in always.items():
+        assert fields <= set(schemas[name]["required"]), name
+    account = make_account()
+    auth = {"Authorization": f"Bearer {account.key}"}
+    client.post("/api/pay/checkout", json={"amount_cents": 1000}, headers=auth)
+    assert always["Payment"] <= set(client.get("/api/pay/history", headers=auth).get_json()["payments"][0])
+    assert always["Transaction"] <= set(client.get("/api/wallet/transactions", headers=auth).get_json()["transactions"][0])
+    assert always["ReceiptKey"] <= set(client.get("/api/receipts/keys").get_json()["keys"][0])

@@ -154,8 +154,39 @@ class ProviderErrors(BasePlugin):
                 responses[status] = {**response, "content": content}
 
 
+class RateLimitHeaders(BasePlugin):
+    """The headers every 429 carries (``app.ratelimits``, ``accounts.key_controls``) on every
+    429 of the document: the named response and those declared inline (a route's own
+    text, the chat host's error schemas). Runs after ``ProviderErrors``."""
+
+    HEADERS = {
+        "Retry-After": {"description": "Seconds until the refused window has room again.",
+                        "schema": {"type": "integer", "minimum": 1}},
+        "RateLimit-Limit": {"description": "Requests the refused window allows.",
+                            "schema": {"type": "integer", "minimum": 0}},
+        "RateLimit-Remaining": {"description": "`0`.", "schema": {"type": "integer", "minimum": 0}},
+        "RateLimit-Reset": {"description": "Seconds until the window resets.",
+                            "schema": {"type": "integer", "minimum": 0}},
+    }
+
+    def init_spec(self, spec):
+        super().init_spec(spec)
+        self.spec = spec
+
+    def operation_helper(self, path=None, operations=None, **kwargs):
+        named = self.spec.components.responses.get("TOO_MANY_REQUESTS")
+        if isinstance(named, dict):
+            named.setdefault("headers", dict(self.HEADERS))
+        for operation in (operations or {}).values():
+            responses = operation.get("responses") or {}
+            for status in (429, "429"):
+                response = responses.get(status)
+                if isinstance(response, dict) and "$ref" not in response:
+                    response["headers"] = {**self.HEADERS, **(response.get("headers") or {})}
+
+
 api = Api(spec_kwargs={
-    "extra_plugins": [SchemaKeywords(), BodyLimit(), ProviderErrors()],
+    "extra_plugins": [SchemaKeywords(), BodyLimit(), ProviderErrors(), RateLimitHeaders()],
     "info": {
         "description": (
             "Metered API gateway: call catalog modules with one key, pay per call from a "

@@ -243,3 +243,22 @@ def test_fields_every_answer_carries_are_required(client, make_account):
     assert always["Payment"] <= set(client.get("/api/pay/history", headers=auth).get_json()["payments"][0])
     assert always["Transaction"] <= set(client.get("/api/wallet/transactions", headers=auth).get_json()["transactions"][0])
     assert always["ReceiptKey"] <= set(client.get("/api/receipts/keys").get_json()["keys"][0])
+
+
+def test_every_429_documents_the_headers_it_carries(app, client, monkeypatch):
+    """A 429 carries ``Retry-After`` and ``RateLimit-*`` (docs/decisions.md); the document
+    declared none, so a generated client or retry middleware could not know to wait. Every
+    429 of the document (named or inline) now lists them, and a real one carries them."""
+    spec = _spec(client)
+    for path, operations in spec["paths"].items():
+        for method, op in operations.items():
+            if method == "parameters" or "429" not in op["responses"]:
+                continue
+            headers = _response(spec, f"{method.upper()} {path}", "429").get("headers") or {}
+            assert {"Retry-After", "RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"} <= set(headers), \
+                f"{method.upper()} {path}"
+    monkeypatch.setitem(app.config, "RATELIMIT_ENABLED", True)
+    monkeypatch.setitem(app.config, "AGENT_NONCE_RATE_LIMIT", "1/minute")
+    answers = [client.get("/api/agent/nonce", environ_base={"REMOTE_ADDR": "203.0.113.42"}) for _ in range(2)]
+    assert answers[1].status_code == 429
+    assert int(answers[1].headers["Retry-After"]) >= 1 and answers[1].headers["RateLimit-Remaining"] == "0"

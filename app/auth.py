@@ -373,8 +373,10 @@ def _document(func, scopes: tuple[str, ...], admin: bool, public: bool):
     wrapped = _SmorestBlueprint.doc(**doc)(func)
     responses = wrapped._apidoc.setdefault("response", {}).setdefault("responses", {})
     for status in errors:
-        responses.setdefault(status, []).append(
-            {401: "UNAUTHORIZED", 403: "FORBIDDEN", 429: "TOO_MANY_REQUESTS"}[status])
+        # a status the route documents itself keeps its text (flask-smorest would let the
+        # named response win over it)
+        if not responses.get(status):
+            responses[status] = [{401: "UNAUTHORIZED", 403: "FORBIDDEN", 429: "TOO_MANY_REQUESTS"}[status]]
     return wrapped
 
 

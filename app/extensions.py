@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 import threading
 
+import marshmallow
 import orjson
 import redis as redis_lib
 from apispec import BasePlugin
@@ -98,6 +99,24 @@ class SchemaKeywords(BasePlugin):
         return dict(extra) if extra else None
 
 
+class BodyLimit(BasePlugin):
+    """413 ``payload_too_large`` on every operation that reads a request body: Flask refuses
+    a body over ``MAX_CONTENT_LENGTH`` (``MAX_BODY_BYTES``) on all of them while reading it,
+    before the path's ids are looked up, and on no other. An operation that documents its
+    own 413 (a tighter limit) keeps its text. Runs before ``ProviderErrors``, which gives
+    the chat host's 413 its provider's schema."""
+
+    DESCRIPTION = "`payload_too_large`: the body is over `MAX_BODY_BYTES` (1 MiB by default)."
+
+    def operation_helper(self, path=None, operations=None, **kwargs):
+        for operation in (operations or {}).values():
+            responses = operation.get("responses")
+            if "requestBody" in operation and isinstance(responses, dict) \
+                    and not ({413, "413"} & set(responses)):
+                responses[413] = {"description": self.DESCRIPTION, "content": {
+                    "application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+
+
 class ProviderErrors(BasePlugin):
     """The chat host's and the MCP endpoint's error responses in the OpenAPI document: on the
     paths that speak another error convention (``app.chathost.path_style``) every error
@@ -137,8 +156,39 @@ class ProviderErrors(BasePlugin):
                 responses[status] = {**response, "content": content}
 
 
+class RateLimitHeaders(BasePlugin):
+    """The headers every 429 carries (``app.ratelimits``, ``accounts.key_controls``) on every
+    429 of the document: the named response and those declared inline (a route's own
+    text, the chat host's error schemas). Runs after ``ProviderErrors``."""
+
+    HEADERS = {
+        "Retry-After": {"description": "Seconds until the refused window has room again.",
+                        "schema": {"type": "integer", "minimum": 1}},
+        "RateLimit-Limit": {"description": "Requests the refused window allows.",
+                            "schema": {"type": "integer", "minimum": 0}},
+        "RateLimit-Remaining": {"description": "`0`.", "schema": {"type": "integer", "minimum": 0}},
+        "RateLimit-Reset": {"description": "Seconds until the window resets.",
+                            "schema": {"type": "integer", "minimum": 0}},
+    }
+
+    def init_spec(self, spec):
+        super().init_spec(spec)
+        self.spec = spec
+
+    def operation_helper(self, path=None, operations=None, **kwargs):
+        named = self.spec.components.responses.get("TOO_MANY_REQUESTS")
+        if isinstance(named, dict):
+            named.setdefault("headers", dict(self.HEADERS))
+        for operation in (operations or {}).values():
+            responses = operation.get("responses") or {}
+            for status in (429, "429"):
+                response = responses.get(status)
+                if isinstance(response, dict) and "$ref" not in response:
+                    response["headers"] = {**self.HEADERS, **(response.get("headers") or {})}
+
+
 api = Api(spec_kwargs={
-    "extra_plugins": [SchemaKeywords(), ProviderErrors()],
+    "extra_plugins": [SchemaKeywords(), BodyLimit(), ProviderErrors(), RateLimitHeaders()],
     "info": {
         "description": (
             "Metered API gateway: call catalog modules with one key, pay per call from a "
@@ -148,6 +198,9 @@ api = Api(spec_kwargs={
         ),
     },
 })
+# JSON Schema's name for a URL is ``uri`` (apispec writes marshmallow's ``Url`` as ``url``,
+# a format no validator or client generator knows).
+api.register_field(marshmallow.fields.Url, "string", "uri")
 
 
 _redis_lock = threading.Lock()

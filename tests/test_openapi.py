@@ -107,3 +107,158 @@ def test_a_required_json_body_requires_something(client):
             if not any(schema.get(k) for k in ("required", "anyOf", "oneOf", "minProperties")):
                 unsaid.append(f"{method.upper()} {path}")
     assert unsaid == []
+
+
+# The formats JSON Schema 2020-12 defines (§7.3) and those OpenAPI 3.1 adds for its types.
+_JSON_SCHEMA_FORMATS = {
+    "date-time", "date", "time", "duration", "email", "idn-email", "hostname", "idn-hostname",
+    "ipv4", "ipv6", "uri", "uri-reference", "iri", "iri-reference", "uuid", "uri-template",
+    "json-pointer", "relative-json-pointer", "regex",
+    "int32", "int64", "float", "double", "password", "byte", "binary"}
+
+
+def _formats(node, path="#"):
+    if isinstance(node, dict):
+        if isinstance(node.get("format"), str) and isinstance(node.get("type"), (str, list)):
+            yield path, node["format"]
+        for k, v in node.items():
+            yield from _formats(v, f"{path}/{k}")
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _formats(v, f"{path}/{i}")
+
+
+def test_every_format_is_one_validators_and_generators_know(client):
+    """apispec writes marshmallow's ``Url`` as ``format: url``, which no JSON Schema validator
+    or client generator knows (a checkout's ``url`` was typed a bare string, never checked):
+    every ``format`` of the document is one JSON Schema or OpenAPI defines."""
+    unknown = [(p, f) for p, f in _formats(_spec(client)) if f not in _JSON_SCHEMA_FORMATS]
+    assert unknown == []
+
+
+def test_dates_and_times_in_answers_say_their_format(client):
+    """A client generator types a field by its ``format``: the receipt keys' ``created_at``
+    (an ISO 8601 time) and a day of ``GET /api/usage/daily`` (``YYYY-MM-DD``) were bare
+    strings; so is every URL a client is sent to."""
+    schemas = _spec(client)["components"]["schemas"]
+    assert schemas["ReceiptKey"]["properties"]["created_at"]["format"] == "date-time"
+    assert schemas["DayUsage"]["properties"]["date"]["format"] == "date"
+    assert schemas["CheckoutCreated"]["properties"]["url"]["format"] == "uri"
+    assert schemas["CheckoutState"]["properties"]["url"]["format"] == "uri"
+
+
+def test_every_operation_that_reads_a_body_documents_413(app, client, make_account, monkeypatch):
+    """Any body over ``MAX_CONTENT_LENGTH`` is answered 413 ``payload_too_large`` by every
+    operation that reads one (Flask refuses it while reading, before the path's ids are
+    looked up): the document said so on three of them. Each operation with a request body
+    is sent one, as an admin, and its answer compared with the document."""
+    monkeypatch.setitem(app.config, "RATELIMIT_ENABLED", False)
+    spec = _spec(client)
+    admin = make_account(admin=True)
+    big = b'{"x": "' + b"a" * (client.application.config["MAX_CONTENT_LENGTH"] + 1) + b'"}'
+    answered, undocumented = {}, []
+    for path, operations in spec["paths"].items():
+        for method, op in operations.items():
+            if "requestBody" not in op:
+                continue
+            url = re.sub(r"\{[^}]+\}", "x", path)
+            r = client.open(url, method=method.upper(), data=big, content_type="application/json",
+                            headers={"Authorization": f"Bearer {admin.key}", "Stripe-Signature": "t=1,v1=" + "0" * 64,
+                                     "SIGN-IN-WITH-X": "e30="})
+            answered[f"{method.upper()} {path}"] = r.status_code
+            if "413" not in op["responses"]:
+                undocumented.append(f"{method.upper()} {path}")
+    assert {op: s for op, s in answered.items() if s != 413} == {}
+    assert undocumented == []
+
+
+def _response(spec, name, status):
+    method, path = name.split(" ", 1)
+    response = spec["paths"][path][method.lower()]["responses"][status]
+    if "$ref" in response:
+        response = spec["components"]["responses"][response["$ref"].rsplit("/", 1)[-1]]
+    return response
+
+
+def test_an_error_documented_with_a_text_keeps_it(client):
+    """flask-smorest ignores the description (and headers) of an ``alt_response`` given a
+    named response: every error text of ``endpoint(errors=…)`` — which code, which rule — was
+    dropped, and the document said "Unprocessable Entity" where the route explains its 422.
+    Every operation allowed a 422 by the fuzz run states why, as the fuzz run's list does."""
+    from tests.fuzz.run_fuzz import SEMANTIC_422
+
+    spec = _spec(client)
+    for name in SEMANTIC_422:
+        assert _response(spec, name, "422")["description"] != "Unprocessable Entity", name
+    assert "31 days" in _response(spec, "GET /api/usage/export", "422")["description"]
+    assert "org_role_required" in _response(spec, "POST /api/agent/register", "403")["description"]
+    assert "Slug taken" in _response(spec, "POST /api/agent/build", "409")["description"]
+    assert _response(spec, "POST /api/agent/build", "409")["content"] == {
+        "application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+
+
+def test_links_lead_from_a_created_object_to_the_operations_that_take_its_id(client):
+    """A client (and schemathesis' stateful phase) follows a 201's links to the operations
+    on what it created; only the alert had any, so the fuzz run called every other
+    id-taking operation with made-up ids (404 only). Each link names an operation of the
+    document and parameters that operation takes."""
+    spec = _spec(client)
+    found = {}
+    for path, operations in spec["paths"].items():
+        for method, op in operations.items():
+            if method == "parameters":
+                continue
+            for status, response in op.get("responses", {}).items():
+                for name, link in (response.get("links") or {}).items():
+                    _, _, target_path, target_method = link["operationRef"].split("/")
+                    target_path = target_path.replace("~1", "/").replace("~0", "~")
+                    target = spec["paths"][target_path][target_method]
+                    taken = {p["name"] for p in target.get("parameters", [])
+                             + spec["paths"][target_path].get("parameters", [])}
+                    taken |= set(re.findall(r"\{([^}]+)\}", target_path))
+                    assert set(link["parameters"]) <= taken, (name, link)
+                    found[f"{method.upper()} {path}"] = found.get(f"{method.upper()} {path}", set()) | {
+                        f"{target_method.upper()} {target_path}"}
+    assert found["POST /api/keys"] == {"PATCH /api/keys/{key_id}", "DELETE /api/keys/{key_id}",
+                                       "POST /api/keys/{key_id}/rotate"}
+    assert "GET /api/orgs/{org_id}/members" in found["POST /api/orgs"]
+    assert found["POST /api/orgs/{org_id}/invites"] == {"DELETE /api/orgs/{org_id}/invites/{invite_id}"}
+    assert "DELETE /api/agent/{agent_id}" in found["POST /api/agent/register"]
+    assert found["POST /api/alerts"] == {"DELETE /api/alerts/{alert_id}"}
+
+
+def test_fields_every_answer_carries_are_required(client, make_account):
+    """A client generator types a property left out of ``required`` as "may be absent"
+    (``Unset`` in openapi-python-client) beside "may be null": a payment's `product`,
+    `failure_code`, `failure_message`, a transaction's `payment_id` / `call_id` and a
+    receipt key's `created_at` are always sent (null when unset). The answers carry them."""
+    schemas = _spec(client)["components"]["schemas"]
+    always = {"Payment": {"product", "failure_code", "failure_message"},
+              "Transaction": {"payment_id", "call_id"}, "ReceiptKey": {"created_at"}}
+    for name, fields in always.items():
+        assert fields <= set(schemas[name]["required"]), name
+    account = make_account()
+    auth = {"Authorization": f"Bearer {account.key}"}
+    client.post("/api/pay/checkout", json={"amount_cents": 1000}, headers=auth)
+    assert always["Payment"] <= set(client.get("/api/pay/history", headers=auth).get_json()["payments"][0])
+    assert always["Transaction"] <= set(client.get("/api/wallet/transactions", headers=auth).get_json()["transactions"][0])
+    assert always["ReceiptKey"] <= set(client.get("/api/receipts/keys").get_json()["keys"][0])
+
+
+def test_every_429_documents_the_headers_it_carries(app, client, monkeypatch):
+    """A 429 carries ``Retry-After`` and ``RateLimit-*`` (docs/decisions.md); the document
+    declared none, so a generated client or retry middleware could not know to wait. Every
+    429 of the document (named or inline) now lists them, and a real one carries them."""
+    spec = _spec(client)
+    for path, operations in spec["paths"].items():
+        for method, op in operations.items():
+            if method == "parameters" or "429" not in op["responses"]:
+                continue
+            headers = _response(spec, f"{method.upper()} {path}", "429").get("headers") or {}
+            assert {"Retry-After", "RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"} <= set(headers), \
+                f"{method.upper()} {path}"
+    monkeypatch.setitem(app.config, "RATELIMIT_ENABLED", True)
+    monkeypatch.setitem(app.config, "AGENT_NONCE_RATE_LIMIT", "1/minute")
+    answers = [client.get("/api/agent/nonce", environ_base={"REMOTE_ADDR": "203.0.113.42"}) for _ in range(2)]
+    assert answers[1].status_code == 429
+    assert int(answers[1].headers["Retry-After"]) >= 1 and answers[1].headers["RateLimit-Remaining"] == "0"

@@ -16,7 +16,7 @@ from flask.views import MethodView
 from app import ratelimits
 from app.auth import authenticated, principal
 from app.auth import public as public_route
-from app.errors import InvalidRequest
+from app.errors import ErrorSchema, InvalidRequest
 from app.services.orgs import audit, orgs
 
 # flask-smorest's named error responses, by status
@@ -39,17 +39,30 @@ def acting_account(org_id: str | None, *scopes: str) -> str:
 
 def document_errors(blp, errors: dict, *, schema=None) -> Callable:
     """Decorator documenting a route's error statuses: ``{status: description}`` where a
-    description is None, a text, or ``(text, headers)``. With ``schema`` (``ErrorSchema``)
-    each response is declared inline; otherwise as flask-smorest's named response."""
+    description is None, a text, or ``(text, headers)``. A response with a text or headers
+    is declared inline (``schema``, by default ``ErrorSchema``: flask-smorest drops both from
+    a named response); one with neither as flask-smorest's named response."""
     def decorator(view: Callable) -> Callable:
         for code, text in reversed(list(errors.items())):
             text, headers = text if isinstance(text, tuple) else (text, None)
-            kw = {"schema": schema} if schema is not None else {"response": _RESPONSES[code]}
+            if schema is not None or text or headers:
+                kw = {"schema": schema if schema is not None else ErrorSchema}
+            else:
+                kw = {"response": _RESPONSES[code]}
             kw.update({"description": text} if text else {}, **({"headers": headers} if headers else {}))
             view = blp.alt_response(code, **kw)(view)
         return view
 
     return decorator
+
+
+def link(path: str, method: str, description: str, **parameters: str) -> dict:
+    """An OpenAPI link (for ``endpoint(links=…)``) to the operation ``method`` of the
+    documented ``path`` (``/api/keys/{key_id}``), its parameters given by runtime
+    expressions (``key_id="$response.body#/id"``)."""
+    pointer = path.replace("~", "~0").replace("/", "~1")
+    return {"operationRef": f"#/paths/{pointer}/{method}", "parameters": parameters,
+            "description": description}
 
 
 def _json_if_present(view: Callable) -> Callable:

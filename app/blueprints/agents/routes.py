@@ -10,7 +10,7 @@ from app.blueprints.agents.schemas import (AgentDisabledSchema, AgentDisableQuer
                                            LeaderboardSchema, NonceSchema, RegisterSchema, SignInSchema,
                                            SiwxChallengeSchema, SiwxHeadersSchema)
 from app.blueprints.fields import Extended
-from app.blueprints.routing import acting_account, endpoint
+from app.blueprints.routing import acting_account, endpoint, link
 from app.extensions import Blueprint
 from app.services.agents import identity as agents
 from app.services.agents import builds
@@ -79,6 +79,9 @@ def siwx_sign_in(sign_in_with_x):
     return siwx.sign_in(sign_in_with_x)
 
 
+_NEW_AGENT = "$response.body#/id"
+
+
 @endpoint(blp, "/register", "post", "agent:write", body=RegisterSchema, ok=AgentRegisteredSchema, status=201,
           errors={403: "`org_role_required`: the member's role cannot register agents for the organisation.",
                   404: "`org_id`: not an organisation of the caller.",
@@ -86,7 +89,11 @@ def siwx_sign_in(sign_in_with_x):
                   422: "`unprocessable`: the `pubkey` has the documented shape but is not a key: base58 that "
                        "is not the canonical spelling of 32 bytes, a point that is not an ed25519 public key, "
                        "an EIP-55 checksum mismatch, or a chain id outside the deployment's "
-                       "`AGENT_SIWX_CHAINS`; or the `webhook`: " + netguard.REFUSED_DOC})
+                       "`AGENT_SIWX_CHAINS`; or the `webhook`: " + netguard.REFUSED_DOC},
+          links={"AgentUsage": link("/api/agent/{agent_id}/usage", "get", "The agent's usage.", agent_id=_NEW_AGENT),
+                 "AgentEarnings": link("/api/agent/{agent_id}/earnings", "get", "Its earnings.", agent_id=_NEW_AGENT),
+                 "FundAgent": link("/api/agent/{agent_id}/fund", "post", "Fund it.", agent_id=_NEW_AGENT),
+                 "DisableAgent": link("/api/agent/{agent_id}", "delete", "Disable it.", agent_id=_NEW_AGENT)})
 def register(body):
     """Register an agent (and its own account, without promotional credit) owned by the
     calling account. Idempotent on `pubkey`: the same account gets the same agent back

@@ -9,7 +9,7 @@ from app.blueprints.alerts.schemas import (AlertCreatedSchema, AlertCreateHeader
                                            AlertListSchema, AlertQuerySchema)
 from app.blueprints.fields import Extended
 from app.blueprints.newsletter.schemas import TokenFormSchema, TokenQuerySchema
-from app.blueprints.routing import acting_account, endpoint
+from app.blueprints.routing import acting_account, endpoint, link
 from app.extensions import Blueprint
 from app.services.billing import alert_targets, alerts
 from app.services.platform import netguard
@@ -35,10 +35,8 @@ def list_alerts(query):
           errors={409: "`alert_limit_reached`: the account already has the maximum number of alerts (50).",
                   422: "An `email` `target` longer than 254 characters once trimmed (`unprocessable`); a "
                        "`webhook` / `chat` `target`: " + netguard.REFUSED_DOC},
-          headers=AlertCreateHeadersSchema, idempotent=True, name="AlertCreateView", links={"DeleteAlert": {
-              "operationRef": "#/paths/~1api~1alerts~1{alert_id}/delete",
-              "parameters": {"alert_id": "$response.body#/id"},
-              "description": "Delete the alert just created."}})
+          headers=AlertCreateHeadersSchema, idempotent=True, name="AlertCreateView", links={"DeleteAlert": link(
+              "/api/alerts/{alert_id}", "delete", "Delete the alert just created.", alert_id="$response.body#/id")})
 def create_alert(body):
     """Create an alert. Webhook alerts get a signing secret `whsec_…`, returned here only.
 

@@ -4,6 +4,7 @@ from flask.views import MethodView
 
 from app.auth import public
 from app.blueprints.contact.schemas import ContactFormSchema, ContactQueuedSchema
+from app.blueprints.routing import document_errors
 from app.extensions import Blueprint
 from app.ratelimits import per_email, per_ip
 from app.services.public import contact
@@ -18,9 +19,8 @@ class ContactView(MethodView):
     @per_email("CONTACT_EMAIL_RATE_LIMIT")
     @blp.arguments(ContactFormSchema)
     @blp.response(202, ContactQueuedSchema)
-    @blp.alt_response(429, response="TOO_MANY_REQUESTS",
-                      description="Per-IP (`CONTACT_RATE_LIMIT`) or per-address "
-                                  "(`CONTACT_EMAIL_RATE_LIMIT`) limit reached.")
+    @document_errors(blp, {429: "Per-IP (`CONTACT_RATE_LIMIT`) or per-address "
+                                "(`CONTACT_EMAIL_RATE_LIMIT`) limit reached."})
     def post(self, body):
         """Send a message to sales. It is stored, then e-mailed to `SALES_EMAIL` with
         `Reply-To` set to the sender. The same message from the same address again within

@@ -4,7 +4,7 @@ from app.blueprints.fields import Extended
 from app.blueprints.orgs.routes import current_actor
 from app.blueprints.keys.schemas import (KeyCreatedSchema, KeyCreateSchema, KeyListSchema, KeyRevokedSchema,
                                          KeyRotateSchema, KeySchema, KeysQuerySchema, KeyUpdateSchema)
-from app.blueprints.routing import endpoint
+from app.blueprints.routing import endpoint, link
 from app.extensions import Blueprint
 from app.services.accounts import key_controls, keys
 from app.services.orgs import orgs
@@ -23,10 +23,16 @@ def list_keys(query):
     return {"keys": rows if only is None else [row for row in rows if row.member_account_id == only]}
 
 
+_NEW_KEY = "$response.body#/id"
+
+
 @endpoint(blp, "", "post", "keys:write", body=KeyCreateSchema, ok=KeyCreatedSchema, status=201,
           errors={409: "`key_limit_reached`: the account has 100 active keys.",
                   422: "`unprocessable`: `expires_at` is not in the future, or more than a year ahead (the "
-                       "clock: a rule the schema cannot state)."}, name="KeyCreateView")
+                       "clock: a rule the schema cannot state)."}, name="KeyCreateView",
+          links={"UpdateKey": link("/api/keys/{key_id}", "patch", "Change the key just created.", key_id=_NEW_KEY),
+                 "RotateKey": link("/api/keys/{key_id}/rotate", "post", "Rotate it.", key_id=_NEW_KEY),
+                 "RevokeKey": link("/api/keys/{key_id}", "delete", "Revoke it.", key_id=_NEW_KEY)})
 def create_key(body):
     """Create a key. The full `key` is returned in this response only.
 

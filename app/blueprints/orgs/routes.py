@@ -6,7 +6,7 @@ from app.blueprints.orgs.schemas import (AuditPageSchema, AuditQuerySchema, Invi
                                          MemberRemovedSchema, MemberUpdatedSchema, MemberUpdateSchema,
                                          OrgCreateSchema,
                                          OrgListSchema, OrgSchema)
-from app.blueprints.routing import endpoint
+from app.blueprints.routing import endpoint, link
 from app.extensions import Blueprint
 from app.services.orgs import audit, invites, orgs
 from app.services.orgs.audit import Actor
@@ -23,8 +23,16 @@ def current_actor() -> Actor:
     return audit.current() or audit.actor_of(principal(), g.get("request_id"), request.remote_addr)
 
 
+_NEW_ORG = "$response.body#/id"
+
+
 @endpoint(blp, "", "post", "orgs:write", body=OrgCreateSchema, ok=OrgSchema, status=201, name="OrgCreateView",
-          errors={409: "`org_limit_reached`: the caller already belongs to 50 organisations."})
+          errors={409: "`org_limit_reached`: the caller already belongs to 50 organisations."},
+          links={"GetOrg": link("/api/orgs/{org_id}", "get", "The organisation just created.", org_id=_NEW_ORG),
+                 "ListMembers": link("/api/orgs/{org_id}/members", "get", "Its members.", org_id=_NEW_ORG),
+                 "InviteMember": link("/api/orgs/{org_id}/invites", "post", "Invite a person.", org_id=_NEW_ORG),
+                 "ListInvites": link("/api/orgs/{org_id}/invites", "get", "Its invitations.", org_id=_NEW_ORG),
+                 "OrgAudit": link("/api/orgs/{org_id}/audit", "get", "Its audit log.", org_id=_NEW_ORG)})
 def create_org(body):
     """Create an organisation: its own balances (live and test, starting at 0; no
     promotional credit) and plan; the caller is its owner. Fund it with any rail by passing
@@ -82,7 +90,9 @@ def remove_member(org_id, member_id):
 @endpoint(blp, "/<string:org_id>/invites", "post", "orgs:write", body=InviteCreateSchema, ok=InviteSchema,
           status=201, email_limit="INVITE_EMAIL_RATE_LIMIT", errors={403: _ROLE_403, 404: _NOT_MEMBER,
                               409: "`already_member`: the address is already a member."},
-          name="InviteCreateView")
+          name="InviteCreateView", links={"RevokeInvite": link(
+              "/api/orgs/{org_id}/invites/{invite_id}", "delete", "Revoke the invitation just sent.",
+              org_id="$request.path.org_id", invite_id="$response.body#/id")})
 def create_invite(body, org_id):
     """Invite a person by e-mail (owners and admins; only an owner invites an owner). The
     e-mail carries a single-use link `{BASE_URL}/invites/{token}`, valid 7 days: its page

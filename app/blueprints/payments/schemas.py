@@ -70,9 +70,9 @@ class PaymentSchema(ma.Schema):
                        "`under_review`, `won`, `lost`, …); null when it was never disputed."})
     status = ma.fields.String(required=True, metadata={
         "description": "`pending`, `succeeded`, `failed`, `canceled`, `expired`, `refunded`, `partially_refunded`."})
-    product = ma.fields.String(allow_none=True)
-    failure_code = ma.fields.String(allow_none=True)
-    failure_message = ma.fields.String(allow_none=True)
+    product = ma.fields.String(required=True, allow_none=True)
+    failure_code = ma.fields.String(required=True, allow_none=True)
+    failure_message = ma.fields.String(required=True, allow_none=True)
     created_at = ma.fields.DateTime(required=True)
 
     def _disputed_cents(self, payment) -> int:

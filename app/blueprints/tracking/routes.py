@@ -10,7 +10,7 @@ from app.jsonutil import INTEGER_RANGE_DOC
 from app.blueprints.tracking.schemas import (FunnelQuerySchema, FunnelSchema, RecentSchema,
                                              SessionsSchema, TrackEventSchema)
 from app.errors import Forbidden, Unauthorized
-from app.blueprints.routing import endpoint
+from app.blueprints.routing import document_errors, endpoint
 from app.extensions import Blueprint
 from app.ratelimits import per_ip
 from app.services.public import tracking
@@ -74,11 +74,10 @@ class TrackView(MethodView):
     @_body_limit("TRACK_MAX_BODY_BYTES")
     @blp.arguments(TrackEventSchema)
     @blp.response(204, description="Accepted; no body.")
-    @blp.alt_response(401, response="UNAUTHORIZED", description="A credential was sent and is invalid.")
-    @blp.alt_response(413, response="DEFAULT_ERROR", description="Body above `TRACK_MAX_BODY_BYTES` (8 KiB).")
-    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY",
-                      description=f"`{tracking.PROPS_TOO_LARGE}` Or: {INTEGER_RANGE_DOC}")
-    @blp.alt_response(429, response="TOO_MANY_REQUESTS", description="Per-IP limit `TRACK_RATE_LIMIT`.")
+    @document_errors(blp, {401: "A credential was sent and is invalid.",
+                           413: "Body above `TRACK_MAX_BODY_BYTES` (8 KiB).",
+                           422: f"`{tracking.PROPS_TOO_LARGE}` Or: {INTEGER_RANGE_DOC}",
+                           429: "Per-IP limit `TRACK_RATE_LIMIT`."})
     def post(self, body):
         """Record a product-analytics event (no credential needed).
 

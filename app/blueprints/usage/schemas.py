@@ -68,7 +68,7 @@ class UsageDailyQuerySchema(UsageQuerySchema):
 
 
 class DayUsageSchema(ma.Schema):
-    date = ma.fields.String(required=True, metadata={"description": "UTC date (YYYY-MM-DD)."})
+    date = ma.fields.String(required=True, metadata={"format": "date", "description": "UTC date (YYYY-MM-DD)."})
     calls = ma.fields.Integer(required=True, metadata={"description": "Module calls and chat completions of the "
                                                                       "caller's mode (a `svc_test_` key: test mode), "
                                                                       "failed ones included."})

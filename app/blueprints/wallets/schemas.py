@@ -162,8 +162,8 @@ class TransactionSchema(ma.Schema):
     kind = ma.fields.String(required=True, metadata={"description": "Ledger posting kind (payment, call_charge, refund, …)."})
     amount_cents = ma.fields.Integer(required=True, metadata={"description": "Signed; debits negative."})
     amount_micros = ma.fields.Integer(required=True, metadata={"description": "Signed, exact."})
-    payment_id = ma.fields.String(allow_none=True)
-    call_id = ma.fields.String(allow_none=True, metadata={
+    payment_id = ma.fields.String(required=True, allow_none=True)
+    call_id = ma.fields.String(required=True, allow_none=True, metadata={
         "description": "The module call (`call_…`, its receipt's call_id) or chat completion (`chatcmpl-…`) "
                        "the entry belongs to: charges, refunds, chat holds and settlements, and x402 payments."})
     created_at = ma.fields.DateTime(required=True)

@@ -139,7 +139,10 @@ def test_statements_after_a_late_refund_show_what_reached_the_agent(app, client,
             assert calls.refund(c.call_id, "swept") is True      # 30 cents carried over
             c.call()                                             # 30 cents more: repays it
             later = (c.after + timedelta(days=32)).replace(day=1, hour=2)
-            assert settlement.settle_month(f"{c.after.year:04d}-{c.after.month:02d}", now=later)["settled"] == 1
+            summary = settlement.settle_month(f"{c.after.year:04d}-{c.after.month:02d}", now=later)
+            (run,) = summary["agents"]                      # the operator's (flask settle) view
+            assert (summary["settled"], summary["total_cents"]) == (1, 0)
+            assert (run["amount_cents"], run["earned_cents"], run["carry_over_repaid_cents"]) == (0, 30, 30)
             db.session.remove()
     body = client.get(f"/api/agent/{c.agent['id']}/earnings", headers=c.owner.headers).get_json()
     newest, first = body["settlements"]

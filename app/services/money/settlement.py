@@ -145,13 +145,15 @@ def _settle_earner(earner: str, month: str, end: datetime) -> dict:
             "month": month, **earnings.statement_amounts(amount, recovered), "settled_at": now.isoformat()},
             secret=agent.webhook_secret, source=f"settlement:{stmt.id}",
             account_id=agent.account_id)
+    # as its statement reads: ``amount`` reached the earner, the rest repaid the carry-over
     return {"agent_id": earner, "status": "settled", "settlement_id": stmt.id,
-            "amount_cents": ledger.micros_to_cents(amount), "amount_micros": amount}
+            **earnings.statement_amounts(amount, recovered)}
 
 
 def settle_month(month: str, *, now: datetime | None = None) -> dict:
     """Settle every agent for ``month`` (``YYYY-MM``). Idempotent. An agent that fails is
-    rolled back and reported (the others are still settled); then SettlementIncomplete."""
+    rolled back and reported (the others are still settled); then SettlementIncomplete.
+    ``total_cents`` is what reached the earners (not what repaid carry-overs)."""
     start, end = month_bounds(month)
     now = now or utcnow()
     grace = timedelta(seconds=int(current_app.config["SETTLEMENT_GRACE_SECONDS"]))

@@ -10,6 +10,7 @@ BIN=.venv/bin
 PORT="${PORT:-8000}"
 export FLASK_APP=wsgi
 
+mkdir -p instance  # the logs below (and the embedded PostgreSQL's data) live here
 pids=()
 embedded=
 cleanup() {
@@ -37,6 +38,12 @@ done
 
 $BIN/flask scheduler >instance/scheduler.log 2>&1 &
 pids+=($!)
+# With REDIS_URL set the jobs go to RQ (config.py: JOBS_INLINE is off then): a worker runs
+# them, as in deploy/Procfile; without Redis they run inline where they are enqueued.
+if [ -n "${REDIS_URL:-}" ]; then
+  $BIN/flask worker >instance/worker.log 2>&1 &
+  pids+=($!)
+fi
 
 cat <<MSG
 

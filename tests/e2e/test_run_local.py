@@ -1,0 +1,51 @@
+"""``make run`` (``deploy/run-local.sh``) with ``DATABASE_URL`` and ``REDIS_URL`` set, on a
+checkout without ``instance/`` (a fresh clone that never ran the embedded default).
+
+Two defects this catches: with ``DATABASE_URL`` set nothing created ``instance/``, so every
+``>instance/….log`` redirect failed and the demo provider, demo LLM, demo facilitator and
+scheduler silently never started (only gunicorn did); and with ``REDIS_URL`` set the jobs go
+to RQ (``config.py``: ``JOBS_INLINE`` is off then) but the script ran no worker, so the
+scheduler's periodic jobs, alert deliveries and auto top-ups stayed queued for ever."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from tests.conftest import base_config
+from tests.support.apps import ROOT, app_env, fresh_database
+from tests.support.procs import Proc, free_port, wait_http
+
+IN_CI = bool(os.environ.get("CI"))
+
+
+def test_make_run_with_redis_runs_a_worker_that_runs_the_jobs(app, tmp_path):
+    if not os.environ.get("REDIS_URL"):
+        if IN_CI:
+            pytest.fail("Redis (REDIS_URL) is required in CI (.ci/run)")
+        pytest.skip("needs Redis (REDIS_URL)")
+    from redis import Redis
+    from rq import Queue, Worker
+    from rq.registry import FinishedJobRegistry
+
+    env = app_env(base_config())
+    env.pop("X402_FACILITATOR_URL", None)  # the script's own demo facilitator, on a free port
+    port = free_port()
+    env.update({"DATABASE_URL": fresh_database("runlocal"), "PORT": str(port),
+                "DEMO_PROVIDER_PORT": str(free_port()), "DEMO_LLM_PORT": str(free_port()),
+                "DEMO_FACILITATOR_PORT": str(free_port())})
+    redis = Redis.from_url(env["REDIS_URL"])
+    queue = Queue(app.config["RQ_QUEUE"], connection=redis)
+    with Proc(["bash", str(ROOT / "deploy" / "run-local.sh")], name="make-run", env=env, cwd=ROOT,
+              log=tmp_path / "run-local.log", grace=20) as proc:
+        assert wait_http(f"http://127.0.0.1:{port}/healthz", timeout=120, proc=proc.popen) == 200
+        deadline = time.monotonic() + 60
+        # the scheduler enqueues its due periodic jobs at start; the worker must run them
+        while time.monotonic() < deadline:
+            if Worker.all(connection=redis) and FinishedJobRegistry(queue=queue).count > 0:
+                break
+            time.sleep(0.5)
+        log = (tmp_path / "run-local.log").read_text(errors="replace")
+        assert Worker.all(connection=redis), f"no RQ worker registered\n{log[-2000:]}"
+        assert FinishedJobRegistry(queue=queue).count > 0, f"no job ran\n{log[-2000:]}"

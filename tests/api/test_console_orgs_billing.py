@@ -247,6 +247,28 @@ def test_invite_revoke_role_change_remove_and_the_audit_log(app, make_account):
     assert owner.get("/org/audit?cursor=notacursor").status_code == 404
 
 
+def test_every_change_made_in_the_console_names_the_person_and_the_console(app, make_account):
+    """Changes made through the console's billing, keys and alerts forms are audited with the
+    person as actor and ``console`` as the credential, as its member forms are. Until
+    2026-11-29 only the forms that passed an actor did: a checkout, an auto top-up, a key or an
+    alert made in the console named no person (the route layer sets the actor for the API only)."""
+    from app.models.orgs import OrgAuditEntry
+
+    owner = Console(app, make_account().id)
+    org_id = owner.create_org("Who Did It")
+    assert owner.post("/billing/topup", {"amount": "20"}, page="/billing").status_code == 303
+    assert owner.post("/billing/card", {"payment_method_id": "pm_card_visa"}, page="/billing").status_code == 303
+    assert owner.post("/billing/auto-topup", {"threshold": "5", "add_amount": "20", "monthly_cap": "100"},
+                      page="/billing").status_code == 303
+    assert owner.post("/keys", {"name": "ci", "scopes": ["call:write"]}, page="/keys").status_code == 200
+    with app.app_context():
+        entries = db.session.query(OrgAuditEntry).filter_by(org_id=org_id).order_by(OrgAuditEntry.id).all()
+        got = [(e.action, e.actor_account_id, e.credential_id) for e in entries]
+        db.session.remove()
+    assert {a for a, _, _ in got} >= {"org.create", "checkout.create", "autotopup.set", "key.create"}
+    assert all((who, cred) == (owner.account_id, "console") for a, who, cred in got if a != "payment.credit"), got
+
+
 def test_audit_log_pages_with_a_cursor(app, make_account):
     from app.blueprints.console.org_pages import AUDIT_PAGE
     from app.services.orgs.audit import Actor, record

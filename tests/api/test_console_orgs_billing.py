@@ -269,6 +269,24 @@ def test_every_change_made_in_the_console_names_the_person_and_the_console(app, 
     assert all((who, cred) == (owner.account_id, "console") for a, who, cred in got if a != "payment.credit"), got
 
 
+def test_the_audit_page_names_people_by_e_mail(app, make_account):
+    """The console's audit log names who acted, and the member a change was made to, by
+    e-mail (the account id in the cell's title); until 2026-11-29 it showed bare account ids,
+    which no one reading the page could tell apart."""
+    owner = Console(app, make_account(email="boss-audit@example.com").id)
+    org_id = owner.create_org("Named")
+    member = make_account(email="member-audit@example.com")
+    _add_member(app, org_id, member.id, "viewer")
+    assert owner.post(f"/org/members/{member.id}", {"role": "developer"}).status_code == 303
+    html = owner.get("/org/audit").get_data(as_text=True)
+    row = re.search(r"<tr><td data-label=\"When\">.*?</tr>", html, re.S).group(0)  # the newest: member.update
+    assert "member.update" in row
+    who = re.search(r'data-label="Who"[^>]*>(.*?)</td>', row, re.S).group(1)
+    target = re.search(r'data-label="Target"[^>]*>(.*?)</td>', row, re.S).group(1)
+    assert "boss-audit@example.com" in who and f'title="{owner.account_id}"' in who
+    assert "member-audit@example.com" in target and f'title="{member.id}"' in target
+
+
 def test_audit_log_pages_with_a_cursor(app, make_account):
     from app.blueprints.console.org_pages import AUDIT_PAGE
     from app.services.orgs.audit import Actor, record

@@ -235,7 +235,7 @@ def org_audit():
             abort(404)
         return _refused(exc, _members_page)
     return render_template("console/org_audit.html", entries=page["entries"], next_cursor=page["next_cursor"],
-                           first=cursor is None)
+                           first=cursor is None, people=audit.people(page["entries"]))
 
 
 @bp.get("/org/audit.csv")

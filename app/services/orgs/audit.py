@@ -115,6 +115,19 @@ def page(account_id: str, limit: int, cursor: str | None) -> dict:
     return {"entries": rows, "next_cursor": str(rows[-1].id) if more else None}
 
 
+def people(rows) -> dict[str, str]:
+    """The e-mail of each person the entries ``rows`` name (who acted; a member a change was
+    made to), by account id, for a page that shows them (one statement)."""
+    from app.models import Account
+
+    ids = {r.actor_account_id for r in rows} | {r.target for r in rows if (r.target or "").startswith("acct_")}
+    ids.discard(None)
+    if not ids:
+        return {}
+    found = db.session.execute(select(Account.id, Account.email).where(Account.id.in_(ids), Account.email.is_not(None)))
+    return dict(found.all())
+
+
 def _may_read(principal, org_id: str) -> None:
     from app.services.orgs import roles
     from app.services.orgs.orgs import membership

@@ -113,6 +113,18 @@ def test_the_link_page_warns_a_person_signed_in_as_someone_else(app, client, mak
     assert 'id="invite-other-account"' not in fresh
 
 
+def test_the_invitation_e_mail_and_page_name_who_invited(app, client, make_account):
+    """The e-mail and the link's page say who sent the invitation (their address), so the
+    recipient can tell a colleague's invitation from a stranger's; until 2026-11-29 both named
+    only the organisation."""
+    owner = make_account(email="inviter@example.com")
+    org = make_org(client, owner)
+    _invite(client, owner, org["id"], "invitee@example.com", "viewer")
+    assert "inviter@example.com invited you" in _mails(app, "invitee@example.com")[-1]["text"]
+    page = client.get(f"/invites/{_token(app, 'invitee@example.com')}").get_data(as_text=True)
+    assert "invited by inviter@example.com" in page
+
+
 def test_link_page_for_an_existing_mailbox_grants_nothing_more(app, client, make_account, ledger_clean):
     owner, known = make_account(), make_account(email="farm@example.com")
     org = make_org(client, owner)

@@ -26,7 +26,9 @@ def invite(token):
     if request.method == "GET":
         pending = invites.preview(token)
         org_name = invites.name_of_org(pending.org_id) if pending else None
-        return render_template("console/invite.html", token=token, invite=pending, org_name=org_name), \
+        inviter = invites.inviter_email(pending) if pending else None
+        return render_template("console/invite.html", token=token, invite=pending, org_name=org_name,
+                               inviter=inviter), \
             200 if pending else 404
     try:
         _account_id, org_id, session_token = invites.accept_from_link(token, request_id=g.get("request_id"),

@@ -287,6 +287,26 @@ def test_the_audit_page_names_people_by_e_mail(app, make_account):
     assert "member-audit@example.com" in target and f'title="{member.id}"' in target
 
 
+def test_an_admin_sees_no_controls_on_an_owners_row(app, make_account):
+    """Only an owner changes or removes an owner (``manage_owners``): an admin's members page
+    shows an owner's role and budget as text with no Save or Remove, while other members' rows
+    keep their controls. Until 2026-11-29 the admin got the form and the Remove button on the
+    owner's row, and each answered a 403 page."""
+    owner_acct = make_account(email="the-owner@example.com")
+    owner = Console(app, owner_acct.id)
+    org_id = owner.create_org("Admins")
+    admin_acct, dev_acct = make_account(email="the-admin@example.com"), make_account(email="a-dev@example.com")
+    _add_member(app, org_id, admin_acct.id, "admin")
+    _add_member(app, org_id, dev_acct.id, "developer")
+    admin = Console(app, admin_acct.id)
+    admin.post("/orgs/switch", {"org_id": org_id})
+    html = admin.get("/org/members").get_data(as_text=True)
+    rows = dict(re.findall(r'<tr data-member="([^"]+)">(.*?)</tr>', html, re.S))
+    assert "Save" not in rows["the-owner@example.com"] and "Remove" not in rows["the-owner@example.com"]
+    assert "Save" in rows["a-dev@example.com"] and "Remove" in rows["a-dev@example.com"]
+    assert admin.post(f"/org/members/{owner_acct.id}/remove", page="/org/members").status_code == 403  # as before
+
+
 def test_audit_log_pages_with_a_cursor(app, make_account):
     from app.blueprints.console.org_pages import AUDIT_PAGE
     from app.services.orgs.audit import Actor, record

@@ -202,6 +202,26 @@ def test_a_developer_sees_and_changes_only_their_own_organisation_keys(app, make
     assert revoked == {"owner-key": False, "dev-key": True}
 
 
+def test_the_keys_page_names_the_member_who_owns_each_organisation_key(app, make_account):
+    """Acting for an organisation, owners and admins see every member's keys: each row names
+    its member (e-mail). Until 2026-11-29 the rows did not say whose key was whose, so an
+    owner could not tell which key to revoke when a person left or a key leaked."""
+    owner = Console(app, make_account(email="keys-owner@example.com").id)
+    org_id = owner.create_org("Whose Keys")
+    dev_acct = make_account(email="keys-dev@example.com")
+    _add_member(app, org_id, dev_acct.id, "developer")
+    dev = Console(app, dev_acct.id)
+    dev.post("/orgs/switch", {"org_id": org_id})
+    dev.post("/keys", {"name": "dev-key", "scopes": "call:read"}, page="/keys")
+    owner.post("/keys", {"name": "owner-key", "scopes": "call:read"}, page="/keys")
+    html = owner.get("/keys").get_data(as_text=True)
+    cells = dict(re.findall(r'<td data-label="Name">([\w-]+).*?<td data-label="Member"[^>]*>([^<]+)</td>', html, re.S))
+    assert cells == {"dev-key": "keys-dev@example.com", "owner-key": "keys-owner@example.com"}
+    assert 'data-label="Member"' not in dev.get("/keys").get_data(as_text=True)  # their own keys only
+    personal = Console(app, dev_acct.id)
+    assert 'data-label="Member"' not in personal.get("/keys").get_data(as_text=True)
+
+
 def test_last_owner_cannot_be_demoted_or_removed_the_page_says_why(app, make_account):
     owner = Console(app, make_account().id)
     org_id = owner.create_org("Solo")

@@ -158,6 +158,17 @@ def visible_keys(rows: list) -> list:
     return rows if only is None else [row for row in rows if row.member_account_id == only]
 
 
+def key_members() -> dict[str, str] | None:
+    """For a keys page that lists every member's keys (owners and admins of the chosen
+    organisation): each member's e-mail by account id, to name whose key a row is; else None."""
+    if g.get("org") is None or not allows(action="manage_keys"):
+        return None
+    from app.blueprints.console import web
+    from app.services.orgs import orgs
+
+    return {m["member_id"]: m["email"] for m in orgs.list_members(principal(web.mode()), g.org.id)}
+
+
 def check_key(key_id: str) -> None:
     """404 for another member's key when the role sees only its own (``orgs.keys_of``)."""
     from app.blueprints.console import web

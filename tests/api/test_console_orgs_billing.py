@@ -222,6 +222,22 @@ def test_the_keys_page_names_the_member_who_owns_each_organisation_key(app, make
     assert 'data-label="Member"' not in personal.get("/keys").get_data(as_text=True)
 
 
+def test_a_viewers_keys_page_says_why_there_is_no_create_form(app, make_account):
+    """A role that may not create keys (billing, viewer) reads why on the keys page, naming
+    the roles that may, as the billing page does for payments; until 2026-11-29 the form was
+    simply missing."""
+    owner = Console(app, make_account().id)
+    org_id = owner.create_org("Readers")
+    viewer_acct = make_account()
+    _add_member(app, org_id, viewer_acct.id, "viewer")
+    viewer = Console(app, viewer_acct.id)
+    viewer.post("/orgs/switch", {"org_id": org_id})
+    html = viewer.get("/keys").get_data(as_text=True)
+    assert "Create a key" not in html
+    assert "Your role (viewer) cannot create organisation keys: that needs role owner, admin or developer." in html
+    assert "cannot create organisation keys" not in owner.get("/keys").get_data(as_text=True)
+
+
 def test_last_owner_cannot_be_demoted_or_removed_the_page_says_why(app, make_account):
     owner = Console(app, make_account().id)
     org_id = owner.create_org("Solo")

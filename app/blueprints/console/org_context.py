@@ -93,9 +93,9 @@ def template_context(mode: str) -> dict:
     from app.services.orgs import orgs
 
     if g.get("account") is None:
-        return {"org": None, "org_role": None, "my_orgs": [], "allows": allows}
+        return {"org": None, "org_role": None, "my_orgs": [], "allows": allows, "scope_needs": roles.scope_needs}
     return {"org": g.get("org"), "org_role": g.get("org_role"),
-            "my_orgs": orgs.list_orgs(principal(mode)), "allows": allows}
+            "my_orgs": orgs.list_orgs(principal(mode)), "allows": allows, "scope_needs": roles.scope_needs}
 
 
 # --- whose calls the per-call pages list (the rule of ``orgs.usage_scope``, ``per_call``) ---

@@ -66,6 +66,14 @@ def _add_member(app, org_id: str, account_id: str, role: str) -> None:
         db.session.remove()
 
 
+def _acting_member(app, org_id: str, account_id: str, role: str) -> Console:
+    """``account_id`` made a member with ``role``, signed in on the console acting for the org."""
+    _add_member(app, org_id, account_id, role)
+    person = Console(app, account_id)
+    assert person.post("/orgs/switch", {"org_id": org_id}).status_code == 303
+    return person
+
+
 def _balance(app, account_id: str, mode: str = "live") -> int:
     from app.services.money import ledger
 
@@ -147,9 +155,7 @@ def test_developer_sees_no_billing_or_invite_controls_and_forbidden_posts_name_t
         db.session.remove()
     # a billing member pays but does not manage members
     bill_acct = make_account()
-    _add_member(app, org_id, bill_acct.id, "billing")
-    bill = Console(app, bill_acct.id)
-    bill.post("/orgs/switch", {"org_id": org_id})
+    bill = _acting_member(app, org_id, bill_acct.id, "billing")
     assert "Save card" in bill.get("/billing").get_data(as_text=True)
     assert bill.post("/org/invites", {"email": "y@example.com", "role": "viewer"}).status_code == 403
     keys = bill.get("/keys").get_data(as_text=True)
@@ -181,9 +187,7 @@ def test_a_developer_sees_and_changes_only_their_own_organisation_keys(app, make
     owner = Console(app, make_account().id)
     org_id = owner.create_org("Keys Inc")
     dev_acct = make_account()
-    _add_member(app, org_id, dev_acct.id, "developer")
-    dev = Console(app, dev_acct.id)
-    dev.post("/orgs/switch", {"org_id": org_id})
+    dev = _acting_member(app, org_id, dev_acct.id, "developer")
     owner.post("/keys", {"name": "owner-key", "scopes": "call:read"}, page="/keys")
     dev.post("/keys", {"name": "dev-key", "scopes": "call:read"}, page="/keys")
     with app.app_context():
@@ -209,9 +213,7 @@ def test_the_keys_page_names_the_member_who_owns_each_organisation_key(app, make
     owner = Console(app, make_account(email="keys-owner@example.com").id)
     org_id = owner.create_org("Whose Keys")
     dev_acct = make_account(email="keys-dev@example.com")
-    _add_member(app, org_id, dev_acct.id, "developer")
-    dev = Console(app, dev_acct.id)
-    dev.post("/orgs/switch", {"org_id": org_id})
+    dev = _acting_member(app, org_id, dev_acct.id, "developer")
     dev.post("/keys", {"name": "dev-key", "scopes": "call:read"}, page="/keys")
     owner.post("/keys", {"name": "owner-key", "scopes": "call:read"}, page="/keys")
     html = owner.get("/keys").get_data(as_text=True)
@@ -229,9 +231,7 @@ def test_a_viewers_keys_page_says_why_there_is_no_create_form(app, make_account)
     owner = Console(app, make_account().id)
     org_id = owner.create_org("Readers")
     viewer_acct = make_account()
-    _add_member(app, org_id, viewer_acct.id, "viewer")
-    viewer = Console(app, viewer_acct.id)
-    viewer.post("/orgs/switch", {"org_id": org_id})
+    viewer = _acting_member(app, org_id, viewer_acct.id, "viewer")
     html = viewer.get("/keys").get_data(as_text=True)
     assert "Create a key" not in html
     assert "Your role (viewer) cannot create organisation keys: that needs role owner, admin or developer." in html

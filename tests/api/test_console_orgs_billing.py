@@ -66,6 +66,14 @@ def _add_member(app, org_id: str, account_id: str, role: str) -> None:
         db.session.remove()
 
 
+def _acting_member(app, org_id: str, account_id: str, role: str) -> Console:
+    """``account_id`` made a member with ``role``, signed in on the console acting for the org."""
+    _add_member(app, org_id, account_id, role)
+    person = Console(app, account_id)
+    assert person.post("/orgs/switch", {"org_id": org_id}).status_code == 303
+    return person
+
+
 def _balance(app, account_id: str, mode: str = "live") -> int:
     from app.services.money import ledger
 
@@ -147,9 +155,7 @@ def test_developer_sees_no_billing_or_invite_controls_and_forbidden_posts_name_t
         db.session.remove()
     # a billing member pays but does not manage members
     bill_acct = make_account()
-    _add_member(app, org_id, bill_acct.id, "billing")
-    bill = Console(app, bill_acct.id)
-    bill.post("/orgs/switch", {"org_id": org_id})
+    bill = _acting_member(app, org_id, bill_acct.id, "billing")
     assert "Save card" in bill.get("/billing").get_data(as_text=True)
     assert bill.post("/org/invites", {"email": "y@example.com", "role": "viewer"}).status_code == 403
     keys = bill.get("/keys").get_data(as_text=True)
@@ -181,9 +187,7 @@ def test_a_developer_sees_and_changes_only_their_own_organisation_keys(app, make
     owner = Console(app, make_account().id)
     org_id = owner.create_org("Keys Inc")
     dev_acct = make_account()
-    _add_member(app, org_id, dev_acct.id, "developer")
-    dev = Console(app, dev_acct.id)
-    dev.post("/orgs/switch", {"org_id": org_id})
+    dev = _acting_member(app, org_id, dev_acct.id, "developer")
     owner.post("/keys", {"name": "owner-key", "scopes": "call:read"}, page="/keys")
     dev.post("/keys", {"name": "dev-key", "scopes": "call:read"}, page="/keys")
     with app.app_context():
@@ -200,6 +204,38 @@ def test_a_developer_sees_and_changes_only_their_own_organisation_keys(app, make
         revoked = {row.name: row.revoked_at is not None for row in rows}
         db.session.remove()
     assert revoked == {"owner-key": False, "dev-key": True}
+
+
+def test_the_keys_page_names_the_member_who_owns_each_organisation_key(app, make_account):
+    """Acting for an organisation, owners and admins see every member's keys: each row names
+    its member (e-mail). Until 2026-11-29 the rows did not say whose key was whose, so an
+    owner could not tell which key to revoke when a person left or a key leaked."""
+    owner = Console(app, make_account(email="keys-owner@example.com").id)
+    org_id = owner.create_org("Whose Keys")
+    dev_acct = make_account(email="keys-dev@example.com")
+    dev = _acting_member(app, org_id, dev_acct.id, "developer")
+    dev.post("/keys", {"name": "dev-key", "scopes": "call:read"}, page="/keys")
+    owner.post("/keys", {"name": "owner-key", "scopes": "call:read"}, page="/keys")
+    html = owner.get("/keys").get_data(as_text=True)
+    cells = dict(re.findall(r'<td data-label="Name">([\w-]+).*?<td data-label="Member"[^>]*>([^<]+)</td>', html, re.S))
+    assert cells == {"dev-key": "keys-dev@example.com", "owner-key": "keys-owner@example.com"}
+    assert 'data-label="Member"' not in dev.get("/keys").get_data(as_text=True)  # their own keys only
+    personal = Console(app, dev_acct.id)
+    assert 'data-label="Member"' not in personal.get("/keys").get_data(as_text=True)
+
+
+def test_a_viewers_keys_page_says_why_there_is_no_create_form(app, make_account):
+    """A role that may not create keys (billing, viewer) reads why on the keys page, naming
+    the roles that may, as the billing page does for payments; until 2026-11-29 the form was
+    simply missing."""
+    owner = Console(app, make_account().id)
+    org_id = owner.create_org("Readers")
+    viewer_acct = make_account()
+    viewer = _acting_member(app, org_id, viewer_acct.id, "viewer")
+    html = viewer.get("/keys").get_data(as_text=True)
+    assert "Create a key" not in html
+    assert "Your role (viewer) cannot create organisation keys: that needs role owner, admin or developer." in html
+    assert "cannot create organisation keys" not in owner.get("/keys").get_data(as_text=True)
 
 
 def test_last_owner_cannot_be_demoted_or_removed_the_page_says_why(app, make_account):
@@ -245,6 +281,66 @@ def test_invite_revoke_role_change_remove_and_the_audit_log(app, make_account):
     csv = owner.get("/org/audit.csv")
     assert csv.mimetype == "text/csv" and csv.get_data(as_text=True).count("\r\n") == len(actions) + 1
     assert owner.get("/org/audit?cursor=notacursor").status_code == 404
+
+
+def test_every_change_made_in_the_console_names_the_person_and_the_console(app, make_account):
+    """Changes made through the console's billing, keys and alerts forms are audited with the
+    person as actor and ``console`` as the credential, as its member forms are. Until
+    2026-11-29 only the forms that passed an actor did: a checkout, an auto top-up, a key or an
+    alert made in the console named no person (the route layer sets the actor for the API only)."""
+    from app.models.orgs import OrgAuditEntry
+
+    owner = Console(app, make_account().id)
+    org_id = owner.create_org("Who Did It")
+    assert owner.post("/billing/topup", {"amount": "20"}, page="/billing").status_code == 303
+    assert owner.post("/billing/card", {"payment_method_id": "pm_card_visa"}, page="/billing").status_code == 303
+    assert owner.post("/billing/auto-topup", {"threshold": "5", "add_amount": "20", "monthly_cap": "100"},
+                      page="/billing").status_code == 303
+    assert owner.post("/keys", {"name": "ci", "scopes": ["call:write"]}, page="/keys").status_code == 200
+    with app.app_context():
+        entries = db.session.query(OrgAuditEntry).filter_by(org_id=org_id).order_by(OrgAuditEntry.id).all()
+        got = [(e.action, e.actor_account_id, e.credential_id) for e in entries]
+        db.session.remove()
+    assert {a for a, _, _ in got} >= {"org.create", "checkout.create", "autotopup.set", "key.create"}
+    assert all((who, cred) == (owner.account_id, "console") for a, who, cred in got if a != "payment.credit"), got
+
+
+def test_the_audit_page_names_people_by_e_mail(app, make_account):
+    """The console's audit log names who acted, and the member a change was made to, by
+    e-mail (the account id in the cell's title); until 2026-11-29 it showed bare account ids,
+    which no one reading the page could tell apart."""
+    owner = Console(app, make_account(email="boss-audit@example.com").id)
+    org_id = owner.create_org("Named")
+    member = make_account(email="member-audit@example.com")
+    _add_member(app, org_id, member.id, "viewer")
+    assert owner.post(f"/org/members/{member.id}", {"role": "developer"}).status_code == 303
+    html = owner.get("/org/audit").get_data(as_text=True)
+    row = re.search(r"<tr><td data-label=\"When\">.*?</tr>", html, re.S).group(0)  # the newest: member.update
+    assert "member.update" in row
+    who = re.search(r'data-label="Who"[^>]*>(.*?)</td>', row, re.S).group(1)
+    target = re.search(r'data-label="Target"[^>]*>(.*?)</td>', row, re.S).group(1)
+    assert "boss-audit@example.com" in who and f'title="{owner.account_id}"' in who
+    assert "member-audit@example.com" in target and f'title="{member.id}"' in target
+
+
+def test_an_admin_sees_no_controls_on_an_owners_row(app, make_account):
+    """Only an owner changes or removes an owner (``manage_owners``): an admin's members page
+    shows an owner's role and budget as text with no Save or Remove, while other members' rows
+    keep their controls. Until 2026-11-29 the admin got the form and the Remove button on the
+    owner's row, and each answered a 403 page."""
+    owner_acct = make_account(email="the-owner@example.com")
+    owner = Console(app, owner_acct.id)
+    org_id = owner.create_org("Admins")
+    admin_acct, dev_acct = make_account(email="the-admin@example.com"), make_account(email="a-dev@example.com")
+    _add_member(app, org_id, admin_acct.id, "admin")
+    _add_member(app, org_id, dev_acct.id, "developer")
+    admin = Console(app, admin_acct.id)
+    admin.post("/orgs/switch", {"org_id": org_id})
+    html = admin.get("/org/members").get_data(as_text=True)
+    rows = dict(re.findall(r'<tr data-member="([^"]+)">(.*?)</tr>', html, re.S))
+    assert "Save" not in rows["the-owner@example.com"] and "Remove" not in rows["the-owner@example.com"]
+    assert "Save" in rows["a-dev@example.com"] and "Remove" in rows["a-dev@example.com"]
+    assert admin.post(f"/org/members/{owner_acct.id}/remove", page="/org/members").status_code == 403  # as before
 
 
 def test_audit_log_pages_with_a_cursor(app, make_account):

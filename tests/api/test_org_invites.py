@@ -113,6 +113,29 @@ def test_the_link_page_warns_a_person_signed_in_as_someone_else(app, client, mak
     assert 'id="invite-other-account"' not in fresh
 
 
+def test_the_invitation_e_mail_and_page_name_who_invited(app, client, make_account):
+    """The e-mail and the link's page say who sent the invitation (their address), so the
+    recipient can tell a colleague's invitation from a stranger's; until 2026-11-29 both named
+    only the organisation."""
+    owner = make_account(email="inviter@example.com")
+    org = make_org(client, owner)
+    _invite(client, owner, org["id"], "invitee@example.com", "viewer")
+    assert "inviter@example.com invited you" in _mails(app, "invitee@example.com")[-1]["text"]
+    page = client.get(f"/invites/{_token(app, 'invitee@example.com')}").get_data(as_text=True)
+    assert "invited by inviter@example.com" in page
+
+
+def test_a_used_link_opened_signed_in_offers_the_console_not_sign_in(app, client, make_account):
+    """A used (or unknown) link opened by someone already signed in points to their console;
+    until 2026-11-29 it offered "Sign in" to a person who was signed in."""
+    from tests.api.test_console_orgs_billing import Console
+
+    person = make_account()
+    html = Console(app, person.id).get("/invites/no-such-token").get_data(as_text=True)
+    assert "Go to the console" in html and ">Sign in<" not in html
+    assert ">Sign in<" in app.test_client().get("/invites/no-such-token").get_data(as_text=True)
+
+
 def test_link_page_for_an_existing_mailbox_grants_nothing_more(app, client, make_account, ledger_clean):
     owner, known = make_account(), make_account(email="farm@example.com")
     org = make_org(client, owner)

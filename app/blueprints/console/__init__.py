@@ -29,7 +29,20 @@ def _gate():
                                   "CSRF token). Go back, reload the page and try again.")
     if request.endpoint not in PUBLIC and g.account is None:
         return web.login_redirect()
+    if g.account is not None:  # who acts, for the audit log of any change a form makes
+        from app.services.orgs import audit
+
+        g.audit_token = audit.begin(org_context.actor())
     return None
+
+
+@bp.teardown_request
+def _stop_acting(_exc):
+    token = g.pop("audit_token", None)
+    if token is not None:
+        from app.services.orgs import audit
+
+        audit.end(token)
 
 
 @bp.after_request

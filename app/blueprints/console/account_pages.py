@@ -49,7 +49,7 @@ def _keys_page(status: int = 200, **extra):
     Also the page its forms answer with: a status and ``extra`` (errors, the form echoed back)."""
     rows = org_context.visible_keys(keys_svc.list_keys(org_context.payer_id(), web.mode()))
     ctx = {"keys": rows, "all_scopes": ALL_SCOPES, "default_scopes": DEFAULT_SCOPES, "periods": PERIODS,
-           "errors": {}, "form": {}, "created": None}
+           "errors": {}, "form": {}, "created": None, "key_members": org_context.key_members()}
     return web.page("console/keys.html", status, ctx, extra)
 
 

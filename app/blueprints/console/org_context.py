@@ -93,9 +93,9 @@ def template_context(mode: str) -> dict:
     from app.services.orgs import orgs
 
     if g.get("account") is None:
-        return {"org": None, "org_role": None, "my_orgs": [], "allows": allows}
+        return {"org": None, "org_role": None, "my_orgs": [], "allows": allows, "scope_needs": roles.scope_needs}
     return {"org": g.get("org"), "org_role": g.get("org_role"),
-            "my_orgs": orgs.list_orgs(principal(mode)), "allows": allows}
+            "my_orgs": orgs.list_orgs(principal(mode)), "allows": allows, "scope_needs": roles.scope_needs}
 
 
 # --- whose calls the per-call pages list (the rule of ``orgs.usage_scope``, ``per_call``) ---
@@ -156,6 +156,17 @@ def visible_keys(rows: list) -> list:
     """Owners and admins see every key of the organisation; other members their own."""
     only = _own_keys_only()
     return rows if only is None else [row for row in rows if row.member_account_id == only]
+
+
+def key_members() -> dict[str, str] | None:
+    """For a keys page that lists every member's keys (owners and admins of the chosen
+    organisation): each member's e-mail by account id, to name whose key a row is; else None."""
+    if g.get("org") is None or not allows(action="manage_keys"):
+        return None
+    from app.blueprints.console import web
+    from app.services.orgs import orgs
+
+    return {m["member_id"]: m["email"] for m in orgs.list_members(principal(web.mode()), g.org.id)}
 
 
 def check_key(key_id: str) -> None:

@@ -26,7 +26,9 @@ def invite(token):
     if request.method == "GET":
         pending = invites.preview(token)
         org_name = invites.name_of_org(pending.org_id) if pending else None
-        return render_template("console/invite.html", token=token, invite=pending, org_name=org_name), \
+        inviter = invites.inviter_email(pending) if pending else None
+        return render_template("console/invite.html", token=token, invite=pending, org_name=org_name,
+                               inviter=inviter), \
             200 if pending else 404
     try:
         _account_id, org_id, session_token = invites.accept_from_link(token, request_id=g.get("request_id"),
@@ -235,7 +237,7 @@ def org_audit():
             abort(404)
         return _refused(exc, _members_page)
     return render_template("console/org_audit.html", entries=page["entries"], next_cursor=page["next_cursor"],
-                           first=cursor is None)
+                           first=cursor is None, people=audit.people(page["entries"]))
 
 
 @bp.get("/org/audit.csv")

@@ -42,7 +42,8 @@ def actor_of(principal, request_id: str | None = None, ip: str | None = None) ->
 
 
 # Who acts in the current request: set by the route layer around each authenticated
-# route (``app.blueprints.routing.endpoint``), so a service deep below records its change
+# route (``app.blueprints.routing.endpoint``) and by the console for a signed-in person
+# (``begin``/``end``, credential ``console``), so a service deep below records its change
 # with the actor without every signature carrying it. Outside a request (jobs, webhooks,
 # the CLI) it is unset: the entry names no person.
 _acting: ContextVar[Actor | None] = ContextVar("audit_actor", default=None)
@@ -55,6 +56,16 @@ def acting(actor: Actor):
         yield actor
     finally:
         _acting.reset(token)
+
+
+def begin(actor: Actor):
+    """``acting`` for a request whose start and end are two hooks (the console's
+    ``before_request`` / ``teardown_request``): returns the token ``end`` takes."""
+    return _acting.set(actor)
+
+
+def end(token) -> None:
+    _acting.reset(token)
 
 
 def current() -> Actor | None:
@@ -102,6 +113,19 @@ def page(account_id: str, limit: int, cursor: str | None) -> dict:
     more = len(rows) > limit
     rows = rows[:limit]
     return {"entries": rows, "next_cursor": str(rows[-1].id) if more else None}
+
+
+def people(rows) -> dict[str, str]:
+    """The e-mail of each person the entries ``rows`` name (who acted; a member a change was
+    made to), by account id, for a page that shows them (one statement)."""
+    from app.models import Account
+
+    ids = {r.actor_account_id for r in rows} | {r.target for r in rows if (r.target or "").startswith("acct_")}
+    ids.discard(None)
+    if not ids:
+        return {}
+    found = db.session.execute(select(Account.id, Account.email).where(Account.id.in_(ids), Account.email.is_not(None)))
+    return dict(found.all())
 
 
 def _may_read(principal, org_id: str) -> None:

@@ -71,6 +71,11 @@ def name_of_org(org_id: str) -> str | None:
     return db.session.execute(select(Account.name).where(Account.id == org_id)).scalar()
 
 
+def inviter_email(row: OrgInvite) -> str | None:
+    """The address of the person who sent the invitation, as the e-mail and page show it."""
+    return db.session.execute(select(Account.email).where(Account.id == row.invited_by)).scalar()
+
+
 def invite(principal, actor: Actor, org_id: str, email: str, role: str) -> OrgInvite:
     """POST /api/orgs/{id}/invites."""
     email = accounts.normalize_email(email)
@@ -94,10 +99,11 @@ def invite(principal, actor: Actor, org_id: str, email: str, role: str) -> OrgIn
                         created_at=now, expires_at=now + INVITE_TTL)
         db.session.add(row)
         token = tokens.issue(ORG_INVITE, row.id, INVITE_TTL, now=now)
-        org_name = name_of_org(org_id)
+        org_name, inviter = name_of_org(org_id), inviter_email(row)
         outbox.add_email(
             email, "You are invited to join an organisation",
-            f"You are invited to join the organisation \"{org_name}\" ({org_id}) as {role}: its members "
+            f"{inviter + ' invited you' if inviter else 'You are invited'} to join the organisation "
+            f"\"{org_name}\" ({org_id}) as {role}: its members "
             f"share one balance for module calls and chat.\n\nOpen this link to accept (it works once, "
             f"for {INVITE_TTL.days} days):\n{tokens.link('/invites/' + token)}\n\n"
             "If you do not know this organisation, ignore this e-mail.",

@@ -59,9 +59,19 @@ class OrgRoleRequired(Forbidden):
                    "`roles` name the roles that do (docs/teams.md).")
 
 
-def _refuse(allowed: tuple[str, ...], role: str, org_id: str, what: str) -> None:
-    needed = (" or ".join((", ".join(allowed[:-1]), allowed[-1])) if len(allowed) > 1 else "".join(allowed)) \
+def listed(allowed: tuple[str, ...]) -> str:
+    """Roles as a sentence lists them: "owner, admin or developer"."""
+    return (" or ".join((", ".join(allowed[:-1]), allowed[-1])) if len(allowed) > 1 else "".join(allowed)) \
         or "(none: organisations cannot do this)"
+
+
+def scope_needs(scope: str) -> str:
+    """The roles whose members may use ``scope``, listed (for pages that say why not)."""
+    return listed(SCOPE_ROLES.get(scope, ()))
+
+
+def _refuse(allowed: tuple[str, ...], role: str, org_id: str, what: str) -> None:
+    needed = listed(allowed)
     raise OrgRoleRequired(f"{what} needs role {needed} in organisation {org_id}; your role is {role}.",
                           extra={"roles": list(allowed), "role": role, "org_id": org_id})
 

@@ -7,6 +7,7 @@ import base64
 import json
 
 import pytest
+from sqlalchemy import select
 from eth_account import Account as EthAccount
 from x402 import x402ClientSync
 from x402.http.utils import decode_payment_required_header, decode_payment_response_header
@@ -17,6 +18,7 @@ from app.extensions import db
 from app.models import ModuleCall, Payment, X402Authorization
 from app.services.money import ledger
 from tests.gateway_helpers import balance_cents, call, mod, provider, provider_server  # noqa: F401
+from tests.standins import facilitator_server
 
 PAY_TO = "0x000000000000000000000000000000000000f402"
 
@@ -135,6 +137,36 @@ def test_underpayment_and_wrong_recipient_are_refused(app, client, make_account,
         app.config["X402_PAY_TO"] = PAY_TO
     assert r.status_code == 402 and r.get_json()["reason"] == "wrong_recipient"
     assert balance_cents(app, acct.id) == 0
+    ledger_clean()
+
+
+def test_refused_settlement_says_so_in_payment_response(app, client, make_account, mod, x402cfg, monkeypatch,
+                                                       ledger_clean):
+    """The facilitator verifies the payment and then refuses to settle it (the payer's USDC is
+    gone): 402 ``payment_invalid`` with its reason, a fresh payment request, and — as x402 v2's
+    HTTP transport shows for a failed settlement — ``PAYMENT-RESPONSE`` with ``success:
+    false`` and the ``errorReason``. Before, the header was missing: x402's client hooks saw
+    no settlement result. Nothing is credited or charged."""
+    acct = make_account(cents=0)
+    with facilitator_server() as fac:
+        monkeypatch.setitem(app.config, "X402_FACILITATOR_URL", fac.url)
+        fac.settle = {"success": False, "errorReason": "insufficient_funds", "transaction": "",
+                      "network": "eip155:8453"}
+        wallet = EthAccount.create()
+        r = call(client, acct, {"action": "ok"}, headers={"PAYMENT-SIGNATURE": _pay(call(client, acct, {"action": "ok"}),
+                                                                                      wallet)})
+    assert r.status_code == 402, r.get_json()
+    assert r.get_json()["error"] == "payment_invalid" and r.get_json()["reason"] == "insufficient_funds"
+    assert decode_payment_required_header(r.headers["PAYMENT-REQUIRED"]).accepts[0].amount == "30000"
+    settle = decode_payment_response_header(r.headers["PAYMENT-RESPONSE"])
+    assert settle.success is False and settle.error_reason == "insufficient_funds"
+    assert settle.network == "eip155:8453" and settle.payer == wallet.address and settle.transaction == ""
+    assert "PAYMENT-RESPONSE" in r.headers["Access-Control-Expose-Headers"]
+    assert balance_cents(app, acct.id) == 0
+    with app.app_context():
+        assert db.session.execute(select(X402Authorization.status).where(
+            X402Authorization.account_id == acct.id)).scalars().all() == ["failed"]
+        db.session.remove()
     ledger_clean()
 
 

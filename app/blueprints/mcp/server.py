@@ -31,7 +31,9 @@ the ``PAYMENT-SIGNATURE`` header form and the call pays exactly as the HTTP rout
 (``gateway.calls.call(payment=…)``: verify, reserve once, settle, book the credit, open the
 call as any other). The result then carries the ``SettleResponse`` in ``_meta["x402/payment-response"]``.
 A refused payment (replayed, under-valued, …) is the API's 402 ``payment_invalid`` with its
-``reason`` and a fresh payment request, in the same shape.
+``reason`` and a fresh payment request, in the same shape; a settlement the facilitator
+refused also carries its ``SettleResponse`` (``success: false``) under
+``x402/payment-response``, in ``structuredContent`` and in the result's ``_meta``.
 
 Errors: a tool name that names no live module action is the JSON-RPC error -32602
 (``Unknown tool``), as the MCP specification's tools page shows; everything the call
@@ -82,6 +84,9 @@ def _error_body(err, request_id: str | None, tool: str | None = None) -> dict:
     required = (err.headers or {}).get("PAYMENT-REQUIRED") if err.status == 402 else None
     if required and tool:
         body.update(_mcp_payment_required(required, tool))
+        failed = _payment_response(err.headers)  # a settlement the facilitator refused
+        if failed is not None and not failed.get("success"):
+            body[PAYMENT_RESPONSE_META_KEY] = failed  # where x402.mcp's server puts it
     return body
 
 

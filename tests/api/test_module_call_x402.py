@@ -52,6 +52,9 @@ def test_402_carries_the_x402_payment_request(client, make_account, mod, x402cfg
     req = v2.accepts[0]
     assert (req.scheme, req.network, req.amount) == ("exact", "eip155:8453", "30000")
     assert req.pay_to.lower() == PAY_TO and req.extra == {"name": "USD Coin", "version": "2"}
+    # the message names x402 v2's header (it named only v1's X-Payment, which a v2 client
+    # reading it would not send), in the body and in the v2 request's `error`
+    assert "PAYMENT-SIGNATURE" in body["message"] and "PAYMENT-SIGNATURE" in v2.error
 
 
 def test_402_carries_the_bazaar_metadata_of_the_action(client, make_account, mod, x402cfg):

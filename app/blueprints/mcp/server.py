@@ -61,7 +61,7 @@ IDEMPOTENCY_META_KEY = "gateway/idempotency-key"
 # ``_meta`` key carrying the payment payload, and the result's carrying the settlement.
 PAYMENT_META_KEY = "x402/payment"
 PAYMENT_RESPONSE_META_KEY = "x402/payment-response"
-# The 402 message's x402 alternative over MCP (the HTTP route's says "an X-Payment header").
+# The 402 message's x402 alternative over MCP (the HTTP route's names the payment headers).
 MCP_X402_RETRY = f'call the tool again with the x402 payment payload in _meta["{PAYMENT_META_KEY}"]'
 
 class ToolCallError(Exception):

@@ -346,5 +346,7 @@ def test_key_controls_apply_to_tool_calls(app, client, server_url, make_account,
     assert run(_call, server_url, r.get_json()["key"], "svc__ok", {}).is_error is False
     res = run(_call, server_url, r.get_json()["key"], "svc__ok", {})
     assert res.is_error is True and res.structured_content["error"] == "rate_limited"
+    # the HTTP route's Retry-After, which a tool result cannot carry, as a number in the body
+    assert isinstance(res.structured_content["retry_after"], int) and 1 <= res.structured_content["retry_after"] <= 60
     drain(app)
     assert module_calls(app, acct.id) == [("succeeded", 30_000)] and balance_cents(app, acct.id) == 7  # one 3-cent call

@@ -81,6 +81,9 @@ def _error_body(err, request_id: str | None, tool: str | None = None) -> dict:
     message = err.message.replace(X402_RETRY, MCP_X402_RETRY) if err.status == 402 else err.message
     body = {"error": err.code, "message": message, "request_id": request_id}
     body.update(err.extra or {})
+    retry = (err.headers or {}).get("Retry-After")  # a tool result has no headers: say it here
+    if retry is not None and str(retry).isdigit():
+        body.setdefault("retry_after", int(retry))
     required = (err.headers or {}).get("PAYMENT-REQUIRED") if err.status == 402 else None
     if required and tool:
         body.update(_mcp_payment_required(required, tool))

@@ -173,6 +173,25 @@ def test_refused_settlement_says_so_in_payment_response(app, client, make_accoun
     ledger_clean()
 
 
+def test_wrong_network_is_named_the_way_the_payment_names_it(app, client, make_account, mod, x402cfg, ledger_clean):
+    """A v2 payment names networks in CAIP-2 (``eip155:1``); the refusal names it and the
+    accepted ones that way (it said "Network `ethereum` is not accepted; use one of base",
+    names a v2 client never sent nor can send). Nothing is charged."""
+    acct = make_account(cents=0)
+    required = decode_payment_required_header(call(client, acct, {"action": "ok"}).headers["PAYMENT-REQUIRED"])
+    required.accepts[0].network = "eip155:1"
+    required.accepts[0].asset = "0xA0b86991c6218b36c1d19D4a2e9Eb0cE3606eB48"  # USDC on Ethereum
+    payer = register_exact_evm_client(x402ClientSync(), EthAccountSigner(EthAccount.create()))
+    payer.set_spend_controls(False)
+    payload = payer.create_payment_payload(required)
+    r = call(client, acct, {"action": "ok"}, headers={"PAYMENT-SIGNATURE": base64.b64encode(
+        payload.model_dump_json(by_alias=True, exclude_none=True).encode()).decode()})
+    assert r.status_code == 402 and r.get_json()["reason"] == "unsupported_network"
+    assert "`eip155:1`" in r.get_json()["message"] and "eip155:8453" in r.get_json()["message"], r.get_json()
+    assert balance_cents(app, acct.id) == 0
+    ledger_clean()
+
+
 def test_provider_failure_after_payment_leaves_credit(app, client, make_account, mod, x402cfg, ledger_clean):
     acct = make_account(cents=0)
     paid = _pay(call(client, acct, {"action": "boom"}), EthAccount.create())

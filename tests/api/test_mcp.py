@@ -123,10 +123,16 @@ def test_call_is_the_metered_call_with_a_receipt_that_verifies(app, client, serv
     ledger_clean()
 
 
-def test_provider_4xx_is_a_charged_result_not_a_tool_error(app, server_url, make_account, mod):
+def test_provider_4xx_is_a_charged_tool_error(app, server_url, make_account, mod):
+    """The provider refused the arguments: an error that originates from the tool, which MCP
+    says is a result with ``isError: true`` so the model sees it failed and corrects its
+    input (it was ``isError: false``: a host read the refusal as a success). Still charged:
+    ``structuredContent`` is the whole call response, ``ok: false``, cost and receipt."""
     acct = make_account(cents=10)
     res = run(_call, server_url, acct.key, "svc__bad", {})
-    assert res.is_error is False and res.structured_content["ok"] is False
+    assert res.is_error is True and res.structured_content["ok"] is False
+    assert res.structured_content["cost_cents"] == 2 and res.structured_content["receipt"]["sig"]
+    assert json.loads(res.content[0].text) == {"error": "bad_input", "field": "text"}
     assert res.structured_content["result"] == {"error": "bad_input", "field": "text"}
     assert balance_cents(app, acct.id) == 8
 

@@ -35,6 +35,10 @@ A refused payment (replayed, under-valued, …) is the API's 402 ``payment_inval
 refused also carries its ``SettleResponse`` (``success: false``) under
 ``x402/payment-response``, in ``structuredContent`` and in the result's ``_meta``.
 
+A provider's 4xx answer (``ok: false``: charged, with its receipt) is a result with
+``isError: true``: the tool refused the arguments, which MCP reports in the result so the
+model can correct them; its text is the provider's answer.
+
 Errors: a tool name that names no live module action is the JSON-RPC error -32602
 (``Unknown tool``), as the MCP specification's tools page shows; everything the call
 raises (``DomainError``) becomes a tool result with ``isError: true`` whose text and
@@ -281,9 +285,9 @@ def build_server(app):
                                         _meta={PAYMENT_RESPONSE_META_KEY: exc.settled} if exc.settled else None)
         response = orjson.loads(raw)
         settled = _payment_response(headers)
-        return types.CallToolResult(
+        return types.CallToolResult(  # a provider's 4xx (ok: false) is the tool's error, charged
             content=[types.TextContent(text=orjson.dumps(response.get("result")).decode())],
-            structured_content=response, is_error=False,
+            structured_content=response, is_error=response.get("ok") is False,
             _meta={PAYMENT_RESPONSE_META_KEY: settled} if settled else None)
 
     return Server(SERVER_NAME, version="1.0.0", title="Metered API Gateway",

@@ -304,6 +304,18 @@ def test_test_key_calls_the_sandbox_free(app, server_url, make_account, mod):
     assert balance_cents(app, acct.id) == 0
 
 
+def test_test_key_lists_only_tools_it_can_call(app, server_url, make_account, mod, provider):
+    """A module without a sandbox (every agent-built one) answers a test key
+    ``invalid_request`` ("has no sandbox"), so its tools are not in a test key's
+    ``tools/list`` — as a key's module allow-list hides the tools it would refuse. Before,
+    they were listed and every call to them failed. Live keys still see them."""
+    create_module(app, "live-only", provider, {"ok": (1, "/ok")})
+    acct = make_account(cents=0, test_key=True)
+    test_names = {t.name for t in run(_list, server_url, acct.test_key)}
+    assert "svc__ok" in test_names and "live-only__ok" not in test_names
+    assert "live-only__ok" in {t.name for t in run(_list, server_url, acct.key)}
+
+
 # --- discovery -------------------------------------------------------------------------
 
 def test_module_listing_links_each_module_to_its_mcp_tools(client, mod):

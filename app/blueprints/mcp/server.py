@@ -237,8 +237,9 @@ def _run_call(app, principal, request_id: str | None, name: str, arguments: dict
 
 
 def _list_tools(app, principal) -> list[dict]:
-    """Every tool, or for a key with a module allow-list (``allowed_modules``) the tools of
-    those modules only: the others would answer 403 ``module_not_allowed``."""
+    """Every tool the credential can call: for a key with a module allow-list
+    (``allowed_modules``) the tools of those modules only (the others would answer 403
+    ``module_not_allowed``), for a test-mode credential those of modules with a sandbox."""
     from app.auth import controls_of
     from app.extensions import db
     from app.services.gateway import tools
@@ -247,7 +248,7 @@ def _list_tools(app, principal) -> list[dict]:
     allowed = controls.modules if controls is not None else None
     with app.app_context():
         try:
-            found = tools.list_tools()
+            found = tools.list_tools(principal.mode if principal is not None else "live")
         finally:
             db.session.remove()
     if allowed is None:

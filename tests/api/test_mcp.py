@@ -274,6 +274,18 @@ def test_an_oversized_number_reaches_the_sdk_as_a_json_rpc_error(app, server_url
     assert module_calls(app, acct.id) == [] and balance_cents(app, acct.id) == 10
 
 
+def test_a_body_over_the_limit_is_a_json_rpc_413(client, make_account):
+    """413 before MCP: the body is not read again to find the id (null), and the error is
+    still one an MCP client reads."""
+    acct = make_account()
+    big = json.dumps({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+                      "params": {"name": "svc__ok", "arguments": {"x": "a" * (1024 * 1024)}}})
+    r = client.post("/mcp", data=big, headers={**acct.headers, "Content-Type": "application/json"})
+    assert r.status_code == 413
+    doc = r.get_json()
+    assert doc["jsonrpc"] == "2.0" and doc["id"] is None and doc["error"]["data"]["error"] == "payload_too_large"
+
+
 @pytest.mark.parametrize("bad_id", [None, 1.5, True, [1], {"a": 1}])
 def test_request_id_that_is_not_a_string_or_integer_is_400(client, make_account, bad_id):
     """MCP request ids are strings or integers. Before, the SDK read such a request as a

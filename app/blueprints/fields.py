@@ -149,9 +149,14 @@ PAYMENT_REQUIRED_HEADERS = {
                                 "then neither `PAYMENT-REQUIRED` nor an X-Payment retry is offered.",
                  "schema": {"type": "string"}},
     "X-Nonce": {"description": "Random single-use nonce for the payment.", "schema": {"type": "string"}},
+    "PAYMENT-RESPONSE": {"description": "On a `payment_invalid` whose settlement the facilitator refused: the "
+                                        "x402 v2 settlement result, base64 JSON `{success: false, errorReason, "
+                                        "transaction: \"\", network, payer}`.", "schema": {"type": "string"}},
+    "X-PAYMENT-RESPONSE": {"description": "The same for x402 v1 (`X-Payment`).", "schema": {"type": "string"}},
 }
 
-# The headers of an answer paid by x402 (``billing.x402.response_headers``): module calls, chat.
+# The headers of an answer paid by x402 (``billing.x402.response_headers``): module calls, chat
+# (a refused settlement's 402 carries them too: ``PAYMENT_REQUIRED_HEADERS``).
 PAYMENT_RESPONSE_HEADERS = {
     "PAYMENT-RESPONSE": {"description": "x402 v2 settlement of a payment sent with `PAYMENT-SIGNATURE`: "
                                         "base64 JSON `{success, transaction, network, payer, amount}`.",

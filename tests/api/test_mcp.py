@@ -123,10 +123,16 @@ def test_call_is_the_metered_call_with_a_receipt_that_verifies(app, client, serv
     ledger_clean()
 
 
-def test_provider_4xx_is_a_charged_result_not_a_tool_error(app, server_url, make_account, mod):
+def test_provider_4xx_is_a_charged_tool_error(app, server_url, make_account, mod):
+    """The provider refused the arguments: an error that originates from the tool, which MCP
+    says is a result with ``isError: true`` so the model sees it failed and corrects its
+    input (it was ``isError: false``: a host read the refusal as a success). Still charged:
+    ``structuredContent`` is the whole call response, ``ok: false``, cost and receipt."""
     acct = make_account(cents=10)
     res = run(_call, server_url, acct.key, "svc__bad", {})
-    assert res.is_error is False and res.structured_content["ok"] is False
+    assert res.is_error is True and res.structured_content["ok"] is False
+    assert res.structured_content["cost_cents"] == 2 and res.structured_content["receipt"]["sig"]
+    assert json.loads(res.content[0].text) == {"error": "bad_input", "field": "text"}
     assert res.structured_content["result"] == {"error": "bad_input", "field": "text"}
     assert balance_cents(app, acct.id) == 8
 
@@ -268,6 +274,18 @@ def test_an_oversized_number_reaches_the_sdk_as_a_json_rpc_error(app, server_url
     assert module_calls(app, acct.id) == [] and balance_cents(app, acct.id) == 10
 
 
+def test_a_body_over_the_limit_is_a_json_rpc_413(client, make_account):
+    """413 before MCP: the body is not read again to find the id (null), and the error is
+    still one an MCP client reads."""
+    acct = make_account()
+    big = json.dumps({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+                      "params": {"name": "svc__ok", "arguments": {"x": "a" * (1024 * 1024)}}})
+    r = client.post("/mcp", data=big, headers={**acct.headers, "Content-Type": "application/json"})
+    assert r.status_code == 413
+    doc = r.get_json()
+    assert doc["jsonrpc"] == "2.0" and doc["id"] is None and doc["error"]["data"]["error"] == "payload_too_large"
+
+
 @pytest.mark.parametrize("bad_id", [None, 1.5, True, [1], {"a": 1}])
 def test_request_id_that_is_not_a_string_or_integer_is_400(client, make_account, bad_id):
     """MCP request ids are strings or integers. Before, the SDK read such a request as a
@@ -296,6 +314,18 @@ def test_test_key_calls_the_sandbox_free(app, server_url, make_account, mod):
     res = run(_call, server_url, acct.test_key, "svc__ok", {"a": 1})
     assert res.is_error is False and res.structured_content["receipt"]["mode"] == "test"
     assert balance_cents(app, acct.id) == 0
+
+
+def test_test_key_lists_only_tools_it_can_call(app, server_url, make_account, mod, provider):
+    """A module without a sandbox (every agent-built one) answers a test key
+    ``invalid_request`` ("has no sandbox"), so its tools are not in a test key's
+    ``tools/list`` — as a key's module allow-list hides the tools it would refuse. Before,
+    they were listed and every call to them failed. Live keys still see them."""
+    create_module(app, "live-only", provider, {"ok": (1, "/ok")})
+    acct = make_account(cents=0, test_key=True)
+    test_names = {t.name for t in run(_list, server_url, acct.test_key)}
+    assert "svc__ok" in test_names and "live-only__ok" not in test_names
+    assert "live-only__ok" in {t.name for t in run(_list, server_url, acct.key)}
 
 
 # --- discovery -------------------------------------------------------------------------
@@ -346,5 +376,7 @@ def test_key_controls_apply_to_tool_calls(app, client, server_url, make_account,
     assert run(_call, server_url, r.get_json()["key"], "svc__ok", {}).is_error is False
     res = run(_call, server_url, r.get_json()["key"], "svc__ok", {})
     assert res.is_error is True and res.structured_content["error"] == "rate_limited"
+    # the HTTP route's Retry-After, which a tool result cannot carry, as a number in the body
+    assert isinstance(res.structured_content["retry_after"], int) and 1 <= res.structured_content["retry_after"] <= 60
     drain(app)
     assert module_calls(app, acct.id) == [("succeeded", 30_000)] and balance_cents(app, acct.id) == 7  # one 3-cent call

@@ -33,6 +33,7 @@ from app.models import LedgerTransaction, Payment, X402Authorization
 from app.services.money import ledger
 from tests.api.test_mcp import _call, client_for, module_calls, run, server_url  # noqa: F401
 from tests.gateway_helpers import balance_cents, mod, provider, provider_server  # noqa: F401
+from tests.standins import facilitator_server
 
 
 class Mcp1Session:
@@ -197,6 +198,32 @@ def test_undervalued_payment_is_refused_and_changes_nothing(app, server_url, mak
     assert sc["price_cents"] == 3  # as docs/mcp.md says of payment_required and payment_invalid
     assert _x402_rows(app, acct.id)[:3] == ([], [], [])
     assert module_calls(app, acct.id) == [] and balance_cents(app, acct.id) == 0
+    ledger_clean()
+
+
+def test_refused_settlement_is_a_tool_error_carrying_the_failed_settlement(app, server_url, make_account, mod,
+                                                                          monkeypatch, ledger_clean):
+    """The facilitator refuses to settle a verified payment: the tool error is x402.mcp's
+    settlement failure — the payment request again, with ``x402/payment-response``
+    ``{success: false, errorReason, transaction: "", network}`` in ``structuredContent``
+    (where x402's own MCP server puts it) and in the result's ``_meta`` — so x402's client
+    reports a failed payment instead of none. Nothing is credited or charged."""
+    acct = make_account(cents=0)
+    with facilitator_server() as fac:
+        monkeypatch.setitem(app.config, "X402_FACILITATOR_URL", fac.url)
+        fac.settle = {"success": False, "errorReason": "insufficient_funds", "transaction": "",
+                      "network": "eip155:8453"}
+        res = run(_paid_call, server_url, acct.key, EthAccount.create(), "svc__ok", {})
+    assert res.payment_made is True and res.is_error is True
+    sc = res.raw_result.raw.structured_content
+    assert sc["error"] == "payment_invalid" and sc["reason"] == "insufficient_funds"
+    assert sc["x402Version"] == 2 and sc["accepts"][0]["amount"] == "30000"
+    failed = sc[MCP_PAYMENT_RESPONSE_META_KEY]
+    assert failed["success"] is False and failed["errorReason"] == "insufficient_funds"
+    assert failed["transaction"] == "" and failed["network"] == "eip155:8453"
+    assert res.payment_response is not None and res.payment_response.success is False
+    assert module_calls(app, acct.id) == [] and balance_cents(app, acct.id) == 0
+    assert _x402_rows(app, acct.id)[:3] == ([], [], ["failed"])
     ledger_clean()
 
 

@@ -7,6 +7,7 @@ import base64
 import json
 
 import pytest
+from sqlalchemy import select
 from eth_account import Account as EthAccount
 from x402 import x402ClientSync
 from x402.http.utils import decode_payment_required_header, decode_payment_response_header
@@ -17,6 +18,7 @@ from app.extensions import db
 from app.models import ModuleCall, Payment, X402Authorization
 from app.services.money import ledger
 from tests.gateway_helpers import balance_cents, call, mod, provider, provider_server  # noqa: F401
+from tests.standins import facilitator_server
 
 PAY_TO = "0x000000000000000000000000000000000000f402"
 
@@ -50,6 +52,9 @@ def test_402_carries_the_x402_payment_request(client, make_account, mod, x402cfg
     req = v2.accepts[0]
     assert (req.scheme, req.network, req.amount) == ("exact", "eip155:8453", "30000")
     assert req.pay_to.lower() == PAY_TO and req.extra == {"name": "USD Coin", "version": "2"}
+    # the message names x402 v2's header (it named only v1's X-Payment, which a v2 client
+    # reading it would not send), in the body and in the v2 request's `error`
+    assert "PAYMENT-SIGNATURE" in body["message"] and "PAYMENT-SIGNATURE" in v2.error
 
 
 def test_402_carries_the_bazaar_metadata_of_the_action(client, make_account, mod, x402cfg):
@@ -134,6 +139,55 @@ def test_underpayment_and_wrong_recipient_are_refused(app, client, make_account,
     finally:
         app.config["X402_PAY_TO"] = PAY_TO
     assert r.status_code == 402 and r.get_json()["reason"] == "wrong_recipient"
+    assert balance_cents(app, acct.id) == 0
+    ledger_clean()
+
+
+def test_refused_settlement_says_so_in_payment_response(app, client, make_account, mod, x402cfg, monkeypatch,
+                                                       ledger_clean):
+    """The facilitator verifies the payment and then refuses to settle it (the payer's USDC is
+    gone): 402 ``payment_invalid`` with its reason, a fresh payment request, and — as x402 v2's
+    HTTP transport shows for a failed settlement — ``PAYMENT-RESPONSE`` with ``success:
+    false`` and the ``errorReason``. Before, the header was missing: x402's client hooks saw
+    no settlement result. Nothing is credited or charged."""
+    acct = make_account(cents=0)
+    with facilitator_server() as fac:
+        monkeypatch.setitem(app.config, "X402_FACILITATOR_URL", fac.url)
+        fac.settle = {"success": False, "errorReason": "insufficient_funds", "transaction": "",
+                      "network": "eip155:8453"}
+        wallet = EthAccount.create()
+        r = call(client, acct, {"action": "ok"}, headers={"PAYMENT-SIGNATURE": _pay(call(client, acct, {"action": "ok"}),
+                                                                                      wallet)})
+    assert r.status_code == 402, r.get_json()
+    assert r.get_json()["error"] == "payment_invalid" and r.get_json()["reason"] == "insufficient_funds"
+    assert decode_payment_required_header(r.headers["PAYMENT-REQUIRED"]).accepts[0].amount == "30000"
+    settle = decode_payment_response_header(r.headers["PAYMENT-RESPONSE"])
+    assert settle.success is False and settle.error_reason == "insufficient_funds"
+    assert settle.network == "eip155:8453" and settle.payer == wallet.address and settle.transaction == ""
+    assert "PAYMENT-RESPONSE" in r.headers["Access-Control-Expose-Headers"]
+    assert balance_cents(app, acct.id) == 0
+    with app.app_context():
+        assert db.session.execute(select(X402Authorization.status).where(
+            X402Authorization.account_id == acct.id)).scalars().all() == ["failed"]
+        db.session.remove()
+    ledger_clean()
+
+
+def test_wrong_network_is_named_the_way_the_payment_names_it(app, client, make_account, mod, x402cfg, ledger_clean):
+    """A v2 payment names networks in CAIP-2 (``eip155:1``); the refusal names it and the
+    accepted ones that way (it said "Network `ethereum` is not accepted; use one of base",
+    names a v2 client never sent nor can send). Nothing is charged."""
+    acct = make_account(cents=0)
+    required = decode_payment_required_header(call(client, acct, {"action": "ok"}).headers["PAYMENT-REQUIRED"])
+    required.accepts[0].network = "eip155:1"
+    required.accepts[0].asset = "0xA0b86991c6218b36c1d19D4a2e9Eb0cE3606eB48"  # USDC on Ethereum
+    payer = register_exact_evm_client(x402ClientSync(), EthAccountSigner(EthAccount.create()))
+    payer.set_spend_controls(False)
+    payload = payer.create_payment_payload(required)
+    r = call(client, acct, {"action": "ok"}, headers={"PAYMENT-SIGNATURE": base64.b64encode(
+        payload.model_dump_json(by_alias=True, exclude_none=True).encode()).decode()})
+    assert r.status_code == 402 and r.get_json()["reason"] == "unsupported_network"
+    assert "`eip155:1`" in r.get_json()["message"] and "eip155:8453" in r.get_json()["message"], r.get_json()
     assert balance_cents(app, acct.id) == 0
     ledger_clean()
 

@@ -38,7 +38,9 @@ class McpView(MethodView):
     @blp.doc(responses={200: {"description": "The JSON-RPC response: a result or a JSON-RPC error. A tool "
                                              "that failed is a result with `isError: true` whose "
                                              "`structuredContent` is the API error body "
-                                             "(`{error, message, request_id}`).",
+                                             "(`{error, message, request_id}`), or, when the provider "
+                                             "refused the arguments (4xx, charged), the call response "
+                                             "with `ok: false`.",
                               "content": {"application/json": {"schema": {
                                   "type": "object", "description": "A JSON-RPC 2.0 response.",
                                   "required": ["jsonrpc"], "additionalProperties": True,

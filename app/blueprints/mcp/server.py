@@ -31,7 +31,13 @@ the ``PAYMENT-SIGNATURE`` header form and the call pays exactly as the HTTP rout
 (``gateway.calls.call(payment=…)``: verify, reserve once, settle, book the credit, open the
 call as any other). The result then carries the ``SettleResponse`` in ``_meta["x402/payment-response"]``.
 A refused payment (replayed, under-valued, …) is the API's 402 ``payment_invalid`` with its
-``reason`` and a fresh payment request, in the same shape.
+``reason`` and a fresh payment request, in the same shape; a settlement the facilitator
+refused also carries its ``SettleResponse`` (``success: false``) under
+``x402/payment-response``, in ``structuredContent`` and in the result's ``_meta``.
+
+A provider's 4xx answer (``ok: false``: charged, with its receipt) is a result with
+``isError: true``: the tool refused the arguments, which MCP reports in the result so the
+model can correct them; its text is the provider's answer.
 
 Errors: a tool name that names no live module action is the JSON-RPC error -32602
 (``Unknown tool``), as the MCP specification's tools page shows; everything the call
@@ -59,7 +65,7 @@ IDEMPOTENCY_META_KEY = "gateway/idempotency-key"
 # ``_meta`` key carrying the payment payload, and the result's carrying the settlement.
 PAYMENT_META_KEY = "x402/payment"
 PAYMENT_RESPONSE_META_KEY = "x402/payment-response"
-# The 402 message's x402 alternative over MCP (the HTTP route's says "an X-Payment header").
+# The 402 message's x402 alternative over MCP (the HTTP route's names the payment headers).
 MCP_X402_RETRY = f'call the tool again with the x402 payment payload in _meta["{PAYMENT_META_KEY}"]'
 
 class ToolCallError(Exception):
@@ -79,9 +85,15 @@ def _error_body(err, request_id: str | None, tool: str | None = None) -> dict:
     message = err.message.replace(X402_RETRY, MCP_X402_RETRY) if err.status == 402 else err.message
     body = {"error": err.code, "message": message, "request_id": request_id}
     body.update(err.extra or {})
+    retry = (err.headers or {}).get("Retry-After")  # a tool result has no headers: say it here
+    if retry is not None and str(retry).isdigit():
+        body.setdefault("retry_after", int(retry))
     required = (err.headers or {}).get("PAYMENT-REQUIRED") if err.status == 402 else None
     if required and tool:
         body.update(_mcp_payment_required(required, tool))
+        failed = _payment_response(err.headers)  # a settlement the facilitator refused
+        if failed is not None and not failed.get("success"):
+            body[PAYMENT_RESPONSE_META_KEY] = failed  # where x402.mcp's server puts it
     return body
 
 
@@ -225,8 +237,9 @@ def _run_call(app, principal, request_id: str | None, name: str, arguments: dict
 
 
 def _list_tools(app, principal) -> list[dict]:
-    """Every tool, or for a key with a module allow-list (``allowed_modules``) the tools of
-    those modules only: the others would answer 403 ``module_not_allowed``."""
+    """Every tool the credential can call: for a key with a module allow-list
+    (``allowed_modules``) the tools of those modules only (the others would answer 403
+    ``module_not_allowed``), for a test-mode credential those of modules with a sandbox."""
     from app.auth import controls_of
     from app.extensions import db
     from app.services.gateway import tools
@@ -235,7 +248,7 @@ def _list_tools(app, principal) -> list[dict]:
     allowed = controls.modules if controls is not None else None
     with app.app_context():
         try:
-            found = tools.list_tools()
+            found = tools.list_tools(principal.mode if principal is not None else "live")
         finally:
             db.session.remove()
     if allowed is None:
@@ -273,9 +286,9 @@ def build_server(app):
                                         _meta={PAYMENT_RESPONSE_META_KEY: exc.settled} if exc.settled else None)
         response = orjson.loads(raw)
         settled = _payment_response(headers)
-        return types.CallToolResult(
+        return types.CallToolResult(  # a provider's 4xx (ok: false) is the tool's error, charged
             content=[types.TextContent(text=orjson.dumps(response.get("result")).decode())],
-            structured_content=response, is_error=False,
+            structured_content=response, is_error=response.get("ok") is False,
             _meta={PAYMENT_RESPONSE_META_KEY: settled} if settled else None)
 
     return Server(SERVER_NAME, version="1.0.0", title="Metered API Gateway",

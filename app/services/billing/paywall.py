@@ -56,7 +56,7 @@ def payment_required(price_cents: int, *, subject: str, cost: str, alternative: 
                      x402_retry: str | None = None, extensions: dict | None = None) -> PaymentRequired:
     """402 for ``subject`` costing ``cost`` (``price_cents`` rounded up to cents), which the
     balance cannot cover. The message names ``POST /api/wallet/fund``, ``alternative`` and,
-    when x402 is offered, ``x402_retry`` (e.g. "retry the call with an X-Payment header");
+    when x402 is offered, ``x402_retry`` (e.g. ``gateway.calls.X402_RETRY``);
     ``path``/``description`` name the resource in the x402 request, ``extensions`` its x402
     extensions (the Bazaar metadata, ``billing.bazaar``); ``headers`` are added."""
     cents = int(price_cents)

@@ -87,12 +87,12 @@ def _extensions(slug: str | None, action: str | None, price_cents: int) -> dict 
 
 
 # How the 402's message tells an HTTP caller to pay by x402 (the MCP door says its own way).
-X402_RETRY = "retry the call with an X-Payment header"
+X402_RETRY = "retry the call with an x402 payment in a PAYMENT-SIGNATURE header (X-Payment for x402 v1)"
 
 
 def payment_required(price_cents: int, slug: str | None = None, action: str | None = None) -> PaymentRequired:
     """402 for a call whose price the balance cannot cover (``paywall.payment_required``,
-    with the action's Bazaar metadata); the call may be retried with an X-Payment header."""
+    with the action's Bazaar metadata); the call may be retried with an x402 payment header."""
     return paywall.payment_required(
         price_cents, subject="This call", cost=f"{int(price_cents)} cent{'' if int(price_cents) == 1 else 's'}",
         alternative=None, x402_retry=X402_RETRY,

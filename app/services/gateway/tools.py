@@ -119,6 +119,9 @@ def describe(module, action) -> dict:
     }
 
 
-def list_tools() -> list[dict]:
-    """Every live action of every approved module as a tool, by module slug then action."""
-    return [describe(m, a) for m in catalog.list_modules() for a in active_actions(m)]
+def list_tools(mode: str = "live") -> list[dict]:
+    """Every live action of every approved module as a tool, by module slug then action; in
+    test mode only the modules with a sandbox (a test key's call of another is refused,
+    ``gateway.calls.call``)."""
+    return [describe(m, a) for m in catalog.list_modules() if mode != "test" or m.sandbox_url
+            for a in active_actions(m)]

@@ -127,9 +127,11 @@ def verify(data: dict, price_micros: int) -> dict:
     chain, asset, scheme = _network_of(payload)
     if scheme != "exact":
         raise PaymentInvalid("unsupported_scheme", f"Scheme `{scheme}` is not accepted; use `exact`.")
-    if chain not in networks():
-        raise PaymentInvalid("unsupported_network", f"Network `{chain}` is not accepted; use one of "
-                                                    f"{', '.join(networks())}.")
+    if chain not in networks():  # named as the payment names networks (v2: CAIP-2, v1: names)
+        v2 = isinstance(payload, PaymentPayload)
+        accepted = [chains.CAIP2[c] if v2 else c for c in networks()]
+        raise PaymentInvalid("unsupported_network", f"Network `{payload.get_network()}` is not accepted; use "
+                                                    f"one of {', '.join(accepted)}.")
     usdc = to_checksum_address(chains.usdc_contract(chain))
     if asset is not None and (not isinstance(asset, str) or asset.lower() != usdc.lower()):
         raise PaymentInvalid("wrong_asset", f"Only USDC ({usdc}) is accepted on {chain}.")

@@ -195,7 +195,7 @@ def settle(pay: X402Payment, facts: dict, *, price_micros: int, resource_url: st
     if not settled.success:
         reason = settled.error_reason or "settlement_failed"
         _status(pay.auth_id, status="failed", error=reason[:200])
-        raise PaymentInvalid(reason, "Settlement failed: " + reason)
+        raise PaymentInvalid(reason, "Settlement failed: " + reason, headers=response_headers(pay, reason))
     pay.transaction = settled.transaction.lower()
     _status(pay.auth_id, status="settled", transaction=pay.transaction[:100], settled_at=utcnow())
     return pay
@@ -248,10 +248,13 @@ def book(pay: X402Payment, call_id: str | None = None) -> str:
     return payment.id
 
 
-def response_headers(pay: X402Payment) -> dict:
-    """``PAYMENT-RESPONSE`` (v2) or ``X-PAYMENT-RESPONSE`` (v1) for the paid response."""
-    settled = SettleResponse(success=True, transaction=pay.transaction or "", payer=pay.payer,
-                             network=chains.CAIP2[pay.network] if pay.version == 2 else pay.network,
-                             amount=str(pay.value_atomic))
+def response_headers(pay: X402Payment, failure: str | None = None) -> dict:
+    """``PAYMENT-RESPONSE`` (v2) or ``X-PAYMENT-RESPONSE`` (v1) for the paid response, or,
+    with ``failure`` (the facilitator's ``errorReason``), for the 402 of a settlement the
+    facilitator refused: ``success: false``, that ``errorReason``, no transaction, as x402
+    v2's HTTP transport answers a failed settlement."""
+    settled = SettleResponse(success=failure is None, error_reason=failure, transaction=pay.transaction or "",
+                             payer=pay.payer, network=chains.CAIP2[pay.network] if pay.version == 2 else pay.network,
+                             amount=None if failure else str(pay.value_atomic))
     name = "PAYMENT-RESPONSE" if pay.version == 2 else "X-PAYMENT-RESPONSE"
     return {name: encode_payment_response_header(settled), "Access-Control-Expose-Headers": name}

@@ -765,3 +765,23 @@ def test_a_stream_without_include_usage_has_no_chunk_without_choices(app, client
     r = chat(client, acct, model=model, max_tokens=64, stream=True, stream_options={"include_usage": False})
     assert all(c["choices"] for c in _events(r)[:-1])
     ledger_clean()
+
+
+def test_the_demo_llm_answers_n_choices_and_honours_stop(app, client, fakes, acct, ledger_clean):
+    """The demo LLM (the sandbox of test keys, the embedded default's provider) ignored
+    ``n`` and ``stop``: ``n: 2`` got one choice and a stop sequence cut nothing, so code
+    tried against it broke on a real provider. It answers ``n`` choices (each counted) and
+    ends a reply before its first stop sequence."""
+    r = chat(client, acct, key=acct.test_key, model="m-small", n=2, stop=["there"])
+    body = r.get_json()
+    assert r.status_code == 200, body
+    assert [c["index"] for c in body["choices"]] == [0, 1]
+    assert {c["message"]["content"] for c in body["choices"]} == {"Echo: hello"}
+    assert {c["finish_reason"] for c in body["choices"]} == {"stop"}
+    assert body["usage"]["completion_tokens"] == 2 * 2  # two words per choice
+    r = chat(client, acct, key=acct.test_key, model="m-small", n=2, stop="hello", stream=True)
+    chunks = _events(r)[:-1]
+    text = {i: "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks
+                       if c["choices"] and c["choices"][0]["index"] == i) for i in (0, 1)}
+    assert text == {0: "Echo:", 1: "Echo:"}
+    assert chunks[-1]["usage"]["completion_tokens"] == 2

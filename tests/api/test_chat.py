@@ -798,3 +798,43 @@ def test_every_anthropic_style_error_carries_the_request_id_header(client, fakes
     assert r.headers["request-id"] == r.get_json()["request_id"] == r.headers["X-Request-Id"]
     r = client.post("/v1/chat/nope", headers=acct.headers, json={})  # OpenAI's shape: not Anthropic's header
     assert r.status_code == 404 and "request-id" not in r.headers
+
+
+def test_prompt_cache_breakpoints_reach_an_anthropic_provider(app, client, fakes, acct, ledger_clean):
+    """Anthropic caches a prompt up to each ``cache_control`` breakpoint (system, tool,
+    text, image and tool_result blocks); the translation dropped every one, so a Claude
+    conversation through ``/v1/messages`` was never cached and paid the full input price
+    each turn. They now reach an Anthropic provider where the caller put them (from
+    ``/v1/chat/completions`` too, on content parts, tools and tool messages: OpenRouter's
+    convention), and never an OpenAI-compatible one (strict servers refuse the field)."""
+    eph = {"type": "ephemeral"}
+    tools = [{"name": "weather", "input_schema": {"type": "object", "properties": {}}, "cache_control": eph}]
+    turns = [{"role": "user", "content": [{"type": "text", "text": "weather?", "cache_control": eph}]},
+             {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {}}]},
+             {"role": "user", "content": [
+                 {"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny", "cache_control": eph}]}]
+    system = [{"type": "text", "text": "Be brief."}, {"type": "text", "text": "Long rules.", "cache_control": eph}]
+    for model in ("m-claude", "m-big"):
+        r = client.post("/v1/messages", headers={"x-api-key": acct.key}, json={
+            "model": model, "max_tokens": 64, "system": system, "tools": tools, "messages": turns})
+        assert r.status_code == 200, r.get_json()
+    sent = fakes.claude.bodies[0]
+    assert sent["system"] == system
+    assert sent["tools"] == [{"name": "weather", "description": "", "input_schema": {"type": "object", "properties": {}},
+                              "cache_control": eph}]
+    assert sent["messages"][0]["content"] == [{"type": "text", "text": "weather?", "cache_control": eph}]
+    assert sent["messages"][2]["content"] == [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny",
+                                               "cache_control": eph}]
+    assert "cache_control" not in orjson.dumps(fakes.pricey.bodies[0]).decode()
+    # without breakpoints the system prompt stays a string
+    r = client.post("/v1/messages", headers={"x-api-key": acct.key}, json={
+        "model": "m-claude", "max_tokens": 64, "system": [{"type": "text", "text": "Be brief."}], "messages": turns[:1]})
+    assert r.status_code == 200 and fakes.claude.bodies[1]["system"] == "Be brief."
+    # chat completions: a content part's breakpoint
+    r = chat(client, acct, model="m-claude", max_tokens=64, messages=[
+        {"role": "system", "content": [{"type": "text", "text": "Rules.", "cache_control": eph}]},
+        {"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": eph}]}])
+    assert r.status_code == 200, r.get_json()
+    assert fakes.claude.bodies[2]["system"] == [{"type": "text", "text": "Rules.", "cache_control": eph}]
+    assert fakes.claude.bodies[2]["messages"][0]["content"] == [{"type": "text", "text": "hi", "cache_control": eph}]
+    ledger_clean()

@@ -13,7 +13,7 @@ import orjson
 from app.errors import InvalidRequest
 from app.services.chat import completions
 from app.services.chat.completions import ChatResult
-from app.services.chat.providers import tool_use_blocks
+from app.services.chat.providers import cache_mark, tool_use_blocks
 from app.services.money import holds
 
 # OpenAI finish_reason → Anthropic stop_reason
@@ -76,17 +76,17 @@ def _message(i: int, msg, out: list[dict]) -> None:
     for j, block in enumerate(content):
         at = f"{where}.content.{j}"
         kind = block.get("type") if isinstance(block, dict) else None
-        if kind == "text" and isinstance(block.get("text"), str):
-            parts.append({"type": "text", "text": block["text"]})
+        if kind == "text" and isinstance(block.get("text"), str):  # cache_control: carried (providers)
+            parts.append({"type": "text", "text": block["text"], **cache_mark(block)})
         elif kind == "image" and role == "user":
-            parts.append(_image_part(block, at))
+            parts.append({**_image_part(block, at), **cache_mark(block)})
         elif kind == "tool_use" and role == "assistant" and block.get("id") and block.get("name"):
             calls.append({"id": block["id"], "type": "function", "function": {
                 "name": block["name"], "arguments": orjson.dumps(block.get("input") or {}).decode()}})
         elif kind == "tool_result" and role == "user" and block.get("tool_use_id"):
             results.append({"role": "tool", "tool_call_id": block["tool_use_id"],
                             "content": _text_of(block.get("content"), f"{at}.content"),
-                            **({"is_error": True} if _is_error(block, at) else {})})
+                            **({"is_error": True} if _is_error(block, at) else {}), **cache_mark(block)})
         else:
             raise InvalidRequest(f"{at}: unsupported content block (text, image in user turns, tool_use "
                                  "in assistant turns, tool_result in user turns).", param=f"{at}.type")
@@ -104,7 +104,11 @@ def to_openai(req: dict) -> dict:
     service's OpenAI-shaped body."""
     messages: list[dict] = []
     system = _text_of(req.get("system"), "system")
-    if system:
+    if system and isinstance(req["system"], list) and any(cache_mark(b) for b in req["system"]):
+        # a cache breakpoint in the system prompt: its blocks as they are (providers.to_anthropic)
+        messages.append({"role": "system", "content": [{"type": "text", "text": b["text"], **cache_mark(b)}
+                                                       for b in req["system"]]})
+    elif system:
         messages.append({"role": "system", "content": system})
     for i, msg in enumerate(req["messages"]):
         _message(i, msg, messages)  # each adds at least one message
@@ -120,7 +124,7 @@ def to_openai(req: dict) -> dict:
     if tools:
         body["tools"] = [{"type": "function", "function": {
             "name": t.get("name"), "description": t.get("description", ""),
-            "parameters": t.get("input_schema") or {"type": "object", "properties": {}}}}
+            "parameters": t.get("input_schema") or {"type": "object", "properties": {}}}, **cache_mark(t)}
             for t in tools if isinstance(t, dict)]
         choice = req.get("tool_choice") or {}
         kind = choice.get("type") if isinstance(choice, dict) else None

@@ -838,3 +838,27 @@ def test_prompt_cache_breakpoints_reach_an_anthropic_provider(app, client, fakes
     assert fakes.claude.bodies[2]["system"] == [{"type": "text", "text": "Rules.", "cache_control": eph}]
     assert fakes.claude.bodies[2]["messages"][0]["content"] == [{"type": "text", "text": "hi", "cache_control": eph}]
     ledger_clean()
+
+
+def test_a_matched_stop_sequence_is_reported(app, client, fakes, acct, ledger_clean):
+    """Anthropic says which stop sequence ended a message (``stop_reason: "stop_sequence"``,
+    ``stop_sequence``); ``/v1/messages`` answered ``end_turn`` and ``null`` even when its
+    Anthropic provider said so, so a client could not tell a stop sequence from the end of
+    the answer. The provider's word is kept (internally and on ``/v1/chat/completions`` as
+    vLLM reports it: the choice's ``stop_reason`` names the sequence), streams included."""
+    body = {"model": "m-claude", "max_tokens": 64, "stop_sequences": ["claude"], "messages": MSGS}
+    r = client.post("/v1/messages", headers={"x-api-key": acct.key}, json=body)
+    msg = r.get_json()
+    assert (msg["stop_reason"], msg["stop_sequence"]) == ("stop_sequence", "claude"), msg
+    assert msg["content"] == [{"type": "text", "text": "Hello from "}]
+    r = client.post("/v1/messages", headers={"x-api-key": acct.key}, json={**body, "stream": True})
+    deltas = [orjson.loads(b.split(b"data: ", 1)[1]) for b in r.get_data().split(b"\n\n")
+              if b.startswith(b"event: message_delta")]
+    assert deltas[0]["delta"] == {"stop_reason": "stop_sequence", "stop_sequence": "claude"}
+    r = chat(client, acct, model="m-claude", max_tokens=64, stop=["claude"])
+    choice = r.get_json()["choices"][0]
+    assert (choice["finish_reason"], choice["stop_reason"]) == ("stop", "claude")
+    # an answer that ended by itself names none
+    r = client.post("/v1/messages", headers={"x-api-key": acct.key}, json={**body, "stop_sequences": ["zzz"]})
+    assert (r.get_json()["stop_reason"], r.get_json()["stop_sequence"]) == ("end_turn", None)
+    ledger_clean()

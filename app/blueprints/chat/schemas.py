@@ -137,6 +137,9 @@ class ChatChoiceSchema(ma.Schema):
     index = ma.fields.Integer(required=True)
     message = ma.fields.Dict(required=True, metadata={"description": "`role`, `content`, and `tool_calls` when the model calls tools."})
     finish_reason = ma.fields.String(allow_none=True)
+    stop_reason = ma.fields.String(metadata={
+        "description": "When the provider named it (an Anthropic provider, a vLLM-style server): the stop "
+                       "sequence that ended the choice (`finish_reason` is `stop`), as vLLM names it."})
 
 
 class ChatCompletionSchema(ma.Schema):
@@ -264,7 +267,10 @@ class MessageSchema(ma.Schema):
     model = ma.fields.String(required=True, metadata={"description": "The model actually used."})
     content = ma.fields.List(ma.fields.Dict(), required=True, metadata={
         "description": "`text` and `tool_use` blocks."})
-    stop_reason = ma.fields.String(required=True, allow_none=True)
-    stop_sequence = ma.fields.String(required=True, allow_none=True)
+    stop_reason = ma.fields.String(required=True, allow_none=True, metadata={
+        "description": "`end_turn`, `max_tokens`, `tool_use`, `refusal`, or `stop_sequence` when the provider "
+                       "named the stop sequence that matched."})
+    stop_sequence = ma.fields.String(required=True, allow_none=True, metadata={
+        "description": "The matched stop sequence (with `stop_reason: stop_sequence`), else null."})
     usage = ma.fields.Nested(MessageUsageSchema, required=True)
     provider = ma.fields.String(metadata={"description": "The provider that served it."})

@@ -169,12 +169,23 @@ def _content(message: dict) -> list[dict]:
     return content + tool_use_blocks(message.get("tool_calls"))
 
 
+def _stopped(choice: dict) -> tuple[str, str | None]:
+    """(``stop_reason``, ``stop_sequence``) of an OpenAI choice: the stop sequence that ended
+    it when the provider named it (``choice.stop_reason``, vLLM's name, which
+    ``providers`` gives Anthropic's ``stop_sequence``), else the finish reason's."""
+    seq = choice.get("stop_reason")
+    if choice.get("finish_reason") == "stop" and isinstance(seq, str):
+        return "stop_sequence", seq
+    return STOP_REASONS.get(choice.get("finish_reason"), "end_turn"), None
+
+
 def from_openai(body: dict) -> dict:
     """A ``chat.completion`` → Anthropic's message object."""
     choice = (body.get("choices") or [{}])[0]
+    stop_reason, stop_sequence = _stopped(choice)
     return {"id": message_id(body["id"]), "type": "message", "role": "assistant", "model": body["model"],
             "content": _content(choice.get("message") or {}),
-            "stop_reason": STOP_REASONS.get(choice.get("finish_reason"), "end_turn"), "stop_sequence": None,
+            "stop_reason": stop_reason, "stop_sequence": stop_sequence,
             "usage": usage_of(body["usage"]), "provider": body.get("provider")}
 
 
@@ -192,7 +203,7 @@ def translate_stream(events: Iterator[bytes], completion_id: str, model: str) ->
     away: it settles what was generated)."""
     block = None  # (index, kind, tool index) of the open content block
     index = -1
-    stop = "end_turn"
+    stop, sequence = "end_turn", None
     try:
         yield _event("message_start", {"message": {
             "id": message_id(completion_id), "type": "message", "role": "assistant", "model": model,
@@ -208,7 +219,7 @@ def translate_stream(events: Iterator[bytes], completion_id: str, model: str) ->
                 err = chunk["error"] or {}
                 yield _event("error", {"error": {"type": "api_error", "message": err.get("message", ""),
                                                  "code": err.get("code")}})
-                stop = None
+                stop, sequence = None, None
                 continue
             for choice in chunk.get("choices") or []:
                 delta = choice.get("delta") or {}
@@ -235,12 +246,12 @@ def translate_stream(events: Iterator[bytes], completion_id: str, model: str) ->
                         yield _event("content_block_delta", {"index": index, "delta": {
                             "type": "input_json_delta", "partial_json": fn["arguments"]}})
                 if choice.get("finish_reason"):
-                    stop = STOP_REASONS.get(choice["finish_reason"], "end_turn")
+                    stop, sequence = _stopped(choice)
             if chunk.get("usage") and not chunk.get("choices"):  # the final usage chunk
                 if block is not None:
                     yield _event("content_block_stop", {"index": block[0]})
                     block = None
-                yield _event("message_delta", {"delta": {"stop_reason": stop, "stop_sequence": None},
+                yield _event("message_delta", {"delta": {"stop_reason": stop, "stop_sequence": sequence},
                                                "usage": usage_of(chunk["usage"])})
                 yield _event("message_stop", {})
     finally:

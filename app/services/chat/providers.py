@@ -435,10 +435,18 @@ def from_anthropic(data: dict) -> dict:
         message["tool_calls"] = calls
     usage = data.get("usage") or {}
     out = {"choices": [{"index": 0, "message": message,
-                        "finish_reason": _STOP.get(data.get("stop_reason"), "stop")}]}
+                        "finish_reason": _STOP.get(data.get("stop_reason"), "stop"), **_matched(data)}]}
     if _counted(usage, "input_tokens") and _counted(usage, "output_tokens"):  # else: the flagged estimate
         out["usage"] = {**anthropic_prompt_usage(usage), "completion_tokens": usage["output_tokens"]}
     return out
+
+
+def _matched(stopped: dict) -> dict:
+    """The stop sequence that ended an Anthropic message (its ``stop_reason:
+    "stop_sequence"``), as vLLM names it in an OpenAI choice: ``{"stop_reason": <sequence>}``
+    (``messages.py`` turns it back into Anthropic's); ``{}`` for any other end."""
+    seq = stopped.get("stop_sequence")
+    return {"stop_reason": seq} if stopped.get("stop_reason") == "stop_sequence" and isinstance(seq, str) else {}
 
 
 def _counted(usage, name: str) -> bool:
@@ -477,6 +485,7 @@ def _anthropic_stream(offer: Offer, body: dict, max_tokens: int) -> Iterator[dic
     prompt = completion = None
     tool_index: dict[int, int] = {}
     finish = None
+    matched: dict = {}
     for data in sse_events(resp, offer):
         try:
             ev = orjson.loads(data)
@@ -508,6 +517,7 @@ def _anthropic_stream(offer: Offer, body: dict, max_tokens: int) -> Iterator[dic
                     {"index": n, "function": {"arguments": delta.get("partial_json", "")}}]}}]}
         elif kind == "message_delta":
             finish = _STOP.get((ev.get("delta") or {}).get("stop_reason"), "stop")
+            matched = _matched(ev.get("delta") or {})
             u = ev.get("usage") or {}
             if _counted(u, "output_tokens"):
                 completion = u["output_tokens"]
@@ -517,7 +527,7 @@ def _anthropic_stream(offer: Offer, body: dict, max_tokens: int) -> Iterator[dic
             break
     if finish is None:  # no message_delta (stop reason): cut off, not finished
         raise _ended_early(offer)
-    yield {"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}
+    yield {"choices": [{"index": 0, "delta": {}, "finish_reason": finish, **matched}]}
     if prompt is not None and completion is not None:
         yield {"choices": [], "usage": {**prompt, "completion_tokens": completion}}
 

@@ -862,3 +862,18 @@ def test_a_matched_stop_sequence_is_reported(app, client, fakes, acct, ledger_cl
     r = client.post("/v1/messages", headers={"x-api-key": acct.key}, json={**body, "stop_sequences": ["zzz"]})
     assert (r.get_json()["stop_reason"], r.get_json()["stop_sequence"]) == ("end_turn", None)
     ledger_clean()
+
+
+def test_a_stop_reason_that_is_no_requested_sequence_is_no_stop_sequence():
+    """Only a sequence the request asked to stop at is reported as one: another upstream's
+    ``stop_reason`` (e.g. a proxy's copy of Anthropic's ``end_turn``) is not."""
+    from app.services.chat import messages
+
+    body = {"id": "chatcmpl-x", "model": "m", "usage": {"prompt_tokens": 1, "completion_tokens": 1},
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "a"}, "finish_reason": "stop",
+                         "stop_reason": "end_turn"}]}
+    out = messages.from_openai(body, ("###",))
+    assert (out["stop_reason"], out["stop_sequence"]) == ("end_turn", None)
+    body["choices"][0]["stop_reason"] = "###"
+    out = messages.from_openai(body, ("###",))
+    assert (out["stop_reason"], out["stop_sequence"]) == ("stop_sequence", "###")

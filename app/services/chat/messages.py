@@ -169,20 +169,23 @@ def _content(message: dict) -> list[dict]:
     return content + tool_use_blocks(message.get("tool_calls"))
 
 
-def _stopped(choice: dict) -> tuple[str, str | None]:
+def _stopped(choice: dict, stops: tuple = ()) -> tuple[str, str | None]:
     """(``stop_reason``, ``stop_sequence``) of an OpenAI choice: the stop sequence that ended
     it when the provider named it (``choice.stop_reason``, vLLM's name, which
-    ``providers`` gives Anthropic's ``stop_sequence``), else the finish reason's."""
+    ``providers`` gives Anthropic's ``stop_sequence``) and it is one of the request's
+    ``stops`` (another upstream's ``stop_reason`` may mean something else), else the finish
+    reason's."""
     seq = choice.get("stop_reason")
-    if choice.get("finish_reason") == "stop" and isinstance(seq, str):
+    if choice.get("finish_reason") == "stop" and isinstance(seq, str) and seq in stops:
         return "stop_sequence", seq
     return STOP_REASONS.get(choice.get("finish_reason"), "end_turn"), None
 
 
-def from_openai(body: dict) -> dict:
-    """A ``chat.completion`` → Anthropic's message object."""
+def from_openai(body: dict, stops: tuple = ()) -> dict:
+    """A ``chat.completion`` → Anthropic's message object (``stops``: the request's
+    ``stop_sequences``)."""
     choice = (body.get("choices") or [{}])[0]
-    stop_reason, stop_sequence = _stopped(choice)
+    stop_reason, stop_sequence = _stopped(choice, stops)
     return {"id": message_id(body["id"]), "type": "message", "role": "assistant", "model": body["model"],
             "content": _content(choice.get("message") or {}),
             "stop_reason": stop_reason, "stop_sequence": stop_sequence,
@@ -193,7 +196,8 @@ def _event(kind: str, data: dict) -> bytes:
     return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps({"type": kind, **data}) + b"\n\n"
 
 
-def translate_stream(events: Iterator[bytes], completion_id: str, model: str) -> Iterator[bytes]:
+def translate_stream(events: Iterator[bytes], completion_id: str, model: str,
+                     stops: tuple = ()) -> Iterator[bytes]:
     """The completion's OpenAI event stream → Anthropic's: ``message_start``, ``ping``,
     per content block ``content_block_start`` / ``content_block_delta`` (``text_delta``,
     ``input_json_delta``) / ``content_block_stop``, then ``message_delta`` (stop reason,
@@ -246,7 +250,7 @@ def translate_stream(events: Iterator[bytes], completion_id: str, model: str) ->
                         yield _event("content_block_delta", {"index": index, "delta": {
                             "type": "input_json_delta", "partial_json": fn["arguments"]}})
                 if choice.get("finish_reason"):
-                    stop, sequence = _stopped(choice)
+                    stop, sequence = _stopped(choice, stops)
             if chunk.get("usage") and not chunk.get("choices"):  # the final usage chunk
                 if block is not None:
                     yield _event("content_block_stop", {"index": block[0]})
@@ -268,8 +272,9 @@ def create_message(account_id: str, mode: str, req: dict, key_id: str | None = N
     them; a 402's x402 request names ``/v1/messages``), translate back."""
     result = completions.create_completion(account_id, mode, to_openai(req), key_id=key_id, actor=actor,
                                            payment=payment, controls=controls, byok=byok, route=holds.MESSAGES)
+    stops = tuple(req.get("stop_sequences") or ())
     if result.events is None:
-        return ChatResult(body=from_openai(result.body), headers=result.headers)
+        return ChatResult(body=from_openai(result.body, stops), headers=result.headers)
     completion_id, model = result.headers["X-Chat-Completion-Id"], result.headers["X-Chat-Model"]
-    return ChatResult(events=lambda: translate_stream(result.events(), completion_id, model),
+    return ChatResult(events=lambda: translate_stream(result.events(), completion_id, model, stops),
                       headers=result.headers)

@@ -194,7 +194,7 @@ models:
     auto: false
     context_window: 200000
     max_output_tokens: 8000
-    capabilities: [tools, streaming]
+    capabilities: [tools, vision, streaming]
     providers:
       - {provider: claude, upstream_model: claude-test, input_usd_per_mtok: "4", output_usd_per_mtok: "20",
          cache_read_usd_per_mtok: "0.4", cache_write_usd_per_mtok: "5"}

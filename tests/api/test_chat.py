@@ -877,3 +877,34 @@ def test_a_stop_reason_that_is_no_requested_sequence_is_no_stop_sequence():
     body["choices"][0]["stop_reason"] = "###"
     out = messages.from_openai(body, ("###",))
     assert (out["stop_reason"], out["stop_sequence"]) == ("stop_sequence", "###")
+
+
+def test_a_tool_result_may_hold_images(app, client, fakes, acct, ledger_clean):
+    """Anthropic's ``tool_result`` content takes image blocks (a screenshot, an image file a
+    tool read); ``/v1/messages`` refused them (400), so such a conversation could not go
+    through the gateway. An Anthropic provider now gets them in its ``tool_result``; an
+    OpenAI-compatible one, whose tool messages take text only, gets the text there and the
+    images in a user message right after the tool results (as OpenRouter does)."""
+    img = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}
+    tools = [{"name": "screenshot", "input_schema": {"type": "object", "properties": {}}}]
+    turns = [{"role": "user", "content": "look"},
+             {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "screenshot", "input": {}}]},
+             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                           "content": [{"type": "text", "text": "here"}, img]},
+                                          {"type": "text", "text": "what is it?"}]}]
+    for model in ("m-claude", "m-big"):
+        r = client.post("/v1/messages", headers={"x-api-key": acct.key},
+                        json={"model": model, "max_tokens": 64, "tools": tools, "messages": turns})
+        assert r.status_code == 200, r.get_json()
+    assert fakes.claude.bodies[0]["messages"][2]["content"] == [
+        {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "here"}, img]},
+        {"type": "text", "text": "what is it?"}]
+    sent = fakes.pricey.bodies[0]["messages"]
+    assert sent[2] == {"role": "tool", "tool_call_id": "toolu_1", "content": "here"}
+    assert sent[3] == {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}
+    assert sent[4] == {"role": "user", "content": [{"type": "text", "text": "what is it?"}]}
+    # a model without vision is no candidate for it (the image counts, as in a user turn)
+    r = client.post("/v1/messages", headers={"x-api-key": acct.key},
+                    json={"model": "m-small", "max_tokens": 64, "messages": turns})
+    assert r.status_code == 400 and r.get_json()["error"]["code"] == "no_matching_model"
+    ledger_clean()

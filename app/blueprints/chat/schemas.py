@@ -188,7 +188,7 @@ class ModelListSchema(ma.Schema):
 # _MESSAGE for chat completions: a request valid by it is not refused for its messages or
 # system prompt; tests/test_openapi_rules.py compares the two). Blocks: text (either turn),
 # image (user: a base64 or url source), tool_use (assistant: id and name), tool_result
-# (user: tool_use_id; content text or text blocks).
+# (user: tool_use_id; content text, or text and image blocks).
 _TEXT_BLOCK = {"type": "object", "required": ["type", "text"],
                "properties": {"type": {"const": "text"}, "text": {"type": "string"}}}
 _TEXT_BLOCKS = {"type": "array", "items": _TEXT_BLOCK}
@@ -202,7 +202,8 @@ _TOOL_USE_BLOCK = {"type": "object", "required": ["type", "id", "name"], "proper
     "type": {"const": "tool_use"}, "id": _TRUTHY, "name": _TRUTHY}}
 _TOOL_RESULT_BLOCK = {"type": "object", "required": ["type", "tool_use_id"], "properties": {
     "type": {"const": "tool_result"}, "tool_use_id": _TRUTHY,
-    "content": {"anyOf": [{"type": "string"}, {"type": "null"}, _TEXT_BLOCKS]},
+    "content": {"anyOf": [{"type": "string"}, {"type": "null"},
+                          {"type": "array", "items": {"anyOf": [_TEXT_BLOCK, _IMAGE_BLOCK]}}]},
     "is_error": {"type": ["boolean", "null"]}}}
 _ANTHROPIC_MESSAGE = {
     "required": ["role", "content"],

@@ -38,6 +38,22 @@ def _text_of(content, where: str) -> str:
     return "\n\n".join(out)
 
 
+def _result_content(content, where: str):
+    """A ``tool_result``'s content: its text (a string or text blocks), or, when it holds
+    images, its text and image blocks as content parts (``providers`` sends them on)."""
+    if not (isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "image" for b in content)):
+        return _text_of(content, where)
+    parts = []
+    for j, block in enumerate(content):
+        if isinstance(block, dict) and block.get("type") == "image":
+            parts.append(_image_part(block, f"{where}.{j}"))
+        elif isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
+            parts.append({"type": "text", "text": block["text"]})
+        else:
+            raise InvalidRequest(f"{where}.{j}: only text and image blocks are supported here.", param=f"{where}.{j}")
+    return parts
+
+
 def _is_error(block: dict, where: str) -> bool:
     """A ``tool_result``'s ``is_error`` (the tool failed): a boolean, or absent / null."""
     flag = block.get("is_error")
@@ -85,7 +101,7 @@ def _message(i: int, msg, out: list[dict]) -> None:
                 "name": block["name"], "arguments": orjson.dumps(block.get("input") or {}).decode()}})
         elif kind == "tool_result" and role == "user" and block.get("tool_use_id"):
             results.append({"role": "tool", "tool_call_id": block["tool_use_id"],
-                            "content": _text_of(block.get("content"), f"{at}.content"),
+                            "content": _result_content(block.get("content"), f"{at}.content"),
                             **({"is_error": True} if _is_error(block, at) else {}), **cache_mark(block)})
         else:
             raise InvalidRequest(f"{at}: unsupported content block (text, image in user turns, tool_use "

@@ -223,11 +223,38 @@ def _for_openai(message: dict) -> dict:
     return out
 
 
+def _tool_images(message: dict) -> list:
+    """The image parts of a tool message (a Messages API ``tool_result`` holding images)."""
+    content = message.get("content")
+    if message.get("role") != "tool" or not isinstance(content, list):
+        return []
+    return [p for p in content if isinstance(p, dict) and p.get("type") == "image_url"]
+
+
+def _openai_messages(messages: list) -> list:
+    """``messages`` as an OpenAI-compatible provider takes them: without the Anthropic-only
+    fields, and a tool message's images (OpenAI's tool messages take text only) moved to a
+    user message after that run of tool results, as OpenRouter does."""
+    out, images = [], []
+    for m in messages:
+        if images and m.get("role") != "tool":
+            out.append({"role": "user", "content": images})
+            images = []
+        moved = _tool_images(m)
+        if moved:
+            images += moved
+            m = {**m, "content": _joined_text(m["content"])}
+        out.append(_for_openai(m) if _anthropic_only(m) else m)
+    if images:
+        out.append({"role": "user", "content": images})
+    return out
+
+
 def _openai_payload(offer: Offer, body: dict, max_tokens: int, stream: bool) -> dict:
     payload = dict(body)
     payload["model"] = offer.upstream_model
-    if any(_anthropic_only(m) for m in body["messages"]):
-        payload["messages"] = [_for_openai(m) if _anthropic_only(m) else m for m in body["messages"]]
+    if any(_anthropic_only(m) or _tool_images(m) for m in body["messages"]):
+        payload["messages"] = _openai_messages(body["messages"])
     tools = body.get("tools")
     if tools and any(isinstance(t, dict) and "cache_control" in t for t in tools):
         payload["tools"] = [_for_openai(t) if isinstance(t, dict) else t for t in tools]
@@ -381,8 +408,8 @@ def to_anthropic(body: dict, upstream_model: str, max_tokens: int) -> dict:
         elif role == "assistant":
             add("assistant", _marked_last(_blocks(msg.get("content")) + tool_use_blocks(msg.get("tool_calls")), msg))
         elif role == "tool":  # is_error: the tool failed (the Messages API's, kept by the gateway)
-            add("user", [{"type": "tool_result", "tool_use_id": msg.get("tool_call_id"),
-                          "content": _joined_text(msg.get("content")),
+            add("user", [{"type": "tool_result", "tool_use_id": msg.get("tool_call_id"),  # images kept
+                          "content": _blocks(msg["content"]) if _tool_images(msg) else _joined_text(msg.get("content")),
                           **({"is_error": True} if msg.get("is_error") is True else {}), **cache_mark(msg)}])
     out: dict = {"model": upstream_model, "messages": messages,
                  "max_tokens": max_tokens}  # the held cap (catalog.output_cap), never the raw request's

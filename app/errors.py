@@ -383,8 +383,11 @@ def error_response(code: str, message: str, status: int, headers: dict | None = 
 
     if "request_id" not in g:
         g.request_id = "req_" + secrets.token_hex(12)
-    resp = jsonify(error_body(error_style(), code, message, status, g.request_id, extra, param))
+    style = error_style()
+    resp = jsonify(error_body(style, code, message, status, g.request_id, extra, param))
     resp.status_code = status
+    if style == "anthropic":  # Anthropic's header (its SDK's ``request_id``), on every error in its shape
+        resp.headers["request-id"] = g.request_id
     for k, v in (headers or {}).items():
         resp.headers[k] = v
     return resp

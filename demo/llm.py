@@ -3,7 +3,8 @@
 
 Behaviour (deterministic, so tests and demos can predict every byte):
 
-* the reply is ``"Echo: <last user message>"``, cut to ``max_tokens`` words;
+* the reply is ``"Echo: <last user message>"``, ended before its first ``stop`` sequence
+  and cut to ``max_tokens`` words; ``n`` choices, each the same reply (each counted);
 * with ``response_format`` ``json_object``/``json_schema`` the reply is ``{"echo": "<text>"}``;
 * with ``tools`` (and ``tool_choice`` not ``none``) and a user message last, it calls the
   chosen (or first) tool, filling its first parameter with the user text; after a ``tool``
@@ -51,10 +52,12 @@ def reply(body: dict) -> tuple[dict, int, str]:
             {"id": "call_demo_1", "type": "function",
              "function": {"name": tool["function"]["name"], "arguments": args}}]}
         return message, len(args.split()) + 1, "tool_calls"
-    if last.get("role") == "tool":
-        words = ("Tool result: " + _text(last.get("content"))).split()
-    else:
-        words = ("Echo: " + user_text).split()
+    text = ("Tool result: " + _text(last.get("content"))) if last.get("role") == "tool" else "Echo: " + user_text
+    stops = body.get("stop")
+    for stop in [stops] if isinstance(stops, str) else stops if isinstance(stops, list) else ():
+        if isinstance(stop, str) and stop and stop in text:  # the reply ends before it
+            text = text[: text.index(stop)]
+    words = text.split()
     limit = body.get("max_completion_tokens") or body.get("max_tokens")
     finish = "stop"
     if limit and len(words) > int(limit):
@@ -95,12 +98,13 @@ class DemoLLMHandler(JSONHandler):
         except Exception as exc:  # noqa: BLE001 - a body it cannot read: a provider's 400, not a dropped connection
             return self._json(400, {"error": {"message": f"unreadable request ({type(exc).__name__}: {exc})",
                                               "type": "invalid_request_error"}})
+        n = body.get("n") if isinstance(body.get("n"), int) and body["n"] > 0 else 1
         base = {"id": "chatcmpl-demo", "created": int(time.time()), "model": body.get("model", "demo")}
-        usage = {"prompt_tokens": prompt, "completion_tokens": completion,
-                 "total_tokens": prompt + completion}
+        usage = {"prompt_tokens": prompt, "completion_tokens": completion * n,
+                 "total_tokens": prompt + completion * n}
         if not body.get("stream"):
             return self._json(200, {**base, "object": "chat.completion", "usage": usage, "choices": [
-                {"index": 0, "message": message, "finish_reason": finish}]})
+                {"index": i, "message": message, "finish_reason": finish} for i in range(n)]})
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
@@ -112,17 +116,18 @@ class DemoLLMHandler(JSONHandler):
             self.wfile.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
             self.wfile.flush()
 
-        send({**chunk, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
-                                    "finish_reason": None}]})
-        if message.get("tool_calls"):
-            send({**chunk, "choices": [{"index": 0, "finish_reason": None, "delta": {"tool_calls": [
-                {"index": 0, **message["tool_calls"][0]}]}}]})
-        else:
-            words = message["content"].split(" ")
-            for i, w in enumerate(words):
-                send({**chunk, "choices": [{"index": 0, "finish_reason": None,
-                                            "delta": {"content": w if i == 0 else " " + w}}]})
-        send({**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+        for n_ in range(n):  # each choice's chunks in turn
+            send({**chunk, "choices": [{"index": n_, "delta": {"role": "assistant", "content": ""},
+                                        "finish_reason": None}]})
+            if message.get("tool_calls"):
+                send({**chunk, "choices": [{"index": n_, "finish_reason": None, "delta": {"tool_calls": [
+                    {"index": 0, **message["tool_calls"][0]}]}}]})
+            else:
+                words = message["content"].split(" ")
+                for i, w in enumerate(words):
+                    send({**chunk, "choices": [{"index": n_, "finish_reason": None,
+                                                "delta": {"content": w if i == 0 else " " + w}}]})
+            send({**chunk, "choices": [{"index": n_, "delta": {}, "finish_reason": finish}]})
         if (body.get("stream_options") or {}).get("include_usage"):
             send({**chunk, "choices": [], "usage": usage})
         self.wfile.write(b"data: [DONE]\n\n")

@@ -100,19 +100,24 @@ def _anthropic(state: FakeState, body: dict):
     else:
         content = [{"type": "text", "text": state.text}]
         stop = "end_turn"
+    stops = body.get("stop_sequences") if isinstance(body.get("stop_sequences"), list) else ()
+    matched = next((s for s in stops if isinstance(s, str) and s and s in state.text), None)
+    if matched and not body.get("tools"):  # the text ends before the first stop sequence it holds
+        content = [{"type": "text", "text": state.text[: state.text.index(matched)]}]
+        stop = "stop_sequence"
     if not body.get("stream"):
         return 200, {"id": "msg_1", "type": "message", "role": "assistant", "model": body["model"],
-                     "content": content, "stop_reason": stop, "usage": usage}
+                     "content": content, "stop_reason": stop, "stop_sequence": matched, "usage": usage}
     events = [("message_start", {"type": "message_start", "message": {
         "id": "msg_1", "type": "message", "role": "assistant", "content": [],
         "usage": {"input_tokens": 20, "output_tokens": 1, **state.usage_extra}}})]
     events.append(("content_block_start", {"type": "content_block_start", "index": 0,
                                            "content_block": {"type": "text", "text": ""}}))
-    for i, word in enumerate(state.text.split(" ")):
+    for i, word in enumerate(content[0]["text"].split(" ")):
         events.append(("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {
             "type": "text_delta", "text": word if i == 0 else " " + word}}))
     events.append(("content_block_stop", {"type": "content_block_stop", "index": 0}))
-    events.append(("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+    events.append(("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": matched},
                                      "usage": {"output_tokens": 10}}))
     events.append(("message_stop", {"type": "message_stop"}))
     return _sse(events, state.stream_cut)
@@ -189,7 +194,7 @@ models:
     auto: false
     context_window: 200000
     max_output_tokens: 8000
-    capabilities: [tools, streaming]
+    capabilities: [tools, vision, streaming]
     providers:
       - {provider: claude, upstream_model: claude-test, input_usd_per_mtok: "4", output_usd_per_mtok: "20",
          cache_read_usd_per_mtok: "0.4", cache_write_usd_per_mtok: "5"}

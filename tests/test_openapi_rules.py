@@ -106,6 +106,9 @@ ANTHROPIC_MESSAGES = [
                                   "content": [{"type": "text", "text": "42"}]}]},
     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "down", "is_error": True}]},
     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "is_error": None}]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [_IMG]}]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t",
+                                  "content": [{"type": "text", "text": "x"}, _IMG]}]},
     # refused
     {"role": "user", "content": ""}, {"role": "user", "content": []}, {"role": "assistant", "content": []},
     {"role": "system", "content": "x"}, {"role": "user"}, {"role": "user", "content": 5},
@@ -121,7 +124,8 @@ ANTHROPIC_MESSAGES = [
     {"role": "assistant", "content": [{"type": "tool_use", "id": "", "name": "f"}]},
     {"role": "user", "content": [{"type": "tool_result"}]},
     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": 5}]},
-    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [_IMG]}]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [_IMG, 1]}]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [_IMG, {"type": "image"}]}]},
     {"role": "user", "content": [1]},
     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "is_error": "yes"}]},
 ]

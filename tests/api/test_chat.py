@@ -765,3 +765,146 @@ def test_a_stream_without_include_usage_has_no_chunk_without_choices(app, client
     r = chat(client, acct, model=model, max_tokens=64, stream=True, stream_options={"include_usage": False})
     assert all(c["choices"] for c in _events(r)[:-1])
     ledger_clean()
+
+
+def test_the_demo_llm_answers_n_choices_and_honours_stop(app, client, fakes, acct, ledger_clean):
+    """The demo LLM (the sandbox of test keys, the embedded default's provider) ignored
+    ``n`` and ``stop``: ``n: 2`` got one choice and a stop sequence cut nothing, so code
+    tried against it broke on a real provider. It answers ``n`` choices (each counted) and
+    ends a reply before its first stop sequence."""
+    r = chat(client, acct, key=acct.test_key, model="m-small", n=2, stop=["there"])
+    body = r.get_json()
+    assert r.status_code == 200, body
+    assert [c["index"] for c in body["choices"]] == [0, 1]
+    assert {c["message"]["content"] for c in body["choices"]} == {"Echo: hello"}
+    assert {c["finish_reason"] for c in body["choices"]} == {"stop"}
+    assert body["usage"]["completion_tokens"] == 2 * 2  # two words per choice
+    r = chat(client, acct, key=acct.test_key, model="m-small", n=2, stop="hello", stream=True)
+    chunks = _events(r)[:-1]
+    text = {i: "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks
+                       if c["choices"] and c["choices"][0]["index"] == i) for i in (0, 1)}
+    assert text == {0: "Echo:", 1: "Echo:"}
+    assert chunks[-1]["usage"]["completion_tokens"] == 2
+
+
+def test_every_anthropic_style_error_carries_the_request_id_header(client, fakes, acct):
+    """The ``anthropic`` SDK reads the request id of an error from the ``request-id`` header
+    (``e.request_id``). Errors in Anthropic's shape from no route (e.g. its SDK's
+    ``messages.count_tokens``, ``POST /v1/messages/count_tokens``, which the gateway does not
+    serve) came without it: only the Messages route set it."""
+    r = client.post("/v1/messages/count_tokens", headers={"x-api-key": acct.key},
+                    json={"model": "m-small", "messages": MSGS})
+    assert r.status_code == 404 and r.get_json()["type"] == "error"
+    assert r.headers["request-id"] == r.get_json()["request_id"] == r.headers["X-Request-Id"]
+    r = client.post("/v1/chat/nope", headers=acct.headers, json={})  # OpenAI's shape: not Anthropic's header
+    assert r.status_code == 404 and "request-id" not in r.headers
+
+
+def test_prompt_cache_breakpoints_reach_an_anthropic_provider(app, client, fakes, acct, ledger_clean):
+    """Anthropic caches a prompt up to each ``cache_control`` breakpoint (system, tool,
+    text, image and tool_result blocks); the translation dropped every one, so a Claude
+    conversation through ``/v1/messages`` was never cached and paid the full input price
+    each turn. They now reach an Anthropic provider where the caller put them (from
+    ``/v1/chat/completions`` too, on content parts, tools and tool messages: OpenRouter's
+    convention), and never an OpenAI-compatible one (strict servers refuse the field)."""
+    eph = {"type": "ephemeral"}
+    tools = [{"name": "weather", "input_schema": {"type": "object", "properties": {}}, "cache_control": eph}]
+    turns = [{"role": "user", "content": [{"type": "text", "text": "weather?", "cache_control": eph}]},
+             {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {}}]},
+             {"role": "user", "content": [
+                 {"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny", "cache_control": eph}]}]
+    system = [{"type": "text", "text": "Be brief."}, {"type": "text", "text": "Long rules.", "cache_control": eph}]
+    for model in ("m-claude", "m-big"):
+        r = client.post("/v1/messages", headers={"x-api-key": acct.key}, json={
+            "model": model, "max_tokens": 64, "system": system, "tools": tools, "messages": turns})
+        assert r.status_code == 200, r.get_json()
+    sent = fakes.claude.bodies[0]
+    assert sent["system"] == system
+    assert sent["tools"] == [{"name": "weather", "description": "", "input_schema": {"type": "object", "properties": {}},
+                              "cache_control": eph}]
+    assert sent["messages"][0]["content"] == [{"type": "text", "text": "weather?", "cache_control": eph}]
+    assert sent["messages"][2]["content"] == [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny",
+                                               "cache_control": eph}]
+    assert "cache_control" not in orjson.dumps(fakes.pricey.bodies[0]).decode()
+    # without breakpoints the system prompt stays a string
+    r = client.post("/v1/messages", headers={"x-api-key": acct.key}, json={
+        "model": "m-claude", "max_tokens": 64, "system": [{"type": "text", "text": "Be brief."}], "messages": turns[:1]})
+    assert r.status_code == 200 and fakes.claude.bodies[1]["system"] == "Be brief."
+    # chat completions: a content part's breakpoint
+    r = chat(client, acct, model="m-claude", max_tokens=64, messages=[
+        {"role": "system", "content": [{"type": "text", "text": "Rules.", "cache_control": eph}]},
+        {"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": eph}]}])
+    assert r.status_code == 200, r.get_json()
+    assert fakes.claude.bodies[2]["system"] == [{"type": "text", "text": "Rules.", "cache_control": eph}]
+    assert fakes.claude.bodies[2]["messages"][0]["content"] == [{"type": "text", "text": "hi", "cache_control": eph}]
+    ledger_clean()
+
+
+def test_a_matched_stop_sequence_is_reported(app, client, fakes, acct, ledger_clean):
+    """Anthropic says which stop sequence ended a message (``stop_reason: "stop_sequence"``,
+    ``stop_sequence``); ``/v1/messages`` answered ``end_turn`` and ``null`` even when its
+    Anthropic provider said so, so a client could not tell a stop sequence from the end of
+    the answer. The provider's word is kept (internally and on ``/v1/chat/completions`` as
+    vLLM reports it: the choice's ``stop_reason`` names the sequence), streams included."""
+    body = {"model": "m-claude", "max_tokens": 64, "stop_sequences": ["claude"], "messages": MSGS}
+    r = client.post("/v1/messages", headers={"x-api-key": acct.key}, json=body)
+    msg = r.get_json()
+    assert (msg["stop_reason"], msg["stop_sequence"]) == ("stop_sequence", "claude"), msg
+    assert msg["content"] == [{"type": "text", "text": "Hello from "}]
+    r = client.post("/v1/messages", headers={"x-api-key": acct.key}, json={**body, "stream": True})
+    deltas = [orjson.loads(b.split(b"data: ", 1)[1]) for b in r.get_data().split(b"\n\n")
+              if b.startswith(b"event: message_delta")]
+    assert deltas[0]["delta"] == {"stop_reason": "stop_sequence", "stop_sequence": "claude"}
+    r = chat(client, acct, model="m-claude", max_tokens=64, stop=["claude"])
+    choice = r.get_json()["choices"][0]
+    assert (choice["finish_reason"], choice["stop_reason"]) == ("stop", "claude")
+    # an answer that ended by itself names none
+    r = client.post("/v1/messages", headers={"x-api-key": acct.key}, json={**body, "stop_sequences": ["zzz"]})
+    assert (r.get_json()["stop_reason"], r.get_json()["stop_sequence"]) == ("end_turn", None)
+    ledger_clean()
+
+
+def test_a_stop_reason_that_is_no_requested_sequence_is_no_stop_sequence():
+    """Only a sequence the request asked to stop at is reported as one: another upstream's
+    ``stop_reason`` (e.g. a proxy's copy of Anthropic's ``end_turn``) is not."""
+    from app.services.chat import messages
+
+    body = {"id": "chatcmpl-x", "model": "m", "usage": {"prompt_tokens": 1, "completion_tokens": 1},
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "a"}, "finish_reason": "stop",
+                         "stop_reason": "end_turn"}]}
+    out = messages.from_openai(body, ("###",))
+    assert (out["stop_reason"], out["stop_sequence"]) == ("end_turn", None)
+    body["choices"][0]["stop_reason"] = "###"
+    out = messages.from_openai(body, ("###",))
+    assert (out["stop_reason"], out["stop_sequence"]) == ("stop_sequence", "###")
+
+
+def test_a_tool_result_may_hold_images(app, client, fakes, acct, ledger_clean):
+    """Anthropic's ``tool_result`` content takes image blocks (a screenshot, an image file a
+    tool read); ``/v1/messages`` refused them (400), so such a conversation could not go
+    through the gateway. An Anthropic provider now gets them in its ``tool_result``; an
+    OpenAI-compatible one, whose tool messages take text only, gets the text there and the
+    images in a user message right after the tool results (as OpenRouter does)."""
+    img = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}
+    tools = [{"name": "screenshot", "input_schema": {"type": "object", "properties": {}}}]
+    turns = [{"role": "user", "content": "look"},
+             {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "screenshot", "input": {}}]},
+             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                           "content": [{"type": "text", "text": "here"}, img]},
+                                          {"type": "text", "text": "what is it?"}]}]
+    for model in ("m-claude", "m-big"):
+        r = client.post("/v1/messages", headers={"x-api-key": acct.key},
+                        json={"model": model, "max_tokens": 64, "tools": tools, "messages": turns})
+        assert r.status_code == 200, r.get_json()
+    assert fakes.claude.bodies[0]["messages"][2]["content"] == [
+        {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "here"}, img]},
+        {"type": "text", "text": "what is it?"}]
+    sent = fakes.pricey.bodies[0]["messages"]
+    assert sent[2] == {"role": "tool", "tool_call_id": "toolu_1", "content": "here"}
+    assert sent[3] == {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}
+    assert sent[4] == {"role": "user", "content": [{"type": "text", "text": "what is it?"}]}
+    # a model without vision is no candidate for it (the image counts, as in a user turn)
+    r = client.post("/v1/messages", headers={"x-api-key": acct.key},
+                    json={"model": "m-small", "max_tokens": 64, "messages": turns})
+    assert r.status_code == 400 and r.get_json()["error"]["code"] == "no_matching_model"
+    ledger_clean()

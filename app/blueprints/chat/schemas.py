@@ -137,6 +137,9 @@ class ChatChoiceSchema(ma.Schema):
     index = ma.fields.Integer(required=True)
     message = ma.fields.Dict(required=True, metadata={"description": "`role`, `content`, and `tool_calls` when the model calls tools."})
     finish_reason = ma.fields.String(allow_none=True)
+    stop_reason = ma.fields.String(metadata={
+        "description": "When the provider named it (an Anthropic provider, a vLLM-style server): the stop "
+                       "sequence that ended the choice (`finish_reason` is `stop`), as vLLM names it."})
 
 
 class ChatCompletionSchema(ma.Schema):
@@ -185,7 +188,7 @@ class ModelListSchema(ma.Schema):
 # _MESSAGE for chat completions: a request valid by it is not refused for its messages or
 # system prompt; tests/test_openapi_rules.py compares the two). Blocks: text (either turn),
 # image (user: a base64 or url source), tool_use (assistant: id and name), tool_result
-# (user: tool_use_id; content text or text blocks).
+# (user: tool_use_id; content text, or text and image blocks).
 _TEXT_BLOCK = {"type": "object", "required": ["type", "text"],
                "properties": {"type": {"const": "text"}, "text": {"type": "string"}}}
 _TEXT_BLOCKS = {"type": "array", "items": _TEXT_BLOCK}
@@ -199,7 +202,8 @@ _TOOL_USE_BLOCK = {"type": "object", "required": ["type", "id", "name"], "proper
     "type": {"const": "tool_use"}, "id": _TRUTHY, "name": _TRUTHY}}
 _TOOL_RESULT_BLOCK = {"type": "object", "required": ["type", "tool_use_id"], "properties": {
     "type": {"const": "tool_result"}, "tool_use_id": _TRUTHY,
-    "content": {"anyOf": [{"type": "string"}, {"type": "null"}, _TEXT_BLOCKS]},
+    "content": {"anyOf": [{"type": "string"}, {"type": "null"},
+                          {"type": "array", "items": {"anyOf": [_TEXT_BLOCK, _IMAGE_BLOCK]}}]},
     "is_error": {"type": ["boolean", "null"]}}}
 _ANTHROPIC_MESSAGE = {
     "required": ["role", "content"],
@@ -264,7 +268,10 @@ class MessageSchema(ma.Schema):
     model = ma.fields.String(required=True, metadata={"description": "The model actually used."})
     content = ma.fields.List(ma.fields.Dict(), required=True, metadata={
         "description": "`text` and `tool_use` blocks."})
-    stop_reason = ma.fields.String(required=True, allow_none=True)
-    stop_sequence = ma.fields.String(required=True, allow_none=True)
+    stop_reason = ma.fields.String(required=True, allow_none=True, metadata={
+        "description": "`end_turn`, `max_tokens`, `tool_use`, `refusal`, or `stop_sequence` when the provider "
+                       "named the stop sequence that matched."})
+    stop_sequence = ma.fields.String(required=True, allow_none=True, metadata={
+        "description": "The matched stop sequence (with `stop_reason: stop_sequence`), else null."})
     usage = ma.fields.Nested(MessageUsageSchema, required=True)
     provider = ma.fields.String(metadata={"description": "The provider that served it."})

@@ -13,7 +13,7 @@ import orjson
 from app.errors import InvalidRequest
 from app.services.chat import completions
 from app.services.chat.completions import ChatResult
-from app.services.chat.providers import tool_use_blocks
+from app.services.chat.providers import cache_mark, tool_use_blocks
 from app.services.money import holds
 
 # OpenAI finish_reason → Anthropic stop_reason
@@ -36,6 +36,22 @@ def _text_of(content, where: str) -> str:
             raise InvalidRequest(f"{where}.{j}: only text blocks are supported here.", param=f"{where}.{j}")
         out.append(block["text"])
     return "\n\n".join(out)
+
+
+def _result_content(content, where: str):
+    """A ``tool_result``'s content: its text (a string or text blocks), or, when it holds
+    images, its text and image blocks as content parts (``providers`` sends them on)."""
+    if not (isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "image" for b in content)):
+        return _text_of(content, where)
+    parts = []
+    for j, block in enumerate(content):
+        if isinstance(block, dict) and block.get("type") == "image":
+            parts.append(_image_part(block, f"{where}.{j}"))
+        elif isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
+            parts.append({"type": "text", "text": block["text"]})
+        else:
+            raise InvalidRequest(f"{where}.{j}: only text and image blocks are supported here.", param=f"{where}.{j}")
+    return parts
 
 
 def _is_error(block: dict, where: str) -> bool:
@@ -76,17 +92,17 @@ def _message(i: int, msg, out: list[dict]) -> None:
     for j, block in enumerate(content):
         at = f"{where}.content.{j}"
         kind = block.get("type") if isinstance(block, dict) else None
-        if kind == "text" and isinstance(block.get("text"), str):
-            parts.append({"type": "text", "text": block["text"]})
+        if kind == "text" and isinstance(block.get("text"), str):  # cache_control: carried (providers)
+            parts.append({"type": "text", "text": block["text"], **cache_mark(block)})
         elif kind == "image" and role == "user":
-            parts.append(_image_part(block, at))
+            parts.append({**_image_part(block, at), **cache_mark(block)})
         elif kind == "tool_use" and role == "assistant" and block.get("id") and block.get("name"):
             calls.append({"id": block["id"], "type": "function", "function": {
                 "name": block["name"], "arguments": orjson.dumps(block.get("input") or {}).decode()}})
         elif kind == "tool_result" and role == "user" and block.get("tool_use_id"):
             results.append({"role": "tool", "tool_call_id": block["tool_use_id"],
-                            "content": _text_of(block.get("content"), f"{at}.content"),
-                            **({"is_error": True} if _is_error(block, at) else {})})
+                            "content": _result_content(block.get("content"), f"{at}.content"),
+                            **({"is_error": True} if _is_error(block, at) else {}), **cache_mark(block)})
         else:
             raise InvalidRequest(f"{at}: unsupported content block (text, image in user turns, tool_use "
                                  "in assistant turns, tool_result in user turns).", param=f"{at}.type")
@@ -104,7 +120,11 @@ def to_openai(req: dict) -> dict:
     service's OpenAI-shaped body."""
     messages: list[dict] = []
     system = _text_of(req.get("system"), "system")
-    if system:
+    if system and isinstance(req["system"], list) and any(cache_mark(b) for b in req["system"]):
+        # a cache breakpoint in the system prompt: its blocks as they are (providers.to_anthropic)
+        messages.append({"role": "system", "content": [{"type": "text", "text": b["text"], **cache_mark(b)}
+                                                       for b in req["system"]]})
+    elif system:
         messages.append({"role": "system", "content": system})
     for i, msg in enumerate(req["messages"]):
         _message(i, msg, messages)  # each adds at least one message
@@ -120,7 +140,7 @@ def to_openai(req: dict) -> dict:
     if tools:
         body["tools"] = [{"type": "function", "function": {
             "name": t.get("name"), "description": t.get("description", ""),
-            "parameters": t.get("input_schema") or {"type": "object", "properties": {}}}}
+            "parameters": t.get("input_schema") or {"type": "object", "properties": {}}}, **cache_mark(t)}
             for t in tools if isinstance(t, dict)]
         choice = req.get("tool_choice") or {}
         kind = choice.get("type") if isinstance(choice, dict) else None
@@ -165,12 +185,26 @@ def _content(message: dict) -> list[dict]:
     return content + tool_use_blocks(message.get("tool_calls"))
 
 
-def from_openai(body: dict) -> dict:
-    """A ``chat.completion`` → Anthropic's message object."""
+def _stopped(choice: dict, stops: tuple = ()) -> tuple[str, str | None]:
+    """(``stop_reason``, ``stop_sequence``) of an OpenAI choice: the stop sequence that ended
+    it when the provider named it (``choice.stop_reason``, vLLM's name, which
+    ``providers`` gives Anthropic's ``stop_sequence``) and it is one of the request's
+    ``stops`` (another upstream's ``stop_reason`` may mean something else), else the finish
+    reason's."""
+    seq = choice.get("stop_reason")
+    if choice.get("finish_reason") == "stop" and isinstance(seq, str) and seq in stops:
+        return "stop_sequence", seq
+    return STOP_REASONS.get(choice.get("finish_reason"), "end_turn"), None
+
+
+def from_openai(body: dict, stops: tuple = ()) -> dict:
+    """A ``chat.completion`` → Anthropic's message object (``stops``: the request's
+    ``stop_sequences``)."""
     choice = (body.get("choices") or [{}])[0]
+    stop_reason, stop_sequence = _stopped(choice, stops)
     return {"id": message_id(body["id"]), "type": "message", "role": "assistant", "model": body["model"],
             "content": _content(choice.get("message") or {}),
-            "stop_reason": STOP_REASONS.get(choice.get("finish_reason"), "end_turn"), "stop_sequence": None,
+            "stop_reason": stop_reason, "stop_sequence": stop_sequence,
             "usage": usage_of(body["usage"]), "provider": body.get("provider")}
 
 
@@ -178,7 +212,8 @@ def _event(kind: str, data: dict) -> bytes:
     return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps({"type": kind, **data}) + b"\n\n"
 
 
-def translate_stream(events: Iterator[bytes], completion_id: str, model: str) -> Iterator[bytes]:
+def translate_stream(events: Iterator[bytes], completion_id: str, model: str,
+                     stops: tuple = ()) -> Iterator[bytes]:
     """The completion's OpenAI event stream → Anthropic's: ``message_start``, ``ping``,
     per content block ``content_block_start`` / ``content_block_delta`` (``text_delta``,
     ``input_json_delta``) / ``content_block_stop``, then ``message_delta`` (stop reason,
@@ -188,7 +223,7 @@ def translate_stream(events: Iterator[bytes], completion_id: str, model: str) ->
     away: it settles what was generated)."""
     block = None  # (index, kind, tool index) of the open content block
     index = -1
-    stop = "end_turn"
+    stop, sequence = "end_turn", None
     try:
         yield _event("message_start", {"message": {
             "id": message_id(completion_id), "type": "message", "role": "assistant", "model": model,
@@ -204,7 +239,7 @@ def translate_stream(events: Iterator[bytes], completion_id: str, model: str) ->
                 err = chunk["error"] or {}
                 yield _event("error", {"error": {"type": "api_error", "message": err.get("message", ""),
                                                  "code": err.get("code")}})
-                stop = None
+                stop, sequence = None, None
                 continue
             for choice in chunk.get("choices") or []:
                 delta = choice.get("delta") or {}
@@ -231,12 +266,12 @@ def translate_stream(events: Iterator[bytes], completion_id: str, model: str) ->
                         yield _event("content_block_delta", {"index": index, "delta": {
                             "type": "input_json_delta", "partial_json": fn["arguments"]}})
                 if choice.get("finish_reason"):
-                    stop = STOP_REASONS.get(choice["finish_reason"], "end_turn")
+                    stop, sequence = _stopped(choice, stops)
             if chunk.get("usage") and not chunk.get("choices"):  # the final usage chunk
                 if block is not None:
                     yield _event("content_block_stop", {"index": block[0]})
                     block = None
-                yield _event("message_delta", {"delta": {"stop_reason": stop, "stop_sequence": None},
+                yield _event("message_delta", {"delta": {"stop_reason": stop, "stop_sequence": sequence},
                                                "usage": usage_of(chunk["usage"])})
                 yield _event("message_stop", {})
     finally:
@@ -253,8 +288,9 @@ def create_message(account_id: str, mode: str, req: dict, key_id: str | None = N
     them; a 402's x402 request names ``/v1/messages``), translate back."""
     result = completions.create_completion(account_id, mode, to_openai(req), key_id=key_id, actor=actor,
                                            payment=payment, controls=controls, byok=byok, route=holds.MESSAGES)
+    stops = tuple(req.get("stop_sequences") or ())
     if result.events is None:
-        return ChatResult(body=from_openai(result.body), headers=result.headers)
+        return ChatResult(body=from_openai(result.body, stops), headers=result.headers)
     completion_id, model = result.headers["X-Chat-Completion-Id"], result.headers["X-Chat-Model"]
-    return ChatResult(events=lambda: translate_stream(result.events(), completion_id, model),
+    return ChatResult(events=lambda: translate_stream(result.events(), completion_id, model, stops),
                       headers=result.headers)

@@ -196,11 +196,68 @@ def _openai_headers(offer: Offer) -> dict:
     return h
 
 
+# What the gateway carries for Anthropic providers only (``to_anthropic``): a tool result's
+# ``is_error``, prompt-cache breakpoints (``cache_control``, on a message, a content part or
+# a tool). Never sent to an OpenAI-compatible provider: strict ones refuse unknown fields.
+_ANTHROPIC_ONLY = ("is_error", "cache_control")
+
+
+def cache_mark(obj: dict) -> dict:
+    """``obj``'s prompt-cache breakpoint to carry along: ``{"cache_control": …}``, or ``{}``."""
+    mark = obj.get("cache_control")
+    return {"cache_control": mark} if isinstance(mark, dict) else {}
+
+
+def _anthropic_only(message: dict) -> bool:
+    content = message.get("content")
+    return any(k in message for k in _ANTHROPIC_ONLY) or (isinstance(content, list) and any(
+        isinstance(p, dict) and "cache_control" in p for p in content))
+
+
+def _for_openai(message: dict) -> dict:
+    """``message`` without the fields only an Anthropic provider is sent."""
+    out = {k: v for k, v in message.items() if k not in _ANTHROPIC_ONLY}
+    if isinstance(out.get("content"), list):
+        out["content"] = [{k: v for k, v in p.items() if k != "cache_control"} if isinstance(p, dict) else p
+                          for p in out["content"]]
+    return out
+
+
+def _tool_images(message: dict) -> list:
+    """The image parts of a tool message (a Messages API ``tool_result`` holding images)."""
+    content = message.get("content")
+    if message.get("role") != "tool" or not isinstance(content, list):
+        return []
+    return [p for p in content if isinstance(p, dict) and p.get("type") == "image_url"]
+
+
+def _openai_messages(messages: list) -> list:
+    """``messages`` as an OpenAI-compatible provider takes them: without the Anthropic-only
+    fields, and a tool message's images (OpenAI's tool messages take text only) moved to a
+    user message after that run of tool results, as OpenRouter does."""
+    out, images = [], []
+    for m in messages:
+        if images and m.get("role") != "tool":
+            out.append({"role": "user", "content": images})
+            images = []
+        moved = _tool_images(m)
+        if moved:
+            images += moved
+            m = {**m, "content": _joined_text(m["content"])}
+        out.append(_for_openai(m) if _anthropic_only(m) else m)
+    if images:
+        out.append({"role": "user", "content": images})
+    return out
+
+
 def _openai_payload(offer: Offer, body: dict, max_tokens: int, stream: bool) -> dict:
     payload = dict(body)
     payload["model"] = offer.upstream_model
-    if any("is_error" in m for m in body["messages"]):  # the gateway's, not OpenAI's (to_anthropic)
-        payload["messages"] = [{k: v for k, v in m.items() if k != "is_error"} for m in body["messages"]]
+    if any(_anthropic_only(m) or _tool_images(m) for m in body["messages"]):
+        payload["messages"] = _openai_messages(body["messages"])
+    tools = body.get("tools")
+    if tools and any(isinstance(t, dict) and "cache_control" in t for t in tools):
+        payload["tools"] = [_for_openai(t) if isinstance(t, dict) else t for t in tools]
     # the cap the hold was sized for (``catalog.output_cap``: the request's, at most the
     # model's), under the name the request used: a larger one would let the provider bill
     # more than was held
@@ -305,10 +362,19 @@ def _blocks(content) -> list[dict]:
         if not isinstance(part, dict):
             continue
         if part.get("type") == "text":
-            out.append({"type": "text", "text": part.get("text", "")})
+            out.append({"type": "text", "text": part.get("text", ""), **cache_mark(part)})
         elif part.get("type") == "image_url":
-            out.append(_image_block(part))
+            out.append({**_image_block(part), **cache_mark(part)})
     return out
+
+
+def _marked_last(blocks: list[dict], message: dict) -> list[dict]:
+    """``blocks`` of ``message``, its message-level ``cache_control`` (a breakpoint after the
+    whole message) on the last one: Anthropic takes it on blocks only."""
+    mark = cache_mark(message)
+    if mark and blocks:
+        blocks[-1] = {**blocks[-1], **mark}
+    return blocks
 
 
 def _joined_text(content) -> str:
@@ -322,6 +388,7 @@ def to_anthropic(body: dict, upstream_model: str, max_tokens: int) -> dict:
     open (``stop``, ``tool_choice``, content parts) are translated where they have an
     Anthropic form and otherwise passed on for the provider to judge, never a server error."""
     system: list[str] = []
+    system_blocks: list[dict] = []  # the same as text blocks: sent when one is a cache breakpoint
     messages: list[dict] = []
 
     def add(role: str, blocks: list[dict]):
@@ -334,17 +401,21 @@ def to_anthropic(body: dict, upstream_model: str, max_tokens: int) -> dict:
         role = msg.get("role")
         if role in ("system", "developer"):
             system.append(_joined_text(msg.get("content")))
+            system_blocks.extend(_marked_last([b for b in _blocks(msg.get("content")) if b["type"] == "text"
+                                               and isinstance(b["text"], str) and b["text"]], msg))
         elif role == "user":
-            add("user", _blocks(msg.get("content")))
+            add("user", _marked_last(_blocks(msg.get("content")), msg))
         elif role == "assistant":
-            add("assistant", _blocks(msg.get("content")) + tool_use_blocks(msg.get("tool_calls")))
+            add("assistant", _marked_last(_blocks(msg.get("content")) + tool_use_blocks(msg.get("tool_calls")), msg))
         elif role == "tool":  # is_error: the tool failed (the Messages API's, kept by the gateway)
-            add("user", [{"type": "tool_result", "tool_use_id": msg.get("tool_call_id"),
-                          "content": _joined_text(msg.get("content")),
-                          **({"is_error": True} if msg.get("is_error") is True else {})}])
+            add("user", [{"type": "tool_result", "tool_use_id": msg.get("tool_call_id"),  # images kept
+                          "content": _blocks(msg["content"]) if _tool_images(msg) else _joined_text(msg.get("content")),
+                          **({"is_error": True} if msg.get("is_error") is True else {}), **cache_mark(msg)}])
     out: dict = {"model": upstream_model, "messages": messages,
                  "max_tokens": max_tokens}  # the held cap (catalog.output_cap), never the raw request's
-    if system:
+    if any("cache_control" in b for b in system_blocks):
+        out["system"] = system_blocks
+    elif system:
         out["system"] = "\n\n".join(s for s in system if s)
     for key in ("temperature", "top_p"):
         if body.get(key) is not None:
@@ -355,7 +426,8 @@ def to_anthropic(body: dict, upstream_model: str, max_tokens: int) -> dict:
     if body.get("tools"):
         out["tools"] = [{"name": t["function"]["name"],
                          "description": t["function"].get("description", ""),
-                         "input_schema": t["function"].get("parameters") or {"type": "object", "properties": {}}}
+                         "input_schema": t["function"].get("parameters") or {"type": "object", "properties": {}},
+                         **cache_mark(t)}
                         for t in body["tools"]  # no type: a function tool (the only kind)
                         if isinstance(t, dict) and t.get("type", "function") == "function"]
         choice = body.get("tool_choice")
@@ -390,10 +462,18 @@ def from_anthropic(data: dict) -> dict:
         message["tool_calls"] = calls
     usage = data.get("usage") or {}
     out = {"choices": [{"index": 0, "message": message,
-                        "finish_reason": _STOP.get(data.get("stop_reason"), "stop")}]}
+                        "finish_reason": _STOP.get(data.get("stop_reason"), "stop"), **_matched(data)}]}
     if _counted(usage, "input_tokens") and _counted(usage, "output_tokens"):  # else: the flagged estimate
         out["usage"] = {**anthropic_prompt_usage(usage), "completion_tokens": usage["output_tokens"]}
     return out
+
+
+def _matched(stopped: dict) -> dict:
+    """The stop sequence that ended an Anthropic message (its ``stop_reason:
+    "stop_sequence"``), as vLLM names it in an OpenAI choice: ``{"stop_reason": <sequence>}``
+    (``messages.py`` turns it back into Anthropic's); ``{}`` for any other end."""
+    seq = stopped.get("stop_sequence")
+    return {"stop_reason": seq} if stopped.get("stop_reason") == "stop_sequence" and isinstance(seq, str) else {}
 
 
 def _counted(usage, name: str) -> bool:
@@ -432,6 +512,7 @@ def _anthropic_stream(offer: Offer, body: dict, max_tokens: int) -> Iterator[dic
     prompt = completion = None
     tool_index: dict[int, int] = {}
     finish = None
+    matched: dict = {}
     for data in sse_events(resp, offer):
         try:
             ev = orjson.loads(data)
@@ -463,6 +544,7 @@ def _anthropic_stream(offer: Offer, body: dict, max_tokens: int) -> Iterator[dic
                     {"index": n, "function": {"arguments": delta.get("partial_json", "")}}]}}]}
         elif kind == "message_delta":
             finish = _STOP.get((ev.get("delta") or {}).get("stop_reason"), "stop")
+            matched = _matched(ev.get("delta") or {})
             u = ev.get("usage") or {}
             if _counted(u, "output_tokens"):
                 completion = u["output_tokens"]
@@ -472,7 +554,7 @@ def _anthropic_stream(offer: Offer, body: dict, max_tokens: int) -> Iterator[dic
             break
     if finish is None:  # no message_delta (stop reason): cut off, not finished
         raise _ended_early(offer)
-    yield {"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}
+    yield {"choices": [{"index": 0, "delta": {}, "finish_reason": finish, **matched}]}
     if prompt is not None and completion is not None:
         yield {"choices": [], "usage": {**prompt, "completion_tokens": completion}}
 

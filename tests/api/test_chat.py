@@ -130,6 +130,13 @@ def test_all_candidates_failing_charges_nothing(app, client, fakes, acct, ledger
     ledger_clean()
 
 
+def test_a_single_failed_attempt_is_counted_in_the_singular(app, client, fakes, acct):
+    fakes.pricey.mode = "503"  # m-big: pricey only
+    r = chat(client, acct, model="m-big")
+    assert r.status_code == 502 and r.headers["X-Chat-Attempts"] == "1"
+    assert "(1 attempt: " in r.get_json()["error"]["message"]  # it said "(1 attempts: …)"
+
+
 def test_all_candidates_timing_out_is_504(app, client, fakes, acct, ledger_clean):
     fakes.cheap.mode = fakes.pricey.mode = "timeout"
     r = chat(client, acct, model="m-small")

@@ -164,6 +164,7 @@ def test_accept_by_api_with_ones_own_key(app, client, make_account):
     assert r.status_code == 404 and error_code(r.get_json()) == "invalid_token"
     r = _invite(client, owner, org["id"], _email(app, dev))  # already a member
     assert r.status_code == 409 and error_code(r.get_json()) == "already_member"
+    assert f'member of "{org["name"]}" ({org["id"]})' in r.get_json()["message"]  # named, not only its id
     # a developer cannot invite; an admin cannot invite an owner
     r = _invite(client, dev, org["id"], "x@example.com")
     assert r.status_code == 403 and error_code(r.get_json()) == "org_role_required"

@@ -181,10 +181,14 @@ def _fail(call: _Call, rejected: providers.UpstreamRejected | None = None):
     if rejected is not None:
         raise InvalidRequest(f"The provider rejected the request: {rejected}", headers=headers)
     if call.all_timeouts:
-        raise ProviderTimeout(f"Every provider timed out ({call.attempts} attempts); nothing was charged.",
+        raise ProviderTimeout(f"Every provider timed out ({_attempts(call)}); nothing was charged.",
                               headers=headers)
-    raise UpstreamError(f"No provider could serve the request ({call.attempts} attempts: {error}); "
+    raise UpstreamError(f"No provider could serve the request ({_attempts(call)}: {error}); "
                         "nothing was charged.", headers=headers)
+
+
+def _attempts(call: _Call) -> str:
+    return f"{call.attempts} attempt{'' if call.attempts == 1 else 's'}"
 
 
 def _tokens_done(call: _Call, total: int) -> None:

@@ -71,6 +71,12 @@ def name_of_org(org_id: str) -> str | None:
     return db.session.execute(select(Account.name).where(Account.id == org_id)).scalar()
 
 
+def _org_label(org_id: str) -> str:
+    """How a message names the organisation: its name and id (``"Acme" (acct_…)``)."""
+    name = name_of_org(org_id)
+    return f'"{name}" ({org_id})' if name else org_id
+
+
 def inviter_email(row: OrgInvite) -> str | None:
     """The address of the person who sent the invitation, as the e-mail and page show it."""
     return db.session.execute(select(Account.email).where(Account.id == row.invited_by)).scalar()
@@ -87,7 +93,7 @@ def invite(principal, actor: Actor, org_id: str, email: str, role: str) -> OrgIn
         if role == roles.OWNER:
             roles.require(me.role, "manage_owners", org_id)
         if _is_member(org_id, email):
-            raise AlreadyMember(f"{email} is already a member of {org_id}.")
+            raise AlreadyMember(f"{email} is already a member of {_org_label(org_id)}.")
         invite_id = new_id("inv")
         for old in db.session.execute(_pending(org_id).where(OrgInvite.email == email)).scalars():
             old.revoked_at = utcnow()  # the newest invite replaces it
@@ -154,7 +160,7 @@ def _redeem(token: str | None) -> OrgInvite:
 
 def _join(row: OrgInvite, account_id: str, actor: Actor) -> None:
     if db.session.get(OrgMember, (row.org_id, account_id)) is not None:
-        raise AlreadyMember(f"{account_id} is already a member of {row.org_id}.")
+        raise AlreadyMember(f"You are already a member of {_org_label(row.org_id)}.")
     row.accepted_at, row.accepted_by = utcnow(), account_id
     add_member(row.org_id, account_id, row.role, actor, via=row.id)
 

@@ -1,4 +1,4 @@
-"""The console's activity page and its CSV download read `from`/`to` as UTC dates: a date
+"""The console's dates and ranges. The activity page and its CSV download read `from`/`to` as UTC dates: a date
 at the edge of the calendar (`to` = 9999-12-31, whose next day does not exist) is a form
 error, like any other unusable date — it was a 500."""
 from __future__ import annotations
@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.api.test_console_security import signed_in  # noqa: F401 - fixture
+from tests.gateway_helpers import mod, provider, provider_server  # noqa: F401 - fixtures
 
 
 @pytest.mark.parametrize("path", ["/activity", "/activity/export.csv"])
@@ -18,3 +19,16 @@ def test_dates_at_the_edge_of_the_calendar_are_form_errors(app, signed_in, path,
         assert r.status_code == 400 and b"Enter a date before 9999-12-31." in r.data, r.status_code
     else:
         assert r.status_code == 200, r.status_code
+
+
+@pytest.mark.parametrize("page", ["/dashboard", "/usage"])
+def test_a_range_with_calls_but_no_spend_says_no_spend_not_no_activity(app, signed_in, mod, page):  # noqa: F811
+    """A refunded call is activity that cost nothing: the calls chart shows it, and the spend
+    chart beside it said "No activity in this range yet." (review of 2026-11-29)."""
+    from tests.gateway_helpers import call
+
+    client, acct = signed_in()
+    assert call(app.test_client(), acct, {"action": "boom"}).status_code == 502  # refunded
+    html = client.get(page).get_data(as_text=True)
+    assert "No activity in this range yet." not in html
+    assert "No spend in this range yet" in html

@@ -225,6 +225,8 @@ def test_links_lead_from_a_created_object_to_the_operations_that_take_its_id(cli
     assert found["POST /api/orgs/{org_id}/invites"] == {"DELETE /api/orgs/{org_id}/invites/{invite_id}"}
     assert "DELETE /api/agent/{agent_id}" in found["POST /api/agent/register"]
     assert found["POST /api/alerts"] == {"DELETE /api/alerts/{alert_id}"}
+    assert found["POST /api/pay/checkout"] == {"GET /api/pay/checkout/{payment_id}",
+                                               "POST /api/pay/checkout/{payment_id}/cancel"}
 
 
 def test_fields_every_answer_carries_are_required(client, make_account):

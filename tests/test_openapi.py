@@ -5,6 +5,8 @@ import re
 
 from openapi_spec_validator import validate
 
+from tests.gateway_helpers import mod, provider, provider_server  # noqa: F401 (fixtures)
+
 # Routes that serve the documentation itself.
 _DOC_ENDPOINTS = {"api-docs.openapi_json", "api-docs.openapi_swagger_ui", "docs_assets.swagger_assets"}
 # The browser console (HTML pages for people, not the JSON API): deliberately left out.
@@ -264,3 +266,22 @@ def test_every_429_documents_the_headers_it_carries(app, client, monkeypatch):
     answers = [client.get("/api/agent/nonce", environ_base={"REMOTE_ADDR": "203.0.113.42"}) for _ in range(2)]
     assert answers[1].status_code == 429
     assert int(answers[1].headers["Retry-After"]) >= 1 and answers[1].headers["RateLimit-Remaining"] == "0"
+
+
+def test_an_error_with_more_fields_matches_its_documented_schema(client, make_account, mod):
+    """Some errors carry fields beside ``error``/``message``/``request_id`` (a 402's payment
+    request and price, a spend limit's figures, the roles that may act — docs/decisions.md);
+    the gateway's ``Error`` schema declared ``additionalProperties: false``, so such an answer
+    failed its own document (a generated client's strict parser, any response validator).
+    A module call the balance cannot cover is checked against the 402 it documents."""
+    from jsonschema import Draft202012Validator
+
+    from tests.gateway_helpers import call
+
+    spec = _spec(client)
+    r = call(client, make_account(cents=2), {"action": "ok"})
+    assert r.status_code == 402 and {"price_cents", "pay_to", "nonce"} <= set(r.get_json())
+    schema = _response(spec, "POST /v1/module/{slug}/call", "402")["content"]["application/json"]["schema"]
+    errors = [e.message for e in Draft202012Validator({**schema, "components": spec["components"]})
+              .iter_errors(r.get_json())]
+    assert errors == []

@@ -23,7 +23,12 @@ log = logging.getLogger(__name__)
 
 
 class ErrorSchema(ma.Schema):
-    """The error body of every non-2xx response."""
+    """The error body of every non-2xx response. Some errors add fields beside these three
+    (a 402's payment request and price, a spend limit's figures, the roles that may act;
+    named in the operation's response): the schema is open, like ``OpenAIErrorSchema``."""
+
+    class Meta:
+        unknown = ma.INCLUDE
 
     error = ma.fields.String(required=True, metadata={"description": "Stable snake_case error code"})
     message = ma.fields.String(metadata={"description": "Human-readable explanation"})

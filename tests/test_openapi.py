@@ -5,6 +5,8 @@ import re
 
 from openapi_spec_validator import validate
 
+from tests.gateway_helpers import mod, provider, provider_server  # noqa: F401 (fixtures)
+
 # Routes that serve the documentation itself.
 _DOC_ENDPOINTS = {"api-docs.openapi_json", "api-docs.openapi_swagger_ui", "docs_assets.swagger_assets"}
 # The browser console (HTML pages for people, not the JSON API): deliberately left out.
@@ -201,7 +203,9 @@ def test_links_lead_from_a_created_object_to_the_operations_that_take_its_id(cli
     """A client (and schemathesis' stateful phase) follows a 201's links to the operations
     on what it created; only the alert had any, so the fuzz run called every other
     id-taking operation with made-up ids (404 only). Each link names an operation of the
-    document and parameters that operation takes."""
+    document and parameters that operation takes. None leads to an operation whose only
+    unbound input is a body ``org_id`` (another organisation's is a documented 404, which a
+    link-follower — schemathesis' ST302 — reads as the created object missing)."""
     spec = _spec(client)
     found = {}
     for path, operations in spec["paths"].items():
@@ -217,14 +221,20 @@ def test_links_lead_from_a_created_object_to_the_operations_that_take_its_id(cli
                              + spec["paths"][target_path].get("parameters", [])}
                     taken |= set(re.findall(r"\{([^}]+)\}", target_path))
                     assert set(link["parameters"]) <= taken, (name, link)
+                    body = (target.get("requestBody") or {}).get("content", {}).get("application/json", {})
+                    ref = body.get("schema", {}).get("$ref", "")
+                    body_fields = spec["components"]["schemas"][ref.rsplit("/", 1)[-1]]["properties"] if ref else {}
+                    assert not (taken <= set(link["parameters"]) and "org_id" in body_fields), (name, link)
                     found[f"{method.upper()} {path}"] = found.get(f"{method.upper()} {path}", set()) | {
                         f"{target_method.upper()} {target_path}"}
-    assert found["POST /api/keys"] == {"PATCH /api/keys/{key_id}", "DELETE /api/keys/{key_id}",
-                                       "POST /api/keys/{key_id}/rotate"}
+    assert found["POST /api/keys"] == {"DELETE /api/keys/{key_id}"}
     assert "GET /api/orgs/{org_id}/members" in found["POST /api/orgs"]
     assert found["POST /api/orgs/{org_id}/invites"] == {"DELETE /api/orgs/{org_id}/invites/{invite_id}"}
-    assert "DELETE /api/agent/{agent_id}" in found["POST /api/agent/register"]
+    assert found["POST /api/agent/register"] == {"GET /api/agent/{agent_id}/usage",
+                                                 "GET /api/agent/{agent_id}/earnings", "DELETE /api/agent/{agent_id}"}
     assert found["POST /api/alerts"] == {"DELETE /api/alerts/{alert_id}"}
+    assert found["POST /api/pay/checkout"] == {"GET /api/pay/checkout/{payment_id}",
+                                               "POST /api/pay/checkout/{payment_id}/cancel"}
 
 
 def test_fields_every_answer_carries_are_required(client, make_account):
@@ -262,3 +272,22 @@ def test_every_429_documents_the_headers_it_carries(app, client, monkeypatch):
     answers = [client.get("/api/agent/nonce", environ_base={"REMOTE_ADDR": "203.0.113.42"}) for _ in range(2)]
     assert answers[1].status_code == 429
     assert int(answers[1].headers["Retry-After"]) >= 1 and answers[1].headers["RateLimit-Remaining"] == "0"
+
+
+def test_an_error_with_more_fields_matches_its_documented_schema(client, make_account, mod):
+    """Some errors carry fields beside ``error``/``message``/``request_id`` (a 402's payment
+    request and price, a spend limit's figures, the roles that may act — docs/decisions.md);
+    the gateway's ``Error`` schema declared ``additionalProperties: false``, so such an answer
+    failed its own document (a generated client's strict parser, any response validator).
+    A module call the balance cannot cover is checked against the 402 it documents."""
+    from jsonschema import Draft202012Validator
+
+    from tests.gateway_helpers import call
+
+    spec = _spec(client)
+    r = call(client, make_account(cents=2), {"action": "ok"})
+    assert r.status_code == 402 and {"price_cents", "pay_to", "nonce"} <= set(r.get_json())
+    schema = _response(spec, "POST /v1/module/{slug}/call", "402")["content"]["application/json"]["schema"]
+    errors = [e.message for e in Draft202012Validator({**schema, "components": spec["components"]})
+              .iter_errors(r.get_json())]
+    assert errors == []

@@ -92,7 +92,6 @@ _NEW_AGENT = "$response.body#/id"
                        "`AGENT_SIWX_CHAINS`; or the `webhook`: " + netguard.REFUSED_DOC},
           links={"AgentUsage": link("/api/agent/{agent_id}/usage", "get", "The agent's usage.", agent_id=_NEW_AGENT),
                  "AgentEarnings": link("/api/agent/{agent_id}/earnings", "get", "Its earnings.", agent_id=_NEW_AGENT),
-                 "FundAgent": link("/api/agent/{agent_id}/fund", "post", "Fund it.", agent_id=_NEW_AGENT),
                  "DisableAgent": link("/api/agent/{agent_id}", "delete", "Disable it.", agent_id=_NEW_AGENT)})
 def register(body):
     """Register an agent (and its own account, without promotional credit) owned by the

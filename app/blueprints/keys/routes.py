@@ -23,6 +23,9 @@ def list_keys(query):
     return {"keys": rows if only is None else [row for row in rows if row.member_account_id == only]}
 
 
+# No link to PATCH / rotate: their body's `org_id` (another organisation: 404) cannot be
+# bound by a link, and a link-follower (schemathesis' ST302) reads that 404 as the new key
+# missing; DELETE's `org_id` is a query parameter, left unbound.
 _NEW_KEY = "$response.body#/id"
 
 
@@ -30,9 +33,7 @@ _NEW_KEY = "$response.body#/id"
           errors={409: "`key_limit_reached`: the account has 100 active keys.",
                   422: "`unprocessable`: `expires_at` is not in the future, or more than a year ahead (the "
                        "clock: a rule the schema cannot state)."}, name="KeyCreateView",
-          links={"UpdateKey": link("/api/keys/{key_id}", "patch", "Change the key just created.", key_id=_NEW_KEY),
-                 "RotateKey": link("/api/keys/{key_id}/rotate", "post", "Rotate it.", key_id=_NEW_KEY),
-                 "RevokeKey": link("/api/keys/{key_id}", "delete", "Revoke it.", key_id=_NEW_KEY)})
+          links={"RevokeKey": link("/api/keys/{key_id}", "delete", "Revoke the key just created.", key_id=_NEW_KEY)})
 def create_key(body):
     """Create a key. The full `key` is returned in this response only.
 

@@ -10,7 +10,7 @@ from app.blueprints.payments.schemas import (CheckoutCreatedSchema, CheckoutHead
                                              WebhookHeadersSchema, WebhookResultSchema)
 from app.blueprints.payments.invoice_schemas import (InvoiceListQuerySchema, InvoiceListSchema, InvoiceQuerySchema,
                                                      InvoiceSchema)
-from app.blueprints.routing import NOT_MEMBER, acting_account, endpoint
+from app.blueprints.routing import NOT_MEMBER, acting_account, endpoint, link
 from app.extensions import Blueprint
 from app.services.billing import autotopup, checkouts, invoices, methods, payment_events, payments
 from app.services.platform import redirects
@@ -23,8 +23,15 @@ blp = Blueprint("payments", __name__, url_prefix="/api/pay",
                             "default one, auto top-up and the processor webhook.")
 
 
+_NEW_PAYMENT = "$response.body#/payment_id"
+_CHECKOUT_LINK = "The checkout just started (an organisation's: with its `org_id`)."
+
+
 @endpoint(blp, "/checkout", "post", "billing:write", body=CheckoutSchema, ok=CheckoutCreatedSchema,
-          headers=CheckoutHeadersSchema, idempotent=True, errors={422: redirects.REFUSED_DOC})
+          headers=CheckoutHeadersSchema, idempotent=True, errors={422: redirects.REFUSED_DOC},
+          links={"GetCheckout": link("/api/pay/checkout/{payment_id}", "get", _CHECKOUT_LINK, payment_id=_NEW_PAYMENT),
+                 "CancelCheckout": link("/api/pay/checkout/{payment_id}/cancel", "post", _CHECKOUT_LINK,
+                                        payment_id=_NEW_PAYMENT)})
 def checkout(body):
     """Start a hosted checkout and get its `url`.
 

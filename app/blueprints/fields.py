@@ -103,23 +103,12 @@ class HeaderString(ma.fields.String):
             return text
 
 
-class MaxBytes(ma.validate.Validator):
-    """At most ``limit`` bytes once UTF-8 encoded (a cap beside a character ``Length``)."""
-
-    def __init__(self, limit: int):
-        self.limit = limit
-
-    def __call__(self, value):
-        if isinstance(value, str) and len(value.encode("utf-8")) > self.limit:
-            raise ma.ValidationError(f"must be at most {self.limit} bytes (UTF-8).")
-        return value
-
-
 def idempotency_key_header(description: str) -> HeaderString:
     """The ``Idempotency-Key`` request header of every route that takes one: optional, 1–128
-    characters, at most 256 bytes (UTF-8 read as UTF-8); ``description`` says what it
-    makes happen once on that route."""
-    return HeaderString(data_key="Idempotency-Key", validate=[ma.validate.Length(min=1, max=128), MaxBytes(256)],
+    characters (UTF-8 read as UTF-8), exactly the document's ``maxLength``: no byte cap
+    beside it, which a schema-valid key of 86 CJK characters would have failed;
+    ``description`` says what it makes happen once on that route."""
+    return HeaderString(data_key="Idempotency-Key", validate=ma.validate.Length(min=1, max=128),
                         metadata={"description": description})
 
 
@@ -350,11 +339,10 @@ class InputSchema(ma.Schema):
 _SINGLE_LINE = re.compile(SINGLE_LINE_PATTERN)
 
 
-def plain_text(value: Any, max_len: int, *, min_len: int = 0, max_bytes: int | None = None) -> bool:
+def plain_text(value: Any, max_len: int, *, min_len: int = 0) -> bool:
     """True when ``value`` is a str that passes the input policy's single-line rules and
     these bounds: the check of a hand-written fast loader (``FastLoad``)."""
     return (type(value) is str and min_len <= len(value) <= max_len
-            and (max_bytes is None or len(value) <= max_bytes // 4 or len(value.encode("utf-8")) <= max_bytes)
             and _SINGLE_LINE.fullmatch(value) is not None)
 
 

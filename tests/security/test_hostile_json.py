@@ -72,11 +72,13 @@ def test_signed_webhook_with_wrong_types_refused(app, client, field, value):
 
 
 @pytest.mark.parametrize("key,status", [
-    ("é" * 128, 200), ("k" * 128, 200), ("日" * 85, 200), ("\U0001F600" * 64, 200),  # ≤ 128 chars, ≤ 256 bytes
-    ("é" * 129, 400), ("k" * 129, 400),  # 129 characters
-    ("日" * 86, 400), ("\U0001F600" * 65, 400), ("日" * 128, 400),  # over 256 bytes
+    ("é" * 128, 200), ("k" * 128, 200), ("日" * 85, 200), ("\U0001F600" * 64, 200),
+    # ≤ 128 characters is the document's maxLength, whatever the bytes: a byte cap of 256
+    # refused these schema-valid keys until 2026-11-29
+    ("日" * 86, 200), ("\U0001F600" * 65, 200), ("日" * 128, 200), ("\U0001F600" * 128, 200),
+    ("é" * 129, 400), ("k" * 129, 400), ("日" * 129, 400),  # 129 characters
 ])
-def test_idempotency_key_counts_characters_and_caps_bytes(client, account, mod, key, status):
+def test_idempotency_key_counts_characters(client, account, mod, key, status):
     # WSGI hands headers over as latin-1: send the UTF-8 bytes as a client would.
     raw = key.encode("utf-8").decode("latin-1")
     r = call(client, account, {"action": "ok"}, headers={"Idempotency-Key": raw})

@@ -293,5 +293,5 @@ class FundHeadersSchema(InputSchema):
         unknown = ma.EXCLUDE
 
     idempotency_key = idempotency_key_header(
-        "Optional, 1–128 characters (at most 256 bytes): the transfer happens once per key "
+        "Optional, 1–128 characters: the transfer happens once per key "
         "(Stripe's semantics: the same key and body answer the first response, another body is 409).")

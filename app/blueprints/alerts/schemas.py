@@ -22,7 +22,7 @@ _TARGET_CHECKS = {channel: Pattern(shape, error=f"not a valid {'e-mail address' 
 
 
 AlertCreateHeadersSchema = idempotency_headers(
-    "AlertCreateHeadersSchema", "Optional, 1–128 characters (at most 256 bytes): a retry with the same key and "
+    "AlertCreateHeadersSchema", "Optional, 1–128 characters: a retry with the same key and "
     "body creates no second alert and answers the first response, webhook secret included (Stripe's "
     "semantics; another body is 409).")
 

@@ -77,7 +77,7 @@ class ModuleCallHeadersSchema(PaymentHeadersSchema):
         key = data.get("Idempotency-Key", ma.missing)
         if key is not ma.missing:
             key = header_text(key)
-            if not plain_text(key, 128, min_len=1, max_bytes=256):
+            if not plain_text(key, 128, min_len=1):
                 return None
             out["idempotency_key"] = key
         payment = super().fast_load(data)
@@ -87,8 +87,8 @@ class ModuleCallHeadersSchema(PaymentHeadersSchema):
         return out
 
     idempotency_key = idempotency_key_header(
-        "Optional, 1–128 characters (UTF-8 is read as UTF-8; at most 256 "
-        "bytes), per account, kept 24 h. The same key "
+        "Optional, 1–128 characters (UTF-8 is read as UTF-8), "
+        "per account, kept 24 h. The same key "
         "with the same request returns the stored response "
         "(`Idempotent-Replayed: true`) without a second charge.")
 

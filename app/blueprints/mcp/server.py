@@ -212,7 +212,7 @@ def _run_call(app, principal, request_id: str | None, name: str, arguments: dict
                 checked = ModuleCallHeadersSchema().fast_load({"Idempotency-Key": key}) \
                     if isinstance(key, str) else None
                 if checked is None:
-                    raise InvalidRequest("Idempotency key: 1 to 128 characters of text (at most 256 bytes).")
+                    raise InvalidRequest("Idempotency key: 1 to 128 characters of text.")
                 key = checked["idempotency_key"]
             payment = _payment_header((meta or {}).get(PAYMENT_META_KEY))
             ratelimits.per_credential(principal)

@@ -26,7 +26,7 @@ _RETURN_URL = Pattern(
 
 
 CheckoutHeadersSchema = idempotency_headers(
-    "CheckoutHeadersSchema", "Optional, 1–128 characters (at most 256 bytes): one checkout per key (Stripe's "
+    "CheckoutHeadersSchema", "Optional, 1–128 characters: one checkout per key (Stripe's "
     "semantics: the same key and body answer the first session, another body is 409).")
 
 

@@ -114,7 +114,7 @@ class WalletBalanceSchema(ma.Schema):
 
 
 WalletFundHeadersSchema = idempotency_headers(
-    "WalletFundHeadersSchema", "Optional, 1–128 characters (at most 256 bytes): the funding happens once per "
+    "WalletFundHeadersSchema", "Optional, 1–128 characters: the funding happens once per "
     "key (Stripe's semantics: the same key and body answer the first response, another body is 409).")
 
 

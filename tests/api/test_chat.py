@@ -574,6 +574,18 @@ def test_models_listing(client, fakes, acct):
     assert small["pricing"] == {"input_usd_per_mtok": "1", "output_usd_per_mtok": "2"}
 
 
+def test_models_take_anthropics_x_api_key_as_messages_does(client, fakes, acct):
+    """The anthropic SDK lists and retrieves models with its ``x-api-key`` header (as it calls
+    /v1/messages); /v1/models answered it 401 until 2026-11-29."""
+    listed = client.get("/v1/models", headers=acct.headers).get_json()
+    r = client.get("/v1/models", headers={"x-api-key": acct.key})
+    assert r.status_code == 200 and r.get_json() == listed
+    r = client.get("/v1/models/m-small", headers={"x-api-key": acct.key})
+    assert r.status_code == 200 and r.get_json()["id"] == "m-small"
+    r = client.get("/v1/models", headers={"x-api-key": "svc_live_nope"})
+    assert r.status_code == 401 and r.get_json()["error"]["code"] == "unauthorized"
+
+
 def test_chat_host_matching(app, client, monkeypatch, fakes, acct):
     monkeypatch.setitem(app.config, "CHAT_HOST", "chat.example.test")
     r = client.post("/v1/chat/completions", json={"model": "auto", "messages": MSGS},

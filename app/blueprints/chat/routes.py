@@ -129,8 +129,28 @@ class ChatCompletionsView(MethodView):
                                                 controls=controls_of(p), byok=bool(p.extra.get("byok"))))
 
 
+def _x_api_key(view):
+    """Anthropic's credential header: ``x-api-key: svc_…`` authenticates like
+    ``Authorization: Bearer svc_…`` (which wins when both are sent)."""
+    @wraps(view)
+    def wrapper(*args, **kwargs):
+        key = request.headers.get("x-api-key")
+        if key and "principal" not in g and not request.headers.get("Authorization"):
+            g.principal = auth.authenticate(key.strip())
+            g.account_id = g.principal.account_id
+        return view(*args, **kwargs)
+    return wrapper
+
+
+# Either credential on the model list too: the anthropic SDK lists models (models.list,
+# models.retrieve) with its x-api-key header, as it calls /v1/messages.
+EITHER_CREDENTIAL = [{auth.SECURITY_SCHEME: ["call:write"]}, {auth.API_KEY_HEADER_SCHEME: ["call:write"]}]
+
+
 @blp.route("/models")
 class ModelsView(MethodView):
+    @blp.doc(security=EITHER_CREDENTIAL)
+    @_x_api_key
     @authenticated("call:write")
     @blp.response(200, ModelListSchema)
     def get(self):
@@ -144,6 +164,8 @@ class ModelsView(MethodView):
 
 @blp.route("/models/<string:model_id>")
 class ModelView(MethodView):
+    @blp.doc(security=EITHER_CREDENTIAL)
+    @_x_api_key
     @authenticated("call:write")
     @blp.response(200, ModelSchema)
     @blp.alt_response(404, schema=ErrorSchema, description="`model_not_found`")
@@ -159,23 +181,10 @@ def _own(p):
     return byok_keys.own_keys(p.account_id, unseal=False) if p.extra.get("byok") and p.mode == "live" else None
 
 
-def _x_api_key(view):
-    """Anthropic's credential header: ``x-api-key: svc_…`` authenticates like
-    ``Authorization: Bearer svc_…`` (which wins when both are sent)."""
-    @wraps(view)
-    def wrapper(*args, **kwargs):
-        key = request.headers.get("x-api-key")
-        if key and "principal" not in g and not request.headers.get("Authorization"):
-            g.principal = auth.authenticate(key.strip())
-            g.account_id = g.principal.account_id
-        return view(*args, **kwargs)
-    return wrapper
-
-
 @blp.route("/messages")
 class MessagesView(MethodView):
     # either credential: the bearer, or Anthropic's x-api-key header (what its SDK sends)
-    @blp.doc(security=[{auth.SECURITY_SCHEME: ["call:write"]}, {auth.API_KEY_HEADER_SCHEME: ["call:write"]}])
+    @blp.doc(security=EITHER_CREDENTIAL)
     @_x_api_key
     @authenticated("call:write")
     @blp.arguments(PaymentHeadersSchema, location="headers", as_kwargs=True)

@@ -936,3 +936,17 @@ def test_a_hold_with_cache_breakpoints_covers_writing_the_prompt_to_the_cache(ap
     prompt = (plain - 100 * 20) // 4
     assert prompt > 0 and marked == prompt * 5 + 100 * 20
     ledger_clean()
+
+
+def test_a_browser_on_the_chat_host_may_read_the_x402_settlement(app, client, monkeypatch, fakes, acct,
+                                                                  ledger_clean):
+    """A paid completion (and, since 2026-11-29, a 402 whose settlement the facilitator
+    refused) carries PAYMENT-RESPONSE (X-PAYMENT-RESPONSE for x402 v1); the chat host's CORS
+    list of exposed headers replaced the one the payment set and did not name it, so a
+    browser's x402 client could not read whether or how its payment settled."""
+    monkeypatch.setitem(app.config, "CHAT_CORS_ORIGINS", "https://app.example")
+    r = client.post("/v1/chat/completions", json={"model": "m-small", "messages": MSGS, "max_tokens": 10},
+                    headers={**acct.headers, "Origin": "https://app.example"})
+    exposed = {h.strip() for h in r.headers["Access-Control-Expose-Headers"].split(",")}
+    assert {"PAYMENT-RESPONSE", "X-PAYMENT-RESPONSE", "PAYMENT-REQUIRED"} <= exposed
+    ledger_clean()

@@ -927,3 +927,38 @@ def test_a_tool_result_may_hold_images(app, client, fakes, acct, ledger_clean):
                     json={"model": "m-small", "max_tokens": 64, "messages": turns})
     assert r.status_code == 400 and r.get_json()["error"]["code"] == "no_matching_model"
     ledger_clean()
+
+
+def test_a_hold_with_cache_breakpoints_covers_writing_the_prompt_to_the_cache(app, client, fakes, acct,
+                                                                              ledger_clean):
+    """A request with cache_control may make an Anthropic provider write the whole prompt to
+    its cache, billed at the cache write price (m-claude: 5 against 4 for input). The hold
+    was sized at the input price, so such a completion could cost more than was held and
+    the charge was capped at the hold (the platform paid the rest)."""
+    text = "a long system prompt " * 200
+    for mark in ({}, {"cache_control": {"type": "ephemeral"}}):
+        r = chat(client, acct, model="m-claude", max_tokens=100, messages=[
+            {"role": "system", "content": [{"type": "text", "text": text, **mark}]},
+            {"role": "user", "content": "hi"}])
+        assert r.status_code == 200, r.get_json()
+    with app.app_context():
+        plain, marked = db.session.execute(select(ChatCompletion.hold_micros)
+                                           .order_by(ChatCompletion.created_at)).scalars().all()
+        db.session.remove()
+    prompt = (plain - 100 * 20) // 4
+    assert prompt > 0 and marked == prompt * 5 + 100 * 20
+    ledger_clean()
+
+
+def test_a_browser_on_the_chat_host_may_read_the_x402_settlement(app, client, monkeypatch, fakes, acct,
+                                                                  ledger_clean):
+    """A paid completion (and, since 2026-11-29, a 402 whose settlement the facilitator
+    refused) carries PAYMENT-RESPONSE (X-PAYMENT-RESPONSE for x402 v1); the chat host's CORS
+    list of exposed headers replaced the one the payment set and did not name it, so a
+    browser's x402 client could not read whether or how its payment settled."""
+    monkeypatch.setitem(app.config, "CHAT_CORS_ORIGINS", "https://app.example")
+    r = client.post("/v1/chat/completions", json={"model": "m-small", "messages": MSGS, "max_tokens": 10},
+                    headers={**acct.headers, "Origin": "https://app.example"})
+    exposed = {h.strip() for h in r.headers["Access-Control-Expose-Headers"].split(",")}
+    assert {"PAYMENT-RESPONSE", "X-PAYMENT-RESPONSE", "PAYMENT-REQUIRED"} <= exposed
+    ledger_clean()

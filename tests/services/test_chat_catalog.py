@@ -219,3 +219,17 @@ def test_a_stream_cut_by_an_error_names_no_stop_reason_on_v1_messages():
     delta = next(e for e in out if e.startswith(b"event: message_delta"))
     data = orjson.loads(delta.split(b"data: ", 1)[1])
     assert data["delta"]["stop_reason"] is None
+
+
+def test_shipped_anthropic_offers_price_the_prompt_cache_as_anthropic_bills_it():
+    """cache_control reaches Anthropic providers since 2026-11-29, so Claude answers with
+    cache writes (billed 1.25 × input for the 5-minute cache) and reads (0.1 × input). The
+    hosted catalog named no cache prices, so both were charged at the input price: every
+    cache write cost the platform a quarter more than it charged, every cached read cost the
+    customer ten times what Anthropic bills."""
+    cat = load_catalog("catalog/models*.yaml", {"anthropic": {"base_url": None, "api_key": "k"}})
+    offers = [o for m in cat.models.values() for o in m.offers if o.provider.type == "anthropic"]
+    assert offers
+    for o in offers:
+        assert o.cache_write_price == o.input_price * Decimal("1.25"), o.upstream_model
+        assert o.cache_read_price == o.input_price / 10, o.upstream_model

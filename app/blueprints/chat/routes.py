@@ -37,7 +37,7 @@ def _only_on_chat_host():
 
 
 # CORS on the chat host (``CHAT_CORS_ORIGINS``, default none): browsers may call every
-# chat route and read the cost, request-id and rate-limit headers.
+# chat route and read the cost, request-id, rate-limit and x402 headers.
 CORS_HEADERS = {
     "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
     "Access-Control-Allow-Headers": "Authorization, Content-Type, X-Request-Id, x-api-key, "
@@ -45,8 +45,8 @@ CORS_HEADERS = {
     "Access-Control-Expose-Headers": "X-Request-Id, request-id, X-Gateway-Cost-Micros, X-Gateway-Savings-Pct, "
                                      "X-Gateway-Overhead-Ms, X-Chat-Provider, X-Chat-Model, X-Chat-Attempts, "
                                      "X-Chat-Completion-Id, X-Chat-Cost-Micros, Retry-After, RateLimit-Limit, "
-                                     "RateLimit-Remaining, RateLimit-Reset, PAYMENT-REQUIRED, X-Price-Micros, "
-                                     "X-Price-Cents",
+                                     "RateLimit-Remaining, RateLimit-Reset, PAYMENT-REQUIRED, PAYMENT-RESPONSE, "
+                                     "X-PAYMENT-RESPONSE, X-Price-Micros, X-Price-Cents",
     "Access-Control-Max-Age": "600",
 }
 

@@ -287,6 +287,7 @@ class Needs:
     capabilities: frozenset[str]
     choices: int = 1  # ``n``: every choice may use the whole output cap
     body: dict | None = None  # the request, for tokenizer estimates per upstream model
+    cache_marked: bool = False  # prompt-cache breakpoints (cache_control): an Anthropic provider may write the prompt
     _estimates: dict[str, int] = field(default_factory=dict, repr=False)
 
     def prompt_tokens_for(self, offer: Offer) -> int:
@@ -299,17 +300,34 @@ class Needs:
             self._estimates[how] = tokens.estimate_prompt_tokens(self.body, how)
         return self._estimates[how]
 
+    def max_cost_micros(self, offer: Offer, completion_tokens: int) -> int:
+        """The most ``offer`` may cost for the prompt and ``completion_tokens`` (a hold's
+        size): with cache breakpoints an Anthropic provider may bill the whole prompt as
+        written to its cache (``cache_write_price``), which may be above the input price."""
+        prompt = self.prompt_tokens_for(offer)
+        cost = offer.cost_micros(prompt, completion_tokens)
+        if self.cache_marked and offer.provider.type == "anthropic":
+            cost = max(cost, offer.cost_micros(prompt, completion_tokens, cache_write_tokens=prompt))
+        return cost
+
+
+def _marked(obj) -> bool:
+    return isinstance(obj, dict) and "cache_control" in obj
+
 
 def analyse(body: dict) -> Needs:
     """Estimate prompt tokens and derive the capabilities a request needs."""
     caps = set()
+    marked = False
     for msg in body["messages"]:
         content = msg.get("content")
         if isinstance(content, list) and any(
                 isinstance(p, dict) and p.get("type") in ("image_url", "input_image") for p in content):
             caps.add("vision")
+        marked = marked or _marked(msg) or (isinstance(content, list) and any(_marked(p) for p in content))
     if body.get("tools"):
         caps.add("tools")
+        marked = marked or any(_marked(t) for t in body["tools"])
     rf = body.get("response_format")
     if isinstance(rf, dict) and rf.get("type") in ("json_object", "json_schema"):
         caps.add("json_mode")
@@ -317,7 +335,8 @@ def analyse(body: dict) -> Needs:
         caps.add("streaming")
     max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
     return Needs(prompt_tokens=tokens.estimate_prompt_tokens(body, tokens.CHARS), max_tokens=max_tokens,
-                 capabilities=frozenset(caps), choices=int(body.get("n") or 1), body=body)
+                 capabilities=frozenset(caps), choices=int(body.get("n") or 1), body=body,
+                 cache_marked=marked)
 
 
 # --- routing ------------------------------------------------------------------------------

@@ -112,10 +112,11 @@ def _order(offers: list[Offer]) -> list[Offer]:
 
 def _hold_for(offers: list[Offer], needs: Needs) -> int:
     """Estimated maximum: estimated input tokens (chat/tokens.py, per candidate's tokenizer)
-    × input price plus the output cap × output price, at the most expensive candidate."""
+    × input price (the cache write price when cache breakpoints may make an Anthropic
+    provider write it, ``Needs.max_cost_micros``) plus the output cap × output price, at
+    the most expensive candidate."""
     models = catalog().models
-    return max(o.cost_micros(needs.prompt_tokens_for(o), output_cap(models[o.model_id], needs) * needs.choices)
-               for o in offers)
+    return max(needs.max_cost_micros(o, output_cap(models[o.model_id], needs) * needs.choices) for o in offers)
 
 
 def _upstream_cap(call: _Call, offer: Offer) -> int:
@@ -129,13 +130,13 @@ def _upstream_cap(call: _Call, offer: Offer) -> int:
     ceiling = min(model.max_output_tokens, int(current_app.config["CHAT_DEFAULT_MAX_TOKENS"]))
     if call.needs.max_tokens or ceiling <= cap:
         return cap
-    prompt, n = call.needs.prompt_tokens_for(offer), call.needs.choices
-    if offer.cost_micros(prompt, ceiling * n) <= call.budget_micros:
+    n = call.needs.choices
+    if call.needs.max_cost_micros(offer, ceiling * n) <= call.budget_micros:
         return ceiling
     lo, hi = cap, ceiling - 1  # cap fits (the budget covers it at the dearest candidate)
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if offer.cost_micros(prompt, mid * n) <= call.budget_micros:
+        if call.needs.max_cost_micros(offer, mid * n) <= call.budget_micros:
             lo = mid
         else:
             hi = mid - 1

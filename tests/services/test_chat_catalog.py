@@ -233,3 +233,15 @@ def test_shipped_anthropic_offers_price_the_prompt_cache_as_anthropic_bills_it()
     for o in offers:
         assert o.cache_write_price == o.input_price * Decimal("1.25"), o.upstream_model
         assert o.cache_read_price == o.input_price / 10, o.upstream_model
+
+
+def test_shipped_openai_offers_price_cached_reads_as_openai_bills_them():
+    """OpenAI caches long prompts by itself and bills the cached part at half the input
+    price (``prompt_tokens_details.cached_tokens``); the hosted catalog named no cache-read
+    price, so those tokens were charged at the full input price (review of 2026-11-29)."""
+    cat = load_catalog("catalog/models*.yaml", {"openai": {"base_url": None, "api_key": "k"}})
+    offers = [o for m in cat.models.values() for o in m.offers if o.provider.type == "openai"
+              and o.provider.id == "openai"]
+    assert offers
+    for o in offers:
+        assert o.cache_read_price == o.input_price / 2, o.upstream_model

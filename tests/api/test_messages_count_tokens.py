@@ -56,6 +56,22 @@ def test_the_count_is_the_estimate_a_hold_is_sized_with(app, client, fakes, acct
     assert tokens_of(client, acct.test_key, model="m-small") > 0  # a test key: the sandbox's estimate
 
 
+def test_a_message_with_the_counted_prompt_holds_for_that_count(app, client, fakes, make_account):
+    """The 402 of a balance too small names the hold (``X-Price-Micros``): the counted input
+    tokens and ``max_tokens`` at m-claude's prices, to the micro-dollar."""
+    from app.services.chat.catalog import catalog
+
+    poor = make_account(cents=0)
+    req = {"model": "m-claude", "system": "Be brief.", "tools": [TOOL],
+           "messages": [{"role": "user", "content": "What is the weather in Paris? " * 20}]}
+    n = tokens_of(client, poor.key, **req)
+    r = client.post("/v1/messages", json={**req, "max_tokens": 100}, headers={"x-api-key": poor.key})
+    assert r.status_code == 402, r.get_json()
+    with app.app_context():
+        hold = catalog().models["m-claude"].primary.cost_micros(n, 100)
+    assert int(r.headers["X-Price-Micros"]) == hold > 0
+
+
 def test_tokens_grow_with_content_system_and_tools(client, fakes, acct):
     base = tokens_of(client, acct.key, model="m-claude")
     longer = tokens_of(client, acct.key, model="m-claude",

@@ -1,6 +1,7 @@
 """The chat host: which requests it answers and which error convention they get.
 
-The chat routes (``/v1/chat/completions``, ``/v1/models``, ``/v1/messages``) answer only on
+The chat routes (``/v1/chat/completions``, ``/v1/models``, ``/v1/messages`` and
+``/v1/messages/count_tokens``) answer only on
 ``CHAT_HOST`` when it is set, on any host otherwise. Their errors speak the convention of
 the provider API they imitate (DESIGN §4, docs/decisions.md "Errors on the chat host"):
 OpenAI's on the OpenAI routes, Anthropic's on ``/v1/messages``; everything else keeps the

@@ -56,6 +56,30 @@ def test_the_messages_api_documents_its_x_api_key_credential(client):
     assert spec["paths"]["/v1/chat/completions"]["post"]["security"] == [{"bearerAuth": ["call:write"]}]
 
 
+def test_count_tokens_is_documented_as_the_messages_request_without_max_tokens(client):
+    """``POST /v1/messages/count_tokens`` (the ``anthropic`` SDK's ``messages.count_tokens``):
+    the Messages request without ``max_tokens`` and the fields that shape only the answer,
+    ``{input_tokens}`` back, the Messages API's credentials and error shape."""
+    spec = _spec(client)
+    op = spec["paths"]["/v1/messages/count_tokens"]["post"]
+    assert op["security"] == spec["paths"]["/v1/messages"]["post"]["security"]
+    assert op["requestBody"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/CountTokensRequest"}
+    schemas = spec["components"]["schemas"]
+    request, messages = schemas["CountTokensRequest"], schemas["MessagesRequest"]
+    assert set(request["properties"]) == {"model", "messages", "system", "tools", "tool_choice"}
+    assert request["required"] == ["messages", "model"]
+    for name in request["properties"]:
+        assert request["properties"][name] == messages["properties"][name]
+    assert op["responses"]["200"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/MessageTokensCount"}
+    assert schemas["MessageTokensCount"]["required"] == ["input_tokens"]
+    assert {"400", "401", "403", "404", "422", "429"} <= set(op["responses"]) and "402" not in op["responses"]
+    for status in ("400", "403", "404", "422"):
+        assert op["responses"][status]["content"]["application/json"]["schema"] == {
+            "$ref": "#/components/schemas/AnthropicError"}
+
+
 def test_docs_page_renders(client):
     r = client.get("/docs")
     assert r.status_code == 200 and b"swagger" in r.data.lower()

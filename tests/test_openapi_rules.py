@@ -138,6 +138,11 @@ def _messages_server_accepts(body: dict) -> bool:
     return _accepted(to_openai, body)
 
 
+def _counted_by_server(body: dict) -> bool:
+    """What ``messages.count_tokens`` translates (its body without ``max_tokens``)."""
+    return _accepted(lambda b: to_openai({**b, "max_tokens": None}), body)
+
+
 @pytest.mark.parametrize("message", ANTHROPIC_MESSAGES)
 def test_a_messages_api_message_is_refused_exactly_when_the_schema_rejects_it(components, message):
     """A schema-valid ``/v1/messages`` request was refused with 400 for an empty user turn,
@@ -145,12 +150,17 @@ def test_a_messages_api_message_is_refused_exactly_when_the_schema_rejects_it(co
     translation does not take …: the document now states what the server applies."""
     body = {"model": "auto", "max_tokens": 10, "messages": [message]}
     assert _valid(components["MessagesRequest"], body) == _messages_server_accepts(body)
+    # count_tokens takes the same request without max_tokens, translated the same way
+    del body["max_tokens"]
+    assert _valid(components["CountTokensRequest"], body) == _counted_by_server(body)
 
 
 @pytest.mark.parametrize("system", SYSTEMS)
 def test_a_messages_api_system_prompt_is_refused_exactly_when_the_schema_rejects_it(components, system):
     body = {"model": "auto", "max_tokens": 10, "messages": [ANTHROPIC_MESSAGES[0]], "system": system}
     assert _valid(components["MessagesRequest"], body) == _messages_server_accepts(body)
+    del body["max_tokens"]
+    assert _valid(components["CountTokensRequest"], body) == _counted_by_server(body)
 
 
 def test_both_messages_api_lists_hold_accepted_and_refused_cases():
@@ -245,7 +255,8 @@ def test_the_fuzz_run_accepts_no_400_on_issue_42s_operations_and_each_422_is_doc
 
     assert not set(ISSUE_42_NINE) & set(SEMANTIC_400)
     # only the conventions of surfaces whose clients read the status keep a 400
-    assert set(SEMANTIC_400) == {"POST /mcp", "POST /v1/chat/completions", "POST /v1/messages"}
+    assert set(SEMANTIC_400) == {"POST /mcp", "POST /v1/chat/completions", "POST /v1/messages",
+                                 "POST /v1/messages/count_tokens"}
     for name in SEMANTIC_400:
         method, path = name.split(" ", 1)
         assert "400" in client.get("/openapi.json").get_json()["paths"][path][method.lower()]["responses"]

@@ -809,10 +809,10 @@ def test_the_demo_llm_answers_n_choices_and_honours_stop(app, client, fakes, acc
 def test_every_anthropic_style_error_carries_the_request_id_header(client, fakes, acct):
     """The ``anthropic`` SDK reads the request id of an error from the ``request-id`` header
     (``e.request_id``). Errors in Anthropic's shape from no route (e.g. its SDK's
-    ``messages.count_tokens``, ``POST /v1/messages/count_tokens``, which the gateway does not
-    serve) came without it: only the Messages route set it."""
-    r = client.post("/v1/messages/count_tokens", headers={"x-api-key": acct.key},
-                    json={"model": "m-small", "messages": MSGS})
+    ``messages.batches``, ``POST /v1/messages/batches``, which the gateway does not serve)
+    came without it: only the Messages route set it."""
+    r = client.post("/v1/messages/batches", headers={"x-api-key": acct.key},
+                    json={"requests": []})
     assert r.status_code == 404 and r.get_json()["type"] == "error"
     assert r.headers["request-id"] == r.get_json()["request_id"] == r.headers["X-Request-Id"]
     r = client.post("/v1/chat/nope", headers=acct.headers, json={})  # OpenAI's shape: not Anthropic's header

@@ -126,3 +126,40 @@ def test_anthropic_sdk_create_stream_and_errors(app, make_account, server, ledge
         assert spent == ledger.balance(ledger.REVENUE) > 0 and ledger.balance("hold:chat") == 0
         db.session.remove()
     ledger_clean()
+
+
+def test_anthropic_sdk_counts_tokens_free(app, make_account, server, ledger_clean):
+    """The ``anthropic`` SDK's ``messages.count_tokens`` (what Claude Code and LangChain call
+    through a base URL) reaches ``POST /v1/messages/count_tokens``: the gateway's estimate,
+    which grows with the prompt and its tools, moves no money (a balance of nothing is
+    enough), and an unknown model is the SDK's ``NotFoundError`` as for ``messages.create``."""
+    acct = make_account(cents=0)
+    client = anthropic.Anthropic(base_url=server, api_key=acct.key, max_retries=0)
+    hi = [{"role": "user", "content": "hello gateway"}]
+    tool = {"name": "get_weather", "description": "The weather in a city.",
+            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}
+
+    counted = client.messages.count_tokens(model="demo-mini", messages=hi)
+    assert counted.input_tokens > 0 and counted.to_dict() == {"input_tokens": counted.input_tokens}
+    system = client.messages.count_tokens(model="demo-mini", messages=hi, system="Be brief.")
+    tools = client.messages.count_tokens(model="demo-mini", messages=hi, system="Be brief.", tools=[tool],
+                                         tool_choice={"type": "auto"})
+    assert counted.input_tokens < system.input_tokens < tools.input_tokens
+    assert client.messages.count_tokens(model="auto", messages=hi).input_tokens > 0
+    raw = client.messages.with_raw_response.count_tokens(model="demo-mini", messages=hi)
+    assert raw.headers["request-id"] and raw.parse().input_tokens == counted.input_tokens
+
+    with pytest.raises(anthropic.NotFoundError) as exc:
+        client.messages.count_tokens(model="nope", messages=hi)
+    assert exc.value.body["error"]["type"] == "not_found_error" and exc.value.body["error"]["code"] == "model_not_found"
+    with pytest.raises(anthropic.BadRequestError) as exc:
+        client.messages.count_tokens(model="demo-mini", messages=[{"role": "robot", "content": "x"}])
+    assert exc.value.body["error"]["type"] == "invalid_request_error" and exc.value.request_id
+    with pytest.raises(anthropic.AuthenticationError):
+        anthropic.Anthropic(base_url=server, api_key="svc_live_nope", max_retries=0).messages.count_tokens(
+            model="demo-mini", messages=hi)
+
+    with app.app_context():
+        assert ledger.balance(ledger.customer(acct.id)) == 0 and ledger.balance("hold:chat") == 0
+        db.session.remove()
+    ledger_clean()

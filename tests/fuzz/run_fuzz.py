@@ -69,6 +69,7 @@ SEMANTIC_422: dict[str, str] = {
                                        "cannot state)",
     "POST /v1/chat/completions": INTEGER_RANGE,
     "POST /v1/messages": INTEGER_RANGE,
+    "POST /v1/messages/count_tokens": INTEGER_RANGE,
 }
 # Operations that still answer some schema-valid requests with 400, each with its reason:
 # the conventions of surfaces whose clients read the status (docs/decisions.md "Schema-valid
@@ -82,6 +83,8 @@ SEMANTIC_400: dict[str, str] = {
     "POST /v1/messages": "Anthropic's convention, kept for Anthropic clients: 400 "
                          "`invalid_request_error` for `model: auto` with no fitting model, documented on "
                          "the operation (the content blocks each turn takes are in the document)",
+    "POST /v1/messages/count_tokens": "as `POST /v1/messages` (Anthropic's convention): a prompt no model "
+                                      "serves is 400 `invalid_request_error`, documented on the operation",
 }
 # Operations only an agent may call (403 to a key): the fuzz run calls them with the
 # session of an agent of alice's, so their bodies reach the service, not just the auth

@@ -10,10 +10,11 @@ from flask.views import MethodView
 from app import cors
 from app import auth
 from app.auth import authenticated, controls_of, key_of, principal
-from app.chathost import on_chat_host
+from app.chathost import ANTHROPIC, on_chat_host, path_style
 from app.jsonutil import INTEGER_RANGE_DOC
-from app.blueprints.chat.schemas import (ChatCompletionSchema, ChatRequestSchema, MessageSchema,
-                                         MessagesRequestSchema, ModelListSchema, ModelSchema)
+from app.blueprints.chat.schemas import (ChatCompletionSchema, ChatRequestSchema, CountTokensRequestSchema,
+                                         MessageSchema, MessagesRequestSchema, MessageTokensCountSchema,
+                                         ModelListSchema, ModelSchema)
 from app.errors import AnthropicErrorSchema, ErrorSchema, NotFound
 from app.blueprints.fields import PAYMENT_REQUIRED_HEADERS, PAYMENT_RESPONSE_HEADERS
 from app.blueprints.gateway.schemas import PaymentHeadersSchema
@@ -55,10 +56,10 @@ CORS_HEADERS = {
 def _cors(response):
     """CORS headers on the chat host's answers, preflights and errors included
     (``app.cors``, the mechanism ``/api/track`` uses too); Anthropic's ``request-id`` on
-    ``/v1/messages``."""
+    ``/v1/messages`` and under it (``/v1/messages/count_tokens``)."""
     if not on_chat_host(request.host, current_app.config.get("CHAT_HOST")):
         return response
-    if request.path == "/v1/messages" and g.get("request_id"):
+    if path_style(request.path) == ANTHROPIC and g.get("request_id"):
         response.headers["request-id"] = g.request_id  # Anthropic's header (its SDK's ``request_id``)
     return cors.apply(response, current_app.config.get("CHAT_CORS_ORIGINS"), CORS_HEADERS,
                       reflect_request_headers=True)
@@ -222,3 +223,33 @@ class MessagesView(MethodView):
                                                     actor=p.credential_id, controls=controls_of(p),
                                                     byok=bool(p.extra.get("byok")),
                                                     payment=payment_signature or x_payment))
+
+
+@blp.route("/messages/count_tokens")
+class CountTokensView(MethodView):
+    @blp.doc(security=[{auth.SECURITY_SCHEME: ["call:write"]}, {auth.API_KEY_HEADER_SCHEME: ["call:write"]}])
+    @_x_api_key
+    @authenticated("call:write")
+    @blp.arguments(CountTokensRequestSchema)
+    @blp.response(200, MessageTokensCountSchema, description=(
+        "`{\"input_tokens\": N}`: the gateway's estimate of the prompt, as it sizes a hold (free: nothing is "
+        "held or charged)."))
+    @document_errors(blp, {
+        400: "`invalid_request_error`: a body outside the document (the content blocks each turn takes, as "
+             "for `POST /v1/messages`); and, by Anthropic's convention, a schema-valid request no model "
+             "serves (`no_matching_model`, `context_length_exceeded`), as `POST /v1/messages` refuses it.",
+        404: "`model_not_found`.",
+        422: INTEGER_RANGE_DOC}, schema=AnthropicErrorSchema)
+    def post(self, body):
+        """Count the input tokens of a message (Anthropic's `messages.count_tokens`), free.
+
+        The Messages request without `max_tokens`; the answer is the gateway's own estimate of
+        the prompt's input tokens (system, messages, tools) at the providers that would serve
+        it, the number a `POST /v1/messages` with this prompt sizes its hold with. Providers
+        count slightly differently: a message's `usage` reports theirs. Authenticated as
+        `POST /v1/messages` (`x-api-key` or bearer, the key's `allowed_models`: 403
+        `model_not_allowed`); counted by the plan's rate limit, not by the key's rpm or tpm.
+        """
+        p = principal()
+        return messages.count_tokens(p.account_id, p.mode, body, controls=controls_of(p),
+                                     byok=bool(p.extra.get("byok")))

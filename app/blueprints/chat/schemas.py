@@ -248,6 +248,23 @@ class MessagesRequestSchema(InputSchema):
     metadata = ma.fields.Dict(allow_none=True)
 
 
+class CountTokensRequestSchema(MessagesRequestSchema):
+    """Anthropic's count-tokens request: the Messages request without ``max_tokens`` and
+    the fields that shape only the answer (``stream``, ``stop_sequences``, ``temperature``,
+    ``top_p``, ``metadata``). Other fields (``thinking`` …) are ignored."""
+
+    class Meta:
+        unknown = ma.INCLUDE
+        exclude = ("max_tokens", "stream", "stop_sequences", "temperature", "top_p", "metadata")
+
+
+class MessageTokensCountSchema(ma.Schema):
+    input_tokens = ma.fields.Integer(required=True, metadata={
+        "description": "The gateway's estimate of the prompt's input tokens (system, messages, tools), the one "
+                       "a `POST /v1/messages` with this prompt sizes its hold with; providers count slightly "
+                       "differently (usage reports theirs)."})
+
+
 class MessageUsageSchema(ByokUsageSchema):
     input_tokens = ma.fields.Integer(required=True)
     output_tokens = ma.fields.Integer(required=True)

@@ -8,7 +8,8 @@ and modules, and its requests-per-minute / tokens-per-minute limits.
   allow-list (403 ``module_not_allowed``) and the rpm limit. Chat host
   (``chat.completions.create_completion``, ``/v1/messages`` too): the models allow-list
   (a named model outside it is 403 ``model_not_allowed``; ``model: auto`` routes among the
-  allowed models only), the rpm and the tpm limit.
+  allowed models only), the rpm and the tpm limit; ``/v1/messages/count_tokens`` (no model
+  call): the models allow-list only.
 * Counting: fixed one-minute windows (UTC, from the minute's start) counted by the one
   rate counter (``app.services.platform.ratecount``, as the plan's limit) in the store
   every worker and node shares: Redis when the rate-limit storage is Redis, else

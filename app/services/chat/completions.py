@@ -338,6 +338,31 @@ def _fund_hold(call: _Call, payment: str) -> x402.X402Payment:
     return pay
 
 
+def _route(account_id: str, mode: str, body: dict, controls: key_controls.KeyControls | None, byok: bool,
+           unseal: bool = True) -> tuple[Needs, list[Offer]]:
+    """The request's needs and candidate offers, cheapest first (before cooldowns and the
+    attempt cap): the key's allow-list (403 ``model_not_allowed``), the body's checks (400),
+    the model (404 ``model_not_found``), what it needs (400 ``no_matching_model``,
+    ``context_length_exceeded``). ``unseal``: open the account's own provider keys (a
+    completion calls with them; an estimate only needs to know which providers they serve)."""
+    allowed = key_controls.allowed_models(controls, body.get("model"))
+    _validate(body)
+    needs = analyse(body)
+    sandbox = current_app.config["CHAT_SANDBOX_PROVIDER"] if mode == "test" else None
+    own = byok_keys.own_keys(account_id, unseal=unseal) if byok and mode == "live" else None
+    return needs, candidates(body["model"], needs, sandbox=sandbox, own=own, allowed=allowed)
+
+
+def prompt_estimate(account_id: str, mode: str, body: dict, controls: key_controls.KeyControls | None = None,
+                    byok: bool = False) -> int:
+    """The input tokens of ``body`` as ``create_completion`` estimates them to size its hold
+    (chat/tokens.py, per candidate's tokenizer): the largest of its candidates' estimates.
+    The same refusals as a completion before it holds anything; no hold, no call, no charge,
+    and not counted in the key's rpm or tpm (``POST /v1/messages/count_tokens``)."""
+    needs, offers = _route(account_id, mode, body, controls, byok, unseal=False)
+    return max(needs.prompt_tokens_for(o) for o in offers)
+
+
 def create_completion(account_id: str, mode: str, body: dict, key_id: str | None = None,
                       actor: str | None = None, payment: str | None = None,
                       controls: key_controls.KeyControls | None = None, byok: bool = False,
@@ -354,12 +379,8 @@ def create_completion(account_id: str, mode: str, body: dict, key_id: str | None
     ``/v1/messages``)."""
     started = time.monotonic()
     with telemetry.span("chat.route"):  # validation, request analysis, candidates, hold size
-        allowed = key_controls.allowed_models(controls, body.get("model"))
-        _validate(body)
-        needs = analyse(body)
-        sandbox = current_app.config["CHAT_SANDBOX_PROVIDER"] if mode == "test" else None
-        own = byok_keys.own_keys(account_id) if byok and mode == "live" else None
-        offers = _order(candidates(body["model"], needs, sandbox=sandbox, own=own, allowed=allowed))
+        needs, offers = _route(account_id, mode, body, controls, byok)
+        offers = _order(offers)
         call = _Call(id="chatcmpl-" + random_b62(24), account_id=account_id, mode=mode, body=body,
                      needs=needs, started=started, t0=g.get("request_started") or time.perf_counter(),
                      key_id=key_id, actor=actor, route=route)

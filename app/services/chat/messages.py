@@ -280,6 +280,19 @@ def translate_stream(events: Iterator[bytes], completion_id: str, model: str,
             close()
 
 
+# the fields of a count-tokens request that the prompt is made of (the rest shape the answer)
+COUNTED = ("model", "messages", "system", "tools", "tool_choice")
+
+
+def count_tokens(account_id: str, mode: str, req: dict, controls=None, byok: bool = False) -> dict:
+    """``POST /v1/messages/count_tokens`` (a request ``CountTokensRequestSchema`` validated):
+    ``{"input_tokens": N}``, the gateway's estimate of the translated prompt, the one a
+    ``/v1/messages`` call with it would size its hold with (``completions.prompt_estimate``:
+    the same refusals, nothing held, charged or counted in the key's rpm or tpm)."""
+    body = to_openai({**{k: req[k] for k in COUNTED if k in req}, "max_tokens": None})
+    return {"input_tokens": completions.prompt_estimate(account_id, mode, body, controls=controls, byok=byok)}
+
+
 def create_message(account_id: str, mode: str, req: dict, key_id: str | None = None,
                    actor: str | None = None, controls=None, byok: bool = False,
                    payment: str | None = None) -> ChatResult:

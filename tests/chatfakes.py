@@ -80,10 +80,15 @@ def _openai(state: FakeState, body: dict):
         return 200, out
     base = {"id": "up-1", "object": "chat.completion.chunk", "created": 1, "model": body["model"]}
     events = [(None, {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})]
-    for i, word in enumerate(state.text.split(" ")):
-        events.append((None, {**base, "choices": [{"index": 0, "delta": {
-            "content": word if i == 0 else " " + word}}]}))
-    events.append((None, {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
+    pieces = [w if i == 0 else " " + w for i, w in enumerate(state.text.split(" "))]
+    n = body.get("n") or 1
+    for k in range(n):  # n > 1: choice k+1's first piece rides on choice k's finishing chunk
+        for piece in pieces[1 if k else 0:]:
+            events.append((None, {**base, "choices": [{"index": k, "delta": {"content": piece}}]}))
+        finish = [{"index": k, "delta": {}, "finish_reason": "stop"}]
+        if k + 1 < n:
+            finish.append({"index": k + 1, "delta": {"role": "assistant", "content": pieces[0]}})
+        events.append((None, {**base, "choices": finish}))
     if state.usage and (body.get("stream_options") or {}).get("include_usage"):
         events.append((None, {**base, "choices": [], "usage": usage}))
     events.append((None, b"[DONE]"))

@@ -786,6 +786,25 @@ def test_a_stream_without_include_usage_has_no_chunk_without_choices(app, client
     ledger_clean()
 
 
+def test_a_stream_of_n_choices_keeps_each_choices_text_in_order(app, client, fakes, acct, ledger_clean):
+    """Without ``include_usage`` the chunk that finishes a choice was held back to the end
+    while later chunks went ahead of it: a provider that packs choice 0's finish with choice
+    1's first words (the fake does) had those words reach the client after the rest of
+    choice 1's text. Now a held chunk goes out as soon as another comes; only the last one
+    that finishes a choice waits for the usage."""
+    r = chat(client, acct, model="m-small", n=2, max_tokens=64, stream=True)
+    events = _events(r)
+    assert events[-1] == b"[DONE]"
+    chunks = events[:-1]
+    texts = {0: "", 1: ""}
+    for c in chunks:
+        for choice in c["choices"]:
+            texts[choice["index"]] += choice["delta"].get("content") or ""
+    assert texts == {0: "Hello from cheap", 1: "Hello from cheap"}
+    assert [c for c in chunks if "usage" in c] == [chunks[-1]] and all(c["choices"] for c in chunks)
+    ledger_clean()
+
+
 def test_the_demo_llm_answers_n_choices_and_honours_stop(app, client, fakes, acct, ledger_clean):
     """The demo LLM (the sandbox of test keys, the embedded default's provider) ignored
     ``n`` and ``stop``: ``n: 2`` got one choice and a stop sequence cut nothing, so code

@@ -539,10 +539,11 @@ def _start_stream(call: _Call, offers: list[Offer], models: dict[str, Model]) ->
                         chars += _chars(c.get("delta") or {})
                     out = {"id": call.id, "object": "chat.completion.chunk", "created": created,
                            "model": offer.model_id, "choices": choices}
+                    if held is not None:  # a later chunk came: the held one goes first (order kept)
+                        yield sse(held)
+                        held = None
                     if not usage_chunk and any(isinstance(c, dict) and c.get("finish_reason") for c in choices):
-                        if held is not None:
-                            yield sse(held)
-                        held = out
+                        held = out  # the last chunk that finishes a choice carries the usage
                     else:
                         yield sse(out)
                 try:

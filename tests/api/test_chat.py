@@ -878,6 +878,23 @@ def test_prompt_cache_breakpoints_reach_an_anthropic_provider(app, client, fakes
     ledger_clean()
 
 
+def test_a_one_hour_cache_breakpoint_goes_on_as_the_five_minute_cache(app, client, fakes, acct, ledger_clean):
+    """Anthropic bills writes to its 1-hour cache (``cache_control.ttl: "1h"``) at 2× the
+    input price; the catalog's cache write price (and the hold) is the 5-minute cache's
+    1.25×, so a passed-on ``ttl`` left the platform paying the difference and a hold that
+    could fall short. The breakpoint goes on without it (the 5-minute cache)."""
+    r = client.post("/v1/messages", headers={"x-api-key": acct.key}, json={
+        "model": "m-claude", "max_tokens": 64, "system": [
+            {"type": "text", "text": "Long rules.", "cache_control": {"type": "ephemeral", "ttl": "1h"}}],
+        "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral", "ttl": "1h"}}]}]})
+    assert r.status_code == 200, r.get_json()
+    sent = fakes.claude.bodies[0]
+    assert sent["system"] == [{"type": "text", "text": "Long rules.", "cache_control": {"type": "ephemeral"}}]
+    assert sent["messages"][0]["content"] == [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]
+    ledger_clean()
+
+
 def test_a_matched_stop_sequence_is_reported(app, client, fakes, acct, ledger_clean):
     """Anthropic says which stop sequence ended a message (``stop_reason: "stop_sequence"``,
     ``stop_sequence``); ``/v1/messages`` answered ``end_turn`` and ``null`` even when its

@@ -203,9 +203,12 @@ _ANTHROPIC_ONLY = ("is_error", "cache_control")
 
 
 def cache_mark(obj: dict) -> dict:
-    """``obj``'s prompt-cache breakpoint to carry along: ``{"cache_control": …}``, or ``{}``."""
+    """``obj``'s prompt-cache breakpoint to carry along: ``{"cache_control": {"type": …}}``,
+    or ``{}``. Only its ``type`` goes on: a ``ttl`` (Anthropic's ``"1h"``, whose writes it
+    bills at 2× input) is dropped, so every breakpoint is the 5-minute cache the catalog's
+    ``cache_write_usd_per_mtok`` prices and holds are sized for (docs/decisions.md)."""
     mark = obj.get("cache_control")
-    return {"cache_control": mark} if isinstance(mark, dict) else {}
+    return {"cache_control": {"type": mark.get("type", "ephemeral")}} if isinstance(mark, dict) else {}
 
 
 def _anthropic_only(message: dict) -> bool:

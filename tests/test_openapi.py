@@ -37,6 +37,83 @@ def test_every_route_is_documented(app, client):
             assert method.lower() in spec["paths"][path], f"{method} {rule.rule} undocumented"
 
 
+_NAMES_FILE = "app/operation_ids.py"
+
+
+def _operations(app, spec):
+    """(endpoint, METHOD, path, operation) of every documented operation."""
+    for rule in app.url_map.iter_rules():
+        path = re.sub(r"<(?:[^:<>]+:)?([^<>]+)>", r"{\1}", rule.rule)
+        for method in sorted(rule.methods - {"HEAD", "OPTIONS"}):
+            operation = spec["paths"].get(path, {}).get(method.lower())
+            if operation is not None:
+                yield rule.endpoint, method, path, operation
+
+
+def _unnamed(app, spec) -> list[str]:
+    """What a developer who added a route without an ``operationId`` is told."""
+    return [f"{method} {path} has no operationId: add ({endpoint!r}, {method!r}): "
+            f"'verbObject' to OPERATION_IDS in {_NAMES_FILE} (the naming rule is in its docstring)"
+            for endpoint, method, path, operation in _operations(app, spec)
+            if "operationId" not in operation]
+
+
+def test_every_operation_has_a_unique_lower_camel_case_operation_id(app, client):
+    """Client generators name their functions after it (``listKeys``, not
+    ``get_api_keys``); the names live in ``app/operation_ids.py``."""
+    spec = _spec(client)
+    assert not _unnamed(app, spec), "\n".join(_unnamed(app, spec))
+    names = [op["operationId"] for _, _, _, op in _operations(app, spec)]
+    assert len(names) == sum(1 for ops in spec["paths"].values() for m in ops if m != "parameters")
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+    for name in names:
+        assert re.fullmatch(r"[a-z]+(?:[A-Z0-9][a-z0-9]*)*", name), f"{name}: not lowerCamelCase"
+
+
+def test_every_operation_id_names_an_operation_of_the_document(app, client):
+    """No stale entries: a route removed or renamed takes its name out of the mapping (a
+    renamed route keeps its published name under its new endpoint)."""
+    from app.operation_ids import OPERATION_IDS
+
+    documented = {(endpoint, method): op["operationId"]
+                  for endpoint, method, _, op in _operations(app, _spec(client))
+                  if "operationId" in op}
+    stale = set(OPERATION_IDS) - set(documented)
+    assert not stale, f"entries of OPERATION_IDS in {_NAMES_FILE} without an operation: {sorted(stale)}"
+    assert documented == OPERATION_IDS
+
+
+def test_a_route_added_without_a_name_is_reported_with_where_to_add_it():
+    from flask import Flask
+    from flask.views import MethodView
+    from flask_smorest import Api as SmorestApi
+    from flask_smorest import Blueprint as SmorestBlueprint
+
+    from app.extensions import OperationIds
+
+    app = Flask(__name__)
+    app.config.update(API_TITLE="t", API_VERSION="1", OPENAPI_VERSION="3.1.0")
+    api = SmorestApi(app, spec_kwargs={"extra_plugins": [OperationIds()]})
+    blp = SmorestBlueprint("keys", __name__)
+
+    @blp.route("/api/keys")
+    class KeysView(MethodView):
+        def get(self):
+            return {}
+
+    @blp.route("/api/new")
+    class NewView(MethodView):
+        def post(self):
+            return {}
+
+    api.register_blueprint(blp)
+    spec = api.spec.to_dict()
+    assert spec["paths"]["/api/keys"]["get"]["operationId"] == "listKeys"
+    assert _unnamed(app, spec) == [
+        "POST /api/new has no operationId: add ('keys.NewView', 'POST'): 'verbObject' to "
+        "OPERATION_IDS in app/operation_ids.py (the naming rule is in its docstring)"]
+
+
 def test_security_and_errors_documented(client):
     spec = _spec(client)
     op = spec["paths"]["/api/keys"]["post"]

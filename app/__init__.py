@@ -39,7 +39,7 @@ def create_app(overrides: dict | None = None) -> Flask:
 
     init_logging(app)
 
-    from app.extensions import api, db, migrate
+    from app.extensions import db, make_api, migrate
 
     db.init_app(app)
     from app.services.platform import dbpool
@@ -47,6 +47,7 @@ def create_app(overrides: dict | None = None) -> Flask:
     dbpool.init_app(app)
     migrate.init_app(app, db, directory=os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "migrations")),
                      render_as_batch=True, compare_type=True)
+    api = make_api()  # one per app: the document it serves is this app's
     api.init_app(app)
     api.spec.components.security_scheme(
         "bearerAuth",

@@ -202,21 +202,33 @@ class OperationIds(BasePlugin):
                 operation["operationId"] = name
 
 
-api = Api(spec_kwargs={
-    "extra_plugins": [SchemaKeywords(), BodyLimit(), ProviderErrors(), RateLimitHeaders(),
-                      OperationIds()],
-    "info": {
-        "description": (
-            "Metered API gateway: call catalog modules with one key, pay per call from a "
-            "prepaid balance or with x402 USDC payments, and get a signed receipt for every call. "
-            "Errors are always JSON `{error, message, request_id}`; the stable codes are listed "
-            "in `x-error-codes`."
-        ),
-    },
-})
-# JSON Schema's name for a URL is ``uri`` (apispec writes marshmallow's ``Url`` as ``url``,
-# a format no validator or client generator knows).
-api.register_field(marshmallow.fields.Url, "string", "uri")
+def make_api() -> Api:
+    """A new ``Api`` for one app (``create_app``). flask-smorest keeps the app it was given
+    and the spec it serves on the ``Api`` object itself (``init_app`` replaces both), and the
+    plugins keep the spec they were given: one module-level ``Api`` shared by several apps in
+    a process (the tests' apps, the bench's) served the last app's document from every app.
+    So every app gets its own, plugins included."""
+    api = Api(spec_kwargs={
+        "extra_plugins": [SchemaKeywords(), BodyLimit(), ProviderErrors(), RateLimitHeaders(),
+                          OperationIds()],
+        "info": {
+            "description": (
+                "Metered API gateway: call catalog modules with one key, pay per call from a "
+                "prepaid balance or with x402 USDC payments, and get a signed receipt for every call. "
+                "Errors are always JSON `{error, message, request_id}`; the stable codes are listed "
+                "in `x-error-codes`."
+            ),
+        },
+    })
+    # JSON Schema's name for a URL is ``uri`` (apispec writes marshmallow's ``Url`` as ``url``,
+    # a format no validator or client generator knows).
+    api.register_field(marshmallow.fields.Url, "string", "uri")
+    return api
+
+
+def api_of(app) -> Api:
+    """The ``Api`` of ``app`` (``make_api``, registered by ``init_app``)."""
+    return app.extensions["flask-smorest"]["apis"][""]["ext_obj"]
 
 
 _redis_lock = threading.Lock()

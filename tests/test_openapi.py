@@ -63,8 +63,12 @@ def test_every_operation_has_a_unique_lower_camel_case_operation_id(app, client)
     ``get_api_keys``); the names live in ``app/operation_ids.py``."""
     spec = _spec(client)
     assert not _unnamed(app, spec), "\n".join(_unnamed(app, spec))
-    names = [op["operationId"] for _, _, _, op in _operations(app, spec)]
-    assert len(names) == sum(1 for ops in spec["paths"].values() for m in ops if m != "parameters")
+    methods = {"get", "put", "post", "delete", "patch", "options", "head", "trace"}
+    ops = {(m.upper(), path): op for path, item in spec["paths"].items() for m, op in item.items() if m in methods}
+    assert not [key for key, op in ops.items() if "operationId" not in op]
+    matched = {(method, path) for _, method, path, _ in _operations(app, spec)}
+    assert matched == set(ops), {"documented, no route": set(ops) - matched, "route, not documented": matched - set(ops)}
+    names = [op["operationId"] for op in ops.values()]
     assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
     for name in names:
         assert re.fullmatch(r"[a-z]+(?:[A-Z0-9][a-z0-9]*)*", name), f"{name}: not lowerCamelCase"

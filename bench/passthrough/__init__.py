@@ -107,7 +107,7 @@ def create_bench_app(upstream_url: str | None = None, overrides: dict | None = N
     app = create_app(overrides)
     app.config["BENCH_UPSTREAM_URL"] = url
     add_bench_plan(app)
-    from app.extensions import api
+    from app.extensions import api_of
 
-    api.register_blueprint(blp)
+    api_of(app).register_blueprint(blp)
     return app

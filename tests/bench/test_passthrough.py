@@ -34,3 +34,15 @@ def test_forwards_the_body_and_is_documented():
 def test_refuses_anything_but_a_loopback_upstream(url):
     with pytest.raises(RuntimeError):
         create_bench_app(url, base_config())
+
+
+def test_another_app_in_the_process_leaves_this_apps_document_alone(app, client):
+    """flask-smorest keeps the app and the spec it serves on its ``Api``; one module-level
+    ``Api`` shared by every app of a process served the last app's document from all of them:
+    after a bench app was made, the product's /openapi.json listed /bench/passthrough."""
+    before = client.get("/openapi.json").get_json()["paths"].keys()
+    with _upstream() as url:
+        bench_client = create_bench_app(url + "/x", base_config()).test_client()
+        assert "/bench/passthrough" in bench_client.get("/openapi.json").get_json()["paths"]
+    assert client.get("/openapi.json").get_json()["paths"].keys() == before
+    assert "/bench/passthrough" not in before

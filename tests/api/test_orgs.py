@@ -401,3 +401,11 @@ def test_alerts_watch_an_organisation_with_org_id(app, client, make_account):
     r = client.delete(f"/api/alerts/{alert_id}?org_id={org['id']}", headers=owner.headers)
     assert r.status_code == 200
     assert client.get(f"/api/alerts?org_id={org['id']}", headers=make_account().headers).status_code == 404
+
+
+def test_every_role_checked_action_has_the_name_its_refusal_reads():
+    """``roles.require`` words a refusal with ``ACTION_NAMES[action]``: an action added to
+    ``ACTIONS`` without a name would make its 403 a 500."""
+    from app.services.orgs import roles
+
+    assert set(roles.ACTION_NAMES) == set(roles.ACTIONS)

@@ -41,8 +41,8 @@ from app.services.money import ledger
 from app.services.platform import outbox
 from app.services.platform.uow import unit_of_work
 from app.services.money import revenue_share
-from app.services.agents import earnings
-from app.services.agents.earnings import _EARNINGS_HI, _EARNINGS_LO, SETTLEMENT_KIND, settled_micros
+from app.services.agents.earnings import (_EARNINGS_HI, _EARNINGS_LO, SETTLEMENT_KIND, settled_micros,
+                                         statement_amounts)
 
 log = logging.getLogger(__name__)
 _MONTH_RE = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
@@ -142,12 +142,12 @@ def _settle_earner(earner: str, month: str, end: datetime) -> dict:
     if agent is not None and agent.webhook:  # delivery is enqueued after the commit
         outbox.add_webhook(agent.webhook, "settlement.completed", {
             "settlement_id": stmt.id, "agent_id": earner, "account_id": agent.account_id,
-            "month": month, **earnings.statement_amounts(amount, recovered), "settled_at": now.isoformat()},
+            "month": month, **statement_amounts(amount, recovered), "settled_at": now.isoformat()},
             secret=agent.webhook_secret, source=f"settlement:{stmt.id}",
             account_id=agent.account_id)
     # as its statement reads: ``amount`` reached the earner, the rest repaid the carry-over
     return {"agent_id": earner, "status": "settled", "settlement_id": stmt.id,
-            **earnings.statement_amounts(amount, recovered)}
+            **statement_amounts(amount, recovered)}
 
 
 def settle_month(month: str, *, now: datetime | None = None) -> dict:

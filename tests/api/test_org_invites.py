@@ -278,3 +278,46 @@ def test_an_invitation_does_not_pass_the_organisations_limit(app, client, make_a
     assert client.delete(f"/api/orgs/{first}/members/{person.id}", headers=person.headers).status_code == 200
     r = client.post(f"/api/orgs/invites/{token}/accept", headers=person.headers)
     assert r.status_code == 200 and r.get_json()["id"] == second
+
+
+def test_a_removed_or_demoted_inviters_pending_invitations_stop_working(app, client, make_account):
+    """An invitation carries its sender's authority: when an admin is removed (or leaves), the
+    links they sent stop working, and when one is made a developer so do theirs; an owner made
+    admin keeps the invitations an admin could send and loses those that make an owner. Until
+    2026-11-29 they all stayed usable for 7 days, so a removed admin could have let anyone in
+    after losing access (e.g. their own second address)."""
+    owner, admin, other_admin, demoted_owner = make_account(), make_account(), make_account(), make_account()
+    org = make_org(client, owner)
+    join(app, org["id"], admin, "admin")
+    join(app, org["id"], other_admin, "admin")
+    join(app, org["id"], demoted_owner, "owner")
+    by_admin = _invite(client, admin, org["id"], "friend.of.admin@example.com").get_json()
+    admin_token = _token(app, "friend.of.admin@example.com")
+    by_other = _invite(client, other_admin, org["id"], "friend.of.other@example.com").get_json()
+    other_token = _token(app, "friend.of.other@example.com")
+    dev_invite = _invite(client, demoted_owner, org["id"], "dev.of.owner@example.com").get_json()
+    owner_invite = _invite(client, demoted_owner, org["id"], "owner.of.owner@example.com", "owner").get_json()
+    by_owner = _invite(client, owner, org["id"], "friend.of.owner@example.com").get_json()
+
+    r = client.delete(f"/api/orgs/{org['id']}/members/{admin.id}", headers=owner.headers)
+    assert r.status_code == 200, r.get_json()
+    assert r.get_json()["revoked_invites"] == [by_admin["id"]]
+    r = client.patch(f"/api/orgs/{org['id']}/members/{other_admin.id}", json={"role": "developer"},
+                     headers=owner.headers)
+    assert r.status_code == 200, r.get_json()
+    r = client.patch(f"/api/orgs/{org['id']}/members/{demoted_owner.id}", json={"role": "admin"},
+                     headers=owner.headers)
+    assert r.status_code == 200, r.get_json()
+
+    pending = client.get(f"/api/orgs/{org['id']}/invites", headers=owner.headers).get_json()["invites"]
+    assert sorted(i["id"] for i in pending) == sorted([dev_invite["id"], by_owner["id"]])
+    assert owner_invite["id"] not in {i["id"] for i in pending} and by_other["id"] not in {i["id"] for i in pending}
+    outsider = app.test_client()
+    for token in (admin_token, other_token):
+        assert outsider.get(f"/invites/{token}").status_code == 404
+    log = client.get(f"/api/orgs/{org['id']}/audit", headers=owner.headers).get_json()["entries"]
+    revokes = {e["target"]: e["after"] for e in log if e["action"] == "invite.revoke"}
+    assert revokes == {by_admin["id"]: {"reason": "inviter_removed"},
+                       by_other["id"]: {"reason": "inviter_role_changed"},
+                       owner_invite["id"]: {"reason": "inviter_role_changed"}}
+    assert all(e["actor_account_id"] == owner.id for e in log if e["action"] == "invite.revoke")

@@ -232,7 +232,8 @@ def test_role_change_and_removal_reach_the_members_keys(app, client, make_accoun
     assert r.status_code == 403 and error_code(r.get_json()) == "org_role_required"
     r = client.delete(f"/api/orgs/{org['id']}/members/{dev.id}", headers=owner.headers)
     assert r.status_code == 200 and r.get_json() == {"removed": True, "member_id": dev.id,
-                                                     "revoked_keys": [key["id"]], "disabled_agents": []}
+                                                     "revoked_keys": [key["id"]], "disabled_agents": [],
+                                                     "revoked_invites": []}
     assert client.get("/api/account", headers=h(key["key"])).status_code == 401
     assert client.get("/api/account", headers=dev.headers).status_code == 200  # their own key stays
     assert client.get(f"/api/orgs/{org['id']}", headers=dev.headers).status_code == 404

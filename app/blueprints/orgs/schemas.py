@@ -61,6 +61,11 @@ class MemberUpdatedSchema(MemberSchema):
         "description": "The agents the member registered for the organisation, disabled because the new role "
                        "(`billing`, `viewer`) may not register agents (`DELETE /api/agent/{id}`: sessions "
                        "revoked, balance returned to the organisation); empty otherwise."})
+    revoked_invites = ma.fields.List(ma.fields.String(), required=True, metadata={
+        "description": "The pending invitations the member sent that the new role may not send (all of them "
+                       "for a role that does not manage members; the `owner` invitations for an owner made "
+                       "`admin`), revoked: their links stop working (audited `invite.revoke`, reason "
+                       "`inviter_role_changed`); empty otherwise."})
 
 
 class MemberListSchema(ma.Schema):
@@ -93,6 +98,9 @@ class MemberRemovedSchema(ma.Schema):
     disabled_agents = ma.fields.List(ma.fields.String(), required=True, metadata={
         "description": "The agents the member registered for the organisation, disabled with the removal "
                        "(`DELETE /api/agent/{id}`: sessions revoked, balance returned to the organisation)."})
+    revoked_invites = ma.fields.List(ma.fields.String(), required=True, metadata={
+        "description": "The pending invitations the member sent, revoked with the removal: their links stop "
+                       "working (audited `invite.revoke`, reason `inviter_removed`)."})
 
 
 class InviteCreateSchema(InputSchema):

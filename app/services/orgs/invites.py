@@ -140,6 +140,28 @@ def revoke(principal, actor: Actor, org_id: str, invite_id: str) -> OrgInvite:
     return row
 
 
+def revoke_sent_by(org_id: str, member_id: str, role: str | None, actor: Actor) -> list[str]:
+    """(In the caller's unit of work.) An invitation carries its sender's authority: revoke
+    the pending invitations ``member_id`` sent that ``role`` could not send — all of them
+    when the member is removed or leaves (``role`` None, audited with reason
+    ``inviter_removed``) or gets a role that does not manage members, the owner
+    invitations when an owner becomes an admin (``inviter_role_changed``). Returns their
+    ids."""
+    if role is not None and role in roles.ACTIONS["manage_owners"]:
+        return []
+    rows = _pending(org_id).where(OrgInvite.invited_by == member_id)
+    if role is not None and role in roles.ACTIONS["manage_members"]:
+        rows = rows.where(OrgInvite.role.in_(roles.ACTIONS["manage_owners"]))
+    revoked = []
+    for row in db.session.execute(rows.order_by(OrgInvite.created_at, OrgInvite.id)).scalars():
+        row.revoked_at = utcnow()
+        tokens.revoke(ORG_INVITE, row.id)
+        record(org_id, actor, "invite.revoke", row.id, before={"email": row.email, "role": row.role},
+               after={"reason": "inviter_removed" if role is None else "inviter_role_changed"})
+        revoked.append(row.id)
+    return revoked
+
+
 def preview(token: str | None) -> OrgInvite | None:
     """The pending invitation of a usable link (read-only, for the page), else None."""
     found = tokens.lookup(ORG_INVITE, token)

@@ -246,9 +246,13 @@ def update_member(principal, actor: Actor, org_id: str, member_id: str, role: st
             roles.require(me.role, "manage_owners", org_id, "Changing your own monthly budget")
         before, after = {}, {}
         disabled: list[str] = []
+        revoked_invites: list[str] = []
         if role is not None and role != target.role:
             _check_owners_left(org_id, target, "be given another role")
             before["role"], after["role"] = target.role, role
+            from app.services.orgs import invites
+
+            revoked_invites = invites.revoke_sent_by(org_id, member_id, role, actor)
             if target.role in roles.SCOPE_ROLES["agent:write"] and role not in roles.SCOPE_ROLES["agent:write"]:
                 # a role that may not register agents keeps none that spends the organisation's money
                 from app.services.agents import disable
@@ -265,7 +269,8 @@ def update_member(principal, actor: Actor, org_id: str, member_id: str, role: st
         if after:
             record(org_id, actor, "member.update", member_id, before=before, after=after)
         email = db.session.execute(select(Account.email).where(Account.id == member_id)).scalar()
-        return {**_member_views(org_id, [(target, email)])[0], "disabled_agents": disabled}
+        return {**_member_views(org_id, [(target, email)])[0], "disabled_agents": disabled,
+                "revoked_invites": revoked_invites}
 
 
 def remove_member(principal, actor: Actor, org_id: str, member_id: str) -> dict:
@@ -292,12 +297,16 @@ def remove_member(principal, actor: Actor, org_id: str, member_id: str) -> dict:
         from app.services.agents import disable
 
         agents = disable.disable_registered_by(org_id, member_id, actor)
+        from app.services.orgs import invites
+
+        revoked_invites = invites.revoke_sent_by(org_id, member_id, None, actor)
         record(org_id, actor, "member.remove", member_id,
                before={"role": target.role},
                after={"revoked_keys": sorted(revoked), "disabled_agents": agents})
         db.session.delete(target)
         after_commit(auth.broadcast_revocation, *hashes)
-    return {"removed": True, "member_id": member_id, "revoked_keys": sorted(revoked), "disabled_agents": agents}
+    return {"removed": True, "member_id": member_id, "revoked_keys": sorted(revoked), "disabled_agents": agents,
+            "revoked_invites": revoked_invites}
 
 
 def add_member(org_id: str, account_id: str, role: str, actor: Actor, *, via: str | None = None) -> OrgMember:

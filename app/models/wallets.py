@@ -63,3 +63,6 @@ class X402Authorization(db.Model):
     # The resource the payment was presented for (x402 v1 requirements carry it; a
     # settlement retried for another resource is another request). NULL before 0024.
     resource_url: Mapped[str | None] = mapped_column(String(2000))
+    # ... and its description as the 402 offered it (v1 requirements carry it too); NULL
+    # before 0013: "Module call", what was sent then.
+    description: Mapped[str | None] = mapped_column(String(300))

@@ -323,3 +323,21 @@ def test_a_verify_server_error_releases_the_authorization_too(cfg, make_account,
             x402.accept(_header_v2(wallet), account_id=acct.id, price_micros=50_000, resource_url="http://gw.test/x")
     assert exc.value.reason == "facilitator_unavailable"
     assert db.session.execute(db.select(db.func.count()).select_from(X402Authorization)).scalar_one() == 0
+
+
+def test_the_facilitator_is_sent_the_requirement_the_402_described(cfg, make_account, wallet, ledger_clean):
+    """x402 v1: the requirement sent to the facilitator's /verify and /settle is the one the
+    402 offered for that resource, its description included. Until 2026-11-29 it always said
+    "Module call" (a chat completion's and every module's own description were lost)."""
+    acct = make_account(cents=0)
+    with facilitator_server() as fac:
+        cfg.config["X402_FACILITATOR_URL"] = fac.url
+        pay = x402.accept(_header_v1(wallet), account_id=acct.id, price_micros=50_000,
+                          resource_url="http://gw.test/v1/chat/completions", description="Chat completion")
+        offered = x402.payment_required(5, "http://gw.test/v1/chat/completions", "Chat completion")[0]["accepts"][0]
+        for path, body in fac.calls:
+            sent = body["paymentRequirements"]
+            assert (sent["description"], sent["resource"]) == (offered["description"], offered["resource"]), path
+        x402.book(pay)
+        db.session.commit()
+    ledger_clean()

@@ -95,7 +95,7 @@ def _resolve(row: X402Authorization) -> str:
     facts = {"data": row.payload, "version": int(row.payload.get("x402Version") or 2), "chain": row.network}
     # the requirement of the request that was presented (v1 carries the resource URL)
     settled = _facilitator("/settle", facts, int(row.price_micros or row.value_atomic),
-                           row.resource_url or current_app.config["BASE_URL"])
+                           row.resource_url or current_app.config["BASE_URL"], row.description or "Module call")
     if settled is None:
         return "pending"
     if settled.success:

@@ -73,13 +73,13 @@ class X402Payment:
 
 
 def reserve(facts: dict, account_id: str, *, price_micros: int, sandbox: bool = False,
-            resource_url: str | None = None) -> str:
+            resource_url: str | None = None, description: str | None = None) -> str:
     """Step 1b (own unit of work): insert the authorization under its unique key (the one
     atomic step that makes it single-use: a replay, even a concurrent one, hits the unique
     constraint). Committed at once, so it holds whatever happens to the call. A sandbox
     (test-mode) reservation keeps no payload: nothing may ever submit it to a facilitator
-    (reconciliation releases it). ``resource_url`` and ``price_micros``: the requirement
-    the payment was presented for (resource, price), which reconciliation sends again —
+    (reconciliation releases it). ``resource_url``, ``description`` and ``price_micros``: the
+    requirement the payment was presented for (resource, price), which reconciliation sends again —
     the same request, so an idempotent facilitator answers the same settlement. Returns
     its id."""
     auth_id = new_id("x4a")
@@ -90,25 +90,27 @@ def reserve(facts: dict, account_id: str, *, price_micros: int, sandbox: bool = 
                 payer=facts["payer"], value_atomic=facts["value"], status="reserved", created_at=utcnow(),
                 payload=None if sandbox else facts["data"],
                 price_micros=price_micros,
-                valid_before=facts.get("valid_before"), resource_url=resource_url))
+                valid_before=facts.get("valid_before"), resource_url=resource_url, description=description))
     except IntegrityError:
         raise PaymentInvalid("replayed", "This payment authorization was already used, or a request with it is "
                                          "still being settled.") from None
     return auth_id
 
 
-def _facilitator(path: str, facts: dict, price_micros: int, resource_url: str):
+def _facilitator(path: str, facts: dict, price_micros: int, resource_url: str,
+                 description: str = "Module call"):
     """POST ``/verify`` or ``/settle`` to the facilitator through ``platform.http`` (SSRF
     policy, timeout); the answer as the ``x402`` package's ``VerifyResponse`` /
     ``SettleResponse``, or None when it gave no verdict: no answer, a server error (5xx),
     or a ``/settle`` answer that is no ``SettleResponse`` — the transfer may have been
     submitted, so the authorization must stay ``reserved`` for reconciliation. A malformed
-    ``/verify`` answer is a refusal (nothing moves at verify)."""
+    ``/verify`` answer is a refusal (nothing moves at verify). The requirement sent is the
+    one the 402 offered for ``resource_url`` (v1: its ``description`` too)."""
     url = current_app.config["X402_FACILITATOR_URL"].rstrip("/") + path
     if facts["version"] == 2:
         req = v2_requirement(facts["chain"], price_micros)
     else:
-        req = v1_requirement(facts["chain"], price_micros, resource_url, "Module call")
+        req = v1_requirement(facts["chain"], price_micros, resource_url, description)
     try:
         resp = http.call("POST", url, purpose="x402",
                          timeout=float(current_app.config["X402_FACILITATOR_TIMEOUT_SECONDS"]),
@@ -150,8 +152,9 @@ def _release(auth_id: str) -> None:
                        .execution_options(synchronize_session=False))
 
 
-def verify_and_reserve(header_value: str, *, account_id: str, price_micros: int,
-                       mode: str = "live", resource_url: str | None = None) -> tuple[X402Payment, dict]:
+def verify_and_reserve(header_value: str, *, account_id: str, price_micros: int, mode: str = "live",
+                       resource_url: str | None = None,
+                       description: str = "Module call") -> tuple[X402Payment, dict]:
     """Step 1: decode and verify the header (no database), then ``reserve`` it in its own
     unit of work. Returns the reserved payment and the verified facts ``settle`` needs.
     Live payments need a facilitator: without one (x402 is then not offered) a live
@@ -164,13 +167,15 @@ def verify_and_reserve(header_value: str, *, account_id: str, price_micros: int,
                                                      "payments settle through a facilitator (X402_FACILITATOR_URL) "
                                                      "and none is configured; add credits with POST /api/wallet/fund.")
     facts = verify(data, price_micros)
-    auth_id = reserve(facts, account_id, sandbox=sandbox, resource_url=resource_url, price_micros=price_micros)
+    auth_id = reserve(facts, account_id, sandbox=sandbox, resource_url=resource_url, price_micros=price_micros,
+                      description=description)
     return X402Payment(auth_id=auth_id, auth_key=facts["auth_key"], account_id=account_id,
                        version=facts["version"], network=facts["chain"], payer=facts["payer"],
                        value_atomic=facts["value"], sandbox=sandbox), facts
 
 
-def settle(pay: X402Payment, facts: dict, *, price_micros: int, resource_url: str) -> X402Payment:
+def settle(pay: X402Payment, facts: dict, *, price_micros: int, resource_url: str,
+           description: str = "Module call") -> X402Payment:
     """Step 2 (network; must run with no unit of work open): facilitator ``/verify`` and
     ``/settle`` (nothing in sandbox mode). The outcome is recorded on the authorization in
     a short unit of work of its own after each answer."""
@@ -178,7 +183,7 @@ def settle(pay: X402Payment, facts: dict, *, price_micros: int, resource_url: st
         raise RuntimeError("x402 settle() calls the facilitator: run it outside any unit of work")
     if pay.sandbox:
         return pay
-    verified = _facilitator("/verify", facts, price_micros, resource_url)
+    verified = _facilitator("/verify", facts, price_micros, resource_url, description)
     if verified is None:  # nothing moves at /verify: the authorization may be sent again
         _release(pay.auth_id)
         raise PaymentInvalid("facilitator_unavailable", "The payment facilitator did not answer; nothing was "
@@ -187,7 +192,7 @@ def settle(pay: X402Payment, facts: dict, *, price_micros: int, resource_url: st
         reason = verified.invalid_reason or "facilitator_rejected"
         _status(pay.auth_id, status="failed", error=reason[:200])
         raise PaymentInvalid(reason, "The facilitator refused the payment: " + reason)
-    settled = _facilitator("/settle", facts, price_micros, resource_url)
+    settled = _facilitator("/settle", facts, price_micros, resource_url, description)
     if settled is None:  # outcome unknown: keep it reserved for reconciliation
         raise PaymentInvalid("settlement_unavailable", "The facilitator gave no settlement verdict (no answer "
                                                        "or a server error); the authorization stays reserved "
@@ -211,8 +216,8 @@ def accept(header_value: str, *, account_id: str, price_micros: int, resource_ur
     402 that asked for it), so the client can pay again."""
     try:
         pay, facts = verify_and_reserve(header_value, account_id=account_id, price_micros=price_micros,
-                                        mode=mode, resource_url=resource_url)
-        return settle(pay, facts, price_micros=price_micros, resource_url=resource_url)
+                                        mode=mode, resource_url=resource_url, description=description)
+        return settle(pay, facts, price_micros=price_micros, resource_url=resource_url, description=description)
     except PaymentInvalid as exc:
         cents = -(-int(price_micros) // ledger.MICROS_PER_CENT)
         v1_body, headers = payment_required(cents, resource_url, description, error=exc.message,

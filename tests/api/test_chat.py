@@ -586,6 +586,40 @@ def test_models_take_anthropics_x_api_key_as_messages_does(client, fakes, acct):
     assert r.status_code == 401 and r.get_json()["error"]["code"] == "unauthorized"
 
 
+def test_the_anthropic_sdk_lists_models_in_anthropics_shape(app, client, fakes, acct):
+    """With ``anthropic-version`` (sent by Anthropic's clients on every request) the model
+    routes answer Anthropic's shape, paged as its API pages; the anthropic SDK's
+    ``models.list`` pages through them all and ``models.retrieve`` reads one. Until
+    2026-11-29 they answered OpenAI's list only: the SDK's models had no ``type``,
+    ``display_name`` or ``created_at``, ``has_more`` was missing and ``capabilities`` was a
+    list where Anthropic's is an object."""
+    import anthropic
+    import httpx2 as httpx
+
+    sdk = anthropic.Anthropic(api_key=acct.key, base_url="http://localhost", max_retries=0,
+                              http_client=httpx.Client(transport=httpx.WSGITransport(app=app)))
+    openai_ids = [m["id"] for m in client.get("/v1/models", headers=acct.headers).get_json()["data"]]
+    models = list(sdk.models.list(limit=2))  # the SDK follows has_more / last_id page by page
+    assert [m.id for m in models] == openai_ids
+    small = next(m for m in models if m.id == "m-small")
+    assert (small.type, small.display_name, small.max_input_tokens, small.lifecycle) == \
+        ("model", "m-small", 1000, "active")
+    assert small.created_at.year == 1970 and small.model_extra in (None, {})
+    assert sdk.models.retrieve("m-small").to_dict() == small.to_dict()
+    page = client.get("/v1/models?limit=2", headers={"x-api-key": acct.key, "anthropic-version": "2023-06-01"})
+    body = page.get_json()
+    assert (body["has_more"], body["first_id"], body["last_id"]) == (True, "auto", "m-small")
+    before = client.get("/v1/models?before_id=m-big", headers={"x-api-key": acct.key,
+                                                             "anthropic-version": "2023-06-01"}).get_json()
+    assert [m["id"] for m in before["data"]] == ["auto", "m-small"] and before["has_more"] is False
+    r = client.get("/v1/models?after_id=nope", headers={"x-api-key": acct.key, "anthropic-version": "2023-06-01"})
+    assert r.status_code == 400 and "after_id" in r.get_json()["error"]["message"]
+    r = client.get("/v1/models?limit=0", headers={"x-api-key": acct.key, "anthropic-version": "2023-06-01"})
+    assert r.status_code in (400, 422)
+    # without the header: OpenAI's list, whatever the query says
+    assert [m["id"] for m in client.get("/v1/models?limit=1", headers=acct.headers).get_json()["data"]] == openai_ids
+
+
 def test_chat_host_matching(app, client, monkeypatch, fakes, acct):
     monkeypatch.setitem(app.config, "CHAT_HOST", "chat.example.test")
     r = client.post("/v1/chat/completions", json={"model": "auto", "messages": MSGS},

@@ -4,7 +4,7 @@
 import orjson
 from functools import wraps
 
-from flask import Response, current_app, g, request, stream_with_context
+from flask import Response, current_app, g, jsonify, request, stream_with_context
 from flask.views import MethodView
 
 from app import cors
@@ -12,9 +12,10 @@ from app import auth
 from app.auth import authenticated, controls_of, key_of, principal
 from app.chathost import ANTHROPIC, on_chat_host, path_style
 from app.jsonutil import INTEGER_RANGE_DOC
-from app.blueprints.chat.schemas import (ChatCompletionSchema, ChatRequestSchema, CountTokensRequestSchema,
+from app.blueprints.chat.schemas import (AnthropicHeadersSchema, AnthropicModelListSchema, AnthropicModelSchema,
+                                         ChatCompletionSchema, ChatRequestSchema, CountTokensRequestSchema,
                                          MessageSchema, MessagesRequestSchema, MessageTokensCountSchema,
-                                         ModelListSchema, ModelSchema)
+                                         ModelListArgsSchema, ModelListSchema, ModelSchema)
 from app.errors import AnthropicErrorSchema, ErrorSchema, NotFound
 from app.blueprints.fields import PAYMENT_REQUIRED_HEADERS, PAYMENT_RESPONSE_HEADERS
 from app.blueprints.gateway.schemas import PaymentHeadersSchema
@@ -148,19 +149,34 @@ def _x_api_key(view):
 EITHER_CREDENTIAL = [{auth.SECURITY_SCHEME: ["call:write"]}, {auth.API_KEY_HEADER_SCHEME: ["call:write"]}]
 
 
+def _either_shape(openai_schema, anthropic_schema) -> dict:
+    """The 200 of a model route: OpenAI's shape, or Anthropic's with ``anthropic-version``."""
+    return {200: {"content": {"application/json": {"schema": {"oneOf": [openai_schema, anthropic_schema]}}}}}
+
+
 @blp.route("/models")
 class ModelsView(MethodView):
     @blp.doc(security=EITHER_CREDENTIAL)
     @_x_api_key
     @authenticated("call:write")
+    @blp.arguments(AnthropicHeadersSchema, location="headers", as_kwargs=True)
+    @blp.arguments(ModelListArgsSchema, location="query", as_kwargs=True)
     @blp.response(200, ModelListSchema)
-    def get(self):
-        """List the available models in OpenAI's shape (plus `auto`), with context window,
-        capabilities and per-million-token prices: the platform's and, for an account with
-        provider keys of its own (live keys), the models they serve (only those with
-        `byok_only`); for a key with a model allow-list (`allowed_models`), only those
-        models."""
-        return {"object": "list", "data": chat.models(controls_of(principal()), _own(principal()))}
+    @blp.doc(responses=_either_shape(ModelListSchema, AnthropicModelListSchema))
+    def get(self, anthropic_version=None, limit=20, after_id=None, before_id=None):
+        """List the available models (plus `auto`), with context window, capabilities and
+        per-million-token prices: the platform's and, for an account with provider keys of
+        its own (live keys), the models they serve (only those with `byok_only`); for a key
+        with a model allow-list (`allowed_models`), only those models.
+
+        OpenAI's list (`object`, `data`), or, when the request carries `anthropic-version` (the
+        anthropic SDK's `models.list`), Anthropic's: model objects with `type`, `display_name`,
+        `created_at`, `max_input_tokens`, `max_tokens`, paged by `limit`, `after_id` and
+        `before_id`."""
+        entries = chat.models(controls_of(principal()), _own(principal()))
+        if anthropic_version is not None:
+            return jsonify(messages.anthropic_models(entries, limit, after_id, before_id))
+        return {"object": "list", "data": entries}
 
 
 @blp.route("/models/<string:model_id>")
@@ -168,12 +184,15 @@ class ModelView(MethodView):
     @blp.doc(security=EITHER_CREDENTIAL)
     @_x_api_key
     @authenticated("call:write")
+    @blp.arguments(AnthropicHeadersSchema, location="headers", as_kwargs=True)
     @blp.response(200, ModelSchema)
+    @blp.doc(responses=_either_shape(ModelSchema, AnthropicModelSchema))
     @blp.alt_response(404, schema=ErrorSchema, description="`model_not_found`")
-    def get(self, model_id):
-        """One model of `GET /v1/models` (OpenAI's `models.retrieve`): 404 for a model outside
-        the key's allow-list too."""
-        return chat.get_model(model_id, controls_of(principal()), _own(principal()))
+    def get(self, model_id, anthropic_version=None):
+        """One model of `GET /v1/models` (OpenAI's `models.retrieve`, or with
+        `anthropic-version` Anthropic's): 404 for a model outside the key's allow-list too."""
+        entry = chat.get_model(model_id, controls_of(principal()), _own(principal()))
+        return jsonify(messages.anthropic_model(entry)) if anthropic_version is not None else entry
 
 
 def _own(p):

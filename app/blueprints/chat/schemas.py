@@ -4,7 +4,7 @@ import re
 import marshmallow as ma
 
 from app.blueprints.fields import (MAX_JSON_DEPTH, SINGLE_LINE_PATTERN, InputSchema, JsonBoolean, JsonInteger,
-                                  JsonNumber, json_depth)
+                                  JsonNumber, QueryInteger, json_depth)
 from app.services.chat.completions import CONTENT_REQUIRED, ROLES
 
 
@@ -180,6 +180,54 @@ class ModelSchema(ma.Schema):
 class ModelListSchema(ma.Schema):
     object = ma.fields.String(required=True)
     data = ma.fields.List(ma.fields.Nested(ModelSchema), required=True)
+
+
+class AnthropicHeadersSchema(InputSchema):
+    """``anthropic-version``, which Anthropic's clients send on every request: the model
+    routes answer in Anthropic's shape when it is present."""
+
+    class Meta:
+        unknown = ma.EXCLUDE
+
+    anthropic_version = ma.fields.String(data_key="anthropic-version", validate=ma.validate.Length(max=64), metadata={
+        "description": "Sent by Anthropic's clients (e.g. `2023-06-01`): the answer is Anthropic's model object "
+                       "(list: `data`, `has_more`, `first_id`, `last_id`, paged by `limit`, `after_id`, "
+                       "`before_id`). Without it, OpenAI's."})
+
+
+class ModelListArgsSchema(InputSchema):
+    """Anthropic's paging of the model list (applied with ``anthropic-version`` only)."""
+
+    class Meta:
+        unknown = ma.EXCLUDE
+
+    limit = QueryInteger(load_default=20, validate=ma.validate.Range(min=1, max=1000), metadata={
+        "description": "With `anthropic-version`: models per page (Anthropic's default 20)."})
+    after_id = ma.fields.String(validate=ma.validate.Length(min=1, max=200), metadata={
+        "description": "With `anthropic-version`: the page after this model id (`last_id` of the previous one)."})
+    before_id = ma.fields.String(validate=ma.validate.Length(min=1, max=200), metadata={
+        "description": "With `anthropic-version`: the page before this model id (`first_id` of the next one)."})
+
+
+class AnthropicModelSchema(ma.Schema):
+    type = ma.fields.Constant("model", required=True)
+    id = ma.fields.String(required=True)
+    display_name = ma.fields.String(required=True, metadata={"description": "The model id."})
+    created_at = ma.fields.String(required=True, metadata={
+        "format": "date-time", "description": "Release date; the epoch when unknown (always, here)."})
+    max_input_tokens = ma.fields.Integer(required=True, allow_none=True, metadata={
+        "description": "Context window; null for `auto`."})
+    max_tokens = ma.fields.Integer(required=True, allow_none=True, metadata={
+        "description": "Most output tokens; null for `auto`."})
+    lifecycle = ma.fields.Constant("active", required=True, metadata={
+        "description": "Always `active`: a listed model can be called now."})
+
+
+class AnthropicModelListSchema(ma.Schema):
+    data = ma.fields.List(ma.fields.Nested(AnthropicModelSchema), required=True)
+    has_more = ma.fields.Boolean(required=True)
+    first_id = ma.fields.String(required=True, allow_none=True)
+    last_id = ma.fields.String(required=True, allow_none=True)
 
 
 # --- Anthropic Messages API (POST /v1/messages) -------------------------------------------

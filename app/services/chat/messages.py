@@ -307,3 +307,36 @@ def create_message(account_id: str, mode: str, req: dict, key_id: str | None = N
     completion_id, model = result.headers["X-Chat-Completion-Id"], result.headers["X-Chat-Model"]
     return ChatResult(events=lambda: translate_stream(result.events(), completion_id, model, stops),
                       headers=result.headers)
+
+
+# --- Anthropic's model list (GET /v1/models with `anthropic-version`) -----------------------
+
+EPOCH = "1970-01-01T00:00:00Z"  # release date unknown: the value Anthropic's API documents for it
+
+
+def anthropic_model(entry: completions.ModelInfo) -> dict:
+    """One model in Anthropic's shape (its SDK's ``ModelInfo``): the catalog's window and
+    output cap as ``max_input_tokens`` / ``max_tokens``, the id as display name."""
+    return {"type": "model", "id": entry.id, "display_name": entry.id, "created_at": EPOCH,
+            "max_input_tokens": entry.context_window, "max_tokens": entry.max_output_tokens,
+            "lifecycle": "active"}  # listed: callable now
+
+
+def anthropic_models(entries: list, limit: int = 20, after_id: str | None = None,
+                     before_id: str | None = None) -> dict:
+    """A page of ``entries`` as Anthropic's list: ``limit`` models after ``after_id`` (or the
+    last ``limit`` before ``before_id``), ``has_more``, ``first_id`` and ``last_id``, which
+    its SDK pages with. An id that is not listed is 400, as an unknown cursor is there."""
+    ids = [e.id for e in entries]
+    for name, cursor in (("after_id", after_id), ("before_id", before_id)):
+        if cursor is not None and cursor not in ids:
+            raise InvalidRequest(f"{name}: {cursor!r} is not a model of this list.")
+    if before_id is not None:
+        end = ids.index(before_id)
+        start = max(0, end - limit)
+        page, more = entries[start:end], start > 0
+    else:
+        start = ids.index(after_id) + 1 if after_id is not None else 0
+        page, more = entries[start:start + limit], start + limit < len(entries)
+    return {"data": [anthropic_model(e) for e in page], "has_more": more,
+            "first_id": page[0].id if page else None, "last_id": page[-1].id if page else None}

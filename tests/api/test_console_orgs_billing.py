@@ -605,3 +605,22 @@ def test_a_role_change_that_disables_agents_says_so(app, client, make_account):
     assert "1 agent this member registered was disabled" in page
     r = owner.post(f"/org/members/{dev.id}", {"role": "developer"})
     assert r.status_code == 303 and r.headers["Location"].endswith("/org/members")
+
+
+def test_removing_a_member_says_how_many_of_their_invitations_were_revoked(app, client, make_account):
+    """Removing an admin on the members page revokes the invitations they sent
+    (``invites.revoke_sent_by``) and the page says so; they leave the pending list."""
+    from tests.orgkit import h
+
+    owner_acct, admin = make_account(plan="scale"), make_account(plan="scale")
+    owner = Console(app, owner_acct.id)
+    org_id = owner.create_org("Team")
+    _add_member(app, org_id, admin.id, "admin")
+    for email in ("one@example.com", "two@example.com"):
+        r = client.post(f"/api/orgs/{org_id}/invites", json={"email": email, "role": "viewer"}, headers=h(admin.key))
+        assert r.status_code == 201, r.get_json()
+    assert "two@example.com" in owner.get("/org/members").get_data(as_text=True)
+    r = owner.post(f"/org/members/{admin.id}/remove", {})
+    assert r.status_code == 303 and r.headers["Location"].endswith("/org/members?revoked_invites=2")
+    page = owner.get(r.headers["Location"]).get_data(as_text=True)
+    assert "2 pending invitations this member sent were revoked" in page and "two@example.com" not in page

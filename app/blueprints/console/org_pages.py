@@ -114,7 +114,8 @@ def _members_page(status: int = 200, **extra):
            "member_usage": _member_usage(org.id, members, start, end, mode),
            "errors": {}, "form": {"email": "", "role": "developer"}, "me": g.account.id,
            # agents a role change or removal just disabled (``_members_after``)
-           "disabled_agents": request.args.get("disabled_agents", 0, type=int)}
+           "disabled_agents": request.args.get("disabled_agents", 0, type=int),
+           "revoked_invites": request.args.get("revoked_invites", 0, type=int)}
     return web.page("console/org_members.html", status, ctx, extra)
 
 
@@ -155,10 +156,10 @@ def _manage(service, *args, **kwargs):
 
 
 def _members_after(result: dict):
-    """Back to the members page, saying how many of the member's agents the change disabled."""
-    disabled = len(result.get("disabled_agents") or ())
-    return redirect(url_for("console.org_members", **({"disabled_agents": disabled} if disabled else {})),
-                    code=303)
+    """Back to the members page, saying how many of the member's agents the change disabled
+    and of the invitations they sent it revoked."""
+    counts = {name: len(result.get(name) or ()) for name in ("disabled_agents", "revoked_invites")}
+    return redirect(url_for("console.org_members", **{k: n for k, n in counts.items() if n}), code=303)
 
 
 @bp.post("/org/invites")

@@ -124,6 +124,18 @@ class Extended:
         return getattr(self._obj, name)
 
 
+# The 503 of a route that takes x402 payments when the facilitator gives no verdict
+# (``x402.FacilitatorUnavailable``), for the OpenAPI document of those routes.
+X402_UNAVAILABLE_DOC = (
+    "`facilitator_unavailable`: the x402 facilitator gave no verdict on the payment at `/verify`; nothing "
+    "moved or was charged: send the same payment again after `Retry-After`. `settlement_unavailable`: it gave no "
+    "verdict on the settlement, so whether the USDC moved is not known yet; nothing was charged and the "
+    "authorization stays reserved: if it settled, reconciliation credits it to the balance, so do not pay again "
+    "and retry the call after `Retry-After` (then paid from the balance). `reason` repeats the code. Also "
+    "`service_unavailable` while the database is unreachable.",
+    {"Retry-After": {"description": "Seconds to wait before retrying.", "schema": {"type": "integer", "minimum": 1}}})
+
+
 # The headers of every 402 ``payment_required`` (``app.services.billing.paywall``), for the
 # OpenAPI document of the routes that can answer it (module calls, chat completions).
 PAYMENT_REQUIRED_HEADERS = {

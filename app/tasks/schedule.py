@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from typing import Callable
 
+from app.services.billing.x402.settlement import RECONCILE_EVERY_SECONDS
 from app.tasks import (agents, alerts, billing, chain_watch, chat, gateway, maintenance, outbox, public, tokens,
                        usage, x402_sweep)
 
 SCHEDULE: list[tuple[str, int, Callable]] = [
     ("flush-last-used", 60, maintenance.flush_last_used),
     ("watch-usdc-deposits", 30, chain_watch.watch_usdc_deposits),
-    ("x402-reconcile", 60, x402_sweep.reconcile_x402),
+    ("x402-reconcile", RECONCILE_EVERY_SECONDS, x402_sweep.reconcile_x402),
     ("outbox-sweep", 30, outbox.sweep),
     ("public-prune", 3600, public.prune),
     ("tokens-purge", 3600, tokens.purge),

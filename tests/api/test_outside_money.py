@@ -80,7 +80,10 @@ def test_settle_hangs_then_reconciled_once(app, client, make_account, mod, rails
     fac.settle_delay = 3.0  # longer than X402_FACILITATOR_TIMEOUT_SECONDS
     r = call(client, acct, {"action": "ok"}, headers={"PAYMENT-SIGNATURE": _pay(call(client, acct, {"action": "ok"}),
                                                                                 eth)})
-    assert r.status_code == 402 and r.get_json()["reason"] == "settlement_unavailable"
+    assert r.status_code == 503 and r.get_json()["reason"] == "settlement_unavailable"
+    # a server's outage, not a refused payment: retry later, no fresh payment request to pay twice with
+    assert r.get_json()["error"] == "settlement_unavailable" and int(r.headers["Retry-After"]) > 0
+    assert "PAYMENT-REQUIRED" not in r.headers and "accepts" not in r.get_json()
     with app.app_context():
         assert db.session.query(X402Authorization).one().status == "reserved"
         db.session.remove()
@@ -104,7 +107,7 @@ def test_settle_unanswered_without_chain_asks_the_facilitator(app, client, make_
     fac.settle_delay = 3.0
     r = call(client, acct, {"action": "ok"},
              headers={"PAYMENT-SIGNATURE": _pay(call(client, acct, {"action": "ok"}), EthAccount.create())})
-    assert r.status_code == 402
+    assert r.status_code == 503  # settlement_unavailable
     fac.settle_delay = 0.0
     with app.app_context():
         assert x402.reconcile(older_than_seconds=0)["booked"] == 1
@@ -181,7 +184,7 @@ def test_a_v1_payment_settled_but_unanswered_is_booked_with_its_own_requirement(
     acct = make_account(cents=0)
     fac.settle_delay = 3.0  # settles, then answers after X402_FACILITATOR_TIMEOUT_SECONDS (1 s)
     r = call(client, acct, {"action": "ok"}, headers={"X-Payment": _v1_header(client, acct)})
-    assert r.status_code == 402 and r.get_json()["reason"] == "settlement_unavailable"
+    assert r.status_code == 503 and r.get_json()["reason"] == "settlement_unavailable"
     assert len(fac.facilitator.settled) == 1
     fac.settle_delay = 0.0
     with app.app_context():

@@ -266,9 +266,12 @@ def test_settle_answer_that_is_not_a_verdict_keeps_the_authorization_reserved(cf
     with facilitator_server() as fac:
         cfg.config["X402_FACILITATOR_URL"] = fac.url
         fac.settle, fac.settle_status = answer, status
-        with pytest.raises(x402.PaymentInvalid) as exc:
+        with pytest.raises(x402.SettlementUnavailable) as exc:
             x402.accept(_header_v2(wallet), account_id=acct.id, price_micros=50_000, resource_url="http://gw.test/x")
-        assert exc.value.reason == "settlement_unavailable"
+        assert exc.value.reason == "settlement_unavailable" and exc.value.status == 503
+        # a reconciliation run from now, and no fresh payment request: paying again would pay twice
+        assert int(exc.value.headers["Retry-After"]) == cfg.config["X402_RECONCILE_AFTER_SECONDS"] + 60
+        assert "PAYMENT-REQUIRED" not in exc.value.headers and "Do not pay again" in exc.value.message
         assert db.session.execute(db.select(X402Authorization.status)).scalar_one() == "reserved"
         fac.settle, fac.settle_status = None, 200  # the facilitator answers again: settled, booked
         assert x402.reconcile(older_than_seconds=0)["booked"] == 1
@@ -281,9 +284,10 @@ def test_unreachable_facilitator_is_not_called_a_refusal(cfg, make_account, wall
     payment may be sent again), not that the facilitator refused the payment."""
     acct = make_account(cents=0)
     cfg.config["X402_FACILITATOR_URL"] = "http://127.0.0.1:9"  # nothing listens there
-    with pytest.raises(x402.PaymentInvalid) as exc:
+    with pytest.raises(x402.FacilitatorUnavailable) as exc:
         x402.accept(_header_v2(wallet), account_id=acct.id, price_micros=50_000, resource_url="http://gw.test/x")
-    assert exc.value.reason == "facilitator_unavailable"
+    assert exc.value.reason == "facilitator_unavailable" and exc.value.status == 503
+    assert exc.value.headers == {"Retry-After": "5"}  # a server's outage: no fresh payment request
     assert "refused" not in exc.value.message and "did not answer" in exc.value.message
     assert "same payment may be sent again" in exc.value.message
     assert ledger.balance(ledger.customer(acct.id)) == 0
@@ -297,7 +301,7 @@ def test_no_verify_verdict_releases_the_authorization_for_a_retry(cfg, make_acco
     acct = make_account(cents=0)
     header = _header_v2(wallet)
     cfg.config["X402_FACILITATOR_URL"] = "http://127.0.0.1:9"  # nothing listens there
-    with pytest.raises(x402.PaymentInvalid) as exc:
+    with pytest.raises(x402.FacilitatorUnavailable) as exc:
         x402.accept(header, account_id=acct.id, price_micros=50_000, resource_url="http://gw.test/x")
     assert exc.value.reason == "facilitator_unavailable"
     assert db.session.execute(db.select(db.func.count()).select_from(X402Authorization)).scalar_one() == 0
@@ -319,7 +323,7 @@ def test_a_verify_server_error_releases_the_authorization_too(cfg, make_account,
     with facilitator_server() as fac:
         cfg.config["X402_FACILITATOR_URL"] = fac.url
         fac.verify, fac.verify_status = {"error": "overloaded"}, 503
-        with pytest.raises(x402.PaymentInvalid) as exc:
+        with pytest.raises(x402.FacilitatorUnavailable) as exc:
             x402.accept(_header_v2(wallet), account_id=acct.id, price_micros=50_000, resource_url="http://gw.test/x")
     assert exc.value.reason == "facilitator_unavailable"
     assert db.session.execute(db.select(db.func.count()).select_from(X402Authorization)).scalar_one() == 0

@@ -17,7 +17,7 @@ from app.blueprints.chat.schemas import (AnthropicHeadersSchema, AnthropicModelL
                                          MessageSchema, MessagesRequestSchema, MessageTokensCountSchema,
                                          ModelListArgsSchema, ModelListSchema, ModelSchema)
 from app.errors import AnthropicErrorSchema, ErrorSchema, NotFound
-from app.blueprints.fields import PAYMENT_REQUIRED_HEADERS, PAYMENT_RESPONSE_HEADERS
+from app.blueprints.fields import PAYMENT_REQUIRED_HEADERS, PAYMENT_RESPONSE_HEADERS, X402_UNAVAILABLE_DOC
 from app.blueprints.gateway.schemas import PaymentHeadersSchema
 from app.blueprints.routing import document_errors
 from app.extensions import Blueprint
@@ -111,6 +111,7 @@ class ChatCompletionsView(MethodView):
         404: "`model_not_found` (off the chat host: the gateway's plain 404 `{error, message, request_id}`).",
         422: INTEGER_RANGE_DOC,
         502: "`provider_error`: every candidate failed; nothing charged.",
+        503: X402_UNAVAILABLE_DOC,
         504: "`provider_timeout`: every candidate timed out; nothing charged."}, schema=ErrorSchema)
     def post(self, body, x_payment=None, payment_signature=None):
         """Create a chat completion (OpenAI's request and response shapes).
@@ -228,6 +229,7 @@ class MessagesView(MethodView):
         404: "`model_not_found`.",
         422: INTEGER_RANGE_DOC,
         502: "`provider_error`: every candidate failed; nothing charged.",
+        503: X402_UNAVAILABLE_DOC,
         504: "`provider_timeout`: every candidate timed out; nothing charged."}, schema=AnthropicErrorSchema)
     def post(self, body, x_payment=None, payment_signature=None):
         """Create a message (Anthropic's Messages API: request, response, streaming events and

@@ -8,7 +8,7 @@ from app.errors import ErrorSchema
 from app.blueprints.gateway.schemas import (ModuleCallHeadersSchema, ModuleCallRequestSchema,
                                             ModuleCallResponseSchema, ModuleListSchema,
                                             ModuleSchema)
-from app.blueprints.fields import PAYMENT_REQUIRED_HEADERS
+from app.blueprints.fields import PAYMENT_REQUIRED_HEADERS, X402_UNAVAILABLE_DOC
 from app.blueprints.routing import document_errors, endpoint
 from app.extensions import Blueprint
 from app.services.gateway import catalog
@@ -38,8 +38,8 @@ class ModuleCallView(MethodView):
               "(the body adds `price_cents`; when x402 is offered a fresh `PAYMENT-REQUIRED` comes with it; "
               "`reason`: unsupported_scheme, unsupported_network, wrong_asset, wrong_recipient, "
               "insufficient_amount, amount_exceeds_price, not_yet_valid, expired, invalid_signature, "
-              "replayed, x402_disabled, facilitator_required, facilitator_unavailable, settlement_unavailable, "
-              "or the facilitator's reason).", PAYMENT_REQUIRED_HEADERS),
+              "replayed, x402_disabled, facilitator_required, or the facilitator's reason).",
+              PAYMENT_REQUIRED_HEADERS),
         404: "`module_not_found`: no active module has this slug; `unknown_action`: the module has "
              "no active action of that name (the module's actions are catalog data, `GET /api/modules/{slug}`).",
         409: "`idempotency_key_reused` / `idempotency_key_in_use`",
@@ -47,6 +47,7 @@ class ModuleCallView(MethodView):
         422: INTEGER_RANGE_DOC,
         502: "`provider_error` (not charged; when an x402 payment paid the call, it stays as account "
              "credit and the answer carries its `PAYMENT-RESPONSE` / `X-PAYMENT-RESPONSE`)",
+        503: X402_UNAVAILABLE_DOC,
         504: "`provider_timeout` (not charged; an x402 payment as for 502)"}, schema=ErrorSchema)
     def post(self, body, slug, idempotency_key=None, x_payment=None, payment_signature=None):
         """Call a module action; charged before forwarding, refunded if the provider fails.

@@ -25,15 +25,16 @@ EIP-712 hash and EOA signature check. What stays ours, and why:
 * the resource-server flow (``x402ResourceServer``): ours reserves each authorization in
   the database before settling and books the credit to the balance before the charge (money.md).
 """
-from app.services.billing.x402.payload import (MAX_HEADER_BYTES, InvalidPayment, PaymentInvalid, decode,
-                                               header_from, verify)
+from app.services.billing.x402.payload import (MAX_HEADER_BYTES, FacilitatorUnavailable, InvalidPayment,
+                                               PaymentInvalid, SettlementUnavailable, decode, header_from, verify)
 from app.services.billing.x402.requirements import (ATOMIC_PER_CENT, PAYMENT_HEADERS, enabled, is_sandbox,
                                                     networks, offered, pay_to, payment_required)
 from app.services.billing.x402.settlement import (X402Payment, accept, book, reserve, response_headers,
                                                   settle, verify_and_reserve)
 from app.services.billing.x402.reconcile import book_orphans, reconcile
 
-__all__ = ["ATOMIC_PER_CENT", "MAX_HEADER_BYTES", "PAYMENT_HEADERS", "InvalidPayment", "PaymentInvalid",
+__all__ = ["ATOMIC_PER_CENT", "MAX_HEADER_BYTES", "PAYMENT_HEADERS", "FacilitatorUnavailable", "InvalidPayment",
+           "PaymentInvalid", "SettlementUnavailable",
            "X402Payment", "accept", "book", "book_orphans", "decode", "enabled", "header_from",
            "is_sandbox", "networks", "offered", "pay_to", "payment_required", "reconcile", "reserve",
            "response_headers", "settle", "verify", "verify_and_reserve"]

@@ -48,6 +48,25 @@ class PaymentInvalid(DomainError):
         self.reason = reason
 
 
+class FacilitatorUnavailable(DomainError):
+    status, code, message = 503, "facilitator_unavailable", "The payment facilitator did not answer."
+    description = ("x402: the facilitator gave no verdict on the payment (no answer or a server error at "
+                   "/verify): nothing moved and nothing was charged; send the same payment again after "
+                   "`Retry-After`.")
+
+    def __init__(self, message: str, retry_after: int):
+        super().__init__(message, headers={"Retry-After": str(retry_after)}, extra={"reason": self.code})
+        self.reason = self.code
+
+
+class SettlementUnavailable(FacilitatorUnavailable):
+    code, message = "settlement_unavailable", "The payment facilitator gave no settlement verdict."
+    description = ("x402: the facilitator gave no verdict on the settlement (no answer or a server error at "
+                   "/settle), so whether the USDC moved is not known yet: the authorization stays reserved and "
+                   "nothing was charged. If it settled, reconciliation credits it to the balance within minutes; "
+                   "do not pay again: retry the call after `Retry-After`, it is then paid from the balance.")
+
+
 def header_from(headers) -> str | None:
     """The payment header of a request (``PAYMENT-SIGNATURE`` preferred, else ``X-Payment``)."""
     for name in PAYMENT_HEADERS:

@@ -39,7 +39,8 @@ from app.extensions import db
 from app.ids import new_id
 from app.models import Payment, X402Authorization
 from app.models.base import utcnow
-from app.services.billing.x402.payload import PaymentInvalid, decode, verify
+from app.services.billing.x402.payload import (FacilitatorUnavailable, PaymentInvalid, SettlementUnavailable,
+                                               decode, verify)
 from app.services.billing.x402.requirements import (enabled, is_sandbox, offered, payment_required, v1_requirement,
                                                     v2_requirement, wire)
 from app.services.billing import chains
@@ -49,6 +50,12 @@ from app.services.platform import http
 from app.services.platform.uow import in_unit_of_work, transactional, unit_of_work
 
 log = logging.getLogger(__name__)
+
+# How often the ``x402-reconcile`` job runs (app/tasks/schedule.py), and how long a client
+# waits before sending again a payment the facilitator gave no verdict on at /verify: the
+# ``Retry-After`` of 503 ``settlement_unavailable`` and ``facilitator_unavailable``.
+RECONCILE_EVERY_SECONDS = 60
+VERIFY_RETRY_AFTER_SECONDS = 5
 
 
 
@@ -186,17 +193,19 @@ def settle(pay: X402Payment, facts: dict, *, price_micros: int, resource_url: st
     verified = _facilitator("/verify", facts, price_micros, resource_url, description)
     if verified is None:  # nothing moves at /verify: the authorization may be sent again
         _release(pay.auth_id)
-        raise PaymentInvalid("facilitator_unavailable", "The payment facilitator did not answer; nothing was "
-                                                        "charged. Retry later: the same payment may be sent again.")
+        raise FacilitatorUnavailable("The payment facilitator did not answer; nothing was charged. Retry later: "
+                                     "the same payment may be sent again.", VERIFY_RETRY_AFTER_SECONDS)
     if not verified.is_valid:
         reason = verified.invalid_reason or "facilitator_rejected"
         _status(pay.auth_id, status="failed", error=reason[:200])
         raise PaymentInvalid(reason, "The facilitator refused the payment: " + reason)
     settled = _facilitator("/settle", facts, price_micros, resource_url, description)
     if settled is None:  # outcome unknown: keep it reserved for reconciliation
-        raise PaymentInvalid("settlement_unavailable", "The facilitator gave no settlement verdict (no answer "
-                                                       "or a server error); the authorization stays reserved "
-                                                       "for reconciliation.")
+        wait = int(current_app.config["X402_RECONCILE_AFTER_SECONDS"]) + RECONCILE_EVERY_SECONDS
+        raise SettlementUnavailable(
+            "The facilitator gave no settlement verdict (no answer or a server error); nothing was charged and the "
+            "authorization stays reserved: if it settled, it is credited to your balance within "
+            f"{-(-wait // 60)} minutes. Do not pay again: retry the call then.", wait)
     if not settled.success:
         reason = settled.error_reason or "settlement_failed"
         _status(pay.auth_id, status="failed", error=reason[:200])

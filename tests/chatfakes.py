@@ -23,6 +23,7 @@ class FakeState:
         self.retry_after: str | None = None
         self.usage = True
         self.usage_extra: dict = {}  # merged into the reported usage (e.g. cache token counts)
+        self.delta_usage: dict = {}  # Anthropic: merged into message_delta's (cumulative) usage
         self.sleep = 1.0
         self.fail_times: int | None = None  # fail this many times, then behave (mode -> ok)
         # a stream cut after this many events: the connection closes (the body is
@@ -123,7 +124,7 @@ def _anthropic(state: FakeState, body: dict):
             "type": "text_delta", "text": word if i == 0 else " " + word}}))
     events.append(("content_block_stop", {"type": "content_block_stop", "index": 0}))
     events.append(("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": matched},
-                                     "usage": {"output_tokens": 10}}))
+                                     "usage": {"output_tokens": 10, **state.delta_usage}}))
     events.append(("message_stop", {"type": "message_stop"}))
     return _sse(events, state.stream_cut)
 

@@ -240,7 +240,8 @@ class MessagesRequestSchema(InputSchema):
     temperature = JsonNumber(allow_none=True, validate=ma.validate.Range(min=0, max=2))
     top_p = JsonNumber(allow_none=True, validate=ma.validate.Range(min=0, max=1))
     stream = JsonBoolean(metadata={"description": "Anthropic's server-sent events (`message_start` … "
-                                   "`message_stop`); the `message_delta` usage carries the cost."})
+                                   "`message_stop`); `message_start` counts the prompt, the `message_delta` usage is what was "
+                                   "billed, with the cost."})
     tools = ma.fields.List(ma.fields.Dict(metadata={"required": ["name"], "properties": {
         "name": {"type": "string", "minLength": 1}, "input_schema": {"type": "object"}}}),
         allow_none=True, validate=ma.validate.Length(max=128))

@@ -40,8 +40,7 @@ class ChatResult:
     """What the route turns into a response: a JSON body (OpenAI's ``chat.completion``) or,
     for ``stream: true``, ``events`` yielding the server-sent event bytes; plus headers.
     ``prompt``: a stream's prompt usage as known when it opened (OpenAI's ``prompt_tokens``
-    and ``prompt_tokens_details``; ``estimated``), which ``/v1/messages`` states in
-    ``message_start``."""
+    and ``prompt_tokens_details``), which ``/v1/messages`` states in ``message_start``."""
 
     headers: dict
     body: dict | None = None
@@ -585,14 +584,14 @@ def _start_stream(call: _Call, offers: list[Offer], models: dict[str, Model]) ->
 def _opening_prompt(call: _Call, offer: Offer, first: dict) -> dict:
     """The prompt's usage when a stream opens: the provider's count if its first event
     carried one (Anthropic's ``message_start``), else the gateway's estimate at ``offer``
-    (the one its hold counted and an estimated charge would bill), ``estimated: true``;
-    the stream's final usage has the count that is billed."""
+    (the one its hold counted and an estimated charge would bill); the stream's final usage
+    has the count that is billed."""
     upstream = first.get("usage")
     if isinstance(upstream, dict) and _count(upstream.get("prompt_tokens")):
         read, written = _cache_split(upstream)
-        return {"prompt_tokens": int(upstream["prompt_tokens"]), "estimated": False,
+        return {"prompt_tokens": int(upstream["prompt_tokens"]),
                 "prompt_tokens_details": {"cached_tokens": read, "cache_write_tokens": written}}
-    return {"prompt_tokens": call.needs.prompt_tokens_for(offer), "estimated": True}
+    return {"prompt_tokens": call.needs.prompt_tokens_for(offer)}
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """Token usage in a ``/v1/messages`` stream as Anthropic's own API reports it, and as the
 gateway bills it: ``message_start`` carries the prompt's count (Claude Code, LiteLLM and the
 ``anthropic`` SDK's accumulator read it there), ``message_delta`` the cumulative usage —
-input, output, cache writes and reads — which is what was charged.
+input, output, cache writes and reads — which is what was charged; and how an answer from
+an Anthropic provider ended.
 
 Figures (tests/chatfakes.py): ``hello there`` is estimated at 10 prompt tokens for m-small
 (1 token per 4 characters); the OpenAI-shaped fakes report 100 prompt + 50 completion tokens
@@ -92,4 +93,27 @@ def test_message_delta_counts_from_an_anthropic_upstream_are_cumulative(app, cli
     assert (usage["input_tokens"], usage["cache_read_input_tokens"], usage["output_tokens"]) == (25, 100, 10)
     row, spent = _billed(app, acct.id)
     assert row.prompt_tokens == 125 and row.cost_micros == spent == 25 * 4 + 40 + 10 * 20 == usage["cost_micros"]
+    ledger_clean()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_answer_cut_by_the_context_window_is_not_a_finished_one(app, client, fakes, acct, ledger_clean, stream):
+    """Anthropic ends an answer that filled the model's context window with ``stop_reason:
+    "model_context_window_exceeded"``; the gateway read any stop reason it did not know as
+    ``stop`` / ``end_turn``, so a truncated answer passed for a complete one. It is OpenAI's
+    ``length`` and the Messages API's ``max_tokens``, as for an answer cut by its cap."""
+    fakes.claude.stop_reason = "model_context_window_exceeded"
+    r = client.post("/v1/chat/completions", headers=acct.headers,
+                    json={"model": "m-claude", "max_tokens": 64, "messages": MSGS, "stream": stream})
+    assert r.status_code == 200
+    if stream:
+        chunks = [orjson.loads(b[6:]) for b in r.get_data().split(b"\n\n") if b.startswith(b"data: {")]
+        finish = [c["finish_reason"] for chunk in chunks for c in chunk["choices"] if c.get("finish_reason")]
+        assert finish == ["length"]
+        stop = _stream(client, acct, model="m-claude")["message_delta"][0]["delta"]["stop_reason"]
+    else:
+        assert r.get_json()["choices"][0]["finish_reason"] == "length"
+        stop = client.post("/v1/messages", headers={"x-api-key": acct.key},
+                           json={"model": "m-claude", "max_tokens": 64, "messages": MSGS}).get_json()["stop_reason"]
+    assert stop == "max_tokens"
     ledger_clean()

@@ -318,8 +318,9 @@ def _openai_stream(offer: Offer, body: dict, max_tokens: int) -> Iterator[dict]:
 
 # --- Anthropic Messages API ---------------------------------------------------------------
 
+# an answer that filled the context window was cut, as one that reached max_tokens
 _STOP = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls",
-         "pause_turn": "stop", "refusal": "content_filter"}
+         "pause_turn": "stop", "refusal": "content_filter", "model_context_window_exceeded": "length"}
 
 
 def _anthropic_headers(offer: Offer) -> dict:

@@ -586,6 +586,25 @@ def test_models_take_anthropics_x_api_key_as_messages_does(client, fakes, acct):
     assert r.status_code == 401 and r.get_json()["error"]["code"] == "unauthorized"
 
 
+def test_models_are_anthropics_model_objects_too(client, fakes, acct):
+    """The anthropic SDK's ``models.list`` / ``models.retrieve`` type a model's ``type``,
+    ``display_name``, ``created_at`` and ``lifecycle`` as always there; the list had none of
+    them, so ``m.display_name`` and ``m.created_at`` were None where the SDK promises a string
+    and a datetime. They are there beside OpenAI's fields (the release date is unknown: the
+    epoch, as Anthropic writes it), with the window and output cap under Anthropic's names."""
+    from anthropic.types import ModelInfo
+
+    page = client.get("/v1/models", headers={"x-api-key": acct.key}).get_json()
+    assert page["has_more"] is False
+    assert (page["first_id"], page["last_id"]) == (page["data"][0]["id"], page["data"][-1]["id"])
+    for item in page["data"]:  # capabilities: OpenAI-side list, not Anthropic's object
+        info = ModelInfo.model_validate({k: v for k, v in item.items() if k != "capabilities"})
+        assert (info.type, info.display_name, info.lifecycle) == ("model", item["id"], "active")
+        assert info.created_at.timestamp() == item["created"] == 0
+    small = client.get("/v1/models/m-small", headers={"x-api-key": acct.key}).get_json()
+    assert (small["max_input_tokens"], small["max_tokens"]) == (1000, 500)
+
+
 def test_chat_host_matching(app, client, monkeypatch, fakes, acct):
     monkeypatch.setitem(app.config, "CHAT_HOST", "chat.example.test")
     r = client.post("/v1/chat/completions", json={"model": "auto", "messages": MSGS},

@@ -167,11 +167,25 @@ class ModelSchema(ma.Schema):
     max_output_tokens = ma.fields.Integer()
     capabilities = ma.fields.List(ma.fields.String())
     pricing = ma.fields.Nested(ModelPricingSchema, metadata={"description": "Cheapest enabled provider's price."})
+    # Anthropic's model object beside OpenAI's (the anthropic SDK's models.list / retrieve
+    # type these as always present): its release date is unknown, which Anthropic writes as
+    # the epoch, as `created` does
+    type = ma.fields.Constant("model", required=True, metadata={"description": "Anthropic's: always `model`."})
+    display_name = ma.fields.Function(lambda m: m.id, required=True, metadata={
+        "type": "string", "description": "Anthropic's: the model's id."})
+    created_at = ma.fields.Constant("1970-01-01T00:00:00Z", required=True, metadata={
+        "type": "string", "format": "date-time", "description": "Anthropic's: the epoch (not known)."})
+    lifecycle = ma.fields.Constant("active", required=True, metadata={"description": "Anthropic's: `active`."})
+    max_input_tokens = ma.fields.Function(lambda m: m.context_window, metadata={
+        "type": "integer", "description": "Anthropic's name for `context_window`."})
+    max_tokens = ma.fields.Function(lambda m: m.max_output_tokens, metadata={
+        "type": "integer", "description": "Anthropic's name for `max_output_tokens`."})
 
     @ma.post_dump
     def _omit_catalog_facts_of_auto(self, data, **kwargs):
         """``auto`` is a routing rule, not a model: it has no window, capabilities or prices."""
-        for name in ("context_window", "max_output_tokens", "capabilities", "pricing"):
+        for name in ("context_window", "max_output_tokens", "capabilities", "pricing", "max_input_tokens",
+                     "max_tokens"):
             if data.get(name) is None:
                 data.pop(name, None)
         return data
@@ -180,6 +194,11 @@ class ModelSchema(ma.Schema):
 class ModelListSchema(ma.Schema):
     object = ma.fields.String(required=True)
     data = ma.fields.List(ma.fields.Nested(ModelSchema), required=True)
+    # Anthropic's page (one page: its SDK then asks for no other)
+    has_more = ma.fields.Constant(False, required=True, metadata={"type": "boolean",
+                                                                  "description": "Anthropic's: always false."})
+    first_id = ma.fields.Function(lambda page: page["data"][0].id, required=True, metadata={"type": "string"})
+    last_id = ma.fields.Function(lambda page: page["data"][-1].id, required=True, metadata={"type": "string"})
 
 
 # --- Anthropic Messages API (POST /v1/messages) -------------------------------------------

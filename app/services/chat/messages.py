@@ -174,8 +174,12 @@ def _input_of(usage: dict) -> dict:
 
 
 def usage_of(usage: dict) -> dict:
-    """The completion's usage in Anthropic's names, plus the gateway's cost fields."""
+    """The completion's usage in Anthropic's names (reasoning tokens, counted in the output,
+    as ``output_tokens_details.thinking_tokens``), plus the gateway's cost fields."""
     out = {**_input_of(usage), "output_tokens": int(usage["completion_tokens"])}
+    reasoning = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens")
+    if reasoning:
+        out["output_tokens_details"] = {"thinking_tokens": int(reasoning)}
     out.update((k, usage[k]) for k in COST_FIELDS if k in usage)
     return out
 

@@ -170,12 +170,14 @@ class ModelSchema(ma.Schema):
     # Anthropic's model object beside OpenAI's (the anthropic SDK's models.list / retrieve
     # type these as always present): its release date is unknown, which Anthropic writes as
     # the epoch, as `created` does
-    type = ma.fields.Constant("model", required=True, metadata={"description": "Anthropic's: always `model`."})
+    type = ma.fields.Constant("model", required=True, metadata={"type": "string", "enum": ["model"],
+                                                                 "description": "Anthropic's: always `model`."})
     display_name = ma.fields.Function(lambda m: m.id, required=True, metadata={
         "type": "string", "description": "Anthropic's: the model's id."})
     created_at = ma.fields.Constant("1970-01-01T00:00:00Z", required=True, metadata={
         "type": "string", "format": "date-time", "description": "Anthropic's: the epoch (not known)."})
-    lifecycle = ma.fields.Constant("active", required=True, metadata={"description": "Anthropic's: `active`."})
+    lifecycle = ma.fields.Constant("active", required=True, metadata={"type": "string", "enum": ["active"],
+                                                                      "description": "Anthropic's: `active`."})
     max_input_tokens = ma.fields.Function(lambda m: m.context_window, metadata={
         "type": "integer", "description": "Anthropic's name for `context_window`."})
     max_tokens = ma.fields.Function(lambda m: m.max_output_tokens, metadata={

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 GATEWAY, OPENAI, ANTHROPIC, MCP = "gateway", "openai", "anthropic", "mcp"
 MCP_PATH = "/mcp"
+MODULE_PREFIX = "/v1/module/"  # the module gateway's calls, in the gateway's error shape
 
 
 def on_chat_host(host: str | None, wanted: str | None) -> bool:
@@ -31,13 +32,16 @@ def on_chat_host(host: str | None, wanted: str | None) -> bool:
 
 def path_style(path: str) -> str:
     """The error convention of a path (the OpenAPI document's view: there the chat routes
-    are the chat host's): ``ANTHROPIC`` for ``/v1/messages``, ``OPENAI`` for ``/v1/chat/…``
-    and ``/v1/models…``, ``MCP`` for ``/mcp``, ``GATEWAY`` for anything else."""
+    are the chat host's): ``ANTHROPIC`` for ``/v1/messages``, ``MCP`` for ``/mcp``,
+    ``GATEWAY`` for the module gateway (``/v1/module/…``) and anything outside ``/v1/``,
+    ``OPENAI`` for the rest of ``/v1/``: ``/v1/chat/…``, ``/v1/models…`` and the paths
+    OpenAI's clients call beside them that the chat host does not serve (``/v1/embeddings``,
+    ``/v1/responses`` …), whose 404 their SDKs then read."""
     if path == MCP_PATH:
         return MCP
     if path == "/v1/messages" or path.startswith("/v1/messages/"):
         return ANTHROPIC
-    if path.startswith("/v1/chat/") or path == "/v1/models" or path.startswith("/v1/models/"):
+    if path.startswith("/v1/") and not (path + "/").startswith(MODULE_PREFIX):
         return OPENAI
     return GATEWAY
 

@@ -431,6 +431,9 @@ def handle_http_exception(err: HTTPException):
     if status == 404 and not message and _has_control_chars(request.path):
         # no route matched because a path segment broke the input policy (app/converters.py)
         message = "Not found: a path segment contains control characters (never part of a valid URL here)."
+    if status == 404 and not message and error_style() in ("openai", "anthropic"):
+        message = (f"{request.path} is not served here: the chat host serves POST /v1/chat/completions, "
+                   "POST /v1/messages, POST /v1/messages/count_tokens and GET /v1/models.")
     if not message:
         message = err.description or err.name
     return error_response(code, message, status, headers, param=param)

@@ -23,6 +23,8 @@ class FakeState:
         self.retry_after: str | None = None
         self.usage = True
         self.usage_extra: dict = {}  # merged into the reported usage (e.g. cache token counts)
+        self.delta_usage: dict = {}  # Anthropic: merged into message_delta's (cumulative) usage
+        self.stop_reason: str | None = None  # Anthropic: the stop reason it answers (else its own)
         self.sleep = 1.0
         self.fail_times: int | None = None  # fail this many times, then behave (mode -> ok)
         # a stream cut after this many events: the connection closes (the body is
@@ -110,6 +112,7 @@ def _anthropic(state: FakeState, body: dict):
     if matched and not body.get("tools"):  # the text ends before the first stop sequence it holds
         content = [{"type": "text", "text": state.text[: state.text.index(matched)]}]
         stop = "stop_sequence"
+    stop = state.stop_reason or stop
     if not body.get("stream"):
         return 200, {"id": "msg_1", "type": "message", "role": "assistant", "model": body["model"],
                      "content": content, "stop_reason": stop, "stop_sequence": matched, "usage": usage}
@@ -123,7 +126,7 @@ def _anthropic(state: FakeState, body: dict):
             "type": "text_delta", "text": word if i == 0 else " " + word}}))
     events.append(("content_block_stop", {"type": "content_block_stop", "index": 0}))
     events.append(("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": matched},
-                                     "usage": {"output_tokens": 10}}))
+                                     "usage": {"output_tokens": 10, **state.delta_usage}}))
     events.append(("message_stop", {"type": "message_stop"}))
     return _sse(events, state.stream_cut)
 

@@ -872,6 +872,28 @@ def test_every_anthropic_style_error_carries_the_request_id_header(client, fakes
     assert r.status_code == 404 and "request-id" not in r.headers
 
 
+def test_openai_paths_the_chat_host_does_not_serve_answer_in_openais_shape(app, client, monkeypatch, fakes, acct):
+    """An OpenAI client pointed at the chat host also calls what the gateway does not serve
+    (``embeddings.create``, ``responses.create`` …); their 404 was in the gateway's shape,
+    so the openai SDK showed the raw body, ``e.code`` None, and werkzeug's "check your
+    spelling". It is OpenAI's shape now, naming what the chat host serves; the module
+    gateway's calls under ``/v1/module/`` and every path off the chat host keep the gateway's."""
+    for path in ("/v1/embeddings", "/v1/responses", "/v1/audio/speech"):
+        r = client.post(path, headers=acct.headers, json={"model": "auto", "input": "hi"})
+        err = r.get_json()["error"]
+        assert r.status_code == 404 and (err["type"], err["code"]) == ("not_found_error", "not_found"), r.get_json()
+        assert err["message"].startswith(f"{path} is not served here") and "POST /v1/chat/completions" in err["message"]
+    r = client.post("/v1/module", headers=acct.headers, json={})
+    assert r.status_code == 404 and r.get_json()["error"] == "not_found"
+    r = client.post("/v1/module/nope/call", headers=acct.headers, json={"action": "x"})
+    assert r.status_code == 404 and isinstance(r.get_json()["error"], str)
+    monkeypatch.setitem(app.config, "CHAT_HOST", "chat.example.test")
+    r = client.post("/v1/embeddings", headers=acct.headers, json={}, base_url="http://api.example.test")
+    assert r.status_code == 404 and r.get_json()["error"] == "not_found"
+    r = client.post("/v1/embeddings", headers=acct.headers, json={}, base_url="http://chat.example.test")
+    assert r.status_code == 404 and r.get_json()["error"]["type"] == "not_found_error"
+
+
 def test_prompt_cache_breakpoints_reach_an_anthropic_provider(app, client, fakes, acct, ledger_clean):
     """Anthropic caches a prompt up to each ``cache_control`` breakpoint (system, tool,
     text, image and tool_result blocks); the translation dropped every one, so a Claude

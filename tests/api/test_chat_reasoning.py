@@ -52,3 +52,26 @@ def test_cached_tokens_at_the_cache_read_price(client, fakes, acct, ledger_clean
     assert usage["prompt_tokens_details"]["cached_tokens"] == 40
     assert usage["cost_micros"] == 60 * 1 + 20 + 50 * 2  # 40 cached × $0.5 = 20 micros
     ledger_clean()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_messages_api_says_how_many_output_tokens_were_reasoning(client, fakes, acct, ledger_clean, stream):
+    """The Messages API's usage breaks the billed ``output_tokens`` down
+    (``output_tokens_details.thinking_tokens``, which the anthropic SDK's accumulator keeps
+    from ``message_delta``); ``/v1/messages`` dropped the reasoning count an OpenAI-compatible
+    provider reported, so a client could not tell why an answer cost more than its text."""
+    import orjson
+
+    fakes.cheap.usage_extra = {"completion_tokens_details": {"reasoning_tokens": 30}}
+    r = client.post("/v1/messages", headers=acct.headers, json={
+        "model": "m-small", "max_tokens": 64, "messages": MSGS, "stream": stream})
+    assert r.status_code == 200
+    if stream:
+        events = [orjson.loads(b.split(b"\ndata: ", 1)[1]) for b in r.get_data().split(b"\n\n")
+                  if b.startswith(b"event: message_delta")]
+        usage = events[-1]["usage"]
+    else:
+        usage = r.get_json()["usage"]
+    assert usage["output_tokens"] == 50 and usage["output_tokens_details"] == {"thinking_tokens": 30}
+    assert usage["cost_micros"] == 100 * 1 + 50 * 2
+    ledger_clean()

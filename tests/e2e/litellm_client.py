@@ -30,6 +30,17 @@ def main(base: str, key: str, poor: str) -> dict:
                      "cost": getattr(fu, "cost", None), "cost_micros": getattr(fu, "cost_micros", None),
                      "savings_pct": getattr(fu, "savings_pct", None)}
 
+    # the token counts LiteLLM computes for a stream, from each API's events: the Messages
+    # API's (message_start, then message_delta's cumulative usage) and OpenAI's usage chunk
+    for name, model, base_url in (("anthropic_stream", "anthropic/demo-standard", base),
+                                  ("openai_stream", "openai/demo-large", base + "/v1")):
+        words = [{"role": "user", "content": "count these streamed words please"}]
+        got = list(litellm.completion(model=model, api_base=base_url, api_key=key, messages=words, max_tokens=64,
+                                      stream=True, stream_options={"include_usage": True}, max_retries=0))
+        built = litellm.stream_chunk_builder(got, messages=words)
+        out[name] = {"prompt_tokens": built.usage.prompt_tokens, "completion_tokens": built.usage.completion_tokens,
+                     "finish_reason": built.choices[0].finish_reason}
+
     def error(call) -> dict:
         try:
             call()

@@ -12,6 +12,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select
+
+from app.extensions import db
+from app.models import ChatCompletion
 
 from demo.llm import DemoLLMHandler
 from tests.support.apps import app_env, gunicorn
@@ -42,6 +46,15 @@ def test_litellm_client_errors_and_cost(app, make_account, ledger_clean):
     assert "llm_provider-x-gateway-overhead-ms" in headers
     assert out["stream"]["text"] == "Echo: stream these words"
     assert out["stream"]["cost"] > 0  # LiteLLM keeps usage.cost from a stream's final usage
+    with app.app_context():  # what LiteLLM counted for a stream is what the gateway recorded and charged
+        for name, model in (("anthropic_stream", "demo-standard"), ("openai_stream", "demo-large")):
+            row = db.session.execute(select(ChatCompletion).where(
+                ChatCompletion.account_id == acct.id, ChatCompletion.model == model)).scalar_one()
+            assert row.stream and row.status == "settled" and row.cost_micros > 0
+            assert (out[name]["prompt_tokens"], out[name]["completion_tokens"]) == (
+                row.prompt_tokens, row.completion_tokens), name
+            assert out[name]["finish_reason"] == "stop"
+        db.session.remove()
     assert out["401"]["class"] == "AuthenticationError" and "revoked credential" in out["401"]["text"]
     assert out["429"]["class"] == "RateLimitError" and "Rate limit of" in out["429"]["text"]
     assert out["402"]["status"] == 402 and "POST /api/wallet/fund" in out["402"]["text"]

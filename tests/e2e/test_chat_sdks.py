@@ -11,6 +11,7 @@ import pytest
 from openai import OpenAI
 
 from app.extensions import db
+from app.models import ChatCompletion
 from app.services.money import ledger
 from demo.llm import DemoLLMHandler
 from tests.support.apps import app_env, gunicorn
@@ -99,14 +100,26 @@ def test_anthropic_sdk_create_stream_and_errors(app, make_account, server, ledge
         {"role": "user", "content": [{"type": "text", "text": "blocks work"}]}])
     assert msg.content[0].text == "Echo: blocks work"
 
-    with client.messages.stream(model="auto", max_tokens=64,
-                                messages=[{"role": "user", "content": "stream these words"}]) as stream:
-        events = [e.type for e in stream]
+    words = [{"role": "user", "content": "stream these words"}]
+    with client.messages.stream(model="auto", max_tokens=64, messages=words) as stream:
+        seen = list(stream)
         final = stream.get_final_message()
+    events = [e.type for e in seen]
     assert final.content[0].text == "Echo: stream these words" and final.stop_reason == "end_turn"
     assert events[0] == "message_start" and events[-1] == "message_stop"
     assert {"content_block_start", "content_block_delta", "content_block_stop", "message_delta"} <= set(events)
     assert final.usage.output_tokens == 4 and final.usage.input_tokens > 0
+    # message_start: the prompt as the gateway estimates it (the demo LLM counts at the end
+    # only), what count_tokens answers for the model; it said 0 until 2026-11-29
+    estimate = client.messages.count_tokens(model=final.model, messages=words).input_tokens
+    assert seen[0].message.usage.input_tokens == estimate > 0
+    # the final usage (message_delta's, cumulative) is what was recorded and charged
+    (delta,) = [e for e in seen if e.type == "message_delta"]
+    with app.app_context():
+        row = db.session.get(ChatCompletion, "chatcmpl-" + final.id.removeprefix("msg_"))
+        assert (row.prompt_tokens, row.completion_tokens) == (final.usage.input_tokens, final.usage.output_tokens)
+        assert row.cost_micros == delta.usage.model_extra["cost_micros"] > 0
+        db.session.remove()
 
     with pytest.raises(anthropic.AuthenticationError) as exc:
         anthropic.Anthropic(base_url=server, api_key="svc_live_nope", max_retries=0).messages.create(

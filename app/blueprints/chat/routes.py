@@ -215,8 +215,10 @@ class MessagesView(MethodView):
         "Headers as for `POST /v1/chat/completions`; `PAYMENT-RESPONSE` when paid by x402."),
         headers=PAYMENT_RESPONSE_HEADERS)
     @blp.doc(responses={200: {"content": {"text/event-stream": {"schema": {
-        "type": "string", "description": "`message_start`, `ping`, `content_block_start` / `content_block_delta` / "
-        "`content_block_stop`, `message_delta` (stop reason, usage with cost), `message_stop`."}}}}})
+        "type": "string", "description": "`message_start` (the prompt's tokens: the provider's count, or the "
+        "gateway's estimate when the provider counts only at the end), `ping`, `content_block_start` / "
+        "`content_block_delta` / `content_block_stop`, `message_delta` (stop reason, the cumulative usage "
+        "that was billed, with cost), `message_stop`."}}}}})
     @document_errors(blp, {
         400: "`invalid_request_error`: a body outside the document (which states the content blocks each "
              "turn takes: text; image and tool_result in user turns, tool_use in assistant turns); and, by "

@@ -210,7 +210,7 @@ class ModelListArgsSchema(InputSchema):
 
 
 class AnthropicModelSchema(ma.Schema):
-    type = ma.fields.Constant("model", required=True)
+    type = ma.fields.Constant("model", required=True, metadata={"type": "string", "enum": ["model"]})
     id = ma.fields.String(required=True)
     display_name = ma.fields.String(required=True, metadata={"description": "The model id."})
     created_at = ma.fields.String(required=True, metadata={
@@ -220,7 +220,7 @@ class AnthropicModelSchema(ma.Schema):
     max_tokens = ma.fields.Integer(required=True, allow_none=True, metadata={
         "description": "Most output tokens; null for `auto`."})
     lifecycle = ma.fields.Constant("active", required=True, metadata={
-        "description": "Always `active`: a listed model can be called now."})
+        "type": "string", "enum": ["active"], "description": "Always `active`: a listed model can be called now."})
 
 
 class AnthropicModelListSchema(ma.Schema):
@@ -288,7 +288,8 @@ class MessagesRequestSchema(InputSchema):
     temperature = JsonNumber(allow_none=True, validate=ma.validate.Range(min=0, max=2))
     top_p = JsonNumber(allow_none=True, validate=ma.validate.Range(min=0, max=1))
     stream = JsonBoolean(metadata={"description": "Anthropic's server-sent events (`message_start` … "
-                                   "`message_stop`); the `message_delta` usage carries the cost."})
+                                   "`message_stop`); `message_start` counts the prompt, the `message_delta` usage is what was "
+                                   "billed, with the cost."})
     tools = ma.fields.List(ma.fields.Dict(metadata={"required": ["name"], "properties": {
         "name": {"type": "string", "minLength": 1}, "input_schema": {"type": "object"}}}),
         allow_none=True, validate=ma.validate.Length(max=128))

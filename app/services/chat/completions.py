@@ -38,11 +38,14 @@ CONTENT_REQUIRED = ("user", "system", "developer")
 @dataclass
 class ChatResult:
     """What the route turns into a response: a JSON body (OpenAI's ``chat.completion``) or,
-    for ``stream: true``, ``events`` yielding the server-sent event bytes; plus headers."""
+    for ``stream: true``, ``events`` yielding the server-sent event bytes; plus headers.
+    ``prompt``: a stream's prompt usage as known when it opened (OpenAI's ``prompt_tokens``
+    and ``prompt_tokens_details``), which ``/v1/messages`` states in ``message_start``."""
 
     headers: dict
     body: dict | None = None
     events: Callable[[], Iterator[bytes]] | None = None
+    prompt: dict | None = None
 
 
 @dataclass
@@ -575,7 +578,20 @@ def _start_stream(call: _Call, offers: list[Offer], models: dict[str, Model]) ->
                 except Exception:
                     log.exception("chat %s: settling the interrupted stream failed", call.id)
 
-    return ChatResult(events=events, headers=_headers(call, offer))
+    return ChatResult(events=events, headers=_headers(call, offer), prompt=_opening_prompt(call, offer, first))
+
+
+def _opening_prompt(call: _Call, offer: Offer, first: dict) -> dict:
+    """The prompt's usage when a stream opens: the provider's count if its first event
+    carried one (Anthropic's ``message_start``), else the gateway's estimate at ``offer``
+    (the one its hold counted and an estimated charge would bill); the stream's final usage
+    has the count that is billed."""
+    upstream = first.get("usage")
+    if isinstance(upstream, dict) and _count(upstream.get("prompt_tokens")):
+        read, written = _cache_split(upstream)
+        return {"prompt_tokens": int(upstream["prompt_tokens"]),
+                "prompt_tokens_details": {"cached_tokens": read, "cache_write_tokens": written}}
+    return {"prompt_tokens": call.needs.prompt_tokens_for(offer)}
 
 
 @dataclass(frozen=True)

@@ -164,14 +164,22 @@ def message_id(completion_id: str) -> str:
     return "msg_" + completion_id.removeprefix("chatcmpl-")
 
 
-def usage_of(usage: dict) -> dict:
-    """The completion's usage in Anthropic's names (``input_tokens`` excludes the cached
-    and cache-written tokens, as Anthropic counts them), plus the gateway's cost fields."""
+def _input_of(usage: dict) -> dict:
+    """The prompt's counts of an OpenAI usage in Anthropic's names: ``input_tokens``
+    excludes the cached and cache-written tokens, as Anthropic counts them."""
     details = usage.get("prompt_tokens_details") or {}
     read, written = int(details.get("cached_tokens") or 0), int(details.get("cache_write_tokens") or 0)
-    out = {"input_tokens": max(0, int(usage["prompt_tokens"]) - read - written),
-           "output_tokens": int(usage["completion_tokens"]),
-           "cache_creation_input_tokens": written, "cache_read_input_tokens": read}
+    return {"input_tokens": max(0, int(usage["prompt_tokens"]) - read - written),
+            "cache_creation_input_tokens": written, "cache_read_input_tokens": read}
+
+
+def usage_of(usage: dict) -> dict:
+    """The completion's usage in Anthropic's names (reasoning tokens, counted in the output,
+    as ``output_tokens_details.thinking_tokens``), plus the gateway's cost fields."""
+    out = {**_input_of(usage), "output_tokens": int(usage["completion_tokens"])}
+    reasoning = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens")
+    if reasoning:
+        out["output_tokens_details"] = {"thinking_tokens": int(reasoning)}
     out.update((k, usage[k]) for k in COST_FIELDS if k in usage)
     return out
 
@@ -213,8 +221,10 @@ def _event(kind: str, data: dict) -> bytes:
 
 
 def translate_stream(events: Iterator[bytes], completion_id: str, model: str,
-                     stops: tuple = ()) -> Iterator[bytes]:
-    """The completion's OpenAI event stream → Anthropic's: ``message_start``, ``ping``,
+                     stops: tuple = (), prompt: dict | None = None) -> Iterator[bytes]:
+    """The completion's OpenAI event stream → Anthropic's: ``message_start`` (its usage: the
+    prompt's counts as known when the stream opened, ``prompt`` — the provider's, or the
+    gateway's estimate when the provider counts only at the end — no output yet), ``ping``,
     per content block ``content_block_start`` / ``content_block_delta`` (``text_delta``,
     ``input_json_delta``) / ``content_block_stop``, then ``message_delta`` (stop reason,
     usage with cost) and ``message_stop``; a provider break mid-stream is an ``error``
@@ -228,8 +238,7 @@ def translate_stream(events: Iterator[bytes], completion_id: str, model: str,
         yield _event("message_start", {"message": {
             "id": message_id(completion_id), "type": "message", "role": "assistant", "model": model,
             "content": [], "stop_reason": None, "stop_sequence": None,
-            "usage": {"input_tokens": 0, "output_tokens": 0, "cache_creation_input_tokens": 0,
-                      "cache_read_input_tokens": 0}}})
+            "usage": {**_input_of(prompt or {"prompt_tokens": 0}), "output_tokens": 0}}})
         yield _event("ping", {})
         for raw in events:
             if not raw.startswith(b"data: {"):
@@ -305,7 +314,7 @@ def create_message(account_id: str, mode: str, req: dict, key_id: str | None = N
     if result.events is None:
         return ChatResult(body=from_openai(result.body, stops), headers=result.headers)
     completion_id, model = result.headers["X-Chat-Completion-Id"], result.headers["X-Chat-Model"]
-    return ChatResult(events=lambda: translate_stream(result.events(), completion_id, model, stops),
+    return ChatResult(events=lambda: translate_stream(result.events(), completion_id, model, stops, result.prompt),
                       headers=result.headers)
 
 

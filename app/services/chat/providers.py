@@ -318,8 +318,9 @@ def _openai_stream(offer: Offer, body: dict, max_tokens: int) -> Iterator[dict]:
 
 # --- Anthropic Messages API ---------------------------------------------------------------
 
+# an answer that filled the context window was cut, as one that reached max_tokens
 _STOP = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls",
-         "pause_turn": "stop", "refusal": "content_filter"}
+         "pause_turn": "stop", "refusal": "content_filter", "model_context_window_exceeded": "length"}
 
 
 def _anthropic_headers(offer: Offer) -> dict:
@@ -486,6 +487,14 @@ def _counted(usage, name: str) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
+_INPUT_COUNTS = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+
+
+def _input_counts(usage) -> dict:
+    """The input token counts an Anthropic usage object reports (integers only)."""
+    return {k: usage[k] for k in _INPUT_COUNTS if _counted(usage, k)}
+
+
 def anthropic_prompt_usage(usage: dict) -> dict:
     """Anthropic input usage in OpenAI's shape: ``prompt_tokens`` counts every input token;
     ``prompt_tokens_details`` says how many were read from the prompt cache
@@ -513,6 +522,7 @@ def _anthropic_stream(offer: Offer, body: dict, max_tokens: int) -> Iterator[dic
     resp = _post(offer, offer.provider.base_url + "/v1/messages", _anthropic_headers(offer),
                  payload)
     prompt = completion = None
+    counted: dict = {}  # the input counts so far: message_start's, restated by message_delta's
     tool_index: dict[int, int] = {}
     finish = None
     matched: dict = {}
@@ -523,8 +533,8 @@ def _anthropic_stream(offer: Offer, body: dict, max_tokens: int) -> Iterator[dic
             continue
         kind = ev.get("type")
         if kind == "message_start":
-            u = (ev.get("message") or {}).get("usage") or {}
-            prompt = anthropic_prompt_usage(u) if _counted(u, "input_tokens") else None
+            counted = _input_counts((ev.get("message") or {}).get("usage"))
+            prompt = anthropic_prompt_usage(counted) if "input_tokens" in counted else None
             # the prompt's count rides along (no output count yet): a stream cut before
             # message_delta is charged the prompt Anthropic counted (completions._usage ``cut``)
             yield {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
@@ -551,6 +561,11 @@ def _anthropic_stream(offer: Offer, body: dict, max_tokens: int) -> Iterator[dic
             u = ev.get("usage") or {}
             if _counted(u, "output_tokens"):
                 completion = u["output_tokens"]
+            # its counts are cumulative: input counts it restates replace message_start's (the
+            # ones it leaves out stand), as the anthropic SDK's accumulator reads them
+            counted.update(_input_counts(u))
+            if "input_tokens" in counted:
+                prompt = anthropic_prompt_usage(counted)
         elif kind == "error":
             raise ProviderFailure(f"{offer.provider.id}: stream error {str(ev.get('error'))[:200]}")
         elif kind == "message_stop":

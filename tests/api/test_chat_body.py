@@ -28,6 +28,7 @@ PLAIN = [
      "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "auto",
      "response_format": {"type": "json_object"}, "stream_options": None, "user": "u-1"},
     {"model": "x" * 96, "messages": MSG * 4096, "tools": [], "extra": _deep(30)},
+    {"model": "auto", "messages": MSG, "temperature": 2, "top_p": 0}, {"model": "auto", "messages": MSG, "top_p": 1.0},
 ]
 NOT_PLAIN = [
     None, [], "text", {"messages": MSG}, {"model": "auto"}, {"model": "", "messages": MSG},
@@ -41,6 +42,9 @@ NOT_PLAIN = [
     {"model": "auto", "messages": MSG, "tools": [{}] * 129}, {"model": "auto", "messages": MSG, "tools": ["f"]},
     {"model": "auto", "messages": MSG, "response_format": "json"},
     {"model": "auto", "messages": MSG, "extra": _deep(40)},
+    {"model": "auto", "messages": MSG, "temperature": 2.5}, {"model": "auto", "messages": MSG, "temperature": -0.1},
+    {"model": "auto", "messages": MSG, "temperature": "0.5"}, {"model": "auto", "messages": MSG, "temperature": True},
+    {"model": "auto", "messages": MSG, "top_p": 1.5},
 ]
 
 
@@ -96,3 +100,19 @@ def test_a_field_of_another_json_type_is_refused_as_the_document_says(client, fa
 def test_a_fraction_free_float_is_still_an_integer(client, fakes, acct, path):  # noqa: F811
     body = {"model": "m-small", "max_tokens": 10.0, "messages": MSG, "temperature": 1}
     assert client.post(path, json=body, headers={"Authorization": f"Bearer {acct.key}"}).status_code == 200
+
+
+@pytest.mark.parametrize("path, field, value", [
+    ("/v1/chat/completions", "temperature", 5), ("/v1/chat/completions", "temperature", -1),
+    ("/v1/chat/completions", "top_p", 1.5), ("/v1/messages", "temperature", 1.5), ("/v1/messages", "top_p", 2),
+])
+def test_sampling_settings_outside_the_apis_ranges_are_the_callers_400(client, fakes, acct, path, field,  # noqa: F811
+                                                                        value):
+    """OpenAI takes ``temperature`` 0–2 and ``top_p`` 0–1, Anthropic ``temperature`` 0–1:
+    outside, the request is refused with a 400 naming the field before anything is held or
+    sent. Until 2026-11-29 chat completions passed any value to the provider (whose 400 is a
+    provider failure there) and the Messages API took ``temperature`` up to 2."""
+    body = {"model": "m-small", "max_tokens": 10, "messages": MSG, field: value}
+    r = client.post(path, json=body, headers={"Authorization": f"Bearer {acct.key}"})
+    assert r.status_code == 400 and field in r.get_data(as_text=True), r.get_data(as_text=True)
+    assert fakes.cheap.bodies == [] and fakes.pricey.bodies == []  # nothing was sent

@@ -38,8 +38,9 @@ _TOOL = {"required": ["function"], "properties": {"function": {
 
 
 class ChatRequestSchema(InputSchema):
-    """OpenAI chat-completions request. Fields not listed here (temperature, top_p, stop,
-    seed, user, …) are passed to the upstream unchanged."""
+    """OpenAI chat-completions request. Fields not listed here (stop, seed, user, …) are
+    passed to the upstream unchanged; those listed are checked against OpenAI's own rules
+    (an out-of-range ``temperature`` is the caller's 400, not a provider's failure)."""
 
     class Meta:
         unknown = ma.INCLUDE
@@ -66,10 +67,15 @@ class ChatRequestSchema(InputSchema):
     tool_choice = ma.fields.Raw(allow_none=True)
     response_format = ma.fields.Dict(allow_none=True)
     stream_options = ma.fields.Dict(allow_none=True)
+    temperature = JsonNumber(allow_none=True, validate=ma.validate.Range(min=0, max=2),
+                             metadata={"description": "Sampling temperature, 0 to 2 (OpenAI's range)."})
+    top_p = JsonNumber(allow_none=True, validate=ma.validate.Range(min=0, max=1),
+                       metadata={"description": "Nucleus sampling, 0 to 1."})
 
 
 _MODEL_TEXT = re.compile(SINGLE_LINE_PATTERN)
 _INT_MAX = {"max_tokens": 1_000_000, "max_completion_tokens": 1_000_000, "n": 16}
+_NUMBER_RANGE = {"temperature": (0, 2), "top_p": (0, 1)}
 _OBJECTS = ("response_format", "stream_options")
 
 
@@ -90,6 +96,10 @@ def plain_chat_request(doc) -> dict | None:
     for name, top in _INT_MAX.items():
         value = doc.get(name)
         if value is not None and not (type(value) is int and 1 <= value <= top):
+            return None
+    for name, (low, high) in _NUMBER_RANGE.items():
+        value = doc.get(name)
+        if value is not None and not (type(value) in (int, float) and low <= value <= high):
             return None
     tools = doc.get("tools")
     if tools is not None and not (type(tools) is list and len(tools) <= 128 and all(type(t) is dict for t in tools)):
@@ -285,7 +295,8 @@ class MessagesRequestSchema(InputSchema):
     system = ma.fields.Raw(allow_none=True, metadata={"anyOf": [{"type": "string"}, _TEXT_BLOCKS, {"type": "null"}],
                                                       "description": "A string or text blocks."})
     stop_sequences = ma.fields.List(ma.fields.String(), allow_none=True, validate=ma.validate.Length(max=16))
-    temperature = JsonNumber(allow_none=True, validate=ma.validate.Range(min=0, max=2))
+    temperature = JsonNumber(allow_none=True, validate=ma.validate.Range(min=0, max=1),
+                             metadata={"description": "0 to 1 (Anthropic's range)."})
     top_p = JsonNumber(allow_none=True, validate=ma.validate.Range(min=0, max=1))
     stream = JsonBoolean(metadata={"description": "Anthropic's server-sent events (`message_start` … "
                                    "`message_stop`); `message_start` counts the prompt, the `message_delta` usage is what was "

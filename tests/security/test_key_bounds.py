@@ -9,6 +9,7 @@ import pytest
 
 from app.extensions import db
 from app.services.accounts import keys
+from tests.gateway_helpers import balance_cents, call, mod, provider, provider_server  # noqa: F401
 
 
 def _post(client, bearer, path, body, method="post"):
@@ -129,3 +130,27 @@ def test_a_controlled_key_cannot_widen_its_own_controls_nor_mint_a_wider_key(cli
     # the owner (console, or a key without controls) is not bounded by them
     assert client.patch(f"/api/keys/{ctl['id']}", json={"rpm_limit": None},
                         headers=account.headers).status_code == 200
+
+
+def test_changing_the_period_carries_the_count_over(app, client, make_account, mod, ledger_clean):
+    """A key limited to 3 cents a day that had spent them switched itself to `week`, then
+    `month`, then `total` (each no shorter: allowed) and each switch started a counter at
+    zero: 12 cents in one day against its 3-cent daily limit. The count of the period it
+    leaves now carries over to the new period's counter (as a rotation carries it), so a
+    switch never frees room in the current period. The owner shortening a period is held
+    the same way: a child limited to 3 a week that spent them today gets no fresh day."""
+    acct = make_account(cents=100, plan="pro")
+    lim = _key(client, acct, spend_limit_cents=3, spend_limit_period="day")
+    assert call(client, acct, {"action": "ok"}, bearer=lim["key"]).status_code == 200  # 3 of 3
+    for period in ("week", "month", "total"):
+        r = _post(client, lim["key"], f"/api/keys/{lim['id']}", {"spend_limit_period": period}, "patch")
+        assert r.status_code == 200 and r.get_json()["spent_cents"] == 3, (period, r.get_json())
+        r = call(client, acct, {"action": "ok"}, bearer=lim["key"])
+        assert r.status_code == 402 and r.get_json()["error"] == "key_spend_limit_reached", (period, r.get_json())
+    weekly = _key(client, acct, spend_limit_cents=3, spend_limit_period="week")
+    assert call(client, acct, {"action": "ok"}, bearer=weekly["key"]).status_code == 200
+    r = client.patch(f"/api/keys/{weekly['id']}", json={"spend_limit_period": "day"}, headers=acct.headers)
+    assert r.status_code == 200 and r.get_json()["spent_cents"] == 3
+    assert call(client, acct, {"action": "ok"}, bearer=weekly["key"]).status_code == 402
+    assert balance_cents(app, acct.id) == 100 - 6
+    ledger_clean()

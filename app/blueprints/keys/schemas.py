@@ -125,7 +125,8 @@ class KeyUpdateSchema(KeyControlsSchema):
                                     metadata={"description": "New limit in cents; null removes the limit."})
     spend_limit_period = ma.fields.String(allow_none=True, validate=ma.validate.OneOf(PERIODS), metadata={
         "description": "New period (`day|week|month|total`); absent or null keeps the current one "
-                       "(`month` for a key that had no limit)."})
+                       "(`month` for a key that had no limit). The new period starts from what the key "
+                       "spent in the current one: a change frees no room."})
     org_id = org_id_field(_ORG_KEY)
 
 

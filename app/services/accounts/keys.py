@@ -19,7 +19,7 @@ from sqlalchemy import func, or_, select, update
 from app.errors import Conflict, Forbidden, InsufficientScope, InvalidRequest, NotFound, Unprocessable
 from app.extensions import db
 from app.ids import new_id, new_secret, sha256_hex
-from app.models import Account, ApiKey, ChatCompletion, KeySpend, ModuleCall
+from app.models import Account, ApiKey, ChatCompletion, ModuleCall
 from app.models.base import utcnow
 from app.scopes import ADMIN_SCOPE, KNOWN_SCOPES
 from app.services.accounts import key_controls
@@ -313,6 +313,9 @@ def update_key(account_id: str, key_id: str, changes: dict, mode: str, *,
                                   f"{_rotation_head(row.id).id}'s spend limit; change it there.")
             limit, new_period = _limit(cents, period or (row.spend_limit_period if cents is not None else None))
             _check_within(creator, limit, new_period, row.expires_at)
+            if row.spend_limit_period and new_period != row.spend_limit_period:
+                # the new period starts from what was spent in the one it leaves
+                spend.carry(row.id, row.spend_limit_period, row.id, new_period, utcnow())
             row.spend_limit_micros, row.spend_limit_period = limit, new_period
         from app.services.orgs import audit
 
@@ -360,10 +363,7 @@ def rotate_key(account_id: str, key_id: str, overlap_seconds: int | None, *,
             setattr(row, name, getattr(old, name))
         _key_audit(row, old.member_account_id, actor, "key.rotate")  # an organisation key stays its member's
         if old.spend_limit_period:
-            start, _ = spend.period_bounds(old.spend_limit_period, now)
-            used = spend.spent(head.id, old.spend_limit_period, now)
-            if used:
-                db.session.add(KeySpend(key_id=row.id, period_start=start, spent_micros=used))
+            spend.carry(head.id, old.spend_limit_period, row.id, old.spend_limit_period, now)
         cutoff = now + timedelta(seconds=overlap)
         old.expires_at = min(old.expires_at, cutoff) if old.expires_at else cutoff
         old.rotated_to = row.id

@@ -41,6 +41,18 @@ _KEYS = ApiKey.__table__
 _BOUNDS = text("SELECT period_from, period_to FROM gw_period_bounds(:period, :at)")
 _RELEASE = text("SELECT gw_spend_release(:key, :micros, :reserved_from, :org, :member, :at)")
 _MEMBER_SPEND = MemberSpend.__table__
+# The count of ``src``'s period containing ``at`` into ``dst``'s period containing ``at``
+# (the greater of the two stays): key rotation (the new key takes its rotation's count) and
+# a key's period change (the new period starts from the count of the period it leaves).
+_CARRY = text("""
+    INSERT INTO key_spend AS s (key_id, period_start, spent_micros)
+    SELECT :dst, (gw_period_bounds(:dst_period, :at)).period_from, f.spent_micros
+      FROM key_spend f
+     WHERE f.key_id = :src AND f.period_start = (gw_period_bounds(:src_period, :at)).period_from
+       AND f.spent_micros > 0
+       FOR UPDATE OF f
+    ON CONFLICT (key_id, period_start) DO UPDATE
+       SET spent_micros = greatest(s.spent_micros, EXCLUDED.spent_micros)""")
 
 
 class KeySpendLimitReached(PaymentRequired):
@@ -71,6 +83,17 @@ def spent(key_id: str, period: str, now: datetime) -> int:
     value = db.session.execute(select(_SPEND.c.spent_micros).where(
         _SPEND.c.key_id == key_id, _SPEND.c.period_start == start)).scalar()
     return int(value or 0)
+
+
+def carry(src_key: str, src_period: str, dst_key: str, dst_period: str, now: datetime) -> None:
+    """Carry what ``src_key`` spent in its ``src_period`` containing ``now`` into
+    ``dst_key``'s ``dst_period`` containing ``now`` (never lowering that count): the
+    rotation's new key takes the count of its rotation, and a key whose period changes
+    keeps, in the new period, what it spent in the one it leaves (so a switch frees no
+    room: a key at its 3 cents a day that moved to ``week`` had a fresh 3 cents). The
+    source row is locked, so a charge counted on it before is carried. Does not commit."""
+    db.session.execute(_CARRY, {"src": src_key, "src_period": src_period, "dst": dst_key,
+                                "dst_period": dst_period, "at": now})
 
 
 def refusal(key_id: str, micros: int, now: datetime) -> KeySpendLimitReached:

@@ -290,3 +290,33 @@ def test_a_retiring_keys_spend_limit_is_changed_on_its_successor(client, account
     assert r.status_code == 200 and r.get_json()["rpm_limit"] == 10  # its own controls still change
     r = client.patch(f"/api/keys/{new['id']}", json={"spend_limit_cents": 100}, headers=account.headers)
     assert r.status_code == 200 and r.get_json()["spend_limit_cents"] == 100
+
+
+def test_rotating_again_after_a_revoked_successor_keeps_the_rotations_limit(app, client, make_account, mod,
+                                                                            ledger_clean):
+    """Rotate a key without a limit, give the new key one (it holds the old key too), then
+    revoke the new key (it leaked) and rotate the old one again: the replacement got the old
+    key's own row's limit (none) with the revoked key's count, so the budget set on the
+    rotation vanished and the replacement spent without bound. It keeps the rotation's limit
+    (the revoked successor's: the one the old key's charges were counted under) and count."""
+    acct = make_account(cents=100, plan="pro")
+    old = _key(client, acct)
+    new = client.post(f"/api/keys/{old['id']}/rotate", json={"overlap_seconds": 3600},
+                      headers=acct.headers).get_json()
+    client.patch(f"/api/keys/{new['id']}", json={"spend_limit_cents": 6, "spend_limit_period": "week"},
+                 headers=acct.headers)
+    assert call(client, acct, {"action": "ok"}, bearer=old["key"]).status_code == 200  # 3 of 6
+    assert client.delete(f"/api/keys/{new['id']}", headers=acct.headers).status_code == 200
+    r = client.post(f"/api/keys/{old['id']}/rotate", json={"overlap_seconds": 3600}, headers=acct.headers)
+    assert r.status_code == 201, r.get_json()
+    again = r.get_json()
+    assert (again["spend_limit_cents"], again["spend_limit_period"], again["spent_cents"]) == (6, "week", 3)
+    assert call(client, acct, {"action": "ok"}, bearer=again["key"]).status_code == 200  # 6 of 6
+    for bearer in (again["key"], old["key"]):
+        assert call(client, acct, {"action": "ok"}, bearer=bearer).status_code == 402
+    # the retiring key may rotate itself too: within the limit it is bound by
+    r = client.post(f"/api/keys/{again['id']}/rotate", json={"overlap_seconds": 0},
+                    headers={"Authorization": f"Bearer {again['key']}"})
+    assert r.status_code == 201 and r.get_json()["spend_limit_cents"] == 6
+    assert balance_cents(app, acct.id) == 100 - 6
+    ledger_clean()

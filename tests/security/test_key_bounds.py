@@ -154,3 +154,25 @@ def test_changing_the_period_carries_the_count_over(app, client, make_account, m
     assert call(client, acct, {"action": "ok"}, bearer=weekly["key"]).status_code == 402
     assert balance_cents(app, acct.id) == 100 - 6
     ledger_clean()
+
+
+def test_a_retiring_key_is_bounded_by_its_rotations_limit(app, client, make_account, mod, ledger_clean):
+    """A rotated key in its overlap charges under its rotation's newest key's limit (one limit
+    per rotation: a limit the owner sets on the new key holds the old key too), but as a
+    creator it was judged by its own row, which had none: the old key minted a key without
+    any limit (working until the overlap's end) next to a 3-cent daily budget it could no
+    longer spend itself. Its bound is now the limit its charges are counted under."""
+    acct = make_account(cents=100, plan="pro")
+    old = _key(client, acct)
+    new = _post(client, acct.key, f"/api/keys/{old['id']}/rotate", {"overlap_seconds": 3600}).get_json()
+    r = _post(client, acct.key, f"/api/keys/{new['id']}", {"spend_limit_cents": 3, "spend_limit_period": "day"},
+              "patch")
+    assert r.status_code == 200
+    assert call(client, acct, {"action": "ok"}, bearer=old["key"]).status_code == 200
+    assert call(client, acct, {"action": "ok"}, bearer=old["key"]).status_code == 402
+    r = _post(client, old["key"], "/api/keys", {"name": "escape"})
+    assert r.status_code == 201 and (r.get_json()["spend_limit_cents"], r.get_json()["spend_limit_period"]) == (
+        3, "day"), r.get_json()
+    r = _post(client, old["key"], "/api/keys", {"name": "bigger", "spend_limit_cents": 4})
+    assert r.status_code == 403 and r.get_json()["error"] == "beyond_own_limits"
+    ledger_clean()

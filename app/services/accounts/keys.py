@@ -129,15 +129,21 @@ PERIOD_ORDER = ("day", "week", "month", "total")  # shorter to longer
 def _creator_key(creator_key_id: str | None) -> SimpleNamespace | None:
     """The bounds of the key acting, read once (None: the account owner, a console
     session: no bound): a copy, so a key changing itself is judged by what it was allowed
-    before the change. A credential that is not a key (an agent session) is refused rather
+    before the change. A retiring key (rotated, in its overlap) is bound by the spend limit
+    its charges count under: its rotation's newest key's (until 2026-11-29 by its own row's,
+    which may have none: it minted unlimited keys next to the rotation's budget). A credential that is not a key (an agent session) is refused rather
     than left unbounded."""
     if creator_key_id is None:
         return None
     row = db.session.get(ApiKey, creator_key_id)
     if row is None:
         raise BeyondCreator("Only API keys and the console can manage keys.")
-    return SimpleNamespace(**{f: getattr(row, f) for f in (
+    bounds = SimpleNamespace(**{f: getattr(row, f) for f in (
         "spend_limit_micros", "spend_limit_period", "expires_at", *key_controls.FIELDS)})
+    if row.rotated_to is not None:  # retiring: its charges count under its rotation's newest key's
+        head = _rotation_head(row.id)  # limit (``auth.key_of``), so that is the limit it is bound by
+        bounds.spend_limit_micros, bounds.spend_limit_period = head.spend_limit_micros, head.spend_limit_period
+    return bounds
 
 
 def _defaults_from(creator: ApiKey | None, limit: int | None, period: str | None,
@@ -353,22 +359,24 @@ def rotate_key(account_id: str, key_id: str, overlap_seconds: int | None, *,
         bound = creator.expires_at if creator is not None else None
         expiry = _rotation_expiry(old, head, now)
         expiry = min((e for e in (expiry, bound) if e is not None), default=None)
-        _check_within(creator, old.spend_limit_micros, old.spend_limit_period, expiry,
-                      {f: getattr(old, f) for f in key_controls.FIELDS})
+        # the rotation's spend limit: the one its charges count under (``auth.key_of``), i.e. the
+        # newest key's — for a retiring key whose successor was revoked, the successor's
+        limit, period = head.spend_limit_micros, head.spend_limit_period
+        _check_within(creator, limit, period, expiry, {f: getattr(old, f) for f in key_controls.FIELDS})
         row, secret = add_key(account_id, old.name, _granted(list(old.scopes or ()), creator_scopes),
                               mode=old.mode)
-        row.spend_limit_micros, row.spend_limit_period = old.spend_limit_micros, old.spend_limit_period
+        row.spend_limit_micros, row.spend_limit_period = limit, period
         row.expires_at = expiry
         for name in key_controls.FIELDS:  # the successor keeps the controls (and counts for both)
             setattr(row, name, getattr(old, name))
         _key_audit(row, old.member_account_id, actor, "key.rotate")  # an organisation key stays its member's
-        if old.spend_limit_period:
-            spend.carry(head.id, old.spend_limit_period, row.id, old.spend_limit_period, now)
+        if period:
+            spend.carry(head.id, period, row.id, period, now)
         cutoff = now + timedelta(seconds=overlap)
         old.expires_at = min(old.expires_at, cutoff) if old.expires_at else cutoff
         old.rotated_to = row.id
         family = _predecessors(old.id) + [old]
-        if old.spend_limit_period:
+        if period:
             # one limit for the rotation: the new key's counter holds the count, so the
             # charges still in flight give their room back there, and the old keys (still
             # working in their overlap) charge there too (``auth.key_of``)

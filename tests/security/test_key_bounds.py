@@ -176,3 +176,37 @@ def test_a_retiring_key_is_bounded_by_its_rotations_limit(app, client, make_acco
     r = _post(client, old["key"], "/api/keys", {"name": "bigger", "spend_limit_cents": 4})
     assert r.status_code == 403 and r.get_json()["error"] == "beyond_own_limits"
     ledger_clean()
+
+
+def test_a_key_changes_only_keys_within_its_scopes(client, account):
+    """Issue 42: a key may edit only keys whose scopes are within its own. Rotation held
+    it (403), but PATCH did not: a key with only `keys:write` lifted the spend limit of a
+    key that may call modules (`call:write`), a budget the budgeted key cannot lift itself."""
+    manager = _key(client, account, scopes=["keys:read", "keys:write"])
+    caller = _key(client, account, scopes=["call:write"], spend_limit_cents=5, spend_limit_period="day")
+    for body in ({"spend_limit_cents": None}, {"spend_limit_cents": 500}, {"rpm_limit": 5}):
+        r = _post(client, manager["key"], f"/api/keys/{caller['id']}", body, "patch")
+        assert r.status_code == 403 and r.get_json()["error"] == "beyond_own_limits", (body, r.get_json())
+    listed = {k["id"]: k for k in client.get("/api/keys", headers=account.headers).get_json()["keys"]}
+    assert (listed[caller["id"]]["spend_limit_cents"], listed[caller["id"]]["rpm_limit"]) == (5, None)
+    # a key of scopes within its own it changes
+    peer = _key(client, account, scopes=["keys:read"])
+    assert _post(client, manager["key"], f"/api/keys/{peer['id']}", {"rpm_limit": 5}, "patch").status_code == 200
+
+
+def test_a_limited_key_may_give_a_key_a_limit_and_a_control_at_once(client, account):
+    """The result of a PATCH is what must be within the acting key's bounds: a key limited to
+    5 cents a day setting 5 a day and an rpm limit on an unlimited key in one request was
+    refused (403: the controls were checked against the key's limit before the change), while
+    the same two changes one after the other were accepted."""
+    lim = _key(client, account, spend_limit_cents=5, spend_limit_period="day")
+    free = _key(client, account)
+    r = _post(client, lim["key"], f"/api/keys/{free['id']}",
+              {"spend_limit_cents": 5, "spend_limit_period": "day", "rpm_limit": 10}, "patch")
+    assert r.status_code == 200, r.get_json()
+    assert (r.get_json()["spend_limit_cents"], r.get_json()["spend_limit_period"], r.get_json()["rpm_limit"]) == (
+        5, "day", 10)
+    r = _post(client, lim["key"], f"/api/keys/{free['id']}", {"spend_limit_cents": 6, "rpm_limit": 9}, "patch")
+    assert r.status_code == 403 and r.get_json()["error"] == "beyond_own_limits"
+    listed = {k["id"]: k for k in client.get("/api/keys", headers=account.headers).get_json()["keys"]}
+    assert (listed[free["id"]]["spend_limit_cents"], listed[free["id"]]["rpm_limit"]) == (5, 10)

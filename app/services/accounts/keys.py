@@ -139,7 +139,7 @@ def _creator_key(creator_key_id: str | None) -> SimpleNamespace | None:
     if row is None:
         raise BeyondCreator("Only API keys and the console can manage keys.")
     bounds = SimpleNamespace(**{f: getattr(row, f) for f in (
-        "spend_limit_micros", "spend_limit_period", "expires_at", *key_controls.FIELDS)})
+        "scopes", "spend_limit_micros", "spend_limit_period", "expires_at", *key_controls.FIELDS)})
     if row.rotated_to is not None:  # retiring: its charges count under its rotation's newest key's
         head = _rotation_head(row.id)  # limit (``auth.key_of``), so that is the limit it is bound by
         bounds.spend_limit_micros, bounds.spend_limit_period = head.spend_limit_micros, head.spend_limit_period
@@ -179,6 +179,16 @@ def _check_within(creator: ApiKey | None, limit: int | None, period: str | None,
                 f"{creator.spend_limit_period} or a longer period (this key's own limit).")
     if creator.expires_at is not None and (expiry is None or expiry > creator.expires_at):
         raise BeyondCreator(f"expires_at: at most this key's own expiry ({creator.expires_at.isoformat()}).")
+
+
+def _check_scopes_within(creator: SimpleNamespace | None, scopes) -> None:
+    """403 ``beyond_own_limits`` when a key (``creator``; None: the console's owner) would
+    change a key holding a scope it lacks (as creating or rotating one is 403)."""
+    if creator is None:
+        return
+    missing = sorted(set(scopes or ()) - set(creator.scopes or ()))
+    if missing:
+        raise BeyondCreator(f"This key cannot change a key with scope(s) it lacks: {', '.join(missing)}.")
 
 
 def _check_capacity(account_id: str, now: datetime, *, retiring_now: int = 0) -> None:
@@ -289,36 +299,38 @@ def update_key(account_id: str, key_id: str, changes: dict, mode: str, *,
     (``allowed_models``, ``allowed_modules``, ``rpm_limit``, ``tpm_limit``; null removes
     one) apply to the next request on every worker. A retiring key (rotated, in its
     overlap) takes no spend-limit change (409 ``key_retiring``): its charges count under
-    its rotation's newest key's limit. Changed by a key (``creator_key_id``),
-    the result must be within that key's own limit (403 ``beyond_own_limits``): a limited
-    key cannot lift its own limit or another's."""
+    its rotation's newest key's limit. Changed by a key (``creator_key_id``), the key must
+    hold no scope the acting key lacks and the result must be within that key's own limit
+    and controls (403 ``beyond_own_limits``): a limited key cannot lift its own limit or
+    another's."""
     ctl = key_controls.validated(changes)
     with unit_of_work():
         creator = _creator_key(creator_key_id)  # before any change: a key may edit itself
         row = _own_key(account_id, key_id, mode, active=True)
+        _check_scopes_within(creator, row.scopes)
         before = _settings(row)
-        for name, value in ctl.items():
-            setattr(row, name, value)
-        if ctl:  # a key may not widen a key's controls (its own included) beyond its own
-            _check_within(creator, row.spend_limit_micros, row.spend_limit_period,
-                          row.expires_at, {f: getattr(row, f) for f in key_controls.FIELDS})
         cents = changes.get("spend_limit_cents", _UNSET)
         period = changes.get("spend_limit_period")
-        if ctl and cents is _UNSET and period is None:
-            pass  # only controls change
-        elif cents is _UNSET:
-            if period is None:
-                raise InvalidRequest("Nothing to change: send spend_limit_cents, spend_limit_period or a control "
-                                     "(allowed_models, allowed_modules, rpm_limit, tpm_limit).")
+        if cents is _UNSET and period is not None:  # a new period for the key's limit
             if row.spend_limit_micros is None:
                 raise Conflict("spend_limit_period: the key has no limit; send spend_limit_cents too.")
             cents = row.spend_limit_micros // MICROS_PER_CENT
+        elif cents is _UNSET and not ctl:
+            raise InvalidRequest("Nothing to change: send spend_limit_cents, spend_limit_period or a control "
+                                 "(allowed_models, allowed_modules, rpm_limit, tpm_limit).")
+        limit, new_period = row.spend_limit_micros, row.spend_limit_period
         if cents is not _UNSET:
             if row.rotated_to is not None:  # the rotation's newest key's limit applies (auth.key_of)
                 raise KeyRetiring(f"Key {row.id} was rotated and is retiring: its charges count under "
                                   f"{_rotation_head(row.id).id}'s spend limit; change it there.")
             limit, new_period = _limit(cents, period or (row.spend_limit_period if cents is not None else None))
-            _check_within(creator, limit, new_period, row.expires_at)
+        for name, value in ctl.items():
+            setattr(row, name, value)
+        # the result must be within the acting key's bounds (its own included): the limit, and
+        # the controls when they change
+        _check_within(creator, limit, new_period, row.expires_at,
+                      {f: getattr(row, f) for f in key_controls.FIELDS} if ctl else None)
+        if cents is not _UNSET:
             if row.spend_limit_period and new_period != row.spend_limit_period:
                 # the new period starts from what was spent in the one it leaves
                 spend.carry(row.id, row.spend_limit_period, row.id, new_period, utcnow())

@@ -140,10 +140,16 @@ def _creator_key(creator_key_id: str | None) -> SimpleNamespace | None:
         raise BeyondCreator("Only API keys and the console can manage keys.")
     bounds = SimpleNamespace(**{f: getattr(row, f) for f in (
         "scopes", "spend_limit_micros", "spend_limit_period", "expires_at", *key_controls.FIELDS)})
-    if row.rotated_to is not None:  # retiring: its charges count under its rotation's newest key's
-        head = _rotation_head(row.id)  # limit (``auth.key_of``), so that is the limit it is bound by
-        bounds.spend_limit_micros, bounds.spend_limit_period = head.spend_limit_micros, head.spend_limit_period
+    bounds.spend_limit_micros, bounds.spend_limit_period = _spend_limit(row)
     return bounds
+
+
+def _spend_limit(row: ApiKey) -> tuple[int | None, str | None]:
+    """(micros, period) of the spend limit ``row``'s charges count under: its own, or for a
+    retiring key (rotated, in its overlap) its rotation's newest key's (``auth.key_of``)."""
+    if row.rotated_to is not None:
+        row = _rotation_head(row.id)
+    return row.spend_limit_micros, row.spend_limit_period
 
 
 def _defaults_from(creator: ApiKey | None, limit: int | None, period: str | None,
@@ -318,7 +324,7 @@ def update_key(account_id: str, key_id: str, changes: dict, mode: str, *,
         elif cents is _UNSET and not ctl:
             raise InvalidRequest("Nothing to change: send spend_limit_cents, spend_limit_period or a control "
                                  "(allowed_models, allowed_modules, rpm_limit, tpm_limit).")
-        limit, new_period = row.spend_limit_micros, row.spend_limit_period
+        limit, new_period = _spend_limit(row)
         if cents is not _UNSET:
             if row.rotated_to is not None:  # the rotation's newest key's limit applies (auth.key_of)
                 raise KeyRetiring(f"Key {row.id} was rotated and is retiring: its charges count under "
@@ -373,7 +379,7 @@ def rotate_key(account_id: str, key_id: str, overlap_seconds: int | None, *,
         expiry = min((e for e in (expiry, bound) if e is not None), default=None)
         # the rotation's spend limit: the one its charges count under (``auth.key_of``), i.e. the
         # newest key's — for a retiring key whose successor was revoked, the successor's
-        limit, period = head.spend_limit_micros, head.spend_limit_period
+        limit, period = _spend_limit(old)
         _check_within(creator, limit, period, expiry, {f: getattr(old, f) for f in key_controls.FIELDS})
         row, secret = add_key(account_id, old.name, _granted(list(old.scopes or ()), creator_scopes),
                               mode=old.mode)

@@ -262,11 +262,15 @@ def _key_audit(row: ApiKey, member_account_id: str | None, actor, action: str) -
 
 
 def with_spent(rows: list[ApiKey]) -> list[ApiKey]:
-    """Set ``spent_micros`` (current period; None without a limit) on each key, for display."""
+    """Set, for display, the spend limit each key's charges count under (``limit_shown``:
+    (micros, period); a retiring key's is its rotation's newest key's) and what was counted
+    under it this period (``spent_micros``; None without a limit)."""
     now = utcnow()
     for row in rows:
-        row.spent_micros = (spend.spent(row.id, row.spend_limit_period, now)
-                            if row.spend_limit_period else None)
+        under = _rotation_head(row.id) if row.rotated_to is not None else row
+        row.limit_shown = (under.spend_limit_micros, under.spend_limit_period)
+        row.spent_micros = (spend.spent(under.id, under.spend_limit_period, now)
+                            if under.spend_limit_period else None)
     return rows
 
 

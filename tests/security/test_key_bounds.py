@@ -213,3 +213,32 @@ def test_a_limited_key_may_give_a_key_a_limit_and_a_control_at_once(client, acco
     assert r.status_code == 403 and r.get_json()["error"] == "beyond_own_limits"
     listed = {k["id"]: k for k in client.get("/api/keys", headers=account.headers).get_json()["keys"]}
     assert (listed[free["id"]]["spend_limit_cents"], listed[free["id"]]["rpm_limit"]) == (5, 10)
+
+
+def test_a_limited_key_cannot_move_money_past_its_limit_to_an_agent(app, client, make_account, mod, ledger_clean):
+    """A key limited to 5 cents a day (created without `scopes`, so with every scope of its
+    creator) registered an agent with a keypair of its own and funded it with 300 cents of
+    the account's balance: the agent's sessions are not key-limited, so the budget was
+    spent through them. Moving money to an agent is spending by the key: it counts against
+    the key's limit like a call (402 `key_spend_limit_reached` past it; nothing moved)."""
+    from tests import agentkit
+
+    acct = make_account(cents=1000, plan="pro")
+    lim = _key(client, acct, spend_limit_cents=5, spend_limit_period="day")
+    bearer = {"Authorization": f"Bearer {lim['key']}"}
+    agent = client.post("/api/agent/register", json={"name": "bot", "pubkey": agentkit.Keypair().pubkey},
+                        headers=bearer).get_json()
+    fund = lambda cents: client.post(f"/api/agent/{agent['id']}/fund",  # noqa: E731
+                                     json={"amount_cents": cents}, headers=bearer)
+    r = fund(300)
+    assert r.status_code == 402 and r.get_json()["error"] == "key_spend_limit_reached", r.get_json()
+    assert balance_cents(app, acct.id) == 1000
+    assert fund(2).status_code == 200  # within: counted, 2 of 5
+    r = call(client, acct, {"action": "ok"}, bearer=lim["key"])  # 3 more would be 5 of 5: fits
+    assert r.status_code == 200
+    assert fund(1).status_code == 402 and call(client, acct, {"action": "ok"}, bearer=lim["key"]).status_code == 402
+    assert balance_cents(app, acct.id) == 1000 - 5
+    # the owner's own key (no limit) funds as before
+    assert client.post(f"/api/agent/{agent['id']}/fund", json={"amount_cents": 300},
+                       headers=acct.headers).status_code == 200
+    ledger_clean()

@@ -92,7 +92,9 @@ def rotate_key(body, key_id):
     limit (this period's spend carries over); the old key keeps working for
     `overlap_seconds` (default 86,400, max 604,800), then is 401 on every worker. A key
     that was already rotated is 409 `key_already_rotated` (rotate its successor; when the
-    successor was revoked or has expired, the retiring key rotates again). The new
+    successor was revoked or has expired, the retiring key rotates again, and the new key
+    gets the successor's spend limit and count: the limit the retiring key was charged
+    under). The new
     key counts against the 100-key cap while the old one overlaps (409
     `key_limit_reached`; `overlap_seconds: 0` retires the old key at once). A key rotates
     only keys within its own scopes and limits (403 `beyond_own_limits`); the new key

@@ -18,7 +18,8 @@ E-mail keys are the canonical mailbox (``accounts.mailbox.canonical``: ``a+1@x``
 ``a+2@x`` are one inbox), hashed. A refused request counts in no window (a client
 retrying too fast does not starve itself). A breach is 429 ``rate_limited`` with
 ``Retry-After`` and ``RateLimit-*`` (app.errors); a passing request carries the
-``RateLimit-*`` of the limit's first window. The storage unreachable: allowed (fail open,
+``RateLimit-*`` of the window closest to refusing (``note``: the plan's windows and the
+key's rpm limit). The storage unreachable: allowed (fail open,
 logged). ``RATELIMIT_ENABLED`` off: nothing is counted.
 """
 from __future__ import annotations
@@ -79,8 +80,21 @@ def _refuse_or_note(windows: list | None, message: str) -> None:
             raise RateLimited(message.format(item=item),
                               headers={"Retry-After": str(retry), "RateLimit-Limit": str(item.amount),
                                        "RateLimit-Remaining": "0", "RateLimit-Reset": str(retry)})
-    first, remaining, reset = windows[0]
-    g.ratelimit_headers = {"RateLimit-Limit": str(first.amount),
+    note(windows)
+
+
+def note(windows: list) -> None:
+    """Keep for the response (``g.ratelimit_headers``, written by app.requestid) the
+    ``RateLimit-*`` of the admitted window closest to refusing — the fewest remaining, then
+    the soonest reset — among ``windows`` and any noted before in this request (the plan's,
+    then a key's rpm limit), as the RateLimit header fields draft asks when several policies
+    apply. Until 2026-11-29 the plan's first window was reported: a key limited to 3 requests
+    a minute read `RateLimit-Remaining: 59981` until its 429."""
+    item, remaining, reset = min(windows, key=lambda w: (w[1], w[2]))
+    kept = g.get("ratelimit_headers")
+    if kept is not None and (int(kept["RateLimit-Remaining"]), int(kept["RateLimit-Reset"])) <= (remaining, reset):
+        return
+    g.ratelimit_headers = {"RateLimit-Limit": str(item.amount),
                            "RateLimit-Remaining": str(remaining), "RateLimit-Reset": str(reset)}
 
 
@@ -127,7 +141,7 @@ def per_credential(principal) -> None:
     With Redis this is ONE round trip for all the plan's limits, or none while this
     process holds a lease of them (high limits: ``RATELIMIT_LEASE_FRACTION``). A breach is
     429 ``rate_limited`` with ``Retry-After``; a passing request gets ``RateLimit-*``
-    headers for the plan's first limit. When the storage is unreachable the request is
+    headers for the plan's window closest to refusing (``note``). When the storage is unreachable the request is
     allowed (fail open, logged)."""
     app = current_app
     if not app.config.get("RATELIMIT_ENABLED", True):

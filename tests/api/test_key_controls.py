@@ -206,3 +206,30 @@ def test_an_unreachable_redis_fails_open_like_the_plan_limit(app, client, make_a
     monkeypatch.setitem(app.config, "RATELIMIT_STORAGE_URI", "redis://127.0.0.1:1/0")  # nothing listens
     assert call(client, acct, {"action": "ok"}, bearer=key).status_code == 200
     assert call(client, acct, {"action": "ok"}, bearer=key).status_code == 200
+
+
+def test_a_passing_request_reports_the_limit_closest_to_refusing(app, client, make_account, mod, monkeypatch):
+    """`RateLimit-*` on a passing request named the plan's first window only: a key with an
+    rpm limit of 3 got `RateLimit-Limit: 60000`, `RateLimit-Remaining: 59981` on its three
+    200s and then a 429 saying `RateLimit-Limit: 3` — a client pacing itself by the headers
+    ran into the refusal they never announced; so did a plan whose later window (a day) was
+    the tighter one. The headers name the window closest to refusing (fewest remaining), as
+    the RateLimit header fields draft asks when several policies apply."""
+    monkeypatch.setitem(app.config["PLANS"], "pro", {"plan_cents": 5000, "rate_limit": "100/hour;50/day"})
+    acct = make_account(cents=100, plan="pro")
+    key = _key(client, acct, rpm_limit=3)
+    fresh_window()
+    for left in (2, 1, 0):
+        r = call(client, acct, {"action": "ok"}, bearer=key["key"])
+        assert r.status_code == 200
+        assert (r.headers["RateLimit-Limit"], r.headers["RateLimit-Remaining"]) == ("3", str(left)), r.headers
+        assert 1 <= int(r.headers["RateLimit-Reset"]) <= 60
+    r = call(client, acct, {"action": "ok"}, bearer=key["key"])
+    assert r.status_code == 429 and (r.headers["RateLimit-Limit"], r.headers["RateLimit-Remaining"]) == ("3", "0")
+    # the account's own key (no rpm): the plan's day window has fewer left than its hour; six
+    # requests counted (the key's creation, four calls — the plan admitted the one the rpm
+    # limit refused — and this one): 44 of 50 against 94 of 100
+    r = call(client, acct, {"action": "ok"})
+    assert r.status_code == 200
+    assert (r.headers["RateLimit-Limit"], r.headers["RateLimit-Remaining"]) == ("50", "44"), r.headers
+    assert 3600 < int(r.headers["RateLimit-Reset"]) <= 86_400

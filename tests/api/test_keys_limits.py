@@ -16,6 +16,18 @@ def _key(client, acct, **body):
     return r.get_json()
 
 
+def _rotated_then_limited(client, acct, period: str) -> tuple[dict, dict]:
+    """(old, new): a key without a limit rotated with an hour's overlap, then the new key
+    given 6 cents per ``period`` by the owner (which holds the old key too)."""
+    old = _key(client, acct)
+    new = client.post(f"/api/keys/{old['id']}/rotate", json={"overlap_seconds": 3600},
+                      headers=acct.headers).get_json()
+    r = client.patch(f"/api/keys/{new['id']}", json={"spend_limit_cents": 6, "spend_limit_period": period},
+                     headers=acct.headers)
+    assert r.status_code == 200, r.get_json()
+    return old, new
+
+
 def test_spend_limit_refuses_before_charging_and_refund_gives_room_back(app, client, make_account, mod):
     acct = make_account(cents=100, plan="pro")  # its keys share the plan's rate limit: more than 10/s here
     key = _key(client, acct, spend_limit_cents=6, spend_limit_period="day")
@@ -253,12 +265,7 @@ def test_a_limit_set_on_the_successor_after_a_rotation_holds_the_old_key_too(app
     the rotation's counter) and the new key's limit did not bound the rotation. The old
     key's charges count on the newest key's counter under the newest key's limit."""
     acct = make_account(cents=100, plan="pro")
-    old = _key(client, acct)
-    new = client.post(f"/api/keys/{old['id']}/rotate", json={"overlap_seconds": 3600},
-                      headers=acct.headers).get_json()
-    r = client.patch(f"/api/keys/{new['id']}", json={"spend_limit_cents": 6, "spend_limit_period": "day"},
-                     headers=acct.headers)
-    assert r.status_code == 200, r.get_json()
+    old, new = _rotated_then_limited(client, acct, "day")
     assert call(client, acct, {"action": "ok"}, bearer=old["key"]).status_code == 200  # 3 of 6
     assert call(client, acct, {"action": "ok"}, bearer=new["key"]).status_code == 200  # 6 of 6
     for bearer in (old["key"], new["key"]):
@@ -290,3 +297,44 @@ def test_a_retiring_keys_spend_limit_is_changed_on_its_successor(client, account
     assert r.status_code == 200 and r.get_json()["rpm_limit"] == 10  # its own controls still change
     r = client.patch(f"/api/keys/{new['id']}", json={"spend_limit_cents": 100}, headers=account.headers)
     assert r.status_code == 200 and r.get_json()["spend_limit_cents"] == 100
+
+
+def test_rotating_again_after_a_revoked_successor_keeps_the_rotations_limit(app, client, make_account, mod,
+                                                                            ledger_clean):
+    """Rotate a key without a limit, give the new key one (it holds the old key too), then
+    revoke the new key (it leaked) and rotate the old one again: the replacement got the old
+    key's own row's limit (none) with the revoked key's count, so the budget set on the
+    rotation vanished and the replacement spent without bound. It keeps the rotation's limit
+    (the revoked successor's: the one the old key's charges were counted under) and count."""
+    acct = make_account(cents=100, plan="pro")
+    old, new = _rotated_then_limited(client, acct, "week")
+    assert call(client, acct, {"action": "ok"}, bearer=old["key"]).status_code == 200  # 3 of 6
+    assert client.delete(f"/api/keys/{new['id']}", headers=acct.headers).status_code == 200
+    r = client.post(f"/api/keys/{old['id']}/rotate", json={"overlap_seconds": 3600}, headers=acct.headers)
+    assert r.status_code == 201, r.get_json()
+    again = r.get_json()
+    assert (again["spend_limit_cents"], again["spend_limit_period"], again["spent_cents"]) == (6, "week", 3)
+    assert call(client, acct, {"action": "ok"}, bearer=again["key"]).status_code == 200  # 6 of 6
+    for bearer in (again["key"], old["key"]):
+        assert call(client, acct, {"action": "ok"}, bearer=bearer).status_code == 402
+    # the retiring key may rotate itself too: within the limit it is bound by
+    r = client.post(f"/api/keys/{again['id']}/rotate", json={"overlap_seconds": 0},
+                    headers={"Authorization": f"Bearer {again['key']}"})
+    assert r.status_code == 201 and r.get_json()["spend_limit_cents"] == 6
+    assert balance_cents(app, acct.id) == 100 - 6
+    ledger_clean()
+
+
+def test_a_retiring_key_is_listed_with_the_limit_it_counts_under(app, client, make_account, mod, ledger_clean):
+    """A retiring key's charges count under its rotation's newest key's limit, but the list
+    showed its own row's: `spend_limit_cents: null` for an old key that was refused with 402
+    at the new key's limit, and a `spent_cents` that never moved. It shows the limit, period
+    and count that apply to it."""
+    acct = make_account(cents=100, plan="pro")
+    old, new = _rotated_then_limited(client, acct, "day")
+    assert call(client, acct, {"action": "ok"}, bearer=old["key"]).status_code == 200
+    listed = {k["id"]: k for k in client.get("/api/keys", headers=acct.headers).get_json()["keys"]}
+    for key_id in (old["id"], new["id"]):
+        shown = listed[key_id]
+        assert (shown["spend_limit_cents"], shown["spend_limit_period"], shown["spent_cents"]) == (6, "day", 3), shown
+    ledger_clean()

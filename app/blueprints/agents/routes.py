@@ -1,6 +1,7 @@
 """Agent endpoints (SPEC endpoints 6–13): nonce, sign-in, register, builds, usage,
 earnings, leaderboard; funding and disabling by the owner."""
 
+from app import auth
 from app.auth import principal
 from app.jsonutil import INTEGER_RANGE_DOC
 from app.blueprints.agents.schemas import (AgentDisabledSchema, AgentDisableQuerySchema, AgentFundedSchema,
@@ -156,7 +157,9 @@ def leaderboard(query):
 
 
 @endpoint(blp, "/<string:agent_id>/fund", "post", "billing:write", body=AgentFundSchema, ok=AgentFundedSchema,
-          errors={402: "`insufficient_funds`: the owner's balance cannot cover it; nothing moved.",
+          errors={402: "`insufficient_funds`: the owner's balance cannot cover it; `key_spend_limit_reached` / "
+                       "`member_budget_exceeded`: the amount does not fit the key's spend limit or the member's "
+                       "monthly budget (it counts as spending by the key); nothing moved.",
                   403: "`org_role_required`: the member's role cannot fund from the organisation.",
                   404: "`not_found`: no agent of this account (or `org_id` not an organisation of the caller).",
                   409: "`idempotency_key_reused`: the key funded another agent or amount; "
@@ -171,7 +174,7 @@ def fund_agent(body, agent_id, idempotency_key=None):
     p = principal()
     owner = acting_account(body.get("org_id"), "billing:write")
     return funding.fund(owner, agent_id, body["amount_cents"], idempotency_key=idempotency_key,
-                        mode=p.mode)
+                        mode=p.mode, spend_key=auth.key_of(p))
 
 
 @endpoint(blp, "/<id:agent_id>", "delete", "agent:write", query=AgentDisableQuerySchema, ok=AgentDisabledSchema,

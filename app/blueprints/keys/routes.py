@@ -73,8 +73,9 @@ def update_key(body, key_id):
     """Change a key's spend limit (`spend_limit_cents: null` removes it) and its controls:
     `allowed_models`, `allowed_modules` (allow-lists; null: any), `rpm_limit`, `tpm_limit`
     (per minute; null: none). Applies to the next request on every worker; what the key
-    spent this period is kept. A key with a spend limit cannot set a key (itself
-    included) beyond it: 403 `beyond_own_limits`. An organisation's key: with `org_id` in
+    spent this period is kept (a new period starts from the current period's count). A key
+    changes only keys whose scopes are within its own, and cannot set a key (itself
+    included) beyond its own spend limit and controls: 403 `beyond_own_limits`. An organisation's key: with `org_id` in
     the body (or an organisation key); members other than owners and admins change only
     their own."""
     account, _ = orgs.keys_of(principal(), body.pop("org_id", None), "keys:write", key_id)
@@ -91,7 +92,9 @@ def rotate_key(body, key_id):
     limit (this period's spend carries over); the old key keeps working for
     `overlap_seconds` (default 86,400, max 604,800), then is 401 on every worker. A key
     that was already rotated is 409 `key_already_rotated` (rotate its successor; when the
-    successor was revoked or has expired, the retiring key rotates again). The new
+    successor was revoked or has expired, the retiring key rotates again, and the new key
+    gets the successor's spend limit and count: the limit the retiring key was charged
+    under). The new
     key counts against the 100-key cap while the old one overlaps (409
     `key_limit_reached`; `overlap_seconds: 0` retires the old key at once). A key rotates
     only keys within its own scopes and limits (403 `beyond_own_limits`); the new key

@@ -13,6 +13,11 @@ from app.blueprints.orgs.schemas import org_id_field
 from app.scopes import KNOWN_SCOPES
 
 
+def _limit_shown(k) -> tuple:
+    """(micros, period) of the limit a key's charges count under (``keys.with_spent``)."""
+    return getattr(k, "limit_shown", None) or (k.spend_limit_micros, k.spend_limit_period)
+
+
 class KeySchema(ma.Schema):
     id = ma.fields.String(required=True)
     name = ma.fields.String(required=True)
@@ -22,11 +27,13 @@ class KeySchema(ma.Schema):
                                       metadata={"description": "Updated in batches (within ~15 s)."})
     spend_limit_cents = derived(ma.fields.Integer(required=True, allow_none=True, metadata={
         "description": "Most the key may spend per `spend_limit_period` (module calls and chat, "
-                       "live mode); null: no limit."}),
-        lambda k: None if k.spend_limit_micros is None else micros_to_cents(k.spend_limit_micros))
-    spend_limit_period = ma.fields.String(required=True, allow_none=True, metadata={
+                       "live mode); null: no limit. A rotated key in its overlap shows its successor's: "
+                       "its charges count there."}),
+        lambda k: None if _limit_shown(k)[0] is None else micros_to_cents(_limit_shown(k)[0]))
+    spend_limit_period = derived(ma.fields.String(required=True, allow_none=True, metadata={
         "description": "`day` (from 00:00 UTC), `week` (ISO week, from Monday 00:00 UTC), `month` "
-                       "(from the 1st, 00:00 UTC) or `total` (never resets); null without a limit."})
+                       "(from the 1st, 00:00 UTC) or `total` (never resets); null without a limit."}),
+        lambda k: _limit_shown(k)[1])
     spent_cents = derived(ma.fields.Integer(required=True, allow_none=True, metadata={
         "description": "Spent in the current period (refunds give it back); null without a limit."}),
         lambda k: None if getattr(k, "spent_micros", None) is None else micros_to_cents(k.spent_micros))
@@ -125,7 +132,8 @@ class KeyUpdateSchema(KeyControlsSchema):
                                     metadata={"description": "New limit in cents; null removes the limit."})
     spend_limit_period = ma.fields.String(allow_none=True, validate=ma.validate.OneOf(PERIODS), metadata={
         "description": "New period (`day|week|month|total`); absent or null keeps the current one "
-                       "(`month` for a key that had no limit)."})
+                       "(`month` for a key that had no limit). The new period starts from what the key "
+                       "spent in the current one: a change frees no room."})
     org_id = org_id_field(_ORG_KEY)
 
 

@@ -192,13 +192,19 @@ def _refuse(what: str, limit: int, now: float, window: int, extra: str = "") -> 
 
 def count_request(controls: KeyControls | None) -> None:
     """Count one request against the key's rpm limit (429 when the minute is full; the
-    refused request is not counted)."""
+    refused request is not counted); an admitted one's ``RateLimit-*`` headers report this
+    limit when it has fewer requests left than the plan's (``ratelimits.note``)."""
     if controls is None or controls.rpm is None:
         return
     windows = _count(controls.counter_id, "rpm", 1, controls.rpm)
-    if windows is not None and not ratecount.admitted(windows):
+    if windows is None:
+        return
+    if not ratecount.admitted(windows):
         now = time.time()
         raise _refuse("requests-per-minute", controls.rpm, now, int(now // WINDOW) * WINDOW)
+    from app import ratelimits
+
+    ratelimits.note(windows)  # the response's RateLimit-* name this limit when it is the tighter one
 
 
 def reserve_tokens(controls: KeyControls | None, tokens: int) -> Ticket | None:

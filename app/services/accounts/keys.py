@@ -19,7 +19,7 @@ from sqlalchemy import func, or_, select, update
 from app.errors import Conflict, Forbidden, InsufficientScope, InvalidRequest, NotFound, Unprocessable
 from app.extensions import db
 from app.ids import new_id, new_secret, sha256_hex
-from app.models import Account, ApiKey, ChatCompletion, KeySpend, ModuleCall
+from app.models import Account, ApiKey, ChatCompletion, ModuleCall
 from app.models.base import utcnow
 from app.scopes import ADMIN_SCOPE, KNOWN_SCOPES
 from app.services.accounts import key_controls
@@ -129,15 +129,27 @@ PERIOD_ORDER = ("day", "week", "month", "total")  # shorter to longer
 def _creator_key(creator_key_id: str | None) -> SimpleNamespace | None:
     """The bounds of the key acting, read once (None: the account owner, a console
     session: no bound): a copy, so a key changing itself is judged by what it was allowed
-    before the change. A credential that is not a key (an agent session) is refused rather
+    before the change. A retiring key (rotated, in its overlap) is bound by the spend limit
+    its charges count under: its rotation's newest key's (until 2026-11-29 by its own row's,
+    which may have none: it minted unlimited keys next to the rotation's budget). A credential that is not a key (an agent session) is refused rather
     than left unbounded."""
     if creator_key_id is None:
         return None
     row = db.session.get(ApiKey, creator_key_id)
     if row is None:
         raise BeyondCreator("Only API keys and the console can manage keys.")
-    return SimpleNamespace(**{f: getattr(row, f) for f in (
-        "spend_limit_micros", "spend_limit_period", "expires_at", *key_controls.FIELDS)})
+    bounds = SimpleNamespace(**{f: getattr(row, f) for f in (
+        "scopes", "spend_limit_micros", "spend_limit_period", "expires_at", *key_controls.FIELDS)})
+    bounds.spend_limit_micros, bounds.spend_limit_period = _spend_limit(row)
+    return bounds
+
+
+def _spend_limit(row: ApiKey) -> tuple[int | None, str | None]:
+    """(micros, period) of the spend limit ``row``'s charges count under: its own, or for a
+    retiring key (rotated, in its overlap) its rotation's newest key's (``auth.key_of``)."""
+    if row.rotated_to is not None:
+        row = _rotation_head(row.id)
+    return row.spend_limit_micros, row.spend_limit_period
 
 
 def _defaults_from(creator: ApiKey | None, limit: int | None, period: str | None,
@@ -173,6 +185,16 @@ def _check_within(creator: ApiKey | None, limit: int | None, period: str | None,
                 f"{creator.spend_limit_period} or a longer period (this key's own limit).")
     if creator.expires_at is not None and (expiry is None or expiry > creator.expires_at):
         raise BeyondCreator(f"expires_at: at most this key's own expiry ({creator.expires_at.isoformat()}).")
+
+
+def _check_scopes_within(creator: SimpleNamespace | None, scopes) -> None:
+    """403 ``beyond_own_limits`` when a key (``creator``; None: the console's owner) would
+    change a key holding a scope it lacks (as creating or rotating one is 403)."""
+    if creator is None:
+        return
+    missing = sorted(set(scopes or ()) - set(creator.scopes or ()))
+    if missing:
+        raise BeyondCreator(f"This key cannot change a key with scope(s) it lacks: {', '.join(missing)}.")
 
 
 def _check_capacity(account_id: str, now: datetime, *, retiring_now: int = 0) -> None:
@@ -240,11 +262,15 @@ def _key_audit(row: ApiKey, member_account_id: str | None, actor, action: str) -
 
 
 def with_spent(rows: list[ApiKey]) -> list[ApiKey]:
-    """Set ``spent_micros`` (current period; None without a limit) on each key, for display."""
+    """Set, for display, the spend limit each key's charges count under (``limit_shown``:
+    (micros, period); a retiring key's is its rotation's newest key's) and what was counted
+    under it this period (``spent_micros``; None without a limit)."""
     now = utcnow()
     for row in rows:
-        row.spent_micros = (spend.spent(row.id, row.spend_limit_period, now)
-                            if row.spend_limit_period else None)
+        under = _rotation_head(row.id) if row.rotated_to is not None else row
+        row.limit_shown = (under.spend_limit_micros, under.spend_limit_period)
+        row.spent_micros = (spend.spent(under.id, under.spend_limit_period, now)
+                            if under.spend_limit_period else None)
     return rows
 
 
@@ -283,36 +309,41 @@ def update_key(account_id: str, key_id: str, changes: dict, mode: str, *,
     (``allowed_models``, ``allowed_modules``, ``rpm_limit``, ``tpm_limit``; null removes
     one) apply to the next request on every worker. A retiring key (rotated, in its
     overlap) takes no spend-limit change (409 ``key_retiring``): its charges count under
-    its rotation's newest key's limit. Changed by a key (``creator_key_id``),
-    the result must be within that key's own limit (403 ``beyond_own_limits``): a limited
-    key cannot lift its own limit or another's."""
+    its rotation's newest key's limit. Changed by a key (``creator_key_id``), the key must
+    hold no scope the acting key lacks and the result must be within that key's own limit
+    and controls (403 ``beyond_own_limits``): a limited key cannot lift its own limit or
+    another's."""
     ctl = key_controls.validated(changes)
     with unit_of_work():
         creator = _creator_key(creator_key_id)  # before any change: a key may edit itself
         row = _own_key(account_id, key_id, mode, active=True)
+        _check_scopes_within(creator, row.scopes)
         before = _settings(row)
-        for name, value in ctl.items():
-            setattr(row, name, value)
-        if ctl:  # a key may not widen a key's controls (its own included) beyond its own
-            _check_within(creator, row.spend_limit_micros, row.spend_limit_period,
-                          row.expires_at, {f: getattr(row, f) for f in key_controls.FIELDS})
         cents = changes.get("spend_limit_cents", _UNSET)
         period = changes.get("spend_limit_period")
-        if ctl and cents is _UNSET and period is None:
-            pass  # only controls change
-        elif cents is _UNSET:
-            if period is None:
-                raise InvalidRequest("Nothing to change: send spend_limit_cents, spend_limit_period or a control "
-                                     "(allowed_models, allowed_modules, rpm_limit, tpm_limit).")
+        if cents is _UNSET and period is not None:  # a new period for the key's limit
             if row.spend_limit_micros is None:
                 raise Conflict("spend_limit_period: the key has no limit; send spend_limit_cents too.")
             cents = row.spend_limit_micros // MICROS_PER_CENT
+        elif cents is _UNSET and not ctl:
+            raise InvalidRequest("Nothing to change: send spend_limit_cents, spend_limit_period or a control "
+                                 "(allowed_models, allowed_modules, rpm_limit, tpm_limit).")
+        limit, new_period = _spend_limit(row)
         if cents is not _UNSET:
             if row.rotated_to is not None:  # the rotation's newest key's limit applies (auth.key_of)
                 raise KeyRetiring(f"Key {row.id} was rotated and is retiring: its charges count under "
                                   f"{_rotation_head(row.id).id}'s spend limit; change it there.")
             limit, new_period = _limit(cents, period or (row.spend_limit_period if cents is not None else None))
-            _check_within(creator, limit, new_period, row.expires_at)
+        for name, value in ctl.items():
+            setattr(row, name, value)
+        # the result must be within the acting key's bounds (its own included): the limit, and
+        # the controls when they change
+        _check_within(creator, limit, new_period, row.expires_at,
+                      {f: getattr(row, f) for f in key_controls.FIELDS} if ctl else None)
+        if cents is not _UNSET:
+            if row.spend_limit_period and new_period != row.spend_limit_period:
+                # the new period starts from what was spent in the one it leaves
+                spend.carry(row.id, row.spend_limit_period, row.id, new_period, utcnow())
             row.spend_limit_micros, row.spend_limit_period = limit, new_period
         from app.services.orgs import audit
 
@@ -350,25 +381,24 @@ def rotate_key(account_id: str, key_id: str, overlap_seconds: int | None, *,
         bound = creator.expires_at if creator is not None else None
         expiry = _rotation_expiry(old, head, now)
         expiry = min((e for e in (expiry, bound) if e is not None), default=None)
-        _check_within(creator, old.spend_limit_micros, old.spend_limit_period, expiry,
-                      {f: getattr(old, f) for f in key_controls.FIELDS})
+        # the rotation's spend limit: the one its charges count under (``auth.key_of``), i.e. the
+        # newest key's — for a retiring key whose successor was revoked, the successor's
+        limit, period = _spend_limit(old)
+        _check_within(creator, limit, period, expiry, {f: getattr(old, f) for f in key_controls.FIELDS})
         row, secret = add_key(account_id, old.name, _granted(list(old.scopes or ()), creator_scopes),
                               mode=old.mode)
-        row.spend_limit_micros, row.spend_limit_period = old.spend_limit_micros, old.spend_limit_period
+        row.spend_limit_micros, row.spend_limit_period = limit, period
         row.expires_at = expiry
         for name in key_controls.FIELDS:  # the successor keeps the controls (and counts for both)
             setattr(row, name, getattr(old, name))
         _key_audit(row, old.member_account_id, actor, "key.rotate")  # an organisation key stays its member's
-        if old.spend_limit_period:
-            start, _ = spend.period_bounds(old.spend_limit_period, now)
-            used = spend.spent(head.id, old.spend_limit_period, now)
-            if used:
-                db.session.add(KeySpend(key_id=row.id, period_start=start, spent_micros=used))
+        if period:
+            spend.carry(head.id, period, row.id, period, now)
         cutoff = now + timedelta(seconds=overlap)
         old.expires_at = min(old.expires_at, cutoff) if old.expires_at else cutoff
         old.rotated_to = row.id
         family = _predecessors(old.id) + [old]
-        if old.spend_limit_period:
+        if period:
             # one limit for the rotation: the new key's counter holds the count, so the
             # charges still in flight give their room back there, and the old keys (still
             # working in their overlap) charge there too (``auth.key_of``)

@@ -18,7 +18,8 @@ from app.extensions import db
 from app.ids import new_id, sha256_hex
 from app.models import LedgerTransaction
 from app.services.agents.identity import get_agent
-from app.services.money import funding, ledger
+from app.models.base import utcnow
+from app.services.money import funding, ledger, spend
 from app.services.platform.idempotency import IdempotencyKeyReused
 from app.services.platform.uow import unit_of_work
 
@@ -42,14 +43,17 @@ def _balance_cents(account_id: str, mode: str) -> int:
 
 
 def fund(owner_account_id: str, agent_id: str, amount_cents: int, *,
-         idempotency_key: str | None = None, mode: str = "live") -> dict:
+         idempotency_key: str | None = None, mode: str = "live", spend_key: str | None = None) -> dict:
     """Move ``amount_cents`` from the owner to its agent, in ``mode`` (the caller's: both
     balances of that mode). 404 for an agent of another account (or an agent's own
     credential) or of the other mode (a test key never moves live money, nor funds a live
     agent), 400 for a bad amount, 402 ``insufficient_funds`` when the owner's balance is
     short, 409 ``agent_not_fundable`` for a disabled agent (a replay of a funding made
     before it was disabled still answers that funding). A funding that races the
-    disabling and commits first is returned by the ``agent-balances-return`` job."""
+    disabling and commits first is returned by the ``agent-balances-return`` job.
+    ``spend_key``: the API key whose spend limit (and member budget) the transfer counts
+    against, as a charge does (``auth.key_of``; live mode only): 402
+    ``key_spend_limit_reached`` / ``member_budget_exceeded`` past it, nothing moved."""
     if isinstance(amount_cents, bool) or not isinstance(amount_cents, int) or not 1 <= amount_cents <= MAX_FUND_CENTS:
         raise InvalidRequest(f"amount_cents: must be an integer from 1 to {MAX_FUND_CENTS}.")
     if idempotency_key is not None and not 0 < len(idempotency_key) <= 128:
@@ -68,6 +72,8 @@ def fund(owner_account_id: str, agent_id: str, amount_cents: int, *,
                 return done
             if agent.disabled_at is not None:  # its balance would only go back on the next return pass
                 raise AgentNotFundable(f"Agent {agent.id} was disabled; it takes no more money. Nothing moved.")
+            if spend_key is not None and mode == "live":  # money leaving through a limited key
+                spend.reserve(spend_key, micros, utcnow())
             try:
                 txn = funding.transfer("agent_fund", from_account=owner_account_id,
                                        to_account=agent.account_id, mode=mode, micros=micros, ref=ref,

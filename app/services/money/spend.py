@@ -15,8 +15,9 @@ that period even if the key's period changed since. An organisation key's charge
 counted in its member's UTC month (``member_spend``; the row stores ``budget_member_id``),
 given back to the month of the row's ``created_at``.
 
-* The reserve itself happens only inside the engine's statements (``gw_open_calls``,
-  ``gw_chat_hold`` call ``gw_spend_reserve``).
+* The reserve of a charge happens only inside the engine's statements (``gw_open_calls``,
+  ``gw_chat_hold`` call ``gw_spend_reserve``); money a key moves out of the balance in
+  another way (an owner funding its agent) is counted by ``reserve`` in that unit of work.
 * ``refusal(key_id, micros, now)`` / ``budget_refusal(key_id, micros, now)``: the 402 for a
   charge the engine refused in one of its statements (``gw_open_calls``,
   ``gw_chat_hold``) for the key's limit / the member's budget; reads only.
@@ -39,8 +40,21 @@ EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _SPEND = KeySpend.__table__
 _KEYS = ApiKey.__table__
 _BOUNDS = text("SELECT period_from, period_to FROM gw_period_bounds(:period, :at)")
+_RESERVE = text("SELECT outcome FROM gw_spend_reserve(:key, :micros, :at)")
 _RELEASE = text("SELECT gw_spend_release(:key, :micros, :reserved_from, :org, :member, :at)")
 _MEMBER_SPEND = MemberSpend.__table__
+# The count of ``src``'s period containing ``at`` into ``dst``'s period containing ``at``
+# (the greater of the two stays): key rotation (the new key takes its rotation's count) and
+# a key's period change (the new period starts from the count of the period it leaves).
+_CARRY = text("""
+    INSERT INTO key_spend AS s (key_id, period_start, spent_micros)
+    SELECT :dst, (gw_period_bounds(:dst_period, :at)).period_from, f.spent_micros
+      FROM key_spend f
+     WHERE f.key_id = :src AND f.period_start = (gw_period_bounds(:src_period, :at)).period_from
+       AND f.spent_micros > 0
+       FOR UPDATE OF f
+    ON CONFLICT (key_id, period_start) DO UPDATE
+       SET spent_micros = greatest(s.spent_micros, EXCLUDED.spent_micros)""")
 
 
 class KeySpendLimitReached(PaymentRequired):
@@ -71,6 +85,30 @@ def spent(key_id: str, period: str, now: datetime) -> int:
     value = db.session.execute(select(_SPEND.c.spent_micros).where(
         _SPEND.c.key_id == key_id, _SPEND.c.period_start == start)).scalar()
     return int(value or 0)
+
+
+def carry(src_key: str, src_period: str, dst_key: str, dst_period: str, now: datetime) -> None:
+    """Carry what ``src_key`` spent in its ``src_period`` containing ``now`` into
+    ``dst_key``'s ``dst_period`` containing ``now`` (never lowering that count): the
+    rotation's new key takes the count of its rotation, and a key whose period changes
+    keeps, in the new period, what it spent in the one it leaves (so a switch frees no
+    room: a key at its 3 cents a day that moved to ``week`` had a fresh 3 cents). The
+    source row is locked, so a charge counted on it before is carried. Does not commit."""
+    db.session.execute(_CARRY, {"src": src_key, "src_period": src_period, "dst": dst_key,
+                                "dst_period": dst_period, "at": now})
+
+
+def reserve(key_id: str, micros: int, now: datetime) -> None:
+    """Count ``micros`` that ``key_id`` moves out of the balance other than by a charge (an
+    owner funding its agent) against the key's limit and its member's monthly budget, as the
+    engine counts a charge (``gw_spend_reserve``), in the caller's unit of work; past them
+    402 as for a refused charge, nothing counted. Never given back: the money left the
+    balance (until 2026-11-29 a key limited to 5 cents a day funded its agent with 300)."""
+    outcome = db.session.execute(_RESERVE, {"key": key_id, "micros": int(micros), "at": now}).scalar()
+    if outcome == "refused":
+        raise refusal(key_id, micros, now)
+    if outcome == "budget_refused":
+        raise budget_refusal(key_id, micros, now)
 
 
 def refusal(key_id: str, micros: int, now: datetime) -> KeySpendLimitReached:

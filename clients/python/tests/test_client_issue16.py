@@ -32,6 +32,21 @@ def test_key_spend_limit_refuses_before_charging(funded, gw_factory, ledger_clea
     ledger_clean()
 
 
+@needs_issue16(r"/api/keys", ("KeyUpdate", "rpm_limit"))
+def test_key_update_sends_only_what_is_given(funded):
+    """``keys.update`` took ``spend_limit_cents`` as a required argument and always sent both
+    limit fields: a period alone could not be changed (``spend_limit_cents=None`` with a
+    period is a request the server refuses), nor the controls (rpm/tpm limits, allow-lists)."""
+    _, gw = funded
+    made = gw.keys.create("controls", spend_limit_cents=40, spend_limit_period="day")
+    moved = gw.keys.update(made.id, spend_limit_period="week")
+    assert (moved.spend_limit_cents, moved.spend_limit_period) == (40, "week")
+    limited = gw.keys.update(made.id, rpm_limit=30, allowed_modules=["text"])
+    assert (limited.rpm_limit, limited.allowed_modules, limited.spend_limit_cents) == (30, ["text"], 40)
+    freed = gw.keys.update(made.id, rpm_limit=None, spend_limit_cents=None)
+    assert (freed.rpm_limit, freed.spend_limit_cents, freed.allowed_modules) == (None, None, ["text"])
+
+
 @needs_issue16(r"/api/keys", ("KeyCreate", "expires_at"))
 def test_key_expiry_is_sent_and_shown(funded):
     _, gw = funded

@@ -49,6 +49,9 @@ class AsyncKeys(_AsyncResource):
                      org_id: str | None = None) -> KeyCreated:
         return await self._gw.request(ops.keys_rotate(key_id, overlap_seconds, org_id))
 
+    async def update(self, key_id: str, **changes: Unpack[ops.KeyChanges]) -> Key:
+        return await self._gw.request(ops.keys_update(key_id, changes))
+
 
 class AsyncUsage(_AsyncResource):
     async def current(self) -> UsageCurrent:

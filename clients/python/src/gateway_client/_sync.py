@@ -61,9 +61,11 @@ class Keys(_Resource):
         ``overlap_seconds`` (server default 86,400)."""
         return self._gw.request(ops.keys_rotate(key_id, overlap_seconds, org_id))
 
-    def update(self, key_id: str, *, spend_limit_cents: int | None,
-               spend_limit_period: ops.Period | None = None) -> Key:
-        return self._gw.request(ops.keys_update(key_id, spend_limit_cents, spend_limit_period))
+    def update(self, key_id: str, **changes: Unpack[ops.KeyChanges]) -> Key:
+        """Change a key's spend limit and controls: only the fields given are sent
+        (``spend_limit_cents=None`` removes the limit; ``spend_limit_period`` alone moves the
+        key's limit to another period; ``rpm_limit=None`` removes that control)."""
+        return self._gw.request(ops.keys_update(key_id, changes))
 
 
 class Usage(_Resource):

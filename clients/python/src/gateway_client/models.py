@@ -74,6 +74,10 @@ class Key:
     expires_at: str | None = None
     org_id: str | None = None      # an organisation key: the organisation it spends
     member_id: str | None = None   # ... and the member who owns it
+    allowed_models: list[str] | None = None   # controls: None = any / no limit
+    allowed_modules: list[str] | None = None
+    rpm_limit: int | None = None
+    tpm_limit: int | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 

@@ -28,6 +28,25 @@ class KeyOptions(TypedDict, total=False):
     spend_limit_period: Period | None
     expires_at: datetime | str | None
     org_id: str | None
+    allowed_models: list[str] | None
+    allowed_modules: list[str] | None
+    rpm_limit: int | None
+    tpm_limit: int | None
+
+
+class KeyChanges(TypedDict, total=False):
+    """Fields of ``keys.update``; only those given are sent. ``spend_limit_cents`` (None
+    removes the limit), ``spend_limit_period`` (alone: the key's limit over a new period),
+    the controls ``allowed_models``, ``allowed_modules``, ``rpm_limit``, ``tpm_limit`` (None
+    removes one), and ``org_id`` for a key of an organisation."""
+
+    spend_limit_cents: int | None
+    spend_limit_period: Period | None
+    allowed_models: list[str] | None
+    allowed_modules: list[str] | None
+    rpm_limit: int | None
+    tpm_limit: int | None
+    org_id: str | None
 
 
 class AlertSpec(TypedDict):
@@ -114,10 +133,8 @@ def keys_rotate(key_id: str, overlap_seconds: int | None, org_id: str | None = N
               json=_drop_none({"overlap_seconds": overlap_seconds, "org_id": org_id}))
 
 
-def keys_update(key_id: str, spend_limit_cents: int | None,
-                spend_limit_period: Period | None) -> Op[Key]:
-    return Op("PATCH", f"/api/keys/{key_id}", _one(Key),
-              json={"spend_limit_cents": spend_limit_cents, "spend_limit_period": spend_limit_period})
+def keys_update(key_id: str, changes: KeyChanges) -> Op[Key]:
+    return Op("PATCH", f"/api/keys/{key_id}", _one(Key), json=dict(changes))
 
 
 def usage_current() -> Op[UsageCurrent]:

@@ -91,6 +91,21 @@ def test_a_lost_alert_create_is_retried_and_makes_one_alert(server, make_account
         assert [a.id for a in gw.alerts.list()] == [alert.id]
 
 
+def test_a_lost_checkout_is_retried_and_starts_one_checkout(server, make_account):
+    """``pay.checkout`` sends an Idempotency-Key (the route takes one), so a lost answer is
+    retried and answered with the first checkout (before: no key, ServerError, and the
+    caller's own retry started a second pending payment)."""
+    acct = make_account(cents=100)
+    proxy = failing_proxy(server.url, {"status": 503, "times": 1, "forward_first": True})
+    with http_server(proxy) as url, Gateway(acct.key, url) as gw:
+        co = gw.pay.checkout(500, product="credits")
+        keys = [h.get("Idempotency-Key") for h in proxy.seen]
+        assert len(keys) == 2 and keys[0] == keys[1] and keys[0]
+        assert [p.id for p in gw.pay.history()] == [co.payment_id]
+        again = gw.pay.checkout(500, product="credits", idempotency_key=keys[0])
+        assert (again.payment_id, again.url) == (co.payment_id, co.url)
+
+
 def test_no_retry_without_retries_and_for_unsafe_posts(server, make_account):
     acct = make_account(cents=100)
     proxy = failing_proxy(server.url, {"status": 503, "times": 1})

@@ -105,9 +105,12 @@ class Wallet(_Resource):
 
 class Pay(_Resource):
     def checkout(self, amount_cents: int, product: str | None = None,
-                 return_url: str | None = None) -> Checkout:
-        """Start a hosted checkout; send the user to ``.url``."""
-        return self._gw.request(ops.pay_checkout(amount_cents, product, return_url))
+                 return_url: str | None = None, *, idempotency_key: str | None = None) -> Checkout:
+        """Start a hosted checkout; send the user to ``.url``. Sent with an
+        ``Idempotency-Key`` (``idempotency_key``, or a new one), so the client's retries of
+        a lost answer start no second checkout."""
+        return self._gw.request(ops.pay_checkout(amount_cents, product, return_url,
+                                                 idempotency_key or new_idempotency_key()))
 
     def history(self) -> list[Payment]:
         """The last 50 payments, newest first."""

@@ -163,10 +163,12 @@ def wallet_transactions(limit: int, cursor: str | None) -> Op[TransactionPage]:
               params=_drop_none({"limit": limit, "cursor": cursor}))
 
 
-def pay_checkout(amount_cents: int, product: str | None, return_url: str | None) -> Op[Checkout]:
+def pay_checkout(amount_cents: int, product: str | None, return_url: str | None,
+                 idempotency_key: str) -> Op[Checkout]:
     return Op("POST", "/api/pay/checkout", _one(Checkout),
               json=_drop_none({"amount_cents": amount_cents, "product": product,
-                               "return_url": return_url}))
+                               "return_url": return_url}),
+              headers={"Idempotency-Key": idempotency_key})
 
 
 def pay_history() -> Op[list[Payment]]:

@@ -3,6 +3,7 @@ and the OpenAI chat client, all against the live server."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 
 import pytest
@@ -10,7 +11,7 @@ from nacl.signing import SigningKey
 
 from app.services.accounts import accounts
 from conftest import AGENT_SESSION_TTL
-from gateway_client import (AgentSession, AsyncGateway, AuthenticationError, InvalidRequest,
+from gateway_client import (AgentSession, AsyncGateway, AuthenticationError, Gateway, InvalidRequest,
                             NotFound, PaymentRequired, agent_pubkey)
 
 
@@ -99,6 +100,79 @@ def test_async_client(funded, server):
     assert me.id == acct.id and "text" in [m.slug for m in mods]
     assert res.result == {"text": "ASYNC"} and res.verify()
     assert usage.calls == 1 and key.id in [k.id for k in listed] and revoked
+
+
+RESOURCES = ("modules", "keys", "usage", "alerts", "wallet", "pay", "receipts", "agents")
+
+
+def test_async_client_has_every_method_of_the_sync_client():
+    """The README promises the async client is "the same with await": every resource and
+    method of ``Gateway`` is there, awaitable (before: no ``pay``, ``receipts``, ``agents``,
+    ``modules.get``, ``keys.update``, ``wallet.transactions``: AttributeError)."""
+    with Gateway("svc_live_x") as sync_gw:
+        surface = {name: [m for m in dir(getattr(sync_gw, name)) if not m.startswith("_")]
+                   for name in RESOURCES}
+    agw = AsyncGateway("svc_live_x")
+    missing = [f"{name}.{m}" for name, methods in surface.items() for m in methods
+               if not inspect.iscoroutinefunction(getattr(getattr(agw, name, None), m, None))]
+    assert missing == []
+    asyncio.run(agw.aclose())
+
+
+def test_async_client_pay_receipts_agents_wallet(funded, server):
+    acct, gw = funded
+    sk = SigningKey.generate()
+
+    async def run():
+        async with AsyncGateway(acct.key, server.url) as agw:
+            text = await agw.modules.get("text")
+            res = await agw.call("text", action="slugify", text="async pay")
+            keys = await agw.receipts.keys()
+            verified = await agw.receipts.verify(res.raw)
+            page = await agw.wallet.transactions(limit=1)
+            co = await agw.pay.checkout(500, product="credits")
+            history = await agw.pay.history()
+            made = await agw.keys.create("async-limited", spend_limit_cents=100, spend_limit_period="day")
+            updated = await agw.keys.update(made.id, spend_limit_cents=300)
+            agent = await agw.agents.register("async-bot", agent_pubkey(sk))
+            funding = await agw.agents.fund(agent.id, 50)
+            disabled = await agw.agents.disable(agent.id)
+            return text, res, keys, verified, page, co, history, updated, agent, funding, disabled
+
+    text, res, keys, verified, page, co, history, updated, agent, funding, disabled = asyncio.run(run())
+    assert text.slug == "text" and res.cost_cents == 2 and verified is True
+    assert res.receipt.kid in [k.kid for k in keys]
+    assert len(page.transactions) == 1 and page.transactions[0].call_id == res.call_id and page.next_cursor
+    assert co.payment_id in [p.id for p in history] and co.status == "pending"
+    assert (updated.spend_limit_cents, updated.spend_limit_period) == (300, "day")
+    assert funding.amount_cents == 50 and disabled.agent_id == agent.id
+    assert gw.account().balance_cents == 500 - 2 - 50 + disabled.returned_micros // 10_000
+
+
+def test_async_client_verifies_receipts_after_the_gateway_rotates_its_key(app, funded, server):
+    """A long-lived ``AsyncGateway`` learns the receipt key the gateway rotated to (before:
+    the keys were fetched once, and every later receipt raised ReceiptInvalid "unknown
+    receipt key id" though it was genuine)."""
+    from app.services.gateway import receipts as server_receipts
+
+    acct, _ = funded
+
+    async def run():
+        async with AsyncGateway(acct.key, server.url) as agw:
+            before = await agw.call("text", action="uppercase", text="old key")
+            assert before.verify()
+            with app.app_context():
+                new_kid = server_receipts.rotate_key()
+            for _ in range(40):  # the server's workers reload the keyring within 5 seconds
+                after = await agw.call("text", action="uppercase", text="new key")
+                if after.receipt.kid == new_kid:
+                    break
+                await asyncio.sleep(0.25)
+            assert after.receipt.kid == new_kid != before.receipt.kid
+            assert after.verify() is True and before.verify() is True
+            return await agw.receipts.verify(before.raw)
+
+    assert asyncio.run(run()) is True
 
 
 def test_chat_client_is_the_openai_sdk(funded):

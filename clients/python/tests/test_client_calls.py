@@ -31,6 +31,26 @@ def test_account_modules_and_a_verified_call(funded, ledger_clean):
     ledger_clean()
 
 
+def test_a_module_field_named_slug_reaches_the_module(funded):
+    """Every body property is the module's (SPEC part 4, rule 1): a field called ``slug``
+    (a URL shortener's, a blog's) is sent like any other, sync and async (before:
+    TypeError "got multiple values for argument 'slug'", the module's slug being a keyword
+    parameter of ``call``)."""
+    import asyncio
+
+    from gateway_client import AsyncGateway
+
+    acct, gw = funded
+    res = gw.call("echo", action="echo", slug="my-first-post", text="hi")
+    assert res.result == {"echo": {"action": "echo", "slug": "my-first-post", "text": "hi"}}
+
+    async def run():
+        async with AsyncGateway(acct.key, gw.base_url) as agw:
+            return await agw.call("echo", action="echo", slug="async-post")
+
+    assert asyncio.run(run()).result == {"echo": {"action": "echo", "slug": "async-post"}}
+
+
 def test_receipt_tampering_is_detected(funded):
     _, gw = funded
     res = gw.call("weather", action="current", city="Paris")

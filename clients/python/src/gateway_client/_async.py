@@ -159,7 +159,7 @@ class AsyncGateway:
     async def account(self) -> Account:
         return await self.request(ops.account())
 
-    async def call(self, slug: str, action: str, *, idempotency_key: str | None = None,
+    async def call(self, slug: str, /, action: str, *, idempotency_key: str | None = None,
                    **params: Any) -> CallResult:
         """As ``Gateway.call``. The gateway's receipt keys are fetched when a result is
         signed by a key the client does not know yet (the first call, or after the gateway

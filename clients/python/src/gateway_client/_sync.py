@@ -177,9 +177,10 @@ class Gateway:
     def account(self) -> Account:
         return self.request(ops.account())
 
-    def call(self, slug: str, action: str, *, idempotency_key: str | None = None,
+    def call(self, slug: str, /, action: str, *, idempotency_key: str | None = None,
              **params: Any) -> CallResult:
-        """Call ``action`` of module ``slug`` with ``params`` as the body's other fields.
+        """Call ``action`` of module ``slug`` (positional) with ``params`` as the body's other
+        fields (a field named ``slug`` too; only ``idempotency_key`` is the client's).
         Retried only with the same Idempotency-Key (generated when not given)."""
         key = idempotency_key or new_idempotency_key()
         try:

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 import pytest
 from eth_account import Account as EthAccount
 
-from gateway_client import Gateway, PaymentRequired, ServerError
+from gateway_client import Gateway, PaymentRequired, RetryPolicy, ServerError
 from tests.support.standin import serve as http_server
 
 
@@ -118,6 +118,39 @@ def test_no_retry_without_retries_and_for_unsafe_posts(server, make_account):
         with pytest.raises(ServerError):  # POST /api/keys has no Idempotency-Key: not repeated
             gw.keys.create("not-retried")
         assert len(proxy.seen) == 1
+
+
+def test_a_connection_that_could_not_be_opened_is_retried_for_every_request(server, make_account):
+    """Connection refused (the gateway restarting): nothing was sent, so even a POST
+    without an Idempotency-Key is tried again (the README: "connection failures are
+    retried"); before, ``keys.create`` raised ConnectError at once. One key is made."""
+    import socket
+    from http.server import ThreadingHTTPServer
+
+    acct = make_account(cents=100)
+    with socket.socket() as probe:  # a free port, nobody listening yet
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proxy = failing_proxy(server.url, {"status": 503, "times": 0})
+    started: list = []
+
+    def open_port():  # binding is what makes connections succeed: only after 0.5 s
+        started.append(ThreadingHTTPServer(("127.0.0.1", port), proxy))
+        started[0].serve_forever()
+
+    opened = threading.Timer(0.5, open_port)
+    opened.start()
+    try:
+        with Gateway(acct.key, f"http://127.0.0.1:{port}",
+                     retry=RetryPolicy(max_retries=6, backoff=0.2, max_backoff=0.4)) as gw:
+            made = gw.keys.create("made-once")
+            assert [k.id for k in gw.keys.list() if k.name == "made-once"] == [made.id]
+            assert len([h for h in proxy.seen if h.get("Content-Length")]) == 1  # the POST, once
+    finally:
+        opened.cancel()
+        if started:
+            started[0].shutdown()
+            started[0].server_close()
 
 
 def test_retry_after_of_a_429_is_honoured(server, make_account):

@@ -218,8 +218,8 @@ class AsyncGateway:
         while True:
             try:
                 response = await self._send(op)
-            except httpx.TransportError:
-                delay = self.retry.delay(op, attempt, None)
+            except httpx.TransportError as exc:
+                delay = self.retry.delay(op, attempt, None, exc)
                 if delay is None:
                     raise
             else:

@@ -5,8 +5,9 @@ Retries: 429 and 5xx answers (and connection failures) are retried with exponent
 backoff, honouring ``Retry-After``. An operation is retried only when repeating it is
 safe: GET/PUT/DELETE, and POSTs that carry an ``Idempotency-Key`` (every module call
 does; the client generates one when the caller gave none), so a retry never charges
-twice. A 429 is always safe to retry (the gateway refused the request before doing it);
-``409 idempotency_key_in_use`` (the first attempt still running) is retried too.
+twice. A 429 is always safe to retry (the gateway refused the request before doing it),
+and so is a connection that could not be opened (``NOT_SENT``: nothing reached the
+gateway); ``409 idempotency_key_in_use`` (the first attempt still running) is retried too.
 """
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 DEFAULT_TIMEOUT = 30.0
 USER_AGENT = f"gateway-client-python/{__version__} httpx/{httpx.__version__}"
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+# transport failures before any byte of the request was sent: repeating it is always safe
+NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 
 def resolve_base_url(base_url: str | None) -> str:
@@ -74,13 +77,14 @@ class RetryPolicy:
     max_backoff: float = 8.0
     max_retry_after: float = 60.0
 
-    def delay(self, op: Op[Any], attempt: int, response: httpx.Response | None) -> float | None:
+    def delay(self, op: Op[Any], attempt: int, response: httpx.Response | None,
+              error: Exception | None = None) -> float | None:
         """Seconds to wait before retrying after ``attempt`` (0-based), or None to give up.
-        ``response`` is None when the request failed at the connection level."""
+        ``response`` is None when the request failed at the connection level (``error``)."""
         if attempt >= self.max_retries:
             return None
         if response is None:
-            if not op.retry_safe:
+            if not (op.retry_safe or isinstance(error, NOT_SENT)):
                 return None
         elif not _retryable_answer(op, response):
             return None

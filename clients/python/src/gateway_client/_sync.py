@@ -230,8 +230,8 @@ class Gateway:
         while True:
             try:
                 response = self._send(op)
-            except httpx.TransportError:
-                delay = self.retry.delay(op, attempt, None)
+            except httpx.TransportError as exc:
+                delay = self.retry.delay(op, attempt, None, exc)
                 if delay is None:
                     raise
             else:

@@ -184,6 +184,22 @@ def test_chat_client_is_the_openai_sdk(funded):
     assert "auto" in [m.id for m in chat.models.list()]
 
 
+def test_chat_client_takes_the_openai_clients_own_options(funded):
+    """``chat_client(**kwargs)`` passes the OpenAI client's options on: headers of one's own
+    are added to the client's User-Agent, a ``base_url`` replaces the derived one (before:
+    TypeError "got multiple values for keyword argument", sync and async)."""
+    from gateway_client import __version__
+
+    acct, gw = funded
+    chat = gw.chat_client(max_retries=0, default_headers={"X-Trace": "t1"}, base_url=gw.base_url + "/v1/")
+    assert chat.default_headers["X-Trace"] == "t1"
+    assert chat.default_headers["User-Agent"].startswith(f"gateway-client-python/{__version__} ")
+    resp = chat.chat.completions.create(model="demo-mini", messages=[{"role": "user", "content": "own headers"}])
+    assert resp.choices[0].message.content == "Echo: own headers"
+    achat = AsyncGateway(acct.key, gw.base_url).chat_client(default_headers={"X-Trace": "t2"})
+    assert achat.default_headers["X-Trace"] == "t2" and str(achat.base_url) == gw.base_url + "/v1/"
+
+
 def test_errors_in_the_chat_hosts_shape_are_read():
     """The chat host answers OpenAI's / Anthropic's error shape (issue 39): code, message
     and request id are read from it as from the gateway's."""

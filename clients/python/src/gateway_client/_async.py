@@ -188,8 +188,7 @@ class AsyncGateway:
         from gateway_client._chat import chat_settings
         import openai
 
-        return openai.AsyncOpenAI(**chat_settings(self.base_url, self.chat_base_url, self.api_key),
-                                  **kwargs)
+        return openai.AsyncOpenAI(**chat_settings(self.base_url, self.chat_base_url, self.api_key, kwargs))
 
     def _verify(self, response: Mapping[str, Any]) -> bool:
         return receipts.verify(response, self._public_keys)

@@ -196,7 +196,7 @@ class Gateway:
         from gateway_client._chat import chat_settings
         import openai
 
-        return openai.OpenAI(**chat_settings(self.base_url, self.chat_base_url, self._token()), **kwargs)
+        return openai.OpenAI(**chat_settings(self.base_url, self.chat_base_url, self._token(), kwargs))
 
     # --- plumbing ------------------------------------------------------------------
     def _token(self) -> str | None:

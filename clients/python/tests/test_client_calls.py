@@ -117,6 +117,39 @@ def test_rate_limited_and_retry_after_honoured(make_account, gw_factory):
     assert len([patient.usage.current() for _ in range(25)]) == 25  # waits out each 429
 
 
+def test_a_module_call_waits_as_long_as_an_action_may_run(funded, gw_factory):
+    """A catalog action may run up to 120 s before the gateway answers (504 after its
+    ``timeout_seconds``); a module call waits that long, other requests 30 s (before: 30 s
+    for a call too, so a slow action's answer was lost, the retries met 409
+    ``idempotency_key_in_use`` and the caller got an error for a call that was charged).
+    A ``timeout`` given by the caller applies to every request, sync and async."""
+    import asyncio
+
+    from gateway_client import AsyncGateway
+
+    acct, gw = funded
+    seen = []
+    gw._http.event_hooks["request"].append(lambda req: seen.append((req.url.path, req.extensions["timeout"])))
+    gw.call("text", action="uppercase", text="slow or not")
+    gw.account()
+    call_timeout, account_timeout = seen[0][1], seen[-1][1]
+    assert seen[0][0] == "/v1/module/text/call" and call_timeout["read"] >= 125
+    assert call_timeout["connect"] == account_timeout["connect"] == account_timeout["read"] == 30.0
+
+    mine = gw_factory(acct.key, timeout=7.0)
+    mine._http.event_hooks["request"].append(lambda req: seen.append((req.url.path, req.extensions["timeout"])))
+    mine.call("text", action="uppercase", text="my timeout")
+    assert seen[-1][1]["read"] == 7.0
+
+    async def run():
+        async with AsyncGateway(acct.key, gw.base_url) as agw:
+            agw._http.event_hooks["request"].append(
+                lambda req: asyncio.sleep(0, seen.append((req.url.path, req.extensions["timeout"]))))
+            await agw.call("text", action="uppercase", text="async")
+    asyncio.run(run())
+    assert [t["read"] for p, t in seen[-2:] if p.endswith("/call")] == [call_timeout["read"]]
+
+
 def test_user_agent_names_the_client_version(funded, server):
     _, gw = funded
     seen = []

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any, Literal, Mapping, TypeVar
 import httpx
 
 from gateway_client import ops, receipts
-from gateway_client._core import (DEFAULT_TIMEOUT, Op, RetryPolicy, new_idempotency_key,
-                                  raise_for_status, request_headers, resolve_api_key,
-                                  resolve_base_url)
+from gateway_client._core import (Op, RetryPolicy, default_timeouts, new_idempotency_key,
+                                  raise_for_status, request_headers, request_timeout,
+                                  resolve_api_key, resolve_base_url)
 from gateway_client._x402 import AsyncPayer
 from gateway_client.errors import PaymentRequired
 from gateway_client.models import (Account, Agent, AgentDisabled, Alert, CallResult, Checkout, DailyUsage,
@@ -132,7 +132,7 @@ class AsyncGateway:
     """Asynchronous client; see ``Gateway`` for the arguments. Use ``async with``."""
 
     def __init__(self, api_key: str | None = None, base_url: str | None = None, *,
-                 timeout: float = DEFAULT_TIMEOUT, max_retries: int = 2,
+                 timeout: float | None = None, max_retries: int = 2,
                  retry: RetryPolicy | None = None, x402_account: Any = None,
                  chat_base_url: str | None = None,
                  http_client: httpx.AsyncClient | None = None) -> None:
@@ -140,7 +140,8 @@ class AsyncGateway:
         self.api_key = resolve_api_key(api_key)
         self.chat_base_url = chat_base_url
         self.retry = retry or RetryPolicy(max_retries=max_retries)
-        self._http = http_client or httpx.AsyncClient(timeout=timeout)
+        own_timeout, self._call_timeout = default_timeouts(timeout, http_client is None)
+        self._http = http_client or httpx.AsyncClient(timeout=own_timeout)
         self._payer = AsyncPayer(x402_account) if x402_account is not None else None
         self._public_keys: dict[str, str] = {}
         self.modules, self.keys, self.usage = AsyncModules(self), AsyncKeys(self), AsyncUsage(self)
@@ -196,7 +197,8 @@ class AsyncGateway:
     async def _send(self, op: Op[Any]) -> httpx.Response:
         headers = request_headers(op, self.api_key if op.auth else None)
         req = self._http.build_request(op.method, self.base_url + op.path, json=op.json,
-                                       params=op.params, headers=headers)
+                                       params=op.params, headers=headers,
+                                       timeout=request_timeout(op, self._call_timeout))
         response = await self._http.send(req, stream=op.stream_to is not None)
         if op.stream_to is None:
             return response

@@ -86,7 +86,8 @@ def call(slug: str, action: str, params: Mapping[str, Any], idempotency_key: str
                                     replayed=r.headers.get("Idempotent-Replayed") == "true",
                                     payment=settlement(r.headers), _verifier=verifier)
     return Op("POST", f"/v1/module/{slug}/call", read, json={"action": action, **params},
-              headers={"Idempotency-Key": idempotency_key, **(payment_headers or {})})
+              headers={"Idempotency-Key": idempotency_key, **(payment_headers or {})},
+              waits_for_provider=True)
 
 
 def receipt_keys() -> Op[list[ReceiptKey]]:

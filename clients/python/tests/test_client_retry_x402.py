@@ -45,8 +45,8 @@ def failing_proxy(upstream: str, fail: dict):
                     self._forward(body)
                 self.send_response(fail["status"])
                 self.send_header("Content-Type", "application/json")
-                if fail["status"] == 429:
-                    self.send_header("Retry-After", "1")
+                if fail["status"] == 429 or fail.get("retry_after"):
+                    self.send_header("Retry-After", str(fail.get("retry_after", 1)))
                 payload = b'{"error": "service_unavailable", "message": "proxy lost it"}'
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
@@ -151,6 +151,21 @@ def test_a_connection_that_could_not_be_opened_is_retried_for_every_request(serv
         if started:
             started[0].shutdown()
             started[0].server_close()
+
+
+def test_every_error_carries_the_retry_after_it_was_sent(server, make_account):
+    """The gateway sends Retry-After with a 503 too (database busy: 1 s, not ready: 5 s);
+    once the retries are spent the ServerError carries it, as a RateLimited does (before:
+    only RateLimited had ``retry_after``; others had to dig in ``headers``)."""
+    acct = make_account(cents=100)
+    proxy = failing_proxy(server.url, {"status": 503, "times": 1, "retry_after": 7})
+    with http_server(proxy) as url, Gateway(acct.key, url, max_retries=0) as gw:
+        with pytest.raises(ServerError) as exc:
+            gw.account()
+        assert exc.value.retry_after == 7.0 and exc.value.status == 503
+        with pytest.raises(PaymentRequired) as e402:  # an error sent without one: None
+            Gateway(make_account(cents=0).key, server.url).call("echo", action="echo")
+        assert e402.value.retry_after is None
 
 
 def test_retry_after_of_a_429_is_honoured(server, make_account):

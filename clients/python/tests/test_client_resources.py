@@ -102,6 +102,26 @@ def test_async_client(funded, server):
     assert usage.calls == 1 and key.id in [k.id for k in listed] and revoked
 
 
+def test_an_agents_chat_client_outlives_its_session(app, funded, server):
+    """The OpenAI client of an ``AgentSession`` sends the session's current token, signing
+    in again as the session does before its end, so it keeps working past the first
+    session's life (before: it kept the first session's token: 401 once that session
+    ended, though the README says a long-lived AgentSession keeps working)."""
+    _, owner = funded
+    sk = SigningKey.generate()
+    agent = owner.agents.register("chat-bot", agent_pubkey(sk))
+    with app.app_context():
+        accounts.grant_credits(agent.account_id, 100, "funded by owner")
+    ask = [{"role": "user", "content": "still there?"}]
+    with AgentSession.sign_in(server.url, signing_key=sk) as bot:
+        chat = bot.chat_client(max_retries=0)
+        first = bot.api_key
+        assert chat.chat.completions.create(model="demo-mini", messages=ask).choices[0].message.content
+        time.sleep(AGENT_SESSION_TTL + 0.5)  # the first session has ended
+        assert chat.chat.completions.create(model="demo-mini", messages=ask).choices[0].message.content
+        assert bot.api_key != first
+
+
 RESOURCES = ("modules", "keys", "usage", "alerts", "wallet", "pay", "receipts", "agents")
 
 

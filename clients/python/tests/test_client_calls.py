@@ -66,6 +66,18 @@ def test_receipt_tampering_is_detected(funded):
         gw.receipts.verify({**res.raw, "receipt": {**res.raw["receipt"], "kid": "k_0000000000000000"}})
 
 
+def test_a_saved_response_must_hold_the_signed_values_not_lookalikes(funded):
+    """A saved response is what an auditor reads: ``"ok": "false"`` or ``"cost_cents": 2.9``
+    are not the signed ``true`` and ``2`` (before: coerced with bool() and int() first, so
+    such a tampered response verified)."""
+    _, gw = funded
+    res = gw.call("text", action="slugify", text="audit me")
+    assert res.ok is True and res.cost_cents == 2 and gw.receipts.verify(res.raw)
+    for change in ({"ok": "false"}, {"ok": 1}, {"cost_cents": 2.9}, {"cost_cents": "2"}, {"cost_cents": True}):
+        with pytest.raises(ReceiptInvalid):
+            gw.receipts.verify({**res.raw, **change})
+
+
 def test_same_idempotency_key_is_replayed_and_charged_once(funded, ledger_clean):
     _, gw = funded
     first = gw.call("text", action="uppercase", text="once", idempotency_key="order-42")

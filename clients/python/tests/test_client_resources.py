@@ -32,6 +32,23 @@ def test_keys_create_list_revoke(funded, gw_factory):
         gw.keys.create("")
 
 
+def test_an_id_or_slug_is_one_path_segment(funded, gw_factory):
+    """Ids and slugs are sent as one path segment, whatever they hold: an application
+    passing a user's input as an alert id cannot make ``alerts.delete`` revoke an API key
+    (before: ``"../keys/<id>"`` became ``DELETE /api/keys/<id>``), nor a module slug reach
+    another route."""
+    acct, gw = funded
+    victim = gw.keys.create("keep-me", scopes=["account:read"])
+    with pytest.raises(NotFound):
+        gw.alerts.delete("../keys/" + victim.id)
+    with pytest.raises(NotFound):
+        gw.modules.get("../account")
+    with pytest.raises(NotFound):
+        gw.call("../../api/keys?", action="x", name="made-by-a-slug")
+    assert gw_factory(victim.key).account().id == acct.id  # still a working key
+    assert "made-by-a-slug" not in [k.name for k in gw.keys.list()]
+
+
 def test_usage_alerts_wallet_and_checkout(funded):
     _, gw = funded
     gw.call("text", action="slugify", text="usage")

@@ -387,7 +387,7 @@ def load_config(overrides: dict | None = None) -> dict:
         "CONTACT_RATE_LIMIT": _env("CONTACT_RATE_LIMIT", "5/minute;30/hour"),
         "CONTACT_EMAIL_RATE_LIMIT": _env("CONTACT_EMAIL_RATE_LIMIT", "3/hour"),
         "SUBSCRIBE_RATE_LIMIT": _env("SUBSCRIBE_RATE_LIMIT", "10/minute;60/hour"),
-        "SUBSCRIBE_EMAIL_RATE_LIMIT": _env("SUBSCRIBE_EMAIL_RATE_LIMIT", "5/hour"),
+        "SUBSCRIBE_EMAIL_RATE_LIMIT": _env("SUBSCRIBE_EMAIL_RATE_LIMIT", "5/hour;10/day"),
         "SIGNUP_RATE_LIMIT": _env("SIGNUP_RATE_LIMIT", "5/minute;30/hour"),
         "SIGNUP_EMAIL_RATE_LIMIT": _env("SIGNUP_EMAIL_RATE_LIMIT", "3/hour"),
         # invitations to one address (POST /api/orgs/{id}/invites): no mail bombing through invites

@@ -270,6 +270,9 @@ def error_codes() -> dict[str, tuple[int, str]]:
     return dict(sorted(table.items(), key=lambda kv: (kv[1][0], kv[0])))
 
 
+_NOT_AN_OBJECT = "Invalid input type."  # marshmallow's message for a body that is not an object
+
+
 def _flatten_messages(messages, prefix: str = "") -> list[str]:
     """Turn webargs/marshmallow nested error messages into 'field: reason' strings."""
     out: list[str] = []
@@ -284,6 +287,9 @@ def _flatten_messages(messages, prefix: str = "") -> list[str]:
     elif isinstance(messages, (list, tuple)):
         if all(isinstance(m, str) for m in messages):
             text = " ".join(messages)
+            if prefix == "_schema" and text == _NOT_AN_OBJECT:  # the body is null, a list, a string…
+                out.append("the body must be a JSON object.")
+                return out
             out.append(f"{prefix}: {text}" if prefix else text)
         else:
             for m in messages:

@@ -6,7 +6,9 @@ are listed and explained in config.py's rate-limit section), counted by ONE coun
 rate-limit storage is Redis, else PostgreSQL (the embedded default's gunicorn workers).
 
 * ``per_ip(name)``: a route decorator, ``config[name]`` per client IP (after ProxyFix);
-* ``per_email(name)``: a route decorator, ``config[name]`` per e-mail address in the body;
+* ``per_email(name)``: a route decorator, ``config[name]`` per e-mail address in the body,
+  placed after the body's validation (``routing.endpoint`` does): a request refused as
+  invalid (400) uses none of the address's limit;
 * ``per_credential(principal)``: the plan's limit (``PLANS[plan]["rate_limit"]``) for the
   credential's account (all its keys and sessions together), applied by
   ``@authenticated`` (app.auth) and the thin WSGI entry;

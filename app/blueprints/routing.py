@@ -164,6 +164,8 @@ def endpoint(blp, rule: str, method: str, *scopes: str, ok=None, status: int = 2
             view = _idempotent(view, func, status)
         if links:
             view = blp.doc(responses={status: {"links": links}})(view)
+        if email_limit:  # counted once the body is valid: a refused request uses none of it
+            view = ratelimits.per_email(email_limit)(view)
         if body is not None:
             view = blp.arguments(body, required=not body_optional)(view)
             if body_optional:
@@ -172,8 +174,6 @@ def endpoint(blp, rule: str, method: str, *scopes: str, ok=None, status: int = 2
             view = blp.arguments(query, location="query")(view)
         if headers is not None:
             view = blp.arguments(headers, location="headers", as_kwargs=True)(view)
-        if email_limit:
-            view = ratelimits.per_email(email_limit)(view)
         if ip_limit:
             view = ratelimits.per_ip(ip_limit)(view)
         view = public_route(view) if public else authenticated(*scopes, admin=admin)(view)

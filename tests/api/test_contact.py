@@ -95,6 +95,28 @@ def test_contact_rate_limits_per_ip_and_per_email(app, client, monkeypatch):
     assert _count(app, ContactMessage) == 5
 
 
+def test_a_refused_form_uses_up_none_of_the_addresss_limit(app, client, monkeypatch):
+    """Bad input changes nothing, the address's limit included: a sender whose message was
+    refused (400: blank, too long) still has every per-address send (before: each 400
+    counted, so two typos left a sender 429 on the message they then got right). Signing up
+    and subscribing count the same way."""
+    monkeypatch.setitem(app.config, "CONTACT_EMAIL_RATE_LIMIT", "2/hour")
+    monkeypatch.setitem(app.config, "SUBSCRIBE_EMAIL_RATE_LIMIT", "2/hour")
+    monkeypatch.setitem(app.config, "CONTACT_RATE_LIMIT", "100/minute")  # the per-IP limits: not these
+    monkeypatch.setitem(app.config, "SUBSCRIBE_RATE_LIMIT", "100/minute")
+    for bad in ({"message": "   "}, {"message": "x" * 5001}, {"message": "hi", "name": "a\nBcc: x"}):
+        assert client.post("/api/contact", json={"email": "typo@example.com", **bad}).status_code == 400
+    codes = [client.post("/api/contact", json={"email": "typo@example.com", "message": f"take {i}"}).status_code
+             for i in range(3)]
+    assert codes == [202, 202, 429] and _count(app, ContactMessage) == 2
+    for bad in ({"list": "daily"}, {"list": "weekly", "extra": 1}):
+        assert client.post("/api/email/subscribe", json={"email": "typo@example.com", **bad}).status_code == 400
+    codes = [client.post("/api/email/subscribe", json={"email": "typo@example.com", "list": "weekly"}).status_code
+             for i in range(3)]
+    assert codes == [202, 202, 429] and "per e-mail address" in client.post(
+        "/api/email/subscribe", json={"email": "typo@example.com"}).get_json()["message"]
+
+
 def test_public_429_carries_the_rate_limit_headers_docs_public_md_names(app, client, monkeypatch):
     from pathlib import Path
 

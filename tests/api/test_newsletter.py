@@ -72,6 +72,24 @@ def test_double_opt_in_flow(app, client, monkeypatch):
         assert b"Subscribe again" in client.post("/email/confirm", data={"token": token}).data  # no longer
 
 
+def test_the_mailed_link_opened_again_after_confirming_says_subscribed(app, client):
+    """Opening the confirmation link again (the e-mail kept, clicked the next day) shows
+    that the address is subscribed, as a second press of the button does; before, it said
+    "invalid ... subscribe again", and subscribing again sends nothing to a subscribed
+    address: the reader waited for a mail that never came."""
+    with smtp(app) as sink:
+        client.post("/api/email/subscribe", json={"email": "again@example.com", "list": "launch"})
+        link, token = link_in(sink.messages[0]), token_in(sink.messages[0])
+        assert client.post("/email/confirm", data={"token": token}).status_code == 200
+        opened = client.get(path_of(link))
+        assert opened.status_code == 404 and opened.mimetype == "text/html"
+        assert b"already used" in opened.data and b"again@example.com will receive launch" in opened.data
+        assert b"Subscribe again" not in opened.data and b'method="post"' not in opened.data
+        assert len(sink.messages) == 2  # the welcome mail only: opening the link sends nothing
+        client.post("/api/email/unsubscribe", json={"email": "again@example.com"})
+        assert b"Subscribe again" in client.get(path_of(link)).data  # unsubscribed since: just invalid
+
+
 def test_one_click_get_shows_button_and_bad_token_refused(app, client):
     path = path_of(newsletter_unsub_url(app, "x@example.com"))
     with app.app_context():

@@ -300,3 +300,38 @@ def test_send_beacon_text_plain_body_is_read_as_json(app, client):
     assert _events(app) == [("beacon", "b", None, None)]
     bad = client.post("/api/track", data=b"event=x", content_type="application/x-www-form-urlencoded")
     assert bad.status_code == 400
+
+
+def test_a_body_that_is_not_a_json_object_is_named_plainly(app, client):
+    """``null``, a list or a string as the body: 400 saying the body must be a JSON object
+    (before: "_schema: Invalid input type.", marshmallow's internal key), nothing stored."""
+    for body in ("null", "[1]", '"signup_started"', "7"):
+        for path in ("/api/track", "/api/contact", "/api/email/subscribe"):
+            r = client.post(path, data=body, content_type="application/json")
+            assert r.status_code == 400, (path, body)
+            assert r.get_json()["message"] == "Invalid request: the body must be a JSON object.", (path, body)
+    with app.app_context():
+        from sqlalchemy import func, select
+
+        from app.extensions import db
+        from app.models import TrackEvent
+        assert db.session.execute(select(func.count()).select_from(TrackEvent)).scalar_one() == 0
+        db.session.remove()
+
+
+def test_each_broken_rule_is_said_once(client):
+    """One message per broken rule: an empty or too long event name is told its length,
+    a bad character its alphabet, a session id with a control character that (before: the
+    length and the pattern both spoke, "Length must be between 1 and 64. must be 1-64
+    characters of …", and a NUL in a session id got three overlapping sentences)."""
+    def message(body):
+        r = client.post("/api/track", json=body)
+        assert r.status_code == 400
+        return r.get_json()["message"]
+
+    assert message({"event": ""}) == "Invalid request: event: Length must be between 1 and 64."
+    assert message({"event": "x" * 65}) == "Invalid request: event: Length must be between 1 and 64."
+    assert message({"event": "sign up"}) == "Invalid request: event: may contain only A-Z a-z 0-9 _ . : -"
+    assert message({"event": "x", "session_id": ""}) == \
+        "Invalid request: session_id: Length must be between 1 and 128."
+    assert message({"event": "x", "session_id": "a\u0000b"}).count("control characters") == 1

@@ -66,3 +66,25 @@ def test_newsletter_plus_tags_are_one_mailbox(app, client, monkeypatch):
     for i in range(8):
         client.post("/api/email/subscribe", json={"email": f"f.a.r.m+{i}@gmail.com"})
     assert _mails(app, "%@gmail.com") == 5  # SUBSCRIBE_EMAIL_RATE_LIMIT 5/hour
+
+
+def test_newsletter_confirmations_to_one_inbox_are_capped_per_day(app, client, monkeypatch):
+    """Someone subscribing a stranger's address hour after hour (from many IPs) makes us
+    send that inbox at most 10 confirmation mails a day (SUBSCRIBE_EMAIL_RATE_LIMIT
+    5/hour;10/day), as console sign-in and alert-target mails are capped per day; before,
+    5 every hour: 120 a day, every day."""
+    import time
+    from types import SimpleNamespace
+
+    from app.services.platform import ratecount
+
+    monkeypatch.setitem(app.config, "SUBSCRIBE_RATE_LIMIT", "1000/minute")
+    clock = [(time.time() // 86400 + 1) * 86400 + 3600]  # tomorrow, 01:00 UTC: six hours of one day
+    monkeypatch.setattr(ratecount, "time", SimpleNamespace(time=lambda: clock[0]))
+    for hour in range(6):
+        for i in range(5):
+            client.post("/api/email/subscribe", json={"email": "stranger@example.com",
+                                                      "list": ("launch", "product", "weekly")[i % 3]},
+                        environ_base={"REMOTE_ADDR": f"10.7.{hour}.{i}"})
+        clock[0] += 3600
+    assert _mails(app, "stranger@example.com") == 10

@@ -82,6 +82,20 @@ def test_malformed_saved_responses_are_invalid_not_errors(client, make_account, 
             receipts.verify_response(doc, by_kid)
 
 
+def test_lookalike_ok_and_cost_values_do_not_verify(client, make_account, mod):
+    """A saved response reading ``"ok": "false"`` or ``"cost_cents": 2.9`` is not the one
+    signed (true, an integer): the console's verify page and the CLI said valid, coercing
+    them with bool() and int() before hashing."""
+    acct = make_account()
+    saved = json.loads(json.dumps(call(client, acct, {"action": "ok"}).get_json()))
+    by_kid = {k["kid"]: k["public_key"] for k in client.get("/api/receipts/keys").get_json()["keys"]}
+    assert saved["ok"] is True and receipts.verify_response(saved, by_kid)
+    for change in ({"ok": "false"}, {"ok": 1}, {"cost_cents": saved["cost_cents"] + 0.9},
+                   {"cost_cents": str(saved["cost_cents"])}):
+        with pytest.raises(receipts.ReceiptInvalid):
+            receipts.verify_response({**saved, **change}, by_kid)
+
+
 def test_rotation_keeps_old_receipts_verifiable(app, client, make_account, mod):
     acct = make_account()
     old = call(client, acct, {"action": "ok"}).get_json()

@@ -16,8 +16,8 @@ blp = Blueprint("contact", __name__, url_prefix="/api", description="Contact the
 class ContactView(MethodView):
     @public
     @per_ip("CONTACT_RATE_LIMIT")
-    @per_email("CONTACT_EMAIL_RATE_LIMIT")
     @blp.arguments(ContactFormSchema)
+    @per_email("CONTACT_EMAIL_RATE_LIMIT")  # after validation: a refused form uses none of it
     @blp.response(202, ContactQueuedSchema)
     @document_errors(blp, {429: "Per-IP (`CONTACT_RATE_LIMIT`) or per-address "
                                 "(`CONTACT_EMAIL_RATE_LIMIT`) limit reached."})

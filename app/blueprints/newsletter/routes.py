@@ -43,9 +43,11 @@ class ConfirmPage(MethodView):
     @pages.page(pages_blp, "Page with a button that confirms the subscription.",
                 (200, 404), schema=TokenQuerySchema, location="query")
     def get(self, query):
-        """Confirmation page (the e-mailed link). Shows a button; opening it changes nothing."""
+        """Confirmation page (the e-mailed link). Shows a button; opening it changes nothing.
+        A used link of a subscribed address (opened again after confirming) says so, with
+        status 404, as the button pressed twice does."""
         if newsletter.check_token(query["token"]) is None:
-            return pages.render("Link not valid", *_INVALID, status=404)
+            return _not_pending(query["token"])
         return pages.render("Confirm your subscription",
                             "Press the button to start receiving e-mail from us.",
                             pages.form("/email/confirm", "Confirm subscription",
@@ -58,11 +60,17 @@ class ConfirmPage(MethodView):
         (still subscribed) the page says so, with status 404."""
         sub = newsletter.confirm(form["token"])
         if sub is None:
-            sub = newsletter.confirmed_subscription(form["token"])
-            if sub is None:
-                return pages.render("Link not valid", *_INVALID, status=404)
-            return _subscribed(sub, "This link was already used: ", status=404)
+            return _not_pending(form["token"])
         return _subscribed(sub)
+
+
+def _not_pending(token: str):
+    """The 404 page of a link that confirms nothing: "already used" when it confirmed a
+    subscription that still stands (whoever holds it confirmed that address), else invalid."""
+    sub = newsletter.confirmed_subscription(token)
+    if sub is None:
+        return pages.render("Link not valid", *_INVALID, status=404)
+    return _subscribed(sub, "This link was already used: ", status=404)
 
 
 def _subscribed(sub, lead: str = "", status: int = 200):

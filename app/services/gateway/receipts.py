@@ -250,6 +250,9 @@ def verify_response(response: dict, public_keys_by_kid: dict[str, str]) -> dict:
         v = r.get("v", 1)
         if isinstance(v, bool) or v not in VERSION_FIELDS:
             raise ReceiptInvalid(f"unsupported receipt version {v}")
+        # the values as signed, not lookalikes ("false" or 1 for a boolean, 2.9 or "2" for 2)
+        if not isinstance(response["ok"], bool) or type(response["cost_cents"]) is not int:
+            raise ReceiptInvalid("`ok` must be a boolean and `cost_cents` an integer, as the receipt signs them")
         actors = {"actor": r["actor"], "actor_account_id": r["actor_account_id"]} if v >= 2 else {}
         f = facts(kid=r["kid"], call_id=response["call_id"], account_id=r["account_id"],
                   module=response["module"], action=r["action"], cost_cents=response["cost_cents"],

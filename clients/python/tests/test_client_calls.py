@@ -31,6 +31,26 @@ def test_account_modules_and_a_verified_call(funded, ledger_clean):
     ledger_clean()
 
 
+def test_a_module_field_named_slug_reaches_the_module(funded):
+    """Every body property is the module's (SPEC part 4, rule 1): a field called ``slug``
+    (a URL shortener's, a blog's) is sent like any other, sync and async (before:
+    TypeError "got multiple values for argument 'slug'", the module's slug being a keyword
+    parameter of ``call``)."""
+    import asyncio
+
+    from gateway_client import AsyncGateway
+
+    acct, gw = funded
+    res = gw.call("echo", action="echo", slug="my-first-post", text="hi")
+    assert res.result == {"echo": {"action": "echo", "slug": "my-first-post", "text": "hi"}}
+
+    async def run():
+        async with AsyncGateway(acct.key, gw.base_url) as agw:
+            return await agw.call("echo", action="echo", slug="async-post")
+
+    assert asyncio.run(run()).result == {"echo": {"action": "echo", "slug": "async-post"}}
+
+
 def test_receipt_tampering_is_detected(funded):
     _, gw = funded
     res = gw.call("weather", action="current", city="Paris")
@@ -44,6 +64,18 @@ def test_receipt_tampering_is_detected(funded):
         dataclasses.replace(res, receipt=forged).verify()
     with pytest.raises(ReceiptInvalid):  # the key id is signed too
         gw.receipts.verify({**res.raw, "receipt": {**res.raw["receipt"], "kid": "k_0000000000000000"}})
+
+
+def test_a_saved_response_must_hold_the_signed_values_not_lookalikes(funded):
+    """A saved response is what an auditor reads: ``"ok": "false"`` or ``"cost_cents": 2.9``
+    are not the signed ``true`` and ``2`` (before: coerced with bool() and int() first, so
+    such a tampered response verified)."""
+    _, gw = funded
+    res = gw.call("text", action="slugify", text="audit me")
+    assert res.ok is True and res.cost_cents == 2 and gw.receipts.verify(res.raw)
+    for change in ({"ok": "false"}, {"ok": 1}, {"cost_cents": 2.9}, {"cost_cents": "2"}, {"cost_cents": True}):
+        with pytest.raises(ReceiptInvalid):
+            gw.receipts.verify({**res.raw, **change})
 
 
 def test_same_idempotency_key_is_replayed_and_charged_once(funded, ledger_clean):
@@ -95,6 +127,39 @@ def test_rate_limited_and_retry_after_honoured(make_account, gw_factory):
     assert exc.value.status == 429 and exc.value.retry_after is not None and exc.value.retry_after >= 0
     patient = gw_factory(acct.key, max_retries=4)
     assert len([patient.usage.current() for _ in range(25)]) == 25  # waits out each 429
+
+
+def test_a_module_call_waits_as_long_as_an_action_may_run(funded, gw_factory):
+    """A catalog action may run up to 120 s before the gateway answers (504 after its
+    ``timeout_seconds``); a module call waits that long, other requests 30 s (before: 30 s
+    for a call too, so a slow action's answer was lost, the retries met 409
+    ``idempotency_key_in_use`` and the caller got an error for a call that was charged).
+    A ``timeout`` given by the caller applies to every request, sync and async."""
+    import asyncio
+
+    from gateway_client import AsyncGateway
+
+    acct, gw = funded
+    seen = []
+    gw._http.event_hooks["request"].append(lambda req: seen.append((req.url.path, req.extensions["timeout"])))
+    gw.call("text", action="uppercase", text="slow or not")
+    gw.account()
+    call_timeout, account_timeout = seen[0][1], seen[-1][1]
+    assert seen[0][0] == "/v1/module/text/call" and call_timeout["read"] >= 125
+    assert call_timeout["connect"] == account_timeout["connect"] == account_timeout["read"] == 30.0
+
+    mine = gw_factory(acct.key, timeout=7.0)
+    mine._http.event_hooks["request"].append(lambda req: seen.append((req.url.path, req.extensions["timeout"])))
+    mine.call("text", action="uppercase", text="my timeout")
+    assert seen[-1][1]["read"] == 7.0
+
+    async def run():
+        async with AsyncGateway(acct.key, gw.base_url) as agw:
+            agw._http.event_hooks["request"].append(
+                lambda req: asyncio.sleep(0, seen.append((req.url.path, req.extensions["timeout"]))))
+            await agw.call("text", action="uppercase", text="async")
+    asyncio.run(run())
+    assert [t["read"] for p, t in seen[-2:] if p.endswith("/call")] == [call_timeout["read"]]
 
 
 def test_user_agent_names_the_client_version(funded, server):

@@ -3,6 +3,7 @@ and the OpenAI chat client, all against the live server."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 
 import pytest
@@ -10,7 +11,7 @@ from nacl.signing import SigningKey
 
 from app.services.accounts import accounts
 from conftest import AGENT_SESSION_TTL
-from gateway_client import (AgentSession, AsyncGateway, AuthenticationError, InvalidRequest,
+from gateway_client import (AgentSession, AsyncGateway, AuthenticationError, Gateway, InvalidRequest,
                             NotFound, PaymentRequired, agent_pubkey)
 
 
@@ -29,6 +30,23 @@ def test_keys_create_list_revoke(funded, gw_factory):
         gw.keys.revoke("key_does_not_exist")
     with pytest.raises(InvalidRequest):
         gw.keys.create("")
+
+
+def test_an_id_or_slug_is_one_path_segment(funded, gw_factory):
+    """Ids and slugs are sent as one path segment, whatever they hold: an application
+    passing a user's input as an alert id cannot make ``alerts.delete`` revoke an API key
+    (before: ``"../keys/<id>"`` became ``DELETE /api/keys/<id>``), nor a module slug reach
+    another route."""
+    acct, gw = funded
+    victim = gw.keys.create("keep-me", scopes=["account:read"])
+    with pytest.raises(NotFound):
+        gw.alerts.delete("../keys/" + victim.id)
+    with pytest.raises(NotFound):
+        gw.modules.get("../account")
+    with pytest.raises(NotFound):
+        gw.call("../../api/keys?", action="x", name="made-by-a-slug")
+    assert gw_factory(victim.key).account().id == acct.id  # still a working key
+    assert "made-by-a-slug" not in [k.name for k in gw.keys.list()]
 
 
 def test_usage_alerts_wallet_and_checkout(funded):
@@ -101,6 +119,99 @@ def test_async_client(funded, server):
     assert usage.calls == 1 and key.id in [k.id for k in listed] and revoked
 
 
+def test_an_agents_chat_client_outlives_its_session(app, funded, server):
+    """The OpenAI client of an ``AgentSession`` sends the session's current token, signing
+    in again as the session does before its end, so it keeps working past the first
+    session's life (before: it kept the first session's token: 401 once that session
+    ended, though the README says a long-lived AgentSession keeps working)."""
+    _, owner = funded
+    sk = SigningKey.generate()
+    agent = owner.agents.register("chat-bot", agent_pubkey(sk))
+    with app.app_context():
+        accounts.grant_credits(agent.account_id, 100, "funded by owner")
+    ask = [{"role": "user", "content": "still there?"}]
+    with AgentSession.sign_in(server.url, signing_key=sk) as bot:
+        chat = bot.chat_client(max_retries=0)
+        first = bot.api_key
+        assert chat.chat.completions.create(model="demo-mini", messages=ask).choices[0].message.content
+        time.sleep(AGENT_SESSION_TTL + 0.5)  # the first session has ended
+        assert chat.chat.completions.create(model="demo-mini", messages=ask).choices[0].message.content
+        assert bot.api_key != first
+
+
+RESOURCES = ("modules", "keys", "usage", "alerts", "wallet", "pay", "receipts", "agents")
+
+
+def test_async_client_has_every_method_of_the_sync_client():
+    """The README promises the async client is "the same with await": every resource and
+    method of ``Gateway`` is there, awaitable (before: no ``pay``, ``receipts``, ``agents``,
+    ``modules.get``, ``keys.update``, ``wallet.transactions``: AttributeError)."""
+    with Gateway("svc_live_x") as sync_gw:
+        surface = {name: [m for m in dir(getattr(sync_gw, name)) if not m.startswith("_")]
+                   for name in RESOURCES}
+    agw = AsyncGateway("svc_live_x")
+    missing = [f"{name}.{m}" for name, methods in surface.items() for m in methods
+               if not inspect.iscoroutinefunction(getattr(getattr(agw, name, None), m, None))]
+    assert missing == []
+    asyncio.run(agw.aclose())
+
+
+def test_async_client_pay_receipts_agents_wallet(funded, server):
+    acct, gw = funded
+    sk = SigningKey.generate()
+
+    async def run():
+        async with AsyncGateway(acct.key, server.url) as agw:
+            text = await agw.modules.get("text")
+            res = await agw.call("text", action="slugify", text="async pay")
+            keys = await agw.receipts.keys()
+            verified = await agw.receipts.verify(res.raw)
+            page = await agw.wallet.transactions(limit=1)
+            co = await agw.pay.checkout(500, product="credits")
+            history = await agw.pay.history()
+            made = await agw.keys.create("async-limited", spend_limit_cents=100, spend_limit_period="day")
+            updated = await agw.keys.update(made.id, spend_limit_cents=300)
+            agent = await agw.agents.register("async-bot", agent_pubkey(sk))
+            funding = await agw.agents.fund(agent.id, 50)
+            disabled = await agw.agents.disable(agent.id)
+            return text, res, keys, verified, page, co, history, updated, agent, funding, disabled
+
+    text, res, keys, verified, page, co, history, updated, agent, funding, disabled = asyncio.run(run())
+    assert text.slug == "text" and res.cost_cents == 2 and verified is True
+    assert res.receipt.kid in [k.kid for k in keys]
+    assert len(page.transactions) == 1 and page.transactions[0].call_id == res.call_id and page.next_cursor
+    assert co.payment_id in [p.id for p in history] and co.status == "pending"
+    assert (updated.spend_limit_cents, updated.spend_limit_period) == (300, "day")
+    assert funding.amount_cents == 50 and disabled.agent_id == agent.id
+    assert gw.account().balance_cents == 500 - 2 - 50 + disabled.returned_micros // 10_000
+
+
+def test_async_client_verifies_receipts_after_the_gateway_rotates_its_key(app, funded, server):
+    """A long-lived ``AsyncGateway`` learns the receipt key the gateway rotated to (before:
+    the keys were fetched once, and every later receipt raised ReceiptInvalid "unknown
+    receipt key id" though it was genuine)."""
+    from app.services.gateway import receipts as server_receipts
+
+    acct, _ = funded
+
+    async def run():
+        async with AsyncGateway(acct.key, server.url) as agw:
+            before = await agw.call("text", action="uppercase", text="old key")
+            assert before.verify()
+            with app.app_context():
+                new_kid = server_receipts.rotate_key()
+            for _ in range(40):  # the server's workers reload the keyring within 5 seconds
+                after = await agw.call("text", action="uppercase", text="new key")
+                if after.receipt.kid == new_kid:
+                    break
+                await asyncio.sleep(0.25)
+            assert after.receipt.kid == new_kid != before.receipt.kid
+            assert after.verify() is True and before.verify() is True
+            return await agw.receipts.verify(before.raw)
+
+    assert asyncio.run(run()) is True
+
+
 def test_chat_client_is_the_openai_sdk(funded):
     _, gw = funded
     chat = gw.chat_client(max_retries=0)
@@ -108,6 +219,22 @@ def test_chat_client_is_the_openai_sdk(funded):
                                         messages=[{"role": "user", "content": "hello client"}])
     assert resp.choices[0].message.content == "Echo: hello client"
     assert "auto" in [m.id for m in chat.models.list()]
+
+
+def test_chat_client_takes_the_openai_clients_own_options(funded):
+    """``chat_client(**kwargs)`` passes the OpenAI client's options on: headers of one's own
+    are added to the client's User-Agent, a ``base_url`` replaces the derived one (before:
+    TypeError "got multiple values for keyword argument", sync and async)."""
+    from gateway_client import __version__
+
+    acct, gw = funded
+    chat = gw.chat_client(max_retries=0, default_headers={"X-Trace": "t1"}, base_url=gw.base_url + "/v1/")
+    assert chat.default_headers["X-Trace"] == "t1"
+    assert chat.default_headers["User-Agent"].startswith(f"gateway-client-python/{__version__} ")
+    resp = chat.chat.completions.create(model="demo-mini", messages=[{"role": "user", "content": "own headers"}])
+    assert resp.choices[0].message.content == "Echo: own headers"
+    achat = AsyncGateway(acct.key, gw.base_url).chat_client(default_headers={"X-Trace": "t2"})
+    assert achat.default_headers["X-Trace"] == "t2" and str(achat.base_url) == gw.base_url + "/v1/"
 
 
 def test_errors_in_the_chat_hosts_shape_are_read():

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 import pytest
 from eth_account import Account as EthAccount
 
-from gateway_client import Gateway, PaymentRequired, ServerError
+from gateway_client import Gateway, PaymentRequired, RetryPolicy, ServerError
 from tests.support.standin import serve as http_server
 
 
@@ -45,8 +45,8 @@ def failing_proxy(upstream: str, fail: dict):
                     self._forward(body)
                 self.send_response(fail["status"])
                 self.send_header("Content-Type", "application/json")
-                if fail["status"] == 429:
-                    self.send_header("Retry-After", "1")
+                if fail["status"] == 429 or fail.get("retry_after"):
+                    self.send_header("Retry-After", str(fail.get("retry_after", 1)))
                 payload = b'{"error": "service_unavailable", "message": "proxy lost it"}'
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
@@ -91,6 +91,21 @@ def test_a_lost_alert_create_is_retried_and_makes_one_alert(server, make_account
         assert [a.id for a in gw.alerts.list()] == [alert.id]
 
 
+def test_a_lost_checkout_is_retried_and_starts_one_checkout(server, make_account):
+    """``pay.checkout`` sends an Idempotency-Key (the route takes one), so a lost answer is
+    retried and answered with the first checkout (before: no key, ServerError, and the
+    caller's own retry started a second pending payment)."""
+    acct = make_account(cents=100)
+    proxy = failing_proxy(server.url, {"status": 503, "times": 1, "forward_first": True})
+    with http_server(proxy) as url, Gateway(acct.key, url) as gw:
+        co = gw.pay.checkout(500, product="credits")
+        keys = [h.get("Idempotency-Key") for h in proxy.seen]
+        assert len(keys) == 2 and keys[0] == keys[1] and keys[0]
+        assert [p.id for p in gw.pay.history()] == [co.payment_id]
+        again = gw.pay.checkout(500, product="credits", idempotency_key=keys[0])
+        assert (again.payment_id, again.url) == (co.payment_id, co.url)
+
+
 def test_no_retry_without_retries_and_for_unsafe_posts(server, make_account):
     acct = make_account(cents=100)
     proxy = failing_proxy(server.url, {"status": 503, "times": 1})
@@ -103,6 +118,54 @@ def test_no_retry_without_retries_and_for_unsafe_posts(server, make_account):
         with pytest.raises(ServerError):  # POST /api/keys has no Idempotency-Key: not repeated
             gw.keys.create("not-retried")
         assert len(proxy.seen) == 1
+
+
+def test_a_connection_that_could_not_be_opened_is_retried_for_every_request(server, make_account):
+    """Connection refused (the gateway restarting): nothing was sent, so even a POST
+    without an Idempotency-Key is tried again (the README: "connection failures are
+    retried"); before, ``keys.create`` raised ConnectError at once. One key is made."""
+    import socket
+    from http.server import ThreadingHTTPServer
+
+    acct = make_account(cents=100)
+    with socket.socket() as probe:  # a free port, nobody listening yet
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proxy = failing_proxy(server.url, {"status": 503, "times": 0})
+    started: list = []
+
+    def open_port():  # binding is what makes connections succeed: only after 0.5 s
+        started.append(ThreadingHTTPServer(("127.0.0.1", port), proxy))
+        started[0].serve_forever()
+
+    opened = threading.Timer(0.5, open_port)
+    opened.start()
+    try:
+        with Gateway(acct.key, f"http://127.0.0.1:{port}",
+                     retry=RetryPolicy(max_retries=6, backoff=0.2, max_backoff=0.4)) as gw:
+            made = gw.keys.create("made-once")
+            assert [k.id for k in gw.keys.list() if k.name == "made-once"] == [made.id]
+            assert len([h for h in proxy.seen if h.get("Content-Length")]) == 1  # the POST, once
+    finally:
+        opened.cancel()
+        if started:
+            started[0].shutdown()
+            started[0].server_close()
+
+
+def test_every_error_carries_the_retry_after_it_was_sent(server, make_account):
+    """The gateway sends Retry-After with a 503 too (database busy: 1 s, not ready: 5 s);
+    once the retries are spent the ServerError carries it, as a RateLimited does (before:
+    only RateLimited had ``retry_after``; others had to dig in ``headers``)."""
+    acct = make_account(cents=100)
+    proxy = failing_proxy(server.url, {"status": 503, "times": 1, "retry_after": 7})
+    with http_server(proxy) as url, Gateway(acct.key, url, max_retries=0) as gw:
+        with pytest.raises(ServerError) as exc:
+            gw.account()
+        assert exc.value.retry_after == 7.0 and exc.value.status == 503
+        with pytest.raises(PaymentRequired) as e402:  # an error sent without one: None
+            Gateway(make_account(cents=0).key, server.url).call("echo", action="echo")
+        assert e402.value.retry_after is None
 
 
 def test_retry_after_of_a_429_is_honoured(server, make_account):

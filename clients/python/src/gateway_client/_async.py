@@ -10,13 +10,14 @@ from typing import TYPE_CHECKING, Any, Literal, Mapping, TypeVar
 import httpx
 
 from gateway_client import ops, receipts
-from gateway_client._core import (DEFAULT_TIMEOUT, Op, RetryPolicy, new_idempotency_key,
-                                  raise_for_status, request_headers, resolve_api_key,
-                                  resolve_base_url)
+from gateway_client._core import (Op, RetryPolicy, default_timeouts, new_idempotency_key,
+                                  raise_for_status, request_headers, request_timeout,
+                                  resolve_api_key, resolve_base_url)
 from gateway_client._x402 import AsyncPayer
 from gateway_client.errors import PaymentRequired
-from gateway_client.models import (Account, Alert, CallResult, DailyUsage, Key, KeyCreated,
-                                   Module, ModuleUsage, UsageCurrent, WalletBalance)
+from gateway_client.models import (Account, Agent, AgentDisabled, Alert, CallResult, Checkout, DailyUsage,
+                                   Funding, Key, KeyCreated, Module, ModuleUsage, Payment, ReceiptKey,
+                                   TransactionPage, UsageCurrent, WalletBalance)
 
 if TYPE_CHECKING:  # pragma: no cover
     import openai
@@ -33,6 +34,9 @@ class _AsyncResource:
 class AsyncModules(_AsyncResource):
     async def list(self) -> list[Module]:
         return await self._gw.request(ops.modules_list())
+
+    async def get(self, slug: str) -> Module:
+        return await self._gw.request(ops.module_get(slug))
 
 
 class AsyncKeys(_AsyncResource):
@@ -85,12 +89,49 @@ class AsyncWallet(_AsyncResource):
     async def balance(self) -> WalletBalance:
         return await self._gw.request(ops.wallet_balance())
 
+    async def transactions(self, limit: int = 50, cursor: str | None = None) -> TransactionPage:
+        return await self._gw.request(ops.wallet_transactions(limit, cursor))
+
+
+class AsyncPay(_AsyncResource):
+    async def checkout(self, amount_cents: int, product: str | None = None,
+                       return_url: str | None = None, *, idempotency_key: str | None = None) -> Checkout:
+        return await self._gw.request(ops.pay_checkout(amount_cents, product, return_url,
+                                                       idempotency_key or new_idempotency_key()))
+
+    async def history(self) -> list[Payment]:
+        return await self._gw.request(ops.pay_history())
+
+
+class AsyncReceipts(_AsyncResource):
+    async def keys(self) -> list[ReceiptKey]:
+        return await self._gw.request(ops.receipt_keys())
+
+    async def verify(self, response: CallResult | Mapping[str, Any]) -> bool:
+        """Verify a call result (or a saved call response dict); raises ReceiptInvalid.
+        Fetches the published keys when the receipt's key is not known yet."""
+        data = response.as_response() if isinstance(response, CallResult) else response
+        await self._gw.learn_receipt_key((data.get("receipt") or {}).get("kid"))
+        return self._gw._verify(data)
+
+
+class AsyncAgents(_AsyncResource):
+    async def register(self, name: str, pubkey: str, webhook: str | None = None) -> Agent:
+        return await self._gw.request(ops.agent_register(name, pubkey, webhook))
+
+    async def fund(self, agent_id: str, amount_cents: int, idempotency_key: str | None = None) -> Funding:
+        return await self._gw.request(ops.agent_fund(agent_id, amount_cents,
+                                                     idempotency_key or new_idempotency_key()))
+
+    async def disable(self, agent_id: str) -> AgentDisabled:
+        return await self._gw.request(ops.agent_disable(agent_id))
+
 
 class AsyncGateway:
     """Asynchronous client; see ``Gateway`` for the arguments. Use ``async with``."""
 
     def __init__(self, api_key: str | None = None, base_url: str | None = None, *,
-                 timeout: float = DEFAULT_TIMEOUT, max_retries: int = 2,
+                 timeout: float | None = None, max_retries: int = 2,
                  retry: RetryPolicy | None = None, x402_account: Any = None,
                  chat_base_url: str | None = None,
                  http_client: httpx.AsyncClient | None = None) -> None:
@@ -98,11 +139,13 @@ class AsyncGateway:
         self.api_key = resolve_api_key(api_key)
         self.chat_base_url = chat_base_url
         self.retry = retry or RetryPolicy(max_retries=max_retries)
-        self._http = http_client or httpx.AsyncClient(timeout=timeout)
+        own_timeout, self._call_timeout = default_timeouts(timeout, http_client is None)
+        self._http = http_client or httpx.AsyncClient(timeout=own_timeout)
         self._payer = AsyncPayer(x402_account) if x402_account is not None else None
         self._public_keys: dict[str, str] = {}
         self.modules, self.keys, self.usage = AsyncModules(self), AsyncKeys(self), AsyncUsage(self)
-        self.alerts, self.wallet = AsyncAlerts(self), AsyncWallet(self)
+        self.alerts, self.wallet, self.pay = AsyncAlerts(self), AsyncWallet(self), AsyncPay(self)
+        self.receipts, self.agents = AsyncReceipts(self), AsyncAgents(self)
 
     async def __aenter__(self) -> AsyncGateway:
         return self
@@ -116,31 +159,36 @@ class AsyncGateway:
     async def account(self) -> Account:
         return await self.request(ops.account())
 
-    async def call(self, slug: str, action: str, *, idempotency_key: str | None = None,
+    async def call(self, slug: str, /, action: str, *, idempotency_key: str | None = None,
                    **params: Any) -> CallResult:
-        """As ``Gateway.call``. The receipt keys are fetched once, before the first call,
-        so ``result.verify()`` needs no network."""
+        """As ``Gateway.call``. The gateway's receipt keys are fetched when a result is
+        signed by a key the client does not know yet (the first call, or after the gateway
+        rotated its key), so ``result.verify()`` needs no network."""
         key = idempotency_key or new_idempotency_key()
-        if not self._public_keys:
-            await self.refresh_receipt_keys()
         try:
-            return await self.request(ops.call(slug, action, params, key, self._verify))
+            result = await self.request(ops.call(slug, action, params, key, self._verify))
         except PaymentRequired as exc:
             if self._payer is None or exc.code != "payment_required":
                 raise
             paid = await self._payer.headers_for(exc)
-            return await self.request(ops.call(slug, action, params, key, self._verify, paid))
+            result = await self.request(ops.call(slug, action, params, key, self._verify, paid))
+        await self.learn_receipt_key(result.receipt.kid)
+        return result
 
     async def refresh_receipt_keys(self) -> None:
-        self._public_keys = {k.kid: k.public_key for k in await self.request(ops.receipt_keys())}
+        self._public_keys = {k.kid: k.public_key for k in await self.receipts.keys()}
+
+    async def learn_receipt_key(self, kid: str | None) -> None:
+        """Fetch the published receipt keys unless ``kid`` is among those already known."""
+        if kid not in self._public_keys:
+            await self.refresh_receipt_keys()
 
     def chat_client(self, **kwargs: Any) -> openai.AsyncOpenAI:
         """An ``openai.AsyncOpenAI`` client for the chat host."""
         from gateway_client._chat import chat_settings
         import openai
 
-        return openai.AsyncOpenAI(**chat_settings(self.base_url, self.chat_base_url, self.api_key),
-                                  **kwargs)
+        return openai.AsyncOpenAI(**chat_settings(self.base_url, self.chat_base_url, self.api_key, kwargs))
 
     def _verify(self, response: Mapping[str, Any]) -> bool:
         return receipts.verify(response, self._public_keys)
@@ -148,7 +196,8 @@ class AsyncGateway:
     async def _send(self, op: Op[Any]) -> httpx.Response:
         headers = request_headers(op, self.api_key if op.auth else None)
         req = self._http.build_request(op.method, self.base_url + op.path, json=op.json,
-                                       params=op.params, headers=headers)
+                                       params=op.params, headers=headers,
+                                       timeout=request_timeout(op, self._call_timeout))
         response = await self._http.send(req, stream=op.stream_to is not None)
         if op.stream_to is None:
             return response
@@ -169,8 +218,8 @@ class AsyncGateway:
         while True:
             try:
                 response = await self._send(op)
-            except httpx.TransportError:
-                delay = self.retry.delay(op, attempt, None)
+            except httpx.TransportError as exc:
+                delay = self.retry.delay(op, attempt, None, exc)
                 if delay is None:
                     raise
             else:

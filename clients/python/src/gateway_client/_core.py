@@ -5,8 +5,9 @@ Retries: 429 and 5xx answers (and connection failures) are retried with exponent
 backoff, honouring ``Retry-After``. An operation is retried only when repeating it is
 safe: GET/PUT/DELETE, and POSTs that carry an ``Idempotency-Key`` (every module call
 does; the client generates one when the caller gave none), so a retry never charges
-twice. A 429 is always safe to retry (the gateway refused the request before doing it);
-``409 idempotency_key_in_use`` (the first attempt still running) is retried too.
+twice. A 429 is always safe to retry (the gateway refused the request before doing it),
+and so is a connection that could not be opened (``NOT_SENT``: nothing reached the
+gateway); ``409 idempotency_key_in_use`` (the first attempt still running) is retried too.
 """
 from __future__ import annotations
 
@@ -25,8 +26,14 @@ T = TypeVar("T")
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 DEFAULT_TIMEOUT = 30.0
+# A module call waits for its provider: a catalog action may run up to 120 s (its
+# ``timeout_seconds``) before the gateway answers, 504 at the latest; a call's answer is
+# read for that long plus a margin, so a slow action's charged answer is not lost.
+CALL_READ_TIMEOUT = 130.0
 USER_AGENT = f"gateway-client-python/{__version__} httpx/{httpx.__version__}"
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+# transport failures before any byte of the request was sent: repeating it is always safe
+NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 
 def resolve_base_url(base_url: str | None) -> str:
@@ -53,6 +60,7 @@ class Op(Generic[T]):
     headers: Mapping[str, str] = field(default_factory=dict)
     auth: bool = True
     stream_to: str | None = None  # write the 2xx body to this file instead of reading it
+    waits_for_provider: bool = False  # a module call: read for up to CALL_READ_TIMEOUT by default
 
     @property
     def idempotency_key(self) -> str | None:
@@ -74,13 +82,14 @@ class RetryPolicy:
     max_backoff: float = 8.0
     max_retry_after: float = 60.0
 
-    def delay(self, op: Op[Any], attempt: int, response: httpx.Response | None) -> float | None:
+    def delay(self, op: Op[Any], attempt: int, response: httpx.Response | None,
+              error: Exception | None = None) -> float | None:
         """Seconds to wait before retrying after ``attempt`` (0-based), or None to give up.
-        ``response`` is None when the request failed at the connection level."""
+        ``response`` is None when the request failed at the connection level (``error``)."""
         if attempt >= self.max_retries:
             return None
         if response is None:
-            if not op.retry_safe:
+            if not (op.retry_safe or isinstance(error, NOT_SENT)):
                 return None
         elif not _retryable_answer(op, response):
             return None
@@ -109,6 +118,22 @@ def _error_code(response: httpx.Response) -> str | None:
         return None
     error = body.get("error") if isinstance(body, dict) else None
     return error.get("code") if isinstance(error, dict) else error
+
+
+def default_timeouts(timeout: float | None, own_client: bool) -> tuple[float, httpx.Timeout | None]:
+    """(the HTTP client's timeout, a module call's), from the ``timeout`` the caller gave
+    (None: the defaults). A timeout of the caller's, or an HTTP client of the caller's,
+    applies to every request: no module call timeout of its own then."""
+    if timeout is not None or not own_client:
+        return (DEFAULT_TIMEOUT if timeout is None else timeout), None
+    return DEFAULT_TIMEOUT, httpx.Timeout(DEFAULT_TIMEOUT, read=CALL_READ_TIMEOUT)
+
+
+def request_timeout(op: Op[Any], call_timeout: httpx.Timeout | None) -> Any:
+    """The timeout of one request: the module call's for a call, else the client's."""
+    if op.waits_for_provider and call_timeout is not None:
+        return call_timeout
+    return httpx.USE_CLIENT_DEFAULT
 
 
 def request_headers(op: Op[Any], token: str | None) -> dict[str, str]:

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any, Literal, Mapping, TypeVar
 import httpx
 
 from gateway_client import ops, receipts
-from gateway_client._core import (DEFAULT_TIMEOUT, Op, RetryPolicy, new_idempotency_key,
-                                  raise_for_status, request_headers, resolve_api_key,
-                                  resolve_base_url)
+from gateway_client._core import (Op, RetryPolicy, default_timeouts, new_idempotency_key,
+                                  raise_for_status, request_headers, request_timeout,
+                                  resolve_api_key, resolve_base_url)
 from gateway_client._x402 import SyncPayer
 from gateway_client.errors import PaymentRequired
 from gateway_client.models import (Account, Agent, AgentDisabled, Alert, CallResult, Checkout, DailyUsage,
@@ -107,9 +107,12 @@ class Wallet(_Resource):
 
 class Pay(_Resource):
     def checkout(self, amount_cents: int, product: str | None = None,
-                 return_url: str | None = None) -> Checkout:
-        """Start a hosted checkout; send the user to ``.url``."""
-        return self._gw.request(ops.pay_checkout(amount_cents, product, return_url))
+                 return_url: str | None = None, *, idempotency_key: str | None = None) -> Checkout:
+        """Start a hosted checkout; send the user to ``.url``. Sent with an
+        ``Idempotency-Key`` (``idempotency_key``, or a new one), so the client's retries of
+        a lost answer start no second checkout."""
+        return self._gw.request(ops.pay_checkout(amount_cents, product, return_url,
+                                                 idempotency_key or new_idempotency_key()))
 
     def history(self) -> list[Payment]:
         """The last 50 payments, newest first."""
@@ -146,17 +149,19 @@ class Gateway:
     """Synchronous client. ``api_key`` / ``base_url`` default to ``GATEWAY_API_KEY`` /
     ``GATEWAY_BASE_URL``. With ``x402_account`` (an ``eth_account`` account) a 402 on a
     module call is paid with x402 and the call retried once; otherwise ``PaymentRequired``
-    is raised."""
+    is raised. ``timeout``: seconds for every request; by default 30, and a module call's
+    answer is waited for up to 130 (an action may run 120 s before the gateway answers)."""
 
     def __init__(self, api_key: str | None = None, base_url: str | None = None, *,
-                 timeout: float = DEFAULT_TIMEOUT, max_retries: int = 2,
+                 timeout: float | None = None, max_retries: int = 2,
                  retry: RetryPolicy | None = None, x402_account: Any = None,
                  chat_base_url: str | None = None, http_client: httpx.Client | None = None) -> None:
         self.base_url = resolve_base_url(base_url)
         self.api_key = resolve_api_key(api_key)
         self.chat_base_url = chat_base_url
         self.retry = retry or RetryPolicy(max_retries=max_retries)
-        self._http = http_client or httpx.Client(timeout=timeout)
+        own_timeout, self._call_timeout = default_timeouts(timeout, http_client is None)
+        self._http = http_client or httpx.Client(timeout=own_timeout)
         self._payer = SyncPayer(x402_account) if x402_account is not None else None
         self._public_keys: dict[str, str] = {}
         self.modules, self.keys, self.usage = Modules(self), Keys(self), Usage(self)
@@ -176,9 +181,10 @@ class Gateway:
     def account(self) -> Account:
         return self.request(ops.account())
 
-    def call(self, slug: str, action: str, *, idempotency_key: str | None = None,
+    def call(self, slug: str, /, action: str, *, idempotency_key: str | None = None,
              **params: Any) -> CallResult:
-        """Call ``action`` of module ``slug`` with ``params`` as the body's other fields.
+        """Call ``action`` of module ``slug`` (positional) with ``params`` as the body's other
+        fields (a field named ``slug`` too; only ``idempotency_key`` is the client's).
         Retried only with the same Idempotency-Key (generated when not given)."""
         key = idempotency_key or new_idempotency_key()
         try:
@@ -194,7 +200,7 @@ class Gateway:
         from gateway_client._chat import chat_settings
         import openai
 
-        return openai.OpenAI(**chat_settings(self.base_url, self.chat_base_url, self._token()), **kwargs)
+        return openai.OpenAI(**chat_settings(self.base_url, self.chat_base_url, self._token(), kwargs))
 
     # --- plumbing ------------------------------------------------------------------
     def _token(self) -> str | None:
@@ -207,7 +213,8 @@ class Gateway:
     def _send(self, op: Op[Any]) -> httpx.Response:
         headers = request_headers(op, self._token() if op.auth else None)
         req = self._http.build_request(op.method, self.base_url + op.path, json=op.json,
-                                       params=op.params, headers=headers)
+                                       params=op.params, headers=headers,
+                                       timeout=request_timeout(op, self._call_timeout))
         response = self._http.send(req, stream=op.stream_to is not None)
         if op.stream_to is None:
             return response
@@ -228,8 +235,8 @@ class Gateway:
         while True:
             try:
                 response = self._send(op)
-            except httpx.TransportError:
-                delay = self.retry.delay(op, attempt, None)
+            except httpx.TransportError as exc:
+                delay = self.retry.delay(op, attempt, None, exc)
                 if delay is None:
                     raise
             else:

@@ -4,13 +4,16 @@ it can be used like a ``Gateway`` for as long as it lives."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import base58
 from nacl.signing import SigningKey
 
 from gateway_client import ops
 from gateway_client._sync import Gateway
+
+if TYPE_CHECKING:  # pragma: no cover
+    import openai
 
 
 def agent_pubkey(signing_key: SigningKey) -> str:
@@ -60,3 +63,13 @@ class AgentSession(Gateway):
     def _reauthenticate(self) -> bool:
         self.refresh()
         return True
+
+    def chat_client(self, **kwargs: Any) -> openai.OpenAI:
+        """An ``openai.OpenAI`` for the chat host whose key is the session's current token,
+        read for every request: the session signs in again shortly before it ends, so the
+        chat client lives as long as the ``AgentSession``."""
+        kwargs.setdefault("api_key", self._current_token)
+        return super().chat_client(**kwargs)
+
+    def _current_token(self) -> str:
+        return self._token() or ""

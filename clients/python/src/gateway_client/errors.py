@@ -18,7 +18,8 @@ class GatewayError(Exception):
 
 class ApiError(GatewayError):
     """A non-2xx answer: ``status`` (HTTP), ``code`` (stable snake_case error code),
-    ``message`` (human text), ``request_id`` (quote it to support), ``body`` (the JSON)."""
+    ``message`` (human text), ``request_id`` (quote it to support), ``body`` (the JSON),
+    ``retry_after`` (seconds of the answer's ``Retry-After``, or None: a 429, a 503)."""
 
     def __init__(self, status: int, code: str, message: str, request_id: str | None = None,
                  body: Mapping[str, Any] | None = None,
@@ -29,7 +30,8 @@ class ApiError(GatewayError):
         self.message = message
         self.request_id = request_id
         self.body: dict[str, Any] = dict(body or {})
-        self.headers: dict[str, str] = dict(headers or {})
+        self.headers: dict[str, str] = {k.lower(): v for k, v in (headers or {}).items()}
+        self.retry_after: float | None = parse_retry_after(self.headers.get("retry-after"))
 
 
 class InvalidRequest(ApiError):
@@ -72,12 +74,6 @@ class Conflict(ApiError):
 
 class RateLimited(ApiError):
     """429: too many requests; ``retry_after`` is the number of seconds to wait."""
-
-    def __init__(self, status: int, code: str, message: str, request_id: str | None = None,
-                 body: Mapping[str, Any] | None = None,
-                 headers: Mapping[str, str] | None = None) -> None:
-        super().__init__(status, code, message, request_id, body, headers)
-        self.retry_after: float | None = parse_retry_after(self.headers.get("retry-after"))
 
 
 class ServerError(ApiError):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import date, datetime, timezone
 from typing import Any, Callable, Literal, Mapping, TypedDict
+from urllib.parse import quote
 
 import httpx
 
@@ -72,6 +73,12 @@ def when(value: datetime | date | str) -> str:
     return value
 
 
+def _seg(value: str) -> str:
+    """An id or slug as ONE path segment: ``/``, ``..``, ``?`` or ``#`` in it are data (a
+    value from a user cannot reach another route)."""
+    return quote(str(value), safe="")
+
+
 def _drop_none(data: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if v is not None}
 
@@ -94,7 +101,7 @@ def modules_list() -> Op[list[Module]]:
 
 
 def module_get(slug: str) -> Op[Module]:
-    return Op("GET", f"/api/modules/{slug}", lambda r: Module.from_json(r.json()), auth=False)
+    return Op("GET", f"/api/modules/{_seg(slug)}", lambda r: Module.from_json(r.json()), auth=False)
 
 
 def call(slug: str, action: str, params: Mapping[str, Any], idempotency_key: str,
@@ -104,8 +111,9 @@ def call(slug: str, action: str, params: Mapping[str, Any], idempotency_key: str
         return CallResult.from_json(r.json(), idempotency_key=idempotency_key,
                                     replayed=r.headers.get("Idempotent-Replayed") == "true",
                                     payment=settlement(r.headers), _verifier=verifier)
-    return Op("POST", f"/v1/module/{slug}/call", read, json={"action": action, **params},
-              headers={"Idempotency-Key": idempotency_key, **(payment_headers or {})})
+    return Op("POST", f"/v1/module/{_seg(slug)}/call", read, json={"action": action, **params},
+              headers={"Idempotency-Key": idempotency_key, **(payment_headers or {})},
+              waits_for_provider=True)
 
 
 def receipt_keys() -> Op[list[ReceiptKey]]:
@@ -124,17 +132,17 @@ def keys_list(org_id: str | None = None) -> Op[list[Key]]:
 
 
 def keys_revoke(key_id: str, org_id: str | None = None) -> Op[bool]:
-    return Op("DELETE", f"/api/keys/{key_id}", lambda r: bool(r.json()["revoked"]),
+    return Op("DELETE", f"/api/keys/{_seg(key_id)}", lambda r: bool(r.json()["revoked"]),
               params=_drop_none({"org_id": org_id}))
 
 
 def keys_rotate(key_id: str, overlap_seconds: int | None, org_id: str | None = None) -> Op[KeyCreated]:
-    return Op("POST", f"/api/keys/{key_id}/rotate", _one(KeyCreated),
+    return Op("POST", f"/api/keys/{_seg(key_id)}/rotate", _one(KeyCreated),
               json=_drop_none({"overlap_seconds": overlap_seconds, "org_id": org_id}))
 
 
 def keys_update(key_id: str, changes: KeyChanges) -> Op[Key]:
-    return Op("PATCH", f"/api/keys/{key_id}", _one(Key), json=dict(changes))
+    return Op("PATCH", f"/api/keys/{_seg(key_id)}", _one(Key), json=dict(changes))
 
 
 def usage_current() -> Op[UsageCurrent]:
@@ -164,7 +172,7 @@ def alerts_list() -> Op[list[Alert]]:
 
 
 def alerts_delete(alert_id: str) -> Op[bool]:
-    return Op("DELETE", f"/api/alerts/{alert_id}", lambda r: bool(r.json()["deleted"]))
+    return Op("DELETE", f"/api/alerts/{_seg(alert_id)}", lambda r: bool(r.json()["deleted"]))
 
 
 def wallet_balance() -> Op[WalletBalance]:
@@ -180,10 +188,12 @@ def wallet_transactions(limit: int, cursor: str | None) -> Op[TransactionPage]:
               params=_drop_none({"limit": limit, "cursor": cursor}))
 
 
-def pay_checkout(amount_cents: int, product: str | None, return_url: str | None) -> Op[Checkout]:
+def pay_checkout(amount_cents: int, product: str | None, return_url: str | None,
+                 idempotency_key: str) -> Op[Checkout]:
     return Op("POST", "/api/pay/checkout", _one(Checkout),
               json=_drop_none({"amount_cents": amount_cents, "product": product,
-                               "return_url": return_url}))
+                               "return_url": return_url}),
+              headers={"Idempotency-Key": idempotency_key})
 
 
 def pay_history() -> Op[list[Payment]]:
@@ -196,12 +206,12 @@ def agent_register(name: str, pubkey: str, webhook: str | None) -> Op[Agent]:
 
 
 def agent_fund(agent_id: str, amount_cents: int, idempotency_key: str) -> Op[Funding]:
-    return Op("POST", f"/api/agent/{agent_id}/fund", _one(Funding),
+    return Op("POST", f"/api/agent/{_seg(agent_id)}/fund", _one(Funding),
               json={"amount_cents": amount_cents}, headers={"Idempotency-Key": idempotency_key})
 
 
 def agent_disable(agent_id: str) -> Op[AgentDisabled]:
-    return Op("DELETE", f"/api/agent/{agent_id}", _one(AgentDisabled))
+    return Op("DELETE", f"/api/agent/{_seg(agent_id)}", _one(AgentDisabled))
 
 
 def agent_nonce() -> Op[str]:

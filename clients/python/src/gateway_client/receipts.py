@@ -38,14 +38,17 @@ def signed_facts(response: Mapping[str, Any]) -> dict[str, Any]:
         r = response["receipt"]
         facts = {"v": r.get("v", 1), "kid": r["kid"], "call_id": response["call_id"],
                  "account_id": r["account_id"], "module": response["module"], "action": r["action"],
-                 "cost_cents": int(response["cost_cents"]),
+                 "cost_cents": response["cost_cents"],
                  "result_sha256": hashlib.sha256(canonical(response["result"])).hexdigest(),
-                 "ok": bool(response["ok"]), "mode": r["mode"], "ts": r["ts"]}
+                 "ok": response["ok"], "mode": r["mode"], "ts": r["ts"]}
         if facts["v"] == 2:
             facts.update(actor=r["actor"], actor_account_id=r["actor_account_id"])
-        return facts
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ReceiptInvalid(f"not a call response with a receipt: {exc!r}") from None
+    # the values as signed, not lookalikes: "false" or 1 is not false/true, 2.9 or "2" not 2
+    if not isinstance(facts["ok"], bool) or type(facts["cost_cents"]) is not int:
+        raise ReceiptInvalid("`ok` must be a boolean and `cost_cents` an integer, as the receipt signs them")
+    return facts
 
 
 def verify(response: Mapping[str, Any], public_keys: Mapping[str, str]) -> bool:

@@ -389,7 +389,7 @@ def load_config(overrides: dict | None = None) -> dict:
         "SUBSCRIBE_RATE_LIMIT": _env("SUBSCRIBE_RATE_LIMIT", "10/minute;60/hour"),
         "SUBSCRIBE_EMAIL_RATE_LIMIT": _env("SUBSCRIBE_EMAIL_RATE_LIMIT", "5/hour;10/day"),
         "SIGNUP_RATE_LIMIT": _env("SIGNUP_RATE_LIMIT", "5/minute;30/hour"),
-        "SIGNUP_EMAIL_RATE_LIMIT": _env("SIGNUP_EMAIL_RATE_LIMIT", "3/hour"),
+        "SIGNUP_EMAIL_RATE_LIMIT": _env("SIGNUP_EMAIL_RATE_LIMIT", "3/hour;10/day"),
         # invitations to one address (POST /api/orgs/{id}/invites): no mail bombing through invites
         "INVITE_EMAIL_RATE_LIMIT": _env("INVITE_EMAIL_RATE_LIMIT", "5/hour"),
         "PUBLIC_PAGE_RATE_LIMIT": _env("PUBLIC_PAGE_RATE_LIMIT", "30/minute"),

@@ -88,3 +88,24 @@ def test_newsletter_confirmations_to_one_inbox_are_capped_per_day(app, client, m
                         environ_base={"REMOTE_ADDR": f"10.7.{hour}.{i}"})
         clock[0] += 3600
     assert _mails(app, "stranger@example.com") == 10
+
+
+def test_signup_mails_to_one_inbox_are_capped_per_day(app, client, monkeypatch):
+    """Signing a stranger's address up hour after hour (from many IPs) makes us send that
+    inbox at most 10 sign-up mails a day (SIGNUP_EMAIL_RATE_LIMIT 3/hour;10/day), as every
+    other mail someone else can trigger is capped per day; until 2026-11-29 3 every hour, 72 a
+    day, every day."""
+    import time
+    from types import SimpleNamespace
+
+    from app.services.platform import ratecount
+
+    monkeypatch.setitem(app.config, "SIGNUP_RATE_LIMIT", "1000/minute")
+    clock = [(time.time() // 86400 + 1) * 86400 + 3600]  # tomorrow, 01:00 UTC: six hours of one day
+    monkeypatch.setattr(ratecount, "time", SimpleNamespace(time=lambda: clock[0]))
+    for hour in range(6):
+        for i in range(3):
+            client.post("/api/signup", json={"email": "signed.up.stranger@example.com"},
+                        environ_base={"REMOTE_ADDR": f"10.8.{hour}.{i}"})
+        clock[0] += 3600
+    assert _mails(app, "signed.up.stranger@example.com") == 10

@@ -172,7 +172,8 @@ def load_config(overrides: dict | None = None) -> dict:
         "MAX_CONTENT_LENGTH": _int("MAX_BODY_BYTES", 1024 * 1024),
         "BASE_URL": _env("BASE_URL", f"http://127.0.0.1:{_env('PORT', '8000')}"),
         "TRUSTED_PROXIES": _int("TRUSTED_PROXIES", 1 if production else 0),
-        # Origins allowed to POST /api/track from a browser (comma-separated, or "*").
+        # Origins allowed to POST the public endpoints from a browser (/api/track, /api/contact,
+        # /api/email/subscribe and /unsubscribe, /api/signup; comma-separated, or "*").
         # Default "*" outside production; in production nothing unless configured.
         "CORS_ORIGINS": _env("CORS_ORIGINS", "" if production else "*"),
         # --- accounts / credentials -----------------------------------------

@@ -1,10 +1,33 @@
-"""CORS, one mechanism for every route that browsers may call: ``/api/track``
-(``CORS_ORIGINS``) and the chat host (``CHAT_CORS_ORIGINS``). A route's ``after_request``
-hook calls ``apply`` with its setting and its headers; preflights (``OPTIONS``) are Flask's
-automatic answers, decorated here like every other response (errors included)."""
+"""CORS, one mechanism for every route that browsers may call: the public endpoints a
+website posts to — ``/api/track``, ``/api/contact``, ``/api/email/subscribe`` and
+``/unsubscribe``, ``/api/signup`` (``CORS_ORIGINS``, ``public_endpoints``) — and the chat
+host (``CHAT_CORS_ORIGINS``). A route's ``after_request`` hook calls ``apply`` with its
+setting and its headers; preflights (``OPTIONS``) are Flask's automatic answers, decorated
+here like every other response (errors included)."""
 from __future__ import annotations
 
-from flask import request
+from flask import current_app, request
+
+# The public endpoints' CORS headers (``CORS_ORIGINS``): what a page's fetch or beacon needs.
+PUBLIC_HEADERS = {
+    "Access-Control-Allow-Methods": "POST, OPTIONS",
+    "Access-Control-Allow-Headers": "Content-Type, Authorization, X-Request-Id",
+    "Access-Control-Expose-Headers": "Retry-After, X-Request-Id, RateLimit-Limit, "
+                                     "RateLimit-Remaining, RateLimit-Reset",
+    "Access-Control-Max-Age": "86400",
+}
+
+
+def public_endpoints(blp, *endpoints: str) -> None:
+    """CORS (``CORS_ORIGINS``, ``PUBLIC_HEADERS``) on ``blp``'s ``endpoints``: the public
+    forms a website posts to from the browser. A 204's ``Content-Type`` is dropped (no body)."""
+    @blp.after_request
+    def _public_cors(response):
+        if request.endpoint not in endpoints:
+            return response
+        if response.status_code == 204:
+            response.headers.pop("Content-Type", None)
+        return apply(response, current_app.config.get("CORS_ORIGINS"), PUBLIC_HEADERS)
 
 
 def allowed_origins(setting: str | None) -> list[str]:

@@ -162,9 +162,21 @@ def test_cors_preflight_and_response_headers(app, client, monkeypatch):
     # actual responses (errors included) carry the header so the browser can read them
     err = client.post("/api/track", json={"event": ""}, headers={"Origin": "https://shop.example"})
     assert err.status_code == 400 and err.headers["Access-Control-Allow-Origin"] == "https://shop.example"
-    # only /api/track speaks CORS
-    assert "Access-Control-Allow-Origin" not in client.post(
-        "/api/contact", json={}, headers={"Origin": "https://shop.example"}).headers
+    # the other public endpoints a website posts to from the browser speak it too (until
+    # 2026-11-29 only /api/track: a site's contact, newsletter or sign-up form on its own
+    # origin could not read the answer); the rest of the API does not
+    for path in ("/api/contact", "/api/email/subscribe", "/api/email/unsubscribe", "/api/signup"):
+        pre = client.options(path, headers={"Origin": "https://shop.example", "Access-Control-Request-Method": "POST",
+                                            "Access-Control-Request-Headers": "content-type"})
+        assert pre.headers.get("Access-Control-Allow-Origin") == "https://shop.example", path
+        assert "content-type" in pre.headers["Access-Control-Allow-Headers"].lower(), path
+        bad = client.post(path, json={}, headers={"Origin": "https://shop.example"})
+        assert bad.status_code == 400 and bad.headers["Access-Control-Allow-Origin"] == "https://shop.example", path
+        assert "Access-Control-Allow-Origin" not in client.post(
+            path, json={}, headers={"Origin": "https://evil.example"}).headers, path
+    for path in ("/api/account", "/api/signup/confirm", "/api/track/funnel"):
+        assert "Access-Control-Allow-Origin" not in client.options(
+            path, headers={"Origin": "https://shop.example", "Access-Control-Request-Method": "POST"}).headers, path
     # an origin configured as a URL (trailing slash, capitals) is the origin browsers send
     monkeypatch.setitem(app.config, "CORS_ORIGINS", "https://Shop.Example/ , https://app.example:8443/")
     for origin in ("https://shop.example", "https://app.example:8443"):

@@ -2,6 +2,7 @@
 from flask import request
 from flask.views import MethodView
 
+from app import cors
 from app.auth import public
 from app.blueprints.contact.schemas import ContactFormSchema, ContactQueuedSchema
 from app.blueprints.routing import document_errors
@@ -10,6 +11,7 @@ from app.ratelimits import per_email, per_ip
 from app.services.public import contact
 
 blp = Blueprint("contact", __name__, url_prefix="/api", description="Contact the sales team.")
+cors.public_endpoints(blp, "contact.ContactView")  # a website's contact form posts here
 
 
 @blp.route("/contact")

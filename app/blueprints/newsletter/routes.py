@@ -2,7 +2,7 @@
 RFC 8058 one-click unsubscribe endpoint."""
 from flask.views import MethodView
 
-from app import pages
+from app import cors, pages
 from app.blueprints.newsletter.schemas import (OneClickFormSchema, StatusSchema, SubscribeSchema, TokenFormSchema,
                                           TokenQuerySchema, UnsubscribeSchema)
 from app.blueprints.routing import endpoint
@@ -12,6 +12,7 @@ from app.services.public import newsletter
 
 blp = Blueprint("email", __name__, url_prefix="/api/email",
                 description="Newsletter lists: double opt-in subscribe, unsubscribe.")
+cors.public_endpoints(blp, "email.SubscribeView", "email.UnsubscribeView")  # a website's forms
 pages_blp = Blueprint("email_pages", __name__, url_prefix="/email",
                       description="HTML pages opened from newsletter e-mails.")
 

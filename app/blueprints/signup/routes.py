@@ -3,7 +3,7 @@ promotional credit and its first key, shown once."""
 from flask.views import MethodView
 from markupsafe import Markup, escape
 
-from app import pages
+from app import cors, pages
 from app.blueprints.newsletter.schemas import StatusSchema, TokenFormSchema, TokenQuerySchema
 from app.blueprints.signup.schemas import SignupCompletedSchema, SignupConfirmSchema, SignupSchema
 from app.errors import DomainError
@@ -14,6 +14,7 @@ from app.services.accounts import console, signup
 
 blp = Blueprint("signup", __name__, url_prefix="/api/signup",
                 description="Self-serve sign-up with e-mail verification and free credit.")
+cors.public_endpoints(blp, "signup.SignupView")  # a website's sign-up form (the link's pages are ours)
 pages_blp = Blueprint("signup_pages", __name__, url_prefix="/signup",
                       description="HTML pages opened from the sign-up e-mail.")
 

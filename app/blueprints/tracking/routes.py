@@ -19,24 +19,7 @@ blp = Blueprint("tracking", __name__, url_prefix="/api/track",
                 description="Product analytics: event ingestion, funnel, recent events, sessions.")
 
 TRACK_ENDPOINT = "tracking.TrackView"
-CORS_HEADERS = {
-    "Access-Control-Allow-Methods": "POST, OPTIONS",
-    "Access-Control-Allow-Headers": "Content-Type, Authorization, X-Request-Id",
-    "Access-Control-Expose-Headers": "Retry-After, X-Request-Id, RateLimit-Limit, "
-                                     "RateLimit-Remaining, RateLimit-Reset",
-    "Access-Control-Max-Age": "86400",
-}
-
-
-@blp.after_request
-def _cors(response):
-    """CORS for ``/api/track`` only (preflight and actual responses, errors included):
-    ``CORS_ORIGINS`` is ``*`` or a comma-separated list of exact origins (``app.cors``)."""
-    if request.endpoint != TRACK_ENDPOINT:
-        return response
-    if response.status_code == 204:
-        response.headers.pop("Content-Type", None)
-    return cors.apply(response, current_app.config.get("CORS_ORIGINS"), CORS_HEADERS)
+cors.public_endpoints(blp, TRACK_ENDPOINT)
 
 
 def _body_limit(config_name: str):

@@ -186,7 +186,8 @@ _PDF_DOC = {"200": {"description": "The invoice (JSON, or the PDF with `Accept: 
           name="InvoiceListView")
 def list_invoices(query):
     """The invoices of the key's mode, newest first: one per payment (checkout, wallet funding,
-    auto top-up, USDC, x402) and one per month of usage; `next_cursor` pages on."""
+    auto top-up, USDC, x402) and one per month of usage; `next_cursor` pages on. A refunded
+    payment's invoice lists its credit notes, `credited` and `net_total`."""
     return invoices.list_invoices(acting_account(query.get("org_id"), BILLING_READ), principal().mode, query["limit"],
                                   query.get("cursor"))
 
@@ -195,8 +196,8 @@ def list_invoices(query):
           errors={404: "No such invoice of this account and mode."}, name="InvoiceView")
 @blp.doc(responses=_PDF_DOC)
 def get_invoice(query, invoice_id):
-    """One invoice as issued (numbered, never changed): JSON, or its PDF when the request prefers
-    `Accept: application/pdf` (also at `/api/pay/invoices/{id}.pdf`)."""
+    """One invoice or credit note as issued (numbered, never changed): JSON, or its PDF when the
+    request prefers `Accept: application/pdf` (also at `/api/pay/invoices/{id}.pdf`)."""
     inv = invoices.get_invoice(acting_account(query.get("org_id"), BILLING_READ), principal().mode, invoice_id)
     if request.accept_mimetypes.best_match(("application/json", "application/pdf")) == "application/pdf":
         return _invoice_response(inv)

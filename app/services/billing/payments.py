@@ -179,6 +179,9 @@ def refund_payment(payment: Payment, refunded_total_micros: int, charge_id: str)
         return "concurrent_refund"
     _take_back(payment, delta, kind="refund", ref=f"refund:{payment.id}:{refunded_total_micros}",
                shortfall=REFUND_SHORTFALL, meta={"charge": charge_id})
+    from app.services.billing import invoices  # its credit note, numbered in this unit of work
+
+    invoices.issue_credit_note(payment, refunded_total_micros)
     return "refunded"
 
 

@@ -375,3 +375,21 @@ def test_a_months_usage_invoice_waits_for_its_pending_calls_so_a_later_refund_is
         db.session.remove()
     listed = _invoices(client, acct)["invoices"]
     assert [(i["kind"], i["period"], i["total"]) for i in listed] == [("usage", month, "1.00")]
+
+
+def test_the_sweep_issues_the_credit_note_of_a_refund_made_before_credit_notes_existed(app, make_account):
+    from app.models import Payment
+    from app.services.billing import invoices
+
+    acct = make_account()
+    with app.app_context():
+        db.session.add(Payment(id="pay_oldrefund01", account_id=acct.id, method="card", kind="charge",
+                               processor="sandbox", mode="live", amount_micros=10_000_000,
+                               refunded_micros=3_000_000, status="partially_refunded"))
+        db.session.commit()
+        assert invoices.issue_missing() == 2  # its invoice, then its credit note
+        assert invoices.issue_missing() == 0
+        inv = invoices._payment_invoice("pay_oldrefund01")
+        view = invoices.view(inv)
+        assert view["credited"] == "3.00" and view["net_total"] == "7.00"
+        db.session.remove()

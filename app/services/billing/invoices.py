@@ -229,11 +229,14 @@ def _exists(*where) -> bool:
 
 def issue_missing(limit: int = 200) -> int:
     """Sweep: credited payments of the last ``SWEEP_DAYS`` days without an invoice (x402
-    payments; any payment credited before invoices existed) get one, each in its own unit
-    of work. Returns how many were issued."""
+    payments; any payment credited before invoices existed) get one, and refunds without
+    their credit note (made before credit notes existed) get it, each payment in its own
+    unit of work. Returns how many documents were issued."""
     ids = db.session.execute(text(
         "SELECT p.id FROM payments p WHERE p.status IN :credited AND p.created_at >= :since "
-        "AND NOT EXISTS (SELECT 1 FROM invoices i WHERE i.payment_id = p.id) ORDER BY p.created_at LIMIT :limit")
+        "AND (NOT EXISTS (SELECT 1 FROM invoices i WHERE i.payment_id = p.id AND i.kind = 'payment') "
+        "OR p.refunded_micros > (SELECT COALESCE(SUM(c.total_micros), 0) FROM invoices c "
+        "WHERE c.payment_id = p.id AND c.kind = 'credit_note')) ORDER BY p.created_at LIMIT :limit")
         .bindparams(bindparam("credited", expanding=True)),
         {"credited": list(_CREDITED), "since": utcnow() - timedelta(days=SWEEP_DAYS), "limit": limit}
     ).scalars().all()
@@ -242,8 +245,11 @@ def issue_missing(limit: int = 200) -> int:
     for payment_id in ids:
         with unit_of_work():
             payment = db.session.get(Payment, payment_id)
-            if payment is not None and issue_for_payment(payment) is not None:
-                issued += 1
+            if payment is None:
+                continue
+            issued += issue_for_payment(payment) is not None
+            if payment.refunded_micros:
+                issued += issue_credit_note(payment) is not None
     return issued
 
 

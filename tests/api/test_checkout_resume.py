@@ -76,3 +76,34 @@ def test_stripe_resume_and_cancel_expire_the_session(client, account, stripe_api
     hist = {p["id"]: p["status"] for p in client.get("/api/pay/history", headers=account.headers).get_json()["payments"]}
     assert hist == {out["payment_id"]: "canceled", done["payment_id"]: "pending"}
     ledger_clean()
+
+
+def test_a_sandbox_checkout_past_its_expiry_is_expired_as_stripe_would_report_it(client, app, make_account,
+                                                                                 ledger_clean):
+    """Stripe sends ``checkout.session.expired`` when a session's time is up; the sandbox did
+    not, so an unpaid checkout stayed ``pending`` in the history for ever and its cancel read
+    "is pending; it can no longer be canceled"."""
+    from datetime import timedelta
+
+    from app.extensions import db
+    from app.models import Payment
+    from app.models.base import utcnow
+    from app.tasks import billing
+
+    acct = make_account()
+    old, fresh = _checkout(client, acct), _checkout(client, acct)
+    with app.app_context():
+        db.session.get(Payment, old["payment_id"]).expires_at = utcnow() - timedelta(seconds=1)
+        db.session.commit()
+        r = _cancel(client, acct, old["payment_id"])
+        assert r.status_code == 409 and "expired" in r.get_json()["message"]
+        assert billing.expire_sandbox_checkouts() == 1
+        assert billing.expire_sandbox_checkouts() == 0
+        db.session.remove()
+    history = {p["id"]: p["status"] for p in
+               client.get("/api/pay/history", headers=acct.headers).get_json()["payments"]}
+    assert history == {old["payment_id"]: "expired", fresh["payment_id"]: "pending"}
+    state = client.get(f"/api/pay/checkout/{old['payment_id']}", headers=acct.headers).get_json()
+    assert state["status"] == "expired" and state["url"] is None
+    assert _balance(client, acct) == 1000
+    ledger_clean()

@@ -13,7 +13,7 @@ from app.models import Payment
 from app.models.base import utcnow
 from app.services.billing.payment_events import handle_webhook
 from app.services.billing.payments import CREDITED
-from app.services.platform.uow import unit_of_work
+from app.services.platform.uow import end_reads, unit_of_work
 from app.services.billing.processors import (
     SANDBOX_METHODS,
     json_payload,
@@ -96,6 +96,25 @@ def sandbox_checkout_action(session_id: str, action: str, pm_id: str | None, *, 
     sandbox_deliver("checkout.session.completed", _session_object(p, "paid", pi))
     db.session.refresh(p)
     return {"result": "paid", "message": "Payment succeeded; credits added.", "payment": p}
+
+
+def expire_due(limit: int = 200) -> int:
+    """Stripe sends ``checkout.session.expired`` when a session's time is up; the sandbox does
+    the same for its unpaid checkouts past ``expires_at`` (not a submitted bank payment),
+    through the webhook path, so the history shows them ``expired`` rather than ``pending``
+    for ever. Returns how many it expired (a checkout finished meanwhile is left alone)."""
+    due = db.session.execute(select(Payment.id).where(
+        Payment.processor == "sandbox", Payment.kind == "checkout", Payment.status == "pending",
+        Payment.expires_at < utcnow()).order_by(Payment.expires_at).limit(limit)).scalars().all()
+    end_reads()
+    expired = 0
+    for payment_id in due:
+        p = db.session.get(Payment, payment_id)
+        if p is None or (p.meta or {}).get("ach_submitted"):
+            continue
+        result = sandbox_deliver("checkout.session.expired", _session_object(p, "unpaid", None))
+        expired += result.get("outcome") == "expired"
+    return expired
 
 
 def sandbox_settle(payment_id: str, fail: bool = False) -> dict:

@@ -605,3 +605,17 @@ def test_a_role_change_that_disables_agents_says_so(app, client, make_account):
     assert "1 agent this member registered was disabled" in page
     r = owner.post(f"/org/members/{dev.id}", {"role": "developer"})
     assert r.status_code == 303 and r.headers["Location"].endswith("/org/members")
+
+
+def test_with_saved_cards_but_no_default_the_page_says_to_make_one_the_default(app, make_account):
+    """Removing the default card leaves the other saved cards and no default (docs/payments.md):
+    the "Pay with the saved method" box said "Save a payment method below" beside a listed
+    saved card; it now says to make one the default."""
+    acct = make_account()
+    me = Console(app, acct.id, mode="test")
+    for pm in ("pm_card_mastercard", "pm_card_visa"):
+        assert me.post("/billing/card", {"payment_method_id": pm}, page="/billing").status_code == 303
+    assert me.post("/billing/methods/pm_card_visa/remove", page="/billing").status_code == 303
+    html = me.get("/billing").get_data(as_text=True)
+    assert "mastercard ···· 4444" in html and "Save a payment method below" not in html
+    assert "make a saved one the default" in html.lower()

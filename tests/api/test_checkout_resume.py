@@ -107,3 +107,27 @@ def test_a_sandbox_checkout_past_its_expiry_is_expired_as_stripe_would_report_it
     assert state["status"] == "expired" and state["url"] is None
     assert _balance(client, acct) == 1000
     ledger_clean()
+
+
+def test_a_3ds_card_at_the_sandbox_checkout_asks_to_authenticate_and_can_fail(client, make_account, ledger_clean):
+    """Stripe Checkout shows a 3-D Secure challenge for a card that requires authentication;
+    the sandbox paid it at once, so neither the challenge nor a failed authentication could
+    be tried. Now: Pay shows the challenge (nothing charged), failing it leaves the checkout
+    open with Stripe's message, completing it pays (and saves the card when asked)."""
+    acct = make_account()
+    out = _checkout(client, acct, 700)
+    page = urlparse(out["url"]).path
+    pay = {"action": "pay", "payment_method": "pm_card_authenticationRequired", "save_method": "true"}
+    r = client.post(page, data=pay)
+    assert r.status_code == 200 and b"Complete authentication" in r.data and b"Fail authentication" in r.data
+    assert client.get(f"/api/pay/checkout/{out['payment_id']}", headers=acct.headers).get_json()["status"] == "pending"
+    r = client.post(page, data={**pay, "action": "fail_authentication"})
+    assert b"unable to authenticate" in r.data and b'value="pay"' in r.data  # still open: choose again
+    assert _balance(client, acct) == 1000
+    r = client.post(page, data={**pay, "action": "authenticate"})
+    assert b"Payment succeeded" in r.data
+    assert client.get(f"/api/pay/checkout/{out['payment_id']}", headers=acct.headers).get_json()["status"] == "succeeded"
+    assert _balance(client, acct) == 1700
+    methods = client.get("/api/pay/methods", headers=acct.headers).get_json()["methods"]
+    assert [m["payment_method_id"] for m in methods] == ["pm_card_authenticationRequired"]
+    ledger_clean()

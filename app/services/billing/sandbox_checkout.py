@@ -55,12 +55,19 @@ def sandbox_checkout_page(session_id: str) -> dict:
             "methods": SANDBOX_METHODS, "awaiting_settlement": bool((p.meta or {}).get("ach_submitted"))}
 
 
+# Stripe's message when the customer fails a 3-D Secure challenge; the checkout stays open.
+AUTHENTICATION_FAILED = ("We are unable to authenticate your payment method. Please choose a different payment "
+                         "method and try again.")
+
+
 def sandbox_checkout_action(session_id: str, action: str, pm_id: str | None, *, save_method: bool = False) -> dict:
     """Pay or cancel a sandbox checkout. Returns ``{result, message, payment}``.
     ``save_method`` (the page's "save this payment method" box, like Stripe Checkout's own
     "save my card") marks the checkout as the API's ``save_method`` flag does, so the one
     path saves the card: ``checkouts.save_paid_method`` after the credit's commit. A
-    checkout created with the flag saves the card whatever the box."""
+    checkout created with the flag saves the card whatever the box. A card that requires
+    authentication answers ``authenticate`` (the 3-D Secure challenge) to ``pay``: the action
+    ``authenticate`` then pays, ``fail_authentication`` leaves the checkout open."""
     p = _sandbox_session(session_id)
     if p.status != "pending" or (p.meta or {}).get("ach_submitted"):
         return {"result": "closed", "message": f"This checkout is already {p.status}.", "payment": p}
@@ -76,6 +83,11 @@ def sandbox_checkout_action(session_id: str, action: str, pm_id: str | None, *, 
     if spec is None:
         raise InvalidRequest(f"payment_method: one of {', '.join(SANDBOX_METHODS)}.")
     outcome = spec[3]
+    if outcome == "authentication_required" and action == "pay":  # Stripe Checkout's 3-D Secure challenge
+        return {"result": "authenticate", "payment": p, "method": pm_id, "save": save_method,
+                "message": "Your bank asks you to authenticate this payment (3-D Secure test page)."}
+    if action == "fail_authentication":
+        return {"result": "declined", "payment": p, "message": AUTHENTICATION_FAILED}
     if outcome in ("generic_decline", "insufficient_funds"):
         from app.services.billing.processors import DECLINE_MESSAGES
 

@@ -453,7 +453,9 @@ def invoice_pdf(inv: Invoice) -> bytes:
         for line in doc["lines"]:
             table.row([clean(line["description"]), str(line.get("quantity", 1)), line["amount"]])
     pdf.ln(4)
-    for label, key in (("Subtotal", "subtotal"), ("Tax", "tax"), ("Total", "total"), ("Amount due", "amount_due")):
+    totals = (("Subtotal", "subtotal"), ("Tax", "tax"), ("Total credited", "total")) if inv.kind == CREDIT_NOTE \
+        else (("Subtotal", "subtotal"), ("Tax", "tax"), ("Total", "total"), ("Amount due", "amount_due"))
+    for label, key in totals:
         write(12 if key == "total" else 10, f"{label}: {doc[key]} {doc['currency']}", align="R")
     pdf.ln(4)
     paid = doc.get("paid") or {}

@@ -30,7 +30,9 @@ class AutoTopupRunSchema(ma.Schema):
     reason = ma.fields.String(required=True, allow_none=True, metadata={"description": (
         "Why it was skipped (`disabled`, `above_threshold`, `cap_reached`, `no_method: …`) or failed "
         "(`<decline code>: <message>`).")})
-    amount_cents = cents("amount_micros")
+    amount_cents = cents("amount_micros", metadata={
+        "description": "What the run charges, fixed when it is charged: 0 while `queued` and when `skipped` "
+                       "(nothing charged)."})
     payment_id = ma.fields.String(required=True, allow_none=True,
                                   metadata={"description": "Its payment (in `GET /api/pay/history`)."})
     due_at = ma.fields.DateTime(required=True, metadata={"description": "When it may run (a retry: later)."})

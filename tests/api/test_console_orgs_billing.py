@@ -452,6 +452,11 @@ def test_billing_save_card_pay_once_per_form_and_auto_topup(app, make_account):
     me.post("/billing/card", {"payment_method_id": "pm_card_chargeDeclined"}, page="/billing")
     r = me.post("/billing/pay", {"pay_amount": "3"}, page="/billing")
     assert r.status_code == 402 and "declined" in r.get_data(as_text=True)
+    # a card that asks for 3-D Secure: the page says to use the checkout, not an API path
+    me.post("/billing/card", {"payment_method_id": "pm_card_authenticationRequired"}, page="/billing")
+    r = me.post("/billing/pay", {"pay_amount": "3"}, page="/billing")
+    assert r.status_code == 402 and "3-D Secure" in r.get_data(as_text=True)
+    assert "through the checkout" in r.get_data(as_text=True) and "/api/" not in r.get_data(as_text=True)
     assert _balance(app, acct.id, "test") - before == 7_500_000
 
 

@@ -26,6 +26,8 @@ from app.services.platform import idempotency
 
 READ, WRITE = ("billing:read",), ("billing:write",)
 NO_CARD = "No saved card yet: save one under “Saved payment methods” first."
+NEEDS_3DS = ("This card asks for 3-D Secure authentication, which needs you present: top up through "
+             "the checkout (“Top up”) with this card instead.")
 
 
 def context() -> dict:
@@ -67,7 +69,8 @@ def _fail(exc: DomainError, section: str, **extra):
         return org_context.refused_page(exc)
     if exc.status == 404:
         abort(404)
-    message = NO_CARD if exc.code == "no_payment_method" else exc.message
+    message = NO_CARD if exc.code == "no_payment_method" else \
+        NEEDS_3DS if exc.extra.get("decline_code") == "authentication_required" else exc.message
     return _page(exc.status if exc.status in (400, 402, 409, 429) else 400, errors={section: message}, **extra)
 
 

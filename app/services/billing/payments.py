@@ -389,8 +389,11 @@ def fund_with_saved_method(account_id: str, mode: str, amount_cents: int, method
             payment = db.session.get(Payment, payment_id)
             _record_charge(payment, result)
     if result.status == "failed":
-        raise CardDeclined(result.failure_message or "The card was declined.",
-                           extra={"decline_code": result.failure_code, "payment_id": payment.id})
+        message = result.failure_message or "The card was declined."
+        if result.failure_code == "authentication_required":  # off-session: no one to authenticate
+            message += (" Funding from the saved card cannot ask for it; pay with a hosted checkout "
+                        "(POST /api/pay/checkout), where the cardholder can authenticate.")
+        raise CardDeclined(message, extra={"decline_code": result.failure_code, "payment_id": payment.id})
     db.session.refresh(payment)
     return fund_result(payment)
 

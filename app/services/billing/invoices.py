@@ -201,7 +201,8 @@ def issue_credit_note(payment: Payment, refunded_total_micros: int | None = None
     caller's unit of work (the refund's); None when nothing is left to credit (a replayed
     refund). The invoice itself never changes; a payment without one gets it first."""
     refunded = int(payment.refunded_micros or 0) if refunded_total_micros is None else int(refunded_total_micros)
-    invoice = _payment_invoice(payment.id) or issue_for_payment(payment)
+    # None from issue_for_payment: another unit (the sweep) issued it meanwhile; read it again
+    invoice = _payment_invoice(payment.id) or issue_for_payment(payment) or _payment_invoice(payment.id)
     owed = {}
 
     def already() -> bool:  # under the counter lock: what earlier credit notes did not credit

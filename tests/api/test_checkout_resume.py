@@ -131,3 +131,21 @@ def test_a_3ds_card_at_the_sandbox_checkout_asks_to_authenticate_and_can_fail(cl
     methods = client.get("/api/pay/methods", headers=acct.headers).get_json()["methods"]
     assert [m["payment_method_id"] for m in methods] == ["pm_card_authenticationRequired"]
     ledger_clean()
+
+
+def test_the_expiry_job_leaves_sandbox_checkouts_alone_with_the_sandbox_off(client, app, make_account, monkeypatch):
+    from datetime import timedelta
+
+    from app.extensions import db
+    from app.models import Payment
+    from app.models.base import utcnow
+    from app.tasks import billing
+
+    acct = make_account()
+    out = _checkout(client, acct)
+    with app.app_context():
+        db.session.get(Payment, out["payment_id"]).expires_at = utcnow() - timedelta(seconds=1)
+        db.session.commit()
+        monkeypatch.setitem(app.config, "PAYMENTS_SANDBOX_ENABLED", False)
+        assert billing.expire_sandbox_checkouts() == 0  # no sandbox event could verify: nothing tried
+        db.session.remove()

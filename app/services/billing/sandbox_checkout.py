@@ -4,6 +4,7 @@ delivered as a signed processor event through the same webhook path as Stripe's.
 """
 from __future__ import annotations
 
+from flask import current_app
 from sqlalchemy import select
 
 from app.errors import InvalidRequest, NotFound
@@ -114,7 +115,10 @@ def expire_due(limit: int = 200) -> int:
     """Stripe sends ``checkout.session.expired`` when a session's time is up; the sandbox does
     the same for its unpaid checkouts past ``expires_at`` (not a submitted bank payment),
     through the webhook path, so the history shows them ``expired`` rather than ``pending``
-    for ever. Returns how many it expired (a checkout finished meanwhile is left alone)."""
+    for ever. Returns how many it expired (a checkout finished meanwhile is left alone).
+    Nothing with the sandbox turned off (its events would not verify)."""
+    if not current_app.config.get("PAYMENTS_SANDBOX_ENABLED", True):
+        return 0
     due = db.session.execute(select(Payment.id).where(
         Payment.processor == "sandbox", Payment.kind == "checkout", Payment.status == "pending",
         Payment.expires_at < utcnow()).order_by(Payment.expires_at).limit(limit)).scalars().all()

@@ -624,3 +624,25 @@ def test_with_saved_cards_but_no_default_the_page_says_to_make_one_the_default(a
     html = me.get("/billing").get_data(as_text=True)
     assert "mastercard ···· 4444" in html and "Save a payment method below" not in html
     assert "make a saved one the default" in html.lower()
+
+
+def test_resuming_a_checkout_past_its_expiry_says_it_expired(app, make_account):
+    """Between a checkout's expiry and the job that marks it expired it is still `pending`:
+    Resume said "This checkout is pending and can no longer be paid"."""
+    from datetime import timedelta
+
+    from app.models import Payment
+    from app.models.base import utcnow
+
+    acct = make_account()
+    me = Console(app, acct.id, mode="test")
+    assert me.post("/billing/topup", {"amount": "12"}, page="/billing").status_code == 303
+    with app.app_context():
+        pay = db.session.query(Payment).filter_by(account_id=acct.id, kind="checkout").one()
+        pay.expires_at = utcnow() - timedelta(seconds=1)
+        db.session.commit()
+        pay_id = pay.id
+        db.session.remove()
+    r = me.get(f"/billing/checkouts/{pay_id}/resume")
+    text = r.get_data(as_text=True)
+    assert r.status_code == 409 and "This checkout has expired" in text and "is pending" not in text

@@ -19,6 +19,7 @@ from app.blueprints.console.account_pages import dollars_to_cents
 from app.blueprints.payments.autotopup_schemas import AutoTopupRequestSchema
 from app.blueprints.wallets.schemas import ConnectMessageQuerySchema, WalletConnectSchema
 from app.errors import DomainError
+from app.models.base import utcnow
 from app.services.billing import autotopup, checkouts, methods, payments, wallets
 from app.services.billing.chains import CHAINS
 from app.services.billing.processors import SANDBOX_METHODS, for_mode
@@ -161,7 +162,13 @@ def resume_checkout(payment_id: str):
         return _fail(exc, "checkout")
     if state["url"]:
         return redirect(state["url"], code=303)
-    return _page(409, errors={"checkout": f"This checkout is {state['status']} and can no longer be paid."})
+    # still pending without a page: its time ran out (not marked expired yet), or it was paid and
+    # the processor's confirmation is on its way
+    said = f"is {state['status']}"
+    if state["status"] == "pending":
+        expired = state["expires_at"] is not None and state["expires_at"] <= utcnow()
+        said = "has expired" if expired else "was paid; its confirmation is on its way,"
+    return _page(409, errors={"checkout": f"This checkout {said} and can no longer be paid."})
 
 
 @bp.post("/billing/checkouts/<payment_id>/cancel")

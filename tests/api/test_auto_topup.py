@@ -419,6 +419,10 @@ def test_a_crossing_with_the_card_removed_tells_the_owner(app, client, make_acco
     _save_card(client, acct)
     assert _put(client, acct).status_code == 200
     assert client.delete("/api/pay/methods/pm_card_visa", headers=acct.headers).status_code == 200
+    # the rule shows no card to charge (it showed a method of null fields)
+    assert client.get("/api/pay/auto-topup", headers=acct.headers).get_json()["method"] is None
+    _save_card(client, acct, "pm_usBankAccount")  # a bank account is not charged by auto top-up either
+    assert client.get("/api/pay/auto-topup", headers=acct.headers).get_json()["method"] is None
     _spend(app, acct, 600)
     _start(app)
     assert [s for s, _, _ in _runs(app, acct)] == ["skipped"]

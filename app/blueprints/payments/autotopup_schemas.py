@@ -51,7 +51,9 @@ class AutoTopupSchema(ma.Schema):
     month_cents = cents("month_micros", metadata={
         "description": "Auto top-ups charged (or in progress) this calendar month (UTC)."})
     method = ma.fields.Nested(MethodSchema, required=True, allow_none=True,
-                              metadata={"description": "The saved card it charges (null: none saved)."})
+                              metadata={"description": "The saved card it charges (null: no default card — none "
+                                                       "saved, the default removed, or the default is a bank "
+                                                       "account; runs are then skipped and the owner told)."})
     runs = ma.fields.List(ma.fields.Nested(AutoTopupRunSchema), required=True,
                           metadata={"description": "The last 10 runs, newest first."})
 

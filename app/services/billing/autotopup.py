@@ -146,6 +146,8 @@ def view(account_id: str, mode: str) -> AutoTopupView:
     if rule is None:
         raise NotFound("No auto top-up is set (PUT /api/pay/auto-topup).")
     profile = payments.saved_method(account_id, mode)
+    if profile is None or not profile.payment_method_id or profile.payment_method_type != "card":
+        profile = None  # no card it could charge (removed, or the default is a bank account)
     runs = db.session.execute(
         select(AutoTopupRun).where(AutoTopupRun.account_id == account_id, AutoTopupRun.mode == mode)
         .order_by(AutoTopupRun.created_at.desc(), AutoTopupRun.id.desc()).limit(RUNS_SHOWN)).scalars().all()

@@ -80,8 +80,10 @@ def webhook(stripe_signature):
 
     Verifies `Stripe-Signature` on the raw body (300 s tolerance), stores the event under
     its unique id and applies it in the same transaction. Handled: `checkout.session.*`,
-    `payment_intent.succeeded|payment_failed|canceled`, `charge.refunded`. A replayed
-    event id answers 200 with `duplicate: true` and changes nothing."""
+    `payment_intent.succeeded|payment_failed|canceled`, `charge.refunded` (the refund taken
+    back, and a credit note for the payment's invoice) and `charge.dispute.*` (a chargeback's
+    funds withdrawn or reinstated). A replayed event id answers 200 with `duplicate: true` and
+    changes nothing."""
     return payment_events.handle_webhook(request.get_data(cache=False), stripe_signature)
 
 

@@ -182,7 +182,8 @@ def issue_for_payment(payment: Payment) -> Invoice | None:
     paid = {"status": "paid", "payment_id": payment.id, "method": payment.method, "processor": payment.processor,
             "paid_at": (payment.updated_at or utcnow()).isoformat().replace("+00:00", "Z")}
     return _issue(payment.account_id, payment.mode or "live", "payment", lines,
-                  lambda: _exists(Invoice.payment_id == payment.id), payment_id=payment.id, paid=paid)
+                  lambda: _exists(Invoice.payment_id == payment.id, Invoice.kind == "payment"),
+                  payment_id=payment.id, paid=paid)
 
 
 def _payment_invoice(payment_id: str) -> Invoice | None:
@@ -236,8 +237,9 @@ def issue_missing(limit: int = 200) -> int:
     ids = db.session.execute(text(
         "SELECT p.id FROM payments p WHERE p.status IN :credited AND p.created_at >= :since "
         "AND (NOT EXISTS (SELECT 1 FROM invoices i WHERE i.payment_id = p.id AND i.kind = 'payment') "
-        "OR p.refunded_micros > (SELECT COALESCE(SUM(c.total_micros), 0) FROM invoices c "
-        "WHERE c.payment_id = p.id AND c.kind = 'credit_note')) ORDER BY p.created_at LIMIT :limit")
+        "OR (p.refunded_micros > 0 AND p.refunded_micros > (SELECT COALESCE(SUM(c.total_micros), 0) "
+        "FROM invoices i JOIN invoices c ON c.credits_invoice_id = i.id "  # both lookups indexed
+        "WHERE i.payment_id = p.id AND i.kind = 'payment'))) ORDER BY p.created_at LIMIT :limit")
         .bindparams(bindparam("credited", expanding=True)),
         {"credited": list(_CREDITED), "since": utcnow() - timedelta(days=SWEEP_DAYS), "limit": limit}
     ).scalars().all()

@@ -105,9 +105,11 @@ class Wallet(_Resource):
 
 class Pay(_Resource):
     def checkout(self, amount_cents: int, product: str | None = None,
-                 return_url: str | None = None) -> Checkout:
-        """Start a hosted checkout; send the user to ``.url``."""
-        return self._gw.request(ops.pay_checkout(amount_cents, product, return_url))
+                 return_url: str | None = None, save_method: bool = False) -> Checkout:
+        """Start a hosted checkout; send the user to ``.url``. ``save_method``: the card paid
+        with is saved and made the default once the payment is credited (auto top-up and
+        funding charge it)."""
+        return self._gw.request(ops.pay_checkout(amount_cents, product, return_url, save_method))
 
     def history(self) -> list[Payment]:
         """The last 50 payments, newest first."""

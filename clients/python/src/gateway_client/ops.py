@@ -163,10 +163,11 @@ def wallet_transactions(limit: int, cursor: str | None) -> Op[TransactionPage]:
               params=_drop_none({"limit": limit, "cursor": cursor}))
 
 
-def pay_checkout(amount_cents: int, product: str | None, return_url: str | None) -> Op[Checkout]:
+def pay_checkout(amount_cents: int, product: str | None, return_url: str | None,
+                 save_method: bool = False) -> Op[Checkout]:
     return Op("POST", "/api/pay/checkout", _one(Checkout),
               json=_drop_none({"amount_cents": amount_cents, "product": product,
-                               "return_url": return_url}))
+                               "return_url": return_url, "save_method": save_method or None}))
 
 
 def pay_history() -> Op[list[Payment]]:

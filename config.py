@@ -260,6 +260,8 @@ def load_config(overrides: dict | None = None) -> dict:
         "INVOICE_SELLER_TAX_ID": _env("INVOICE_SELLER_TAX_ID", ""),
         "INVOICE_SELLER_EMAIL": _env("INVOICE_SELLER_EMAIL", ""),
         "INVOICE_NUMBER_PREFIX": _env("INVOICE_NUMBER_PREFIX", "INV"),
+        # credit notes (a refund of an invoiced payment) are numbered in their own series
+        "CREDIT_NOTE_NUMBER_PREFIX": _env("CREDIT_NOTE_NUMBER_PREFIX", "CN"),
         # a Unicode TrueType font for invoice PDFs (unset: DejaVu Sans when installed, else Helvetica)
         "INVOICE_FONT_PATH": _env("INVOICE_FONT_PATH"),
         "INVOICE_USAGE_GRACE_SECONDS": _int("INVOICE_USAGE_GRACE_SECONDS", 3600),

@@ -374,3 +374,30 @@ def test_an_alert_target_is_published_as_the_server_checks_it(client, make_accou
         r = client.post("/api/alerts", json=body, headers=account.headers)
         assert r.status_code in (201, 400), r.get_json()
         assert _valid(schema, body) == (r.status_code == 201), (channel, target, r.get_json())
+
+
+def test_every_operation_taking_org_id_documents_the_404_it_answers_for_a_foreign_one(client, account):
+    """``org_id`` of an organisation the caller is not a member of answers 404 on every route
+    that takes it (``acting_account``), so each such operation documents that 404."""
+    doc = client.get("/openapi.json").get_json()
+    schemas = doc["components"]["schemas"]
+
+    def body_props(op):
+        schema = ((op.get("requestBody") or {}).get("content") or {}).get("application/json", {}).get("schema", {})
+        while "$ref" in schema:
+            schema = schemas[schema["$ref"].rsplit("/", 1)[1]]
+        return schema.get("properties") or {}
+
+    taking = []
+    for path, ops in doc["paths"].items():
+        for method, op in ops.items():
+            if method not in ("get", "post", "put", "patch", "delete"):
+                continue
+            if any(p["name"] == "org_id" for p in op.get("parameters", [])) or "org_id" in body_props(op):
+                taking.append(f"{method.upper()} {path}")
+                assert "404" in op["responses"], f"{method.upper()} {path}"
+                assert "org_id" in op["responses"]["404"]["description"], f"{method.upper()} {path}"
+    assert "PUT /api/account/billing-details" in taking and "GET /api/pay/invoices" in taking
+    foreign = {"org_id": "org_" + "A" * 20}
+    assert client.put("/api/account/billing-details", json=foreign, headers=account.headers).status_code == 404
+    assert client.get("/api/pay/invoices", query_string=foreign, headers=account.headers).status_code == 404

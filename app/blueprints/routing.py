@@ -122,6 +122,14 @@ def _idempotent(view: Callable, func: Callable, status: int) -> Callable:
     return wrapper
 
 
+def _with_not_member(text):
+    """A route taking ``org_id`` answers 404 for one the caller is not a member of
+    (``acting_account``): its documented 404 says so."""
+    if isinstance(text, tuple) or (text and "`org_id`" in text):
+        return text
+    return f"{text.rstrip('.')}; or {NOT_MEMBER}" if text else NOT_MEMBER
+
+
 def endpoint(blp, rule: str, method: str, *scopes: str, ok=None, status: int = 200, body=None,
              query=None, errors: dict[int, str | None] | None = None, admin: bool = False,
              public: bool = False, ip_limit: str | None = None, email_limit: str | None = None,
@@ -154,6 +162,8 @@ def endpoint(blp, rule: str, method: str, *scopes: str, ok=None, status: int = 2
                 return func(*args, **kwargs)
 
         errors_doc = dict(errors or {})
+        if any("org_id" in getattr(schema, "_declared_fields", {}) for schema in (body, query)):
+            errors_doc[404] = _with_not_member(errors_doc[404] or "No such resource" if 404 in errors_doc else None)
         if idempotent:
             errors_doc[409] = " ".join(filter(None, (errors_doc.get(409), IDEMPOTENCY_CONFLICTS)))
         view = document_errors(blp, errors_doc)(handler)

@@ -60,8 +60,9 @@ def reject(slug, reason):
 @click.option("--month", default=None, help="YYYY-MM (default: the previous month, UTC).")
 @with_appcontext
 def settle_cmd(month):
-    """Settle agents' earnings for MONTH into their accounts (idempotent; exits 1 if any
-    agent failed — run again to retry those)."""
+    """Settle module owners' earnings (agents and owner accounts) for MONTH: into their
+    balances, or owed to their payout destination (idempotent; exits 1 if any owner failed
+    — run again to retry those)."""
     month = month or settlement.previous_month()
     try:
         _echo(settlement.settle_month(month))

@@ -71,8 +71,12 @@ def invoice_usage(month):
     from app.services.money.settlement import month_bounds
     from app.models.base import utcnow
 
-    if month_bounds(month)[1] > utcnow():
+    end = month_bounds(month)[1]
+    if end > utcnow():
         raise click.UsageError(f"{month} is not over yet.")
+    if invoices.calls_open_before(end):
+        raise click.UsageError(f"calls of {month} are still pending (a refund would change its usage); "
+                               "try again once the sweep has finished them.")
     from app.services.platform.uow import end_reads
 
     accounts = invoices.usage_accounts(month)

@@ -17,12 +17,16 @@ class Invoice(db.Model):
     the ledger's ``gw_ledger_append_only``). ``document`` is the whole content (seller,
     buyer, lines, totals) as issued; the PDF is rendered from it. ``kind``: ``payment``
     (``payment_id`` set, unique) or ``usage`` (``period`` ``YYYY-MM``, unique per account
-    and mode). ``series``: ``live`` or ``test`` (test-mode play money has its own numbers)."""
+    and mode) or ``credit_note`` (a refund of an invoiced payment: ``credits_invoice_id`` names the
+    invoice, ``payment_id`` the payment). ``series``: ``live`` or ``test`` (test-mode play money
+    has its own numbers), ``cn_live`` or ``cn_test`` for credit notes."""
 
     __tablename__ = "invoices"
     __table_args__ = (
         UniqueConstraint("seller", "series", "seq", name="uq_invoices_number"),
-        Index("uq_invoices_payment", "payment_id", unique=True, postgresql_where=text("payment_id IS NOT NULL")),
+        Index("uq_invoices_payment", "payment_id", unique=True,
+              postgresql_where=text("payment_id IS NOT NULL AND kind = 'payment'")),
+        Index("ix_invoices_credits", "credits_invoice_id", postgresql_where=text("credits_invoice_id IS NOT NULL")),
         Index("uq_invoices_usage_period", "account_id", "mode", "period", unique=True,
               postgresql_where=text("kind = 'usage'")),
         Index("ix_invoices_account", "account_id", "mode", "seq"),
@@ -38,6 +42,7 @@ class Invoice(db.Model):
     kind: Mapped[str] = mapped_column(String(16))
     payment_id: Mapped[str | None] = mapped_column(String(32))
     period: Mapped[str | None] = mapped_column(String(7))
+    credits_invoice_id: Mapped[str | None] = mapped_column(ForeignKey("invoices.id"))
     currency: Mapped[str] = mapped_column(String(3))
     total_micros: Mapped[int] = mapped_column(BigInteger)
     document: Mapped[dict] = mapped_column(JSONType)

@@ -64,5 +64,5 @@ class X402Authorization(db.Model):
     # settlement retried for another resource is another request). NULL before 0024.
     resource_url: Mapped[str | None] = mapped_column(String(2000))
     # ... and its description as the 402 offered it (v1 requirements carry it too); NULL
-    # before 0013: "Module call", what was sent then.
+    # before 0014: "Module call", what was sent then.
     description: Mapped[str | None] = mapped_column(String(300))

@@ -30,6 +30,14 @@ def issue_usage_invoices():
     return invoices.issue_usage_due()
 
 
+def expire_sandbox_checkouts() -> int:
+    """Expire the sandbox's unpaid checkouts past their time, as Stripe's
+    ``checkout.session.expired`` does (scheduled every minute)."""
+    from app.services.billing import sandbox_checkout
+
+    return sandbox_checkout.expire_due()
+
+
 def run_payouts() -> dict:
     """Open, send, retry and recover payouts (scheduled every 10 minutes)."""
     from app.services.billing import payouts

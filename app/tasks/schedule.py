@@ -27,6 +27,8 @@ SCHEDULE: list[tuple[str, int, Callable]] = [
     # Invoices (billing.invoices): credited payments without one (x402), then each month's usage.
     ("invoices-payments", 60, billing.issue_payment_invoices),
     ("invoices-usage", 3600, billing.issue_usage_invoices),
+    # The sandbox's unpaid checkouts past their time: expired, as Stripe reports its own.
+    ("sandbox-checkouts-expire", 60, billing.expire_sandbox_checkouts),
     ("calls-sweep", 30, gateway.sweep_pending_calls),
     ("idempotency-purge", 3600, gateway.purge_idempotency),
     # usage_hourly from the call logs: final hours, then the settled minutes of the

@@ -408,3 +408,24 @@ def test_setting_the_rule_again_starts_the_waiting_retry_now(app, client, make_a
     assert [s for s, _, _ in _runs(app, acct)] == ["failed", "succeeded"]
     assert balance_cents(app, acct.id) == 2400
     ledger_clean()
+
+
+def test_a_crossing_with_the_card_removed_tells_the_owner(app, client, make_account, ledger_clean):
+    """The saved card removed after the rule was set (``DELETE /api/pay/methods/{id}``): the
+    crossing charges nothing, the run is skipped, and the owner hears of it — before, the
+    top-up silently did not happen and the balance ran dry (the run's reason, in GET, was
+    the only trace)."""
+    acct = make_account(cents=1000)
+    _save_card(client, acct)
+    assert _put(client, acct).status_code == 200
+    assert client.delete("/api/pay/methods/pm_card_visa", headers=acct.headers).status_code == 200
+    # the rule shows no card to charge (it showed a method of null fields)
+    assert client.get("/api/pay/auto-topup", headers=acct.headers).get_json()["method"] is None
+    _save_card(client, acct, "pm_usBankAccount")  # a bank account is not charged by auto top-up either
+    assert client.get("/api/pay/auto-topup", headers=acct.headers).get_json()["method"] is None
+    _spend(app, acct, 600)
+    _start(app)
+    assert [s for s, _, _ in _runs(app, acct)] == ["skipped"]
+    assert _mails(app, acct) == ["Auto top-up could not run: no saved card"]
+    assert balance_cents(app, acct.id) == 400
+    ledger_clean()

@@ -76,3 +76,76 @@ def test_stripe_resume_and_cancel_expire_the_session(client, account, stripe_api
     hist = {p["id"]: p["status"] for p in client.get("/api/pay/history", headers=account.headers).get_json()["payments"]}
     assert hist == {out["payment_id"]: "canceled", done["payment_id"]: "pending"}
     ledger_clean()
+
+
+def test_a_sandbox_checkout_past_its_expiry_is_expired_as_stripe_would_report_it(client, app, make_account,
+                                                                                 ledger_clean):
+    """Stripe sends ``checkout.session.expired`` when a session's time is up; the sandbox did
+    not, so an unpaid checkout stayed ``pending`` in the history for ever and its cancel read
+    "is pending; it can no longer be canceled"."""
+    from datetime import timedelta
+
+    from app.extensions import db
+    from app.models import Payment
+    from app.models.base import utcnow
+    from app.tasks import billing
+
+    acct = make_account()
+    old, fresh = _checkout(client, acct), _checkout(client, acct)
+    with app.app_context():
+        db.session.get(Payment, old["payment_id"]).expires_at = utcnow() - timedelta(seconds=1)
+        db.session.commit()
+        r = _cancel(client, acct, old["payment_id"])
+        assert r.status_code == 409 and "expired" in r.get_json()["message"]
+        assert billing.expire_sandbox_checkouts() == 1
+        assert billing.expire_sandbox_checkouts() == 0
+        db.session.remove()
+    history = {p["id"]: p["status"] for p in
+               client.get("/api/pay/history", headers=acct.headers).get_json()["payments"]}
+    assert history == {old["payment_id"]: "expired", fresh["payment_id"]: "pending"}
+    state = client.get(f"/api/pay/checkout/{old['payment_id']}", headers=acct.headers).get_json()
+    assert state["status"] == "expired" and state["url"] is None
+    assert _balance(client, acct) == 1000
+    ledger_clean()
+
+
+def test_a_3ds_card_at_the_sandbox_checkout_asks_to_authenticate_and_can_fail(client, make_account, ledger_clean):
+    """Stripe Checkout shows a 3-D Secure challenge for a card that requires authentication;
+    the sandbox paid it at once, so neither the challenge nor a failed authentication could
+    be tried. Now: Pay shows the challenge (nothing charged), failing it leaves the checkout
+    open with Stripe's message, completing it pays (and saves the card when asked)."""
+    acct = make_account()
+    out = _checkout(client, acct, 700)
+    page = urlparse(out["url"]).path
+    pay = {"action": "pay", "payment_method": "pm_card_authenticationRequired", "save_method": "true"}
+    r = client.post(page, data=pay)
+    assert r.status_code == 200 and b"Complete authentication" in r.data and b"Fail authentication" in r.data
+    assert client.get(f"/api/pay/checkout/{out['payment_id']}", headers=acct.headers).get_json()["status"] == "pending"
+    r = client.post(page, data={**pay, "action": "fail_authentication"})
+    assert b"unable to authenticate" in r.data and b'value="pay"' in r.data  # still open: choose again
+    assert _balance(client, acct) == 1000
+    r = client.post(page, data={**pay, "action": "authenticate"})
+    assert b"Payment succeeded" in r.data
+    assert client.get(f"/api/pay/checkout/{out['payment_id']}", headers=acct.headers).get_json()["status"] == "succeeded"
+    assert _balance(client, acct) == 1700
+    methods = client.get("/api/pay/methods", headers=acct.headers).get_json()["methods"]
+    assert [m["payment_method_id"] for m in methods] == ["pm_card_authenticationRequired"]
+    ledger_clean()
+
+
+def test_the_expiry_job_leaves_sandbox_checkouts_alone_with_the_sandbox_off(client, app, make_account, monkeypatch):
+    from datetime import timedelta
+
+    from app.extensions import db
+    from app.models import Payment
+    from app.models.base import utcnow
+    from app.tasks import billing
+
+    acct = make_account()
+    out = _checkout(client, acct)
+    with app.app_context():
+        db.session.get(Payment, out["payment_id"]).expires_at = utcnow() - timedelta(seconds=1)
+        db.session.commit()
+        monkeypatch.setitem(app.config, "PAYMENTS_SANDBOX_ENABLED", False)
+        assert billing.expire_sandbox_checkouts() == 0  # no sandbox event could verify: nothing tried
+        db.session.remove()

@@ -452,6 +452,11 @@ def test_billing_save_card_pay_once_per_form_and_auto_topup(app, make_account):
     me.post("/billing/card", {"payment_method_id": "pm_card_chargeDeclined"}, page="/billing")
     r = me.post("/billing/pay", {"pay_amount": "3"}, page="/billing")
     assert r.status_code == 402 and "declined" in r.get_data(as_text=True)
+    # a card that asks for 3-D Secure: the page says to use the checkout, not an API path
+    me.post("/billing/card", {"payment_method_id": "pm_card_authenticationRequired"}, page="/billing")
+    r = me.post("/billing/pay", {"pay_amount": "3"}, page="/billing")
+    assert r.status_code == 402 and "3-D Secure" in r.get_data(as_text=True)
+    assert "through the checkout" in r.get_data(as_text=True) and "/api/" not in r.get_data(as_text=True)
     assert _balance(app, acct.id, "test") - before == 7_500_000
 
 
@@ -624,3 +629,39 @@ def test_removing_a_member_says_how_many_of_their_invitations_were_revoked(app, 
     assert r.status_code == 303 and r.headers["Location"].endswith("/org/members?revoked_invites=2")
     page = owner.get(r.headers["Location"]).get_data(as_text=True)
     assert "2 pending invitations this member sent were revoked" in page and "two@example.com" not in page
+
+
+def test_with_saved_cards_but_no_default_the_page_says_to_make_one_the_default(app, make_account):
+    """Removing the default card leaves the other saved cards and no default (docs/payments.md):
+    the "Pay with the saved method" box said "Save a payment method below" beside a listed
+    saved card; it now says to make one the default."""
+    acct = make_account()
+    me = Console(app, acct.id, mode="test")
+    for pm in ("pm_card_mastercard", "pm_card_visa"):
+        assert me.post("/billing/card", {"payment_method_id": pm}, page="/billing").status_code == 303
+    assert me.post("/billing/methods/pm_card_visa/remove", page="/billing").status_code == 303
+    html = me.get("/billing").get_data(as_text=True)
+    assert "mastercard ···· 4444" in html and "Save a payment method below" not in html
+    assert "make a saved one the default" in html.lower()
+
+
+def test_resuming_a_checkout_past_its_expiry_says_it_expired(app, make_account):
+    """Between a checkout's expiry and the job that marks it expired it is still `pending`:
+    Resume said "This checkout is pending and can no longer be paid"."""
+    from datetime import timedelta
+
+    from app.models import Payment
+    from app.models.base import utcnow
+
+    acct = make_account()
+    me = Console(app, acct.id, mode="test")
+    assert me.post("/billing/topup", {"amount": "12"}, page="/billing").status_code == 303
+    with app.app_context():
+        pay = db.session.query(Payment).filter_by(account_id=acct.id, kind="checkout").one()
+        pay.expires_at = utcnow() - timedelta(seconds=1)
+        db.session.commit()
+        pay_id = pay.id
+        db.session.remove()
+    r = me.get(f"/billing/checkouts/{pay_id}/resume")
+    text = r.get_data(as_text=True)
+    assert r.status_code == 409 and "This checkout has expired" in text and "is pending" not in text

@@ -284,3 +284,113 @@ def test_cli_issues_a_months_usage_invoices_once(app, make_account):
     assert first.exit_code == 0 and '"issued": ["INV-' in first.output, first.output
     assert '"issued": []' in runner.invoke(args=["payments", "invoice-usage", "--month", "2026-09"]).output
     assert '"issued": 0' in runner.invoke(args=["payments", "invoice-missing"]).output
+
+
+def _sandbox_refund(app, payment_id, cents=None):
+    from app.services.billing.sandbox_checkout import sandbox_refund
+
+    with app.app_context():
+        out = sandbox_refund(payment_id, cents)["event"]
+        db.session.remove()
+    return out
+
+
+def test_a_refund_issues_a_credit_note_and_the_invoice_shows_what_was_paid(client, make_account, app,
+                                                                          ledger_clean):
+    """A refunded payment keeps its issued invoice (immutable) and gets a numbered credit note
+    per refund; the invoice shows the credit and the net amount the customer paid."""
+    acct = make_account()
+    paid = _pay_sandbox_checkout(client, acct, 2500)
+    inv = _invoices(client, acct)["invoices"][0]
+    assert inv["credited"] == "0.00" and inv["net_total"] == "25.00" and inv["credit_notes"] == []
+    assert _sandbox_refund(app, paid, 1000)["outcome"] == "refunded"
+    assert _sandbox_refund(app, paid, 500)["outcome"] == "refunded"
+    listed = _invoices(client, acct)["invoices"]
+    assert [i["id"] for i in listed] == [inv["id"]]  # credit notes hang on their invoice, not in the list
+    inv = client.get(f"/api/pay/invoices/{inv['id']}", headers=acct.headers).get_json()
+    assert inv["total"] == "25.00" and inv["credited"] == "15.00" and inv["net_total"] == "10.00"
+    notes = inv["credit_notes"]
+    assert [n["total"] for n in notes] == ["10.00", "5.00"]
+    first, second = (int(n["number"].rsplit("-", 1)[1]) for n in notes)
+    assert notes[0]["number"].startswith("CN-") and second == first + 1  # their own gap-free series
+    note = client.get(f"/api/pay/invoices/{notes[0]['id']}", headers=acct.headers).get_json()
+    doc = note["document"]
+    assert note["kind"] == "credit_note" and doc["credits"]["invoice_number"] == inv["number"]
+    assert doc["total_micros"] == 10_000_000 and doc["lines"][0]["amount"] == "10.00"
+    assert doc["buyer"] == inv["document"]["buyer"] and doc["paid"]["status"] == "refunded"
+    words = _pdf_text(client.get(notes[0]["pdf_url"], headers=acct.headers).data)
+    assert "CREDIT NOTE" in words and inv["number"] in words and "Total credited: 10.00 USD" in words
+    assert "Amount due" not in words
+    # a replayed refund event (the same refunded total) issues nothing
+    from app.services.billing import payment_events  # noqa: F401
+    with app.app_context():
+        from app.models import Payment
+        from app.services.billing import invoices
+        from app.services.platform.uow import unit_of_work
+
+        with unit_of_work():
+            assert invoices.issue_credit_note(db.session.get(Payment, paid)) is None
+        db.session.remove()
+    assert len(client.get(f"/api/pay/invoices/{inv['id']}", headers=acct.headers).get_json()["credit_notes"]) == 2
+    # the rest refunded: net 0
+    _sandbox_refund(app, paid)
+    inv = client.get(f"/api/pay/invoices/{inv['id']}", headers=acct.headers).get_json()
+    assert inv["credited"] == "25.00" and inv["net_total"] == "0.00" and len(inv["credit_notes"]) == 3
+    assert inv["document"]["total"] == "25.00"  # the issued invoice itself never changes
+    ledger_clean()
+
+
+def test_console_billing_shows_a_refunds_credit_note_and_the_net(signed_in, app):
+    owner_client, owner = signed_in()
+    paid = _pay_sandbox_checkout(owner_client, owner, 2500)
+    _sandbox_refund(app, paid, 1000)
+    note = _invoices(owner_client, owner)["invoices"][0]["credit_notes"][0]
+    page = owner_client.get("/billing").get_data(as_text=True)
+    assert f"Credit note {note['number']}" in page and "net $15.00" in page
+    pdf = owner_client.get(f"/billing/invoices/{note['id']}.pdf")
+    assert pdf.status_code == 200 and "CREDIT NOTE" in _pdf_text(pdf.data)
+
+
+def test_a_months_usage_invoice_waits_for_its_pending_calls_so_a_later_refund_is_not_on_it(client, app,
+                                                                                           make_account):
+    """A call still pending when the month's usage invoice is due may yet be refunded: the
+    invoice waits until no call of the month is open, so it never shows a refunded call."""
+    from app.models import ModuleCall
+    from app.models.base import utcnow
+    from app.services.billing import invoices
+    from app.services.money import refunds
+
+    acct = make_account()
+    now = utcnow()
+    month = now.strftime("%Y-%m")
+    after = datetime(now.year + (now.month == 12), now.month % 12 + 1, 2, tzinfo=timezone.utc)
+    _usage(app, acct.id, "weather", now, 1_000_000, calls=2)
+    with app.app_context():
+        db.session.add(ModuleCall(id="call_pendinginvoice01", account_id=acct.id, module_id=1, module_slug="weather",
+                                  action="forecast", mode="live", status="pending", price_micros=500_000,
+                                  charged=False, created_at=now, deadline_at=now))
+        db.session.commit()
+        assert invoices.issue_usage_due(after) is None  # a call of the month is still open
+        assert refunds.refund("call_pendinginvoice01", "swept", now) is True
+        assert invoices.issue_usage_due(after) == {"month": month, "issued": 1}
+        db.session.remove()
+    listed = _invoices(client, acct)["invoices"]
+    assert [(i["kind"], i["period"], i["total"]) for i in listed] == [("usage", month, "1.00")]
+
+
+def test_the_sweep_issues_the_credit_note_of_a_refund_made_before_credit_notes_existed(app, make_account):
+    from app.models import Payment
+    from app.services.billing import invoices
+
+    acct = make_account()
+    with app.app_context():
+        db.session.add(Payment(id="pay_oldrefund01", account_id=acct.id, method="card", kind="charge",
+                               processor="sandbox", mode="live", amount_micros=10_000_000,
+                               refunded_micros=3_000_000, status="partially_refunded"))
+        db.session.commit()
+        assert invoices.issue_missing() == 2  # its invoice, then its credit note
+        assert invoices.issue_missing() == 0
+        inv = invoices._payment_invoice("pay_oldrefund01")
+        view = invoices.view(inv)
+        assert view["credited"] == "3.00" and view["net_total"] == "7.00"
+        db.session.remove()

@@ -338,3 +338,15 @@ def test_charge_recorded_but_intent_id_lost_is_completed_by_webhook(app, client,
     assert _post_webhook(client, dict(event, id="evt_lost_2"), secret).get_json()["outcome"] == "already_final"
     assert _balance(client, account) == 1300
     ledger_clean()
+
+
+def test_a_card_funding_that_needs_3ds_says_how_to_pay_with_that_card(client, account, ledger_clean):
+    """An off-session charge cannot run 3-D Secure: the 402 says so and points to the hosted
+    checkout, where the customer can authenticate (before, it only said that the payment
+    requires authentication, with no way to give it)."""
+    r = _fund(client, account, 500, "card", with_method="pm_card_authenticationRequired")
+    body = r.get_json()
+    assert r.status_code == 402 and body["decline_code"] == "authentication_required"
+    assert "POST /api/pay/checkout" in body["message"]
+    assert client.get("/api/account", headers=account.headers).get_json()["balance_cents"] == 1000
+    ledger_clean()

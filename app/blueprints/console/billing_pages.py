@@ -19,6 +19,7 @@ from app.blueprints.console.account_pages import dollars_to_cents
 from app.blueprints.payments.autotopup_schemas import AutoTopupRequestSchema
 from app.blueprints.wallets.schemas import ConnectMessageQuerySchema, WalletConnectSchema
 from app.errors import DomainError
+from app.models.base import utcnow
 from app.services.billing import autotopup, checkouts, methods, payments, wallets
 from app.services.billing.chains import CHAINS
 from app.services.billing.processors import SANDBOX_METHODS, for_mode
@@ -26,6 +27,8 @@ from app.services.platform import idempotency
 
 READ, WRITE = ("billing:read",), ("billing:write",)
 NO_CARD = "No saved card yet: save one under “Saved payment methods” first."
+NEEDS_3DS = ("This card asks for 3-D Secure authentication, which needs you present: top up through "
+             "the checkout (“Top up”) with this card instead.")
 
 
 def context() -> dict:
@@ -67,7 +70,8 @@ def _fail(exc: DomainError, section: str, **extra):
         return org_context.refused_page(exc)
     if exc.status == 404:
         abort(404)
-    message = NO_CARD if exc.code == "no_payment_method" else exc.message
+    message = NO_CARD if exc.code == "no_payment_method" else \
+        NEEDS_3DS if exc.extra.get("decline_code") == "authentication_required" else exc.message
     return _page(exc.status if exc.status in (400, 402, 409, 429) else 400, errors={section: message}, **extra)
 
 
@@ -158,7 +162,13 @@ def resume_checkout(payment_id: str):
         return _fail(exc, "checkout")
     if state["url"]:
         return redirect(state["url"], code=303)
-    return _page(409, errors={"checkout": f"This checkout is {state['status']} and can no longer be paid."})
+    # still pending without a page: its time ran out (not marked expired yet), or it was paid and
+    # the processor's confirmation is on its way
+    said = f"is {state['status']}"
+    if state["status"] == "pending":
+        expired = state["expires_at"] is not None and state["expires_at"] <= utcnow()
+        said = "has expired" if expired else "was paid; its confirmation is on its way,"
+    return _page(409, errors={"checkout": f"This checkout {said} and can no longer be paid."})
 
 
 @bp.post("/billing/checkouts/<payment_id>/cancel")

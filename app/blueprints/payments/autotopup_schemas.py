@@ -30,7 +30,9 @@ class AutoTopupRunSchema(ma.Schema):
     reason = ma.fields.String(required=True, allow_none=True, metadata={"description": (
         "Why it was skipped (`disabled`, `above_threshold`, `cap_reached`, `no_method: …`) or failed "
         "(`<decline code>: <message>`).")})
-    amount_cents = cents("amount_micros")
+    amount_cents = cents("amount_micros", metadata={
+        "description": "What the run charges, fixed when it is charged: 0 while `queued` and when `skipped` "
+                       "(nothing charged)."})
     payment_id = ma.fields.String(required=True, allow_none=True,
                                   metadata={"description": "Its payment (in `GET /api/pay/history`)."})
     due_at = ma.fields.DateTime(required=True, metadata={"description": "When it may run (a retry: later)."})
@@ -49,7 +51,9 @@ class AutoTopupSchema(ma.Schema):
     month_cents = cents("month_micros", metadata={
         "description": "Auto top-ups charged (or in progress) this calendar month (UTC)."})
     method = ma.fields.Nested(MethodSchema, required=True, allow_none=True,
-                              metadata={"description": "The saved card it charges (null: none saved)."})
+                              metadata={"description": "The saved card it charges (null: no default card — none "
+                                                       "saved, the default removed, or the default is a bank "
+                                                       "account; runs are then skipped and the owner told)."})
     runs = ma.fields.List(ma.fields.Nested(AutoTopupRunSchema), required=True,
                           metadata={"description": "The last 10 runs, newest first."})
 

@@ -19,12 +19,14 @@ class InvoiceQuerySchema(InputSchema):
     org_id = org_id_field("its invoice")
 
 
-class InvoiceSummarySchema(ma.Schema):
+class InvoiceBriefSchema(ma.Schema):
     id = ma.fields.String(required=True)
     number = ma.fields.String(required=True, metadata={
-        "description": "Gap-free per seller and series: `INV-000042` (live), `INV-TEST-000007` (test mode)."})
-    kind = ma.fields.String(required=True, validate=validate.OneOf(["payment", "usage"]), metadata={
-        "description": "`payment`: one payment's prepaid credit; `usage`: a calendar month's usage (UTC)."})
+        "description": "Gap-free per seller and series: `INV-000042` (live), `INV-TEST-000007` (test mode); "
+                       "credit notes `CN-000003`, `CN-TEST-000001`."})
+    kind = ma.fields.String(required=True, validate=validate.OneOf(["payment", "usage", "credit_note"]), metadata={
+        "description": "`payment`: one payment's prepaid credit; `usage`: a calendar month's usage (UTC); "
+                       "`credit_note`: a refund of an invoiced payment (listed with the invoice it credits)."})
     mode = ma.fields.String(required=True, validate=validate.OneOf(["live", "test"]))
     payment_id = ma.fields.String(required=True, allow_none=True)
     period = ma.fields.String(required=True, allow_none=True, metadata={"description": "`YYYY-MM` of a usage "
@@ -34,6 +36,19 @@ class InvoiceSummarySchema(ma.Schema):
     total = ma.fields.String(required=True, metadata={"description": "Decimal, e.g. `25.00`."})
     issued_at = ma.fields.DateTime(required=True)
     pdf_url = ma.fields.String(required=True, metadata={"description": "The PDF (same credential)."})
+
+
+class InvoiceSummarySchema(InvoiceBriefSchema):
+    credits_invoice_id = ma.fields.String(required=True, allow_none=True, metadata={
+        "description": "On a credit note: the invoice it credits."})
+    credit_notes = ma.fields.List(ma.fields.Nested(InvoiceBriefSchema), required=True, metadata={
+        "description": "The credit notes issued for refunds of this invoice's payment, oldest first (each has "
+                       "its own JSON and PDF at `/api/pay/invoices/{id}`)."})
+    credited_micros = ma.fields.Integer(required=True)
+    credited = ma.fields.String(required=True, metadata={"description": "What the credit notes credit, decimal."})
+    net_total_micros = ma.fields.Integer(required=True)
+    net_total = ma.fields.String(required=True, metadata={
+        "description": "`total` less `credited`: what the customer paid and was not refunded."})
 
 
 class InvoiceListSchema(ma.Schema):

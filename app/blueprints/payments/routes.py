@@ -80,8 +80,10 @@ def webhook(stripe_signature):
 
     Verifies `Stripe-Signature` on the raw body (300 s tolerance), stores the event under
     its unique id and applies it in the same transaction. Handled: `checkout.session.*`,
-    `payment_intent.succeeded|payment_failed|canceled`, `charge.refunded`. A replayed
-    event id answers 200 with `duplicate: true` and changes nothing."""
+    `payment_intent.succeeded|payment_failed|canceled`, `charge.refunded` (the refund taken
+    back, and a credit note for the payment's invoice) and `charge.dispute.*` (a chargeback's
+    funds withdrawn or reinstated). A replayed event id answers 200 with `duplicate: true` and
+    changes nothing."""
     return payment_events.handle_webhook(request.get_data(cache=False), stripe_signature)
 
 
@@ -186,7 +188,8 @@ _PDF_DOC = {"200": {"description": "The invoice (JSON, or the PDF with `Accept: 
           name="InvoiceListView")
 def list_invoices(query):
     """The invoices of the key's mode, newest first: one per payment (checkout, wallet funding,
-    auto top-up, USDC, x402) and one per month of usage; `next_cursor` pages on."""
+    auto top-up, USDC, x402) and one per month of usage; `next_cursor` pages on. A refunded
+    payment's invoice lists its credit notes, `credited` and `net_total`."""
     return invoices.list_invoices(acting_account(query.get("org_id"), BILLING_READ), principal().mode, query["limit"],
                                   query.get("cursor"))
 
@@ -195,8 +198,8 @@ def list_invoices(query):
           errors={404: "No such invoice of this account and mode."}, name="InvoiceView")
 @blp.doc(responses=_PDF_DOC)
 def get_invoice(query, invoice_id):
-    """One invoice as issued (numbered, never changed): JSON, or its PDF when the request prefers
-    `Accept: application/pdf` (also at `/api/pay/invoices/{id}.pdf`)."""
+    """One invoice or credit note as issued (numbered, never changed): JSON, or its PDF when the
+    request prefers `Accept: application/pdf` (also at `/api/pay/invoices/{id}.pdf`)."""
     inv = invoices.get_invoice(acting_account(query.get("org_id"), BILLING_READ), principal().mode, invoice_id)
     if request.accept_mimetypes.best_match(("application/json", "application/pdf")) == "application/pdf":
         return _invoice_response(inv)

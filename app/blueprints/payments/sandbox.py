@@ -29,9 +29,13 @@ button{font-size:1rem;padding:.5rem 1rem;margin-right:.5rem}label{display:block;
 <body><div class="box"><p><strong>Sandbox checkout</strong> — test mode, no real money moves.</p>
 <p>{{ payment.product or "Gateway credits" }}</p>
 <p class="amt">${{ "%d.%02d"|format(payment.amount_cents // 100, payment.amount_cents % 100) }}</p>
-{% if message %}<p class="msg {{ 'ok' if result in ('paid','processing') else 'bad' }}">{{ message }}</p>{% endif %}
+{% if message %}<p class="msg {{ 'ok' if result in ('paid','processing') else '' if result == 'authenticate' else 'bad' }}">{{ message }}</p>{% endif %}
 <p>Status: <strong>{{ payment.status }}</strong></p>
-{% if payment.status == 'pending' and not closed %}
+{% if result == 'authenticate' %}
+<form method="post"><p>3-D Secure test page: complete or fail the authentication your bank asks for.</p>
+<input type="hidden" name="payment_method" value="{{ method }}">{% if save %}<input type="hidden" name="save_method" value="true">{% endif %}
+<p><button name="action" value="authenticate">Complete authentication</button><button name="action" value="fail_authentication">Fail authentication</button></p></form>
+{% elif payment.status == 'pending' and not closed %}
 <form method="post">{% for pm, spec in methods.items() %}
 <label><input type="radio" name="payment_method" value="{{ pm }}" {{ 'checked' if loop.first }}>
  {{ pm }} ({{ spec[1] }} ···· {{ spec[2] }}{% if spec[3] != 'succeeds' %}, {{ spec[3]|replace('_', ' ') }}{% endif %})</label>
@@ -79,7 +83,8 @@ class SandboxCheckoutView(MethodView):
                                 "404": {"description": "Unknown session"}})
     def post(self, form, session_id):
         """Pay (with a sandbox test method) or cancel. Paying delivers a signed
-        `checkout.session.completed` event through the webhook code; ACH settles later."""
+        `checkout.session.completed` event through the webhook code; ACH settles later. A card
+        that requires 3-D Secure answers its challenge first (complete or fail it)."""
         out = sandbox_checkout.sandbox_checkout_action(session_id, form["action"], form.get("payment_method"),
                                                        save_method=form.get("save_method", False))
         page = sandbox_checkout.sandbox_checkout_page(session_id)
@@ -88,5 +93,6 @@ class SandboxCheckoutView(MethodView):
             sep = "&" if "?" in done else "?"
             status = "cancel" if out["result"] == "canceled" else "success"
             return redirect(f"{done}{sep}checkout={status}&payment_id={out['payment'].id}", code=303)
-        return _render(page, out["payment"], done, message=out["message"],
-                       result=out["result"], closed=out["result"] != "declined")
+        return _render(page, out["payment"], done, message=out["message"], result=out["result"],
+                       closed=out["result"] not in ("declined", "authenticate"), method=out.get("method"),
+                       save=out.get("save"))

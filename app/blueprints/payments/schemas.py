@@ -132,7 +132,10 @@ class WebhookResultSchema(ma.Schema):
 
 
 class SandboxActionSchema(InputSchema):
-    action = ma.fields.String(required=True, validate=validate.OneOf(["pay", "cancel"]))
+    action = ma.fields.String(required=True, validate=validate.OneOf(
+        ["pay", "cancel", "authenticate", "fail_authentication"]), metadata={"description": (
+            "`pay` or `cancel`; a card that requires 3-D Secure answers a challenge, completed with "
+            "`authenticate` or failed with `fail_authentication` (the same `payment_method`).")})
     payment_method = ma.fields.String(validate=validate.OneOf(list(SANDBOX_METHODS)),
                                       load_default="pm_card_visa")
     save_method = ma.fields.Boolean(load_default=False, metadata={"description": (

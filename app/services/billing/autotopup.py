@@ -146,6 +146,8 @@ def view(account_id: str, mode: str) -> AutoTopupView:
     if rule is None:
         raise NotFound("No auto top-up is set (PUT /api/pay/auto-topup).")
     profile = payments.saved_method(account_id, mode)
+    if profile is None or not profile.payment_method_id or profile.payment_method_type != "card":
+        profile = None  # no card it could charge (removed, or the default is a bank account)
     runs = db.session.execute(
         select(AutoTopupRun).where(AutoTopupRun.account_id == account_id, AutoTopupRun.mode == mode)
         .order_by(AutoTopupRun.created_at.desc(), AutoTopupRun.id.desc()).limit(RUNS_SHOWN)).scalars().all()
@@ -258,6 +260,12 @@ def _prepare(run_id: int) -> tuple[str | None, dict | None]:
                             f"Your balance went under the auto top-up threshold, but the top-ups this month "
                             f"already reach the monthly cap of {_usd(rule.monthly_cap_micros)}. Nothing was charged. "
                             f"Raise the cap (PUT /api/pay/auto-topup) or top up by hand.")
+            elif reason.startswith("no_method"):
+                _tell_owner(run, "Auto top-up could not run: no saved card",
+                            f"Your balance went under the auto top-up threshold, but there is no saved card to "
+                            f"charge (it was removed, or the default is not a card). Nothing was charged. "
+                            f"Save a card (POST /api/pay/method, or make a saved one the default) or top up by "
+                            f"hand.")
             return None, None
         payment = Payment(id=new_id("pay"), account_id=run.account_id, method="card", kind="charge",
                           processor=for_mode(run.mode).name, mode=run.mode, amount_micros=rule.amount_micros,

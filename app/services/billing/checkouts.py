@@ -43,6 +43,14 @@ def _open(p: Payment) -> bool:
             and (p.expires_at is None or p.expires_at > utcnow()))
 
 
+def _state(p: Payment) -> str:
+    if p.status == "pending" and (p.meta or {}).get("ach_submitted"):
+        return "is pending (its bank payment was submitted)"
+    if p.status == "pending" and p.expires_at is not None and p.expires_at <= utcnow():
+        return f"expired at {p.expires_at.isoformat()}"
+    return f"is {p.status}"
+
+
 def resume(account_id: str, mode: str, payment_id: str) -> dict:
     """The checkout's state and, while it can still be paid, its hosted page's ``url``."""
     p = _checkout(account_id, mode, payment_id)
@@ -54,9 +62,7 @@ def cancel(account_id: str, mode: str, payment_id: str) -> Payment:
     """Cancel a pending checkout (the processor's session first, then the payment)."""
     p = _checkout(account_id, mode, payment_id)
     if not _open(p) or not for_mode(p.mode).expire_checkout(p.provider_id):
-        raise CheckoutNotCancelable(f"Checkout {p.id} is {p.status}"
-                                    + (" (its bank payment was submitted)" if (p.meta or {}).get("ach_submitted")
-                                       else "") + "; it can no longer be canceled.")
+        raise CheckoutNotCancelable(f"Checkout {p.id} {_state(p)}; it can no longer be canceled.")
     with unit_of_work():
         if not payments.finish_payment(p, "canceled", "canceled", "Canceled by the customer."):
             raise CheckoutNotCancelable(f"Checkout {p.id} was completed meanwhile.")

@@ -25,7 +25,7 @@ from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
 from flask import current_app
-from sqlalchemy import bindparam, select, text
+from sqlalchemy import bindparam, func, select, text
 
 from app.errors import InvalidRequest, NotFound
 from app.extensions import db
@@ -116,18 +116,32 @@ def _next_number(seller: str, series: str, already) -> int | None:
         "RETURNING last_number"), params).scalar_one())
 
 
+CREDIT_NOTE = "credit_note"
+
+
+def _series(kind: str, mode: str) -> str:
+    """Invoices are numbered in ``live`` / ``test``, credit notes in ``cn_live`` / ``cn_test``."""
+    live_or_test = "live" if mode == "live" else "test"
+    return f"cn_{live_or_test}" if kind == CREDIT_NOTE else live_or_test
+
+
 def _format_number(series: str, seq: int) -> str:
-    prefix = current_app.config["INVOICE_NUMBER_PREFIX"]
-    return f"{prefix}-{seq:06d}" if series == "live" else f"{prefix}-TEST-{seq:06d}"
+    cfg = current_app.config
+    prefix = cfg["CREDIT_NOTE_NUMBER_PREFIX"] if series.startswith("cn_") else cfg["INVOICE_NUMBER_PREFIX"]
+    return f"{prefix}-{seq:06d}" if series.endswith("live") else f"{prefix}-TEST-{seq:06d}"
 
 
-def _issue(account_id: str, mode: str, kind: str, lines: list[dict], already, *, payment_id: str | None = None,
-           period: str | None = None, paid: dict, extra: dict | None = None) -> Invoice | None:
+def _issue(account_id: str, mode: str, kind: str, lines, already, *, payment_id: str | None = None,
+           period: str | None = None, paid: dict, extra: dict | None = None, buyer: dict | None = None,
+           credits_invoice_id: str | None = None) -> Invoice | None:
+    """Number and insert a document in the caller's unit of work; None when ``already()``
+    (asked under the counter lock). ``lines`` may be a callable, called under the lock."""
     seller = _seller()
-    series = "live" if mode == "live" else "test"
+    series = _series(kind, mode)
     seq = _next_number(seller["id"], series, already)
     if seq is None:
         return None
+    lines = lines() if callable(lines) else lines
     now = utcnow()
     total = sum(int(line["amount_micros"]) for line in lines)
     number = _format_number(series, seq)
@@ -135,13 +149,13 @@ def _issue(account_id: str, mode: str, kind: str, lines: list[dict], already, *,
         line["amount"] = money(line["amount_micros"])
     document = {"number": number, "series": series, "kind": kind, "mode": mode,
                 "issued_at": now.isoformat().replace("+00:00", "Z"), "currency": CURRENCY,
-                "seller": seller, "buyer": _buyer(account_id), "lines": lines,
+                "seller": seller, "buyer": buyer or _buyer(account_id), "lines": lines,
                 "subtotal_micros": total, "tax_micros": 0, "total_micros": total,
                 "subtotal": money(total), "tax": money(0), "total": money(total),
                 "amount_due": money(0), "paid": paid, **(extra or {})}
     inv = Invoice(id=new_id("inv"), seller=seller["id"], series=series, seq=seq, number=number,
                   account_id=account_id, mode=mode, kind=kind, payment_id=payment_id, period=period,
-                  currency=CURRENCY, total_micros=total, document=document, issued_at=now)
+                  credits_invoice_id=credits_invoice_id, currency=CURRENCY, total_micros=total, document=document, issued_at=now)
     db.session.add(inv)
     db.session.flush()
     return inv
@@ -168,7 +182,47 @@ def issue_for_payment(payment: Payment) -> Invoice | None:
     paid = {"status": "paid", "payment_id": payment.id, "method": payment.method, "processor": payment.processor,
             "paid_at": (payment.updated_at or utcnow()).isoformat().replace("+00:00", "Z")}
     return _issue(payment.account_id, payment.mode or "live", "payment", lines,
-                  lambda: _exists(Invoice.payment_id == payment.id), payment_id=payment.id, paid=paid)
+                  lambda: _exists(Invoice.payment_id == payment.id, Invoice.kind == "payment"),
+                  payment_id=payment.id, paid=paid)
+
+
+def _payment_invoice(payment_id: str) -> Invoice | None:
+    return db.session.execute(select(Invoice).where(Invoice.payment_id == payment_id,
+                                                    Invoice.kind == "payment")).scalar_one_or_none()
+
+
+def _credited_micros(invoice_id: str) -> int:
+    return int(db.session.execute(select(func.coalesce(func.sum(Invoice.total_micros), 0)).where(
+        Invoice.credits_invoice_id == invoice_id)).scalar_one())
+
+
+def issue_credit_note(payment: Payment, refunded_total_micros: int | None = None) -> Invoice | None:
+    """The credit note of what of ``payment`` was refunded (``refunded_total_micros``, default
+    the payment's ``refunded_micros``) and no credit note of its invoice credits yet, in the
+    caller's unit of work (the refund's); None when nothing is left to credit (a replayed
+    refund). The invoice itself never changes; a payment without one gets it first."""
+    refunded = int(payment.refunded_micros or 0) if refunded_total_micros is None else int(refunded_total_micros)
+    # None from issue_for_payment: another unit (the sweep) issued it meanwhile; read it again
+    invoice = _payment_invoice(payment.id) or issue_for_payment(payment) or _payment_invoice(payment.id)
+    owed = {}
+
+    def already() -> bool:  # under the counter lock: what earlier credit notes did not credit
+        owed["micros"] = refunded - _credited_micros(invoice.id)
+        return owed["micros"] <= 0
+
+    def lines() -> list[dict]:
+        what = invoice.document["lines"][0]["description"] if invoice.document.get("lines") else "Prepaid credit"
+        return [{"description": f"Refund of {invoice.number}: {what}", "quantity": 1,
+                 "unit_micros": owed["micros"], "amount_micros": owed["micros"]}]
+
+    paid = {"status": "refunded", "payment_id": payment.id, "method": payment.method,
+            "processor": payment.processor, "refunded_at": utcnow().isoformat().replace("+00:00", "Z")}
+    credits = {"invoice_id": invoice.id, "invoice_number": invoice.number,
+               "invoice_total_micros": int(invoice.total_micros), "invoice_total": money(invoice.total_micros),
+               "refunded_total_micros": refunded, "refunded_total": money(refunded)}
+    return _issue(payment.account_id, invoice.mode, CREDIT_NOTE, lines, already, payment_id=payment.id,
+                  paid=paid, extra={"credits": credits}, buyer=invoice.document.get("buyer"),
+                  credits_invoice_id=invoice.id)
 
 
 def _exists(*where) -> bool:
@@ -177,11 +231,15 @@ def _exists(*where) -> bool:
 
 def issue_missing(limit: int = 200) -> int:
     """Sweep: credited payments of the last ``SWEEP_DAYS`` days without an invoice (x402
-    payments; any payment credited before invoices existed) get one, each in its own unit
-    of work. Returns how many were issued."""
+    payments; any payment credited before invoices existed) get one, and refunds without
+    their credit note (made before credit notes existed) get it, each payment in its own
+    unit of work. Returns how many documents were issued."""
     ids = db.session.execute(text(
         "SELECT p.id FROM payments p WHERE p.status IN :credited AND p.created_at >= :since "
-        "AND NOT EXISTS (SELECT 1 FROM invoices i WHERE i.payment_id = p.id) ORDER BY p.created_at LIMIT :limit")
+        "AND (NOT EXISTS (SELECT 1 FROM invoices i WHERE i.payment_id = p.id AND i.kind = 'payment') "
+        "OR (p.refunded_micros > 0 AND p.refunded_micros > (SELECT COALESCE(SUM(c.total_micros), 0) "
+        "FROM invoices i JOIN invoices c ON c.credits_invoice_id = i.id "  # both lookups indexed
+        "WHERE i.payment_id = p.id AND i.kind = 'payment'))) ORDER BY p.created_at LIMIT :limit")
         .bindparams(bindparam("credited", expanding=True)),
         {"credited": list(_CREDITED), "since": utcnow() - timedelta(days=SWEEP_DAYS), "limit": limit}
     ).scalars().all()
@@ -190,8 +248,11 @@ def issue_missing(limit: int = 200) -> int:
     for payment_id in ids:
         with unit_of_work():
             payment = db.session.get(Payment, payment_id)
-            if payment is not None and issue_for_payment(payment) is not None:
-                issued += 1
+            if payment is None:
+                continue
+            issued += issue_for_payment(payment) is not None
+            if payment.refunded_micros:
+                issued += issue_credit_note(payment) is not None
     return issued
 
 
@@ -242,16 +303,29 @@ def usage_accounts(month: str) -> list[str]:
         "ORDER BY 1"), {"start": start, "end": end, "month": month}).scalars().all())
 
 
+def calls_open_before(end: datetime) -> bool:
+    """Whether a module call created before ``end`` is still ``pending`` or a chat completion
+    still ``held``: its refund or release would change the usage of its month, so that
+    month's usage invoice waits (the sweeps resolve both after their deadlines)."""
+    from app.services.billing.usage_log import OLDEST_OPEN
+
+    return any(t is not None and t < end for t in (db.session.execute(q).scalar() for q in OLDEST_OPEN))
+
+
 def issue_usage_due(now: datetime | None = None) -> dict | None:
     """Scheduled: once the previous month is over by ``INVOICE_USAGE_GRACE_SECONDS`` (its
-    usage rolled), issue each account's usage invoice for it (a no-op for those issued).
-    Safe under retries and two schedulers: the counter lock and the re-check make each once."""
+    usage rolled) and no call of it is still open (``calls_open_before``: a later refund
+    would not be on the invoice), issue each account's usage invoice for it (a no-op for
+    those issued); None while it is not yet due. Safe under retries and two schedulers:
+    the counter lock and the re-check make each once."""
     from app.services.money.settlement import previous_month
 
     now = now or utcnow()
     month = previous_month(now)
     _, end = _month_bounds(month)
-    if now < end + timedelta(seconds=int(current_app.config["INVOICE_USAGE_GRACE_SECONDS"])):
+    if now < end + timedelta(seconds=int(current_app.config["INVOICE_USAGE_GRACE_SECONDS"])) \
+            or calls_open_before(end):
+        end_reads()
         return None
     accounts = usage_accounts(month)
     end_reads()
@@ -264,7 +338,7 @@ def issue_usage_due(now: datetime | None = None) -> dict | None:
 def list_invoices(account_id: str, mode: str, limit: int = 50, cursor: str | None = None) -> dict:
     """The account's invoices of ``mode``'s series, newest first; ``next_cursor`` pages on."""
     limit = max(1, min(int(limit), PAGE_LIMIT_MAX))
-    q = select(Invoice).where(Invoice.account_id == account_id, Invoice.mode == mode)
+    q = select(Invoice).where(Invoice.account_id == account_id, Invoice.mode == mode, Invoice.kind != CREDIT_NOTE)
     if cursor:
         if not cursor.isdigit() or len(cursor) > 18:
             raise InvalidRequest("cursor: not a cursor from a previous page.")
@@ -272,14 +346,35 @@ def list_invoices(account_id: str, mode: str, limit: int = 50, cursor: str | Non
     rows = db.session.execute(q.order_by(Invoice.seq.desc()).limit(limit + 1)).scalars().all()
     more = len(rows) > limit
     rows = rows[:limit]
-    return {"invoices": [summary(r) for r in rows], "next_cursor": str(rows[-1].seq) if more else None}
+    notes = _credit_notes([r.id for r in rows])
+    return {"invoices": [summary(r, notes.get(r.id, [])) for r in rows],
+            "next_cursor": str(rows[-1].seq) if more else None}
 
 
-def summary(inv: Invoice) -> dict:
+def _credit_notes(invoice_ids: list[str]) -> dict[str, list[Invoice]]:
+    """The credit notes of ``invoice_ids``, oldest first, by the invoice they credit."""
+    out: dict[str, list[Invoice]] = {}
+    if invoice_ids:
+        for note in db.session.execute(select(Invoice).where(Invoice.credits_invoice_id.in_(invoice_ids))
+                                       .order_by(Invoice.seq)).scalars():
+            out.setdefault(note.credits_invoice_id, []).append(note)
+    return out
+
+
+def _brief(inv: Invoice) -> dict:
     return {"id": inv.id, "number": inv.number, "kind": inv.kind, "mode": inv.mode, "payment_id": inv.payment_id,
             "period": inv.period, "currency": inv.currency, "total_micros": inv.total_micros,
             "total": money(inv.total_micros), "issued_at": inv.issued_at,
             "pdf_url": f"/api/pay/invoices/{inv.id}.pdf"}
+
+
+def summary(inv: Invoice, notes: list[Invoice]) -> dict:
+    """An invoice with its credit notes and what it comes to after them (``net_total``: what
+    the customer paid and kept); a credit note names the invoice it credits."""
+    credited = sum(int(n.total_micros) for n in notes)
+    return {**_brief(inv), "credits_invoice_id": inv.credits_invoice_id,
+            "credit_notes": [_brief(n) for n in notes], "credited_micros": credited, "credited": money(credited),
+            "net_total_micros": int(inv.total_micros) - credited, "net_total": money(int(inv.total_micros) - credited)}
 
 
 def get_invoice(account_id: str, mode: str, invoice_id: str) -> Invoice:
@@ -290,7 +385,7 @@ def get_invoice(account_id: str, mode: str, invoice_id: str) -> Invoice:
 
 
 def view(inv: Invoice) -> dict:
-    return {**summary(inv), "document": inv.document}
+    return {**summary(inv, _credit_notes([inv.id]).get(inv.id, [])), "document": inv.document}
 
 
 # --- PDF --------------------------------------------------------------------------------------
@@ -329,9 +424,13 @@ def invoice_pdf(inv: Invoice) -> bytes:
         pdf.multi_cell(width or w, h, clean(value or ""), align=align,
                        new_x="LMARGIN" if ln else "RIGHT", new_y="NEXT" if ln else "TOP")
 
-    title = "INVOICE" + (" (TEST MODE — play money)" if inv.mode != "live" else "")
+    title = ("CREDIT NOTE" if inv.kind == CREDIT_NOTE else "INVOICE") + \
+        (" (TEST MODE — play money)" if inv.mode != "live" else "")
     write(20, title, h=10)
     write(10, f"Number: {doc['number']}    Issued: {doc['issued_at'][:10]}    Currency: {doc['currency']}")
+    if doc.get("credits"):
+        write(10, f"Credits invoice {doc['credits']['invoice_number']} ({doc['credits']['invoice_total']} "
+                  f"{doc['currency']}); refunded in all: {doc['credits']['refunded_total']} {doc['currency']}")
     if doc.get("period"):
         write(10, f"Usage period: {doc['period']['month']} ({doc['period']['start'][:10]} to "
                   f"{doc['period']['end'][:10]}, end exclusive)")
@@ -357,11 +456,16 @@ def invoice_pdf(inv: Invoice) -> bytes:
         for line in doc["lines"]:
             table.row([clean(line["description"]), str(line.get("quantity", 1)), line["amount"]])
     pdf.ln(4)
-    for label, key in (("Subtotal", "subtotal"), ("Tax", "tax"), ("Total", "total"), ("Amount due", "amount_due")):
+    totals = (("Subtotal", "subtotal"), ("Tax", "tax"), ("Total credited", "total")) if inv.kind == CREDIT_NOTE \
+        else (("Subtotal", "subtotal"), ("Tax", "tax"), ("Total", "total"), ("Amount due", "amount_due"))
+    for label, key in totals:
         write(12 if key == "total" else 10, f"{label}: {doc[key]} {doc['currency']}", align="R")
     pdf.ln(4)
     paid = doc.get("paid") or {}
-    if paid.get("method") == "prepaid_balance":
+    if paid.get("status") == "refunded":
+        write(9, f"Refunded {paid.get('refunded_at', '')[:10]} to the {paid.get('method')} of payment "
+                 f"{paid.get('payment_id')} ({paid.get('processor')}); the prepaid credit it bought was taken back.")
+    elif paid.get("method") == "prepaid_balance":
         write(9, "Paid from the prepaid balance; the purchases of that balance have their own invoices.")
     else:
         write(9, f"Paid {paid.get('paid_at', '')[:10]} by {paid.get('method')} ({paid.get('processor')}), "

@@ -179,6 +179,9 @@ def refund_payment(payment: Payment, refunded_total_micros: int, charge_id: str)
         return "concurrent_refund"
     _take_back(payment, delta, kind="refund", ref=f"refund:{payment.id}:{refunded_total_micros}",
                shortfall=REFUND_SHORTFALL, meta={"charge": charge_id})
+    from app.services.billing import invoices  # its credit note, numbered in this unit of work
+
+    invoices.issue_credit_note(payment, refunded_total_micros)
     return "refunded"
 
 
@@ -386,8 +389,11 @@ def fund_with_saved_method(account_id: str, mode: str, amount_cents: int, method
             payment = db.session.get(Payment, payment_id)
             _record_charge(payment, result)
     if result.status == "failed":
-        raise CardDeclined(result.failure_message or "The card was declined.",
-                           extra={"decline_code": result.failure_code, "payment_id": payment.id})
+        message = result.failure_message or "The card was declined."
+        if result.failure_code == "authentication_required":  # off-session: no one to authenticate
+            message += (" Funding from the saved card cannot ask for it; pay with a hosted checkout "
+                        "(POST /api/pay/checkout), where the cardholder can authenticate.")
+        raise CardDeclined(message, extra={"decline_code": result.failure_code, "payment_id": payment.id})
     db.session.refresh(payment)
     return fund_result(payment)
 

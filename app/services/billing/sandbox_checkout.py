@@ -4,6 +4,7 @@ delivered as a signed processor event through the same webhook path as Stripe's.
 """
 from __future__ import annotations
 
+from flask import current_app
 from sqlalchemy import select
 
 from app.errors import InvalidRequest, NotFound
@@ -13,7 +14,7 @@ from app.models import Payment
 from app.models.base import utcnow
 from app.services.billing.payment_events import handle_webhook
 from app.services.billing.payments import CREDITED
-from app.services.platform.uow import unit_of_work
+from app.services.platform.uow import end_reads, unit_of_work
 from app.services.billing.processors import (
     SANDBOX_METHODS,
     json_payload,
@@ -55,12 +56,19 @@ def sandbox_checkout_page(session_id: str) -> dict:
             "methods": SANDBOX_METHODS, "awaiting_settlement": bool((p.meta or {}).get("ach_submitted"))}
 
 
+# Stripe's message when the customer fails a 3-D Secure challenge; the checkout stays open.
+AUTHENTICATION_FAILED = ("We are unable to authenticate your payment method. Please choose a different payment "
+                         "method and try again.")
+
+
 def sandbox_checkout_action(session_id: str, action: str, pm_id: str | None, *, save_method: bool = False) -> dict:
     """Pay or cancel a sandbox checkout. Returns ``{result, message, payment}``.
     ``save_method`` (the page's "save this payment method" box, like Stripe Checkout's own
     "save my card") marks the checkout as the API's ``save_method`` flag does, so the one
     path saves the card: ``checkouts.save_paid_method`` after the credit's commit. A
-    checkout created with the flag saves the card whatever the box."""
+    checkout created with the flag saves the card whatever the box. A card that requires
+    authentication answers ``authenticate`` (the 3-D Secure challenge) to ``pay``: the action
+    ``authenticate`` then pays, ``fail_authentication`` leaves the checkout open."""
     p = _sandbox_session(session_id)
     if p.status != "pending" or (p.meta or {}).get("ach_submitted"):
         return {"result": "closed", "message": f"This checkout is already {p.status}.", "payment": p}
@@ -76,6 +84,11 @@ def sandbox_checkout_action(session_id: str, action: str, pm_id: str | None, *, 
     if spec is None:
         raise InvalidRequest(f"payment_method: one of {', '.join(SANDBOX_METHODS)}.")
     outcome = spec[3]
+    if outcome == "authentication_required" and action == "pay":  # Stripe Checkout's 3-D Secure challenge
+        return {"result": "authenticate", "payment": p, "method": pm_id, "save": save_method,
+                "message": "Your bank asks you to authenticate this payment (3-D Secure test page)."}
+    if action == "fail_authentication":
+        return {"result": "declined", "payment": p, "message": AUTHENTICATION_FAILED}
     if outcome in ("generic_decline", "insufficient_funds"):
         from app.services.billing.processors import DECLINE_MESSAGES
 
@@ -96,6 +109,28 @@ def sandbox_checkout_action(session_id: str, action: str, pm_id: str | None, *, 
     sandbox_deliver("checkout.session.completed", _session_object(p, "paid", pi))
     db.session.refresh(p)
     return {"result": "paid", "message": "Payment succeeded; credits added.", "payment": p}
+
+
+def expire_due(limit: int = 200) -> int:
+    """Stripe sends ``checkout.session.expired`` when a session's time is up; the sandbox does
+    the same for its unpaid checkouts past ``expires_at`` (not a submitted bank payment),
+    through the webhook path, so the history shows them ``expired`` rather than ``pending``
+    for ever. Returns how many it expired (a checkout finished meanwhile is left alone).
+    Nothing with the sandbox turned off (its events would not verify)."""
+    if not current_app.config.get("PAYMENTS_SANDBOX_ENABLED", True):
+        return 0
+    due = db.session.execute(select(Payment.id).where(
+        Payment.processor == "sandbox", Payment.kind == "checkout", Payment.status == "pending",
+        Payment.expires_at < utcnow()).order_by(Payment.expires_at).limit(limit)).scalars().all()
+    end_reads()
+    expired = 0
+    for payment_id in due:
+        p = db.session.get(Payment, payment_id)
+        if p is None or (p.meta or {}).get("ach_submitted"):
+            continue
+        result = sandbox_deliver("checkout.session.expired", _session_object(p, "unpaid", None))
+        expired += result.get("outcome") == "expired"
+    return expired
 
 
 def sandbox_settle(payment_id: str, fail: bool = False) -> dict:

@@ -289,3 +289,19 @@ def test_payment_history_shows_refunds_and_disputes(app, funded):
         (500, 200, 0, "partially_refunded")
     assert (paid.dispute_status, paid.product, paid.failure_code) == (None, "credits", None)
     assert paid.raw["refunded_cents"] == paid.refunded_cents
+
+
+def test_a_checkout_can_save_the_card_it_is_paid_with(app, funded):
+    """Issue 41's saved cards from the client: ``pay.checkout(save_method=True)`` (the client
+    could not ask for it)."""
+    from app.extensions import db
+    from app.models import SavedMethod
+    from app.services.billing import sandbox_checkout
+
+    acct, gw = funded
+    co = gw.pay.checkout(500, save_method=True)
+    with app.app_context():
+        sandbox_checkout.sandbox_checkout_action(co.url.rsplit("/", 1)[1], "pay", "pm_card_mastercard")
+        saved = db.session.query(SavedMethod.payment_method_id).filter_by(account_id=acct.id).all()
+        db.session.remove()
+    assert [s for (s,) in saved] == ["pm_card_mastercard"]

@@ -95,9 +95,10 @@ class AsyncWallet(_AsyncResource):
 
 class AsyncPay(_AsyncResource):
     async def checkout(self, amount_cents: int, product: str | None = None,
-                       return_url: str | None = None, *, idempotency_key: str | None = None) -> Checkout:
+                       return_url: str | None = None, save_method: bool = False, *,
+                       idempotency_key: str | None = None) -> Checkout:
         return await self._gw.request(ops.pay_checkout(amount_cents, product, return_url,
-                                                       idempotency_key or new_idempotency_key()))
+                                                       idempotency_key or new_idempotency_key(), save_method))
 
     async def history(self) -> list[Payment]:
         return await self._gw.request(ops.pay_history())

@@ -107,12 +107,14 @@ class Wallet(_Resource):
 
 class Pay(_Resource):
     def checkout(self, amount_cents: int, product: str | None = None,
-                 return_url: str | None = None, *, idempotency_key: str | None = None) -> Checkout:
-        """Start a hosted checkout; send the user to ``.url``. Sent with an
-        ``Idempotency-Key`` (``idempotency_key``, or a new one), so the client's retries of
-        a lost answer start no second checkout."""
+                 return_url: str | None = None, save_method: bool = False, *,
+                 idempotency_key: str | None = None) -> Checkout:
+        """Start a hosted checkout; send the user to ``.url``. ``save_method``: the card paid
+        with is saved and made the default once the payment is credited (auto top-up and
+        funding charge it). Sent with an ``Idempotency-Key`` (``idempotency_key``, or a new
+        one), so the client's retries of a lost answer start no second checkout."""
         return self._gw.request(ops.pay_checkout(amount_cents, product, return_url,
-                                                 idempotency_key or new_idempotency_key()))
+                                                 idempotency_key or new_idempotency_key(), save_method))
 
     def history(self) -> list[Payment]:
         """The last 50 payments, newest first."""

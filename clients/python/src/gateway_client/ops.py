@@ -189,10 +189,10 @@ def wallet_transactions(limit: int, cursor: str | None) -> Op[TransactionPage]:
 
 
 def pay_checkout(amount_cents: int, product: str | None, return_url: str | None,
-                 idempotency_key: str) -> Op[Checkout]:
+                 idempotency_key: str, save_method: bool = False) -> Op[Checkout]:
     return Op("POST", "/api/pay/checkout", _one(Checkout),
               json=_drop_none({"amount_cents": amount_cents, "product": product,
-                               "return_url": return_url}),
+                               "return_url": return_url, "save_method": save_method or None}),
               headers={"Idempotency-Key": idempotency_key})
 
 

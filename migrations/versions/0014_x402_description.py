@@ -8,13 +8,13 @@ requirement said "Module call" (a chat completion's and each module's own descri
 lost), which NULL still means.
 
 Revision ID: x402_description
-Revises: subscription_mailbox
+Revises: credit_notes
 """
 import sqlalchemy as sa
 from alembic import op
 
 revision = "x402_description"
-down_revision = "subscription_mailbox"
+down_revision = "credit_notes"
 branch_labels = None
 depends_on = None
 

@@ -113,3 +113,23 @@ def test_iso_week_boundaries():
     assert earnings.iso_week(sunday)[0] == datetime(2026, 11, 16, tzinfo=timezone.utc)
     monday = datetime(2026, 11, 23, 0, 0, tzinfo=timezone.utc)
     assert earnings.iso_week(monday) == (monday, monday + timedelta(days=7))
+
+
+def test_a_test_mode_agents_usage_counts_its_test_calls(app, client, make_account):
+    """A test-mode agent (registered with a svc_test_ key) acts in test mode: its sessions'
+    calls are test calls, so its usage is those (until 2026-11-29 it counted live calls
+    only and read 0 whatever the agent called); a live agent's stays live (above)."""
+    owner = make_account(test_key=True)
+    kp = Keypair()
+    ag = client.post("/api/agent/register", json={"name": "sandbox-bot", "pubkey": kp.pubkey},
+                     headers={"Authorization": f"Bearer {owner.test_key}"}).get_json()
+    with app.app_context():
+        usage_seed.record(ag["account_id"], "weather", spend_micros=20_000, mode="test", calls=2)
+        usage_seed.record(ag["account_id"], "echo", spend_micros=10_000, mode="test", error=True)
+        usage_seed.record(ag["account_id"], "weather", spend_micros=990_000)  # live: not this agent's mode
+        db.session.commit()
+    for headers in (session_headers(client, kp), {"Authorization": f"Bearer {owner.test_key}"}):
+        body = client.get(f"/api/agent/{ag['id']}/usage", headers=headers).get_json()
+        assert (body["calls"], body["errors"], body["spend_cents"]) == (3, 1, 3), body
+        assert body["by_module"] == [{"slug": "weather", "calls": 2, "spend_cents": 2},
+                                     {"slug": "echo", "calls": 1, "spend_cents": 1}]

@@ -190,7 +190,8 @@ class AgentUsageSchema(ma.Schema):
     agent_id = ma.fields.String(required=True)
     period_start = ma.fields.DateTime(required=True)
     period_end = ma.fields.DateTime(required=True)
-    calls = ma.fields.Integer(required=True, metadata={"description": "Live calls made by the agent."})
+    calls = ma.fields.Integer(required=True, metadata={
+        "description": "Calls made by the agent in its mode (live; test for a test-mode agent)."})
     errors = ma.fields.Integer(required=True)
     spend_cents = ma.fields.Integer(required=True)
     by_module = ma.fields.List(ma.fields.Nested(AgentModuleUsageSchema), required=True)

@@ -5,6 +5,7 @@ import marshmallow as ma
 from app.blueprints.orgs.schemas import org_id_field
 from app.blueprints.fields import (HTTPS_PATTERN, HeaderString, InputSchema, JsonInteger, Pattern, QueryInteger,
                                   idempotency_key_header)
+from app.scopes import SESSION_SCOPES
 from app.services.agents.builds import MAX_WEBHOOK_CHARS
 
 B58 = "[1-9A-HJ-NP-Za-km-z]"
@@ -89,7 +90,9 @@ class AgentSessionSchema(ma.Schema):
     agent_id = ma.fields.String(required=True)
     session = ma.fields.String(required=True, metadata={
         "description": "`svc_sess_…` bearer token; acts as the agent's account with scopes "
-                       "call:read, call:write, agent:read, agent:write."})
+                       + ", ".join(f"`{s}`" for s in SESSION_SCOPES)
+                       + " (it calls, reads its account, usage and wallet and tops itself up; it "
+                         "cannot manage keys or alerts, nor register agents)."})
     expires_in = ma.fields.Integer(required=True, metadata={"description": "Seconds (3600 by default)."})
 
 

@@ -133,3 +133,27 @@ def test_a_test_mode_agents_usage_counts_its_test_calls(app, client, make_accoun
         assert (body["calls"], body["errors"], body["spend_cents"]) == (3, 1, 3), body
         assert body["by_module"] == [{"slug": "weather", "calls": 2, "spend_cents": 2},
                                      {"slug": "echo", "calls": 1, "spend_cents": 1}]
+
+
+def test_lifetime_is_exact_in_micros_and_each_cents_field_is_its_floor(app, client, two_agents, ledger_clean):
+    """Earnings in sub-cent amounts: 2.7 cents settled (last month) and 2.7 accrued (this
+    month). Every `_cents` field is the floor of its `_micros`, so lifetime_cents is 5
+    while accrued_cents + settled_cents is 4: the sum holds exactly in micros, and
+    `lifetime_micros` states it (there was none, and lifetime_cents was documented as the
+    sum of the two cents fields)."""
+    from app.services.money import settlement
+
+    a, b = two_agents
+    now = utcnow()
+    last_month = now.replace(day=1) - timedelta(days=1)
+    with app.app_context():
+        charge(b["owner"].id, a["agent"]["id"], 9, at=last_month)  # 2.7 cents to alpha
+        settlement.settle_month(f"{last_month.year:04d}-{last_month.month:02d}")
+        db.session.commit()
+        charge(b["owner"].id, a["agent"]["id"], 9)                  # 2.7 cents, not settled
+    body = client.get(f"/api/agent/{a['agent']['id']}/earnings", headers=a["headers"]).get_json()
+    assert (body["accrued_micros"], body["settled_micros"], body["lifetime_micros"]) == (27_000, 27_000, 54_000)
+    assert (body["accrued_cents"], body["settled_cents"], body["lifetime_cents"]) == (2, 2, 5)
+    [statement] = body["settlements"]
+    assert (statement["amount_micros"], statement["amount_cents"]) == (27_000, 2)
+    ledger_clean()

@@ -227,9 +227,13 @@ class EarningsSchema(ma.Schema):
     settled_cents = ma.fields.Integer(required=True, metadata={
         "description": "Moved to the agent account's balance by settlements (not what repaid a carry-over)."})
     lifetime_cents = ma.fields.Integer(required=True, metadata={
-        "description": "accrued + settled: the shares of its modules' calls, net of refunds."})
+        "description": "The shares of its modules' calls, net of refunds: the floor of `lifetime_micros`. "
+                       "Every `_cents` field is the floor of its `_micros` twin, so this can be one more "
+                       "than accrued_cents + settled_cents; the sum is exact in micros."})
     accrued_micros = ma.fields.Integer(required=True)
     settled_micros = ma.fields.Integer(required=True)
+    lifetime_micros = ma.fields.Integer(required=True, metadata={
+        "description": "accrued_micros + settled_micros (1 cent = 10,000 micros)."})
     settlements = ma.fields.List(ma.fields.Nested(StatementSchema), required=True,
                                  metadata={"description": "The 12 most recent monthly statements."})
 

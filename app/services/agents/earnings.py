@@ -100,6 +100,7 @@ def _earnings(earner: str, mine, statements: int) -> dict:
         "lifetime_cents": ledger.micros_to_cents(accrued + settled),
         "accrued_micros": accrued,
         "settled_micros": settled,
+        "lifetime_micros": accrued + settled,
         "settlements": rows,
     }
 

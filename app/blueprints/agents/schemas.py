@@ -9,7 +9,8 @@ from app.scopes import SESSION_SCOPES
 from app.services.agents.builds import MAX_WEBHOOK_CHARS
 
 B58 = "[1-9A-HJ-NP-Za-km-z]"
-ED25519_PUBKEY_PATTERN = rf"ed25519:{B58}{{43,44}}"
+# the base58 of 32 bytes: 32 characters (all zero bytes, each a "1") to 44
+ED25519_PUBKEY_PATTERN = rf"ed25519:{B58}{{32,44}}"
 # CAIP-10 account of an EVM wallet (chain id up to 13 digits, so it fits 64 characters)
 EVM_PUBKEY_PATTERN = r"eip155:[1-9][0-9]{0,12}:0x[0-9a-fA-F]{40}"
 PUBKEY_PATTERN = rf"^(?:{ED25519_PUBKEY_PATTERN}|{EVM_PUBKEY_PATTERN})$"

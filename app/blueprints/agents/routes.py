@@ -27,6 +27,16 @@ blp = Blueprint("agents", __name__, url_prefix="/api/agent",
                             "settled monthly) and the weekly leaderboard.")
 
 
+@blp.after_request
+def _no_store(response):
+    """Every answer here is single-use or private (a nonce, a session, a webhook secret, an
+    agent's money): no cache may keep or share it. Two agents behind one caching proxy
+    would otherwise get one nonce, and one of them `nonce_used` (RFC 9111 heuristic
+    freshness; RFC 6749 §5.1 asks the same of token responses)."""
+    response.headers.setdefault("Cache-Control", "no-store")
+    return response
+
+
 @endpoint(blp, "/nonce", "get", public=True, ip_limit="AGENT_NONCE_RATE_LIMIT", ok=NonceSchema)
 def nonce():
     """Get a single-use sign-in nonce (valid 5 minutes). Rate-limited to 30/minute per IP."""

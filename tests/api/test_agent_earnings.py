@@ -157,3 +157,20 @@ def test_lifetime_is_exact_in_micros_and_each_cents_field_is_its_floor(app, clie
     [statement] = body["settlements"]
     assert (statement["amount_micros"], statement["amount_cents"]) == (27_000, 2)
     ledger_clean()
+
+
+def test_an_agents_chat_completions_are_by_model_not_modules(app, client, two_agents):
+    """An agent's session may use the chat host; its completions are usage product
+    `chat:<model>`, which the agent's usage listed in `by_module` as if `chat:demo-mini`
+    were a module slug. They are `by_model`, as on `GET /api/usage/by-module`; the totals
+    count both."""
+    a = two_agents[0]
+    with app.app_context():
+        acct = a["agent"]["account_id"]
+        usage_seed.record(acct, "weather", spend_micros=20_000)
+        usage_seed.record(acct, "chat:demo-mini", spend_micros=15_001, calls=3)
+        db.session.commit()
+    body = client.get(f"/api/agent/{a['agent']['id']}/usage", headers=a["headers"]).get_json()
+    assert (body["calls"], body["spend_cents"]) == (4, 3)
+    assert body["by_module"] == [{"slug": "weather", "calls": 1, "spend_cents": 2}]
+    assert body["by_model"] == [{"model": "demo-mini", "calls": 3, "spend_cents": 1, "spend_micros": 15_001}]

@@ -3,6 +3,7 @@ submission; and the shapes SPEC leaves open: builds, agent usage, earnings, lead
 import marshmallow as ma
 
 from app.blueprints.orgs.schemas import org_id_field
+from app.blueprints.usage.schemas import UsageByModuleSchema
 from app.blueprints.fields import (HTTPS_PATTERN, HeaderString, InputSchema, JsonInteger, Pattern, QueryInteger,
                                   idempotency_key_header)
 from app.scopes import SESSION_SCOPES
@@ -184,21 +185,17 @@ class BuildListSchema(ma.Schema):
     builds = ma.fields.List(ma.fields.Nested(BuildListedSchema), required=True)
 
 
-class AgentModuleUsageSchema(ma.Schema):
-    slug = ma.fields.String(required=True)
-    calls = ma.fields.Integer(required=True)
-    spend_cents = ma.fields.Integer(required=True)
+class AgentUsageSchema(UsageByModuleSchema):
+    """The agent's usage: totals, and ``by_module`` / ``by_model`` as ``GET /api/usage/by-module``."""
 
-
-class AgentUsageSchema(ma.Schema):
     agent_id = ma.fields.String(required=True)
     period_start = ma.fields.DateTime(required=True)
     period_end = ma.fields.DateTime(required=True)
     calls = ma.fields.Integer(required=True, metadata={
-        "description": "Calls made by the agent in its mode (live; test for a test-mode agent)."})
+        "description": "Module calls and chat completions made by the agent in its mode (live; test "
+                       "for a test-mode agent), failed ones included."})
     errors = ma.fields.Integer(required=True)
-    spend_cents = ma.fields.Integer(required=True)
-    by_module = ma.fields.List(ma.fields.Nested(AgentModuleUsageSchema), required=True)
+    spend_cents = ma.fields.Integer(required=True, metadata={"description": "Module calls and chat completions."})
 
 
 class StatementSchema(ma.Schema):

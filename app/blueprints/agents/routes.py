@@ -143,8 +143,9 @@ def list_builds():
 @endpoint(blp, "/<string:agent_id>/usage", "get", "agent:read", ok=AgentUsageSchema, errors={404: None})
 def agent_usage(agent_id):
     """The agent's own calls and spend in the current billing period (calendar month,
-    UTC), total, by module and by chat model (`by_model`), in the agent's mode (a test-mode agent's sessions make test
-    calls: those are counted). Visible to the agent and its owner account only."""
+    UTC), total, by module and by chat model (`by_model`), in the agent's mode (a
+    test-mode agent's sessions make test calls: those are counted). Visible to the agent
+    and its owner account only."""
     p = principal()
     return earnings.usage_for(agent_id, account_id=p.account_id, caller_agent_id=p.agent_id, mode=p.mode)
 

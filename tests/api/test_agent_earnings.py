@@ -148,7 +148,8 @@ def test_lifetime_is_exact_in_micros_and_each_cents_field_is_its_floor(app, clie
     last_month = now.replace(day=1) - timedelta(days=1)
     with app.app_context():
         charge(b["owner"].id, a["agent"]["id"], 9, at=last_month)  # 2.7 cents to alpha
-        settlement.settle_month(f"{last_month.year:04d}-{last_month.month:02d}")
+        settlement.settle_month(f"{last_month.year:04d}-{last_month.month:02d}",  # past the grace hour
+                                now=now.replace(day=1, hour=2, minute=0, second=0, microsecond=0))
         db.session.commit()
         charge(b["owner"].id, a["agent"]["id"], 9)                  # 2.7 cents, not settled
     body = client.get(f"/api/agent/{a['agent']['id']}/earnings", headers=a["headers"]).get_json()

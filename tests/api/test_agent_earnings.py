@@ -113,3 +113,65 @@ def test_iso_week_boundaries():
     assert earnings.iso_week(sunday)[0] == datetime(2026, 11, 16, tzinfo=timezone.utc)
     monday = datetime(2026, 11, 23, 0, 0, tzinfo=timezone.utc)
     assert earnings.iso_week(monday) == (monday, monday + timedelta(days=7))
+
+
+def test_a_test_mode_agents_usage_counts_its_test_calls(app, client, make_account):
+    """A test-mode agent (registered with a svc_test_ key) acts in test mode: its sessions'
+    calls are test calls, so its usage is those (until 2026-11-29 it counted live calls
+    only and read 0 whatever the agent called); a live agent's stays live (above)."""
+    owner = make_account(test_key=True)
+    kp = Keypair()
+    ag = client.post("/api/agent/register", json={"name": "sandbox-bot", "pubkey": kp.pubkey},
+                     headers={"Authorization": f"Bearer {owner.test_key}"}).get_json()
+    with app.app_context():
+        usage_seed.record(ag["account_id"], "weather", spend_micros=20_000, mode="test", calls=2)
+        usage_seed.record(ag["account_id"], "echo", spend_micros=10_000, mode="test", error=True)
+        usage_seed.record(ag["account_id"], "weather", spend_micros=990_000)  # live: not this agent's mode
+        db.session.commit()
+    for headers in (session_headers(client, kp), {"Authorization": f"Bearer {owner.test_key}"}):
+        body = client.get(f"/api/agent/{ag['id']}/usage", headers=headers).get_json()
+        assert (body["calls"], body["errors"], body["spend_cents"]) == (3, 1, 3), body
+        assert body["by_module"] == [{"slug": "weather", "calls": 2, "spend_cents": 2},
+                                     {"slug": "echo", "calls": 1, "spend_cents": 1}]
+
+
+def test_lifetime_is_exact_in_micros_and_each_cents_field_is_its_floor(app, client, two_agents, ledger_clean):
+    """Earnings in sub-cent amounts: 2.7 cents settled (last month) and 2.7 accrued (this
+    month). Every `_cents` field is the floor of its `_micros`, so lifetime_cents is 5
+    while accrued_cents + settled_cents is 4: the sum holds exactly in micros, and
+    `lifetime_micros` states it (there was none, and lifetime_cents was documented as the
+    sum of the two cents fields)."""
+    from app.services.money import settlement
+
+    a, b = two_agents
+    now = utcnow()
+    last_month = now.replace(day=1) - timedelta(days=1)
+    with app.app_context():
+        charge(b["owner"].id, a["agent"]["id"], 9, at=last_month)  # 2.7 cents to alpha
+        settlement.settle_month(f"{last_month.year:04d}-{last_month.month:02d}",  # past the grace hour
+                                now=now.replace(day=1, hour=2, minute=0, second=0, microsecond=0))
+        db.session.commit()
+        charge(b["owner"].id, a["agent"]["id"], 9)                  # 2.7 cents, not settled
+    body = client.get(f"/api/agent/{a['agent']['id']}/earnings", headers=a["headers"]).get_json()
+    assert (body["accrued_micros"], body["settled_micros"], body["lifetime_micros"]) == (27_000, 27_000, 54_000)
+    assert (body["accrued_cents"], body["settled_cents"], body["lifetime_cents"]) == (2, 2, 5)
+    [statement] = body["settlements"]
+    assert (statement["amount_micros"], statement["amount_cents"]) == (27_000, 2)
+    ledger_clean()
+
+
+def test_an_agents_chat_completions_are_by_model_not_modules(app, client, two_agents):
+    """An agent's session may use the chat host; its completions are usage product
+    `chat:<model>`, which the agent's usage listed in `by_module` as if `chat:demo-mini`
+    were a module slug. They are `by_model`, as on `GET /api/usage/by-module`; the totals
+    count both."""
+    a = two_agents[0]
+    with app.app_context():
+        acct = a["agent"]["account_id"]
+        usage_seed.record(acct, "weather", spend_micros=20_000)
+        usage_seed.record(acct, "chat:demo-mini", spend_micros=15_001, calls=3)
+        db.session.commit()
+    body = client.get(f"/api/agent/{a['agent']['id']}/usage", headers=a["headers"]).get_json()
+    assert (body["calls"], body["spend_cents"]) == (4, 3)
+    assert body["by_module"] == [{"slug": "weather", "calls": 1, "spend_cents": 2}]
+    assert body["by_model"] == [{"model": "demo-mini", "calls": 3, "spend_cents": 1, "spend_micros": 15_001}]

@@ -108,3 +108,22 @@ def test_scope_and_sessions(client, make_account):
                     headers=headers)
     assert r.status_code == 403 and r.get_json()["error"] == "forbidden"
     assert client.post("/api/agent/register", json={"name": "x", "pubkey": kp.pubkey}).status_code == 401
+
+
+def test_a_key_whose_base58_is_shorter_than_43_characters_registers_and_signs_in(client, account):
+    """The base58 of 32 bytes is 32 to 44 characters (each leading zero byte is one '1'):
+    about one key in half a million starts with 0x00 0x01…0x1f or two zero bytes and spells
+    42 characters or fewer. The pattern said 43–44, so such an agent was 400 at register
+    (the seed below, found by search, gives `ed25519:1xPKh4JZ…` of 42 characters)."""
+    from nacl.signing import SigningKey
+
+    from app.blueprints.agents.schemas import PUBKEY_PATTERN
+
+    kp = Keypair(SigningKey(bytes.fromhex("3caa89f8b8a4e01011e683342a7df1f7c8902c2eadfabaca32ec7c827a631679")))
+    assert len(kp.pubkey) == len("ed25519:") + 42 and bytes(kp.sk.verify_key)[0] == 0
+    r = register(client, account, kp)
+    assert r.status_code == 201, r.get_json()
+    assert r.get_json()["pubkey"] == kp.pubkey
+    assert session_headers(client, kp)["Authorization"].startswith("Bearer svc_sess_")
+    shortest = "ed25519:" + base58.b58encode(b"\x00" * 31 + b"\x01").decode()  # 32 characters
+    assert re.fullmatch(PUBKEY_PATTERN, shortest) and not re.fullmatch(PUBKEY_PATTERN, shortest[:-1])

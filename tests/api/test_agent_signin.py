@@ -188,3 +188,32 @@ def test_nonce_rate_limited_per_ip(client):
     # another client IP is not affected
     r = client.get("/api/agent/nonce", environ_base={"REMOTE_ADDR": "10.1.2.3"})
     assert r.status_code == 200
+
+
+def test_the_documented_session_scopes_are_the_sessions_scopes(client, agent):
+    """The Session's description in /openapi.json names exactly the scopes a session holds
+    (it named four of the seven: an agent developer read that a session cannot see its
+    account or wallet, nor fund itself, which it can)."""
+    from app.scopes import ALL_SCOPES, SESSION_SCOPES
+
+    doc = client.get("/openapi.json").get_json()["components"]["schemas"]["AgentSession"]
+    described = doc["properties"]["session"]["description"]
+    assert {s for s in ALL_SCOPES if f"`{s}`" in described} == set(SESSION_SCOPES), described
+    r = client.get("/api/wallet/balance", headers=session_headers(client, agent[0]))
+    assert r.status_code == 200, r.get_json()
+
+
+def test_nonces_and_sessions_are_never_cached(client, agent):
+    """A GET of a nonce carried no Cache-Control, so a caching proxy in front of two agents
+    could hand both the same nonce (one then fails `nonce_used`), and the sign-in's session
+    token could be stored on the way; every answer of /api/agent/* is now `no-store`."""
+    kp, body = agent
+    r = client.get("/api/agent/nonce")
+    assert r.headers.get("Cache-Control") == "no-store"
+    n = r.get_json()["nonce"]
+    r = client.post("/api/agent/signin", json={"pubkey": kp.pubkey, "nonce": n, "signature": kp.sign(n)})
+    assert r.status_code == 200 and r.headers.get("Cache-Control") == "no-store"
+    r = client.post("/api/agent/signin", json={"pubkey": kp.pubkey, "nonce": n, "signature": kp.sign(n)})
+    assert r.status_code == 401 and r.headers.get("Cache-Control") == "no-store"
+    r = client.get(f"/api/agent/{body['id']}/earnings", headers=session_headers(client, kp))
+    assert r.status_code == 200 and r.headers.get("Cache-Control") == "no-store"

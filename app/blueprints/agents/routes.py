@@ -28,6 +28,16 @@ blp = Blueprint("agents", __name__, url_prefix="/api/agent",
                             "settled monthly) and the weekly leaderboard.")
 
 
+@blp.after_request
+def _no_store(response):
+    """Every answer here is single-use or private (a nonce, a session, a webhook secret, an
+    agent's money): no cache may keep or share it. Two agents behind one caching proxy
+    would otherwise get one nonce, and one of them `nonce_used` (RFC 9111 heuristic
+    freshness; RFC 6749 §5.1 asks the same of token responses)."""
+    response.headers.setdefault("Cache-Control", "no-store")
+    return response
+
+
 @endpoint(blp, "/nonce", "get", public=True, ip_limit="AGENT_NONCE_RATE_LIMIT", ok=NonceSchema)
 def nonce():
     """Get a single-use sign-in nonce (valid 5 minutes). Rate-limited to 30/minute per IP."""
@@ -133,8 +143,10 @@ def list_builds():
 
 @endpoint(blp, "/<string:agent_id>/usage", "get", "agent:read", ok=AgentUsageSchema, errors={404: None})
 def agent_usage(agent_id):
-    """The agent's own live calls and spend in the current billing period (calendar
-    month, UTC), total and by module. Visible to the agent and its owner account only."""
+    """The agent's own calls and spend in the current billing period (calendar month,
+    UTC), total, by module and by chat model (`by_model`), in the agent's mode (a
+    test-mode agent's sessions make test calls: those are counted). Visible to the agent
+    and its owner account only."""
     p = principal()
     return earnings.usage_for(agent_id, account_id=p.account_id, caller_agent_id=p.agent_id, mode=p.mode)
 

@@ -3,12 +3,15 @@ submission; and the shapes SPEC leaves open: builds, agent usage, earnings, lead
 import marshmallow as ma
 
 from app.blueprints.orgs.schemas import org_id_field
+from app.blueprints.usage.schemas import UsageByModuleSchema
 from app.blueprints.fields import (HTTPS_PATTERN, HeaderString, InputSchema, JsonInteger, Pattern, QueryInteger,
                                   idempotency_key_header)
+from app.scopes import SESSION_SCOPES
 from app.services.agents.builds import MAX_WEBHOOK_CHARS
 
 B58 = "[1-9A-HJ-NP-Za-km-z]"
-ED25519_PUBKEY_PATTERN = rf"ed25519:{B58}{{43,44}}"
+# the base58 of 32 bytes: 32 characters (all zero bytes, each a "1") to 44
+ED25519_PUBKEY_PATTERN = rf"ed25519:{B58}{{32,44}}"
 # CAIP-10 account of an EVM wallet (chain id up to 13 digits, so it fits 64 characters)
 EVM_PUBKEY_PATTERN = r"eip155:[1-9][0-9]{0,12}:0x[0-9a-fA-F]{40}"
 PUBKEY_PATTERN = rf"^(?:{ED25519_PUBKEY_PATTERN}|{EVM_PUBKEY_PATTERN})$"
@@ -89,7 +92,9 @@ class AgentSessionSchema(ma.Schema):
     agent_id = ma.fields.String(required=True)
     session = ma.fields.String(required=True, metadata={
         "description": "`svc_sess_…` bearer token; acts as the agent's account with scopes "
-                       "call:read, call:write, agent:read, agent:write."})
+                       + ", ".join(f"`{s}`" for s in SESSION_SCOPES)
+                       + " (it calls, reads its account, usage and wallet and tops itself up; it "
+                         "cannot manage keys or alerts, nor register agents)."})
     expires_in = ma.fields.Integer(required=True, metadata={"description": "Seconds (3600 by default)."})
 
 
@@ -180,20 +185,17 @@ class BuildListSchema(ma.Schema):
     builds = ma.fields.List(ma.fields.Nested(BuildListedSchema), required=True)
 
 
-class AgentModuleUsageSchema(ma.Schema):
-    slug = ma.fields.String(required=True)
-    calls = ma.fields.Integer(required=True)
-    spend_cents = ma.fields.Integer(required=True)
+class AgentUsageSchema(UsageByModuleSchema):
+    """The agent's usage: totals, and ``by_module`` / ``by_model`` as ``GET /api/usage/by-module``."""
 
-
-class AgentUsageSchema(ma.Schema):
     agent_id = ma.fields.String(required=True)
     period_start = ma.fields.DateTime(required=True)
     period_end = ma.fields.DateTime(required=True)
-    calls = ma.fields.Integer(required=True, metadata={"description": "Live calls made by the agent."})
+    calls = ma.fields.Integer(required=True, metadata={
+        "description": "Module calls and chat completions made by the agent in its mode (live; test "
+                       "for a test-mode agent), failed ones included."})
     errors = ma.fields.Integer(required=True)
-    spend_cents = ma.fields.Integer(required=True)
-    by_module = ma.fields.List(ma.fields.Nested(AgentModuleUsageSchema), required=True)
+    spend_cents = ma.fields.Integer(required=True, metadata={"description": "Module calls and chat completions."})
 
 
 class StatementSchema(ma.Schema):
@@ -223,9 +225,13 @@ class EarningsSchema(ma.Schema):
     settled_cents = ma.fields.Integer(required=True, metadata={
         "description": "Moved to the agent account's balance by settlements (not what repaid a carry-over)."})
     lifetime_cents = ma.fields.Integer(required=True, metadata={
-        "description": "accrued + settled: the shares of its modules' calls, net of refunds."})
+        "description": "The shares of its modules' calls, net of refunds: the floor of `lifetime_micros`. "
+                       "Every `_cents` field is the floor of its `_micros` twin, so this can be one more "
+                       "than accrued_cents + settled_cents; the sum is exact in micros."})
     accrued_micros = ma.fields.Integer(required=True)
     settled_micros = ma.fields.Integer(required=True)
+    lifetime_micros = ma.fields.Integer(required=True, metadata={
+        "description": "accrued_micros + settled_micros (1 cent = 10,000 micros)."})
     settlements = ma.fields.List(ma.fields.Nested(StatementSchema), required=True,
                                  metadata={"description": "The 12 most recent monthly statements."})
 

@@ -102,9 +102,10 @@ class OwnerEarningsSchema(ma.Schema):
                        "whose month was already settled, until the next earnings repay it)."})
     settled_cents = ma.fields.Integer(required=True, metadata={
         "description": "Moved out by settlements to the balance or `payable` (not what repaid a carry-over)."})
-    lifetime_cents = ma.fields.Integer(required=True)
+    lifetime_cents = ma.fields.Integer(required=True, metadata={"description": "Floor of `lifetime_micros`."})
     accrued_micros = ma.fields.Integer(required=True)
     settled_micros = ma.fields.Integer(required=True)
+    lifetime_micros = ma.fields.Integer(required=True, metadata={"description": "accrued_micros + settled_micros."})
     owed_cents = ma.fields.Integer(required=True, metadata={
         "description": "Settled, owed to the payout destination, not yet paid out."})
     owed_micros = ma.fields.Integer(required=True)

@@ -32,15 +32,15 @@ _CARRY_LO, _CARRY_HI = ledger.CARRY + "agt_", ledger.CARRY + "agt`"  # agents' c
 
 
 def agent_usage(agent: Agent, now: datetime | None = None) -> dict:
-    """The agent account's live calls and spend in the current billing period, by module."""
+    """The agent account's calls and spend in the current billing period, by module and by
+    chat model, in the agent's mode (its sessions act in it: a test-mode agent's calls are test calls)."""
     start, end = usage.billing_period(now)
-    tot = usage.totals(agent.account_id, start, end)
-    rows = usage.by_product(agent.account_id, start, end)
+    tot = usage.totals(agent.account_id, start, end, mode=agent.mode)
+    rows = usage.by_product(agent.account_id, start, end, mode=agent.mode)
     return {"agent_id": agent.id, "period_start": start, "period_end": end,
             "calls": tot["calls"], "errors": tot["errors"],
             "spend_cents": ledger.micros_to_cents(tot["spend_micros"]),
-            "by_module": [{"slug": r["product"], "calls": r["calls"],
-                           "spend_cents": ledger.micros_to_cents(r["spend_micros"])} for r in rows]}
+            **usage.modules_and_models(rows)}
 
 
 def _settled_from(*accounts: str) -> int:
@@ -99,6 +99,7 @@ def _earnings(earner: str, mine, statements: int) -> dict:
         "lifetime_cents": ledger.micros_to_cents(accrued + settled),
         "accrued_micros": accrued,
         "settled_micros": settled,
+        "lifetime_micros": accrued + settled,
         "settlements": rows,
     }
 

@@ -170,10 +170,15 @@ def usage_by_module(account_id: str, *, member: str | None = None, filters: dict
     by spend descending (``by_module``, as the SPEC has it), and the chat completions per
     model the same way (``by_model``: chat products ``chat:<model>`` are not modules), with
     the spend also in micros (a chat completion often costs less than a cent)."""
+    start, end = billing_period()
+    return modules_and_models(by_product(account_id, start, end, mode="live", member=member, filters=filters))
+
+
+def modules_and_models(rows: list[dict]) -> dict:
+    """``by_product`` rows as ``by_module`` (module slugs) and ``by_model`` (chat products
+    ``chat:<model>``, which are not modules), each in the rows' order."""
     from app.services.money.ledger import micros_to_cents
 
-    start, end = billing_period()
-    rows = by_product(account_id, start, end, mode="live", member=member, filters=filters)
     return {
         "by_module": [{"slug": r["product"], "calls": r["calls"], "spend_cents": micros_to_cents(r["spend_micros"])}
                       for r in rows if not r["product"].startswith("chat:")],

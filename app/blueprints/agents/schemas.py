@@ -125,7 +125,8 @@ class AgentSchema(ma.Schema):
     id = ma.fields.String(required=True)
     name = ma.fields.String(required=True)
     pubkey = ma.fields.String(required=True)
-    webhook = ma.fields.String(required=True, allow_none=True)
+    webhook = ma.fields.String(required=True, allow_none=True, metadata={
+        "format": "uri", "description": "https URL receiving the agent's signed events; null: none."})
     account_id = ma.fields.String(required=True, metadata={"description": "The agent's own account."})
 
 
@@ -249,7 +250,8 @@ class LeaderboardEntrySchema(ma.Schema):
 
 class LeaderboardSchema(ma.Schema):
     week_start = ma.fields.DateTime(required=True, metadata={"description": "Monday 00:00 UTC"})
-    week_end = ma.fields.DateTime(required=True)
+    week_end = ma.fields.DateTime(required=True, metadata={
+        "description": "The next Monday 00:00 UTC, exclusive: the week is [week_start, week_end)."})
     limit = ma.fields.Integer(required=True)
     entries = ma.fields.List(ma.fields.Nested(LeaderboardEntrySchema), required=True)
 

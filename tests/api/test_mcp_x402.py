@@ -229,9 +229,12 @@ def test_refused_settlement_is_a_tool_error_carrying_the_failed_settlement(app, 
 
 def test_payment_meta_that_is_not_a_payment_is_invalid_payment(app, server_url, make_account, mod):
     acct = make_account(cents=0)
-    for bad in ({"x402Version": 2}, "{not json", 42, base64.b64encode(b"[]").decode()):
+    for bad in ({"x402Version": 2}, "{not json", 42, base64.b64encode(b"[]").decode(), "!!not base64"):
         res = run(_call, server_url, acct.key, "svc__ok", {}, {MCP_PAYMENT_META_KEY: bad})
         assert res.is_error is True and res.structured_content["error"] == "invalid_payment", (bad, res)
+        # the message names where the payment was sent: an MCP client sends no payment header
+        message = res.structured_content["message"]
+        assert "header" not in message and '_meta["x402/payment"]' in message, (bad, message)
     assert module_calls(app, acct.id) == [] and balance_cents(app, acct.id) == 0
 
 
@@ -255,3 +258,4 @@ def test_provider_failure_after_payment_says_the_payment_was_settled(app, server
     assert res.payment_response.amount == "30000"
     assert balance_cents(app, acct.id) == 3
     ledger_clean()
+

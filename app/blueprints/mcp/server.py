@@ -33,7 +33,9 @@ call as any other). The result then carries the ``SettleResponse`` in ``_meta["x
 A refused payment (replayed, under-valued, …) is the API's 402 ``payment_invalid`` with its
 ``reason`` and a fresh payment request, in the same shape; a settlement the facilitator
 refused also carries its ``SettleResponse`` (``success: false``) under
-``x402/payment-response``, in ``structuredContent`` and in the result's ``_meta``.
+``x402/payment-response``, in ``structuredContent`` and in the result's ``_meta``. A
+facilitator that gives no verdict is the route's 503 body (``facilitator_unavailable`` /
+``settlement_unavailable``) with ``retry_after`` and no payment request.
 
 A provider's 4xx answer (``ok: false``: charged, with its receipt) is a result with
 ``isError: true``: the tool refused the arguments, which MCP reports in the result so the

@@ -131,7 +131,8 @@ X402_UNAVAILABLE_DOC = (
     "moved or was charged: send the same payment again after `Retry-After`. `settlement_unavailable`: it gave no "
     "verdict on the settlement, so whether the USDC moved is not known yet; nothing was charged and the "
     "authorization stays reserved: if it settled, reconciliation credits it to the balance, so do not pay again "
-    "and retry the call after `Retry-After` (then paid from the balance). `reason` repeats the code. Also "
+    "and retry the call after `Retry-After` (then paid from the balance); the same payment sent again before "
+    "then gets this answer too. `reason` repeats the code. Also "
     "`service_unavailable` while the database is unreachable.",
     {"Retry-After": {"description": "Seconds to wait before retrying.", "schema": {"type": "integer", "minimum": 1}}})
 

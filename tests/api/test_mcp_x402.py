@@ -229,9 +229,12 @@ def test_refused_settlement_is_a_tool_error_carrying_the_failed_settlement(app, 
 
 def test_payment_meta_that_is_not_a_payment_is_invalid_payment(app, server_url, make_account, mod):
     acct = make_account(cents=0)
-    for bad in ({"x402Version": 2}, "{not json", 42, base64.b64encode(b"[]").decode()):
+    for bad in ({"x402Version": 2}, "{not json", 42, base64.b64encode(b"[]").decode(), "!!not base64"):
         res = run(_call, server_url, acct.key, "svc__ok", {}, {MCP_PAYMENT_META_KEY: bad})
         assert res.is_error is True and res.structured_content["error"] == "invalid_payment", (bad, res)
+        # the message names where the payment was sent: an MCP client sends no payment header
+        message = res.structured_content["message"]
+        assert "header" not in message and '_meta["x402/payment"]' in message, (bad, message)
     assert module_calls(app, acct.id) == [] and balance_cents(app, acct.id) == 0
 
 
@@ -255,3 +258,31 @@ def test_provider_failure_after_payment_says_the_payment_was_settled(app, server
     assert res.payment_response.amount == "30000"
     assert balance_cents(app, acct.id) == 3
     ledger_clean()
+
+
+@pytest.mark.parametrize("where", ["verify", "settle"])
+def test_facilitator_without_verdict_is_a_retryable_tool_error_without_payment_request(
+        app, server_url, make_account, mod, monkeypatch, ledger_clean, where):
+    acct = make_account(cents=0)
+    with facilitator_server() as fac:
+        monkeypatch.setitem(app.config, "X402_FACILITATOR_URL", fac.url)
+        setattr(fac, f"{where}_status", 503)
+        setattr(fac, where, {"error": "down"})
+        res = run(_paid_call, server_url, acct.key, EthAccount.create(), "svc__ok", {})
+    assert res.payment_made is True and res.is_error is True and res.payment_response is None
+    sc = res.raw_result.raw.structured_content
+    # the facilitator's outage, not a refusal: a retry hint and no fresh payment request
+    code = "facilitator_unavailable" if where == "verify" else "settlement_unavailable"
+    assert sc["error"] == code and sc["reason"] == code and sc["retry_after"] > 0
+    assert "accepts" not in sc and "x402Version" not in sc and MCP_PAYMENT_RESPONSE_META_KEY not in sc
+    assert module_calls(app, acct.id) == [] and balance_cents(app, acct.id) == 0
+    ledger_clean()
+
+
+def test_openapi_says_what_a_tool_answers_when_the_facilitator_gives_no_verdict(client):
+    """An outage reaches an MCP client inside a 200 (a tool error), not as the HTTP 503 the
+    paid routes document: /mcp's document says which codes and where the retry hint is."""
+    text = client.get("/openapi.json").get_json()["paths"]["/mcp"]["post"]["responses"]["200"]["description"]
+    for word in ("payment_required", "facilitator_unavailable", "settlement_unavailable", "retry_after",
+                 "x402/payment-response"):
+        assert word in text, word

@@ -279,6 +279,33 @@ def test_settle_answer_that_is_not_a_verdict_keeps_the_authorization_reserved(cf
     ledger_clean()
 
 
+def test_the_same_payment_sent_again_before_its_settlement_is_known_is_no_new_payment_request(
+        cfg, make_account, wallet, ledger_clean):
+    """After ``settlement_unavailable`` the authorization stays reserved; the client that
+    sends the same payment again (a retry of the identical request, the same MCP ``_meta``)
+    before reconciliation resolved it is told the same — 503, ``Retry-After``, do not pay
+    again — not 402 ``replayed`` with a fresh payment request, which invited paying twice."""
+    acct = make_account(cents=0)
+    header = _header_v2(wallet)
+    with facilitator_server() as fac:
+        cfg.config["X402_FACILITATOR_URL"] = fac.url
+        fac.settle, fac.settle_status = {"error": "internal error"}, 500
+        with pytest.raises(x402.SettlementUnavailable):
+            x402.accept(header, account_id=acct.id, price_micros=50_000, resource_url="http://gw.test/x")
+        with pytest.raises(x402.SettlementUnavailable) as again:
+            x402.accept(header, account_id=acct.id, price_micros=50_000, resource_url="http://gw.test/x")
+        assert again.value.status == 503 and int(again.value.headers["Retry-After"]) > 0
+        assert "PAYMENT-REQUIRED" not in again.value.headers and "Do not pay again" in again.value.message
+        assert [path for path, _ in fac.calls].count("/settle") == 1  # the second was not sent on
+        fac.settle, fac.settle_status = None, 200
+        assert x402.reconcile(older_than_seconds=0)["booked"] == 1
+        with pytest.raises(x402.PaymentInvalid) as settled:  # booked: single use from here on
+            x402.accept(header, account_id=acct.id, price_micros=50_000, resource_url="http://gw.test/x")
+        assert settled.value.reason == "replayed"
+    assert ledger.balance(ledger.customer(acct.id)) == 50_000
+    ledger_clean()
+
+
 def test_unreachable_facilitator_is_not_called_a_refusal(cfg, make_account, wallet):
     """No facilitator answered /verify: the message says so (nothing was charged; the same
     payment may be sent again), not that the facilitator refused the payment."""

@@ -40,7 +40,17 @@ class McpView(MethodView):
                                              "`structuredContent` is the API error body "
                                              "(`{error, message, request_id}`), or, when the provider "
                                              "refused the arguments (4xx, charged), the call response "
-                                             "with `ok: false`.",
+                                             "with `ok: false`. Paying (the HTTP route's 402 and 503 "
+                                             "arrive here as such tool errors): `payment_required` / "
+                                             "`payment_invalid` carry x402's v2 payment request for the "
+                                             "tool (`x402Version`, `accepts`, `resource`), a refused "
+                                             "settlement also `x402/payment-response`; "
+                                             "`facilitator_unavailable` / `settlement_unavailable` (the "
+                                             "facilitator gave no verdict, nothing charged) carry "
+                                             "`retry_after` (the seconds of the route's `Retry-After`) "
+                                             "and no payment request: after `settlement_unavailable` "
+                                             "do not pay again. A paid call's result has the settlement "
+                                             "in `_meta` `x402/payment-response`.",
                               "content": {"application/json": {"schema": {
                                   "type": "object", "description": "A JSON-RPC 2.0 response.",
                                   "required": ["jsonrpc"], "additionalProperties": True,

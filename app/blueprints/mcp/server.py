@@ -33,7 +33,9 @@ call as any other). The result then carries the ``SettleResponse`` in ``_meta["x
 A refused payment (replayed, under-valued, …) is the API's 402 ``payment_invalid`` with its
 ``reason`` and a fresh payment request, in the same shape; a settlement the facilitator
 refused also carries its ``SettleResponse`` (``success: false``) under
-``x402/payment-response``, in ``structuredContent`` and in the result's ``_meta``.
+``x402/payment-response``, in ``structuredContent`` and in the result's ``_meta``. A
+facilitator that gives no verdict is the route's 503 body (``facilitator_unavailable`` /
+``settlement_unavailable``) with ``retry_after`` and no payment request.
 
 A provider's 4xx answer (``ok: false``: charged, with its receipt) is a result with
 ``isError: true``: the tool refused the arguments, which MCP reports in the result so the
@@ -65,8 +67,10 @@ IDEMPOTENCY_META_KEY = "gateway/idempotency-key"
 # ``_meta`` key carrying the payment payload, and the result's carrying the settlement.
 PAYMENT_META_KEY = "x402/payment"
 PAYMENT_RESPONSE_META_KEY = "x402/payment-response"
-# The 402 message's x402 alternative over MCP (the HTTP route's names the payment headers).
-MCP_X402_RETRY = f'call the tool again with the x402 payment payload in _meta["{PAYMENT_META_KEY}"]'
+# Where an MCP client sends the payment, for the messages that name it: the 402's x402
+# alternative and 400 ``invalid_payment`` (the HTTP route's name the payment header).
+PAYMENT_META_PLACE = f'_meta["{PAYMENT_META_KEY}"]'
+MCP_X402_RETRY = f"call the tool again with the x402 payment payload in {PAYMENT_META_PLACE}"
 
 class ToolCallError(Exception):
     """An API error to return as a tool result with ``isError: true``; ``settled``: the
@@ -83,6 +87,8 @@ def _error_body(err, request_id: str | None, tool: str | None = None) -> dict:
     from app.services.gateway.calls import X402_RETRY
 
     message = err.message.replace(X402_RETRY, MCP_X402_RETRY) if err.status == 402 else err.message
+    if err.code == "invalid_payment":  # decoded from _meta, not from a header
+        message = message.replace("The payment header", f"The payment in {PAYMENT_META_PLACE}")
     body = {"error": err.code, "message": message, "request_id": request_id}
     body.update(err.extra or {})
     retry = (err.headers or {}).get("Retry-After")  # a tool result has no headers: say it here
@@ -141,13 +147,13 @@ def _payment_header(value) -> str | None:
         if not text.startswith("{"):
             return text  # already the header's form; decoded and bounded by the call
         if len(text) > MAX_HEADER_BYTES:
-            raise InvalidPayment("The payment in _meta x402/payment is too large.")
+            raise InvalidPayment(f"The payment in {PAYMENT_META_PLACE} is too large.")
         try:
             value = orjson.loads(text)
         except orjson.JSONDecodeError:
-            raise InvalidPayment("The payment in _meta x402/payment is not JSON.") from None
+            raise InvalidPayment(f"The payment in {PAYMENT_META_PLACE} is not JSON.") from None
     if not isinstance(value, dict):
-        raise InvalidPayment("The payment in _meta x402/payment must be an x402 PaymentPayload object.")
+        raise InvalidPayment(f"The payment in {PAYMENT_META_PLACE} must be an x402 PaymentPayload object.")
 
     def bare(node):
         if isinstance(node, dict):

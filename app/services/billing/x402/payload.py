@@ -64,7 +64,8 @@ class SettlementUnavailable(FacilitatorUnavailable):
     description = ("x402: the facilitator gave no verdict on the settlement (no answer or a server error at "
                    "/settle), so whether the USDC moved is not known yet: the authorization stays reserved and "
                    "nothing was charged. If it settled, reconciliation credits it to the balance within minutes; "
-                   "do not pay again: retry the call after `Retry-After`, it is then paid from the balance.")
+                   "do not pay again: retry the call after `Retry-After`, it is then paid from the balance. The "
+                   "same payment sent again before then is answered this too.")
 
 
 def header_from(headers) -> str | None:

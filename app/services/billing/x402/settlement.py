@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from flask import current_app
 from pydantic import ValidationError
-from sqlalchemy import delete, insert, update
+from sqlalchemy import delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from x402.http.utils import encode_payment_response_header
 from x402.schemas import SettleResponse, VerifyResponse
@@ -99,9 +99,26 @@ def reserve(facts: dict, account_id: str, *, price_micros: int, sandbox: bool = 
                 price_micros=price_micros,
                 valid_before=facts.get("valid_before"), resource_url=resource_url, description=description))
     except IntegrityError:
-        raise PaymentInvalid("replayed", "This payment authorization was already used, or a request with it is "
-                                         "still being settled.") from None
+        with unit_of_work():
+            pending = db.session.execute(select(X402Authorization.created_at).where(
+                X402Authorization.auth_key == facts["auth_key"],
+                X402Authorization.status == "reserved")).scalar()
+        if pending is not None:  # its settlement is not known yet: no fresh payment request
+            raise _settlement_unknown("This payment is still being settled, or the facilitator gave no "
+                                      "settlement verdict on it yet", pending) from None
+        raise PaymentInvalid("replayed", "This payment authorization was already used.") from None
     return auth_id
+
+
+def _settlement_unknown(what: str, reserved_at=None) -> SettlementUnavailable:
+    """503 ``settlement_unavailable`` for an authorization left ``reserved``: ``Retry-After``
+    is when reconciliation will have resolved it (from ``reserved_at``, else from now)."""
+    wait = int(current_app.config["X402_RECONCILE_AFTER_SECONDS"]) + RECONCILE_EVERY_SECONDS
+    if reserved_at is not None:
+        wait = max(VERIFY_RETRY_AFTER_SECONDS, wait - int((utcnow() - reserved_at).total_seconds()))
+    return SettlementUnavailable(
+        f"{what}; nothing was charged and the authorization stays reserved: if it settled, it is credited to "
+        f"your balance within {-(-wait // 60)} minutes. Do not pay again: retry the call then.", wait)
 
 
 def _facilitator(path: str, facts: dict, price_micros: int, resource_url: str,
@@ -201,11 +218,7 @@ def settle(pay: X402Payment, facts: dict, *, price_micros: int, resource_url: st
         raise PaymentInvalid(reason, "The facilitator refused the payment: " + reason)
     settled = _facilitator("/settle", facts, price_micros, resource_url, description)
     if settled is None:  # outcome unknown: keep it reserved for reconciliation
-        wait = int(current_app.config["X402_RECONCILE_AFTER_SECONDS"]) + RECONCILE_EVERY_SECONDS
-        raise SettlementUnavailable(
-            "The facilitator gave no settlement verdict (no answer or a server error); nothing was charged and the "
-            "authorization stays reserved: if it settled, it is credited to your balance within "
-            f"{-(-wait // 60)} minutes. Do not pay again: retry the call then.", wait)
+        raise _settlement_unknown("The facilitator gave no settlement verdict (no answer or a server error)")
     if not settled.success:
         reason = settled.error_reason or "settlement_failed"
         _status(pay.auth_id, status="failed", error=reason[:200])

@@ -63,3 +63,18 @@ def test_every_operator_option_says_what_it_does(app):
         if name not in third_party:
             walk(command, [name])
     assert not silent, f"options without help text: {silent}"
+
+
+def test_outbox_redeliver_of_an_unknown_or_unfailed_message_says_so(app):
+    # a mistyped MESSAGE_ID printed {"rearmed": 0} and exited 0, as if it had worked
+    from app.models import OutboxMessage
+    from app.services.platform import outbox
+
+    unknown = _run(app, "outbox", "redeliver", "msg_nosuch")
+    assert unknown.exit_code == 1 and "no outbox message msg_nosuch" in unknown.output
+    with app.app_context():
+        msg = outbox.add_email("to@example.com", "s", "t")
+        db.session.commit()
+        msg_id, msg_status = msg.id, db.session.get(OutboxMessage, msg.id).status
+    pending = _run(app, "outbox", "redeliver", msg_id)
+    assert pending.exit_code == 1 and f"is {msg_status}, not failed" in pending.output

@@ -32,6 +32,9 @@ Every value can be overridden from the environment:
   workers from the preloaded code; deploy new code with a full restart
   (``systemctl restart gateway-web``), not a HUP.
 * ``GUNICORN_MAX_REQUESTS`` (default 0 = off) with jitter: recycle workers.
+* ``GUNICORN_CONTROL_SOCKET`` (default unset = off): the path of gunicorn's control socket
+  (``gunicornc``). gunicorn 27 opens one by default at ``$HOME/.gunicorn/gunicorn.ctl``,
+  one path per user: every gunicorn of that user on the host unlinked the previous one's.
 * ``PROMETHEUS_MULTIPROC_DIR`` (default ``$INSTANCE_PATH/prometheus`` or
   ``/tmp/gateway-prometheus``): set here *before* the app is imported so that every
   worker writes its figures to files there and ``/metrics`` sums them. Files of
@@ -66,6 +69,11 @@ worker_class = "gthread"
 reuse_port = os.environ.get("GUNICORN_REUSE_PORT", "1").lower() not in ("0", "false", "no", "off")
 timeout = int(os.environ.get("GUNICORN_TIMEOUT", 120))
 graceful_timeout = int(os.environ.get("GUNICORN_GRACEFUL_TIMEOUT", 30))
+# gunicorn 27's control socket: off unless GUNICORN_CONTROL_SOCKET names a path (its default,
+# $HOME/.gunicorn/gunicorn.ctl, is one per user: each gunicorn on the host took it over).
+control_socket_disable = not os.environ.get("GUNICORN_CONTROL_SOCKET")
+if not control_socket_disable:
+    control_socket = os.environ["GUNICORN_CONTROL_SOCKET"]
 # Longer than nginx's upstream keepalive_timeout (60 s), so nginx always closes first
 # and never reuses a connection gunicorn has just dropped.
 keepalive = int(os.environ.get("GUNICORN_KEEPALIVE", 75))

@@ -148,3 +148,31 @@ def test_gunicorn_builds_access_lines_only_when_asked(accesslog, enabled):
     out = subprocess.run([str(VENV_BIN / "python"), "-c", code], cwd=ROOT, capture_output=True, text=True,
                          timeout=120, env=env)
     assert out.returncode == 0 and out.stdout.strip() == enabled, out.stderr
+
+
+@pytest.mark.parametrize("path", [None, "/run/gateway/gunicorn.ctl"])
+def test_gunicorn_control_socket_only_where_asked(path):
+    """gunicorn 27 opens a control socket at one per-user default ($HOME/.gunicorn/gunicorn.ctl):
+    every gunicorn of a user on the host (make serve, make run, a second site) unlinked the
+    previous one's and listened there, so a control command reached whichever started last;
+    under systemd (ProtectHome) it logged "Failed to start control socket" at every start.
+    Off unless GUNICORN_CONTROL_SOCKET names a path."""
+    code = textwrap.dedent("""\
+        import runpy
+        from gunicorn.config import Config
+        conf = runpy.run_path("deploy/gunicorn.conf.py")
+        cfg = Config()
+        for name in ("control_socket", "control_socket_disable"):
+            if name in conf:
+                cfg.set(name, conf[name])
+        print(cfg.control_socket_disable, cfg.control_socket)
+        """)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("GUNICORN_CONTROL_SOCKET", None)
+    if path:
+        env["GUNICORN_CONTROL_SOCKET"] = path
+    out = subprocess.run([str(VENV_BIN / "python"), "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120, env=env)
+    disabled, socket = out.stdout.split()
+    assert out.returncode == 0 and disabled == str(path is None), out.stderr
+    assert path is None or socket == path

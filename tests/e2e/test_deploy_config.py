@@ -176,3 +176,33 @@ def test_gunicorn_control_socket_only_where_asked(path):
     disabled, socket = out.stdout.split()
     assert out.returncode == 0 and disabled == str(path is None), out.stderr
     assert path is None or socket == path
+
+
+def test_gunicorn_refuses_a_port_another_process_listens_on(tmp_path):
+    """With reuse_port (SO_REUSEPORT) a second gunicorn of the same user binds a port another
+    one already listens on, and the kernel spreads the connections over both: `make serve`
+    with SERVE_APP_PORT on another engineer's gunicorn said "ready" (its /readyz partly
+    answered by the other server) and served part of the other's traffic. It refuses to start."""
+    import socket
+
+    port = free_port()
+    other = socket.socket()
+    other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    other.bind(("127.0.0.1", port))
+    other.listen()
+    (tmp_path / "tiny.py").write_text("def app(environ, start_response):\n"
+                                      "    start_response('200 OK', [])\n    return [b'ok']\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "GUNICORN_BIND": f"127.0.0.1:{port}", "WEB_CONCURRENCY": "1",
+           "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    env.pop("GUNICORN_REUSE_PORT", None)
+    proc = subprocess.Popen([str(VENV_BIN / "gunicorn"), "-c", str(ROOT / "deploy/gunicorn.conf.py"), "tiny:app"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        out, _ = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+    finally:
+        other.close()
+    assert proc.returncode == 1, out[-2000:]
+    assert f"127.0.0.1:{port} is already in use" in out, out[-2000:]

@@ -80,6 +80,15 @@ fi
 mkdir -p "$INSTANCE_PATH" "$SERVE_DIR/logs" "$SERVE_DIR/nginx"
 rm -rf "$PROMETHEUS_MULTIPROC_DIR" && mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
 
+# --- ports: each must be free (another server on one of them would answer /readyz for
+# this stack, and gunicorn's SO_REUSEPORT would share its port with another gunicorn) ---
+port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+ports="SERVE_PORT SERVE_CHAT_PORT SERVE_APP_PORT"
+[ "$SERVE_DEMO" != 1 ] || ports="$ports DEMO_PROVIDER_PORT DEMO_LLM_PORT"
+for var in $ports; do
+  if port_in_use "${!var}"; then die "port ${!var} ($var) is already in use on 127.0.0.1: set $var to a free port"; fi
+done
+
 # --- dependencies, schema, catalog ----------------------------------------------------
 "$BIN/python" deploy/ensure_services.py "$DATABASE_URL" "$REDIS_URL"
 log "migrating $DATABASE_URL"

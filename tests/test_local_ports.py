@@ -25,3 +25,32 @@ def test_serve_and_run_default_ports_are_disjoint():
     assert {"SERVE_PORT", "SERVE_CHAT_PORT", "SERVE_APP_PORT", "DEMO_PROVIDER_PORT", "DEMO_LLM_PORT"} <= set(serve)
     shared = {port: (name, other) for name, port in serve.items() for other, p in run.items() if p == port}
     assert not shared, f"make serve and make run default to the same ports: {shared}"
+
+
+def test_serve_refuses_a_port_in_use_before_anything_else(tmp_path):
+    # SERVE_APP_PORT on another engineer's gunicorn: nginx sent /readyz there, `make serve`
+    # said "ready", then its own gunicorn died and it stopped with "web exited (status 1)"
+    # and no reason; a busy nginx port said only "nginx exited during start-up"
+    import shutil
+    import socket
+    import subprocess
+
+    import pytest
+
+    if not shutil.which("nginx") and not Path("/usr/sbin/nginx").exists():
+        pytest.skip("nginx is not installed")
+    from tests.support.procs import free_port
+
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", free_port()))
+    busy.listen()
+    port = busy.getsockname()[1]
+    env = {"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "SERVE_DIR": str(tmp_path), "SERVE_APP_PORT": str(port),
+           "SERVE_PORT": str(free_port()), "SERVE_CHAT_PORT": str(free_port()), "SERVE_DEMO": "0",
+           "DATABASE_URL": "postgresql://postgres@127.0.0.1:1/nowhere", "REDIS_URL": "redis://127.0.0.1:1/0"}
+    try:
+        out = subprocess.run(["bash", str(DEPLOY / "serve.sh")], env=env, capture_output=True, text=True, timeout=60)
+    finally:
+        busy.close()
+    assert out.returncode == 1
+    assert f"port {port} (SERVE_APP_PORT) is already in use" in out.stderr, out.stderr

@@ -16,7 +16,7 @@
 #   SERVE_PORT=8080 SERVE_CHAT_PORT=8081 SERVE_APP_PORT=8001 SERVE_DIR=instance/serve
 #   DATABASE_URL=postgresql://postgres@127.0.0.1:5432/gateway REDIS_URL=redis://127.0.0.1:6379/0
 #   WEB_CONCURRENCY=2 VENV_BIN=.venv/bin SERVE_START_TIMEOUT=90 SERVE_STOP_TIMEOUT=30
-#   SERVE_DEMO=1 DEMO_PROVIDER_PORT=8902 DEMO_LLM_PORT=8792 (none shared with `make run`: 8901, 8790, 8791)
+#   NGINX=$(command -v nginx) SERVE_DEMO=1 DEMO_PROVIDER_PORT=8902 DEMO_LLM_PORT=8792 (none shared with `make run`: 8901, 8790, 8791)
 #   (any other app setting, see README, is passed on)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -206,3 +206,16 @@ def test_gunicorn_refuses_a_port_another_process_listens_on(tmp_path):
         other.close()
     assert proc.returncode == 1, out[-2000:]
     assert f"127.0.0.1:{port} is already in use" in out, out[-2000:]
+
+
+@pytest.mark.parametrize("unit", ["gateway-web.service", "gateway-worker@.service", "gateway-scheduler.service"])
+def test_every_process_of_new_code_starts_after_the_migration(unit):
+    """The deploy command restarts gateway-migrate with the others (docs/operations.md); only
+    the web unit was ordered after it, so workers and the scheduler ran new code's jobs on
+    the old schema while the migration ran (After= on a unit outside the transaction, on a
+    host without migrations, orders nothing: harmless there)."""
+    import configparser
+
+    parser = configparser.ConfigParser(strict=False, interpolation=None)
+    parser.read(ROOT / "deploy" / "systemd" / unit)
+    assert "gateway-migrate.service" in parser["Unit"]["After"].split()

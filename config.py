@@ -60,14 +60,24 @@ def _choice(name: str, value: str | None, choices: tuple[str, ...], *, allow_emp
     raise ConfigError(f"{name}={value!r} is not one of {', '.join(choices)}")
 
 
-def _int(name: str, default: int) -> int:
+def _number(name: str, default, kind):
+    """A numeric setting; a malformed one refuses to start naming the variable (int() alone
+    said "invalid literal for int()", naming none of the environment's variables)."""
     value = _env(name)
-    return int(value) if value is not None else default
+    if value is None:
+        return default
+    try:
+        return kind(value)
+    except ValueError:
+        raise ConfigError(f"{name}={value!r}: not a number (expected {'an integer' if kind is int else 'a number'})") from None
+
+
+def _int(name: str, default: int) -> int:
+    return _number(name, default, int)
 
 
 def _float(name: str, default: float) -> float:
-    value = _env(name)
-    return float(value) if value is not None else default
+    return _number(name, default, float)
 
 
 # Plans: one table (DESIGN §3). plan_cents is the monthly included spend used by

@@ -15,7 +15,9 @@ Every value can be overridden from the environment:
   there, capped at one core by its GIL (bench/DIARY.md, "Connections spread over the
   workers"). Trade-off: a connection still queued on a worker's socket when that worker
   exits (a stop, a restart, ``max_requests``) is reset instead of going to another
-  worker; nginx answers that request 502.
+  worker; nginx answers that request 502. Since SO_REUSEPORT would also let a second
+  gunicorn of the same user share a port another one listens on, a port in use refuses to
+  start (``refuse_a_shared_port``).
 * ``GUNICORN_TIMEOUT`` (default 120 s): the worker heartbeat timeout. With gthread a
   long streaming response does not trip it; it only kills a wedged worker.
 * ``GUNICORN_GRACEFUL_TIMEOUT`` (default 30 s): on SIGTERM/SIGHUP, workers finish the
@@ -32,6 +34,9 @@ Every value can be overridden from the environment:
   workers from the preloaded code; deploy new code with a full restart
   (``systemctl restart gateway-web``), not a HUP.
 * ``GUNICORN_MAX_REQUESTS`` (default 0 = off) with jitter: recycle workers.
+* ``GUNICORN_CONTROL_SOCKET`` (default unset = off): the path of gunicorn's control socket
+  (``gunicornc``). gunicorn 27 opens one by default at ``$HOME/.gunicorn/gunicorn.ctl``,
+  one path per user: every gunicorn of that user on the host unlinked the previous one's.
 * ``PROMETHEUS_MULTIPROC_DIR`` (default ``$INSTANCE_PATH/prometheus`` or
   ``/tmp/gateway-prometheus``): set here *before* the app is imported so that every
   worker writes its figures to files there and ``/metrics`` sums them. Files of
@@ -51,11 +56,13 @@ Logging: the app writes its own JSON access line per request (``gateway.access``
 gunicorn's access log is off unless ``GUNICORN_ACCESSLOG`` is set; gunicorn's own
 messages go to stderr (JSON when ``LOG_JSON``/production).
 """
+import errno
 import gc
 import glob
 import multiprocessing
 import os
 import re
+import socket
 
 from gunicorn import glogging
 
@@ -66,6 +73,11 @@ worker_class = "gthread"
 reuse_port = os.environ.get("GUNICORN_REUSE_PORT", "1").lower() not in ("0", "false", "no", "off")
 timeout = int(os.environ.get("GUNICORN_TIMEOUT", 120))
 graceful_timeout = int(os.environ.get("GUNICORN_GRACEFUL_TIMEOUT", 30))
+# gunicorn 27's control socket: off unless GUNICORN_CONTROL_SOCKET names a path (its default,
+# $HOME/.gunicorn/gunicorn.ctl, is one per user: each gunicorn on the host took it over).
+control_socket_disable = not os.environ.get("GUNICORN_CONTROL_SOCKET")
+if not control_socket_disable:
+    control_socket = os.environ["GUNICORN_CONTROL_SOCKET"]
 # Longer than nginx's upstream keepalive_timeout (60 s), so nginx always closes first
 # and never reuses a connection gunicorn has just dropped.
 keepalive = int(os.environ.get("GUNICORN_KEEPALIVE", 75))
@@ -136,8 +148,34 @@ def process_exists(pid: int) -> bool:
     return True
 
 
+def refuse_a_shared_port(server) -> None:
+    """With ``reuse_port`` the kernel lets this gunicorn bind a port another process of the
+    same user already listens on with SO_REUSEPORT (another gunicorn) and spreads the
+    connections over both: two servers, one port, no error. Bind each TCP address once
+    without SO_REUSEPORT first; a port in use refuses to start. Not when the sockets are
+    inherited (a USR2 re-exec: GUNICORN_FD; systemd socket activation: LISTEN_FDS)."""
+    if not server.cfg.reuse_port or os.environ.get("GUNICORN_FD") or os.environ.get("LISTEN_FDS"):
+        return
+    for address in server.cfg.address:
+        if not isinstance(address, tuple):
+            continue  # a Unix socket path: never shared this way
+        probe = socket.socket(socket.AF_INET6 if ":" in address[0] else socket.AF_INET)
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            raise RuntimeError(f"{address[0]}:{address[1]} is already in use by another process: pick another "
+                               "GUNICORN_BIND (make serve: SERVE_APP_PORT) or stop that process") from None
+        finally:
+            probe.close()
+
+
 def on_starting(server):
-    """Drop metric files left by processes that no longer exist (a previous run)."""
+    """Refuse a port already in use (above); drop metric files left by processes that no
+    longer exist (a previous run)."""
+    refuse_a_shared_port(server)
     for path in glob.glob(os.path.join(_prom_dir, "*.db")):
         m = _PID_IN_NAME.search(path)
         if m and not process_exists(int(m.group(1))):

@@ -16,6 +16,7 @@
 #   SERVE_PORT=8080 SERVE_CHAT_PORT=8081 SERVE_APP_PORT=8001 SERVE_DIR=instance/serve
 #   DATABASE_URL=postgresql://postgres@127.0.0.1:5432/gateway REDIS_URL=redis://127.0.0.1:6379/0
 #   WEB_CONCURRENCY=2 VENV_BIN=.venv/bin SERVE_START_TIMEOUT=90 SERVE_STOP_TIMEOUT=30
+#   NGINX=$(command -v nginx) SERVE_DEMO=1 DEMO_PROVIDER_PORT=8902 DEMO_LLM_PORT=8792 (none shared with `make run`: 8901, 8790, 8791)
 #   (any other app setting, see README, is passed on)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -73,11 +74,20 @@ if [ "$SERVE_DEMO" = 1 ]; then
   export DEMO_PROVIDER_PORT="${DEMO_PROVIDER_PORT:-8902}"
   export DEMO_PROVIDER_URL="${DEMO_PROVIDER_URL:-http://127.0.0.1:$DEMO_PROVIDER_PORT}"
   export DEMO_PROVIDER_SECRET="${DEMO_PROVIDER_SECRET:-$(secret demo_provider_secret)}"
-  export DEMO_LLM_PORT="${DEMO_LLM_PORT:-8791}"
+  export DEMO_LLM_PORT="${DEMO_LLM_PORT:-8792}"
   export DEMO_LLM_BASE_URL="${DEMO_LLM_BASE_URL:-http://127.0.0.1:$DEMO_LLM_PORT/v1}"
 fi
 mkdir -p "$INSTANCE_PATH" "$SERVE_DIR/logs" "$SERVE_DIR/nginx"
 rm -rf "$PROMETHEUS_MULTIPROC_DIR" && mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
+
+# --- ports: each must be free (another server on one of them would answer /readyz for
+# this stack, and gunicorn's SO_REUSEPORT would share its port with another gunicorn) ---
+port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+ports="SERVE_PORT SERVE_CHAT_PORT SERVE_APP_PORT"
+[ "$SERVE_DEMO" != 1 ] || ports="$ports DEMO_PROVIDER_PORT DEMO_LLM_PORT"
+for var in $ports; do
+  if port_in_use "${!var}"; then die "port ${!var} ($var) is already in use on 127.0.0.1: set $var to a free port"; fi
+done
 
 # --- dependencies, schema, catalog ----------------------------------------------------
 "$BIN/python" deploy/ensure_services.py "$DATABASE_URL" "$REDIS_URL"

@@ -40,3 +40,41 @@ def test_grant_plan_admin_and_ledger_check(app, client, account):
         db.session.commit()
     r = _run(app, "ledger", "check")
     assert r.exit_code == 1 and json.loads(r.output)["ok"] is False
+
+
+def test_every_operator_option_says_what_it_does(app):
+    # `flask <group> <command> --help` is the operator's reference: `accounts create --email`,
+    # `accounts create-key --name`, `accounts grant-credits --cents/--memo` and `newsletter
+    # send`'s options printed a bare "--cents INTEGER [required]"
+    import click
+
+    third_party = {"db", "openapi", "routes", "run", "shell"}
+    silent = []
+
+    def walk(command, path):
+        if isinstance(command, click.Group):
+            for name, sub in command.commands.items():
+                walk(sub, path + [name])
+            return
+        silent.extend(f"flask {' '.join(path)} {param.opts[-1]}" for param in command.params
+                      if isinstance(param, click.Option) and not param.help)
+
+    for name, command in app.cli.commands.items():
+        if name not in third_party:
+            walk(command, [name])
+    assert not silent, f"options without help text: {silent}"
+
+
+def test_outbox_redeliver_of_an_unknown_or_unfailed_message_says_so(app):
+    # a mistyped MESSAGE_ID printed {"rearmed": 0} and exited 0, as if it had worked
+    from app.models import OutboxMessage
+    from app.services.platform import outbox
+
+    unknown = _run(app, "outbox", "redeliver", "msg_nosuch")
+    assert unknown.exit_code == 1 and "no outbox message msg_nosuch" in unknown.output
+    with app.app_context():
+        msg = outbox.add_email("to@example.com", "s", "t")
+        db.session.commit()
+        msg_id, msg_status = msg.id, db.session.get(OutboxMessage, msg.id).status
+    pending = _run(app, "outbox", "redeliver", msg_id)
+    assert pending.exit_code == 1 and f"is {msg_status}, not failed" in pending.output

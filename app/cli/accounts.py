@@ -23,7 +23,7 @@ def _resolve(account: str) -> str:
 
 
 @accounts_cli.command("create")
-@click.option("--email", required=True)
+@click.option("--email", required=True, help="The account's e-mail (unique); sign-in links go there.")
 @click.option("--plan", default=None, help="starter | pro | scale | enterprise")
 @click.option("--admin", is_flag=True, help="Flag the account as admin.")
 @click.option("--test-key", is_flag=True, help="Also mint a svc_test_ sandbox key.")
@@ -40,7 +40,7 @@ def create(email, plan, admin, test_key):
 
 @accounts_cli.command("create-key")
 @click.argument("account")
-@click.option("--name", default="cli")
+@click.option("--name", default="cli", show_default=True, help="Label shown in the key list.")
 @click.option("--test", "test_mode", is_flag=True, help="Mint a svc_test_ sandbox key.")
 @click.option("--scope", "scopes", multiple=True, help="Repeatable; default: all scopes.")
 def create_key(account, name, test_mode, scopes):
@@ -55,8 +55,8 @@ def create_key(account, name, test_mode, scopes):
 
 @accounts_cli.command("grant-credits")
 @click.argument("account")
-@click.option("--cents", type=int, required=True)
-@click.option("--memo", default=None)
+@click.option("--cents", type=int, required=True, help="Amount in cents; negative to correct a balance down.")
+@click.option("--memo", default=None, help="Why: kept on the ledger transaction (e.g. \"usdc <tx>\").")
 def grant_credits(account, cents, memo):
     """Credit (or, negative, correct) ACCOUNT's balance through the ledger."""
     balance = accounts.grant_credits(_resolve(account), cents, memo)

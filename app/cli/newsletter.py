@@ -23,9 +23,11 @@ def status():
 
 
 @newsletter_cli.command("send")
-@click.option("--list", "list_name", required=True, type=click.Choice(newsletter.LISTS))
-@click.option("--subject", required=True)
-@click.option("--text-file", required=True, type=click.File("r", encoding="utf-8"))
+@click.option("--list", "list_name", required=True, type=click.Choice(newsletter.LISTS),
+              help="The list whose confirmed subscribers get the e-mail.")
+@click.option("--subject", required=True, help="The e-mail's subject line.")
+@click.option("--text-file", required=True, type=click.File("r", encoding="utf-8"),
+              help="UTF-8 plain-text body ('-' for stdin).")
 def send(list_name: str, subject: str, text_file):
     """Queue a plain-text e-mail to every confirmed subscriber of a list (outbox)."""
     click.echo(json.dumps({"queued": newsletter.send_to_list(list_name, subject, text_file.read())}))

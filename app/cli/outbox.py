@@ -36,5 +36,11 @@ def redeliver(message_id, all_failed):
     if not message_id and not all_failed:
         raise click.UsageError("give a MESSAGE_ID or --all-failed")
     n = outbox.redeliver(message_id, all_failed=all_failed)
+    if message_id and not n:
+        msg = db.session.get(OutboxMessage, message_id)
+        if msg is None:
+            raise click.ClickException(f"no outbox message {message_id}")
+        raise click.ClickException(f"message {message_id} is {msg.status}, not failed: nothing to re-arm "
+                                   "(a pending message is retried by the sweep on its own)")
     outbox.sweep()
     click.echo(json.dumps({"rearmed": n}))

@@ -148,3 +148,74 @@ def test_gunicorn_builds_access_lines_only_when_asked(accesslog, enabled):
     out = subprocess.run([str(VENV_BIN / "python"), "-c", code], cwd=ROOT, capture_output=True, text=True,
                          timeout=120, env=env)
     assert out.returncode == 0 and out.stdout.strip() == enabled, out.stderr
+
+
+@pytest.mark.parametrize("path", [None, "/run/gateway/gunicorn.ctl"])
+def test_gunicorn_control_socket_only_where_asked(path):
+    """gunicorn 27 opens a control socket at one per-user default ($HOME/.gunicorn/gunicorn.ctl):
+    every gunicorn of a user on the host (make serve, make run, a second site) unlinked the
+    previous one's and listened there, so a control command reached whichever started last;
+    under systemd (ProtectHome) it logged "Failed to start control socket" at every start.
+    Off unless GUNICORN_CONTROL_SOCKET names a path."""
+    code = textwrap.dedent("""\
+        import runpy
+        from gunicorn.config import Config
+        conf = runpy.run_path("deploy/gunicorn.conf.py")
+        cfg = Config()
+        for name in ("control_socket", "control_socket_disable"):
+            if name in conf:
+                cfg.set(name, conf[name])
+        print(cfg.control_socket_disable, cfg.control_socket)
+        """)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("GUNICORN_CONTROL_SOCKET", None)
+    if path:
+        env["GUNICORN_CONTROL_SOCKET"] = path
+    out = subprocess.run([str(VENV_BIN / "python"), "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120, env=env)
+    disabled, socket = out.stdout.split()
+    assert out.returncode == 0 and disabled == str(path is None), out.stderr
+    assert path is None or socket == path
+
+
+def test_gunicorn_refuses_a_port_another_process_listens_on(tmp_path):
+    """With reuse_port (SO_REUSEPORT) a second gunicorn of the same user binds a port another
+    one already listens on, and the kernel spreads the connections over both: `make serve`
+    with SERVE_APP_PORT on another engineer's gunicorn said "ready" (its /readyz partly
+    answered by the other server) and served part of the other's traffic. It refuses to start."""
+    import socket
+
+    port = free_port()
+    other = socket.socket()
+    other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    other.bind(("127.0.0.1", port))
+    other.listen()
+    (tmp_path / "tiny.py").write_text("def app(environ, start_response):\n"
+                                      "    start_response('200 OK', [])\n    return [b'ok']\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "GUNICORN_BIND": f"127.0.0.1:{port}", "WEB_CONCURRENCY": "1",
+           "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    env.pop("GUNICORN_REUSE_PORT", None)
+    proc = subprocess.Popen([str(VENV_BIN / "gunicorn"), "-c", str(ROOT / "deploy/gunicorn.conf.py"), "tiny:app"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        out, _ = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+    finally:
+        other.close()
+    assert proc.returncode == 1, out[-2000:]
+    assert f"127.0.0.1:{port} is already in use" in out, out[-2000:]
+
+
+@pytest.mark.parametrize("unit", ["gateway-web.service", "gateway-worker@.service", "gateway-scheduler.service"])
+def test_every_process_of_new_code_starts_after_the_migration(unit):
+    """The deploy command restarts gateway-migrate with the others (docs/operations.md); only
+    the web unit was ordered after it, so workers and the scheduler ran new code's jobs on
+    the old schema while the migration ran (After= on a unit outside the transaction, on a
+    host without migrations, orders nothing: harmless there)."""
+    import configparser
+
+    parser = configparser.ConfigParser(strict=False, interpolation=None)
+    parser.read(ROOT / "deploy" / "systemd" / unit)
+    assert "gateway-migrate.service" in parser["Unit"]["After"].split()

@@ -64,3 +64,13 @@ def test_x402_networks_are_the_evm_chains():
     from config import X402_NETWORKS
 
     assert X402_NETWORKS == EVM_CHAINS
+
+
+@pytest.mark.parametrize("name,value", [("DB_POOL_SIZE", "eight"), ("MAX_BODY_BYTES", "1m"),
+                                        ("RATELIMIT_LEASE_FRACTION", "1%")])
+def test_a_malformed_number_names_its_variable(monkeypatch, name, value):
+    # an operator's typo in a numeric setting said only "invalid literal for int() with base
+    # 10: 'eight'", naming no variable among the hundred the environment file holds
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError, match=f"{name}={value!r}: not a number"):
+        load_config({"APP_ENV": "test"})

@@ -11,6 +11,22 @@ PORT="${PORT:-8000}"
 export FLASK_APP=wsgi
 
 mkdir -p instance  # the logs below (and the embedded PostgreSQL's data) live here
+
+# A port another process listens on is refused before anything starts, naming its setting:
+# a demo server that cannot bind would leave the stack running without it (its log says
+# so, nobody reads it), and the gateway would talk to whatever holds the port.
+require_free_port() {
+  if (exec 3<>"/dev/tcp/127.0.0.1/${!1}") 2>/dev/null; then
+    echo "make run: port ${!1} ($1) is already in use on 127.0.0.1: set $1 to a free port, or stop what listens there" >&2
+    exit 1
+  fi
+}
+export DEMO_PROVIDER_PORT="${DEMO_PROVIDER_PORT:-8901}" DEMO_LLM_PORT="${DEMO_LLM_PORT:-8790}"
+for setting in PORT DEMO_PROVIDER_PORT DEMO_LLM_PORT; do require_free_port "$setting"; done
+if [ -z "${X402_FACILITATOR_URL:-}" ]; then
+  DEMO_FACILITATOR_PORT="${DEMO_FACILITATOR_PORT:-8791}"
+  require_free_port DEMO_FACILITATOR_PORT
+fi
 pids=()
 embedded=
 cleanup() {

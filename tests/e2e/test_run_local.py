@@ -49,3 +49,28 @@ def test_make_run_with_redis_runs_a_worker_that_runs_the_jobs(app, tmp_path):
         log = (tmp_path / "run-local.log").read_text(errors="replace")
         assert Worker.all(connection=redis), f"no RQ worker registered\n{log[-2000:]}"
         assert FinishedJobRegistry(queue=queue).count > 0, f"no job ran\n{log[-2000:]}"
+
+
+def test_make_run_refuses_a_port_in_use_naming_its_setting(tmp_path):
+    """A demo server whose port another process holds used to fail in its own log while
+    ``make run`` went on without it (and the gateway talked to whatever held the port):
+    the script now refuses before starting anything, naming the setting to change."""
+    import socket
+    import subprocess
+
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    try:
+        busy = str(holder.getsockname()[1])
+        env = {**os.environ, "PORT": str(free_port()), "DEMO_PROVIDER_PORT": str(free_port()),
+               "DEMO_LLM_PORT": busy, "DEMO_FACILITATOR_PORT": str(free_port()),
+               "DATABASE_URL": "postgresql://nobody@127.0.0.1:9/never"}  # never reached
+        env.pop("X402_FACILITATOR_URL", None)
+        done = subprocess.run(["bash", str(ROOT / "deploy" / "run-local.sh")], env=env, cwd=ROOT,
+                              capture_output=True, text=True, timeout=60)
+    finally:
+        holder.close()
+    assert done.returncode == 1, done.stderr
+    assert f"port {busy} (DEMO_LLM_PORT) is already in use" in done.stderr
+    assert "flask" not in done.stdout.lower()  # nothing was started or migrated

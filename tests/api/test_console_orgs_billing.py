@@ -408,6 +408,25 @@ def test_members_page_budget_end_to_end_with_spend_and_usage_by_member(app, clie
     assert r.status_code == 400 and "Monthly budget" in r.get_data(as_text=True)
 
 
+def test_members_page_budget_error_keeps_what_was_typed(app, make_account):
+    """A malformed monthly budget answers the members page with the row as the person left it
+    (the amount typed, marked invalid and tied to the message; the role chosen), not the
+    stored values: the page used to reset the row, so the typo and the role change were lost."""
+    owner = Console(app, make_account(email="keeper@example.com").id)
+    org_id = owner.create_org("Typed")
+    dev = make_account(email="dev-typed@example.com")
+    _add_member(app, org_id, dev.id, "developer")
+    r = owner.post(f"/org/members/{dev.id}", {"role": "viewer", "monthly_budget": "12,5O"})
+    assert r.status_code == 400
+    row = re.search(r'<tr data-member="dev-typed@example.com">.*?</tr>', r.get_data(as_text=True), re.S).group(0)
+    assert re.search(r'<input[^>]*name="monthly_budget"[^>]*value="12,5O"', row, re.S)
+    assert 'aria-invalid="true"' in row and 'aria-describedby="org-error"' in row
+    assert re.search(r'<option value="viewer" selected>', row) and '<option value="developer" selected>' not in row
+    # the other rows keep their stored values
+    me = re.search(r'<tr data-member="keeper@example.com">.*?</tr>', r.get_data(as_text=True), re.S).group(0)
+    assert 'aria-invalid' not in me and '<option value="owner" selected>' in me
+
+
 def test_members_page_counts_one_call_in_the_singular(app, client, make_account, mod):  # noqa: F811
     """The members page's "This month" says "1 call", as the dashboard does (it said "1 calls")."""
     from tests.orgkit import fund, h, org_key

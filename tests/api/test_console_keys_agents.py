@@ -135,6 +135,17 @@ def test_disable_an_agent_from_the_agents_page(app, client, signed_in):
     assert browser.post("/agents/agt_doesnotexist0000/disable", data={"csrf": _csrf(page)}).status_code == 404
 
 
+def test_every_page_with_a_confirmation_loads_the_script_that_asks(app, client, signed_in):
+    """A ``form[data-confirm]`` asks only if the page loads console.js: the agents page carried
+    Disable's question without the script, so Disable went through at the first click."""
+    browser, acct = signed_in()
+    register(client, acct, Keypair(), name="asks")
+    for path in ("/keys", "/agents"):
+        page = browser.get(path).get_data(as_text=True)
+        assert "data-confirm=" in page, path
+        assert re.search(r'<script src="/console/static/console\.js[^"]*" defer>', page), path
+
+
 def test_agents_page_writes_a_negative_accrual_as_an_amount(app, client, signed_in, monkeypatch):
     """After a late refund an agent's accrued earnings are negative until the next settlement
     repays the carry-over (docs/agents.md); the page wrote them "$-0.30". Amounts go through

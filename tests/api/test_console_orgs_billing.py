@@ -427,6 +427,22 @@ def test_members_page_budget_error_keeps_what_was_typed(app, make_account):
     assert 'aria-invalid' not in me and '<option value="owner" selected>' in me
 
 
+def test_removing_a_member_or_leaving_asks_first(app, make_account):
+    """Remove revokes the member's organisation keys, disables their agents and revokes their
+    invitations; Leave takes one's own access: both forms ask first (console.js's
+    ``form[data-confirm]``, loaded by the page), as a key's Revoke does. They went at one click."""
+    owner = Console(app, make_account(email="asker@example.com").id)
+    org_id = owner.create_org("Asks")
+    dev = make_account(email="dev-asked@example.com")
+    _add_member(app, org_id, dev.id, "developer")
+    page = owner.get("/org/members").get_data(as_text=True)
+    remove = re.search(rf'<form[^>]*action="/org/members/{dev.id}/remove"[^>]*>', page).group(0)
+    assert "dev-asked@example.com" in re.search(r'data-confirm="([^"]+)"', remove).group(1)
+    leave = re.search(rf'<form[^>]*action="/org/members/{owner.account_id}/remove"[^>]*>', page).group(0)
+    assert "Leave" in re.search(r'data-confirm="([^"]+)"', leave).group(1)
+    assert re.search(r'<script src="/console/static/console\.js[^"]*" defer>', page)
+
+
 def test_members_page_counts_one_call_in_the_singular(app, client, make_account, mod):  # noqa: F811
     """The members page's "This month" says "1 call", as the dashboard does (it said "1 calls")."""
     from tests.orgkit import fund, h, org_key

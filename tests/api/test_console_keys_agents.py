@@ -146,6 +146,24 @@ def test_every_page_with_a_confirmation_loads_the_script_that_asks(app, client, 
         assert re.search(r'<script src="/console/static/console\.js[^"]*" defer>', page), path
 
 
+def test_a_refused_funding_keeps_the_amount_typed_in_its_row(app, client, signed_in):
+    """A malformed amount in an agent's Fund form answers the page with that row's field as
+    typed, marked invalid and tied to the message (it came back empty, the message under the
+    table naming no agent); another agent's field stays empty."""
+    browser, acct = signed_in()
+    first = register(client, acct, Keypair(), name="first").get_json()
+    register(client, acct, Keypair(), name="second")
+    page = browser.get("/agents").get_data(as_text=True)
+    r = browser.post(f"/agents/{first['id']}/fund", data={"csrf": _csrf(page), "amount_cents": "2.5O"})
+    assert r.status_code == 400
+    page = r.get_data(as_text=True)
+    fields = re.findall(r'<input id="fund-\d+" name="amount_cents"[^>]*>', page)
+    assert len(fields) == 2
+    typed = [f for f in fields if 'value="2.5O"' in f]
+    assert len(typed) == 1 and 'aria-invalid="true"' in typed[0] and 'aria-describedby="e-fund"' in typed[0]
+    assert re.search(r'<p class="error" id="e-fund" role="alert">[^<]*first', page)
+
+
 def test_agents_page_writes_a_negative_accrual_as_an_amount(app, client, signed_in, monkeypatch):
     """After a late refund an agent's accrued earnings are negative until the next settlement
     repays the carry-over (docs/agents.md); the page wrote them "$-0.30". Amounts go through

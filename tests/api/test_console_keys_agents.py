@@ -46,6 +46,26 @@ def test_create_key_with_limit_and_expiry_then_rotate(app, signed_in):
     assert _key_row(app, key_id).rotated_to is not None
 
 
+def test_rotating_a_retiring_key_says_why_on_the_keys_page(app, signed_in):
+    """The keys page offers Rotate on a retiring key too (it rotates again once its successor
+    is revoked); while the successor works the service refuses (409 ``key_already_rotated``)
+    and the page says so and what to do, minting nothing. It answered "Page not found"."""
+    client, acct = signed_in()
+    page = client.get("/keys").get_data(as_text=True)
+    client.post("/keys", data={"name": "twice", "scopes": ["call:write"], "csrf": _csrf(page)})
+    with app.app_context():
+        key_id = db.session.execute(select(ApiKey.id).where(ApiKey.name == "twice")).scalar_one()
+        db.session.remove()
+    assert client.post(f"/keys/{key_id}/rotate", data={"csrf": _csrf(page)}).status_code == 200
+    r = client.post(f"/keys/{key_id}/rotate", data={"csrf": _csrf(page)})
+    html = r.get_data(as_text=True)
+    assert r.status_code == 409 and "Page not found" not in html and 'id="secret"' not in html
+    assert re.search(r'<p class="error" role="alert" id="rotate-error">[^<]*already rotated', html)
+    with app.app_context():
+        assert len(db.session.execute(select(ApiKey.id).where(ApiKey.name == "twice")).all()) == 2
+        db.session.remove()
+
+
 def test_bad_limit_is_shown_next_to_the_field_and_creates_nothing(app, signed_in):
     client, acct = signed_in()
     page = client.get("/keys").get_data(as_text=True)

@@ -46,6 +46,30 @@ def test_create_key_with_limit_and_expiry_then_rotate(app, signed_in):
     assert _key_row(app, key_id).rotated_to is not None
 
 
+def test_rotation_notice_gives_the_old_keys_own_end(app, signed_in):
+    """Rotating never extends a key: one due to expire within the day stops then, not 24 hours
+    later. The notice said "keeps working for 24 hours" whatever the old key's expiry; it
+    gives the old key's end, as its row does."""
+    from datetime import timedelta
+
+    from app.models.base import utcnow
+
+    client, acct = signed_in()
+    page = client.get("/keys").get_data(as_text=True)
+    client.post("/keys", data={"name": "soon", "scopes": ["call:write"], "csrf": _csrf(page)})
+    ends = (utcnow() + timedelta(hours=2)).replace(second=0, microsecond=0)
+    with app.app_context():
+        row = db.session.execute(select(ApiKey).where(ApiKey.name == "soon")).scalar_one()
+        row.expires_at, key_id = ends, row.id
+        db.session.commit()
+        db.session.remove()
+    html = client.post(f"/keys/{key_id}/rotate", data={"csrf": _csrf(page)}).get_data(as_text=True)
+    notice = re.search(r'<section class="card notice" id="new-key".*?</section>', html, re.S).group(0)
+    assert "24 hours" not in notice
+    assert f"until {ends:%Y-%m-%d %H:%M} UTC" in notice
+    assert _key_row(app, key_id).expires_at.replace(tzinfo=None) == ends.replace(tzinfo=None)
+
+
 def test_rotating_a_retiring_key_says_why_on_the_keys_page(app, signed_in):
     """The keys page offers Rotate on a retiring key too (it rotates again once its successor
     is revoked); while the successor works the service refuses (409 ``key_already_rotated``)

@@ -122,7 +122,7 @@ def rotate_key(key_id: str):
                               mode=web.mode())
     except DomainError as exc:  # already rotated (its successor works), or the key cap: the page says why
         return _keys_page(409, errors={"rotate": ROTATE_REFUSED.get(exc.code, exc.message)})
-    return _keys_page(created={"key": row, "secret": secret, "rotated": True})
+    return _keys_page(created={"key": row, "secret": secret, "rotated": True, "old_id": key_id})
 
 
 @bp.post("/keys/<key_id>/revoke")

@@ -443,6 +443,17 @@ def test_removing_a_member_or_leaving_asks_first(app, make_account):
     assert re.search(r'<script src="/console/static/console\.js[^"]*" defer>', page)
 
 
+def test_balance_headings_name_the_mode_shown(app, make_account):
+    """Live and test balances are separate: in test mode the dashboard's Balance and the billing
+    page's Credits read $0.00 beside a live balance, and said neither which (the members
+    page's "Balance (live)" did)."""
+    acct = make_account()
+    for mode in ("live", "test"):
+        c = Console(app, acct.id, mode=mode)
+        assert re.search(rf"<h2>Balance \({mode}\)</h2>", c.get("/dashboard").get_data(as_text=True)), mode
+        assert re.search(rf"<h2>Credits \({mode}\)</h2>", c.get("/billing").get_data(as_text=True)), mode
+
+
 def test_members_page_counts_one_call_in_the_singular(app, client, make_account, mod):  # noqa: F811
     """The members page's "This month" says "1 call", as the dashboard does (it said "1 calls")."""
     from tests.orgkit import fund, h, org_key

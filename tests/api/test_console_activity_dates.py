@@ -32,3 +32,17 @@ def test_a_range_with_calls_but_no_spend_says_no_spend_not_no_activity(app, sign
     html = client.get(page).get_data(as_text=True)
     assert "No activity in this range yet." not in html
     assert "No spend in this range yet" in html
+
+
+def test_an_empty_activity_list_says_why_when_filters_are_set(app, signed_in):  # noqa: F811
+    """The activity page said "No calls yet. Create a key and call a module" under a filter
+    error (no call is read then) and under filters that match nothing, to a person whose
+    calls are one click away; a refused filter also offered the CSV link that answers a 400."""
+    client, _acct = signed_in()
+    r = client.get("/activity?from=2026-11-30&to=2026-11-01")
+    html = r.get_data(as_text=True)
+    assert r.status_code == 400 and "No calls yet" not in html and 'id="export"' not in html
+    assert "Correct the filters above" in html
+    html = client.get("/activity?status=refunded").get_data(as_text=True)
+    assert "No calls yet" not in html and "No call matches these filters" in html and 'id="export"' in html
+    assert "No calls yet" in client.get("/activity").get_data(as_text=True)

@@ -46,6 +46,50 @@ def test_create_key_with_limit_and_expiry_then_rotate(app, signed_in):
     assert _key_row(app, key_id).rotated_to is not None
 
 
+def test_rotation_notice_gives_the_old_keys_own_end(app, signed_in):
+    """Rotating never extends a key: one due to expire within the day stops then, not 24 hours
+    later. The notice said "keeps working for 24 hours" whatever the old key's expiry; it
+    gives the old key's end, as its row does."""
+    from datetime import timedelta
+
+    from app.models.base import utcnow
+
+    client, acct = signed_in()
+    page = client.get("/keys").get_data(as_text=True)
+    client.post("/keys", data={"name": "soon", "scopes": ["call:write"], "csrf": _csrf(page)})
+    ends = (utcnow() + timedelta(hours=2)).replace(second=0, microsecond=0)
+    with app.app_context():
+        row = db.session.execute(select(ApiKey).where(ApiKey.name == "soon")).scalar_one()
+        row.expires_at, key_id = ends, row.id
+        db.session.commit()
+        db.session.remove()
+    html = client.post(f"/keys/{key_id}/rotate", data={"csrf": _csrf(page)}).get_data(as_text=True)
+    notice = re.search(r'<section class="card notice" id="new-key".*?</section>', html, re.S).group(0)
+    assert "24 hours" not in notice
+    assert f"until {ends:%Y-%m-%d %H:%M} UTC" in notice
+    assert _key_row(app, key_id).expires_at.replace(tzinfo=None) == ends.replace(tzinfo=None)
+
+
+def test_rotating_a_retiring_key_says_why_on_the_keys_page(app, signed_in):
+    """The keys page offers Rotate on a retiring key too (it rotates again once its successor
+    is revoked); while the successor works the service refuses (409 ``key_already_rotated``)
+    and the page says so and what to do, minting nothing. It answered "Page not found"."""
+    client, acct = signed_in()
+    page = client.get("/keys").get_data(as_text=True)
+    client.post("/keys", data={"name": "twice", "scopes": ["call:write"], "csrf": _csrf(page)})
+    with app.app_context():
+        key_id = db.session.execute(select(ApiKey.id).where(ApiKey.name == "twice")).scalar_one()
+        db.session.remove()
+    assert client.post(f"/keys/{key_id}/rotate", data={"csrf": _csrf(page)}).status_code == 200
+    r = client.post(f"/keys/{key_id}/rotate", data={"csrf": _csrf(page)})
+    html = r.get_data(as_text=True)
+    assert r.status_code == 409 and "Page not found" not in html and 'id="secret"' not in html
+    assert re.search(r'<p class="error" role="alert" id="rotate-error">[^<]*already rotated', html)
+    with app.app_context():
+        assert len(db.session.execute(select(ApiKey.id).where(ApiKey.name == "twice")).all()) == 2
+        db.session.remove()
+
+
 def test_bad_limit_is_shown_next_to_the_field_and_creates_nothing(app, signed_in):
     client, acct = signed_in()
     page = client.get("/keys").get_data(as_text=True)
@@ -133,6 +177,35 @@ def test_disable_an_agent_from_the_agents_page(app, client, signed_in):
     page = browser.get("/agents").get_data(as_text=True)
     assert 'class="pill disabled"' in page and f"/agents/{agent['id']}/fund" not in page
     assert browser.post("/agents/agt_doesnotexist0000/disable", data={"csrf": _csrf(page)}).status_code == 404
+
+
+def test_every_page_with_a_confirmation_loads_the_script_that_asks(app, client, signed_in):
+    """A ``form[data-confirm]`` asks only if the page loads console.js: the agents page carried
+    Disable's question without the script, so Disable went through at the first click."""
+    browser, acct = signed_in()
+    register(client, acct, Keypair(), name="asks")
+    for path in ("/keys", "/agents"):
+        page = browser.get(path).get_data(as_text=True)
+        assert "data-confirm=" in page, path
+        assert re.search(r'<script src="/console/static/console\.js[^"]*" defer>', page), path
+
+
+def test_a_refused_funding_keeps_the_amount_typed_in_its_row(app, client, signed_in):
+    """A malformed amount in an agent's Fund form answers the page with that row's field as
+    typed, marked invalid and tied to the message (it came back empty, the message under the
+    table naming no agent); another agent's field stays empty."""
+    browser, acct = signed_in()
+    first = register(client, acct, Keypair(), name="first").get_json()
+    register(client, acct, Keypair(), name="second")
+    page = browser.get("/agents").get_data(as_text=True)
+    r = browser.post(f"/agents/{first['id']}/fund", data={"csrf": _csrf(page), "amount_cents": "2.5O"})
+    assert r.status_code == 400
+    page = r.get_data(as_text=True)
+    fields = re.findall(r'<input id="fund-\d+" name="amount_cents"[^>]*>', page)
+    assert len(fields) == 2
+    typed = [f for f in fields if 'value="2.5O"' in f]
+    assert len(typed) == 1 and 'aria-invalid="true"' in typed[0] and 'aria-describedby="e-fund"' in typed[0]
+    assert re.search(r'<p class="error" id="e-fund" role="alert">[^<]*first', page)
 
 
 def test_agents_page_writes_a_negative_accrual_as_an_amount(app, client, signed_in, monkeypatch):

@@ -408,6 +408,52 @@ def test_members_page_budget_end_to_end_with_spend_and_usage_by_member(app, clie
     assert r.status_code == 400 and "Monthly budget" in r.get_data(as_text=True)
 
 
+def test_members_page_budget_error_keeps_what_was_typed(app, make_account):
+    """A malformed monthly budget answers the members page with the row as the person left it
+    (the amount typed, marked invalid and tied to the message; the role chosen), not the
+    stored values: the page used to reset the row, so the typo and the role change were lost."""
+    owner = Console(app, make_account(email="keeper@example.com").id)
+    org_id = owner.create_org("Typed")
+    dev = make_account(email="dev-typed@example.com")
+    _add_member(app, org_id, dev.id, "developer")
+    r = owner.post(f"/org/members/{dev.id}", {"role": "viewer", "monthly_budget": "12,5O"})
+    assert r.status_code == 400
+    row = re.search(r'<tr data-member="dev-typed@example.com">.*?</tr>', r.get_data(as_text=True), re.S).group(0)
+    assert re.search(r'<input[^>]*name="monthly_budget"[^>]*value="12,5O"', row, re.S)
+    assert 'aria-invalid="true"' in row and 'aria-describedby="org-error"' in row
+    assert re.search(r'<option value="viewer" selected>', row) and '<option value="developer" selected>' not in row
+    # the other rows keep their stored values
+    me = re.search(r'<tr data-member="keeper@example.com">.*?</tr>', r.get_data(as_text=True), re.S).group(0)
+    assert 'aria-invalid' not in me and '<option value="owner" selected>' in me
+
+
+def test_removing_a_member_or_leaving_asks_first(app, make_account):
+    """Remove revokes the member's organisation keys, disables their agents and revokes their
+    invitations; Leave takes one's own access: both forms ask first (console.js's
+    ``form[data-confirm]``, loaded by the page), as a key's Revoke does. They went at one click."""
+    owner = Console(app, make_account(email="asker@example.com").id)
+    org_id = owner.create_org("Asks")
+    dev = make_account(email="dev-asked@example.com")
+    _add_member(app, org_id, dev.id, "developer")
+    page = owner.get("/org/members").get_data(as_text=True)
+    remove = re.search(rf'<form[^>]*action="/org/members/{dev.id}/remove"[^>]*>', page).group(0)
+    assert "dev-asked@example.com" in re.search(r'data-confirm="([^"]+)"', remove).group(1)
+    leave = re.search(rf'<form[^>]*action="/org/members/{owner.account_id}/remove"[^>]*>', page).group(0)
+    assert "Leave" in re.search(r'data-confirm="([^"]+)"', leave).group(1)
+    assert re.search(r'<script src="/console/static/console\.js[^"]*" defer>', page)
+
+
+def test_balance_headings_name_the_mode_shown(app, make_account):
+    """Live and test balances are separate: in test mode the dashboard's Balance and the billing
+    page's Credits read $0.00 beside a live balance, and said neither which (the members
+    page's "Balance (live)" did)."""
+    acct = make_account()
+    for mode in ("live", "test"):
+        c = Console(app, acct.id, mode=mode)
+        assert re.search(rf"<h2>Balance \({mode}\)</h2>", c.get("/dashboard").get_data(as_text=True)), mode
+        assert re.search(rf"<h2>Credits \({mode}\)</h2>", c.get("/billing").get_data(as_text=True)), mode
+
+
 def test_members_page_counts_one_call_in_the_singular(app, client, make_account, mod):  # noqa: F811
     """The members page's "This month" says "1 call", as the dashboard does (it said "1 calls")."""
     from tests.orgkit import fund, h, org_key

@@ -293,3 +293,18 @@ def test_daily_series_from_rollups_is_zero_filled_and_per_mode(app, account):
         assert sum(d["calls"] for d in days) == 4
         assert usage.daily_rows(account.id, 7, mode="test", now=now)[-1]["calls"] == 7
         db.session.remove()
+
+
+def test_models_page_states_the_tokens_each_auto_cost_is_for(app, signed_in):
+    """Each row of "What model: auto picks" states the prompt and completion tokens its cost is
+    for: only the first row did, and the long prompt's cost (priced with 1,000 tokens out)
+    disagreed with the 500 out a reader carried down from it."""
+    from app.services.gateway.pricelist import AUTO_CASES
+
+    client, _acct = signed_in()
+    html = client.get("/models").get_data(as_text=True)
+    table = re.search(r'<table class="stack auto-table">.*?</table>', html, re.S).group(0)
+    cells = re.findall(r'<td data-label="Request">(.*?)</td>', table, re.S)
+    assert len(cells) == len(AUTO_CASES)
+    for cell, (_what, _needs, prompt, completion) in zip(cells, AUTO_CASES):
+        assert f"{prompt:,} tokens in, {completion:,} out" in cell, cell

@@ -104,9 +104,12 @@ def test_owner_creates_org_invites_member_changes_role_and_removes_them(app, ser
     assert "last owner" in page.inner_text("#org-error")
 
     page.goto(base + "/org/members")
+    asked = []  # Remove asks first (console.js); the owner confirms
+    page.once("dialog", lambda d: (asked.append(d.message), d.accept()))
     page.click(f"button[aria-label='Remove {email}']")
     page.wait_for_load_state()
     assert page.locator("table.members tr", has_text=email).count() == 0
+    assert len(asked) == 1 and asked[0].startswith(f"Remove {email} from ")
     member.goto(base + "/billing")  # removed: back on the personal account
     assert member.locator("#acting-for").count() == 0
 

@@ -96,13 +96,20 @@ def create_key():
 
 
 def _on_key(key_id: str, service, *args, **kwargs):
-    """``service(payer, key_id, *args, actor=…)`` on a key the person may manage; any
-    refusal (another account's key, one the person's role does not show) is a 404."""
+    """``service(payer, key_id, *args, actor=…)`` on a key the person may manage; a refusal
+    (another account's key, one the person's role does not show) is a 404, a conflict with
+    the key's state (409) is raised for the page to say why."""
     try:
         org_context.check_key(key_id)
         return service(org_context.payer_id(), key_id, *args, actor=org_context.key_actor(), **kwargs)
-    except DomainError:
+    except DomainError as exc:
+        if exc.status == 409:
+            raise
         abort(404)
+
+
+ROTATE_REFUSED = {"key_already_rotated": "This key was already rotated and is retiring: rotate its newest key "
+                                         "(the row of the same name not marked retiring) instead."}
 
 
 @bp.post("/keys/<key_id>/rotate")
@@ -110,8 +117,12 @@ def rotate_key(key_id: str):
     """Rotate a key: the new key is shown once; the old one keeps working for a day."""
     if (refused := org_context.guard(("keys:write",))):
         return refused
-    row, secret = _on_key(key_id, keys_svc.rotate_key, None, creator_scopes=frozenset(ALL_SCOPES), mode=web.mode())
-    return _keys_page(created={"key": row, "secret": secret, "rotated": True})
+    try:
+        row, secret = _on_key(key_id, keys_svc.rotate_key, None, creator_scopes=frozenset(ALL_SCOPES),
+                              mode=web.mode())
+    except DomainError as exc:  # already rotated (its successor works), or the key cap: the page says why
+        return _keys_page(409, errors={"rotate": ROTATE_REFUSED.get(exc.code, exc.message)})
+    return _keys_page(created={"key": row, "secret": secret, "rotated": True, "old_id": key_id})
 
 
 @bp.post("/keys/<key_id>/revoke")

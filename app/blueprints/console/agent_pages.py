@@ -27,6 +27,7 @@ def _agents_page(status: int = 200, **extra):
                        "balance_micros": ledger.cached_balance(a.account_id, mode)} for a in agents],
            "submissions": builds.list_builds(agent_id=None, account_id=acct.id, mode=mode),
            "queue": builds.pending() if _may_review() else [], "errors": {}, "form": {},
+           "fund_form": {},  # the Fund row a refused amount echoes back (as typed, marked invalid)
            # one Idempotency-Key per rendered form: a double submit funds once
            "fund_key": "console-" + secrets.token_urlsafe(16)}
     return web.page("console/agents.html", status, ctx, extra)
@@ -67,15 +68,16 @@ def disable_agent(agent_id: str):
 def fund_agent(agent_id: str):
     """Move dollars from the account's balance to one of its agents (once per form)."""
     raw = (request.form.get("amount_cents") or "").strip()
+    typed = {"agent_id": agent_id, "amount_cents": request.form.get("amount_cents") or ""}
     if not raw.isdigit():
-        return _agents_page(400, errors={"fund": "Enter a whole number of cents."})
+        return _agents_page(400, errors={"fund": "Enter a whole number of cents."}, fund_form=typed)
     try:
         funding.fund(g.account.id, agent_id, int(raw),
                      idempotency_key=(request.form.get("fund_key") or "")[:128] or None, mode=web.mode())
     except DomainError as exc:
         if exc.status == 404:
             abort(404)
-        return _agents_page(400, errors={"fund": exc.message})
+        return _agents_page(400, errors={"fund": exc.message}, fund_form=typed)
     return redirect(url_for("console.agents"), code=303)
 
 

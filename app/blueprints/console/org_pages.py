@@ -113,6 +113,8 @@ def _members_page(status: int = 200, **extra):
            "usage_now": usage.totals(org.id, start, end, mode=mode),
            "member_usage": _member_usage(org.id, members, start, end, mode),
            "errors": {}, "form": {"email": "", "role": "developer"}, "me": g.account.id,
+           # the member row a refused change echoes back (what was typed, marked invalid)
+           "member_form": {},
            # agents a role change or removal just disabled (``_members_after``)
            "disabled_agents": request.args.get("disabled_agents", 0, type=int),
            "revoked_invites": request.args.get("revoked_invites", 0, type=int)}
@@ -205,7 +207,9 @@ def org_update_member(member_id: str):
         cents = None if not text else dollars_to_cents(text)
         if text and cents is None:
             return _members_page(400, errors={"_form": "Monthly budget: enter an amount in dollars, e.g. 50 or "
-                                                       "12.50 (empty: no budget)."})
+                                                       "12.50 (empty: no budget)."},
+                                 member_form={"member_id": member_id, "role": role,
+                                              "monthly_budget": request.form.get("monthly_budget") or ""})
         kwargs["monthly_budget_cents"] = cents
     refused, result = _manage(orgs.update_member, member_id, role, **kwargs)
     return refused or _members_after(result)

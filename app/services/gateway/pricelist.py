@@ -12,12 +12,12 @@ from app.services.gateway import catalog, tools
 # Typical requests ``auto`` is asked to serve: (what, capabilities needed, prompt tokens,
 # completion tokens). The pick is the cheapest at these sizes, as ``candidates`` ranks them.
 AUTO_CASES = (
-    ("Plain text (1,000 tokens in, 500 out)", frozenset(), 1_000, 500),
+    ("Plain text", frozenset(), 1_000, 500),
     ("Tool calling", frozenset({"tools"}), 1_000, 500),
     ("Images (vision)", frozenset({"vision"}), 1_000, 500),
     ("JSON output", frozenset({"json_mode"}), 1_000, 500),
     ("Streaming", frozenset({"streaming"}), 1_000, 500),
-    ("A long prompt (100,000 tokens in)", frozenset(), 100_000, 1_000),
+    ("A long prompt", frozenset(), 100_000, 1_000),
 )
 
 
@@ -37,8 +37,8 @@ def chat_models() -> list[dict]:
 
 
 def auto_picks() -> list[dict]:
-    """For each of ``AUTO_CASES``: the model ``auto`` picks and its cost in micro-dollars at
-    that size (None when no auto-eligible model serves it)."""
+    """For each of ``AUTO_CASES``: its sizes, the model ``auto`` picks and its cost in
+    micro-dollars at that size (None when no auto-eligible model serves it)."""
     models = [m for m in chat_catalog.catalog().auto_models if m.enabled_offers()]
     picks = []
     for what, needs, prompt, completion in AUTO_CASES:
@@ -50,7 +50,8 @@ def auto_picks() -> list[dict]:
                 cost = o.cost_micros(prompt, completion)
                 if best is None or (cost, i) < best[:2]:
                     best = (cost, i, m.id)
-        picks.append({"what": what, "model": best and best[2], "cost_micros": best and best[0]})
+        picks.append({"what": what, "prompt_tokens": prompt, "completion_tokens": completion,
+                      "model": best and best[2], "cost_micros": best and best[0]})
     return picks
 
 

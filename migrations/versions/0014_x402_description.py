@@ -18,9 +18,12 @@ down_revision = "credit_notes"
 branch_labels = None
 depends_on = None
 
+# NULL: an authorization reserved before this revision, whose requirement said "Module call"
+DESCRIPTION = sa.Column("description", sa.String(300), nullable=True)
+
 
 def upgrade():
-    op.add_column("x402_authorizations", sa.Column("description", sa.String(300), nullable=True))
+    op.add_column("x402_authorizations", DESCRIPTION)
 
 
 def downgrade():

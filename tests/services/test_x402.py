@@ -299,11 +299,17 @@ def test_the_same_payment_sent_again_before_its_settlement_is_known_is_no_new_pa
         assert [path for path, _ in fac.calls].count("/settle") == 1  # the second was not sent on
         fac.settle, fac.settle_status = None, 200
         assert x402.reconcile(older_than_seconds=0)["booked"] == 1
-        with pytest.raises(x402.PaymentInvalid) as settled:  # booked: single use from here on
-            x402.accept(header, account_id=acct.id, price_micros=50_000, resource_url="http://gw.test/x")
-        assert settled.value.reason == "replayed"
+        _single_use_from_now(header, acct)  # booked
     assert ledger.balance(ledger.customer(acct.id)) == 50_000
     ledger_clean()
+
+
+def _single_use_from_now(header, acct) -> None:
+    """``header``'s authorization was settled: sent again it is ``replayed``, whatever the
+    facilitator would say."""
+    with pytest.raises(x402.PaymentInvalid) as again:
+        x402.accept(header, account_id=acct.id, price_micros=50_000, resource_url="http://gw.test/x")
+    assert again.value.reason == "replayed"
 
 
 def test_unreachable_facilitator_is_not_called_a_refusal(cfg, make_account, wallet):
@@ -337,9 +343,7 @@ def test_no_verify_verdict_releases_the_authorization_for_a_retry(cfg, make_acco
         pay = x402.accept(header, account_id=acct.id, price_micros=50_000, resource_url="http://gw.test/x")
         with unit_of_work():
             x402.book(pay)
-        with pytest.raises(x402.PaymentInvalid) as again:  # settled: single use from here on
-            x402.accept(header, account_id=acct.id, price_micros=50_000, resource_url="http://gw.test/x")
-        assert again.value.reason == "replayed"
+        _single_use_from_now(header, acct)  # settled
     assert ledger.balance(ledger.customer(acct.id)) == 50_000
     ledger_clean()
 

@@ -613,7 +613,8 @@ def test_the_anthropic_sdk_lists_models_in_anthropics_shape(app, client, fakes, 
                                                              "anthropic-version": "2023-06-01"}).get_json()
     assert [m["id"] for m in before["data"]] == ["auto", "m-small"] and before["has_more"] is False
     r = client.get("/v1/models?after_id=nope", headers={"x-api-key": acct.key, "anthropic-version": "2023-06-01"})
-    assert r.status_code == 422 and "after_id" in r.get_json()["error"]["message"]  # valid by the document
+    assert r.status_code == 404 and r.get_json()["error"]["code"] == "model_not_found"  # as /v1/models/{id}
+    assert "after_id" in r.get_json()["error"]["message"]
     r = client.get("/v1/models?limit=0", headers={"x-api-key": acct.key, "anthropic-version": "2023-06-01"})
     assert r.status_code in (400, 422)
     # without the header: OpenAI's list, whatever the query says

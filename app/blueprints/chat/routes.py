@@ -164,8 +164,8 @@ class ModelsView(MethodView):
     @blp.arguments(ModelListArgsSchema, location="query", as_kwargs=True)
     @blp.response(200, ModelListSchema)
     @blp.doc(responses=_either_shape(ModelListSchema, AnthropicModelListSchema))
-    @blp.alt_response(422, schema=ErrorSchema, description=(
-        "`unprocessable`: with `anthropic-version`, an `after_id` or `before_id` that is not a model of the list."))
+    @blp.alt_response(404, schema=ErrorSchema, description=(
+        "`model_not_found`: with `anthropic-version`, an `after_id` or `before_id` that is not a model of the list."))
     def get(self, anthropic_version=None, limit=20, after_id=None, before_id=None):
         """List the available models (plus `auto`), with context window, capabilities and
         per-million-token prices: the platform's and, for an account with provider keys of

@@ -10,8 +10,9 @@ from typing import Iterator
 
 import orjson
 
-from app.errors import InvalidRequest, Unprocessable
+from app.errors import InvalidRequest
 from app.services.chat import completions
+from app.services.chat.catalog import ModelNotFound
 from app.services.chat.completions import ChatResult
 from app.services.chat.providers import cache_mark, tool_use_blocks
 from app.services.money import holds
@@ -335,12 +336,12 @@ def anthropic_models(entries: list, limit: int = 20, after_id: str | None = None
                      before_id: str | None = None) -> dict:
     """A page of ``entries`` as Anthropic's list: ``limit`` models after ``after_id`` (or the
     last ``limit`` before ``before_id``), ``has_more``, ``first_id`` and ``last_id``, which
-    its SDK pages with. An id that is not listed is 422 ``unprocessable`` (the request is
-    valid by the document; the cursor names nothing here)."""
+    its SDK pages with. An id that is not listed is 404 ``model_not_found``, as
+    ``GET /v1/models/{id}`` answers it (never an empty page mistaken for the end)."""
     ids = [e.id for e in entries]
     for name, cursor in (("after_id", after_id), ("before_id", before_id)):
         if cursor is not None and cursor not in ids:
-            raise Unprocessable(f"{name}: {cursor!r} is not a model of this list.")
+            raise ModelNotFound(f"{name}: {cursor!r} is not a model of this list.")
     if before_id is not None:
         end = ids.index(before_id)
         start = max(0, end - limit)

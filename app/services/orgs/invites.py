@@ -82,6 +82,14 @@ def inviter_email(row: OrgInvite) -> str | None:
     return db.session.execute(select(Account.email).where(Account.id == row.invited_by)).scalar()
 
 
+def _revoke(row: OrgInvite, actor: Actor, after: dict | None = None) -> None:
+    """(In the caller's unit of work.) The pending ``row`` stops working: revoked, its link's
+    token revoked, audited ``invite.revoke`` (``after``: why, when not the plain revoke)."""
+    row.revoked_at = utcnow()
+    tokens.revoke(ORG_INVITE, row.id)
+    record(row.org_id, actor, "invite.revoke", row.id, before={"email": row.email, "role": row.role}, after=after)
+
+
 def invite(principal, actor: Actor, org_id: str, email: str, role: str) -> OrgInvite:
     """POST /api/orgs/{id}/invites."""
     email = accounts.normalize_email(email)
@@ -96,10 +104,7 @@ def invite(principal, actor: Actor, org_id: str, email: str, role: str) -> OrgIn
             raise AlreadyMember(f"{email} is already a member of {_org_label(org_id)}.")
         invite_id = new_id("inv")
         for old in db.session.execute(_pending(org_id).where(OrgInvite.email == email)).scalars():
-            old.revoked_at = utcnow()  # the newest invite replaces it
-            tokens.revoke(ORG_INVITE, old.id)
-            record(org_id, actor, "invite.revoke", old.id, before={"email": old.email, "role": old.role},
-                   after={"replaced_by": invite_id})
+            _revoke(old, actor, after={"replaced_by": invite_id})  # the newest invite replaces it
         now = utcnow()
         row = OrgInvite(id=invite_id, org_id=org_id, email=email, role=role, invited_by=actor.account_id,
                         created_at=now, expires_at=now + INVITE_TTL)
@@ -134,9 +139,7 @@ def revoke(principal, actor: Actor, org_id: str, invite_id: str) -> OrgInvite:
         if row is None or row.org_id != org_id:
             raise NotFound("No such invitation.")
         if row.revoked_at is None and row.accepted_at is None:
-            row.revoked_at = utcnow()
-            tokens.revoke(ORG_INVITE, row.id)
-            record(org_id, actor, "invite.revoke", row.id, before={"email": row.email, "role": row.role})
+            _revoke(row, actor)
     return row
 
 
@@ -154,10 +157,7 @@ def revoke_sent_by(org_id: str, member_id: str, role: str | None, actor: Actor) 
         rows = rows.where(OrgInvite.role.in_(roles.ACTIONS["manage_owners"]))
     revoked = []
     for row in db.session.execute(rows.order_by(OrgInvite.created_at, OrgInvite.id)).scalars():
-        row.revoked_at = utcnow()
-        tokens.revoke(ORG_INVITE, row.id)
-        record(org_id, actor, "invite.revoke", row.id, before={"email": row.email, "role": row.role},
-               after={"reason": "inviter_removed" if role is None else "inviter_role_changed"})
+        _revoke(row, actor, after={"reason": "inviter_removed" if role is None else "inviter_role_changed"})
         revoked.append(row.id)
     return revoked
 

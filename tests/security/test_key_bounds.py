@@ -197,6 +197,24 @@ def test_a_key_changes_only_keys_within_its_scopes(client, account):
     assert _post(client, manager["key"], f"/api/keys/{peer['id']}", {"rpm_limit": 5}, "patch").status_code == 200
 
 
+def test_a_key_revokes_only_keys_within_its_scopes(client, account):
+    """A key with only `keys:write` revoked the account's full-scope keys (its owner's root
+    key included): a leaked narrow key could lock the owner out of the API. A key now revokes
+    only keys whose scopes are within its own (as PATCH and rotate); itself always; the
+    console's owner any."""
+    manager = _key(client, account, scopes=["keys:read", "keys:write"])
+    wide = _key(client, account)  # every scope of the account's key
+    r = client.delete(f"/api/keys/{wide['id']}", headers={"Authorization": f"Bearer {manager['key']}"})
+    assert r.status_code == 403 and r.get_json()["error"] == "beyond_own_limits", r.get_json()
+    assert "call:write" in r.get_json()["message"]
+    assert client.get("/api/keys", headers={"Authorization": f"Bearer {wide['key']}"}).status_code == 200
+    peer = _key(client, account, scopes=["keys:read"])
+    for target in (peer, manager):  # within its scopes, and itself
+        r = client.delete(f"/api/keys/{target['id']}", headers={"Authorization": f"Bearer {manager['key']}"})
+        assert r.status_code == 200 and r.get_json() == {"revoked": True, "id": target["id"]}, r.get_json()
+    assert client.get("/api/keys", headers={"Authorization": f"Bearer {manager['key']}"}).status_code == 401
+
+
 def test_a_limited_key_may_give_a_key_a_limit_and_a_control_at_once(client, account):
     """The result of a PATCH is what must be within the acting key's bounds: a key limited to
     5 cents a day setting 5 a day and an rpm limit on an unlimited key in one request was

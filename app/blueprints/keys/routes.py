@@ -109,12 +109,16 @@ def rotate_key(body, key_id):
 
 
 @endpoint(blp, "/<string:key_id>", "delete", "keys:write", query=KeysQuerySchema, ok=KeyRevokedSchema,
-          errors={403: "`org_role_required`.", 404: None}, name="KeyView")
+          errors={403: "`org_role_required`; `beyond_own_limits`: the key holds a scope the revoking "
+                       "key lacks.", 404: None}, name="KeyView")
 def revoke_key(query, key_id):
     """Revoke a key. Effective on every worker and node within 60 s (about 1 s with
-    Redis). Revoking twice is harmless; another account's key id is 404. An organisation's
-    key: with `org_id` (or an organisation key); a member who is not an owner or admin
-    revokes only their own."""
+    Redis). Revoking twice is harmless; another account's key id is 404. A key revokes
+    itself and keys whose scopes are within its own (403 `beyond_own_limits` otherwise: a
+    narrow key cannot lock out a wider one); the console's owner revokes any. An
+    organisation's key: with `org_id` (or an organisation key); a member who is not an
+    owner or admin revokes only their own."""
     account, _ = orgs.keys_of(principal(), query.get("org_id"), "keys:write", key_id)
-    row = keys.revoke_key(account, key_id, principal().mode, actor=current_actor())
+    row = keys.revoke_key(account, key_id, principal().mode, actor=current_actor(),
+                          creator_key_id=principal().credential_id)
     return {"revoked": True, "id": row.id}

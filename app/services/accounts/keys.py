@@ -189,12 +189,12 @@ def _check_within(creator: ApiKey | None, limit: int | None, period: str | None,
 
 def _check_scopes_within(creator: SimpleNamespace | None, scopes) -> None:
     """403 ``beyond_own_limits`` when a key (``creator``; None: the console's owner) would
-    change a key holding a scope it lacks (as creating or rotating one is 403)."""
+    change or revoke a key holding a scope it lacks (as creating or rotating one is 403)."""
     if creator is None:
         return
     missing = sorted(set(scopes or ()) - set(creator.scopes or ()))
     if missing:
-        raise BeyondCreator(f"This key cannot change a key with scope(s) it lacks: {', '.join(missing)}.")
+        raise BeyondCreator(f"This key cannot change or revoke a key with scope(s) it lacks: {', '.join(missing)}.")
 
 
 def _check_capacity(account_id: str, now: datetime, *, retiring_now: int = 0) -> None:
@@ -457,14 +457,19 @@ def _drop_cached(row: ApiKey) -> None:
     auth.broadcast_revocation(row.key_hash)
 
 
-def revoke_key(account_id: str, key_id: str, mode: str, actor=None) -> ApiKey:
+def revoke_key(account_id: str, key_id: str, mode: str, actor=None, *,
+               creator_key_id: str | None = None) -> ApiKey:
     """Revoke (idempotent). Another account's key, or a key of the other mode, is 404. Broadcasts the revocation so
     every worker and node drops its cached credential (app.auth). Revoking an
-    organisation key is written to the organisation's audit log (by ``actor``)."""
+    organisation key is written to the organisation's audit log (by ``actor``). Revoked by
+    a key (``creator_key_id``), the target must hold no scope the acting key lacks (403
+    ``beyond_own_limits``, as PATCH and rotate): a narrow key cannot lock its owner out."""
     from app import auth
 
     with unit_of_work():
+        creator = _creator_key(creator_key_id)
         row = _own_key(account_id, key_id, mode)
+        _check_scopes_within(creator, row.scopes)
         if row.revoked_at is None:
             row.revoked_at = utcnow()
             from app.services.orgs import audit

@@ -8,7 +8,8 @@ rate-limit storage is Redis, else PostgreSQL (the embedded default's gunicorn wo
 * ``per_ip(name)``: a route decorator, ``config[name]`` per client IP (after ProxyFix);
 * ``per_email(name)``: a route decorator, ``config[name]`` per e-mail address in the body,
   placed after the body's validation (``routing.endpoint`` does): a request refused as
-  invalid (400) uses none of the address's limit;
+  invalid (400) uses none of the address's limit; ``count_email(name, email)`` the same
+  count, made by a service after its own checks (the contact form: a repeat counts nothing);
 * ``per_credential(principal)``: the plan's limit (``PLANS[plan]["rate_limit"]``) for the
   credential's account (all its keys and sessions together), applied by
   ``@authenticated`` (app.auth) and the thin WSGI entry;
@@ -113,12 +114,24 @@ def _throttle(config_name: str, key, what: str):
     def decorator(view):
         @wraps(view)
         def wrapper(*args, **kwargs):
-            spec = current_app.config[config_name]
-            _refuse_or_note(_counted(f"{config_name}:{request.endpoint}:{key()}", spec),
-                            f"Rate limit exceeded ({spec} {what}: {{item}}); retry after the window ends.")
+            _check(config_name, key(), what)
             return view(*args, **kwargs)
         return wrapper
     return decorator
+
+
+def _check(config_name: str, key: str, what: str) -> None:
+    """Count this request against ``config[config_name]`` for ``key`` (the route's own count):
+    429 when a window is full."""
+    spec = current_app.config[config_name]
+    _refuse_or_note(_counted(f"{config_name}:{request.endpoint}:{key}", spec),
+                    f"Rate limit exceeded ({spec} {what}: {{item}}); retry after the window ends.")
+
+
+def count_email(config_name: str, email: str) -> None:
+    """``per_email`` counted where a service decides, after its own checks: the contact form
+    counts a message only once it is not a repeat (a double click counts in no window)."""
+    _check(config_name, "email:" + mailbox_key(email), "per e-mail address")
 
 
 def per_ip(config_name: str):

@@ -151,3 +151,21 @@ def test_a_repeated_submission_is_stored_and_sent_once(app, client, monkeypatch)
     assert ids[0] == ids[1] == retried.get_json()["id"] and retried.status_code == 202
     assert other.status_code == 202 and other.get_json()["id"] != ids[0]
     assert _count(app, ContactMessage) == 2 and len(sink.messages) == 2
+
+
+def test_a_repeated_submission_uses_none_of_the_addresss_limit(app, client, monkeypatch):
+    """A double click (two requests at once) and a retry of one message count once against
+    the address's limit: before, each counted, so a sender with 2 an hour who double-clicked
+    was refused (429) on their next, different message."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    monkeypatch.setitem(app.config, "CONTACT_EMAIL_RATE_LIMIT", "2/hour")
+    body = {"email": "click@example.com", "message": "First question."}
+    with ThreadPoolExecutor(2) as pool:
+        codes = list(pool.map(lambda _: app.test_client().post("/api/contact", json=body).status_code, range(2)))
+    assert codes == [202, 202]
+    assert client.post("/api/contact", json=body).status_code == 202  # a retry
+    assert client.post("/api/contact", json={**body, "message": "Second question."}).status_code == 202
+    r = client.post("/api/contact", json={**body, "message": "Third question."})
+    assert r.status_code == 429 and "per e-mail address" in r.get_json()["message"]
+    assert _count(app, ContactMessage) == 2

@@ -7,7 +7,7 @@ from app.auth import public
 from app.blueprints.contact.schemas import ContactFormSchema, ContactQueuedSchema
 from app.blueprints.routing import document_errors
 from app.extensions import Blueprint
-from app.ratelimits import per_email, per_ip
+from app.ratelimits import per_ip
 from app.services.public import contact
 
 blp = Blueprint("contact", __name__, url_prefix="/api", description="Contact the sales team.")
@@ -19,13 +19,13 @@ class ContactView(MethodView):
     @public
     @per_ip("CONTACT_RATE_LIMIT")
     @blp.arguments(ContactFormSchema)
-    @per_email("CONTACT_EMAIL_RATE_LIMIT")  # after validation: a refused form uses none of it
     @blp.response(202, ContactQueuedSchema)
     @document_errors(blp, {429: "Per-IP (`CONTACT_RATE_LIMIT`) or per-address "
                                 "(`CONTACT_EMAIL_RATE_LIMIT`) limit reached."})
     def post(self, body):
         """Send a message to sales. It is stored, then e-mailed to `SALES_EMAIL` with
         `Reply-To` set to the sender. The same message from the same address again within
-        10 minutes (a double click, a retry) answers the first one's `id`; nothing is sent twice."""
+        10 minutes (a double click, a retry) answers the first one's `id`; nothing is sent twice,
+        and the repeat does not count against the address's limit (`CONTACT_EMAIL_RATE_LIMIT`)."""
         return contact.submit(body["email"], body["message"], body.get("name"),
                               honeypot=body.get("website"), client_ip=request.remote_addr)

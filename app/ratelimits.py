@@ -9,7 +9,7 @@ rate-limit storage is Redis, else PostgreSQL (the embedded default's gunicorn wo
 * ``per_email(name)``: a route decorator, ``config[name]`` per e-mail address in the body,
   placed after the body's validation (``routing.endpoint`` does): a request refused as
   invalid (400) uses none of the address's limit; ``count_email(name, email)`` the same
-  count, made by a service after its own checks (the contact form: a repeat counts nothing);
+  count, made when the service calls it back (the contact form: a repeat counts nothing);
 * ``per_credential(principal)``: the plan's limit (``PLANS[plan]["rate_limit"]``) for the
   credential's account (all its keys and sessions together), applied by
   ``@authenticated`` (app.auth) and the thin WSGI entry;
@@ -129,8 +129,8 @@ def _check(config_name: str, key: str, what: str) -> None:
 
 
 def count_email(config_name: str, email: str) -> None:
-    """``per_email`` counted where a service decides, after its own checks: the contact form
-    counts a message only once it is not a repeat (a double click counts in no window)."""
+    """``per_email``'s count, made when a service says so (the contact form passes it to
+    ``contact.submit`` as ``admit``: a repeated message, a double click, counts in no window)."""
     _check(config_name, "email:" + mailbox_key(email), "per e-mail address")
 
 

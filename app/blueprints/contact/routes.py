@@ -7,7 +7,7 @@ from app.auth import public
 from app.blueprints.contact.schemas import ContactFormSchema, ContactQueuedSchema
 from app.blueprints.routing import document_errors
 from app.extensions import Blueprint
-from app.ratelimits import per_ip
+from app.ratelimits import count_email, per_ip
 from app.services.public import contact
 
 blp = Blueprint("contact", __name__, url_prefix="/api", description="Contact the sales team.")
@@ -28,4 +28,5 @@ class ContactView(MethodView):
         10 minutes (a double click, a retry) answers the first one's `id`; nothing is sent twice,
         and the repeat does not count against the address's limit (`CONTACT_EMAIL_RATE_LIMIT`)."""
         return contact.submit(body["email"], body["message"], body.get("name"),
-                              honeypot=body.get("website"), client_ip=request.remote_addr)
+                              honeypot=body.get("website"), client_ip=request.remote_addr,
+                              admit=lambda: count_email("CONTACT_EMAIL_RATE_LIMIT", body["email"]))

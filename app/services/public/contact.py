@@ -3,11 +3,11 @@ through the outbox (Reply-To the sender) in the same transaction."""
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Callable
 
 from flask import current_app
 from sqlalchemy import select
 
-from app import ratelimits
 from app.extensions import db
 from app.ids import new_id
 from app.models import ContactMessage
@@ -27,13 +27,16 @@ def _one_line(value: str, limit: int) -> str:
 
 @transactional
 def submit(email: str, message: str, name: str | None = None, *, honeypot: str | None = None,
-           client_ip: str | None = None) -> dict:
+           client_ip: str | None = None, admit: Callable[[], None] | None = None) -> dict:
     """Queue a contact message; returns ``{id, status: "queued"}``.
 
     A filled honeypot field (bots fill every input) returns the same shape with a fresh id
     but stores and sends nothing, so a bot cannot tell it was dropped. The same message from
     the same address again within ``RESUBMIT_WINDOW`` (a double click, a retried request) is
-    answered with the first one's id; nothing is stored or sent twice.
+    answered with the first one's id; nothing is stored or sent twice. ``admit`` is called
+    once a message is known to be new, under the sender's lock, and may raise to refuse it
+    (the route counts the address's limit there: a repeat counts in no window; until
+    2026-11-29 a double click used two of the address's 3 an hour); nothing is stored then.
     """
     email = normalize_email(email)
     if honeypot:
@@ -46,9 +49,8 @@ def submit(email: str, message: str, name: str | None = None, *, honeypot: str |
         ContactMessage.created_at > utcnow() - RESUBMIT_WINDOW).limit(1)).scalar()
     if earlier is not None:
         return {"id": earlier, "status": "queued"}
-    # counted here, not by the route: a repeat above used none of the address's limit (until
-    # 2026-11-29 a double click used two of its 3 an hour); a 429 rolls the unit back
-    ratelimits.count_email("CONTACT_EMAIL_RATE_LIMIT", email)
+    if admit is not None:  # after the repeat check: a repeat uses none of the address's limit
+        admit()
     name = _one_line(name, 100) if name else None
     msg_id = new_id("contact")
     row = ContactMessage(id=msg_id, email=email, name=name or None, message=message,

@@ -125,26 +125,35 @@ def test_gunicorn_freezes_the_loaded_app_for_the_garbage_collector():
     assert out.returncode == 0 and out.stdout.startswith("ok"), out.stderr
 
 
-def test_gunicorn_loads_the_tokenizers_before_forking():
-    """The chat tokenizers are loaded in the master (preload) before the first fork, so the
-    workers share them: loaded lazily, each worker's first chat request waited ~2.2 s and
-    each worker held its own ~170 MiB. Without preload, each worker loads them before it
-    serves."""
+def test_gunicorn_loads_the_lazy_dependencies_before_forking():
+    """What the app loads on first use (app/preload.py: the chat tokenizers, eth_account and
+    x402's EVM types, the mcp server) is loaded in the master (preload) before the first
+    fork, so the workers share it: loaded lazily, each worker's first chat request waited
+    ~2.2 s and its first x402 payment ~2.1 s, each worker holding its own copy. Without
+    preload, each worker loads them before it serves."""
     code = textwrap.dedent("""\
-        import runpy
+        import runpy, sys
         from types import SimpleNamespace as NS
         conf = runpy.run_path("deploy/gunicorn.conf.py")
+        from app import preload
         from app.services.chat import tokens
-        assert not tokens._encodings
+
+        def loaded():
+            return bool(tokens._encodings) and all(m in sys.modules for m in preload.MODULES)
+
+        assert not loaded()
         conf["when_ready"](NS(cfg=NS(preload_app=False)))
-        assert not tokens._encodings
+        assert not loaded()
         conf["when_ready"](NS(cfg=NS(preload_app=True)))
         assert set(tokens._encodings) == {"o200k_base", "cl100k_base"}, tokens._encodings
+        assert loaded() and "x402.mechanisms.evm.types" in preload.MODULES
         tokens._encodings.clear()
         conf["post_worker_init"](NS(cfg=NS(preload_app=True)))
         assert not tokens._encodings
         conf["post_worker_init"](NS(cfg=NS(preload_app=False)))
         assert set(tokens._encodings) == {"o200k_base", "cl100k_base"}, tokens._encodings
+        import threading
+        assert threading.active_count() == 1, threading.enumerate()  # a fork must inherit no thread
         print("ok")
         """)
     out = subprocess.run([str(VENV_BIN / "python"), "-c", code], cwd=ROOT, capture_output=True, text=True,

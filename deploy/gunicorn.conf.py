@@ -203,6 +203,9 @@ def when_ready(server):
     kind waits seconds for it."""
     if server.cfg.preload_app:
         load_lazy_dependencies()
+    if server.cfg.reuse_port and not server.LISTENERS:  # gunicorn's own line names no address then
+        server.log.info("Each worker listens at: %s (reuse_port)", ",".join(
+            f"{a[0]}:{a[1]}" if isinstance(a, tuple) else str(a) for a in server.cfg.address))
 
 
 def pre_fork(server, worker):

@@ -142,9 +142,9 @@ def test_gunicorn_loads_the_lazy_dependencies_before_forking():
             return bool(tokens._encodings) and all(m in sys.modules for m in preload.MODULES)
 
         assert not loaded()
-        conf["when_ready"](NS(cfg=NS(preload_app=False)))
+        conf["when_ready"](NS(cfg=NS(preload_app=False, reuse_port=False)))
         assert not loaded()
-        conf["when_ready"](NS(cfg=NS(preload_app=True)))
+        conf["when_ready"](NS(cfg=NS(preload_app=True, reuse_port=False)))
         assert set(tokens._encodings) == {"o200k_base", "cl100k_base"}, tokens._encodings
         assert loaded() and "x402.mechanisms.evm.types" in preload.MODULES
         tokens._encodings.clear()

@@ -44,10 +44,11 @@ Every value can be overridden from the environment:
   ``flask worker`` sharing the directory are kept); live-gauge files of a worker that
   exits are removed by ``child_exit``.
 
-* Lazy dependencies (``app/preload.py``: the chat tokenizers, ``eth_account`` and x402's EVM
-  types, the ``mcp`` server; ~7 s of CPU and ~230 MiB) are loaded in the master before the
-  first fork (``when_ready``; without preload, in each worker before it serves), not on a
-  worker's first chat, x402 or MCP request (2.2 s, 2.1 s and 0.75 s under ``make run``).
+* Lazy dependencies (``app/preload.py``: the ORM's mappers, the chat tokenizers,
+  ``eth_account`` and x402's EVM types, the ``mcp`` server; ~7 s of CPU and ~230 MiB) are
+  loaded in the master before the first fork (``when_ready``; without preload, in each
+  worker before it serves), not on a worker's first metered call, chat, x402 or MCP request
+  (1.0–1.3 s, 2.2 s, 2.1 s and 0.75 s under ``make run``; 0.08–0.3 s after).
 
 * Garbage collector: the objects of the loaded app (~240,000: modules, SQLAlchemy
   metadata, marshmallow schemas, the OpenAPI spec) are moved to the collector's permanent

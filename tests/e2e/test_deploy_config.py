@@ -126,11 +126,12 @@ def test_gunicorn_freezes_the_loaded_app_for_the_garbage_collector():
 
 
 def test_gunicorn_loads_the_lazy_dependencies_before_forking():
-    """What the app loads on first use (app/preload.py: the chat tokenizers, eth_account and
-    x402's EVM types, the mcp server) is loaded in the master (preload) before the first
-    fork, so the workers share it: loaded lazily, each worker's first chat request waited
-    ~2.2 s and its first x402 payment ~2.1 s, each worker holding its own copy. Without
-    preload, each worker loads them before it serves."""
+    """What the app loads on first use (app/preload.py: the ORM's mappers, the chat
+    tokenizers, eth_account and x402's EVM types, the mcp server) is loaded in the master
+    (preload) before the first fork, so the workers share it: loaded lazily, each worker's
+    first metered call took ~1 s, its first chat request ~2.2 s and its first x402 payment
+    ~2.1 s, each worker holding its own copy. Without preload, each worker loads them before
+    it serves."""
     code = textwrap.dedent("""\
         import runpy, sys
         from types import SimpleNamespace as NS
@@ -138,8 +139,12 @@ def test_gunicorn_loads_the_lazy_dependencies_before_forking():
         from app import preload
         from app.services.chat import tokens
 
+        from sqlalchemy import inspect
+        from app.models import ApiKey
+
         def loaded():
-            return bool(tokens._encodings) and all(m in sys.modules for m in preload.MODULES)
+            return (bool(tokens._encodings) and all(m in sys.modules for m in preload.MODULES)
+                    and inspect(ApiKey).configured)
 
         assert not loaded()
         conf["when_ready"](NS(cfg=NS(preload_app=False, reuse_port=False)))

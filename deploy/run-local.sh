@@ -61,6 +61,15 @@ if [ -n "${REDIS_URL:-}" ]; then
   pids+=($!)
 fi
 
+$BIN/gunicorn -c deploy/gunicorn.conf.py -b "127.0.0.1:${PORT}" wsgi:app &
+gunicorn_pid=$!
+pids+=("$gunicorn_pid")
+# The banner once the gateway accepts connections: gunicorn's master loads the app and what
+# it would otherwise load on first use (app/preload.py) before its workers listen (seconds).
+until (exec 3<>"/dev/tcp/127.0.0.1/${PORT}") 2>/dev/null; do
+  kill -0 "$gunicorn_pid" 2>/dev/null || { echo "make run: gunicorn exited (its messages are above)" >&2; exit 1; }
+  sleep 0.2
+done
 cat <<MSG
 
   Gateway listening on http://127.0.0.1:${PORT}   (API docs: http://127.0.0.1:${PORT}/docs)
@@ -70,6 +79,4 @@ cat <<MSG
       curl -H "Authorization: Bearer <key>" http://127.0.0.1:${PORT}/api/account
 
 MSG
-$BIN/gunicorn -c deploy/gunicorn.conf.py -b "127.0.0.1:${PORT}" wsgi:app &
-pids+=($!)
-wait "${pids[-1]}"
+wait "$gunicorn_pid"

@@ -49,6 +49,12 @@ def test_make_run_with_redis_runs_a_worker_that_runs_the_jobs(app, tmp_path):
         log = (tmp_path / "run-local.log").read_text(errors="replace")
         assert Worker.all(connection=redis), f"no RQ worker registered\n{log[-2000:]}"
         assert FinishedJobRegistry(queue=queue).count > 0, f"no job ran\n{log[-2000:]}"
+        # the banner says "listening" once the gateway accepts connections (it was printed
+        # before gunicorn started, seconds before its preloading master let workers listen)
+        while "Gateway listening on" not in log and time.monotonic() < deadline + 10:
+            time.sleep(0.2)
+            log = (tmp_path / "run-local.log").read_text(errors="replace")
+        assert 0 <= log.find("Booting worker") < log.find("Gateway listening on"), log[-2000:]
 
 
 def test_make_run_refuses_a_port_in_use_naming_its_setting(tmp_path):

@@ -46,7 +46,7 @@ Every value can be overridden from the environment:
 
 * Lazy dependencies (``app/preload.py``: the ORM's mappers, the chat tokenizers,
   ``eth_account`` and x402's EVM types, the ``mcp`` server; ~7 s of CPU and ~230 MiB) are
-  loaded in the master before the first fork (``when_ready``; without preload, in each
+  loaded in the master before the first fork (``on_starting``; without preload, in each
   worker before it serves), not on a worker's first metered call, chat, x402 or MCP request
   (1.0–1.3 s, 2.2 s, 2.1 s and 0.75 s under ``make run``; 0.08–0.3 s after).
 
@@ -180,7 +180,10 @@ def refuse_a_shared_port(server) -> None:
 
 def on_starting(server):
     """Refuse a port already in use (above); drop metric files left by processes that no
-    longer exist (a previous run)."""
+    longer exist (a previous run); with preload, load what the app otherwise loads on first
+    use (``app/preload.py``: the ORM's mappers, the chat tokenizers, the x402/signature and
+    MCP libraries) once here, so the workers share one copy and no worker's first request of
+    a kind waits seconds for it. Here, not later: gunicorn tells systemd READY after this."""
     refuse_a_shared_port(server)
     for path in glob.glob(os.path.join(_prom_dir, "*.db")):
         m = _PID_IN_NAME.search(path)
@@ -189,6 +192,8 @@ def on_starting(server):
                 os.remove(path)
             except FileNotFoundError:
                 pass
+    if server.cfg.preload_app:
+        load_lazy_dependencies()
 
 
 def load_lazy_dependencies() -> None:
@@ -198,13 +203,9 @@ def load_lazy_dependencies() -> None:
 
 
 def when_ready(server):
-    """Master, listening, before the first fork (preload): load what the app otherwise loads
-    on first use (``app/preload.py``: the chat tokenizers, the x402/signature and MCP
-    libraries) once here, so the workers share one copy and no worker's first request of a
-    kind waits seconds for it."""
-    if server.cfg.preload_app:
-        load_lazy_dependencies()
-    if server.cfg.reuse_port and not server.LISTENERS:  # gunicorn's own line names no address then
+    """Master, before the first fork: with ``reuse_port`` name the address (gunicorn's own
+    "Listening at" line names none then: each worker opens its own socket)."""
+    if server.cfg.reuse_port and not server.LISTENERS:
         server.log.info("Each worker listens at: %s (reuse_port)", ",".join(
             f"{a[0]}:{a[1]}" if isinstance(a, tuple) else str(a) for a in server.cfg.address))
 
@@ -218,7 +219,7 @@ def pre_fork(server, worker):
 
 def post_worker_init(worker):
     """Worker, app loaded (preloaded or not): without preload, load the lazy dependencies
-    before serving (``when_ready``); freeze what loading created."""
+    before serving (``on_starting``); freeze what loading created."""
     if worker is not None and not worker.cfg.preload_app:
         load_lazy_dependencies()
     gc.freeze()

@@ -147,9 +147,9 @@ def test_gunicorn_loads_the_lazy_dependencies_before_forking():
                     and inspect(ApiKey).configured)
 
         assert not loaded()
-        conf["when_ready"](NS(cfg=NS(preload_app=False, reuse_port=False)))
+        conf["on_starting"](NS(cfg=NS(preload_app=False, reuse_port=False)))
         assert not loaded()
-        conf["when_ready"](NS(cfg=NS(preload_app=True, reuse_port=False)))
+        conf["on_starting"](NS(cfg=NS(preload_app=True, reuse_port=False)))
         assert set(tokens._encodings) == {"o200k_base", "cl100k_base"}, tokens._encodings
         assert loaded() and "x402.mechanisms.evm.types" in preload.MODULES
         tokens._encodings.clear()

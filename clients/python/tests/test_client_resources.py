@@ -139,7 +139,8 @@ def test_an_agents_chat_client_outlives_its_session(app, funded, server):
         assert bot.api_key != first
 
 
-RESOURCES = ("modules", "keys", "usage", "alerts", "wallet", "pay", "receipts", "agents")
+RESOURCES = ("modules", "keys", "usage", "alerts", "wallet", "pay", "receipts", "agents", "builds", "invoices",
+             "payment_methods", "auto_topup", "payouts")
 
 
 def test_async_client_has_every_method_of_the_sync_client():

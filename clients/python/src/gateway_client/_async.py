@@ -15,8 +15,10 @@ from gateway_client._core import (Op, RetryPolicy, default_timeouts, new_idempot
                                   resolve_api_key, resolve_base_url)
 from gateway_client._x402 import AsyncPayer
 from gateway_client.errors import PaymentRequired
-from gateway_client.models import (Account, Agent, AgentDisabled, Alert, CallResult, Checkout, DailyUsage,
-                                   Funding, Key, KeyCreated, Module, ModuleUsage, Payment, ReceiptKey,
+from gateway_client.models import (Account, Agent, AgentDisabled, AgentEarnings, Alert, AutoTopup, Build,
+                                   CallResult, Checkout, DailyUsage, DestinationRemoved, Funding, Invoice,
+                                   InvoicePage, Key, KeyCreated, Leaderboard, Module, ModuleUsage, Payment,
+                                   PaymentMethod, Payout, PayoutDestination, PayoutList, ReceiptKey,
                                    TransactionPage, UsageCurrent, WalletBalance)
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -127,6 +129,80 @@ class AsyncAgents(_AsyncResource):
     async def disable(self, agent_id: str) -> AgentDisabled:
         return await self._gw.request(ops.agent_disable(agent_id))
 
+    async def earnings(self, agent_id: str) -> AgentEarnings:
+        return await self._gw.request(ops.agent_earnings(agent_id))
+
+    async def leaderboard(self, limit: int = 10) -> Leaderboard:
+        return await self._gw.request(ops.agent_leaderboard(limit))
+
+
+class AsyncBuilds(_AsyncResource):
+    async def submit(self, slug: str, price_cents: int, actions: list[str], webhook: str | None = None,
+                     description: str | None = None) -> Build:
+        return await self._gw.request(ops.build_submit(slug, price_cents, actions, webhook, description))
+
+    async def list(self) -> list[Build]:
+        return await self._gw.request(ops.builds_list())
+
+
+class AsyncInvoices(_AsyncResource):
+    async def list(self, limit: int = 50, cursor: str | None = None, org_id: str | None = None) -> InvoicePage:
+        return await self._gw.request(ops.invoices_list(limit, cursor, org_id))
+
+    async def get(self, invoice_id: str, org_id: str | None = None) -> Invoice:
+        return await self._gw.request(ops.invoice_get(invoice_id, org_id))
+
+    async def pdf(self, invoice_id: str, path: str, org_id: str | None = None) -> str:
+        return await self._gw.request(ops.invoice_pdf(invoice_id, path, org_id))
+
+
+class AsyncPaymentMethods(_AsyncResource):
+    async def list(self, org_id: str | None = None) -> list[PaymentMethod]:
+        return await self._gw.request(ops.methods_list(org_id))
+
+    async def save(self, payment_method_id: str, org_id: str | None = None) -> PaymentMethod:
+        return await self._gw.request(ops.method_save(payment_method_id, org_id))
+
+    async def set_default(self, payment_method_id: str, org_id: str | None = None) -> PaymentMethod:
+        return await self._gw.request(ops.method_set_default(payment_method_id, org_id))
+
+    async def delete(self, payment_method_id: str, org_id: str | None = None) -> bool:
+        return await self._gw.request(ops.method_delete(payment_method_id, org_id))
+
+
+class AsyncAutoTopupRule(_AsyncResource):
+    async def get(self, org_id: str | None = None) -> AutoTopup:
+        return await self._gw.request(ops.auto_topup_get(org_id))
+
+    async def set(self, threshold_cents: int, amount_cents: int, monthly_cap_cents: int,
+                  org_id: str | None = None) -> AutoTopup:
+        return await self._gw.request(ops.auto_topup_set(threshold_cents, amount_cents, monthly_cap_cents, org_id))
+
+    async def disable(self, org_id: str | None = None) -> bool:
+        return await self._gw.request(ops.auto_topup_delete(org_id))
+
+
+class AsyncPayouts(_AsyncResource):
+    async def list(self, org_id: str | None = None) -> PayoutList:
+        return await self._gw.request(ops.payouts_list(org_id))
+
+    async def create(self, org_id: str | None = None, *, idempotency_key: str | None = None) -> Payout:
+        """As ``Payouts.create``: sent with an ``Idempotency-Key`` (given, or a new one)."""
+        return await self._gw.request(ops.payout_create(org_id, idempotency_key or new_idempotency_key()))
+
+    async def destination(self, org_id: str | None = None) -> PayoutDestination:
+        return await self._gw.request(ops.payout_destination(org_id))
+
+    async def set_stripe_destination(self, account: str, org_id: str | None = None) -> PayoutDestination:
+        return await self._gw.request(ops.payout_destination_stripe(account, org_id))
+
+    async def set_usdc_destination(self, chain: ops.Chain, address: str,
+                                   org_id: str | None = None) -> PayoutDestination:
+        return await self._gw.request(ops.payout_destination_usdc(chain, address, org_id))
+
+    async def remove_destination(self, org_id: str | None = None) -> DestinationRemoved:
+        return await self._gw.request(ops.payout_destination_delete(org_id))
+
 
 class AsyncGateway:
     """Asynchronous client; see ``Gateway`` for the arguments. Use ``async with``."""
@@ -146,7 +222,9 @@ class AsyncGateway:
         self._public_keys: dict[str, str] = {}
         self.modules, self.keys, self.usage = AsyncModules(self), AsyncKeys(self), AsyncUsage(self)
         self.alerts, self.wallet, self.pay = AsyncAlerts(self), AsyncWallet(self), AsyncPay(self)
-        self.receipts, self.agents = AsyncReceipts(self), AsyncAgents(self)
+        self.receipts, self.agents, self.builds = AsyncReceipts(self), AsyncAgents(self), AsyncBuilds(self)
+        self.invoices, self.payment_methods = AsyncInvoices(self), AsyncPaymentMethods(self)
+        self.auto_topup, self.payouts = AsyncAutoTopupRule(self), AsyncPayouts(self)
 
     async def __aenter__(self) -> AsyncGateway:
         return self

@@ -11,11 +11,14 @@ import httpx
 
 from gateway_client._core import Op, json_body
 from gateway_client._x402 import settlement
-from gateway_client.models import (Account, Agent, AgentDisabled, Alert, CallResult, Checkout, DailyUsage, Funding, Key,
-                                   KeyCreated, Module, ModuleUsage, Payment, ReceiptKey, Transaction,
+from gateway_client.models import (Account, Agent, AgentDisabled, AgentEarnings, Alert, AutoTopup, Build,
+                                   CallResult, Checkout, DailyUsage, DestinationRemoved, Funding, Invoice,
+                                   InvoicePage, Key, KeyCreated, Leaderboard, Module, ModuleUsage, Payment,
+                                   PaymentMethod, Payout, PayoutDestination, PayoutList, ReceiptKey, Transaction,
                                    TransactionPage, UsageCurrent, WalletBalance, parse)
 
 Period = Literal["day", "week", "month", "total"]
+Chain = Literal["base", "ethereum", "polygon"]
 
 
 class KeyOptions(TypedDict, total=False):
@@ -83,6 +86,11 @@ def _drop_none(data: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if v is not None}
 
 
+def _org(org_id: str | None) -> dict[str, str]:
+    """The ``org_id`` query parameter of a route acting on an organisation, when given."""
+    return _drop_none({"org_id": org_id})
+
+
 def _one(cls: Any) -> Any:
     return lambda r: parse(cls, r.json())
 
@@ -128,12 +136,11 @@ def keys_create(name: str, options: KeyOptions) -> Op[KeyCreated]:
 
 
 def keys_list(org_id: str | None = None) -> Op[list[Key]]:
-    return Op("GET", "/api/keys", _many(Key, "keys"), params=_drop_none({"org_id": org_id}))
+    return Op("GET", "/api/keys", _many(Key, "keys"), params=_org(org_id))
 
 
 def keys_revoke(key_id: str, org_id: str | None = None) -> Op[bool]:
-    return Op("DELETE", f"/api/keys/{_seg(key_id)}", lambda r: bool(r.json()["revoked"]),
-              params=_drop_none({"org_id": org_id}))
+    return Op("DELETE", f"/api/keys/{_seg(key_id)}", lambda r: bool(r.json()["revoked"]), params=_org(org_id))
 
 
 def keys_rotate(key_id: str, overlap_seconds: int | None, org_id: str | None = None) -> Op[KeyCreated]:
@@ -221,3 +228,101 @@ def agent_nonce() -> Op[str]:
 def agent_signin(pubkey: str, nonce: str, signature: str) -> Op[dict[str, Any]]:
     return Op("POST", "/api/agent/signin", json_body, auth=False,
               json={"pubkey": pubkey, "nonce": nonce, "signature": signature})
+
+
+def invoices_list(limit: int, cursor: str | None, org_id: str | None) -> Op[InvoicePage]:
+    def read(r: httpx.Response) -> InvoicePage:
+        data = r.json()
+        return InvoicePage([Invoice.from_json(i) for i in data["invoices"]], data.get("next_cursor"))
+    return Op("GET", "/api/pay/invoices", read,
+              params=_drop_none({"limit": limit, "cursor": cursor, "org_id": org_id}))
+
+
+def invoice_get(invoice_id: str, org_id: str | None) -> Op[Invoice]:
+    return Op("GET", f"/api/pay/invoices/{_seg(invoice_id)}", lambda r: Invoice.from_json(r.json()),
+              params=_org(org_id))
+
+
+def invoice_pdf(invoice_id: str, path: str, org_id: str | None) -> Op[str]:
+    return Op("GET", f"/api/pay/invoices/{_seg(invoice_id)}.pdf", lambda r: path, params=_org(org_id),
+              headers={"Accept": "application/pdf"}, stream_to=path)
+
+
+def methods_list(org_id: str | None) -> Op[list[PaymentMethod]]:
+    return Op("GET", "/api/pay/methods", _many(PaymentMethod, "methods"), params=_org(org_id))
+
+
+def method_save(payment_method_id: str, org_id: str | None) -> Op[PaymentMethod]:
+    return Op("POST", "/api/pay/method", _one(PaymentMethod),
+              json=_drop_none({"payment_method_id": payment_method_id, "org_id": org_id}))
+
+
+def method_set_default(payment_method_id: str, org_id: str | None) -> Op[PaymentMethod]:
+    return Op("POST", f"/api/pay/methods/{_seg(payment_method_id)}/default", _one(PaymentMethod),
+              params=_org(org_id))
+
+
+def method_delete(payment_method_id: str, org_id: str | None) -> Op[bool]:
+    return Op("DELETE", f"/api/pay/methods/{_seg(payment_method_id)}", lambda r: bool(r.json()["deleted"]),
+              params=_org(org_id))
+
+
+def auto_topup_get(org_id: str | None) -> Op[AutoTopup]:
+    return Op("GET", "/api/pay/auto-topup", lambda r: AutoTopup.from_json(r.json()), params=_org(org_id))
+
+
+def auto_topup_set(threshold_cents: int, amount_cents: int, monthly_cap_cents: int,
+                   org_id: str | None) -> Op[AutoTopup]:
+    return Op("PUT", "/api/pay/auto-topup", lambda r: AutoTopup.from_json(r.json()),
+              json=_drop_none({"threshold_cents": threshold_cents, "amount_cents": amount_cents,
+                               "monthly_cap_cents": monthly_cap_cents, "org_id": org_id}))
+
+
+def auto_topup_delete(org_id: str | None) -> Op[bool]:
+    return Op("DELETE", "/api/pay/auto-topup", lambda r: bool(r.json()["deleted"]), params=_org(org_id))
+
+
+def payouts_list(org_id: str | None) -> Op[PayoutList]:
+    return Op("GET", "/api/payouts", lambda r: PayoutList.from_json(r.json()), params=_org(org_id))
+
+
+def payout_create(org_id: str | None, idempotency_key: str) -> Op[Payout]:
+    return Op("POST", "/api/payouts", _one(Payout), params=_org(org_id),
+              headers={"Idempotency-Key": idempotency_key})
+
+
+def payout_destination(org_id: str | None) -> Op[PayoutDestination]:
+    return Op("GET", "/api/payouts/destination", _one(PayoutDestination), params=_org(org_id))
+
+
+def payout_destination_stripe(account: str, org_id: str | None) -> Op[PayoutDestination]:
+    return Op("PUT", "/api/payouts/destination/stripe_connect", _one(PayoutDestination),
+              json=_drop_none({"account": account, "org_id": org_id}))
+
+
+def payout_destination_usdc(chain: Chain, address: str, org_id: str | None) -> Op[PayoutDestination]:
+    return Op("PUT", "/api/payouts/destination/usdc", _one(PayoutDestination),
+              json=_drop_none({"chain": chain, "address": address, "org_id": org_id}))
+
+
+def payout_destination_delete(org_id: str | None) -> Op[DestinationRemoved]:
+    return Op("DELETE", "/api/payouts/destination", _one(DestinationRemoved), params=_org(org_id))
+
+
+def build_submit(slug: str, price_cents: int, actions: list[str], webhook: str | None,
+                 description: str | None) -> Op[Build]:
+    return Op("POST", "/api/agent/build", _one(Build),
+              json=_drop_none({"slug": slug, "price_cents": price_cents, "actions": list(actions),
+                               "webhook": webhook, "description": description}))
+
+
+def builds_list() -> Op[list[Build]]:
+    return Op("GET", "/api/agent/builds", _many(Build, "builds"))
+
+
+def agent_earnings(agent_id: str) -> Op[AgentEarnings]:
+    return Op("GET", f"/api/agent/{_seg(agent_id)}/earnings", lambda r: AgentEarnings.from_json(r.json()))
+
+
+def agent_leaderboard(limit: int) -> Op[Leaderboard]:
+    return Op("GET", "/api/agent/leaderboard", lambda r: Leaderboard.from_json(r.json()), params={"limit": limit})

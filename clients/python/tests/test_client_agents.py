@@ -1,10 +1,17 @@
-"""Agents' module builds, earnings and the leaderboard, against the live server."""
+"""Agents' module builds, earnings and the leaderboard, and the async agent session
+(``AsyncAgentSession``), against the live server."""
 from __future__ import annotations
+
+import asyncio
+import time
 
 import pytest
 from nacl.signing import SigningKey
 
-from gateway_client import AgentSession, Conflict, PermissionDenied, agent_pubkey
+from app.services.accounts import accounts
+from conftest import AGENT_SESSION_TTL
+from gateway_client import (AgentSession, AsyncAgentSession, AuthenticationError, Conflict, PaymentRequired,
+                            PermissionDenied, agent_pubkey)
 
 
 def test_builds_earnings_and_leaderboard(funded, server):
@@ -33,3 +40,50 @@ def test_builds_earnings_and_leaderboard(funded, server):
     board = owner.agents.leaderboard(limit=5)
     assert board.limit == 5 and len(board.entries) <= 5 and board.week_start < board.week_end
     assert [e.rank for e in board.entries] == list(range(1, len(board.entries) + 1))
+
+
+def test_async_agent_session_signs_in_calls_and_re_signs(app, funded, server):
+    """``AsyncAgentSession`` is ``AgentSession`` with await: it signs in, pays its calls from
+    the agent's balance, signs in again before the session ends and once on a 401, and its
+    chat client reads the current token."""
+    _, owner = funded
+    sk = SigningKey.generate()
+    agent = owner.agents.register("async-session-bot", agent_pubkey(sk))
+    ask = [{"role": "user", "content": "async agent"}]
+
+    async def run():
+        bot = await AsyncAgentSession.sign_in(server.url, signing_key=sk)
+        async with bot:
+            assert bot.agent_id == agent.id and bot.api_key.startswith("svc_sess_")
+            with pytest.raises(PaymentRequired):
+                await bot.call("echo", action="echo", hello="agent")
+            with app.app_context():
+                accounts.grant_credits(agent.account_id, 100, "funded by owner")
+            res = await bot.call("echo", action="echo", hello="agent")
+            assert res.ok and res.cost_cents == 1 and res.verify()
+            assert (await bot.account()).agent_id == agent.id
+
+            first = bot.api_key
+            await asyncio.sleep(AGENT_SESSION_TTL - bot.refresh_margin + 0.2)  # inside the refresh margin
+            results = await asyncio.gather(*(bot.call("echo", action="echo", n=n) for n in range(3)))
+            assert all(r.ok for r in results) and bot.api_key != first  # re-signed before expiry
+
+            second = bot.api_key
+            bot.expires_at = time.monotonic() + 3600  # the client believes its session is fresh
+            await asyncio.sleep(AGENT_SESSION_TTL + 0.5)  # but the server expired it: 401 → sign in again
+            assert (await bot.call("echo", action="echo", n=4)).ok and bot.api_key != second
+
+            chat = bot.chat_client(max_retries=0)
+            answer = await chat.chat.completions.create(model="demo-mini", messages=ask)
+            assert answer.choices[0].message.content == "Echo: async agent"
+
+    asyncio.run(run())
+
+
+def test_async_agent_session_of_an_unknown_key_is_refused(server):
+    async def run():
+        await AsyncAgentSession.sign_in(server.url, signing_key=SigningKey.generate())
+
+    with pytest.raises(AuthenticationError) as exc:
+        asyncio.run(run())
+    assert exc.value.code == "unknown_agent"

@@ -7,14 +7,15 @@
 
 ``Gateway`` (sync) and ``AsyncGateway`` (async) cover accounts, modules, keys, usage,
 alerts, wallet, checkout, invoices, payment methods, auto top-up, payouts, agents (their
-builds, earnings and leaderboard) and receipts; ``AgentSession`` signs an agent in with its
-ed25519 key; errors are ``ApiError`` subclasses (see gateway_client.errors).
+builds, earnings and leaderboard) and receipts; ``AgentSession`` (``AsyncAgentSession``)
+signs an agent in with its ed25519 key; errors are ``ApiError`` subclasses (see
+gateway_client.errors).
 """
 from gateway_client._async import AsyncGateway
 from gateway_client._core import RetryPolicy
 from gateway_client._sync import Gateway
 from gateway_client._version import __version__
-from gateway_client.agent import AgentSession, agent_pubkey, sign_nonce
+from gateway_client.agent import AgentSession, AsyncAgentSession, agent_pubkey, sign_nonce
 from gateway_client.errors import (ApiError, AuthenticationError, Conflict, GatewayError,
                                    InvalidRequest, NotFound, PaymentFailed, PaymentRequired,
                                    PermissionDenied, RateLimited, ReceiptInvalid, ServerError)
@@ -27,7 +28,7 @@ from gateway_client.models import (Account, Action, Agent, AgentDisabled, AgentE
                                    UsageCurrent, WalletBalance)
 
 __all__ = [
-    "Gateway", "AsyncGateway", "AgentSession", "RetryPolicy", "__version__",
+    "Gateway", "AsyncGateway", "AgentSession", "AsyncAgentSession", "RetryPolicy", "__version__",
     "agent_pubkey", "sign_nonce", "GatewayError", "ApiError", "InvalidRequest", "AuthenticationError",
     "PaymentRequired", "PermissionDenied", "NotFound", "Conflict", "RateLimited",
     "ServerError", "ReceiptInvalid", "PaymentFailed", "Account", "Action", "Agent", "Alert",

@@ -272,8 +272,15 @@ class AsyncGateway:
     def _verify(self, response: Mapping[str, Any]) -> bool:
         return receipts.verify(response, self._public_keys)
 
+    async def _token(self) -> str | None:
+        return self.api_key
+
+    async def _reauthenticate(self) -> bool:
+        """Called on a 401; True when a fresh credential was obtained (retry once)."""
+        return False
+
     async def _send(self, op: Op[Any]) -> httpx.Response:
-        headers = request_headers(op, self.api_key if op.auth else None)
+        headers = request_headers(op, await self._token() if op.auth else None)
         req = self._http.build_request(op.method, self.base_url + op.path, json=op.json,
                                        params=op.params, headers=headers,
                                        timeout=request_timeout(op, self._call_timeout))
@@ -293,7 +300,7 @@ class AsyncGateway:
 
     async def request(self, op: Op[T]) -> T:
         """Run one operation with retries; returns its parsed 2xx answer."""
-        attempt = 0
+        attempt, reauthed = 0, False
         while True:
             try:
                 response = await self._send(op)
@@ -302,6 +309,9 @@ class AsyncGateway:
                 if delay is None:
                     raise
             else:
+                if response.status_code == 401 and op.auth and not reauthed and await self._reauthenticate():
+                    reauthed = True
+                    continue
                 delay = None if response.is_success else self.retry.delay(op, attempt, response)
                 if delay is None:
                     raise_for_status(response)

@@ -80,10 +80,21 @@ def test_async_agent_session_signs_in_calls_and_re_signs(app, funded, server):
     asyncio.run(run())
 
 
-def test_async_agent_session_of_an_unknown_key_is_refused(server):
-    async def run():
-        await AsyncAgentSession.sign_in(server.url, signing_key=SigningKey.generate())
+def test_a_refused_sign_in_closes_the_sessions_connections(server, monkeypatch):
+    """A sign-in the gateway refuses (an unknown key, a disabled agent) raises, and the
+    session it was building closes its HTTP client (before: left open, sync and async,
+    with no object returned through which the caller could close it)."""
+    closed = []
 
+    async def aclose(self):
+        closed.append("async")
+
+    monkeypatch.setattr(AgentSession, "close", lambda self: closed.append("sync"))
+    monkeypatch.setattr(AsyncAgentSession, "aclose", aclose)
     with pytest.raises(AuthenticationError) as exc:
-        asyncio.run(run())
+        AgentSession.sign_in(server.url, signing_key=SigningKey.generate())
     assert exc.value.code == "unknown_agent"
+    with pytest.raises(AuthenticationError) as exc:
+        asyncio.run(AsyncAgentSession.sign_in(server.url, signing_key=SigningKey.generate()))
+    assert exc.value.code == "unknown_agent"
+    assert closed == ["sync", "async"]

@@ -67,9 +67,14 @@ class AgentSession(_SignedIn, Gateway):
     @classmethod
     def sign_in(cls, base_url: str | None = None, *, signing_key: SigningKey,
                 x402_account: Any = None, **kwargs: Any) -> AgentSession:
-        """Sign in the agent registered with ``signing_key``'s public key."""
+        """Sign in the agent registered with ``signing_key``'s public key (a refused sign-in
+        raises, its connections closed)."""
         session = cls(signing_key, base_url, x402_account=x402_account, **kwargs)
-        session.refresh()
+        try:
+            session.refresh()
+        except BaseException:
+            session.close()
+            raise
         return session
 
     def refresh(self) -> None:
@@ -109,9 +114,14 @@ class AsyncAgentSession(_SignedIn, AsyncGateway):
     @classmethod
     async def sign_in(cls, base_url: str | None = None, *, signing_key: SigningKey,
                       x402_account: Any = None, **kwargs: Any) -> AsyncAgentSession:
-        """Sign in the agent registered with ``signing_key``'s public key."""
+        """Sign in the agent registered with ``signing_key``'s public key (a refused sign-in
+        raises, its connections closed)."""
         session = cls(signing_key, base_url, x402_account=x402_account, **kwargs)
-        await session.refresh()
+        try:
+            await session.refresh()
+        except BaseException:
+            await session.aclose()
+            raise
         return session
 
     async def refresh(self) -> None:

@@ -9,12 +9,12 @@ import pytest
 from gateway_client import AsyncGateway, Conflict, InvalidRequest, NotFound
 
 
-def paid_checkout(app, gw, cents: int, refund_cents: int | None = None) -> str:
+def paid_checkout(app, gw, cents: int, refund_cents: int | None = None, org_id: str | None = None) -> str:
     """A checkout of ``cents`` paid in the sandbox (and ``refund_cents`` of it refunded): its payment id."""
     from app.extensions import db
     from app.services.billing import sandbox_checkout
 
-    co = gw.pay.checkout(cents, product="credits")
+    co = gw.pay.checkout(cents, product="credits", org_id=org_id)
     with app.app_context():
         sandbox_checkout.sandbox_checkout_action(co.url.rsplit("/", 1)[1], "pay", "pm_card_visa")
         if refund_cents:

@@ -60,50 +60,52 @@ class AsyncKeys(_AsyncResource):
 
 
 class AsyncUsage(_AsyncResource):
-    async def current(self) -> UsageCurrent:
-        return await self._gw.request(ops.usage_current())
+    async def current(self, **filters: Unpack[ops.UsageFilter]) -> UsageCurrent:
+        return await self._gw.request(ops.usage_current(filters))
 
-    async def by_module(self) -> list[ModuleUsage]:
-        return await self._gw.request(ops.usage_by_module())
+    async def by_module(self, **filters: Unpack[ops.UsageFilter]) -> list[ModuleUsage]:
+        return await self._gw.request(ops.usage_by_module(filters))
 
-    async def daily(self, days: int = 30) -> list[DailyUsage]:
-        return await self._gw.request(ops.usage_daily(days))
+    async def daily(self, days: int = 30, **filters: Unpack[ops.UsageFilter]) -> list[DailyUsage]:
+        return await self._gw.request(ops.usage_daily(days, filters))
 
     async def export(self, path: str, start: datetime | date | str, end: datetime | date | str,
-                     format: Literal["csv", "json"] = "csv") -> str:
-        return await self._gw.request(ops.usage_export(path, start, end, format))
+                     format: Literal["csv", "json"] = "csv", **filters: Unpack[ops.UsageFilter]) -> str:
+        return await self._gw.request(ops.usage_export(path, start, end, format, filters))
 
 
 class AsyncAlerts(_AsyncResource):
-    async def create(self, *, idempotency_key: str | None = None, **spec: Unpack[ops.AlertSpec]) -> Alert:
+    async def create(self, *, idempotency_key: str | None = None, org_id: str | None = None,
+                     **spec: Unpack[ops.AlertSpec]) -> Alert:
         """Create an alert. Sent with an ``Idempotency-Key`` (``idempotency_key``, or a new
         one), so the client's retries of a lost answer make no second alert."""
-        return await self._gw.request(ops.alerts_create(spec, idempotency_key or new_idempotency_key()))
+        return await self._gw.request(ops.alerts_create(spec, idempotency_key or new_idempotency_key(), org_id))
 
-    async def list(self) -> list[Alert]:
-        return await self._gw.request(ops.alerts_list())
+    async def list(self, org_id: str | None = None) -> list[Alert]:
+        return await self._gw.request(ops.alerts_list(org_id))
 
-    async def delete(self, alert_id: str) -> bool:
-        return await self._gw.request(ops.alerts_delete(alert_id))
+    async def delete(self, alert_id: str, org_id: str | None = None) -> bool:
+        return await self._gw.request(ops.alerts_delete(alert_id, org_id))
 
 
 class AsyncWallet(_AsyncResource):
-    async def balance(self) -> WalletBalance:
-        return await self._gw.request(ops.wallet_balance())
+    async def balance(self, org_id: str | None = None) -> WalletBalance:
+        return await self._gw.request(ops.wallet_balance(org_id))
 
-    async def transactions(self, limit: int = 50, cursor: str | None = None) -> TransactionPage:
-        return await self._gw.request(ops.wallet_transactions(limit, cursor))
+    async def transactions(self, limit: int = 50, cursor: str | None = None,
+                           org_id: str | None = None) -> TransactionPage:
+        return await self._gw.request(ops.wallet_transactions(limit, cursor, org_id))
 
 
 class AsyncPay(_AsyncResource):
     async def checkout(self, amount_cents: int, product: str | None = None,
                        return_url: str | None = None, save_method: bool = False, *,
-                       idempotency_key: str | None = None) -> Checkout:
+                       idempotency_key: str | None = None, org_id: str | None = None) -> Checkout:
         return await self._gw.request(ops.pay_checkout(amount_cents, product, return_url,
-                                                       idempotency_key or new_idempotency_key(), save_method))
+                                                       idempotency_key or new_idempotency_key(), save_method, org_id))
 
-    async def history(self) -> list[Payment]:
-        return await self._gw.request(ops.pay_history())
+    async def history(self, org_id: str | None = None) -> list[Payment]:
+        return await self._gw.request(ops.pay_history(org_id))
 
 
 class AsyncReceipts(_AsyncResource):
@@ -119,15 +121,17 @@ class AsyncReceipts(_AsyncResource):
 
 
 class AsyncAgents(_AsyncResource):
-    async def register(self, name: str, pubkey: str, webhook: str | None = None) -> Agent:
-        return await self._gw.request(ops.agent_register(name, pubkey, webhook))
+    async def register(self, name: str, pubkey: str, webhook: str | None = None,
+                       org_id: str | None = None) -> Agent:
+        return await self._gw.request(ops.agent_register(name, pubkey, webhook, org_id))
 
-    async def fund(self, agent_id: str, amount_cents: int, idempotency_key: str | None = None) -> Funding:
+    async def fund(self, agent_id: str, amount_cents: int, idempotency_key: str | None = None,
+                   org_id: str | None = None) -> Funding:
         return await self._gw.request(ops.agent_fund(agent_id, amount_cents,
-                                                     idempotency_key or new_idempotency_key()))
+                                                     idempotency_key or new_idempotency_key(), org_id))
 
-    async def disable(self, agent_id: str) -> AgentDisabled:
-        return await self._gw.request(ops.agent_disable(agent_id))
+    async def disable(self, agent_id: str, org_id: str | None = None) -> AgentDisabled:
+        return await self._gw.request(ops.agent_disable(agent_id, org_id))
 
     async def earnings(self, agent_id: str) -> AgentEarnings:
         return await self._gw.request(ops.agent_earnings(agent_id))

@@ -71,56 +71,61 @@ class Keys(_Resource):
 
 
 class Usage(_Resource):
-    def current(self) -> UsageCurrent:
-        return self._gw.request(ops.usage_current())
+    """Usage of the current period, by module, by day, and the per-call export. Each takes
+    the filters ``org_id``, ``key_id``, ``member_id``, ``module``, ``model`` (``ops.UsageFilter``)."""
 
-    def by_module(self) -> list[ModuleUsage]:
-        return self._gw.request(ops.usage_by_module())
+    def current(self, **filters: Unpack[ops.UsageFilter]) -> UsageCurrent:
+        return self._gw.request(ops.usage_current(filters))
 
-    def daily(self, days: int = 30) -> list[DailyUsage]:
-        return self._gw.request(ops.usage_daily(days))
+    def by_module(self, **filters: Unpack[ops.UsageFilter]) -> list[ModuleUsage]:
+        return self._gw.request(ops.usage_by_module(filters))
+
+    def daily(self, days: int = 30, **filters: Unpack[ops.UsageFilter]) -> list[DailyUsage]:
+        return self._gw.request(ops.usage_daily(days, filters))
 
     def export(self, path: str, start: datetime | date | str, end: datetime | date | str,
-               format: Literal["csv", "json"] = "csv") -> str:
+               format: Literal["csv", "json"] = "csv", **filters: Unpack[ops.UsageFilter]) -> str:
         """Stream the calls between ``start`` and ``end`` (≤ 31 days) into ``path``."""
-        return self._gw.request(ops.usage_export(path, start, end, format))
+        return self._gw.request(ops.usage_export(path, start, end, format, filters))
 
 
 class Alerts(_Resource):
-    def create(self, *, idempotency_key: str | None = None, **spec: Unpack[ops.AlertSpec]) -> Alert:
+    def create(self, *, idempotency_key: str | None = None, org_id: str | None = None,
+               **spec: Unpack[ops.AlertSpec]) -> Alert:
         """Create an alert. Sent with an ``Idempotency-Key`` (``idempotency_key``, or a new
         one), so the client's retries of a lost answer make no second alert."""
-        return self._gw.request(ops.alerts_create(spec, idempotency_key or new_idempotency_key()))
+        return self._gw.request(ops.alerts_create(spec, idempotency_key or new_idempotency_key(), org_id))
 
-    def list(self) -> list[Alert]:
-        return self._gw.request(ops.alerts_list())
+    def list(self, org_id: str | None = None) -> list[Alert]:
+        return self._gw.request(ops.alerts_list(org_id))
 
-    def delete(self, alert_id: str) -> bool:
-        return self._gw.request(ops.alerts_delete(alert_id))
+    def delete(self, alert_id: str, org_id: str | None = None) -> bool:
+        return self._gw.request(ops.alerts_delete(alert_id, org_id))
 
 
 class Wallet(_Resource):
-    def balance(self) -> WalletBalance:
-        return self._gw.request(ops.wallet_balance())
+    def balance(self, org_id: str | None = None) -> WalletBalance:
+        return self._gw.request(ops.wallet_balance(org_id))
 
-    def transactions(self, limit: int = 50, cursor: str | None = None) -> TransactionPage:
-        return self._gw.request(ops.wallet_transactions(limit, cursor))
+    def transactions(self, limit: int = 50, cursor: str | None = None,
+                     org_id: str | None = None) -> TransactionPage:
+        return self._gw.request(ops.wallet_transactions(limit, cursor, org_id))
 
 
 class Pay(_Resource):
     def checkout(self, amount_cents: int, product: str | None = None,
                  return_url: str | None = None, save_method: bool = False, *,
-                 idempotency_key: str | None = None) -> Checkout:
+                 idempotency_key: str | None = None, org_id: str | None = None) -> Checkout:
         """Start a hosted checkout; send the user to ``.url``. ``save_method``: the card paid
         with is saved and made the default once the payment is credited (auto top-up and
         funding charge it). Sent with an ``Idempotency-Key`` (``idempotency_key``, or a new
         one), so the client's retries of a lost answer start no second checkout."""
         return self._gw.request(ops.pay_checkout(amount_cents, product, return_url,
-                                                 idempotency_key or new_idempotency_key(), save_method))
+                                                 idempotency_key or new_idempotency_key(), save_method, org_id))
 
-    def history(self) -> list[Payment]:
+    def history(self, org_id: str | None = None) -> list[Payment]:
         """The last 50 payments, newest first."""
-        return self._gw.request(ops.pay_history())
+        return self._gw.request(ops.pay_history(org_id))
 
 
 class Receipts(_Resource):
@@ -134,19 +139,21 @@ class Receipts(_Resource):
 
 
 class Agents(_Resource):
-    def register(self, name: str, pubkey: str, webhook: str | None = None) -> Agent:
+    def register(self, name: str, pubkey: str, webhook: str | None = None,
+                 org_id: str | None = None) -> Agent:
         """Register an agent (``pubkey`` = ``ed25519:<base58>``, see ``agent_pubkey``)."""
-        return self._gw.request(ops.agent_register(name, pubkey, webhook))
+        return self._gw.request(ops.agent_register(name, pubkey, webhook, org_id))
 
-    def fund(self, agent_id: str, amount_cents: int, idempotency_key: str | None = None) -> Funding:
+    def fund(self, agent_id: str, amount_cents: int, idempotency_key: str | None = None,
+             org_id: str | None = None) -> Funding:
         """Move ``amount_cents`` from this account's balance to the agent's (once per key)."""
         return self._gw.request(ops.agent_fund(agent_id, amount_cents,
-                                               idempotency_key or new_idempotency_key()))
+                                               idempotency_key or new_idempotency_key(), org_id))
 
-    def disable(self, agent_id: str) -> AgentDisabled:
+    def disable(self, agent_id: str, org_id: str | None = None) -> AgentDisabled:
         """Disable an agent: its sessions stop, it can no longer sign in, and its balance
         comes back to this account (``returned_micros``). Cannot be undone."""
-        return self._gw.request(ops.agent_disable(agent_id))
+        return self._gw.request(ops.agent_disable(agent_id, org_id))
 
     def earnings(self, agent_id: str) -> AgentEarnings:
         """The earnings of the modules the agent owns (its owner's key, or its own session)."""

@@ -53,6 +53,18 @@ class KeyChanges(TypedDict, total=False):
     org_id: str | None
 
 
+class UsageFilter(TypedDict, total=False):
+    """Filters of the usage reads: ``org_id`` (an organisation's usage), ``key_id`` (one API
+    key's calls), ``member_id`` (one member's organisation keys), ``module`` (one module's
+    calls, no chat completion), ``model`` (one chat model's completions, no module call)."""
+
+    org_id: str
+    key_id: str
+    member_id: str
+    module: str
+    model: str
+
+
 class AlertSpec(TypedDict):
     """Fields of ``alerts.create`` (all required): see the Alert resource of the SPEC."""
 
@@ -152,73 +164,75 @@ def keys_update(key_id: str, changes: KeyChanges) -> Op[Key]:
     return Op("PATCH", f"/api/keys/{_seg(key_id)}", _one(Key), json=dict(changes))
 
 
-def usage_current() -> Op[UsageCurrent]:
-    return Op("GET", "/api/usage/current", _one(UsageCurrent))
+def usage_current(filters: UsageFilter) -> Op[UsageCurrent]:
+    return Op("GET", "/api/usage/current", _one(UsageCurrent), params=_drop_none(filters))
 
 
-def usage_by_module() -> Op[list[ModuleUsage]]:
-    return Op("GET", "/api/usage/by-module", _many(ModuleUsage, "by_module"))
+def usage_by_module(filters: UsageFilter) -> Op[list[ModuleUsage]]:
+    return Op("GET", "/api/usage/by-module", _many(ModuleUsage, "by_module"), params=_drop_none(filters))
 
 
-def usage_daily(days: int) -> Op[list[DailyUsage]]:
-    return Op("GET", "/api/usage/daily", _many(DailyUsage, "days"), params={"days": days})
+def usage_daily(days: int, filters: UsageFilter) -> Op[list[DailyUsage]]:
+    return Op("GET", "/api/usage/daily", _many(DailyUsage, "days"), params=_drop_none({"days": days, **filters}))
 
 
 def usage_export(path: str, start: datetime | date | str, end: datetime | date | str,
-                 fmt: Literal["csv", "json"]) -> Op[str]:
+                 fmt: Literal["csv", "json"], filters: UsageFilter) -> Op[str]:
     return Op("GET", "/api/usage/export", lambda r: path, stream_to=path,
-              params={"from": when(start), "to": when(end), "format": fmt})
+              params=_drop_none({"from": when(start), "to": when(end), "format": fmt, **filters}))
 
 
-def alerts_create(spec: AlertSpec, idempotency_key: str) -> Op[Alert]:
-    return Op("POST", "/api/alerts", _one(Alert), json=dict(spec), headers={"Idempotency-Key": idempotency_key})
+def alerts_create(spec: AlertSpec, idempotency_key: str, org_id: str | None = None) -> Op[Alert]:
+    return Op("POST", "/api/alerts", _one(Alert), json=_drop_none({**spec, "org_id": org_id}),
+              headers={"Idempotency-Key": idempotency_key})
 
 
-def alerts_list() -> Op[list[Alert]]:
-    return Op("GET", "/api/alerts", _many(Alert, "alerts"))
+def alerts_list(org_id: str | None = None) -> Op[list[Alert]]:
+    return Op("GET", "/api/alerts", _many(Alert, "alerts"), params=_org(org_id))
 
 
-def alerts_delete(alert_id: str) -> Op[bool]:
-    return Op("DELETE", f"/api/alerts/{_seg(alert_id)}", lambda r: bool(r.json()["deleted"]))
+def alerts_delete(alert_id: str, org_id: str | None = None) -> Op[bool]:
+    return Op("DELETE", f"/api/alerts/{_seg(alert_id)}", lambda r: bool(r.json()["deleted"]), params=_org(org_id))
 
 
-def wallet_balance() -> Op[WalletBalance]:
-    return Op("GET", "/api/wallet/balance", _one(WalletBalance))
+def wallet_balance(org_id: str | None = None) -> Op[WalletBalance]:
+    return Op("GET", "/api/wallet/balance", _one(WalletBalance), params=_org(org_id))
 
 
-def wallet_transactions(limit: int, cursor: str | None) -> Op[TransactionPage]:
+def wallet_transactions(limit: int, cursor: str | None, org_id: str | None = None) -> Op[TransactionPage]:
     def read(r: httpx.Response) -> TransactionPage:
         data = r.json()
         return TransactionPage([parse(Transaction, t) for t in data["transactions"]],
                                data.get("next_cursor"))
     return Op("GET", "/api/wallet/transactions", read,
-              params=_drop_none({"limit": limit, "cursor": cursor}))
+              params=_drop_none({"limit": limit, "cursor": cursor, "org_id": org_id}))
 
 
 def pay_checkout(amount_cents: int, product: str | None, return_url: str | None,
-                 idempotency_key: str, save_method: bool = False) -> Op[Checkout]:
+                 idempotency_key: str, save_method: bool = False, org_id: str | None = None) -> Op[Checkout]:
     return Op("POST", "/api/pay/checkout", _one(Checkout),
-              json=_drop_none({"amount_cents": amount_cents, "product": product,
-                               "return_url": return_url, "save_method": save_method or None}),
+              json=_drop_none({"amount_cents": amount_cents, "product": product, "return_url": return_url,
+                               "save_method": save_method or None, "org_id": org_id}),
               headers={"Idempotency-Key": idempotency_key})
 
 
-def pay_history() -> Op[list[Payment]]:
-    return Op("GET", "/api/pay/history", _many(Payment, "payments"))
+def pay_history(org_id: str | None = None) -> Op[list[Payment]]:
+    return Op("GET", "/api/pay/history", _many(Payment, "payments"), params=_org(org_id))
 
 
-def agent_register(name: str, pubkey: str, webhook: str | None) -> Op[Agent]:
+def agent_register(name: str, pubkey: str, webhook: str | None, org_id: str | None = None) -> Op[Agent]:
     return Op("POST", "/api/agent/register", _one(Agent),
-              json=_drop_none({"name": name, "pubkey": pubkey, "webhook": webhook}))
+              json=_drop_none({"name": name, "pubkey": pubkey, "webhook": webhook, "org_id": org_id}))
 
 
-def agent_fund(agent_id: str, amount_cents: int, idempotency_key: str) -> Op[Funding]:
+def agent_fund(agent_id: str, amount_cents: int, idempotency_key: str, org_id: str | None = None) -> Op[Funding]:
     return Op("POST", f"/api/agent/{_seg(agent_id)}/fund", _one(Funding),
-              json={"amount_cents": amount_cents}, headers={"Idempotency-Key": idempotency_key})
+              json=_drop_none({"amount_cents": amount_cents, "org_id": org_id}),
+              headers={"Idempotency-Key": idempotency_key})
 
 
-def agent_disable(agent_id: str) -> Op[AgentDisabled]:
-    return Op("DELETE", f"/api/agent/{_seg(agent_id)}", _one(AgentDisabled))
+def agent_disable(agent_id: str, org_id: str | None = None) -> Op[AgentDisabled]:
+    return Op("DELETE", f"/api/agent/{_seg(agent_id)}", _one(AgentDisabled), params=_org(org_id))
 
 
 def agent_nonce() -> Op[str]:

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from gateway_client import AsyncGateway, Conflict, InvalidRequest, NotFound
+from gateway_client import AsyncGateway, Conflict, InvalidRequest, NotFound, PaymentRequired
 
 
 def paid_checkout(app, gw, cents: int, refund_cents: int | None = None, org_id: str | None = None) -> str:
@@ -141,3 +141,45 @@ def test_async_billing_resources(app, funded, tmp_path):
         assert fh.read(5) == b"%PDF-"
     assert saved.payment_method_id == "pm_card_visa" and rule.method == saved and disabled is True
     assert payouts.destination == dest and dest.account == "acct_sellerOK02"
+
+
+def test_wallet_fund_charges_the_saved_card_once_per_key(funded):
+    """``wallet.fund``: the saved default card is charged off-session, once per
+    Idempotency-Key; no card is 409, a declined one 402."""
+    _, gw = funded
+    with pytest.raises(Conflict) as exc:
+        gw.wallet.fund(500)
+    assert exc.value.code == "no_payment_method"
+    gw.payment_methods.save("pm_card_visa")
+    first = gw.wallet.fund(500, idempotency_key="top-up-1")
+    again = gw.wallet.fund(500, idempotency_key="top-up-1")
+    assert (first.method, first.status, first.amount_cents, first.balance_cents) == ("card", "succeeded", 500, 1000)
+    assert again.payment_id == first.payment_id and gw.wallet.balance().credits_cents == 1000
+    gw.payment_methods.save("pm_card_chargeDeclined")
+    with pytest.raises(PaymentRequired) as exc:
+        gw.wallet.fund(500)
+    assert exc.value.code == "card_declined" and gw.wallet.balance().credits_cents == 1000
+
+
+def test_billing_details_are_printed_on_later_invoices(app, funded):
+    acct, gw = funded
+    assert gw.invoices.billing_details().name is None
+    details = gw.invoices.set_billing_details(name="ACME SAS", address="1 rue de la Paix\nParis",
+                                              country="FR", tax_id="FR12345678901")
+    assert (details.name, details.country, details.tax_id) == ("ACME SAS", "FR", "FR12345678901")
+    assert gw.invoices.billing_details() == details
+    payment_id = paid_checkout(app, gw, 500)
+    (invoice,) = [i for i in gw.invoices.list().invoices if i.payment_id == payment_id]
+    buyer = gw.invoices.get(invoice.id).document["buyer"]
+    assert (buyer["name"], buyer["tax_id"]) == ("ACME SAS", "FR12345678901")
+    cleared = gw.invoices.set_billing_details()  # absent fields are cleared
+    assert (cleared.name, cleared.address, cleared.country, cleared.tax_id) == (None, None, None, None)
+
+
+def test_an_owners_earnings(funded):
+    """``payouts.earnings()``: what the account's own catalog modules earned, settled and
+    owe to its payout destination (agents: ``agents.earnings``)."""
+    acct, gw = funded
+    earned = gw.payouts.earnings()
+    assert (earned.account_id, earned.agent_id, earned.owed_cents, earned.lifetime_cents) == (acct.id, None, 0, 0)
+    assert earned.share_pct > 0 and earned.settlements == []

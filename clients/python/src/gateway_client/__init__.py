@@ -19,13 +19,13 @@ from gateway_client.agent import AgentSession, AsyncAgentSession, agent_pubkey, 
 from gateway_client.errors import (ApiError, AuthenticationError, Conflict, GatewayError,
                                    InvalidRequest, NotFound, PaymentFailed, PaymentRequired,
                                    PermissionDenied, RateLimited, ReceiptInvalid, ServerError)
-from gateway_client.models import (Account, Action, Agent, AgentDisabled, AgentEarnings, Alert,
-                                   AutoTopup, AutoTopupRun, Build, CallResult, Checkout, DailyUsage,
-                                   DestinationRemoved, Funding, Invoice, InvoiceBrief, InvoicePage, Key,
-                                   KeyCreated, Leaderboard, LeaderboardEntry, Module, ModuleUsage,
-                                   Payment, PaymentMethod, Payout, PayoutDestination, PayoutList,
-                                   Receipt, ReceiptKey, Statement, Transaction, TransactionPage,
-                                   UsageCurrent, WalletBalance)
+from gateway_client.models import (Account, Action, Agent, AgentDisabled, Alert, AutoTopup, AutoTopupRun,
+                                   BillingDetails, Build, CallResult, Checkout, DailyUsage,
+                                   DestinationRemoved, Earnings, Funding, Invoice, InvoiceBrief,
+                                   InvoicePage, Key, KeyCreated, Leaderboard, LeaderboardEntry, Module,
+                                   ModuleUsage, Payment, PaymentMethod, Payout, PayoutDestination,
+                                   PayoutList, Receipt, ReceiptKey, Statement, Transaction,
+                                   TransactionPage, UsageCurrent, WalletBalance, WalletFunding)
 
 __all__ = [
     "Gateway", "AsyncGateway", "AgentSession", "AsyncAgentSession", "RetryPolicy", "__version__",
@@ -34,7 +34,7 @@ __all__ = [
     "ServerError", "ReceiptInvalid", "PaymentFailed", "Account", "Action", "Agent", "Alert",
     "CallResult", "Checkout", "DailyUsage", "Funding", "Key", "KeyCreated", "Module",
     "ModuleUsage", "Payment", "Receipt", "ReceiptKey", "Transaction", "TransactionPage", "UsageCurrent",
-    "WalletBalance", "AgentDisabled", "AgentEarnings", "AutoTopup", "AutoTopupRun", "Build",
+    "WalletBalance", "AgentDisabled", "BillingDetails", "Earnings", "AutoTopup", "AutoTopupRun", "Build",
     "DestinationRemoved", "Invoice", "InvoiceBrief", "InvoicePage", "Leaderboard", "LeaderboardEntry",
-    "PaymentMethod", "Payout", "PayoutDestination", "PayoutList", "Statement",
+    "PaymentMethod", "Payout", "PayoutDestination", "PayoutList", "Statement", "WalletFunding",
 ]

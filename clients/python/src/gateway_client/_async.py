@@ -15,11 +15,12 @@ from gateway_client._core import (Op, RetryPolicy, default_timeouts, new_idempot
                                   resolve_api_key, resolve_base_url)
 from gateway_client._x402 import AsyncPayer
 from gateway_client.errors import PaymentRequired
-from gateway_client.models import (Account, Agent, AgentDisabled, AgentEarnings, Alert, AutoTopup, Build,
-                                   CallResult, Checkout, DailyUsage, DestinationRemoved, Funding, Invoice,
-                                   InvoicePage, Key, KeyCreated, Leaderboard, Module, ModuleUsage, Payment,
-                                   PaymentMethod, Payout, PayoutDestination, PayoutList, ReceiptKey,
-                                   TransactionPage, UsageCurrent, WalletBalance)
+from gateway_client.models import (Account, Agent, AgentDisabled, Alert, AutoTopup, BillingDetails,
+                                   Build, CallResult, Checkout, DailyUsage, DestinationRemoved, Earnings,
+                                   Funding, Invoice, InvoicePage, Key, KeyCreated, Leaderboard, Module,
+                                   ModuleUsage, Payment, PaymentMethod, Payout, PayoutDestination,
+                                   PayoutList, ReceiptKey, TransactionPage, UsageCurrent, WalletBalance,
+                                   WalletFunding)
 
 if TYPE_CHECKING:  # pragma: no cover
     import openai
@@ -96,6 +97,11 @@ class AsyncWallet(_AsyncResource):
                            org_id: str | None = None) -> TransactionPage:
         return await self._gw.request(ops.wallet_transactions(limit, cursor, org_id))
 
+    async def fund(self, amount_cents: int, method: Literal["card", "ach", "usdc"] = "card", *,
+                   idempotency_key: str | None = None, org_id: str | None = None) -> WalletFunding:
+        return await self._gw.request(ops.wallet_fund(amount_cents, method,
+                                      idempotency_key or new_idempotency_key(), org_id))
+
 
 class AsyncPay(_AsyncResource):
     async def checkout(self, amount_cents: int, product: str | None = None,
@@ -133,7 +139,7 @@ class AsyncAgents(_AsyncResource):
     async def disable(self, agent_id: str, org_id: str | None = None) -> AgentDisabled:
         return await self._gw.request(ops.agent_disable(agent_id, org_id))
 
-    async def earnings(self, agent_id: str) -> AgentEarnings:
+    async def earnings(self, agent_id: str) -> Earnings:
         return await self._gw.request(ops.agent_earnings(agent_id))
 
     async def leaderboard(self, limit: int = 10) -> Leaderboard:
@@ -158,6 +164,13 @@ class AsyncInvoices(_AsyncResource):
 
     async def pdf(self, invoice_id: str, path: str, org_id: str | None = None) -> str:
         return await self._gw.request(ops.invoice_pdf(invoice_id, path, org_id))
+
+    async def billing_details(self, org_id: str | None = None) -> BillingDetails:
+        return await self._gw.request(ops.billing_details(org_id))
+
+    async def set_billing_details(self, org_id: str | None = None,
+                                  **details: Unpack[ops.BillingDetailsSpec]) -> BillingDetails:
+        return await self._gw.request(ops.billing_details_set(details, org_id))
 
 
 class AsyncPaymentMethods(_AsyncResource):
@@ -206,6 +219,9 @@ class AsyncPayouts(_AsyncResource):
 
     async def remove_destination(self, org_id: str | None = None) -> DestinationRemoved:
         return await self._gw.request(ops.payout_destination_delete(org_id))
+
+    async def earnings(self, org_id: str | None = None) -> Earnings:
+        return await self._gw.request(ops.owner_earnings(org_id))
 
 
 class AsyncGateway:

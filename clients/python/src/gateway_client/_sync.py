@@ -18,11 +18,12 @@ from gateway_client._core import (Op, RetryPolicy, default_timeouts, new_idempot
                                   resolve_api_key, resolve_base_url)
 from gateway_client._x402 import SyncPayer
 from gateway_client.errors import PaymentRequired
-from gateway_client.models import (Account, Agent, AgentDisabled, AgentEarnings, Alert, AutoTopup, Build,
-                                   CallResult, Checkout, DailyUsage, DestinationRemoved, Funding, Invoice,
-                                   InvoicePage, Key, KeyCreated, Leaderboard, Module, ModuleUsage, Payment,
-                                   PaymentMethod, Payout, PayoutDestination, PayoutList, ReceiptKey,
-                                   TransactionPage, UsageCurrent, WalletBalance)
+from gateway_client.models import (Account, Agent, AgentDisabled, Alert, AutoTopup, BillingDetails,
+                                   Build, CallResult, Checkout, DailyUsage, DestinationRemoved, Earnings,
+                                   Funding, Invoice, InvoicePage, Key, KeyCreated, Leaderboard, Module,
+                                   ModuleUsage, Payment, PaymentMethod, Payout, PayoutDestination,
+                                   PayoutList, ReceiptKey, TransactionPage, UsageCurrent, WalletBalance,
+                                   WalletFunding)
 
 if TYPE_CHECKING:  # pragma: no cover
     import openai
@@ -111,6 +112,15 @@ class Wallet(_Resource):
                      org_id: str | None = None) -> TransactionPage:
         return self._gw.request(ops.wallet_transactions(limit, cursor, org_id))
 
+    def fund(self, amount_cents: int, method: Literal["card", "ach", "usdc"] = "card", *,
+             idempotency_key: str | None = None, org_id: str | None = None) -> WalletFunding:
+        """Add credits: ``card`` charges the saved default card (credited at once; 409
+        ``no_payment_method``, 402 ``card_declined``), ``ach`` the saved bank account
+        (``pending``), ``usdc`` answers deposit instructions. Sent with an ``Idempotency-Key``
+        (``idempotency_key``, or a new one), so the client's retries never charge twice."""
+        return self._gw.request(ops.wallet_fund(amount_cents, method,
+                                idempotency_key or new_idempotency_key(), org_id))
+
 
 class Pay(_Resource):
     def checkout(self, amount_cents: int, product: str | None = None,
@@ -155,7 +165,7 @@ class Agents(_Resource):
         comes back to this account (``returned_micros``). Cannot be undone."""
         return self._gw.request(ops.agent_disable(agent_id, org_id))
 
-    def earnings(self, agent_id: str) -> AgentEarnings:
+    def earnings(self, agent_id: str) -> Earnings:
         """The earnings of the modules the agent owns (its owner's key, or its own session)."""
         return self._gw.request(ops.agent_earnings(agent_id))
 
@@ -191,6 +201,16 @@ class Invoices(_Resource):
     def pdf(self, invoice_id: str, path: str, org_id: str | None = None) -> str:
         """Stream the PDF of an invoice or credit note into ``path``; returns ``path``."""
         return self._gw.request(ops.invoice_pdf(invoice_id, path, org_id))
+
+    def billing_details(self, org_id: str | None = None) -> BillingDetails:
+        """The billing name, address, country and tax id printed on the next invoices."""
+        return self._gw.request(ops.billing_details(org_id))
+
+    def set_billing_details(self, org_id: str | None = None,
+                            **details: Unpack[ops.BillingDetailsSpec]) -> BillingDetails:
+        """Set the details printed on invoices issued from now on (those issued keep theirs);
+        a field not given is cleared, none given clears them all."""
+        return self._gw.request(ops.billing_details_set(details, org_id))
 
 
 class PaymentMethods(_Resource):
@@ -254,6 +274,11 @@ class Payouts(_Resource):
     def remove_destination(self, org_id: str | None = None) -> DestinationRemoved:
         """Keep earnings as balance again: what was owed moves to the balance."""
         return self._gw.request(ops.payout_destination_delete(org_id))
+
+    def earnings(self, org_id: str | None = None) -> Earnings:
+        """Earnings of this account's own catalog modules, with what is ``owed`` to the
+        destination (an agent's: ``agents.earnings``)."""
+        return self._gw.request(ops.owner_earnings(org_id))
 
 
 class Gateway:

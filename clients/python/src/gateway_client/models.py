@@ -491,13 +491,13 @@ class Statement:
 
 
 @dataclass(frozen=True)
-class AgentEarnings:
-    """An agent's earnings from the modules it owns (``share_pct`` of their revenue):
-    ``accrued`` (not settled yet; negative after a refund of a settled month's call),
-    ``settled`` and ``lifetime``, in cents (floors) and micros (exact), with the 12 most
-    recent ``settlements``."""
+class Earnings:
+    """Earnings of the modules an agent (``agents.earnings``: ``agent_id``) or an account
+    (``payouts.earnings``: ``account_id``, and ``owed`` to its payout destination) owns,
+    ``share_pct`` of their revenue: ``accrued`` (not settled yet; negative after a refund of
+    a settled month's call), ``settled`` and ``lifetime``, in cents (floors) and micros
+    (exact), with the 12 most recent ``settlements``."""
 
-    agent_id: str
     share_pct: int
     accrued_cents: int
     accrued_micros: int
@@ -506,10 +506,14 @@ class AgentEarnings:
     lifetime_cents: int
     lifetime_micros: int
     settlements: list[Statement] = field(default_factory=list)
+    agent_id: str | None = None
+    account_id: str | None = None
+    owed_cents: int | None = None
+    owed_micros: int | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> AgentEarnings:
+    def from_json(cls, data: Mapping[str, Any]) -> Earnings:
         return parse(cls, data, settlements=[parse(Statement, s) for s in data.get("settlements") or []])
 
 
@@ -533,3 +537,28 @@ class Leaderboard:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Leaderboard:
         return parse(cls, data, entries=[parse(LeaderboardEntry, e) for e in data["entries"]])
+
+
+@dataclass(frozen=True)
+class WalletFunding:
+    """The answer of ``wallet.fund``: ``status`` ``succeeded`` (card: credited at once) or
+    ``pending`` (ach until it settles; usdc: ``deposit`` holds the instructions)."""
+
+    payment_id: str
+    method: str
+    status: str
+    amount_cents: int
+    balance_cents: int
+    deposit: dict[str, Any] | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class BillingDetails:
+    """The buyer printed on invoices issued from now on (``country``: ISO 3166-1 alpha-2)."""
+
+    name: str | None = None
+    address: str | None = None
+    country: str | None = None
+    tax_id: str | None = None
+    updated_at: str | None = None

@@ -11,11 +11,12 @@ import httpx
 
 from gateway_client._core import Op, json_body
 from gateway_client._x402 import settlement
-from gateway_client.models import (Account, Agent, AgentDisabled, AgentEarnings, Alert, AutoTopup, Build,
-                                   CallResult, Checkout, DailyUsage, DestinationRemoved, Funding, Invoice,
-                                   InvoicePage, Key, KeyCreated, Leaderboard, Module, ModuleUsage, Payment,
-                                   PaymentMethod, Payout, PayoutDestination, PayoutList, ReceiptKey, Transaction,
-                                   TransactionPage, UsageCurrent, WalletBalance, parse)
+from gateway_client.models import (Account, Agent, AgentDisabled, Alert, AutoTopup, BillingDetails,
+                                   Build, CallResult, Checkout, DailyUsage, DestinationRemoved, Earnings,
+                                   Funding, Invoice, InvoicePage, Key, KeyCreated, Leaderboard, Module,
+                                   ModuleUsage, Payment, PaymentMethod, Payout, PayoutDestination,
+                                   PayoutList, ReceiptKey, Transaction, TransactionPage, UsageCurrent,
+                                   WalletBalance, WalletFunding, parse)
 
 Period = Literal["day", "week", "month", "total"]
 Chain = Literal["base", "ethereum", "polygon"]
@@ -63,6 +64,15 @@ class UsageFilter(TypedDict, total=False):
     member_id: str
     module: str
     model: str
+
+
+class BillingDetailsSpec(TypedDict, total=False):
+    """Fields of ``invoices.set_billing_details``; those not given are cleared."""
+
+    name: str
+    address: str
+    country: str
+    tax_id: str
 
 
 class AlertSpec(TypedDict):
@@ -208,6 +218,13 @@ def wallet_transactions(limit: int, cursor: str | None, org_id: str | None = Non
               params=_drop_none({"limit": limit, "cursor": cursor, "org_id": org_id}))
 
 
+def wallet_fund(amount_cents: int, method: Literal["card", "ach", "usdc"], idempotency_key: str,
+                org_id: str | None = None) -> Op[WalletFunding]:
+    return Op("POST", "/api/wallet/fund", _one(WalletFunding),
+              json=_drop_none({"amount_cents": amount_cents, "method": method, "org_id": org_id}),
+              headers={"Idempotency-Key": idempotency_key})
+
+
 def pay_checkout(amount_cents: int, product: str | None, return_url: str | None,
                  idempotency_key: str, save_method: bool = False, org_id: str | None = None) -> Op[Checkout]:
     return Op("POST", "/api/pay/checkout", _one(Checkout),
@@ -260,6 +277,15 @@ def invoice_get(invoice_id: str, org_id: str | None) -> Op[Invoice]:
 def invoice_pdf(invoice_id: str, path: str, org_id: str | None) -> Op[str]:
     return Op("GET", f"/api/pay/invoices/{_seg(invoice_id)}.pdf", lambda r: path, params=_org(org_id),
               headers={"Accept": "application/pdf"}, stream_to=path)
+
+
+def billing_details(org_id: str | None) -> Op[BillingDetails]:
+    return Op("GET", "/api/account/billing-details", _one(BillingDetails), params=_org(org_id))
+
+
+def billing_details_set(details: BillingDetailsSpec, org_id: str | None) -> Op[BillingDetails]:
+    return Op("PUT", "/api/account/billing-details", _one(BillingDetails),
+              json=_drop_none({**details, "org_id": org_id}))
 
 
 def methods_list(org_id: str | None) -> Op[list[PaymentMethod]]:
@@ -323,6 +349,10 @@ def payout_destination_delete(org_id: str | None) -> Op[DestinationRemoved]:
     return Op("DELETE", "/api/payouts/destination", _one(DestinationRemoved), params=_org(org_id))
 
 
+def owner_earnings(org_id: str | None) -> Op[Earnings]:
+    return Op("GET", "/api/earnings", lambda r: Earnings.from_json(r.json()), params=_org(org_id))
+
+
 def build_submit(slug: str, price_cents: int, actions: list[str], webhook: str | None,
                  description: str | None) -> Op[Build]:
     return Op("POST", "/api/agent/build", _one(Build),
@@ -334,8 +364,8 @@ def builds_list() -> Op[list[Build]]:
     return Op("GET", "/api/agent/builds", _many(Build, "builds"))
 
 
-def agent_earnings(agent_id: str) -> Op[AgentEarnings]:
-    return Op("GET", f"/api/agent/{_seg(agent_id)}/earnings", lambda r: AgentEarnings.from_json(r.json()))
+def agent_earnings(agent_id: str) -> Op[Earnings]:
+    return Op("GET", f"/api/agent/{_seg(agent_id)}/earnings", lambda r: Earnings.from_json(r.json()))
 
 
 def agent_leaderboard(limit: int) -> Op[Leaderboard]:

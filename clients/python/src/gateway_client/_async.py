@@ -100,7 +100,7 @@ class AsyncWallet(_AsyncResource):
     async def fund(self, amount_cents: int, method: Literal["card", "ach", "usdc"] = "card", *,
                    idempotency_key: str | None = None, org_id: str | None = None) -> WalletFunding:
         return await self._gw.request(ops.wallet_fund(amount_cents, method,
-                                      idempotency_key or new_idempotency_key(), org_id))
+                                                      idempotency_key or new_idempotency_key(), org_id))
 
 
 class AsyncPay(_AsyncResource):
@@ -168,7 +168,7 @@ class AsyncInvoices(_AsyncResource):
     async def billing_details(self, org_id: str | None = None) -> BillingDetails:
         return await self._gw.request(ops.billing_details(org_id))
 
-    async def set_billing_details(self, org_id: str | None = None,
+    async def set_billing_details(self, *, org_id: str | None = None,
                                   **details: Unpack[ops.BillingDetailsSpec]) -> BillingDetails:
         return await self._gw.request(ops.billing_details_set(details, org_id))
 

@@ -119,7 +119,7 @@ class Wallet(_Resource):
         (``pending``), ``usdc`` answers deposit instructions. Sent with an ``Idempotency-Key``
         (``idempotency_key``, or a new one), so the client's retries never charge twice."""
         return self._gw.request(ops.wallet_fund(amount_cents, method,
-                                idempotency_key or new_idempotency_key(), org_id))
+                                                idempotency_key or new_idempotency_key(), org_id))
 
 
 class Pay(_Resource):
@@ -156,7 +156,8 @@ class Agents(_Resource):
 
     def fund(self, agent_id: str, amount_cents: int, idempotency_key: str | None = None,
              org_id: str | None = None) -> Funding:
-        """Move ``amount_cents`` from this account's balance to the agent's (once per key)."""
+        """Move ``amount_cents`` from this account's balance (with ``org_id``, the
+        organisation's) to the agent's, once per Idempotency-Key."""
         return self._gw.request(ops.agent_fund(agent_id, amount_cents,
                                                idempotency_key or new_idempotency_key(), org_id))
 
@@ -206,7 +207,7 @@ class Invoices(_Resource):
         """The billing name, address, country and tax id printed on the next invoices."""
         return self._gw.request(ops.billing_details(org_id))
 
-    def set_billing_details(self, org_id: str | None = None,
+    def set_billing_details(self, *, org_id: str | None = None,
                             **details: Unpack[ops.BillingDetailsSpec]) -> BillingDetails:
         """Set the details printed on invoices issued from now on (those issued keep theirs);
         a field not given is cleared, none given clears them all."""

@@ -41,3 +41,20 @@ def test_agents_example_runs_as_written(server, make_account):
         assert agent.agent_id and agent.api_key.startswith("svc_sess_")
         assert owner.account().balance_cents < 500  # the owner paid the agent's funding
         agent.close()
+
+
+def test_billing_example_runs_as_written(app, server, make_account, capsys):
+    """The Billing section: invoices paged through (a paid checkout's among them), billing
+    details set, a card saved and charged, auto top-up set and turned off, a payout
+    destination set and removed."""
+    from test_client_billing import paid_checkout
+
+    acct = make_account(cents=500)
+    with Gateway(acct.key, server.url) as gw:
+        paid_checkout(app, gw, 500)
+        run("Billing", server, acct.key)
+        out = capsys.readouterr().out.splitlines()
+        assert out[0].startswith("INV-") and out[0].endswith(" payment 5.00 []")
+        assert out[1:] == ["[('visa', '4242', True)]", "True 4242"]
+        assert gw.payouts.list().destination is None and [m.last4 for m in gw.payment_methods.list()] == ["4242"]
+        assert gw.account().balance_cents == 2000 and gw.invoices.billing_details().name == "ACME SAS"

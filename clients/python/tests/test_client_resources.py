@@ -139,7 +139,8 @@ def test_an_agents_chat_client_outlives_its_session(app, funded, server):
         assert bot.api_key != first
 
 
-RESOURCES = ("modules", "keys", "usage", "alerts", "wallet", "pay", "receipts", "agents")
+RESOURCES = ("modules", "keys", "usage", "alerts", "wallet", "pay", "receipts", "agents", "builds", "invoices",
+             "payment_methods", "auto_topup", "payouts")
 
 
 def test_async_client_has_every_method_of_the_sync_client():
@@ -305,3 +306,40 @@ def test_a_checkout_can_save_the_card_it_is_paid_with(app, funded):
         saved = db.session.query(SavedMethod.payment_method_id).filter_by(account_id=acct.id).all()
         db.session.remove()
     assert [s for (s,) in saved] == ["pm_card_mastercard"]
+
+
+def test_an_organisations_billing_usage_alerts_and_agents_with_org_id(app, funded, gw_factory, server):
+    """``org_id`` reaches the organisation's balance, payments, usage (and its filters),
+    alerts and agents from the person's own key, as the OpenAPI document offers (before:
+    only the key methods took it; the others always acted on the person's own account)."""
+    import httpx
+
+    from test_client_billing import paid_checkout
+
+    acct, gw = funded
+    org = httpx.post(f"{server.url}/api/orgs", json={"name": "Billing Org"},
+                     headers={"Authorization": f"Bearer {acct.key}"}).json()["id"]
+    assert gw.wallet.balance(org_id=org).credits_cents == 0
+    payment_id = paid_checkout(app, gw, 500, org_id=org)
+    assert [p.id for p in gw.pay.history(org_id=org)] == [payment_id]
+    assert payment_id not in [p.id for p in gw.pay.history()]
+    assert gw.wallet.balance(org_id=org).credits_cents == 500 and gw.account().balance_cents == 500
+
+    key = gw.keys.create("org calls", org_id=org, scopes=["call:write"])
+    gw_factory(key.key).call("text", action="uppercase", text="org")
+    assert gw.usage.current(org_id=org).calls == 1 and gw.usage.current().calls == 0
+    assert gw.usage.current(org_id=org, key_id=key.id).calls == 1
+    assert gw.usage.current(org_id=org, module="weather").calls == 0
+    assert [(u.slug, u.calls) for u in gw.usage.by_module(org_id=org, member_id=acct.id)] == [("text", 1)]
+    assert gw.usage.daily(days=1, org_id=org)[-1].calls == 1
+    assert gw.wallet.transactions(limit=1, org_id=org).transactions[0].amount_cents == -1
+
+    alert = gw.alerts.create(org_id=org, name="org spend", metric="spend_cents", op=">=", threshold=100,
+                             window="day", channel="email", target="ops@example.com")
+    assert [a.id for a in gw.alerts.list(org_id=org)] == [alert.id] and gw.alerts.list() == []
+    assert gw.alerts.delete(alert.id, org_id=org) is True
+
+    agent = gw.agents.register("org-bot", agent_pubkey(SigningKey.generate()), org_id=org)
+    assert gw.agents.fund(agent.id, 100, org_id=org).amount_cents == 100
+    assert gw.wallet.balance(org_id=org).credits_cents == 399
+    assert gw.agents.disable(agent.id, org_id=org).owner_balance_cents == 499

@@ -6,28 +6,35 @@
     print(res.result, res.cost_cents, res.verify())
 
 ``Gateway`` (sync) and ``AsyncGateway`` (async) cover accounts, modules, keys, usage,
-alerts, wallet, checkout and receipts; ``AgentSession`` signs an agent in with its
-ed25519 key; errors are ``ApiError`` subclasses (see gateway_client.errors).
+alerts, wallet, checkout, invoices, payment methods, auto top-up, payouts, agents (their
+builds, earnings and leaderboard) and receipts; ``AgentSession`` (``AsyncAgentSession``)
+signs an agent in with its ed25519 key; errors are ``ApiError`` subclasses (see
+gateway_client.errors).
 """
 from gateway_client._async import AsyncGateway
 from gateway_client._core import RetryPolicy
 from gateway_client._sync import Gateway
 from gateway_client._version import __version__
-from gateway_client.agent import AgentSession, agent_pubkey, sign_nonce
+from gateway_client.agent import AgentSession, AsyncAgentSession, agent_pubkey, sign_nonce
 from gateway_client.errors import (ApiError, AuthenticationError, Conflict, GatewayError,
                                    InvalidRequest, NotFound, PaymentFailed, PaymentRequired,
                                    PermissionDenied, RateLimited, ReceiptInvalid, ServerError)
-from gateway_client.models import (Account, Action, Agent, Alert, CallResult, Checkout,
-                                   DailyUsage, Funding, Key, KeyCreated, Module, ModuleUsage,
-                                   Payment, Receipt, ReceiptKey, Transaction, TransactionPage,
-                                   UsageCurrent, WalletBalance)
+from gateway_client.models import (Account, Action, Agent, AgentDisabled, Alert, AutoTopup, AutoTopupRun,
+                                   BillingDetails, Build, CallResult, Checkout, DailyUsage,
+                                   DestinationRemoved, Earnings, Funding, Invoice, InvoiceBrief,
+                                   InvoicePage, Key, KeyCreated, Leaderboard, LeaderboardEntry, Module,
+                                   ModuleUsage, Payment, PaymentMethod, Payout, PayoutDestination,
+                                   PayoutList, Receipt, ReceiptKey, Statement, Transaction,
+                                   TransactionPage, UsageCurrent, WalletBalance, WalletFunding)
 
 __all__ = [
-    "Gateway", "AsyncGateway", "AgentSession", "RetryPolicy", "__version__", "agent_pubkey",
-    "sign_nonce", "GatewayError", "ApiError", "InvalidRequest", "AuthenticationError",
+    "Gateway", "AsyncGateway", "AgentSession", "AsyncAgentSession", "RetryPolicy", "__version__",
+    "agent_pubkey", "sign_nonce", "GatewayError", "ApiError", "InvalidRequest", "AuthenticationError",
     "PaymentRequired", "PermissionDenied", "NotFound", "Conflict", "RateLimited",
     "ServerError", "ReceiptInvalid", "PaymentFailed", "Account", "Action", "Agent", "Alert",
     "CallResult", "Checkout", "DailyUsage", "Funding", "Key", "KeyCreated", "Module",
     "ModuleUsage", "Payment", "Receipt", "ReceiptKey", "Transaction", "TransactionPage", "UsageCurrent",
-    "WalletBalance",
+    "WalletBalance", "AgentDisabled", "BillingDetails", "Earnings", "AutoTopup", "AutoTopupRun", "Build",
+    "DestinationRemoved", "Invoice", "InvoiceBrief", "InvoicePage", "Leaderboard", "LeaderboardEntry",
+    "PaymentMethod", "Payout", "PayoutDestination", "PayoutList", "Statement", "WalletFunding",
 ]

@@ -15,9 +15,12 @@ from gateway_client._core import (Op, RetryPolicy, default_timeouts, new_idempot
                                   resolve_api_key, resolve_base_url)
 from gateway_client._x402 import AsyncPayer
 from gateway_client.errors import PaymentRequired
-from gateway_client.models import (Account, Agent, AgentDisabled, Alert, CallResult, Checkout, DailyUsage,
-                                   Funding, Key, KeyCreated, Module, ModuleUsage, Payment, ReceiptKey,
-                                   TransactionPage, UsageCurrent, WalletBalance)
+from gateway_client.models import (Account, Agent, AgentDisabled, Alert, AutoTopup, BillingDetails,
+                                   Build, CallResult, Checkout, DailyUsage, DestinationRemoved, Earnings,
+                                   Funding, Invoice, InvoicePage, Key, KeyCreated, Leaderboard, Module,
+                                   ModuleUsage, Payment, PaymentMethod, Payout, PayoutDestination,
+                                   PayoutList, ReceiptKey, TransactionPage, UsageCurrent, WalletBalance,
+                                   WalletFunding)
 
 if TYPE_CHECKING:  # pragma: no cover
     import openai
@@ -58,50 +61,57 @@ class AsyncKeys(_AsyncResource):
 
 
 class AsyncUsage(_AsyncResource):
-    async def current(self) -> UsageCurrent:
-        return await self._gw.request(ops.usage_current())
+    async def current(self, **filters: Unpack[ops.UsageFilter]) -> UsageCurrent:
+        return await self._gw.request(ops.usage_current(filters))
 
-    async def by_module(self) -> list[ModuleUsage]:
-        return await self._gw.request(ops.usage_by_module())
+    async def by_module(self, **filters: Unpack[ops.UsageFilter]) -> list[ModuleUsage]:
+        return await self._gw.request(ops.usage_by_module(filters))
 
-    async def daily(self, days: int = 30) -> list[DailyUsage]:
-        return await self._gw.request(ops.usage_daily(days))
+    async def daily(self, days: int = 30, **filters: Unpack[ops.UsageFilter]) -> list[DailyUsage]:
+        return await self._gw.request(ops.usage_daily(days, filters))
 
     async def export(self, path: str, start: datetime | date | str, end: datetime | date | str,
-                     format: Literal["csv", "json"] = "csv") -> str:
-        return await self._gw.request(ops.usage_export(path, start, end, format))
+                     format: Literal["csv", "json"] = "csv", **filters: Unpack[ops.UsageFilter]) -> str:
+        return await self._gw.request(ops.usage_export(path, start, end, format, filters))
 
 
 class AsyncAlerts(_AsyncResource):
-    async def create(self, *, idempotency_key: str | None = None, **spec: Unpack[ops.AlertSpec]) -> Alert:
+    async def create(self, *, idempotency_key: str | None = None, org_id: str | None = None,
+                     **spec: Unpack[ops.AlertSpec]) -> Alert:
         """Create an alert. Sent with an ``Idempotency-Key`` (``idempotency_key``, or a new
         one), so the client's retries of a lost answer make no second alert."""
-        return await self._gw.request(ops.alerts_create(spec, idempotency_key or new_idempotency_key()))
+        return await self._gw.request(ops.alerts_create(spec, idempotency_key or new_idempotency_key(), org_id))
 
-    async def list(self) -> list[Alert]:
-        return await self._gw.request(ops.alerts_list())
+    async def list(self, org_id: str | None = None) -> list[Alert]:
+        return await self._gw.request(ops.alerts_list(org_id))
 
-    async def delete(self, alert_id: str) -> bool:
-        return await self._gw.request(ops.alerts_delete(alert_id))
+    async def delete(self, alert_id: str, org_id: str | None = None) -> bool:
+        return await self._gw.request(ops.alerts_delete(alert_id, org_id))
 
 
 class AsyncWallet(_AsyncResource):
-    async def balance(self) -> WalletBalance:
-        return await self._gw.request(ops.wallet_balance())
+    async def balance(self, org_id: str | None = None) -> WalletBalance:
+        return await self._gw.request(ops.wallet_balance(org_id))
 
-    async def transactions(self, limit: int = 50, cursor: str | None = None) -> TransactionPage:
-        return await self._gw.request(ops.wallet_transactions(limit, cursor))
+    async def transactions(self, limit: int = 50, cursor: str | None = None,
+                           org_id: str | None = None) -> TransactionPage:
+        return await self._gw.request(ops.wallet_transactions(limit, cursor, org_id))
+
+    async def fund(self, amount_cents: int, method: Literal["card", "ach", "usdc"] = "card", *,
+                   idempotency_key: str | None = None, org_id: str | None = None) -> WalletFunding:
+        return await self._gw.request(ops.wallet_fund(amount_cents, method,
+                                                      idempotency_key or new_idempotency_key(), org_id))
 
 
 class AsyncPay(_AsyncResource):
     async def checkout(self, amount_cents: int, product: str | None = None,
                        return_url: str | None = None, save_method: bool = False, *,
-                       idempotency_key: str | None = None) -> Checkout:
+                       idempotency_key: str | None = None, org_id: str | None = None) -> Checkout:
         return await self._gw.request(ops.pay_checkout(amount_cents, product, return_url,
-                                                       idempotency_key or new_idempotency_key(), save_method))
+                                                       idempotency_key or new_idempotency_key(), save_method, org_id))
 
-    async def history(self) -> list[Payment]:
-        return await self._gw.request(ops.pay_history())
+    async def history(self, org_id: str | None = None) -> list[Payment]:
+        return await self._gw.request(ops.pay_history(org_id))
 
 
 class AsyncReceipts(_AsyncResource):
@@ -117,15 +127,101 @@ class AsyncReceipts(_AsyncResource):
 
 
 class AsyncAgents(_AsyncResource):
-    async def register(self, name: str, pubkey: str, webhook: str | None = None) -> Agent:
-        return await self._gw.request(ops.agent_register(name, pubkey, webhook))
+    async def register(self, name: str, pubkey: str, webhook: str | None = None,
+                       org_id: str | None = None) -> Agent:
+        return await self._gw.request(ops.agent_register(name, pubkey, webhook, org_id))
 
-    async def fund(self, agent_id: str, amount_cents: int, idempotency_key: str | None = None) -> Funding:
+    async def fund(self, agent_id: str, amount_cents: int, idempotency_key: str | None = None,
+                   org_id: str | None = None) -> Funding:
         return await self._gw.request(ops.agent_fund(agent_id, amount_cents,
-                                                     idempotency_key or new_idempotency_key()))
+                                                     idempotency_key or new_idempotency_key(), org_id))
 
-    async def disable(self, agent_id: str) -> AgentDisabled:
-        return await self._gw.request(ops.agent_disable(agent_id))
+    async def disable(self, agent_id: str, org_id: str | None = None) -> AgentDisabled:
+        return await self._gw.request(ops.agent_disable(agent_id, org_id))
+
+    async def earnings(self, agent_id: str) -> Earnings:
+        return await self._gw.request(ops.agent_earnings(agent_id))
+
+    async def leaderboard(self, limit: int = 10) -> Leaderboard:
+        return await self._gw.request(ops.agent_leaderboard(limit))
+
+
+class AsyncBuilds(_AsyncResource):
+    async def submit(self, slug: str, price_cents: int, actions: list[str], webhook: str | None = None,
+                     description: str | None = None) -> Build:
+        return await self._gw.request(ops.build_submit(slug, price_cents, actions, webhook, description))
+
+    async def list(self) -> list[Build]:
+        return await self._gw.request(ops.builds_list())
+
+
+class AsyncInvoices(_AsyncResource):
+    async def list(self, limit: int = 50, cursor: str | None = None, org_id: str | None = None) -> InvoicePage:
+        return await self._gw.request(ops.invoices_list(limit, cursor, org_id))
+
+    async def get(self, invoice_id: str, org_id: str | None = None) -> Invoice:
+        return await self._gw.request(ops.invoice_get(invoice_id, org_id))
+
+    async def pdf(self, invoice_id: str, path: str, org_id: str | None = None) -> str:
+        return await self._gw.request(ops.invoice_pdf(invoice_id, path, org_id))
+
+    async def billing_details(self, org_id: str | None = None) -> BillingDetails:
+        return await self._gw.request(ops.billing_details(org_id))
+
+    async def set_billing_details(self, *, org_id: str | None = None,
+                                  **details: Unpack[ops.BillingDetailsSpec]) -> BillingDetails:
+        return await self._gw.request(ops.billing_details_set(details, org_id))
+
+
+class AsyncPaymentMethods(_AsyncResource):
+    async def list(self, org_id: str | None = None) -> list[PaymentMethod]:
+        return await self._gw.request(ops.methods_list(org_id))
+
+    async def save(self, payment_method_id: str, org_id: str | None = None) -> PaymentMethod:
+        return await self._gw.request(ops.method_save(payment_method_id, org_id))
+
+    async def set_default(self, payment_method_id: str, org_id: str | None = None) -> PaymentMethod:
+        return await self._gw.request(ops.method_set_default(payment_method_id, org_id))
+
+    async def delete(self, payment_method_id: str, org_id: str | None = None) -> bool:
+        return await self._gw.request(ops.method_delete(payment_method_id, org_id))
+
+
+class AsyncAutoTopupRule(_AsyncResource):
+    async def get(self, org_id: str | None = None) -> AutoTopup:
+        return await self._gw.request(ops.auto_topup_get(org_id))
+
+    async def set(self, threshold_cents: int, amount_cents: int, monthly_cap_cents: int,
+                  org_id: str | None = None) -> AutoTopup:
+        return await self._gw.request(ops.auto_topup_set(threshold_cents, amount_cents, monthly_cap_cents, org_id))
+
+    async def disable(self, org_id: str | None = None) -> bool:
+        return await self._gw.request(ops.auto_topup_delete(org_id))
+
+
+class AsyncPayouts(_AsyncResource):
+    async def list(self, org_id: str | None = None) -> PayoutList:
+        return await self._gw.request(ops.payouts_list(org_id))
+
+    async def create(self, org_id: str | None = None, *, idempotency_key: str | None = None) -> Payout:
+        """As ``Payouts.create``: sent with an ``Idempotency-Key`` (given, or a new one)."""
+        return await self._gw.request(ops.payout_create(org_id, idempotency_key or new_idempotency_key()))
+
+    async def destination(self, org_id: str | None = None) -> PayoutDestination:
+        return await self._gw.request(ops.payout_destination(org_id))
+
+    async def set_stripe_destination(self, account: str, org_id: str | None = None) -> PayoutDestination:
+        return await self._gw.request(ops.payout_destination_stripe(account, org_id))
+
+    async def set_usdc_destination(self, chain: ops.Chain, address: str,
+                                   org_id: str | None = None) -> PayoutDestination:
+        return await self._gw.request(ops.payout_destination_usdc(chain, address, org_id))
+
+    async def remove_destination(self, org_id: str | None = None) -> DestinationRemoved:
+        return await self._gw.request(ops.payout_destination_delete(org_id))
+
+    async def earnings(self, org_id: str | None = None) -> Earnings:
+        return await self._gw.request(ops.owner_earnings(org_id))
 
 
 class AsyncGateway:
@@ -146,7 +242,9 @@ class AsyncGateway:
         self._public_keys: dict[str, str] = {}
         self.modules, self.keys, self.usage = AsyncModules(self), AsyncKeys(self), AsyncUsage(self)
         self.alerts, self.wallet, self.pay = AsyncAlerts(self), AsyncWallet(self), AsyncPay(self)
-        self.receipts, self.agents = AsyncReceipts(self), AsyncAgents(self)
+        self.receipts, self.agents, self.builds = AsyncReceipts(self), AsyncAgents(self), AsyncBuilds(self)
+        self.invoices, self.payment_methods = AsyncInvoices(self), AsyncPaymentMethods(self)
+        self.auto_topup, self.payouts = AsyncAutoTopupRule(self), AsyncPayouts(self)
 
     async def __aenter__(self) -> AsyncGateway:
         return self
@@ -194,8 +292,15 @@ class AsyncGateway:
     def _verify(self, response: Mapping[str, Any]) -> bool:
         return receipts.verify(response, self._public_keys)
 
+    async def _token(self) -> str | None:
+        return self.api_key
+
+    async def _reauthenticate(self) -> bool:
+        """Called on a 401; True when a fresh credential was obtained (retry once)."""
+        return False
+
     async def _send(self, op: Op[Any]) -> httpx.Response:
-        headers = request_headers(op, self.api_key if op.auth else None)
+        headers = request_headers(op, await self._token() if op.auth else None)
         req = self._http.build_request(op.method, self.base_url + op.path, json=op.json,
                                        params=op.params, headers=headers,
                                        timeout=request_timeout(op, self._call_timeout))
@@ -215,7 +320,7 @@ class AsyncGateway:
 
     async def request(self, op: Op[T]) -> T:
         """Run one operation with retries; returns its parsed 2xx answer."""
-        attempt = 0
+        attempt, reauthed = 0, False
         while True:
             try:
                 response = await self._send(op)
@@ -224,6 +329,9 @@ class AsyncGateway:
                 if delay is None:
                     raise
             else:
+                if response.status_code == 401 and op.auth and not reauthed and await self._reauthenticate():
+                    reauthed = True
+                    continue
                 delay = None if response.is_success else self.retry.delay(op, attempt, response)
                 if delay is None:
                     raise_for_status(response)

@@ -18,9 +18,12 @@ from gateway_client._core import (Op, RetryPolicy, default_timeouts, new_idempot
                                   resolve_api_key, resolve_base_url)
 from gateway_client._x402 import SyncPayer
 from gateway_client.errors import PaymentRequired
-from gateway_client.models import (Account, Agent, AgentDisabled, Alert, CallResult, Checkout, DailyUsage,
-                                   Funding, Key, KeyCreated, Module, ModuleUsage, Payment, ReceiptKey,
-                                   TransactionPage, UsageCurrent, WalletBalance)
+from gateway_client.models import (Account, Agent, AgentDisabled, Alert, AutoTopup, BillingDetails,
+                                   Build, CallResult, Checkout, DailyUsage, DestinationRemoved, Earnings,
+                                   Funding, Invoice, InvoicePage, Key, KeyCreated, Leaderboard, Module,
+                                   ModuleUsage, Payment, PaymentMethod, Payout, PayoutDestination,
+                                   PayoutList, ReceiptKey, TransactionPage, UsageCurrent, WalletBalance,
+                                   WalletFunding)
 
 if TYPE_CHECKING:  # pragma: no cover
     import openai
@@ -69,56 +72,70 @@ class Keys(_Resource):
 
 
 class Usage(_Resource):
-    def current(self) -> UsageCurrent:
-        return self._gw.request(ops.usage_current())
+    """Usage of the current period, by module, by day, and the per-call export. Each takes
+    the filters ``org_id``, ``key_id``, ``member_id``, ``module``, ``model`` (``ops.UsageFilter``)."""
 
-    def by_module(self) -> list[ModuleUsage]:
-        return self._gw.request(ops.usage_by_module())
+    def current(self, **filters: Unpack[ops.UsageFilter]) -> UsageCurrent:
+        return self._gw.request(ops.usage_current(filters))
 
-    def daily(self, days: int = 30) -> list[DailyUsage]:
-        return self._gw.request(ops.usage_daily(days))
+    def by_module(self, **filters: Unpack[ops.UsageFilter]) -> list[ModuleUsage]:
+        return self._gw.request(ops.usage_by_module(filters))
+
+    def daily(self, days: int = 30, **filters: Unpack[ops.UsageFilter]) -> list[DailyUsage]:
+        return self._gw.request(ops.usage_daily(days, filters))
 
     def export(self, path: str, start: datetime | date | str, end: datetime | date | str,
-               format: Literal["csv", "json"] = "csv") -> str:
+               format: Literal["csv", "json"] = "csv", **filters: Unpack[ops.UsageFilter]) -> str:
         """Stream the calls between ``start`` and ``end`` (≤ 31 days) into ``path``."""
-        return self._gw.request(ops.usage_export(path, start, end, format))
+        return self._gw.request(ops.usage_export(path, start, end, format, filters))
 
 
 class Alerts(_Resource):
-    def create(self, *, idempotency_key: str | None = None, **spec: Unpack[ops.AlertSpec]) -> Alert:
+    def create(self, *, idempotency_key: str | None = None, org_id: str | None = None,
+               **spec: Unpack[ops.AlertSpec]) -> Alert:
         """Create an alert. Sent with an ``Idempotency-Key`` (``idempotency_key``, or a new
         one), so the client's retries of a lost answer make no second alert."""
-        return self._gw.request(ops.alerts_create(spec, idempotency_key or new_idempotency_key()))
+        return self._gw.request(ops.alerts_create(spec, idempotency_key or new_idempotency_key(), org_id))
 
-    def list(self) -> list[Alert]:
-        return self._gw.request(ops.alerts_list())
+    def list(self, org_id: str | None = None) -> list[Alert]:
+        return self._gw.request(ops.alerts_list(org_id))
 
-    def delete(self, alert_id: str) -> bool:
-        return self._gw.request(ops.alerts_delete(alert_id))
+    def delete(self, alert_id: str, org_id: str | None = None) -> bool:
+        return self._gw.request(ops.alerts_delete(alert_id, org_id))
 
 
 class Wallet(_Resource):
-    def balance(self) -> WalletBalance:
-        return self._gw.request(ops.wallet_balance())
+    def balance(self, org_id: str | None = None) -> WalletBalance:
+        return self._gw.request(ops.wallet_balance(org_id))
 
-    def transactions(self, limit: int = 50, cursor: str | None = None) -> TransactionPage:
-        return self._gw.request(ops.wallet_transactions(limit, cursor))
+    def transactions(self, limit: int = 50, cursor: str | None = None,
+                     org_id: str | None = None) -> TransactionPage:
+        return self._gw.request(ops.wallet_transactions(limit, cursor, org_id))
+
+    def fund(self, amount_cents: int, method: Literal["card", "ach", "usdc"] = "card", *,
+             idempotency_key: str | None = None, org_id: str | None = None) -> WalletFunding:
+        """Add credits: ``card`` charges the saved default card (credited at once; 409
+        ``no_payment_method``, 402 ``card_declined``), ``ach`` the saved bank account
+        (``pending``), ``usdc`` answers deposit instructions. Sent with an ``Idempotency-Key``
+        (``idempotency_key``, or a new one), so the client's retries never charge twice."""
+        return self._gw.request(ops.wallet_fund(amount_cents, method,
+                                                idempotency_key or new_idempotency_key(), org_id))
 
 
 class Pay(_Resource):
     def checkout(self, amount_cents: int, product: str | None = None,
                  return_url: str | None = None, save_method: bool = False, *,
-                 idempotency_key: str | None = None) -> Checkout:
+                 idempotency_key: str | None = None, org_id: str | None = None) -> Checkout:
         """Start a hosted checkout; send the user to ``.url``. ``save_method``: the card paid
         with is saved and made the default once the payment is credited (auto top-up and
         funding charge it). Sent with an ``Idempotency-Key`` (``idempotency_key``, or a new
         one), so the client's retries of a lost answer start no second checkout."""
         return self._gw.request(ops.pay_checkout(amount_cents, product, return_url,
-                                                 idempotency_key or new_idempotency_key(), save_method))
+                                                 idempotency_key or new_idempotency_key(), save_method, org_id))
 
-    def history(self) -> list[Payment]:
+    def history(self, org_id: str | None = None) -> list[Payment]:
         """The last 50 payments, newest first."""
-        return self._gw.request(ops.pay_history())
+        return self._gw.request(ops.pay_history(org_id))
 
 
 class Receipts(_Resource):
@@ -132,19 +149,137 @@ class Receipts(_Resource):
 
 
 class Agents(_Resource):
-    def register(self, name: str, pubkey: str, webhook: str | None = None) -> Agent:
+    def register(self, name: str, pubkey: str, webhook: str | None = None,
+                 org_id: str | None = None) -> Agent:
         """Register an agent (``pubkey`` = ``ed25519:<base58>``, see ``agent_pubkey``)."""
-        return self._gw.request(ops.agent_register(name, pubkey, webhook))
+        return self._gw.request(ops.agent_register(name, pubkey, webhook, org_id))
 
-    def fund(self, agent_id: str, amount_cents: int, idempotency_key: str | None = None) -> Funding:
-        """Move ``amount_cents`` from this account's balance to the agent's (once per key)."""
+    def fund(self, agent_id: str, amount_cents: int, idempotency_key: str | None = None,
+             org_id: str | None = None) -> Funding:
+        """Move ``amount_cents`` from this account's balance (with ``org_id``, the
+        organisation's) to the agent's, once per Idempotency-Key."""
         return self._gw.request(ops.agent_fund(agent_id, amount_cents,
-                                               idempotency_key or new_idempotency_key()))
+                                               idempotency_key or new_idempotency_key(), org_id))
 
-    def disable(self, agent_id: str) -> AgentDisabled:
+    def disable(self, agent_id: str, org_id: str | None = None) -> AgentDisabled:
         """Disable an agent: its sessions stop, it can no longer sign in, and its balance
         comes back to this account (``returned_micros``). Cannot be undone."""
-        return self._gw.request(ops.agent_disable(agent_id))
+        return self._gw.request(ops.agent_disable(agent_id, org_id))
+
+    def earnings(self, agent_id: str) -> Earnings:
+        """The earnings of the modules the agent owns (its owner's key, or its own session)."""
+        return self._gw.request(ops.agent_earnings(agent_id))
+
+    def leaderboard(self, limit: int = 10) -> Leaderboard:
+        """Top ``limit`` agents (1–100) by earnings this ISO week (UTC)."""
+        return self._gw.request(ops.agent_leaderboard(limit))
+
+
+class Builds(_Resource):
+    def submit(self, slug: str, price_cents: int, actions: list[str], webhook: str | None = None,
+               description: str | None = None) -> Build:
+        """Submit a module the agent built for review (an ``AgentSession`` only). ``webhook``
+        (default: the agent's) receives the approved module's calls, signed with the
+        answer's ``webhook_secret`` (shown once). Not retried after a lost answer: a
+        second submission of the slug is 409 while the first is pending review."""
+        return self._gw.request(ops.build_submit(slug, price_cents, actions, webhook, description))
+
+    def list(self) -> list[Build]:
+        """Submissions, newest first: an agent's own, or an owner key's of all its agents."""
+        return self._gw.request(ops.builds_list())
+
+
+class Invoices(_Resource):
+    def list(self, limit: int = 50, cursor: str | None = None, org_id: str | None = None) -> InvoicePage:
+        """Invoices of the key's mode, newest first (credit notes ride on the invoice they
+        credit); pass ``cursor=page.next_cursor`` for the next page."""
+        return self._gw.request(ops.invoices_list(limit, cursor, org_id))
+
+    def get(self, invoice_id: str, org_id: str | None = None) -> Invoice:
+        """One invoice or credit note, with its issued ``document``."""
+        return self._gw.request(ops.invoice_get(invoice_id, org_id))
+
+    def pdf(self, invoice_id: str, path: str, org_id: str | None = None) -> str:
+        """Stream the PDF of an invoice or credit note into ``path``; returns ``path``."""
+        return self._gw.request(ops.invoice_pdf(invoice_id, path, org_id))
+
+    def billing_details(self, org_id: str | None = None) -> BillingDetails:
+        """The billing name, address, country and tax id printed on the next invoices."""
+        return self._gw.request(ops.billing_details(org_id))
+
+    def set_billing_details(self, *, org_id: str | None = None,
+                            **details: Unpack[ops.BillingDetailsSpec]) -> BillingDetails:
+        """Set the details printed on invoices issued from now on (those issued keep theirs);
+        a field not given is cleared, none given clears them all."""
+        return self._gw.request(ops.billing_details_set(details, org_id))
+
+
+class PaymentMethods(_Resource):
+    def list(self, org_id: str | None = None) -> list[PaymentMethod]:
+        """The saved methods, oldest first; ``.default`` marks the one that is charged."""
+        return self._gw.request(ops.methods_list(org_id))
+
+    def save(self, payment_method_id: str, org_id: str | None = None) -> PaymentMethod:
+        """Save a processor method (``pm_…``) as the default (404 unknown id, 409 unusable)."""
+        return self._gw.request(ops.method_save(payment_method_id, org_id))
+
+    def set_default(self, payment_method_id: str, org_id: str | None = None) -> PaymentMethod:
+        """Make a saved method the default again (wallet funding and auto top-up charge it)."""
+        return self._gw.request(ops.method_set_default(payment_method_id, org_id))
+
+    def delete(self, payment_method_id: str, org_id: str | None = None) -> bool:
+        """Remove a saved method; removing the default leaves none until another is made it."""
+        return self._gw.request(ops.method_delete(payment_method_id, org_id))
+
+
+class AutoTopupRule(_Resource):
+    def get(self, org_id: str | None = None) -> AutoTopup:
+        """The rule, its card, this month's total and the last runs (``NotFound``: none set)."""
+        return self._gw.request(ops.auto_topup_get(org_id))
+
+    def set(self, threshold_cents: int, amount_cents: int, monthly_cap_cents: int,
+            org_id: str | None = None) -> AutoTopup:
+        """Replace the rule and turn it on: under ``threshold_cents`` one top-up of
+        ``amount_cents`` is charged to the default card, at most ``monthly_cap_cents`` a
+        month (``Conflict`` ``no_payment_method`` without a saved card)."""
+        return self._gw.request(ops.auto_topup_set(threshold_cents, amount_cents, monthly_cap_cents, org_id))
+
+    def disable(self, org_id: str | None = None) -> bool:
+        """Turn auto top-up off and delete the rule (``NotFound``: none set)."""
+        return self._gw.request(ops.auto_topup_delete(org_id))
+
+
+class Payouts(_Resource):
+    def list(self, org_id: str | None = None) -> PayoutList:
+        """The payouts (newest first), the destination, what is owed and the minimum."""
+        return self._gw.request(ops.payouts_list(org_id))
+
+    def create(self, org_id: str | None = None, *, idempotency_key: str | None = None) -> Payout:
+        """Pay out now what is owed (or retry a failed payout at once). Sent with an
+        ``Idempotency-Key`` (``idempotency_key``, or a new one), so the client's retries of
+        a lost answer start no second payout."""
+        return self._gw.request(ops.payout_create(org_id, idempotency_key or new_idempotency_key()))
+
+    def destination(self, org_id: str | None = None) -> PayoutDestination:
+        """The payout destination (``NotFound``: none; earnings are kept as balance)."""
+        return self._gw.request(ops.payout_destination(org_id))
+
+    def set_stripe_destination(self, account: str, org_id: str | None = None) -> PayoutDestination:
+        """Pay settled earnings out to a Stripe Connect account (``acct_…``)."""
+        return self._gw.request(ops.payout_destination_stripe(account, org_id))
+
+    def set_usdc_destination(self, chain: ops.Chain, address: str, org_id: str | None = None) -> PayoutDestination:
+        """Pay settled earnings out in USDC to ``address`` on ``chain``."""
+        return self._gw.request(ops.payout_destination_usdc(chain, address, org_id))
+
+    def remove_destination(self, org_id: str | None = None) -> DestinationRemoved:
+        """Keep earnings as balance again: what was owed moves to the balance."""
+        return self._gw.request(ops.payout_destination_delete(org_id))
+
+    def earnings(self, org_id: str | None = None) -> Earnings:
+        """Earnings of this account's own catalog modules, with what is ``owed`` to the
+        destination (an agent's: ``agents.earnings``)."""
+        return self._gw.request(ops.owner_earnings(org_id))
 
 
 class Gateway:
@@ -168,7 +303,9 @@ class Gateway:
         self._public_keys: dict[str, str] = {}
         self.modules, self.keys, self.usage = Modules(self), Keys(self), Usage(self)
         self.alerts, self.wallet, self.pay = Alerts(self), Wallet(self), Pay(self)
-        self.receipts, self.agents = Receipts(self), Agents(self)
+        self.receipts, self.agents, self.builds = Receipts(self), Agents(self), Builds(self)
+        self.invoices, self.payment_methods = Invoices(self), PaymentMethods(self)
+        self.auto_topup, self.payouts = AutoTopupRule(self), Payouts(self)
 
     def __enter__(self) -> Gateway:
         return self

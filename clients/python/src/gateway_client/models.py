@@ -283,3 +283,282 @@ class AgentDisabled:
     owner_balance_cents: int | None = None
     replayed: bool | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class InvoiceBrief:
+    """An invoice or credit note in brief: a credit note as listed on the invoice it
+    credits (``Invoice.credit_notes``; its own JSON, with ``document``, is
+    ``invoices.get(note.id)``, its PDF ``invoices.pdf(note.id, …)``). ``number``: gap-free
+    per series (``INV-000042``, ``CN-000003``; ``…-TEST-…`` in test mode). Money is decimal
+    text (``total``) and integer micros (1 cent = 10,000)."""
+
+    id: str
+    number: str
+    kind: str
+    mode: str
+    currency: str
+    total_micros: int
+    total: str
+    issued_at: str
+    pdf_url: str
+    payment_id: str | None = None
+    period: str | None = None
+
+
+@dataclass(frozen=True)
+class Invoice(InvoiceBrief):
+    """An invoice or credit note as issued (numbered, never changed). ``kind``: ``payment``
+    (one payment's prepaid credit), ``usage`` (a month's usage, ``period`` = ``YYYY-MM``) or
+    ``credit_note`` (``credits_invoice_id`` names the invoice it credits). ``credit_notes``:
+    the refunds of this invoice's payment; ``net_total`` = ``total`` less ``credited``.
+    ``document`` (the full issued document: seller, buyer, lines) comes with ``invoices.get``
+    only, None in a list."""
+
+    credits_invoice_id: str | None = None
+    credit_notes: list[InvoiceBrief] = field(default_factory=list)
+    credited_micros: int = 0
+    credited: str = "0.00"
+    net_total_micros: int = 0
+    net_total: str = "0.00"
+    document: dict[str, Any] | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Invoice:
+        return parse(cls, data, credit_notes=[parse(InvoiceBrief, n) for n in data.get("credit_notes") or []])
+
+
+@dataclass(frozen=True)
+class InvoicePage:
+    """One page of ``invoices.list``, newest first; ``next_cursor`` is None on the last."""
+
+    invoices: list[Invoice]
+    next_cursor: str | None = None
+
+
+@dataclass(frozen=True)
+class PaymentMethod:
+    """A saved payment method (``type``: ``card`` or ``us_bank_account``). ``default`` is
+    the one wallet funding and auto top-up charge (``payment_methods.list`` only; None in
+    the answer of ``save`` and ``set_default``)."""
+
+    payment_method_id: str | None
+    type: str | None = None
+    brand: str | None = None
+    last4: str | None = None
+    processor: str | None = None
+    default: bool | None = None
+    created_at: str | None = None
+
+
+@dataclass(frozen=True)
+class AutoTopupRun:
+    """One run of auto top-up: ``status`` queued, processing, succeeded, pending, failed or
+    skipped (``reason`` says why); ``payment_id`` is its payment in ``pay.history()``."""
+
+    id: int
+    status: str
+    amount_cents: int
+    due_at: str
+    created_at: str
+    updated_at: str
+    reason: str | None = None
+    payment_id: str | None = None
+
+
+@dataclass(frozen=True)
+class AutoTopup:
+    """The auto top-up rule: under ``threshold_cents`` one top-up of ``amount_cents`` is
+    charged to ``method`` (the default card; None: none, runs are skipped), at most
+    ``monthly_cap_cents`` a month (``month_cents`` so far). ``enabled`` is False once
+    failures disabled it (``disabled_reason``); ``runs``: the last 10, newest first."""
+
+    threshold_cents: int
+    amount_cents: int
+    monthly_cap_cents: int
+    enabled: bool
+    failures: int = 0
+    disabled_reason: str | None = None
+    month_cents: int = 0
+    method: PaymentMethod | None = None
+    runs: list[AutoTopupRun] = field(default_factory=list)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> AutoTopup:
+        method = data.get("method")
+        return parse(cls, data, method=parse(PaymentMethod, method) if method else None,
+                     runs=[parse(AutoTopupRun, r) for r in data.get("runs") or []])
+
+
+@dataclass(frozen=True)
+class PayoutDestination:
+    """Where settled earnings are paid out: ``kind`` ``stripe_connect`` (``account``) or
+    ``usdc`` (``chain``, ``address``)."""
+
+    kind: str
+    account: str | None = None
+    chain: str | None = None
+    address: str | None = None
+    updated_at: str | None = None
+
+
+@dataclass(frozen=True)
+class Payout:
+    """One payout: ``status`` pending, sending, paid, failed (still owed; retried at
+    ``next_attempt_at``) or canceled (the amount went to the balance)."""
+
+    id: str
+    status: str
+    amount_cents: int
+    amount_micros: int
+    kind: str
+    destination: str
+    attempts: int
+    created_at: str
+    chain: str | None = None
+    processor_ref: str | None = None
+    failure_code: str | None = None
+    failure_message: str | None = None
+    next_attempt_at: str | None = None
+    paid_at: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class PayoutList:
+    """``payouts.list()``: the payouts (newest first, at most 100), the destination (None:
+    earnings are kept as balance), what is owed to it and the payout minimum."""
+
+    payouts: list[Payout]
+    destination: PayoutDestination | None
+    minimum_cents: int
+    owed_cents: int
+    owed_micros: int
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PayoutList:
+        dest = data.get("destination")
+        return parse(cls, data, payouts=[parse(Payout, p) for p in data["payouts"]],
+                     destination=parse(PayoutDestination, dest) if dest else None)
+
+
+@dataclass(frozen=True)
+class DestinationRemoved:
+    """The answer of removing the payout destination: what was owed to it is now balance
+    (``moved_to_balance_cents``); ``kind`` None: earnings are kept as balance."""
+
+    moved_to_balance_cents: int
+    kind: str | None = None
+
+
+@dataclass(frozen=True)
+class Build:
+    """A module an agent submitted for review: ``status`` pending_review, approved or
+    rejected (``review_notes``). ``webhook_secret`` (``whsec_…``, with which the gateway
+    signs the calls it forwards to ``webhook``) is in the answer of ``builds.submit`` only."""
+
+    id: str
+    agent_id: str
+    slug: str
+    status: str
+    price_cents: int
+    actions: list[str]
+    webhook: str
+    description: str
+    created_at: str
+    review_notes: str | None = None
+    reviewed_at: str | None = None
+    webhook_secret: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Statement:
+    """One monthly settlement of earnings (``month`` = ``YYYY-MM``): ``amount`` reached the
+    balance (or the payout destination): ``earned`` less ``carry_over_repaid``."""
+
+    id: str
+    month: str
+    amount_cents: int
+    amount_micros: int
+    earned_cents: int
+    earned_micros: int
+    carry_over_repaid_cents: int
+    carry_over_repaid_micros: int
+    settled_at: str
+
+
+@dataclass(frozen=True)
+class Earnings:
+    """Earnings of the modules an agent (``agents.earnings``: ``agent_id``) or an account
+    (``payouts.earnings``: ``account_id``, and ``owed`` to its payout destination) owns,
+    ``share_pct`` of their revenue: ``accrued`` (not settled yet; negative after a refund of
+    a settled month's call), ``settled`` and ``lifetime``, in cents (floors) and micros
+    (exact), with the 12 most recent ``settlements``."""
+
+    share_pct: int
+    accrued_cents: int
+    accrued_micros: int
+    settled_cents: int
+    settled_micros: int
+    lifetime_cents: int
+    lifetime_micros: int
+    settlements: list[Statement] = field(default_factory=list)
+    agent_id: str | None = None
+    account_id: str | None = None
+    owed_cents: int | None = None
+    owed_micros: int | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Earnings:
+        return parse(cls, data, settlements=[parse(Statement, s) for s in data.get("settlements") or []])
+
+
+@dataclass(frozen=True)
+class LeaderboardEntry:
+    rank: int
+    agent_id: str
+    name: str
+    earnings_cents: int
+
+
+@dataclass(frozen=True)
+class Leaderboard:
+    """Top agents by earnings in the ISO week [``week_start``, ``week_end``) (UTC)."""
+
+    week_start: str
+    week_end: str
+    limit: int
+    entries: list[LeaderboardEntry]
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Leaderboard:
+        return parse(cls, data, entries=[parse(LeaderboardEntry, e) for e in data["entries"]])
+
+
+@dataclass(frozen=True)
+class WalletFunding:
+    """The answer of ``wallet.fund``: ``status`` ``succeeded`` (card: credited at once) or
+    ``pending`` (ach until it settles; usdc: ``deposit`` holds the instructions)."""
+
+    payment_id: str
+    method: str
+    status: str
+    amount_cents: int
+    balance_cents: int
+    deposit: dict[str, Any] | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class BillingDetails:
+    """The buyer printed on invoices issued from now on (``country``: ISO 3166-1 alpha-2)."""
+
+    name: str | None = None
+    address: str | None = None
+    country: str | None = None
+    tax_id: str | None = None
+    updated_at: str | None = None

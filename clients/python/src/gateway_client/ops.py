@@ -11,11 +11,15 @@ import httpx
 
 from gateway_client._core import Op, json_body
 from gateway_client._x402 import settlement
-from gateway_client.models import (Account, Agent, AgentDisabled, Alert, CallResult, Checkout, DailyUsage, Funding, Key,
-                                   KeyCreated, Module, ModuleUsage, Payment, ReceiptKey, Transaction,
-                                   TransactionPage, UsageCurrent, WalletBalance, parse)
+from gateway_client.models import (Account, Agent, AgentDisabled, Alert, AutoTopup, BillingDetails,
+                                   Build, CallResult, Checkout, DailyUsage, DestinationRemoved, Earnings,
+                                   Funding, Invoice, InvoicePage, Key, KeyCreated, Leaderboard, Module,
+                                   ModuleUsage, Payment, PaymentMethod, Payout, PayoutDestination,
+                                   PayoutList, ReceiptKey, Transaction, TransactionPage, UsageCurrent,
+                                   WalletBalance, WalletFunding, parse)
 
 Period = Literal["day", "week", "month", "total"]
+Chain = Literal["base", "ethereum", "polygon"]
 
 
 class KeyOptions(TypedDict, total=False):
@@ -50,6 +54,27 @@ class KeyChanges(TypedDict, total=False):
     org_id: str | None
 
 
+class UsageFilter(TypedDict, total=False):
+    """Filters of the usage reads: ``org_id`` (an organisation's usage), ``key_id`` (one API
+    key's calls), ``member_id`` (one member's organisation keys), ``module`` (one module's
+    calls, no chat completion), ``model`` (one chat model's completions, no module call)."""
+
+    org_id: str
+    key_id: str
+    member_id: str
+    module: str
+    model: str
+
+
+class BillingDetailsSpec(TypedDict, total=False):
+    """Fields of ``invoices.set_billing_details``; those not given are cleared."""
+
+    name: str
+    address: str
+    country: str
+    tax_id: str
+
+
 class AlertSpec(TypedDict):
     """Fields of ``alerts.create`` (all required): see the Alert resource of the SPEC."""
 
@@ -81,6 +106,11 @@ def _seg(value: str) -> str:
 
 def _drop_none(data: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if v is not None}
+
+
+def _org(org_id: str | None) -> dict[str, str]:
+    """The ``org_id`` query parameter of a route acting on an organisation, when given."""
+    return _drop_none({"org_id": org_id})
 
 
 def _one(cls: Any) -> Any:
@@ -128,12 +158,11 @@ def keys_create(name: str, options: KeyOptions) -> Op[KeyCreated]:
 
 
 def keys_list(org_id: str | None = None) -> Op[list[Key]]:
-    return Op("GET", "/api/keys", _many(Key, "keys"), params=_drop_none({"org_id": org_id}))
+    return Op("GET", "/api/keys", _many(Key, "keys"), params=_org(org_id))
 
 
 def keys_revoke(key_id: str, org_id: str | None = None) -> Op[bool]:
-    return Op("DELETE", f"/api/keys/{_seg(key_id)}", lambda r: bool(r.json()["revoked"]),
-              params=_drop_none({"org_id": org_id}))
+    return Op("DELETE", f"/api/keys/{_seg(key_id)}", lambda r: bool(r.json()["revoked"]), params=_org(org_id))
 
 
 def keys_rotate(key_id: str, overlap_seconds: int | None, org_id: str | None = None) -> Op[KeyCreated]:
@@ -145,73 +174,82 @@ def keys_update(key_id: str, changes: KeyChanges) -> Op[Key]:
     return Op("PATCH", f"/api/keys/{_seg(key_id)}", _one(Key), json=dict(changes))
 
 
-def usage_current() -> Op[UsageCurrent]:
-    return Op("GET", "/api/usage/current", _one(UsageCurrent))
+def usage_current(filters: UsageFilter) -> Op[UsageCurrent]:
+    return Op("GET", "/api/usage/current", _one(UsageCurrent), params=_drop_none(filters))
 
 
-def usage_by_module() -> Op[list[ModuleUsage]]:
-    return Op("GET", "/api/usage/by-module", _many(ModuleUsage, "by_module"))
+def usage_by_module(filters: UsageFilter) -> Op[list[ModuleUsage]]:
+    return Op("GET", "/api/usage/by-module", _many(ModuleUsage, "by_module"), params=_drop_none(filters))
 
 
-def usage_daily(days: int) -> Op[list[DailyUsage]]:
-    return Op("GET", "/api/usage/daily", _many(DailyUsage, "days"), params={"days": days})
+def usage_daily(days: int, filters: UsageFilter) -> Op[list[DailyUsage]]:
+    return Op("GET", "/api/usage/daily", _many(DailyUsage, "days"), params=_drop_none({"days": days, **filters}))
 
 
 def usage_export(path: str, start: datetime | date | str, end: datetime | date | str,
-                 fmt: Literal["csv", "json"]) -> Op[str]:
+                 fmt: Literal["csv", "json"], filters: UsageFilter) -> Op[str]:
     return Op("GET", "/api/usage/export", lambda r: path, stream_to=path,
-              params={"from": when(start), "to": when(end), "format": fmt})
+              params=_drop_none({"from": when(start), "to": when(end), "format": fmt, **filters}))
 
 
-def alerts_create(spec: AlertSpec, idempotency_key: str) -> Op[Alert]:
-    return Op("POST", "/api/alerts", _one(Alert), json=dict(spec), headers={"Idempotency-Key": idempotency_key})
+def alerts_create(spec: AlertSpec, idempotency_key: str, org_id: str | None = None) -> Op[Alert]:
+    return Op("POST", "/api/alerts", _one(Alert), json=_drop_none({**spec, "org_id": org_id}),
+              headers={"Idempotency-Key": idempotency_key})
 
 
-def alerts_list() -> Op[list[Alert]]:
-    return Op("GET", "/api/alerts", _many(Alert, "alerts"))
+def alerts_list(org_id: str | None = None) -> Op[list[Alert]]:
+    return Op("GET", "/api/alerts", _many(Alert, "alerts"), params=_org(org_id))
 
 
-def alerts_delete(alert_id: str) -> Op[bool]:
-    return Op("DELETE", f"/api/alerts/{_seg(alert_id)}", lambda r: bool(r.json()["deleted"]))
+def alerts_delete(alert_id: str, org_id: str | None = None) -> Op[bool]:
+    return Op("DELETE", f"/api/alerts/{_seg(alert_id)}", lambda r: bool(r.json()["deleted"]), params=_org(org_id))
 
 
-def wallet_balance() -> Op[WalletBalance]:
-    return Op("GET", "/api/wallet/balance", _one(WalletBalance))
+def wallet_balance(org_id: str | None = None) -> Op[WalletBalance]:
+    return Op("GET", "/api/wallet/balance", _one(WalletBalance), params=_org(org_id))
 
 
-def wallet_transactions(limit: int, cursor: str | None) -> Op[TransactionPage]:
+def wallet_transactions(limit: int, cursor: str | None, org_id: str | None = None) -> Op[TransactionPage]:
     def read(r: httpx.Response) -> TransactionPage:
         data = r.json()
         return TransactionPage([parse(Transaction, t) for t in data["transactions"]],
                                data.get("next_cursor"))
     return Op("GET", "/api/wallet/transactions", read,
-              params=_drop_none({"limit": limit, "cursor": cursor}))
+              params=_drop_none({"limit": limit, "cursor": cursor, "org_id": org_id}))
 
 
-def pay_checkout(amount_cents: int, product: str | None, return_url: str | None,
-                 idempotency_key: str, save_method: bool = False) -> Op[Checkout]:
-    return Op("POST", "/api/pay/checkout", _one(Checkout),
-              json=_drop_none({"amount_cents": amount_cents, "product": product,
-                               "return_url": return_url, "save_method": save_method or None}),
+def wallet_fund(amount_cents: int, method: Literal["card", "ach", "usdc"], idempotency_key: str,
+                org_id: str | None = None) -> Op[WalletFunding]:
+    return Op("POST", "/api/wallet/fund", _one(WalletFunding),
+              json=_drop_none({"amount_cents": amount_cents, "method": method, "org_id": org_id}),
               headers={"Idempotency-Key": idempotency_key})
 
 
-def pay_history() -> Op[list[Payment]]:
-    return Op("GET", "/api/pay/history", _many(Payment, "payments"))
+def pay_checkout(amount_cents: int, product: str | None, return_url: str | None,
+                 idempotency_key: str, save_method: bool = False, org_id: str | None = None) -> Op[Checkout]:
+    return Op("POST", "/api/pay/checkout", _one(Checkout),
+              json=_drop_none({"amount_cents": amount_cents, "product": product, "return_url": return_url,
+                               "save_method": save_method or None, "org_id": org_id}),
+              headers={"Idempotency-Key": idempotency_key})
 
 
-def agent_register(name: str, pubkey: str, webhook: str | None) -> Op[Agent]:
+def pay_history(org_id: str | None = None) -> Op[list[Payment]]:
+    return Op("GET", "/api/pay/history", _many(Payment, "payments"), params=_org(org_id))
+
+
+def agent_register(name: str, pubkey: str, webhook: str | None, org_id: str | None = None) -> Op[Agent]:
     return Op("POST", "/api/agent/register", _one(Agent),
-              json=_drop_none({"name": name, "pubkey": pubkey, "webhook": webhook}))
+              json=_drop_none({"name": name, "pubkey": pubkey, "webhook": webhook, "org_id": org_id}))
 
 
-def agent_fund(agent_id: str, amount_cents: int, idempotency_key: str) -> Op[Funding]:
+def agent_fund(agent_id: str, amount_cents: int, idempotency_key: str, org_id: str | None = None) -> Op[Funding]:
     return Op("POST", f"/api/agent/{_seg(agent_id)}/fund", _one(Funding),
-              json={"amount_cents": amount_cents}, headers={"Idempotency-Key": idempotency_key})
+              json=_drop_none({"amount_cents": amount_cents, "org_id": org_id}),
+              headers={"Idempotency-Key": idempotency_key})
 
 
-def agent_disable(agent_id: str) -> Op[AgentDisabled]:
-    return Op("DELETE", f"/api/agent/{_seg(agent_id)}", _one(AgentDisabled))
+def agent_disable(agent_id: str, org_id: str | None = None) -> Op[AgentDisabled]:
+    return Op("DELETE", f"/api/agent/{_seg(agent_id)}", _one(AgentDisabled), params=_org(org_id))
 
 
 def agent_nonce() -> Op[str]:
@@ -221,3 +259,114 @@ def agent_nonce() -> Op[str]:
 def agent_signin(pubkey: str, nonce: str, signature: str) -> Op[dict[str, Any]]:
     return Op("POST", "/api/agent/signin", json_body, auth=False,
               json={"pubkey": pubkey, "nonce": nonce, "signature": signature})
+
+
+def invoices_list(limit: int, cursor: str | None, org_id: str | None) -> Op[InvoicePage]:
+    def read(r: httpx.Response) -> InvoicePage:
+        data = r.json()
+        return InvoicePage([Invoice.from_json(i) for i in data["invoices"]], data.get("next_cursor"))
+    return Op("GET", "/api/pay/invoices", read,
+              params=_drop_none({"limit": limit, "cursor": cursor, "org_id": org_id}))
+
+
+def invoice_get(invoice_id: str, org_id: str | None) -> Op[Invoice]:
+    return Op("GET", f"/api/pay/invoices/{_seg(invoice_id)}", lambda r: Invoice.from_json(r.json()),
+              params=_org(org_id))
+
+
+def invoice_pdf(invoice_id: str, path: str, org_id: str | None) -> Op[str]:
+    return Op("GET", f"/api/pay/invoices/{_seg(invoice_id)}.pdf", lambda r: path, params=_org(org_id),
+              headers={"Accept": "application/pdf"}, stream_to=path)
+
+
+def billing_details(org_id: str | None) -> Op[BillingDetails]:
+    return Op("GET", "/api/account/billing-details", _one(BillingDetails), params=_org(org_id))
+
+
+def billing_details_set(details: BillingDetailsSpec, org_id: str | None) -> Op[BillingDetails]:
+    return Op("PUT", "/api/account/billing-details", _one(BillingDetails),
+              json=_drop_none({**details, "org_id": org_id}))
+
+
+def methods_list(org_id: str | None) -> Op[list[PaymentMethod]]:
+    return Op("GET", "/api/pay/methods", _many(PaymentMethod, "methods"), params=_org(org_id))
+
+
+def method_save(payment_method_id: str, org_id: str | None) -> Op[PaymentMethod]:
+    return Op("POST", "/api/pay/method", _one(PaymentMethod),
+              json=_drop_none({"payment_method_id": payment_method_id, "org_id": org_id}))
+
+
+def method_set_default(payment_method_id: str, org_id: str | None) -> Op[PaymentMethod]:
+    return Op("POST", f"/api/pay/methods/{_seg(payment_method_id)}/default", _one(PaymentMethod),
+              params=_org(org_id))
+
+
+def method_delete(payment_method_id: str, org_id: str | None) -> Op[bool]:
+    return Op("DELETE", f"/api/pay/methods/{_seg(payment_method_id)}", lambda r: bool(r.json()["deleted"]),
+              params=_org(org_id))
+
+
+def auto_topup_get(org_id: str | None) -> Op[AutoTopup]:
+    return Op("GET", "/api/pay/auto-topup", lambda r: AutoTopup.from_json(r.json()), params=_org(org_id))
+
+
+def auto_topup_set(threshold_cents: int, amount_cents: int, monthly_cap_cents: int,
+                   org_id: str | None) -> Op[AutoTopup]:
+    return Op("PUT", "/api/pay/auto-topup", lambda r: AutoTopup.from_json(r.json()),
+              json=_drop_none({"threshold_cents": threshold_cents, "amount_cents": amount_cents,
+                               "monthly_cap_cents": monthly_cap_cents, "org_id": org_id}))
+
+
+def auto_topup_delete(org_id: str | None) -> Op[bool]:
+    return Op("DELETE", "/api/pay/auto-topup", lambda r: bool(r.json()["deleted"]), params=_org(org_id))
+
+
+def payouts_list(org_id: str | None) -> Op[PayoutList]:
+    return Op("GET", "/api/payouts", lambda r: PayoutList.from_json(r.json()), params=_org(org_id))
+
+
+def payout_create(org_id: str | None, idempotency_key: str) -> Op[Payout]:
+    return Op("POST", "/api/payouts", _one(Payout), params=_org(org_id),
+              headers={"Idempotency-Key": idempotency_key})
+
+
+def payout_destination(org_id: str | None) -> Op[PayoutDestination]:
+    return Op("GET", "/api/payouts/destination", _one(PayoutDestination), params=_org(org_id))
+
+
+def payout_destination_stripe(account: str, org_id: str | None) -> Op[PayoutDestination]:
+    return Op("PUT", "/api/payouts/destination/stripe_connect", _one(PayoutDestination),
+              json=_drop_none({"account": account, "org_id": org_id}))
+
+
+def payout_destination_usdc(chain: Chain, address: str, org_id: str | None) -> Op[PayoutDestination]:
+    return Op("PUT", "/api/payouts/destination/usdc", _one(PayoutDestination),
+              json=_drop_none({"chain": chain, "address": address, "org_id": org_id}))
+
+
+def payout_destination_delete(org_id: str | None) -> Op[DestinationRemoved]:
+    return Op("DELETE", "/api/payouts/destination", _one(DestinationRemoved), params=_org(org_id))
+
+
+def owner_earnings(org_id: str | None) -> Op[Earnings]:
+    return Op("GET", "/api/earnings", lambda r: Earnings.from_json(r.json()), params=_org(org_id))
+
+
+def build_submit(slug: str, price_cents: int, actions: list[str], webhook: str | None,
+                 description: str | None) -> Op[Build]:
+    return Op("POST", "/api/agent/build", _one(Build),
+              json=_drop_none({"slug": slug, "price_cents": price_cents, "actions": list(actions),
+                               "webhook": webhook, "description": description}))
+
+
+def builds_list() -> Op[list[Build]]:
+    return Op("GET", "/api/agent/builds", _many(Build, "builds"))
+
+
+def agent_earnings(agent_id: str) -> Op[Earnings]:
+    return Op("GET", f"/api/agent/{_seg(agent_id)}/earnings", lambda r: Earnings.from_json(r.json()))
+
+
+def agent_leaderboard(limit: int) -> Op[Leaderboard]:
+    return Op("GET", "/api/agent/leaderboard", lambda r: Leaderboard.from_json(r.json()), params={"limit": limit})

@@ -268,18 +268,47 @@ def test_hold_covers_every_choice(app, client, fakes, acct, ledger_clean):
 
 
 @pytest.mark.parametrize("field", ["max_tokens", "max_completion_tokens"])
-def test_the_provider_gets_the_cap_the_hold_was_sized_for(app, client, fakes, acct, field, ledger_clean):
-    """m-small allows 500 output tokens: the hold is sized for min(100,000, 500), and the
-    provider must get that cap, under the name the request used — it got the request's
-    100,000, so it could generate (and the gateway then charge, or lose as a shortfall)
-    far beyond what was held."""
+def test_an_output_cap_above_the_models_maximum_is_refused(app, client, fakes, acct, field, ledger_clean):
+    """m-small allows 500 output tokens. A request for 100,000 was silently capped to 500
+    (held and sent as 500), where OpenAI answers 400 ``max_tokens is too large`` and Anthropic
+    400 ``max_tokens: N > M, which is the maximum allowed number of output tokens for …``: the
+    caller never learnt its answer could be cut. Now refused before anything is held, in each
+    API's words, naming the field the request used; the model's maximum itself is taken."""
     r = chat(client, acct, model="m-small", **{field: 100_000})
+    assert r.status_code == 400, r.get_json()
+    err = r.get_json()["error"]
+    assert (err["type"], err["code"], err["param"]) == ("invalid_request_error", "invalid_request", field)
+    assert err["message"] == (f"{field} is too large: 100000. This model supports at most 500 completion "
+                              "tokens, whereas you provided 100000.")
+    assert fakes.cheap.calls == fakes.pricey.calls == 0
+    r = chat(client, acct, model="m-small", **{field: 500})
     assert r.status_code == 200, r.get_json()
-    with app.app_context():
-        assert db.session.execute(select(ChatCompletion.hold_micros)).scalar_one() == 10 * 3 + 500 * 6
+    assert fakes.cheap.bodies[-1][field] == 500
+    r = client.post("/v1/messages", headers={"x-api-key": acct.key},
+                    json={"model": "m-small", "max_tokens": 501, "messages": MSGS})
+    assert r.status_code == 400 and r.get_json()["type"] == "error", r.get_json()
+    assert r.get_json()["error"]["type"] == "invalid_request_error"
+    assert r.get_json()["error"]["message"] == ("max_tokens: 501 > 500, which is the maximum allowed number of "
+                                                "output tokens for m-small")
+    assert fakes.cheap.calls == 1
+    with app.app_context():  # one completion: the refused ones held nothing
+        assert len(db.session.execute(select(ChatCompletion.id)).all()) == 1
         db.session.remove()
-    sent = fakes.cheap.bodies[-1]
-    assert sent[field] == 500 and ({"max_tokens", "max_completion_tokens"} - {field}).isdisjoint(sent), sent
+    assert figures(app, acct.id)["held"] == 0
+    ledger_clean()
+
+
+def test_auto_routes_only_to_models_that_allow_the_output_asked_for(app, client, fakes, acct, ledger_clean):
+    """``model: auto`` with ``max_tokens`` above a model's maximum routed to it anyway and
+    capped the answer (m-small, 500); a model that cannot write what was asked for does not
+    fit, as a named one refuses it: m-big (4,000) serves it. Above every model's maximum,
+    400 ``no_matching_model`` saying so."""
+    r = chat(client, acct, model="auto", max_tokens=1000)
+    assert r.status_code == 200 and r.get_json()["model"] == "m-big", r.get_json()
+    assert fakes.pricey.bodies[-1]["max_tokens"] == 1000 and fakes.cheap.calls == 0
+    r = chat(client, acct, model="auto", max_tokens=100_000)
+    assert r.status_code == 400 and r.get_json()["error"]["code"] == "no_matching_model"
+    assert "up to 100000 output tokens" in r.get_json()["error"]["message"]
     ledger_clean()
 
 

@@ -50,6 +50,21 @@ class ContextLengthExceeded(InvalidRequest):
     code, message = "context_length_exceeded", "The messages exceed the model's context window."
     description = "Chat: the messages exceed the named model's context window."
 
+
+class OutputLimitExceeded(InvalidRequest):
+    """``max_tokens`` (or ``max_completion_tokens``) above the named model's maximum output:
+    refused as OpenAI and Anthropic refuse it, never silently capped. The message is
+    OpenAI's wording; ``for_messages()`` is the same refusal in Anthropic's (``/v1/messages``)."""
+
+    def __init__(self, field: str, requested: int, maximum: int, model: str):
+        super().__init__(f"{field} is too large: {requested}. This model supports at most {maximum} "
+                         f"completion tokens, whereas you provided {requested}.", param=field)
+        self.requested, self.maximum, self.model = requested, maximum, model
+
+    def for_messages(self) -> InvalidRequest:
+        return InvalidRequest(f"max_tokens: {self.requested} > {self.maximum}, which is the maximum allowed "
+                              f"number of output tokens for {self.model}", param="max_tokens")
+
 @dataclass(frozen=True)
 class Provider:
     id: str
@@ -288,6 +303,7 @@ class Needs:
     choices: int = 1  # ``n``: every choice may use the whole output cap
     body: dict | None = None  # the request, for tokenizer estimates per upstream model
     cache_marked: bool = False  # prompt-cache breakpoints (cache_control): an Anthropic provider may write the prompt
+    max_tokens_field: str = "max_tokens"  # the name the request gave its output cap (errors name it)
     _estimates: dict[str, int] = field(default_factory=dict, repr=False)
 
     def prompt_tokens_for(self, offer: Offer) -> int:
@@ -333,19 +349,20 @@ def analyse(body: dict) -> Needs:
         caps.add("json_mode")
     if body.get("stream"):
         caps.add("streaming")
-    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
-    return Needs(prompt_tokens=tokens.estimate_prompt_tokens(body, tokens.CHARS), max_tokens=max_tokens,
+    field = "max_completion_tokens" if body.get("max_completion_tokens") else "max_tokens"
+    return Needs(prompt_tokens=tokens.estimate_prompt_tokens(body, tokens.CHARS), max_tokens=body.get(field),
                  capabilities=frozenset(caps), choices=int(body.get("n") or 1), body=body,
-                 cache_marked=marked)
+                 cache_marked=marked, max_tokens_field=field)
 
 
 # --- routing ------------------------------------------------------------------------------
 
 def output_cap(model: Model, needs: Needs) -> int:
     """Completion tokens the gateway holds for on ``model`` (and checks against its context
-    window): the request's ``max_tokens``, else the bounded allowance
-    ``CHAT_DEFAULT_HOLD_OUTPUT_TOKENS``; never above the model's maximum. What the provider
-    is sent is ``completions._upstream_cap`` (the same when the request set one)."""
+    window): the request's ``max_tokens`` (never above the model's maximum: a named model
+    refuses more, ``auto`` routes only to models that allow it, see ``candidates``), else the
+    bounded allowance ``CHAT_DEFAULT_HOLD_OUTPUT_TOKENS``, at most the model's maximum. What
+    the provider is sent is ``completions._upstream_cap`` (the same when the request set one)."""
     cap = needs.max_tokens or min(int(current_app.config["CHAT_DEFAULT_HOLD_OUTPUT_TOKENS"]),
                                   int(current_app.config["CHAT_DEFAULT_MAX_TOKENS"]))
     return max(1, min(cap, model.max_output_tokens))
@@ -397,6 +414,8 @@ def candidates(model_name: str, needs: Needs, *, sandbox: str | None = None, own
         if model is None or (not model.enabled_offers() and not sandbox and not (own and own.offers(model))):
             raise ModelNotFound(f"The model {model_name!r} does not exist or is not available; "
                                 "GET /v1/models lists the models.", param="model")
+        if needs.max_tokens and needs.max_tokens > model.max_output_tokens:
+            raise OutputLimitExceeded(needs.max_tokens_field, needs.max_tokens, model.max_output_tokens, model.id)
         models = [model]
     scored: list[tuple[int, int, Offer]] = []
     mine: list[tuple[int, int, Offer]] = []
@@ -429,9 +448,10 @@ def candidates(model_name: str, needs: Needs, *, sandbox: str | None = None, own
             raise NoMatchingModel(f"The model {model_name!r} does not support n > 1: its providers answer one "
                                   "choice per request (Anthropic's Messages API has no n).", param="n")
         if model_name == "auto":
+            output = f", up to {needs.max_tokens} output tokens" if needs.max_tokens else ""
             raise NoMatchingModel(
                 "No available model fits this request (context window "
-                f"{needs.prompt_tokens} tokens estimated, capabilities "
+                f"{needs.prompt_tokens} tokens estimated{output}, capabilities "
                 f"{', '.join(sorted(needs.capabilities)) or 'none'}).", param="model")
         raise NoMatchingModel(f"The model {model_name!r} does not support: "
                               f"{', '.join(sorted(needs.capabilities))}.", param="model")
@@ -459,7 +479,13 @@ def _answers(offer: Offer, needs: Needs) -> bool:
 
 
 def _fits(model: Model, needs: Needs) -> bool:
+    """Whether ``auto`` may route to ``model``: it has the capabilities, allows the output
+    the request asked for (``max_tokens`` at most its maximum: a model that cannot write the
+    answer asked for does not fit, as a named one refuses it), and its window holds the prompt
+    and that output."""
     if needs.capabilities - model.capabilities:
+        return False
+    if needs.max_tokens and needs.max_tokens > model.max_output_tokens:
         return False
     return needs.prompt_tokens_for(model.primary) + output_cap(model, needs) <= model.context_window
 

@@ -12,7 +12,7 @@ import orjson
 
 from app.errors import InvalidRequest
 from app.services.chat import completions
-from app.services.chat.catalog import ModelNotFound
+from app.services.chat.catalog import ModelNotFound, OutputLimitExceeded
 from app.services.chat.completions import ChatResult
 from app.services.chat.providers import cache_mark, tool_use_blocks
 from app.services.money import holds
@@ -308,9 +308,14 @@ def create_message(account_id: str, mode: str, req: dict, key_id: str | None = N
                    payment: str | None = None) -> ChatResult:
     """``POST /v1/messages``: translate, run the completion service (``controls``, ``byok``,
     ``payment`` — an x402 payment header paying the hold — as ``create_completion`` takes
-    them; a 402's x402 request names ``/v1/messages``), translate back."""
-    result = completions.create_completion(account_id, mode, to_openai(req), key_id=key_id, actor=actor,
-                                           payment=payment, controls=controls, byok=byok, route=holds.MESSAGES)
+    them; a 402's x402 request names ``/v1/messages``), translate back. A ``max_tokens`` above
+    the model's maximum is refused in Anthropic's words."""
+    try:
+        result = completions.create_completion(account_id, mode, to_openai(req), key_id=key_id, actor=actor,
+                                               payment=payment, controls=controls, byok=byok,
+                                               route=holds.MESSAGES)
+    except OutputLimitExceeded as exc:
+        raise exc.for_messages() from None
     stops = tuple(req.get("stop_sequences") or ())
     if result.events is None:
         return ChatResult(body=from_openai(result.body, stops), headers=result.headers)

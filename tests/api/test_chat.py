@@ -210,6 +210,9 @@ def test_auto_matches_capabilities_and_context(app, client, fakes, acct, ledger_
         holds = db.session.execute(select(ChatCompletion.hold_micros).order_by(ChatCompletion.created_at)).scalars().all()
         db.session.remove()
     assert charged == [min(1250, h) for h in holds] and charged[1] == 1250 and charged[0] < 1250
+    # the savings compare what was charged with the reference (m-big itself: 1250), not the
+    # uncapped cost: the capped one saved (1250 − charged) / 1250; they read 0 (cost = reference)
+    assert body["usage"]["savings_pct"] == round((1250 - charged[0]) / 1250 * 100, 2) > 0
     assert figures(app, acct.id)["balance"] == START - sum(charged)
     ledger_clean()
 

@@ -70,6 +70,7 @@ class _Call:
     all_timeouts: bool = True
     tokens: key_controls.Ticket | None = None  # the key's tpm count taken at admission
     route: chat_billing.PaidRoute = chat_billing.CHAT  # what a 402's x402 request names
+    ref_micros: int = 0  # the usage's tokens at the savings reference (``_usage``), for ``savings_pct``
 
     @property
     def live(self) -> bool:
@@ -252,7 +253,7 @@ def _usage(call: _Call, offer: Offer, upstream: dict | None, generated_chars: in
         cached, written = _cache_split(upstream)
     cost = offer.cost_micros(prompt, completion, cached, written)
     ref = reference_offer(call.body["model"])
-    ref_cost = ref.cost_micros(prompt, completion, cached, written) if ref else 0
+    ref_cost = call.ref_micros = ref.cost_micros(prompt, completion, cached, written) if ref else 0
     listed = offer.list_cost_micros(prompt, completion, cached, written) if offer.byok_key_id else None
     # BYOK: the savings compare what the caller pays in all (its provider's bill + the fee)
     paid = cost + (listed or 0)
@@ -291,8 +292,9 @@ def _record(call: _Call, offer: Offer, usage: dict, error: str | None) -> None:
             log.warning("chat_settle_late: completion %s was released by the sweep before it "
                         "settled; answered and not charged", call.id)
             charged = 0
-        if charged != usage["cost_micros"]:
+        if charged != usage["cost_micros"]:  # capped at the hold, or released late: what was charged
             usage["cost_micros"], usage["cost_usd"] = charged, charged / 1_000_000
+            usage["savings_pct"] = savings_pct(charged + usage.get("provider_cost_micros", 0), call.ref_micros)
     else:
         chat_billing.record_sandbox(call.id, call.account_id, requested_model=call.body["model"],
                                     cost_micros=usage["cost_micros"], stream=bool(call.body.get("stream")),

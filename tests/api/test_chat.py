@@ -967,20 +967,57 @@ def test_prompt_cache_breakpoints_reach_an_anthropic_provider(app, client, fakes
     ledger_clean()
 
 
-def test_a_one_hour_cache_breakpoint_goes_on_as_the_five_minute_cache(app, client, fakes, acct, ledger_clean):
+def test_a_one_hour_cache_write_is_priced_and_reported_as_anthropic_bills_it(app, client, fakes, acct,
+                                                                            ledger_clean):
     """Anthropic bills writes to its 1-hour cache (``cache_control.ttl: "1h"``) at 2× the
-    input price; the catalog's cache write price (and the hold) is the 5-minute cache's
-    1.25×, so a passed-on ``ttl`` left the platform paying the difference and a hold that
-    could fall short. The breakpoint goes on without it (the 5-minute cache)."""
-    r = client.post("/v1/messages", headers={"x-api-key": acct.key}, json={
-        "model": "m-claude", "max_tokens": 64, "system": [
-            {"type": "text", "text": "Long rules.", "cache_control": {"type": "ephemeral", "ttl": "1h"}}],
-        "messages": [{"role": "user", "content": [
-            {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral", "ttl": "1h"}}]}]})
+    input price, 5-minute writes at 1.25×. The ``ttl`` was dropped, so the caller could not
+    have the 1-hour cache at all and every write was priced as a 5-minute one. The ``ttl``
+    now goes on; the writes Anthropic reports by duration (``usage.cache_creation``) are
+    priced apart (m-claude: input 4, 5-minute write 5, 1-hour write 2 × 4 = 8), reported in
+    Anthropic's names on ``/v1/messages`` (streams too) and as ``cache_write_1h_tokens`` on
+    chat completions, and the hold covers writing the whole prompt to the 1-hour cache."""
+    hour = {"type": "ephemeral", "ttl": "1h"}
+    fakes.claude.usage_extra = {"cache_creation_input_tokens": 1000, "cache_creation": {
+        "ephemeral_5m_input_tokens": 400, "ephemeral_1h_input_tokens": 600}}
+    body = {"model": "m-claude", "max_tokens": 1000,
+            "system": [{"type": "text", "text": "Long rules.", "cache_control": hour}],
+            "messages": [{"role": "user", "content": [
+                {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral", "ttl": "5m"}}]}]}
+    r = client.post("/v1/messages", headers={"x-api-key": acct.key}, json=body)
     assert r.status_code == 200, r.get_json()
     sent = fakes.claude.bodies[0]
-    assert sent["system"] == [{"type": "text", "text": "Long rules.", "cache_control": {"type": "ephemeral"}}]
+    assert sent["system"] == [{"type": "text", "text": "Long rules.", "cache_control": hour}]
     assert sent["messages"][0]["content"] == [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]
+    usage = r.get_json()["usage"]
+    cost = 20 * 4 + 400 * 5 + 600 * 8 + 10 * 20  # it was 20 × 4 + 1000 × 5 + 10 × 20
+    assert (usage["input_tokens"], usage["cache_creation_input_tokens"], usage["cost_micros"]) == (20, 1000, cost)
+    assert usage["cache_creation"] == {"ephemeral_5m_input_tokens": 400, "ephemeral_1h_input_tokens": 600}
+    r = client.post("/v1/messages", headers={"x-api-key": acct.key}, json={**body, "stream": True})
+    events = [orjson.loads(b.split(b"data: ", 1)[1]) for b in r.get_data().split(b"\n\n") if b"data: " in b]
+    start = next(e for e in events if e["type"] == "message_start")["message"]["usage"]
+    final = next(e for e in events if e["type"] == "message_delta")["usage"]
+    assert start["cache_creation"] == final["cache_creation"] == usage["cache_creation"]
+    assert final["cost_micros"] == cost
+    r = chat(client, acct, model="m-claude", max_tokens=1000, messages=[
+        {"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": hour}]}])
+    assert r.get_json()["usage"]["prompt_tokens_details"] == {
+        "cached_tokens": 0, "cache_write_tokens": 1000, "cache_write_1h_tokens": 600}
+    assert r.get_json()["usage"]["cost_micros"] == cost
+    # the hold covers the whole prompt written to the 1-hour cache (8), not the 5-minute one (5)
+    fakes.claude.usage_extra = {}
+    text = "a long system prompt " * 200
+    for ttl in ("5m", "1h"):
+        r = chat(client, acct, model="m-claude", max_tokens=100, messages=[
+            {"role": "system", "content": [{"type": "text", "text": text,
+                                            "cache_control": {"type": "ephemeral", "ttl": ttl}}]},
+            {"role": "user", "content": "hi"}])
+        assert r.status_code == 200, r.get_json()
+    with app.app_context():
+        five, one = db.session.execute(select(ChatCompletion.hold_micros).order_by(ChatCompletion.created_at)
+                                       ).scalars().all()[-2:]
+        db.session.remove()
+    prompt = (five - 100 * 20) // 5
+    assert prompt > 0 and one == prompt * 8 + 100 * 20
     ledger_clean()
 
 

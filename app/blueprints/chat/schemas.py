@@ -137,7 +137,8 @@ class ChatUsageSchema(ByokUsageSchema):
         "description": "True when the upstream reported no usage and the tokens are the gateway's estimate."})
     prompt_tokens_details = ma.fields.Dict(metadata={
         "description": "When the provider reported cache use: `cached_tokens` (read from its prompt cache, priced "
-                       "at the cache-read price) and `cache_write_tokens`."})
+                       "at the cache-read price) and `cache_write_tokens`; `cache_write_1h_tokens`, those of them "
+                       "written to Anthropic's 1-hour cache (priced at the 1-hour write price), when any."})
     completion_tokens_details = ma.fields.Dict(metadata={
         "description": "When the provider reported reasoning: `reasoning_tokens`, included in "
                        "`completion_tokens` and billed at the output price."})
@@ -330,6 +331,9 @@ class MessageUsageSchema(ByokUsageSchema):
     output_tokens = ma.fields.Integer(required=True)
     cache_creation_input_tokens = ma.fields.Integer(required=True)
     cache_read_input_tokens = ma.fields.Integer(required=True)
+    cache_creation = ma.fields.Dict(required=True, metadata={
+        "description": "The cache writes by cache duration, as Anthropic reports them: `ephemeral_5m_input_tokens` "
+                       "and `ephemeral_1h_input_tokens` (priced at 2× input; `cache_control.ttl: \"1h\"`)."})
     cost_usd = ma.fields.Float(required=True)
     cost_micros = ma.fields.Integer(required=True)
     cost = ma.fields.Float(required=True)

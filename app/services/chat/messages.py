@@ -167,11 +167,14 @@ def message_id(completion_id: str) -> str:
 
 def _input_of(usage: dict) -> dict:
     """The prompt's counts of an OpenAI usage in Anthropic's names: ``input_tokens``
-    excludes the cached and cache-written tokens, as Anthropic counts them."""
+    excludes the cached and cache-written tokens, as Anthropic counts them; the writes by
+    cache duration in ``cache_creation`` (5-minute and 1-hour, as Anthropic reports them)."""
     details = usage.get("prompt_tokens_details") or {}
     read, written = int(details.get("cached_tokens") or 0), int(details.get("cache_write_tokens") or 0)
+    hour = int(details.get("cache_write_1h_tokens") or 0)
     return {"input_tokens": max(0, int(usage["prompt_tokens"]) - read - written),
-            "cache_creation_input_tokens": written, "cache_read_input_tokens": read}
+            "cache_creation_input_tokens": written, "cache_read_input_tokens": read,
+            "cache_creation": {"ephemeral_5m_input_tokens": written - hour, "ephemeral_1h_input_tokens": hour}}
 
 
 def usage_of(usage: dict) -> dict:

@@ -204,11 +204,13 @@ _ANTHROPIC_ONLY = ("is_error", "cache_control")
 
 def cache_mark(obj: dict) -> dict:
     """``obj``'s prompt-cache breakpoint to carry along: ``{"cache_control": {"type": …}}``,
-    or ``{}``. Only its ``type`` goes on: a ``ttl`` (Anthropic's ``"1h"``, whose writes it
-    bills at 2× input) is dropped, so every breakpoint is the 5-minute cache the catalog's
-    ``cache_write_usd_per_mtok`` prices and holds are sized for (docs/decisions.md)."""
+    or ``{}``; with ``"ttl": "1h"`` when it asks for Anthropic's 1-hour cache, whose writes
+    are priced apart (``Offer.cache_write_1h_price``, 2× input) and sized into the hold
+    (``Needs.cache_1h``). Any other ``ttl`` is dropped: the 5-minute cache, Anthropic's default."""
     mark = obj.get("cache_control")
-    return {"cache_control": {"type": mark.get("type", "ephemeral")}} if isinstance(mark, dict) else {}
+    if not isinstance(mark, dict):
+        return {}
+    return {"cache_control": {"type": mark.get("type", "ephemeral"), **({"ttl": "1h"} if mark.get("ttl") == "1h" else {})}}
 
 
 def _anthropic_only(message: dict) -> bool:
@@ -491,18 +493,28 @@ _INPUT_COUNTS = ("input_tokens", "cache_read_input_tokens", "cache_creation_inpu
 
 
 def _input_counts(usage) -> dict:
-    """The input token counts an Anthropic usage object reports (integers only)."""
-    return {k: usage[k] for k in _INPUT_COUNTS if _counted(usage, k)}
+    """The input token counts an Anthropic usage object reports (integers only), and its
+    ``cache_creation`` (the cache writes by duration) when it has one."""
+    out = {k: usage[k] for k in _INPUT_COUNTS if _counted(usage, k)}
+    if isinstance(usage, dict) and isinstance(usage.get("cache_creation"), dict):
+        out["cache_creation"] = usage["cache_creation"]
+    return out
 
 
 def anthropic_prompt_usage(usage: dict) -> dict:
     """Anthropic input usage in OpenAI's shape: ``prompt_tokens`` counts every input token;
     ``prompt_tokens_details`` says how many were read from the prompt cache
-    (``cached_tokens``, OpenAI's name) and written to it (``cache_write_tokens``)."""
+    (``cached_tokens``, OpenAI's name) and written to it (``cache_write_tokens``), and of
+    those how many to the 1-hour cache (``cache_write_1h_tokens``, from Anthropic's
+    ``cache_creation.ephemeral_1h_input_tokens``; priced apart)."""
     read, write = int(usage.get("cache_read_input_tokens") or 0), int(usage.get("cache_creation_input_tokens") or 0)
+    creation = usage.get("cache_creation") if isinstance(usage.get("cache_creation"), dict) else {}
+    hour = creation.get("ephemeral_1h_input_tokens")
+    hour = min(hour, write) if _counted(creation, "ephemeral_1h_input_tokens") else 0
     out = {"prompt_tokens": int(usage.get("input_tokens") or 0) + read + write}
     if read or write:
-        out["prompt_tokens_details"] = {"cached_tokens": read, "cache_write_tokens": write}
+        out["prompt_tokens_details"] = {"cached_tokens": read, "cache_write_tokens": write,
+                                        **({"cache_write_1h_tokens": hour} if hour else {})}
     return out
 
 

@@ -225,7 +225,8 @@ class MessagesView(MethodView):
         "that was billed, with cost), `message_stop`."}}}}})
     @document_errors(blp, {
         400: "`invalid_request_error`: a body outside the document (which states the content blocks each "
-             "turn takes: text; image and tool_result in user turns, tool_use in assistant turns); and, by "
+             "turn takes: text; image, document and tool_result in user turns; tool_use, thinking and "
+             "redacted_thinking in assistant turns); and, by "
              "Anthropic's convention (its clients read a 400 as `BadRequestError`), a schema-valid request no "
              "model serves (`no_matching_model`: `model: auto` with no fitting model; "
              "`context_length_exceeded`; a `max_tokens` above the named model's maximum output, in "

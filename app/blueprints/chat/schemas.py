@@ -24,6 +24,10 @@ _MESSAGE = {
         "is_error": {"type": ["boolean", "null"], "description": (
             "The gateway's, on a `tool` message: true when the tool failed (the Messages API's `tool_result` "
             "`is_error`). Sent to Anthropic providers, never to OpenAI-compatible ones.")},
+        "thinking_blocks": {"type": ["array", "null"], "items": {"type": "object"}, "description": (
+            "LiteLLM's, on an `assistant` message: the Anthropic `thinking` / `redacted_thinking` blocks of that "
+            "turn, sent back to Anthropic providers as they came (first in the turn), never to OpenAI-compatible "
+            "ones.")},
     },
     "allOf": [
         {"if": {"required": ["role"], "properties": {"role": {"enum": list(CONTENT_REQUIRED)}}},
@@ -55,7 +59,7 @@ class ChatRequestSchema(InputSchema):
     stream = JsonBoolean(metadata={"description": "Server-sent events in OpenAI's chunk format, "
                                    "ending with `data: [DONE]`; the last chunk before it carries `usage`."})
     max_tokens = JsonInteger(validate=ma.validate.Range(min=1, max=1_000_000), allow_none=True,
-                             metadata={"description": "Output cap (never above the model's maximum). "
+                             metadata={"description": "Output cap (above a named model's maximum: 400). "
                                        "Absent: the hold covers `CHAT_DEFAULT_HOLD_OUTPUT_TOKENS` (1024) "
                                        "at the most expensive candidate and the provider is sent what "
                                        "that hold pays for at its prices, at most "
@@ -259,6 +263,20 @@ _IMAGE_BLOCK = {"type": "object", "required": ["type", "source"], "properties": 
         {"type": "object", "required": ["type", "url"], "properties": {"type": {"const": "url"}, "url": _TRUTHY}}]}}}
 _TOOL_USE_BLOCK = {"type": "object", "required": ["type", "id", "name"], "properties": {
     "type": {"const": "tool_use"}, "id": _TRUTHY, "name": _TRUTHY}}
+# an earlier turn's reasoning, as Anthropic's clients send it back (assistant turns)
+_THINKING_BLOCK = {"type": "object", "required": ["type", "thinking", "signature"], "properties": {
+    "type": {"const": "thinking"}, "thinking": {"type": "string"}, "signature": {"type": "string"}}}
+_REDACTED_THINKING_BLOCK = {"type": "object", "required": ["type", "data"], "properties": {
+    "type": {"const": "redacted_thinking"}, "data": {"type": "string"}}}
+# a document (user turns): plain text, or a base64 PDF
+_DOCUMENT_BLOCK = {"type": "object", "required": ["type", "source"], "properties": {
+    "type": {"const": "document"},
+    "source": {"anyOf": [
+        {"type": "object", "required": ["type", "media_type", "data"], "properties": {
+            "type": {"const": "text"}, "media_type": {"const": "text/plain"}, "data": {"type": "string"}}},
+        {"type": "object", "required": ["type", "media_type", "data"], "properties": {
+            "type": {"const": "base64"}, "media_type": {"const": "application/pdf"}, "data": _TRUTHY}}]},
+    "title": {"type": ["string", "null"]}, "context": {"type": ["string", "null"]}}}
 _TOOL_RESULT_BLOCK = {"type": "object", "required": ["type", "tool_use_id"], "properties": {
     "type": {"const": "tool_result"}, "tool_use_id": _TRUTHY,
     "content": {"anyOf": [{"type": "string"}, {"type": "null"},
@@ -273,17 +291,20 @@ _ANTHROPIC_MESSAGE = {
         {"if": {"required": ["role"], "properties": {"role": {"const": "user"}}},
          "then": {"properties": {"content": {"anyOf": [
              {"type": "string", "minLength": 1},
-             {"type": "array", "items": {"anyOf": [_TEXT_BLOCK, _IMAGE_BLOCK, _TOOL_RESULT_BLOCK]}}]}}}},
+             {"type": "array", "items": {"anyOf": [_TEXT_BLOCK, _IMAGE_BLOCK, _DOCUMENT_BLOCK,
+                                                   _TOOL_RESULT_BLOCK]}}]}}}},
         {"if": {"required": ["role"], "properties": {"role": {"const": "assistant"}}},
          "then": {"properties": {"content": {"anyOf": [
-             {"type": "string"}, {"type": "array", "items": {"anyOf": [_TEXT_BLOCK, _TOOL_USE_BLOCK]}}]}}}},
+             {"type": "string"}, {"type": "array", "items": {"anyOf": [
+                 _TEXT_BLOCK, _TOOL_USE_BLOCK, _THINKING_BLOCK, _REDACTED_THINKING_BLOCK]}}]}}}},
     ],
 }
 
 
 class MessagesRequestSchema(InputSchema):
-    """Anthropic Messages request. ``content`` blocks: text, image (user), tool_use
-    (assistant), tool_result (user). Other fields (top_k, thinking, …) are ignored."""
+    """Anthropic Messages request. ``content`` blocks: text, image, document and tool_result
+    (user), tool_use, thinking and redacted_thinking (assistant). Other fields (top_k,
+    thinking, …) are ignored."""
 
     class Meta:
         unknown = ma.INCLUDE

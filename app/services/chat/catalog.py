@@ -358,8 +358,8 @@ def analyse(body: dict) -> Needs:
     marks = []  # every object that may carry a cache breakpoint
     for msg in body["messages"]:
         content = msg.get("content")
-        if isinstance(content, list) and any(
-                isinstance(p, dict) and p.get("type") in ("image_url", "input_image") for p in content):
+        if isinstance(content, list) and any(  # images, and PDF files (read as pages of images)
+                isinstance(p, dict) and p.get("type") in ("image_url", "input_image", "file") for p in content):
             caps.add("vision")
         marks += [msg, *(content if isinstance(content, list) else ())]
     if body.get("tools"):

@@ -99,6 +99,10 @@ def _validate(body: dict) -> None:
             raise InvalidRequest(f"{where}.tool_call_id: is required for role tool.", param=f"{where}.tool_call_id")
         if msg.get("is_error") is not None and not isinstance(msg["is_error"], bool):
             raise InvalidRequest(f"{where}.is_error: must be a boolean.", param=f"{where}.is_error")
+        blocks = msg.get("thinking_blocks")
+        if blocks is not None and not (isinstance(blocks, list) and all(isinstance(b, dict) for b in blocks)):
+            raise InvalidRequest(f"{where}.thinking_blocks: must be an array of objects.",
+                                 param=f"{where}.thinking_blocks")
     tools = body.get("tools")
     if tools is not None and (not isinstance(tools, list) or not all(
             isinstance(t, dict) and isinstance(t.get("function"), dict) and t["function"].get("name")

@@ -75,6 +75,37 @@ def _image_part(block: dict, where: str) -> dict:
     return {"type": "image_url", "image_url": {"url": url}}
 
 
+def _document_part(block: dict, where: str) -> dict:
+    """A ``document`` block as an OpenAI content part: a plain-text source is text (its
+    ``title`` and ``context`` before it, as the model reads them), a base64 PDF OpenAI's
+    ``file`` part (``providers`` gives an Anthropic provider its ``document`` back). Other
+    sources (a URL, content blocks, a file id) have no OpenAI form: 400."""
+    for key in ("title", "context"):
+        if block.get(key) is not None and not isinstance(block[key], str):
+            raise InvalidRequest(f"{where}.{key}: must be a string.", param=f"{where}.{key}")
+    source = block.get("source") if isinstance(block.get("source"), dict) else {}
+    if source.get("type") == "text" and source.get("media_type") == "text/plain" and isinstance(source.get("data"), str):
+        head = [block[k] for k in ("title", "context") if isinstance(block.get(k), str) and block[k]]
+        return {"type": "text", "text": "\n\n".join([*head, source["data"]]), **cache_mark(block)}
+    if source.get("type") == "base64" and source.get("media_type") == "application/pdf" and source.get("data"):
+        name = block["title"] if isinstance(block.get("title"), str) and block["title"] else "document.pdf"
+        return {"type": "file", "file": {"filename": name, "file_data": f"data:application/pdf;base64,{source['data']}"},
+                **cache_mark(block)}
+    raise InvalidRequest(f"{where}.source: a document needs a text source (media_type text/plain, data) or a "
+                         "base64 PDF (media_type application/pdf, data).", param=f"{where}.source")
+
+
+# earlier turns' reasoning: carried on the internal assistant message for Anthropic providers
+THINKING = ("thinking", "redacted_thinking")
+
+
+def _thinking(block: dict) -> bool:
+    """A ``thinking`` block (its text and ``signature``) or a ``redacted_thinking`` one (``data``)."""
+    if block.get("type") == "thinking":
+        return isinstance(block.get("thinking"), str) and isinstance(block.get("signature"), str)
+    return isinstance(block.get("data"), str)
+
+
 def _message(i: int, msg, out: list[dict]) -> None:
     """Append the OpenAI messages of Anthropic message ``i`` to ``out``."""
     where = f"messages.{i}"
@@ -89,7 +120,7 @@ def _message(i: int, msg, out: list[dict]) -> None:
     if not isinstance(content, list) or not content:
         raise InvalidRequest(f"{where}.content: must be a string or a non-empty array of content blocks.",
                              param=f"{where}.content")
-    parts, calls, results = [], [], []
+    parts, calls, results, thinking = [], [], [], []
     for j, block in enumerate(content):
         at = f"{where}.content.{j}"
         kind = block.get("type") if isinstance(block, dict) else None
@@ -97,6 +128,10 @@ def _message(i: int, msg, out: list[dict]) -> None:
             parts.append({"type": "text", "text": block["text"], **cache_mark(block)})
         elif kind == "image" and role == "user":
             parts.append({**_image_part(block, at), **cache_mark(block)})
+        elif kind == "document" and role == "user":
+            parts.append(_document_part(block, at))
+        elif kind in THINKING and role == "assistant" and _thinking(block):
+            thinking.append({k: block[k] for k in ("type", "thinking", "signature", "data") if k in block})
         elif kind == "tool_use" and role == "assistant" and block.get("id") and block.get("name"):
             calls.append({"id": block["id"], "type": "function", "function": {
                 "name": block["name"], "arguments": orjson.dumps(block.get("input") or {}).decode()}})
@@ -105,13 +140,14 @@ def _message(i: int, msg, out: list[dict]) -> None:
                             "content": _result_content(block.get("content"), f"{at}.content"),
                             **({"is_error": True} if _is_error(block, at) else {}), **cache_mark(block)})
         else:
-            raise InvalidRequest(f"{at}: unsupported content block (text, image in user turns, tool_use "
-                                 "in assistant turns, tool_result in user turns).", param=f"{at}.type")
+            raise InvalidRequest(f"{at}: unsupported content block (text; image, document and tool_result in "
+                                 "user turns; tool_use, thinking and redacted_thinking in assistant turns).",
+                                 param=f"{at}.type")
     out.extend(results)  # tool results answer the previous assistant turn's calls: first
     if role == "assistant":  # empty text and no calls: an empty turn, as for content ""
         text = "".join(p["text"] for p in parts)
         out.append({"role": "assistant", "content": text or (None if calls else ""),
-                    **({"tool_calls": calls} if calls else {})})
+                    **({"tool_calls": calls} if calls else {}), **({"thinking_blocks": thinking} if thinking else {})})
     elif parts:
         out.append({"role": "user", "content": parts})
 

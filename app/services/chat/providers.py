@@ -198,8 +198,10 @@ def _openai_headers(offer: Offer) -> dict:
 
 # What the gateway carries for Anthropic providers only (``to_anthropic``): a tool result's
 # ``is_error``, prompt-cache breakpoints (``cache_control``, on a message, a content part or
-# a tool). Never sent to an OpenAI-compatible provider: strict ones refuse unknown fields.
-_ANTHROPIC_ONLY = ("is_error", "cache_control")
+# a tool), an assistant turn's earlier ``thinking_blocks`` (LiteLLM's name: Anthropic's
+# ``thinking`` / ``redacted_thinking`` blocks, signed by Anthropic, meaningless elsewhere).
+# Never sent to an OpenAI-compatible provider: strict ones refuse unknown fields.
+_ANTHROPIC_ONLY = ("is_error", "cache_control", "thinking_blocks")
 
 
 def cache_mark(obj: dict) -> dict:
@@ -371,7 +373,28 @@ def _blocks(content) -> list[dict]:
             out.append({"type": "text", "text": part.get("text", ""), **cache_mark(part)})
         elif part.get("type") == "image_url":
             out.append({**_image_block(part), **cache_mark(part)})
+        elif _pdf_data(part) is not None:
+            out.append({"type": "document", "source": {"type": "base64", "media_type": "application/pdf",
+                                                       "data": _pdf_data(part)}, **cache_mark(part)})
     return out
+
+
+def _pdf_data(part: dict) -> str | None:
+    """The base64 data of an OpenAI ``file`` part holding a PDF (``file_data`` as a data
+    URL), which Anthropic takes as a ``document`` block; None for any other part."""
+    file = part.get("file") if part.get("type") == "file" else None
+    data = file.get("file_data") if isinstance(file, dict) else None
+    if isinstance(data, str) and data.startswith("data:application/pdf;base64,"):
+        return data.removeprefix("data:application/pdf;base64,")
+    return None
+
+
+def _thinking_blocks(message: dict) -> list[dict]:
+    """An assistant message's earlier reasoning (``thinking_blocks``) as Anthropic's blocks,
+    which go first in the turn: ``thinking`` (text and signature) and ``redacted_thinking``."""
+    blocks = message.get("thinking_blocks")
+    return [b for b in blocks if isinstance(b, dict) and b.get("type") in ("thinking", "redacted_thinking")] \
+        if isinstance(blocks, list) else []
 
 
 def _marked_last(blocks: list[dict], message: dict) -> list[dict]:
@@ -412,7 +435,8 @@ def to_anthropic(body: dict, upstream_model: str, max_tokens: int) -> dict:
         elif role == "user":
             add("user", _marked_last(_blocks(msg.get("content")), msg))
         elif role == "assistant":
-            add("assistant", _marked_last(_blocks(msg.get("content")) + tool_use_blocks(msg.get("tool_calls")), msg))
+            add("assistant", _marked_last(_thinking_blocks(msg) + _blocks(msg.get("content"))
+                                          + tool_use_blocks(msg.get("tool_calls")), msg))
         elif role == "tool":  # is_error: the tool failed (the Messages API's, kept by the gateway)
             add("user", [{"type": "tool_result", "tool_use_id": msg.get("tool_call_id"),  # images kept
                           "content": _blocks(msg["content"]) if _tool_images(msg) else _joined_text(msg.get("content")),

@@ -1,0 +1,104 @@
+"""The Messages API's other content blocks: an earlier turn's ``thinking`` /
+``redacted_thinking`` (what the anthropic SDK's clients send back with the history) and
+``document`` (plain text, base64 PDF). They were refused with 400, so a conversation with
+Claude's reasoning in it, or a document, could not go through the gateway. Figures as in
+tests/api/test_chat.py (m-claude: Anthropic provider with vision; m-big: OpenAI-compatible,
+vision; m-small: no vision)."""
+from __future__ import annotations
+
+import base64
+
+from sqlalchemy import select
+
+from app.extensions import db
+from app.models import ChatCompletion
+from app.services.chat import tokens
+from tests.api.test_chat import acct, figures, START, fakes, upstreams  # noqa: F401
+
+THINK = {"type": "thinking", "thinking": "The user wants the weather.", "signature": "sig-1"}
+REDACTED = {"type": "redacted_thinking", "data": "opaque"}
+TOOLS = [{"name": "weather", "input_schema": {"type": "object", "properties": {}}}]
+TURNS = [{"role": "user", "content": "weather?"},
+         {"role": "assistant", "content": [THINK, REDACTED, {"type": "text", "text": "Checking."},
+                                           {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {}}]},
+         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny"}]}]
+
+
+def _message(client, acct, **body):  # noqa: F811
+    return client.post("/v1/messages", headers={"x-api-key": acct.key}, json={"max_tokens": 64, **body})
+
+
+def test_thinking_blocks_of_earlier_turns_are_taken(app, client, fakes, acct, ledger_clean):  # noqa: F811
+    """An Anthropic provider gets them back where they were, first in the assistant turn
+    (Anthropic checks their signatures, or strips them when thinking is off); an
+    OpenAI-compatible one, to which Claude's signed reasoning means nothing, never sees them."""
+    for model in ("m-claude", "m-big"):
+        r = _message(client, acct, model=model, tools=TOOLS, messages=TURNS)
+        assert r.status_code == 200, r.get_json()
+    assert fakes.claude.bodies[0]["messages"][1]["content"] == [
+        THINK, REDACTED, {"type": "text", "text": "Checking."},
+        {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {}}]
+    sent = fakes.pricey.bodies[0]["messages"][1]
+    assert "thinking" not in str(sent) and "opaque" not in str(sent), sent
+    assert sent["content"] == "Checking." and sent["tool_calls"][0]["id"] == "toolu_1"
+    # /v1/chat/completions takes them as LiteLLM sends them: thinking_blocks on the assistant message
+    r = client.post("/v1/chat/completions", headers=acct.headers, json={
+        "model": "m-claude", "max_tokens": 64, "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "Hello.", "thinking_blocks": [THINK]},
+            {"role": "user", "content": "again"}]})
+    assert r.status_code == 200, r.get_json()
+    assert fakes.claude.bodies[1]["messages"][1]["content"] == [THINK, {"type": "text", "text": "Hello."}]
+    # in a user turn, or without its signature, it is refused as Anthropic refuses it
+    for turn in ({"role": "user", "content": [THINK]},
+                 {"role": "assistant", "content": [{"type": "thinking", "thinking": "x"}]}):
+        r = _message(client, acct, model="m-claude", messages=[{"role": "user", "content": "hi"}, turn])
+        assert r.status_code == 400 and r.get_json()["error"]["type"] == "invalid_request_error", r.get_json()
+    assert fakes.claude.calls == 2
+    ledger_clean()
+
+
+def test_a_plain_text_document_is_text_for_every_provider(app, client, fakes, acct, ledger_clean):  # noqa: F811
+    doc = {"type": "document", "title": "Notes", "context": "From the wiki.",
+           "source": {"type": "text", "media_type": "text/plain", "data": "The sky is blue."}}
+    for model in ("m-claude", "m-small"):
+        r = _message(client, acct, model=model, messages=[
+            {"role": "user", "content": [doc, {"type": "text", "text": "What colour?"}]}])
+        assert r.status_code == 200, r.get_json()
+    text = "Notes\n\nFrom the wiki.\n\nThe sky is blue."
+    assert fakes.claude.bodies[0]["messages"][0]["content"] == [{"type": "text", "text": text},
+                                                               {"type": "text", "text": "What colour?"}]
+    assert fakes.cheap.bodies[0]["messages"][0]["content"] == [{"type": "text", "text": text},
+                                                              {"type": "text", "text": "What colour?"}]
+    ledger_clean()
+
+
+def test_a_pdf_document_reaches_each_provider_in_its_own_form(app, client, fakes, acct, ledger_clean):  # noqa: F811
+    """A base64 PDF is an Anthropic provider's ``document`` and an OpenAI-compatible one's
+    ``file`` part (OpenAI's chat form of a PDF); it needs a model that reads images (vision),
+    and its hold counts 3,000 tokens a page. A URL source has no OpenAI form: refused."""
+    pdf = base64.b64encode(b"%PDF-1.4 1 0 obj <</Type /Page>> 2 0 obj <</Type /Page>> <</Type /Pages>>").decode()
+    doc = {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": pdf},
+           "cache_control": {"type": "ephemeral"}}
+    turns = [{"role": "user", "content": [doc, {"type": "text", "text": "Summarise."}]}]
+    for model in ("m-claude", "m-big"):
+        r = _message(client, acct, model=model, messages=turns)
+        assert r.status_code == 200, r.get_json()
+    assert fakes.claude.bodies[0]["messages"][0]["content"][0] == {
+        "type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": pdf},
+        "cache_control": {"type": "ephemeral"}}
+    assert fakes.pricey.bodies[0]["messages"][0]["content"][0] == {
+        "type": "file", "file": {"filename": "document.pdf", "file_data": f"data:application/pdf;base64,{pdf}"}}
+    with app.app_context():
+        hold = db.session.execute(select(ChatCompletion.hold_micros).order_by(ChatCompletion.created_at.desc())
+                                  ).scalars().first()
+        db.session.remove()
+    assert hold >= 2 * tokens.PDF_PAGE_TOKENS * 5  # two pages at m-big's input price
+    r = _message(client, acct, model="m-small", messages=turns)
+    assert r.status_code == 400 and r.get_json()["error"]["code"] == "no_matching_model", r.get_json()
+    before = figures(app, acct.id)["balance"]
+    r = _message(client, acct, model="m-claude", messages=[{"role": "user", "content": [
+        {"type": "document", "source": {"type": "url", "url": "https://example.com/a.pdf"}}]}])
+    assert r.status_code == 400 and r.get_json()["type"] == "error", r.get_json()
+    assert fakes.claude.calls == 1 and figures(app, acct.id)["balance"] == before
+    ledger_clean()

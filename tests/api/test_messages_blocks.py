@@ -102,3 +102,19 @@ def test_a_pdf_document_reaches_each_provider_in_its_own_form(app, client, fakes
     assert r.status_code == 400 and r.get_json()["type"] == "error", r.get_json()
     assert fakes.claude.calls == 1 and figures(app, acct.id)["balance"] == before
     ledger_clean()
+
+
+def test_a_server_tool_is_refused_not_passed_off_as_a_custom_one(app, client, fakes, acct, ledger_clean):  # noqa: F811
+    """Anthropic's server tools (``web_search_…``) run on Anthropic's side and its client
+    tools (``bash_…``, ``text_editor_…``) need its built-in definitions: the translation made
+    each a custom function tool with an empty schema, so the model was offered a ``web_search``
+    it could only ask the client to run. Refused clearly (the document says so); a custom
+    tool's ``type: "custom"`` is taken."""
+    search = {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}
+    r = _message(client, acct, model="m-claude", tools=[search], messages=[{"role": "user", "content": "news?"}])
+    assert r.status_code == 400 and r.get_json()["error"]["type"] == "invalid_request_error", r.get_json()
+    assert "web_search_20250305" in r.get_json()["error"]["message"] and fakes.claude.calls == 0
+    r = _message(client, acct, model="m-claude", tools=[{**TOOLS[0], "type": "custom"}],
+                 messages=[{"role": "user", "content": "weather?"}])
+    assert r.status_code == 200 and fakes.claude.bodies[0]["tools"][0]["name"] == "weather", r.get_json()
+    ledger_clean()

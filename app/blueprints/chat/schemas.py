@@ -324,7 +324,11 @@ class MessagesRequestSchema(InputSchema):
                                    "`message_stop`); `message_start` counts the prompt, the `message_delta` usage is what was "
                                    "billed, with the cost."})
     tools = ma.fields.List(ma.fields.Dict(metadata={"required": ["name"], "properties": {
-        "name": {"type": "string", "minLength": 1}, "input_schema": {"type": "object"}}}),
+        "name": {"type": "string", "minLength": 1}, "input_schema": {"type": "object"},
+        "type": {"enum": ["custom", None], "description": (
+            "Custom tools only (absent, null or `custom`): Anthropic's server and client tools (`web_search_…`, "
+            "`bash_…`, `text_editor_…` …) run on Anthropic's side or need its built-in definitions, which no "
+            "translation carries.")}}}),
         allow_none=True, validate=ma.validate.Length(max=128))
     tool_choice = ma.fields.Dict(allow_none=True)
     metadata = ma.fields.Dict(allow_none=True)

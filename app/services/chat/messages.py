@@ -174,6 +174,11 @@ def to_openai(req: dict) -> dict:
     if req.get("stream"):  # the usage in its own last chunk: message_delta (translate_stream)
         body.update(stream=True, stream_options={"include_usage": True})
     tools = req.get("tools")
+    for i, t in enumerate(tools or ()):
+        if isinstance(t, dict) and t.get("type") not in (None, "custom"):
+            raise InvalidRequest(f"tools.{i}.type: {t['type']!r} is one of Anthropic's server or client tools, which "
+                                 "the gateway cannot carry to every provider; only custom tools (name, description, "
+                                 "input_schema) are supported.", param=f"tools.{i}.type")
     if tools:
         body["tools"] = [{"type": "function", "function": {
             "name": t.get("name"), "description": t.get("description", ""),

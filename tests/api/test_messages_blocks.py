@@ -118,3 +118,23 @@ def test_a_server_tool_is_refused_not_passed_off_as_a_custom_one(app, client, fa
                  messages=[{"role": "user", "content": "weather?"}])
     assert r.status_code == 200 and fakes.claude.bodies[0]["tools"][0]["name"] == "weather", r.get_json()
     ledger_clean()
+
+
+def test_top_level_cache_control_marks_the_last_block(app, client, fakes, acct, ledger_clean):  # noqa: F811
+    """Anthropic's automatic caching: a request-level ``cache_control`` (the anthropic SDK's
+    ``messages.create(cache_control=…)``) puts the breakpoint on the last cacheable block. It
+    was ignored, so such a conversation was never cached through the gateway and paid the full
+    input price each turn. It now goes on the last block for an Anthropic provider (its
+    ``ttl`` kept as for any mark, the hold sized for it), never to an OpenAI-compatible one."""
+    hour = {"type": "ephemeral", "ttl": "1h"}
+    for model in ("m-claude", "m-big"):
+        r = _message(client, acct, model=model, tools=TOOLS, cache_control=hour, messages=TURNS)
+        assert r.status_code == 200, r.get_json()
+    assert fakes.claude.bodies[0]["messages"][-1]["content"] == [
+        {"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny", "cache_control": hour}]
+    assert "cache_control" not in str(fakes.pricey.bodies[0])
+    r = _message(client, acct, model="m-claude", cache_control={"type": "ephemeral"},
+                 messages=[{"role": "user", "content": "hi"}])
+    assert fakes.claude.bodies[1]["messages"][0]["content"] == [
+        {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]
+    ledger_clean()

@@ -332,16 +332,21 @@ class MessagesRequestSchema(InputSchema):
         allow_none=True, validate=ma.validate.Length(max=128))
     tool_choice = ma.fields.Dict(allow_none=True)
     metadata = ma.fields.Dict(allow_none=True)
+    cache_control = ma.fields.Dict(allow_none=True, metadata={
+        "description": "Anthropic's automatic caching: a prompt-cache breakpoint (`{type: ephemeral}`, `ttl` `1h` "
+                       "kept) on the last block, for Anthropic providers."})
 
 
 class CountTokensRequestSchema(MessagesRequestSchema):
     """Anthropic's count-tokens request: the Messages request without ``max_tokens`` and
     the fields that shape only the answer (``stream``, ``stop_sequences``, ``temperature``,
-    ``top_p``, ``metadata``). Other fields (``thinking`` …) are ignored."""
+    ``top_p``, ``metadata``, ``cache_control``: caching changes no count). Other fields
+    (``thinking`` …) are ignored."""
 
     class Meta:
         unknown = ma.INCLUDE
-        exclude = ("max_tokens", "stream", "stop_sequences", "temperature", "top_p", "metadata")
+        exclude = ("max_tokens", "stream", "stop_sequences", "temperature", "top_p", "metadata",
+                   "cache_control")
 
 
 class MessageTokensCountSchema(ma.Schema):

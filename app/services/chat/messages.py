@@ -165,6 +165,9 @@ def to_openai(req: dict) -> dict:
         messages.append({"role": "system", "content": system})
     for i, msg in enumerate(req["messages"]):
         _message(i, msg, messages)  # each adds at least one message
+    mark = cache_mark(req)  # Anthropic's automatic caching: a breakpoint on the last block (providers)
+    if mark:
+        messages[-1] = {**messages[-1], **mark}
     body: dict = {"model": req["model"], "messages": messages, "max_tokens": req["max_tokens"]}
     for key in ("temperature", "top_p"):
         if req.get(key) is not None:

@@ -325,7 +325,7 @@ class MessagesRequestSchema(InputSchema):
                                    "billed, with the cost."})
     tools = ma.fields.List(ma.fields.Dict(metadata={"required": ["name"], "properties": {
         "name": {"type": "string", "minLength": 1}, "input_schema": {"type": "object"},
-        "type": {"enum": ["custom", None], "description": (
+        "type": {"type": ["string", "null"], "enum": ["custom", None], "description": (
             "Custom tools only (absent, null or `custom`): Anthropic's server and client tools (`web_search_…`, "
             "`bash_…`, `text_editor_…` …) run on Anthropic's side or need its built-in definitions, which no "
             "translation carries.")}}}),

@@ -106,13 +106,15 @@ def _images(content: Any) -> int:
 
 PDF_PAGE_TOKENS = 3000  # one PDF page: Anthropic's upper figure for a page's text (1,500–3,000), on the safe side
 _PDF_PAGE = re.compile(rb"/Type\s*/Page(?![a-zA-Z])")
+_PDF_COUNT = re.compile(rb"/Count\s+(\d{1,6})")  # a page tree's count of the pages below it
 
 
 def _file_tokens(content: Any) -> int:
     """The estimate of the PDF file parts of ``content`` (OpenAI's ``{"type": "file", "file":
     {"file_data": "data:application/pdf;base64,…"}}``, a Messages API ``document``):
-    ``PDF_PAGE_TOKENS`` per page, the pages counted by their ``/Type /Page`` objects (one at
-    least: a PDF whose page objects are compressed still has a page)."""
+    ``PDF_PAGE_TOKENS`` per page, the pages counted by their ``/Type /Page`` objects or the
+    page tree's largest ``/Count``, whichever is more (one at least: a PDF whose objects are
+    all compressed still has a page)."""
     if not isinstance(content, list):
         return 0
     total = 0
@@ -124,7 +126,8 @@ def _file_tokens(content: Any) -> int:
                 raw = base64.b64decode(data.partition(";base64,")[2] or data, validate=False)
             except (ValueError, binascii.Error):
                 raw = b""
-            total += PDF_PAGE_TOKENS * max(1, len(_PDF_PAGE.findall(raw)))
+            counts = [int(n) for n in _PDF_COUNT.findall(raw)]
+            total += PDF_PAGE_TOKENS * max(1, len(_PDF_PAGE.findall(raw)), *counts)
     return total
 
 

@@ -315,6 +315,17 @@ def test_auto_routes_only_to_models_that_allow_the_output_asked_for(app, client,
     ledger_clean()
 
 
+def test_the_price_lists_auto_picks_follow_the_routing_rule(app, fakes, monkeypatch):
+    """The console's "Models and prices" page shows what ``auto`` picks; its own copy of the
+    rule checked the context window only, so it named m-small for a 600-token answer that
+    routing now gives m-big (m-small writes at most 500). It asks ``catalog.fits`` now."""
+    from app.services.gateway import pricelist
+
+    monkeypatch.setattr(pricelist, "AUTO_CASES", (("A long answer", frozenset(), 10, 600),))
+    with app.app_context():
+        assert [p["model"] for p in pricelist.auto_picks()] == ["m-big"]
+
+
 def test_balance_must_cover_the_hold(app, client, fakes, make_account, ledger_clean):
     poor = make_account(cents=0)
     r = chat(client, poor, model="m-small", max_tokens=100)

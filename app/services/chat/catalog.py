@@ -442,7 +442,7 @@ def candidates(model_name: str, needs: Needs, *, sandbox: str | None = None, own
     scored: list[tuple[int, int, Offer]] = []
     mine: list[tuple[int, int, Offer]] = []
     for i, model in enumerate(models):
-        if model_name == "auto" and not _fits(model, needs):
+        if model_name == "auto" and not fits(model, needs):
             continue
         out = output_cap(model, needs) * needs.choices
         if sandbox:
@@ -500,7 +500,7 @@ def _answers(offer: Offer, needs: Needs) -> bool:
     return needs.choices == 1 or offer.provider.type != "anthropic"
 
 
-def _fits(model: Model, needs: Needs) -> bool:
+def fits(model: Model, needs: Needs) -> bool:
     """Whether ``auto`` may route to ``model``: it has the capabilities, allows the output
     the request asked for (``max_tokens`` at most its maximum: a model that cannot write the
     answer asked for does not fit, as a named one refuses it), and its window holds the prompt

@@ -118,7 +118,11 @@ ANTHROPIC_MESSAGES = [
                                   "source": {"type": "text", "media_type": "text/plain", "data": "x"}}]},
     {"role": "user", "content": [{"type": "document",
                                   "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBE"}}]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [
+        {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "x"}}]}]},
     # refused
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [
+        {"type": "document", "source": {"type": "url", "url": "https://x/y.pdf"}}]}]},
     {"role": "user", "content": [{"type": "thinking", "thinking": "x", "signature": "s"}]},
     {"role": "assistant", "content": [{"type": "redacted_thinking"}]},
     {"role": "assistant", "content": [{"type": "document", "source": {

@@ -138,3 +138,29 @@ def test_top_level_cache_control_marks_the_last_block(app, client, fakes, acct, 
     assert fakes.claude.bodies[1]["messages"][0]["content"] == [
         {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]
     ledger_clean()
+
+
+def test_a_tool_result_may_hold_documents(app, client, fakes, acct, ledger_clean):  # noqa: F811
+    """A tool that reads a file answers with a ``document`` in its ``tool_result`` (Claude
+    Code's Read of a PDF): refused with 400. An Anthropic provider gets it in the
+    ``tool_result``; an OpenAI-compatible one, whose tool messages take text only, gets the
+    PDF as a ``file`` part in a user message right after the tool results (as images)."""
+    pdf = base64.b64encode(b"%PDF-1.4 <</Type /Page>>").decode()
+    doc = {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": pdf},
+           "cache_control": {"type": "ephemeral"}}
+    turns = [TURNS[0], {"role": "assistant", "content": [
+        {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {}}]},
+             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                           "content": [{"type": "text", "text": "the report"}, doc]}]}]
+    for model in ("m-claude", "m-big"):
+        r = _message(client, acct, model=model, tools=TOOLS, messages=turns)
+        assert r.status_code == 200, r.get_json()
+    pdf_block = {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": pdf},
+                 "cache_control": {"type": "ephemeral"}}
+    assert fakes.claude.bodies[0]["messages"][2]["content"] == [
+        {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "the report"}, pdf_block]}]
+    sent = fakes.pricey.bodies[0]["messages"]
+    assert sent[2] == {"role": "tool", "tool_call_id": "toolu_1", "content": "the report"}
+    assert sent[3] == {"role": "user", "content": [
+        {"type": "file", "file": {"filename": "document.pdf", "file_data": f"data:application/pdf;base64,{pdf}"}}]}
+    ledger_clean()

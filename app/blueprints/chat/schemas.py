@@ -280,7 +280,7 @@ _DOCUMENT_BLOCK = {"type": "object", "required": ["type", "source"], "properties
 _TOOL_RESULT_BLOCK = {"type": "object", "required": ["type", "tool_use_id"], "properties": {
     "type": {"const": "tool_result"}, "tool_use_id": _TRUTHY,
     "content": {"anyOf": [{"type": "string"}, {"type": "null"},
-                          {"type": "array", "items": {"anyOf": [_TEXT_BLOCK, _IMAGE_BLOCK]}}]},
+                          {"type": "array", "items": {"anyOf": [_TEXT_BLOCK, _IMAGE_BLOCK, _DOCUMENT_BLOCK]}}]},
     "is_error": {"type": ["boolean", "null"]}}}
 _ANTHROPIC_MESSAGE = {
     "required": ["role", "content"],

@@ -41,17 +41,22 @@ def _text_of(content, where: str) -> str:
 
 def _result_content(content, where: str):
     """A ``tool_result``'s content: its text (a string or text blocks), or, when it holds
-    images, its text and image blocks as content parts (``providers`` sends them on)."""
-    if not (isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "image" for b in content)):
+    images or documents, its text, image and document blocks as content parts
+    (``providers`` sends them on)."""
+    if not (isinstance(content, list) and any(isinstance(b, dict) and b.get("type") in ("image", "document")
+                                              for b in content)):
         return _text_of(content, where)
     parts = []
     for j, block in enumerate(content):
         if isinstance(block, dict) and block.get("type") == "image":
             parts.append(_image_part(block, f"{where}.{j}"))
+        elif isinstance(block, dict) and block.get("type") == "document":
+            parts.append(_document_part(block, f"{where}.{j}"))
         elif isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
             parts.append({"type": "text", "text": block["text"]})
         else:
-            raise InvalidRequest(f"{where}.{j}: only text and image blocks are supported here.", param=f"{where}.{j}")
+            raise InvalidRequest(f"{where}.{j}: only text, image and document blocks are supported here.",
+                                 param=f"{where}.{j}")
     return parts
 
 

@@ -231,21 +231,23 @@ def _for_openai(message: dict) -> dict:
 
 
 def _tool_images(message: dict) -> list:
-    """The image parts of a tool message (a Messages API ``tool_result`` holding images)."""
+    """The image and file (PDF) parts of a tool message (a Messages API ``tool_result``
+    holding images or documents)."""
     content = message.get("content")
     if message.get("role") != "tool" or not isinstance(content, list):
         return []
-    return [p for p in content if isinstance(p, dict) and p.get("type") == "image_url"]
+    return [p for p in content if isinstance(p, dict) and p.get("type") in ("image_url", "file")]
 
 
 def _openai_messages(messages: list) -> list:
     """``messages`` as an OpenAI-compatible provider takes them: without the Anthropic-only
-    fields, and a tool message's images (OpenAI's tool messages take text only) moved to a
-    user message after that run of tool results, as OpenRouter does."""
+    fields, and a tool message's images and files (OpenAI's tool messages take text only)
+    moved to a user message after that run of tool results, as OpenRouter does (without
+    their cache breakpoints, as every part an OpenAI-compatible provider gets)."""
     out, images = [], []
     for m in messages:
         if images and m.get("role") != "tool":
-            out.append({"role": "user", "content": images})
+            out.append(_for_openai({"role": "user", "content": images}))
             images = []
         moved = _tool_images(m)
         if moved:
@@ -253,7 +255,7 @@ def _openai_messages(messages: list) -> list:
             m = {**m, "content": _joined_text(m["content"])}
         out.append(_for_openai(m) if _anthropic_only(m) else m)
     if images:
-        out.append({"role": "user", "content": images})
+        out.append(_for_openai({"role": "user", "content": images}))
     return out
 
 

@@ -37,7 +37,10 @@ MESSAGES = [
     {"role": "tool", "tool_call_id": "c", "content": "down", "is_error": True},
     {"role": "tool", "tool_call_id": "c", "is_error": None},
     {"role": "function", "name": "f", "content": "x"},
+    {"role": "assistant", "content": "a", "thinking_blocks": [{"type": "thinking", "thinking": "x", "signature": "s"}]},
+    {"role": "assistant", "content": "a", "thinking_blocks": None},
     # refused
+    {"role": "assistant", "content": "a", "thinking_blocks": "x"}, {"role": "assistant", "thinking_blocks": [1]},
     {}, {"content": "hi"}, {"role": "robot", "content": "hi"}, {"role": None}, {"role": 1},
     {"role": "user"}, {"role": "user", "content": ""}, {"role": "user", "content": []},
     {"role": "user", "content": None}, {"role": "system", "content": 5},
@@ -109,7 +112,28 @@ ANTHROPIC_MESSAGES = [
     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [_IMG]}]},
     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t",
                                   "content": [{"type": "text", "text": "x"}, _IMG]}]},
+    {"role": "assistant", "content": [{"type": "thinking", "thinking": "x", "signature": "s"}, _USE]},
+    {"role": "assistant", "content": [{"type": "redacted_thinking", "data": "d"}, {"type": "text", "text": "a"}]},
+    {"role": "user", "content": [{"type": "document", "title": "t", "context": None,
+                                  "source": {"type": "text", "media_type": "text/plain", "data": "x"}}]},
+    {"role": "user", "content": [{"type": "document",
+                                  "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBE"}}]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [
+        {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "x"}}]}]},
     # refused
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [
+        {"type": "document", "source": {"type": "url", "url": "https://x/y.pdf"}}]}]},
+    {"role": "user", "content": [{"type": "thinking", "thinking": "x", "signature": "s"}]},
+    {"role": "assistant", "content": [{"type": "redacted_thinking"}]},
+    {"role": "assistant", "content": [{"type": "document", "source": {
+        "type": "text", "media_type": "text/plain", "data": "x"}}]},
+    {"role": "user", "content": [{"type": "document", "source": {"type": "text", "media_type": "text/html",
+                                                                 "data": "x"}}]},
+    {"role": "user", "content": [{"type": "document", "source": {"type": "url", "url": "https://x/y.pdf"}}]},
+    {"role": "user", "content": [{"type": "document", "source": {"type": "base64", "media_type": "image/png",
+                                                                 "data": "AAAA"}}]},
+    {"role": "user", "content": [{"type": "document", "title": 5, "source": {
+        "type": "text", "media_type": "text/plain", "data": "x"}}]},
     {"role": "user", "content": ""}, {"role": "user", "content": []}, {"role": "assistant", "content": []},
     {"role": "system", "content": "x"}, {"role": "user"}, {"role": "user", "content": 5},
     {"role": "user", "content": [{"type": "text"}]}, {"role": "user", "content": [{"type": "text", "text": 5}]},

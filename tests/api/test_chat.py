@@ -210,6 +210,9 @@ def test_auto_matches_capabilities_and_context(app, client, fakes, acct, ledger_
         holds = db.session.execute(select(ChatCompletion.hold_micros).order_by(ChatCompletion.created_at)).scalars().all()
         db.session.remove()
     assert charged == [min(1250, h) for h in holds] and charged[1] == 1250 and charged[0] < 1250
+    # the savings compare what was charged with the reference (m-big itself: 1250), not the
+    # uncapped cost: the capped one saved (1250 − charged) / 1250; they read 0 (cost = reference)
+    assert body["usage"]["savings_pct"] == round((1250 - charged[0]) / 1250 * 100, 2) > 0
     assert figures(app, acct.id)["balance"] == START - sum(charged)
     ledger_clean()
 
@@ -268,19 +271,59 @@ def test_hold_covers_every_choice(app, client, fakes, acct, ledger_clean):
 
 
 @pytest.mark.parametrize("field", ["max_tokens", "max_completion_tokens"])
-def test_the_provider_gets_the_cap_the_hold_was_sized_for(app, client, fakes, acct, field, ledger_clean):
-    """m-small allows 500 output tokens: the hold is sized for min(100,000, 500), and the
-    provider must get that cap, under the name the request used — it got the request's
-    100,000, so it could generate (and the gateway then charge, or lose as a shortfall)
-    far beyond what was held."""
+def test_an_output_cap_above_the_models_maximum_is_refused(app, client, fakes, acct, field, ledger_clean):
+    """m-small allows 500 output tokens. A request for 100,000 was silently capped to 500
+    (held and sent as 500), where OpenAI answers 400 ``max_tokens is too large`` and Anthropic
+    400 ``max_tokens: N > M, which is the maximum allowed number of output tokens for …``: the
+    caller never learnt its answer could be cut. Now refused before anything is held, in each
+    API's words, naming the field the request used; the model's maximum itself is taken."""
     r = chat(client, acct, model="m-small", **{field: 100_000})
+    assert r.status_code == 400, r.get_json()
+    err = r.get_json()["error"]
+    assert (err["type"], err["code"], err["param"]) == ("invalid_request_error", "invalid_request", field)
+    assert err["message"] == (f"{field} is too large: 100000. This model supports at most 500 completion "
+                              "tokens, whereas you provided 100000.")
+    assert fakes.cheap.calls == fakes.pricey.calls == 0
+    r = chat(client, acct, model="m-small", **{field: 500})
     assert r.status_code == 200, r.get_json()
-    with app.app_context():
-        assert db.session.execute(select(ChatCompletion.hold_micros)).scalar_one() == 10 * 3 + 500 * 6
+    assert fakes.cheap.bodies[-1][field] == 500
+    r = client.post("/v1/messages", headers={"x-api-key": acct.key},
+                    json={"model": "m-small", "max_tokens": 501, "messages": MSGS})
+    assert r.status_code == 400 and r.get_json()["type"] == "error", r.get_json()
+    assert r.get_json()["error"]["type"] == "invalid_request_error"
+    assert r.get_json()["error"]["message"] == ("max_tokens: 501 > 500, which is the maximum allowed number of "
+                                                "output tokens for m-small")
+    assert fakes.cheap.calls == 1
+    with app.app_context():  # one completion: the refused ones held nothing
+        assert len(db.session.execute(select(ChatCompletion.id)).all()) == 1
         db.session.remove()
-    sent = fakes.cheap.bodies[-1]
-    assert sent[field] == 500 and ({"max_tokens", "max_completion_tokens"} - {field}).isdisjoint(sent), sent
+    assert figures(app, acct.id)["held"] == 0
     ledger_clean()
+
+
+def test_auto_routes_only_to_models_that_allow_the_output_asked_for(app, client, fakes, acct, ledger_clean):
+    """``model: auto`` with ``max_tokens`` above a model's maximum routed to it anyway and
+    capped the answer (m-small, 500); a model that cannot write what was asked for does not
+    fit, as a named one refuses it: m-big (4,000) serves it. Above every model's maximum,
+    400 ``no_matching_model`` saying so."""
+    r = chat(client, acct, model="auto", max_tokens=1000)
+    assert r.status_code == 200 and r.get_json()["model"] == "m-big", r.get_json()
+    assert fakes.pricey.bodies[-1]["max_tokens"] == 1000 and fakes.cheap.calls == 0
+    r = chat(client, acct, model="auto", max_tokens=100_000)
+    assert r.status_code == 400 and r.get_json()["error"]["code"] == "no_matching_model"
+    assert "up to 100000 output tokens" in r.get_json()["error"]["message"]
+    ledger_clean()
+
+
+def test_the_price_lists_auto_picks_follow_the_routing_rule(app, fakes, monkeypatch):
+    """The console's "Models and prices" page shows what ``auto`` picks; its own copy of the
+    rule checked the context window only, so it named m-small for a 600-token answer that
+    routing now gives m-big (m-small writes at most 500). It asks ``catalog.fits`` now."""
+    from app.services.gateway import pricelist
+
+    monkeypatch.setattr(pricelist, "AUTO_CASES", (("A long answer", frozenset(), 10, 600),))
+    with app.app_context():
+        assert [p["model"] for p in pricelist.auto_picks()] == ["m-big"]
 
 
 def test_balance_must_cover_the_hold(app, client, fakes, make_account, ledger_clean):
@@ -935,20 +978,57 @@ def test_prompt_cache_breakpoints_reach_an_anthropic_provider(app, client, fakes
     ledger_clean()
 
 
-def test_a_one_hour_cache_breakpoint_goes_on_as_the_five_minute_cache(app, client, fakes, acct, ledger_clean):
+def test_a_one_hour_cache_write_is_priced_and_reported_as_anthropic_bills_it(app, client, fakes, acct,
+                                                                            ledger_clean):
     """Anthropic bills writes to its 1-hour cache (``cache_control.ttl: "1h"``) at 2× the
-    input price; the catalog's cache write price (and the hold) is the 5-minute cache's
-    1.25×, so a passed-on ``ttl`` left the platform paying the difference and a hold that
-    could fall short. The breakpoint goes on without it (the 5-minute cache)."""
-    r = client.post("/v1/messages", headers={"x-api-key": acct.key}, json={
-        "model": "m-claude", "max_tokens": 64, "system": [
-            {"type": "text", "text": "Long rules.", "cache_control": {"type": "ephemeral", "ttl": "1h"}}],
-        "messages": [{"role": "user", "content": [
-            {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral", "ttl": "1h"}}]}]})
+    input price, 5-minute writes at 1.25×. The ``ttl`` was dropped, so the caller could not
+    have the 1-hour cache at all and every write was priced as a 5-minute one. The ``ttl``
+    now goes on; the writes Anthropic reports by duration (``usage.cache_creation``) are
+    priced apart (m-claude: input 4, 5-minute write 5, 1-hour write 2 × 4 = 8), reported in
+    Anthropic's names on ``/v1/messages`` (streams too) and as ``cache_write_1h_tokens`` on
+    chat completions, and the hold covers writing the whole prompt to the 1-hour cache."""
+    hour = {"type": "ephemeral", "ttl": "1h"}
+    fakes.claude.usage_extra = {"cache_creation_input_tokens": 1000, "cache_creation": {
+        "ephemeral_5m_input_tokens": 400, "ephemeral_1h_input_tokens": 600}}
+    body = {"model": "m-claude", "max_tokens": 1000,
+            "system": [{"type": "text", "text": "Long rules.", "cache_control": hour}],
+            "messages": [{"role": "user", "content": [
+                {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral", "ttl": "5m"}}]}]}
+    r = client.post("/v1/messages", headers={"x-api-key": acct.key}, json=body)
     assert r.status_code == 200, r.get_json()
     sent = fakes.claude.bodies[0]
-    assert sent["system"] == [{"type": "text", "text": "Long rules.", "cache_control": {"type": "ephemeral"}}]
+    assert sent["system"] == [{"type": "text", "text": "Long rules.", "cache_control": hour}]
     assert sent["messages"][0]["content"] == [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]
+    usage = r.get_json()["usage"]
+    cost = 20 * 4 + 400 * 5 + 600 * 8 + 10 * 20  # it was 20 × 4 + 1000 × 5 + 10 × 20
+    assert (usage["input_tokens"], usage["cache_creation_input_tokens"], usage["cost_micros"]) == (20, 1000, cost)
+    assert usage["cache_creation"] == {"ephemeral_5m_input_tokens": 400, "ephemeral_1h_input_tokens": 600}
+    r = client.post("/v1/messages", headers={"x-api-key": acct.key}, json={**body, "stream": True})
+    events = [orjson.loads(b.split(b"data: ", 1)[1]) for b in r.get_data().split(b"\n\n") if b"data: " in b]
+    start = next(e for e in events if e["type"] == "message_start")["message"]["usage"]
+    final = next(e for e in events if e["type"] == "message_delta")["usage"]
+    assert start["cache_creation"] == final["cache_creation"] == usage["cache_creation"]
+    assert final["cost_micros"] == cost
+    r = chat(client, acct, model="m-claude", max_tokens=1000, messages=[
+        {"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": hour}]}])
+    assert r.get_json()["usage"]["prompt_tokens_details"] == {
+        "cached_tokens": 0, "cache_write_tokens": 1000, "cache_write_1h_tokens": 600}
+    assert r.get_json()["usage"]["cost_micros"] == cost
+    # the hold covers the whole prompt written to the 1-hour cache (8), not the 5-minute one (5)
+    fakes.claude.usage_extra = {}
+    text = "a long system prompt " * 200
+    for ttl in ("5m", "1h"):
+        r = chat(client, acct, model="m-claude", max_tokens=100, messages=[
+            {"role": "system", "content": [{"type": "text", "text": text,
+                                            "cache_control": {"type": "ephemeral", "ttl": ttl}}]},
+            {"role": "user", "content": "hi"}])
+        assert r.status_code == 200, r.get_json()
+    with app.app_context():
+        five, one = db.session.execute(select(ChatCompletion.hold_micros).order_by(ChatCompletion.created_at)
+                                       ).scalars().all()[-2:]
+        db.session.remove()
+    prompt = (five - 100 * 20) // 5
+    assert prompt > 0 and one == prompt * 8 + 100 * 20
     ledger_clean()
 
 

@@ -48,7 +48,8 @@ def _billed(app, account_id) -> tuple[ChatCompletion, int]:
     return row, spent
 
 
-ZERO_CACHE = {"cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+NO_WRITES = {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0}
+ZERO_CACHE = {"cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "cache_creation": NO_WRITES}
 
 
 @pytest.mark.parametrize("model, usage_extra, start, final, cost", [
@@ -60,8 +61,10 @@ ZERO_CACHE = {"cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
     # Anthropic upstream: its message_start counted the prompt (20 input, 300 read from the
     # cache, 40 written to it), passed on as counted; 20×4 + 300×0.4 + 40×5 + 10×20 = 600
     ("m-claude", {"cache_read_input_tokens": 300, "cache_creation_input_tokens": 40},
-     {"input_tokens": 20, "output_tokens": 0, "cache_read_input_tokens": 300, "cache_creation_input_tokens": 40},
-     {"input_tokens": 20, "output_tokens": 10, "cache_read_input_tokens": 300, "cache_creation_input_tokens": 40},
+     {"input_tokens": 20, "output_tokens": 0, "cache_read_input_tokens": 300, "cache_creation_input_tokens": 40,
+      "cache_creation": {**NO_WRITES, "ephemeral_5m_input_tokens": 40}},
+     {"input_tokens": 20, "output_tokens": 10, "cache_read_input_tokens": 300, "cache_creation_input_tokens": 40,
+      "cache_creation": {**NO_WRITES, "ephemeral_5m_input_tokens": 40}},
      600),
 ], ids=["openai-upstream", "anthropic-upstream"])
 def test_message_start_carries_the_prompt_and_message_delta_what_was_billed(app, client, fakes, acct, ledger_clean,

@@ -79,9 +79,11 @@ SEMANTIC_400: dict[str, str] = {
                  "error (Streamable HTTP's convention); the document states the envelope and this 400",
     "POST /v1/chat/completions": "OpenAI's convention, kept for OpenAI clients: `model: auto` with no "
                                  "model that fits the request is 400 `no_matching_model` "
-                                 "(`invalid_request_error`), documented on the operation",
+                                 "(`invalid_request_error`), and a `max_tokens` above the named "
+                                 "model's maximum output 400 `invalid_request`, documented on the operation",
     "POST /v1/messages": "Anthropic's convention, kept for Anthropic clients: 400 "
-                         "`invalid_request_error` for `model: auto` with no fitting model, documented on "
+                         "`invalid_request_error` for `model: auto` with no fitting model and for a "
+                         "`max_tokens` above the named model's maximum output, documented on "
                          "the operation (the content blocks each turn takes are in the document)",
     "POST /v1/messages/count_tokens": "as `POST /v1/messages` (Anthropic's convention): a prompt no model "
                                       "serves is 400 `invalid_request_error`, documented on the operation",

@@ -96,3 +96,25 @@ def test_the_output_estimate_counts_the_text_of_any_answer_shape(answer, chars):
     from app.services.chat.completions import _chars
 
     assert _chars(answer) == chars
+
+
+def test_a_pdf_counts_its_pages():
+    """A PDF file part (a Messages API ``document``) counted nothing, so a hold for a long
+    document was a few tokens and the charge was capped at it: 3,000 tokens a page, the pages
+    from the page objects or the page tree's ``/Count``."""
+    import base64
+
+    from app.services.chat import tokens
+
+    def body(pdf: bytes) -> dict:
+        data = "data:application/pdf;base64," + base64.b64encode(pdf).decode()
+        return {"messages": [{"role": "user", "content": [{"type": "file", "file": {"file_data": data}}]}]}
+
+    empty = tokens.estimate_prompt_tokens({"messages": [{"role": "user", "content": []}]}, tokens.CHARS)
+    two = body(b"%PDF-1.4 <</Type /Page>> <</Type /Page >> <</Type /Pages /Kids [] /Count 2>>")
+    assert tokens.estimate_prompt_tokens(two, tokens.CHARS) == empty + 2 * tokens.PDF_PAGE_TOKENS
+    assert tokens.estimate_prompt_tokens(body(b"%PDF-1.7 <</Type /Pages /Count 40>>"), tokens.CHARS) \
+        == empty + 40 * tokens.PDF_PAGE_TOKENS
+    assert tokens.estimate_prompt_tokens(body(b"%PDF-1.7 compressed"), tokens.O200K) \
+        == tokens.estimate_prompt_tokens({"messages": [{"role": "user", "content": []}]}, tokens.O200K) \
+        + tokens.PDF_PAGE_TOKENS

@@ -102,7 +102,9 @@ class ChatCompletionsView(MethodView):
              "read a 400 `invalid_request_error` as `BadRequestError`), for a schema-valid request no model "
              "serves: `no_matching_model` (`model: auto` with no model whose capabilities and context window "
              "fit, or none of the account's own keys with `byok_only`; `n` > 1 for a model only Anthropic "
-             "providers serve, `param: n`), `context_length_exceeded`.",
+             "providers serve, `param: n`), `context_length_exceeded`; `invalid_request` with `param` "
+             "`max_tokens` / `max_completion_tokens` for an output cap above the named model's "
+             "`max_output_tokens` (OpenAI's `max_tokens is too large`).",
         402: ("`payment_required`: the balance cannot cover the estimated maximum cost (the hold). Same "
               "body and headers as a module call's 402 (`X-Price-Cents` is the hold rounded up to cents; "
               "`X-Price-Micros` the exact hold; `PAYMENT-REQUIRED` asks for the rounded-up hold). "
@@ -223,10 +225,13 @@ class MessagesView(MethodView):
         "that was billed, with cost), `message_stop`."}}}}})
     @document_errors(blp, {
         400: "`invalid_request_error`: a body outside the document (which states the content blocks each "
-             "turn takes: text; image and tool_result in user turns, tool_use in assistant turns); and, by "
+             "turn takes: text; image, document and tool_result in user turns; tool_use, thinking and "
+             "redacted_thinking in assistant turns); and, by "
              "Anthropic's convention (its clients read a 400 as `BadRequestError`), a schema-valid request no "
              "model serves (`no_matching_model`: `model: auto` with no fitting model; "
-             "`context_length_exceeded`).",
+             "`context_length_exceeded`; a `max_tokens` above the named model's maximum output, in "
+             "Anthropic's words: `max_tokens: N > M, which is the maximum allowed number of output tokens "
+             "for <model>`).",
         402: ("`payment_required`: the balance cannot cover the hold (`billing_error`); pay it by x402 as for "
               "`POST /v1/chat/completions`. `payment_invalid`: the x402 payment was refused; nothing was "
               "credited.", PAYMENT_REQUIRED_HEADERS),

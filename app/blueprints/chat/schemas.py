@@ -24,6 +24,10 @@ _MESSAGE = {
         "is_error": {"type": ["boolean", "null"], "description": (
             "The gateway's, on a `tool` message: true when the tool failed (the Messages API's `tool_result` "
             "`is_error`). Sent to Anthropic providers, never to OpenAI-compatible ones.")},
+        "thinking_blocks": {"type": ["array", "null"], "items": {"type": "object"}, "description": (
+            "LiteLLM's, on an `assistant` message: the Anthropic `thinking` / `redacted_thinking` blocks of that "
+            "turn, sent back to Anthropic providers as they came (first in the turn), never to OpenAI-compatible "
+            "ones.")},
     },
     "allOf": [
         {"if": {"required": ["role"], "properties": {"role": {"enum": list(CONTENT_REQUIRED)}}},
@@ -55,7 +59,7 @@ class ChatRequestSchema(InputSchema):
     stream = JsonBoolean(metadata={"description": "Server-sent events in OpenAI's chunk format, "
                                    "ending with `data: [DONE]`; the last chunk before it carries `usage`."})
     max_tokens = JsonInteger(validate=ma.validate.Range(min=1, max=1_000_000), allow_none=True,
-                             metadata={"description": "Output cap (never above the model's maximum). "
+                             metadata={"description": "Output cap (above a named model's maximum: 400). "
                                        "Absent: the hold covers `CHAT_DEFAULT_HOLD_OUTPUT_TOKENS` (1024) "
                                        "at the most expensive candidate and the provider is sent what "
                                        "that hold pays for at its prices, at most "
@@ -137,7 +141,8 @@ class ChatUsageSchema(ByokUsageSchema):
         "description": "True when the upstream reported no usage and the tokens are the gateway's estimate."})
     prompt_tokens_details = ma.fields.Dict(metadata={
         "description": "When the provider reported cache use: `cached_tokens` (read from its prompt cache, priced "
-                       "at the cache-read price) and `cache_write_tokens`."})
+                       "at the cache-read price) and `cache_write_tokens`; `cache_write_1h_tokens`, those of them "
+                       "written to Anthropic's 1-hour cache (priced at the 1-hour write price), when any."})
     completion_tokens_details = ma.fields.Dict(metadata={
         "description": "When the provider reported reasoning: `reasoning_tokens`, included in "
                        "`completion_tokens` and billed at the output price."})
@@ -258,10 +263,24 @@ _IMAGE_BLOCK = {"type": "object", "required": ["type", "source"], "properties": 
         {"type": "object", "required": ["type", "url"], "properties": {"type": {"const": "url"}, "url": _TRUTHY}}]}}}
 _TOOL_USE_BLOCK = {"type": "object", "required": ["type", "id", "name"], "properties": {
     "type": {"const": "tool_use"}, "id": _TRUTHY, "name": _TRUTHY}}
+# an earlier turn's reasoning, as Anthropic's clients send it back (assistant turns)
+_THINKING_BLOCK = {"type": "object", "required": ["type", "thinking", "signature"], "properties": {
+    "type": {"const": "thinking"}, "thinking": {"type": "string"}, "signature": {"type": "string"}}}
+_REDACTED_THINKING_BLOCK = {"type": "object", "required": ["type", "data"], "properties": {
+    "type": {"const": "redacted_thinking"}, "data": {"type": "string"}}}
+# a document (user turns): plain text, or a base64 PDF
+_DOCUMENT_BLOCK = {"type": "object", "required": ["type", "source"], "properties": {
+    "type": {"const": "document"},
+    "source": {"anyOf": [
+        {"type": "object", "required": ["type", "media_type", "data"], "properties": {
+            "type": {"const": "text"}, "media_type": {"const": "text/plain"}, "data": {"type": "string"}}},
+        {"type": "object", "required": ["type", "media_type", "data"], "properties": {
+            "type": {"const": "base64"}, "media_type": {"const": "application/pdf"}, "data": _TRUTHY}}]},
+    "title": {"type": ["string", "null"]}, "context": {"type": ["string", "null"]}}}
 _TOOL_RESULT_BLOCK = {"type": "object", "required": ["type", "tool_use_id"], "properties": {
     "type": {"const": "tool_result"}, "tool_use_id": _TRUTHY,
     "content": {"anyOf": [{"type": "string"}, {"type": "null"},
-                          {"type": "array", "items": {"anyOf": [_TEXT_BLOCK, _IMAGE_BLOCK]}}]},
+                          {"type": "array", "items": {"anyOf": [_TEXT_BLOCK, _IMAGE_BLOCK, _DOCUMENT_BLOCK]}}]},
     "is_error": {"type": ["boolean", "null"]}}}
 _ANTHROPIC_MESSAGE = {
     "required": ["role", "content"],
@@ -272,17 +291,20 @@ _ANTHROPIC_MESSAGE = {
         {"if": {"required": ["role"], "properties": {"role": {"const": "user"}}},
          "then": {"properties": {"content": {"anyOf": [
              {"type": "string", "minLength": 1},
-             {"type": "array", "items": {"anyOf": [_TEXT_BLOCK, _IMAGE_BLOCK, _TOOL_RESULT_BLOCK]}}]}}}},
+             {"type": "array", "items": {"anyOf": [_TEXT_BLOCK, _IMAGE_BLOCK, _DOCUMENT_BLOCK,
+                                                   _TOOL_RESULT_BLOCK]}}]}}}},
         {"if": {"required": ["role"], "properties": {"role": {"const": "assistant"}}},
          "then": {"properties": {"content": {"anyOf": [
-             {"type": "string"}, {"type": "array", "items": {"anyOf": [_TEXT_BLOCK, _TOOL_USE_BLOCK]}}]}}}},
+             {"type": "string"}, {"type": "array", "items": {"anyOf": [
+                 _TEXT_BLOCK, _TOOL_USE_BLOCK, _THINKING_BLOCK, _REDACTED_THINKING_BLOCK]}}]}}}},
     ],
 }
 
 
 class MessagesRequestSchema(InputSchema):
-    """Anthropic Messages request. ``content`` blocks: text, image (user), tool_use
-    (assistant), tool_result (user). Other fields (top_k, thinking, …) are ignored."""
+    """Anthropic Messages request. ``content`` blocks: text, image, document and tool_result
+    (user), tool_use, thinking and redacted_thinking (assistant). Other fields (top_k,
+    thinking, …) are ignored."""
 
     class Meta:
         unknown = ma.INCLUDE
@@ -302,20 +324,29 @@ class MessagesRequestSchema(InputSchema):
                                    "`message_stop`); `message_start` counts the prompt, the `message_delta` usage is what was "
                                    "billed, with the cost."})
     tools = ma.fields.List(ma.fields.Dict(metadata={"required": ["name"], "properties": {
-        "name": {"type": "string", "minLength": 1}, "input_schema": {"type": "object"}}}),
+        "name": {"type": "string", "minLength": 1}, "input_schema": {"type": "object"},
+        "type": {"type": ["string", "null"], "enum": ["custom", None], "description": (
+            "Custom tools only (absent, null or `custom`): Anthropic's server and client tools (`web_search_…`, "
+            "`bash_…`, `text_editor_…` …) run on Anthropic's side or need its built-in definitions, which no "
+            "translation carries.")}}}),
         allow_none=True, validate=ma.validate.Length(max=128))
     tool_choice = ma.fields.Dict(allow_none=True)
     metadata = ma.fields.Dict(allow_none=True)
+    cache_control = ma.fields.Dict(allow_none=True, metadata={
+        "description": "Anthropic's automatic caching: a prompt-cache breakpoint (`{type: ephemeral}`, `ttl` `1h` "
+                       "kept) on the last block, for Anthropic providers."})
 
 
 class CountTokensRequestSchema(MessagesRequestSchema):
     """Anthropic's count-tokens request: the Messages request without ``max_tokens`` and
     the fields that shape only the answer (``stream``, ``stop_sequences``, ``temperature``,
-    ``top_p``, ``metadata``). Other fields (``thinking`` …) are ignored."""
+    ``top_p``, ``metadata``, ``cache_control``: caching changes no count). Other fields
+    (``thinking`` …) are ignored."""
 
     class Meta:
         unknown = ma.INCLUDE
-        exclude = ("max_tokens", "stream", "stop_sequences", "temperature", "top_p", "metadata")
+        exclude = ("max_tokens", "stream", "stop_sequences", "temperature", "top_p", "metadata",
+                   "cache_control")
 
 
 class MessageTokensCountSchema(ma.Schema):
@@ -330,6 +361,9 @@ class MessageUsageSchema(ByokUsageSchema):
     output_tokens = ma.fields.Integer(required=True)
     cache_creation_input_tokens = ma.fields.Integer(required=True)
     cache_read_input_tokens = ma.fields.Integer(required=True)
+    cache_creation = ma.fields.Dict(required=True, metadata={
+        "description": "The cache writes by cache duration, as Anthropic reports them: `ephemeral_5m_input_tokens` "
+                       "and `ephemeral_1h_input_tokens` (priced at 2× input; `cache_control.ttl: \"1h\"`)."})
     cost_usd = ma.fields.Float(required=True)
     cost_micros = ma.fields.Integer(required=True)
     cost = ma.fields.Float(required=True)

@@ -50,6 +50,21 @@ class ContextLengthExceeded(InvalidRequest):
     code, message = "context_length_exceeded", "The messages exceed the model's context window."
     description = "Chat: the messages exceed the named model's context window."
 
+
+class OutputLimitExceeded(InvalidRequest):
+    """``max_tokens`` (or ``max_completion_tokens``) above the named model's maximum output:
+    refused as OpenAI and Anthropic refuse it, never silently capped. The message is
+    OpenAI's wording; ``for_messages()`` is the same refusal in Anthropic's (``/v1/messages``)."""
+
+    def __init__(self, field: str, requested: int, maximum: int, model: str):
+        super().__init__(f"{field} is too large: {requested}. This model supports at most {maximum} "
+                         f"completion tokens, whereas you provided {requested}.", param=field)
+        self.requested, self.maximum, self.model = requested, maximum, model
+
+    def for_messages(self) -> InvalidRequest:
+        return InvalidRequest(f"max_tokens: {self.requested} > {self.maximum}, which is the maximum allowed "
+                              f"number of output tokens for {self.model}", param="max_tokens")
+
 @dataclass(frozen=True)
 class Provider:
     id: str
@@ -73,31 +88,36 @@ class Offer:
     upstream_model: str
     input_price: Decimal
     output_price: Decimal
-    # Prompt tokens read from / written to the provider's prompt cache (default: the input price).
+    # Prompt tokens read from / written to the provider's prompt cache (default: the input price);
+    # written to Anthropic's 1-hour cache (``ttl: "1h"``; default: 2× the input price, Anthropic's).
     cache_read_price: Decimal | None = None
     cache_write_price: Decimal | None = None
+    cache_write_1h_price: Decimal | None = None
     # Bring your own key (app.services.chat.byok): served with the caller's provider key
     # ``byok_key_id`` (in ``provider.api_key``) and charged ``fee_pct`` % of the list cost.
     byok_key_id: str | None = None
     fee_pct: Decimal | None = None
 
     def cost_micros(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0,
-                    cache_write_tokens: int = 0) -> int:
+                    cache_write_tokens: int = 0, cache_write_1h_tokens: int = 0) -> int:
         """What the gateway charges for these tokens at this offer: the list cost, or for a
         BYOK offer the platform fee, ``fee_pct`` % of the exact list cost (rounded half up
         once). ``prompt_tokens`` counts every input token; ``cached_tokens`` and
-        ``cache_write_tokens`` of them are priced at the cache read / write prices."""
-        return price_micros(self.input_price, self.output_price, prompt_tokens, completion_tokens,
-                            cached_tokens=cached_tokens, cache_write_tokens=cache_write_tokens,
-                            cache_read_price=self.cache_read_price, cache_write_price=self.cache_write_price,
-                            factor=None if self.byok_key_id is None else self.fee_pct / 100)
+        ``cache_write_tokens`` of them are priced at the cache read / write prices, of which
+        ``cache_write_1h_tokens`` at the 1-hour cache's write price."""
+        return self.list_cost_micros(prompt_tokens, completion_tokens, cached_tokens, cache_write_tokens,
+                                     cache_write_1h_tokens,
+                                     factor=None if self.byok_key_id is None else self.fee_pct / 100)
 
     def list_cost_micros(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0,
-                         cache_write_tokens: int = 0) -> int:
+                         cache_write_tokens: int = 0, cache_write_1h_tokens: int = 0,
+                         factor: Decimal | None = None) -> int:
         """The cost at the model's list price (for a BYOK offer: what the caller's provider bills)."""
         return price_micros(self.input_price, self.output_price, prompt_tokens, completion_tokens,
                             cached_tokens=cached_tokens, cache_write_tokens=cache_write_tokens,
-                            cache_read_price=self.cache_read_price, cache_write_price=self.cache_write_price)
+                            cache_write_1h_tokens=cache_write_1h_tokens,
+                            cache_read_price=self.cache_read_price, cache_write_price=self.cache_write_price,
+                            cache_write_1h_price=self.cache_write_1h_price, factor=factor)
 
     @property
     def cooldown_id(self) -> str:
@@ -138,18 +158,23 @@ class Catalog:
 
 def price_micros(input_price: Decimal, output_price: Decimal, prompt_tokens: int,
                  completion_tokens: int, *, cached_tokens: int = 0, cache_write_tokens: int = 0,
-                 cache_read_price: Decimal | None = None, cache_write_price: Decimal | None = None,
+                 cache_write_1h_tokens: int = 0, cache_read_price: Decimal | None = None,
+                 cache_write_price: Decimal | None = None, cache_write_1h_price: Decimal | None = None,
                  factor: Decimal | None = None) -> int:
     """Exact cost in micros: tokens × micros-per-token ($/Mtok), rounded half up once. Of the
     ``prompt_tokens``, ``cached_tokens`` are priced at ``cache_read_price`` and
-    ``cache_write_tokens`` at ``cache_write_price`` (each defaulting to the input price).
+    ``cache_write_tokens`` at ``cache_write_price`` (each defaulting to the input price), except
+    the ``cache_write_1h_tokens`` of them, written to Anthropic's 1-hour cache, at
+    ``cache_write_1h_price`` (default 2× the input price, as Anthropic bills them).
     ``factor``: the exact total is multiplied by it before the rounding (a BYOK fee)."""
     cached = max(0, min(int(cached_tokens), int(prompt_tokens)))
     written = max(0, min(int(cache_write_tokens), int(prompt_tokens) - cached))
+    written_1h = max(0, min(int(cache_write_1h_tokens), written))
     read_p = input_price if cache_read_price is None else cache_read_price
     write_p = input_price if cache_write_price is None else cache_write_price
-    total = input_price * (prompt_tokens - cached - written) + read_p * cached + write_p * written \
-        + output_price * completion_tokens
+    write_1h_p = input_price * 2 if cache_write_1h_price is None else cache_write_1h_price
+    total = input_price * (prompt_tokens - cached - written) + read_p * cached \
+        + write_p * (written - written_1h) + write_1h_p * written_1h + output_price * completion_tokens
     if factor is not None:
         total *= factor
     return int(total.quantize(Decimal(1), rounding=ROUND_HALF_UP))
@@ -219,7 +244,8 @@ def load_catalog(pattern: str, settings: dict) -> Catalog:
                                 input_price=_price(o.get("input_usd_per_mtok"), where),
                                 output_price=_price(o.get("output_usd_per_mtok"), where),
                                 cache_read_price=_optional_price(o.get("cache_read_usd_per_mtok"), where),
-                                cache_write_price=_optional_price(o.get("cache_write_usd_per_mtok"), where)))
+                                cache_write_price=_optional_price(o.get("cache_write_usd_per_mtok"), where),
+                                cache_write_1h_price=_optional_price(o.get("cache_write_1h_usd_per_mtok"), where)))
         if not offers:
             raise CatalogError(f"{path}: model {mid} has no providers")
         try:
@@ -288,6 +314,8 @@ class Needs:
     choices: int = 1  # ``n``: every choice may use the whole output cap
     body: dict | None = None  # the request, for tokenizer estimates per upstream model
     cache_marked: bool = False  # prompt-cache breakpoints (cache_control): an Anthropic provider may write the prompt
+    cache_1h: bool = False  # one of them is for Anthropic's 1-hour cache (``ttl: "1h"``), whose writes cost more
+    max_tokens_field: str = "max_tokens"  # the name the request gave its output cap (errors name it)
     _estimates: dict[str, int] = field(default_factory=dict, repr=False)
 
     def prompt_tokens_for(self, offer: Offer) -> int:
@@ -303,11 +331,15 @@ class Needs:
     def max_cost_micros(self, offer: Offer, completion_tokens: int) -> int:
         """The most ``offer`` may cost for the prompt and ``completion_tokens`` (a hold's
         size): with cache breakpoints an Anthropic provider may bill the whole prompt as
-        written to its cache (``cache_write_price``), which may be above the input price."""
+        written to its cache (``cache_write_price``, or with a 1-hour breakpoint the 1-hour
+        cache's), which may be above the input price."""
         prompt = self.prompt_tokens_for(offer)
         cost = offer.cost_micros(prompt, completion_tokens)
         if self.cache_marked and offer.provider.type == "anthropic":
             cost = max(cost, offer.cost_micros(prompt, completion_tokens, cache_write_tokens=prompt))
+            if self.cache_1h:
+                cost = max(cost, offer.cost_micros(prompt, completion_tokens, cache_write_tokens=prompt,
+                                                   cache_write_1h_tokens=prompt))
         return cost
 
 
@@ -315,37 +347,44 @@ def _marked(obj) -> bool:
     return isinstance(obj, dict) and "cache_control" in obj
 
 
+def _marked_1h(obj) -> bool:
+    """A breakpoint for Anthropic's 1-hour cache (``providers.cache_mark`` carries its ``ttl``)."""
+    return _marked(obj) and isinstance(obj["cache_control"], dict) and obj["cache_control"].get("ttl") == "1h"
+
+
 def analyse(body: dict) -> Needs:
     """Estimate prompt tokens and derive the capabilities a request needs."""
     caps = set()
-    marked = False
+    marks = []  # every object that may carry a cache breakpoint
     for msg in body["messages"]:
         content = msg.get("content")
-        if isinstance(content, list) and any(
-                isinstance(p, dict) and p.get("type") in ("image_url", "input_image") for p in content):
+        if isinstance(content, list) and any(  # images, and PDF files (read as pages of images)
+                isinstance(p, dict) and p.get("type") in ("image_url", "input_image", "file") for p in content):
             caps.add("vision")
-        marked = marked or _marked(msg) or (isinstance(content, list) and any(_marked(p) for p in content))
+        marks += [msg, *(content if isinstance(content, list) else ())]
     if body.get("tools"):
         caps.add("tools")
-        marked = marked or any(_marked(t) for t in body["tools"])
+        marks += body["tools"]
     rf = body.get("response_format")
     if isinstance(rf, dict) and rf.get("type") in ("json_object", "json_schema"):
         caps.add("json_mode")
     if body.get("stream"):
         caps.add("streaming")
-    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
-    return Needs(prompt_tokens=tokens.estimate_prompt_tokens(body, tokens.CHARS), max_tokens=max_tokens,
+    field = "max_completion_tokens" if body.get("max_completion_tokens") else "max_tokens"
+    return Needs(prompt_tokens=tokens.estimate_prompt_tokens(body, tokens.CHARS), max_tokens=body.get(field),
                  capabilities=frozenset(caps), choices=int(body.get("n") or 1), body=body,
-                 cache_marked=marked)
+                 cache_marked=any(_marked(m) for m in marks), cache_1h=any(_marked_1h(m) for m in marks),
+                 max_tokens_field=field)
 
 
 # --- routing ------------------------------------------------------------------------------
 
 def output_cap(model: Model, needs: Needs) -> int:
     """Completion tokens the gateway holds for on ``model`` (and checks against its context
-    window): the request's ``max_tokens``, else the bounded allowance
-    ``CHAT_DEFAULT_HOLD_OUTPUT_TOKENS``; never above the model's maximum. What the provider
-    is sent is ``completions._upstream_cap`` (the same when the request set one)."""
+    window): the request's ``max_tokens`` (never above the model's maximum: a named model
+    refuses more, ``auto`` routes only to models that allow it, see ``candidates``), else the
+    bounded allowance ``CHAT_DEFAULT_HOLD_OUTPUT_TOKENS``, at most the model's maximum. What
+    the provider is sent is ``completions._upstream_cap`` (the same when the request set one)."""
     cap = needs.max_tokens or min(int(current_app.config["CHAT_DEFAULT_HOLD_OUTPUT_TOKENS"]),
                                   int(current_app.config["CHAT_DEFAULT_MAX_TOKENS"]))
     return max(1, min(cap, model.max_output_tokens))
@@ -397,11 +436,13 @@ def candidates(model_name: str, needs: Needs, *, sandbox: str | None = None, own
         if model is None or (not model.enabled_offers() and not sandbox and not (own and own.offers(model))):
             raise ModelNotFound(f"The model {model_name!r} does not exist or is not available; "
                                 "GET /v1/models lists the models.", param="model")
+        if needs.max_tokens and needs.max_tokens > model.max_output_tokens:
+            raise OutputLimitExceeded(needs.max_tokens_field, needs.max_tokens, model.max_output_tokens, model.id)
         models = [model]
     scored: list[tuple[int, int, Offer]] = []
     mine: list[tuple[int, int, Offer]] = []
     for i, model in enumerate(models):
-        if model_name == "auto" and not _fits(model, needs):
+        if model_name == "auto" and not fits(model, needs):
             continue
         out = output_cap(model, needs) * needs.choices
         if sandbox:
@@ -429,9 +470,10 @@ def candidates(model_name: str, needs: Needs, *, sandbox: str | None = None, own
             raise NoMatchingModel(f"The model {model_name!r} does not support n > 1: its providers answer one "
                                   "choice per request (Anthropic's Messages API has no n).", param="n")
         if model_name == "auto":
+            output = f", up to {needs.max_tokens} output tokens" if needs.max_tokens else ""
             raise NoMatchingModel(
                 "No available model fits this request (context window "
-                f"{needs.prompt_tokens} tokens estimated, capabilities "
+                f"{needs.prompt_tokens} tokens estimated{output}, capabilities "
                 f"{', '.join(sorted(needs.capabilities)) or 'none'}).", param="model")
         raise NoMatchingModel(f"The model {model_name!r} does not support: "
                               f"{', '.join(sorted(needs.capabilities))}.", param="model")
@@ -458,8 +500,14 @@ def _answers(offer: Offer, needs: Needs) -> bool:
     return needs.choices == 1 or offer.provider.type != "anthropic"
 
 
-def _fits(model: Model, needs: Needs) -> bool:
+def fits(model: Model, needs: Needs) -> bool:
+    """Whether ``auto`` may route to ``model``: it has the capabilities, allows the output
+    the request asked for (``max_tokens`` at most its maximum: a model that cannot write the
+    answer asked for does not fit, as a named one refuses it), and its window holds the prompt
+    and that output."""
     if needs.capabilities - model.capabilities:
+        return False
+    if needs.max_tokens and needs.max_tokens > model.max_output_tokens:
         return False
     return needs.prompt_tokens_for(model.primary) + output_cap(model, needs) <= model.context_window
 

@@ -70,6 +70,7 @@ class _Call:
     all_timeouts: bool = True
     tokens: key_controls.Ticket | None = None  # the key's tpm count taken at admission
     route: chat_billing.PaidRoute = chat_billing.CHAT  # what a 402's x402 request names
+    ref_micros: int = 0  # the usage's tokens at the savings reference (``_usage``), for ``savings_pct``
 
     @property
     def live(self) -> bool:
@@ -98,6 +99,10 @@ def _validate(body: dict) -> None:
             raise InvalidRequest(f"{where}.tool_call_id: is required for role tool.", param=f"{where}.tool_call_id")
         if msg.get("is_error") is not None and not isinstance(msg["is_error"], bool):
             raise InvalidRequest(f"{where}.is_error: must be a boolean.", param=f"{where}.is_error")
+        blocks = msg.get("thinking_blocks")
+        if blocks is not None and not (isinstance(blocks, list) and all(isinstance(b, dict) for b in blocks)):
+            raise InvalidRequest(f"{where}.thinking_blocks: must be an array of objects.",
+                                 param=f"{where}.thinking_blocks")
     tools = body.get("tools")
     if tools is not None and (not isinstance(tools, list) or not all(
             isinstance(t, dict) and isinstance(t.get("function"), dict) and t["function"].get("name")
@@ -224,11 +229,18 @@ def _count(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def _cache_split(upstream: dict) -> tuple[int, int]:
-    """(cache reads, cache writes) of a provider's prompt count (OpenAI's
-    ``prompt_tokens_details``; Anthropic's counts mapped to it by providers)."""
+def _cache_split(upstream: dict) -> tuple[int, int, int]:
+    """(cache reads, cache writes, of those the writes to the 1-hour cache) of a provider's
+    prompt count (OpenAI's ``prompt_tokens_details``; Anthropic's counts mapped to it by
+    providers)."""
     details = upstream.get("prompt_tokens_details") or {}
-    return int(details.get("cached_tokens") or 0), int(details.get("cache_write_tokens") or 0)
+    return (int(details.get("cached_tokens") or 0), int(details.get("cache_write_tokens") or 0),
+            int(details.get("cache_write_1h_tokens") or 0))
+
+
+def _cache_details(cached: int, written: int, hour: int) -> dict:
+    """``prompt_tokens_details`` of a usage: cache reads and writes, the 1-hour writes when any."""
+    return {"cached_tokens": cached, "cache_write_tokens": written, **({"cache_write_1h_tokens": hour} if hour else {})}
 
 
 def _usage(call: _Call, offer: Offer, upstream: dict | None, generated_chars: int, cut: bool = False) -> dict:
@@ -240,27 +252,27 @@ def _usage(call: _Call, offer: Offer, upstream: dict | None, generated_chars: in
     # usage without an integer prompt and completion count is no usage (the flagged estimate)
     estimated = not (isinstance(upstream, dict) and _count(upstream.get("prompt_tokens"))
                      and _count(upstream.get("completion_tokens")))
-    cached = written = reasoning = 0
+    cached = written = hour = reasoning = 0
     if estimated:
         prompt, completion = call.needs.prompt_tokens_for(offer), -(-generated_chars // 4)
         if cut and isinstance(upstream, dict) and _count(upstream.get("prompt_tokens")):
             prompt = int(upstream["prompt_tokens"])
-            cached, written = _cache_split(upstream)
+            cached, written, hour = _cache_split(upstream)
     else:
         prompt = int(upstream["prompt_tokens"])
         completion, reasoning = _reasoning(upstream, prompt, int(upstream["completion_tokens"]))
-        cached, written = _cache_split(upstream)
-    cost = offer.cost_micros(prompt, completion, cached, written)
+        cached, written, hour = _cache_split(upstream)
+    cost = offer.cost_micros(prompt, completion, cached, written, hour)
     ref = reference_offer(call.body["model"])
-    ref_cost = ref.cost_micros(prompt, completion, cached, written) if ref else 0
-    listed = offer.list_cost_micros(prompt, completion, cached, written) if offer.byok_key_id else None
+    ref_cost = call.ref_micros = ref.cost_micros(prompt, completion, cached, written, hour) if ref else 0
+    listed = offer.list_cost_micros(prompt, completion, cached, written, hour) if offer.byok_key_id else None
     # BYOK: the savings compare what the caller pays in all (its provider's bill + the fee)
     paid = cost + (listed or 0)
     out = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
            "cost_usd": cost / 1_000_000, "cost_micros": cost, "savings_pct": savings_pct(paid, ref_cost),
            "latency_ms": int((time.monotonic() - call.started) * 1000), "estimated": estimated}
     if cached or written:  # OpenAI's name for cache reads; the Messages API reports both
-        out["prompt_tokens_details"] = {"cached_tokens": cached, "cache_write_tokens": written}
+        out["prompt_tokens_details"] = _cache_details(cached, written, hour)
     if reasoning:
         out["completion_tokens_details"] = {"reasoning_tokens": reasoning}
     if listed is not None:
@@ -291,8 +303,9 @@ def _record(call: _Call, offer: Offer, usage: dict, error: str | None) -> None:
             log.warning("chat_settle_late: completion %s was released by the sweep before it "
                         "settled; answered and not charged", call.id)
             charged = 0
-        if charged != usage["cost_micros"]:
+        if charged != usage["cost_micros"]:  # capped at the hold, or released late: what was charged
             usage["cost_micros"], usage["cost_usd"] = charged, charged / 1_000_000
+            usage["savings_pct"] = savings_pct(charged + usage.get("provider_cost_micros", 0), call.ref_micros)
     else:
         chat_billing.record_sandbox(call.id, call.account_id, requested_model=call.body["model"],
                                     cost_micros=usage["cost_micros"], stream=bool(call.body.get("stream")),
@@ -588,9 +601,8 @@ def _opening_prompt(call: _Call, offer: Offer, first: dict) -> dict:
     has the count that is billed."""
     upstream = first.get("usage")
     if isinstance(upstream, dict) and _count(upstream.get("prompt_tokens")):
-        read, written = _cache_split(upstream)
         return {"prompt_tokens": int(upstream["prompt_tokens"]),
-                "prompt_tokens_details": {"cached_tokens": read, "cache_write_tokens": written}}
+                "prompt_tokens_details": _cache_details(*_cache_split(upstream))}
     return {"prompt_tokens": call.needs.prompt_tokens_for(offer)}
 
 

@@ -12,7 +12,7 @@ import orjson
 
 from app.errors import InvalidRequest
 from app.services.chat import completions
-from app.services.chat.catalog import ModelNotFound
+from app.services.chat.catalog import ModelNotFound, OutputLimitExceeded
 from app.services.chat.completions import ChatResult
 from app.services.chat.providers import cache_mark, tool_use_blocks
 from app.services.money import holds
@@ -41,17 +41,22 @@ def _text_of(content, where: str) -> str:
 
 def _result_content(content, where: str):
     """A ``tool_result``'s content: its text (a string or text blocks), or, when it holds
-    images, its text and image blocks as content parts (``providers`` sends them on)."""
-    if not (isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "image" for b in content)):
+    images or documents, its text, image and document blocks as content parts
+    (``providers`` sends them on)."""
+    if not (isinstance(content, list) and any(isinstance(b, dict) and b.get("type") in ("image", "document")
+                                              for b in content)):
         return _text_of(content, where)
     parts = []
     for j, block in enumerate(content):
         if isinstance(block, dict) and block.get("type") == "image":
             parts.append(_image_part(block, f"{where}.{j}"))
+        elif isinstance(block, dict) and block.get("type") == "document":
+            parts.append(_document_part(block, f"{where}.{j}"))
         elif isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
             parts.append({"type": "text", "text": block["text"]})
         else:
-            raise InvalidRequest(f"{where}.{j}: only text and image blocks are supported here.", param=f"{where}.{j}")
+            raise InvalidRequest(f"{where}.{j}: only text, image and document blocks are supported here.",
+                                 param=f"{where}.{j}")
     return parts
 
 
@@ -75,6 +80,37 @@ def _image_part(block: dict, where: str) -> dict:
     return {"type": "image_url", "image_url": {"url": url}}
 
 
+def _document_part(block: dict, where: str) -> dict:
+    """A ``document`` block as an OpenAI content part: a plain-text source is text (its
+    ``title`` and ``context`` before it, as the model reads them), a base64 PDF OpenAI's
+    ``file`` part (``providers`` gives an Anthropic provider its ``document`` back). Other
+    sources (a URL, content blocks, a file id) have no OpenAI form: 400."""
+    for key in ("title", "context"):
+        if block.get(key) is not None and not isinstance(block[key], str):
+            raise InvalidRequest(f"{where}.{key}: must be a string.", param=f"{where}.{key}")
+    source = block.get("source") if isinstance(block.get("source"), dict) else {}
+    if source.get("type") == "text" and source.get("media_type") == "text/plain" and isinstance(source.get("data"), str):
+        head = [block[k] for k in ("title", "context") if isinstance(block.get(k), str) and block[k]]
+        return {"type": "text", "text": "\n\n".join([*head, source["data"]]), **cache_mark(block)}
+    if source.get("type") == "base64" and source.get("media_type") == "application/pdf" and source.get("data"):
+        name = block["title"] if isinstance(block.get("title"), str) and block["title"] else "document.pdf"
+        return {"type": "file", "file": {"filename": name, "file_data": f"data:application/pdf;base64,{source['data']}"},
+                **cache_mark(block)}
+    raise InvalidRequest(f"{where}.source: a document needs a text source (media_type text/plain, data) or a "
+                         "base64 PDF (media_type application/pdf, data).", param=f"{where}.source")
+
+
+# earlier turns' reasoning: carried on the internal assistant message for Anthropic providers
+THINKING = ("thinking", "redacted_thinking")
+
+
+def _thinking(block: dict) -> bool:
+    """A ``thinking`` block (its text and ``signature``) or a ``redacted_thinking`` one (``data``)."""
+    if block.get("type") == "thinking":
+        return isinstance(block.get("thinking"), str) and isinstance(block.get("signature"), str)
+    return isinstance(block.get("data"), str)
+
+
 def _message(i: int, msg, out: list[dict]) -> None:
     """Append the OpenAI messages of Anthropic message ``i`` to ``out``."""
     where = f"messages.{i}"
@@ -89,7 +125,7 @@ def _message(i: int, msg, out: list[dict]) -> None:
     if not isinstance(content, list) or not content:
         raise InvalidRequest(f"{where}.content: must be a string or a non-empty array of content blocks.",
                              param=f"{where}.content")
-    parts, calls, results = [], [], []
+    parts, calls, results, thinking = [], [], [], []
     for j, block in enumerate(content):
         at = f"{where}.content.{j}"
         kind = block.get("type") if isinstance(block, dict) else None
@@ -97,6 +133,10 @@ def _message(i: int, msg, out: list[dict]) -> None:
             parts.append({"type": "text", "text": block["text"], **cache_mark(block)})
         elif kind == "image" and role == "user":
             parts.append({**_image_part(block, at), **cache_mark(block)})
+        elif kind == "document" and role == "user":
+            parts.append(_document_part(block, at))
+        elif kind in THINKING and role == "assistant" and _thinking(block):
+            thinking.append({k: block[k] for k in ("type", "thinking", "signature", "data") if k in block})
         elif kind == "tool_use" and role == "assistant" and block.get("id") and block.get("name"):
             calls.append({"id": block["id"], "type": "function", "function": {
                 "name": block["name"], "arguments": orjson.dumps(block.get("input") or {}).decode()}})
@@ -105,13 +145,14 @@ def _message(i: int, msg, out: list[dict]) -> None:
                             "content": _result_content(block.get("content"), f"{at}.content"),
                             **({"is_error": True} if _is_error(block, at) else {}), **cache_mark(block)})
         else:
-            raise InvalidRequest(f"{at}: unsupported content block (text, image in user turns, tool_use "
-                                 "in assistant turns, tool_result in user turns).", param=f"{at}.type")
+            raise InvalidRequest(f"{at}: unsupported content block (text; image, document and tool_result in "
+                                 "user turns; tool_use, thinking and redacted_thinking in assistant turns).",
+                                 param=f"{at}.type")
     out.extend(results)  # tool results answer the previous assistant turn's calls: first
     if role == "assistant":  # empty text and no calls: an empty turn, as for content ""
         text = "".join(p["text"] for p in parts)
         out.append({"role": "assistant", "content": text or (None if calls else ""),
-                    **({"tool_calls": calls} if calls else {})})
+                    **({"tool_calls": calls} if calls else {}), **({"thinking_blocks": thinking} if thinking else {})})
     elif parts:
         out.append({"role": "user", "content": parts})
 
@@ -129,6 +170,9 @@ def to_openai(req: dict) -> dict:
         messages.append({"role": "system", "content": system})
     for i, msg in enumerate(req["messages"]):
         _message(i, msg, messages)  # each adds at least one message
+    mark = cache_mark(req)  # Anthropic's automatic caching: a breakpoint on the last block (providers)
+    if mark:
+        messages[-1] = {**messages[-1], **mark}
     body: dict = {"model": req["model"], "messages": messages, "max_tokens": req["max_tokens"]}
     for key in ("temperature", "top_p"):
         if req.get(key) is not None:
@@ -138,6 +182,11 @@ def to_openai(req: dict) -> dict:
     if req.get("stream"):  # the usage in its own last chunk: message_delta (translate_stream)
         body.update(stream=True, stream_options={"include_usage": True})
     tools = req.get("tools")
+    for i, t in enumerate(tools or ()):
+        if isinstance(t, dict) and t.get("type") not in (None, "custom"):
+            raise InvalidRequest(f"tools.{i}.type: {t['type']!r} is one of Anthropic's server or client tools, which "
+                                 "the gateway cannot carry to every provider; only custom tools (name, description, "
+                                 "input_schema) are supported.", param=f"tools.{i}.type")
     if tools:
         body["tools"] = [{"type": "function", "function": {
             "name": t.get("name"), "description": t.get("description", ""),
@@ -167,11 +216,14 @@ def message_id(completion_id: str) -> str:
 
 def _input_of(usage: dict) -> dict:
     """The prompt's counts of an OpenAI usage in Anthropic's names: ``input_tokens``
-    excludes the cached and cache-written tokens, as Anthropic counts them."""
+    excludes the cached and cache-written tokens, as Anthropic counts them; the writes by
+    cache duration in ``cache_creation`` (5-minute and 1-hour, as Anthropic reports them)."""
     details = usage.get("prompt_tokens_details") or {}
     read, written = int(details.get("cached_tokens") or 0), int(details.get("cache_write_tokens") or 0)
+    hour = int(details.get("cache_write_1h_tokens") or 0)
     return {"input_tokens": max(0, int(usage["prompt_tokens"]) - read - written),
-            "cache_creation_input_tokens": written, "cache_read_input_tokens": read}
+            "cache_creation_input_tokens": written, "cache_read_input_tokens": read,
+            "cache_creation": {"ephemeral_5m_input_tokens": written - hour, "ephemeral_1h_input_tokens": hour}}
 
 
 def usage_of(usage: dict) -> dict:
@@ -308,9 +360,14 @@ def create_message(account_id: str, mode: str, req: dict, key_id: str | None = N
                    payment: str | None = None) -> ChatResult:
     """``POST /v1/messages``: translate, run the completion service (``controls``, ``byok``,
     ``payment`` — an x402 payment header paying the hold — as ``create_completion`` takes
-    them; a 402's x402 request names ``/v1/messages``), translate back."""
-    result = completions.create_completion(account_id, mode, to_openai(req), key_id=key_id, actor=actor,
-                                           payment=payment, controls=controls, byok=byok, route=holds.MESSAGES)
+    them; a 402's x402 request names ``/v1/messages``), translate back. A ``max_tokens`` above
+    the model's maximum is refused in Anthropic's words."""
+    try:
+        result = completions.create_completion(account_id, mode, to_openai(req), key_id=key_id, actor=actor,
+                                               payment=payment, controls=controls, byok=byok,
+                                               route=holds.MESSAGES)
+    except OutputLimitExceeded as exc:
+        raise exc.for_messages() from None
     stops = tuple(req.get("stop_sequences") or ())
     if result.events is None:
         return ChatResult(body=from_openai(result.body, stops), headers=result.headers)

@@ -198,17 +198,21 @@ def _openai_headers(offer: Offer) -> dict:
 
 # What the gateway carries for Anthropic providers only (``to_anthropic``): a tool result's
 # ``is_error``, prompt-cache breakpoints (``cache_control``, on a message, a content part or
-# a tool). Never sent to an OpenAI-compatible provider: strict ones refuse unknown fields.
-_ANTHROPIC_ONLY = ("is_error", "cache_control")
+# a tool), an assistant turn's earlier ``thinking_blocks`` (LiteLLM's name: Anthropic's
+# ``thinking`` / ``redacted_thinking`` blocks, signed by Anthropic, meaningless elsewhere).
+# Never sent to an OpenAI-compatible provider: strict ones refuse unknown fields.
+_ANTHROPIC_ONLY = ("is_error", "cache_control", "thinking_blocks")
 
 
 def cache_mark(obj: dict) -> dict:
     """``obj``'s prompt-cache breakpoint to carry along: ``{"cache_control": {"type": …}}``,
-    or ``{}``. Only its ``type`` goes on: a ``ttl`` (Anthropic's ``"1h"``, whose writes it
-    bills at 2× input) is dropped, so every breakpoint is the 5-minute cache the catalog's
-    ``cache_write_usd_per_mtok`` prices and holds are sized for (docs/decisions.md)."""
+    or ``{}``; with ``"ttl": "1h"`` when it asks for Anthropic's 1-hour cache, whose writes
+    are priced apart (``Offer.cache_write_1h_price``, 2× input) and sized into the hold
+    (``Needs.cache_1h``). Any other ``ttl`` is dropped: the 5-minute cache, Anthropic's default."""
     mark = obj.get("cache_control")
-    return {"cache_control": {"type": mark.get("type", "ephemeral")}} if isinstance(mark, dict) else {}
+    if not isinstance(mark, dict):
+        return {}
+    return {"cache_control": {"type": mark.get("type", "ephemeral"), **({"ttl": "1h"} if mark.get("ttl") == "1h" else {})}}
 
 
 def _anthropic_only(message: dict) -> bool:
@@ -227,21 +231,23 @@ def _for_openai(message: dict) -> dict:
 
 
 def _tool_images(message: dict) -> list:
-    """The image parts of a tool message (a Messages API ``tool_result`` holding images)."""
+    """The image and file (PDF) parts of a tool message (a Messages API ``tool_result``
+    holding images or documents)."""
     content = message.get("content")
     if message.get("role") != "tool" or not isinstance(content, list):
         return []
-    return [p for p in content if isinstance(p, dict) and p.get("type") == "image_url"]
+    return [p for p in content if isinstance(p, dict) and p.get("type") in ("image_url", "file")]
 
 
 def _openai_messages(messages: list) -> list:
     """``messages`` as an OpenAI-compatible provider takes them: without the Anthropic-only
-    fields, and a tool message's images (OpenAI's tool messages take text only) moved to a
-    user message after that run of tool results, as OpenRouter does."""
+    fields, and a tool message's images and files (OpenAI's tool messages take text only)
+    moved to a user message after that run of tool results, as OpenRouter does (without
+    their cache breakpoints, as every part an OpenAI-compatible provider gets)."""
     out, images = [], []
     for m in messages:
         if images and m.get("role") != "tool":
-            out.append({"role": "user", "content": images})
+            out.append(_for_openai({"role": "user", "content": images}))
             images = []
         moved = _tool_images(m)
         if moved:
@@ -249,7 +255,7 @@ def _openai_messages(messages: list) -> list:
             m = {**m, "content": _joined_text(m["content"])}
         out.append(_for_openai(m) if _anthropic_only(m) else m)
     if images:
-        out.append({"role": "user", "content": images})
+        out.append(_for_openai({"role": "user", "content": images}))
     return out
 
 
@@ -369,7 +375,28 @@ def _blocks(content) -> list[dict]:
             out.append({"type": "text", "text": part.get("text", ""), **cache_mark(part)})
         elif part.get("type") == "image_url":
             out.append({**_image_block(part), **cache_mark(part)})
+        elif _pdf_data(part) is not None:
+            out.append({"type": "document", "source": {"type": "base64", "media_type": "application/pdf",
+                                                       "data": _pdf_data(part)}, **cache_mark(part)})
     return out
+
+
+def _pdf_data(part: dict) -> str | None:
+    """The base64 data of an OpenAI ``file`` part holding a PDF (``file_data`` as a data
+    URL), which Anthropic takes as a ``document`` block; None for any other part."""
+    file = part.get("file") if part.get("type") == "file" else None
+    data = file.get("file_data") if isinstance(file, dict) else None
+    if isinstance(data, str) and data.startswith("data:application/pdf;base64,"):
+        return data.removeprefix("data:application/pdf;base64,")
+    return None
+
+
+def _thinking_blocks(message: dict) -> list[dict]:
+    """An assistant message's earlier reasoning (``thinking_blocks``) as Anthropic's blocks,
+    which go first in the turn: ``thinking`` (text and signature) and ``redacted_thinking``."""
+    blocks = message.get("thinking_blocks")
+    return [b for b in blocks if isinstance(b, dict) and b.get("type") in ("thinking", "redacted_thinking")] \
+        if isinstance(blocks, list) else []
 
 
 def _marked_last(blocks: list[dict], message: dict) -> list[dict]:
@@ -410,7 +437,8 @@ def to_anthropic(body: dict, upstream_model: str, max_tokens: int) -> dict:
         elif role == "user":
             add("user", _marked_last(_blocks(msg.get("content")), msg))
         elif role == "assistant":
-            add("assistant", _marked_last(_blocks(msg.get("content")) + tool_use_blocks(msg.get("tool_calls")), msg))
+            add("assistant", _marked_last(_thinking_blocks(msg) + _blocks(msg.get("content"))
+                                          + tool_use_blocks(msg.get("tool_calls")), msg))
         elif role == "tool":  # is_error: the tool failed (the Messages API's, kept by the gateway)
             add("user", [{"type": "tool_result", "tool_use_id": msg.get("tool_call_id"),  # images kept
                           "content": _blocks(msg["content"]) if _tool_images(msg) else _joined_text(msg.get("content")),
@@ -491,18 +519,28 @@ _INPUT_COUNTS = ("input_tokens", "cache_read_input_tokens", "cache_creation_inpu
 
 
 def _input_counts(usage) -> dict:
-    """The input token counts an Anthropic usage object reports (integers only)."""
-    return {k: usage[k] for k in _INPUT_COUNTS if _counted(usage, k)}
+    """The input token counts an Anthropic usage object reports (integers only), and its
+    ``cache_creation`` (the cache writes by duration) when it has one."""
+    out = {k: usage[k] for k in _INPUT_COUNTS if _counted(usage, k)}
+    if isinstance(usage, dict) and isinstance(usage.get("cache_creation"), dict):
+        out["cache_creation"] = usage["cache_creation"]
+    return out
 
 
 def anthropic_prompt_usage(usage: dict) -> dict:
     """Anthropic input usage in OpenAI's shape: ``prompt_tokens`` counts every input token;
     ``prompt_tokens_details`` says how many were read from the prompt cache
-    (``cached_tokens``, OpenAI's name) and written to it (``cache_write_tokens``)."""
+    (``cached_tokens``, OpenAI's name) and written to it (``cache_write_tokens``), and of
+    those how many to the 1-hour cache (``cache_write_1h_tokens``, from Anthropic's
+    ``cache_creation.ephemeral_1h_input_tokens``; priced apart)."""
     read, write = int(usage.get("cache_read_input_tokens") or 0), int(usage.get("cache_creation_input_tokens") or 0)
+    creation = usage.get("cache_creation") if isinstance(usage.get("cache_creation"), dict) else {}
+    hour = creation.get("ephemeral_1h_input_tokens")
+    hour = min(hour, write) if _counted(creation, "ephemeral_1h_input_tokens") else 0
     out = {"prompt_tokens": int(usage.get("input_tokens") or 0) + read + write}
     if read or write:
-        out["prompt_tokens_details"] = {"cached_tokens": read, "cache_write_tokens": write}
+        out["prompt_tokens_details"] = {"cached_tokens": read, "cache_write_tokens": write,
+                                        **({"cache_write_1h_tokens": hour} if hour else {})}
     return out
 
 

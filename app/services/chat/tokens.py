@@ -20,13 +20,17 @@ Three estimators, chosen per upstream model name by :func:`estimator`:
   safe side of that difference.
 * **Any other model** (self-hosted, the demo LLM): the rule of thumb of one token per 4
   characters, plus 3 + 4 per message and 85 per image.
+* A PDF file part (a Messages API ``document``): 3,000 tokens per page, either way.
 
 A text too long for the tokenizer library (over 1,000,000 characters or 200,000 tokens in
 one piece) counts as its UTF-8 length in bytes, an upper bound of any byte-level BPE count.
 """
 from __future__ import annotations
 
+import base64
+import binascii
 import math
+import re
 import threading
 from decimal import ROUND_CEILING, Decimal
 from typing import Any, Iterator
@@ -107,6 +111,33 @@ def _images(content: Any) -> int:
     return sum(1 for p in content if isinstance(p, dict) and p.get("type") in ("image_url", "input_image"))
 
 
+PDF_PAGE_TOKENS = 3000  # one PDF page: Anthropic's upper figure for a page's text (1,500–3,000), on the safe side
+_PDF_PAGE = re.compile(rb"/Type\s*/Page(?![a-zA-Z])")
+_PDF_COUNT = re.compile(rb"/Count\s+(\d{1,6})")  # a page tree's count of the pages below it
+
+
+def _file_tokens(content: Any) -> int:
+    """The estimate of the PDF file parts of ``content`` (OpenAI's ``{"type": "file", "file":
+    {"file_data": "data:application/pdf;base64,…"}}``, a Messages API ``document``):
+    ``PDF_PAGE_TOKENS`` per page, the pages counted by their ``/Type /Page`` objects or the
+    page tree's largest ``/Count``, whichever is more (one at least: a PDF whose objects are
+    all compressed still has a page)."""
+    if not isinstance(content, list):
+        return 0
+    total = 0
+    for part in content:
+        file = part.get("file") if isinstance(part, dict) and part.get("type") == "file" else None
+        data = file.get("file_data") if isinstance(file, dict) else None
+        if isinstance(data, str):
+            try:
+                raw = base64.b64decode(data.partition(";base64,")[2] or data, validate=False)
+            except (ValueError, binascii.Error):
+                raw = b""
+            counts = [int(n) for n in _PDF_COUNT.findall(raw)]
+            total += PDF_PAGE_TOKENS * max(1, len(_PDF_PAGE.findall(raw)), *counts)
+    return total
+
+
 def _values(msg: dict) -> Iterator[str]:
     """The texts of one message that the model reads (role, content, name, tool calls)."""
     yield str(msg.get("role") or "")
@@ -128,7 +159,8 @@ def _count_openai(body: dict, encoding: str) -> int:
     total = 3  # every reply is primed with <|start|>assistant<|message|>
     for msg in body["messages"]:
         total += 3 + sum(count_text(v, encoding) for v in _values(msg))
-        total += (1 if msg.get("name") else 0) + IMAGE_TOKENS * _images(msg.get("content"))
+        total += (1 if msg.get("name") else 0) + IMAGE_TOKENS * _images(msg.get("content")) \
+            + _file_tokens(msg.get("content"))
     return total + count_text(_tools_json(body).decode(), encoding)
 
 
@@ -139,6 +171,7 @@ def _count_chars(body: dict) -> int:
         tokens += 4
         if isinstance(content, list):
             tokens += IMAGE_TOKENS * sum(1 for p in content if isinstance(p, dict) and p.get("type") == "image_url")
+            tokens += _file_tokens(content)
         chars += len(" ".join(_text_parts(content)))
         for call in msg.get("tool_calls") or []:
             fn = call.get("function") or {}

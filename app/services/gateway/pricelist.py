@@ -2,8 +2,8 @@
 the catalogs the gateway routes by: the chat models (prices per million tokens of each
 enabled provider, cache prices, context window, capabilities, ``auto``-eligible), what
 ``model: auto`` picks for typical requests (the rule of ``chat.catalog.candidates``: the
-cheapest enabled offer of the ``auto``-eligible models whose capabilities cover the request
-and whose context window fits), and the modules with each action's price and MCP tool name."""
+cheapest enabled offer of the ``auto``-eligible models that fit the request, ``catalog.fits``:
+capabilities, maximum output, context window), and the modules with each action's price and MCP tool name."""
 from __future__ import annotations
 
 from app.services.chat import catalog as chat_catalog
@@ -44,7 +44,8 @@ def auto_picks() -> list[dict]:
     for what, needs, prompt, completion in AUTO_CASES:
         best = None
         for i, m in enumerate(models):
-            if needs - m.capabilities or prompt + completion > m.context_window:
+            if not chat_catalog.fits(m, chat_catalog.Needs(prompt_tokens=prompt, max_tokens=completion,
+                                                           capabilities=needs)):
                 continue
             for o in m.enabled_offers():
                 cost = o.cost_micros(prompt, completion)

@@ -6,15 +6,21 @@ from __future__ import annotations
 from flask import Response, abort, g, redirect, request, url_for
 from marshmallow import ValidationError
 
-from app.blueprints.console import bp, org_context, web
+from app.blueprints.console import bp, charts, org_context, web
 from app.blueprints.alerts.schemas import AlertCreateSchema
-from app.blueprints.console.account_pages import field_errors
+from app.blueprints.console.account_pages import dollars_to_cents, field_errors
 from app.blueprints.payments.schemas import CheckoutSchema
 from app.errors import DomainError
 from app.services.billing import alerts as alerts_svc
 from app.services.billing import invoices, payments, wallets
 
 ALERT_FIELDS = ("name", "metric", "op", "threshold", "window", "channel", "target")
+# Each metric as the console shows it, with its unit: spend in dollars like every money
+# field of the console (the API's ``spend_cents`` is in cents), the others as the API's.
+ALERT_METRICS = {"spend_cents": ("spend", "USD"), "calls": ("calls", "count"), "error_rate": ("error rate", "%"),
+                 "plan_pct": ("plan usage", "% of the plan")}
+THRESHOLD_HINT = ("In the metric's unit: spend in dollars (e.g. 5 or 2.50), calls a count, error rate and plan "
+                  "usage a percentage.")
 
 
 @bp.get("/billing", endpoint="billing")
@@ -81,7 +87,9 @@ def _alerts_page(status: int = 200, **extra):
     acct, payer = g.account, org_context.payer_id()
     mode = web.mode()
     ctx = {"alerts": alerts_svc.list_alerts(payer, mode), "events": alerts_svc.list_events(payer, limit=20, mode=mode),
-           "metrics": alerts_svc.METRICS, "ops": tuple(alerts_svc.OPS), "windows": tuple(alerts_svc.WINDOWS),
+           "metrics": {m: "%s (%s)" % ALERT_METRICS[m] for m in alerts_svc.METRICS},
+           "metric_names": {m: name for m, (name, _unit) in ALERT_METRICS.items()}, "threshold_hint": THRESHOLD_HINT,
+           "ops": tuple(alerts_svc.OPS), "windows": tuple(alerts_svc.WINDOWS),
            "channels": alerts_svc.CHANNELS, "errors": {}, "form": {"target": acct.email or ""},
            "secret": None}
     return web.page("console/alerts.html", status, ctx, extra)
@@ -93,8 +101,14 @@ def create_alert():
     if (refused := org_context.guard(("alerts:write",))):
         return refused
     form = {f: (request.form.get(f) or "").strip() for f in ALERT_FIELDS}
+    threshold = web.form_number(form["threshold"])
+    if form["metric"] == "spend_cents":  # typed in dollars: the API's cents, exactly
+        cents = dollars_to_cents(form["threshold"].removeprefix("$"))
+        if cents is None:
+            return _alerts_page(400, errors={"threshold": "Enter the spend in dollars, e.g. 5 or 2.50."}, form=form)
+        threshold = cents
     # the API's rules, the same input policy
-    body, errors = web.load_form(AlertCreateSchema(), {**form, "threshold": web.form_number(form["threshold"])})
+    body, errors = web.load_form(AlertCreateSchema(), {**form, "threshold": threshold})
     if errors:
         return _alerts_page(400, errors=errors, form=form)
     try:
@@ -104,6 +118,16 @@ def create_alert():
     if secret:
         return _alerts_page(secret=secret)
     return redirect(url_for("console.alerts"), code=303)
+
+
+@bp.app_template_filter("alert_value")
+def _alert_value(value, metric: str) -> str:
+    """A threshold or a fired value in its metric's unit: spend as dollars (the API keeps
+    cents, fractions kept: 250.5 is $2.505), calls as a count, the rates as a percentage."""
+    if metric == "spend_cents":
+        return charts.usd_precise(round(value * 10_000))
+    number = f"{value:,.2f}".rstrip("0").rstrip(".")
+    return number if metric == "calls" else number + "%"
 
 
 @bp.post("/alerts/<alert_id>/delete")

@@ -1,5 +1,5 @@
 """Console alerts: the threshold in its metric's unit (spend in dollars, as every money field
-of the console), shown with it in the rules and the firings."""
+of the console), shown with it in the rules and the firings, and Delete asking first."""
 from __future__ import annotations
 
 import re
@@ -70,3 +70,15 @@ def test_a_firing_shows_its_value_and_threshold_in_the_unit(app, signed_in):
     page = client.get("/alerts").get_data(as_text=True)
     assert "daily spend <small class=\"muted\">(spend &gt; $2.00)</small>" in page
     assert '<td data-label="Value" class="num">$2.505</td>' in page
+
+
+def test_deleting_an_alert_asks_first(app, signed_in):
+    """Delete stops a rule for good: its form asks (console.js's ``form[data-confirm]``, the
+    mechanism of Revoke and Disable), and the page loads the script that asks."""
+    client, acct = signed_in()
+    assert _create(client, acct).status_code == 303
+    page = client.get("/alerts").get_data(as_text=True)
+    form = re.search(r'<form[^>]*action="/alerts/[^"]+/delete"[^>]*>', page, re.S).group(0)
+    question = re.search(r'data-confirm="([^"]+)"', form).group(1)
+    assert "Delete alert “daily spend”" in question and "cannot be undone" in question
+    assert re.search(r'<script src="/console/static/console\.js[^"]*" defer>', page)

@@ -711,3 +711,38 @@ def test_resuming_a_checkout_past_its_expiry_says_it_expired(app, make_account):
     r = me.get(f"/billing/checkouts/{pay_id}/resume")
     text = r.get_data(as_text=True)
     assert r.status_code == 409 and "This checkout has expired" in text and "is pending" not in text
+
+
+def test_auto_topup_on_a_card_that_needs_3d_secure_is_warned(app, make_account):
+    """Auto top-up charges off-session, where a card that asks for 3-D Secure fails
+    (Stripe's ``authentication_required``). The API accepts the rule (the bank decides at
+    each charge); the billing page says what happens to every card, and warns by name when
+    the saved card is known to need it: the processor says so (the sandbox's 3-D Secure
+    card), or the card's latest off-session charge failed so."""
+    from app.models import Payment
+    from app.models.base import utcnow
+
+    acct = make_account()
+    me = Console(app, acct.id, mode="test")
+    assert me.post("/billing/card", {"payment_method_id": "pm_card_visa"}, page="/billing").status_code == 303
+    html = me.get("/billing").get_data(as_text=True)
+    assert 'id="autotopup-offsession">Auto top-up charges the saved card without you present. If the bank asks ' \
+           'for 3-D Secure, the charge fails' in html and "after 3 failures in a row auto top-up turns off" in html
+    assert 'id="autotopup-3ds"' not in html
+    assert me.post("/billing/card", {"payment_method_id": "pm_card_authenticationRequired"},
+                   page="/billing").status_code == 303
+    r = me.post("/billing/auto-topup", {"threshold": "5", "add_amount": "20", "monthly_cap": "100"}, page="/billing")
+    assert r.status_code == 303  # accepted, as by the API
+    html = me.get("/billing").get_data(as_text=True)
+    warning = re.search(r'<p class="error" id="autotopup-3ds">(.*?)</p>', html).group(1)
+    assert "visa ···· 3184 asks for 3-D Secure, so auto top-up's charges on it will fail" in warning
+    # a card the processor says nothing of, whose last off-session charge needed authentication
+    assert me.post("/billing/card", {"payment_method_id": "pm_card_visa"}, page="/billing").status_code == 303
+    with app.app_context():
+        db.session.add(Payment(id="pay_console3ds", account_id=acct.id, method="card", kind="charge",
+                               processor="sandbox", mode="test", amount_micros=20_000_000, status="failed",
+                               failure_code="authentication_required", meta={"payment_method": "pm_card_visa"},
+                               created_at=utcnow()))
+        db.session.commit()
+        db.session.remove()
+    assert "visa ···· 4242 asks for 3-D Secure" in me.get("/billing").get_data(as_text=True)

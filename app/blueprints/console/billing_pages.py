@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import secrets
 
-from flask import abort, redirect, request, url_for
+from flask import abort, current_app, redirect, request, url_for
 
 from app.blueprints.console import bp, org_context, web
 from app.blueprints.console.account_pages import dollars_to_cents
@@ -46,7 +46,7 @@ def context() -> dict:
         payments_off = None
     ctx = {"method": None, "methods": [], "autotopup": None, "test_cards": {}, "payments_off": payments_off,
            "chains": CHAINS, "wallet_form": {}, "connect": None, "pay_key": "console-" + secrets.token_urlsafe(16),
-           "can_pay": org_context.allows(*WRITE), "topup_form": None}
+           "can_pay": org_context.allows(*WRITE), "topup_form": None, "card_needs_3ds": False}
     if processor is not None:
         ctx.update(method=payments.saved_method(payer, mode), methods=methods.list_methods(payer, mode),
                    test_cards=dict(SANDBOX_METHODS) if processor == "sandbox" else {})
@@ -54,6 +54,9 @@ def context() -> dict:
             ctx["autotopup"] = autotopup.view(payer, mode)
         except DomainError:  # none set
             pass
+        # auto top-up charges off-session: a card known to need 3-D Secure fails there (warned)
+        ctx["card_needs_3ds"] = autotopup.needs_authentication(payer, mode)
+        ctx["autotopup_max_failures"] = current_app.config["AUTOTOPUP_MAX_FAILURES"]
     ctx["can_charge"] = ctx["can_pay"] and processor is not None
     return ctx
 

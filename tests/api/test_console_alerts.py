@@ -9,6 +9,7 @@ from sqlalchemy import select
 from app.extensions import db
 from app.models import Alert, AlertEvent
 from tests.api.test_console_security import _csrf, signed_in  # noqa: F401 - fixture
+from tests.support.stacked import split_cells
 
 
 def _create(client, acct, **fields):
@@ -41,7 +42,7 @@ def test_a_spend_threshold_is_typed_and_shown_in_dollars(app, signed_in):
     assert _thresholds(app) == [("spend_cents", 500.0), ("spend_cents", 29.0), ("calls", 1000.0),
                                 ("error_rate", 2.5)]
     page = client.get("/alerts").get_data(as_text=True)
-    conditions = re.findall(r'<td data-label="Condition">(.*?)</td>', page)
+    conditions = re.findall(r'<td data-label="Condition"><span>(.*?)</span></td>', page)
     assert conditions == ["spend &gt;= <strong>$5.00</strong> per day", "spend &gt;= <strong>$0.29</strong> per day",
                           "calls &gt;= <strong>1,000</strong> per day", "error rate &gt; <strong>2.5%</strong> per day"]
 
@@ -70,6 +71,9 @@ def test_a_firing_shows_its_value_and_threshold_in_the_unit(app, signed_in):
     page = client.get("/alerts").get_data(as_text=True)
     assert "daily spend <small class=\"muted\">(spend &gt; $2.00)</small>" in page
     assert '<td data-label="Value" class="num">$2.505</td>' in page
+    # at 390 px each cell's content is one piece beside its label (the amount fell under
+    # "Condition", the address under "Channel", the attempts under "Delivery")
+    assert split_cells(page) == []
 
 
 def test_deleting_an_alert_asks_first(app, signed_in):

@@ -14,6 +14,7 @@ from app.extensions import db
 from app.models import Account, ApiKey
 from tests.agentkit import Keypair, register
 from tests.api.test_console_security import _csrf, signed_in  # noqa: F401 - fixture
+from tests.support.stacked import split_cells
 from tests.gateway_helpers import call, mod, provider, provider_server  # noqa: F401 - fixtures
 
 
@@ -158,6 +159,9 @@ def test_fund_an_agent_in_dollars_exactly(app, client, signed_in):
                          data={"amount": amount, "fund_key": f"k-{n}", "csrf": _csrf(page)})
         assert r.status_code == 303, amount
     assert _balances(app, acct.id, agent["id"]) == (10_000_000 - 6_790_000, 6_790_000)
+    # at 390 px the row's cells stay one piece beside their label (Disable fell under "Fund")
+    page = browser.get("/agents").get_data(as_text=True)
+    assert split_cells(page) == [] and 'data-label="Fund or disable"' in page
 
 
 @pytest.mark.parametrize("amount", ["0", "0.00", "-1", "2.505", "1e2", "0x10", "nan", "100000.01", " ", "1,000"])
@@ -290,4 +294,4 @@ def test_agents_page_statement_says_what_repaid_a_carry_over(app, client, signed
     page = browser.get("/agents").get_data(as_text=True)
     assert "2026-10: $0.20 <small" in page
     assert "($0.50 earned, $0.30 of it repaid a refund after settlement)" in page
-    assert "2026-09: $0.30</td>" in page                     # nothing repaid: no note
+    assert "2026-09: $0.30</span></td>" in page                     # nothing repaid: no note

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from tests.api.test_console_security import signed_in  # noqa: F401 - fixture
+from tests.support.stacked import split_cells
 from tests.gateway_helpers import call, mod, provider, provider_server  # noqa: F401 - fixtures
 
 
@@ -25,6 +26,7 @@ def test_a_provider_refusal_is_not_shown_as_a_success(app, client, signed_in, mo
         assert '<span class="pill succeeded">succeeded</span>' in newest, path
         assert '<span class="pill refused">ok: false</span>' in oldest and "succeeded" not in oldest, path
         assert "refused by the provider (HTTP 422), charged" in oldest, path
+        assert split_cells(browser.get(path).get_data(as_text=True)) == [], path
     page = browser.get(f"/usage/calls/{refused['call_id']}").get_data(as_text=True)
     assert re.search(r'<dt>Status</dt><dd><span class="pill refused">ok: false</span>', page)
     # counted as the API counts it: a call, charged, not an error

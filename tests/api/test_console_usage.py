@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from tests.api.test_console_security import signed_in  # noqa: F401 - fixture
+from tests.support.finalize import drain
 from tests.support.stacked import split_cells
 from tests.gateway_helpers import call, mod, provider, provider_server  # noqa: F401 - fixtures
 
@@ -19,6 +20,7 @@ def test_a_provider_refusal_is_not_shown_as_a_success(app, client, signed_in, mo
     refused = call(client, acct, {"action": "bad"}).get_json()
     assert refused["ok"] is False and refused["cost_cents"] == 2
     assert call(client, acct, {"action": "ok"}).get_json()["ok"] is True
+    drain(app)  # the calls' final rows (ok, provider status, receipt) are written after the answer
     for path in ("/usage", "/activity", "/dashboard"):
         cells = _status_cells(browser.get(path).get_data(as_text=True))
         assert len(cells) == 2, path
@@ -37,3 +39,14 @@ def test_a_provider_refusal_is_not_shown_as_a_success(app, client, signed_in, mo
     assert '<td data-label="Calls" class="num">2</td><td data-label="Errors" class="num">0</td>' in row
     assert "A call the provider refused (<code>ok: false</code>, its 4xx) is charged and counts as a call, " \
            "not an error" in html
+
+
+def test_a_calls_receipt_is_shown_indented(app, client, signed_in, mod):
+    """The call page asks ``tojson(indent=2)``, which the app's JSON provider (orjson) ignored:
+    the receipt was one line scrolling sideways (35 characters of it seen at 390 px)."""
+    browser, acct = signed_in()
+    done = call(client, acct, {"action": "ok"}).get_json()
+    drain(app)
+    page = browser.get(f"/usage/calls/{done['call_id']}").get_data(as_text=True)
+    receipt = re.search(r'<pre class="json">(.*?)</pre>', page, re.S).group(1)
+    assert receipt.startswith('{\n  "v": 2,\n') and '\n  "action": "ok",\n' in receipt

@@ -746,3 +746,36 @@ def test_auto_topup_on_a_card_that_needs_3d_secure_is_warned(app, make_account):
         db.session.commit()
         db.session.remove()
     assert "visa ···· 4242 asks for 3-D Secure" in me.get("/billing").get_data(as_text=True)
+
+
+@pytest.mark.parametrize("typed", ["inf", "nan", "1e3", "10.005", "-5", "0.50", "10001", "oops"])
+def test_a_top_up_amount_is_read_exactly_or_refused_in_dollars(app, make_account, typed):
+    """The checkout's amount was a float: "inf" answered a 500, "10.005" became $10.00 and
+    "1e3" $1,000. It is read as every money field of the console (``dollars_to_cents``), the
+    schema's range said in dollars (it said "greater than or equal to 100", cents); a
+    refusal starts no checkout."""
+    from sqlalchemy import func, select
+
+    from app.models import Payment
+
+    me = Console(app, make_account().id, mode="test")
+    r = me.post("/billing/topup", {"amount": typed}, page="/billing")
+    assert r.status_code == 400, typed
+    text = r.get_data(as_text=True)
+    assert 'id="e-amount"' in text and "Enter an amount in dollars from 1.00 to 10,000, with at most 2 decimals" in text
+    with app.app_context():
+        assert db.session.execute(select(func.count()).select_from(Payment)).scalar_one() == 0
+        db.session.remove()
+
+
+def test_a_top_up_amount_in_dollars_starts_its_checkout(app, make_account):
+    from sqlalchemy import select
+
+    from app.models import Payment
+
+    me = Console(app, make_account().id, mode="test")
+    r = me.post("/billing/topup", {"amount": "$25.5"}, page="/billing")
+    assert r.status_code == 303 and "/pay/sandbox/checkout/" in r.headers["Location"]
+    with app.app_context():
+        assert db.session.execute(select(Payment.amount_micros)).scalar_one() == 25_500_000
+        db.session.remove()

@@ -4,12 +4,11 @@ the SPEC fields, recent firings with their delivery status)."""
 from __future__ import annotations
 
 from flask import Response, abort, g, redirect, request, url_for
-from marshmallow import ValidationError
 
 from app.blueprints.console import bp, charts, org_context, web
 from app.blueprints.alerts.schemas import AlertCreateSchema
 from app.blueprints.console.account_pages import dollars_to_cents, field_errors
-from app.blueprints.payments.schemas import CheckoutSchema
+from app.blueprints.payments.schemas import MAX_AMOUNT_CENTS, CheckoutSchema
 from app.errors import DomainError
 from app.services.billing import alerts as alerts_svc
 from app.services.billing import invoices, payments, wallets
@@ -60,16 +59,12 @@ def topup():
     if (refused := org_context.guard(("billing:write",))):
         return refused
     amount = (request.form.get("amount") or "").strip()
-    try:
-        dollars = float(amount)
-        body = CheckoutSchema().load({"amount_cents": round(dollars * 100),
-                                      "return_url": url_for("console.billing", _external=True)})
-    except ValueError:
-        return _billing_page(400, errors={"amount": "Enter an amount in dollars, e.g. 10 or 25.50."},
-                             amount=amount)
-    except ValidationError as exc:
-        msg = "; ".join(" ".join(v) for v in exc.messages.values())
-        return _billing_page(400, errors={"amount": msg}, amount=amount)
+    cents = dollars_to_cents(amount.removeprefix("$"))  # exactly: a float made "inf" a 500, "10.005" $10.00
+    if cents is None or not 100 <= cents <= MAX_AMOUNT_CENTS:  # the schema's range, said in dollars
+        return _billing_page(400, errors={"amount": f"Enter an amount in dollars from 1.00 to "
+                                                    f"{MAX_AMOUNT_CENTS // 100:,}, with at most 2 decimals "
+                                                    "(e.g. 10 or 25.50)."}, amount=amount)
+    body = CheckoutSchema().load({"amount_cents": cents, "return_url": url_for("console.billing", _external=True)})
     try:
         out = payments.create_checkout(org_context.payer_id(), web.mode(), body["amount_cents"],
                                        "Gateway credits", body["return_url"])

@@ -779,3 +779,23 @@ def test_a_top_up_amount_in_dollars_starts_its_checkout(app, make_account):
     with app.app_context():
         assert db.session.execute(select(Payment.amount_micros)).scalar_one() == 25_500_000
         db.session.remove()
+
+
+@pytest.mark.parametrize("fields, said", [
+    ({"threshold": "0"}, "Enter the threshold from $0.01 to $10,000.00."),
+    ({"add_amount": "0.50", "monthly_cap": "2000000"},
+     "Enter the amount added from $1.00 to $10,000.00; the monthly cap from $1.00 to $1,000,000.00."),
+    ({"add_amount": "20", "monthly_cap": "10"}, "The monthly cap must be at least the amount added."),
+])
+def test_auto_topup_refusals_are_said_in_dollars(app, make_account, fields, said):
+    """The form is in dollars; its refusals named the API's cents ("threshold: Must be greater
+    than or equal to 1. (amounts in cents above)", "monthly_cap_cents: must be at least
+    amount_cents (two fields related: 422)"). Nothing is set."""
+    me = Console(app, make_account().id, mode="test")
+    assert me.post("/billing/card", {"payment_method_id": "pm_card_visa"}, page="/billing").status_code == 303
+    r = me.post("/billing/auto-topup", {"threshold": "5", "add_amount": "20", "monthly_cap": "100", **fields},
+                page="/billing")
+    text = r.get_data(as_text=True)
+    assert r.status_code == 400 and f'<p class="error" role="alert" id="e-autotopup">{said}</p>' in text
+    assert "cents" not in re.search(r'id="e-autotopup">([^<]*)<', text).group(1)
+    assert 'id="autotopup-state">Off.' in me.get("/billing").get_data(as_text=True)

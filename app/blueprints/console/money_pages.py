@@ -100,7 +100,7 @@ def create_alert():
     if form["metric"] == "spend_cents":  # typed in dollars: the API's cents, exactly
         cents = dollars_to_cents(form["threshold"].removeprefix("$"))
         if cents is None:
-            return _alerts_page(400, errors={"threshold": "Enter the spend in dollars, e.g. 5 or 2.50."}, form=form)
+            return _alerts_page(400, errors={"threshold": "Enter the spend in dollars, at most 2 decimals (e.g. 5 or 2.50)."}, form=form)
         threshold = cents
     # the API's rules, the same input policy
     body, errors = web.load_form(AlertCreateSchema(), {**form, "threshold": threshold})

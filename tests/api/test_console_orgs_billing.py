@@ -799,3 +799,17 @@ def test_auto_topup_refusals_are_said_in_dollars(app, make_account, fields, said
     assert r.status_code == 400 and f'<p class="error" role="alert" id="e-autotopup">{said}</p>' in text
     assert "cents" not in re.search(r'id="e-autotopup">([^<]*)<', text).group(1)
     assert 'id="autotopup-state">Off.' in me.get("/billing").get_data(as_text=True)
+
+
+def test_removing_a_saved_method_asks_first(app, make_account):
+    """Remove detaches the method at the processor (it cannot be attached again): its form
+    asks (console.js's ``form[data-confirm]``, as Revoke, Disable and Delete), saying what
+    stops when it is the default, and the billing page loads the script that asks."""
+    me = Console(app, make_account().id, mode="test")
+    assert me.post("/billing/card", {"payment_method_id": "pm_card_visa"}, page="/billing").status_code == 303
+    html = me.get("/billing").get_data(as_text=True)
+    form = re.search(r'<form[^>]*action="/billing/methods/pm_card_visa/remove"[^>]*>', html, re.S).group(0)
+    question = re.search(r'data-confirm="([^"]+)"', form).group(1)
+    assert question.startswith("Remove visa ···· 4242? It is detached from the payment processor")
+    assert "It is the default: paying without the checkout and auto top-up stop" in question
+    assert re.search(r'<script src="/console/static/console\.js[^"]*" defer>', html)

@@ -50,3 +50,14 @@ def test_a_calls_receipt_is_shown_indented(app, client, signed_in, mod):
     page = browser.get(f"/usage/calls/{done['call_id']}").get_data(as_text=True)
     receipt = re.search(r'<pre class="json">(.*?)</pre>', page, re.S).group(1)
     assert receipt.startswith('{\n  "v": 2,\n') and '\n  "action": "ok",\n' in receipt
+
+
+def test_the_activity_status_filter_says_succeeded_includes_a_refusal(app, client, signed_in, mod):
+    """The status filter is the API's call status (``GET /api/usage/export``): ``succeeded``
+    lists the calls the provider refused too, and its option says so."""
+    browser, acct = signed_in()
+    assert call(client, acct, {"action": "bad"}).get_json()["ok"] is False
+    drain(app)
+    html = browser.get("/activity?status=succeeded").get_data(as_text=True)
+    assert '<option value="succeeded" selected>succeeded (also ok: false)</option>' in html
+    assert '<span class="pill refused">ok: false</span>' in html

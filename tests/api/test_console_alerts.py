@@ -86,3 +86,17 @@ def test_deleting_an_alert_asks_first(app, signed_in):
     question = re.search(r'data-confirm="([^"]+)"', form).group(1)
     assert "Delete alert “daily spend”" in question and "cannot be undone" in question
     assert re.search(r'<script src="/console/static/console\.js[^"]*" defer>', page)
+
+
+def test_a_rule_whose_address_must_confirm_says_so(app, signed_in):
+    """An e-mail target other than the account's own address gets nothing until it confirms
+    (``alert_targets``); the list showed such a rule as any other."""
+    client, acct = signed_in()
+    assert _create(client, acct, name="to finance", target="finance@example.com").status_code == 303
+    assert _create(client, acct, name="to me").status_code == 303
+    page = client.get("/alerts").get_data(as_text=True)
+    channels = re.findall(r'<td data-label="Channel"><span>(.*?)</span></td>', page, re.S)
+    assert len(channels) == 2
+    assert "finance@example.com</span><br><small class=\"muted\">not sent until this address confirms (we " \
+           "e-mailed it a link, valid 7 days)</small>" in channels[0]
+    assert "confirms" not in channels[1]

@@ -10,6 +10,7 @@ from app.blueprints.alerts.schemas import AlertCreateSchema
 from app.blueprints.console.account_pages import dollars_to_cents, field_errors
 from app.blueprints.payments.schemas import MAX_AMOUNT_CENTS, CheckoutSchema
 from app.errors import DomainError
+from app.services.billing import alert_targets
 from app.services.billing import alerts as alerts_svc
 from app.services.billing import invoices, payments, wallets
 
@@ -85,7 +86,7 @@ def _alerts_page(status: int = 200, **extra):
            "metrics": {m: "%s (%s)" % ALERT_METRICS[m] for m in alerts_svc.METRICS},
            "metric_names": {m: name for m, (name, _unit) in ALERT_METRICS.items()}, "threshold_hint": THRESHOLD_HINT,
            "ops": tuple(alerts_svc.OPS), "windows": tuple(alerts_svc.WINDOWS),
-           "channels": alerts_svc.CHANNELS, "errors": {}, "form": {"target": acct.email or ""},
+           "channels": alerts_svc.CHANNELS, "confirm_days": alert_targets.CONFIRM_TTL.days, "errors": {}, "form": {"target": acct.email or ""},
            "secret": None}
     return web.page("console/alerts.html", status, ctx, extra)
 

@@ -813,3 +813,14 @@ def test_removing_a_saved_method_asks_first(app, make_account):
     assert question.startswith("Remove visa ···· 4242? It is detached from the payment processor")
     assert "It is the default: paying without the checkout and auto top-up stop" in question
     assert re.search(r'<script src="/console/static/console\.js[^"]*" defer>', html)
+
+
+def test_a_declined_payment_row_stays_one_piece_beside_its_label(app, make_account):
+    """At 390 px a payment's decline message fell under the "Status" label, beside nothing."""
+    from tests.support.stacked import split_cells
+
+    me = Console(app, make_account().id, mode="test")
+    me.post("/billing/card", {"payment_method_id": "pm_card_chargeDeclined"}, page="/billing")
+    assert me.post("/billing/pay", {"pay_amount": "3"}, page="/billing").status_code == 402
+    html = me.get("/billing").get_data(as_text=True)
+    assert "Your card was declined." in html and split_cells(html) == []

@@ -74,6 +74,11 @@ def isoformat(dt: datetime | None) -> str | None:
 
 class OrjsonProvider(JSONProvider):
     def dumps(self, obj, **kwargs) -> str:
+        """``indent`` (any: orjson indents by 2) is honoured, as Jinja's ``tojson(indent=2)``
+        asks it (the console's receipt was one long line); other options are the standard
+        library's and are not."""
+        if kwargs.get("indent"):
+            return orjson.dumps(obj, default=_default, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_INDENT_2).decode()
         return dumps_bytes(obj).decode()
 
     def loads(self, s, **kwargs):

@@ -6,12 +6,15 @@ import csv
 import io
 import re
 
+import pytest
+
 from sqlalchemy import select
 
 from app.extensions import db
 from app.models import Account, ApiKey
 from tests.agentkit import Keypair, register
 from tests.api.test_console_security import _csrf, signed_in  # noqa: F401 - fixture
+from tests.support.stacked import split_cells
 from tests.gateway_helpers import call, mod, provider, provider_server  # noqa: F401 - fixtures
 
 
@@ -121,7 +124,7 @@ def test_fund_an_agent_once_per_form(app, client, signed_in):
     key = re.search(r'name="fund_key" value="([^"]+)"', page).group(1)
     for _ in range(2):  # a double submit of the same form moves money once
         r = browser.post(f"/agents/{agent['id']}/fund",
-                         data={"amount_cents": "200", "fund_key": key, "csrf": _csrf(page)})
+                         data={"amount": "2.00", "fund_key": key, "csrf": _csrf(page)})
         assert r.status_code == 303
     with app.app_context():
         owner = db.session.get(Account, acct.id)
@@ -129,8 +132,51 @@ def test_fund_an_agent_once_per_form(app, client, signed_in):
         assert (owner.balance_micros, agent_acct.balance_micros) == (8_000_000, 2_000_000)
         db.session.remove()
     r = browser.post("/agents/agt_doesnotexist0000/fund",
-                     data={"amount_cents": "1", "fund_key": key + "x", "csrf": _csrf(page)})
+                     data={"amount": "1", "fund_key": key + "x", "csrf": _csrf(page)})
     assert r.status_code == 404
+
+
+def _balances(app, owner_id, agent_id):
+    with app.app_context():
+        owner = db.session.get(Account, owner_id)
+        agent_acct = db.session.execute(select(Account).where(Account.agent_id == agent_id)).scalar_one()
+        out = (owner.balance_micros, agent_acct.balance_micros)
+        db.session.remove()
+    return out
+
+
+def test_fund_an_agent_in_dollars_exactly(app, client, signed_in):
+    """The Fund field is in dollars, as every other money field of the console (it was in
+    cents: "5" moved five cents); read exactly ("0.29" is 29 cents, where a float makes 28)."""
+    browser, acct = signed_in()
+    agent = register(client, acct, Keypair(), name="dollars").get_json()
+    page = browser.get("/agents").get_data(as_text=True)
+    field = re.search(r'<input id="fund-1" name="amount"[^>]*>', page).group(0)
+    assert 'placeholder="USD"' in field and 'inputmode="decimal"' in field
+    assert re.search(r'<label for="fund-1" class="sr">Amount \(USD\) for dollars</label>', page)
+    for n, amount in enumerate(("0.29", "$1.5", "5")):
+        r = browser.post(f"/agents/{agent['id']}/fund",
+                         data={"amount": amount, "fund_key": f"k-{n}", "csrf": _csrf(page)})
+        assert r.status_code == 303, amount
+    assert _balances(app, acct.id, agent["id"]) == (10_000_000 - 6_790_000, 6_790_000)
+    # at 390 px the row's cells stay one piece beside their label (Disable fell under "Fund")
+    page = browser.get("/agents").get_data(as_text=True)
+    assert split_cells(page) == [] and 'data-label="Fund or disable"' in page
+
+
+@pytest.mark.parametrize("amount", ["0", "0.00", "-1", "2.505", "1e2", "0x10", "nan", "100000.01", " ", "1,000"])
+def test_a_refused_funding_amount_says_dollars_and_moves_nothing(app, client, signed_in, amount):
+    """Zero, negative, more than 2 decimals, exponents, past the transfer maximum: a 400
+    naming the rule in dollars, and nothing moves."""
+    browser, acct = signed_in()
+    agent = register(client, acct, Keypair(), name="refused").get_json()
+    page = browser.get("/agents").get_data(as_text=True)
+    r = browser.post(f"/agents/{agent['id']}/fund", data={"amount": amount, "fund_key": "k", "csrf": _csrf(page)})
+    assert r.status_code == 400
+    text = r.get_data(as_text=True)
+    assert "Fund “refused”: Enter an amount in dollars, more than 0 and at most 100,000, with at most 2 decimals" \
+        in text
+    assert _balances(app, acct.id, agent["id"]) == (10_000_000, 0)
 
 
 def test_key_page_shows_the_key_controls(app, signed_in):
@@ -198,10 +244,10 @@ def test_a_refused_funding_keeps_the_amount_typed_in_its_row(app, client, signed
     first = register(client, acct, Keypair(), name="first").get_json()
     register(client, acct, Keypair(), name="second")
     page = browser.get("/agents").get_data(as_text=True)
-    r = browser.post(f"/agents/{first['id']}/fund", data={"csrf": _csrf(page), "amount_cents": "2.5O"})
+    r = browser.post(f"/agents/{first['id']}/fund", data={"csrf": _csrf(page), "amount": "2.5O"})
     assert r.status_code == 400
     page = r.get_data(as_text=True)
-    fields = re.findall(r'<input id="fund-\d+" name="amount_cents"[^>]*>', page)
+    fields = re.findall(r'<input id="fund-\d+" name="amount"[^>]*>', page)
     assert len(fields) == 2
     typed = [f for f in fields if 'value="2.5O"' in f]
     assert len(typed) == 1 and 'aria-invalid="true"' in typed[0] and 'aria-describedby="e-fund"' in typed[0]
@@ -248,4 +294,4 @@ def test_agents_page_statement_says_what_repaid_a_carry_over(app, client, signed
     page = browser.get("/agents").get_data(as_text=True)
     assert "2026-10: $0.20 <small" in page
     assert "($0.50 earned, $0.30 of it repaid a refund after settlement)" in page
-    assert "2026-09: $0.30</td>" in page                     # nothing repaid: no note
+    assert "2026-09: $0.30</span></td>" in page                     # nothing repaid: no note

@@ -711,3 +711,116 @@ def test_resuming_a_checkout_past_its_expiry_says_it_expired(app, make_account):
     r = me.get(f"/billing/checkouts/{pay_id}/resume")
     text = r.get_data(as_text=True)
     assert r.status_code == 409 and "This checkout has expired" in text and "is pending" not in text
+
+
+def test_auto_topup_on_a_card_that_needs_3d_secure_is_warned(app, make_account):
+    """Auto top-up charges off-session, where a card that asks for 3-D Secure fails
+    (Stripe's ``authentication_required``). The API accepts the rule (the bank decides at
+    each charge); the billing page says what happens to every card, and warns by name when
+    the saved card is known to need it: the processor says so (the sandbox's 3-D Secure
+    card), or the card's latest off-session charge failed so."""
+    from app.models import Payment
+    from app.models.base import utcnow
+
+    acct = make_account()
+    me = Console(app, acct.id, mode="test")
+    assert me.post("/billing/card", {"payment_method_id": "pm_card_visa"}, page="/billing").status_code == 303
+    html = me.get("/billing").get_data(as_text=True)
+    assert 'id="autotopup-offsession">Auto top-up charges the saved card without you present. If the bank asks ' \
+           'for 3-D Secure, the charge fails' in html and "after 3 failures in a row auto top-up turns off" in html
+    assert 'id="autotopup-3ds"' not in html
+    assert me.post("/billing/card", {"payment_method_id": "pm_card_authenticationRequired"},
+                   page="/billing").status_code == 303
+    r = me.post("/billing/auto-topup", {"threshold": "5", "add_amount": "20", "monthly_cap": "100"}, page="/billing")
+    assert r.status_code == 303  # accepted, as by the API
+    html = me.get("/billing").get_data(as_text=True)
+    warning = re.search(r'<p class="error" id="autotopup-3ds">(.*?)</p>', html).group(1)
+    assert "visa ···· 3184 asks for 3-D Secure, so auto top-up's charges on it will fail" in warning
+    # a card the processor says nothing of, whose last off-session charge needed authentication
+    assert me.post("/billing/card", {"payment_method_id": "pm_card_visa"}, page="/billing").status_code == 303
+    with app.app_context():
+        db.session.add(Payment(id="pay_console3ds", account_id=acct.id, method="card", kind="charge",
+                               processor="sandbox", mode="test", amount_micros=20_000_000, status="failed",
+                               failure_code="authentication_required", meta={"payment_method": "pm_card_visa"},
+                               created_at=utcnow()))
+        db.session.commit()
+        db.session.remove()
+    assert "visa ···· 4242 asks for 3-D Secure" in me.get("/billing").get_data(as_text=True)
+
+
+@pytest.mark.parametrize("typed", ["inf", "nan", "1e3", "10.005", "-5", "0.50", "10001", "oops"])
+def test_a_top_up_amount_is_read_exactly_or_refused_in_dollars(app, make_account, typed):
+    """The checkout's amount was a float: "inf" answered a 500, "10.005" became $10.00 and
+    "1e3" $1,000. It is read as every money field of the console (``dollars_to_cents``), the
+    schema's range said in dollars (it said "greater than or equal to 100", cents); a
+    refusal starts no checkout."""
+    from sqlalchemy import func, select
+
+    from app.models import Payment
+
+    me = Console(app, make_account().id, mode="test")
+    r = me.post("/billing/topup", {"amount": typed}, page="/billing")
+    assert r.status_code == 400, typed
+    text = r.get_data(as_text=True)
+    assert 'id="e-amount"' in text and "Enter an amount in dollars from 1.00 to 10,000, with at most 2 decimals" in text
+    with app.app_context():
+        assert db.session.execute(select(func.count()).select_from(Payment)).scalar_one() == 0
+        db.session.remove()
+
+
+def test_a_top_up_amount_in_dollars_starts_its_checkout(app, make_account):
+    from sqlalchemy import select
+
+    from app.models import Payment
+
+    me = Console(app, make_account().id, mode="test")
+    r = me.post("/billing/topup", {"amount": "$25.5"}, page="/billing")
+    assert r.status_code == 303 and "/pay/sandbox/checkout/" in r.headers["Location"]
+    with app.app_context():
+        assert db.session.execute(select(Payment.amount_micros)).scalar_one() == 25_500_000
+        db.session.remove()
+
+
+@pytest.mark.parametrize("fields, said", [
+    ({"threshold": "0"}, "Enter the threshold from $0.01 to $10,000.00."),
+    ({"add_amount": "0.50", "monthly_cap": "2000000"},
+     "Enter the amount added from $1.00 to $10,000.00; the monthly cap from $1.00 to $1,000,000.00."),
+    ({"add_amount": "20", "monthly_cap": "10"}, "The monthly cap must be at least the amount added."),
+])
+def test_auto_topup_refusals_are_said_in_dollars(app, make_account, fields, said):
+    """The form is in dollars; its refusals named the API's cents ("threshold: Must be greater
+    than or equal to 1. (amounts in cents above)", "monthly_cap_cents: must be at least
+    amount_cents (two fields related: 422)"). Nothing is set."""
+    me = Console(app, make_account().id, mode="test")
+    assert me.post("/billing/card", {"payment_method_id": "pm_card_visa"}, page="/billing").status_code == 303
+    r = me.post("/billing/auto-topup", {"threshold": "5", "add_amount": "20", "monthly_cap": "100", **fields},
+                page="/billing")
+    text = r.get_data(as_text=True)
+    assert r.status_code == 400 and f'<p class="error" role="alert" id="e-autotopup">{said}</p>' in text
+    assert "cents" not in re.search(r'id="e-autotopup">([^<]*)<', text).group(1)
+    assert 'id="autotopup-state">Off.' in me.get("/billing").get_data(as_text=True)
+
+
+def test_removing_a_saved_method_asks_first(app, make_account):
+    """Remove detaches the method at the processor (it cannot be attached again): its form
+    asks (console.js's ``form[data-confirm]``, as Revoke, Disable and Delete), saying what
+    stops when it is the default, and the billing page loads the script that asks."""
+    me = Console(app, make_account().id, mode="test")
+    assert me.post("/billing/card", {"payment_method_id": "pm_card_visa"}, page="/billing").status_code == 303
+    html = me.get("/billing").get_data(as_text=True)
+    form = re.search(r'<form[^>]*action="/billing/methods/pm_card_visa/remove"[^>]*>', html, re.S).group(0)
+    question = re.search(r'data-confirm="([^"]+)"', form).group(1)
+    assert question.startswith("Remove visa ···· 4242? It is detached from the payment processor")
+    assert "It is the default: paying without the checkout and auto top-up stop" in question
+    assert re.search(r'<script src="/console/static/console\.js[^"]*" defer>', html)
+
+
+def test_a_declined_payment_row_stays_one_piece_beside_its_label(app, make_account):
+    """At 390 px a payment's decline message fell under the "Status" label, beside nothing."""
+    from tests.support.stacked import split_cells
+
+    me = Console(app, make_account().id, mode="test")
+    me.post("/billing/card", {"payment_method_id": "pm_card_chargeDeclined"}, page="/billing")
+    assert me.post("/billing/pay", {"pay_amount": "3"}, page="/billing").status_code == 402
+    html = me.get("/billing").get_data(as_text=True)
+    assert "Your card was declined." in html and split_cells(html) == []

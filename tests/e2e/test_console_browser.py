@@ -138,7 +138,7 @@ def test_console_in_chromium(app, make_account):
 
                 page.click("nav >> text=Alerts")
                 page.fill("#f-name", "daily spend")
-                page.fill("#f-threshold", "500")
+                page.fill("#f-threshold", "5")  # dollars: a $5.00 spend rule
                 page.click("text=Create rule")
                 page.wait_for_url(base + "/alerts")
                 assert page.locator("td >> text=daily spend").count() == 1

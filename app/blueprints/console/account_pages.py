@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 from datetime import timedelta
+from decimal import Decimal
 
 from flask import Response, abort, g, redirect, render_template, request, stream_with_context, url_for
 
@@ -25,13 +26,14 @@ RANGES = (7, 30, 90)
 # The scopes the create-key form checks by default (docs/decisions.md §12): read everything
 # and call (modules and chat); changing keys, money, alerts or agents is asked for.
 DEFAULT_SCOPES = tuple(s for s in ALL_SCOPES if s.endswith(":read")) + ("call:write",)
-_DOLLARS = re.compile(r"(\d{1,7})(?:\.(\d{1,2}))?")
+_DOLLARS = re.compile(r"\d{1,7}(?:\.\d{1,2})?")
 
 
 def dollars_to_cents(text: str) -> int | None:
-    """A dollar amount typed in a form ("5", "2.5", "2.50") as cents; None if not one."""
-    m = _DOLLARS.fullmatch(text)
-    return None if m is None else int(m.group(1)) * 100 + int((m.group(2) or "0").ljust(2, "0"))
+    """A dollar amount typed in a form ("5", "2.5", "2.50") as cents, exactly (Decimal, never
+    a float: "0.29" is 29 cents, not 28); None if not one (a sign, more than 2 decimals, an
+    exponent, anything else). Every money field of the console is read by it."""
+    return None if _DOLLARS.fullmatch(text) is None else int(Decimal(text) * 100)
 
 
 def field_errors(exc: DomainError, fields: tuple[str, ...]) -> dict:

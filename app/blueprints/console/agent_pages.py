@@ -11,10 +11,13 @@ from flask import abort, g, redirect, request, url_for
 from app.blueprints.console import bp, web
 from app.blueprints.agents.schemas import RegisterSchema
 from app.blueprints.builds.schemas import ApproveSchema
-from app.blueprints.console.account_pages import field_errors
+from app.blueprints.console.account_pages import dollars_to_cents, field_errors
 from app.errors import DomainError
 from app.services.agents import builds, disable, earnings, funding, identity
 from app.services.money import ledger
+
+FUND_REFUSED = (f"Enter an amount in dollars, more than 0 and at most {funding.MAX_FUND_CENTS // 100:,}, "
+                "with at most 2 decimals (e.g. 5 or 2.50).")
 
 
 @bp.get("/agents", endpoint="agents")
@@ -66,13 +69,15 @@ def disable_agent(agent_id: str):
 
 @bp.post("/agents/<agent_id>/fund")
 def fund_agent(agent_id: str):
-    """Move dollars from the account's balance to one of its agents (once per form)."""
-    raw = (request.form.get("amount_cents") or "").strip()
-    typed = {"agent_id": agent_id, "amount_cents": request.form.get("amount_cents") or ""}
-    if not raw.isdigit():
-        return _agents_page(400, errors={"fund": "Enter a whole number of cents."}, fund_form=typed)
+    """Move dollars from the account's balance to one of its agents (once per form). The
+    amount is typed in dollars, as every money field of the console (until 2026-11-29 in
+    cents), and read exactly (``dollars_to_cents``)."""
+    typed = {"agent_id": agent_id, "amount": request.form.get("amount") or ""}
+    cents = dollars_to_cents(typed["amount"].strip().removeprefix("$"))
+    if cents is None or not 1 <= cents <= funding.MAX_FUND_CENTS:
+        return _agents_page(400, errors={"fund": FUND_REFUSED}, fund_form=typed)
     try:
-        funding.fund(g.account.id, agent_id, int(raw),
+        funding.fund(g.account.id, agent_id, cents,
                      idempotency_key=(request.form.get("fund_key") or "")[:128] or None, mode=web.mode())
     except DomainError as exc:
         if exc.status == 404:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import secrets
 
-from flask import abort, redirect, request, url_for
+from flask import abort, current_app, redirect, request, url_for
+from marshmallow.validate import Range
 
 from app.blueprints.console import bp, org_context, web
 from app.blueprints.console.account_pages import dollars_to_cents
@@ -46,7 +47,7 @@ def context() -> dict:
         payments_off = None
     ctx = {"method": None, "methods": [], "autotopup": None, "test_cards": {}, "payments_off": payments_off,
            "chains": CHAINS, "wallet_form": {}, "connect": None, "pay_key": "console-" + secrets.token_urlsafe(16),
-           "can_pay": org_context.allows(*WRITE), "topup_form": None}
+           "can_pay": org_context.allows(*WRITE), "topup_form": None, "card_needs_3ds": False}
     if processor is not None:
         ctx.update(method=payments.saved_method(payer, mode), methods=methods.list_methods(payer, mode),
                    test_cards=dict(SANDBOX_METHODS) if processor == "sandbox" else {})
@@ -54,6 +55,9 @@ def context() -> dict:
             ctx["autotopup"] = autotopup.view(payer, mode)
         except DomainError:  # none set
             pass
+        # auto top-up charges off-session: a card known to need 3-D Secure fails there (warned)
+        ctx["card_needs_3ds"] = autotopup.needs_authentication(payer, mode)
+        ctx["autotopup_max_failures"] = current_app.config["AUTOTOPUP_MAX_FAILURES"]
     ctx["can_charge"] = ctx["can_pay"] and processor is not None
     return ctx
 
@@ -211,6 +215,16 @@ def wallet_connect():
 
 
 AUTOTOPUP_FIELDS = ("threshold", "add_amount", "monthly_cap")
+# each dollar field of the form: its schema field (cents) and how a message names it
+AUTOTOPUP_SCHEMA = {"threshold": ("threshold_cents", "the threshold"), "add_amount": ("amount_cents", "the amount added"),
+                    "monthly_cap": ("monthly_cap_cents", "the monthly cap")}
+CAP_UNDER_AMOUNT = "The monthly cap must be at least the amount added."
+
+
+def _range_in_dollars(field: str) -> str:
+    """A schema field's range (cents) as the form says it, in dollars: "from $1.00 to $10,000.00"."""
+    rng = next(v for v in AutoTopupRequestSchema().fields[field].validators if isinstance(v, Range))
+    return f"from ${rng.min / 100:,.2f} to ${rng.max / 100:,.2f}"
 
 
 @bp.post("/billing/auto-topup")
@@ -225,15 +239,16 @@ def set_autotopup():
     if bad:
         return _page(400, errors={"autotopup": "Enter dollar amounts, e.g. 5 or 2.50 ("
                                                + ", ".join(f.replace("add_", "").replace("_", " ") for f in bad) + ")."}, topup_form=form)
-    body, errors = web.load_form(AutoTopupRequestSchema(), {"threshold_cents": values["threshold"],
-                                                             "amount_cents": values["add_amount"],
-                                                             "monthly_cap_cents": values["monthly_cap"]})
-    if errors:
-        text = " ".join(f"{k.replace('_cents', '').replace('_', ' ')}: {v}" for k, v in errors.items())
-        return _page(400, errors={"autotopup": text + " (amounts in cents above)"}, topup_form=form)
+    body, errors = web.load_form(AutoTopupRequestSchema(),
+                                 {field: values[f] for f, (field, _name) in AUTOTOPUP_SCHEMA.items()})
+    if errors:  # a range: said in dollars, as typed (the schema's messages count cents)
+        said = [f"{name} {_range_in_dollars(field)}" for field, name in AUTOTOPUP_SCHEMA.values() if field in errors]
+        return _page(400, errors={"autotopup": "Enter " + "; ".join(said) + "."}, topup_form=form)
     try:
         autotopup.configure(org_context.payer_id(), web.mode(), **body)
     except DomainError as exc:
+        if exc.status == 422:  # the one rule relating two fields, named in the API's cents fields
+            return _page(400, errors={"autotopup": CAP_UNDER_AMOUNT}, topup_form=form)
         return _fail(exc, "autotopup", topup_form=form)
     return _done("autotopup_set")
 

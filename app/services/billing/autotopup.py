@@ -47,7 +47,7 @@ from app.ids import new_id
 from app.models import Account, AutoTopup, AutoTopupRun, Payment
 from app.models.base import utcnow
 from app.services.billing import payments
-from app.services.billing.processors import ChargeResult, MethodInfo, for_mode
+from app.services.billing.processors import ChargeResult, MethodInfo, asks_for_authentication, for_mode
 from app.services.billing.usage import billing_period
 from app.services.money import ledger
 from app.services.platform import outbox
@@ -152,6 +152,28 @@ def view(account_id: str, mode: str) -> AutoTopupView:
         select(AutoTopupRun).where(AutoTopupRun.account_id == account_id, AutoTopupRun.mode == mode)
         .order_by(AutoTopupRun.created_at.desc(), AutoTopupRun.id.desc()).limit(RUNS_SHOWN)).scalars().all()
     return AutoTopupView(rule, profile, _month_micros(account_id, mode), list(runs))
+
+
+def needs_authentication(account_id: str, mode: str) -> bool:
+    """Whether the saved card is known to need 3-D Secure, so that auto top-up's off-session
+    charges on it fail (the run ``requires_action``, Stripe's ``authentication_required``):
+    the processor says so of the method (``processors.asks_for_authentication``), or this
+    card's latest off-session charge (an auto top-up, or a payment with the saved card)
+    failed so. Not known is False: the bank decides at each charge. The API accepts the rule
+    either way (docs/decisions.md, "Auto top-up on a card that needs 3-D Secure"); the
+    console warns."""
+    profile = payments.saved_method(account_id, mode)
+    if profile is None or not profile.payment_method_id or profile.payment_method_type != "card":
+        return False
+    if asks_for_authentication(profile.processor, profile.payment_method_id):
+        return True
+    last = db.session.execute(
+        select(Payment.status, Payment.failure_code).where(
+            Payment.account_id == account_id, Payment.mode == mode, Payment.kind == "charge",
+            Payment.processor == profile.processor,
+            Payment.meta["payment_method"].as_string() == profile.payment_method_id)
+        .order_by(Payment.created_at.desc(), Payment.id.desc()).limit(1)).first()
+    return last is not None and last.status == "failed" and last.failure_code == "authentication_required"
 
 
 def remove(account_id: str, mode: str) -> None:

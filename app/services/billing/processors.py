@@ -85,6 +85,16 @@ SANDBOX_METHODS: dict[str, tuple[str, str | None, str, str]] = {
     "pm_card_authenticationRequired": ("card", "visa", "3184", "authentication_required"),
     "pm_usBankAccount": ("us_bank_account", "STRIPE TEST BANK", "6789", "settles_later"),
 }
+
+
+def asks_for_authentication(processor: str, pm_id: str | None) -> bool:
+    """Whether the processor says of a saved method, before any charge, that its off-session
+    charges fail with ``authentication_required``: the sandbox's 3-D Secure test card. Stripe
+    says it of no method (the bank decides at each charge), so a Stripe card is known to need
+    it only from a charge that failed so (``autotopup.needs_authentication``)."""
+    return processor == "sandbox" and SANDBOX_METHODS.get(pm_id or "", ("", "", "", ""))[3] == "authentication_required"
+
+
 DECLINE_MESSAGES = {
     "generic_decline": "Your card was declined.",
     "insufficient_funds": "Your card has insufficient funds.",

@@ -124,10 +124,9 @@ class ByokUsageSchema(ma.Schema):
         "description": "BYOK: the cost at the model's list price, which the caller's provider bills directly."})
 
 
-class ChatUsageSchema(ByokUsageSchema):
-    prompt_tokens = ma.fields.Integer(required=True)
-    completion_tokens = ma.fields.Integer(required=True)
-    total_tokens = ma.fields.Integer(required=True)
+class GatewayUsageSchema(ByokUsageSchema):
+    """What the gateway adds to a completion's usage (both APIs): the charge, savings, latency."""
+
     cost_usd = ma.fields.Float(required=True, metadata={"description": "Exact charge in USD (= cost_micros / 1e6)."})
     cost_micros = ma.fields.Integer(required=True, metadata={"description": "Exact charge in micro-dollars."})
     cost = ma.fields.Float(required=True, metadata={
@@ -139,6 +138,12 @@ class ChatUsageSchema(ByokUsageSchema):
     latency_ms = ma.fields.Integer(required=True, metadata={"description": "Gateway receipt to last upstream byte."})
     estimated = ma.fields.Boolean(required=True, metadata={
         "description": "True when the upstream reported no usage and the tokens are the gateway's estimate."})
+
+
+class ChatUsageSchema(GatewayUsageSchema):
+    prompt_tokens = ma.fields.Integer(required=True)
+    completion_tokens = ma.fields.Integer(required=True)
+    total_tokens = ma.fields.Integer(required=True)
     prompt_tokens_details = ma.fields.Dict(metadata={
         "description": "When the provider reported cache use: `cached_tokens` (read from its prompt cache, priced "
                        "at the cache-read price) and `cache_write_tokens`; `cache_write_1h_tokens`, those of them "
@@ -356,7 +361,7 @@ class MessageTokensCountSchema(ma.Schema):
                        "differently (usage reports theirs)."})
 
 
-class MessageUsageSchema(ByokUsageSchema):
+class MessageUsageSchema(GatewayUsageSchema):
     input_tokens = ma.fields.Integer(required=True)
     output_tokens = ma.fields.Integer(required=True)
     cache_creation_input_tokens = ma.fields.Integer(required=True)
@@ -364,12 +369,6 @@ class MessageUsageSchema(ByokUsageSchema):
     cache_creation = ma.fields.Dict(required=True, metadata={
         "description": "The cache writes by cache duration, as Anthropic reports them: `ephemeral_5m_input_tokens` "
                        "and `ephemeral_1h_input_tokens` (priced at 2× input; `cache_control.ttl: \"1h\"`)."})
-    cost_usd = ma.fields.Float(required=True)
-    cost_micros = ma.fields.Integer(required=True)
-    cost = ma.fields.Float(required=True)
-    savings_pct = ma.fields.Float(required=True)
-    latency_ms = ma.fields.Integer(required=True)
-    estimated = ma.fields.Boolean(required=True)
 
 
 class MessageSchema(ma.Schema):

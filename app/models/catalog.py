@@ -43,7 +43,7 @@ class Module(db.Model):
     actions: Mapped[list["ModuleAction"]] = relationship(
         back_populates="module", cascade="all, delete-orphan", order_by="ModuleAction.name")
     owner_agent: Mapped["Agent | None"] = relationship(  # noqa: F821 - app.models.agents
-        primaryjoin="foreign(Module.owner_agent_id) == Agent.id", viewonly=True, lazy="selectin")
+        primaryjoin="foreign(Module.owner_agent_id) == Agent.id", viewonly=True)
 
     @property
     def owner_name(self) -> str:

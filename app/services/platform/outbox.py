@@ -258,6 +258,18 @@ def sweep(limit: int = 500) -> int:
     return len(ids)
 
 
+def cancel(account_id: str, channel: str, reason: str) -> int:
+    """In the caller's transaction: end every message of ``account_id`` on ``channel`` still
+    waiting (``pending``) or given up (``failed``, which ``redeliver`` would re-arm) as
+    ``cancelled``, never to be sent (a disabled agent's webhook events:
+    agents.disable); how many."""
+    res = db.session.execute(
+        update(OutboxMessage).where(OutboxMessage.account_id == account_id, OutboxMessage.channel == channel,
+                                    OutboxMessage.status.in_(("pending", "failed")))
+        .values(status="cancelled", last_error=reason[:500]).execution_options(synchronize_session=False))
+    return res.rowcount
+
+
 @transactional
 def redeliver(message_id: str | None = None, *, all_failed: bool = False) -> int:
     """Re-arm failed messages (one, or all) for another round of attempts."""

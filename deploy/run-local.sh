@@ -21,12 +21,15 @@ require_free_port() {
     exit 1
   fi
 }
-export DEMO_PROVIDER_PORT="${DEMO_PROVIDER_PORT:-8901}" DEMO_LLM_PORT="${DEMO_LLM_PORT:-8790}"
+# The demo servers' ports: named here only, exported; deploy/run-local.d/*.sh read them.
+export DEMO_PROVIDER_PORT="${DEMO_PROVIDER_PORT:-8901}"
+export DEMO_LLM_PORT="${DEMO_LLM_PORT:-8790}"
+export DEMO_FACILITATOR_PORT="${DEMO_FACILITATOR_PORT:-8791}"
+# the demo catalog's modules name the demo provider by this URL (catalog/modules/*.yaml)
+export DEMO_PROVIDER_URL="${DEMO_PROVIDER_URL:-http://127.0.0.1:${DEMO_PROVIDER_PORT}}"
 for setting in PORT DEMO_PROVIDER_PORT DEMO_LLM_PORT; do require_free_port "$setting"; done
-if [ -z "${X402_FACILITATOR_URL:-}" ]; then
-  DEMO_FACILITATOR_PORT="${DEMO_FACILITATOR_PORT:-8791}"
-  require_free_port DEMO_FACILITATOR_PORT
-fi
+# the demo facilitator runs only when no X402_FACILITATOR_URL is configured
+[ -n "${X402_FACILITATOR_URL:-}" ] || require_free_port DEMO_FACILITATOR_PORT
 pids=()
 embedded=
 cleanup() {

@@ -164,11 +164,35 @@ def engine_options(cfg: dict) -> dict:
     }
 
 
+# What ``make run`` chose (deploy/run-local.sh writes it under the instance folder while it
+# runs, and removes it on the way out): its demo servers' ports and addresses, the demo
+# facilitator and chain, DATABASE_URL and REDIS_URL when set. ``KEY=VALUE`` lines.
+RUN_LOCAL_ENV = "run-local.env"
+
+
+def _adopt_run_local(instance_dir: Path) -> None:
+    """In development, a process started outside ``make run`` (a ``flask`` command in
+    another shell) takes the settings of the running ``make run`` that its environment does
+    not set, so it talks to the same database, facilitator and chain (``flask money
+    resolve-x402`` had no X402_FACILITATOR_URL). Into ``os.environ``: the catalog's
+    ``${VAR}`` and every other reader see them too. The environment always wins."""
+    try:
+        lines = (instance_dir / RUN_LOCAL_ENV).read_text().splitlines()
+    except OSError:
+        return
+    for line in lines:
+        name, sep, value = line.strip().partition("=")
+        if sep and name and not name.startswith("#") and value:
+            os.environ.setdefault(name, value)
+
+
 def load_config(overrides: dict | None = None) -> dict:
     """Build the Flask config mapping from the environment (plus test overrides)."""
     app_env = _choice("APP_ENV", (overrides or {}).get("APP_ENV") or _env("APP_ENV", "development"), APP_ENVS)
     production = app_env == "production"
     instance_dir = Path(_env("INSTANCE_PATH", str(BASE_DIR / "instance")))
+    if app_env == "development":
+        _adopt_run_local(instance_dir)
 
     cfg: dict = {
         "APP_ENV": app_env,

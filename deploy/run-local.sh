@@ -3,7 +3,8 @@
 # (data under instance/pg, app/services/platform/embedded_pg.py), migrates it, loads the
 # demo catalog (when there is one), then runs gunicorn and the scheduler until Ctrl-C, and
 # stops the embedded PostgreSQL on the way out. Every process here, and a `flask` command
-# typed in another terminal meanwhile, finds that one server through instance/pg.
+# typed in another terminal meanwhile, finds that one server through instance/pg, and the
+# other settings this run chose through instance/run-local.env.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=.venv/bin
@@ -33,6 +34,7 @@ for setting in PORT DEMO_PROVIDER_PORT DEMO_LLM_PORT; do require_free_port "$set
 pids=()
 embedded=
 cleanup() {
+  rm -f instance/run-local.env
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   if [ -n "$embedded" ]; then $BIN/python -m app.services.platform.embedded_pg stop >/dev/null || true; fi
@@ -54,6 +56,15 @@ for extra in deploy/run-local.d/*.sh; do
   # shellcheck disable=SC1090
   source "$extra"
 done
+
+# What this run chose, for a `flask` command typed in another shell meanwhile (config.py
+# RUN_LOCAL_ENV: it takes what its own environment does not set): the same database, Redis,
+# demo servers, facilitator and chain. Removed on the way out.
+( umask 077
+  for name in PORT DATABASE_URL REDIS_URL DEMO_PROVIDER_PORT DEMO_LLM_PORT DEMO_FACILITATOR_PORT \
+              DEMO_PROVIDER_URL X402_FACILITATOR_URL RPC_URL_BASE; do
+    [ -z "${!name:-}" ] || printf '%s=%s\n' "$name" "${!name}"
+  done ) >instance/run-local.env
 
 $BIN/flask scheduler >instance/scheduler.log 2>&1 &
 pids+=($!)

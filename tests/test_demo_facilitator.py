@@ -125,3 +125,26 @@ def test_make_run_points_the_chain_at_its_demo_facilitator(tmp_path):
     assert run() == "http://127.0.0.1:8939|http://127.0.0.1:8939/rpc"
     assert run(RPC_URL_BASE="http://node.example/rpc") == "http://127.0.0.1:8939|http://node.example/rpc"
     assert run(X402_FACILITATOR_URL="http://fac.example") == "http://fac.example|"
+
+
+def test_a_flask_command_finds_what_make_run_chose(tmp_path, monkeypatch):
+    """``make run`` writes the settings it chose (the demo facilitator and chain, the demo
+    ports, DATABASE_URL …) to ``instance/run-local.env`` while it runs; a ``flask`` command
+    typed in another shell (``flask money resolve-x402``) reads what its environment does
+    not set, in development only: it had no X402_FACILITATOR_URL and resolved nothing."""
+    import os
+
+    from config import load_config
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("X402_", "RPC_URL_", "INSTANCE_PATH"))}
+    env["INSTANCE_PATH"] = str(tmp_path)
+    monkeypatch.setattr(os, "environ", env)
+    (tmp_path / "run-local.env").write_text("X402_FACILITATOR_URL=http://127.0.0.1:8939\n"
+                                            "RPC_URL_BASE=http://127.0.0.1:8939/rpc\nPORT=8938\n# a comment\n")
+    assert load_config({"APP_ENV": "test"})["X402_FACILITATOR_URL"] is None  # never in the tests
+    cfg = load_config({"APP_ENV": "development"})
+    assert cfg["X402_FACILITATOR_URL"] == "http://127.0.0.1:8939"
+    assert cfg["RPC_URLS"]["base"] == "http://127.0.0.1:8939/rpc" and cfg["BASE_URL"] == "http://127.0.0.1:8938"
+    env.pop("X402_FACILITATOR_URL")
+    env["X402_FACILITATOR_URL"] = "http://fac.example"  # what the shell sets wins
+    assert load_config({"APP_ENV": "development"})["X402_FACILITATOR_URL"] == "http://fac.example"

@@ -99,7 +99,8 @@ def test_outbox_status_tells_what_is_stuck_and_why(app):
         db.session.flush()
         long_ago = utcnow() - timedelta(hours=3)
         db.session.execute(update(OutboxMessage).where(OutboxMessage.id == stuck.id).values(
-            attempts=3, last_error="HTTP 500", created_at=long_ago))
+            attempts=3, last_error="ConnectionError: Max retries exceeded with url: /services/T0/B0/SECRETPATH",
+            created_at=long_ago))
         db.session.execute(update(OutboxMessage).where(OutboxMessage.id == gone.id).values(
             status="failed", attempts=8, last_error="SMTP 550 mailbox unavailable"))
         db.session.commit()
@@ -112,11 +113,12 @@ def test_outbox_status_tells_what_is_stuck_and_why(app):
     failing = {m["id"]: m for m in report["failing"]}
     assert failing[stuck_id] | {"next_attempt_at": None} == {
         "id": stuck_id, "channel": "webhook", "status": "pending", "attempts": 3, "max_attempts": 8,
-        "last_error": "HTTP 500", "destination": "https://hooks.example.com/…", "source": "alert_event:1",
+        "last_error": "ConnectionError: Max retries exceeded with url: /...",
+        "destination": "https://hooks.example.com/...", "source": "alert_event:1",
         "created_at": failing[stuck_id]["created_at"], "next_attempt_at": None}
     assert failing[gone_id]["status"] == "failed" and failing[gone_id]["last_error"].startswith("SMTP 550")
     assert failing[gone_id]["destination"] == "ops@example.com"
-    assert "SECRETPATH" not in res.output  # a chat/webhook URL is a credential: its host only
+    assert "SECRETPATH" not in res.output  # a chat/webhook URL is a credential: its host only, in the error too
     with app.app_context():  # leave nothing for the other tests' sweeps
         db.session.execute(update(OutboxMessage).where(OutboxMessage.id.in_((stuck_id, gone_id)))
                            .values(status="cancelled"))

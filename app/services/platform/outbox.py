@@ -258,13 +258,17 @@ def sweep(limit: int = 500) -> int:
     return len(ids)
 
 
-def _shown_destination(channel: str, destination: str) -> str:
-    """A destination as an operator report shows it: an e-mail address as it is, a webhook's
-    or team chat's URL by its scheme and host only (such a URL is often its credential)."""
+def _shown(channel: str, destination: str, error: str | None) -> tuple[str, str | None]:
+    """A destination, and its last error, as an operator report shows them: an e-mail
+    address as it is; a webhook's or team chat's URL by its scheme and host only, its path
+    cut from the error too (such a URL is often its credential: a Slack incoming webhook)."""
     if channel == "email":
-        return destination
+        return destination, error
     scheme, _, rest = destination.partition("://")
-    return f"{scheme}://{rest.split('/', 1)[0].rsplit('@', 1)[-1]}/…"
+    authority, slash, path = rest.partition("/")
+    if error and slash and path:
+        error = error.replace("/" + path, "/...").replace("/" + path.split("?", 1)[0], "/...")
+    return f"{scheme}://{authority.rsplit('@', 1)[-1]}/...", error
 
 
 def status(limit: int = 20) -> dict:
@@ -287,9 +291,10 @@ def status(limit: int = 20) -> dict:
                                  .order_by(OutboxMessage.created_at.desc(), OutboxMessage.id).limit(limit)).scalars()
 
     def row(m: OutboxMessage) -> dict:
-        return {"id": m.id, "channel": m.channel, "destination": _shown_destination(m.channel, m.destination),
+        destination, error = _shown(m.channel, m.destination, m.last_error)
+        return {"id": m.id, "channel": m.channel, "destination": destination,
                 "source": m.source, "status": m.status, "attempts": m.attempts, "max_attempts": m.max_attempts,
-                "last_error": m.last_error, "created_at": m.created_at.isoformat(),
+                "last_error": error, "created_at": m.created_at.isoformat(),
                 "next_attempt_at": m.next_attempt_at.isoformat() if m.status == "pending" else None}
 
     return {

@@ -123,3 +123,15 @@ def test_outbox_status_tells_what_is_stuck_and_why(app):
         db.session.execute(update(OutboxMessage).where(OutboxMessage.id.in_((stuck_id, gone_id)))
                            .values(status="cancelled"))
         db.session.commit()
+
+
+def test_negative_ages_and_month_counts_are_refused(app):
+    """``--older-than -100`` (a chat hold, an x402 authorization) or ``--months -1`` was taken
+    as given: ``chat release-stale-holds --older-than -100`` released every hold, those of
+    requests still streaming included; bad input now changes nothing and says why."""
+    for args in (("chat", "release-stale-holds", "--older-than", "-100"),
+                 ("money", "resolve-x402", "--older-than", "-5"),
+                 ("partitions", "ensure", "--months", "-1"),
+                 ("partitions", "prune", "--months", "-1")):
+        res = _run(app, *args)
+        assert res.exit_code == 2 and "Invalid value" in res.output and "-" in res.output, (args, res.output)

@@ -25,7 +25,7 @@ def reconcile():
 
 
 @money_cli.command("resolve-x402")
-@click.option("--older-than", "older_than", type=int, default=None,
+@click.option("--older-than", "older_than", type=click.IntRange(min=0), default=None,
               help="Seconds (default X402_RECONCILE_AFTER_SECONDS).")
 def resolve_x402(older_than):
     """Run the x402 reconciliation job now: book settled-unbooked authorizations and

@@ -12,6 +12,9 @@ PORT="${PORT:-8000}"
 export FLASK_APP=wsgi
 
 mkdir -p instance  # the logs below (and the embedded PostgreSQL's data) live here
+# what a previous run chose (one killed before its cleanup) must not steer this one's
+# commands (config.py RUN_LOCAL_ENV): this run writes its own below
+rm -f instance/run-local.env
 
 # A port another process listens on is refused before anything starts, naming its setting:
 # a demo server that cannot bind would leave the stack running without it (its log says

@@ -51,6 +51,14 @@ class Module(db.Model):
         after approval is listed under its new name), else ``owner``."""
         return self.owner_agent.name if self.owner_agent is not None else (self.owner or "")
 
+    @property
+    def listed_description(self) -> str:
+        """The description listed: the module's, else, for an agent's module submitted
+        without one, "Agent-built module by <its agent's name now>"."""
+        if not self.description and self.owner_agent is not None:
+            return f"Agent-built module by {self.owner_agent.name}."
+        return self.description or ""
+
 
 class ModuleAction(db.Model):
     """One priced action of a module and how it maps to the upstream."""

@@ -245,4 +245,5 @@ def test_listing_names_the_owner_agent_by_its_current_name(client, agent, admin)
     assert r.status_code in (200, 201) and r.get_json()["name"] == "forecaster", r.get_json()
     listed = {m["slug"]: m for m in client.get("/api/modules").get_json()["modules"]}
     assert listed["weather-bot"]["owner"] == "forecaster"
+    assert listed["weather-bot"]["description"] == "Agent-built module by forecaster."  # no description sent
     assert client.get("/api/modules/weather-bot").get_json()["owner"] == "forecaster"

@@ -133,7 +133,7 @@ class ActionSchema(ma.Schema):
 class ModuleSchema(ma.Schema):
     slug = ma.fields.String(required=True)
     name = ma.fields.String(required=True)
-    description = text_or_empty("description")
+    description = derived(ma.fields.String(required=True), lambda m: m.listed_description)
     owner = derived(ma.fields.String(required=True), lambda m: m.owner_name)
     owner_agent_id = ma.fields.String(allow_none=True, required=True)
     source = ma.fields.String(required=True, metadata={"description": "`catalog` or `agent`."})

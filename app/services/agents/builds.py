@@ -151,7 +151,7 @@ def _approve(slug: str, reviewer: str, notes: str | None) -> ModuleSubmission:
         mod = Module(slug=slug, source="agent", created_at=now, actions=[])
         db.session.add(mod)
     mod.name = slug
-    mod.description = sub.description or f"Agent-built module by {agent.name}."
+    mod.description = sub.description or ""  # listed as "Agent-built module by <its name now>" (Module)
     mod.owner = agent.name
     mod.owner_agent_id = agent.id
     mod.source = "agent"

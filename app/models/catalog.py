@@ -54,8 +54,9 @@ class Module(db.Model):
     @property
     def listed_description(self) -> str:
         """The description listed: the module's, else, for an agent's module submitted
-        without one, "Agent-built module by <its agent's name now>"."""
-        if not self.description and self.owner_agent is not None:
+        without one, "Agent-built module by <its agent's name now>" (approvals before
+        2026-11-29 stored that text with the name of then, ``owner``: read as none)."""
+        if self.owner_agent is not None and self.description in ("", None, f"Agent-built module by {self.owner}."):
             return f"Agent-built module by {self.owner_agent.name}."
         return self.description or ""
 

@@ -236,7 +236,7 @@ def test_a_disabled_agents_pending_build_is_not_approved(app, client, agent, adm
     assert r.status_code == 200 and r.get_json()["status"] == "rejected"
 
 
-def test_listing_names_the_owner_agent_by_its_current_name(client, agent, admin):
+def test_listing_names_the_owner_agent_by_its_current_name(app, client, agent, admin):
     """The module listing kept the agent's name from approval time: an agent renamed since
     (registering its pubkey again with another name) was listed under its old name."""
     assert _submit(client, agent).status_code == 202
@@ -247,3 +247,7 @@ def test_listing_names_the_owner_agent_by_its_current_name(client, agent, admin)
     assert listed["weather-bot"]["owner"] == "forecaster"
     assert listed["weather-bot"]["description"] == "Agent-built module by forecaster."  # no description sent
     assert client.get("/api/modules/weather-bot").get_json()["owner"] == "forecaster"
+    with app.app_context():  # as approved before 2026-11-29: the text stored with the name of then
+        db.session.query(Module).filter_by(slug="weather-bot").update({"description": "Agent-built module by bot."})
+        db.session.commit()
+    assert client.get("/api/modules/weather-bot").get_json()["description"] == "Agent-built module by forecaster."

@@ -39,6 +39,15 @@ PROCESSORS = ("sandbox", "stripe")
 X402_NETWORKS = ("base", "ethereum", "polygon")  # app.services.billing.chains.EVM_CHAINS
 
 
+# Production's default JSON-RPC endpoints (RPC_URL_<CHAIN> overrides each): public mainnet nodes.
+PUBLIC_RPC_URLS = {
+    "base": "https://mainnet.base.org",
+    "ethereum": "https://ethereum-rpc.publicnode.com",
+    "polygon": "https://polygon-rpc.com",
+    "solana": "https://api.mainnet-beta.solana.com",
+}
+
+
 def _bool(name: str, default: bool) -> bool:
     """A yes/no setting, read case-insensitively; anything but 1/0, true/false, yes/no,
     on/off refuses to start (a typo must not silently mean "off")."""
@@ -155,11 +164,35 @@ def engine_options(cfg: dict) -> dict:
     }
 
 
+# What ``make run`` chose (deploy/run-local.sh writes it under the instance folder while it
+# runs, and removes it on the way out): its demo servers' ports and addresses, the demo
+# facilitator and chain, DATABASE_URL and REDIS_URL when set. ``KEY=VALUE`` lines.
+RUN_LOCAL_ENV = "run-local.env"
+
+
+def _adopt_run_local(instance_dir: Path) -> None:
+    """In development, a process started outside ``make run`` (a ``flask`` command in
+    another shell) takes the settings of the running ``make run`` that its environment does
+    not set, so it talks to the same database, facilitator and chain (``flask money
+    resolve-x402`` had no X402_FACILITATOR_URL). Into ``os.environ``: the catalog's
+    ``${VAR}`` and every other reader see them too. The environment always wins."""
+    try:
+        lines = (instance_dir / RUN_LOCAL_ENV).read_text().splitlines()
+    except OSError:
+        return
+    for line in lines:
+        name, sep, value = line.strip().partition("=")
+        if sep and name and not name.startswith("#") and value:
+            os.environ.setdefault(name, value)
+
+
 def load_config(overrides: dict | None = None) -> dict:
     """Build the Flask config mapping from the environment (plus test overrides)."""
     app_env = _choice("APP_ENV", (overrides or {}).get("APP_ENV") or _env("APP_ENV", "development"), APP_ENVS)
     production = app_env == "production"
     instance_dir = Path(_env("INSTANCE_PATH", str(BASE_DIR / "instance")))
+    if app_env == "development":
+        _adopt_run_local(instance_dir)
 
     cfg: dict = {
         "APP_ENV": app_env,
@@ -275,12 +308,12 @@ def load_config(overrides: dict | None = None) -> dict:
         # a Unicode TrueType font for invoice PDFs (unset: DejaVu Sans when installed, else Helvetica)
         "INVOICE_FONT_PATH": _env("INVOICE_FONT_PATH"),
         "INVOICE_USAGE_GRACE_SECONDS": _int("INVOICE_USAGE_GRACE_SECONDS", 3600),
-        "RPC_URLS": {
-            "base": _env("RPC_URL_BASE", "https://mainnet.base.org"),
-            "ethereum": _env("RPC_URL_ETHEREUM", "https://ethereum-rpc.publicnode.com"),
-            "polygon": _env("RPC_URL_POLYGON", "https://polygon-rpc.com"),
-            "solana": _env("RPC_URL_SOLANA", "https://api.mainnet-beta.solana.com"),
-        },
+        # JSON-RPC per chain: RPC_URL_<CHAIN>, defaulting to a public mainnet node in
+        # production only (PUBLIC_RPC_URLS); elsewhere no chain unless one is named (make
+        # run names its demo chain: deploy/run-local.d/30-demo-facilitator.sh), so neither
+        # the embedded default nor the tests ever ask a public network.
+        "RPC_URLS": {chain: _env(f"RPC_URL_{chain.upper()}", PUBLIC_RPC_URLS[chain] if production else None)
+                     for chain in PUBLIC_RPC_URLS},
         "USDC_CONTRACTS": {
             "base": _env("USDC_CONTRACT_BASE", "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913"),
             "ethereum": _env("USDC_CONTRACT_ETHEREUM", "0xA0b86991c6218b36c1d19D4a2e9Eb0cE3606eB48"),

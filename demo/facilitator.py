@@ -8,8 +8,8 @@ signature recovered locally against ``from`` (the ``x402`` package's EIP-3009 ha
 EOA verification) — and "settles" by recording the authorization (single use) and
 answering a deterministic transaction hash. No chain is touched and no USDC moves: this is
 the facilitator of ``make run`` (deploy/run-local.d/30-demo-facilitator.sh sets the dev
-server's ``X402_FACILITATOR_URL``) and the tests' stand-in (tests/standins.py), never a
-production one. Settling an authorization it already settled answers the same settlement
+server's ``X402_FACILITATOR_URL``, and ``RPC_URL_BASE`` to its stand-in chain, ``POST /rpc``)
+and the tests' stand-in (tests/standins.py), never a production one. Settling an authorization it already settled answers the same settlement
 again (idempotent, which the gateway's x402 reconciliation relies on); a different payload
 for a used nonce is refused.
 
@@ -36,6 +36,10 @@ from x402.schemas import PaymentPayload, PaymentRequirements, SettleResponse, Ve
 from x402.schemas.v1 import PaymentPayloadV1, PaymentRequirementsV1
 
 from demo import JSONHandler, serve_main
+
+
+# EIP-3009 ``authorizationState(address,bytes32)`` (app.services.billing.chains)
+AUTHORIZATION_STATE = "0xe94a0102"
 
 
 def _chain_id(network: str) -> int:
@@ -134,9 +138,36 @@ class Facilitator:
                 on_settle(body, tx)
         return answer
 
+    def rpc(self, call: dict) -> dict:
+        """The stand-in chain (``POST /rpc``, EVM JSON-RPC): ``make run``'s ``RPC_URL_BASE``, so
+        what asks a chain (x402 reconciliation, the deposit watcher, wallet balances) asks
+        this local one, never a public network. Its used EIP-3009 authorizations
+        (``authorizationState``) are the ones this facilitator settled; it holds no USDC
+        (``balanceOf`` 0) and no transfers (no logs, no receipts); its height grows with time."""
+        method, params = call.get("method"), call.get("params") or [{}]
+        if method == "eth_chainId":
+            result = hex(8453)
+        elif method == "eth_blockNumber":
+            result = hex(int(time.time()) // 2)
+        elif method == "eth_getLogs":
+            result = []
+        elif method == "eth_getTransactionReceipt":
+            result = None
+        elif method == "eth_call" and isinstance(params[0], dict):
+            data = str(params[0].get("data") or "").lower()
+            used = data.startswith(AUTHORIZATION_STATE) and \
+                ("0x" + data[10:74][-40:], "0x" + data[74:138]) in self.settled
+            result = "0x" + format(int(used), "064x")
+        else:
+            return {"jsonrpc": "2.0", "id": call.get("id"),
+                    "error": {"code": -32601, "message": f"the demo chain does not serve {method}"}}
+        return {"jsonrpc": "2.0", "id": call.get("id"), "result": result}
+
     def answer(self, path: str, body) -> tuple[int, dict]:
         if not isinstance(body, dict):
             return 400, {"error": "a JSON object is required"}
+        if path.rstrip("/").endswith("/rpc"):
+            return 200, self.rpc(body)
         if path.endswith("/verify"):
             return 200, self.verify(body)
         if path.endswith("/settle"):

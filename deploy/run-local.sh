@@ -3,7 +3,8 @@
 # (data under instance/pg, app/services/platform/embedded_pg.py), migrates it, loads the
 # demo catalog (when there is one), then runs gunicorn and the scheduler until Ctrl-C, and
 # stops the embedded PostgreSQL on the way out. Every process here, and a `flask` command
-# typed in another terminal meanwhile, finds that one server through instance/pg.
+# typed in another terminal meanwhile, finds that one server through instance/pg, and the
+# other settings this run chose through instance/run-local.env.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=.venv/bin
@@ -11,6 +12,9 @@ PORT="${PORT:-8000}"
 export FLASK_APP=wsgi
 
 mkdir -p instance  # the logs below (and the embedded PostgreSQL's data) live here
+# what a previous run chose (one killed before its cleanup) must not steer this one's
+# commands (config.py RUN_LOCAL_ENV): this run writes its own below
+rm -f instance/run-local.env
 
 # A port another process listens on is refused before anything starts, naming its setting:
 # a demo server that cannot bind would leave the stack running without it (its log says
@@ -21,15 +25,19 @@ require_free_port() {
     exit 1
   fi
 }
-export DEMO_PROVIDER_PORT="${DEMO_PROVIDER_PORT:-8901}" DEMO_LLM_PORT="${DEMO_LLM_PORT:-8790}"
+# The demo servers' ports: named here only, exported; deploy/run-local.d/*.sh read them.
+export DEMO_PROVIDER_PORT="${DEMO_PROVIDER_PORT:-8901}"
+export DEMO_LLM_PORT="${DEMO_LLM_PORT:-8790}"
+export DEMO_FACILITATOR_PORT="${DEMO_FACILITATOR_PORT:-8791}"
+# the demo catalog's modules name the demo provider by this URL (catalog/modules/*.yaml)
+export DEMO_PROVIDER_URL="${DEMO_PROVIDER_URL:-http://127.0.0.1:${DEMO_PROVIDER_PORT}}"
 for setting in PORT DEMO_PROVIDER_PORT DEMO_LLM_PORT; do require_free_port "$setting"; done
-if [ -z "${X402_FACILITATOR_URL:-}" ]; then
-  DEMO_FACILITATOR_PORT="${DEMO_FACILITATOR_PORT:-8791}"
-  require_free_port DEMO_FACILITATOR_PORT
-fi
+# the demo facilitator runs only when no X402_FACILITATOR_URL is configured
+[ -n "${X402_FACILITATOR_URL:-}" ] || require_free_port DEMO_FACILITATOR_PORT
 pids=()
 embedded=
 cleanup() {
+  rm -f instance/run-local.env
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   if [ -n "$embedded" ]; then $BIN/python -m app.services.platform.embedded_pg stop >/dev/null || true; fi
@@ -51,6 +59,15 @@ for extra in deploy/run-local.d/*.sh; do
   # shellcheck disable=SC1090
   source "$extra"
 done
+
+# What this run chose, for a `flask` command typed in another shell meanwhile (config.py
+# RUN_LOCAL_ENV: it takes what its own environment does not set): the same database, Redis,
+# demo servers, facilitator and chain. Removed on the way out.
+( umask 077
+  for name in PORT DATABASE_URL REDIS_URL DEMO_PROVIDER_PORT DEMO_LLM_PORT DEMO_FACILITATOR_PORT \
+              DEMO_PROVIDER_URL X402_FACILITATOR_URL RPC_URL_BASE; do
+    [ -z "${!name:-}" ] || printf '%s=%s\n' "$name" "${!name}"
+  done ) >instance/run-local.env
 
 $BIN/flask scheduler >instance/scheduler.log 2>&1 &
 pids+=($!)

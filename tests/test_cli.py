@@ -78,3 +78,60 @@ def test_outbox_redeliver_of_an_unknown_or_unfailed_message_says_so(app):
         msg_id, msg_status = msg.id, db.session.get(OutboxMessage, msg.id).status
     pending = _run(app, "outbox", "redeliver", msg_id)
     assert pending.exit_code == 1 and f"is {msg_status}, not failed" in pending.output
+
+
+def test_outbox_status_tells_what_is_stuck_and_why(app):
+    """``flask outbox status`` printed only counts by channel and status: an operator told
+    "webhooks are not arriving" could not see how long the oldest message has waited, nor
+    which ones fail, to where, after how many attempts, with what error."""
+    from datetime import timedelta
+
+    from sqlalchemy import update
+
+    from app.models import OutboxMessage
+    from app.models.base import utcnow
+    from app.services.platform import outbox
+
+    with app.app_context():
+        stuck = outbox.add_webhook("https://hooks.example.com/services/T0/B0/SECRETPATH", "alert.fired", {},
+                                   source="alert_event:1", enqueue=False)
+        gone = outbox.add_email("ops@example.com", "s", "t", enqueue=False)
+        db.session.flush()
+        long_ago = utcnow() - timedelta(hours=3)
+        db.session.execute(update(OutboxMessage).where(OutboxMessage.id == stuck.id).values(
+            attempts=3, last_error="ConnectionError: Max retries exceeded with url: /services/T0/B0/SECRETPATH",
+            created_at=long_ago))
+        db.session.execute(update(OutboxMessage).where(OutboxMessage.id == gone.id).values(
+            status="failed", attempts=8, last_error="SMTP 550 mailbox unavailable"))
+        db.session.commit()
+        stuck_id, gone_id = stuck.id, gone.id
+    res = _run(app, "outbox", "status")
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.output)
+    assert report["counts"]["webhook"]["pending"] >= 1 and report["counts"]["email"]["failed"] >= 1
+    assert report["oldest_pending"]["age_seconds"] >= 3 * 3600 - 60
+    failing = {m["id"]: m for m in report["failing"]}
+    assert failing[stuck_id] | {"next_attempt_at": None} == {
+        "id": stuck_id, "channel": "webhook", "status": "pending", "attempts": 3, "max_attempts": 8,
+        "last_error": "ConnectionError: Max retries exceeded with url: /...",
+        "destination": "https://hooks.example.com/...", "source": "alert_event:1",
+        "created_at": failing[stuck_id]["created_at"], "next_attempt_at": None}
+    assert failing[gone_id]["status"] == "failed" and failing[gone_id]["last_error"].startswith("SMTP 550")
+    assert failing[gone_id]["destination"] == "ops@example.com"
+    assert "SECRETPATH" not in res.output  # a chat/webhook URL is a credential: its host only, in the error too
+    with app.app_context():  # leave nothing for the other tests' sweeps
+        db.session.execute(update(OutboxMessage).where(OutboxMessage.id.in_((stuck_id, gone_id)))
+                           .values(status="cancelled"))
+        db.session.commit()
+
+
+def test_negative_ages_and_month_counts_are_refused(app):
+    """``--older-than -100`` (a chat hold, an x402 authorization) or ``--months -1`` was taken
+    as given: ``chat release-stale-holds --older-than -100`` released every hold, those of
+    requests still streaming included; bad input now changes nothing and says why."""
+    for args in (("chat", "release-stale-holds", "--older-than", "-100"),
+                 ("money", "resolve-x402", "--older-than", "-5"),
+                 ("partitions", "ensure", "--months", "-1"),
+                 ("partitions", "prune", "--months", "-1")):
+        res = _run(app, *args)
+        assert res.exit_code == 2 and "Invalid value" in res.output and "-" in res.output, (args, res.output)

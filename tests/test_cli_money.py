@@ -60,3 +60,25 @@ def test_resolve_x402_runs_the_reconciliation_job_now(app, make_account, monkeyp
                                                              "already": 0}
     code, report = _run(app)
     assert code == 0 and report["ok"], report
+
+
+def test_resolve_x402_without_a_facilitator_says_what_to_set(app, make_account, monkeypatch):
+    """Run in another shell than the service, ``flask money resolve-x402`` had no
+    X402_FACILITATOR_URL, left every live authorization reserved and said only
+    ``"pending": 1``, exit 0. It now says what to set and exits 1; nothing changed."""
+    acct = make_account(cents=0)
+    with app.app_context():
+        db.session.execute(insert(X402Authorization).values(
+            id="x4a_nofac", auth_key="base:0xr:0xo", account_id=acct.id, network="base", payer="0xr",
+            value_atomic=10, status="reserved", payload={"x402Version": 2}, created_at=utcnow() - timedelta(hours=1)))
+        db.session.commit()
+    monkeypatch.setitem(app.config, "X402_FACILITATOR_URL", None)
+    monkeypatch.setitem(app.config, "RPC_URLS", {"base": None, "ethereum": None, "polygon": None, "solana": None})
+    res = app.test_cli_runner().invoke(args=["money", "resolve-x402", "--older-than", "0"])
+    assert res.exit_code == 1, res.output
+    assert "X402_FACILITATOR_URL" in res.output and "instance/run-local.env" in res.output
+    with app.app_context():
+        assert db.session.get(X402Authorization, "x4a_nofac").status == "reserved"
+        db.session.execute(update(X402Authorization).where(X402Authorization.id == "x4a_nofac")
+                           .values(status="released"))
+        db.session.commit()

@@ -54,3 +54,18 @@ def test_serve_refuses_a_port_in_use_before_anything_else(tmp_path):
         busy.close()
     assert out.returncode == 1
     assert f"port {port} (SERVE_APP_PORT) is already in use" in out.stderr, out.stderr
+
+
+def test_run_local_names_each_demo_port_once_and_its_parts_read_the_exported_value():
+    """deploy/run-local.sh set the demo servers' default ports and each run-local.d/ part set
+    the same default again (10-demo-provider.sh even compared the port with a literal 8901):
+    two places to change, and a part run on its own silently took its own default. Now
+    run-local.sh names (and exports) every one; the parts only read it."""
+    run = (DEPLOY / "run-local.sh").read_text()
+    named = default_ports(DEPLOY / "run-local.sh")
+    for part in sorted((DEPLOY / "run-local.d").glob("*.sh")):
+        text = part.read_text()
+        assert not DEFAULT.search(text) and not re.search(r":-\d", text), f"{part.name} names a default port"
+        for var in set(re.findall(r"\b(DEMO_[A-Z_]*PORT)\b", text)):
+            assert var in named and re.search(rf"export [^\n]*\b{var}=", run), f"{var} ({part.name}) is not exported by run-local.sh"
+        assert not re.search(r"\b8\d{3}\b", text), f"{part.name} names a port number"

@@ -35,7 +35,7 @@ def models(show_all):
 
 
 @chat_cli.command("release-stale-holds")
-@click.option("--older-than", type=float, default=None,
+@click.option("--older-than", type=click.FloatRange(min=0), default=None,
               help="Seconds (default CHAT_HOLD_TTL_SECONDS).")
 def release_stale(older_than):
     """Release chat holds whose request never finished (also run by the scheduler)."""

@@ -25,14 +25,23 @@ def reconcile():
 
 
 @money_cli.command("resolve-x402")
-@click.option("--older-than", "older_than", type=int, default=None,
+@click.option("--older-than", "older_than", type=click.IntRange(min=0), default=None,
               help="Seconds (default X402_RECONCILE_AFTER_SECONDS).")
 def resolve_x402(older_than):
     """Run the x402 reconciliation job now: book settled-unbooked authorizations and
     resolve reserved ones older than --older-than (chain, else facilitator); prints counts."""
+    from flask import current_app
+
     from app.services.billing import x402
 
-    click.echo(json.dumps(x402.reconcile(older_than)))
+    counts = x402.reconcile(older_than)
+    click.echo(json.dumps(counts))
+    if counts["pending"] and not current_app.config.get("X402_FACILITATOR_URL"):
+        raise click.ClickException(
+            f"{counts['pending']} x402 authorization(s) stay reserved: X402_FACILITATOR_URL is not set here, and "
+            "only the facilitator (or the chain, RPC_URL_<CHAIN>) can resolve them. Set it to the facilitator "
+            "the service uses (under `make run` a flask command finds it in instance/run-local.env while make "
+            "run runs; in production load the service's environment first).")
 
 
 @money_cli.command("payouts")

@@ -5,7 +5,6 @@ import json
 
 import click
 from flask.cli import AppGroup
-from sqlalchemy import func, select
 
 from app.extensions import db
 from app.models import OutboxMessage
@@ -15,11 +14,13 @@ outbox_cli = AppGroup("outbox", help="Outgoing e-mails and webhooks.")
 
 
 @outbox_cli.command("status")
-def status():
-    """Counts of messages by channel and status."""
-    rows = db.session.execute(select(OutboxMessage.channel, OutboxMessage.status, func.count())
-                              .group_by(OutboxMessage.channel, OutboxMessage.status)).all()
-    click.echo(json.dumps({f"{c}:{s}": n for c, s, n in rows}))
+@click.option("--limit", type=click.IntRange(1, 1000), default=20, show_default=True,
+              help="How many failing messages to list (most recently created first).")
+def status(limit):
+    """What an operator needs when mail or webhooks do not arrive (JSON): counts by channel
+    and status, the oldest message still pending and its age, and the failing messages
+    (given up, or pending after a failed attempt) with their attempts and last error."""
+    click.echo(json.dumps(outbox.status(limit), default=str))
 
 
 @outbox_cli.command("sweep")

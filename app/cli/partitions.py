@@ -12,14 +12,14 @@ partitions_cli = AppGroup("partitions", help="Monthly partitions (PostgreSQL).")
 
 
 @partitions_cli.command("ensure")
-@click.option("--months", type=int, default=None, help="Months ahead (default PARTITIONS_AHEAD_MONTHS).")
+@click.option("--months", type=click.IntRange(min=0), default=None, help="Months ahead (default PARTITIONS_AHEAD_MONTHS).")
 def ensure(months):
     """Create this month's and the coming months' partitions."""
     click.echo(json.dumps({"created": partitions.ensure_ahead(months)}))
 
 
 @partitions_cli.command("prune")
-@click.option("--months", type=int, default=None,
+@click.option("--months", type=click.IntRange(min=0), default=None,
               help="Retention in months (default CALL_LOG_RETENTION_MONTHS; 0 keeps everything).")
 def prune(months):
     """Drop call-log months older than the retention (never the ledger)."""

@@ -26,7 +26,9 @@ class Module(db.Model):
     slug: Mapped[str] = mapped_column(String(64), unique=True)
     name: Mapped[str] = mapped_column(String(120))
     description: Mapped[str] = mapped_column(Text, default="")
-    owner: Mapped[str] = mapped_column(String(120), default="")  # display name of the provider
+    # display name of the provider; an agent's module is listed under its agent's current
+    # name (``owner_name``), this column keeps the name it had at approval
+    owner: Mapped[str] = mapped_column(String(120), default="")
     owner_agent_id: Mapped[str | None] = mapped_column(String(32), index=True)
     # a catalog module owned by an account (or organisation): it earns the owner's share
     owner_account_id: Mapped[str | None] = mapped_column(ForeignKey("accounts.id"), index=True)
@@ -40,6 +42,23 @@ class Module(db.Model):
 
     actions: Mapped[list["ModuleAction"]] = relationship(
         back_populates="module", cascade="all, delete-orphan", order_by="ModuleAction.name")
+    owner_agent: Mapped["Agent | None"] = relationship(  # noqa: F821 - app.models.agents
+        primaryjoin="foreign(Module.owner_agent_id) == Agent.id", viewonly=True)
+
+    @property
+    def owner_name(self) -> str:
+        """The name the module is listed under: its owner agent's name now (an agent renamed
+        after approval is listed under its new name), else ``owner``."""
+        return self.owner_agent.name if self.owner_agent is not None else (self.owner or "")
+
+    @property
+    def listed_description(self) -> str:
+        """The description listed: the module's, else, for an agent's module submitted
+        without one, "Agent-built module by <its agent's name now>" (approvals before
+        2026-11-29 stored that text with the name of then, ``owner``: read as none)."""
+        if self.owner_agent is not None and self.description in ("", None, f"Agent-built module by {self.owner}."):
+            return f"Agent-built module by {self.owner_agent.name}."
+        return self.description or ""
 
 
 class ModuleAction(db.Model):

@@ -16,7 +16,8 @@ class OutboxMessage(db.Model):
 
     status: ``pending`` (to deliver at ``next_attempt_at``; a claimed attempt pushes it
     forward by a lease, so a crashed worker's message is retried), ``delivered``, or
-    ``failed`` (gave up after ``max_attempts``; ``flask outbox redeliver`` re-arms it).
+    ``failed`` (gave up after ``max_attempts``; ``flask outbox redeliver`` re-arms it), or
+    ``cancelled`` (never to be sent: a disabled agent's webhook events, ``outbox.cancel``).
     ``source`` links the message to what caused it (e.g. ``alert_event:42``)."""
 
     __tablename__ = "outbox"

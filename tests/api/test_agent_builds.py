@@ -234,3 +234,20 @@ def test_a_disabled_agents_pending_build_is_not_approved(app, client, agent, adm
         db.session.remove()
     r = client.post("/api/admin/modules/weather-bot/reject", json={"reason": "agent disabled"}, headers=admin.headers)
     assert r.status_code == 200 and r.get_json()["status"] == "rejected"
+
+
+def test_listing_names_the_owner_agent_by_its_current_name(app, client, agent, admin):
+    """The module listing kept the agent's name from approval time: an agent renamed since
+    (registering its pubkey again with another name) was listed under its old name."""
+    assert _submit(client, agent).status_code == 202
+    assert client.post("/api/admin/modules/weather-bot/approve", json={}, headers=admin.headers).status_code == 200
+    r = register(client, agent["owner"], agent["kp"], name="forecaster", webhook="http://127.0.0.1:9/agent")
+    assert r.status_code in (200, 201) and r.get_json()["name"] == "forecaster", r.get_json()
+    listed = {m["slug"]: m for m in client.get("/api/modules").get_json()["modules"]}
+    assert listed["weather-bot"]["owner"] == "forecaster"
+    assert listed["weather-bot"]["description"] == "Agent-built module by forecaster."  # no description sent
+    assert client.get("/api/modules/weather-bot").get_json()["owner"] == "forecaster"
+    with app.app_context():  # as approved before 2026-11-29: the text stored with the name of then
+        db.session.query(Module).filter_by(slug="weather-bot").update({"description": "Agent-built module by bot."})
+        db.session.commit()
+    assert client.get("/api/modules/weather-bot").get_json()["description"] == "Agent-built module by forecaster."

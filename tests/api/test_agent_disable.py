@@ -210,3 +210,48 @@ def test_a_disabled_agent_takes_no_more_funding(app, client, make_account, ledge
         assert ledger.balance(ledger.customer(owner.id)) == 1000 * 10_000  # all of it back home
         db.session.remove()
     ledger_clean()
+
+
+
+def test_a_disabled_agents_webhook_receives_no_more_events(app, client, make_account):
+    """A disabled agent's webhook still received its events: the review of a build it had
+    submitted, its settlements, and the retries of an event that had failed before. As a
+    disabled Stripe endpoint, it receives nothing from then on: what was waiting is
+    cancelled (never re-armed by ``flask outbox redeliver --all-failed``) and no new event is
+    queued for it (docs/decisions.md, "A disabled agent's webhook")."""
+    from sqlalchemy import update
+
+    from app.models import OutboxMessage
+    from app.services.platform import outbox
+    from tests.support.standin import recorder
+
+    owner, admin = make_account(cents=1000), make_account(admin=True)
+    kp, rec = Keypair(), recorder([500])
+    with rec as url:
+        agent = register(client, owner, kp, webhook=url + "/events").get_json()
+        session = session_headers(client, kp)
+        for slug in ("first-bot", "second-bot"):
+            r = client.post("/api/agent/build", json={"slug": slug, "price_cents": 1, "actions": ["go"]},
+                            headers=session)
+            assert r.status_code == 202, r.get_json()
+        # an event whose delivery failed, waiting for its retry
+        assert client.post("/api/admin/modules/first-bot/reject", json={"reason": "no"},
+                           headers=admin.headers).status_code == 200
+        assert len(rec.requests) == 1
+        assert client.delete(f"/api/agent/{agent['id']}", headers=owner.headers).status_code == 200
+        assert client.post("/api/admin/modules/second-bot/reject", json={"reason": "no"},
+                           headers=admin.headers).status_code == 200
+        rec.statuses = [200]
+        with app.app_context():
+            rows = db.session.execute(select(OutboxMessage).where(
+                OutboxMessage.account_id == agent["account_id"])).scalars().all()
+            assert [(m.status, m.source.split(":")[0]) for m in rows] == [("cancelled", "submission")], \
+                [(m.status, m.source, m.last_error) for m in rows]
+            assert "disabled" in rows[0].last_error
+            db.session.execute(update(OutboxMessage).where(OutboxMessage.id == rows[0].id)
+                               .values(next_attempt_at=OutboxMessage.created_at))
+            db.session.commit()
+            outbox.redeliver(all_failed=True)
+            outbox.sweep()
+            db.session.remove()
+        assert len(rec.requests) == 1  # nothing more reached the disabled agent's webhook

@@ -922,6 +922,7 @@ def test_openai_paths_the_chat_host_does_not_serve_answer_in_openais_shape(app, 
     so the openai SDK showed the raw body, ``e.code`` None, and werkzeug's "check your
     spelling". It is OpenAI's shape now, naming what the chat host serves; the module
     gateway's calls under ``/v1/module/`` and every path off the chat host keep the gateway's."""
+    monkeypatch.setitem(app.config, "CHAT_HOST", "localhost")  # the test client's host
     for path in ("/v1/embeddings", "/v1/responses", "/v1/audio/speech"):
         r = client.post(path, headers=acct.headers, json={"model": "auto", "input": "hi"})
         err = r.get_json()["error"]
@@ -1135,3 +1136,21 @@ def test_a_browser_on_the_chat_host_may_read_the_x402_settlement(app, client, mo
     exposed = {h.strip() for h in r.headers["Access-Control-Expose-Headers"].split(",")}
     assert {"PAYMENT-RESPONSE", "X-PAYMENT-RESPONSE", "PAYMENT-REQUIRED"} <= exposed
     ledger_clean()
+
+
+def test_an_unknown_v1_path_on_the_api_host_is_the_apis_own_404(app, client, acct):
+    """Without CHAT_HOST (``make run``, ``make serve``: one host answers the API and the chat
+    routes) ``/v1/nope`` answered in OpenAI's shape that "the chat host serves POST
+    /v1/chat/completions, …" — on the API host, which also serves ``/v1/module/…``. A path
+    under ``/v1/`` outside the chat routes is the API's 404 there, in the documented
+    ``{error, message, request_id}`` shape; the chat routes' own paths keep their provider's
+    shape, and a dedicated chat host (CHAT_HOST set) still names what it serves."""
+    for path in ("/v1/nope", "/v1/embeddings", "/v1/modules"):
+        r = client.post(path, headers=acct.headers, json={})
+        body = r.get_json()
+        assert r.status_code == 404 and body["error"] == "not_found" and set(body) == {"error", "message", "request_id"}, body
+        assert "chat host" not in body["message"]
+    r = client.post("/v1/chat/nope", headers=acct.headers, json={})
+    assert r.status_code == 404 and r.get_json()["error"]["type"] == "not_found_error"
+    r = client.post("/v1/messages/batches", headers=acct.headers, json={})
+    assert r.status_code == 404 and r.get_json()["type"] == "error"

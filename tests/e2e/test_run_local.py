@@ -55,6 +55,13 @@ def test_make_run_with_redis_runs_a_worker_that_runs_the_jobs(app, tmp_path):
             time.sleep(0.2)
             log = (tmp_path / "run-local.log").read_text(errors="replace")
         assert 0 <= log.find("Booting worker") < log.find("Gateway listening on"), log[-2000:]
+        # what it chose, for a flask command in another shell (config.py RUN_LOCAL_ENV)
+        chosen = dict(line.split("=", 1) for line in
+                      (ROOT / "instance" / "run-local.env").read_text().splitlines())
+        facilitator = f"http://127.0.0.1:{env['DEMO_FACILITATOR_PORT']}"
+        assert chosen["X402_FACILITATOR_URL"] == facilitator and chosen["RPC_URL_BASE"] == facilitator + "/rpc"
+        assert chosen["DATABASE_URL"] == env["DATABASE_URL"] and chosen["PORT"] == str(port)
+    assert not (ROOT / "instance" / "run-local.env").exists()  # removed on the way out
 
 
 def test_make_run_refuses_a_port_in_use_naming_its_setting(tmp_path):

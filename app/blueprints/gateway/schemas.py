@@ -133,8 +133,8 @@ class ActionSchema(ma.Schema):
 class ModuleSchema(ma.Schema):
     slug = ma.fields.String(required=True)
     name = ma.fields.String(required=True)
-    description = text_or_empty("description")
-    owner = text_or_empty("owner")
+    description = derived(ma.fields.String(required=True), lambda m: m.listed_description)
+    owner = derived(ma.fields.String(required=True), lambda m: m.owner_name)
     owner_agent_id = ma.fields.String(allow_none=True, required=True)
     source = ma.fields.String(required=True, metadata={"description": "`catalog` or `agent`."})
     sandbox = derived(ma.fields.Boolean(required=True, metadata={"description": "Callable with svc_test_ keys."}),

@@ -26,9 +26,8 @@ from app.models import Agent, Module, ModuleAction, ModuleSubmission
 from app.models.base import utcnow
 from app.services.gateway import catalog
 from app.services.platform import netguard
-from app.services.platform import outbox
 from app.services.platform.uow import after_commit, transactional, unit_of_work
-from app.services.agents.identity import get_agent, new_webhook_secret
+from app.services.agents.identity import get_agent, new_webhook_secret, send_event
 
 SLUG_RE = catalog.SLUG_RE  # the gateway's slug rule (matched with fullmatch here)
 ACTION_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")  # within catalog.ACTION_RE (no dot: tools)
@@ -152,7 +151,7 @@ def _approve(slug: str, reviewer: str, notes: str | None) -> ModuleSubmission:
         mod = Module(slug=slug, source="agent", created_at=now, actions=[])
         db.session.add(mod)
     mod.name = slug
-    mod.description = sub.description or f"Agent-built module by {agent.name}."
+    mod.description = sub.description or ""  # listed as "Agent-built module by <its name now>" (Module)
     mod.owner = agent.name
     mod.owner_agent_id = agent.id
     mod.source = "agent"
@@ -204,8 +203,6 @@ def _notify(agent: Agent, event: str, sub: ModuleSubmission) -> None:
     (the outbox enqueues it after commit) and, after commit, drop this process's cached
     catalog snapshots (other processes refresh within CATALOG_CACHE_TTL)."""
     after_commit(catalog.invalidate_cache)
-    if agent.webhook:
-        outbox.add_webhook(agent.webhook, event, {
-            "agent_id": agent.id, "submission_id": sub.id, "slug": sub.slug, "status": sub.status,
-            "review_notes": sub.review_notes}, secret=agent.webhook_secret,
-            source=f"submission:{sub.id}", account_id=agent.account_id)
+    send_event(agent, event, {"agent_id": agent.id, "submission_id": sub.id, "slug": sub.slug,
+                              "status": sub.status, "review_notes": sub.review_notes},
+               source=f"submission:{sub.id}")

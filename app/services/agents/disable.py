@@ -8,7 +8,8 @@ it:
 1. ``agents.disabled_at`` is set (once; a repeat answers ``replayed`` and moves nothing);
 2. in the same unit of work, every live session is revoked, and dropped from every
    worker's credential cache after the commit (the revocation channel, like a revoked
-   key); sign-in, by ed25519 and by SIWX, answers 401 ``agent_disabled`` from then on,
+   key), and the events waiting for its webhook are cancelled (it receives no more,
+   ``identity.send_event``); sign-in, by ed25519 and by SIWX, answers 401 ``agent_disabled`` from then on,
    and registering the pubkey again is 409;
 3. right after that commit, in a unit of work of its own, the agent's whole balance (of
    its mode) moves back to the owner: one ``agent_return`` posting (agent ``acct:`` −B,
@@ -43,6 +44,7 @@ from app.extensions import db
 from app.models import Account, Agent, AgentSession, PayoutDestination
 from app.models.base import utcnow
 from app.services.money import funding, ledger
+from app.services.platform import outbox
 from app.services.platform.uow import after_commit, unit_of_work
 
 RETURN_KIND = "agent_return"
@@ -98,6 +100,9 @@ def _disable(agent: Agent, actor) -> int:
         .execution_options(synchronize_session=False)).scalars())
     from app.services.orgs import audit
 
+    # its webhook receives nothing more: what waits for it, or failed, is cancelled
+    # (docs/decisions.md, "A disabled agent's webhook"; identity.send_event queues no more)
+    outbox.cancel(agent.account_id, "webhook", "the agent was disabled: its webhook receives no more events")
     audit.record(agent.owner_account_id, actor, "agent.disable", agent.id,
                  after={"revoked_sessions": len(hashes), "mode": agent.mode})
     after_commit(auth.broadcast_revocation, *hashes)

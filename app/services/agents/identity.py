@@ -36,7 +36,7 @@ from app.models import Account, Agent, AgentSession
 from app.models.base import utcnow
 from app.scopes import SESSION_SCOPES
 from app.services.accounts import accounts
-from app.services.platform import crypto, netguard, tokens
+from app.services.platform import crypto, netguard, outbox, tokens
 from app.services.platform.uow import transactional, unit_of_work
 
 PUBKEY_PREFIX = "ed25519:"
@@ -157,6 +157,19 @@ def canonical_any_pubkey(pubkey: str) -> str:
     if not crypto.ed25519_key_is_valid(raw):
         raise Unprocessable("pubkey: not a valid ed25519 public key.", param="pubkey")
     return canonical_pubkey(raw)
+
+
+# --- events ----------------------------------------------------------------------------
+
+def send_event(agent: Agent, event: str, data: dict, *, source: str) -> None:
+    """In the caller's unit of work: queue the signed ``event`` for the agent's webhook (the
+    outbox delivers it after commit). None for an agent without a webhook, nor for a
+    disabled one: like a disabled Stripe endpoint its webhook receives nothing more, and
+    what was waiting for it was cancelled when it was disabled (docs/decisions.md, "A
+    disabled agent's webhook"; agents.disable)."""
+    if agent.webhook and agent.disabled_at is None:
+        outbox.add_webhook(agent.webhook, event, data, secret=agent.webhook_secret, source=source,
+                           account_id=agent.account_id)
 
 
 # --- registration ----------------------------------------------------------------------

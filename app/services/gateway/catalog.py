@@ -132,7 +132,7 @@ def get_action(mod: ModuleSnap, name) -> ActionSnap:
 
 def list_modules() -> list[Module]:
     rows = db.session.execute(
-        select(Module).options(selectinload(Module.actions))
+        select(Module).options(selectinload(Module.actions), selectinload(Module.owner_agent))
         .where(Module.status == "approved").order_by(Module.slug)
     ).scalars().all()
     return list(rows)
@@ -140,7 +140,7 @@ def list_modules() -> list[Module]:
 
 def describe_module(slug: str) -> Module:
     m = db.session.execute(
-        select(Module).options(selectinload(Module.actions))
+        select(Module).options(selectinload(Module.actions), selectinload(Module.owner_agent))
         .where(Module.slug == slug, Module.status == "approved")
     ).scalar_one_or_none()
     if m is None:

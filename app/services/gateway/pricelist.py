@@ -58,7 +58,7 @@ def auto_picks() -> list[dict]:
 
 def modules() -> list[dict]:
     """The approved modules, by slug: each live action with its price and MCP tool name."""
-    return [{"slug": m.slug, "name": m.name, "description": m.description,
+    return [{"slug": m.slug, "name": m.name, "description": m.listed_description,
              "actions": [{"name": a.name, "price_cents": int(a.price_cents),
                           "tool": tools.tool_name(m.slug, a.name)} for a in tools.active_actions(m)]}
             for m in catalog.list_modules()]

@@ -97,7 +97,7 @@ def price_meta(price_cents: int) -> dict:
 def describe(module, action) -> dict:
     """One tool as plain data (the MCP ``Tool`` fields, camelCase as on the wire)."""
     desc = (action.description or "").strip() or f"Action {action.name} of {module.name}."
-    mdesc = (module.description or "").strip()
+    mdesc = module.listed_description.strip()
     price = int(action.price_cents)
     return {
         "name": tool_name(module.slug, action.name),

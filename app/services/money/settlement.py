@@ -38,7 +38,7 @@ from app.ids import new_id
 from app.models import Account, Agent, AgentSettlement, LedgerEntry, LedgerTransaction, PayoutDestination
 from app.models.base import utcnow
 from app.services.money import ledger
-from app.services.platform import outbox
+from app.services.agents.identity import send_event
 from app.services.platform.uow import unit_of_work
 from app.services.money import revenue_share
 from app.services.agents.earnings import (_EARNINGS_HI, _EARNINGS_LO, SETTLEMENT_KIND, settled_micros,
@@ -139,12 +139,11 @@ def _settle_earner(earner: str, month: str, end: datetime) -> dict:
                            owner_account_id=None if agent else earner, month=month, amount_micros=amount,
                            ledger_txn_id=txn_id, created_at=now)
     s.add(stmt)
-    if agent is not None and agent.webhook:  # delivery is enqueued after the commit
-        outbox.add_webhook(agent.webhook, "settlement.completed", {
+    if agent is not None:  # delivery is enqueued after the commit (none for a disabled agent)
+        send_event(agent, "settlement.completed", {
             "settlement_id": stmt.id, "agent_id": earner, "account_id": agent.account_id,
             "month": month, **statement_amounts(amount, recovered), "settled_at": now.isoformat()},
-            secret=agent.webhook_secret, source=f"settlement:{stmt.id}",
-            account_id=agent.account_id)
+            source=f"settlement:{stmt.id}")
     # as its statement reads: ``amount`` reached the earner, the rest repaid the carry-over
     return {"agent_id": earner, "status": "settled", "settlement_id": stmt.id,
             **statement_amounts(amount, recovered)}

@@ -23,7 +23,7 @@ import logging
 from datetime import datetime, timedelta
 
 import orjson
-from sqlalchemy import insert, select, update
+from sqlalchemy import and_, func, insert, or_, select, update
 
 from app.extensions import db
 from app.ids import new_id
@@ -256,6 +256,69 @@ def sweep(limit: int = 500) -> int:
     ids = due_ids(limit)
     dispatch(*ids)
     return len(ids)
+
+
+def _shown(channel: str, destination: str, error: str | None) -> tuple[str, str | None]:
+    """A destination, and its last error, as an operator report shows them: an e-mail
+    address as it is; a webhook's or team chat's URL by its scheme and host only, its path
+    cut from the error too (such a URL is often its credential: a Slack incoming webhook)."""
+    if channel == "email":
+        return destination, error
+    scheme, _, rest = destination.partition("://")
+    authority, slash, path = rest.partition("/")
+    if error and slash and path:
+        error = error.replace("/" + path, "/...").replace("/" + path.split("?", 1)[0], "/...")
+    return f"{scheme}://{authority.rsplit('@', 1)[-1]}/...", error
+
+
+def status(limit: int = 20) -> dict:
+    """The outbox at a glance (``flask outbox status``): ``counts`` by channel and status;
+    ``oldest_pending``, the message waiting longest (its age: a growing one means nothing
+    delivers, no worker or sweep, or its destination keeps failing), with ``pending_due``,
+    how many wait for an attempt already due; ``failing``: up to ``limit`` messages given up
+    (``failed``) or pending after a failed attempt, newest first, with ``failing_total``."""
+    now = utcnow()
+    counts: dict[str, dict[str, int]] = {}
+    for channel, state, n in db.session.execute(
+            select(OutboxMessage.channel, OutboxMessage.status, func.count())
+            .group_by(OutboxMessage.channel, OutboxMessage.status).order_by(OutboxMessage.channel)):
+        counts.setdefault(channel, {})[state] = n
+    pending = OutboxMessage.status == "pending"
+    oldest = db.session.execute(select(OutboxMessage).where(pending)
+                                .order_by(OutboxMessage.created_at).limit(1)).scalar_one_or_none()
+    failing_q = or_(OutboxMessage.status == "failed", and_(pending, OutboxMessage.last_error.is_not(None)))
+    failing = db.session.execute(select(OutboxMessage).where(failing_q)
+                                 .order_by(OutboxMessage.created_at.desc(), OutboxMessage.id).limit(limit)).scalars()
+
+    def row(m: OutboxMessage) -> dict:
+        destination, error = _shown(m.channel, m.destination, m.last_error)
+        return {"id": m.id, "channel": m.channel, "destination": destination,
+                "source": m.source, "status": m.status, "attempts": m.attempts, "max_attempts": m.max_attempts,
+                "last_error": error, "created_at": m.created_at.isoformat(),
+                "next_attempt_at": m.next_attempt_at.isoformat() if m.status == "pending" else None}
+
+    return {
+        "counts": counts,
+        "oldest_pending": None if oldest is None else {
+            **row(oldest), "age_seconds": int((now - oldest.created_at).total_seconds())},
+        "pending_due": db.session.execute(select(func.count()).select_from(OutboxMessage).where(
+            pending, OutboxMessage.next_attempt_at <= now)).scalar_one(),
+        "failing_total": db.session.execute(select(func.count()).select_from(OutboxMessage)
+                                            .where(failing_q)).scalar_one(),
+        "failing": [row(m) for m in failing],
+    }
+
+
+def cancel(account_id: str, channel: str, reason: str) -> int:
+    """In the caller's transaction: end every message of ``account_id`` on ``channel`` still
+    waiting (``pending``) or given up (``failed``, which ``redeliver`` would re-arm) as
+    ``cancelled``, never to be sent (a disabled agent's webhook events:
+    agents.disable); how many."""
+    res = db.session.execute(
+        update(OutboxMessage).where(OutboxMessage.account_id == account_id, OutboxMessage.channel == channel,
+                                    OutboxMessage.status.in_(("pending", "failed")))
+        .values(status="cancelled", last_error=reason[:500]).execution_options(synchronize_session=False))
+    return res.rowcount
 
 
 @transactional

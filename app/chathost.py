@@ -46,22 +46,11 @@ def path_style(path: str) -> str:
     return GATEWAY
 
 
-def _openai_route(path: str) -> bool:
-    """Whether ``path`` is under the OpenAI routes the chat host serves (``/v1/chat…``,
-    ``/v1/models…``)."""
-    return any(path == p or path.startswith(p + "/") for p in ("/v1/chat", "/v1/models"))
-
-
 def error_style(path: str, host: str | None, chat_host: str | None) -> str:
     """The error convention of a request to ``path`` on ``host``: a chat path's own on the
     chat host (any host when ``chat_host`` is unset), the gateway's elsewhere (off the chat
-    host a chat path is the gateway's plain 404); ``MCP`` for ``/mcp`` on any host. A path
-    under ``/v1/`` outside the chat routes (``/v1/embeddings``, ``/v1/nope``) is OpenAI's
-    only on a dedicated chat host (``chat_host`` set): without one the host is the API's
-    as well, and that path is the API's 404 in the gateway's shape."""
+    host a chat path is the gateway's plain 404); ``MCP`` for ``/mcp`` on any host."""
     style = path_style(path)
     if style in (OPENAI, ANTHROPIC) and not on_chat_host(host, chat_host):
-        return GATEWAY
-    if style == OPENAI and not chat_host and not _openai_route(path):
         return GATEWAY
     return style

@@ -438,8 +438,15 @@ def handle_http_exception(err: HTTPException):
         # no route matched because a path segment broke the input policy (app/converters.py)
         message = "Not found: a path segment contains control characters (never part of a valid URL here)."
     if status == 404 and not message and error_style() in ("openai", "anthropic"):
+        # in the provider's shape, which its SDK reads (e.code, e.message); without a dedicated
+        # chat host the same host serves the module calls, so the message names them too
         message = (f"{request.path} is not served here: the chat host serves POST /v1/chat/completions, "
                    "POST /v1/messages, POST /v1/messages/count_tokens and GET /v1/models.")
+        if not current_app.config.get("CHAT_HOST"):
+            message = (f"{request.path} is not a route of this gateway. OpenAI- and Anthropic-compatible: "
+                       "POST /v1/chat/completions, POST /v1/messages, POST /v1/messages/count_tokens, "
+                       "GET /v1/models; module calls: POST /v1/module/{slug}/call; "
+                       "GET /openapi.json lists every route.")
     if not message:
         message = err.description or err.name
     return error_response(code, message, status, headers, param=param)

@@ -1138,18 +1138,19 @@ def test_a_browser_on_the_chat_host_may_read_the_x402_settlement(app, client, mo
     ledger_clean()
 
 
-def test_an_unknown_v1_path_on_the_api_host_is_the_apis_own_404(app, client, acct):
+def test_an_unknown_v1_path_on_the_api_host_names_the_apis_routes_too(app, client, acct):
     """Without CHAT_HOST (``make run``, ``make serve``: one host answers the API and the chat
-    routes) ``/v1/nope`` answered in OpenAI's shape that "the chat host serves POST
-    /v1/chat/completions, …" — on the API host, which also serves ``/v1/module/…``. A path
-    under ``/v1/`` outside the chat routes is the API's 404 there, in the documented
-    ``{error, message, request_id}`` shape; the chat routes' own paths keep their provider's
-    shape, and a dedicated chat host (CHAT_HOST set) still names what it serves."""
+    routes) ``/v1/nope`` answered that "the chat host serves POST /v1/chat/completions, …"
+    — on the host that also serves ``/v1/module/…``, so a module caller who mistyped the path
+    was pointed at the chat routes only. It names the module calls too, still in OpenAI's
+    shape, which the openai SDK (the client that calls ``/v1/embeddings`` and the like) reads;
+    a dedicated chat host (CHAT_HOST set) names what it serves."""
     for path in ("/v1/nope", "/v1/embeddings", "/v1/modules"):
         r = client.post(path, headers=acct.headers, json={})
-        body = r.get_json()
-        assert r.status_code == 404 and body["error"] == "not_found" and set(body) == {"error", "message", "request_id"}, body
-        assert "chat host" not in body["message"]
+        err = r.get_json()["error"]
+        assert r.status_code == 404 and (err["type"], err["code"]) == ("not_found_error", "not_found"), r.get_json()
+        assert err["message"].startswith(f"{path} is not a route of this gateway"), err
+        assert "POST /v1/module/{slug}/call" in err["message"] and "POST /v1/chat/completions" in err["message"]
     r = client.post("/v1/chat/nope", headers=acct.headers, json={})
     assert r.status_code == 404 and r.get_json()["error"]["type"] == "not_found_error"
     r = client.post("/v1/messages/batches", headers=acct.headers, json={})

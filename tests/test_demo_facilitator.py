@@ -136,7 +136,9 @@ def test_a_flask_command_finds_what_make_run_chose(tmp_path, monkeypatch):
 
     from config import load_config
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("X402_", "RPC_URL_", "INSTANCE_PATH"))}
+    # a shell that sets none of them (`make test` exports PORT, as `make run` does)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("X402_", "RPC_URL_", "INSTANCE_PATH")) and k not in ("PORT", "BASE_URL")}
     env["INSTANCE_PATH"] = str(tmp_path)
     monkeypatch.setattr(os, "environ", env)
     (tmp_path / "run-local.env").write_text("X402_FACILITATOR_URL=http://127.0.0.1:8939\n"

@@ -174,17 +174,21 @@ def list_alerts(account_id: str, mode: str = "live") -> list[Alert]:
 
 
 def delete_alert(account_id: str, alert_id: str, mode: str = "live") -> Alert:
-    """Stop and remove a rule (its past events stay listed). Unknown, already deleted,
+    """Stop and remove a rule (its past events stay listed). Idempotent, as revoking a key:
+    deleting one already deleted changes nothing and answers as the first time (a retried
+    DELETE whose answer was lost; docs/decisions.md "Deleting an alert twice"). Unknown,
     another account's id or a rule of the other mode → 404."""
     with unit_of_work():
         res = db.session.execute(
             update(Alert).where(Alert.id == alert_id, Alert.account_id == account_id, Alert.mode == mode,
                                 Alert.deleted_at.is_(None))
             .values(deleted_at=utcnow()).execution_options(synchronize_session=False))
-        if res.rowcount != 1:
-            raise NotFound("No such alert.")
-        audit.record(account_id, None, "alert.delete", alert_id, before={"mode": mode})
-    return db.session.get(Alert, alert_id, populate_existing=True)
+        if res.rowcount == 1:
+            audit.record(account_id, None, "alert.delete", alert_id, before={"mode": mode})
+    row = db.session.get(Alert, alert_id, populate_existing=True)
+    if row is None or row.account_id != account_id or row.mode != mode:
+        raise NotFound("No such alert.")
+    return row
 
 
 def list_events(account_id: str, limit: int = EVENTS_LIMIT, mode: str = "live") -> list[FiredEvent]:

@@ -59,6 +59,8 @@ def test_daily_series_and_export_include_calls_and_chat(app, client, make_accoun
     acct = make_account(cents=100)
     ok = call(client, acct, {"action": "ok"}, key="idem-1").get_json()
     assert call(client, acct, {"action": "boom"}).status_code == 502
+    refused = call(client, acct, {"action": "bad"}).get_json()  # the provider's 422: ok false, charged
+    assert refused["ok"] is False
     _chat_row(app, acct.id)
     days = client.get("/api/usage/daily?days=3", headers=acct.headers).get_json()["days"]
     # usage counts a call by its charge (written before the answer); the export lists each
@@ -66,14 +68,19 @@ def test_daily_series_and_export_include_calls_and_chat(app, client, make_accoun
     drain(app)
     today = datetime.now(timezone.utc).date().isoformat()
     assert len(days) == 3 and days[-1]["date"] == today
-    assert (days[-1]["calls"], days[-1]["errors"], days[-1]["spend_cents"]) == (3, 1, 3 + 2)
+    assert (days[-1]["calls"], days[-1]["errors"], days[-1]["spend_cents"]) == (4, 1, 3 + 2 + 2)
     now = datetime.now(timezone.utc)
     q = {"from": (now - timedelta(hours=1)).isoformat(), "to": (now + timedelta(minutes=1)).isoformat()}
     r = client.get("/api/usage/export", query_string=q, headers=acct.headers)
     assert r.status_code == 200 and r.mimetype == "text/csv" and r.is_streamed
+    header, *_ = r.get_data(as_text=True).split("\r\n", 1)
+    assert header.split(",")[-3:] == ["actor", "actor_account_id", "ok"]  # appended: earlier columns keep their place
     rows = list(csv.DictReader(io.StringIO(r.get_data(as_text=True))))
     by_id = {row["call_id"]: row for row in rows}
-    assert len(rows) == 3 and by_id[ok["call_id"]]["cost_cents"] == "3"
+    assert len(rows) == 4 and by_id[ok["call_id"]]["cost_cents"] == "3"
+    # a call the provider refused is charged and does not read as a success
+    assert (by_id[refused["call_id"]]["status"], by_id[refused["call_id"]]["ok"]) == ("succeeded", "false")
+    assert by_id[refused["call_id"]]["cost_cents"] == "2" and by_id[ok["call_id"]]["ok"] == "true"
     assert by_id[ok["call_id"]]["idempotency_key"] == "idem-1"
     assert by_id[ok["call_id"]]["receipt_hash"] == ok["receipt"]["hash"]
     assert {row["status"] for row in rows} == {"succeeded", "refunded", "settled"}
@@ -81,8 +88,11 @@ def test_daily_series_and_export_include_calls_and_chat(app, client, make_accoun
     assert (chat["action"], chat["cost_micros"], chat["cost_cents"]) == ("m-1", "25000", "2")
     nd = client.get("/api/usage/export", query_string={**q, "format": "json"}, headers=acct.headers)
     assert nd.mimetype == "application/x-ndjson"
-    assert [json.loads(line)["call_id"] for line in nd.get_data(as_text=True).splitlines()] == \
-        [row["call_id"] for row in rows]
+    lines = [json.loads(line) for line in nd.get_data(as_text=True).splitlines()]
+    assert [line["call_id"] for line in lines] == [row["call_id"] for row in rows]
+    oks = {line["call_id"]: line["ok"] for line in lines}
+    assert (oks[ok["call_id"]], oks[refused["call_id"]]) == (True, False)
+    assert {line["ok"] for line in lines if line["status"] in ("refunded", "settled")} == {None}
 
 
 def test_export_and_daily_bad_input(client, account):

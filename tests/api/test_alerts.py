@@ -28,8 +28,22 @@ def test_create_list_delete(client, account):
     assert all("secret" not in a for a in listed)  # shown once, at creation
     r = client.delete(f"/api/alerts/{body['id']}", headers=account.headers)
     assert r.status_code == 200 and r.get_json() == {"deleted": True, "id": body["id"]}
-    assert client.delete(f"/api/alerts/{body['id']}", headers=account.headers).status_code == 404
     assert [a["id"] for a in client.get("/api/alerts", headers=account.headers).get_json()["alerts"]] == [hook["id"]]
+
+
+def test_deleting_an_alert_again_answers_as_the_first_time(client, account):
+    """A client that lost the first DELETE's answer and retries (the Python client retries a
+    DELETE after a 5xx or a lost connection) gets 200 and the same body, as revoking a key
+    twice does; it was 404, so the retry reported NotFound though the alert was deleted. The
+    second one changes nothing (one audit entry). An unknown id is still 404."""
+    alert_id = client.post("/api/alerts", json=GOOD, headers=account.headers).get_json()["id"]
+    first = client.delete(f"/api/alerts/{alert_id}", headers=account.headers)
+    again = client.delete(f"/api/alerts/{alert_id}", headers=account.headers)
+    assert (again.status_code, again.get_json()) == (200, first.get_json()) == (200, {"deleted": True, "id": alert_id})
+    entries = client.get("/api/audit", headers=account.headers).get_json()["entries"]
+    assert [e["action"] for e in entries if e["target"] == alert_id] == ["alert.delete", "alert.create"]
+    r = client.delete("/api/alerts/alrt_nope", headers=account.headers)
+    assert r.status_code == 404 and r.get_json()["error"] == "not_found"
 
 
 def test_a_retried_create_with_an_idempotency_key_makes_one_alert(client, account):

@@ -204,6 +204,7 @@ def test_decline_retries_then_disables_and_tells_the_owner(app, client, make_acc
     _save_card(client, acct)
     body = _put(client, acct).get_json()
     assert body["enabled"] is True and body["failures"] == 0
+    assert body["card_needs_authentication"] is False  # a card not known to need 3-D Secure
     assert balance_cents(app, acct.id) == 2300  # under the threshold: one started at once
     ledger_clean()
 
@@ -213,11 +214,15 @@ def test_3ds_required_off_session_asks_the_owner(app, client, make_account, requ
     if processor == "stripe":
         request.getfixturevalue("stripe_api")
     acct = _crossed(app, client, make_account, "pm_card_authenticationRequired")
+    needs = lambda: client.get("/api/pay/auto-topup", headers=acct.headers).get_json()["card_needs_authentication"]  # noqa: E731
+    # the sandbox says so of its 3-D Secure test card before any charge; Stripe of no card
+    assert needs() is (processor == "sandbox")
     _start(app)
     runs = _runs(app, acct)
     assert runs[0][0] == "requires_action" and runs[0][1].startswith("authentication_required")
     assert _mails(app, acct) == ["Auto top-up needs you to confirm the payment"]
     assert balance_cents(app, acct.id) == 400
+    assert needs() is True  # its off-session charge failed so: known now, as the console warns
     ledger_clean()
 
 

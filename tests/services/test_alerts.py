@@ -107,6 +107,21 @@ def test_fires_once_per_period_and_again_in_next(app, account):
         assert alerts.evaluate_all(NOW + timedelta(days=2), dispatch=False)["fired"] == 0
 
 
+def test_messages_say_spend_in_dollars_to_the_fraction_of_a_cent(app, account):
+    """People read money in dollars: a spend rule's e-mail and chat text give its value and
+    threshold as dollars (sub-cent spend keeps its digits); the webhook's JSON keeps cents."""
+    with app.app_context():
+        make_alert(account.id, threshold=0.5, window="day")
+        make_alert(account.id, name="chatty", metric="calls", threshold=1, channel="chat",
+                   target="https://chat.example.com/hook")
+        rec(account.id, 0.75, at=NOW, calls=2)  # $0.0075
+        alerts.evaluate_all(NOW, dispatch=False)
+        msgs = {m.channel: m.payload for m in db.session.execute(select(OutboxMessage)).scalars()}
+        assert msgs["email"]["subject"].endswith(": spend $0.0075 > $0.005")
+        assert "The spend is $0.0075 over the last day (> $0.005)." in msgs["email"]["text"]
+        assert "calls is 2 over the last day (> 1)" in msgs["chat"]["text"]  # not money: a number
+
+
 def test_less_than_and_hour_window(app, account):
     with app.app_context():
         make_alert(account.id, metric="calls", op="<", threshold=2, window="hour")

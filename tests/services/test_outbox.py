@@ -133,6 +133,30 @@ def test_retries_with_backoff_then_delivers_once(app):
         assert len(rec.requests) == 3  # delivered messages are never sent again
 
 
+def test_a_failed_attempt_logs_the_webhook_host_not_its_secret_path(app, caplog):
+    """The worker's warning of a failed delivery printed the whole URL (in the error), and a
+    webhook's or chat's URL is often its credential: it is logged as ``flask outbox status``
+    shows it, scheme and host only, the path cut from the error too."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on: the connection is refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with app.app_context():
+        msg = outbox.add_webhook(f"http://127.0.0.1:{port}/services/T0/SECRETPATH?token=SECRETQ", "x", {},
+                                 secret=SECRET, enqueue=False)
+        db.session.commit()
+        msg_id = msg.id
+        with caplog.at_level("WARNING", logger=outbox.log.name):
+            assert outbox.deliver(msg_id) == "pending"
+        assert "SECRETPATH" in db.session.get(OutboxMessage, msg_id).last_error  # the owner's own record keeps it
+        db.session.execute(db.update(OutboxMessage).where(OutboxMessage.id == msg_id).values(status="cancelled"))
+        db.session.commit()
+    [line] = [r.getMessage() for r in caplog.records if msg_id in r.getMessage()]
+    assert f"http://127.0.0.1:{port}/..." in line and "attempt 1 failed" in line
+    assert "SECRET" not in line.replace(msg_id, "")
+
+
 def test_gives_up_after_max_attempts_and_redeliver(app):
     rec = recorder([500])
     with rec as url, app.app_context():

@@ -77,9 +77,11 @@ def test_email_delivered_once_over_smtp(app, client, account):
     assert len(sink.messages) == 1
     msg = sink.messages[0]
     assert msg["To"] == "ops@example.com"
-    assert msg["Subject"] == "Alert \u201cSpend guard\u201d: spend_cents 150 > 100"
+    assert msg["Subject"] == "Alert \u201cSpend guard\u201d: spend $1.50 > $1.00"  # dollars, as people read money
     text = msg.get_body(("plain",)).get_content()
-    assert "spend (cents) is 150 over the last day (> 100)" in text and alert["id"] in text
+    assert "spend is $1.50 over the last day (> $1.00)" in text and alert["id"] in text
+    lines = text.splitlines()
+    assert "Value:     $1.50" in lines and "Condition: spend > $1.00 (window: day)" in lines
     [ev] = _events(client, account)
     assert ev["delivery_status"] == "delivered" and ev["attempts"] == 1 and ev["delivered_at"]
     assert ev["id"] in text and ev["value"] == 150
@@ -125,7 +127,7 @@ def test_chat_payload_delivered_once(app, client, account):
     assert len(rec.requests) == 1
     body = orjson.loads(rec.requests[0].body)
     assert list(body) == ["text"]
-    assert "Spend guard" in body["text"] and "spend (cents) is 101 over the last day (> 100)" in body["text"]
+    assert "Spend guard" in body["text"] and "spend is $1.01 over the last day (> $1.00)" in body["text"]
 
 
 def test_retry_after_receiver_failures_then_exactly_one_success(app, client, account):

@@ -62,7 +62,8 @@ def alert_events(query):
           errors={404: None}, name="AlertView")
 def delete_alert(query, alert_id):
     """Delete an alert: it stops being evaluated; its past events stay listed.
-    Unknown, already deleted or another account's id → 404."""
+    Deleting it again answers the same 200 and changes nothing (a retry whose first answer
+    was lost), as revoking a key twice does. Unknown or another account's id → 404."""
     row = alerts.delete_alert(acting_account(query.get("org_id"), "alerts:write"), alert_id, principal().mode)
     return {"deleted": True, "id": row.id}
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.services.money.ledger import usd_precise  # noqa: F401 (the spend axis; one formatter)
+
 WIDTH, HEIGHT, PAD_LEFT, PAD_BOTTOM = 720, 200, 84, 24
 
 
@@ -63,15 +65,6 @@ def meter(used: float, limit: float, width: int = 300) -> dict:
     frac = 0.0 if limit <= 0 else min(used / limit, 1.0)
     return {"width": width, "fill": round(width * frac, 1), "over": limit > 0 and used >= limit,
             "percent": 0 if limit <= 0 else round(100 * used / limit)}
-
-
-def usd_precise(micros) -> str:  # also the spend axis: a $0.0002 scale is not "$0.00"
-    """Micros as dollars to the micro-dollar, never rounded: whole cents as "$1.23",
-    anything finer with the digits it needs (123 -> "$0.000123", 1_234_500 -> "$1.2345")."""
-    micros = int(micros or 0)
-    sign, micros = ("-" if micros < 0 else ""), abs(micros)
-    fraction = f"{micros % 1_000_000:06d}".rstrip("0").ljust(2, "0")
-    return f"{sign}${micros // 1_000_000:,}.{fraction}"
 
 
 def count_fmt(n) -> str:

@@ -56,6 +56,12 @@ class AutoTopupSchema(ma.Schema):
                                                        "account; runs are then skipped and the owner told)."})
     runs = ma.fields.List(ma.fields.Nested(AutoTopupRunSchema), required=True,
                           metadata={"description": "The last 10 runs, newest first."})
+    card_needs_authentication = ma.fields.Boolean(required=True, dump_only=True, metadata={"description": (
+        "Read-only: true when the saved card is known to need 3-D Secure, so auto top-up's off-session "
+        "charges on it fail (runs `requires_action`): the processor says so of the card, or its latest "
+        "off-session charge failed with `authentication_required`. False when not known (the bank decides at "
+        "each charge) or there is no card. The rule is accepted either way; pay a checkout on-session, or "
+        "save another card.")})
 
 
 class DeletedSchema(ma.Schema):

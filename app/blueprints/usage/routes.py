@@ -64,7 +64,7 @@ def usage_daily(query):
 @blp.doc(responses={"200": {"description": "The rows, streamed.", "content": {
     "text/csv": {"schema": {"type": "string"}, "example": "call_id,created_at,module,action,mode,status,"
                  "cost_cents,cost_micros,idempotency_key,receipt_hash,byok_key_id,provider_cost_micros,actor,"
-                 "actor_account_id\r\n"},
+                 "actor_account_id,ok\r\n"},
     "application/x-ndjson": {"schema": {"type": "string"}}}}})
 def usage_export(query):
     """Every call of the account in [`from`, `to`) (at most 31 days), one row per call,
@@ -75,7 +75,10 @@ def usage_export(query):
     completion served with the caller's own provider key: the key, and the list cost its
     provider bills; `cost_micros` is then the fee), `actor` (the key or agent session that made
     the call) and `actor_account_id` (the person behind it: an organisation key's member, else
-    the account), as the receipt names them. `format=csv` (default): `text/csv` with a header
+    the account), as the receipt names them, and last `ok`: a succeeded module call's provider
+    verdict, `false` when the provider refused it (its 4xx, charged by the documented rule; its
+    `status` is `succeeded`), `true` otherwise; empty (null) for a call not answered or refunded
+    and for chat completions, whose `status` says how they ended. `format=csv` (default): `text/csv` with a header
     row; `format=json`: NDJSON (`application/x-ndjson`, one JSON object per line). `key_id`,
     `module`, `model`: only those calls (`module: chat` is not a module: use `model`).
     In an organisation the export lists who called what: owners, admins and billing export

@@ -50,6 +50,7 @@ from app.ids import new_id
 from app.models import Account, Alert, AlertEvent, OutboxMessage
 from app.models.base import utcnow
 from app.services.accounts import accounts
+from app.services.money import ledger
 from app.services.billing import alert_targets
 from app.services.platform import netguard
 from app.services.platform import outbox
@@ -69,7 +70,7 @@ EVENT_TYPE = "alert.fired"
 
 _WINDOW_TEXT = {"hour": "the last hour", "day": "the last day", "week": "the last week",
                 "month": "the last 30 days"}
-_METRIC_TEXT = {"spend_cents": "spend (cents)", "calls": "calls", "error_rate": "error rate (%)",
+_METRIC_TEXT = {"spend_cents": "spend", "calls": "calls", "error_rate": "error rate (%)",
                 "plan_pct": "plan usage (% of plan_cents this billing period)"}
 
 
@@ -173,17 +174,21 @@ def list_alerts(account_id: str, mode: str = "live") -> list[Alert]:
 
 
 def delete_alert(account_id: str, alert_id: str, mode: str = "live") -> Alert:
-    """Stop and remove a rule (its past events stay listed). Unknown, already deleted,
+    """Stop and remove a rule (its past events stay listed). Idempotent, as revoking a key:
+    deleting one already deleted changes nothing and answers as the first time (a retried
+    DELETE whose answer was lost; docs/decisions.md "Deleting an alert twice"). Unknown,
     another account's id or a rule of the other mode → 404."""
     with unit_of_work():
         res = db.session.execute(
             update(Alert).where(Alert.id == alert_id, Alert.account_id == account_id, Alert.mode == mode,
                                 Alert.deleted_at.is_(None))
             .values(deleted_at=utcnow()).execution_options(synchronize_session=False))
-        if res.rowcount != 1:
-            raise NotFound("No such alert.")
-        audit.record(account_id, None, "alert.delete", alert_id, before={"mode": mode})
-    return db.session.get(Alert, alert_id, populate_existing=True)
+        if res.rowcount == 1:
+            audit.record(account_id, None, "alert.delete", alert_id, before={"mode": mode})
+    row = db.session.get(Alert, alert_id, populate_existing=True)
+    if row is None or row.account_id != account_id or row.mode != mode:
+        raise NotFound("No such alert.")
+    return row
 
 
 def list_events(account_id: str, limit: int = EVENTS_LIMIT, mode: str = "live") -> list[FiredEvent]:
@@ -307,10 +312,24 @@ def _fmt(value) -> str:
     return format(d, "f")
 
 
+def _amount(metric: str, value) -> str:
+    """A value or threshold as people read it: spend (cents in the rule and the webhook's
+    JSON) in dollars, as every human-facing amount ("$1.50", "$0.0025"); other metrics as numbers."""
+    if metric == "spend_cents":
+        return ledger.usd_precise(round(Decimal(str(value)) * ledger.MICROS_PER_CENT))
+    return _fmt(value)
+
+
+def _label(metric: str) -> str:
+    """The metric as an e-mail's subject and condition name it: ``spend`` (its amounts are in
+    dollars there, not cents), the others by their name."""
+    return "spend" if metric == "spend_cents" else metric
+
+
 def _describe(ev: dict) -> str:
     scope = "this billing period" if ev["metric"] == "plan_pct" else _WINDOW_TEXT[ev["window"]]
-    return (f"{_METRIC_TEXT[ev['metric']]} is {_fmt(ev['value'])} over {scope} "
-            f"({ev['op']} {_fmt(ev['threshold'])})")
+    return (f"{_METRIC_TEXT[ev['metric']]} is {_amount(ev['metric'], ev['value'])} over {scope} "
+            f"({ev['op']} {_amount(ev['metric'], ev['threshold'])})")
 
 
 def webhook_data(ev: dict) -> dict:
@@ -325,11 +344,12 @@ def _delivery(ev: dict, rule: dict) -> dict:
     """The outbox message of a firing (``outbox.message``), to the rule's channel and target."""
     common = {"source": f"alert_event:{ev['id']}", "account_id": ev["account_id"]}
     if rule["channel"] == "email":
-        subject = f"Alert \u201c{ev['name']}\u201d: {ev['metric']} {_fmt(ev['value'])} {ev['op']} {_fmt(ev['threshold'])}"
+        m, value, threshold = ev["metric"], _amount(ev["metric"], ev["value"]), _amount(ev["metric"], ev["threshold"])
+        subject = f"Alert \u201c{ev['name']}\u201d: {_label(m)} {value} {ev['op']} {threshold}"
         text = (f"Your alert \u201c{ev['name']}\u201d fired.\n\n"
                 f"The {_describe(ev)}.\n\n"
-                f"Metric:    {ev['metric']}\nValue:     {_fmt(ev['value'])}\n"
-                f"Condition: {ev['metric']} {ev['op']} {_fmt(ev['threshold'])} (window: {ev['window']})\n"
+                f"Metric:    {m}\nValue:     {value}\n"
+                f"Condition: {_label(m)} {ev['op']} {threshold} (window: {ev['window']})\n"
                 f"Period:    {ev['period_key']} (UTC; this alert fires at most once per {ev['window']})\n"
                 f"Fired at:  {ev['fired_at'].isoformat()}\n"
                 f"Account:   {ev['account_id']}\nAlert id:  {ev['alert_id']}\nEvent id:  {ev['id']}\n\n"

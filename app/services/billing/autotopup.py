@@ -74,6 +74,7 @@ class AutoTopupView:
     method: object | None
     month_micros: int
     runs: list[AutoTopupRun]
+    card_needs_authentication: bool  # ``needs_authentication``: its off-session charges would fail
 
     def __getattr__(self, name):
         return getattr(self.rule, name)
@@ -145,13 +146,21 @@ def view(account_id: str, mode: str) -> AutoTopupView:
     rule = _rule(account_id, mode)
     if rule is None:
         raise NotFound("No auto top-up is set (PUT /api/pay/auto-topup).")
-    profile = payments.saved_method(account_id, mode)
-    if profile is None or not profile.payment_method_id or profile.payment_method_type != "card":
-        profile = None  # no card it could charge (removed, or the default is a bank account)
+    profile = _default_card(account_id, mode)
     runs = db.session.execute(
         select(AutoTopupRun).where(AutoTopupRun.account_id == account_id, AutoTopupRun.mode == mode)
         .order_by(AutoTopupRun.created_at.desc(), AutoTopupRun.id.desc()).limit(RUNS_SHOWN)).scalars().all()
-    return AutoTopupView(rule, profile, _month_micros(account_id, mode), list(runs))
+    return AutoTopupView(rule, profile, _month_micros(account_id, mode), list(runs),
+                         _card_needs_authentication(account_id, mode, profile))
+
+
+def _default_card(account_id: str, mode: str):
+    """The saved default method if it is a card auto top-up could charge, else None (none
+    saved, the default removed, or the default is a bank account)."""
+    profile = payments.saved_method(account_id, mode)
+    if profile is None or not profile.payment_method_id or profile.payment_method_type != "card":
+        return None
+    return profile
 
 
 def needs_authentication(account_id: str, mode: str) -> bool:
@@ -161,9 +170,13 @@ def needs_authentication(account_id: str, mode: str) -> bool:
     card's latest off-session charge (an auto top-up, or a payment with the saved card)
     failed so. Not known is False: the bank decides at each charge. The API accepts the rule
     either way (docs/decisions.md, "Auto top-up on a card that needs 3-D Secure"); the
-    console warns."""
-    profile = payments.saved_method(account_id, mode)
-    if profile is None or not profile.payment_method_id or profile.payment_method_type != "card":
+    console warns and ``GET /api/pay/auto-topup`` says it (``card_needs_authentication``)."""
+    return _card_needs_authentication(account_id, mode, _default_card(account_id, mode))
+
+
+def _card_needs_authentication(account_id: str, mode: str, profile) -> bool:
+    """``needs_authentication`` of the default card ``profile`` (``_default_card``) already read."""
+    if profile is None:
         return False
     if asks_for_authentication(profile.processor, profile.payment_method_id):
         return True

@@ -32,7 +32,8 @@ from app.services.platform import uow
 MAX_WINDOW = timedelta(days=31)
 BATCH = 1000
 COLUMNS = ("call_id", "created_at", "module", "action", "mode", "status", "cost_cents", "cost_micros",
-           "idempotency_key", "receipt_hash", "byok_key_id", "provider_cost_micros", "actor", "actor_account_id")
+           "idempotency_key", "receipt_hash", "byok_key_id", "provider_cost_micros", "actor", "actor_account_id",
+           "ok")  # a new column goes last: a consumer's column positions do not move
 FORMATS = ("csv", "json")
 _FILTERS = ("key_id", "module", "model", "status", "mode")  # narrowed's, in a fixed order
 
@@ -91,7 +92,7 @@ def _statement(shape: tuple[str, ...]):
             ModuleCall.action, ModuleCall.mode, ModuleCall.status,
             case((refunded, 0), else_=ModuleCall.price_micros).label("cost_micros"),
             ModuleCall.idempotency_key, ModuleCall.receipt["hash"].as_string().label("receipt_hash"),
-            null().label("byok_key_id"), null().label("provider_cost_micros"), *_who(ModuleCall),
+            null().label("byok_key_id"), null().label("provider_cost_micros"), *_who(ModuleCall), ModuleCall.ok,
         ).where(ModuleCall.account_id == bindparam("account"), ModuleCall.created_at >= bindparam("start"),
                 ModuleCall.created_at < bindparam("end"), *narrowed(ModuleCall, ModuleCall.module_slug, f)))
     if "module" not in shape:  # one module: no chat completion
@@ -103,7 +104,7 @@ def _statement(shape: tuple[str, ...]):
             case((billed, ChatCompletion.cost_micros), else_=0).label("cost_micros"),
             null().label("idempotency_key"), null().label("receipt_hash"), ChatCompletion.byok_key_id,
             case((billed, ChatCompletion.list_cost_micros), else_=null()).label("provider_cost_micros"),
-            *_who(ChatCompletion),
+            *_who(ChatCompletion), null().label("ok"),
         ).where(ChatCompletion.account_id == bindparam("account"), ChatCompletion.created_at >= bindparam("start"),
                 ChatCompletion.created_at < bindparam("end"), *narrowed(ChatCompletion, model, f)))
     stmt = union_all(*parts) if len(parts) > 1 else parts[0]
@@ -159,14 +160,17 @@ def records(account_id: str, start: datetime, end: datetime, filters: dict | Non
     (``cost_cents`` in whole cents, floor as everywhere (DESIGN §3); ``cost_micros`` exact; refunded calls and
     released completions cost 0; a completion served with the caller's own provider key names
     it in ``byok_key_id``, its ``cost_micros`` is the fee and ``provider_cost_micros`` the list
-    cost its provider bills; ``actor`` and ``actor_account_id``: who made it, see ``_who``). ``filters``: see ``narrowed``; ``member``: only the calls of
+    cost its provider bills; ``actor`` and ``actor_account_id``: who made it, see ``_who``; ``ok``: a
+    succeeded module call's provider verdict — false when the provider refused it, its 4xx, charged
+    by the documented rule — else None: a call not answered or refunded, a chat completion, whose
+    ``status`` says how it ended). ``filters``: see ``narrowed``; ``member``: only the calls of
     that member's keys in the organisation ``account_id``."""
-    for cid, created, module, action, mode, status, micros, key, receipt_hash, byok_key, listed, actor, person in \
-            _rows(account_id, start, end, filters or {}, member):
+    for cid, created, module, action, mode, status, micros, key, receipt_hash, byok_key, listed, actor, person, ok \
+            in _rows(account_id, start, end, filters or {}, member):
         yield {"call_id": cid, "created_at": _iso(created), "module": module, "action": action, "mode": mode,
                "status": status, "cost_cents": micros_to_cents(micros), "cost_micros": micros,
                "idempotency_key": key, "receipt_hash": receipt_hash, "byok_key_id": byok_key,
-               "provider_cost_micros": listed, "actor": actor, "actor_account_id": person}
+               "provider_cost_micros": listed, "actor": actor, "actor_account_id": person, "ok": ok}
 
 
 # A spreadsheet reads a cell that starts with one of these as a formula (CSV injection, OWASP):
@@ -175,6 +179,8 @@ _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
 def _csv_cell(value):
+    if isinstance(value, bool):  # as the NDJSON and the API spell it, not Python's True
+        return "true" if value else "false"
     return "'" + value if isinstance(value, str) and value.startswith(_FORMULA_START) else value
 
 

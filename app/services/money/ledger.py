@@ -57,6 +57,16 @@ def micros_to_cents(micros: int) -> int:
     return int(micros) // MICROS_PER_CENT
 
 
+def usd_precise(micros) -> str:
+    """Micros as dollars to the micro-dollar, never rounded, for people to read (the console,
+    alert e-mails): whole cents as "$1.23", anything finer with the digits it needs
+    (123 -> "$0.000123", 1_234_500 -> "$1.2345"; a $0.0002 scale is not "$0.00")."""
+    micros = int(micros or 0)
+    sign, micros = ("-" if micros < 0 else ""), abs(micros)
+    fraction = f"{micros % 1_000_000:06d}".rstrip("0").ljust(2, "0")
+    return f"{sign}${micros // 1_000_000:,}.{fraction}"
+
+
 def customer(account_id: str, mode: str = "live") -> str:
     """The ledger account of a customer's balance in ``mode`` (live keeps ``acct:<id>``)."""
     if mode == "live":

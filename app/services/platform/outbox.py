@@ -232,7 +232,9 @@ def deliver(message_id: str) -> str:
                     **(_final(msg) if done else {}), status="failed" if done else "pending",
                     last_error=err, next_attempt_at=utcnow() + _backoff(msg.attempts))
             )
-        log.warning("outbox %s attempt %s failed: %s", msg.id, msg.attempts, err)
+        # as ``status`` shows it: a webhook's or chat's URL (often its credential) by its host only
+        destination, shown = _shown(msg.channel, msg.destination, err)
+        log.warning("outbox %s to %s attempt %s failed: %s", msg.id, destination, msg.attempts, shown)
         return "failed" if done else "pending"
     with unit_of_work():
         db.session.execute(

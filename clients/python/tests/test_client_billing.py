@@ -87,6 +87,7 @@ def test_auto_topup_get_set_disable(funded):
     rule = gw.auto_topup.set(threshold_cents=100, amount_cents=500, monthly_cap_cents=2000)
     assert (rule.threshold_cents, rule.amount_cents, rule.monthly_cap_cents, rule.enabled) == (100, 500, 2000, True)
     assert rule.method and rule.method.last4 == "4242" and rule.runs == []  # the balance (500) is above 100
+    assert rule.card_needs_authentication is False and rule.raw["card_needs_authentication"] is False
     assert gw.auto_topup.get() == rule
     assert gw.auto_topup.disable() is True
     with pytest.raises(NotFound):

@@ -372,7 +372,9 @@ class AutoTopup:
     """The auto top-up rule: under ``threshold_cents`` one top-up of ``amount_cents`` is
     charged to ``method`` (the default card; None: none, runs are skipped), at most
     ``monthly_cap_cents`` a month (``month_cents`` so far). ``enabled`` is False once
-    failures disabled it (``disabled_reason``); ``runs``: the last 10, newest first."""
+    failures disabled it (``disabled_reason``); ``runs``: the last 10, newest first.
+    ``card_needs_authentication``: the card is known to need 3-D Secure, so its off-session
+    top-ups fail (pay a checkout on-session, or save another card)."""
 
     threshold_cents: int
     amount_cents: int
@@ -383,6 +385,7 @@ class AutoTopup:
     month_cents: int = 0
     method: PaymentMethod | None = None
     runs: list[AutoTopupRun] = field(default_factory=list)
+    card_needs_authentication: bool = False
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod

@@ -48,6 +48,13 @@ SAMPLES = {
     "owner_earnings": ("org_1",),
     "build_submit": ("bot-mod", 5, ["go"], "https://example.com/m", "A module"), "builds_list": (),
     "agent_earnings": ("agt_1",), "agent_leaderboard": (5,),
+    "orgs_create": ("ACME",), "orgs_list": (), "org_get": ("org_1",), "org_members": ("org_1",),
+    "org_member_update": ("org_1", "acct_1", {"role": "admin", "monthly_budget_cents": 100}),
+    "org_member_remove": ("org_1", "acct_1"), "org_invite": ("org_1", "a@example.com", "developer"),
+    "org_invites": ("org_1",), "org_invite_revoke": ("org_1", "inv_1"), "org_invite_accept": ("tok",),
+    "org_audit": ("org_1", 10, "12"),
+    "provider_keys_list": (), "provider_key_add": ("openai", "sk-test"), "provider_key_delete": ("pk_1",),
+    "byok_settings_update": (True, False),
 }
 
 

@@ -7,7 +7,8 @@
 
 ``Gateway`` (sync) and ``AsyncGateway`` (async) cover accounts, modules, keys, usage,
 alerts, wallet, checkout, invoices, payment methods, auto top-up, payouts, agents (their
-builds, earnings and leaderboard) and receipts; ``AgentSession`` (``AsyncAgentSession``)
+builds, earnings and leaderboard), organisations (members, invitations, audit log),
+provider keys (BYOK) and receipts; ``AgentSession`` (``AsyncAgentSession``)
 signs an agent in with its ed25519 key; errors are ``ApiError`` subclasses (see
 gateway_client.errors).
 """
@@ -19,7 +20,9 @@ from gateway_client.agent import AgentSession, AsyncAgentSession, agent_pubkey, 
 from gateway_client.errors import (ApiError, AuthenticationError, Conflict, GatewayError,
                                    InvalidRequest, NotFound, PaymentFailed, PaymentRequired,
                                    PermissionDenied, RateLimited, ReceiptInvalid, ServerError)
-from gateway_client.models import (Account, Action, Agent, AgentDisabled, Alert, AutoTopup, AutoTopupRun,
+from gateway_client.models import (Account, Action, Agent, AgentDisabled, Alert, AuditEntry, AuditPage,
+                                   AutoTopup, AutoTopupRun, ByokSettings, Invite, Member, MemberRemoved, Org,
+                                   ProviderKey, ProviderKeys,
                                    BillingDetails, Build, CallResult, Checkout, DailyUsage,
                                    DestinationRemoved, Earnings, Funding, Invoice, InvoiceBrief,
                                    InvoicePage, Key, KeyCreated, Leaderboard, LeaderboardEntry, Module,
@@ -37,4 +40,6 @@ __all__ = [
     "WalletBalance", "AgentDisabled", "BillingDetails", "Earnings", "AutoTopup", "AutoTopupRun", "Build",
     "DestinationRemoved", "Invoice", "InvoiceBrief", "InvoicePage", "Leaderboard", "LeaderboardEntry",
     "PaymentMethod", "Payout", "PayoutDestination", "PayoutList", "Statement", "WalletFunding",
+    "AuditEntry", "AuditPage", "ByokSettings", "Invite", "Member", "MemberRemoved", "Org", "ProviderKey",
+    "ProviderKeys",
 ]

@@ -15,7 +15,8 @@ from gateway_client._core import (Op, RetryPolicy, default_timeouts, new_idempot
                                   resolve_api_key, resolve_base_url)
 from gateway_client._x402 import AsyncPayer
 from gateway_client.errors import PaymentRequired
-from gateway_client.models import (Account, Agent, AgentDisabled, Alert, AutoTopup, BillingDetails,
+from gateway_client.models import (Account, Agent, AgentDisabled, Alert, AuditPage, AutoTopup, BillingDetails,
+                                   ByokSettings, Invite, Member, MemberRemoved, Org, ProviderKey, ProviderKeys,
                                    Build, CallResult, Checkout, DailyUsage, DestinationRemoved, Earnings,
                                    Funding, Invoice, InvoicePage, Key, KeyCreated, Leaderboard, Module,
                                    ModuleUsage, Payment, PaymentMethod, Payout, PayoutDestination,
@@ -224,6 +225,56 @@ class AsyncPayouts(_AsyncResource):
         return await self._gw.request(ops.owner_earnings(org_id))
 
 
+class AsyncOrgs(_AsyncResource):
+    async def create(self, name: str) -> Org:
+        return await self._gw.request(ops.orgs_create(name))
+
+    async def get(self, org_id: str) -> Org:
+        return await self._gw.request(ops.org_get(org_id))
+
+    async def members(self, org_id: str) -> list[Member]:
+        return await self._gw.request(ops.org_members(org_id))
+
+    async def update_member(self, org_id: str, member_id: str, **changes: Unpack[ops.MemberChanges]) -> Member:
+        return await self._gw.request(ops.org_member_update(org_id, member_id, changes))
+
+    async def remove_member(self, org_id: str, member_id: str) -> MemberRemoved:
+        return await self._gw.request(ops.org_member_remove(org_id, member_id))
+
+    async def invite(self, org_id: str, email: str, role: ops.Role) -> Invite:
+        return await self._gw.request(ops.org_invite(org_id, email, role))
+
+    async def invites(self, org_id: str) -> list[Invite]:
+        return await self._gw.request(ops.org_invites(org_id))
+
+    async def revoke_invite(self, org_id: str, invite_id: str) -> Invite:
+        return await self._gw.request(ops.org_invite_revoke(org_id, invite_id))
+
+    async def accept_invite(self, token: str) -> Org:
+        return await self._gw.request(ops.org_invite_accept(token))
+
+    async def audit(self, org_id: str, limit: int = 50, cursor: str | None = None) -> AuditPage:
+        return await self._gw.request(ops.org_audit(org_id, limit, cursor))
+
+    async def list(self) -> list[Org]:
+        return await self._gw.request(ops.orgs_list())
+
+
+class AsyncProviderKeys(_AsyncResource):
+    async def list(self) -> ProviderKeys:
+        return await self._gw.request(ops.provider_keys_list())
+
+    async def add(self, provider: str, api_key: str) -> ProviderKey:
+        return await self._gw.request(ops.provider_key_add(provider, api_key))
+
+    async def delete(self, key_id: str) -> bool:
+        return await self._gw.request(ops.provider_key_delete(key_id))
+
+    async def update_settings(self, byok_only: bool | None = None,
+                              byok_fallback: bool | None = None) -> ByokSettings:
+        return await self._gw.request(ops.byok_settings_update(byok_only, byok_fallback))
+
+
 class AsyncGateway:
     """Asynchronous client; see ``Gateway`` for the arguments. Use ``async with``."""
 
@@ -245,6 +296,7 @@ class AsyncGateway:
         self.receipts, self.agents, self.builds = AsyncReceipts(self), AsyncAgents(self), AsyncBuilds(self)
         self.invoices, self.payment_methods = AsyncInvoices(self), AsyncPaymentMethods(self)
         self.auto_topup, self.payouts = AsyncAutoTopupRule(self), AsyncPayouts(self)
+        self.orgs, self.provider_keys = AsyncOrgs(self), AsyncProviderKeys(self)
 
     async def __aenter__(self) -> AsyncGateway:
         return self

@@ -11,7 +11,8 @@ import httpx
 
 from gateway_client._core import Op, json_body
 from gateway_client._x402 import settlement
-from gateway_client.models import (Account, Agent, AgentDisabled, Alert, AutoTopup, BillingDetails,
+from gateway_client.models import (Account, Agent, AgentDisabled, Alert, AuditPage, AutoTopup, BillingDetails,
+                                   ByokSettings, Invite, Member, MemberRemoved, Org, ProviderKey, ProviderKeys,
                                    Build, CallResult, Checkout, DailyUsage, DestinationRemoved, Earnings,
                                    Funding, Invoice, InvoicePage, Key, KeyCreated, Leaderboard, Module,
                                    ModuleUsage, Payment, PaymentMethod, Payout, PayoutDestination,
@@ -370,3 +371,76 @@ def agent_earnings(agent_id: str) -> Op[Earnings]:
 
 def agent_leaderboard(limit: int) -> Op[Leaderboard]:
     return Op("GET", "/api/agent/leaderboard", lambda r: Leaderboard.from_json(r.json()), params={"limit": limit})
+
+
+Role = Literal["owner", "admin", "developer", "billing", "viewer"]
+
+
+class MemberChanges(TypedDict, total=False):
+    """Fields of ``orgs.update_member``; only those given are sent (at least one):
+    ``role``, ``monthly_budget_cents`` (None removes the budget)."""
+
+    role: Role
+    monthly_budget_cents: int | None
+
+
+def orgs_create(name: str) -> Op[Org]:
+    return Op("POST", "/api/orgs", _one(Org), json={"name": name})
+
+
+def orgs_list() -> Op[list[Org]]:
+    return Op("GET", "/api/orgs", _many(Org, "orgs"))
+
+
+def org_get(org_id: str) -> Op[Org]:
+    return Op("GET", f"/api/orgs/{_seg(org_id)}", _one(Org))
+
+
+def org_members(org_id: str) -> Op[list[Member]]:
+    return Op("GET", f"/api/orgs/{_seg(org_id)}/members", _many(Member, "members"))
+
+
+def org_member_update(org_id: str, member_id: str, changes: MemberChanges) -> Op[Member]:
+    return Op("PATCH", f"/api/orgs/{_seg(org_id)}/members/{_seg(member_id)}", _one(Member), json=dict(changes))
+
+
+def org_member_remove(org_id: str, member_id: str) -> Op[MemberRemoved]:
+    return Op("DELETE", f"/api/orgs/{_seg(org_id)}/members/{_seg(member_id)}", _one(MemberRemoved))
+
+
+def org_invite(org_id: str, email: str, role: Role) -> Op[Invite]:
+    return Op("POST", f"/api/orgs/{_seg(org_id)}/invites", _one(Invite), json={"email": email, "role": role})
+
+
+def org_invites(org_id: str) -> Op[list[Invite]]:
+    return Op("GET", f"/api/orgs/{_seg(org_id)}/invites", _many(Invite, "invites"))
+
+
+def org_invite_revoke(org_id: str, invite_id: str) -> Op[Invite]:
+    return Op("DELETE", f"/api/orgs/{_seg(org_id)}/invites/{_seg(invite_id)}", _one(Invite))
+
+
+def org_invite_accept(token: str) -> Op[Org]:
+    return Op("POST", f"/api/orgs/invites/{_seg(token)}/accept", _one(Org))
+
+
+def org_audit(org_id: str, limit: int, cursor: str | None) -> Op[AuditPage]:
+    return Op("GET", f"/api/orgs/{_seg(org_id)}/audit", lambda r: AuditPage.from_json(r.json()),
+              params=_drop_none({"limit": limit, "cursor": cursor, "format": "json"}))
+
+
+def provider_keys_list() -> Op[ProviderKeys]:
+    return Op("GET", "/api/provider-keys", lambda r: ProviderKeys.from_json(r.json()))
+
+
+def provider_key_add(provider: str, api_key: str) -> Op[ProviderKey]:
+    return Op("POST", "/api/provider-keys", _one(ProviderKey), json={"provider": provider, "api_key": api_key})
+
+
+def provider_key_delete(key_id: str) -> Op[bool]:
+    return Op("DELETE", f"/api/provider-keys/{_seg(key_id)}", lambda r: bool(r.json()["deleted"]))
+
+
+def byok_settings_update(byok_only: bool | None, byok_fallback: bool | None) -> Op[ByokSettings]:
+    return Op("PATCH", "/api/provider-keys/settings", _one(ByokSettings),
+              json=_drop_none({"byok_only": byok_only, "byok_fallback": byok_fallback}))

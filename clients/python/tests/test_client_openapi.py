@@ -55,6 +55,10 @@ SAMPLES = {
     "org_audit": ("org_1", 10, "12"),
     "provider_keys_list": (), "provider_key_add": ("openai", "sk-test"), "provider_key_delete": ("pk_1",),
     "byok_settings_update": (True, False),
+    "alert_events": ("org_1",), "agent_usage": ("agt_1",),
+    "checkout_get": ("pay_1", "org_1"), "checkout_cancel": ("pay_1", "org_1"),
+    "wallet_connect_message": ("base", "0x" + "ab" * 20, "org_1"),
+    "wallet_connect": ("base", "0x" + "ab" * 20, "0x" + "cd" * 65, "n0nce123", "org_1"),
 }
 
 

@@ -6,9 +6,9 @@
     print(res.result, res.cost_cents, res.verify())
 
 ``Gateway`` (sync) and ``AsyncGateway`` (async) cover accounts, modules, keys, usage,
-alerts, wallet, checkout, invoices, payment methods, auto top-up, payouts, agents (their
-builds, earnings and leaderboard), organisations (members, invitations, audit log),
-provider keys (BYOK) and receipts; ``AgentSession`` (``AsyncAgentSession``)
+alerts and their firings, wallet (connecting one too), checkout, invoices, payment
+methods, auto top-up, payouts, agents (their usage, builds, earnings and leaderboard),
+organisations (members, invitations, audit log), provider keys (BYOK) and receipts; ``AgentSession`` (``AsyncAgentSession``)
 signs an agent in with its ed25519 key; errors are ``ApiError`` subclasses (see
 gateway_client.errors).
 """
@@ -20,7 +20,8 @@ from gateway_client.agent import AgentSession, AsyncAgentSession, agent_pubkey, 
 from gateway_client.errors import (ApiError, AuthenticationError, Conflict, GatewayError,
                                    InvalidRequest, NotFound, PaymentFailed, PaymentRequired,
                                    PermissionDenied, RateLimited, ReceiptInvalid, ServerError)
-from gateway_client.models import (Account, Action, Agent, AgentDisabled, Alert, AuditEntry, AuditPage,
+from gateway_client.models import (Account, Action, Agent, AgentDisabled, AgentUsage, Alert, AlertEvent,
+                                   AuditEntry, AuditPage, CheckoutState, ConnectedWallet, ConnectMessage, ModelUsage,
                                    AutoTopup, AutoTopupRun, ByokSettings, Invite, Member, MemberRemoved, Org,
                                    ProviderKey, ProviderKeys,
                                    BillingDetails, Build, CallResult, Checkout, DailyUsage,
@@ -41,5 +42,5 @@ __all__ = [
     "DestinationRemoved", "Invoice", "InvoiceBrief", "InvoicePage", "Leaderboard", "LeaderboardEntry",
     "PaymentMethod", "Payout", "PayoutDestination", "PayoutList", "Statement", "WalletFunding",
     "AuditEntry", "AuditPage", "ByokSettings", "Invite", "Member", "MemberRemoved", "Org", "ProviderKey",
-    "ProviderKeys",
+    "ProviderKeys", "AgentUsage", "AlertEvent", "CheckoutState", "ConnectedWallet", "ConnectMessage", "ModelUsage",
 ]

@@ -15,8 +15,8 @@ from gateway_client._core import (Op, RetryPolicy, default_timeouts, new_idempot
                                   resolve_api_key, resolve_base_url)
 from gateway_client._x402 import AsyncPayer
 from gateway_client.errors import PaymentRequired
-from gateway_client.models import (Account, Agent, AgentDisabled, Alert, AuditPage, AutoTopup, BillingDetails,
-                                   ByokSettings, Invite, Member, MemberRemoved, Org, ProviderKey, ProviderKeys,
+from gateway_client.models import (Account, Agent, AgentDisabled, AgentUsage, Alert, AlertEvent, AuditPage, AutoTopup, BillingDetails,
+                                   ByokSettings, CheckoutState, ConnectMessage, ConnectedWallet, Invite, Member, MemberRemoved, Org, ProviderKey, ProviderKeys,
                                    Build, CallResult, Checkout, DailyUsage, DestinationRemoved, Earnings,
                                    Funding, Invoice, InvoicePage, Key, KeyCreated, Leaderboard, Module,
                                    ModuleUsage, Payment, PaymentMethod, Payout, PayoutDestination,
@@ -83,6 +83,9 @@ class AsyncAlerts(_AsyncResource):
         one), so the client's retries of a lost answer make no second alert."""
         return await self._gw.request(ops.alerts_create(spec, idempotency_key or new_idempotency_key(), org_id))
 
+    async def events(self, org_id: str | None = None) -> list[AlertEvent]:
+        return await self._gw.request(ops.alert_events(org_id))
+
     async def list(self, org_id: str | None = None) -> list[Alert]:
         return await self._gw.request(ops.alerts_list(org_id))
 
@@ -103,6 +106,14 @@ class AsyncWallet(_AsyncResource):
         return await self._gw.request(ops.wallet_fund(amount_cents, method,
                                                       idempotency_key or new_idempotency_key(), org_id))
 
+    async def connect_message(self, chain: ops.WalletChain, address: str,
+                              org_id: str | None = None) -> ConnectMessage:
+        return await self._gw.request(ops.wallet_connect_message(chain, address, org_id))
+
+    async def connect(self, chain: ops.WalletChain, address: str, signature: str, nonce: str | None = None,
+                      org_id: str | None = None) -> ConnectedWallet:
+        return await self._gw.request(ops.wallet_connect(chain, address, signature, nonce, org_id))
+
 
 class AsyncPay(_AsyncResource):
     async def checkout(self, amount_cents: int, product: str | None = None,
@@ -113,6 +124,12 @@ class AsyncPay(_AsyncResource):
 
     async def history(self, org_id: str | None = None) -> list[Payment]:
         return await self._gw.request(ops.pay_history(org_id))
+
+    async def get_checkout(self, payment_id: str, org_id: str | None = None) -> CheckoutState:
+        return await self._gw.request(ops.checkout_get(payment_id, org_id))
+
+    async def cancel_checkout(self, payment_id: str, org_id: str | None = None) -> Payment:
+        return await self._gw.request(ops.checkout_cancel(payment_id, org_id))
 
 
 class AsyncReceipts(_AsyncResource):
@@ -139,6 +156,9 @@ class AsyncAgents(_AsyncResource):
 
     async def disable(self, agent_id: str, org_id: str | None = None) -> AgentDisabled:
         return await self._gw.request(ops.agent_disable(agent_id, org_id))
+
+    async def usage(self, agent_id: str) -> AgentUsage:
+        return await self._gw.request(ops.agent_usage(agent_id))
 
     async def earnings(self, agent_id: str) -> Earnings:
         return await self._gw.request(ops.agent_earnings(agent_id))

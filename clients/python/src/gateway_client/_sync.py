@@ -18,8 +18,8 @@ from gateway_client._core import (Op, RetryPolicy, default_timeouts, new_idempot
                                   resolve_api_key, resolve_base_url)
 from gateway_client._x402 import SyncPayer
 from gateway_client.errors import PaymentRequired
-from gateway_client.models import (Account, Agent, AgentDisabled, Alert, AuditPage, AutoTopup, BillingDetails,
-                                   ByokSettings, Invite, Member, MemberRemoved, Org, ProviderKey, ProviderKeys,
+from gateway_client.models import (Account, Agent, AgentDisabled, AgentUsage, Alert, AlertEvent, AuditPage, AutoTopup, BillingDetails,
+                                   ByokSettings, CheckoutState, ConnectMessage, ConnectedWallet, Invite, Member, MemberRemoved, Org, ProviderKey, ProviderKeys,
                                    Build, CallResult, Checkout, DailyUsage, DestinationRemoved, Earnings,
                                    Funding, Invoice, InvoicePage, Key, KeyCreated, Leaderboard, Module,
                                    ModuleUsage, Payment, PaymentMethod, Payout, PayoutDestination,
@@ -98,6 +98,10 @@ class Alerts(_Resource):
         one), so the client's retries of a lost answer make no second alert."""
         return self._gw.request(ops.alerts_create(spec, idempotency_key or new_idempotency_key(), org_id))
 
+    def events(self, org_id: str | None = None) -> list[AlertEvent]:
+        """The 100 most recent firings (deleted alerts' too), newest first, with their delivery."""
+        return self._gw.request(ops.alert_events(org_id))
+
     def list(self, org_id: str | None = None) -> list[Alert]:
         return self._gw.request(ops.alerts_list(org_id))
 
@@ -122,6 +126,18 @@ class Wallet(_Resource):
         return self._gw.request(ops.wallet_fund(amount_cents, method,
                                                 idempotency_key or new_idempotency_key(), org_id))
 
+    def connect_message(self, chain: ops.WalletChain, address: str, org_id: str | None = None) -> ConnectMessage:
+        """The single-use message the wallet at ``address`` signs to be connected (``connect``)."""
+        return self._gw.request(ops.wallet_connect_message(chain, address, org_id))
+
+    def connect(self, chain: ops.WalletChain, address: str, signature: str, nonce: str | None = None,
+                org_id: str | None = None) -> ConnectedWallet:
+        """Connect the wallet that signed ``connect_message``'s message (EVM: 0x-hex
+        ``personal_sign``; Solana: base58 ed25519); it replaces the connected one, and its
+        USDC deposits fund the balance. A live key only; not retried after a lost answer
+        (the message is single use: ``wallet.balance()`` shows whether it was connected)."""
+        return self._gw.request(ops.wallet_connect(chain, address, signature, nonce, org_id))
+
 
 class Pay(_Resource):
     def checkout(self, amount_cents: int, product: str | None = None,
@@ -137,6 +153,16 @@ class Pay(_Resource):
     def history(self, org_id: str | None = None) -> list[Payment]:
         """The last 50 payments, newest first."""
         return self._gw.request(ops.pay_history(org_id))
+
+    def get_checkout(self, payment_id: str, org_id: str | None = None) -> CheckoutState:
+        """Resume a checkout: its status, and its ``url`` while it can still be paid."""
+        return self._gw.request(ops.checkout_get(payment_id, org_id))
+
+    def cancel_checkout(self, payment_id: str, org_id: str | None = None) -> Payment:
+        """Cancel a pending checkout (nothing was charged); ``Conflict``
+        ``checkout_not_cancelable`` once paid or no longer pending. Not retried after a lost
+        answer (``get_checkout`` shows whether it was canceled)."""
+        return self._gw.request(ops.checkout_cancel(payment_id, org_id))
 
 
 class Receipts(_Resource):
@@ -166,6 +192,11 @@ class Agents(_Resource):
         """Disable an agent: its sessions stop, it can no longer sign in, and its balance
         comes back to this account (``returned_micros``). Cannot be undone."""
         return self._gw.request(ops.agent_disable(agent_id, org_id))
+
+    def usage(self, agent_id: str) -> AgentUsage:
+        """The agent's calls and spend this calendar month (UTC): totals, by module and model
+        (its owner's key, or its own session)."""
+        return self._gw.request(ops.agent_usage(agent_id))
 
     def earnings(self, agent_id: str) -> Earnings:
         """The earnings of the modules the agent owns (its owner's key, or its own session)."""

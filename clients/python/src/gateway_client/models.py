@@ -676,3 +676,87 @@ class ProviderKeys(ByokSettings):
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ProviderKeys:
         return parse(cls, data, provider_keys=[parse(ProviderKey, k) for k in data.get("provider_keys") or []])
+
+
+@dataclass(frozen=True)
+class AlertEvent:
+    """One firing of an alert (``value`` met the condition in ``period``) and its delivery:
+    ``delivery_status`` pending (retried; ``next_attempt_at``), delivered or failed."""
+
+    id: str
+    alert_id: str
+    name: str
+    metric: str
+    op: str
+    threshold: float
+    value: float
+    window: str
+    period: str
+    channel: str
+    fired_at: str
+    delivery_status: str
+    attempts: int = 0
+    delivered_at: str | None = None
+    next_attempt_at: str | None = None
+    last_error: str | None = None
+
+
+@dataclass(frozen=True)
+class ModelUsage:
+    """Chat completions of one model: ``spend_micros`` is exact (``spend_cents`` floors)."""
+
+    model: str
+    calls: int
+    spend_cents: int
+    spend_micros: int = 0
+
+
+@dataclass(frozen=True)
+class AgentUsage:
+    """An agent's calls in [``period_start``, ``period_end``): totals, by module and by chat model."""
+
+    agent_id: str
+    period_start: str
+    period_end: str
+    calls: int
+    errors: int
+    spend_cents: int
+    by_module: list[ModuleUsage] = field(default_factory=list)
+    by_model: list[ModelUsage] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> AgentUsage:
+        return parse(cls, data, by_module=[parse(ModuleUsage, m) for m in data.get("by_module") or []],
+                     by_model=[parse(ModelUsage, m) for m in data.get("by_model") or []])
+
+
+@dataclass(frozen=True)
+class CheckoutState:
+    """A checkout resumed: ``url`` while it can still be paid, None once paid, canceled,
+    expired or its bank payment submitted."""
+
+    payment_id: str
+    status: str
+    url: str | None = None
+    expires_at: str | None = None
+
+
+@dataclass(frozen=True)
+class ConnectMessage:
+    """The single-use message to sign to connect a wallet (EVM: EIP-191 ``personal_sign``;
+    Solana: ed25519 over its UTF-8 bytes), until ``expires_at``."""
+
+    message: str
+    nonce: str
+    expires_at: str
+    chain: str
+    address: str
+
+
+@dataclass(frozen=True)
+class ConnectedWallet:
+    id: str
+    chain: str
+    address: str
+    connected_at: str
+    connected: bool = True

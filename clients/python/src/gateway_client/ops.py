@@ -11,8 +11,8 @@ import httpx
 
 from gateway_client._core import Op, json_body
 from gateway_client._x402 import settlement
-from gateway_client.models import (Account, Agent, AgentDisabled, Alert, AuditPage, AutoTopup, BillingDetails,
-                                   ByokSettings, Invite, Member, MemberRemoved, Org, ProviderKey, ProviderKeys,
+from gateway_client.models import (Account, Agent, AgentDisabled, AgentUsage, Alert, AlertEvent, AuditPage, AutoTopup, BillingDetails,
+                                   ByokSettings, CheckoutState, ConnectMessage, ConnectedWallet, Invite, Member, MemberRemoved, Org, ProviderKey, ProviderKeys,
                                    Build, CallResult, Checkout, DailyUsage, DestinationRemoved, Earnings,
                                    Funding, Invoice, InvoicePage, Key, KeyCreated, Leaderboard, Module,
                                    ModuleUsage, Payment, PaymentMethod, Payout, PayoutDestination,
@@ -21,6 +21,7 @@ from gateway_client.models import (Account, Agent, AgentDisabled, Alert, AuditPa
 
 Period = Literal["day", "week", "month", "total"]
 Chain = Literal["base", "ethereum", "polygon"]
+WalletChain = Literal["base", "ethereum", "polygon", "solana"]
 
 
 class KeyOptions(TypedDict, total=False):
@@ -206,6 +207,10 @@ def alerts_delete(alert_id: str, org_id: str | None = None) -> Op[bool]:
     return Op("DELETE", f"/api/alerts/{_seg(alert_id)}", lambda r: bool(r.json()["deleted"]), params=_org(org_id))
 
 
+def alert_events(org_id: str | None = None) -> Op[list[AlertEvent]]:
+    return Op("GET", "/api/alerts/events", _many(AlertEvent, "events"), params=_org(org_id))
+
+
 def wallet_balance(org_id: str | None = None) -> Op[WalletBalance]:
     return Op("GET", "/api/wallet/balance", _one(WalletBalance), params=_org(org_id))
 
@@ -226,6 +231,18 @@ def wallet_fund(amount_cents: int, method: Literal["card", "ach", "usdc"], idemp
               headers={"Idempotency-Key": idempotency_key})
 
 
+def wallet_connect_message(chain: WalletChain, address: str, org_id: str | None) -> Op[ConnectMessage]:
+    return Op("GET", "/api/wallet/connect/message", _one(ConnectMessage),
+              params=_drop_none({"chain": chain, "address": address, "org_id": org_id}))
+
+
+def wallet_connect(chain: WalletChain, address: str, signature: str, nonce: str | None,
+                   org_id: str | None) -> Op[ConnectedWallet]:
+    return Op("POST", "/api/wallet/connect", _one(ConnectedWallet),
+              json=_drop_none({"chain": chain, "address": address, "signature": signature, "nonce": nonce,
+                               "org_id": org_id}))
+
+
 def pay_checkout(amount_cents: int, product: str | None, return_url: str | None,
                  idempotency_key: str, save_method: bool = False, org_id: str | None = None) -> Op[Checkout]:
     return Op("POST", "/api/pay/checkout", _one(Checkout),
@@ -236,6 +253,14 @@ def pay_checkout(amount_cents: int, product: str | None, return_url: str | None,
 
 def pay_history(org_id: str | None = None) -> Op[list[Payment]]:
     return Op("GET", "/api/pay/history", _many(Payment, "payments"), params=_org(org_id))
+
+
+def checkout_get(payment_id: str, org_id: str | None) -> Op[CheckoutState]:
+    return Op("GET", f"/api/pay/checkout/{_seg(payment_id)}", _one(CheckoutState), params=_org(org_id))
+
+
+def checkout_cancel(payment_id: str, org_id: str | None) -> Op[Payment]:
+    return Op("POST", f"/api/pay/checkout/{_seg(payment_id)}/cancel", _one(Payment), params=_org(org_id))
 
 
 def agent_register(name: str, pubkey: str, webhook: str | None, org_id: str | None = None) -> Op[Agent]:
@@ -251,6 +276,10 @@ def agent_fund(agent_id: str, amount_cents: int, idempotency_key: str, org_id: s
 
 def agent_disable(agent_id: str, org_id: str | None = None) -> Op[AgentDisabled]:
     return Op("DELETE", f"/api/agent/{_seg(agent_id)}", _one(AgentDisabled), params=_org(org_id))
+
+
+def agent_usage(agent_id: str) -> Op[AgentUsage]:
+    return Op("GET", f"/api/agent/{_seg(agent_id)}/usage", lambda r: AgentUsage.from_json(r.json()))
 
 
 def agent_nonce() -> Op[str]:

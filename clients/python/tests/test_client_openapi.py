@@ -36,6 +36,7 @@ SAMPLES = {
     "agent_register": ("bot", "ed25519:x", "https://example.com/hook", "org_1"),
     "agent_fund": ("agt_1", 5, "gwc_1", "org_1"), "agent_disable": ("agt_1", "org_1"),
     "agent_nonce": (), "agent_signin": ("ed25519:x", "n", "base58:s"),
+    "agent_siwx_challenge": (), "agent_siwx_signin": ("eyJ9",),
     "invoices_list": (10, "12", "org_1"), "invoice_get": ("inv_1", "org_1"),
     "invoice_pdf": ("inv_1", "/dev/null", "org_1"), "billing_details": ("org_1",),
     "billing_details_set": ({"name": "A", "address": "B", "country": "FR", "tax_id": "T"}, "org_1"), "methods_list": ("org_1",),

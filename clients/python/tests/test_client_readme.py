@@ -81,3 +81,15 @@ def test_byok_example_runs_as_written(server, make_account, capsys):
     assert out == ["demo_llm sk-own-k", "ByokSettings(byok_only=False, byok_fallback=True)", "[True] False"]
     assert scope["gw"].provider_keys.list().provider_keys == []
     scope["gw"].close()
+
+
+def test_evm_wallet_example_runs_as_written(server, make_account):
+    """The Sign in with an EVM wallet section: registered by its CAIP-10 account, funded,
+    signed in with the wallet and calling from its own balance."""
+    owner_acct = make_account(cents=500)
+    with Gateway(owner_acct.key, server.url) as owner:
+        scope = run("Sign in with an EVM wallet", server, owner_acct.key, owner=owner)
+        agent = scope["agent"]
+        assert agent.agent_id == scope["bot"].id and agent.api_key.startswith("svc_sess_")
+        assert owner.agents.usage(scope["bot"].id).calls == 1
+        agent.close()

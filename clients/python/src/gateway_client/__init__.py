@@ -8,15 +8,15 @@
 ``Gateway`` (sync) and ``AsyncGateway`` (async) cover accounts, modules, keys, usage,
 alerts and their firings, wallet (connecting one too), checkout, invoices, payment
 methods, auto top-up, payouts, agents (their usage, builds, earnings and leaderboard),
-organisations (members, invitations, audit log), provider keys (BYOK) and receipts; ``AgentSession`` (``AsyncAgentSession``)
-signs an agent in with its ed25519 key; errors are ``ApiError`` subclasses (see
-gateway_client.errors).
+organisations (members, invitations, audit log), provider keys (BYOK) and receipts;
+``AgentSession`` (``AsyncAgentSession``) signs an agent in with its ed25519 key or its EVM
+wallet (Sign-In-With-X); errors are ``ApiError`` subclasses (see gateway_client.errors).
 """
 from gateway_client._async import AsyncGateway
 from gateway_client._core import RetryPolicy
 from gateway_client._sync import Gateway
 from gateway_client._version import __version__
-from gateway_client.agent import AgentSession, AsyncAgentSession, agent_pubkey, sign_nonce
+from gateway_client.agent import AgentSession, AsyncAgentSession, agent_pubkey, sign_nonce, wallet_pubkey
 from gateway_client.errors import (ApiError, AuthenticationError, Conflict, GatewayError,
                                    InvalidRequest, NotFound, PaymentFailed, PaymentRequired,
                                    PermissionDenied, RateLimited, ReceiptInvalid, ServerError)
@@ -33,7 +33,7 @@ from gateway_client.models import (Account, Action, Agent, AgentDisabled, AgentU
 
 __all__ = [
     "Gateway", "AsyncGateway", "AgentSession", "AsyncAgentSession", "RetryPolicy", "__version__",
-    "agent_pubkey", "sign_nonce", "GatewayError", "ApiError", "InvalidRequest", "AuthenticationError",
+    "agent_pubkey", "sign_nonce", "wallet_pubkey", "GatewayError", "ApiError", "InvalidRequest", "AuthenticationError",
     "PaymentRequired", "PermissionDenied", "NotFound", "Conflict", "RateLimited",
     "ServerError", "ReceiptInvalid", "PaymentFailed", "Account", "Action", "Agent", "Alert",
     "CallResult", "Checkout", "DailyUsage", "Funding", "Key", "KeyCreated", "Module",

@@ -291,6 +291,19 @@ def agent_signin(pubkey: str, nonce: str, signature: str) -> Op[dict[str, Any]]:
               json={"pubkey": pubkey, "nonce": nonce, "signature": signature})
 
 
+SIWX_PATH = "/api/agent/siwx"
+
+
+def agent_siwx_challenge() -> Op[dict[str, Any]]:
+    """The Sign-In-With-X challenge: x402's ``{info, supportedChains, schema}``."""
+    return Op("GET", SIWX_PATH, json_body, auth=False)
+
+
+def agent_siwx_signin(header: str) -> Op[dict[str, Any]]:
+    """Sign in with the ``SIGN-IN-WITH-X`` header (x402's ``encode_siwx_header``)."""
+    return Op("POST", SIWX_PATH, json_body, auth=False, headers={"SIGN-IN-WITH-X": header})
+
+
 def invoices_list(limit: int, cursor: str | None, org_id: str | None) -> Op[InvoicePage]:
     def read(r: httpx.Response) -> InvoicePage:
         data = r.json()

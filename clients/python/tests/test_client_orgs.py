@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from pathlib import Path
 
 import pytest
 
@@ -29,7 +30,7 @@ def invite_token(app, email: str) -> str:
     return _token(app, email)
 
 
-def test_org_members_invitations_and_audit(app, make_account, gw_factory):
+def test_org_members_invitations_and_audit(app, make_account, gw_factory, tmp_path):
     email = f"member-{os.urandom(4).hex()}@example.com"
     owner_acct, person = make_account(cents=500), make_account(email=email)
     owner, gw = gw_factory(owner_acct.key), gw_factory(person.key)
@@ -64,6 +65,9 @@ def test_org_members_invitations_and_audit(app, make_account, gw_factory):
     rest = owner.orgs.audit(org.id, limit=200, cursor=page.next_cursor)
     assert {"org.create", "invite.create", "invite.revoke", "member.add"} <= {e.action for e in rest.entries}
     assert rest.entries[-1].action == "org.create" and rest.entries[-1].actor_account_id == owner_acct.id
+    exported = owner.orgs.audit_export(org.id, str(tmp_path / "audit.csv"))
+    header, *rows = Path(exported).read_text().splitlines()
+    assert header.startswith("id,created_at,actor_account_id,") and len(rows) == len(page.entries + rest.entries)
 
 
 def test_async_orgs(server, make_account):

@@ -276,6 +276,9 @@ class AsyncOrgs(_AsyncResource):
     async def audit(self, org_id: str, limit: int = 50, cursor: str | None = None) -> AuditPage:
         return await self._gw.request(ops.org_audit(org_id, limit, cursor))
 
+    async def audit_export(self, org_id: str, path: str) -> str:
+        return await self._gw.request(ops.org_audit_export(org_id, path))
+
     async def list(self) -> list[Org]:
         return await self._gw.request(ops.orgs_list())
 

@@ -361,6 +361,10 @@ class Orgs(_Resource):
         """The audit log, newest first (owners and admins); pass ``cursor=page.next_cursor``."""
         return self._gw.request(ops.org_audit(org_id, limit, cursor))
 
+    def audit_export(self, org_id: str, path: str) -> str:
+        """Stream every audit entry, newest first, as CSV (with a header row) into ``path``."""
+        return self._gw.request(ops.org_audit_export(org_id, path))
+
     def list(self) -> list[Org]:
         """Your organisations with your role in each (an organisation key: its own)."""
         return self._gw.request(ops.orgs_list())

@@ -471,6 +471,11 @@ def org_audit(org_id: str, limit: int, cursor: str | None) -> Op[AuditPage]:
               params=_drop_none({"limit": limit, "cursor": cursor, "format": "json"}))
 
 
+def org_audit_export(org_id: str, path: str) -> Op[str]:
+    return Op("GET", f"/api/orgs/{_seg(org_id)}/audit", lambda r: path, params={"format": "csv"},
+              headers={"Accept": "text/csv"}, stream_to=path)
+
+
 def provider_keys_list() -> Op[ProviderKeys]:
     return Op("GET", "/api/provider-keys", lambda r: ProviderKeys.from_json(r.json()))
 

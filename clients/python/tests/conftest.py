@@ -39,6 +39,7 @@ from demo.llm import DemoLLMHandler
 from tests.conftest import base_config, ledger_clean, make_account, migrated_app  # noqa: F401 - fixtures
 from tests.support import workers
 from tests.support.apps import ROOT, app_env, gunicorn
+from tests.support.procs import free_port
 from tests.support.standin import serve as http_server
 
 AGENT_SESSION_TTL = 8  # seconds: short, so the re-sign before expiry is observable
@@ -110,7 +111,9 @@ def server(app) -> Iterator[Server]:  # noqa: ARG001 - the database, migrated
                 env.pop(name, None)
             subprocess.run([sys.executable, "-m", "flask", "--app", "wsgi", "catalog", "load"],
                            cwd=ROOT, env=env, check=True, capture_output=True)
-            with gunicorn(env, workers=1, threads=4) as url:
+            port = free_port()  # BASE_URL is the server's own origin: SIWX challenges are bound to it
+            env["BASE_URL"] = f"http://127.0.0.1:{port}"
+            with gunicorn(env, workers=1, threads=4, port=port) as url:
                 yield Server(url, env)
     finally:
         provider.shutdown()

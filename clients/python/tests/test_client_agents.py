@@ -6,12 +6,13 @@ import asyncio
 import time
 
 import pytest
+from eth_account import Account as EthAccount
 from nacl.signing import SigningKey
 
 from app.services.accounts import accounts
 from conftest import AGENT_SESSION_TTL
 from gateway_client import (AgentSession, AsyncAgentSession, AuthenticationError, Conflict, PaymentRequired,
-                            PermissionDenied, agent_pubkey)
+                            PermissionDenied, agent_pubkey, wallet_pubkey)
 
 
 def test_builds_earnings_and_leaderboard(funded, server):
@@ -98,3 +99,33 @@ def test_a_refused_sign_in_closes_the_sessions_connections(server, monkeypatch):
         asyncio.run(AsyncAgentSession.sign_in(server.url, signing_key=SigningKey.generate()))
     assert exc.value.code == "unknown_agent"
     assert closed == ["sync", "async"]
+
+
+def test_agent_signs_in_with_its_evm_wallet(funded, server):
+    """Sign-In-With-X: an agent registered by its wallet's CAIP-10 account signs the
+    challenge's EIP-4361 message and gets the same session, sync and async, and signs in
+    again with the wallet; the challenge is bound to the server the client talks to."""
+    _, owner = funded
+    wallet = EthAccount.create()
+    agent = owner.agents.register("evm-bot", wallet_pubkey(wallet))
+    assert agent.pubkey == f"eip155:8453:{wallet.address}"
+    owner.agents.fund(agent.id, 10)
+    with AgentSession.sign_in(server.url, wallet=wallet) as bot:
+        assert bot.agent_id == agent.id and bot.api_key.startswith("svc_sess_")
+        assert bot.call("text", action="slugify", text="Signed in with X").ok
+        first = bot.api_key
+        bot.refresh()
+        assert bot.api_key != first and bot.account().agent_id == agent.id
+
+    async def run():
+        async with await AsyncAgentSession.sign_in(server.url, wallet=wallet) as abot:
+            return (await abot.account()).agent_id
+
+    assert asyncio.run(run()) == agent.id
+    with pytest.raises(AuthenticationError) as refused:  # registered on Base, not Ethereum
+        AgentSession.sign_in(server.url, wallet=wallet, chain_id="eip155:1")
+    assert refused.value.code == "unknown_agent"
+    with pytest.raises(TypeError):
+        AgentSession.sign_in(server.url, wallet=wallet, signing_key=SigningKey.generate())
+    with pytest.raises(ValueError):  # a challenge for another origin is not signed
+        AgentSession.sign_in(server.url.replace("127.0.0.1", "localhost"), wallet=wallet)

@@ -58,3 +58,38 @@ def test_billing_example_runs_as_written(app, server, make_account, capsys):
         assert out[1:] == ["[('visa', '4242', True)]", "True 4242"]
         assert gw.payouts.list().destination is None and [m.last4 for m in gw.payment_methods.list()] == ["4242"]
         assert gw.account().balance_cents == 2000 and gw.invoices.billing_details().name == "ACME SAS"
+
+
+def test_organisations_example_runs_as_written(server, make_account, capsys):
+    """The Organisations section: an organisation created, an invitation sent, listed and
+    revoked, the members and the audit log read."""
+    acct = make_account()
+    scope = run("Organisations", server, acct.key)
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["[('dev@example.com', 'developer')]", "owner True",
+                   "['invite.revoke', 'invite.create', 'org.create']"]
+    assert scope["gw"].orgs.invites(scope["org"].id) == []
+    scope["gw"].close()
+
+
+def test_byok_example_runs_as_written(server, make_account, capsys):
+    """The Bring your own key section: a key added (the demo provider accepts it), the
+    settings changed, the key listed and deleted."""
+    acct = make_account()
+    scope = run("Bring your own key", server, acct.key)
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["demo_llm sk-own-k", "ByokSettings(byok_only=False, byok_fallback=True)", "[True] False"]
+    assert scope["gw"].provider_keys.list().provider_keys == []
+    scope["gw"].close()
+
+
+def test_evm_wallet_example_runs_as_written(server, make_account):
+    """The Sign in with an EVM wallet section: registered by its CAIP-10 account, funded,
+    signed in with the wallet and calling from its own balance."""
+    owner_acct = make_account(cents=500)
+    with Gateway(owner_acct.key, server.url) as owner:
+        scope = run("Sign in with an EVM wallet", server, owner_acct.key, owner=owner)
+        agent = scope["agent"]
+        assert agent.agent_id == scope["bot"].id and agent.api_key.startswith("svc_sess_")
+        assert owner.agents.usage(scope["bot"].id).calls == 1
+        agent.close()

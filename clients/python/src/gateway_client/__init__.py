@@ -6,20 +6,24 @@
     print(res.result, res.cost_cents, res.verify())
 
 ``Gateway`` (sync) and ``AsyncGateway`` (async) cover accounts, modules, keys, usage,
-alerts, wallet, checkout, invoices, payment methods, auto top-up, payouts, agents (their
-builds, earnings and leaderboard) and receipts; ``AgentSession`` (``AsyncAgentSession``)
-signs an agent in with its ed25519 key; errors are ``ApiError`` subclasses (see
-gateway_client.errors).
+alerts and their firings, wallet (connecting one too), checkout, invoices, payment
+methods, auto top-up, payouts, agents (their usage, builds, earnings and leaderboard),
+organisations (members, invitations, audit log), provider keys (BYOK) and receipts;
+``AgentSession`` (``AsyncAgentSession``) signs an agent in with its ed25519 key or its EVM
+wallet (Sign-In-With-X); errors are ``ApiError`` subclasses (see gateway_client.errors).
 """
 from gateway_client._async import AsyncGateway
 from gateway_client._core import RetryPolicy
 from gateway_client._sync import Gateway
 from gateway_client._version import __version__
-from gateway_client.agent import AgentSession, AsyncAgentSession, agent_pubkey, sign_nonce
+from gateway_client.agent import AgentSession, AsyncAgentSession, agent_pubkey, sign_nonce, wallet_pubkey
 from gateway_client.errors import (ApiError, AuthenticationError, Conflict, GatewayError,
                                    InvalidRequest, NotFound, PaymentFailed, PaymentRequired,
                                    PermissionDenied, RateLimited, ReceiptInvalid, ServerError)
-from gateway_client.models import (Account, Action, Agent, AgentDisabled, Alert, AutoTopup, AutoTopupRun,
+from gateway_client.models import (Account, Action, Agent, AgentDisabled, AgentUsage, Alert, AlertEvent,
+                                   AuditEntry, AuditPage, CheckoutState, ConnectedWallet, ConnectMessage, ModelUsage,
+                                   AutoTopup, AutoTopupRun, ByokSettings, Invite, Member, MemberRemoved, Org,
+                                   ProviderKey, ProviderKeys,
                                    BillingDetails, Build, CallResult, Checkout, DailyUsage,
                                    DestinationRemoved, Earnings, Funding, Invoice, InvoiceBrief,
                                    InvoicePage, Key, KeyCreated, Leaderboard, LeaderboardEntry, Module,
@@ -29,7 +33,7 @@ from gateway_client.models import (Account, Action, Agent, AgentDisabled, Alert,
 
 __all__ = [
     "Gateway", "AsyncGateway", "AgentSession", "AsyncAgentSession", "RetryPolicy", "__version__",
-    "agent_pubkey", "sign_nonce", "GatewayError", "ApiError", "InvalidRequest", "AuthenticationError",
+    "agent_pubkey", "sign_nonce", "wallet_pubkey", "GatewayError", "ApiError", "InvalidRequest", "AuthenticationError",
     "PaymentRequired", "PermissionDenied", "NotFound", "Conflict", "RateLimited",
     "ServerError", "ReceiptInvalid", "PaymentFailed", "Account", "Action", "Agent", "Alert",
     "CallResult", "Checkout", "DailyUsage", "Funding", "Key", "KeyCreated", "Module",
@@ -37,4 +41,6 @@ __all__ = [
     "WalletBalance", "AgentDisabled", "BillingDetails", "Earnings", "AutoTopup", "AutoTopupRun", "Build",
     "DestinationRemoved", "Invoice", "InvoiceBrief", "InvoicePage", "Leaderboard", "LeaderboardEntry",
     "PaymentMethod", "Payout", "PayoutDestination", "PayoutList", "Statement", "WalletFunding",
+    "AuditEntry", "AuditPage", "ByokSettings", "Invite", "Member", "MemberRemoved", "Org", "ProviderKey",
+    "ProviderKeys", "AgentUsage", "AlertEvent", "CheckoutState", "ConnectedWallet", "ConnectMessage", "ModelUsage",
 ]

@@ -15,7 +15,8 @@ from gateway_client._core import (Op, RetryPolicy, default_timeouts, new_idempot
                                   resolve_api_key, resolve_base_url)
 from gateway_client._x402 import AsyncPayer
 from gateway_client.errors import PaymentRequired
-from gateway_client.models import (Account, Agent, AgentDisabled, Alert, AutoTopup, BillingDetails,
+from gateway_client.models import (Account, Agent, AgentDisabled, AgentUsage, Alert, AlertEvent, AuditPage, AutoTopup, BillingDetails,
+                                   ByokSettings, CheckoutState, ConnectMessage, ConnectedWallet, Invite, Member, MemberRemoved, Org, ProviderKey, ProviderKeys,
                                    Build, CallResult, Checkout, DailyUsage, DestinationRemoved, Earnings,
                                    Funding, Invoice, InvoicePage, Key, KeyCreated, Leaderboard, Module,
                                    ModuleUsage, Payment, PaymentMethod, Payout, PayoutDestination,
@@ -82,6 +83,9 @@ class AsyncAlerts(_AsyncResource):
         one), so the client's retries of a lost answer make no second alert."""
         return await self._gw.request(ops.alerts_create(spec, idempotency_key or new_idempotency_key(), org_id))
 
+    async def events(self, org_id: str | None = None) -> list[AlertEvent]:
+        return await self._gw.request(ops.alert_events(org_id))
+
     async def list(self, org_id: str | None = None) -> list[Alert]:
         return await self._gw.request(ops.alerts_list(org_id))
 
@@ -102,6 +106,14 @@ class AsyncWallet(_AsyncResource):
         return await self._gw.request(ops.wallet_fund(amount_cents, method,
                                                       idempotency_key or new_idempotency_key(), org_id))
 
+    async def connect_message(self, chain: ops.WalletChain, address: str,
+                              org_id: str | None = None) -> ConnectMessage:
+        return await self._gw.request(ops.wallet_connect_message(chain, address, org_id))
+
+    async def connect(self, chain: ops.WalletChain, address: str, signature: str, nonce: str | None = None,
+                      org_id: str | None = None) -> ConnectedWallet:
+        return await self._gw.request(ops.wallet_connect(chain, address, signature, nonce, org_id))
+
 
 class AsyncPay(_AsyncResource):
     async def checkout(self, amount_cents: int, product: str | None = None,
@@ -112,6 +124,12 @@ class AsyncPay(_AsyncResource):
 
     async def history(self, org_id: str | None = None) -> list[Payment]:
         return await self._gw.request(ops.pay_history(org_id))
+
+    async def get_checkout(self, payment_id: str, org_id: str | None = None) -> CheckoutState:
+        return await self._gw.request(ops.checkout_get(payment_id, org_id))
+
+    async def cancel_checkout(self, payment_id: str, org_id: str | None = None) -> Payment:
+        return await self._gw.request(ops.checkout_cancel(payment_id, org_id))
 
 
 class AsyncReceipts(_AsyncResource):
@@ -138,6 +156,9 @@ class AsyncAgents(_AsyncResource):
 
     async def disable(self, agent_id: str, org_id: str | None = None) -> AgentDisabled:
         return await self._gw.request(ops.agent_disable(agent_id, org_id))
+
+    async def usage(self, agent_id: str) -> AgentUsage:
+        return await self._gw.request(ops.agent_usage(agent_id))
 
     async def earnings(self, agent_id: str) -> Earnings:
         return await self._gw.request(ops.agent_earnings(agent_id))
@@ -224,6 +245,59 @@ class AsyncPayouts(_AsyncResource):
         return await self._gw.request(ops.owner_earnings(org_id))
 
 
+class AsyncOrgs(_AsyncResource):
+    async def create(self, name: str) -> Org:
+        return await self._gw.request(ops.orgs_create(name))
+
+    async def get(self, org_id: str) -> Org:
+        return await self._gw.request(ops.org_get(org_id))
+
+    async def members(self, org_id: str) -> list[Member]:
+        return await self._gw.request(ops.org_members(org_id))
+
+    async def update_member(self, org_id: str, member_id: str, **changes: Unpack[ops.MemberChanges]) -> Member:
+        return await self._gw.request(ops.org_member_update(org_id, member_id, changes))
+
+    async def remove_member(self, org_id: str, member_id: str) -> MemberRemoved:
+        return await self._gw.request(ops.org_member_remove(org_id, member_id))
+
+    async def invite(self, org_id: str, email: str, role: ops.Role) -> Invite:
+        return await self._gw.request(ops.org_invite(org_id, email, role))
+
+    async def invites(self, org_id: str) -> list[Invite]:
+        return await self._gw.request(ops.org_invites(org_id))
+
+    async def revoke_invite(self, org_id: str, invite_id: str) -> Invite:
+        return await self._gw.request(ops.org_invite_revoke(org_id, invite_id))
+
+    async def accept_invite(self, token: str) -> Org:
+        return await self._gw.request(ops.org_invite_accept(token))
+
+    async def audit(self, org_id: str, limit: int = 50, cursor: str | None = None) -> AuditPage:
+        return await self._gw.request(ops.org_audit(org_id, limit, cursor))
+
+    async def audit_export(self, org_id: str, path: str) -> str:
+        return await self._gw.request(ops.org_audit_export(org_id, path))
+
+    async def list(self) -> list[Org]:
+        return await self._gw.request(ops.orgs_list())
+
+
+class AsyncProviderKeys(_AsyncResource):
+    async def list(self) -> ProviderKeys:
+        return await self._gw.request(ops.provider_keys_list())
+
+    async def add(self, provider: str, api_key: str) -> ProviderKey:
+        return await self._gw.request(ops.provider_key_add(provider, api_key))
+
+    async def delete(self, key_id: str) -> bool:
+        return await self._gw.request(ops.provider_key_delete(key_id))
+
+    async def update_settings(self, byok_only: bool | None = None,
+                              byok_fallback: bool | None = None) -> ByokSettings:
+        return await self._gw.request(ops.byok_settings_update(byok_only, byok_fallback))
+
+
 class AsyncGateway:
     """Asynchronous client; see ``Gateway`` for the arguments. Use ``async with``."""
 
@@ -245,6 +319,7 @@ class AsyncGateway:
         self.receipts, self.agents, self.builds = AsyncReceipts(self), AsyncAgents(self), AsyncBuilds(self)
         self.invoices, self.payment_methods = AsyncInvoices(self), AsyncPaymentMethods(self)
         self.auto_topup, self.payouts = AsyncAutoTopupRule(self), AsyncPayouts(self)
+        self.orgs, self.provider_keys = AsyncOrgs(self), AsyncProviderKeys(self)
 
     async def __aenter__(self) -> AsyncGateway:
         return self

@@ -18,7 +18,8 @@ from gateway_client._core import (Op, RetryPolicy, default_timeouts, new_idempot
                                   resolve_api_key, resolve_base_url)
 from gateway_client._x402 import SyncPayer
 from gateway_client.errors import PaymentRequired
-from gateway_client.models import (Account, Agent, AgentDisabled, Alert, AutoTopup, BillingDetails,
+from gateway_client.models import (Account, Agent, AgentDisabled, AgentUsage, Alert, AlertEvent, AuditPage, AutoTopup, BillingDetails,
+                                   ByokSettings, CheckoutState, ConnectMessage, ConnectedWallet, Invite, Member, MemberRemoved, Org, ProviderKey, ProviderKeys,
                                    Build, CallResult, Checkout, DailyUsage, DestinationRemoved, Earnings,
                                    Funding, Invoice, InvoicePage, Key, KeyCreated, Leaderboard, Module,
                                    ModuleUsage, Payment, PaymentMethod, Payout, PayoutDestination,
@@ -97,6 +98,10 @@ class Alerts(_Resource):
         one), so the client's retries of a lost answer make no second alert."""
         return self._gw.request(ops.alerts_create(spec, idempotency_key or new_idempotency_key(), org_id))
 
+    def events(self, org_id: str | None = None) -> list[AlertEvent]:
+        """The 100 most recent firings (deleted alerts' too), newest first, with their delivery."""
+        return self._gw.request(ops.alert_events(org_id))
+
     def list(self, org_id: str | None = None) -> list[Alert]:
         return self._gw.request(ops.alerts_list(org_id))
 
@@ -121,6 +126,18 @@ class Wallet(_Resource):
         return self._gw.request(ops.wallet_fund(amount_cents, method,
                                                 idempotency_key or new_idempotency_key(), org_id))
 
+    def connect_message(self, chain: ops.WalletChain, address: str, org_id: str | None = None) -> ConnectMessage:
+        """The single-use message the wallet at ``address`` signs to be connected (``connect``)."""
+        return self._gw.request(ops.wallet_connect_message(chain, address, org_id))
+
+    def connect(self, chain: ops.WalletChain, address: str, signature: str, nonce: str | None = None,
+                org_id: str | None = None) -> ConnectedWallet:
+        """Connect the wallet that signed ``connect_message``'s message (EVM: 0x-hex
+        ``personal_sign``; Solana: base58 ed25519); it replaces the connected one, and its
+        USDC deposits fund the balance. A live key only; not retried after a lost answer
+        (the message is single use: ``wallet.balance()`` shows whether it was connected)."""
+        return self._gw.request(ops.wallet_connect(chain, address, signature, nonce, org_id))
+
 
 class Pay(_Resource):
     def checkout(self, amount_cents: int, product: str | None = None,
@@ -136,6 +153,16 @@ class Pay(_Resource):
     def history(self, org_id: str | None = None) -> list[Payment]:
         """The last 50 payments, newest first."""
         return self._gw.request(ops.pay_history(org_id))
+
+    def get_checkout(self, payment_id: str, org_id: str | None = None) -> CheckoutState:
+        """Resume a checkout: its status, and its ``url`` while it can still be paid."""
+        return self._gw.request(ops.checkout_get(payment_id, org_id))
+
+    def cancel_checkout(self, payment_id: str, org_id: str | None = None) -> Payment:
+        """Cancel a pending checkout (nothing was charged); ``Conflict``
+        ``checkout_not_cancelable`` once paid or no longer pending. Not retried after a lost
+        answer (``get_checkout`` shows whether it was canceled)."""
+        return self._gw.request(ops.checkout_cancel(payment_id, org_id))
 
 
 class Receipts(_Resource):
@@ -165,6 +192,11 @@ class Agents(_Resource):
         """Disable an agent: its sessions stop, it can no longer sign in, and its balance
         comes back to this account (``returned_micros``). Cannot be undone."""
         return self._gw.request(ops.agent_disable(agent_id, org_id))
+
+    def usage(self, agent_id: str) -> AgentUsage:
+        """The agent's calls and spend this calendar month (UTC): totals, by module and model
+        (its owner's key, or its own session)."""
+        return self._gw.request(ops.agent_usage(agent_id))
 
     def earnings(self, agent_id: str) -> Earnings:
         """The earnings of the modules the agent owns (its owner's key, or its own session)."""
@@ -282,6 +314,82 @@ class Payouts(_Resource):
         return self._gw.request(ops.owner_earnings(org_id))
 
 
+class Orgs(_Resource):
+    """Organisations: one balance shared by members with roles. Act on an organisation's
+    keys, usage, wallet, … by passing its ``id`` as ``org_id`` to those methods."""
+
+    def create(self, name: str) -> Org:
+        """Create an organisation (balance 0); you are its owner. Not retried after a lost
+        answer (``list`` shows whether it was made)."""
+        return self._gw.request(ops.orgs_create(name))
+
+    def get(self, org_id: str) -> Org:
+        return self._gw.request(ops.org_get(org_id))
+
+    def members(self, org_id: str) -> list[Member]:
+        """The members with their roles and budgets (any member may read)."""
+        return self._gw.request(ops.org_members(org_id))
+
+    def update_member(self, org_id: str, member_id: str, **changes: Unpack[ops.MemberChanges]) -> Member:
+        """Change a member's ``role`` and/or ``monthly_budget_cents`` (None removes it);
+        ``.disabled_agents`` / ``.revoked_invites``: what a lesser role took away."""
+        return self._gw.request(ops.org_member_update(org_id, member_id, changes))
+
+    def remove_member(self, org_id: str, member_id: str) -> MemberRemoved:
+        """Remove a member, or leave (your own account id); their organisation keys are revoked."""
+        return self._gw.request(ops.org_member_remove(org_id, member_id))
+
+    def invite(self, org_id: str, email: str, role: ops.Role) -> Invite:
+        """E-mail a single-use link (7 days) giving ``role``; a new invitation to the same
+        address replaces the pending one. Not retried after a lost answer."""
+        return self._gw.request(ops.org_invite(org_id, email, role))
+
+    def invites(self, org_id: str) -> list[Invite]:
+        """The pending invitations, oldest first (owners and admins)."""
+        return self._gw.request(ops.org_invites(org_id))
+
+    def revoke_invite(self, org_id: str, invite_id: str) -> Invite:
+        """Revoke an invitation: its link stops working (idempotent)."""
+        return self._gw.request(ops.org_invite_revoke(org_id, invite_id))
+
+    def accept_invite(self, token: str) -> Org:
+        """Accept an invitation (the token of its link) with this client's credential: the
+        invitation's address must be this account's. Answers the organisation."""
+        return self._gw.request(ops.org_invite_accept(token))
+
+    def audit(self, org_id: str, limit: int = 50, cursor: str | None = None) -> AuditPage:
+        """The audit log, newest first (owners and admins); pass ``cursor=page.next_cursor``."""
+        return self._gw.request(ops.org_audit(org_id, limit, cursor))
+
+    def audit_export(self, org_id: str, path: str) -> str:
+        """Stream every audit entry, newest first, as CSV (with a header row) into ``path``."""
+        return self._gw.request(ops.org_audit_export(org_id, path))
+
+    def list(self) -> list[Org]:
+        """Your organisations with your role in each (an organisation key: its own)."""
+        return self._gw.request(ops.orgs_list())
+
+
+class ProviderKeysResource(_Resource):
+    """Bring your own key: the account's own chat-provider keys (a live key only)."""
+
+    def list(self) -> ProviderKeys:
+        """The keys (``.provider_keys``, prefix only) and ``.byok_only`` ``.byok_fallback``."""
+        return self._gw.request(ops.provider_keys_list())
+
+    def add(self, provider: str, api_key: str) -> ProviderKey:
+        """Add a key for a chat-catalog ``provider``: checked with the provider first
+        (``InvalidRequest`` ``provider_key_invalid`` if refused), then stored encrypted."""
+        return self._gw.request(ops.provider_key_add(provider, api_key))
+
+    def delete(self, key_id: str) -> bool:
+        return self._gw.request(ops.provider_key_delete(key_id))
+
+    def update_settings(self, byok_only: bool | None = None, byok_fallback: bool | None = None) -> ByokSettings:
+        """Change the settings given (at least one)."""
+        return self._gw.request(ops.byok_settings_update(byok_only, byok_fallback))
+
+
 class Gateway:
     """Synchronous client. ``api_key`` / ``base_url`` default to ``GATEWAY_API_KEY`` /
     ``GATEWAY_BASE_URL``. With ``x402_account`` (an ``eth_account`` account) a 402 on a
@@ -306,6 +414,7 @@ class Gateway:
         self.receipts, self.agents, self.builds = Receipts(self), Agents(self), Builds(self)
         self.invoices, self.payment_methods = Invoices(self), PaymentMethods(self)
         self.auto_topup, self.payouts = AutoTopupRule(self), Payouts(self)
+        self.orgs, self.provider_keys = Orgs(self), ProviderKeysResource(self)
 
     def __enter__(self) -> Gateway:
         return self

@@ -565,3 +565,201 @@ class BillingDetails:
     country: str | None = None
     tax_id: str | None = None
     updated_at: str | None = None
+
+
+@dataclass(frozen=True)
+class Org:
+    """An organisation the caller belongs to: ``role`` is the caller's there, and
+    ``balance_cents`` its balance in the credential's mode. Pass ``id`` as ``org_id``."""
+
+    id: str
+    name: str
+    plan: str
+    balance_cents: int
+    role: str
+    created_at: str
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Member:
+    """A member of an organisation; ``monthly_budget_cents`` None means no budget."""
+
+    member_id: str
+    email: str | None
+    role: str
+    created_at: str
+    monthly_budget_cents: int | None = None
+    spent_this_month_cents: int = 0
+    disabled_agents: list[str] = field(default_factory=list)  # ``orgs.update_member``: what
+    revoked_invites: list[str] = field(default_factory=list)  # the new role took away
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class MemberRemoved:
+    """The answer of ``orgs.remove_member``: the member's organisation keys, agents and
+    pending invitations went with them."""
+
+    removed: bool
+    member_id: str
+    revoked_keys: list[str]
+    disabled_agents: list[str]
+    revoked_invites: list[str]
+
+
+@dataclass(frozen=True)
+class Invite:
+    """An invitation to an organisation (its single-use link goes by e-mail only)."""
+
+    id: str
+    org_id: str
+    email: str
+    role: str
+    invited_by: str
+    created_at: str
+    expires_at: str
+    accepted_at: str | None = None
+    revoked_at: str | None = None
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One change: who (``actor_account_id``, ``credential_id``), what (``action``), on
+    what (``target``), ``before`` and ``after``, and the request's id and IP."""
+
+    id: str
+    created_at: str
+    action: str
+    actor_account_id: str | None = None
+    credential_id: str | None = None
+    target: str | None = None
+    before: dict[str, Any] | None = None
+    after: dict[str, Any] | None = None
+    request_id: str | None = None
+    ip: str | None = None
+
+
+@dataclass(frozen=True)
+class AuditPage:
+    entries: list[AuditEntry]
+    next_cursor: str | None = None
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> AuditPage:
+        return parse(cls, data, entries=[parse(AuditEntry, e) for e in data["entries"]])
+
+
+@dataclass(frozen=True)
+class ProviderKey:
+    """One of the account's own chat-provider keys (BYOK): only its ``prefix`` is shown."""
+
+    id: str
+    provider: str
+    prefix: str
+    created_at: str
+    checked_at: str | None = None
+
+
+@dataclass(frozen=True)
+class ByokSettings:
+    """``byok_only``: route only to the account's own keys; ``byok_fallback``: own keys
+    failing, fail over to the platform's keys (charged the model price)."""
+
+    byok_only: bool
+    byok_fallback: bool
+
+
+@dataclass(frozen=True)
+class ProviderKeys(ByokSettings):
+    """The account's provider keys with its BYOK settings."""
+
+    provider_keys: list[ProviderKey] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ProviderKeys:
+        return parse(cls, data, provider_keys=[parse(ProviderKey, k) for k in data.get("provider_keys") or []])
+
+
+@dataclass(frozen=True)
+class AlertEvent:
+    """One firing of an alert (``value`` met the condition in ``period``) and its delivery:
+    ``delivery_status`` pending (retried; ``next_attempt_at``), delivered or failed."""
+
+    id: str
+    alert_id: str
+    name: str
+    metric: str
+    op: str
+    threshold: float
+    value: float
+    window: str
+    period: str
+    channel: str
+    fired_at: str
+    delivery_status: str
+    attempts: int = 0
+    delivered_at: str | None = None
+    next_attempt_at: str | None = None
+    last_error: str | None = None
+
+
+@dataclass(frozen=True)
+class ModelUsage:
+    """Chat completions of one model: ``spend_micros`` is exact (``spend_cents`` floors)."""
+
+    model: str
+    calls: int
+    spend_cents: int
+    spend_micros: int = 0
+
+
+@dataclass(frozen=True)
+class AgentUsage:
+    """An agent's calls in [``period_start``, ``period_end``): totals, by module and by chat model."""
+
+    agent_id: str
+    period_start: str
+    period_end: str
+    calls: int
+    errors: int
+    spend_cents: int
+    by_module: list[ModuleUsage] = field(default_factory=list)
+    by_model: list[ModelUsage] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> AgentUsage:
+        return parse(cls, data, by_module=[parse(ModuleUsage, m) for m in data.get("by_module") or []],
+                     by_model=[parse(ModelUsage, m) for m in data.get("by_model") or []])
+
+
+@dataclass(frozen=True)
+class CheckoutState:
+    """A checkout resumed: ``url`` while it can still be paid, None once paid, canceled,
+    expired or its bank payment submitted."""
+
+    payment_id: str
+    status: str
+    url: str | None = None
+    expires_at: str | None = None
+
+
+@dataclass(frozen=True)
+class ConnectMessage:
+    """The single-use message to sign to connect a wallet (EVM: EIP-191 ``personal_sign``;
+    Solana: ed25519 over its UTF-8 bytes), until ``expires_at``."""
+
+    message: str
+    nonce: str
+    expires_at: str
+    chain: str
+    address: str
+
+
+@dataclass(frozen=True)
+class ConnectedWallet:
+    id: str
+    chain: str
+    address: str
+    connected_at: str
+    connected: bool = True

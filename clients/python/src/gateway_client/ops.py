@@ -11,7 +11,8 @@ import httpx
 
 from gateway_client._core import Op, json_body
 from gateway_client._x402 import settlement
-from gateway_client.models import (Account, Agent, AgentDisabled, Alert, AutoTopup, BillingDetails,
+from gateway_client.models import (Account, Agent, AgentDisabled, AgentUsage, Alert, AlertEvent, AuditPage, AutoTopup, BillingDetails,
+                                   ByokSettings, CheckoutState, ConnectMessage, ConnectedWallet, Invite, Member, MemberRemoved, Org, ProviderKey, ProviderKeys,
                                    Build, CallResult, Checkout, DailyUsage, DestinationRemoved, Earnings,
                                    Funding, Invoice, InvoicePage, Key, KeyCreated, Leaderboard, Module,
                                    ModuleUsage, Payment, PaymentMethod, Payout, PayoutDestination,
@@ -20,6 +21,7 @@ from gateway_client.models import (Account, Agent, AgentDisabled, Alert, AutoTop
 
 Period = Literal["day", "week", "month", "total"]
 Chain = Literal["base", "ethereum", "polygon"]
+WalletChain = Literal["base", "ethereum", "polygon", "solana"]
 
 
 class KeyOptions(TypedDict, total=False):
@@ -205,6 +207,10 @@ def alerts_delete(alert_id: str, org_id: str | None = None) -> Op[bool]:
     return Op("DELETE", f"/api/alerts/{_seg(alert_id)}", lambda r: bool(r.json()["deleted"]), params=_org(org_id))
 
 
+def alert_events(org_id: str | None = None) -> Op[list[AlertEvent]]:
+    return Op("GET", "/api/alerts/events", _many(AlertEvent, "events"), params=_org(org_id))
+
+
 def wallet_balance(org_id: str | None = None) -> Op[WalletBalance]:
     return Op("GET", "/api/wallet/balance", _one(WalletBalance), params=_org(org_id))
 
@@ -225,6 +231,18 @@ def wallet_fund(amount_cents: int, method: Literal["card", "ach", "usdc"], idemp
               headers={"Idempotency-Key": idempotency_key})
 
 
+def wallet_connect_message(chain: WalletChain, address: str, org_id: str | None) -> Op[ConnectMessage]:
+    return Op("GET", "/api/wallet/connect/message", _one(ConnectMessage),
+              params=_drop_none({"chain": chain, "address": address, "org_id": org_id}))
+
+
+def wallet_connect(chain: WalletChain, address: str, signature: str, nonce: str | None,
+                   org_id: str | None) -> Op[ConnectedWallet]:
+    return Op("POST", "/api/wallet/connect", _one(ConnectedWallet),
+              json=_drop_none({"chain": chain, "address": address, "signature": signature, "nonce": nonce,
+                               "org_id": org_id}))
+
+
 def pay_checkout(amount_cents: int, product: str | None, return_url: str | None,
                  idempotency_key: str, save_method: bool = False, org_id: str | None = None) -> Op[Checkout]:
     return Op("POST", "/api/pay/checkout", _one(Checkout),
@@ -235,6 +253,14 @@ def pay_checkout(amount_cents: int, product: str | None, return_url: str | None,
 
 def pay_history(org_id: str | None = None) -> Op[list[Payment]]:
     return Op("GET", "/api/pay/history", _many(Payment, "payments"), params=_org(org_id))
+
+
+def checkout_get(payment_id: str, org_id: str | None) -> Op[CheckoutState]:
+    return Op("GET", f"/api/pay/checkout/{_seg(payment_id)}", _one(CheckoutState), params=_org(org_id))
+
+
+def checkout_cancel(payment_id: str, org_id: str | None) -> Op[Payment]:
+    return Op("POST", f"/api/pay/checkout/{_seg(payment_id)}/cancel", _one(Payment), params=_org(org_id))
 
 
 def agent_register(name: str, pubkey: str, webhook: str | None, org_id: str | None = None) -> Op[Agent]:
@@ -252,6 +278,10 @@ def agent_disable(agent_id: str, org_id: str | None = None) -> Op[AgentDisabled]
     return Op("DELETE", f"/api/agent/{_seg(agent_id)}", _one(AgentDisabled), params=_org(org_id))
 
 
+def agent_usage(agent_id: str) -> Op[AgentUsage]:
+    return Op("GET", f"/api/agent/{_seg(agent_id)}/usage", lambda r: AgentUsage.from_json(r.json()))
+
+
 def agent_nonce() -> Op[str]:
     return Op("GET", "/api/agent/nonce", lambda r: str(r.json()["nonce"]), auth=False)
 
@@ -259,6 +289,19 @@ def agent_nonce() -> Op[str]:
 def agent_signin(pubkey: str, nonce: str, signature: str) -> Op[dict[str, Any]]:
     return Op("POST", "/api/agent/signin", json_body, auth=False,
               json={"pubkey": pubkey, "nonce": nonce, "signature": signature})
+
+
+SIWX_PATH = "/api/agent/siwx"
+
+
+def agent_siwx_challenge() -> Op[dict[str, Any]]:
+    """The Sign-In-With-X challenge: x402's ``{info, supportedChains, schema}``."""
+    return Op("GET", SIWX_PATH, json_body, auth=False)
+
+
+def agent_siwx_signin(header: str) -> Op[dict[str, Any]]:
+    """Sign in with the ``SIGN-IN-WITH-X`` header (x402's ``encode_siwx_header``)."""
+    return Op("POST", SIWX_PATH, json_body, auth=False, headers={"SIGN-IN-WITH-X": header})
 
 
 def invoices_list(limit: int, cursor: str | None, org_id: str | None) -> Op[InvoicePage]:
@@ -370,3 +413,81 @@ def agent_earnings(agent_id: str) -> Op[Earnings]:
 
 def agent_leaderboard(limit: int) -> Op[Leaderboard]:
     return Op("GET", "/api/agent/leaderboard", lambda r: Leaderboard.from_json(r.json()), params={"limit": limit})
+
+
+Role = Literal["owner", "admin", "developer", "billing", "viewer"]
+
+
+class MemberChanges(TypedDict, total=False):
+    """Fields of ``orgs.update_member``; only those given are sent (at least one):
+    ``role``, ``monthly_budget_cents`` (None removes the budget)."""
+
+    role: Role
+    monthly_budget_cents: int | None
+
+
+def orgs_create(name: str) -> Op[Org]:
+    return Op("POST", "/api/orgs", _one(Org), json={"name": name})
+
+
+def orgs_list() -> Op[list[Org]]:
+    return Op("GET", "/api/orgs", _many(Org, "orgs"))
+
+
+def org_get(org_id: str) -> Op[Org]:
+    return Op("GET", f"/api/orgs/{_seg(org_id)}", _one(Org))
+
+
+def org_members(org_id: str) -> Op[list[Member]]:
+    return Op("GET", f"/api/orgs/{_seg(org_id)}/members", _many(Member, "members"))
+
+
+def org_member_update(org_id: str, member_id: str, changes: MemberChanges) -> Op[Member]:
+    return Op("PATCH", f"/api/orgs/{_seg(org_id)}/members/{_seg(member_id)}", _one(Member), json=dict(changes))
+
+
+def org_member_remove(org_id: str, member_id: str) -> Op[MemberRemoved]:
+    return Op("DELETE", f"/api/orgs/{_seg(org_id)}/members/{_seg(member_id)}", _one(MemberRemoved))
+
+
+def org_invite(org_id: str, email: str, role: Role) -> Op[Invite]:
+    return Op("POST", f"/api/orgs/{_seg(org_id)}/invites", _one(Invite), json={"email": email, "role": role})
+
+
+def org_invites(org_id: str) -> Op[list[Invite]]:
+    return Op("GET", f"/api/orgs/{_seg(org_id)}/invites", _many(Invite, "invites"))
+
+
+def org_invite_revoke(org_id: str, invite_id: str) -> Op[Invite]:
+    return Op("DELETE", f"/api/orgs/{_seg(org_id)}/invites/{_seg(invite_id)}", _one(Invite))
+
+
+def org_invite_accept(token: str) -> Op[Org]:
+    return Op("POST", f"/api/orgs/invites/{_seg(token)}/accept", _one(Org))
+
+
+def org_audit(org_id: str, limit: int, cursor: str | None) -> Op[AuditPage]:
+    return Op("GET", f"/api/orgs/{_seg(org_id)}/audit", lambda r: AuditPage.from_json(r.json()),
+              params=_drop_none({"limit": limit, "cursor": cursor, "format": "json"}))
+
+
+def org_audit_export(org_id: str, path: str) -> Op[str]:
+    return Op("GET", f"/api/orgs/{_seg(org_id)}/audit", lambda r: path, params={"format": "csv"},
+              headers={"Accept": "text/csv"}, stream_to=path)
+
+
+def provider_keys_list() -> Op[ProviderKeys]:
+    return Op("GET", "/api/provider-keys", lambda r: ProviderKeys.from_json(r.json()))
+
+
+def provider_key_add(provider: str, api_key: str) -> Op[ProviderKey]:
+    return Op("POST", "/api/provider-keys", _one(ProviderKey), json={"provider": provider, "api_key": api_key})
+
+
+def provider_key_delete(key_id: str) -> Op[bool]:
+    return Op("DELETE", f"/api/provider-keys/{_seg(key_id)}", lambda r: bool(r.json()["deleted"]))
+
+
+def byok_settings_update(byok_only: bool | None, byok_fallback: bool | None) -> Op[ByokSettings]:
+    return Op("PATCH", "/api/provider-keys/settings", _one(ByokSettings),
+              json=_drop_none({"byok_only": byok_only, "byok_fallback": byok_fallback}))

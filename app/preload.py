@@ -8,7 +8,7 @@ on first use), the first x402-paid call 2.1 s (``eth_account`` and the x402 EVM 
 ~2.3 s of imports), the first chat request 2.2 s (the two BPE tokenizers) and the first MCP
 request 0.75 s (the ``mcp`` server). gunicorn's master calls :func:`load` after loading the
 app and before the first fork (``deploy/gunicorn.conf.py``, ``on_starting``), so every worker
-starts with them and shares one copy of their memory (~230 MiB, almost all of it the
+starts with them and shares one copy of their memory (~210 MiB, most of it the
 tokenizers' tables, which are never written after loading and so stay shared). Only
 imports and the tokenizers' tables: nothing here opens a connection or starts a thread
 (a fork must not inherit either).

@@ -45,7 +45,7 @@ Every value can be overridden from the environment:
   exits are removed by ``child_exit``.
 
 * Lazy dependencies (``app/preload.py``: the ORM's mappers, the chat tokenizers,
-  ``eth_account`` and x402's EVM types, the ``mcp`` server; ~7 s of CPU and ~230 MiB) are
+  ``eth_account`` and x402's EVM types, the ``mcp`` server; ~4 s of CPU on an idle host and ~210 MiB) are
   loaded in the master before the first fork (``on_starting``; without preload, in each
   worker before it serves), not on a worker's first metered call, chat, x402 or MCP request
   (1.0–1.3 s, 2.2 s, 2.1 s and 0.75 s under ``make run``; 0.08–0.3 s after).

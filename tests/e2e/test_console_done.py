@@ -30,7 +30,7 @@ def _rows(page) -> list[tuple[str, str]]:
 
 
 def test_a_new_user_sees_chat_and_module_calls_with_exact_costs(app, chat_server, provider_server):  # noqa: F811
-    from app.blueprints.console.charts import usd_precise
+    from app.services.money.ledger import usd_precise
 
     create_module(app, "svc", provider_server, {"ok": (3, "/ok")}, sandbox_url=provider_server + "/sandbox")
     base = chat_server[0]

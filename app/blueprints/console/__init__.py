@@ -97,7 +97,7 @@ def _context():
 @bp.app_template_filter("usd")
 def _usd(micros) -> str:
     """Micros as dollars to the micro-dollar (a $0.000123 chat completion is not "$0.00")."""
-    from app.blueprints.console.charts import usd_precise
+    from app.services.money.ledger import usd_precise
 
     return usd_precise(micros)
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.services.money.ledger import usd_precise  # noqa: F401 (the spend axis; one formatter)
-
 WIDTH, HEIGHT, PAD_LEFT, PAD_BOTTOM = 720, 200, 84, 24
 
 

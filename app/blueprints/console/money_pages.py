@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from flask import Response, abort, g, redirect, request, url_for
 
-from app.blueprints.console import bp, charts, org_context, web
+from app.blueprints.console import bp, org_context, web
 from app.blueprints.alerts.schemas import AlertCreateSchema
 from app.blueprints.console.account_pages import dollars_to_cents, field_errors
 from app.blueprints.payments.schemas import MAX_AMOUNT_CENTS, CheckoutSchema
@@ -121,7 +121,7 @@ def _alert_value(value, metric: str) -> str:
     """A threshold or a fired value in its metric's unit: spend as dollars (the API keeps
     cents, fractions kept: 250.5 is $2.505), calls as a count, the rates as a percentage."""
     if metric == "spend_cents":
-        return charts.usd_precise(round(value * 10_000))
+        return alerts_svc.spend_text(value)
     number = f"{value:,.2f}".rstrip("0").rstrip(".")
     return number if metric == "calls" else number + "%"
 

@@ -12,6 +12,7 @@ from app.services.accounts import accounts
 from app.services.accounts import console as console_svc
 from app.services.billing import usage
 from app.services.gateway import catalog, history
+from app.services.money import ledger
 
 
 @bp.get("/")
@@ -90,7 +91,7 @@ def daily_charts(account_id: str, days: int, mode: str) -> dict:
     """The spend and calls bar charts of the last ``days`` days."""
     series = usage.daily_rows(account_id, days, mode=mode)
     return {"series": series,
-            "spend": charts.bars(series, "spend_micros", charts.usd_precise, empty_top=10_000),
+            "spend": charts.bars(series, "spend_micros", ledger.usd_precise, empty_top=10_000),
             "calls": charts.bars(series, "calls", charts.count_fmt, whole=True)}
 
 

@@ -312,12 +312,17 @@ def _fmt(value) -> str:
     return format(d, "f")
 
 
+def spend_text(cents) -> str:
+    """A spend value or threshold (cents in the rule and the webhook's JSON, fractions kept)
+    as people read it, in dollars like every human-facing amount: "$1.50", "$0.0025" (the
+    e-mails here, and the console's alert pages)."""
+    return ledger.usd_precise(round(Decimal(str(cents)) * ledger.MICROS_PER_CENT))
+
+
 def _amount(metric: str, value) -> str:
-    """A value or threshold as people read it: spend (cents in the rule and the webhook's
-    JSON) in dollars, as every human-facing amount ("$1.50", "$0.0025"); other metrics as numbers."""
-    if metric == "spend_cents":
-        return ledger.usd_precise(round(Decimal(str(value)) * ledger.MICROS_PER_CENT))
-    return _fmt(value)
+    """A value or threshold as people read it: spend in dollars (``spend_text``), other
+    metrics as numbers."""
+    return spend_text(value) if metric == "spend_cents" else _fmt(value)
 
 
 def _label(metric: str) -> str:

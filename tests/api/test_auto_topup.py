@@ -434,3 +434,20 @@ def test_a_crossing_with_the_card_removed_tells_the_owner(app, client, make_acco
     assert _mails(app, acct) == ["Auto top-up could not run: no saved card"]
     assert balance_cents(app, acct.id) == 400
     ledger_clean()
+
+
+def test_turning_it_off_again_answers_as_the_first_time(app, client, make_account, ledger_clean):
+    """A retried DELETE whose first answer was lost: 200 with the same body, no second audit
+    entry; a mode that never had a rule stays 404 (a test key cannot believe it turned the
+    live rule off)."""
+    acct = make_account(cents=1000, test_key=True)
+    _save_card(client, acct)
+    assert _put(client, acct).status_code == 200
+    for _ in range(2):
+        r = client.delete("/api/pay/auto-topup", headers=acct.headers)
+        assert r.status_code == 200 and r.get_json() == {"deleted": True}
+    log = client.get("/api/audit", headers=acct.headers).get_json()["entries"]
+    assert [e["action"] for e in log].count("autotopup.delete") == 1
+    test_headers = {"Authorization": f"Bearer {acct.test_key}"}
+    assert client.delete("/api/pay/auto-topup", headers=test_headers).status_code == 404
+    ledger_clean()

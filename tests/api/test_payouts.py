@@ -196,6 +196,25 @@ def test_removing_the_destination_keeps_earnings_as_balance(app, client, below_m
     ledger_clean()
 
 
+def test_removing_the_destination_again_answers_as_the_first_time(app, client, below_minimum, make_account,
+                                                                  ledger_clean):
+    """A retried DELETE whose first answer was lost: 200 with the first answer's body, nothing
+    moved twice; an account that never had a destination stays 404."""
+    o = below_minimum[0]
+    first = client.delete("/api/payouts/destination", headers=_h(o.seller))
+    assert first.status_code == 200
+    balance = client.get("/api/account", headers=_h(o.seller)).get_json()["balance_cents"]
+    again = client.delete("/api/payouts/destination", headers=_h(o.seller))
+    assert again.status_code == 200 and again.get_json() == first.get_json() == {
+        "kind": None, "moved_to_balance_cents": 30}
+    assert client.get("/api/account", headers=_h(o.seller)).get_json()["balance_cents"] == balance
+    log = client.get("/api/audit", headers=_h(o.seller)).get_json()["entries"]
+    assert [e["action"] for e in log].count("payout_destination.remove") == 1
+    assert client.delete("/api/payouts/destination", headers=make_account().headers).status_code == 404
+    _reconcile(app)
+    ledger_clean()
+
+
 @pytest.mark.parametrize("kind,body", [
     ("stripe_connect", {"account": "bogus"}),
     ("stripe_connect", {}),

@@ -50,3 +50,21 @@ def test_stripe_remove_detaches_first(client, account, stripe_api, ledger_clean)
     assert ("POST", "/v1/payment_methods/pm_card_visa/detach") in [(m, p) for m, p, _ in stripe_api.requests]
     assert _listed(client, account) == []
     ledger_clean()
+
+
+def test_removing_a_method_again_answers_as_the_first_time(client, make_account, stripe_api, ledger_clean):
+    """A retried DELETE whose first answer was lost: 200 with the same body, nothing detached
+    or recorded twice (docs/decisions.md "Deleting twice answers as the first time")."""
+    acct, other = make_account(test_key=True), make_account()
+    _save(client, acct, "pm_card_visa")
+    for _ in range(2):
+        r = client.delete("/api/pay/methods/pm_card_visa", headers=acct.headers)
+        assert r.status_code == 200 and r.get_json() == {"deleted": True}
+    assert [p for m, p, _ in stripe_api.requests if p.endswith("/detach")] == ["/v1/payment_methods/pm_card_visa/detach"]
+    log = client.get("/api/audit", headers=acct.headers).get_json()["entries"]
+    assert [e["action"] for e in log].count("method.remove") == 1
+    # Not the caller's, or of the other mode: nothing of theirs was removed.
+    assert client.delete("/api/pay/methods/pm_card_visa", headers=other.headers).status_code == 404
+    test_headers = {"Authorization": f"Bearer {acct.test_key}"}
+    assert client.delete("/api/pay/methods/pm_card_visa", headers=test_headers).status_code == 404
+    ledger_clean()

@@ -152,7 +152,7 @@ class AuditEntrySchema(ma.Schema):
                        "`key.rotate`, `key.revoke`, `invite.create`, `invite.revoke`, `checkout.create`, "
                        "`checkout.cancel`, `funding.create`, `payment.credit` (money credited: by the processor, "
                        "no person), `method.default`, `method.remove`, `autotopup.set`, `autotopup.delete`, "
-                       "`wallet.connect`, `alert.create`, `alert.delete`, `agent.register`, `agent.fund`, `credit.adjust` and `account.plan` (by an operator)."})
+                       "`wallet.connect`, `payout_destination.set`, `payout_destination.remove`, `alert.create`, `alert.delete`, `agent.register`, `agent.fund`, `credit.adjust` and `account.plan` (by an operator)."})
     target = ma.fields.String(required=True, allow_none=True, metadata={"description": "The id acted on."})
     before = ma.fields.Dict(required=True, allow_none=True)
     after = ma.fields.Dict(required=True, allow_none=True)

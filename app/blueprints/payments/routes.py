@@ -115,10 +115,12 @@ def get_auto_topup(query):
 
 
 @endpoint(blp, "/auto-topup", "delete", "billing:write", query=BillingWriteQuerySchema, ok=DeletedSchema,
-          errors={404: f"No auto top-up is set, or {NOT_MEMBER}"}, name="AutoTopupDeleteView")
+          errors={404: f"No auto top-up was ever set in this mode, or {NOT_MEMBER}"}, name="AutoTopupDeleteView")
 def delete_auto_topup(query):
     """Turn auto top-up off and delete the rule (with `org_id`: the organisation's); queued
-    runs are skipped (a charge already sent to the processor is still booked)."""
+    runs are skipped (a charge already sent to the processor is still booked). Deleting it
+    again answers the same 200 and changes nothing (a retry whose first answer was lost), as
+    deleting an alert does."""
     autotopup.remove(acting_account(query.get("org_id"), BILLING_WRITE), principal().mode)
     return {"deleted": True}
 
@@ -162,12 +164,14 @@ def default_saved_method(query, payment_method_id):
 
 
 @endpoint(blp, "/methods/<string:payment_method_id>", "delete", "billing:write", query=BillingWriteQuerySchema,
-          ok=DeletedSchema, errors={404: f"No such saved payment method, or {NOT_MEMBER}"},
+          ok=DeletedSchema, errors={404: f"No such payment method saved in this mode, or {NOT_MEMBER}"},
           name="SavedMethodView")
 def remove_saved_method(query, payment_method_id):
     """Remove a saved method: detached at the processor first, then forgotten. Removing the
     default leaves none: funding by card and auto top-up answer `no_payment_method` until
-    another is made the default. With `org_id` one of the organisation's."""
+    another is made the default. Removing it again answers the same 200 and changes nothing
+    (a retry whose first answer was lost), as deleting an alert does. With `org_id` one of
+    the organisation's."""
     methods.remove(acting_account(query.get("org_id"), BILLING_WRITE), principal().mode, payment_method_id)
     return {"deleted": True}
 

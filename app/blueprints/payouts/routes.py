@@ -86,9 +86,12 @@ def put_usdc_destination(body):
 
 
 @endpoint(blp, "/payouts/destination", "delete", "billing:write", query=PayoutsWriteQuerySchema,
-          ok=DestinationRemovedSchema, errors={403: "A test key.", 404: "No destination, or `org_id` is not an "
-                                                                      "organisation of the caller.",
+          ok=DestinationRemovedSchema, errors={403: "A test key.", 404: "There never was a destination, or "
+                                                                      "`org_id` is not an organisation of the "
+                                                                      "caller.",
                                                409: "`payout_in_flight`."})
 def delete_destination(query):
-    """Keep earnings as balance again: what is owed moves to the balance."""
+    """Keep earnings as balance again: what is owed moves to the balance. Removing it again
+    answers the first removal's answer and moves nothing (a retry whose first answer was
+    lost), as deleting an alert does."""
     return payouts.remove_destination(_live_account(query.get("org_id"), "billing:write"))

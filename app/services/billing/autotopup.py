@@ -191,11 +191,15 @@ def _card_needs_authentication(account_id: str, mode: str, profile) -> bool:
 
 def remove(account_id: str, mode: str) -> None:
     """Delete the rule: no new run starts; queued runs are skipped (a charge already sent to
-    the processor completes and is booked)."""
+    the processor completes and is booked). Idempotent, as deleting an alert: once deleted,
+    deleting again changes nothing and answers as the first time (its ``autotopup.delete``
+    entry is the record); a mode that never had a rule → 404."""
     with unit_of_work():
         rule = _rule(account_id, mode, lock=True)
         if rule is None:
-            raise NotFound("No auto top-up is set.")
+            if audit.last_removal(account_id, "autotopup.delete", target=mode) is None:
+                raise NotFound("No auto top-up is set.")
+            return
         db.session.execute(update(AutoTopupRun).where(
             AutoTopupRun.account_id == account_id, AutoTopupRun.mode == mode, AutoTopupRun.status == "queued")
             .values(status="skipped", reason="disabled", updated_at=utcnow())

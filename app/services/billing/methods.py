@@ -38,10 +38,14 @@ def list_methods(account_id: str, mode: str) -> list[dict]:
              "default": r.payment_method_id == default, "created_at": r.created_at} for r in rows]
 
 
-def _saved(account_id: str, mode: str, pm_id: str) -> SavedMethod:
-    row = db.session.execute(select(SavedMethod).where(
+def _find(account_id: str, mode: str, pm_id: str) -> SavedMethod | None:
+    return db.session.execute(select(SavedMethod).where(
         SavedMethod.account_id == account_id, SavedMethod.processor == for_mode(mode).name,
         SavedMethod.payment_method_id == pm_id)).scalar_one_or_none()
+
+
+def _saved(account_id: str, mode: str, pm_id: str) -> SavedMethod:
+    row = _find(account_id, mode, pm_id)
     if row is None:
         raise NotFound("No such saved payment method.")
     return row
@@ -54,11 +58,20 @@ def make_default(account_id: str, mode: str, pm_id: str):
 
 
 def remove(account_id: str, mode: str, pm_id: str) -> None:
-    """Detach the method at the processor, then forget it (and the default, if it was)."""
-    row = _saved(account_id, mode, pm_id)
+    """Detach the method at the processor, then forget it (and the default, if it was).
+    Idempotent, as deleting an alert: removing one already removed changes nothing (no
+    processor call, no second audit entry) and answers as the first time (its ``method.remove``
+    entry is the record). Never saved, another account's or the other mode's → 404."""
+    row = _find(account_id, mode, pm_id)
+    if row is None:
+        if audit.last_removal(account_id, "method.remove", target=pm_id, mode=mode) is None:
+            raise NotFound("No such saved payment method.")
+        return
     for_mode(mode).detach(pm_id)
     with unit_of_work():
-        db.session.execute(delete(SavedMethod).where(SavedMethod.id == row.id))
+        res = db.session.execute(delete(SavedMethod).where(SavedMethod.id == row.id))
+        if res.rowcount == 0:
+            return  # a concurrent removal committed it first
         profile = payments.saved_method(account_id, mode)
         if profile is not None and profile.payment_method_id == pm_id:
             profile.payment_method_id = profile.payment_method_type = profile.brand = profile.last4 = None

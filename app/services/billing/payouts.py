@@ -45,6 +45,7 @@ from app.models import Payout, PayoutDestination
 from app.models.base import utcnow
 from app.services.billing import chains, processors, usdc_payouts
 from app.services.money import funding, ledger
+from app.services.orgs import audit
 from app.services.platform.uow import end_reads, unit_of_work
 
 log = logging.getLogger(__name__)
@@ -121,6 +122,9 @@ def set_destination(account_id: str, kind: str, target: str, chain: str | None) 
     target, chain = _check(kind, target, chain)
     with unit_of_work():
         dest = _destination(account_id)
+        audit.record(account_id, None, "payout_destination.set", target,
+                     before=dest and {"kind": dest.kind, "target": dest.target, "chain": dest.chain},
+                     after={"kind": kind, "chain": chain})
         if dest is None:
             dest = PayoutDestination(account_id=account_id, kind=kind, target=target, chain=chain,
                                      created_at=utcnow(), updated_at=utcnow())
@@ -144,12 +148,17 @@ def get_destination(account_id: str) -> dict:
 def remove_destination(account_id: str) -> dict:
     """Keep earnings as balance again: the destination is removed, an open payout not being
     sent is canceled, and what is owed moves to the balance (one posting). 409 while a
-    payout is being sent."""
+    payout is being sent. Idempotent, as deleting an alert: once removed, removing again moves
+    nothing and answers the first answer (kept in its ``payout_destination.remove`` audit
+    entry); an account that never had one → 404."""
     with unit_of_work():
         dest = db.session.execute(select(PayoutDestination).where(
             PayoutDestination.account_id == account_id).with_for_update()).scalar_one_or_none()
         if dest is None:
-            raise NotFound("No payout destination: earnings are kept as balance.")
+            removed = audit.last_removal(account_id, "payout_destination.remove")
+            if removed is None:
+                raise NotFound("No payout destination: earnings are kept as balance.")
+            return removed.after
         # Every open payout is locked before its status is read: a worker's claim (``_claim``,
         # which locks the row) either committed ``sending`` before (409 here) or waits and then
         # finds it canceled. Locking only the ``sending`` rows let a claim slip in between the
@@ -165,7 +174,10 @@ def remove_destination(account_id: str) -> dict:
         if owed > 0:
             funding.keep_as_balance(account_id, micros=owed, ref=f"payable_to_balance:{new_id('pb')}")
         db.session.delete(dest)
-        return {"kind": None, "moved_to_balance_cents": ledger.micros_to_cents(owed)}
+        answer = {"kind": None, "moved_to_balance_cents": ledger.micros_to_cents(owed)}
+        audit.record(account_id, None, "payout_destination.remove", dest.target,
+                     before={"kind": dest.kind, "chain": dest.chain}, after=answer)
+        return answer
 
 
 # --- reading ----------------------------------------------------------------------------

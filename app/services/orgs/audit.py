@@ -86,6 +86,21 @@ def record(org_id: str, actor: Actor | None, action: str, target: str | None = N
                                  ip=actor.ip, created_at=utcnow()))
 
 
+def last_removal(account_id: str, action: str, *, target: str | None = None,
+                 mode: str | None = None) -> OrgAuditEntry | None:
+    """The account's latest ``action`` entry (on ``target`` and of ``mode`` when given): the
+    record that something the account had was removed. A DELETE whose row is deleted outright
+    (a saved method, the auto top-up rule, the payout destination) answers a repeat from it, as
+    alerts and keys answer from the row they keep (docs/decisions.md "Deleting an alert
+    twice"); no entry: it never existed here, 404."""
+    query = select(OrgAuditEntry).where(OrgAuditEntry.org_id == account_id, OrgAuditEntry.action == action)
+    if target is not None:
+        query = query.where(OrgAuditEntry.target == target)
+    if mode is not None:
+        query = query.where(OrgAuditEntry.before["mode"].astext == mode)
+    return db.session.execute(query.order_by(OrgAuditEntry.id.desc()).limit(1)).scalar_one_or_none()
+
+
 COLUMNS = ("id", "created_at", "actor_account_id", "credential_id", "action", "target", "before", "after",
            "request_id", "ip")
 BATCH = 1000

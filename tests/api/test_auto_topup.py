@@ -17,6 +17,7 @@ from app.models.base import utcnow
 from app.services.billing import autotopup
 from app.services.billing.processors import PaymentMethodInvalid, SandboxProcessor
 from app.services.money import ledger
+from tests.api.test_keys_limits import _key, _rotated_then_limited
 from tests.api.test_payments_stripe import _deliver, stripe_api  # noqa: F401
 from tests.gateway_helpers import balance_cents, create_module, provider, provider_server  # noqa: F401
 from tests.support.concurrency import at_once
@@ -450,4 +451,25 @@ def test_turning_it_off_again_answers_as_the_first_time(app, client, make_accoun
     assert [e["action"] for e in log].count("autotopup.delete") == 1
     test_headers = {"Authorization": f"Bearer {acct.test_key}"}
     assert client.delete("/api/pay/auto-topup", headers=test_headers).status_code == 404
+    ledger_clean()
+
+
+def test_a_key_with_a_spend_limit_cannot_set_auto_top_up(app, client, make_account, ledger_clean):
+    """Auto top-up charges the saved card with no one present, past any key's limit: a key whose
+    spend is limited (its own limit, or a retiring key's successor's) may not set it: 403
+    ``beyond_own_limits`` naming what is needed, nothing set. It may turn it off; an
+    unlimited key sets it (docs/decisions.md "Money settings need an unlimited key")."""
+    acct = make_account(cents=1000)
+    _save_card(client, acct)
+    limited = {"Authorization": f"Bearer {_key(client, acct, spend_limit_cents=500)['key']}"}
+    old, _new = _rotated_then_limited(client, acct, "day")
+    retiring = {"Authorization": f"Bearer {old['key']}"}
+    for headers in (limited, retiring):
+        r = _put(client, acct, headers=headers)
+        assert r.status_code == 403 and r.get_json()["error"] == "beyond_own_limits", r.get_json()
+        assert "without a spend limit" in r.get_json()["message"]
+    assert client.get("/api/pay/auto-topup", headers=acct.headers).status_code == 404
+    assert _put(client, acct).status_code == 200
+    r = client.delete("/api/pay/auto-topup", headers=limited)
+    assert r.status_code == 200 and r.get_json() == {"deleted": True}
     ledger_clean()

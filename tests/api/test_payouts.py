@@ -20,6 +20,7 @@ from app.services.billing import money_check, payouts
 from app.services.gateway import catalog
 from app.services.money import ledger, settlement
 from tests.agentkit import Keypair, register
+from tests.api.test_keys_limits import _key
 from tests.gateway_helpers import call, create_module, provider, provider_server  # noqa: F401
 from tests.standins import chain_server, stripe_server, use_chain
 
@@ -636,3 +637,22 @@ def test_the_document_says_a_checksum_mismatch_is_422(client):
     spec = client.get("/openapi.json").get_json()
     text = spec["components"]["schemas"]["UsdcDestinationIn"]["properties"]["address"]["description"]
     assert "422" in text and "400" not in text, text
+
+
+def test_a_key_with_a_spend_limit_cannot_change_where_payouts_go(client, make_account):
+    """Where earnings are paid is a money setting: a key whose spend is limited may not set or
+    replace the destination (403 ``beyond_own_limits``, nothing changed); it may keep earnings
+    as balance (``DELETE``); an unlimited key sets it."""
+    acct = make_account()
+    limited = {"Authorization": f"Bearer {_key(client, acct, spend_limit_cents=500)['key']}"}
+    put = "/api/payouts/destination/stripe_connect"
+    assert client.put(put, json={"account": "acct_ownerOK01"}, headers=acct.headers).status_code == 200
+    r = client.put(put, json={"account": "acct_thief0001"}, headers=limited)
+    assert r.status_code == 403 and r.get_json()["error"] == "beyond_own_limits"
+    assert "without a spend limit" in r.get_json()["message"]
+    r = client.put("/api/payouts/destination/usdc", json={"chain": "base", "address": "0x" + "ab" * 20},
+                   headers=limited)
+    assert r.status_code == 403 and r.get_json()["error"] == "beyond_own_limits"
+    assert client.get("/api/payouts/destination", headers=acct.headers).get_json()["account"] == "acct_ownerOK01"
+    r = client.delete("/api/payouts/destination", headers=limited)
+    assert r.status_code == 200 and r.get_json()["kind"] is None

@@ -27,6 +27,8 @@ def _live_account(org_id: str | None = None, scope: str = "billing:read") -> str
 
 
 _ORG = {404: NOT_MEMBER}
+_SETS = {**_ORG, 403: "A test key; or `beyond_own_limits`: the key has a spend limit (its own, or its rotation's) "
+                      "and where earnings are paid needs a key without one (or the console)."}
 
 
 @endpoint(blp, "/earnings", "get", "billing:read", query=PayoutsReadQuerySchema, ok=OwnerEarningsSchema,
@@ -65,24 +67,26 @@ def get_destination(query):
 
 
 @endpoint(blp, "/payouts/destination/stripe_connect", "put", "billing:write", body=StripeDestinationInSchema,
-          ok=DestinationSchema, name="StripeDestinationView", errors={**_ORG, 403: "A test key."})
+          ok=DestinationSchema, name="StripeDestinationView", errors=_SETS)
 def put_stripe_destination(body):
     """Connect a Stripe Connect account as the payout destination: settled earnings are
-    then paid out by transfer instead of credited to the balance (replaces any other)."""
+    then paid out by transfer instead of credited to the balance (replaces any other). A key
+    with a spend limit cannot set it (403 `beyond_own_limits`)."""
     return payouts.set_destination(_live_account(body.get("org_id"), "billing:write"), "stripe_connect",
-                                   body["account"], None)
+                                   body["account"], None, acting_key_id=principal().credential_id)
 
 
 @endpoint(blp, "/payouts/destination/usdc", "put", "billing:write", body=UsdcDestinationInSchema,
           ok=DestinationSchema, name="UsdcDestinationView", errors={
-              **_ORG, 403: "A test key.",
+              **_SETS,
               409: "`payout_rail_unavailable`: USDC payouts are not available here (no payout wallet configured).",
               422: "`unprocessable`: a mixed-case address whose EIP-55 checksum does not match; nothing "
                    "changed."})
 def put_usdc_destination(body):
-    """Connect a USDC address on a chain as the payout destination (replaces any other)."""
+    """Connect a USDC address on a chain as the payout destination (replaces any other). A key
+    with a spend limit cannot set it (403 `beyond_own_limits`)."""
     return payouts.set_destination(_live_account(body.get("org_id"), "billing:write"), "usdc", body["address"],
-                                   body["chain"])
+                                   body["chain"], acting_key_id=principal().credential_id)
 
 
 @endpoint(blp, "/payouts/destination", "delete", "billing:write", query=PayoutsWriteQuerySchema,

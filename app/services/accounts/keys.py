@@ -51,8 +51,9 @@ class KeyRetiring(Conflict):
 class BeyondCreator(Forbidden):
     code = "beyond_own_limits"
     description = ("A key may create, rotate or change only keys whose scopes and limits are within its "
-                   "own: a spend limit no larger over a period no shorter, an expiry no later. A console "
-                   "session (the account owner) has no such bound.")
+                   "own: a spend limit no larger over a period no shorter, an expiry no later; a key with a "
+                   "spend limit may not set auto top-up or the payout destination. A console session (the "
+                   "account owner) has no such bound.")
 
 
 class KeyLimitReached(Conflict):
@@ -142,6 +143,22 @@ def _creator_key(creator_key_id: str | None) -> SimpleNamespace | None:
         "scopes", "spend_limit_micros", "spend_limit_period", "expires_at", *key_controls.FIELDS)})
     bounds.spend_limit_micros, bounds.spend_limit_period = _spend_limit(row)
     return bounds
+
+
+def require_unlimited(key_id: str | None, setting: str) -> None:
+    """403 ``beyond_own_limits`` when the acting key (``key_id``) has a spend limit (its own,
+    or a retiring key's rotation's): ``setting`` moves money with no one present, past any
+    key's limit (auto top-up charges the saved card; the payout destination decides where
+    earnings go), so it needs a key without one. None (the console's owner) and a credential
+    that is not a key (an agent session: its own money, no key limit) pass
+    (docs/decisions.md "Money settings need a key without a spend limit")."""
+    row = db.session.get(ApiKey, key_id) if key_id is not None else None
+    if row is None:
+        return
+    micros, period = _spend_limit(row)
+    if micros is not None:
+        raise BeyondCreator(f"{setting} needs a key without a spend limit (or the console): this key may spend "
+                            f"{micros // MICROS_PER_CENT} cents per {period}.")
 
 
 def _spend_limit(row: ApiKey) -> tuple[int | None, str | None]:

@@ -46,6 +46,7 @@ from app.extensions import db
 from app.ids import new_id
 from app.models import Account, AutoTopup, AutoTopupRun, Payment
 from app.models.base import utcnow
+from app.services.accounts import keys
 from app.services.billing import payments
 from app.services.billing.processors import ChargeResult, MethodInfo, asks_for_authentication, for_mode
 from app.services.billing.usage import billing_period
@@ -108,9 +109,12 @@ def _card(account_id: str, mode: str):
 
 
 def configure(account_id: str, mode: str, *, threshold_cents: int, amount_cents: int,
-              monthly_cap_cents: int) -> AutoTopupView:
+              monthly_cap_cents: int, acting_key_id: str | None = None) -> AutoTopupView:
     """Create or replace the rule of ``mode`` (enabled, failures reset). When the balance is
-    already under the threshold, one top-up starts now (a queued retry is made due now)."""
+    already under the threshold, one top-up starts now (a queued retry is made due now).
+    Set by a key (``acting_key_id``; None: the console's owner), that key may have no spend
+    limit (403 ``beyond_own_limits``: the rule charges the card past any key's limit)."""
+    keys.require_unlimited(acting_key_id, "Auto top-up")
     if monthly_cap_cents < amount_cents:
         raise Unprocessable("monthly_cap_cents: must be at least amount_cents (two fields related: 422).")
     _card(account_id, mode)

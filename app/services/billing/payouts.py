@@ -43,6 +43,7 @@ from app.extensions import db
 from app.ids import new_id
 from app.models import Payout, PayoutDestination
 from app.models.base import utcnow
+from app.services.accounts import keys
 from app.services.billing import chains, processors, usdc_payouts
 from app.services.money import funding, ledger
 from app.services.orgs import audit
@@ -114,11 +115,14 @@ def _destination(account_id: str) -> PayoutDestination | None:
         PayoutDestination.account_id == account_id)).scalar_one_or_none()
 
 
-def set_destination(account_id: str, kind: str, target: str, chain: str | None) -> dict:
+def set_destination(account_id: str, kind: str, target: str, chain: str | None, *,
+                    acting_key_id: str | None = None) -> dict:
     """Connect (or replace) the account's payout destination. From the next settlement its
     earnings are paid out instead of credited to the balance; an open payout not yet being
     sent goes to the new destination, at the next run (a failed one without waiting for
-    its retry delay)."""
+    its retry delay). Set by a key (``acting_key_id``; None: the console's owner), that key
+    may have no spend limit (403 ``beyond_own_limits``: it would decide where money goes)."""
+    keys.require_unlimited(acting_key_id, "Changing the payout destination")
     target, chain = _check(kind, target, chain)
     with unit_of_work():
         dest = _destination(account_id)

@@ -101,9 +101,10 @@ def _resolve_key(token: str, token_hash: str) -> Principal | None:
     if row[1] != expected_mode:
         return None
     extra = {"expires_at_epoch": row[8].timestamp()} if row[8] is not None else {}
-    if row[10] is not None:  # rotated: its charges count on the newest key's counter, under that
+    head = _rotation_head(row[10]) if row[10] is not None else None  # (id, rpm_limit, tpm_limit)
+    if head is not None:  # rotated: its charges count on the newest key's counter, under that
         # key's limit (read in the charge's statement), whether this key's own row has one or not
-        extra["spend_limited"], extra["spend_key"] = True, _rotation_head(row[10])
+        extra["spend_limited"], extra["spend_key"] = True, head[0]
     elif row[9] is not None:  # a limit change broadcasts like a revocation: the cache never lags
         extra["spend_limited"] = True
     if row[16] is not None:  # an organisation key: it pays from the organisation, acts as its member
@@ -113,10 +114,12 @@ def _resolve_key(token: str, token_hash: str) -> Principal | None:
         if role is None:  # no longer a member (removal revokes the keys too)
             return None
         extra.update(member=row[16], org_role=role)
-    # per-key controls (allow-lists, rpm/tpm): a change broadcasts like a revocation
-    if any(v is not None for v in row[11:15]):  # counted on the rotation's newest key
-        counter = extra.get("spend_key") or (_rotation_head(row[10]) if row[10] is not None else row[0])
-        extra["controls"] = key_controls.of(row[0], counter, row[11], row[12], row[13], row[14])
+    # per-key controls: its own allow-lists; rpm/tpm counted on the rotation's newest key's counters
+    # under that key's values (a change to it broadcasts for the retiring keys too)
+    rpm, tpm = head[1:] if head is not None else (row[13], row[14])
+    if any(v is not None for v in (row[11], row[12], rpm, tpm)):
+        extra["controls"] = key_controls.of(row[0], head[0] if head is not None else row[0], row[11], row[12],
+                                            rpm, tpm)
     if row[15]:  # the account has provider keys of its own (bring your own key)
         extra["byok"] = True
     return Principal(account_id=row[4], credential_id=row[0], credential_hash=token_hash,
@@ -446,14 +449,18 @@ def controls_of(p: Principal):
     return p.extra.get("controls")
 
 
-def _rotation_head(key_id: str) -> str:
-    """The newest key of a rotation, following ``rotated_to`` from ``key_id``."""
-    for _ in range(32):  # a chain is as long as the rotations within one overlap
-        nxt = db.session.execute(select(ApiKey.rotated_to).where(ApiKey.id == key_id)).scalar()
-        if nxt is None:
-            return key_id
-        key_id = nxt
-    return key_id
+def _rotation_head(key_id: str) -> tuple[str, int | None, int | None]:
+    """The newest key of a rotation, following ``rotated_to`` from ``key_id``: its id, rpm and
+    tpm limits."""
+    for hops in range(33):  # a chain is as long as the rotations within one overlap (32 hops at most)
+        row = db.session.execute(select(ApiKey.rotated_to, ApiKey.rpm_limit, ApiKey.tpm_limit)
+                                 .where(ApiKey.id == key_id)).first()
+        if row is None:
+            break
+        if row[0] is None or hops == 32:
+            return key_id, row[1], row[2]
+        key_id = row[0]
+    return key_id, None, None
 
 
 def principal() -> Principal:

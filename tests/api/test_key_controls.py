@@ -199,6 +199,29 @@ def test_a_rotation_shares_one_rpm_limit(app, client, make_account, mod):
     assert call(client, acct, {"action": "ok"}, bearer=new["key"]).status_code == 429
 
 
+def test_a_retiring_key_follows_its_successors_rates(app, client, make_account, mod):
+    """What is counted on the rotation's one counter is limited by the successor's values: an
+    rpm limit set (or lowered) on the new key after the rotation holds the old key in its
+    overlap too, as its spend limit does; its own rates cannot be changed (409 key_retiring),
+    its allow-lists can (docs/decisions.md "A retiring key's rates are its successor's")."""
+    acct = make_account(cents=100, plan="scale")
+    for own in (None, 5):
+        old = _key(client, acct, **({"rpm_limit": own} if own else {}))
+        new = client.post(f"/api/keys/{old['id']}/rotate", json={}, headers=acct.headers).get_json()
+        r = client.patch(f"/api/keys/{new['id']}", json={"rpm_limit": 1}, headers=acct.headers)
+        assert r.status_code == 200, r.get_json()
+        listed = {k["id"]: k for k in client.get("/api/keys", headers=acct.headers).get_json()["keys"]}
+        assert listed[old["id"]]["rpm_limit"] == 1
+        fresh_window()
+        assert call(client, acct, {"action": "ok"}, bearer=old["key"]).status_code == 200
+        assert call(client, acct, {"action": "ok"}, bearer=old["key"]).status_code == 429, own
+        assert call(client, acct, {"action": "ok"}, bearer=new["key"]).status_code == 429
+    r = client.patch(f"/api/keys/{old['id']}", json={"rpm_limit": 50}, headers=acct.headers)
+    assert r.status_code == 409 and r.get_json()["error"] == "key_retiring"
+    r = client.patch(f"/api/keys/{old['id']}", json={"allowed_modules": ["text"]}, headers=acct.headers)
+    assert r.status_code == 200 and r.get_json()["allowed_modules"] == ["text"]
+
+
 def test_an_unreachable_redis_fails_open_like_the_plan_limit(app, client, make_account, mod, monkeypatch):
     acct = make_account(cents=100)
     key = _key(client, acct, rpm_limit=1)["key"]

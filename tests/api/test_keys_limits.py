@@ -283,7 +283,8 @@ def test_a_limit_set_on_the_successor_after_a_rotation_holds_the_old_key_too(app
 def test_a_retiring_keys_spend_limit_is_changed_on_its_successor(client, account):
     """A retiring key's charges count under its successor's limit (one limit per rotation),
     so a PATCH of its own limit was answered 200 with the new value and then never applied.
-    Now 409 ``key_retiring`` naming the successor; its other controls still change."""
+    Now 409 ``key_retiring`` naming the successor, for its rpm/tpm too (they are the
+    successor's since 2026-11-29); its allow-lists still change."""
     old = _key(client, account, spend_limit_cents=500)
     new = client.post(f"/api/keys/{old['id']}/rotate", json={}, headers=account.headers).get_json()
     r = client.patch(f"/api/keys/{old['id']}", json={"spend_limit_cents": 100}, headers=account.headers)
@@ -294,7 +295,9 @@ def test_a_retiring_keys_spend_limit_is_changed_on_its_successor(client, account
     listed = {k["id"]: k for k in client.get("/api/keys", headers=account.headers).get_json()["keys"]}
     assert listed[old["id"]]["spend_limit_cents"] == 500  # unchanged
     r = client.patch(f"/api/keys/{old['id']}", json={"rpm_limit": 10}, headers=account.headers)
-    assert r.status_code == 200 and r.get_json()["rpm_limit"] == 10  # its own controls still change
+    assert r.status_code == 409 and r.get_json()["error"] == "key_retiring"
+    r = client.patch(f"/api/keys/{old['id']}", json={"allowed_modules": ["text"]}, headers=account.headers)
+    assert r.status_code == 200 and r.get_json()["allowed_modules"] == ["text"]  # its own allow-lists change
     r = client.patch(f"/api/keys/{new['id']}", json={"spend_limit_cents": 100}, headers=account.headers)
     assert r.status_code == 200 and r.get_json()["spend_limit_cents"] == 100
 

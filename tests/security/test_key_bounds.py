@@ -175,9 +175,12 @@ def test_a_retiring_key_is_bounded_by_its_rotations_limit(app, client, make_acco
         3, "day"), r.get_json()
     r = _post(client, old["key"], "/api/keys", {"name": "bigger", "spend_limit_cents": 4})
     assert r.status_code == 403 and r.get_json()["error"] == "beyond_own_limits"
-    # its own controls it still narrows: judged under the limit it counts under, as it is
+    # its own allow-lists it still narrows: judged under the limit it counts under, as it is
+    # (its rpm/tpm are its successor's: 409 key_retiring)
+    r = _post(client, old["key"], f"/api/keys/{old['id']}", {"allowed_modules": ["ok"]}, "patch")
+    assert r.status_code == 200 and r.get_json()["allowed_modules"] == ["ok"], r.get_json()
     r = _post(client, old["key"], f"/api/keys/{old['id']}", {"rpm_limit": 5}, "patch")
-    assert r.status_code == 200 and r.get_json()["rpm_limit"] == 5, r.get_json()
+    assert r.status_code == 409 and r.get_json()["error"] == "key_retiring"
     ledger_clean()
 
 

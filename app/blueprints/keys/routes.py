@@ -66,9 +66,9 @@ def create_key(body):
 
 @endpoint(blp, "/<string:key_id>", "patch", "keys:write", body=KeyUpdateSchema, ok=KeySchema,
           errors={404: None, 409: "`conflict`: `spend_limit_period` alone for a key that has no spend limit "
-                                  "(send `spend_limit_cents` too); `key_retiring`: a spend-limit change on a "
-                                  "rotated key in its overlap (its successor's limit applies: change it "
-                                  "there)."}, name="KeyUpdateView")
+                                  "(send `spend_limit_cents` too); `key_retiring`: a spend-limit, `rpm_limit` or "
+                                  "`tpm_limit` change on a rotated key in its overlap (its successor's limits "
+                                  "apply: change them there)."}, name="KeyUpdateView")
 def update_key(body, key_id):
     """Change a key's spend limit (`spend_limit_cents: null` removes it) and its controls:
     `allowed_models`, `allowed_modules` (allow-lists; null: any), `rpm_limit`, `tpm_limit`

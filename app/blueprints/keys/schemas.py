@@ -18,6 +18,11 @@ def _limit_shown(k) -> tuple:
     return getattr(k, "limit_shown", None) or (k.spend_limit_micros, k.spend_limit_period)
 
 
+def _rates_shown(k) -> tuple:
+    """(rpm, tpm) its requests count under (``keys.with_spent``: a retiring key's successor's)."""
+    return getattr(k, "rates_shown", None) or (k.rpm_limit, k.tpm_limit)
+
+
 class KeySchema(ma.Schema):
     id = ma.fields.String(required=True)
     name = ma.fields.String(required=True)
@@ -53,11 +58,14 @@ class KeySchema(ma.Schema):
                        "model is 403 `model_not_allowed`); null: any."})
     allowed_modules = ma.fields.List(ma.fields.String(), required=True, allow_none=True, metadata={
         "description": "Modules this key may call (another is 403 `module_not_allowed`); null: any."})
-    rpm_limit = ma.fields.Integer(required=True, allow_none=True, metadata={
+    rpm_limit = derived(ma.fields.Integer(required=True, allow_none=True, metadata={
         "description": "Requests per minute (module calls and chat completions of this key, one-minute "
-                       "windows; 429 with `Retry-After` beyond); null: only the plan's limit."})
-    tpm_limit = ma.fields.Integer(required=True, allow_none=True, metadata={
-        "description": "Chat tokens (prompt + completion) per minute; null: no limit."})
+                       "windows; 429 with `Retry-After` beyond); null: only the plan's limit. A rotated key "
+                       "in its overlap shows its successor's: its requests count there."}),
+        lambda k: _rates_shown(k)[0])
+    tpm_limit = derived(ma.fields.Integer(required=True, allow_none=True, metadata={
+        "description": "Chat tokens (prompt + completion) per minute; null: no limit. A rotated key in "
+                       "its overlap shows its successor's."}), lambda k: _rates_shown(k)[1])
 
 
 class KeyCreatedSchema(KeySchema):

@@ -23,8 +23,9 @@ and modules, and its requests-per-minute / tokens-per-minute limits.
   completion settles (given back when it is released), in the window it was counted in.
   In-flight completions may thus end a minute above the limit by their output; the next
   request is refused until the window ends.
-* A rotated key counts on its successor's counters (one limit per rotation, as the spend
-  limit), so a rotation's overlap does not double the key's rates.
+* A rotated key counts on its successor's counters under its successor's rpm/tpm (one limit
+  per rotation, as the spend limit), so a rotation's overlap does not double the key's rates
+  and a rate set on the successor holds the retiring key too; allow-lists stay each key's own.
 """
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ WINDOW = 60  # seconds: the limits are per minute
 MAX_LIST = 100  # entries of an allow-list
 MAX_RPM, MAX_TPM = 1_000_000, 1_000_000_000
 FIELDS = ("allowed_models", "allowed_modules", "rpm_limit", "tpm_limit")
+RATES = ("rpm_limit", "tpm_limit")  # counted on the rotation's one counter: its newest key's values
 
 
 class ModelNotAllowed(Forbidden):

@@ -44,8 +44,8 @@ class KeyAlreadyRotated(Conflict):
 
 class KeyRetiring(Conflict):
     code = "key_retiring"
-    description = ("This key was rotated and is retiring: its spend limit is its successor's (`rotated_to`), "
-                   "one limit for both keys; change the limit on the successor.")
+    description = ("This key was rotated and is retiring: its spend limit and its rpm/tpm limits are its "
+                   "successor's (`rotated_to`), one limit for both keys; change them on the successor.")
 
 
 class BeyondCreator(Forbidden):
@@ -139,10 +139,16 @@ def _creator_key(creator_key_id: str | None) -> SimpleNamespace | None:
     row = db.session.get(ApiKey, creator_key_id)
     if row is None:
         raise BeyondCreator("Only API keys and the console can manage keys.")
-    bounds = SimpleNamespace(**{f: getattr(row, f) for f in (
-        "scopes", "spend_limit_micros", "spend_limit_period", "expires_at", *key_controls.FIELDS)})
+    bounds = SimpleNamespace(**{f: getattr(row, f) for f in ("scopes", "expires_at")}, **_controls(row))
     bounds.spend_limit_micros, bounds.spend_limit_period = _spend_limit(row)
     return bounds
+
+
+def _controls(row: ApiKey) -> dict:
+    """The controls ``row`` is held to: its own allow-lists and the rpm/tpm of the counter it
+    counts on — its own, or for a retiring key its rotation's newest key's (as its spend limit)."""
+    under = _rotation_head(row.id) if row.rotated_to is not None else row
+    return {f: getattr(under if f in key_controls.RATES else row, f) for f in key_controls.FIELDS}
 
 
 def require_unlimited(key_id: str | None, setting: str) -> None:
@@ -286,6 +292,7 @@ def with_spent(rows: list[ApiKey]) -> list[ApiKey]:
     for row in rows:
         under = _rotation_head(row.id) if row.rotated_to is not None else row
         row.limit_shown = (under.spend_limit_micros, under.spend_limit_period)
+        row.rates_shown = (under.rpm_limit, under.tpm_limit)
         row.spent_micros = (spend.spent(under.id, under.spend_limit_period, now)
                             if under.spend_limit_period else None)
     return rows
@@ -325,8 +332,8 @@ def update_key(account_id: str, key_id: str, changes: dict, mode: str, *,
     new limit applies to the next charge; the period's count is kept. The controls
     (``allowed_models``, ``allowed_modules``, ``rpm_limit``, ``tpm_limit``; null removes
     one) apply to the next request on every worker. A retiring key (rotated, in its
-    overlap) takes no spend-limit change (409 ``key_retiring``): its charges count under
-    its rotation's newest key's limit. Changed by a key (``creator_key_id``), the key must
+    overlap) takes no spend-limit, rpm or tpm change (409 ``key_retiring``): its charges and
+    requests count under its rotation's newest key's limits (its allow-lists do change). Changed by a key (``creator_key_id``), the key must
     hold no scope the acting key lacks and the result must be within that key's own limit
     and controls (403 ``beyond_own_limits``): a limited key cannot lift its own limit or
     another's."""
@@ -346,17 +353,17 @@ def update_key(account_id: str, key_id: str, changes: dict, mode: str, *,
             raise InvalidRequest("Nothing to change: send spend_limit_cents, spend_limit_period or a control "
                                  "(allowed_models, allowed_modules, rpm_limit, tpm_limit).")
         limit, new_period = _spend_limit(row)
+        if row.rotated_to is not None and (cents is not _UNSET or set(ctl) & set(key_controls.RATES)):
+            # the rotation's newest key's limits apply (auth.key_of, auth's controls)
+            raise KeyRetiring(f"Key {row.id} was rotated and is retiring: its charges and requests count under "
+                              f"{_rotation_head(row.id).id}'s spend, rpm and tpm limits; change them there.")
         if cents is not _UNSET:
-            if row.rotated_to is not None:  # the rotation's newest key's limit applies (auth.key_of)
-                raise KeyRetiring(f"Key {row.id} was rotated and is retiring: its charges count under "
-                                  f"{_rotation_head(row.id).id}'s spend limit; change it there.")
             limit, new_period = _limit(cents, period or (row.spend_limit_period if cents is not None else None))
         for name, value in ctl.items():
             setattr(row, name, value)
         # the result must be within the acting key's bounds (its own included): the limit, and
         # the controls when they change
-        _check_within(creator, limit, new_period, row.expires_at,
-                      {f: getattr(row, f) for f in key_controls.FIELDS} if ctl else None)
+        _check_within(creator, limit, new_period, row.expires_at, _controls(row) if ctl else None)
         if cents is not _UNSET:
             if row.spend_limit_period and new_period != row.spend_limit_period:
                 # the new period starts from what was spent in the one it leaves
@@ -365,7 +372,9 @@ def update_key(account_id: str, key_id: str, changes: dict, mode: str, *,
         from app.services.orgs import audit
 
         audit.record(row.account_id, None, "key.update", row.id, before=before, after=_settings(row))
-    _drop_cached(row)
+        retiring = _predecessors(row.id)  # held to this key's limits: re-resolved with it
+    for key in (row, *retiring):
+        _drop_cached(key)
     return with_spent([row])[0]
 
 
@@ -401,13 +410,14 @@ def rotate_key(account_id: str, key_id: str, overlap_seconds: int | None, *,
         # the rotation's spend limit: the one its charges count under (``auth.key_of``), i.e. the
         # newest key's — for a retiring key whose successor was revoked, the successor's
         limit, period = _spend_limit(old)
-        _check_within(creator, limit, period, expiry, {f: getattr(old, f) for f in key_controls.FIELDS})
+        controls = _controls(old)
+        _check_within(creator, limit, period, expiry, controls)
         row, secret = add_key(account_id, old.name, _granted(list(old.scopes or ()), creator_scopes),
                               mode=old.mode)
         row.spend_limit_micros, row.spend_limit_period = limit, period
         row.expires_at = expiry
-        for name in key_controls.FIELDS:  # the successor keeps the controls (and counts for both)
-            setattr(row, name, getattr(old, name))
+        for name, value in controls.items():  # the successor keeps the controls (and counts for both)
+            setattr(row, name, value)
         _key_audit(row, old.member_account_id, actor, "key.rotate")  # an organisation key stays its member's
         if period:
             spend.carry(head.id, period, row.id, period, now)

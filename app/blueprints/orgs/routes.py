@@ -163,7 +163,7 @@ own_blp = Blueprint("audit", __name__, url_prefix="/api/audit",
 def own_audit_log(query):
     """The audit log of the credential's own account, newest first, in the same form as an
     organisation's: every change to its keys, payments and funding, saved methods, auto
-    top-up, wallet and alerts (who, with which credential, before and after, request id, IP).
+    top-up, payout destination, wallet and alerts (who, with which credential, before and after, request id, IP).
     With an organisation key: the organisation's log (owners and admins; 403
     `org_role_required`). `format=csv` streams every entry as CSV."""
     account_id = audit.own_log(principal())

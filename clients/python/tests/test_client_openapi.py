@@ -54,6 +54,7 @@ SAMPLES = {
     "org_member_remove": ("org_1", "acct_1"), "org_invite": ("org_1", "a@example.com", "developer"),
     "org_invites": ("org_1",), "org_invite_revoke": ("org_1", "inv_1"), "org_invite_accept": ("tok",),
     "org_audit": ("org_1", 10, "12"), "org_audit_export": ("org_1", "/dev/null"),
+    "audit": (10, "12"), "audit_export": ("/dev/null",),
     "provider_keys_list": (), "provider_key_add": ("openai", "sk-test"), "provider_key_delete": ("pk_1",),
     "byok_settings_update": (True, False),
     "alert_events": ("org_1",), "agent_usage": ("agt_1",),
@@ -64,7 +65,7 @@ SAMPLES = {
 
 
 # parameters the document declares that do not apply to what an operation asks for
-NOT_APPLICABLE = {"org_audit_export": {"limit", "cursor"}}  # format=csv: every entry, no paging
+NOT_APPLICABLE = {"org_audit_export": {"limit", "cursor"}, "audit_export": {"limit", "cursor"}}  # csv: no paging
 
 
 def _operation(spec: dict, method: str, path: str) -> dict:

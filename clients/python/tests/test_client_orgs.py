@@ -98,3 +98,27 @@ def test_provider_keys(make_account, gw_factory):
     assert gw.provider_keys.delete(key.id) is True
     with pytest.raises(NotFound):
         gw.provider_keys.delete(key.id)
+
+
+def test_own_audit_log_paged_and_exported(make_account, gw_factory, server, tmp_path):
+    """``gw.audit`` reads the caller's own account's log (``GET /api/audit``), as
+    ``gw.orgs.audit`` reads an organisation's: pages by cursor, every entry as CSV, async too."""
+    acct = make_account()
+    gw = gw_factory(acct.key)
+    key = gw.keys.create("ci", scopes=["call:write"])
+    gw.keys.revoke(key.id)
+    page = gw.audit(limit=1)
+    assert [(e.action, e.target) for e in page.entries] == [("key.revoke", key.id)] and page.next_cursor
+    rest = gw.audit(limit=200, cursor=page.next_cursor)
+    assert [e.action for e in rest.entries] == ["key.create"] and rest.next_cursor is None
+    exported = gw.audit_export(str(tmp_path / "audit.csv"))
+    header, *rows = Path(exported).read_text().splitlines()
+    assert header.startswith("id,created_at,actor_account_id,") and len(rows) == 2
+
+    async def run():
+        async with AsyncGateway(acct.key, server.url) as agw:
+            first = await agw.audit(limit=1)
+            return first.entries[0].action, await agw.audit_export(str(tmp_path / "async.csv"))
+
+    action, path = asyncio.run(run())
+    assert action == "key.revoke" and Path(path).read_text() == Path(exported).read_text()

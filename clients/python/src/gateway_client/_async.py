@@ -333,6 +333,12 @@ class AsyncGateway:
     async def account(self) -> Account:
         return await self.request(ops.account())
 
+    async def audit(self, limit: int = 50, cursor: str | None = None) -> AuditPage:
+        return await self.request(ops.audit(limit, cursor))
+
+    async def audit_export(self, path: str) -> str:
+        return await self.request(ops.audit_export(path))
+
     async def call(self, slug: str, /, action: str, *, idempotency_key: str | None = None,
                    **params: Any) -> CallResult:
         """As ``Gateway.call``. The gateway's receipt keys are fetched when a result is

@@ -429,6 +429,18 @@ class Gateway:
     def account(self) -> Account:
         return self.request(ops.account())
 
+    def audit(self, limit: int = 50, cursor: str | None = None) -> AuditPage:
+        """Your account's audit log, newest first (changes to its keys, payments, saved methods,
+        auto top-up, payout destination, wallet and alerts); with an organisation key the
+        organisation's (owners and admins). Pass ``cursor=page.next_cursor``. Needs
+        ``account:read``."""
+        return self.request(ops.audit(limit, cursor))
+
+    def audit_export(self, path: str) -> str:
+        """Stream every entry of your account's audit log, newest first, as CSV (with a header
+        row) into ``path``; returns ``path``."""
+        return self.request(ops.audit_export(path))
+
     def call(self, slug: str, /, action: str, *, idempotency_key: str | None = None,
              **params: Any) -> CallResult:
         """Call ``action`` of module ``slug`` (positional) with ``params`` as the body's other

@@ -466,14 +466,29 @@ def org_invite_accept(token: str) -> Op[Org]:
     return Op("POST", f"/api/orgs/invites/{_seg(token)}/accept", _one(Org))
 
 
-def org_audit(org_id: str, limit: int, cursor: str | None) -> Op[AuditPage]:
-    return Op("GET", f"/api/orgs/{_seg(org_id)}/audit", lambda r: AuditPage.from_json(r.json()),
+def _audit_page(log: str, limit: int, cursor: str | None) -> Op[AuditPage]:
+    return Op("GET", log, lambda r: AuditPage.from_json(r.json()),
               params=_drop_none({"limit": limit, "cursor": cursor, "format": "json"}))
 
 
+def _audit_csv(log: str, path: str) -> Op[str]:
+    return Op("GET", log, lambda r: path, params={"format": "csv"}, headers={"Accept": "text/csv"}, stream_to=path)
+
+
+def audit(limit: int, cursor: str | None) -> Op[AuditPage]:
+    return _audit_page("/api/audit", limit, cursor)
+
+
+def audit_export(path: str) -> Op[str]:
+    return _audit_csv("/api/audit", path)
+
+
+def org_audit(org_id: str, limit: int, cursor: str | None) -> Op[AuditPage]:
+    return _audit_page(f"/api/orgs/{_seg(org_id)}/audit", limit, cursor)
+
+
 def org_audit_export(org_id: str, path: str) -> Op[str]:
-    return Op("GET", f"/api/orgs/{_seg(org_id)}/audit", lambda r: path, params={"format": "csv"},
-              headers={"Accept": "text/csv"}, stream_to=path)
+    return _audit_csv(f"/api/orgs/{_seg(org_id)}/audit", path)
 
 
 def provider_keys_list() -> Op[ProviderKeys]:

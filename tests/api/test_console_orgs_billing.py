@@ -530,6 +530,29 @@ def test_cancel_and_resume_a_pending_checkout(app, make_account):
     assert other.get(f"/billing/checkouts/{pay.id}/resume").status_code == 404
 
 
+def test_cancelling_a_checkout_and_turning_off_auto_top_up_ask_first(app, make_account):
+    """Neither can be undone from where it is pressed (a canceled checkout cannot be paid, a
+    deleted rule is gone with its amounts): each form asks first, naming what it acts on —
+    console.js's ``form[data-confirm]``, the mechanism of Revoke, Disable and Remove — and the
+    billing page loads the script that asks."""
+    me = Console(app, make_account().id, mode="test")
+    assert me.post("/billing/card", {"payment_method_id": "pm_card_visa"}, page="/billing").status_code == 303
+    r = me.post("/billing/auto-topup", {"threshold": "5", "add_amount": "20", "monthly_cap": "100"}, page="/billing")
+    assert r.status_code == 303
+    assert me.post("/billing/topup", {"amount": "12"}, page="/billing").status_code == 303
+    page = me.get("/billing").get_data(as_text=True)
+
+    def question(action: str) -> str:
+        form = re.search(rf'<form[^>]*action="{action}"[^>]*>', page, re.S).group(0)
+        return re.search(r'data-confirm="([^"]+)"', form).group(1)
+
+    cancel = question(r"/billing/checkouts/[^\"]+/cancel")
+    assert "Cancel the checkout of $12.00" in cancel and "start a new checkout" in cancel
+    off = question("/billing/auto-topup/delete")
+    assert "Turn off auto top-up" in off and "$5.00" in off and "$20.00" in off
+    assert re.search(r'<script src="/console/static/console\.js[^"]*" defer>', page)
+
+
 def test_connect_a_wallet_by_signing_the_shown_message(app, make_account):
     from eth_account import Account as EthAccount
     from eth_account.messages import encode_defunct

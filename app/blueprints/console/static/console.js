@@ -1,6 +1,7 @@
 /* The console's one script (served by the app: the CSP allows scripts from 'self' only, never inline).
    Progressive: a [data-copy] button (hidden without script) copies the text of the element it names;
-   a form[data-confirm] (revoking a key: it cannot be undone) asks its question before it is sent. */
+   a form[data-confirm] (revoking a key, cancelling a checkout: what cannot be undone) asks its question
+   before it is sent. */
 "use strict";
 document.querySelectorAll("button[data-copy]").forEach(function (button) {
   var target = document.getElementById(button.dataset.copy);

@@ -193,6 +193,21 @@ def test_key_page_shows_the_key_controls(app, signed_in):
     assert "30 requests/min" in page and "9000 tokens/min" in page
 
 
+def test_a_retiring_key_shows_the_rates_it_is_held_to(app, signed_in):
+    """A retiring key counts under its successor's rpm/tpm: the page shows those, as the API
+    does (docs/decisions.md "A retiring key's rates are its successor's")."""
+    client, acct = signed_in()
+    from app.services.accounts import keys
+
+    with app.app_context():
+        row, _ = keys.mint(acct.id, "old-one", ["call:write"])
+        new, _ = keys.rotate_key(acct.id, row.id, 3600, creator_scopes=frozenset(["call:write"]), mode="live")
+        keys.update_key(acct.id, new.id, {"rpm_limit": 7}, "live")
+        db.session.remove()
+    page = client.get("/keys").get_data(as_text=True)
+    assert page.count("7 requests/min") == 2, page
+
+
 def test_revoking_a_key_asks_first(app, signed_in):
     """Revoke is one click that stops every integration using the key and cannot be undone:
     its form asks for confirmation first (console.js: ``form[data-confirm]``; without script

@@ -172,8 +172,11 @@ def test_billing_save_card_pay_cancel_checkout_and_auto_topup(app, server, make_
     page.click("a[aria-label='Resume the checkout of $9.00']")
     page.wait_for_url(re.compile(r".*/pay/sandbox/checkout/.*"))
     page.goto(base + "/billing")
+    asked = []  # Cancel and Turn off ask first (console.js); the person confirms
+    page.on("dialog", lambda d: (asked.append(d.message), d.accept()))
     page.click("button[aria-label='Cancel the checkout of $9.00']")
     page.wait_for_selector("text=Checkout canceled; nothing was charged.")
+    assert len(asked) == 1 and asked[0].startswith("Cancel the checkout of $9.00 started ")
     row = page.locator("table.payments tr", has_text="$9.00")
     assert row.locator(".pill").inner_text() == "canceled" and row.locator("text=Resume").count() == 0
 
@@ -187,4 +190,6 @@ def test_billing_save_card_pay_cancel_checkout_and_auto_topup(app, server, make_
         page.screenshot(path="/tmp/console-orgs-billing-1280.png", full_page=True)
     page.click("text=Turn off auto top-up")
     page.wait_for_selector("text=Auto top-up is off.")
+    assert len(asked) == 2 and asked[1].startswith("Turn off auto top-up? The balance is no longer topped up "
+                                                   "with $10.00 when it falls under $2.00")
     page.context.close()

@@ -107,7 +107,7 @@ def targets(results: dict) -> list[dict]:
                   lambda c, li, d: (f"{c['p50_ms'] - d['p50_ms']:.3f} ms vs {li['p50_ms'] - d['p50_ms']:.3f} ms "
                                     "over direct"), "chat, LiteLLM or direct not measured")
     # each account-scoped read's own latency at c=1 (at c=16, 16 requests queue for
-    # 2 workers × 4 threads on 2 cores, and p99 measures that queue; in the detail)
+    # 2 workers on 2 cores, and p99 measures that queue; in the detail)
     calls = results.get("checks", {}).get("scale_seed", {}).get("calls") or 0
     for name in ("usage-current", "usage-by-module", "usage-daily", "usage-export"):
         sc = results["scenarios"].get(name)
@@ -218,8 +218,9 @@ def markdown(results: dict) -> str:
              f"load average at start {results.get('loadavg_start')}, at end {m.get('loadavg_end')}.",
              "",
              "Versions: " + ", ".join(f"{k} {val}" for k, val in v.items() if val), "",
-             f"Settings: gunicorn {g.get('workers')} workers × {g.get('threads')} threads "
-             f"({g.get('worker_class')}), APP_ENV=production, PostgreSQL + Redis; wrk 1 thread, "
+             f"Settings: gunicorn {g.get('workers')} workers ({g.get('worker_class')}"
+             + (f", {g['worker_connections']} connections each" if g.get("worker_connections") else
+                f", {g.get('threads')} threads each") + "), APP_ENV=production, PostgreSQL + Redis; wrk 1 thread, "
              f"{s.get('duration_s')} s per measurement after a {s.get('warmup_s')} s warm-up; "
              f"errors = non-2xx/3xx responses + socket errors.", "",
              *_jobs_line(results),

@@ -183,7 +183,7 @@ def start_jobs(env: dict, work: Path) -> list:
 
 def gunicorn_settings(env: dict) -> dict:
     code = ("import runpy, json; c = runpy.run_path('deploy/gunicorn.conf.py'); "
-            "print(json.dumps({k: c[k] for k in ('workers', 'threads', 'worker_class', 'keepalive', 'timeout')}))")
+            "print(json.dumps({k: c[k] for k in ('workers', 'worker_class', 'worker_connections', 'keepalive', 'timeout')}))")
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True,
                          text=True, timeout=30, check=True)
     return json.loads(out.stdout)

@@ -4,10 +4,27 @@ Every value can be overridden from the environment:
 
 * ``GUNICORN_BIND`` (default ``127.0.0.1:$PORT``, PORT default 8000) — loopback only:
   nginx in front terminates TLS and talks to it over a keep-alive upstream.
-* ``WEB_CONCURRENCY`` workers (default: CPU count, at least 2) × ``GUNICORN_THREADS``
-  threads each (default 8, ``gthread``): requests mostly wait on PostgreSQL, Redis and
-  upstream providers, so threads are cheap concurrency and streaming chat responses do
-  not block a whole process. The worker class is gunicorn's own ``gthread``.
+* ``WEB_CONCURRENCY`` workers (default: CPU count, at least 2) of gunicorn's own ``gevent``
+  worker, each serving up to ``GUNICORN_WORKER_CONNECTIONS`` client connections at once
+  (default 1,000), one greenlet per connection: requests mostly wait on PostgreSQL, Redis
+  and upstream providers, and a greenlet waits without a thread. A worker's concurrency is
+  no longer its thread count (gthread's 8): a slow provider or a long chat stream holds a
+  greenlet, not one of 8 threads, and a call hands nothing to other threads (gthread's
+  poller and pool, the open's group leader, the finalize writer were OS-thread hand-offs:
+  15–18 context switches per metered call against 6–9 for a bare route; bench/DIARY.md).
+  The database stays a fixed pool per process (``DB_POOL_SIZE``): greenlets wait for a
+  connection, they never open one each.
+  Monkey-patching: the standard library is patched at the top of this file, before the app
+  is imported and preloaded in the master (psycopg picks its gevent-friendly wait only if
+  ``select`` is already patched when it is imported); gunicorn's worker patches again after
+  the fork, which changes nothing. ``flask`` commands, the RQ worker and the tests that build
+  the app in-process run unpatched, on threads: the app's code is written for both (locks,
+  events and conditions of ``threading``; per-process free lists, not thread-locals, for
+  connections kept across requests). asyncio: the MCP door's loop runs in a greenlet of the
+  worker's one OS thread, and asyncio allows one running loop per OS thread, so no other
+  request may start one (``asyncio.run``): SIWX drives its coroutines without a loop
+  (``app/services/agents/siwx.py``). CPU-bound work (tokenizing a long prompt, a PDF's page
+  count) holds the worker's other requests while it runs, as it held the GIL before.
 * ``GUNICORN_REUSE_PORT`` (default on): gunicorn's ``reuse_port``: each worker opens its
   own ``SO_REUSEPORT`` listening socket and the kernel spreads new connections over them.
   With one shared socket a burst of keep-alive connections (wrk's 16, nginx opening its
@@ -18,8 +35,9 @@ Every value can be overridden from the environment:
   worker; nginx answers that request 502. Since SO_REUSEPORT would also let a second
   gunicorn of the same user share a port another one listens on, a port in use refuses to
   start (``refuse_a_shared_port``).
-* ``GUNICORN_TIMEOUT`` (default 120 s): the worker heartbeat timeout. With gthread a
-  long streaming response does not trip it; it only kills a wedged worker.
+* ``GUNICORN_TIMEOUT`` (default 120 s): the worker heartbeat timeout. The gevent worker
+  beats from its own greenlet, so a long streaming response does not trip it; it only kills
+  a worker wedged in CPU or in a call that blocks without yielding.
 * ``GUNICORN_GRACEFUL_TIMEOUT`` (default 30 s): on SIGTERM/SIGHUP, workers finish the
   requests in flight (streams included, up to this limit) before exiting, and then write
   the metered calls their finalize writer still holds (``money/charging.py``, up to
@@ -62,7 +80,13 @@ Logging: the app writes its own JSON access line per request (``gateway.access``
 gunicorn's access log is off unless ``GUNICORN_ACCESSLOG`` is set; gunicorn's own
 messages go to stderr (JSON when ``LOG_JSON``/production).
 """
-import errno
+from gevent import monkey
+
+# Before anything else of the app is imported (the app is preloaded in this process):
+# psycopg picks its cooperative wait only if ``select`` is patched when it is imported.
+monkey.patch_all()
+
+import errno  # noqa: E402
 import gc
 import glob
 import multiprocessing
@@ -74,8 +98,8 @@ from gunicorn import glogging
 
 bind = os.environ.get("GUNICORN_BIND", f"127.0.0.1:{os.environ.get('PORT', '8000')}")
 workers = int(os.environ.get("WEB_CONCURRENCY", max(2, multiprocessing.cpu_count())))
-threads = int(os.environ.get("GUNICORN_THREADS", 8))
-worker_class = "gthread"
+worker_class = "gevent"
+worker_connections = int(os.environ.get("GUNICORN_WORKER_CONNECTIONS", 1000))
 reuse_port = os.environ.get("GUNICORN_REUSE_PORT", "1").lower() not in ("0", "false", "no", "off")
 timeout = int(os.environ.get("GUNICORN_TIMEOUT", 120))
 graceful_timeout = int(os.environ.get("GUNICORN_GRACEFUL_TIMEOUT", 30))

@@ -87,16 +87,47 @@ def test_redis_hits_send_one_command_per_request(app, monkeypatch):
 
 @needs_redis
 def test_redis_hits_survive_a_dropped_connection(app):
-    """The thread's connection breaking (server restart, idle timeout) costs one resend
+    """The idle connection breaking (server restart, idle timeout) costs one resend
     on a new connection, not a failed-open request."""
     client = redis.Redis.from_url(REDIS_URL)
     items = parse_many("5/minute")
     key = "gwtest-rl:plan:dropped"
     assert _hits(client, key, items)[0][0][1] == 4
-    (_, conn), = [v for c, v in ratecount._threads.conns.items() if c is client]
+    conn, = ratecount._idle[client].idle
     conn.send_command("CLIENT", "ID")
     client.client_kill_filter(_id=conn.read_response())  # that one connection, server side
     assert _hits(client, key, items)[0][0][1] == 3
+    client.delete(*client.scan_iter(key + ":*"))
+
+
+@needs_redis
+def test_redis_hits_share_the_process_connections_across_threads(app, monkeypatch):
+    """One free list per process, not a connection per thread: under gunicorn's gevent
+    worker a thread is a client connection's greenlet, and each new one connected again.
+    Calls one after another from new threads reuse the one idle connection; calls in
+    flight at once take one each, and at most IDLE_MAX stay idle."""
+    import threading
+
+    client = redis.Redis.from_url(REDIS_URL)
+    items = parse_many("1000/minute")
+    key = f"gwtest-rl:plan:shared-{uuid.uuid4().hex}"
+    for _ in range(3):
+        t = threading.Thread(target=lambda: _hits(client, key, items))
+        t.start()
+        t.join()
+    assert len(ratecount._idle[client].idle) == 1
+    free = ratecount._idle[client].idle
+    used = free[0]
+    others = [client.connection_pool.make_connection() for _ in range(ratecount._idle[client].idle_max)]
+    send = ratecount._send
+
+    def others_finish_meanwhile(conn, command):
+        free.extend(others)  # the calls in flight beside this one gave theirs back
+        return send(conn, command)
+
+    monkeypatch.setattr(ratecount, "_send", others_finish_meanwhile)
+    _hits(client, key, items)
+    assert free == others and used not in free and used._sock is None  # closed, not kept
     client.delete(*client.scan_iter(key + ":*"))
 
 

@@ -36,11 +36,14 @@ def run_schedule_once(now: float | None = None) -> list[str]:
 
     now = now or time.time()
     redis = get_redis()
+    # The deployment's own claims: another deployment (or a test) on the same Redis has its
+    # own prefix, and a claim of its scheduler must not skip a slot of this one.
+    prefix = current_app.config.get("RATELIMIT_KEY_PREFIX") or "gw"
     due = []
     for name, interval, func in SCHEDULE:
         slot = int(now // interval)
         if redis is not None:
-            claim = f"gw:schedule:{name}:{slot}"
+            claim = f"{prefix}:schedule:{name}:{slot}"
             try:
                 if not redis.set(claim, "1", nx=True, ex=interval * 2):
                     continue

@@ -1,5 +1,5 @@
 """Scale out without surprises (issue 36 item 7): three app processes in the production
-configuration (gunicorn, ``deploy/gunicorn.conf.py``, 8 threads each) against ONE
+configuration (gunicorn's gevent worker, ``deploy/gunicorn.conf.py``) against ONE
 PostgreSQL capped at ``max_connections = 40``, driven by 64 concurrent callers of
 metered module calls with key and usage reads in between: no error, every call charged
 exactly once, books clean (``flask money reconcile``, ``flask ledger check``), and no
@@ -39,7 +39,7 @@ from tests.support.procs import Proc, free_port
 from tests.support.standin import StandIn
 
 CAP = 40
-NODES, THREADS = 3, 8
+NODES = 3
 POOL_SIZE, OVERFLOW = 8, 0  # config.py's defaults, set explicitly so the bound below is the test's
 CALLERS, CALLS_EACH = 64, 8
 PRICE_CENTS = 1
@@ -115,7 +115,7 @@ def deployment(capped_pg, upstream):
         "INSTANCE_PATH": str(work), "CATALOG_PATH": str(work / "catalog"),
         "ALLOW_PRIVATE_URLS": "1", "TRUSTED_PROXIES": "0", "PYTHONPATH": str(ROOT),
         "RATELIMIT_KEY_PREFIX": f"budget{os.getpid()}", "no_proxy": "*",
-        "WEB_CONCURRENCY": "1", "GUNICORN_THREADS": str(THREADS),
+        "WEB_CONCURRENCY": "1",
         "DB_POOL_SIZE": str(POOL_SIZE), "DB_MAX_OVERFLOW": str(OVERFLOW),
     })
     _flask(env, "db", "upgrade")
@@ -232,7 +232,7 @@ def test_three_processes_64_callers_on_40_connections(deployment, capped_pg, thr
         stack.callback(watcher.stop.set)
         nodes = []
         for i in range(NODES):
-            proc, node = gunicorn_proc(env, workers=1, threads=THREADS, grace=30, graceful_timeout=20,
+            proc, node = gunicorn_proc(env, workers=1, grace=30, graceful_timeout=20,
                                        log=Path(env["INSTANCE_PATH"]) / f"web-{through}-{i}.log")
             stack.enter_context(proc)
             nodes.append((proc, node))

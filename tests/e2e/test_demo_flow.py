@@ -41,7 +41,7 @@ def test_newcomer_flow(app, make_account):
         subprocess.run([sys.executable, "-m", "flask", "--app", "wsgi", "catalog", "load"],
                        cwd=ROOT, env=env, check=True, capture_output=True)
         acct = make_account()
-        with gunicorn(env, workers=2, threads=2) as url:
+        with gunicorn(env, workers=2) as url:
             h = {"Authorization": f"Bearer {acct.key}"}
             before = requests.get(url + "/api/account", headers=h).json()["balance_cents"]
             mods = requests.get(url + "/api/modules").json()["modules"]

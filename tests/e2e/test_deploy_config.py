@@ -80,7 +80,7 @@ def _count(text: str, route: str) -> float:
 def test_gunicorn_production_config_sums_metrics_over_workers(app, tmp_path):
     env = app_env(app.config)
     port = free_port()
-    env.update({"GUNICORN_BIND": f"127.0.0.1:{port}", "WEB_CONCURRENCY": "3", "GUNICORN_THREADS": "2",
+    env.update({"GUNICORN_BIND": f"127.0.0.1:{port}", "WEB_CONCURRENCY": "3",
                 "GUNICORN_GRACEFUL_TIMEOUT": "5", "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prom")})
     env.pop("METRICS_TOKEN", None)
     (tmp_path / "prom").mkdir()

@@ -36,7 +36,7 @@ def test_a_graceful_stop_writes_every_answered_call_first(app, make_account, pro
     create_module(app, "drn", provider, {"ok": (2, "/ok")})
     acct = make_account(cents=100, plan="pro")
     env = {**app_env(app.config), "CALL_FINALIZE_DEFERRED": "1"}
-    proc, url = gunicorn_proc(env, workers=1, threads=4, grace=30, graceful_timeout=15)
+    proc, url = gunicorn_proc(env, workers=1, grace=30, graceful_timeout=15)
     with proc:
         proc.wait_http(url + "/openapi.json", timeout=30)
         answers = [requests.post(f"{url}/v1/module/drn/call", json={"action": "ok", "i": i},

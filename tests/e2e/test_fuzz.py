@@ -47,7 +47,7 @@ def test_the_fuzz_server_lets_a_long_query_string_reach_the_app(tmp_path):
     the app's JSON refusal is what schemathesis sees (nginx's 414 is JSON: test_serve)."""
     env = _env(str(tmp_path), fresh_database("fuzz"))
     _flask(env, "db", "upgrade")
-    server, base = gunicorn_proc(env, workers=1, threads=2, log=tmp_path / "server.log", args=SERVER_ARGS)
+    server, base = gunicorn_proc(env, workers=1, log=tmp_path / "server.log", args=SERVER_ARGS)
     server.start().wait_http(f"{base}/openapi.json")
     try:
         r = requests.get(f"{base}/api/usage/daily?" + "&".join(["days=%7B%7D"] * 600), timeout=10)
@@ -67,7 +67,7 @@ def test_the_fuzz_run_calls_agent_only_operations_as_an_agent(tmp_path):
     env = _env(str(tmp_path), fresh_database("fuzz"))
     _flask(env, "db", "upgrade")
     key = json.loads(_flask(env, "accounts", "create", "--email", "a@fuzz.example"))["key"]
-    server, base = gunicorn_proc(env, workers=1, threads=2, log=tmp_path / "server.log", args=SERVER_ARGS)
+    server, base = gunicorn_proc(env, workers=1, log=tmp_path / "server.log", args=SERVER_ARGS)
     server.start().wait_http(f"{base}/openapi.json")
     try:
         build = {"slug": "fuzz-build", "price_cents": 1, "actions": ["run"]}

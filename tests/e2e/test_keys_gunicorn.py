@@ -13,7 +13,7 @@ from tests.support.apps import app_env, gunicorn
 def test_twelve_parallel_calls_on_a_limit_of_three_charge_exactly_three(app, make_account, provider, ledger_clean):
     create_module(app, "lim", provider, {"ok": (3, "/ok")})
     acct = make_account(cents=100, plan="pro")  # 50 calls/s: the key's rate limit stays out of the way
-    with gunicorn(app_env(app.config), workers=2, threads=6) as url:
+    with gunicorn(app_env(app.config), workers=2) as url:
         key = requests.post(f"{url}/api/keys", headers=acct.headers,
                             json={"name": "budget", "spend_limit_cents": 9, "spend_limit_period": "day"}).json()
         bearer = {"Authorization": f"Bearer {key['key']}"}

@@ -28,7 +28,7 @@ def cluster(app):
     env = app_env(app.config)
     env["AUTH_CACHE_TTL"] = "3600"  # a refusal within the test can only be the broadcast's
     with ExitStack() as stack:
-        nodes = [stack.enter_context(gunicorn(env, workers=2, threads=2)) for _ in range(3)]
+        nodes = [stack.enter_context(gunicorn(env, workers=2)) for _ in range(3)]
         front = stack.enter_context(nginx(nodes))
         yield front, nodes
 

@@ -39,7 +39,7 @@ def test_official_x402_client_pays_for_a_call(app, make_account, ledger_clean):
                        cwd=ROOT, env=env, check=True, capture_output=True)
         acct = make_account(cents=0)
         wallet = EthAccount.create()
-        with gunicorn(env, workers=2, threads=2) as url:
+        with gunicorn(env, workers=2) as url:
             h = {"Authorization": f"Bearer {acct.key}"}
             body = {"action": "word_count", "text": "pay per call"}
             assert requests.post(url + "/v1/module/text/call", headers=h, json=body).status_code == 402

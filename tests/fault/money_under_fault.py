@@ -171,7 +171,7 @@ class Driver:
         return int(out.strip())
 
     def start_gunicorn(self):
-        self.gunicorn, self.url = gunicorn_proc(self.env, workers=3, threads=4,
+        self.gunicorn, self.url = gunicorn_proc(self.env, workers=3,
                                                 log=Path(self.work) / "web.log", grace=15)
         self.procs.started.append(self.gunicorn.start())
         self.gunicorn.wait_http(self.url + "/openapi.json", timeout=60)

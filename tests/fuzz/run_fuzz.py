@@ -239,7 +239,7 @@ def _run(args, workdir: str, db_url: str) -> int:
     users[1].pop("key")
     wfc = Path(workdir) / "auth.json"
     wfc.write_text(json.dumps({"schemaVersion": "1.0.0", "auth": users}))
-    server, base = gunicorn_proc(env, workers=2, threads=4, log=Path(workdir) / "server.log",
+    server, base = gunicorn_proc(env, workers=2, log=Path(workdir) / "server.log",
                                  args=SERVER_ARGS)
     try:
         server.start().wait_http(f"{base}/openapi.json")

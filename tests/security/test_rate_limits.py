@@ -108,7 +108,7 @@ def test_two_workers_without_redis_admit_the_plan_once(app, make_account):
     env.pop("REDIS_URL", None)
     env.pop("RATELIMIT_STORAGE_URI", None)
     env["TEST_PLAN_RATE_LIMITS"] = json.dumps({"starter": "10/hour"})
-    with gunicorn(env, workers=2, threads=4, module="tests.support.wsgi_plans:app") as url:
+    with gunicorn(env, workers=2, module="tests.support.wsgi_plans:app") as url:
         keys = [requests.post(f"{url}/api/keys", json={"name": f"k{i}"}, headers=acct.headers, timeout=30)
                 for i in range(5)]
         assert [r.status_code for r in keys] == [201] * 5, [r.text for r in keys]

@@ -21,6 +21,7 @@ from app.services.billing import chains
 from app.services.chat import providers as llm_providers
 from app.services.chat.catalog import Offer, Provider
 from app.services.platform import http, netguard
+from app.services.platform.freelist import FreeList
 from tests import dnsstub
 from tests.support.procs import free_port
 from tests.support.standin import StandIn, recorder, serve
@@ -206,8 +207,8 @@ def test_redirects_are_never_followed(app):
     _Redirecting.hits = []
     with serve(_Redirecting) as url, app.app_context():
         assert http.call("GET", url + "/start", purpose="test", timeout=5).status_code == 302
-        s = http.session("test", allow_private_hosts=True)
-        assert s.get(url + "/start", timeout=5, allow_redirects=True).status_code == 302
+        with http.session("test", allow_private_hosts=True) as s:
+            assert s.get(url + "/start", timeout=5, allow_redirects=True).status_code == 302
     assert _Redirecting.hits == ["/start", "/start"]
 
 
@@ -246,9 +247,59 @@ def test_response_cap(app, monkeypatch):
             llm_providers.complete(offer, {"model": "m", "messages": [{"role": "user", "content": "x"}]}, 10)
 
 
+class _Cookies(BaseHTTPRequestHandler):
+    seen: list = []
+
+    def do_GET(self):  # noqa: N802 - http.server API
+        _Cookies.seen.append(self.headers.get("Cookie"))
+        self.send_response(200)
+        self.send_header("Set-Cookie", "sid=secret-of-the-first-caller; Path=/")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *a):
+        pass
+
+
+def test_a_cookie_one_response_set_never_goes_out_again(app):
+    """Sessions are lent to whichever request comes next: a cookie must not travel."""
+    _Cookies.seen = []
+    with serve(_Cookies) as url, app.app_context():
+        for _ in range(3):
+            http.call("GET", url + "/", purpose="test", timeout=5)
+    assert _Cookies.seen == [None, None, None]
+
+
+def test_sessions_are_lent_from_one_free_list_per_process(app):
+    """Not one session per thread (under gevent, per client connection's greenlet): a
+    request after another, from any thread, borrows the same idle session; two at once
+    take two; at most IDLE_MAX stay idle."""
+    import threading
+
+    def borrowed():
+        with http.session("lend-test", allow_private_hosts=True) as s:
+            return s
+
+    first = borrowed()
+    t = threading.Thread(target=lambda: seen.append(borrowed()))
+    seen: list = []
+    t.start()
+    t.join()
+    assert seen == [first]
+    with http.session("lend-test", allow_private_hosts=True) as a, \
+            http.session("lend-test", allow_private_hosts=True) as b:
+        assert a is first and b is not first
+    free = http._idle_sessions[("lend-test", True)].idle
+    assert free == [b, a]  # given back as each block ends
+    extra = [http._new_session("lend-test", True) for _ in range(FreeList(None, None).idle_max)]
+    with http.session("lend-test", allow_private_hosts=True) as c:
+        free.extend(extra)  # the others in use meanwhile came back
+    assert c not in free and len(free) == len(extra) + 1
+
+
 def test_timeout_is_mandatory(app):
-    with pytest.raises(ValueError, match="timeout"):
-        http.session("test", allow_private_hosts=True).get("http://127.0.0.1:9/")
+    with pytest.raises(ValueError, match="timeout"), http.session("test", allow_private_hosts=True) as s:
+        s.get("http://127.0.0.1:9/")
 
 
 def test_environment_proxies_are_ignored(app, monkeypatch):

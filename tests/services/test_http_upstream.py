@@ -202,7 +202,11 @@ def test_failures_raise_what_requests_raises(kind):
                 send(url)
             return type(exc.value)
 
-    via_requests = failure(lambda url: http.session("test", allow_private_hosts=True).get(url, timeout=(1, 0.5)))
+    def via_session(url):
+        with http.session("test", allow_private_hosts=True) as s:
+            return s.get(url, timeout=(1, 0.5))
+
+    via_requests = failure(via_session)
     via_urllib3 = failure(lambda url: _fresh().request("GET", url, headers={}, timeout=(1, 0.5)))
     assert via_urllib3 is via_requests
     assert issubclass(via_urllib3, requests.Timeout) == (kind == "hang")

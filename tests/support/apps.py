@@ -51,29 +51,29 @@ def fresh_database(suffix: str) -> str:
     return fresh
 
 
-def gunicorn_proc(env: dict, *, workers: int = 1, threads: int = 4, port: int | None = None,
+def gunicorn_proc(env: dict, *, workers: int = 1, port: int | None = None,
                   log: str | Path | None = None, grace: float = 10.0,
                   graceful_timeout: float = 2, args: tuple[str, ...] = (),
                   module: str = "wsgi:app") -> tuple[Proc, str]:
     """A (not yet started) ``gunicorn wsgi:app`` (or ``module``) on loopback and its base
-    URL, in the production configuration (``deploy/gunicorn.conf.py``: gthread, reuse-port,
+    URL, in the production configuration (``deploy/gunicorn.conf.py``: gevent, reuse-port,
     the app preloaded in the master and forked, gc.freeze, JSON logs as configured) with
     the sizes and address given here; ``grace``: how long the test waits after SIGTERM,
     ``graceful_timeout``: gunicorn's own limit for a stopping worker before the master kills
     it; ``args``: more gunicorn options (they override the file's)."""
     port = port or free_port()
     proc = Proc([VENV_BIN / "gunicorn", "-c", str(ROOT / "deploy" / "gunicorn.conf.py"),
-                 "-w", str(workers), "--threads", str(threads),
+                 "-w", str(workers),
                  "-b", f"127.0.0.1:{port}", "--graceful-timeout", f"{graceful_timeout:g}", *args, module],
                 name="gunicorn", env=env, cwd=ROOT, log=log, grace=grace)
     return proc, f"http://127.0.0.1:{port}"
 
 
 @contextmanager
-def gunicorn(env: dict, workers: int = 1, threads: int = 4, port: int | None = None,
+def gunicorn(env: dict, workers: int = 1, port: int | None = None,
              module: str = "wsgi:app"):
     """Run ``gunicorn wsgi:app`` (or ``module``) on loopback for the block; yields its base URL."""
-    proc, url = gunicorn_proc(env, workers=workers, threads=threads, port=port, module=module)
+    proc, url = gunicorn_proc(env, workers=workers, port=port, module=module)
     with proc:
         # only the wait's bound: on a loaded machine (parallel test workers beside other
         # work) importing the app in every worker has taken over 20 s

@@ -29,7 +29,6 @@ without its dependencies: see requirements-nodeps.txt); without it sign-in is 50
 """
 from __future__ import annotations
 
-import asyncio
 from datetime import datetime, timedelta
 from urllib.parse import urlparse
 
@@ -110,8 +109,18 @@ def challenge() -> dict:
 
 
 def _run(coro):
-    """Drive one of the extension's coroutines (they do no I/O on the EOA path)."""
-    return asyncio.run(coro)
+    """Drive one of the extension's coroutines to its end without an event loop. On the
+    EOA path (no ``provider``, no ``evm_verifier``) they only compute and never wait, so
+    one ``send`` finishes them. No loop on purpose: under gunicorn's gevent worker the MCP
+    door's event loop runs in a greenlet of this same OS thread, and asyncio allows one
+    running loop per OS thread (``asyncio.run`` here raised "cannot be called from a
+    running event loop" once a worker had served an MCP request)."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value
+    coro.close()
+    raise RuntimeError("a SIWX coroutine waited for I/O; it is driven without an event loop")
 
 
 @transactional

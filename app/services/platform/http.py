@@ -25,8 +25,12 @@ mid-body failures as ``Response.iter_content`` does, so ``ERRORS`` covers both.
 What every request guarantees
 -----------------------------
 * **Pooled**: keep-alive connections reused. ``upstream``: one pool manager per purpose
-  and policy and process. ``session``: one ``requests`` session per purpose, policy and
-  thread. ``modules`` and ``chat`` have larger pools (``POOL_SIZES``).
+  and policy and process. ``session``: a ``requests`` session per purpose and policy
+  lent from the process's free list for one request (``platform.freelist``; not one per
+  thread, since under gunicorn's gevent worker a thread is a client connection's greenlet). ``modules`` and ``chat`` have larger pools
+  (``POOL_SIZES``).
+* **No cookies**: a session never keeps a cookie a response set, so nothing one request
+  was told travels with the next request that borrows the session.
 * **Timeouts always set**: a request without ``timeout`` raises ``ValueError``.
 * **No redirects**: never followed; a 3xx is returned to the caller.
 * **No environment proxies**: urllib3's pool manager never reads ``HTTP(S)_PROXY``; the
@@ -75,6 +79,7 @@ import socket
 import threading
 import time
 from functools import lru_cache
+from http.cookiejar import DefaultCookiePolicy
 from urllib.parse import unquote, urlencode, urlsplit
 
 import requests
@@ -91,11 +96,11 @@ from urllib3.util.timeout import _DEFAULT_TIMEOUT
 
 from app import telemetry
 from app.services.platform import netguard
+from app.services.platform.freelist import FreeList
 from app.services.platform.netguard import AddressRefused  # noqa: F401 - part of this API
 
 USER_AGENT = "metered-gateway/1.0"
 POOL_SIZES = {"modules": (64, 64), "chat": (32, 64)}  # purpose -> (hosts, connections per host)
-_local = threading.local()
 _shared_lock = threading.Lock()
 
 
@@ -194,19 +199,23 @@ def _new_session(purpose: str, allow_private_hosts: bool, sizes: tuple[int, int]
     s.mount("https://", adapter)
     s.headers.clear()
     s.headers["User-Agent"] = USER_AGENT
+    s.cookies.set_policy(DefaultCookiePolicy(allowed_domains=[]))  # keeps none
     return s
 
 
-def session(purpose: str, *, allow_private_hosts: bool) -> GuardedSession:
-    """This thread's pooled session for ``purpose`` under the given address policy."""
-    sessions = getattr(_local, "sessions", None)
-    if sessions is None:
-        sessions = _local.sessions = {}
+# The process's idle sessions (``platform.freelist``): {(purpose, allow_private_hosts): FreeList}
+_idle_sessions: dict[tuple[str, bool], FreeList] = {}
+
+
+def session(purpose: str, *, allow_private_hosts: bool):
+    """A pooled session for ``purpose`` under the given address policy, lent for a
+    ``with`` block (an idle one of this process, or a new one; given back after). Use
+    the response inside the block."""
     key = (purpose, bool(allow_private_hosts))
-    s = sessions.get(key)
-    if s is None:
-        s = sessions[key] = _new_session(purpose, allow_private_hosts)
-    return s
+    idle = _idle_sessions.get(key)
+    if idle is None:
+        idle = _idle_sessions.setdefault(key, FreeList(lambda: _new_session(*key), GuardedSession.close))
+    return idle.lend()
 
 
 # --- the hot path: urllib3's pool directly -------------------------------------------------
@@ -366,12 +375,12 @@ def call(method: str, url: str, *, purpose: str, timeout, allow_private_hosts: b
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname or parts.username or parts.password:
         raise requests.exceptions.InvalidURL(f"not an http(s) URL without credentials: {url[:200]}")
-    resp = session(purpose, allow_private_hosts=allow_private_hosts).request(
-        method, url, timeout=timeout, stream=True, **kwargs)
-    try:
-        read_capped(resp, default_max_bytes() if max_bytes is None else max_bytes)
-    finally:
-        resp.close()
+    with session(purpose, allow_private_hosts=allow_private_hosts) as s:
+        resp = s.request(method, url, timeout=timeout, stream=True, **kwargs)
+        try:
+            read_capped(resp, default_max_bytes() if max_bytes is None else max_bytes)
+        finally:
+            resp.close()
     return resp
 
 

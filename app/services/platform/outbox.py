@@ -208,8 +208,8 @@ def _send(msg: OutboxMessage) -> None:
         raise ValueError(f"unknown channel {msg.channel}")
     # The address is screened on the connection that sends (no second lookup to rebind);
     # only the status matters, so the receiver's body is never read.
-    with http.session("webhooks", allow_private_hosts=permissive).post(
-            msg.destination, data=body, headers=headers, timeout=WEBHOOK_TIMEOUT, stream=True) as resp:
+    with (http.session("webhooks", allow_private_hosts=permissive) as s,
+          s.post(msg.destination, data=body, headers=headers, timeout=WEBHOOK_TIMEOUT, stream=True) as resp):
         status = resp.status_code
     if not 200 <= status < 300:
         raise RuntimeError(f"HTTP {status}")

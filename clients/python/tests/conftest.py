@@ -113,7 +113,7 @@ def server(app) -> Iterator[Server]:  # noqa: ARG001 - the database, migrated
                            cwd=ROOT, env=env, check=True, capture_output=True)
             port = free_port()  # BASE_URL is the server's own origin: SIWX challenges are bound to it
             env["BASE_URL"] = f"http://127.0.0.1:{port}"
-            with gunicorn(env, workers=1, threads=4, port=port) as url:
+            with gunicorn(env, workers=1, port=port) as url:
                 yield Server(url, env)
     finally:
         provider.shutdown()

@@ -120,6 +120,15 @@ class Offer:
                             cache_write_1h_price=self.cache_write_1h_price, factor=factor)
 
     @property
+    def cache_write_1h_usd(self) -> Decimal | None:
+        """The price billing uses for a prompt token written to the 1-hour cache
+        (``cache_write_1h_price``, default 2× input), or None for an OpenAI-compatible
+        provider: it is never sent a cache mark, so it never writes to that cache."""
+        if self.provider.type != "anthropic":
+            return None
+        return cache_write_1h_price_of(self.input_price, self.cache_write_1h_price)
+
+    @property
     def cooldown_id(self) -> str:
         """Whose failures cool this offer down: the provider, or the caller's own key of it
         (a customer's bad key never cools the platform's provider down)."""
@@ -172,12 +181,17 @@ def price_micros(input_price: Decimal, output_price: Decimal, prompt_tokens: int
     written_1h = max(0, min(int(cache_write_1h_tokens), written))
     read_p = input_price if cache_read_price is None else cache_read_price
     write_p = input_price if cache_write_price is None else cache_write_price
-    write_1h_p = input_price * 2 if cache_write_1h_price is None else cache_write_1h_price
+    write_1h_p = cache_write_1h_price_of(input_price, cache_write_1h_price)
     total = input_price * (prompt_tokens - cached - written) + read_p * cached \
         + write_p * (written - written_1h) + write_1h_p * written_1h + output_price * completion_tokens
     if factor is not None:
         total *= factor
     return int(total.quantize(Decimal(1), rounding=ROUND_HALF_UP))
+
+
+def cache_write_1h_price_of(input_price: Decimal, cache_write_1h_price: Decimal | None) -> Decimal:
+    """The 1-hour cache's write price: the catalog's, else 2× the input price (Anthropic's)."""
+    return input_price * 2 if cache_write_1h_price is None else cache_write_1h_price
 
 
 def _optional_price(value: Any, where: str) -> Decimal | None:

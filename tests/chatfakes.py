@@ -67,6 +67,10 @@ def _sse(events, cut: int | None = None) -> Reply:
 
 
 def _openai(state: FakeState, body: dict):
+    if isinstance(body.get("stop"), list) and len(body["stop"]) > 4:  # as OpenAI refuses it
+        return 400, {"error": {"message": f"Invalid 'stop': array too long. Expected an array with maximum length "
+                                          f"4, but got an array with length {len(body['stop'])} instead.",
+                               "type": "invalid_request_error", "param": "stop", "code": "array_above_max_length"}}
     usage = {**USAGE, "total_tokens": 150, **state.usage_extra}
     if body.get("tools"):
         message = {"role": "assistant", "content": None, "tool_calls": [

@@ -44,7 +44,9 @@ _TOOL = {"required": ["function"], "properties": {"function": {
 class ChatRequestSchema(InputSchema):
     """OpenAI chat-completions request. Fields not listed here (stop, seed, user, …) are
     passed to the upstream unchanged; those listed are checked against OpenAI's own rules
-    (an out-of-range ``temperature`` is the caller's 400, not a provider's failure)."""
+    (an out-of-range ``temperature`` is the caller's 400, not a provider's failure). ``stop``
+    routes: more than 4 sequences go only to providers that take them (Anthropic's), else 400
+    ``no_matching_model`` with ``param: stop``."""
 
     class Meta:
         unknown = ma.INCLUDE
@@ -321,7 +323,10 @@ class MessagesRequestSchema(InputSchema):
                               required=True, validate=ma.validate.Length(min=1, max=4096))
     system = ma.fields.Raw(allow_none=True, metadata={"anyOf": [{"type": "string"}, _TEXT_BLOCKS, {"type": "null"}],
                                                       "description": "A string or text blocks."})
-    stop_sequences = ma.fields.List(ma.fields.String(), allow_none=True, validate=ma.validate.Length(max=16))
+    stop_sequences = ma.fields.List(ma.fields.String(), allow_none=True, validate=ma.validate.Length(max=16), metadata={
+        "description": "Up to 16. An OpenAI-compatible provider takes at most 4 (OpenAI's `stop`): with more, "
+                       "the request goes only to Anthropic providers, and is 400 `no_matching_model` before any "
+                       "hold when the model (or `auto`) has none."})
     temperature = JsonNumber(allow_none=True, validate=ma.validate.Range(min=0, max=1),
                              metadata={"description": "0 to 1 (Anthropic's range)."})
     top_p = JsonNumber(allow_none=True, validate=ma.validate.Range(min=0, max=1))

@@ -32,6 +32,10 @@ log = logging.getLogger(__name__)
 
 CAPABILITIES = ("tools", "json_mode", "vision", "streaming")
 PROVIDER_TYPES = ("openai", "anthropic")
+API_NAMES = {"openai": "OpenAI's chat completions", "anthropic": "Anthropic's Messages API"}
+# The most stop sequences a provider of each type is sent: OpenAI's documented limit of 4
+# (``stop``; more is its 400); for Anthropic's the 16 the gateway's own Messages API takes.
+MAX_STOP_SEQUENCES = {"openai": 4, "anthropic": 16}
 
 
 
@@ -64,6 +68,22 @@ class OutputLimitExceeded(InvalidRequest):
     def for_messages(self) -> InvalidRequest:
         return InvalidRequest(f"max_tokens: {self.requested} > {self.maximum}, which is the maximum allowed "
                               f"number of output tokens for {self.model}", param="max_tokens")
+
+class TooManyStopSequences(NoMatchingModel):
+    """More stop sequences than any candidate's API takes (``MAX_STOP_SEQUENCES``): refused
+    before any hold, naming ``stop``; ``for_messages()`` is the same refusal naming the
+    Messages API's ``stop_sequences``."""
+
+    def __init__(self, count: int, model_name: str, field: str = "stop"):
+        self.count, self.model_name = count, model_name
+        most = ", ".join(f"{MAX_STOP_SEQUENCES[t]} for {API_NAMES[t]}" for t in PROVIDER_TYPES)
+        whose = "any available model" if model_name == "auto" else f"any provider of the model {model_name!r}"
+        super().__init__(f"{field}: {count} stop sequences, more than {whose} takes (at most {most}); "
+                         "send fewer.", param=field)
+
+    def for_messages(self) -> InvalidRequest:
+        return TooManyStopSequences(self.count, self.model_name, "stop_sequences")
+
 
 @dataclass(frozen=True)
 class Provider:
@@ -330,6 +350,7 @@ class Needs:
     cache_marked: bool = False  # prompt-cache breakpoints (cache_control): an Anthropic provider may write the prompt
     cache_1h: bool = False  # one of them is for Anthropic's 1-hour cache (``ttl: "1h"``), whose writes cost more
     max_tokens_field: str = "max_tokens"  # the name the request gave its output cap (errors name it)
+    stops: int = 0  # how many stop sequences (``stop``: a string is one)
     _estimates: dict[str, int] = field(default_factory=dict, repr=False)
 
     def prompt_tokens_for(self, offer: Offer) -> int:
@@ -385,10 +406,12 @@ def analyse(body: dict) -> Needs:
     if body.get("stream"):
         caps.add("streaming")
     field = "max_completion_tokens" if body.get("max_completion_tokens") else "max_tokens"
+    stop = body.get("stop")
     return Needs(prompt_tokens=tokens.estimate_prompt_tokens(body, tokens.CHARS), max_tokens=body.get(field),
                  capabilities=frozenset(caps), choices=int(body.get("n") or 1), body=body,
                  cache_marked=any(_marked(m) for m in marks), cache_1h=any(_marked_1h(m) for m in marks),
-                 max_tokens_field=field)
+                 max_tokens_field=field,
+                 stops=len(stop) if isinstance(stop, list) else 1 if isinstance(stop, str) and stop else 0)
 
 
 # --- routing ------------------------------------------------------------------------------
@@ -455,24 +478,34 @@ def candidates(model_name: str, needs: Needs, *, sandbox: str | None = None, own
         models = [model]
     scored: list[tuple[int, int, Offer]] = []
     mine: list[tuple[int, int, Offer]] = []
+    stops_refused = False  # a model was passed over only for its providers' stop-sequence limits
     for i, model in enumerate(models):
         if model_name == "auto" and not fits(model, needs):
             continue
         out = output_cap(model, needs) * needs.choices
         if sandbox:
+            if not any(_takes_stops(o, needs) for o in model.offers):
+                stops_refused = True  # judged on its own providers: test mode refuses what live mode does
+                continue
             offers = [o for o in model.offers if o.provider.id == sandbox]
             if not offers and sandbox in cat.providers and cat.providers[sandbox].enabled:
                 p = model.primary
                 offers = [Offer(model.id, cat.providers[sandbox], model.id, p.input_price, p.output_price)]
-            offers = [o for o in offers if o.provider.enabled]
+            offers = [o for o in offers if o.provider.enabled and _answers(o, needs)]
         else:
             offers = model.enabled_offers() if own is None or not own.only else ()
             if own is not None:
+                theirs = [o for o in own.offers(model) if _answers(o, needs)]
+                stops_refused |= any(not _takes_stops(o, needs) for o in theirs)
                 mine.extend((o.list_cost_micros(needs.prompt_tokens_for(o), out), i, o)
-                            for o in own.offers(model) if _answers(o, needs))
+                            for o in theirs if _takes_stops(o, needs))
+            offers = [o for o in offers if _answers(o, needs)]
+            stops_refused |= any(not _takes_stops(o, needs) for o in offers)
+            offers = [o for o in offers if _takes_stops(o, needs)]
         for o in offers:
-            if _answers(o, needs):
-                scored.append((o.cost_micros(needs.prompt_tokens_for(o), out), i, o))
+            scored.append((o.cost_micros(needs.prompt_tokens_for(o), out), i, o))
+    if stops_refused and not scored and not mine:
+        raise TooManyStopSequences(needs.stops, model_name)
     if own is not None and own.only and not mine:
         raise NoMatchingModel(f"This account routes only to its own provider keys (byok_only), and none of "
                               f"them ({', '.join(sorted(own.keys)) or 'none'}) serves {model_name!r} for this "
@@ -506,6 +539,11 @@ def candidates(model_name: str, needs: Needs, *, sandbox: str | None = None, own
     scored.sort(key=lambda t: (t[0], t[1]))
     mine.sort(key=lambda t: (t[0], t[1]))
     return [o for _, _, o in mine] + [o for _, _, o in scored]
+
+
+def _takes_stops(offer: Offer, needs: Needs) -> bool:
+    """Whether ``offer``'s API takes the request's stop sequences (``MAX_STOP_SEQUENCES``)."""
+    return needs.stops <= MAX_STOP_SEQUENCES[offer.provider.type]
 
 
 def _answers(offer: Offer, needs: Needs) -> bool:

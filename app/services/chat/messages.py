@@ -12,7 +12,7 @@ import orjson
 
 from app.errors import InvalidRequest
 from app.services.chat import completions
-from app.services.chat.catalog import ModelNotFound, OutputLimitExceeded
+from app.services.chat.catalog import ModelNotFound, OutputLimitExceeded, TooManyStopSequences
 from app.services.chat.completions import ChatResult
 from app.services.chat.providers import cache_mark, tool_use_blocks
 from app.services.money import holds
@@ -366,7 +366,7 @@ def create_message(account_id: str, mode: str, req: dict, key_id: str | None = N
         result = completions.create_completion(account_id, mode, to_openai(req), key_id=key_id, actor=actor,
                                                payment=payment, controls=controls, byok=byok,
                                                route=holds.MESSAGES)
-    except OutputLimitExceeded as exc:
+    except (OutputLimitExceeded, TooManyStopSequences) as exc:
         raise exc.for_messages() from None
     stops = tuple(req.get("stop_sequences") or ())
     if result.events is None:

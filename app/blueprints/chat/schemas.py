@@ -46,7 +46,11 @@ class ChatRequestSchema(InputSchema):
     passed to the upstream unchanged; those listed are checked against OpenAI's own rules
     (an out-of-range ``temperature`` is the caller's 400, not a provider's failure). ``stop``
     routes: more than 4 sequences go only to providers that take them (Anthropic's), else 400
-    ``no_matching_model`` with ``param: stop``."""
+    ``no_matching_model`` with ``param: stop``. Thinking, ``reasoning_effort`` (OpenAI's) or
+    ``thinking`` (Anthropic's, as LiteLLM sends it), reaches only models that can think
+    (capability ``reasoning``): an OpenAI-compatible provider as ``reasoning_effort``, an Anthropic
+    one as ``thinking`` (``low`` 1,024 tokens, ``medium`` 2,048, ``high`` 4,096, below the output
+    cap); ``model: auto`` prefers such models; a model that cannot think is asked nothing."""
 
     class Meta:
         unknown = ma.INCLUDE
@@ -310,8 +314,8 @@ _ANTHROPIC_MESSAGE = {
 
 class MessagesRequestSchema(InputSchema):
     """Anthropic Messages request. ``content`` blocks: text, image, document and tool_result
-    (user), tool_use, thinking and redacted_thinking (assistant). Other fields (top_k,
-    thinking, …) are ignored."""
+    (user), tool_use, thinking and redacted_thinking (assistant). Other fields (top_k, …)
+    are ignored."""
 
     class Meta:
         unknown = ma.INCLUDE
@@ -323,6 +327,18 @@ class MessagesRequestSchema(InputSchema):
                               required=True, validate=ma.validate.Length(min=1, max=4096))
     system = ma.fields.Raw(allow_none=True, metadata={"anyOf": [{"type": "string"}, _TEXT_BLOCKS, {"type": "null"}],
                                                       "description": "A string or text blocks."})
+    thinking = ma.fields.Dict(allow_none=True, metadata={
+        "oneOf": [{"type": "object", "required": ["type", "budget_tokens"], "properties": {
+                       "type": {"const": "enabled"},
+                       "budget_tokens": {"type": "integer", "minimum": 1024, "maximum": 999_999}}},
+                  {"type": "object", "required": ["type"], "properties": {"type": {"const": "disabled"}}},
+                  {"type": "null"}],
+        "description": "Extended thinking, as Anthropic's: `budget_tokens` at least 1,024 and below `max_tokens` "
+                       "(which counts the thinking). A model that can think (capability `reasoning`) is asked to: "
+                       "an Anthropic provider gets this `thinking`, an OpenAI-compatible one `reasoning_effort` "
+                       "(`low` up to 1,024, `medium` up to 2,048, else `high`); `model: auto` prefers such models. A "
+                       "model that cannot think answers without (no error). Thinking tokens are output tokens, "
+                       "billed at the output price; an Anthropic provider's thinking blocks come first in `content`."})
     stop_sequences = ma.fields.List(ma.fields.String(), allow_none=True, validate=ma.validate.Length(max=16), metadata={
         "description": "Up to 16. An OpenAI-compatible provider takes at most 4 (OpenAI's `stop`): with more, "
                        "the request goes only to Anthropic providers, and is 400 `no_matching_model` before any "
@@ -356,7 +372,7 @@ class CountTokensRequestSchema(MessagesRequestSchema):
     class Meta:
         unknown = ma.INCLUDE
         exclude = ("max_tokens", "stream", "stop_sequences", "temperature", "top_p", "metadata",
-                   "cache_control")
+                   "cache_control", "thinking")
 
 
 class MessageTokensCountSchema(ma.Schema):

@@ -30,7 +30,12 @@ from app.services.chat import tokens
 
 log = logging.getLogger(__name__)
 
-CAPABILITIES = ("tools", "json_mode", "vision", "streaming")
+CAPABILITIES = ("tools", "json_mode", "vision", "streaming", "reasoning")
+# Thinking asked as OpenAI's ``reasoning_effort`` ↔ as Anthropic's ``thinking.budget_tokens``
+# (LiteLLM's mapping; Anthropic's least budget is 1,024): an effort is sent to an Anthropic
+# provider as its budget, a budget to an OpenAI-compatible one as the least effort whose
+# budget covers it (``high`` above 2,048). ``none`` (and ``thinking.type: disabled``) asks for none.
+EFFORT_BUDGETS = {"minimal": 1024, "low": 1024, "medium": 2048, "high": 4096}
 PROVIDER_TYPES = ("openai", "anthropic")
 API_NAMES = {"openai": "OpenAI's chat completions", "anthropic": "Anthropic's Messages API"}
 # The most stop sequences a provider of each type is sent: OpenAI's documented limit of 4
@@ -113,6 +118,9 @@ class Offer:
     cache_read_price: Decimal | None = None
     cache_write_price: Decimal | None = None
     cache_write_1h_price: Decimal | None = None
+    # The model can think (capability ``reasoning``): it is sent the request's thinking
+    # (``providers``); an offer of a model that cannot is sent none (docs/chat.md "Thinking").
+    reasoning: bool = False
     # Bring your own key (app.services.chat.byok): served with the caller's provider key
     # ``byok_key_id`` (in ``provider.api_key``) and charged ``fee_pct`` % of the list cost.
     byok_key_id: str | None = None
@@ -279,7 +287,8 @@ def load_catalog(pattern: str, settings: dict) -> Catalog:
                                 output_price=_price(o.get("output_usd_per_mtok"), where),
                                 cache_read_price=_optional_price(o.get("cache_read_usd_per_mtok"), where),
                                 cache_write_price=_optional_price(o.get("cache_write_usd_per_mtok"), where),
-                                cache_write_1h_price=_optional_price(o.get("cache_write_1h_usd_per_mtok"), where)))
+                                cache_write_1h_price=_optional_price(o.get("cache_write_1h_usd_per_mtok"), where),
+                                reasoning="reasoning" in caps))
         if not offers:
             raise CatalogError(f"{path}: model {mid} has no providers")
         try:
@@ -351,6 +360,7 @@ class Needs:
     cache_1h: bool = False  # one of them is for Anthropic's 1-hour cache (``ttl: "1h"``), whose writes cost more
     max_tokens_field: str = "max_tokens"  # the name the request gave its output cap (errors name it)
     stops: int = 0  # how many stop sequences (``stop``: a string is one)
+    thinking: int | None = None  # the thinking budget asked for (``thinking_asked``), None: no thinking
     _estimates: dict[str, int] = field(default_factory=dict, repr=False)
 
     def prompt_tokens_for(self, offer: Offer) -> int:
@@ -387,6 +397,24 @@ def _marked_1h(obj) -> bool:
     return _marked(obj) and isinstance(obj["cache_control"], dict) and obj["cache_control"].get("ttl") == "1h"
 
 
+def thinking_asked(body: dict) -> tuple[int | None, str | None]:
+    """(thinking budget, reasoning effort) a request asks for, ``(None, None)`` for none:
+    Anthropic's ``thinking`` (``{"type": "enabled", "budget_tokens": N}``, as the Messages API
+    and LiteLLM send it) or OpenAI's ``reasoning_effort``, each stated in the other's terms
+    by ``EFFORT_BUDGETS``; an effort it does not know (a newer one) keeps its name for
+    OpenAI-compatible providers and is a ``medium`` budget for Anthropic ones."""
+    thinking = body.get("thinking")
+    if isinstance(thinking, dict) and thinking.get("type") == "enabled" \
+            and isinstance(thinking.get("budget_tokens"), int) and not isinstance(thinking["budget_tokens"], bool):
+        budget = thinking["budget_tokens"]
+        effort = next((e for e in ("low", "medium") if budget <= EFFORT_BUDGETS[e]), "high")
+        return budget, body.get("reasoning_effort") if isinstance(body.get("reasoning_effort"), str) else effort
+    effort = body.get("reasoning_effort")
+    if not isinstance(effort, str) or effort == "none":
+        return None, None
+    return EFFORT_BUDGETS.get(effort, EFFORT_BUDGETS["medium"]), effort
+
+
 def analyse(body: dict) -> Needs:
     """Estimate prompt tokens and derive the capabilities a request needs."""
     caps = set()
@@ -410,7 +438,7 @@ def analyse(body: dict) -> Needs:
     return Needs(prompt_tokens=tokens.estimate_prompt_tokens(body, tokens.CHARS), max_tokens=body.get(field),
                  capabilities=frozenset(caps), choices=int(body.get("n") or 1), body=body,
                  cache_marked=any(_marked(m) for m in marks), cache_1h=any(_marked_1h(m) for m in marks),
-                 max_tokens_field=field,
+                 max_tokens_field=field, thinking=thinking_asked(body)[0],
                  stops=len(stop) if isinstance(stop, list) else 1 if isinstance(stop, str) and stop else 0)
 
 
@@ -490,7 +518,8 @@ def candidates(model_name: str, needs: Needs, *, sandbox: str | None = None, own
             offers = [o for o in model.offers if o.provider.id == sandbox]
             if not offers and sandbox in cat.providers and cat.providers[sandbox].enabled:
                 p = model.primary
-                offers = [Offer(model.id, cat.providers[sandbox], model.id, p.input_price, p.output_price)]
+                offers = [Offer(model.id, cat.providers[sandbox], model.id, p.input_price, p.output_price,
+                                reasoning="reasoning" in model.capabilities)]
             offers = [o for o in offers if o.provider.enabled and _answers(o, needs)]
         else:
             offers = model.enabled_offers() if own is None or not own.only else ()
@@ -536,6 +565,8 @@ def candidates(model_name: str, needs: Needs, *, sandbox: str | None = None, own
             raise ContextLengthExceeded(f"This model's maximum context length is {model.context_window} "
                                         f"tokens; the request (about {prompt} tokens) exceeds the "
                                         f"context window of {model.id!r}.", param="messages")
+    if needs.thinking and model_name == "auto":  # thinking asked: the models that can think, when any fits
+        scored, mine = ([t for t in scored if t[2].reasoning] or scored), ([t for t in mine if t[2].reasoning] or mine)
     scored.sort(key=lambda t: (t[0], t[1]))
     mine.sort(key=lambda t: (t[0], t[1]))
     return [o for _, _, o in mine] + [o for _, _, o in scored]

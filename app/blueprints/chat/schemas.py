@@ -161,7 +161,9 @@ class ChatUsageSchema(GatewayUsageSchema):
 
 class ChatChoiceSchema(ma.Schema):
     index = ma.fields.Integer(required=True)
-    message = ma.fields.Dict(required=True, metadata={"description": "`role`, `content`, and `tool_calls` when the model calls tools."})
+    message = ma.fields.Dict(required=True, metadata={"description": "`role`, `content`, and `tool_calls` when the model calls tools; "
+                                                      "from an Anthropic provider that thought, LiteLLM's `reasoning_content` "
+                                                      "(the thinking's text) and `thinking_blocks` (to send back next turn)."})
     finish_reason = ma.fields.String(allow_none=True)
     stop_reason = ma.fields.String(metadata={
         "description": "When the provider named it (an Anthropic provider, a vLLM-style server): the stop "
@@ -398,7 +400,8 @@ class MessageSchema(ma.Schema):
     role = ma.fields.String(required=True)
     model = ma.fields.String(required=True, metadata={"description": "The model actually used."})
     content = ma.fields.List(ma.fields.Dict(), required=True, metadata={
-        "description": "`text` and `tool_use` blocks."})
+        "description": "`text` and `tool_use` blocks, after the `thinking` / `redacted_thinking` blocks of an "
+                       "Anthropic provider asked to think."})
     stop_reason = ma.fields.String(required=True, allow_none=True, metadata={
         "description": "`end_turn`, `max_tokens`, `tool_use`, `refusal`, or `stop_sequence` when the provider "
                        "named the stop sequence that matched."})

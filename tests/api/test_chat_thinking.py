@@ -35,9 +35,15 @@ def test_an_anthropic_provider_is_asked_to_think_and_its_thinking_comes_back(app
     assert message["reasoning_content"] == THOUGHT["thinking"] and message["thinking_blocks"] == [THOUGHT]
     r = chat(client, acct, model="m-claude", max_tokens=3000, reasoning_effort="low")
     assert fakes.claude.bodies[2]["thinking"] == {"type": "enabled", "budget_tokens": 1024}
+    # the answer sent back with the next turn: the blocks reach Anthropic, neither field another provider
+    turns = [*MSGS, message, {"role": "user", "content": "and?"}]
+    assert chat(client, acct, model="m-claude", max_tokens=3000, messages=turns).status_code == 200
+    assert fakes.claude.bodies[3]["messages"][1]["content"][0] == THOUGHT
+    assert chat(client, acct, model="m-big", max_tokens=64, messages=turns).status_code == 200
+    assert set(fakes.pricey.bodies[0]["messages"][1]) == {"role", "content"}, fakes.pricey.bodies[0]
     # an output cap too small for Anthropic's least budget: no thinking rather than its 400
     chat(client, acct, model="m-claude", max_tokens=500, reasoning_effort="high")
-    assert "thinking" not in fakes.claude.bodies[3]
+    assert "thinking" not in fakes.claude.bodies[4]
     ledger_clean()
 
 

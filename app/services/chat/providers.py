@@ -200,8 +200,11 @@ def _openai_headers(offer: Offer) -> dict:
 # ``is_error``, prompt-cache breakpoints (``cache_control``, on a message, a content part or
 # a tool), an assistant turn's earlier ``thinking_blocks`` (LiteLLM's name: Anthropic's
 # ``thinking`` / ``redacted_thinking`` blocks, signed by Anthropic, meaningless elsewhere).
-# Never sent to an OpenAI-compatible provider: strict ones refuse unknown fields.
-_ANTHROPIC_ONLY = ("is_error", "cache_control", "thinking_blocks")
+# Never sent to an OpenAI-compatible provider: strict ones refuse unknown fields. Nor is
+# ``reasoning_content``, the thinking's text the gateway answers beside ``thinking_blocks``
+# (LiteLLM's name), which a client may send back: the blocks carry it to Anthropic, and
+# OpenAI-compatible servers that produce it (DeepSeek) refuse it in a request.
+_ANTHROPIC_ONLY = ("is_error", "cache_control", "thinking_blocks", "reasoning_content")
 
 
 def cache_mark(obj: dict) -> dict:

@@ -232,7 +232,8 @@ class MessagesView(MethodView):
              "Anthropic's convention (its clients read a 400 as `BadRequestError`), a schema-valid request no "
              "model serves (`no_matching_model`: `model: auto` with no fitting model; more than 4 "
              "`stop_sequences` when no candidate is an Anthropic provider, before any hold; "
-             "`context_length_exceeded`; a `max_tokens` above the named model's maximum output, in "
+             "`context_length_exceeded`; `invalid_request` for a `thinking.budget_tokens` not below "
+             "`max_tokens`, as Anthropic refuses it; a `max_tokens` above the named model's maximum output, in "
              "Anthropic's words: `max_tokens: N > M, which is the maximum allowed number of output tokens "
              "for <model>`).",
         402: ("`payment_required`: the balance cannot cover the hold (`billing_error`); pay it by x402 as for "

@@ -506,7 +506,7 @@ def candidates(model_name: str, needs: Needs, *, sandbox: str | None = None, own
         models = [model]
     scored: list[tuple[int, int, Offer]] = []
     mine: list[tuple[int, int, Offer]] = []
-    stops_refused = False  # a model was passed over only for its providers' stop-sequence limits
+    stops_refused = False  # an offer was passed over for its API's stop-sequence limit
     for i, model in enumerate(models):
         if model_name == "auto" and not fits(model, needs):
             continue

@@ -11,6 +11,9 @@ id, account id and call id of the request; one access line per request; secrets 
 * Redaction: anything that looks like a credential (``svc_live_…``, ``svc_test_…``,
   ``svc_sess_…``, ``Bearer …``, ``sk_live_…``/``whsec_…``-style secrets) is replaced by
   ``[redacted]`` in the final line, whatever logged it.
+* E-mail addresses: code that logs one passes it (or a text that may hold one, e.g. an SMTP
+  server's refusal) through ``mask_emails`` first: ``jane.doe@example.com`` →
+  ``j***@example.com`` (the domain kept to tell a provider's outage from one mailbox's).
 """
 from __future__ import annotations
 
@@ -44,6 +47,18 @@ def redact(text: str) -> str:
     if not any(marker in text for marker in _SECRET_MARKERS):
         return text
     return _SECRET_PATTERNS.sub("[redacted]", text)
+
+
+# (no quote in the local part: an address quoted in a message, ``'a@b.c'``, keeps its quotes)
+_EMAIL = re.compile(r"([A-Za-z0-9!#$%&*+/=?^_`{|}~-])[A-Za-z0-9.!#$%&*+/=?^_`{|}~-]*@([A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+)")
+
+
+def mask_emails(text: str | None) -> str | None:
+    """``text`` with every e-mail address in it masked: its local part's first character,
+    ``***``, then ``@`` and the domain."""
+    if not text or "@" not in text:
+        return text
+    return _EMAIL.sub(r"\1***@\2", text)
 
 
 class _ContextFilter(logging.Filter):

@@ -27,6 +27,7 @@ MODULES = (
     "x402.extensions.sign_in_with_x",               # SIWX (agents/siwx.py)
     "mcp.server", "mcp.shared.exceptions",          # the MCP door (blueprints/mcp/server.py)
     "mcp.server.streamable_http_manager",
+    "pypdf",                                        # a PDF document's pages (chat/tokens.py)
 )
 
 

@@ -10,6 +10,11 @@ Behaviour (deterministic, so tests and demos can predict every byte):
   chosen (or first) tool, filling its first parameter with the user text; after a ``tool``
   message it answers ``"Tool result: <content>"``;
 * tokens are counted as whitespace-separated words (+3 per message for the prompt);
+* with ``reasoning_effort`` (not ``none``) it "thinks" first: ``REASONING_TOKENS`` of the
+  effort (32 for one it does not know), counted inside ``completion_tokens`` and reported as
+  ``completion_tokens_details.reasoning_tokens`` (as OpenAI reports them), and the reply
+  ends with `` (thought: <effort>)``; they count against ``max_completion_tokens`` /
+  ``max_tokens`` before the reply's words do;
 * ``stream: true`` sends one chunk per word and, when ``stream_options.include_usage``,
   a final usage chunk, then ``data: [DONE]``;
 * a body it cannot read (no messages; a text part whose text is not a string …) is a 400
@@ -29,6 +34,19 @@ def _text(content) -> str:
     if isinstance(content, list):
         return " ".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
     return content or ""
+
+
+REASONING_TOKENS = {"minimal": 8, "low": 16, "medium": 32, "high": 64}
+
+
+def reasoning_tokens(body: dict) -> int:
+    """The tokens it thinks for ``body``'s ``reasoning_effort`` (0 without one, or ``none``),
+    at most its output cap (``max_completion_tokens`` / ``max_tokens``)."""
+    effort = body.get("reasoning_effort")
+    if not isinstance(effort, str) or effort == "none":
+        return 0
+    limit = body.get("max_completion_tokens") or body.get("max_tokens")
+    return min(REASONING_TOKENS.get(effort, 32), int(limit)) if limit else REASONING_TOKENS.get(effort, 32)
 
 
 def count_prompt(messages: list[dict]) -> int:
@@ -53,6 +71,9 @@ def reply(body: dict) -> tuple[dict, int, str]:
              "function": {"name": tool["function"]["name"], "arguments": args}}]}
         return message, len(args.split()) + 1, "tool_calls"
     text = ("Tool result: " + _text(last.get("content"))) if last.get("role") == "tool" else "Echo: " + user_text
+    thought = reasoning_tokens(body)
+    if thought:
+        text += f" (thought: {body['reasoning_effort']})"
     stops = body.get("stop")
     for stop in [stops] if isinstance(stops, str) else stops if isinstance(stops, list) else ():
         if isinstance(stop, str) and stop and stop in text:  # the reply ends before it
@@ -60,13 +81,13 @@ def reply(body: dict) -> tuple[dict, int, str]:
     words = text.split()
     limit = body.get("max_completion_tokens") or body.get("max_tokens")
     finish = "stop"
-    if limit and len(words) > int(limit):
-        words, finish = words[: int(limit)], "length"
+    if limit and len(words) + thought > int(limit):  # the thinking spent first
+        words, finish = words[: max(0, int(limit) - thought)], "length"
     text = " ".join(words)
     rf = body.get("response_format") or {}
     if rf.get("type") in ("json_object", "json_schema"):
         text = json.dumps({"echo": text})
-    return {"role": "assistant", "content": text}, len(words), finish
+    return {"role": "assistant", "content": text}, len(words) + thought, finish
 
 
 class DemoLLMHandler(JSONHandler):
@@ -102,6 +123,8 @@ class DemoLLMHandler(JSONHandler):
         base = {"id": "chatcmpl-demo", "created": int(time.time()), "model": body.get("model", "demo")}
         usage = {"prompt_tokens": prompt, "completion_tokens": completion * n,
                  "total_tokens": prompt + completion * n}
+        if reasoning_tokens(body) and not message.get("tool_calls"):
+            usage["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens(body) * n}
         if not body.get("stream"):
             return self._json(200, {**base, "object": "chat.completion", "usage": usage, "choices": [
                 {"index": i, "message": message, "finish_reason": finish} for i in range(n)]})

@@ -67,6 +67,10 @@ def _sse(events, cut: int | None = None) -> Reply:
 
 
 def _openai(state: FakeState, body: dict):
+    if isinstance(body.get("stop"), list) and len(body["stop"]) > 4:  # as OpenAI refuses it
+        return 400, {"error": {"message": f"Invalid 'stop': array too long. Expected an array with maximum length "
+                                          f"4, but got an array with length {len(body['stop'])} instead.",
+                               "type": "invalid_request_error", "param": "stop", "code": "array_above_max_length"}}
     usage = {**USAGE, "total_tokens": 150, **state.usage_extra}
     if body.get("tools"):
         message = {"role": "assistant", "content": None, "tool_calls": [
@@ -97,6 +101,9 @@ def _openai(state: FakeState, body: dict):
     return _sse(events, state.stream_cut)
 
 
+THOUGHT = {"type": "thinking", "thinking": "The user greets me.", "signature": "sig-fake"}  # what it thinks
+
+
 def _anthropic(state: FakeState, body: dict):
     usage = {"input_tokens": 20, "output_tokens": 10, **state.usage_extra}
     if body.get("tools"):
@@ -113,18 +120,29 @@ def _anthropic(state: FakeState, body: dict):
         content = [{"type": "text", "text": state.text[: state.text.index(matched)]}]
         stop = "stop_sequence"
     stop = state.stop_reason or stop
-    if not body.get("stream"):
+    thinks = isinstance(body.get("thinking"), dict) and body["thinking"].get("type") == "enabled"
+    if not body.get("stream"):  # thinking: its block first (its tokens inside output_tokens, as Anthropic's)
         return 200, {"id": "msg_1", "type": "message", "role": "assistant", "model": body["model"],
-                     "content": content, "stop_reason": stop, "stop_sequence": matched, "usage": usage}
+                     "content": ([THOUGHT] if thinks else []) + content, "stop_reason": stop,
+                     "stop_sequence": matched, "usage": usage}
     events = [("message_start", {"type": "message_start", "message": {
         "id": "msg_1", "type": "message", "role": "assistant", "content": [],
         "usage": {"input_tokens": 20, "output_tokens": 1, **state.usage_extra}}})]
-    events.append(("content_block_start", {"type": "content_block_start", "index": 0,
+    if thinks:
+        events += [("content_block_start", {"type": "content_block_start", "index": 0,
+                                            "content_block": {"type": "thinking", "thinking": "", "signature": ""}}),
+                   ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {
+                       "type": "thinking_delta", "thinking": THOUGHT["thinking"]}}),
+                   ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {
+                       "type": "signature_delta", "signature": THOUGHT["signature"]}}),
+                   ("content_block_stop", {"type": "content_block_stop", "index": 0})]
+    at = 1 if thinks else 0
+    events.append(("content_block_start", {"type": "content_block_start", "index": at,
                                            "content_block": {"type": "text", "text": ""}}))
     for i, word in enumerate(content[0]["text"].split(" ")):
-        events.append(("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {
+        events.append(("content_block_delta", {"type": "content_block_delta", "index": at, "delta": {
             "type": "text_delta", "text": word if i == 0 else " " + word}}))
-    events.append(("content_block_stop", {"type": "content_block_stop", "index": 0}))
+    events.append(("content_block_stop", {"type": "content_block_stop", "index": at}))
     events.append(("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": matched},
                                      "usage": {"output_tokens": 10, **state.delta_usage}}))
     events.append(("message_stop", {"type": "message_stop"}))
@@ -195,14 +213,14 @@ models:
   - id: m-big
     context_window: 100000
     max_output_tokens: 4000
-    capabilities: [tools, json_mode, vision, streaming]
+    capabilities: [tools, json_mode, vision, streaming, reasoning]
     providers:
       - {provider: pricey, upstream_model: big, input_usd_per_mtok: "5", output_usd_per_mtok: "15"}
   - id: m-claude
     auto: false
     context_window: 200000
     max_output_tokens: 8000
-    capabilities: [tools, vision, streaming]
+    capabilities: [tools, vision, streaming, reasoning]
     providers:
       - {provider: claude, upstream_model: claude-test, input_usd_per_mtok: "4", output_usd_per_mtok: "20",
          cache_read_usd_per_mtok: "0.4", cache_write_usd_per_mtok: "5"}

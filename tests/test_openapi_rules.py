@@ -187,6 +187,20 @@ def test_a_messages_api_system_prompt_is_refused_exactly_when_the_schema_rejects
     assert _valid(components["CountTokensRequest"], body) == _counted_by_server(body)
 
 
+THINKINGS = [{"type": "enabled", "budget_tokens": 1024}, {"type": "enabled", "budget_tokens": 5000.0},
+             {"type": "disabled"}, {"type": "disabled", "budget_tokens": 3}, None,
+             {"type": "enabled", "budget_tokens": 1023}, {"type": "enabled"}, {"type": "enabled", "budget_tokens": "2k"},
+             {"type": "enabled", "budget_tokens": True}, {"type": "adaptive"}, {}, {"budget_tokens": 2048}]
+
+
+@pytest.mark.parametrize("thinking", THINKINGS)
+def test_a_messages_api_thinking_is_refused_exactly_when_the_schema_rejects_it(components, thinking):
+    """``thinking`` was taken and ignored; now that it is sent on, its shape is the document's
+    (its budget below ``max_tokens`` is Anthropic's rule between two fields, also a 400 there)."""
+    body = {"model": "auto", "max_tokens": 999_999, "messages": [ANTHROPIC_MESSAGES[0]], "thinking": thinking}
+    assert _valid(components["MessagesRequest"], body) == _messages_server_accepts(body)
+
+
 def test_both_messages_api_lists_hold_accepted_and_refused_cases():
     ok = [m for m in ANTHROPIC_MESSAGES
           if _messages_server_accepts({"model": "a", "max_tokens": 1, "messages": [m]})]

@@ -308,3 +308,22 @@ def test_models_page_states_the_tokens_each_auto_cost_is_for(app, signed_in):
     assert len(cells) == len(AUTO_CASES)
     for cell, (_what, _needs, prompt, completion) in zip(cells, AUTO_CASES):
         assert f"{prompt:,} tokens in, {completion:,} out" in cell, cell
+
+
+def test_models_page_shows_the_1_hour_cache_write_price_billing_uses(app, signed_in, monkeypatch, tmp_path):
+    """The price list showed one cache write price, the 5-minute cache's, while a write to
+    Anthropic's 1-hour cache is billed at ``cache_write_1h_usd_per_mtok`` (default 2× input):
+    an Anthropic offer's row shows the price billing uses; an OpenAI-compatible provider is
+    never sent a cache mark, so it has none (—)."""
+    from tests.chatfakes import configured, running_fakes
+
+    client, _acct = signed_in()
+    with running_fakes() as f, configured(app, monkeypatch, tmp_path, f):
+        html = client.get("/models").get_data(as_text=True)
+    table = re.search(r'<table class="stack models-table">.*?</table>', html, re.S).group(0)
+    assert '<th scope="col" class="num">Cache write (1 h)</th>' in table
+    rows = {re.search(r"<code>(.*?)</code>", r).group(1) + "@" + re.search(r'data-label="Provider">(.*?)<', r).group(1):
+            re.search(r'data-label="Cache write \(1 h\)" class="num">(.*?)</td>', r).group(1)
+            for r in re.findall(r"<tr>.*?</tr>", table.split("<tbody>")[1], re.S)}
+    assert rows["m-claude@claude"] == "$8"  # not in the catalog: 2 × its $4 input, as price_micros bills
+    assert "—" in rows["m-big@pricey"]

@@ -4,6 +4,8 @@ documented estimates."""
 from __future__ import annotations
 
 import math
+import struct
+import zlib
 
 import pytest
 
@@ -118,3 +120,50 @@ def test_a_pdf_counts_its_pages():
     assert tokens.estimate_prompt_tokens(body(b"%PDF-1.7 compressed"), tokens.O200K) \
         == tokens.estimate_prompt_tokens({"messages": [{"role": "user", "content": []}]}, tokens.O200K) \
         + tokens.PDF_PAGE_TOKENS
+
+
+def objstm_pdf(pages: int) -> bytes:
+    """A PDF 1.5 whose catalog, page tree and pages all sit in one compressed object stream
+    (found through a compressed cross-reference stream): no ``/Type /Page`` or ``/Count`` in its bytes."""
+    kids = " ".join(f"{3 + i} 0 R" for i in range(pages))
+    objs = [b"<</Type /Catalog /Pages 2 0 R>>", f"<</Type /Pages /Kids [{kids}] /Count {pages}>>".encode()]
+    objs += [b"<</Type /Page /Parent 2 0 R /MediaBox [0 0 612 792]>>"] * pages
+    n = len(objs)
+    offsets, body = [], b""
+    for o in objs:
+        offsets.append(len(body))
+        body += o + b" "
+    header = " ".join(f"{1 + i} {off}" for i, off in enumerate(offsets)).encode() + b" "
+    stm = zlib.compress(header + body)
+    out = b"%PDF-1.5\n%\xe2\xe3\xcf\xd3\n"
+    stm_num, xref_num = n + 1, n + 2
+    stm_off = len(out)
+    out += f"{stm_num} 0 obj\n<</Type /ObjStm /N {n} /First {len(header)} /Filter /FlateDecode /Length {len(stm)}>>\nstream\n".encode() + stm + b"\nendstream\nendobj\n"
+    xref_off = len(out)
+    rows = [struct.pack(">BIH", 0, 0, 65535)]
+    rows += [struct.pack(">BIH", 2, stm_num, i) for i in range(n)]
+    rows += [struct.pack(">BIH", 1, stm_off, 0), struct.pack(">BIH", 1, xref_off, 0)]
+    data = zlib.compress(b"".join(rows))
+    out += (f"{xref_num} 0 obj\n<</Type /XRef /Size {xref_num + 1} /W [1 4 2] /Root 1 0 R /Filter /FlateDecode"
+            f" /Length {len(data)}>>\nstream\n").encode() + data + b"\nendstream\nendobj\n"
+    out += f"startxref\n{xref_off}\n%%EOF\n".encode()
+    return out
+
+
+def test_a_pdf_whose_page_tree_is_in_object_streams_counts_its_pages():
+    """A PDF 1.5+ keeps its catalog, page tree and pages in compressed object streams (found
+    through a cross-reference stream), as most writers do today: its bytes show no
+    ``/Type /Page`` and no ``/Count``, and it was estimated at one page, so a long document's
+    charge was capped at a one-page hold. pypdf reads its page tree."""
+    import base64
+
+    from app.services.chat import tokens
+
+    raw = objstm_pdf(12)
+    assert b"/Type /Page" not in raw and b"/Count" not in raw
+    data = "data:application/pdf;base64," + base64.b64encode(raw).decode()
+    part = {"type": "file", "file": {"file_data": data}}
+    empty = tokens.estimate_prompt_tokens({"messages": [{"role": "user", "content": []}]}, tokens.CHARS)
+    assert tokens.estimate_prompt_tokens({"messages": [{"role": "user", "content": [part]}]}, tokens.CHARS) \
+        == empty + 12 * tokens.PDF_PAGE_TOKENS
+    assert tokens.pdf_pages(base64.b64encode(raw).decode()) == 12  # bare base64 too

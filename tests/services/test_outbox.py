@@ -157,6 +157,27 @@ def test_a_failed_attempt_logs_the_webhook_host_not_its_secret_path(app, caplog)
     assert "SECRET" not in line.replace(msg_id, "")
 
 
+def test_a_failed_e_mail_attempt_logs_the_address_masked(app, caplog):
+    """The warning of a failed e-mail delivery printed the recipient's whole address, in the
+    destination and again in the server's refusal: both are masked (``logs.mask_emails``)."""
+    with smtp_server() as (sink, url), app.app_context():
+        sink.refuse = True
+        app.config["SMTP_URL"] = url
+        try:
+            msg_id = outbox.add_email("jane.doe@example.com", "Hello", "Body text", enqueue=False).id
+            db.session.commit()
+            with caplog.at_level("WARNING", logger=outbox.log.name):
+                assert outbox.deliver(msg_id) == "pending"
+        finally:
+            app.config["SMTP_URL"] = None
+        assert "jane.doe@example.com" in db.session.get(OutboxMessage, msg_id).last_error  # the record keeps it
+        db.session.execute(db.update(OutboxMessage).where(OutboxMessage.id == msg_id).values(status="cancelled"))
+        db.session.commit()
+    [line] = [r.getMessage() for r in caplog.records if msg_id in r.getMessage()]
+    assert f"outbox {msg_id} to j***@example.com attempt 1 failed" in line and "550" in line
+    assert "jane" not in line and "doe" not in line
+
+
 def test_gives_up_after_max_attempts_and_redeliver(app):
     rec = recorder([500])
     with rec as url, app.app_context():

@@ -92,6 +92,13 @@ class _MailSink:
 
     def __init__(self):
         self.messages = []  # list of email.message.EmailMessage
+        self.refuse = False  # True: every recipient is refused (550), as a server refuses an unknown mailbox
+
+    async def handle_RCPT(self, server, session, envelope, address, rcpt_options):  # noqa: N802 - aiosmtpd API
+        if self.refuse:
+            return f"550 5.1.1 <{address}>: Recipient address rejected: User unknown"
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
 
     async def handle_DATA(self, server, session, envelope):  # noqa: N802 - aiosmtpd API
         from email import message_from_bytes

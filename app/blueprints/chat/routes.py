@@ -102,7 +102,9 @@ class ChatCompletionsView(MethodView):
              "read a 400 `invalid_request_error` as `BadRequestError`), for a schema-valid request no model "
              "serves: `no_matching_model` (`model: auto` with no model whose capabilities and context window "
              "fit, or none of the account's own keys with `byok_only`; `n` > 1 for a model only Anthropic "
-             "providers serve, `param: n`), `context_length_exceeded`; `invalid_request` with `param` "
+             "providers serve, `param: n`; more `stop` sequences than any candidate takes — OpenAI-compatible "
+             "providers at most 4, Anthropic's 16 — `param: stop`, before any hold), `context_length_exceeded`; "
+             "`invalid_request` with `param` "
              "`max_tokens` / `max_completion_tokens` for an output cap above the named model's "
              "`max_output_tokens` (OpenAI's `max_tokens is too large`).",
         402: ("`payment_required`: the balance cannot cover the estimated maximum cost (the hold). Same "
@@ -228,8 +230,10 @@ class MessagesView(MethodView):
              "turn takes: text; image, document and tool_result in user turns; tool_use, thinking and "
              "redacted_thinking in assistant turns); and, by "
              "Anthropic's convention (its clients read a 400 as `BadRequestError`), a schema-valid request no "
-             "model serves (`no_matching_model`: `model: auto` with no fitting model; "
-             "`context_length_exceeded`; a `max_tokens` above the named model's maximum output, in "
+             "model serves (`no_matching_model`: `model: auto` with no fitting model; more than 4 "
+             "`stop_sequences` when no candidate is an Anthropic provider, before any hold; "
+             "`context_length_exceeded`; `invalid_request` for a `thinking.budget_tokens` not below "
+             "`max_tokens`, as Anthropic refuses it; a `max_tokens` above the named model's maximum output, in "
              "Anthropic's words: `max_tokens: N > M, which is the maximum allowed number of output tokens "
              "for <model>`).",
         402: ("`payment_required`: the balance cannot cover the hold (`billing_error`); pay it by x402 as for "

@@ -44,7 +44,13 @@ _TOOL = {"required": ["function"], "properties": {"function": {
 class ChatRequestSchema(InputSchema):
     """OpenAI chat-completions request. Fields not listed here (stop, seed, user, …) are
     passed to the upstream unchanged; those listed are checked against OpenAI's own rules
-    (an out-of-range ``temperature`` is the caller's 400, not a provider's failure)."""
+    (an out-of-range ``temperature`` is the caller's 400, not a provider's failure). ``stop``
+    routes: more than 4 sequences go only to providers that take them (Anthropic's), else 400
+    ``no_matching_model`` with ``param: stop``. Thinking, ``reasoning_effort`` (OpenAI's) or
+    ``thinking`` (Anthropic's, as LiteLLM sends it), reaches only models that can think
+    (capability ``reasoning``): an OpenAI-compatible provider as ``reasoning_effort``, an Anthropic
+    one as ``thinking`` (``low`` 1,024 tokens, ``medium`` 2,048, ``high`` 4,096, below the output
+    cap); ``model: auto`` prefers such models; a model that cannot think is asked nothing."""
 
     class Meta:
         unknown = ma.INCLUDE
@@ -155,7 +161,9 @@ class ChatUsageSchema(GatewayUsageSchema):
 
 class ChatChoiceSchema(ma.Schema):
     index = ma.fields.Integer(required=True)
-    message = ma.fields.Dict(required=True, metadata={"description": "`role`, `content`, and `tool_calls` when the model calls tools."})
+    message = ma.fields.Dict(required=True, metadata={"description": "`role`, `content`, and `tool_calls` when the model calls tools; "
+                                                      "from an Anthropic provider that thought, LiteLLM's `reasoning_content` "
+                                                      "(the thinking's text) and `thinking_blocks` (to send back next turn)."})
     finish_reason = ma.fields.String(allow_none=True)
     stop_reason = ma.fields.String(metadata={
         "description": "When the provider named it (an Anthropic provider, a vLLM-style server): the stop "
@@ -308,8 +316,8 @@ _ANTHROPIC_MESSAGE = {
 
 class MessagesRequestSchema(InputSchema):
     """Anthropic Messages request. ``content`` blocks: text, image, document and tool_result
-    (user), tool_use, thinking and redacted_thinking (assistant). Other fields (top_k,
-    thinking, …) are ignored."""
+    (user), tool_use, thinking and redacted_thinking (assistant). Other fields (top_k, …)
+    are ignored."""
 
     class Meta:
         unknown = ma.INCLUDE
@@ -321,7 +329,22 @@ class MessagesRequestSchema(InputSchema):
                               required=True, validate=ma.validate.Length(min=1, max=4096))
     system = ma.fields.Raw(allow_none=True, metadata={"anyOf": [{"type": "string"}, _TEXT_BLOCKS, {"type": "null"}],
                                                       "description": "A string or text blocks."})
-    stop_sequences = ma.fields.List(ma.fields.String(), allow_none=True, validate=ma.validate.Length(max=16))
+    thinking = ma.fields.Dict(allow_none=True, metadata={
+        "oneOf": [{"type": "object", "required": ["type", "budget_tokens"], "properties": {
+                       "type": {"const": "enabled"},
+                       "budget_tokens": {"type": "integer", "minimum": 1024, "maximum": 999_999}}},
+                  {"type": "object", "required": ["type"], "properties": {"type": {"const": "disabled"}}},
+                  {"type": "null"}],
+        "description": "Extended thinking, as Anthropic's: `budget_tokens` at least 1,024 and below `max_tokens` "
+                       "(which counts the thinking). A model that can think (capability `reasoning`) is asked to: "
+                       "an Anthropic provider gets this `thinking`, an OpenAI-compatible one `reasoning_effort` "
+                       "(`low` up to 1,024, `medium` up to 2,048, else `high`); `model: auto` prefers such models. A "
+                       "model that cannot think answers without (no error). Thinking tokens are output tokens, "
+                       "billed at the output price; an Anthropic provider's thinking blocks come first in `content`."})
+    stop_sequences = ma.fields.List(ma.fields.String(), allow_none=True, validate=ma.validate.Length(max=16), metadata={
+        "description": "Up to 16. An OpenAI-compatible provider takes at most 4 (OpenAI's `stop`): with more, "
+                       "the request goes only to Anthropic providers, and is 400 `no_matching_model` before any "
+                       "hold when the model (or `auto`) has none."})
     temperature = JsonNumber(allow_none=True, validate=ma.validate.Range(min=0, max=1),
                              metadata={"description": "0 to 1 (Anthropic's range)."})
     top_p = JsonNumber(allow_none=True, validate=ma.validate.Range(min=0, max=1))
@@ -351,7 +374,7 @@ class CountTokensRequestSchema(MessagesRequestSchema):
     class Meta:
         unknown = ma.INCLUDE
         exclude = ("max_tokens", "stream", "stop_sequences", "temperature", "top_p", "metadata",
-                   "cache_control")
+                   "cache_control", "thinking")
 
 
 class MessageTokensCountSchema(ma.Schema):
@@ -377,7 +400,8 @@ class MessageSchema(ma.Schema):
     role = ma.fields.String(required=True)
     model = ma.fields.String(required=True, metadata={"description": "The model actually used."})
     content = ma.fields.List(ma.fields.Dict(), required=True, metadata={
-        "description": "`text` and `tool_use` blocks."})
+        "description": "`text` and `tool_use` blocks, after the `thinking` / `redacted_thinking` blocks of an "
+                       "Anthropic provider asked to think."})
     stop_reason = ma.fields.String(required=True, allow_none=True, metadata={
         "description": "`end_turn`, `max_tokens`, `tool_use`, `refusal`, or `stop_sequence` when the provider "
                        "named the stop sequence that matched."})

@@ -30,8 +30,17 @@ from app.services.chat import tokens
 
 log = logging.getLogger(__name__)
 
-CAPABILITIES = ("tools", "json_mode", "vision", "streaming")
+CAPABILITIES = ("tools", "json_mode", "vision", "streaming", "reasoning")
+# Thinking asked as OpenAI's ``reasoning_effort`` ↔ as Anthropic's ``thinking.budget_tokens``
+# (LiteLLM's mapping; Anthropic's least budget is 1,024): an effort is sent to an Anthropic
+# provider as its budget, a budget to an OpenAI-compatible one as the least effort whose
+# budget covers it (``high`` above 2,048). ``none`` (and ``thinking.type: disabled``) asks for none.
+EFFORT_BUDGETS = {"minimal": 1024, "low": 1024, "medium": 2048, "high": 4096}
 PROVIDER_TYPES = ("openai", "anthropic")
+API_NAMES = {"openai": "OpenAI's chat completions", "anthropic": "Anthropic's Messages API"}
+# The most stop sequences a provider of each type is sent: OpenAI's documented limit of 4
+# (``stop``; more is its 400); for Anthropic's the 16 the gateway's own Messages API takes.
+MAX_STOP_SEQUENCES = {"openai": 4, "anthropic": 16}
 
 
 
@@ -65,6 +74,22 @@ class OutputLimitExceeded(InvalidRequest):
         return InvalidRequest(f"max_tokens: {self.requested} > {self.maximum}, which is the maximum allowed "
                               f"number of output tokens for {self.model}", param="max_tokens")
 
+class TooManyStopSequences(NoMatchingModel):
+    """More stop sequences than any candidate's API takes (``MAX_STOP_SEQUENCES``): refused
+    before any hold, naming ``stop``; ``for_messages()`` is the same refusal naming the
+    Messages API's ``stop_sequences``."""
+
+    def __init__(self, count: int, model_name: str, field: str = "stop"):
+        self.count, self.model_name = count, model_name
+        most = ", ".join(f"{MAX_STOP_SEQUENCES[t]} for {API_NAMES[t]}" for t in PROVIDER_TYPES)
+        whose = "any available model" if model_name == "auto" else f"any provider of the model {model_name!r}"
+        super().__init__(f"{field}: {count} stop sequences, more than {whose} takes (at most {most}); "
+                         "send fewer.", param=field)
+
+    def for_messages(self) -> InvalidRequest:
+        return TooManyStopSequences(self.count, self.model_name, "stop_sequences")
+
+
 @dataclass(frozen=True)
 class Provider:
     id: str
@@ -93,6 +118,9 @@ class Offer:
     cache_read_price: Decimal | None = None
     cache_write_price: Decimal | None = None
     cache_write_1h_price: Decimal | None = None
+    # The model can think (capability ``reasoning``): it is sent the request's thinking
+    # (``providers``); an offer of a model that cannot is sent none (docs/chat.md "Thinking").
+    reasoning: bool = False
     # Bring your own key (app.services.chat.byok): served with the caller's provider key
     # ``byok_key_id`` (in ``provider.api_key``) and charged ``fee_pct`` % of the list cost.
     byok_key_id: str | None = None
@@ -118,6 +146,15 @@ class Offer:
                             cache_write_1h_tokens=cache_write_1h_tokens,
                             cache_read_price=self.cache_read_price, cache_write_price=self.cache_write_price,
                             cache_write_1h_price=self.cache_write_1h_price, factor=factor)
+
+    @property
+    def cache_write_1h_usd(self) -> Decimal | None:
+        """The price billing uses for a prompt token written to the 1-hour cache
+        (``cache_write_1h_price``, default 2× input), or None for an OpenAI-compatible
+        provider: it is never sent a cache mark, so it never writes to that cache."""
+        if self.provider.type != "anthropic":
+            return None
+        return cache_write_1h_price_of(self.input_price, self.cache_write_1h_price)
 
     @property
     def cooldown_id(self) -> str:
@@ -172,12 +209,17 @@ def price_micros(input_price: Decimal, output_price: Decimal, prompt_tokens: int
     written_1h = max(0, min(int(cache_write_1h_tokens), written))
     read_p = input_price if cache_read_price is None else cache_read_price
     write_p = input_price if cache_write_price is None else cache_write_price
-    write_1h_p = input_price * 2 if cache_write_1h_price is None else cache_write_1h_price
+    write_1h_p = cache_write_1h_price_of(input_price, cache_write_1h_price)
     total = input_price * (prompt_tokens - cached - written) + read_p * cached \
         + write_p * (written - written_1h) + write_1h_p * written_1h + output_price * completion_tokens
     if factor is not None:
         total *= factor
     return int(total.quantize(Decimal(1), rounding=ROUND_HALF_UP))
+
+
+def cache_write_1h_price_of(input_price: Decimal, cache_write_1h_price: Decimal | None) -> Decimal:
+    """The 1-hour cache's write price: the catalog's, else 2× the input price (Anthropic's)."""
+    return input_price * 2 if cache_write_1h_price is None else cache_write_1h_price
 
 
 def _optional_price(value: Any, where: str) -> Decimal | None:
@@ -245,7 +287,8 @@ def load_catalog(pattern: str, settings: dict) -> Catalog:
                                 output_price=_price(o.get("output_usd_per_mtok"), where),
                                 cache_read_price=_optional_price(o.get("cache_read_usd_per_mtok"), where),
                                 cache_write_price=_optional_price(o.get("cache_write_usd_per_mtok"), where),
-                                cache_write_1h_price=_optional_price(o.get("cache_write_1h_usd_per_mtok"), where)))
+                                cache_write_1h_price=_optional_price(o.get("cache_write_1h_usd_per_mtok"), where),
+                                reasoning="reasoning" in caps))
         if not offers:
             raise CatalogError(f"{path}: model {mid} has no providers")
         try:
@@ -316,6 +359,8 @@ class Needs:
     cache_marked: bool = False  # prompt-cache breakpoints (cache_control): an Anthropic provider may write the prompt
     cache_1h: bool = False  # one of them is for Anthropic's 1-hour cache (``ttl: "1h"``), whose writes cost more
     max_tokens_field: str = "max_tokens"  # the name the request gave its output cap (errors name it)
+    stops: int = 0  # how many stop sequences (``stop``: a string is one)
+    thinking: int | None = None  # the thinking budget asked for (``thinking_asked``), None: no thinking
     _estimates: dict[str, int] = field(default_factory=dict, repr=False)
 
     def prompt_tokens_for(self, offer: Offer) -> int:
@@ -352,6 +397,24 @@ def _marked_1h(obj) -> bool:
     return _marked(obj) and isinstance(obj["cache_control"], dict) and obj["cache_control"].get("ttl") == "1h"
 
 
+def thinking_asked(body: dict) -> tuple[int | None, str | None]:
+    """(thinking budget, reasoning effort) a request asks for, ``(None, None)`` for none:
+    Anthropic's ``thinking`` (``{"type": "enabled", "budget_tokens": N}``, as the Messages API
+    and LiteLLM send it) or OpenAI's ``reasoning_effort``, each stated in the other's terms
+    by ``EFFORT_BUDGETS``; an effort it does not know (a newer one) keeps its name for
+    OpenAI-compatible providers and is a ``medium`` budget for Anthropic ones."""
+    thinking = body.get("thinking")
+    if isinstance(thinking, dict) and thinking.get("type") == "enabled" \
+            and isinstance(thinking.get("budget_tokens"), int) and not isinstance(thinking["budget_tokens"], bool):
+        budget = thinking["budget_tokens"]
+        effort = next((e for e in ("low", "medium") if budget <= EFFORT_BUDGETS[e]), "high")
+        return budget, body.get("reasoning_effort") if isinstance(body.get("reasoning_effort"), str) else effort
+    effort = body.get("reasoning_effort")
+    if not isinstance(effort, str) or effort == "none":
+        return None, None
+    return EFFORT_BUDGETS.get(effort, EFFORT_BUDGETS["medium"]), effort
+
+
 def analyse(body: dict) -> Needs:
     """Estimate prompt tokens and derive the capabilities a request needs."""
     caps = set()
@@ -371,10 +434,12 @@ def analyse(body: dict) -> Needs:
     if body.get("stream"):
         caps.add("streaming")
     field = "max_completion_tokens" if body.get("max_completion_tokens") else "max_tokens"
+    stop = body.get("stop")
     return Needs(prompt_tokens=tokens.estimate_prompt_tokens(body, tokens.CHARS), max_tokens=body.get(field),
                  capabilities=frozenset(caps), choices=int(body.get("n") or 1), body=body,
                  cache_marked=any(_marked(m) for m in marks), cache_1h=any(_marked_1h(m) for m in marks),
-                 max_tokens_field=field)
+                 max_tokens_field=field, thinking=thinking_asked(body)[0],
+                 stops=len(stop) if isinstance(stop, list) else 1 if isinstance(stop, str) and stop else 0)
 
 
 # --- routing ------------------------------------------------------------------------------
@@ -441,24 +506,35 @@ def candidates(model_name: str, needs: Needs, *, sandbox: str | None = None, own
         models = [model]
     scored: list[tuple[int, int, Offer]] = []
     mine: list[tuple[int, int, Offer]] = []
+    stops_refused = False  # an offer was passed over for its API's stop-sequence limit
     for i, model in enumerate(models):
         if model_name == "auto" and not fits(model, needs):
             continue
         out = output_cap(model, needs) * needs.choices
         if sandbox:
+            if not any(_takes_stops(o, needs) for o in model.offers):
+                stops_refused = True  # judged on its own providers: test mode refuses what live mode does
+                continue
             offers = [o for o in model.offers if o.provider.id == sandbox]
             if not offers and sandbox in cat.providers and cat.providers[sandbox].enabled:
                 p = model.primary
-                offers = [Offer(model.id, cat.providers[sandbox], model.id, p.input_price, p.output_price)]
-            offers = [o for o in offers if o.provider.enabled]
+                offers = [Offer(model.id, cat.providers[sandbox], model.id, p.input_price, p.output_price,
+                                reasoning="reasoning" in model.capabilities)]
+            offers = [o for o in offers if o.provider.enabled and _answers(o, needs)]
         else:
             offers = model.enabled_offers() if own is None or not own.only else ()
             if own is not None:
+                theirs = [o for o in own.offers(model) if _answers(o, needs)]
+                stops_refused |= any(not _takes_stops(o, needs) for o in theirs)
                 mine.extend((o.list_cost_micros(needs.prompt_tokens_for(o), out), i, o)
-                            for o in own.offers(model) if _answers(o, needs))
+                            for o in theirs if _takes_stops(o, needs))
+            offers = [o for o in offers if _answers(o, needs)]
+            stops_refused |= any(not _takes_stops(o, needs) for o in offers)
+            offers = [o for o in offers if _takes_stops(o, needs)]
         for o in offers:
-            if _answers(o, needs):
-                scored.append((o.cost_micros(needs.prompt_tokens_for(o), out), i, o))
+            scored.append((o.cost_micros(needs.prompt_tokens_for(o), out), i, o))
+    if stops_refused and not scored and not mine:
+        raise TooManyStopSequences(needs.stops, model_name)
     if own is not None and own.only and not mine:
         raise NoMatchingModel(f"This account routes only to its own provider keys (byok_only), and none of "
                               f"them ({', '.join(sorted(own.keys)) or 'none'}) serves {model_name!r} for this "
@@ -489,9 +565,16 @@ def candidates(model_name: str, needs: Needs, *, sandbox: str | None = None, own
             raise ContextLengthExceeded(f"This model's maximum context length is {model.context_window} "
                                         f"tokens; the request (about {prompt} tokens) exceeds the "
                                         f"context window of {model.id!r}.", param="messages")
+    if needs.thinking and model_name == "auto":  # thinking asked: the models that can think, when any fits
+        scored, mine = ([t for t in scored if t[2].reasoning] or scored), ([t for t in mine if t[2].reasoning] or mine)
     scored.sort(key=lambda t: (t[0], t[1]))
     mine.sort(key=lambda t: (t[0], t[1]))
     return [o for _, _, o in mine] + [o for _, _, o in scored]
+
+
+def _takes_stops(offer: Offer, needs: Needs) -> bool:
+    """Whether ``offer``'s API takes the request's stop sequences (``MAX_STOP_SEQUENCES``)."""
+    return needs.stops <= MAX_STOP_SEQUENCES[offer.provider.type]
 
 
 def _answers(offer: Offer, needs: Needs) -> bool:

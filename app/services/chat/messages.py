@@ -12,7 +12,7 @@ import orjson
 
 from app.errors import InvalidRequest
 from app.services.chat import completions
-from app.services.chat.catalog import ModelNotFound, OutputLimitExceeded
+from app.services.chat.catalog import ModelNotFound, OutputLimitExceeded, TooManyStopSequences
 from app.services.chat.completions import ChatResult
 from app.services.chat.providers import cache_mark, tool_use_blocks
 from app.services.money import holds
@@ -157,6 +157,28 @@ def _message(i: int, msg, out: list[dict]) -> None:
         out.append({"role": "user", "content": parts})
 
 
+def _thinking_param(req: dict) -> dict | None:
+    """The request's ``thinking`` as the document states it (``enabled`` with an integer
+    ``budget_tokens`` of 1,024 to 999,999, or ``disabled``), below ``max_tokens`` as Anthropic
+    requires (the budget is part of the output cap); None when absent."""
+    thinking = req.get("thinking")
+    if thinking is None:
+        return None
+    kind = thinking.get("type") if isinstance(thinking, dict) else None
+    if kind == "disabled":
+        return thinking
+    budget = thinking.get("budget_tokens") if kind == "enabled" else None
+    if isinstance(budget, float) and budget.is_integer():
+        budget = int(budget)
+    if not (isinstance(budget, int) and not isinstance(budget, bool) and 1024 <= budget <= 999_999):
+        raise InvalidRequest("thinking: must be {type: enabled, budget_tokens: 1024 to 999999} or {type: disabled}.",
+                             param="thinking")
+    if req.get("max_tokens") is not None and budget >= req["max_tokens"]:
+        raise InvalidRequest("`max_tokens` must be greater than `thinking.budget_tokens`.",
+                             param="thinking.budget_tokens")
+    return {**thinking, "budget_tokens": budget}
+
+
 def to_openai(req: dict) -> dict:
     """A Messages request (validated by ``MessagesRequestSchema``) → the completion
     service's OpenAI-shaped body."""
@@ -179,6 +201,9 @@ def to_openai(req: dict) -> dict:
             body[key] = req[key]
     if req.get("stop_sequences"):
         body["stop"] = list(req["stop_sequences"])
+    thinking = _thinking_param(req)
+    if thinking:
+        body["thinking"] = thinking
     if req.get("stream"):  # the usage in its own last chunk: message_delta (translate_stream)
         body.update(stream=True, stream_options={"include_usage": True})
     tools = req.get("tools")
@@ -238,7 +263,7 @@ def usage_of(usage: dict) -> dict:
 
 
 def _content(message: dict) -> list[dict]:
-    content = []
+    content = [b for b in message.get("thinking_blocks") or () if isinstance(b, dict)]  # the reasoning first
     if message.get("content"):
         text = message["content"] if isinstance(message["content"], str) else "".join(
             p.get("text", "") for p in message["content"] if isinstance(p, dict))
@@ -278,7 +303,8 @@ def translate_stream(events: Iterator[bytes], completion_id: str, model: str,
     """The completion's OpenAI event stream → Anthropic's: ``message_start`` (its usage: the
     prompt's counts as known when the stream opened, ``prompt`` — the provider's, or the
     gateway's estimate when the provider counts only at the end — no output yet), ``ping``,
-    per content block ``content_block_start`` / ``content_block_delta`` (``text_delta``,
+    per content block ``content_block_start`` / ``content_block_delta`` (``thinking_delta``
+    and ``signature_delta`` of an Anthropic provider's thinking, ``text_delta``,
     ``input_json_delta``) / ``content_block_stop``, then ``message_delta`` (stop reason,
     usage with cost) and ``message_stop``; a provider break mid-stream is an ``error``
     event before them, and that ``message_delta`` then names no stop reason (``null``, as
@@ -305,6 +331,25 @@ def translate_stream(events: Iterator[bytes], completion_id: str, model: str,
                 continue
             for choice in chunk.get("choices") or []:
                 delta = choice.get("delta") or {}
+                for tb in delta.get("thinking_blocks") or ():  # Anthropic's reasoning, first in the answer
+                    if not isinstance(tb, dict):
+                        continue
+                    # a thinking block goes on until its signature; a redacted one is whole at its start
+                    if tb.get("type") == "redacted_thinking" or block is None or block[1] != "thinking" or block[2]:
+                        if block is not None:
+                            yield _event("content_block_stop", {"index": block[0]})
+                        index += 1
+                        start = {"type": "redacted_thinking", "data": tb.get("data", "")} \
+                            if tb.get("type") == "redacted_thinking" else {"type": "thinking", "thinking": "", "signature": ""}
+                        block = (index, start["type"], False)
+                        yield _event("content_block_start", {"index": index, "content_block": start})
+                    if tb.get("type") == "thinking" and tb.get("thinking"):
+                        yield _event("content_block_delta", {"index": index, "delta": {
+                            "type": "thinking_delta", "thinking": tb["thinking"]}})
+                    if tb.get("type") == "thinking" and tb.get("signature"):
+                        yield _event("content_block_delta", {"index": index, "delta": {
+                            "type": "signature_delta", "signature": tb["signature"]}})
+                        block = (index, "thinking", True)  # signed: the block is complete
                 if delta.get("content"):
                     if block is None or block[1] != "text":
                         if block is not None:
@@ -366,7 +411,7 @@ def create_message(account_id: str, mode: str, req: dict, key_id: str | None = N
         result = completions.create_completion(account_id, mode, to_openai(req), key_id=key_id, actor=actor,
                                                payment=payment, controls=controls, byok=byok,
                                                route=holds.MESSAGES)
-    except OutputLimitExceeded as exc:
+    except (OutputLimitExceeded, TooManyStopSequences) as exc:
         raise exc.for_messages() from None
     stops = tuple(req.get("stop_sequences") or ())
     if result.events is None:

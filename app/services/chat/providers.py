@@ -25,7 +25,7 @@ import requests
 import urllib3
 from flask import current_app
 
-from app.services.chat.catalog import Offer, Provider
+from app.services.chat.catalog import Offer, Provider, thinking_asked
 from app.services.platform import http
 
 _REJECT_STATUSES = (400, 413, 422)
@@ -200,8 +200,11 @@ def _openai_headers(offer: Offer) -> dict:
 # ``is_error``, prompt-cache breakpoints (``cache_control``, on a message, a content part or
 # a tool), an assistant turn's earlier ``thinking_blocks`` (LiteLLM's name: Anthropic's
 # ``thinking`` / ``redacted_thinking`` blocks, signed by Anthropic, meaningless elsewhere).
-# Never sent to an OpenAI-compatible provider: strict ones refuse unknown fields.
-_ANTHROPIC_ONLY = ("is_error", "cache_control", "thinking_blocks")
+# Never sent to an OpenAI-compatible provider: strict ones refuse unknown fields. Nor is
+# ``reasoning_content``, the thinking's text the gateway answers beside ``thinking_blocks``
+# (LiteLLM's name), which a client may send back: the blocks carry it to Anthropic, and
+# OpenAI-compatible servers that produce it (DeepSeek) refuse it in a request.
+_ANTHROPIC_ONLY = ("is_error", "cache_control", "thinking_blocks", "reasoning_content")
 
 
 def cache_mark(obj: dict) -> dict:
@@ -259,9 +262,19 @@ def _openai_messages(messages: list) -> list:
     return out
 
 
+ANTHROPIC_MIN_THINKING = 1024  # Anthropic's least ``thinking.budget_tokens``
+
+
 def _openai_payload(offer: Offer, body: dict, max_tokens: int, stream: bool) -> dict:
     payload = dict(body)
     payload["model"] = offer.upstream_model
+    # thinking: OpenAI's ``reasoning_effort`` (from an Anthropic budget too), to a model that
+    # can think only (catalog ``reasoning``), never Anthropic's ``thinking`` object
+    effort = thinking_asked(body)[1] if offer.reasoning else None
+    payload.pop("thinking", None)
+    payload.pop("reasoning_effort", None)
+    if effort:
+        payload["reasoning_effort"] = effort
     if any(_anthropic_only(m) or _tool_images(m) for m in body["messages"]):
         payload["messages"] = _openai_messages(body["messages"])
     tools = body.get("tools")
@@ -270,7 +283,8 @@ def _openai_payload(offer: Offer, body: dict, max_tokens: int, stream: bool) -> 
     # the cap the hold was sized for (``catalog.output_cap``: the request's, at most the
     # model's), under the name the request used: a larger one would let the provider bill
     # more than was held
-    field = "max_completion_tokens" if body.get("max_completion_tokens") else "max_tokens"
+    # (a reasoning model takes only max_completion_tokens, which counts the reasoning too)
+    field = "max_completion_tokens" if body.get("max_completion_tokens") or effort else "max_tokens"
     payload.pop("max_tokens", None)
     payload.pop("max_completion_tokens", None)
     payload[field] = max_tokens
@@ -414,10 +428,13 @@ def _joined_text(content) -> str:
     return " ".join(b["text"] for b in _blocks(content) if b["type"] == "text" and isinstance(b["text"], str))
 
 
-def to_anthropic(body: dict, upstream_model: str, max_tokens: int) -> dict:
+def to_anthropic(body: dict, upstream_model: str, max_tokens: int, reasoning: bool = False) -> dict:
     """OpenAI chat request → Anthropic Messages request. Values the request document leaves
     open (``stop``, ``tool_choice``, content parts) are translated where they have an
-    Anthropic form and otherwise passed on for the provider to judge, never a server error."""
+    Anthropic form and otherwise passed on for the provider to judge, never a server error.
+    ``reasoning``: the model can think; the thinking asked for (``thinking`` or
+    ``reasoning_effort``) is then its ``thinking`` budget, below ``max_tokens`` (which counts
+    it, as Anthropic requires), and none when less than Anthropic's least budget fits."""
     system: list[str] = []
     system_blocks: list[dict] = []  # the same as text blocks: sent when one is a cache breakpoint
     messages: list[dict] = []
@@ -476,14 +493,21 @@ def to_anthropic(body: dict, upstream_model: str, max_tokens: int) -> dict:
             out["tool_choice"] = {**out.get("tool_choice", {"type": "auto"}), "disable_parallel_tool_use": True}
     if body.get("user"):
         out["metadata"] = {"user_id": str(body["user"])[:256]}
+    budget = thinking_asked(body)[0] if reasoning else None
+    if budget:
+        budget = min(budget, max_tokens - 1)
+        if budget >= ANTHROPIC_MIN_THINKING:
+            out["thinking"] = {"type": "enabled", "budget_tokens": budget}
     return out
 
 
 def from_anthropic(data: dict) -> dict:
     """Anthropic Messages response → OpenAI chat completion (id/model set by the caller)."""
-    text, calls = [], []
+    text, calls, thinking = [], [], []
     for block in data.get("content") or []:
-        if block.get("type") == "text":
+        if block.get("type") in ("thinking", "redacted_thinking"):
+            thinking.append(block)
+        elif block.get("type") == "text":
             text.append(block.get("text", ""))
         elif block.get("type") == "tool_use":
             calls.append({"id": block.get("id"), "type": "function",
@@ -492,6 +516,9 @@ def from_anthropic(data: dict) -> dict:
     message: dict = {"role": "assistant", "content": "".join(text) if text or not calls else None}
     if calls:
         message["tool_calls"] = calls
+    if thinking:  # LiteLLM's names: the reasoning's text, and the blocks to send back next turn
+        message["reasoning_content"] = "".join(b.get("thinking", "") for b in thinking if b["type"] == "thinking")
+        message["thinking_blocks"] = thinking
     usage = data.get("usage") or {}
     out = {"choices": [{"index": 0, "message": message,
                         "finish_reason": _STOP.get(data.get("stop_reason"), "stop"), **_matched(data)}]}
@@ -546,7 +573,7 @@ def anthropic_prompt_usage(usage: dict) -> dict:
 
 def _anthropic_complete(offer: Offer, body: dict, max_tokens: int) -> dict:
     resp = _post(offer, offer.provider.base_url + "/v1/messages", _anthropic_headers(offer),
-                 to_anthropic(body, offer.upstream_model, max_tokens))
+                 to_anthropic(body, offer.upstream_model, max_tokens, offer.reasoning))
     data = _read_json(offer, resp)
     if data.get("type") == "error":
         raise ProviderFailure(f"{offer.provider.id}: {str(data.get('error'))[:200]}")
@@ -555,7 +582,7 @@ def _anthropic_complete(offer: Offer, body: dict, max_tokens: int) -> dict:
 
 def _anthropic_stream(offer: Offer, body: dict, max_tokens: int) -> Iterator[dict]:
     """Anthropic stream events → OpenAI chunks (``choices[0].delta``); usage last."""
-    payload = to_anthropic(body, offer.upstream_model, max_tokens)
+    payload = to_anthropic(body, offer.upstream_model, max_tokens, offer.reasoning)
     payload["stream"] = True
     resp = _post(offer, offer.provider.base_url + "/v1/messages", _anthropic_headers(offer),
                  payload)
@@ -579,7 +606,10 @@ def _anthropic_stream(offer: Offer, body: dict, max_tokens: int) -> Iterator[dic
                                 "finish_reason": None}], **({"usage": prompt} if prompt else {})}
         elif kind == "content_block_start":
             block = ev.get("content_block") or {}
-            if block.get("type") == "tool_use":
+            if block.get("type") == "redacted_thinking":  # whole at its start; thinking comes in deltas
+                yield {"choices": [{"index": 0, "finish_reason": None, "delta": {"thinking_blocks": [
+                    {"type": "redacted_thinking", "data": block.get("data", "")}]}}]}
+            elif block.get("type") == "tool_use":
                 n = tool_index[ev.get("index", 0)] = len(tool_index)
                 yield {"choices": [{"index": 0, "finish_reason": None, "delta": {"tool_calls": [
                     {"index": n, "id": block.get("id"), "type": "function",
@@ -589,6 +619,13 @@ def _anthropic_stream(offer: Offer, body: dict, max_tokens: int) -> Iterator[dic
             if delta.get("type") == "text_delta":
                 yield {"choices": [{"index": 0, "delta": {"content": delta.get("text", "")},
                                     "finish_reason": None}]}
+            elif delta.get("type") in ("thinking_delta", "signature_delta"):
+                # LiteLLM's names: the reasoning's text, and the block to send back (its text,
+                # then its signature, which ends it)
+                text, signature = delta.get("thinking", ""), delta.get("signature", "")
+                yield {"choices": [{"index": 0, "finish_reason": None, "delta": {
+                    **({"reasoning_content": text} if text else {}),
+                    "thinking_blocks": [{"type": "thinking", "thinking": text, "signature": signature}]}}]}
             elif delta.get("type") == "input_json_delta":
                 n = tool_index.get(ev.get("index", 0), 0)
                 yield {"choices": [{"index": 0, "finish_reason": None, "delta": {"tool_calls": [

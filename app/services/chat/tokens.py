@@ -20,7 +20,9 @@ Three estimators, chosen per upstream model name by :func:`estimator`:
   safe side of that difference.
 * **Any other model** (self-hosted, the demo LLM): the rule of thumb of one token per 4
   characters, plus 3 + 4 per message and 85 per image.
-* A PDF file part (a Messages API ``document``): 3,000 tokens per page, either way.
+* A PDF file part (a Messages API ``document``): 3,000 tokens per page, either way; the
+  pages as ``pypdf`` reads the document's page tree (object and cross-reference streams
+  included), or as its uncompressed bytes show them, whichever is more (:func:`pdf_pages`).
 
 A text too long for the tokenizer library (over 1,000,000 characters or 200,000 tokens in
 one piece) counts as its UTF-8 length in bytes, an upper bound of any byte-level BPE count.
@@ -29,6 +31,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
+import io
+import logging
 import math
 import re
 import threading
@@ -116,12 +121,36 @@ _PDF_PAGE = re.compile(rb"/Type\s*/Page(?![a-zA-Z])")
 _PDF_COUNT = re.compile(rb"/Count\s+(\d{1,6})")  # a page tree's count of the pages below it
 
 
+@functools.lru_cache(maxsize=4)  # a request's estimate runs once per candidate tokenizer
+def pdf_pages(data: str) -> int:
+    """The pages of a base64 PDF (a data URL or bare base64): what ``pypdf`` reads from its
+    page tree — wherever it sits, in compressed object streams too — or, when more (or when
+    it cannot read the file), the ``/Type /Page`` objects and the largest ``/Count`` its
+    uncompressed bytes show; one at least. The hold is sized on it, so it errs high."""
+    try:
+        raw = base64.b64decode(data.partition(";base64,")[2] or data, validate=False)
+    except (ValueError, binascii.Error):
+        raw = b""
+    counts = [int(n) for n in _PDF_COUNT.findall(raw)]
+    return max(1, len(_PDF_PAGE.findall(raw)), *counts, _pypdf_pages(raw))
+
+
+def _pypdf_pages(raw: bytes) -> int:
+    """The page count ``pypdf`` reads (its own limits on decompression and page-tree cycles
+    apply), 0 for what it cannot read (not a PDF, damaged)."""
+    from pypdf import PdfReader
+
+    logging.getLogger("pypdf").setLevel(logging.ERROR)  # a caller's damaged PDF is no operator's warning
+    try:
+        return len(PdfReader(io.BytesIO(raw), strict=False).pages)
+    except Exception:  # noqa: BLE001 - any file pypdf cannot read counts by its bytes
+        return 0
+
+
 def _file_tokens(content: Any) -> int:
     """The estimate of the PDF file parts of ``content`` (OpenAI's ``{"type": "file", "file":
     {"file_data": "data:application/pdf;base64,…"}}``, a Messages API ``document``):
-    ``PDF_PAGE_TOKENS`` per page, the pages counted by their ``/Type /Page`` objects or the
-    page tree's largest ``/Count``, whichever is more (one at least: a PDF whose objects are
-    all compressed still has a page)."""
+    ``PDF_PAGE_TOKENS`` per page (:func:`pdf_pages`)."""
     if not isinstance(content, list):
         return 0
     total = 0
@@ -129,12 +158,7 @@ def _file_tokens(content: Any) -> int:
         file = part.get("file") if isinstance(part, dict) and part.get("type") == "file" else None
         data = file.get("file_data") if isinstance(file, dict) else None
         if isinstance(data, str):
-            try:
-                raw = base64.b64decode(data.partition(";base64,")[2] or data, validate=False)
-            except (ValueError, binascii.Error):
-                raw = b""
-            counts = [int(n) for n in _PDF_COUNT.findall(raw)]
-            total += PDF_PAGE_TOKENS * max(1, len(_PDF_PAGE.findall(raw)), *counts)
+            total += PDF_PAGE_TOKENS * pdf_pages(data)
     return total
 
 

@@ -1,6 +1,6 @@
 """The price list the console's "Models and prices" page shows (issue 40 item 3), read from
 the catalogs the gateway routes by: the chat models (prices per million tokens of each
-enabled provider, cache prices, context window, capabilities, ``auto``-eligible), what
+enabled provider, cache prices (the 1-hour cache write's as billed), context window, capabilities, ``auto``-eligible), what
 ``model: auto`` picks for typical requests (the rule of ``chat.catalog.candidates``: the
 cheapest enabled offer of the ``auto``-eligible models that fit the request, ``catalog.fits``:
 capabilities, maximum output, context window), and the modules with each action's price and MCP tool name."""
@@ -24,14 +24,16 @@ AUTO_CASES = (
 def chat_models() -> list[dict]:
     """Every available chat model, catalog order: id, description, context window, max
     output, capabilities, auto-eligible, and one row per enabled offer (provider, input,
-    output, cache read and cache write prices in dollars per million tokens)."""
+    output, cache read and cache write prices in dollars per million tokens; the 1-hour
+    cache's write price as billing uses it, None where the provider has no such cache)."""
     out = []
     for m in chat_catalog.list_models():
         out.append({"id": m.id, "description": m.description, "context_window": m.context_window,
                     "max_output_tokens": m.max_output_tokens, "capabilities": sorted(m.capabilities),
                     "auto": m.auto,
                     "offers": [{"provider": o.provider.id, "input": o.input_price, "output": o.output_price,
-                                "cache_read": o.cache_read_price, "cache_write": o.cache_write_price}
+                                "cache_read": o.cache_read_price, "cache_write": o.cache_write_price,
+                                "cache_write_1h": o.cache_write_1h_usd}
                                for o in m.enabled_offers()]})
     return out
 

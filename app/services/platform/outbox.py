@@ -27,6 +27,7 @@ from sqlalchemy import and_, func, insert, or_, select, update
 
 from app.extensions import db
 from app.ids import new_id
+from app.logs import mask_emails
 from app.models.base import utcnow
 from app.models.outbox import OutboxMessage
 from app.services.platform import crypto, http, mailer, netguard
@@ -232,9 +233,11 @@ def deliver(message_id: str) -> str:
                     **(_final(msg) if done else {}), status="failed" if done else "pending",
                     last_error=err, next_attempt_at=utcnow() + _backoff(msg.attempts))
             )
-        # as ``status`` shows it: a webhook's or chat's URL (often its credential) by its host only
+        # as ``status`` shows it: a webhook's or chat's URL (often its credential) by its host only;
+        # and, unlike the operator's report, an e-mail address masked, in the error too
         destination, shown = _shown(msg.channel, msg.destination, err)
-        log.warning("outbox %s to %s attempt %s failed: %s", msg.id, destination, msg.attempts, shown)
+        log.warning("outbox %s to %s attempt %s failed: %s", msg.id, mask_emails(destination), msg.attempts,
+                    mask_emails(shown))
         return "failed" if done else "pending"
     with unit_of_work():
         db.session.execute(

@@ -185,6 +185,7 @@ def test_billing_save_card_pay_cancel_checkout_and_auto_topup(app, server, make_
     page.fill("#f-monthly_cap", "50")
     page.click("text=Turn on auto top-up")
     page.wait_for_selector("text=Auto top-up is on.")
+    page.wait_for_load_state("load")  # console.js has run: the Turn off form asks first
     assert "under $2.00, add $10.00" in page.inner_text("#autotopup-state")
     if os.environ.get("CONSOLE_SHOTS_TMP"):  # a look by eye, never in the repo
         page.screenshot(path="/tmp/console-orgs-billing-1280.png", full_page=True)

@@ -33,7 +33,7 @@ from sqlalchemy import select, text
 
 from app import ratelimits
 from app.errors import Forbidden, InsufficientScope, Unauthorized
-from app.extensions import db, get_redis
+from app.extensions import db, get_redis, redis_key
 from app.ids import secret_is_well_formed, sha256_hex
 from app.models import Account, ApiKey, ProviderKey
 from app.services.accounts import key_controls
@@ -138,7 +138,7 @@ _last_used_lock = threading.Lock()
 
 
 def _channel(app) -> str:
-    return f"{app.config.get('RATELIMIT_KEY_PREFIX', 'gw')}:revocations"
+    return redis_key("revocations", app=app)
 
 
 def invalidate(token_hash: str) -> None:

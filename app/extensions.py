@@ -240,6 +240,14 @@ def get_redis() -> redis_lib.Redis | None:
     return redis_for(current_app.config.get("REDIS_URL") or "")
 
 
+def redis_key(*parts: str, app=None) -> str:
+    """A key of this deployment in Redis: ``RATELIMIT_KEY_PREFIX`` (default ``gw``), then
+    ``parts``, joined by ``:``. Every key the app keeps there is named so, so two deployments
+    sharing one Redis (with two prefixes) never read or claim each other's."""
+    cfg = (app or current_app).config
+    return ":".join((cfg.get("RATELIMIT_KEY_PREFIX") or "gw", *parts))
+
+
 def redis_for(url: str) -> redis_lib.Redis | None:
     """The process-wide Redis client for a ``redis://`` / ``rediss://`` / ``unix://`` URL
     (one connection pool per URL), or None for anything else (e.g. ``memory://``)."""

@@ -30,20 +30,19 @@ def worker_cmd(burst):
 
 def run_schedule_once(now: float | None = None) -> list[str]:
     """Enqueue every schedule entry that is due in the current slot; returns their names."""
-    from app.extensions import get_redis
+    from app.extensions import get_redis, redis_key
     from app.tasks import enqueue
     from app.tasks.schedule import SCHEDULE
 
     now = now or time.time()
     redis = get_redis()
-    # The deployment's own claims: another deployment (or a test) on the same Redis has its
-    # own prefix, and a claim of its scheduler must not skip a slot of this one.
-    prefix = current_app.config.get("RATELIMIT_KEY_PREFIX") or "gw"
     due = []
     for name, interval, func in SCHEDULE:
         slot = int(now // interval)
         if redis is not None:
-            claim = f"{prefix}:schedule:{name}:{slot}"
+            # the deployment's own claim: another deployment (or a test) on the same Redis
+            # has its own prefix, and its scheduler must not skip a slot of this one
+            claim = redis_key("schedule", name, str(slot))
             try:
                 if not redis.set(claim, "1", nx=True, ex=interval * 2):
                     continue

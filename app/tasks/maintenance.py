@@ -18,9 +18,9 @@ HEARTBEAT_TTL = 24 * 3600
 
 
 def _heartbeat_key() -> str:
-    from flask import current_app
+    from app.extensions import redis_key
 
-    return f"{current_app.config.get('RATELIMIT_KEY_PREFIX', 'gw')}:worker-heartbeat"
+    return redis_key("worker-heartbeat")
 
 
 def heartbeat() -> float | None:

@@ -16,7 +16,7 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
 from app.errors import Conflict, DomainError, Forbidden, InvalidRequest, ServiceUnavailable, Unprocessable
-from app.extensions import db, get_redis
+from app.extensions import db, get_redis, redis_key
 from app.ids import new_id, random_b62
 from app.models import ChainCursor, LedgerEntry, LedgerTransaction, Payment, Wallet, X402Authorization
 from app.models.base import utcnow
@@ -182,7 +182,7 @@ _local_lock = threading.Lock()
 
 def _cached_usdc(chain: str, address: str) -> int:
     ttl = int(current_app.config["WALLET_BALANCE_CACHE_SECONDS"])
-    key = f"{current_app.config.get('RATELIMIT_KEY_PREFIX', 'gw')}:usdcbal:{chain}:{address}"
+    key = redis_key("usdcbal", chain, address)
     r = get_redis()
     if r is not None:
         try:

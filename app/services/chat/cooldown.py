@@ -19,7 +19,7 @@ import time
 
 from flask import current_app
 
-from app.extensions import get_redis
+from app.extensions import get_redis, redis_key
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ _view: dict[str, tuple[float, bool]] = {}  # provider -> (monotonic time read fr
 
 
 def _key(kind: str, provider: str) -> str:
-    return f"{current_app.config.get('RATELIMIT_KEY_PREFIX', 'gw')}:chat:{kind}:{provider}"
+    return redis_key("chat", kind, provider)
 
 
 def cooling(providers: list[str]) -> set[str]:

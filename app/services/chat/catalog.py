@@ -524,13 +524,11 @@ def candidates(model_name: str, needs: Needs, *, sandbox: str | None = None, own
         else:
             offers = model.enabled_offers() if own is None or not own.only else ()
             if own is not None:
-                theirs = [o for o in own.offers(model) if _answers(o, needs)]
-                stops_refused |= any(not _takes_stops(o, needs) for o in theirs)
-                mine.extend((o.list_cost_micros(needs.prompt_tokens_for(o), out), i, o)
-                            for o in theirs if _takes_stops(o, needs))
-            offers = [o for o in offers if _answers(o, needs)]
-            stops_refused |= any(not _takes_stops(o, needs) for o in offers)
-            offers = [o for o in offers if _takes_stops(o, needs)]
+                theirs, refused = _servable(own.offers(model), needs)
+                stops_refused |= refused
+                mine.extend((o.list_cost_micros(needs.prompt_tokens_for(o), out), i, o) for o in theirs)
+            offers, refused = _servable(offers, needs)
+            stops_refused |= refused
         for o in offers:
             scored.append((o.cost_micros(needs.prompt_tokens_for(o), out), i, o))
     if stops_refused and not scored and not mine:
@@ -575,6 +573,14 @@ def candidates(model_name: str, needs: Needs, *, sandbox: str | None = None, own
 def _takes_stops(offer: Offer, needs: Needs) -> bool:
     """Whether ``offer``'s API takes the request's stop sequences (``MAX_STOP_SEQUENCES``)."""
     return needs.stops <= MAX_STOP_SEQUENCES[offer.provider.type]
+
+
+def _servable(offers, needs: Needs) -> tuple[list[Offer], bool]:
+    """The ``offers`` whose API can serve the request (``_answers``, ``_takes_stops``), and
+    whether one was passed over for its stop-sequence limit alone."""
+    answering = [o for o in offers if _answers(o, needs)]
+    taking = [o for o in answering if _takes_stops(o, needs)]
+    return taking, len(taking) < len(answering)
 
 
 def _answers(offer: Offer, needs: Needs) -> bool:

@@ -360,7 +360,7 @@ def load_config(overrides: dict | None = None) -> dict:
         # one by one outside the queue, waiting as long as it takes: a group gives up a
         # deadlock before PostgreSQL's deadlock_timeout (1 s) looks for it, and holds up
         # other accounts' calls behind one account's locked row for about this long.
-        "CALL_OPEN_GROUP_LOCK_WAIT_MS": _int("CALL_OPEN_GROUP_LOCK_WAIT_MS", 100),
+        "GROUP_LOCK_WAIT_MS": _int("GROUP_LOCK_WAIT_MS", 100),
         # An hour is rolled into usage_hourly this long after it ended (billing/usage_log.py).
         "USAGE_ROLL_MARGIN_SECONDS": _float("USAGE_ROLL_MARGIN_SECONDS", 300.0),
         # The same job adds each minute's calls to its hour this long after the minute
@@ -495,9 +495,9 @@ def load_config(overrides: dict | None = None) -> dict:
     if not 0 <= cfg["RATELIMIT_LEASE_FRACTION"] <= 0.05:
         raise ConfigError(f"RATELIMIT_LEASE_FRACTION must be between 0 and 0.05 (a fraction of the "
                           f"limit), not {cfg['RATELIMIT_LEASE_FRACTION']}")
-    if not 1 <= cfg["CALL_OPEN_GROUP_LOCK_WAIT_MS"] <= 900:
-        raise ConfigError(f"CALL_OPEN_GROUP_LOCK_WAIT_MS must be between 1 and 900 (milliseconds, below "
-                          f"PostgreSQL's deadlock_timeout), not {cfg['CALL_OPEN_GROUP_LOCK_WAIT_MS']}")
+    if not 1 <= cfg["GROUP_LOCK_WAIT_MS"] <= 900:
+        raise ConfigError(f"GROUP_LOCK_WAIT_MS must be between 1 and 900 (milliseconds, below "
+                          f"PostgreSQL's deadlock_timeout), not {cfg['GROUP_LOCK_WAIT_MS']}")
     if not 0 <= cfg["CALL_FINALIZE_BATCH_MS"] <= 1000:
         raise ConfigError(f"CALL_FINALIZE_BATCH_MS must be between 0 and 1000 (milliseconds), "
                           f"not {cfg['CALL_FINALIZE_BATCH_MS']}")

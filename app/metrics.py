@@ -55,13 +55,14 @@ PROVIDER_ERRORS = Counter(
     "gateway_provider_errors_total", "Upstream provider failures, by module and kind.",
     ["module", "kind"], registry=None)
 
-OPEN_GROUPS = Counter(
-    "gateway_open_groups_total",
-    "Grouped open statements (money/charging.py GroupOpener), by outcome: written (several "
-    "calls in one statement), split (such a statement failed, e.g. a lock wait given up: its "
-    "calls were opened one by one), alone (a one-call statement gave up a lock wait and was "
-    "sent again outside the queue).",
-    ["outcome"], registry=None)
+STATEMENT_GROUPS = Counter(
+    "gateway_statement_groups_total",
+    "Grouped money statements (money/charging.py GroupStatement), by statement (call_open: "
+    "gw_open_calls; chat_hold: gw_chat_holds; chat_settle: gw_chat_settles) and outcome: "
+    "written (several rows in one statement), split (such a statement failed, e.g. a lock "
+    "wait given up: its rows were written one by one), alone (a one-row statement gave up a "
+    "lock wait and was sent again outside the queue).",
+    ["statement", "outcome"], registry=None)
 
 FINALIZE_WRITER = Counter(
     "gateway_finalize_writer_total",
@@ -70,7 +71,7 @@ FINALIZE_WRITER = Counter(
     "call first), refused (left pending for the sweep).",
     ["outcome"], registry=None)
 
-_OWN_METRICS = (HTTP_REQUESTS, HTTP_LATENCY, CALLS, SPEND, PROVIDER_ERRORS, FINALIZE_WRITER, OPEN_GROUPS)
+_OWN_METRICS = (HTTP_REQUESTS, HTTP_LATENCY, CALLS, SPEND, PROVIDER_ERRORS, FINALIZE_WRITER, STATEMENT_GROUPS)
 
 UNMATCHED_ROUTE = "<unmatched>"
 
@@ -95,12 +96,12 @@ def provider_error(module: str, kind: str) -> None:
         log.debug("provider_error metric failed", exc_info=True)
 
 
-def open_groups(outcome: str) -> None:
-    """Count a grouped open statement ending in ``outcome`` (see OPEN_GROUPS)."""
+def statement_groups(statement: str, outcome: str) -> None:
+    """Count a grouped ``statement`` ending in ``outcome`` (see STATEMENT_GROUPS)."""
     try:
-        OPEN_GROUPS.labels(outcome=outcome).inc()
+        STATEMENT_GROUPS.labels(statement=statement, outcome=outcome).inc()
     except Exception:
-        log.debug("open_groups metric failed", exc_info=True)
+        log.debug("statement_groups metric failed", exc_info=True)
 
 
 def finalize_writer(outcome: str, n: int = 1) -> None:

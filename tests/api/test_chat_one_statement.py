@@ -1,6 +1,7 @@
 """The chat path's database statements (issue 18 item 4): on PostgreSQL the hold is ONE
-statement run alone in autocommit (``gw_chat_hold``) and the settle ONE statement
-(``gw_chat_settle``); a spend-limited key reserves its room in the hold's transaction and
+statement run alone in autocommit (``gw_chat_holds``) and the settle ONE statement
+(``gw_chat_settles``), each possibly shared with other completions' (tests/services/
+test_chat_groups.py); a spend-limited key reserves its room in the hold's transaction and
 gets the unused part back at settle; a refused hold writes nothing (both databases)."""
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ def test_hold_alone_in_autocommit_and_settle_in_one_statement(app, client, fakes
     money = [(s, auto) for s, auto in statements if "gw_chat_" in s or (
         s.lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE")) and any(t in s for t in MONEY_TABLES))]
     # hold and settle: one autocommit statement each (no BEGIN/COMMIT), and nothing else
-    assert [("gw_chat_hold" in s, "gw_chat_settle" in s, auto) for s, auto in money] == [
+    assert [("gw_chat_holds" in s, "gw_chat_settles" in s, auto) for s, auto in money] == [
         (True, False, True), (False, True, True)], money
     f = figures(app, acct.id)
     assert f["balance"] == START - 2 * 200 and f["revenue"] == 400 and f["held"] == 0
@@ -139,7 +140,7 @@ def test_limited_key_hold_and_settle_are_one_autocommit_statement_each(app, clie
     assert r.status_code == 200, r.get_json()
     # the reservation is in gw_chat_hold, the give-back in gw_chat_settle: no key_spend
     # statement of Python's, no transaction
-    assert [("gw_chat_hold" in s, "gw_chat_settle" in s, auto) for s, auto in _money(statements)] == [
+    assert [("gw_chat_holds" in s, "gw_chat_settles" in s, auto) for s, auto in _money(statements)] == [
         (True, False, True), (False, True, True)], _money(statements)
     assert _spent(app, key["id"]) == 2 * 200  # each hold's unused 430 micros came back in its settle
     with app.app_context():
@@ -157,8 +158,8 @@ def test_limited_key_refusal_is_one_statement_and_leaves_nothing(app, client, fa
     r = chat(client, acct, key=key["key"], model="m-small", max_tokens=500, n=4)
     assert r.status_code == 402 and r.get_json()["error"]["code"] == "key_spend_limit_reached", r.get_json()
     assert r.get_json()["limit_cents"] == 1 and r.get_json()["spent_cents"] == 0
-    # the refusal was the hold statement itself (RAISE GWKSL), undone by the server
-    assert [("gw_chat_hold" in s, auto) for s, auto in _money(statements)] == [(True, True)], statements
+    # the refusal was the hold statement's answer for the row, which left nothing of it
+    assert [("gw_chat_holds" in s, auto) for s, auto in _money(statements)] == [(True, True)], statements
     assert _spent(app, key["id"]) == 0 and _completions(app, acct.id) == []
     assert figures(app, acct.id)["balance"] == START
     ledger_clean()
@@ -267,14 +268,3 @@ def test_hold_and_settle_retry_on_a_dead_connection_never_hold_or_charge_twice(
     assert f["balance"] == START - 250 and f["held"] == 0
     assert _spent(app, key["id"]) == 250
     ledger_clean()
-
-
-def test_array_literal_round_trips_any_ledger_code(app):
-    from app.services.platform.uow import pg_array as _array
-
-    codes = ["acct:acc_1", "hold:chat", 'odd "quoted", {braced} \\ back', ""]
-    with app.app_context():
-        with uow.one_statement() as conn:
-            got = conn.exec_driver_sql("SELECT %(c)s::varchar[], %(a)s::bigint[]",
-                                       {"c": _array(codes), "a": _array([-600, 0, 600])}).one()
-    assert list(got[0]) == codes and list(got[1]) == [-600, 0, 600]

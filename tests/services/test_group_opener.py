@@ -4,7 +4,7 @@ written share the next statement; each row gets its own answer, a refused row le
 nothing of itself behind while the others of its statement are opened, a statement that
 fails for another reason is retried row by row (one call's error never reaches another),
 rows are locked in account order, and a group's statement gives up a lock wait after
-``CALL_OPEN_GROUP_LOCK_WAIT_MS`` instead of deadlocking or holding up every other open of
+``GROUP_LOCK_WAIT_MS`` instead of deadlocking or holding up every other open of
 the process (the three deadlocks and the stall a review reproduced)."""
 from __future__ import annotations
 
@@ -117,8 +117,8 @@ def test_a_lone_rows_error_is_its_own(monkeypatch):
 def test_the_lock_wait_setting_is_bounded(monkeypatch, value):
     """0 would mean no limit (a group could deadlock); 900+ would reach deadlock_timeout."""
     from config import ConfigError, load_config
-    monkeypatch.setenv("CALL_OPEN_GROUP_LOCK_WAIT_MS", value)
-    with pytest.raises(ConfigError, match="CALL_OPEN_GROUP_LOCK_WAIT_MS"):
+    monkeypatch.setenv("GROUP_LOCK_WAIT_MS", value)
+    with pytest.raises(ConfigError, match="GROUP_LOCK_WAIT_MS"):
         load_config({"APP_ENV": "test"})
 
 
@@ -130,7 +130,7 @@ def test_split_groups_are_counted(monkeypatch):
             raise DBAPIError("SELECT gw_open_calls(...)", {}, _LockNotAvailable("lock timeout"))
         return {r["call_id"]: charging.Opened("opened") for r in rows}
 
-    before = metrics.OPEN_GROUPS.labels(outcome="split")._value.get()
+    before = metrics.STATEMENT_GROUPS.labels(statement="call_open", outcome="split")._value.get()
     monkeypatch.setattr(charging, "_open_group", write)
     opener = charging.GroupOpener()
     lead = _Gate()
@@ -142,7 +142,7 @@ def test_split_groups_are_counted(monkeypatch):
         _queued(opener, 3)
         lead.release.set()
         assert [f.result(5).outcome for f in [first, *rest]] == ["opened"] * 4
-    assert metrics.OPEN_GROUPS.labels(outcome="split")._value.get() == before + 1
+    assert metrics.STATEMENT_GROUPS.labels(statement="call_open", outcome="split")._value.get() == before + 1
 
 
 class _Gate:
@@ -178,13 +178,13 @@ def test_a_group_that_gave_up_a_lock_wait_goes_alone_without_the_limit(monkeypat
 
     from app import metrics
 
-    before = metrics.OPEN_GROUPS.labels(outcome="alone")._value.get()
+    before = metrics.STATEMENT_GROUPS.labels(statement="call_open", outcome="alone")._value.get()
     monkeypatch.setattr(charging, "_open_group", write)
     opener = charging.GroupOpener()
     assert opener.open(_row("one")).outcome == "opened"
     assert waits == [(["one"], True), (["one"], False)]
     assert not opener._busy
-    assert metrics.OPEN_GROUPS.labels(outcome="alone")._value.get() == before + 1
+    assert metrics.STATEMENT_GROUPS.labels(statement="call_open", outcome="alone")._value.get() == before + 1
 
 
 # --- gw_open_calls -------------------------------------------------------------------------
@@ -577,7 +577,7 @@ def test_a_committed_group_sent_again_charges_nothing_twice(app, make_account, m
         alone = []
         for r in rows:
             try:
-                alone.append(charging.GroupOpener.submit_alone(r).outcome)
+                alone.append(charging.GroupOpener().submit_alone(r).outcome)
             except IntegrityError:
                 alone.append("duplicate")
         db.session.remove()

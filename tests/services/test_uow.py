@@ -437,9 +437,3 @@ def test_an_exhausted_pool_answers_503_not_500(app, client, monkeypatch):
         resp = errors.handle_unexpected(PoolTimeout("busy"))
     assert resp.status_code == 503 and resp.headers["Retry-After"] == "1"
     assert resp.get_json()["error"] == "service_unavailable"
-
-
-def test_pg_array_literal_quotes_every_element():
-    from app.services.platform.uow import pg_array
-
-    assert pg_array(["a", 'b"c', "d\\e"]) == '{"a","b\\"c","d\\\\e"}'

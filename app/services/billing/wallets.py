@@ -361,7 +361,7 @@ def chains_to_watch() -> list[str]:
 # --- ledger transactions -------------------------------------------------------------------
 
 # Postings that name their call or completion in the ref only (the charge is posted by
-# gw_open_calls / gw_chat_hold / gw_chat_settle with no meta): ref prefix -> the id after it.
+# gw_open_calls / gw_chat_holds / gw_chat_settle with no meta): ref prefix -> the id after it.
 _CALL_REFS = ("call:", "call_refund:", "chat_hold:", "chat_settle:")
 
 

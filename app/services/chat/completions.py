@@ -281,7 +281,7 @@ def _usage(call: _Call, offer: Offer, upstream: dict | None, generated_chars: in
 
 
 def _settle(call: _Call, offer: Offer, usage: dict, error: str | None = None) -> None:
-    with telemetry.span("chat.settle"):  # gw_chat_settle on PostgreSQL
+    with telemetry.span("chat.settle"):  # gw_chat_settles on PostgreSQL
         _record(call, offer, usage, error)
     # ``cost`` (USD): the name LiteLLM keeps from a stream's final usage (OpenRouter's field)
     usage["cost"] = usage["cost_usd"]
@@ -431,7 +431,7 @@ def _hold(call: _Call, payment: str | None, paid_headers: dict) -> None:
     payment came with the request (its ``PAYMENT-RESPONSE`` headers go to ``paid_headers``)."""
     account_id, body, key_id, actor = call.account_id, call.body, call.key_id, call.actor
     if call.live:
-        with telemetry.span("chat.hold"):  # gw_chat_hold on PostgreSQL
+        with telemetry.span("chat.hold"):  # gw_chat_holds on PostgreSQL
             def hold():
                 return chat_billing.hold(call.id, account_id, body["model"], call.hold_micros,
                                          bool(body.get("stream")), key_id=key_id, actor=actor, route=call.route)

@@ -10,7 +10,7 @@ Rules (SQL, ``sql/``):
 * ``gw_period_bounds``, ``gw_spend_reserve``, ``gw_spend_release`` — per-key spend limits
   and organisation members' monthly budgets;
 * ``gw_open_calls``, ``gw_finalize_calls`` — a metered call's open and finalize;
-* ``gw_chat_hold``, ``gw_chat_settle`` — a chat completion's hold and settle;
+* ``gw_chat_holds``, ``gw_chat_settles`` (``gw_chat_settle`` per row) — chat completions' holds and settles;
 * ``gw_ledger_balanced``, ``gw_ledger_append_only`` — the database's own guard (triggers).
 
 Operations (Python, one public function each):

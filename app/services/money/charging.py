@@ -112,9 +112,10 @@ def open_pg(*, account_id: str, mode: str, mod, act, idem_key: str | None, req_h
                            spend_key=spend_key, actor=actor, call_id=call_id)
     # A stale pooled connection is retried once (run_one) with the SAME call id, so a first
     # attempt that did commit makes the retry fail (duplicate call id / key in flight)
-    # instead of charging twice. The session's reads end first: a follower must not hold
-    # a connection while it waits for the leader's statement, which may need it (a pool
-    # or PgBouncer's server connections all held by waiting followers: nobody moves).
+    # instead of charging twice. The session's reads end first (as before every group
+    # statement): a follower must not hold a connection while it waits for the leader's
+    # statement, which may need it (a pool or PgBouncer's server connections all held by
+    # waiting followers: nobody moves).
     end_reads()
     return opened, _group_opener().open(row)
 
@@ -256,69 +257,98 @@ class GroupFinalizer(GroupCommit):
         return self.submit(item)
 
 
-class GroupOpener(GroupCommit):
-    """The open's group statement (``gw_open_calls``, ``money/sql/``): the opens of this
-    process that arrive while one is being written go together in the next statement,
-    each answered its own outcome (``Opened``), refusals included. A statement that fails
-    for anything else (a duplicate call id after a lost connection, a deadlock with
-    another writer: nothing of it was committed, or ``run_one``'s same-id rule applies)
-    is not the whole group's answer: each member is then opened alone in its own thread
-    (``submit_alone``), so one call's error never reaches another call. A group statement
-    (one row included) gives up a lock wait after ``CALL_OPEN_GROUP_LOCK_WAIT_MS`` the
-    same way (its ``p_lock_wait_ms``): a group may hold several accounts' rows, so a long wait
-    could be a deadlock, and every open of the process queues behind the statement in
-    flight. The limit is PostgreSQL's ``lock_timeout``, so it applies to each wait: a
-    statement that meets several short waits in turn can hold the queue for several
-    limits (at most one wait per lock its rows take). Alone, outside the queue, a call
-    waits for its locks as long as it takes, as a call did before grouping."""
+class GroupStatement(GroupCommit):
+    """Group commit of a statement that answers each of its rows (the metered call's
+    open, the chat completion's hold and settle): the rows of this process that arrive
+    while one statement is being written go together in the next one, each answered its
+    own outcome, refusals included. A statement that fails for anything else (a duplicate
+    id after a lost connection, a deadlock with another writer: nothing of it was
+    committed, or ``run_one``'s same-id rule applies) is not the whole group's answer:
+    each member is then written alone (``submit_alone``), so one row's error never reaches
+    another. A group statement (one row included) gives up a lock wait after
+    ``GROUP_LOCK_WAIT_MS`` the same way (its ``p_lock_wait_ms``): a group may
+    hold several accounts' rows, so a long wait could be a deadlock, and every row of the
+    process queues behind the statement in flight. The limit is PostgreSQL's
+    ``lock_timeout``, so it applies to each wait: a statement that meets several short
+    waits in turn can hold the queue for several limits (at most one wait per lock its
+    rows take). Alone, outside the queue, a row waits for its locks as long as it takes,
+    as it did before grouping.
+
+    A subclass names its statement (``statement``: the metric's label) and its row key
+    (``key``), and runs the statement (``_run``: ONE statement for the rows, each key's
+    answer)."""
+
+    statement = ""
+    key = ""
+
+    @abstractmethod
+    def _run(self, rows: list[dict], *, lock_wait: bool) -> dict:
+        """ONE autocommit statement for ``rows``; each row key's answer. ``lock_wait``:
+        each lock wait lasts at most ``GROUP_LOCK_WAIT_MS``, then the statement
+        fails with nothing written (``_lock_wait_over``); without it, as long as it takes."""
 
     def _write(self, group: list[_Member]) -> None:
         try:
-            answers = _open_group([m.row for m in group], lock_wait=True)
+            answers = self._run([m.row for m in group], lock_wait=True)
         except DBAPIError as exc:
             if len(group) == 1 and not _lock_wait_over(exc):
                 raise  # one row's own error
-            metrics.open_groups("split" if len(group) > 1 else "alone")
-            log.info("open group of %d split: %s", len(group), type(getattr(exc, "orig", exc)).__name__)
+            metrics.statement_groups(self.statement, "split" if len(group) > 1 else "alone")
+            log.info("%s group of %d split: %s", self.statement, len(group),
+                     type(getattr(exc, "orig", exc)).__name__)
             for m in group:
                 m.error = _Alone(str(exc))
             return
         if len(group) > 1:
-            metrics.open_groups("written")
+            metrics.statement_groups(self.statement, "written")
         for m in group:
             try:
-                m.result = _answer(answers, m.row)
+                m.result = self._answer(answers, m.row)
             except RuntimeError as exc:
                 m.error = exc
 
-    def open(self, row: dict) -> Opened:
+    def write(self, row: dict):
+        """``row``'s answer: written with the rows queued meanwhile, or alone when that
+        group's statement failed. The caller ends the session's reads first
+        (``uow.end_reads``): a follower must not hold a connection while it waits."""
         try:
             return self.submit(_Member(row))
         except _Alone:
             return self.submit_alone(row)
 
-    @staticmethod
-    def submit_alone(row: dict) -> Opened:
-        return _answer(_open_group([row], lock_wait=False), row)
+    def submit_alone(self, row: dict):
+        return self._answer(self._run([row], lock_wait=False), row)
+
+    def _answer(self, answers: dict, row: dict):
+        """``row``'s answer in ``answers`` (none: not seen, but never another row's answer)."""
+        found = answers.get(row[self.key])
+        if found is None:
+            raise RuntimeError(f"{self.statement} gave no answer for {row[self.key]}")
+        return found
+
+
+class GroupOpener(GroupStatement):
+    """The open's group statement (``gw_open_calls``, ``money/sql/``): each call answered
+    its own ``Opened`` (``GroupStatement``). A missing answer: the key's record vanished
+    between its conflict and its read."""
+
+    statement, key = "call_open", "call_id"
+
+    def _run(self, rows: list[dict], *, lock_wait: bool) -> dict[str, Opened]:
+        return _open_group(rows, lock_wait=lock_wait)
+
+    def open(self, row: dict) -> Opened:
+        return self.write(row)
 
 
 class _Alone(Exception):
-    """A group's statement failed: its members are opened one by one."""
-
-
-def _answer(answers: dict[str, Opened], row: dict) -> Opened:
-    """``row``'s answer in ``answers`` (none: the key's record vanished between its
-    conflict and its read — not seen, but never another call's answer)."""
-    found = answers.get(row["call_id"])
-    if found is None:
-        raise RuntimeError(f"gw_open_calls gave no answer for {row['call_id']}")
-    return found
+    """A group's statement failed: its members are written one by one."""
 
 
 _writers_lock = threading.Lock()
 
 
-def _per_app(app, name: str, make):
+def per_app(app, name: str, make):
     """The app's writer ``name`` (one per app, so per database; made on first use)."""
     writer = app.extensions.get(name)
     if writer is None:
@@ -328,20 +358,20 @@ def _per_app(app, name: str, make):
 
 
 def _group_finalizer() -> GroupFinalizer:
-    return _per_app(current_app, "gateway.group_finalizer", GroupFinalizer)
+    return per_app(current_app, "gateway.group_finalizer", GroupFinalizer)
 
 
 def _group_opener() -> GroupOpener:
-    return _per_app(current_app, "gateway.group_opener", GroupOpener)
+    return per_app(current_app, "gateway.group_opener", GroupOpener)
 
 
 def _open_group(rows: list[dict], *, lock_wait: bool) -> dict[str, Opened]:
     """ONE autocommit statement opening ``rows`` (``gw_open_calls``: one JSON document);
     each call id's answer. A refusal is an answer (nothing of that row written), not an
     error. ``lock_wait``: each lock wait of the statement lasts at most
-    ``CALL_OPEN_GROUP_LOCK_WAIT_MS``, then it fails with nothing written
+    ``GROUP_LOCK_WAIT_MS``, then it fails with nothing written
     (``_lock_wait_over``); without it, a wait lasts as long as it takes."""
-    wait = current_app.config["CALL_OPEN_GROUP_LOCK_WAIT_MS"] if lock_wait else 0
+    wait = current_app.config["GROUP_LOCK_WAIT_MS"] if lock_wait else 0
     found = run_one(_OPEN, {"rows": orjson.dumps(rows).decode(), "lock_wait_ms": wait})
     return {r[0]: Opened(*r[1:]) for r in found}
 
@@ -537,7 +567,7 @@ def _transient(exc: DBAPIError) -> bool:
 
 def _deferred_finalizer(app) -> DeferredFinalizer:
     """The app's finalize writer."""
-    return _per_app(app, "gateway.deferred_finalizer", lambda: DeferredFinalizer(app))
+    return per_app(app, "gateway.deferred_finalizer", lambda: DeferredFinalizer(app))
 
 
 def drain_finalizer(app, timeout: float = DRAIN_SECONDS) -> bool:

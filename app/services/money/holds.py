@@ -14,8 +14,9 @@ is capped by ``gw_chat_settle`` alone (recorded in the posting's meta as
 ``shortfall_micros``; logged here); the usage the caller sees is what was charged.
 
 The hold and the settle are ONE autocommit statement each (``holds_pg``: the money
-engine's ``gw_chat_hold`` reserves a limited key's spend, ``gw_chat_settle`` gives its
-unused part back to the period it was counted in; both post through ``gw_post``); the
+engine's ``gw_chat_holds`` reserves a limited key's spend, ``gw_chat_settles`` gives its
+unused part back to the period it was counted in; both post through ``gw_post``, and
+each is shared by the completions of the process that arrive while one is written); the
 release stays a unit of work (``ledger.post``, the same ``gw_post``) and finds its row by
 id and ``created_at``.
 """
@@ -66,7 +67,7 @@ def hold(completion_id: str, account_id: str, requested_model: str, hold_micros:
     request names ``route``: ``CHAT`` or ``MESSAGES``); 402
     ``key_spend_limit_reached`` when the hold does not fit ``key_id``'s spend limit, 402
     ``member_budget_exceeded`` when it does not fit its member's monthly budget.
-    PostgreSQL: ONE autocommit statement (``gw_chat_hold``, ``money/sql/``), the key's
+    PostgreSQL: ONE autocommit statement (``gw_chat_holds``, ``money/sql/``), the key's
     spend-limit reservation included; a refusal leaves nothing."""
     try:
         return _hold_pg(completion_id, account_id, requested_model, hold_micros, stream, key_id, actor)
@@ -86,8 +87,9 @@ def _hold_legs(account_id: str, hold_micros: int) -> list[tuple[str, int]]:
 
 def _hold_pg(completion_id: str, account_id: str, requested_model: str, hold_micros: int,
              stream: bool, key_id: str | None, actor: str | None = None):
-    """``gw_chat_hold``, ONE autocommit statement for every key (``holds_pg.hold``): the
-    key's spend-limit reservation is in it, and a refusal leaves nothing. No WAL-flush wait
+    """``gw_chat_holds``, ONE autocommit statement for every key (``holds_pg.hold``,
+    possibly shared with other completions' holds): the key's spend-limit reservation is
+    in it, and a refusal leaves nothing. No WAL-flush wait
     for its commit (the function sets it): settle/release commits durably before the
     answer is sent, and PostgreSQL flushes the WAL in order. A server crash before that may
     lose the hold; then the caller was not charged (for a stream already under way: as when
@@ -127,8 +129,9 @@ def settle(completion_id: str, account_id: str, hold_micros: int, cost_micros: i
     (by the earlier settle when it was already settled: nothing is written again; None
     when it was released). ``created_at``: what ``hold`` returned (finds the row in one
     partition).
-    PostgreSQL: ONE autocommit statement (``gw_chat_settle``, which also gives the key's
-    unused reservation back), committed durably before it returns."""
+    PostgreSQL: ONE autocommit statement (``gw_chat_settles``, which also gives the key's
+    unused reservation back; possibly shared with other completions' settles), committed
+    durably before it returns."""
     done = holds_pg.settle(
         completion_id=completion_id, created_at=created_at, account_id=account_id,
         customer=ledger.customer(account_id), hold_code=HOLD, revenue=ledger.REVENUE,

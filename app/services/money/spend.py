@@ -16,11 +16,11 @@ counted in its member's UTC month (``member_spend``; the row stores ``budget_mem
 given back to the month of the row's ``created_at``.
 
 * The reserve of a charge happens only inside the engine's statements (``gw_open_calls``,
-  ``gw_chat_hold`` call ``gw_spend_reserve``); money a key moves out of the balance in
+  ``gw_chat_holds`` call ``gw_spend_reserve``); money a key moves out of the balance in
   another way (an owner funding its agent) is counted by ``reserve`` in that unit of work.
 * ``refusal(key_id, micros, now)`` / ``budget_refusal(key_id, micros, now)``: the 402 for a
   charge the engine refused in one of its statements (``gw_open_calls``,
-  ``gw_chat_hold``) for the key's limit / the member's budget; reads only.
+  ``gw_chat_holds``) for the key's limit / the member's budget; reads only.
 * ``release(key_id, micros, reserved_from, org=, member=, at=)``: gives ``micros`` back to
   the counters the reservation was counted in (never below zero).
 * ``member_spent(org_id, member_ids, now)``: what members spent in the month of ``now``.

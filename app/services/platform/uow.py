@@ -141,12 +141,6 @@ def read(statement, params: dict | None = None) -> list:
     return db.session.execute(statement, params or {}).all()
 
 
-# SQLSTATEs the hot path's server-side functions RAISE on a refusal (``gw_chat_hold``:
-# the statement is undone, nothing written), and what they mean; ``gw_open_calls``
-# answers the same outcomes per row instead.
-REFUSALS = {"GW402": "insufficient", "GWKSL": "key_spend_limit", "GWMBR": "member_budget"}
-
-
 def run_one(statement, params: dict) -> list:
     """Run ONE statement (driver-level SQL text, or a SQLAlchemy statement) in autocommit
     on a connection of the app's pool and return its rows (a list; empty when it returns
@@ -361,10 +355,3 @@ def one_statement() -> Iterator[Connection]:
         raise RuntimeError("one_statement() inside a unit_of_work(): it runs on its own connection")
     with _autocommit_engine().connect() as conn:
         yield conn
-
-
-def pg_array(values) -> str:
-    """A PostgreSQL array literal of ``values`` (every element quoted) for a driver-level
-    statement that casts it (``%(x)s::varchar[]``): cheaper than psycopg's list
-    adaptation, which inspects the list on every execution (~30 µs a statement)."""
-    return "{" + ",".join('"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values) + "}"

@@ -1,6 +1,6 @@
--- gw_chat_settle: a chat completion's settle in ONE autocommit statement, committed
--- durably (the session default) before the answer leaves. Called by
--- app/services/money/holds_pg.py (money.holds.settle).
+-- gw_chat_settle: one chat completion's settle, the rule written once. Called by
+-- gw_chat_settles for each row of its group (ONE autocommit statement, committed durably
+-- before the answers leave; app/services/money/holds_pg.py).
 --   1. the exact charge, never more than the hold (issue 39 item 7: what was held is the
 --      most a completion costs the customer; a cost above it is recorded as shortfall);
 --   2. held -> settled, once (by id and creation time: one partition); not held: no row;

@@ -30,10 +30,7 @@ DECLARE
     v_member varchar;
     v_refused text;
 BEGIN
-    PERFORM set_config('synchronous_commit', 'off', true);
-    IF p_lock_wait_ms > 0 THEN
-        PERFORM set_config('lock_timeout', p_lock_wait_ms || 'ms', true);
-    END IF;
+    PERFORM gw_group_settings(p_lock_wait_ms, true);
 
     FOR b IN SELECT * FROM jsonb_to_recordset(p_rows)
                 AS x(call_id varchar, account_id varchar, actor varchar, module_id integer,

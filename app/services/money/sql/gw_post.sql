@@ -3,7 +3,7 @@
 --
 -- Called by every money operation: Python's money.ledger.post (payments, funding,
 -- x402, refunds, releases, settlements) and the engine's functions (gw_open_calls,
--- gw_chat_hold, gw_chat_settle). The rules, written here once:
+-- gw_chat_holds, gw_chat_settle). The rules, written here once:
 --   * a posting has at least one non-zero leg and its legs sum to zero (else SQLSTATE
 --     GWUNB); zero legs are dropped;
 --   * a customer leg (acct:<id> live, acct_test:<id> test) moves the account's cached

@@ -1,6 +1,6 @@
 -- Per-key spend limits (issue 16 item 3) and members' monthly budgets (issue 37 item 4):
 -- the period rule and the counters of key_spend and member_spend, written once. Called by
--- gw_open_calls, gw_chat_hold, gw_chat_settle and Python's money.spend (refunds, chat
+-- gw_open_calls, gw_chat_holds, gw_chat_settle and Python's money.spend (refunds, chat
 -- releases, refusal details, key rotation).
 --
 -- Give p_micros back to what gw_spend_reserve counted (never below zero; nothing when it

@@ -1,0 +1,21 @@
+-- gw_group_settings(lock_wait_ms, async_commit): the transaction settings of a group
+-- statement of the hot path, for the rest of its transaction. Called by gw_open_calls,
+-- gw_chat_holds and gw_chat_settles first thing:
+--   * lock_timeout = lock_wait_ms when above 0: a group may hold several accounts' rows,
+--     so a long wait could be a deadlock (the caller then writes each row alone, with 0:
+--     no limit);
+--   * synchronous_commit = off when async_commit: the commit does not wait for the WAL
+--     flush (an open or a hold; a later durable commit of the same process flushes it,
+--     PostgreSQL flushes the WAL in order).
+CREATE OR REPLACE FUNCTION gw_group_settings(p_lock_wait_ms integer, p_async_commit boolean)
+RETURNS void
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    IF p_async_commit THEN
+        PERFORM set_config('synchronous_commit', 'off', true);
+    END IF;
+    IF p_lock_wait_ms > 0 THEN
+        PERFORM set_config('lock_timeout', p_lock_wait_ms || 'ms', true);
+    END IF;
+END
+$fn$;

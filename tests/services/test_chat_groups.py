@@ -213,3 +213,58 @@ def test_the_process_keeps_one_holder_and_one_settler(app):
                 (("money.group_holder", holds_pg.GroupHolder), ("money.group_settler", holds_pg.GroupSettler))]
         assert [charging.per_app(app, "money.group_holder", holds_pg.GroupHolder),
                 charging.per_app(app, "money.group_settler", holds_pg.GroupSettler)] == made
+
+
+def _waiting_for_a_lock(app, fragment: str) -> None:
+    """Wait until a statement of the test database containing ``fragment`` waits for a lock."""
+    import time
+
+    deadline = time.monotonic() + 10
+    with db.engine.connect() as c:
+        while True:
+            n = c.execute(text("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                               "AND wait_event_type = 'Lock' AND query LIKE :q"), {"q": f"%{fragment}%"}).scalar_one()
+            c.rollback()  # pg_stat_activity is read once per transaction
+            if n:
+                return
+            assert time.monotonic() < deadline, f"no {fragment} waiting for a lock"
+            time.sleep(0.005)
+
+
+def test_a_settle_takes_the_keys_counter_before_the_balance_row(app, make_account, ledger_clean):
+    """The lock order of every money operation (docs/money.md, "Lock order"): a settle
+    waiting for its key's spend counter (held by another transaction, e.g. a hold of the
+    same key) has not yet locked the account's balance row, so that transaction can take
+    it. Failed before: the settle credited the balance first and gave the reservation back
+    after, so a hold of the same key (counter first, balance second) could wait on it
+    crosswise."""
+    acct = make_account(cents=100)
+    key = _limited_key(app, acct.id, 10 * HOLD)
+    row = _hold_row(acct.id, "chatcmpl-lo-1", key_id=key)
+    with app.test_request_context():
+        assert holds_pg.GroupHolder()._run([row], lock_wait=False) == {"chatcmpl-lo-1": "held"}
+        db.session.remove()
+    done: dict = {}
+
+    def settle():
+        with app.test_request_context():
+            done.update(holds_pg.GroupSettler()._run([_settle_row(acct.id, "chatcmpl-lo-1", row["now"], 1_000)],
+                                                     lock_wait=False))
+            db.session.remove()
+
+    with app.app_context():
+        with db.engine.connect() as other, db.engine.connect() as probe:
+            other.execute(text("SELECT 1 FROM key_spend WHERE key_id = :k FOR UPDATE"), {"k": key})
+            worker = threading.Thread(target=settle)
+            worker.start()
+            _waiting_for_a_lock(app, "gw_chat_settles")
+            # the balance row is free: the settle waits for the counter before touching it
+            probe.execute(text("SET lock_timeout = '200ms'"))
+            probe.execute(text("SELECT 1 FROM accounts WHERE id = :a FOR UPDATE"), {"a": acct.id})
+            probe.rollback()
+            other.commit()
+            worker.join(10)
+        db.session.remove()
+    assert done["chatcmpl-lo-1"][0] == 1_000
+    assert _micros(app, acct.id) == 1_000_000 - 1_000
+    ledger_clean()

@@ -609,3 +609,55 @@ def test_an_open_waits_in_the_group_holding_no_connection(app, client, make_acco
     assert r.status_code == 200, r.get_json()
     assert seen == [False]
     ledger_clean()
+
+
+def test_a_refund_takes_the_keys_counter_before_the_balance_row(app, make_account, mod, ledger_clean):
+    """The lock order of every money operation (docs/money.md, "Lock order"): a refund
+    waiting for its key's spend counter (held by another transaction, e.g. an open of the
+    same key) has not yet locked the account's balance row. Failed before: the refund
+    credited the balance first and gave the reservation back after, so an open of the same
+    key (counter first, balance second) could wait on it crosswise."""
+    from app.services.money import refunds
+
+    acct = make_account(cents=100).id
+    key = _key_id(app, acct)
+    with app.app_context():
+        db.session.execute(text("UPDATE api_keys SET spend_limit_micros = 1000000, spend_limit_period = 'day' "
+                                "WHERE id = :k"), {"k": key})
+        db.session.commit()
+        db.session.remove()
+    with app.test_request_context():
+        (opened, row), = _rows(app, [(acct, "rk", key)])
+        assert charging._open_group([row], lock_wait=False)[str(opened)].outcome == "opened"
+        db.session.remove()
+    done = []
+
+    def refund():
+        with app.test_request_context():
+            done.append(refunds.refund(opened, "provider_error"))
+            db.session.remove()
+
+    with app.app_context():
+        with db.engine.connect() as other, db.engine.connect() as probe:
+            other.execute(text("SELECT 1 FROM key_spend WHERE key_id = :k FOR UPDATE"), {"k": key})
+            worker = threading.Thread(target=refund)
+            worker.start()
+            deadline = time.monotonic() + 10
+            while True:  # the refund's unit of work waits for the counter
+                waiting = probe.execute(text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock' AND query LIKE '%gw_spend_release%'")).scalar_one()
+                probe.rollback()
+                if waiting:
+                    break
+                assert time.monotonic() < deadline, "the refund never waited for the key's counter"
+                time.sleep(0.005)
+            probe.execute(text("SET lock_timeout = '200ms'"))
+            probe.execute(text("SELECT 1 FROM accounts WHERE id = :a FOR UPDATE"), {"a": acct})
+            probe.rollback()
+            other.commit()
+            worker.join(10)
+        db.session.remove()
+    assert done == [True]
+    assert balance_cents(app, acct) == 100
+    ledger_clean()

@@ -44,20 +44,22 @@ def refund(call_id: str, error: str, created_at=None) -> bool:
                         .execution_options(synchronize_session=False)).first()
         if row is None:
             return False
+        # the key's record, then its counters, then the balance row: the order every money
+        # operation takes them in (docs/money.md, "Lock order")
+        if row.idempotency_key is not None:
+            s.execute(delete(IdempotencyRecord).where(
+                IdempotencyRecord.account_id == row.account_id,
+                IdempotencyRecord.key == row.idempotency_key,
+                IdempotencyRecord.call_id == call_id))
         if row.charged:
+            spend.release(row.spend_key_id, row.price_micros, row.spend_reserved_from,
+                          org=row.account_id, member=row.budget_member_id, at=row.created_at)
             back = revenue_share.reverse([(code, -amount) for code, amount in
                                           revenue_share.call_legs(row.account_id, row.price_micros,
                                                                   row.owner_agent_id)])
             ledger.post("module_call_refund", back, ref=f"call_refund:{call_id}",
                         account_id=row.account_id, meta={"call_id": call_id, "reason": error},
                         actor=row.actor)
-            spend.release(row.spend_key_id, row.price_micros, row.spend_reserved_from,
-                          org=row.account_id, member=row.budget_member_id, at=row.created_at)
-        if row.idempotency_key is not None:
-            s.execute(delete(IdempotencyRecord).where(
-                IdempotencyRecord.account_id == row.account_id,
-                IdempotencyRecord.key == row.idempotency_key,
-                IdempotencyRecord.call_id == call_id))
     return True
 
 

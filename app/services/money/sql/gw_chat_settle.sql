@@ -4,10 +4,10 @@
 --   1. the exact charge, never more than the hold (issue 39 item 7: what was held is the
 --      most a completion costs the customer; a cost above it is recorded as shortfall);
 --   2. held -> settled, once (by id and creation time: one partition); not held: no row;
---   3. the posting through gw_post: hold:chat -H, customer +(H - C), revenue +C;
---   4. the unused part of the hold back to the key's limit and the member's budget, in the
+--   3. the unused part of the hold back to the key's limit and the member's budget, in the
 --      periods the hold was counted in (gw_spend_release; a charge above the hold is not
---      counted).
+--      counted);
+--   4. the posting through gw_post: hold:chat -H, customer +(H - C), revenue +C.
 -- Returns (charged, the hold's spend-limited key, the hold's time, micros given back).
 -- plan_cache_mode = force_generic_plan: the UPDATE targets one partition of
 -- chat_completions, which a generic plan cannot know, so the plan cache built a custom
@@ -50,6 +50,13 @@ BEGIN
         RETURN;
     END IF;
 
+    -- the unused part back to the key's counters first: every operation takes a key's
+    -- spend counters before its account's balance row (docs/money.md, "Lock order")
+    v_back := greatest(p_hold - v_charge, 0);
+    IF v_key IS NOT NULL OR v_member IS NOT NULL THEN
+        PERFORM gw_spend_release(v_key, v_back, v_from, p_account_id, v_member, v_held_at);
+    END IF;
+
     IF p_hold <> 0 OR v_charge <> 0 THEN
         v_meta := jsonb_build_object('model', p_model, 'provider', p_provider,
                                      'prompt_tokens', p_prompt_tokens,
@@ -61,11 +68,6 @@ BEGIN
         PERFORM gw_post('chat_settle', 'chat_settle:' || p_id, p_account_id, v_actor, v_meta,
                         ARRAY[p_hold_code, p_customer, p_revenue]::varchar[],
                         ARRAY[-p_hold, p_hold - v_charge, v_charge]::bigint[], p_now);
-    END IF;
-
-    v_back := greatest(p_hold - v_charge, 0);
-    IF v_key IS NOT NULL OR v_member IS NOT NULL THEN
-        PERFORM gw_spend_release(v_key, v_back, v_from, p_account_id, v_member, v_held_at);
     END IF;
 
     RETURN QUERY SELECT v_charge, v_key, v_held_at, v_back;

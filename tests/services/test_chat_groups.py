@@ -16,6 +16,7 @@ from app.extensions import db
 from app.models import ChatCompletion, KeySpend, LedgerTransaction
 from app.services.money import charging, holds, holds_pg, ledger
 from tests.api.test_chat import chat, fakes, upstreams  # noqa: F401
+from tests.support.locks import waiting_for_a_lock
 
 HOLD = 5_000
 
@@ -215,22 +216,6 @@ def test_the_process_keeps_one_holder_and_one_settler(app):
                 charging.per_app(app, "money.group_settler", holds_pg.GroupSettler)] == made
 
 
-def _waiting_for_a_lock(app, fragment: str) -> None:
-    """Wait until a statement of the test database containing ``fragment`` waits for a lock."""
-    import time
-
-    deadline = time.monotonic() + 10
-    with db.engine.connect() as c:
-        while True:
-            n = c.execute(text("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                               "AND wait_event_type = 'Lock' AND query LIKE :q"), {"q": f"%{fragment}%"}).scalar_one()
-            c.rollback()  # pg_stat_activity is read once per transaction
-            if n:
-                return
-            assert time.monotonic() < deadline, f"no {fragment} waiting for a lock"
-            time.sleep(0.005)
-
-
 def test_a_settle_takes_the_keys_counter_before_the_balance_row(app, make_account, ledger_clean):
     """The lock order of every money operation (docs/money.md, "Lock order"): a settle
     waiting for its key's spend counter (held by another transaction, e.g. a hold of the
@@ -257,7 +242,7 @@ def test_a_settle_takes_the_keys_counter_before_the_balance_row(app, make_accoun
             other.execute(text("SELECT 1 FROM key_spend WHERE key_id = :k FOR UPDATE"), {"k": key})
             worker = threading.Thread(target=settle)
             worker.start()
-            _waiting_for_a_lock(app, "gw_chat_settles")
+            waiting_for_a_lock("gw_chat_settles")
             # the balance row is free: the settle waits for the counter before touching it
             probe.execute(text("SET lock_timeout = '200ms'"))
             probe.execute(text("SELECT 1 FROM accounts WHERE id = :a FOR UPDATE"), {"a": acct.id})

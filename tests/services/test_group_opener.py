@@ -21,6 +21,7 @@ from app.models import IdempotencyRecord, LedgerTransaction, ModuleCall
 from app.services.money import charging
 from app.services.money.revenue_share import call_legs
 from tests.gateway_helpers import balance_cents, mod, provider, provider_server  # noqa: F401
+from tests.support.locks import waiting_for_a_lock
 
 # --- the leader / followers, without a database --------------------------------------------
 
@@ -390,17 +391,7 @@ def _run_group(app, rows, out, name):
 def _lock_waiters(app, n: int) -> None:
     """Wait until ``n`` of the test database's ``gw_open_calls`` statements are waiting
     for a lock (so the interleaving a test sets up has really happened)."""
-    deadline = time.monotonic() + 10
-    with db.engine.connect() as c:
-        while True:
-            waiting = c.execute(text(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND wait_event_type = 'Lock' AND query LIKE '%gw_open_calls%'")).scalar_one()
-            c.rollback()  # pg_stat_activity is read once per transaction
-            if waiting >= n:
-                return
-            assert time.monotonic() < deadline, f"{waiting} of {n} opens waiting for a lock"
-            time.sleep(0.005)
+    waiting_for_a_lock("gw_open_calls", n)
 
 
 def _gave_up(result) -> bool:
@@ -642,16 +633,7 @@ def test_a_refund_takes_the_keys_counter_before_the_balance_row(app, make_accoun
             other.execute(text("SELECT 1 FROM key_spend WHERE key_id = :k FOR UPDATE"), {"k": key})
             worker = threading.Thread(target=refund)
             worker.start()
-            deadline = time.monotonic() + 10
-            while True:  # the refund's unit of work waits for the counter
-                waiting = probe.execute(text(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                    "AND wait_event_type = 'Lock' AND query LIKE '%gw_spend_release%'")).scalar_one()
-                probe.rollback()
-                if waiting:
-                    break
-                assert time.monotonic() < deadline, "the refund never waited for the key's counter"
-                time.sleep(0.005)
+            waiting_for_a_lock("gw_spend_release")  # the refund's unit of work waits for the counter
             probe.execute(text("SET lock_timeout = '200ms'"))
             probe.execute(text("SELECT 1 FROM accounts WHERE id = :a FOR UPDATE"), {"a": acct})
             probe.rollback()

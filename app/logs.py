@@ -71,8 +71,10 @@ class _ContextFilter(logging.Filter):
             call_id = g.get("call_id")
             if call_id and not hasattr(record, "call_id"):
                 record.call_id = call_id
+        elif hasattr(record, "request_id"):  # a request's line logged after its context ended
+            record.account_id = getattr(record, "account_id", "-")
         else:
-            record.request_id = getattr(record, "request_id", "-")
+            record.request_id = "-"
             record.account_id = getattr(record, "account_id", "-")
             job = _current_job()
             if job is not None and not hasattr(record, "job_id"):
@@ -168,10 +170,22 @@ def init_access_log(app: Flask) -> None:
 
 
 def access(method: str, route: str, path: str, status: int, elapsed: float | None,
-           client_ip: str | None) -> None:
-    """Log one access line (both entries: the Flask hook above and the metered call's
-    thin entry); ``elapsed`` in seconds."""
+           client_ip: str | None, ids: dict | None = None) -> None:
+    """Log one access line (both entries: the Flask hook above and the hot routes' thin
+    entry); ``elapsed`` in seconds. ``ids``: the request's ids (``context_ids``) for a line
+    logged after its app context ended (the thin entry logs once the answer is written)."""
     duration_ms = round(elapsed * 1000, 2) if elapsed is not None else None
-    access_log.info("%s %s %s %sms", method, route, status, duration_ms,
-                    extra={"method": method, "route": route, "path": path, "status": status,
-                           "duration_ms": duration_ms, "client_ip": client_ip})
+    extra = {"method": method, "route": route, "path": path, "status": status,
+             "duration_ms": duration_ms, "client_ip": client_ip}
+    if ids:
+        extra.update(ids)
+    access_log.info("%s %s %s %sms", method, route, status, duration_ms, extra=extra)
+
+
+def context_ids() -> dict:
+    """The current request's ids as the records of its context carry them (request_id,
+    account_id, call_id when set), to log a line for it after the context ended."""
+    ids = {"request_id": g.get("request_id", "-"), "account_id": g.get("account_id", "-")}
+    if g.get("call_id"):
+        ids["call_id"] = g.get("call_id")
+    return ids

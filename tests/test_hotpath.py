@@ -172,13 +172,38 @@ def test_access_line_and_metrics(entries, make_account, mod, caplog):
     caplog.handler.addFilter(logs._ContextFilter())  # as the app's handler does
     before = _count(ROUTE, "200")
     with caplog.at_level(logging.INFO, logger="gateway.access"):
-        assert _post(client, acct, {"action": "ok"}).status_code == 200
-    assert _count(ROUTE, "200") == before + 1
+        r = _post(client, acct, {"action": "ok"})
+        r.get_data()  # written: the line and the count follow the answer
+    assert r.status_code == 200 and _count(ROUTE, "200") == before + 1
     (rec,) = [r for r in caplog.records if r.name == "gateway.access"]
     line = {k: getattr(rec, k) for k in ("method", "route", "path", "status", "request_id", "account_id")}
     assert line == {"method": "POST", "route": ROUTE, "path": "/v1/module/svc/call", "status": 200,
                     "request_id": "req-parity", "account_id": acct.id}
     assert rec.duration_ms > 0
+
+
+def test_access_line_and_metrics_come_after_the_answer_is_written(app, make_account, mod, caplog):
+    """The caller does not wait for the access line or the metrics: the entry's answer
+    logs and counts once the server has written its body (it asks the iterable for more,
+    or closes it: PEP 3333). Failed before: both ran before the answer was handed back."""
+    from werkzeug.test import EnvironBuilder
+
+    acct = make_account(cents=100)
+    caplog.handler.addFilter(logs._ContextFilter())  # as the app's handler does
+    environ = EnvironBuilder(path="/v1/module/svc/call", method="POST", json={"action": "ok"},
+                             headers={"Authorization": f"Bearer {acct.key}", "X-Request-Id": "req-after"}).get_environ()
+    before = _count(ROUTE, "200")
+    statuses = []
+    with caplog.at_level(logging.INFO, logger="gateway.access"):
+        answer = iter(app.wsgi_app(environ, lambda status, headers, exc_info=None: statuses.append(status)))
+        body = next(answer)  # being written
+        assert statuses == ["200 OK"] and b'"receipt"' in body
+        assert [r for r in caplog.records if r.name == "gateway.access"] == []
+        assert _count(ROUTE, "200") == before
+        assert next(answer, None) is None  # written: the server asks for more
+    (rec,) = [r for r in caplog.records if r.name == "gateway.access"]
+    assert (rec.status, rec.request_id, rec.account_id) == (200, "req-after", acct.id)
+    assert _count(ROUTE, "200") == before + 1
 
 
 def _count(route, status):
@@ -216,6 +241,7 @@ def test_behind_proxyfix_it_sees_the_forwarded_client(app, make_account, mod, ca
         r = proxied.test_client().post("/v1/module/svc/call", json={"action": "ok"},
                                        headers={"Authorization": f"Bearer {acct.key}",
                                                 "X-Forwarded-For": "203.0.113.9"})
+        r.get_data()  # written: the access line follows the answer
     assert r.status_code == 200
     assert [rec.client_ip for rec in caplog.records if rec.name == "gateway.access"] == ["203.0.113.9"]
     drain(proxied)  # its own finalize writer (the teardown drains only the session app's)
@@ -263,6 +289,7 @@ def test_chat_completion_is_answered_here_and_not_handed(app, entries, make_acco
     before_count, before = _count(CHAT_ROUTE, "200"), _micros(app, acct.id)
     with caplog.at_level(logging.INFO, logger="gateway.access"):
         r = _chat(client, acct)
+        r.get_data()  # written: the access line and the count follow the answer
     assert r.status_code == 200, r.get_json()
     assert handed == [] and _count(CHAT_ROUTE, "200") == before_count + 1
     assert int(r.headers["Content-Length"]) == len(r.get_data())

@@ -25,8 +25,10 @@ too, so there is one implementation of each):
 5. The service the route calls: ``gateway.calls.call`` / ``chat.completions.create_completion``.
 6. Render the answer (or the ``DomainError`` / unexpected error through
    ``app.errors``' handlers), add ``X-Request-Id`` and ``RateLimit-*``
-   (``requestid.echo``), log the access line (``logs.access``) and count the request
-   (``metrics.observe_request``) with the route's own rule as label.
+   (``requestid.echo``); once the server has written the answer (the response
+   iterable's ``close()``, which every WSGI server calls), log the access line
+   (``logs.access``) and count the request (``metrics.observe_request``) with the route's
+   own rule as label: the caller does not wait for either.
 
 It steps aside, handing the request untouched to Flask (which then answers it, errors
 included), whenever the request is not the plain case: another method or path, a body
@@ -108,7 +110,7 @@ class HotPath:
 
     def _call(self, handler, route, arg, environ, start_response, style):
         with telemetry.server_span(environ, route) as span:
-            status, headers, body = self._serve(handler, route, arg, environ, style)
+            status, headers, body, logged = self._serve(handler, route, arg, environ, style)
             if span is not None:  # (handed to Flask: Flask's own span follows this short one)
                 telemetry.server_status(span, status, headers) if status else \
                     span.set_attribute("gateway.handed_to_flask", True)
@@ -116,10 +118,11 @@ class HotPath:
             environ["wsgi.input"] = io.BytesIO(body)
             return self.wsgi_app(environ, start_response)
         start_response(status, headers)
-        return [body]
+        return _Answer(body, logged)
 
     def _serve(self, handler, route, arg, environ, style):
-        """(status line, headers, body), or (None, None, the body read) for Flask."""
+        """(status line, headers, body, the access line's arguments), or (None, None, the
+        body read, None) for Flask."""
         started = time.perf_counter()
         raw = environ["wsgi.input"].read(int(environ["CONTENT_LENGTH"]))
         ctx = self.app.app_context()
@@ -130,14 +133,16 @@ class HotPath:
         error = None
         try:
             answer = self._answer(handler, arg, raw, environ)
-            if answer is not None:
-                self._finish(environ, route, answer[0], started)
+            # what the access line says, read while the request's ids are in ``g``
+            logged = None if answer is None else (
+                route, environ.get("PATH_INFO", ""), int(answer[0][:3]), time.perf_counter() - started,
+                environ.get("REMOTE_ADDR"), logs.context_ids())
         except BaseException as exc:  # popped with the error, as Flask's teardown sees it
             error = exc
             raise
         finally:
             ctx.pop(error)
-        return (None, None, raw) if answer is None else answer
+        return (None, None, raw, None) if answer is None else (*answer, logged)
 
     def _answer(self, handler, arg, raw, environ):
         """(status line, headers, body), or None to hand the request to Flask: the request
@@ -221,11 +226,27 @@ class HotPath:
         requestid.echo(resp.headers)
         return resp.status, resp.headers.to_wsgi_list(), resp.get_data()
 
-    def _finish(self, environ, route, status_line, started):
-        status = int(status_line[:3])
-        elapsed = time.perf_counter() - started
-        logs.access("POST", route, environ.get("PATH_INFO", ""), status, elapsed,
-                    environ.get("REMOTE_ADDR"))
+
+
+class _Answer:
+    """A thin-entry answer: its body, then the access line and the request metrics once
+    the server has written it — when it asks the iterable for more after the body, or
+    closes it (PEP 3333; whichever comes first, once)."""
+
+    __slots__ = ("body", "logged")
+
+    def __init__(self, body: bytes, logged: tuple | None):
+        self.body, self.logged = body, logged
+
+    def __iter__(self):
+        yield self.body
+        self.close()
+
+    def close(self) -> None:
+        if self.logged is None:
+            return
+        (route, path, status, elapsed, client_ip, ids), self.logged = self.logged, None
+        logs.access("POST", route, path, status, elapsed, client_ip, ids=ids)
         metrics.observe_request("POST", route, status, elapsed)
 
 

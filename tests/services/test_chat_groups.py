@@ -16,7 +16,7 @@ from app.extensions import db
 from app.models import ChatCompletion, KeySpend, LedgerTransaction
 from app.services.money import charging, holds, holds_pg, ledger
 from tests.api.test_chat import chat, fakes, upstreams  # noqa: F401
-from tests.support.locks import waiting_for_a_lock
+from tests.support.locks import waits_for_the_counter_first
 
 HOLD = 5_000
 
@@ -238,17 +238,7 @@ def test_a_settle_takes_the_keys_counter_before_the_balance_row(app, make_accoun
             db.session.remove()
 
     with app.app_context():
-        with db.engine.connect() as other, db.engine.connect() as probe:
-            other.execute(text("SELECT 1 FROM key_spend WHERE key_id = :k FOR UPDATE"), {"k": key})
-            worker = threading.Thread(target=settle)
-            worker.start()
-            waiting_for_a_lock("gw_chat_settles")
-            # the balance row is free: the settle waits for the counter before touching it
-            probe.execute(text("SET lock_timeout = '200ms'"))
-            probe.execute(text("SELECT 1 FROM accounts WHERE id = :a FOR UPDATE"), {"a": acct.id})
-            probe.rollback()
-            other.commit()
-            worker.join(10)
+        waits_for_the_counter_first(key, acct.id, settle, "gw_chat_settles")
         db.session.remove()
     assert done["chatcmpl-lo-1"][0] == 1_000
     assert _micros(app, acct.id) == 1_000_000 - 1_000

@@ -21,7 +21,7 @@ from app.models import IdempotencyRecord, LedgerTransaction, ModuleCall
 from app.services.money import charging
 from app.services.money.revenue_share import call_legs
 from tests.gateway_helpers import balance_cents, mod, provider, provider_server  # noqa: F401
-from tests.support.locks import waiting_for_a_lock
+from tests.support.locks import waiting_for_a_lock, waits_for_the_counter_first
 
 # --- the leader / followers, without a database --------------------------------------------
 
@@ -207,6 +207,16 @@ def _rows(app, specs):
     return out
 
 
+def _limit(app, key_id: str, micros: int, period: str = "day") -> str:
+    """Give ``key_id`` a spend limit of ``micros`` per ``period``; returns the key id."""
+    with app.app_context():
+        db.session.execute(text("UPDATE api_keys SET spend_limit_micros = :m, spend_limit_period = :p "
+                                "WHERE id = :k"), {"m": micros, "p": period, "k": key_id})
+        db.session.commit()
+        db.session.remove()
+    return key_id
+
+
 def _key_id(app, account_id: str) -> str:
     with app.app_context():
         kid = db.session.execute(text("SELECT id FROM api_keys WHERE account_id = :a ORDER BY created_at LIMIT 1"),
@@ -221,12 +231,7 @@ def test_one_statement_opens_each_row_or_refuses_it_alone(app, make_account, mod
     record, no spend, no debit, no call, no posting); the others are booked in full."""
     rich, other, poor, limited = (make_account(cents=100), make_account(cents=100), make_account(cents=2),
                                   make_account(cents=100))
-    limited_key = _key_id(app, limited.id)
-    with app.app_context():
-        db.session.execute(text("UPDATE api_keys SET spend_limit_micros = 20000, spend_limit_period = 'day' "
-                                "WHERE id = :k"), {"k": limited_key})
-        db.session.commit()
-        db.session.remove()
+    limited_key = _limit(app, _key_id(app, limited.id), 20_000)
     with app.test_request_context():
         # the key "taken" is held by an earlier call of the rich account
         (first, first_row), = _rows(app, [(rich.id, "taken", None)])
@@ -611,12 +616,7 @@ def test_a_refund_takes_the_keys_counter_before_the_balance_row(app, make_accoun
     from app.services.money import refunds
 
     acct = make_account(cents=100).id
-    key = _key_id(app, acct)
-    with app.app_context():
-        db.session.execute(text("UPDATE api_keys SET spend_limit_micros = 1000000, spend_limit_period = 'day' "
-                                "WHERE id = :k"), {"k": key})
-        db.session.commit()
-        db.session.remove()
+    key = _limit(app, _key_id(app, acct), 1_000_000)
     with app.test_request_context():
         (opened, row), = _rows(app, [(acct, "rk", key)])
         assert charging._open_group([row], lock_wait=False)[str(opened)].outcome == "opened"
@@ -629,16 +629,7 @@ def test_a_refund_takes_the_keys_counter_before_the_balance_row(app, make_accoun
             db.session.remove()
 
     with app.app_context():
-        with db.engine.connect() as other, db.engine.connect() as probe:
-            other.execute(text("SELECT 1 FROM key_spend WHERE key_id = :k FOR UPDATE"), {"k": key})
-            worker = threading.Thread(target=refund)
-            worker.start()
-            waiting_for_a_lock("gw_spend_release")  # the refund's unit of work waits for the counter
-            probe.execute(text("SET lock_timeout = '200ms'"))
-            probe.execute(text("SELECT 1 FROM accounts WHERE id = :a FOR UPDATE"), {"a": acct})
-            probe.rollback()
-            other.commit()
-            worker.join(10)
+        waits_for_the_counter_first(key, acct, refund, "gw_spend_release")
         db.session.remove()
     assert done == [True]
     assert balance_cents(app, acct) == 100

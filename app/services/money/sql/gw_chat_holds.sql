@@ -23,9 +23,7 @@ RETURNS TABLE(completion_id varchar, outcome text)
 LANGUAGE plpgsql AS $fn$
 DECLARE
     b record;
-    v_spend text;
-    v_from timestamptz;
-    v_member varchar;
+    v_reserved record;  -- gw_spend_reserve's answer: outcome, reserved_from, budget_member
     v_refused text;
 BEGIN
     PERFORM gw_group_settings(p_lock_wait_ms, true);
@@ -36,16 +34,16 @@ BEGIN
                      codes varchar[], amounts bigint[])
               ORDER BY x.account_id COLLATE "C", x.id COLLATE "C" LOOP
         -- 1. the key's spend limit and the member's budget, before any debit
-        SELECT s.outcome, s.reserved_from, s.budget_member INTO v_spend, v_from, v_member
-          FROM gw_spend_reserve(b.spend_key, b.hold, b.now) AS s;
-        v_refused := CASE v_spend WHEN 'refused' THEN 'key_spend_limit'
-                                  WHEN 'budget_refused' THEN 'member_budget' END;
+        SELECT * INTO v_reserved FROM gw_spend_reserve(b.spend_key, b.hold, b.now);
+        v_refused := CASE v_reserved.outcome WHEN 'refused' THEN 'key_spend_limit'
+                                             WHEN 'budget_refused' THEN 'member_budget' END;
         -- 2. the hold (soft: refused -> nothing posted, the reservation back)
         IF v_refused IS NULL AND b.hold > 0
            AND gw_post('chat_hold', 'chat_hold:' || b.id, b.account_id, b.actor, NULL,
                        b.codes, b.amounts, b.now, true) IS NULL THEN
             v_refused := 'insufficient';
-            PERFORM gw_spend_release(b.spend_key, b.hold, v_from, b.account_id, v_member, b.now);
+            PERFORM gw_spend_release(b.spend_key, b.hold, v_reserved.reserved_from, b.account_id,
+                                     v_reserved.budget_member, b.now);
         END IF;
         IF v_refused IS NOT NULL THEN
             RETURN QUERY SELECT b.id, v_refused;
@@ -58,7 +56,8 @@ BEGIN
                                       cost_micros, prompt_tokens, completion_tokens, usage_estimated,
                                       attempts, latency_ms, created_at)
         VALUES (b.id, b.account_id, b.actor, 'live', b.requested_model, 'held', b.stream, b.hold,
-                CASE WHEN v_from IS NOT NULL THEN b.spend_key END, v_from, v_member,
+                CASE WHEN v_reserved.reserved_from IS NOT NULL THEN b.spend_key END,
+                v_reserved.reserved_from, v_reserved.budget_member,
                 0, 0, 0, false, 0, 0, b.now);
         RETURN QUERY SELECT b.id, 'held'::text;
     END LOOP;

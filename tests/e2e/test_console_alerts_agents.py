@@ -38,6 +38,15 @@ def test_deleting_an_alert_asks_and_a_refused_question_keeps_it(app, server, mak
     page.fill("#f-threshold", "2.505")
     page.click("text=Create rule")
     page.wait_for_selector("#e-threshold")
+    # measured once the page has settled after the answer (a measure taken mid-update saw the
+    # two labels a row apart once in CI): level within 3 s, or the test fails with the tops
+    level = ("() => { const t = [...document.querySelectorAll('form.grid label[for=f-name], "
+             "form.grid label[for=f-threshold]')].map(l => Math.round(l.getBoundingClientRect().top));"
+             " return t.length === 2 && t[0] === t[1]; }")
+    try:
+        page.wait_for_function(level, timeout=3000)
+    except Exception:  # noqa: BLE001 - report what was measured
+        pass
     tops = page.eval_on_selector_all("form.grid label[for=f-name], form.grid label[for=f-threshold]",
                                      "ls => ls.map(l => Math.round(l.getBoundingClientRect().top))")
     assert len(tops) == 2 and tops[0] == tops[1], tops

@@ -354,12 +354,13 @@ def load_config(overrides: dict | None = None) -> dict:
         # share its statement (0: write whatever is queued at once). The window is added
         # to the time an answered call stays pending (a replay of its key meanwhile: 409).
         "CALL_FINALIZE_BATCH_MS": _float("CALL_FINALIZE_BATCH_MS", 10.0),
-        # PostgreSQL: the opens of a process that arrive together share one statement
-        # (money/charging.py GroupOpener). Each lock wait of such a statement lasts at
-        # most this long (PostgreSQL's lock_timeout, per wait), then its calls are opened
-        # one by one outside the queue, waiting as long as it takes: a group gives up a
+        # PostgreSQL: the opens, chat holds and chat settles of a process that arrive
+        # together share one statement each (money/charging.py GroupStatement). Each lock
+        # wait of such a statement lasts at most this long (PostgreSQL's lock_timeout, per
+        # wait), then its rows are written one by one outside the queue, waiting as long as
+        # it takes: a group gives up a
         # deadlock before PostgreSQL's deadlock_timeout (1 s) looks for it, and holds up
-        # other accounts' calls behind one account's locked row for about this long.
+        # other accounts' rows behind one account's locked row for about this long.
         "GROUP_LOCK_WAIT_MS": _int("GROUP_LOCK_WAIT_MS", 100),
         # An hour is rolled into usage_hourly this long after it ended (billing/usage_log.py).
         "USAGE_ROLL_MARGIN_SECONDS": _float("USAGE_ROLL_MARGIN_SECONDS", 300.0),

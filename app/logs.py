@@ -66,11 +66,9 @@ class _ContextFilter(logging.Filter):
         # A request's records (Flask's request context, or the metered call's thin entry,
         # which runs in an app context): their ids are in ``g``.
         if has_app_context() and "request_id" in g:
-            record.request_id = g.get("request_id", "-")
-            record.account_id = g.get("account_id", "-")
-            call_id = g.get("call_id")
-            if call_id and not hasattr(record, "call_id"):
-                record.call_id = call_id
+            for name, value in context_ids().items():  # a call id the record names stays
+                if name != "call_id" or not hasattr(record, "call_id"):
+                    setattr(record, name, value)
         elif hasattr(record, "request_id"):  # a request's line logged after its context ended
             record.account_id = getattr(record, "account_id", "-")
         else:

@@ -119,6 +119,8 @@ def _images(content: Any) -> int:
 PDF_PAGE_TOKENS = 3000  # one PDF page: Anthropic's upper figure for a page's text (1,500–3,000), on the safe side
 _PDF_PAGE = re.compile(rb"/Type\s*/Page(?![a-zA-Z])")
 _PDF_COUNT = re.compile(rb"/Count\s+(\d{1,6})")  # a page tree's count of the pages below it
+# a caller's damaged PDF is no operator's warning: pypdf's own log says only its errors
+logging.getLogger("pypdf").setLevel(logging.ERROR)
 
 
 @functools.lru_cache(maxsize=4)  # a request's estimate runs once per candidate tokenizer
@@ -140,7 +142,6 @@ def _pypdf_pages(raw: bytes) -> int:
     apply), 0 for what it cannot read (not a PDF, damaged)."""
     from pypdf import PdfReader
 
-    logging.getLogger("pypdf").setLevel(logging.ERROR)  # a caller's damaged PDF is no operator's warning
     try:
         return len(PdfReader(io.BytesIO(raw), strict=False).pages)
     except Exception:  # noqa: BLE001 - any file pypdf cannot read counts by its bytes

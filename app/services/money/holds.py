@@ -35,7 +35,7 @@ from app.models.base import utcnow
 from app.services.money import spend
 from app.services.billing import bazaar, paywall
 from app.services.money import holds_pg, ledger
-from app.services.platform.uow import end_reads, read, transactional, unit_of_work
+from app.services.platform.uow import read, transactional, unit_of_work
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,6 @@ def _hold_pg(completion_id: str, account_id: str, requested_model: str, hold_mic
     lose the hold; then the caller was not charged (for a stream already under way: as when
     the sweep releases the hold of a crashed process) and no money was created or lost
     (docs/performance.md, "What a crash can lose")."""
-    end_reads()  # a credential lookup's reads must not stay open through the provider call
     now = utcnow()
     outcome = holds_pg.hold(completion_id=completion_id, account_id=account_id, requested_model=requested_model,
                             stream=stream, hold_micros=hold_micros, key_id=key_id, now=now, actor=actor,

@@ -53,7 +53,7 @@ _SETTLES = ("SELECT completion_id, charged, spend_key_id, held_at, give_back "
             "FROM gw_chat_settles(%(rows)s::jsonb, %(lock_wait_ms)s::integer)")
 
 
-def _run(sql: str, rows: list[dict], lock_wait: bool) -> list:
+def _group_statement(sql: str, rows: list[dict], lock_wait: bool) -> list:
     wait = current_app.config["GROUP_LOCK_WAIT_MS"] if lock_wait else 0
     return run_one(sql, {"rows": orjson.dumps(rows).decode(), "lock_wait_ms": wait})
 
@@ -65,7 +65,7 @@ class GroupHolder(GroupStatement):
     statement, key = "chat_hold", "id"
 
     def _run(self, rows: list[dict], *, lock_wait: bool) -> dict[str, str]:
-        return dict(_run(_HOLDS, rows, lock_wait))
+        return dict(_group_statement(_HOLDS, rows, lock_wait))
 
 
 class GroupSettler(GroupStatement):
@@ -76,7 +76,7 @@ class GroupSettler(GroupStatement):
     statement, key = "chat_settle", "id"
 
     def _run(self, rows: list[dict], *, lock_wait: bool) -> dict[str, tuple]:
-        return {r[0]: (int(r[1]), r[2], r[3], int(r[4])) for r in _run(_SETTLES, rows, lock_wait)}
+        return {r[0]: (int(r[1]), r[2], r[3], int(r[4])) for r in _group_statement(_SETTLES, rows, lock_wait)}
 
     def _answer(self, answers: dict, row: dict):
         return answers.get(row["id"])  # none: no longer held
@@ -98,7 +98,9 @@ def hold(*, completion_id: str, account_id: str, requested_model: str, stream: b
            "requested_model": requested_model, "stream": bool(stream), "hold": int(hold_micros),
            "spend_key": key_id, "now": now,
            "codes": [c for c, _ in legs], "amounts": [int(a) for _, a in legs]}
-    end_reads()  # no connection held while waiting for the group's leader
+    # no connection held while waiting for the group's leader, nor, the credential
+    # lookup's reads, through the provider call that follows
+    end_reads()
     try:
         return per_app(current_app, "money.group_holder", GroupHolder).write(row)
     except DBAPIError as exc:

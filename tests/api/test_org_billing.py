@@ -252,3 +252,43 @@ def test_the_organisation_payouts_are_managed_with_org_id(client, team):
     r = client.delete("/api/payouts/destination", query_string=q, headers=team["owner"].headers)
     assert r.status_code == 200
     assert client.get("/api/payouts/destination", query_string=q, headers=billing.headers).status_code == 404
+
+
+def test_an_org_key_of_a_budgeted_member_cannot_set_the_money_settings(app, client, team, make_account):
+    """An organisation key's charges count under its member's monthly budget as well as under
+    its own spend limit, so a budgeted member's key is a bounded credential like a limited
+    key: it may not set auto top-up nor the payout destination (403 ``beyond_own_limits``
+    naming the budget, nothing set); it may still turn auto top-up off. Without the budget the
+    same key sets both; the member's personal key with ``org_id`` is not bounded by the budget
+    (its own spend is personal) and sets them too (docs/decisions.md "Money settings need a
+    key without a spend limit"). Before, the budget was not looked at. (Only owners' keys reach
+    billing:write: a billing member cannot create keys, so the budgeted member is a second
+    owner, whose budget another owner sets.)"""
+    org, owner = team["org"], team["owner"]
+    second = make_account(cents=1000, plan="enterprise")
+    join(app, org, second, "owner")
+    assert client.post("/api/pay/method", json={"payment_method_id": "pm_card_visa", "org_id": org},
+                       headers=owner.headers).status_code == 200
+    key = h(org_key(client, second, org)["key"])
+    r = client.patch(f"/api/orgs/{org}/members/{second.id}", json={"monthly_budget_cents": 500},
+                     headers=owner.headers)
+    assert r.status_code == 200, r.get_json()
+    r = client.put("/api/pay/auto-topup", json=RULE, headers=key)
+    assert r.status_code == 403 and error_code(r.get_json()) == "beyond_own_limits", r.get_json()
+    assert "monthly budget of 500 cents" in r.get_json()["message"], r.get_json()
+    r = client.put("/api/payouts/destination/stripe_connect", json={"account": "acct_budget01"}, headers=key)
+    assert r.status_code == 403 and error_code(r.get_json()) == "beyond_own_limits", r.get_json()
+    q = {"org_id": org}
+    assert client.get("/api/pay/auto-topup", query_string=q, headers=owner.headers).status_code == 404
+    assert client.get("/api/payouts/destination", query_string=q, headers=owner.headers).status_code == 404
+    # the member's personal key, acting on the organisation, is not the budgeted credential
+    r = client.put("/api/pay/auto-topup", json={**RULE, "org_id": org}, headers=second.headers)
+    assert r.status_code == 200, r.get_json()
+    assert client.delete("/api/pay/auto-topup", headers=key).status_code == 200  # turning it off stays allowed
+    # no budget: the same organisation key sets both
+    r = client.patch(f"/api/orgs/{org}/members/{second.id}", json={"monthly_budget_cents": None},
+                     headers=owner.headers)
+    assert r.status_code == 200, r.get_json()
+    assert client.put("/api/pay/auto-topup", json=RULE, headers=key).status_code == 200
+    r = client.put("/api/payouts/destination/stripe_connect", json={"account": "acct_budget01"}, headers=key)
+    assert r.status_code == 200, r.get_json()

@@ -88,7 +88,8 @@ def webhook(stripe_signature):
 
 
 @endpoint(blp, "/auto-topup", "put", "billing:write", body=AutoTopupRequestSchema, ok=AutoTopupSchema,
-          errors={403: "`beyond_own_limits`: the key has a spend limit (its own, or its rotation's); auto "
+          errors={403: "`beyond_own_limits`: the key has a spend limit (its own, or its rotation's) or is an "
+                       "organisation key whose member has a monthly budget; auto "
                        "top-up charges the card past any key's limit, so it needs a key without one or the "
                        "console. Turning it off (`DELETE`) is allowed.",
                   404: NOT_MEMBER, 409: "`no_payment_method`: no saved card to charge.",
@@ -104,7 +105,8 @@ def set_auto_topup(body):
     concurrency. A declined or 3-D Secure attempt is retried later; after
     `AUTOTOPUP_MAX_FAILURES` (default 3) in a row the rule is disabled and the owner e-mailed.
     With `org_id` the organisation's rule: its balance, its saved card, its owners and billing
-    members e-mailed. A key with a spend limit cannot set it (403 `beyond_own_limits`)."""
+    members e-mailed. A key with a spend limit, or an organisation key whose member has a monthly
+    budget, cannot set it (403 `beyond_own_limits`)."""
     account_id = acting_account(body.pop("org_id", None), BILLING_WRITE)
     return autotopup.configure(account_id, principal().mode, acting_key_id=principal().credential_id, **body)
 

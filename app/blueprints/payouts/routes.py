@@ -28,7 +28,8 @@ def _live_account(org_id: str | None = None, scope: str = "billing:read") -> str
 
 _ORG = {404: NOT_MEMBER}
 _SETS = {**_ORG, 403: "A test key; or `beyond_own_limits`: the key has a spend limit (its own, or its rotation's) "
-                      "and where earnings are paid needs a key without one (or the console)."}
+                      "or is an organisation key whose member has a monthly budget, and where earnings are "
+                      "paid needs a key without one (or the console)."}
 
 
 @endpoint(blp, "/earnings", "get", "billing:read", query=PayoutsReadQuerySchema, ok=OwnerEarningsSchema,
@@ -71,7 +72,8 @@ def get_destination(query):
 def put_stripe_destination(body):
     """Connect a Stripe Connect account as the payout destination: settled earnings are
     then paid out by transfer instead of credited to the balance (replaces any other). A key
-    with a spend limit cannot set it (403 `beyond_own_limits`)."""
+    with a spend limit, or an organisation key whose member has a monthly budget, cannot set
+    it (403 `beyond_own_limits`)."""
     return payouts.set_destination(_live_account(body.get("org_id"), "billing:write"), "stripe_connect",
                                    body["account"], None, acting_key_id=principal().credential_id)
 
@@ -84,7 +86,8 @@ def put_stripe_destination(body):
                    "changed."})
 def put_usdc_destination(body):
     """Connect a USDC address on a chain as the payout destination (replaces any other). A key
-    with a spend limit cannot set it (403 `beyond_own_limits`)."""
+    with a spend limit, or an organisation key whose member has a monthly budget, cannot set
+    it (403 `beyond_own_limits`)."""
     return payouts.set_destination(_live_account(body.get("org_id"), "billing:write"), "usdc", body["address"],
                                    body["chain"], acting_key_id=principal().credential_id)
 

@@ -19,7 +19,7 @@ from sqlalchemy import func, or_, select, update
 from app.errors import Conflict, Forbidden, InsufficientScope, InvalidRequest, NotFound, Unprocessable
 from app.extensions import db
 from app.ids import new_id, new_secret, sha256_hex
-from app.models import Account, ApiKey, ChatCompletion, ModuleCall
+from app.models import Account, ApiKey, ChatCompletion, ModuleCall, OrgMember
 from app.models.base import utcnow
 from app.scopes import ADMIN_SCOPE, KNOWN_SCOPES
 from app.services.accounts import key_controls
@@ -153,7 +153,8 @@ def _controls(row: ApiKey) -> dict:
 
 def require_unlimited(key_id: str | None, setting: str) -> None:
     """403 ``beyond_own_limits`` when the acting key (``key_id``) has a spend limit (its own,
-    or a retiring key's rotation's): ``setting`` moves money with no one present, past any
+    or a retiring key's rotation's) or is an organisation key whose member has a monthly
+    budget (its charges count under that too): ``setting`` moves money with no one present, past any
     key's limit (auto top-up charges the saved card; the payout destination decides where
     earnings go), so it needs a key without one. None (the console's owner) and a credential
     that is not a key (an agent session: its own money, no key limit) pass
@@ -165,6 +166,20 @@ def require_unlimited(key_id: str | None, setting: str) -> None:
     if micros is not None:
         raise BeyondCreator(f"{setting} needs a key without a spend limit (or the console): this key may spend "
                             f"{micros // MICROS_PER_CENT} cents per {period}.")
+    budget = _member_budget(row)
+    if budget is not None:
+        raise BeyondCreator(f"{setting} needs a key without a spend limit (or the console): this organisation "
+                            f"key's member has a monthly budget of {budget // MICROS_PER_CENT} cents.")
+
+
+def _member_budget(row: ApiKey) -> int | None:
+    """The monthly budget (micros) of the member an organisation key acts for — its charges
+    count under it as under a spend limit (``gw_spend_reserve``) — or None: not an
+    organisation key, or a member without a budget."""
+    if row.member_account_id is None:
+        return None
+    return db.session.execute(select(OrgMember.monthly_budget_micros).where(
+        OrgMember.org_id == row.account_id, OrgMember.account_id == row.member_account_id)).scalar_one_or_none()
 
 
 def _spend_limit(row: ApiKey) -> tuple[int | None, str | None]:

@@ -7,10 +7,17 @@
 --   * synchronous_commit = off when async_commit: the commit does not wait for the WAL
 --     flush (an open or a hold; a later durable commit of the same process flushes it,
 --     PostgreSQL flushes the WAL in order).
+--   * enable_seqscan = off, always: every statement of a group (and of the functions it
+--     calls, the ledger's foreign-key checks included) finds its rows by a key. A plan made
+--     while a table or this month's partition looked empty (ANALYZE of a new partition, a
+--     fresh deployment) would otherwise scan it whole, and a backend keeps its plans: every
+--     settle and posting then grew with the table until the next ANALYZE
+--     (tests/services/test_group_plans.py; gw_finalize_calls sets the same for itself).
 CREATE OR REPLACE FUNCTION gw_group_settings(p_lock_wait_ms integer, p_async_commit boolean)
 RETURNS void
 LANGUAGE plpgsql AS $fn$
 BEGIN
+    PERFORM set_config('enable_seqscan', 'off', true);
     IF p_async_commit THEN
         PERFORM set_config('synchronous_commit', 'off', true);
     END IF;

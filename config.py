@@ -358,9 +358,9 @@ def load_config(overrides: dict | None = None) -> dict:
         # together share one statement each (money/charging.py GroupStatement). Each lock
         # wait of such a statement lasts at most this long (PostgreSQL's lock_timeout, per
         # wait), then its rows are written one by one outside the queue, waiting as long as
-        # it takes: a group gives up a
-        # deadlock before PostgreSQL's deadlock_timeout (1 s) looks for it, and holds up
-        # other accounts' rows behind one account's locked row for about this long.
+        # it takes: a group gives up a deadlock before PostgreSQL's deadlock_timeout (1 s)
+        # looks for it, and holds up other accounts' rows behind one account's locked row
+        # for about this long.
         "GROUP_LOCK_WAIT_MS": _int("GROUP_LOCK_WAIT_MS", 100),
         # An hour is rolled into usage_hourly this long after it ended (billing/usage_log.py).
         "USAGE_ROLL_MARGIN_SECONDS": _float("USAGE_ROLL_MARGIN_SECONDS", 300.0),

@@ -11,13 +11,15 @@ planned on just-analyzed tables scanned ``accounts``, ``chat_completions`` and
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 import orjson
 import psycopg
 from sqlalchemy.engine import make_url
 
-from app.services.money import holds, ledger
+from tests.gateway_helpers import mod, provider, provider_server  # noqa: F401
+from tests.services.test_chat_groups import _hold_row, _settle_row
+from tests.services.test_group_opener import _key_id, _rows
 
 # every table a group statement reads or writes (partitions counted with their parent)
 TABLES = ("accounts", "api_keys", "org_members", "key_spend", "member_spend", "idempotency_records",
@@ -31,43 +33,34 @@ SELECT coalesce(p.relname, s.relname), sum(s.seq_scan)::int
  GROUP BY 1"""
 
 
-def _rows(account_id: str, key_id: str, now: datetime) -> tuple[dict, dict, dict, dict]:
-    """One call's open and finalize rows and one completion's hold and settle rows, in the
-    shapes ``charging.open_row`` / ``finalize_pg`` and ``holds_pg`` send."""
-    call, cc, customer = uuid.uuid4().hex, uuid.uuid4().hex, ledger.customer(account_id)
-    opened = {"call_id": call, "account_id": account_id, "actor": key_id, "module_id": 1, "slug": "m",
-              "action": "a", "mode": "live", "price": 1_000, "charged": True, "owner_agent_id": None,
-              "idem_key": f"k-{call}", "req_hash": "h", "now": now, "deadline": now + timedelta(minutes=1),
-              "idem_expires": now + timedelta(days=1), "codes": [customer, ledger.REVENUE],
-              "amounts": [-1_000, 1_000], "spend_key": key_id}
-    finalized = {"id": call, "created_at": now, "ok": True, "provider_status": 200, "receipt": {"a": 1},
-                 "finished_at": now, "account_id": account_id, "idem_key": f"k-{call}",
-                 "response_body": "{}"}
-    held = {"id": cc, "account_id": account_id, "actor": key_id, "requested_model": "m", "stream": False,
-            "hold": 5_000, "spend_key": key_id, "now": now, "codes": [customer, holds.HOLD],
-            "amounts": [-5_000, 5_000]}
-    settled = {"id": cc, "created_at": now, "account_id": account_id, "customer": customer,
-               "hold_code": holds.HOLD, "revenue": ledger.REVENUE, "hold": 5_000, "cost": 1_200,
-               "model": "m", "provider": "p", "prompt_tokens": 1, "completion_tokens": 1, "estimated": False,
-               "attempts": 1, "latency_ms": 1, "error": None, "now": now}
-    return opened, finalized, held, settled
+def _statements(app, account_id: str, key_id: str) -> list[tuple[str, dict]]:
+    """One call's open and finalize and one completion's hold and settle, each a group
+    statement of one row (the rows as ``charging.open_row`` and ``holds_pg`` build them)."""
+    with app.app_context():
+        opened, open_row = _rows(app, [(account_id, f"k-{uuid.uuid4().hex}", key_id)])[0]
+    now, cc = datetime.now(timezone.utc), uuid.uuid4().hex
+    finalized = {"id": str(opened), "created_at": opened.created_at, "ok": True, "provider_status": 200,
+                 "receipt": {"a": 1}, "finished_at": now, "account_id": account_id,
+                 "idem_key": open_row["idem_key"], "response_body": "{}"}
+    held = _hold_row(account_id, cc, key_id=key_id)
+    return [("SELECT call_id, outcome FROM gw_open_calls(%s::jsonb, 0)", open_row),
+            ("SELECT count(*) FROM gw_finalize_calls(%s::jsonb)", finalized),
+            ("SELECT count(*) FROM gw_chat_holds(%s::jsonb, 0)", held),
+            ("SELECT count(*) FROM gw_chat_settles(%s::jsonb, 0)", _settle_row(account_id, cc, held["now"], 1_200))]
 
 
-def test_group_statements_find_rows_by_key_on_tables_analyzed_empty(app, make_account):
+def test_group_statements_find_rows_by_key_on_tables_analyzed_empty(app, make_account, mod):  # noqa: F811
     acct = make_account(cents=1_000)
+    key_id = _key_id(app, acct.id)
     url = make_url(app.config["SQLALCHEMY_DATABASE_URI"]).set(drivername="postgresql")
     with psycopg.connect(url.render_as_string(hide_password=False), autocommit=True) as other:
-        key_id = other.execute("SELECT id FROM api_keys WHERE account_id = %s", (acct.id,)).fetchone()[0]
         other.execute(f"VACUUM ANALYZE {', '.join(TABLES)}")  # statistics of (nearly) empty tables
+    statements = [_statements(app, acct.id, key_id) for _ in range(8)]  # past the plan cache's five custom plans
     # a new backend (its counters are its own: pg_stat_xact_*), one transaction rolled back
     with psycopg.connect(url.render_as_string(hide_password=False)) as conn:
-        for _ in range(8):  # past the plan cache's five custom plans: the generic ones too
-            opened, finalized, held, settled = _rows(acct.id, key_id, datetime.now(timezone.utc))
-            for sql, rows in (("SELECT call_id, outcome FROM gw_open_calls(%s::jsonb, 0)", opened),
-                              ("SELECT count(*) FROM gw_finalize_calls(%s::jsonb)", finalized),
-                              ("SELECT count(*) FROM gw_chat_holds(%s::jsonb, 0)", held),
-                              ("SELECT count(*) FROM gw_chat_settles(%s::jsonb, 0)", settled)):
-                answer = conn.execute(sql, (orjson.dumps([rows]).decode(),)).fetchone()
+        for batch in statements:
+            for sql, row in batch:
+                answer = conn.execute(sql, (orjson.dumps([row]).decode(),)).fetchone()
                 assert answer[-1] in (1, "opened"), (sql, answer)
         scans = dict(conn.execute(SEQ_SCANS, (list(TABLES),)).fetchall())
         conn.rollback()

@@ -227,7 +227,6 @@ class HotPath:
         return resp.status, resp.headers.to_wsgi_list(), resp.get_data()
 
 
-
 class _Answer:
     """A thin-entry answer: its body, then the access line and the request metrics once
     the server has written it — when it asks the iterable for more after the body, or

@@ -2,25 +2,27 @@
 (bench/DIARY.md, 2026-11-27 "the hot routes' entry, the worker, and the engine's
 PostgreSQL cost").
 
-    python bench/pg_ab.py DB_A,DB_B[,…] CHUNKS CALLS_PER_CHUNK
+    python bench/pg_ab.py DB_A,DB_B[,…] CHUNKS GROUPS_PER_CHUNK
 
 Each database is a fresh copy of one migrated database (``CREATE DATABASE x TEMPLATE y``)
 with a variant's SQL applied (e.g. another ``gw_post.sql``). The script seeds each with
-one funded account and one API key (no spend limit), then sends ``gw_open_calls`` (one
-row, as ``charging.open_row`` builds it) and ``gw_finalize_calls`` on one autocommit
-connection per database, CHUNKS times CALLS_PER_CHUNK calls to each database in turn (the
-order reversed every chunk), and reads each backend's CPU time from
-``/proc/<pid>/schedstat`` (same machine only). It prints the median CPU per call and the
+one funded account and one API key (no spend limit), then sends ``gw_open_calls`` and
+``gw_finalize_calls`` (rows as ``charging`` builds them, ``BENCH_PG_AB_GROUP`` rows per
+statement, default 1) on one autocommit connection per database, CHUNKS times
+GROUPS_PER_CHUNK groups to each database in turn (the order reversed every chunk), and
+reads each backend's CPU time from ``/proc/<pid>/schedstat`` (same machine only). It prints the median CPU per call and the
 median per-chunk ratio of every database to the first: on a shared machine only ratios
 within one run mean anything. Give it throw-away databases: it writes calls and postings.
-``BENCH_PG_AB=chat``: the chat completion's ``gw_chat_hold`` + ``gw_chat_settle`` instead.
+``BENCH_PG_AB=chat``: the chat completion's ``gw_chat_holds`` + ``gw_chat_settles`` instead.
 """
 from __future__ import annotations
 
+import json
 import os
 import random
 import statistics
 import sys
+from datetime import datetime, timedelta, timezone
 
 import psycopg
 
@@ -31,25 +33,15 @@ VALUES ('acct_pgab', 'starter', 'user', false, 9000000000000000, now()) ON CONFL
 INSERT INTO api_keys (id, account_id, name, prefix, key_hash, mode, scopes, created_at)
 VALUES ('key_pgab', 'acct_pgab', 'pg_ab', 'p', 'h', 'live', '[]', now()) ON CONFLICT DO NOTHING;
 """
-OPEN_ROW = """jsonb_build_array(jsonb_build_object(
-  'call_id', 'c' || %(id)s, 'account_id', 'acct_pgab', 'actor', 'key_pgab', 'module_id', 1,
-  'slug', 'm', 'action', 'a', 'mode', 'live', 'price', 1000, 'charged', true, 'owner_agent_id', null,
-  'idem_key', 'k' || %(id)s, 'req_hash', 'h', 'now', %(t)s::timestamptz,
-  'deadline', %(t)s::timestamptz + interval '1 min', 'idem_expires', %(t)s::timestamptz + interval '1 day',
-  'codes', array['acct:acct_pgab', 'revenue:platform'], 'amounts', array[-1000, 1000],
-  'spend_key', 'key_pgab'))"""
-FIN_ROW = """jsonb_build_array(jsonb_build_object(
-  'id', 'c' || %(id)s, 'created_at', %(t)s::timestamptz, 'ok', true, 'provider_status', 200,
-  'receipt', '{"a": 1}'::jsonb, 'finished_at', now(), 'account_id', 'acct_pgab',
-  'idem_key', 'k' || %(id)s, 'response_body', '{"ok": true}'))"""
-OPEN = f"SELECT count(*) FROM gw_open_calls({OPEN_ROW}, 100)"
-FIN = f"SELECT count(*) FROM gw_finalize_calls({FIN_ROW})"
-# BENCH_PG_AB=chat: the chat completion's hold + settle instead (money/holds_pg.py's shapes)
-HOLD = """SELECT gw_chat_hold('cc' || %(id)s, 'acct_pgab', 'key_pgab', 'auto', false, 5000, 'key_pgab',
-  %(t)s::timestamptz, array['acct:acct_pgab', 'hold:chat']::varchar[], array[-5000, 5000]::bigint[])"""
-SETTLE = """SELECT count(*) FROM gw_chat_settle('cc' || %(id)s, %(t)s::timestamptz, 'acct_pgab', 'acct:acct_pgab',
-  'hold:chat', 'revenue:platform', 5000, 1200, 'm', 'p', 10, 5, false, 1, 3, NULL, now())"""
+# The rows as the app sends them (charging.open_row / finalize_pg, holds_pg.hold / settle):
+# one JSON document per statement, GROUP rows each (BENCH_PG_AB_GROUP, default 1; the bench
+# at c=16 shows about 3 opens and 10 finalizations per statement).
+OPEN = "SELECT count(*) FROM gw_open_calls(%s::jsonb, 100)"
+FIN = "SELECT count(*) FROM gw_finalize_calls(%s::jsonb)"
+HOLDS = "SELECT count(*) FROM gw_chat_holds(%s::jsonb, 100)"
+SETTLES = "SELECT count(*) FROM gw_chat_settles(%s::jsonb, 100)"
 CHAT = os.environ.get("BENCH_PG_AB") == "chat"
+GROUP = int(os.environ.get("BENCH_PG_AB_GROUP", "1"))
 
 
 def _cpu_ns(pid: int) -> int:
@@ -57,10 +49,37 @@ def _cpu_ns(pid: int) -> int:
         return int(f.read().split()[0])
 
 
+def _rows(t: datetime) -> tuple[list[dict], list[dict]]:
+    """One group's first and second statement rows (open + finalize, or hold + settle)."""
+    first, second = [], []
+    for _ in range(GROUP):
+        i = str(random.getrandbits(62))
+        if CHAT:
+            first.append({"id": "cc" + i, "account_id": "acct_pgab", "actor": "key_pgab",
+                          "requested_model": "auto", "stream": False, "hold": 5000, "spend_key": "key_pgab",
+                          "now": t, "codes": ["acct:acct_pgab", "hold:chat"], "amounts": [-5000, 5000]})
+            second.append({"id": "cc" + i, "created_at": t, "account_id": "acct_pgab",
+                           "customer": "acct:acct_pgab", "hold_code": "hold:chat", "revenue": "revenue:platform",
+                           "hold": 5000, "cost": 1200, "model": "m", "provider": "p", "prompt_tokens": 10,
+                           "completion_tokens": 5, "estimated": False, "attempts": 1, "latency_ms": 3,
+                           "error": None, "now": t})
+        else:
+            first.append({"call_id": "c" + i, "account_id": "acct_pgab", "actor": "key_pgab", "module_id": 1,
+                          "slug": "m", "action": "a", "mode": "live", "price": 1000, "charged": True,
+                          "owner_agent_id": None, "idem_key": "k" + i, "req_hash": "h", "now": t,
+                          "deadline": t + timedelta(minutes=1), "idem_expires": t + timedelta(days=1),
+                          "codes": ["acct:acct_pgab", "revenue:platform"], "amounts": [-1000, 1000],
+                          "spend_key": "key_pgab"})
+            second.append({"id": "c" + i, "created_at": t, "ok": True, "provider_status": 200,
+                           "receipt": {"a": 1}, "finished_at": t, "account_id": "acct_pgab",
+                           "idem_key": "k" + i, "response_body": '{"ok": true}'})
+    return first, second
+
+
 def _one(conn) -> None:
-    args = {"id": str(random.getrandbits(62)), "t": conn.execute("SELECT now()").fetchone()[0]}
-    conn.execute(HOLD if CHAT else OPEN, args)
-    conn.execute(SETTLE if CHAT else FIN, args)
+    first, second = _rows(datetime.now(timezone.utc))
+    conn.execute(HOLDS if CHAT else OPEN, (json.dumps(first, default=str),))
+    conn.execute(SETTLES if CHAT else FIN, (json.dumps(second, default=str),))
 
 
 def main(dbs: list[str], chunks: int, per: int, base: str = "postgresql://postgres@127.0.0.1:5432") -> None:
@@ -69,6 +88,7 @@ def main(dbs: list[str], chunks: int, per: int, base: str = "postgresql://postgr
     for d, conn in conns.items():
         for stmt in filter(str.strip, SEED.split(";")):
             conn.execute(stmt)
+        conn.execute("RESET synchronous_commit")  # the statements commit as in the app
         pids[d] = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
         for _ in range(50):  # warm: plans cached
             _one(conn)
@@ -78,10 +98,10 @@ def main(dbs: list[str], chunks: int, per: int, base: str = "postgresql://postgr
             before = _cpu_ns(pids[d])
             for _ in range(per):
                 _one(conns[d])
-            res[d].append((_cpu_ns(pids[d]) - before) / per / 1e6)
+            res[d].append((_cpu_ns(pids[d]) - before) / (per * GROUP) / 1e6)
     for d in dbs:
         print(f"{d}: median {statistics.median(res[d]):.4f} ms backend CPU per "
-              + ("chat hold+settle" if CHAT else "open+finalize"))
+              + ("chat hold+settle" if CHAT else "open+finalize") + f" (groups of {GROUP})")
     for d in dbs[1:]:
         ratios = [b / a for a, b in zip(res[dbs[0]], res[d])]
         q = statistics.quantiles(ratios, n=4)

@@ -32,6 +32,33 @@ def test_gw_post_refuses_unbalanced_and_empty_postings(app, account):
             assert _sqlstate(err.value) == "GWUNB"
 
 
+def test_an_unbalanced_posting_moves_no_balance(app, make_account, ledger_clean):
+    """gw_post leaves the sum to the database's trigger, which runs after the balances
+    moved: the error must undo them; a soft posting whose debit is uncovered is refused
+    before the legs are written, unbalanced or not. Nothing is written either way."""
+    a, b = make_account(cents=100), make_account(cents=0)
+
+    def balances(conn):
+        return conn.execute(text("SELECT id, balance_micros FROM accounts WHERE id IN (:a, :b) ORDER BY id"),
+                            {"a": a.id, "b": b.id}).all()
+
+    with app.app_context():
+        with db.engine.connect() as conn:
+            before = balances(conn)
+        for soft in (False, True):
+            with db.engine.connect() as conn, pytest.raises(DBAPIError) as err:
+                _post(conn, [f"acct:{a.id}", f"acct:{b.id}", "revenue:platform"], [-500, 300, 100],
+                      ref=f"unbalanced-{soft}", soft=soft)
+            assert _sqlstate(err.value) == "GWUNB"
+        with db.engine.begin() as conn:
+            assert _post(conn, [f"acct:{b.id}", "revenue:platform"], [-500, 100], ref="uncovered", soft=True) is None
+        with db.engine.connect() as conn:
+            assert balances(conn) == before
+            assert conn.execute(text("SELECT count(*) FROM ledger_transactions WHERE ref LIKE 'unbalanced-%' "
+                                     "OR ref = 'uncovered'")).scalar() == 0
+    ledger_clean()
+
+
 def test_the_database_refuses_an_unbalanced_entry_written_around_the_engine(app, account, ledger_clean):
     with app.app_context():
         with db.engine.begin() as conn:

@@ -8,7 +8,10 @@
 --     GWUNB); zero legs are dropped. The sum is checked once, by the database's own rule
 --     (gw_ledger_balanced, the statement trigger on ledger_entries, which refuses any
 --     unbalanced INSERT, this one's included), not again here: a second check cost ~2 %
---     of PostgreSQL's CPU per metered call (bench/pg_ab.py; bench/DIARY.md);
+--     of PostgreSQL's CPU per metered call (bench/pg_ab.py; bench/DIARY.md). So an
+--     unbalanced posting fails when its legs are written, after the balances moved (the
+--     error undoes them with the statement); with p_soft, one whose debit is uncovered is
+--     refused (NULL) before that, as a balanced one would be: nothing is written either way;
 --   * a customer leg (acct:<id> live, acct_test:<id> test) moves the account's cached
 --     balance in the same statement, conditionally: never below zero (the CHECK on
 --     accounts refuses it too). Balance rows are locked in account-id order, so two

@@ -33,7 +33,7 @@ def finalize_function(delay: float | None = None) -> str:
     body = _definition()
     if delay is None:
         return body
-    slow = body.replace("BEGIN\n    FOR b IN", f"BEGIN\n    PERFORM pg_sleep({delay});\n    FOR b IN", 1)
+    slow = body.replace("BEGIN\n", f"BEGIN\n    PERFORM pg_sleep({delay});\n", 1)
     assert "pg_sleep" in slow, "gw_finalize_calls.sql changed: update tests/support/finalize.py"
     return slow
 

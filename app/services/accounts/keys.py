@@ -19,7 +19,7 @@ from sqlalchemy import func, or_, select, update
 from app.errors import Conflict, Forbidden, InsufficientScope, InvalidRequest, NotFound, Unprocessable
 from app.extensions import db
 from app.ids import new_id, new_secret, sha256_hex
-from app.models import Account, ApiKey, ChatCompletion, ModuleCall, OrgMember
+from app.models import Account, ApiKey, ChatCompletion, ModuleCall
 from app.models.base import utcnow
 from app.scopes import ADMIN_SCOPE, KNOWN_SCOPES
 from app.services.accounts import key_controls
@@ -166,20 +166,10 @@ def require_unlimited(key_id: str | None, setting: str) -> None:
     if micros is not None:
         raise BeyondCreator(f"{setting} needs a key without a spend limit (or the console): this key may spend "
                             f"{micros // MICROS_PER_CENT} cents per {period}.")
-    budget = _member_budget(row)
+    _, _, budget = spend.key_member_budget(row.id)
     if budget is not None:
         raise BeyondCreator(f"{setting} needs a key without a spend limit (or the console): this organisation "
                             f"key's member has a monthly budget of {budget // MICROS_PER_CENT} cents.")
-
-
-def _member_budget(row: ApiKey) -> int | None:
-    """The monthly budget (micros) of the member an organisation key acts for — its charges
-    count under it as under a spend limit (``gw_spend_reserve``) — or None: not an
-    organisation key, or a member without a budget."""
-    if row.member_account_id is None:
-        return None
-    return db.session.execute(select(OrgMember.monthly_budget_micros).where(
-        OrgMember.org_id == row.account_id, OrgMember.account_id == row.member_account_id)).scalar_one_or_none()
 
 
 def _spend_limit(row: ApiKey) -> tuple[int | None, str | None]:

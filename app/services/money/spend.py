@@ -150,15 +150,22 @@ def member_spent(org_id: str, member_ids: list[str], now: datetime) -> dict[str,
     return {member: int(value) for member, value in rows}
 
 
-def budget_refusal(key_id: str, micros: int, now: datetime) -> MemberBudgetExceeded:
-    """The 402 for a charge that the key's member's monthly budget refused (reads only)."""
-    from app.services.money.ledger import micros_to_cents
-
+def key_member_budget(key_id: str) -> tuple[str | None, str | None, int | None]:
+    """(organisation, member, that member's monthly budget in micros) of an organisation key,
+    as ``gw_spend_reserve`` reads them; (account, None, None) for a personal key, all None for
+    no such key. Reads only."""
     row = db.session.execute(select(ApiKey.account_id, ApiKey.member_account_id, OrgMember.monthly_budget_micros)
                              .outerjoin(OrgMember, (OrgMember.org_id == ApiKey.account_id)
                                         & (OrgMember.account_id == ApiKey.member_account_id))
                              .where(ApiKey.id == key_id)).first()
-    org_id, member_id, budget = row if row is not None else (None, None, None)
+    return tuple(row) if row is not None else (None, None, None)
+
+
+def budget_refusal(key_id: str, micros: int, now: datetime) -> MemberBudgetExceeded:
+    """The 402 for a charge that the key's member's monthly budget refused (reads only)."""
+    from app.services.money.ledger import micros_to_cents
+
+    org_id, member_id, budget = key_member_budget(key_id)
     used = member_spent(org_id, [member_id], now).get(member_id, 0) if member_id else 0
     _, end = period_bounds("month", now)
     budget_cents = micros_to_cents(int(budget or 0))

@@ -1,7 +1,7 @@
 -- gw_finalize_calls(rows jsonb): the metered call's finalize for a group of calls in ONE
 -- statement: each call still 'pending' becomes 'succeeded' (found by its primary key
--- (id, created_at); status tested with COLLATE "C", enable_seqscan off, so the plans
--- cannot degrade), then its Idempotency-Key record stores the response. Returns the ids
+-- (id, created_at); status tested with COLLATE "C", enable_seqscan off by gw_group_settings
+-- as for every group statement, so the plans cannot degrade), then its Idempotency-Key record stores the response. Returns the ids
 -- moved to 'succeeded' (a call the sweep refunded meanwhile is left alone).
 -- plan_cache_mode = force_generic_plan: each row's UPDATE targets one partition of
 -- module_calls, which a generic plan cannot know, so PostgreSQL's plan cache kept
@@ -13,11 +13,12 @@
 
 CREATE OR REPLACE FUNCTION gw_finalize_calls(p_rows jsonb)
 RETURNS SETOF varchar LANGUAGE plpgsql
-SET enable_seqscan = off SET plan_cache_mode = force_generic_plan AS $fn$
+SET plan_cache_mode = force_generic_plan AS $fn$
 DECLARE
     b record;
     v_id varchar;
 BEGIN
+    PERFORM gw_group_settings(0, false);  -- enable_seqscan = off, as every group statement
     FOR b IN SELECT * FROM jsonb_to_recordset(p_rows)
                 AS x(id varchar, created_at timestamptz, ok boolean, provider_status integer,
                      receipt jsonb, finished_at timestamptz, account_id varchar, idem_key varchar,

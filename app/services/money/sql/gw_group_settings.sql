@@ -1,6 +1,6 @@
 -- gw_group_settings(lock_wait_ms, async_commit): the transaction settings of a group
 -- statement of the hot path, for the rest of its transaction. Called by gw_open_calls,
--- gw_chat_holds and gw_chat_settles first thing:
+-- gw_finalize_calls, gw_chat_holds and gw_chat_settles first thing:
 --   * lock_timeout = lock_wait_ms when above 0: a group may hold several accounts' rows,
 --     so a long wait could be a deadlock (the caller then writes each row alone, with 0:
 --     no limit);
@@ -12,7 +12,7 @@
 --     while a table or this month's partition looked empty (ANALYZE of a new partition, a
 --     fresh deployment) would otherwise scan it whole, and a backend keeps its plans: every
 --     settle and posting then grew with the table until the next ANALYZE
---     (tests/services/test_group_plans.py; gw_finalize_calls sets the same for itself).
+--     (tests/services/test_group_plans.py).
 CREATE OR REPLACE FUNCTION gw_group_settings(p_lock_wait_ms integer, p_async_commit boolean)
 RETURNS void
 LANGUAGE plpgsql AS $fn$
